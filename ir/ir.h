@@ -1,0 +1,138 @@
+/* The IR: a dataflow graph of tensor ops, the contract between every stage.
+ *
+ * One node type from the front end to the kernels (STYLE.md, tinygrad): a Node is an
+ * op from ir/ops.def applied to input nodes, with attributes, an inferred shape and
+ * dtype, the model-source location it came from, and the layer (iteration of a
+ * `repeat`) it belongs to, which pipeline cuts and recompute decisions use.
+ * Nodes are kept in topological (creation) order. */
+#ifndef COLOSSALC_IR_H
+#define COLOSSALC_IR_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "ir/arena.h"
+#include "ir/diag.h"
+
+typedef enum { DT_F32, DT_BF16, DT_F16, DT_E4M3, DT_E5M2, DT_I32, DT_COUNT } DType;
+
+enum { MAX_DIMS = 8, MAX_ATTRS = 4 };
+/* Largest element count of one tensor and of one dimension: beyond any real model,
+ * small enough that byte counts and FLOP counts stay far from int64 overflow. */
+#define MAX_NUMEL  ((int64_t)1 << 48)
+
+typedef struct Shape { int ndim; int64_t d[MAX_DIMS]; } Shape;
+
+typedef enum {
+#define OP(id, name, nin, cls, flags, attrs) OP_##id,
+#include "ir/ops.def"
+#undef OP
+  OP_COUNT
+} OpKind;
+
+typedef enum { CLS_SOURCE, CLS_GATHER, CLS_CONTRACT, CLS_ELEMWISE, CLS_NORM, CLS_REDUCE,
+               CLS_LOSS, CLS_ATTN, CLS_MOVE } OpClass;
+enum { OPF_DSL = 1 };
+
+typedef enum { AK_INT, AK_FLOAT, AK_BOOL, AK_INTS, AK_DTYPE, AK_STR } AttrKind;
+
+typedef struct AttrSpec { const char *name; AttrKind kind; bool required, optional; double def; } AttrSpec;
+
+typedef struct AttrVal {
+  bool set;              /* false: an optional attribute left out */
+  int64_t i;             /* int, bool, dtype */
+  double f;              /* float */
+  int n;                 /* ints: count */
+  int64_t v[MAX_DIMS];   /* ints */
+  const char *s;         /* str */
+} AttrVal;
+
+typedef enum { INIT_NONE, INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_UNIFORM, INIT_CONSTANT } InitKind;
+typedef struct Init { InitKind kind; double a, b; } Init; /* normal(std=a, mean=b); uniform(a, b) */
+
+typedef struct Node Node;
+struct Node {
+  int id;                /* index in Graph.nodes */
+  OpKind op;
+  int nin;
+  Node **in;             /* [nin] */
+  AttrVal attr[MAX_ATTRS]; /* in the order of the op's attribute spec */
+  DType dtype;
+  Shape shape;
+  const char *name;      /* INPUT and PARAM: the tensor's name (checkpoint name) */
+  Init init;             /* PARAM */
+  int layer;             /* index into Graph.layers, or -1 outside any repeat */
+  SrcLoc loc;
+};
+
+/* One iteration of a `repeat`: where pipeline stages may cut. */
+typedef struct Layer { const char *name; int group; } Layer;
+
+typedef enum { OPT_ADAMW, OPT_SGD } OptKind;
+typedef enum { SCHED_COSINE, SCHED_CONSTANT } SchedKind;
+
+/* The training directive: `train loss with adamw(...)`. */
+typedef struct TrainSpec {
+  OptKind opt;
+  double lr, beta1, beta2, eps, weight_decay, momentum, clip, min_lr;
+  int64_t warmup;
+  SchedKind schedule;
+  SrcLoc loc;
+} TrainSpec;
+
+typedef struct Graph {
+  Arena *arena;
+  const char *name;      /* model name (file stem) */
+  const char *source;    /* model file, as named on the command line */
+  Node **nodes;          /* [n] topological order */
+  int n, cap;
+  Layer *layers;         /* [nlayers] */
+  int nlayers, layers_cap;
+  Node *loss;
+  bool has_train;
+  TrainSpec train;
+} Graph;
+
+/* Op table queries (ir/ops.c). */
+typedef struct Cost { double fwd_flops, bwd_flops, bytes; } Cost;
+typedef struct OpInfo {
+  const char *name;
+  int nin;
+  OpClass cls;
+  int flags;
+  const char *attr_text;
+  void (*infer)(Node *n);               /* sets n->shape, n->dtype or error_at(n->loc) */
+  void (*cost)(const Node *n, Cost *c); /* forward and backward FLOPs, bytes moved */
+} OpInfo;
+
+void op_table_init(void);
+const OpInfo *op_info(OpKind op);
+int op_nattrs(OpKind op);
+const AttrSpec *op_attr(OpKind op, int i);
+int op_attr_index(OpKind op, const char *name); /* -1 if none */
+int op_lookup(const char *name);                /* OpKind or -1 */
+
+/* dtypes and shapes */
+const char *dtype_name(DType t);
+int dtype_lookup(const char *name);             /* -1 if none */
+int dtype_size_bits(DType t);
+bool dtype_is_float(DType t);
+int64_t shape_numel(const Shape *s);
+bool shape_eq(const Shape *a, const Shape *b);
+int shape_format(char *buf, size_t len, const Shape *s); /* "[8, 1024, 768]" */
+
+/* graph building (ir/ir.c) */
+Graph *graph_new(Arena *a, const char *name);
+Node *graph_add(Graph *g, OpKind op, Node **in, int nin, SrcLoc loc);
+int graph_add_layer(Graph *g, const char *name, int group);
+void node_infer(Node *n);                       /* run the op's shape rule */
+int64_t attr_int(const Node *n, const char *name);
+double attr_float(const Node *n, const char *name);
+const AttrVal *attr_get(const Node *n, const char *name);
+void node_cost(const Node *n, Cost *c);
+
+/* verifier, printer, text parser */
+void ir_verify(Graph *g);                        /* error_at on the first violation */
+void ir_print(FILE *f, const Graph *g);
+Graph *ir_parse(Arena *a, const SrcFile *src);   /* error_at on malformed text */
+
+#endif

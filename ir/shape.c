@@ -1,0 +1,401 @@
+/* Shape and dtype rules (infer_<op>) and costs (cost_<op>) for every op in
+ * ir/ops.def. A rule reads its inputs' shapes and the node's attributes, sets the
+ * node's shape and dtype, and reports a user error at the node's source location
+ * when the op does not apply. A cost gives forward and backward FLOPs and the bytes
+ * the op moves; the cost model of the plan search prices kernels from these. */
+#include "ir/opfuncs.h"
+#include <math.h>
+#include <string.h>
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static const char *shp(const Node *n) { /* a shape as text, for messages */
+  static char buf[4][96];
+  static int k;
+  char *b = buf[k++ & 3];
+  shape_format(b, 96, &n->shape);
+  return b;
+}
+
+static const char *nm(const Node *n) { return op_info(n->op)->name; }
+
+static void need_float(Node *n, int i) {
+  if (!dtype_is_float(n->in[i]->dtype))
+    error_at(n->loc, "%s: input %d must be a floating-point tensor, got %s", nm(n), i + 1,
+             dtype_name(n->in[i]->dtype));
+}
+
+static void need_rank(Node *n, int i, int lo) {
+  if (n->in[i]->shape.ndim < lo)
+    error_at(n->loc, "%s: input %d must have at least %d dimension%s, got %s", nm(n), i + 1, lo,
+             lo == 1 ? "" : "s", shp(n->in[i]));
+}
+
+static void same_dtypes(Node *n) {
+  for (int i = 1; i < n->nin; i++)
+    if (n->in[i]->dtype != n->in[0]->dtype)
+      error_at(n->loc, "%s: inputs have different dtypes (%s and %s)", nm(n), dtype_name(n->in[0]->dtype),
+               dtype_name(n->in[i]->dtype));
+}
+
+/* A possibly negative axis, checked against ndim. */
+static int norm_axis(Node *n, int64_t axis, int ndim) {
+  if (axis < -ndim || axis >= ndim)
+    error_at(n->loc, "%s: axis %lld out of range for a tensor of %d dimension%s", nm(n), (long long)axis, ndim,
+             ndim == 1 ? "" : "s");
+  return (int)(axis < 0 ? axis + ndim : axis);
+}
+
+static int64_t last_dim(const Node *n) { return n->shape.ndim ? n->shape.d[n->shape.ndim - 1] : 1; }
+
+/* numpy broadcasting of a and b into out; false if they do not broadcast. */
+static bool broadcast_shapes(const Shape *a, const Shape *b, Shape *out) {
+  int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+  out->ndim = nd;
+  for (int i = 0; i < nd; i++) {
+    int ia = a->ndim - nd + i, ib = b->ndim - nd + i;
+    int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    out->d[i] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+static double numel(const Node *n) { return (double)shape_numel(&n->shape); }
+static double nbytes(const Node *n) { return numel(n) * dtype_size_bits(n->dtype) / 8.0; }
+
+static double io_bytes(const Node *n) {
+  double b = nbytes(n);
+  for (int i = 0; i < n->nin; i++) b += nbytes(n->in[i]);
+  return b;
+}
+
+/* Elementwise cost: k FLOPs an element forward, kb backward. */
+static void cost_ew(const Node *n, Cost *c, double k, double kb) {
+  c->fwd_flops = k * numel(n);
+  c->bwd_flops = kb * numel(n);
+  c->bytes = io_bytes(n);
+}
+
+/* ---- sources ---------------------------------------------------------------- */
+
+void infer_input(Node *n) {}
+void infer_param(Node *n) {
+  if (!dtype_is_float(n->dtype)) error_at(n->loc, "parameter '%s' must have a floating-point dtype", n->name);
+}
+void infer_const(Node *n) { n->shape.ndim = 0; }
+void infer_arange(Node *n) {
+  int64_t len = attr_int(n, "n");
+  if (len < 0) error_at(n->loc, "arange: length must not be negative, got %lld", (long long)len);
+  if (len > MAX_NUMEL) error_at(n->loc, "arange: length %lld is too large", (long long)len);
+  n->shape = (Shape){1, {len}};
+  n->dtype = DT_I32;
+}
+void cost_input(const Node *n, Cost *c) {}
+void cost_param(const Node *n, Cost *c) {}
+void cost_const(const Node *n, Cost *c) {}
+void cost_arange(const Node *n, Cost *c) { c->bytes = nbytes(n); }
+
+/* ---- gather and contraction -------------------------------------------------- */
+
+/* embedding(table [V, D], index i32 [...]) -> [..., D] */
+void infer_embedding(Node *n) {
+  Node *t = n->in[0], *ix = n->in[1];
+  if (t->shape.ndim != 2) error_at(n->loc, "embedding: table must be 2-D [rows, dim], got %s", shp(t));
+  need_float(n, 0);
+  if (ix->dtype != DT_I32) error_at(n->loc, "embedding: indices must be i32, got %s", dtype_name(ix->dtype));
+  if (ix->shape.ndim >= MAX_DIMS) error_at(n->loc, "embedding: indices have too many dimensions");
+  n->shape = ix->shape;
+  n->shape.d[n->shape.ndim++] = t->shape.d[1];
+  n->dtype = t->dtype;
+}
+void cost_embedding(const Node *n, Cost *c) {
+  c->bwd_flops = numel(n); /* scatter-add of the output gradient into the table */
+  c->bytes = 2 * nbytes(n) + nbytes(n->in[1]);
+}
+
+/* matmul(a [..., m, k], b [..., k, n]) -> [..., m, n]; transpose flags swap the last
+ * two axes of an input; batch axes broadcast. */
+void infer_matmul(Node *n) {
+  need_rank(n, 0, 2);
+  need_rank(n, 1, 2);
+  need_float(n, 0);
+  same_dtypes(n);
+  const Shape *a = &n->in[0]->shape, *b = &n->in[1]->shape;
+  bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
+  int64_t m = a->d[a->ndim - (ta ? 1 : 2)], ka = a->d[a->ndim - (ta ? 2 : 1)];
+  int64_t kb = b->d[b->ndim - (tb ? 1 : 2)], nn = b->d[b->ndim - (tb ? 2 : 1)];
+  if (ka != kb)
+    error_at(n->loc, "matmul: inner dimensions differ: %s%s times %s%s (%lld vs %lld)", shp(n->in[0]),
+             ta ? "^T" : "", shp(n->in[1]), tb ? "^T" : "", (long long)ka, (long long)kb);
+  Shape ba = *a, bb = *b;
+  ba.ndim -= 2;
+  bb.ndim -= 2;
+  if (!broadcast_shapes(&ba, &bb, &n->shape))
+    error_at(n->loc, "matmul: batch dimensions of %s and %s do not broadcast", shp(n->in[0]), shp(n->in[1]));
+  n->shape.d[n->shape.ndim++] = m;
+  n->shape.d[n->shape.ndim++] = nn;
+  n->dtype = n->in[0]->dtype;
+}
+void cost_matmul(const Node *n, Cost *c) {
+  const Shape *a = &n->in[0]->shape;
+  double k = (double)a->d[a->ndim - (attr_int(n, "transpose_a") ? 2 : 1)];
+  c->fwd_flops = 2 * numel(n) * k;
+  c->bwd_flops = 2 * c->fwd_flops; /* one GEMM for each input's gradient */
+  c->bytes = io_bytes(n);
+}
+
+/* ---- elementwise ------------------------------------------------------------- */
+
+static void infer_binary(Node *n) {
+  same_dtypes(n);
+  if (!broadcast_shapes(&n->in[0]->shape, &n->in[1]->shape, &n->shape))
+    error_at(n->loc, "%s: shapes %s and %s do not broadcast", nm(n), shp(n->in[0]), shp(n->in[1]));
+  n->dtype = n->in[0]->dtype;
+}
+void infer_add(Node *n) { infer_binary(n); }
+void infer_sub(Node *n) { infer_binary(n); }
+void infer_mul(Node *n) { infer_binary(n); }
+void infer_div(Node *n) { infer_binary(n); need_float(n, 0); }
+void cost_add(const Node *n, Cost *c) { cost_ew(n, c, 1, 1); }
+void cost_sub(const Node *n, Cost *c) { cost_ew(n, c, 1, 1); }
+void cost_mul(const Node *n, Cost *c) { cost_ew(n, c, 1, 2); }
+void cost_div(const Node *n, Cost *c) { cost_ew(n, c, 1, 4); }
+
+static void infer_unary(Node *n) {
+  need_float(n, 0);
+  n->shape = n->in[0]->shape;
+  n->dtype = n->in[0]->dtype;
+}
+void infer_neg(Node *n) {
+  n->shape = n->in[0]->shape;
+  n->dtype = n->in[0]->dtype;
+}
+void infer_gelu(Node *n) { infer_unary(n); }
+void infer_silu(Node *n) { infer_unary(n); }
+void infer_relu(Node *n) { infer_unary(n); }
+void infer_dropout(Node *n) {
+  infer_unary(n);
+  double p = attr_float(n, "p");
+  if (!(p >= 0 && p < 1)) error_at(n->loc, "dropout: p must be in [0, 1), got %g", p);
+}
+void infer_cast(Node *n) {
+  n->shape = n->in[0]->shape;
+  n->dtype = (DType)attr_int(n, "dtype");
+}
+void cost_neg(const Node *n, Cost *c) { cost_ew(n, c, 1, 1); }
+void cost_gelu(const Node *n, Cost *c) { cost_ew(n, c, 8, 12); } /* tanh form */
+void cost_silu(const Node *n, Cost *c) { cost_ew(n, c, 4, 6); }
+void cost_relu(const Node *n, Cost *c) { cost_ew(n, c, 1, 1); }
+void cost_dropout(const Node *n, Cost *c) { cost_ew(n, c, 2, 1); }
+void cost_cast(const Node *n, Cost *c) { cost_ew(n, c, 0, 0); }
+
+/* rotary(x [..., seq, heads*hd]): rotates pairs of each head's features by the
+ * position angle, as LLaMA does; hd must be even. */
+void infer_rotary(Node *n) {
+  infer_unary(n);
+  need_rank(n, 0, 2);
+  int64_t heads = attr_int(n, "heads"), d = last_dim(n->in[0]);
+  if (heads <= 0) error_at(n->loc, "rotary: heads must be positive, got %lld", (long long)heads);
+  if (d % heads || (d / heads) % 2)
+    error_at(n->loc, "rotary: feature size %lld must split into %lld heads of an even size", (long long)d,
+             (long long)heads);
+  if (!(attr_float(n, "theta") > 0)) error_at(n->loc, "rotary: theta must be positive");
+}
+void cost_rotary(const Node *n, Cost *c) { cost_ew(n, c, 3, 3); }
+
+/* ---- normalisations and reductions -------------------------------------------- */
+
+static void infer_rownorm(Node *n, int nparams) {
+  need_rank(n, 0, 1);
+  need_float(n, 0);
+  same_dtypes(n);
+  int64_t d = last_dim(n->in[0]);
+  for (int i = 1; i <= nparams; i++)
+    if (n->in[i]->shape.ndim != 1 || n->in[i]->shape.d[0] != d)
+      error_at(n->loc, "%s: input %d must have shape [%lld] to match the last axis of %s, got %s", nm(n), i + 1,
+               (long long)d, shp(n->in[0]), shp(n->in[i]));
+  if (!(attr_float(n, "eps") > 0)) error_at(n->loc, "%s: eps must be positive", nm(n));
+  n->shape = n->in[0]->shape;
+  n->dtype = n->in[0]->dtype;
+}
+void infer_layernorm(Node *n) { infer_rownorm(n, 2); }
+void infer_rmsnorm(Node *n) { infer_rownorm(n, 1); }
+void cost_layernorm(const Node *n, Cost *c) { cost_ew(n, c, 8, 14); }
+void cost_rmsnorm(const Node *n, Cost *c) { cost_ew(n, c, 5, 10); }
+
+void infer_softmax(Node *n) {
+  infer_unary(n);
+  need_rank(n, 0, 1);
+  norm_axis(n, attr_int(n, "axis"), n->shape.ndim);
+}
+void cost_softmax(const Node *n, Cost *c) { cost_ew(n, c, 5, 4); }
+
+static void infer_reduce(Node *n) {
+  const Node *x = n->in[0];
+  const AttrVal *ax = attr_get(n, "axis");
+  bool keep = attr_int(n, "keepdim");
+  n->dtype = x->dtype;
+  if (!ax->set) {
+    n->shape.ndim = keep ? x->shape.ndim : 0;
+    for (int i = 0; i < n->shape.ndim; i++) n->shape.d[i] = 1;
+    return;
+  }
+  int a = norm_axis(n, ax->i, x->shape.ndim);
+  n->shape.ndim = 0;
+  for (int i = 0; i < x->shape.ndim; i++) {
+    if (i != a) n->shape.d[n->shape.ndim++] = x->shape.d[i];
+    else if (keep) n->shape.d[n->shape.ndim++] = 1;
+  }
+}
+void infer_sum(Node *n) { infer_reduce(n); }
+void infer_mean(Node *n) { need_float(n, 0); infer_reduce(n); }
+void cost_sum(const Node *n, Cost *c) { c->fwd_flops = numel(n->in[0]); c->bytes = io_bytes(n); }
+void cost_mean(const Node *n, Cost *c) { cost_sum(n, c); c->bwd_flops = numel(n->in[0]); }
+
+/* cross_entropy(logits [..., V], targets i32 [...]) -> f32 [] : the mean over the
+ * targets that are not ignore_index of -log softmax(logits)[target]. */
+void infer_cross_entropy(Node *n) {
+  Node *l = n->in[0], *t = n->in[1];
+  need_rank(n, 0, 1);
+  need_float(n, 0);
+  if (t->dtype != DT_I32) error_at(n->loc, "cross_entropy: targets must be i32, got %s", dtype_name(t->dtype));
+  Shape rows = l->shape;
+  rows.ndim--;
+  if (!shape_eq(&rows, &t->shape))
+    error_at(n->loc, "cross_entropy: targets %s must match the logits %s without their last axis", shp(t), shp(l));
+  n->shape.ndim = 0;
+  n->dtype = DT_F32;
+}
+void cost_cross_entropy(const Node *n, Cost *c) {
+  c->fwd_flops = 5 * numel(n->in[0]);
+  c->bwd_flops = 2 * numel(n->in[0]);
+  c->bytes = 2 * nbytes(n->in[0]);
+}
+
+/* attention(q [B, S, H*hd], k [B, T, H*hd], v [B, T, H*hd]) -> [B, S, H*hd]:
+ * softmax(q kᵀ · scale [+ causal mask]) v per head; scale defaults to 1/sqrt(hd). */
+void infer_attention(Node *n) {
+  for (int i = 0; i < 3; i++) {
+    need_float(n, i);
+    if (n->in[i]->shape.ndim != 3)
+      error_at(n->loc, "attention: input %d must be 3-D [batch, seq, features], got %s", i + 1, shp(n->in[i]));
+  }
+  same_dtypes(n);
+  const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape, *v = &n->in[2]->shape;
+  if (!shape_eq(k, v)) error_at(n->loc, "attention: keys %s and values %s differ in shape", shp(n->in[1]), shp(n->in[2]));
+  if (q->d[0] != k->d[0] || q->d[2] != k->d[2])
+    error_at(n->loc, "attention: queries %s and keys %s differ in batch or features", shp(n->in[0]), shp(n->in[1]));
+  int64_t heads = attr_int(n, "heads");
+  if (heads <= 0 || q->d[2] % heads)
+    error_at(n->loc, "attention: %lld features do not split into %lld heads", (long long)q->d[2], (long long)heads);
+  if (attr_int(n, "causal") && q->d[1] != k->d[1])
+    error_at(n->loc, "attention: causal attention needs as many queries as keys (%lld vs %lld)",
+             (long long)q->d[1], (long long)k->d[1]);
+  n->shape = *q;
+  n->dtype = n->in[0]->dtype;
+}
+void cost_attention(const Node *n, Cost *c) {
+  const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape;
+  double b = (double)q->d[0], s = (double)q->d[1], t = (double)k->d[1], d = (double)q->d[2];
+  double scores = b * (double)attr_int(n, "heads") * s * t;
+  c->fwd_flops = 4 * b * s * t * d + 5 * scores; /* q kᵀ, p v, softmax */
+  c->bwd_flops = 8 * b * s * t * d + 4 * scores;
+  c->bytes = io_bytes(n);
+}
+
+/* ---- data movement ------------------------------------------------------------ */
+
+/* reshape(x, shape): one entry may be -1 and is inferred. */
+void infer_reshape(Node *n) {
+  const AttrVal *s = attr_get(n, "shape");
+  int64_t known = 1, total = shape_numel(&n->in[0]->shape);
+  int infer = -1;
+  n->shape.ndim = s->n;
+  for (int i = 0; i < s->n; i++) {
+    int64_t v = s->v[i];
+    if (v == -1 && infer < 0) { infer = i; continue; }
+    if (v < 0) error_at(n->loc, "reshape: bad dimension %lld in the new shape", (long long)v);
+    if (v && known > MAX_NUMEL / v) error_at(n->loc, "reshape: the new shape is too large");
+    known *= v;
+    n->shape.d[i] = v;
+  }
+  if (infer >= 0) {
+    if (known == 0 || total % known)
+      error_at(n->loc, "reshape: cannot infer the -1 dimension: %lld elements of %s do not divide by %lld",
+               (long long)total, shp(n->in[0]), (long long)known);
+    n->shape.d[infer] = total / known;
+    known = total;
+  }
+  if (known != total)
+    error_at(n->loc, "reshape: %s has %lld elements, the new shape has %lld", shp(n->in[0]), (long long)total,
+             (long long)known);
+  n->dtype = n->in[0]->dtype;
+}
+void cost_reshape(const Node *n, Cost *c) {} /* a view: no kernel */
+
+void infer_transpose(Node *n) {
+  const AttrVal *p = attr_get(n, "perm");
+  const Shape *x = &n->in[0]->shape;
+  if (p->n != x->ndim)
+    error_at(n->loc, "transpose: permutation has %d entries for a tensor of %d dimensions", p->n, x->ndim);
+  bool seen[MAX_DIMS] = {0};
+  for (int i = 0; i < p->n; i++) {
+    if (p->v[i] < 0 || p->v[i] >= x->ndim || seen[p->v[i]])
+      error_at(n->loc, "transpose: perm must be a permutation of 0..%d", x->ndim - 1);
+    seen[p->v[i]] = true;
+    n->shape.d[i] = x->d[p->v[i]];
+  }
+  n->shape.ndim = x->ndim;
+  n->dtype = n->in[0]->dtype;
+}
+void cost_transpose(const Node *n, Cost *c) { c->bytes = io_bytes(n); }
+
+/* slice(x, axis, start, end): elements start..end-1 along axis. */
+void infer_slice(Node *n) {
+  const Shape *x = &n->in[0]->shape;
+  int a = norm_axis(n, attr_int(n, "axis"), x->ndim);
+  int64_t s = attr_int(n, "start"), e = attr_int(n, "end");
+  if (s < 0 || e < s || e > x->d[a])
+    error_at(n->loc, "slice: range %lld..%lld is outside 0..%lld of axis %d of %s", (long long)s, (long long)e,
+             (long long)x->d[a], a, shp(n->in[0]));
+  n->shape = *x;
+  n->shape.d[a] = e - s;
+  n->dtype = n->in[0]->dtype;
+}
+void cost_slice(const Node *n, Cost *c) { c->bytes = 2 * nbytes(n); }
+
+void infer_concat(Node *n) {
+  same_dtypes(n);
+  const Shape *x = &n->in[0]->shape;
+  int a = norm_axis(n, attr_int(n, "axis"), x->ndim);
+  n->shape = *x;
+  for (int i = 1; i < n->nin; i++) {
+    const Shape *y = &n->in[i]->shape;
+    bool ok = y->ndim == x->ndim;
+    for (int j = 0; ok && j < x->ndim; j++) ok = j == a || y->d[j] == x->d[j];
+    if (!ok) error_at(n->loc, "concat: %s and %s differ outside axis %d", shp(n->in[0]), shp(n->in[i]), a);
+    if (n->shape.d[a] > MAX_NUMEL - y->d[a]) error_at(n->loc, "concat: result too large");
+    n->shape.d[a] += y->d[a];
+  }
+  n->dtype = n->in[0]->dtype;
+}
+void cost_concat(const Node *n, Cost *c) { c->bytes = io_bytes(n); }
+
+/* broadcast(x, shape): numpy broadcasting of x to exactly shape. */
+void infer_broadcast(Node *n) {
+  const AttrVal *s = attr_get(n, "shape");
+  Shape want = {s->n, {0}}, got;
+  for (int i = 0; i < s->n; i++) {
+    if (s->v[i] < 0) error_at(n->loc, "broadcast: bad dimension %lld", (long long)s->v[i]);
+    want.d[i] = s->v[i];
+  }
+  if (!broadcast_shapes(&n->in[0]->shape, &want, &got) || !shape_eq(&got, &want)) {
+    char w[96];
+    shape_format(w, sizeof w, &want);
+    error_at(n->loc, "broadcast: %s does not broadcast to %s", shp(n->in[0]), w);
+  }
+  n->shape = want;
+  n->dtype = n->in[0]->dtype;
+}
+void cost_broadcast(const Node *n, Cost *c) { c->bytes = nbytes(n); c->bwd_flops = numel(n); }

@@ -1,0 +1,164 @@
+/* fileio: whole-file reads and atomic whole-file writes (temp file, fsync, rename,
+ * directory fsync). Used by the token-file and safetensors writers, so a crash or
+ * a full disk during a checkpoint never leaves a truncated file at the final path.
+ * Nothing here exits or prints: every failure is returned with a message.
+ */
+#include "fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int file_set_error(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Writes len bytes, retrying on short writes and EINTR. Returns 0 or -1 (errno set). */
+static int fd_write_full(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        if (w == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* fsyncs the directory holding path, so the rename itself is durable. File
+ * systems that cannot sync a directory (EINVAL) are accepted. */
+static int dir_sync_parent(const char *path, char *err, size_t errlen)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return file_set_error(err, errlen, "%s: out of memory", path);
+    const char *dir = dirname(copy);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = 0;
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL))
+        rc = file_set_error(err, errlen, "%s: written, but syncing directory %s failed: %s",
+                            path, dir, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    free(copy);
+    return rc;
+}
+
+/* Writes all chunks to an open fd, then fsyncs and closes it (closing always). */
+static int fd_write_chunks(int fd, const char *tmp, const void *chunks[], const size_t lens[],
+                           int n, char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        if (lens[i] && fd_write_full(fd, chunks[i], lens[i]) != 0) {
+            int e = errno;
+            close(fd);
+            return file_set_error(err, errlen, "%s: write failed: %s", tmp, strerror(e));
+        }
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        return file_set_error(err, errlen, "%s: fsync failed: %s", tmp, strerror(e));
+    }
+    if (close(fd) != 0)
+        return file_set_error(err, errlen, "%s: close failed: %s", tmp, strerror(errno));
+    return 0;
+}
+
+int file_write_atomic(const char *path, const void *chunks[], const size_t lens[], int n,
+                      char *err, size_t errlen)
+{
+    if (!path || !*path || n < 0 || (n > 0 && (!chunks || !lens)))
+        return file_set_error(err, errlen, "file_write_atomic: invalid arguments");
+    size_t tlen = strlen(path) + 32;
+    char *tmp = malloc(tlen);
+    if (!tmp)
+        return file_set_error(err, errlen, "%s: out of memory", path);
+    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+    int rc = -1;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        file_set_error(err, errlen, "%s: cannot create temporary file %s: %s", path, tmp,
+                       strerror(errno));
+    } else if (fd_write_chunks(fd, tmp, chunks, lens, n, err, errlen) != 0) {
+        unlink(tmp);
+    } else if (rename(tmp, path) != 0) {
+        file_set_error(err, errlen, "%s: rename from %s failed: %s", path, tmp, strerror(errno));
+        unlink(tmp);
+    } else {
+        rc = dir_sync_parent(path, err, errlen);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* Reads exactly len bytes from fd into buf. Returns 0, or -1 (errno set; EIO when
+ * the file turned out shorter than its size said). */
+static int fd_read_full(int fd, char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t r = read(fd, buf, len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0) {
+            errno = EIO;
+            return -1;
+        }
+        buf += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+void *file_read_all(const char *path, size_t *len, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        file_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    char *buf = NULL;
+    if (fstat(fd, &st) != 0) {
+        file_set_error(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        file_set_error(err, errlen, "%s: not a regular file", path);
+    } else if ((uint64_t)st.st_size >= SIZE_MAX || !(buf = malloc((size_t)st.st_size + 1))) {
+        file_set_error(err, errlen, "%s: out of memory reading %lld bytes", path,
+                       (long long)st.st_size);
+    } else if (fd_read_full(fd, buf, (size_t)st.st_size) != 0) {
+        file_set_error(err, errlen, "%s: read failed: %s", path, strerror(errno));
+        free(buf);
+        buf = NULL;
+    } else {
+        buf[st.st_size] = '\0';
+        if (len)
+            *len = (size_t)st.st_size;
+    }
+    close(fd);
+    return buf;
+}

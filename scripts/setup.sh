@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every Debian package colossalc needs to build and test. Safe to run again:
+# it only installs what is missing. Run as root (or with sudo available).
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config git
+  flex bison
+  llvm-14-dev clang-14 libclang-rt-14-dev   # CPU code generation, libFuzzer, sanitizers
+  libcjson-dev                              # safetensors headers, plan files
+  libopenblas-dev                           # GEMMs on the CPU backend
+  libopenmpi-dev openmpi-bin                # multi-rank runs on the CPU backend
+  python3 python3-torch python3-numpy       # reference tests (run by /usr/bin/python3)
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PKGS[@]} packages already installed"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+echo "setup: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
