@@ -8,6 +8,7 @@
 FILE *diag_stream;
 DiagJump *diag_top;
 char diag_last[512];
+SrcLoc diag_last_loc;
 
 void diag_push(DiagJump *j) { j->prev = diag_top; diag_top = j; }
 void diag_pop(DiagJump *j) { if (diag_top == j) diag_top = j->prev; }
@@ -44,6 +45,7 @@ void error_at(SrcLoc loc, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(diag_last, sizeof diag_last, fmt, ap);
   va_end(ap);
+  diag_last_loc = loc;
   if (diag_stream) {
     if (loc.file) fprintf(diag_stream, "%s:%d:%d: error: %s\n", loc.file->name, loc.line, loc.col, diag_last);
     else fprintf(diag_stream, "error: %s\n", diag_last);
@@ -57,6 +59,7 @@ void error_plain(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(diag_last, sizeof diag_last, fmt, ap);
   va_end(ap);
+  diag_last_loc = (SrcLoc){0};
   if (diag_stream) fprintf(diag_stream, "colossalc: error: %s\n", diag_last);
   diag_unwind();
 }

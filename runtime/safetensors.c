@@ -31,11 +31,12 @@
 
 struct SafeTensors {
     char *path;
-    const unsigned char *map; /* the whole file, map_len bytes */
+    unsigned char *map;       /* the whole file, map_len bytes (read-only mapping) */
     size_t map_len;
     const unsigned char *data; /* the data section, data_len bytes */
     uint64_t data_len;
-    SafeTensor *tensors; /* [n] in header order; names owned */
+    SafeTensor *tensors; /* [n] in header order */
+    char **names;        /* [n] the tensors' names, owned */
     int n;
     int *by_name;        /* [n] indices sorted by name */
     char **meta;         /* [2*nmeta] key, value, key, value... owned */
@@ -177,7 +178,7 @@ static int st_parse_entry(SafeTensors *st, const cJSON *entry, SafeTensor *t, ch
     if (!cJSON_IsObject(entry))
         return file_set_error(err, errlen, "%s: tensor '%s': entry is not a JSON object",
                               st->path, t->name);
-    uint64_t numel;
+    uint64_t numel = 0;
     if (st_parse_dtype(st->path, t->name, entry, t, err, errlen) != 0 ||
         st_parse_shape(st->path, t->name, entry, t, &numel, err, errlen) != 0 ||
         st_parse_offsets(st->path, t->name, entry, t, err, errlen) != 0 ||
@@ -267,7 +268,8 @@ static int st_parse_tensors(SafeTensors *st, const cJSON *root, char *err, size_
     int n = cJSON_GetArraySize(root);
     st->tensors = calloc((size_t)n + 1, sizeof *st->tensors);
     st->by_name = calloc((size_t)n + 1, sizeof *st->by_name);
-    if (!st->tensors || !st->by_name)
+    st->names = calloc((size_t)n + 1, sizeof *st->names);
+    if (!st->tensors || !st->by_name || !st->names)
         return file_set_error(err, errlen, "%s: out of memory", st->path);
     for (const cJSON *e = root->child; e; e = e->next) {
         if (strcmp(e->string, "__metadata__") == 0) {
@@ -278,8 +280,9 @@ static int st_parse_tensors(SafeTensors *st, const cJSON *root, char *err, size_
             continue;
         }
         SafeTensor *t = &st->tensors[st->n];
-        if (!(t->name = strdup(e->string)))
+        if (!(st->names[st->n] = strdup(e->string)))
             return file_set_error(err, errlen, "%s: out of memory", st->path);
+        t->name = st->names[st->n];
         st->by_name[st->n] = st->n;
         st->n++;
         if (st_parse_entry(st, e, t, err, errlen) != 0)
@@ -399,9 +402,10 @@ void safetensors_close(SafeTensors *st)
     if (!st)
         return;
     if (st->map)
-        munmap((void *)st->map, st->map_len);
+        munmap(st->map, st->map_len);
     for (int i = 0; i < st->n; i++)
-        free((char *)st->tensors[i].name);
+        free(st->names[i]);
+    free(st->names);
     for (int i = 0; st->meta && st->meta[i]; i++)
         free(st->meta[i]);
     free(st->meta);

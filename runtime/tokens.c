@@ -20,7 +20,7 @@
 
 struct TokenFile {
     char *path;
-    const unsigned char *map; /* the whole file, map_len bytes */
+    unsigned char *map;       /* the whole file, map_len bytes (read-only mapping) */
     size_t map_len;
     int64_t count;            /* tokens after the header */
 };
@@ -118,7 +118,7 @@ void tokens_close(TokenFile *tf)
     if (!tf)
         return;
     if (tf->map)
-        munmap((void *)tf->map, tf->map_len);
+        munmap(tf->map, tf->map_len);
     free(tf->path);
     free(tf);
 }

@@ -1,8 +1,9 @@
-/* test_fileio: file_write_atomic writes the chunks in order and leaves no
- * temporary file; failures (missing directory, an unwritable temporary path, a
- * write cut short by RLIMIT_FSIZE, a read-only directory when not root) return -1
- * with a message, leave nothing behind and keep an existing file intact;
- * file_read_all reads exactly and reports missing files and directories.
+/* test_fileio: file_write_atomic writes the chunks in order, replaces an existing
+ * file and a stale temporary file, and leaves no temporary file; failures (missing
+ * directory, an unwritable temporary path, a write cut short by RLIMIT_FSIZE, a
+ * read-only directory when not root) return -1 with a message, leave nothing
+ * behind and keep an existing file intact; file_read_all reads exactly and
+ * reports missing files and directories.
  */
 #include "runtime/fileio.h"
 
@@ -52,6 +53,18 @@ static void test_missing_directory(void)
     CHECK_ERR(err, "no/such/dir/x.bin");
     CHECK_ERR(err, strerror(ENOENT));
     CHECK(rt_count_entries() == before);
+}
+
+/* A stale temporary file (a crashed earlier run with the same pid) longer than the
+ * new content is truncated, not partly overwritten. */
+static void test_stale_temp(void)
+{
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", rt_path("stale.bin"), (long)getpid());
+    rt_write_raw(tmp, "stale stale stale stale", 23);
+    CHECK(write_str(rt_path("stale.bin"), "fresh") == 0);
+    CHECK(holds(rt_path("stale.bin"), "fresh", 5));
+    CHECK(access(tmp, F_OK) != 0);
 }
 
 /* The temporary name is taken by a directory: the write fails before the rename
@@ -124,6 +137,7 @@ int main(void)
     rt_mkdir_scratch("fileio");
     test_write_chunks();
     test_missing_directory();
+    test_stale_temp();
     test_blocked_temp();
     test_failed_write();
     test_readonly_directory();

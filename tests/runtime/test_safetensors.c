@@ -68,8 +68,10 @@ static void check_tensor_back(const SafeTensors *st, int i)
     CHECK(strcmp(t->name, rt_names[i]) == 0 && t->dtype == ST_DTYPE_F32);
     CHECK(t->ndim == rt_ndims[i]);
     int64_t numel = 1;
-    for (int d = 0; d < t->ndim; d++)
-        CHECK(t->shape[d] == rt_shapes[i][d]), numel *= rt_shapes[i][d];
+    for (int d = 0; d < t->ndim; d++) {
+        CHECK(t->shape[d] == rt_shapes[i][d]);
+        numel *= rt_shapes[i][d];
+    }
     CHECK(t->numel == numel);
     float got[24];
     CHECK(safetensors_read_f32(st, t, got, numel, err, sizeof err) == 0);
