@@ -13,6 +13,12 @@
 #include "ir/strmap.h"
 
 enum { MAX_REPEAT = 1 << 16, MAX_CALL_DEPTH = 64, MAX_DIM = (int64_t)1 << 40 };
+/* Bounds that turn a runaway model into an error instead of a crash or a hang: a
+ * file of a few bytes can ask for 65536 x 65536 repeats, 2^63 block calls, or
+ * expressions nested 200 deep in each of 64 nested blocks. No real model comes
+ * near them. */
+enum { MAX_NEST = 1000, MAX_STEPS = 1 << 24, MAX_LAYERS = 1 << 16, MAX_PATH = 1024 };
+#define MAX_ELAB_BYTES ((size_t)1 << 29)
 
 typedef enum { V_INT, V_FLOAT, V_STR, V_LIST, V_TENSOR } VKind;
 
@@ -29,6 +35,10 @@ struct Value {
 
 typedef struct Block { Stmt *def; bool active; } Block;
 
+/* A block call or repeat iteration being expanded, and whether an earlier one
+ * used the same parameter scope (so its parameters would be declared twice). */
+typedef struct Frame { SrcLoc loc; const char *block, *scope; bool reused; } Frame; /* block NULL: repeat */
+
 typedef struct Elab {
   Arena *arena;
   Graph *g;
@@ -40,12 +50,40 @@ typedef struct Elab {
   int layer;          /* current layer, -1 outside repeats */
   int groups;         /* repeat statements expanded so far */
   int depth;          /* block call depth */
+  Stmt *block;        /* the innermost block being expanded, NULL at top level */
+  StrMap names;       /* input and parameter name -> Node* (checkpoint keys) */
+  StrMap scopes;      /* parameter scopes used so far */
+  Frame *frames;      /* [nframes] block calls and repeat iterations, outermost first */
+  int nframes;
+  int nest;           /* expressions and statements being evaluated, < MAX_NEST */
+  int64_t steps;      /* expressions and statements evaluated, < MAX_STEPS */
+  int64_t params;     /* parameter elements declared, <= MAX_NUMEL */
+  size_t mem0;        /* arena size when elaboration began */
 } Elab;
 
 typedef struct Env { StrMap vars; Value ret; bool returned; } Env;
 
 static Value eval(Elab *E, Env *env, Expr *e);
 static void exec_body(Elab *E, Env *env, Stmt *s);
+
+/* ---- bounds ------------------------------------------------------------------ */
+
+/* One unit of work at loc: counted, and the arena's growth checked. */
+static void step(Elab *E, SrcLoc loc) {
+  if (++E->steps > MAX_STEPS)
+    error_at(loc, "model too large: elaboration takes more than %d steps (a runaway repeat or block expansion?)",
+             MAX_STEPS);
+  if (E->arena->total - E->mem0 > MAX_ELAB_BYTES)
+    error_at(loc, "model too large: elaboration needs more than %d MiB (a runaway repeat or block expansion?)",
+             (int)(MAX_ELAB_BYTES >> 20));
+}
+
+/* Enter one level of evaluation (left with E->nest--); bounds the C stack. */
+static void enter(Elab *E, SrcLoc loc) {
+  if (++E->nest > MAX_NEST)
+    error_at(loc, "model nested too deeply: more than %d levels of expressions, repeats and block calls", MAX_NEST);
+  step(E, loc);
+}
 
 /* ---- values ---------------------------------------------------------------- */
 
@@ -95,6 +133,8 @@ static Node *add_node(Elab *E, OpKind op, Node **in, int nin, SrcLoc loc) {
 static Node *finish(Node *n) { node_infer(n); return n; }
 
 static Node *const_like(Elab *E, double v, Node *like, SrcLoc loc) {
+  if (!dtype_is_float(like->dtype) && (v != floor(v) || fabs(v) >= 2147483648.0))
+    error_at(loc, "%g cannot be combined with an %s tensor: it is not a 32-bit integer", v, dtype_name(like->dtype));
   Node *c = add_node(E, OP_CONST, NULL, 0, loc);
   c->attr[0] = (AttrVal){.set = true, .f = v};
   c->dtype = like->dtype;
@@ -261,16 +301,21 @@ static Value call_op(Elab *E, Env *env, Expr *e, OpKind op) {
   int nin = oi->nin >= 0 ? (npos < oi->nin ? npos : oi->nin) : npos;
   if (oi->nin >= 0 && npos < oi->nin)
     error_at(e->loc, "%s takes %d tensor argument%s, got %d", oi->name, oi->nin, oi->nin == 1 ? "" : "s", npos);
-  if (npos - nin > op_nattrs(op))
-    error_at(e->loc, "%s takes at most %d positional arguments, got %d", oi->name, nin + op_nattrs(op), npos);
-  Node *in[64];
+  int most = nin + op_nattrs(op);
+  if (npos > most)
+    error_at(e->loc, "%s takes at most %d positional argument%s, got %d", oi->name, most, most == 1 ? "" : "s", npos);
   if (nin > 64) error_at(e->loc, "%s: too many inputs", oi->name);
-  Value vals[64 + MAX_ATTRS];
+  /* in the arena, not on the stack: calls nest deeply */
+  Node **in = arena_array(E->arena, nin ? nin : 1, sizeof *in);
+  Value *vals = arena_array(E->arena, npos ? npos : 1, sizeof *vals);
   for (int i = 0, p = 0; i < e->nargs; i++)
     if (!e->args[i].key) vals[p++] = eval(E, env, e->args[i].val);
   for (int i = 0; i < nin; i++) {
     char what[64];
     snprintf(what, sizeof what, "argument %d of %s", i + 1, oi->name);
+    if (oi->nin < 0 && vals[i].k != V_TENSOR && op_nattrs(op))
+      error_at(e->args[i].loc, "%s must be a tensor, got %s (attributes of %s are named, like %s = ...)", what,
+               kind_name(vals[i].k), oi->name, op_attr(op, 0)->name);
     in[i] = want_tensor(vals[i], e->args[i].loc, what);
   }
   Node *n = add_node(E, op, in, nin, e->loc);
@@ -319,12 +364,37 @@ static Value call_math(Elab *E, Env *env, Expr *e) {
 
 /* ---- block calls ------------------------------------------------------------- */
 
-static const char *join_scope(Elab *E, const char *name) {
-  return *E->scope ? arena_printf(E->arena, "%s.%s", E->scope, name) : arena_strdup(E->arena, name);
+/* The path of name in the current scope, "scope.name", with ".index" for a repeat
+ * iteration (index >= 0): a parameter's checkpoint name, or a nested scope. */
+static const char *join_scope(Elab *E, const char *name, int64_t index, SrcLoc loc) {
+  const char *sep = *E->scope ? "." : "";
+  if (strlen(E->scope) + strlen(name) + 24 > MAX_PATH) {
+    char head[48];
+    snprintf(head, sizeof head, "%s%s%s", E->scope, sep, name);
+    error_at(loc, "the parameter path '%s...' is longer than %d characters", head, MAX_PATH);
+  }
+  if (index >= 0) return arena_printf(E->arena, "%s%s%s.%lld", E->scope, sep, name, (long long)index);
+  return arena_printf(E->arena, "%s%s%s", E->scope, sep, name);
+}
+
+/* Enter a parameter scope: a call of block at loc, or a repeat iteration (block NULL). */
+static void push_frame(Elab *E, SrcLoc loc, const char *block, const char *scope) {
+  ir_assert(E->nframes < MAX_NEST);
+  bool reused = strmap_get(&E->scopes, scope) != NULL;
+  if (!reused) strmap_put(&E->scopes, scope, (void *)scope);
+  E->frames[E->nframes++] = (Frame){loc, block, scope, reused};
+  E->scope = scope;
+}
+
+static void pop_frame(Elab *E) {
+  E->nframes--;
+  E->scope = E->nframes ? E->frames[E->nframes - 1].scope : "";
 }
 
 static Value call_block(Elab *E, Env *env, Expr *e, Block *b) {
   Stmt *def = b->def;
+  if (b->active && E->block != def)
+    error_at(e->loc, "block '%s' calls itself through block '%s' (recursion is not allowed)", def->name, E->block->name);
   if (b->active) error_at(e->loc, "block '%s' calls itself (recursion is not allowed)", def->name);
   if (E->depth >= MAX_CALL_DEPTH) error_at(e->loc, "block calls nested more than %d deep", MAX_CALL_DEPTH);
   if (e->nargs != def->nargs)
@@ -335,14 +405,16 @@ static Value call_block(Elab *E, Env *env, Expr *e, Block *b) {
     if (e->args[i].key) error_at(e->args[i].loc, "block arguments are positional");
     strmap_put(&inner.vars, def->args[i].key, box(E, eval(E, env, e->args[i].val)));
   }
-  const char *saved = E->scope;
-  E->scope = join_scope(E, e->scope ? e->scope : def->name);
+  Stmt *caller = E->block;
+  push_frame(E, e->loc, def->name, join_scope(E, e->scope ? e->scope : def->name, -1, e->loc));
   b->active = true;
+  E->block = def;
   E->depth++;
   exec_body(E, &inner, def->body);
   E->depth--;
+  E->block = caller;
   b->active = false;
-  E->scope = saved;
+  pop_frame(E);
   if (!inner.returned) error_at(def->loc, "block '%s' ends without 'return'", def->name);
   return inner.ret;
 }
@@ -362,7 +434,7 @@ static Value eval_call(Elab *E, Env *env, Expr *e) {
   return v;
 }
 
-static Value eval(Elab *E, Env *env, Expr *e) {
+static Value eval_expr(Elab *E, Env *env, Expr *e) {
   switch (e->kind) {
   case EX_INT: case EX_BOOL: return vint(e->ival);
   case EX_FLOAT: return vfloat(e->fval);
@@ -374,6 +446,13 @@ static Value eval(Elab *E, Env *env, Expr *e) {
   case EX_CALL: return eval_call(E, env, e);
   }
   unreachable();
+}
+
+static Value eval(Elab *E, Env *env, Expr *e) {
+  enter(E, e->loc);
+  Value v = eval_expr(E, env, e);
+  E->nest--;
+  return v;
 }
 
 /* ---- declarations -------------------------------------------------------------- */
@@ -424,13 +503,37 @@ static void define_var(Elab *E, Env *env, const char *name, Value v, SrcLoc loc)
   strmap_put(&env->vars, name, box(E, v));
 }
 
+/* Input and parameter names are checkpoint keys: unique. A parameter declared twice
+ * comes from a scope used twice; blame the outermost call or repeat that reused it. */
+static void declare_name(Elab *E, Node *n) {
+  Node *old = strmap_get(&E->names, n->name);
+  if (!old) { strmap_put(&E->names, n->name, n); return; }
+  for (int i = 0; i < E->nframes; i++) {
+    Frame *f = &E->frames[i];
+    if (!f->reused) continue;
+    if (f->block)
+      error_at(f->loc, "this call of block '%s' uses the scope '%s' again, so '%s' is declared twice "
+               "(give each call its own scope with 'as NAME')", f->block, f->scope, n->name);
+    error_at(f->loc, "this repeat uses the scope '%s' again, so '%s' is declared twice (give it another name)",
+             f->scope, n->name);
+  }
+  error_at(n->loc, "'%s' is already declared at line %d", n->name, old->loc.line);
+}
+
 static void exec_param(Elab *E, Env *env, Stmt *s) {
   Node *n = add_node(E, OP_PARAM, NULL, 0, s->loc);
-  n->name = join_scope(E, s->name);
+  n->name = join_scope(E, s->name, -1, s->loc);
   eval_type(E, env, &s->type, n);
   n->init = eval_init(E, env, s->value);
   finish(n);
-  if (strmap_get(&env->vars, s->name)) error_at(s->loc, "'%s' is already defined in this scope", s->name);
+  /* a repeat body shares its variables across iterations: rebinding a name of an
+   * earlier iteration is no redefinition */
+  Value *old = strmap_get(&env->vars, s->name);
+  if (old && !(old->k == V_TENSOR && old->t->layer != E->layer))
+    error_at(s->loc, "'%s' is already defined in this scope", s->name);
+  declare_name(E, n);
+  E->params += shape_numel(&n->shape);
+  if (E->params > MAX_NUMEL) error_at(s->loc, "the model has more than 2^48 parameters");
   define_var(E, env, s->name, vtensor(n), s->loc);
 }
 
@@ -438,20 +541,21 @@ static void exec_repeat(Elab *E, Env *env, Stmt *s) {
   int64_t count = want_int(eval(E, env, s->value), s->value->loc, "a repeat count");
   if (count < 0 || count > MAX_REPEAT)
     error_at(s->value->loc, "repeat count %lld is outside 0..%d", (long long)count, MAX_REPEAT);
-  const char *saved_scope = E->scope;
   int saved_layer = E->layer, group = E->groups++;
   for (int64_t i = 0; i < count; i++) {
-    E->scope = *saved_scope ? arena_printf(E->arena, "%s.%s.%lld", saved_scope, s->name, (long long)i)
-                            : arena_printf(E->arena, "%s.%lld", s->name, (long long)i);
+    step(E, s->loc);
+    if (E->g->nlayers >= MAX_LAYERS) error_at(s->loc, "the model has more than %d layers (repeat iterations)", MAX_LAYERS);
+    push_frame(E, s->loc, NULL, join_scope(E, s->name, i, s->loc));
     E->layer = graph_add_layer(E->g, E->scope, group);
     exec_body(E, env, s->body);
     if (env->returned) error_at(s->loc, "'return' inside a repeat body");
+    pop_frame(E);
   }
-  E->scope = saved_scope;
   E->layer = saved_layer;
 }
 
 static void exec_stmt(Elab *E, Env *env, Stmt *s) {
+  enter(E, s->loc);
   switch (s->kind) {
   case ST_ASSIGN: define_var(E, env, s->name, eval(E, env, s->value), s->loc); break;
   case ST_PARAM: exec_param(E, env, s); break;
@@ -462,6 +566,7 @@ static void exec_stmt(Elab *E, Env *env, Stmt *s) {
     break;
   case ST_CONFIG: case ST_INPUT: case ST_BLOCK: case ST_TRAIN: unreachable();
   }
+  E->nest--;
 }
 
 static void exec_body(Elab *E, Env *env, Stmt *s) {
@@ -499,6 +604,7 @@ static void exec_input(Elab *E, Env *env, Stmt *s) {
   eval_type(E, env, &s->type, n);
   finish(n);
   if (strmap_get(&env->vars, s->name)) error_at(s->loc, "'%s' is already defined", s->name);
+  declare_name(E, n);
   define_var(E, env, s->name, vtensor(n), s->loc);
 }
 
@@ -539,6 +645,12 @@ static void exec_train(Elab *E, Env *env, Stmt *s) {
   Value *loss = strmap_get(&env->vars, s->name);
   if (!loss) error_at(s->value->loc, "unknown loss '%s'", s->name);
   g->loss = want_tensor(*loss, s->value->loc, "the loss");
+  if (g->loss->shape.ndim != 0 || !dtype_is_float(g->loss->dtype)) {
+    char shape[96];
+    shape_format(shape, sizeof shape, &g->loss->shape);
+    error_at(s->value->loc, "the loss must be a floating-point scalar; '%s' is %s%s", s->name,
+             dtype_name(g->loss->dtype), shape);
+  }
   g->has_train = true;
   TrainSpec *t = &g->train;
   t->loc = s->loc;
@@ -575,8 +687,12 @@ Graph *frontend_elaborate(Ast *ast, ConfigOverride *ov, int nov) {
   Elab E = {.arena = ast->arena, .ov = ov, .nov = nov, .scope = "", .layer = -1};
   E.g = graph_new(ast->arena, model_name(ast->arena, ast->src->name));
   E.g->source = ast->src->name;
+  E.mem0 = E.arena->total;
+  E.frames = arena_array(E.arena, MAX_NEST, sizeof *E.frames);
   strmap_init(&E.config, E.arena);
   strmap_init(&E.blocks, E.arena);
+  strmap_init(&E.names, E.arena);
+  strmap_init(&E.scopes, E.arena);
   collect_blocks(&E, ast->items);
   Env top = {0};
   strmap_init(&top.vars, E.arena);

@@ -71,6 +71,8 @@ void node_infer(Node *n) {
   int64_t numel = 1;
   for (int i = 0; i < n->shape.ndim; i++) {
     if (n->shape.d[i] < 0) error_at(n->loc, "%s: negative dimension %lld", oi->name, (long long)n->shape.d[i]);
+    if (n->shape.d[i] > MAX_NUMEL) /* even in a tensor of no elements */
+      error_at(n->loc, "%s: dimension %lld of the result is larger than 2^48", oi->name, (long long)n->shape.d[i]);
     if (n->shape.d[i] > 0 && numel > MAX_NUMEL / n->shape.d[i])
       error_at(n->loc, "%s: result has more than 2^48 elements", oi->name);
     numel *= n->shape.d[i];

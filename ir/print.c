@@ -52,7 +52,7 @@ static void print_attr(FILE *f, const AttrSpec *s, const AttrVal *v) {
 }
 
 static void print_node(FILE *f, const Node *n) {
-  char shape[128];
+  char shape[192]; /* 8 dimensions of up to 15 digits */
   fprintf(f, "%%%d = %s", n->id, op_info(n->op)->name);
   if (n->name) fprintf(f, " %s", n->name);
   for (int i = 0; i < n->nin; i++) fprintf(f, "%s %%%d", i ? "," : "", n->in[i]->id);

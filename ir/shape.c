@@ -10,10 +10,10 @@
 /* ---- helpers ---------------------------------------------------------------- */
 
 static const char *shp(const Node *n) { /* a shape as text, for messages */
-  static char buf[4][96];
+  static char buf[4][192];
   static int k;
   char *b = buf[k++ & 3];
-  shape_format(b, 96, &n->shape);
+  shape_format(b, sizeof buf[0], &n->shape);
   return b;
 }
 

@@ -1,0 +1,282 @@
+/* Kernel-form builders, the consistency check, the reference evaluator and the text
+ * printer. The evaluator is the definition of what a kernel means: the LLVM and
+ * CUDA emitters are tested against it. */
+#include "codegen/kernel.h"
+#include <math.h>
+#include <string.h>
+
+Kernel *kernel_new(Arena *a, const char *name, KPar par, const int64_t *dims, int ndims, int row_dims) {
+  ir_assert(ndims >= 1 && ndims <= K_MAX_DIMS && row_dims >= 0 && row_dims <= ndims);
+  Kernel *k = arena_alloc(a, sizeof *k);
+  k->name = arena_strdup(a, name);
+  k->par = par;
+  k->ndims = ndims;
+  k->row_dims = row_dims;
+  k->rows = k->cols = 1;
+  for (int d = 0; d < ndims; d++) {
+    k->dims[d] = dims[d];
+    if (d < row_dims) k->rows *= dims[d];
+    else k->cols *= dims[d];
+  }
+  return k;
+}
+
+int kernel_buf(Kernel *k, const char *name, int tier, int64_t offset, int64_t numel, DType dt) {
+  for (int i = 0; i < k->nbufs; i++)
+    if (k->bufs[i].tier == tier && k->bufs[i].offset == offset && k->bufs[i].dtype == dt) {
+      if (numel > k->bufs[i].numel) k->bufs[i].numel = numel;
+      return i;
+    }
+  ir_assert(k->nbufs < K_MAX_BUFS);
+  k->bufs[k->nbufs] = (KBuf){name, tier, offset, numel, dt};
+  return k->nbufs++;
+}
+
+static KExpr *kx_new(Arena *a, Kernel *k, KExprKind kind) {
+  KExpr *e = arena_alloc(a, sizeof *e);
+  e->kind = kind;
+  e->id = k->nexprs++;
+  return e;
+}
+
+KExpr *kx_const(Arena *a, Kernel *k, float f) { KExpr *e = kx_new(a, k, KX_CONST); e->f = f; return e; }
+KExpr *kx_load(Arena *a, Kernel *k, int buf, KView v) { KExpr *e = kx_new(a, k, KX_LOAD); e->buf = buf; e->view = v; return e; }
+KExpr *kx_acc(Arena *a, Kernel *k, int acc) { KExpr *e = kx_new(a, k, KX_ACC); e->acc = acc; return e; }
+KExpr *kx_coord(Arena *a, Kernel *k, int axis) { KExpr *e = kx_new(a, k, KX_COORD); e->axis = axis; return e; }
+KExpr *kx_scalar(Arena *a, Kernel *k, int index) { KExpr *e = kx_new(a, k, KX_SCALAR); e->index = index; return e; }
+KExpr *kx_unary(Arena *a, Kernel *k, KUnary op, KExpr *x) { KExpr *e = kx_new(a, k, KX_UNARY); e->uop = op; e->a = x; return e; }
+KExpr *kx_binary(Arena *a, Kernel *k, KBinary op, KExpr *x, KExpr *y) {
+  KExpr *e = kx_new(a, k, KX_BINARY);
+  e->bop = op; e->a = x; e->b = y;
+  return e;
+}
+KExpr *kx_select(Arena *a, Kernel *k, KExpr *c, KExpr *x, KExpr *y) {
+  KExpr *e = kx_new(a, k, KX_SELECT);
+  e->a = c; e->b = x; e->c = y;
+  return e;
+}
+
+static KPhase *add_phase(Kernel *k, KPhaseKind kind, KExpr *e) {
+  ir_assert(k->nphases < K_MAX_PHASES);
+  KPhase *p = &k->phases[k->nphases++];
+  *p = (KPhase){.kind = kind, .expr = e};
+  return p;
+}
+
+int kernel_reduce(Kernel *k, KReduce r, KExpr *e) {
+  ir_assert(k->par == KP_ROWS && k->naccs < K_MAX_ACCS);
+  KPhase *p = add_phase(k, KPH_REDUCE, e);
+  p->reduce = r;
+  p->acc = k->naccs++;
+  return p->acc;
+}
+
+void kernel_map(Kernel *k, int buf, KView v, KStore s, KExpr *e) {
+  KPhase *p = add_phase(k, KPH_MAP, e);
+  p->buf = buf; p->view = v; p->store = s;
+}
+
+void kernel_row(Kernel *k, int buf, KView v, KStore s, KExpr *e) {
+  ir_assert(k->par == KP_ROWS);
+  KPhase *p = add_phase(k, KPH_ROW, e);
+  p->buf = buf; p->view = v; p->store = s;
+}
+
+KView kview_contig(const Kernel *k, int64_t offset) {
+  KView v = {.offset = offset};
+  int64_t s = 1;
+  for (int d = k->ndims - 1; d >= 0; d--) { v.strides[d] = s; s *= k->dims[d]; }
+  return v;
+}
+
+void kernel_check(const Kernel *k) {
+  for (int i = 0; i < k->nphases; i++) {
+    const KPhase *p = &k->phases[i];
+    ir_assert(p->expr);
+    if (p->kind != KPH_REDUCE) ir_assert(p->buf >= 0 && p->buf < k->nbufs && k->bufs[p->buf].dtype == DT_F32);
+    if (k->par == KP_COLS) ir_assert(p->kind == KPH_MAP);
+  }
+}
+
+/* ---- reference evaluator ------------------------------------------------------ */
+
+typedef struct EvalCtx { const Kernel *k; char *const *tiers; const float *scalars; int64_t r, j; float acc[K_MAX_ACCS]; } EvalCtx;
+
+static float eval_expr(EvalCtx *c, const KExpr *e);
+
+static int64_t coord(const Kernel *k, int64_t r, int64_t j, int d) {
+  int64_t i = r * k->cols + j, stride = 1;
+  for (int x = k->ndims - 1; x > d; x--) stride *= k->dims[x];
+  return (i / stride) % k->dims[d];
+}
+
+static int64_t view_addr(EvalCtx *c, const KView *v) {
+  int64_t a = v->offset;
+  for (int d = 0; d < c->k->ndims; d++)
+    if (v->strides[d]) a += coord(c->k, c->r, c->j, d) * v->strides[d];
+  if (v->gather) a += (int64_t)eval_expr(c, v->gather) * v->gather_stride;
+  return a;
+}
+
+static void *buf_ptr(EvalCtx *c, int b) { return c->tiers[c->k->bufs[b].tier] + c->k->bufs[b].offset; }
+
+static float eval_unary(KUnary op, float x) {
+  switch (op) {
+  case KU_NEG: return -x;
+  case KU_EXP: return expf(x);
+  case KU_LOG: return logf(x);
+  case KU_TANH: return tanhf(x);
+  case KU_SQRT: return sqrtf(x);
+  case KU_RSQRT: return 1.0f / sqrtf(x);
+  case KU_RECIP: return 1.0f / x;
+  case KU_ABS: return fabsf(x);
+  case KU_FLOOR: return floorf(x);
+  case KU_COUNT: break;
+  }
+  unreachable();
+}
+
+static float eval_binary(KBinary op, float x, float y) {
+  switch (op) {
+  case KB_ADD: return x + y;
+  case KB_SUB: return x - y;
+  case KB_MUL: return x * y;
+  case KB_DIV: return x / y;
+  case KB_MAX: return x > y ? x : y;
+  case KB_MIN: return x < y ? x : y;
+  case KB_POW: return powf(x, y);
+  case KB_LT: return x < y;
+  case KB_LE: return x <= y;
+  case KB_EQ: return x == y;
+  case KB_COUNT: break;
+  }
+  unreachable();
+}
+
+static float eval_expr(EvalCtx *c, const KExpr *e) {
+  switch (e->kind) {
+  case KX_CONST: return e->f;
+  case KX_LOAD: {
+    int64_t a = view_addr(c, &e->view);
+    ir_assert(a >= 0 && a < c->k->bufs[e->buf].numel);
+    void *p = buf_ptr(c, e->buf);
+    return c->k->bufs[e->buf].dtype == DT_I32 ? (float)((int32_t *)p)[a] : ((float *)p)[a];
+  }
+  case KX_ACC: return c->acc[e->acc];
+  case KX_COORD: return (float)coord(c->k, c->r, c->j, e->axis);
+  case KX_SCALAR: return c->scalars[e->index];
+  case KX_UNARY: return eval_unary(e->uop, eval_expr(c, e->a));
+  case KX_BINARY: return eval_binary(e->bop, eval_expr(c, e->a), eval_expr(c, e->b));
+  case KX_SELECT: return eval_expr(c, e->a) != 0 ? eval_expr(c, e->b) : eval_expr(c, e->c);
+  }
+  unreachable();
+}
+
+static void store(EvalCtx *c, const KPhase *p, float v) {
+  int64_t a = view_addr(c, &p->view);
+  ir_assert(a >= 0 && a < c->k->bufs[p->buf].numel);
+  float *dst = (float *)buf_ptr(c, p->buf) + a;
+  *dst = p->store == KS_ADD ? *dst + v : v;
+}
+
+static void eval_row(EvalCtx *c, int64_t j_lo, int64_t j_hi) {
+  const Kernel *k = c->k;
+  for (int i = 0; i < k->nphases; i++) {
+    const KPhase *p = &k->phases[i];
+    switch (p->kind) {
+    case KPH_REDUCE:
+      c->acc[p->acc] = p->reduce == KR_SUM ? 0.0f : -INFINITY;
+      for (c->j = 0; c->j < k->cols; c->j++) {
+        float v = eval_expr(c, p->expr);
+        c->acc[p->acc] = p->reduce == KR_SUM ? c->acc[p->acc] + v : fmaxf(c->acc[p->acc], v);
+      }
+      break;
+    case KPH_MAP:
+      for (c->j = j_lo; c->j < j_hi; c->j++) store(c, p, eval_expr(c, p->expr));
+      break;
+    case KPH_ROW:
+      c->j = 0;
+      store(c, p, eval_expr(c, p->expr));
+      break;
+    }
+  }
+}
+
+void kernel_eval(const Kernel *k, char *const *tiers, const float *scalars) {
+  EvalCtx c = {k, tiers, scalars, 0, 0, {0}};
+  for (c.r = 0; c.r < k->rows; c.r++) eval_row(&c, 0, k->cols);
+}
+
+/* ---- text form ------------------------------------------------------------------ */
+
+static const char *unary_names[] = {
+#define X(n) #n,
+  KX_UNARY_OPS(X)
+#undef X
+};
+static const char *binary_names[] = {
+#define X(n) #n,
+  KX_BINARY_OPS(X)
+#undef X
+};
+
+static void print_view(FILE *f, const Kernel *k, const KView *v);
+
+static void print_expr(FILE *f, const Kernel *k, const KExpr *e) {
+  switch (e->kind) {
+  case KX_CONST: fprintf(f, "%.9g", e->f); break;
+  case KX_LOAD: fprintf(f, "%s", k->bufs[e->buf].name); print_view(f, k, &e->view); break;
+  case KX_ACC: fprintf(f, "acc%d", e->acc); break;
+  case KX_COORD: fprintf(f, "i%d", e->axis); break;
+  case KX_SCALAR: fprintf(f, "scalar%d", e->index); break;
+  case KX_UNARY: fprintf(f, "%s(", unary_names[e->uop]); print_expr(f, k, e->a); fputc(')', f); break;
+  case KX_BINARY:
+    fprintf(f, "%s(", binary_names[e->bop]);
+    print_expr(f, k, e->a);
+    fputs(", ", f);
+    print_expr(f, k, e->b);
+    fputc(')', f);
+    break;
+  case KX_SELECT:
+    fputs("select(", f);
+    print_expr(f, k, e->a);
+    fputs(", ", f);
+    print_expr(f, k, e->b);
+    fputs(", ", f);
+    print_expr(f, k, e->c);
+    fputc(')', f);
+    break;
+  }
+}
+
+static void print_view(FILE *f, const Kernel *k, const KView *v) {
+  fprintf(f, "[%lld", (long long)v->offset);
+  for (int d = 0; d < k->ndims; d++)
+    if (v->strides[d]) fprintf(f, " + i%d*%lld", d, (long long)v->strides[d]);
+  if (v->gather) {
+    fputs(" + (", f);
+    print_expr(f, k, v->gather);
+    fprintf(f, ")*%lld", (long long)v->gather_stride);
+  }
+  fputc(']', f);
+}
+
+void kernel_print(FILE *f, const Kernel *k) {
+  fprintf(f, "kernel %s par=%s dims=[", k->name, k->par == KP_ROWS ? "rows" : "cols");
+  for (int d = 0; d < k->ndims; d++) fprintf(f, "%s%lld%s", d ? ", " : "", (long long)k->dims[d], d + 1 == k->row_dims ? " |" : "");
+  fprintf(f, "] rows=%lld cols=%lld\n", (long long)k->rows, (long long)k->cols);
+  for (int i = 0; i < k->nbufs; i++)
+    fprintf(f, "  buf %s tier=%d offset=%lld numel=%lld %s\n", k->bufs[i].name, k->bufs[i].tier,
+            (long long)k->bufs[i].offset, (long long)k->bufs[i].numel, dtype_name(k->bufs[i].dtype));
+  for (int i = 0; i < k->nphases; i++) {
+    const KPhase *p = &k->phases[i];
+    if (p->kind == KPH_REDUCE) fprintf(f, "  acc%d = %s_j ", p->acc, p->reduce == KR_SUM ? "sum" : "max");
+    else {
+      fprintf(f, "  %s %s", p->kind == KPH_MAP ? "map" : "row", k->bufs[p->buf].name);
+      print_view(f, k, &p->view);
+      fputs(p->store == KS_ADD ? " += " : " = ", f);
+    }
+    print_expr(f, k, p->expr);
+    fputc('\n', f);
+  }
+}

@@ -1,0 +1,169 @@
+/* The backend-neutral kernel form: what fusion produces and both emitters (LLVM IR
+ * for the CPU in codegen/llvm.c, CUDA C in codegen/cuda.c) consume.
+ *
+ * A kernel is a two-level loop over an iteration space of `rows` x `cols`:
+ *
+ *   for r in [0, rows):                       -- parallel when par == KP_ROWS
+ *     for each phase, in order:
+ *       KPH_REDUCE: acc[a] = init; for j in [0, cols): acc[a] = acc[a] (+ or max) expr(r, j)
+ *       KPH_MAP:    for j in [0, cols): store(buf, view(r, j)) (= or +=) expr(r, j)
+ *       KPH_ROW:    store(buf, view(r, 0)) (= or +=) expr(r)        -- once per row
+ *
+ * With par == KP_COLS the roles swap for parallelism only: the columns are split
+ * across threads (CPU) or threads of a block grid (GPU), and each worker runs ALL
+ * rows in order for its columns. Only KPH_MAP phases are allowed then. This is how
+ * deterministic reductions over rows are written (bias gradients, scatter-add of an
+ * embedding gradient): every output element is owned by one worker and accumulated
+ * in row order, so results are bit-for-bit repeatable and race-free.
+ *
+ * Coordinates. The iteration space is also an N-d shape `dims[0..ndims)` whose
+ * product is rows*cols; the first `row_dims` axes span the rows and the rest span
+ * the columns (row-major). The flat index is i = r*cols + j and coordinate d is
+ * (i / stride_d) % dims[d] with stride_d the product of dims after d.
+ *
+ * Views. A load or store address (in elements of its buffer's dtype, from the start
+ * of the buffer) is
+ *     offset + sum_d coord_d * strides[d]  (+ gather * gather_stride)
+ * where strides has one entry per iteration axis (0 broadcasts), and `gather`, when
+ * not NULL, is an expression whose value (an integer stored as float) selects a
+ * row: embedding lookups (table[idx[r]] ) and cross-entropy's logits[r, target[r]].
+ * In KPH_ROW phases j is 0.
+ *
+ * Values are f32. Loads from i32 buffers convert to f32 (exact below 2^24, which
+ * covers vocabularies and positions). Stores into i32 buffers are not allowed.
+ *
+ * Buffers are named by index into Kernel.bufs; each names a tier and a byte offset
+ * within it, resolved by the memory plan. An emitted CPU kernel has the signature
+ *     void NAME(char *const *tiers, int64_t lo, int64_t hi, const float *scalars)
+ * and runs the parallel range [lo, hi) (rows or columns, per `par`); a CUDA kernel
+ *     __global__ void NAME(char *const *tiers, int64_t n, const float *scalars)
+ * covers [0, n) of the parallel range with one thread per index (grid-stride loop).
+ * `scalars` carries per-step runtime values (learning rate, bias corrections, the
+ * clipping scale, the step number), read by KX_SCALAR.
+ */
+#ifndef COLOSSALC_KERNEL_H
+#define COLOSSALC_KERNEL_H
+#include <stdbool.h>
+#include <stdint.h>
+#include "ir/arena.h"
+#include "ir/ir.h"
+
+enum { K_MAX_DIMS = 8, K_MAX_BUFS = 16, K_MAX_PHASES = 8, K_MAX_ACCS = 8 };
+
+typedef enum { KP_ROWS, KP_COLS } KPar;
+
+/* Expression node kinds. Unary/binary math ops are listed in KX_UNARY_OPS and
+ * KX_BINARY_OPS so both emitters and the reference evaluator cover the same set. */
+typedef enum {
+  KX_CONST,      /* f */
+  KX_LOAD,       /* buf, view */
+  KX_ACC,        /* acc: the value of a KPH_REDUCE accumulator of this row */
+  KX_COORD,      /* axis: coordinate along iteration axis `axis`, as float */
+  KX_SCALAR,     /* index: scalars[index] */
+  KX_UNARY,      /* uop, a */
+  KX_BINARY,     /* bop, a, b */
+  KX_SELECT,     /* a != 0 ? b : c */
+} KExprKind;
+
+#define KX_UNARY_OPS(X) X(NEG) X(EXP) X(LOG) X(TANH) X(SQRT) X(RSQRT) X(RECIP) X(ABS) X(FLOOR)
+#define KX_BINARY_OPS(X) X(ADD) X(SUB) X(MUL) X(DIV) X(MAX) X(MIN) X(POW) X(LT) X(LE) X(EQ)
+
+typedef enum {
+#define X(n) KU_##n,
+  KX_UNARY_OPS(X)
+#undef X
+  KU_COUNT
+} KUnary;
+typedef enum {
+#define X(n) KB_##n,
+  KX_BINARY_OPS(X)
+#undef X
+  KB_COUNT
+} KBinary;   /* LT, LE, EQ give 1.0 or 0.0 */
+
+typedef struct KView {
+  int64_t offset;                 /* elements */
+  int64_t strides[K_MAX_DIMS];    /* per iteration axis, elements */
+  struct KExpr *gather;           /* NULL, or the row selector */
+  int64_t gather_stride;          /* elements per gathered index */
+} KView;
+
+typedef struct KExpr KExpr;
+struct KExpr {
+  KExprKind kind;
+  float f;                        /* KX_CONST */
+  int buf;                        /* KX_LOAD: index into Kernel.bufs */
+  KView view;                     /* KX_LOAD */
+  int acc;                        /* KX_ACC */
+  int axis;                       /* KX_COORD */
+  int index;                      /* KX_SCALAR */
+  KUnary uop;
+  KBinary bop;
+  KExpr *a, *b, *c;
+  int id;                         /* unique within the kernel: emitters cache values by it (a DAG) */
+};
+
+typedef enum { KPH_REDUCE, KPH_MAP, KPH_ROW } KPhaseKind;
+typedef enum { KR_SUM, KR_MAX } KReduce;
+typedef enum { KS_SET, KS_ADD } KStore;
+
+typedef struct KPhase {
+  KPhaseKind kind;
+  KReduce reduce;                 /* KPH_REDUCE */
+  int acc;                        /* KPH_REDUCE: accumulator written */
+  int buf;                        /* KPH_MAP, KPH_ROW: buffer stored into */
+  KView view;                     /* KPH_MAP, KPH_ROW: where (gather allowed) */
+  KStore store;
+  KExpr *expr;
+} KPhase;
+
+/* A buffer as a kernel sees it. */
+typedef struct KBuf {
+  const char *name;               /* for messages and emitted comments */
+  int tier;                       /* which base pointer: tiers[tier] */
+  int64_t offset;                 /* bytes from that base */
+  int64_t numel;                  /* elements, for bounds in debug builds */
+  DType dtype;                    /* DT_F32 or DT_I32 */
+} KBuf;
+
+typedef struct Kernel {
+  const char *name;               /* a C identifier, unique in the program */
+  KPar par;
+  int64_t rows, cols;
+  int ndims, row_dims;
+  int64_t dims[K_MAX_DIMS];
+  KBuf bufs[K_MAX_BUFS];
+  int nbufs;
+  KPhase phases[K_MAX_PHASES];
+  int nphases;
+  int naccs;
+  int nexprs;                     /* ids handed out so far */
+} Kernel;
+
+/* Builders (codegen/kernel.c): expressions live in the arena. */
+Kernel *kernel_new(Arena *a, const char *name, KPar par, const int64_t *dims, int ndims, int row_dims);
+int kernel_buf(Kernel *k, const char *name, int tier, int64_t offset, int64_t numel, DType dt);
+KExpr *kx_const(Arena *a, Kernel *k, float f);
+KExpr *kx_load(Arena *a, Kernel *k, int buf, KView view);
+KExpr *kx_acc(Arena *a, Kernel *k, int acc);
+KExpr *kx_coord(Arena *a, Kernel *k, int axis);
+KExpr *kx_scalar(Arena *a, Kernel *k, int index);
+KExpr *kx_unary(Arena *a, Kernel *k, KUnary op, KExpr *x);
+KExpr *kx_binary(Arena *a, Kernel *k, KBinary op, KExpr *x, KExpr *y);
+KExpr *kx_select(Arena *a, Kernel *k, KExpr *c, KExpr *x, KExpr *y);
+int kernel_reduce(Kernel *k, KReduce r, KExpr *e);                    /* returns the accumulator */
+void kernel_map(Kernel *k, int buf, KView view, KStore s, KExpr *e);
+void kernel_row(Kernel *k, int buf, KView view, KStore s, KExpr *e);
+
+/* A contiguous view of a buffer over the whole iteration space (row-major). */
+KView kview_contig(const Kernel *k, int64_t offset);
+void kernel_check(const Kernel *k);    /* internal consistency; ir_assert on failure */
+
+/* Reference evaluator: runs a kernel on the CPU, plainly, over [0, rows) (or all
+ * columns): the meaning the emitters must reproduce. tiers[t] are base pointers. */
+void kernel_eval(const Kernel *k, char *const *tiers, const float *scalars);
+
+/* Text form, for --emit-kernels and for bug reports. */
+void kernel_print(FILE *f, const Kernel *k);
+
+#endif
