@@ -332,6 +332,8 @@ static Value call_op(Elab *E, Env *env, Expr *e, OpKind op) {
     if (k < npos - nin) error_at(a->loc, "%s: '%s' given twice", oi->name, a->key);
     set_attr(n, k, eval(E, env, a->val), a->loc);
   }
+  /* each dropout draws its own mask unless the model fixes a seed */
+  if (op == OP_DROPOUT && !attr_int(n, "seed")) n->attr[op_attr_index(op, "seed")].i = n->id;
   return vtensor(finish(n));
 }
 

@@ -10,7 +10,11 @@ typedef struct ParseCtx {
   SrcFile *src;
   Stmt *items;        /* the parsed file */
   bool failed;        /* the first error has been reported */
-  int depth;          /* nesting of brackets, for a bound on recursion */
+  int depth;          /* brackets open: '(', '[', '{' not yet closed */
+  SrcLoc open[64];    /* [min(depth, 64)] where they opened, for syntax errors */
+  char open_ch[64];   /* [min(depth, 64)] which bracket each is */
+  bool stray;         /* the last token is a closing bracket that closes nothing */
+  SrcLoc tok_end, prev_end; /* just after the last token and the one before it */
 } ParseCtx;
 
 /* Report a syntax error once (later ones are consequences) without unwinding: the

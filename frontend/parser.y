@@ -58,7 +58,10 @@ static StmtList list_add(StmtList l, Stmt *s) {
 }
 
 %define api.pure full
-%define parse.error detailed
+/* yyreport_syntax_error below words the common mistakes; LAC makes the expected
+ * tokens it reads exact. */
+%define parse.error custom
+%define parse.lac full
 %locations
 %lex-param {void *scanner}
 %parse-param {void *scanner} {ParseCtx *ctx}
@@ -209,6 +212,43 @@ arg: expr                       { $$ = (Arg){NULL, $1, $1->loc}; }
    ;
 
 %%
+
+static bool expects(const yysymbol_kind_t *exp, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(yysymbol_name(exp[i]), name)) return true;
+  return false;
+}
+
+/* A syntax error at the lookahead token. A missing ';' is reported just after the
+ * token it should follow (often at the end of the previous line); a bracket left
+ * open is named with the place it opened; otherwise bison's usual wording. */
+static int yyreport_syntax_error(const yypcontext_t *yc, void *scanner, ParseCtx *ctx) {
+  yysymbol_kind_t exp[YYNTOKENS], tok = yypcontext_token(yc);
+  int n = yypcontext_expected_tokens(yc, exp, YYNTOKENS);
+  if (n < 0) return 2; /* memory exhausted: yyerror says so */
+  const char *got = yysymbol_name(tok);
+  SrcLoc at = L(ctx, *yypcontext_location(yc));
+  int open = ctx->depth - 1;
+  char close[4] = "'?'";
+  if (open >= 0 && open < (int)sizeof ctx->open_ch)
+    close[1] = ctx->open_ch[open] == '(' ? ')' : ctx->open_ch[open] == '[' ? ']' : '}';
+  if (expects(exp, n, "';'") && ctx->prev_end.line > 0) {
+    parse_error(ctx, ctx->prev_end, "expected ';' before %s", got);
+  } else if (close[1] != '?' && expects(exp, n, close)) {
+    SrcLoc o = ctx->open[open];
+    parse_error(ctx, at, "expected %s to close the '%c' at %d:%d, got %s", close, ctx->open_ch[open], o.line, o.col, got);
+  } else if (ctx->stray) {
+    parse_error(ctx, at, "%s closes nothing: no bracket is open here", got);
+  } else {
+    char msg[200];
+    int k = snprintf(msg, sizeof msg, "syntax error, unexpected %s", got);
+    for (int i = 0; n <= 4 && i < n; i++)
+      k += snprintf(msg + k, sizeof msg - k, "%s%s", i == 0 ? ", expecting " : i == n - 1 ? " or " : ", ",
+                    yysymbol_name(exp[i]));
+    parse_error(ctx, at, "%s", msg);
+  }
+  return 0;
+}
 
 void yyerror(YYLTYPE *loc, void *scanner, ParseCtx *ctx, const char *msg) {
   if (!strcmp(msg, "memory exhausted")) msg = "model nested too deeply";

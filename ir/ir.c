@@ -92,3 +92,23 @@ void node_cost(const Node *n, Cost *c) {
   *c = (Cost){0, 0, 0};
   op_info(n->op)->cost(n, c);
 }
+
+Node *graph_clone_node(Graph *g, const Node *src, Node **in) {
+  Node *n = graph_add(g, src->op, in, src->nin, src->loc);
+  memcpy(n->attr, src->attr, sizeof n->attr);
+  n->dtype = src->dtype;
+  n->shape = src->shape;
+  n->name = src->name;
+  n->init = src->init;
+  n->layer = src->layer;
+  return n;
+}
+
+Graph *graph_new_like(const Graph *g) {
+  Graph *h = graph_new(g->arena, g->name);
+  h->source = g->source;
+  for (int i = 0; i < g->nlayers; i++) graph_add_layer(h, g->layers[i].name, g->layers[i].group);
+  h->has_train = g->has_train;
+  h->train = g->train;
+  return h;
+}

@@ -90,6 +90,11 @@ typedef struct Graph {
   Node *loss;
   bool has_train;
   TrainSpec train;
+  /* after autodiff: nodes [0, n_forward) are the forward pass, the rest backward */
+  int n_forward;
+  int nparams;
+  Node **params;         /* [nparams] in graph order */
+  Node **param_grads;    /* [nparams] the gradient of each, NULL if the loss does not depend on it */
 } Graph;
 
 /* Op table queries (ir/ops.c). */
@@ -123,6 +128,10 @@ int shape_format(char *buf, size_t len, const Shape *s); /* "[8, 1024, 768]" */
 /* graph building (ir/ir.c) */
 Graph *graph_new(Arena *a, const char *name);
 Node *graph_add(Graph *g, OpKind op, Node **in, int nin, SrcLoc loc);
+/* A copy of src (op, attributes, type, name, layer, location) on new inputs. */
+Node *graph_clone_node(Graph *g, const Node *src, Node **in);
+/* A new graph with the same name, layers and training directive, and no nodes. */
+Graph *graph_new_like(const Graph *g);
 int graph_add_layer(Graph *g, const char *name, int group);
 void node_infer(Node *n);                       /* run the op's shape rule */
 int64_t attr_int(const Node *n, const char *name);

@@ -224,10 +224,15 @@ void infer_rmsnorm(Node *n) { infer_rownorm(n, 1); }
 void cost_layernorm(const Node *n, Cost *c) { cost_ew(n, c, 8, 14); }
 void cost_rmsnorm(const Node *n, Cost *c) { cost_ew(n, c, 5, 10); }
 
+/* softmax(x, axis, causal): with causal, over the last axis of [..., S, T] with the
+ * entries j > i + (T - S) masked out (attention scores). */
 void infer_softmax(Node *n) {
   infer_unary(n);
   need_rank(n, 0, 1);
-  norm_axis(n, attr_int(n, "axis"), n->shape.ndim);
+  int a = norm_axis(n, attr_int(n, "axis"), n->shape.ndim);
+  if (attr_int(n, "causal") && (a != n->shape.ndim - 1 || n->shape.ndim < 2 ||
+                                n->shape.d[n->shape.ndim - 2] > n->shape.d[n->shape.ndim - 1]))
+    error_at(n->loc, "softmax: causal masking needs the last axis of [..., S, T] with S <= T");
 }
 void cost_softmax(const Node *n, Cost *c) { cost_ew(n, c, 5, 4); }
 
@@ -399,3 +404,105 @@ void infer_broadcast(Node *n) {
   n->dtype = n->in[0]->dtype;
 }
 void cost_broadcast(const Node *n, Cost *c) { c->bytes = nbytes(n); c->bwd_flops = numel(n); }
+
+/* ---- gradient ops (made by autodiff) ------------------------------------------ */
+
+static void same_shape_inputs(Node *n) {
+  for (int i = 1; i < n->nin; i++)
+    if (!shape_eq(&n->in[0]->shape, &n->in[i]->shape))
+      error_at(n->loc, "%s: inputs %s and %s differ in shape", nm(n), shp(n->in[0]), shp(n->in[i]));
+}
+
+/* sum_to(x, shape): sums the axes along which shape broadcasts to x's shape. */
+void infer_sum_to(Node *n) {
+  const AttrVal *s = attr_get(n, "shape");
+  Shape want = {s->n, {0}}, got;
+  for (int i = 0; i < s->n; i++) want.d[i] = s->v[i];
+  if (!broadcast_shapes(&want, &n->in[0]->shape, &got) || !shape_eq(&got, &n->in[0]->shape)) {
+    char w[96];
+    shape_format(w, sizeof w, &want);
+    error_at(n->loc, "sum_to: %s does not broadcast to %s", w, shp(n->in[0]));
+  }
+  n->shape = want;
+  n->dtype = n->in[0]->dtype;
+}
+void cost_sum_to(const Node *n, Cost *c) { c->fwd_flops = numel(n->in[0]); c->bytes = io_bytes(n); }
+
+static void infer_act_grad(Node *n) {
+  need_float(n, 0);
+  same_dtypes(n);
+  same_shape_inputs(n);
+  n->shape = n->in[0]->shape;
+  n->dtype = n->in[0]->dtype;
+}
+void infer_gelu_grad(Node *n) { infer_act_grad(n); }
+void infer_silu_grad(Node *n) { infer_act_grad(n); }
+void infer_relu_grad(Node *n) { infer_act_grad(n); }
+void cost_gelu_grad(const Node *n, Cost *c) { cost_ew(n, c, 12, 0); }
+void cost_silu_grad(const Node *n, Cost *c) { cost_ew(n, c, 6, 0); }
+void cost_relu_grad(const Node *n, Cost *c) { cost_ew(n, c, 1, 0); }
+
+/* layernorm_grad(x, w, g): which 0 gives dx, 1 dw, 2 db. */
+static void infer_norm_grad(Node *n, int outputs) {
+  Node *x = n->in[0], *w = n->in[1], *g = n->in[2];
+  need_rank(n, 0, 1);
+  need_float(n, 0);
+  same_dtypes(n);
+  int64_t d = last_dim(x), which = attr_int(n, "which");
+  if (w->shape.ndim != 1 || w->shape.d[0] != d || !shape_eq(&x->shape, &g->shape))
+    error_at(n->loc, "%s: expects x, w [%lld] and a gradient shaped like x", nm(n), (long long)d);
+  if (which < 0 || which >= outputs) error_at(n->loc, "%s: which must be in 0..%d", nm(n), outputs - 1);
+  n->shape = which ? w->shape : x->shape;
+  n->dtype = x->dtype;
+}
+void infer_layernorm_grad(Node *n) { infer_norm_grad(n, 3); }
+void infer_rmsnorm_grad(Node *n) { infer_norm_grad(n, 2); }
+void cost_layernorm_grad(const Node *n, Cost *c) { cost_ew(n->in[0], c, 10, 0); }
+void cost_rmsnorm_grad(const Node *n, Cost *c) { cost_ew(n->in[0], c, 8, 0); }
+
+/* softmax_grad(y, g) = y * (g - sum(g * y)) along axis. */
+void infer_softmax_grad(Node *n) {
+  infer_act_grad(n);
+  norm_axis(n, attr_int(n, "axis"), n->shape.ndim);
+}
+void cost_softmax_grad(const Node *n, Cost *c) { cost_ew(n, c, 4, 0); }
+
+/* cross_entropy_grad(logits, targets, g) = g * (softmax(logits) - onehot) / count. */
+void infer_cross_entropy_grad(Node *n) {
+  Node saved = *n;
+  Node *in[2] = {n->in[0], n->in[1]};
+  saved.in = in;
+  saved.nin = 2;
+  infer_cross_entropy(&saved);
+  if (n->in[2]->shape.ndim != 0) error_at(n->loc, "cross_entropy_grad: the incoming gradient must be a scalar");
+  n->shape = n->in[0]->shape;
+  n->dtype = n->in[0]->dtype;
+}
+void cost_cross_entropy_grad(const Node *n, Cost *c) { cost_ew(n, c, 4, 0); }
+
+/* embedding_grad(index i32 [...], g [..., D]) -> [rows, D]: scatter-add of g. */
+void infer_embedding_grad(Node *n) {
+  Node *ix = n->in[0], *g = n->in[1];
+  if (ix->dtype != DT_I32) error_at(n->loc, "embedding_grad: indices must be i32");
+  Shape rows = g->shape;
+  rows.ndim--;
+  if (g->shape.ndim < 1 || !shape_eq(&rows, &ix->shape))
+    error_at(n->loc, "embedding_grad: gradient %s does not match indices %s", shp(g), shp(ix));
+  int64_t r = attr_int(n, "rows");
+  if (r <= 0) error_at(n->loc, "embedding_grad: rows must be positive");
+  n->shape = (Shape){2, {r, last_dim(g)}};
+  n->dtype = g->dtype;
+}
+void cost_embedding_grad(const Node *n, Cost *c) { c->fwd_flops = numel(n->in[1]); c->bytes = io_bytes(n); }
+
+/* pad(x, axis, before, after): zeros around x along axis (the gradient of slice). */
+void infer_pad(Node *n) {
+  const Shape *x = &n->in[0]->shape;
+  int a = norm_axis(n, attr_int(n, "axis"), x->ndim);
+  int64_t b = attr_int(n, "before"), e = attr_int(n, "after");
+  if (b < 0 || e < 0 || b > MAX_NUMEL || e > MAX_NUMEL) error_at(n->loc, "pad: amounts must be non-negative");
+  n->shape = *x;
+  n->shape.d[a] += b + e;
+  n->dtype = n->in[0]->dtype;
+}
+void cost_pad(const Node *n, Cost *c) { c->bytes = io_bytes(n); }

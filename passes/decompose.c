@@ -1,0 +1,78 @@
+/* Decomposition: composite ops become primitive ops, for backends (and autodiff)
+ * that have no fused kernel for them. Today that is attention:
+ *
+ *   attention(q [B,S,H*hd], k [B,T,H*hd], v [B,T,H*hd])
+ *     = reshape(transpose(softmax(scale * qh khᵀ, causal) vh), [B,S,H*hd])
+ *   with xh = transpose(reshape(x, [B,*,H,hd]), [0,2,1,3]).
+ *
+ * Reshapes and transposes are views when lowered, so this costs no copies where the
+ * GEMMs can read strided operands. */
+#include <math.h>
+#include "passes/passes.h"
+
+typedef struct Ctx { Graph *g; const Node *at; } Ctx;
+
+static Node *mk(Ctx *c, OpKind op, Node **in, int nin) {
+  Node *n = graph_add(c->g, op, in, nin, c->at->loc);
+  n->layer = c->at->layer;
+  return n;
+}
+
+static Node *ints_op(Ctx *c, OpKind op, Node *x, const char *attr, const int64_t *v, int nv) {
+  Node *n = mk(c, op, &x, 1);
+  AttrVal *a = &n->attr[op_attr_index(op, attr)];
+  a->set = true;
+  a->n = nv;
+  for (int i = 0; i < nv; i++) a->v[i] = v[i];
+  node_infer(n);
+  return n;
+}
+
+/* [B, L, H*hd] -> [B, H, L, hd] */
+static Node *split_heads(Ctx *c, Node *x, int64_t heads) {
+  const Shape *s = &x->shape;
+  int64_t shape[4] = {s->d[0], s->d[1], heads, s->d[2] / heads}, perm[4] = {0, 2, 1, 3};
+  return ints_op(c, OP_TRANSPOSE, ints_op(c, OP_RESHAPE, x, "shape", shape, 4), "perm", perm, 4);
+}
+
+static Node *decompose_attention(Ctx *c, Node **in) {
+  const Node *at = c->at;
+  int64_t heads = attr_int(at, "heads"), hd = in[0]->shape.d[2] / heads;
+  const AttrVal *sc = attr_get(at, "scale");
+  double scale = sc->set ? sc->f : 1.0 / sqrt((double)hd);
+  Node *q = split_heads(c, in[0], heads), *k = split_heads(c, in[1], heads), *v = split_heads(c, in[2], heads);
+  Node *qk[2] = {q, k};
+  Node *s = mk(c, OP_MATMUL, qk, 2);
+  s->attr[op_attr_index(OP_MATMUL, "transpose_b")].i = 1;
+  node_infer(s);
+  Node *cs = mk(c, OP_CONST, NULL, 0);
+  cs->attr[0] = (AttrVal){.set = true, .f = scale};
+  cs->dtype = s->dtype;
+  node_infer(cs);
+  Node *ss[2] = {s, cs};
+  Node *scaled = mk(c, OP_MUL, ss, 2);
+  node_infer(scaled);
+  Node *p = mk(c, OP_SOFTMAX, &scaled, 1);
+  p->attr[op_attr_index(OP_SOFTMAX, "causal")].i = attr_int(at, "causal");
+  node_infer(p);
+  Node *pv[2] = {p, v};
+  Node *o = mk(c, OP_MATMUL, pv, 2);
+  node_infer(o);
+  int64_t perm[4] = {0, 2, 1, 3}, shape[3] = {at->shape.d[0], at->shape.d[1], at->shape.d[2]};
+  return ints_op(c, OP_RESHAPE, ints_op(c, OP_TRANSPOSE, o, "perm", perm, 4), "shape", shape, 3);
+}
+
+Graph *pass_decompose(Graph *g) {
+  Graph *h = graph_new_like(g);
+  Node **map = arena_array(g->arena, g->n, sizeof *map);
+  Node **in = arena_array(g->arena, 64, sizeof *in);
+  for (int i = 0; i < g->n; i++) {
+    const Node *n = g->nodes[i];
+    ir_assert(n->nin <= 64);
+    for (int k = 0; k < n->nin; k++) in[k] = map[n->in[k]->id];
+    Ctx c = {h, n};
+    map[i] = n->op == OP_ATTENTION ? decompose_attention(&c, in) : graph_clone_node(h, n, in);
+  }
+  if (g->loss) h->loss = map[g->loss->id];
+  return h;
+}

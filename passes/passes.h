@@ -1,0 +1,16 @@
+/* The pass pipeline's passes. Each takes the graph and rewrites or annotates it; the
+ * driver runs them in order, with the verifier between them in debug builds. */
+#ifndef COLOSSALC_PASSES_H
+#define COLOSSALC_PASSES_H
+#include "ir/ir.h"
+
+/* requires: a verified forward graph. Rewrites composite ops that a backend has no
+ * fused kernel for (attention) into primitive ops. Returns the new graph. */
+Graph *pass_decompose(Graph *g);
+
+/* requires: a verified forward graph with a loss, no composite ops (decompose).
+ * Appends the backward pass: the gradient of the loss with respect to every
+ * parameter (Graph.params, Graph.param_grads), built from each op's gradient rule. */
+void pass_autodiff(Graph *g);
+
+#endif
