@@ -131,6 +131,8 @@ static float eval_unary(KUnary op, float x) {
   case KU_RECIP: return 1.0f / x;
   case KU_ABS: return fabsf(x);
   case KU_FLOOR: return floorf(x);
+  case KU_SIN: return sinf(x);
+  case KU_COS: return cosf(x);
   case KU_COUNT: break;
   }
   unreachable();

@@ -65,7 +65,7 @@ typedef enum {
   KX_SELECT,     /* a != 0 ? b : c */
 } KExprKind;
 
-#define KX_UNARY_OPS(X) X(NEG) X(EXP) X(LOG) X(TANH) X(SQRT) X(RSQRT) X(RECIP) X(ABS) X(FLOOR)
+#define KX_UNARY_OPS(X) X(NEG) X(EXP) X(LOG) X(TANH) X(SQRT) X(RSQRT) X(RECIP) X(ABS) X(FLOOR) X(SIN) X(COS)
 #define KX_BINARY_OPS(X) X(ADD) X(SUB) X(MUL) X(DIV) X(MAX) X(MIN) X(POW) X(LT) X(LE) X(EQ)
 
 typedef enum {
