@@ -18,7 +18,7 @@ enum { MAX_REPEAT = 1 << 16, MAX_CALL_DEPTH = 64, MAX_DIM = (int64_t)1 << 40 };
  * expressions nested 200 deep in each of 64 nested blocks. No real model comes
  * near them. */
 enum { MAX_NEST = 1000, MAX_STEPS = 1 << 24, MAX_LAYERS = 1 << 16, MAX_PATH = 1024 };
-#define MAX_ELAB_BYTES ((size_t)1 << 29)
+#define MAX_ELAB_BYTES ((size_t)1 << 28)
 
 typedef enum { V_INT, V_FLOAT, V_STR, V_LIST, V_TENSOR } VKind;
 
@@ -469,8 +469,8 @@ static void eval_type(Elab *E, Env *env, TypeExpr *t, Node *n) {
   for (int i = 0; i < t->ndims; i++) {
     int64_t d = want_int(eval(E, env, t->dims[i].val), t->dims[i].loc, "a dimension");
     if (d <= 0) error_at(t->dims[i].loc, "dimension must be positive, got %lld", (long long)d);
-    if (d > MAX_DIM || numel > MAX_NUMEL / d)
-      error_at(t->dims[i].loc, "tensor too large: more than 2^48 elements");
+    if (d > MAX_DIM) error_at(t->dims[i].loc, "dimension %lld is larger than 2^40", (long long)d);
+    if (numel > MAX_NUMEL / d) error_at(t->dims[i].loc, "tensor too large: more than 2^48 elements");
     numel *= d;
     n->shape.d[i] = d;
   }

@@ -221,7 +221,8 @@ static bool expects(const yysymbol_kind_t *exp, int n, const char *name) {
 
 /* A syntax error at the lookahead token. A missing ';' is reported just after the
  * token it should follow (often at the end of the previous line); a bracket left
- * open is named with the place it opened; otherwise bison's usual wording. */
+ * open is named with the place it opened; a missing operand is called an expression;
+ * otherwise bison's usual wording. */
 static int yyreport_syntax_error(const yypcontext_t *yc, void *scanner, ParseCtx *ctx) {
   yysymbol_kind_t exp[YYNTOKENS], tok = yypcontext_token(yc);
   int n = yypcontext_expected_tokens(yc, exp, YYNTOKENS);
@@ -237,6 +238,8 @@ static int yyreport_syntax_error(const yypcontext_t *yc, void *scanner, ParseCtx
   } else if (close[1] != '?' && expects(exp, n, close)) {
     SrcLoc o = ctx->open[open];
     parse_error(ctx, at, "expected %s to close the '%c' at %d:%d, got %s", close, ctx->open_ch[open], o.line, o.col, got);
+  } else if (expects(exp, n, "integer") && expects(exp, n, "'('")) {
+    parse_error(ctx, at, "expected an expression, got %s", got);
   } else if (ctx->stray) {
     parse_error(ctx, at, "%s closes nothing: no bracket is open here", got);
   } else {

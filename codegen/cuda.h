@@ -1,0 +1,54 @@
+/* The CUDA emitter: kernels in the backend-neutral form (codegen/kernel.h) to CUDA C
+ * source text, one self-contained translation unit for NVRTC (no #include: NVRTC has
+ * no libc headers). This file only writes text; it needs no CUDA header or library.
+ *
+ * Each kernel becomes
+ *     extern "C" __global__ void NAME(char *const *tiers, long long n, const float *scalars)
+ * covering [0, n) of its parallel range (rows for KP_ROWS, columns for KP_COLS) with a
+ * grid-stride loop, so any grid size is correct; cuda_kernel_grid_size() says which
+ * one fills the machine. The launcher must use cuda_kernel_block_size() threads per
+ * block (the kernel is compiled with __launch_bounds__ of that size; a smaller power
+ * of two >= 32 also works).
+ *
+ * How the iteration space maps onto threads (cuda_kernel_mapping):
+ *   CM_FLAT        KP_ROWS, no REDUCE phase, no cross-element dependency between
+ *                  phases: one thread per (r, j) element, flat grid-stride loop over
+ *                  n*cols; ROW phases run in the thread with j == 0.
+ *   CM_BLOCK_ROW   KP_ROWS with REDUCE phases (or phases that read what another
+ *                  element of the row wrote), cols >= 32: one thread block per row;
+ *                  threads stride over j; reductions through warp shuffles and
+ *                  shared memory, the result in every thread; ROW phases in thread 0;
+ *                  __syncthreads() between phases that touch the same memory.
+ *   CM_THREAD_ROW  the same kernels with cols < 32: one thread per row, phases in
+ *                  order, exactly as the reference evaluator does.
+ *   CM_COLS        KP_COLS: one thread per column, all rows in order (deterministic).
+ *
+ * Within a phase the elements of a row are assumed independent (as the CPU backend
+ * assumes), and rows are independent for KP_ROWS, columns for KP_COLS.
+ *
+ * Define COLOSSALC_CUDA_BOUNDS when compiling the source to check every address
+ * against its buffer's numel (__trap() on failure).
+ */
+#ifndef COLOSSALC_CUDA_H
+#define COLOSSALC_CUDA_H
+#include <stdint.h>
+#include <stdio.h>
+#include "codegen/kernel.h"
+
+typedef enum { CM_FLAT, CM_BLOCK_ROW, CM_THREAD_ROW, CM_COLS } CudaMapping;
+
+CudaMapping cuda_kernel_mapping(const Kernel *k);
+const char *cuda_mapping_name(CudaMapping m);
+int cuda_kernel_block_size(const Kernel *k);                       /* threads per block */
+int64_t cuda_kernel_grid_size(const Kernel *k, int64_t extent);    /* blocks, >= 1 */
+
+/* The whole translation unit: a header comment (kernel count, colossalc version),
+ * the shared device helpers, then each kernel. malloc'd; the caller frees it. */
+char *cuda_emit_source(const Kernel *const *kernels, int n);
+void cuda_emit_prelude(FILE *f, int nkernels);
+void cuda_emit_kernel(FILE *f, const Kernel *k);   /* needs the prelude before it */
+
+/* The source with line numbers, for NVRTC failure reports ("  12 | text"). */
+void cuda_source_print_numbered(FILE *f, const char *src);
+
+#endif

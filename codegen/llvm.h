@@ -1,0 +1,50 @@
+/* The CPU emitter: kernels in the kernel form (codegen/kernel.h) become machine code
+ * for this machine through the LLVM C API (LLVM 14).
+ *
+ *   LlvmModule *m = llvm_module_new("gpt2");
+ *   llvm_emit_program(m, kernels, n, json);      // the kernels and the three symbols
+ *   llvm_optimize(m, 3);                          // O3, loop and SLP vectorizers, host CPU
+ *   llvm_write_object(m, "train.o", err, sizeof err);
+ *   llvm_module_free(m);
+ *
+ * The object targets the host CPU (LLVMGetHostCPUName/Features): `train` runs on the
+ * same kind of machine as the compiler. It is position independent, so it links into
+ * a PIE executable or a shared library. It may call glibc's vector math library
+ * (libmvec) for exp, log, tanh, pow, sin and cos: link it with llvm_link_libs(m).
+ * Each kernel is an external function with the runtime ABI of runtime/program.h:
+ *     void NAME(char *const *tiers, int64_t lo, int64_t hi, const float *scalars)
+ */
+#ifndef COLOSSALC_LLVM_H
+#define COLOSSALC_LLVM_H
+#include <stddef.h>
+#include "codegen/kernel.h"
+
+typedef struct LlvmModule LlvmModule;
+
+LlvmModule *llvm_module_new(const char *name);
+void llvm_module_free(LlvmModule *m);
+
+/* Defines the function k->name; an internal error (naming the kernel) if LLVM's
+ * verifier rejects it. */
+void llvm_emit_kernel(LlvmModule *m, const Kernel *k);
+
+/* Emits every kernel, then defines (as runtime/program.h declares them)
+ *     const RtKernelFn colossalc_kernels[n];     the kernels, in order
+ *     const int colossalc_nkernels;              n
+ *     const char colossalc_program_json[];       program_json, NUL-terminated */
+void llvm_emit_program(LlvmModule *m, const Kernel *const *kernels, int n, const char *program_json);
+
+/* Runs LLVM's default<O{opt_level}> pipeline (0..3; vectorizers on) for the host CPU.
+ * Returns 0, or -1 after printing LLVM's message to stderr. */
+int llvm_optimize(LlvmModule *m, int opt_level);
+
+/* Write the module as an object file / as LLVM IR text (--emit-llvm). Return 0, or -1
+ * with LLVM's message in err. */
+int llvm_write_object(LlvmModule *m, const char *path, char *err, size_t errlen);
+int llvm_write_ir(LlvmModule *m, const char *path, char *err, size_t errlen);
+
+/* Libraries the object needs at link time, as linker flags: "-lmvec -lm" when the
+ * kernels may call libmvec, else "-lm". */
+const char *llvm_link_libs(const LlvmModule *m);
+
+#endif

@@ -1,0 +1,1213 @@
+/* Lowering: differentiated graph -> Program (codegen/lower.h).
+ *
+ * Every node's value is either an expression (computed inline by whoever reads it)
+ * or a layout: a buffer with an element offset and strides, so reshape, transpose,
+ * slice and broadcast of a buffer are views. Kernels and GEMMs are appended to the
+ * step's instruction list in graph order; each buffer's lifetime is the span of
+ * instructions that touch it, and the memory plan gives buffers of disjoint
+ * lifetimes the same bytes of the work tier. */
+#include "codegen/lower.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "passes/summary.h"
+#include "runtime/program.h"
+
+enum { PENDING = 100 };   /* KBuf tiers >= PENDING name an LBuf until the memory plan */
+
+typedef struct LBuf { int tier; int64_t bytes, offset; int first, last; bool pinned, placed; } LBuf;
+
+typedef enum { V_NONE, V_EXPR, V_LAYOUT } VKind;
+typedef struct Val { VKind kind; int buf; int64_t offset; int64_t strides[MAX_DIMS]; } Val;
+
+typedef struct L {
+  Graph *g;
+  Program *p;
+  Arena *a;
+  Val *val;             /* [g->n] */
+  int *uses;            /* [g->n] */
+  bool *need_layout;    /* [g->n] */
+  int *grad_of;         /* [g->n] the param index whose gradient this node is, or -1 */
+  bool *slot_used;      /* [nparams] the gradient slot already holds a result */
+  LBuf *bufs;
+  int nbufs, bufs_cap;
+  const Node *at;       /* node being lowered */
+} L;
+
+/* ---- buffers and instructions ---------------------------------------------------- */
+
+static int lbuf_new(L *l, int tier, int64_t bytes) {
+  if (l->nbufs == l->bufs_cap) {
+    int cap = l->bufs_cap ? 2 * l->bufs_cap : 256;
+    LBuf *b = arena_array(l->a, cap, sizeof *b);
+    if (l->nbufs) memcpy(b, l->bufs, l->nbufs * sizeof *b);
+    l->bufs = b;
+    l->bufs_cap = cap;
+  }
+  l->bufs[l->nbufs] = (LBuf){tier, (bytes + 63) & ~(int64_t)63, 0, -1, -1, false, false};
+  return l->nbufs++;
+}
+
+static void touch(L *l, int buf, int instr) {
+  LBuf *b = &l->bufs[buf];
+  if (b->first < 0 || instr < b->first) b->first = instr;
+  if (instr > b->last) b->last = instr;
+}
+
+static PInstr *emit(L *l, PSeq *s, PInstrKind kind) {
+  if (s->n == s->cap) {
+    int cap = s->cap ? 2 * s->cap : 256;
+    PInstr *v = arena_array(l->a, cap, sizeof *v);
+    if (s->n) memcpy(v, s->v, s->n * sizeof *v);
+    s->v = v;
+    s->cap = cap;
+  }
+  PInstr *in = &s->v[s->n++];
+  *in = (PInstr){.kind = kind, .node = l->at ? l->at->id : -1};
+  return in;
+}
+
+static void contiguous(const Shape *s, int64_t *strides) {
+  int64_t st = 1;
+  for (int d = s->ndim - 1; d >= 0; d--) { strides[d] = st; st *= s->d[d]; }
+}
+
+static Val layout_of(int buf, const Shape *s) {
+  Val v = {V_LAYOUT, buf, 0, {0}};
+  contiguous(s, v.strides);
+  return v;
+}
+
+/* ---- kernels ------------------------------------------------------------------------ */
+
+static Kernel *knew(L *l, const char *what, KPar par, const int64_t *dims, int ndims, int row_dims) {
+  char name[64];
+  snprintf(name, sizeof name, "k%d_%s", l->p->nkernels, what);
+  int64_t one = 1;
+  if (ndims == 0) { dims = &one; ndims = 1; }
+  return kernel_new(l->a, name, par, dims, ndims, row_dims);
+}
+
+static int kbuf(L *l, Kernel *k, int buf, DType dt) {
+  return kernel_buf(k, "b", PENDING + buf, 0, l->bufs[buf].bytes / 4, dt);
+}
+
+/* Append kernel k to seq and record which buffers it touches. */
+static void kfinish(L *l, PSeq *s, Kernel *k) {
+  kernel_check(k);
+  if (l->p->nkernels == l->p->kernels_cap) {
+    int cap = l->p->kernels_cap ? 2 * l->p->kernels_cap : 128;
+    Kernel **v = arena_array(l->a, cap, sizeof *v);
+    if (l->p->nkernels) memcpy(v, l->p->kernels, l->p->nkernels * sizeof *v);
+    l->p->kernels = v;
+    l->p->kernels_cap = cap;
+  }
+  for (int i = 0; i < k->nbufs; i++)
+    if (k->bufs[i].tier >= PENDING) k->bufs[i].name = arena_printf(l->a, "buf%d", k->bufs[i].tier - PENDING);
+  PInstr *in = emit(l, s, PI_KERNEL);
+  in->kernel = l->p->nkernels;
+  in->extent = k->par == KP_ROWS ? k->rows : k->cols;
+  l->p->kernels[l->p->nkernels++] = k;
+  if (s == &l->p->step)
+    for (int i = 0; i < k->nbufs; i++) touch(l, k->bufs[i].tier - PENDING, l->p->step.n - 1);
+}
+
+/* ---- expressions ----------------------------------------------------------------- */
+
+/* ax[d]: the kernel axis that node dimension d runs along. */
+typedef struct AxMap { int ax[MAX_DIMS]; } AxMap;
+
+static AxMap right_aligned(const Kernel *k, int ndim) {
+  AxMap m = {{0}};
+  for (int d = 0; d < ndim; d++) m.ax[d] = k->ndims - ndim + d;
+  return m;
+}
+
+/* The map of an input broadcast (right-aligned) into its consumer's dimensions. */
+static AxMap input_map(const Node *n, const Node *in, AxMap m) {
+  AxMap r;
+  for (int d = 0; d < in->shape.ndim; d++) r.ax[d] = m.ax[n->shape.ndim - in->shape.ndim + d];
+  return r;
+}
+
+static KView view_of(L *l, const Kernel *k, const Node *n, AxMap m) {
+  const Val *v = &l->val[n->id];
+  KView kv = {.offset = v->offset};
+  for (int d = 0; d < n->shape.ndim; d++)
+    if (n->shape.d[d] != 1 || k->dims[m.ax[d]] == 1) kv.strides[m.ax[d]] += n->shape.d[d] == 1 ? 0 : v->strides[d];
+  return kv;
+}
+
+static KExpr *expr(L *l, Kernel *k, const Node *n, AxMap m);
+
+static KExpr *load(L *l, Kernel *k, const Node *n, AxMap m) {
+  const Val *v = &l->val[n->id];
+  ir_assert(v->kind == V_LAYOUT);
+  return kx_load(l->a, k, kbuf(l, k, v->buf, n->dtype), view_of(l, k, n, m));
+}
+
+#define C(x) kx_const(l->a, k, (float)(x))
+#define U(op, x) kx_unary(l->a, k, KU_##op, x)
+#define B(op, x, y) kx_binary(l->a, k, KB_##op, x, y)
+#define SEL(c, x, y) kx_select(l->a, k, c, x, y)
+
+static KExpr *in_expr(L *l, Kernel *k, const Node *n, int i, AxMap m) { return expr(l, k, n->in[i], input_map(n, n->in[i], m)); }
+
+static KExpr *gelu(L *l, Kernel *k, KExpr *x) {
+  KExpr *u = B(MUL, C(0.7978845608028654), B(ADD, x, B(MUL, C(0.044715), B(MUL, x, B(MUL, x, x)))));
+  return B(MUL, B(MUL, C(0.5), x), B(ADD, C(1), U(TANH, u)));
+}
+
+static KExpr *gelu_grad(L *l, Kernel *k, KExpr *x, KExpr *g) {
+  KExpr *x2 = B(MUL, x, x);
+  KExpr *t = U(TANH, B(MUL, C(0.7978845608028654), B(ADD, x, B(MUL, C(0.044715), B(MUL, x, x2)))));
+  KExpr *du = B(MUL, C(0.7978845608028654), B(ADD, C(1), B(MUL, C(3 * 0.044715), x2)));
+  KExpr *d = B(ADD, B(MUL, C(0.5), B(ADD, C(1), t)), B(MUL, B(MUL, C(0.5), x), B(MUL, B(SUB, C(1), B(MUL, t, t)), du)));
+  return B(MUL, g, d);
+}
+
+static KExpr *sigmoid(L *l, Kernel *k, KExpr *x) { return U(RECIP, B(ADD, C(1), U(EXP, U(NEG, x)))); }
+
+/* rotary: x[c] cos + sign * partner sin, partner = -x[c + half] below half, x[c - half] above. */
+static KExpr *rotary(L *l, Kernel *k, const Node *n, AxMap m) {
+  const Node *x = n->in[0];
+  int nd = n->shape.ndim;
+  int64_t hd = n->shape.d[nd - 1] / attr_int(n, "heads"), half = hd / 2;
+  KExpr *pos = kx_coord(l->a, k, m.ax[nd - 2]), *c = kx_coord(l->a, k, m.ax[nd - 1]);
+  KExpr *i = B(SUB, c, B(MUL, U(FLOOR, B(DIV, c, C(hd))), C(hd)));
+  KExpr *lower = B(LT, i, C(half));
+  KExpr *kk = SEL(lower, i, B(SUB, i, C(half)));
+  KExpr *freq = U(EXP, B(MUL, kk, C(-2.0 * log(attr_float(n, "theta")) / (double)hd)));
+  KExpr *ang = B(MUL, pos, freq);
+  KView pv = view_of(l, k, x, m);
+  pv.gather = SEL(lower, C(half), C(-half));
+  pv.gather_stride = l->val[x->id].strides[nd - 1];
+  KExpr *partner = kx_load(l->a, k, kbuf(l, k, l->val[x->id].buf, x->dtype), pv);
+  KExpr *signed_p = SEL(lower, U(NEG, partner), partner);
+  if (attr_int(n, "inverse")) signed_p = U(NEG, signed_p);
+  return B(ADD, B(MUL, load(l, k, x, m), U(COS, ang)), B(MUL, signed_p, U(SIN, ang)));
+}
+
+static KExpr *embedding(L *l, Kernel *k, const Node *n, AxMap m) {
+  const Node *t = n->in[0], *ix = n->in[1];
+  const Val *tv = &l->val[t->id];
+  ir_assert(tv->kind == V_LAYOUT);
+  AxMap im;
+  for (int d = 0; d < ix->shape.ndim; d++) im.ax[d] = m.ax[d];
+  KView v = {.offset = tv->offset, .gather = expr(l, k, ix, im), .gather_stride = tv->strides[0]};
+  v.strides[m.ax[n->shape.ndim - 1]] = tv->strides[1];
+  return kx_load(l->a, k, kbuf(l, k, tv->buf, t->dtype), v);
+}
+
+static KExpr *expr_const(L *l, Kernel *k, const Node *n, AxMap m) { return C(attr_float(n, "value")); }
+static KExpr *expr_arange(L *l, Kernel *k, const Node *n, AxMap m) { return kx_coord(l->a, k, m.ax[0]); }
+static KExpr *expr_add(L *l, Kernel *k, const Node *n, AxMap m) { return B(ADD, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m)); }
+static KExpr *expr_sub(L *l, Kernel *k, const Node *n, AxMap m) { return B(SUB, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m)); }
+static KExpr *expr_mul(L *l, Kernel *k, const Node *n, AxMap m) { return B(MUL, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m)); }
+static KExpr *expr_div(L *l, Kernel *k, const Node *n, AxMap m) { return B(DIV, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m)); }
+static KExpr *expr_neg(L *l, Kernel *k, const Node *n, AxMap m) { return U(NEG, in_expr(l, k, n, 0, m)); }
+static KExpr *expr_gelu(L *l, Kernel *k, const Node *n, AxMap m) { return gelu(l, k, in_expr(l, k, n, 0, m)); }
+static KExpr *expr_silu(L *l, Kernel *k, const Node *n, AxMap m) {
+  KExpr *x = in_expr(l, k, n, 0, m);
+  return B(MUL, x, sigmoid(l, k, x));
+}
+static KExpr *expr_relu(L *l, Kernel *k, const Node *n, AxMap m) { return B(MAX, in_expr(l, k, n, 0, m), C(0)); }
+static KExpr *expr_gelu_grad(L *l, Kernel *k, const Node *n, AxMap m) {
+  return gelu_grad(l, k, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m));
+}
+static KExpr *expr_silu_grad(L *l, Kernel *k, const Node *n, AxMap m) {
+  KExpr *x = in_expr(l, k, n, 0, m), *s = sigmoid(l, k, x);
+  return B(MUL, in_expr(l, k, n, 1, m), B(MUL, s, B(ADD, C(1), B(MUL, x, B(SUB, C(1), s)))));
+}
+static KExpr *expr_relu_grad(L *l, Kernel *k, const Node *n, AxMap m) {
+  return SEL(B(LT, C(0), in_expr(l, k, n, 0, m)), in_expr(l, k, n, 1, m), C(0));
+}
+/* p = 0 dropout and f32 -> f32 casts are identities (check_supported rejects the rest) */
+static KExpr *expr_dropout(L *l, Kernel *k, const Node *n, AxMap m) { return in_expr(l, k, n, 0, m); }
+static KExpr *expr_cast(L *l, Kernel *k, const Node *n, AxMap m) { return in_expr(l, k, n, 0, m); }
+static KExpr *expr_broadcast(L *l, Kernel *k, const Node *n, AxMap m) { return in_expr(l, k, n, 0, m); }
+static KExpr *expr_embedding(L *l, Kernel *k, const Node *n, AxMap m) { return embedding(l, k, n, m); }
+static KExpr *expr_rotary(L *l, Kernel *k, const Node *n, AxMap m) { return rotary(l, k, n, m); }
+/* ops that are kernels or views of their own have no inline expression */
+#define expr_input NULL
+#define expr_param NULL
+#define expr_matmul NULL
+#define expr_layernorm NULL
+#define expr_rmsnorm NULL
+#define expr_softmax NULL
+#define expr_sum NULL
+#define expr_mean NULL
+#define expr_cross_entropy NULL
+#define expr_attention NULL
+#define expr_reshape NULL
+#define expr_transpose NULL
+#define expr_slice NULL
+#define expr_concat NULL
+#define expr_sum_to NULL
+#define expr_layernorm_grad NULL
+#define expr_rmsnorm_grad NULL
+#define expr_softmax_grad NULL
+#define expr_cross_entropy_grad NULL
+#define expr_embedding_grad NULL
+#define expr_pad NULL
+
+typedef KExpr *(*ExprRule)(L *, Kernel *, const Node *, AxMap);
+static const ExprRule expr_rules[OP_COUNT] = {
+#define OP(id, name, nin, cls, flags, attrs) [OP_##id] = expr_##name,
+#include "ir/ops.def"
+#undef OP
+};
+
+static KExpr *expr(L *l, Kernel *k, const Node *n, AxMap m) {
+  if (l->val[n->id].kind == V_LAYOUT) return load(l, k, n, m);
+  ir_assert(l->val[n->id].kind == V_EXPR && expr_rules[n->op]);
+  return expr_rules[n->op](l, k, n, m);
+}
+
+/* Materialise n (an expression or a strided view) into a new contiguous buffer. */
+static Val materialize(L *l, const Node *n, int buf) {
+  Kernel *k = knew(l, "copy", KP_ROWS, n->shape.d, n->shape.ndim, n->shape.ndim ? n->shape.ndim - 1 : 0);
+  KExpr *e = expr(l, k, n, right_aligned(k, n->shape.ndim));
+  Val out = layout_of(buf, &n->shape);
+  kernel_map(k, kbuf(l, k, buf, n->dtype), kview_contig(k, 0), KS_SET, e);
+  k->name = arena_printf(l->a, "k%d_%s", l->p->nkernels, op_info(n->op)->name);
+  kfinish(l, &l->p->step, k);
+  return out;
+}
+
+static int64_t bytes_of(const Node *n) { return shape_numel(&n->shape) * (dtype_size_bits(n->dtype) / 8); }
+
+/* The buffer a node's result goes to: its parameter's gradient slot, or new work memory. */
+static int grad_slot(L *l, int pi, const Node *n) {
+  int b = lbuf_new(l, RT_TIER_GRADS, bytes_of(n));
+  l->bufs[b].offset = l->p->params[pi].offset;
+  l->bufs[b].placed = l->bufs[b].pinned = true;
+  l->slot_used[pi] = true;
+  return b;
+}
+
+static int out_buf(L *l, const Node *n) {
+  int pi = l->grad_of[n->id];
+  if (pi >= 0 && !l->slot_used[pi]) return grad_slot(l, pi, n);
+  return lbuf_new(l, RT_TIER_WORK, bytes_of(n));
+}
+
+/* ---- GEMM ------------------------------------------------------------------------------ */
+
+/* A matrix operand: the last two axes of a layout, one of them unit-stride. */
+typedef struct Mat { int buf; int64_t off, ld; bool trans; int64_t bs[MAX_DIMS]; } Mat;
+
+static bool as_matrix(L *l, const Node *n, bool trans, Mat *m) {
+  const Val *v = &l->val[n->id];
+  int nd = n->shape.ndim;
+  int64_t sr = v->strides[nd - 2], sc = v->strides[nd - 1];
+  if (n->shape.d[nd - 1] == 1) sc = 1;
+  if (n->shape.d[nd - 2] == 1) sr = n->shape.d[nd - 1] * sc;
+  m->buf = v->buf;
+  m->off = v->offset;
+  if (sc == 1 && sr >= n->shape.d[nd - 1]) { m->ld = sr; m->trans = trans; }
+  else if (sr == 1 && sc >= n->shape.d[nd - 2]) { m->ld = sc; m->trans = !trans; }
+  else return false;
+  for (int d = 0; d < nd - 2; d++) m->bs[d] = n->shape.d[d] == 1 ? 0 : v->strides[d];
+  return true;
+}
+
+/* Gives n a layout usable as a GEMM operand, copying it if its strides are not. */
+static void gemm_operand(L *l, const Node *n, bool trans, Mat *m) {
+  if (as_matrix(l, n, trans, m)) return;
+  l->val[n->id] = materialize(l, n, lbuf_new(l, RT_TIER_WORK, bytes_of(n)));
+  as_matrix(l, n, trans, m);
+}
+
+static void lower_matmul(L *l, const Node *n) {
+  const Node *a = n->in[0], *b = n->in[1];
+  bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
+  Mat A, Bm;
+  gemm_operand(l, a, ta, &A);
+  gemm_operand(l, b, tb, &Bm);
+  int nd = n->shape.ndim, nb = nd - 2;
+  int64_t M = n->shape.d[nd - 2], N = n->shape.d[nd - 1];
+  int64_t K = a->shape.d[a->shape.ndim - (ta ? 2 : 1)];
+  int cb = out_buf(l, n);
+  Val out = layout_of(cb, &n->shape);
+  PGemm g = {A.trans, Bm.trans, M, N, K, A.ld, Bm.ld, N, 1, 0, {PENDING + A.buf, PENDING + Bm.buf, PENDING + cb},
+             {A.off * 4, Bm.off * 4, 0}, {1, 1}, {{0}}};
+  /* batch axes of the operands, right-aligned to the result's */
+  int64_t sa[MAX_DIMS] = {0}, sbb[MAX_DIMS] = {0};
+  for (int d = 0; d < nb; d++) {
+    int da = d - (nb - (a->shape.ndim - 2)), db = d - (nb - (b->shape.ndim - 2));
+    sa[d] = da >= 0 ? A.bs[da] : 0;
+    sbb[d] = db >= 0 ? Bm.bs[db] : 0;
+  }
+  /* A weight shared across the batch, with A's batch rows contiguous: one GEMM. */
+  bool fold = nb > 0 && !A.trans && A.ld == K;
+  for (int d = 0; d < nb && fold; d++) fold = sbb[d] == 0 && sa[d] == (d == nb - 1 ? M * K : sa[d + 1] * n->shape.d[d + 1]);
+  if (fold) {
+    for (int d = 0; d < nb; d++) g.m *= n->shape.d[d];
+    nb = 0;
+  }
+  if (nb > 2) error_at(n->loc, "matmul: code generation handles at most 2 batch axes");
+  for (int d = 0; d < nb; d++) {
+    int s = 2 - nb + d;
+    g.batch[s] = n->shape.d[d];
+    g.stride[0][s] = sa[d];
+    g.stride[1][s] = sbb[d];
+    g.stride[2][s] = out.strides[d];
+  }
+  PInstr *in = emit(l, &l->p->step, PI_GEMM);
+  in->gemm = g;
+  for (int i = 0; i < 3; i++) touch(l, g.tier[i] - PENDING, l->p->step.n - 1);
+  l->val[n->id] = out;
+}
+
+/* ---- row kernels: normalisations, softmax, losses --------------------------------------- */
+
+/* A kernel over x's shape, one row per vector along the last axis. */
+static Kernel *row_kernel(L *l, const Node *n, const Node *x) {
+  return knew(l, op_info(n->op)->name, KP_ROWS, x->shape.d, x->shape.ndim, x->shape.ndim - 1);
+}
+
+static AxMap last_axis(const Kernel *k) { AxMap m = {{k->ndims - 1}}; return m; }
+
+static void store_out(L *l, Kernel *k, const Node *n, KExpr *e) {
+  int b = out_buf(l, n);
+  l->val[n->id] = layout_of(b, &n->shape);
+  kernel_map(k, kbuf(l, k, b, n->dtype), kview_contig(k, 0), KS_SET, e);
+  kfinish(l, &l->p->step, k);
+}
+
+static void lower_layernorm(L *l, const Node *n) {
+  const Node *x = n->in[0];
+  Kernel *k = row_kernel(l, n, x);
+  AxMap m = right_aligned(k, x->shape.ndim);
+  double D = (double)x->shape.d[x->shape.ndim - 1];
+  KExpr *xv = expr(l, k, x, m);
+  KExpr *mean = B(MUL, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, xv)), C(1 / D));
+  KExpr *xc = B(SUB, xv, mean);
+  KExpr *var = B(MUL, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, B(MUL, xc, xc))), C(1 / D));
+  KExpr *y = B(MUL, xc, U(RSQRT, B(ADD, var, C(attr_float(n, "eps")))));
+  y = B(MUL, y, expr(l, k, n->in[1], last_axis(k)));
+  if (n->op == OP_LAYERNORM) y = B(ADD, y, expr(l, k, n->in[2], last_axis(k)));
+  store_out(l, k, n, y);
+}
+
+static void lower_rmsnorm(L *l, const Node *n) {
+  const Node *x = n->in[0];
+  Kernel *k = row_kernel(l, n, x);
+  AxMap m = right_aligned(k, x->shape.ndim);
+  double D = (double)x->shape.d[x->shape.ndim - 1];
+  KExpr *xv = expr(l, k, x, m);
+  KExpr *ms = B(MUL, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, B(MUL, xv, xv))), C(1 / D));
+  KExpr *y = B(MUL, B(MUL, xv, U(RSQRT, B(ADD, ms, C(attr_float(n, "eps"))))), expr(l, k, n->in[1], last_axis(k)));
+  store_out(l, k, n, y);
+}
+
+static void lower_softmax(L *l, const Node *n) {
+  const Node *x = n->in[0];
+  int nd = x->shape.ndim;
+  if (attr_int(n, "axis") != -1 && attr_int(n, "axis") != nd - 1)
+    error_at(n->loc, "softmax: code generation handles the last axis only");
+  Kernel *k = row_kernel(l, n, x);
+  AxMap m = right_aligned(k, nd);
+  KExpr *xv = expr(l, k, x, m), *keep = C(1);
+  if (attr_int(n, "causal")) {
+    int64_t off = x->shape.d[nd - 1] - x->shape.d[nd - 2];
+    keep = B(LE, kx_coord(l->a, k, nd - 1), B(ADD, kx_coord(l->a, k, nd - 2), C(off)));
+    xv = SEL(keep, xv, C(-INFINITY));
+  }
+  KExpr *mx = kx_acc(l->a, k, kernel_reduce(k, KR_MAX, xv));
+  KExpr *ex = U(EXP, B(SUB, xv, mx));
+  KExpr *sum = kx_acc(l->a, k, kernel_reduce(k, KR_SUM, ex));
+  store_out(l, k, n, B(DIV, ex, sum));
+}
+
+static void lower_softmax_grad(L *l, const Node *n) {
+  const Node *y = n->in[0];
+  Kernel *k = row_kernel(l, n, y);
+  AxMap m = right_aligned(k, y->shape.ndim);
+  KExpr *yv = expr(l, k, y, m), *gv = expr(l, k, n->in[1], m);
+  KExpr *dot = kx_acc(l->a, k, kernel_reduce(k, KR_SUM, B(MUL, yv, gv)));
+  store_out(l, k, n, B(MUL, yv, B(SUB, gv, dot)));
+}
+
+/* mean and rstd (layernorm) or rstd alone (rmsnorm) of each row of x, into buffers. */
+static void norm_stats(L *l, const Node *n, int stats[2]) {
+  const Node *x = n->in[0];
+  bool ln = n->op == OP_LAYERNORM_GRAD;
+  Kernel *k = row_kernel(l, n, x);
+  k->name = arena_printf(l->a, "k%d_%s_stats", l->p->nkernels, ln ? "layernorm" : "rmsnorm");
+  AxMap m = right_aligned(k, x->shape.ndim);
+  double D = (double)x->shape.d[x->shape.ndim - 1];
+  int64_t rows = shape_numel(&x->shape) / x->shape.d[x->shape.ndim - 1];
+  KExpr *xv = expr(l, k, x, m), *mean = C(0);
+  if (ln) mean = B(MUL, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, xv)), C(1 / D));
+  KExpr *xc = B(SUB, xv, mean);
+  KExpr *var = B(MUL, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, B(MUL, xc, xc))), C(1 / D));
+  KView rv = {0};
+  int64_t st = 1;
+  for (int d = k->row_dims - 1; d >= 0; d--) { rv.strides[d] = st; st *= k->dims[d]; }
+  for (int i = 0; i < 2; i++) stats[i] = lbuf_new(l, RT_TIER_WORK, rows * 4);
+  kernel_row(k, kbuf(l, k, stats[0], DT_F32), rv, KS_SET, mean);
+  kernel_row(k, kbuf(l, k, stats[1], DT_F32), rv, KS_SET, U(RSQRT, B(ADD, var, C(attr_float(n, "eps")))));
+  kfinish(l, &l->p->step, k);
+}
+
+/* dx of layernorm (mean-centred) and rmsnorm: per row. */
+static void lower_norm_dx(L *l, const Node *n) {
+  const Node *x = n->in[0];
+  bool ln = n->op == OP_LAYERNORM_GRAD;
+  Kernel *k = row_kernel(l, n, x);
+  AxMap m = right_aligned(k, x->shape.ndim);
+  double D = (double)x->shape.d[x->shape.ndim - 1];
+  KExpr *xv = expr(l, k, x, m), *gv = expr(l, k, n->in[2], m);
+  KExpr *mean = ln ? B(MUL, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, xv)), C(1 / D)) : C(0);
+  KExpr *xc = B(SUB, xv, mean);
+  KExpr *var = B(MUL, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, B(MUL, xc, xc))), C(1 / D));
+  KExpr *rstd = U(RSQRT, B(ADD, var, C(attr_float(n, "eps"))));
+  KExpr *xhat = B(MUL, xc, rstd);
+  KExpr *gw = B(MUL, gv, expr(l, k, n->in[1], last_axis(k)));
+  KExpr *sg = ln ? B(MUL, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, gw)), C(1 / D)) : C(0);
+  KExpr *sgx = B(MUL, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, B(MUL, gw, xhat))), C(1 / D));
+  store_out(l, k, n, B(MUL, rstd, B(SUB, B(SUB, gw, sg), B(MUL, xhat, sgx))));
+}
+
+/* A kernel reducing x over its `reduced` axes: the kept axes are the rows, the
+ * reduced ones the columns, whatever their order in x. */
+static Kernel *reduce_kernel(L *l, const Node *n, const Node *x, const bool *reduced, AxMap *m) {
+  int64_t dims[MAX_DIMS];
+  int nd = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int d = 0; d < x->shape.ndim; d++)
+      if (reduced[d] == (pass == 1)) { m->ax[d] = nd; dims[nd++] = x->shape.d[d]; }
+  int rows = 0;
+  for (int d = 0; d < x->shape.ndim; d++) rows += !reduced[d];
+  if (rows == 0) { /* a full reduction: one row */
+    for (int d = nd; d > 0; d--) dims[d] = dims[d - 1];
+    dims[0] = 1;
+    for (int d = 0; d < x->shape.ndim; d++) m->ax[d]++;
+    nd++;
+  }
+  return knew(l, op_info(n->op)->name, KP_ROWS, dims, nd, rows ? rows : 1);
+}
+
+/* The output of a reduction: a contiguous buffer over the kept axes, one value per row. */
+static void store_rows(L *l, Kernel *k, const Node *n, KExpr *e) {
+  int b = out_buf(l, n);
+  l->val[n->id] = layout_of(b, &n->shape);
+  KView v = {0};
+  int64_t st = 1;
+  for (int d = k->row_dims - 1; d >= 0; d--) { v.strides[d] = st; st *= k->dims[d]; }
+  kernel_row(k, kbuf(l, k, b, n->dtype), v, KS_SET, e);
+  kfinish(l, &l->p->step, k);
+}
+
+static void lower_norm_param_grad(L *l, const Node *n) {
+  const Node *x = n->in[0];
+  int which = (int)attr_int(n, "which"), stats[2];
+  if (which == 1) norm_stats(l, n, stats);
+  bool reduced[MAX_DIMS] = {0};
+  for (int d = 0; d < x->shape.ndim; d++) reduced[d] = d != x->shape.ndim - 1;
+  AxMap m;
+  Kernel *k = reduce_kernel(l, n, x, reduced, &m);
+  KExpr *e = expr(l, k, n->in[2], m);
+  if (which == 1) {
+    KView sv = {0};
+    int64_t st = 1;
+    for (int d = x->shape.ndim - 2; d >= 0; d--) { sv.strides[m.ax[d]] = st; st *= x->shape.d[d]; }
+    KExpr *mean = kx_load(l->a, k, kbuf(l, k, stats[0], DT_F32), sv);
+    KExpr *rstd = kx_load(l->a, k, kbuf(l, k, stats[1], DT_F32), sv);
+    e = B(MUL, e, B(MUL, B(SUB, expr(l, k, x, m), mean), rstd));
+  }
+  store_rows(l, k, n, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, e)));
+}
+
+static void lower_reduce(L *l, const Node *n) {
+  const Node *x = n->in[0];
+  bool reduced[MAX_DIMS] = {0};
+  if (n->op == OP_SUM_TO) {
+    int off = x->shape.ndim - n->shape.ndim;
+    for (int d = 0; d < x->shape.ndim; d++) reduced[d] = d < off || (n->shape.d[d - off] == 1 && x->shape.d[d] != 1);
+  } else {
+    const AttrVal *ax = attr_get(n, "axis");
+    for (int d = 0; d < x->shape.ndim; d++) reduced[d] = !ax->set || d == (ax->i < 0 ? ax->i + x->shape.ndim : ax->i);
+  }
+  AxMap m;
+  Kernel *k = reduce_kernel(l, n, x, reduced, &m);
+  KExpr *s = kx_acc(l->a, k, kernel_reduce(k, KR_SUM, expr(l, k, x, m)));
+  if (n->op == OP_MEAN) s = B(MUL, s, C((double)shape_numel(&n->shape) / (double)shape_numel(&x->shape)));
+  store_rows(l, k, n, s);
+}
+
+/* Per row of logits: max, sum of exponentials, and the target's logit by a gather. */
+typedef struct CeRow { Kernel *k; KExpr *x, *t, *valid, *mx, *sum; AxMap m; } CeRow;
+
+static CeRow ce_row(L *l, const Node *n) {
+  const Node *x = n->in[0], *t = n->in[1];
+  CeRow c = {.k = row_kernel(l, n, x)};
+  Kernel *k = c.k;
+  c.m = right_aligned(k, x->shape.ndim);
+  AxMap tm = {{0}};
+  for (int d = 0; d < t->shape.ndim; d++) tm.ax[d] = d;
+  c.x = expr(l, k, x, c.m);
+  c.t = expr(l, k, t, tm);
+  c.valid = U(NEG, B(SUB, B(EQ, c.t, C(attr_int(n, "ignore_index"))), C(1))); /* 1 - (t == ignore) */
+  c.mx = kx_acc(l->a, k, kernel_reduce(k, KR_MAX, c.x));
+  c.sum = kx_acc(l->a, k, kernel_reduce(k, KR_SUM, U(EXP, B(SUB, c.x, c.mx))));
+  return c;
+}
+
+/* The number of counted targets, into a one-element buffer. */
+static int ce_count(L *l, const Node *n) {
+  const Node *t = n->in[1];
+  int64_t rows = shape_numel(&t->shape), dims[2] = {1, rows};
+  Kernel *k = knew(l, "ce_count", KP_ROWS, dims, 2, 1);
+  KView tv = {.offset = l->val[t->id].offset};
+  if (l->val[t->id].kind != V_LAYOUT) error_at(n->loc, "cross_entropy: targets must be an input");
+  tv.strides[1] = 1;
+  KExpr *tx = kx_load(l->a, k, kbuf(l, k, l->val[t->id].buf, DT_I32), tv);
+  KExpr *valid = B(SUB, C(1), B(EQ, tx, C(attr_int(n, "ignore_index"))));
+  int b = lbuf_new(l, RT_TIER_WORK, 4);
+  kernel_row(k, kbuf(l, k, b, DT_F32), (KView){0}, KS_SET, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, valid)));
+  kfinish(l, &l->p->step, k);
+  return b;
+}
+
+static void lower_cross_entropy(L *l, const Node *n) {
+  const Node *x = n->in[0];
+  int64_t rows = shape_numel(&x->shape) / x->shape.d[x->shape.ndim - 1];
+  if (shape_numel(&n->in[1]->shape) != rows || l->val[n->in[1]->id].kind != V_LAYOUT)
+    error_at(n->loc, "cross_entropy: targets must be an input");
+  CeRow c = ce_row(l, n);
+  Kernel *k = c.k;
+  const Val *xv = &l->val[x->id];
+  if (xv->kind != V_LAYOUT) error_at(n->loc, "cross_entropy: logits must be in memory");
+  KView g = view_of(l, k, x, c.m);
+  g.strides[k->ndims - 1] = 0;
+  g.gather = B(MUL, c.t, c.valid);
+  g.gather_stride = xv->strides[x->shape.ndim - 1];
+  KExpr *xt = kx_load(l->a, k, kbuf(l, k, xv->buf, x->dtype), g);
+  KExpr *loss = B(MUL, c.valid, B(SUB, B(ADD, U(LOG, c.sum), c.mx), xt));
+  int per_row = lbuf_new(l, RT_TIER_WORK, rows * 4);
+  KView rv = {0};
+  int64_t st = 1;
+  for (int d = k->row_dims - 1; d >= 0; d--) { rv.strides[d] = st; st *= k->dims[d]; }
+  kernel_row(k, kbuf(l, k, per_row, DT_F32), rv, KS_SET, loss);
+  kfinish(l, &l->p->step, k);
+  int cnt = ce_count(l, n);
+  int64_t dims[2] = {1, rows};
+  Kernel *m = knew(l, "ce_mean", KP_ROWS, dims, 2, 1);
+  KView lv = {0};
+  lv.strides[1] = 1;
+  KExpr *sum = kx_acc(l->a, m, kernel_reduce(m, KR_SUM, kx_load(l->a, m, kbuf(l, m, per_row, DT_F32), lv)));
+  KExpr *count = kx_load(l->a, m, kbuf(l, m, cnt, DT_F32), (KView){0});
+  int b = out_buf(l, n);
+  l->val[n->id] = layout_of(b, &n->shape);
+  kernel_row(m, kbuf(l, m, b, DT_F32), (KView){0}, KS_SET,
+             kx_binary(l->a, m, KB_DIV, sum, kx_binary(l->a, m, KB_MAX, count, kx_const(l->a, m, 1))));
+  kfinish(l, &l->p->step, m);
+}
+
+static void lower_cross_entropy_grad(L *l, const Node *n) {
+  int cnt = ce_count(l, n);
+  CeRow c = ce_row(l, n);
+  Kernel *k = c.k;
+  KExpr *p = B(DIV, U(EXP, B(SUB, c.x, c.mx)), c.sum);
+  KExpr *onehot = B(EQ, kx_coord(l->a, k, k->ndims - 1), c.t);
+  KExpr *count = B(MAX, kx_load(l->a, k, kbuf(l, k, cnt, DT_F32), (KView){0}), C(1));
+  AxMap none = {{0}};
+  KExpr *g = expr(l, k, n->in[2], none);
+  store_out(l, k, n, B(MUL, c.valid, B(DIV, B(MUL, B(SUB, p, onehot), g), count)));
+}
+
+/* ---- scatter, pad, concat -------------------------------------------------------------- */
+
+static void lower_embedding_grad(L *l, const Node *n) {
+  const Node *ix = n->in[0], *g = n->in[1];
+  int b = out_buf(l, n);
+  l->val[n->id] = layout_of(b, &n->shape);
+  PInstr *z = emit(l, &l->p->step, PI_ZERO);
+  z->tier = PENDING + b;
+  z->bytes = bytes_of(n);
+  touch(l, b, l->p->step.n - 1);
+  Kernel *k = knew(l, "embedding_grad", KP_COLS, g->shape.d, g->shape.ndim, g->shape.ndim - 1);
+  AxMap m = right_aligned(k, g->shape.ndim);
+  KView sv = {0};
+  sv.strides[k->ndims - 1] = 1;
+  sv.gather = expr(l, k, ix, m);
+  sv.gather_stride = n->shape.d[1];
+  kernel_map(k, kbuf(l, k, b, n->dtype), sv, KS_ADD, expr(l, k, g, m));
+  kfinish(l, &l->p->step, k);
+}
+
+static void lower_pad(L *l, const Node *n) {
+  const Node *x = n->in[0];
+  int axis = (int)attr_int(n, "axis");
+  if (axis < 0) axis += n->shape.ndim;
+  int64_t before = attr_int(n, "before"), len = x->shape.d[axis];
+  Kernel *k = knew(l, "pad", KP_ROWS, n->shape.d, n->shape.ndim, n->shape.ndim - 1);
+  AxMap m = right_aligned(k, n->shape.ndim);
+  KExpr *c = kx_coord(l->a, k, axis);
+  KExpr *inside = B(MUL, B(LE, C(before), c), B(LT, c, C(before + len)));
+  KView v = view_of(l, k, x, m);
+  v.strides[axis] = 0;
+  v.gather = B(MUL, inside, B(SUB, c, C(before)));
+  v.gather_stride = l->val[x->id].strides[axis];
+  KExpr *xv = kx_load(l->a, k, kbuf(l, k, l->val[x->id].buf, x->dtype), v);
+  store_out(l, k, n, SEL(inside, xv, C(0)));
+}
+
+static void lower_concat(L *l, const Node *n) {
+  int axis = (int)attr_int(n, "axis");
+  if (axis < 0) axis += n->shape.ndim;
+  int b = out_buf(l, n);
+  Val out = layout_of(b, &n->shape);
+  int64_t off = 0;
+  for (int i = 0; i < n->nin; i++) {
+    const Node *x = n->in[i];
+    Kernel *k = knew(l, "concat", KP_ROWS, x->shape.d, x->shape.ndim, x->shape.ndim - 1);
+    AxMap m = right_aligned(k, x->shape.ndim);
+    KView v = {.offset = off * out.strides[axis]};
+    for (int d = 0; d < x->shape.ndim; d++) v.strides[d] = out.strides[d];
+    kernel_map(k, kbuf(l, k, b, n->dtype), v, KS_SET, expr(l, k, x, m));
+    kfinish(l, &l->p->step, k);
+    off += x->shape.d[axis];
+  }
+  l->val[n->id] = out;
+}
+
+/* ---- views ----------------------------------------------------------------------------- */
+
+static bool is_contiguous(const Node *n, const Val *v) {
+  int64_t st[MAX_DIMS];
+  contiguous(&n->shape, st);
+  for (int d = 0; d < n->shape.ndim; d++)
+    if (n->shape.d[d] != 1 && v->strides[d] != st[d]) return false;
+  return true;
+}
+
+static void lower_reshape(L *l, const Node *n) {
+  const Node *x = n->in[0];
+  if (!is_contiguous(x, &l->val[x->id])) l->val[x->id] = materialize(l, x, lbuf_new(l, RT_TIER_WORK, bytes_of(x)));
+  Val v = l->val[x->id];
+  contiguous(&n->shape, v.strides);
+  l->val[n->id] = v;
+}
+
+static void lower_transpose(L *l, const Node *n) {
+  const Val *xv = &l->val[n->in[0]->id];
+  const AttrVal *p = attr_get(n, "perm");
+  Val v = *xv;
+  for (int d = 0; d < p->n; d++) v.strides[d] = xv->strides[p->v[d]];
+  l->val[n->id] = v;
+}
+
+static void lower_slice(L *l, const Node *n) {
+  const Val *xv = &l->val[n->in[0]->id];
+  int axis = (int)attr_int(n, "axis");
+  if (axis < 0) axis += n->shape.ndim;
+  Val v = *xv;
+  v.offset += attr_int(n, "start") * xv->strides[axis];
+  l->val[n->id] = v;
+}
+
+static void lower_expr_node(L *l, const Node *n);
+
+/* A broadcast of a buffer is a view (stride 0 on the new axes); of an expression, an expression. */
+static void lower_broadcast(L *l, const Node *n) {
+  const Node *x = n->in[0];
+  const Val *xv = &l->val[x->id];
+  if (xv->kind != V_LAYOUT) { lower_expr_node(l, n); return; }
+  Val v = *xv;
+  int off = n->shape.ndim - x->shape.ndim;
+  for (int d = 0; d < n->shape.ndim; d++) v.strides[d] = d < off || x->shape.d[d - off] == 1 ? 0 : xv->strides[d - off];
+  l->val[n->id] = v;
+}
+
+/* ---- the walk over the graph ------------------------------------------------------------ */
+
+/* Inputs that must be in memory, by op: GEMM operands, views, shifted or gathered reads. */
+static const unsigned memory_inputs[OP_COUNT] = {
+  [OP_MATMUL] = 3, [OP_RESHAPE] = 1, [OP_TRANSPOSE] = 1, [OP_SLICE] = 1, [OP_ROTARY] = 1, [OP_PAD] = 1,
+  [OP_EMBEDDING] = 1, [OP_CROSS_ENTROPY] = 3, [OP_CROSS_ENTROPY_GRAD] = 3,
+};
+
+static bool needs_memory(const Node *n, int i) { return i < 32 && (memory_inputs[n->op] >> i & 1); }
+
+static void check_supported(const Node *n) {
+  if (n->dtype != DT_F32 && n->dtype != DT_I32)
+    error_at(n->loc, "%s: code generation supports f32 tensors so far, not %s", op_info(n->op)->name, dtype_name(n->dtype));
+  if (n->op == OP_DROPOUT && attr_float(n, "p") > 0)
+    error_at(n->loc, "dropout: code generation does not draw dropout masks yet (p = %g)", attr_float(n, "p"));
+  if (n->op == OP_ATTENTION) error_at(n->loc, "attention must be decomposed before lowering");
+}
+
+static void analyse(L *l) {
+  Graph *g = l->g;
+  for (int i = 0; i < g->n; i++) {
+    const Node *n = g->nodes[i];
+    check_supported(n);
+    for (int k = 0; k < n->nin; k++) {
+      l->uses[n->in[k]->id]++;
+      if (needs_memory(n, k)) l->need_layout[n->in[k]->id] = true;
+    }
+  }
+  l->need_layout[g->loss->id] = true;
+  for (int k = 0; k < g->nparams; k++)
+    if (g->param_grads[k]) {
+      l->need_layout[g->param_grads[k]->id] = true;
+      if (l->grad_of[g->param_grads[k]->id] < 0) l->grad_of[g->param_grads[k]->id] = k;
+    }
+}
+
+static void lower_param(L *l, const Node *n) {
+  int k = 0;
+  while (l->p->params[k].node != n) k++;
+  int b = lbuf_new(l, RT_TIER_PARAMS, bytes_of(n));
+  l->bufs[b].offset = l->p->params[k].offset;
+  l->bufs[b].placed = l->bufs[b].pinned = true;
+  l->val[n->id] = layout_of(b, &n->shape);
+}
+
+static void lower_input(L *l, const Node *n) {
+  int b = lbuf_new(l, RT_TIER_WORK, bytes_of(n));
+  l->bufs[b].pinned = true;
+  l->val[n->id] = layout_of(b, &n->shape);
+  for (int i = 0; i < l->p->ninputs; i++)
+    if (l->p->inputs[i].node == n) l->p->inputs[i].offset = b; /* a buffer index until placed */
+}
+
+/* An expression: computed where it is read, unless it must be in memory or is read
+ * more than once (constants and positions are always recomputed). */
+static void lower_expr_node(L *l, const Node *n) {
+  l->val[n->id].kind = V_EXPR;
+  bool cheap = n->op == OP_CONST || n->op == OP_ARANGE;
+  if (l->need_layout[n->id] || (l->uses[n->id] > 1 && !cheap)) l->val[n->id] = materialize(l, n, out_buf(l, n));
+}
+
+static void lower_norm_grad(L *l, const Node *n) {
+  if (attr_int(n, "which") == 0) lower_norm_dx(l, n);
+  else lower_norm_param_grad(l, n);
+}
+
+static void lower_unsupported(L *l, const Node *n) {
+  error_at(n->loc, "%s: no code generation (run pass_decompose first)", op_info(n->op)->name);
+}
+
+#define lower_const lower_expr_node
+#define lower_arange lower_expr_node
+#define lower_embedding lower_expr_node
+#define lower_add lower_expr_node
+#define lower_sub lower_expr_node
+#define lower_mul lower_expr_node
+#define lower_div lower_expr_node
+#define lower_neg lower_expr_node
+#define lower_gelu lower_expr_node
+#define lower_silu lower_expr_node
+#define lower_relu lower_expr_node
+#define lower_dropout lower_expr_node
+#define lower_cast lower_expr_node
+#define lower_rotary lower_expr_node
+#define lower_gelu_grad lower_expr_node
+#define lower_silu_grad lower_expr_node
+#define lower_relu_grad lower_expr_node
+#define lower_sum lower_reduce
+#define lower_mean lower_reduce
+#define lower_sum_to lower_reduce
+#define lower_layernorm_grad lower_norm_grad
+#define lower_rmsnorm_grad lower_norm_grad
+#define lower_attention lower_unsupported
+
+static void (*const lower_rules[OP_COUNT])(L *, const Node *) = {
+#define OP(id, name, nin, cls, flags, attrs) [OP_##id] = lower_##name,
+#include "ir/ops.def"
+#undef OP
+};
+
+static void lower_node(L *l, const Node *n) { lower_rules[n->op](l, n); }
+
+/* Gradients that did not land in their parameter's slot are copied there. */
+static void fill_grad_slots(L *l) {
+  Graph *g = l->g;
+  for (int k = 0; k < g->nparams; k++) {
+    const Node *gn = g->param_grads[k];
+    if (!gn || l->slot_used[k]) continue;
+    l->at = gn;
+    int b = grad_slot(l, k, gn);
+    Kernel *kk = knew(l, "grad_copy", KP_ROWS, gn->shape.d, gn->shape.ndim, gn->shape.ndim ? gn->shape.ndim - 1 : 0);
+    kernel_map(kk, kbuf(l, kk, b, DT_F32), kview_contig(kk, 0), KS_SET, expr(l, kk, gn, right_aligned(kk, gn->shape.ndim)));
+    kfinish(l, &l->p->step, kk);
+  }
+}
+
+/* ---- parameters, inputs, optimizer ------------------------------------------------------- */
+
+static void layout_params(L *l) {
+  Program *p = l->p;
+  Graph *g = l->g;
+  p->nparams = g->nparams;
+  p->params = arena_array(l->a, g->nparams, sizeof *p->params);
+  int64_t off = 0;
+  for (int k = 0; k < g->nparams; k++) {
+    const Node *n = g->params[k];
+    p->params[k] = (PParam){n, off, n->shape.ndim >= 2};
+    off += (bytes_of(n) + 63) & ~(int64_t)63;
+  }
+  p->tiers[RT_TIER_PARAMS] = p->tiers[RT_TIER_GRADS] = off;
+  bool adam = g->train.opt == OPT_ADAMW, mom = !adam && g->train.momentum > 0;
+  p->opt_v_offset = off;
+  p->tiers[RT_TIER_OPT] = adam ? 2 * off : mom ? off : 0;
+}
+
+static void find_inputs(L *l) {
+  Program *p = l->p;
+  Graph *g = l->g;
+  p->inputs = arena_array(l->a, g->n, sizeof *p->inputs);
+  const Node *targets = g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[1] : NULL;
+  for (int i = 0; i < g->n_forward; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op != OP_INPUT) continue;
+    PInputRole role = n == targets ? PIN_TARGETS : n->dtype == DT_I32 && n->shape.ndim == 2 ? PIN_TOKENS : PIN_OTHER;
+    p->inputs[p->ninputs++] = (PInput){n, 0, role};
+  }
+}
+
+/* The tier views of the optimizer's kernels: param, grad, m, v at the param's offset. */
+static Kernel *param_kernel(L *l, const PParam *pp, const char *what, int bufs[4]) {
+  const Node *n = pp->node;
+  int64_t numel = shape_numel(&n->shape), cols = n->shape.ndim ? n->shape.d[n->shape.ndim - 1] : 1;
+  int64_t dims[2] = {numel / cols, cols};
+  Kernel *k = knew(l, what, KP_ROWS, dims, 2, 1);
+  k->name = arena_printf(l->a, "k%d_%s_%s", l->p->nkernels, what, n->name);
+  for (char *c = (char *)k->name; *c; c++)
+    if (*c == '.') *c = '_';
+  int tiers[4] = {RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT, RT_TIER_OPT};
+  int64_t offs[4] = {pp->offset, pp->offset, pp->offset, l->p->opt_v_offset + pp->offset};
+  const char *names[4] = {"param", "grad", "m", "v"};
+  for (int i = 0; i < 4; i++) {
+    k->bufs[k->nbufs] = (KBuf){names[i], tiers[i], offs[i], numel, DT_F32};
+    bufs[i] = k->nbufs++;
+  }
+  return k;
+}
+
+static void emit_update(L *l, const PParam *pp) {
+  const TrainSpec *t = &l->g->train;
+  int b[4];
+  Kernel *k = param_kernel(l, pp, t->opt == OPT_ADAMW ? "adamw" : "sgd", b);
+  KView v = kview_contig(k, 0);
+  KExpr *g = B(MUL, kx_load(l->a, k, b[1], v), kx_scalar(l->a, k, RT_SC_GSCALE));
+  KExpr *p = kx_load(l->a, k, b[0], v), *lr = kx_scalar(l->a, k, RT_SC_LR);
+  double wd = pp->decay ? t->weight_decay : 0;
+  if (t->opt == OPT_ADAMW) {
+    kernel_map(k, b[2], v, KS_SET, B(ADD, B(MUL, C(t->beta1), kx_load(l->a, k, b[2], v)), B(MUL, C(1 - t->beta1), g)));
+    kernel_map(k, b[3], v, KS_SET, B(ADD, B(MUL, C(t->beta2), kx_load(l->a, k, b[3], v)), B(MUL, C(1 - t->beta2), B(MUL, g, g))));
+    KExpr *m = kx_load(l->a, k, b[2], v), *vv = kx_load(l->a, k, b[3], v);
+    KExpr *denom = B(ADD, U(SQRT, B(MUL, vv, kx_scalar(l->a, k, RT_SC_BC2))), C(t->eps));
+    KExpr *step = B(DIV, B(MUL, B(MUL, lr, kx_scalar(l->a, k, RT_SC_BC1)), m), denom);
+    KExpr *decayed = wd ? B(MUL, p, B(SUB, C(1), B(MUL, lr, C(wd)))) : p;
+    kernel_map(k, b[0], v, KS_SET, B(SUB, decayed, step));
+  } else {
+    if (wd) g = B(ADD, g, B(MUL, C(wd), p));
+    if (t->momentum > 0) {
+      kernel_map(k, b[2], v, KS_SET, B(ADD, B(MUL, C(t->momentum), kx_load(l->a, k, b[2], v)), g));
+      g = kx_load(l->a, k, b[2], v);
+    }
+    kernel_map(k, b[0], v, KS_SET, B(SUB, p, B(MUL, lr, g)));
+  }
+  kfinish(l, &l->p->update, k);
+}
+
+/* One partial sum of squared gradients per row of each parameter. */
+static void emit_gradnorm(L *l, const PParam *pp, int parts, int64_t *next) {
+  int b[4];
+  Kernel *k = param_kernel(l, pp, "gradnorm", b);
+  KExpr *g = kx_load(l->a, k, b[1], kview_contig(k, 0));
+  KView out = {.offset = *next};
+  out.strides[0] = 1;
+  kernel_row(k, kbuf(l, k, parts, DT_F32), out, KS_SET, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, B(MUL, g, g))));
+  kfinish(l, &l->p->gradnorm, k);
+  *next += k->rows;
+}
+
+static void emit_optimizer(L *l) {
+  Program *p = l->p;
+  l->at = NULL;
+  int64_t parts = 0;
+  for (int k = 0; k < p->nparams; k++) {
+    const Node *n = p->params[k].node;
+    parts += shape_numel(&n->shape) / (n->shape.ndim ? n->shape.d[n->shape.ndim - 1] : 1);
+  }
+  int pb = lbuf_new(l, RT_TIER_WORK, parts * 4);
+  l->bufs[pb].pinned = true;
+  p->gradnorm_parts = parts;
+  p->gradnorm_offset = pb; /* a buffer index until placed */
+  int64_t next = 0;
+  for (int k = 0; k < p->nparams; k++) {
+    emit_gradnorm(l, &p->params[k], pb, &next);
+    emit_update(l, &p->params[k]);
+  }
+}
+
+/* ---- memory plan ------------------------------------------------------------------------- */
+
+static int by_size(const void *a, const void *b) {
+  const LBuf *x = *(LBuf *const *)a, *y = *(LBuf *const *)b;
+  return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : 0;
+}
+
+static int by_offset(const void *a, const void *b) {
+  const LBuf *x = *(LBuf *const *)a, *y = *(LBuf *const *)b;
+  return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* The lowest offset where b fits between the placed buffers live at the same time. */
+static int64_t first_fit(LBuf *b, LBuf **placed, int n, LBuf **live) {
+  int nl = 0;
+  for (int j = 0; j < n; j++)
+    if (placed[j]->first <= b->last && b->first <= placed[j]->last) live[nl++] = placed[j];
+  qsort(live, nl, sizeof *live, by_offset);
+  int64_t off = 0;
+  for (int j = 0; j < nl; j++) {
+    if (live[j]->offset >= off + b->bytes) break;
+    if (live[j]->offset + live[j]->bytes > off) off = live[j]->offset + live[j]->bytes;
+  }
+  return off;
+}
+
+/* Greedy best-fit by size over the interval graph of lifetimes; pinned buffers
+ * (inputs, the loss, the gradient-norm parts) live through the whole step. */
+static void plan_memory(L *l) {
+  int end = l->p->step.n + 1;
+  LBuf **work = arena_array(l->a, l->nbufs, sizeof *work);
+  int n = 0;
+  for (int i = 0; i < l->nbufs; i++) {
+    LBuf *b = &l->bufs[i];
+    if (b->tier != RT_TIER_WORK) continue;
+    if (b->pinned || b->first < 0) { b->first = 0; b->last = end; }
+    work[n++] = b;
+  }
+  qsort(work, n, sizeof *work, by_size);
+  LBuf **live = arena_array(l->a, n ? n : 1, sizeof *live);
+  int64_t peak = 0;
+  for (int i = 0; i < n; i++) {
+    LBuf *b = work[i];
+    int64_t off = first_fit(b, work, i, live);
+    b->offset = off;
+    b->placed = true;
+    if (off + b->bytes > peak) peak = off + b->bytes;
+  }
+  l->p->tiers[RT_TIER_WORK] = l->p->work_peak = peak;
+}
+
+static void patch_kernel(L *l, Kernel *k) {
+  for (int i = 0; i < k->nbufs; i++)
+    if (k->bufs[i].tier >= PENDING) {
+      LBuf *b = &l->bufs[k->bufs[i].tier - PENDING];
+      k->bufs[i].tier = b->tier;
+      k->bufs[i].offset += b->offset;
+    }
+}
+
+static void patch_seq(L *l, PSeq *s) {
+  for (int i = 0; i < s->n; i++) {
+    PInstr *in = &s->v[i];
+    if (in->kind == PI_ZERO && in->tier >= PENDING) {
+      LBuf *b = &l->bufs[in->tier - PENDING];
+      in->tier = b->tier;
+      in->offset += b->offset;
+    }
+    if (in->kind == PI_GEMM)
+      for (int j = 0; j < 3; j++)
+        if (in->gemm.tier[j] >= PENDING) {
+          LBuf *b = &l->bufs[in->gemm.tier[j] - PENDING];
+          in->gemm.tier[j] = b->tier;
+          in->gemm.off[j] += b->offset;
+        }
+  }
+}
+
+/* ---- the forward subset, for sampling ------------------------------------------------------ */
+
+static void build_forward(L *l, const Node *logits) {
+  Graph *g = l->g;
+  bool *anc = arena_array(l->a, g->n, sizeof *anc);
+  anc[logits->id] = true;
+  for (int i = logits->id; i >= 0; i--)
+    if (anc[i])
+      for (int k = 0; k < g->nodes[i]->nin; k++) anc[g->nodes[i]->in[k]->id] = true;
+  for (int i = 0; i < l->p->step.n; i++) {
+    PInstr *in = &l->p->step.v[i];
+    if (in->node >= 0 && in->node < g->n_forward && anc[in->node]) *emit(l, &l->p->forward, in->kind) = *in;
+  }
+}
+
+Program *lower_program(Graph *g) {
+  Arena *a = g->arena;
+  Program *p = arena_alloc(a, sizeof *p);
+  p->arena = a;
+  p->g = g;
+  L l = {.g = g, .p = p, .a = a};
+  l.val = arena_array(a, g->n, sizeof *l.val);
+  l.uses = arena_array(a, g->n, sizeof *l.uses);
+  l.need_layout = arena_array(a, g->n, sizeof *l.need_layout);
+  l.grad_of = arena_array(a, g->n, sizeof *l.grad_of);
+  l.slot_used = arena_array(a, g->nparams ? g->nparams : 1, sizeof *l.slot_used);
+  for (int i = 0; i < g->n; i++) l.grad_of[i] = -1;
+  layout_params(&l);
+  find_inputs(&l);
+  const Node *logits = g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
+  analyse(&l);
+  if (logits) l.need_layout[logits->id] = true;
+  for (int i = 0; i < g->n; i++) {
+    l.at = g->nodes[i];
+    lower_node(&l, g->nodes[i]);
+  }
+  fill_grad_slots(&l);
+  l.bufs[l.val[g->loss->id].buf].pinned = true;
+  emit_optimizer(&l);
+  if (logits) build_forward(&l, logits);
+  plan_memory(&l);
+  for (int i = 0; i < p->nkernels; i++) patch_kernel(&l, p->kernels[i]);
+  PSeq *seqs[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
+  for (int i = 0; i < 4; i++) patch_seq(&l, seqs[i]);
+  for (int i = 0; i < p->ninputs; i++) p->inputs[i].offset = l.bufs[p->inputs[i].offset].offset;
+  p->gradnorm_offset = l.bufs[p->gradnorm_offset].offset;
+  const Val *lv = &l.val[g->loss->id];
+  p->loss_offset = l.bufs[lv->buf].offset + lv->offset * 4;
+  if (logits) {
+    const Val *gv = &l.val[logits->id];
+    p->logits_offset = l.bufs[gv->buf].offset + gv->offset * 4;
+    p->vocab = logits->shape.d[logits->shape.ndim - 1];
+  }
+  for (int i = 0; i < p->ninputs; i++)
+    if (p->inputs[i].role == PIN_TOKENS) {
+      p->batch = p->inputs[i].node->shape.d[0];
+      p->seq = p->inputs[i].node->shape.d[1];
+    }
+  GraphStats st;
+  graph_stats(g, &st);
+  p->flops_per_step = st.train_flops;
+  return p;
+}
+
+/* ---- JSON ------------------------------------------------------------------------------- */
+
+static cJSON *ints_json(const int64_t *v, int n) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[i]));
+  return a;
+}
+
+static cJSON *instr_json(const PInstr *in) {
+  cJSON *o = cJSON_CreateObject();
+  switch (in->kind) {
+  case PI_KERNEL:
+    cJSON_AddStringToObject(o, "op", "kernel");
+    cJSON_AddNumberToObject(o, "kernel", in->kernel);
+    cJSON_AddNumberToObject(o, "extent", (double)in->extent);
+    break;
+  case PI_ZERO:
+    cJSON_AddStringToObject(o, "op", "zero");
+    cJSON_AddNumberToObject(o, "tier", in->tier);
+    cJSON_AddNumberToObject(o, "offset", (double)in->offset);
+    cJSON_AddNumberToObject(o, "bytes", (double)in->bytes);
+    break;
+  case PI_GEMM: {
+    const PGemm *g = &in->gemm;
+    cJSON_AddStringToObject(o, "op", "gemm");
+    const char *keys[] = {"ta", "tb", "m", "n", "k", "lda", "ldb", "ldc"};
+    int64_t vals[] = {g->ta, g->tb, g->m, g->n, g->k, g->lda, g->ldb, g->ldc};
+    for (int i = 0; i < 8; i++) cJSON_AddNumberToObject(o, keys[i], (double)vals[i]);
+    cJSON_AddNumberToObject(o, "alpha", g->alpha);
+    cJSON_AddNumberToObject(o, "beta", g->beta);
+    const char *ops[] = {"a", "b", "c"}, *strides[] = {"sa", "sb", "sc"};
+    for (int i = 0; i < 3; i++) {
+      int64_t loc[2] = {g->tier[i], g->off[i]};
+      cJSON_AddItemToObject(o, ops[i], ints_json(loc, 2));
+      cJSON_AddItemToObject(o, strides[i], ints_json(g->stride[i], 2));
+    }
+    cJSON_AddItemToObject(o, "batch", ints_json(g->batch, 2));
+    break;
+  }
+  }
+  return o;
+}
+
+static cJSON *seq_json(const PSeq *s) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; i < s->n; i++) cJSON_AddItemToArray(a, instr_json(&s->v[i]));
+  return a;
+}
+
+static const char *init_name(InitKind k) {
+  static const char *names[] = {"normal", "zeros", "ones", "normal", "uniform", "constant"};
+  return names[k];
+}
+
+static cJSON *params_json(const Program *p) {
+  cJSON *a = cJSON_CreateArray();
+  for (int k = 0; k < p->nparams; k++) {
+    const Node *n = p->params[k].node;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", n->name);
+    cJSON_AddItemToObject(o, "shape", ints_json(n->shape.d, n->shape.ndim));
+    cJSON_AddNumberToObject(o, "offset", (double)p->params[k].offset);
+    cJSON_AddBoolToObject(o, "decay", p->params[k].decay);
+    cJSON_AddStringToObject(o, "init", init_name(n->init.kind));
+    cJSON_AddNumberToObject(o, "a", n->init.kind == INIT_NONE ? 0.02 : n->init.a);
+    cJSON_AddNumberToObject(o, "b", n->init.b);
+    cJSON_AddItemToArray(a, o);
+  }
+  return a;
+}
+
+static cJSON *train_json(const TrainSpec *t) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "optimizer", t->opt == OPT_ADAMW ? "adamw" : "sgd");
+  const char *keys[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "momentum", "clip", "min_lr"};
+  double vals[] = {t->lr, t->beta1, t->beta2, t->eps, t->weight_decay, t->momentum, t->clip, t->min_lr};
+  for (int i = 0; i < 8; i++) cJSON_AddNumberToObject(o, keys[i], vals[i]);
+  cJSON_AddNumberToObject(o, "warmup", (double)t->warmup);
+  cJSON_AddStringToObject(o, "schedule", t->schedule == SCHED_COSINE ? "cosine" : "constant");
+  return o;
+}
+
+char *program_to_json(const Program *p) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "version", 1);
+  cJSON_AddStringToObject(o, "model", p->g->name);
+  cJSON_AddNumberToObject(o, "batch", (double)p->batch);
+  cJSON_AddNumberToObject(o, "seq", (double)p->seq);
+  cJSON_AddNumberToObject(o, "vocab", (double)p->vocab);
+  cJSON_AddItemToObject(o, "tiers", ints_json(p->tiers, 4));
+  cJSON_AddNumberToObject(o, "opt_v_offset", (double)p->opt_v_offset);
+  cJSON_AddItemToObject(o, "train", train_json(&p->g->train));
+  cJSON_AddItemToObject(o, "params", params_json(p));
+  cJSON *inputs = cJSON_CreateArray();
+  for (int i = 0; i < p->ninputs; i++) {
+    cJSON *in = cJSON_CreateObject();
+    cJSON_AddStringToObject(in, "name", p->inputs[i].node->name);
+    const char *roles[] = {"tokens", "targets", "data"};
+    cJSON_AddStringToObject(in, "role", roles[p->inputs[i].role]);
+    cJSON_AddItemToObject(in, "shape", ints_json(p->inputs[i].node->shape.d, p->inputs[i].node->shape.ndim));
+    cJSON_AddNumberToObject(in, "offset", (double)p->inputs[i].offset);
+    cJSON_AddItemToArray(inputs, in);
+  }
+  cJSON_AddItemToObject(o, "inputs", inputs);
+  cJSON_AddNumberToObject(o, "loss_offset", (double)p->loss_offset);
+  cJSON_AddNumberToObject(o, "logits_offset", (double)p->logits_offset);
+  cJSON_AddNumberToObject(o, "gradnorm_offset", (double)p->gradnorm_offset);
+  cJSON_AddNumberToObject(o, "gradnorm_parts", (double)p->gradnorm_parts);
+  cJSON_AddNumberToObject(o, "flops_per_step", p->flops_per_step);
+  cJSON *names = cJSON_CreateArray();
+  for (int i = 0; i < p->nkernels; i++) cJSON_AddItemToArray(names, cJSON_CreateString(p->kernels[i]->name));
+  cJSON_AddItemToObject(o, "kernels", names);
+  cJSON_AddItemToObject(o, "step", seq_json(&p->step));
+  cJSON_AddItemToObject(o, "gradnorm", seq_json(&p->gradnorm));
+  cJSON_AddItemToObject(o, "update", seq_json(&p->update));
+  cJSON_AddItemToObject(o, "forward", seq_json(&p->forward));
+  char *text = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return text;
+}

@@ -1,0 +1,540 @@
+/* The reference interpreter (ir/interp.h, where each op's meaning is written): one
+ * plain loop nest per op in double precision, written for obviousness, not speed.
+ * Generated kernels are checked against it, and tests/unit/test_gradcheck.c checks
+ * every op's gradient rule with it against finite differences. */
+#include "ir/interp.h"
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/philox.h"
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static _Noreturn void fail(const Node *n, const char *what, double v, int64_t lim) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "interp: %%%d %s: %s %g outside [0, %lld)", n->id, op_info(n->op)->name, what, v,
+           (long long)lim);
+  diag_internal(__FILE__, __LINE__, msg);
+}
+
+/* An i32 value used as an index into [0, lim). */
+static int64_t index_in(const Node *n, const char *what, double v, int64_t lim) {
+  if (!(v >= 0 && v < (double)lim) || v != floor(v)) fail(n, what, v, lim);
+  return (int64_t)v;
+}
+
+static int64_t numel(const Node *n) { return shape_numel(&n->shape); }
+static int64_t last(const Shape *s) { return s->ndim ? s->d[s->ndim - 1] : 1; }
+static int axis_of(const Node *n, const char *attr, int ndim) {
+  int64_t a = attr_int(n, attr);
+  return (int)(a < 0 ? a + ndim : a);
+}
+
+/* s seen as [outer, len, inner] around axis a. */
+static void split_at(const Shape *s, int a, int64_t *outer, int64_t *len, int64_t *inner) {
+  *outer = *inner = 1;
+  for (int i = 0; i < a; i++) *outer *= s->d[i];
+  *len = s->d[a];
+  for (int i = a + 1; i < s->ndim; i++) *inner *= s->d[i];
+}
+
+/* Element strides of a tensor of shape `in` broadcast to `out` (numpy: aligned from
+ * the right; 0 along axes where in has size 1 or no axis). */
+static void bcast_strides(const Shape *in, const Shape *out, int64_t st[MAX_DIMS]) {
+  int64_t s = 1;
+  for (int i = out->ndim - 1; i >= 0; i--) {
+    int k = in->ndim - out->ndim + i;
+    st[i] = k < 0 || in->d[k] == 1 ? 0 : s;
+    if (k >= 0) s *= in->d[k];
+  }
+}
+
+static void contig_strides(const Shape *s, int64_t st[MAX_DIMS]) {
+  int64_t m = 1;
+  for (int i = s->ndim - 1; i >= 0; i--) { st[i] = m; m *= s->d[i]; }
+}
+
+/* The offset, under strides st, of flat element i of a tensor of shape s. */
+static int64_t offset_of(int64_t i, const Shape *s, const int64_t *st) {
+  int64_t off = 0;
+  for (int d = s->ndim - 1; d >= 0; d--) {
+    off += (i % s->d[d]) * st[d];
+    i /= s->d[d];
+  }
+  return off;
+}
+
+static double sigmoid(double x) { return 1 / (1 + exp(-x)); }
+static const double GELU_C = 0.7978845608028654; /* sqrt(2/pi) */
+static double gelu(double x) { return 0.5 * x * (1 + tanh(GELU_C * (x + 0.044715 * x * x * x))); }
+static double gelu_d(double x) {
+  double t = tanh(GELU_C * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * x * x);
+}
+static double silu_d(double x) { double s = sigmoid(x); return s * (1 + x * (1 - s)); }
+
+/* ---- elementwise ----------------------------------------------------------------- */
+
+static double binop(OpKind op, double a, double b) {
+  return op == OP_ADD ? a + b : op == OP_SUB ? a - b : op == OP_MUL ? a * b : a / b;
+}
+
+static void run_binary(const Node *n, const double *a, const double *b, double *out) {
+  int64_t sa[MAX_DIMS], sb[MAX_DIMS], N = numel(n);
+  bcast_strides(&n->in[0]->shape, &n->shape, sa);
+  bcast_strides(&n->in[1]->shape, &n->shape, sb);
+  for (int64_t i = 0; i < N; i++)
+    out[i] = binop(n->op, a[offset_of(i, &n->shape, sa)], b[offset_of(i, &n->shape, sb)]);
+}
+
+static double unop(OpKind op, double x) {
+  return op == OP_NEG ? -x : op == OP_GELU ? gelu(x) : op == OP_SILU ? x * sigmoid(x) : x > 0 ? x : 0;
+}
+
+static void run_unary(const Node *n, const double *x, double *out) {
+  for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = unop(n->op, x[i]);
+}
+
+/* gelu_grad, silu_grad, relu_grad (x, g). */
+static void run_act_grad(const Node *n, const double *x, const double *g, double *out) {
+  for (int64_t i = 0, N = numel(n); i < N; i++) {
+    double d = n->op == OP_GELU_GRAD ? gelu_d(x[i]) : n->op == OP_SILU_GRAD ? silu_d(x[i]) : x[i] > 0;
+    out[i] = g[i] * d;
+  }
+}
+
+static void run_dropout(const Node *n, const double *x, double *out, int64_t step) {
+  double p = attr_float(n, "p");
+  uint32_t key[2];
+  philox_key_derive((uint64_t)attr_int(n, "seed") + (uint64_t)step, "dropout", key);
+  for (int64_t i = 0, N = numel(n); i < N; i++)
+    out[i] = p == 0 ? x[i] : (double)philox_uniform(key, (uint64_t)i) >= p ? x[i] / (1 - p) : 0;
+}
+
+/* x rounded to a binary format of p significand bits, smallest normal exponent emin
+ * (as 2^emin) and largest finite value maxv; ties to even. */
+static double round_binary(double x, int p, int emin, double maxv, bool has_inf) {
+  if (x == 0 || isnan(x)) return x;
+  if (isinf(x)) return has_inf ? x : NAN;
+  int e;
+  frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+  int q = (e - 1 < emin ? emin : e - 1) - (p - 1); /* the exponent of one ulp */
+  double r = ldexp(nearbyint(ldexp(x, -q)), q);
+  if (fabs(r) > maxv) return has_inf ? copysign(INFINITY, x) : NAN;
+  return r;
+}
+
+double interp_round(double x, DType t) {
+  switch (t) {
+  case DT_F32: return round_binary(x, 24, -126, FLT_MAX, true);
+  case DT_BF16: return round_binary(x, 8, -126, ldexp(255, 120), true);
+  case DT_F16: return round_binary(x, 11, -14, 65504, true);
+  case DT_E4M3: return round_binary(x, 4, -6, 448, false);
+  case DT_E5M2: return round_binary(x, 3, -14, 57344, true);
+  case DT_I32:
+    if (!(x > -2147483649.0 && x < 2147483648.0)) diag_internal(__FILE__, __LINE__, "interp: cast to i32 out of range");
+    return trunc(x);
+  case DT_COUNT: break;
+  }
+  unreachable();
+}
+
+static void run_cast(const Node *n, const double *x, double *out) {
+  DType to = (DType)attr_int(n, "dtype");
+  for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = to == n->in[0]->dtype ? x[i] : interp_round(x[i], to);
+}
+
+/* x [..., S, H*hd]: each head's halves rotated by the position angle. */
+static void run_rotary(const Node *n, const double *x, double *out) {
+  const Shape *s = &n->shape;
+  int64_t D = last(s), S = s->d[s->ndim - 2], H = attr_int(n, "heads"), hd = D / H, half = hd / 2;
+  double theta = attr_float(n, "theta"), sign = attr_int(n, "inverse") ? -1 : 1;
+  for (int64_t r = 0, rows = numel(n) / D; r < rows; r++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < half; i++) {
+        double ang = (double)(r % S) * pow(theta, -2.0 * (double)i / (double)hd);
+        double c = cos(ang), sn = sign * sin(ang);
+        int64_t k = r * D + h * hd + i;
+        double x1 = x[k], x2 = x[k + half];
+        out[k] = x1 * c - x2 * sn;
+        out[k + half] = x2 * c + x1 * sn;
+      }
+}
+
+/* ---- gathers and contractions ---------------------------------------------------- */
+
+static void run_embedding(const Node *n, const double *table, const double *idx, double *out) {
+  int64_t V = n->in[0]->shape.d[0], D = n->in[0]->shape.d[1];
+  for (int64_t r = 0, R = numel(n->in[1]); r < R; r++) {
+    int64_t row = index_in(n, "index", idx[r], V);
+    memcpy(out + r * D, table + row * D, D * sizeof *out);
+  }
+}
+
+static void run_embedding_grad(const Node *n, const double *idx, const double *g, double *out) {
+  int64_t V = attr_int(n, "rows"), D = last(&n->in[1]->shape);
+  memset(out, 0, V * D * sizeof *out);
+  for (int64_t r = 0, R = numel(n->in[0]); r < R; r++) {
+    int64_t row = index_in(n, "index", idx[r], V);
+    for (int64_t d = 0; d < D; d++) out[row * D + d] += g[r * D + d];
+  }
+}
+
+/* C = op(A) op(B) for one matrix of each: A [m, k] (or [k, m]), B [k, nn] (or [nn, k]). */
+static void gemm(const double *A, const double *B, double *C, int64_t m, int64_t nn, int64_t k, bool ta, bool tb) {
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < nn; j++) {
+      double acc = 0;
+      for (int64_t p = 0; p < k; p++) acc += A[ta ? p * m + i : i * k + p] * B[tb ? j * k + p : p * nn + j];
+      C[i * nn + j] = acc;
+    }
+}
+
+static void run_matmul(const Node *n, const double *a, const double *b, double *out) {
+  const Shape *sa = &n->in[0]->shape, *sb = &n->in[1]->shape;
+  bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
+  int64_t m = n->shape.d[n->shape.ndim - 2], nn = last(&n->shape), k = sa->d[sa->ndim - (ta ? 2 : 1)];
+  Shape batch = n->shape, ba = *sa, bb = *sb;
+  batch.ndim -= 2;
+  ba.ndim -= 2;
+  bb.ndim -= 2;
+  int64_t st_a[MAX_DIMS], st_b[MAX_DIMS]; /* in matrices */
+  bcast_strides(&ba, &batch, st_a);
+  bcast_strides(&bb, &batch, st_b);
+  for (int64_t t = 0, nb = shape_numel(&batch); t < nb; t++)
+    gemm(a + offset_of(t, &batch, st_a) * m * k, b + offset_of(t, &batch, st_b) * k * nn, out + t * m * nn, m, nn, k,
+         ta, tb);
+}
+
+/* ---- normalisations and reductions ------------------------------------------------ */
+
+/* mean and 1/sqrt(var + eps) of a row of D. */
+static void row_stats(const double *x, int64_t D, double eps, double *mean, double *rstd) {
+  double s = 0, v = 0;
+  for (int64_t j = 0; j < D; j++) s += x[j];
+  *mean = s / (double)D;
+  for (int64_t j = 0; j < D; j++) v += (x[j] - *mean) * (x[j] - *mean);
+  *rstd = 1 / sqrt(v / (double)D + eps);
+}
+
+/* 1/sqrt(mean(x^2) + eps) of a row of D. */
+static double row_rrms(const double *x, int64_t D, double eps) {
+  double s = 0;
+  for (int64_t j = 0; j < D; j++) s += x[j] * x[j];
+  return 1 / sqrt(s / (double)D + eps);
+}
+
+static void run_layernorm(const Node *n, const double *x, const double *w, const double *b, double *out) {
+  int64_t D = last(&n->shape);
+  for (int64_t r = 0, R = numel(n) / D; r < R; r++) {
+    double mean, rstd;
+    row_stats(x + r * D, D, attr_float(n, "eps"), &mean, &rstd);
+    for (int64_t j = 0; j < D; j++) out[r * D + j] = (x[r * D + j] - mean) * rstd * w[j] + b[j];
+  }
+}
+
+static void run_rmsnorm(const Node *n, const double *x, const double *w, double *out) {
+  int64_t D = last(&n->shape);
+  for (int64_t r = 0, R = numel(n) / D; r < R; r++) {
+    double rr = row_rrms(x + r * D, D, attr_float(n, "eps"));
+    for (int64_t j = 0; j < D; j++) out[r * D + j] = x[r * D + j] * rr * w[j];
+  }
+}
+
+/* dx of one layernorm row: rstd * (dy - mean(dy) - xhat * mean(dy * xhat)), dy = g w. */
+static void layernorm_dx_row(const double *x, const double *w, const double *g, double *dx, int64_t D, double eps) {
+  double mean, rstd, a = 0, b = 0;
+  row_stats(x, D, eps, &mean, &rstd);
+  for (int64_t j = 0; j < D; j++) {
+    a += g[j] * w[j];
+    b += g[j] * w[j] * (x[j] - mean) * rstd;
+  }
+  a /= (double)D;
+  b /= (double)D;
+  for (int64_t j = 0; j < D; j++) dx[j] = rstd * (g[j] * w[j] - a - (x[j] - mean) * rstd * b);
+}
+
+static void run_layernorm_grad(const Node *n, const double *x, const double *w, const double *g, double *out) {
+  int64_t D = last(&n->in[0]->shape), R = numel(n->in[0]) / D, which = attr_int(n, "which");
+  double eps = attr_float(n, "eps");
+  if (which != 0) memset(out, 0, D * sizeof *out);
+  for (int64_t r = 0; r < R; r++) {
+    const double *xr = x + r * D, *gr = g + r * D;
+    if (which == 0) { layernorm_dx_row(xr, w, gr, out + r * D, D, eps); continue; }
+    double mean, rstd;
+    row_stats(xr, D, eps, &mean, &rstd);
+    for (int64_t j = 0; j < D; j++) out[j] += which == 1 ? gr[j] * (xr[j] - mean) * rstd : gr[j];
+  }
+}
+
+/* dx of one rmsnorm row: rr * dy - x rr^3 mean(dy * x), dy = g w, rr = 1/rms. */
+static void rmsnorm_dx_row(const double *x, const double *w, const double *g, double *dx, int64_t D, double eps) {
+  double rr = row_rrms(x, D, eps), s = 0;
+  for (int64_t j = 0; j < D; j++) s += g[j] * w[j] * x[j];
+  s /= (double)D;
+  for (int64_t j = 0; j < D; j++) dx[j] = rr * g[j] * w[j] - x[j] * rr * rr * rr * s;
+}
+
+static void run_rmsnorm_grad(const Node *n, const double *x, const double *w, const double *g, double *out) {
+  int64_t D = last(&n->in[0]->shape), R = numel(n->in[0]) / D, which = attr_int(n, "which");
+  double eps = attr_float(n, "eps");
+  if (which != 0) memset(out, 0, D * sizeof *out);
+  for (int64_t r = 0; r < R; r++) {
+    const double *xr = x + r * D, *gr = g + r * D;
+    if (which == 0) { rmsnorm_dx_row(xr, w, gr, out + r * D, D, eps); continue; }
+    double rr = row_rrms(xr, D, eps);
+    for (int64_t j = 0; j < D; j++) out[j] += gr[j] * xr[j] * rr;
+  }
+}
+
+/* Softmax of the first `len` of the `total` entries x[0], x[st], ...; the rest 0. */
+static void softmax_line(const double *x, double *out, int64_t st, int64_t len, int64_t total) {
+  double mx = -INFINITY, s = 0;
+  for (int64_t j = 0; j < len; j++) mx = fmax(mx, x[j * st]);
+  for (int64_t j = 0; j < len; j++) s += exp(x[j * st] - mx);
+  for (int64_t j = 0; j < total; j++) out[j * st] = j < len ? exp(x[j * st] - mx) / s : 0;
+}
+
+/* The entries of row i of [..., S, T] a causal mask keeps: j <= i + (T - S). */
+static int64_t causal_len(int64_t i, int64_t S, int64_t T) { return i + (T - S) + 1; }
+
+static void run_softmax(const Node *n, const double *x, double *out) {
+  const Shape *s = &n->shape;
+  int a = axis_of(n, "axis", s->ndim);
+  bool causal = attr_int(n, "causal");
+  int64_t outer, len, inner;
+  split_at(s, a, &outer, &len, &inner);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t k = 0; k < inner; k++) {
+      int64_t base = o * len * inner + k;
+      int64_t keep = causal ? causal_len(o % s->d[s->ndim - 2], s->d[s->ndim - 2], len) : len;
+      softmax_line(x + base, out + base, inner, keep, len);
+    }
+}
+
+static void run_softmax_grad(const Node *n, const double *y, const double *g, double *out) {
+  int64_t outer, len, inner;
+  split_at(&n->shape, axis_of(n, "axis", n->shape.ndim), &outer, &len, &inner);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t k = 0; k < inner; k++) {
+      int64_t base = o * len * inner + k;
+      double s = 0;
+      for (int64_t j = 0; j < len; j++) s += g[base + j * inner] * y[base + j * inner];
+      for (int64_t j = 0; j < len; j++) out[base + j * inner] = y[base + j * inner] * (g[base + j * inner] - s);
+    }
+}
+
+static void run_reduce(const Node *n, const double *x, double *out) {
+  const Shape *s = &n->in[0]->shape;
+  int64_t outer = 1, len = shape_numel(s), inner = 1;
+  if (attr_get(n, "axis")->set) split_at(s, axis_of(n, "axis", s->ndim), &outer, &len, &inner);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t k = 0; k < inner; k++) {
+      double acc = 0;
+      for (int64_t j = 0; j < len; j++) acc += x[(o * len + j) * inner + k];
+      out[o * inner + k] = n->op == OP_MEAN ? acc / (double)len : acc;
+    }
+}
+
+/* logsumexp of a row of V. */
+static double row_lse(const double *x, int64_t V) {
+  double mx = -INFINITY, s = 0;
+  for (int64_t j = 0; j < V; j++) mx = fmax(mx, x[j]);
+  for (int64_t j = 0; j < V; j++) s += exp(x[j] - mx);
+  return mx + log(s);
+}
+
+/* The rows of cross_entropy(logits, targets) that count. */
+static int64_t ce_count(const Node *n, const double *tg) {
+  int64_t c = 0, ignore = attr_int(n, "ignore_index");
+  for (int64_t r = 0, R = numel(n->in[1]); r < R; r++) c += tg[r] != (double)ignore;
+  return c;
+}
+
+static void run_cross_entropy(const Node *n, const double *x, const double *tg, double *out) {
+  int64_t V = last(&n->in[0]->shape), ignore = attr_int(n, "ignore_index"), count = ce_count(n, tg);
+  double total = 0;
+  for (int64_t r = 0, R = numel(n->in[1]); r < R; r++) {
+    if (tg[r] == (double)ignore) continue;
+    int64_t t = index_in(n, "target", tg[r], V);
+    total += row_lse(x + r * V, V) - x[r * V + t];
+  }
+  out[0] = count ? total / (double)count : 0;
+}
+
+static void run_cross_entropy_grad(const Node *n, const double *x, const double *tg, const double *g, double *out) {
+  int64_t V = last(&n->in[0]->shape), ignore = attr_int(n, "ignore_index"), count = ce_count(n, tg);
+  for (int64_t r = 0, R = numel(n->in[1]); r < R; r++) {
+    double *o = out + r * V;
+    const double *xr = x + r * V;
+    if (tg[r] == (double)ignore) { memset(o, 0, V * sizeof *o); continue; }
+    int64_t t = index_in(n, "target", tg[r], V);
+    double lse = row_lse(xr, V);
+    for (int64_t j = 0; j < V; j++) o[j] = g[0] * (exp(xr[j] - lse) - (j == t)) / (double)count;
+  }
+}
+
+/* One query row of one head: out[d] = sum_j p_j v[j, d], p = softmax(scale q.k_j). */
+static void attend_row(const double *q, const double *k, const double *v, double *out, double *p, int64_t T,
+                       int64_t keep, int64_t F, int64_t hd, double scale) {
+  for (int64_t j = 0; j < T; j++) {
+    double s = 0;
+    for (int64_t d = 0; d < hd; d++) s += q[d] * k[j * F + d];
+    p[j] = s * scale;
+  }
+  softmax_line(p, p, 1, keep, T);
+  for (int64_t d = 0; d < hd; d++) {
+    double acc = 0;
+    for (int64_t j = 0; j < T; j++) acc += p[j] * v[j * F + d];
+    out[d] = acc;
+  }
+}
+
+static void run_attention(const Node *n, const double *q, const double *k, const double *v, double *out) {
+  int64_t B = n->shape.d[0], S = n->shape.d[1], F = n->shape.d[2], T = n->in[1]->shape.d[1];
+  int64_t H = attr_int(n, "heads"), hd = F / H;
+  const AttrVal *sc = attr_get(n, "scale");
+  double scale = sc->set ? sc->f : 1 / sqrt((double)hd);
+  bool causal = attr_int(n, "causal");
+  double *p = malloc((T ? T : 1) * sizeof *p);
+  if (!p) diag_internal(__FILE__, __LINE__, "interp: out of memory");
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < S; i++)
+        attend_row(q + (b * S + i) * F + h * hd, k + b * T * F + h * hd, v + b * T * F + h * hd,
+                   out + (b * S + i) * F + h * hd, p, T, causal ? causal_len(i, S, T) : T, F, hd, scale);
+  free(p);
+}
+
+/* ---- data movement ------------------------------------------------------------------- */
+
+static void run_transpose(const Node *n, const double *x, double *out) {
+  const AttrVal *p = attr_get(n, "perm");
+  int64_t xs[MAX_DIMS], st[MAX_DIMS];
+  contig_strides(&n->in[0]->shape, xs);
+  for (int i = 0; i < p->n; i++) st[i] = xs[p->v[i]];
+  for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = x[offset_of(i, &n->shape, st)];
+}
+
+static void run_broadcast(const Node *n, const double *x, double *out) {
+  int64_t st[MAX_DIMS];
+  bcast_strides(&n->in[0]->shape, &n->shape, st);
+  for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = x[offset_of(i, &n->shape, st)];
+}
+
+static void run_sum_to(const Node *n, const double *x, double *out) {
+  const Shape *xs = &n->in[0]->shape;
+  int64_t st[MAX_DIMS];
+  bcast_strides(&n->shape, xs, st);
+  memset(out, 0, numel(n) * sizeof *out);
+  for (int64_t i = 0, N = shape_numel(xs); i < N; i++) out[offset_of(i, xs, st)] += x[i];
+}
+
+/* Copies x [outer, xlen, inner] into out [outer, olen, inner] at offset `at` along
+ * the middle axis (x's start `from`, `len` entries). */
+static void copy_band(const double *x, double *out, int64_t outer, int64_t inner, int64_t xlen, int64_t from,
+                      int64_t olen, int64_t at, int64_t len) {
+  for (int64_t o = 0; o < outer; o++)
+    memcpy(out + (o * olen + at) * inner, x + (o * xlen + from) * inner, len * inner * sizeof *out);
+}
+
+static void run_slice(const Node *n, const double *x, double *out) {
+  int a = axis_of(n, "axis", n->shape.ndim);
+  int64_t outer, len, inner, start = attr_int(n, "start");
+  split_at(&n->in[0]->shape, a, &outer, &len, &inner);
+  copy_band(x, out, outer, inner, len, start, n->shape.d[a], 0, n->shape.d[a]);
+}
+
+static void run_pad(const Node *n, const double *x, double *out) {
+  int a = axis_of(n, "axis", n->shape.ndim);
+  int64_t outer, len, inner;
+  split_at(&n->in[0]->shape, a, &outer, &len, &inner);
+  memset(out, 0, numel(n) * sizeof *out);
+  copy_band(x, out, outer, inner, len, 0, n->shape.d[a], attr_int(n, "before"), len);
+}
+
+static void run_concat(const Node *n, const double *const *in, double *out) {
+  int a = axis_of(n, "axis", n->shape.ndim);
+  int64_t outer, olen, inner, at = 0;
+  split_at(&n->shape, a, &outer, &olen, &inner);
+  for (int i = 0; i < n->nin; i++) {
+    int64_t len = n->in[i]->shape.d[a];
+    copy_band(in[i], out, outer, inner, len, 0, olen, at, len);
+    at += len;
+  }
+}
+
+/* ---- the interpreter --------------------------------------------------------------------- */
+
+void interp_eval(const Node *n, const double *const *in, double *out, int64_t step) {
+  switch (n->op) {
+  case OP_INPUT: case OP_PARAM: diag_internal(__FILE__, __LINE__, "interp: inputs and parameters are given");
+  case OP_CONST: out[0] = attr_float(n, "value"); break;
+  case OP_ARANGE: for (int64_t i = 0; i < numel(n); i++) out[i] = (double)i; break;
+  case OP_EMBEDDING: run_embedding(n, in[0], in[1], out); break;
+  case OP_MATMUL: run_matmul(n, in[0], in[1], out); break;
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: run_binary(n, in[0], in[1], out); break;
+  case OP_NEG: case OP_GELU: case OP_SILU: case OP_RELU: run_unary(n, in[0], out); break;
+  case OP_DROPOUT: run_dropout(n, in[0], out, step); break;
+  case OP_CAST: run_cast(n, in[0], out); break;
+  case OP_ROTARY: run_rotary(n, in[0], out); break;
+  case OP_LAYERNORM: run_layernorm(n, in[0], in[1], in[2], out); break;
+  case OP_RMSNORM: run_rmsnorm(n, in[0], in[1], out); break;
+  case OP_SOFTMAX: run_softmax(n, in[0], out); break;
+  case OP_SUM: case OP_MEAN: run_reduce(n, in[0], out); break;
+  case OP_CROSS_ENTROPY: run_cross_entropy(n, in[0], in[1], out); break;
+  case OP_ATTENTION: run_attention(n, in[0], in[1], in[2], out); break;
+  case OP_RESHAPE: memcpy(out, in[0], numel(n) * sizeof *out); break;
+  case OP_TRANSPOSE: run_transpose(n, in[0], out); break;
+  case OP_SLICE: run_slice(n, in[0], out); break;
+  case OP_CONCAT: run_concat(n, in, out); break;
+  case OP_BROADCAST: run_broadcast(n, in[0], out); break;
+  case OP_SUM_TO: run_sum_to(n, in[0], out); break;
+  case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: run_act_grad(n, in[0], in[1], out); break;
+  case OP_LAYERNORM_GRAD: run_layernorm_grad(n, in[0], in[1], in[2], out); break;
+  case OP_RMSNORM_GRAD: run_rmsnorm_grad(n, in[0], in[1], in[2], out); break;
+  case OP_SOFTMAX_GRAD: run_softmax_grad(n, in[0], in[1], out); break;
+  case OP_CROSS_ENTROPY_GRAD: run_cross_entropy_grad(n, in[0], in[1], in[2], out); break;
+  case OP_EMBEDDING_GRAD: run_embedding_grad(n, in[0], in[1], out); break;
+  case OP_PAD: run_pad(n, in[0], out); break;
+  case OP_COUNT: unreachable();
+  }
+}
+
+static bool given(const Node *n) { return n->op == OP_INPUT || n->op == OP_PARAM; }
+
+static void *xmalloc(size_t size) {
+  void *p = malloc(size ? size : 1);
+  if (!p) diag_internal(__FILE__, __LINE__, "interp: out of memory");
+  return p;
+}
+
+void interp_run(const Graph *g, double **vals, int64_t step) {
+  int maxin = 1;
+  for (int i = 0; i < g->n; i++) maxin = g->nodes[i]->nin > maxin ? g->nodes[i]->nin : maxin;
+  const double **in = xmalloc(maxin * sizeof *in);
+  for (int i = 0; i < g->n; i++) {
+    const Node *n = g->nodes[i];
+    if (given(n)) {
+      if (!vals[i]) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "interp: no value given for %%%d (%s)", i, n->name ? n->name : "?");
+        diag_internal(__FILE__, __LINE__, msg);
+      }
+      continue;
+    }
+    for (int k = 0; k < n->nin; k++) in[k] = vals[n->in[k]->id];
+    if (!vals[i]) vals[i] = xmalloc(numel(n) * sizeof **vals);
+    interp_eval(n, in, vals[i], step);
+  }
+  free(in);
+}
+
+void interp_release(const Graph *g, double **vals) {
+  for (int i = 0; i < g->n; i++)
+    if (!given(g->nodes[i])) {
+      free(vals[i]);
+      vals[i] = NULL;
+    }
+}

@@ -1,0 +1,69 @@
+/* executor: runs the instruction lists of a loaded program (train_program.h) on a
+ * Device, and owns the program's four memory tiers.
+ *
+ * Device is the backend seam (STYLE.md habit 6): a struct of function pointers
+ * the executor calls without knowing which backend it drives. The CPU device
+ * (train_device_cpu.c) runs kernels on a persistent thread pool, static
+ * contiguous chunks of [0, extent), and GEMMs through OpenBLAS on the calling
+ * thread (OpenBLAS uses its own threads, set to the same count); a CUDA device
+ * will launch NVRTC-compiled kernels and cuBLASLt on a stream.
+ *
+ * Memory: exec_init allocates each tier once, 64-byte aligned and zeroed; nothing
+ * is allocated afterwards. Tier base pointers are device addresses: the host
+ * reads and writes them only through exec_read/exec_write, or directly through
+ * exec_host_tier when the device's memory is host memory (the CPU device).
+ */
+#ifndef COLOSSALC_RUNTIME_EXECUTOR_H
+#define COLOSSALC_RUNTIME_EXECUTOR_H
+
+#include "runtime/train_program.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct Device Device;
+struct Device {
+    const char *name; /* "cpu" */
+    void *impl;
+    /* A zeroed buffer of bytes (> 0), aligned to 64; NULL when out of memory. */
+    char *(*alloc)(Device *dev, int64_t bytes);
+    void (*free)(Device *dev, char *buf);
+    /* kernel id over [0, extent) with the tier bases and the scalars. */
+    void (*kernel)(Device *dev, int id, int64_t extent, char *const *tiers,
+                   const float *scalars);
+    void (*zero)(Device *dev, char *base, int64_t offset, int64_t bytes);
+    void (*gemm)(Device *dev, const RtGemm *g, char *const *tiers);
+    void (*upload)(Device *dev, char *base, int64_t offset, const void *src, int64_t bytes);
+    void (*download)(Device *dev, const char *base, int64_t offset, void *dst,
+                     int64_t bytes);
+    /* Waits for all queued work. */
+    void (*sync)(Device *dev);
+    /* The tier as host memory, or NULL when it lives elsewhere. */
+    char *(*host_view)(Device *dev, char *base);
+    void (*destroy)(Device *dev);
+};
+
+/* The CPU device: `threads` threads for kernels and for OpenBLAS. */
+Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, char *err,
+                       size_t errlen);
+
+typedef struct Executor {
+    const RtProgram *prog;
+    Device *dev;
+    char *tiers[RT_TIERS]; /* device base of each tier, prog->tiers[i] bytes */
+} Executor;
+
+/* Allocates the tiers of prog on dev. 0, or -1 with a message. */
+int exec_init(Executor *ex, const RtProgram *prog, Device *dev, char *err, size_t errlen);
+void exec_free(Executor *ex);
+
+/* Runs list in order with scalars[TRAIN_SCALARS]. */
+void exec_run(Executor *ex, const RtList *list, const float *scalars);
+
+void exec_zero_tier(Executor *ex, int tier);
+void exec_write(Executor *ex, int tier, int64_t offset, const void *src, int64_t bytes);
+void exec_read(Executor *ex, int tier, int64_t offset, void *dst, int64_t bytes);
+/* Host pointer to the whole tier, or NULL (then use exec_read/exec_write). */
+char *exec_host_tier(Executor *ex, int tier);
+
+#endif

@@ -1,0 +1,397 @@
+/* train_ckpt: parameter files and checkpoints (see the header). A "set" is the list
+ * of tensors a file must hold, each with its host buffer; loading checks the file
+ * against the set as a whole before reading anything, so a mismatch is reported
+ * in one message and leaves memory untouched.
+ */
+#include "train_ckpt.h"
+
+#include "runtime/fileio.h"
+#include "runtime/philox.h"
+#include "runtime/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CKPT_FORMAT "colossalc-checkpoint"
+#define CKPT_LIST_MAX 8 /* names shown per kind of mismatch */
+
+typedef struct CkptEntry {
+    char *name;           /* "param/wte.weight", or the plain name */
+    const RtParam *param; /* shape */
+    float *data;          /* [param->numel], host */
+} CkptEntry;
+
+typedef struct CkptSet {
+    CkptEntry *e; /* [n] */
+    int n;
+} CkptSet;
+
+/* ---- init ---------------------------------------------------------------------- */
+
+static void init_fill(float *dst, int64_t n, float v)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = v;
+}
+
+void ckpt_init_params(const RtProgram *p, char *params, uint64_t seed)
+{
+    for (int i = 0; i < p->nparams; i++) {
+        const RtParam *q = &p->params[i];
+        float *dst = (float *)(params + q->offset);
+        size_t n = (size_t)q->numel;
+        switch (q->init) {
+        case RT_INIT_NORMAL:
+            philox_fill_normal(dst, n, 0, seed, q->name, (float)q->b, (float)q->a);
+            break;
+        case RT_INIT_UNIFORM:
+            philox_fill_uniform(dst, n, 0, seed, q->name, (float)q->a, (float)q->b);
+            break;
+        case RT_INIT_ZEROS: init_fill(dst, q->numel, 0.0f); break;
+        case RT_INIT_ONES: init_fill(dst, q->numel, 1.0f); break;
+        case RT_INIT_CONSTANT: init_fill(dst, q->numel, (float)q->a); break;
+        }
+    }
+}
+
+/* ---- tensor sets --------------------------------------------------------------- */
+
+static void set_free(CkptSet *s)
+{
+    for (int i = 0; i < s->n; i++)
+        free(s->e[i].name);
+    free(s->e);
+    s->e = NULL, s->n = 0;
+}
+
+/* groups bases[g] with name prefixes[g]: one entry per parameter per group. */
+static int set_build(const RtProgram *p, int ngroups, const char *const prefixes[],
+                     char *const bases[], CkptSet *s, char *err, size_t errlen)
+{
+    s->n = 0;
+    if (!(s->e = calloc((size_t)ngroups * p->nparams, sizeof *s->e)))
+        return file_set_error(err, errlen, "out of memory");
+    for (int g = 0; g < ngroups; g++)
+        for (int i = 0; i < p->nparams; i++) {
+            CkptEntry *e = &s->e[s->n++];
+            const RtParam *q = &p->params[i];
+            e->param = q;
+            e->data = (float *)(bases[g] + q->offset);
+            if (asprintf(&e->name, "%s%s", prefixes[g], q->name) < 0) {
+                e->name = NULL;
+                set_free(s);
+                return file_set_error(err, errlen, "out of memory");
+            }
+        }
+    return 0;
+}
+
+static int set_params(const RtProgram *p, char *params, CkptSet *s, char *err, size_t errlen)
+{
+    const char *const prefixes[1] = {""};
+    char *const bases[1] = {params};
+    return set_build(p, 1, prefixes, bases, s, err, errlen);
+}
+
+static int set_ckpt(const RtProgram *p, char *params, char *opt, CkptSet *s, char *err,
+                    size_t errlen)
+{
+    const char *const prefixes[3] = {"param/", "opt_m/", "opt_v/"};
+    char *const bases[3] = {params, opt, opt + p->opt_v_offset};
+    int groups = p->train.optimizer == RT_OPT_ADAMW ? 3 : 2;
+    return set_build(p, groups, prefixes, bases, s, err, errlen);
+}
+
+static const CkptEntry *set_find(const CkptSet *s, const char *name)
+{
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->e[i].name, name) == 0)
+            return &s->e[i];
+    return NULL;
+}
+
+/* ---- mismatch report ----------------------------------------------------------- */
+
+typedef struct NameList {
+    char text[1024];
+    size_t len;
+    int count;
+} NameList;
+
+static void list_add(NameList *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void list_add(NameList *l, const char *fmt, ...)
+{
+    if (l->count++ >= CKPT_LIST_MAX || l->len >= sizeof l->text - 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(l->text + l->len, sizeof l->text - l->len, fmt, ap);
+    va_end(ap);
+    l->len += w > 0 ? (size_t)w : 0;
+    if (l->len > sizeof l->text - 1)
+        l->len = sizeof l->text - 1;
+}
+
+static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape)
+{
+    size_t at = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < ndim && at < len; d++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, d ? "," : "", shape[d]);
+    if (at < len)
+        snprintf(buf + at, len - at, "]");
+}
+
+static int shape_equal(const SafeTensor *t, const RtParam *q)
+{
+    if (t->ndim != q->ndim)
+        return 0;
+    for (int d = 0; d < q->ndim; d++)
+        if (t->shape[d] != q->shape[d])
+            return 0;
+    return 1;
+}
+
+static void list_entries(const CkptSet *s, const SafeTensors *st, NameList *miss,
+                         NameList *shape)
+{
+    for (int i = 0; i < s->n; i++) {
+        const CkptEntry *e = &s->e[i];
+        const SafeTensor *t = safetensors_find(st, e->name);
+        char fs[128], ms[128];
+        if (!t) {
+            list_add(miss, "%s%s", miss->count ? ", " : "", e->name);
+        } else if (!shape_equal(t, e->param)) {
+            shape_text(fs, sizeof fs, t->ndim, t->shape);
+            shape_text(ms, sizeof ms, e->param->ndim, e->param->shape);
+            list_add(shape, "%s%s (file %s, model %s)", shape->count ? ", " : "", e->name, fs, ms);
+        }
+    }
+}
+
+static void list_flush(char *err, size_t errlen, size_t *at, const char *what, const NameList *l)
+{
+    if (!l->count || *at >= errlen)
+        return;
+    int w = snprintf(err + *at, errlen - *at, "; %s (%d): %s%s", what, l->count, l->text,
+                     l->count > CKPT_LIST_MAX ? ", ..." : "");
+    *at += w > 0 ? (size_t)w : 0;
+}
+
+/* The file holds exactly the set's tensors with the set's shapes. */
+static int set_check(const CkptSet *s, const SafeTensors *st, const char *path, char *err,
+                     size_t errlen)
+{
+    static NameList miss, extra, shape; /* large: kept off the stack, single-threaded use */
+    memset(&miss, 0, sizeof miss), memset(&extra, 0, sizeof extra);
+    memset(&shape, 0, sizeof shape);
+    list_entries(s, st, &miss, &shape);
+    for (int i = 0; i < safetensors_count(st); i++) {
+        const char *name = safetensors_get(st, i)->name;
+        if (!set_find(s, name))
+            list_add(&extra, "%s%s", extra.count ? ", " : "", name);
+    }
+    if (!miss.count && !extra.count && !shape.count)
+        return 0;
+    int w = snprintf(err, errlen, "%s does not match the model", path);
+    size_t at = w > 0 ? (size_t)w : 0;
+    list_flush(err, errlen, &at, "missing tensors", &miss);
+    list_flush(err, errlen, &at, "unexpected tensors", &extra);
+    list_flush(err, errlen, &at, "wrong shapes", &shape);
+    return -1;
+}
+
+static int set_read(const CkptSet *s, const SafeTensors *st, const char *path, char *err,
+                    size_t errlen)
+{
+    if (set_check(s, st, path, err, errlen) != 0)
+        return -1;
+    for (int i = 0; i < s->n; i++) {
+        const SafeTensor *t = safetensors_find(st, s->e[i].name);
+        if (safetensors_read_f32(st, t, s->e[i].data, s->e[i].param->numel, err, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int set_write(const CkptSet *s, const char *path, const char *const keys[],
+                     const char *const vals[], int nmeta, char *err, size_t errlen)
+{
+    SafeTensorOut *out = calloc((size_t)s->n + 1, sizeof *out);
+    if (!out)
+        return file_set_error(err, errlen, "%s: out of memory", path);
+    for (int i = 0; i < s->n; i++)
+        out[i] = (SafeTensorOut){s->e[i].name, s->e[i].param->ndim, s->e[i].param->shape,
+                                 s->e[i].data};
+    int rc = safetensors_write(path, out, s->n, keys, vals, nmeta, err, errlen);
+    free(out);
+    return rc;
+}
+
+/* ---- parameter files ----------------------------------------------------------- */
+
+int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *err,
+                     size_t errlen)
+{
+    CkptSet s;
+    SafeTensors *st = safetensors_open(path, err, errlen);
+    if (!st)
+        return -1;
+    int rc = set_params(p, params, &s, err, errlen);
+    if (rc == 0)
+        rc = set_read(&s, st, path, err, errlen);
+    set_free(&s);
+    safetensors_close(st);
+    return rc;
+}
+
+int ckpt_save_params(const RtProgram *p, const char *path, const char *params, char *err,
+                     size_t errlen)
+{
+    static const char *const keys[2] = {"format", "model"};
+    const char *const vals[2] = {"pt", p->model};
+    CkptSet s;
+    if (set_params(p, (char *)params, &s, err, errlen) != 0)
+        return -1;
+    int rc = set_write(&s, path, keys, vals, 2, err, errlen);
+    set_free(&s);
+    return rc;
+}
+
+/* ---- checkpoints --------------------------------------------------------------- */
+
+int ckpt_prepare_dir(const char *dir, char *err, size_t errlen)
+{
+    struct stat sb;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return file_set_error(err, errlen, "--ckpt-dir %s: cannot create: %s", dir,
+                              strerror(errno));
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return file_set_error(err, errlen, "--ckpt-dir %s: not a directory", dir);
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/.write-test.%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return file_set_error(err, errlen, "--ckpt-dir %s: cannot write there: %s", dir,
+                              strerror(errno));
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+static int ckpt_write_latest(const char *dir, const char *name, char *err, size_t errlen)
+{
+    char path[4096], line[512];
+    snprintf(path, sizeof path, "%s/latest", dir);
+    int n = snprintf(line, sizeof line, "%s\n", name);
+    const void *chunks[1] = {line};
+    size_t lens[1] = {(size_t)n};
+    return file_write_atomic(path, chunks, lens, 1, err, errlen);
+}
+
+int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params,
+              const char *opt, char *err, size_t errlen)
+{
+    static const char *const keys[8] = {"format", "version", "model", "optimizer",
+                                        "step", "data_step", "seed", "threads"};
+    char step[32], data_step[32], seed[32], threads[32], name[64], path[4096];
+    snprintf(step, sizeof step, "%" PRId64, m->step);
+    snprintf(data_step, sizeof data_step, "%" PRId64, m->data_step);
+    snprintf(seed, sizeof seed, "%" PRIu64, m->seed);
+    snprintf(threads, sizeof threads, "%" PRId64, m->threads);
+    const char *const vals[8] = {CKPT_FORMAT, "1", p->model,
+                                 p->train.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd",
+                                 step, data_step, seed, threads};
+    snprintf(name, sizeof name, "ckpt-%" PRId64 ".safetensors", m->step);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    CkptSet s;
+    if (set_ckpt(p, (char *)params, (char *)opt, &s, err, errlen) != 0)
+        return -1;
+    int rc = set_write(&s, path, keys, vals, 8, err, errlen);
+    set_free(&s);
+    return rc ? rc : ckpt_write_latest(dir, name, err, errlen);
+}
+
+/* The file name DIR/latest holds, checked to be a plain name, into name. */
+static int ckpt_read_latest(const char *dir, char *name, size_t len, char *err, size_t errlen)
+{
+    char path[4096], why[1024];
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/latest", dir);
+    char *text = file_read_all(path, &n, why, sizeof why);
+    if (!text)
+        return file_set_error(err, errlen, "--resume: no checkpoint to resume from (%s)", why);
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' '))
+        text[--n] = 0;
+    int ok = n > 0 && n < len && !strchr(text, '/') && strlen(text) == n;
+    if (ok)
+        memcpy(name, text, n + 1);
+    free(text);
+    if (!ok)
+        return file_set_error(err, errlen, "%s: does not hold a checkpoint file name", path);
+    return 0;
+}
+
+static int meta_u64(const SafeTensors *st, const char *path, const char *key, uint64_t *out,
+                    char *err, size_t errlen)
+{
+    const char *v = safetensors_metadata(st, key);
+    char *end;
+    errno = 0;
+    unsigned long long x = v ? strtoull(v, &end, 10) : 0;
+    if (!v || !v[0] || *end || errno || v[0] == '-')
+        return file_set_error(err, errlen, "%s: metadata \"%s\" missing or not a count", path,
+                              key);
+    *out = x;
+    return 0;
+}
+
+static int ckpt_check_meta(const RtProgram *p, const SafeTensors *st, const char *path,
+                           CkptMeta *m, char *err, size_t errlen)
+{
+    const char *fmt = safetensors_metadata(st, "format");
+    const char *model = safetensors_metadata(st, "model");
+    uint64_t step, data_step, threads;
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
+        return file_set_error(err, errlen, "%s: not a colossalc checkpoint (metadata format)",
+                              path);
+    if (!model || strcmp(model, p->model) != 0)
+        return file_set_error(err, errlen, "%s: a checkpoint of model '%s', not '%s'", path,
+                              model ? model : "?", p->model);
+    if (meta_u64(st, path, "step", &step, err, errlen) ||
+        meta_u64(st, path, "data_step", &data_step, err, errlen) ||
+        meta_u64(st, path, "seed", &m->seed, err, errlen) ||
+        meta_u64(st, path, "threads", &threads, err, errlen))
+        return -1;
+    if (step > INT64_MAX / 2 || data_step > INT64_MAX / 2)
+        return file_set_error(err, errlen, "%s: step out of range", path);
+    m->step = (int64_t)step, m->data_step = (int64_t)data_step, m->threads = (int64_t)threads;
+    return 0;
+}
+
+int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *params,
+                     char *opt, char *err, size_t errlen)
+{
+    char name[256], path[4096];
+    if (ckpt_read_latest(dir, name, sizeof name, err, errlen) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    SafeTensors *st = safetensors_open(path, err, errlen);
+    if (!st)
+        return -1;
+    CkptSet s = {0};
+    int rc = ckpt_check_meta(p, st, path, m, err, errlen);
+    if (rc == 0)
+        rc = set_ckpt(p, params, opt, &s, err, errlen);
+    if (rc == 0)
+        rc = set_read(&s, st, path, err, errlen);
+    set_free(&s);
+    safetensors_close(st);
+    return rc;
+}

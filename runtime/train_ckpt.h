@@ -1,0 +1,51 @@
+/* train_ckpt: parameters and checkpoints on disk, as safetensors (safetensors.h).
+ *
+ * Host views: every function takes the PARAMS tier (and the OPT tier) as host
+ * memory laid out as in the program (parameter at RtParam.offset; AdamW m at
+ * offset, v at opt_v_offset + offset).
+ *
+ * Parameter files (--init-from, --save): one tensor per parameter, named as in
+ * the program. Loading requires exactly the program's set: missing, unexpected
+ * and mis-shaped tensors are all listed in one message; F32, BF16 and F16 load.
+ *
+ * Checkpoints (--ckpt-dir DIR): DIR/ckpt-STEP.safetensors holds param/NAME,
+ * opt_m/NAME and (AdamW) opt_v/NAME as F32, and metadata format
+ * "colossalc-checkpoint", version "1", model, optimizer, step (updates done),
+ * data_step (next batch index), seed, threads. DIR/latest holds the file name
+ * and a newline. Both are written atomically (fileio.h), checkpoint first, so
+ * `latest` always names a complete file.
+ */
+#ifndef COLOSSALC_RUNTIME_TRAIN_CKPT_H
+#define COLOSSALC_RUNTIME_TRAIN_CKPT_H
+
+#include "runtime/train_program.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct CkptMeta {
+    int64_t step;      /* updates done */
+    int64_t data_step; /* index of the next training batch */
+    uint64_t seed;
+    int64_t threads;
+} CkptMeta;
+
+/* Fills every parameter by its init rule, Philox keyed by (seed, name) (philox.h):
+ * normal(std a, mean b), uniform [a, b), zeros, ones, constant a. */
+void ckpt_init_params(const RtProgram *p, char *params, uint64_t seed);
+
+int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *err,
+                     size_t errlen);
+int ckpt_save_params(const RtProgram *p, const char *path, const char *params, char *err,
+                     size_t errlen);
+
+/* Creates DIR if missing and checks that a file can be created in it. */
+int ckpt_prepare_dir(const char *dir, char *err, size_t errlen);
+
+int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params,
+              const char *opt, char *err, size_t errlen);
+/* Restores the checkpoint DIR/latest names into params, opt and *m. */
+int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *params,
+                     char *opt, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,129 @@
+/* train_device_cpu: the CPU Device (executor.h). Kernels run on a thread pool
+ * (threadpool.h) in static chunks; GEMMs go to OpenBLAS's cblas_sgemm, row-major,
+ * once per batch pair (i, j), on the calling thread, with OpenBLAS's own threads
+ * set to the same count (never inside the pool's workers). Memory is host memory:
+ * aligned_alloc(64), zeroed once.
+ */
+#include "executor.h"
+#include "threadpool.h"
+
+#include "runtime/fileio.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+void openblas_set_num_threads(int num_threads); /* also in OpenBLAS's cblas.h */
+
+typedef struct CpuDevice {
+    Device dev;
+    ThreadPool *pool;
+    const RtKernelFn *kernels; /* [nkernels] */
+    int nkernels;
+} CpuDevice;
+
+typedef struct CpuKernelJob {
+    RtKernelFn fn;
+    char *const *tiers;
+    const float *scalars;
+} CpuKernelJob;
+
+static char *cpu_alloc(Device *dev, int64_t bytes)
+{
+    size_t n = ((size_t)bytes + 63) & ~(size_t)63;
+    char *p = aligned_alloc(64, n);
+    if (p)
+        memset(p, 0, n);
+    return p;
+}
+
+static void cpu_free(Device *dev, char *buf)
+{
+    free(buf);
+}
+
+static void cpu_kernel_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const CpuKernelJob *job = ctx;
+    job->fn(job->tiers, lo, hi, job->scalars);
+}
+
+static void cpu_kernel(Device *dev, int id, int64_t extent, char *const *tiers,
+                       const float *scalars)
+{
+    CpuDevice *cpu = (CpuDevice *)dev;
+    CpuKernelJob job = {cpu->kernels[id], tiers, scalars};
+    pool_run(cpu->pool, extent, cpu_kernel_chunk, &job);
+}
+
+static void cpu_zero(Device *dev, char *base, int64_t offset, int64_t bytes)
+{
+    memset(base + offset, 0, (size_t)bytes);
+}
+
+static float *gemm_operand(const RtGemm *g, char *const *tiers, int w, int64_t i, int64_t j)
+{
+    float *base = (float *)(tiers[g->tier[w]] + g->offset[w]);
+    return base + i * g->stride[w][0] + j * g->stride[w][1];
+}
+
+static void cpu_gemm(Device *dev, const RtGemm *g, char *const *tiers)
+{
+    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
+    for (int64_t i = 0; i < g->batch[0]; i++)
+        for (int64_t j = 0; j < g->batch[1]; j++)
+            cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha,
+                        gemm_operand(g, tiers, 0, i, j), (int)g->lda,
+                        gemm_operand(g, tiers, 1, i, j), (int)g->ldb, g->beta,
+                        gemm_operand(g, tiers, 2, i, j), (int)g->ldc);
+}
+
+static void cpu_upload(Device *dev, char *base, int64_t offset, const void *src, int64_t bytes)
+{
+    memcpy(base + offset, src, (size_t)bytes);
+}
+
+static void cpu_download(Device *dev, const char *base, int64_t offset, void *dst,
+                         int64_t bytes)
+{
+    memcpy(dst, base + offset, (size_t)bytes);
+}
+
+static void cpu_sync(Device *dev)
+{
+}
+
+static char *cpu_host_view(Device *dev, char *base)
+{
+    return base;
+}
+
+static void cpu_destroy(Device *dev)
+{
+    CpuDevice *cpu = (CpuDevice *)dev;
+    pool_free(cpu->pool);
+    free(cpu);
+}
+
+Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, char *err,
+                       size_t errlen)
+{
+    CpuDevice *cpu = calloc(1, sizeof *cpu);
+    if (!cpu) {
+        file_set_error(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (!(cpu->pool = pool_new(threads, err, errlen))) {
+        free(cpu);
+        return NULL;
+    }
+    openblas_set_num_threads(threads);
+    cpu->kernels = kernels;
+    cpu->nkernels = nkernels;
+    cpu->dev = (Device){.name = "cpu", .impl = cpu, .alloc = cpu_alloc, .free = cpu_free,
+                        .kernel = cpu_kernel, .zero = cpu_zero, .gemm = cpu_gemm,
+                        .upload = cpu_upload, .download = cpu_download, .sync = cpu_sync,
+                        .host_view = cpu_host_view, .destroy = cpu_destroy};
+    return &cpu->dev;
+}

@@ -1,0 +1,387 @@
+/* train_loop: start-up, the step loop, validation, checkpoints and the final save
+ * (see the header). Nothing is allocated after trainer_init: every buffer the loop
+ * touches (batch, read-backs, host views of the tiers) exists by then.
+ */
+#include "train_loop.h"
+
+#include "runtime/fileio.h"
+#include "runtime/train_ckpt.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- schedule and scalars ------------------------------------------------------ */
+
+double train_lr(const RtTrain *hp, int64_t t, int64_t steps)
+{
+    if (hp->warmup > 0 && t <= hp->warmup)
+        return hp->lr * (double)t / (double)hp->warmup;
+    if (hp->schedule == RT_SCHED_CONSTANT || steps <= hp->warmup)
+        return hp->lr;
+    double progress = (double)(t - hp->warmup) / (double)(steps - hp->warmup);
+    if (progress > 1)
+        progress = 1;
+    return hp->min_lr + 0.5 * (hp->lr - hp->min_lr) * (1 + cos(M_PI * progress));
+}
+
+void train_scalars(const RtTrain *hp, double lr, int64_t t, double gscale, float *sc)
+{
+    sc[RT_SC_LR] = (float)lr;
+    sc[RT_SC_BC1] = (float)(1.0 / (1.0 - pow(hp->beta1, (double)t)));
+    sc[RT_SC_BC2] = (float)(1.0 / (1.0 - pow(hp->beta2, (double)t)));
+    sc[RT_SC_GSCALE] = (float)gscale;
+    sc[RT_SC_STEP] = (float)t;
+    sc[TRAIN_SC_BETA1] = (float)hp->beta1;
+    sc[TRAIN_SC_BETA2] = (float)hp->beta2;
+    sc[TRAIN_SC_EPS] = (float)hp->eps;
+    sc[TRAIN_SC_WD] = (float)hp->weight_decay;
+    sc[TRAIN_SC_MOMENTUM] = (float)hp->momentum;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* ---- start-up ------------------------------------------------------------------ */
+
+static void trainer_apply_overrides(Trainer *t, const TrainOpts *o)
+{
+    RtTrain *hp = &t->hp;
+    *hp = t->prog->train;
+    hp->lr = isnan(o->lr) ? hp->lr : o->lr;
+    hp->min_lr = isnan(o->min_lr) ? hp->min_lr : o->min_lr;
+    hp->weight_decay = isnan(o->weight_decay) ? hp->weight_decay : o->weight_decay;
+    hp->beta1 = isnan(o->beta1) ? hp->beta1 : o->beta1;
+    hp->beta2 = isnan(o->beta2) ? hp->beta2 : o->beta2;
+    hp->eps = isnan(o->eps) ? hp->eps : o->eps;
+    hp->clip = isnan(o->clip) ? hp->clip : o->clip;
+    hp->warmup = o->warmup >= 0 ? o->warmup : hp->warmup;
+    hp->schedule = o->schedule >= 0 ? (RtSchedule)o->schedule : hp->schedule;
+}
+
+static int trainer_open_tokens(Trainer *t, const char *path, TokenFile **tf, char *err,
+                               size_t errlen)
+{
+    if (!path)
+        return 0;
+    if (!(*tf = tokens_open(path, err, errlen)))
+        return -1;
+    return tokens_check_batch(*tf, (int)t->prog->batch, (int)t->prog->seq, 1, err, errlen);
+}
+
+static int trainer_alloc_host(Trainer *t, char *err, size_t errlen)
+{
+    const RtProgram *p = t->prog;
+    size_t bt = (size_t)(p->batch * p->seq);
+    t->tokens = calloc(bt, sizeof *t->tokens);
+    t->targets = calloc(bt, sizeof *t->targets);
+    t->gnorm_parts = calloc((size_t)p->gradnorm_parts, sizeof *t->gnorm_parts);
+    t->logits_row = calloc((size_t)p->vocab, sizeof *t->logits_row);
+    t->context = calloc((size_t)p->seq, sizeof *t->context);
+    int ok = t->tokens && t->targets && t->gnorm_parts && t->logits_row && t->context;
+    for (int tier = RT_TIER_PARAMS; ok && tier <= RT_TIER_OPT; tier += RT_TIER_OPT) {
+        t->host[tier] = exec_host_tier(&t->ex, tier);
+        if (!t->host[tier]) { /* device memory: a host copy for file I/O */
+            t->staged = 1;
+            ok = (t->host[tier] = calloc((size_t)p->tiers[tier] + 1, 1)) != NULL;
+        }
+    }
+    return ok ? 0 : file_set_error(err, errlen, "out of memory for host buffers");
+}
+
+/* Host copies of PARAMS and OPT ← device (before a file write) or → (after a read). */
+static void trainer_host_pull(Trainer *t)
+{
+    if (t->staged)
+        for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
+            exec_read(&t->ex, tier, 0, t->host[tier], t->prog->tiers[tier]);
+}
+
+static void trainer_host_push(Trainer *t)
+{
+    if (t->staged)
+        for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
+            exec_write(&t->ex, tier, 0, t->host[tier], t->prog->tiers[tier]);
+}
+
+/* Parameters from the latest checkpoint, --init-from, or the init rules. */
+static int trainer_init_state(Trainer *t, char *err, size_t errlen)
+{
+    const TrainOpts *o = t->opts;
+    const RtProgram *p = t->prog;
+    if (o->resume) {
+        CkptMeta m;
+        if (ckpt_load_latest(p, o->ckpt_dir, &m, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT],
+                             err, errlen) != 0)
+            return -1;
+        if (o->seed_given && o->seed != m.seed)
+            fprintf(stderr, "train: note: --seed %" PRIu64 " ignored: the checkpoint's seed is %"
+                    PRIu64 "\n", o->seed, m.seed);
+        t->step = t->last_ckpt = m.step, t->data_step = m.data_step, t->seed = m.seed;
+        printf("resumed from %s at step %" PRId64 "\n", o->ckpt_dir, m.step);
+    } else if (o->init_from) {
+        if (ckpt_load_params(p, o->init_from, t->host[RT_TIER_PARAMS], err, errlen) != 0)
+            return -1;
+    } else {
+        ckpt_init_params(p, t->host[RT_TIER_PARAMS], t->seed);
+    }
+    trainer_host_push(t);
+    return 0;
+}
+
+static void trainer_banner(const Trainer *t)
+{
+    const RtProgram *p = t->prog;
+    printf("model %s | %" PRId64 " parameters | batch %" PRId64 " x %" PRId64
+           " tokens | vocab %" PRId64 " | %s, %d threads | %s lr %.2e\n",
+           p->model, p->param_elems, p->batch, p->seq, p->vocab, t->dev->name, t->threads,
+           t->hp.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd", t->hp.lr);
+}
+
+int trainer_init(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
+                 const TrainOpts *o, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    t->prog = p, t->opts = o, t->seed = o->seed;
+    t->last_val = t->last_ckpt = -1;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    t->threads = o->threads > 0 ? (int)o->threads : cpus > 0 ? (int)(cpus < 1024 ? cpus : 1024) : 1;
+    trainer_apply_overrides(t, o);
+    if (trainer_open_tokens(t, o->data, &t->data, err, errlen) ||
+        trainer_open_tokens(t, o->val, &t->val, err, errlen))
+        return -1;
+    if (o->ckpt_dir && ckpt_prepare_dir(o->ckpt_dir, err, errlen) != 0)
+        return -1;
+    if (o->log && !(t->log = fopen(o->log, o->resume ? "a" : "w")))
+        return file_set_error(err, errlen, "--log %s: cannot open: %s", o->log, strerror(errno));
+    if (!(t->dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen)) ||
+        exec_init(&t->ex, p, t->dev, err, errlen) != 0 || trainer_alloc_host(t, err, errlen) != 0)
+        return -1;
+    if (trainer_init_state(t, err, errlen) != 0)
+        return -1;
+    trainer_banner(t);
+    return 0;
+}
+
+void trainer_free(Trainer *t)
+{
+    if (t->staged)
+        for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
+            free(t->host[tier]);
+    if (t->dev) {
+        exec_free(&t->ex);
+        t->dev->destroy(t->dev);
+    }
+    if (t->log)
+        fclose(t->log);
+    tokens_close(t->data);
+    tokens_close(t->val);
+    free(t->tokens), free(t->targets), free(t->gnorm_parts);
+    free(t->logits_row), free(t->context);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- one step ------------------------------------------------------------------ */
+
+/* Every id of a batch (rows of seq) is a token of the vocabulary. */
+static int check_ids(const int32_t *ids, const RtProgram *p, const char *path, int64_t index,
+                     char *err, size_t errlen)
+{
+    for (int64_t i = 0; i < p->batch * p->seq; i++)
+        if (ids[i] < 0 || ids[i] >= p->vocab)
+            return file_set_error(err, errlen,
+                                  "%s: token %d in batch %" PRId64 " (row %" PRId64
+                                  ", position %" PRId64 ") is outside the vocabulary of %"
+                                  PRId64 " tokens",
+                                  path, ids[i], index, i / p->seq, i % p->seq, p->vocab);
+    return 0;
+}
+
+int trainer_load_batch(Trainer *t, TokenFile *tf, const char *path, int64_t index, char *err,
+                       size_t errlen)
+{
+    const RtProgram *p = t->prog;
+    int64_t n = p->batch * p->seq;
+    if (tokens_read_batch(tf, index, (int)p->batch, (int)p->seq, 0, 1, t->tokens, t->targets,
+                          err, errlen) != 0 ||
+        check_ids(t->tokens, p, path, index, err, errlen) ||
+        check_ids(t->targets, p, path, index, err, errlen))
+        return -1;
+    exec_write(&t->ex, RT_TIER_WORK, p->tokens.offset, t->tokens, n * 4);
+    exec_write(&t->ex, RT_TIER_WORK, p->targets.offset, t->targets, n * 4);
+    return 0;
+}
+
+/* Runs `step` on the loaded batch; returns the loss. */
+static float trainer_forward_backward(Trainer *t, const float *sc)
+{
+    float loss;
+    exec_zero_tier(&t->ex, RT_TIER_GRADS);
+    exec_run(&t->ex, &t->prog->step, sc);
+    exec_read(&t->ex, RT_TIER_WORK, t->prog->loss_offset, &loss, sizeof loss);
+    return loss;
+}
+
+static double trainer_grad_norm(Trainer *t, const float *sc)
+{
+    const RtProgram *p = t->prog;
+    double sum = 0;
+    exec_run(&t->ex, &p->gradnorm, sc);
+    exec_read(&t->ex, RT_TIER_WORK, p->gradnorm_offset, t->gnorm_parts, p->gradnorm_parts * 4);
+    for (int64_t i = 0; i < p->gradnorm_parts; i++)
+        sum += t->gnorm_parts[i];
+    return sqrt(sum);
+}
+
+typedef struct StepStats {
+    float loss;
+    double lr, norm, ms;
+} StepStats;
+
+static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
+{
+    float sc[TRAIN_SCALARS];
+    int64_t k = t->step + 1;
+    double t0 = now_ms();
+    if (trainer_load_batch(t, t->data, t->opts->data, t->data_step, err, errlen) != 0)
+        return -1;
+    s->lr = train_lr(&t->hp, k, t->opts->steps);
+    train_scalars(&t->hp, s->lr, k, 1.0, sc);
+    s->loss = trainer_forward_backward(t, sc);
+    s->norm = trainer_grad_norm(t, sc);
+    double gscale = t->hp.clip > 0 ? fmin(1.0, t->hp.clip / (s->norm + 1e-6)) : 1.0;
+    train_scalars(&t->hp, s->lr, k, gscale, sc);
+    exec_run(&t->ex, &t->prog->update, sc);
+    t->dev->sync(t->dev);
+    t->step = k, t->data_step++;
+    s->ms = now_ms() - t0;
+    return 0;
+}
+
+/* ---- logging ------------------------------------------------------------------- */
+
+/* A JSON number, or null for a non-finite value. */
+static void json_num(FILE *f, const char *key, double v, const char *fmt)
+{
+    fprintf(f, ", \"%s\": ", key);
+    if (isfinite(v))
+        fprintf(f, fmt, v);
+    else
+        fputs("null", f);
+}
+
+static void trainer_log_step(Trainer *t, const StepStats *s)
+{
+    const RtProgram *p = t->prog;
+    double tps = s->ms > 0 ? (double)(p->batch * p->seq) / (s->ms / 1e3) : 0;
+    printf("step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s\n",
+           t->step, t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps);
+    fflush(stdout);
+    if (!t->log)
+        return;
+    fprintf(t->log, "{\"step\": %" PRId64, t->step);
+    json_num(t->log, "loss", s->loss, "%.9g");
+    json_num(t->log, "lr", s->lr, "%.9g");
+    json_num(t->log, "grad_norm", s->norm, "%.9g");
+    json_num(t->log, "ms", s->ms, "%.3f");
+    json_num(t->log, "tokens_per_s", tps, "%.1f");
+    fputs("}\n", t->log);
+    fflush(t->log);
+}
+
+/* ---- validation and checkpoints ------------------------------------------------ */
+
+int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen)
+{
+    float sc[TRAIN_SCALARS];
+    double sum = 0;
+    train_scalars(&t->hp, 0.0, t->step > 0 ? t->step : 1, 1.0, sc);
+    for (int b = 0; b < TRAIN_VAL_BATCHES; b++) {
+        if (trainer_load_batch(t, t->val, t->opts->val, b, err, errlen) != 0)
+            return -1;
+        sum += trainer_forward_backward(t, sc);
+    }
+    *loss = sum / TRAIN_VAL_BATCHES;
+    return 0;
+}
+
+static int trainer_run_val(Trainer *t, char *err, size_t errlen)
+{
+    double loss;
+    if (trainer_validate(t, &loss, err, errlen) != 0)
+        return -1;
+    t->last_val = t->step;
+    printf("val %" PRId64 " | loss %.4f (%d batches)\n", t->step, loss, TRAIN_VAL_BATCHES);
+    if (t->log) {
+        fprintf(t->log, "{\"step\": %" PRId64, t->step);
+        json_num(t->log, "val_loss", loss, "%.9g");
+        fprintf(t->log, ", \"val_batches\": %d}\n", TRAIN_VAL_BATCHES);
+        fflush(t->log);
+    }
+    return 0;
+}
+
+static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen)
+{
+    CkptMeta m = {t->step, t->data_step, t->seed, t->threads};
+    trainer_host_pull(t);
+    if (ckpt_save(t->prog, t->opts->ckpt_dir, &m, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT],
+                  err, errlen) != 0)
+        return -1;
+    t->last_ckpt = t->step;
+    printf("checkpoint %s/ckpt-%" PRId64 ".safetensors\n", t->opts->ckpt_dir, t->step);
+    return 0;
+}
+
+/* After a step: validation and checkpoint when due (every N, and after the last). */
+static int trainer_after_step(Trainer *t, char *err, size_t errlen)
+{
+    const TrainOpts *o = t->opts;
+    int last = t->step == o->steps;
+    if (o->val && ((o->val_every > 0 && t->step % o->val_every == 0) || last) &&
+        trainer_run_val(t, err, errlen) != 0)
+        return -1;
+    if (o->ckpt_dir && ((o->ckpt_every > 0 && t->step % o->ckpt_every == 0) || last) &&
+        trainer_run_ckpt(t, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
+int trainer_run(Trainer *t, char *err, size_t errlen)
+{
+    StepStats s;
+    while (t->step < t->opts->steps) {
+        if (trainer_step(t, &s, err, errlen) != 0)
+            return -1;
+        trainer_log_step(t, &s);
+        if (trainer_after_step(t, err, errlen) != 0)
+            return -1;
+    }
+    if (t->opts->val && t->last_val != t->step) /* e.g. --steps 0: evaluate the model */
+        return trainer_run_val(t, err, errlen);
+    return 0;
+}
+
+int trainer_finish(Trainer *t, char *err, size_t errlen)
+{
+    const TrainOpts *o = t->opts;
+    if (o->save) {
+        trainer_host_pull(t);
+        if (ckpt_save_params(t->prog, o->save, t->host[RT_TIER_PARAMS], err, errlen) != 0)
+            return -1;
+        printf("saved parameters to %s\n", o->save);
+    }
+    if (o->sample > 0 && trainer_sample(t, o->sample, stdout, err, errlen) != 0)
+        return -1;
+    if (t->log && (ferror(t->log) || fflush(t->log) != 0))
+        return file_set_error(err, errlen, "--log %s: write failed", o->log);
+    return 0;
+}

@@ -1,0 +1,73 @@
+/* train_loop: the training loop of `train`. A Trainer owns everything a run needs,
+ * allocated once by trainer_init: the device and its tiers, the open token
+ * files, the host batch and read-back buffers, the log file. trainer_run does
+ * the steps; trainer_finish saves and samples.
+ *
+ * One step k (k from 1; batch index data_step, 0-based):
+ *   batch data_step → the token and target inputs (every id checked < vocab)
+ *   zero GRADS; run `step`; read the loss (the loss of step k is the forward loss
+ *   before step k's update); run `gradnorm`; norm = sqrt(sum of the parts, in
+ *   double); run `update` with the scalars of program.h + train_program.h:
+ *   lr(k), 1/(1-beta1^k), 1/(1-beta2^k), min(1, clip/(norm+1e-6)) (1 without
+ *   clipping), k, then beta1, beta2, eps, weight decay, momentum.
+ * Learning rate: lr*k/warmup for k <= warmup; after it, constant lr, or cosine
+ * from lr to min_lr: min_lr + (lr-min_lr)(1+cos(pi (k-warmup)/(steps-warmup)))/2,
+ * which reaches min_lr at k = steps.
+ * Validation (--val): the mean of the `step` loss over TRAIN_VAL_BATCHES fixed
+ * batches (0, 1, ... of the file), without gradnorm or update, after every
+ * --val-every steps and after the last step.
+ */
+#ifndef COLOSSALC_RUNTIME_TRAIN_LOOP_H
+#define COLOSSALC_RUNTIME_TRAIN_LOOP_H
+
+#include "runtime/executor.h"
+#include "runtime/tokens.h"
+#include "runtime/train_opts.h"
+#include "runtime/train_program.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct Trainer {
+    const RtProgram *prog;
+    const TrainOpts *opts;
+    RtTrain hp;      /* the program's train values, command-line overrides applied */
+    Device *dev;
+    Executor ex;
+    TokenFile *data, *val;
+    int32_t *tokens, *targets; /* [batch * seq], host */
+    float *gnorm_parts;        /* [gradnorm_parts], host */
+    float *logits_row;         /* [vocab], host (sampling) */
+    int32_t *context;          /* [seq], host (sampling) */
+    char *host[RT_TIERS];      /* PARAMS and OPT as host memory (views or staging) */
+    int staged;                /* host[] are copies: download/upload around file I/O */
+    FILE *log;
+    int threads;
+    uint64_t seed;
+    int64_t step;      /* updates done */
+    int64_t data_step; /* next training batch */
+    int64_t last_val, last_ckpt; /* steps at which they last ran (-1: never) */
+} Trainer;
+
+/* Learning rate of step t (from 1) of `steps`. */
+double train_lr(const RtTrain *hp, int64_t t, int64_t steps);
+/* sc[TRAIN_SCALARS] for step t. */
+void train_scalars(const RtTrain *hp, double lr, int64_t t, double gscale, float *sc);
+
+/* All of these return 0, or -1 with a message (without "train: ") in err. */
+int trainer_init(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
+                 const TrainOpts *o, char *err, size_t errlen);
+int trainer_run(Trainer *t, char *err, size_t errlen);
+int trainer_finish(Trainer *t, char *err, size_t errlen);
+void trainer_free(Trainer *t);
+
+/* Validation loss: mean over TRAIN_VAL_BATCHES batches of --val. */
+int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen);
+/* Prints n tokens sampled from the model to out (train_sample.c). */
+int trainer_sample(Trainer *t, int64_t n, FILE *out, char *err, size_t errlen);
+
+/* Writes the batch `index` of tf into the program's inputs, checking token ids. */
+int trainer_load_batch(Trainer *t, TokenFile *tf, const char *path, int64_t index, char *err,
+                       size_t errlen);
+
+#endif

@@ -1,0 +1,525 @@
+/* train_program: program JSON (runtime/program.h) → RtProgram, with every field
+ * type-checked and every memory access bounds-checked once, here.
+ *
+ * Field accessors take the JSON path of the enclosing object ("params[2]") and
+ * the key, so a failure reads "program: params[2].shape[1]: expected an integer
+ * >= 1". Integers must be exact (no fraction) and at most 2^53 in magnitude.
+ */
+#include "train_program.h"
+
+#include "runtime/fileio.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PJ_MAX_INT 9007199254740992.0 /* 2^53 */
+
+typedef struct Pj {
+    char *err;
+    size_t errlen;
+} Pj;
+
+/* ---- field accessors ----------------------------------------------------------- */
+
+static int pj_fail(Pj *pj, const char *path, const char *key, const char *what)
+{
+    return file_set_error(pj->err, pj->errlen, "program: %s%s%s: %s", path,
+                          path[0] && key[0] ? "." : "", key, what);
+}
+
+static const cJSON *pj_get(const cJSON *obj, const char *key)
+{
+    return key[0] ? cJSON_GetObjectItemCaseSensitive(obj, key) : obj;
+}
+
+/* An integer in [lo, hi]; key "" means obj itself. */
+static int pj_int(Pj *pj, const cJSON *obj, const char *path, const char *key, int64_t lo,
+                  int64_t hi, int64_t *out)
+{
+    const cJSON *it = pj_get(obj, key);
+    char what[96];
+    snprintf(what, sizeof what, "%s (an integer in [%lld, %lld])", it ? "out of range" :
+             "missing", (long long)lo, (long long)hi);
+    if (it && !cJSON_IsNumber(it))
+        return pj_fail(pj, path, key, "expected an integer");
+    double v = it ? it->valuedouble : 0;
+    if (!it || v != floor(v) || fabs(v) > PJ_MAX_INT || v < (double)lo || v > (double)hi)
+        return pj_fail(pj, path, key, what);
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int pj_num(Pj *pj, const cJSON *obj, const char *path, const char *key, double *out)
+{
+    const cJSON *it = pj_get(obj, key);
+    if (!it)
+        return pj_fail(pj, path, key, "missing (a number)");
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
+        return pj_fail(pj, path, key, "expected a finite number");
+    *out = it->valuedouble;
+    return 0;
+}
+
+static int pj_str(Pj *pj, const cJSON *obj, const char *path, const char *key,
+                  const char **out)
+{
+    const cJSON *it = pj_get(obj, key);
+    if (!it)
+        return pj_fail(pj, path, key, "missing (a string)");
+    if (!cJSON_IsString(it) || !it->valuestring)
+        return pj_fail(pj, path, key, "expected a string");
+    *out = it->valuestring;
+    return 0;
+}
+
+static int pj_bool(Pj *pj, const cJSON *obj, const char *path, const char *key, int *out)
+{
+    const cJSON *it = pj_get(obj, key);
+    if (!it)
+        return pj_fail(pj, path, key, "missing (true or false)");
+    if (!cJSON_IsBool(it))
+        return pj_fail(pj, path, key, "expected true or false");
+    *out = cJSON_IsTrue(it);
+    return 0;
+}
+
+/* One of names[0..n) (NULL-terminated list); *out is its index. */
+static int pj_enum(Pj *pj, const cJSON *obj, const char *path, const char *key,
+                   const char *const *names, int *out)
+{
+    const char *s;
+    if (pj_str(pj, obj, path, key, &s) != 0)
+        return -1;
+    for (int i = 0; names[i]; i++)
+        if (strcmp(s, names[i]) == 0)
+            return *out = i, 0;
+    char what[160];
+    snprintf(what, sizeof what, "unknown value \"%.60s\"", s);
+    return pj_fail(pj, path, key, what);
+}
+
+static const cJSON *pj_array(Pj *pj, const cJSON *obj, const char *path, const char *key,
+                             int minlen, int maxlen)
+{
+    const cJSON *it = pj_get(obj, key);
+    int n = cJSON_IsArray(it) ? cJSON_GetArraySize(it) : -1;
+    char what[96];
+    snprintf(what, sizeof what, "%s (an array of %d to %d elements)",
+             !it ? "missing" : n < 0 ? "not an array" : "wrong length", minlen, maxlen);
+    if (n < minlen || n > maxlen) {
+        pj_fail(pj, path, key, what);
+        return NULL;
+    }
+    return it;
+}
+
+/* An array of n integers, each in [lo, hi]. */
+static int pj_ints(Pj *pj, const cJSON *obj, const char *path, const char *key, int n,
+                   int64_t lo, int64_t hi, int64_t *out)
+{
+    const cJSON *arr = pj_array(pj, obj, path, key, n, n);
+    if (!arr)
+        return -1;
+    char sub[160];
+    for (int i = 0; i < n; i++) {
+        snprintf(sub, sizeof sub, "%s%s%s[%d]", path, path[0] ? "." : "", key, i);
+        if (pj_int(pj, cJSON_GetArrayItem(arr, i), sub, "", lo, hi, &out[i]) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void pj_path(char *buf, size_t len, const char *list, int i)
+{
+    snprintf(buf, len, "%s[%d]", list, i);
+}
+
+/* ---- bounds -------------------------------------------------------------------- */
+
+/* [off, off+bytes) inside a tier of size bytes. */
+static int pj_range(Pj *pj, const RtProgram *p, int tier, int64_t off, int64_t bytes,
+                    const char *path, const char *key)
+{
+    static const char *const tier_names[RT_TIERS] = {"params", "grads", "opt", "work"};
+    int64_t size = p->tiers[tier];
+    if (off >= 0 && bytes >= 0 && off <= size && bytes <= size - off)
+        return 0;
+    char what[200];
+    snprintf(what, sizeof what, "bytes [%lld, %lld+%lld) outside the %s tier (%lld bytes)",
+             (long long)off, (long long)off, (long long)bytes, tier_names[tier],
+             (long long)size);
+    return pj_fail(pj, path, key, what);
+}
+
+/* Bytes spanned by one GEMM operand of rows x cols (leading dimension ld) over the
+ * batch; -1 on overflow. */
+static int64_t gemm_span(int64_t rows, int64_t cols, int64_t ld, const int64_t batch[2],
+                         const int64_t s[2])
+{
+    int64_t a, b, c, elems;
+    if (__builtin_mul_overflow(rows - 1, ld, &a) || __builtin_mul_overflow(batch[0] - 1, s[0], &b) ||
+        __builtin_mul_overflow(batch[1] - 1, s[1], &c) || __builtin_add_overflow(a, cols, &elems) ||
+        __builtin_add_overflow(elems, b, &elems) || __builtin_add_overflow(elems, c, &elems) ||
+        __builtin_mul_overflow(elems, 4, &elems))
+        return -1;
+    return elems;
+}
+
+/* ---- instructions -------------------------------------------------------------- */
+
+static int parse_kernel(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                        RtInstr *in)
+{
+    int64_t id;
+    in->op = RT_OP_KERNEL;
+    if (pj_int(pj, o, path, "kernel", 0, p->nkernels - 1, &id) != 0 ||
+        pj_int(pj, o, path, "extent", 0, INT64_MAX, &in->extent) != 0)
+        return -1;
+    in->kernel = (int)id;
+    return 0;
+}
+
+static int parse_zero(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                      RtInstr *in)
+{
+    int64_t tier;
+    in->op = RT_OP_ZERO;
+    if (pj_int(pj, o, path, "tier", 0, RT_TIERS - 1, &tier) != 0 ||
+        pj_int(pj, o, path, "offset", 0, INT64_MAX, &in->offset) != 0 ||
+        pj_int(pj, o, path, "bytes", 0, INT64_MAX, &in->bytes) != 0)
+        return -1;
+    in->tier = (int)tier;
+    return pj_range(pj, p, in->tier, in->offset, in->bytes, path, "offset");
+}
+
+/* One operand ("a", "b" or "c"): [tier, offset] and its strides, bounds-checked. */
+static int parse_operand(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                         RtGemm *g, int which, int64_t rows, int64_t cols, int64_t ld)
+{
+    static const char *const keys[3] = {"a", "b", "c"}, *const skeys[3] = {"sa", "sb", "sc"};
+    int64_t loc[2];
+    if (pj_ints(pj, o, path, keys[which], 2, 0, INT64_MAX, loc) != 0 ||
+        pj_ints(pj, o, path, skeys[which], 2, 0, INT64_MAX, g->stride[which]) != 0)
+        return -1;
+    if (loc[0] >= RT_TIERS || loc[1] % 4 != 0)
+        return pj_fail(pj, path, keys[which], "bad tier or unaligned offset");
+    if (ld < cols)
+        return pj_fail(pj, path, keys[which], "leading dimension smaller than the row");
+    g->tier[which] = (int)loc[0];
+    g->offset[which] = loc[1];
+    int64_t span = gemm_span(rows, cols, ld, g->batch, g->stride[which]);
+    if (span < 0)
+        return pj_fail(pj, path, keys[which], "size overflows");
+    return pj_range(pj, p, g->tier[which], loc[1], span, path, keys[which]);
+}
+
+static int parse_gemm_dims(Pj *pj, const cJSON *o, const char *path, RtGemm *g)
+{
+    int64_t ta, tb, big = 2147483647;
+    double alpha, beta;
+    if (pj_int(pj, o, path, "ta", 0, 1, &ta) || pj_int(pj, o, path, "tb", 0, 1, &tb) ||
+        pj_int(pj, o, path, "m", 1, big, &g->m) || pj_int(pj, o, path, "n", 1, big, &g->n) ||
+        pj_int(pj, o, path, "k", 1, big, &g->k) || pj_int(pj, o, path, "lda", 1, big, &g->lda) ||
+        pj_int(pj, o, path, "ldb", 1, big, &g->ldb) ||
+        pj_int(pj, o, path, "ldc", 1, big, &g->ldc) ||
+        pj_num(pj, o, path, "alpha", &alpha) || pj_num(pj, o, path, "beta", &beta) ||
+        pj_ints(pj, o, path, "batch", 2, 1, big, g->batch))
+        return -1;
+    g->ta = (int)ta, g->tb = (int)tb;
+    g->alpha = (float)alpha, g->beta = (float)beta;
+    return 0;
+}
+
+static int parse_gemm(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                      RtInstr *in)
+{
+    RtGemm *g = &in->gemm;
+    in->op = RT_OP_GEMM;
+    if (parse_gemm_dims(pj, o, path, g) != 0)
+        return -1;
+    /* Stored shapes, row-major: A is m x k (k x m when ta), B is k x n (n x k when tb). */
+    return parse_operand(pj, o, path, p, g, 0, g->ta ? g->k : g->m, g->ta ? g->m : g->k,
+                         g->lda) ||
+           parse_operand(pj, o, path, p, g, 1, g->tb ? g->n : g->k, g->tb ? g->k : g->n,
+                         g->ldb) ||
+           parse_operand(pj, o, path, p, g, 2, g->m, g->n, g->ldc);
+}
+
+static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                       RtInstr *in)
+{
+    static const char *const ops[] = {"kernel", "zero", "gemm", NULL};
+    int op;
+    if (!cJSON_IsObject(o))
+        return pj_fail(pj, path, "", "expected an object");
+    if (pj_enum(pj, o, path, "op", ops, &op) != 0)
+        return -1;
+    switch ((RtOp)op) {
+    case RT_OP_KERNEL: return parse_kernel(pj, o, path, p, in);
+    case RT_OP_ZERO: return parse_zero(pj, o, path, p, in);
+    case RT_OP_GEMM: return parse_gemm(pj, o, path, p, in);
+    }
+    return pj_fail(pj, path, "op", "unreachable");
+}
+
+static int parse_list(Pj *pj, const cJSON *root, const char *key, const RtProgram *p,
+                      RtList *list)
+{
+    const cJSON *arr = pj_array(pj, root, "", key, 0, 1 << 24);
+    if (!arr)
+        return -1;
+    list->n = cJSON_GetArraySize(arr);
+    list->instr = calloc((size_t)list->n + 1, sizeof *list->instr);
+    if (!list->instr)
+        return file_set_error(pj->err, pj->errlen, "program: out of memory");
+    char path[64];
+    for (int i = 0; i < list->n; i++) {
+        pj_path(path, sizeof path, key, i);
+        if (parse_instr(pj, cJSON_GetArrayItem(arr, i), path, p, &list->instr[i]) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- header, train, params, inputs --------------------------------------------- */
+
+static int parse_header(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    int64_t v;
+    const char *model;
+    if (pj_int(pj, r, "", "version", 1, 1, &v) || pj_str(pj, r, "", "model", &model) ||
+        pj_int(pj, r, "", "batch", 1, 1 << 30, &p->batch) ||
+        pj_int(pj, r, "", "seq", 1, 1 << 30, &p->seq) ||
+        pj_int(pj, r, "", "vocab", 1, 65536, &p->vocab) ||
+        pj_ints(pj, r, "", "tiers", RT_TIERS, 0, INT64_MAX / 2, p->tiers) ||
+        pj_int(pj, r, "", "opt_v_offset", 0, INT64_MAX / 2, &p->opt_v_offset) ||
+        pj_num(pj, r, "", "flops_per_step", &p->flops_per_step))
+        return -1;
+    p->version = (int)v;
+    if (!(p->model = strdup(model)))
+        return file_set_error(pj->err, pj->errlen, "program: out of memory");
+    return 0;
+}
+
+static int parse_train(Pj *pj, const cJSON *r, RtTrain *t)
+{
+    static const char *const opts[] = {"adamw", "sgd", NULL};
+    static const char *const scheds[] = {"cosine", "constant", NULL};
+    const cJSON *o = pj_get(r, "train");
+    int opt, sched;
+    if (!cJSON_IsObject(o))
+        return pj_fail(pj, "", "train", o ? "expected an object" : "missing (an object)");
+    if (pj_enum(pj, o, "train", "optimizer", opts, &opt) ||
+        pj_num(pj, o, "train", "lr", &t->lr) || pj_num(pj, o, "train", "beta1", &t->beta1) ||
+        pj_num(pj, o, "train", "beta2", &t->beta2) || pj_num(pj, o, "train", "eps", &t->eps) ||
+        pj_num(pj, o, "train", "weight_decay", &t->weight_decay) ||
+        pj_num(pj, o, "train", "momentum", &t->momentum) ||
+        pj_num(pj, o, "train", "clip", &t->clip) ||
+        pj_int(pj, o, "train", "warmup", 0, INT64_MAX / 2, &t->warmup) ||
+        pj_num(pj, o, "train", "min_lr", &t->min_lr) ||
+        pj_enum(pj, o, "train", "schedule", scheds, &sched))
+        return -1;
+    t->optimizer = (RtOptimizer)opt;
+    t->schedule = (RtSchedule)sched;
+    return 0;
+}
+
+/* init kind and its a/b (only the ones it uses are required). */
+static int parse_init(Pj *pj, const cJSON *o, const char *path, RtParam *q)
+{
+    static const char *const inits[] = {"normal", "uniform", "zeros", "ones", "constant", NULL};
+    int init;
+    if (pj_enum(pj, o, path, "init", inits, &init) != 0)
+        return -1;
+    q->init = (RtInit)init;
+    q->a = q->b = 0;
+    int need_a = q->init == RT_INIT_NORMAL || q->init == RT_INIT_UNIFORM ||
+                 q->init == RT_INIT_CONSTANT;
+    int need_b = q->init == RT_INIT_NORMAL || q->init == RT_INIT_UNIFORM;
+    if ((need_a && pj_num(pj, o, path, "a", &q->a)) || (need_b && pj_num(pj, o, path, "b", &q->b)))
+        return -1;
+    return 0;
+}
+
+static int parse_shape(Pj *pj, const cJSON *o, const char *path, RtParam *q)
+{
+    const cJSON *arr = pj_array(pj, o, path, "shape", 0, RT_MAX_DIMS);
+    if (!arr)
+        return -1;
+    q->ndim = cJSON_GetArraySize(arr);
+    if (pj_ints(pj, o, path, "shape", q->ndim, 1, INT64_MAX / 2, q->shape) != 0)
+        return -1;
+    q->numel = 1;
+    for (int d = 0; d < q->ndim; d++)
+        if (__builtin_mul_overflow(q->numel, q->shape[d], &q->numel) || q->numel > INT64_MAX / 8)
+            return pj_fail(pj, path, "shape", "element count overflows");
+    return 0;
+}
+
+/* The parameter's bytes in PARAMS, GRADS and OPT (m, and v for AdamW). */
+static int check_param_ranges(Pj *pj, const RtProgram *p, const RtParam *q, const char *path)
+{
+    int64_t bytes = q->numel * 4;
+    if (q->offset % 4 != 0)
+        return pj_fail(pj, path, "offset", "not a multiple of 4");
+    if (pj_range(pj, p, RT_TIER_PARAMS, q->offset, bytes, path, "offset") ||
+        pj_range(pj, p, RT_TIER_GRADS, q->offset, bytes, path, "offset") ||
+        pj_range(pj, p, RT_TIER_OPT, q->offset, bytes, path, "offset"))
+        return -1;
+    if (p->train.optimizer == RT_OPT_ADAMW)
+        return pj_range(pj, p, RT_TIER_OPT, p->opt_v_offset + q->offset, bytes, path,
+                        "offset (AdamW v at opt_v_offset + offset)");
+    return 0;
+}
+
+static int parse_param(Pj *pj, const cJSON *o, const char *path, RtProgram *p, RtParam *q)
+{
+    const char *name;
+    if (!cJSON_IsObject(o))
+        return pj_fail(pj, path, "", "expected an object");
+    if (pj_str(pj, o, path, "name", &name) || parse_shape(pj, o, path, q) ||
+        pj_int(pj, o, path, "offset", 0, INT64_MAX / 2, &q->offset) ||
+        pj_bool(pj, o, path, "decay", &q->decay) || parse_init(pj, o, path, q))
+        return -1;
+    if (!name[0] || program_find_param(p, name))
+        return pj_fail(pj, path, "name", name[0] ? "duplicate parameter name" : "empty");
+    if (!(q->name = strdup(name)))
+        return file_set_error(pj->err, pj->errlen, "program: out of memory");
+    return check_param_ranges(pj, p, q, path);
+}
+
+static int parse_params(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    const cJSON *arr = pj_array(pj, r, "", "params", 1, 1 << 24);
+    if (!arr)
+        return -1;
+    int n = cJSON_GetArraySize(arr);
+    if (!(p->params = calloc((size_t)n, sizeof *p->params)))
+        return file_set_error(pj->err, pj->errlen, "program: out of memory");
+    p->nparams = n; /* names not parsed yet stay NULL: freed and skipped as such */
+    char path[64];
+    for (int i = 0; i < n; i++) {
+        pj_path(path, sizeof path, "params", i);
+        if (parse_param(pj, cJSON_GetArrayItem(arr, i), path, p, &p->params[i]) != 0)
+            return -1;
+        p->param_elems += p->params[i].numel;
+    }
+    return 0;
+}
+
+static int parse_input(Pj *pj, const cJSON *o, const char *path, RtProgram *p)
+{
+    static const char *const roles[] = {"tokens", "targets", NULL};
+    const char *name;
+    int role;
+    int64_t shape[2], offset;
+    if (!cJSON_IsObject(o))
+        return pj_fail(pj, path, "", "expected an object");
+    if (pj_str(pj, o, path, "name", &name) || pj_enum(pj, o, path, "role", roles, &role) ||
+        pj_ints(pj, o, path, "shape", 2, 1, INT64_MAX / 2, shape) ||
+        pj_int(pj, o, path, "offset", 0, INT64_MAX / 2, &offset))
+        return -1;
+    if (shape[0] != p->batch || shape[1] != p->seq)
+        return pj_fail(pj, path, "shape", "must be [batch, seq]");
+    RtInput *in = role == RT_ROLE_TOKENS ? &p->tokens : &p->targets;
+    if (in->name)
+        return pj_fail(pj, path, "role", "a second input with this role");
+    if (!(in->name = strdup(name)))
+        return file_set_error(pj->err, pj->errlen, "program: out of memory");
+    in->role = (RtRole)role;
+    in->offset = offset;
+    return pj_range(pj, p, RT_TIER_WORK, offset, p->batch * p->seq * 4, path, "offset");
+}
+
+static int parse_inputs(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    const cJSON *arr = pj_array(pj, r, "", "inputs", 2, 2);
+    char path[64];
+    for (int i = 0; arr && i < 2; i++) {
+        pj_path(path, sizeof path, "inputs", i);
+        if (parse_input(pj, cJSON_GetArrayItem(arr, i), path, p) != 0)
+            return -1;
+    }
+    return arr ? 0 : -1;
+}
+
+static int parse_slots(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    int64_t logits_bytes = p->batch * p->seq * p->vocab * 4;
+    if (pj_int(pj, r, "", "loss_offset", 0, INT64_MAX / 2, &p->loss_offset) ||
+        pj_int(pj, r, "", "logits_offset", 0, INT64_MAX / 2, &p->logits_offset) ||
+        pj_int(pj, r, "", "gradnorm_offset", 0, INT64_MAX / 2, &p->gradnorm_offset) ||
+        pj_int(pj, r, "", "gradnorm_parts", 1, 1 << 30, &p->gradnorm_parts))
+        return -1;
+    return pj_range(pj, p, RT_TIER_WORK, p->loss_offset, 4, "", "loss_offset") ||
+           pj_range(pj, p, RT_TIER_WORK, p->logits_offset, logits_bytes, "", "logits_offset") ||
+           pj_range(pj, p, RT_TIER_WORK, p->gradnorm_offset, p->gradnorm_parts * 4, "",
+                    "gradnorm_offset");
+}
+
+static int parse_kernel_names(Pj *pj, const cJSON *r, int nkernels)
+{
+    const cJSON *arr = pj_array(pj, r, "", "kernels", nkernels, nkernels);
+    const char *name;
+    char path[64];
+    for (int i = 0; arr && i < nkernels; i++) {
+        pj_path(path, sizeof path, "kernels", i);
+        if (pj_str(pj, cJSON_GetArrayItem(arr, i), path, "", &name) != 0)
+            return -1;
+    }
+    return arr ? 0 : -1;
+}
+
+static int parse_root(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    if (!cJSON_IsObject(r))
+        return file_set_error(pj->err, pj->errlen, "program: not a JSON object");
+    return parse_header(pj, r, p) || parse_train(pj, r, &p->train) ||
+           parse_params(pj, r, p) || parse_inputs(pj, r, p) || parse_slots(pj, r, p) ||
+           parse_kernel_names(pj, r, p->nkernels) ||
+           parse_list(pj, r, "step", p, &p->step) ||
+           parse_list(pj, r, "gradnorm", p, &p->gradnorm) ||
+           parse_list(pj, r, "update", p, &p->update) ||
+           parse_list(pj, r, "forward", p, &p->forward);
+}
+
+int program_load(const char *json, int nkernels, RtProgram *p, char *err, size_t errlen)
+{
+    Pj pj = {err, errlen};
+    memset(p, 0, sizeof *p);
+    p->nkernels = nkernels;
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    int rc = root ? parse_root(&pj, root, p)
+                  : file_set_error(err, errlen, "program: not valid JSON (near byte %ld)",
+                                   json ? (long)(cJSON_GetErrorPtr() - json) : 0L);
+    cJSON_Delete(root);
+    if (rc != 0)
+        program_free(p);
+    return rc ? -1 : 0;
+}
+
+void program_free(RtProgram *p)
+{
+    for (int i = 0; i < p->nparams; i++)
+        free(p->params[i].name);
+    free(p->params);
+    free(p->model);
+    free(p->tokens.name);
+    free(p->targets.name);
+    free(p->step.instr);
+    free(p->gradnorm.instr);
+    free(p->update.instr);
+    free(p->forward.instr);
+    memset(p, 0, sizeof *p);
+}
+
+const RtParam *program_find_param(const RtProgram *p, const char *name)
+{
+    for (int i = 0; i < p->nparams; i++)
+        if (p->params[i].name && strcmp(p->params[i].name, name) == 0)
+            return &p->params[i];
+    return NULL;
+}

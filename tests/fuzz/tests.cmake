@@ -1,0 +1,11 @@
+# The fuzz target over the seed inputs once (no mutation), when the fuzz build is
+# on (scripts/fuzz.sh configures it): a crash found by fuzzing and then added to
+# tests/bad/ shows up here as a regression. Long fuzzing runs are scripts/fuzz.sh.
+if(COLOSSALC_FUZZ)
+  set(fuzz_scratch ${CMAKE_CURRENT_BINARY_DIR}/fuzz_corpus_scratch)
+  file(MAKE_DIRECTORY ${fuzz_scratch})
+  add_test(NAME fuzz_frontend_corpus
+           COMMAND fuzz_frontend -runs=0 -timeout=10 -rss_limit_mb=2048 ${fuzz_scratch}
+                   ${CMAKE_SOURCE_DIR}/models ${CMAKE_SOURCE_DIR}/tests/bad ${CMAKE_SOURCE_DIR}/tests/golden)
+  set_tests_properties(fuzz_frontend_corpus PROPERTIES LABELS fuzz TIMEOUT 300)
+endif()
