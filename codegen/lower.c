@@ -229,6 +229,23 @@ static KExpr *expr_cast(L *l, Kernel *k, const Node *n, AxMap m) { return in_exp
 static KExpr *expr_broadcast(L *l, Kernel *k, const Node *n, AxMap m) { return in_expr(l, k, n, 0, m); }
 static KExpr *expr_embedding(L *l, Kernel *k, const Node *n, AxMap m) { return embedding(l, k, n, m); }
 static KExpr *expr_rotary(L *l, Kernel *k, const Node *n, AxMap m) { return rotary(l, k, n, m); }
+
+/* pad: x's element at c - before inside [before, before + len), else 0; the read goes
+ * through a gather clamped into range so it never leaves x. */
+static KExpr *expr_pad(L *l, Kernel *k, const Node *n, AxMap m) {
+  const Node *x = n->in[0];
+  int axis = (int)attr_int(n, "axis");
+  if (axis < 0) axis += n->shape.ndim;
+  int64_t before = attr_int(n, "before"), len = x->shape.d[axis];
+  KExpr *c = kx_coord(l->a, k, m.ax[axis]);
+  KExpr *inside = B(MUL, B(LE, C(before), c), B(LT, c, C(before + len)));
+  KView v = view_of(l, k, x, m);
+  v.strides[m.ax[axis]] = 0;
+  v.gather = B(MUL, inside, B(SUB, c, C(before)));
+  v.gather_stride = l->val[x->id].strides[axis];
+  KExpr *xv = kx_load(l->a, k, kbuf(l, k, l->val[x->id].buf, x->dtype), v);
+  return SEL(inside, xv, C(0));
+}
 /* ops that are kernels or views of their own have no inline expression */
 #define expr_input NULL
 #define expr_param NULL
@@ -250,7 +267,6 @@ static KExpr *expr_rotary(L *l, Kernel *k, const Node *n, AxMap m) { return rota
 #define expr_softmax_grad NULL
 #define expr_cross_entropy_grad NULL
 #define expr_embedding_grad NULL
-#define expr_pad NULL
 
 typedef KExpr *(*ExprRule)(L *, Kernel *, const Node *, AxMap);
 static const ExprRule expr_rules[OP_COUNT] = {
@@ -640,23 +656,6 @@ static void lower_embedding_grad(L *l, const Node *n) {
   kfinish(l, &l->p->step, k);
 }
 
-static void lower_pad(L *l, const Node *n) {
-  const Node *x = n->in[0];
-  int axis = (int)attr_int(n, "axis");
-  if (axis < 0) axis += n->shape.ndim;
-  int64_t before = attr_int(n, "before"), len = x->shape.d[axis];
-  Kernel *k = knew(l, "pad", KP_ROWS, n->shape.d, n->shape.ndim, n->shape.ndim - 1);
-  AxMap m = right_aligned(k, n->shape.ndim);
-  KExpr *c = kx_coord(l->a, k, axis);
-  KExpr *inside = B(MUL, B(LE, C(before), c), B(LT, c, C(before + len)));
-  KView v = view_of(l, k, x, m);
-  v.strides[axis] = 0;
-  v.gather = B(MUL, inside, B(SUB, c, C(before)));
-  v.gather_stride = l->val[x->id].strides[axis];
-  KExpr *xv = kx_load(l->a, k, kbuf(l, k, l->val[x->id].buf, x->dtype), v);
-  store_out(l, k, n, SEL(inside, xv, C(0)));
-}
-
 static void lower_concat(L *l, const Node *n) {
   int axis = (int)attr_int(n, "axis");
   if (axis < 0) axis += n->shape.ndim;
@@ -678,19 +677,43 @@ static void lower_concat(L *l, const Node *n) {
 
 /* ---- views ----------------------------------------------------------------------------- */
 
-static bool is_contiguous(const Node *n, const Val *v) {
-  int64_t st[MAX_DIMS];
-  contiguous(&n->shape, st);
-  for (int d = 0; d < n->shape.ndim; d++)
-    if (n->shape.d[d] != 1 && v->strides[d] != st[d]) return false;
+/* Strides for viewing x's layout in shape `to` without moving data, as numpy does:
+ * dimensions are matched in groups of equal product, and within a group the old
+ * dimensions must be laid out one inside the other. False if that is impossible. */
+static bool reshape_strides(const Shape *from, const int64_t *st, const Shape *to, int64_t *out) {
+  int i = 0, j = 0;
+  while (i < from->ndim || j < to->ndim) {
+    if (j < to->ndim && to->d[j] == 1) { out[j++] = 0; continue; }
+    if (i < from->ndim && from->d[i] == 1) { i++; continue; }
+    if (i >= from->ndim || j >= to->ndim) return false;
+    int i0 = i, j0 = j;
+    int64_t pa = from->d[i++], pb = to->d[j++];
+    while (pa != pb) {
+      if (pa < pb) { if (i >= from->ndim) return false; pa *= from->d[i++]; }
+      else { if (j >= to->ndim) return false; pb *= to->d[j++]; }
+    }
+    int prev = -1; /* the group's old dimensions (size 1 aside) must nest */
+    for (int k = i0; k < i; k++) {
+      if (from->d[k] == 1) continue;
+      if (prev >= 0 && st[prev] != st[k] * from->d[k]) return false;
+      prev = k;
+    }
+    int64_t inner = st[prev];
+    for (int k = j - 1; k >= j0; k--) { out[k] = inner; inner *= to->d[k]; }
+  }
   return true;
 }
 
 static void lower_reshape(L *l, const Node *n) {
   const Node *x = n->in[0];
-  if (!is_contiguous(x, &l->val[x->id])) l->val[x->id] = materialize(l, x, lbuf_new(l, RT_TIER_WORK, bytes_of(x)));
   Val v = l->val[x->id];
-  contiguous(&n->shape, v.strides);
+  int64_t st[MAX_DIMS];
+  if (reshape_strides(&x->shape, v.strides, &n->shape, st)) memcpy(v.strides, st, sizeof st);
+  else {
+    l->val[x->id] = materialize(l, x, lbuf_new(l, RT_TIER_WORK, bytes_of(x)));
+    v = l->val[x->id];
+    contiguous(&n->shape, v.strides);
+  }
   l->val[n->id] = v;
 }
 
@@ -811,6 +834,7 @@ static void lower_unsupported(L *l, const Node *n) {
 #define lower_gelu_grad lower_expr_node
 #define lower_silu_grad lower_expr_node
 #define lower_relu_grad lower_expr_node
+#define lower_pad lower_expr_node
 #define lower_sum lower_reduce
 #define lower_mean lower_reduce
 #define lower_sum_to lower_reduce

@@ -1,0 +1,898 @@
+/* The CUDA C emitter: kernel form (codegen/kernel.h) to one NVRTC translation unit.
+ * codegen/cuda.h describes the thread mappings; kernel_eval() is the meaning that
+ * every mapping must reproduce.
+ *
+ * How a kernel is written out:
+ *   1. analysis: which buffers the kernel writes (the others are read through __ldg),
+ *      what each expression depends on (row, column, accumulators, written memory),
+ *      which phases touch memory another phase wrote (CM_FLAT is only legal without
+ *      such pairs; CM_BLOCK_ROW puts a __syncthreads() between them);
+ *   2. per phase, expressions as SSA temps `tID` in post-order (a DAG: each node once
+ *      per scope), except nodes reached only through a SELECT branch: those stay
+ *      inline in a ?: so that a branch not taken never loads (a gather index of -1
+ *      under a mask must not be dereferenced);
+ *   3. nodes that do not depend on the loop index and read only memory the kernel
+ *      never writes are hoisted out of the loop (per-row values, accumulators);
+ *   4. addresses: offset + row part + column part + gather. A part that is linear in
+ *      r (or j) is `r * s`; otherwise the coordinates are decomposed (in 32 bits when
+ *      the extent allows) and multiplied by their strides, all sums in 64 bits.
+ * The body is written to a string first, so the declarations in front of it
+ * (buffer bases, scalars, coordinates) are exactly those it uses. */
+#include "codegen/cuda.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef COLOSSALC_VERSION
+#define COLOSSALC_VERSION "unknown"
+#endif
+
+enum {
+  CUDA_BLOCK = 256,          /* threads per block for CM_FLAT, CM_THREAD_ROW, CM_COLS */
+  CUDA_ROW_BLOCK_MIN = 32,   /* CM_BLOCK_ROW: one warp at least */
+  CUDA_ROW_BLOCK_MAX = 512,
+  CUDA_ROW_PER_THREAD = 4,   /* CM_BLOCK_ROW: aim at this many columns per thread */
+  CUDA_THREAD_ROW_COLS = 32, /* below this many columns a row is one thread's work */
+};
+#define CUDA_GRID_MAX ((int64_t)1 << 16)
+
+/* ---- growable strings ------------------------------------------------------------ */
+
+typedef struct Str { char *s; size_t len, cap; } Str;
+
+static void put(Str *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(Str *o, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  ir_assert(n >= 0);
+  if (o->len + (size_t)n + 1 > o->cap) {
+    size_t cap = o->cap ? o->cap : 256;
+    while (cap < o->len + (size_t)n + 1) cap *= 2;
+    o->s = realloc(o->s, cap);
+    ir_assert(o->s);
+    o->cap = cap;
+  }
+  va_start(ap, fmt);
+  vsnprintf(o->s + o->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  o->len += (size_t)n;
+}
+
+static void put_str(Str *o, const Str *s) { if (s->len) put(o, "%s", s->s); }
+static void put_ind(Str *o, int ind) { put(o, "%*s", 2 * ind, ""); }
+static void str_free(Str *s) { free(s->s); *s = (Str){0}; }
+
+/* ---- analysis ------------------------------------------------------------------- */
+
+typedef struct Access { int buf; const KView *view; bool write, row; } Access;
+
+static int64_t elem_bytes(DType t) {
+  ir_assert(t == DT_F32 || t == DT_I32);
+  return 4;
+}
+
+static bool bufs_overlap(const Kernel *k, int a, int b) {
+  const KBuf *x = &k->bufs[a], *y = &k->bufs[b];
+  if (x->tier != y->tier) return false;
+  int64_t xe = x->offset + x->numel * elem_bytes(x->dtype), ye = y->offset + y->numel * elem_bytes(y->dtype);
+  return x->offset < ye && y->offset < xe;
+}
+
+static void collect_loads(const KExpr *e, unsigned char *seen, bool row, Access *out, int *n) {
+  if (!e || seen[e->id]) return;
+  seen[e->id] = 1;
+  switch (e->kind) {
+  case KX_LOAD:
+    out[(*n)++] = (Access){e->buf, &e->view, false, row};
+    collect_loads(e->view.gather, seen, row, out, n);
+    return;
+  case KX_UNARY: collect_loads(e->a, seen, row, out, n); return;
+  case KX_BINARY: collect_loads(e->a, seen, row, out, n); collect_loads(e->b, seen, row, out, n); return;
+  case KX_SELECT:
+    collect_loads(e->a, seen, row, out, n);
+    collect_loads(e->b, seen, row, out, n);
+    collect_loads(e->c, seen, row, out, n);
+    return;
+  case KX_CONST: case KX_ACC: case KX_COORD: case KX_SCALAR: return;
+  }
+  unreachable();
+}
+
+/* Every memory access of a phase; out holds nexprs + 1 entries. */
+static int phase_accesses(const Kernel *k, const KPhase *p, Access *out) {
+  unsigned char *seen = calloc((size_t)k->nexprs + 1, 1);
+  ir_assert(seen);
+  int n = 0;
+  bool row = p->kind == KPH_ROW;
+  collect_loads(p->expr, seen, row, out, &n);
+  if (p->kind != KPH_REDUCE) {
+    collect_loads(p->view.gather, seen, row, out, &n);
+    out[n++] = (Access){p->buf, &p->view, true, row};
+  }
+  free(seen);
+  return n;
+}
+
+/* The same element of the same buffer for every (r, j): one thread touches it. */
+static bool same_element(const Kernel *k, const Access *x, const Access *y) {
+  if (x->buf != y->buf || x->view->gather || y->view->gather || x->view->offset != y->view->offset) return false;
+  for (int d = 0; d < k->ndims; d++)
+    if (x->view->strides[d] != y->view->strides[d]) return false;
+  return true;
+}
+
+/* Must x (earlier) be ordered before y (later) across threads? ROW phases run in
+ * one thread per row while MAP and REDUCE phases spread j over threads. */
+static bool accesses_conflict(const Kernel *k, const Access *x, const Access *y) {
+  if (!x->write && !y->write) return false;
+  if (!bufs_overlap(k, x->buf, y->buf)) return false;
+  return x->row || y->row || !same_element(k, x, y);
+}
+
+static bool any_conflict(const Kernel *k, const Access *xs, int nx, const Access *ys, int ny) {
+  for (int a = 0; a < nx; a++)
+    for (int b = 0; b < ny; b++)
+      if (accesses_conflict(k, &xs[a], &ys[b])) return true;
+  return false;
+}
+
+/* Does any later phase touch memory an earlier one wrote (or write what it read),
+ * other than the same element through the same view? */
+static bool phases_conflict(const Kernel *k) {
+  Access *xs = malloc(sizeof *xs * ((size_t)k->nexprs + 1)), *ys = malloc(sizeof *ys * ((size_t)k->nexprs + 1));
+  ir_assert(xs && ys);
+  bool found = false;
+  for (int q = 1; q < k->nphases && !found; q++) {
+    int ny = phase_accesses(k, &k->phases[q], ys);
+    for (int p = 0; p < q && !found; p++) found = any_conflict(k, xs, phase_accesses(k, &k->phases[p], xs), ys, ny);
+  }
+  free(xs);
+  free(ys);
+  return found;
+}
+
+static bool has_reduce(const Kernel *k) {
+  for (int i = 0; i < k->nphases; i++)
+    if (k->phases[i].kind == KPH_REDUCE) return true;
+  return false;
+}
+
+CudaMapping cuda_kernel_mapping(const Kernel *k) {
+  if (k->par == KP_COLS) return CM_COLS;
+  if (!has_reduce(k) && k->cols > 0 && !phases_conflict(k)) return CM_FLAT;
+  return k->cols < CUDA_THREAD_ROW_COLS ? CM_THREAD_ROW : CM_BLOCK_ROW;
+}
+
+const char *cuda_mapping_name(CudaMapping m) {
+  switch (m) {
+  case CM_FLAT: return "flat";
+  case CM_BLOCK_ROW: return "block-per-row";
+  case CM_THREAD_ROW: return "thread-per-row";
+  case CM_COLS: return "thread-per-column";
+  }
+  unreachable();
+}
+
+int cuda_kernel_block_size(const Kernel *k) {
+  if (cuda_kernel_mapping(k) != CM_BLOCK_ROW) return CUDA_BLOCK;
+  int64_t want = (k->cols + CUDA_ROW_PER_THREAD - 1) / CUDA_ROW_PER_THREAD;
+  int b = CUDA_ROW_BLOCK_MIN;
+  while (b < want && b < CUDA_ROW_BLOCK_MAX) b *= 2;
+  return b;
+}
+
+int64_t cuda_kernel_grid_size(const Kernel *k, int64_t extent) {
+  int64_t bs = cuda_kernel_block_size(k), work = extent;
+  switch (cuda_kernel_mapping(k)) {
+  case CM_FLAT:
+    work = extent > 0 && k->cols > INT64_MAX / extent ? INT64_MAX : extent * k->cols;
+    work = work / bs + (work % bs != 0);
+    break;
+  case CM_BLOCK_ROW: break;
+  case CM_THREAD_ROW: case CM_COLS: work = work / bs + (work % bs != 0); break;
+  }
+  return work < 1 ? 1 : work > CUDA_GRID_MAX ? CUDA_GRID_MAX : work;
+}
+
+/* ---- emitter state ------------------------------------------------------------- */
+
+enum { DEP_R = 1, DEP_J = 2, DEP_RW = 4 };   /* row index, column index, memory the kernel writes */
+enum { DEP_ACC_SHIFT = 8 };                   /* then one bit per accumulator read */
+enum { T_ALL, T_HOIST_J, T_HOIST_R };         /* which temps to emit now */
+
+typedef struct Emit {
+  const Kernel *k;
+  CudaMapping map;
+  bool ro[K_MAX_BUFS];        /* never written by this kernel (nor anything overlapping) */
+  unsigned *dep;              /* per expr id: DEP_* bits | accumulators << DEP_ACC_SHIFT */
+  unsigned char *dep_done;
+  int *lvl;                   /* per expr id: scope depth of its visible temp, or -1 */
+  int *uncond, ustamp;        /* per expr id: == ustamp when evaluated unconditionally */
+  int *seen, wstamp;          /* per expr id: visited in the current walk */
+  int *stack, nstack, depth;  /* ids with visible temps, innermost last */
+  bool row_phase;             /* emitting a KPH_ROW phase: j is 0 */
+  bool use_r, use_j, use_sh, use_rc[K_MAX_DIMS], use_cc[K_MAX_DIMS], use_buf[K_MAX_BUFS], use_acc[K_MAX_ACCS];
+  bool *use_sc;
+  int nsc;
+} Emit;
+
+static unsigned view_dep(Emit *E, const KView *v);
+
+static unsigned expr_dep(Emit *E, const KExpr *e) {
+  ir_assert(e->id >= 0 && e->id < E->k->nexprs);
+  if (E->dep_done[e->id]) return E->dep[e->id];
+  unsigned d = 0;
+  switch (e->kind) {
+  case KX_CONST: break;
+  case KX_SCALAR: ir_assert(e->index >= 0); if (e->index + 1 > E->nsc) E->nsc = e->index + 1; break;
+  case KX_ACC: ir_assert(e->acc >= 0 && e->acc < E->k->naccs); d = 1u << (DEP_ACC_SHIFT + e->acc); break;
+  case KX_COORD: ir_assert(e->axis >= 0 && e->axis < E->k->ndims); d = e->axis < E->k->row_dims ? DEP_R : DEP_J; break;
+  case KX_LOAD: d = view_dep(E, &e->view) | (E->ro[e->buf] ? 0 : DEP_RW); break;
+  case KX_UNARY: d = expr_dep(E, e->a); break;
+  case KX_BINARY: d = expr_dep(E, e->a) | expr_dep(E, e->b); break;
+  case KX_SELECT: d = expr_dep(E, e->a) | expr_dep(E, e->b) | expr_dep(E, e->c); break;
+  }
+  E->dep_done[e->id] = 1;
+  return E->dep[e->id] = d;
+}
+
+static unsigned view_dep(Emit *E, const KView *v) {
+  unsigned d = v->gather ? expr_dep(E, v->gather) : 0;
+  for (int x = 0; x < E->k->ndims; x++)
+    if (v->strides[x] && E->k->dims[x] != 1) d |= x < E->k->row_dims ? DEP_R : DEP_J;
+  return d;
+}
+
+static void emit_init(Emit *E, const Kernel *k) {
+  kernel_check(k);
+  *E = (Emit){.k = k, .map = cuda_kernel_mapping(k)};
+  size_t n = (size_t)k->nexprs + 1;
+  E->dep = calloc(n, sizeof *E->dep);
+  E->dep_done = calloc(n, 1);
+  E->lvl = malloc(n * sizeof *E->lvl);
+  E->uncond = calloc(n, sizeof *E->uncond);
+  E->seen = calloc(n, sizeof *E->seen);
+  E->stack = malloc(n * sizeof *E->stack);
+  ir_assert(E->dep && E->dep_done && E->lvl && E->uncond && E->seen && E->stack);
+  for (size_t i = 0; i < n; i++) E->lvl[i] = -1;
+  for (int b = 0; b < k->nbufs; b++) {
+    E->ro[b] = true;
+    for (int p = 0; p < k->nphases; p++)
+      if (k->phases[p].kind != KPH_REDUCE && bufs_overlap(k, k->phases[p].buf, b)) E->ro[b] = false;
+  }
+  for (int p = 0; p < k->nphases; p++) {
+    expr_dep(E, k->phases[p].expr);
+    if (k->phases[p].kind != KPH_REDUCE) view_dep(E, &k->phases[p].view);
+  }
+  E->use_sc = calloc((size_t)E->nsc + 1, sizeof *E->use_sc);
+  ir_assert(E->use_sc);
+}
+
+static void emit_free(Emit *E) {
+  free(E->dep); free(E->dep_done); free(E->lvl); free(E->uncond); free(E->seen); free(E->stack); free(E->use_sc);
+}
+
+static void scope_open(Emit *E) { E->depth++; }
+
+static void scope_close(Emit *E) {
+  while (E->nstack && E->lvl[E->stack[E->nstack - 1]] >= E->depth) E->lvl[E->stack[--E->nstack]] = -1;
+  E->depth--;
+}
+
+/* Mark what a phase evaluates whatever the data: everything but SELECT branches. */
+static void mark_uncond(Emit *E, const KExpr *e) {
+  if (!e || E->uncond[e->id] == E->ustamp) return;
+  E->uncond[e->id] = E->ustamp;
+  switch (e->kind) {
+  case KX_LOAD: mark_uncond(E, e->view.gather); return;
+  case KX_UNARY: mark_uncond(E, e->a); return;
+  case KX_BINARY: mark_uncond(E, e->a); mark_uncond(E, e->b); return;
+  case KX_SELECT: mark_uncond(E, e->a); return;
+  case KX_CONST: case KX_ACC: case KX_COORD: case KX_SCALAR: return;
+  }
+  unreachable();
+}
+
+static void mark_phase(Emit *E, const KPhase *p) {
+  mark_uncond(E, p->expr);
+  if (p->kind != KPH_REDUCE) mark_uncond(E, p->view.gather);
+}
+
+/* ---- expressions ----------------------------------------------------------------- */
+
+static void expr_ref(Emit *E, Str *o, const KExpr *e);
+
+static void put_float(Str *o, float f) {
+  if (isnan(f)) { put(o, "CC_NAN"); return; }
+  if (isinf(f)) { put(o, f > 0 ? "CC_INF" : "(-CC_INF)"); return; }
+  char buf[48];
+  snprintf(buf, sizeof buf, "%.9g", (double)f);
+  const char *dot = strpbrk(buf, ".e") ? "" : ".0";
+  put(o, signbit(f) ? "(%s%sf)" : "%s%sf", buf, dot);
+}
+
+static void unary_syntax(KUnary op, const char **pre, const char **post) {
+  *post = ")";
+  switch (op) {
+  case KU_NEG: *pre = "(-"; return;
+  case KU_EXP: *pre = "expf("; return;
+  case KU_LOG: *pre = "logf("; return;
+  case KU_TANH: *pre = "tanhf("; return;
+  case KU_SQRT: *pre = "sqrtf("; return;
+  case KU_RSQRT: *pre = "rsqrtf("; return;
+  case KU_RECIP: *pre = "__frcp_rn("; return;   /* correctly rounded 1/x, cheaper than a division */
+  case KU_ABS: *pre = "fabsf("; return;
+  case KU_FLOOR: *pre = "floorf("; return;
+  case KU_SIN: *pre = "sinf("; return;
+  case KU_COS: *pre = "cosf("; return;
+  case KU_COUNT: break;
+  }
+  unreachable();
+}
+
+static void binary_syntax(KBinary op, const char **pre, const char **mid, const char **post) {
+  *pre = "(";
+  *post = ")";
+  switch (op) {
+  case KB_ADD: *mid = " + "; return;
+  case KB_SUB: *mid = " - "; return;
+  case KB_MUL: *mid = " * "; return;
+  case KB_DIV: *mid = " / "; return;
+  case KB_MAX: *pre = "cc_max("; *mid = ", "; return;
+  case KB_MIN: *pre = "cc_min("; *mid = ", "; return;
+  case KB_POW: *pre = "powf("; *mid = ", "; return;
+  case KB_LT: *mid = " < "; *post = " ? 1.0f : 0.0f)"; return;
+  case KB_LE: *mid = " <= "; *post = " ? 1.0f : 0.0f)"; return;
+  case KB_EQ: *mid = " == "; *post = " ? 1.0f : 0.0f)"; return;
+  case KB_COUNT: break;
+  }
+  unreachable();
+}
+
+static void term(Str *o, int *n) { if ((*n)++) put(o, " + "); }
+
+/* Is sum over axes [lo, hi) of coord_d * strides[d] equal to (the flat index over
+ * those axes) * s? Then the part is `r * s` (or `j * s`). Axes of size 1 do not count. */
+static bool linear_part(const Kernel *k, const KView *v, int lo, int hi, int64_t *s) {
+  *s = 0;
+  int64_t st = 1;
+  bool first = true;
+  for (int d = hi - 1; d >= lo; d--) {
+    if (k->dims[d] != 1) {
+      int64_t want;
+      if (first) *s = v->strides[d], first = false;
+      if (__builtin_mul_overflow(st, *s, &want) || v->strides[d] != want) return false;
+    }
+    if (__builtin_mul_overflow(st, k->dims[d], &st)) return false;
+  }
+  return true;
+}
+
+static void addr_part(Emit *E, Str *o, int *n, const KView *v, bool row) {
+  const Kernel *k = E->k;
+  int lo = row ? 0 : k->row_dims, hi = row ? k->row_dims : k->ndims;
+  int64_t s;
+  if (linear_part(k, v, lo, hi, &s)) {
+    if (!s) return;
+    term(o, n);
+    *(row ? &E->use_r : &E->use_j) = true;
+    if (s == 1) put(o, "%s", row ? "r" : "j");
+    else put(o, "%s * %lldLL", row ? "r" : "j", (long long)s);
+    return;
+  }
+  for (int d = lo; d < hi; d++) {
+    if (!v->strides[d] || k->dims[d] == 1) continue;
+    term(o, n);
+    (row ? E->use_rc : E->use_cc)[d] = true;
+    put(o, "%s%d * %lldLL", row ? "rc" : "cc", d, (long long)v->strides[d]);
+  }
+}
+
+/* offset + row part + column part + gather, in elements, 64-bit. */
+static void addr_text(Emit *E, Str *o, const KView *v) {
+  int n = 0;
+  if (v->offset) { term(o, &n); put(o, "%lldLL", (long long)v->offset); }
+  addr_part(E, o, &n, v, true);
+  if (!E->row_phase) addr_part(E, o, &n, v, false);
+  if (v->gather) {
+    term(o, &n);
+    put(o, "(long long)(");
+    expr_ref(E, o, v->gather);
+    put(o, ") * %lldLL", (long long)v->gather_stride);
+  }
+  if (!n) put(o, "0LL");
+}
+
+static void load_text(Emit *E, Str *o, const KExpr *e) {
+  const KBuf *b = &E->k->bufs[e->buf];
+  E->use_buf[e->buf] = true;
+  if (b->dtype == DT_I32) put(o, "(float)");
+  put(o, E->ro[e->buf] ? "__ldg(b%d + CC_IX(" : "b%d[CC_IX(", e->buf);
+  addr_text(E, o, &e->view);
+  put(o, ", %lldLL)%s", (long long)b->numel, E->ro[e->buf] ? ")" : "]");
+}
+
+static void coord_text(Emit *E, Str *o, int axis) {
+  if (axis >= E->k->row_dims && E->row_phase) { put(o, "0.0f"); return; }
+  if (E->k->dims[axis] == 1) { put(o, "0.0f"); return; }
+  bool row = axis < E->k->row_dims;
+  (row ? E->use_rc : E->use_cc)[axis] = true;
+  put(o, "(float)%s%d", row ? "rc" : "cc", axis);
+}
+
+static void expr_inline(Emit *E, Str *o, const KExpr *e) {
+  const char *pre, *mid, *post;
+  switch (e->kind) {
+  case KX_CONST: put_float(o, e->f); return;
+  case KX_LOAD: load_text(E, o, e); return;
+  case KX_ACC: E->use_acc[e->acc] = true; put(o, "acc%d", e->acc); return;
+  case KX_COORD: coord_text(E, o, e->axis); return;
+  case KX_SCALAR: E->use_sc[e->index] = true; put(o, "s%d", e->index); return;
+  case KX_UNARY:
+    unary_syntax(e->uop, &pre, &post);
+    put(o, "%s", pre);
+    expr_ref(E, o, e->a);
+    put(o, "%s", post);
+    return;
+  case KX_BINARY:
+    binary_syntax(e->bop, &pre, &mid, &post);
+    put(o, "%s", pre);
+    expr_ref(E, o, e->a);
+    put(o, "%s", mid);
+    expr_ref(E, o, e->b);
+    put(o, "%s", post);
+    return;
+  case KX_SELECT:
+    put(o, "(");
+    expr_ref(E, o, e->a);
+    put(o, " != 0.0f ? ");
+    expr_ref(E, o, e->b);
+    put(o, " : ");
+    expr_ref(E, o, e->c);
+    put(o, ")");
+    return;
+  }
+  unreachable();
+}
+
+static void expr_ref(Emit *E, Str *o, const KExpr *e) {
+  if (E->lvl[e->id] >= 0) put(o, "t%d", e->id);
+  else expr_inline(E, o, e);
+}
+
+static bool temp_wanted(const Emit *E, const KExpr *e, int filter) {
+  if (e->kind == KX_CONST || e->kind == KX_ACC || e->kind == KX_COORD || e->kind == KX_SCALAR) return false;
+  if (E->uncond[e->id] != E->ustamp || E->lvl[e->id] >= 0) return false;
+  unsigned d = E->dep[e->id];
+  if (filter == T_HOIST_J) return !(d & (DEP_J | DEP_RW));
+  if (filter == T_HOIST_R) return !(d & (DEP_R | DEP_RW));
+  return true;
+}
+
+/* Post-order over the whole DAG (SELECT branches included, so that the temps an
+ * inline branch refers to come first); temps for the unconditional nodes. */
+static void emit_temps(Emit *E, Str *o, int ind, const KExpr *e, int filter) {
+  if (!e || E->seen[e->id] == E->wstamp) return;
+  E->seen[e->id] = E->wstamp;
+  switch (e->kind) {
+  case KX_LOAD: emit_temps(E, o, ind, e->view.gather, filter); break;
+  case KX_UNARY: emit_temps(E, o, ind, e->a, filter); break;
+  case KX_BINARY: emit_temps(E, o, ind, e->a, filter); emit_temps(E, o, ind, e->b, filter); break;
+  case KX_SELECT:
+    emit_temps(E, o, ind, e->a, filter);
+    emit_temps(E, o, ind, e->b, filter);
+    emit_temps(E, o, ind, e->c, filter);
+    break;
+  case KX_CONST: case KX_ACC: case KX_COORD: case KX_SCALAR: break;
+  }
+  if (!temp_wanted(E, e, filter)) return;
+  put_ind(o, ind);
+  put(o, "const float t%d = ", e->id);
+  expr_inline(E, o, e);
+  put(o, ";\n");
+  E->lvl[e->id] = E->depth;
+  E->stack[E->nstack++] = e->id;
+}
+
+static void emit_phase_temps(Emit *E, Str *o, int ind, const KPhase *p, int filter) {
+  emit_temps(E, o, ind, p->expr, filter);
+  if (p->kind != KPH_REDUCE) emit_temps(E, o, ind, p->view.gather, filter);
+}
+
+/* Temps, then `bN[addr] = value;` (or +=). */
+static void emit_store(Emit *E, Str *o, int ind, const KPhase *p) {
+  E->wstamp++;
+  emit_phase_temps(E, o, ind, p, T_ALL);
+  E->use_buf[p->buf] = true;
+  put_ind(o, ind);
+  put(o, "b%d[CC_IX(", p->buf);
+  addr_text(E, o, &p->view);
+  put(o, ", %lldLL)] %s ", (long long)E->k->bufs[p->buf].numel, p->store == KS_ADD ? "+=" : "=");
+  expr_ref(E, o, p->expr);
+  put(o, ";\n");
+}
+
+/* ---- declarations -------------------------------------------------------------- */
+
+/* coord_d from r (row axes) or j (column axes): (x / stride) % dim. */
+static void coord_decl(Str *o, int ind, const Kernel *k, int axis) {
+  bool row = axis < k->row_dims;
+  int lo = row ? 0 : k->row_dims, hi = row ? k->row_dims : k->ndims;
+  int64_t stride = 1, extent = row ? k->rows : k->cols;
+  for (int d = hi - 1; d > axis; d--) stride *= k->dims[d];
+  const char *v = row ? "r" : "j";
+  put_ind(o, ind);
+  put(o, "const long long %s%d = ", row ? "rc" : "cc", axis);
+  if (stride == 1 && axis == lo) { put(o, "%s;\n", v); return; }
+  bool narrow = extent <= INT32_MAX;   /* 32-bit division is much cheaper on the GPU */
+  put(o, narrow ? "(long long)((unsigned)%s" : "%s", v);
+  if (stride != 1) put(o, narrow ? " / %lldu" : " / %lldLL", (long long)stride);
+  if (axis != lo) put(o, narrow ? " %% %lldu" : " %% %lldLL", (long long)k->dims[axis]);
+  put(o, narrow ? ");\n" : ";\n");
+}
+
+static void coord_decls(Str *o, int ind, const Kernel *k, const bool *use, bool row) {
+  for (int d = row ? 0 : k->row_dims; d < (row ? k->row_dims : k->ndims); d++)
+    if (use[d]) coord_decl(o, ind, k, d);
+}
+
+static bool any_true(const bool *b, int lo, int hi) {
+  for (int i = lo; i < hi; i++)
+    if (b[i]) return true;
+  return false;
+}
+
+static void decl_bases_and_scalars(Emit *E, Str *o) {
+  const Kernel *k = E->k;
+  for (int b = 0; b < k->nbufs; b++) {
+    if (!E->use_buf[b]) continue;
+    const KBuf *kb = &k->bufs[b];
+    const char *ty = kb->dtype == DT_I32 ? "int" : "float", *c = E->ro[b] ? "const " : "";
+    put(o, "  %s%s *const b%d = (%s%s *)(tiers[%d] + %lldLL);   /* ", c, ty, b, c, ty, kb->tier, (long long)kb->offset);
+    for (const char *s = kb->name ? kb->name : "?"; *s; s++)   /* the name, made safe for a comment */
+      put(o, "%c", (*s == '*' || *s == '/' || *s == '\n' || (unsigned char)*s < 32) ? '?' : *s);
+    put(o, ", %lld %s */\n", (long long)kb->numel, dtype_name(kb->dtype));
+  }
+  for (int i = 0; i < E->nsc; i++)
+    if (E->use_sc[i]) put(o, "  const float s%d = scalars[%d];\n", i, i);
+}
+
+/* ---- phases of one row (CM_BLOCK_ROW, CM_THREAD_ROW) ----------------------------- */
+
+/* Consecutive REDUCE phases that read none of each other's accumulators share one
+ * pass over the row (layernorm's sum x and sum x^2, say). */
+static int reduce_group_end(Emit *E, int p) {
+  const Kernel *k = E->k;
+  unsigned accs = 0;
+  while (p < k->nphases && k->phases[p].kind == KPH_REDUCE) {
+    if ((E->dep[k->phases[p].expr->id] >> DEP_ACC_SHIFT) & accs) break;
+    accs |= 1u << k->phases[p].acc;
+    p++;
+  }
+  return p;
+}
+
+static void loop_open(Emit *E, Str *o, int ind, bool block) {
+  put_ind(o, ind);
+  if (block) put(o, "for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) {\n", (long long)E->k->cols);
+  else put(o, "for (long long j = 0; j < %lldLL; j++) {\n", (long long)E->k->cols);
+}
+
+/* The j loop of phases [p0, p1) (one MAP, or a REDUCE group): loop-invariant temps
+ * before it, the rest inside, column coordinates declared in front of the body. */
+static void emit_j_loop(Emit *E, Str *o, int ind, int p0, int p1, bool block) {
+  const Kernel *k = E->k;
+  Str body = {0};
+  scope_open(E);
+  memset(E->use_cc, 0, sizeof E->use_cc);
+  E->wstamp++;
+  for (int p = p0; p < p1; p++) {
+    const KPhase *ph = &k->phases[p];
+    if (ph->kind == KPH_MAP) { emit_store(E, &body, ind + 1, ph); continue; }
+    emit_phase_temps(E, &body, ind + 1, ph, T_ALL);
+    put_ind(&body, ind + 1);
+    put(&body, "%s%d = ", block ? "pacc" : "acc", ph->acc);
+    put(&body, ph->reduce == KR_SUM ? "%s%d + " : "fmaxf(%s%d, ", block ? "pacc" : "acc", ph->acc);
+    expr_ref(E, &body, ph->expr);
+    put(&body, ph->reduce == KR_SUM ? ";\n" : ");\n");
+  }
+  scope_close(E);
+  loop_open(E, o, ind, block);
+  coord_decls(o, ind + 1, k, E->use_cc, false);
+  put_str(o, &body);
+  put_ind(o, ind);
+  put(o, "}\n");
+  str_free(&body);
+}
+
+static void emit_reduce_group(Emit *E, Str *o, int ind, int p0, int p1, bool block) {
+  const Kernel *k = E->k;
+  put_ind(o, ind);
+  put(o, "{\n");
+  scope_open(E);
+  E->ustamp++;
+  E->wstamp++;
+  for (int p = p0; p < p1; p++) mark_phase(E, &k->phases[p]);
+  if (k->cols > 0)
+    for (int p = p0; p < p1; p++) emit_phase_temps(E, o, ind + 1, &k->phases[p], T_HOIST_J);
+  for (int p = p0; p < p1; p++) {
+    put_ind(o, ind + 1);
+    put(o, "%s%s%d = %s;\n", block ? "float " : "", block ? "pacc" : "acc", k->phases[p].acc,
+        k->phases[p].reduce == KR_SUM ? "0.0f" : "-CC_INF");
+  }
+  if (k->cols > 0) emit_j_loop(E, o, ind + 1, p0, p1, block);
+  for (int p = p0; p < p1 && block; p++) {
+    put_ind(o, ind + 1);
+    put(o, "acc%d = cc_block_%s(pacc%d, cc_sh);\n", k->phases[p].acc, k->phases[p].reduce == KR_SUM ? "sum" : "max",
+        k->phases[p].acc);
+    E->use_sh = true;
+  }
+  scope_close(E);
+  put_ind(o, ind);
+  put(o, "}\n");
+}
+
+static void emit_map(Emit *E, Str *o, int ind, int p, bool block) {
+  if (E->k->cols == 0) return;
+  put_ind(o, ind);
+  put(o, "{\n");
+  scope_open(E);
+  E->ustamp++;
+  E->wstamp++;
+  mark_phase(E, &E->k->phases[p]);
+  emit_phase_temps(E, o, ind + 1, &E->k->phases[p], T_HOIST_J);
+  emit_j_loop(E, o, ind + 1, p, p + 1, block);
+  scope_close(E);
+  put_ind(o, ind);
+  put(o, "}\n");
+}
+
+static void emit_row_phase(Emit *E, Str *o, int ind, const KPhase *p, const char *guard) {
+  put_ind(o, ind);
+  put(o, "%s{\n", guard);
+  scope_open(E);
+  E->row_phase = true;
+  E->ustamp++;
+  mark_phase(E, p);
+  emit_store(E, o, ind + 1, p);
+  E->row_phase = false;
+  scope_close(E);
+  put_ind(o, ind);
+  put(o, "}\n");
+}
+
+/* A __syncthreads() before phases [p0, p1) when they touch what the phases since
+ * the last barrier wrote (or write what those read). A REDUCE group ends in one. */
+static void block_sync(Emit *E, Str *o, int ind, Access *pend, int *npend, int p0, int p1) {
+  const Kernel *k = E->k;
+  Access *cur = malloc(sizeof *cur * ((size_t)k->nexprs + 1) * (size_t)(p1 - p0));
+  ir_assert(cur);
+  int n = 0;
+  for (int p = p0; p < p1; p++) n += phase_accesses(k, &k->phases[p], cur + n);
+  if (any_conflict(k, pend, *npend, cur, n)) {
+    put_ind(o, ind);
+    put(o, "__syncthreads();\n");
+    *npend = 0;
+  }
+  if (k->phases[p0].kind == KPH_REDUCE) *npend = 0;
+  else for (int i = 0; i < n; i++) pend[(*npend)++] = cur[i];
+  free(cur);
+}
+
+static void emit_rows(Emit *E, Str *o, bool block) {
+  const Kernel *k = E->k;
+  Str row = {0};
+  Access *pend = malloc(sizeof *pend * ((size_t)k->nexprs + 1) * (size_t)(k->nphases + 1));
+  ir_assert(pend);
+  int npend = 0;
+  scope_open(E);
+  for (int p = 0; p < k->nphases;) {
+    const KPhase *ph = &k->phases[p];
+    int end = ph->kind == KPH_REDUCE ? reduce_group_end(E, p) : p + 1;
+    if (block) block_sync(E, &row, 2, pend, &npend, p, end);
+    if (ph->kind == KPH_REDUCE) emit_reduce_group(E, &row, 2, p, end, block);
+    else if (ph->kind == KPH_MAP) emit_map(E, &row, 2, p, block);
+    else emit_row_phase(E, &row, 2, ph, block ? "if (threadIdx.x == 0) " : "");
+    p = end;
+  }
+  scope_close(E);
+  if (block) put(o, "  for (long long r = blockIdx.x; r < n; r += gridDim.x) {\n");
+  else put(o, "  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < n;"
+              " r += (long long)gridDim.x * blockDim.x) {\n");
+  coord_decls(o, 2, k, E->use_rc, true);
+  for (int a = 0; a < k->naccs; a++) put(o, "    float acc%d;\n", a);
+  put_str(o, &row);
+  for (int a = 0; a < k->naccs; a++)
+    if (!E->use_acc[a]) put(o, "    (void)acc%d;\n", a);
+  put(o, "  }\n");
+  str_free(&row);
+  free(pend);
+}
+
+/* ---- CM_FLAT and CM_COLS -------------------------------------------------------- */
+
+static void emit_flat(Emit *E, Str *o) {
+  const Kernel *k = E->k;
+  Str el = {0};
+  scope_open(E);
+  for (int p = 0; p < k->nphases; p++) {
+    const KPhase *ph = &k->phases[p];
+    if (ph->kind == KPH_ROW) { E->use_j = true; emit_row_phase(E, &el, 2, ph, "if (j == 0) "); continue; }
+    put(&el, "    {\n");
+    scope_open(E);
+    E->ustamp++;
+    mark_phase(E, ph);
+    emit_store(E, &el, 3, ph);
+    scope_close(E);
+    put(&el, "    }\n");
+  }
+  scope_close(E);
+  E->use_j |= any_true(E->use_cc, 0, K_MAX_DIMS);
+  E->use_r |= E->use_j || any_true(E->use_rc, 0, K_MAX_DIMS);
+  put(o, "  const long long total = n * %lldLL;\n", (long long)k->cols);
+  put(o, "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;"
+         " i += (long long)gridDim.x * blockDim.x) {\n");
+  if (E->use_r) put(o, "    const long long r = i / %lldLL;\n", (long long)k->cols);
+  if (E->use_j) put(o, "    const long long j = i - r * %lldLL;\n", (long long)k->cols);
+  coord_decls(o, 2, k, E->use_rc, true);
+  coord_decls(o, 2, k, E->use_cc, false);
+  put_str(o, &el);
+  put(o, "  }\n");
+  str_free(&el);
+}
+
+static void emit_cols(Emit *E, Str *o) {
+  const Kernel *k = E->k;
+  Str th = {0}, rows = {0};
+  scope_open(E);
+  if (k->rows > 0) {
+    E->ustamp++;
+    E->wstamp++;
+    for (int p = 0; p < k->nphases; p++) mark_phase(E, &k->phases[p]);
+    for (int p = 0; p < k->nphases; p++) emit_phase_temps(E, &th, 2, &k->phases[p], T_HOIST_R);
+    scope_open(E);
+    for (int p = 0; p < k->nphases; p++) {
+      put(&rows, "      {\n");
+      scope_open(E);
+      E->ustamp++;
+      mark_phase(E, &k->phases[p]);
+      emit_store(E, &rows, 4, &k->phases[p]);
+      scope_close(E);
+      put(&rows, "      }\n");
+    }
+    scope_close(E);
+    put(&th, "    for (long long r = 0; r < %lldLL; r++) {\n", (long long)k->rows);
+    coord_decls(&th, 3, k, E->use_rc, true);
+    put_str(&th, &rows);
+    put(&th, "    }\n");
+  }
+  scope_close(E);
+  put(o, "  for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n;"
+         " j += (long long)gridDim.x * blockDim.x) {\n");
+  coord_decls(o, 2, k, E->use_cc, false);
+  put_str(o, &th);
+  put(o, "  }\n");
+  str_free(&th);
+  str_free(&rows);
+}
+
+/* ---- kernels and the translation unit --------------------------------------------- */
+
+/* The kernel's text form, as // lines (a backslash could continue a // comment). */
+static void emit_comment_kernel(FILE *f, const Kernel *k) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&text, &len);
+  ir_assert(m);
+  kernel_print(m, k);
+  fclose(m);
+  fputs("// ", f);
+  for (const char *s = text; s && *s; s++) {
+    if (*s == '\n') fputs(s[1] ? "\n// " : "\n", f);
+    else fputc(*s == '\\' ? '?' : *s, f);
+  }
+  free(text);
+}
+
+void cuda_emit_kernel(FILE *f, const Kernel *k) {
+  Emit E;
+  emit_init(&E, k);
+  Str body = {0}, head = {0};
+  switch (E.map) {
+  case CM_FLAT: emit_flat(&E, &body); break;
+  case CM_BLOCK_ROW: emit_rows(&E, &body, true); break;
+  case CM_THREAD_ROW: emit_rows(&E, &body, false); break;
+  case CM_COLS: emit_cols(&E, &body); break;
+  }
+  if (E.use_sh) put(&head, "  __shared__ float cc_sh[32];\n");
+  decl_bases_and_scalars(&E, &head);
+  int bs = cuda_kernel_block_size(k);
+  fprintf(f, "\n// ---- %s: %s, %d threads per block, n = %s ----\n", k->name, cuda_mapping_name(E.map), bs,
+          k->par == KP_COLS ? "columns" : "rows");
+  emit_comment_kernel(f, k);
+  fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s(char *const *tiers, long long n, const float *scalars) {\n",
+          bs, k->name);
+  fprintf(f, "%s%s}\n", head.s ? head.s : "", body.s ? body.s : "");
+  str_free(&body);
+  str_free(&head);
+  emit_free(&E);
+}
+
+/* Device helpers shared by every kernel. The block reductions need blockDim.x to be
+ * a multiple of 32 (at most 1024) and leave the same bits in every thread: each
+ * butterfly step adds the same two values in every lane (a + b == b + a). */
+static const char prelude[] =
+  "#ifndef COLOSSALC_CUDA_PRELUDE\n"
+  "#define COLOSSALC_CUDA_PRELUDE\n"
+  "#define CC_INF __int_as_float(0x7f800000)\n"
+  "#define CC_NAN __int_as_float(0x7fffffff)\n"
+  "#ifdef COLOSSALC_CUDA_BOUNDS\n"
+  "static __device__ __forceinline__ long long cc_ix(long long a, long long n) {\n"
+  "  if (a < 0 || a >= n) __trap();\n"
+  "  return a;\n"
+  "}\n"
+  "#define CC_IX(a, n) cc_ix((a), (n))\n"
+  "#else\n"
+  "#define CC_IX(a, n) (a)\n"
+  "#endif\n"
+  "static __device__ __forceinline__ float cc_max(float x, float y) { return x > y ? x : y; }\n"
+  "static __device__ __forceinline__ float cc_min(float x, float y) { return x < y ? x : y; }\n"
+  "static __device__ __forceinline__ float cc_warp_sum(float v) {\n"
+  "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+  "  return v;\n"
+  "}\n"
+  "static __device__ __forceinline__ float cc_warp_max(float v) {\n"
+  "  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
+  "  return v;\n"
+  "}\n"
+  "/* Over the block, the result in every thread; sh: 32 floats of shared memory. */\n"
+  "static __device__ __forceinline__ float cc_block_sum(float v, float *sh) {\n"
+  "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
+  "  v = cc_warp_sum(v);\n"
+  "  __syncthreads();   /* the previous reduction is done reading sh */\n"
+  "  if (lane == 0) sh[warp] = v;\n"
+  "  __syncthreads();\n"
+  "  return cc_warp_sum(lane < nw ? sh[lane] : 0.0f);\n"
+  "}\n"
+  "static __device__ __forceinline__ float cc_block_max(float v, float *sh) {\n"
+  "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
+  "  v = cc_warp_max(v);\n"
+  "  __syncthreads();\n"
+  "  if (lane == 0) sh[warp] = v;\n"
+  "  __syncthreads();\n"
+  "  return cc_warp_max(lane < nw ? sh[lane] : -CC_INF);\n"
+  "}\n"
+  "#endif\n";
+
+void cuda_emit_prelude(FILE *f, int nkernels) {
+  fprintf(f, "/* colossalc %s: %d CUDA kernel%s, generated for NVRTC (-std=c++17); do not edit.\n"
+             " * Each: extern \"C\" __global__ void NAME(char *const *tiers, long long n, const float *scalars),\n"
+             " * covering [0, n) of its parallel range; -DCOLOSSALC_CUDA_BOUNDS checks every address. */\n",
+          COLOSSALC_VERSION, nkernels, nkernels == 1 ? "" : "s");
+  fputs(prelude, f);
+}
+
+char *cuda_emit_source(const Kernel *const *kernels, int n) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ir_assert(f);
+  cuda_emit_prelude(f, n);
+  for (int i = 0; i < n; i++) cuda_emit_kernel(f, kernels[i]);
+  fclose(f);
+  return text;
+}
+
+void cuda_source_print_numbered(FILE *f, const char *src) {
+  int line = 1;
+  for (const char *s = src; s && *s; line++) {
+    const char *nl = strchr(s, '\n');
+    int len = nl ? (int)(nl - s) : (int)strlen(s);
+    fprintf(f, "%5d | %.*s\n", line, len, s);
+    s += len + (nl != NULL);
+  }
+}

@@ -1,0 +1,860 @@
+/* The CPU emitter: each kernel of the kernel form (codegen/kernel.h) becomes one LLVM
+ * function with the runtime ABI (runtime/program.h), built through the LLVM 14 C API,
+ * optimised at O3 for the host CPU and written as an object file. The reference
+ * evaluator kernel_eval (codegen/kernel.c) defines what the code must compute.
+ *
+ * Shape of the code. For KP_ROWS: `for r in [lo, hi)` around the phases; each REDUCE
+ * and MAP phase is a loop `for j in [0, cols)`, a ROW phase is straight-line code with
+ * j = 0. For KP_COLS: `for r in [0, rows)` around MAP loops `for j in [lo, hi)`.
+ * Values that depend on the row only (row coordinates, the row part of every view's
+ * address) are computed once per row in the row header; buffer base pointers and
+ * runtime scalars once per call in the entry block; the rest is emitted inside the
+ * j loop, one value per expression id per iteration (the DAG is computed once), and
+ * LICM hoists whatever turns out loop-invariant (accumulator-only arithmetic,
+ * gathered row indices).
+ *
+ * Addresses. A view's address is offset + sum_d coord_d * strides[d] (+ gather). The
+ * row part is split off per row. The column part is `j * c` when the view's column
+ * strides are the row-major strides of the column dims times one constant c (c = 0:
+ * broadcast, 1: contiguous, other: strided or reversed), so the j loop is a plain
+ * unit-stride or strided loop; only other views (transposes within the columns,
+ * broadcasts along an inner column axis) decompose j by div/mod of constants.
+ *
+ * Aliasing. Different tiers never alias and distinct buffers of one tier do not
+ * overlap, so each buffer gets its own alias scope (!alias.scope / !noalias); buffers
+ * whose byte ranges do overlap share one. A kernel may load and store the same buffer
+ * (KS_ADD, in-place updates): those accesses stay in one scope and LLVM's dependence
+ * analysis sees the equal addresses. No `noalias` attributes: every pointer is derived
+ * from the one `tiers` argument.
+ *
+ * Numerics (the choices, and how they differ from kernel_eval):
+ *  - MAP and ROW phases are strict IEEE f32: no fast-math, no FMA contraction. They
+ *    vectorize without it.
+ *  - REDUCE loops carry llvm.loop.vectorize.enable, which lets the vectorizer reorder
+ *    the accumulation (LLVM 14's C API has no per-instruction fast-math flags): sums are
+ *    kept as per-lane partial sums added at the end, not in j order, so they differ from
+ *    kernel_eval by rounding, bounded relative to the sum of magnitudes of the terms.
+ *    KR_MAX is llvm.maxnum (fmaxf); LLVM vectorizes an FP max reduction only under the
+ *    function attributes no-nans-fp-math and no-signed-zeros-fp-math, so kernels with a
+ *    KR_MAX phase carry them: such a kernel may differ from kernel_eval when a NaN is
+ *    among its values or in the sign of a zero. Other kernels do not carry them.
+ *  - exp, log, tanh, pow, sin, cos are libm calls (expf ...) marked readnone (errno is
+ *    ignored). When this machine's libmvec (glibc) has vector versions, each call
+ *    carries a vector-function-abi-variant mapping to them (_ZGVbN4v_expf for SSE,
+ *    _ZGVdN8v_ for AVX2, _ZGVeN16v_ for AVX-512, the ones the host supports), so the
+ *    loop vectorizer calls those (glibc documents at most 4 ulp). Without libmvec the
+ *    calls stay scalar and a loop holding one is not vectorized.
+ *  - sqrt, fabs, floor are LLVM intrinsics (exact); rsqrt is 1/sqrt and recip 1/x with
+ *    IEEE division, as kernel_eval computes them; MAX/MIN of the expression language are
+ *    `x > y ? x : y` / `x < y ? x : y` selects, as in kernel_eval.
+ *  - A select whose arms hold a gather load is emitted with branches, so the load is
+ *    not speculated (an ignored target index such as -100 must not be dereferenced);
+ *    other selects are branch-free.
+ */
+#include "codegen/llvm.h"
+#include <dlfcn.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/DebugInfo.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+/* libm functions the kernels call, and the libmvec ISAs (x86-64 vector ABI letters). */
+typedef enum { MF_EXP, MF_LOG, MF_TANH, MF_SIN, MF_COS, MF_POW, MF_COUNT } MathFn;
+static const struct { const char *name; int arity; } math_fns[MF_COUNT] = {
+  {"expf", 1}, {"logf", 1}, {"tanhf", 1}, {"sinf", 1}, {"cosf", 1}, {"powf", 2},
+};
+enum { VEC_ISAS = 3 };
+static const struct { char letter; int lanes; const char *feature; } vec_isas[VEC_ISAS] = {
+  {'b', 4, "sse2"}, {'d', 8, "avx2"}, {'e', 16, "avx512f"},
+};
+
+struct LlvmModule {
+  LLVMContextRef ctx;
+  LLVMModuleRef mod;
+  LLVMTargetMachineRef tm;
+  char *cpu, *features;                 /* the host's, for target-cpu/target-features */
+  LLVMTypeRef f32, i1, i8, i32, i64, kfn;  /* kfn: the kernel function type */
+  unsigned md_scope, md_noalias, md_loop;
+  int vec_mask[MF_COUNT];               /* bit i: vec_isas[i] variant usable for that function */
+  LLVMValueRef vec_decls[MF_COUNT * VEC_ISAS];  /* vector variants declared so far */
+  int nvec_decls;
+};
+
+/* ---- module ------------------------------------------------------------------- */
+
+static _Noreturn void llvm_fail(const char *what, char *msg) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "LLVM: %s: %s", what, msg ? msg : "(no message)");
+  if (msg) LLVMDisposeMessage(msg);
+  diag_internal(__FILE__, __LINE__, buf);
+}
+
+static void diag_handler(LLVMDiagnosticInfoRef di, void *ctx) {
+  LLVMDiagnosticSeverity sev = LLVMGetDiagInfoSeverity(di);
+  if (sev != LLVMDSError && !getenv("COLOSSALC_LLVM_REMARKS")) return;  /* "loop not vectorized" etc. */
+  char *desc = LLVMGetDiagInfoDescription(di);
+  fprintf(stderr, "colossalc: LLVM %s: %s\n", sev == LLVMDSError ? "error" : "note", desc);
+  LLVMDisposeMessage(desc);
+}
+
+static bool has_feature(const char *features, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = features; (p = strstr(p, name)); p += n)
+    if (p > features && p[-1] == '+' && (p - 1 == features || p[-2] == ',') && (p[n] == ',' || !p[n])) return true;
+  return false;
+}
+
+/* Which libmvec variants this machine has (the object runs on the same kind). */
+static void detect_libmvec(LlvmModule *m, const char *triple) {
+  if (strncmp(triple, "x86_64", 6) != 0) return;
+  void *lib = dlopen("libmvec.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!lib) return;
+  for (int f = 0; f < MF_COUNT; f++)
+    for (int i = 0; i < VEC_ISAS; i++) {
+      char name[64];
+      snprintf(name, sizeof name, "_ZGV%cN%d%s_%s", vec_isas[i].letter, vec_isas[i].lanes,
+               math_fns[f].arity == 2 ? "vv" : "v", math_fns[f].name);
+      if (has_feature(m->features, vec_isas[i].feature) && dlsym(lib, name)) m->vec_mask[f] |= 1 << i;
+    }
+  dlclose(lib);
+}
+
+static void init_target(LlvmModule *m) {
+  static bool initialised;
+  if (!initialised) {
+    if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter())
+      llvm_fail("initialising the native target", NULL);
+    initialised = true;
+  }
+  char *triple = LLVMGetDefaultTargetTriple(), *msg = NULL;
+  LLVMTargetRef t;
+  if (LLVMGetTargetFromTriple(triple, &t, &msg)) llvm_fail(triple, msg);
+  m->cpu = LLVMGetHostCPUName();
+  m->features = LLVMGetHostCPUFeatures();
+  m->tm = LLVMCreateTargetMachine(t, triple, m->cpu, m->features, LLVMCodeGenLevelAggressive,
+                                  LLVMRelocPIC, LLVMCodeModelDefault);
+  if (!m->tm) llvm_fail("no target machine for", triple);
+  LLVMSetTarget(m->mod, triple);
+  LLVMTargetDataRef td = LLVMCreateTargetDataLayout(m->tm);
+  LLVMSetModuleDataLayout(m->mod, td);
+  LLVMDisposeTargetData(td);
+  detect_libmvec(m, triple);
+  LLVMDisposeMessage(triple);
+}
+
+LlvmModule *llvm_module_new(const char *name) {
+  LlvmModule *m = calloc(1, sizeof *m);
+  ir_assert(m);
+  m->ctx = LLVMContextCreate();
+  LLVMContextSetDiagnosticHandler(m->ctx, diag_handler, NULL);
+  m->mod = LLVMModuleCreateWithNameInContext(name, m->ctx);
+  m->f32 = LLVMFloatTypeInContext(m->ctx);
+  m->i1 = LLVMInt1TypeInContext(m->ctx);
+  m->i8 = LLVMInt8TypeInContext(m->ctx);
+  m->i32 = LLVMInt32TypeInContext(m->ctx);
+  m->i64 = LLVMInt64TypeInContext(m->ctx);
+  LLVMTypeRef params[4] = {LLVMPointerType(LLVMPointerType(m->i8, 0), 0), m->i64, m->i64,
+                           LLVMPointerType(m->f32, 0)};
+  m->kfn = LLVMFunctionType(LLVMVoidTypeInContext(m->ctx), params, 4, 0);
+  m->md_scope = LLVMGetMDKindIDInContext(m->ctx, "alias.scope", 11);
+  m->md_noalias = LLVMGetMDKindIDInContext(m->ctx, "noalias", 7);
+  m->md_loop = LLVMGetMDKindIDInContext(m->ctx, "llvm.loop", 9);
+  init_target(m);
+  return m;
+}
+
+void llvm_module_free(LlvmModule *m) {
+  if (!m) return;
+  LLVMDisposeModule(m->mod);
+  LLVMDisposeTargetMachine(m->tm);
+  LLVMContextDispose(m->ctx);
+  LLVMDisposeMessage(m->cpu);
+  LLVMDisposeMessage(m->features);
+  free(m);
+}
+
+const char *llvm_link_libs(const LlvmModule *m) {
+  for (int f = 0; f < MF_COUNT; f++)
+    if (m->vec_mask[f]) return "-lmvec -lm";
+  return "-lm";
+}
+
+/* ---- one kernel: state -------------------------------------------------------- */
+
+typedef struct Emit {
+  LlvmModule *m;
+  const Kernel *k;
+  LLVMValueRef fn, tiers, lo, hi, scalars;  /* the function and its arguments */
+  LLVMBuilderRef b;             /* where code goes now */
+  LLVMBuilderRef entry_b;       /* end of the entry block: per-call values */
+  LLVMBuilderRef row_b;         /* end of the row header: per-row values */
+  LLVMValueRef r, j;            /* i64: the current row and column */
+  LLVMValueRef bufp[K_MAX_BUFS];              /* float* or i32*, in the entry block */
+  LLVMValueRef scope[K_MAX_BUFS], noalias[K_MAX_BUFS];  /* alias metadata; NULL: none */
+  LLVMValueRef acc[K_MAX_ACCS];
+  LLVMValueRef rowcoord[K_MAX_DIMS];
+  const KView **rowview;        /* views whose row part is computed this row ... */
+  LLVMValueRef *rowoff;         /* ... and that part (NULL: 0) */
+  int nrowview;
+  LLVMValueRef *scal;           /* scalars[i], loaded in the entry block */
+  int nscal;
+  LLVMValueRef *val;            /* this iteration: value of expression id, then column coordinates */
+  int *stack, nstack;           /* ids set in val, in order, so a branch can drop its own */
+  signed char *spec;            /* per id: -1 unknown, else whether it may be evaluated speculatively */
+} Emit;
+
+static LLVMValueRef cf(Emit *e, float f) { return LLVMConstReal(e->m->f32, f); }
+static LLVMValueRef ci(Emit *e, int64_t v) { return LLVMConstInt(e->m->i64, (unsigned long long)v, 1); }
+
+static LLVMBasicBlockRef new_block(Emit *e, const char *name) {
+  return LLVMAppendBasicBlockInContext(e->m->ctx, e->fn, name);
+}
+
+/* Integer sums of terms where NULL means 0, so constant zeros never reach the IR. */
+static LLVMValueRef iadd(LLVMBuilderRef b, LLVMValueRef x, LLVMValueRef y) {
+  return !x ? y : !y ? x : LLVMBuildNSWAdd(b, x, y, "");
+}
+static LLVMValueRef imul(Emit *e, LLVMBuilderRef b, LLVMValueRef x, int64_t c) {
+  return c == 0 ? NULL : c == 1 ? x : LLVMBuildNSWMul(b, x, ci(e, c), "");
+}
+
+static void memo_set(Emit *e, int id, LLVMValueRef v) {
+  e->val[id] = v;
+  e->stack[e->nstack++] = id;
+}
+static void memo_pop(Emit *e, int mark) {
+  while (e->nstack > mark) e->val[e->stack[--e->nstack]] = NULL;
+}
+
+/* ---- per-call and per-row values ------------------------------------------------ */
+
+static LLVMValueRef buf_ptr(Emit *e, int buf) {
+  if (e->bufp[buf]) return e->bufp[buf];
+  const KBuf *kb = &e->k->bufs[buf];
+  LlvmModule *m = e->m;
+  LLVMTypeRef i8p = LLVMPointerType(m->i8, 0);
+  LLVMValueRef tier = ci(e, kb->tier);
+  LLVMValueRef slot = LLVMBuildInBoundsGEP2(e->entry_b, i8p, e->tiers, &tier, 1, "");
+  LLVMValueRef base = LLVMBuildLoad2(e->entry_b, i8p, slot, "");
+  LLVMValueRef off = ci(e, kb->offset);
+  LLVMValueRef p = LLVMBuildInBoundsGEP2(e->entry_b, m->i8, base, &off, 1, "");
+  LLVMTypeRef elt = kb->dtype == DT_I32 ? m->i32 : m->f32;
+  return e->bufp[buf] = LLVMBuildBitCast(e->entry_b, p, LLVMPointerType(elt, 0), kb->name);
+}
+
+static LLVMValueRef scalar(Emit *e, int index) {
+  ir_assert(index >= 0);
+  if (index >= e->nscal) {
+    e->scal = realloc(e->scal, (size_t)(index + 1) * sizeof *e->scal);
+    ir_assert(e->scal);
+    memset(e->scal + e->nscal, 0, (size_t)(index + 1 - e->nscal) * sizeof *e->scal);
+    e->nscal = index + 1;
+  }
+  if (!e->scal[index]) {
+    LLVMValueRef i = ci(e, index);
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(e->entry_b, e->m->f32, e->scalars, &i, 1, "");
+    e->scal[index] = LLVMBuildLoad2(e->entry_b, e->m->f32, p, "scalar");
+  }
+  return e->scal[index];
+}
+
+static int64_t dims_product(const Kernel *k, int from, int to) {
+  int64_t p = 1;
+  for (int d = from; d < to; d++) p *= k->dims[d];
+  return p;
+}
+
+/* Coordinate d < row_dims of row r: (r / stride) % dims[d]; r < rows needs no % for d = 0. */
+static LLVMValueRef row_coord(Emit *e, int d) {
+  if (e->rowcoord[d]) return e->rowcoord[d];
+  int64_t stride = dims_product(e->k, d + 1, e->k->row_dims);
+  LLVMValueRef x = e->r;
+  if (stride != 1) x = LLVMBuildUDiv(e->row_b, x, ci(e, stride), "");
+  if (d > 0) x = LLVMBuildURem(e->row_b, x, ci(e, e->k->dims[d]), "");
+  return e->rowcoord[d] = x;
+}
+
+/* Coordinate d >= row_dims of column j, cached for this iteration. */
+static LLVMValueRef col_coord(Emit *e, int d) {
+  int slot = e->k->nexprs + d;
+  if (e->val[slot]) return e->val[slot];
+  int64_t stride = dims_product(e->k, d + 1, e->k->ndims);
+  LLVMValueRef x = e->j;
+  if (stride != 1) x = LLVMBuildUDiv(e->b, x, ci(e, stride), "");
+  if (stride * e->k->dims[d] != e->k->cols) x = LLVMBuildURem(e->b, x, ci(e, e->k->dims[d]), "");
+  memo_set(e, slot, x);
+  return x;
+}
+
+/* The row part of a view's address (offset included), once per row. */
+static LLVMValueRef view_row_offset(Emit *e, const KView *v) {
+  for (int i = 0; i < e->nrowview; i++)
+    if (e->rowview[i] == v) return e->rowoff[i];
+  LLVMValueRef off = v->offset ? ci(e, v->offset) : NULL;
+  for (int d = 0; d < e->k->row_dims; d++)
+    if (v->strides[d] && e->k->dims[d] != 1) off = iadd(e->row_b, off, imul(e, e->row_b, row_coord(e, d), v->strides[d]));
+  e->rowview[e->nrowview] = v;
+  return e->rowoff[e->nrowview++] = off;
+}
+
+/* Whether the column part is c * j: every column axis of extent > 1 has stride c times
+ * its row-major stride. */
+static bool col_affine(const Kernel *k, const KView *v, int64_t *c) {
+  bool have = false;
+  for (int d = k->row_dims; d < k->ndims; d++) {
+    if (k->dims[d] == 1) continue;
+    int64_t rm = dims_product(k, d + 1, k->ndims);
+    if (!have) {
+      if (v->strides[d] % rm) return false;
+      *c = v->strides[d] / rm;
+      have = true;
+    } else if (v->strides[d] != *c * rm) return false;
+  }
+  if (!have) *c = 0;
+  return true;
+}
+
+static LLVMValueRef view_col_offset(Emit *e, const KView *v) {
+  int64_t c;
+  if (col_affine(e->k, v, &c)) return imul(e, e->b, e->j, c);
+  LLVMValueRef off = NULL;
+  for (int d = e->k->row_dims; d < e->k->ndims; d++)
+    if (v->strides[d] && e->k->dims[d] != 1) off = iadd(e->b, off, imul(e, e->b, col_coord(e, d), v->strides[d]));
+  return off;
+}
+
+static LLVMValueRef emit_expr(Emit *e, const KExpr *x);
+
+static LLVMValueRef view_ptr(Emit *e, int buf, const KView *v) {
+  LLVMValueRef off = iadd(e->b, view_row_offset(e, v), view_col_offset(e, v));
+  if (v->gather) {
+    LLVMValueRef g = LLVMBuildFPToSI(e->b, emit_expr(e, v->gather), e->m->i64, "");
+    off = iadd(e->b, off, imul(e, e->b, g, v->gather_stride));
+  }
+  LLVMValueRef p = buf_ptr(e, buf);
+  if (!off) return p;
+  LLVMTypeRef elt = e->k->bufs[buf].dtype == DT_I32 ? e->m->i32 : e->m->f32;
+  return LLVMBuildInBoundsGEP2(e->b, elt, p, &off, 1, "");
+}
+
+static void set_alias(Emit *e, LLVMValueRef inst, int buf) {
+  LLVMSetAlignment(inst, 4);
+  if (!e->scope[buf]) return;
+  LLVMSetMetadata(inst, e->m->md_scope, e->scope[buf]);
+  LLVMSetMetadata(inst, e->m->md_noalias, e->noalias[buf]);
+}
+
+static LLVMValueRef emit_load(Emit *e, int buf, const KView *v) {
+  bool i32 = e->k->bufs[buf].dtype == DT_I32;
+  LLVMValueRef ld = LLVMBuildLoad2(e->b, i32 ? e->m->i32 : e->m->f32, view_ptr(e, buf, v), "");
+  set_alias(e, ld, buf);
+  return i32 ? LLVMBuildSIToFP(e->b, ld, e->m->f32, "") : ld;
+}
+
+static void emit_store(Emit *e, const KPhase *p, LLVMValueRef v) {
+  LLVMValueRef ptr = view_ptr(e, p->buf, &p->view);
+  if (p->store == KS_ADD) {
+    LLVMValueRef old = LLVMBuildLoad2(e->b, e->m->f32, ptr, "");
+    set_alias(e, old, p->buf);
+    v = LLVMBuildFAdd(e->b, old, v, "");
+  }
+  set_alias(e, LLVMBuildStore(e->b, v, ptr), p->buf);
+}
+
+/* ---- expressions ----------------------------------------------------------------- */
+
+static LLVMValueRef call_intrinsic(Emit *e, const char *name, LLVMValueRef *args, int n) {
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  ir_assert(id);
+  LLVMValueRef fn = LLVMGetIntrinsicDeclaration(e->m->mod, id, &e->m->f32, 1);
+  LLVMTypeRef ty = LLVMIntrinsicGetType(e->m->ctx, id, &e->m->f32, 1);
+  return LLVMBuildCall2(e->b, ty, fn, args, (unsigned)n, "");
+}
+
+static void add_fn_attr(LLVMContextRef ctx, LLVMValueRef fn, const char *name) {
+  unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
+  ir_assert(kind);
+  LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(ctx, kind, 0));
+}
+
+/* Declares a libmvec variant and records it (llvm_optimize keeps it alive for the vectorizer). */
+static void declare_vector_fn(LlvmModule *m, const char *name, int lanes, int arity) {
+  if (LLVMGetNamedFunction(m->mod, name)) return;
+  LLVMTypeRef v = LLVMVectorType(m->f32, (unsigned)lanes), params[2] = {v, v};
+  LLVMValueRef fn = LLVMAddFunction(m->mod, name, LLVMFunctionType(v, params, (unsigned)arity, 0));
+  add_fn_attr(m->ctx, fn, "nounwind");
+  add_fn_attr(m->ctx, fn, "readnone");
+  ir_assert(m->nvec_decls < MF_COUNT * VEC_ISAS);
+  m->vec_decls[m->nvec_decls++] = fn;
+}
+
+/* "_ZGV_LLVM_N8v_expf(_ZGVdN8v_expf),..." for the variants this machine has. */
+static void add_vector_variants(LlvmModule *m, LLVMValueRef call, MathFn f) {
+  char attr[512] = "", vname[64];
+  const char *params = math_fns[f].arity == 2 ? "vv" : "v";
+  for (int i = 0; i < VEC_ISAS; i++) {
+    if (!(m->vec_mask[f] & 1 << i)) continue;
+    snprintf(vname, sizeof vname, "_ZGV%cN%d%s_%s", vec_isas[i].letter, vec_isas[i].lanes, params, math_fns[f].name);
+    declare_vector_fn(m, vname, vec_isas[i].lanes, math_fns[f].arity);
+    size_t n = strlen(attr);
+    snprintf(attr + n, sizeof attr - n, "%s_ZGV_LLVM_N%d%s_%s(%s)", n ? "," : "", vec_isas[i].lanes, params,
+             math_fns[f].name, vname);
+  }
+  if (!attr[0]) return;
+  const char *key = "vector-function-abi-variant";
+  LLVMAddCallSiteAttribute(call, LLVMAttributeFunctionIndex,
+                           LLVMCreateStringAttribute(m->ctx, key, (unsigned)strlen(key), attr, (unsigned)strlen(attr)));
+}
+
+static LLVMValueRef call_libm(Emit *e, MathFn f, LLVMValueRef *args) {
+  LlvmModule *m = e->m;
+  LLVMTypeRef params[2] = {m->f32, m->f32};
+  LLVMTypeRef ty = LLVMFunctionType(m->f32, params, (unsigned)math_fns[f].arity, 0);
+  LLVMValueRef fn = LLVMGetNamedFunction(m->mod, math_fns[f].name);
+  if (!fn) {
+    fn = LLVMAddFunction(m->mod, math_fns[f].name, ty);
+    add_fn_attr(m->ctx, fn, "nounwind");
+    add_fn_attr(m->ctx, fn, "readnone");   /* errno is not read: -fno-math-errno */
+    add_fn_attr(m->ctx, fn, "willreturn");
+  }
+  LLVMValueRef call = LLVMBuildCall2(e->b, ty, fn, args, (unsigned)math_fns[f].arity, "");
+  add_vector_variants(m, call, f);
+  return call;
+}
+
+static LLVMValueRef emit_unary(Emit *e, KUnary op, LLVMValueRef x) {
+  switch (op) {
+  case KU_NEG: return LLVMBuildFNeg(e->b, x, "");
+  case KU_EXP: return call_libm(e, MF_EXP, &x);
+  case KU_LOG: return call_libm(e, MF_LOG, &x);
+  case KU_TANH: return call_libm(e, MF_TANH, &x);
+  case KU_SIN: return call_libm(e, MF_SIN, &x);
+  case KU_COS: return call_libm(e, MF_COS, &x);
+  case KU_SQRT: return call_intrinsic(e, "llvm.sqrt", &x, 1);
+  case KU_RSQRT: return LLVMBuildFDiv(e->b, cf(e, 1.0f), call_intrinsic(e, "llvm.sqrt", &x, 1), "");
+  case KU_RECIP: return LLVMBuildFDiv(e->b, cf(e, 1.0f), x, "");
+  case KU_ABS: return call_intrinsic(e, "llvm.fabs", &x, 1);
+  case KU_FLOOR: return call_intrinsic(e, "llvm.floor", &x, 1);
+  case KU_COUNT: break;
+  }
+  unreachable();
+}
+
+static LLVMValueRef fcmp_select(Emit *e, LLVMRealPredicate pred, LLVMValueRef x, LLVMValueRef y) {
+  return LLVMBuildSelect(e->b, LLVMBuildFCmp(e->b, pred, x, y, ""), x, y, "");
+}
+static LLVMValueRef fcmp_01(Emit *e, LLVMRealPredicate pred, LLVMValueRef x, LLVMValueRef y) {
+  return LLVMBuildUIToFP(e->b, LLVMBuildFCmp(e->b, pred, x, y, ""), e->m->f32, "");
+}
+
+static LLVMValueRef emit_binary(Emit *e, KBinary op, LLVMValueRef x, LLVMValueRef y) {
+  LLVMValueRef xy[2] = {x, y};
+  switch (op) {
+  case KB_ADD: return LLVMBuildFAdd(e->b, x, y, "");
+  case KB_SUB: return LLVMBuildFSub(e->b, x, y, "");
+  case KB_MUL: return LLVMBuildFMul(e->b, x, y, "");
+  case KB_DIV: return LLVMBuildFDiv(e->b, x, y, "");
+  case KB_MAX: return fcmp_select(e, LLVMRealOGT, x, y);
+  case KB_MIN: return fcmp_select(e, LLVMRealOLT, x, y);
+  case KB_POW: return call_libm(e, MF_POW, xy);
+  case KB_LT: return fcmp_01(e, LLVMRealOLT, x, y);
+  case KB_LE: return fcmp_01(e, LLVMRealOLE, x, y);
+  case KB_EQ: return fcmp_01(e, LLVMRealOEQ, x, y);
+  case KB_COUNT: break;
+  }
+  unreachable();
+}
+
+/* Whether x may be evaluated when kernel_eval would not: no gather load inside. */
+static bool speculatable(Emit *e, const KExpr *x) {
+  if (!x) return true;
+  if (e->spec[x->id] < 0) {
+    bool ok = !(x->kind == KX_LOAD && x->view.gather) && speculatable(e, x->a) && speculatable(e, x->b) &&
+              speculatable(e, x->c);
+    e->spec[x->id] = ok;
+  }
+  return e->spec[x->id];
+}
+
+/* One arm of a branching select: its values are dropped from the cache afterwards,
+ * since they do not dominate the join. */
+static LLVMValueRef emit_arm(Emit *e, LLVMBasicBlockRef bb, const KExpr *x, LLVMBasicBlockRef join,
+                             LLVMBasicBlockRef *end) {
+  LLVMPositionBuilderAtEnd(e->b, bb);
+  int mark = e->nstack;
+  LLVMValueRef v = emit_expr(e, x);
+  memo_pop(e, mark);
+  *end = LLVMGetInsertBlock(e->b);
+  LLVMBuildBr(e->b, join);
+  return v;
+}
+
+static LLVMValueRef emit_select(Emit *e, const KExpr *x) {
+  LLVMValueRef cond = LLVMBuildFCmp(e->b, LLVMRealUNE, emit_expr(e, x->a), cf(e, 0.0f), "");  /* a != 0 */
+  if (speculatable(e, x->b) && speculatable(e, x->c))
+    return LLVMBuildSelect(e->b, cond, emit_expr(e, x->b), emit_expr(e, x->c), "");
+  LLVMBasicBlockRef tb = new_block(e, "sel.then"), fb = new_block(e, "sel.else"), join = new_block(e, "sel.join");
+  LLVMBuildCondBr(e->b, cond, tb, fb);
+  LLVMBasicBlockRef ends[2];
+  LLVMValueRef vals[2] = {emit_arm(e, tb, x->b, join, &ends[0]), emit_arm(e, fb, x->c, join, &ends[1])};
+  LLVMPositionBuilderAtEnd(e->b, join);
+  LLVMValueRef phi = LLVMBuildPhi(e->b, e->m->f32, "");
+  LLVMAddIncoming(phi, vals, ends, 2);
+  return phi;
+}
+
+static LLVMValueRef emit_coord(Emit *e, int axis) {
+  ir_assert(axis >= 0 && axis < e->k->ndims);
+  LLVMValueRef c = axis < e->k->row_dims ? row_coord(e, axis) : col_coord(e, axis);
+  return LLVMBuildSIToFP(e->b, c, e->m->f32, "");
+}
+
+static LLVMValueRef emit_expr(Emit *e, const KExpr *x) {
+  if (e->val[x->id]) return e->val[x->id];
+  LLVMValueRef v = NULL;
+  switch (x->kind) {
+  case KX_CONST: v = cf(e, x->f); break;
+  case KX_LOAD: v = emit_load(e, x->buf, &x->view); break;
+  case KX_ACC:
+    ir_assert(x->acc >= 0 && x->acc < K_MAX_ACCS && e->acc[x->acc]);   /* read before its REDUCE phase */
+    v = e->acc[x->acc];
+    break;
+  case KX_COORD: v = emit_coord(e, x->axis); break;
+  case KX_SCALAR: v = scalar(e, x->index); break;
+  case KX_UNARY: v = emit_unary(e, x->uop, emit_expr(e, x->a)); break;
+  case KX_BINARY: {
+    LLVMValueRef a = emit_expr(e, x->a);
+    v = emit_binary(e, x->bop, a, emit_expr(e, x->b));
+    break;
+  }
+  case KX_SELECT: v = emit_select(e, x); break;
+  }
+  ir_assert(v);
+  memo_set(e, x->id, v);
+  return v;
+}
+
+/* ---- loops and phases --------------------------------------------------------------- */
+
+typedef struct Loop { LLVMBasicBlockRef pre, head; LLVMValueRef iv; } Loop;
+
+/* Opens `for (iv = from; ...)` at the current block; the caller ensures one trip at least. */
+static Loop loop_begin(Emit *e, LLVMValueRef from, const char *name) {
+  Loop l = {.pre = LLVMGetInsertBlock(e->b)};
+  l.head = new_block(e, name);
+  LLVMBuildBr(e->b, l.head);
+  LLVMPositionBuilderAtEnd(e->b, l.head);
+  l.iv = LLVMBuildPhi(e->b, e->m->i64, name);
+  LLVMAddIncoming(l.iv, &from, &l.pre, 1);
+  return l;
+}
+
+/* !{!self, !{"llvm.loop.vectorize.enable", i1 true}}: vectorize, reordering allowed. */
+static LLVMValueRef loop_vectorize_md(Emit *e) {
+  LLVMContextRef ctx = e->m->ctx;
+  const char *key = "llvm.loop.vectorize.enable";
+  LLVMMetadataRef hint[2] = {LLVMMDStringInContext2(ctx, key, strlen(key)),
+                             LLVMValueAsMetadata(LLVMConstInt(e->m->i1, 1, 0))};
+  LLVMMetadataRef tmp = LLVMTemporaryMDNode(ctx, NULL, 0);
+  LLVMMetadataRef ops[2] = {tmp, LLVMMDNodeInContext2(ctx, hint, 2)};
+  LLVMMetadataRef node = LLVMMDNodeInContext2(ctx, ops, 2);
+  LLVMMetadataReplaceAllUsesWith(tmp, node);   /* the self reference; frees tmp */
+  return LLVMMetadataAsValue(ctx, node);
+}
+
+/* Closes the loop: iv + 1 < to continues. Returns the latch block. */
+static LLVMBasicBlockRef loop_end(Emit *e, Loop *l, LLVMValueRef to, bool vectorize) {
+  LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b), out = new_block(e, "");
+  LLVMValueRef next = LLVMBuildNSWAdd(e->b, l->iv, ci(e, 1), "");
+  LLVMValueRef br = LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, next, to, ""), l->head, out);
+  if (vectorize) LLVMSetMetadata(br, e->m->md_loop, loop_vectorize_md(e));
+  LLVMAddIncoming(l->iv, &next, &latch, 1);
+  LLVMPositionBuilderAtEnd(e->b, out);
+  return latch;
+}
+
+static void emit_reduce(Emit *e, const KPhase *p) {
+  bool sum = p->reduce == KR_SUM;
+  LLVMValueRef init = cf(e, sum ? 0.0f : -INFINITY);
+  ir_assert(p->acc >= 0 && p->acc < K_MAX_ACCS);
+  if (e->k->cols <= 0) {
+    e->acc[p->acc] = init;
+    return;
+  }
+  Loop l = loop_begin(e, ci(e, 0), "reduce");
+  LLVMValueRef acc = LLVMBuildPhi(e->b, e->m->f32, "acc");
+  memo_pop(e, 0);
+  e->j = l.iv;
+  LLVMValueRef v = emit_expr(e, p->expr), args[2] = {acc, v};
+  LLVMValueRef next = sum ? LLVMBuildFAdd(e->b, acc, v, "") : call_intrinsic(e, "llvm.maxnum", args, 2);
+  LLVMBasicBlockRef latch = loop_end(e, &l, ci(e, e->k->cols), true);
+  LLVMValueRef in[2] = {init, next};
+  LLVMBasicBlockRef from[2] = {l.pre, latch};
+  LLVMAddIncoming(acc, in, from, 2);
+  e->acc[p->acc] = next;
+}
+
+static void emit_map(Emit *e, const KPhase *p, LLVMValueRef from, LLVMValueRef to) {
+  Loop l = loop_begin(e, from, "map");
+  memo_pop(e, 0);
+  e->j = l.iv;
+  emit_store(e, p, emit_expr(e, p->expr));
+  loop_end(e, &l, to, false);
+}
+
+static void emit_row_phase(Emit *e, const KPhase *p) {
+  memo_pop(e, 0);
+  e->j = ci(e, 0);
+  emit_store(e, p, emit_expr(e, p->expr));
+}
+
+/* Opens the row loop at the current block, with a header for per-row values. */
+static Loop row_loop_begin(Emit *e, LLVMValueRef from) {
+  Loop l = loop_begin(e, from, "row");
+  e->r = l.iv;
+  memset(e->rowcoord, 0, sizeof e->rowcoord);
+  e->nrowview = 0;
+  LLVMBasicBlockRef body = new_block(e, "row.body");
+  LLVMPositionBuilderBefore(e->row_b, LLVMBuildBr(e->b, body));
+  LLVMPositionBuilderAtEnd(e->b, body);
+  return l;
+}
+
+static void emit_rows_kernel(Emit *e, LLVMBasicBlockRef done) {
+  const Kernel *k = e->k;
+  LLVMBasicBlockRef go = new_block(e, "rows");
+  LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, e->lo, e->hi, ""), go, done);
+  LLVMPositionBuilderAtEnd(e->b, go);
+  Loop rl = row_loop_begin(e, e->lo);
+  for (int i = 0; i < k->nphases; i++) {
+    const KPhase *p = &k->phases[i];
+    switch (p->kind) {
+    case KPH_REDUCE: emit_reduce(e, p); break;
+    case KPH_MAP: if (k->cols > 0) emit_map(e, p, ci(e, 0), ci(e, k->cols)); break;
+    case KPH_ROW: emit_row_phase(e, p); break;
+    }
+  }
+  loop_end(e, &rl, e->hi, false);
+  LLVMBuildBr(e->b, done);
+}
+
+static void emit_cols_kernel(Emit *e, LLVMBasicBlockRef done) {
+  const Kernel *k = e->k;
+  if (k->rows <= 0 || k->nphases == 0) {
+    LLVMBuildBr(e->b, done);
+    return;
+  }
+  LLVMBasicBlockRef go = new_block(e, "cols");
+  LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, e->lo, e->hi, ""), go, done);
+  LLVMPositionBuilderAtEnd(e->b, go);
+  Loop rl = row_loop_begin(e, ci(e, 0));
+  for (int i = 0; i < k->nphases; i++) emit_map(e, &k->phases[i], e->lo, e->hi);
+  loop_end(e, &rl, ci(e, k->rows), false);
+  LLVMBuildBr(e->b, done);
+}
+
+/* ---- one kernel: set-up, alias scopes, verification ----------------------------------- */
+
+static bool bufs_overlap(const KBuf *x, const KBuf *y) {
+  return x->tier == y->tier && x->offset < y->offset + y->numel * 4 && y->offset < x->offset + x->numel * 4;
+}
+
+/* One alias scope per class of overlapping buffers; none when there is one class. */
+static void alias_scopes(Emit *e) {
+  const Kernel *k = e->k;
+  LLVMContextRef ctx = e->m->ctx;
+  int cls[K_MAX_BUFS], ncls = 0;
+  for (int i = 0; i < k->nbufs; i++) {
+    cls[i] = -1;
+    for (int x = 0; x < i && cls[i] < 0; x++)
+      if (bufs_overlap(&k->bufs[i], &k->bufs[x])) cls[i] = cls[x];
+    if (cls[i] < 0) cls[i] = ncls++;
+  }
+  if (ncls < 2) return;
+  char name[256];
+  snprintf(name, sizeof name, "colossalc.%s", k->name);
+  LLVMMetadataRef dname = LLVMMDStringInContext2(ctx, name, strlen(name));
+  LLVMMetadataRef domain = LLVMMDNodeInContext2(ctx, &dname, 1), scopes[K_MAX_BUFS], others[K_MAX_BUFS];
+  for (int c = 0; c < ncls; c++) {
+    snprintf(name, sizeof name, "colossalc.%s.%d", k->name, c);
+    LLVMMetadataRef ops[2] = {LLVMMDStringInContext2(ctx, name, strlen(name)), domain};
+    scopes[c] = LLVMMDNodeInContext2(ctx, ops, 2);
+  }
+  for (int i = 0; i < k->nbufs; i++) {
+    int n = 0;
+    for (int c = 0; c < ncls; c++)
+      if (c != cls[i]) others[n++] = scopes[c];
+    e->scope[i] = LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, &scopes[cls[i]], 1));
+    e->noalias[i] = LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, others, (size_t)n));
+  }
+}
+
+static LLVMValueRef kernel_function(LlvmModule *m, const Kernel *k) {
+  if (LLVMGetNamedFunction(m->mod, k->name)) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "kernel %s emitted twice", k->name);
+    diag_internal(__FILE__, __LINE__, msg);
+  }
+  LLVMValueRef fn = LLVMAddFunction(m->mod, k->name, m->kfn);
+  add_fn_attr(m->ctx, fn, "nounwind");
+  const char *attrs[][2] = {{"target-cpu", m->cpu}, {"target-features", m->features},
+                            {"no-nans-fp-math", "true"}, {"no-signed-zeros-fp-math", "true"}};
+  bool fmax = false;
+  for (int i = 0; i < k->nphases; i++) fmax |= k->phases[i].kind == KPH_REDUCE && k->phases[i].reduce == KR_MAX;
+  for (int i = 0; i < (fmax ? 4 : 2); i++)
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateStringAttribute(m->ctx, attrs[i][0], (unsigned)strlen(attrs[i][0]), attrs[i][1],
+                                                      (unsigned)strlen(attrs[i][1])));
+  const char *names[4] = {"tiers", "lo", "hi", "scalars"};
+  for (unsigned i = 0; i < 4; i++) LLVMSetValueName2(LLVMGetParam(fn, i), names[i], strlen(names[i]));
+  return fn;
+}
+
+static void verify_kernel(LlvmModule *m, const Kernel *k, LLVMValueRef fn) {
+  if (!LLVMVerifyFunction(fn, LLVMReturnStatusAction)) return;
+  char *ir = LLVMPrintValueToString(fn), *msg = NULL;
+  fprintf(stderr, "%s\n", ir);
+  LLVMDisposeMessage(ir);
+  LLVMVerifyModule(m->mod, LLVMReturnStatusAction, &msg);
+  fprintf(stderr, "%s\n", msg ? msg : "");
+  LLVMDisposeMessage(msg);
+  char buf[256];
+  snprintf(buf, sizeof buf, "LLVM verifier rejected kernel %s", k->name);
+  diag_internal(__FILE__, __LINE__, buf);
+}
+
+void llvm_emit_kernel(LlvmModule *m, const Kernel *k) {
+  kernel_check(k);
+  size_t nval = (size_t)k->nexprs + K_MAX_DIMS, nviews = (size_t)k->nexprs + K_MAX_PHASES;
+  Emit e = {.m = m, .k = k, .fn = kernel_function(m, k)};
+  e.val = calloc(nval, sizeof *e.val);
+  e.stack = calloc(nval, sizeof *e.stack);
+  e.spec = malloc((size_t)k->nexprs + 1);
+  e.rowview = calloc(nviews, sizeof *e.rowview);
+  e.rowoff = calloc(nviews, sizeof *e.rowoff);
+  ir_assert(e.val && e.stack && e.spec && e.rowview && e.rowoff);
+  memset(e.spec, -1, (size_t)k->nexprs + 1);
+  e.tiers = LLVMGetParam(e.fn, 0);
+  e.lo = LLVMGetParam(e.fn, 1);
+  e.hi = LLVMGetParam(e.fn, 2);
+  e.scalars = LLVMGetParam(e.fn, 3);
+  e.b = LLVMCreateBuilderInContext(m->ctx);
+  e.entry_b = LLVMCreateBuilderInContext(m->ctx);
+  e.row_b = LLVMCreateBuilderInContext(m->ctx);
+  alias_scopes(&e);
+
+  LLVMBasicBlockRef entry = new_block(&e, "entry"), start = new_block(&e, "start");
+  LLVMPositionBuilderAtEnd(e.b, entry);
+  LLVMPositionBuilderBefore(e.entry_b, LLVMBuildBr(e.b, start));
+  LLVMPositionBuilderAtEnd(e.b, start);
+  LLVMBasicBlockRef done = new_block(&e, "done");
+  if (k->par == KP_ROWS) emit_rows_kernel(&e, done);
+  else emit_cols_kernel(&e, done);
+  LLVMMoveBasicBlockAfter(done, LLVMGetLastBasicBlock(e.fn));
+  LLVMPositionBuilderAtEnd(e.b, done);
+  LLVMBuildRetVoid(e.b);
+
+  LLVMDisposeBuilder(e.b);
+  LLVMDisposeBuilder(e.entry_b);
+  LLVMDisposeBuilder(e.row_b);
+  free(e.val);
+  free(e.stack);
+  free(e.spec);
+  free(e.rowview);
+  free(e.rowoff);
+  free(e.scal);
+  verify_kernel(m, k, e.fn);
+}
+
+/* ---- the program, optimisation, output --------------------------------------------------- */
+
+static LLVMValueRef add_constant(LlvmModule *m, const char *name, LLVMValueRef init) {
+  LLVMValueRef g = LLVMAddGlobal(m->mod, LLVMTypeOf(init), name);
+  LLVMSetInitializer(g, init);
+  LLVMSetGlobalConstant(g, 1);
+  return g;
+}
+
+void llvm_emit_program(LlvmModule *m, const Kernel *const *kernels, int n, const char *program_json) {
+  ir_assert(n >= 0 && program_json);
+  LLVMValueRef *fns = calloc((size_t)n + 1, sizeof *fns);
+  ir_assert(fns);
+  for (int i = 0; i < n; i++) {
+    llvm_emit_kernel(m, kernels[i]);
+    fns[i] = LLVMGetNamedFunction(m->mod, kernels[i]->name);
+  }
+  LLVMTypeRef fp = LLVMPointerType(m->kfn, 0);
+  LLVMSetAlignment(add_constant(m, "colossalc_kernels", LLVMConstArray(fp, fns, (unsigned)n)), 8);
+  add_constant(m, "colossalc_nkernels", LLVMConstInt(m->i32, (unsigned long long)n, 1));
+  add_constant(m, "colossalc_program_json",
+               LLVMConstStringInContext(m->ctx, program_json, (unsigned)strlen(program_json), 0));
+  free(fns);
+  char *msg = NULL;
+  if (LLVMVerifyModule(m->mod, LLVMReturnStatusAction, &msg)) llvm_fail("module verifier", msg);
+  LLVMDisposeMessage(msg);
+}
+
+/* @llvm.compiler.used for the libmvec declarations, so the pipeline's dead-global
+ * elimination keeps them until the vectorizer has had its chance. */
+static LLVMValueRef keep_vector_decls(LlvmModule *m) {
+  if (!m->nvec_decls) return NULL;
+  LLVMTypeRef i8p = LLVMPointerType(m->i8, 0);
+  LLVMValueRef ptrs[MF_COUNT * VEC_ISAS];
+  for (int i = 0; i < m->nvec_decls; i++) ptrs[i] = LLVMConstBitCast(m->vec_decls[i], i8p);
+  LLVMValueRef init = LLVMConstArray(i8p, ptrs, (unsigned)m->nvec_decls);
+  LLVMValueRef g = LLVMAddGlobal(m->mod, LLVMTypeOf(init), "llvm.compiler.used");
+  LLVMSetInitializer(g, init);
+  LLVMSetLinkage(g, LLVMAppendingLinkage);
+  LLVMSetSection(g, "llvm.metadata");
+  return g;
+}
+
+int llvm_optimize(LlvmModule *m, int opt_level) {
+  char passes[32];
+  snprintf(passes, sizeof passes, "default<O%d>", opt_level < 0 ? 0 : opt_level > 3 ? 3 : opt_level);
+  LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
+  LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
+  LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
+  LLVMPassBuilderOptionsSetLoopInterleaving(opts, 1);
+  LLVMPassBuilderOptionsSetLoopUnrolling(opts, 1);
+  LLVMValueRef used = keep_vector_decls(m);
+  LLVMErrorRef err = LLVMRunPasses(m->mod, passes, m->tm, opts);
+  LLVMDisposePassBuilderOptions(opts);
+  if (used) LLVMDeleteGlobal(used);
+  if (err) {
+    char *msg = LLVMGetErrorMessage(err);
+    fprintf(stderr, "colossalc: LLVM %s: %s\n", passes, msg);
+    LLVMDisposeErrorMessage(msg);
+    return -1;
+  }
+  char *msg = NULL;
+  if (LLVMVerifyModule(m->mod, LLVMReturnStatusAction, &msg)) llvm_fail("module verifier after optimisation", msg);
+  LLVMDisposeMessage(msg);
+  return 0;
+}
+
+static int report(char *msg, char *err, size_t errlen) {
+  if (err && errlen) snprintf(err, errlen, "%s", msg ? msg : "unknown LLVM error");
+  LLVMDisposeMessage(msg);
+  return -1;
+}
+
+int llvm_write_object(LlvmModule *m, const char *path, char *err, size_t errlen) {
+  char *msg = NULL;
+  if (LLVMTargetMachineEmitToFile(m->tm, m->mod, (char *)path, LLVMObjectFile, &msg)) return report(msg, err, errlen);
+  return 0;
+}
+
+int llvm_write_ir(LlvmModule *m, const char *path, char *err, size_t errlen) {
+  char *msg = NULL;
+  if (LLVMPrintModuleToFile(m->mod, path, &msg)) return report(msg, err, errlen);
+  return 0;
+}
