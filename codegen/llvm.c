@@ -323,7 +323,7 @@ static bool col_affine(const Kernel *k, const KView *v, int64_t *c) {
 }
 
 static LLVMValueRef view_col_offset(Emit *e, const KView *v) {
-  int64_t c;
+  int64_t c = 0;
   if (col_affine(e->k, v, &c)) return imul(e, e->b, e->j, c);
   LLVMValueRef off = NULL;
   for (int d = e->k->row_dims; d < e->k->ndims; d++)
@@ -804,8 +804,8 @@ void llvm_emit_program(LlvmModule *m, const Kernel *const *kernels, int n, const
 
 /* @llvm.compiler.used for the libmvec declarations, so the pipeline's dead-global
  * elimination keeps them until the vectorizer has had its chance. */
-static LLVMValueRef keep_vector_decls(LlvmModule *m) {
-  if (!m->nvec_decls) return NULL;
+static void keep_vector_decls(LlvmModule *m) {
+  if (!m->nvec_decls) return;
   LLVMTypeRef i8p = LLVMPointerType(m->i8, 0);
   LLVMValueRef ptrs[MF_COUNT * VEC_ISAS];
   for (int i = 0; i < m->nvec_decls; i++) ptrs[i] = LLVMConstBitCast(m->vec_decls[i], i8p);
@@ -814,7 +814,6 @@ static LLVMValueRef keep_vector_decls(LlvmModule *m) {
   LLVMSetInitializer(g, init);
   LLVMSetLinkage(g, LLVMAppendingLinkage);
   LLVMSetSection(g, "llvm.metadata");
-  return g;
 }
 
 int llvm_optimize(LlvmModule *m, int opt_level) {
@@ -825,9 +824,10 @@ int llvm_optimize(LlvmModule *m, int opt_level) {
   LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
   LLVMPassBuilderOptionsSetLoopInterleaving(opts, 1);
   LLVMPassBuilderOptionsSetLoopUnrolling(opts, 1);
-  LLVMValueRef used = keep_vector_decls(m);
+  keep_vector_decls(m);
   LLVMErrorRef err = LLVMRunPasses(m->mod, passes, m->tm, opts);
   LLVMDisposePassBuilderOptions(opts);
+  LLVMValueRef used = LLVMGetNamedGlobal(m->mod, "llvm.compiler.used");   /* the pipeline may have rebuilt it */
   if (used) LLVMDeleteGlobal(used);
   if (err) {
     char *msg = LLVMGetErrorMessage(err);

@@ -1,8 +1,15 @@
 /* colossalc: the command line. Reads a model, runs the pass pipeline, and prints
  * what was asked for. The pipeline is this one flat function (STYLE.md habit 3). */
+#include <errno.h>
 #include <getopt.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "codegen/cuda.h"
+#include "codegen/llvm.h"
 #include "codegen/lower.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
@@ -15,6 +22,10 @@ static void usage(FILE *f) {
         "training program.\n"
         "\n"
         "options:\n"
+        "  -o FILE           compile the training program into the executable FILE\n"
+        "                    (run it with FILE --help)\n"
+        "  --emit-llvm FILE  write the CPU kernels as LLVM IR (after optimisation)\n"
+        "  --emit-cuda DIR   write the CUDA C source of every kernel to DIR/kernels.cu\n"
         "  --set NAME=VALUE  override a config constant of the model (repeatable)\n"
         "  --gpus N          number of GPUs of the target cluster (default 1)\n"
         "  --summary         print parameters, FLOPs per step and a per-layer table\n"
@@ -32,7 +43,7 @@ typedef struct Options {
   int nov;
   long gpus;
   bool summary, dump_ir;
-  const char *dump_after, *emit_kernels;
+  const char *dump_after, *emit_kernels, *out, *emit_llvm, *emit_cuda;
 } Options;
 
 static void add_override(Options *o, const char *arg) {
@@ -57,15 +68,16 @@ static long parse_positive(const char *flag, const char *arg) {
 }
 
 static void parse_options(int argc, char **argv, Options *o) {
-  enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS };
+  enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA };
   static const struct option longs[] = {
     {"set", required_argument, 0, O_SET}, {"gpus", required_argument, 0, O_GPUS},
     {"summary", no_argument, 0, O_SUMMARY}, {"dump-ir", no_argument, 0, O_DUMP_IR},
     {"dump-after", required_argument, 0, O_DUMP_AFTER}, {"emit-kernels", required_argument, 0, O_EMIT_KERNELS},
+    {"emit-llvm", required_argument, 0, O_EMIT_LLVM}, {"emit-cuda", required_argument, 0, O_EMIT_CUDA},
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
   *o = (Options){.gpus = 1};
   int c;
-  while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "ho:", longs, NULL)) != -1) {
     switch (c) {
     case O_SET: add_override(o, optarg); break;
     case O_GPUS: o->gpus = parse_positive("--gpus", optarg); break;
@@ -73,6 +85,9 @@ static void parse_options(int argc, char **argv, Options *o) {
     case O_DUMP_IR: o->dump_ir = true; break;
     case O_DUMP_AFTER: o->dump_after = optarg; break;
     case O_EMIT_KERNELS: o->emit_kernels = optarg; break;
+    case O_EMIT_LLVM: o->emit_llvm = optarg; break;
+    case O_EMIT_CUDA: o->emit_cuda = optarg; break;
+    case 'o': o->out = optarg; break;
     case 'h': usage(stdout); exit(0);
     case O_VERSION: printf("colossalc %s\n", COLOSSALC_VERSION); exit(0);
     default: usage(stderr); exit(1);
@@ -88,7 +103,7 @@ static void parse_options(int argc, char **argv, Options *o) {
     fprintf(stderr, "colossalc: --dump-after takes decompose or autodiff, got '%s'\n", o->dump_after);
     exit(1);
   }
-  if (!o->dump_ir && !o->dump_after && !o->emit_kernels) o->summary = true;
+  if (!o->dump_ir && !o->dump_after && !o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda) o->summary = true;
 }
 
 static void write_kernels(const char *path, const Program *p) {
@@ -101,6 +116,61 @@ static void write_kernels(const char *path, const Program *p) {
   if (fclose(f)) error_plain("cannot write %s", path);
 }
 
+static void write_cuda(const char *dir, const Program *p) {
+  if (mkdir(dir, 0777) && errno != EEXIST) error_plain("cannot create %s: %s", dir, strerror(errno));
+  char path[4096];
+  snprintf(path, sizeof path, "%s/kernels.cu", dir);
+  char *src = cuda_emit_source((const Kernel *const *)p->kernels, p->nkernels);
+  FILE *f = fopen(path, "w");
+  if (!f || fputs(src, f) < 0 || fclose(f)) error_plain("cannot write %s: %s", path, strerror(errno));
+  free(src);
+}
+
+/* The linker command: the C compiler, the object, the runtime's link flags. */
+static void link_train(const char *obj, const char *out, const char *libs) {
+  FILE *f = fopen(COLOSSALC_LINK_FLAGS_FILE, "r");
+  if (!f) error_plain("cannot read the runtime's link flags %s: %s", COLOSSALC_LINK_FLAGS_FILE, strerror(errno));
+  char *argv[64], line[4096];
+  int argc = 0;
+  argv[argc++] = (char *)COLOSSALC_LINK_CC;
+  argv[argc++] = (char *)obj;
+  while (argc < 56 && fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    if (*line) argv[argc++] = strdup(line);
+  }
+  fclose(f);
+  char *libcopy = strdup(libs);
+  for (char *t = strtok(libcopy, " "); t && argc < 60; t = strtok(NULL, " ")) argv[argc++] = t;
+  argv[argc++] = "-o";
+  argv[argc++] = (char *)out;
+  argv[argc] = NULL;
+  extern char **environ;
+  pid_t pid;
+  int status = 0;
+  if (posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+      WEXITSTATUS(status))
+    error_plain("linking %s failed (%s)", out, argv[0]);
+  free(libcopy);
+}
+
+/* Kernels to machine code (LLVM), the program embedded beside them, linked into `train`. */
+static void build_train(const Options *o, const Program *p) {
+  char *json = program_to_json(p), err[512];
+  LlvmModule *m = llvm_module_new(p->g->name);
+  llvm_emit_program(m, (const Kernel *const *)p->kernels, p->nkernels, json);
+  free(json);
+  if (llvm_optimize(m, 3)) error_plain("LLVM optimisation failed");
+  if (o->emit_llvm && llvm_write_ir(m, o->emit_llvm, err, sizeof err)) error_plain("%s", err);
+  if (o->out) {
+    char obj[4200];
+    snprintf(obj, sizeof obj, "%s.o.tmp%d", o->out, (int)getpid());
+    if (llvm_write_object(m, obj, err, sizeof err)) error_plain("%s", err);
+    link_train(obj, o->out, llvm_link_libs(m));
+    unlink(obj);
+  }
+  llvm_module_free(m);
+}
+
 /* The training pipeline after the front end: one flat list (STYLE.md habit 3). */
 static void compile_training(Graph *g, const Options *o) {
   g = pass_decompose(g);                 /* requires: verified forward graph */
@@ -109,9 +179,11 @@ static void compile_training(Graph *g, const Options *o) {
   pass_autodiff(g);                      /* requires: loss, no composite ops */
   ir_verify(g);
   if (o->dump_after && !strcmp(o->dump_after, "autodiff")) ir_print(stdout, g);
-  if (!o->emit_kernels) return;
+  if (!o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda) return;
   Program *p = lower_program(g);         /* requires: autodiff */
-  write_kernels(o->emit_kernels, p);
+  if (o->emit_kernels) write_kernels(o->emit_kernels, p);
+  if (o->emit_cuda) write_cuda(o->emit_cuda, p);
+  if (o->out || o->emit_llvm) build_train(o, p);
 }
 
 int main(int argc, char **argv) {
@@ -129,7 +201,7 @@ int main(int argc, char **argv) {
   Graph *g = frontend_compile(arena, o.file, text, len, o.ov, o.nov);   /* parse, elaborate, verify */
   if (!g) return 1;
   if (o.dump_ir) ir_print(stdout, g);
-  if (o.dump_after || o.emit_kernels) {
+  if (o.dump_after || o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda) {
     diag_push(&j);
     if (setjmp(j.jb)) return 1;
     compile_training(g, &o);

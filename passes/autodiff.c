@@ -130,11 +130,11 @@ static void grad_matmul(AD *ad, Node *n, Node *g) {
 /* ---- elementwise --------------------------------------------------------------- */
 
 static void grad_add(AD *ad, Node *n, Node *g) {
-  accum(ad, n->in[0], unbroadcast(ad, g, n->in[0]));
-  accum(ad, n->in[1], unbroadcast(ad, g, n->in[1]));
+  if (ad->needs[n->in[0]->id]) accum(ad, n->in[0], unbroadcast(ad, g, n->in[0]));
+  if (ad->needs[n->in[1]->id]) accum(ad, n->in[1], unbroadcast(ad, g, n->in[1]));
 }
 static void grad_sub(AD *ad, Node *n, Node *g) {
-  accum(ad, n->in[0], unbroadcast(ad, g, n->in[0]));
+  if (ad->needs[n->in[0]->id]) accum(ad, n->in[0], unbroadcast(ad, g, n->in[0]));
   if (ad->needs[n->in[1]->id]) accum(ad, n->in[1], unbroadcast(ad, op1(ad, OP_NEG, g), n->in[1]));
 }
 static void grad_mul(AD *ad, Node *n, Node *g) {
@@ -260,7 +260,9 @@ static void grad_concat(AD *ad, Node *n, Node *g) {
   }
 }
 
-static void grad_broadcast(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], unbroadcast(ad, g, n->in[0])); }
+static void grad_broadcast(AD *ad, Node *n, Node *g) {
+  if (ad->needs[n->in[0]->id]) accum(ad, n->in[0], unbroadcast(ad, g, n->in[0]));
+}
 
 /* ---- gradient ops have no gradients (no second order) ---------------------------- */
 

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { POOL_SPIN = 1 << 14, POOL_MAX_THREADS = 1024 };
+enum { POOL_SPIN = 1 << 10, POOL_MAX_THREADS = 1024 };
 
 typedef struct PoolWorker {
     ThreadPool *pool;

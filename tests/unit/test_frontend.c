@@ -119,7 +119,7 @@ static void test_errors(void) {
   error_is("config { a = 1 / 0; }\n", 1, 16, "division by zero");
   error_is("input x: f32[3];\ny = foo(x);\n", 2, 5, "unknown function 'foo'");
   error_is("input x: f32[3];\ny = x + q;\n", 2, 9, "unknown name 'q'");
-  error_is("input x: f32[3]\ny = x;\n", 2, 1, "syntax error");
+  error_is("input x: f32[3]\ny = x;\n", 1, 16, "expected ';'");
   error_is("config { d = 10; }\ninput x: f32[d / 4];\n", 2, 16, "must be an integer, got 2.5");
   error_is("input x: f32[0];\n", 1, 14, "dimension must be positive");
   error_is("input x: f32[65536, 65536, 65536, 65536];\n", 1, 35, "more than 2^48 elements");

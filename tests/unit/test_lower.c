@@ -167,5 +167,10 @@ int main(int argc, char **argv) {
   printf("%d kernels, %d step instructions, work tier %lld bytes: %d passed, %d failed\n", p->nkernels, p->step.n,
          (long long)p->tiers[RT_TIER_WORK], checks - failures, failures);
   interp_release(g, vals);
+  for (int i = 0; i < g->n; i++)
+    if (g->nodes[i]->op == OP_INPUT || g->nodes[i]->op == OP_PARAM) free(vals[i]);
+  free(vals);
+  for (int t = 0; t < RT_TIERS; t++) free(tiers[t]);
+  arena_free(a);
   return failures != 0;
 }

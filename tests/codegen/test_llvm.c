@@ -1,0 +1,535 @@
+/* The LLVM CPU emitter against the reference evaluator (STYLE.md habit 7): a set of
+ * kernels built with the kernel-form builders (elementwise with broadcasts, layernorm,
+ * causal softmax, cross-entropy with a gathered target and ignored rows, embedding,
+ * KP_COLS scatter-add and bias gradient, AdamW with runtime scalars, every unary and
+ * binary op, transposed/strided/reversed views, i32 loads, guarded gathers) is emitted
+ * into one module with llvm_emit_program, optimised at O3 for this CPU, written as an
+ * object, linked into a shared library with `cc -shared` ($CC if set) and dlopen'ed.
+ *
+ *   test_llvm numerics   every kernel on random inputs: called over its whole parallel
+ *                        range, then over several [lo, hi) chunks (as threads would),
+ *                        and over an empty range; each result against kernel_eval on
+ *                        the same inputs: max |got - want| / max(|want|, floor) <= 1e-5,
+ *                        where floor is 0 for elementwise kernels (a relative error)
+ *                        and the scale of the summed magnitudes for kernels whose
+ *                        outputs come from reductions (LLVM reassociates sums). Also
+ *                        colossalc_nkernels, colossalc_kernels[] and the program JSON.
+ *   test_llvm ir         the optimised IR (--emit-llvm) defines every kernel, and the
+ *                        elementwise kernel is vectorized (<4|8|16 x float>); with
+ *                        libmvec, exp and log loops call its vector versions.
+ * Prints the max difference per kernel.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "codegen/kernel.h"
+#include "codegen/llvm.h"
+#include "runtime/program.h"
+
+enum { MAX_CASES = 64, TIER_BYTES = 1 << 20 };
+static const double TOL = 1e-5;
+
+typedef enum { F_UNIFORM, F_INTS, F_INDEX, F_TARGETS } FillKind;   /* F_TARGETS: F_INDEX, every fifth -100 */
+typedef struct Fill { int tier; int64_t offset, n; FillKind kind; double lo, hi; } Fill;
+
+typedef struct Case {
+  Kernel *k;
+  double floor;                  /* error denominator: max(|want|, floor) */
+  Fill fills[K_MAX_BUFS];
+  int nfills;
+  int64_t used[RT_TIERS];        /* bytes of each tier the case uses */
+} Case;
+
+static Case cases[MAX_CASES];
+static int ncases, failures;
+
+/* ---- building the cases ------------------------------------------------------------ */
+
+typedef struct T { Arena *a; Kernel *k; Case *c; } T;
+
+#define C(v) kx_const(t->a, t->k, (float)(v))
+#define U(op, x) kx_unary(t->a, t->k, KU_##op, x)
+#define B(op, x, y) kx_binary(t->a, t->k, KB_##op, x, y)
+#define SEL(c, x, y) kx_select(t->a, t->k, c, x, y)
+#define LOAD(b, v) kx_load(t->a, t->k, b, v)
+#define COORD(d) kx_coord(t->a, t->k, d)
+#define SCALAR(i) kx_scalar(t->a, t->k, i)
+#define ACC(i) kx_acc(t->a, t->k, i)
+/* V(offset, stride per iteration axis...) */
+#define V(off, ...) view_of(off, (const int64_t[]){__VA_ARGS__}, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+
+static KView view_of(int64_t off, const int64_t *s, int n) {
+  KView v = {.offset = off};
+  for (int d = 0; d < n; d++) v.strides[d] = s[d];
+  return v;
+}
+static KView gathered(KView v, KExpr *g, int64_t stride) {
+  v.gather = g;
+  v.gather_stride = stride;
+  return v;
+}
+
+static T begin(Arena *a, const char *name, KPar par, const int64_t *dims, int ndims, int row_dims, double floor) {
+  if (ncases == MAX_CASES) { fprintf(stderr, "too many cases\n"); exit(2); }
+  Case *c = &cases[ncases++];
+  c->k = kernel_new(a, name, par, dims, ndims, row_dims);
+  c->floor = floor;
+  return (T){a, c->k, c};
+}
+#define BEGIN(name, par, row_dims, floor, ...)                                                               \
+  T tt = begin(a, name, par, (const int64_t[]){__VA_ARGS__}, (int)(sizeof((int64_t[]){__VA_ARGS__}) / 8), \
+               row_dims, floor);                                                                             \
+  T *t = &tt
+
+/* A buffer of n elements placed after the case's others in `tier`, filled with values
+ * in [lo, hi] (F_UNIFORM), integers in [lo, hi] stored as f32 (F_INTS) or i32 (F_INDEX,
+ * F_TARGETS). */
+static int buf(T *t, const char *name, int tier, int64_t n, FillKind kind, double lo, double hi) {
+  int64_t off = t->c->used[tier] + 64;
+  t->c->used[tier] = off + n * 4;
+  if (t->c->used[tier] > TIER_BYTES) { fprintf(stderr, "%s: tier %d too small\n", t->k->name, tier); exit(2); }
+  t->c->fills[t->c->nfills++] = (Fill){tier, off, n, kind, lo, hi};
+  return kernel_buf(t->k, name, tier, off, n, kind >= F_INDEX ? DT_I32 : DT_F32);
+}
+#define OUT(name, tier, n) buf(t, name, tier, n, F_UNIFORM, -1, 1)   /* outputs start random too */
+
+/* out = x * w[j] + b[r]: the kernel the IR test checks for vector instructions */
+static void case_ew_simple(Arena *a) {
+  BEGIN("ew_simple", KP_ROWS, 1, 0, 29, 1000);
+  int x = buf(t, "x", RT_TIER_WORK, 29 * 1000, F_UNIFORM, -1, 1), w = buf(t, "w", RT_TIER_PARAMS, 1000, F_UNIFORM, -1, 1);
+  int b = buf(t, "b", RT_TIER_PARAMS, 29, F_UNIFORM, -1, 1), out = OUT("out", RT_TIER_WORK, 29 * 1000);
+  kernel_map(t->k, out, V(0, 1000, 1), KS_SET, B(ADD, B(MUL, LOAD(x, V(0, 1000, 1)), LOAD(w, V(0, 0, 1))), LOAD(b, V(0, 1, 0))));
+}
+
+/* broadcasts along every axis; a column view that is not affine in j (w[d] under [a, d]) */
+static void case_ew_bcast(Arena *a) {
+  BEGIN("ew_bcast", KP_ROWS, 1, 0, 7, 3, 53);
+  int x = buf(t, "x", RT_TIER_WORK, 7 * 159, F_UNIFORM, -2, 2), w = buf(t, "w", RT_TIER_PARAMS, 53, F_UNIFORM, -1, 1);
+  int bb = buf(t, "bb", RT_TIER_PARAMS, 159, F_UNIFORM, -1, 1), s = buf(t, "s", RT_TIER_OPT, 7, F_UNIFORM, -1, 1);
+  int out = OUT("out", RT_TIER_WORK, 7 * 159), out2 = OUT("out2", RT_TIER_GRADS, 7 * 159);
+  KExpr *xv = LOAD(x, V(0, 159, 53, 1));
+  KExpr *e = B(SUB, B(ADD, B(MUL, xv, LOAD(w, V(0, 0, 0, 1))), LOAD(bb, V(0, 0, 53, 1))), B(MUL, LOAD(s, V(0, 1, 0, 0)), U(EXP, xv)));
+  kernel_map(t->k, out, V(0, 159, 53, 1), KS_SET, e);
+  kernel_map(t->k, out2, V(0, 159, 53, 1), KS_SET, B(MAX, xv, C(0)));
+}
+
+/* layernorm forward: mean and variance reductions, the normalised row, the row stats */
+static void case_layernorm(Arena *a) {
+  enum { R = 19, N = 77 };
+  BEGIN("layernorm", KP_ROWS, 1, 1.0, R, N);
+  int x = buf(t, "x", RT_TIER_WORK, R * N, F_UNIFORM, -1, 1), g = buf(t, "g", RT_TIER_PARAMS, N, F_UNIFORM, 0.5, 1.5);
+  int bt = buf(t, "beta", RT_TIER_PARAMS, N, F_UNIFORM, -1, 1), out = OUT("out", RT_TIER_WORK, R * N);
+  int mean = OUT("mean", RT_TIER_WORK, R), rstd = OUT("rstd", RT_TIER_WORK, R);
+  KExpr *xv = LOAD(x, V(0, N, 1));
+  KExpr *mu = B(MUL, ACC(kernel_reduce(t->k, KR_SUM, xv)), C(1.0 / N)), *d = B(SUB, xv, mu);
+  KExpr *rs = U(RSQRT, B(ADD, B(DIV, ACC(kernel_reduce(t->k, KR_SUM, B(MUL, d, d))), C(N)), C(1e-5)));
+  kernel_map(t->k, out, V(0, N, 1), KS_SET, B(ADD, B(MUL, B(MUL, d, rs), LOAD(g, V(0, 0, 1))), LOAD(bt, V(0, 0, 1))));
+  kernel_row(t->k, mean, V(0, 1, 0), KS_SET, mu);
+  kernel_row(t->k, rstd, V(0, 1, 0), KS_SET, rs);
+}
+
+/* causal softmax over [batch, heads, query | key]: the mask from coordinates */
+static void case_softmax(Arena *a) {
+  enum { NB = 2, NH = 3, NT = 21, ALL = NB * NH * NT * NT };
+  BEGIN("softmax_causal", KP_ROWS, 3, 0, NB, NH, NT, NT);
+  int x = buf(t, "x", RT_TIER_WORK, ALL, F_UNIFORM, -4, 4), out = OUT("p", RT_TIER_WORK, ALL);
+  KView cv = V(0, NH * NT * NT, NT * NT, NT, 1);
+  KExpr *s = SEL(B(LE, COORD(3), COORD(2)), B(MUL, LOAD(x, cv), C(0.37)), C(-INFINITY));
+  KExpr *mx = ACC(kernel_reduce(t->k, KR_MAX, s)), *ex = U(EXP, B(SUB, s, mx));
+  KExpr *sum = ACC(kernel_reduce(t->k, KR_SUM, ex));
+  kernel_map(t->k, out, cv, KS_SET, B(DIV, ex, sum));
+}
+
+/* cross-entropy: per-row loss with the target's logit gathered (ignored rows, target
+ * -100, must not load it), and the logits' gradient */
+static void case_xent(Arena *a) {
+  enum { N = 13, NV = 301 };
+  BEGIN("xent", KP_ROWS, 1, 1.0, N, NV);
+  int x = buf(t, "logits", RT_TIER_WORK, N * NV, F_UNIFORM, -3, 3), tg = buf(t, "targets", RT_TIER_WORK, N, F_TARGETS, 0, NV - 1);
+  int loss = OUT("loss", RT_TIER_WORK, N), dx = OUT("dlogits", RT_TIER_GRADS, N * NV);
+  KExpr *xv = LOAD(x, V(0, NV, 1)), *tv = LOAD(tg, V(0, 1, 0));
+  KExpr *valid = B(SUB, C(1), B(EQ, tv, C(-100)));
+  KExpr *mx = ACC(kernel_reduce(t->k, KR_MAX, xv)), *ex = U(EXP, B(SUB, xv, mx));
+  KExpr *sum = ACC(kernel_reduce(t->k, KR_SUM, ex));
+  KExpr *xt = SEL(valid, LOAD(x, gathered(V(0, NV, 0), tv, 1)), C(0));
+  kernel_row(t->k, loss, V(0, 1, 0), KS_SET, B(MUL, valid, B(SUB, B(ADD, U(LOG, sum), mx), xt)));
+  kernel_map(t->k, dx, V(0, NV, 1), KS_SET, B(MUL, B(SUB, B(DIV, ex, sum), B(EQ, COORD(1), tv)), valid));
+}
+
+/* a count over one row (ce_count): a REDUCE of i32 loads, stored by a ROW phase */
+static void case_count(Arena *a) {
+  BEGIN("count", KP_ROWS, 1, 0, 1, 300);
+  int tg = buf(t, "targets", RT_TIER_WORK, 300, F_TARGETS, 0, 9), out = OUT("count", RT_TIER_WORK, 1);
+  KExpr *valid = B(SUB, C(1), B(EQ, LOAD(tg, V(0, 0, 1)), C(-100)));
+  kernel_row(t->k, out, V(0, 0, 0), KS_SET, ACC(kernel_reduce(t->k, KR_SUM, valid)));
+}
+
+/* token + position embedding over [batch, seq | d] */
+static void case_embedding(Arena *a) {
+  enum { NB = 4, NT = 6, D = 40, NV = 11 };
+  BEGIN("embedding", KP_ROWS, 2, 0, NB, NT, D);
+  int wte = buf(t, "wte", RT_TIER_PARAMS, NV * D, F_UNIFORM, -1, 1), wpe = buf(t, "wpe", RT_TIER_PARAMS, NT * D, F_UNIFORM, -1, 1);
+  int idx = buf(t, "tokens", RT_TIER_WORK, NB * NT, F_INDEX, 0, NV - 1), out = OUT("x", RT_TIER_WORK, NB * NT * D);
+  KExpr *tok = LOAD(idx, V(0, NT, 1, 0));
+  kernel_map(t->k, out, V(0, NT * D, D, 1), KS_SET, B(ADD, LOAD(wte, gathered(V(0, 0, 0, 1), tok, D)), LOAD(wpe, V(0, 0, D, 1))));
+}
+
+/* embedding gradient: out[idx[r]*D + j] += g[r*D + j], columns in parallel, rows in order */
+static void case_scatter_add(Arena *a) {
+  enum { N = 30, D = 24, NV = 7 };
+  BEGIN("scatter_add", KP_COLS, 1, 0, N, D);
+  int g = buf(t, "g", RT_TIER_WORK, N * D, F_UNIFORM, -1, 1), idx = buf(t, "idx", RT_TIER_WORK, N, F_INDEX, 0, NV - 1);
+  int out = OUT("dwte", RT_TIER_GRADS, NV * D);
+  kernel_map(t->k, out, gathered(V(0, 0, 1), LOAD(idx, V(0, 1, 0)), D), KS_ADD, LOAD(g, V(0, D, 1)));
+}
+
+/* bias gradient: db[j] += dy[r, j] */
+static void case_bias_grad(Arena *a) {
+  enum { N = 50, D = 37 };
+  BEGIN("bias_grad", KP_COLS, 1, 0, N, D);
+  int dy = buf(t, "dy", RT_TIER_WORK, N * D, F_UNIFORM, -1, 1), db = OUT("db", RT_TIER_GRADS, D);
+  kernel_map(t->k, db, V(0, 0, 1), KS_ADD, LOAD(dy, V(0, D, 1)));
+}
+
+/* AdamW with the runtime scalars; p first (it reads the old m and v) */
+static void case_adamw(Arena *a) {
+  enum { R = 10, N = 100 };
+  BEGIN("adamw", KP_ROWS, 1, 0, R, N);
+  int p = buf(t, "p", RT_TIER_PARAMS, R * N, F_UNIFORM, -1, 1), g = buf(t, "g", RT_TIER_GRADS, R * N, F_UNIFORM, -1, 1);
+  int m = buf(t, "m", RT_TIER_OPT, R * N, F_UNIFORM, -0.1, 0.1), v = buf(t, "v", RT_TIER_OPT, R * N, F_UNIFORM, 0, 0.1);
+  KView cv = V(0, N, 1);
+  KExpr *gs = B(MUL, LOAD(g, cv), SCALAR(RT_SC_GSCALE)), *pv = LOAD(p, cv);
+  KExpr *m1 = B(ADD, B(MUL, C(0.9), LOAD(m, cv)), B(MUL, C(0.1), gs));
+  KExpr *v1 = B(ADD, B(MUL, C(0.95), LOAD(v, cv)), B(MUL, C(0.05), B(MUL, gs, gs)));
+  KExpr *step = B(DIV, B(MUL, m1, SCALAR(RT_SC_BC1)), B(ADD, U(SQRT, B(MUL, v1, SCALAR(RT_SC_BC2))), C(1e-8)));
+  kernel_map(t->k, p, cv, KS_SET, B(SUB, pv, B(MUL, SCALAR(RT_SC_LR), B(ADD, step, B(MUL, C(0.1), pv)))));
+  kernel_map(t->k, m, cv, KS_SET, m1);
+  kernel_map(t->k, v, cv, KS_SET, v1);
+}
+
+/* every unary op, on a strided view (every other element) */
+static void case_unary(Arena *a, KUnary op, const char *name) {
+  enum { R = 6, N = 203 };
+  char kname[64];
+  snprintf(kname, sizeof kname, "unary_%s", name);
+  BEGIN(kname, KP_ROWS, 1, 0, R, N);
+  bool pos = op == KU_LOG || op == KU_SQRT || op == KU_RSQRT || op == KU_RECIP;
+  int x = buf(t, "x", RT_TIER_WORK, R * N * 2, F_UNIFORM, pos ? 0.05 : -8, pos ? 4 : 8), out = OUT("y", RT_TIER_WORK, R * N);
+  kernel_map(t->k, out, V(0, N, 1), KS_SET, kx_unary(a, t->k, op, LOAD(x, V(0, 2 * N, 2))));
+}
+
+/* every binary op, the second operand through a transposed view */
+static void case_binary(Arena *a, KBinary op, const char *name) {
+  enum { R = 5, NA = 7, ND = 9 };
+  char kname[64];
+  snprintf(kname, sizeof kname, "binary_%s", name);
+  BEGIN(kname, KP_ROWS, 1, 0, R, NA, ND);
+  bool cmp = op == KB_LT || op == KB_LE || op == KB_EQ || op == KB_MAX || op == KB_MIN;
+  FillKind fk = cmp ? F_INTS : F_UNIFORM;
+  double lo = op == KB_POW ? 0.1 : -2, hi = op == KB_POW ? 3 : 2;
+  int x = buf(t, "x", RT_TIER_WORK, R * NA * ND, fk, lo, hi), y = buf(t, "y", RT_TIER_OPT, R * NA * ND, fk, -2, 2);
+  int out = OUT("z", RT_TIER_WORK, R * NA * ND);
+  KExpr *e = kx_binary(a, t->k, op, LOAD(x, V(0, NA * ND, ND, 1)), LOAD(y, V(0, 1, R, R * NA)));
+  kernel_map(t->k, out, V(0, NA * ND, ND, 1), KS_SET, e);
+}
+
+/* a transposed store, a fully reversed load (affine, c = -1) and a mixed one */
+static void case_transposed(Arena *a) {
+  enum { NA = 9, NB = 7, NC = 11, ND = 5, ALL = NA * NB * NC * ND };
+  BEGIN("transposed", KP_ROWS, 2, 0, NA, NB, NC, ND);
+  int x = buf(t, "x", RT_TIER_WORK, ALL, F_UNIFORM, -1, 1), y = buf(t, "y", RT_TIER_WORK, ALL, F_UNIFORM, -1, 1);
+  int out = OUT("out", RT_TIER_GRADS, ALL);
+  KExpr *xr = LOAD(x, V(ALL - 1, -NB * NC * ND, -NC * ND, -ND, -1));
+  KExpr *ym = LOAD(y, V(ND - 1, NB * NC * ND, NC * ND, ND, -1));
+  kernel_map(t->k, out, V(0, 1, NA, NA * NB, NA * NB * NC), KS_SET, B(SUB, B(MUL, xr, C(3)), ym));
+}
+
+/* i32 loads and coordinates on row and column axes */
+static void case_i32_coords(Arena *a) {
+  BEGIN("i32_coords", KP_ROWS, 2, 0, 3, 4, 17);
+  int ids = buf(t, "ids", RT_TIER_WORK, 3 * 4 * 17, F_INDEX, 0, 999), out = OUT("out", RT_TIER_WORK, 3 * 4 * 17);
+  KExpr *e = B(SUB, B(ADD, B(MUL, LOAD(ids, V(0, 68, 17, 1)), C(0.5)), B(MUL, COORD(0), COORD(1))), COORD(2));
+  kernel_map(t->k, out, V(0, 68, 17, 1), KS_SET, e);
+}
+
+/* pad: a j-dependent gather clamped into range, under a select (a branching select
+ * inside a MAP loop) */
+static void case_pad(Arena *a) {
+  enum { R = 8, N = 40, BEFORE = 5, W = N + 10 };
+  BEGIN("pad", KP_ROWS, 1, 0, R, W);
+  int x = buf(t, "x", RT_TIER_WORK, R * N, F_UNIFORM, -1, 1), out = OUT("out", RT_TIER_WORK, R * W);
+  KExpr *c = COORD(1), *inside = B(MUL, B(LE, C(BEFORE), c), B(LT, c, C(BEFORE + N)));
+  KExpr *xv = LOAD(x, gathered(V(0, N, 0), B(MUL, inside, B(SUB, c, C(BEFORE))), 1));
+  kernel_map(t->k, out, V(0, W, 1), KS_SET, SEL(inside, xv, C(0)));
+}
+
+/* one column: reductions of one element, a coordinate, KS_ADD rows */
+static void case_tiny(Arena *a) {
+  BEGIN("tiny", KP_ROWS, 1, 1.0, 5, 1);
+  int x = buf(t, "x", RT_TIER_WORK, 5, F_UNIFORM, -1, 1), out = OUT("out", RT_TIER_WORK, 5), s = OUT("s", RT_TIER_WORK, 5);
+  KExpr *xv = LOAD(x, V(0, 1, 1));
+  KExpr *mx = ACC(kernel_reduce(t->k, KR_MAX, xv)), *sum = ACC(kernel_reduce(t->k, KR_SUM, xv));
+  kernel_map(t->k, out, V(0, 1, 1), KS_ADD, B(ADD, B(ADD, xv, COORD(0)), mx));
+  kernel_row(t->k, s, V(0, 1, 0), KS_SET, sum);
+}
+
+static void build_cases(Arena *a) {
+  case_ew_simple(a);
+  case_ew_bcast(a);
+  case_layernorm(a);
+  case_softmax(a);
+  case_xent(a);
+  case_count(a);
+  case_embedding(a);
+  case_scatter_add(a);
+  case_bias_grad(a);
+  case_adamw(a);
+#define X(n) case_unary(a, KU_##n, #n);
+  KX_UNARY_OPS(X)
+#undef X
+#define X(n) case_binary(a, KB_##n, #n);
+  KX_BINARY_OPS(X)
+#undef X
+  case_transposed(a);
+  case_i32_coords(a);
+  case_pad(a);
+  case_tiny(a);
+}
+
+/* ---- running them -------------------------------------------------------------------- */
+
+static uint64_t rng_state;
+static double urand(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (double)(rng_state >> 11) * 0x1.0p-53;
+}
+
+static void fill_tiers(const Case *c, int seed, char **tiers) {
+  rng_state = 88172645463325252ull + (uint64_t)seed * 7919;
+  for (int i = 0; i < RT_TIERS; i++) memset(tiers[i], 0, TIER_BYTES);
+  for (int i = 0; i < c->nfills; i++) {
+    const Fill *f = &c->fills[i];
+    for (int64_t e = 0; e < f->n; e++) {
+      double u = urand(), v = f->lo + u * (f->hi - f->lo);
+      void *p = tiers[f->tier] + f->offset;
+      if (f->kind == F_TARGETS && e % 5 == 3) ((int32_t *)p)[e] = -100;
+      else if (f->kind >= F_INDEX) ((int32_t *)p)[e] = (int32_t)floor(f->lo + u * (f->hi - f->lo + 1));
+      else if (f->kind == F_INTS) ((float *)p)[e] = (float)floor(f->lo + u * (f->hi - f->lo + 1));
+      else ((float *)p)[e] = (float)v;
+    }
+  }
+}
+
+/* max error of got against want over the bytes the case uses */
+static double max_error(const Case *c, char **want, char **got) {
+  double worst = 0;
+  for (int tr = 0; tr < RT_TIERS; tr++) {
+    const float *w = (const float *)want[tr], *g = (const float *)got[tr];
+    for (int64_t i = 0; i < c->used[tr] / 4; i++) {
+      if (!memcmp(&w[i], &g[i], 4) || (isnan(w[i]) && isnan(g[i]))) continue;
+      double d = fabs((double)g[i] - w[i]) / fmax(fabs(w[i]), c->floor);
+      if (!(d <= worst)) worst = d;   /* NaN propagates */
+    }
+  }
+  return worst;
+}
+
+typedef struct Images { char *init[RT_TIERS], *want[RT_TIERS], *got[RT_TIERS]; } Images;
+
+static void copy_tiers(char **dst, char **src) {
+  for (int i = 0; i < RT_TIERS; i++) memcpy(dst[i], src[i], TIER_BYTES);
+}
+
+static void check_case(const Case *c, RtKernelFn fn, Images *im, const float *scalars) {
+  const Kernel *k = c->k;
+  int64_t n = k->par == KP_ROWS ? k->rows : k->cols;
+  fill_tiers(c, (int)(c - cases), im->init);
+  copy_tiers(im->want, im->init);
+  kernel_eval(k, im->want, scalars);
+
+  copy_tiers(im->got, im->init);
+  fn(im->got, 0, n, scalars);
+  double full = max_error(c, im->want, im->got);
+
+  copy_tiers(im->got, im->init);   /* chunks, as threads would run them */
+  int64_t cuts[] = {0, n / 3, n / 3 + 1, (2 * n) / 3, n};
+  for (int i = 0; i + 1 < 5; i++)
+    if (cuts[i] < cuts[i + 1] && cuts[i + 1] <= n) fn(im->got, cuts[i], cuts[i + 1], scalars);
+  double chunks = max_error(c, im->want, im->got);
+
+  copy_tiers(im->got, im->init);   /* an empty range changes nothing */
+  fn(im->got, n / 2, n / 2, scalars);
+  bool untouched = max_error(c, im->init, im->got) == 0;
+
+  bool ok = full <= TOL && chunks <= TOL && untouched;
+  printf("%-4s %-16s %s rows=%-4lld cols=%-5lld max error %.3g (chunks %.3g)%s\n", ok ? "ok" : "FAIL", k->name,
+         k->par == KP_ROWS ? "rows" : "cols", (long long)k->rows, (long long)k->cols, full, chunks,
+         untouched ? "" : ", empty range wrote memory");
+  if (!ok) failures++;
+}
+
+/* ---- building and loading the library --------------------------------------------------- */
+
+static char scratch[64];
+
+static const char *scratch_path(const char *name) {
+  static char paths[4][128];
+  static int next;
+  char *p = paths[next++ % 4];
+  snprintf(p, 128, "%s/%s", scratch, name);
+  return p;
+}
+
+static LlvmModule *compile(const char *json) {
+  const Kernel *ks[MAX_CASES];
+  for (int i = 0; i < ncases; i++) ks[i] = cases[i].k;
+  LlvmModule *m = llvm_module_new("test_llvm");
+  llvm_emit_program(m, ks, ncases, json);
+  if (llvm_optimize(m, 3)) { fprintf(stderr, "llvm_optimize failed\n"); exit(1); }
+  return m;
+}
+
+static void *build_library(LlvmModule *m) {
+  char err[512];
+  const char *obj = scratch_path("kernels.o"), *so = scratch_path("kernels.so");
+  if (llvm_write_object(m, obj, err, sizeof err)) { fprintf(stderr, "llvm_write_object: %s\n", err); exit(1); }
+  const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s -shared -o '%s' '%s' %s", cc, so, obj, llvm_link_libs(m));
+  if (system(cmd) != 0) { fprintf(stderr, "failed: %s\n", cmd); exit(1); }
+  void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) { fprintf(stderr, "dlopen: %s\n", dlerror()); exit(1); }
+  return lib;
+}
+
+static int check_symbols(void *lib, const char *json) {
+  const int *n = dlsym(lib, "colossalc_nkernels");
+  const RtKernelFn *fns = dlsym(lib, "colossalc_kernels");
+  const char *js = dlsym(lib, "colossalc_program_json");
+  int bad = !n || !fns || !js || *n != ncases || strcmp(js, json) != 0;
+  for (int i = 0; !bad && i < ncases; i++) {
+    void *f = dlsym(lib, cases[i].k->name);
+    bad |= !f || memcmp(&f, &fns[i], sizeof f) != 0;
+  }
+  printf("%-4s colossalc_nkernels = %d, colossalc_kernels[], colossalc_program_json\n", bad ? "FAIL" : "ok", n ? *n : -1);
+  return bad;
+}
+
+static int run_numerics(LlvmModule *m, const char *json) {
+  void *lib = build_library(m);
+  failures += check_symbols(lib, json);
+  const RtKernelFn *fns = dlsym(lib, "colossalc_kernels");
+  Images im;
+  for (int i = 0; i < RT_TIERS; i++) {
+    im.init[i] = malloc(TIER_BYTES);
+    im.want[i] = malloc(TIER_BYTES);
+    im.got[i] = malloc(TIER_BYTES);
+  }
+  float scalars[16] = {[RT_SC_LR] = 1e-2f, [RT_SC_BC1] = 10.0f, [RT_SC_BC2] = 20.0f, [RT_SC_GSCALE] = 0.75f, [RT_SC_STEP] = 1};
+  for (int i = 0; fns && i < ncases; i++) check_case(&cases[i], fns[i], &im, scalars);
+  for (int i = 0; i < RT_TIERS; i++) {
+    free(im.init[i]);
+    free(im.want[i]);
+    free(im.got[i]);
+  }
+  dlclose(lib);
+  return failures;
+}
+
+/* ---- the IR test ------------------------------------------------------------------------- */
+
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  size_t got = fread(s, 1, (size_t)n, f);
+  s[got] = 0;
+  fclose(f);
+  return s;
+}
+
+/* the text of `define void @name(...) { ... }` in ir, NUL-terminated in a copy */
+static char *function_text(const char *ir, const char *name) {
+  char head[128];
+  snprintf(head, sizeof head, "define void @%s(", name);
+  const char *p = strstr(ir, head);
+  if (!p) return NULL;
+  const char *end = strstr(p, "\n}\n");
+  size_t n = end ? (size_t)(end - p) : strlen(p);
+  char *s = malloc(n + 1);
+  memcpy(s, p, n);
+  s[n] = 0;
+  return s;
+}
+
+static bool ir_check(const char *ir, const char *kernel, const char *what, const char *const *needles, bool must) {
+  char *body = function_text(ir, kernel);
+  bool found = false;
+  for (int i = 0; body && needles[i]; i++) found |= strstr(body, needles[i]) != NULL;
+  printf("%-4s %s %s\n", found ? "ok" : must ? "FAIL" : "no", kernel, what);
+  free(body);
+  return found || !must;
+}
+
+static int run_ir(LlvmModule *m) {
+  char err[512];
+  const char *path = scratch_path("kernels.ll");
+  if (llvm_write_ir(m, path, err, sizeof err)) { fprintf(stderr, "llvm_write_ir: %s\n", err); return 1; }
+  char *ir = read_file(path);
+  if (!ir) { perror(path); return 1; }
+  int bad = 0;
+  for (int i = 0; i < ncases; i++) {
+    char head[128];
+    snprintf(head, sizeof head, "define void @%s(", cases[i].k->name);
+    if (!strstr(ir, head)) { printf("FAIL no `%s`\n", head); bad++; }
+  }
+  printf("%-4s every kernel defined (%d)\n", bad ? "FAIL" : "ok", ncases);
+  const char *vec[] = {"<4 x float>", "<8 x float>", "<16 x float>", NULL}, *mvec[] = {"@_ZGV", NULL};
+  bad += !ir_check(ir, "ew_simple", "vectorized (<4|8|16 x float>)", vec, true);
+  bool libmvec = strstr(llvm_link_libs(m), "mvec") != NULL;
+  printf("     libmvec %s\n", libmvec ? "available: exp, log, tanh, pow, sin, cos may vectorize" : "not available");
+  bad += !ir_check(ir, "unary_EXP", "calls a libmvec vector exp", mvec, libmvec);
+  bad += !ir_check(ir, "unary_LOG", "calls a libmvec vector log", mvec, libmvec);
+  ir_check(ir, "unary_TANH", "calls a libmvec vector tanh", mvec, false);
+  ir_check(ir, "unary_SIN", "calls a libmvec vector sin", mvec, false);
+  ir_check(ir, "binary_POW", "calls a libmvec vector pow", mvec, false);
+  ir_check(ir, "softmax_causal", "vectorized", vec, false);
+  ir_check(ir, "layernorm", "vectorized", vec, false);
+  ir_check(ir, "adamw", "vectorized", vec, false);
+  free(ir);
+  return bad;
+}
+
+static void remove_scratch(void) {
+  const char *names[] = {"kernels.o", "kernels.so", "kernels.ll"};
+  for (int i = 0; i < 3; i++) unlink(scratch_path(names[i]));
+  rmdir(scratch);
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "numerics";
+  if (strcmp(mode, "numerics") && strcmp(mode, "ir")) {
+    fprintf(stderr, "usage: test_llvm numerics|ir\n");
+    return 2;
+  }
+  snprintf(scratch, sizeof scratch, "llvm-test-XXXXXX");
+  if (!mkdtemp(scratch)) { perror("mkdtemp"); return 2; }
+  Arena *a = arena_new();
+  build_cases(a);
+  const char *json = "{\"version\": 1, \"model\": \"test_llvm\", \"kernels\": [\"\\u00e9\"]}";
+  LlvmModule *m = compile(json);
+  int bad = strcmp(mode, "ir") == 0 ? run_ir(m) : run_numerics(m, json);
+  llvm_module_free(m);
+  arena_free(a);
+  remove_scratch();
+  printf("%s: %s\n", mode, bad ? "FAILED" : "passed");
+  return bad != 0;
+}

@@ -1,0 +1,7 @@
+# The LLVM CPU emitter (codegen/llvm.c) against the reference evaluator, and its IR.
+add_executable(test_llvm ${CMAKE_CURRENT_SOURCE_DIR}/codegen/test_llvm.c)
+target_link_libraries(test_llvm PRIVATE colossalc_core ${CMAKE_DL_LIBS})
+set(CODEGEN_TEST_WORK ${CMAKE_CURRENT_BINARY_DIR}/codegen-work)
+file(MAKE_DIRECTORY ${CODEGEN_TEST_WORK})
+add_test(NAME codegen_llvm_numerics COMMAND test_llvm numerics WORKING_DIRECTORY ${CODEGEN_TEST_WORK})
+add_test(NAME codegen_llvm_ir COMMAND test_llvm ir WORKING_DIRECTORY ${CODEGEN_TEST_WORK})

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Compares a `train` run with the PyTorch reference: the loss of every step (from the
+JSON-lines log) and every parameter tensor at the end (from --save), to a relative
+TOL. A tensor's difference is ||ours - reference|| / ||reference||: Adam turns a
+gradient that is almost zero into a full-size step whose sign is rounding noise, so
+single elements may differ more than the tensor does (the largest elementwise
+difference is printed too).
+
+usage: compare.py REF_DIR LOG.jsonl FINAL.safetensors TOL"""
+import json, struct, sys
+import numpy as np
+
+
+def read_safetensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", t["dtype"]
+        b, e = t["data_offsets"]
+        out[name] = np.frombuffer(data[base + b:base + e], dtype="<f4").reshape(t["shape"])
+    return out
+
+
+def main():
+    ref_dir, log, final, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+    ref = json.load(open(f"{ref_dir}/ref.json"))["losses"]
+    ours = [json.loads(line)["loss"] for line in open(log) if line.strip()]
+    failed = 0
+    if len(ours) != len(ref):
+        print(f"FAIL: {len(ours)} logged steps, reference has {len(ref)}")
+        return 1
+    for k, (a, b) in enumerate(zip(ours, ref), 1):
+        rel = abs(a - b) / abs(b)
+        ok = rel <= tol
+        failed += not ok
+        print(f"step {k}: loss {a:.7f} reference {b:.7f} relative difference {rel:.2e} {'ok' if ok else 'FAIL'}")
+    want, got = read_safetensors(f"{ref_dir}/ref.safetensors"), read_safetensors(final)
+    if set(want) != set(got):
+        print("FAIL: parameter names differ:", sorted(set(want) ^ set(got)))
+        return 1
+    worst, worst_name, max_abs = 0.0, "", 0.0
+    for name in want:
+        diff = got[name].astype(np.float64) - want[name]
+        rel = float(np.linalg.norm(diff) / max(np.linalg.norm(want[name]), 1e-30))
+        max_abs = max(max_abs, float(np.max(np.abs(diff))))
+        if rel > worst:
+            worst, worst_name = rel, name
+    ok = worst <= tol
+    failed += not ok
+    print(f"parameters after {len(ref)} steps: max relative difference {worst:.2e} ({worst_name}), "
+          f"largest elementwise difference {max_abs:.2e} {'ok' if ok else 'FAIL'}")
+    print(f"{len(ref) + 1 - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

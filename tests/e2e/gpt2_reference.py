@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""PyTorch reference for the end-to-end training test (run by Debian's python3-torch).
+
+Builds the GPT-2 of models/gpt2.model (Hugging Face layout: Conv1D weights [in, out],
+tanh GELU, layernorm eps 1e-5, head tied to wte) in float32, initialises it from
+random numbers, and writes:
+  init.safetensors   the initial parameters, by their checkpoint names
+  ref.json           the loss of each of the first STEPS AdamW steps (the forward loss
+                     before each update) and, as ref.safetensors, the parameters after
+Then `train --init-from init.safetensors` must reproduce both.
+
+usage: gpt2_reference.py TOKENS.bin OUTDIR vocab ctx d heads layers batch seq steps lr
+"""
+import json, math, struct, sys
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(2)
+
+
+def read_tokens(path):
+    data = open(path, "rb").read()
+    header = np.frombuffer(data[:1024], dtype="<i4")
+    assert header[0] == 20240520 and header[1] == 1, "not an llm.c token file"
+    return np.frombuffer(data[1024:], dtype="<u2")[: header[2]].astype(np.int64)
+
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, t in tensors.items():
+        b = t.detach().cpu().contiguous().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def make_params(vocab, ctx, d, layers, gen):
+    p = {"wte.weight": torch.randn(vocab, d, generator=gen) * 0.02,
+         "wpe.weight": torch.randn(ctx, d, generator=gen) * 0.01}
+    for i in range(layers):
+        h = f"h.{i}."
+        for ln in ("ln_1", "ln_2"):  # non-trivial norms so their gradients matter
+            p[h + ln + ".weight"] = 1 + 0.1 * torch.randn(d, generator=gen)
+            p[h + ln + ".bias"] = 0.1 * torch.randn(d, generator=gen)
+        for name, (n_in, n_out) in {"attn.c_attn": (d, 3 * d), "attn.c_proj": (d, d),
+                                    "mlp.c_fc": (d, 4 * d), "mlp.c_proj": (4 * d, d)}.items():
+            p[h + name + ".weight"] = torch.randn(n_in, n_out, generator=gen) * 0.02
+            p[h + name + ".bias"] = 0.02 * torch.randn(n_out, generator=gen)
+    p["ln_f.weight"] = 1 + 0.1 * torch.randn(d, generator=gen)
+    p["ln_f.bias"] = 0.1 * torch.randn(d, generator=gen)
+    return {k: v.float().requires_grad_(True) for k, v in p.items()}
+
+
+def forward(p, tokens, targets, heads, layers):
+    B, T = tokens.shape
+    d = p["wte.weight"].shape[1]
+    x = p["wte.weight"][tokens] + p["wpe.weight"][torch.arange(T)]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for i in range(layers):
+        h = f"h.{i}."
+        y = F.layer_norm(x, (d,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
+        qkv = y @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]
+        q, k, v = qkv.split(d, dim=2)
+        q, k, v = (t.view(B, T, heads, d // heads).transpose(1, 2) for t in (q, k, v))
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(d // heads)
+        s = s.masked_fill(~mask, float("-inf"))
+        y = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, d)
+        x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
+        y = F.layer_norm(x, (d,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
+        y = F.gelu(y @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"], approximate="tanh")
+        x = x + y @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
+    x = F.layer_norm(x, (d,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
+    logits = x @ p["wte.weight"].t()
+    return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def main():
+    tok_path, out = sys.argv[1], sys.argv[2]
+    vocab, ctx, d, heads, layers, B, T, steps = (int(a) for a in sys.argv[3:11])
+    lr = float(sys.argv[11])
+    tokens = read_tokens(tok_path)
+    gen = torch.Generator().manual_seed(1234)
+    p = make_params(vocab, ctx, d, layers, gen)
+    write_safetensors(f"{out}/init.safetensors", p)
+    decay = [t for t in p.values() if t.dim() >= 2]
+    no_decay = [t for t in p.values() if t.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    losses = []
+    n = len(tokens)
+    for step in range(steps):
+        start = step * B * T
+        chunk = torch.tensor([tokens[(start + i) % n] for i in range(B * T + 1)])
+        x, y = chunk[:-1].view(B, T), chunk[1:].view(B, T)
+        opt.zero_grad()
+        loss = forward(p, x, y, heads, layers)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    write_safetensors(f"{out}/ref.safetensors", p)
+    json.dump({"losses": losses}, open(f"{out}/ref.json", "w"))
+    print("reference losses:", " ".join(f"{l:.6f}" for l in losses))
+
+
+if __name__ == "__main__":
+    main()

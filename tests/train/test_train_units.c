@@ -1,0 +1,319 @@
+/* test_train_units: the pieces of the train runtime without a child process.
+ *
+ *   program   the bigram test program loads with the expected fields; mutated
+ *             copies (missing, ill-typed, out-of-range, out-of-bounds fields) are
+ *             refused with a message naming the field
+ *   init      every init rule: Philox normal/uniform keyed by (seed, name), zeros,
+ *             ones, constant
+ *   schedule  warm-up, cosine to min_lr at the last step, constant; the scalars
+ *   pool      every index of [0, n) runs exactly once, in the static chunks, for
+ *             several thread counts and sizes
+ *   gemm      the CPU device's GEMM (transposes, batch strides, alpha, beta) equals
+ *             a naive loop
+ *   forward   the executor runs the program's `forward`: logits = W[token] + b
+ */
+#include "runtime/executor.h"
+#include "runtime/philox.h"
+#include "runtime/threadpool.h"
+#include "runtime/train_ckpt.h"
+#include "runtime/train_loop.h"
+#include "runtime/train_program.h"
+
+#include "rt_test.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+
+static char err[4096];
+
+/* ---- program loading ----------------------------------------------------------- */
+
+static void test_program_ok(void)
+{
+    RtProgram p;
+    int rc = program_load(colossalc_program_json, colossalc_nkernels, &p, err, sizeof err);
+    if (rc != 0)
+        fprintf(stderr, "program_load: %s\n", err);
+    CHECK(rc == 0);
+    if (rc != 0)
+        return;
+    CHECK(p.batch == 4 && p.seq == 16 && p.vocab == 256 && strcmp(p.model, "bigram-test") == 0);
+    CHECK(p.nparams == 2 && p.param_elems == 65792 && p.params[0].ndim == 2);
+    CHECK(p.params[1].init == RT_INIT_ZEROS && !p.params[1].decay && p.params[0].decay);
+    CHECK(p.step.n == 8 && p.gradnorm.n == 1 && p.update.n == 2 && p.forward.n == 4);
+    const RtGemm *g = &p.step.instr[6].gemm;
+    CHECK(p.step.instr[6].op == RT_OP_GEMM && g->ta == 1 && g->m == 256 && g->k == 64);
+    CHECK(p.train.optimizer == RT_OPT_ADAMW && p.train.warmup == 2 && p.train.clip == 1.0);
+    CHECK(program_find_param(&p, "bias") == &p.params[1] && !program_find_param(&p, "nope"));
+    program_free(&p);
+}
+
+/* The program with one edit: at path (object keys and array indices, "" ends the
+ * list) set to `value` (JSON text), or deleted when value is NULL. */
+static char *program_edit(const char *const *path, const char *value)
+{
+    cJSON *root = cJSON_Parse(colossalc_program_json), *parent = root;
+    int i = 0;
+    for (; path[i + 1][0]; i++)
+        parent = cJSON_IsArray(parent) ? cJSON_GetArrayItem(parent, atoi(path[i]))
+                                       : cJSON_GetObjectItemCaseSensitive(parent, path[i]);
+    int is_arr = cJSON_IsArray(parent);
+    if (!value && is_arr)
+        cJSON_DeleteItemFromArray(parent, atoi(path[i]));
+    else if (!value)
+        cJSON_DeleteItemFromObjectCaseSensitive(parent, path[i]);
+    else if (is_arr)
+        cJSON_ReplaceItemInArray(parent, atoi(path[i]), cJSON_Parse(value));
+    else
+        cJSON_ReplaceItemInObjectCaseSensitive(parent, path[i], cJSON_Parse(value));
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+static void expect_program_error(const char *const *path, const char *value, const char *want)
+{
+    char *json = program_edit(path, value);
+    RtProgram p;
+    int rc = program_load(json, colossalc_nkernels, &p, err, sizeof err);
+    CHECK(rc == -1);
+    if (rc == 0)
+        program_free(&p);
+    else
+        CHECK_ERR(err, want);
+    free(json);
+}
+
+#define PATH(...) ((const char *const[]){__VA_ARGS__, ""})
+
+static void test_program_errors(void)
+{
+    expect_program_error(PATH("batch"), NULL, "program: batch: missing");
+    expect_program_error(PATH("seq"), "\"16\"", "program: seq: expected an integer");
+    expect_program_error(PATH("vocab"), "2.5", "program: vocab: out of range");
+    expect_program_error(PATH("params", "0", "shape"), NULL, "program: params[0].shape: missing");
+    expect_program_error(PATH("params", "0", "shape", "1"), "0", "params[0].shape[1]: out of range");
+    expect_program_error(PATH("params", "1", "init"), "\"xavier\"",
+                         "params[1].init: unknown value \"xavier\"");
+    expect_program_error(PATH("params", "0", "a"), NULL, "params[0].a: missing");
+    expect_program_error(PATH("params", "0", "decay"), "1", "params[0].decay: expected true or false");
+    expect_program_error(PATH("params", "1", "name"), "\"wte.weight\"",
+                         "params[1].name: duplicate parameter name");
+    expect_program_error(PATH("params", "0", "offset"), "8192",
+                         "params[0].offset: bytes [8192, 8192+262144) outside the params tier");
+    expect_program_error(PATH("step", "2", "c"), "[3, 190000]", "program: step[2].c: bytes");
+    expect_program_error(PATH("step", "2", "lda"), "100", "step[2].a: leading dimension");
+    expect_program_error(PATH("step", "2", "batch"), "[4]", "step[2].batch: wrong length");
+    expect_program_error(PATH("step", "0", "kernel"), "8", "program: step[0].kernel: out of range");
+    expect_program_error(PATH("step", "1", "op"), "\"copy\"", "step[1].op: unknown value \"copy\"");
+    expect_program_error(PATH("step", "1", "bytes"), "1000000", "step[1].offset: bytes");
+    expect_program_error(PATH("forward"), "{}", "program: forward: not an array");
+    expect_program_error(PATH("train", "schedule"), "\"linear\"", "train.schedule: unknown value");
+    expect_program_error(PATH("train", "lr"), NULL, "program: train.lr: missing");
+    expect_program_error(PATH("kernels", "7"), NULL, "program: kernels: wrong length");
+    expect_program_error(PATH("inputs", "1", "shape"), "[4, 15]",
+                         "inputs[1].shape: must be [batch, seq]");
+    expect_program_error(PATH("inputs", "1", "role"), "\"tokens\"",
+                         "inputs[1].role: a second input with this role");
+    expect_program_error(PATH("gradnorm_parts"), "100000", "program: gradnorm_offset: bytes");
+    RtProgram p;
+    CHECK(program_load("{\"version\": 1,", 8, &p, err, sizeof err) == -1);
+    CHECK_ERR(err, "program: not valid JSON");
+    CHECK(program_load("[]", 8, &p, err, sizeof err) == -1);
+    CHECK_ERR(err, "program: not a JSON object");
+}
+
+/* ---- init ---------------------------------------------------------------------- */
+
+static void test_init(void)
+{
+    static const RtInit kinds[5] = {RT_INIT_NORMAL, RT_INIT_UNIFORM, RT_INIT_ZEROS,
+                                    RT_INIT_ONES, RT_INIT_CONSTANT};
+    static char *names[5] = {"n", "u", "z", "o", "c"};
+    RtParam params[5];
+    float buf[5 * 100], want[100];
+    RtProgram p = {.params = params, .nparams = 5};
+    for (int i = 0; i < 5; i++)
+        params[i] = (RtParam){.name = names[i], .ndim = 1, .shape = {100}, .numel = 100,
+                              .offset = i * 400, .init = kinds[i], .a = 0.5, .b = 2.0};
+    ckpt_init_params(&p, (char *)buf, 42);
+    philox_fill_normal(want, 100, 0, 42, "n", 2.0f, 0.5f);
+    CHECK(memcmp(buf, want, sizeof want) == 0);
+    philox_fill_uniform(want, 100, 0, 42, "u", 0.5f, 2.0f);
+    CHECK(memcmp(buf + 100, want, sizeof want) == 0);
+    for (int i = 0; i < 100; i++)
+        CHECK(buf[200 + i] == 0.0f && buf[300 + i] == 1.0f && buf[400 + i] == 0.5f);
+    philox_fill_normal(want, 100, 0, 43, "n", 2.0f, 0.5f);
+    CHECK(memcmp(buf, want, sizeof want) != 0);
+}
+
+/* ---- schedule and scalars ------------------------------------------------------ */
+
+static int near(double a, double b)
+{
+    return fabs(a - b) <= 1e-12 * fmax(1, fabs(b));
+}
+
+static void test_schedule(void)
+{
+    RtTrain hp = {.lr = 1.0, .min_lr = 0.1, .warmup = 10, .schedule = RT_SCHED_COSINE,
+                  .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1};
+    CHECK(near(train_lr(&hp, 1, 110), 0.1) && near(train_lr(&hp, 10, 110), 1.0));
+    CHECK(near(train_lr(&hp, 60, 110), 0.55) && near(train_lr(&hp, 110, 110), 0.1));
+    CHECK(train_lr(&hp, 11, 110) < 1.0 && train_lr(&hp, 11, 110) > 0.99);
+    hp.schedule = RT_SCHED_CONSTANT;
+    CHECK(near(train_lr(&hp, 5, 110), 0.5) && near(train_lr(&hp, 100, 110), 1.0));
+    hp.warmup = 0, hp.schedule = RT_SCHED_COSINE;
+    CHECK(near(train_lr(&hp, 100, 100), 0.1) && train_lr(&hp, 1, 100) > 0.99);
+    float sc[TRAIN_SCALARS];
+    train_scalars(&hp, 0.25, 1, 0.5, sc);
+    CHECK(sc[RT_SC_LR] == 0.25f && fabsf(sc[RT_SC_BC1] - 10.0f) < 1e-5f);
+    CHECK(fabsf(sc[RT_SC_BC2] - 100.0f) < 1e-3f && sc[RT_SC_GSCALE] == 0.5f);
+    CHECK(sc[RT_SC_STEP] == 1.0f && sc[TRAIN_SC_BETA2] == 0.99f && sc[TRAIN_SC_WD] == 0.1f);
+}
+
+/* ---- thread pool --------------------------------------------------------------- */
+
+typedef struct PoolProbe {
+    int *count; /* [n] */
+    int64_t n;
+    int threads;
+    int bad_chunk;
+} PoolProbe;
+
+static void pool_probe(void *ctx, int64_t lo, int64_t hi)
+{
+    PoolProbe *pr = ctx;
+    int found = 0;
+    for (int i = 0; i < pr->threads; i++) {
+        int64_t a, b;
+        pool_chunk(pr->n, pr->threads, i, &a, &b);
+        found |= a == lo && b == hi;
+    }
+    if (!found)
+        __atomic_add_fetch(&pr->bad_chunk, 1, __ATOMIC_RELAXED);
+    for (int64_t i = lo; i < hi; i++)
+        pr->count[i]++;
+}
+
+static void test_pool(void)
+{
+    static const int threads[] = {1, 2, 3, 8};
+    static const int64_t sizes[] = {0, 1, 2, 7, 1000, 4099};
+    static int count[4099];
+    for (int t = 0; t < 4; t++) {
+        ThreadPool *pool = pool_new(threads[t], err, sizeof err);
+        CHECK(pool && pool_threads(pool) == threads[t]);
+        for (int s = 0; pool && s < 6; s++)
+            for (int rep = 0; rep < 50; rep++) {
+                PoolProbe pr = {count, sizes[s], threads[t], 0};
+                memset(count, 0, sizeof count);
+                pool_run(pool, sizes[s], pool_probe, &pr);
+                int ok = pr.bad_chunk == 0;
+                for (int64_t i = 0; i < sizes[s]; i++)
+                    ok &= count[i] == 1;
+                CHECK(ok);
+            }
+        pool_free(pool);
+    }
+    CHECK(pool_new(0, err, sizeof err) == NULL);
+    CHECK_ERR(err, "0 threads");
+}
+
+/* ---- GEMM ---------------------------------------------------------------------- */
+
+/* C = alpha op(A) op(B) + beta C for one batch pair, naively, in double. */
+static void gemm_naive(const RtGemm *g, const float *a, const float *b, float *c)
+{
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+            double s = 0;
+            for (int64_t k = 0; k < g->k; k++)
+                s += (double)(g->ta ? a[k * g->lda + i] : a[i * g->lda + k]) *
+                     (g->tb ? b[j * g->ldb + k] : b[k * g->ldb + j]);
+            c[i * g->ldc + j] = (float)(g->alpha * s + g->beta * c[i * g->ldc + j]);
+        }
+}
+
+static void gemm_case(Device *dev, int ta, int tb)
+{
+    enum { M = 5, N = 6, K = 7, LD = 9, SLAB = 100, WORK = 3 * 600 }; /* A, B, C: 6 slabs each */
+    static float work[WORK], want[WORK];
+    RtGemm g = {ta, tb, M, N, K, LD, LD, LD, 0.5f, 2.0f, {3, 3, 3}, {0, 4 * 600, 4 * 1200},
+                {2, 3}, {{3 * SLAB, SLAB}, {3 * SLAB, SLAB}, {3 * SLAB, SLAB}}};
+    for (int i = 0; i < WORK; i++)
+        work[i] = want[i] = (float)((i * 37 % 101) - 50) / 25.0f;
+    char *tiers[RT_TIERS] = {NULL, NULL, NULL, (char *)work};
+    dev->gemm(dev, &g, tiers);
+    double worst = 0;
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) {
+            int64_t o = (i * 3 + j) * SLAB;
+            gemm_naive(&g, want + o, want + 600 + o, want + 1200 + o);
+        }
+    for (int i = 0; i < WORK; i++)
+        worst = fmax(worst, fabs((double)work[i] - want[i]));
+    CHECK(worst < 1e-4);
+    if (worst >= 1e-4)
+        fprintf(stderr, "gemm ta=%d tb=%d: max difference %g\n", ta, tb, worst);
+}
+
+static void test_gemm(void)
+{
+    Device *dev = device_cpu_new(NULL, 0, 2, err, sizeof err);
+    CHECK(dev != NULL);
+    for (int ta = 0; dev && ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            gemm_case(dev, ta, tb);
+    if (dev)
+        dev->destroy(dev);
+}
+
+/* ---- the executor on the bigram program ---------------------------------------- */
+
+static void check_forward(Executor *ex, const RtProgram *p, const int32_t *tok)
+{
+    const float *w = (const float *)exec_host_tier(ex, RT_TIER_PARAMS);
+    const float *b = w + 256 * 256;
+    const float *logits = (const float *)(exec_host_tier(ex, RT_TIER_WORK) + p->logits_offset);
+    int ok = 1;
+    for (int r = 0; r < 64; r++)
+        for (int j = 0; j < 256; j++)
+            ok &= logits[r * 256 + j] == w[tok[r] * 256 + j] + b[j];
+    CHECK(ok);
+}
+
+static void test_forward(void)
+{
+    RtProgram p;
+    Executor ex;
+    int32_t tok[64];
+    float sc[TRAIN_SCALARS] = {0};
+    Device *dev = device_cpu_new(colossalc_kernels, colossalc_nkernels, 3, err, sizeof err);
+    CHECK(dev && program_load(colossalc_program_json, colossalc_nkernels, &p, err, sizeof err) == 0);
+    CHECK(exec_init(&ex, &p, dev, err, sizeof err) == 0);
+    float *params = (float *)exec_host_tier(&ex, RT_TIER_PARAMS);
+    philox_fill_normal(params, 65792, 0, 5, "x", 0.0f, 1.0f);
+    for (int i = 0; i < 64; i++)
+        tok[i] = (i * 97 + 13) % 256;
+    exec_write(&ex, RT_TIER_WORK, p.tokens.offset, tok, sizeof tok);
+    exec_run(&ex, &p.forward, sc);
+    check_forward(&ex, &p, tok);
+    exec_free(&ex);
+    program_free(&p);
+    dev->destroy(dev);
+}
+
+int main(void)
+{
+    rt_mkdir_scratch("units");
+    test_program_ok();
+    test_program_errors();
+    test_init();
+    test_schedule();
+    test_pool();
+    test_gemm();
+    test_forward();
+    return rt_finish("test_train_units");
+}
