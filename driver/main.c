@@ -172,18 +172,19 @@ static void build_train(const Options *o, const Program *p) {
 }
 
 /* The training pipeline after the front end: one flat list (STYLE.md habit 3). */
-static void compile_training(Graph *g, const Options *o) {
+static Program *compile_training(Graph *g, const Options *o) {
   g = pass_decompose(g);                 /* requires: verified forward graph */
   ir_verify(g);
   if (o->dump_after && !strcmp(o->dump_after, "decompose")) ir_print(stdout, g);
   pass_autodiff(g);                      /* requires: loss, no composite ops */
   ir_verify(g);
   if (o->dump_after && !strcmp(o->dump_after, "autodiff")) ir_print(stdout, g);
-  if (!o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda) return;
+  if (!o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda && !o->summary) return NULL;
   Program *p = lower_program(g);         /* requires: autodiff */
   if (o->emit_kernels) write_kernels(o->emit_kernels, p);
   if (o->emit_cuda) write_cuda(o->emit_cuda, p);
   if (o->out || o->emit_llvm) build_train(o, p);
+  return p;
 }
 
 int main(int argc, char **argv) {
@@ -201,14 +202,24 @@ int main(int argc, char **argv) {
   Graph *g = frontend_compile(arena, o.file, text, len, o.ov, o.nov);   /* parse, elaborate, verify */
   if (!g) return 1;
   if (o.dump_ir) ir_print(stdout, g);
+  Program *volatile p = NULL;
   if (o.dump_after || o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda) {
     diag_push(&j);
     if (setjmp(j.jb)) return 1;
-    compile_training(g, &o);
+    p = compile_training(g, &o);
     diag_pop(&j);
+  } else if (o.summary) { /* the memory plan for the summary; a model that cannot be lowered still summarises */
+    FILE *saved = diag_stream;
+    diag_stream = NULL;
+    diag_push(&j);
+    if (!setjmp(j.jb)) p = compile_training(g, &o);
+    diag_pop(&j);
+    diag_stream = saved;
   }
   if (o.summary) {
     summary_print(stdout, g);
+    if (p) summary_print_memory(stdout, p->tiers, p->work_peak);
+    else printf("memory plan: not available (%s)\n", diag_last);
     if (o.gpus > 1) printf("cluster: %ld GPUs\n", o.gpus);
   }
   arena_free(arena);

@@ -80,3 +80,17 @@ void summary_print(FILE *f, const Graph *g) {
   fprintf(f, "FLOPs per training step: %.6e (%s)\n", s.train_flops, tr);
   print_layers(f, g);
 }
+
+void summary_print_memory(FILE *f, const int64_t tiers[4], int64_t work_peak) {
+  const char *names[4] = {"parameters", "gradients", "optimizer state", "activations and workspace (planned peak)"};
+  char b[32];
+  double total = 0;
+  fprintf(f, "memory plan (one rank):\n");
+  for (int t = 0; t < 4; t++) {
+    human(b, sizeof b, (double)(t == 3 ? work_peak : tiers[t]), "B");
+    fprintf(f, "  %-42s %s\n", names[t], b);
+    total += (double)(t == 3 ? work_peak : tiers[t]);
+  }
+  human(b, sizeof b, total, "B");
+  fprintf(f, "  %-42s %s\n", "planned peak", b);
+}

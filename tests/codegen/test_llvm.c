@@ -17,6 +17,13 @@
  *   test_llvm ir         the optimised IR (--emit-llvm) defines every kernel, and the
  *                        elementwise kernel is vectorized (<4|8|16 x float>); with
  *                        libmvec, exp and log loops call its vector versions.
+ *   test_llvm lowered MODEL [NAME=VALUE ...]
+ *                        every kernel a real model lowers to (codegen/lower.c): the
+ *                        program's step, gradnorm, update and forward sequences run
+ *                        with kernel_eval and a plain GEMM; before each kernel the
+ *                        state is copied and the compiled kernel (in three chunks)
+ *                        runs on the copy; max |got - want| / max |want| over what the
+ *                        kernel wrote <= 1e-5.
  * Prints the max difference per kernel.
  */
 #include <dlfcn.h>
@@ -27,6 +34,9 @@
 #include <unistd.h>
 #include "codegen/kernel.h"
 #include "codegen/llvm.h"
+#include "codegen/lower.h"
+#include "frontend/frontend.h"
+#include "passes/passes.h"
 #include "runtime/program.h"
 
 enum { MAX_CASES = 64, TIER_BYTES = 1 << 20 };
@@ -508,6 +518,168 @@ static int run_ir(LlvmModule *m) {
   return bad;
 }
 
+
+/* ---- kernels of lowered models ---------------------------------------------------------- */
+
+static void run_gemm(const PGemm *g, char *const *tiers) {
+  for (int64_t b0 = 0; b0 < g->batch[0]; b0++)
+    for (int64_t b1 = 0; b1 < g->batch[1]; b1++) {
+      const float *A = (const float *)(tiers[g->tier[0]] + g->off[0]) + b0 * g->stride[0][0] + b1 * g->stride[0][1];
+      const float *Bm = (const float *)(tiers[g->tier[1]] + g->off[1]) + b0 * g->stride[1][0] + b1 * g->stride[1][1];
+      float *Cm = (float *)(tiers[g->tier[2]] + g->off[2]) + b0 * g->stride[2][0] + b1 * g->stride[2][1];
+      for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+          double s = 0;
+          for (int64_t q = 0; q < g->k; q++)
+            s += (double)(g->ta ? A[q * g->lda + i] : A[i * g->lda + q]) * (g->tb ? Bm[j * g->ldb + q] : Bm[q * g->ldb + j]);
+          Cm[i * g->ldc + j] = (float)(g->alpha * s + g->beta * Cm[i * g->ldc + j]);
+        }
+    }
+}
+
+static Program *lower_model(Arena *a, int argc, char **argv) {
+  ConfigOverride ov[16];
+  int nov = 0;
+  for (int i = 1; i < argc && nov < 16; i++) {
+    char *eq = strchr(argv[i], '=');
+    if (!eq) return NULL;
+    *eq = 0;
+    ov[nov++] = (ConfigOverride){argv[i], eq + 1, false};
+  }
+  diag_stream = stderr;
+  DiagJump j;
+  diag_push(&j);
+  if (setjmp(j.jb)) { diag_pop(&j); return NULL; }
+  size_t len;
+  char *text = frontend_read_file(a, argv[0], &len);
+  Graph *g = frontend_compile(a, argv[0], text, len, ov, nov);
+  if (!g) { diag_pop(&j); return NULL; }
+  g = pass_decompose(g);
+  pass_autodiff(g);
+  ir_verify(g);
+  Program *p = lower_program(g);
+  diag_pop(&j);
+  return p;
+}
+
+/* Parameters near their initial scale, token ids inside every table they index, and
+ * some ignored (-1) targets. */
+static void init_program(const Program *p, char **tiers) {
+  rng_state = 88172645463325252ull;
+  const Graph *g = p->g;
+  for (int i = 0; i < p->nparams; i++) {
+    const Node *n = p->params[i].node;
+    float *dst = (float *)(tiers[RT_TIER_PARAMS] + p->params[i].offset);
+    for (int64_t e = 0; e < shape_numel(&n->shape); e++)
+      dst[e] = (float)(n->init.kind == INIT_ONES ? 1 + 0.1 * (urand() - 0.5) : 0.2 * (urand() - 0.5));
+  }
+  for (int i = 0; i < p->ninputs; i++) {
+    const Node *n = p->inputs[i].node;
+    int64_t range = p->vocab ? p->vocab : 16;
+    for (int u = 0; u < g->n; u++)
+      if (g->nodes[u]->op == OP_EMBEDDING && g->nodes[u]->in[1] == n && g->nodes[u]->in[0]->shape.d[0] < range)
+        range = g->nodes[u]->in[0]->shape.d[0];
+    void *dst = tiers[RT_TIER_WORK] + p->inputs[i].offset;
+    for (int64_t e = 0; e < shape_numel(&n->shape); e++) {
+      if (n->dtype != DT_I32) { ((float *)dst)[e] = (float)urand(); continue; }
+      bool ignored = p->inputs[i].role == PIN_TARGETS && e % 7 == 3 && g->loss->op == OP_CROSS_ENTROPY &&
+                     attr_int(g->loss, "ignore_index") == -1;
+      ((int32_t *)dst)[e] = ignored ? -1 : (int32_t)(urand() * range);
+    }
+  }
+}
+
+typedef struct Run {
+  const Program *p;
+  const RtKernelFn *fns;
+  char *ref[RT_TIERS], *before[RT_TIERS], *got[RT_TIERS];
+  double *worst;         /* per kernel */
+  const float *scalars;
+} Run;
+
+/* max |got - want| / max |want| over the elements the kernel wrote (in either run) */
+static double kernel_error(const Run *r) {
+  double diff = 0, scale = 0;
+  for (int t = 0; t < RT_TIERS; t++) {
+    const float *w = (const float *)r->ref[t], *g = (const float *)r->got[t], *b = (const float *)r->before[t];
+    for (int64_t i = 0; i < r->p->tiers[t] / 4; i++) {
+      bool same = !memcmp(&w[i], &g[i], 4) || (isnan(w[i]) && isnan(g[i]));
+      if (same && !memcmp(&w[i], &b[i], 4)) continue;
+      if (fabs(w[i]) > scale) scale = fabs(w[i]);
+      double d = same ? 0 : fabs((double)g[i] - w[i]);
+      if (!(d <= diff) && getenv("DBG")) fprintf(stderr, "tier %d elt %lld want %.9g got %.9g before %.9g\n", t, (long long)i, w[i], g[i], b[i]);
+      if (!(d <= diff)) diff = d;
+    }
+  }
+  return diff / (scale > 0 ? scale : 1);
+}
+
+static void run_kernel(Run *r, const PInstr *in) {
+  const Kernel *k = r->p->kernels[in->kernel];
+  ir_assert(in->extent == (k->par == KP_ROWS ? k->rows : k->cols));
+  for (int t = 0; t < RT_TIERS; t++) {
+    memcpy(r->before[t], r->ref[t], r->p->tiers[t]);
+    memcpy(r->got[t], r->ref[t], r->p->tiers[t]);
+  }
+  int64_t n = in->extent, cuts[] = {0, n / 3, (2 * n) / 3, n};
+  for (int i = 0; i < 3; i++)
+    if (cuts[i] < cuts[i + 1]) r->fns[in->kernel](r->got, cuts[i], cuts[i + 1], r->scalars);
+  kernel_eval(k, r->ref, r->scalars);
+  double e = kernel_error(r);
+  if (!(e <= r->worst[in->kernel])) r->worst[in->kernel] = e;
+}
+
+static void run_seq(Run *r, const PSeq *s) {
+  for (int i = 0; i < s->n; i++) {
+    const PInstr *in = &s->v[i];
+    if (in->kind == PI_KERNEL) run_kernel(r, in);
+    else if (in->kind == PI_GEMM) run_gemm(&in->gemm, r->ref);
+    else memset(r->ref[in->tier] + in->offset, 0, (size_t)in->bytes);
+  }
+}
+
+static int run_lowered(int argc, char **argv) {
+  Arena *a = arena_new();
+  Program *p = lower_model(a, argc, argv);
+  if (!p) { arena_free(a); return 1; }
+  char *json = program_to_json(p);
+  LlvmModule *m = llvm_module_new(p->g->name);
+  llvm_emit_program(m, (const Kernel *const *)p->kernels, p->nkernels, json);
+  free(json);
+  if (llvm_optimize(m, 3)) return 1;
+  void *lib = build_library(m);
+  float scalars[16] = {1e-2f, 10.0f, 20.0f, 0.75f, 1, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f};
+  Run r = {.p = p, .fns = dlsym(lib, "colossalc_kernels"), .scalars = scalars};
+  r.worst = calloc((size_t)p->nkernels + 1, sizeof *r.worst);
+  for (int t = 0; t < RT_TIERS; t++) {
+    r.ref[t] = calloc(1, (size_t)p->tiers[t] + 64);
+    r.before[t] = malloc((size_t)p->tiers[t] + 64);
+    r.got[t] = malloc((size_t)p->tiers[t] + 64);
+  }
+  init_program(p, r.ref);
+  run_seq(&r, &p->forward);
+  run_seq(&r, &p->step);
+  run_seq(&r, &p->gradnorm);
+  run_seq(&r, &p->update);
+  int bad = 0;
+  for (int i = 0; i < p->nkernels; i++) {
+    bool ok = r.worst[i] <= TOL;
+    bad += !ok;
+    printf("%-4s %-40s max error %.3g\n", ok ? "ok" : "FAIL", p->kernels[i]->name, r.worst[i]);
+  }
+  printf("%s: %d kernels, %d failed\n", p->g->name, p->nkernels, bad);
+  for (int t = 0; t < RT_TIERS; t++) {
+    free(r.ref[t]);
+    free(r.before[t]);
+    free(r.got[t]);
+  }
+  free(r.worst);
+  dlclose(lib);
+  llvm_module_free(m);
+  arena_free(a);
+  return bad;
+}
+
 static void remove_scratch(void) {
   const char *names[] = {"kernels.o", "kernels.so", "kernels.ll"};
   for (int i = 0; i < 3; i++) unlink(scratch_path(names[i]));
@@ -516,12 +688,17 @@ static void remove_scratch(void) {
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "numerics";
-  if (strcmp(mode, "numerics") && strcmp(mode, "ir")) {
-    fprintf(stderr, "usage: test_llvm numerics|ir\n");
+  if (strcmp(mode, "numerics") && strcmp(mode, "ir") && (strcmp(mode, "lowered") || argc < 3)) {
+    fprintf(stderr, "usage: test_llvm numerics|ir|lowered MODEL [NAME=VALUE ...]\n");
     return 2;
   }
   snprintf(scratch, sizeof scratch, "llvm-test-XXXXXX");
   if (!mkdtemp(scratch)) { perror("mkdtemp"); return 2; }
+  if (!strcmp(mode, "lowered")) {
+    int bad = run_lowered(argc - 2, argv + 2);
+    remove_scratch();
+    return bad != 0;
+  }
   Arena *a = arena_new();
   build_cases(a);
   const char *json = "{\"version\": 1, \"model\": \"test_llvm\", \"kernels\": [\"\\u00e9\"]}";

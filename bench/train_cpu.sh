@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# CPU training benchmark: GPT-2 124M (batch 4, seq 64) and gpt2-tiny, compiled by
+# colossalc, against the same step in PyTorch run by this script (Debian's
+# python3-torch 1.13) on the same machine. Prints ms per step (median of the timed
+# steps), tokens/s, achieved GFLOP/s (the model's FLOPs per step from colossalc's
+# cost model over the step time), peak resident memory, and the speed-up over PyTorch.
+# Usage: bench/train_cpu.sh [BUILD_DIR] [STEPS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+steps=${2:-6}
+threads=$(nproc)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$build/runtime/colossalc-mktokens" data/genesis.txt "$work/genesis.bin" > /dev/null
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+printf '%-22s %10s %10s %10s %10s %10s %10s\n' model ms/step tok/s GFLOP/s peak_MiB torch_ms speedup
+
+bench() { # name model-file torch-config... -- colossalc --set flags
+  local name=$1 model=$2 cfg=$3; shift 3
+  "$build/colossalc" "$model" "$@" -o "$work/train-$name" > /dev/null
+  local flops tokens
+  flops=$("$build/colossalc" "$model" "$@" --summary | awk -F'[:(]' '/FLOPs per training step/ {print $2+0}')
+  /usr/bin/time -f '%M' -o "$work/rss" "$work/train-$name" --data "$work/genesis.bin" --steps $((steps + 1)) \
+      --threads "$threads" --log "$work/$name.jsonl" > /dev/null
+  local ms
+  ms=$(tail -n "$steps" "$work/$name.jsonl" | grep -o '"ms": *[0-9.e+-]*' | awk '{print $2}' | sort -g |
+       awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  read -r _ b t _ <<< "$cfg"
+  tokens=$(echo "$cfg" | awk '{print $6 * $7}')
+  local torch_ms
+  torch_ms=$(/usr/bin/python3 bench/torch_step.py $cfg 3 "$threads" | awk '{print $2}')
+  awk -v n="$name" -v ms="$ms" -v tok="$tokens" -v f="$flops" -v rss="$(cat "$work/rss")" -v tm="$torch_ms" 'BEGIN {
+    printf "%-22s %10.1f %10.0f %10.1f %10.0f %10.1f %9.2fx\n", n, ms, tok / (ms / 1000), f / (ms / 1000) / 1e9, rss / 1024, tm, tm / ms }'
+}
+
+bench gpt2-124M-b4-t64 models/gpt2.model "50257 1024 768 12 12 4 64" --set batch=4 --set seq=64
+bench gpt2-tiny models/gpt2-tiny.model "256 256 128 4 4 4 64"

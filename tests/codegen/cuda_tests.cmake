@@ -1,0 +1,28 @@
+# Tests of the CUDA emitter (codegen/cuda.c), included when the CUDA toolkit is found.
+# Only this test links NVRTC (the product will dlopen it). The host tier compiles the
+# emitted source as C++ behind a shim of the CUDA built-ins and compares every kernel
+# with kernel_eval; the GPU tier does the same on a GPU and skips (77) without one.
+find_program(COLOSSALC_HOST_CXX NAMES c++ g++ clang++ DOC "C++ compiler for the CUDA emitter's host-shim test")
+if(NOT COLOSSALC_HOST_CXX)
+  set(COLOSSALC_HOST_CXX c++)   # codegen_cuda_host then fails and says why
+endif()
+set(COLOSSALC_HOST_CXX_FLAGS "")
+if(COLOSSALC_SANITIZE)
+  set(COLOSSALC_HOST_CXX_FLAGS "-fsanitize=address,undefined -fno-sanitize-recover=all")
+endif()
+
+add_executable(test_codegen_cuda ${CMAKE_CURRENT_LIST_DIR}/test_cuda.c)
+target_link_libraries(test_codegen_cuda PRIVATE colossalc_core CUDA::nvrtc ${CMAKE_DL_LIBS})
+target_include_directories(test_codegen_cuda PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+target_compile_definitions(test_codegen_cuda PRIVATE
+  COLOSSALC_HOST_CXX="${COLOSSALC_HOST_CXX}" COLOSSALC_HOST_CXX_FLAGS="${COLOSSALC_HOST_CXX_FLAGS}")
+
+add_test(NAME codegen_cuda_emit COMMAND test_codegen_cuda emit)
+add_test(NAME codegen_cuda_nvrtc_sm80 COMMAND test_codegen_cuda nvrtc sm_80)
+add_test(NAME codegen_cuda_nvrtc_sm90 COMMAND test_codegen_cuda nvrtc sm_90)
+add_test(NAME codegen_cuda_nvrtc_compute90 COMMAND test_codegen_cuda nvrtc compute_90)
+add_test(NAME codegen_cuda_nvrtc_report COMMAND test_codegen_cuda nvrtc-report)
+add_test(NAME codegen_cuda_host COMMAND test_codegen_cuda host WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+add_test(NAME codegen_cuda_gpu COMMAND test_codegen_cuda gpu)
+set_tests_properties(codegen_cuda_host PROPERTIES TIMEOUT 900)
+set_tests_properties(codegen_cuda_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
