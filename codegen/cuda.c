@@ -202,7 +202,7 @@ int64_t cuda_kernel_grid_size(const Kernel *k, int64_t extent) {
 
 enum { DEP_R = 1, DEP_J = 2, DEP_RW = 4 };   /* row index, column index, memory the kernel writes */
 enum { DEP_ACC_SHIFT = 8 };                   /* then one bit per accumulator read */
-enum { T_ALL, T_HOIST_J, T_HOIST_R };         /* which temps to emit now */
+enum { T_ALL, T_HOIST_J, T_HOIST_R, T_PURE };  /* which temps to emit now */
 
 typedef struct Emit {
   const Kernel *k;
@@ -470,6 +470,7 @@ static bool temp_wanted(const Emit *E, const KExpr *e, int filter) {
   unsigned d = E->dep[e->id];
   if (filter == T_HOIST_J) return !(d & (DEP_J | DEP_RW));
   if (filter == T_HOIST_R) return !(d & (DEP_R | DEP_RW));
+  if (filter == T_PURE) return !(d & DEP_RW);
   return true;
 }
 
@@ -576,10 +577,14 @@ static int reduce_group_end(Emit *E, int p) {
   return p;
 }
 
+/* A loop over [0, extent) in 32 bits when it fits (cheaper counters, easier unrolling). */
+static const char *index_type(int64_t extent) { return extent <= INT32_MAX - 1024 ? "int" : "long long"; }
+
 static void loop_open(Emit *E, Str *o, int ind, bool block) {
+  const char *ty = index_type(E->k->cols);
   put_ind(o, ind);
-  if (block) put(o, "for (long long j = threadIdx.x; j < %lldLL; j += blockDim.x) {\n", (long long)E->k->cols);
-  else put(o, "for (long long j = 0; j < %lldLL; j++) {\n", (long long)E->k->cols);
+  if (block) put(o, "for (%s j = threadIdx.x; j < %lldLL; j += blockDim.x) {\n", ty, (long long)E->k->cols);
+  else put(o, "for (%s j = 0; j < %lldLL; j++) {\n", ty, (long long)E->k->cols);
 }
 
 /* The j loop of phases [p0, p1) (one MAP, or a REDUCE group): loop-invariant temps
@@ -715,10 +720,23 @@ static void emit_rows(Emit *E, Str *o, bool block) {
 
 /* ---- CM_FLAT and CM_COLS -------------------------------------------------------- */
 
+/* All MAP phases of an element run in one thread, one after another: what reads no
+ * written memory has the same value in each, so it is computed once for all. */
+static void emit_shared_pure(Emit *E, Str *o, int ind) {
+  const Kernel *k = E->k;
+  E->ustamp++;
+  E->wstamp++;
+  for (int p = 0; p < k->nphases; p++)
+    if (k->phases[p].kind == KPH_MAP) mark_phase(E, &k->phases[p]);
+  for (int p = 0; p < k->nphases; p++)
+    if (k->phases[p].kind == KPH_MAP) emit_phase_temps(E, o, ind, &k->phases[p], T_PURE);
+}
+
 static void emit_flat(Emit *E, Str *o) {
   const Kernel *k = E->k;
   Str el = {0};
   scope_open(E);
+  emit_shared_pure(E, &el, 2);
   for (int p = 0; p < k->nphases; p++) {
     const KPhase *ph = &k->phases[p];
     if (ph->kind == KPH_ROW) { E->use_j = true; emit_row_phase(E, &el, 2, ph, "if (j == 0) "); continue; }
@@ -755,6 +773,7 @@ static void emit_cols(Emit *E, Str *o) {
     for (int p = 0; p < k->nphases; p++) mark_phase(E, &k->phases[p]);
     for (int p = 0; p < k->nphases; p++) emit_phase_temps(E, &th, 2, &k->phases[p], T_HOIST_R);
     scope_open(E);
+    emit_shared_pure(E, &rows, 3);
     for (int p = 0; p < k->nphases; p++) {
       put(&rows, "      {\n");
       scope_open(E);
@@ -765,7 +784,7 @@ static void emit_cols(Emit *E, Str *o) {
       put(&rows, "      }\n");
     }
     scope_close(E);
-    put(&th, "    for (long long r = 0; r < %lldLL; r++) {\n", (long long)k->rows);
+    put(&th, "    for (%s r = 0; r < %lldLL; r++) {\n", index_type(k->rows), (long long)k->rows);
     coord_decls(&th, 3, k, E->use_rc, true);
     put_str(&th, &rows);
     put(&th, "    }\n");
@@ -808,7 +827,7 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
   case CM_THREAD_ROW: emit_rows(&E, &body, false); break;
   case CM_COLS: emit_cols(&E, &body); break;
   }
-  if (E.use_sh) put(&head, "  __shared__ float cc_sh[32];\n");
+  if (E.use_sh) put(&head, "  CC_SHARED(float, cc_sh, 32);\n");
   decl_bases_and_scalars(&E, &head);
   int bs = cuda_kernel_block_size(k);
   fprintf(f, "\n// ---- %s: %s, %d threads per block, n = %s ----\n", k->name, cuda_mapping_name(E.map), bs,
@@ -830,6 +849,9 @@ static const char prelude[] =
   "#define COLOSSALC_CUDA_PRELUDE\n"
   "#define CC_INF __int_as_float(0x7f800000)\n"
   "#define CC_NAN __int_as_float(0x7fffffff)\n"
+  "#ifndef CC_SHARED   /* a test harness may define its own */\n"
+  "#define CC_SHARED(type, name, n) __shared__ type name[n]\n"
+  "#endif\n"
   "#ifdef COLOSSALC_CUDA_BOUNDS\n"
   "static __device__ __forceinline__ long long cc_ix(long long a, long long n) {\n"
   "  if (a < 0 || a >= n) __trap();\n"

@@ -43,13 +43,18 @@
  *    carries a vector-function-abi-variant mapping to them (_ZGVbN4v_expf for SSE,
  *    _ZGVdN8v_ for AVX2, _ZGVeN16v_ for AVX-512, the ones the host supports), so the
  *    loop vectorizer calls those (glibc documents at most 4 ulp). Without libmvec the
- *    calls stay scalar and a loop holding one is not vectorized.
- *  - sqrt, fabs, floor are LLVM intrinsics (exact); rsqrt is 1/sqrt and recip 1/x with
- *    IEEE division, as kernel_eval computes them; MAX/MIN of the expression language are
- *    `x > y ? x : y` / `x < y ? x : y` selects, as in kernel_eval.
+ *    calls stay scalar and a loop holding one is not vectorized. exp's argument is
+ *    shifted out of libmvec's slow range for underflowing results (emit_exp).
  *  - A select whose arms hold a gather load is emitted with branches, so the load is
  *    not speculated (an ignored target index such as -100 must not be dereferenced);
  *    other selects are branch-free.
+ *  - sqrt, fabs, floor are LLVM intrinsics (exact); rsqrt is 1/sqrt and recip 1/x with
+ *    IEEE division, as kernel_eval computes them; MAX/MIN of the expression language are
+ *    `x > y ? x : y` / `x < y ? x : y` selects, as in kernel_eval.
+ *
+ * LLVM 14 work-arounds: the row loop is marked "do not vectorize" when phases of a row
+ * communicate through memory (row_loop_vec: a loop-vectorizer miscompile); the
+ * libmvec declarations are kept alive through O3 by a temporary @llvm.compiler.used.
  */
 #include "codegen/llvm.h"
 #include <dlfcn.h>
@@ -198,6 +203,7 @@ typedef struct Emit {
   LLVMBuilderRef row_b;         /* end of the row header: per-row values */
   LLVMValueRef r, j;            /* i64: the current row and column */
   LLVMValueRef bufp[K_MAX_BUFS];              /* float* or i32*, in the entry block */
+  int cls[K_MAX_BUFS], ncls;    /* alias class of each buffer: overlapping buffers share one */
   LLVMValueRef scope[K_MAX_BUFS], noalias[K_MAX_BUFS];  /* alias metadata; NULL: none */
   LLVMValueRef acc[K_MAX_ACCS];
   LLVMValueRef rowcoord[K_MAX_DIMS];
@@ -430,10 +436,28 @@ static LLVMValueRef call_libm(Emit *e, MathFn f, LLVMValueRef *args) {
   return call;
 }
 
+/* exp(x). libmvec's vector expf leaves its fast path for x < -87.3 (results that
+ * underflow): 10x slower for -inf lanes, 25x for -100, measured. Causal softmax feeds
+ * it exactly those (masked scores), so with libmvec such x are shifted into range,
+ * exp(x) = exp(x + 50) * exp(-50) with x + 50 exact in f32, and below -104, where
+ * exp(x) rounds to 0, the result is 0 without a multiply that would underflow (an
+ * underflowing multiply is itself slow). */
+static LLVMValueRef emit_exp(Emit *e, LLVMValueRef x) {
+  if (!e->m->vec_mask[MF_EXP]) return call_libm(e, MF_EXP, &x);
+  LLVMBuilderRef b = e->b;
+  LLVMValueRef low = LLVMBuildFCmp(b, LLVMRealOLT, x, cf(e, -87.0f), "");
+  LLVMValueRef zero = LLVMBuildFCmp(b, LLVMRealOLT, x, cf(e, -104.0f), "");
+  LLVMValueRef t = LLVMBuildSelect(b, low, LLVMBuildFAdd(b, x, cf(e, 50.0f), ""), x, "");
+  t = LLVMBuildSelect(b, zero, cf(e, 0.0f), t, "");
+  LLVMValueRef r = call_libm(e, MF_EXP, &t);
+  LLVMValueRef scale = LLVMBuildSelect(b, zero, cf(e, 0.0f), cf(e, (float)exp(-50.0)), "");
+  return LLVMBuildSelect(b, low, LLVMBuildFMul(b, r, scale, ""), r, "");
+}
+
 static LLVMValueRef emit_unary(Emit *e, KUnary op, LLVMValueRef x) {
   switch (op) {
   case KU_NEG: return LLVMBuildFNeg(e->b, x, "");
-  case KU_EXP: return call_libm(e, MF_EXP, &x);
+  case KU_EXP: return emit_exp(e, x);
   case KU_LOG: return call_libm(e, MF_LOG, &x);
   case KU_TANH: return call_libm(e, MF_TANH, &x);
   case KU_SIN: return call_libm(e, MF_SIN, &x);
@@ -557,12 +581,16 @@ static Loop loop_begin(Emit *e, LLVMValueRef from, const char *name) {
   return l;
 }
 
-/* !{!self, !{"llvm.loop.vectorize.enable", i1 true}}: vectorize, reordering allowed. */
-static LLVMValueRef loop_vectorize_md(Emit *e) {
+/* What a loop tells the loop vectorizer: nothing, "vectorize (reordering allowed)", or
+ * "do not vectorize". */
+typedef enum { LV_DEFAULT, LV_FORCE, LV_NEVER } LoopVec;
+
+/* !{!self, !{"llvm.loop.vectorize.enable", i1 on}} */
+static LLVMValueRef loop_vectorize_md(Emit *e, bool on) {
   LLVMContextRef ctx = e->m->ctx;
   const char *key = "llvm.loop.vectorize.enable";
   LLVMMetadataRef hint[2] = {LLVMMDStringInContext2(ctx, key, strlen(key)),
-                             LLVMValueAsMetadata(LLVMConstInt(e->m->i1, 1, 0))};
+                             LLVMValueAsMetadata(LLVMConstInt(e->m->i1, on, 0))};
   LLVMMetadataRef tmp = LLVMTemporaryMDNode(ctx, NULL, 0);
   LLVMMetadataRef ops[2] = {tmp, LLVMMDNodeInContext2(ctx, hint, 2)};
   LLVMMetadataRef node = LLVMMDNodeInContext2(ctx, ops, 2);
@@ -571,11 +599,11 @@ static LLVMValueRef loop_vectorize_md(Emit *e) {
 }
 
 /* Closes the loop: iv + 1 < to continues. Returns the latch block. */
-static LLVMBasicBlockRef loop_end(Emit *e, Loop *l, LLVMValueRef to, bool vectorize) {
+static LLVMBasicBlockRef loop_end(Emit *e, Loop *l, LLVMValueRef to, LoopVec vec) {
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b), out = new_block(e, "");
   LLVMValueRef next = LLVMBuildNSWAdd(e->b, l->iv, ci(e, 1), "");
   LLVMValueRef br = LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, next, to, ""), l->head, out);
-  if (vectorize) LLVMSetMetadata(br, e->m->md_loop, loop_vectorize_md(e));
+  if (vec != LV_DEFAULT) LLVMSetMetadata(br, e->m->md_loop, loop_vectorize_md(e, vec == LV_FORCE));
   LLVMAddIncoming(l->iv, &next, &latch, 1);
   LLVMPositionBuilderAtEnd(e->b, out);
   return latch;
@@ -595,7 +623,7 @@ static void emit_reduce(Emit *e, const KPhase *p) {
   e->j = l.iv;
   LLVMValueRef v = emit_expr(e, p->expr), args[2] = {acc, v};
   LLVMValueRef next = sum ? LLVMBuildFAdd(e->b, acc, v, "") : call_intrinsic(e, "llvm.maxnum", args, 2);
-  LLVMBasicBlockRef latch = loop_end(e, &l, ci(e, e->k->cols), true);
+  LLVMBasicBlockRef latch = loop_end(e, &l, ci(e, e->k->cols), LV_FORCE);
   LLVMValueRef in[2] = {init, next};
   LLVMBasicBlockRef from[2] = {l.pre, latch};
   LLVMAddIncoming(acc, in, from, 2);
@@ -607,13 +635,45 @@ static void emit_map(Emit *e, const KPhase *p, LLVMValueRef from, LLVMValueRef t
   memo_pop(e, 0);
   e->j = l.iv;
   emit_store(e, p, emit_expr(e, p->expr));
-  loop_end(e, &l, to, false);
+  loop_end(e, &l, to, LV_DEFAULT);
 }
 
 static void emit_row_phase(Emit *e, const KPhase *p) {
   memo_pop(e, 0);
   e->j = ci(e, 0);
   emit_store(e, p, emit_expr(e, p->expr));
+}
+
+/* The classes of buffers an expression reads; stamp marks ids already visited. */
+static unsigned expr_reads(const Emit *e, const KExpr *x, int *stamp, int mark) {
+  if (!x || stamp[x->id] == mark) return 0;
+  stamp[x->id] = mark;
+  unsigned r = x->kind == KX_LOAD ? 1u << e->cls[x->buf] | expr_reads(e, x->view.gather, stamp, mark) : 0;
+  return r | expr_reads(e, x->a, stamp, mark) | expr_reads(e, x->b, stamp, mark) | expr_reads(e, x->c, stamp, mark);
+}
+
+/* The row loop must not be vectorized when one phase writes memory that another phase
+ * of the row reads or writes. With short rows LLVM unrolls the j loops and vectorizes
+ * across rows; LLVM 14's interleaved-access groups can then move a load of a later
+ * phase above the store of an earlier one to the same address (the bug of LLVM issue
+ * 63602: AdamW on [768, 8] read m before it was updated). The SLP vectorizer still
+ * vectorizes within the row. */
+static LoopVec row_loop_vec(const Emit *e) {
+  const Kernel *k = e->k;
+  unsigned reads[K_MAX_PHASES], writes[K_MAX_PHASES];
+  int *stamp = calloc((size_t)k->nexprs + 1, sizeof *stamp);
+  ir_assert(stamp);
+  for (int i = 0; i < k->nphases; i++) {
+    const KPhase *p = &k->phases[i];
+    writes[i] = p->kind == KPH_REDUCE ? 0 : 1u << e->cls[p->buf];
+    reads[i] = expr_reads(e, p->expr, stamp, i + 1);
+    if (p->kind != KPH_REDUCE) reads[i] |= expr_reads(e, p->view.gather, stamp, i + 1) | (p->store == KS_ADD ? writes[i] : 0);
+  }
+  free(stamp);
+  for (int i = 0; i < k->nphases; i++)
+    for (int x = i + 1; x < k->nphases; x++)
+      if (writes[i] & (reads[x] | writes[x]) || writes[x] & reads[i]) return LV_NEVER;
+  return LV_DEFAULT;
 }
 
 /* Opens the row loop at the current block, with a header for per-row values. */
@@ -642,7 +702,7 @@ static void emit_rows_kernel(Emit *e, LLVMBasicBlockRef done) {
     case KPH_ROW: emit_row_phase(e, p); break;
     }
   }
-  loop_end(e, &rl, e->hi, false);
+  loop_end(e, &rl, e->hi, row_loop_vec(e));
   LLVMBuildBr(e->b, done);
 }
 
@@ -657,7 +717,7 @@ static void emit_cols_kernel(Emit *e, LLVMBasicBlockRef done) {
   LLVMPositionBuilderAtEnd(e->b, go);
   Loop rl = row_loop_begin(e, ci(e, 0));
   for (int i = 0; i < k->nphases; i++) emit_map(e, &k->phases[i], e->lo, e->hi);
-  loop_end(e, &rl, ci(e, k->rows), false);
+  loop_end(e, &rl, ci(e, k->rows), row_loop_vec(e));
   LLVMBuildBr(e->b, done);
 }
 
@@ -667,17 +727,23 @@ static bool bufs_overlap(const KBuf *x, const KBuf *y) {
   return x->tier == y->tier && x->offset < y->offset + y->numel * 4 && y->offset < x->offset + x->numel * 4;
 }
 
+/* Classes of buffers: a buffer joins the class of the first earlier one it overlaps. */
+static void buffer_classes(Emit *e) {
+  const Kernel *k = e->k;
+  e->ncls = 0;
+  for (int i = 0; i < k->nbufs; i++) {
+    e->cls[i] = -1;
+    for (int x = 0; x < i && e->cls[i] < 0; x++)
+      if (bufs_overlap(&k->bufs[i], &k->bufs[x])) e->cls[i] = e->cls[x];
+    if (e->cls[i] < 0) e->cls[i] = e->ncls++;
+  }
+}
+
 /* One alias scope per class of overlapping buffers; none when there is one class. */
 static void alias_scopes(Emit *e) {
   const Kernel *k = e->k;
   LLVMContextRef ctx = e->m->ctx;
-  int cls[K_MAX_BUFS], ncls = 0;
-  for (int i = 0; i < k->nbufs; i++) {
-    cls[i] = -1;
-    for (int x = 0; x < i && cls[i] < 0; x++)
-      if (bufs_overlap(&k->bufs[i], &k->bufs[x])) cls[i] = cls[x];
-    if (cls[i] < 0) cls[i] = ncls++;
-  }
+  const int *cls = e->cls, ncls = e->ncls;
   if (ncls < 2) return;
   char name[256];
   snprintf(name, sizeof name, "colossalc.%s", k->name);
@@ -749,6 +815,7 @@ void llvm_emit_kernel(LlvmModule *m, const Kernel *k) {
   e.b = LLVMCreateBuilderInContext(m->ctx);
   e.entry_b = LLVMCreateBuilderInContext(m->ctx);
   e.row_b = LLVMCreateBuilderInContext(m->ctx);
+  buffer_classes(&e);
   alias_scopes(&e);
 
   LLVMBasicBlockRef entry = new_block(&e, "entry"), start = new_block(&e, "start");

@@ -915,6 +915,8 @@ static Kernel *param_kernel(L *l, const PParam *pp, const char *what, int bufs[4
   return k;
 }
 
+/* The update of one parameter; hyperparameters come from the scalars, so the
+ * runtime's flags override the model's directive. */
 static void emit_update(L *l, const PParam *pp) {
   const TrainSpec *t = &l->g->train;
   int b[4];
@@ -922,19 +924,19 @@ static void emit_update(L *l, const PParam *pp) {
   KView v = kview_contig(k, 0);
   KExpr *g = B(MUL, kx_load(l->a, k, b[1], v), kx_scalar(l->a, k, RT_SC_GSCALE));
   KExpr *p = kx_load(l->a, k, b[0], v), *lr = kx_scalar(l->a, k, RT_SC_LR);
-  double wd = pp->decay ? t->weight_decay : 0;
+  KExpr *wd = pp->decay ? kx_scalar(l->a, k, RT_SC_WD) : C(0);
   if (t->opt == OPT_ADAMW) {
-    kernel_map(k, b[2], v, KS_SET, B(ADD, B(MUL, C(t->beta1), kx_load(l->a, k, b[2], v)), B(MUL, C(1 - t->beta1), g)));
-    kernel_map(k, b[3], v, KS_SET, B(ADD, B(MUL, C(t->beta2), kx_load(l->a, k, b[3], v)), B(MUL, C(1 - t->beta2), B(MUL, g, g))));
+    KExpr *b1 = kx_scalar(l->a, k, RT_SC_BETA1), *b2 = kx_scalar(l->a, k, RT_SC_BETA2);
+    kernel_map(k, b[2], v, KS_SET, B(ADD, B(MUL, b1, kx_load(l->a, k, b[2], v)), B(MUL, B(SUB, C(1), b1), g)));
+    kernel_map(k, b[3], v, KS_SET, B(ADD, B(MUL, b2, kx_load(l->a, k, b[3], v)), B(MUL, B(SUB, C(1), b2), B(MUL, g, g))));
     KExpr *m = kx_load(l->a, k, b[2], v), *vv = kx_load(l->a, k, b[3], v);
-    KExpr *denom = B(ADD, U(SQRT, B(MUL, vv, kx_scalar(l->a, k, RT_SC_BC2))), C(t->eps));
+    KExpr *denom = B(ADD, U(SQRT, B(MUL, vv, kx_scalar(l->a, k, RT_SC_BC2))), kx_scalar(l->a, k, RT_SC_EPS));
     KExpr *step = B(DIV, B(MUL, B(MUL, lr, kx_scalar(l->a, k, RT_SC_BC1)), m), denom);
-    KExpr *decayed = wd ? B(MUL, p, B(SUB, C(1), B(MUL, lr, C(wd)))) : p;
-    kernel_map(k, b[0], v, KS_SET, B(SUB, decayed, step));
+    kernel_map(k, b[0], v, KS_SET, B(SUB, B(MUL, p, B(SUB, C(1), B(MUL, lr, wd))), step));
   } else {
-    if (wd) g = B(ADD, g, B(MUL, C(wd), p));
+    g = B(ADD, g, B(MUL, wd, p)); /* SGD's weight decay is L2, added to the gradient */
     if (t->momentum > 0) {
-      kernel_map(k, b[2], v, KS_SET, B(ADD, B(MUL, C(t->momentum), kx_load(l->a, k, b[2], v)), g));
+      kernel_map(k, b[2], v, KS_SET, B(ADD, B(MUL, kx_scalar(l->a, k, RT_SC_MOMENTUM), kx_load(l->a, k, b[2], v)), g));
       g = kx_load(l->a, k, b[2], v);
     }
     kernel_map(k, b[0], v, KS_SET, B(SUB, p, B(MUL, lr, g)));
@@ -1200,6 +1202,7 @@ static cJSON *train_json(const TrainSpec *t) {
 char *program_to_json(const Program *p) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "version", 1);
+  cJSON_AddNumberToObject(o, "scalars", RT_SCALARS_ALL);
   cJSON_AddStringToObject(o, "model", p->g->name);
   cJSON_AddNumberToObject(o, "batch", (double)p->batch);
   cJSON_AddNumberToObject(o, "seq", (double)p->seq);

@@ -134,10 +134,12 @@ static void link_train(const char *obj, const char *out, const char *libs) {
   int argc = 0;
   argv[argc++] = (char *)COLOSSALC_LINK_CC;
   argv[argc++] = (char *)obj;
+  int first_flag = argc;
   while (argc < 56 && fgets(line, sizeof line, f)) {
     line[strcspn(line, "\n")] = 0;
     if (*line) argv[argc++] = strdup(line);
   }
+  int last_flag = argc;
   fclose(f);
   char *libcopy = strdup(libs);
   for (char *t = strtok(libcopy, " "); t && argc < 60; t = strtok(NULL, " ")) argv[argc++] = t;
@@ -150,6 +152,7 @@ static void link_train(const char *obj, const char *out, const char *libs) {
   if (posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
       WEXITSTATUS(status))
     error_plain("linking %s failed (%s)", out, argv[0]);
+  for (int i = first_flag; i < last_flag; i++) free(argv[i]);
   free(libcopy);
 }
 

@@ -28,6 +28,8 @@
  *     [0] lr for this step (schedule applied)     [1] 1 / (1 - beta1^t)
  *     [2] 1 / (1 - beta2^t)                       [3] gradient scale: min(1, clip / (norm + 1e-6)), 1 without clipping
  *     [4] t, the 1-based step number
+ *     [5..9] beta1, beta2, eps, weight decay, momentum, when the program says
+ *     "scalars": 10 (every kernel of every list gets the array)
  * `forward` computes the logits for sampling (batch x seq x vocab f32 at
  * logits_offset) from the token inputs, without the loss or backward.
  *
@@ -64,6 +66,9 @@
 
 enum { RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT, RT_TIER_WORK, RT_TIERS };
 enum { RT_SC_LR, RT_SC_BC1, RT_SC_BC2, RT_SC_GSCALE, RT_SC_STEP, RT_SCALARS };
+/* With "scalars": 10 in the program, kernels also read the optimizer's
+ * hyperparameters (after command-line overrides) at these indices. */
+enum { RT_SC_BETA1 = RT_SCALARS, RT_SC_BETA2, RT_SC_EPS, RT_SC_WD, RT_SC_MOMENTUM, RT_SCALARS_ALL };
 
 typedef void (*RtKernelFn)(char *const *tiers, int64_t lo, int64_t hi, const float *scalars);
 

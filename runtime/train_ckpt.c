@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,6 +267,19 @@ int ckpt_save_params(const RtProgram *p, const char *path, const char *params, c
 
 /* ---- checkpoints --------------------------------------------------------------- */
 
+/* A file can be created in dir: creates and removes DIR/.write-test.PID. */
+static int probe_dir(const char *dir)
+{
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/.write-test.%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
 int ckpt_prepare_dir(const char *dir, char *err, size_t errlen)
 {
     struct stat sb;
@@ -274,15 +288,24 @@ int ckpt_prepare_dir(const char *dir, char *err, size_t errlen)
                               strerror(errno));
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return file_set_error(err, errlen, "--ckpt-dir %s: not a directory", dir);
-    char probe[4096];
-    snprintf(probe, sizeof probe, "%s/.write-test.%ld", dir, (long)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0)
+    if (probe_dir(dir) != 0)
         return file_set_error(err, errlen, "--ckpt-dir %s: cannot write there: %s", dir,
                               strerror(errno));
-    close(fd);
-    unlink(probe);
     return 0;
+}
+
+int ckpt_check_save_path(const char *path, char *err, size_t errlen)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return file_set_error(err, errlen, "out of memory");
+    const char *dir = dirname(copy);
+    int rc = probe_dir(dir);
+    if (rc != 0)
+        file_set_error(err, errlen, "--save %s: cannot write in %s: %s", path, dir,
+                       strerror(errno));
+    free(copy);
+    return rc;
 }
 
 static int ckpt_write_latest(const char *dir, const char *name, char *err, size_t errlen)

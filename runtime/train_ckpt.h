@@ -41,6 +41,8 @@ int ckpt_save_params(const RtProgram *p, const char *path, const char *params, c
 
 /* Creates DIR if missing and checks that a file can be created in it. */
 int ckpt_prepare_dir(const char *dir, char *err, size_t errlen);
+/* Checks that a file can be created beside path (--save), before training. */
+int ckpt_check_save_path(const char *path, char *err, size_t errlen);
 
 int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params,
               const char *opt, char *err, size_t errlen);

@@ -1,8 +1,8 @@
 /* train_device_cpu: the CPU Device (executor.h). Kernels run on a thread pool
  * (threadpool.h) in static chunks; GEMMs go to OpenBLAS's cblas_sgemm, row-major,
  * once per batch pair (i, j), on the calling thread, with OpenBLAS's own threads
- * set to the same count (never inside the pool's workers). Memory is host memory:
- * aligned_alloc(64), zeroed once.
+ * set to the same count (never inside the pool's workers); large memsets are
+ * split over the pool too. Memory is host memory: aligned_alloc(64), zeroed once.
  */
 #include "executor.h"
 #include "threadpool.h"
@@ -56,9 +56,29 @@ static void cpu_kernel(Device *dev, int id, int64_t extent, char *const *tiers,
     pool_run(cpu->pool, extent, cpu_kernel_chunk, &job);
 }
 
+typedef struct CpuZeroJob {
+    char *start;
+    int64_t bytes;
+} CpuZeroJob;
+
+enum { CPU_ZERO_BLOCK = 1 << 20 }; /* bytes per parallel item of a large memset */
+
+static void cpu_zero_chunk(void *ctx, int64_t lo, int64_t hi)
+{
+    const CpuZeroJob *job = ctx;
+    int64_t begin = lo * CPU_ZERO_BLOCK, end = hi * CPU_ZERO_BLOCK;
+    memset(job->start + begin, 0, (size_t)((end < job->bytes ? end : job->bytes) - begin));
+}
+
+/* Small ranges inline; large ones (the gradient tier each step) on the pool. */
 static void cpu_zero(Device *dev, char *base, int64_t offset, int64_t bytes)
 {
-    memset(base + offset, 0, (size_t)bytes);
+    CpuDevice *cpu = (CpuDevice *)dev;
+    CpuZeroJob job = {base + offset, bytes};
+    if (bytes < 4 * (int64_t)CPU_ZERO_BLOCK)
+        memset(job.start, 0, (size_t)bytes);
+    else
+        pool_run(cpu->pool, (bytes + CPU_ZERO_BLOCK - 1) / CPU_ZERO_BLOCK, cpu_zero_chunk, &job);
 }
 
 static float *gemm_operand(const RtGemm *g, char *const *tiers, int w, int64_t i, int64_t j)

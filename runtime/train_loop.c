@@ -52,19 +52,36 @@ static double now_ms(void)
 
 /* ---- start-up ------------------------------------------------------------------ */
 
-static void trainer_apply_overrides(Trainer *t, const TrainOpts *o)
+/* One optimizer hyperparameter: the override, if any, after checking that the
+ * program's kernels read it (program "scalars": 10) or that it equals theirs. */
+static int override_kernel_hp(const RtProgram *p, const char *flag, double given,
+                              double *value, char *err, size_t errlen)
+{
+    if (isnan(given) || given == *value)
+        return 0;
+    if (p->nscalars < TRAIN_SCALARS)
+        return file_set_error(err, errlen,
+                              "%s %g: this program's update kernels were compiled with %g and "
+                              "do not read it at run time; compile the model with the new value",
+                              flag, given, *value);
+    *value = given;
+    return 0;
+}
+
+static int trainer_apply_overrides(Trainer *t, const TrainOpts *o, char *err, size_t errlen)
 {
     RtTrain *hp = &t->hp;
     *hp = t->prog->train;
     hp->lr = isnan(o->lr) ? hp->lr : o->lr;
     hp->min_lr = isnan(o->min_lr) ? hp->min_lr : o->min_lr;
-    hp->weight_decay = isnan(o->weight_decay) ? hp->weight_decay : o->weight_decay;
-    hp->beta1 = isnan(o->beta1) ? hp->beta1 : o->beta1;
-    hp->beta2 = isnan(o->beta2) ? hp->beta2 : o->beta2;
-    hp->eps = isnan(o->eps) ? hp->eps : o->eps;
     hp->clip = isnan(o->clip) ? hp->clip : o->clip;
     hp->warmup = o->warmup >= 0 ? o->warmup : hp->warmup;
     hp->schedule = o->schedule >= 0 ? (RtSchedule)o->schedule : hp->schedule;
+    return override_kernel_hp(t->prog, "--weight-decay", o->weight_decay, &hp->weight_decay, err,
+                              errlen) ||
+           override_kernel_hp(t->prog, "--beta1", o->beta1, &hp->beta1, err, errlen) ||
+           override_kernel_hp(t->prog, "--beta2", o->beta2, &hp->beta2, err, errlen) ||
+           override_kernel_hp(t->prog, "--eps", o->eps, &hp->eps, err, errlen);
 }
 
 static int trainer_open_tokens(Trainer *t, const char *path, TokenFile **tf, char *err,
@@ -154,11 +171,13 @@ int trainer_init(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
     t->last_val = t->last_ckpt = -1;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     t->threads = o->threads > 0 ? (int)o->threads : cpus > 0 ? (int)(cpus < 1024 ? cpus : 1024) : 1;
-    trainer_apply_overrides(t, o);
+    if (trainer_apply_overrides(t, o, err, errlen) != 0)
+        return -1;
     if (trainer_open_tokens(t, o->data, &t->data, err, errlen) ||
         trainer_open_tokens(t, o->val, &t->val, err, errlen))
         return -1;
-    if (o->ckpt_dir && ckpt_prepare_dir(o->ckpt_dir, err, errlen) != 0)
+    if ((o->ckpt_dir && ckpt_prepare_dir(o->ckpt_dir, err, errlen) != 0) ||
+        (o->save && ckpt_check_save_path(o->save, err, errlen) != 0))
         return -1;
     if (o->log && !(t->log = fopen(o->log, o->resume ? "a" : "w")))
         return file_set_error(err, errlen, "--log %s: cannot open: %s", o->log, strerror(errno));
@@ -282,7 +301,8 @@ static void trainer_log_step(Trainer *t, const StepStats *s)
 {
     const RtProgram *p = t->prog;
     double tps = s->ms > 0 ? (double)(p->batch * p->seq) / (s->ms / 1e3) : 0;
-    printf("step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s\n",
+    printf("step %" PRId64 "/%" PRId64
+           " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s\n",
            t->step, t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps);
     fflush(stdout);
     if (!t->log)

@@ -15,30 +15,53 @@
 typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG } OptKind;
 
 /* X(flag, kind, field, min, max, metavar, help); min/max bound INT and REAL values. */
-#define TRAIN_FLAGS(X)                                                                       \
-    X("--data", OPT_STR, data, 0, 0, "FILE", "training tokens, an llm.c token file (required to train)") \
-    X("--val", OPT_STR, val, 0, 0, "FILE", "validation tokens: mean loss over 4 fixed batches") \
-    X("--val-every", OPT_INT, val_every, 1, 1e15, "N", "validate every N steps (default: after the last step)") \
-    X("--steps", OPT_INT, steps, 0, 1e15, "N", "training steps (default 10)")              \
-    X("--lr", OPT_REAL, lr, 0, 1e9, "X", "peak learning rate")                               \
-    X("--warmup", OPT_INT, warmup, 0, 1e15, "N", "linear warm-up steps: lr*t/N for t <= N")    \
-    X("--min-lr", OPT_REAL, min_lr, 0, 1e9, "X", "learning rate at the last step (cosine)")  \
-    X("--lr-schedule", OPT_SCHED, schedule, 0, 0, "cosine|constant", "after warm-up: cosine from lr to min-lr over the remaining steps, or constant lr") \
-    X("--seed", OPT_U64, seed, 0, 0, "S", "initialisation and sampling seed (default 1337)")  \
-    X("--weight-decay", OPT_REAL, weight_decay, 0, 1e9, "X", "decoupled weight decay (parameters marked decay)") \
-    X("--beta1", OPT_REAL, beta1, 0, 0.999999999, "X", "AdamW beta1, in [0, 1)")              \
-    X("--beta2", OPT_REAL, beta2, 0, 0.999999999, "X", "AdamW beta2, in [0, 1)")              \
-    X("--eps", OPT_REAL, eps, 1e-30, 1e9, "X", "AdamW epsilon (> 0)")                        \
-    X("--clip", OPT_REAL, clip, 0, 1e30, "X", "clip the global gradient norm to X (0: off)")  \
-    X("--threads", OPT_INT, threads, 1, 1024, "N", "CPU threads for kernels and OpenBLAS (default: online CPUs)") \
-    X("--init-from", OPT_STR, init_from, 0, 0, "FILE", "initial parameters from a safetensors file (F32/BF16/F16)") \
-    X("--save", OPT_STR, save, 0, 0, "FILE", "write the parameters at the end (safetensors, F32)") \
-    X("--ckpt-dir", OPT_STR, ckpt_dir, 0, 0, "DIR", "checkpoint directory: DIR/ckpt-STEP.safetensors and DIR/latest") \
-    X("--ckpt-every", OPT_INT, ckpt_every, 1, 1e15, "N", "checkpoint every N steps (default: after the last step)") \
-    X("--resume", OPT_FLAG, resume, 0, 0, "", "continue from the checkpoint DIR/latest names")  \
-    X("--log", OPT_STR, log, 0, 0, "FILE", "metrics as JSON lines (appended to with --resume)") \
-    X("--sample", OPT_INT, sample, 0, 1e9, "N", "after training, print N tokens sampled from the model") \
-    X("--help", OPT_FLAG, help, 0, 0, "", "print this help")
+#define TRAIN_FLAGS(X)                                                                             \
+    X("--data", OPT_STR, data, 0, 0, "FILE",                                                       \
+      "training tokens, an llm.c token file (required to train)")                                  \
+    X("--val", OPT_STR, val, 0, 0, "FILE",                                                         \
+      "validation tokens: mean loss over 4 fixed batches")                                         \
+    X("--val-every", OPT_INT, val_every, 1, 1e15, "N",                                             \
+      "validate every N steps (default: after the last step)")                                     \
+    X("--steps", OPT_INT, steps, 0, 1e15, "N",                                                     \
+      "training steps (default 10)")                                                               \
+    X("--lr", OPT_REAL, lr, 0, 1e9, "X",                                                           \
+      "peak learning rate")                                                                        \
+    X("--warmup", OPT_INT, warmup, 0, 1e15, "N",                                                   \
+      "linear warm-up steps: lr*t/N for t <= N")                                                   \
+    X("--min-lr", OPT_REAL, min_lr, 0, 1e9, "X",                                                   \
+      "learning rate at the last step (cosine)")                                                   \
+    X("--lr-schedule", OPT_SCHED, schedule, 0, 0, "cosine|constant",                               \
+      "after warm-up: cosine from lr to min-lr by the last step, or constant lr")                  \
+    X("--seed", OPT_U64, seed, 0, 0, "S",                                                          \
+      "initialisation and sampling seed (default 1337)")                                           \
+    X("--weight-decay", OPT_REAL, weight_decay, 0, 1e9, "X",                                       \
+      "decoupled weight decay (parameters marked decay)")                                          \
+    X("--beta1", OPT_REAL, beta1, 0, 0.999999999, "X",                                             \
+      "AdamW beta1, in [0, 1)")                                                                    \
+    X("--beta2", OPT_REAL, beta2, 0, 0.999999999, "X",                                             \
+      "AdamW beta2, in [0, 1)")                                                                    \
+    X("--eps", OPT_REAL, eps, 1e-30, 1e9, "X",                                                     \
+      "AdamW epsilon (> 0)")                                                                       \
+    X("--clip", OPT_REAL, clip, 0, 1e30, "X",                                                      \
+      "clip the global gradient norm to X (0: off)")                                               \
+    X("--threads", OPT_INT, threads, 1, 1024, "N",                                                 \
+      "CPU threads for kernels and OpenBLAS (default: online CPUs)")                               \
+    X("--init-from", OPT_STR, init_from, 0, 0, "FILE",                                             \
+      "initial parameters from safetensors (F32, BF16, F16)")                                      \
+    X("--save", OPT_STR, save, 0, 0, "FILE",                                                       \
+      "write the parameters at the end (safetensors, F32)")                                        \
+    X("--ckpt-dir", OPT_STR, ckpt_dir, 0, 0, "DIR",                                                \
+      "checkpoints: DIR/ckpt-STEP.safetensors, DIR/latest")                                        \
+    X("--ckpt-every", OPT_INT, ckpt_every, 1, 1e15, "N",                                           \
+      "checkpoint every N steps (default: after the last step)")                                   \
+    X("--resume", OPT_FLAG, resume, 0, 0, "",                                                      \
+      "continue from the checkpoint DIR/latest names")                                             \
+    X("--log", OPT_STR, log, 0, 0, "FILE",                                                         \
+      "metrics as JSON lines (appended to with --resume)")                                         \
+    X("--sample", OPT_INT, sample, 0, 1e9, "N",                                                    \
+      "after training, print N tokens sampled from the model")                                     \
+    X("--help", OPT_FLAG, help, 0, 0, "",                                                          \
+      "print this help")
 
 typedef struct OptSpec {
     const char *flag;
@@ -205,5 +228,8 @@ void train_opts_help(FILE *f)
                "checkpoints: DIR/ckpt-STEP.safetensors holds param/NAME, opt_m/NAME and\n"
                "  opt_v/NAME (F32) and metadata step, data_step, seed; DIR/latest names it.\n"
                "  A resumed run repeats the uninterrupted run's losses bit for bit (same\n"
-               "  --threads).\n");
+               "  --threads).\n"
+               "overrides: --lr, --warmup, --min-lr, --lr-schedule and --clip act in the\n"
+               "  runtime; --beta1, --beta2, --eps and --weight-decay reach only programs whose\n"
+               "  update kernels read them (others refuse a value that differs from theirs).\n");
 }

@@ -160,10 +160,11 @@ static int64_t gemm_span(int64_t rows, int64_t cols, int64_t ld, const int64_t b
                          const int64_t s[2])
 {
     int64_t a, b, c, elems;
-    if (__builtin_mul_overflow(rows - 1, ld, &a) || __builtin_mul_overflow(batch[0] - 1, s[0], &b) ||
-        __builtin_mul_overflow(batch[1] - 1, s[1], &c) || __builtin_add_overflow(a, cols, &elems) ||
-        __builtin_add_overflow(elems, b, &elems) || __builtin_add_overflow(elems, c, &elems) ||
-        __builtin_mul_overflow(elems, 4, &elems))
+    if (__builtin_mul_overflow(rows - 1, ld, &a) ||
+        __builtin_mul_overflow(batch[0] - 1, s[0], &b) ||
+        __builtin_mul_overflow(batch[1] - 1, s[1], &c) ||
+        __builtin_add_overflow(a, cols, &elems) || __builtin_add_overflow(elems, b, &elems) ||
+        __builtin_add_overflow(elems, c, &elems) || __builtin_mul_overflow(elems, 4, &elems))
         return -1;
     return elems;
 }
@@ -299,6 +300,14 @@ static int parse_header(Pj *pj, const cJSON *r, RtProgram *p)
         pj_num(pj, r, "", "flops_per_step", &p->flops_per_step))
         return -1;
     p->version = (int)v;
+    p->nscalars = RT_SCALARS;
+    if (cJSON_GetObjectItemCaseSensitive(r, "scalars")) { /* optional, see the header */
+        if (pj_int(pj, r, "", "scalars", RT_SCALARS, TRAIN_SCALARS, &v) != 0)
+            return -1;
+        if (v != RT_SCALARS && v != TRAIN_SCALARS)
+            return pj_fail(pj, "", "scalars", "must be 5 or 10");
+        p->nscalars = (int)v;
+    }
     if (!(p->model = strdup(model)))
         return file_set_error(pj->err, pj->errlen, "program: out of memory");
     return 0;

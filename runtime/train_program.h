@@ -12,9 +12,11 @@
  * Scalars. program.h defines scalars [0, RT_SCALARS) for `update` kernels. The
  * runtime passes a longer array, TRAIN_SCALARS values, to every kernel: the five of
  * program.h, then the optimizer hyperparameters after any command-line override
- * (TRAIN_SC_BETA1 ... TRAIN_SC_MOMENTUM), so a kernel that reads them follows
- * --beta1/--beta2/--eps/--weight-decay; kernels that bake the program's "train"
- * values in ignore them.
+ * (TRAIN_SC_BETA1 ... TRAIN_SC_MOMENTUM). A program whose kernels read them says so
+ * with the optional top-level field "scalars": 10 (TRAIN_SCALARS); without it
+ * ("scalars": 5, the default) its kernels bake the "train" values in, and the
+ * runtime refuses --beta1/--beta2/--eps/--weight-decay values that differ from
+ * them instead of silently mixing two sets of hyperparameters.
  */
 #ifndef COLOSSALC_RUNTIME_TRAIN_PROGRAM_H
 #define COLOSSALC_RUNTIME_TRAIN_PROGRAM_H
@@ -25,12 +27,12 @@
 #include <stdint.h>
 
 enum {
-    TRAIN_SC_BETA1 = RT_SCALARS, /* AdamW beta1 */
-    TRAIN_SC_BETA2,              /* AdamW beta2 */
-    TRAIN_SC_EPS,                /* AdamW epsilon */
-    TRAIN_SC_WD,                 /* decoupled weight decay (parameters with "decay") */
-    TRAIN_SC_MOMENTUM,           /* SGD momentum */
-    TRAIN_SCALARS
+    TRAIN_SC_BETA1 = RT_SC_BETA1,       /* AdamW beta1 */
+    TRAIN_SC_BETA2 = RT_SC_BETA2,       /* AdamW beta2 */
+    TRAIN_SC_EPS = RT_SC_EPS,           /* AdamW epsilon */
+    TRAIN_SC_WD = RT_SC_WD,             /* decoupled weight decay (parameters with "decay") */
+    TRAIN_SC_MOMENTUM = RT_SC_MOMENTUM, /* SGD momentum */
+    TRAIN_SCALARS = RT_SCALARS_ALL
 };
 
 #define RT_MAX_DIMS 8
@@ -103,6 +105,7 @@ typedef struct RtProgram {
     RtInput tokens, targets;
     int64_t loss_offset, logits_offset, gradnorm_offset, gradnorm_parts;
     double flops_per_step;
+    int nscalars; /* RT_SCALARS, or TRAIN_SCALARS when kernels read the hyperparameters */
     int nkernels;
     RtList step, gradnorm, update, forward;
 } RtProgram;

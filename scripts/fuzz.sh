@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes the front end: builds tests/fuzz/fuzz_frontend with clang, libFuzzer, ASan
 # and UBSan in build-fuzz/ (all of colossalc_core instrumented for coverage), seeds a
-# corpus from models/, tests/bad/ and tests/golden/, and runs for SECONDS (default
-# 60). Exits non-zero on any finding (crash, hang, leak, undefined behaviour, out of
-# memory); the reproducer is left in .fuzz-corpus/findings/. The corpus grows in
-# .fuzz-corpus/work/ from run to run; none of it is committed.
+# corpus from models/, tests/bad/, tests/golden/ and tests/fuzz/seeds/, and runs for
+# SECONDS (default 60). Exits non-zero on any finding (crash, hang, leak, undefined
+# behaviour, out of memory); the reproducer is left in .fuzz-corpus/findings/. The
+# corpus grows in .fuzz-corpus/work/ from run to run; none of it is committed.
 #
 #   scripts/fuzz.sh [SECONDS]
 #   build-fuzz/fuzz_frontend .fuzz-corpus/findings/crash-...   # replay a finding
@@ -21,7 +21,7 @@ cmake --build build-fuzz --target fuzz_frontend -j"$(nproc)" > build-fuzz/fuzz-b
 
 rm -rf "$root/seed"
 mkdir -p "$root/seed" "$root/work" "$root/findings"
-cp models/*.model tests/bad/*.model tests/golden/*.ir "$root/seed/"
+cp models/*.model tests/bad/*.model tests/golden/*.ir tests/fuzz/seeds/* "$root/seed/"
 
 echo "fuzz: running for $secs s"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}

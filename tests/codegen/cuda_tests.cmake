@@ -12,7 +12,10 @@ if(COLOSSALC_SANITIZE)
 endif()
 
 add_executable(test_codegen_cuda ${CMAKE_CURRENT_LIST_DIR}/test_cuda.c)
-target_link_libraries(test_codegen_cuda PRIVATE colossalc_core CUDA::nvrtc ${CMAKE_DL_LIBS})
+# libnvrtc itself, not CUDA::nvrtc: that target drags CUDA::cuda_driver along, and
+# where the linker keeps unused libraries (the sanitizer build) the test would then
+# need libcuda.so.1 to start, on machines that have no GPU driver.
+target_link_libraries(test_codegen_cuda PRIVATE colossalc_core ${CUDA_nvrtc_LIBRARY} ${CMAKE_DL_LIBS})
 target_include_directories(test_codegen_cuda PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_definitions(test_codegen_cuda PRIVATE
   COLOSSALC_HOST_CXX="${COLOSSALC_HOST_CXX}" COLOSSALC_HOST_CXX_FLAGS="${COLOSSALC_HOST_CXX_FLAGS}")

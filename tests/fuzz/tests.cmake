@@ -6,6 +6,7 @@ if(COLOSSALC_FUZZ)
   file(MAKE_DIRECTORY ${fuzz_scratch})
   add_test(NAME fuzz_frontend_corpus
            COMMAND fuzz_frontend -runs=0 -timeout=10 -rss_limit_mb=2048 ${fuzz_scratch}
-                   ${CMAKE_SOURCE_DIR}/models ${CMAKE_SOURCE_DIR}/tests/bad ${CMAKE_SOURCE_DIR}/tests/golden)
+                   ${CMAKE_SOURCE_DIR}/models ${CMAKE_SOURCE_DIR}/tests/bad ${CMAKE_SOURCE_DIR}/tests/golden
+                   ${CMAKE_CURRENT_LIST_DIR}/seeds)
   set_tests_properties(fuzz_frontend_corpus PROPERTIES LABELS fuzz TIMEOUT 300)
 endif()

@@ -110,8 +110,8 @@ def main(tokens, outdir):
             "--clip", repr(HP["clip"])]
     with open(os.path.join(outdir, "args.txt"), "w") as f:
         f.writelines(a + "\n" for a in args)
-    print("bigram_ref: %d steps, losses %s, torch %s" % (STEPS, " ".join("%.6f" % l for l in losses),
-                                                         torch.__version__))
+    shown = " ".join("%.6f" % l for l in losses)
+    print("bigram_ref: %d steps, losses %s, torch %s" % (STEPS, shown, torch.__version__))
 
 
 if __name__ == "__main__":

@@ -245,7 +245,8 @@ static void check_philox_init(const char *path, uint64_t seed)
 {
     SafeTensors *st = open_st(path);
     int64_t nw = 0, nb = 0;
-    float *w = st ? st_read(st, "wte.weight", &nw) : NULL, *b = st ? st_read(st, "bias", &nb) : NULL;
+    float *w = st ? st_read(st, "wte.weight", &nw) : NULL;
+    float *b = st ? st_read(st, "bias", &nb) : NULL;
     float *want = calloc((size_t)nw + 1, sizeof *want);
     philox_fill_normal(want, (size_t)nw, 0, seed, "wte.weight", 0.0f, 0.02f);
     CHECK(nw == 65536 && nb == 256);
@@ -302,7 +303,8 @@ static void check_ckpt_meta(const char *path)
         return;
     CHECK(safetensors_find(st, "param/wte.weight") && safetensors_find(st, "opt_m/bias") &&
           safetensors_find(st, "opt_v/wte.weight") && safetensors_count(st) == 6);
-    const char *step = safetensors_metadata(st, "step"), *ds = safetensors_metadata(st, "data_step");
+    const char *step = safetensors_metadata(st, "step");
+    const char *ds = safetensors_metadata(st, "data_step");
     const char *seed = safetensors_metadata(st, "seed");
     CHECK(step && strcmp(step, "6") == 0 && ds && strcmp(ds, "6") == 0);
     CHECK(seed && strcmp(seed, "1337") == 0);
@@ -481,7 +483,8 @@ static void test_bad_unknown_flag(void)
     expect_fail(run_train("--frobnicate", NULL), "unknown flag '--frobnicate'");
     expect_fail(run_train("stray", NULL), "unexpected argument 'stray'");
     expect_fail(run_train("--steps", "abc", NULL), "--steps: expected an integer");
-    expect_fail(run_train("--lr-schedule", "linear", NULL), "--lr-schedule: expected cosine or constant");
+    expect_fail(run_train("--lr-schedule", "linear", NULL),
+                "--lr-schedule: expected cosine or constant");
     expect_fail(run_train("--data", NULL), "--data needs a value");
     expect_fail(run_train("--resume=1", NULL), "--resume takes no value");
 }
@@ -497,6 +500,10 @@ static void test_bad_ckpt_dir(void)
                 "cannot create: No such file or directory");
     expect_fail(run_train("--data", tokens_path, "--ckpt-every", "2", NULL),
                 "--ckpt-every needs --ckpt-dir");
+    expect_fail(run_train("--data", tokens_path, "--save", "/nonexistent-colossalc/p.st", NULL),
+                "--save /nonexistent-colossalc/p.st: cannot write in /nonexistent-colossalc");
+    expect_fail(run_train("--data", tokens_path, "--log", "/nonexistent-colossalc/l.jsonl", NULL),
+                "--log /nonexistent-colossalc/l.jsonl: cannot open");
 }
 
 static void test_bad_resume_empty(void)
@@ -541,9 +548,11 @@ static void test_bad_values(void)
     expect_fail(run_train("--eps", "0", NULL), "--eps: expected a number");
     expect_fail(run_train("--lr", "nan", NULL), "--lr: expected a number");
     expect_fail(run_train("--seed", "-5", NULL), "--seed: expected an unsigned");
-    expect_fail(run_train("--data", tokens_path, "--val-every", "5", NULL), "--val-every needs --val");
+    expect_fail(run_train("--data", tokens_path, "--val-every", "5", NULL),
+                "--val-every needs --val");
     expect_fail(run_train("--steps", "0", "--resume", NULL), "--resume needs --ckpt-dir");
-    expect_fail(run_train("--steps", "0", "--resume", "--ckpt-dir", rt_dir, "--init-from", "x", NULL),
+    expect_fail(run_train("--steps", "0", "--resume", "--ckpt-dir", rt_dir, "--init-from", "x",
+                          NULL),
                 "--resume and --init-from exclude each other");
 }
 
@@ -559,7 +568,8 @@ static int read_args(const char *dir, char **argv, char **text)
     *text = read_or_die(path, &len);
     argv[n++] = (char *)train_bin;
     char *save = NULL;
-    for (char *a = strtok_r(*text, "\n", &save); a && n < ARGV_MAX - 8; a = strtok_r(NULL, "\n", &save))
+    for (char *a = strtok_r(*text, "\n", &save); a && n < ARGV_MAX - 8;
+         a = strtok_r(NULL, "\n", &save))
         argv[n++] = a;
     return n;
 }

@@ -6,6 +6,8 @@
  *   init      every init rule: Philox normal/uniform keyed by (seed, name), zeros,
  *             ones, constant
  *   schedule  warm-up, cosine to min_lr at the last step, constant; the scalars
+ *   overrides --beta2/--weight-decay reach a program that reads them ("scalars":
+ *             10) and are refused for one that bakes them in, unless unchanged
  *   pool      every index of [0, n) runs exactly once, in the static chunks, for
  *             several thread counts and sizes
  *   gemm      the CPU device's GEMM (transposes, batch strides, alpha, beta) equals
@@ -93,11 +95,13 @@ static void test_program_errors(void)
     expect_program_error(PATH("seq"), "\"16\"", "program: seq: expected an integer");
     expect_program_error(PATH("vocab"), "2.5", "program: vocab: out of range");
     expect_program_error(PATH("params", "0", "shape"), NULL, "program: params[0].shape: missing");
-    expect_program_error(PATH("params", "0", "shape", "1"), "0", "params[0].shape[1]: out of range");
+    expect_program_error(PATH("params", "0", "shape", "1"), "0",
+                         "params[0].shape[1]: out of range");
     expect_program_error(PATH("params", "1", "init"), "\"xavier\"",
                          "params[1].init: unknown value \"xavier\"");
     expect_program_error(PATH("params", "0", "a"), NULL, "params[0].a: missing");
-    expect_program_error(PATH("params", "0", "decay"), "1", "params[0].decay: expected true or false");
+    expect_program_error(PATH("params", "0", "decay"), "1",
+                         "params[0].decay: expected true or false");
     expect_program_error(PATH("params", "1", "name"), "\"wte.weight\"",
                          "params[1].name: duplicate parameter name");
     expect_program_error(PATH("params", "0", "offset"), "8192",
@@ -117,6 +121,7 @@ static void test_program_errors(void)
     expect_program_error(PATH("inputs", "1", "role"), "\"tokens\"",
                          "inputs[1].role: a second input with this role");
     expect_program_error(PATH("gradnorm_parts"), "100000", "program: gradnorm_offset: bytes");
+    expect_program_error(PATH("scalars"), "7", "program: scalars: must be 5 or 10");
     RtProgram p;
     CHECK(program_load("{\"version\": 1,", 8, &p, err, sizeof err) == -1);
     CHECK_ERR(err, "program: not valid JSON");
@@ -171,6 +176,46 @@ static void test_schedule(void)
     CHECK(sc[RT_SC_LR] == 0.25f && fabsf(sc[RT_SC_BC1] - 10.0f) < 1e-5f);
     CHECK(fabsf(sc[RT_SC_BC2] - 100.0f) < 1e-3f && sc[RT_SC_GSCALE] == 0.5f);
     CHECK(sc[RT_SC_STEP] == 1.0f && sc[TRAIN_SC_BETA2] == 0.99f && sc[TRAIN_SC_WD] == 0.1f);
+}
+
+/* ---- hyperparameter overrides ------------------------------------------------- */
+
+/* trainer_init with `train --steps 0 FLAG VALUE` on the program (optionally without
+ * its "scalars": 10); 0 or -1 with the message in err; *beta2 gets the value used. */
+static int init_with(const char *flag, const char *value, int drop_scalars, double *beta2)
+{
+    char *argv[] = {"train", "--steps", "0", (char *)flag, (char *)value, NULL};
+    char *json = drop_scalars ? program_edit(PATH("scalars"), NULL) : NULL;
+    TrainOpts o;
+    RtProgram p;
+    Trainer t;
+    int rc = train_opts_parse(5, argv, &o, err, sizeof err);
+    CHECK(rc == 0);
+    if (program_load(json ? json : colossalc_program_json, colossalc_nkernels, &p, err,
+                     sizeof err) != 0) {
+        fprintf(stderr, "program_load: %s\n", err);
+        rt_failures++;
+        free(json);
+        return 0;
+    }
+    rc = trainer_init(&t, &p, colossalc_kernels, &o, err, sizeof err);
+    *beta2 = t.hp.beta2;
+    trainer_free(&t);
+    program_free(&p);
+    free(json);
+    return rc;
+}
+
+static void test_overrides(void)
+{
+    double b2 = 0;
+    CHECK(init_with("--beta2", "0.99", 0, &b2) == 0 && b2 == 0.99);
+    CHECK(init_with("--beta2", "0.95", 1, &b2) == 0 && b2 == 0.95);
+    CHECK(init_with("--beta2", "0.99", 1, &b2) == -1);
+    CHECK_ERR(err, "--beta2 0.99: this program's update kernels were compiled with 0.95");
+    CHECK(init_with("--weight-decay", "0", 1, &b2) == -1);
+    CHECK_ERR(err, "--weight-decay 0: ");
+    CHECK(init_with("--lr", "0.5", 1, &b2) == 0);
 }
 
 /* ---- thread pool --------------------------------------------------------------- */
@@ -291,7 +336,8 @@ static void test_forward(void)
     int32_t tok[64];
     float sc[TRAIN_SCALARS] = {0};
     Device *dev = device_cpu_new(colossalc_kernels, colossalc_nkernels, 3, err, sizeof err);
-    CHECK(dev && program_load(colossalc_program_json, colossalc_nkernels, &p, err, sizeof err) == 0);
+    CHECK(dev);
+    CHECK(program_load(colossalc_program_json, colossalc_nkernels, &p, err, sizeof err) == 0);
     CHECK(exec_init(&ex, &p, dev, err, sizeof err) == 0);
     float *params = (float *)exec_host_tier(&ex, RT_TIER_PARAMS);
     philox_fill_normal(params, 65792, 0, 5, "x", 0.0f, 1.0f);
@@ -312,6 +358,7 @@ int main(void)
     test_program_errors();
     test_init();
     test_schedule();
+    test_overrides();
     test_pool();
     test_gemm();
     test_forward();

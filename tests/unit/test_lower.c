@@ -121,7 +121,10 @@ int main(int argc, char **argv) {
   /* models whose cross_entropy has no ignore_index must not see -1 targets */
   if (g->loss->op == OP_CROSS_ENTROPY && attr_int(g->loss, "ignore_index") != -1) return 2;
 
-  float scalars[RT_SCALARS] = {1e-2f, 1 / (1 - 0.9f), 1 / (1 - 0.95f), 1.0f, 1};
+  const TrainSpec *ts = &g->train;
+  float scalars[RT_SCALARS_ALL] = {1e-2f, 1 / (1 - (float)ts->beta1), 1 / (1 - (float)ts->beta2), 1.0f, 1,
+                                   (float)ts->beta1, (float)ts->beta2, (float)ts->eps, (float)ts->weight_decay,
+                                   (float)ts->momentum};
   run_seq(p, &p->step, tiers, scalars);
   interp_run(g, vals, 0);
   float loss = *(float *)(tiers[RT_TIER_WORK] + p->loss_offset);
