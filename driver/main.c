@@ -190,6 +190,18 @@ static Program *compile_training(Graph *g, const Options *o) {
   return p;
 }
 
+static void options_free(Options *o) {
+  for (int i = 0; i < o->nov; i++) free((char *)o->ov[i].name);
+  free(o->ov);
+}
+
+/* Exit status 1 after an error, with everything freed (so sanitizers see no leak). */
+static int fail(Arena *arena, Options *o) {
+  arena_free(arena);
+  options_free(o);
+  return 1;
+}
+
 int main(int argc, char **argv) {
   Options o;
   parse_options(argc, argv, &o);
@@ -199,16 +211,16 @@ int main(int argc, char **argv) {
   const char *text = NULL;
   DiagJump j;
   diag_push(&j);
-  if (setjmp(j.jb)) return 1;
+  if (setjmp(j.jb)) return fail(arena, &o);
   text = frontend_read_file(arena, o.file, &len);
   diag_pop(&j);
   Graph *g = frontend_compile(arena, o.file, text, len, o.ov, o.nov);   /* parse, elaborate, verify */
-  if (!g) return 1;
+  if (!g) return fail(arena, &o);
   if (o.dump_ir) ir_print(stdout, g);
   Program *volatile p = NULL;
   if (o.dump_after || o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda) {
     diag_push(&j);
-    if (setjmp(j.jb)) return 1;
+    if (setjmp(j.jb)) return fail(arena, &o);
     p = compile_training(g, &o);
     diag_pop(&j);
   } else if (o.summary) { /* the memory plan for the summary; a model that cannot be lowered still summarises */
@@ -226,7 +238,6 @@ int main(int argc, char **argv) {
     if (o.gpus > 1) printf("cluster: %ld GPUs\n", o.gpus);
   }
   arena_free(arena);
-  for (int i = 0; i < o.nov; i++) free((char *)o.ov[i].name);
-  free(o.ov);
+  options_free(&o);
   return 0;
 }

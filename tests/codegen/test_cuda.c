@@ -21,8 +21,16 @@
  *                  sizes, with a 2-block grid (grid-stride loops) and with smaller
  *                  blocks, and must match kernel_eval: bit for bit, except where a
  *                  block reduction adds in a tree (then within 1e-5 + 1e-4 |x|)
+ *   lowered MODEL [NAME=VALUE ...]
+ *                  every kernel that lowering makes of a model (forward, backward,
+ *                  gradient norm, AdamW): NVRTC compiles them (sm_80, empty log), then
+ *                  the host shim runs the whole step, kernel by kernel, against
+ *                  kernel_eval (GEMMs by a plain loop between them)
  *   gpu            the same comparison on a GPU through the driver API (dlopen of
  *                  libcuda.so.1); exits 77 (skipped) when there is no GPU
+ *
+ * KEEP=1 in the environment keeps the host scratch directory (kernels.cu, shim.cpp,
+ * kernels.so); it is kept anyway when a check fails.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -36,6 +44,9 @@
 #include <unistd.h>
 #include "codegen/cuda.h"
 #include "codegen/kernel.h"
+#include "codegen/lower.h"
+#include "frontend/frontend.h"
+#include "passes/passes.h"
 #include "runtime/program.h"
 
 #ifndef COLOSSALC_HOST_CXX
@@ -829,10 +840,11 @@ static void write_file(const char *path, const char *text) {
   if (!f || fputs(text, f) < 0 || fclose(f)) { perror(path); exit(2); }
 }
 
-static int mode_host(void) {
-  char dir[] = "cuda-host-XXXXXX", path[256], cmd[1024];
-  if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
-  char *src = emit_all();
+/* Writes src and the shim into a fresh directory, compiles them into a shared
+ * object and opens it. dir: "cuda-host-XXXXXX", filled in. */
+static int host_build(const char *src, char *dir, HostCtx *h) {
+  char path[256], cmd[1024];
+  if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
   snprintf(path, sizeof path, "%s/kernels.cu", dir);
   write_file(path, src);
   snprintf(path, sizeof path, "%s/shim.cpp", dir);
@@ -845,19 +857,209 @@ static int mode_host(void) {
     cuda_source_print_numbered(stderr, src);
     return 1;
   }
-  printf("host C++ compile of %d kernels: %.0f ms\n", ncases, now_ms() - t0);
+  printf("host C++ compile of the generated source: %.0f ms\n", now_ms() - t0);
   snprintf(path, sizeof path, "%s/kernels.so", dir);
-  HostCtx h = {dlopen(path, RTLD_NOW | RTLD_LOCAL), NULL};
-  if (!h.so) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 1; }
-  *(void **)&h.launch = dlsym(h.so, "cc_host_launch");
-  CHECK(h.launch != NULL);
-  for (int i = 0; i < ncases && h.launch; i++)
-    if (!cases[i].no_eval) run_case(&cases[i], host_launch, &h, "host", true);
-  dlclose(h.so);
+  h->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h->so) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 1; }
+  *(void **)&h->launch = dlsym(h->so, "cc_host_launch");
+  if (!h->launch) { fprintf(stderr, "dlsym cc_host_launch: %s\n", dlerror()); return 1; }
+  return 0;
+}
+
+static void host_close(HostCtx *h, const char *dir) {
+  char cmd[300];
+  if (h->so) dlclose(h->so);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (!failures && !getenv("KEEP") && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static int mode_host(void) {
+  char dir[] = "cuda-host-XXXXXX";
+  char *src = emit_all();
+  HostCtx h = {0};
+  if (host_build(src, dir, &h)) return 1;
+  for (int i = 0; i < ncases; i++)
+    if (!cases[i].no_eval) run_case(&cases[i], host_launch, &h, "host", true);
+  host_close(&h, dir);
   free(src);
   if (!failures) printf("codegen_cuda_host: every kernel kernel_eval can run matches it\n");
+  return failures != 0;
+}
+
+/* ---- mode lowered: the kernels of a real model ---------------------------------------- */
+
+static Program *lower_model(Arena *a, int argc, char **argv) {
+  ConfigOverride ov[16];
+  int nov = 0;
+  for (int i = 1; i < argc && nov < 16; i++) {
+    char *eq = strchr(argv[i], '=');
+    if (!eq) return NULL;
+    *eq = 0;
+    ov[nov++] = (ConfigOverride){argv[i], eq + 1, false};
+  }
+  diag_stream = stderr;
+  DiagJump j;
+  diag_push(&j);
+  if (setjmp(j.jb)) { diag_pop(&j); return NULL; }
+  size_t len;
+  char *text = frontend_read_file(a, argv[0], &len);
+  Graph *g = frontend_compile(a, argv[0], text, len, ov, nov);
+  if (!g) { diag_pop(&j); return NULL; }
+  g = pass_decompose(g);
+  pass_autodiff(g);
+  ir_verify(g);
+  Program *p = lower_program(g);
+  diag_pop(&j);
+  return p;
+}
+
+static double urand(void) { return rng_next() / 4294967296.0; }
+
+/* Parameters near their initial scale, token ids inside every table they index, some
+ * ignored (-1) targets where the loss has an ignore index. */
+static void init_program(const Program *p, char **tiers) {
+  rng_state = 88172645463325252ull;
+  const Graph *g = p->g;
+  for (int i = 0; i < p->nparams; i++) {
+    const Node *n = p->params[i].node;
+    float *dst = (float *)(tiers[RT_TIER_PARAMS] + p->params[i].offset);
+    for (int64_t e = 0; e < shape_numel(&n->shape); e++)
+      dst[e] = (float)(n->init.kind == INIT_ONES ? 1 + 0.1 * (urand() - 0.5) : 0.2 * (urand() - 0.5));
+  }
+  for (int i = 0; i < p->ninputs; i++) {
+    const Node *n = p->inputs[i].node;
+    int64_t range = p->vocab ? p->vocab : 16;
+    for (int u = 0; u < g->n; u++)
+      if (g->nodes[u]->op == OP_EMBEDDING && g->nodes[u]->in[1] == n && g->nodes[u]->in[0]->shape.d[0] < range)
+        range = g->nodes[u]->in[0]->shape.d[0];
+    void *dst = tiers[RT_TIER_WORK] + p->inputs[i].offset;
+    for (int64_t e = 0; e < shape_numel(&n->shape); e++) {
+      if (n->dtype != DT_I32) { ((float *)dst)[e] = (float)urand(); continue; }
+      bool ignored = p->inputs[i].role == PIN_TARGETS && e % 7 == 3 && g->loss->op == OP_CROSS_ENTROPY &&
+                     attr_int(g->loss, "ignore_index") == -1;
+      ((int32_t *)dst)[e] = ignored ? -1 : (int32_t)(urand() * range);
+    }
+  }
+}
+
+/* The reference GEMM (row-major, cblas semantics), in double. */
+static void run_gemm(const PGemm *g, char *const *tiers) {
+  for (int64_t b0 = 0; b0 < g->batch[0]; b0++)
+    for (int64_t b1 = 0; b1 < g->batch[1]; b1++) {
+      const float *A = (const float *)(tiers[g->tier[0]] + g->off[0]) + b0 * g->stride[0][0] + b1 * g->stride[0][1];
+      const float *B = (const float *)(tiers[g->tier[1]] + g->off[1]) + b0 * g->stride[1][0] + b1 * g->stride[1][1];
+      float *C = (float *)(tiers[g->tier[2]] + g->off[2]) + b0 * g->stride[2][0] + b1 * g->stride[2][1];
+      for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+          double acc = 0;
+          for (int64_t q = 0; q < g->k; q++)
+            acc += (double)(g->ta ? A[q * g->lda + i] : A[i * g->lda + q]) * (g->tb ? B[j * g->ldb + q] : B[q * g->ldb + j]);
+          C[i * g->ldc + j] = (float)(g->alpha * acc + g->beta * C[i * g->ldc + j]);
+        }
+    }
+}
+
+typedef struct LRun {
+  const Program *p;
+  HostCtx *h;
+  char *ref[RT_TIERS], *got[RT_TIERS];
+  double *worst;   /* per kernel: max |got - want| / max |want| over what it wrote */
+  float scalars[16];
+} LRun;
+
+static double lowered_error(const LRun *r, char *const *before) {
+  double diff = 0, scale = 0;
+  for (int t = 0; t < RT_TIERS; t++) {
+    const float *w = (const float *)r->ref[t], *g = (const float *)r->got[t], *b = (const float *)before[t];
+    for (int64_t i = 0; i < r->p->tiers[t] / 4; i++) {
+      bool same = !memcmp(&w[i], &g[i], 4) || (isnan(w[i]) && isnan(g[i]));
+      if (same && !memcmp(&w[i], &b[i], 4)) continue;
+      if (fabs(w[i]) > scale) scale = fabs(w[i]);
+      double d = same ? 0 : fabs((double)g[i] - w[i]);
+      if (!(d <= diff)) diff = d;
+    }
+  }
+  return diff / (scale > 0 ? scale : 1);
+}
+
+static void lowered_kernel(LRun *r, const PInstr *in, char **before) {
+  const Kernel *k = r->p->kernels[in->kernel];
+  void (*fn)(char *const *, long long, const float *);
+  *(void **)&fn = dlsym(r->h->so, k->name);
+  for (int t = 0; t < RT_TIERS; t++) {
+    memcpy(before[t], r->ref[t], (size_t)r->p->tiers[t]);
+    memcpy(r->got[t], r->ref[t], (size_t)r->p->tiers[t]);
+  }
+  int64_t grid = cuda_kernel_grid_size(k, in->extent);
+  if (!fn || r->h->launch(fn, (unsigned)grid, (unsigned)cuda_kernel_block_size(k), r->got, in->extent, r->scalars)) {
+    fprintf(stderr, "%s: cannot launch\n", k->name);
+    r->worst[in->kernel] = INFINITY;
+    return;
+  }
+  kernel_eval(k, r->ref, r->scalars);
+  double e = lowered_error(r, before);
+  if (e > 1e-5 && !(r->worst[in->kernel] > 1e-5)) kernel_print(stdout, k);   /* the first failure, as a bug report */
+  if (!(e <= r->worst[in->kernel])) r->worst[in->kernel] = e;
+}
+
+static void lowered_seq(LRun *r, const PSeq *s, char **before) {
+  for (int i = 0; i < s->n; i++) {
+    const PInstr *in = &s->v[i];
+    if (in->kind == PI_KERNEL) lowered_kernel(r, in, before);
+    else if (in->kind == PI_GEMM) run_gemm(&in->gemm, r->ref);
+    else memset(r->ref[in->tier] + in->offset, 0, (size_t)in->bytes);
+  }
+}
+
+static int mode_lowered(int argc, char **argv) {
+  Arena *a = arena_new();
+  Program *p = lower_model(a, argc, argv);
+  if (!p) { arena_free(a); return 1; }
+  char *src = cuda_emit_source((const Kernel *const *)p->kernels, p->nkernels);
+  Binary b;
+  nvrtc_report = stderr;
+  if (nvrtc_compile(src, "sm_80", false, &b)) failures++;
+  else {
+    CHECK(blank(b.log));
+    for (int i = 0; i < p->nkernels; i++) CHECK(memmem(b.data, b.size, p->kernels[i]->name, strlen(p->kernels[i]->name) + 1));
+    printf("NVRTC sm_80: %d kernels of %s, %zu bytes of source, in %.0f ms\n", p->nkernels, p->g->name, strlen(src), b.ms);
+    free(b.data);
+    free(b.log);
+  }
+  char dir[] = "cuda-host-XXXXXX";
+  HostCtx h = {0};
+  if (host_build(src, dir, &h)) return 1;
+  LRun r = {.p = p, .h = &h, .scalars = {1e-2f, 10.0f, 20.0f, 0.75f, 1, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f}};
+  char *before[RT_TIERS];
+  r.worst = calloc((size_t)p->nkernels + 1, sizeof *r.worst);
+  for (int t = 0; t < RT_TIERS; t++) {
+    r.ref[t] = calloc(1, (size_t)p->tiers[t] + 64);
+    r.got[t] = malloc((size_t)p->tiers[t] + 64);
+    before[t] = malloc((size_t)p->tiers[t] + 64);
+  }
+  init_program(p, r.ref);
+  lowered_seq(&r, &p->forward, before);
+  lowered_seq(&r, &p->step, before);
+  lowered_seq(&r, &p->gradnorm, before);
+  lowered_seq(&r, &p->update, before);
+  int bad = 0;
+  for (int i = 0; i < p->nkernels; i++) {
+    bool ok = r.worst[i] <= 1e-5;
+    bad += !ok;
+    printf("%-4s %-40s %-17s max error %.3g\n", ok ? "ok" : "FAIL", p->kernels[i]->name,
+           cuda_mapping_name(cuda_kernel_mapping(p->kernels[i])), r.worst[i]);
+  }
+  printf("%s: %d kernels, %d failed\n", p->g->name, p->nkernels, bad);
+  failures += bad;
+  host_close(&h, dir);
+  for (int t = 0; t < RT_TIERS; t++) {
+    free(r.ref[t]);
+    free(r.got[t]);
+    free(before[t]);
+  }
+  free(r.worst);
+  free(src);
+  arena_free(a);
   return failures != 0;
 }
 
@@ -975,8 +1177,9 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "nvrtc-report")) rc = mode_nvrtc_report();
   else if (!strcmp(mode, "host")) rc = mode_host();
   else if (!strcmp(mode, "gpu")) rc = mode_gpu();
+  else if (!strcmp(mode, "lowered") && argc > 2) rc = mode_lowered(argc - 2, argv + 2);
   else {
-    fprintf(stderr, "usage: %s emit | nvrtc ARCH | nvrtc-report | host | gpu\n", argv[0]);
+    fprintf(stderr, "usage: %s emit | nvrtc ARCH | nvrtc-report | host | lowered MODEL [NAME=VALUE ...] | gpu\n", argv[0]);
     rc = 2;
   }
   arena_free(A);

@@ -19,7 +19,7 @@
  *                        libmvec, exp and log loops call its vector versions.
  *   test_llvm lowered MODEL [NAME=VALUE ...]
  *                        every kernel a real model lowers to (codegen/lower.c): the
- *                        program's step, gradnorm, update and forward sequences run
+ *                        program's forward, step, gradnorm and update sequences run
  *                        with kernel_eval and a plain GEMM; before each kernel the
  *                        state is copied and the compiled kernel (in three chunks)
  *                        runs on the copy; max |got - want| / max |want| over what the
