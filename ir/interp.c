@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "runtime/philox.h"
+#include "ir/rand.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -106,10 +106,9 @@ static void run_act_grad(const Node *n, const double *x, const double *g, double
 
 static void run_dropout(const Node *n, const double *x, double *out, int64_t step) {
   double p = attr_float(n, "p");
-  uint32_t key[2];
-  philox_key_derive((uint64_t)attr_int(n, "seed") + (uint64_t)step, "dropout", key);
+  int64_t seed = attr_int(n, "seed");
   for (int64_t i = 0, N = numel(n); i < N; i++)
-    out[i] = p == 0 ? x[i] : (double)philox_uniform(key, (uint64_t)i) >= p ? x[i] / (1 - p) : 0;
+    out[i] = p == 0 ? x[i] : (double)dropout_uniform(seed, step, i) >= (float)p ? x[i] / (1 - p) : 0;
 }
 
 /* x rounded to a binary format of p significand bits, smallest normal exponent emin

@@ -17,10 +17,9 @@
  *  add sub mul div  broadcast, elementwise.       neg   -x.
  *  gelu             0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (tanh form)
  *  silu             x * sigmoid(x).               relu  max(x, 0).
- *  dropout(p, seed) out[i] = keep ? x[i] / (1 - p) : 0 with keep = ((double)u >= p),
- *                   u = philox_uniform(key, i), key = philox_key_derive(seed + step,
- *                   "dropout") (runtime/philox.h), i the flat element index; the
- *                   comparison is in double. p = 0 is the identity.
+ *  dropout(p, seed) out[i] = keep ? x[i] / (1 - p) : 0 with keep = (u >= (float)p),
+ *                   u = dropout_uniform(seed, step, i) (ir/rand.h), i the flat element
+ *                   index. p = 0 is the identity.
  *  cast(dtype)      the identity when dtype is x's dtype; otherwise rounds to the
  *                   nearest value of dtype (ties to even, subnormals kept): f32, bf16,
  *                   f16 and e5m2 overflow to +-inf, e4m3 (the "fn" variant, no inf)

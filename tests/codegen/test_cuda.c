@@ -946,15 +946,15 @@ static void init_program(const Program *p, char **tiers) {
 static void run_gemm(const PGemm *g, char *const *tiers) {
   for (int64_t b0 = 0; b0 < g->batch[0]; b0++)
     for (int64_t b1 = 0; b1 < g->batch[1]; b1++) {
-      const float *A = (const float *)(tiers[g->tier[0]] + g->off[0]) + b0 * g->stride[0][0] + b1 * g->stride[0][1];
-      const float *B = (const float *)(tiers[g->tier[1]] + g->off[1]) + b0 * g->stride[1][0] + b1 * g->stride[1][1];
-      float *C = (float *)(tiers[g->tier[2]] + g->off[2]) + b0 * g->stride[2][0] + b1 * g->stride[2][1];
+      const float *ma = (const float *)(tiers[g->tier[0]] + g->off[0]) + b0 * g->stride[0][0] + b1 * g->stride[0][1];
+      const float *mb = (const float *)(tiers[g->tier[1]] + g->off[1]) + b0 * g->stride[1][0] + b1 * g->stride[1][1];
+      float *mc = (float *)(tiers[g->tier[2]] + g->off[2]) + b0 * g->stride[2][0] + b1 * g->stride[2][1];
       for (int64_t i = 0; i < g->m; i++)
         for (int64_t j = 0; j < g->n; j++) {
-          double acc = 0;
+          double s = 0;
           for (int64_t q = 0; q < g->k; q++)
-            acc += (double)(g->ta ? A[q * g->lda + i] : A[i * g->lda + q]) * (g->tb ? B[j * g->ldb + q] : B[q * g->ldb + j]);
-          C[i * g->ldc + j] = (float)(g->alpha * acc + g->beta * C[i * g->ldc + j]);
+            s += (double)(g->ta ? ma[q * g->lda + i] : ma[i * g->lda + q]) * (g->tb ? mb[j * g->ldb + q] : mb[q * g->ldb + j]);
+          mc[i * g->ldc + j] = (float)(g->alpha * s + g->beta * mc[i * g->ldc + j]);
         }
     }
 }
@@ -1020,6 +1020,7 @@ static int mode_lowered(int argc, char **argv) {
   nvrtc_report = stderr;
   if (nvrtc_compile(src, "sm_80", false, &b)) failures++;
   else {
+    if (!blank(b.log)) fprintf(stderr, "sm_80: NVRTC log not empty:\n%s\n", b.log);
     CHECK(blank(b.log));
     for (int i = 0; i < p->nkernels; i++) CHECK(memmem(b.data, b.size, p->kernels[i]->name, strlen(p->kernels[i]->name) + 1));
     printf("NVRTC sm_80: %d kernels of %s, %zu bytes of source, in %.0f ms\n", p->nkernels, p->g->name, strlen(src), b.ms);
@@ -1168,6 +1169,7 @@ static int mode_gpu(void) {
 }
 
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);   /* interleaved with stderr in the CTest log */
   A = arena_new();
   build_cases();
   const char *mode = argc > 1 ? argv[1] : "";
