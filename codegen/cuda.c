@@ -8,9 +8,9 @@
  *      which phases touch memory another phase wrote (CM_FLAT is only legal without
  *      such pairs; CM_BLOCK_ROW puts a __syncthreads() between them);
  *   2. per phase, expressions as SSA temps `tID` in post-order (a DAG: each node once
- *      per scope), except nodes reached only through a SELECT branch: those stay
- *      inline in a ?: so that a branch not taken never loads (a gather index of -1
- *      under a mask must not be dereferenced);
+ *      per scope); a SELECT is an if/else whose branches compute what only they need,
+ *      so that a branch not taken never loads (a gather index of -1 under a mask
+ *      must not be dereferenced);
  *   3. nodes that do not depend on the loop index and read only memory the kernel
  *      never writes are hoisted out of the loop (per-row values, accumulators);
  *   4. addresses: offset + row part + column part + gather. A part that is linear in
@@ -97,7 +97,7 @@ static void collect_loads(const KExpr *e, unsigned char *seen, bool row, Access 
     collect_loads(e->b, seen, row, out, n);
     collect_loads(e->c, seen, row, out, n);
     return;
-  case KX_CONST: case KX_ACC: case KX_COORD: case KX_SCALAR: return;
+  case KX_CONST: case KX_ACC: case KX_COORD: case KX_SCALAR: case KX_RAND: return;
   }
   unreachable();
 }
@@ -213,6 +213,7 @@ typedef struct Emit {
   int *lvl;                   /* per expr id: scope depth of its visible temp, or -1 */
   int *uncond, ustamp;        /* per expr id: == ustamp when evaluated unconditionally */
   int *seen, wstamp;          /* per expr id: visited in the current walk */
+  int stamps;                 /* stamps handed out (both kinds): a new one never repeats */
   int *stack, nstack, depth;  /* ids with visible temps, innermost last */
   bool row_phase;             /* emitting a KPH_ROW phase: j is 0 */
   bool use_r, use_j, use_sh, use_rc[K_MAX_DIMS], use_cc[K_MAX_DIMS], use_buf[K_MAX_BUFS], use_acc[K_MAX_ACCS];
@@ -235,6 +236,10 @@ static unsigned expr_dep(Emit *E, const KExpr *e) {
   case KX_UNARY: d = expr_dep(E, e->a); break;
   case KX_BINARY: d = expr_dep(E, e->a) | expr_dep(E, e->b); break;
   case KX_SELECT: d = expr_dep(E, e->a) | expr_dep(E, e->b) | expr_dep(E, e->c); break;
+  case KX_RAND:
+    if (e->index + 1 > E->nsc) E->nsc = e->index + 1;
+    d = view_dep(E, &e->view);
+    break;
   }
   E->dep_done[e->id] = 1;
   return E->dep[e->id] = d;
@@ -276,6 +281,8 @@ static void emit_free(Emit *E) {
   free(E->dep); free(E->dep_done); free(E->lvl); free(E->uncond); free(E->seen); free(E->stack); free(E->use_sc);
 }
 
+static void new_ustamp(Emit *E) { E->ustamp = ++E->stamps; }
+static void new_wstamp(Emit *E) { E->wstamp = ++E->stamps; }
 static void scope_open(Emit *E) { E->depth++; }
 
 static void scope_close(Emit *E) {
@@ -292,7 +299,7 @@ static void mark_uncond(Emit *E, const KExpr *e) {
   case KX_UNARY: mark_uncond(E, e->a); return;
   case KX_BINARY: mark_uncond(E, e->a); mark_uncond(E, e->b); return;
   case KX_SELECT: mark_uncond(E, e->a); return;
-  case KX_CONST: case KX_ACC: case KX_COORD: case KX_SCALAR: return;
+  case KX_CONST: case KX_ACC: case KX_COORD: case KX_SCALAR: case KX_RAND: return;
   }
   unreachable();
 }
@@ -432,6 +439,12 @@ static void expr_inline(Emit *E, Str *o, const KExpr *e) {
   case KX_ACC: E->use_acc[e->acc] = true; put(o, "acc%d", e->acc); return;
   case KX_COORD: coord_text(E, o, e->axis); return;
   case KX_SCALAR: E->use_sc[e->index] = true; put(o, "s%d", e->index); return;
+  case KX_RAND:
+    E->use_sc[e->index] = true;
+    put(o, "cc_rand(%lldLL, (long long)s%d, ", (long long)e->seed, e->index);
+    addr_text(E, o, &e->view);
+    put(o, ")");
+    return;
   case KX_UNARY:
     unary_syntax(e->uop, &pre, &post);
     put(o, "%s", pre);
@@ -474,8 +487,45 @@ static bool temp_wanted(const Emit *E, const KExpr *e, int filter) {
   return true;
 }
 
-/* Post-order over the whole DAG (SELECT branches included, so that the temps an
- * inline branch refers to come first); temps for the unconditional nodes. */
+static void emit_temps(Emit *E, Str *o, int ind, const KExpr *e, int filter);
+
+/* One branch of a SELECT inside its if or else: what the branch evaluates becomes
+ * temps there (so a DAG shared within the branch is computed once, and a branch not
+ * taken loads nothing), then the select's temp is set. */
+static void emit_branch(Emit *E, Str *o, int ind, const KExpr *sel, const KExpr *v) {
+  int ustamp = E->ustamp, wstamp = E->wstamp;
+  new_ustamp(E);
+  mark_uncond(E, v);
+  new_wstamp(E);
+  scope_open(E);
+  emit_temps(E, o, ind, v, T_ALL);
+  put_ind(o, ind);
+  put(o, "t%d = ", sel->id);
+  expr_ref(E, o, v);
+  put(o, ";\n");
+  scope_close(E);
+  E->ustamp = ustamp;
+  E->wstamp = wstamp;
+}
+
+static void emit_select(Emit *E, Str *o, int ind, const KExpr *e) {
+  put_ind(o, ind);
+  put(o, "float t%d;\n", e->id);
+  put_ind(o, ind);
+  put(o, "if (");
+  expr_ref(E, o, e->a);
+  put(o, " != 0.0f) {\n");
+  emit_branch(E, o, ind + 1, e, e->b);
+  put_ind(o, ind);
+  put(o, "} else {\n");
+  emit_branch(E, o, ind + 1, e, e->c);
+  put_ind(o, ind);
+  put(o, "}\n");
+}
+
+/* Post-order over the whole DAG, SELECT branches included: what a branch shares with
+ * the unconditional part is computed before the select. Temps for the unconditional
+ * nodes that pass the filter. */
 static void emit_temps(Emit *E, Str *o, int ind, const KExpr *e, int filter) {
   if (!e || E->seen[e->id] == E->wstamp) return;
   E->seen[e->id] = E->wstamp;
@@ -488,13 +538,16 @@ static void emit_temps(Emit *E, Str *o, int ind, const KExpr *e, int filter) {
     emit_temps(E, o, ind, e->b, filter);
     emit_temps(E, o, ind, e->c, filter);
     break;
-  case KX_CONST: case KX_ACC: case KX_COORD: case KX_SCALAR: break;
+  case KX_CONST: case KX_ACC: case KX_COORD: case KX_SCALAR: case KX_RAND: break;
   }
   if (!temp_wanted(E, e, filter)) return;
-  put_ind(o, ind);
-  put(o, "const float t%d = ", e->id);
-  expr_inline(E, o, e);
-  put(o, ";\n");
+  if (e->kind == KX_SELECT) emit_select(E, o, ind, e);
+  else {
+    put_ind(o, ind);
+    put(o, "const float t%d = ", e->id);
+    expr_inline(E, o, e);
+    put(o, ";\n");
+  }
   E->lvl[e->id] = E->depth;
   E->stack[E->nstack++] = e->id;
 }
@@ -506,7 +559,7 @@ static void emit_phase_temps(Emit *E, Str *o, int ind, const KPhase *p, int filt
 
 /* Temps, then `bN[addr] = value;` (or +=). */
 static void emit_store(Emit *E, Str *o, int ind, const KPhase *p) {
-  E->wstamp++;
+  new_wstamp(E);
   emit_phase_temps(E, o, ind, p, T_ALL);
   E->use_buf[p->buf] = true;
   put_ind(o, ind);
@@ -594,7 +647,7 @@ static void emit_j_loop(Emit *E, Str *o, int ind, int p0, int p1, bool block) {
   Str body = {0};
   scope_open(E);
   memset(E->use_cc, 0, sizeof E->use_cc);
-  E->wstamp++;
+  new_wstamp(E);
   for (int p = p0; p < p1; p++) {
     const KPhase *ph = &k->phases[p];
     if (ph->kind == KPH_MAP) { emit_store(E, &body, ind + 1, ph); continue; }
@@ -619,8 +672,8 @@ static void emit_reduce_group(Emit *E, Str *o, int ind, int p0, int p1, bool blo
   put_ind(o, ind);
   put(o, "{\n");
   scope_open(E);
-  E->ustamp++;
-  E->wstamp++;
+  new_ustamp(E);
+  new_wstamp(E);
   for (int p = p0; p < p1; p++) mark_phase(E, &k->phases[p]);
   if (k->cols > 0)
     for (int p = p0; p < p1; p++) emit_phase_temps(E, o, ind + 1, &k->phases[p], T_HOIST_J);
@@ -646,8 +699,8 @@ static void emit_map(Emit *E, Str *o, int ind, int p, bool block) {
   put_ind(o, ind);
   put(o, "{\n");
   scope_open(E);
-  E->ustamp++;
-  E->wstamp++;
+  new_ustamp(E);
+  new_wstamp(E);
   mark_phase(E, &E->k->phases[p]);
   emit_phase_temps(E, o, ind + 1, &E->k->phases[p], T_HOIST_J);
   emit_j_loop(E, o, ind + 1, p, p + 1, block);
@@ -661,7 +714,7 @@ static void emit_row_phase(Emit *E, Str *o, int ind, const KPhase *p, const char
   put(o, "%s{\n", guard);
   scope_open(E);
   E->row_phase = true;
-  E->ustamp++;
+  new_ustamp(E);
   mark_phase(E, p);
   emit_store(E, o, ind + 1, p);
   E->row_phase = false;
@@ -724,8 +777,8 @@ static void emit_rows(Emit *E, Str *o, bool block) {
  * written memory has the same value in each, so it is computed once for all. */
 static void emit_shared_pure(Emit *E, Str *o, int ind) {
   const Kernel *k = E->k;
-  E->ustamp++;
-  E->wstamp++;
+  new_ustamp(E);
+  new_wstamp(E);
   for (int p = 0; p < k->nphases; p++)
     if (k->phases[p].kind == KPH_MAP) mark_phase(E, &k->phases[p]);
   for (int p = 0; p < k->nphases; p++)
@@ -742,7 +795,7 @@ static void emit_flat(Emit *E, Str *o) {
     if (ph->kind == KPH_ROW) { E->use_j = true; emit_row_phase(E, &el, 2, ph, "if (j == 0) "); continue; }
     put(&el, "    {\n");
     scope_open(E);
-    E->ustamp++;
+    new_ustamp(E);
     mark_phase(E, ph);
     emit_store(E, &el, 3, ph);
     scope_close(E);
@@ -768,8 +821,8 @@ static void emit_cols(Emit *E, Str *o) {
   Str th = {0}, rows = {0};
   scope_open(E);
   if (k->rows > 0) {
-    E->ustamp++;
-    E->wstamp++;
+    new_ustamp(E);
+    new_wstamp(E);
     for (int p = 0; p < k->nphases; p++) mark_phase(E, &k->phases[p]);
     for (int p = 0; p < k->nphases; p++) emit_phase_temps(E, &th, 2, &k->phases[p], T_HOIST_R);
     scope_open(E);
@@ -777,7 +830,7 @@ static void emit_cols(Emit *E, Str *o) {
     for (int p = 0; p < k->nphases; p++) {
       put(&rows, "      {\n");
       scope_open(E);
-      E->ustamp++;
+      new_ustamp(E);
       mark_phase(E, &k->phases[p]);
       emit_store(E, &rows, 4, &k->phases[p]);
       scope_close(E);
@@ -841,9 +894,10 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
   emit_free(&E);
 }
 
-/* Device helpers shared by every kernel. The block reductions need blockDim.x to be
- * a multiple of 32 (at most 1024) and leave the same bits in every thread: each
- * butterfly step adds the same two values in every lane (a + b == b + a). */
+/* Device helpers shared by every kernel (not static: NVRTC warns about unused static
+ * functions). The block reductions need blockDim.x to be a multiple of 32 (at most
+ * 1024) and leave the same bits in every thread: each butterfly step adds the same
+ * two values in every lane (a + b == b + a). */
 static const char prelude[] =
   "#ifndef COLOSSALC_CUDA_PRELUDE\n"
   "#define COLOSSALC_CUDA_PRELUDE\n"
@@ -853,7 +907,7 @@ static const char prelude[] =
   "#define CC_SHARED(type, name, n) __shared__ type name[n]\n"
   "#endif\n"
   "#ifdef COLOSSALC_CUDA_BOUNDS\n"
-  "static __device__ __forceinline__ long long cc_ix(long long a, long long n) {\n"
+  "__device__ __forceinline__ long long cc_ix(long long a, long long n) {\n"
   "  if (a < 0 || a >= n) __trap();\n"
   "  return a;\n"
   "}\n"
@@ -861,18 +915,27 @@ static const char prelude[] =
   "#else\n"
   "#define CC_IX(a, n) (a)\n"
   "#endif\n"
-  "static __device__ __forceinline__ float cc_max(float x, float y) { return x > y ? x : y; }\n"
-  "static __device__ __forceinline__ float cc_min(float x, float y) { return x < y ? x : y; }\n"
-  "static __device__ __forceinline__ float cc_warp_sum(float v) {\n"
+  "/* dropout_uniform of ir/rand.h */\n"
+  "__device__ __forceinline__ float cc_rand(long long seed, long long step, long long index) {\n"
+  "  unsigned long long z = (unsigned long long)index + (unsigned long long)seed * 0x9E3779B97F4A7C15ull +\n"
+  "                         (unsigned long long)step * 0xD1B54A32D192ED03ull;\n"
+  "  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;\n"
+  "  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;\n"
+  "  z ^= z >> 31;\n"
+  "  return (float)(z >> 40) * 5.9604644775390625e-08f;\n"
+  "}\n"
+  "__device__ __forceinline__ float cc_max(float x, float y) { return x > y ? x : y; }\n"
+  "__device__ __forceinline__ float cc_min(float x, float y) { return x < y ? x : y; }\n"
+  "__device__ __forceinline__ float cc_warp_sum(float v) {\n"
   "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
   "  return v;\n"
   "}\n"
-  "static __device__ __forceinline__ float cc_warp_max(float v) {\n"
+  "__device__ __forceinline__ float cc_warp_max(float v) {\n"
   "  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
   "  return v;\n"
   "}\n"
   "/* Over the block, the result in every thread; sh: 32 floats of shared memory. */\n"
-  "static __device__ __forceinline__ float cc_block_sum(float v, float *sh) {\n"
+  "__device__ __forceinline__ float cc_block_sum(float v, float *sh) {\n"
   "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
   "  v = cc_warp_sum(v);\n"
   "  __syncthreads();   /* the previous reduction is done reading sh */\n"
@@ -880,7 +943,7 @@ static const char prelude[] =
   "  __syncthreads();\n"
   "  return cc_warp_sum(lane < nw ? sh[lane] : 0.0f);\n"
   "}\n"
-  "static __device__ __forceinline__ float cc_block_max(float v, float *sh) {\n"
+  "__device__ __forceinline__ float cc_block_max(float v, float *sh) {\n"
   "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
   "  v = cc_warp_max(v);\n"
   "  __syncthreads();\n"

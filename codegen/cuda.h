@@ -26,8 +26,12 @@
  * Within a phase the elements of a row are assumed independent (as the CPU backend
  * assumes), and rows are independent for KP_ROWS, columns for KP_COLS.
  *
+ * A SELECT is an if/else: a branch not taken loads nothing (a gather index of -1
+ * under an ignore mask is never dereferenced).
+ *
  * Define COLOSSALC_CUDA_BOUNDS when compiling the source to check every address
- * against its buffer's numel (__trap() on failure).
+ * against its buffer's numel (__trap() on failure). A test harness may define
+ * CC_SHARED(type, name, n), the one shared-memory declaration, before the source.
  */
 #ifndef COLOSSALC_CUDA_H
 #define COLOSSALC_CUDA_H

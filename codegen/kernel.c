@@ -2,6 +2,7 @@
  * printer. The evaluator is the definition of what a kernel means: the LLVM and
  * CUDA emitters are tested against it. */
 #include "codegen/kernel.h"
+#include "ir/rand.h"
 #include <math.h>
 #include <string.h>
 
@@ -53,6 +54,15 @@ KExpr *kx_binary(Arena *a, Kernel *k, KBinary op, KExpr *x, KExpr *y) {
 KExpr *kx_select(Arena *a, Kernel *k, KExpr *c, KExpr *x, KExpr *y) {
   KExpr *e = kx_new(a, k, KX_SELECT);
   e->a = c; e->b = x; e->c = y;
+  return e;
+}
+
+KExpr *kx_rand(Arena *a, Kernel *k, int64_t seed, KView v, int step_scalar) {
+  ir_assert(!v.gather);
+  KExpr *e = kx_new(a, k, KX_RAND);
+  e->seed = seed;
+  e->view = v;
+  e->index = step_scalar;
   return e;
 }
 
@@ -170,6 +180,7 @@ static float eval_expr(EvalCtx *c, const KExpr *e) {
   case KX_UNARY: return eval_unary(e->uop, eval_expr(c, e->a));
   case KX_BINARY: return eval_binary(e->bop, eval_expr(c, e->a), eval_expr(c, e->b));
   case KX_SELECT: return eval_expr(c, e->a) != 0 ? eval_expr(c, e->b) : eval_expr(c, e->c);
+  case KX_RAND: return dropout_uniform(e->seed, (int64_t)c->scalars[e->index], view_addr(c, &e->view));
   }
   unreachable();
 }
@@ -237,6 +248,11 @@ static void print_expr(FILE *f, const Kernel *k, const KExpr *e) {
     print_expr(f, k, e->a);
     fputs(", ", f);
     print_expr(f, k, e->b);
+    fputc(')', f);
+    break;
+  case KX_RAND:
+    fprintf(f, "rand(%lld, scalar%d, ", (long long)e->seed, e->index);
+    print_view(f, k, &e->view);
     fputc(')', f);
     break;
   case KX_SELECT:

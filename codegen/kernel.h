@@ -63,6 +63,9 @@ typedef enum {
   KX_UNARY,      /* uop, a */
   KX_BINARY,     /* bop, a, b */
   KX_SELECT,     /* a != 0 ? b : c */
+  KX_RAND,       /* seed, view, index: dropout_uniform(seed, (int64)scalars[index], address of
+                    view) (ir/rand.h): a uniform in [0, 1) per element, the view (no gather)
+                    giving the element's index */
 } KExprKind;
 
 #define KX_UNARY_OPS(X) X(NEG) X(EXP) X(LOG) X(TANH) X(SQRT) X(RSQRT) X(RECIP) X(ABS) X(FLOOR) X(SIN) X(COS)
@@ -96,7 +99,8 @@ struct KExpr {
   KView view;                     /* KX_LOAD */
   int acc;                        /* KX_ACC */
   int axis;                       /* KX_COORD */
-  int index;                      /* KX_SCALAR */
+  int index;                      /* KX_SCALAR, KX_RAND (the step's scalar) */
+  int64_t seed;                   /* KX_RAND */
   KUnary uop;
   KBinary bop;
   KExpr *a, *b, *c;
@@ -151,6 +155,7 @@ KExpr *kx_scalar(Arena *a, Kernel *k, int index);
 KExpr *kx_unary(Arena *a, Kernel *k, KUnary op, KExpr *x);
 KExpr *kx_binary(Arena *a, Kernel *k, KBinary op, KExpr *x, KExpr *y);
 KExpr *kx_select(Arena *a, Kernel *k, KExpr *c, KExpr *x, KExpr *y);
+KExpr *kx_rand(Arena *a, Kernel *k, int64_t seed, KView view, int step_scalar);
 int kernel_reduce(Kernel *k, KReduce r, KExpr *e);                    /* returns the accumulator */
 void kernel_map(Kernel *k, int buf, KView view, KStore s, KExpr *e);
 void kernel_row(Kernel *k, int buf, KView view, KStore s, KExpr *e);

@@ -541,6 +541,24 @@ static LLVMValueRef emit_coord(Emit *e, int axis) {
   return LLVMBuildSIToFP(e->b, c, e->m->f32, "");
 }
 
+/* dropout_uniform (ir/rand.h) of the view's element index, in 64-bit integers. */
+static LLVMValueRef emit_rand(Emit *e, const KExpr *x) {
+  LLVMValueRef idx = iadd(e->b, view_row_offset(e, &x->view), view_col_offset(e, &x->view));
+  if (!idx) idx = ci(e, 0);
+  LLVMValueRef step = LLVMBuildFPToSI(e->b, scalar(e, x->index), e->m->i64, "");
+  LLVMTypeRef i64 = e->m->i64;
+  LLVMValueRef z = LLVMBuildAdd(e->b, idx, LLVMConstInt(i64, (unsigned long long)x->seed * 0x9E3779B97F4A7C15ull, 0), "");
+  z = LLVMBuildAdd(e->b, z, LLVMBuildMul(e->b, step, LLVMConstInt(i64, 0xD1B54A32D192ED03ull, 0), ""), "");
+  const unsigned long long mul[2] = {0xBF58476D1CE4E5B9ull, 0x94D049BB133111EBull};
+  const int shift[3] = {30, 27, 31};
+  for (int i = 0; i < 3; i++) {
+    z = LLVMBuildXor(e->b, z, LLVMBuildLShr(e->b, z, LLVMConstInt(i64, shift[i], 0), ""), "");
+    if (i < 2) z = LLVMBuildMul(e->b, z, LLVMConstInt(i64, mul[i], 0), "");
+  }
+  LLVMValueRef top = LLVMBuildUIToFP(e->b, LLVMBuildLShr(e->b, z, LLVMConstInt(i64, 40, 0), ""), e->m->f32, "");
+  return LLVMBuildFMul(e->b, top, cf(e, 0x1.0p-24f), "");
+}
+
 static LLVMValueRef emit_expr(Emit *e, const KExpr *x) {
   if (e->val[x->id]) return e->val[x->id];
   LLVMValueRef v = NULL;
@@ -560,6 +578,7 @@ static LLVMValueRef emit_expr(Emit *e, const KExpr *x) {
     break;
   }
   case KX_SELECT: v = emit_select(e, x); break;
+  case KX_RAND: v = emit_rand(e, x); break;
   }
   ir_assert(v);
   memo_set(e, x->id, v);

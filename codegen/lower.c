@@ -223,8 +223,21 @@ static KExpr *expr_silu_grad(L *l, Kernel *k, const Node *n, AxMap m) {
 static KExpr *expr_relu_grad(L *l, Kernel *k, const Node *n, AxMap m) {
   return SEL(B(LT, C(0), in_expr(l, k, n, 0, m)), in_expr(l, k, n, 1, m), C(0));
 }
-/* p = 0 dropout and f32 -> f32 casts are identities (check_supported rejects the rest) */
-static KExpr *expr_dropout(L *l, Kernel *k, const Node *n, AxMap m) { return in_expr(l, k, n, 0, m); }
+/* dropout keeps an element when its uniform (ir/rand.h, keyed by the op's seed, the
+ * step and the element's index in the op's own shape) is at least p */
+static KExpr *expr_dropout(L *l, Kernel *k, const Node *n, AxMap m) {
+  double p = attr_float(n, "p");
+  KExpr *x = in_expr(l, k, n, 0, m);
+  if (p == 0) return x;
+  int64_t st[MAX_DIMS];
+  contiguous(&n->shape, st);
+  KView v = {0};
+  for (int d = 0; d < n->shape.ndim; d++)
+    if (n->shape.d[d] != 1) v.strides[m.ax[d]] = st[d];
+  KExpr *u = kx_rand(l->a, k, attr_int(n, "seed"), v, RT_SC_STEP);
+  return SEL(B(LE, C((float)p), u), B(MUL, x, C(1 / (1 - p))), C(0));
+}
+/* f32 -> f32 casts are identities (check_supported rejects the rest) */
 static KExpr *expr_cast(L *l, Kernel *k, const Node *n, AxMap m) { return in_expr(l, k, n, 0, m); }
 static KExpr *expr_broadcast(L *l, Kernel *k, const Node *n, AxMap m) { return in_expr(l, k, n, 0, m); }
 static KExpr *expr_embedding(L *l, Kernel *k, const Node *n, AxMap m) { return embedding(l, k, n, m); }
@@ -760,8 +773,6 @@ static bool needs_memory(const Node *n, int i) { return i < 32 && (memory_inputs
 static void check_supported(const Node *n) {
   if (n->dtype != DT_F32 && n->dtype != DT_I32)
     error_at(n->loc, "%s: code generation supports f32 tensors so far, not %s", op_info(n->op)->name, dtype_name(n->dtype));
-  if (n->op == OP_DROPOUT && attr_float(n, "p") > 0)
-    error_at(n->loc, "dropout: code generation does not draw dropout masks yet (p = %g)", attr_float(n, "p"));
   if (n->op == OP_ATTENTION) error_at(n->loc, "attention must be decomposed before lowering");
 }
 

@@ -29,3 +29,39 @@ add_test(NAME codegen_cuda_host COMMAND test_codegen_cuda host WORKING_DIRECTORY
 add_test(NAME codegen_cuda_gpu COMMAND test_codegen_cuda gpu)
 set_tests_properties(codegen_cuda_host PROPERTIES TIMEOUT 900)
 set_tests_properties(codegen_cuda_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+
+# Every kernel lowering makes of small configurations of the model zoo: NVRTC compiles
+# them, the host shim runs the whole step against kernel_eval.
+set(CUDA_LOWERED_MODELS
+  "gpt2_tiny|gpt2-tiny.model|batch=2 seq=16 layers=2"
+  "llama_tiny|llama.model|vocab=64 d=32 heads=4 layers=2 ffn=48 batch=2 seq=8"
+  "bert_tiny|bert.model|vocab=64 ctx=16 d=32 heads=4 layers=2 ffn=48 batch=2 seq=8 pdrop=0.2"
+  "vit_tiny|vit.model|image=16 patch=8 classes=10 d=32 heads=4 layers=2 mlp_dim=48 batch=2 pdrop=0.2")
+foreach(entry ${CUDA_LOWERED_MODELS})
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(GET parts 1 model)
+  list(GET parts 2 config)
+  separate_arguments(config UNIX_COMMAND "${config}")
+  add_test(NAME codegen_cuda_lowered_${name}
+           COMMAND test_codegen_cuda lowered ${CMAKE_SOURCE_DIR}/models/${model} ${config}
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(codegen_cuda_lowered_${name} PROPERTIES TIMEOUT 900)
+endforeach()
+
+# The CUDA source of every kernel of every model in models/, at its real size, compiles
+# through NVRTC for sm_80 and sm_90.
+add_executable(nvrtc_check ${CMAKE_CURRENT_LIST_DIR}/nvrtc_check.c)
+target_link_libraries(nvrtc_check PRIVATE ${CUDA_nvrtc_LIBRARY})
+target_include_directories(nvrtc_check PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+file(GLOB nvrtc_models CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/models/*.model)
+foreach(model ${nvrtc_models})
+  get_filename_component(stem ${model} NAME_WE)
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/cuda-${stem})
+  add_test(NAME nvrtc_emit_${stem} COMMAND colossalc ${model} --emit-cuda ${dir})
+  set_tests_properties(nvrtc_emit_${stem} PROPERTIES FIXTURES_SETUP cuda_${stem})
+  foreach(arch sm_80 sm_90)
+    add_test(NAME nvrtc_${stem}_${arch} COMMAND nvrtc_check ${dir}/kernels.cu ${arch})
+    set_tests_properties(nvrtc_${stem}_${arch} PROPERTIES FIXTURES_REQUIRED cuda_${stem} TIMEOUT 900)
+  endforeach()
+endforeach()

@@ -494,8 +494,10 @@ static int mode_emit(void) {
   t = kernel_text(src, "k_permute");             /* decomposed coordinates, linear reversed parts */
   CHECK(strstr(t, "const long long rc1 = ") && strstr(t, "const long long cc2 = ") && strstr(t, "r * -20LL"));
   free(t);
-  t = kernel_text(src, "k_cross_entropy");       /* the gathered logit stays inside the ?: */
-  CHECK(strstr(t, "!= 0.0f ? 0.0f : ") != NULL);
+  t = kernel_text(src, "k_cross_entropy");       /* the gathered logit is loaded in the else branch only */
+  const char *row = strstr(t, "if (threadIdx.x == 0) {"), *els = row ? strstr(row, "} else {") : NULL;
+  const char *gather = row ? strstr(row, ") * 1LL, 600LL)") : NULL;
+  CHECK(els && gather && els < gather);
   free(t);
   /* the numbered listing */
   char *text = NULL;
@@ -757,12 +759,16 @@ static const char shim_text[] =
   "#define __device__\n"
   "#define __forceinline__ inline\n"
   "#define __shared__ static\n"
-  "static void *cc_shared_ptr[64];\n"
-  "static size_t cc_shared_size[64];\n"
+  "enum { CC_MAX_SHARED = 4096 };\n"
+  "static void *cc_shared_ptr[CC_MAX_SHARED];\n"
+  "static size_t cc_shared_size[CC_MAX_SHARED];\n"
   "static int cc_nshared;\n"
+  "static void cc_poison_shared() {\n"
+  "  for (int i = 0; i < cc_nshared; i++) memset(cc_shared_ptr[i], 0xff, cc_shared_size[i]);\n"
+  "}\n"
   "struct cc_shared_reg {\n"
   "  cc_shared_reg(void *p, size_t n) {\n"
-  "    if (cc_nshared == 64) abort();\n"
+  "    if (cc_nshared == CC_MAX_SHARED) { fprintf(stderr, \"cuda shim: too many shared arrays\\n\"); abort(); }\n"
   "    memset(p, 0xff, n);\n"
   "    cc_shared_ptr[cc_nshared] = p;\n"
   "    cc_shared_size[cc_nshared++] = n;\n"
@@ -771,16 +777,18 @@ static const char shim_text[] =
   "#define CC_SHARED(type, name, n) static type name[n]; static cc_shared_reg name##_reg(name, sizeof name)\n"
   "#define __launch_bounds__(n)\n"
   "static pthread_barrier_t cc_block_barrier, cc_warp_barrier[32];\n"
-  "static float cc_shfl_slot[1024];\n"
+  "static float cc_shfl_slot[2][1024];\n"
+  "static thread_local unsigned cc_shfl_round;\n"
   "static inline void __syncthreads() { pthread_barrier_wait(&cc_block_barrier); }\n"
   "static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {\n"
   "  if (mask != 0xffffffffu) abort();\n"
+  "  // Two slot sets used in turn: one barrier per exchange is enough, since no lane\n"
+  "  // can write a set again before every lane has passed the next exchange's barrier.\n"
   "  unsigned t = threadIdx.x, w = t >> 5;\n"
-  "  cc_shfl_slot[t] = v;\n"
+  "  float *slot = cc_shfl_slot[cc_shfl_round++ & 1];\n"
+  "  slot[t] = v;\n"
   "  pthread_barrier_wait(&cc_warp_barrier[w]);\n"
-  "  float r = cc_shfl_slot[(t & ~31u) | ((t & 31u) ^ (unsigned)lane_mask)];\n"
-  "  pthread_barrier_wait(&cc_warp_barrier[w]);\n"
-  "  return r;\n"
+  "  return slot[(t & ~31u) | ((t & 31u) ^ (unsigned)lane_mask)];\n"
   "}\n"
   "template <class T> static inline T __ldg(const T *p) { return *p; }\n"
   "static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }\n"
@@ -789,12 +797,18 @@ static const char shim_text[] =
   "static inline void __trap() { fprintf(stderr, \"cuda shim: __trap(): an address out of bounds\\n\"); abort(); }\n"
   "#include \"kernels.cu\"\n"
   "typedef void (*cc_kernel_fn)(char *const *, long long, const float *);\n"
-  "struct cc_thread_arg { cc_kernel_fn fn; unsigned t, b; char *const *tiers; long long n; const float *scalars; };\n"
+  "struct cc_thread_arg { cc_kernel_fn fn; unsigned t; char *const *tiers; long long n; const float *scalars; };\n"
+  "// Each thread runs every block in turn; the block barrier separates the blocks.\n"
   "static void *cc_thread_main(void *p) {\n"
   "  cc_thread_arg *a = (cc_thread_arg *)p;\n"
   "  threadIdx = cc_uint3{a->t, 0, 0};\n"
-  "  blockIdx = cc_uint3{a->b, 0, 0};\n"
-  "  a->fn(a->tiers, a->n, a->scalars);\n"
+  "  for (unsigned b = 0; b < gridDim.x; b++) {\n"
+  "    blockIdx = cc_uint3{b, 0, 0};\n"
+  "    a->fn(a->tiers, a->n, a->scalars);\n"
+  "    pthread_barrier_wait(&cc_block_barrier);   // the block is done\n"
+  "    if (a->t == 0) cc_poison_shared();\n"
+  "    pthread_barrier_wait(&cc_block_barrier);   // the next starts on fresh shared memory\n"
+  "  }\n"
   "  return nullptr;\n"
   "}\n"
   "extern \"C\" int cc_host_launch(cc_kernel_fn fn, unsigned grid, unsigned block, char *const *tiers, long long n,\n"
@@ -809,14 +823,12 @@ static const char shim_text[] =
   "  pthread_attr_t attr;\n"
   "  pthread_attr_init(&attr);\n"
   "  pthread_attr_setstacksize(&attr, 1 << 20);\n"
-  "  for (unsigned b = 0; b < grid; b++) {\n"
-  "    for (int i = 0; i < cc_nshared; i++) memset(cc_shared_ptr[i], 0xff, cc_shared_size[i]);\n"
-  "    for (unsigned t = 0; t < block; t++) {\n"
-  "      args[t] = cc_thread_arg{fn, t, b, tiers, n, scalars};\n"
-  "      if (pthread_create(&th[t], &attr, cc_thread_main, &args[t])) { perror(\"pthread_create\"); abort(); }\n"
-  "    }\n"
-  "    for (unsigned t = 0; t < block; t++) pthread_join(th[t], nullptr);\n"
+  "  cc_poison_shared();\n"
+  "  for (unsigned t = 0; t < block; t++) {\n"
+  "    args[t] = cc_thread_arg{fn, t, tiers, n, scalars};\n"
+  "    if (pthread_create(&th[t], &attr, cc_thread_main, &args[t])) { perror(\"pthread_create\"); abort(); }\n"
   "  }\n"
+  "  for (unsigned t = 0; t < block; t++) pthread_join(th[t], nullptr);\n"
   "  pthread_attr_destroy(&attr);\n"
   "  pthread_barrier_destroy(&cc_block_barrier);\n"
   "  for (unsigned w = 0; w < block / 32; w++) pthread_barrier_destroy(&cc_warp_barrier[w]);\n"
@@ -967,6 +979,8 @@ typedef struct LRun {
   float scalars[16];
 } LRun;
 
+/* The error of a kernel's run against kernel_eval's, relative to the largest value it
+ * wrote: 0 unless block reductions add in a different order than the evaluator. */
 static double lowered_error(const LRun *r, char *const *before) {
   double diff = 0, scale = 0;
   for (int t = 0; t < RT_TIERS; t++) {
@@ -982,6 +996,11 @@ static double lowered_error(const LRun *r, char *const *before) {
   return diff / (scale > 0 ? scale : 1);
 }
 
+/* Bit for bit, except after block reductions (tree order): there 1e-4 of the largest
+ * value, as layernorm's backward subtracts nearly equal sums. The same kernels in the
+ * evaluator's order (thread per row) match exactly. */
+static double lowered_tolerance(const Kernel *k) { return cuda_kernel_mapping(k) == CM_BLOCK_ROW ? 1e-4 : 0; }
+
 static void lowered_kernel(LRun *r, const PInstr *in, char **before) {
   const Kernel *k = r->p->kernels[in->kernel];
   void (*fn)(char *const *, long long, const float *);
@@ -990,15 +1009,18 @@ static void lowered_kernel(LRun *r, const PInstr *in, char **before) {
     memcpy(before[t], r->ref[t], (size_t)r->p->tiers[t]);
     memcpy(r->got[t], r->ref[t], (size_t)r->p->tiers[t]);
   }
+  /* At most 8 blocks of 32 threads (grid-stride loops and blockDim-strided rows do
+   * the rest): each barrier of the shim is then 32 OS threads. The hand-made kernels
+   * run at their full launch sizes. */
   int64_t grid = cuda_kernel_grid_size(k, in->extent);
-  if (!fn || r->h->launch(fn, (unsigned)grid, (unsigned)cuda_kernel_block_size(k), r->got, in->extent, r->scalars)) {
+  if (!fn || r->h->launch(fn, grid < 8 ? (unsigned)grid : 8u, 32, r->got, in->extent, r->scalars)) {
     fprintf(stderr, "%s: cannot launch\n", k->name);
     r->worst[in->kernel] = INFINITY;
     return;
   }
   kernel_eval(k, r->ref, r->scalars);
-  double e = lowered_error(r, before);
-  if (e > 1e-5 && !(r->worst[in->kernel] > 1e-5)) kernel_print(stdout, k);   /* the first failure, as a bug report */
+  double e = lowered_error(r, before), tol = lowered_tolerance(k);
+  if (e > tol && !(r->worst[in->kernel] > tol)) kernel_print(stdout, k);   /* the first failure, as a bug report */
   if (!(e <= r->worst[in->kernel])) r->worst[in->kernel] = e;
 }
 
@@ -1045,7 +1067,7 @@ static int mode_lowered(int argc, char **argv) {
   lowered_seq(&r, &p->update, before);
   int bad = 0;
   for (int i = 0; i < p->nkernels; i++) {
-    bool ok = r.worst[i] <= 1e-5;
+    bool ok = r.worst[i] <= lowered_tolerance(p->kernels[i]);
     bad += !ok;
     printf("%-4s %-40s %-17s max error %.3g\n", ok ? "ok" : "FAIL", p->kernels[i]->name,
            cuda_mapping_name(cuda_kernel_mapping(p->kernels[i])), r.worst[i]);
@@ -1143,7 +1165,7 @@ static int mode_gpu(void) {
   int ndev = 0, major, minor;
   CUdevice dev;
   if (!lib || !cu_load(&cu, lib) || cu.Init(0) || cu.DeviceGetCount(&ndev) || ndev == 0) {
-    printf("codegen_cuda_gpu: no GPU (%s): skipped\n", lib ? "no device" : "no libcuda.so.1");
+    printf("codegen_cuda_gpu: no GPU (%s): skipped\n", lib ? "cuInit failed or no device" : "no libcuda.so.1");
     return 77;
   }
   CUcontext ctx;

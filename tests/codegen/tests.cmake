@@ -9,8 +9,8 @@ add_test(NAME codegen_llvm_ir COMMAND test_llvm ir WORKING_DIRECTORY ${CODEGEN_T
 set(LLVM_LOWERED_MODELS
   "gpt2_tiny|gpt2-tiny.model|batch=2 seq=16 layers=2"
   "llama_tiny|llama.model|vocab=64 d=32 heads=4 layers=2 ffn=48 batch=2 seq=8"
-  "bert_tiny|bert.model|vocab=64 ctx=16 d=32 heads=4 layers=2 ffn=48 batch=2 seq=8 pdrop=0"
-  "vit_tiny|vit.model|image=16 patch=8 classes=10 d=32 heads=4 layers=2 mlp_dim=48 batch=2 pdrop=0")
+  "bert_tiny|bert.model|vocab=64 ctx=16 d=32 heads=4 layers=2 ffn=48 batch=2 seq=8 pdrop=0.2"
+  "vit_tiny|vit.model|image=16 patch=8 classes=10 d=32 heads=4 layers=2 mlp_dim=48 batch=2 pdrop=0.2")
 foreach(entry ${LLVM_LOWERED_MODELS})
   string(REPLACE "|" ";" parts "${entry}")
   list(GET parts 0 name)

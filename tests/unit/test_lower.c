@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
                                    (float)ts->beta1, (float)ts->beta2, (float)ts->eps, (float)ts->weight_decay,
                                    (float)ts->momentum};
   run_seq(p, &p->step, tiers, scalars);
-  interp_run(g, vals, 0);
+  interp_run(g, vals, (int64_t)scalars[RT_SC_STEP]); /* the same dropout masks */
   float loss = *(float *)(tiers[RT_TIER_WORK] + p->loss_offset);
   compare("loss", &loss, vals[g->loss->id], 1, 1e-5);
   printf("loss %.7f (reference %.7f)\n", loss, vals[g->loss->id][0]);
