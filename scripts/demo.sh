@@ -2,7 +2,7 @@
 # The main job: install what is missing, build colossalc, compile the byte-level
 # gpt2-tiny into a `train` executable, and train it on the Book of Genesis
 # (data/genesis.txt, public domain) for about a minute on the CPU: the loss falls,
-# then the model writes a sample. STEPS (default 1500) sets the length of the run.
+# then the model writes a sample. STEPS (default 5000) sets the length of the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -16,6 +16,6 @@ echo "== compiling models/gpt2-tiny.model into out/train"
 ./build/colossalc models/gpt2-tiny.model -o out/train
 ./build/runtime/colossalc-mktokens data/genesis.txt out/genesis.bin
 echo "== training"
-./out/train --data out/genesis.bin --steps "${STEPS:-1500}" --lr-schedule cosine --warmup 100 \
+./out/train --data out/genesis.bin --steps "${STEPS:-5000}" --lr-schedule cosine --warmup 100 \
             --log out/train.jsonl --save out/gpt2-tiny.safetensors --sample 400 |
-  awk '/^step / { split($2, s, "/"); if (s[1] % 100 == 1 || s[1] == s[2]) { print; fflush() } next } { print; fflush() }'
+  awk '/^step / { split($2, s, "/"); if (s[1] % 250 == 1 || s[1] == s[2]) { print; fflush() } next } { print; fflush() }'
