@@ -48,6 +48,7 @@
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "runtime/program.h"
+#include "tests/common/lowered.h"
 
 #ifndef COLOSSALC_HOST_CXX
 #define COLOSSALC_HOST_CXX "c++"
@@ -900,76 +901,6 @@ static int mode_host(void) {
 
 /* ---- mode lowered: the kernels of a real model ---------------------------------------- */
 
-static Program *lower_model(Arena *a, int argc, char **argv) {
-  ConfigOverride ov[16];
-  int nov = 0;
-  for (int i = 1; i < argc && nov < 16; i++) {
-    char *eq = strchr(argv[i], '=');
-    if (!eq) return NULL;
-    *eq = 0;
-    ov[nov++] = (ConfigOverride){argv[i], eq + 1, false};
-  }
-  diag_stream = stderr;
-  DiagJump j;
-  diag_push(&j);
-  if (setjmp(j.jb)) { diag_pop(&j); return NULL; }
-  size_t len;
-  char *text = frontend_read_file(a, argv[0], &len);
-  Graph *g = frontend_compile(a, argv[0], text, len, ov, nov);
-  if (!g) { diag_pop(&j); return NULL; }
-  g = pass_decompose(g);
-  pass_autodiff(g);
-  ir_verify(g);
-  Program *p = lower_program(g);
-  diag_pop(&j);
-  return p;
-}
-
-static double urand(void) { return rng_next() / 4294967296.0; }
-
-/* Parameters near their initial scale, token ids inside every table they index, some
- * ignored (-1) targets where the loss has an ignore index. */
-static void init_program(const Program *p, char **tiers) {
-  rng_state = 88172645463325252ull;
-  const Graph *g = p->g;
-  for (int i = 0; i < p->nparams; i++) {
-    const Node *n = p->params[i].node;
-    float *dst = (float *)(tiers[RT_TIER_PARAMS] + p->params[i].offset);
-    for (int64_t e = 0; e < shape_numel(&n->shape); e++)
-      dst[e] = (float)(n->init.kind == INIT_ONES ? 1 + 0.1 * (urand() - 0.5) : 0.2 * (urand() - 0.5));
-  }
-  for (int i = 0; i < p->ninputs; i++) {
-    const Node *n = p->inputs[i].node;
-    int64_t range = p->vocab ? p->vocab : 16;
-    for (int u = 0; u < g->n; u++)
-      if (g->nodes[u]->op == OP_EMBEDDING && g->nodes[u]->in[1] == n && g->nodes[u]->in[0]->shape.d[0] < range)
-        range = g->nodes[u]->in[0]->shape.d[0];
-    void *dst = tiers[RT_TIER_WORK] + p->inputs[i].offset;
-    for (int64_t e = 0; e < shape_numel(&n->shape); e++) {
-      if (n->dtype != DT_I32) { ((float *)dst)[e] = (float)urand(); continue; }
-      bool ignored = p->inputs[i].role == PIN_TARGETS && e % 7 == 3 && g->loss->op == OP_CROSS_ENTROPY &&
-                     attr_int(g->loss, "ignore_index") == -1;
-      ((int32_t *)dst)[e] = ignored ? -1 : (int32_t)(urand() * range);
-    }
-  }
-}
-
-/* The reference GEMM (row-major, cblas semantics), in double. */
-static void run_gemm(const PGemm *g, char *const *tiers) {
-  for (int64_t b0 = 0; b0 < g->batch[0]; b0++)
-    for (int64_t b1 = 0; b1 < g->batch[1]; b1++) {
-      const float *ma = (const float *)(tiers[g->tier[0]] + g->off[0]) + b0 * g->stride[0][0] + b1 * g->stride[0][1];
-      const float *mb = (const float *)(tiers[g->tier[1]] + g->off[1]) + b0 * g->stride[1][0] + b1 * g->stride[1][1];
-      float *mc = (float *)(tiers[g->tier[2]] + g->off[2]) + b0 * g->stride[2][0] + b1 * g->stride[2][1];
-      for (int64_t i = 0; i < g->m; i++)
-        for (int64_t j = 0; j < g->n; j++) {
-          double s = 0;
-          for (int64_t q = 0; q < g->k; q++)
-            s += (double)(g->ta ? ma[q * g->lda + i] : ma[i * g->lda + q]) * (g->tb ? mb[j * g->ldb + q] : mb[q * g->ldb + j]);
-          mc[i * g->ldc + j] = (float)(g->alpha * s + g->beta * mc[i * g->ldc + j]);
-        }
-    }
-}
 
 typedef struct LRun {
   const Program *p;
@@ -1028,14 +959,14 @@ static void lowered_seq(LRun *r, const PSeq *s, char **before) {
   for (int i = 0; i < s->n; i++) {
     const PInstr *in = &s->v[i];
     if (in->kind == PI_KERNEL) lowered_kernel(r, in, before);
-    else if (in->kind == PI_GEMM) run_gemm(&in->gemm, r->ref);
+    else if (in->kind == PI_GEMM) lowered_gemm_ref(&in->gemm, r->ref);
     else memset(r->ref[in->tier] + in->offset, 0, (size_t)in->bytes);
   }
 }
 
 static int mode_lowered(int argc, char **argv) {
   Arena *a = arena_new();
-  Program *p = lower_model(a, argc, argv);
+  Program *p = lowered_model(a, argc, argv);
   if (!p) { arena_free(a); return 1; }
   char *src = cuda_emit_source((const Kernel *const *)p->kernels, p->nkernels);
   Binary b;
@@ -1060,7 +991,7 @@ static int mode_lowered(int argc, char **argv) {
     r.got[t] = malloc((size_t)p->tiers[t] + 64);
     before[t] = malloc((size_t)p->tiers[t] + 64);
   }
-  init_program(p, r.ref);
+  lowered_init(p, r.ref, 88172645463325252ull);
   lowered_seq(&r, &p->forward, before);
   lowered_seq(&r, &p->step, before);
   lowered_seq(&r, &p->gradnorm, before);

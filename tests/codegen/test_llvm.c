@@ -39,6 +39,7 @@
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "runtime/program.h"
+#include "tests/common/lowered.h"
 
 enum { MAX_CASES = 64, TIER_BYTES = 1 << 20 };
 static const double TOL = 1e-5;
@@ -550,73 +551,6 @@ static int run_ir(LlvmModule *m) {
 
 /* ---- kernels of lowered models ---------------------------------------------------------- */
 
-static void run_gemm(const PGemm *g, char *const *tiers) {
-  for (int64_t b0 = 0; b0 < g->batch[0]; b0++)
-    for (int64_t b1 = 0; b1 < g->batch[1]; b1++) {
-      const float *A = (const float *)(tiers[g->tier[0]] + g->off[0]) + b0 * g->stride[0][0] + b1 * g->stride[0][1];
-      const float *Bm = (const float *)(tiers[g->tier[1]] + g->off[1]) + b0 * g->stride[1][0] + b1 * g->stride[1][1];
-      float *Cm = (float *)(tiers[g->tier[2]] + g->off[2]) + b0 * g->stride[2][0] + b1 * g->stride[2][1];
-      for (int64_t i = 0; i < g->m; i++)
-        for (int64_t j = 0; j < g->n; j++) {
-          double s = 0;
-          for (int64_t q = 0; q < g->k; q++)
-            s += (double)(g->ta ? A[q * g->lda + i] : A[i * g->lda + q]) * (g->tb ? Bm[j * g->ldb + q] : Bm[q * g->ldb + j]);
-          Cm[i * g->ldc + j] = (float)(g->alpha * s + g->beta * Cm[i * g->ldc + j]);
-        }
-    }
-}
-
-static Program *lower_model(Arena *a, int argc, char **argv) {
-  ConfigOverride ov[16];
-  int nov = 0;
-  for (int i = 1; i < argc && nov < 16; i++) {
-    char *eq = strchr(argv[i], '=');
-    if (!eq) return NULL;
-    *eq = 0;
-    ov[nov++] = (ConfigOverride){argv[i], eq + 1, false};
-  }
-  diag_stream = stderr;
-  DiagJump j;
-  diag_push(&j);
-  if (setjmp(j.jb)) { diag_pop(&j); return NULL; }
-  size_t len;
-  char *text = frontend_read_file(a, argv[0], &len);
-  Graph *g = frontend_compile(a, argv[0], text, len, ov, nov);
-  if (!g) { diag_pop(&j); return NULL; }
-  g = pass_decompose(g);
-  pass_autodiff(g);
-  ir_verify(g);
-  Program *p = lower_program(g);
-  diag_pop(&j);
-  return p;
-}
-
-/* Parameters near their initial scale, token ids inside every table they index, and
- * some ignored (-1) targets. */
-static void init_program(const Program *p, char **tiers) {
-  rng_state = 88172645463325252ull;
-  const Graph *g = p->g;
-  for (int i = 0; i < p->nparams; i++) {
-    const Node *n = p->params[i].node;
-    float *dst = (float *)(tiers[RT_TIER_PARAMS] + p->params[i].offset);
-    for (int64_t e = 0; e < shape_numel(&n->shape); e++)
-      dst[e] = (float)(n->init.kind == INIT_ONES ? 1 + 0.1 * (urand() - 0.5) : 0.2 * (urand() - 0.5));
-  }
-  for (int i = 0; i < p->ninputs; i++) {
-    const Node *n = p->inputs[i].node;
-    int64_t range = p->vocab ? p->vocab : 16;
-    for (int u = 0; u < g->n; u++)
-      if (g->nodes[u]->op == OP_EMBEDDING && g->nodes[u]->in[1] == n && g->nodes[u]->in[0]->shape.d[0] < range)
-        range = g->nodes[u]->in[0]->shape.d[0];
-    void *dst = tiers[RT_TIER_WORK] + p->inputs[i].offset;
-    for (int64_t e = 0; e < shape_numel(&n->shape); e++) {
-      if (n->dtype != DT_I32) { ((float *)dst)[e] = (float)urand(); continue; }
-      bool ignored = p->inputs[i].role == PIN_TARGETS && e % 7 == 3 && g->loss->op == OP_CROSS_ENTROPY &&
-                     attr_int(g->loss, "ignore_index") == -1;
-      ((int32_t *)dst)[e] = ignored ? -1 : (int32_t)(urand() * range);
-    }
-  }
-}
 
 typedef struct Run {
   const Program *p;
@@ -662,14 +596,14 @@ static void run_seq(Run *r, const PSeq *s) {
   for (int i = 0; i < s->n; i++) {
     const PInstr *in = &s->v[i];
     if (in->kind == PI_KERNEL) run_kernel(r, in);
-    else if (in->kind == PI_GEMM) run_gemm(&in->gemm, r->ref);
+    else if (in->kind == PI_GEMM) lowered_gemm_ref(&in->gemm, r->ref);
     else memset(r->ref[in->tier] + in->offset, 0, (size_t)in->bytes);
   }
 }
 
 static int run_lowered(int argc, char **argv) {
   Arena *a = arena_new();
-  Program *p = lower_model(a, argc, argv);
+  Program *p = lowered_model(a, argc, argv);
   if (!p) { arena_free(a); return 1; }
   char *json = program_to_json(p);
   LlvmModule *m = llvm_module_new(p->g->name);
@@ -685,7 +619,7 @@ static int run_lowered(int argc, char **argv) {
     r.before[t] = malloc((size_t)p->tiers[t] + 64);
     r.got[t] = malloc((size_t)p->tiers[t] + 64);
   }
-  init_program(p, r.ref);
+  lowered_init(p, r.ref, 88172645463325252ull);
   run_seq(&r, &p->forward);
   run_seq(&r, &p->step);
   run_seq(&r, &p->gradnorm);

@@ -13,31 +13,17 @@
 #include "ir/interp.h"
 #include "passes/passes.h"
 #include "runtime/program.h"
+#include "tests/common/lowered.h"
 
 static uint64_t rng = 88172645463325252ull;
 static double urand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (rng >> 11) * 0x1.0p-53; }
 
-static void run_gemm(const PGemm *g, char *const *tiers) {
-  for (int64_t b0 = 0; b0 < g->batch[0]; b0++)
-    for (int64_t b1 = 0; b1 < g->batch[1]; b1++) {
-      const float *A = (const float *)(tiers[g->tier[0]] + g->off[0]) + b0 * g->stride[0][0] + b1 * g->stride[0][1];
-      const float *B = (const float *)(tiers[g->tier[1]] + g->off[1]) + b0 * g->stride[1][0] + b1 * g->stride[1][1];
-      float *C = (float *)(tiers[g->tier[2]] + g->off[2]) + b0 * g->stride[2][0] + b1 * g->stride[2][1];
-      for (int64_t i = 0; i < g->m; i++)
-        for (int64_t j = 0; j < g->n; j++) {
-          double s = 0;
-          for (int64_t k = 0; k < g->k; k++)
-            s += (double)(g->ta ? A[k * g->lda + i] : A[i * g->lda + k]) * (g->tb ? B[j * g->ldb + k] : B[k * g->ldb + j]);
-          C[i * g->ldc + j] = (float)(g->alpha * s + g->beta * C[i * g->ldc + j]);
-        }
-    }
-}
 
 static void run_seq(const Program *p, const PSeq *s, char *const *tiers, const float *scalars) {
   for (int i = 0; i < s->n; i++) {
     const PInstr *in = &s->v[i];
     if (in->kind == PI_KERNEL) kernel_eval(p->kernels[in->kernel], tiers, scalars);
-    else if (in->kind == PI_GEMM) run_gemm(&in->gemm, tiers);
+    else if (in->kind == PI_GEMM) lowered_gemm_ref(&in->gemm, tiers);
     else memset(tiers[in->tier] + in->offset, 0, in->bytes);
   }
 }
@@ -101,10 +87,7 @@ int main(int argc, char **argv) {
     const Node *n = p->inputs[i].node;
     int64_t cnt = shape_numel(&n->shape);
     vals[n->id] = malloc(cnt * sizeof(double));
-    int64_t range = p->vocab ? p->vocab : 16;
-    for (int u = 0; u < g->n; u++) /* indices must fit every table they select rows of */
-      if (g->nodes[u]->op == OP_EMBEDDING && g->nodes[u]->in[1] == n && g->nodes[u]->in[0]->shape.d[0] < range)
-        range = g->nodes[u]->in[0]->shape.d[0];
+    int64_t range = lowered_index_range(p, n); /* indices must fit every table they select rows of */
     for (int64_t e = 0; e < cnt; e++) {
       void *dst = tiers[RT_TIER_WORK] + p->inputs[i].offset;
       if (n->dtype == DT_I32) {

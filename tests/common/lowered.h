@@ -1,0 +1,102 @@
+/* Test helpers shared by the tests that run lowered models (tests/unit/test_lower.c,
+ * tests/codegen/test_llvm.c, tests/codegen/test_cuda.c): compiling a model with
+ * NAME=VALUE overrides down to a Program, filling its parameters and inputs with
+ * reproducible values, and the reference GEMM in double. Header-only: each test is one
+ * translation unit. */
+#ifndef COLOSSALC_TESTS_LOWERED_H
+#define COLOSSALC_TESTS_LOWERED_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include "codegen/lower.h"
+#include "frontend/frontend.h"
+#include "passes/passes.h"
+#include "runtime/program.h"
+
+/* MODEL [NAME=VALUE ...] -> Program (decompose, autodiff, verify, lower); NULL after
+ * reporting an error. Modifies the NAME=VALUE strings in place. */
+static inline Program *lowered_model(Arena *a, int argc, char **argv) {
+  ConfigOverride ov[16];
+  int nov = 0;
+  for (int i = 1; i < argc && nov < 16; i++) {
+    char *eq = strchr(argv[i], '=');
+    if (!eq) return NULL;
+    *eq = 0;
+    ov[nov++] = (ConfigOverride){argv[i], eq + 1, false};
+  }
+  diag_stream = stderr;
+  DiagJump j;
+  diag_push(&j);
+  if (setjmp(j.jb)) { diag_pop(&j); return NULL; }
+  size_t len;
+  char *text = frontend_read_file(a, argv[0], &len);
+  Graph *g = frontend_compile(a, argv[0], text, len, ov, nov);
+  if (!g) { diag_pop(&j); return NULL; }
+  g = pass_decompose(g);
+  pass_autodiff(g);
+  ir_verify(g);
+  Program *p = lower_program(g);
+  diag_pop(&j);
+  return p;
+}
+
+/* xorshift64, uniform in [0, 1) */
+static inline double lowered_urand(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return (double)(*s >> 11) * 0x1.0p-53;
+}
+
+/* The largest index an input may hold: the rows of every table it selects from. */
+static inline int64_t lowered_index_range(const Program *p, const Node *in) {
+  int64_t range = p->vocab ? p->vocab : 16;
+  for (int u = 0; u < p->g->n; u++) {
+    const Node *n = p->g->nodes[u];
+    if (n->op == OP_EMBEDDING && n->in[1] == in && n->in[0]->shape.d[0] < range) range = n->in[0]->shape.d[0];
+  }
+  return range;
+}
+
+/* Parameters near their initial scale, token ids inside every table they index, and
+ * some ignored (-1) targets where the loss has ignore_index -1. */
+static inline void lowered_init(const Program *p, char **tiers, uint64_t seed) {
+  const Graph *g = p->g;
+  for (int i = 0; i < p->nparams; i++) {
+    const Node *n = p->params[i].node;
+    float *dst = (float *)(tiers[RT_TIER_PARAMS] + p->params[i].offset);
+    for (int64_t e = 0; e < shape_numel(&n->shape); e++)
+      dst[e] = (float)(n->init.kind == INIT_ONES ? 1 + 0.1 * (lowered_urand(&seed) - 0.5)
+                                                 : 0.2 * (lowered_urand(&seed) - 0.5));
+  }
+  for (int i = 0; i < p->ninputs; i++) {
+    const Node *n = p->inputs[i].node;
+    int64_t range = lowered_index_range(p, n);
+    void *dst = tiers[RT_TIER_WORK] + p->inputs[i].offset;
+    for (int64_t e = 0; e < shape_numel(&n->shape); e++) {
+      if (n->dtype != DT_I32) { ((float *)dst)[e] = (float)lowered_urand(&seed); continue; }
+      bool ignored = p->inputs[i].role == PIN_TARGETS && e % 7 == 3 && g->loss->op == OP_CROSS_ENTROPY &&
+                     attr_int(g->loss, "ignore_index") == -1;
+      ((int32_t *)dst)[e] = ignored ? -1 : (int32_t)(lowered_urand(&seed) * range);
+    }
+  }
+}
+
+/* The reference GEMM (row-major, cblas semantics), in double. */
+static inline void lowered_gemm_ref(const PGemm *g, char *const *tiers) {
+  for (int64_t b0 = 0; b0 < g->batch[0]; b0++)
+    for (int64_t b1 = 0; b1 < g->batch[1]; b1++) {
+      const float *ma = (const float *)(tiers[g->tier[0]] + g->off[0]) + b0 * g->stride[0][0] + b1 * g->stride[0][1];
+      const float *mb = (const float *)(tiers[g->tier[1]] + g->off[1]) + b0 * g->stride[1][0] + b1 * g->stride[1][1];
+      float *mc = (float *)(tiers[g->tier[2]] + g->off[2]) + b0 * g->stride[2][0] + b1 * g->stride[2][1];
+      for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+          double s = 0;
+          for (int64_t q = 0; q < g->k; q++)
+            s += (double)(g->ta ? ma[q * g->lda + i] : ma[i * g->lda + q]) * (g->tb ? mb[j * g->ldb + q] : mb[q * g->ldb + j]);
+          mc[i * g->ldc + j] = (float)(g->alpha * s + g->beta * mc[i * g->ldc + j]);
+        }
+    }
+}
+
+#endif
