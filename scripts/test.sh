@@ -11,14 +11,30 @@ jobs=$(nproc)
 echo "== build (warnings are errors)"
 cmake -S . -B build -DCOLOSSALC_WERROR=ON > /dev/null
 cmake --build build -j"$jobs"
+passed=0 skipped=0
+# Runs ctest in DIR; on success adds its counts to $passed and $skipped (a test that
+# needs a GPU skips itself on machines without one).
+run_ctest() {
+  local log total skip
+  log=$(mktemp)
+  ctest --test-dir "$1" --output-on-failure -j"$jobs" | tee "$log"
+  total=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log")
+  skip=$(grep -c '\*\*\*Skipped' "$log" || true)
+  passed=$((passed + total - skip))
+  skipped=$((skipped + skip))
+  rm -f "$log"
+}
+
 echo "== tests"
-ctest --test-dir build --output-on-failure -j"$jobs"
+run_ctest build
 
 echo "== build with ASan+UBSan"
 cmake -S . -B build-asan -DCOLOSSALC_WERROR=ON -DCOLOSSALC_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug > /dev/null
 cmake --build build-asan -j"$jobs"
 echo "== tests under ASan+UBSan"
-ctest --test-dir build-asan --output-on-failure -j"$jobs"
+run_ctest build-asan
 
 echo "== fuzzing the front end for ${FUZZ_SECONDS:-60} s"
 scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
+echo "both CTest runs and the fuzz run:"
+echo "summary: $((passed + 1)) passed, 0 failed, $skipped skipped"

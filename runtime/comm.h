@@ -1,0 +1,82 @@
+/* comm: collectives between the ranks of a run, behind a struct of function pointers
+ * (STYLE.md habit 6), the way Device hides the compute backend. The trainer does not
+ * know which backend it drives.
+ *
+ * Backends:
+ *   self  one rank; every collective is a copy or nothing (comm.c)
+ *   mpi   MPI_COMM_WORLD (comm_mpi.c); `mpirun -np N ./train` on one machine or many
+ *   nccl  (later, with the CUDA device) NCCL on the device's stream, bootstrapped over
+ *         MPI, which also carries its host_all_reduce
+ *
+ * Buffers. The float buffers of the collectives are device addresses of the Device the
+ * run uses (tier base + offset; host memory for the CPU device), as NCCL takes them;
+ * passing the same pointer as send and recv makes a call in place (NCCL's rule too).
+ * Counts are elements and may exceed INT_MAX (the MPI backend splits such calls).
+ * Every rank makes the same calls in the same order with the same counts and roots.
+ * Order: a call sees all device work queued before it, and device work queued after
+ * it sees its result (MPI calls block; NCCL will enqueue on the device's stream).
+ *
+ * Errors. A collective that fails cannot be unwound on one rank without leaving the
+ * others waiting in it, so a backend's failure prints "train: <backend> error at
+ * file:line: ..." and aborts every rank (MPI_CHECK, later NCCL_CHECK); the functions
+ * return nothing. Errors of one rank's own making (a bad flag, an unreadable file)
+ * are agreed on first with comm_agree, before any collective that could hang.
+ */
+#ifndef COLOSSALC_RUNTIME_COMM_H
+#define COLOSSALC_RUNTIME_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum CommRed { COMM_SUM, COMM_MAX, COMM_MIN } CommRed;
+
+typedef struct Comm Comm;
+struct Comm {
+    const char *name; /* "self", "mpi" */
+    int rank, size;   /* this rank in [0, size) */
+    void *impl;
+    /* recv[i] = op over ranks of send[i], on every rank. */
+    void (*all_reduce)(Comm *c, const float *send, float *recv, int64_t count, CommRed op);
+    /* The same, on root only (recv is not touched elsewhere). */
+    void (*reduce)(Comm *c, const float *send, float *recv, int64_t count, CommRed op,
+                   int root);
+    /* send holds size*count floats; rank r gets recv[i] = op over ranks of
+     * send[r*count + i]. In place: recv == send + rank*count. */
+    void (*reduce_scatter)(Comm *c, const float *send, float *recv, int64_t count,
+                           CommRed op);
+    /* recv holds size*count floats: block r is rank r's send[0..count).
+     * In place: send == recv + rank*count. */
+    void (*all_gather)(Comm *c, const float *send, float *recv, int64_t count);
+    /* root's buf[0..count) to every rank's buf. */
+    void (*broadcast)(Comm *c, float *buf, int64_t count, int root);
+    /* Point to point, blocking: a send is matched by the peer's recv of equal count. */
+    void (*send)(Comm *c, const float *buf, int64_t count, int peer);
+    void (*recv)(Comm *c, float *buf, int64_t count, int peer);
+    void (*barrier)(Comm *c);
+    /* A few host values (losses, sums of squares, error flags), in place. */
+    void (*host_all_reduce)(Comm *c, double *vals, int n, CommRed op);
+    /* Ends every rank with exit status code (after the caller printed why). */
+    void (*abort)(Comm *c, int code) __attribute__((noreturn));
+    /* Finalizes the backend (MPI_Finalize) and frees c. */
+    void (*destroy)(Comm *c);
+};
+
+/* The single-rank backend. NULL only when out of memory. */
+Comm *comm_self_new(void);
+/* MPI_COMM_WORLD (MPI_Init_thread with the funneled level: only the calling thread
+ * communicates). NULL with a message on error. */
+Comm *comm_mpi_new(int *argc, char ***argv, char *err, size_t errlen);
+
+/* The backend for this process: COLOSSALC_COMM=self|mpi when set; otherwise mpi when
+ * a launcher started it (mpirun/mpiexec of Open MPI, MPICH, MVAPICH, or a PMI/PMIx
+ * launcher such as srun: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK or
+ * MV2_COMM_WORLD_SIZE in the environment), else self, so a plain `./train` neither
+ * initialises MPI nor pays for it. NULL with a message on error. */
+Comm *comm_open(int *argc, char ***argv, char *err, size_t errlen);
+
+/* Agreement on an error: every rank passes whether it failed (the only collective a
+ * rank may reach in a failed state). Returns 0 when no rank failed; otherwise -1
+ * with *first = the lowest failing rank (whose message is the one to print). */
+int comm_agree(Comm *c, int failed, int *first);
+
+#endif
