@@ -294,12 +294,17 @@ static KExpr *expr(L *l, Kernel *k, const Node *n, AxMap m) {
   return expr_rules[n->op](l, k, n, m);
 }
 
+/* Results land in a parameter's gradient slot by accumulation (the runtime zeroes the
+ * gradient tier once per step), so micro-batches add up their gradients; everything
+ * else is overwritten. */
+static KStore store_mode(const L *l, int buf) { return l->bufs[buf].tier == RT_TIER_GRADS ? KS_ADD : KS_SET; }
+
 /* Materialise n (an expression or a strided view) into a new contiguous buffer. */
 static Val materialize(L *l, const Node *n, int buf) {
   Kernel *k = knew(l, "copy", KP_ROWS, n->shape.d, n->shape.ndim, n->shape.ndim ? n->shape.ndim - 1 : 0);
   KExpr *e = expr(l, k, n, right_aligned(k, n->shape.ndim));
   Val out = layout_of(buf, &n->shape);
-  kernel_map(k, kbuf(l, k, buf, n->dtype), kview_contig(k, 0), KS_SET, e);
+  kernel_map(k, kbuf(l, k, buf, n->dtype), kview_contig(k, 0), store_mode(l, buf), e);
   k->name = arena_printf(l->a, "k%d_%s", l->p->nkernels, op_info(n->op)->name);
   kfinish(l, &l->p->step, k);
   return out;
@@ -360,7 +365,8 @@ static void lower_matmul(L *l, const Node *n) {
   int64_t K = a->shape.d[a->shape.ndim - (ta ? 2 : 1)];
   int cb = out_buf(l, n);
   Val out = layout_of(cb, &n->shape);
-  PGemm g = {A.trans, Bm.trans, M, N, K, A.ld, Bm.ld, N, 1, 0, {PENDING + A.buf, PENDING + Bm.buf, PENDING + cb},
+  float beta = store_mode(l, cb) == KS_ADD ? 1 : 0;
+  PGemm g = {A.trans, Bm.trans, M, N, K, A.ld, Bm.ld, N, 1, beta, {PENDING + A.buf, PENDING + Bm.buf, PENDING + cb},
              {A.off * 4, Bm.off * 4, 0}, {1, 1}, {{0}}};
   /* batch axes of the operands, right-aligned to the result's */
   int64_t sa[MAX_DIMS] = {0}, sbb[MAX_DIMS] = {0};
@@ -402,7 +408,7 @@ static AxMap last_axis(const Kernel *k) { AxMap m = {{k->ndims - 1}}; return m; 
 static void store_out(L *l, Kernel *k, const Node *n, KExpr *e) {
   int b = out_buf(l, n);
   l->val[n->id] = layout_of(b, &n->shape);
-  kernel_map(k, kbuf(l, k, b, n->dtype), kview_contig(k, 0), KS_SET, e);
+  kernel_map(k, kbuf(l, k, b, n->dtype), kview_contig(k, 0), store_mode(l, b), e);
   kfinish(l, &l->p->step, k);
 }
 
@@ -527,7 +533,7 @@ static void store_rows(L *l, Kernel *k, const Node *n, KExpr *e) {
   KView v = {0};
   int64_t st = 1;
   for (int d = k->row_dims - 1; d >= 0; d--) { v.strides[d] = st; st *= k->dims[d]; }
-  kernel_row(k, kbuf(l, k, b, n->dtype), v, KS_SET, e);
+  kernel_row(k, kbuf(l, k, b, n->dtype), v, store_mode(l, b), e);
   kfinish(l, &l->p->step, k);
 }
 
@@ -655,10 +661,12 @@ static void lower_embedding_grad(L *l, const Node *n) {
   const Node *ix = n->in[0], *g = n->in[1];
   int b = out_buf(l, n);
   l->val[n->id] = layout_of(b, &n->shape);
-  PInstr *z = emit(l, &l->p->step, PI_ZERO);
-  z->tier = PENDING + b;
-  z->bytes = bytes_of(n);
-  touch(l, b, l->p->step.n - 1);
+  if (store_mode(l, b) == KS_SET) { /* a scatter-add starts from zero, unless it accumulates into a slot */
+    PInstr *z = emit(l, &l->p->step, PI_ZERO);
+    z->tier = PENDING + b;
+    z->bytes = bytes_of(n);
+    touch(l, b, l->p->step.n - 1);
+  }
   Kernel *k = knew(l, "embedding_grad", KP_COLS, g->shape.d, g->shape.ndim, g->shape.ndim - 1);
   AxMap m = right_aligned(k, g->shape.ndim);
   KView sv = {0};
@@ -681,7 +689,7 @@ static void lower_concat(L *l, const Node *n) {
     AxMap m = right_aligned(k, x->shape.ndim);
     KView v = {.offset = off * out.strides[axis]};
     for (int d = 0; d < x->shape.ndim; d++) v.strides[d] = out.strides[d];
-    kernel_map(k, kbuf(l, k, b, n->dtype), v, KS_SET, expr(l, k, x, m));
+    kernel_map(k, kbuf(l, k, b, n->dtype), v, store_mode(l, b), expr(l, k, x, m));
     kfinish(l, &l->p->step, k);
     off += x->shape.d[axis];
   }
@@ -870,7 +878,7 @@ static void fill_grad_slots(L *l) {
     l->at = gn;
     int b = grad_slot(l, k, gn);
     Kernel *kk = knew(l, "grad_copy", KP_ROWS, gn->shape.d, gn->shape.ndim, gn->shape.ndim ? gn->shape.ndim - 1 : 0);
-    kernel_map(kk, kbuf(l, kk, b, DT_F32), kview_contig(kk, 0), KS_SET, expr(l, kk, gn, right_aligned(kk, gn->shape.ndim)));
+    kernel_map(kk, kbuf(l, kk, b, DT_F32), kview_contig(kk, 0), KS_ADD, expr(l, kk, gn, right_aligned(kk, gn->shape.ndim)));
     kfinish(l, &l->p->step, kk);
   }
 }

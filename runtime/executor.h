@@ -12,6 +12,17 @@
  * is allocated afterwards. Tier base pointers are device addresses: the host
  * reads and writes them only through exec_read/exec_write, or directly through
  * exec_host_tier when the device's memory is host memory (the CPU device).
+ *
+ * Reserved tiers (ZeRO, train_zero.h): exec_init_reserved makes chosen tiers address
+ * space only, at the same offsets, when the device can reserve; exec_commit puts
+ * memory behind parts of them (the shards a rank owns, or parameters gathered for a
+ * step) and exec_decommit takes it back. Commitment is counted per granule (the
+ * device's unit: the page on the CPU), so ranges that share a granule at their ends
+ * may be committed and decommitted independently; a range's memory is zero the first
+ * time it is committed. The compiled kernels address every tier at fixed offsets,
+ * which is why a shard is a committed part of the whole tier's address space rather
+ * than a smaller buffer. A device without `reserve` gets whole tiers (commits are
+ * then no-ops), and exec_committed tells the truth either way.
  */
 #ifndef COLOSSALC_RUNTIME_EXECUTOR_H
 #define COLOSSALC_RUNTIME_EXECUTOR_H
@@ -41,6 +52,15 @@ struct Device {
     /* The tier as host memory, or NULL when it lives elsewhere. */
     char *(*host_view)(Device *dev, char *base);
     void (*destroy)(Device *dev);
+    /* Optional (NULL, granule 0: not supported). Address space of bytes (a multiple
+     * of granule) with no memory behind it; commit puts zeroed memory behind
+     * [offset, offset+bytes) (granule-aligned; 0, or -1 when out of memory),
+     * decommit frees it again, unreserve returns the whole range. */
+    int64_t granule;
+    char *(*reserve)(Device *dev, int64_t bytes);
+    int (*commit)(Device *dev, char *base, int64_t offset, int64_t bytes);
+    void (*decommit)(Device *dev, char *base, int64_t offset, int64_t bytes);
+    void (*unreserve)(Device *dev, char *base, int64_t bytes);
 };
 
 /* The CPU device: `threads` threads for kernels and for OpenBLAS. */
@@ -50,16 +70,32 @@ Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, cha
 typedef struct Executor {
     const RtProgram *prog;
     Device *dev;
-    char *tiers[RT_TIERS]; /* device base of each tier, prog->tiers[i] bytes */
+    char *tiers[RT_TIERS];       /* device base of each tier, prog->tiers[i] bytes */
+    uint32_t *commits[RT_TIERS]; /* reserved tiers: commit count per granule, else NULL */
+    int64_t committed[RT_TIERS]; /* bytes of memory behind each tier */
 } Executor;
 
 /* Allocates the tiers of prog on dev. 0, or -1 with a message. */
 int exec_init(Executor *ex, const RtProgram *prog, Device *dev, char *err, size_t errlen);
+/* The same, with the tiers whose bit (1 << tier) is in reserve_mask reserved rather
+ * than allocated when the device can (see above). */
+int exec_init_reserved(Executor *ex, const RtProgram *prog, Device *dev, unsigned reserve_mask,
+                       char *err, size_t errlen);
 void exec_free(Executor *ex);
+
+/* Memory behind [offset, offset+bytes) of a tier (nothing to do unless reserved);
+ * each commit is undone by one exec_decommit of the same range. 0, or -1 with a
+ * message when the device is out of memory. */
+int exec_commit(Executor *ex, int tier, int64_t offset, int64_t bytes, char *err,
+                size_t errlen);
+void exec_decommit(Executor *ex, int tier, int64_t offset, int64_t bytes);
+/* 1 when the tier is reserved (its memory is what was committed). */
+int exec_reserved(const Executor *ex, int tier);
 
 /* Runs list in order with scalars[TRAIN_SCALARS]. */
 void exec_run(Executor *ex, const RtList *list, const float *scalars);
 
+/* Zeroes a whole tier (not a reserved one). */
 void exec_zero_tier(Executor *ex, int tier);
 void exec_write(Executor *ex, int tier, int64_t offset, const void *src, int64_t bytes);
 void exec_read(Executor *ex, int tier, int64_t offset, void *dst, int64_t bytes);

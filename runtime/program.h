@@ -19,9 +19,10 @@
  * A kernel or GEMM names a tier and a byte offset; the runtime passes the tier base
  * pointers as `tiers[]`.
  *
- * Execution. A step is: write the batch into the inputs (i32 token ids at
- * RtInput.offset), zero the gradient tier, run `step` (forward and backward: the loss
- * lands at loss_offset, gradients in RT_TIER_GRADS), run `gradnorm` (partial sums of
+ * Execution. A step is: zero the gradient tier, then for each micro-batch write its
+ * rows into the inputs (i32 token ids at RtInput.offset) and run `step` (forward and
+ * backward: the loss lands at loss_offset; gradients are ADDED into RT_TIER_GRADS, so
+ * micro-batches accumulate), then run `gradnorm` (partial sums of
  * squares of all gradients land at gradnorm_offset, gradnorm_parts f32 values; the
  * runtime adds them in double), compute the scalars, run `update`.
  * Scalars passed to every kernel of `update` (RT_SC_*):

@@ -3,6 +3,10 @@
  * once per batch pair (i, j), on the calling thread, with OpenBLAS's own threads
  * set to the same count (never inside the pool's workers); large memsets are
  * split over the pool too. Memory is host memory: aligned_alloc(64), zeroed once.
+ * Reserved tiers (ZeRO shards) are anonymous mappings: reserved PROT_NONE (no memory,
+ * no commit charge), committed by mprotect to read-write (pages appear zeroed when
+ * first touched), decommitted by MADV_DONTNEED and PROT_NONE again, so a stray
+ * access to a shard this rank does not hold faults instead of reading stale data.
  */
 #include "executor.h"
 #include "threadpool.h"
@@ -12,6 +16,8 @@
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 void openblas_set_num_threads(int num_threads); /* also in OpenBLAS's cblas.h */
 
@@ -119,6 +125,28 @@ static char *cpu_host_view(Device *dev, char *base)
     return base;
 }
 
+static char *cpu_reserve(Device *dev, int64_t bytes)
+{
+    void *p = mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static int cpu_commit(Device *dev, char *base, int64_t offset, int64_t bytes)
+{
+    return mprotect(base + offset, (size_t)bytes, PROT_READ | PROT_WRITE);
+}
+
+static void cpu_decommit(Device *dev, char *base, int64_t offset, int64_t bytes)
+{
+    madvise(base + offset, (size_t)bytes, MADV_DONTNEED);
+    mprotect(base + offset, (size_t)bytes, PROT_NONE);
+}
+
+static void cpu_unreserve(Device *dev, char *base, int64_t bytes)
+{
+    munmap(base, (size_t)bytes);
+}
+
 static void cpu_destroy(Device *dev)
 {
     CpuDevice *cpu = (CpuDevice *)dev;
@@ -144,6 +172,9 @@ Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, cha
     cpu->dev = (Device){.name = "cpu", .impl = cpu, .alloc = cpu_alloc, .free = cpu_free,
                         .kernel = cpu_kernel, .zero = cpu_zero, .gemm = cpu_gemm,
                         .upload = cpu_upload, .download = cpu_download, .sync = cpu_sync,
-                        .host_view = cpu_host_view, .destroy = cpu_destroy};
+                        .host_view = cpu_host_view, .destroy = cpu_destroy,
+                        .granule = sysconf(_SC_PAGESIZE), .reserve = cpu_reserve,
+                        .commit = cpu_commit, .decommit = cpu_decommit,
+                        .unreserve = cpu_unreserve};
     return &cpu->dev;
 }

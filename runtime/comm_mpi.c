@@ -1,0 +1,194 @@
+/* comm_mpi: the MPI backend of Comm (comm.h) over MPI_COMM_WORLD.
+ *
+ * Every call blocks until its buffers may be reused. Counts above COMM_MPI_CHUNK
+ * elements are split into several calls (MPI counts are int). Reductions map to
+ * MPI_Allreduce, MPI_Reduce, MPI_Reduce_scatter_block and MPI_Allgather; the in-place
+ * forms of comm.h that MPI lays out differently (reduce_scatter in place, whose MPI
+ * result lands at the start of the buffer) and calls too large for one MPI call are
+ * done as one MPI_Reduce or MPI_Bcast per rank's block.
+ *
+ * Errors: MPI_COMM_WORLD returns errors (MPI_ERRORS_RETURN) to MPI_CHECK, which
+ * prints the call, file, line and MPI's message, then aborts every rank.
+ */
+#include "comm.h"
+
+#include "runtime/fileio.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define COMM_MPI_CHUNK ((int64_t)1 << 30) /* elements per MPI call */
+
+typedef struct MpiComm {
+    Comm c;
+    int finalize; /* this process called MPI_Init */
+} MpiComm;
+
+static void mpi_fail(int rc, const char *call, const char *file, int line)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+        snprintf(msg, sizeof msg, "error code %d", rc);
+    fflush(stdout);
+    fprintf(stderr, "train: MPI error at %s:%d: %s: %s\n", file, line, call, msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+#define MPI_CHECK(call)                                        \
+    do {                                                       \
+        int mpi_rc_ = (call);                                  \
+        if (mpi_rc_ != MPI_SUCCESS)                            \
+            mpi_fail(mpi_rc_, #call, __FILE__, __LINE__);      \
+    } while (0)
+
+static MPI_Op mpi_op(CommRed op)
+{
+    switch (op) {
+    case COMM_SUM: return MPI_SUM;
+    case COMM_MAX: return MPI_MAX;
+    case COMM_MIN: return MPI_MIN;
+    }
+    return MPI_SUM;
+}
+
+/* Elements in the chunk that starts at done of count. */
+static int chunk(int64_t done, int64_t count)
+{
+    return (int)(count - done < COMM_MPI_CHUNK ? count - done : COMM_MPI_CHUNK);
+}
+
+static void mpi_all_reduce(Comm *c, const float *send, float *recv, int64_t count, CommRed op)
+{
+    for (int64_t at = 0; at < count; at += COMM_MPI_CHUNK)
+        MPI_CHECK(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send + at, recv + at,
+                                chunk(at, count), MPI_FLOAT, mpi_op(op), MPI_COMM_WORLD));
+}
+
+static void mpi_reduce(Comm *c, const float *send, float *recv, int64_t count, CommRed op,
+                       int root)
+{
+    int in_place = c->rank == root && send == recv;
+    for (int64_t at = 0; at < count; at += COMM_MPI_CHUNK)
+        MPI_CHECK(MPI_Reduce(in_place ? MPI_IN_PLACE : send + at,
+                             c->rank == root ? recv + at : NULL, chunk(at, count), MPI_FLOAT,
+                             mpi_op(op), root, MPI_COMM_WORLD));
+}
+
+static void mpi_reduce_scatter(Comm *c, const float *send, float *recv, int64_t count,
+                               CommRed op)
+{
+    if (send + (int64_t)c->rank * count != recv && count <= COMM_MPI_CHUNK) {
+        MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, mpi_op(op),
+                                           MPI_COMM_WORLD));
+        return;
+    }
+    for (int r = 0; r < c->size; r++)
+        mpi_reduce(c, send + (int64_t)r * count, recv, count, op, r);
+}
+
+static void mpi_broadcast(Comm *c, float *buf, int64_t count, int root)
+{
+    for (int64_t at = 0; at < count; at += COMM_MPI_CHUNK)
+        MPI_CHECK(MPI_Bcast(buf + at, chunk(at, count), MPI_FLOAT, root, MPI_COMM_WORLD));
+}
+
+static void mpi_all_gather(Comm *c, const float *send, float *recv, int64_t count)
+{
+    float *mine = recv + (int64_t)c->rank * count;
+    if (count <= COMM_MPI_CHUNK && (int64_t)c->size * count <= INT_MAX) {
+        if (send == mine)
+            MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)count,
+                                    MPI_FLOAT, MPI_COMM_WORLD));
+        else
+            MPI_CHECK(MPI_Allgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT,
+                                    MPI_COMM_WORLD));
+        return;
+    }
+    for (int64_t at = 0; send != mine && at < count; at += COMM_MPI_CHUNK) /* own block */
+        MPI_CHECK(MPI_Sendrecv(send + at, chunk(at, count), MPI_FLOAT, c->rank, 1, mine + at,
+                               chunk(at, count), MPI_FLOAT, c->rank, 1, MPI_COMM_WORLD,
+                               MPI_STATUS_IGNORE));
+    for (int r = 0; r < c->size; r++)
+        mpi_broadcast(c, recv + (int64_t)r * count, count, r);
+}
+
+static void mpi_send(Comm *c, const float *buf, int64_t count, int peer)
+{
+    for (int64_t at = 0; at < count; at += COMM_MPI_CHUNK)
+        MPI_CHECK(MPI_Send(buf + at, chunk(at, count), MPI_FLOAT, peer, 0, MPI_COMM_WORLD));
+}
+
+static void mpi_recv(Comm *c, float *buf, int64_t count, int peer)
+{
+    for (int64_t at = 0; at < count; at += COMM_MPI_CHUNK)
+        MPI_CHECK(MPI_Recv(buf + at, chunk(at, count), MPI_FLOAT, peer, 0, MPI_COMM_WORLD,
+                           MPI_STATUS_IGNORE));
+}
+
+static void mpi_barrier(Comm *c)
+{
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+static void mpi_host_all_reduce(Comm *c, double *vals, int n, CommRed op)
+{
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD));
+}
+
+static void mpi_abort(Comm *c, int code)
+{
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+static void mpi_destroy(Comm *c)
+{
+    MpiComm *m = (MpiComm *)c;
+    if (m->finalize)
+        MPI_Finalize();
+    free(m);
+}
+
+/* MPI_Init_thread unless MPI is up already; errors returned, not fatal. */
+static int mpi_start(int *argc, char ***argv, int *finalize, char *err, size_t errlen)
+{
+    int inited = 0, provided = 0;
+    MPI_Initialized(&inited);
+    *finalize = !inited;
+    if (!inited && MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return file_set_error(err, errlen, "MPI_Init_thread failed");
+    if (!inited && provided < MPI_THREAD_FUNNELED)
+        return file_set_error(err, errlen, "MPI provides thread level %d, below FUNNELED",
+                              provided);
+    return MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN) == MPI_SUCCESS
+               ? 0
+               : file_set_error(err, errlen, "MPI_Comm_set_errhandler failed");
+}
+
+Comm *comm_mpi_new(int *argc, char ***argv, char *err, size_t errlen)
+{
+    MpiComm *m = calloc(1, sizeof *m);
+    if (!m) {
+        file_set_error(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (mpi_start(argc, argv, &m->finalize, err, errlen) != 0) {
+        free(m);
+        return NULL;
+    }
+    m->c = (Comm){.name = "mpi", .impl = m, .all_reduce = mpi_all_reduce,
+                  .reduce = mpi_reduce, .reduce_scatter = mpi_reduce_scatter,
+                  .all_gather = mpi_all_gather, .broadcast = mpi_broadcast,
+                  .send = mpi_send, .recv = mpi_recv, .barrier = mpi_barrier,
+                  .host_all_reduce = mpi_host_all_reduce, .abort = mpi_abort,
+                  .destroy = mpi_destroy};
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &m->c.rank));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &m->c.size));
+    return &m->c;
+}
