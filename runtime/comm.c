@@ -66,6 +66,7 @@ static void self_host_all_reduce(Comm *c, double *vals, int n, CommRed op)
 {
 }
 
+static void self_abort(Comm *c, int code) __attribute__((noreturn));
 static void self_abort(Comm *c, int code)
 {
     fflush(stdout);
@@ -82,7 +83,8 @@ Comm *comm_self_new(void)
     Comm *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    *c = (Comm){.name = "self", .rank = 0, .size = 1, .all_reduce = self_all_reduce,
+    *c = (Comm){.name = "self", .rank = 0, .size = 1, .local_size = 1,
+                .all_reduce = self_all_reduce,
                 .reduce = self_reduce, .reduce_scatter = self_reduce_scatter,
                 .all_gather = self_all_gather, .broadcast = self_broadcast,
                 .send = self_send, .recv = self_recv, .barrier = self_barrier,

@@ -34,6 +34,7 @@ typedef struct Comm Comm;
 struct Comm {
     const char *name; /* "self", "mpi" */
     int rank, size;   /* this rank in [0, size) */
+    int local_rank, local_size; /* the same among the ranks on this machine (threads, GPUs) */
     void *impl;
     /* recv[i] = op over ranks of send[i], on every rank. */
     void (*all_reduce)(Comm *c, const float *send, float *recv, int64_t count, CommRed op);

@@ -1,8 +1,10 @@
 /* comm_mpi: the MPI backend of Comm (comm.h) over MPI_COMM_WORLD.
  *
- * Every call blocks until its buffers may be reused. Counts above COMM_MPI_CHUNK
- * elements are split into several calls (MPI counts are int). Reductions map to
- * MPI_Allreduce, MPI_Reduce, MPI_Reduce_scatter_block and MPI_Allgather; the in-place
+ * Every call blocks until its buffers may be reused. Counts above the chunk (2^30
+ * elements; COLOSSALC_MPI_CHUNK=N in the environment sets it, so tests reach the
+ * split paths with small buffers) are split into several calls (MPI counts are int).
+ * Reductions map to MPI_Allreduce, MPI_Reduce, MPI_Reduce_scatter_block and
+ * MPI_Allgather, broadcasts to MPI_Bcast, point to point to MPI_Send/MPI_Recv; the in-place
  * forms of comm.h that MPI lays out differently (reduce_scatter in place, whose MPI
  * result lands at the start of the buffer) and calls too large for one MPI call are
  * done as one MPI_Reduce or MPI_Bcast per rank's block.
@@ -19,12 +21,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define COMM_MPI_CHUNK ((int64_t)1 << 30) /* elements per MPI call */
+#define COMM_MPI_CHUNK_MAX ((int64_t)1 << 30) /* elements per MPI call */
 
 typedef struct MpiComm {
     Comm c;
     int finalize; /* this process called MPI_Init */
 } MpiComm;
+
+static int64_t mpi_chunk = COMM_MPI_CHUNK_MAX; /* elements per call; set by comm_mpi_new */
 
 static void mpi_fail(int rc, const char *call, const char *file, int line)
 {
@@ -58,12 +62,12 @@ static MPI_Op mpi_op(CommRed op)
 /* Elements in the chunk that starts at done of count. */
 static int chunk(int64_t done, int64_t count)
 {
-    return (int)(count - done < COMM_MPI_CHUNK ? count - done : COMM_MPI_CHUNK);
+    return (int)(count - done < mpi_chunk ? count - done : mpi_chunk);
 }
 
 static void mpi_all_reduce(Comm *c, const float *send, float *recv, int64_t count, CommRed op)
 {
-    for (int64_t at = 0; at < count; at += COMM_MPI_CHUNK)
+    for (int64_t at = 0; at < count; at += mpi_chunk)
         MPI_CHECK(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send + at, recv + at,
                                 chunk(at, count), MPI_FLOAT, mpi_op(op), MPI_COMM_WORLD));
 }
@@ -72,7 +76,7 @@ static void mpi_reduce(Comm *c, const float *send, float *recv, int64_t count, C
                        int root)
 {
     int in_place = c->rank == root && send == recv;
-    for (int64_t at = 0; at < count; at += COMM_MPI_CHUNK)
+    for (int64_t at = 0; at < count; at += mpi_chunk)
         MPI_CHECK(MPI_Reduce(in_place ? MPI_IN_PLACE : send + at,
                              c->rank == root ? recv + at : NULL, chunk(at, count), MPI_FLOAT,
                              mpi_op(op), root, MPI_COMM_WORLD));
@@ -81,7 +85,7 @@ static void mpi_reduce(Comm *c, const float *send, float *recv, int64_t count, C
 static void mpi_reduce_scatter(Comm *c, const float *send, float *recv, int64_t count,
                                CommRed op)
 {
-    if (send + (int64_t)c->rank * count != recv && count <= COMM_MPI_CHUNK) {
+    if (send + (int64_t)c->rank * count != recv && count <= mpi_chunk) {
         MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, mpi_op(op),
                                            MPI_COMM_WORLD));
         return;
@@ -92,14 +96,14 @@ static void mpi_reduce_scatter(Comm *c, const float *send, float *recv, int64_t 
 
 static void mpi_broadcast(Comm *c, float *buf, int64_t count, int root)
 {
-    for (int64_t at = 0; at < count; at += COMM_MPI_CHUNK)
+    for (int64_t at = 0; at < count; at += mpi_chunk)
         MPI_CHECK(MPI_Bcast(buf + at, chunk(at, count), MPI_FLOAT, root, MPI_COMM_WORLD));
 }
 
 static void mpi_all_gather(Comm *c, const float *send, float *recv, int64_t count)
 {
     float *mine = recv + (int64_t)c->rank * count;
-    if (count <= COMM_MPI_CHUNK && (int64_t)c->size * count <= INT_MAX) {
+    if (count <= mpi_chunk && (int64_t)c->size * count <= INT_MAX) {
         if (send == mine)
             MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)count,
                                     MPI_FLOAT, MPI_COMM_WORLD));
@@ -108,7 +112,7 @@ static void mpi_all_gather(Comm *c, const float *send, float *recv, int64_t coun
                                     MPI_COMM_WORLD));
         return;
     }
-    for (int64_t at = 0; send != mine && at < count; at += COMM_MPI_CHUNK) /* own block */
+    for (int64_t at = 0; send != mine && at < count; at += mpi_chunk) /* own block */
         MPI_CHECK(MPI_Sendrecv(send + at, chunk(at, count), MPI_FLOAT, c->rank, 1, mine + at,
                                chunk(at, count), MPI_FLOAT, c->rank, 1, MPI_COMM_WORLD,
                                MPI_STATUS_IGNORE));
@@ -118,13 +122,13 @@ static void mpi_all_gather(Comm *c, const float *send, float *recv, int64_t coun
 
 static void mpi_send(Comm *c, const float *buf, int64_t count, int peer)
 {
-    for (int64_t at = 0; at < count; at += COMM_MPI_CHUNK)
+    for (int64_t at = 0; at < count; at += mpi_chunk)
         MPI_CHECK(MPI_Send(buf + at, chunk(at, count), MPI_FLOAT, peer, 0, MPI_COMM_WORLD));
 }
 
 static void mpi_recv(Comm *c, float *buf, int64_t count, int peer)
 {
-    for (int64_t at = 0; at < count; at += COMM_MPI_CHUNK)
+    for (int64_t at = 0; at < count; at += mpi_chunk)
         MPI_CHECK(MPI_Recv(buf + at, chunk(at, count), MPI_FLOAT, peer, 0, MPI_COMM_WORLD,
                            MPI_STATUS_IGNORE));
 }
@@ -139,6 +143,7 @@ static void mpi_host_all_reduce(Comm *c, double *vals, int n, CommRed op)
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD));
 }
 
+static void mpi_abort(Comm *c, int code) __attribute__((noreturn));
 static void mpi_abort(Comm *c, int code)
 {
     fflush(stdout);
@@ -188,7 +193,16 @@ Comm *comm_mpi_new(int *argc, char ***argv, char *err, size_t errlen)
                   .send = mpi_send, .recv = mpi_recv, .barrier = mpi_barrier,
                   .host_all_reduce = mpi_host_all_reduce, .abort = mpi_abort,
                   .destroy = mpi_destroy};
+    const char *chunk_env = getenv("COLOSSALC_MPI_CHUNK");
+    long long n = chunk_env ? atoll(chunk_env) : 0;
+    mpi_chunk = n > 0 && n < COMM_MPI_CHUNK_MAX ? n : COMM_MPI_CHUNK_MAX;
+    MPI_Comm node;
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &m->c.rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &m->c.size));
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m->c.rank,
+                                  MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_rank(node, &m->c.local_rank));
+    MPI_CHECK(MPI_Comm_size(node, &m->c.local_size));
+    MPI_CHECK(MPI_Comm_free(&node));
     return &m->c;
 }

@@ -27,6 +27,7 @@ typedef struct CkptEntry {
     char *name;           /* "param/wte.weight", or the plain name */
     const RtParam *param; /* shape */
     float *data;          /* [param->numel], host */
+    int skip;             /* checked in the file but not read */
 } CkptEntry;
 
 typedef struct CkptSet {
@@ -215,7 +216,8 @@ static int set_read(const CkptSet *s, const SafeTensors *st, const char *path, c
         return -1;
     for (int i = 0; i < s->n; i++) {
         const SafeTensor *t = safetensors_find(st, s->e[i].name);
-        if (safetensors_read_f32(st, t, s->e[i].data, s->e[i].param->numel, err, errlen) != 0)
+        if (!s->e[i].skip &&
+            safetensors_read_f32(st, t, s->e[i].data, s->e[i].param->numel, err, errlen) != 0)
             return -1;
     }
     return 0;
@@ -321,22 +323,23 @@ static int ckpt_write_latest(const char *dir, const char *name, char *err, size_
 int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params,
               const char *opt, char *err, size_t errlen)
 {
-    static const char *const keys[8] = {"format", "version", "model", "optimizer",
-                                        "step", "data_step", "seed", "threads"};
-    char step[32], data_step[32], seed[32], threads[32], name[64], path[4096];
+    static const char *const keys[9] = {"format", "version", "model", "optimizer", "step",
+                                        "data_step", "seed", "threads", "global_batch"};
+    char step[32], data_step[32], seed[32], threads[32], gb[32], name[64], path[4096];
     snprintf(step, sizeof step, "%" PRId64, m->step);
     snprintf(data_step, sizeof data_step, "%" PRId64, m->data_step);
     snprintf(seed, sizeof seed, "%" PRIu64, m->seed);
     snprintf(threads, sizeof threads, "%" PRId64, m->threads);
-    const char *const vals[8] = {CKPT_FORMAT, "1", p->model,
+    snprintf(gb, sizeof gb, "%" PRId64, m->global_batch);
+    const char *const vals[9] = {CKPT_FORMAT, "1", p->model,
                                  p->train.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd",
-                                 step, data_step, seed, threads};
+                                 step, data_step, seed, threads, gb};
     snprintf(name, sizeof name, "ckpt-%" PRId64 ".safetensors", m->step);
     snprintf(path, sizeof path, "%s/%s", dir, name);
     CkptSet s;
     if (set_ckpt(p, (char *)params, (char *)opt, &s, err, errlen) != 0)
         return -1;
-    int rc = set_write(&s, path, keys, vals, 8, err, errlen);
+    int rc = set_write(&s, path, keys, vals, m->global_batch > 0 ? 9 : 8, err, errlen);
     set_free(&s);
     return rc ? rc : ckpt_write_latest(dir, name, err, errlen);
 }
@@ -395,11 +398,25 @@ static int ckpt_check_meta(const RtProgram *p, const SafeTensors *st, const char
     if (step > INT64_MAX / 2 || data_step > INT64_MAX / 2)
         return file_set_error(err, errlen, "%s: step out of range", path);
     m->step = (int64_t)step, m->data_step = (int64_t)data_step, m->threads = (int64_t)threads;
+    m->global_batch = 0;
+    if (safetensors_metadata(st, "global_batch")) {
+        uint64_t gb;
+        if (meta_u64(st, path, "global_batch", &gb, err, errlen) != 0)
+            return -1;
+        m->global_batch = gb < INT64_MAX / 2 ? (int64_t)gb : 0;
+    }
     return 0;
 }
 
+/* Optimizer entries (after the nparams parameter entries) of parameters not held. */
+static void set_skip_opt(CkptSet *s, int nparams, const unsigned char *held)
+{
+    for (int i = nparams; held && i < s->n; i++)
+        s->e[i].skip = !held[i % nparams];
+}
+
 int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *params,
-                     char *opt, char *err, size_t errlen)
+                     char *opt, const unsigned char *opt_held, char *err, size_t errlen)
 {
     char name[256], path[4096];
     if (ckpt_read_latest(dir, name, sizeof name, err, errlen) != 0)
@@ -412,8 +429,10 @@ int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *par
     int rc = ckpt_check_meta(p, st, path, m, err, errlen);
     if (rc == 0)
         rc = set_ckpt(p, params, opt, &s, err, errlen);
-    if (rc == 0)
+    if (rc == 0) {
+        set_skip_opt(&s, p->nparams, opt_held);
         rc = set_read(&s, st, path, err, errlen);
+    }
     set_free(&s);
     safetensors_close(st);
     return rc;

@@ -11,7 +11,9 @@
  * Checkpoints (--ckpt-dir DIR): DIR/ckpt-STEP.safetensors holds param/NAME,
  * opt_m/NAME and (AdamW) opt_v/NAME as F32, and metadata format
  * "colossalc-checkpoint", version "1", model, optimizer, step (updates done),
- * data_step (next batch index), seed, threads. DIR/latest holds the file name
+ * data_step (next batch index), seed, threads, global_batch (rows per step over all
+ * data-parallel ranks; absent in older files). The file is the same whatever the
+ * number of ranks and the ZeRO stage that wrote it. DIR/latest holds the file name
  * and a newline. Both are written atomically (fileio.h), checkpoint first, so
  * `latest` always names a complete file.
  */
@@ -28,6 +30,7 @@ typedef struct CkptMeta {
     int64_t data_step; /* index of the next training batch */
     uint64_t seed;
     int64_t threads;
+    int64_t global_batch; /* 0: not recorded */
 } CkptMeta;
 
 /* Fills every parameter by its init rule, Philox keyed by (seed, name) (philox.h):
@@ -46,8 +49,10 @@ int ckpt_check_save_path(const char *path, char *err, size_t errlen);
 
 int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params,
               const char *opt, char *err, size_t errlen);
-/* Restores the checkpoint DIR/latest names into params, opt and *m. */
+/* Restores the checkpoint DIR/latest names into params, opt and *m; the optimizer
+ * state of parameter i only where opt_held[i] (NULL: every parameter; ZeRO ranks
+ * read their own shard), though the file must hold all of it. */
 int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *params,
-                     char *opt, char *err, size_t errlen);
+                     char *opt, const unsigned char *opt_held, char *err, size_t errlen);
 
 #endif

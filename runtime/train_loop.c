@@ -1,6 +1,7 @@
 /* train_loop: start-up, the step loop, validation, checkpoints and the final save
  * (see the header). Nothing is allocated after trainer_init: every buffer the loop
- * touches (batch, read-backs, host views of the tiers) exists by then.
+ * touches (batch, read-backs, host views of the tiers) exists by then; ZeRO-3 and
+ * checkpoints under ZeRO commit memory inside tiers reserved at start-up.
  */
 #include "train_loop.h"
 
@@ -91,7 +92,8 @@ static int trainer_open_tokens(Trainer *t, const char *path, TokenFile **tf, cha
         return 0;
     if (!(*tf = tokens_open(path, err, errlen)))
         return -1;
-    return tokens_check_batch(*tf, (int)t->prog->batch, (int)t->prog->seq, 1, err, errlen);
+    return tokens_check_batch(*tf, (int)t->global_batch, (int)t->prog->seq, t->comm->size, err,
+                              errlen);
 }
 
 static int trainer_alloc_host(Trainer *t, char *err, size_t errlen)
@@ -134,16 +136,25 @@ static int trainer_init_state(Trainer *t, char *err, size_t errlen)
 {
     const TrainOpts *o = t->opts;
     const RtProgram *p = t->prog;
+    int rank0 = t->comm->rank == 0;
     if (o->resume) {
         CkptMeta m;
         if (ckpt_load_latest(p, o->ckpt_dir, &m, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT],
-                             err, errlen) != 0)
+                             t->zero.owned, err, errlen) != 0)
             return -1;
-        if (o->seed_given && o->seed != m.seed)
+        if (m.global_batch > 0 && m.global_batch != t->global_batch)
+            return file_set_error(err, errlen,
+                                  "--resume: the checkpoint was trained on a global batch of %"
+                                  PRId64 " rows, this run's is %" PRId64 " (%d rank%s x batch %"
+                                  PRId64 "): compile for the batch that makes them equal",
+                                  m.global_batch, t->global_batch, t->comm->size,
+                                  t->comm->size == 1 ? "" : "s", p->batch);
+        if (rank0 && o->seed_given && o->seed != m.seed)
             fprintf(stderr, "train: note: --seed %" PRIu64 " ignored: the checkpoint's seed is %"
                     PRIu64 "\n", o->seed, m.seed);
         t->step = t->last_ckpt = m.step, t->data_step = m.data_step, t->seed = m.seed;
-        printf("resumed from %s at step %" PRId64 "\n", o->ckpt_dir, m.step);
+        if (rank0)
+            printf("resumed from %s at step %" PRId64 "\n", o->ckpt_dir, m.step);
     } else if (o->init_from) {
         if (ckpt_load_params(p, o->init_from, t->host[RT_TIER_PARAMS], err, errlen) != 0)
             return -1;
@@ -151,43 +162,114 @@ static int trainer_init_state(Trainer *t, char *err, size_t errlen)
         ckpt_init_params(p, t->host[RT_TIER_PARAMS], t->seed);
     }
     trainer_host_push(t);
+    zero_release_params(&t->zero, &t->ex); /* ZeRO-3: keep only the owned ones */
     return 0;
 }
 
-static void trainer_banner(const Trainer *t)
+/* Memory behind each tier on the largest rank, in MiB. */
+static void trainer_memory(Trainer *t, double mib[RT_TIERS])
 {
+    for (int tier = 0; tier < RT_TIERS; tier++)
+        mib[tier] = (double)t->ex.committed[tier] / (1 << 20);
+    t->comm->host_all_reduce(t->comm, mib, RT_TIERS, COMM_MAX);
+}
+
+/* One line, and for several ranks or ZeRO a second with the sharding and the
+ * memory it really leaves behind each tier ("of" the whole tier where reserved). */
+static void trainer_banner(Trainer *t)
+{
+    static const char *const names[3] = {"params", "grads", "opt"};
     const RtProgram *p = t->prog;
+    double mib[RT_TIERS];
+    int many = t->comm->size > 1 || t->zero.stage > 0;
+    if (many)
+        trainer_memory(t, mib);
+    if (t->comm->rank != 0)
+        return;
     printf("model %s | %" PRId64 " parameters | batch %" PRId64 " x %" PRId64
            " tokens | vocab %" PRId64 " | %s, %d threads | %s lr %.2e\n",
            p->model, p->param_elems, p->batch, p->seq, p->vocab, t->dev->name, t->threads,
            t->hp.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd", t->hp.lr);
+    if (!many)
+        return;
+    printf("data parallel: %d ranks (%s) | global batch %" PRId64 " x %" PRId64
+           " | zero %d | memory of the largest rank:", t->comm->size, t->comm->name,
+           t->global_batch, p->seq, t->zero.stage);
+    for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier++) {
+        printf("%s %s %.2f MiB", tier ? "," : "", names[tier], mib[tier]);
+        if (exec_reserved(&t->ex, tier))
+            printf(" of %.2f MiB", (double)p->tiers[tier] / (1 << 20));
+    }
+    printf("\n");
+}
+
+/* Every rank learns whether any failed (failed: this one did, its message in err).
+ * 0, or -1 with err kept on the lowest failing rank and emptied on the others. */
+static int trainer_agree(Trainer *t, int failed, char *err, size_t errlen)
+{
+    int first;
+    if (comm_agree(t->comm, failed, &first) == 0)
+        return 0;
+    if (t->comm->rank != first && errlen > 0)
+        err[0] = 0;
+    return -1;
+}
+
+/* Everything of trainer_init that needs no other rank. */
+static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
+{
+    const TrainOpts *o = t->opts;
+    const RtProgram *p = t->prog;
+    int rank0 = t->comm->rank == 0;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN) / t->comm->local_size; /* shared by the ranks */
+    t->threads = o->threads > 0 ? (int)o->threads : cpus > 0 ? (int)(cpus < 1024 ? cpus : 1024) : 1;
+    t->global_batch = p->batch * t->comm->size;
+    if (t->global_batch > INT32_MAX)
+        return file_set_error(err, errlen, "global batch of %" PRId64 " rows is too large",
+                              t->global_batch);
+    if (trainer_apply_overrides(t, o, err, errlen) != 0 ||
+        zero_init(&t->zero, p, t->comm, (int)o->zero, err, errlen) != 0)
+        return -1;
+    if (trainer_open_tokens(t, o->data, &t->data, err, errlen) ||
+        trainer_open_tokens(t, o->val, &t->val, err, errlen))
+        return -1;
+    if (rank0 && ((o->ckpt_dir && ckpt_prepare_dir(o->ckpt_dir, err, errlen) != 0) ||
+                  (o->save && ckpt_check_save_path(o->save, err, errlen) != 0)))
+        return -1;
+    if (rank0 && o->log && !(t->log = fopen(o->log, o->resume ? "a" : "w")))
+        return file_set_error(err, errlen, "--log %s: cannot open: %s", o->log, strerror(errno));
+    if (!(t->dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen)))
+        return -1;
+    /* Shards are reserved only where the host sees the tiers (the CPU device). */
+    unsigned reserve = t->dev->host_view ? zero_reserve_mask(&t->zero) : 0;
+    if (exec_init_reserved(&t->ex, p, t->dev, reserve, err, errlen) != 0 ||
+        zero_commit_owned(&t->zero, &t->ex, err, errlen) != 0 ||
+        trainer_alloc_host(t, err, errlen) != 0)
+        return -1;
+    return trainer_init_state(t, err, errlen);
+}
+
+int trainer_init_comm(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
+                      const TrainOpts *o, Comm *comm, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    t->prog = p, t->opts = o, t->seed = o->seed;
+    t->last_val = t->last_ckpt = -1;
+    t->comm = comm;
+    if (!comm && !(t->comm = comm_self_new()))
+        return file_set_error(err, errlen, "out of memory");
+    t->own_comm = !comm;
+    int failed = trainer_init_local(t, kernels, err, errlen) != 0;
+    if (trainer_agree(t, failed, err, errlen) != 0)
+        return -1;
+    trainer_banner(t);
+    return 0;
 }
 
 int trainer_init(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
                  const TrainOpts *o, char *err, size_t errlen)
 {
-    memset(t, 0, sizeof *t);
-    t->prog = p, t->opts = o, t->seed = o->seed;
-    t->last_val = t->last_ckpt = -1;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    t->threads = o->threads > 0 ? (int)o->threads : cpus > 0 ? (int)(cpus < 1024 ? cpus : 1024) : 1;
-    if (trainer_apply_overrides(t, o, err, errlen) != 0)
-        return -1;
-    if (trainer_open_tokens(t, o->data, &t->data, err, errlen) ||
-        trainer_open_tokens(t, o->val, &t->val, err, errlen))
-        return -1;
-    if ((o->ckpt_dir && ckpt_prepare_dir(o->ckpt_dir, err, errlen) != 0) ||
-        (o->save && ckpt_check_save_path(o->save, err, errlen) != 0))
-        return -1;
-    if (o->log && !(t->log = fopen(o->log, o->resume ? "a" : "w")))
-        return file_set_error(err, errlen, "--log %s: cannot open: %s", o->log, strerror(errno));
-    if (!(t->dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen)) ||
-        exec_init(&t->ex, p, t->dev, err, errlen) != 0 || trainer_alloc_host(t, err, errlen) != 0)
-        return -1;
-    if (trainer_init_state(t, err, errlen) != 0)
-        return -1;
-    trainer_banner(t);
-    return 0;
+    return trainer_init_comm(t, p, kernels, o, NULL, err, errlen);
 }
 
 void trainer_free(Trainer *t)
@@ -205,14 +287,18 @@ void trainer_free(Trainer *t)
     tokens_close(t->val);
     free(t->tokens), free(t->targets), free(t->gnorm_parts);
     free(t->logits_row), free(t->context);
+    zero_free(&t->zero);
+    if (t->own_comm)
+        t->comm->destroy(t->comm);
     memset(t, 0, sizeof *t);
 }
 
 /* ---- one step ------------------------------------------------------------------ */
 
-/* Every id of a batch (rows of seq) is a token of the vocabulary. */
+/* Every id of this rank's rows (of seq) is a token of the vocabulary; rows are
+ * numbered in the global batch, whose first row here is row0. */
 static int check_ids(const int32_t *ids, const RtProgram *p, const char *path, int64_t index,
-                     char *err, size_t errlen)
+                     int64_t row0, char *err, size_t errlen)
 {
     for (int64_t i = 0; i < p->batch * p->seq; i++)
         if (ids[i] < 0 || ids[i] >= p->vocab)
@@ -220,7 +306,7 @@ static int check_ids(const int32_t *ids, const RtProgram *p, const char *path, i
                                   "%s: token %d in batch %" PRId64 " (row %" PRId64
                                   ", position %" PRId64 ") is outside the vocabulary of %"
                                   PRId64 " tokens",
-                                  path, ids[i], index, i / p->seq, i % p->seq, p->vocab);
+                                  path, ids[i], index, row0 + i / p->seq, i % p->seq, p->vocab);
     return 0;
 }
 
@@ -228,11 +314,11 @@ int trainer_load_batch(Trainer *t, TokenFile *tf, const char *path, int64_t inde
                        size_t errlen)
 {
     const RtProgram *p = t->prog;
-    int64_t n = p->batch * p->seq;
-    if (tokens_read_batch(tf, index, (int)p->batch, (int)p->seq, 0, 1, t->tokens, t->targets,
-                          err, errlen) != 0 ||
-        check_ids(t->tokens, p, path, index, err, errlen) ||
-        check_ids(t->targets, p, path, index, err, errlen))
+    int64_t n = p->batch * p->seq, row0 = t->comm->rank * p->batch;
+    if (tokens_read_batch(tf, index, (int)t->global_batch, (int)p->seq, t->comm->rank,
+                          t->comm->size, t->tokens, t->targets, err, errlen) != 0 ||
+        check_ids(t->tokens, p, path, index, row0, err, errlen) ||
+        check_ids(t->targets, p, path, index, row0, err, errlen))
         return -1;
     exec_write(&t->ex, RT_TIER_WORK, p->tokens.offset, t->tokens, n * 4);
     exec_write(&t->ex, RT_TIER_WORK, p->targets.offset, t->targets, n * 4);
@@ -249,36 +335,44 @@ static float trainer_forward_backward(Trainer *t, const float *sc)
     return loss;
 }
 
-static double trainer_grad_norm(Trainer *t, const float *sc)
-{
-    const RtProgram *p = t->prog;
-    double sum = 0;
-    exec_run(&t->ex, &p->gradnorm, sc);
-    exec_read(&t->ex, RT_TIER_WORK, p->gradnorm_offset, t->gnorm_parts, p->gradnorm_parts * 4);
-    for (int64_t i = 0; i < p->gradnorm_parts; i++)
-        sum += t->gnorm_parts[i];
-    return sqrt(sum);
-}
-
 typedef struct StepStats {
     float loss;
     double lr, norm, ms;
 } StepStats;
 
+/* After a step's host reduction reported a failure: -1, err kept where it happened. */
+static int trainer_stopped(int failed_here, char *err, size_t errlen)
+{
+    if (!failed_here && errlen > 0)
+        err[0] = 0;
+    return -1;
+}
+
+/* A rank whose batch is bad still takes part in the step's collectives (on its
+ * previous, valid inputs) and raises the failure flag of the one host reduction;
+ * every rank then stops before the update. */
 static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
 {
     float sc[TRAIN_SCALARS];
     int64_t k = t->step + 1;
+    int world = t->comm->size, sharded_norm = t->zero.stage >= 2;
     double t0 = now_ms();
-    if (trainer_load_batch(t, t->data, t->opts->data, t->data_step, err, errlen) != 0)
-        return -1;
+    int failed = trainer_load_batch(t, t->data, t->opts->data, t->data_step, err, errlen) != 0;
     s->lr = train_lr(&t->hp, k, t->opts->steps);
     train_scalars(&t->hp, s->lr, k, 1.0, sc);
-    s->loss = trainer_forward_backward(t, sc);
-    s->norm = trainer_grad_norm(t, sc);
+    zero_gather_params(&t->zero, &t->ex);
+    float loss = trainer_forward_backward(t, sc);
+    zero_sync_grads(&t->zero, &t->ex);
+    double sumsq = zero_grad_sumsq(&t->zero, &t->ex, sc, t->gnorm_parts);
+    double v[3] = {loss, sharded_norm ? sumsq : 0, failed};
+    t->comm->host_all_reduce(t->comm, v, 3, COMM_SUM);
+    if (v[2] > 0)
+        return trainer_stopped(failed, err, errlen);
+    s->loss = (float)(v[0] / world);
+    s->norm = sqrt(sharded_norm ? v[1] : sumsq) / world; /* of the mean gradient */
     double gscale = t->hp.clip > 0 ? fmin(1.0, t->hp.clip / (s->norm + 1e-6)) : 1.0;
-    train_scalars(&t->hp, s->lr, k, gscale, sc);
-    exec_run(&t->ex, &t->prog->update, sc);
+    train_scalars(&t->hp, s->lr, k, gscale / world, sc); /* the sum becomes the mean */
+    zero_update(&t->zero, &t->ex, sc);
     t->dev->sync(t->dev);
     t->step = k, t->data_step++;
     s->ms = now_ms() - t0;
@@ -300,7 +394,9 @@ static void json_num(FILE *f, const char *key, double v, const char *fmt)
 static void trainer_log_step(Trainer *t, const StepStats *s)
 {
     const RtProgram *p = t->prog;
-    double tps = s->ms > 0 ? (double)(p->batch * p->seq) / (s->ms / 1e3) : 0;
+    double tps = s->ms > 0 ? (double)(t->global_batch * p->seq) / (s->ms / 1e3) : 0;
+    if (t->comm->rank != 0)
+        return;
     printf("step %" PRId64 "/%" PRId64
            " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s\n",
            t->step, t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps);
@@ -322,14 +418,21 @@ static void trainer_log_step(Trainer *t, const StepStats *s)
 int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen)
 {
     float sc[TRAIN_SCALARS];
-    double sum = 0;
+    double v[2] = {0, 0}; /* sum of losses, failed */
     train_scalars(&t->hp, 0.0, t->step > 0 ? t->step : 1, 1.0, sc);
+    zero_gather_params(&t->zero, &t->ex);
     for (int b = 0; b < TRAIN_VAL_BATCHES; b++) {
-        if (trainer_load_batch(t, t->val, t->opts->val, b, err, errlen) != 0)
-            return -1;
-        sum += trainer_forward_backward(t, sc);
+        if (trainer_load_batch(t, t->val, t->opts->val, b, err, errlen) != 0) {
+            v[1] = 1;
+            break;
+        }
+        v[0] += trainer_forward_backward(t, sc);
     }
-    *loss = sum / TRAIN_VAL_BATCHES;
+    int failed = v[1] > 0;
+    t->comm->host_all_reduce(t->comm, v, 2, COMM_SUM);
+    if (v[1] > 0)
+        return trainer_stopped(failed, err, errlen);
+    *loss = v[0] / t->comm->size / TRAIN_VAL_BATCHES;
     return 0;
 }
 
@@ -339,6 +442,8 @@ static int trainer_run_val(Trainer *t, char *err, size_t errlen)
     if (trainer_validate(t, &loss, err, errlen) != 0)
         return -1;
     t->last_val = t->step;
+    if (t->comm->rank != 0)
+        return 0;
     printf("val %" PRId64 " | loss %.4f (%d batches)\n", t->step, loss, TRAIN_VAL_BATCHES);
     if (t->log) {
         fprintf(t->log, "{\"step\": %" PRId64, t->step);
@@ -349,15 +454,24 @@ static int trainer_run_val(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+/* Rank 0 writes the whole state, gathered from the owners under ZeRO. */
 static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen)
 {
-    CkptMeta m = {t->step, t->data_step, t->seed, t->threads};
-    trainer_host_pull(t);
-    if (ckpt_save(t->prog, t->opts->ckpt_dir, &m, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT],
-                  err, errlen) != 0)
+    CkptMeta m = {t->step, t->data_step, t->seed, t->threads, t->global_batch};
+    int rc = 0, rank0 = t->comm->rank == 0;
+    zero_gather_params(&t->zero, &t->ex);
+    zero_gather_opt(&t->zero, &t->ex);
+    if (rank0) {
+        trainer_host_pull(t);
+        rc = ckpt_save(t->prog, t->opts->ckpt_dir, &m, t->host[RT_TIER_PARAMS],
+                       t->host[RT_TIER_OPT], err, errlen);
+    }
+    zero_release_opt(&t->zero, &t->ex);
+    if (trainer_agree(t, rc != 0, err, errlen) != 0)
         return -1;
     t->last_ckpt = t->step;
-    printf("checkpoint %s/ckpt-%" PRId64 ".safetensors\n", t->opts->ckpt_dir, t->step);
+    if (rank0)
+        printf("checkpoint %s/ckpt-%" PRId64 ".safetensors\n", t->opts->ckpt_dir, t->step);
     return 0;
 }
 
@@ -390,7 +504,8 @@ int trainer_run(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
-int trainer_finish(Trainer *t, char *err, size_t errlen)
+/* Rank 0's part of the end: --save, --sample, the log. */
+static int trainer_finish_rank0(Trainer *t, char *err, size_t errlen)
 {
     const TrainOpts *o = t->opts;
     if (o->save) {
@@ -404,4 +519,13 @@ int trainer_finish(Trainer *t, char *err, size_t errlen)
     if (t->log && (ferror(t->log) || fflush(t->log) != 0))
         return file_set_error(err, errlen, "--log %s: write failed", o->log);
     return 0;
+}
+
+int trainer_finish(Trainer *t, char *err, size_t errlen)
+{
+    zero_gather_params(&t->zero, &t->ex);
+    if (zero_check_replicas(&t->zero, &t->ex, err, errlen) != 0) /* the same on every rank */
+        return trainer_agree(t, t->comm->rank == 0, err, errlen);
+    int rc = t->comm->rank == 0 ? trainer_finish_rank0(t, err, errlen) : 0;
+    return trainer_agree(t, rc != 0, err, errlen);
 }

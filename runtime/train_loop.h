@@ -3,6 +3,17 @@
  * files, the host batch and read-back buffers, the log file. trainer_run does
  * the steps; trainer_finish saves and samples.
  *
+ * Ranks (`mpirun -np N train`, comm.h): N data-parallel ranks run the same program;
+ * the global batch is N x the program's batch and rank r reads rows [r*batch,
+ * (r+1)*batch) of it (tokens.h). The logged loss is the mean of the ranks' losses,
+ * the gradient is the ranks' mean (train_zero.h: summed, then scaled by 1/N through
+ * the update's gradient scale), the norm is the mean gradient's, and every rank
+ * applies the same update, so parameters stay equal on all ranks (checked at the
+ * end). Rank 0 alone prints, writes --log, --save and checkpoints. Errors are
+ * agreed on (comm_agree, or a failure flag in the step's one host reduction), so
+ * every rank stops together; the failing rank's message is the one printed, and a
+ * function that fails only because another rank did leaves err empty.
+ *
  * One step k (k from 1; batch index data_step, 0-based):
  *   batch data_step → the token and target inputs (every id checked < vocab)
  *   zero GRADS; run `step`; read the loss (the loss of step k is the forward loss
@@ -20,10 +31,12 @@
 #ifndef COLOSSALC_RUNTIME_TRAIN_LOOP_H
 #define COLOSSALC_RUNTIME_TRAIN_LOOP_H
 
+#include "runtime/comm.h"
 #include "runtime/executor.h"
 #include "runtime/tokens.h"
 #include "runtime/train_opts.h"
 #include "runtime/train_program.h"
+#include "runtime/train_zero.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +47,10 @@ typedef struct Trainer {
     RtTrain hp;      /* the program's train values, command-line overrides applied */
     Device *dev;
     Executor ex;
+    Comm *comm;           /* the ranks */
+    int own_comm;         /* comm was made by trainer_init (self) */
+    Zero zero;            /* ownership and sharded state (--zero) */
+    int64_t global_batch; /* rows per step over all ranks: comm->size x batch */
     TokenFile *data, *val;
     int32_t *tokens, *targets; /* [batch * seq], host */
     float *gnorm_parts;        /* [gradnorm_parts], host */
@@ -54,19 +71,24 @@ double train_lr(const RtTrain *hp, int64_t t, int64_t steps);
 /* sc[TRAIN_SCALARS] for step t. */
 void train_scalars(const RtTrain *hp, double lr, int64_t t, double gscale, float *sc);
 
-/* All of these return 0, or -1 with a message (without "train: ") in err. */
+/* All of these return 0, or -1 with a message (without "train: ") in err, empty
+ * when another rank failed. */
 int trainer_init(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
                  const TrainOpts *o, char *err, size_t errlen);
+/* The same over comm (not freed by trainer_free); trainer_init is this on one rank. */
+int trainer_init_comm(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
+                      const TrainOpts *o, Comm *comm, char *err, size_t errlen);
 int trainer_run(Trainer *t, char *err, size_t errlen);
 int trainer_finish(Trainer *t, char *err, size_t errlen);
 void trainer_free(Trainer *t);
 
-/* Validation loss: mean over TRAIN_VAL_BATCHES batches of --val. */
+/* Validation loss: mean over TRAIN_VAL_BATCHES batches of --val (all ranks). */
 int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen);
 /* Prints n tokens sampled from the model to out (train_sample.c). */
 int trainer_sample(Trainer *t, int64_t n, FILE *out, char *err, size_t errlen);
 
-/* Writes the batch `index` of tf into the program's inputs, checking token ids. */
+/* Writes this rank's rows of batch `index` of tf into the program's inputs,
+ * checking token ids. */
 int trainer_load_batch(Trainer *t, TokenFile *tf, const char *path, int64_t index, char *err,
                        size_t errlen);
 

@@ -1,12 +1,16 @@
 /* train_main: main() of the `train` executable. The compiler links the object that
  * defines colossalc_program_json, colossalc_kernels and colossalc_nkernels
- * (program.h) with this library; main parses the flags, loads and validates the
+ * (program.h) with this library; main opens the communicator (comm.h: MPI under
+ * mpirun, a single rank otherwise), parses the flags, loads and validates the
  * program, and hands over to the trainer (train_loop.h).
  *
  * Exit status: 0 on success; 1 for any error, after one line "train: ..." on
  * stderr (bad flags, unreadable or invalid files, a failed write) or "train:
- * internal error: ..." when the embedded program itself is malformed.
+ * internal error: ..." when the embedded program itself is malformed. Under
+ * mpirun every rank exits with the same status, and the message is printed by the
+ * rank it concerns (the lowest one when all ranks fail alike, as with a bad flag).
  */
+#include "runtime/comm.h"
 #include "runtime/program.h"
 #include "runtime/train_loop.h"
 #include "runtime/train_opts.h"
@@ -17,27 +21,56 @@
 static int train_fail(const char *prefix, const char *msg)
 {
     fflush(stdout);
-    fprintf(stderr, "train: %s%s\n", prefix, msg);
+    if (msg[0]) /* empty: another rank failed and says why */
+        fprintf(stderr, "train: %s%s\n", prefix, msg);
     return 1;
 }
 
-int main(int argc, char **argv)
+/* Whether any rank failed; the lowest failing rank keeps its message. */
+static int train_agree(Comm *comm, int failed, char *err)
+{
+    int first;
+    if (comm_agree(comm, failed, &first) == 0)
+        return 0;
+    if (comm->rank != first)
+        err[0] = 0;
+    return -1;
+}
+
+static int train_main(Comm *comm, int argc, char **argv)
 {
     static char err[8192];
     TrainOpts opts;
     RtProgram prog;
     Trainer tr;
-    if (train_opts_parse(argc, argv, &opts, err, sizeof err) != 0)
+    int bad = train_opts_parse(argc, argv, &opts, err, sizeof err) != 0;
+    if (train_agree(comm, bad, err) != 0)
         return train_fail("", err);
     if (opts.help) {
-        train_opts_help(stdout);
+        if (comm->rank == 0)
+            train_opts_help(stdout);
         return 0;
     }
-    if (program_load(colossalc_program_json, colossalc_nkernels, &prog, err, sizeof err) != 0)
+    bad = program_load(colossalc_program_json, colossalc_nkernels, &prog, err, sizeof err) != 0;
+    if (train_agree(comm, bad, err) != 0) {
+        if (!bad)
+            program_free(&prog);
         return train_fail("internal error: ", err);
-    int rc = trainer_init(&tr, &prog, colossalc_kernels, &opts, err, sizeof err) ||
+    }
+    int rc = trainer_init_comm(&tr, &prog, colossalc_kernels, &opts, comm, err, sizeof err) ||
              trainer_run(&tr, err, sizeof err) || trainer_finish(&tr, err, sizeof err);
     trainer_free(&tr);
     program_free(&prog);
     return rc ? train_fail("", err) : 0;
+}
+
+int main(int argc, char **argv)
+{
+    static char err[1024];
+    Comm *comm = comm_open(&argc, &argv, err, sizeof err);
+    if (!comm)
+        return train_fail("", err);
+    int rc = train_main(comm, argc, argv);
+    comm->destroy(comm);
+    return rc;
 }

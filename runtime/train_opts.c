@@ -45,7 +45,9 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG 
     X("--clip", OPT_REAL, clip, 0, 1e30, "X",                                                      \
       "clip the global gradient norm to X (0: off)")                                               \
     X("--threads", OPT_INT, threads, 1, 1024, "N",                                                 \
-      "CPU threads for kernels and OpenBLAS (default: online CPUs)")                               \
+      "CPU threads for kernels and OpenBLAS (default: online CPUs / ranks here)")                               \
+    X("--zero", OPT_INT, zero, 0, 3, "0|1|2|3",                                                    \
+      "ZeRO over the ranks: 1 shards optimizer state, 2 also gradients, 3 also parameters")        \
     X("--init-from", OPT_STR, init_from, 0, 0, "FILE",                                             \
       "initial parameters from safetensors (F32, BF16, F16)")                                      \
     X("--save", OPT_STR, save, 0, 0, "FILE",                                                       \
@@ -229,6 +231,8 @@ void train_opts_help(FILE *f)
                "  opt_v/NAME (F32) and metadata step, data_step, seed; DIR/latest names it.\n"
                "  A resumed run repeats the uninterrupted run's losses bit for bit (same\n"
                "  --threads).\n"
+               "ranks: `mpirun -np N train ...` trains N data-parallel ranks of this program\n"
+               "  on a global batch of N x its batch; rank 0 prints, logs and writes files.\n"
                "overrides: --lr, --warmup, --min-lr, --lr-schedule and --clip act in the\n"
                "  runtime; --beta1, --beta2, --eps and --weight-decay reach only programs whose\n"
                "  update kernels read them (others refuse a value that differs from theirs).\n");

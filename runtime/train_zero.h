@@ -48,7 +48,7 @@ typedef struct Zero {
     Comm *comm;
     int stage;              /* 0..3 */
     int *owner;             /* [nparams] owning rank (all 0 at stage 0) */
-    unsigned char *owned;   /* [nparams] owner == this rank */
+    unsigned char *owned;   /* [nparams] this rank holds its optimizer state (all at stage 0) */
     int64_t *part0;         /* [nparams + 1] first gradnorm part of each parameter */
     int gathered;           /* stage 3: the non-owned parameters are in PARAMS */
     int opt_gathered;       /* rank 0 holds every parameter's optimizer state */

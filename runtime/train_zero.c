@@ -1,0 +1,322 @@
+/* train_zero: ownership, gradient synchronisation and sharded state (see the header).
+ * Collectives are one call per parameter where ownership matters (a parameter is
+ * contiguous in every tier, and parameters of different owners interleave), and one
+ * call over the whole GRADS tier where it does not.
+ */
+#include "train_zero.h"
+
+#include "runtime/fileio.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- ownership ----------------------------------------------------------------- */
+
+typedef struct ZeroItem {
+    int64_t numel;
+    int index;
+} ZeroItem;
+
+static int item_cmp(const void *a, const void *b)
+{
+    const ZeroItem *x = a, *y = b;
+    if (x->numel != y->numel)
+        return x->numel > y->numel ? -1 : 1;
+    return x->index - y->index;
+}
+
+/* Largest first, each to the least loaded rank (lowest on ties). */
+static int zero_partition(Zero *z, int world)
+{
+    const RtProgram *p = z->prog;
+    ZeroItem *items = calloc((size_t)p->nparams, sizeof *items);
+    int64_t *load = calloc((size_t)world, sizeof *load);
+    if (!items || !load) {
+        free(items), free(load);
+        return -1;
+    }
+    for (int i = 0; i < p->nparams; i++)
+        items[i] = (ZeroItem){p->params[i].numel, i};
+    qsort(items, (size_t)p->nparams, sizeof *items, item_cmp);
+    for (int k = 0; k < p->nparams; k++) {
+        int best = 0;
+        for (int r = 1; r < world; r++)
+            best = load[r] < load[best] ? r : best;
+        z->owner[items[k].index] = best;
+        load[best] += items[k].numel;
+    }
+    free(items), free(load);
+    return 0;
+}
+
+static int64_t param_rows(const RtParam *q)
+{
+    return q->ndim ? q->numel / q->shape[q->ndim - 1] : 1;
+}
+
+/* list is one kernel per parameter, in order, over the parameter's rows. */
+static int list_is_per_param(const RtProgram *p, const RtList *list)
+{
+    if (list->n != p->nparams)
+        return 0;
+    for (int i = 0; i < p->nparams; i++)
+        if (list->instr[i].op != RT_OP_KERNEL ||
+            list->instr[i].extent != param_rows(&p->params[i]))
+            return 0;
+    return 1;
+}
+
+static int zero_check_program(const Zero *z, char *err, size_t errlen)
+{
+    const RtProgram *p = z->prog;
+    int ok = z->stage < 1 || list_is_per_param(p, &p->update);
+    ok = ok && (z->stage < 2 || (list_is_per_param(p, &p->gradnorm) &&
+                                 z->part0[p->nparams] == p->gradnorm_parts));
+    if (ok)
+        return 0;
+    return file_set_error(err, errlen,
+                          "--zero %d: this program's %s list is not one kernel per parameter "
+                          "in parameter order, so one rank's share of it cannot be run alone",
+                          z->stage, list_is_per_param(p, &p->update) ? "gradnorm" : "update");
+}
+
+int zero_init(Zero *z, const RtProgram *p, Comm *c, int stage, char *err, size_t errlen)
+{
+    memset(z, 0, sizeof *z);
+    z->prog = p, z->comm = c, z->stage = stage;
+    z->owner = calloc((size_t)p->nparams, sizeof *z->owner);
+    z->owned = calloc((size_t)p->nparams, sizeof *z->owned);
+    z->part0 = calloc((size_t)p->nparams + 1, sizeof *z->part0);
+    if (!z->owner || !z->owned || !z->part0 || (stage > 0 && zero_partition(z, c->size) != 0))
+        return file_set_error(err, errlen, "out of memory");
+    for (int i = 0; i < p->nparams; i++) {
+        z->owned[i] = stage == 0 || z->owner[i] == c->rank;
+        z->part0[i + 1] = z->part0[i] + param_rows(&p->params[i]);
+    }
+    return zero_check_program(z, err, errlen);
+}
+
+void zero_free(Zero *z)
+{
+    free(z->owner), free(z->owned), free(z->part0);
+    memset(z, 0, sizeof *z);
+}
+
+unsigned zero_reserve_mask(const Zero *z)
+{
+    return (z->stage >= 1 ? 1u << RT_TIER_OPT : 0) | (z->stage >= 3 ? 1u << RT_TIER_PARAMS : 0);
+}
+
+/* ---- shards -------------------------------------------------------------------- */
+
+/* The byte ranges of parameter i's optimizer state: m, and v for AdamW. */
+static int opt_ranges(const RtProgram *p, int i, int64_t off[2])
+{
+    if (p->tiers[RT_TIER_OPT] == 0)
+        return 0;
+    off[0] = p->params[i].offset;
+    off[1] = p->opt_v_offset + p->params[i].offset;
+    return p->train.optimizer == RT_OPT_ADAMW ? 2 : 1;
+}
+
+static int commit_opt(Executor *ex, const RtProgram *p, int i, char *err, size_t errlen)
+{
+    int64_t off[2];
+    int n = opt_ranges(p, i, off);
+    for (int k = 0; k < n; k++)
+        if (exec_commit(ex, RT_TIER_OPT, off[k], p->params[i].numel * 4, err, errlen) != 0)
+            return -1;
+    return 0;
+}
+
+static void decommit_opt(Executor *ex, const RtProgram *p, int i)
+{
+    int64_t off[2];
+    int n = opt_ranges(p, i, off);
+    for (int k = 0; k < n; k++)
+        exec_decommit(ex, RT_TIER_OPT, off[k], p->params[i].numel * 4);
+}
+
+int zero_commit_owned(Zero *z, Executor *ex, char *err, size_t errlen)
+{
+    const RtProgram *p = z->prog;
+    for (int i = 0; i < p->nparams; i++) {
+        const RtParam *q = &p->params[i];
+        if (z->owned[i] && commit_opt(ex, p, i, err, errlen) != 0)
+            return -1;
+        if (exec_commit(ex, RT_TIER_PARAMS, q->offset, q->numel * 4, err, errlen) != 0)
+            return -1;
+    }
+    z->gathered = 1;
+    return 0;
+}
+
+/* A commit the step cannot do without: out of memory on one rank stops them all. */
+static void commit_or_abort(Zero *z, Executor *ex, int tier, int64_t off, int64_t bytes)
+{
+    char err[256];
+    if (exec_commit(ex, tier, off, bytes, err, sizeof err) == 0)
+        return;
+    fflush(stdout);
+    fprintf(stderr, "train: rank %d: %s\n", z->comm->rank, err);
+    z->comm->abort(z->comm, 1);
+}
+
+static float *tier_floats(Executor *ex, int tier, int64_t offset)
+{
+    return (float *)(ex->tiers[tier] + offset);
+}
+
+void zero_gather_params(Zero *z, Executor *ex)
+{
+    const RtProgram *p = z->prog;
+    if (z->stage < 3 || z->gathered)
+        return;
+    for (int i = 0; i < p->nparams; i++) {
+        const RtParam *q = &p->params[i];
+        if (!z->owned[i])
+            commit_or_abort(z, ex, RT_TIER_PARAMS, q->offset, q->numel * 4);
+        z->comm->broadcast(z->comm, tier_floats(ex, RT_TIER_PARAMS, q->offset), q->numel,
+                           z->owner[i]);
+    }
+    z->gathered = 1;
+}
+
+void zero_release_params(Zero *z, Executor *ex)
+{
+    const RtProgram *p = z->prog;
+    if (z->stage < 3 || !z->gathered)
+        return;
+    for (int i = 0; i < p->nparams; i++)
+        if (!z->owned[i])
+            exec_decommit(ex, RT_TIER_PARAMS, p->params[i].offset, p->params[i].numel * 4);
+    z->gathered = 0;
+}
+
+/* ---- the step ------------------------------------------------------------------ */
+
+void zero_sync_grads(Zero *z, Executor *ex)
+{
+    const RtProgram *p = z->prog;
+    if (z->comm->size == 1)
+        return;
+    if (z->stage < 2) {
+        float *g = tier_floats(ex, RT_TIER_GRADS, 0);
+        z->comm->all_reduce(z->comm, g, g, p->tiers[RT_TIER_GRADS] / 4, COMM_SUM);
+        return;
+    }
+    for (int i = 0; i < p->nparams; i++) {
+        float *g = tier_floats(ex, RT_TIER_GRADS, p->params[i].offset);
+        z->comm->reduce(z->comm, g, g, p->params[i].numel, COMM_SUM, z->owner[i]);
+    }
+}
+
+/* Instruction i of list alone. */
+static void run_one(Executor *ex, const RtList *list, int i, const float *sc)
+{
+    RtList one = {&list->instr[i], 1};
+    exec_run(ex, &one, sc);
+}
+
+double zero_grad_sumsq(Zero *z, Executor *ex, const float *sc, float *parts)
+{
+    const RtProgram *p = z->prog;
+    double sum = 0;
+    if (z->stage < 2) {
+        exec_run(ex, &p->gradnorm, sc);
+        exec_read(ex, RT_TIER_WORK, p->gradnorm_offset, parts, p->gradnorm_parts * 4);
+        for (int64_t k = 0; k < p->gradnorm_parts; k++)
+            sum += parts[k];
+        return sum;
+    }
+    for (int i = 0; i < p->nparams; i++)
+        if (z->owned[i])
+            run_one(ex, &p->gradnorm, i, sc);
+    exec_read(ex, RT_TIER_WORK, p->gradnorm_offset, parts, p->gradnorm_parts * 4);
+    for (int i = 0; i < p->nparams; i++)
+        for (int64_t k = z->part0[i]; z->owned[i] && k < z->part0[i + 1]; k++)
+            sum += parts[k];
+    return sum;
+}
+
+void zero_update(Zero *z, Executor *ex, const float *sc)
+{
+    const RtProgram *p = z->prog;
+    if (z->stage == 0) {
+        exec_run(ex, &p->update, sc);
+        return;
+    }
+    for (int i = 0; i < p->nparams; i++)
+        if (z->owned[i])
+            run_one(ex, &p->update, i, sc);
+    if (z->stage == 3) {
+        zero_release_params(z, ex);
+        return;
+    }
+    for (int i = 0; i < p->nparams && z->comm->size > 1; i++)
+        z->comm->broadcast(z->comm, tier_floats(ex, RT_TIER_PARAMS, p->params[i].offset),
+                           p->params[i].numel, z->owner[i]);
+}
+
+/* ---- checkpoints --------------------------------------------------------------- */
+
+void zero_gather_opt(Zero *z, Executor *ex)
+{
+    const RtProgram *p = z->prog;
+    Comm *c = z->comm;
+    int64_t off[2];
+    if (z->stage == 0 || z->opt_gathered)
+        return;
+    for (int i = 0; i < p->nparams; i++) {
+        int n = opt_ranges(p, i, off), from = z->owner[i];
+        if (from == 0)
+            continue;
+        if (c->rank == 0)
+            for (int k = 0; k < n; k++)
+                commit_or_abort(z, ex, RT_TIER_OPT, off[k], p->params[i].numel * 4);
+        for (int k = 0; k < n && c->rank == 0; k++)
+            c->recv(c, tier_floats(ex, RT_TIER_OPT, off[k]), p->params[i].numel, from);
+        for (int k = 0; k < n && c->rank == from; k++)
+            c->send(c, tier_floats(ex, RT_TIER_OPT, off[k]), p->params[i].numel, 0);
+    }
+    z->opt_gathered = 1;
+}
+
+void zero_release_opt(Zero *z, Executor *ex)
+{
+    const RtProgram *p = z->prog;
+    if (!z->opt_gathered)
+        return;
+    for (int i = 0; i < p->nparams; i++)
+        if (z->comm->rank == 0 && z->owner[i] != 0)
+            decommit_opt(ex, p, i);
+    z->opt_gathered = 0;
+}
+
+/* FNV-1a over the parameters' 32-bit words. */
+static uint64_t params_hash(const RtProgram *p, Executor *ex)
+{
+    uint64_t h = 1469598103934665603ull;
+    const char *base = exec_host_tier(ex, RT_TIER_PARAMS);
+    for (int i = 0; base && i < p->nparams; i++) {
+        const uint32_t *w = (const uint32_t *)(base + p->params[i].offset);
+        for (int64_t k = 0; k < p->params[i].numel; k++)
+            h = (h ^ w[k]) * 1099511628211ull;
+    }
+    return h;
+}
+
+int zero_check_replicas(Zero *z, Executor *ex, char *err, size_t errlen)
+{
+    if (z->comm->size == 1 || !exec_host_tier(ex, RT_TIER_PARAMS))
+        return 0;
+    uint64_t h = params_hash(z->prog, ex);
+    double lo = (double)(h & 0xffffffffu), hi = (double)(h >> 32);
+    double v[4] = {lo, hi, -lo, -hi}; /* maxima, and minima negated */
+    z->comm->host_all_reduce(z->comm, v, 4, COMM_MAX);
+    if (v[0] == -v[2] && v[1] == -v[3])
+        return 0;
+    return file_set_error(err, errlen, "internal error: the ranks' parameters differ after "
+                          "training (replicas diverged)");
+}

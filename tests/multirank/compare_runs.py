@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Compares two `train` runs: the loss of every logged step (JSON lines) and, when
+given, every parameter tensor of two --save files, to a relative TOL. A tensor's
+difference is ||a - b|| / ||b|| (as tests/e2e/compare.py: Adam turns a near-zero
+gradient into a full-size step whose sign is rounding noise, so single elements may
+differ more than the tensor does; the largest elementwise difference is printed too).
+With --last N only the last N logged steps are compared.
+
+usage: compare_runs.py [--last N] TOL WANT.jsonl GOT.jsonl [WANT.safetensors GOT.safetensors]"""
+import json, struct, sys
+import numpy as np
+
+
+def read_safetensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", t["dtype"]
+        b, e = t["data_offsets"]
+        out[name] = np.frombuffer(data[base + b:base + e], dtype="<f4").reshape(t["shape"])
+    return out
+
+
+def losses(path):
+    return [(json.loads(l)["step"], json.loads(l)["loss"]) for l in open(path)
+            if l.strip() and "loss" in json.loads(l)]
+
+
+def main(argv):
+    last = None
+    if argv[:1] == ["--last"]:
+        last, argv = int(argv[1]), argv[2:]
+    tol, want_log, got_log, files = float(argv[0]), argv[1], argv[2], argv[3:]
+    want, got = losses(want_log), losses(got_log)
+    if last is not None:
+        want, got = want[-last:], got[-last:]
+    failed, worst = 0, 0.0
+    if len(want) != len(got) or not want or [s for s, _ in want] != [s for s, _ in got]:
+        print(f"FAIL: logged steps differ: {[s for s, _ in want]} vs {[s for s, _ in got]}")
+        return 1
+    for (k, a), (_, b) in zip(want, got):
+        rel = abs(a - b) / abs(a)
+        worst = max(worst, rel)
+        ok = rel <= tol
+        failed += not ok
+        print(f"step {k}: loss {a:.7f} vs {b:.7f} relative difference {rel:.2e} {'ok' if ok else 'FAIL'}")
+    print(f"losses: max relative difference {worst:.2e}")
+    checks = len(want)
+    if files:
+        a, b = read_safetensors(files[0]), read_safetensors(files[1])
+        if set(a) != set(b):
+            print("FAIL: parameter names differ:", sorted(set(a) ^ set(b)))
+            return 1
+        worst, worst_name, max_abs = 0.0, "", 0.0
+        for name in a:
+            diff = b[name].astype(np.float64) - a[name]
+            rel = float(np.linalg.norm(diff) / max(np.linalg.norm(a[name]), 1e-30))
+            max_abs = max(max_abs, float(np.max(np.abs(diff))))
+            if rel >= worst:
+                worst, worst_name = rel, name
+        ok = worst <= tol
+        failed += not ok
+        checks += 1
+        print(f"parameters: max relative difference {worst:.2e} ({worst_name}), "
+              f"largest elementwise difference {max_abs:.2e} {'ok' if ok else 'FAIL'}")
+    print(f"{checks - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,53 @@
+# Multi-rank: `train` under mpirun against one-rank runs, and the Comm interface.
+# Every test here launches ranks with ${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS};
+# the scripts take both as one argument, MPIRUN, split into words.
+set(MR_WORK ${CMAKE_BINARY_DIR}/multirank-work)
+set(MR_DIR ${CMAKE_CURRENT_SOURCE_DIR}/multirank)
+separate_arguments(MR_MPI_FLAGS UNIX_COMMAND "${COLOSSALC_MPIEXEC_FLAGS}")
+string(STRIP "${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS}" MR_MPIRUN)
+
+# Comm conformance: self backend, 3 MPI ranks, and 3 ranks with 3-element chunks.
+add_test(NAME multirank_comm_self COMMAND test_comm)
+add_test(NAME multirank_comm_np3
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MR_MPI_FLAGS} -np 3 $<TARGET_FILE:test_comm>)
+add_test(NAME multirank_comm_np3_chunked
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MR_MPI_FLAGS} -np 3 $<TARGET_FILE:test_comm>)
+set_tests_properties(multirank_comm_np3_chunked PROPERTIES ENVIRONMENT COLOSSALC_MPI_CHUNK=3)
+set_tests_properties(multirank_comm_self multirank_comm_np3 multirank_comm_np3_chunked
+                     PROPERTIES TIMEOUT 120)
+
+# The executor's reserved tiers, which hold the shards (one process, no MPI).
+add_test(NAME multirank_reserve COMMAND test_reserve)
+set_tests_properties(multirank_reserve PROPERTIES TIMEOUT 120)
+
+add_test(NAME multirank_build
+         COMMAND sh ${MR_DIR}/build.sh $<TARGET_FILE:colossalc> $<TARGET_FILE:colossalc-mktokens>
+                 ${CMAKE_SOURCE_DIR} ${MR_WORK})
+set_tests_properties(multirank_build PROPERTIES FIXTURES_SETUP multirank_bins TIMEOUT 600)
+
+set(mr_equal sh ${MR_DIR}/run_equal.sh ${MR_WORK} ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
+    "${MR_MPIRUN}")
+foreach(z 0 1 2 3)
+  add_test(NAME multirank_dp2_zero${z} COMMAND ${mr_equal} 2 ${z})
+  add_test(NAME multirank_dp4_zero${z} COMMAND ${mr_equal} 4 ${z})
+  list(APPEND mr_tests multirank_dp2_zero${z} multirank_dp4_zero${z})
+endforeach()
+add_test(NAME multirank_resume_zero2
+         COMMAND sh ${MR_DIR}/run_resume.sh ${MR_WORK} ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
+                 "${MR_MPIRUN}")
+add_test(NAME multirank_errors COMMAND sh ${MR_DIR}/run_errors.sh ${MR_WORK} "${MR_MPIRUN}")
+add_test(NAME multirank_singleton COMMAND sh ${MR_DIR}/run_singleton.sh ${MR_WORK})
+list(APPEND mr_tests multirank_resume_zero2 multirank_errors multirank_singleton)
+set_tests_properties(${mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 600)
+
+# Under the sanitizers, Open MPI's own leaks are suppressed (lsan.supp says how);
+# mpirun passes its environment on to the ranks it starts on this machine.
+if(COLOSSALC_SANITIZE)
+  set(mr_env OMPI_MCA_mca_base_component_disable_dlclose=1
+      ASAN_OPTIONS=fast_unwind_on_malloc=0
+      LSAN_OPTIONS=suppressions=${MR_DIR}/lsan.supp:print_suppressions=0)
+  set_tests_properties(${mr_tests} multirank_comm_self multirank_comm_np3 PROPERTIES
+                       ENVIRONMENT "${mr_env}")
+  set_tests_properties(multirank_comm_np3_chunked PROPERTIES
+                       ENVIRONMENT "${mr_env};COLOSSALC_MPI_CHUNK=3")
+endif()
