@@ -1092,6 +1092,7 @@ Program *lower_program(Graph *g) {
   Program *p = arena_alloc(a, sizeof *p);
   p->arena = a;
   p->g = g;
+  p->microbatches = 1;
   L l = {.g = g, .p = p, .a = a};
   l.val = arena_array(a, g->n, sizeof *l.val);
   l.uses = arena_array(a, g->n, sizeof *l.uses);
@@ -1224,6 +1225,7 @@ char *program_to_json(const Program *p) {
   cJSON_AddNumberToObject(o, "scalars", RT_SCALARS_ALL);
   cJSON_AddStringToObject(o, "model", p->g->name);
   cJSON_AddNumberToObject(o, "batch", (double)p->batch);
+  cJSON_AddNumberToObject(o, "microbatches", (double)p->microbatches);
   cJSON_AddNumberToObject(o, "seq", (double)p->seq);
   cJSON_AddNumberToObject(o, "vocab", (double)p->vocab);
   cJSON_AddItemToObject(o, "tiers", ints_json(p->tiers, 4));

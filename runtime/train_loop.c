@@ -99,7 +99,7 @@ static int trainer_open_tokens(Trainer *t, const char *path, TokenFile **tf, cha
 static int trainer_alloc_host(Trainer *t, char *err, size_t errlen)
 {
     const RtProgram *p = t->prog;
-    size_t bt = (size_t)(p->batch * p->seq);
+    size_t bt = (size_t)(p->batch * p->microbatches * p->seq); /* this rank's rows of a step */
     t->tokens = calloc(bt, sizeof *t->tokens);
     t->targets = calloc(bt, sizeof *t->targets);
     t->gnorm_parts = calloc((size_t)p->gradnorm_parts, sizeof *t->gnorm_parts);
@@ -223,7 +223,7 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
     int rank0 = t->comm->rank == 0;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN) / t->comm->local_size; /* shared by the ranks */
     t->threads = o->threads > 0 ? (int)o->threads : cpus > 0 ? (int)(cpus < 1024 ? cpus : 1024) : 1;
-    t->global_batch = p->batch * t->comm->size;
+    t->global_batch = p->batch * p->microbatches * t->comm->size;
     if (t->global_batch > INT32_MAX)
         return file_set_error(err, errlen, "global batch of %" PRId64 " rows is too large",
                               t->global_batch);
@@ -300,7 +300,7 @@ void trainer_free(Trainer *t)
 static int check_ids(const int32_t *ids, const RtProgram *p, const char *path, int64_t index,
                      int64_t row0, char *err, size_t errlen)
 {
-    for (int64_t i = 0; i < p->batch * p->seq; i++)
+    for (int64_t i = 0; i < p->batch * p->microbatches * p->seq; i++)
         if (ids[i] < 0 || ids[i] >= p->vocab)
             return file_set_error(err, errlen,
                                   "%s: token %d in batch %" PRId64 " (row %" PRId64
@@ -310,29 +310,43 @@ static int check_ids(const int32_t *ids, const RtProgram *p, const char *path, i
     return 0;
 }
 
+/* Reads this rank's rows of batch `index` (all its micro-batches) into host memory. */
 int trainer_load_batch(Trainer *t, TokenFile *tf, const char *path, int64_t index, char *err,
                        size_t errlen)
 {
     const RtProgram *p = t->prog;
-    int64_t n = p->batch * p->seq, row0 = t->comm->rank * p->batch;
+    int64_t row0 = t->comm->rank * p->batch * p->microbatches;
     if (tokens_read_batch(tf, index, (int)t->global_batch, (int)p->seq, t->comm->rank,
                           t->comm->size, t->tokens, t->targets, err, errlen) != 0 ||
         check_ids(t->tokens, p, path, index, row0, err, errlen) ||
-        check_ids(t->targets, p, path, index, row0, err, errlen))
+        check_ids(t->targets, p, path, index, row0, err, errlen)) {
+        /* the step still runs (the ranks meet in its collectives): on token 0, harmlessly */
+        size_t n = (size_t)(p->batch * p->microbatches * p->seq);
+        memset(t->tokens, 0, n * sizeof *t->tokens);
+        memset(t->targets, 0, n * sizeof *t->targets);
         return -1;
-    exec_write(&t->ex, RT_TIER_WORK, p->tokens.offset, t->tokens, n * 4);
-    exec_write(&t->ex, RT_TIER_WORK, p->targets.offset, t->targets, n * 4);
+    }
     return 0;
 }
 
-/* Runs `step` on the loaded batch; returns the loss. */
+/* Runs `step` on each micro-batch of the loaded rows, the gradients adding up in
+ * their tier; returns the mean loss. The gradients are the micro-batches' sum: the
+ * update's gradient scale divides by their number. */
 static float trainer_forward_backward(Trainer *t, const float *sc)
 {
-    float loss;
+    const RtProgram *p = t->prog;
+    int64_t n = p->batch * p->seq;
+    double sum = 0;
     exec_zero_tier(&t->ex, RT_TIER_GRADS);
-    exec_run(&t->ex, &t->prog->step, sc);
-    exec_read(&t->ex, RT_TIER_WORK, t->prog->loss_offset, &loss, sizeof loss);
-    return loss;
+    for (int64_t i = 0; i < p->microbatches; i++) {
+        float loss;
+        exec_write(&t->ex, RT_TIER_WORK, p->tokens.offset, t->tokens + i * n, n * 4);
+        exec_write(&t->ex, RT_TIER_WORK, p->targets.offset, t->targets + i * n, n * 4);
+        exec_run(&t->ex, &p->step, sc);
+        exec_read(&t->ex, RT_TIER_WORK, p->loss_offset, &loss, sizeof loss);
+        sum += loss;
+    }
+    return (float)(sum / (double)p->microbatches);
 }
 
 typedef struct StepStats {
@@ -368,10 +382,11 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     t->comm->host_all_reduce(t->comm, v, 3, COMM_SUM);
     if (v[2] > 0)
         return trainer_stopped(failed, err, errlen);
+    double parts = (double)world * (double)t->prog->microbatches; /* gradients summed over these */
     s->loss = (float)(v[0] / world);
-    s->norm = sqrt(sharded_norm ? v[1] : sumsq) / world; /* of the mean gradient */
+    s->norm = sqrt(sharded_norm ? v[1] : sumsq) / parts; /* of the mean gradient */
     double gscale = t->hp.clip > 0 ? fmin(1.0, t->hp.clip / (s->norm + 1e-6)) : 1.0;
-    train_scalars(&t->hp, s->lr, k, gscale / world, sc); /* the sum becomes the mean */
+    train_scalars(&t->hp, s->lr, k, gscale / parts, sc); /* the sum becomes the mean */
     zero_update(&t->zero, &t->ex, sc);
     t->dev->sync(t->dev);
     t->step = k, t->data_step++;

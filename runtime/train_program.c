@@ -300,6 +300,10 @@ static int parse_header(Pj *pj, const cJSON *r, RtProgram *p)
         pj_num(pj, r, "", "flops_per_step", &p->flops_per_step))
         return -1;
     p->version = (int)v;
+    p->microbatches = 1;
+    if (cJSON_GetObjectItemCaseSensitive(r, "microbatches") &&
+        pj_int(pj, r, "", "microbatches", 1, 1 << 20, &p->microbatches) != 0)
+        return -1;
     p->nscalars = RT_SCALARS;
     if (cJSON_GetObjectItemCaseSensitive(r, "scalars")) { /* optional, see the header */
         if (pj_int(pj, r, "", "scalars", RT_SCALARS, TRAIN_SCALARS, &v) != 0)

@@ -96,6 +96,7 @@ typedef struct RtProgram {
     int version;
     char *model;
     int64_t batch, seq, vocab;
+    int64_t microbatches;    /* runs of `step` per step, each on `batch` rows (default 1) */
     int64_t tiers[RT_TIERS]; /* bytes */
     int64_t opt_v_offset;
     RtTrain train;
