@@ -14,6 +14,8 @@
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "passes/summary.h"
+#include "plan/dump.h"
+#include "plan/search.h"
 
 static void usage(FILE *f) {
   fputs("usage: colossalc FILE [options]\n"
@@ -28,6 +30,19 @@ static void usage(FILE *f) {
         "  --emit-cuda DIR   write the CUDA C source of every kernel to DIR/kernels.cu\n"
         "  --set NAME=VALUE  override a config constant of the model (repeatable)\n"
         "  --gpus N          number of GPUs of the target cluster (default 1)\n"
+        "  --gpus-per-node K GPUs in one node (default: the profile's node, 8 for data-centre GPUs)\n"
+        "  --gpu PROFILE     a100-80g (default), a100-40g, h100-sxm, h200, rtx3090 or cpu\n"
+        "  --cluster FILE    describe the cluster in a JSON file instead (docs/plan.md)\n"
+        "  --dump-plan[=F]   search the parallel plan and print it: text (default), json or svg\n"
+        "  --plan-out FILE   write the --dump-plan output to FILE instead of standard output\n"
+        "  --plan FILE       force a plan (or parts of one) from a --dump-plan=json file\n"
+        "  --dp N, --tp N, --pp N   force the data, tensor and pipeline parallel degrees\n"
+        "  --zero S          force the ZeRO stage (0-3)\n"
+        "  --microbatch-size N      force the micro-batch size (sequences)\n"
+        "  --schedule S      force the pipeline schedule: 1f1b or interleaved\n"
+        "  --virtual-stages V       force the model chunks per stage of the interleaved schedule\n"
+        "  --recompute R     force activation recompute: none, selective or full\n"
+        "  --attention K     price attention as fused (default) or materialized (scores in memory)\n"
         "  --summary         print parameters, FLOPs per step and a per-layer table\n"
         "                    (the default when nothing else is asked for)\n"
         "  --dump-ir         print the verified IR, one op per line with its shape\n"
@@ -41,9 +56,12 @@ typedef struct Options {
   const char *file;
   ConfigOverride *ov;
   int nov;
-  long gpus;
-  bool summary, dump_ir;
+  long gpus, gpus_per_node;
+  bool summary, dump_ir, gpus_set;
   const char *dump_after, *emit_kernels, *out, *emit_llvm, *emit_cuda;
+  const char *gpu, *cluster, *dump_plan, *plan_out, *plan_file;
+  PlanForce force;
+  bool plan;                 /* search a plan: --dump-plan or any option that forces part of one */
 } Options;
 
 static void add_override(Options *o, const char *arg) {
@@ -67,20 +85,72 @@ static long parse_positive(const char *flag, const char *arg) {
   return v;
 }
 
+/* One of names (the index), or exit 1 naming the choices. */
+static int parse_choice(const char *flag, const char *arg, const char *const *names, int n) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(arg, names[i])) return i;
+  fprintf(stderr, "colossalc: %s takes", flag);
+  for (int i = 0; i < n; i++) fprintf(stderr, "%s %s", i ? (i == n - 1 ? " or" : ",") : "", names[i]);
+  fprintf(stderr, ", got '%s'\n", arg);
+  exit(1);
+}
+
+enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA,
+       O_GPN, O_GPU, O_CLUSTER, O_DUMP_PLAN, O_PLAN_OUT, O_PLAN, O_DP, O_TP, O_PP, O_ZERO, O_MBS, O_SCHEDULE, O_VSTAGES,
+       O_RECOMPUTE, O_ATTENTION };
+
+/* The options that describe the cluster or force part of the plan. */
+static bool parse_plan_option(int c, const char *arg, Options *o) {
+  static const char *const zero[] = {"0", "1", "2", "3"};
+  PlanForce *f = &o->force;
+  switch (c) {
+  case O_GPN: o->gpus_per_node = parse_positive("--gpus-per-node", arg); break;
+  case O_GPU: o->gpu = arg; break;
+  case O_CLUSTER: o->cluster = arg; break;
+  case O_PLAN_OUT: o->plan_out = arg; break;
+  case O_PLAN: o->plan_file = arg; break;
+  case O_DP: f->dp = (int)parse_positive("--dp", arg); break;
+  case O_TP: f->tp = (int)parse_positive("--tp", arg); break;
+  case O_PP: f->pp = (int)parse_positive("--pp", arg); break;
+  case O_ZERO: f->zero = parse_choice("--zero", arg, zero, 4); break;
+  case O_MBS: f->mbs = (int)parse_positive("--microbatch-size", arg); break;
+  case O_VSTAGES: f->v = (int)parse_positive("--virtual-stages", arg); break;
+  case O_SCHEDULE: f->schedule = parse_choice("--schedule", arg, schedule_names, 2); break;
+  case O_RECOMPUTE: f->rc = parse_choice("--recompute", arg, recompute_names, RC_COUNT); break;
+  case O_ATTENTION: f->attn = parse_choice("--attention", arg, attn_kernel_names, 2); break;
+  case O_DUMP_PLAN: {
+    static const char *const fmts[] = {"text", "json", "svg"};
+    o->dump_plan = fmts[arg ? parse_choice("--dump-plan", arg, fmts, 3) : 0];
+    break;
+  }
+  default: return false;
+  }
+  o->plan = true;
+  return true;
+}
+
 static void parse_options(int argc, char **argv, Options *o) {
-  enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA };
   static const struct option longs[] = {
     {"set", required_argument, 0, O_SET}, {"gpus", required_argument, 0, O_GPUS},
     {"summary", no_argument, 0, O_SUMMARY}, {"dump-ir", no_argument, 0, O_DUMP_IR},
     {"dump-after", required_argument, 0, O_DUMP_AFTER}, {"emit-kernels", required_argument, 0, O_EMIT_KERNELS},
     {"emit-llvm", required_argument, 0, O_EMIT_LLVM}, {"emit-cuda", required_argument, 0, O_EMIT_CUDA},
+    {"gpus-per-node", required_argument, 0, O_GPN}, {"gpu", required_argument, 0, O_GPU},
+    {"cluster", required_argument, 0, O_CLUSTER}, {"dump-plan", optional_argument, 0, O_DUMP_PLAN},
+    {"plan-out", required_argument, 0, O_PLAN_OUT}, {"plan", required_argument, 0, O_PLAN},
+    {"dp", required_argument, 0, O_DP}, {"tp", required_argument, 0, O_TP}, {"pp", required_argument, 0, O_PP},
+    {"zero", required_argument, 0, O_ZERO}, {"microbatch-size", required_argument, 0, O_MBS},
+    {"schedule", required_argument, 0, O_SCHEDULE}, {"virtual-stages", required_argument, 0, O_VSTAGES},
+    {"recompute", required_argument, 0, O_RECOMPUTE}, {"attention", required_argument, 0, O_ATTENTION},
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
   *o = (Options){.gpus = 1};
+  plan_force_init(&o->force);
   int c;
   while ((c = getopt_long(argc, argv, "ho:", longs, NULL)) != -1) {
+    if (parse_plan_option(c, optarg, o)) continue;
     switch (c) {
     case O_SET: add_override(o, optarg); break;
-    case O_GPUS: o->gpus = parse_positive("--gpus", optarg); break;
+    case O_GPUS: o->gpus = parse_positive("--gpus", optarg), o->gpus_set = true; break;
     case O_SUMMARY: o->summary = true; break;
     case O_DUMP_IR: o->dump_ir = true; break;
     case O_DUMP_AFTER: o->dump_after = optarg; break;
@@ -103,7 +173,54 @@ static void parse_options(int argc, char **argv, Options *o) {
     fprintf(stderr, "colossalc: --dump-after takes decompose or autodiff, got '%s'\n", o->dump_after);
     exit(1);
   }
-  if (!o->dump_ir && !o->dump_after && !o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda) o->summary = true;
+  if (o->plan_out && !o->dump_plan) {
+    fprintf(stderr, "colossalc: --plan-out needs --dump-plan\n");
+    exit(1);
+  }
+  if (o->cluster && o->gpu) {
+    fprintf(stderr, "colossalc: give --gpu or --cluster, not both\n");
+    exit(1);
+  }
+  if (!o->dump_ir && !o->dump_after && !o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda && !o->dump_plan)
+    o->summary = true;
+}
+
+/* The cluster of --gpu (or --cluster), the forced parts, the search. */
+static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster *cl) {
+  int gpus = o->gpus_set || !o->cluster ? (int)o->gpus : 0;
+  if (o->cluster) cluster_load_json(cl, o->cluster, gpus, (int)o->gpus_per_node);
+  else cluster_from_profile(cl, o->gpu ? o->gpu : "a100-80g", gpus, (int)o->gpus_per_node);
+  PlanForce f;
+  plan_force_init(&f);
+  if (o->plan_file) plan_read_json(arena, o->plan_file, g, &f);
+  const PlanForce *c = &o->force; /* flags override the file */
+  if (c->dp > 0) f.dp = c->dp;
+  if (c->tp > 0) f.tp = c->tp;
+  if (c->pp > 0) f.pp = c->pp;
+  if (c->zero >= 0) f.zero = c->zero;
+  if (c->mbs > 0) f.mbs = c->mbs;
+  if (c->v > 0) f.v = c->v;
+  if (c->schedule >= 0) f.schedule = c->schedule;
+  if (c->rc >= 0) f.rc = c->rc;
+  if (c->attn != ATTN_FUSED) f.attn = c->attn;
+  if (f.v > 1 && f.schedule < 0) f.schedule = PS_INTERLEAVED;
+  if (f.v > 1 && f.schedule == PS_1F1B) error_plain("--virtual-stages %d needs --schedule interleaved", f.v);
+  return plan_search(arena, g, cl, &f);
+}
+
+static void dump_plan(const PlanResult *r, const Options *o) {
+  FILE *f = o->plan_out ? fopen(o->plan_out, "w") : stdout;
+  if (!f) error_plain("cannot write %s: %s", o->plan_out, strerror(errno));
+  if (!strcmp(o->dump_plan, "json")) {
+    char *json = plan_to_json(r);
+    fprintf(f, "%s\n", json);
+    free(json);
+  } else if (!strcmp(o->dump_plan, "svg")) {
+    plan_dump_svg(f, r);
+  } else {
+    plan_dump_text(f, r);
+  }
+  if (o->plan_out && fclose(f)) error_plain("cannot write %s: %s", o->plan_out, strerror(errno));
 }
 
 static void write_kernels(const char *path, const Program *p) {
@@ -217,6 +334,14 @@ int main(int argc, char **argv) {
   Graph *g = frontend_compile(arena, o.file, text, len, o.ov, o.nov);   /* parse, elaborate, verify */
   if (!g) return fail(arena, &o);
   if (o.dump_ir) ir_print(stdout, g);
+  if (o.plan) { /* requires: verified forward graph */
+    Cluster cl;
+    diag_push(&j);
+    if (setjmp(j.jb)) return fail(arena, &o);
+    PlanResult *plan = search_plan(arena, g, &o, &cl);
+    if (o.dump_plan) dump_plan(plan, &o);
+    diag_pop(&j);
+  }
   Program *volatile p = NULL;
   if (o.dump_after || o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda) {
     diag_push(&j);

@@ -1,0 +1,269 @@
+/* Cluster profiles and cluster files. Each built-in profile is one row of published
+ * figures (the datasheet of each is named in docs/plan.md) plus the efficiency
+ * factors the cost model applies to them; a cluster file (JSON, read with cJSON)
+ * either starts from a profile ("base") and overrides some fields, or gives every
+ * field. Every figure is checked: a bad one is a user error that names it. */
+#include "plan/cluster.h"
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ir/diag.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define T12 1e12
+#define G9 1e9
+#define US 1e-6
+
+typedef struct Profile { DeviceSpec dev; LinkSpec intra, inter; double host_memory, host_link_bw; int node; } Profile;
+
+/* dev: name, part, bf16, fp16, fp32, memory, memory_bw, reserved, gemm_eff, attn_eff, mem_eff, kernel_overhead, fp32_only */
+static const Profile profiles[] = {
+  {{"a100-80g", "NVIDIA A100 SXM4 80GB", 312 * T12, 312 * T12, 19.5 * T12, 80 * GIB, 2039 * G9, 3 * GIB, 0.7, 0.55, 0.8, 4 * US, false},
+   {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
+   {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85}, 2e12, 32 * G9, 8},
+  {{"a100-40g", "NVIDIA A100 SXM4 40GB", 312 * T12, 312 * T12, 19.5 * T12, 40 * GIB, 1555 * G9, 2 * GIB, 0.7, 0.55, 0.8, 4 * US, false},
+   {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
+   {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85}, 1e12, 32 * G9, 8},
+  {{"h100-sxm", "NVIDIA H100 SXM5 80GB", 989 * T12, 989 * T12, 67 * T12, 80 * GIB, 3350 * G9, 3 * GIB, 0.65, 0.5, 0.8, 4 * US, false},
+   {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
+   {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85}, 2e12, 64 * G9, 8},
+  {{"h200", "NVIDIA H200 SXM 141GB", 989 * T12, 989 * T12, 67 * T12, 141e9, 4800 * G9, 3 * GIB, 0.65, 0.5, 0.8, 4 * US, false},
+   {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
+   {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85}, 2e12, 64 * G9, 8},
+  {{"rtx3090", "NVIDIA GeForce RTX 3090", 71 * T12, 71 * T12, 35.6 * T12, 24 * GIB, 936 * G9, 1.5 * GIB, 0.75, 0.5, 0.8, 5 * US, false},
+   {"PCIe 4.0 x16 peer-to-peer", 32 * G9, 10 * US, 0.75},
+   {"100 Gb/s Ethernet per node", 12.5 * G9, 15 * US, 0.8}, 128 * GIB, 32 * G9, 4},
+  {{"cpu", "AMD EPYC 7763 socket (64 cores)", 5.0176 * T12, 5.0176 * T12, 5.0176 * T12, 256 * GIB, 204.8 * G9, 1 * GIB, 0.7, 0.4, 0.7, 2 * US, true},
+   {"socket-to-socket shared memory (MPI)", 50 * G9, 1 * US, 0.6},
+   {"100 Gb/s Ethernet per node", 12.5 * G9, 10 * US, 0.8}, 512 * GIB, 204.8 * G9, 2},
+};
+enum { NPROFILES = sizeof profiles / sizeof profiles[0] };
+
+const char *const cluster_profile_names[] = {"a100-80g", "a100-40g", "h100-sxm", "h200", "rtx3090", "cpu", NULL};
+
+static const Profile *find_profile(const char *name) {
+  for (int i = 0; i < NPROFILES; i++)
+    if (!strcmp(profiles[i].dev.name, name)) return &profiles[i];
+  return NULL;
+}
+
+static void set_counts(Cluster *c, int gpus, int gpus_per_node, int node, const char *what) {
+  if (gpus > 0) c->gpus = gpus;
+  if (gpus_per_node > 0) c->gpus_per_node = gpus_per_node;
+  else if (c->gpus_per_node <= 0) c->gpus_per_node = node < c->gpus ? node : c->gpus;
+  if (c->gpus <= 0) error_plain("%s: the number of GPUs must be positive", what);
+  if (c->gpus_per_node > c->gpus && gpus_per_node <= 0) c->gpus_per_node = c->gpus;
+  if (c->gpus % c->gpus_per_node)
+    error_plain("%s: %d GPUs do not fill nodes of %d GPUs (--gpus must be a multiple of --gpus-per-node)", what,
+                c->gpus, c->gpus_per_node);
+}
+
+void cluster_from_profile(Cluster *c, const char *profile, int gpus, int gpus_per_node) {
+  const Profile *p = find_profile(profile);
+  if (!p) {
+    char list[256] = "";
+    for (int i = 0; cluster_profile_names[i]; i++)
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", cluster_profile_names[i]);
+    error_plain("unknown GPU profile '%s' (known: %s; or describe the cluster with --cluster FILE.json)", profile, list);
+  }
+  *c = (Cluster){.dev = p->dev, .intra = p->intra, .inter = p->inter, .host_memory = p->host_memory,
+                 .host_link_bw = p->host_link_bw, .gpus = gpus > 0 ? gpus : 1};
+  set_counts(c, gpus, gpus_per_node, p->node, "--gpus");
+  snprintf(c->name, sizeof c->name, "%d x %.40s", c->gpus, p->dev.name);
+  cluster_validate(c, "--gpu");
+}
+
+/* ---- validation ------------------------------------------------------------- */
+
+static void need(bool ok, const char *what, const char *field, double v, const char *rule) {
+  if (!ok) error_plain("%s: %s must be %s, got %g", what, field, rule, v);
+}
+
+static void need_pos(const char *what, const char *field, double v, double scale) {
+  need(isfinite(v) && v > 0, what, field, v / scale, "a positive number");
+}
+
+static void need_frac(const char *what, const char *field, double v) {
+  need(isfinite(v) && v > 0 && v <= 1, what, field, v, "in (0, 1]");
+}
+
+void cluster_validate(const Cluster *c, const char *what) {
+  const DeviceSpec *d = &c->dev;
+  need_pos(what, "device.peak_bf16_tflops", d->peak_bf16, T12);
+  need_pos(what, "device.peak_fp16_tflops", d->peak_fp16, T12);
+  need_pos(what, "device.peak_fp32_tflops", d->peak_fp32, T12);
+  need_pos(what, "device.memory_gib", d->memory, GIB);
+  need_pos(what, "device.memory_bandwidth_gbs", d->memory_bw, G9);
+  need(isfinite(d->reserved) && d->reserved >= 0 && d->reserved < d->memory, what, "device.reserved_gib",
+       d->reserved / GIB, "at least 0 and less than device.memory_gib");
+  need_frac(what, "device.gemm_efficiency", d->gemm_eff);
+  need_frac(what, "device.attention_efficiency", d->attn_eff);
+  need_frac(what, "device.memory_efficiency", d->mem_eff);
+  need(isfinite(d->kernel_overhead) && d->kernel_overhead >= 0 && d->kernel_overhead < 1, what,
+       "device.kernel_overhead_us", d->kernel_overhead / US, "at least 0 and under a second");
+  const LinkSpec *l[2] = {&c->intra, &c->inter};
+  const char *ln[2] = {"intra_node", "inter_node"};
+  char f[64];
+  for (int i = 0; i < 2; i++) {
+    snprintf(f, sizeof f, "%s.bandwidth_gbs", ln[i]);
+    need_pos(what, f, l[i]->bandwidth, G9);
+    snprintf(f, sizeof f, "%s.latency_us", ln[i]);
+    need(isfinite(l[i]->latency) && l[i]->latency >= 0 && l[i]->latency < 1, what, f, l[i]->latency / US,
+         "at least 0 and under a second");
+    snprintf(f, sizeof f, "%s.efficiency", ln[i]);
+    need_frac(what, f, l[i]->efficiency);
+  }
+  need_pos(what, "host.memory_gib", c->host_memory, GIB);
+  need_pos(what, "host.link_bandwidth_gbs", c->host_link_bw, G9);
+  need(c->gpus > 0 && c->gpus <= (1 << 24), what, "gpus", c->gpus, "between 1 and 16777216");
+  need(c->gpus_per_node > 0 && c->gpus_per_node <= c->gpus, what, "gpus_per_node", c->gpus_per_node,
+       "between 1 and the number of GPUs");
+}
+
+double cluster_peak(const Cluster *c) { return c->dev.fp32_only ? c->dev.peak_fp32 : c->dev.peak_bf16; }
+int cluster_nodes(const Cluster *c) { return c->gpus / c->gpus_per_node; }
+
+/* ---- cluster files ---------------------------------------------------------- */
+
+/* Errors while reading a file are collected (the first one wins) so that the cJSON
+ * tree is freed before the error unwinds. */
+typedef struct Reader { const char *path; char err[320]; } Reader;
+
+static void rd_fail(Reader *r, const char *fmt, const char *a, const char *b) {
+  if (!r->err[0]) snprintf(r->err, sizeof r->err, fmt, r->path, a, b);
+}
+
+typedef struct Field { const char *key; double scale; double *dst; } Field;
+
+/* The numbers of one object (device, a link, host). Every key must be known; keys
+ * listed in `other` are read elsewhere. A field left NAN is missing. */
+static void read_fields(Reader *r, const cJSON *obj, const char *oname, const Field *f, int n, const char *const *other) {
+  if (!cJSON_IsObject(obj)) { rd_fail(r, "%s: '%s' must be an object%s", oname, ""); return; }
+  for (const cJSON *it = obj->child; it; it = it->next) {
+    bool skip = false;
+    for (int k = 0; other && other[k]; k++) skip |= !strcmp(other[k], it->string);
+    if (skip) continue;
+    int k = 0;
+    while (k < n && strcmp(f[k].key, it->string)) k++;
+    if (k == n) rd_fail(r, "%s: unknown field '%s.%s'", oname, it->string);
+    else if (!cJSON_IsNumber(it)) rd_fail(r, "%s: %s.%s must be a number", oname, it->string);
+    else *f[k].dst = it->valuedouble * f[k].scale;
+  }
+  for (int k = 0; k < n; k++)
+    if (isnan(*f[k].dst)) rd_fail(r, "%s: missing field '%s.%s' (or start from a built-in profile with \"base\")", oname, f[k].key);
+}
+
+static void read_string(Reader *r, const cJSON *obj, const char *key, char *dst, size_t len, const char *oname) {
+  const cJSON *s = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!s) return;
+  if (!cJSON_IsString(s)) rd_fail(r, "%s: %s.%s must be a string", oname, key);
+  else snprintf(dst, len, "%s", s->valuestring);
+}
+
+static void read_device(Reader *r, const cJSON *o, DeviceSpec *d) {
+  const Field f[] = {{"peak_bf16_tflops", T12, &d->peak_bf16}, {"peak_fp16_tflops", T12, &d->peak_fp16},
+                     {"peak_fp32_tflops", T12, &d->peak_fp32}, {"memory_gib", GIB, &d->memory},
+                     {"memory_bandwidth_gbs", G9, &d->memory_bw}, {"reserved_gib", GIB, &d->reserved},
+                     {"gemm_efficiency", 1, &d->gemm_eff}, {"attention_efficiency", 1, &d->attn_eff},
+                     {"memory_efficiency", 1, &d->mem_eff}, {"kernel_overhead_us", US, &d->kernel_overhead}};
+  static const char *const other[] = {"part", "fp32_only", NULL};
+  read_fields(r, o, "device", f, sizeof f / sizeof f[0], other);
+  if (!cJSON_IsObject(o)) return;
+  read_string(r, o, "part", d->part, sizeof d->part, "device");
+  const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "fp32_only");
+  if (b && !cJSON_IsBool(b)) rd_fail(r, "%s: %s.%s must be true or false", "device", "fp32_only");
+  else if (b) d->fp32_only = cJSON_IsTrue(b);
+}
+
+static void read_link(Reader *r, const cJSON *o, LinkSpec *l, const char *oname) {
+  const Field f[] = {{"bandwidth_gbs", G9, &l->bandwidth}, {"latency_us", US, &l->latency}, {"efficiency", 1, &l->efficiency}};
+  static const char *const other[] = {"name", NULL};
+  read_fields(r, o, oname, f, 3, other);
+  if (cJSON_IsObject(o)) read_string(r, o, "name", l->name, sizeof l->name, oname);
+}
+
+static void read_host(Reader *r, const cJSON *o, Cluster *c) {
+  const Field f[] = {{"memory_gib", GIB, &c->host_memory}, {"link_bandwidth_gbs", G9, &c->host_link_bw}};
+  read_fields(r, o, "host", f, 2, NULL);
+}
+
+static int read_count(Reader *r, const cJSON *root, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (!v) return 0;
+  if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 || v->valuedouble > (1 << 24)) {
+    rd_fail(r, "%s: %s must be a positive integer%s", key, "");
+    return 0;
+  }
+  return (int)v->valuedouble;
+}
+
+/* A blank cluster: required figures NAN (missing), the others with defaults. */
+static void blank(Cluster *c) {
+  *c = (Cluster){.dev = {.peak_bf16 = NAN, .peak_fp16 = NAN, .peak_fp32 = NAN, .memory = NAN, .memory_bw = NAN,
+                         .reserved = 2 * GIB, .gemm_eff = 0.7, .attn_eff = 0.5, .mem_eff = 0.8, .kernel_overhead = 4 * US},
+                 .intra = {"intra-node link", NAN, 2 * US, 0.8}, .inter = {"inter-node network", NAN, 5 * US, 0.85},
+                 .host_memory = 512 * GIB, .host_link_bw = 32 * G9};
+  snprintf(c->dev.name, sizeof c->dev.name, "custom");
+}
+
+static void read_cluster(Reader *r, const cJSON *root, Cluster *c, int *node) {
+  static const char *const keys[] = {"name", "base", "gpus", "gpus_per_node", "device", "intra_node", "inter_node", "host", NULL};
+  if (!cJSON_IsObject(root)) { rd_fail(r, "%s: the cluster must be a JSON object%s%s", "", ""); return; }
+  for (const cJSON *it = root->child; it; it = it->next) {
+    int k = 0;
+    while (keys[k] && strcmp(keys[k], it->string)) k++;
+    if (!keys[k]) rd_fail(r, "%s: unknown field '%s'%s", it->string, "");
+  }
+  const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, "base");
+  blank(c);
+  *node = 8;
+  if (base) {
+    const Profile *p = cJSON_IsString(base) ? find_profile(base->valuestring) : NULL;
+    if (!p) { rd_fail(r, "%s: base must name a built-in profile (a100-80g, a100-40g, h100-sxm, h200, rtx3090, cpu)%s%s", "", ""); return; }
+    c->dev = p->dev, c->intra = p->intra, c->inter = p->inter, c->host_memory = p->host_memory, c->host_link_bw = p->host_link_bw;
+    *node = p->node;
+  }
+  const cJSON *o;
+  if ((o = cJSON_GetObjectItemCaseSensitive(root, "device"))) read_device(r, o, &c->dev);
+  else if (!base) rd_fail(r, "%s: missing object 'device' (or start from a built-in profile with \"base\")%s%s", "", "");
+  if ((o = cJSON_GetObjectItemCaseSensitive(root, "intra_node"))) read_link(r, o, &c->intra, "intra_node");
+  if ((o = cJSON_GetObjectItemCaseSensitive(root, "inter_node"))) read_link(r, o, &c->inter, "inter_node");
+  if ((o = cJSON_GetObjectItemCaseSensitive(root, "host"))) read_host(r, o, c);
+  if (isnan(c->intra.bandwidth)) rd_fail(r, "%s: missing field '%s'%s", "intra_node.bandwidth_gbs", "");
+  if (isnan(c->inter.bandwidth)) rd_fail(r, "%s: missing field '%s'%s", "inter_node.bandwidth_gbs", "");
+  read_string(r, root, "name", c->name, sizeof c->name, "cluster");
+  c->gpus = read_count(r, root, "gpus");
+  c->gpus_per_node = read_count(r, root, "gpus_per_node");
+}
+
+void cluster_load_json(Cluster *c, const char *path, int gpus, int gpus_per_node) {
+  FILE *f = fopen(path, "rb");
+  if (!f) error_plain("cannot read cluster file %s", path);
+  char *text = NULL;
+  size_t len = 0, cap = 0, got;
+  char buf[4096];
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+    if (len + got + 1 > cap) {
+      cap = (len + got + 1) * 2;
+      char *t = realloc(text, cap);
+      if (!t) { free(text); fclose(f); error_plain("%s: out of memory", path); }
+      text = t;
+    }
+    memcpy(text + len, buf, got);
+    len += got;
+  }
+  fclose(f);
+  cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+  free(text);
+  if (!root) error_plain("%s: not valid JSON", path);
+  Reader r = {.path = path};
+  int node = 8;
+  read_cluster(&r, root, c, &node);
+  cJSON_Delete(root);
+  if (r.err[0]) error_plain("%s", r.err);
+  if (!c->name[0]) snprintf(c->name, sizeof c->name, "%s", path);
+  if (!c->gpus && gpus <= 0) c->gpus = 1;
+  set_counts(c, gpus, gpus_per_node, node, path);
+  cluster_validate(c, path);
+}

@@ -1,0 +1,751 @@
+/* The plan search (plan/search.h). The enumeration is nested loops in a fixed
+ * order (tensor, pipeline, micro-batch size, recompute, sharding candidate,
+ * schedule, ZeRO stage); each candidate is priced by price_plan, which is also
+ * what `--dump-plan` prints, so the search and the dump never disagree. */
+#include "plan/search.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *const schedule_names[2] = {"1f1b", "interleaved"};
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+enum { MAX_MBS = 64, MAX_V = 8, MAX_MESH = 512 };
+/* Fraction of compute time that communication on its own stream can hide behind:
+ * NCCL kernels take streaming multiprocessors from the compute they overlap. */
+#define OVERLAP 0.8
+
+void plan_force_init(PlanForce *f) {
+  *f = (PlanForce){.dp = -1, .tp = -1, .pp = -1, .zero = -1, .mbs = -1, .v = -1, .schedule = -1, .rc = -1,
+                   .attn = ATTN_FUSED, .op_strategy = NULL};
+}
+
+/* ---- sharding candidates, cached per (tp, mbs, recompute) ------------------------- */
+
+/* Parameters of a segment under a candidate: totals, and the uses of parameters
+ * that other segments use too (tied embeddings), which stages count once. */
+typedef struct SegParams { double dp, dptp, max_seg; int nshared; ParamUse *shared; } SegParams;
+
+typedef struct CandSet {
+  int tp, mbs;
+  Recompute rc;
+  int n;
+  ShardCand *c;
+  SegParams **sp;        /* [n][nseg] */
+  int ***part;           /* [n][K] chunk starts (K + 1 entries), computed on demand */
+} CandSet;
+
+typedef struct Best { bool set; PlanChoice ch; PlanPrice pr; } Best;
+
+typedef struct Mesh {
+  int dp, tp, pp;
+  Best feas, infeas, rc_feas[RC_COUNT], rc_infeas[RC_COUNT], z_feas[4], z_infeas[4];
+  Best least;            /* the plan that misses memory by the least */
+} Mesh;
+
+typedef struct Search {
+  Arena *a;
+  PlanResult *r;
+  const PlanForce *f;
+  int N, gpn, L;          /* GPUs, GPUs per node, layer segments */
+  int64_t B;              /* global batch */
+  int *param_nseg;        /* [g->n] segments that use each parameter */
+  CandSet *sets;
+  int nsets, capsets;
+  Mesh *mesh;
+  int nmesh;
+  StageCost *stage;       /* scratch [max pp] */
+  int *segbuf, *seg_stage; /* scratch [nseg]: a stage's segments; the stage of each segment */
+  double *times;          /* scratch [max pp] */
+  int **param_segs;       /* [g->n] the segments that use each parameter */
+  ParamUse *shared_buf;
+  int shared_cap;
+  char why_none[256];     /* why no plan matched the forced parts */
+  bool selective_matters; /* layers have an attention core to recompute (materialized scores, softmax) */
+} Search;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void seg_params(Search *S, const ShardCand *c, int k, SegParams *sp) {
+  const SegCost *sc = &c->seg[k];
+  *sp = (SegParams){.shared = arena_array(S->a, sc->nparam + 1, sizeof(ParamUse))};
+  for (int i = 0; i < sc->nparam; i++) {
+    const ParamUse *u = &sc->param[i];
+    bool dup = false;
+    for (int j = 0; j < i && !dup; j++) dup = sc->param[j].node == u->node && sc->param[j].pl == u->pl;
+    if (dup) continue;
+    if (S->param_nseg[u->node] > 1) sp->shared[sp->nshared++] = *u;
+    else if (u->dptp) sp->dptp += u->elems;
+    else sp->dp += u->elems;
+    sp->max_seg += u->elems;
+  }
+}
+
+static CandSet *get_set(Search *S, int tp, int mbs, Recompute rc) {
+  for (int i = 0; i < S->nsets; i++)
+    if (S->sets[i].tp == tp && S->sets[i].mbs == mbs && S->sets[i].rc == rc) return &S->sets[i];
+  if (S->nsets == S->capsets) {
+    S->capsets = S->capsets ? 2 * S->capsets : 64;
+    CandSet *n = arena_array(S->a, S->capsets, sizeof *n);
+    if (S->nsets) memcpy(n, S->sets, sizeof *n * S->nsets);
+    S->sets = n;
+  }
+  CandSet *cs = &S->sets[S->nsets++];
+  const PlanResult *r = S->r;
+  ShardCtx x = {.pm = r->pm, .cl = r->cl, .t = tp, .mbs = mbs, .rc = rc, .attn = (AttnKernel)S->f->attn,
+                .act_bytes = r->mixed ? 2 : 4, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
+                .force = S->f->op_strategy};
+  *cs = (CandSet){.tp = tp, .mbs = mbs, .rc = rc};
+  cs->n = shard_candidates(S->a, &x, &cs->c);
+  cs->sp = arena_array(S->a, cs->n, sizeof *cs->sp);
+  cs->part = arena_array(S->a, cs->n, sizeof *cs->part);
+  for (int i = 0; i < cs->n; i++) {
+    cs->sp[i] = arena_array(S->a, r->pm->nseg, sizeof(SegParams));
+    for (int k = 0; k < r->pm->nseg; k++) seg_params(S, &cs->c[i], k, &cs->sp[i][k]);
+    cs->part[i] = arena_array(S->a, S->L + 2, sizeof(int *));
+  }
+  return cs;
+}
+
+/* ---- pipeline stages: layers cut into chunks balanced by the cost model ----------- */
+
+static double seg_time(const SegCost *s) { return s->t_fwd + s->t_bwd + s->c_fwd + s->c_bwd + s->t_rc; }
+
+/* Layer segment l's time, with the ops before the layers on the first and those
+ * after on the last. */
+static double layer_time(const Search *S, const ShardCand *c, int l) {
+  const PlanModel *pm = S->r->pm;
+  double t = seg_time(&c->seg[pm->first_layer_seg + l]);
+  if (l == 0) t += seg_time(&c->seg[0]);
+  if (l == S->L - 1) t += seg_time(&c->seg[pm->nseg - 1]);
+  return t;
+}
+
+/* Can the layers be cut into at most K chunks of at most x each? */
+static bool fits_chunks(const double *t, int L, int K, double x) {
+  int used = 1;
+  double sum = 0;
+  for (int l = 0; l < L; l++) {
+    if (t[l] > x) return false;
+    if (sum + t[l] > x) used++, sum = 0;
+    sum += t[l];
+  }
+  return used <= K;
+}
+
+/* Chunk starts (K + 1 entries): the slowest chunk as fast as it can be (bisection
+ * on the bottleneck), and the others as even as that allows (each chunk aims at
+ * the mean of what remains, taking more only when the rest would not fit). */
+static int *partition(Search *S, const ShardCand *c, int K) {
+  int L = S->L, *start = arena_array(S->a, K + 1, sizeof(int));
+  if (L == 0) return start;
+  double *t = arena_array(S->a, L, sizeof(double)), lo = 0, hi = 0;
+  for (int l = 0; l < L; l++) {
+    t[l] = layer_time(S, c, l);
+    hi += t[l];
+    if (t[l] > lo) lo = t[l];
+  }
+  for (int it = 0; it < 60 && hi - lo > 1e-12 * hi; it++) {
+    double mid = (lo + hi) / 2;
+    if (fits_chunks(t, L, K, mid)) hi = mid;
+    else lo = mid;
+  }
+  double x = hi * (1 + 1e-9);
+  int l = 0;
+  for (int k = 0; k < K; k++) {
+    double rest = 0, sum = t[l];
+    for (int j = l; j < L; j++) rest += t[j];
+    start[k] = l++;
+    while (l < L && L - l > K - k - 1) {
+      bool must = k == K - 1 || !fits_chunks(t + l, L - l, K - k - 1, x);
+      bool want = sum + t[l] <= x && sum + t[l] / 2 <= rest / (K - k);
+      if (!must && !want) break;
+      sum += t[l++];
+    }
+  }
+  start[K] = L;
+  return start;
+}
+
+static const int *get_partition(Search *S, CandSet *cs, int ci, int K) {
+  if (!cs->part[ci][K]) cs->part[ci][K] = partition(S, &cs->c[ci], K);
+  return cs->part[ci][K];
+}
+
+/* ---- pricing one plan ------------------------------------------------------------- */
+
+/* Stage of chunk c, and whether chunk c holds the ops before / after the layers. */
+static int chunk_stage(int c, int pp) { return c % pp; }
+
+static double xfer_time(const Search *S, const SegCost *s, int tp, bool intra) {
+  const Cluster *cl = S->r->cl;
+  Group g = {2, intra ? 2 : 1}, t = {tp, tp};
+  double whole = cost_collective(cl, COLL_SEND_RECV, s->xfer_whole, g);
+  if (tp > 1) { /* Megatron's scatter/gather: send 1/t, all-gather inside the node */
+    double sg = cost_collective(cl, COLL_SEND_RECV, s->xfer_whole / tp, g) + cost_collective(cl, COLL_ALL_GATHER, s->xfer_whole, t);
+    if (sg < whole) whole = sg;
+  }
+  return cost_collective(cl, COLL_SEND_RECV, s->xfer_split, g) + whole;
+}
+
+static bool same_node(const Search *S, int stage_a, int stage_b, int dp, int tp) {
+  return stage_a * dp * tp / S->gpn == stage_b * dp * tp / S->gpn;
+}
+
+/* The segments of stage i: its chunks' layers, the ops before the layers on stage
+ * 0, those after on the last stage. */
+static int stage_segments(const Search *S, const int *start, int p, int v, int i, int *segs) {
+  const PlanModel *pm = S->r->pm;
+  int n = 0, K = p * v;
+  for (int j = 0; j < v; j++) {
+    int c = i + j * p;
+    if (c == 0) segs[n++] = 0;
+    for (int l = start[c]; l < start[c + 1]; l++) segs[n++] = pm->first_layer_seg + l;
+    if (c == K - 1 && pm->nseg > 1) segs[n++] = pm->nseg - 1;
+  }
+  return n;
+}
+
+/* Parameters used by several segments (tied embeddings), counted once per stage;
+ * *tie gets the elements also held by another stage, whose gradients those stages
+ * all-reduce. */
+static double stage_shared(Search *S, const CandSet *cs, int ci, const int *segs, int n, int i, const int *seg_stage,
+                           double *tie) {
+  ParamUse *seen = S->shared_buf;
+  int ns = 0;
+  double elems = 0;
+  *tie = 0;
+  for (int a = 0; a < n; a++) {
+    const SegParams *sp = &cs->sp[ci][segs[a]];
+    for (int u = 0; u < sp->nshared; u++) {
+      const ParamUse *pu = &sp->shared[u];
+      bool dup = false;
+      for (int w = 0; w < ns && !dup; w++) dup = seen[w].node == pu->node && seen[w].pl == pu->pl;
+      if (dup || ns == S->shared_cap) continue;
+      seen[ns++] = *pu;
+      elems += pu->elems;
+      bool other = false;
+      for (int k = 0; k < S->param_nseg[pu->node] && !other; k++) other = seg_stage[S->param_segs[pu->node][k]] != i;
+      if (other) *tie += pu->elems;
+    }
+  }
+  return elems;
+}
+
+/* Gradient synchronisation over the data-parallel ranks (and ZeRO's gathers) of
+ * one stage: the time exposed after overlap with its backward. */
+static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCost *st, int i, double e_dp,
+                            double e_dptp) {
+  const Cluster *cl = S->r->cl;
+  const PlanResult *r = S->r;
+  int dp = ch->dp, tp = ch->tp;
+  if (dp * tp <= 1) return 0;
+  int in_node = S->gpn / tp < 1 ? 1 : S->gpn / tp;
+  Group gd = {dp, dp < in_node ? dp : in_node}, gdt = {dp * tp, dp * tp < S->gpn ? dp * tp : S->gpn};
+  double gb = r->g_bytes, wb = r->w_bytes, e = e_dp + e_dptp;
+  double ar = cost_collective(cl, COLL_ALL_REDUCE, e_dp * gb, gd) + cost_collective(cl, COLL_ALL_REDUCE, e_dptp * gb, gdt);
+  double rs = cost_collective(cl, COLL_REDUCE_SCATTER, e_dp * gb, gd) + cost_collective(cl, COLL_REDUCE_SCATTER, e_dptp * gb, gdt);
+  double ag = cost_collective(cl, COLL_ALL_GATHER, e * wb, gd);
+  double end = 0, per_mb = 0, after = 0, hide = OVERLAP * st->t_bwd;
+  if (dp == 1) end = ar; /* only the tensor-parallel reduction of replicated weights */
+  else if (ch->zero == 0) end = ar;
+  else if (ch->zero == 1) end = rs, after = ag;
+  else if (ch->zero == 2) per_mb = rs, after = ag;
+  else per_mb = (ch->rc == RC_FULL ? 3 : 2) * ag + rs, hide = OVERLAP * (st->t_fwd + st->t_bwd + st->t_rc);
+  /* the end-of-step reduction overlaps the last micro-batch's backward, and later
+   * stages finish their backward earlier; per-micro-batch traffic overlaps that
+   * micro-batch's compute, except the first layer's share */
+  double slack = OVERLAP * st->t_bwd + i * (st->t_bwd + st->t_rc);
+  double exposed = end > slack ? end - slack : 0;
+  double first = st->nlayers > 0 ? per_mb / st->nlayers : per_mb;
+  double mb = per_mb - hide > first ? per_mb - hide : first;
+  return exposed + (per_mb > 0 ? ch->m * mb : 0) + after;
+}
+
+typedef struct StageSums { double stash, work, dp, dptp, maxp, flops_rc; } StageSums;
+
+static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int n, StageCost *st, StageSums *q) {
+  const ShardCand *c = &cs->c[ci];
+  const PlanModel *pm = S->r->pm;
+  *q = (StageSums){0};
+  st->first_layer = -1;
+  for (int a = 0; a < n; a++) {
+    const SegCost *s = &c->seg[segs[a]];
+    const SegParams *sp = &cs->sp[ci][segs[a]];
+    st->t_fwd += s->t_fwd, st->t_bwd += s->t_bwd, st->tp_comm += s->c_fwd + s->c_bwd, st->t_rc += s->t_rc;
+    q->stash += s->stash;
+    if (s->stash + s->transient > q->work) q->work = s->stash + s->transient;
+    q->dp += sp->dp, q->dptp += sp->dptp, q->flops_rc += s->flops_rc;
+    if (sp->max_seg > q->maxp) q->maxp = sp->max_seg;
+    if (pm->seg[segs[a]].kind == SEG_LAYER) {
+      if (st->first_layer < 0) st->first_layer = pm->seg[segs[a]].layer;
+      st->nlayers++;
+    }
+  }
+}
+
+/* p2p time per micro-batch of stage i: each of its chunks but the last sends its
+ * activations forward and receives their gradients back. */
+static double stage_p2p(const Search *S, const ShardCand *c, const int *start, const PlanChoice *ch, int i) {
+  int p = ch->pp, K = p * ch->v;
+  double t = 0;
+  for (int j = 0; j < ch->v; j++) {
+    int k = i + j * p;
+    if (k == K - 1 || p == 1) continue;
+    const SegCost *last = &c->seg[S->r->pm->first_layer_seg + start[k + 1] - 1];
+    t += 2 * xfer_time(S, last, ch->tp, same_node(S, i, (i + 1) % p, ch->dp, ch->tp));
+  }
+  return t;
+}
+
+static void stage_memory(const Search *S, const PlanChoice *ch, int i, const StageSums *q, double shared, StageCost *st) {
+  const PlanResult *r = S->r;
+  double e = q->dp + q->dptp + shared;
+  ModelStates ms = cost_zero_states(e, ch->zero, ch->dp, r->w_bytes, r->g_bytes, r->o_bytes);
+  st->params = e;
+  st->weights = ms.weights, st->grads = ms.grads, st->optimizer = ms.optimizer;
+  st->activations = q->stash * cost_inflight(i, ch->pp, ch->m, ch->v);
+  /* one layer's backward working set; ZeRO-3 also holds two layers' gathered weights */
+  st->buffers = q->work + (ch->zero == 3 ? 2 * q->maxp * r->w_bytes : 0);
+  st->total = st->weights + st->grads + st->optimizer + st->activations + st->buffers;
+}
+
+/* What price_plan adds up over the stages. */
+typedef struct StepSums { double dp_time, tie_time, opt_time, flops_rc; } StepSums;
+
+/* Stage i of plan ch: its time per micro-batch, memory, and its data-parallel,
+ * tied-weight and optimizer time, folded into `sum` (the slowest stage counts). */
+static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, const int *start, int i, StageCost *st,
+                        StepSums *sum) {
+  const PlanResult *r = S->r;
+  const Cluster *cl = r->cl;
+  StageSums q;
+  double tie;
+  int n = stage_segments(S, start, ch->pp, ch->v, i, S->segbuf);
+  stage_sum(S, cs, ci, S->segbuf, n, st, &q);
+  double shared = stage_shared(S, cs, ci, S->segbuf, n, i, S->seg_stage, &tie);
+  st->p2p = stage_p2p(S, &cs->c[ci], start, ch, i);
+  st->time = st->t_fwd + st->t_bwd + st->tp_comm + st->t_rc + st->p2p;
+  stage_memory(S, ch, i, &q, shared, st);
+  double d = stage_dp_time(S, ch, st, i, q.dp + shared - tie, q.dptp);
+  if (d > sum->dp_time) sum->dp_time = d;
+  if (tie > 0) { /* tied weights on several stages: their gradients are summed */
+    Group g = {2, same_node(S, 0, ch->pp - 1, ch->dp, ch->tp) ? 2 : 1};
+    double t = cost_collective(cl, COLL_ALL_REDUCE, tie * r->g_bytes, g);
+    if (t > sum->tie_time) sum->tie_time = t;
+  }
+  double shard = st->params / (ch->zero >= 1 ? ch->dp : 1);
+  double opt = shard * 2 * (r->w_bytes + r->g_bytes + r->o_bytes) / (cl->dev.memory_bw * cl->dev.mem_eff);
+  if (opt > sum->opt_time) sum->opt_time = opt;
+  sum->flops_rc += q.flops_rc;
+}
+
+/* The step from the stages: pipeline time, and its breakdown on the slowest stage. */
+static void price_step(const Search *S, const PlanChoice *ch, const StageCost *st, const StepSums *sum, PlanPrice *pr) {
+  const PlanResult *r = S->r;
+  double pipe = cost_pipeline_time(S->times, ch->pp, ch->m, ch->v);
+  const StageCost *c = &st[pr->critical_stage];
+  pr->compute = ch->m * (c->t_fwd + c->t_bwd);
+  pr->recompute = ch->m * c->t_rc;
+  pr->tp_comm = ch->m * c->tp_comm;
+  pr->p2p = ch->m * c->p2p;
+  pr->bubble = pipe - ch->m * c->time;
+  pr->dp_comm = sum->dp_time + sum->tie_time;
+  pr->optimizer = sum->opt_time;
+  pr->step = pipe + pr->dp_comm + pr->optimizer;
+  pr->fits = pr->peak <= r->usable;
+  double n = r->cl->gpus, hw = r->stats.train_flops + sum->flops_rc * ch->m * ch->dp * ch->tp;
+  pr->tflops = r->stats.train_flops / pr->step / n / 1e12;
+  pr->hw_tflops = hw / pr->step / n / 1e12;
+  pr->mfu = pr->tflops * 1e12 / cluster_peak(r->cl);
+}
+
+/* Price plan ch (sharding candidate ci of cs). With `out`, keep the stages and
+ * chunks for the dump. */
+static void price_plan(Search *S, CandSet *cs, int ci, const PlanChoice *ch, Plan *out, PlanPrice *pr) {
+  const PlanModel *pm = S->r->pm;
+  int p = ch->pp, K = p * ch->v;
+  const int *start = get_partition(S, cs, ci, K);
+  StageCost *st = out ? arena_array(S->a, p, sizeof *st) : S->stage;
+  memset(st, 0, sizeof *st * p);
+  for (int k = 0; k < K; k++)
+    for (int l = start[k]; l < start[k + 1]; l++) S->seg_stage[pm->first_layer_seg + l] = chunk_stage(k, p);
+  S->seg_stage[0] = 0;
+  if (pm->nseg > 1) S->seg_stage[pm->nseg - 1] = chunk_stage(K - 1, p);
+  StepSums sum = {0};
+  *pr = (PlanPrice){.fits = true};
+  for (int i = 0; i < p; i++) {
+    price_stage(S, cs, ci, ch, start, i, &st[i], &sum);
+    S->times[i] = st[i].time;
+    if (st[i].total > pr->peak) pr->peak = st[i].total, pr->peak_stage = i;
+    if (st[i].time > st[pr->critical_stage].time) pr->critical_stage = i;
+  }
+  price_step(S, ch, st, &sum, pr);
+  if (out) {
+    *out = (Plan){.ch = *ch, .pr = *pr, .sc = &cs->c[ci], .nchunks = K, .stage = st};
+    out->chunk_lo = arena_array(S->a, K, sizeof(int));
+    out->chunk_hi = arena_array(S->a, K, sizeof(int));
+    for (int k = 0; k < K; k++) out->chunk_lo[k] = start[k], out->chunk_hi[k] = start[k + 1];
+  }
+}
+
+/* ---- keeping the best and the runners-up -------------------------------------------- */
+
+static bool better(const Best *b, const PlanPrice *pr) { return !b->set || pr->step < b->pr.step; }
+
+static void keep(Best *b, const PlanChoice *ch, const PlanPrice *pr) {
+  if (better(b, pr)) *b = (Best){true, *ch, *pr};
+}
+
+static Mesh *get_mesh(Search *S, int dp, int tp, int pp) {
+  for (int i = 0; i < S->nmesh; i++)
+    if (S->mesh[i].dp == dp && S->mesh[i].tp == tp && S->mesh[i].pp == pp) return &S->mesh[i];
+  if (S->nmesh == MAX_MESH) return NULL;
+  Mesh *m = &S->mesh[S->nmesh++];
+  *m = (Mesh){.dp = dp, .tp = tp, .pp = pp};
+  return m;
+}
+
+static void record(Search *S, Mesh *m, const PlanChoice *ch, const PlanPrice *pr) {
+  S->r->evaluated++;
+  if (!m) return;
+  if (pr->fits) {
+    S->r->feasible++;
+    keep(&m->feas, ch, pr), keep(&m->rc_feas[ch->rc], ch, pr), keep(&m->z_feas[ch->zero], ch, pr);
+  } else {
+    keep(&m->infeas, ch, pr), keep(&m->rc_infeas[ch->rc], ch, pr), keep(&m->z_infeas[ch->zero], ch, pr);
+    if (!m->least.set || pr->peak < m->least.pr.peak) m->least = (Best){true, *ch, *pr};
+  }
+}
+
+/* ---- the enumeration ------------------------------------------------------------------ */
+
+static int divisors(long n, long cap, int *out, int max) {
+  int k = 0;
+  for (long d = 1; d <= n && d <= cap && k < max; d++)
+    if (n % d == 0) out[k++] = (int)d;
+  return k;
+}
+
+static void why_none(Search *S, const char *fmt, long a, long b) {
+  if (!S->why_none[0]) snprintf(S->why_none, sizeof S->why_none, fmt, a, b);
+}
+
+/* Schedules to try for (pp, m): 1F1B, and interleaved with v chunks per stage
+ * where m divides into groups of pp (as Megatron requires) and layers suffice. */
+static int schedules(Search *S, int pp, int m, int *v) {
+  const PlanForce *f = S->f;
+  int n = 0;
+  if (f->schedule != PS_INTERLEAVED && f->v <= 1) v[n++] = 1;
+  if (f->schedule == PS_1F1B || f->v == 1 || pp < 2) {
+    if (f->schedule == PS_INTERLEAVED) why_none(S, "the interleaved schedule needs a pipeline (--pp %ld%.0ld)", pp, 0);
+    return n;
+  }
+  for (int k = 2; k <= MAX_V; k++) {
+    if ((f->v > 1 && k != f->v) || (long)pp * k > S->L) continue;
+    if (m % pp) {
+      why_none(S, "the interleaved schedule needs the micro-batches (%ld) to be a multiple of --pp %ld", m, pp);
+      continue;
+    }
+    v[n++] = k;
+  }
+  if (f->v > 1 && n == 0 && (long)pp * f->v > S->L)
+    why_none(S, "--virtual-stages %ld needs %ld layers or more", f->v, (long)pp * f->v);
+  return n;
+}
+
+/* ZeRO stages to try: all four with data parallelism, but stages 2 and 3 (which
+ * reduce gradients every micro-batch) only without a pipeline, as DeepSpeed. */
+static void try_choice(Search *S, Mesh *mesh, CandSet *cs, int ci, PlanChoice ch) {
+  int zlo = S->f->zero >= 0 ? S->f->zero : 0, zhi = S->f->zero >= 0 ? S->f->zero : ch.dp == 1 ? 0 : ch.pp > 1 ? 1 : 3;
+  for (int z = zlo; z <= zhi; z++) {
+    PlanPrice pr;
+    ch.zero = z;
+    price_plan(S, cs, ci, &ch, NULL, &pr);
+    record(S, mesh, &ch, &pr);
+  }
+}
+
+static void search_mbs(Search *S, Mesh *mesh, int dp, int tp, int pp, int mbs) {
+  const PlanForce *f = S->f;
+  int m = (int)(S->B / ((int64_t)dp * mbs)), v[MAX_V + 1], nv = schedules(S, pp, m, v);
+  for (int rc = 0; rc < RC_COUNT; rc++) {
+    if (f->rc >= 0 && rc != f->rc) continue;
+    if (rc != RC_NONE && S->L == 0) continue; /* recompute works on layers */
+    if (rc == RC_SELECTIVE && f->rc < 0 && !S->selective_matters) continue;
+    CandSet *cs = get_set(S, tp, mbs, (Recompute)rc);
+    for (int ci = 0; ci < cs->n; ci++)
+      for (int k = 0; k < nv; k++) {
+        PlanChoice ch = {.dp = dp, .tp = tp, .pp = pp, .mbs = mbs, .m = m, .v = v[k], .rc = (Recompute)rc,
+                         .sched = v[k] > 1 ? PS_INTERLEAVED : PS_1F1B, .attn = (AttnKernel)f->attn, .cand = ci};
+        try_choice(S, mesh, cs, ci, ch);
+      }
+  }
+}
+
+static void search_mesh(Search *S, int dp, int tp, int pp) {
+  const PlanForce *f = S->f;
+  if (S->B % dp) {
+    why_none(S, "the global batch of %ld sequences does not split evenly over %ld data-parallel ranks", (long)S->B, dp);
+    return;
+  }
+  int mbs[MAX_MBS], n = divisors(S->B / dp, MAX_MBS, mbs, MAX_MBS);
+  if (f->mbs > 0) {
+    if ((S->B / dp) % f->mbs) {
+      why_none(S, "--microbatch-size %ld does not divide the %ld sequences of each data-parallel rank", f->mbs, (long)(S->B / dp));
+      return;
+    }
+    mbs[0] = f->mbs, n = 1;
+  }
+  Mesh *mesh = get_mesh(S, dp, tp, pp);
+  for (int i = 0; i < n; i++) search_mbs(S, mesh, dp, tp, pp, mbs[i]);
+}
+
+static void enumerate(Search *S) {
+  const PlanForce *f = S->f;
+  int tps[64], pps[64];
+  int ntp = divisors(S->N, S->gpn, tps, 64);
+  if (f->tp > 0) tps[0] = f->tp, ntp = 1;
+  for (int a = 0; a < ntp; a++) {
+    int tp = tps[a];
+    if (S->gpn % tp) continue; /* a tensor-parallel group would straddle two nodes */
+    int npp = divisors(S->N / tp, S->L > 0 ? S->L : 1, pps, 64);
+    if (f->pp > 0) pps[0] = f->pp, npp = 1;
+    for (int b = 0; b < npp; b++) {
+      int pp = pps[b];
+      if (S->N % ((long)tp * pp)) continue;
+      int dp = S->N / (tp * pp);
+      if (f->dp > 0 && dp != f->dp) continue;
+      search_mesh(S, dp, tp, pp);
+    }
+  }
+}
+
+/* Forced parts that cannot make a plan on this cluster, said plainly. */
+static void check_forced(const Search *S) {
+  const PlanForce *f = S->f;
+  if (f->tp > 0 && f->tp > S->gpn)
+    error_plain("tensor parallelism stays inside a node: --tp %d is more than the %d GPUs of a node", f->tp, S->gpn);
+  if (f->tp > 0 && S->gpn % f->tp)
+    error_plain("--tp %d does not divide the %d GPUs of a node, so its groups would straddle nodes", f->tp, S->gpn);
+  if (f->tp > 0 && S->N % f->tp) error_plain("--tp %d does not divide the %d GPUs", f->tp, S->N);
+  if (f->pp > 0 && S->N % f->pp) error_plain("--pp %d does not divide the %d GPUs", f->pp, S->N);
+  if (f->dp > 0 && S->N % f->dp) error_plain("--dp %d does not divide the %d GPUs", f->dp, S->N);
+  if (f->pp > 1 && f->pp > S->L)
+    error_plain("--pp %d needs at least %d layers to cut between, and the model has %d", f->pp, f->pp, S->L);
+  long dp = f->dp, tp = f->tp, pp = f->pp;
+  if (dp > 0 && tp > 0 && pp > 0 && dp * tp * pp != S->N)
+    error_plain("--dp %ld x --tp %ld x --pp %ld makes %ld GPUs, but the cluster has %d", dp, tp, pp, dp * tp * pp, S->N);
+  if (dp > 0 && S->B % dp)
+    error_plain("the global batch of %ld sequences does not split evenly over %ld data-parallel ranks (%.4g each)",
+                (long)S->B, dp, (double)S->B / dp);
+  if (f->zero > 3) error_plain("--zero takes 0, 1, 2 or 3, got %d", f->zero);
+  if (f->zero >= 2 && f->pp > 1)
+    error_plain("ZeRO stage %d partitions gradients, which a pipeline (--pp %d) cannot keep: its micro-batches would "
+                "each reduce every gradient; use ZeRO-1 with pipelines (as DeepSpeed requires)", f->zero, f->pp);
+}
+
+/* ---- the result -------------------------------------------------------------------- */
+
+static CandSet *set_of(Search *S, const PlanChoice *ch) { return get_set(S, ch->tp, ch->mbs, ch->rc); }
+
+static void full_plan(Search *S, const PlanChoice *ch, Plan *out) {
+  PlanPrice pr;
+  price_plan(S, set_of(S, ch), ch->cand, ch, out, &pr);
+}
+
+static const char *biggest_loss(const PlanPrice *a, const PlanPrice *w) {
+  const char *names[] = {"compute", "recompute", "tensor-parallel communication", "pipeline transfers",
+                         "pipeline bubble", "data-parallel communication", "optimizer step"};
+  double d[] = {a->compute - w->compute, a->recompute - w->recompute, a->tp_comm - w->tp_comm, a->p2p - w->p2p,
+                a->bubble - w->bubble, a->dp_comm - w->dp_comm, a->optimizer - w->optimizer};
+  int k = 0;
+  for (int i = 1; i < 7; i++)
+    if (d[i] > d[k]) k = i;
+  return names[k];
+}
+
+static void add_runner(Search *S, const Best *b, const char *label) {
+  PlanResult *r = S->r;
+  if (!b->set || r->nru >= 16 || !memcmp(&b->ch, &r->best.ch, sizeof b->ch)) return;
+  for (int i = 0; i < r->nru; i++)
+    if (!memcmp(&r->ru[i].plan.ch, &b->ch, sizeof b->ch)) return;
+  RunnerUp *ru = &r->ru[r->nru++];
+  full_plan(S, &b->ch, &ru->plan);
+  const PlanPrice *w = &r->best.pr, *p = &ru->plan.pr;
+  if (!p->fits)
+    snprintf(ru->why, sizeof ru->why, "%sdoes not fit: needs %.1f GiB per device on stage %d, %.1f GiB usable (over by %.1f GiB)",
+             label, p->peak / GIB, p->peak_stage, r->usable / GIB, (p->peak - r->usable) / GIB);
+  else
+    snprintf(ru->why, sizeof ru->why, "%sslower by %.1f%% (+%.3g s per step, mostly %s)", label,
+             100 * (p->step / w->step - 1), p->step - w->step, biggest_loss(p, w));
+}
+
+static int cmp_best(const void *a, const void *b) { /* by step time, then mesh: a total order */
+  const Best *x = *(const Best *const *)a, *y = *(const Best *const *)b;
+  if (x->pr.step != y->pr.step) return x->pr.step < y->pr.step ? -1 : 1;
+  if (x->ch.tp != y->ch.tp) return x->ch.tp - y->ch.tp;
+  return x->ch.pp - y->ch.pp;
+}
+
+static void collect_runners(Search *S, const Mesh *win) {
+  PlanResult *r = S->r;
+  r->ru = arena_array(S->a, 16, sizeof *r->ru);
+  for (int k = 0; k < RC_COUNT; k++)
+    add_runner(S, win->rc_feas[k].set ? &win->rc_feas[k] : &win->rc_infeas[k], "same mesh, other recompute: ");
+  for (int z = 0; z < 4; z++)
+    add_runner(S, win->z_feas[z].set ? &win->z_feas[z] : &win->z_infeas[z], "same mesh, other ZeRO stage: ");
+  const Best **other = arena_array(S->a, S->nmesh + 1, sizeof *other);
+  int n = 0;
+  for (int i = 0; i < S->nmesh; i++)
+    if (&S->mesh[i] != win && S->mesh[i].feas.set) other[n++] = &S->mesh[i].feas;
+  qsort(other, n, sizeof *other, cmp_best);
+  for (int i = 0; i < n && i < 5; i++) add_runner(S, other[i], "");
+  n = 0;
+  for (int i = 0; i < S->nmesh; i++)
+    if (S->mesh[i].infeas.set && S->mesh[i].infeas.pr.step < r->best.pr.step) other[n++] = &S->mesh[i].infeas;
+  qsort(other, n, sizeof *other, cmp_best);
+  for (int i = 0; i < n && i < 3; i++) add_runner(S, other[i], "faster but ");
+}
+
+static const char *plan_text(const PlanChoice *c, char *buf, size_t len) {
+  snprintf(buf, len, "dp=%d tp=%d pp=%d, ZeRO-%d, %d micro-batches of %d, recompute %s, %s%s", c->dp, c->tp, c->pp,
+           c->zero, c->m, c->mbs, recompute_names[c->rc], schedule_names[c->sched], c->v > 1 ? " (virtual stages)" : "");
+  return buf;
+}
+
+/* No plan fits: say which came closest and by how much. */
+static _Noreturn void fail_memory(Search *S, bool forced) {
+  const Best *close = NULL;
+  for (int i = 0; i < S->nmesh; i++)
+    if (S->mesh[i].least.set && (!close || S->mesh[i].least.pr.peak < close->pr.peak)) close = &S->mesh[i].least;
+  if (!close) error_plain("no plan matches the forced choices: %s", S->why_none[0] ? S->why_none : "none were possible");
+  Plan p;
+  char buf[160];
+  full_plan(S, &close->ch, &p);
+  const StageCost *st = &p.stage[p.pr.peak_stage];
+  const Cluster *cl = S->r->cl;
+  error_plain("%s (%s) does not fit in memory: stage %d needs %.1f GiB per device (weights %.1f, gradients %.1f, "
+              "optimizer states %.1f, activations %.1f, buffers %.1f GiB) but %.1f GiB are usable (%.0f GiB %s less "
+              "%.1f GiB reserved); over by %.1f GiB",
+              forced ? "the forced plan" : "no plan fits; the closest", plan_text(&p.ch, buf, sizeof buf),
+              p.pr.peak_stage, st->total / GIB, st->weights / GIB, st->grads / GIB, st->optimizer / GIB,
+              st->activations / GIB, st->buffers / GIB, S->r->usable / GIB, cl->dev.memory / GIB, cl->dev.name,
+              cl->dev.reserved / GIB, (st->total - S->r->usable) / GIB);
+}
+
+static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) {
+  PlanResult *r = S->r = arena_alloc(a, sizeof *r);
+  r->g = g, r->cl = cl;
+  r->pm = plan_model_new(a, g, S->f->op_strategy);
+  graph_stats(g, &r->stats);
+  r->mixed = !cl->dev.fp32_only;
+  bool adam = g->train.opt == OPT_ADAMW, mom = !adam && g->train.momentum > 0;
+  r->w_bytes = r->mixed ? 2 : 4, r->g_bytes = r->mixed ? 2 : 4;
+  /* optimizer: fp32 master weights under mixed precision, and the moments */
+  r->o_bytes = (r->mixed ? 4 : 0) + (adam ? 8 : mom ? 4 : 0);
+  r->usable = cl->dev.memory - cl->dev.reserved;
+  S->N = cl->gpus, S->gpn = cl->gpus_per_node, S->L = r->pm->nlayer_segs, S->B = r->pm->batch;
+  for (int k = 0; k < r->pm->nseg; k++)
+    for (int j = 0; j < r->pm->seg[k].nops && r->pm->seg[k].kind == SEG_LAYER; j++) {
+      OpKind op = g->nodes[r->pm->seg[k].ops[j]]->op;
+      S->selective_matters |= op == OP_SOFTMAX || (op == OP_ATTENTION && S->f->attn == ATTN_MATERIALIZED);
+    }
+  int nseg = r->pm->nseg;
+  S->segbuf = arena_array(a, nseg + 1, sizeof(int));
+  S->seg_stage = arena_array(a, nseg + 1, sizeof(int));
+  S->stage = arena_array(a, S->L + 2, sizeof(StageCost)); /* pp <= layers */
+  S->times = arena_array(a, S->L + 2, sizeof(double));
+  S->mesh = arena_array(a, MAX_MESH, sizeof(Mesh));
+  S->param_nseg = arena_array(a, g->n, sizeof(int));
+  S->param_segs = arena_array(a, g->n, sizeof(int *));
+  S->shared_cap = 64;
+  S->shared_buf = arena_array(a, S->shared_cap, sizeof(ParamUse));
+  for (int k = 0; k < nseg; k++) {
+    const Segment *s = &r->pm->seg[k];
+    for (int j = 0; j < s->nops; j++) {
+      const Node *n = g->nodes[s->ops[j]];
+      for (int i = 0; i < n->nin; i++) {
+        int p = n->in[i]->id;
+        if (n->in[i]->op != OP_PARAM) continue;
+        if (!S->param_segs[p]) S->param_segs[p] = arena_array(a, nseg + 1, sizeof(int));
+        int c = S->param_nseg[p];
+        if (!c || S->param_segs[p][c - 1] != k) S->param_segs[p][S->param_nseg[p]++] = k;
+      }
+    }
+  }
+}
+
+PlanResult *plan_search(Arena *a, const Graph *g, const Cluster *cl, const PlanForce *f) {
+  double t0 = now_s();
+  Search S = {.a = a, .f = f};
+  init_result(&S, a, g, cl);
+  PlanResult *r = S.r;
+  check_forced(&S);
+  enumerate(&S);
+  const Mesh *win = NULL;
+  for (int i = 0; i < S.nmesh; i++)
+    if (S.mesh[i].feas.set && (!win || S.mesh[i].feas.pr.step < win->feas.pr.step)) win = &S.mesh[i];
+  bool forced = f->dp > 0 || f->tp > 0 || f->pp > 0 || f->zero >= 0 || f->mbs > 0 || f->rc >= 0 || f->schedule >= 0;
+  if (!win) fail_memory(&S, forced);
+  full_plan(&S, &win->feas.ch, &r->best);
+  collect_runners(&S, win);
+  r->search_s = now_s() - t0;
+  return r;
+}
+
+/* ---- the collectives of a plan ---------------------------------------------------------- */
+
+static void coll_put(PlanColl *out, int *n, int max, const char *axis, CollKind k, double bytes, double count,
+                     double time, Group g) {
+  if (count <= 0 || bytes <= 0) return;
+  for (int i = 0; i < *n; i++)
+    if (out[i].axis == axis && out[i].kind == k && out[i].bytes == bytes) {
+      out[i].count += count, out[i].time += time;
+      return;
+    }
+  if (*n < max) out[(*n)++] = (PlanColl){axis, k, bytes, count, time, g};
+}
+
+int plan_collectives(const PlanResult *r, const Plan *p, PlanColl *out, int max) {
+  const PlanModel *pm = r->pm;
+  const Cluster *cl = r->cl;
+  const PlanChoice *ch = &p->ch;
+  int n = 0, i = p->pr.critical_stage, gpn = cl->gpus_per_node;
+  Group gt = {ch->tp, ch->tp};
+  for (int k = 0; k < p->nchunks; k++) {
+    if (k % ch->pp != i) continue;
+    for (int s = 0; s < pm->nseg; s++) {
+      bool in = (pm->seg[s].kind == SEG_LAYER && s - pm->first_layer_seg >= p->chunk_lo[k] && s - pm->first_layer_seg < p->chunk_hi[k]) ||
+                (s == 0 && k == 0) || (s == pm->nseg - 1 && s > 0 && k == p->nchunks - 1);
+      if (!in) continue;
+      const SegCost *sc = &p->sc->seg[s];
+      for (int c = 0; c < sc->ncoll; c++)
+        coll_put(out, &n, max, "tp", sc->coll[c].kind, sc->coll[c].bytes, sc->coll[c].count * ch->m, sc->coll[c].time * ch->m, gt);
+      if (ch->pp > 1 && k < p->nchunks - 1 && pm->seg[s].kind == SEG_LAYER && s - pm->first_layer_seg == p->chunk_hi[k] - 1) {
+        Group g2 = {2, 1};
+        double b = sc->xfer_split + sc->xfer_whole / (ch->tp > 1 ? ch->tp : 1);
+        coll_put(out, &n, max, "pp", COLL_SEND_RECV, b, 2.0 * ch->m, 2.0 * ch->m * cost_collective(cl, COLL_SEND_RECV, b, g2), g2);
+      }
+    }
+  }
+  const StageCost *st = &p->stage[i];
+  int in_node = gpn / ch->tp < 1 ? 1 : gpn / ch->tp;
+  Group gd = {ch->dp, ch->dp < in_node ? ch->dp : in_node};
+  double gb = st->params * r->g_bytes, wb = st->params * r->w_bytes;
+  if (ch->dp > 1) {
+    if (ch->zero == 0) coll_put(out, &n, max, "dp", COLL_ALL_REDUCE, gb, 1, cost_collective(cl, COLL_ALL_REDUCE, gb, gd), gd);
+    else {
+      double times = ch->zero >= 2 ? ch->m : 1;
+      coll_put(out, &n, max, "dp", COLL_REDUCE_SCATTER, gb, times, times * cost_collective(cl, COLL_REDUCE_SCATTER, gb, gd), gd);
+      double ag = ch->zero == 3 ? (ch->rc == RC_FULL ? 3.0 : 2.0) * ch->m : 1;
+      coll_put(out, &n, max, "dp", COLL_ALL_GATHER, wb, ag, ag * cost_collective(cl, COLL_ALL_GATHER, wb, gd), gd);
+    }
+  }
+  return n;
+}

@@ -1,0 +1,88 @@
+/* The plan search: data × tensor × pipeline degrees, micro-batch size and count,
+ * ZeRO stage, recompute, pipeline schedule and, through plan/shard.c, the sharding
+ * of every op; each candidate priced by plan/cost.c. Returns the fastest plan that
+ * fits in memory and the runners-up with why they lost. Deterministic (a fixed
+ * enumeration order, ties kept by the first) and bounded (the enumeration is
+ * polynomial in the divisors of the GPU count and the batch). */
+#ifndef COLOSSALC_PLAN_SEARCH_H
+#define COLOSSALC_PLAN_SEARCH_H
+#include "passes/summary.h"
+#include "plan/shard.h"
+
+typedef enum { PS_1F1B, PS_INTERLEAVED } PipeSchedule;
+extern const char *const schedule_names[2];
+
+/* The parts of a plan the user fixed (--dp ... or --plan FILE); -1 or NULL
+ * leaves a part to the search. */
+typedef struct PlanForce {
+  int dp, tp, pp, zero, mbs, v, schedule, rc;
+  int attn;                   /* AttnKernel; fused unless a plan file says otherwise */
+  const char **op_strategy;   /* [g->n] strategy name per op, or NULL */
+} PlanForce;
+
+void plan_force_init(PlanForce *f);
+
+typedef struct PlanChoice {
+  int dp, tp, pp;
+  int mbs, m;            /* micro-batch size (sequences) and micro-batches per step */
+  int zero;              /* ZeRO stage 0-3 over the data-parallel ranks */
+  int v;                 /* model chunks per pipeline stage (1 for 1F1B) */
+  PipeSchedule sched;
+  Recompute rc;
+  AttnKernel attn;
+  int cand;              /* which sharding candidate of (tp, mbs, rc) */
+} PlanChoice;
+
+/* Step time and its parts (seconds), on the critical pipeline stage. */
+typedef struct PlanPrice {
+  double step, compute, recompute, tp_comm, p2p, bubble, dp_comm, optimizer;
+  double tflops, hw_tflops, mfu;   /* per GPU: model FLOPs, with recompute, model FLOPs over peak */
+  double peak;                     /* bytes per device, on the fullest stage */
+  int peak_stage, critical_stage;
+  bool fits;
+} PlanPrice;
+
+typedef struct StageCost {
+  int first_layer, nlayers;        /* its layers (all chunks); -1/0 when none */
+  double t_fwd, t_bwd, tp_comm, t_rc, p2p, time; /* per micro-batch */
+  double weights, grads, optimizer, activations, buffers, total; /* bytes per device */
+  double params;                   /* parameter elements per device */
+} StageCost;
+
+typedef struct Plan {
+  PlanChoice ch;
+  PlanPrice pr;
+  const ShardCand *sc;
+  int nchunks;
+  int *chunk_lo, *chunk_hi;        /* [nchunks] layer-segment ranges [lo, hi) of each chunk */
+  StageCost *stage;                /* [pp] */
+} Plan;
+
+typedef struct RunnerUp { Plan plan; char why[200]; } RunnerUp;
+
+typedef struct PlanResult {
+  const Graph *g;
+  const Cluster *cl;
+  PlanModel *pm;
+  GraphStats stats;
+  bool mixed;                      /* bf16 compute with fp32 master weights, else fp32 */
+  double w_bytes, g_bytes, o_bytes; /* model-state bytes per parameter */
+  double usable;                   /* device memory less the reserve */
+  Plan best;
+  RunnerUp *ru;
+  int nru;
+  long evaluated, feasible;
+  double search_s;                 /* wall time (printed, never in the JSON) */
+} PlanResult;
+
+/* Search (or price a forced plan). Everything lives in arena `a`. A plan that
+ * cannot exist, or none that fits, is a user error (error_plain) saying what does
+ * not fit and by how much. */
+PlanResult *plan_search(Arena *a, const Graph *g, const Cluster *cl, const PlanForce *f);
+
+/* One collective of the chosen plan, totalled over a step on one device of the
+ * critical stage. */
+typedef struct PlanColl { const char *axis; CollKind kind; double bytes, count, time; Group group; } PlanColl;
+int plan_collectives(const PlanResult *r, const Plan *p, PlanColl *out, int max);
+
+#endif

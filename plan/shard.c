@@ -1,0 +1,1150 @@
+/* Intra-op sharding (plan/shard.h): the model analysis the plan needs (batch
+ * dimensions, consumers, saved tensors, segments and their signatures), the legal
+ * strategies of each op, their prices, and the dynamic program that picks one
+ * strategy per op. */
+#include "plan/shard.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const attn_kernel_names[2] = {"fused", "materialized"};
+
+const char *placement_name(int pl, char buf[16]) {
+  if (pl == PL_R) return "R";
+  if (pl == PL_P) return "P";
+  snprintf(buf, 16, "S(%d)", (pl - PL_S0) & 15);
+  return buf;
+}
+
+/* ---- model analysis ----------------------------------------------------------- */
+
+static bool is_computed(const Node *n) { return op_info(n->op)->cls != CLS_SOURCE; }
+
+/* The output dimension that input dimension `d` of an input with `nin` dims lands
+ * on when shapes align to the right (elementwise broadcasting), or -1. */
+static int aligned(const Node *n, const Node *in, int d) {
+  int o = d + n->shape.ndim - in->shape.ndim;
+  return d >= 0 && o >= 0 && o < n->shape.ndim && n->shape.d[o] == in->shape.d[d] ? o : -1;
+}
+
+static int64_t prefix(const Shape *s, int d) {
+  int64_t p = 1;
+  for (int i = 0; i < d; i++) p *= s->d[i];
+  return p;
+}
+
+/* The output dimension of a reshape that input dimension d maps to whole (its
+ * leading factor or a merge that starts with it), or -1. */
+static int reshape_dim(const Node *n, int d) {
+  const Shape *in = &n->in[0]->shape, *out = &n->shape;
+  int64_t pre = prefix(in, d);
+  for (int o = 0; o < out->ndim; o++)
+    if (prefix(out, o) == pre && out->d[o] > 1 && in->d[d] > 1 && (in->d[d] % out->d[o] == 0 || out->d[o] % in->d[d] == 0))
+      return o;
+  return -1;
+}
+
+static int norm_axis(int64_t axis, int ndim) { return (int)(axis < 0 ? axis + ndim : axis); }
+
+static int reduce_axis(const Node *n) { /* -1: all axes */
+  const AttrVal *a = attr_get(n, "axis");
+  return a && a->set ? norm_axis(a->i, n->in[0]->shape.ndim) : -1;
+}
+
+static int bdim_matmul(const PlanModel *pm, const Node *n) {
+  const Node *a = n->in[0], *b = n->in[1];
+  int na = a->shape.ndim, no = n->shape.ndim, ba = pm->bdim[a->id], bb = pm->bdim[b->id];
+  bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
+  if (ba >= 0 && ba == (ta ? na - 1 : na - 2)) return no - 2;
+  if (ba >= 0 && ba < na - 2) return aligned(n, a, ba) >= 0 ? ba + no - na : -1;
+  if (bb >= 0 && bb == (tb ? b->shape.ndim - 2 : b->shape.ndim - 1)) return no - 1;
+  return -1;
+}
+
+/* Where the batch dimension of n is, from its inputs (heuristics documented in
+ * docs/plan.md: inputs carry it in dimension 0, ops carry it through). */
+static int bdim_of(const PlanModel *pm, const Node *n) {
+  int first = -1;
+  for (int i = 0; i < n->nin && first < 0; i++)
+    if (pm->bdim[n->in[i]->id] >= 0) first = i;
+  const Node *in = first >= 0 ? n->in[first] : NULL;
+  int b = in ? pm->bdim[in->id] : -1;
+  switch (n->op) {
+  case OP_INPUT: return n->shape.ndim >= 1 && n->shape.d[0] == pm->batch ? 0 : -1;
+  case OP_PARAM: case OP_CONST: case OP_ARANGE: return -1;
+  case OP_EMBEDDING: return pm->bdim[n->in[1]->id];
+  case OP_MATMUL: return bdim_matmul(pm, n);
+  case OP_SUM: case OP_MEAN: {
+    int ax = reduce_axis(n);
+    if (b < 0 || ax < 0 || ax == b) return -1;
+    return attr_int(n, "keepdim") || b < ax ? b : b - 1;
+  }
+  case OP_RESHAPE: {
+    int o = b >= 0 ? reshape_dim(n, b) : -1;
+    return o >= 0 && n->shape.d[o] % pm->batch == 0 ? o : -1;
+  }
+  case OP_TRANSPOSE: {
+    const AttrVal *perm = attr_get(n, "perm");
+    for (int j = 0; b >= 0 && j < perm->n; j++)
+      if (perm->v[j] == b) return j;
+    return -1;
+  }
+  case OP_SLICE: case OP_PAD: case OP_CONCAT:
+    return b >= 0 && norm_axis(attr_int(n, "axis"), n->shape.ndim) != b ? b : -1;
+  case OP_BROADCAST:
+    if (b >= 0) return aligned(n, in, b);
+    return n->shape.ndim >= 1 && n->shape.d[0] == pm->batch && pm->batch > 1 &&
+                   (n->in[0]->shape.ndim < n->shape.ndim || n->in[0]->shape.d[0] == 1)
+               ? 0 : -1;
+  case OP_CROSS_ENTROPY: case OP_SUM_TO: case OP_EMBEDDING_GRAD: case OP_CROSS_ENTROPY_GRAD: return -1;
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_GELU: case OP_SILU: case OP_RELU:
+  case OP_DROPOUT: case OP_CAST: case OP_ROTARY: case OP_LAYERNORM: case OP_RMSNORM: case OP_SOFTMAX:
+  case OP_ATTENTION: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_LAYERNORM_GRAD:
+  case OP_RMSNORM_GRAD: case OP_SOFTMAX_GRAD:
+    return b >= 0 ? aligned(n, in, b) : -1;
+  case OP_COUNT: break;
+  }
+  return -1;
+}
+
+/* Tensors an op's backward reads (STYLE: one switch on the op kind). */
+static bool saves_output(OpKind op) { return op == OP_SOFTMAX || op == OP_ATTENTION; }
+static bool saves_input(OpKind op, int i) {
+  if (op == OP_MATMUL || op == OP_MUL || op == OP_DIV) return i < 2;
+  if (op == OP_GELU || op == OP_SILU || op == OP_RELU || op == OP_LAYERNORM || op == OP_RMSNORM) return i == 0;
+  return op == OP_ATTENTION && i < 3;
+}
+
+static void analyse_nodes(Arena *a, PlanModel *pm) {
+  const Graph *g = pm->g;
+  pm->bdim = arena_array(a, g->n, sizeof *pm->bdim);
+  pm->bdep = arena_array(a, g->n, sizeof *pm->bdep);
+  pm->nuse = arena_array(a, g->n, sizeof *pm->nuse);
+  pm->use = arena_array(a, g->n, sizeof *pm->use);
+  pm->saver = arena_array(a, g->n, sizeof *pm->saver);
+  for (int i = 0; i < g->n; i++) {
+    const Node *n = g->nodes[i];
+    pm->bdim[i] = bdim_of(pm, n);
+    pm->bdep[i] = pm->bdim[i] >= 0;
+    for (int k = 0; k < n->nin; k++) {
+      pm->bdep[i] |= pm->bdep[n->in[k]->id];
+      pm->nuse[n->in[k]->id]++;
+    }
+    if (n->op == OP_PARAM) pm->params += (double)shape_numel(&n->shape);
+  }
+  for (int i = 0; i < g->n; i++) {
+    pm->use[i] = arena_array(a, pm->nuse[i] + 1, sizeof(int));
+    pm->nuse[i] = 0;
+    pm->saver[i] = saves_output(g->nodes[i]->op) ? i : -1;
+  }
+  for (int i = 0; i < g->n; i++) {
+    const Node *n = g->nodes[i];
+    for (int k = 0; k < n->nin; k++) {
+      int x = n->in[k]->id;
+      pm->use[x][pm->nuse[x]++] = i;
+      if (pm->saver[x] < 0 && is_computed(n->in[k]) && saves_input(n->op, k)) pm->saver[x] = i;
+    }
+  }
+}
+
+static int last_use(const PlanModel *pm, int x) { return pm->nuse[x] ? pm->use[x][pm->nuse[x] - 1] : -1; }
+
+/* Computed tensors produced before node index pos and used at or after it. */
+static int live_at(const PlanModel *pm, int pos, int *out) {
+  int k = 0;
+  for (int x = 0; x < pos; x++)
+    if (is_computed(pm->g->nodes[x]) && last_use(pm, x) >= pos) {
+      if (out) out[k] = x;
+      k++;
+    }
+  return k;
+}
+
+static void seg_add(Arena *a, PlanModel *pm, int lo, int hi, SegKind kind, int layer) {
+  Segment *s = &pm->seg[pm->nseg++];
+  *s = (Segment){.lo = lo, .hi = hi, .kind = kind, .layer = layer};
+  s->nin = live_at(pm, lo, NULL);
+  s->in = arena_array(a, s->nin + 1, sizeof(int));
+  live_at(pm, lo, s->in);
+  s->nout = live_at(pm, hi, NULL);
+  s->out = arena_array(a, s->nout + 1, sizeof(int));
+  live_at(pm, hi, s->out);
+  s->ops = arena_array(a, hi - lo + 1, sizeof(int));
+  for (int i = lo; i < hi; i++)
+    if (is_computed(pm->g->nodes[i])) s->ops[s->nops++] = i;
+}
+
+/* Before (layer -1 until the first layer), one segment per layer (ops outside any
+ * layer between two layers join the layer before them), after. */
+static void cut_segments(Arena *a, PlanModel *pm) {
+  const Graph *g = pm->g;
+  int first = -1, last = -1;
+  for (int i = 0; i < g->n; i++)
+    if (g->nodes[i]->layer >= 0) {
+      if (first < 0) first = i;
+      last = i;
+    }
+  pm->seg = arena_array(a, g->nlayers + 3, sizeof *pm->seg);
+  if (first < 0) {
+    seg_add(a, pm, 0, g->n, SEG_BEFORE, -1);
+    return;
+  }
+  seg_add(a, pm, 0, first, SEG_BEFORE, -1);
+  pm->first_layer_seg = pm->nseg;
+  int start = first;
+  for (int i = first + 1; i <= last + 1; i++) {
+    int l = i <= last ? g->nodes[i]->layer : -2;
+    if (l == -1 || l == g->nodes[start]->layer) continue;
+    seg_add(a, pm, start, i, SEG_LAYER, g->nodes[start]->layer);
+    pm->nlayer_segs++;
+    start = i;
+  }
+  seg_add(a, pm, last + 1, g->n, SEG_AFTER, -1);
+}
+
+/* ---- segment signatures: layers of one `repeat` are solved once -------------- */
+
+/* A node of segment s as seen from inside it: its offset, the index of a boundary
+ * tensor (shifted), or an outside source by id (negative). */
+static long seg_ref(const Segment *s, int x) {
+  if (x >= s->lo && x < s->hi) return x - s->lo;
+  for (int k = 0; k < s->nin; k++)
+    if (s->in[k] == x) return 1000000000L + k;
+  return -1L - x;
+}
+
+static bool attrs_equal(const Node *a, const Node *b) {
+  for (int i = 0; i < op_nattrs(a->op); i++) {
+    const AttrVal *x = &a->attr[i], *y = &b->attr[i];
+    if (x->set != y->set || x->i != y->i || x->f != y->f || x->n != y->n) return false;
+    if (memcmp(x->v, y->v, sizeof x->v) || (x->s != y->s && (!x->s || !y->s || strcmp(x->s, y->s)))) return false;
+  }
+  return true;
+}
+
+static bool uses_equal(const PlanModel *pm, const Segment *a, const Segment *b, int xa, int xb) {
+  if (pm->nuse[xa] != pm->nuse[xb]) return false;
+  for (int u = 0; u < pm->nuse[xa]; u++) {
+    int ua = pm->use[xa][u], ub = pm->use[xb][u];
+    bool ina = ua >= a->lo && ua < a->hi, inb = ub >= b->lo && ub < b->hi;
+    if (ina != inb || (ina && ua - a->lo != ub - b->lo) || (!ina && (ua >= a->hi) != (ub >= b->hi))) return false;
+  }
+  long sa = pm->saver[xa] < 0 ? -1 : seg_ref(a, pm->saver[xa]), sb = pm->saver[xb] < 0 ? -1 : seg_ref(b, pm->saver[xb]);
+  return sa == sb || (sa < -1 && sb < -1);
+}
+
+static bool node_equal(const PlanModel *pm, const Segment *a, const Segment *b, const Node *na, const Node *nb) {
+  if (na->op != nb->op || na->dtype != nb->dtype || !shape_eq(&na->shape, &nb->shape) || na->nin != nb->nin) return false;
+  if (pm->bdim[na->id] != pm->bdim[nb->id] || pm->bdep[na->id] != pm->bdep[nb->id] || !attrs_equal(na, nb)) return false;
+  const char *fa = pm->force ? pm->force[na->id] : NULL, *fb = pm->force ? pm->force[nb->id] : NULL;
+  if ((fa || fb) && (!fa || !fb || strcmp(fa, fb))) return false; /* forced differently: solved apart */
+  for (int k = 0; k < na->nin; k++)
+    if (seg_ref(a, na->in[k]->id) != seg_ref(b, nb->in[k]->id)) return false;
+  return uses_equal(pm, a, b, na->id, nb->id);
+}
+
+static bool seg_equal(const PlanModel *pm, const Segment *a, const Segment *b) {
+  if (a->kind != b->kind || a->hi - a->lo != b->hi - b->lo || a->nin != b->nin || a->nout != b->nout) return false;
+  const Graph *g = pm->g;
+  for (int k = 0; k < a->nin; k++) {
+    const Node *x = g->nodes[a->in[k]], *y = g->nodes[b->in[k]];
+    if (!shape_eq(&x->shape, &y->shape) || x->dtype != y->dtype || pm->bdim[x->id] != pm->bdim[y->id] ||
+        !uses_equal(pm, a, b, x->id, y->id))
+      return false;
+  }
+  for (int k = 0; k < a->nout; k++)
+    if (seg_ref(a, a->out[k]) != seg_ref(b, b->out[k])) return false;
+  for (int o = 0; o < a->hi - a->lo; o++)
+    if (!node_equal(pm, a, b, g->nodes[a->lo + o], g->nodes[b->lo + o])) return false;
+  return true;
+}
+
+/* The first segment of each signature stands for it. */
+static void assign_signatures(Arena *a, PlanModel *pm) {
+  int *rep = arena_array(a, pm->nseg + 1, sizeof *rep);
+  for (int i = 0; i < pm->nseg; i++) {
+    Segment *s = &pm->seg[i];
+    s->sig = -1;
+    for (int k = 0; k < pm->nsig && s->sig < 0; k++)
+      if (seg_equal(pm, &pm->seg[rep[k]], s)) s->sig = k;
+    if (s->sig < 0) {
+      rep[pm->nsig] = i;
+      s->sig = pm->nsig++;
+    }
+  }
+}
+
+PlanModel *plan_model_new(Arena *a, const Graph *g, const char *const *force) {
+  PlanModel *pm = arena_alloc(a, sizeof *pm);
+  pm->g = g;
+  pm->force = force;
+  pm->batch = 1;
+  for (int i = 0; i < g->n; i++)
+    if (g->nodes[i]->op == OP_INPUT && g->nodes[i]->shape.ndim >= 1) {
+      pm->batch = g->nodes[i]->shape.d[0];
+      break;
+    }
+  analyse_nodes(a, pm);
+  cut_segments(a, pm);
+  assign_signatures(a, pm);
+  return pm;
+}
+
+/* ---- sizes under a context ------------------------------------------------------ */
+
+static double micro_dim(const ShardCtx *x, const Node *n, int d) {
+  double v = (double)n->shape.d[d];
+  return d == x->pm->bdim[n->id] ? v / (double)x->pm->batch * x->mbs : v;
+}
+
+/* Scale of an op's cost from the global batch to one micro-batch. */
+static double cost_scale(const ShardCtx *x, const Node *n) {
+  return x->pm->bdep[n->id] ? (double)x->mbs / (double)x->pm->batch : 1;
+}
+
+static double elem_bytes(const ShardCtx *x, const Node *n) {
+  return dtype_is_float(n->dtype) ? x->act_bytes : dtype_size_bits(n->dtype) / 8.0;
+}
+
+static double numel_micro(const ShardCtx *x, const Node *n) {
+  double e = (double)shape_numel(&n->shape);
+  return x->pm->bdim[n->id] >= 0 ? e / (double)x->pm->batch * x->mbs : e;
+}
+
+/* Bytes of the whole tensor (all ranks' parts together) in one micro-batch. */
+static double tensor_bytes(const ShardCtx *x, const Node *n) { return numel_micro(x, n) * elem_bytes(x, n); }
+
+static double split(const ShardCtx *x, int pl) { return pl >= PL_S0 ? x->t : 1; }
+
+static bool legal(const ShardCtx *x, const Node *n, int pl) {
+  if (pl == PL_R) return true;
+  if (x->t <= 1) return false;
+  if (pl == PL_P) return is_computed(n) && dtype_is_float(n->dtype);
+  int d = pl - PL_S0;
+  if (d >= n->shape.ndim) return false;
+  double v = micro_dim(x, n, d);
+  return v >= x->t && fmod(v, x->t) == 0;
+}
+
+/* ---- legal strategies of each op --------------------------------------------- */
+
+enum { MAX_IN = 64 };
+
+typedef struct SB { Arena *a; const ShardCtx *x; const Node *n; Strat *s; int ns, cap; } SB;
+
+static void sb_add(SB *b, const char *name, int out, const uint8_t *in, bool divided) {
+  const Node *n = b->n;
+  if (!legal(b->x, n, out)) return;
+  for (int i = 0; i < n->nin; i++)
+    if (!legal(b->x, n->in[i], in[i])) return;
+  for (int k = 0; k < b->ns; k++)
+    if (b->s[k].out == out && !memcmp(b->s[k].in, in, n->nin)) return;
+  if (b->ns == b->cap) {
+    b->cap = b->cap ? 2 * b->cap : 8;
+    Strat *s = arena_array(b->a, b->cap, sizeof *s);
+    if (b->ns) memcpy(s, b->s, b->ns * sizeof *s);
+    b->s = s;
+  }
+  Strat *s = &b->s[b->ns++];
+  *s = (Strat){.name = name, .out = (uint8_t)out, .divided = divided};
+  s->in = arena_alloc(b->a, n->nin + 1);
+  memcpy(s->in, in, n->nin);
+}
+
+static void all_in(const Node *n, uint8_t *in, int pl) { memset(in, pl, n->nin); }
+
+/* Output split along d, each input split along its matching dimension or whole. */
+static void gen_follow(SB *b, const char *name, int d) {
+  const Node *n = b->n;
+  uint8_t in[MAX_IN];
+  for (int i = 0; i < n->nin; i++) {
+    int di = d - (n->shape.ndim - n->in[i]->shape.ndim);
+    in[i] = di >= 0 && n->in[i]->shape.d[di] == n->shape.d[d] ? PL_S0 + di : PL_R;
+  }
+  sb_add(b, name, PL_S0 + d, in, true);
+}
+
+/* Linear ops carry partial sums through: out P from inputs P (and R factors). */
+static void gen_partial(SB *b) {
+  const Node *n = b->n;
+  uint8_t in[MAX_IN];
+  all_in(n, in, PL_P);
+  OpKind op = n->op;
+  if (op == OP_MUL || op == OP_DIV) { /* a partial sum times (or over) a whole factor */
+    in[1] = PL_R;
+    sb_add(b, "partial", PL_P, in, false);
+    if (op == OP_DIV) return;
+    in[0] = PL_R, in[1] = PL_P;
+  } else if (op_info(op)->cls != CLS_MOVE && op != OP_ADD && op != OP_SUB && op != OP_NEG && op != OP_CAST &&
+             op != OP_DROPOUT && op != OP_ROTARY) {
+    return;
+  }
+  sb_add(b, "partial", PL_P, in, false);
+}
+
+static void gen_elementwise(SB *b) {
+  const Node *n = b->n;
+  for (int d = 0; d < n->shape.ndim; d++) {
+    if (n->op == OP_ROTARY && d == n->shape.ndim - 1 && attr_int(n, "heads") % b->x->t) continue;
+    gen_follow(b, "split", d);
+  }
+  gen_partial(b);
+}
+
+/* Normalisations: split anything but the normalised axis; weights whole. */
+static void gen_norm(SB *b, int axis) {
+  const Node *n = b->n;
+  uint8_t in[MAX_IN];
+  for (int d = 0; d < n->shape.ndim; d++) {
+    if (d == axis) continue;
+    all_in(n, in, PL_R);
+    in[0] = PL_S0 + d;
+    sb_add(b, "split", PL_S0 + d, in, true);
+  }
+}
+
+/* matmul a[..., m, k] · b[..., k, n]: split m, column (split n), row (split k:
+ * partial sums), or a batch dimension. */
+static void gen_matmul(SB *b) {
+  const Node *n = b->n, *A = n->in[0], *B = n->in[1];
+  int na = A->shape.ndim, nb = B->shape.ndim, no = n->shape.ndim;
+  bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
+  int am = ta ? na - 1 : na - 2, ak = ta ? na - 2 : na - 1, bk = tb ? nb - 1 : nb - 2, bn = tb ? nb - 2 : nb - 1;
+  uint8_t in[2];
+  in[0] = PL_S0 + am, in[1] = PL_R;
+  sb_add(b, "split-m", PL_S0 + no - 2, in, true);
+  in[0] = PL_R, in[1] = PL_S0 + bn;
+  sb_add(b, "column", PL_S0 + no - 1, in, true);
+  in[0] = PL_S0 + ak, in[1] = PL_S0 + bk;
+  sb_add(b, "row", PL_P, in, true);
+  for (int j = 0; j < no - 2; j++) {
+    int ja = j - (no - na), jb = j - (no - nb);
+    in[0] = ja >= 0 && A->shape.d[ja] == n->shape.d[j] ? PL_S0 + ja : PL_R;
+    in[1] = jb >= 0 && B->shape.d[jb] == n->shape.d[j] ? PL_S0 + jb : PL_R;
+    if (in[0] != PL_R || in[1] != PL_R) sb_add(b, "batch", PL_S0 + j, in, true);
+  }
+}
+
+/* attention(q, k, v) on [B, S, H·hd]: by batch, by heads, or by queries. */
+static void gen_attention(SB *b) {
+  uint8_t in[3] = {PL_S0, PL_S0, PL_S0};
+  sb_add(b, "batch", PL_S0, in, true);
+  if (attr_int(b->n, "heads") % b->x->t == 0) {
+    memset(in, PL_S0 + 2, 3);
+    sb_add(b, "heads", PL_S0 + 2, in, true);
+  }
+  in[0] = PL_S0 + 1, in[1] = in[2] = PL_R;
+  sb_add(b, "queries", PL_S0 + 1, in, true);
+}
+
+/* embedding(table [V, D], index): rows of the index, vocab-parallel (P), or D split. */
+static void gen_embedding(SB *b) {
+  const Node *ix = b->n->in[1];
+  uint8_t in[2] = {PL_R, PL_R};
+  for (int d = 0; d < ix->shape.ndim; d++) {
+    in[1] = PL_S0 + d;
+    sb_add(b, "rows", PL_S0 + d, in, true);
+  }
+  in[0] = PL_S0, in[1] = PL_R;
+  sb_add(b, "vocab", PL_P, in, true);
+  in[0] = PL_S0 + 1;
+  sb_add(b, "columns", PL_S0 + b->n->shape.ndim - 1, in, true);
+}
+
+/* cross_entropy(logits [..., V], targets): rows (a partial mean), or
+ * vocab-parallel (Megatron's: max, sum and target logit all-reduced). */
+static void gen_cross_entropy(SB *b) {
+  const Node *lg = b->n->in[0];
+  uint8_t in[2];
+  for (int d = 0; d + 1 < lg->shape.ndim; d++) {
+    in[0] = in[1] = PL_S0 + d;
+    sb_add(b, "rows", PL_P, in, true);
+  }
+  in[0] = PL_S0 + lg->shape.ndim - 1, in[1] = PL_R;
+  sb_add(b, "vocab", PL_R, in, true);
+}
+
+static void gen_reduce(SB *b) {
+  const Node *n = b->n;
+  int ax = reduce_axis(n), keep = attr_int(n, "keepdim");
+  uint8_t in[1];
+  for (int d = 0; d < n->in[0]->shape.ndim; d++) {
+    in[0] = PL_S0 + d;
+    if (ax < 0 || d == ax) sb_add(b, "partial", PL_P, in, true);
+    else sb_add(b, "split", PL_S0 + (keep || d < ax ? d : d - 1), in, true);
+  }
+}
+
+static void gen_reshape(SB *b) {
+  uint8_t in[1];
+  for (int d = 0; d < b->n->in[0]->shape.ndim; d++) {
+    int o = reshape_dim(b->n, d);
+    in[0] = PL_S0 + d;
+    if (o >= 0) sb_add(b, "split", PL_S0 + o, in, true);
+  }
+}
+
+static void gen_transpose(SB *b) {
+  const AttrVal *perm = attr_get(b->n, "perm");
+  uint8_t in[1];
+  for (int j = 0; j < perm->n; j++) {
+    in[0] = PL_S0 + (int)perm->v[j];
+    sb_add(b, "split", PL_S0 + j, in, true);
+  }
+}
+
+/* slice, pad, concat: split any axis but the one they work along; a slice of a
+ * split axis too, when its bounds divide: each rank then holds its part of every
+ * slice (the partition pass lays the producer's columns out that way, as Megatron
+ * does for q, k and v). */
+static void gen_along_axis(SB *b) {
+  const Node *n = b->n;
+  int ax = norm_axis(attr_int(n, "axis"), n->shape.ndim);
+  bool slice_ok = n->op == OP_SLICE && attr_int(n, "start") % b->x->t == 0 && attr_int(n, "end") % b->x->t == 0;
+  uint8_t in[MAX_IN];
+  for (int d = 0; d < n->shape.ndim; d++) {
+    if (d == ax && !slice_ok) continue;
+    all_in(n, in, PL_S0 + d);
+    sb_add(b, "split", PL_S0 + d, in, true);
+  }
+}
+
+static void gen_move(SB *b) {
+  OpKind op = b->n->op;
+  if (op == OP_RESHAPE) gen_reshape(b);
+  else if (op == OP_TRANSPOSE) gen_transpose(b);
+  else if (op == OP_SLICE || op == OP_PAD || op == OP_CONCAT) gen_along_axis(b);
+  else if (op == OP_BROADCAST)
+    for (int d = 0; d < b->n->shape.ndim; d++) gen_follow(b, "split", d);
+  gen_partial(b);
+}
+
+/* Every legal strategy of op n; "replicated" always first. */
+static Strat *gen_strategies(Arena *a, const ShardCtx *x, const Node *n, int *ns) {
+  SB b = {.a = a, .x = x, .n = n};
+  uint8_t *in = arena_alloc(a, n->nin + 1);
+  all_in(n, in, PL_R);
+  sb_add(&b, "replicated", PL_R, in, false);
+  if (x->t > 1 && n->nin <= MAX_IN) switch (n->op) {
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_GELU: case OP_SILU: case OP_RELU:
+    case OP_DROPOUT: case OP_CAST: case OP_ROTARY: gen_elementwise(&b); break;
+    case OP_LAYERNORM: case OP_RMSNORM: gen_norm(&b, n->shape.ndim - 1); break;
+    case OP_SOFTMAX: gen_norm(&b, norm_axis(attr_int(n, "axis"), n->shape.ndim)); break;
+    case OP_MATMUL: gen_matmul(&b); break;
+    case OP_ATTENTION: gen_attention(&b); break;
+    case OP_EMBEDDING: gen_embedding(&b); break;
+    case OP_CROSS_ENTROPY: gen_cross_entropy(&b); break;
+    case OP_SUM: case OP_MEAN: gen_reduce(&b); break;
+    case OP_RESHAPE: case OP_TRANSPOSE: case OP_SLICE: case OP_CONCAT: case OP_BROADCAST: case OP_PAD: gen_move(&b); break;
+    case OP_INPUT: case OP_PARAM: case OP_CONST: case OP_ARANGE: case OP_SUM_TO: case OP_GELU_GRAD: case OP_SILU_GRAD:
+    case OP_RELU_GRAD: case OP_LAYERNORM_GRAD: case OP_RMSNORM_GRAD: case OP_SOFTMAX_GRAD: case OP_CROSS_ENTROPY_GRAD:
+    case OP_EMBEDDING_GRAD: case OP_COUNT: break;
+    }
+  *ns = b.ns;
+  return b.s;
+}
+
+/* ---- prices of a strategy ------------------------------------------------------- */
+
+/* Local m, n, k of a matmul under strategy s, for the GEMM efficiency. */
+static double matmul_eff(const ShardCtx *x, const Node *n, const Strat *s) {
+  const Node *A = n->in[0];
+  int no = n->shape.ndim, na = A->shape.ndim;
+  int ak = attr_int(n, "transpose_a") ? na - 2 : na - 1;
+  double N = micro_dim(x, n, no - 1), K = micro_dim(x, A, ak), M = numel_micro(x, n) / N;
+  if (s->out == PL_S0 + no - 1) N /= x->t;
+  else if (s->out >= PL_S0) M /= x->t;
+  if (s->in[0] == PL_S0 + ak) K /= x->t;
+  return cost_gemm_eff(x->cl, M, N, K);
+}
+
+static double scores(const ShardCtx *x, const Node *n, const Strat *s) { /* b·H·S·T on one device */
+  const Node *q = n->in[0], *k = n->in[1];
+  double v = micro_dim(x, q, 0) * (double)attr_int(n, "heads") * micro_dim(x, q, 1) * micro_dim(x, k, 1);
+  return s->divided ? v / x->t : v;
+}
+
+static double reshard(const ShardCtx *x, int from, int to, double bytes, CollKind *kind);
+
+static void price_matmul(const ShardCtx *x, const Node *n, Strat *s, double ff, double fb, double by) {
+  double eff = matmul_eff(x, n, s), peak = cluster_peak(x->cl);
+  s->t_fwd = cost_kernel(x->cl, ff, peak, eff, by);
+  s->t_bwd = 2 * cost_kernel(x->cl, fb / 2, peak, eff, by); /* one GEMM for each input's gradient */
+}
+
+static void price_attention(const ShardCtx *x, const Node *n, Strat *s, double ff, double fb, double by) {
+  double sco = scores(x, n, s), ef = 0, eb = 0, peak = cluster_peak(x->cl), eff = x->cl->dev.attn_eff;
+  if (x->attn == ATTN_MATERIALIZED) { /* scores written, softmaxed, read: 4 passes forward, 8 backward */
+    ef = 4 * sco * x->act_bytes, eb = 8 * sco * x->act_bytes;
+    s->stash_extra = sco * x->act_bytes;
+  } else {
+    s->stash_extra = sco / micro_dim(x, n->in[1], 1) * 4; /* log-sum-exp per query and head */
+  }
+  s->t_fwd = cost_kernel(x->cl, ff, peak, eff, by + ef);
+  s->t_bwd = cost_kernel(x->cl, fb, peak, eff, 2 * by + eb);
+  if (x->attn == ATTN_MATERIALIZED) s->t_sel = s->t_fwd;
+}
+
+/* Compute time of op n under strategy s (roofline on the op table's FLOPs and
+ * bytes for one micro-batch on one device), and what it keeps for backward
+ * besides its inputs and output. */
+static void price_strategy(const ShardCtx *x, const Node *n, Strat *s) {
+  const Cluster *cl = x->cl;
+  Cost c;
+  node_cost(n, &c);
+  double div = s->divided ? x->t : 1, sc = cost_scale(x, n) / div;
+  double prec = n->dtype == DT_F32 ? x->act_bytes / 4 : 1; /* activations in 16 bits under mixed precision */
+  double ff = c.fwd_flops * sc, fb = c.bwd_flops * sc, by = c.bytes * sc * prec;
+  s->flops_fwd = ff;
+  if (n->op == OP_MATMUL || n->op == OP_ATTENTION) {
+    (n->op == OP_MATMUL ? price_matmul : price_attention)(x, n, s, ff, fb, by);
+    return;
+  }
+  double bb = dtype_is_float(n->dtype) ? (fb > 0 ? 2 : 1) * by : 0;
+  s->t_fwd = cost_kernel(cl, ff, cl->dev.peak_fp32, 1, by);
+  s->t_bwd = cost_kernel(cl, fb, cl->dev.peak_fp32, 1, bb);
+  const Shape *sh = &n->in[0]->shape;
+  double rows = numel_micro(x, n->in[0]) / (double)(sh->ndim ? sh->d[sh->ndim - 1] : 1);
+  if (n->op == OP_SOFTMAX) s->t_sel = s->t_fwd;
+  else if (n->op == OP_DROPOUT) s->stash_extra = numel_micro(x, n) / div; /* a byte of mask an element */
+  else if (n->op == OP_LAYERNORM || n->op == OP_RMSNORM) s->stash_extra = rows * 8 / div; /* mean, rstd */
+  else if (n->op == OP_CROSS_ENTROPY) { /* the softmax of the logits, kept in fp32 */
+    s->stash_extra = numel_micro(x, n->in[0]) * 4 / split(x, s->in[0]);
+    if (s->out == PL_R && s->in[0] >= PL_S0) s->c_intr = 3 * reshard(x, PL_P, PL_R, s->c_intr_bytes = rows * 4, NULL);
+  }
+}
+
+/* ---- placements change: collectives on the tensor-parallel group ------------------ */
+
+/* Time to turn a tensor of `bytes` from placement `from` into `to` (INFINITY when
+ * no collective does it: nothing makes a partial sum). */
+static double reshard(const ShardCtx *x, int from, int to, double bytes, CollKind *kind) {
+  Group g = {x->t, x->t};
+  CollKind k;
+  if (from == to || (from == PL_R && to != PL_P)) return 0;
+  if (to == PL_P) return INFINITY;
+  if (from == PL_P) k = to == PL_R ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER;
+  else k = to == PL_R ? COLL_ALL_GATHER : COLL_ALL_TO_ALL;
+  if (kind) *kind = k;
+  return cost_collective(x->cl, k, bytes, g);
+}
+
+/* The placement of the gradient an op's backward produces for input i: a split
+ * input gets a split gradient, a partial one the whole gradient, a replicated one
+ * a partial sum when the op's work was divided. */
+static int grad_placement(const Node *n, const Strat *s, int i) {
+  if (s->in[i] >= PL_S0) return s->in[i];
+  if (s->in[i] == PL_P) return PL_R;
+  bool partial = s->divided;
+  for (int k = 0; k < n->nin; k++) partial |= s->in[k] == PL_P;
+  return partial ? PL_P : PL_R;
+}
+
+/* ---- one op under one strategy: the step of the dynamic program ------------------- */
+
+/* Per micro-batch sums of a walk over ops. */
+typedef struct Walk { double t_fwd, t_bwd, c_fwd, c_bwd, t_rc, stash, transient, params; } Walk;
+
+static double walk_time(const Walk *w) { return w->t_fwd + w->t_bwd + w->c_fwd + w->c_bwd + w->t_rc; }
+static double walk_mem(const Walk *w) { return w->stash + w->transient + w->params; }
+
+static void coll_add(SegCost *acc, CollKind k, double bytes, double time) {
+  if (!acc || time <= 0) return;
+  for (int i = 0; i < acc->ncoll; i++)
+    if (acc->coll[i].kind == k && acc->coll[i].bytes == bytes) {
+      acc->coll[i].count += 1, acc->coll[i].time += time;
+      return;
+    }
+  if (acc->ncoll < SEG_MAX_COLL) acc->coll[acc->ncoll++] = (CollUse){k, bytes, 1, time};
+}
+
+static double reshard_rec(const ShardCtx *x, int from, int to, double bytes, SegCost *acc) {
+  CollKind k = COLL_ALL_REDUCE;
+  double t = reshard(x, from, to, bytes, &k);
+  if (isfinite(t)) coll_add(acc, k, bytes, t);
+  return t;
+}
+
+/* Inputs of op n: forward reshard, backward gradient conversion, saved copies. */
+static bool step_inputs(const ShardCtx *x, const Node *n, const Strat *s, const int *slot, const uint8_t *pl,
+                        uint8_t *pb, Walk *w, SegCost *acc) {
+  const PlanModel *pm = x->pm;
+  for (int i = 0; i < n->nin; i++) {
+    const Node *in = n->in[i];
+    int req = s->in[i];
+    if (in->op == OP_PARAM) {
+      double elems = (double)shape_numel(&in->shape) / split(x, req);
+      w->params += elems * x->state_bytes;
+      if (acc) acc->param[acc->nparam++] = (ParamUse){in->id, (uint8_t)req, elems, req == PL_R && grad_placement(n, s, i) == PL_P};
+      continue;
+    }
+    if (slot[i] < 0) continue; /* data inputs and constants: each rank reads its part */
+    int cur = pl[slot[i]], g = grad_placement(n, s, i), need = cur == PL_P ? PL_R : cur;
+    double bytes = tensor_bytes(x, in), f = reshard_rec(x, cur, req, bytes, acc);
+    if (!isfinite(f)) return false;
+    w->c_fwd += f;
+    if (g != PL_P) w->c_bwd += reshard_rec(x, g, need, bytes, acc);
+    else if (!pb[slot[i]]) { /* partial gradients of all consumers are summed, then reduced once */
+      w->c_bwd += reshard_rec(x, PL_P, need, bytes, acc);
+      pb[slot[i]] = 1;
+    }
+    if (pm->saver[in->id] == n->id) {
+      w->stash += bytes / (cur >= PL_S0 || req >= PL_S0 ? x->t : 1);
+      if (cur >= PL_S0 && req != cur) w->c_bwd += reshard_rec(x, cur, req, bytes, acc); /* gathered again */
+    }
+  }
+  return true;
+}
+
+/* The cost of running op n with strategy s on inputs placed as pl[slot[i]], with
+ * the segment's recompute mode rc. false when s cannot follow these placements. */
+static bool step_cost(const ShardCtx *x, Recompute rc, const Node *n, const Strat *s, const int *slot,
+                      const uint8_t *pl, uint8_t *pb, Walk *w, SegCost *acc) {
+  Walk in = {0};
+  if (!step_inputs(x, n, s, slot, pl, pb, &in, acc)) return false;
+  double out_stash = x->pm->saver[n->id] == n->id ? tensor_bytes(x, n) / split(x, s->out) : 0;
+  double extra = s->stash_extra;
+  w->params += in.params;
+  w->t_fwd += s->t_fwd, w->t_bwd += s->t_bwd;
+  w->c_fwd += in.c_fwd + s->c_intr, w->c_bwd += in.c_bwd;
+  for (int r = 0; acc && s->c_intr > 0 && r < 3; r++) coll_add(acc, COLL_ALL_REDUCE, s->c_intr_bytes, s->c_intr / 3);
+  if (rc == RC_SELECTIVE && s->t_sel > 0) { /* the attention core is recomputed, its big tensors not kept */
+    if (n->op == OP_SOFTMAX) out_stash = 0;
+    else extra = 0;
+    w->t_rc += s->t_sel;
+    if (acc) acc->flops_rc += s->flops_fwd;
+  }
+  double stash = in.stash + out_stash + extra;
+  if (rc == RC_FULL) { /* the layer's forward runs again before its backward */
+    w->t_rc += s->t_fwd + in.c_fwd + s->c_intr;
+    w->transient += stash;
+    if (acc) acc->flops_rc += s->flops_fwd;
+  } else {
+    w->stash += stash;
+  }
+  return true;
+}
+
+/* ---- the dynamic program over one segment ---------------------------------------- */
+
+enum { MAX_SLOTS = 12, MAX_STATES = 1 << 14, MAX_BOUNDARY_STATES = 4096 };
+
+/* The live tensors before each op of a segment and how they move between steps. */
+typedef struct Layout {
+  int *nlive;            /* [nops + 1] */
+  int **live;            /* [nops + 1][nlive] node ids */
+  int **map;             /* [nops][nlive[k]] slot at step k + 1, or -1 when the tensor dies */
+  int *outslot;          /* [nops] slot of op k's output at step k + 1, or -1 */
+  int **inslot;          /* [nops][nin] slot of each input at step k, -1 for sources */
+  int maxlive;           /* most tensors live at once */
+  bool wide;             /* more than MAX_SLOTS live at once: replicated only */
+} Layout;
+
+static int find_slot(const int *live, int n, int x) {
+  for (int j = 0; j < n; j++)
+    if (live[j] == x) return j;
+  return -1;
+}
+
+static Layout *layout_new(Arena *a, const PlanModel *pm, const Segment *s) {
+  Layout *L = arena_alloc(a, sizeof *L);
+  int n = s->nops;
+  L->nlive = arena_array(a, n + 1, sizeof(int));
+  L->live = arena_array(a, n + 1, sizeof(int *));
+  L->map = arena_array(a, n + 1, sizeof(int *));
+  L->outslot = arena_array(a, n + 1, sizeof(int));
+  L->inslot = arena_array(a, n + 1, sizeof(int *));
+  L->nlive[0] = L->maxlive = s->nin;
+  L->live[0] = s->in;
+  L->wide = s->nin > MAX_SLOTS;
+  for (int k = 0; k < n; k++) {
+    const Node *op = pm->g->nodes[s->ops[k]];
+    int m = L->nlive[k], *cur = L->live[k], *nx = arena_array(a, m + 2, sizeof(int)), nn = 0;
+    L->inslot[k] = arena_array(a, op->nin + 1, sizeof(int));
+    for (int i = 0; i < op->nin; i++) L->inslot[k][i] = find_slot(cur, m, op->in[i]->id);
+    L->map[k] = arena_array(a, m + 1, sizeof(int));
+    for (int j = 0; j < m; j++) {
+      bool dies = last_use(pm, cur[j]) == op->id;
+      L->map[k][j] = dies ? -1 : nn;
+      if (!dies) nx[nn++] = cur[j];
+    }
+    L->outslot[k] = pm->nuse[op->id] ? nn : -1;
+    if (pm->nuse[op->id]) nx[nn++] = op->id;
+    L->nlive[k + 1] = nn;
+    L->live[k + 1] = nx;
+    L->wide |= nn > MAX_SLOTS || m > MAX_SLOTS;
+    if (nn > L->maxlive) L->maxlive = nn;
+    if (m > L->maxlive) L->maxlive = m;
+  }
+  return L;
+}
+
+/* States: 4 bits of placement per live slot, and at bit 48 + slot whether the
+ * slot's partial gradient has been reduced already. */
+static int key_pl(uint64_t key, int j) { return (int)(key >> (4 * j)) & 15; }
+static int key_pb(uint64_t key, int j) { return (int)(key >> (48 + j)) & 1; }
+
+typedef struct Ent { uint64_t key; double cost; int prev, strat; } Ent;
+typedef struct Tab { Ent *e; int n, cap; int *h; int hsize; } Tab;
+
+static void *xrealloc(void *p, size_t n) {
+  void *q = realloc(p, n);
+  if (!q) error_plain("out of memory in the plan search");
+  return q;
+}
+
+static void tab_rehash(Tab *t, int hsize) {
+  t->hsize = hsize;
+  t->h = xrealloc(t->h, sizeof(int) * hsize);
+  memset(t->h, -1, sizeof(int) * hsize);
+  for (int i = 0; i < t->n; i++) {
+    int b = (int)((t->e[i].key * 0x9E3779B97F4A7C15ull) >> 40) & (hsize - 1);
+    while (t->h[b] >= 0) b = (b + 1) & (hsize - 1);
+    t->h[b] = i;
+  }
+}
+
+static void tab_clear(Tab *t) {
+  t->n = 0;
+  if (t->h) memset(t->h, -1, sizeof(int) * t->hsize);
+}
+
+/* The entry for key (new ones have cost INFINITY). */
+static Ent *tab_get(Tab *t, uint64_t key) {
+  if (2 * (t->n + 1) > t->hsize) tab_rehash(t, t->hsize ? 2 * t->hsize : 64);
+  int b = (int)((key * 0x9E3779B97F4A7C15ull) >> 40) & (t->hsize - 1);
+  while (t->h[b] >= 0) {
+    if (t->e[t->h[b]].key == key) return &t->e[t->h[b]];
+    b = (b + 1) & (t->hsize - 1);
+  }
+  if (t->n == t->cap) {
+    t->cap = t->cap ? 2 * t->cap : 64;
+    t->e = xrealloc(t->e, sizeof *t->e * t->cap);
+  }
+  t->h[b] = t->n;
+  t->e[t->n] = (Ent){key, INFINITY, -1, -1};
+  return &t->e[t->n++];
+}
+
+static int ent_cmp(const void *a, const void *b) {
+  const Ent *x = a, *y = b;
+  if (x->cost != y->cost) return x->cost < y->cost ? -1 : 1;
+  return x->key < y->key ? -1 : x->key > y->key;
+}
+
+/* Keep the MAX_STATES cheapest states (never reached by the models in models/). */
+static void tab_prune(Tab *t) {
+  if (t->n <= MAX_STATES) return;
+  qsort(t->e, t->n, sizeof *t->e, ent_cmp);
+  t->n = MAX_STATES;
+  tab_rehash(t, t->hsize);
+}
+
+/* Scratch of the program, reused from segment to segment: the tables of each
+ * step, and placements and reduced-gradient flags of the live tensors. */
+typedef struct Work { Tab *tab; int ntab; uint8_t *pl; int nbuf; } Work;
+
+static void work_free(Work *w) {
+  for (int i = 0; i < w->ntab; i++) {
+    free(w->tab[i].e);
+    free(w->tab[i].h);
+  }
+  free(w->tab);
+  free(w->pl);
+}
+
+/* The strategies of a segment's ops under ctx. */
+typedef struct SegStrats { Strat **st; int *nst; Layout *L; Recompute rc; } SegStrats;
+
+static Recompute seg_rc(const ShardCtx *x, const Segment *s) { return s->kind == SEG_LAYER ? x->rc : RC_NONE; }
+
+static uint64_t next_key(const Layout *L, int k, const uint8_t *pl, const uint8_t *pb, int out) {
+  if (L->wide) return 0;
+  uint64_t key = 0;
+  for (int j = 0; j < L->nlive[k]; j++)
+    if (L->map[k][j] >= 0)
+      key |= (uint64_t)pl[j] << (4 * L->map[k][j]) | (uint64_t)pb[j] << (48 + L->map[k][j]);
+  if (L->outslot[k] >= 0) key |= (uint64_t)out << (4 * L->outslot[k]);
+  return key;
+}
+
+static void dp_step(Work *w, const ShardCtx *x, const Segment *s, const SegStrats *ss, int k, double lambda) {
+  const Layout *L = ss->L;
+  Tab *cur = &w->tab[k], *nxt = &w->tab[k + 1];
+  const Node *n = x->pm->g->nodes[s->ops[k]];
+  tab_clear(nxt);
+  int nb = L->maxlive + 1;
+  if (w->nbuf < nb) {
+    w->pl = xrealloc(w->pl, 3 * (size_t)nb);
+    w->nbuf = nb;
+  }
+  uint8_t *pl = w->pl, *pb = pl + nb, *pb2 = pb + nb;
+  memset(pl, 0, 2 * (size_t)nb);
+  for (int e = 0; e < cur->n; e++) {
+    uint64_t key = cur->e[e].key;
+    for (int j = 0; j < L->nlive[k] && !L->wide; j++) pl[j] = (uint8_t)key_pl(key, j), pb[j] = (uint8_t)key_pb(key, j);
+    for (int si = 0; si < ss->nst[k]; si++) {
+      const Strat *st = &ss->st[k][si];
+      Walk wk = {0};
+      memcpy(pb2, pb, nb);
+      if (L->wide && (st->out != PL_R || st->divided)) continue;
+      if (!step_cost(x, ss->rc, n, st, L->inslot[k], pl, pb2, &wk, NULL)) continue;
+      double c = cur->e[e].cost + walk_time(&wk) + lambda * walk_mem(&wk);
+      Ent *ne = tab_get(nxt, next_key(L, k, pl, pb2, st->out));
+      if (c < ne->cost) ne->cost = c, ne->prev = e, ne->strat = si;
+    }
+  }
+  tab_prune(nxt);
+}
+
+/* ---- boundaries between segments ------------------------------------------------ */
+
+/* Placements a boundary tensor may take (R, P, S(0..ndim-1)), or 1 (R only) for
+ * every tensor of a boundary with too many combinations. */
+static void boundary_radix(const PlanModel *pm, const int *t, int n, int *radix, int *nstates) {
+  double total = 1;
+  for (int i = 0; i < n; i++) {
+    radix[i] = 2 + pm->g->nodes[t[i]]->shape.ndim;
+    total *= radix[i];
+  }
+  if (total > MAX_BOUNDARY_STATES)
+    for (int i = 0; i < n; i++) radix[i] = 1;
+  *nstates = 1;
+  for (int i = 0; i < n; i++) *nstates *= radix[i];
+}
+
+static void state_decode(int state, const int *radix, int n, uint8_t *pl) {
+  for (int i = 0; i < n; i++) {
+    pl[i] = (uint8_t)(state % radix[i]);
+    state /= radix[i];
+  }
+}
+
+/* The best way through one segment from one entry state to every exit state. */
+typedef struct SegSol { bool done; int nout; double *cost; int **choice; /* [nout][nops] */ } SegSol;
+
+static int out_state(const PlanModel *pm, const Segment *s, const Layout *L, uint64_t key, const int *radix) {
+  int state = 0, mult = 1;
+  for (int q = 0; q < s->nout; q++) {
+    int j = find_slot(L->live[s->nops], L->nlive[s->nops], s->out[q]);
+    int pl = j >= 0 && !L->wide ? key_pl(key, j) : PL_R;
+    if (pl >= radix[q]) return -1;
+    state += pl * mult;
+    mult *= radix[q];
+  }
+  return state;
+}
+
+static double boundary_stash(const ShardCtx *x, const Segment *s, const uint8_t *pl) {
+  double b = 0;
+  for (int i = 0; i < s->nin; i++) b += tensor_bytes(x, x->pm->g->nodes[s->in[i]]) / split(x, pl[i]);
+  return b;
+}
+
+static void seg_solve(Arena *a, Work *w, const ShardCtx *x, const Segment *s, const SegStrats *ss, int in_state,
+                      double lambda, SegSol *sol) {
+  const PlanModel *pm = x->pm;
+  int *rin = arena_array(a, s->nin + 1, sizeof(int)), *rout = arena_array(a, s->nout + 1, sizeof(int));
+  int nin_states, nout_states;
+  uint8_t *pl = arena_alloc(a, s->nin + 1);
+  boundary_radix(pm, s->in, s->nin, rin, &nin_states);
+  boundary_radix(pm, s->out, s->nout, rout, &nout_states);
+  sol->done = true;
+  sol->nout = nout_states;
+  sol->cost = arena_array(a, nout_states, sizeof(double));
+  sol->choice = arena_array(a, nout_states, sizeof(int *));
+  for (int o = 0; o < nout_states; o++) sol->cost[o] = INFINITY;
+  state_decode(in_state, rin, s->nin, pl);
+  for (int i = 0; i < s->nin; i++)
+    if (!legal(x, pm->g->nodes[s->in[i]], pl[i]) || (ss->L->wide && pl[i] != PL_R)) return;
+  if (w->ntab < s->nops + 1) {
+    w->tab = xrealloc(w->tab, sizeof *w->tab * (s->nops + 1));
+    memset(w->tab + w->ntab, 0, sizeof *w->tab * (s->nops + 1 - w->ntab));
+    w->ntab = s->nops + 1;
+  }
+  uint64_t key0 = 0;
+  for (int i = 0; i < s->nin && !ss->L->wide; i++) key0 |= (uint64_t)pl[i] << (4 * i);
+  tab_clear(&w->tab[0]);
+  tab_get(&w->tab[0], key0)->cost = ss->rc == RC_FULL ? lambda * boundary_stash(x, s, pl) : 0;
+  for (int k = 0; k < s->nops; k++) dp_step(w, x, s, ss, k, lambda);
+  Tab *end = &w->tab[s->nops];
+  for (int e = 0; e < end->n; e++) {
+    int o = out_state(pm, s, ss->L, end->e[e].key, rout);
+    if (o < 0 || end->e[e].cost >= sol->cost[o]) continue;
+    sol->cost[o] = end->e[e].cost;
+    int *ch = sol->choice[o] = arena_array(a, s->nops + 1, sizeof(int));
+    for (int k = s->nops, i = e; k > 0; k--) {
+      ch[k - 1] = w->tab[k].e[i].strat;
+      i = w->tab[k].e[i].prev;
+    }
+  }
+}
+
+/* ---- a whole-graph sharding: the chain of segments ---------------------------------- */
+
+/* Replay a chosen sharding of segment s from entry placements pl0, pricing every
+ * step with step_cost (the same prices the program compared). */
+static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegStrats *ss, const int *choice,
+                       const uint8_t *pl0, SegCost *out) {
+  const PlanModel *pm = x->pm;
+  const Layout *L = ss->L;
+  int nparam = 0, m = 0;
+  for (int k = 0; k < s->nops; k++)
+    for (int i = 0; i < pm->g->nodes[s->ops[k]]->nin; i++) nparam += pm->g->nodes[s->ops[k]]->in[i]->op == OP_PARAM;
+  for (int k = 0; k <= s->nops; k++) m = L->nlive[k] > m ? L->nlive[k] : m;
+  *out = (SegCost){.param = arena_array(a, nparam + 1, sizeof(ParamUse))};
+  uint8_t *pl = arena_alloc(a, m + 1), *pb = arena_alloc(a, m + 1), *npl = arena_alloc(a, m + 1), *npb = arena_alloc(a, m + 1);
+  memcpy(pl, pl0, s->nin);
+  Walk w = {0};
+  for (int k = 0; k < s->nops; k++) {
+    const Strat *st = &ss->st[k][choice[k]];
+    step_cost(x, ss->rc, pm->g->nodes[s->ops[k]], st, L->inslot[k], pl, pb, &w, out);
+    memset(npl, 0, m + 1), memset(npb, 0, m + 1);
+    for (int j = 0; j < L->nlive[k]; j++)
+      if (L->map[k][j] >= 0) npl[L->map[k][j]] = pl[j], npb[L->map[k][j]] = pb[j];
+    if (L->outslot[k] >= 0) npl[L->outslot[k]] = st->out;
+    memcpy(pl, npl, m + 1), memcpy(pb, npb, m + 1);
+  }
+  out->t_fwd = w.t_fwd, out->t_bwd = w.t_bwd, out->c_fwd = w.c_fwd, out->c_bwd = w.c_bwd, out->t_rc = w.t_rc;
+  out->stash = w.stash + (ss->rc == RC_FULL ? boundary_stash(x, s, pl0) : 0);
+  out->transient = w.transient;
+  for (int q = 0; q < s->nout; q++) {
+    int j = find_slot(L->live[s->nops], L->nlive[s->nops], s->out[q]);
+    double b = tensor_bytes(x, pm->g->nodes[s->out[q]]);
+    if (j >= 0 && pl[j] >= PL_S0) out->xfer_split += b / x->t;
+    else out->xfer_whole += b;
+  }
+}
+
+typedef struct Chain { SegSol **sol; /* [nsig][in states] */ int *nin_states; } Chain;
+
+/* The cheapest sharding for one λ: the segments' tables chained over the graph. */
+static ShardCand chain_solve(Arena *a, Work *w, const ShardCtx *x, SegStrats *ss, double lambda) {
+  const PlanModel *pm = x->pm;
+  int nseg = pm->nseg;
+  SegSol **sol = arena_array(a, pm->nsig, sizeof *sol);
+  double **cost = arena_array(a, nseg + 1, sizeof *cost);
+  int **back = arena_array(a, nseg + 1, sizeof *back), *nst = arena_array(a, nseg + 1, sizeof(int));
+  int **radix = arena_array(a, nseg + 1, sizeof *radix);
+  for (int b = 0; b <= nseg; b++) {
+    const int *t = b < nseg ? pm->seg[b].in : pm->seg[nseg - 1].out;
+    int n = b < nseg ? pm->seg[b].nin : pm->seg[nseg - 1].nout;
+    radix[b] = arena_array(a, n + 1, sizeof(int));
+    boundary_radix(pm, t, n, radix[b], &nst[b]);
+    cost[b] = arena_array(a, nst[b], sizeof(double));
+    back[b] = arena_array(a, nst[b], sizeof(int));
+    for (int i = 0; i < nst[b]; i++) cost[b][i] = INFINITY;
+  }
+  for (int k = 0; k < pm->nsig; k++) sol[k] = NULL;
+  cost[0][0] = 0;
+  for (int k = 0; k < nseg; k++) {
+    const Segment *s = &pm->seg[k];
+    if (!sol[s->sig]) sol[s->sig] = arena_array(a, nst[k], sizeof(SegSol));
+    for (int i = 0; i < nst[k]; i++) {
+      if (!isfinite(cost[k][i])) continue;
+      SegSol *so = &sol[s->sig][i];
+      if (!so->done) seg_solve(a, w, x, s, &ss[s->sig], i, lambda, so);
+      for (int o = 0; o < so->nout; o++)
+        if (cost[k][i] + so->cost[o] < cost[k + 1][o]) cost[k + 1][o] = cost[k][i] + so->cost[o], back[k + 1][o] = i;
+    }
+  }
+  int best = 0;
+  for (int o = 1; o < nst[nseg]; o++)
+    if (cost[nseg][o] < cost[nseg][best]) best = o;
+  if (!isfinite(cost[nseg][best])) error_plain("no sharding of the graph is legal (internal: every strategy refused)");
+  ShardCand c = {.st = arena_array(a, pm->g->n, sizeof(Strat *)), .seg = arena_array(a, nseg, sizeof(SegCost))};
+  for (int k = nseg - 1, state = best; k >= 0; k--) {
+    const Segment *s = &pm->seg[k];
+    int in = back[k + 1][state];
+    const int *choice = sol[s->sig][in].choice[state];
+    for (int j = 0; j < s->nops; j++) c.st[s->ops[j]] = &ss[s->sig].st[j][choice[j]];
+    uint8_t *pl = arena_alloc(a, s->nin + 1);
+    state_decode(in, radix[k], s->nin, pl);
+    seg_replay(a, x, s, &ss[s->sig], choice, pl, &c.seg[k]);
+    state = in;
+  }
+  return c;
+}
+
+/* A forced strategy: its name ("column": the first of that name), or its name,
+ * output and input placements ("split S(2) S(2),S(0)": exactly that one), as
+ * plan files write them. */
+static bool strat_matches(const Node *n, const Strat *s, const char *f) {
+  size_t len = strlen(s->name);
+  if (strncmp(f, s->name, len) || (f[len] && f[len] != ' ')) return false;
+  if (!f[len]) return true;
+  char key[512], pb[16];
+  int k = snprintf(key, sizeof key, "%s %s ", s->name, placement_name(s->out, pb));
+  for (int i = 0; i < n->nin && k < (int)sizeof key - 16; i++)
+    k += snprintf(key + k, sizeof key - k, "%s%s", i ? "," : "", placement_name(s->in[i], pb));
+  return !strcmp(key, f);
+}
+
+/* Strategies of every op of each signature's first segment, priced under x;
+ * a forced strategy (x->force) leaves only that one. */
+static SegStrats *build_strategies(Arena *a, const ShardCtx *x) {
+  const PlanModel *pm = x->pm;
+  SegStrats *ss = arena_array(a, pm->nsig, sizeof *ss);
+  for (int k = 0; k < pm->nseg; k++) {
+    const Segment *s = &pm->seg[k];
+    SegStrats *q = &ss[s->sig];
+    if (q->st) continue;
+    q->L = layout_new(a, pm, s);
+    q->rc = seg_rc(x, s);
+    q->st = arena_array(a, s->nops + 1, sizeof(Strat *));
+    q->nst = arena_array(a, s->nops + 1, sizeof(int));
+    for (int j = 0; j < s->nops; j++) {
+      const Node *n = pm->g->nodes[s->ops[j]];
+      q->st[j] = gen_strategies(a, x, n, &q->nst[j]);
+      for (int i = 0; i < q->nst[j]; i++) price_strategy(x, n, &q->st[j][i]);
+      const char *f = x->force ? x->force[n->id] : NULL;
+      if (!f) continue;
+      int keep = -1;
+      for (int i = 0; i < q->nst[j] && keep < 0; i++)
+        if (strat_matches(n, &q->st[j][i], f)) keep = i;
+      if (keep < 0)
+        error_plain("the plan forces strategy '%s' on op %%%d (%s), which is not legal there with tensor parallelism %d "
+                    "and micro-batches of %d",
+                    f, n->id, op_info(n->op)->name, x->t, x->mbs);
+      q->st[j] += keep;
+      q->nst[j] = 1;
+    }
+  }
+  return ss;
+}
+
+static void cand_totals(const ShardCtx *x, const ShardCand *c, double *time, double *mem) {
+  *time = *mem = 0;
+  for (int k = 0; k < x->pm->nseg; k++) {
+    const SegCost *s = &c->seg[k];
+    *time += s->t_fwd + s->t_bwd + s->c_fwd + s->c_bwd + s->t_rc;
+    *mem += s->stash + s->transient;
+    for (int p = 0; p < s->nparam; p++) *mem += s->param[p].elems * x->state_bytes;
+  }
+}
+
+static bool cand_same(const PlanModel *pm, const ShardCand *a, const ShardCand *b) {
+  return !memcmp(a->st, b->st, sizeof *a->st * pm->g->n);
+}
+
+int shard_candidates(Arena *a, const ShardCtx *x, ShardCand **out) {
+  static const double sweep[] = {0, 0.03, 0.1, 0.3, 1, 3, 10, 100};
+  enum { NSWEEP = sizeof sweep / sizeof sweep[0] };
+  Work w = {0};
+  SegStrats *ss = build_strategies(a, x);
+  ShardCand *c = arena_array(a, NSWEEP, sizeof *c);
+  int n = 0;
+  double t0 = 0, m0 = 0;
+  for (int i = 0; i < NSWEEP; i++) {
+    double lambda = i == 0 ? 0 : sweep[i] * t0 / (m0 > 0 ? m0 : 1);
+    ShardCand cand = chain_solve(a, &w, x, ss, lambda);
+    if (i == 0) cand_totals(x, &cand, &t0, &m0);
+    bool dup = false;
+    for (int k = 0; k < n && !dup; k++) dup = cand_same(x->pm, &c[k], &cand);
+    if (!dup) c[n++] = cand;
+    if (x->t <= 1) break; /* one strategy per op: nothing to trade */
+  }
+  work_free(&w);
+  *out = c;
+  return n;
+}

@@ -1,0 +1,234 @@
+#!/usr/bin/python3
+"""The plan search from the command line (issue 4's acceptance and tests).
+
+    check_plan.py CHECK COLOSSALC
+
+CHECK is one of: acceptance, text_svg, forced, infeasible, cluster_files,
+from_file, determinism. Run from the repository root. Prints what it checked;
+exit status 1 on the first failure."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.dom.minidom
+
+GPT3 = ["models/gpt3.model", "--gpus", "1024", "--gpus-per-node", "8", "--gpu", "a100-80g"]
+GPT2 = ["models/gpt2.model", "--gpus", "8"]
+CLUSTERS = "tests/plan/clusters"
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def run(args, expect_ok=True):
+    r = subprocess.run([COLOSSALC] + args, capture_output=True, text=True)
+    if expect_ok and r.returncode != 0:
+        fail("colossalc %s: exit %d\n%s" % (" ".join(args), r.returncode, r.stderr))
+    if not expect_ok and r.returncode != 1:
+        fail("colossalc %s: expected exit 1, got %d\n%s%s" % (" ".join(args), r.returncode, r.stdout, r.stderr))
+    return r
+
+
+def plan_json(args):
+    r = run(args + ["--dump-plan=json"])
+    try:
+        return json.loads(r.stdout)
+    except ValueError as e:
+        fail("not JSON (%s): %s" % (e, r.stdout[:400]))
+
+
+def expect_error(args, *needles):
+    r = run(args, expect_ok=False)
+    if r.stdout:
+        fail("an error printed on stdout: " + r.stdout[:200])
+    for n in needles:
+        if n not in r.stderr:
+            fail("colossalc %s: stderr lacks %r:\n%s" % (" ".join(args), n, r.stderr))
+    print("ok   rejected %-60s %s" % (" ".join(args[2:])[:60], r.stderr.strip().splitlines()[0][:160]))
+
+
+def check_plan_keys(d, gpus, batch):
+    mesh = d["mesh"]
+    for k in ("dp", "tp", "pp"):
+        if not isinstance(mesh[k], int) or mesh[k] < 1:
+            fail("mesh.%s = %r" % (k, mesh[k]))
+    if mesh["dp"] * mesh["tp"] * mesh["pp"] != gpus:
+        fail("mesh %r does not use %d GPUs" % (mesh, gpus))
+    if d["zero_stage"] not in (0, 1, 2, 3) or d["recompute"] not in ("none", "selective", "full"):
+        fail("zero_stage/recompute: %r %r" % (d["zero_stage"], d["recompute"]))
+    if mesh["dp"] * d["microbatch_size"] * d["microbatches"] != batch:
+        fail("dp x microbatch_size x microbatches != %d" % batch)
+    p = d["predicted"]
+    if not (p["step_time_s"] > 0 and p["tflops_per_gpu"] > 0 and 0 < p["mfu"] < 1):
+        fail("predicted: %r" % p)
+    m = d["memory"]
+    if not 0 < m["peak_bytes_per_device"] <= m["usable_bytes"] < m["capacity_bytes"]:
+        fail("memory: %r" % m)
+    if d["parameters"] <= 0:
+        fail("parameters: %r" % d["parameters"])
+
+
+def acceptance():
+    d = plan_json(GPT3)
+    check_plan_keys(d, 1024, 1536)
+    if abs(d["parameters"] - 174.6e9) > 0.1e9:
+        fail("gpt3 parameters %r" % d["parameters"])
+    p, m = d["predicted"], d["mesh"]
+    print("ok   gpt3 on 1024 a100-80g: dp %d tp %d pp %d, ZeRO-%d, %d x %d, recompute %s: %.2f s, %.1f TFLOP/s, MFU %.1f%%, "
+          "%.1f GiB of %.1f" % (m["dp"], m["tp"], m["pp"], d["zero_stage"], d["microbatches"], d["microbatch_size"],
+                               d["recompute"], p["step_time_s"], p["tflops_per_gpu"], 100 * p["mfu"],
+                               d["memory"]["peak_bytes_per_device"] / 2**30, d["memory"]["usable_bytes"] / 2**30))
+    if len(d["runners_up"]) < 3 or not all(r["why"] for r in d["runners_up"]):
+        fail("runners-up without reasons")
+    print("ok   %d runners-up, each with why it lost" % len(d["runners_up"]))
+
+
+def text_svg():
+    t = run(GPT3 + ["--dump-plan"]).stdout
+    for needle in ("mesh: dp", "ZeRO stage", "predicted step time", "pipeline bubble", "exposed communication",
+                   "stages (layers", "sharding along", "collectives per step", "runners-up:", "memory per device"):
+        if needle not in t:
+            fail("text dump lacks %r" % needle)
+    print("ok   text dump of gpt3 (%d lines)" % t.count("\n"))
+    for args in (GPT3, GPT2 + ["--pp", "4", "--set", "batch=32"], GPT2 + ["--pp", "2", "--schedule", "interleaved",
+                                                                         "--set", "batch=16"]):
+        svg = run(args + ["--dump-plan=svg"]).stdout
+        doc = xml.dom.minidom.parseString(svg)
+        if doc.documentElement.tagName != "svg" or len(doc.getElementsByTagName("rect")) < 5:
+            fail("svg without a timeline")
+        print("ok   svg of %s parses: %d rects" % (" ".join(args[:3]), len(doc.getElementsByTagName("rect"))))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "plan.svg")
+        r = run(GPT2 + ["--dump-plan=svg", "--plan-out", out])
+        if r.stdout or not os.path.exists(out):
+            fail("--plan-out did not write the file")
+        xml.dom.minidom.parse(out)
+        print("ok   --plan-out writes the svg to a file")
+
+
+def forced():
+    args = GPT3 + ["--dp", "8", "--tp", "8", "--pp", "16", "--zero", "1", "--microbatch-size", "2", "--schedule",
+                   "interleaved", "--virtual-stages", "3", "--recompute", "full"]
+    d = plan_json(args)
+    want = {"mesh": {"dp": 8, "tp": 8, "pp": 16}, "zero_stage": 1, "microbatch_size": 2, "microbatches": 96,
+            "recompute": "full", "schedule": "interleaved", "virtual_stages": 3}
+    for k, v in want.items():
+        if d[k] != v:
+            fail("forced %s: got %r, want %r" % (k, d[k], v))
+    check_plan_keys(d, 1024, 1536)
+    print("ok   fully forced plan priced: %.2f s, %.1f TFLOP/s" % (d["predicted"]["step_time_s"],
+                                                                d["predicted"]["tflops_per_gpu"]))
+    d = plan_json(GPT3 + ["--tp", "8", "--recompute", "selective"])
+    if d["mesh"]["tp"] != 8 or d["recompute"] != "selective":
+        fail("partly forced plan: %r" % d["mesh"])
+    print("ok   partly forced plan: tp 8, the search chose dp %d pp %d" % (d["mesh"]["dp"], d["mesh"]["pp"]))
+    d = plan_json(GPT2 + ["--tp", "2", "--zero", "0", "--gpu", "h100-sxm"])
+    if d["mesh"]["tp"] != 2 or d["zero_stage"] != 0 or d["cluster"]["gpu"] != "h100-sxm":
+        fail("forced gpt2 plan")
+    print("ok   gpt2 forced tp 2, ZeRO-0 on h100-sxm")
+
+
+def infeasible():
+    expect_error(GPT3 + ["--dp", "1024", "--tp", "1", "--pp", "1"], "1536", "1024")
+    expect_error(GPT3 + ["--dp", "128", "--tp", "8", "--pp", "1", "--zero", "0"], "does not fit", "over by", "GiB",
+                 "weights", "activations")
+    expect_error(GPT3 + ["--set", "batch=2048", "--dp", "1024", "--tp", "1", "--pp", "1", "--zero", "0"],
+                 "does not fit", "over by")
+    expect_error(GPT3 + ["--tp", "16"], "inside a node")
+    expect_error(GPT3 + ["--pp", "4", "--zero", "3"], "ZeRO stage 3")
+    expect_error(GPT3 + ["--dp", "8", "--tp", "8", "--pp", "8"], "512 GPUs")
+    expect_error(GPT3 + ["--pp", "1024", "--tp", "1"], "layers")
+    expect_error(GPT2 + ["--pp", "1", "--schedule", "interleaved"], "pipeline")
+    expect_error(GPT3 + ["--gpu", "tpu"], "unknown GPU profile")
+    expect_error(GPT3 + ["--recompute", "some"], "--recompute takes")
+    expect_error(["models/gpt2.model", "--gpus", "12", "--dump-plan"], "multiple of --gpus-per-node")
+
+
+def cluster_files():
+    d = plan_json(["models/gpt3.model", "--cluster", CLUSTERS + "/dgx_a100_full.json"])
+    check_plan_keys(d, 256, 1536)
+    ref = plan_json(["models/gpt3.model", "--gpus", "256", "--gpu", "a100-80g"])
+    if d["predicted"] != ref["predicted"] or d["mesh"] != ref["mesh"]:
+        fail("a cluster file with the a100-80g figures plans differently from --gpu a100-80g")
+    print("ok   cluster file with every field = the built-in a100-80g profile")
+    d = plan_json(["models/gpt3.model", "--cluster", CLUSTERS + "/h100_roce.json", "--gpus", "512"])
+    check_plan_keys(d, 512, 1536)
+    if d["cluster"]["gpus"] != 512 or "RoCE" not in d["cluster"]["name"]:
+        fail("cluster file based on h100-sxm: %r" % d["cluster"])
+    print("ok   cluster file on base h100-sxm, --gpus overrides: %s" % d["cluster"]["name"])
+    bad = {"bad_unknown_field.json": "unknown field 'device.peak_bf16_tflop'",
+           "bad_negative.json": "intra_node.bandwidth_gbs must be a positive number, got -300",
+           "bad_missing.json": "missing field 'device.memory_bandwidth_gbs'",
+           "bad_syntax.json": "not valid JSON", "bad_efficiency.json": "device.gemm_efficiency must be in (0, 1]",
+           "bad_nodes.json": "12 GPUs do not fill nodes of 8", "bad_base.json": "base must name a built-in profile",
+           "bad_type.json": "device.memory_gib must be a number"}
+    for f, msg in sorted(bad.items()):
+        expect_error(["models/gpt2.model", "--dump-plan", "--cluster", os.path.join(CLUSTERS, f)], f, msg)
+    expect_error(["models/gpt2.model", "--dump-plan", "--cluster", CLUSTERS + "/none.json"], "cannot read cluster file")
+
+
+def plan_file():
+    with tempfile.TemporaryDirectory() as tmp:
+        for args in (GPT3, GPT2 + ["--pp", "2", "--set", "batch=16"]):
+            d = plan_json(args)
+            path = os.path.join(tmp, "plan.json")
+            with open(path, "w") as f:
+                json.dump(d, f)
+            e = plan_json(args + ["--plan", path])
+            for k in ("mesh", "zero_stage", "microbatch_size", "recompute", "schedule", "virtual_stages", "predicted",
+                      "sharding", "memory"):
+                if d[k] != e[k]:
+                    fail("--plan of a dumped plan changed %s: %r -> %r" % (k, d[k], e[k]))
+            print("ok   --plan reproduces the dumped plan of %s" % args[0])
+        part = os.path.join(tmp, "part.json")
+        with open(part, "w") as f:
+            json.dump({"mesh": {"tp": 4}, "recompute": "full"}, f)
+        e = plan_json(GPT3 + ["--plan", part])
+        if e["mesh"]["tp"] != 4 or e["recompute"] != "full":
+            fail("partial plan file not followed")
+        print("ok   a partial plan file fixes tp 4 and full recompute")
+        e = plan_json(GPT3 + ["--plan", part, "--tp", "8"])
+        if e["mesh"]["tp"] != 8:
+            fail("--tp does not override the plan file")
+        print("ok   flags override the plan file")
+        d = plan_json(GPT2 + ["--tp", "2"])
+        d["sharding"][1]["ops"][1] = {"index": 1, "strategy": "row"}
+        with open(part, "w") as f:
+            json.dump(d, f)
+        e = plan_json(GPT2 + ["--plan", part])
+        if e["sharding"][1]["ops"][1]["strategy"] != "row":
+            fail("a forced op strategy was not kept")
+        print("ok   a plan file forces one op's strategy (%s of %s -> row)" % (e["sharding"][1]["ops"][1]["op"],
+                                                                            e["sharding"][1]["segments"][0]))
+        for content, msg in (({"mesh": {"tp": 0}}, "mesh.tp must be an integer from 1"),
+                             ({"recompute": "most"}, "recompute must be one of none, selective, full"),
+                             ({"mesh": {"tp": 2}, "colour": 1}, "unknown field 'colour'"),
+                             ({"sharding": [{"segments": ["h.0"], "ops": [{"index": 1, "strategy": "diagonal"}]}],
+                               "mesh": {"tp": 2}}, "strategy 'diagonal'"),
+                             ({"sharding": [{"segments": ["h.99"], "ops": []}]}, "segment 'h.99'")):
+            with open(part, "w") as f:
+                json.dump(content, f)
+            expect_error(GPT2 + ["--dump-plan", "--plan", part], msg)
+
+
+def determinism():
+    a = run(GPT3 + ["--dump-plan=json"]).stdout
+    b = run(GPT3 + ["--dump-plan=json"]).stdout
+    if a != b:
+        fail("two runs gave different JSON")
+    c = run(GPT2 + ["--dump-plan=svg"]).stdout
+    if c != run(GPT2 + ["--dump-plan=svg"]).stdout:
+        fail("two runs gave different SVG")
+    print("ok   two runs give identical JSON (%d bytes) and SVG" % len(a))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    COLOSSALC = sys.argv[2]
+    {"acceptance": acceptance, "text_svg": text_svg, "forced": forced, "infeasible": infeasible,
+     "cluster_files": cluster_files, "from_file": plan_file, "determinism": determinism}[sys.argv[1]]()
+    print("ok")

@@ -1,0 +1,12 @@
+# Plan search and cost model: formulas, published runs, the command line.
+foreach(t plan_cost plan_published)
+  add_executable(test_${t} ${CMAKE_CURRENT_SOURCE_DIR}/plan/test_${t}.c)
+  target_link_libraries(test_${t} PRIVATE colossalc_core)
+  add_test(NAME ${t} COMMAND test_${t} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+endforeach()
+set(COLOSSALC_PLAN_PYTHON /usr/bin/python3 CACHE FILEPATH "Python for the plan command-line tests")
+foreach(t acceptance text_svg forced infeasible cluster_files from_file determinism)
+  add_test(NAME plan_${t}
+           COMMAND ${COLOSSALC_PLAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/check_plan.py ${t} $<TARGET_FILE:colossalc>
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+endforeach()
