@@ -1226,6 +1226,8 @@ char *program_to_json(const Program *p) {
   cJSON_AddStringToObject(o, "model", p->g->name);
   cJSON_AddNumberToObject(o, "batch", (double)p->batch);
   cJSON_AddNumberToObject(o, "microbatches", (double)p->microbatches);
+  if (p->dp) cJSON_AddNumberToObject(o, "dp", (double)p->dp);
+  cJSON_AddNumberToObject(o, "zero_stage", (double)p->zero_stage);
   cJSON_AddNumberToObject(o, "seq", (double)p->seq);
   cJSON_AddNumberToObject(o, "vocab", (double)p->vocab);
   cJSON_AddItemToObject(o, "tiers", ints_json(p->tiers, 4));

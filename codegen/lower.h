@@ -55,6 +55,7 @@ typedef struct Program {
   int64_t loss_offset, logits_offset, gradnorm_offset, gradnorm_parts;
   int64_t batch, seq, vocab;
   int64_t microbatches;     /* runs of `step` per training step (gradient accumulation) */
+  int64_t dp, zero_stage;   /* the plan's data-parallel ranks (0: any) and ZeRO stage */
   double flops_per_step;
   int64_t work_peak;        /* bytes of the work tier: the memory plan's peak */
 } Program;

@@ -292,7 +292,26 @@ static void build_train(const Options *o, const Program *p) {
 }
 
 /* The training pipeline after the front end: one flat list (STYLE.md habit 3). */
-static Program *compile_training(Graph *g, const Options *o) {
+/* The model recompiled for one data-parallel rank of a plan: its config constant
+ * `batch` set to the plan's micro-batch size (the rank runs the plan's micro-batches
+ * one after another). Tensor- and pipeline-parallel plans cannot be compiled yet. */
+static Graph *graph_for_plan(Arena *arena, const char *text, size_t len, Options *o, const PlanChoice *ch) {
+  if (ch->tp > 1 || ch->pp > 1)
+    error_plain("the plan is dp %d x tp %d x pp %d: code generation runs data-parallel plans only so far "
+                "(force --tp 1 --pp 1 to compile a data-parallel one)", ch->dp, ch->tp, ch->pp);
+  char value[32];
+  snprintf(value, sizeof value, "%d", ch->mbs);
+  int k = 0;
+  while (k < o->nov && strcmp(o->ov[k].name, "batch")) k++;
+  if (k == o->nov) add_override(o, "batch=1");
+  o->ov[k].value = arena_strdup(arena, value);
+  for (int i = 0; i < o->nov; i++) o->ov[i].used = false;
+  Graph *g = frontend_compile(arena, o->file, text, len, o->ov, o->nov);
+  if (!g) error_plain("%s: compiling the plan's micro-batch of %d sequences needs a config constant 'batch'", o->file, ch->mbs);
+  return g;
+}
+
+static Program *compile_training(Graph *g, const Options *o, const PlanChoice *ch) {
   g = pass_decompose(g);                 /* requires: verified forward graph */
   ir_verify(g);
   if (o->dump_after && !strcmp(o->dump_after, "decompose")) ir_print(stdout, g);
@@ -301,6 +320,7 @@ static Program *compile_training(Graph *g, const Options *o) {
   if (o->dump_after && !strcmp(o->dump_after, "autodiff")) ir_print(stdout, g);
   if (!o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda && !o->summary) return NULL;
   Program *p = lower_program(g);         /* requires: autodiff */
+  if (ch) { p->microbatches = ch->m; p->dp = ch->dp; p->zero_stage = ch->zero; }
   if (o->emit_kernels) write_kernels(o->emit_kernels, p);
   if (o->emit_cuda) write_cuda(o->emit_cuda, p);
   if (o->out || o->emit_llvm) build_train(o, p);
@@ -331,28 +351,34 @@ int main(int argc, char **argv) {
   if (setjmp(j.jb)) return fail(arena, &o);
   text = frontend_read_file(arena, o.file, &len);
   diag_pop(&j);
-  Graph *g = frontend_compile(arena, o.file, text, len, o.ov, o.nov);   /* parse, elaborate, verify */
+  Graph *volatile g = frontend_compile(arena, o.file, text, len, o.ov, o.nov); /* parse, elaborate, verify */
   if (!g) return fail(arena, &o);
   if (o.dump_ir) ir_print(stdout, g);
+  const PlanChoice *volatile ch = NULL;
+  volatile bool compiling = o.dump_after || o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda;
   if (o.plan) { /* requires: verified forward graph */
     Cluster cl;
     diag_push(&j);
     if (setjmp(j.jb)) return fail(arena, &o);
     PlanResult *plan = search_plan(arena, g, &o, &cl);
     if (o.dump_plan) dump_plan(plan, &o);
+    if (compiling) {
+      ch = &plan->best.ch;
+      g = graph_for_plan(arena, text, len, &o, ch);
+    }
     diag_pop(&j);
   }
   Program *volatile p = NULL;
-  if (o.dump_after || o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda) {
+  if (compiling) {
     diag_push(&j);
     if (setjmp(j.jb)) return fail(arena, &o);
-    p = compile_training(g, &o);
+    p = compile_training(g, &o, ch);
     diag_pop(&j);
   } else if (o.summary) { /* the memory plan for the summary; a model that cannot be lowered still summarises */
     FILE *saved = diag_stream;
     diag_stream = NULL;
     diag_push(&j);
-    if (!setjmp(j.jb)) p = compile_training(g, &o);
+    if (!setjmp(j.jb)) p = compile_training(g, &o, NULL);
     diag_pop(&j);
     diag_stream = saved;
   }

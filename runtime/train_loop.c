@@ -223,12 +223,17 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
     int rank0 = t->comm->rank == 0;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN) / t->comm->local_size; /* shared by the ranks */
     t->threads = o->threads > 0 ? (int)o->threads : cpus > 0 ? (int)(cpus < 1024 ? cpus : 1024) : 1;
+    if (p->dp && p->dp != t->comm->size)
+        return file_set_error(err, errlen,
+                              "this program was planned for %" PRId64 " data-parallel ranks: run it "
+                              "with mpirun -np %" PRId64 " (it runs on %d)",
+                              p->dp, p->dp, t->comm->size);
     t->global_batch = p->batch * p->microbatches * t->comm->size;
     if (t->global_batch > INT32_MAX)
         return file_set_error(err, errlen, "global batch of %" PRId64 " rows is too large",
                               t->global_batch);
     if (trainer_apply_overrides(t, o, err, errlen) != 0 ||
-        zero_init(&t->zero, p, t->comm, (int)o->zero, err, errlen) != 0)
+        zero_init(&t->zero, p, t->comm, (int)(o->zero >= 0 ? o->zero : p->zero_stage), err, errlen) != 0)
         return -1;
     if (trainer_open_tokens(t, o->data, &t->data, err, errlen) ||
         trainer_open_tokens(t, o->val, &t->val, err, errlen))

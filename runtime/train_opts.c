@@ -85,6 +85,7 @@ static void opts_defaults(TrainOpts *o)
 {
     memset(o, 0, sizeof *o);
     o->steps = 10;
+    o->zero = -1; /* the program's planned stage unless --zero says otherwise */
     o->val_every = o->ckpt_every = o->threads = o->warmup = -1;
     o->seed = 1337;
     o->lr = o->min_lr = o->weight_decay = o->beta1 = o->beta2 = o->eps = o->clip = NAN;

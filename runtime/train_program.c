@@ -304,6 +304,11 @@ static int parse_header(Pj *pj, const cJSON *r, RtProgram *p)
     if (cJSON_GetObjectItemCaseSensitive(r, "microbatches") &&
         pj_int(pj, r, "", "microbatches", 1, 1 << 20, &p->microbatches) != 0)
         return -1;
+    if (cJSON_GetObjectItemCaseSensitive(r, "dp") && pj_int(pj, r, "", "dp", 1, 1 << 20, &p->dp) != 0)
+        return -1;
+    if (cJSON_GetObjectItemCaseSensitive(r, "zero_stage") &&
+        pj_int(pj, r, "", "zero_stage", 0, 3, &p->zero_stage) != 0)
+        return -1;
     p->nscalars = RT_SCALARS;
     if (cJSON_GetObjectItemCaseSensitive(r, "scalars")) { /* optional, see the header */
         if (pj_int(pj, r, "", "scalars", RT_SCALARS, TRAIN_SCALARS, &v) != 0)

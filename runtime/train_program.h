@@ -97,6 +97,8 @@ typedef struct RtProgram {
     char *model;
     int64_t batch, seq, vocab;
     int64_t microbatches;    /* runs of `step` per step, each on `batch` rows (default 1) */
+    int64_t dp;              /* data-parallel ranks the plan was made for (0: any) */
+    int64_t zero_stage;      /* the plan's ZeRO stage (default 0) */
     int64_t tiers[RT_TIERS]; /* bytes */
     int64_t opt_v_offset;
     RtTrain train;

@@ -37,7 +37,10 @@ add_test(NAME multirank_resume_zero2
                  "${MR_MPIRUN}")
 add_test(NAME multirank_errors COMMAND sh ${MR_DIR}/run_errors.sh ${MR_WORK} "${MR_MPIRUN}")
 add_test(NAME multirank_singleton COMMAND sh ${MR_DIR}/run_singleton.sh ${MR_WORK})
-list(APPEND mr_tests multirank_resume_zero2 multirank_errors multirank_singleton)
+add_test(NAME multirank_plan_dp2_microbatches
+         COMMAND sh ${MR_DIR}/run_plan.sh $<TARGET_FILE:colossalc> ${MR_WORK} ${COLOSSALC_TORCH_PYTHON}
+                 ${CMAKE_SOURCE_DIR} "${MR_MPIRUN}")
+list(APPEND mr_tests multirank_resume_zero2 multirank_errors multirank_singleton multirank_plan_dp2_microbatches)
 set_tests_properties(${mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 600)
 
 # Under the sanitizers, Open MPI's own leaks are suppressed (lsan.supp says how);
