@@ -7,23 +7,11 @@ differ more than the tensor does; the largest elementwise difference is printed 
 With --last N only the last N logged steps are compared.
 
 usage: compare_runs.py [--last N] TOL WANT.jsonl GOT.jsonl [WANT.safetensors GOT.safetensors]"""
-import json, struct, sys
+import json, os, sys
 import numpy as np
 
-
-def read_safetensors(path):
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        assert t["dtype"] == "F32", t["dtype"]
-        b, e = t["data_offsets"]
-        out[name] = np.frombuffer(data[base + b:base + e], dtype="<f4").reshape(t["shape"])
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from compare import read_safetensors  # noqa: E402  (one reader of --save files)
 
 
 def losses(path):
