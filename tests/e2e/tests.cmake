@@ -1,5 +1,6 @@
 # End-to-end: `colossalc -o train`, then train against PyTorch and across a resume.
 set(E2E_WORK ${CMAKE_BINARY_DIR}/e2e-work)
+file(MAKE_DIRECTORY ${E2E_WORK})
 add_test(NAME e2e_gpt2_vs_torch
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_vs_torch.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/torch)
@@ -7,3 +8,7 @@ add_test(NAME e2e_resume
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_resume.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/resume)
 set_tests_properties(e2e_gpt2_vs_torch e2e_resume PROPERTIES TIMEOUT 600)
+# --emit-llvm writes the optimised module: every kernel, vectorised (AVX or wider).
+add_test(NAME e2e_emit_llvm
+         COMMAND sh -c "$0 $1 --emit-llvm $2 && grep -c '^define void @k' $2 && grep -q '<[0-9]* x float>' $2"
+                 $<TARGET_FILE:colossalc> ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model ${E2E_WORK}/gpt2-tiny.ll)
