@@ -105,6 +105,9 @@ void infer_embedding(Node *n) {
   need_float(n, 0);
   if (ix->dtype != DT_I32) error_at(n->loc, "embedding: indices must be i32, got %s", dtype_name(ix->dtype));
   if (ix->shape.ndim >= MAX_DIMS) error_at(n->loc, "embedding: indices have too many dimensions");
+  if (ix->op == OP_ARANGE && attr_int(ix, "n") > t->shape.d[0]) /* positions known at compile time */
+    error_at(n->loc, "embedding: positions 0..%lld do not fit the table's %lld rows", (long long)attr_int(ix, "n") - 1,
+             (long long)t->shape.d[0]);
   n->shape = ix->shape;
   n->shape.d[n->shape.ndim++] = t->shape.d[1];
   n->dtype = t->dtype;

@@ -24,6 +24,7 @@ static const Case cases[] = {
   {A("f32[10, 4]") B("i32[2, 3]") "%2 = embedding %0, %1 : f32[2, 3, 4]\n", NULL},
   {A("f32[10, 4]") B("f32[2, 3]") "%2 = embedding %0, %1 : f32[2, 3, 4]\n", "indices must be i32"},
   {A("f32[10]") B("i32[2]") "%2 = embedding %0, %1 : f32[2]\n", "table must be 2-D"},
+  {A("f32[10, 4]") "%1 = arange n=12 : i32[12]\n%2 = embedding %0, %1 : f32[12, 4]\n", "positions 0..11 do not fit the table's 10 rows"},
   /* matmul */
   {A("f32[2, 3]") B("f32[3, 4]") "%2 = matmul %0, %1 : f32[2, 4]\n", NULL},
   {A("f32[5, 2, 3]") B("f32[3, 4]") "%2 = matmul %0, %1 : f32[5, 2, 4]\n", NULL},
