@@ -32,21 +32,12 @@ set_tests_properties(codegen_cuda_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
 
 # Every kernel lowering makes of small configurations of the model zoo: NVRTC compiles
 # them, the host shim runs the whole step against kernel_eval.
-set(CUDA_LOWERED_MODELS
-  "gpt2_tiny|gpt2-tiny.model|batch=2 seq=16 layers=2"
-  "llama_tiny|llama.model|vocab=64 d=32 heads=4 layers=2 ffn=48 batch=2 seq=8"
-  "bert_tiny|bert.model|vocab=64 ctx=16 d=32 heads=4 layers=2 ffn=48 batch=2 seq=8 pdrop=0.2"
-  "vit_tiny|vit.model|image=16 patch=8 classes=10 d=32 heads=4 layers=2 mlp_dim=48 batch=2 pdrop=0.2")
-foreach(entry ${CUDA_LOWERED_MODELS})
-  string(REPLACE "|" ";" parts "${entry}")
-  list(GET parts 0 name)
-  list(GET parts 1 model)
-  list(GET parts 2 config)
-  separate_arguments(config UNIX_COMMAND "${config}")
-  add_test(NAME codegen_cuda_lowered_${name}
-           COMMAND test_codegen_cuda lowered ${CMAKE_SOURCE_DIR}/models/${model} ${config}
+foreach(entry ${COLOSSALC_TINY_MODELS})
+  colossalc_tiny_model("${entry}")
+  add_test(NAME codegen_cuda_lowered_${tiny_name}
+           COMMAND test_codegen_cuda lowered ${tiny_model} ${tiny_config}
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
-  set_tests_properties(codegen_cuda_lowered_${name} PROPERTIES TIMEOUT 900)
+  set_tests_properties(codegen_cuda_lowered_${tiny_name} PROPERTIES TIMEOUT 900)
 endforeach()
 
 # The CUDA source of every kernel of every model in models/, at its real size, compiles

@@ -910,22 +910,6 @@ typedef struct LRun {
   float scalars[16];
 } LRun;
 
-/* The error of a kernel's run against kernel_eval's, relative to the largest value it
- * wrote: 0 unless block reductions add in a different order than the evaluator. */
-static double lowered_error(const LRun *r, char *const *before) {
-  double diff = 0, scale = 0;
-  for (int t = 0; t < RT_TIERS; t++) {
-    const float *w = (const float *)r->ref[t], *g = (const float *)r->got[t], *b = (const float *)before[t];
-    for (int64_t i = 0; i < r->p->tiers[t] / 4; i++) {
-      bool same = !memcmp(&w[i], &g[i], 4) || (isnan(w[i]) && isnan(g[i]));
-      if (same && !memcmp(&w[i], &b[i], 4)) continue;
-      if (fabs(w[i]) > scale) scale = fabs(w[i]);
-      double d = same ? 0 : fabs((double)g[i] - w[i]);
-      if (!(d <= diff)) diff = d;
-    }
-  }
-  return diff / (scale > 0 ? scale : 1);
-}
 
 /* Bit for bit, except after block reductions (tree order): there 1e-4 of the largest
  * value, as layernorm's backward subtracts nearly equal sums. The same kernels in the
@@ -950,7 +934,7 @@ static void lowered_kernel(LRun *r, const PInstr *in, char **before) {
     return;
   }
   kernel_eval(k, r->ref, r->scalars);
-  double e = lowered_error(r, before), tol = lowered_tolerance(k);
+  double e = lowered_written_error(r->p, r->ref, r->got, before), tol = lowered_tolerance(k);
   if (e > tol && !(r->worst[in->kernel] > tol)) kernel_print(stdout, k);   /* the first failure, as a bug report */
   if (!(e <= r->worst[in->kernel])) r->worst[in->kernel] = e;
 }

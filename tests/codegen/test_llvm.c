@@ -560,21 +560,6 @@ typedef struct Run {
   const float *scalars;
 } Run;
 
-/* max |got - want| / max |want| over the elements the kernel wrote (in either run) */
-static double kernel_error(const Run *r) {
-  double diff = 0, scale = 0;
-  for (int t = 0; t < RT_TIERS; t++) {
-    const float *w = (const float *)r->ref[t], *g = (const float *)r->got[t], *b = (const float *)r->before[t];
-    for (int64_t i = 0; i < r->p->tiers[t] / 4; i++) {
-      bool same = !memcmp(&w[i], &g[i], 4) || (isnan(w[i]) && isnan(g[i]));
-      if (same && !memcmp(&w[i], &b[i], 4)) continue;
-      if (fabs(w[i]) > scale) scale = fabs(w[i]);
-      double d = same ? 0 : fabs((double)g[i] - w[i]);
-      if (!(d <= diff)) diff = d;
-    }
-  }
-  return diff / (scale > 0 ? scale : 1);
-}
 
 static void run_kernel(Run *r, const PInstr *in) {
   const Kernel *k = r->p->kernels[in->kernel];
@@ -587,7 +572,7 @@ static void run_kernel(Run *r, const PInstr *in) {
   for (int i = 0; i < 3; i++)
     if (cuts[i] < cuts[i + 1]) r->fns[in->kernel](r->got, cuts[i], cuts[i + 1], r->scalars);
   kernel_eval(k, r->ref, r->scalars);
-  double e = kernel_error(r);
+  double e = lowered_written_error(r->p, r->ref, r->got, r->before);
   if (e > TOL && !(r->worst[in->kernel] > TOL)) kernel_print(stdout, k);   /* the first failure, as a bug report */
   if (!(e <= r->worst[in->kernel])) r->worst[in->kernel] = e;
 }

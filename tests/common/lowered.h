@@ -5,6 +5,7 @@
  * translation unit. */
 #ifndef COLOSSALC_TESTS_LOWERED_H
 #define COLOSSALC_TESTS_LOWERED_H
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -97,6 +98,24 @@ static inline void lowered_gemm_ref(const PGemm *g, char *const *tiers) {
           mc[i * g->ldc + j] = (float)(g->alpha * s + g->beta * mc[i * g->ldc + j]);
         }
     }
+}
+
+/* A kernel's run (got) against the reference run (ref) from the same memory (before):
+ * max |got - ref| / max |ref| over the elements either run changed, in every tier. */
+static inline double lowered_written_error(const Program *p, char *const *ref, char *const *got,
+                                           char *const *before) {
+  double diff = 0, scale = 0;
+  for (int t = 0; t < RT_TIERS; t++) {
+    const float *w = (const float *)ref[t], *g = (const float *)got[t], *b = (const float *)before[t];
+    for (int64_t i = 0; i < p->tiers[t] / 4; i++) {
+      bool same = !memcmp(&w[i], &g[i], 4) || (isnan(w[i]) && isnan(g[i]));
+      if (same && !memcmp(&w[i], &b[i], 4)) continue;
+      if (fabs(w[i]) > scale) scale = fabs(w[i]);
+      double d = same ? 0 : fabs((double)g[i] - w[i]);
+      if (!(d <= diff)) diff = d;
+    }
+  }
+  return diff / (scale > 0 ? scale : 1);
 }
 
 #endif
