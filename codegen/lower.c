@@ -30,6 +30,8 @@ typedef struct L {
   bool *need_layout;    /* [g->n] */
   int *grad_of;         /* [g->n] the param index whose gradient this node is, or -1 */
   bool *slot_used;      /* [nparams] the gradient slot already holds a result */
+  int *pidx;            /* [nparams] the program's index of each of the graph's parameters */
+  PSeq *seq;            /* where the graph's instructions go */
   LBuf *bufs;
   int nbufs, bufs_cap;
   const Node *at;       /* node being lowered */
@@ -109,8 +111,8 @@ static void kfinish(L *l, PSeq *s, Kernel *k) {
   in->kernel = l->p->nkernels;
   in->extent = k->par == KP_ROWS ? k->rows : k->cols;
   l->p->kernels[l->p->nkernels++] = k;
-  if (s == &l->p->step)
-    for (int i = 0; i < k->nbufs; i++) touch(l, k->bufs[i].tier - PENDING, l->p->step.n - 1);
+  if (s == l->seq)
+    for (int i = 0; i < k->nbufs; i++) touch(l, k->bufs[i].tier - PENDING, l->seq->n - 1);
 }
 
 /* ---- expressions ----------------------------------------------------------------- */
@@ -280,6 +282,11 @@ static KExpr *expr_pad(L *l, Kernel *k, const Node *n, AxMap m) {
 #define expr_softmax_grad NULL
 #define expr_cross_entropy_grad NULL
 #define expr_embedding_grad NULL
+#define expr_all_reduce NULL
+#define expr_all_gather NULL
+#define expr_reduce_scatter NULL
+#define expr_split NULL
+static KExpr *expr_tp_copy(L *l, Kernel *k, const Node *n, AxMap m) { return expr(l, k, n->in[0], m); }
 
 typedef KExpr *(*ExprRule)(L *, Kernel *, const Node *, AxMap);
 static const ExprRule expr_rules[OP_COUNT] = {
@@ -306,7 +313,7 @@ static Val materialize(L *l, const Node *n, int buf) {
   Val out = layout_of(buf, &n->shape);
   kernel_map(k, kbuf(l, k, buf, n->dtype), kview_contig(k, 0), store_mode(l, buf), e);
   k->name = arena_printf(l->a, "k%d_%s", l->p->nkernels, op_info(n->op)->name);
-  kfinish(l, &l->p->step, k);
+  kfinish(l, l->seq, k);
   return out;
 }
 
@@ -315,7 +322,7 @@ static int64_t bytes_of(const Node *n) { return shape_numel(&n->shape) * (dtype_
 /* The buffer a node's result goes to: its parameter's gradient slot, or new work memory. */
 static int grad_slot(L *l, int pi, const Node *n) {
   int b = lbuf_new(l, RT_TIER_GRADS, bytes_of(n));
-  l->bufs[b].offset = l->p->params[pi].offset;
+  l->bufs[b].offset = l->p->params[l->pidx[pi]].offset;
   l->bufs[b].placed = l->bufs[b].pinned = true;
   l->slot_used[pi] = true;
   return b;
@@ -323,7 +330,7 @@ static int grad_slot(L *l, int pi, const Node *n) {
 
 static int out_buf(L *l, const Node *n) {
   int pi = l->grad_of[n->id];
-  if (pi >= 0 && !l->slot_used[pi]) return grad_slot(l, pi, n);
+  if (pi >= 0 && !l->slot_used[pi] && !l->uses[n->id]) return grad_slot(l, pi, n); /* read by nothing else */
   return lbuf_new(l, RT_TIER_WORK, bytes_of(n));
 }
 
@@ -390,9 +397,9 @@ static void lower_matmul(L *l, const Node *n) {
     g.stride[1][s] = sbb[d];
     g.stride[2][s] = out.strides[d];
   }
-  PInstr *in = emit(l, &l->p->step, PI_GEMM);
+  PInstr *in = emit(l, l->seq, PI_GEMM);
   in->gemm = g;
-  for (int i = 0; i < 3; i++) touch(l, g.tier[i] - PENDING, l->p->step.n - 1);
+  for (int i = 0; i < 3; i++) touch(l, g.tier[i] - PENDING, l->seq->n - 1);
   l->val[n->id] = out;
 }
 
@@ -409,7 +416,7 @@ static void store_out(L *l, Kernel *k, const Node *n, KExpr *e) {
   int b = out_buf(l, n);
   l->val[n->id] = layout_of(b, &n->shape);
   kernel_map(k, kbuf(l, k, b, n->dtype), kview_contig(k, 0), store_mode(l, b), e);
-  kfinish(l, &l->p->step, k);
+  kfinish(l, l->seq, k);
 }
 
 static void lower_layernorm(L *l, const Node *n) {
@@ -485,7 +492,7 @@ static void norm_stats(L *l, const Node *n, int stats[2]) {
   for (int i = 0; i < 2; i++) stats[i] = lbuf_new(l, RT_TIER_WORK, rows * 4);
   kernel_row(k, kbuf(l, k, stats[0], DT_F32), rv, KS_SET, mean);
   kernel_row(k, kbuf(l, k, stats[1], DT_F32), rv, KS_SET, U(RSQRT, B(ADD, var, C(attr_float(n, "eps")))));
-  kfinish(l, &l->p->step, k);
+  kfinish(l, l->seq, k);
 }
 
 /* dx of layernorm (mean-centred) and rmsnorm: per row. */
@@ -534,7 +541,7 @@ static void store_rows(L *l, Kernel *k, const Node *n, KExpr *e) {
   int64_t st = 1;
   for (int d = k->row_dims - 1; d >= 0; d--) { v.strides[d] = st; st *= k->dims[d]; }
   kernel_row(k, kbuf(l, k, b, n->dtype), v, store_mode(l, b), e);
-  kfinish(l, &l->p->step, k);
+  kfinish(l, l->seq, k);
 }
 
 static void lower_norm_param_grad(L *l, const Node *n) {
@@ -604,7 +611,7 @@ static int ce_count(L *l, const Node *n) {
   KExpr *valid = B(SUB, C(1), B(EQ, tx, C(attr_int(n, "ignore_index"))));
   int b = lbuf_new(l, RT_TIER_WORK, 4);
   kernel_row(k, kbuf(l, k, b, DT_F32), (KView){0}, KS_SET, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, valid)));
-  kfinish(l, &l->p->step, k);
+  kfinish(l, l->seq, k);
   return b;
 }
 
@@ -628,7 +635,7 @@ static void lower_cross_entropy(L *l, const Node *n) {
   int64_t st = 1;
   for (int d = k->row_dims - 1; d >= 0; d--) { rv.strides[d] = st; st *= k->dims[d]; }
   kernel_row(k, kbuf(l, k, per_row, DT_F32), rv, KS_SET, loss);
-  kfinish(l, &l->p->step, k);
+  kfinish(l, l->seq, k);
   int cnt = ce_count(l, n);
   int64_t dims[2] = {1, rows};
   Kernel *m = knew(l, "ce_mean", KP_ROWS, dims, 2, 1);
@@ -640,7 +647,7 @@ static void lower_cross_entropy(L *l, const Node *n) {
   l->val[n->id] = layout_of(b, &n->shape);
   kernel_row(m, kbuf(l, m, b, DT_F32), (KView){0}, KS_SET,
              kx_binary(l->a, m, KB_DIV, sum, kx_binary(l->a, m, KB_MAX, count, kx_const(l->a, m, 1))));
-  kfinish(l, &l->p->step, m);
+  kfinish(l, l->seq, m);
 }
 
 static void lower_cross_entropy_grad(L *l, const Node *n) {
@@ -662,10 +669,10 @@ static void lower_embedding_grad(L *l, const Node *n) {
   int b = out_buf(l, n);
   l->val[n->id] = layout_of(b, &n->shape);
   if (store_mode(l, b) == KS_SET) { /* a scatter-add starts from zero, unless it accumulates into a slot */
-    PInstr *z = emit(l, &l->p->step, PI_ZERO);
+    PInstr *z = emit(l, l->seq, PI_ZERO);
     z->tier = PENDING + b;
     z->bytes = bytes_of(n);
-    touch(l, b, l->p->step.n - 1);
+    touch(l, b, l->seq->n - 1);
   }
   Kernel *k = knew(l, "embedding_grad", KP_COLS, g->shape.d, g->shape.ndim, g->shape.ndim - 1);
   AxMap m = right_aligned(k, g->shape.ndim);
@@ -674,7 +681,7 @@ static void lower_embedding_grad(L *l, const Node *n) {
   sv.gather = expr(l, k, ix, m);
   sv.gather_stride = n->shape.d[1];
   kernel_map(k, kbuf(l, k, b, n->dtype), sv, KS_ADD, expr(l, k, g, m));
-  kfinish(l, &l->p->step, k);
+  kfinish(l, l->seq, k);
 }
 
 static void lower_concat(L *l, const Node *n) {
@@ -690,7 +697,7 @@ static void lower_concat(L *l, const Node *n) {
     KView v = {.offset = off * out.strides[axis]};
     for (int d = 0; d < x->shape.ndim; d++) v.strides[d] = out.strides[d];
     kernel_map(k, kbuf(l, k, b, n->dtype), v, store_mode(l, b), expr(l, k, x, m));
-    kfinish(l, &l->p->step, k);
+    kfinish(l, l->seq, k);
     off += x->shape.d[axis];
   }
   l->val[n->id] = out;
@@ -768,6 +775,60 @@ static void lower_broadcast(L *l, const Node *n) {
   l->val[n->id] = v;
 }
 
+/* ---- collectives ------------------------------------------------------------------------ */
+
+static bool contiguous_val(const L *l, const Node *n) {
+  const Val *v = &l->val[n->id];
+  if (v->kind != V_LAYOUT) return false;
+  int64_t st[MAX_DIMS];
+  contiguous(&n->shape, st);
+  for (int d = 0; d < n->shape.ndim; d++)
+    if (n->shape.d[d] != 1 && v->strides[d] != st[d]) return false;
+  return true;
+}
+
+/* n's value in a contiguous buffer: copied there when it is an expression or a strided view. */
+static const Val *in_memory(L *l, const Node *n) {
+  if (!contiguous_val(l, n)) l->val[n->id] = materialize(l, n, lbuf_new(l, RT_TIER_WORK, bytes_of(n)));
+  return &l->val[n->id];
+}
+
+static const PCommKind comm_kinds[OP_COUNT] = {
+  [OP_ALL_REDUCE] = PC_ALL_REDUCE, [OP_ALL_GATHER] = PC_ALL_GATHER, [OP_REDUCE_SCATTER] = PC_REDUCE_SCATTER,
+  [OP_SPLIT] = PC_SPLIT,
+};
+
+/* A collective reads a contiguous buffer and writes a new one (never a gradient slot:
+ * it overwrites). Its geometry is the global tensor: outer x n x inner, with n the
+ * part of the split axis in one block. */
+static void lower_comm(L *l, const Node *n) {
+  const Node *x = n->in[0];
+  const Val *xv = in_memory(l, x);
+  int b = lbuf_new(l, RT_TIER_WORK, bytes_of(n));
+  l->val[n->id] = layout_of(b, &n->shape);
+  PInstr *in = emit(l, l->seq, PI_COMM);
+  PComm *c = &in->comm;
+  *c = (PComm){comm_kinds[n->op], {PENDING + xv->buf, PENDING + b}, {xv->offset * 4, 0}, shape_numel(&n->shape), 1, 1};
+  if (n->op != OP_ALL_REDUCE) {
+    const Shape *gs = n->op == OP_ALL_GATHER ? &n->shape : &x->shape;
+    int a = (int)attr_int(n, "axis");
+    if (a < 0) a += gs->ndim;
+    int64_t blocks = attr_int(n, "blocks");
+    c->outer = blocks, c->inner = 1;
+    for (int d = 0; d < a; d++) c->outer *= gs->d[d];
+    for (int d = a + 1; d < gs->ndim; d++) c->inner *= gs->d[d];
+    c->n = gs->d[a] / blocks;
+  }
+  touch(l, xv->buf, l->seq->n - 1);
+  touch(l, b, l->seq->n - 1);
+}
+
+/* tp_copy is the identity forward: the same layout, or the same expression. */
+static void lower_tp_copy(L *l, const Node *n) {
+  if (l->val[n->in[0]->id].kind == V_LAYOUT) l->val[n->id] = l->val[n->in[0]->id];
+  else lower_expr_node(l, n);
+}
+
 /* ---- the walk over the graph ------------------------------------------------------------ */
 
 /* Inputs that must be in memory, by op: GEMM operands, views, shifted or gathered reads. */
@@ -794,7 +855,7 @@ static void analyse(L *l) {
       if (needs_memory(n, k)) l->need_layout[n->in[k]->id] = true;
     }
   }
-  l->need_layout[g->loss->id] = true;
+  if (g->loss) l->need_layout[g->loss->id] = true;
   for (int k = 0; k < g->nparams; k++)
     if (g->param_grads[k]) {
       l->need_layout[g->param_grads[k]->id] = true;
@@ -804,9 +865,9 @@ static void analyse(L *l) {
 
 static void lower_param(L *l, const Node *n) {
   int k = 0;
-  while (l->p->params[k].node != n) k++;
+  while (l->g->params[k] != n) k++;
   int b = lbuf_new(l, RT_TIER_PARAMS, bytes_of(n));
-  l->bufs[b].offset = l->p->params[k].offset;
+  l->bufs[b].offset = l->p->params[l->pidx[k]].offset;
   l->bufs[b].placed = l->bufs[b].pinned = true;
   l->val[n->id] = layout_of(b, &n->shape);
 }
@@ -860,6 +921,10 @@ static void lower_unsupported(L *l, const Node *n) {
 #define lower_layernorm_grad lower_norm_grad
 #define lower_rmsnorm_grad lower_norm_grad
 #define lower_attention lower_unsupported
+#define lower_all_reduce lower_comm
+#define lower_all_gather lower_comm
+#define lower_reduce_scatter lower_comm
+#define lower_split lower_comm
 
 static void (*const lower_rules[OP_COUNT])(L *, const Node *) = {
 #define OP(id, name, nin, cls, flags, attrs) [OP_##id] = lower_##name,
@@ -879,28 +944,11 @@ static void fill_grad_slots(L *l) {
     int b = grad_slot(l, k, gn);
     Kernel *kk = knew(l, "grad_copy", KP_ROWS, gn->shape.d, gn->shape.ndim, gn->shape.ndim ? gn->shape.ndim - 1 : 0);
     kernel_map(kk, kbuf(l, kk, b, DT_F32), kview_contig(kk, 0), KS_ADD, expr(l, kk, gn, right_aligned(kk, gn->shape.ndim)));
-    kfinish(l, &l->p->step, kk);
+    kfinish(l, l->seq, kk);
   }
 }
 
 /* ---- parameters, inputs, optimizer ------------------------------------------------------- */
-
-static void layout_params(L *l) {
-  Program *p = l->p;
-  Graph *g = l->g;
-  p->nparams = g->nparams;
-  p->params = arena_array(l->a, g->nparams, sizeof *p->params);
-  int64_t off = 0;
-  for (int k = 0; k < g->nparams; k++) {
-    const Node *n = g->params[k];
-    p->params[k] = (PParam){n, off, n->shape.ndim >= 2};
-    off += (bytes_of(n) + 63) & ~(int64_t)63;
-  }
-  p->tiers[RT_TIER_PARAMS] = p->tiers[RT_TIER_GRADS] = off;
-  bool adam = g->train.opt == OPT_ADAMW, mom = !adam && g->train.momentum > 0;
-  p->opt_v_offset = off;
-  p->tiers[RT_TIER_OPT] = adam ? 2 * off : mom ? off : 0;
-}
 
 static void find_inputs(L *l) {
   Program *p = l->p;
@@ -1021,10 +1069,11 @@ static int64_t first_fit(LBuf *b, LBuf **placed, int n, LBuf **live) {
 }
 
 /* Greedy best-fit by size over the interval graph of lifetimes; pinned buffers
- * (inputs, the loss, the gradient-norm parts) live through the whole step. */
-static void plan_memory(L *l) {
-  int end = l->p->step.n + 1;
-  LBuf **work = arena_array(l->a, l->nbufs, sizeof *work);
+ * (inputs, the loss, the gradient-norm parts, pipeline boundary values) live through
+ * the whole list. Offsets start at base; returns the bytes used above it. */
+static int64_t plan_memory(L *l, int64_t base) {
+  int end = l->seq->n + 1;
+  LBuf **work = arena_array(l->a, l->nbufs ? l->nbufs : 1, sizeof *work);
   int n = 0;
   for (int i = 0; i < l->nbufs; i++) {
     LBuf *b = &l->bufs[i];
@@ -1042,7 +1091,8 @@ static void plan_memory(L *l) {
     b->placed = true;
     if (off + b->bytes > peak) peak = off + b->bytes;
   }
-  l->p->tiers[RT_TIER_WORK] = l->p->work_peak = peak;
+  for (int i = 0; i < n; i++) work[i]->offset += base;
+  return peak;
 }
 
 static void patch_kernel(L *l, Kernel *k) {
@@ -1054,21 +1104,21 @@ static void patch_kernel(L *l, Kernel *k) {
     }
 }
 
+static void patch_loc(L *l, int *tier, int64_t *off) {
+  if (*tier < PENDING) return;
+  LBuf *b = &l->bufs[*tier - PENDING];
+  *tier = b->tier;
+  *off += b->offset;
+}
+
 static void patch_seq(L *l, PSeq *s) {
   for (int i = 0; i < s->n; i++) {
     PInstr *in = &s->v[i];
-    if (in->kind == PI_ZERO && in->tier >= PENDING) {
-      LBuf *b = &l->bufs[in->tier - PENDING];
-      in->tier = b->tier;
-      in->offset += b->offset;
-    }
+    if (in->kind == PI_ZERO) patch_loc(l, &in->tier, &in->offset);
     if (in->kind == PI_GEMM)
-      for (int j = 0; j < 3; j++)
-        if (in->gemm.tier[j] >= PENDING) {
-          LBuf *b = &l->bufs[in->gemm.tier[j] - PENDING];
-          in->gemm.tier[j] = b->tier;
-          in->gemm.off[j] += b->offset;
-        }
+      for (int j = 0; j < 3; j++) patch_loc(l, &in->gemm.tier[j], &in->gemm.off[j]);
+    if (in->kind == PI_COMM)
+      for (int j = 0; j < 2; j++) patch_loc(l, &in->comm.tier[j], &in->comm.off[j]);
   }
 }
 
@@ -1081,49 +1131,136 @@ static void build_forward(L *l, const Node *logits) {
   for (int i = logits->id; i >= 0; i--)
     if (anc[i])
       for (int k = 0; k < g->nodes[i]->nin; k++) anc[g->nodes[i]->in[k]->id] = true;
-  for (int i = 0; i < l->p->step.n; i++) {
-    PInstr *in = &l->p->step.v[i];
+  for (int i = 0; i < l->seq->n; i++) {
+    PInstr *in = &l->seq->v[i];
     if (in->node >= 0 && in->node < g->n_forward && anc[in->node]) *emit(l, &l->p->forward, in->kind) = *in;
   }
 }
 
-Program *lower_program(Graph *g) {
-  Arena *a = g->arena;
-  Program *p = arena_alloc(a, sizeof *p);
-  p->arena = a;
-  p->g = g;
-  p->microbatches = 1;
-  L l = {.g = g, .p = p, .a = a};
-  l.val = arena_array(a, g->n, sizeof *l.val);
-  l.uses = arena_array(a, g->n, sizeof *l.uses);
-  l.need_layout = arena_array(a, g->n, sizeof *l.need_layout);
-  l.grad_of = arena_array(a, g->n, sizeof *l.grad_of);
-  l.slot_used = arena_array(a, g->nparams ? g->nparams : 1, sizeof *l.slot_used);
-  for (int i = 0; i < g->n; i++) l.grad_of[i] = -1;
-  layout_params(&l);
-  find_inputs(&l);
-  const Node *logits = g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
-  analyse(&l);
-  if (logits) l.need_layout[logits->id] = true;
-  for (int i = 0; i < g->n; i++) {
-    l.at = g->nodes[i];
-    lower_node(&l, g->nodes[i]);
+/* ---- one graph ---------------------------------------------------------------------------- */
+
+static L *l_new(Program *p, Graph *g, PSeq *seq) {
+  Arena *a = p->arena;
+  L *l = arena_alloc(a, sizeof *l);
+  *l = (L){.g = g, .p = p, .a = a, .seq = seq};
+  l->val = arena_array(a, g->n, sizeof *l->val);
+  l->uses = arena_array(a, g->n, sizeof *l->uses);
+  l->need_layout = arena_array(a, g->n, sizeof *l->need_layout);
+  l->grad_of = arena_array(a, g->n, sizeof *l->grad_of);
+  l->slot_used = arena_array(a, g->nparams ? g->nparams : 1, sizeof *l->slot_used);
+  l->pidx = arena_array(a, g->nparams ? g->nparams : 1, sizeof *l->pidx);
+  for (int i = 0; i < g->n; i++) l->grad_of[i] = -1;
+  return l;
+}
+
+/* A value another program reads: contiguous, in the work tier, alive through the list. */
+static int64_t boundary(L *l, const Node *n) {
+  const Val *v = in_memory(l, n);
+  if (l->bufs[v->buf].tier != RT_TIER_WORK) {
+    l->val[n->id] = materialize(l, n, lbuf_new(l, RT_TIER_WORK, bytes_of(n)));
+    v = &l->val[n->id];
   }
-  fill_grad_slots(&l);
-  l.bufs[l.val[g->loss->id].buf].pinned = true;
-  emit_optimizer(&l);
-  if (logits) build_forward(&l, logits);
-  plan_memory(&l);
-  for (int i = 0; i < p->nkernels; i++) patch_kernel(&l, p->kernels[i]);
+  l->bufs[v->buf].pinned = true;
+  return v->buf;
+}
+
+static int64_t placed(const L *l, const Node *n) {
+  const Val *v = &l->val[n->id];
+  return l->bufs[v->buf].offset + v->offset * 4;
+}
+
+/* The graph's nodes into l->seq, its gradients into their slots. Chunk c (or NULL)
+ * gets the buffer of each boundary value in its arrays (buffer indices until the
+ * memory plan places them). */
+static void lower_nodes(L *l, PChunk *c) {
+  Graph *g = l->g;
+  analyse(l);
+  for (int k = 0; k < g->nouts; k++) l->uses[g->outs[k]->id]++, l->need_layout[g->outs[k]->id] = true;
+  for (int k = 0; k < g->nwrt; k++)
+    if (g->wrt_grads[k]) l->uses[g->wrt_grads[k]->id]++, l->need_layout[g->wrt_grads[k]->id] = true;
+  const Node *logits = g->loss && g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
+  if (logits) l->need_layout[logits->id] = true;
+  for (int i = 0; i < g->n; i++) {
+    l->at = g->nodes[i];
+    lower_node(l, g->nodes[i]);
+    if (c && i == g->n_forward - 1)
+      for (int k = 0; k < g->nouts; k++) c->out[k] = boundary(l, g->outs[k]);
+  }
+  fill_grad_slots(l);
+  if (g->loss) l->bufs[l->val[g->loss->id].buf].pinned = true;
+  if (c)
+    for (int k = 0; k < g->nwrt; k++) {
+      l->at = g->wrt_grads[k];
+      c->wrt_grad[k] = g->wrt_grads[k] ? boundary(l, g->wrt_grads[k]) : -1;
+    }
+}
+
+static void layout_params(Program *p, Graph **gs, int n, L **ls) {
+  int cap = 0;
+  for (int c = 0; c < n; c++) cap += gs[c]->nparams;
+  p->params = arena_array(p->arena, cap ? cap : 1, sizeof *p->params);
+  int64_t off = 0;
+  for (int c = 0; c < n; c++)
+    for (int k = 0; k < gs[c]->nparams; k++) {
+      const Node *nd = gs[c]->params[k];
+      int j = 0;
+      while (j < p->nparams && strcmp(p->params[j].node->name, nd->name)) j++;
+      if (j == p->nparams) {
+        p->params[p->nparams++] = (PParam){nd, off, nd->shape.ndim >= 2};
+        off += (bytes_of(nd) + 63) & ~(int64_t)63;
+      } else if (!shape_eq(&p->params[j].node->shape, &nd->shape)) {
+        diag_internal(__FILE__, __LINE__, "a parameter held by two chunks with two shapes");
+      }
+      ls[c]->pidx[k] = j;
+    }
+  p->tiers[RT_TIER_PARAMS] = p->tiers[RT_TIER_GRADS] = off;
+  const TrainSpec *t = &gs[0]->train;
+  bool adam = t->opt == OPT_ADAMW, mom = !adam && t->momentum > 0;
+  p->opt_v_offset = off;
+  p->tiers[RT_TIER_OPT] = adam ? 2 * off : mom ? off : 0;
+}
+
+static Program *program_new(Graph *g) {
+  Program *p = arena_alloc(g->arena, sizeof *p);
+  p->arena = g->arena;
+  p->g = g;
+  p->microbatches = p->slots = p->tp = p->pp = 1;
+  return p;
+}
+
+/* Places l's work buffers from base and patches its instructions and kernels
+ * [k0, nkernels). Returns the bytes it used. */
+static int64_t place_and_patch(L *l, int64_t base, int k0, PSeq *const *seqs, int nseqs) {
+  int64_t used = plan_memory(l, base);
+  for (int i = k0; i < l->p->nkernels; i++) patch_kernel(l, l->p->kernels[i]);
+  for (int i = 0; i < nseqs; i++) patch_seq(l, seqs[i]);
+  return used;
+}
+
+static void set_stats(Program *p, Graph *const *gs, int n) {
+  for (int c = 0; c < n; c++) {
+    GraphStats st;
+    graph_stats(gs[c], &st);
+    p->flops_per_step += st.train_flops;
+  }
+}
+
+Program *lower_program(Graph *g) {
+  Program *p = program_new(g);
+  L *l = l_new(p, g, &p->step);
+  layout_params(p, &g, 1, &l);
+  find_inputs(l);
+  lower_nodes(l, NULL);
+  emit_optimizer(l);
+  const Node *logits = g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
+  if (logits) build_forward(l, logits);
   PSeq *seqs[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
-  for (int i = 0; i < 4; i++) patch_seq(&l, seqs[i]);
-  for (int i = 0; i < p->ninputs; i++) p->inputs[i].offset = l.bufs[p->inputs[i].offset].offset;
-  p->gradnorm_offset = l.bufs[p->gradnorm_offset].offset;
-  const Val *lv = &l.val[g->loss->id];
-  p->loss_offset = l.bufs[lv->buf].offset + lv->offset * 4;
+  p->tiers[RT_TIER_WORK] = p->work_peak = place_and_patch(l, 0, 0, seqs, 4);
+  for (int i = 0; i < p->ninputs; i++) p->inputs[i].offset = l->bufs[p->inputs[i].offset].offset;
+  p->gradnorm_offset = l->bufs[p->gradnorm_offset].offset;
+  p->loss_offset = placed(l, g->loss);
   if (logits) {
-    const Val *gv = &l.val[logits->id];
-    p->logits_offset = l.bufs[gv->buf].offset + gv->offset * 4;
+    p->logits_offset = placed(l, logits);
     p->vocab = logits->shape.d[logits->shape.ndim - 1];
   }
   for (int i = 0; i < p->ninputs; i++)
@@ -1131,9 +1268,69 @@ Program *lower_program(Graph *g) {
       p->batch = p->inputs[i].node->shape.d[0];
       p->seq = p->inputs[i].node->shape.d[1];
     }
-  GraphStats st;
-  graph_stats(g, &st);
-  p->flops_per_step = st.train_flops;
+  set_stats(p, &g, 1);
+  return p;
+}
+
+static int64_t *offsets(Arena *a, int n) {
+  int64_t *v = arena_array(a, n + 1, sizeof *v);
+  for (int i = 0; i <= n; i++) v[i] = -1;
+  return v;
+}
+
+Program *lower_stage(Graph **gs, const int *index, int n) {
+  Program *p = program_new(gs[0]);
+  Arena *a = p->arena;
+  p->chunks = arena_array(a, n, sizeof *p->chunks);
+  p->nchunks = n;
+  L **ls = arena_array(a, n, sizeof *ls);
+  for (int c = 0; c < n; c++) ls[c] = l_new(p, gs[c], &p->step);
+  layout_params(p, gs, n, ls);
+  int64_t base = 0;
+  for (int c = 0; c < n; c++) {
+    Graph *g = gs[c];
+    L *l = ls[c];
+    PChunk *ch = &p->chunks[c];
+    *ch = (PChunk){.g = g, .index = index[c], .tokens = -1, .targets = -1, .loss = -1};
+    ch->wrt = offsets(a, g->nwrt), ch->wrt_grad = offsets(a, g->nwrt);
+    ch->out = offsets(a, g->nouts), ch->seed = offsets(a, g->nseeds);
+    PSeq all = {0};
+    l->seq = &all;
+    int k0 = p->nkernels;
+    lower_nodes(l, ch);
+    for (int i = 0; i < all.n; i++) *emit(l, all.v[i].node < g->n_forward ? &ch->fwd : &ch->bwd, all.v[i].kind) = all.v[i];
+    PSeq *seqs[3] = {&all, &ch->fwd, &ch->bwd};
+    base += place_and_patch(l, base, k0, seqs, 3);
+    for (int k = 0; k < g->nouts; k++) ch->out[k] = l->bufs[ch->out[k]].offset;
+    for (int k = 0; k < g->nwrt; k++) {
+      if (ch->wrt_grad[k] >= 0) ch->wrt_grad[k] = l->bufs[ch->wrt_grad[k]].offset;
+      ch->wrt[k] = placed(l, g->wrt[k]);
+    }
+    for (int k = 0; k < g->nseeds; k++) ch->seed[k] = placed(l, g->seed_grad[k]);
+    const Node *targets = g->loss && g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[1] : NULL;
+    for (int i = 0; i < g->n_forward; i++) {
+      const Node *nd = g->nodes[i];
+      if (nd->op != OP_INPUT || nd->dtype != DT_I32) continue;
+      if (nd == targets) ch->targets = placed(l, nd);
+      else if (nd->shape.ndim == 2) ch->tokens = placed(l, nd), p->batch = nd->shape.d[0], p->seq = nd->shape.d[1];
+      else error_at(nd->loc, "pipeline parallelism: input '%s' is neither the tokens nor the targets", nd->name);
+    }
+    if (g->loss) {
+      ch->loss = p->loss_offset = placed(l, g->loss);
+      const Node *logits = g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
+      if (logits) p->vocab = logits->shape.d[logits->shape.ndim - 1];
+    }
+  }
+  /* the optimizer, over the merged parameters, with the gradient-norm parts after the chunks */
+  PSeq none = {0};
+  L *lo = l_new(p, gs[0], &none);
+  emit_optimizer(lo);
+  PSeq *seqs[2] = {&p->gradnorm, &p->update};
+  int64_t used = place_and_patch(lo, base, 0, seqs, 2);
+  p->gradnorm_offset = lo->bufs[p->gradnorm_offset].offset;
+  p->tiers[RT_TIER_WORK] = p->work_peak = base + used;
+  p->scheduled = true;
+  set_stats(p, gs, n);
   return p;
 }
 
@@ -1159,6 +1356,42 @@ static cJSON *instr_json(const PInstr *in) {
     cJSON_AddNumberToObject(o, "offset", (double)in->offset);
     cJSON_AddNumberToObject(o, "bytes", (double)in->bytes);
     break;
+  case PI_COMM: {
+    static const char *kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "split"};
+    const PComm *c = &in->comm;
+    cJSON_AddStringToObject(o, "op", "comm");
+    cJSON_AddStringToObject(o, "kind", kinds[c->kind]);
+    int64_t src[2] = {c->tier[0], c->off[0]}, dst[2] = {c->tier[1], c->off[1]};
+    cJSON_AddItemToObject(o, "src", ints_json(src, 2));
+    cJSON_AddItemToObject(o, "dst", ints_json(dst, 2));
+    cJSON_AddNumberToObject(o, "outer", (double)c->outer);
+    cJSON_AddNumberToObject(o, "n", (double)c->n);
+    cJSON_AddNumberToObject(o, "inner", (double)c->inner);
+    break;
+  }
+  case PI_SLOT:
+    cJSON_AddStringToObject(o, "op", "slot");
+    cJSON_AddNumberToObject(o, "index", in->index);
+    break;
+  case PI_INPUT:
+    cJSON_AddStringToObject(o, "op", "input");
+    cJSON_AddStringToObject(o, "role", in->role == PIN_TARGETS ? "targets" : "tokens");
+    cJSON_AddNumberToObject(o, "microbatch", in->index);
+    cJSON_AddNumberToObject(o, "offset", (double)in->offset);
+    break;
+  case PI_LOSS:
+    cJSON_AddStringToObject(o, "op", "loss");
+    cJSON_AddNumberToObject(o, "offset", (double)in->offset);
+    break;
+  case PI_SEND: case PI_RECV: {
+    cJSON_AddStringToObject(o, "op", in->kind == PI_SEND ? "send" : "recv");
+    cJSON_AddNumberToObject(o, "peer", in->index);
+    cJSON_AddNumberToObject(o, "tag", in->tag);
+    int64_t at[2] = {in->tier, in->offset};
+    cJSON_AddItemToObject(o, "at", ints_json(at, 2));
+    cJSON_AddNumberToObject(o, "count", (double)(in->bytes / 4));
+    break;
+  }
   case PI_GEMM: {
     const PGemm *g = &in->gemm;
     cJSON_AddStringToObject(o, "op", "gemm");
@@ -1203,6 +1436,12 @@ static cJSON *params_json(const Program *p) {
     cJSON_AddStringToObject(o, "init", init_name(n->init.kind));
     cJSON_AddNumberToObject(o, "a", n->init.kind == INIT_NONE ? 0.02 : n->init.a);
     cJSON_AddNumberToObject(o, "b", n->init.b);
+    if (n->split) {
+      cJSON *t = cJSON_CreateObject();
+      cJSON_AddNumberToObject(t, "dim", n->split - 1);
+      cJSON_AddNumberToObject(t, "blocks", (double)n->split_blocks);
+      cJSON_AddItemToObject(o, "tp", t);
+    }
     cJSON_AddItemToArray(a, o);
   }
   return a;
@@ -1219,7 +1458,7 @@ static cJSON *train_json(const TrainSpec *t) {
   return o;
 }
 
-char *program_to_json(const Program *p) {
+static cJSON *program_json(const Program *p) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "version", 1);
   cJSON_AddNumberToObject(o, "scalars", RT_SCALARS_ALL);
@@ -1257,7 +1496,32 @@ char *program_to_json(const Program *p) {
   cJSON_AddItemToObject(o, "gradnorm", seq_json(&p->gradnorm));
   cJSON_AddItemToObject(o, "update", seq_json(&p->update));
   cJSON_AddItemToObject(o, "forward", seq_json(&p->forward));
+  if (p->tp > 1 || p->pp > 1) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddNumberToObject(m, "dp", (double)p->dp);
+    cJSON_AddNumberToObject(m, "tp", (double)p->tp);
+    cJSON_AddNumberToObject(m, "pp", (double)p->pp);
+    cJSON_AddItemToObject(o, "mesh", m);
+    cJSON_AddNumberToObject(o, "stage", (double)p->stage);
+  }
+  if (p->scheduled) {
+    cJSON_AddBoolToObject(o, "scheduled", true);
+    cJSON_AddNumberToObject(o, "slots", (double)p->slots);
+  }
+  return o;
+}
+
+static char *json_text(cJSON *o) {
   char *text = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
+  if (!text) diag_internal(__FILE__, __LINE__, "out of memory writing the program");
   return text;
+}
+
+char *program_to_json(const Program *p) { return json_text(program_json(p)); }
+
+char *programs_to_json(Program *const *p, int n) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, program_json(p[i]));
+  return json_text(a);
 }

@@ -12,7 +12,18 @@
 #include "codegen/kernel.h"
 #include "ir/ir.h"
 
-typedef enum { PI_KERNEL, PI_GEMM, PI_ZERO } PInstrKind;
+/* Instructions (runtime/program.h): kernels, GEMMs and zeroing; collectives over the
+ * tensor-parallel group; and, in a pipeline stage's scheduled step, slot changes,
+ * input and loss transfers and point-to-point sends and receives. */
+typedef enum { PI_KERNEL, PI_GEMM, PI_ZERO, PI_COMM, PI_SLOT, PI_INPUT, PI_LOSS, PI_SEND, PI_RECV } PInstrKind;
+typedef enum { PC_ALL_REDUCE, PC_ALL_GATHER, PC_REDUCE_SCATTER, PC_SPLIT } PCommKind;
+
+typedef struct PComm {
+  PCommKind kind;
+  int tier[2];              /* src, dst */
+  int64_t off[2];           /* bytes */
+  int64_t outer, n, inner;  /* the global tensor, outer x n x inner f32, n split over the group */
+} PComm;
 
 typedef struct PGemm {
   int ta, tb;
@@ -29,8 +40,12 @@ typedef struct PInstr {
   int kernel;               /* PI_KERNEL */
   int64_t extent;           /* PI_KERNEL */
   PGemm gemm;               /* PI_GEMM */
-  int tier;                 /* PI_ZERO */
-  int64_t offset, bytes;    /* PI_ZERO */
+  int tier;                 /* PI_ZERO, PI_SEND, PI_RECV */
+  int64_t offset, bytes;    /* PI_ZERO, PI_SEND, PI_RECV (bytes: f32 count x 4); PI_INPUT, PI_LOSS offset */
+  PComm comm;               /* PI_COMM */
+  int index;                /* PI_SLOT: slot; PI_INPUT: micro-batch; PI_SEND, PI_RECV: peer stage */
+  int tag;                  /* PI_SEND, PI_RECV */
+  int role;                 /* PI_INPUT: PIN_TOKENS or PIN_TARGETS */
   int node;                 /* the IR node this computes (for the forward subset) */
 } PInstr;
 
@@ -39,6 +54,17 @@ typedef struct PSeq { PInstr *v; int n, cap; } PSeq;
 typedef struct PParam { const Node *node; int64_t offset; bool decay; } PParam;
 typedef enum { PIN_TOKENS, PIN_TARGETS, PIN_OTHER } PInputRole;
 typedef struct PInput { const Node *node; int64_t offset; PInputRole role; } PInput;
+
+/* One pipeline chunk inside a stage's program: its forward and backward
+ * instructions, and where (WORK offsets within a slot) its boundary values lie. */
+typedef struct PChunk {
+  const Graph *g;
+  int index;                /* the chunk's number in the model */
+  PSeq fwd, bwd;
+  int64_t tokens, targets, loss; /* offsets, -1 when the chunk has none */
+  int64_t *wrt, *wrt_grad;  /* [g->nwrt] received activations, their gradients (-1: none) */
+  int64_t *out, *seed;      /* [g->nouts] sent values; [g->nseeds] received gradients */
+} PChunk;
 
 typedef struct Program {
   Arena *arena;
@@ -58,13 +84,26 @@ typedef struct Program {
   int64_t dp, zero_stage;   /* the plan's data-parallel ranks (0: any) and ZeRO stage */
   double flops_per_step;
   int64_t work_peak;        /* bytes of the work tier: the memory plan's peak */
+  int64_t tp, pp, stage;    /* the mesh's tensor and pipeline degrees, this program's stage */
+  PChunk *chunks;           /* [nchunks] a pipeline stage's chunks (lower_stage) */
+  int nchunks;
+  bool scheduled;           /* `step` walks every micro-batch (runtime/program.h) */
+  int64_t slots;            /* work-tier slots, one per micro-batch in flight */
 } Program;
 
 /* requires: pass_decompose, pass_autodiff. Errors (an op the code generators do
  * not support yet) are reported at the op's source location. */
 Program *lower_program(Graph *g);
 
+/* The chunks of one pipeline stage lowered into one program: their parameters
+ * merged by name (a tied parameter is one), each chunk's instructions split into
+ * forward and backward (PChunk) with its own region of the work tier; `step` is left
+ * for the schedule (codegen/pipeline.h). requires: each graph differentiated. */
+Program *lower_stage(Graph **chunks, const int *index, int n);
+
 /* The program as JSON (runtime/program.h); malloc'd. */
 char *program_to_json(const Program *p);
+/* A pipeline's programs, one per stage, as the JSON array of runtime/program.h. */
+char *programs_to_json(Program *const *p, int n);
 
 #endif

@@ -11,6 +11,7 @@
 #include "codegen/cuda.h"
 #include "codegen/llvm.h"
 #include "codegen/lower.h"
+#include "codegen/pipeline.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "passes/summary.h"
@@ -205,6 +206,13 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   if (c->attn != ATTN_FUSED) f.attn = c->attn;
   if (f.v > 1 && f.schedule < 0) f.schedule = PS_INTERLEAVED;
   if (f.v > 1 && f.schedule == PS_1F1B) error_plain("--virtual-stages %d needs --schedule interleaved", f.v);
+  if (o->out || o->emit_kernels || o->emit_llvm || o->emit_cuda || o->dump_after) { /* a plan to compile: what code generation runs */
+    f.exec = true;
+    if (f.rc > RC_NONE) error_plain("--recompute %s: code generation does not recompute yet; compile with --recompute none",
+                                    f.rc == RC_FULL ? "full" : "selective");
+    f.rc = RC_NONE;
+    if (f.attn != ATTN_FUSED) error_plain("--attention materialized is a cost-model option; the compiled program uses its own attention");
+  }
   return plan_search(arena, g, cl, &f);
 }
 
@@ -223,11 +231,11 @@ static void dump_plan(const PlanResult *r, const Options *o) {
   if (o->plan_out && fclose(f)) error_plain("cannot write %s: %s", o->plan_out, strerror(errno));
 }
 
-static void write_kernels(const char *path, const Program *p) {
+/* The kernels and the program JSON (freed here) as text. */
+static void write_kernels(const char *path, const Program *p, char *json) {
   FILE *f = fopen(path, "w");
   if (!f) error_plain("cannot write %s", path);
   for (int i = 0; i < p->nkernels; i++) kernel_print(f, p->kernels[i]);
-  char *json = program_to_json(p);
   fprintf(f, "program %s\n", json);
   free(json);
   if (fclose(f)) error_plain("cannot write %s", path);
@@ -274,10 +282,11 @@ static void link_train(const char *obj, const char *out, const char *libs) {
 }
 
 /* Kernels to machine code (LLVM), the program embedded beside them, linked into `train`. */
-static void build_train(const Options *o, const Program *p) {
-  char *json = program_to_json(p), err[512];
-  LlvmModule *m = llvm_module_new(p->g->name);
-  llvm_emit_program(m, (const Kernel *const *)p->kernels, p->nkernels, json);
+/* `train` (or its LLVM IR) from the kernels and the program JSON (freed here). */
+static void build_train(const Options *o, const char *name, Kernel *const *kernels, int nkernels, char *json) {
+  char err[512];
+  LlvmModule *m = llvm_module_new(name);
+  llvm_emit_program(m, (const Kernel *const *)kernels, nkernels, json);
   free(json);
   if (llvm_optimize(m, 3)) error_plain("LLVM optimisation failed");
   if (o->emit_llvm && llvm_write_ir(m, o->emit_llvm, err, sizeof err)) error_plain("%s", err);
@@ -294,11 +303,8 @@ static void build_train(const Options *o, const Program *p) {
 /* The training pipeline after the front end: one flat list (STYLE.md habit 3). */
 /* The model recompiled for one data-parallel rank of a plan: its config constant
  * `batch` set to the plan's micro-batch size (the rank runs the plan's micro-batches
- * one after another). Tensor- and pipeline-parallel plans cannot be compiled yet. */
+ * one after another); the partition pass cuts it for tensor and pipeline ranks. */
 static Graph *graph_for_plan(Arena *arena, const char *text, size_t len, Options *o, const PlanChoice *ch) {
-  if (ch->tp > 1 || ch->pp > 1)
-    error_plain("the plan is dp %d x tp %d x pp %d: code generation runs data-parallel plans only so far "
-                "(force --tp 1 --pp 1 to compile a data-parallel one)", ch->dp, ch->tp, ch->pp);
   char value[32];
   snprintf(value, sizeof value, "%d", ch->mbs);
   int k = 0;
@@ -311,6 +317,36 @@ static Graph *graph_for_plan(Arena *arena, const char *text, size_t len, Options
   return g;
 }
 
+static void set_plan(Program *p, const PlanChoice *ch) {
+  p->microbatches = ch->m, p->dp = ch->dp, p->zero_stage = ch->zero, p->tp = ch->tp, p->pp = ch->pp;
+}
+
+/* A tensor- or pipeline-parallel plan: the partition pass, then one program (tp only)
+ * or one a pipeline stage. */
+static Program *compile_partitioned(Graph *g, const Options *o, const PlanResult *r) {
+  const PlanChoice *ch = &r->best.ch;
+  Partition *part = pass_partition(g, r, &r->best); /* requires: verified forward graph, the plan's */
+  if (o->dump_after)
+    for (int k = 0; k < part->nchunks; k++) {
+      printf("# chunk %d of %d (stage %d), one tensor-parallel rank of %d\n", k, part->nchunks, k % ch->pp, ch->tp);
+      ir_print(stdout, part->chunk[k]);
+    }
+  if (ch->pp == 1) {
+    Program *p = lower_program(part->chunk[0]);
+    set_plan(p, ch);
+    if (o->emit_kernels) write_kernels(o->emit_kernels, p, program_to_json(p));
+    if (o->emit_cuda) write_cuda(o->emit_cuda, p);
+    if (o->out || o->emit_llvm) build_train(o, p->g->name, p->kernels, p->nkernels, program_to_json(p));
+    return p;
+  }
+  Program **ps = lower_pipeline(part, ch->m, ch->sched == PS_INTERLEAVED);
+  for (int s = 0; s < ch->pp; s++) set_plan(ps[s], ch), ps[s]->stage = s;
+  if (o->emit_kernels) write_kernels(o->emit_kernels, ps[0], programs_to_json(ps, ch->pp));
+  if (o->emit_cuda) write_cuda(o->emit_cuda, ps[0]);
+  if (o->out || o->emit_llvm) build_train(o, ps[0]->g->name, ps[0]->kernels, ps[0]->nkernels, programs_to_json(ps, ch->pp));
+  return ps[0];
+}
+
 static Program *compile_training(Graph *g, const Options *o, const PlanChoice *ch) {
   g = pass_decompose(g);                 /* requires: verified forward graph */
   ir_verify(g);
@@ -320,10 +356,10 @@ static Program *compile_training(Graph *g, const Options *o, const PlanChoice *c
   if (o->dump_after && !strcmp(o->dump_after, "autodiff")) ir_print(stdout, g);
   if (!o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda && !o->summary) return NULL;
   Program *p = lower_program(g);         /* requires: autodiff */
-  if (ch) { p->microbatches = ch->m; p->dp = ch->dp; p->zero_stage = ch->zero; }
-  if (o->emit_kernels) write_kernels(o->emit_kernels, p);
+  if (ch) set_plan(p, ch);
+  if (o->emit_kernels) write_kernels(o->emit_kernels, p, program_to_json(p));
   if (o->emit_cuda) write_cuda(o->emit_cuda, p);
-  if (o->out || o->emit_llvm) build_train(o, p);
+  if (o->out || o->emit_llvm) build_train(o, p->g->name, p->kernels, p->nkernels, program_to_json(p));
   return p;
 }
 
@@ -355,12 +391,13 @@ int main(int argc, char **argv) {
   if (!g) return fail(arena, &o);
   if (o.dump_ir) ir_print(stdout, g);
   const PlanChoice *volatile ch = NULL;
+  PlanResult *volatile planres = NULL;
   volatile bool compiling = o.dump_after || o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda;
   if (o.plan) { /* requires: verified forward graph */
     Cluster cl;
     diag_push(&j);
     if (setjmp(j.jb)) return fail(arena, &o);
-    PlanResult *plan = search_plan(arena, g, &o, &cl);
+    PlanResult *plan = planres = search_plan(arena, g, &o, &cl);
     if (o.dump_plan) dump_plan(plan, &o);
     if (compiling) {
       ch = &plan->best.ch;
@@ -372,7 +409,7 @@ int main(int argc, char **argv) {
   if (compiling) {
     diag_push(&j);
     if (setjmp(j.jb)) return fail(arena, &o);
-    p = compile_training(g, &o, ch);
+    p = ch && (ch->tp > 1 || ch->pp > 1) ? compile_partitioned(g, &o, planres) : compile_training(g, &o, ch);
     diag_pop(&j);
   } else if (o.summary) { /* the memory plan for the summary; a model that cannot be lowered still summarises */
     FILE *saved = diag_stream;

@@ -101,6 +101,8 @@ Node *graph_clone_node(Graph *g, const Node *src, Node **in) {
   n->name = src->name;
   n->init = src->init;
   n->layer = src->layer;
+  n->split = src->split;
+  n->split_blocks = src->split_blocks;
   return n;
 }
 

@@ -30,7 +30,7 @@ typedef enum {
 } OpKind;
 
 typedef enum { CLS_SOURCE, CLS_GATHER, CLS_CONTRACT, CLS_ELEMWISE, CLS_NORM, CLS_REDUCE,
-               CLS_LOSS, CLS_ATTN, CLS_MOVE } OpClass;
+               CLS_LOSS, CLS_ATTN, CLS_MOVE, CLS_COMM } OpClass;
 enum { OPF_DSL = 1 };
 
 typedef enum { AK_INT, AK_FLOAT, AK_BOOL, AK_INTS, AK_DTYPE, AK_STR } AttrKind;
@@ -54,9 +54,12 @@ struct Node {
   int id;                /* index in Graph.nodes */
   OpKind op;
   int nin;
+  int split;             /* PARAM after tensor partitioning: 1 + the dimension split over the
+                          * tensor-parallel ranks (0: replicated), in split_blocks blocks */
   Node **in;             /* [nin] */
   AttrVal attr[MAX_ATTRS]; /* in the order of the op's attribute spec */
   DType dtype;
+  int32_t split_blocks;  /* (placed in what would be padding) */
   Shape shape;
   const char *name;      /* INPUT and PARAM: the tensor's name (checkpoint name) */
   Init init;             /* PARAM */
@@ -95,6 +98,16 @@ typedef struct Graph {
   int nparams;
   Node **params;         /* [nparams] in graph order */
   Node **param_grads;    /* [nparams] the gradient of each, NULL if the loss does not depend on it */
+  /* A pipeline chunk (passes/partition.c) is differentiated from outside as well as
+   * from its loss (which it may lack): seed_grad[i], an input, is the gradient of
+   * seed_out[i]; and the gradients of the activations it received, wrt[i], are
+   * outputs (wrt_grads[i] after autodiff, NULL where none flows). */
+  int nseeds;
+  Node **seed_out, **seed_grad;
+  int nwrt;
+  Node **wrt, **wrt_grads;
+  int nouts;
+  Node **outs;           /* values other chunks read (pipeline sends) */
 } Graph;
 
 /* Op table queries (ir/ops.c). */

@@ -83,5 +83,5 @@ void ir_print(FILE *f, const Graph *g) {
   fputc('\n', f);
   for (int i = 0; i < g->nlayers; i++) fprintf(f, "layer %d %s group=%d\n", i, g->layers[i].name, g->layers[i].group);
   for (int i = 0; i < g->n; i++) print_node(f, g->nodes[i]);
-  if (g->has_train) print_train(f, &g->train, g->loss->id);
+  if (g->has_train) print_train(f, &g->train, g->loss ? g->loss->id : -1);
 }

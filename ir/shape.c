@@ -509,3 +509,34 @@ void infer_pad(Node *n) {
   n->dtype = n->in[0]->dtype;
 }
 void cost_pad(const Node *n, Cost *c) { c->bytes = io_bytes(n); }
+
+/* ---- collectives over the tensor-parallel group ----------------------------------- */
+
+/* The input's shape and dtype, with dimension `axis` multiplied (mul > 0) or divided
+ * (mul < 0) by the group size; the axis holds `blocks` equal blocks, each of which
+ * must split evenly. */
+static void infer_comm(Node *n, int mul) {
+  const Shape *x = &n->in[0]->shape;
+  if (n->in[0]->dtype != DT_F32) error_at(n->loc, "%s: collectives move f32 tensors, got %s", nm(n), dtype_name(n->in[0]->dtype));
+  int64_t r = attr_int(n, "ranks");
+  if (r < 1) error_at(n->loc, "%s: ranks must be positive", nm(n));
+  n->shape = *x;
+  n->dtype = n->in[0]->dtype;
+  if (!mul) return;
+  int a = norm_axis(n, attr_int(n, "axis"), x->ndim);
+  int64_t b = attr_int(n, "blocks"), whole = mul > 0 ? x->d[a] * r : x->d[a];
+  if (b < 1 || whole % (b * r)) error_at(n->loc, "%s: dimension %d (%lld) does not split into %lld blocks over %lld ranks",
+                                           nm(n), a, (long long)whole, (long long)b, (long long)r);
+  n->shape.d[a] = mul > 0 ? whole : whole / r;
+}
+void infer_all_reduce(Node *n) { infer_comm(n, 0); }
+void infer_tp_copy(Node *n) { infer_comm(n, 0); }
+void infer_all_gather(Node *n) { infer_comm(n, 1); }
+void infer_reduce_scatter(Node *n) { infer_comm(n, -1); }
+void infer_split(Node *n) { infer_comm(n, -1); }
+/* Bytes moved through memory; the cost model prices the communication itself. */
+void cost_all_reduce(const Node *n, Cost *c) { c->bytes = io_bytes(n); }
+void cost_tp_copy(const Node *n, Cost *c) { (void)n; (void)c; }
+void cost_all_gather(const Node *n, Cost *c) { c->bytes = io_bytes(n); }
+void cost_reduce_scatter(const Node *n, Cost *c) { c->fwd_flops = numel(n->in[0]); c->bytes = io_bytes(n); }
+void cost_split(const Node *n, Cost *c) { c->bytes = io_bytes(n); }

@@ -40,8 +40,8 @@ void ir_verify(Graph *g) {
   for (int i = 0; i < g->n; i++) verify_node(g, g->nodes[i], i);
   verify_names(g);
   if (g->has_train) {
-    if (!g->loss) error_plain("verifier: training directive without a loss");
-    if (g->loss->shape.ndim != 0 || !dtype_is_float(g->loss->dtype)) {
+    if (!g->loss && !g->nouts) error_plain("verifier: training directive without a loss");
+    if (g->loss && (g->loss->shape.ndim != 0 || !dtype_is_float(g->loss->dtype))) {
       char s[96];
       shape_format(s, sizeof s, &g->loss->shape);
       error_at(g->loss->loc, "the loss must be a floating-point scalar, got %s%s", dtype_name(g->loss->dtype), s);

@@ -264,6 +264,28 @@ static void grad_broadcast(AD *ad, Node *n, Node *g) {
   if (ad->needs[n->in[0]->id]) accum(ad, n->in[0], unbroadcast(ad, g, n->in[0]));
 }
 
+/* ---- collectives: each one's gradient is its conjugate ------------------------------ */
+
+/* op over the tensor-parallel group on g, with n's group size (and axis and blocks). */
+static Node *comm_of(AD *ad, OpKind op, const Node *n, Node *g) {
+  Node *c = mk(ad, op, &g, 1);
+  set_i(c, "ranks", attr_int(n, "ranks"));
+  if (op_attr_index(op, "axis") >= 0) {
+    set_i(c, "axis", attr_int(n, "axis"));
+    set_i(c, "blocks", attr_int(n, "blocks"));
+  }
+  return done(c);
+}
+/* P -> R: every rank's part contributed with weight 1, so each gets the whole gradient. */
+static void grad_all_reduce(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], g); }
+/* Identity forward, whose consumers' gradients are partial sums: all-reduced. */
+static void grad_tp_copy(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], comm_of(ad, OP_ALL_REDUCE, n, g)); }
+/* S -> R: the whole gradient is on every rank; each keeps its part. */
+static void grad_all_gather(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], comm_of(ad, OP_SPLIT, n, g)); }
+/* R -> S and P -> S: the parts' gradients, gathered, are the whole gradient. */
+static void grad_split(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], comm_of(ad, OP_ALL_GATHER, n, g)); }
+static void grad_reduce_scatter(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], comm_of(ad, OP_ALL_GATHER, n, g)); }
+
 /* ---- gradient ops have no gradients (no second order) ---------------------------- */
 
 static void no_second_order(AD *ad, Node *n, Node *g) {
@@ -283,9 +305,10 @@ static void grad_pad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 /* ---- the pass -------------------------------------------------------------------- */
 
 static void mark_needs(AD *ad, const Graph *g) {
+  for (int k = 0; k < g->nwrt; k++) ad->needs[g->wrt[k]->id] = true;
   for (int i = 0; i < g->n; i++) {
     const Node *n = g->nodes[i];
-    bool need = n->op == OP_PARAM;
+    bool need = n->op == OP_PARAM || ad->needs[i];
     for (int k = 0; k < n->nin && !need; k++) need = ad->needs[n->in[k]->id];
     ad->needs[i] = need && dtype_is_float(n->dtype);
   }
@@ -303,17 +326,27 @@ static void collect_params(AD *ad, Graph *g) {
 }
 
 void pass_autodiff(Graph *g) {
-  ir_assert(g->loss && g->n_forward == 0);
-  int n = g->n_forward = g->n;
+  ir_assert((g->loss || g->nseeds) && g->n_forward == 0);
+  int n = g->n_forward = g->n, last = -1;
   AD ad = {g, NULL, arena_array(g->arena, n, sizeof(Node *)), arena_array(g->arena, n, sizeof(bool))};
   mark_needs(&ad, g);
-  ad.at = g->loss;
-  ad.adj[g->loss->id] = constant(&ad, 1.0, g->loss->dtype);
-  for (int i = g->loss->id; i >= 0; i--) {
+  if (g->loss) {
+    ad.at = g->loss;
+    ad.adj[g->loss->id] = constant(&ad, 1.0, g->loss->dtype);
+    last = g->loss->id;
+  }
+  for (int k = 0; k < g->nseeds; k++) {
+    ad.at = g->seed_out[k];
+    accum(&ad, g->seed_out[k], g->seed_grad[k]);
+    if (g->seed_out[k]->id > last) last = g->seed_out[k]->id;
+  }
+  for (int i = last; i >= 0; i--) {
     Node *x = g->nodes[i];
     if (!ad.adj[i] || !ad.needs[i]) continue;
     ad.at = x;
     grad_rules[x->op](&ad, x, ad.adj[i]);
   }
   collect_params(&ad, g);
+  g->wrt_grads = arena_array(g->arena, g->nwrt ? g->nwrt : 1, sizeof *g->wrt_grads);
+  for (int k = 0; k < g->nwrt; k++) g->wrt_grads[k] = ad.adj[g->wrt[k]->id];
 }

@@ -74,5 +74,14 @@ Graph *pass_decompose(Graph *g) {
     map[i] = n->op == OP_ATTENTION ? decompose_attention(&c, in) : graph_clone_node(h, n, in);
   }
   if (g->loss) h->loss = map[g->loss->id];
+  h->nseeds = g->nseeds, h->nwrt = g->nwrt;
+  h->seed_out = arena_array(g->arena, g->nseeds + 1, sizeof(Node *));
+  h->seed_grad = arena_array(g->arena, g->nseeds + 1, sizeof(Node *));
+  h->wrt = arena_array(g->arena, g->nwrt + 1, sizeof(Node *));
+  for (int k = 0; k < g->nseeds; k++) h->seed_out[k] = map[g->seed_out[k]->id], h->seed_grad[k] = map[g->seed_grad[k]->id];
+  for (int k = 0; k < g->nwrt; k++) h->wrt[k] = map[g->wrt[k]->id];
+  h->nouts = g->nouts;
+  h->outs = arena_array(g->arena, g->nouts + 1, sizeof(Node *));
+  for (int k = 0; k < g->nouts; k++) h->outs[k] = map[g->outs[k]->id];
   return h;
 }

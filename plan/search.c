@@ -99,7 +99,7 @@ static CandSet *get_set(Search *S, int tp, int mbs, Recompute rc) {
   const PlanResult *r = S->r;
   ShardCtx x = {.pm = r->pm, .cl = r->cl, .t = tp, .mbs = mbs, .rc = rc, .attn = (AttnKernel)S->f->attn,
                 .act_bytes = r->mixed ? 2 : 4, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
-                .force = S->f->op_strategy};
+                .force = S->f->op_strategy, .exec = S->f->exec};
   *cs = (CandSet){.tp = tp, .mbs = mbs, .rc = rc};
   cs->n = shard_candidates(S->a, &x, &cs->c);
   cs->sp = arena_array(S->a, cs->n, sizeof *cs->sp);

@@ -18,6 +18,7 @@ typedef struct PlanForce {
   int dp, tp, pp, zero, mbs, v, schedule, rc;
   int attn;                   /* AttnKernel; fused unless a plan file says otherwise */
   const char **op_strategy;   /* [g->n] strategy name per op, or NULL */
+  bool exec;                  /* the plan will be compiled: only what code generation runs */
 } PlanForce;
 
 void plan_force_init(PlanForce *f);

@@ -97,6 +97,7 @@ static int bdim_of(const PlanModel *pm, const Node *n) {
                    (n->in[0]->shape.ndim < n->shape.ndim || n->in[0]->shape.d[0] == 1)
                ? 0 : -1;
   case OP_CROSS_ENTROPY: case OP_SUM_TO: case OP_EMBEDDING_GRAD: case OP_CROSS_ENTROPY_GRAD: return -1;
+  case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_SPLIT: case OP_TP_COPY: return b;
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_GELU: case OP_SILU: case OP_RELU:
   case OP_DROPOUT: case OP_CAST: case OP_ROTARY: case OP_LAYERNORM: case OP_RMSNORM: case OP_SOFTMAX:
   case OP_ATTENTION: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_LAYERNORM_GRAD:
@@ -332,8 +333,30 @@ enum { MAX_IN = 64 };
 
 typedef struct SB { Arena *a; const ShardCtx *x; const Node *n; Strat *s; int ns, cap; } SB;
 
+/* Whether the partition pass (passes/partition.c) can run strategy `name` of n: every
+ * tensor-parallel rank's part must come from the same local program, so no rank may
+ * need its own offset into a data input, a position, a causal mask, a dropout mask or
+ * a vocabulary range, and the loss stays whole. */
+static bool executable(const Node *n, const char *name, int out, const uint8_t *in) {
+  for (int i = 0; i < n->nin; i++) {
+    OpKind src = n->in[i]->op;
+    if ((src == OP_INPUT || src == OP_CONST || src == OP_ARANGE) && in[i] != PL_R) return false;
+  }
+  int d = out >= PL_S0 ? out - PL_S0 : -1, nd = n->shape.ndim;
+  bool causal = (n->op == OP_SOFTMAX || n->op == OP_ATTENTION) && attr_int(n, "causal");
+  if (n->op == OP_DROPOUT) return d < 0;
+  if (n->op == OP_ROTARY) return d != nd - 2;
+  if (n->op == OP_SOFTMAX) return !causal || d != nd - 2;
+  if (n->op == OP_ATTENTION) return !causal || strcmp(name, "queries");
+  if (n->op == OP_EMBEDDING) return strcmp(name, "vocab");
+  if (n->op == OP_CROSS_ENTROPY) return out == PL_R && in[0] == PL_R;
+  if (n->op == OP_MEAN) return out != PL_P;
+  return true;
+}
+
 static void sb_add(SB *b, const char *name, int out, const uint8_t *in, bool divided) {
   const Node *n = b->n;
+  if (b->x->exec && !executable(n, name, out, in)) return;
   if (!legal(b->x, n, out)) return;
   for (int i = 0; i < n->nin; i++)
     if (!legal(b->x, n->in[i], in[i])) return;
@@ -538,7 +561,8 @@ static Strat *gen_strategies(Arena *a, const ShardCtx *x, const Node *n, int *ns
     case OP_RESHAPE: case OP_TRANSPOSE: case OP_SLICE: case OP_CONCAT: case OP_BROADCAST: case OP_PAD: gen_move(&b); break;
     case OP_INPUT: case OP_PARAM: case OP_CONST: case OP_ARANGE: case OP_SUM_TO: case OP_GELU_GRAD: case OP_SILU_GRAD:
     case OP_RELU_GRAD: case OP_LAYERNORM_GRAD: case OP_RMSNORM_GRAD: case OP_SOFTMAX_GRAD: case OP_CROSS_ENTROPY_GRAD:
-    case OP_EMBEDDING_GRAD: case OP_COUNT: break;
+    case OP_EMBEDDING_GRAD: case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_SPLIT:
+    case OP_TP_COPY: case OP_COUNT: break;
     }
   *ns = b.ns;
   return b.s;
@@ -632,7 +656,7 @@ static double reshard(const ShardCtx *x, int from, int to, double bytes, CollKin
 /* The placement of the gradient an op's backward produces for input i: a split
  * input gets a split gradient, a partial one the whole gradient, a replicated one
  * a partial sum when the op's work was divided. */
-static int grad_placement(const Node *n, const Strat *s, int i) {
+int shard_grad_placement(const Node *n, const Strat *s, int i) {
   if (s->in[i] >= PL_S0) return s->in[i];
   if (s->in[i] == PL_P) return PL_R;
   bool partial = s->divided;
@@ -675,11 +699,11 @@ static bool step_inputs(const ShardCtx *x, const Node *n, const Strat *s, const 
     if (in->op == OP_PARAM) {
       double elems = (double)shape_numel(&in->shape) / split(x, req);
       w->params += elems * x->state_bytes;
-      if (acc) acc->param[acc->nparam++] = (ParamUse){in->id, (uint8_t)req, elems, req == PL_R && grad_placement(n, s, i) == PL_P};
+      if (acc) acc->param[acc->nparam++] = (ParamUse){in->id, (uint8_t)req, elems, req == PL_R && shard_grad_placement(n, s, i) == PL_P};
       continue;
     }
     if (slot[i] < 0) continue; /* data inputs and constants: each rank reads its part */
-    int cur = pl[slot[i]], g = grad_placement(n, s, i), need = cur == PL_P ? PL_R : cur;
+    int cur = pl[slot[i]], g = shard_grad_placement(n, s, i), need = cur == PL_P ? PL_R : cur;
     double bytes = tensor_bytes(x, in), f = reshard_rec(x, cur, req, bytes, acc);
     if (!isfinite(f)) return false;
     w->c_fwd += f;

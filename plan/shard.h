@@ -76,6 +76,7 @@ typedef struct ShardCtx {
   double act_bytes;      /* bytes of an activation element: 2 (bf16) or 4 (fp32) */
   double state_bytes;    /* model-state bytes per parameter (the DP's memory weight) */
   const char *const *force; /* [g->n] strategy name an op must use, or NULL */
+  bool exec;             /* only strategies the partition pass can run (compiling a plan) */
 } ShardCtx;
 
 /* One collective of a segment, per micro-batch. */
@@ -118,6 +119,11 @@ typedef struct ShardCand {
   const Strat **st;      /* [g->n] chosen strategy of each op (NULL for sources) */
   SegCost *seg;          /* [nseg] */
 } ShardCand;
+
+/* The placement of the gradient op n's backward produces for its input i under s: a
+ * split input gets a split gradient, a partial one the whole gradient, a replicated
+ * one a partial sum when the op's work was divided (the partition pass reduces it). */
+int shard_grad_placement(const Node *n, const Strat *s, int i);
 
 /* The candidate shardings for ctx: the fastest (λ = 0), the smallest, and the
  * trade-offs between (the DP's objective is time + λ·memory for a sweep of λ);

@@ -95,6 +95,13 @@ static const GCase cases[] = {
   {P0("f32[3, 5]") "%1 = slice %0 axis=-1 start=0 end=2 : f32[3, 2]\n", NULL},
   {P0("f32[2, 3]") P1("f32[2, 1]") P2("f32[2, 2]") "%3 = concat %0, %1, %2 axis=1 : f32[2, 6]\n", NULL},
   {P0("f32[1, 3]") P1("f32[2, 3]") "%2 = concat %0, %1 axis=-2 : f32[3, 3]\n", NULL},
+  /* collectives, over one rank (where each is the identity): their rules compose to it;
+   * tests/multirank checks them over several */
+  {P0("f32[2, 4]") "%1 = all_reduce %0 ranks=1 : f32[2, 4]\n", NULL},
+  {P0("f32[2, 4]") "%1 = tp_copy %0 ranks=1 : f32[2, 4]\n", NULL},
+  {P0("f32[2, 4]") "%1 = all_gather %0 axis=1 ranks=1 blocks=2 : f32[2, 4]\n", NULL},
+  {P0("f32[2, 4]") "%1 = reduce_scatter %0 axis=1 ranks=1 : f32[2, 4]\n", NULL},
+  {P0("f32[2, 4]") "%1 = split %0 axis=0 ranks=1 : f32[2, 4]\n", NULL},
   {P0("f32[1, 3]") "%1 = broadcast %0 shape=[2,4,3] : f32[2, 4, 3]\n", NULL},
   {P0("f32[3, 1]") "%1 = broadcast %0 shape=[2,3,4] : f32[2, 3, 4]\n", NULL},
 };

@@ -123,6 +123,17 @@ static const Case cases[] = {
   {A("i32[2, 3]") B("f32[2, 4, 4]") "%2 = embedding_grad %0, %1 rows=10 : f32[10, 4]\n", "does not match"},
   {A("f32[2, 3]") "%1 = pad %0 axis=1 before=1 after=2 : f32[2, 6]\n", NULL},
   {A("f32[2, 3]") "%1 = pad %0 axis=1 before=-1 after=2 : f32[2, 4]\n", "non-negative"},
+  /* collectives over the tensor-parallel group */
+  {A("f32[2, 6]") "%1 = all_reduce %0 ranks=2 : f32[2, 6]\n", NULL},
+  {A("i32[2, 6]") "%1 = all_reduce %0 ranks=2 : i32[2, 6]\n", "collectives move f32"},
+  {A("f32[2, 6]") "%1 = tp_copy %0 ranks=2 : f32[2, 6]\n", NULL},
+  {A("f32[2, 6]") "%1 = tp_copy %0 ranks=0 : f32[2, 6]\n", "ranks must be positive"},
+  {A("f32[2, 6]") "%1 = all_gather %0 axis=1 ranks=2 : f32[2, 12]\n", NULL},
+  {A("f32[2, 6]") "%1 = all_gather %0 axis=1 ranks=2 blocks=4 : f32[2, 12]\n", "does not split"},
+  {A("f32[2, 6]") "%1 = split %0 axis=1 ranks=2 blocks=3 : f32[2, 3]\n", NULL},
+  {A("f32[2, 6]") "%1 = split %0 axis=-1 ranks=4 : f32[2, 6]\n", "does not split"},
+  {A("f32[2, 6]") "%1 = reduce_scatter %0 axis=0 ranks=2 : f32[1, 6]\n", NULL},
+  {A("f32[3, 6]") "%1 = reduce_scatter %0 axis=0 ranks=2 : f32[1, 6]\n", "does not split"},
 };
 
 static int run_case(const Case *c, const char **opname) {

@@ -1,5 +1,5 @@
 # Unit tests: no backend needed.
-foreach(t shapes frontend gradcheck interp_torch)
+foreach(t shapes frontend gradcheck interp_torch pipeline)
   if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_${t}.c)
     add_executable(test_${t} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_${t}.c)
     target_link_libraries(test_${t} PRIVATE colossalc_core)
@@ -13,4 +13,33 @@ target_link_libraries(test_lower PRIVATE colossalc_core)
 foreach(entry ${COLOSSALC_TINY_MODELS})
   colossalc_tiny_model("${entry}")
   add_test(NAME lower_${tiny_name} COMMAND test_lower ${tiny_model} ${tiny_config})
+endforeach()
+
+# The partition pass in exact arithmetic: every rank of a tensor-/pipeline-parallel
+# plan interpreted side by side against the whole graph (test_partition.c says how).
+add_executable(test_partition ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_partition.c)
+target_link_libraries(test_partition PRIVATE colossalc_core)
+set(part_gpt2 ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model layers=4 seq=16 batch=4 d=32 heads=4 vocab=64 ctx=32)
+# name | model and config | TP PP V strategies
+set(part_cases
+  "gpt2_tp2_search|gpt2|2 1 1 search" "gpt2_tp2_megatron|gpt2|2 1 1 megatron" "gpt2_tp4_megatron|gpt2|4 1 1 megatron"
+  "gpt2_pp2|gpt2|1 2 1 search" "gpt2_pp4|gpt2|1 4 1 search" "gpt2_pp2_interleaved|gpt2|1 2 2 search"
+  "gpt2_tp2_pp2_megatron|gpt2|2 2 1 megatron" "gpt2_tp2_pp2_interleaved|gpt2|2 2 2 megatron"
+  "llama_tp2_pp2|llama|2 2 1 search" "bert_tp2_megatron|bert|2 1 1 megatron" "vit_tp2_pp2|vit|2 2 1 search")
+foreach(entry ${COLOSSALC_TINY_MODELS})
+  colossalc_tiny_model("${entry}")
+  string(REPLACE "_tiny" "" short ${tiny_name})
+  set(part_${short} ${tiny_model} ${tiny_config})
+endforeach()
+set(part_gpt2 ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model layers=4 seq=16 batch=4 d=32 heads=4 vocab=64 ctx=32)
+foreach(c ${part_cases})
+  string(REPLACE "|" ";" parts "${c}")
+  list(GET parts 0 name)
+  list(GET parts 1 model)
+  list(GET parts 2 args)
+  separate_arguments(args UNIX_COMMAND "${args}")
+  list(GET part_${model} 0 file)
+  set(config ${part_${model}})
+  list(REMOVE_AT config 0)
+  add_test(NAME partition_${name} COMMAND test_partition ${file} ${args} ${config})
 endforeach()

@@ -1,0 +1,231 @@
+/* Pipeline schedules and the stages' programs (codegen/pipeline.h). */
+#include "codegen/pipeline.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/program.h"
+
+/* ---- schedules ------------------------------------------------------------------------ */
+
+int pipe_schedule(int pp, int v, int m, bool interleaved, int s, PipeAction *out) {
+  int n = 0;
+  if (!interleaved || v == 1) {
+    int w = pp - s - 1 < m ? pp - s - 1 : m;
+    for (int i = 0; i < w; i++) out[n++] = (PipeAction){true, s, i};
+    for (int i = 0; i < m - w; i++) {
+      out[n++] = (PipeAction){true, s, w + i};
+      out[n++] = (PipeAction){false, s, i};
+    }
+    for (int i = m - w; i < m; i++) out[n++] = (PipeAction){false, s, i};
+    return n;
+  }
+  if (m % pp) error_plain("the interleaved schedule needs the micro-batches (%d) to be a multiple of the pipeline stages (%d)", m, pp);
+  int total = m * v, group = pp * v;
+  int warm = m == pp ? total : (pp - s - 1) * 2 + (v - 1) * pp;
+  if (warm > total) warm = total;
+#define ACT(fw, k) (PipeAction){fw, ((fw) ? ((k) % group) / pp : v - 1 - ((k) % group) / pp) * pp + s, ((k) / group) * pp + (k) % pp}
+  for (int k = 0; k < warm; k++) out[n++] = ACT(true, k);
+  for (int i = 0; i < total - warm; i++) {
+    out[n++] = ACT(true, warm + i);
+    out[n++] = ACT(false, i);
+  }
+  for (int k = total - warm; k < total; k++) out[n++] = ACT(false, k);
+#undef ACT
+  return n;
+}
+
+/* ---- checking the schedules together -------------------------------------------------- */
+
+typedef struct Sim {
+  const Partition *part;
+  int m, pp;
+  int *sent, *recvd;     /* [nbound * 2] next micro-batch sent / received per boundary and direction */
+} Sim;
+
+static int stage_of(const Partition *part, int chunk) { return chunk % part->pp; }
+
+/* Whether action a can run: every message it receives was sent. */
+static bool ready(const Sim *S, PipeAction a) {
+  for (int b = 0; b < S->part->nbound; b++) {
+    const Boundary *bd = &S->part->bound[b];
+    if (a.fwd && bd->to == a.chunk && S->sent[2 * b] <= a.mb) return false;
+    if (!a.fwd && bd->from == a.chunk && bd->seed >= 0 && S->sent[2 * b + 1] <= a.mb) return false;
+  }
+  return true;
+}
+
+static int run_action(Sim *S, PipeAction a, char *err, size_t errlen) {
+  for (int b = 0; b < S->part->nbound; b++) {
+    const Boundary *bd = &S->part->bound[b];
+    int *rv = NULL, *sd = NULL;
+    if (a.fwd && bd->to == a.chunk) rv = &S->recvd[2 * b];
+    if (a.fwd && bd->from == a.chunk) sd = &S->sent[2 * b];
+    if (!a.fwd && bd->from == a.chunk && bd->seed >= 0) rv = &S->recvd[2 * b + 1];
+    if (!a.fwd && bd->to == a.chunk && bd->seed >= 0) sd = &S->sent[2 * b + 1];
+    if ((rv && *rv != a.mb) || (sd && *sd != a.mb)) {
+      snprintf(err, errlen, "boundary %d (chunk %d to %d): micro-batch %d out of order", b, bd->from, bd->to, a.mb);
+      return -1;
+    }
+    if (rv) ++*rv;
+    if (sd) ++*sd;
+  }
+  return 0;
+}
+
+int pipe_check(const Partition *part, int m, bool interleaved, char *err, size_t errlen) {
+  int pp = part->pp, per = 2 * m * part->v, rc = 0;
+  PipeAction *acts = malloc(sizeof *acts * (size_t)pp * per);
+  int *next = calloc(pp, sizeof *next), *cnt = calloc(2 * part->nbound + 1, sizeof *cnt);
+  int *rcv = calloc(2 * part->nbound + 1, sizeof *rcv);
+  if (!acts || !next || !cnt || !rcv) error_plain("out of memory checking the pipeline schedule");
+  Sim S = {part, m, pp, cnt, rcv};
+  for (int s = 0; s < pp; s++)
+    if (pipe_schedule(pp, part->v, m, interleaved, s, acts + s * per) != per) {
+      snprintf(err, errlen, "stage %d: schedule of the wrong length", s);
+      rc = -1;
+    }
+  for (int done = 0; !rc && done < pp * per;) {
+    bool progress = false;
+    for (int s = 0; s < pp && !rc; s++)
+      while (next[s] < per && ready(&S, acts[s * per + next[s]])) {
+        rc = run_action(&S, acts[s * per + next[s]], err, errlen);
+        next[s]++, done++, progress = true;
+        if (rc) break;
+      }
+    if (!rc && !progress) {
+      int s = 0;
+      while (next[s] == per) s++;
+      PipeAction a = acts[s * per + next[s]];
+      snprintf(err, errlen, "deadlock: stage %d waits forever in %s of chunk %d, micro-batch %d", s,
+               a.fwd ? "the forward" : "the backward", a.chunk, a.mb);
+      rc = -1;
+    }
+  }
+  free(acts), free(next), free(cnt), free(rcv);
+  return rc;
+}
+
+/* ---- the stages' programs --------------------------------------------------------------- */
+
+static PInstr *put(Arena *a, PSeq *s, PInstrKind kind) {
+  if (s->n == s->cap) {
+    int cap = s->cap ? 2 * s->cap : 256;
+    PInstr *v = arena_array(a, cap, sizeof *v);
+    if (s->n) memcpy(v, s->v, s->n * sizeof *v);
+    s->v = v, s->cap = cap;
+  }
+  PInstr *in = &s->v[s->n++];
+  *in = (PInstr){.kind = kind, .node = -1};
+  return in;
+}
+
+static void put_seq(Arena *a, PSeq *s, const PSeq *from) {
+  for (int i = 0; i < from->n; i++) *put(a, s, from->v[i].kind) = from->v[i];
+}
+
+static void put_p2p(Arena *a, PSeq *s, PInstrKind kind, int peer, int tag, int64_t off, int64_t count) {
+  PInstr *in = put(a, s, kind);
+  in->index = peer, in->tag = tag, in->tier = RT_TIER_WORK, in->offset = off, in->bytes = count * 4;
+}
+
+static void put_input(Arena *a, PSeq *s, int role, int mb, int64_t off) {
+  if (off < 0) return;
+  PInstr *in = put(a, s, PI_INPUT);
+  in->role = role, in->index = mb, in->offset = off;
+}
+
+static const PChunk *find_chunk(const Program *p, int index) {
+  for (int i = 0; i < p->nchunks; i++)
+    if (p->chunks[i].index == index) return &p->chunks[i];
+  diag_internal(__FILE__, __LINE__, "pipeline: a stage runs a chunk it does not hold");
+}
+
+/* Stage s's step: its schedule, written out. */
+static void compose(Program *p, const Partition *part, int m, bool interleaved, int s) {
+  Arena *a = p->arena;
+  int per = 2 * m * part->v;
+  PipeAction *acts = arena_array(a, per, sizeof *acts);
+  pipe_schedule(part->pp, part->v, m, interleaved, s, acts);
+  int *first = arena_array(a, m, sizeof *first), *last = arena_array(a, m, sizeof *last);
+  for (int i = 0; i < m; i++) first[i] = -1;
+  for (int i = 0; i < per; i++) {
+    if (first[acts[i].mb] < 0) first[acts[i].mb] = i;
+    last[acts[i].mb] = i;
+  }
+  int *slot_of = arena_array(a, m, sizeof *slot_of), *busy = arena_array(a, m, sizeof *busy), cur = -1;
+  p->slots = 0;
+  for (int i = 0; i < per; i++) {
+    PipeAction x = acts[i];
+    if (first[x.mb] == i) {
+      int k = 0;
+      while (busy[k]) k++;
+      busy[k] = 1, slot_of[x.mb] = k;
+      if (k + 1 > p->slots) p->slots = k + 1;
+    }
+    const PChunk *ch = find_chunk(p, x.chunk);
+    if (slot_of[x.mb] != cur) put(a, &p->step, PI_SLOT)->index = cur = slot_of[x.mb];
+    if (x.fwd) {
+      put_input(a, &p->step, PIN_TOKENS, x.mb, ch->tokens);
+      put_input(a, &p->step, PIN_TARGETS, x.mb, ch->targets);
+      for (int b = 0; b < part->nbound; b++) {
+        const Boundary *bd = &part->bound[b];
+        if (bd->to == x.chunk) put_p2p(a, &p->step, PI_RECV, stage_of(part, bd->from), 2 * b, ch->wrt[bd->wrt], bd->count);
+      }
+      put_seq(a, &p->step, &ch->fwd);
+      for (int b = 0; b < part->nbound; b++) {
+        const Boundary *bd = &part->bound[b];
+        if (bd->from == x.chunk) put_p2p(a, &p->step, PI_SEND, stage_of(part, bd->to), 2 * b, ch->out[bd->out], bd->count);
+      }
+      if (ch->loss >= 0) put(a, &p->step, PI_LOSS)->offset = ch->loss;
+    } else {
+      for (int b = 0; b < part->nbound; b++) {
+        const Boundary *bd = &part->bound[b];
+        if (bd->from == x.chunk && bd->seed >= 0)
+          put_p2p(a, &p->step, PI_RECV, stage_of(part, bd->to), 2 * b + 1, ch->seed[bd->seed], bd->count);
+      }
+      put_seq(a, &p->step, &ch->bwd);
+      for (int b = 0; b < part->nbound; b++) {
+        const Boundary *bd = &part->bound[b];
+        if (bd->to == x.chunk && bd->seed >= 0)
+          put_p2p(a, &p->step, PI_SEND, stage_of(part, bd->from), 2 * b + 1, ch->wrt_grad[bd->wrt], bd->count);
+      }
+    }
+    if (last[x.mb] == i) busy[slot_of[x.mb]] = 0;
+  }
+}
+
+static void renumber(PSeq *s, int base) {
+  for (int i = 0; i < s->n; i++)
+    if (s->v[i].kind == PI_KERNEL) s->v[i].kernel += base;
+}
+
+Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
+  Arena *a = part->chunk[0]->arena;
+  char err[256];
+  if (pipe_check(part, m, interleaved, err, sizeof err)) diag_internal(__FILE__, __LINE__, arena_printf(a, "pipeline schedule: %s", err));
+  int pp = part->pp, total = 0;
+  Program **ps = arena_array(a, pp, sizeof *ps);
+  for (int s = 0; s < pp; s++) {
+    Graph **gs = arena_array(a, part->v, sizeof *gs);
+    int *idx = arena_array(a, part->v, sizeof *idx), n = 0;
+    for (int k = s; k < part->nchunks; k += pp) gs[n] = part->chunk[k], idx[n++] = k;
+    Program *p = ps[s] = lower_stage(gs, idx, n);
+    p->tp = part->tp, p->pp = pp, p->stage = s, p->microbatches = m;
+    compose(p, part, m, interleaved, s);
+    total += p->nkernels;
+  }
+  Kernel **all = arena_array(a, total ? total : 1, sizeof *all);
+  int base = 0;
+  for (int s = 0; s < pp; s++) {
+    Program *p = ps[s];
+    for (int i = 0; i < p->nkernels; i++) {
+      Kernel *k = all[base + i] = p->kernels[i];
+      k->name = arena_printf(a, "s%d_%s", s, k->name);
+    }
+    PSeq *seqs[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
+    for (int i = 0; i < 4; i++) renumber(seqs[i], base);
+    base += p->nkernels;
+  }
+  for (int s = 0; s < pp; s++) ps[s]->kernels = all, ps[s]->nkernels = total;
+  return ps;
+}

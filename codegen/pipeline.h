@@ -1,0 +1,38 @@
+/* Pipeline schedules and the programs of the stages.
+ *
+ * A schedule is the order in which one stage runs the forward (F) and backward (B)
+ * passes of its chunks over the step's micro-batches. 1F1B (one chunk a stage):
+ * stage s runs min(pp-s-1, m) forward passes, then alternates one forward and one
+ * backward, then drains the backward passes. Interleaved (v chunks a stage, chunk k
+ * on stage k % pp; Megatron-LM's schedule, which needs m to be a multiple of pp):
+ * the forward passes go through the stage's chunks in groups of pp micro-batches,
+ * (pp-s-1)*2 + (v-1)*pp of them before the first backward (all of them when m = pp),
+ * the backward passes through the chunks in reverse.
+ *
+ * Each stage's `step` is its schedule written out: per action, the micro-batch's
+ * work-tier slot, the inputs it reads, receives, the chunk's forward or backward
+ * instructions, sends, and the loss (runtime/program.h). Sends do not wait and
+ * receives do; pipe_check runs every stage's list against the others and proves
+ * that no receive waits forever and that every tag's messages arrive in the order
+ * they were sent. A micro-batch keeps one slot on a stage from its first forward
+ * there to its last backward; slots are reused greedily. */
+#ifndef COLOSSALC_PIPELINE_H
+#define COLOSSALC_PIPELINE_H
+#include "codegen/lower.h"
+#include "passes/partition.h"
+
+typedef struct PipeAction { bool fwd; int chunk, mb; } PipeAction;
+
+/* Stage s's actions (2*m*v of them) into out. Errors (interleaved with m not a
+ * multiple of pp) through error_plain. */
+int pipe_schedule(int pp, int v, int m, bool interleaved, int s, PipeAction *out);
+
+/* 0 when the stages' schedules run to the end over the partition's boundaries, else
+ * -1 with why in err. */
+int pipe_check(const Partition *part, int m, bool interleaved, char *err, size_t errlen);
+
+/* The stages' programs (pp of them), their kernels in one table: every program's
+ * kernels array is the whole table. */
+Program **lower_pipeline(const Partition *part, int m, bool interleaved);
+
+#endif
