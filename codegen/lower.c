@@ -1311,7 +1311,7 @@ Program *lower_stage(Graph **gs, const int *index, int n) {
     for (int i = 0; i < g->n_forward; i++) {
       const Node *nd = g->nodes[i];
       if (nd->op != OP_INPUT || nd->dtype != DT_I32) continue;
-      if (nd == targets) ch->targets = placed(l, nd);
+      if (nd == targets) ch->targets = placed(l, nd), p->batch = nd->shape.d[0], p->seq = nd->shape.ndim > 1 ? nd->shape.d[1] : 1;
       else if (nd->shape.ndim == 2) ch->tokens = placed(l, nd), p->batch = nd->shape.d[0], p->seq = nd->shape.d[1];
       else error_at(nd->loc, "pipeline parallelism: input '%s' is neither the tokens nor the targets", nd->name);
     }

@@ -226,6 +226,14 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
     for (int i = 0; i < 4; i++) renumber(seqs[i], base);
     base += p->nkernels;
   }
-  for (int s = 0; s < pp; s++) ps[s]->kernels = all, ps[s]->nkernels = total;
+  int64_t batch = 0, seq = 0, vocab = 0; /* the stages agree on the model's sizes, whatever each reads */
+  for (int s = 0; s < pp; s++) {
+    if (ps[s]->batch > batch) batch = ps[s]->batch, seq = ps[s]->seq;
+    if (ps[s]->vocab > vocab) vocab = ps[s]->vocab;
+  }
+  for (int s = 0; s < pp; s++) {
+    ps[s]->kernels = all, ps[s]->nkernels = total;
+    ps[s]->batch = batch, ps[s]->seq = seq, ps[s]->vocab = vocab;
+  }
   return ps;
 }

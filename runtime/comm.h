@@ -3,8 +3,10 @@
  * know which backend it drives.
  *
  * Backends:
- *   self  one rank; every collective is a copy or nothing (comm.c)
- *   mpi   MPI_COMM_WORLD (comm_mpi.c); `mpirun -np N ./train` on one machine or many
+ *   self  one rank; every collective is a copy or nothing, a tagged send to itself is
+ *         queued for its own recv_tag (comm.c)
+ *   mpi   MPI_COMM_WORLD (comm_mpi.c), or a group split from it; `mpirun -np N
+ *         ./train` on one machine or many
  *   nccl  (later, with the CUDA device) NCCL on the device's stream, bootstrapped over
  *         MPI, which also carries its host_all_reduce
  *
@@ -30,6 +32,9 @@
 
 typedef enum CommRed { COMM_SUM, COMM_MAX, COMM_MIN } CommRed;
 
+/* The largest tag of isend/recv_tag (MPI guarantees at least 32767). */
+#define COMM_TAG_MAX 32767
+
 typedef struct Comm Comm;
 struct Comm {
     const char *name; /* "self", "mpi" */
@@ -54,11 +59,25 @@ struct Comm {
     void (*send)(Comm *c, const float *buf, int64_t count, int peer);
     void (*recv)(Comm *c, float *buf, int64_t count, int peer);
     void (*barrier)(Comm *c);
+    /* A sub-group: the ranks of c that pass the same color (>= 0), ranked by key (ties:
+     * by rank in c), as a new Comm (MPI_Comm_split; the self backend returns a new
+     * self Comm). Every rank of c calls it. destroy frees it (before its parent). */
+    Comm *(*split)(Comm *c, int color, int key);
+    /* Tagged point to point (tag in [0, COMM_TAG_MAX]). isend copies buf[0..count)
+     * into a pooled buffer and returns without waiting for the receiver; wait_sends
+     * completes every isend made so far (the pool's buffers are reused, so a steady
+     * pattern of sends allocates nothing after its first round). recv_tag blocks until
+     * the message with that tag from peer is in buf; its count must equal the send's.
+     * Messages from one rank to another with the same tag arrive in the order sent. */
+    void (*isend)(Comm *c, const float *buf, int64_t count, int peer, int tag);
+    void (*recv_tag)(Comm *c, float *buf, int64_t count, int peer, int tag);
+    void (*wait_sends)(Comm *c);
     /* A few host values (losses, sums of squares, error flags), in place. */
     void (*host_all_reduce)(Comm *c, double *vals, int n, CommRed op);
     /* Ends every rank with exit status code (after the caller printed why). */
     void (*abort)(Comm *c, int code) __attribute__((noreturn));
-    /* Finalizes the backend (MPI_Finalize) and frees c. */
+    /* Frees c: a Comm from split frees its group; the one from comm_open finalizes
+     * the backend (MPI_Finalize). */
     void (*destroy)(Comm *c);
 };
 

@@ -1,5 +1,5 @@
-/* executor: instruction lists → Device calls (see the header). The dispatch switch
- * below is the only place that knows the instruction kinds of program.h. Reserved
+/* executor: instruction lists → Device and Comm calls (see the header). The dispatch
+ * table below is the only place that knows the instruction kinds of program.h. Reserved
  * tiers keep one commit count per granule; a granule has memory behind it while
  * its count is above zero.
  */
@@ -7,16 +7,50 @@
 
 #include "runtime/fileio.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *const tier_names[RT_TIERS] = {"params", "grads", "opt", "work"};
 
+int64_t exec_tier_bytes(const Executor *ex, int tier)
+{
+    return ex->prog->tiers[tier] * (tier == RT_TIER_WORK ? ex->prog->slots : 1);
+}
+
 /* Tier t's bytes rounded up to the device's granule. */
 static int64_t reserved_bytes(const Executor *ex, int t)
 {
     int64_t g = ex->dev->granule;
-    return (ex->prog->tiers[t] + g - 1) / g * g;
+    return (exec_tier_bytes(ex, t) + g - 1) / g * g;
+}
+
+/* Staging bytes the "comm" instructions of list need: all_gather and
+ * reduce_scatter with an outer dimension reorder the whole tensor through it. */
+static int64_t list_staging(const RtList *list)
+{
+    int64_t most = 0;
+    for (int i = 0; i < list->n; i++) {
+        const RtComm *c = &list->instr[i].comm;
+        int reorder = c->kind == RT_COMM_ALL_GATHER || c->kind == RT_COMM_REDUCE_SCATTER;
+        if (list->instr[i].op == RT_OP_COMM && reorder && c->outer > 1 &&
+            c->outer * c->n * c->inner * 4 > most)
+            most = c->outer * c->n * c->inner * 4;
+    }
+    return most;
+}
+
+static int exec_alloc_staging(Executor *ex)
+{
+    const RtProgram *p = ex->prog;
+    const RtList *lists[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
+    for (int l = 0; l < 4; l++) {
+        int64_t b = list_staging(lists[l]);
+        ex->staging_bytes = b > ex->staging_bytes ? b : ex->staging_bytes;
+    }
+    if (ex->staging_bytes == 0)
+        return 0;
+    return (ex->staging = ex->dev->alloc(ex->dev, ex->staging_bytes)) ? 0 : -1;
 }
 
 static int exec_reserve_tier(Executor *ex, int t)
@@ -35,7 +69,7 @@ int exec_init_reserved(Executor *ex, const RtProgram *prog, Device *dev, unsigne
     ex->dev = dev;
     int can_reserve = dev->reserve && dev->granule > 0;
     for (int t = 0; t < RT_TIERS; t++) {
-        int64_t bytes = prog->tiers[t] > 0 ? prog->tiers[t] : 64;
+        int64_t bytes = prog->tiers[t] > 0 ? exec_tier_bytes(ex, t) : 64;
         int reserve = can_reserve && (reserve_mask >> t & 1) && prog->tiers[t] > 0;
         if (reserve ? exec_reserve_tier(ex, t) != 0
                     : (ex->tiers[t] = dev->alloc(dev, bytes)) == NULL) {
@@ -43,7 +77,13 @@ int exec_init_reserved(Executor *ex, const RtProgram *prog, Device *dev, unsigne
             return file_set_error(err, errlen, "out of memory for the %s tier (%lld bytes)",
                                   tier_names[t], (long long)bytes);
         }
-        ex->committed[t] = reserve ? 0 : prog->tiers[t];
+        ex->committed[t] = reserve ? 0 : exec_tier_bytes(ex, t);
+    }
+    memcpy(ex->run, ex->tiers, sizeof ex->run);
+    if (exec_alloc_staging(ex) != 0) {
+        exec_free(ex);
+        return file_set_error(err, errlen, "out of memory for the comm staging buffer (%lld "
+                              "bytes)", (long long)ex->staging_bytes);
     }
     return 0;
 }
@@ -62,7 +102,11 @@ void exec_free(Executor *ex)
             ex->dev->free(ex->dev, ex->tiers[t]);
         free(ex->commits[t]);
     }
+    if (ex->staging)
+        ex->dev->free(ex->dev, ex->staging);
+    ex->staging = NULL;
     memset(ex->tiers, 0, sizeof ex->tiers);
+    memset(ex->run, 0, sizeof ex->run);
     memset(ex->commits, 0, sizeof ex->commits);
 }
 
@@ -130,32 +174,161 @@ void exec_decommit(Executor *ex, int tier, int64_t offset, int64_t bytes)
     decommit_idle(ex, tier, g0, g1);
 }
 
-static void exec_instr(Executor *ex, const RtInstr *in, const float *scalars)
+/* ---- instructions -------------------------------------------------------------- */
+
+typedef void (*ExecFn)(Executor *ex, const RtInstr *in, const float *scalars);
+
+static void exec_missing(const char *what) __attribute__((noreturn));
+static void exec_missing(const char *what)
 {
-    Device *dev = ex->dev;
-    switch (in->op) {
-    case RT_OP_KERNEL:
-        dev->kernel(dev, in->kernel, in->extent, ex->tiers, scalars);
-        break;
-    case RT_OP_ZERO:
-        dev->zero(dev, ex->tiers[in->tier], in->offset, in->bytes);
-        break;
-    case RT_OP_GEMM:
-        dev->gemm(dev, &in->gemm, ex->tiers);
-        break;
-    }
+    fflush(stdout);
+    fprintf(stderr, "train: internal error: the program needs %s, which the executor was "
+            "not given\n", what);
+    abort();
 }
+
+static float *exec_at(Executor *ex, int tier, int64_t offset)
+{
+    return (float *)(ex->run[tier] + offset);
+}
+
+static void exec_kernel(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    ex->dev->kernel(ex->dev, in->kernel, in->extent, ex->run, scalars);
+}
+
+static void exec_zero(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    ex->dev->zero(ex->dev, ex->run[in->tier], in->offset, in->bytes);
+}
+
+static void exec_gemm(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    ex->dev->gemm(ex->dev, &in->gemm, ex->run);
+}
+
+static void exec_slot(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK] + in->index * ex->prog->tiers[RT_TIER_WORK];
+}
+
+static void exec_input(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    const RtProgram *p = ex->prog;
+    const int32_t *rows = in->role == RT_ROLE_TOKENS ? ex->ctx.tokens : ex->ctx.targets;
+    int64_t n = p->batch * p->seq;
+    if (!rows)
+        exec_missing("the step's rows (\"input\")");
+    ex->dev->upload(ex->dev, ex->run[RT_TIER_WORK], in->offset, rows + in->index * n, n * 4);
+}
+
+static void exec_loss(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    float loss;
+    ex->dev->download(ex->dev, ex->run[RT_TIER_WORK], in->offset, &loss, sizeof loss);
+    ex->ctx.loss += loss;
+}
+
+static Comm *exec_pp(Executor *ex)
+{
+    if (!ex->ctx.pp)
+        exec_missing("a pipeline group (\"send\", \"recv\")");
+    return ex->ctx.pp;
+}
+
+static void exec_send(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    Comm *pp = exec_pp(ex);
+    ex->dev->sync(ex->dev); /* the data is written */
+    pp->isend(pp, exec_at(ex, in->tier, in->offset), in->count, in->peer, in->tag);
+}
+
+static void exec_recv(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    Comm *pp = exec_pp(ex);
+    pp->recv_tag(pp, exec_at(ex, in->tier, in->offset), in->count, in->peer, in->tag);
+}
+
+/* all_gather of A x N/T x I parts into A x N x I. */
+static void comm_all_gather(Executor *ex, Comm *g, const float *src, float *dst,
+                            const RtComm *c)
+{
+    int64_t part = c->n / g->size * c->inner, row = c->n * c->inner;
+    if (c->outer == 1) {
+        g->all_gather(g, src, dst, part);
+        return;
+    }
+    float *st = (float *)ex->staging; /* [T][A][N/T][I] */
+    g->all_gather(g, src, st, c->outer * part);
+    for (int64_t t = 0; t < g->size; t++)
+        for (int64_t a = 0; a < c->outer; a++)
+            ex->dev->copy(ex->dev, (char *)(dst + a * row + t * part),
+                          (const char *)(st + (t * c->outer + a) * part), part * 4);
+}
+
+/* reduce_scatter of an A x N x I partial sum into this rank's A x N/T x I part. */
+static void comm_reduce_scatter(Executor *ex, Comm *g, const float *src, float *dst,
+                                const RtComm *c)
+{
+    int64_t part = c->n / g->size * c->inner, row = c->n * c->inner;
+    if (c->outer == 1) {
+        g->reduce_scatter(g, src, dst, part, COMM_SUM);
+        return;
+    }
+    float *st = (float *)ex->staging; /* [T][A][N/T][I] */
+    for (int64_t t = 0; t < g->size; t++)
+        for (int64_t a = 0; a < c->outer; a++)
+            ex->dev->copy(ex->dev, (char *)(st + (t * c->outer + a) * part),
+                          (const char *)(src + a * row + t * part), part * 4);
+    g->reduce_scatter(g, st, dst, c->outer * part, COMM_SUM);
+}
+
+static void comm_split(Executor *ex, Comm *g, const float *src, float *dst, const RtComm *c)
+{
+    int64_t part = c->n / g->size * c->inner, row = c->n * c->inner;
+    for (int64_t a = 0; a < c->outer; a++)
+        ex->dev->copy(ex->dev, (char *)(dst + a * part),
+                      (const char *)(src + a * row + g->rank * part), part * 4);
+}
+
+static void comm_all_reduce(Executor *ex, Comm *g, const float *src, float *dst,
+                            const RtComm *c)
+{
+    g->all_reduce(g, src, dst, c->outer * c->n * c->inner, COMM_SUM);
+}
+
+static void exec_comm(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    typedef void (*CommFn)(Executor *, Comm *, const float *, float *, const RtComm *);
+    static const CommFn fns[RT_COMM_KINDS] = {comm_all_reduce, comm_all_gather,
+                                              comm_reduce_scatter, comm_split};
+    const RtComm *c = &in->comm;
+    Comm *g = ex->ctx.tp;
+    if (!g || g->size != ex->prog->mesh.tp)
+        exec_missing("a tensor-parallel group of the mesh's tp size (\"comm\")");
+    ex->dev->sync(ex->dev);
+    fns[c->kind](ex, g, exec_at(ex, c->tier[0], c->offset[0]), exec_at(ex, c->tier[1], c->offset[1]),
+                 c);
+}
+
+static const ExecFn exec_fns[RT_OPS] = {exec_kernel, exec_zero, exec_gemm, exec_slot,
+                                        exec_input,  exec_loss, exec_send, exec_recv,
+                                        exec_comm};
 
 void exec_run(Executor *ex, const RtList *list, const float *scalars)
 {
+    ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK];
     for (int i = 0; i < list->n; i++)
-        exec_instr(ex, &list->instr[i], scalars);
+        exec_fns[list->instr[i].op](ex, &list->instr[i], scalars);
+    ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK];
+    if (list->sends)
+        exec_pp(ex)->wait_sends(exec_pp(ex));
 }
 
 void exec_zero_tier(Executor *ex, int tier)
 {
     if (ex->prog->tiers[tier] > 0)
-        ex->dev->zero(ex->dev, ex->tiers[tier], 0, ex->prog->tiers[tier]);
+        ex->dev->zero(ex->dev, ex->tiers[tier], 0, exec_tier_bytes(ex, tier));
 }
 
 void exec_write(Executor *ex, int tier, int64_t offset, const void *src, int64_t bytes)

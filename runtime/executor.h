@@ -8,8 +8,16 @@
  * thread (OpenBLAS uses its own threads, set to the same count); a CUDA device
  * will launch NVRTC-compiled kernels and cuBLASLt on a stream.
  *
- * Memory: exec_init allocates each tier once, 64-byte aligned and zeroed; nothing
- * is allocated afterwards. Tier base pointers are device addresses: the host
+ * Memory: exec_init allocates each tier once, 64-byte aligned and zeroed (WORK as
+ * prog->slots slots; a "slot" instruction moves the WORK base the following
+ * instructions see), and a staging buffer for the reorders of "comm" instructions
+ * whose outer dimension is above 1; nothing is allocated afterwards.
+ *
+ * Parallel instructions (program.h) go through ExecCtx: "comm" to the tp group's
+ * collectives (all_gather and reduce_scatter of an A x N x I tensor split along N
+ * are one collective on the staging buffer plus A x T device copies), "send" and
+ * "recv" to the pp group's isend/recv_tag, "input" uploads rows of ctx.tokens or
+ * ctx.targets, "loss" reads one f32 back and adds it to ctx.loss. Tier base pointers are device addresses: the host
  * reads and writes them only through exec_read/exec_write, or directly through
  * exec_host_tier when the device's memory is host memory (the CPU device).
  *
@@ -27,6 +35,7 @@
 #ifndef COLOSSALC_RUNTIME_EXECUTOR_H
 #define COLOSSALC_RUNTIME_EXECUTOR_H
 
+#include "runtime/comm.h"
 #include "runtime/train_program.h"
 
 #include <stddef.h>
@@ -45,6 +54,8 @@ struct Device {
     void (*zero)(Device *dev, char *base, int64_t offset, int64_t bytes);
     void (*gemm)(Device *dev, const RtGemm *g, char *const *tiers);
     void (*upload)(Device *dev, char *base, int64_t offset, const void *src, int64_t bytes);
+    /* bytes from device address src to dst (the ranges do not overlap). */
+    void (*copy)(Device *dev, char *dst, const char *src, int64_t bytes);
     void (*download)(Device *dev, const char *base, int64_t offset, void *dst,
                      int64_t bytes);
     /* Waits for all queued work. */
@@ -67,12 +78,28 @@ struct Device {
 Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, char *err,
                        size_t errlen);
 
+/* What the parallel instructions of program.h use beyond the tiers, set by the
+ * caller before exec_run: the groups they talk to, this step's rows for "input",
+ * and the sum the "loss" instructions add to. */
+typedef struct ExecCtx {
+    Comm *tp;                /* "comm": the tensor-parallel group (size mesh.tp) */
+    Comm *pp;                /* "send", "recv": the pipeline group, rank = stage */
+    const int32_t *tokens;   /* [microbatches * batch * seq] this rank's rows of the step */
+    const int32_t *targets;  /* [microbatches * batch * seq] */
+    double loss;             /* += each "loss" value (the caller zeroes it) */
+} ExecCtx;
+
 typedef struct Executor {
     const RtProgram *prog;
     Device *dev;
-    char *tiers[RT_TIERS];       /* device base of each tier, prog->tiers[i] bytes */
+    char *tiers[RT_TIERS];       /* device base of each tier, prog->tiers[i] bytes (WORK:
+                                    prog->slots slots of prog->tiers[RT_TIER_WORK]) */
+    char *run[RT_TIERS];         /* the bases instructions see: WORK at the current slot */
     uint32_t *commits[RT_TIERS]; /* reserved tiers: commit count per granule, else NULL */
     int64_t committed[RT_TIERS]; /* bytes of memory behind each tier */
+    char *staging;               /* [staging_bytes] device scratch of "comm" reorders */
+    int64_t staging_bytes;
+    ExecCtx ctx;
 } Executor;
 
 /* Allocates the tiers of prog on dev. 0, or -1 with a message. */
@@ -92,8 +119,11 @@ void exec_decommit(Executor *ex, int tier, int64_t offset, int64_t bytes);
 /* 1 when the tier is reserved (its memory is what was committed). */
 int exec_reserved(const Executor *ex, int tier);
 
-/* Runs list in order with scalars[TRAIN_SCALARS]. */
+/* Runs list in order with scalars[TRAIN_SCALARS], from slot 0; a list that sends
+ * returns after every send completed (ex->ctx.pp's wait_sends). */
 void exec_run(Executor *ex, const RtList *list, const float *scalars);
+/* Bytes of the whole tier (WORK: all its slots). */
+int64_t exec_tier_bytes(const Executor *ex, int tier);
 
 /* Zeroes a whole tier (not a reserved one). */
 void exec_zero_tier(Executor *ex, int tier);

@@ -60,6 +60,88 @@
  *     C[i][j] = alpha * op(A[i][j]) op(B[i][j]) + beta * C[i][j] for i < B0, j < B1, where
  *     X[i][j] starts at X's offset + (i*sX[0] + j*sX[1]) elements; row-major f32,
  *     op() transposes when ta/tb is 1 (cblas_sgemm semantics with CblasRowMajor).
+ *
+ * ---- Parallel programs: tensor and pipeline parallelism -----------------------------
+ *
+ * Mesh. A program may say "mesh": {"dp": D, "tp": T, "pp": P} (absent: tp 1, pp 1 and
+ * dp from the top-level "dp", which must equal mesh.dp when both are given; D 0 means
+ * any: the runtime takes world / (T*P)). The world is D*T*P ranks, and
+ *     rank = pp_rank * (D*T) + dp_rank * T + tp_rank
+ * (tensor-parallel ranks adjacent, pipeline stages furthest apart). Groups: the tp
+ * group of a rank is the T ranks with its dp and pp coordinates; the dp group the D
+ * ranks with its tp and pp coordinates (data parallelism and ZeRO work inside it, as
+ * train_zero.h describes for the world today); the pp group the P ranks with its dp
+ * and tp coordinates. Every rank of a dp group's tp and pp peers reads the same rows:
+ * dp rank d reads rows [d*R, (d+1)*R) of the global batch, R = batch*microbatches.
+ *
+ * Stages. With P > 1 the JSON text is an array of P program objects; element s is
+ * the program of pipeline stage s (its "stage": s), and a rank runs the element of
+ * its pp rank. Each element is a whole program as above: its own params, tiers,
+ * kernels (ids into the one shared colossalc_kernels table), lists. The stages agree
+ * on model, mesh, batch, seq, vocab, microbatches, scheduled, scalars, zero_stage
+ * and train. With P = 1 the text is one object, as before.
+ *
+ * Tensor-parallel parameters. A parameter split over the tp group carries
+ * "tp": {"dim": d, "blocks": b}; its "shape" is the local shape, the global shape has
+ * shape[d]*T along d. Dimension d of the global tensor is b equal blocks, each split
+ * in T equal parts (b divides shape[d]); a rank holds its part of every block, in
+ * block order. So local
+ * index i along d (L = shape[d], c = L/b) is global index
+ *     (i / c) * (c*T) + tp_rank * c + (i % c)
+ * and every other dimension is the same. Initialisation draws each local element at
+ * its global element index (row-major in the global shape), so every mesh initialises
+ * the same model; checkpoints hold global tensors (saving gathers, loading slices).
+ * A parameter without "tp" is replicated over the tp group.
+ *
+ * Tied parameters. A name that appears in the params of several stages is one
+ * parameter held by each of them (the token embedding that is also the output
+ * head): after the step the holders' gradients are summed (over the pp group, same
+ * dp and tp coordinates), so every copy gets the same update. The copies have the
+ * same shape, "tp", init and decay in every stage that holds them.
+ *
+ * Scheduled steps. A program with "scheduled": true runs `step` once per training
+ * step: the list itself walks all micro-batches (the pipeline schedule, 1F1B or
+ * interleaved, chosen by the compiler) and contains the instructions below. Without
+ * it (the default) the runtime runs `step` once per micro-batch as above.
+ * A scheduled program may give "inputs": [] (its `input` instructions place the rows)
+ * and has no logits for sampling (logits_offset is not checked).
+ * "slots": S (default 1): the work tier is S slots of tiers[3] bytes each, one per
+ * micro-batch in flight; every list starts at slot 0.
+ * New instructions (all WORK offsets are relative to the current slot):
+ *   {"op": "slot", "index": K}                       following instructions use slot K
+ *   {"op": "input", "role": "tokens"|"targets", "microbatch": K, "offset": O}
+ *       writes rows [K*batch, (K+1)*batch) of this rank's rows of the step (i32,
+ *       batch x seq) at WORK offset O
+ *   {"op": "loss", "offset": O}                      the f32 at WORK offset O is one
+ *       micro-batch's loss; the step's loss is the sum over them / microbatches
+ *   "input" and "loss" appear only in `step` of a scheduled program.
+ *   {"op": "send", "peer": Q, "tag": G, "at": [tier, O], "count": N}
+ *   {"op": "recv", "peer": Q, "tag": G, "at": [tier, O], "count": N}
+ *       N f32 to / from pipeline stage Q (the rank of stage Q with this rank's dp and
+ *       tp coordinates). A send does not wait for its receiver (the runtime copies
+ *       the data out and completes every send before the step ends); a recv blocks.
+ *       Messages between two ranks with the same tag are received in the order sent.
+ *       G is in [0, 16384) (RT_TAG_LIMIT); the runtime uses the tags above.
+ *   {"op": "comm", "kind": "all_reduce"|"all_gather"|"reduce_scatter"|"split",
+ *    "src": [tier, O], "dst": [tier, O], "outer": A, "n": N, "inner": I}
+ *       over the tp group (size T, this rank r). The global tensor is A x N x I f32,
+ *       row-major, split in T parts of N/T along the middle dimension (all_reduce
+ *       splits nothing: it sums A*N*I elements, whatever N is):
+ *         all_reduce      src, dst: A x N x I; dst = the sum over the group of src
+ *         all_gather      src: A x N/T x I (this rank's part); dst: A x N x I
+ *         reduce_scatter  src: A x N x I (a partial sum); dst: A x N/T x I, part r of
+ *                         the sum over the group
+ *         split           src: A x N x I; dst: A x N/T x I, part r of src
+ *       src and dst may be the same bytes only for all_reduce. "comm" may also appear
+ *       in `step` of unscheduled programs and in `forward`.
+ * Loss and norm over the mesh: the logged loss is the sum of the step losses of the
+ * last stage's tp rank 0 over the dp ranks, over D. The gradient norm's sum of
+ * squares counts each parameter element once: split parameters on every tp rank,
+ * replicated ones on tp rank 0, tied ones on the lowest stage holding them. So a
+ * program with T > 1 and a replicated parameter, or with a tied one, writes
+ * `gradnorm` as one kernel per parameter in parameter order, each over the
+ * parameter's rows (numel / last dimension), parameter i's partial sums after those
+ * of 0..i-1 (the shape ZeRO 2 needs, train_zero.h), so each can be counted alone.
  */
 #ifndef COLOSSALC_PROGRAM_H
 #define COLOSSALC_PROGRAM_H

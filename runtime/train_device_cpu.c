@@ -110,6 +110,11 @@ static void cpu_upload(Device *dev, char *base, int64_t offset, const void *src,
     memcpy(base + offset, src, (size_t)bytes);
 }
 
+static void cpu_copy(Device *dev, char *dst, const char *src, int64_t bytes)
+{
+    memcpy(dst, src, (size_t)bytes);
+}
+
 static void cpu_download(Device *dev, const char *base, int64_t offset, void *dst,
                          int64_t bytes)
 {
@@ -171,7 +176,7 @@ Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, cha
     cpu->nkernels = nkernels;
     cpu->dev = (Device){.name = "cpu", .impl = cpu, .alloc = cpu_alloc, .free = cpu_free,
                         .kernel = cpu_kernel, .zero = cpu_zero, .gemm = cpu_gemm,
-                        .upload = cpu_upload, .download = cpu_download, .sync = cpu_sync,
+                        .upload = cpu_upload, .copy = cpu_copy, .download = cpu_download, .sync = cpu_sync,
                         .host_view = cpu_host_view, .destroy = cpu_destroy,
                         .granule = sysconf(_SC_PAGESIZE), .reserve = cpu_reserve,
                         .commit = cpu_commit, .decommit = cpu_decommit,

@@ -92,7 +92,7 @@ static int trainer_open_tokens(Trainer *t, const char *path, TokenFile **tf, cha
         return 0;
     if (!(*tf = tokens_open(path, err, errlen)))
         return -1;
-    return tokens_check_batch(*tf, (int)t->global_batch, (int)t->prog->seq, t->comm->size, err,
+    return tokens_check_batch(*tf, (int)t->global_batch, (int)t->prog->seq, t->mesh.dp, err,
                               errlen);
 }
 
@@ -131,35 +131,88 @@ static void trainer_host_push(Trainer *t)
             exec_write(&t->ex, tier, 0, t->host[tier], t->prog->tiers[tier]);
 }
 
+/* The global PARAMS and OPT buffers of a non-trivial mesh: every rank for start-up,
+ * world rank 0 for the whole run when it saves. */
+static int trainer_alloc_global(Trainer *t, char *err, size_t errlen)
+{
+    const RtProgram *g = &t->mesh.global;
+    for (int k = 0; k < 2; k++)
+        if (!(t->gstate[k] = calloc((size_t)g->tiers[k ? RT_TIER_OPT : RT_TIER_PARAMS] + 1, 1)))
+            return file_set_error(err, errlen, "out of memory for the global parameters (%"
+                                  PRId64 " bytes)", g->tiers[RT_TIER_PARAMS]);
+    return 0;
+}
+
+/* The global state every rank reads at start-up, then its slices. */
+static int trainer_init_global(Trainer *t, CkptMeta *m, char *err, size_t errlen)
+{
+    const TrainOpts *o = t->opts;
+    const RtProgram *g = &t->mesh.global;
+    const RtProgram *p = t->prog;
+    unsigned char *held = calloc((size_t)g->nparams + 1, 1);
+    if (!held || trainer_alloc_global(t, err, errlen) != 0) {
+        free(held);
+        return held ? -1 : file_set_error(err, errlen, "out of memory");
+    }
+    for (int i = 0; i < p->nparams; i++)
+        held[t->mesh.gindex[i]] |= t->zero.owned[i];
+    int rc = o->resume ? ckpt_load_latest(g, o->ckpt_dir, m, t->gstate[0], t->gstate[1], held,
+                                          err, errlen)
+             : o->init_from ? ckpt_load_params(g, o->init_from, t->gstate[0], err, errlen)
+                            : (ckpt_init_params(g, t->gstate[0], t->seed), 0);
+    free(held);
+    if (rc == 0)
+        mesh_scatter(&t->mesh, t->gstate[0], o->resume ? t->gstate[1] : NULL,
+                     t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], t->zero.owned);
+    if (t->comm->rank != 0 || !(o->save || o->ckpt_dir)) { /* only the writer keeps them */
+        free(t->gstate[0]), free(t->gstate[1]);
+        t->gstate[0] = t->gstate[1] = NULL;
+    }
+    return rc;
+}
+
+/* The local state from the checkpoint, --init-from or the init rules: directly
+ * with a one-rank layout (tp and pp 1), through the global view otherwise. */
+static int trainer_load_state(Trainer *t, CkptMeta *m, char *err, size_t errlen)
+{
+    const TrainOpts *o = t->opts;
+    const RtProgram *p = t->prog;
+    if (!t->mesh.trivial)
+        return trainer_init_global(t, m, err, errlen);
+    if (o->resume)
+        return ckpt_load_latest(p, o->ckpt_dir, m, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT],
+                                t->zero.owned, err, errlen);
+    if (o->init_from)
+        return ckpt_load_params(p, o->init_from, t->host[RT_TIER_PARAMS], err, errlen);
+    ckpt_init_params(p, t->host[RT_TIER_PARAMS], t->seed);
+    return 0;
+}
+
 /* Parameters from the latest checkpoint, --init-from, or the init rules. */
 static int trainer_init_state(Trainer *t, char *err, size_t errlen)
 {
     const TrainOpts *o = t->opts;
     const RtProgram *p = t->prog;
     int rank0 = t->comm->rank == 0;
+    CkptMeta m;
+    if (trainer_load_state(t, &m, err, errlen) != 0)
+        return -1;
     if (o->resume) {
-        CkptMeta m;
-        if (ckpt_load_latest(p, o->ckpt_dir, &m, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT],
-                             t->zero.owned, err, errlen) != 0)
-            return -1;
         if (m.global_batch > 0 && m.global_batch != t->global_batch)
             return file_set_error(err, errlen,
                                   "--resume: the checkpoint was trained on a global batch of %"
-                                  PRId64 " rows, this run's is %" PRId64 " (%d rank%s x batch %"
-                                  PRId64 "): compile for the batch that makes them equal",
-                                  m.global_batch, t->global_batch, t->comm->size,
-                                  t->comm->size == 1 ? "" : "s", p->batch);
+                                  PRId64 " rows, this run's is %" PRId64 " (%d data-parallel "
+                                  "rank%s x %" PRId64 " micro-batch%s x batch %" PRId64 "): "
+                                  "compile for the batch that makes them equal",
+                                  m.global_batch, t->global_batch, t->mesh.dp,
+                                  t->mesh.dp == 1 ? "" : "s", p->microbatches,
+                                  p->microbatches == 1 ? "" : "es", p->batch);
         if (rank0 && o->seed_given && o->seed != m.seed)
             fprintf(stderr, "train: note: --seed %" PRIu64 " ignored: the checkpoint's seed is %"
                     PRIu64 "\n", o->seed, m.seed);
         t->step = t->last_ckpt = m.step, t->data_step = m.data_step, t->seed = m.seed;
         if (rank0)
             printf("resumed from %s at step %" PRId64 "\n", o->ckpt_dir, m.step);
-    } else if (o->init_from) {
-        if (ckpt_load_params(p, o->init_from, t->host[RT_TIER_PARAMS], err, errlen) != 0)
-            return -1;
-    } else {
-        ckpt_init_params(p, t->host[RT_TIER_PARAMS], t->seed);
     }
     trainer_host_push(t);
     zero_release_params(&t->zero, &t->ex); /* ZeRO-3: keep only the owned ones */
@@ -188,12 +241,17 @@ static void trainer_banner(Trainer *t)
         return;
     printf("model %s | %" PRId64 " parameters | batch %" PRId64 " x %" PRId64
            " tokens | vocab %" PRId64 " | %s, %d threads | %s lr %.2e\n",
-           p->model, p->param_elems, p->batch, p->seq, p->vocab, t->dev->name, t->threads,
+           p->model, t->mesh.global.param_elems, p->batch, p->seq, p->vocab, t->dev->name, t->threads,
            t->hp.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd", t->hp.lr);
     if (!many)
         return;
+    if (!t->mesh.trivial)
+        printf("mesh dp %d x tp %d x pp %d: %d ranks (%s) | %s pipeline of %" PRId64
+               " micro-batch%s\n", t->mesh.dp, t->mesh.tp, t->mesh.pp, t->comm->size,
+               t->comm->name, p->scheduled ? "scheduled" : "unscheduled", p->microbatches,
+               p->microbatches == 1 ? "" : "es");
     printf("data parallel: %d ranks (%s) | global batch %" PRId64 " x %" PRId64
-           " | zero %d | memory of the largest rank:", t->comm->size, t->comm->name,
+           " | zero %d | memory of the largest rank:", t->mesh.dp, t->comm->name,
            t->global_batch, p->seq, t->zero.stage);
     for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier++) {
         printf("%s %s %.2f MiB", tier ? "," : "", names[tier], mib[tier]);
@@ -219,21 +277,26 @@ static int trainer_agree(Trainer *t, int failed, char *err, size_t errlen)
 static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
 {
     const TrainOpts *o = t->opts;
-    const RtProgram *p = t->prog;
     int rank0 = t->comm->rank == 0;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN) / t->comm->local_size; /* shared by the ranks */
     t->threads = o->threads > 0 ? (int)o->threads : cpus > 0 ? (int)(cpus < 1024 ? cpus : 1024) : 1;
-    if (p->dp && p->dp != t->comm->size)
+    /* first: its group splits are collectives every rank must reach */
+    if (mesh_init(&t->mesh, t->stages, t->nstages, t->comm, err, errlen) != 0)
+        return -1;
+    const RtProgram *p = t->prog = t->mesh.prog;
+    if (!t->mesh.trivial && o->sample > 0)
         return file_set_error(err, errlen,
-                              "this program was planned for %" PRId64 " data-parallel ranks: run it "
-                              "with mpirun -np %" PRId64 " (it runs on %d)",
-                              p->dp, p->dp, t->comm->size);
-    t->global_batch = p->batch * p->microbatches * t->comm->size;
+                              "--sample: sampling runs `forward` on one rank, and this program is "
+                              "split over the mesh dp %d x tp %d x pp %d; it needs a one-stage, "
+                              "unsplit program (compile the model without tp and pp to sample)",
+                              t->mesh.dp, t->mesh.tp, t->mesh.pp);
+    t->global_batch = p->batch * p->microbatches * t->mesh.dp;
     if (t->global_batch > INT32_MAX)
         return file_set_error(err, errlen, "global batch of %" PRId64 " rows is too large",
                               t->global_batch);
     if (trainer_apply_overrides(t, o, err, errlen) != 0 ||
-        zero_init(&t->zero, p, t->comm, (int)(o->zero >= 0 ? o->zero : p->zero_stage), err, errlen) != 0)
+        zero_init(&t->zero, p, t->mesh.dp_comm, (int)(o->zero >= 0 ? o->zero : p->zero_stage),
+                  t->mesh.in_norm, err, errlen) != 0)
         return -1;
     if (trainer_open_tokens(t, o->data, &t->data, err, errlen) ||
         trainer_open_tokens(t, o->val, &t->val, err, errlen))
@@ -251,14 +314,19 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
         zero_commit_owned(&t->zero, &t->ex, err, errlen) != 0 ||
         trainer_alloc_host(t, err, errlen) != 0)
         return -1;
+    if (t->mesh.ntied > 0 && !exec_host_tier(&t->ex, RT_TIER_GRADS))
+        return file_set_error(err, errlen, "tied parameters need the gradients in host memory "
+                              "(the %s device does not give it)", t->dev->name);
+    t->ex.ctx = (ExecCtx){t->mesh.tp_comm, t->mesh.pp_comm, t->tokens, t->targets, 0};
     return trainer_init_state(t, err, errlen);
 }
 
-int trainer_init_comm(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
-                      const TrainOpts *o, Comm *comm, char *err, size_t errlen)
+int trainer_init_stages(Trainer *t, const RtProgram *stages, int nstages,
+                        const RtKernelFn *kernels, const TrainOpts *o, Comm *comm, char *err,
+                        size_t errlen)
 {
     memset(t, 0, sizeof *t);
-    t->prog = p, t->opts = o, t->seed = o->seed;
+    t->prog = t->stages = stages, t->nstages = nstages, t->opts = o, t->seed = o->seed;
     t->last_val = t->last_ckpt = -1;
     t->comm = comm;
     if (!comm && !(t->comm = comm_self_new()))
@@ -269,6 +337,12 @@ int trainer_init_comm(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
         return -1;
     trainer_banner(t);
     return 0;
+}
+
+int trainer_init_comm(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
+                      const TrainOpts *o, Comm *comm, char *err, size_t errlen)
+{
+    return trainer_init_stages(t, p, 1, kernels, o, comm, err, errlen);
 }
 
 int trainer_init(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
@@ -293,6 +367,8 @@ void trainer_free(Trainer *t)
     free(t->tokens), free(t->targets), free(t->gnorm_parts);
     free(t->logits_row), free(t->context);
     zero_free(&t->zero);
+    free(t->gstate[0]), free(t->gstate[1]);
+    mesh_free(&t->mesh);
     if (t->own_comm)
         t->comm->destroy(t->comm);
     memset(t, 0, sizeof *t);
@@ -320,9 +396,9 @@ int trainer_load_batch(Trainer *t, TokenFile *tf, const char *path, int64_t inde
                        size_t errlen)
 {
     const RtProgram *p = t->prog;
-    int64_t row0 = t->comm->rank * p->batch * p->microbatches;
-    if (tokens_read_batch(tf, index, (int)t->global_batch, (int)p->seq, t->comm->rank,
-                          t->comm->size, t->tokens, t->targets, err, errlen) != 0 ||
+    int64_t row0 = t->mesh.dp_rank * p->batch * p->microbatches;
+    if (tokens_read_batch(tf, index, (int)t->global_batch, (int)p->seq, t->mesh.dp_rank,
+                          t->mesh.dp, t->tokens, t->targets, err, errlen) != 0 ||
         check_ids(t->tokens, p, path, index, row0, err, errlen) ||
         check_ids(t->targets, p, path, index, row0, err, errlen)) {
         /* the step still runs (the ranks meet in its collectives): on token 0, harmlessly */
@@ -334,8 +410,8 @@ int trainer_load_batch(Trainer *t, TokenFile *tf, const char *path, int64_t inde
     return 0;
 }
 
-/* Runs `step` on each micro-batch of the loaded rows, the gradients adding up in
- * their tier; returns the mean loss. The gradients are the micro-batches' sum: the
+/* Runs `step` on each micro-batch of the loaded rows (a scheduled `step` once on
+ * all of them), the gradients adding up in their tier; returns the mean loss. The gradients are the micro-batches' sum: the
  * update's gradient scale divides by their number. */
 static float trainer_forward_backward(Trainer *t, const float *sc)
 {
@@ -343,6 +419,11 @@ static float trainer_forward_backward(Trainer *t, const float *sc)
     int64_t n = p->batch * p->seq;
     double sum = 0;
     exec_zero_tier(&t->ex, RT_TIER_GRADS);
+    if (p->scheduled) { /* the list walks the micro-batches; "loss" adds them up */
+        t->ex.ctx.loss = 0;
+        exec_run(&t->ex, &p->step, sc);
+        return (float)(t->ex.ctx.loss / (double)p->microbatches);
+    }
     for (int64_t i = 0; i < p->microbatches; i++) {
         float loss;
         exec_write(&t->ex, RT_TIER_WORK, p->tokens.offset, t->tokens + i * n, n * 4);
@@ -367,6 +448,13 @@ static int trainer_stopped(int failed_here, char *err, size_t errlen)
     return -1;
 }
 
+/* This rank's share of the logged loss (summed over the world, then / dp): the
+ * last stage's tp rank 0 reports it. */
+static double trainer_loss_part(const Trainer *t, double loss)
+{
+    return t->mesh.pp_rank == t->mesh.pp - 1 && t->mesh.tp_rank == 0 ? loss : 0;
+}
+
 /* A rank whose batch is bad still takes part in the step's collectives (on its
  * previous, valid inputs) and raises the failure flag of the one host reduction;
  * every rank then stops before the update. */
@@ -374,22 +462,25 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
 {
     float sc[TRAIN_SCALARS];
     int64_t k = t->step + 1;
-    int world = t->comm->size, sharded_norm = t->zero.stage >= 2;
+    int sharded_norm = t->zero.stage >= 2;
     double t0 = now_ms();
     int failed = trainer_load_batch(t, t->data, t->opts->data, t->data_step, err, errlen) != 0;
     s->lr = train_lr(&t->hp, k, t->opts->steps);
     train_scalars(&t->hp, s->lr, k, 1.0, sc);
     zero_gather_params(&t->zero, &t->ex);
     float loss = trainer_forward_backward(t, sc);
+    mesh_sum_tied(&t->mesh, exec_host_tier(&t->ex, RT_TIER_GRADS));
     zero_sync_grads(&t->zero, &t->ex);
     double sumsq = zero_grad_sumsq(&t->zero, &t->ex, sc, t->gnorm_parts);
-    double v[3] = {loss, sharded_norm ? sumsq : 0, failed};
+    /* the sums of squares of the dp replicas are equal unless sharded: one counts */
+    double v[3] = {trainer_loss_part(t, loss),
+                   sharded_norm || t->mesh.dp_rank == 0 ? sumsq : 0, failed};
     t->comm->host_all_reduce(t->comm, v, 3, COMM_SUM);
     if (v[2] > 0)
         return trainer_stopped(failed, err, errlen);
-    double parts = (double)world * (double)t->prog->microbatches; /* gradients summed over these */
-    s->loss = (float)(v[0] / world);
-    s->norm = sqrt(sharded_norm ? v[1] : sumsq) / parts; /* of the mean gradient */
+    double parts = (double)t->mesh.dp * (double)t->prog->microbatches; /* gradients summed over these */
+    s->loss = (float)(v[0] / t->mesh.dp);
+    s->norm = sqrt(v[1]) / parts; /* of the mean gradient */
     double gscale = t->hp.clip > 0 ? fmin(1.0, t->hp.clip / (s->norm + 1e-6)) : 1.0;
     train_scalars(&t->hp, s->lr, k, gscale / parts, sc); /* the sum becomes the mean */
     zero_update(&t->zero, &t->ex, sc);
@@ -446,13 +537,13 @@ int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen)
             v[1] = 1;
             break;
         }
-        v[0] += trainer_forward_backward(t, sc);
+        v[0] += trainer_loss_part(t, trainer_forward_backward(t, sc));
     }
     int failed = v[1] > 0;
     t->comm->host_all_reduce(t->comm, v, 2, COMM_SUM);
     if (v[1] > 0)
         return trainer_stopped(failed, err, errlen);
-    *loss = v[0] / t->comm->size / TRAIN_VAL_BATCHES;
+    *loss = v[0] / t->mesh.dp / TRAIN_VAL_BATCHES;
     return 0;
 }
 
@@ -474,18 +565,23 @@ static int trainer_run_val(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
-/* Rank 0 writes the whole state, gathered from the owners under ZeRO. */
+/* Rank 0 writes the whole state, gathered from the owners under ZeRO and from the
+ * holders over the mesh (global tensors). */
 static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen)
 {
     CkptMeta m = {t->step, t->data_step, t->seed, t->threads, t->global_batch};
     int rc = 0, rank0 = t->comm->rank == 0;
     zero_gather_params(&t->zero, &t->ex);
     zero_gather_opt(&t->zero, &t->ex);
-    if (rank0) {
-        trainer_host_pull(t);
-        rc = ckpt_save(t->prog, t->opts->ckpt_dir, &m, t->host[RT_TIER_PARAMS],
-                       t->host[RT_TIER_OPT], err, errlen);
-    }
+    trainer_host_pull(t);
+    if (!t->mesh.trivial)
+        mesh_gather(&t->mesh, t->gstate[0], t->gstate[1], t->host[RT_TIER_PARAMS],
+                    t->host[RT_TIER_OPT], 1);
+    if (rank0)
+        rc = t->mesh.trivial ? ckpt_save(t->prog, t->opts->ckpt_dir, &m, t->host[RT_TIER_PARAMS],
+                                         t->host[RT_TIER_OPT], err, errlen)
+                             : ckpt_save(&t->mesh.global, t->opts->ckpt_dir, &m, t->gstate[0],
+                                         t->gstate[1], err, errlen);
     zero_release_opt(&t->zero, &t->ex);
     if (trainer_agree(t, rc != 0, err, errlen) != 0)
         return -1;
@@ -529,8 +625,10 @@ static int trainer_finish_rank0(Trainer *t, char *err, size_t errlen)
 {
     const TrainOpts *o = t->opts;
     if (o->save) {
-        trainer_host_pull(t);
-        if (ckpt_save_params(t->prog, o->save, t->host[RT_TIER_PARAMS], err, errlen) != 0)
+        int rc = t->mesh.trivial
+                     ? ckpt_save_params(t->prog, o->save, t->host[RT_TIER_PARAMS], err, errlen)
+                     : ckpt_save_params(&t->mesh.global, o->save, t->gstate[0], err, errlen);
+        if (rc != 0)
             return -1;
         printf("saved parameters to %s\n", o->save);
     }
@@ -544,8 +642,14 @@ static int trainer_finish_rank0(Trainer *t, char *err, size_t errlen)
 int trainer_finish(Trainer *t, char *err, size_t errlen)
 {
     zero_gather_params(&t->zero, &t->ex);
-    if (zero_check_replicas(&t->zero, &t->ex, err, errlen) != 0) /* the same on every rank */
-        return trainer_agree(t, t->comm->rank == 0, err, errlen);
+    int bad = zero_check_replicas(&t->zero, &t->ex, err, errlen) != 0; /* within each dp group */
+    if (trainer_agree(t, bad, err, errlen) != 0)
+        return -1;
+    if (t->opts->save) {
+        trainer_host_pull(t);
+        if (!t->mesh.trivial)
+            mesh_gather(&t->mesh, t->gstate[0], NULL, t->host[RT_TIER_PARAMS], NULL, 0);
+    }
     int rc = t->comm->rank == 0 ? trainer_finish_rank0(t, err, errlen) : 0;
     return trainer_agree(t, rc != 0, err, errlen);
 }

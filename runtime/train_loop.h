@@ -5,7 +5,10 @@
  *
  * Ranks (`mpirun -np N train`, comm.h): N data-parallel ranks run the same program;
  * the global batch is N x the program's batch and rank r reads rows [r*batch,
- * (r+1)*batch) of it (tokens.h). The logged loss is the mean of the ranks' losses,
+ * (r+1)*batch) of it (tokens.h). A program with a mesh (program.h) runs D x T x P
+ * ranks (train_mesh.h): what follows holds for the D ranks of each dp group, every
+ * rank reads its dp rank's rows, tied gradients are summed over the stages first,
+ * the loss is the last stage's and the norm counts every element once. The logged loss is the mean of the ranks' losses,
  * the gradient is the ranks' mean (train_zero.h: summed, then scaled by 1/N through
  * the update's gradient scale), the norm is the mean gradient's, and every rank
  * applies the same update, so parameters stay equal on all ranks (checked at the
@@ -16,8 +19,10 @@
  *
  * One step k (k from 1; batch index data_step, 0-based):
  *   batch data_step → the token and target inputs (every id checked < vocab)
- *   zero GRADS; run `step`; read the loss (the loss of step k is the forward loss
- *   before step k's update); run `gradnorm`; norm = sqrt(sum of the parts, in
+ *   zero GRADS; run `step` (a scheduled program: once, its "input" and "loss"
+ *   instructions walking the micro-batches; otherwise once per micro-batch); read
+ *   the loss (the loss of step k is the forward loss before step k's update); sum
+ *   tied gradients over the stages; reduce over the dp group; run `gradnorm`; norm = sqrt(sum of the parts, in
  *   double); run `update` with the scalars of program.h + train_program.h:
  *   lr(k), 1/(1-beta1^k), 1/(1-beta2^k), min(1, clip/(norm+1e-6)) (1 without
  *   clipping), k, then beta1, beta2, eps, weight decay, momentum.
@@ -34,6 +39,7 @@
 #include "runtime/comm.h"
 #include "runtime/executor.h"
 #include "runtime/tokens.h"
+#include "runtime/train_mesh.h"
 #include "runtime/train_opts.h"
 #include "runtime/train_program.h"
 #include "runtime/train_zero.h"
@@ -47,10 +53,15 @@ typedef struct Trainer {
     RtTrain hp;      /* the program's train values, command-line overrides applied */
     Device *dev;
     Executor ex;
-    Comm *comm;           /* the ranks */
+    Comm *comm;           /* the ranks (the world) */
     int own_comm;         /* comm was made by trainer_init (self) */
-    Zero zero;            /* ownership and sharded state (--zero) */
-    int64_t global_batch; /* rows per step over all ranks: comm->size x batch */
+    const RtProgram *stages; /* [nstages] every pipeline stage's program; prog is one */
+    int nstages;
+    Mesh mesh;            /* coordinates, groups, the global parameter view */
+    Zero zero;            /* ownership and sharded state (--zero), over mesh.dp_comm */
+    int64_t global_batch; /* rows per step over all ranks: dp x microbatches x batch */
+    char *gstate[2];      /* non-trivial mesh: global PARAMS and OPT (mesh.global's
+                             layout) on world rank 0 for --save and checkpoints */
     TokenFile *data, *val;
     int32_t *tokens, *targets; /* [batch * seq], host */
     float *gnorm_parts;        /* [gradnorm_parts], host */
@@ -78,6 +89,11 @@ int trainer_init(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
 /* The same over comm (not freed by trainer_free); trainer_init is this on one rank. */
 int trainer_init_comm(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
                       const TrainOpts *o, Comm *comm, char *err, size_t errlen);
+/* The same for the stages of a pipeline (program_load_stages): this rank runs the
+ * stage of its pp coordinate (train_mesh.h). */
+int trainer_init_stages(Trainer *t, const RtProgram *stages, int nstages,
+                        const RtKernelFn *kernels, const TrainOpts *o, Comm *comm, char *err,
+                        size_t errlen);
 int trainer_run(Trainer *t, char *err, size_t errlen);
 int trainer_finish(Trainer *t, char *err, size_t errlen);
 void trainer_free(Trainer *t);

@@ -2,7 +2,8 @@
  * defines colossalc_program_json, colossalc_kernels and colossalc_nkernels
  * (program.h) with this library; main opens the communicator (comm.h: MPI under
  * mpirun, a single rank otherwise), parses the flags, loads and validates the
- * program, and hands over to the trainer (train_loop.h).
+ * program (every pipeline stage's, program_load_stages), and hands over to the
+ * trainer (train_loop.h), which runs this rank's stage.
  *
  * Exit status: 0 on success; 1 for any error, after one line "train: ..." on
  * stderr (bad flags, unreadable or invalid files, a failed write) or "train:
@@ -41,7 +42,8 @@ static int train_main(Comm *comm, int argc, char **argv)
 {
     static char err[8192];
     TrainOpts opts;
-    RtProgram prog;
+    RtProgram *stages = NULL;
+    int nstages = 0;
     Trainer tr;
     int bad = train_opts_parse(argc, argv, &opts, err, sizeof err) != 0;
     if (train_agree(comm, bad, err) != 0)
@@ -51,16 +53,18 @@ static int train_main(Comm *comm, int argc, char **argv)
             train_opts_help(stdout);
         return 0;
     }
-    bad = program_load(colossalc_program_json, colossalc_nkernels, &prog, err, sizeof err) != 0;
+    bad = program_load_stages(colossalc_program_json, colossalc_nkernels, &stages, &nstages, err,
+                              sizeof err) != 0;
     if (train_agree(comm, bad, err) != 0) {
         if (!bad)
-            program_free(&prog);
+            program_free_stages(stages, nstages);
         return train_fail("internal error: ", err);
     }
-    int rc = trainer_init_comm(&tr, &prog, colossalc_kernels, &opts, comm, err, sizeof err) ||
+    int rc = trainer_init_stages(&tr, stages, nstages, colossalc_kernels, &opts, comm, err,
+                                 sizeof err) ||
              trainer_run(&tr, err, sizeof err) || trainer_finish(&tr, err, sizeof err);
     trainer_free(&tr);
-    program_free(&prog);
+    program_free_stages(stages, nstages);
     return rc ? train_fail("", err) : 0;
 }
 

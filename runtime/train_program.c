@@ -20,13 +20,16 @@
 typedef struct Pj {
     char *err;
     size_t errlen;
+    const char *prefix; /* "[s]" for stage s of an array, else "" */
+    int io_ok;          /* the list being parsed may hold "input" and "loss" */
 } Pj;
 
 /* ---- field accessors ----------------------------------------------------------- */
 
 static int pj_fail(Pj *pj, const char *path, const char *key, const char *what)
 {
-    return file_set_error(pj->err, pj->errlen, "program: %s%s%s: %s", path,
+    return file_set_error(pj->err, pj->errlen, "program: %s%s%s%s%s: %s", pj->prefix,
+                          pj->prefix[0] && (path[0] || key[0]) ? "." : "", path,
                           path[0] && key[0] ? "." : "", key, what);
 }
 
@@ -249,21 +252,143 @@ static int parse_gemm(Pj *pj, const cJSON *o, const char *path, const RtProgram 
            parse_operand(pj, o, path, p, g, 2, g->m, g->n, g->ldc);
 }
 
+/* A [tier, offset] pair: tier in range, offset a multiple of 4. */
+static int parse_at(Pj *pj, const cJSON *o, const char *path, const char *key, int *tier,
+                    int64_t *offset)
+{
+    int64_t loc[2];
+    if (pj_ints(pj, o, path, key, 2, 0, INT64_MAX / 2, loc) != 0)
+        return -1;
+    if (loc[0] >= RT_TIERS || loc[1] % 4 != 0)
+        return pj_fail(pj, path, key, "bad tier or unaligned offset");
+    *tier = (int)loc[0], *offset = loc[1];
+    return 0;
+}
+
+static int parse_slot(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                      RtInstr *in)
+{
+    in->op = RT_OP_SLOT;
+    return pj_int(pj, o, path, "index", 0, p->slots - 1, &in->index);
+}
+
+static int parse_input_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                             RtInstr *in)
+{
+    static const char *const roles[] = {"tokens", "targets", NULL};
+    int role;
+    in->op = RT_OP_INPUT;
+    if (!pj->io_ok)
+        return pj_fail(pj, path, "op", "\"input\" only in `step` of a scheduled program");
+    if (pj_enum(pj, o, path, "role", roles, &role) ||
+        pj_int(pj, o, path, "microbatch", 0, p->microbatches - 1, &in->index) ||
+        pj_int(pj, o, path, "offset", 0, INT64_MAX / 2, &in->offset))
+        return -1;
+    in->role = (RtRole)role;
+    if (in->offset % 4 != 0)
+        return pj_fail(pj, path, "offset", "not a multiple of 4");
+    return pj_range(pj, p, RT_TIER_WORK, in->offset, p->batch * p->seq * 4, path, "offset");
+}
+
+static int parse_loss(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                      RtInstr *in)
+{
+    in->op = RT_OP_LOSS;
+    if (!pj->io_ok)
+        return pj_fail(pj, path, "op", "\"loss\" only in `step` of a scheduled program");
+    if (pj_int(pj, o, path, "offset", 0, INT64_MAX / 2, &in->offset) != 0)
+        return -1;
+    if (in->offset % 4 != 0)
+        return pj_fail(pj, path, "offset", "not a multiple of 4");
+    return pj_range(pj, p, RT_TIER_WORK, in->offset, 4, path, "offset");
+}
+
+/* send and recv: peer stage, tag, [tier, offset] and count floats in bounds. */
+static int parse_p2p(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                     RtInstr *in)
+{
+    int64_t peer, tag;
+    if (pj_int(pj, o, path, "peer", 0, p->mesh.pp - 1, &peer) ||
+        pj_int(pj, o, path, "tag", 0, RT_TAG_LIMIT - 1, &tag) ||
+        parse_at(pj, o, path, "at", &in->tier, &in->offset) ||
+        pj_int(pj, o, path, "count", 0, INT64_MAX / 8, &in->count))
+        return -1;
+    in->peer = (int)peer, in->tag = (int)tag;
+    in->bytes = in->count * 4;
+    return pj_range(pj, p, in->tier, in->offset, in->bytes, path, "at");
+}
+
+static int parse_send(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                      RtInstr *in)
+{
+    in->op = RT_OP_SEND;
+    return parse_p2p(pj, o, path, p, in);
+}
+
+static int parse_recv(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                      RtInstr *in)
+{
+    in->op = RT_OP_RECV;
+    return parse_p2p(pj, o, path, p, in);
+}
+
+/* Bytes of src and dst of a comm of kind over A x N x I (N divisible by T). */
+static void comm_bytes(const RtComm *c, int64_t tp, int64_t bytes[2])
+{
+    int64_t whole = c->outer * c->n * c->inner * 4, part = whole / tp;
+    bytes[0] = c->kind == RT_COMM_ALL_GATHER ? part : whole;
+    bytes[1] = c->kind == RT_COMM_ALL_REDUCE || c->kind == RT_COMM_ALL_GATHER ? whole : part;
+}
+
+static int parse_comm(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                      RtInstr *in)
+{
+    static const char *const kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "split",
+                                        NULL};
+    RtComm *c = &in->comm;
+    int kind;
+    int64_t bytes[2], big = (int64_t)1 << 40, elems;
+    in->op = RT_OP_COMM;
+    if (pj_enum(pj, o, path, "kind", kinds, &kind) ||
+        parse_at(pj, o, path, "src", &c->tier[0], &c->offset[0]) ||
+        parse_at(pj, o, path, "dst", &c->tier[1], &c->offset[1]) ||
+        pj_int(pj, o, path, "outer", 1, big, &c->outer) ||
+        pj_int(pj, o, path, "n", 1, big, &c->n) || pj_int(pj, o, path, "inner", 1, big, &c->inner))
+        return -1;
+    c->kind = (RtCommKind)kind;
+    if (c->kind != RT_COMM_ALL_REDUCE && c->n % p->mesh.tp != 0) /* all_reduce splits nothing */
+        return pj_fail(pj, path, "n", "not divisible by the mesh's tp");
+    if (__builtin_mul_overflow(c->outer, c->n, &elems) ||
+        __builtin_mul_overflow(elems, c->inner, &elems) || elems > INT64_MAX / 8)
+        return pj_fail(pj, path, "outer", "size overflows");
+    comm_bytes(c, p->mesh.tp, bytes);
+    if (pj_range(pj, p, c->tier[0], c->offset[0], bytes[0], path, "src") ||
+        pj_range(pj, p, c->tier[1], c->offset[1], bytes[1], path, "dst"))
+        return -1;
+    int apart = c->tier[0] != c->tier[1] || c->offset[0] + bytes[0] <= c->offset[1] ||
+                c->offset[1] + bytes[1] <= c->offset[0];
+    int same = c->tier[0] == c->tier[1] && c->offset[0] == c->offset[1];
+    if (!apart && !(c->kind == RT_COMM_ALL_REDUCE && same))
+        return pj_fail(pj, path, "dst", "overlaps src (only an all_reduce may be in place)");
+    return 0;
+}
+
+typedef int (*ParseInstrFn)(Pj *, const cJSON *, const char *, const RtProgram *, RtInstr *);
+
 static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                        RtInstr *in)
 {
-    static const char *const ops[] = {"kernel", "zero", "gemm", NULL};
+    static const char *const ops[RT_OPS + 1] = {"kernel", "zero", "gemm", "slot", "input",
+                                                "loss", "send", "recv", "comm", NULL};
+    static const ParseInstrFn parsers[RT_OPS] = {parse_kernel, parse_zero, parse_gemm,
+                                                 parse_slot, parse_input_instr, parse_loss,
+                                                 parse_send, parse_recv, parse_comm};
     int op;
     if (!cJSON_IsObject(o))
         return pj_fail(pj, path, "", "expected an object");
     if (pj_enum(pj, o, path, "op", ops, &op) != 0)
         return -1;
-    switch ((RtOp)op) {
-    case RT_OP_KERNEL: return parse_kernel(pj, o, path, p, in);
-    case RT_OP_ZERO: return parse_zero(pj, o, path, p, in);
-    case RT_OP_GEMM: return parse_gemm(pj, o, path, p, in);
-    }
-    return pj_fail(pj, path, "op", "unreachable");
+    return parsers[op](pj, o, path, p, in);
 }
 
 static int parse_list(Pj *pj, const cJSON *root, const char *key, const RtProgram *p,
@@ -281,11 +406,48 @@ static int parse_list(Pj *pj, const cJSON *root, const char *key, const RtProgra
         pj_path(path, sizeof path, key, i);
         if (parse_instr(pj, cJSON_GetArrayItem(arr, i), path, p, &list->instr[i]) != 0)
             return -1;
+        list->sends |= list->instr[i].op == RT_OP_SEND;
     }
     return 0;
 }
 
 /* ---- header, train, params, inputs --------------------------------------------- */
+
+/* An optional field: 0 and *out = def when absent. */
+static int pj_opt_int(Pj *pj, const cJSON *r, const char *path, const char *key, int64_t lo,
+                      int64_t hi, int64_t def, int64_t *out)
+{
+    *out = def;
+    return cJSON_GetObjectItemCaseSensitive(r, key) ? pj_int(pj, r, path, key, lo, hi, out) : 0;
+}
+
+/* "mesh" (absent: dp from "dp", tp 1, pp 1), "stage", "scheduled", "slots". */
+static int parse_parallel(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "mesh");
+    int64_t stage, big = 1 << 20;
+    p->mesh = (RtMesh){p->dp, 1, 1};
+    if (m && !cJSON_IsObject(m))
+        return pj_fail(pj, "", "mesh", "expected an object");
+    if (m && (pj_int(pj, m, "mesh", "dp", 0, big, &p->mesh.dp) ||
+              pj_int(pj, m, "mesh", "tp", 1, big, &p->mesh.tp) ||
+              pj_int(pj, m, "mesh", "pp", 1, big, &p->mesh.pp)))
+        return -1;
+    if (m && p->dp && p->mesh.dp != p->dp)
+        return pj_fail(pj, "", "dp", "differs from mesh.dp");
+    p->dp = p->mesh.dp;
+    p->scheduled = 0;
+    if (cJSON_GetObjectItemCaseSensitive(r, "scheduled") &&
+        pj_bool(pj, r, "", "scheduled", &p->scheduled) != 0)
+        return -1;
+    if (pj_opt_int(pj, r, "", "stage", 0, p->mesh.pp - 1, 0, &stage) ||
+        pj_opt_int(pj, r, "", "slots", 1, 1 << 16, 1, &p->slots))
+        return -1;
+    p->stage = (int)stage;
+    if (p->tiers[RT_TIER_WORK] > INT64_MAX / 4 / p->slots)
+        return pj_fail(pj, "", "slots", "slots x the work tier overflows");
+    return 0;
+}
 
 static int parse_header(Pj *pj, const cJSON *r, RtProgram *p)
 {
@@ -319,7 +481,7 @@ static int parse_header(Pj *pj, const cJSON *r, RtProgram *p)
     }
     if (!(p->model = strdup(model)))
         return file_set_error(pj->err, pj->errlen, "program: out of memory");
-    return 0;
+    return parse_parallel(pj, r, p);
 }
 
 static int parse_train(Pj *pj, const cJSON *r, RtTrain *t)
@@ -393,6 +555,33 @@ static int check_param_ranges(Pj *pj, const RtProgram *p, const RtParam *q, cons
     return 0;
 }
 
+/* Optional "tp": {"dim": d, "blocks": b}: shape[d] is b blocks of equal parts, and
+ * the global shape (shape[d] x tp) stays countable. */
+static int parse_param_tp(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                          RtParam *q)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tp");
+    char sub[96];
+    int64_t dim, global;
+    q->tp_dim = -1, q->tp_blocks = 1;
+    if (!t)
+        return 0;
+    snprintf(sub, sizeof sub, "%s.tp", path);
+    if (!cJSON_IsObject(t))
+        return pj_fail(pj, path, "tp", "expected an object");
+    if (q->ndim == 0)
+        return pj_fail(pj, path, "tp", "a scalar cannot be split");
+    if (pj_int(pj, t, sub, "dim", 0, q->ndim - 1, &dim) ||
+        pj_int(pj, t, sub, "blocks", 1, q->shape[dim], &q->tp_blocks))
+        return -1;
+    q->tp_dim = (int)dim;
+    if (q->shape[dim] % q->tp_blocks != 0)
+        return pj_fail(pj, sub, "blocks", "does not divide the split dimension");
+    if (__builtin_mul_overflow(q->numel, p->mesh.tp, &global) || global > INT64_MAX / 8)
+        return pj_fail(pj, path, "shape", "global element count overflows");
+    return 0;
+}
+
 static int parse_param(Pj *pj, const cJSON *o, const char *path, RtProgram *p, RtParam *q)
 {
     const char *name;
@@ -400,7 +589,8 @@ static int parse_param(Pj *pj, const cJSON *o, const char *path, RtProgram *p, R
         return pj_fail(pj, path, "", "expected an object");
     if (pj_str(pj, o, path, "name", &name) || parse_shape(pj, o, path, q) ||
         pj_int(pj, o, path, "offset", 0, INT64_MAX / 2, &q->offset) ||
-        pj_bool(pj, o, path, "decay", &q->decay) || parse_init(pj, o, path, q))
+        pj_bool(pj, o, path, "decay", &q->decay) || parse_init(pj, o, path, q) ||
+        parse_param_tp(pj, o, path, p, q))
         return -1;
     if (!name[0] || program_find_param(p, name))
         return pj_fail(pj, path, "name", name[0] ? "duplicate parameter name" : "empty");
@@ -454,6 +644,9 @@ static int parse_input(Pj *pj, const cJSON *o, const char *path, RtProgram *p)
 
 static int parse_inputs(Pj *pj, const cJSON *r, RtProgram *p)
 {
+    const cJSON *given = cJSON_GetObjectItemCaseSensitive(r, "inputs");
+    if (p->scheduled && cJSON_IsArray(given) && cJSON_GetArraySize(given) == 0)
+        return 0; /* a scheduled step places its inputs with "input" instructions */
     const cJSON *arr = pj_array(pj, r, "", "inputs", 2, 2);
     char path[64];
     for (int i = 0; arr && i < 2; i++) {
@@ -466,7 +659,7 @@ static int parse_inputs(Pj *pj, const cJSON *r, RtProgram *p)
 
 static int parse_slots(Pj *pj, const cJSON *r, RtProgram *p)
 {
-    int64_t logits_bytes = p->batch * p->seq * p->vocab * 4;
+    int64_t logits_bytes = p->scheduled ? 0 : p->batch * p->seq * p->vocab * 4; /* no sampling there */
     if (pj_int(pj, r, "", "loss_offset", 0, INT64_MAX / 2, &p->loss_offset) ||
         pj_int(pj, r, "", "logits_offset", 0, INT64_MAX / 2, &p->logits_offset) ||
         pj_int(pj, r, "", "gradnorm_offset", 0, INT64_MAX / 2, &p->gradnorm_offset) ||
@@ -491,6 +684,15 @@ static int parse_kernel_names(Pj *pj, const cJSON *r, int nkernels)
     return arr ? 0 : -1;
 }
 
+/* `step`, where a scheduled program reads its inputs and reports its losses. */
+static int parse_step(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    pj->io_ok = p->scheduled;
+    int rc = parse_list(pj, r, "step", p, &p->step);
+    pj->io_ok = 0;
+    return rc;
+}
+
 static int parse_root(Pj *pj, const cJSON *r, RtProgram *p)
 {
     if (!cJSON_IsObject(r))
@@ -498,15 +700,14 @@ static int parse_root(Pj *pj, const cJSON *r, RtProgram *p)
     return parse_header(pj, r, p) || parse_train(pj, r, &p->train) ||
            parse_params(pj, r, p) || parse_inputs(pj, r, p) || parse_slots(pj, r, p) ||
            parse_kernel_names(pj, r, p->nkernels) ||
-           parse_list(pj, r, "step", p, &p->step) ||
-           parse_list(pj, r, "gradnorm", p, &p->gradnorm) ||
+           parse_step(pj, r, p) || parse_list(pj, r, "gradnorm", p, &p->gradnorm) ||
            parse_list(pj, r, "update", p, &p->update) ||
            parse_list(pj, r, "forward", p, &p->forward);
 }
 
 int program_load(const char *json, int nkernels, RtProgram *p, char *err, size_t errlen)
 {
-    Pj pj = {err, errlen};
+    Pj pj = {err, errlen, "", 0};
     memset(p, 0, sizeof *p);
     p->nkernels = nkernels;
     cJSON *root = json ? cJSON_Parse(json) : NULL;
@@ -517,6 +718,97 @@ int program_load(const char *json, int nkernels, RtProgram *p, char *err, size_t
     if (rc != 0)
         program_free(p);
     return rc ? -1 : 0;
+}
+
+/* ---- pipelines ------------------------------------------------------------------ */
+
+static int same_param(const RtParam *a, const RtParam *b)
+{
+    if (a->ndim != b->ndim || a->tp_dim != b->tp_dim || a->tp_blocks != b->tp_blocks ||
+        a->init != b->init || a->a != b->a || a->b != b->b || a->decay != b->decay)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d])
+            return 0;
+    return 1;
+}
+
+/* Stage s against stage 0, and its tied parameters against the earlier stages'. */
+static int check_stage(Pj *pj, const RtProgram *st, int s)
+{
+    const RtProgram *a = &st[0], *b = &st[s];
+    if (b->stage != s)
+        return pj_fail(pj, "", "stage", "must equal the element's index in the array");
+    if (strcmp(a->model, b->model) != 0 || a->batch != b->batch || a->seq != b->seq ||
+        a->vocab != b->vocab || a->microbatches != b->microbatches ||
+        a->scheduled != b->scheduled || a->mesh.dp != b->mesh.dp || a->mesh.tp != b->mesh.tp ||
+        a->mesh.pp != b->mesh.pp || memcmp(&a->train, &b->train, sizeof a->train) != 0 ||
+        a->nscalars != b->nscalars || a->zero_stage != b->zero_stage)
+        return pj_fail(pj, "", "", "model, mesh, batch, seq, vocab, microbatches, scheduled, "
+                       "scalars, zero_stage or train differ from stage 0's");
+    char path[64];
+    for (int i = 0; i < b->nparams; i++)
+        for (int e = 0; e < s; e++) {
+            const RtParam *q = program_find_param(&st[e], b->params[i].name);
+            pj_path(path, sizeof path, "params", i);
+            if (q && !same_param(q, &b->params[i]))
+                return pj_fail(pj, path, "", "a tied parameter whose shape, tp, init or decay "
+                               "differs from an earlier stage's");
+        }
+    return 0;
+}
+
+static int load_stage(Pj *pj, const cJSON *o, int nkernels, RtProgram *st, int s, int n)
+{
+    static char prefix[32];
+    snprintf(prefix, sizeof prefix, "[%d]", s);
+    pj->prefix = n > 1 || cJSON_IsArray(o) ? prefix : "";
+    memset(&st[s], 0, sizeof st[s]);
+    st[s].nkernels = nkernels;
+    if (parse_root(pj, o, &st[s]) != 0)
+        return -1;
+    if (st[s].mesh.pp != n)
+        return pj_fail(pj, "mesh", "pp", n > 1 ? "differs from the number of stages in the array"
+                                                : "above 1 needs an array of stage programs");
+    return s > 0 ? check_stage(pj, st, s) : 0;
+}
+
+int program_load_stages(const char *json, int nkernels, RtProgram **stages, int *nstages,
+                        char *err, size_t errlen)
+{
+    Pj pj = {err, errlen, "", 0};
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    int arr = cJSON_IsArray(root), n = arr ? cJSON_GetArraySize(root) : 1, done = 0, rc = 0;
+    RtProgram *st = NULL;
+    if (!root)
+        rc = file_set_error(err, errlen, "program: not valid JSON (near byte %ld)",
+                            json ? (long)(cJSON_GetErrorPtr() - json) : 0L);
+    else if (n < 1 || n > 1 << 16)
+        rc = file_set_error(err, errlen, "program: an array of 1 to 65536 stage programs");
+    else if (!(st = calloc((size_t)n, sizeof *st)))
+        rc = file_set_error(err, errlen, "program: out of memory");
+    for (; rc == 0 && done < n; done++)
+        rc = load_stage(&pj, arr ? cJSON_GetArrayItem(root, done) : root, nkernels, st, done, n);
+    cJSON_Delete(root);
+    if (rc != 0) {
+        program_free_stages(st, done);
+        return -1;
+    }
+    *stages = st, *nstages = n;
+    return 0;
+}
+
+void program_free_stages(RtProgram *stages, int nstages)
+{
+    for (int s = 0; stages && s < nstages; s++)
+        program_free(&stages[s]);
+    free(stages);
+}
+
+void program_global_shape(const RtProgram *p, const RtParam *q, int64_t *shape)
+{
+    for (int d = 0; d < q->ndim; d++)
+        shape[d] = q->shape[d] * (d == q->tp_dim ? p->mesh.tp : 1);
 }
 
 void program_free(RtProgram *p)

@@ -71,8 +71,14 @@ static int zero_check_program(const Zero *z, char *err, size_t errlen)
 {
     const RtProgram *p = z->prog;
     int ok = z->stage < 1 || list_is_per_param(p, &p->update);
-    ok = ok && (z->stage < 2 || (list_is_per_param(p, &p->gradnorm) &&
-                                 z->part0[p->nparams] == p->gradnorm_parts));
+    int per_param_norm = list_is_per_param(p, &p->gradnorm) &&
+                         z->part0[p->nparams] == p->gradnorm_parts;
+    ok = ok && ((z->stage < 2 && !z->in_norm) || per_param_norm);
+    if (!per_param_norm && z->in_norm && z->stage < 2)
+        return file_set_error(err, errlen,
+                              "this program's gradnorm list is not one kernel per parameter in "
+                              "parameter order, so the norm cannot count each element of a "
+                              "replicated or tied parameter once over the mesh");
     if (ok)
         return 0;
     return file_set_error(err, errlen,
@@ -81,10 +87,11 @@ static int zero_check_program(const Zero *z, char *err, size_t errlen)
                           z->stage, list_is_per_param(p, &p->update) ? "gradnorm" : "update");
 }
 
-int zero_init(Zero *z, const RtProgram *p, Comm *c, int stage, char *err, size_t errlen)
+int zero_init(Zero *z, const RtProgram *p, Comm *c, int stage, const unsigned char *in_norm,
+              char *err, size_t errlen)
 {
     memset(z, 0, sizeof *z);
-    z->prog = p, z->comm = c, z->stage = stage;
+    z->prog = p, z->comm = c, z->stage = stage, z->in_norm = in_norm;
     z->owner = calloc((size_t)p->nparams, sizeof *z->owner);
     z->owned = calloc((size_t)p->nparams, sizeof *z->owned);
     z->part0 = calloc((size_t)p->nparams + 1, sizeof *z->part0);
@@ -215,7 +222,7 @@ void zero_sync_grads(Zero *z, Executor *ex)
 /* Instruction i of list alone. */
 static void run_one(Executor *ex, const RtList *list, int i, const float *sc)
 {
-    RtList one = {&list->instr[i], 1};
+    RtList one = {&list->instr[i], 1, list->instr[i].op == RT_OP_SEND};
     exec_run(ex, &one, sc);
 }
 
@@ -223,20 +230,23 @@ double zero_grad_sumsq(Zero *z, Executor *ex, const float *sc, float *parts)
 {
     const RtProgram *p = z->prog;
     double sum = 0;
-    if (z->stage < 2) {
+    if (z->stage < 2 && !z->in_norm) {
         exec_run(ex, &p->gradnorm, sc);
         exec_read(ex, RT_TIER_WORK, p->gradnorm_offset, parts, p->gradnorm_parts * 4);
         for (int64_t k = 0; k < p->gradnorm_parts; k++)
             sum += parts[k];
         return sum;
     }
+    /* below stage 2 every rank holds every reduced gradient; from it, only its own */
     for (int i = 0; i < p->nparams; i++)
-        if (z->owned[i])
+        if ((z->stage < 2 || z->owned[i]) && (!z->in_norm || z->in_norm[i]))
             run_one(ex, &p->gradnorm, i, sc);
     exec_read(ex, RT_TIER_WORK, p->gradnorm_offset, parts, p->gradnorm_parts * 4);
-    for (int i = 0; i < p->nparams; i++)
-        for (int64_t k = z->part0[i]; z->owned[i] && k < z->part0[i + 1]; k++)
+    for (int i = 0; i < p->nparams; i++) {
+        int counts = (z->stage < 2 || z->owned[i]) && (!z->in_norm || z->in_norm[i]);
+        for (int64_t k = z->part0[i]; counts && k < z->part0[i + 1]; k++)
             sum += parts[k];
+    }
     return sum;
 }
 

@@ -50,12 +50,16 @@ typedef struct Zero {
     int *owner;             /* [nparams] owning rank (all 0 at stage 0) */
     unsigned char *owned;   /* [nparams] this rank holds its optimizer state (all at stage 0) */
     int64_t *part0;         /* [nparams + 1] first gradnorm part of each parameter */
+    const unsigned char *in_norm; /* [nparams] counted in the norm here (train_mesh.h), or NULL: all */
     int gathered;           /* stage 3: the non-owned parameters are in PARAMS */
     int opt_gathered;       /* rank 0 holds every parameter's optimizer state */
 } Zero;
 
-/* Ownership and the checks above. 0, or -1 with a message. */
-int zero_init(Zero *z, const RtProgram *p, Comm *c, int stage, char *err, size_t errlen);
+/* Ownership and the checks above, over the data-parallel group c. in_norm (kept,
+ * may be NULL) restricts the norm to some parameters, which needs a per-parameter
+ * gradnorm list at any stage. 0, or -1 with a message. */
+int zero_init(Zero *z, const RtProgram *p, Comm *c, int stage, const unsigned char *in_norm,
+              char *err, size_t errlen);
 void zero_free(Zero *z);
 /* The tiers to reserve (bit 1 << tier): OPT from stage 1, PARAMS at stage 3. */
 unsigned zero_reserve_mask(const Zero *z);
@@ -70,7 +74,8 @@ void zero_release_params(Zero *z, Executor *ex);
 /* The ranks' gradients summed: into every rank (stage 0, 1) or into each owner. */
 void zero_sync_grads(Zero *z, Executor *ex);
 /* Runs gradnorm and returns this rank's sum of squares: of every gradient (stage
- * 0, 1: the same on every rank) or of the owned ones (stage 2, 3: add over ranks).
+ * 0, 1: the same on every rank) or of the owned ones (stage 2, 3: add over ranks),
+ * in both cases only of the parameters in_norm names.
  * parts: host buffer of gradnorm_parts floats. */
 double zero_grad_sumsq(Zero *z, Executor *ex, const float *sc, float *parts);
 /* Runs update (owned parameters from stage 1) and makes PARAMS whole again

@@ -3,7 +3,8 @@
  * tests run 3, so blocks and roots are not symmetric). Rank r contributes
  * f(r, i) = 1000 r + i, so every sum, maximum and minimum is an exact float and each
  * result is checked element by element, in place and out of place, for every root.
- * With COLOSSALC_MPI_CHUNK=3 the MPI backend splits each call into chunks of three
+ * Sub-groups from split and tagged non-blocking sends (order per tag, pooled
+ * buffers, sends to oneself) are checked too. With COLOSSALC_MPI_CHUNK=3 the MPI backend splits each call into chunks of three
  * elements, which reaches its split paths. Each rank counts its failures; rank 0
  * prints "N passed, M failed" for all ranks together, and the exit status is 1 on
  * every rank when any check failed anywhere.
@@ -154,6 +155,65 @@ static void test_send_recv(void)
     check(ok, "send/recv ring");
 }
 
+/* Sub-groups: even and odd ranks, ranked by descending rank; a sum inside each
+ * group and a split of the split. */
+static void test_split(void)
+{
+    Comm *g = c->split(c, c->rank % 2, c->size - c->rank);
+    int members = (c->size + (c->rank % 2 == 0)) / 2, mine = 0;
+    for (int r = c->rank % 2; r < c->size; r += 2)
+        mine += r > c->rank;
+    check(g && g->size == members && g->rank == mine, "split: group size and key order");
+    double v[1] = {c->rank};
+    g->host_all_reduce(g, v, 1, COMM_SUM);
+    double want = 0;
+    for (int r = c->rank % 2; r < c->size; r += 2)
+        want += r;
+    check(v[0] == want, "split: host_all_reduce within the group");
+    float a[N], b[N];
+    fill(a, 0, N);
+    g->all_reduce(g, a, b, N, COMM_SUM);
+    int ok = 1;
+    for (int i = 0; i < N; i++) {
+        float s = 0;
+        for (int r = c->rank % 2; r < c->size; r += 2)
+            s += f(r, i);
+        ok &= b[i] == s;
+    }
+    check(ok, "split: all_reduce within the group");
+    Comm *one = g->split(g, g->rank, 0);
+    check(one && one->size == 1 && one->rank == 0, "split of a split: singletons");
+    one->destroy(one);
+    g->destroy(g);
+}
+
+/* Tagged sends: every rank sends three messages to every rank (itself included)
+ * under tags 5, 9, 5 before receiving any, then receives them tag 9 first: the two
+ * tag-5 messages arrive in the order sent. Then the same again, reusing the pool. */
+static void test_tagged(void)
+{
+    float out[N], in[N];
+    for (int round = 0; round < 2; round++) {
+        int ok = 1;
+        for (int peer = 0; peer < c->size; peer++)
+            for (int k = 0; k < 3; k++) {
+                fill(out, 100 * k + peer, N);
+                c->isend(c, out, N, peer, k == 1 ? 9 : 5);
+            }
+        for (int peer = 0; peer < c->size; peer++) {
+            const int order[3] = {1, 0, 2};
+            for (int j = 0; j < 3; j++) {
+                int k = order[j];
+                c->recv_tag(c, in, N, peer, k == 1 ? 9 : 5);
+                for (int i = 0; i < N; i++)
+                    ok &= in[i] == f(peer, 100 * k + c->rank + i);
+            }
+        }
+        c->wait_sends(c);
+        check(ok, round ? "tagged send/recv, pooled buffers reused" : "tagged send/recv order");
+    }
+}
+
 static void test_host_and_agree(void)
 {
     double v[3] = {c->rank + 0.5, c->rank, -c->rank};
@@ -187,6 +247,8 @@ int main(int argc, char **argv)
     test_all_gather();
     test_broadcast();
     test_send_recv();
+    test_split();
+    test_tagged();
     test_host_and_agree();
     double t[2] = {passed, failed};
     c->host_all_reduce(c, t, 2, COMM_SUM);

@@ -41,6 +41,30 @@ add_test(NAME multirank_plan_dp2_microbatches
          COMMAND sh ${MR_DIR}/run_plan.sh $<TARGET_FILE:colossalc> ${MR_WORK} ${COLOSSALC_TORCH_PYTHON}
                  ${CMAKE_SOURCE_DIR} "${MR_MPIRUN}")
 list(APPEND mr_tests multirank_resume_zero2 multirank_errors multirank_singleton multirank_plan_dp2_microbatches)
+
+# Tensor and pipeline parallelism (and with data parallelism): every mesh of the
+# issue's list against one rank (run_mesh.sh). "megatron" forces Megatron-LM's
+# column/row/heads strategies on the layers (megatron-tiny.plan.json), the search
+# picking the rest; tp2_search takes the search's own sharding.
+set(mr_mesh sh ${MR_DIR}/run_mesh.sh $<TARGET_FILE:colossalc> ${MR_WORK} ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
+    "${MR_MPIRUN}")
+set(megatron --plan ${MR_DIR}/megatron-tiny.plan.json)
+add_test(NAME multirank_tp2 COMMAND ${mr_mesh} tp2 1 2 1 --microbatch-size 2 ${megatron})
+add_test(NAME multirank_tp2_search COMMAND ${mr_mesh} tp2_search 1 2 1 --microbatch-size 4)
+add_test(NAME multirank_pp2_1f1b COMMAND ${mr_mesh} pp2_1f1b 1 1 2 --microbatch-size 1 --schedule 1f1b)
+add_test(NAME multirank_pp2_interleaved
+         COMMAND ${mr_mesh} pp2_interleaved 1 1 2 --microbatch-size 1 --schedule interleaved --virtual-stages 2)
+add_test(NAME multirank_dp2_tp2 COMMAND ${mr_mesh} dp2_tp2 2 2 1 --microbatch-size 1 ${megatron})
+add_test(NAME multirank_dp2_pp2 COMMAND ${mr_mesh} dp2_pp2 2 1 2 --microbatch-size 1)
+add_test(NAME multirank_tp2_pp2 COMMAND ${mr_mesh} tp2_pp2 1 2 2 --microbatch-size 1 ${megatron})
+add_test(NAME multirank_dp2_tp2_pp2 COMMAND ${mr_mesh} dp2_tp2_pp2 2 2 2 --microbatch-size 1 ${megatron})
+add_test(NAME multirank_dp2_pp2_1f1b_zero1
+         COMMAND ${mr_mesh} dp2_pp2_1f1b_zero1 2 1 2 --microbatch-size 1 --schedule 1f1b --zero 1)
+add_test(NAME multirank_dp2_tp2_zero3 COMMAND ${mr_mesh} dp2_tp2_zero3 2 2 1 --microbatch-size 2 --zero 3 ${megatron})
+add_test(NAME multirank_dp2_tp2_zero1 COMMAND ${mr_mesh} dp2_tp2_zero1 2 2 1 --microbatch-size 1 --zero 1 ${megatron})
+list(APPEND mr_tests multirank_dp2_pp2_1f1b_zero1 multirank_dp2_tp2_zero3 multirank_dp2_tp2_zero1)
+list(APPEND mr_tests multirank_tp2 multirank_tp2_search multirank_pp2_1f1b multirank_pp2_interleaved multirank_dp2_tp2
+     multirank_dp2_pp2 multirank_tp2_pp2 multirank_dp2_tp2_pp2)
 set_tests_properties(${mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 600)
 
 # Under the sanitizers, Open MPI's own leaks are suppressed (lsan.supp says how);

@@ -1,0 +1,22 @@
+#!/bin/sh
+# A dp x tp x pp plan compiled and run equals one rank: gpt2-tiny (4 layers, seq 32,
+# global batch 4) planned for DP*TP*PP CPU ranks with the forced degrees and the given
+# colossalc flags (micro-batch size, schedule, a plan file forcing strategies), run
+# under mpirun for 5 AdamW steps, against one rank of the same model with batch 4
+# (train-l4-b4): every step's loss and every parameter tensor after the last update
+# (--save gathers the split and staged parameters) to a relative 1e-5
+# (compare_runs.py; --eps 1e-6 for the reason run_equal.sh gives).
+# Usage: run_mesh.sh COLOSSALC WORKDIR PYTHON SRCDIR "MPIRUN" NAME DP TP PP [COLOSSALC FLAGS...]
+set -eu
+cc=$1 work=$2 py=$3 src=$4 mpirun=$5 name=$6 dp=$7 tp=$8 pp=$9
+shift 9
+np=$((dp * tp * pp))
+run=$work/mesh-$name && rm -rf "$run" && mkdir -p "$run" && cd "$run"
+"$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 --gpus "$np" --gpu cpu \
+      --dp "$dp" --tp "$tp" --pp "$pp" --zero 0 "$@" --dump-plan -o train-mesh > plan.txt
+sed -n '4,5p' plan.txt
+args="--data $work/genesis.bin --steps 5 --threads 1 --eps 1e-6"
+"$work/train-l4-b4" $args --log one.jsonl --save one.safetensors > one.out
+timeout 600 $mpirun -np "$np" ./train-mesh $args --log many.jsonl --save many.safetensors > many.out
+head -3 many.out
+"$py" "$src/tests/multirank/compare_runs.py" 1e-5 one.jsonl many.jsonl one.safetensors many.safetensors
