@@ -7,6 +7,7 @@
  * instructions that touch it, and the memory plan gives buffers of disjoint
  * lifetimes the same bytes of the work tier. */
 #include "codegen/lower.h"
+#include "codegen/offload.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -964,7 +965,9 @@ static void find_inputs(L *l) {
 }
 
 /* The tier views of the optimizer's kernels: param, grad, m, v at the param's offset. */
-static Kernel *param_kernel(L *l, const PParam *pp, const char *what, int bufs[4]) {
+/* The kernel of one parameter with the tier views in `mask` (bit i: param, grad, m, v),
+ * so that what it names is what it touches (offload plans read the names). */
+static Kernel *param_kernel(L *l, const PParam *pp, const char *what, int bufs[4], unsigned mask) {
   const Node *n = pp->node;
   int64_t numel = shape_numel(&n->shape), cols = n->shape.ndim ? n->shape.d[n->shape.ndim - 1] : 1;
   int64_t dims[2] = {numel / cols, cols};
@@ -976,6 +979,8 @@ static Kernel *param_kernel(L *l, const PParam *pp, const char *what, int bufs[4
   int64_t offs[4] = {pp->offset, pp->offset, pp->offset, l->p->opt_v_offset + pp->offset};
   const char *names[4] = {"param", "grad", "m", "v"};
   for (int i = 0; i < 4; i++) {
+    bufs[i] = -1;
+    if (!(mask >> i & 1)) continue;
     k->bufs[k->nbufs] = (KBuf){names[i], tiers[i], offs[i], numel, DT_F32};
     bufs[i] = k->nbufs++;
   }
@@ -987,7 +992,8 @@ static Kernel *param_kernel(L *l, const PParam *pp, const char *what, int bufs[4
 static void emit_update(L *l, const PParam *pp) {
   const TrainSpec *t = &l->g->train;
   int b[4];
-  Kernel *k = param_kernel(l, pp, t->opt == OPT_ADAMW ? "adamw" : "sgd", b);
+  unsigned mask = t->opt == OPT_ADAMW ? 15 : t->momentum > 0 ? 7 : 3;
+  Kernel *k = param_kernel(l, pp, t->opt == OPT_ADAMW ? "adamw" : "sgd", b, mask);
   KView v = kview_contig(k, 0);
   KExpr *g = B(MUL, kx_load(l->a, k, b[1], v), kx_scalar(l->a, k, RT_SC_GSCALE));
   KExpr *p = kx_load(l->a, k, b[0], v), *lr = kx_scalar(l->a, k, RT_SC_LR);
@@ -1014,7 +1020,7 @@ static void emit_update(L *l, const PParam *pp) {
 /* One partial sum of squared gradients per row of each parameter. */
 static void emit_gradnorm(L *l, const PParam *pp, int parts, int64_t *next) {
   int b[4];
-  Kernel *k = param_kernel(l, pp, "gradnorm", b);
+  Kernel *k = param_kernel(l, pp, "gradnorm", b, 2);
   KExpr *g = kx_load(l->a, k, b[1], kview_contig(k, 0));
   KView out = {.offset = *next};
   out.strides[0] = 1;
@@ -1237,10 +1243,14 @@ static int64_t place_and_patch(L *l, int64_t base, int k0, PSeq *const *seqs, in
   return used;
 }
 
+/* The model's FLOPs of a step: each forward op's forward and backward cost (the
+ * backward nodes, and recompute's clones, are what those costs describe). */
 static void set_stats(Program *p, Graph *const *gs, int n) {
   for (int c = 0; c < n; c++) {
     GraphStats st;
-    graph_stats(gs[c], &st);
+    Graph fwd = *gs[c];
+    fwd.n = gs[c]->n_forward;
+    graph_stats(&fwd, &st);
     p->flops_per_step += st.train_flops;
   }
 }
@@ -1349,6 +1359,7 @@ static cJSON *instr_json(const PInstr *in) {
     cJSON_AddStringToObject(o, "op", "kernel");
     cJSON_AddNumberToObject(o, "kernel", in->kernel);
     cJSON_AddNumberToObject(o, "extent", (double)in->extent);
+    if (in->on_host) cJSON_AddStringToObject(o, "on", "host");
     break;
   case PI_ZERO:
     cJSON_AddStringToObject(o, "op", "zero");
@@ -1382,6 +1393,17 @@ static cJSON *instr_json(const PInstr *in) {
   case PI_LOSS:
     cJSON_AddStringToObject(o, "op", "loss");
     cJSON_AddNumberToObject(o, "offset", (double)in->offset);
+    break;
+  case PI_MOVE: case PI_DROP: case PI_WAIT:
+    cJSON_AddStringToObject(o, "op", in->kind == PI_MOVE ? "move" : in->kind == PI_DROP ? "drop" : "wait");
+    cJSON_AddNumberToObject(o, "chunk", in->chunk);
+    cJSON_AddStringToObject(o, "part", part_names[in->part]);
+    if (in->kind == PI_MOVE) {
+      cJSON_AddStringToObject(o, "from", loc_names[in->from]);
+      cJSON_AddStringToObject(o, "to", loc_names[in->to]);
+      cJSON_AddBoolToObject(o, "keep", in->keep);
+    }
+    if (in->kind == PI_DROP) cJSON_AddStringToObject(o, "at", loc_names[in->from]);
     break;
   case PI_SEND: case PI_RECV: {
     cJSON_AddStringToObject(o, "op", in->kind == PI_SEND ? "send" : "recv");
@@ -1503,6 +1525,26 @@ static cJSON *program_json(const Program *p) {
     cJSON_AddNumberToObject(m, "pp", (double)p->pp);
     cJSON_AddItemToObject(o, "mesh", m);
     cJSON_AddNumberToObject(o, "stage", (double)p->stage);
+  }
+  if (p->offload) {
+    const OffloadPlan *op = p->offload;
+    cJSON *off = cJSON_CreateObject(), *chunks = cJSON_CreateArray(), *pr = cJSON_CreateObject();
+    cJSON_AddNumberToObject(off, "device_capacity", (double)op->capacity);
+    for (int c = 0; c < op->nchunks; c++) {
+      cJSON *ch = cJSON_CreateObject(), *home = cJSON_CreateObject();
+      int64_t range[2] = {op->chunk[c].lo, op->chunk[c].hi};
+      cJSON_AddItemToObject(ch, "params", ints_json(range, 2));
+      for (int k = 0; k < PART_COUNT; k++) cJSON_AddStringToObject(home, part_names[k], loc_names[op->chunk[c].home[k]]);
+      cJSON_AddItemToObject(ch, "home", home);
+      cJSON_AddItemToArray(chunks, ch);
+    }
+    cJSON_AddItemToObject(off, "chunks", chunks);
+    cJSON_AddItemToObject(o, "offload", off);
+    cJSON_AddNumberToObject(pr, "device_peak", (double)op->device_peak);
+    cJSON_AddNumberToObject(pr, "host_peak", (double)op->host_peak);
+    cJSON_AddNumberToObject(pr, "nvme_peak", (double)op->nvme_peak);
+    cJSON_AddNumberToObject(pr, "transfer_bytes", (double)op->transfer_bytes);
+    cJSON_AddItemToObject(o, "predicted", pr);
   }
   if (p->scheduled) {
     cJSON_AddBoolToObject(o, "scheduled", true);

@@ -15,7 +15,8 @@
 /* Instructions (runtime/program.h): kernels, GEMMs and zeroing; collectives over the
  * tensor-parallel group; and, in a pipeline stage's scheduled step, slot changes,
  * input and loss transfers and point-to-point sends and receives. */
-typedef enum { PI_KERNEL, PI_GEMM, PI_ZERO, PI_COMM, PI_SLOT, PI_INPUT, PI_LOSS, PI_SEND, PI_RECV } PInstrKind;
+typedef enum { PI_KERNEL, PI_GEMM, PI_ZERO, PI_COMM, PI_SLOT, PI_INPUT, PI_LOSS, PI_SEND, PI_RECV, PI_MOVE, PI_DROP,
+               PI_WAIT } PInstrKind;
 typedef enum { PC_ALL_REDUCE, PC_ALL_GATHER, PC_REDUCE_SCATTER, PC_SPLIT } PCommKind;
 
 typedef struct PComm {
@@ -46,6 +47,9 @@ typedef struct PInstr {
   int index;                /* PI_SLOT: slot; PI_INPUT: micro-batch; PI_SEND, PI_RECV: peer stage */
   int tag;                  /* PI_SEND, PI_RECV */
   int role;                 /* PI_INPUT: PIN_TOKENS or PIN_TARGETS */
+  int chunk, part, from, to; /* PI_MOVE, PI_DROP (from: where), PI_WAIT (codegen/offload.h) */
+  bool keep;                /* PI_MOVE */
+  bool on_host;             /* PI_KERNEL in gradnorm and update: run on the host's copies */
   int node;                 /* the IR node this computes (for the forward subset) */
 } PInstr;
 
@@ -89,6 +93,7 @@ typedef struct Program {
   int nchunks;
   bool scheduled;           /* `step` walks every micro-batch (runtime/program.h) */
   int64_t slots;            /* work-tier slots, one per micro-batch in flight */
+  struct OffloadPlan *offload; /* where the state lives, instruction by instruction, or NULL */
 } Program;
 
 /* requires: pass_decompose, pass_autodiff. Errors (an op the code generators do

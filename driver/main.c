@@ -11,9 +11,11 @@
 #include "codegen/cuda.h"
 #include "codegen/llvm.h"
 #include "codegen/lower.h"
+#include "codegen/offload.h"
 #include "codegen/pipeline.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
+#include "passes/recompute.h"
 #include "passes/summary.h"
 #include "plan/dump.h"
 #include "plan/search.h"
@@ -42,12 +44,22 @@ static void usage(FILE *f) {
         "  --microbatch-size N      force the micro-batch size (sequences)\n"
         "  --schedule S      force the pipeline schedule: 1f1b or interleaved\n"
         "  --virtual-stages V       force the model chunks per stage of the interleaved schedule\n"
-        "  --recompute R     force activation recompute: none, selective or full\n"
+        "  --recompute R     activation recompute: none, selective (the attention core of\n"
+        "                    every layer), full (every layer) or auto (the layers that fit\n"
+        "                    --activation-memory with the fewest recomputed FLOPs; with a\n"
+        "                    plan and no budget, the plan's choice)\n"
+        "  --activation-memory SIZE  budget of the work tier (activations and workspace) for\n"
+        "                    --recompute auto: bytes, or 512K, 512M, 2G, 1.5GiB (binary), 2GB (decimal)\n"
         "  --attention K     price attention as fused (default) or materialized (scores in memory)\n"
+        "  --device-memory SIZE  the device memory the program must fit: parameters, gradients and\n"
+        "                    optimizer state are offloaded in chunks to the host (and NVMe), planned\n"
+        "                    instruction by instruction (docs/memory.md); with -o\n"
+        "  --host-memory SIZE    what the host may hold of the training state (default: this\n"
+        "                    machine's memory); the rest goes to NVMe files (train --nvme-dir)\n"
         "  --summary         print parameters, FLOPs per step and a per-layer table\n"
         "                    (the default when nothing else is asked for)\n"
         "  --dump-ir         print the verified IR, one op per line with its shape\n"
-        "  --dump-after=PASS print the IR after a pass: decompose or autodiff\n"
+        "  --dump-after=PASS print the IR after a pass: decompose, autodiff or recompute\n"
         "  --emit-kernels F  write the generated kernels (kernel form) and the program to F\n"
         "  -h, --help        print this help\n"
         "  --version         print the version\n", f);
@@ -61,9 +73,16 @@ typedef struct Options {
   bool summary, dump_ir, gpus_set;
   const char *dump_after, *emit_kernels, *out, *emit_llvm, *emit_cuda;
   const char *gpu, *cluster, *dump_plan, *plan_out, *plan_file;
+  int64_t device_memory;     /* --device-memory: plan offload to fit it (0: no budget) */
+  int64_t host_memory;       /* --host-memory: what the host may hold of the state (0: this machine's) */
   PlanForce force;
   bool plan;                 /* search a plan: --dump-plan or any option that forces part of one */
+  int rc;                    /* --recompute: -1 unset, a Recompute, or RC_AUTO */
+  int64_t act_mem;           /* --activation-memory bytes, 0 unset */
 } Options;
+
+enum { RC_AUTO = RC_COUNT };
+static const char *const rc_option_names[RC_COUNT + 1] = {"none", "selective", "full", "auto"};
 
 static void add_override(Options *o, const char *arg) {
   const char *eq = strchr(arg, '=');
@@ -74,6 +93,19 @@ static void add_override(Options *o, const char *arg) {
   o->ov = realloc(o->ov, (o->nov + 1) * sizeof *o->ov);
   if (!o->ov) exit(1);
   o->ov[o->nov++] = (ConfigOverride){strndup(arg, eq - arg), eq + 1, false};
+}
+
+/* A byte count: a number with an optional suffix K, M, G, T (or KiB ... TiB: powers of
+ * 1024) or KB, MB, GB, TB (powers of 1000), and an optional B. */
+static int64_t parse_size(const char *flag, const char *arg) {
+  static const char *const suffix[] = {"", "B", "K", "KiB", "KB", "M", "MiB", "MB", "G", "GiB", "GB", "T", "TiB", "TB"};
+  static const double scale[] = {1, 1, 0x1p10, 0x1p10, 1e3, 0x1p20, 0x1p20, 1e6, 0x1p30, 0x1p30, 1e9, 0x1p40, 0x1p40, 1e12};
+  char *end;
+  double v = strtod(arg, &end);
+  for (int i = 0; end != arg && i < (int)(sizeof suffix / sizeof *suffix); i++)
+    if (!strcmp(end, suffix[i]) && v * scale[i] >= 1 && v * scale[i] < 0x1p60) return (int64_t)(v * scale[i]);
+  fprintf(stderr, "colossalc: %s takes a size such as 512M, 2G or 1.5GiB, got '%s'\n", flag, arg);
+  exit(1);
 }
 
 static long parse_positive(const char *flag, const char *arg) {
@@ -98,7 +130,7 @@ static int parse_choice(const char *flag, const char *arg, const char *const *na
 
 enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA,
        O_GPN, O_GPU, O_CLUSTER, O_DUMP_PLAN, O_PLAN_OUT, O_PLAN, O_DP, O_TP, O_PP, O_ZERO, O_MBS, O_SCHEDULE, O_VSTAGES,
-       O_RECOMPUTE, O_ATTENTION };
+       O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM };
 
 /* The options that describe the cluster or force part of the plan. */
 static bool parse_plan_option(int c, const char *arg, Options *o) {
@@ -117,7 +149,6 @@ static bool parse_plan_option(int c, const char *arg, Options *o) {
   case O_MBS: f->mbs = (int)parse_positive("--microbatch-size", arg); break;
   case O_VSTAGES: f->v = (int)parse_positive("--virtual-stages", arg); break;
   case O_SCHEDULE: f->schedule = parse_choice("--schedule", arg, schedule_names, 2); break;
-  case O_RECOMPUTE: f->rc = parse_choice("--recompute", arg, recompute_names, RC_COUNT); break;
   case O_ATTENTION: f->attn = parse_choice("--attention", arg, attn_kernel_names, 2); break;
   case O_DUMP_PLAN: {
     static const char *const fmts[] = {"text", "json", "svg"};
@@ -143,8 +174,10 @@ static void parse_options(int argc, char **argv, Options *o) {
     {"zero", required_argument, 0, O_ZERO}, {"microbatch-size", required_argument, 0, O_MBS},
     {"schedule", required_argument, 0, O_SCHEDULE}, {"virtual-stages", required_argument, 0, O_VSTAGES},
     {"recompute", required_argument, 0, O_RECOMPUTE}, {"attention", required_argument, 0, O_ATTENTION},
+    {"activation-memory", required_argument, 0, O_ACT_MEM},
+    {"device-memory", required_argument, 0, O_DEV_MEM}, {"host-memory", required_argument, 0, O_HOST_MEM},
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
-  *o = (Options){.gpus = 1};
+  *o = (Options){.gpus = 1, .rc = -1};
   plan_force_init(&o->force);
   int c;
   while ((c = getopt_long(argc, argv, "ho:", longs, NULL)) != -1) {
@@ -158,6 +191,10 @@ static void parse_options(int argc, char **argv, Options *o) {
     case O_EMIT_KERNELS: o->emit_kernels = optarg; break;
     case O_EMIT_LLVM: o->emit_llvm = optarg; break;
     case O_EMIT_CUDA: o->emit_cuda = optarg; break;
+    case O_RECOMPUTE: o->rc = parse_choice("--recompute", optarg, rc_option_names, RC_COUNT + 1); break;
+    case O_ACT_MEM: o->act_mem = parse_size("--activation-memory", optarg); break;
+    case O_DEV_MEM: o->device_memory = parse_size("--device-memory", optarg); break;
+    case O_HOST_MEM: o->host_memory = parse_size("--host-memory", optarg); break;
     case 'o': o->out = optarg; break;
     case 'h': usage(stdout); exit(0);
     case O_VERSION: printf("colossalc %s\n", COLOSSALC_VERSION); exit(0);
@@ -170,8 +207,19 @@ static void parse_options(int argc, char **argv, Options *o) {
     exit(1);
   }
   o->file = argv[optind];
-  if (o->dump_after && strcmp(o->dump_after, "decompose") && strcmp(o->dump_after, "autodiff")) {
-    fprintf(stderr, "colossalc: --dump-after takes decompose or autodiff, got '%s'\n", o->dump_after);
+  if (o->dump_after && strcmp(o->dump_after, "decompose") && strcmp(o->dump_after, "autodiff") &&
+      strcmp(o->dump_after, "recompute")) {
+    fprintf(stderr, "colossalc: --dump-after takes decompose, autodiff or recompute, got '%s'\n", o->dump_after);
+    exit(1);
+  }
+  if (o->act_mem && o->rc < 0) o->rc = RC_AUTO;
+  if (o->rc == RC_AUTO && !o->act_mem && !o->plan) {
+    fprintf(stderr, "colossalc: --recompute auto needs --activation-memory SIZE (or a plan: --gpus N ...)\n");
+    exit(1);
+  }
+  if (o->act_mem && o->rc != RC_AUTO) {
+    fprintf(stderr, "colossalc: --activation-memory is the budget of --recompute auto, not of --recompute %s\n",
+            rc_option_names[o->rc]);
     exit(1);
   }
   if (o->plan_out && !o->dump_plan) {
@@ -202,15 +250,12 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   if (c->mbs > 0) f.mbs = c->mbs;
   if (c->v > 0) f.v = c->v;
   if (c->schedule >= 0) f.schedule = c->schedule;
-  if (c->rc >= 0) f.rc = c->rc;
+  if (o->rc >= 0 && o->rc < RC_COUNT) f.rc = o->rc;
   if (c->attn != ATTN_FUSED) f.attn = c->attn;
   if (f.v > 1 && f.schedule < 0) f.schedule = PS_INTERLEAVED;
   if (f.v > 1 && f.schedule == PS_1F1B) error_plain("--virtual-stages %d needs --schedule interleaved", f.v);
   if (o->out || o->emit_kernels || o->emit_llvm || o->emit_cuda || o->dump_after) { /* a plan to compile: what code generation runs */
     f.exec = true;
-    if (f.rc > RC_NONE) error_plain("--recompute %s: code generation does not recompute yet; compile with --recompute none",
-                                    f.rc == RC_FULL ? "full" : "selective");
-    f.rc = RC_NONE;
     if (f.attn != ATTN_FUSED) error_plain("--attention materialized is a cost-model option; the compiled program uses its own attention");
   }
   return plan_search(arena, g, cl, &f);
@@ -321,11 +366,70 @@ static void set_plan(Program *p, const PlanChoice *ch) {
   p->microbatches = ch->m, p->dp = ch->dp, p->zero_stage = ch->zero, p->tp = ch->tp, p->pp = ch->pp;
 }
 
+/* ---- recompute ------------------------------------------------------------------------ */
+
+static int64_t measure_work_peak(Graph *g, void *ctx) {
+  (void)ctx;
+  return lower_program(g)->work_peak;
+}
+
+static const RcLayer rc_layer_of[RC_COUNT] = {[RC_NONE] = RCL_KEEP, [RC_SELECTIVE] = RCL_ATTN, [RC_FULL] = RCL_FULL};
+
+static const char *recompute_set = "none"; /* what was chosen, for --dump-plan */
+
+/* The recompute of one differentiated graph (passes/recompute.h): --recompute, else the
+ * plan's choice; auto with --activation-memory chooses layers by the DP under that
+ * budget (one program only). The choice goes to standard error. */
+static Graph *apply_recompute(Graph *g, const Options *o, const PlanChoice *ch, bool one_program) {
+  int rc = o->rc >= 0 && o->rc != RC_AUTO ? o->rc : ch ? (int)ch->rc : RC_NONE;
+  if (o->rc == RC_AUTO && o->act_mem) {
+    if (!one_program)
+      error_plain("--activation-memory budgets the work tier of one program; a tensor- or pipeline-parallel plan "
+                  "recomputes as the plan chooses (or force --recompute none, selective or full)");
+    RecomputeChoice c;
+    recompute_choose(g, o->act_mem, measure_work_peak, NULL, &c);
+    fprintf(stderr, "colossalc: recompute auto (%s): %.4g forward FLOPs recomputed, work peak %.1f MiB of %.1f MiB "
+            "(model %.1f MiB, %d DP run%s)\n", recompute_describe(g->arena, g, c.mode), c.flops,
+            (double)c.peak / 1048576.0, (double)o->act_mem / 1048576.0, c.predicted / 1048576.0, c.rounds,
+            c.rounds == 1 ? "" : "s");
+    recompute_set = recompute_describe(g->arena, g, c.mode);
+    return c.graph;
+  }
+  if (rc == RC_NONE || g->nlayers == 0) return g;
+  RcLayer *mode = arena_array(g->arena, g->nlayers, sizeof *mode);
+  for (int l = 0; l < g->nlayers; l++) mode[l] = rc_layer_of[rc];
+  fprintf(stderr, "colossalc: recompute %s (%s): %.4g forward FLOPs recomputed\n", recompute_names[rc],
+          recompute_describe(g->arena, g, mode), recompute_flops(g, mode));
+  recompute_set = recompute_describe(g->arena, g, mode);
+  return pass_recompute(g, mode);
+}
+
+/* With --device-memory and no --recompute: the activations get what the chunks leave
+ * when the offload plan takes the least room it can (a quarter of it for the largest
+ * parameter's chunk with its gradient and the next in flight, codegen/offload.c); when
+ * the work tier does not fit that, recompute auto chooses the layers under it. */
+static Graph *recompute_for_device(Graph *g, const Options *o) {
+  int64_t largest = 0;
+  for (int k = 0; k < g->nparams; k++) {
+    int64_t b = (shape_numel(&g->params[k]->shape) * 4 + 63) / 64 * 64;
+    if (b > largest) largest = b;
+  }
+  int64_t budget = o->device_memory - 4 * (largest + 2 * 4096) - 4096;
+  if (budget <= 0 || (measure_work_peak(g, NULL) + 4095) / 4096 * 4096 <= budget) return g;
+  RecomputeChoice c;
+  recompute_choose(g, budget, measure_work_peak, NULL, &c);
+  recompute_set = recompute_describe(g->arena, g, c.mode);
+  fprintf(stderr, "colossalc: recompute for --device-memory (%s): %.4g forward FLOPs recomputed, work peak %.1f MiB of "
+          "%.1f MiB\n", recompute_set, c.flops, (double)c.peak / 1048576.0, (double)budget / 1048576.0);
+  return c.graph;
+}
+
 /* A tensor- or pipeline-parallel plan: the partition pass, then one program (tp only)
  * or one a pipeline stage. */
 static Program *compile_partitioned(Graph *g, const Options *o, const PlanResult *r) {
   const PlanChoice *ch = &r->best.ch;
   Partition *part = pass_partition(g, r, &r->best); /* requires: verified forward graph, the plan's */
+  for (int k = 0; k < part->nchunks; k++) part->chunk[k] = apply_recompute(part->chunk[k], o, ch, false);
   if (o->dump_after)
     for (int k = 0; k < part->nchunks; k++) {
       printf("# chunk %d of %d (stage %d), one tensor-parallel rank of %d\n", k, part->nchunks, k % ch->pp, ch->tp);
@@ -347,6 +451,27 @@ static Program *compile_partitioned(Graph *g, const Options *o, const PlanResult
   return ps[0];
 }
 
+/* Offload to fit --device-memory (codegen/offload.h); --dump-plan shows the plan (the
+ * SVG form draws memory per tier over the step). */
+static void plan_offload(Program *p, const Options *o) {
+  Cluster cl;
+  if (o->cluster) cluster_load_json(&cl, o->cluster, 1, 1);
+  else cluster_from_profile(&cl, o->gpu ? o->gpu : "cpu", 1, 1);
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  int64_t host = o->host_memory ? o->host_memory : pages > 0 && psize > 0 ? (int64_t)pages * psize / 10 * 8 : 0;
+  OffloadOptions oo = {.device_memory = o->device_memory, .host_memory = host, .cl = &cl};
+  OffloadPlan *op = offload_plan(p, &oo);
+  if (!op) {
+    if (o->dump_plan) printf("offload: none needed (the state and the activations fit %.1f MiB)\n", o->device_memory / 1048576.0);
+    return;
+  }
+  if (o->dump_plan && !strcmp(o->dump_plan, "svg")) offload_svg(stdout, p, op);
+  else if (o->dump_plan) offload_print(stdout, p, op), printf("  recompute: %s\n", recompute_set);
+  else fprintf(stderr, "colossalc: offload: %d chunks, predicted peak device %.1f MiB, host %.1f MiB, nvme %.1f MiB "
+               "(--dump-plan shows the plan)\n", op->nchunks, op->device_peak / 1048576.0, op->host_peak / 1048576.0,
+               op->nvme_peak / 1048576.0);
+}
+
 static Program *compile_training(Graph *g, const Options *o, const PlanChoice *ch) {
   g = pass_decompose(g);                 /* requires: verified forward graph */
   ir_verify(g);
@@ -354,9 +479,14 @@ static Program *compile_training(Graph *g, const Options *o, const PlanChoice *c
   pass_autodiff(g);                      /* requires: loss, no composite ops */
   ir_verify(g);
   if (o->dump_after && !strcmp(o->dump_after, "autodiff")) ir_print(stdout, g);
-  if (!o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda && !o->summary) return NULL;
+  g = apply_recompute(g, o, ch, true);   /* requires: autodiff */
+  if (o->device_memory && o->rc < 0) g = recompute_for_device(g, o);
+  ir_verify(g);
+  if (o->dump_after && !strcmp(o->dump_after, "recompute")) ir_print(stdout, g);
+  if (!o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda && !o->summary && !o->device_memory) return NULL;
   Program *p = lower_program(g);         /* requires: autodiff */
   if (ch) set_plan(p, ch);
+  if (o->device_memory) plan_offload(p, o);
   if (o->emit_kernels) write_kernels(o->emit_kernels, p, program_to_json(p));
   if (o->emit_cuda) write_cuda(o->emit_cuda, p);
   if (o->out || o->emit_llvm) build_train(o, p->g->name, p->kernels, p->nkernels, program_to_json(p));
@@ -392,7 +522,9 @@ int main(int argc, char **argv) {
   if (o.dump_ir) ir_print(stdout, g);
   const PlanChoice *volatile ch = NULL;
   PlanResult *volatile planres = NULL;
-  volatile bool compiling = o.dump_after || o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda;
+  volatile bool compiling = o.dump_after || o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda || o.device_memory;
+  /* --device-memory alone (no cluster): --dump-plan shows the offload plan, not a parallel one */
+  if (o.device_memory && !o.gpus_set && !o.cluster) o.plan = false;
   if (o.plan) { /* requires: verified forward graph */
     Cluster cl;
     diag_push(&j);

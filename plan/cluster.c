@@ -15,6 +15,10 @@
 #define G9 1e9
 #define US 1e-6
 
+/* A node's NVMe drives, for offload: a PCIe 4.0 x4 drive's sequential rate (about
+ * 7 GB/s read, 5 GB/s write; the slower), the same for every profile. */
+#define NVME_BW (5 * G9)
+
 typedef struct Profile { DeviceSpec dev; LinkSpec intra, inter; double host_memory, host_link_bw; int node; } Profile;
 
 /* dev: name, part, bf16, fp16, fp32, memory, memory_bw, reserved, gemm_eff, attn_eff, mem_eff, kernel_overhead, fp32_only */
@@ -68,7 +72,7 @@ void cluster_from_profile(Cluster *c, const char *profile, int gpus, int gpus_pe
     error_plain("unknown GPU profile '%s' (known: %s; or describe the cluster with --cluster FILE.json)", profile, list);
   }
   *c = (Cluster){.dev = p->dev, .intra = p->intra, .inter = p->inter, .host_memory = p->host_memory,
-                 .host_link_bw = p->host_link_bw, .gpus = gpus > 0 ? gpus : 1};
+                 .host_link_bw = p->host_link_bw, .nvme_bw = NVME_BW, .gpus = gpus > 0 ? gpus : 1};
   set_counts(c, gpus, gpus_per_node, p->node, "--gpus");
   snprintf(c->name, sizeof c->name, "%d x %.40s", c->gpus, p->dev.name);
   cluster_validate(c, "--gpu");
@@ -184,8 +188,9 @@ static void read_link(Reader *r, const cJSON *o, LinkSpec *l, const char *oname)
 }
 
 static void read_host(Reader *r, const cJSON *o, Cluster *c) {
-  const Field f[] = {{"memory_gib", GIB, &c->host_memory}, {"link_bandwidth_gbs", G9, &c->host_link_bw}};
-  read_fields(r, o, "host", f, 2, NULL);
+  const Field f[] = {{"memory_gib", GIB, &c->host_memory}, {"link_bandwidth_gbs", G9, &c->host_link_bw},
+                     {"nvme_bandwidth_gbs", G9, &c->nvme_bw}};
+  read_fields(r, o, "host", f, 3, NULL);
 }
 
 static int read_count(Reader *r, const cJSON *root, const char *key) {
@@ -203,7 +208,7 @@ static void blank(Cluster *c) {
   *c = (Cluster){.dev = {.peak_bf16 = NAN, .peak_fp16 = NAN, .peak_fp32 = NAN, .memory = NAN, .memory_bw = NAN,
                          .reserved = 2 * GIB, .gemm_eff = 0.7, .attn_eff = 0.5, .mem_eff = 0.8, .kernel_overhead = 4 * US},
                  .intra = {"intra-node link", NAN, 2 * US, 0.8}, .inter = {"inter-node network", NAN, 5 * US, 0.85},
-                 .host_memory = 512 * GIB, .host_link_bw = 32 * G9};
+                 .host_memory = 512 * GIB, .host_link_bw = 32 * G9, .nvme_bw = NVME_BW};
   snprintf(c->dev.name, sizeof c->dev.name, "custom");
 }
 

@@ -41,6 +41,7 @@ typedef struct Cluster {
   LinkSpec intra, inter;
   double host_memory;     /* bytes per node */
   double host_link_bw;    /* bytes/s per device, one direction (PCIe) */
+  double nvme_bw;         /* bytes/s of a node's NVMe drives (offload), one direction */
 } Cluster;
 
 /* Names of the built-in profiles, NULL-terminated. */

@@ -3,6 +3,7 @@
  * strategies of each op, their prices, and the dynamic program that picks one
  * strategy per op. */
 #include "plan/shard.h"
+#include "passes/recompute.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +276,30 @@ static void assign_signatures(Arena *a, PlanModel *pm) {
   }
 }
 
+/* What recompute runs again (passes/recompute.c does the same on the differentiated
+ * graph): under full recompute, the ops of a layer whose output the layer's own
+ * backward reads (as saves_input and saves_output say) and the ops of the layer they
+ * are computed from; under selective recompute, the attention cores. */
+static void mark_recompute(Arena *a, PlanModel *pm) {
+  const Graph *g = pm->g;
+  pm->rc_full = arena_array(a, g->n + 1, sizeof *pm->rc_full);
+  pm->rc_sel = arena_array(a, g->n + 1, sizeof *pm->rc_sel);
+  for (int i = 0; i < g->n; i++) {
+    const Node *n = g->nodes[i], *core[8];
+    if (n->layer < 0) continue;
+    if (saves_output(n->op)) pm->rc_full[i] = true;
+    for (int k = 0; k < n->nin; k++)
+      if (saves_input(n->op, k) && n->in[k]->layer == n->layer && is_computed(n->in[k])) pm->rc_full[n->in[k]->id] = true;
+    for (int c = recompute_attn_core(n, core) - 1; c >= 0; c--)
+      if (core[c]->layer == n->layer) pm->rc_sel[core[c]->id] = true;
+  }
+  for (int i = g->n - 1; i >= 0; i--)
+    for (int k = 0; pm->rc_full[i] && k < g->nodes[i]->nin; k++) {
+      const Node *in = g->nodes[i]->in[k];
+      if (in->layer == g->nodes[i]->layer && is_computed(in)) pm->rc_full[in->id] = true;
+    }
+}
+
 PlanModel *plan_model_new(Arena *a, const Graph *g, const char *const *force) {
   PlanModel *pm = arena_alloc(a, sizeof *pm);
   pm->g = g;
@@ -286,6 +311,7 @@ PlanModel *plan_model_new(Arena *a, const Graph *g, const char *const *force) {
       break;
     }
   analyse_nodes(a, pm);
+  mark_recompute(a, pm);
   cut_segments(a, pm);
   assign_signatures(a, pm);
   return pm;
@@ -732,17 +758,19 @@ static bool step_cost(const ShardCtx *x, Recompute rc, const Node *n, const Stra
   w->t_fwd += s->t_fwd, w->t_bwd += s->t_bwd;
   w->c_fwd += in.c_fwd + s->c_intr, w->c_bwd += in.c_bwd;
   for (int r = 0; acc && s->c_intr > 0 && r < 3; r++) coll_add(acc, COLL_ALL_REDUCE, s->c_intr_bytes, s->c_intr / 3);
-  if (rc == RC_SELECTIVE && s->t_sel > 0) { /* the attention core is recomputed, its big tensors not kept */
+  if (rc == RC_SELECTIVE && (s->t_sel > 0 || x->pm->rc_sel[n->id])) { /* the attention core is recomputed, its big tensors not kept */
     if (n->op == OP_SOFTMAX) out_stash = 0;
-    else extra = 0;
-    w->t_rc += s->t_sel;
+    else if (n->op == OP_ATTENTION) extra = 0;
+    w->t_rc += s->t_sel > 0 ? s->t_sel : s->t_fwd;
     if (acc) acc->flops_rc += s->flops_fwd;
   }
   double stash = in.stash + out_stash + extra;
-  if (rc == RC_FULL) { /* the layer's forward runs again before its backward */
-    w->t_rc += s->t_fwd + in.c_fwd + s->c_intr;
+  if (rc == RC_FULL) { /* what the layer's backward reads is computed again before it */
+    if (x->pm->rc_full[n->id]) {
+      w->t_rc += s->t_fwd + in.c_fwd + s->c_intr;
+      if (acc) acc->flops_rc += s->flops_fwd;
+    }
     w->transient += stash;
-    if (acc) acc->flops_rc += s->flops_fwd;
   } else {
     w->stash += stash;
   }

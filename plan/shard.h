@@ -55,6 +55,7 @@ typedef struct PlanModel {
   bool *bdep;            /* [g->n] its size scales with the batch */
   int *nuse, **use;      /* [g->n] consumers of each node, in graph order */
   int *saver;            /* [g->n] the op that keeps the tensor for backward, or -1 */
+  bool *rc_full, *rc_sel; /* [g->n] run again under full / selective recompute (passes/recompute.h) */
   Segment *seg;          /* [nseg] before, layers..., after (before/after may be empty) */
   int nseg, nsig;
   int first_layer_seg, nlayer_segs;

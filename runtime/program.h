@@ -142,6 +142,57 @@
  * `gradnorm` as one kernel per parameter in parameter order, each over the
  * parameter's rows (numel / last dimension), parameter i's partial sums after those
  * of 0..i-1 (the shape ZeRO 2 needs, train_zero.h), so each can be counted alone.
+ *
+ * ---- Memory tiers and offload -----------------------------------------------------
+ *
+ * A program may say "offload": {...}: its parameters, gradients and optimizer state do
+ * not all fit in device memory, and the compiler planned where every byte of them is
+ * at every instruction. Three locations: "device" (the tiers the kernels address),
+ * "host" (host memory) and "nvme" (files under train's --nvme-dir). On the CPU device
+ * the device location is still a separate allocation: its committed bytes are what the
+ * device holds and may not exceed "device_capacity" (a commit beyond it is an internal
+ * error naming the instruction: the plan is wrong).
+ *   "offload": {
+ *     "device_capacity": BYTES,   device memory of the plan: all four tiers' committed bytes
+ *     "chunks": [{"params": [LO, HI], "home": {"params": L, "grads": "none", "opt": L}}, ...]
+ *   }
+ * Chunk c holds parameters LO..HI-1 (program order, contiguous in the tiers). Its three
+ * parts are byte ranges at the same offsets the kernels use: "params" [start, end) of
+ * PARAMS, with start = params[LO].offset and end = params[HI-1].offset + its bytes
+ * rounded up to 64; "grads" the same range of GRADS; "opt" the same range of OPT and,
+ * with AdamW, of OPT at opt_v_offset + the range (m and v move together). Every byte
+ * of PARAMS, GRADS and OPT is in exactly one chunk. The WORK tier is on the device,
+ * whole, for the whole run.
+ * Home: where a part lives between steps (and where initialisation, --init-from,
+ * --resume and checkpoints read and write it): "device", "host" or "nvme"; grads are
+ * "none" (they exist only inside a step). A step starts with every part at its home
+ * and with grads nowhere, and the compiled lists bring it back there by the end of
+ * `update`. The runtime does not zero the GRADS tier of an offload program: a grads
+ * part is created zero by a move from "zero".
+ * Instructions (in `step`, `gradnorm` and `update`; the program's lists run in order,
+ * moves asynchronously on one copy thread, in the order issued):
+ *   {"op": "move", "chunk": C, "part": "params"|"grads"|"opt", "from": F, "to": T,
+ *    "keep": true|false}
+ *       F: "device", "host", "nvme" or "zero"; T: "device", "host" or "nvme". Puts memory
+ *       behind the part's range at T (the device: counted against the capacity), copies
+ *       it from F (from "zero": zeroes), then, unless keep, takes F's memory back (its
+ *       copy is no longer valid). keep: F's memory and copy stay (a clean copy: when
+ *       the part later leaves T unchanged, the compiler drops it instead of moving it).
+ *   {"op": "drop", "chunk": C, "part": P, "at": L}
+ *       takes the memory of the part at L back, without copying (a clean copy, or grads
+ *       no longer needed); queued on the copy thread like a move.
+ *   {"op": "wait", "chunk": C, "part": P}
+ *       blocks until every move and drop of that part issued so far has completed.
+ *       Kernels and GEMMs never touch a range with a move or drop in flight.
+ *   {"op": "kernel", ..., "on": "host"}
+ *       in `gradnorm` and `update` only: runs the kernel with the PARAMS, GRADS and OPT
+ *       bases of the host location (WORK stays the device's; on the CPU device both are
+ *       host memory), as CPUAdam runs the optimizer of host-resident parameters.
+ * train reports, beside the plan's prediction (top-level "predicted": {"device_peak":
+ * B, "host_peak": B, "nvme_peak": B, "transfer_bytes": B}), the measured peak of each
+ * location (committed bytes), the bytes moved and the time the lists waited on moves.
+ * An NVMe write that fails (a full disk, an I/O error) stops the run with the file,
+ * the offset and the error, before any checkpoint is touched.
  */
 #ifndef COLOSSALC_PROGRAM_H
 #define COLOSSALC_PROGRAM_H

@@ -7,7 +7,16 @@ add_test(NAME e2e_gpt2_vs_torch
 add_test(NAME e2e_resume
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_resume.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/resume)
-set_tests_properties(e2e_gpt2_vs_torch e2e_resume PROPERTIES TIMEOUT 600)
+# recompute: values bit for bit as without, one rank and (under mpirun) tp 2 and pp 2
+set(rc_mpirun "")
+if(MPIEXEC_EXECUTABLE)
+  string(STRIP "${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS}" rc_mpirun)
+endif()
+add_test(NAME e2e_recompute
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_recompute.sh $<TARGET_FILE:colossalc>
+                 $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/recompute
+                 "${rc_mpirun}")
+set_tests_properties(e2e_gpt2_vs_torch e2e_resume e2e_recompute PROPERTIES TIMEOUT 600)
 # --emit-llvm writes the optimised module: every kernel, vectorised (AVX or wider).
 add_test(NAME e2e_emit_llvm
          COMMAND sh -c "$0 $1 --emit-llvm $2 && grep -c '^define void @k' $2 && grep -q '<[0-9]* x float>' $2"

@@ -43,3 +43,23 @@ foreach(c ${part_cases})
   list(REMOVE_AT config 0)
   add_test(NAME partition_${name} COMMAND test_partition ${file} ${args} ${config})
 endforeach()
+
+# Recompute: bit-exact values, lower work peaks, clone FLOPs against the plan's cost
+# model, the DP against brute force and its choices lowered under each budget.
+add_executable(test_recompute ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_recompute.c)
+target_link_libraries(test_recompute PRIVATE colossalc_core)
+foreach(entry ${COLOSSALC_TINY_MODELS})
+  colossalc_tiny_model("${entry}")
+  add_test(NAME recompute_${tiny_name} COMMAND test_recompute ${tiny_model} ${tiny_config})
+endforeach()
+# six layers (brute force over 3^6 choices); attention scores dominate the activations
+add_test(NAME recompute_gpt2_scores COMMAND test_recompute --selective-drops ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model
+         layers=6 d=32 heads=8 seq=128 ctx=128 batch=2 vocab=64)
+
+# Offload plans walked independently: parts where kernels need them, the device under
+# its capacity, every part home at the end, predicted peaks equal to the walk's.
+add_executable(test_offload ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_offload.c)
+target_link_libraries(test_offload PRIVATE colossalc_core)
+add_test(NAME offload_gpt2_tiny COMMAND test_offload ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model batch=2 seq=32)
+add_test(NAME offload_llama_tiny COMMAND test_offload ${CMAKE_SOURCE_DIR}/models/llama.model
+         vocab=512 d=128 heads=4 layers=4 ffn=344 batch=2 seq=16)

@@ -1,0 +1,87 @@
+/* Offload: the whole step is known before it runs, so where every byte of the
+ * parameters, gradients and optimizer state lives at every instruction is planned
+ * ahead of time (Gemini samples memory in a warm-up step instead).
+ *
+ * Chunks. Parameters, with their gradients and optimizer state, are packed in program
+ * order (the order the forward pass reads them) into chunks; a parameter is never
+ * split. The chunk size is the candidate (from the largest parameter up to the whole
+ * state) that wastes the least: the sum over chunks of the chunk size less what it
+ * holds, ties to the smaller size; a chunk must leave room on the device for the
+ * parts one instruction needs with the next chunk in flight.
+ *
+ * Homes. Between steps every part is at its home: parameters and optimizer state on
+ * the host when the host holds them (--host-memory), else the optimizer state, then
+ * the parameters, in NVMe files; gradients exist only inside a step. When the whole
+ * state and the activations fit the device, nothing is offloaded (no plan).
+ *
+ * The plan, instruction by instruction, over the step's exact access sequence (the
+ * lowered program's kernels and GEMMs, each mapped to the chunk parts whose bytes it
+ * reads or writes): before an instruction, the parts it needs come to the device
+ * (parameters copied and kept at home, clean; gradients created zero, or brought back
+ * when a chunk's gradient is written again later, as a tied embedding's is); when the
+ * device is full, the resident part used furthest in the future leaves (Belady's
+ * rule: a clean parameter copy is dropped, a gradient is moved home to the host).
+ * After each instruction, parts not used again leave at once, and the parts of the
+ * next instructions are prefetched into the free room, so their copies overlap the
+ * kernels that run meanwhile (one copy thread in order). The device holds the work
+ * tier (activations: the memory plan's peak) for the whole step, so the room for
+ * chunks is the capacity less the work tier. The optimizer runs on the host (as
+ * CPUAdam does) for every chunk, after the gradient norm, also on the host: chunk by
+ * chunk, its optimizer state (and parameters) brought from NVMe first when that is
+ * their home and written back after, the next chunk's read overlapping this chunk's
+ * update.
+ *
+ * Predictions, from the same simulation: the peak bytes of each location at the
+ * runtime's granule (the page: committed ranges count once per page, as the runtime
+ * counts them), the bytes moved, and the time transfers are exposed, from a timeline
+ * of the instructions (roofline times from the op table's costs on the cluster
+ * profile) against the copy thread (host link and NVMe bandwidths). */
+#ifndef COLOSSALC_OFFLOAD_H
+#define COLOSSALC_OFFLOAD_H
+#include "codegen/lower.h"
+#include "plan/cluster.h"
+
+typedef enum { LOC_NONE, LOC_DEVICE, LOC_HOST, LOC_NVME, LOC_ZERO, LOC_COUNT } Loc;
+typedef enum { PART_PARAMS, PART_GRADS, PART_OPT, PART_COUNT } Part;
+extern const char *const loc_names[LOC_COUNT];
+extern const char *const part_names[PART_COUNT];
+
+typedef struct OChunk {
+  int lo, hi;               /* parameters [lo, hi) of the program */
+  int64_t start, end;       /* byte range in PARAMS and GRADS (and OPT, and OPT + opt_v_offset) */
+  Loc home[PART_COUNT];
+  int fetches;              /* times its parameters come to the device in a step */
+} OChunk;
+
+typedef struct OffloadOptions {
+  int64_t device_memory;    /* bytes: all four tiers on the device */
+  int64_t host_memory;      /* bytes the host may hold of the state (0: unlimited) */
+  const Cluster *cl;        /* bandwidths and compute, for the time prediction */
+} OffloadOptions;
+
+typedef struct OffloadPlan {
+  int64_t capacity, work_bytes, state_bytes, granule;
+  int64_t chunk_bytes, waste;
+  int nchunks;
+  OChunk *chunk;
+  int64_t device_peak, host_peak, nvme_peak, transfer_bytes;
+  double compute_s, transfer_s, exposed_s;
+  /* memory over the step, one point per instruction of step, gradnorm and update */
+  int npoints;
+  int64_t *dev_at, *host_at;
+  int *phase_end;           /* [3] point where step, gradnorm and update end */
+  int nevents;              /* moves, for the picture: point, chunk, part, from, to */
+  int (*event)[5];
+} OffloadPlan;
+
+/* Plans p (lowered by lower_program: one rank, one micro-batch) for o and rewrites its
+ * step, gradnorm and update lists with the moves; p->offload is set. Returns NULL
+ * (p unchanged) when everything fits the device. A budget the plan cannot meet is a
+ * user error (error_plain) with the numbers. */
+OffloadPlan *offload_plan(Program *p, const OffloadOptions *o);
+
+/* The plan as text (--dump-plan), JSON (in the program and --dump-plan=json) and SVG. */
+void offload_print(FILE *f, const Program *p, const OffloadPlan *op);
+void offload_svg(FILE *f, const Program *p, const OffloadPlan *op);
+
+#endif
