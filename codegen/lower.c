@@ -1405,6 +1405,12 @@ static cJSON *instr_json(const PInstr *in) {
     }
     if (in->kind == PI_DROP) cJSON_AddStringToObject(o, "at", loc_names[in->from]);
     break;
+  case PI_ZERO_GATHER: case PI_ZERO_RELEASE: case PI_ZERO_GRAD: case PI_ZERO_REDUCE: {
+    static const char *names[] = {"zero_gather", "zero_release", "zero_grad", "zero_reduce"};
+    cJSON_AddStringToObject(o, "op", names[in->kind - PI_ZERO_GATHER]);
+    cJSON_AddNumberToObject(o, "param", in->chunk);
+    break;
+  }
   case PI_SEND: case PI_RECV: {
     cJSON_AddStringToObject(o, "op", in->kind == PI_SEND ? "send" : "recv");
     cJSON_AddNumberToObject(o, "peer", in->index);
@@ -1546,6 +1552,7 @@ static cJSON *program_json(const Program *p) {
     cJSON_AddNumberToObject(pr, "transfer_bytes", (double)op->transfer_bytes);
     cJSON_AddItemToObject(o, "predicted", pr);
   }
+  if (p->zero_scheduled) cJSON_AddBoolToObject(o, "zero_scheduled", true);
   if (p->scheduled) {
     cJSON_AddBoolToObject(o, "scheduled", true);
     cJSON_AddNumberToObject(o, "slots", (double)p->slots);

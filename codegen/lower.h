@@ -16,7 +16,7 @@
  * tensor-parallel group; and, in a pipeline stage's scheduled step, slot changes,
  * input and loss transfers and point-to-point sends and receives. */
 typedef enum { PI_KERNEL, PI_GEMM, PI_ZERO, PI_COMM, PI_SLOT, PI_INPUT, PI_LOSS, PI_SEND, PI_RECV, PI_MOVE, PI_DROP,
-               PI_WAIT } PInstrKind;
+               PI_WAIT, PI_ZERO_GATHER, PI_ZERO_RELEASE, PI_ZERO_GRAD, PI_ZERO_REDUCE } PInstrKind;
 typedef enum { PC_ALL_REDUCE, PC_ALL_GATHER, PC_REDUCE_SCATTER, PC_SPLIT } PCommKind;
 
 typedef struct PComm {
@@ -47,7 +47,8 @@ typedef struct PInstr {
   int index;                /* PI_SLOT: slot; PI_INPUT: micro-batch; PI_SEND, PI_RECV: peer stage */
   int tag;                  /* PI_SEND, PI_RECV */
   int role;                 /* PI_INPUT: PIN_TOKENS or PIN_TARGETS */
-  int chunk, part, from, to; /* PI_MOVE, PI_DROP (from: where), PI_WAIT (codegen/offload.h) */
+  int chunk, part, from, to; /* PI_MOVE, PI_DROP (from: where), PI_WAIT (codegen/offload.h);
+                              * PI_ZERO_*: chunk is the parameter (codegen/zero.h) */
   bool keep;                /* PI_MOVE */
   bool on_host;             /* PI_KERNEL in gradnorm and update: run on the host's copies */
   int node;                 /* the IR node this computes (for the forward subset) */
@@ -94,6 +95,7 @@ typedef struct Program {
   bool scheduled;           /* `step` walks every micro-batch (runtime/program.h) */
   int64_t slots;            /* work-tier slots, one per micro-batch in flight */
   struct OffloadPlan *offload; /* where the state lives, instruction by instruction, or NULL */
+  bool zero_scheduled;      /* ZeRO's gathers and reductions are in `step` (codegen/zero.h) */
 } Program;
 
 /* requires: pass_decompose, pass_autodiff. Errors (an op the code generators do

@@ -55,8 +55,6 @@ static int64_t choose_chunk(const Program *p, int64_t most, int64_t *waste_out) 
 
 /* ---- what an instruction touches ------------------------------------------------------------ */
 
-typedef struct Touch { int tier; int64_t lo, hi; bool write; } Touch;
-
 static int gemm_touch(const PGemm *g, Touch *t) {
   int64_t rows[3] = {g->ta ? g->k : g->m, g->tb ? g->n : g->k, g->m};
   int64_t cols[3] = {g->ta ? g->m : g->k, g->tb ? g->k : g->n, g->n};
@@ -68,7 +66,7 @@ static int gemm_touch(const PGemm *g, Touch *t) {
   return 3;
 }
 
-static int instr_touch(const Program *p, const PInstr *in, Touch *t) {
+int instr_touch(const Program *p, const PInstr *in, Touch *t) {
   if (in->kind == PI_GEMM) return gemm_touch(&in->gemm, t);
   if (in->kind == PI_ZERO) return t[0] = (Touch){in->tier, in->offset, in->offset + in->bytes, true}, 1;
   if (in->kind != PI_KERNEL) return 0;
@@ -129,8 +127,10 @@ static bool is_at(const Sim *S, int it, Loc at) {
   return at == LOC_DEVICE ? S->dev[it] : at == LOC_HOST ? S->host[it] : c->home[it % PART_COUNT] == LOC_NVME;
 }
 
-static int64_t union_pages(const Sim *S, Loc at, int part, int64_t shift) {
-  int64_t total = 0, last = -1;
+/* The pages of the part's ranges at `at` not already counted below *last (ranges come
+ * in increasing order, m's then v's, so a page they share counts once). */
+static int64_t union_pages(const Sim *S, Loc at, int part, int64_t shift, int64_t *lastp) {
+  int64_t total = 0, last = *lastp;
   for (int c = 0; c < S->op->nchunks; c++) {
     if (!is_at(S, c * PART_COUNT + part, at)) continue;
     int64_t lo = down(shift + S->op->chunk[c].start, GRANULE), hi = up(shift + S->op->chunk[c].end, GRANULE);
@@ -138,12 +138,14 @@ static int64_t union_pages(const Sim *S, Loc at, int part, int64_t shift) {
     if (hi > lo) total += hi - lo;
     if (hi > last) last = hi;
   }
+  *lastp = last;
   return total;
 }
 
 static int64_t pages_at(const Sim *S, Loc at) {
-  int64_t total = union_pages(S, at, PART_PARAMS, 0) + union_pages(S, at, PART_GRADS, 0) + union_pages(S, at, PART_OPT, 0);
-  if (S->p->opt_v_offset && S->p->g->train.opt == OPT_ADAMW) total += union_pages(S, at, PART_OPT, S->p->opt_v_offset);
+  int64_t lp = -1, lg = -1, lo = -1;
+  int64_t total = union_pages(S, at, PART_PARAMS, 0, &lp) + union_pages(S, at, PART_GRADS, 0, &lg) + union_pages(S, at, PART_OPT, 0, &lo);
+  if (S->p->opt_v_offset && S->p->g->train.opt == OPT_ADAMW) total += union_pages(S, at, PART_OPT, S->p->opt_v_offset, &lo);
   return total;
 }
 
@@ -165,8 +167,15 @@ static void sample(Sim *S) {
   S->point++;
 }
 
+/* Bytes a move copies: the part's range (twice for AdamW's m and v). */
+static int64_t copy_bytes(const Sim *S, int item) {
+  const OChunk *c = &S->op->chunk[item / PART_COUNT];
+  int64_t b = c->end - c->start;
+  return item % PART_COUNT == PART_OPT && S->p->g->train.opt == OPT_ADAMW ? 2 * b : b;
+}
+
 static void transfer(Sim *S, int item, Loc from, Loc to) {
-  int64_t b = part_size(S, item);
+  int64_t b = copy_bytes(S, item);
   if (from == LOC_ZERO) return;
   double t = (double)b / bandwidth(S, from, to);
   S->t_copy = fmax(S->t_copy, S->t_main) + t;

@@ -74,6 +74,11 @@ typedef struct OffloadPlan {
   int (*event)[5];
 } OffloadPlan;
 
+/* The bytes an instruction of p touches: up to K_MAX_BUFS ranges [lo, hi) of a tier,
+ * write set for what it may write (GEMM C, zeroing, every tier but PARAMS for kernels). */
+typedef struct Touch { int tier; int64_t lo, hi; bool write; } Touch;
+int instr_touch(const Program *p, const PInstr *in, Touch *t);
+
 /* Plans p (lowered by lower_program: one rank, one micro-batch) for o and rewrites its
  * step, gradnorm and update lists with the moves; p->offload is set. Returns NULL
  * (p unchanged) when everything fits the device. A budget the plan cannot meet is a

@@ -6,6 +6,7 @@
 #include "executor.h"
 
 #include "runtime/fileio.h"
+#include "runtime/offload.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,8 @@ int exec_init_reserved(Executor *ex, const RtProgram *prog, Device *dev, unsigne
                        char *err, size_t errlen)
 {
     memset(ex, 0, sizeof *ex);
+    pthread_mutex_init(&ex->lock, NULL);
+    ex->lock_init = 1;
     ex->prog = prog;
     ex->dev = dev;
     int can_reserve = dev->reserve && dev->granule > 0;
@@ -95,6 +98,8 @@ int exec_init(Executor *ex, const RtProgram *prog, Device *dev, char *err, size_
 
 void exec_free(Executor *ex)
 {
+    offload_free(ex->off); /* first: its copy thread uses the tiers */
+    ex->off = NULL;
     for (int t = 0; t < RT_TIERS; t++) {
         if (ex->commits[t] && ex->tiers[t])
             ex->dev->unreserve(ex->dev, ex->tiers[t], reserved_bytes(ex, t));
@@ -108,6 +113,9 @@ void exec_free(Executor *ex)
     memset(ex->tiers, 0, sizeof ex->tiers);
     memset(ex->run, 0, sizeof ex->run);
     memset(ex->commits, 0, sizeof ex->commits);
+    if (ex->lock_init)
+        pthread_mutex_destroy(&ex->lock);
+    ex->lock_init = 0;
 }
 
 int exec_reserved(const Executor *ex, int tier)
@@ -139,12 +147,37 @@ static void decommit_idle(Executor *ex, int tier, int64_t g0, int64_t g1)
     }
 }
 
+static int exec_commit_locked(Executor *ex, int tier, int64_t offset, int64_t bytes, char *err,
+                              size_t errlen);
+
+int64_t exec_uncommitted(Executor *ex, int tier, int64_t offset, int64_t bytes)
+{
+    int64_t g0, g1, n = 0;
+    if (!ex->commits[tier])
+        return 0;
+    granule_span(ex, offset, bytes, &g0, &g1);
+    pthread_mutex_lock(&ex->lock);
+    for (int64_t i = g0; i < g1; i++)
+        n += ex->commits[tier][i] == 0;
+    pthread_mutex_unlock(&ex->lock);
+    return n * ex->dev->granule;
+}
+
 int exec_commit(Executor *ex, int tier, int64_t offset, int64_t bytes, char *err,
                 size_t errlen)
 {
-    int64_t g0, g1, g = ex->dev->granule;
     if (!ex->commits[tier])
         return 0;
+    pthread_mutex_lock(&ex->lock);
+    int rc = exec_commit_locked(ex, tier, offset, bytes, err, errlen);
+    pthread_mutex_unlock(&ex->lock);
+    return rc;
+}
+
+static int exec_commit_locked(Executor *ex, int tier, int64_t offset, int64_t bytes, char *err,
+                              size_t errlen)
+{
+    int64_t g0, g1, g = ex->dev->granule;
     granule_span(ex, offset, bytes, &g0, &g1);
     uint32_t *n = ex->commits[tier];
     for (int64_t i = g0, j; i < g1; i = j) { /* runs with nothing behind them yet */
@@ -169,14 +202,16 @@ void exec_decommit(Executor *ex, int tier, int64_t offset, int64_t bytes)
     if (!ex->commits[tier])
         return;
     granule_span(ex, offset, bytes, &g0, &g1);
+    pthread_mutex_lock(&ex->lock);
     for (int64_t i = g0; i < g1; i++)
         ex->commits[tier][i]--;
     decommit_idle(ex, tier, g0, g1);
+    pthread_mutex_unlock(&ex->lock);
 }
 
 /* ---- instructions -------------------------------------------------------------- */
 
-typedef void (*ExecFn)(Executor *ex, const RtInstr *in, const float *scalars);
+typedef int (*ExecFn)(Executor *ex, const RtInstr *in, const float *scalars);
 
 static void exec_missing(const char *what) __attribute__((noreturn));
 static void exec_missing(const char *what)
@@ -192,27 +227,45 @@ static float *exec_at(Executor *ex, int tier, int64_t offset)
     return (float *)(ex->run[tier] + offset);
 }
 
-static void exec_kernel(Executor *ex, const RtInstr *in, const float *scalars)
+static Offload *exec_off(Executor *ex)
 {
-    ex->dev->kernel(ex->dev, in->kernel, in->extent, ex->run, scalars);
+    if (!ex->off)
+        exec_missing("the offload state (offload.h)");
+    return ex->off;
 }
 
-static void exec_zero(Executor *ex, const RtInstr *in, const float *scalars)
+/* "on": "host" runs with the host location's PARAMS, GRADS and OPT (and the device's
+ * WORK); on the CPU device both locations are host memory, so the device runs it. */
+static int exec_kernel(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    char *host[RT_TIERS];
+    if (in->on_host) {
+        for (int t = 0; t < RT_TIERS; t++)
+            host[t] = t == RT_TIER_WORK ? ex->run[t] : offload_host_tier(exec_off(ex), t);
+    }
+    ex->dev->kernel(ex->dev, in->kernel, in->extent, in->on_host ? host : ex->run, scalars);
+    return 0;
+}
+
+static int exec_zero(Executor *ex, const RtInstr *in, const float *scalars)
 {
     ex->dev->zero(ex->dev, ex->run[in->tier], in->offset, in->bytes);
+    return 0;
 }
 
-static void exec_gemm(Executor *ex, const RtInstr *in, const float *scalars)
+static int exec_gemm(Executor *ex, const RtInstr *in, const float *scalars)
 {
     ex->dev->gemm(ex->dev, &in->gemm, ex->run);
+    return 0;
 }
 
-static void exec_slot(Executor *ex, const RtInstr *in, const float *scalars)
+static int exec_slot(Executor *ex, const RtInstr *in, const float *scalars)
 {
     ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK] + in->index * ex->prog->tiers[RT_TIER_WORK];
+    return 0;
 }
 
-static void exec_input(Executor *ex, const RtInstr *in, const float *scalars)
+static int exec_input(Executor *ex, const RtInstr *in, const float *scalars)
 {
     const RtProgram *p = ex->prog;
     const int32_t *rows = in->role == RT_ROLE_TOKENS ? ex->ctx.tokens : ex->ctx.targets;
@@ -220,13 +273,15 @@ static void exec_input(Executor *ex, const RtInstr *in, const float *scalars)
     if (!rows)
         exec_missing("the step's rows (\"input\")");
     ex->dev->upload(ex->dev, ex->run[RT_TIER_WORK], in->offset, rows + in->index * n, n * 4);
+    return 0;
 }
 
-static void exec_loss(Executor *ex, const RtInstr *in, const float *scalars)
+static int exec_loss(Executor *ex, const RtInstr *in, const float *scalars)
 {
     float loss;
     ex->dev->download(ex->dev, ex->run[RT_TIER_WORK], in->offset, &loss, sizeof loss);
     ex->ctx.loss += loss;
+    return 0;
 }
 
 static Comm *exec_pp(Executor *ex)
@@ -236,17 +291,19 @@ static Comm *exec_pp(Executor *ex)
     return ex->ctx.pp;
 }
 
-static void exec_send(Executor *ex, const RtInstr *in, const float *scalars)
+static int exec_send(Executor *ex, const RtInstr *in, const float *scalars)
 {
     Comm *pp = exec_pp(ex);
     ex->dev->sync(ex->dev); /* the data is written */
     pp->isend(pp, exec_at(ex, in->tier, in->offset), in->count, in->peer, in->tag);
+    return 0;
 }
 
-static void exec_recv(Executor *ex, const RtInstr *in, const float *scalars)
+static int exec_recv(Executor *ex, const RtInstr *in, const float *scalars)
 {
     Comm *pp = exec_pp(ex);
     pp->recv_tag(pp, exec_at(ex, in->tier, in->offset), in->count, in->peer, in->tag);
+    return 0;
 }
 
 /* all_gather of A x N/T x I parts into A x N x I. */
@@ -297,7 +354,7 @@ static void comm_all_reduce(Executor *ex, Comm *g, const float *src, float *dst,
     g->all_reduce(g, src, dst, c->outer * c->n * c->inner, COMM_SUM);
 }
 
-static void exec_comm(Executor *ex, const RtInstr *in, const float *scalars)
+static int exec_comm(Executor *ex, const RtInstr *in, const float *scalars)
 {
     typedef void (*CommFn)(Executor *, Comm *, const float *, float *, const RtComm *);
     static const CommFn fns[RT_COMM_KINDS] = {comm_all_reduce, comm_all_gather,
@@ -309,20 +366,37 @@ static void exec_comm(Executor *ex, const RtInstr *in, const float *scalars)
     ex->dev->sync(ex->dev);
     fns[c->kind](ex, g, exec_at(ex, c->tier[0], c->offset[0]), exec_at(ex, c->tier[1], c->offset[1]),
                  c);
+    return 0;
+}
+
+/* move and drop are queued on the copy thread; wait blocks for them (offload.h). */
+static int exec_move(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    offload_issue(exec_off(ex), in, ex->list->name, (int)(in - ex->list->instr));
+    return 0;
+}
+
+static int exec_wait(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    return offload_wait(exec_off(ex), in->chunk, in->part);
 }
 
 static const ExecFn exec_fns[RT_OPS] = {exec_kernel, exec_zero, exec_gemm, exec_slot,
                                         exec_input,  exec_loss, exec_send, exec_recv,
-                                        exec_comm};
+                                        exec_comm,   exec_move, exec_move, exec_wait};
 
-void exec_run(Executor *ex, const RtList *list, const float *scalars)
+int exec_run(Executor *ex, const RtList *list, const float *scalars)
 {
+    int rc = ex->off && offload_failed(ex->off) ? -1 : 0;
     ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK];
-    for (int i = 0; i < list->n; i++)
-        exec_fns[list->instr[i].op](ex, &list->instr[i], scalars);
+    ex->list = list;
+    for (int i = 0; rc == 0 && i < list->n; i++)
+        rc = exec_fns[list->instr[i].op](ex, &list->instr[i], scalars);
     ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK];
+    ex->list = NULL;
     if (list->sends)
         exec_pp(ex)->wait_sends(exec_pp(ex));
+    return rc;
 }
 
 void exec_zero_tier(Executor *ex, int tier)

@@ -30,7 +30,14 @@
  * time it is committed. The compiled kernels address every tier at fixed offsets,
  * which is why a shard is a committed part of the whole tier's address space rather
  * than a smaller buffer. A device without `reserve` gets whole tiers (commits are
- * then no-ops), and exec_committed tells the truth either way.
+ * then no-ops), and exec_committed tells the truth either way. The commit counts are
+ * guarded by ex->lock: an offload program's copy thread (offload.h) commits and
+ * decommits while the main thread runs kernels.
+ *
+ * Offload (program.h, "Memory tiers and offload"): an offload program's PARAMS,
+ * GRADS and OPT are reserved, and offload_init (offload.h) hangs the other two
+ * locations and the copy thread on ex->off; exec_run queues "move" and "drop" there,
+ * blocks on "wait", and runs kernels "on": "host" with the host location's bases.
  */
 #ifndef COLOSSALC_RUNTIME_EXECUTOR_H
 #define COLOSSALC_RUNTIME_EXECUTOR_H
@@ -38,10 +45,12 @@
 #include "runtime/comm.h"
 #include "runtime/train_program.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct Device Device;
+typedef struct Offload Offload;
 struct Device {
     const char *name; /* "cpu" */
     void *impl;
@@ -100,6 +109,11 @@ typedef struct Executor {
     char *staging;               /* [staging_bytes] device scratch of "comm" reorders */
     int64_t staging_bytes;
     ExecCtx ctx;
+    Offload *off;                /* an offload program's locations and copy thread
+                                    (offload.h, set by offload_init), else NULL */
+    const RtList *list;          /* the list exec_run is running (messages) */
+    pthread_mutex_t lock;        /* commits[] and committed[]: the copy thread commits too */
+    int lock_init;
 } Executor;
 
 /* Allocates the tiers of prog on dev. 0, or -1 with a message. */
@@ -116,12 +130,19 @@ void exec_free(Executor *ex);
 int exec_commit(Executor *ex, int tier, int64_t offset, int64_t bytes, char *err,
                 size_t errlen);
 void exec_decommit(Executor *ex, int tier, int64_t offset, int64_t bytes);
+/* Bytes of the granules of [offset, offset+bytes) with no memory behind them yet
+ * (what exec_commit of the range would add; 0 for a tier not reserved). */
+int64_t exec_uncommitted(Executor *ex, int tier, int64_t offset, int64_t bytes);
 /* 1 when the tier is reserved (its memory is what was committed). */
 int exec_reserved(const Executor *ex, int tier);
 
 /* Runs list in order with scalars[TRAIN_SCALARS], from slot 0; a list that sends
- * returns after every send completed (ex->ctx.pp's wait_sends). */
-void exec_run(Executor *ex, const RtList *list, const float *scalars);
+ * returns after every send completed (ex->ctx.pp's wait_sends). "move" and "drop"
+ * go to the copy thread of ex->off, "wait" blocks on it (offload.h). 0, or -1 when
+ * the offload's copy thread failed (a move beyond the device capacity, an NVMe
+ * error): the list stops at its next "wait" (a list run after the failure runs
+ * nothing) and offload_drain gives the message. */
+int exec_run(Executor *ex, const RtList *list, const float *scalars);
 /* Bytes of the whole tier (WORK: all its slots). */
 int64_t exec_tier_bytes(const Executor *ex, int tier);
 

@@ -159,10 +159,16 @@
  * Chunk c holds parameters LO..HI-1 (program order, contiguous in the tiers). Its three
  * parts are byte ranges at the same offsets the kernels use: "params" [start, end) of
  * PARAMS, with start = params[LO].offset and end = params[HI-1].offset + its bytes
- * rounded up to 64; "grads" the same range of GRADS; "opt" the same range of OPT and,
- * with AdamW, of OPT at opt_v_offset + the range (m and v move together). Every byte
- * of PARAMS, GRADS and OPT is in exactly one chunk. The WORK tier is on the device,
- * whole, for the whole run.
+ * rounded up to 64 (the last chunk: the end of the tier); "grads" the same range of
+ * GRADS; "opt" the same range of OPT and, with AdamW, of OPT at opt_v_offset + the
+ * range (m and v move together). Every byte of PARAMS, GRADS and OPT is in exactly one
+ * chunk: chunks follow each other from byte 0, GRADS is the size of PARAMS, OPT the
+ * size of PARAMS (SGD; or 0 without momentum) or twice it with opt_v_offset = the size
+ * of PARAMS (AdamW). The WORK tier is on the device, whole, for the whole run.
+ * Committed bytes are counted per granule of the device (a 4 KiB page on the CPU): a
+ * granule shared by two parts counts once, and WORK counts rounded up to granules.
+ * Offload runs on one rank: mesh tp and pp 1, no ZeRO stage, one micro-batch unless
+ * "scheduled".
  * Home: where a part lives between steps (and where initialisation, --init-from,
  * --resume and checkpoints read and write it): "device", "host" or "nvme"; grads are
  * "none" (they exist only inside a step). A step starts with every part at its home
@@ -172,15 +178,17 @@
  * Instructions (in `step`, `gradnorm` and `update`; the program's lists run in order,
  * moves asynchronously on one copy thread, in the order issued):
  *   {"op": "move", "chunk": C, "part": "params"|"grads"|"opt", "from": F, "to": T,
- *    "keep": true|false}
+ *    "keep": true|false}                             (keep: default false)
  *       F: "device", "host", "nvme" or "zero"; T: "device", "host" or "nvme". Puts memory
  *       behind the part's range at T (the device: counted against the capacity), copies
  *       it from F (from "zero": zeroes), then, unless keep, takes F's memory back (its
  *       copy is no longer valid). keep: F's memory and copy stay (a clean copy: when
  *       the part later leaves T unchanged, the compiler drops it instead of moving it).
+ *       From "zero" keeps nothing ("keep": true is refused). The source must hold the
+ *       part and T must not (a runtime check: an internal error naming the move).
  *   {"op": "drop", "chunk": C, "part": P, "at": L}
  *       takes the memory of the part at L back, without copying (a clean copy, or grads
- *       no longer needed); queued on the copy thread like a move.
+ *       no longer needed); queued on the copy thread like a move. L must hold the part.
  *   {"op": "wait", "chunk": C, "part": P}
  *       blocks until every move and drop of that part issued so far has completed.
  *       Kernels and GEMMs never touch a range with a move or drop in flight.
@@ -188,11 +196,39 @@
  *       in `gradnorm` and `update` only: runs the kernel with the PARAMS, GRADS and OPT
  *       bases of the host location (WORK stays the device's; on the CPU device both are
  *       host memory), as CPUAdam runs the optimizer of host-resident parameters.
- * train reports, beside the plan's prediction (top-level "predicted": {"device_peak":
- * B, "host_peak": B, "nvme_peak": B, "transfer_bytes": B}), the measured peak of each
- * location (committed bytes), the bytes moved and the time the lists waited on moves.
+ * After `update` every part must be at its home only (grads nowhere): an internal
+ * error otherwise. Validation runs `step` alone: the runtime then brings every part
+ * home itself (grads dropped, other copies dropped or moved home). Sampling runs
+ * `forward` with every parameter copied to the device for the time (kept at home),
+ * which train refuses at start-up when WORK and PARAMS exceed device_capacity.
+ * train reports, beside the plan's prediction (optional top-level "predicted":
+ * {"device_peak": B, "host_peak": B, "nvme_peak": B, "transfer_bytes": B}), the
+ * measured peak of each location (committed bytes, counted as above), the bytes the
+ * moves of one training step copy (transfer_bytes: a part's end - start bytes, twice
+ * for AdamW's opt, per move not from "zero"; the mean over the steps run) and the time
+ * the lists waited on moves.
  * An NVMe write that fails (a full disk, an I/O error) stops the run with the file,
  * the offset and the error, before any checkpoint is touched.
+ *
+ * ---- ZeRO inside the step ------------------------------------------------------------
+ *
+ * A program with "zero_scheduled": true (zero_stage 2 or 3; not scheduled, no
+ * offload) places ZeRO's communication in `step` (codegen/zero.h), so the runtime
+ * neither gathers every parameter before the step nor reduces the gradients after it:
+ *   {"op": "zero_gather", "param": I}   stage 3: every rank but I's owner puts memory
+ *       behind parameter I and receives it from the owner (a broadcast over the dp group)
+ *   {"op": "zero_release", "param": I}  stage 3: every rank but the owner gives that
+ *       memory back
+ *   {"op": "zero_grad", "param": I}     before the micro-batch's first write of I's
+ *       gradient: every rank but the owner puts zeroed memory behind it (the owner's
+ *       accumulates over the micro-batches of the step)
+ *   {"op": "zero_reduce", "param": I}   after the micro-batch's last write of it: the
+ *       dp group's gradients of I are summed into the owner's (a reduce), and every
+ *       rank but the owner gives the memory back
+ * Every rank of a dp group runs the same list, so the collectives match. A parameter
+ * the step writes no gradient for still gets zero_grad and zero_reduce at the end.
+ * Sampling and checkpoints (outside `step`) gather and release every parameter as
+ * before; validation runs `step`, so it gathers as the step does.
  */
 #ifndef COLOSSALC_PROGRAM_H
 #define COLOSSALC_PROGRAM_H

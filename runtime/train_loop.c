@@ -6,6 +6,7 @@
 #include "train_loop.h"
 
 #include "runtime/fileio.h"
+#include "runtime/offload.h"
 #include "runtime/train_ckpt.h"
 
 #include <errno.h>
@@ -107,7 +108,8 @@ static int trainer_alloc_host(Trainer *t, char *err, size_t errlen)
     t->context = calloc((size_t)p->seq, sizeof *t->context);
     int ok = t->tokens && t->targets && t->gnorm_parts && t->logits_row && t->context;
     for (int tier = RT_TIER_PARAMS; ok && tier <= RT_TIER_OPT; tier += RT_TIER_OPT) {
-        t->host[tier] = exec_host_tier(&t->ex, tier);
+        /* offload: the state is at its homes, gathered here for file I/O */
+        t->host[tier] = p->offload.on ? NULL : exec_host_tier(&t->ex, tier);
         if (!t->host[tier]) { /* device memory: a host copy for file I/O */
             t->staged = 1;
             ok = (t->host[tier] = calloc((size_t)p->tiers[tier] + 1, 1)) != NULL;
@@ -116,19 +118,26 @@ static int trainer_alloc_host(Trainer *t, char *err, size_t errlen)
     return ok ? 0 : file_set_error(err, errlen, "out of memory for host buffers");
 }
 
-/* Host copies of PARAMS and OPT ← device (before a file write) or → (after a read). */
-static void trainer_host_pull(Trainer *t)
+/* Host copies of PARAMS and OPT ← device (before a file write) or → (after a read);
+ * of an offload program ← / → each part's home (an NVMe error fails). */
+static int trainer_host_pull(Trainer *t, char *err, size_t errlen)
 {
+    if (t->ex.off)
+        return offload_pull(t->ex.off, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], err, errlen);
     if (t->staged)
         for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
             exec_read(&t->ex, tier, 0, t->host[tier], t->prog->tiers[tier]);
+    return 0;
 }
 
-static void trainer_host_push(Trainer *t)
+static int trainer_host_push(Trainer *t, char *err, size_t errlen)
 {
+    if (t->ex.off)
+        return offload_push(t->ex.off, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], err, errlen);
     if (t->staged)
         for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
             exec_write(&t->ex, tier, 0, t->host[tier], t->prog->tiers[tier]);
+    return 0;
 }
 
 /* The global PARAMS and OPT buffers of a non-trivial mesh: every rank for start-up,
@@ -214,7 +223,8 @@ static int trainer_init_state(Trainer *t, char *err, size_t errlen)
         if (rank0)
             printf("resumed from %s at step %" PRId64 "\n", o->ckpt_dir, m.step);
     }
-    trainer_host_push(t);
+    if (trainer_host_push(t, err, errlen) != 0)
+        return -1;
     zero_release_params(&t->zero, &t->ex); /* ZeRO-3: keep only the owned ones */
     return 0;
 }
@@ -225,6 +235,35 @@ static void trainer_memory(Trainer *t, double mib[RT_TIERS])
     for (int tier = 0; tier < RT_TIERS; tier++)
         mib[tier] = (double)t->ex.committed[tier] / (1 << 20);
     t->comm->host_all_reduce(t->comm, mib, RT_TIERS, COMM_MAX);
+}
+
+/* "params host" when every chunk's home agrees, else "params host 2, nvme 1". */
+static void print_homes(const RtProgram *p, int part)
+{
+    int count[RT_LOCS] = {0}, kinds = 0;
+    for (int c = 0; c < p->offload.nchunks; c++)
+        kinds += count[p->offload.chunks[c].home[part]]++ == 0;
+    printf("%s", rt_part_names[part]);
+    for (int l = RT_LOC_DEVICE, first = 1; l <= RT_LOC_NVME; l++)
+        if (count[l]) {
+            printf("%s %s", first ? "" : ",", rt_loc_names[l]);
+            if (kinds > 1)
+                printf(" %d", count[l]);
+            first = 0;
+        }
+}
+
+/* offload: device 1.25 MiB (capacity), params host 2, nvme 1, device 1; opt nvme; 4 chunks */
+static void trainer_offload_banner(Trainer *t)
+{
+    const RtProgram *p = t->prog;
+    const char *dir = offload_nvme_dir(t->ex.off);
+    printf("offload: device %.2f MiB (capacity), ", (double)p->offload.device_capacity / (1 << 20));
+    print_homes(p, RT_TIER_PARAMS);
+    printf("; ");
+    print_homes(p, RT_TIER_OPT);
+    printf("; %d chunk%s%s%s\n", p->offload.nchunks, p->offload.nchunks == 1 ? "" : "s",
+           dir ? "; nvme files in " : "", dir ? dir : "");
 }
 
 /* One line, and for several ranks or ZeRO a second with the sharding and the
@@ -243,6 +282,8 @@ static void trainer_banner(Trainer *t)
            " tokens | vocab %" PRId64 " | %s, %d threads | %s lr %.2e\n",
            p->model, t->mesh.global.param_elems, p->batch, p->seq, p->vocab, t->dev->name, t->threads,
            t->hp.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd", t->hp.lr);
+    if (p->offload.on)
+        trainer_offload_banner(t);
     if (!many)
         return;
     if (!t->mesh.trivial)
@@ -273,6 +314,38 @@ static int trainer_agree(Trainer *t, int failed, char *err, size_t errlen)
     return -1;
 }
 
+/* What offload runs with (program.h): one rank, no ZeRO. */
+static int trainer_check_offload(Trainer *t, char *err, size_t errlen)
+{
+    const TrainOpts *o = t->opts;
+    if (t->comm->size > 1)
+        return file_set_error(err, errlen, "this program offloads its state (host/NVMe) and runs "
+                              "on one rank; it runs on %d (compile it for data parallelism "
+                              "without offload, or run one rank)", t->comm->size);
+    if (o->zero > 0)
+        return file_set_error(err, errlen, "--zero %" PRId64 ": this program offloads its state "
+                              "(host/NVMe), which replaces ZeRO's sharding on one rank",
+                              o->zero);
+    return 0;
+}
+
+/* The host and NVMe locations and the copy thread; sampling must fit the device. */
+static int trainer_init_offload(Trainer *t, char *err, size_t errlen)
+{
+    const RtProgram *p = t->prog;
+    if (offload_init(&t->ex, t->dev, t->opts->nvme_dir, err, errlen) != 0)
+        return -1;
+    int64_t need = offload_sample_bytes(t->ex.off);
+    if (t->opts->sample > 0 && need > p->offload.device_capacity)
+        return file_set_error(err, errlen, "--sample: sampling runs `forward` with every parameter "
+                              "on the device, %.2f MiB with the work tier, and this program's "
+                              "plan gives the device %.2f MiB; sample from the saved "
+                              "parameters with a program compiled without offload",
+                              (double)need / (1 << 20),
+                              (double)p->offload.device_capacity / (1 << 20));
+    return 0;
+}
+
 /* Everything of trainer_init that needs no other rank. */
 static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
 {
@@ -284,6 +357,8 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
     if (mesh_init(&t->mesh, t->stages, t->nstages, t->comm, err, errlen) != 0)
         return -1;
     const RtProgram *p = t->prog = t->mesh.prog;
+    if (p->offload.on && trainer_check_offload(t, err, errlen) != 0)
+        return -1;
     if (!t->mesh.trivial && o->sample > 0)
         return file_set_error(err, errlen,
                               "--sample: sampling runs `forward` on one rank, and this program is "
@@ -308,10 +383,13 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
         return file_set_error(err, errlen, "--log %s: cannot open: %s", o->log, strerror(errno));
     if (!(t->dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen)))
         return -1;
-    /* Shards are reserved only where the host sees the tiers (the CPU device). */
+    /* Shards are reserved only where the host sees the tiers (the CPU device); an
+     * offload program's PARAMS, GRADS and OPT always (offload_init checks). */
     unsigned reserve = t->dev->host_view ? zero_reserve_mask(&t->zero) : 0;
+    reserve |= p->offload.on ? 1u << RT_TIER_PARAMS | 1u << RT_TIER_GRADS | 1u << RT_TIER_OPT : 0;
     if (exec_init_reserved(&t->ex, p, t->dev, reserve, err, errlen) != 0 ||
-        zero_commit_owned(&t->zero, &t->ex, err, errlen) != 0 ||
+        (p->offload.on ? trainer_init_offload(t, err, errlen) != 0 /* commits the homes */
+                       : zero_commit_owned(&t->zero, &t->ex, err, errlen) != 0) ||
         trainer_alloc_host(t, err, errlen) != 0)
         return -1;
     if (t->mesh.ntied > 0 && !exec_host_tier(&t->ex, RT_TIER_GRADS))
@@ -418,7 +496,8 @@ static float trainer_forward_backward(Trainer *t, const float *sc)
     const RtProgram *p = t->prog;
     int64_t n = p->batch * p->seq;
     double sum = 0;
-    exec_zero_tier(&t->ex, RT_TIER_GRADS);
+    if (!p->offload.on) /* offload: its moves from "zero" create the gradients */
+        exec_zero_tier(&t->ex, RT_TIER_GRADS);
     if (p->scheduled) { /* the list walks the micro-batches; "loss" adds them up */
         t->ex.ctx.loss = 0;
         exec_run(&t->ex, &p->step, sc);
@@ -455,6 +534,26 @@ static double trainer_loss_part(const Trainer *t, double loss)
     return t->mesh.pp_rank == t->mesh.pp - 1 && t->mesh.tp_rank == 0 ? loss : 0;
 }
 
+/* Bytes the offload program's moves copied so far (0 without offload). */
+static int64_t trainer_offload_moved(Trainer *t)
+{
+    OffloadStats s;
+    if (!t->ex.off)
+        return 0;
+    offload_stats(t->ex.off, &s);
+    return s.moved;
+}
+
+/* Every part home after `update` (or the copy thread's error); counts the step. */
+static int trainer_offload_step_end(Trainer *t, int64_t moved0, char *err, size_t errlen)
+{
+    if (offload_end_step(t->ex.off, err, errlen) != 0)
+        return -1;
+    t->off_steps++;
+    t->off_moved += trainer_offload_moved(t) - moved0;
+    return 0;
+}
+
 /* A rank whose batch is bad still takes part in the step's collectives (on its
  * previous, valid inputs) and raises the failure flag of the one host reduction;
  * every rank then stops before the update. */
@@ -464,6 +563,7 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     int64_t k = t->step + 1;
     int sharded_norm = t->zero.stage >= 2;
     double t0 = now_ms();
+    int64_t moved0 = trainer_offload_moved(t);
     int failed = trainer_load_batch(t, t->data, t->opts->data, t->data_step, err, errlen) != 0;
     s->lr = train_lr(&t->hp, k, t->opts->steps);
     train_scalars(&t->hp, s->lr, k, 1.0, sc);
@@ -485,6 +585,8 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     train_scalars(&t->hp, s->lr, k, gscale / parts, sc); /* the sum becomes the mean */
     zero_update(&t->zero, &t->ex, sc);
     t->dev->sync(t->dev);
+    if (t->ex.off && trainer_offload_step_end(t, moved0, err, errlen) != 0)
+        return -1; /* one rank: nobody to agree with */
     t->step = k, t->data_step++;
     s->ms = now_ms() - t0;
     return 0;
@@ -538,6 +640,11 @@ int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen)
             break;
         }
         v[0] += trainer_loss_part(t, trainer_forward_backward(t, sc));
+        /* `step` alone leaves an offload program's parts mid-step: back home */
+        if (t->ex.off && offload_home(t->ex.off, "validation", err, errlen) != 0) {
+            v[1] = 1;
+            break;
+        }
     }
     int failed = v[1] > 0;
     t->comm->host_all_reduce(t->comm, v, 2, COMM_SUM);
@@ -573,7 +680,9 @@ static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen)
     int rc = 0, rank0 = t->comm->rank == 0;
     zero_gather_params(&t->zero, &t->ex);
     zero_gather_opt(&t->zero, &t->ex);
-    trainer_host_pull(t);
+    rc = trainer_host_pull(t, err, errlen); /* one rank when it fails (offload) */
+    if (rc != 0)
+        return -1;
     if (!t->mesh.trivial)
         mesh_gather(&t->mesh, t->gstate[0], t->gstate[1], t->host[RT_TIER_PARAMS],
                     t->host[RT_TIER_OPT], 1);
@@ -620,6 +729,49 @@ int trainer_run(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+static void report_one(const char *what, int64_t got, const RtOffload *f, int k)
+{
+    printf(" | %s %.2f MiB", what, (double)got / (1 << 20));
+    if (f->has_predicted)
+        printf(" (predicted %.2f MiB)", (double)f->predicted[k] / (1 << 20));
+}
+
+/* The measured peaks, bytes moved and time waited, beside the plan's prediction:
+ * one line, and a last --log record {"step": N, "offload": {...}}. */
+static void trainer_offload_report(Trainer *t)
+{
+    static const char *const keys[4] = {"device_peak", "host_peak", "nvme_peak",
+                                        "transfer_bytes"};
+    const RtOffload *f = &t->prog->offload;
+    OffloadStats s;
+    offload_stats(t->ex.off, &s);
+    int64_t per_step = t->off_steps > 0 ? t->off_moved / t->off_steps : 0;
+    int64_t got[4] = {s.peak[0], s.peak[1], s.peak[2], per_step};
+    printf("offload: device peak %.2f MiB of %.2f MiB capacity", (double)got[0] / (1 << 20),
+           (double)s.capacity / (1 << 20));
+    if (f->has_predicted)
+        printf(" (predicted %.2f MiB)", (double)f->predicted[0] / (1 << 20));
+    report_one("host peak", got[1], f, 1);
+    report_one("nvme peak", got[2], f, 2);
+    report_one("moved per step", got[3], f, 3);
+    printf(" | %" PRId64 " moves, %" PRId64 " drops | waited %.1f ms\n", s.moves, s.drops,
+           s.wait_ms);
+    fflush(stdout);
+    if (!t->log)
+        return;
+    fprintf(t->log, "{\"step\": %" PRId64 ", \"offload\": {\"device_capacity\": %" PRId64,
+            t->step, s.capacity);
+    for (int k = 0; k < 4; k++)
+        fprintf(t->log, ", \"%s\": %" PRId64, keys[k], got[k]);
+    for (int k = 0; k < 4 && f->has_predicted; k++)
+        fprintf(t->log, ", \"predicted_%s\": %" PRId64, keys[k], f->predicted[k]);
+    fprintf(t->log, ", \"steps\": %" PRId64 ", \"moved_bytes\": %" PRId64 ", \"moves\": %" PRId64
+            ", \"drops\": %" PRId64, t->off_steps, s.moved + s.moved_runtime, s.moves, s.drops);
+    json_num(t->log, "wait_ms", s.wait_ms, "%.3f");
+    fputs("}}\n", t->log);
+    fflush(t->log);
+}
+
 /* Rank 0's part of the end: --save, --sample, the log. */
 static int trainer_finish_rank0(Trainer *t, char *err, size_t errlen)
 {
@@ -646,10 +798,13 @@ int trainer_finish(Trainer *t, char *err, size_t errlen)
     if (trainer_agree(t, bad, err, errlen) != 0)
         return -1;
     if (t->opts->save) {
-        trainer_host_pull(t);
+        if (trainer_host_pull(t, err, errlen) != 0)
+            return -1; /* offload: one rank */
         if (!t->mesh.trivial)
             mesh_gather(&t->mesh, t->gstate[0], NULL, t->host[RT_TIER_PARAMS], NULL, 0);
     }
+    if (t->ex.off)
+        trainer_offload_report(t);
     int rc = t->comm->rank == 0 ? trainer_finish_rank0(t, err, errlen) : 0;
     return trainer_agree(t, rc != 0, err, errlen);
 }

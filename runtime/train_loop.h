@@ -32,6 +32,12 @@
  * Validation (--val): the mean of the `step` loss over TRAIN_VAL_BATCHES fixed
  * batches (0, 1, ... of the file), without gradnorm or update, after every
  * --val-every steps and after the last step.
+ * Offload programs (program.h, offload.h): one rank, no ZeRO; GRADS is not zeroed
+ * (the plan's moves from "zero" create the gradients); after `update` the step ends
+ * with offload_end_step (every part home, or the copy thread's error); after each
+ * validation `step` offload_home brings the parts home; the state is written to and
+ * read from the parts' homes through the host buffers host[] (staged); the end
+ * prints and logs the measured peaks beside the prediction.
  */
 #ifndef COLOSSALC_RUNTIME_TRAIN_LOOP_H
 #define COLOSSALC_RUNTIME_TRAIN_LOOP_H
@@ -73,6 +79,7 @@ typedef struct Trainer {
     int threads;
     uint64_t seed;
     int64_t step;      /* updates done */
+    int64_t off_steps, off_moved; /* offload: training steps run here, bytes they moved */
     int64_t data_step; /* next training batch */
     int64_t last_val, last_ckpt; /* steps at which they last ran (-1: never) */
 } Trainer;

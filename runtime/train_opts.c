@@ -58,6 +58,8 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG 
       "checkpoint every N steps (default: after the last step)")                                   \
     X("--resume", OPT_FLAG, resume, 0, 0, "",                                                      \
       "continue from the checkpoint DIR/latest names")                                             \
+    X("--nvme-dir", OPT_STR, nvme_dir, 0, 0, "DIR",                                                \
+      "offload programs: the files of the NVMe location (scratch, removed at exit)")               \
     X("--log", OPT_STR, log, 0, 0, "FILE",                                                         \
       "metrics as JSON lines (appended to with --resume)")                                         \
     X("--sample", OPT_INT, sample, 0, 1e9, "N",                                                    \

@@ -22,7 +22,13 @@ typedef struct Pj {
     size_t errlen;
     const char *prefix; /* "[s]" for stage s of an array, else "" */
     int io_ok;          /* the list being parsed may hold "input" and "loss" */
+    int off_ok;         /* ... "move", "drop" and "wait" (an offload program's step,
+                           gradnorm and update) */
+    int host_ok;        /* ... kernels "on": "host" (its gradnorm and update) */
 } Pj;
+
+const char *const rt_loc_names[RT_LOCS] = {"device", "host", "nvme", "zero", "none"};
+const char *const rt_part_names[RT_PARTS] = {"params", "grads", "opt"};
 
 /* ---- field accessors ----------------------------------------------------------- */
 
@@ -183,6 +189,17 @@ static int parse_kernel(Pj *pj, const cJSON *o, const char *path, const RtProgra
         pj_int(pj, o, path, "extent", 0, INT64_MAX, &in->extent) != 0)
         return -1;
     in->kernel = (int)id;
+    in->on_host = 0;
+    if (!cJSON_GetObjectItemCaseSensitive(o, "on"))
+        return 0;
+    static const char *const ons[] = {"device", "host", NULL};
+    int on;
+    if (pj_enum(pj, o, path, "on", ons, &on) != 0)
+        return -1;
+    if (on == 1 && !pj->host_ok)
+        return pj_fail(pj, path, "on", "\"host\" only on kernels of `gradnorm` and `update` of "
+                       "an offload program");
+    in->on_host = on;
     return 0;
 }
 
@@ -373,16 +390,79 @@ static int parse_comm(Pj *pj, const cJSON *o, const char *path, const RtProgram 
     return 0;
 }
 
+/* ---- offload instructions ------------------------------------------------------- */
+
+/* "chunk" and "part" of move, drop and wait; only where the list may hold them. */
+static int parse_chunk_part(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                            RtInstr *in)
+{
+    static const char *const parts[] = {"params", "grads", "opt", NULL};
+    int64_t c;
+    if (!pj->off_ok)
+        return pj_fail(pj, path, "op", p->offload.on ? "offload instructions only in `step`, "
+                       "`gradnorm` and `update`" : "offload instructions need \"offload\"");
+    if (pj_int(pj, o, path, "chunk", 0, p->offload.nchunks - 1, &c) ||
+        pj_enum(pj, o, path, "part", parts, &in->part))
+        return -1;
+    in->chunk = (int)c;
+    return 0;
+}
+
+/* A location of names[0..n): device, host, nvme (and zero for a move's source). */
+static int parse_loc(Pj *pj, const cJSON *o, const char *path, const char *key, int with_zero,
+                     RtLoc *out)
+{
+    static const char *const places[] = {"device", "host", "nvme", NULL};
+    static const char *const sources[] = {"device", "host", "nvme", "zero", NULL};
+    int v;
+    if (pj_enum(pj, o, path, key, with_zero ? sources : places, &v) != 0)
+        return -1;
+    *out = (RtLoc)v;
+    return 0;
+}
+
+static int parse_move(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                      RtInstr *in)
+{
+    in->op = RT_OP_MOVE;
+    in->keep = 0;
+    if (parse_chunk_part(pj, o, path, p, in) || parse_loc(pj, o, path, "from", 1, &in->from) ||
+        parse_loc(pj, o, path, "to", 0, &in->to) ||
+        (cJSON_GetObjectItemCaseSensitive(o, "keep") && pj_bool(pj, o, path, "keep", &in->keep)))
+        return -1;
+    if (in->from == in->to)
+        return pj_fail(pj, path, "to", "the same location as \"from\"");
+    if (in->from == RT_LOC_ZERO && in->keep)
+        return pj_fail(pj, path, "keep", "a move from \"zero\" has no source to keep");
+    return 0;
+}
+
+static int parse_drop(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                      RtInstr *in)
+{
+    in->op = RT_OP_DROP;
+    return parse_chunk_part(pj, o, path, p, in) || parse_loc(pj, o, path, "at", 0, &in->from);
+}
+
+static int parse_wait(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                      RtInstr *in)
+{
+    in->op = RT_OP_WAIT;
+    return parse_chunk_part(pj, o, path, p, in);
+}
+
 typedef int (*ParseInstrFn)(Pj *, const cJSON *, const char *, const RtProgram *, RtInstr *);
 
 static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                        RtInstr *in)
 {
     static const char *const ops[RT_OPS + 1] = {"kernel", "zero", "gemm", "slot", "input",
-                                                "loss", "send", "recv", "comm", NULL};
+                                                "loss", "send", "recv", "comm", "move",
+                                                "drop", "wait", NULL};
     static const ParseInstrFn parsers[RT_OPS] = {parse_kernel, parse_zero, parse_gemm,
                                                  parse_slot, parse_input_instr, parse_loss,
-                                                 parse_send, parse_recv, parse_comm};
+                                                 parse_send, parse_recv, parse_comm,
+                                                 parse_move, parse_drop, parse_wait};
     int op;
     if (!cJSON_IsObject(o))
         return pj_fail(pj, path, "", "expected an object");
@@ -398,6 +478,7 @@ static int parse_list(Pj *pj, const cJSON *root, const char *key, const RtProgra
     if (!arr)
         return -1;
     list->n = cJSON_GetArraySize(arr);
+    list->name = key;
     list->instr = calloc((size_t)list->n + 1, sizeof *list->instr);
     if (!list->instr)
         return file_set_error(pj->err, pj->errlen, "program: out of memory");
@@ -684,13 +765,163 @@ static int parse_kernel_names(Pj *pj, const cJSON *r, int nkernels)
     return arr ? 0 : -1;
 }
 
+/* ---- offload ------------------------------------------------------------------- */
+
+/* A chunk's "home": params and opt at device, host or nvme; grads "none". */
+static int parse_home(Pj *pj, const cJSON *o, const char *path, RtChunk *ch)
+{
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "home");
+    char sub[96];
+    const char *grads;
+    snprintf(sub, sizeof sub, "%s.home", path);
+    if (!cJSON_IsObject(h))
+        return pj_fail(pj, path, "home", h ? "expected an object" : "missing (an object)");
+    if (parse_loc(pj, h, sub, "params", 0, &ch->home[RT_TIER_PARAMS]) ||
+        parse_loc(pj, h, sub, "opt", 0, &ch->home[RT_TIER_OPT]) ||
+        pj_str(pj, h, sub, "grads", &grads))
+        return -1;
+    if (strcmp(grads, "none") != 0)
+        return pj_fail(pj, sub, "grads", "must be \"none\" (gradients live only inside a step)");
+    ch->home[RT_TIER_GRADS] = RT_LOC_NONE;
+    return 0;
+}
+
+/* Chunk c: parameters [lo, hi) right after the previous chunk's, in increasing offsets,
+ * its range starting where the previous one ended (the first at 0). */
+static int parse_chunk(Pj *pj, const cJSON *o, const char *path, RtProgram *p, int c)
+{
+    RtChunk *ch = &p->offload.chunks[c];
+    int64_t lh[2], prev_end = c ? p->offload.chunks[c - 1].end : 0;
+    int prev_hi = c ? p->offload.chunks[c - 1].hi : 0;
+    if (!cJSON_IsObject(o))
+        return pj_fail(pj, path, "", "expected an object");
+    if (pj_ints(pj, o, path, "params", 2, 0, p->nparams, lh) || parse_home(pj, o, path, ch))
+        return -1;
+    if (lh[0] != prev_hi || lh[1] <= lh[0])
+        return pj_fail(pj, path, "params", "chunks must hold the parameters in program order, "
+                       "each chunk at least one, starting where the previous chunk ended");
+    ch->lo = (int)lh[0], ch->hi = (int)lh[1];
+    for (int i = ch->lo; i < ch->hi; i++) {
+        const RtParam *q = &p->params[i], *b = i ? &p->params[i - 1] : NULL;
+        if (b && q->offset < b->offset + b->numel * 4)
+            return pj_fail(pj, path, "params", "the parameters of an offload program must lie "
+                           "in program order in the tiers, without overlap");
+    }
+    const RtParam *last = &p->params[ch->hi - 1];
+    ch->start = p->params[ch->lo].offset;
+    ch->end = (last->offset + last->numel * 4 + 63) / 64 * 64;
+    if (ch->hi == p->nparams && ch->end >= p->tiers[RT_TIER_PARAMS])
+        ch->end = p->tiers[RT_TIER_PARAMS]; /* the tier's end, inside the last 64 bytes */
+    if (ch->start != prev_end)
+        return pj_fail(pj, path, "params", "its range does not start where the previous chunk's "
+                       "ends (every byte of the tiers in exactly one chunk)");
+    return 0;
+}
+
+/* The tiers the chunks cover: GRADS as PARAMS, OPT one (SGD) or two (AdamW, v at
+ * opt_v_offset = the PARAMS size) times PARAMS, all of it in chunks. */
+static int check_offload_tiers(Pj *pj, const RtProgram *p)
+{
+    const RtOffload *f = &p->offload;
+    int64_t pb = p->tiers[RT_TIER_PARAMS];
+    int adamw = p->train.optimizer == RT_OPT_ADAMW;
+    if (f->chunks[f->nchunks - 1].hi != p->nparams || f->chunks[f->nchunks - 1].end != pb)
+        return pj_fail(pj, "offload", "chunks", "do not cover every parameter and every byte of "
+                       "the params tier");
+    if (p->tiers[RT_TIER_GRADS] != pb)
+        return pj_fail(pj, "", "tiers", "an offload program's grads tier must be the size of its "
+                       "params tier");
+    int sgd_none = !adamw && p->tiers[RT_TIER_OPT] == 0; /* no momentum */
+    if ((p->tiers[RT_TIER_OPT] != (adamw ? 2 * pb : pb) && !sgd_none) ||
+        (adamw && p->opt_v_offset != pb))
+        return pj_fail(pj, "", "tiers", adamw ? "an offload program with AdamW keeps m and v in "
+                       "an opt tier of twice the params tier, v at opt_v_offset = the params "
+                       "tier's size" : "an offload program with SGD keeps an opt tier the size "
+                       "of its params tier (or none without momentum)");
+    return 0;
+}
+
+/* What offload runs on: one unsplit rank, one step list run per step. */
+static int check_offload_plan(Pj *pj, const RtProgram *p)
+{
+    if (p->mesh.tp > 1 || p->mesh.pp > 1)
+        return pj_fail(pj, "", "offload", "an offload program runs on one unsplit rank (its mesh "
+                       "has tp or pp above 1)");
+    if (p->zero_stage > 0)
+        return pj_fail(pj, "", "offload", "an offload program cannot also plan a ZeRO stage");
+    if (p->microbatches > 1 && !p->scheduled)
+        return pj_fail(pj, "", "offload", "an offload program with several micro-batches must be "
+                       "scheduled (its `step` creates the gradients once)");
+    int64_t need = p->tiers[RT_TIER_WORK] * p->slots;
+    for (int c = 0; c < p->offload.nchunks; c++)
+        for (int part = 0; part < RT_PARTS; part++)
+            need += p->offload.chunks[c].home[part] == RT_LOC_DEVICE ? program_part_bytes(p, c, part)
+                                                                     : 0;
+    if (need > p->offload.device_capacity)
+        return pj_fail(pj, "offload", "device_capacity", "below what the work tier and the parts "
+                       "whose home is the device need between steps");
+    return 0;
+}
+
+static int parse_offload(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "offload"), *arr;
+    RtOffload *f = &p->offload;
+    char path[64];
+    if (!o)
+        return 0;
+    if (!cJSON_IsObject(o))
+        return pj_fail(pj, "", "offload", "expected an object");
+    if (pj_int(pj, o, "offload", "device_capacity", 1, INT64_MAX / 4, &f->device_capacity) ||
+        !(arr = pj_array(pj, o, "offload", "chunks", 1, 1 << 20)))
+        return -1;
+    f->nchunks = cJSON_GetArraySize(arr);
+    if (!(f->chunks = calloc((size_t)f->nchunks, sizeof *f->chunks)))
+        return file_set_error(pj->err, pj->errlen, "program: out of memory");
+    for (int c = 0; c < f->nchunks; c++) {
+        pj_path(path, sizeof path, "offload.chunks", c);
+        if (parse_chunk(pj, cJSON_GetArrayItem(arr, c), path, p, c) != 0)
+            return -1;
+    }
+    f->on = 1;
+    return check_offload_tiers(pj, p) || check_offload_plan(pj, p);
+}
+
+/* Optional "predicted": the plan's peaks and transfer bytes, reported beside the run's. */
+static int parse_predicted(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    static const char *const keys[4] = {"device_peak", "host_peak", "nvme_peak",
+                                        "transfer_bytes"};
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "predicted");
+    if (!o)
+        return 0;
+    if (!cJSON_IsObject(o))
+        return pj_fail(pj, "", "predicted", "expected an object");
+    for (int k = 0; k < 4; k++)
+        if (pj_int(pj, o, "predicted", keys[k], 0, INT64_MAX / 2, &p->offload.predicted[k]) != 0)
+            return -1;
+    p->offload.has_predicted = 1;
+    return 0;
+}
+
 /* `step`, where a scheduled program reads its inputs and reports its losses. */
 static int parse_step(Pj *pj, const cJSON *r, RtProgram *p)
 {
     pj->io_ok = p->scheduled;
+    pj->off_ok = p->offload.on;
     int rc = parse_list(pj, r, "step", p, &p->step);
     pj->io_ok = 0;
     return rc;
+}
+
+/* gradnorm and update: offload instructions and host kernels; forward: neither. */
+static int parse_tail_lists(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    pj->off_ok = pj->host_ok = p->offload.on;
+    int rc = parse_list(pj, r, "gradnorm", p, &p->gradnorm) ||
+             parse_list(pj, r, "update", p, &p->update);
+    pj->off_ok = pj->host_ok = 0;
+    return rc || parse_list(pj, r, "forward", p, &p->forward);
 }
 
 static int parse_root(Pj *pj, const cJSON *r, RtProgram *p)
@@ -699,15 +930,13 @@ static int parse_root(Pj *pj, const cJSON *r, RtProgram *p)
         return file_set_error(pj->err, pj->errlen, "program: not a JSON object");
     return parse_header(pj, r, p) || parse_train(pj, r, &p->train) ||
            parse_params(pj, r, p) || parse_inputs(pj, r, p) || parse_slots(pj, r, p) ||
-           parse_kernel_names(pj, r, p->nkernels) ||
-           parse_step(pj, r, p) || parse_list(pj, r, "gradnorm", p, &p->gradnorm) ||
-           parse_list(pj, r, "update", p, &p->update) ||
-           parse_list(pj, r, "forward", p, &p->forward);
+           parse_kernel_names(pj, r, p->nkernels) || parse_offload(pj, r, p) ||
+           parse_predicted(pj, r, p) || parse_step(pj, r, p) || parse_tail_lists(pj, r, p);
 }
 
 int program_load(const char *json, int nkernels, RtProgram *p, char *err, size_t errlen)
 {
-    Pj pj = {err, errlen, "", 0};
+    Pj pj = {err, errlen, "", 0, 0, 0};
     memset(p, 0, sizeof *p);
     p->nkernels = nkernels;
     cJSON *root = json ? cJSON_Parse(json) : NULL;
@@ -776,7 +1005,7 @@ static int load_stage(Pj *pj, const cJSON *o, int nkernels, RtProgram *st, int s
 int program_load_stages(const char *json, int nkernels, RtProgram **stages, int *nstages,
                         char *err, size_t errlen)
 {
-    Pj pj = {err, errlen, "", 0};
+    Pj pj = {err, errlen, "", 0, 0, 0};
     cJSON *root = json ? cJSON_Parse(json) : NULL;
     int arr = cJSON_IsArray(root), n = arr ? cJSON_GetArraySize(root) : 1, done = 0, rc = 0;
     RtProgram *st = NULL;
@@ -823,7 +1052,24 @@ void program_free(RtProgram *p)
     free(p->gradnorm.instr);
     free(p->update.instr);
     free(p->forward.instr);
+    free(p->offload.chunks);
     memset(p, 0, sizeof *p);
+}
+
+int program_part_ranges(const RtProgram *p, int c, int part, int64_t off[2])
+{
+    off[0] = off[1] = p->offload.chunks[c].start;
+    off[1] += p->opt_v_offset;
+    if (part == RT_TIER_OPT && p->tiers[RT_TIER_OPT] == 0)
+        return 0; /* SGD without momentum: no optimizer state */
+    return part == RT_TIER_OPT && p->train.optimizer == RT_OPT_ADAMW ? 2 : 1;
+}
+
+int64_t program_part_bytes(const RtProgram *p, int c, int part)
+{
+    int64_t off[2];
+    const RtChunk *ch = &p->offload.chunks[c];
+    return (ch->end - ch->start) * program_part_ranges(p, c, part, off);
 }
 
 const RtParam *program_find_param(const RtProgram *p, const char *name)

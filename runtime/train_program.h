@@ -10,7 +10,18 @@
  * are checked the same way: every WORK range within one slot, slot and micro-batch
  * indices in range, pipeline peers in [0, pp), tags below RT_TAG_LIMIT, "comm"
  * geometry (n divisible by tp, src and dst apart except for all_reduce); "input"
- * and "loss" only in `step` of a scheduled program. A program that loads can be
+ * and "loss" only in `step` of a scheduled program. "offload" (program.h): chunks
+ * of consecutive parameters whose ranges cover PARAMS, GRADS and OPT exactly once and
+ * in order (so PARAMS and GRADS have the same size, OPT one or, AdamW, two times it
+ * with v at opt_v_offset = the PARAMS size; SGD without momentum may have none),
+ * known homes, grads "none"; offload runs on one unsplit rank (mesh tp and pp 1, no
+ * ZeRO stage, one micro-batch unless scheduled), and the device_capacity holds at
+ * least the work tier and the parts whose home is the device. "move", "drop" and
+ * "wait" name a chunk in range and known locations (a move's from differs from its
+ * to, and a move from "zero" keeps nothing); where a part is when one runs is the
+ * runtime's check (offload.h). They appear only in
+ * `step`, `gradnorm` and `update` of an offload program; "on": "host" only on
+ * kernels of `gradnorm` and `update` of one. A program that loads can be
  * run without further checks.
  *
  * Scalars. program.h defines scalars [0, RT_SCALARS) for `update` kernels. The
@@ -47,7 +58,14 @@ typedef enum RtInit { RT_INIT_NORMAL, RT_INIT_UNIFORM, RT_INIT_ZEROS, RT_INIT_ON
                       RT_INIT_CONSTANT } RtInit;
 typedef enum RtRole { RT_ROLE_TOKENS, RT_ROLE_TARGETS } RtRole;
 typedef enum RtOp { RT_OP_KERNEL, RT_OP_ZERO, RT_OP_GEMM, RT_OP_SLOT, RT_OP_INPUT, RT_OP_LOSS,
-                    RT_OP_SEND, RT_OP_RECV, RT_OP_COMM, RT_OPS } RtOp;
+                    RT_OP_SEND, RT_OP_RECV, RT_OP_COMM, RT_OP_MOVE, RT_OP_DROP, RT_OP_WAIT,
+                    RT_OPS } RtOp;
+/* Offload locations (program.h, "Memory tiers and offload"): where a part's bytes
+ * are. ZERO is only a move's source, NONE only the grads' home. */
+typedef enum RtLoc { RT_LOC_DEVICE, RT_LOC_HOST, RT_LOC_NVME, RT_LOC_ZERO, RT_LOC_NONE,
+                     RT_LOCS } RtLoc;
+/* A chunk's parts are named by their tier: RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT. */
+enum { RT_PARTS = 3 };
 typedef enum RtCommKind { RT_COMM_ALL_REDUCE, RT_COMM_ALL_GATHER, RT_COMM_REDUCE_SCATTER,
                           RT_COMM_SPLIT, RT_COMM_KINDS } RtCommKind;
 
@@ -111,13 +129,36 @@ typedef struct RtInstr {
     int64_t count;  /* send, recv: floats */
     RtGemm gemm;    /* gemm */
     RtComm comm;    /* comm */
+    int chunk, part; /* move, drop, wait: the chunk and its part (a tier, < RT_PARTS) */
+    RtLoc from, to;  /* move: from -> to; drop: the location in from */
+    int keep;        /* move: the source keeps its memory and copy */
+    int on_host;     /* kernel "on": "host": the host location's PARAMS, GRADS, OPT */
 } RtInstr;
 
 typedef struct RtList {
     RtInstr *instr; /* [n] */
     int n;
     int sends;      /* the list holds a "send" (the runtime completes them after it) */
+    const char *name; /* "step", "gradnorm", "update", "forward" (messages); may be NULL */
 } RtList;
+
+/* One offload chunk: parameters [lo, hi) and the byte range its parts cover. */
+typedef struct RtChunk {
+    int lo, hi;            /* parameters, program order */
+    int64_t start, end;    /* [start, end) of PARAMS and GRADS; of OPT (and, AdamW, OPT
+                              at opt_v_offset + the range) */
+    RtLoc home[RT_PARTS];  /* params and opt: device, host or nvme; grads: none */
+} RtChunk;
+
+/* "offload" (program.h); on = 0 for a program without it. */
+typedef struct RtOffload {
+    int on;
+    int64_t device_capacity; /* bytes the four tiers may hold on the device at once */
+    RtChunk *chunks;         /* [nchunks], in tier order, covering every byte */
+    int nchunks;
+    int has_predicted;       /* "predicted" given: */
+    int64_t predicted[4];    /* device_peak, host_peak, nvme_peak, transfer_bytes */
+} RtOffload;
 
 /* The mesh of program.h: data-, tensor- and pipeline-parallel group sizes. */
 typedef struct RtMesh {
@@ -148,6 +189,7 @@ typedef struct RtProgram {
     int stage;       /* this program's pipeline stage, in [0, mesh.pp) */
     int scheduled;   /* `step` walks all micro-batches itself (input/loss instructions) */
     int64_t slots;   /* WORK is slots x tiers[RT_TIER_WORK] bytes (default 1) */
+    RtOffload offload;
 } RtProgram;
 
 /* Parses and validates json (one program object) against a kernel table of
@@ -168,6 +210,15 @@ void program_free_stages(RtProgram *stages, int nstages);
 
 /* The global shape of q (its "tp" dimension T times longer) into shape. */
 void program_global_shape(const RtProgram *p, const RtParam *q, int64_t *shape);
+
+/* Bytes of part (a tier < RT_PARTS) of chunk c: its range, twice for AdamW's OPT. */
+int64_t program_part_bytes(const RtProgram *p, int c, int part);
+/* The byte ranges of the part in its tier: n (0, 1 or 2) offsets into off, each of
+ * the chunk's end - start bytes (0: SGD without momentum has no optimizer state). */
+int program_part_ranges(const RtProgram *p, int c, int part, int64_t off[2]);
+/* "device", "host", ... */
+extern const char *const rt_loc_names[RT_LOCS];
+extern const char *const rt_part_names[RT_PARTS];
 
 /* The parameter called name, or NULL. */
 const RtParam *program_find_param(const RtProgram *p, const char *name);

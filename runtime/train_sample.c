@@ -12,6 +12,7 @@
  */
 #include "train_loop.h"
 
+#include "runtime/offload.h"
 #include "runtime/philox.h"
 
 #include <inttypes.h>
@@ -56,7 +57,21 @@ static void sample_emit(FILE *out, int64_t tok, int64_t vocab, int64_t i)
         fprintf(out, "%s%" PRId64, i ? " " : "", tok);
 }
 
+static int sample_tokens(Trainer *t, int64_t n, FILE *out);
+
+/* An offload program samples with every parameter brought to the device for the
+ * time (trainer_init checked that they fit), then sent home again. */
 int trainer_sample(Trainer *t, int64_t n, FILE *out, char *err, size_t errlen)
+{
+    if (t->ex.off && offload_params_to_device(t->ex.off, err, errlen) != 0)
+        return -1;
+    int rc = sample_tokens(t, n, out);
+    if (t->ex.off && offload_home(t->ex.off, "sampling", err, errlen) != 0)
+        return -1;
+    return rc;
+}
+
+static int sample_tokens(Trainer *t, int64_t n, FILE *out)
 {
     const RtProgram *p = t->prog;
     uint32_t key[2];

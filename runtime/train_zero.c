@@ -222,7 +222,7 @@ void zero_sync_grads(Zero *z, Executor *ex)
 /* Instruction i of list alone. */
 static void run_one(Executor *ex, const RtList *list, int i, const float *sc)
 {
-    RtList one = {&list->instr[i], 1, list->instr[i].op == RT_OP_SEND};
+    RtList one = {&list->instr[i], 1, list->instr[i].op == RT_OP_SEND, list->name};
     exec_run(ex, &one, sc);
 }
 

@@ -16,7 +16,11 @@ add_test(NAME e2e_recompute
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_recompute.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/recompute
                  "${rc_mpirun}")
-set_tests_properties(e2e_gpt2_vs_torch e2e_resume e2e_recompute PROPERTIES TIMEOUT 600)
+# offload: bit for bit under device budgets down to a quarter of the state, peaks as predicted
+add_test(NAME e2e_offload
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_offload.sh $<TARGET_FILE:colossalc>
+                 $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/offload ${COLOSSALC_TORCH_PYTHON})
+set_tests_properties(e2e_gpt2_vs_torch e2e_resume e2e_recompute e2e_offload PROPERTIES TIMEOUT 600)
 # --emit-llvm writes the optimised module: every kernel, vectorised (AVX or wider).
 add_test(NAME e2e_emit_llvm
          COMMAND sh -c "$0 $1 --emit-llvm $2 && grep -c '^define void @k' $2 && grep -q '<[0-9]* x float>' $2"

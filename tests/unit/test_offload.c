@@ -27,8 +27,8 @@ typedef struct W {
   int fails;
 } W;
 
-static int64_t pages(const W *w, const bool *at, int part, int64_t shift) {
-  int64_t t = 0, last = -1;
+static int64_t pages(const W *w, const bool *at, int part, int64_t shift, int64_t *lastp) {
+  int64_t t = 0, last = *lastp;
   for (int c = 0; c < w->op->nchunks; c++) {
     if (!at[c * 3 + part]) continue;
     int64_t lo = down(shift + w->op->chunk[c].start), hi = up(shift + w->op->chunk[c].end);
@@ -36,12 +36,14 @@ static int64_t pages(const W *w, const bool *at, int part, int64_t shift) {
     if (hi > lo) t += hi - lo;
     if (hi > last) last = hi;
   }
+  *lastp = last;
   return t;
 }
 
 static int64_t held(const W *w, const bool *at) {
-  int64_t t = pages(w, at, PART_PARAMS, 0) + pages(w, at, PART_GRADS, 0) + pages(w, at, PART_OPT, 0);
-  if (w->p->g->train.opt == OPT_ADAMW) t += pages(w, at, PART_OPT, w->p->opt_v_offset);
+  int64_t a = -1, b = -1, c = -1;
+  int64_t t = pages(w, at, PART_PARAMS, 0, &a) + pages(w, at, PART_GRADS, 0, &b) + pages(w, at, PART_OPT, 0, &c);
+  if (w->p->g->train.opt == OPT_ADAMW) t += pages(w, at, PART_OPT, w->p->opt_v_offset, &c);
   return t;
 }
 
