@@ -5,6 +5,7 @@
 #include "runtime/program.h"
 
 typedef struct Span { int first, last; } Span; /* instruction indices, -1 when none */
+enum { USE_FWD, USE_BWD, USE_GRAD, USES };      /* forward reads, backward reads, gradient */
 
 static void widen(Span *s, int i) {
   if (s->first < 0) s->first = i;
@@ -23,56 +24,82 @@ static PInstr *put(Arena *a, PSeq *s, PInstrKind kind) {
   return in;
 }
 
-/* The parameter whose bytes [lo, hi) are, or -1. */
-static int param_at(const Program *p, int64_t lo, int64_t hi) {
+/* What an instruction touches: instr_touch's ranges, and a collective's source and
+ * destination (which instr_touch leaves out: offload plans have no collectives).
+ * The source of a tensor-parallel all_gather is one part of the global tensor. */
+static int touches(const Program *p, const PInstr *in, Touch *t) {
+  if (in->kind != PI_COMM) return instr_touch(p, in, t);
+  const PComm *c = &in->comm;
+  int64_t whole = c->outer * c->n * c->inner * 4, tp = p->tp > 1 ? p->tp : 1;
+  int64_t src = c->kind == PC_ALL_GATHER ? whole / tp : whole;
+  int64_t dst = c->kind == PC_ALL_REDUCE || c->kind == PC_ALL_GATHER ? whole : whole / tp;
+  t[0] = (Touch){c->tier[0], c->off[0], c->off[0] + src, false};
+  t[1] = (Touch){c->tier[1], c->off[1], c->off[1] + dst, true};
+  return 2;
+}
+
+/* Every parameter whose bytes meet [lo, hi) gets instruction i in its span u (a range
+ * may cover several parameters: a GEMM operand's span is an upper bound). */
+static void mark(const Program *p, Span (*use)[USES], int u, int64_t lo, int64_t hi, int i) {
   for (int k = 0; k < p->nparams; k++) {
     int64_t s = p->params[k].offset, e = s + shape_numel(&p->params[k].node->shape) * 4;
-    if (s < hi && lo < e) return k;
+    if (s < hi && lo < e) widen(&use[k][u], i);
   }
-  return -1;
+}
+
+/* The first instruction of the backward pass: the first whose node is not a forward
+ * node. Instructions before it are the forward pass whatever their node (-1: none),
+ * those from it on the backward pass, so the two spans of a parameter never overlap
+ * and every read lies in one of them. */
+static int backward_start(const Program *p) {
+  for (int i = 0; i < p->step.n; i++)
+    if (p->step.v[i].node >= p->g->n_forward) return i;
+  return p->step.n;
+}
+
+/* use[k]: the spans of parameter k's forward reads, backward reads and gradient. */
+static Span (*find_uses(const Program *p))[USES] {
+  int np = p->nparams, bwd = backward_start(p);
+  Span (*use)[USES] = arena_array(p->arena, np + 1, sizeof *use);
+  for (int k = 0; k < np; k++)
+    for (int j = 0; j < USES; j++) use[k][j] = (Span){-1, -1};
+  for (int i = 0; i < p->step.n; i++) {
+    Touch t[K_MAX_BUFS > 3 ? K_MAX_BUFS : 3];
+    int nt = touches(p, &p->step.v[i], t);
+    for (int j = 0; j < nt; j++) {
+      if (t[j].tier == RT_TIER_GRADS) mark(p, use, USE_GRAD, t[j].lo, t[j].hi, i);
+      if (t[j].tier == RT_TIER_PARAMS) mark(p, use, i < bwd ? USE_FWD : USE_BWD, t[j].lo, t[j].hi, i);
+    }
+  }
+  return use;
 }
 
 void zero_schedule(Program *p) {
-  ir_assert(p->zero_stage >= 2 && !p->scheduled && !p->offload);
+  ir_assert(p->zero_stage >= 2 && !p->scheduled && !p->offload && p->pp <= 1);
   Arena *a = p->arena;
   int n = p->step.n, np = p->nparams;
-  /* uses: [param][forward reads, backward reads, gradient writes] */
-  Span (*use)[3] = arena_array(a, np + 1, sizeof *use);
-  for (int k = 0; k < np; k++)
-    for (int j = 0; j < 3; j++) use[k][j] = (Span){-1, -1};
-  for (int i = 0; i < n; i++) {
-    const PInstr *in = &p->step.v[i];
-    Touch t[K_MAX_BUFS > 3 ? K_MAX_BUFS : 3];
-    int nt = instr_touch(p, in, t);
-    bool fwd = in->node >= 0 && in->node < p->g->n_forward;
-    for (int j = 0; j < nt; j++) {
-      if (t[j].tier != RT_TIER_PARAMS && t[j].tier != RT_TIER_GRADS) continue;
-      int k = param_at(p, t[j].lo, t[j].hi);
-      if (k < 0) continue;
-      widen(&use[k][t[j].tier == RT_TIER_GRADS ? 2 : fwd ? 0 : 1], i);
-    }
-  }
+  Span (*use)[USES] = find_uses(p);
   /* before instruction i: what starts there; after it: what ends there */
   PSeq out = {0};
   for (int i = 0; i < n; i++) {
     for (int k = 0; k < np; k++) {
       if (p->zero_stage == 3)
-        for (int j = 0; j < 2; j++)
+        for (int j = USE_FWD; j <= USE_BWD; j++)
           if (use[k][j].first == i) put(a, &out, PI_ZERO_GATHER)->chunk = k;
-      if (use[k][2].first == i) put(a, &out, PI_ZERO_GRAD)->chunk = k;
+      if (use[k][USE_GRAD].first == i) put(a, &out, PI_ZERO_GRAD)->chunk = k;
     }
     *put(a, &out, p->step.v[i].kind) = p->step.v[i];
     for (int k = 0; k < np; k++) {
-      if (use[k][2].last == i) put(a, &out, PI_ZERO_REDUCE)->chunk = k;
+      if (use[k][USE_GRAD].last == i) put(a, &out, PI_ZERO_REDUCE)->chunk = k;
       if (p->zero_stage == 3)
-        for (int j = 0; j < 2; j++)
+        for (int j = USE_FWD; j <= USE_BWD; j++)
           if (use[k][j].last == i) put(a, &out, PI_ZERO_RELEASE)->chunk = k;
     }
   }
   /* a parameter the step never writes a gradient for is still reduced (zeros), so
    * every rank makes the same calls and the update finds a gradient */
   for (int k = 0; k < np; k++)
-    if (use[k][2].first < 0) put(a, &out, PI_ZERO_GRAD)->chunk = k, put(a, &out, PI_ZERO_REDUCE)->chunk = k;
+    if (use[k][USE_GRAD].first < 0) put(a, &out, PI_ZERO_GRAD)->chunk = k, put(a, &out, PI_ZERO_REDUCE)->chunk = k;
   p->step = out;
   p->zero_scheduled = true;
 }

@@ -4,20 +4,29 @@
  * gathered every parameter for the whole step and reduced gradients after it).
  *
  * zero_schedule walks the lowered step (one micro-batch; the runtime runs it once per
- * micro-batch) and, for each parameter, from the bytes each instruction touches:
+ * micro-batch) and, for each parameter, from the bytes each instruction touches
+ * (instr_touch of codegen/offload.h, and a collective's source and destination; a
+ * range that meets several parameters counts for each of them):
  *   stage 3: zero_gather before the first instruction of the forward pass that reads
  *            the parameter and zero_release after the last; the same again around its
  *            uses in the backward pass (a tied parameter read at both ends of the
  *            forward pass is held in between);
- *   stage 2, 3: zero_grad before the first instruction that writes the parameter's
- *            gradient and zero_reduce after the last.
+ *   stage 2, 3: zero_grad before the first instruction that touches the parameter's
+ *            gradient and zero_reduce after the last; a parameter without one gets
+ *            both at the end of the step.
+ * The forward pass is the instructions before the first one of a backward node (by
+ * position: an instruction with no node, -1, belongs to the pass it sits in), the
+ * backward pass the rest, so every read of a parameter lies in one of its two spans
+ * and the spans do not overlap. The zero_* instructions come before (gathers, grads)
+ * or after (reduces, releases) the instruction in parameter order.
  * runtime/program.h says what the runtime does with them. */
 #ifndef COLOSSALC_ZERO_H
 #define COLOSSALC_ZERO_H
 #include "codegen/lower.h"
 
-/* Rewrites p->step (p->zero_stage 2 or 3; one program: no pipeline) and sets
- * p->zero_scheduled. */
+/* Rewrites p->step and sets p->zero_scheduled. requires: lower_program, the plan set
+ * (p->zero_stage 2 or 3, p->tp), one unscheduled program without offload (no
+ * pipeline). */
 void zero_schedule(Program *p);
 
 #endif

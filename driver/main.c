@@ -13,6 +13,7 @@
 #include "codegen/lower.h"
 #include "codegen/offload.h"
 #include "codegen/pipeline.h"
+#include "codegen/zero.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "passes/recompute.h"
@@ -366,6 +367,12 @@ static void set_plan(Program *p, const PlanChoice *ch) {
   p->microbatches = ch->m, p->dp = ch->dp, p->zero_stage = ch->zero, p->tp = ch->tp, p->pp = ch->pp;
 }
 
+/* ZeRO-2/3 of one unscheduled program without offload: the gathers and reductions go
+ * into its step (codegen/zero.h), so the runtime's peak falls with the dp ranks. */
+static void schedule_zero(Program *p) {
+  if (p->zero_stage >= 2 && !p->scheduled && !p->offload) zero_schedule(p); /* requires: set_plan */
+}
+
 /* ---- recompute ------------------------------------------------------------------------ */
 
 static int64_t measure_work_peak(Graph *g, void *ctx) {
@@ -438,6 +445,7 @@ static Program *compile_partitioned(Graph *g, const Options *o, const PlanResult
   if (ch->pp == 1) {
     Program *p = lower_program(part->chunk[0]);
     set_plan(p, ch);
+    schedule_zero(p);
     if (o->emit_kernels) write_kernels(o->emit_kernels, p, program_to_json(p));
     if (o->emit_cuda) write_cuda(o->emit_cuda, p);
     if (o->out || o->emit_llvm) build_train(o, p->g->name, p->kernels, p->nkernels, program_to_json(p));
@@ -487,6 +495,7 @@ static Program *compile_training(Graph *g, const Options *o, const PlanChoice *c
   Program *p = lower_program(g);         /* requires: autodiff */
   if (ch) set_plan(p, ch);
   if (o->device_memory) plan_offload(p, o);
+  schedule_zero(p);
   if (o->emit_kernels) write_kernels(o->emit_kernels, p, program_to_json(p));
   if (o->emit_cuda) write_cuda(o->emit_cuda, p);
   if (o->out || o->emit_llvm) build_train(o, p->g->name, p->kernels, p->nkernels, program_to_json(p));

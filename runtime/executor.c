@@ -80,7 +80,7 @@ int exec_init_reserved(Executor *ex, const RtProgram *prog, Device *dev, unsigne
             return file_set_error(err, errlen, "out of memory for the %s tier (%lld bytes)",
                                   tier_names[t], (long long)bytes);
         }
-        ex->committed[t] = reserve ? 0 : exec_tier_bytes(ex, t);
+        ex->committed[t] = ex->peak[t] = reserve ? 0 : exec_tier_bytes(ex, t);
     }
     memcpy(ex->run, ex->tiers, sizeof ex->run);
     if (exec_alloc_staging(ex) != 0) {
@@ -121,6 +121,13 @@ void exec_free(Executor *ex)
 int exec_reserved(const Executor *ex, int tier)
 {
     return ex->commits[tier] != NULL;
+}
+
+void exec_peak_reset(Executor *ex)
+{
+    pthread_mutex_lock(&ex->lock);
+    memcpy(ex->peak, ex->committed, sizeof ex->peak);
+    pthread_mutex_unlock(&ex->lock);
 }
 
 /* Granules [*g0, *g1) that [offset, offset+bytes) touches. */
@@ -193,6 +200,8 @@ static int exec_commit_locked(Executor *ex, int tier, int64_t offset, int64_t by
     }
     for (int64_t i = g0; i < g1; i++)
         n[i]++;
+    if (ex->committed[tier] > ex->peak[tier])
+        ex->peak[tier] = ex->committed[tier];
     return 0;
 }
 
@@ -381,9 +390,23 @@ static int exec_wait(Executor *ex, const RtInstr *in, const float *scalars)
     return offload_wait(exec_off(ex), in->chunk, in->part);
 }
 
-static const ExecFn exec_fns[RT_OPS] = {exec_kernel, exec_zero, exec_gemm, exec_slot,
-                                        exec_input,  exec_loss, exec_send, exec_recv,
-                                        exec_comm,   exec_move, exec_move, exec_wait};
+/* zero_gather, zero_release, zero_grad, zero_reduce: to the ZeRO state's hook, with
+ * every earlier instruction's writes done (the hook communicates). */
+static int exec_zero_param(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    if (!ex->ctx.zero)
+        exec_missing("the ZeRO state (\"zero_gather\", \"zero_grad\", ...)");
+    ex->dev->sync(ex->dev);
+    ex->ctx.zero(ex->ctx.zero_arg, ex, in);
+    return 0;
+}
+
+static const ExecFn exec_fns[RT_OPS] = {exec_kernel,     exec_zero,       exec_gemm,
+                                        exec_slot,       exec_input,      exec_loss,
+                                        exec_send,       exec_recv,       exec_comm,
+                                        exec_move,       exec_move,       exec_wait,
+                                        exec_zero_param, exec_zero_param, exec_zero_param,
+                                        exec_zero_param};
 
 int exec_run(Executor *ex, const RtList *list, const float *scalars)
 {
@@ -399,9 +422,25 @@ int exec_run(Executor *ex, const RtList *list, const float *scalars)
     return rc;
 }
 
+/* The committed granules of a reserved tier, in maximal runs. */
+static void zero_committed(Executor *ex, int tier)
+{
+    int64_t g = ex->dev->granule, n = reserved_bytes(ex, tier) / g;
+    pthread_mutex_lock(&ex->lock);
+    for (int64_t i = 0, j; i < n; i = j + 1) {
+        for (j = i; j < n && ex->commits[tier][j] > 0; j++)
+            ;
+        if (j > i)
+            ex->dev->zero(ex->dev, ex->tiers[tier], i * g, (j - i) * g);
+    }
+    pthread_mutex_unlock(&ex->lock);
+}
+
 void exec_zero_tier(Executor *ex, int tier)
 {
-    if (ex->prog->tiers[tier] > 0)
+    if (ex->prog->tiers[tier] > 0 && ex->commits[tier])
+        zero_committed(ex, tier);
+    else if (ex->prog->tiers[tier] > 0)
         ex->dev->zero(ex->dev, ex->tiers[tier], 0, exec_tier_bytes(ex, tier));
 }
 

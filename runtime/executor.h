@@ -17,7 +17,10 @@
  * collectives (all_gather and reduce_scatter of an A x N x I tensor split along N
  * are one collective on the staging buffer plus A x T device copies), "send" and
  * "recv" to the pp group's isend/recv_tag, "input" uploads rows of ctx.tokens or
- * ctx.targets, "loss" reads one f32 back and adds it to ctx.loss. Tier base pointers are device addresses: the host
+ * ctx.targets, "loss" reads one f32 back and adds it to ctx.loss, and the ZeRO
+ * instructions ("zero_gather", "zero_release", "zero_grad", "zero_reduce") go to
+ * the ctx.zero hook after a device sync (train_zero.h commits, decommits and
+ * communicates). Tier base pointers are device addresses: the host
  * reads and writes them only through exec_read/exec_write, or directly through
  * exec_host_tier when the device's memory is host memory (the CPU device).
  *
@@ -27,7 +30,8 @@
  * step) and exec_decommit takes it back. Commitment is counted per granule (the
  * device's unit: the page on the CPU), so ranges that share a granule at their ends
  * may be committed and decommitted independently; a range's memory is zero the first
- * time it is committed. The compiled kernels address every tier at fixed offsets,
+ * time it is committed. peak[] records the most each tier held since exec_init or
+ * exec_peak_reset. The compiled kernels address every tier at fixed offsets,
  * which is why a shard is a committed part of the whole tier's address space rather
  * than a smaller buffer. A device without `reserve` gets whole tiers (commits are
  * then no-ops), and exec_committed tells the truth either way. The commit counts are
@@ -87,18 +91,26 @@ struct Device {
 Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, char *err,
                        size_t errlen);
 
+typedef struct Executor Executor;
+/* Runs one ZeRO instruction (zero_gather, zero_release, zero_grad, zero_reduce) with
+ * the state it was given as arg (train_zero.h's zero_exec_instr). */
+typedef void (*ExecZeroFn)(void *arg, Executor *ex, const RtInstr *in);
+
 /* What the parallel instructions of program.h use beyond the tiers, set by the
  * caller before exec_run: the groups they talk to, this step's rows for "input",
- * and the sum the "loss" instructions add to. */
+ * the sum the "loss" instructions add to, and the hook the ZeRO instructions of a
+ * zero_scheduled program go to (the executor syncs the device before each). */
 typedef struct ExecCtx {
     Comm *tp;                /* "comm": the tensor-parallel group (size mesh.tp) */
     Comm *pp;                /* "send", "recv": the pipeline group, rank = stage */
     const int32_t *tokens;   /* [microbatches * batch * seq] this rank's rows of the step */
     const int32_t *targets;  /* [microbatches * batch * seq] */
     double loss;             /* += each "loss" value (the caller zeroes it) */
+    ExecZeroFn zero;         /* "zero_gather", ...: the ZeRO state's hook, or NULL */
+    void *zero_arg;
 } ExecCtx;
 
-typedef struct Executor {
+struct Executor {
     const RtProgram *prog;
     Device *dev;
     char *tiers[RT_TIERS];       /* device base of each tier, prog->tiers[i] bytes (WORK:
@@ -106,15 +118,17 @@ typedef struct Executor {
     char *run[RT_TIERS];         /* the bases instructions see: WORK at the current slot */
     uint32_t *commits[RT_TIERS]; /* reserved tiers: commit count per granule, else NULL */
     int64_t committed[RT_TIERS]; /* bytes of memory behind each tier */
+    int64_t peak[RT_TIERS];      /* the most committed[] since exec_init or exec_peak_reset */
     char *staging;               /* [staging_bytes] device scratch of "comm" reorders */
     int64_t staging_bytes;
     ExecCtx ctx;
     Offload *off;                /* an offload program's locations and copy thread
                                     (offload.h, set by offload_init), else NULL */
     const RtList *list;          /* the list exec_run is running (messages) */
-    pthread_mutex_t lock;        /* commits[] and committed[]: the copy thread commits too */
+    pthread_mutex_t lock;        /* commits[], committed[] and peak[]: the copy thread
+                                    commits too */
     int lock_init;
-} Executor;
+};
 
 /* Allocates the tiers of prog on dev. 0, or -1 with a message. */
 int exec_init(Executor *ex, const RtProgram *prog, Device *dev, char *err, size_t errlen);
@@ -135,6 +149,8 @@ void exec_decommit(Executor *ex, int tier, int64_t offset, int64_t bytes);
 int64_t exec_uncommitted(Executor *ex, int tier, int64_t offset, int64_t bytes);
 /* 1 when the tier is reserved (its memory is what was committed). */
 int exec_reserved(const Executor *ex, int tier);
+/* Starts a new measurement of peak[]: each tier's peak becomes what it holds now. */
+void exec_peak_reset(Executor *ex);
 
 /* Runs list in order with scalars[TRAIN_SCALARS], from slot 0; a list that sends
  * returns after every send completed (ex->ctx.pp's wait_sends). "move" and "drop"
@@ -146,7 +162,8 @@ int exec_run(Executor *ex, const RtList *list, const float *scalars);
 /* Bytes of the whole tier (WORK: all its slots). */
 int64_t exec_tier_bytes(const Executor *ex, int tier);
 
-/* Zeroes a whole tier (not a reserved one). */
+/* Zeroes a whole tier; of a reserved tier, the granules with memory behind them
+ * (what is not committed reads as zero when it is). */
 void exec_zero_tier(Executor *ex, int tier);
 void exec_write(Executor *ex, int tier, int64_t offset, const void *src, int64_t bytes);
 void exec_read(Executor *ex, int tier, int64_t offset, void *dst, int64_t bytes);

@@ -212,9 +212,10 @@
  *
  * ---- ZeRO inside the step ------------------------------------------------------------
  *
- * A program with "zero_scheduled": true (zero_stage 2 or 3; not scheduled, no
- * offload) places ZeRO's communication in `step` (codegen/zero.h), so the runtime
- * neither gathers every parameter before the step nor reduces the gradients after it:
+ * A program with "zero_scheduled": true (zero_stage 2 or 3; not scheduled, one
+ * stage: mesh pp 1, no offload) places ZeRO's communication in `step`
+ * (codegen/zero.h), so the runtime neither gathers every parameter before the step
+ * nor reduces the gradients after it, and runs it only at its zero_stage:
  *   {"op": "zero_gather", "param": I}   stage 3: every rank but I's owner puts memory
  *       behind parameter I and receives it from the owner (a broadcast over the dp group)
  *   {"op": "zero_release", "param": I}  stage 3: every rank but the owner gives that
@@ -227,6 +228,13 @@
  *       rank but the owner gives the memory back
  * Every rank of a dp group runs the same list, so the collectives match. A parameter
  * the step writes no gradient for still gets zero_grad and zero_reduce at the end.
+ * The four appear only in `step` of such a program ("param" in [0, nparams));
+ * zero_gather and zero_release only at zero_stage 3. The runtime zeroes the owned
+ * gradients once at the start of a step (not per micro-batch), so the owner's sum over
+ * the micro-batches is exact; outside zero_grad .. zero_reduce a non-owner holds no
+ * memory for that gradient (nor, stage 3, outside zero_gather .. zero_release for
+ * that parameter) beyond pages it shares with what it holds, so zero_grad zeroes the
+ * whole gradient, not only fresh memory.
  * Sampling and checkpoints (outside `step`) gather and release every parameter as
  * before; validation runs `step`, so it gathers as the step does.
  */

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -130,10 +131,27 @@ static int trainer_host_pull(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+/* Offload keeps the state at its homes; the whole-state host copies for file I/O
+ * (calloc'd, so mapped on demand) give their memory back between uses, so that the
+ * host holds the state once, not twice. */
+static void trainer_release_staging(Trainer *t)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    for (int tier = RT_TIER_PARAMS; t->ex.off && page > 0 && tier <= RT_TIER_OPT; tier += RT_TIER_OPT) {
+        uintptr_t lo = ((uintptr_t)t->host[tier] + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+        uintptr_t hi = ((uintptr_t)t->host[tier] + (uintptr_t)t->prog->tiers[tier]) / (uintptr_t)page * (uintptr_t)page;
+        if (t->host[tier] && hi > lo)
+            madvise((void *)lo, hi - lo, MADV_DONTNEED); /* reads back as zeros; pull rewrites it */
+    }
+}
+
 static int trainer_host_push(Trainer *t, char *err, size_t errlen)
 {
-    if (t->ex.off)
-        return offload_push(t->ex.off, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], err, errlen);
+    if (t->ex.off) {
+        int rc = offload_push(t->ex.off, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], err, errlen);
+        trainer_release_staging(t);
+        return rc;
+    }
     if (t->staged)
         for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
             exec_write(&t->ex, tier, 0, t->host[tier], t->prog->tiers[tier]);
@@ -395,7 +413,8 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
     if (t->mesh.ntied > 0 && !exec_host_tier(&t->ex, RT_TIER_GRADS))
         return file_set_error(err, errlen, "tied parameters need the gradients in host memory "
                               "(the %s device does not give it)", t->dev->name);
-    t->ex.ctx = (ExecCtx){t->mesh.tp_comm, t->mesh.pp_comm, t->tokens, t->targets, 0};
+    t->ex.ctx = (ExecCtx){.tp = t->mesh.tp_comm, .pp = t->mesh.pp_comm, .tokens = t->tokens,
+                          .targets = t->targets, .zero = zero_exec_instr, .zero_arg = &t->zero};
     return trainer_init_state(t, err, errlen);
 }
 
@@ -554,6 +573,15 @@ static int trainer_offload_step_end(Trainer *t, int64_t moved0, char *err, size_
     return 0;
 }
 
+/* The tiers' peaks since exec_peak_reset join those of the steps before. */
+static void trainer_note_peak(Trainer *t)
+{
+    for (int tier = 0; tier < RT_TIERS; tier++)
+        t->step_peak[tier] = t->ex.peak[tier] > t->step_peak[tier] ? t->ex.peak[tier]
+                                                                   : t->step_peak[tier];
+    t->peak_runs++;
+}
+
 /* A rank whose batch is bad still takes part in the step's collectives (on its
  * previous, valid inputs) and raises the failure flag of the one host reduction;
  * every rank then stops before the update. */
@@ -567,7 +595,9 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     int failed = trainer_load_batch(t, t->data, t->opts->data, t->data_step, err, errlen) != 0;
     s->lr = train_lr(&t->hp, k, t->opts->steps);
     train_scalars(&t->hp, s->lr, k, 1.0, sc);
-    zero_gather_params(&t->zero, &t->ex);
+    exec_peak_reset(&t->ex);
+    if (!t->zero.scheduled) /* else `step` gathers each parameter where it is used */
+        zero_gather_params(&t->zero, &t->ex);
     float loss = trainer_forward_backward(t, sc);
     mesh_sum_tied(&t->mesh, exec_host_tier(&t->ex, RT_TIER_GRADS));
     zero_sync_grads(&t->zero, &t->ex);
@@ -585,6 +615,7 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     train_scalars(&t->hp, s->lr, k, gscale / parts, sc); /* the sum becomes the mean */
     zero_update(&t->zero, &t->ex, sc);
     t->dev->sync(t->dev);
+    trainer_note_peak(t);
     if (t->ex.off && trainer_offload_step_end(t, moved0, err, errlen) != 0)
         return -1; /* one rank: nobody to agree with */
     t->step = k, t->data_step++;
@@ -633,7 +664,9 @@ int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen)
     float sc[TRAIN_SCALARS];
     double v[2] = {0, 0}; /* sum of losses, failed */
     train_scalars(&t->hp, 0.0, t->step > 0 ? t->step : 1, 1.0, sc);
-    zero_gather_params(&t->zero, &t->ex);
+    exec_peak_reset(&t->ex);
+    if (!t->zero.scheduled) /* else `step` gathers each parameter where it is used */
+        zero_gather_params(&t->zero, &t->ex);
     for (int b = 0; b < TRAIN_VAL_BATCHES; b++) {
         if (trainer_load_batch(t, t->val, t->opts->val, b, err, errlen) != 0) {
             v[1] = 1;
@@ -647,6 +680,7 @@ int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen)
         }
     }
     int failed = v[1] > 0;
+    trainer_note_peak(t);
     t->comm->host_all_reduce(t->comm, v, 2, COMM_SUM);
     if (v[1] > 0)
         return trainer_stopped(failed, err, errlen);
@@ -691,7 +725,10 @@ static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen)
                                          t->host[RT_TIER_OPT], err, errlen)
                              : ckpt_save(&t->mesh.global, t->opts->ckpt_dir, &m, t->gstate[0],
                                          t->gstate[1], err, errlen);
+    trainer_release_staging(t);
     zero_release_opt(&t->zero, &t->ex);
+    if (t->zero.scheduled) /* the step gathers what it needs itself */
+        zero_release_params(&t->zero, &t->ex);
     if (trainer_agree(t, rc != 0, err, errlen) != 0)
         return -1;
     t->last_ckpt = t->step;
@@ -791,8 +828,37 @@ static int trainer_finish_rank0(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+/* The peaks of trainer_note_peak on the largest rank: one line and a --log record
+ * (train_loop.h), for several ranks or ZeRO, when a step or validation ran. */
+static void trainer_peak_report(Trainer *t)
+{
+    static const char *const names[RT_TIERS] = {"params", "grads", "opt", "work"};
+    double peak[RT_TIERS];
+    if ((t->comm->size == 1 && t->zero.stage == 0) || t->peak_runs == 0)
+        return;
+    for (int tier = 0; tier < RT_TIERS; tier++)
+        peak[tier] = (double)t->step_peak[tier];
+    t->comm->host_all_reduce(t->comm, peak, RT_TIERS, COMM_MAX);
+    if (t->comm->rank != 0)
+        return;
+    printf("peak memory of the largest rank in the steps:");
+    for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier++)
+        printf(" %s %.2f MiB of %.2f MiB,", names[tier], peak[tier] / (1 << 20),
+               (double)t->prog->tiers[tier] / (1 << 20));
+    printf(" work %.2f MiB\n", peak[RT_TIER_WORK] / (1 << 20));
+    fflush(stdout);
+    if (!t->log)
+        return;
+    fprintf(t->log, "{\"step\": %" PRId64 ", \"memory_peak\": {", t->step);
+    for (int tier = 0; tier < RT_TIERS; tier++)
+        fprintf(t->log, "%s\"%s\": %.0f", tier ? ", " : "", names[tier], peak[tier]);
+    fputs("}}\n", t->log);
+    fflush(t->log);
+}
+
 int trainer_finish(Trainer *t, char *err, size_t errlen)
 {
+    trainer_peak_report(t);
     zero_gather_params(&t->zero, &t->ex);
     int bad = zero_check_replicas(&t->zero, &t->ex, err, errlen) != 0; /* within each dp group */
     if (trainer_agree(t, bad, err, errlen) != 0)

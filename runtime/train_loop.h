@@ -22,7 +22,8 @@
  *   zero GRADS; run `step` (a scheduled program: once, its "input" and "loss"
  *   instructions walking the micro-batches; otherwise once per micro-batch); read
  *   the loss (the loss of step k is the forward loss before step k's update); sum
- *   tied gradients over the stages; reduce over the dp group; run `gradnorm`; norm = sqrt(sum of the parts, in
+ *   tied gradients over the stages; reduce over the dp group (a zero_scheduled
+ *   program: `step` gathered and reduced itself, train_zero.h); run `gradnorm`; norm = sqrt(sum of the parts, in
  *   double); run `update` with the scalars of program.h + train_program.h:
  *   lr(k), 1/(1-beta1^k), 1/(1-beta2^k), min(1, clip/(norm+1e-6)) (1 without
  *   clipping), k, then beta1, beta2, eps, weight decay, momentum.
@@ -38,6 +39,12 @@
  * validation `step` offload_home brings the parts home; the state is written to and
  * read from the parts' homes through the host buffers host[] (staged); the end
  * prints and logs the measured peaks beside the prediction.
+ * Memory (several ranks or ZeRO): the start-up line gives what each tier holds on
+ * the largest rank between steps; the end, before --save, a line with the peak of
+ * each tier on the largest rank during the steps and validations (what a ZeRO
+ * program's step gathers and creates included; checkpoints, --save and sampling
+ * gather whole tiers and are not counted), and a --log record {"step": N,
+ * "memory_peak": {"params": B, "grads": B, "opt": B, "work": B}}.
  */
 #ifndef COLOSSALC_RUNTIME_TRAIN_LOOP_H
 #define COLOSSALC_RUNTIME_TRAIN_LOOP_H
@@ -80,6 +87,9 @@ typedef struct Trainer {
     uint64_t seed;
     int64_t step;      /* updates done */
     int64_t off_steps, off_moved; /* offload: training steps run here, bytes they moved */
+    int64_t step_peak[RT_TIERS]; /* the most bytes behind each tier during a step or a
+                                    validation (checkpoints, --save, sampling not counted) */
+    int64_t peak_runs;    /* steps and validations measured */
     int64_t data_step; /* next training batch */
     int64_t last_val, last_ckpt; /* steps at which they last ran (-1: never) */
 } Trainer;

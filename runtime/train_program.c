@@ -25,6 +25,7 @@ typedef struct Pj {
     int off_ok;         /* ... "move", "drop" and "wait" (an offload program's step,
                            gradnorm and update) */
     int host_ok;        /* ... kernels "on": "host" (its gradnorm and update) */
+    int zero_ok;        /* ... the ZeRO instructions (`step` of a zero_scheduled program) */
 } Pj;
 
 const char *const rt_loc_names[RT_LOCS] = {"device", "host", "nvme", "zero", "none"};
@@ -451,6 +452,48 @@ static int parse_wait(Pj *pj, const cJSON *o, const char *path, const RtProgram 
     return parse_chunk_part(pj, o, path, p, in);
 }
 
+/* zero_gather, zero_release (stage 3 only), zero_grad, zero_reduce: a parameter. */
+static int parse_zero_param(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                            RtInstr *in, RtOp op)
+{
+    int64_t k;
+    in->op = op;
+    if (!pj->zero_ok)
+        return pj_fail(pj, path, "op", "ZeRO instructions only in `step` of a program with "
+                       "\"zero_scheduled\": true");
+    if ((op == RT_OP_ZERO_GATHER || op == RT_OP_ZERO_RELEASE) && p->zero_stage != 3)
+        return pj_fail(pj, path, "op", "\"zero_gather\" and \"zero_release\" only at "
+                       "zero_stage 3 (below it every rank holds every parameter)");
+    if (pj_int(pj, o, path, "param", 0, p->nparams - 1, &k) != 0)
+        return -1;
+    in->param = (int)k;
+    return 0;
+}
+
+static int parse_zero_gather(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                             RtInstr *in)
+{
+    return parse_zero_param(pj, o, path, p, in, RT_OP_ZERO_GATHER);
+}
+
+static int parse_zero_release(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                              RtInstr *in)
+{
+    return parse_zero_param(pj, o, path, p, in, RT_OP_ZERO_RELEASE);
+}
+
+static int parse_zero_grad(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                           RtInstr *in)
+{
+    return parse_zero_param(pj, o, path, p, in, RT_OP_ZERO_GRAD);
+}
+
+static int parse_zero_reduce(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                             RtInstr *in)
+{
+    return parse_zero_param(pj, o, path, p, in, RT_OP_ZERO_REDUCE);
+}
+
 typedef int (*ParseInstrFn)(Pj *, const cJSON *, const char *, const RtProgram *, RtInstr *);
 
 static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
@@ -458,11 +501,14 @@ static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram
 {
     static const char *const ops[RT_OPS + 1] = {"kernel", "zero", "gemm", "slot", "input",
                                                 "loss", "send", "recv", "comm", "move",
-                                                "drop", "wait", NULL};
+                                                "drop", "wait", "zero_gather", "zero_release",
+                                                "zero_grad", "zero_reduce", NULL};
     static const ParseInstrFn parsers[RT_OPS] = {parse_kernel, parse_zero, parse_gemm,
                                                  parse_slot, parse_input_instr, parse_loss,
                                                  parse_send, parse_recv, parse_comm,
-                                                 parse_move, parse_drop, parse_wait};
+                                                 parse_move, parse_drop, parse_wait,
+                                                 parse_zero_gather, parse_zero_release,
+                                                 parse_zero_grad, parse_zero_reduce};
     int op;
     if (!cJSON_IsObject(o))
         return pj_fail(pj, path, "", "expected an object");
@@ -904,13 +950,36 @@ static int parse_predicted(Pj *pj, const cJSON *r, RtProgram *p)
     return 0;
 }
 
-/* `step`, where a scheduled program reads its inputs and reports its losses. */
+/* Optional "zero_scheduled": ZeRO-2/3 placed in an unscheduled one-stage `step`
+ * without offload (program.h, "ZeRO inside the step"). */
+static int parse_zero_scheduled(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    p->zero_scheduled = 0;
+    if (!cJSON_GetObjectItemCaseSensitive(r, "zero_scheduled"))
+        return 0;
+    if (pj_bool(pj, r, "", "zero_scheduled", &p->zero_scheduled) != 0)
+        return -1;
+    if (!p->zero_scheduled)
+        return 0;
+    if (p->zero_stage < 2)
+        return pj_fail(pj, "", "zero_scheduled", "needs zero_stage 2 or 3");
+    if (p->scheduled || p->mesh.pp > 1)
+        return pj_fail(pj, "", "zero_scheduled", "needs an unscheduled one-stage program (ZeRO "
+                       "inside a pipeline schedule is not supported)");
+    if (p->offload.on)
+        return pj_fail(pj, "", "zero_scheduled", "an offload program cannot also schedule ZeRO");
+    return 0;
+}
+
+/* `step`, where a scheduled program reads its inputs and reports its losses and a
+ * zero_scheduled one gathers and reduces. */
 static int parse_step(Pj *pj, const cJSON *r, RtProgram *p)
 {
     pj->io_ok = p->scheduled;
     pj->off_ok = p->offload.on;
+    pj->zero_ok = p->zero_scheduled;
     int rc = parse_list(pj, r, "step", p, &p->step);
-    pj->io_ok = 0;
+    pj->io_ok = pj->zero_ok = 0;
     return rc;
 }
 
@@ -931,12 +1000,13 @@ static int parse_root(Pj *pj, const cJSON *r, RtProgram *p)
     return parse_header(pj, r, p) || parse_train(pj, r, &p->train) ||
            parse_params(pj, r, p) || parse_inputs(pj, r, p) || parse_slots(pj, r, p) ||
            parse_kernel_names(pj, r, p->nkernels) || parse_offload(pj, r, p) ||
-           parse_predicted(pj, r, p) || parse_step(pj, r, p) || parse_tail_lists(pj, r, p);
+           parse_predicted(pj, r, p) || parse_zero_scheduled(pj, r, p) ||
+           parse_step(pj, r, p) || parse_tail_lists(pj, r, p);
 }
 
 int program_load(const char *json, int nkernels, RtProgram *p, char *err, size_t errlen)
 {
-    Pj pj = {err, errlen, "", 0, 0, 0};
+    Pj pj = {err, errlen, "", 0, 0, 0, 0};
     memset(p, 0, sizeof *p);
     p->nkernels = nkernels;
     cJSON *root = json ? cJSON_Parse(json) : NULL;
@@ -1005,7 +1075,7 @@ static int load_stage(Pj *pj, const cJSON *o, int nkernels, RtProgram *st, int s
 int program_load_stages(const char *json, int nkernels, RtProgram **stages, int *nstages,
                         char *err, size_t errlen)
 {
-    Pj pj = {err, errlen, "", 0, 0, 0};
+    Pj pj = {err, errlen, "", 0, 0, 0, 0};
     cJSON *root = json ? cJSON_Parse(json) : NULL;
     int arr = cJSON_IsArray(root), n = arr ? cJSON_GetArraySize(root) : 1, done = 0, rc = 0;
     RtProgram *st = NULL;

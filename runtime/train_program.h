@@ -21,7 +21,11 @@
  * to, and a move from "zero" keeps nothing); where a part is when one runs is the
  * runtime's check (offload.h). They appear only in
  * `step`, `gradnorm` and `update` of an offload program; "on": "host" only on
- * kernels of `gradnorm` and `update` of one. A program that loads can be
+ * kernels of `gradnorm` and `update` of one. "zero_scheduled" (program.h, "ZeRO
+ * inside the step") needs zero_stage 2 or 3, an unscheduled one-stage program
+ * (mesh pp 1) and no offload; "zero_gather", "zero_release", "zero_grad" and
+ * "zero_reduce" name a parameter in range and appear only in `step` of such a
+ * program (the first two only at zero_stage 3). A program that loads can be
  * run without further checks.
  *
  * Scalars. program.h defines scalars [0, RT_SCALARS) for `update` kernels. The
@@ -59,7 +63,11 @@ typedef enum RtInit { RT_INIT_NORMAL, RT_INIT_UNIFORM, RT_INIT_ZEROS, RT_INIT_ON
 typedef enum RtRole { RT_ROLE_TOKENS, RT_ROLE_TARGETS } RtRole;
 typedef enum RtOp { RT_OP_KERNEL, RT_OP_ZERO, RT_OP_GEMM, RT_OP_SLOT, RT_OP_INPUT, RT_OP_LOSS,
                     RT_OP_SEND, RT_OP_RECV, RT_OP_COMM, RT_OP_MOVE, RT_OP_DROP, RT_OP_WAIT,
+                    RT_OP_ZERO_GATHER, RT_OP_ZERO_RELEASE, RT_OP_ZERO_GRAD, RT_OP_ZERO_REDUCE,
                     RT_OPS } RtOp;
+/* The ZeRO instructions of a "zero_scheduled" program, in RtOp order from
+ * RT_OP_ZERO_GATHER (program.h, "ZeRO inside the step"). */
+enum { RT_ZERO_OPS = RT_OP_ZERO_REDUCE - RT_OP_ZERO_GATHER + 1 };
 /* Offload locations (program.h, "Memory tiers and offload"): where a part's bytes
  * are. ZERO is only a move's source, NONE only the grads' home. */
 typedef enum RtLoc { RT_LOC_DEVICE, RT_LOC_HOST, RT_LOC_NVME, RT_LOC_ZERO, RT_LOC_NONE,
@@ -133,6 +141,7 @@ typedef struct RtInstr {
     RtLoc from, to;  /* move: from -> to; drop: the location in from */
     int keep;        /* move: the source keeps its memory and copy */
     int on_host;     /* kernel "on": "host": the host location's PARAMS, GRADS, OPT */
+    int param;       /* zero_gather, zero_release, zero_grad, zero_reduce: the parameter */
 } RtInstr;
 
 typedef struct RtList {
@@ -173,6 +182,7 @@ typedef struct RtProgram {
     int64_t microbatches;    /* runs of `step` per step, each on `batch` rows (default 1) */
     int64_t dp;              /* data-parallel ranks the plan was made for (0: any) */
     int64_t zero_stage;      /* the plan's ZeRO stage (default 0) */
+    int zero_scheduled;      /* `step` holds ZeRO's gathers and reductions (program.h) */
     int64_t tiers[RT_TIERS]; /* bytes */
     int64_t opt_v_offset;
     RtTrain train;

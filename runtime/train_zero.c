@@ -101,6 +101,13 @@ int zero_init(Zero *z, const RtProgram *p, Comm *c, int stage, const unsigned ch
         z->owned[i] = stage == 0 || z->owner[i] == c->rank;
         z->part0[i + 1] = z->part0[i] + param_rows(&p->params[i]);
     }
+    z->scheduled = p->zero_scheduled;
+    if (z->scheduled && stage != p->zero_stage)
+        return file_set_error(err, errlen,
+                              "--zero %d: this program was compiled for ZeRO stage %lld and its "
+                              "step gathers and reduces for that stage itself; run it with "
+                              "--zero %lld (or without --zero), or compile with --zero %d",
+                              stage, (long long)p->zero_stage, (long long)p->zero_stage, stage);
     return zero_check_program(z, err, errlen);
 }
 
@@ -112,7 +119,8 @@ void zero_free(Zero *z)
 
 unsigned zero_reserve_mask(const Zero *z)
 {
-    return (z->stage >= 1 ? 1u << RT_TIER_OPT : 0) | (z->stage >= 3 ? 1u << RT_TIER_PARAMS : 0);
+    return (z->stage >= 1 ? 1u << RT_TIER_OPT : 0) | (z->stage >= 3 ? 1u << RT_TIER_PARAMS : 0) |
+           (z->scheduled ? 1u << RT_TIER_GRADS : 0);
 }
 
 /* ---- shards -------------------------------------------------------------------- */
@@ -153,6 +161,9 @@ int zero_commit_owned(Zero *z, Executor *ex, char *err, size_t errlen)
         if (z->owned[i] && commit_opt(ex, p, i, err, errlen) != 0)
             return -1;
         if (exec_commit(ex, RT_TIER_PARAMS, q->offset, q->numel * 4, err, errlen) != 0)
+            return -1;
+        if (z->owned[i] && z->scheduled &&
+            exec_commit(ex, RT_TIER_GRADS, q->offset, q->numel * 4, err, errlen) != 0)
             return -1;
     }
     z->gathered = 1;
@@ -201,12 +212,56 @@ void zero_release_params(Zero *z, Executor *ex)
     z->gathered = 0;
 }
 
+/* ---- ZeRO inside the step ------------------------------------------------------ */
+
+static void zero_gather_one(Zero *z, Executor *ex, const RtParam *q, int i)
+{
+    if (!z->owned[i])
+        commit_or_abort(z, ex, RT_TIER_PARAMS, q->offset, q->numel * 4);
+    z->comm->broadcast(z->comm, tier_floats(ex, RT_TIER_PARAMS, q->offset), q->numel,
+                       z->owner[i]);
+}
+
+static void zero_release_one(Zero *z, Executor *ex, const RtParam *q, int i)
+{
+    if (!z->owned[i])
+        exec_decommit(ex, RT_TIER_PARAMS, q->offset, q->numel * 4);
+}
+
+/* A granule the gradient shares with a neighbour may hold an earlier micro-batch's
+ * values: zeroed here, not only by the first commit. */
+static void zero_grad_one(Zero *z, Executor *ex, const RtParam *q, int i)
+{
+    if (z->owned[i])
+        return;
+    commit_or_abort(z, ex, RT_TIER_GRADS, q->offset, q->numel * 4);
+    ex->dev->zero(ex->dev, ex->tiers[RT_TIER_GRADS], q->offset, q->numel * 4);
+}
+
+static void zero_reduce_one(Zero *z, Executor *ex, const RtParam *q, int i)
+{
+    float *g = tier_floats(ex, RT_TIER_GRADS, q->offset);
+    if (z->comm->size > 1)
+        z->comm->reduce(z->comm, g, g, q->numel, COMM_SUM, z->owner[i]);
+    if (!z->owned[i])
+        exec_decommit(ex, RT_TIER_GRADS, q->offset, q->numel * 4);
+}
+
+void zero_exec_instr(void *arg, Executor *ex, const RtInstr *in)
+{
+    typedef void (*ZeroFn)(Zero *, Executor *, const RtParam *, int);
+    static const ZeroFn fns[RT_ZERO_OPS] = {zero_gather_one, zero_release_one, zero_grad_one,
+                                            zero_reduce_one};
+    Zero *z = arg;
+    fns[in->op - RT_OP_ZERO_GATHER](z, ex, &z->prog->params[in->param], in->param);
+}
+
 /* ---- the step ------------------------------------------------------------------ */
 
 void zero_sync_grads(Zero *z, Executor *ex)
 {
     const RtProgram *p = z->prog;
-    if (z->comm->size == 1)
+    if (z->comm->size == 1 || z->scheduled)
         return;
     if (z->stage < 2) {
         float *g = tier_floats(ex, RT_TIER_GRADS, 0);

@@ -24,14 +24,34 @@
  * (numel / last dimension), and gradnorm writes parameter i's rows' partial sums
  * after those of parameters 0..i-1.
  *
+ * ZeRO inside the step (a program with "zero_scheduled": true, program.h): the
+ * compiled `step` gathers each parameter just before its forward and backward uses
+ * and releases it after them (stage 3), and creates each non-owned gradient just
+ * before its first write and reduces it to the owner right after its last
+ * (stage 2, 3). The trainer then neither gathers every parameter before the step
+ * nor calls zero_sync_grads after it, and GRADS is reserved too: a rank commits its
+ * owned gradients for the whole run and a non-owned one only between zero_grad and
+ * zero_reduce. Accumulation over micro-batches stays exact: the owner's gradient is
+ * zeroed once at the step's start (exec_zero_tier on the reserved tier zeroes what
+ * is committed: the owned gradients) and collects its own micro-batches' writes in
+ * place; each zero_reduce adds the other ranks' gradients of that micro-batch into
+ * it (a reduce in place at the owner), and each zero_grad gives the others a fresh
+ * zeroed gradient. zero_exec_instr is the executor's hook for the four instructions
+ * (ExecCtx.zero). The stage must be the program's: its step was written for it.
+ *
  * What it saves on the CPU device: stage 1-3 keep 1/world of the optimizer state
  * (to granule rounding) for the whole run, except rank 0 while it writes a
- * checkpoint (the file writer takes whole tensors). Stage 2 saves no memory here:
- * the step program writes every gradient into the GRADS tier before any
- * communication, so the tier is whole; it halves the gradient traffic (reduce
- * instead of all-reduce). Stage 3 saves parameter memory between steps only: the
- * step needs every parameter in PARAMS, so the peak is unchanged until the compiler
- * schedules per-layer gathers and releases inside the step.
+ * checkpoint (the file writer takes whole tensors). Under a zero_scheduled program,
+ * stage 2 and 3 hold at any time 1/world of the gradients plus those being written
+ * (for a layered model: about one layer's, and the tied token embedding's through
+ * the backward pass), and stage 3 likewise 1/world of the parameters plus those in
+ * use (one layer's, and the tied embedding through the forward pass): the peak falls
+ * with the number of ranks. Sampling, checkpoints and --save still gather the whole
+ * PARAMS tier for their time. With a program compiled without it (ZeRO applied by
+ * the runtime alone), the step writes every gradient before any communication and
+ * needs every parameter, so stage 2 saves no gradient memory (it halves the gradient
+ * traffic: reduce instead of all-reduce) and stage 3 saves parameter memory between
+ * steps only.
  */
 #ifndef COLOSSALC_RUNTIME_TRAIN_ZERO_H
 #define COLOSSALC_RUNTIME_TRAIN_ZERO_H
@@ -51,27 +71,43 @@ typedef struct Zero {
     unsigned char *owned;   /* [nparams] this rank holds its optimizer state (all at stage 0) */
     int64_t *part0;         /* [nparams + 1] first gradnorm part of each parameter */
     const unsigned char *in_norm; /* [nparams] counted in the norm here (train_mesh.h), or NULL: all */
-    int gathered;           /* stage 3: the non-owned parameters are in PARAMS */
+    int gathered;           /* stage 3: the non-owned parameters are in PARAMS (whole-tier
+                               gather; the step's own gathers are counted commits) */
+    int scheduled;          /* the program is zero_scheduled: `step` gathers and reduces */
     int opt_gathered;       /* rank 0 holds every parameter's optimizer state */
 } Zero;
 
 /* Ownership and the checks above, over the data-parallel group c. in_norm (kept,
  * may be NULL) restricts the norm to some parameters, which needs a per-parameter
- * gradnorm list at any stage. 0, or -1 with a message. */
+ * gradnorm list at any stage. A zero_scheduled program runs only at its own stage.
+ * 0, or -1 with a message. */
 int zero_init(Zero *z, const RtProgram *p, Comm *c, int stage, const unsigned char *in_norm,
               char *err, size_t errlen);
 void zero_free(Zero *z);
-/* The tiers to reserve (bit 1 << tier): OPT from stage 1, PARAMS at stage 3. */
+/* The tiers to reserve (bit 1 << tier): OPT from stage 1, PARAMS at stage 3, GRADS
+ * at stage 2 and 3 of a zero_scheduled program. */
 unsigned zero_reserve_mask(const Zero *z);
-/* Commits the owned shards of the reserved tiers, and at stage 3 the other parameters
- * too (gathered: initialisation fills them all). 0, or -1 with a message. */
+/* Commits the owned shards of the reserved tiers (the owned gradients too when GRADS
+ * is reserved), and at stage 3 the other parameters too (gathered: initialisation
+ * fills them all). 0, or -1 with a message. */
 int zero_commit_owned(Zero *z, Executor *ex, char *err, size_t errlen);
 
 /* Stage 3 (no-ops otherwise): every parameter in PARAMS / only the owned ones. */
 void zero_gather_params(Zero *z, Executor *ex);
 void zero_release_params(Zero *z, Executor *ex);
 
-/* The ranks' gradients summed: into every rank (stage 0, 1) or into each owner. */
+/* The executor's hook (ExecCtx.zero, arg the Zero) for one instruction of a
+ * zero_scheduled `step` (program.h):
+ *   zero_gather   a non-owner commits the parameter; broadcast from the owner
+ *   zero_release  a non-owner decommits it
+ *   zero_grad     a non-owner commits the gradient and zeroes it
+ *   zero_reduce   the group's gradients summed into the owner's (reduce in place);
+ *                 a non-owner decommits its own
+ * Out of memory on one rank stops them all (the step cannot go on without it). */
+void zero_exec_instr(void *arg, Executor *ex, const RtInstr *in);
+
+/* The ranks' gradients summed: into every rank (stage 0, 1) or into each owner;
+ * nothing for a zero_scheduled program (its step reduced them). */
 void zero_sync_grads(Zero *z, Executor *ex);
 /* Runs gradnorm and returns this rank's sum of squares: of every gradient (stage
  * 0, 1: the same on every rank) or of the owned ones (stage 2, 3: add over ranks),

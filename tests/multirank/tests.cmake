@@ -63,6 +63,16 @@ add_test(NAME multirank_dp2_pp2_1f1b_zero1
 add_test(NAME multirank_dp2_tp2_zero3 COMMAND ${mr_mesh} dp2_tp2_zero3 2 2 1 --microbatch-size 2 --zero 3 ${megatron})
 add_test(NAME multirank_dp2_tp2_zero1 COMMAND ${mr_mesh} dp2_tp2_zero1 2 2 1 --microbatch-size 1 --zero 1 ${megatron})
 list(APPEND mr_tests multirank_dp2_pp2_1f1b_zero1 multirank_dp2_tp2_zero3 multirank_dp2_tp2_zero1)
+
+# ZeRO inside the step (codegen/zero.h): data-parallel plans compiled with --zero 2 and
+# 3 (and dp2 x tp2 with 3), 2 micro-batches per rank, equal one rank, and the peak of
+# the sharded tiers over the steps stays under the bound run_zero.sh derives.
+set(mr_zero sh ${MR_DIR}/run_zero.sh $<TARGET_FILE:colossalc> ${MR_WORK} ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
+    "${MR_MPIRUN}")
+add_test(NAME multirank_plan_dp2_zero2_step COMMAND ${mr_zero} dp2_zero2_step 2 1 2)
+add_test(NAME multirank_plan_dp2_zero3_step COMMAND ${mr_zero} dp2_zero3_step 2 1 3)
+add_test(NAME multirank_plan_dp2_tp2_zero3_step COMMAND ${mr_zero} dp2_tp2_zero3_step 2 2 3 ${megatron})
+list(APPEND mr_tests multirank_plan_dp2_zero2_step multirank_plan_dp2_zero3_step multirank_plan_dp2_tp2_zero3_step)
 list(APPEND mr_tests multirank_tp2 multirank_tp2_search multirank_pp2_1f1b multirank_pp2_interleaved multirank_dp2_tp2
      multirank_dp2_pp2 multirank_tp2_pp2 multirank_dp2_tp2_pp2)
 set_tests_properties(${mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 600)

@@ -129,6 +129,68 @@ static void test_program_errors(void)
     CHECK_ERR(err, "program: not a JSON object");
 }
 
+/* The program with "zero_stage": stage (when >= 0), "zero_scheduled": sched (when
+ * not NULL), "scheduled": true (when scheduled) and instr inserted at list[0]. */
+static char *zero_program(int stage, const char *sched, int scheduled, const char *list,
+                          const char *instr)
+{
+    cJSON *root = cJSON_Parse(colossalc_program_json);
+    if (stage >= 0)
+        cJSON_AddNumberToObject(root, "zero_stage", stage);
+    if (sched)
+        cJSON_AddItemToObject(root, "zero_scheduled", cJSON_Parse(sched));
+    if (scheduled)
+        cJSON_AddTrueToObject(root, "scheduled");
+    if (instr)
+        cJSON_InsertItemInArray(cJSON_GetObjectItemCaseSensitive(root, list), 0,
+                                cJSON_Parse(instr));
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+static void expect_zero_error(int stage, const char *sched, int scheduled, const char *list,
+                              const char *instr, const char *want)
+{
+    char *json = zero_program(stage, sched, scheduled, list, instr);
+    RtProgram p;
+    int rc = program_load(json, colossalc_nkernels, &p, err, sizeof err);
+    CHECK(rc == -1);
+    if (rc == 0)
+        program_free(&p);
+    else
+        CHECK_ERR(err, want);
+    free(json);
+}
+
+/* "zero_scheduled" and the ZeRO instructions of program.h ("ZeRO inside the step"). */
+static void test_program_zero(void)
+{
+    const char *gather = "{\"op\": \"zero_gather\", \"param\": 1}";
+    char *json = zero_program(3, "true", 0, "step", gather);
+    RtProgram p;
+    int rc = program_load(json, colossalc_nkernels, &p, err, sizeof err);
+    free(json);
+    CHECK(rc == 0);
+    if (rc == 0) {
+        CHECK(p.zero_scheduled && p.zero_stage == 3 && p.step.n == 9);
+        CHECK(p.step.instr[0].op == RT_OP_ZERO_GATHER && p.step.instr[0].param == 1);
+        program_free(&p);
+    }
+    expect_zero_error(3, "true", 0, "step", "{\"op\": \"zero_reduce\", \"param\": 2}",
+                      "program: step[0].param: out of range");
+    expect_zero_error(3, "true", 0, "forward", gather,
+                      "program: forward[0].op: ZeRO instructions only in `step`");
+    expect_zero_error(3, NULL, 0, "step", gather,
+                      "program: step[0].op: ZeRO instructions only in `step` of a program with");
+    expect_zero_error(2, "true", 0, "step", gather,
+                      "step[0].op: \"zero_gather\" and \"zero_release\" only at zero_stage 3");
+    expect_zero_error(1, "true", 0, "step", NULL, "program: zero_scheduled: needs zero_stage 2 or 3");
+    expect_zero_error(2, "true", 1, "step", NULL,
+                      "program: zero_scheduled: needs an unscheduled one-stage program");
+    expect_zero_error(2, "1", 0, "step", NULL, "program: zero_scheduled: expected true or false");
+}
+
 /* ---- init ---------------------------------------------------------------------- */
 
 static void test_init(void)
@@ -356,6 +418,7 @@ int main(void)
     rt_mkdir_scratch("units");
     test_program_ok();
     test_program_errors();
+    test_program_zero();
     test_init();
     test_schedule();
     test_overrides();
