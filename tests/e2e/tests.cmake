@@ -21,6 +21,12 @@ add_test(NAME e2e_offload
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_offload.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/offload ${COLOSSALC_TORCH_PYTHON})
 set_tests_properties(e2e_gpt2_vs_torch e2e_resume e2e_recompute e2e_offload PROPERTIES TIMEOUT 600)
+# e2e_recompute runs mpirun: under the sanitizers, Open MPI's own leaks are suppressed
+# as for the multi-rank tests (tests/multirank/lsan.supp says how)
+if(COLOSSALC_SANITIZE)
+  set_tests_properties(e2e_recompute PROPERTIES ENVIRONMENT
+    "OMPI_MCA_mca_base_component_disable_dlclose=1;ASAN_OPTIONS=fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/multirank/lsan.supp:print_suppressions=0")
+endif()
 # --emit-llvm writes the optimised module: every kernel, vectorised (AVX or wider).
 add_test(NAME e2e_emit_llvm
          COMMAND sh -c "$0 $1 --emit-llvm $2 && grep -c '^define void @k' $2 && grep -q '<[0-9]* x float>' $2"
