@@ -2,7 +2,7 @@
 # Plan-search benchmark: the wall time of `colossalc --dump-plan` (front end and
 # search; the search's own time is what the text dump reports) for GPT-3 175B on
 # 64, 512 and 1024 A100-80GB GPUs (8 per node) and GPT-2 124M on 8, with the plan
-# chosen for each: mesh, ZeRO stage, micro-batches, recompute, schedule, predicted
+# chosen for each: mesh, ZeRO stage (+off: optimizer state offloaded to the host), micro-batches, recompute, schedule, predicted
 # step time, TFLOP/s per GPU and MFU (model FLOPs), peak memory per device.
 # Usage: bench/plan_search.sh [BUILD_DIR] [REPEATS]
 set -euo pipefail
@@ -33,7 +33,8 @@ d = json.load(open(path))
 m, p = d["mesh"], d["predicted"]
 sched = d["schedule"] + (" v=%d" % d["virtual_stages"] if d["virtual_stages"] > 1 else "")
 print("%-6s %5s %8.3f %8s  %-18s %-5s %-12s %-10s %-16s %9.3f %8.1f %5.1f%% %9.1f" % (
-    model, gpus, float(wall), search, "dp%d x tp%d x pp%d" % (m["dp"], m["tp"], m["pp"]), "%d" % d["zero_stage"],
+    model, gpus, float(wall), search, "dp%d x tp%d x pp%d" % (m["dp"], m["tp"], m["pp"]),
+    "%d%s" % (d["zero_stage"], "+off" if d.get("offload") == "optimizer" else ""),
     "%d x %d" % (d["microbatches"], d["microbatch_size"]), d["recompute"], sched, p["step_time_s"],
     p["tflops_per_gpu"], 100 * p["mfu"], d["memory"]["peak_bytes_per_device"] / 2**30))
 PY

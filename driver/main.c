@@ -52,6 +52,8 @@ static void usage(FILE *f) {
         "  --activation-memory SIZE  budget of the work tier (activations and workspace) for\n"
         "                    --recompute auto: bytes, or 512K, 512M, 2G, 1.5GiB (binary), 2GB (decimal)\n"
         "  --attention K     price attention as fused (default) or materialized (scores in memory)\n"
+        "  --offload O       force the plan's offload: none, or optimizer (its state on the host,\n"
+        "                    AdamW on the CPU); the search weighs both unless compiling\n"
         "  --device-memory SIZE  the device memory the program must fit: parameters, gradients and\n"
         "                    optimizer state are offloaded in chunks to the host (and NVMe), planned\n"
         "                    instruction by instruction (docs/memory.md); with -o\n"
@@ -131,7 +133,7 @@ static int parse_choice(const char *flag, const char *arg, const char *const *na
 
 enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA,
        O_GPN, O_GPU, O_CLUSTER, O_DUMP_PLAN, O_PLAN_OUT, O_PLAN, O_DP, O_TP, O_PP, O_ZERO, O_MBS, O_SCHEDULE, O_VSTAGES,
-       O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM };
+       O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD };
 
 /* The options that describe the cluster or force part of the plan. */
 static bool parse_plan_option(int c, const char *arg, Options *o) {
@@ -151,6 +153,11 @@ static bool parse_plan_option(int c, const char *arg, Options *o) {
   case O_VSTAGES: f->v = (int)parse_positive("--virtual-stages", arg); break;
   case O_SCHEDULE: f->schedule = parse_choice("--schedule", arg, schedule_names, 2); break;
   case O_ATTENTION: f->attn = parse_choice("--attention", arg, attn_kernel_names, 2); break;
+  case O_OFFLOAD: {
+    static const char *const names[] = {"none", "optimizer"};
+    f->offload = parse_choice("--offload", arg, names, 2);
+    break;
+  }
   case O_DUMP_PLAN: {
     static const char *const fmts[] = {"text", "json", "svg"};
     o->dump_plan = fmts[arg ? parse_choice("--dump-plan", arg, fmts, 3) : 0];
@@ -177,6 +184,7 @@ static void parse_options(int argc, char **argv, Options *o) {
     {"recompute", required_argument, 0, O_RECOMPUTE}, {"attention", required_argument, 0, O_ATTENTION},
     {"activation-memory", required_argument, 0, O_ACT_MEM},
     {"device-memory", required_argument, 0, O_DEV_MEM}, {"host-memory", required_argument, 0, O_HOST_MEM},
+    {"offload", required_argument, 0, O_OFFLOAD},
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
   *o = (Options){.gpus = 1, .rc = -1};
   plan_force_init(&o->force);
@@ -253,6 +261,7 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   if (c->schedule >= 0) f.schedule = c->schedule;
   if (o->rc >= 0 && o->rc < RC_COUNT) f.rc = o->rc;
   if (c->attn != ATTN_FUSED) f.attn = c->attn;
+  if (c->offload >= 0) f.offload = c->offload;
   if (f.v > 1 && f.schedule < 0) f.schedule = PS_INTERLEAVED;
   if (f.v > 1 && f.schedule == PS_1F1B) error_plain("--virtual-stages %d needs --schedule interleaved", f.v);
   if (o->out || o->emit_kernels || o->emit_llvm || o->emit_cuda || o->dump_after) { /* a plan to compile: what code generation runs */

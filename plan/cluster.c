@@ -19,28 +19,32 @@
  * 7 GB/s read, 5 GB/s write; the slower), the same for every profile. */
 #define NVME_BW (5 * G9)
 
-typedef struct Profile { DeviceSpec dev; LinkSpec intra, inter; double host_memory, host_link_bw; int node; } Profile;
+/* host_mem_bw: the node's CPU memory bandwidth, channels x transfer rate x 8 bytes:
+ * DGX A100, 2 AMD EPYC 7742 with 8 channels of DDR4-3200 each; DGX H100 and H200, 2 Intel
+ * Xeon Platinum 8480C with 8 channels of DDR5-4800 each; an RTX 3090 workstation, 2
+ * channels of DDR4-3200; the cpu profile, one EPYC 7763 socket (8 channels, DDR4-3200). */
+typedef struct Profile { DeviceSpec dev; LinkSpec intra, inter; double host_memory, host_link_bw; int node; double host_mem_bw; } Profile;
 
 /* dev: name, part, bf16, fp16, fp32, memory, memory_bw, reserved, gemm_eff, attn_eff, mem_eff, kernel_overhead, fp32_only */
 static const Profile profiles[] = {
   {{"a100-80g", "NVIDIA A100 SXM4 80GB", 312 * T12, 312 * T12, 19.5 * T12, 80 * GIB, 2039 * G9, 3 * GIB, 0.7, 0.55, 0.8, 4 * US, false},
    {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
-   {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85}, 2e12, 32 * G9, 8},
+   {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85}, 2e12, 32 * G9, 8, 409.6 * G9},
   {{"a100-40g", "NVIDIA A100 SXM4 40GB", 312 * T12, 312 * T12, 19.5 * T12, 40 * GIB, 1555 * G9, 2 * GIB, 0.7, 0.55, 0.8, 4 * US, false},
    {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
-   {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85}, 1e12, 32 * G9, 8},
+   {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85}, 1e12, 32 * G9, 8, 409.6 * G9},
   {{"h100-sxm", "NVIDIA H100 SXM5 80GB", 989 * T12, 989 * T12, 67 * T12, 80 * GIB, 3350 * G9, 3 * GIB, 0.65, 0.5, 0.8, 4 * US, false},
    {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
-   {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85}, 2e12, 64 * G9, 8},
+   {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85}, 2e12, 64 * G9, 8, 614.4 * G9},
   {{"h200", "NVIDIA H200 SXM 141GB", 989 * T12, 989 * T12, 67 * T12, 141e9, 4800 * G9, 3 * GIB, 0.65, 0.5, 0.8, 4 * US, false},
    {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
-   {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85}, 2e12, 64 * G9, 8},
+   {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85}, 2e12, 64 * G9, 8, 614.4 * G9},
   {{"rtx3090", "NVIDIA GeForce RTX 3090", 71 * T12, 71 * T12, 35.6 * T12, 24 * GIB, 936 * G9, 1.5 * GIB, 0.75, 0.5, 0.8, 5 * US, false},
    {"PCIe 4.0 x16 peer-to-peer", 32 * G9, 10 * US, 0.75},
-   {"100 Gb/s Ethernet per node", 12.5 * G9, 15 * US, 0.8}, 128 * GIB, 32 * G9, 4},
+   {"100 Gb/s Ethernet per node", 12.5 * G9, 15 * US, 0.8}, 128 * GIB, 32 * G9, 4, 51.2 * G9},
   {{"cpu", "AMD EPYC 7763 socket (64 cores)", 5.0176 * T12, 5.0176 * T12, 5.0176 * T12, 256 * GIB, 204.8 * G9, 1 * GIB, 0.7, 0.4, 0.7, 2 * US, true},
    {"socket-to-socket shared memory (MPI)", 50 * G9, 1 * US, 0.6},
-   {"100 Gb/s Ethernet per node", 12.5 * G9, 10 * US, 0.8}, 512 * GIB, 204.8 * G9, 2},
+   {"100 Gb/s Ethernet per node", 12.5 * G9, 10 * US, 0.8}, 512 * GIB, 204.8 * G9, 2, 204.8 * G9},
 };
 enum { NPROFILES = sizeof profiles / sizeof profiles[0] };
 
@@ -72,7 +76,8 @@ void cluster_from_profile(Cluster *c, const char *profile, int gpus, int gpus_pe
     error_plain("unknown GPU profile '%s' (known: %s; or describe the cluster with --cluster FILE.json)", profile, list);
   }
   *c = (Cluster){.dev = p->dev, .intra = p->intra, .inter = p->inter, .host_memory = p->host_memory,
-                 .host_link_bw = p->host_link_bw, .nvme_bw = NVME_BW, .gpus = gpus > 0 ? gpus : 1};
+                 .host_link_bw = p->host_link_bw, .nvme_bw = NVME_BW, .host_mem_bw = p->host_mem_bw,
+                 .gpus = gpus > 0 ? gpus : 1};
   set_counts(c, gpus, gpus_per_node, p->node, "--gpus");
   snprintf(c->name, sizeof c->name, "%d x %.40s", c->gpus, p->dev.name);
   cluster_validate(c, "--gpu");
@@ -189,8 +194,8 @@ static void read_link(Reader *r, const cJSON *o, LinkSpec *l, const char *oname)
 
 static void read_host(Reader *r, const cJSON *o, Cluster *c) {
   const Field f[] = {{"memory_gib", GIB, &c->host_memory}, {"link_bandwidth_gbs", G9, &c->host_link_bw},
-                     {"nvme_bandwidth_gbs", G9, &c->nvme_bw}};
-  read_fields(r, o, "host", f, 3, NULL);
+                     {"nvme_bandwidth_gbs", G9, &c->nvme_bw}, {"memory_bandwidth_gbs", G9, &c->host_mem_bw}};
+  read_fields(r, o, "host", f, 4, NULL);
 }
 
 static int read_count(Reader *r, const cJSON *root, const char *key) {
@@ -208,7 +213,7 @@ static void blank(Cluster *c) {
   *c = (Cluster){.dev = {.peak_bf16 = NAN, .peak_fp16 = NAN, .peak_fp32 = NAN, .memory = NAN, .memory_bw = NAN,
                          .reserved = 2 * GIB, .gemm_eff = 0.7, .attn_eff = 0.5, .mem_eff = 0.8, .kernel_overhead = 4 * US},
                  .intra = {"intra-node link", NAN, 2 * US, 0.8}, .inter = {"inter-node network", NAN, 5 * US, 0.85},
-                 .host_memory = 512 * GIB, .host_link_bw = 32 * G9, .nvme_bw = NVME_BW};
+                 .host_memory = 512 * GIB, .host_link_bw = 32 * G9, .nvme_bw = NVME_BW, .host_mem_bw = 200 * G9};
   snprintf(c->dev.name, sizeof c->dev.name, "custom");
 }
 
@@ -227,6 +232,7 @@ static void read_cluster(Reader *r, const cJSON *root, Cluster *c, int *node) {
     const Profile *p = cJSON_IsString(base) ? find_profile(base->valuestring) : NULL;
     if (!p) { rd_fail(r, "%s: base must name a built-in profile (a100-80g, a100-40g, h100-sxm, h200, rtx3090, cpu)%s%s", "", ""); return; }
     c->dev = p->dev, c->intra = p->intra, c->inter = p->inter, c->host_memory = p->host_memory, c->host_link_bw = p->host_link_bw;
+    c->host_mem_bw = p->host_mem_bw;
     *node = p->node;
   }
   const cJSON *o;

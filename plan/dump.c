@@ -72,6 +72,9 @@ static void text_header(FILE *f, const PlanResult *r) {
           recompute_names[c->rc], schedule_names[c->sched]);
   if (c->v > 1) fprintf(f, " with %d chunks per stage", c->v);
   fprintf(f, "; %s; attention %s\n", r->mixed ? "bf16 mixed precision" : "fp32", attn_kernel_names[c->attn]);
+  if (c->offload)
+    fprintf(f, "offload: the optimizer state (%.0f bytes a parameter) on the host, AdamW on the CPU: %.1f GiB of host "
+            "memory a node\n", r->o_bytes, p->pr.host / GIB);
 }
 
 static void text_time(FILE *f, const PlanResult *r) {
@@ -180,6 +183,7 @@ static cJSON *choice_json(cJSON *o, const PlanChoice *c) {
   cJSON_AddStringToObject(o, "schedule", schedule_names[c->sched]);
   cJSON_AddNumberToObject(o, "virtual_stages", c->v);
   cJSON_AddStringToObject(o, "attention", attn_kernel_names[c->attn]);
+  cJSON_AddStringToObject(o, "offload", c->offload ? "optimizer" : "none");
   return o;
 }
 
@@ -643,7 +647,7 @@ static void read_sharding(PReader *r, Arena *a, const Graph *g, const cJSON *sh,
 static void read_plan(PReader *r, Arena *a, const Graph *g, const cJSON *root, PlanForce *f) {
   static const char *const keys[] = {"schema", "model", "parameters", "cluster", "precision", "mesh", "zero_stage",
                                      "microbatch_size", "microbatches", "recompute", "schedule", "virtual_stages",
-                                     "attention", "predicted", "memory", "stages", "sharding", "collectives",
+                                     "attention", "offload", "predicted", "memory", "stages", "sharding", "collectives",
                                      "runners_up", "search", NULL};
   if (!cJSON_IsObject(root)) {
     pr_fail(r, "%s: a plan must be a JSON object%s%s", "", "");
@@ -667,6 +671,8 @@ static void read_plan(PReader *r, Arena *a, const Graph *g, const cJSON *root, P
   read_name(r, root, "recompute", recompute_names, RC_COUNT, &f->rc);
   read_name(r, root, "schedule", schedule_names, 2, &f->schedule);
   read_name(r, root, "attention", attn_kernel_names, 2, &f->attn);
+  static const char *const offload_names[] = {"none", "optimizer"};
+  read_name(r, root, "offload", offload_names, 2, &f->offload);
   const cJSON *sh = cJSON_GetObjectItemCaseSensitive(root, "sharding");
   if (sh && !r->err[0]) read_sharding(r, a, g, sh, f);
 }

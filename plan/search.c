@@ -16,9 +16,13 @@ enum { MAX_MBS = 64, MAX_V = 8, MAX_MESH = 512 };
  * NCCL kernels take streaming multiprocessors from the compute they overlap. */
 #define OVERLAP 0.8
 
+/* The fraction of a node's host memory bandwidth a vectorised CPU AdamW (DeepSpeed's
+ * CPUAdam) sustains: it streams parameters, gradients and moments once each way. */
+static const double HOST_MEM_EFF = 0.7;
+
 void plan_force_init(PlanForce *f) {
   *f = (PlanForce){.dp = -1, .tp = -1, .pp = -1, .zero = -1, .mbs = -1, .v = -1, .schedule = -1, .rc = -1,
-                   .attn = ATTN_FUSED, .op_strategy = NULL};
+                   .offload = -1, .attn = ATTN_FUSED, .op_strategy = NULL};
 }
 
 /* ---- sharding candidates, cached per (tp, mbs, recompute) ------------------------- */
@@ -309,6 +313,8 @@ static void stage_memory(const Search *S, const PlanChoice *ch, int i, const Sta
   ModelStates ms = cost_zero_states(e, ch->zero, ch->dp, r->w_bytes, r->g_bytes, r->o_bytes);
   st->params = e;
   st->weights = ms.weights, st->grads = ms.grads, st->optimizer = ms.optimizer;
+  st->host = 0;
+  if (ch->offload) st->host = st->optimizer, st->optimizer = 0; /* the optimizer's state lives on the host */
   st->activations = q->stash * cost_inflight(i, ch->pp, ch->m, ch->v);
   /* one layer's backward working set; ZeRO-3 also holds two layers' gathered weights */
   st->buffers = q->work + (ch->zero == 3 ? 2 * q->maxp * r->w_bytes : 0);
@@ -341,6 +347,9 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
   }
   double shard = st->params / (ch->zero >= 1 ? ch->dp : 1);
   double opt = shard * 2 * (r->w_bytes + r->g_bytes + r->o_bytes) / (cl->dev.memory_bw * cl->dev.mem_eff);
+  if (ch->offload) /* gradients down and weights up over the host link, AdamW streaming the host's memory */
+    opt = shard * (r->g_bytes + r->w_bytes) / cl->host_link_bw +
+          shard * 2 * (r->w_bytes + r->g_bytes + r->o_bytes) / (cl->host_mem_bw / cl->gpus_per_node * HOST_MEM_EFF);
   if (opt > sum->opt_time) sum->opt_time = opt;
   sum->flops_rc += q.flops_rc;
 }
@@ -383,6 +392,7 @@ static void price_plan(Search *S, CandSet *cs, int ci, const PlanChoice *ch, Pla
     price_stage(S, cs, ci, ch, start, i, &st[i], &sum);
     S->times[i] = st[i].time;
     if (st[i].total > pr->peak) pr->peak = st[i].total, pr->peak_stage = i;
+    if (st[i].host * S->r->cl->gpus_per_node > pr->host) pr->host = st[i].host * S->r->cl->gpus_per_node;
     if (st[i].time > st[pr->critical_stage].time) pr->critical_stage = i;
   }
   price_step(S, ch, st, &sum, pr);
@@ -462,13 +472,19 @@ static int schedules(Search *S, int pp, int m, int *v) {
 /* ZeRO stages to try: all four with data parallelism, but stages 2 and 3 (which
  * reduce gradients every micro-batch) only without a pipeline, as DeepSpeed. */
 static void try_choice(Search *S, Mesh *mesh, CandSet *cs, int ci, PlanChoice ch) {
-  int zlo = S->f->zero >= 0 ? S->f->zero : 0, zhi = S->f->zero >= 0 ? S->f->zero : ch.dp == 1 ? 0 : ch.pp > 1 ? 1 : 3;
-  for (int z = zlo; z <= zhi; z++) {
-    PlanPrice pr;
-    ch.zero = z;
-    price_plan(S, cs, ci, &ch, NULL, &pr);
-    record(S, mesh, &ch, &pr);
-  }
+  const PlanForce *f = S->f;
+  int zlo = f->zero >= 0 ? f->zero : 0, zhi = f->zero >= 0 ? f->zero : ch.dp == 1 ? 0 : ch.pp > 1 ? 1 : 3;
+  /* offloading the optimizer is weighed when there is optimizer state and the plan is
+   * not being compiled (code generation offloads one rank, with --device-memory) */
+  int olo = f->offload >= 0 ? f->offload : 0, ohi = f->offload >= 0 ? f->offload : !f->exec && S->r->o_bytes > 0;
+  for (int off = olo; off <= ohi; off++)
+    for (int z = zlo; z <= zhi; z++) {
+      PlanPrice pr;
+      ch.zero = z, ch.offload = off;
+      price_plan(S, cs, ci, &ch, NULL, &pr);
+      if (off && pr.host > S->r->cl->host_memory) continue; /* the host cannot hold it */
+      record(S, mesh, &ch, &pr);
+    }
 }
 
 static void search_mbs(Search *S, Mesh *mesh, int dp, int tp, int pp, int mbs) {
@@ -614,8 +630,9 @@ static void collect_runners(Search *S, const Mesh *win) {
 }
 
 static const char *plan_text(const PlanChoice *c, char *buf, size_t len) {
-  snprintf(buf, len, "dp=%d tp=%d pp=%d, ZeRO-%d, %d micro-batches of %d, recompute %s, %s%s", c->dp, c->tp, c->pp,
-           c->zero, c->m, c->mbs, recompute_names[c->rc], schedule_names[c->sched], c->v > 1 ? " (virtual stages)" : "");
+  snprintf(buf, len, "dp=%d tp=%d pp=%d, ZeRO-%d, %d micro-batches of %d, recompute %s, %s%s%s", c->dp, c->tp, c->pp,
+           c->zero, c->m, c->mbs, recompute_names[c->rc], schedule_names[c->sched], c->v > 1 ? " (virtual stages)" : "",
+           c->offload ? ", optimizer on the host" : "");
   return buf;
 }
 

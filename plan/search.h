@@ -16,6 +16,7 @@ extern const char *const schedule_names[2];
  * leaves a part to the search. */
 typedef struct PlanForce {
   int dp, tp, pp, zero, mbs, v, schedule, rc;
+  int offload;                /* -1 search, 0 none, 1 optimizer state on the host */
   int attn;                   /* AttnKernel; fused unless a plan file says otherwise */
   const char **op_strategy;   /* [g->n] strategy name per op, or NULL */
   bool exec;                  /* the plan will be compiled: only what code generation runs */
@@ -32,6 +33,8 @@ typedef struct PlanChoice {
   Recompute rc;
   AttnKernel attn;
   int cand;              /* which sharding candidate of (tp, mbs, rc) */
+  bool offload;          /* optimizer state (and fp32 master weights) on the host, AdamW on the
+                          * CPU, as ZeRO-Offload: gradients go down and weights come up each step */
 } PlanChoice;
 
 /* Step time and its parts (seconds), on the critical pipeline stage. */
@@ -39,6 +42,7 @@ typedef struct PlanPrice {
   double step, compute, recompute, tp_comm, p2p, bubble, dp_comm, optimizer;
   double tflops, hw_tflops, mfu;   /* per GPU: model FLOPs, with recompute, model FLOPs over peak */
   double peak;                     /* bytes per device, on the fullest stage */
+  double host;                     /* bytes of host memory per node the offloaded state needs */
   int peak_stage, critical_stage;
   bool fits;
 } PlanPrice;
@@ -47,6 +51,7 @@ typedef struct StageCost {
   int first_layer, nlayers;        /* its layers (all chunks); -1/0 when none */
   double t_fwd, t_bwd, tp_comm, t_rc, p2p, time; /* per micro-batch */
   double weights, grads, optimizer, activations, buffers, total; /* bytes per device */
+  double host;                     /* bytes per device kept on the host (an offloaded optimizer) */
   double params;                   /* parameter elements per device */
 } StageCost;
 

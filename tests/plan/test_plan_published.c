@@ -35,7 +35,7 @@ static void check_run(const Run *r) {
   Cluster cl;
   PlanForce f;
   plan_force_init(&f);
-  f.tp = r->t, f.pp = r->p, f.dp = r->d, f.zero = 0, f.rc = RC_FULL, f.attn = ATTN_MATERIALIZED;
+  f.tp = r->t, f.pp = r->p, f.dp = r->d, f.zero = 0, f.rc = RC_FULL, f.attn = ATTN_MATERIALIZED, f.offload = 0;
   DiagJump j;
   diag_push(&j);
   if (setjmp(j.jb)) {
