@@ -58,16 +58,22 @@ static void touch(L *l, int buf, int instr) {
   if (instr > b->last) b->last = instr;
 }
 
-static PInstr *emit(L *l, PSeq *s, PInstrKind kind) {
+PInstr *pseq_push(Arena *a, PSeq *s, PInstrKind kind) {
   if (s->n == s->cap) {
     int cap = s->cap ? 2 * s->cap : 256;
-    PInstr *v = arena_array(l->a, cap, sizeof *v);
+    PInstr *v = arena_array(a, cap, sizeof *v);
     if (s->n) memcpy(v, s->v, s->n * sizeof *v);
     s->v = v;
     s->cap = cap;
   }
   PInstr *in = &s->v[s->n++];
-  *in = (PInstr){.kind = kind, .node = l->at ? l->at->id : -1};
+  *in = (PInstr){.kind = kind, .node = -1};
+  return in;
+}
+
+static PInstr *emit(L *l, PSeq *s, PInstrKind kind) {
+  PInstr *in = pseq_push(l->a, s, kind);
+  in->node = l->at ? l->at->id : -1;
   return in;
 }
 

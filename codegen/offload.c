@@ -102,18 +102,7 @@ static int64_t part_size(const Sim *S, int item) {
   return item % PART_COUNT == PART_OPT && S->p->g->train.opt == OPT_ADAMW ? 2 * b : b;
 }
 
-static PInstr *put(Sim *S, PInstrKind kind) {
-  PSeq *s = &S->out;
-  if (s->n == s->cap) {
-    int cap = s->cap ? 2 * s->cap : 256;
-    PInstr *v = arena_array(S->p->arena, cap, sizeof *v);
-    if (s->n) memcpy(v, s->v, s->n * sizeof *v);
-    s->v = v, s->cap = cap;
-  }
-  PInstr *in = &s->v[s->n++];
-  *in = (PInstr){.kind = kind, .node = -1};
-  return in;
-}
+static PInstr *put(Sim *S, PInstrKind kind) { return pseq_push(S->p->arena, &S->out, kind); }
 
 static double bandwidth(const Sim *S, Loc a, Loc b) {
   if (a == LOC_NVME || b == LOC_NVME) return S->o->cl ? S->o->cl->nvme_bw : 3e9;

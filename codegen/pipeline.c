@@ -107,30 +107,18 @@ int pipe_check(const Partition *part, int m, bool interleaved, char *err, size_t
 
 /* ---- the stages' programs --------------------------------------------------------------- */
 
-static PInstr *put(Arena *a, PSeq *s, PInstrKind kind) {
-  if (s->n == s->cap) {
-    int cap = s->cap ? 2 * s->cap : 256;
-    PInstr *v = arena_array(a, cap, sizeof *v);
-    if (s->n) memcpy(v, s->v, s->n * sizeof *v);
-    s->v = v, s->cap = cap;
-  }
-  PInstr *in = &s->v[s->n++];
-  *in = (PInstr){.kind = kind, .node = -1};
-  return in;
-}
-
 static void put_seq(Arena *a, PSeq *s, const PSeq *from) {
-  for (int i = 0; i < from->n; i++) *put(a, s, from->v[i].kind) = from->v[i];
+  for (int i = 0; i < from->n; i++) *pseq_push(a, s, from->v[i].kind) = from->v[i];
 }
 
 static void put_p2p(Arena *a, PSeq *s, PInstrKind kind, int peer, int tag, int64_t off, int64_t count) {
-  PInstr *in = put(a, s, kind);
+  PInstr *in = pseq_push(a, s, kind);
   in->index = peer, in->tag = tag, in->tier = RT_TIER_WORK, in->offset = off, in->bytes = count * 4;
 }
 
 static void put_input(Arena *a, PSeq *s, int role, int mb, int64_t off) {
   if (off < 0) return;
-  PInstr *in = put(a, s, PI_INPUT);
+  PInstr *in = pseq_push(a, s, PI_INPUT);
   in->role = role, in->index = mb, in->offset = off;
 }
 
@@ -163,7 +151,7 @@ static void compose(Program *p, const Partition *part, int m, bool interleaved, 
       if (k + 1 > p->slots) p->slots = k + 1;
     }
     const PChunk *ch = find_chunk(p, x.chunk);
-    if (slot_of[x.mb] != cur) put(a, &p->step, PI_SLOT)->index = cur = slot_of[x.mb];
+    if (slot_of[x.mb] != cur) pseq_push(a, &p->step, PI_SLOT)->index = cur = slot_of[x.mb];
     if (x.fwd) {
       put_input(a, &p->step, PIN_TOKENS, x.mb, ch->tokens);
       put_input(a, &p->step, PIN_TARGETS, x.mb, ch->targets);
@@ -176,7 +164,7 @@ static void compose(Program *p, const Partition *part, int m, bool interleaved, 
         const Boundary *bd = &part->bound[b];
         if (bd->from == x.chunk) put_p2p(a, &p->step, PI_SEND, stage_of(part, bd->to), 2 * b, ch->out[bd->out], bd->count);
       }
-      if (ch->loss >= 0) put(a, &p->step, PI_LOSS)->offset = ch->loss;
+      if (ch->loss >= 0) pseq_push(a, &p->step, PI_LOSS)->offset = ch->loss;
     } else {
       for (int b = 0; b < part->nbound; b++) {
         const Boundary *bd = &part->bound[b];

@@ -12,18 +12,6 @@ static void widen(Span *s, int i) {
   s->last = i;
 }
 
-static PInstr *put(Arena *a, PSeq *s, PInstrKind kind) {
-  if (s->n == s->cap) {
-    int cap = s->cap ? 2 * s->cap : 256;
-    PInstr *v = arena_array(a, cap, sizeof *v);
-    if (s->n) memcpy(v, s->v, s->n * sizeof *v);
-    s->v = v, s->cap = cap;
-  }
-  PInstr *in = &s->v[s->n++];
-  *in = (PInstr){.kind = kind, .node = -1};
-  return in;
-}
-
 /* What an instruction touches: instr_touch's ranges, and a collective's source and
  * destination (which instr_touch leaves out: offload plans have no collectives).
  * The source of a tensor-parallel all_gather is one part of the global tensor. */
@@ -85,21 +73,21 @@ void zero_schedule(Program *p) {
     for (int k = 0; k < np; k++) {
       if (p->zero_stage == 3)
         for (int j = USE_FWD; j <= USE_BWD; j++)
-          if (use[k][j].first == i) put(a, &out, PI_ZERO_GATHER)->chunk = k;
-      if (use[k][USE_GRAD].first == i) put(a, &out, PI_ZERO_GRAD)->chunk = k;
+          if (use[k][j].first == i) pseq_push(a, &out, PI_ZERO_GATHER)->chunk = k;
+      if (use[k][USE_GRAD].first == i) pseq_push(a, &out, PI_ZERO_GRAD)->chunk = k;
     }
-    *put(a, &out, p->step.v[i].kind) = p->step.v[i];
+    *pseq_push(a, &out, p->step.v[i].kind) = p->step.v[i];
     for (int k = 0; k < np; k++) {
-      if (use[k][USE_GRAD].last == i) put(a, &out, PI_ZERO_REDUCE)->chunk = k;
+      if (use[k][USE_GRAD].last == i) pseq_push(a, &out, PI_ZERO_REDUCE)->chunk = k;
       if (p->zero_stage == 3)
         for (int j = USE_FWD; j <= USE_BWD; j++)
-          if (use[k][j].last == i) put(a, &out, PI_ZERO_RELEASE)->chunk = k;
+          if (use[k][j].last == i) pseq_push(a, &out, PI_ZERO_RELEASE)->chunk = k;
     }
   }
   /* a parameter the step never writes a gradient for is still reduced (zeros), so
    * every rank makes the same calls and the update finds a gradient */
   for (int k = 0; k < np; k++)
-    if (use[k][USE_GRAD].first < 0) put(a, &out, PI_ZERO_GRAD)->chunk = k, put(a, &out, PI_ZERO_REDUCE)->chunk = k;
+    if (use[k][USE_GRAD].first < 0) pseq_push(a, &out, PI_ZERO_GRAD)->chunk = k, pseq_push(a, &out, PI_ZERO_REDUCE)->chunk = k;
   p->step = out;
   p->zero_scheduled = true;
 }
