@@ -3,35 +3,18 @@
 #include "passes/recompute.h"
 #include <stdlib.h>
 #include <string.h>
+#include "ir/analysis.h"
 #include "ir/diag.h"
 
 const char *const rc_layer_names[RCL_COUNT] = {"keep", "attention core", "full"};
 
 static bool computed(const Node *n) { return op_info(n->op)->cls != CLS_SOURCE; }
-static bool is_const(const Node *n) { return n->op == OP_CONST; }
 static bool is_view(const Node *n) {
   return n->op == OP_RESHAPE || n->op == OP_TRANSPOSE || n->op == OP_SLICE || n->op == OP_BROADCAST;
 }
 static double bytes_of(const Node *n) { return (double)shape_numel(&n->shape) * (dtype_size_bits(n->dtype) / 8); }
 
 /* ---- what a mode recomputes --------------------------------------------------------- */
-
-int recompute_attn_core(const Node *sm, const Node **core) {
-  if (sm->op != OP_SOFTMAX) return 0;
-  const Node *chain[8];
-  int n = 0;
-  chain[n++] = sm;
-  const Node *x = sm->in[0];
-  while (n < 7 && (x->op == OP_MUL || x->op == OP_DIV || x->op == OP_ADD || x->op == OP_SUB)) {
-    if (is_const(x->in[1])) chain[n++] = x, x = x->in[0];
-    else if (is_const(x->in[0]) && x->op != OP_DIV && x->op != OP_SUB) chain[n++] = x, x = x->in[1];
-    else return 0;
-  }
-  if (x->op != OP_MATMUL) return 0;
-  core[0] = x;
-  for (int i = 0; i < n; i++) core[i + 1] = chain[n - 1 - i];
-  return n + 1;
-}
 
 /* cand[i]: forward node i may be recomputed under its layer's mode. */
 static void mark_candidates(const Graph *g, const RcLayer *mode, bool *cand) {
@@ -40,7 +23,7 @@ static void mark_candidates(const Graph *g, const RcLayer *mode, bool *cand) {
     if (n->layer < 0 || !computed(n)) continue;
     if (mode[n->layer] == RCL_FULL) cand[i] = true;
     const Node *core[8];
-    int k = mode[n->layer] == RCL_ATTN ? recompute_attn_core(n, core) : 0;
+    int k = mode[n->layer] == RCL_ATTN ? ir_attn_core(n, core) : 0;
     for (int c = 0; c < k; c++)
       if (core[c]->layer == n->layer) cand[core[c]->id] = true;
   }
@@ -233,7 +216,7 @@ RecomputeStats *recompute_stats(const Graph *g) {
     }
   for (int i = 0; i < nf; i++) {
     const Node *core[8];
-    if (g->nodes[i]->layer >= 0 && recompute_attn_core(g->nodes[i], core)) st->has_attn[g->nodes[i]->layer] = true;
+    if (g->nodes[i]->layer >= 0 && ir_attn_core(g->nodes[i], core)) st->has_attn[g->nodes[i]->layer] = true;
   }
   int *stamp = arena_array(a, g->n + 1, sizeof *stamp);
   RcLayer *mode = arena_array(a, L + 1, sizeof *mode);

@@ -8,8 +8,8 @@
  *    backward node of the layer; its backward nodes read the clones;
  *  - attention core (Megatron-LM's selective recompute): for each softmax of the
  *    layer, the core is the softmax, the scaling between it and the score GEMM, and
- *    the GEMM q·kᵀ (recompute_attn_core); the [B, H, S, T] scores and probabilities
- *    are recomputed from q and k instead of being kept.
+ *    the GEMM q·kᵀ (ir_attn_core, ir/analysis.h); the [B, H, S, T] scores and
+ *    probabilities are recomputed from q and k instead of being kept.
  * The originals are then read only by forward nodes, so the memory plan frees them
  * when the forward pass is done. Clones are backward-part nodes (ids >= n_forward)
  * with the layer and source location of their originals. Dropout masks are a
@@ -25,13 +25,6 @@
 
 typedef enum { RCL_KEEP, RCL_ATTN, RCL_FULL, RCL_COUNT } RcLayer;
 extern const char *const rc_layer_names[RCL_COUNT]; /* "keep", "attention core", "full" */
-
-/* The nodes of the attention core that ends in softmax node sm: the softmax, the
- * chain of scalings (mul, div, add, sub by a constant) between it and the matmul
- * that makes the scores, and that matmul. Writes up to 8 nodes, the matmul first;
- * returns the count, 0 when sm's input is not such a chain. The plan's cost model
- * (plan/shard.c) uses the same definition. */
-int recompute_attn_core(const Node *sm, const Node **core);
 
 /* The forward nodes that mode recomputes in each layer: rc[i] for node i, [g->n_forward].
  * requires: pass_autodiff. */

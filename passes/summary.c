@@ -17,19 +17,6 @@ static void add_node(Row *r, const Node *n) {
   r->train += c.fwd_flops + c.bwd_flops;
 }
 
-void graph_stats(const Graph *g, GraphStats *s) {
-  Row all = {0};
-  *s = (GraphStats){0};
-  for (int i = 0; i < g->n; i++) {
-    const Node *n = g->nodes[i];
-    add_node(&all, n);
-    if (n->op == OP_PARAM) s->param_bytes += (double)shape_numel(&n->shape) * dtype_size_bits(n->dtype) / 8;
-  }
-  s->params = all.params;
-  s->fwd_flops = all.fwd;
-  s->train_flops = all.train;
-}
-
 static void human(char *buf, size_t len, double v, const char *unit) {
   const char *pre[] = {"", "K", "M", "G", "T", "P", "E"};
   int k = 0;

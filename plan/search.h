@@ -6,7 +6,7 @@
  * polynomial in the divisors of the GPU count and the batch). */
 #ifndef COLOSSALC_PLAN_SEARCH_H
 #define COLOSSALC_PLAN_SEARCH_H
-#include "passes/summary.h"
+#include "ir/analysis.h"
 #include "plan/shard.h"
 
 typedef enum { PS_1F1B, PS_INTERLEAVED } PipeSchedule;

@@ -1,12 +1,13 @@
 /* Intra-op sharding (plan/shard.h): the model analysis the plan needs (batch
  * dimensions, consumers, saved tensors, segments and their signatures), the legal
- * strategies of each op, their prices, and the dynamic program that picks one
- * strategy per op. */
+ * strategies of each op (its rule shard_<name>, found by name from ir/ops.def, in a
+ * table like the other per-op functions), their prices, and the dynamic program that
+ * picks one strategy per op. */
 #include "plan/shard.h"
-#include "passes/recompute.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "ir/analysis.h"
 
 const char *const attn_kernel_names[2] = {"fused", "materialized"};
 
@@ -276,7 +277,7 @@ static void assign_signatures(Arena *a, PlanModel *pm) {
   }
 }
 
-/* What recompute runs again (passes/recompute.c does the same on the differentiated
+/* What recompute runs again (pass_recompute does the same on the differentiated
  * graph): under full recompute, the ops of a layer whose output the layer's own
  * backward reads (as saves_input and saves_output say) and the ops of the layer they
  * are computed from; under selective recompute, the attention cores. */
@@ -290,7 +291,7 @@ static void mark_recompute(Arena *a, PlanModel *pm) {
     if (saves_output(n->op)) pm->rc_full[i] = true;
     for (int k = 0; k < n->nin; k++)
       if (saves_input(n->op, k) && n->in[k]->layer == n->layer && is_computed(n->in[k])) pm->rc_full[n->in[k]->id] = true;
-    for (int c = recompute_attn_core(n, core) - 1; c >= 0; c--)
+    for (int c = ir_attn_core(n, core) - 1; c >= 0; c--)
       if (core[c]->layer == n->layer) pm->rc_sel[core[c]->id] = true;
   }
   for (int i = g->n - 1; i >= 0; i--)
@@ -359,30 +360,23 @@ enum { MAX_IN = 64 };
 
 typedef struct SB { Arena *a; const ShardCtx *x; const Node *n; Strat *s; int ns, cap; } SB;
 
-/* Whether the partition pass (passes/partition.c) can run strategy `name` of n: every
- * tensor-parallel rank's part must come from the same local program, so no rank may
- * need its own offset into a data input, a position, a causal mask, a dropout mask or
- * a vocabulary range, and the loss stays whole. */
-static bool executable(const Node *n, const char *name, int out, const uint8_t *in) {
+/* Under ShardCtx.exec only strategies the partition pass (pass_partition) can run
+ * are offered: every tensor-parallel rank's part must come from the same local
+ * program, so no rank may need its own offset into a data input, a position, a causal
+ * mask, a dropout mask or a vocabulary range, and the loss stays whole. Each
+ * shard_<name> leaves out what its op forbids; the rule for every op is this one,
+ * which sb_add applies: inputs that are data (input, const, arange) stay whole. */
+static bool exec_inputs(const Node *n, const uint8_t *in) {
   for (int i = 0; i < n->nin; i++) {
     OpKind src = n->in[i]->op;
     if ((src == OP_INPUT || src == OP_CONST || src == OP_ARANGE) && in[i] != PL_R) return false;
   }
-  int d = out >= PL_S0 ? out - PL_S0 : -1, nd = n->shape.ndim;
-  bool causal = (n->op == OP_SOFTMAX || n->op == OP_ATTENTION) && attr_int(n, "causal");
-  if (n->op == OP_DROPOUT) return d < 0;
-  if (n->op == OP_ROTARY) return d != nd - 2;
-  if (n->op == OP_SOFTMAX) return !causal || d != nd - 2;
-  if (n->op == OP_ATTENTION) return !causal || strcmp(name, "queries");
-  if (n->op == OP_EMBEDDING) return strcmp(name, "vocab");
-  if (n->op == OP_CROSS_ENTROPY) return out == PL_R && in[0] == PL_R;
-  if (n->op == OP_MEAN) return out != PL_P;
   return true;
 }
 
 static void sb_add(SB *b, const char *name, int out, const uint8_t *in, bool divided) {
   const Node *n = b->n;
-  if (b->x->exec && !executable(n, name, out, in)) return;
+  if (b->x->exec && !exec_inputs(n, in)) return;
   if (!legal(b->x, n, out)) return;
   for (int i = 0; i < n->nin; i++)
     if (!legal(b->x, n->in[i], in[i])) return;
@@ -413,48 +407,93 @@ static void gen_follow(SB *b, const char *name, int d) {
   sb_add(b, name, PL_S0 + d, in, true);
 }
 
-/* Linear ops carry partial sums through: out P from inputs P (and R factors). */
+/* Every output dimension split, as the inputs follow. */
+static void gen_splits(SB *b) {
+  for (int d = 0; d < b->n->shape.ndim; d++) gen_follow(b, "split", d);
+}
+
+/* Linear ops carry partial sums through: out P from inputs P. */
 static void gen_partial(SB *b) {
-  const Node *n = b->n;
   uint8_t in[MAX_IN];
-  all_in(n, in, PL_P);
-  OpKind op = n->op;
-  if (op == OP_MUL || op == OP_DIV) { /* a partial sum times (or over) a whole factor */
-    in[1] = PL_R;
-    sb_add(b, "partial", PL_P, in, false);
-    if (op == OP_DIV) return;
-    in[0] = PL_R, in[1] = PL_P;
-  } else if (op_info(op)->cls != CLS_MOVE && op != OP_ADD && op != OP_SUB && op != OP_NEG && op != OP_CAST &&
-             op != OP_DROPOUT && op != OP_ROTARY) {
-    return;
-  }
+  all_in(b->n, in, PL_P);
   sb_add(b, "partial", PL_P, in, false);
 }
 
-static void gen_elementwise(SB *b) {
+/* ---- per-op rules: shard_<name>, found by name from ir/ops.def ------------------ */
+
+/* Each rule adds the op's strategies beyond "replicated" (gen_strategies adds that
+ * one first, for every op). Ops with no strategy of their own: sources, gradient ops
+ * (made after the plan, by autodiff) and collectives (made by the partition pass). */
+static void shard_none(SB *b) {}
+
+/* Elementwise ops: any split their inputs allow; linear ones carry partial sums. */
+static void shard_elementwise(SB *b) { gen_splits(b); }
+
+static void shard_linear(SB *b) {
+  gen_splits(b);
+  gen_partial(b);
+}
+
+/* a · b: a partial sum times a whole factor, either way round. */
+static void shard_mul(SB *b) {
+  gen_splits(b);
+  uint8_t in[2] = {PL_P, PL_R};
+  sb_add(b, "partial", PL_P, in, false);
+  in[0] = PL_R, in[1] = PL_P;
+  sb_add(b, "partial", PL_P, in, false);
+}
+
+/* a / b: a partial sum over a whole divisor. */
+static void shard_div(SB *b) {
+  gen_splits(b);
+  uint8_t in[2] = {PL_P, PL_R};
+  sb_add(b, "partial", PL_P, in, false);
+}
+
+/* Not split under exec: each rank would need its own offset into the mask. */
+static void shard_dropout(SB *b) {
+  if (!b->x->exec) gen_splits(b);
+  gen_partial(b);
+}
+
+/* x [..., seq, H·hd]: features split by whole heads only; under exec not along
+ * positions (each rank would need its own position offset). */
+static void shard_rotary(SB *b) {
   const Node *n = b->n;
-  for (int d = 0; d < n->shape.ndim; d++) {
-    if (n->op == OP_ROTARY && d == n->shape.ndim - 1 && attr_int(n, "heads") % b->x->t) continue;
+  int nd = n->shape.ndim;
+  for (int d = 0; d < nd; d++) {
+    if (d == nd - 1 && attr_int(n, "heads") % b->x->t) continue;
+    if (d == nd - 2 && b->x->exec) continue;
     gen_follow(b, "split", d);
   }
   gen_partial(b);
 }
 
 /* Normalisations: split anything but the normalised axis; weights whole. */
-static void gen_norm(SB *b, int axis) {
-  const Node *n = b->n;
+static void gen_norm_split(SB *b, int d) {
   uint8_t in[MAX_IN];
-  for (int d = 0; d < n->shape.ndim; d++) {
-    if (d == axis) continue;
-    all_in(n, in, PL_R);
-    in[0] = PL_S0 + d;
-    sb_add(b, "split", PL_S0 + d, in, true);
-  }
+  all_in(b->n, in, PL_R);
+  in[0] = PL_S0 + d;
+  sb_add(b, "split", PL_S0 + d, in, true);
+}
+
+static void shard_rownorm(SB *b) {
+  for (int d = 0; d + 1 < b->n->shape.ndim; d++) gen_norm_split(b, d);
+}
+
+/* Under exec, a causal one is not split along queries (each rank would need its own
+ * offset into the mask). */
+static void shard_softmax(SB *b) {
+  const Node *n = b->n;
+  int nd = n->shape.ndim, ax = norm_axis(attr_int(n, "axis"), nd);
+  bool causal = b->x->exec && attr_int(n, "causal");
+  for (int d = 0; d < nd; d++)
+    if (d != ax && !(causal && d == nd - 2)) gen_norm_split(b, d);
 }
 
 /* matmul a[..., m, k] · b[..., k, n]: split m, column (split n), row (split k:
  * partial sums), or a batch dimension. */
-static void gen_matmul(SB *b) {
+static void shard_matmul(SB *b) {
   const Node *n = b->n, *A = n->in[0], *B = n->in[1];
   int na = A->shape.ndim, nb = B->shape.ndim, no = n->shape.ndim;
   bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
@@ -474,20 +513,23 @@ static void gen_matmul(SB *b) {
   }
 }
 
-/* attention(q, k, v) on [B, S, H·hd]: by batch, by heads, or by queries. */
-static void gen_attention(SB *b) {
+/* attention(q, k, v) on [B, S, H·hd]: by batch, by heads, or by queries (under exec
+ * not when causal: each rank would need its own offset into the mask). */
+static void shard_attention(SB *b) {
   uint8_t in[3] = {PL_S0, PL_S0, PL_S0};
   sb_add(b, "batch", PL_S0, in, true);
   if (attr_int(b->n, "heads") % b->x->t == 0) {
     memset(in, PL_S0 + 2, 3);
     sb_add(b, "heads", PL_S0 + 2, in, true);
   }
+  if (b->x->exec && attr_int(b->n, "causal")) return;
   in[0] = PL_S0 + 1, in[1] = in[2] = PL_R;
   sb_add(b, "queries", PL_S0 + 1, in, true);
 }
 
-/* embedding(table [V, D], index): rows of the index, vocab-parallel (P), or D split. */
-static void gen_embedding(SB *b) {
+/* embedding(table [V, D], index): rows of the index, vocab-parallel (P; not under
+ * exec: each rank would need its own vocabulary range), or D split. */
+static void shard_embedding(SB *b) {
   const Node *ix = b->n->in[1];
   uint8_t in[2] = {PL_R, PL_R};
   for (int d = 0; d < ix->shape.ndim; d++) {
@@ -495,16 +537,18 @@ static void gen_embedding(SB *b) {
     sb_add(b, "rows", PL_S0 + d, in, true);
   }
   in[0] = PL_S0, in[1] = PL_R;
-  sb_add(b, "vocab", PL_P, in, true);
+  if (!b->x->exec) sb_add(b, "vocab", PL_P, in, true);
   in[0] = PL_S0 + 1;
   sb_add(b, "columns", PL_S0 + b->n->shape.ndim - 1, in, true);
 }
 
 /* cross_entropy(logits [..., V], targets): rows (a partial mean), or
- * vocab-parallel (Megatron's: max, sum and target logit all-reduced). */
-static void gen_cross_entropy(SB *b) {
+ * vocab-parallel (Megatron's: max, sum and target logit all-reduced). Under exec
+ * neither: the loss stays whole, from whole logits. */
+static void shard_cross_entropy(SB *b) {
   const Node *lg = b->n->in[0];
   uint8_t in[2];
+  if (b->x->exec) return;
   for (int d = 0; d + 1 < lg->shape.ndim; d++) {
     in[0] = in[1] = PL_S0 + d;
     sb_add(b, "rows", PL_P, in, true);
@@ -513,83 +557,116 @@ static void gen_cross_entropy(SB *b) {
   sb_add(b, "vocab", PL_R, in, true);
 }
 
-static void gen_reduce(SB *b) {
+/* Reductions: split a kept axis; reducing a split axis leaves partial sums. */
+static void gen_reduce(SB *b, bool partial) {
   const Node *n = b->n;
   int ax = reduce_axis(n), keep = attr_int(n, "keepdim");
   uint8_t in[1];
   for (int d = 0; d < n->in[0]->shape.ndim; d++) {
     in[0] = PL_S0 + d;
-    if (ax < 0 || d == ax) sb_add(b, "partial", PL_P, in, true);
-    else sb_add(b, "split", PL_S0 + (keep || d < ax ? d : d - 1), in, true);
+    if (ax < 0 || d == ax) {
+      if (partial) sb_add(b, "partial", PL_P, in, true);
+    } else {
+      sb_add(b, "split", PL_S0 + (keep || d < ax ? d : d - 1), in, true);
+    }
   }
 }
 
-static void gen_reshape(SB *b) {
+static void shard_sum(SB *b) { gen_reduce(b, true); }
+
+/* Under exec no partial mean: each rank's local mean would divide by its own count,
+ * and the parts would not add up to the mean. */
+static void shard_mean(SB *b) { gen_reduce(b, !b->x->exec); }
+
+static void shard_reshape(SB *b) {
   uint8_t in[1];
   for (int d = 0; d < b->n->in[0]->shape.ndim; d++) {
     int o = reshape_dim(b->n, d);
     in[0] = PL_S0 + d;
     if (o >= 0) sb_add(b, "split", PL_S0 + o, in, true);
   }
+  gen_partial(b);
 }
 
-static void gen_transpose(SB *b) {
+static void shard_transpose(SB *b) {
   const AttrVal *perm = attr_get(b->n, "perm");
   uint8_t in[1];
   for (int j = 0; j < perm->n; j++) {
     in[0] = PL_S0 + (int)perm->v[j];
     sb_add(b, "split", PL_S0 + j, in, true);
   }
+  gen_partial(b);
 }
 
-/* slice, pad, concat: split any axis but the one they work along; a slice of a
- * split axis too, when its bounds divide: each rank then holds its part of every
- * slice (the partition pass lays the producer's columns out that way, as Megatron
- * does for q, k and v). */
-static void gen_along_axis(SB *b) {
+/* slice, pad, concat: split any axis but the one they work along (slice_ok: that
+ * one too), and carry partial sums. */
+static void gen_along_axis(SB *b, bool slice_ok) {
   const Node *n = b->n;
   int ax = norm_axis(attr_int(n, "axis"), n->shape.ndim);
-  bool slice_ok = n->op == OP_SLICE && attr_int(n, "start") % b->x->t == 0 && attr_int(n, "end") % b->x->t == 0;
   uint8_t in[MAX_IN];
   for (int d = 0; d < n->shape.ndim; d++) {
     if (d == ax && !slice_ok) continue;
     all_in(n, in, PL_S0 + d);
     sb_add(b, "split", PL_S0 + d, in, true);
   }
-}
-
-static void gen_move(SB *b) {
-  OpKind op = b->n->op;
-  if (op == OP_RESHAPE) gen_reshape(b);
-  else if (op == OP_TRANSPOSE) gen_transpose(b);
-  else if (op == OP_SLICE || op == OP_PAD || op == OP_CONCAT) gen_along_axis(b);
-  else if (op == OP_BROADCAST)
-    for (int d = 0; d < b->n->shape.ndim; d++) gen_follow(b, "split", d);
   gen_partial(b);
 }
 
-/* Every legal strategy of op n; "replicated" always first. */
+/* A slice of a split axis too, when its bounds divide: each rank then holds its part
+ * of every slice (the partition pass lays the producer's columns out that way, as
+ * Megatron does for q, k and v). */
+static void shard_slice(SB *b) {
+  int t = b->x->t;
+  gen_along_axis(b, attr_int(b->n, "start") % t == 0 && attr_int(b->n, "end") % t == 0);
+}
+
+static void shard_along_axis(SB *b) { gen_along_axis(b, false); }
+
+#define shard_input shard_none
+#define shard_param shard_none
+#define shard_const shard_none
+#define shard_arange shard_none
+#define shard_add shard_linear
+#define shard_sub shard_linear
+#define shard_neg shard_linear
+#define shard_gelu shard_elementwise
+#define shard_silu shard_elementwise
+#define shard_relu shard_elementwise
+#define shard_cast shard_linear
+#define shard_layernorm shard_rownorm
+#define shard_rmsnorm shard_rownorm
+#define shard_concat shard_along_axis
+#define shard_broadcast shard_linear
+#define shard_sum_to shard_none
+#define shard_gelu_grad shard_none
+#define shard_silu_grad shard_none
+#define shard_relu_grad shard_none
+#define shard_layernorm_grad shard_none
+#define shard_rmsnorm_grad shard_none
+#define shard_softmax_grad shard_none
+#define shard_cross_entropy_grad shard_none
+#define shard_embedding_grad shard_none
+#define shard_pad shard_along_axis
+#define shard_all_reduce shard_none
+#define shard_all_gather shard_none
+#define shard_reduce_scatter shard_none
+#define shard_split shard_none
+#define shard_tp_copy shard_none
+
+static void (*const shard_rules[OP_COUNT])(SB *) = {
+#define OP(id, name, nin, cls, flags, attrs) [OP_##id] = shard_##name,
+#include "ir/ops.def"
+#undef OP
+};
+
+/* Every legal strategy of op n: "replicated" first (whole inputs and output, which
+ * every rank can run), then the op's rule. */
 static Strat *gen_strategies(Arena *a, const ShardCtx *x, const Node *n, int *ns) {
   SB b = {.a = a, .x = x, .n = n};
   uint8_t *in = arena_alloc(a, n->nin + 1);
   all_in(n, in, PL_R);
   sb_add(&b, "replicated", PL_R, in, false);
-  if (x->t > 1 && n->nin <= MAX_IN) switch (n->op) {
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_GELU: case OP_SILU: case OP_RELU:
-    case OP_DROPOUT: case OP_CAST: case OP_ROTARY: gen_elementwise(&b); break;
-    case OP_LAYERNORM: case OP_RMSNORM: gen_norm(&b, n->shape.ndim - 1); break;
-    case OP_SOFTMAX: gen_norm(&b, norm_axis(attr_int(n, "axis"), n->shape.ndim)); break;
-    case OP_MATMUL: gen_matmul(&b); break;
-    case OP_ATTENTION: gen_attention(&b); break;
-    case OP_EMBEDDING: gen_embedding(&b); break;
-    case OP_CROSS_ENTROPY: gen_cross_entropy(&b); break;
-    case OP_SUM: case OP_MEAN: gen_reduce(&b); break;
-    case OP_RESHAPE: case OP_TRANSPOSE: case OP_SLICE: case OP_CONCAT: case OP_BROADCAST: case OP_PAD: gen_move(&b); break;
-    case OP_INPUT: case OP_PARAM: case OP_CONST: case OP_ARANGE: case OP_SUM_TO: case OP_GELU_GRAD: case OP_SILU_GRAD:
-    case OP_RELU_GRAD: case OP_LAYERNORM_GRAD: case OP_RMSNORM_GRAD: case OP_SOFTMAX_GRAD: case OP_CROSS_ENTROPY_GRAD:
-    case OP_EMBEDDING_GRAD: case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_SPLIT:
-    case OP_TP_COPY: case OP_COUNT: break;
-    }
+  if (x->t > 1 && n->nin <= MAX_IN) shard_rules[n->op](&b);
   *ns = b.ns;
   return b.s;
 }

@@ -3,7 +3,7 @@
  *
  * A tensor is, along the tensor-parallel axis, R (replicated), P (partial sums
  * pending) or S(d) (split along dimension d) (DESIGN.md, "Shardings are
- * placements"). Each op has legal strategies, derived from its op-table class:
+ * placements"). Each op has legal strategies, from its op-table rule (shard_<name>):
  * for a matmul replicated, split-m, column (split n), row (split k, output P) and
  * batch splits; for elementwise ops any split its inputs allow, and P for the
  * linear ones; for norms any split but the normalised axis; vocab-parallel
@@ -55,7 +55,7 @@ typedef struct PlanModel {
   bool *bdep;            /* [g->n] its size scales with the batch */
   int *nuse, **use;      /* [g->n] consumers of each node, in graph order */
   int *saver;            /* [g->n] the op that keeps the tensor for backward, or -1 */
-  bool *rc_full, *rc_sel; /* [g->n] run again under full / selective recompute (passes/recompute.h) */
+  bool *rc_full, *rc_sel; /* [g->n] run again under full / selective recompute (pass_recompute) */
   Segment *seg;          /* [nseg] before, layers..., after (before/after may be empty) */
   int nseg, nsig;
   int first_layer_seg, nlayer_segs;

@@ -9,7 +9,7 @@
  *  - the 1F1B bubble (p-1)/m, interleaved (p-1)/(vm), in-flight micro-batches;
  *  - alpha-beta collectives. */
 #include <string.h>
-#include "passes/summary.h"
+#include "ir/analysis.h"
 #include "plan/search.h"
 #include "tests/plan/plan_test.h"
 
