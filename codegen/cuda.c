@@ -606,10 +606,8 @@ static void decl_bases_and_scalars(Emit *E, Str *o) {
     if (!E->use_buf[b]) continue;
     const KBuf *kb = &k->bufs[b];
     const char *ty = kb->dtype == DT_I32 ? "int" : "float", *c = E->ro[b] ? "const " : "";
-    put(o, "  %s%s *const b%d = (%s%s *)(tiers[%d] + %lldLL);   /* ", c, ty, b, c, ty, kb->tier, (long long)kb->offset);
-    for (const char *s = kb->name ? kb->name : "?"; *s; s++)   /* the name, made safe for a comment */
-      put(o, "%c", (*s == '*' || *s == '/' || *s == '\n' || (unsigned char)*s < 32) ? '?' : *s);
-    put(o, ", %lld %s */\n", (long long)kb->numel, dtype_name(kb->dtype));
+    put(o, "  %s%s *const b%d = (%s%s *)bufs.p[%d];   /* %lld %s */\n", c, ty, b, c, ty, b, (long long)kb->numel,
+        dtype_name(kb->dtype));
   }
   for (int i = 0; i < E->nsc; i++)
     if (E->use_sc[i]) put(o, "  const float s%d = scalars[%d];\n", i, i);
@@ -860,7 +858,7 @@ static void emit_comment_kernel(FILE *f, const Kernel *k) {
   size_t len = 0;
   FILE *m = open_memstream(&text, &len);
   ir_assert(m);
-  kernel_print(m, k);
+  kernel_print_code(m, k);
   fclose(m);
   fputs("// ", f);
   for (const char *s = text; s && *s; s++) {
@@ -886,7 +884,7 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
   fprintf(f, "\n// ---- %s: %s, %d threads per block, n = %s ----\n", k->name, cuda_mapping_name(E.map), bs,
           k->par == KP_COLS ? "columns" : "rows");
   emit_comment_kernel(f, k);
-  fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s(char *const *tiers, long long n, const float *scalars) {\n",
+  fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const cc_bufs bufs, long long n, const float *scalars) {\n",
           bs, k->name);
   fprintf(f, "%s%s}\n", head.s ? head.s : "", body.s ? body.s : "");
   str_free(&body);
@@ -898,11 +896,13 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
  * functions). The block reductions need blockDim.x to be a multiple of 32 (at most
  * 1024) and leave the same bits in every thread: each butterfly step adds the same
  * two values in every lane (a + b == b + a). */
+_Static_assert(K_MAX_BUFS == 16, "cc_bufs in the prelude holds K_MAX_BUFS pointers");
 static const char prelude[] =
   "#ifndef COLOSSALC_CUDA_PRELUDE\n"
   "#define COLOSSALC_CUDA_PRELUDE\n"
   "#define CC_INF __int_as_float(0x7f800000)\n"
   "#define CC_NAN __int_as_float(0x7fffffff)\n"
+  "struct cc_bufs { char *p[16]; };   /* the address of each buffer of a kernel (K_MAX_BUFS) */\n"
   "#ifndef CC_SHARED   /* a test harness may define its own */\n"
   "#define CC_SHARED(type, name, n) __shared__ type name[n]\n"
   "#endif\n"
@@ -955,7 +955,7 @@ static const char prelude[] =
 
 void cuda_emit_prelude(FILE *f, int nkernels) {
   fprintf(f, "/* colossalc %s: %d CUDA kernel%s, generated for NVRTC (-std=c++17); do not edit.\n"
-             " * Each: extern \"C\" __global__ void NAME(char *const *tiers, long long n, const float *scalars),\n"
+             " * Each: extern \"C\" __global__ void NAME(const cc_bufs bufs, long long n, const float *scalars),\n"
              " * covering [0, n) of its parallel range; -DCOLOSSALC_CUDA_BOUNDS checks every address. */\n",
           COLOSSALC_VERSION, nkernels, nkernels == 1 ? "" : "s");
   fputs(prelude, f);

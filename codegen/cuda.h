@@ -3,7 +3,10 @@
  * no libc headers). This file only writes text; it needs no CUDA header or library.
  *
  * Each kernel becomes
- *     extern "C" __global__ void NAME(char *const *tiers, long long n, const float *scalars)
+ *     extern "C" __global__ void NAME(const cc_bufs bufs, long long n, const float *scalars)
+ * with cc_bufs (defined in the prelude) a struct of K_MAX_BUFS pointers, passed by
+ * value: bufs.p[i] is the address of the kernel's buffer i (its binding resolved by
+ * the launcher), so kernels that share code (codegen/share.c) are one function
  * covering [0, n) of its parallel range (rows for KP_ROWS, columns for KP_COLS) with a
  * grid-stride loop, so any grid size is correct; cuda_kernel_grid_size() says which
  * one fills the machine. The launcher must use cuda_kernel_block_size() threads per

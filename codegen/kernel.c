@@ -108,6 +108,25 @@ void kernel_check(const Kernel *k) {
   }
 }
 
+int kernel_alias_classes(const Kernel *k, int cls[K_MAX_BUFS]) {
+  int n = 0;
+  for (int i = 0; i < k->nbufs; i++) {
+    const KBuf *x = &k->bufs[i];
+    cls[i] = -1;
+    for (int j = 0; j < i && cls[i] < 0; j++) {
+      const KBuf *y = &k->bufs[j];
+      if (x->tier == y->tier && x->offset < y->offset + y->numel * 4 && y->offset < x->offset + x->numel * 4)
+        cls[i] = cls[j];
+    }
+    if (cls[i] < 0) cls[i] = n++;
+  }
+  return n;
+}
+
+void kernel_bind(const Kernel *k, char *const *tiers, char *bufs[K_MAX_BUFS]) {
+  for (int i = 0; i < k->nbufs; i++) bufs[i] = tiers[k->bufs[i].tier] + k->bufs[i].offset;
+}
+
 /* ---- reference evaluator ------------------------------------------------------ */
 
 typedef struct EvalCtx { const Kernel *k; char *const *tiers; const float *scalars; int64_t r, j; float acc[K_MAX_ACCS]; } EvalCtx;
@@ -233,68 +252,81 @@ static const char *binary_names[] = {
 #undef X
 };
 
-static void print_view(FILE *f, const Kernel *k, const KView *v);
+static void print_view(FILE *f, const Kernel *k, const KView *v, bool code);
 
-static void print_expr(FILE *f, const Kernel *k, const KExpr *e) {
+/* A buffer: its name, or in the code form (no bindings) its index. */
+static void print_buf(FILE *f, const Kernel *k, int b, bool code) {
+  if (code) fprintf(f, "b%d", b);
+  else fprintf(f, "%s", k->bufs[b].name);
+}
+
+static void print_expr(FILE *f, const Kernel *k, const KExpr *e, bool code) {
   switch (e->kind) {
   case KX_CONST: fprintf(f, "%.9g", e->f); break;
-  case KX_LOAD: fprintf(f, "%s", k->bufs[e->buf].name); print_view(f, k, &e->view); break;
+  case KX_LOAD: print_buf(f, k, e->buf, code); print_view(f, k, &e->view, code); break;
   case KX_ACC: fprintf(f, "acc%d", e->acc); break;
   case KX_COORD: fprintf(f, "i%d", e->axis); break;
   case KX_SCALAR: fprintf(f, "scalar%d", e->index); break;
-  case KX_UNARY: fprintf(f, "%s(", unary_names[e->uop]); print_expr(f, k, e->a); fputc(')', f); break;
+  case KX_UNARY: fprintf(f, "%s(", unary_names[e->uop]); print_expr(f, k, e->a, code); fputc(')', f); break;
   case KX_BINARY:
     fprintf(f, "%s(", binary_names[e->bop]);
-    print_expr(f, k, e->a);
+    print_expr(f, k, e->a, code);
     fputs(", ", f);
-    print_expr(f, k, e->b);
+    print_expr(f, k, e->b, code);
     fputc(')', f);
     break;
   case KX_RAND:
     fprintf(f, "rand(%lld, scalar%d, ", (long long)e->seed, e->index);
-    print_view(f, k, &e->view);
+    print_view(f, k, &e->view, code);
     fputc(')', f);
     break;
   case KX_SELECT:
     fputs("select(", f);
-    print_expr(f, k, e->a);
+    print_expr(f, k, e->a, code);
     fputs(", ", f);
-    print_expr(f, k, e->b);
+    print_expr(f, k, e->b, code);
     fputs(", ", f);
-    print_expr(f, k, e->c);
+    print_expr(f, k, e->c, code);
     fputc(')', f);
     break;
   }
 }
 
-static void print_view(FILE *f, const Kernel *k, const KView *v) {
+static void print_view(FILE *f, const Kernel *k, const KView *v, bool code) {
   fprintf(f, "[%lld", (long long)v->offset);
   for (int d = 0; d < k->ndims; d++)
     if (v->strides[d]) fprintf(f, " + i%d*%lld", d, (long long)v->strides[d]);
   if (v->gather) {
     fputs(" + (", f);
-    print_expr(f, k, v->gather);
+    print_expr(f, k, v->gather, code);
     fprintf(f, ")*%lld", (long long)v->gather_stride);
   }
   fputc(']', f);
 }
 
-void kernel_print(FILE *f, const Kernel *k) {
+static void print_kernel(FILE *f, const Kernel *k, bool code) {
   fprintf(f, "kernel %s par=%s dims=[", k->name, k->par == KP_ROWS ? "rows" : "cols");
   for (int d = 0; d < k->ndims; d++) fprintf(f, "%s%lld%s", d ? ", " : "", (long long)k->dims[d], d + 1 == k->row_dims ? " |" : "");
   fprintf(f, "] rows=%lld cols=%lld\n", (long long)k->rows, (long long)k->cols);
-  for (int i = 0; i < k->nbufs; i++)
-    fprintf(f, "  buf %s tier=%d offset=%lld numel=%lld %s\n", k->bufs[i].name, k->bufs[i].tier,
-            (long long)k->bufs[i].offset, (long long)k->bufs[i].numel, dtype_name(k->bufs[i].dtype));
+  for (int i = 0; i < k->nbufs; i++) {
+    fputs("  buf ", f);
+    print_buf(f, k, i, code);
+    if (!code) fprintf(f, " tier=%d offset=%lld", k->bufs[i].tier, (long long)k->bufs[i].offset);
+    fprintf(f, " numel=%lld %s\n", (long long)k->bufs[i].numel, dtype_name(k->bufs[i].dtype));
+  }
   for (int i = 0; i < k->nphases; i++) {
     const KPhase *p = &k->phases[i];
     if (p->kind == KPH_REDUCE) fprintf(f, "  acc%d = %s_j ", p->acc, p->reduce == KR_SUM ? "sum" : "max");
     else {
-      fprintf(f, "  %s %s", p->kind == KPH_MAP ? "map" : "row", k->bufs[p->buf].name);
-      print_view(f, k, &p->view);
+      fprintf(f, "  %s ", p->kind == KPH_MAP ? "map" : "row");
+      print_buf(f, k, p->buf, code);
+      print_view(f, k, &p->view, code);
       fputs(p->store == KS_ADD ? " += " : " = ", f);
     }
-    print_expr(f, k, p->expr);
+    print_expr(f, k, p->expr, code);
     fputc('\n', f);
   }
 }
+
+void kernel_print(FILE *f, const Kernel *k) { print_kernel(f, k, false); }
+void kernel_print_code(FILE *f, const Kernel *k) { print_kernel(f, k, true); }

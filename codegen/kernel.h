@@ -33,13 +33,18 @@
  * covers vocabularies and positions). Stores into i32 buffers are not allowed.
  *
  * Buffers are named by index into Kernel.bufs; each names a tier and a byte offset
- * within it, resolved by the memory plan. An emitted CPU kernel has the signature
- *     void NAME(char *const *tiers, int64_t lo, int64_t hi, const float *scalars)
- * and runs the parallel range [lo, hi) (rows or columns, per `par`); a CUDA kernel
- *     __global__ void NAME(char *const *tiers, int64_t n, const float *scalars)
- * covers [0, n) of the parallel range with one thread per index (grid-stride loop).
- * `scalars` carries per-step runtime values (learning rate, bias corrections, the
- * clipping scale, the step number), read by KX_SCALAR.
+ * within it, resolved by the memory plan: its binding. The emitted code does not
+ * contain the bindings: it receives the address of each buffer, so kernels that
+ * differ only in their bindings share one code (program_share_kernels,
+ * codegen/share.c). An emitted CPU kernel has the signature
+ *     void NAME(char *const *bufs, int64_t lo, int64_t hi, const float *scalars)
+ * with bufs[i] the address of buffer i, and runs the parallel range [lo, hi) (rows
+ * or columns, per `par`); a CUDA kernel
+ *     __global__ void NAME(cc_bufs bufs, long long n, const float *scalars)
+ * (cc_bufs: a struct of K_MAX_BUFS pointers, passed by value) covers [0, n) of the
+ * parallel range with one thread per index (grid-stride loop). `scalars` carries
+ * per-step runtime values (learning rate, bias corrections, the clipping scale, the
+ * step number), read by KX_SCALAR.
  */
 #ifndef COLOSSALC_KERNEL_H
 #define COLOSSALC_KERNEL_H
@@ -164,11 +169,23 @@ void kernel_row(Kernel *k, int buf, KView view, KStore s, KExpr *e);
 KView kview_contig(const Kernel *k, int64_t offset);
 void kernel_check(const Kernel *k);    /* internal consistency; ir_assert on failure */
 
+/* Classes of buffers: cls[i] is the class of buffer i, a buffer joining the class of
+ * the first earlier one whose bytes it overlaps (same tier, overlapping ranges); the
+ * emitters may assume buffers of different classes never alias. Returns the count. */
+int kernel_alias_classes(const Kernel *k, int cls[K_MAX_BUFS]);
+
+/* The address of each buffer under its binding: bufs[i] = tiers[tier] + offset, what
+ * the emitted code takes (and a kernel instruction's "args" give the runtime). */
+void kernel_bind(const Kernel *k, char *const *tiers, char *bufs[K_MAX_BUFS]);
+
 /* Reference evaluator: runs a kernel on the CPU, plainly, over [0, rows) (or all
- * columns): the meaning the emitters must reproduce. tiers[t] are base pointers. */
+ * columns): the meaning the emitters must reproduce. tiers[t] are base pointers
+ * (the kernel's own bindings place its buffers in them). */
 void kernel_eval(const Kernel *k, char *const *tiers, const float *scalars);
 
-/* Text form, for --emit-kernels and for bug reports. */
+/* Text form, for --emit-kernels and for bug reports: with each buffer's binding, or
+ * (kernel_print_code) as the shared code sees it, buffers by index, no bindings. */
 void kernel_print(FILE *f, const Kernel *k);
+void kernel_print_code(FILE *f, const Kernel *k);
 
 #endif

@@ -22,10 +22,11 @@
  *
  * Aliasing. Different tiers never alias and distinct buffers of one tier do not
  * overlap, so each buffer gets its own alias scope (!alias.scope / !noalias); buffers
- * whose byte ranges do overlap share one. A kernel may load and store the same buffer
- * (KS_ADD, in-place updates): those accesses stay in one scope and LLVM's dependence
- * analysis sees the equal addresses. No `noalias` attributes: every pointer is derived
- * from the one `tiers` argument.
+ * whose byte ranges do overlap share one (kernel_alias_classes: the classes are part
+ * of what makes kernels share code, so they hold for every instance). A kernel may
+ * load and store the same buffer (KS_ADD, in-place updates): those accesses stay in
+ * one scope and LLVM's dependence analysis sees the equal addresses. No `noalias`
+ * attributes: every pointer is loaded from the one `bufs` argument.
  *
  * Numerics (the choices, and how they differ from kernel_eval):
  *  - MAP and ROW phases are strict IEEE f32: no fast-math, no FMA contraction. They
@@ -59,6 +60,7 @@
 #include "codegen/llvm.h"
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,7 +199,7 @@ const char *llvm_link_libs(const LlvmModule *m) {
 typedef struct Emit {
   LlvmModule *m;
   const Kernel *k;
-  LLVMValueRef fn, tiers, lo, hi, scalars;  /* the function and its arguments */
+  LLVMValueRef fn, bufs, lo, hi, scalars;   /* the function and its arguments */
   LLVMBuilderRef b;             /* where code goes now */
   LLVMBuilderRef entry_b;       /* end of the entry block: per-call values */
   LLVMBuilderRef row_b;         /* end of the row header: per-row values */
@@ -247,11 +249,9 @@ static LLVMValueRef buf_ptr(Emit *e, int buf) {
   const KBuf *kb = &e->k->bufs[buf];
   LlvmModule *m = e->m;
   LLVMTypeRef i8p = LLVMPointerType(m->i8, 0);
-  LLVMValueRef tier = ci(e, kb->tier);
-  LLVMValueRef slot = LLVMBuildInBoundsGEP2(e->entry_b, i8p, e->tiers, &tier, 1, "");
-  LLVMValueRef base = LLVMBuildLoad2(e->entry_b, i8p, slot, "");
-  LLVMValueRef off = ci(e, kb->offset);
-  LLVMValueRef p = LLVMBuildInBoundsGEP2(e->entry_b, m->i8, base, &off, 1, "");
+  LLVMValueRef index = ci(e, buf);
+  LLVMValueRef slot = LLVMBuildInBoundsGEP2(e->entry_b, i8p, e->bufs, &index, 1, "");
+  LLVMValueRef p = LLVMBuildLoad2(e->entry_b, i8p, slot, "");
   LLVMTypeRef elt = kb->dtype == DT_I32 ? m->i32 : m->f32;
   return e->bufp[buf] = LLVMBuildBitCast(e->entry_b, p, LLVMPointerType(elt, 0), kb->name);
 }
@@ -742,22 +742,6 @@ static void emit_cols_kernel(Emit *e, LLVMBasicBlockRef done) {
 
 /* ---- one kernel: set-up, alias scopes, verification ----------------------------------- */
 
-static bool bufs_overlap(const KBuf *x, const KBuf *y) {
-  return x->tier == y->tier && x->offset < y->offset + y->numel * 4 && y->offset < x->offset + x->numel * 4;
-}
-
-/* Classes of buffers: a buffer joins the class of the first earlier one it overlaps. */
-static void buffer_classes(Emit *e) {
-  const Kernel *k = e->k;
-  e->ncls = 0;
-  for (int i = 0; i < k->nbufs; i++) {
-    e->cls[i] = -1;
-    for (int x = 0; x < i && e->cls[i] < 0; x++)
-      if (bufs_overlap(&k->bufs[i], &k->bufs[x])) e->cls[i] = e->cls[x];
-    if (e->cls[i] < 0) e->cls[i] = e->ncls++;
-  }
-}
-
 /* One alias scope per class of overlapping buffers; none when there is one class. */
 static void alias_scopes(Emit *e) {
   const Kernel *k = e->k;
@@ -798,7 +782,7 @@ static LLVMValueRef kernel_function(LlvmModule *m, const Kernel *k) {
     LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
                             LLVMCreateStringAttribute(m->ctx, attrs[i][0], (unsigned)strlen(attrs[i][0]), attrs[i][1],
                                                       (unsigned)strlen(attrs[i][1])));
-  const char *names[4] = {"tiers", "lo", "hi", "scalars"};
+  const char *names[4] = {"bufs", "lo", "hi", "scalars"};
   for (unsigned i = 0; i < 4; i++) LLVMSetValueName2(LLVMGetParam(fn, i), names[i], strlen(names[i]));
   return fn;
 }
@@ -827,14 +811,14 @@ void llvm_emit_kernel(LlvmModule *m, const Kernel *k) {
   e.rowoff = calloc(nviews, sizeof *e.rowoff);
   ir_assert(e.val && e.stack && e.spec && e.rowview && e.rowoff);
   memset(e.spec, -1, (size_t)k->nexprs + 1);
-  e.tiers = LLVMGetParam(e.fn, 0);
+  e.bufs = LLVMGetParam(e.fn, 0);
   e.lo = LLVMGetParam(e.fn, 1);
   e.hi = LLVMGetParam(e.fn, 2);
   e.scalars = LLVMGetParam(e.fn, 3);
   e.b = LLVMCreateBuilderInContext(m->ctx);
   e.entry_b = LLVMCreateBuilderInContext(m->ctx);
   e.row_b = LLVMCreateBuilderInContext(m->ctx);
-  buffer_classes(&e);
+  e.ncls = kernel_alias_classes(k, e.cls);
   alias_scopes(&e);
 
   LLVMBasicBlockRef entry = new_block(&e, "entry"), start = new_block(&e, "start");
@@ -869,6 +853,14 @@ static LLVMValueRef add_constant(LlvmModule *m, const char *name, LLVMValueRef i
   return g;
 }
 
+/* The kernel table (of fns), its length and the program JSON. */
+static void emit_table(LlvmModule *m, LLVMValueRef *fns, int n, const char *json) {
+  LLVMTypeRef fp = LLVMPointerType(m->kfn, 0);
+  LLVMSetAlignment(add_constant(m, "colossalc_kernels", LLVMConstArray(fp, fns, (unsigned)n)), 8);
+  add_constant(m, "colossalc_nkernels", LLVMConstInt(m->i32, (unsigned long long)n, 1));
+  add_constant(m, "colossalc_program_json", LLVMConstStringInContext(m->ctx, json, (unsigned)strlen(json), 0));
+}
+
 void llvm_emit_program(LlvmModule *m, const Kernel *const *kernels, int n, const char *program_json) {
   ir_assert(n >= 0 && program_json);
   LLVMValueRef *fns = calloc((size_t)n + 1, sizeof *fns);
@@ -877,11 +869,7 @@ void llvm_emit_program(LlvmModule *m, const Kernel *const *kernels, int n, const
     llvm_emit_kernel(m, kernels[i]);
     fns[i] = LLVMGetNamedFunction(m->mod, kernels[i]->name);
   }
-  LLVMTypeRef fp = LLVMPointerType(m->kfn, 0);
-  LLVMSetAlignment(add_constant(m, "colossalc_kernels", LLVMConstArray(fp, fns, (unsigned)n)), 8);
-  add_constant(m, "colossalc_nkernels", LLVMConstInt(m->i32, (unsigned long long)n, 1));
-  add_constant(m, "colossalc_program_json",
-               LLVMConstStringInContext(m->ctx, program_json, (unsigned)strlen(program_json), 0));
+  emit_table(m, fns, n, program_json);
   free(fns);
   char *msg = NULL;
   if (LLVMVerifyModule(m->mod, LLVMReturnStatusAction, &msg)) llvm_fail("module verifier", msg);
@@ -943,4 +931,114 @@ int llvm_write_ir(LlvmModule *m, const char *path, char *err, size_t errlen) {
   char *msg = NULL;
   if (LLVMPrintModuleToFile(m->mod, path, &msg)) return report(msg, err, errlen);
   return 0;
+}
+
+/* ---- the whole program on several threads --------------------------------------------- */
+
+/* Kernels whose loops are long enough for the loop vectorizer to pay get O3; the rest
+ * (a row of a handful of elements, one value per row) O2, which is the same code
+ * without the vectorizer's and unroller's search. */
+int llvm_kernel_opt_level(const Kernel *k) { return k->cols >= 8 || (k->par == KP_COLS) ? 3 : 2; }
+
+typedef struct Part { int level, first, n; char path[4200]; } Part;
+
+typedef struct Build {
+  const Kernel *const *kernels;
+  int *order;                  /* kernel indices grouped by level */
+  Part *parts;
+  int nparts, next, done, total, failed;
+  LlvmProgress progress;
+  void *ctx;
+  char err[512];
+  pthread_mutex_t lock;
+} Build;
+
+static int compile_part(Build *b, Part *p) {
+  LlvmModule *m = llvm_module_new("colossalc_kernels");
+  for (int i = 0; i < p->n; i++) llvm_emit_kernel(m, b->kernels[b->order[p->first + i]]);
+  char err[512] = "";
+  int rc = llvm_optimize(m, p->level) || llvm_write_object(m, p->path, err, sizeof err);
+  if (rc) {
+    pthread_mutex_lock(&b->lock);
+    if (!b->failed) snprintf(b->err, sizeof b->err, "%s", err[0] ? err : "LLVM optimisation failed");
+    b->failed = 1;
+    pthread_mutex_unlock(&b->lock);
+  }
+  llvm_module_free(m);
+  return rc;
+}
+
+static void *build_worker(void *arg) {
+  Build *b = arg;
+  for (;;) {
+    pthread_mutex_lock(&b->lock);
+    int i = b->failed ? b->nparts : b->next++;
+    pthread_mutex_unlock(&b->lock);
+    if (i >= b->nparts || compile_part(b, &b->parts[i])) return NULL;
+    pthread_mutex_lock(&b->lock);
+    b->done += b->parts[i].n;
+    if (b->progress) b->progress(b->done, b->total, b->ctx);
+    pthread_mutex_unlock(&b->lock);
+  }
+}
+
+/* The parts: kernels of one level, at most 8 in a part (small parts keep every thread
+ * busy to the end and the progress fine-grained). */
+static void plan_parts(Build *b, int n, const char *prefix) {
+  b->order = calloc((size_t)n + 1, sizeof *b->order);
+  b->parts = calloc((size_t)n + 1, sizeof *b->parts);
+  ir_assert(b->order && b->parts);
+  int k = 0;
+  for (int level = 3; level >= 0; level--) {
+    int first = k;
+    for (int i = 0; i < n; i++)
+      if (llvm_kernel_opt_level(b->kernels[i]) == level) b->order[k++] = i;
+    for (int at = first; at < k; at += 8) {
+      Part *p = &b->parts[b->nparts];
+      *p = (Part){.level = level, .first = at, .n = k - at < 8 ? k - at : 8};
+      snprintf(p->path, sizeof p->path, "%s.%d.o", prefix, b->nparts);
+      b->nparts++;
+    }
+  }
+}
+
+/* The module with the kernel table (declarations of every kernel) and the JSON. */
+static int compile_table(const Kernel *const *kernels, int n, const char *json, const char *path, char *err,
+                         size_t errlen) {
+  LlvmModule *m = llvm_module_new("colossalc_program");
+  LLVMValueRef *fns = calloc((size_t)n + 1, sizeof *fns);
+  ir_assert(fns);
+  for (int i = 0; i < n; i++) fns[i] = LLVMAddFunction(m->mod, kernels[i]->name, m->kfn);
+  emit_table(m, fns, n, json);
+  free(fns);
+  int rc = llvm_write_object(m, path, err, errlen);
+  llvm_module_free(m);
+  return rc;
+}
+
+int llvm_compile_program(const Kernel *const *kernels, int n, const char *json, int threads, const char *prefix,
+                         LlvmProgress progress, void *ctx, char ***objs, char *err, size_t errlen) {
+  Build b = {.kernels = kernels, .total = n, .progress = progress, .ctx = ctx};
+  pthread_mutex_init(&b.lock, NULL);
+  plan_parts(&b, n, prefix);
+  char **paths = calloc((size_t)b.nparts + 2, sizeof *paths);
+  ir_assert(paths);
+  snprintf(b.parts[b.nparts].path, sizeof b.parts[b.nparts].path, "%s.table.o", prefix);
+  int rc = compile_table(kernels, n, json, b.parts[b.nparts].path, err, errlen);   /* also initialises LLVM */
+  if (threads < 1) threads = 1;
+  if (threads > b.nparts) threads = b.nparts;
+  pthread_t *tid = calloc((size_t)threads + 1, sizeof *tid);
+  ir_assert(tid);
+  int started = 0;
+  for (int t = 1; !rc && t < threads; t++) started += !pthread_create(&tid[started], NULL, build_worker, &b);
+  if (!rc) build_worker(&b);
+  for (int t = 0; t < started; t++) pthread_join(tid[t], NULL);
+  free(tid);
+  if (!rc && b.failed) rc = -1, snprintf(err, errlen, "%s", b.err);
+  for (int i = 0; i <= b.nparts; i++) paths[i] = strdup(b.parts[i].path);
+  *objs = paths;
+  pthread_mutex_destroy(&b.lock);
+  free(b.order);
+  free(b.parts);
+  return rc;
 }

@@ -12,7 +12,8 @@
  * a PIE executable or a shared library. It may call glibc's vector math library
  * (libmvec) for exp, log, tanh, pow, sin and cos: link it with llvm_link_libs(m).
  * Each kernel is an external function with the runtime ABI of runtime/program.h:
- *     void NAME(char *const *tiers, int64_t lo, int64_t hi, const float *scalars)
+ *     void NAME(char *const *bufs, int64_t lo, int64_t hi, const float *scalars)
+ * (bufs[i]: the address of the kernel's buffer i, codegen/kernel.h)
  */
 #ifndef COLOSSALC_LLVM_H
 #define COLOSSALC_LLVM_H
@@ -42,6 +43,22 @@ int llvm_optimize(LlvmModule *m, int opt_level);
  * with LLVM's message in err. */
 int llvm_write_object(LlvmModule *m, const char *path, char *err, size_t errlen);
 int llvm_write_ir(LlvmModule *m, const char *path, char *err, size_t errlen);
+
+/* The optimisation level a kernel gets in llvm_compile_program: 3 when it has loops
+ * the vectorizers can use, else 2. */
+int llvm_kernel_opt_level(const Kernel *k);
+
+/* Reports kernels compiled so far of total (called with a lock held, from any thread). */
+typedef void (*LlvmProgress)(int done, int total, void *ctx);
+
+/* The whole program as object files for `train`, on `threads` threads: the kernels in
+ * parts of a few kernels of one optimisation level (llvm_kernel_opt_level), each part
+ * its own module and LLVM context, written to PREFIX.N.o; and the kernel table with the
+ * program JSON (the symbols of llvm_emit_program) in PREFIX.table.o. *objs (malloc'd,
+ * each path malloc'd, NULL-terminated) names every object written or attempted; the
+ * caller links them and removes them. Returns 0, or -1 with the message in err. */
+int llvm_compile_program(const Kernel *const *kernels, int n, const char *json, int threads, const char *prefix,
+                         LlvmProgress progress, void *ctx, char ***objs, char *err, size_t errlen);
 
 /* Libraries the object needs at link time, as linker flags: "-lmvec -lm" when the
  * kernels may call libmvec, else "-lm". */

@@ -1358,15 +1358,23 @@ static cJSON *ints_json(const int64_t *v, int n) {
   return a;
 }
 
-static cJSON *instr_json(const PInstr *in) {
+static cJSON *instr_json(const Program *p, const PInstr *in) {
   cJSON *o = cJSON_CreateObject();
   switch (in->kind) {
-  case PI_KERNEL:
+  case PI_KERNEL: {
+    const Kernel *k = p->kernels[in->kernel];
     cJSON_AddStringToObject(o, "op", "kernel");
-    cJSON_AddNumberToObject(o, "kernel", in->kernel);
+    cJSON_AddNumberToObject(o, "kernel", p->code_of[in->kernel]);
     cJSON_AddNumberToObject(o, "extent", (double)in->extent);
+    cJSON *args = cJSON_CreateArray();
+    for (int i = 0; i < k->nbufs; i++) {
+      int64_t arg[3] = {k->bufs[i].tier, k->bufs[i].offset, k->bufs[i].numel * 4};
+      cJSON_AddItemToArray(args, ints_json(arg, 3));
+    }
+    cJSON_AddItemToObject(o, "args", args);
     if (in->on_host) cJSON_AddStringToObject(o, "on", "host");
     break;
+  }
   case PI_ZERO:
     cJSON_AddStringToObject(o, "op", "zero");
     cJSON_AddNumberToObject(o, "tier", in->tier);
@@ -1447,9 +1455,9 @@ static cJSON *instr_json(const PInstr *in) {
   return o;
 }
 
-static cJSON *seq_json(const PSeq *s) {
+static cJSON *seq_json(const Program *p, const PSeq *s) {
   cJSON *a = cJSON_CreateArray();
-  for (int i = 0; i < s->n; i++) cJSON_AddItemToArray(a, instr_json(&s->v[i]));
+  for (int i = 0; i < s->n; i++) cJSON_AddItemToArray(a, instr_json(p, &s->v[i]));
   return a;
 }
 
@@ -1524,12 +1532,12 @@ static cJSON *program_json(const Program *p) {
   cJSON_AddNumberToObject(o, "gradnorm_parts", (double)p->gradnorm_parts);
   cJSON_AddNumberToObject(o, "flops_per_step", p->flops_per_step);
   cJSON *names = cJSON_CreateArray();
-  for (int i = 0; i < p->nkernels; i++) cJSON_AddItemToArray(names, cJSON_CreateString(p->kernels[i]->name));
+  for (int i = 0; i < p->ncode; i++) cJSON_AddItemToArray(names, cJSON_CreateString(p->code[i]->name));
   cJSON_AddItemToObject(o, "kernels", names);
-  cJSON_AddItemToObject(o, "step", seq_json(&p->step));
-  cJSON_AddItemToObject(o, "gradnorm", seq_json(&p->gradnorm));
-  cJSON_AddItemToObject(o, "update", seq_json(&p->update));
-  cJSON_AddItemToObject(o, "forward", seq_json(&p->forward));
+  cJSON_AddItemToObject(o, "step", seq_json(p, &p->step));
+  cJSON_AddItemToObject(o, "gradnorm", seq_json(p, &p->gradnorm));
+  cJSON_AddItemToObject(o, "update", seq_json(p, &p->update));
+  cJSON_AddItemToObject(o, "forward", seq_json(p, &p->forward));
   if (p->tp > 1 || p->pp > 1) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddNumberToObject(m, "dp", (double)p->dp);
@@ -1573,9 +1581,14 @@ static char *json_text(cJSON *o) {
   return text;
 }
 
-char *program_to_json(const Program *p) { return json_text(program_json(p)); }
+char *program_to_json(Program *p) {
+  program_share_kernels(p);
+  return json_text(program_json(p));
+}
 
 char *programs_to_json(Program *const *p, int n) {
+  program_share_kernels(p[0]);   /* the stages have one kernel table (lower_pipeline) */
+  for (int i = 1; i < n; i++) p[i]->code = p[0]->code, p[i]->ncode = p[0]->ncode, p[i]->code_of = p[0]->code_of;
   cJSON *a = cJSON_CreateArray();
   for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, program_json(p[i]));
   return json_text(a);

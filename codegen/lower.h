@@ -99,6 +99,9 @@ typedef struct Program {
   int64_t slots;            /* work-tier slots, one per micro-batch in flight */
   struct OffloadPlan *offload; /* where the state lives, instruction by instruction, or NULL */
   bool zero_scheduled;      /* ZeRO's gathers and reductions are in `step` (codegen/zero.h) */
+  Kernel **code;            /* [ncode] the kernels' shared codes (program_share_kernels), or NULL */
+  int ncode;
+  int *code_of;             /* [nkernels] the code kernel i runs */
 } Program;
 
 /* requires: pass_decompose, pass_autodiff. Errors (an op the code generators do
@@ -111,8 +114,14 @@ Program *lower_program(Graph *g);
  * for the schedule (codegen/pipeline.h). requires: each graph differentiated. */
 Program *lower_stage(Graph **chunks, const int *index, int n);
 
-/* The program as JSON (runtime/program.h); malloc'd. */
-char *program_to_json(const Program *p);
+/* Kernels that differ only in their buffers' bindings (tier and offset) share one
+ * code (codegen/share.c): p->code, p->ncode and p->code_of, which the emitters and the
+ * program JSON use; a kernel instruction then passes its kernel's bindings as
+ * arguments. Done once; the kernels themselves (p->kernels) are left as they are. */
+void program_share_kernels(Program *p);
+
+/* The program as JSON (runtime/program.h), its kernels shared; malloc'd. */
+char *program_to_json(Program *p);
 /* A pipeline's programs, one per stage, as the JSON array of runtime/program.h. */
 char *programs_to_json(Program *const *p, int n);
 

@@ -247,12 +247,15 @@ static Offload *exec_off(Executor *ex)
  * WORK); on the CPU device both locations are host memory, so the device runs it. */
 static int exec_kernel(Executor *ex, const RtInstr *in, const float *scalars)
 {
-    char *host[RT_TIERS];
+    char *host[RT_TIERS], *bufs[RT_MAX_ARGS];
     if (in->on_host) {
         for (int t = 0; t < RT_TIERS; t++)
             host[t] = t == RT_TIER_WORK ? ex->run[t] : offload_host_tier(exec_off(ex), t);
     }
-    ex->dev->kernel(ex->dev, in->kernel, in->extent, in->on_host ? host : ex->run, scalars);
+    char *const *base = in->on_host ? host : ex->run;
+    for (int i = 0; i < in->nargs; i++)
+        bufs[i] = base[in->args[i].tier] + in->args[i].offset;
+    ex->dev->kernel(ex->dev, in->kernel, in->extent, bufs, scalars);
     return 0;
 }
 

@@ -61,8 +61,9 @@ struct Device {
     /* A zeroed buffer of bytes (> 0), aligned to 64; NULL when out of memory. */
     char *(*alloc)(Device *dev, int64_t bytes);
     void (*free)(Device *dev, char *buf);
-    /* kernel id over [0, extent) with the tier bases and the scalars. */
-    void (*kernel)(Device *dev, int id, int64_t extent, char *const *tiers,
+    /* kernel id over [0, extent) with the address of each of its buffers (program.h,
+     * "args") and the scalars. */
+    void (*kernel)(Device *dev, int id, int64_t extent, char *const *bufs,
                    const float *scalars);
     void (*zero)(Device *dev, char *base, int64_t offset, int64_t bytes);
     void (*gemm)(Device *dev, const RtGemm *g, char *const *tiers);

@@ -16,8 +16,8 @@
  *     RT_TIER_OPT      optimizer state: AdamW m at RtParam.offset and v at
  *                      opt_v_offset + RtParam.offset (SGD momentum at RtParam.offset)
  *     RT_TIER_WORK     inputs, activations and scratch, at offsets from the memory plan
- * A kernel or GEMM names a tier and a byte offset; the runtime passes the tier base
- * pointers as `tiers[]`.
+ * A kernel's buffer or a GEMM operand names a tier and a byte offset; the runtime
+ * resolves them against the tier base pointers (a kernel receives the addresses).
  *
  * Execution. A step is: zero the gradient tier, then for each micro-batch write its
  * rows into the inputs (i32 token ids at RtInput.offset) and run `step` (forward and
@@ -52,7 +52,12 @@
  *   "step": [INSTR, ...], "gradnorm": [INSTR, ...], "update": [INSTR, ...], "forward": [INSTR, ...]
  * }
  * INSTR is one of
- *   {"op": "kernel", "kernel": ID, "extent": N}          run kernel ID over [0, N) of its parallel range
+ *   {"op": "kernel", "kernel": ID, "extent": N, "args": [[tier, offset, bytes], ...]}
+ *     run kernel ID over [0, N) of its parallel range; its buffer i is the bytes
+ *     [offset, offset+bytes) of the tier (the WORK tier: of the current slot), and
+ *     the kernel receives their addresses (tiers[tier] + offset, at most 16). Kernels
+ *     that differ only in where their buffers lie are one function called with
+ *     different "args" (codegen/share.c): the 96 layers of GPT-3 share their kernels.
  *   {"op": "zero", "tier": T, "offset": O, "bytes": B}
  *   {"op": "gemm", "ta": 0|1, "tb": 0|1, "m": M, "n": N, "k": K, "lda": .., "ldb": .., "ldc": ..,
  *    "alpha": 1.0, "beta": 0.0|1.0, "a": [tier, offset], "b": [tier, offset], "c": [tier, offset],
@@ -248,7 +253,8 @@ enum { RT_SC_LR, RT_SC_BC1, RT_SC_BC2, RT_SC_GSCALE, RT_SC_STEP, RT_SCALARS };
  * hyperparameters (after command-line overrides) at these indices. */
 enum { RT_SC_BETA1 = RT_SCALARS, RT_SC_BETA2, RT_SC_EPS, RT_SC_WD, RT_SC_MOMENTUM, RT_SCALARS_ALL };
 
-typedef void (*RtKernelFn)(char *const *tiers, int64_t lo, int64_t hi, const float *scalars);
+/* bufs[i]: the address of the kernel's buffer i (the instruction's "args"). */
+typedef void (*RtKernelFn)(char *const *bufs, int64_t lo, int64_t hi, const float *scalars);
 
 extern const char colossalc_program_json[];
 extern const RtKernelFn colossalc_kernels[];

@@ -30,7 +30,7 @@ typedef struct CpuDevice {
 
 typedef struct CpuKernelJob {
     RtKernelFn fn;
-    char *const *tiers;
+    char *const *bufs; /* the kernel's buffers (program.h, "args") */
     const float *scalars;
 } CpuKernelJob;
 
@@ -51,14 +51,14 @@ static void cpu_free(Device *dev, char *buf)
 static void cpu_kernel_chunk(void *ctx, int64_t lo, int64_t hi)
 {
     const CpuKernelJob *job = ctx;
-    job->fn(job->tiers, lo, hi, job->scalars);
+    job->fn(job->bufs, lo, hi, job->scalars);
 }
 
-static void cpu_kernel(Device *dev, int id, int64_t extent, char *const *tiers,
+static void cpu_kernel(Device *dev, int id, int64_t extent, char *const *bufs,
                        const float *scalars)
 {
     CpuDevice *cpu = (CpuDevice *)dev;
-    CpuKernelJob job = {cpu->kernels[id], tiers, scalars};
+    CpuKernelJob job = {cpu->kernels[id], bufs, scalars};
     pool_run(cpu->pool, extent, cpu_kernel_chunk, &job);
 }
 

@@ -191,6 +191,20 @@ static int parse_kernel(Pj *pj, const cJSON *o, const char *path, const RtProgra
         return -1;
     in->kernel = (int)id;
     in->on_host = 0;
+    const cJSON *args = pj_array(pj, o, path, "args", 0, RT_MAX_ARGS);
+    if (!args)
+        return -1;
+    in->nargs = cJSON_GetArraySize(args);
+    char sub[160];
+    for (int i = 0; i < in->nargs; i++) {
+        int64_t a[3];
+        snprintf(sub, sizeof sub, "%s.args[%d]", path, i);
+        if (pj_ints(pj, cJSON_GetArrayItem(args, i), sub, "", 3, 0, INT64_MAX, a) != 0 ||
+            (a[0] >= RT_TIERS && pj_fail(pj, sub, "", "tier out of range")) ||
+            pj_range(pj, p, (int)a[0], a[1], a[2], sub, ""))
+            return -1;
+        in->args[i] = (RtArg){(int)a[0], a[1]};
+    }
     if (!cJSON_GetObjectItemCaseSensitive(o, "on"))
         return 0;
     static const char *const ons[] = {"device", "host", NULL};

@@ -125,10 +125,19 @@ typedef struct RtComm {
     int64_t outer, n, inner; /* A, N, I */
 } RtComm;
 
+/* A kernel's buffer: where its bytes start (program.h, "args"). */
+typedef struct RtArg {
+    int tier;
+    int64_t offset; /* bytes (WORK: in the current slot) */
+} RtArg;
+#define RT_MAX_ARGS 16
+
 typedef struct RtInstr {
     RtOp op;
     int kernel;     /* kernel */
     int64_t extent; /* kernel: parallel range [0, extent) */
+    int nargs;      /* kernel: its buffers, each passed as tiers[tier] + offset */
+    RtArg args[RT_MAX_ARGS];
     int tier;       /* zero; send, recv: the buffer's tier */
     int64_t offset, bytes; /* zero; send, recv (bytes = 4 count); input, loss: WORK offset */
     int64_t index;  /* slot: the slot; input: the micro-batch */

@@ -449,7 +449,7 @@ static void check_launch_sizes(const Case *c) {
 static void check_kernel_text(const char *src, const Case *c) {
   const Kernel *k = c->k;
   char sig[256];
-  snprintf(sig, sizeof sig, "extern \"C\" __global__ void __launch_bounds__(%d) %s(char *const *tiers, long long n, const float *scalars) {",
+  snprintf(sig, sizeof sig, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const cc_bufs bufs, long long n, const float *scalars) {",
            cuda_kernel_block_size(k), k->name);
   CHECK(count(src, sig) == 1);
   if (count(src, sig) != 1) fprintf(stderr, "  missing: %s\n", sig);
@@ -797,23 +797,27 @@ static const char shim_text[] =
   "static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }\n"
   "static inline void __trap() { fprintf(stderr, \"cuda shim: __trap(): an address out of bounds\\n\"); abort(); }\n"
   "#include \"kernels.cu\"\n"
-  "typedef void (*cc_kernel_fn)(char *const *, long long, const float *);\n"
-  "struct cc_thread_arg { cc_kernel_fn fn; unsigned t; char *const *tiers; long long n; const float *scalars; };\n"
+  "typedef void (*cc_kernel_fn)(const cc_bufs, long long, const float *);\n"
+  "struct cc_thread_arg { cc_kernel_fn fn; unsigned t; cc_bufs bufs; long long n; const float *scalars; };\n"
   "// Each thread runs every block in turn; the block barrier separates the blocks.\n"
   "static void *cc_thread_main(void *p) {\n"
   "  cc_thread_arg *a = (cc_thread_arg *)p;\n"
   "  threadIdx = cc_uint3{a->t, 0, 0};\n"
   "  for (unsigned b = 0; b < gridDim.x; b++) {\n"
   "    blockIdx = cc_uint3{b, 0, 0};\n"
-  "    a->fn(a->tiers, a->n, a->scalars);\n"
+  "    a->fn(a->bufs, a->n, a->scalars);\n"
   "    pthread_barrier_wait(&cc_block_barrier);   // the block is done\n"
   "    if (a->t == 0) cc_poison_shared();\n"
   "    pthread_barrier_wait(&cc_block_barrier);   // the next starts on fresh shared memory\n"
   "  }\n"
   "  return nullptr;\n"
   "}\n"
-  "extern \"C\" int cc_host_launch(cc_kernel_fn fn, unsigned grid, unsigned block, char *const *tiers, long long n,\n"
+  "// bufs: the address of each of the kernel's buffers, passed by value as on a GPU.\n"
+  "extern \"C\" int cc_host_launch(void *kernel, unsigned grid, unsigned block, char *const *bufs, long long n,\n"
   "                                const float *scalars) {\n"
+  "  cc_kernel_fn fn = (cc_kernel_fn)kernel;\n"
+  "  cc_bufs b;\n"
+  "  memcpy(b.p, bufs, sizeof b.p);\n"
   "  static pthread_t th[1024];\n"
   "  static cc_thread_arg args[1024];\n"
   "  if (!grid || !block || block % 32 || block > 1024) return -1;\n"
@@ -826,7 +830,7 @@ static const char shim_text[] =
   "  pthread_attr_setstacksize(&attr, 1 << 20);\n"
   "  cc_poison_shared();\n"
   "  for (unsigned t = 0; t < block; t++) {\n"
-  "    args[t] = cc_thread_arg{fn, t, tiers, n, scalars};\n"
+  "    args[t] = cc_thread_arg{fn, t, b, n, scalars};\n"
   "    if (pthread_create(&th[t], &attr, cc_thread_main, &args[t])) { perror(\"pthread_create\"); abort(); }\n"
   "  }\n"
   "  for (unsigned t = 0; t < block; t++) pthread_join(th[t], nullptr);\n"
@@ -836,16 +840,17 @@ static const char shim_text[] =
   "  return 0;\n"
   "}\n";
 
-typedef int HostLaunch(void (*fn)(char *const *, long long, const float *), unsigned grid, unsigned block,
-                       char *const *tiers, long long n, const float *scalars);
+typedef int HostLaunch(void *kernel, unsigned grid, unsigned block, char *const *bufs, long long n,
+                       const float *scalars);
 typedef struct HostCtx { void *so; HostLaunch *launch; } HostCtx;
 
 static int host_launch(void *ctx, const Case *c, unsigned grid, unsigned block, char **tiers) {
   HostCtx *h = ctx;
-  void (*fn)(char *const *, long long, const float *);
-  *(void **)&fn = dlsym(h->so, c->k->name);
+  void *fn = dlsym(h->so, c->k->name);
   if (!fn) { fprintf(stderr, "dlsym %s: %s\n", c->k->name, dlerror()); return 1; }
-  return h->launch(fn, grid, block, tiers, c->k->par == KP_COLS ? c->k->cols : c->k->rows, scalars);
+  char *bufs[K_MAX_BUFS] = {0};
+  kernel_bind(c->k, tiers, bufs);
+  return h->launch(fn, grid, block, bufs, c->k->par == KP_COLS ? c->k->cols : c->k->rows, scalars);
 }
 
 static void write_file(const char *path, const char *text) {
@@ -918,8 +923,9 @@ static double lowered_tolerance(const Kernel *k) { return cuda_kernel_mapping(k)
 
 static void lowered_kernel(LRun *r, const PInstr *in, char **before) {
   const Kernel *k = r->p->kernels[in->kernel];
-  void (*fn)(char *const *, long long, const float *);
-  *(void **)&fn = dlsym(r->h->so, k->name);
+  void *fn = dlsym(r->h->so, r->p->code[r->p->code_of[in->kernel]]->name);   /* the code it shares */
+  char *bufs[K_MAX_BUFS] = {0};
+  kernel_bind(k, r->got, bufs);
   for (int t = 0; t < RT_TIERS; t++) {
     memcpy(before[t], r->ref[t], (size_t)r->p->tiers[t]);
     memcpy(r->got[t], r->ref[t], (size_t)r->p->tiers[t]);
@@ -928,7 +934,7 @@ static void lowered_kernel(LRun *r, const PInstr *in, char **before) {
    * the rest): each barrier of the shim is then 32 OS threads. The hand-made kernels
    * run at their full launch sizes. */
   int64_t grid = cuda_kernel_grid_size(k, in->extent);
-  if (!fn || r->h->launch(fn, grid < 8 ? (unsigned)grid : 8u, 32, r->got, in->extent, r->scalars)) {
+  if (!fn || r->h->launch(fn, grid < 8 ? (unsigned)grid : 8u, 32, bufs, in->extent, r->scalars)) {
     fprintf(stderr, "%s: cannot launch\n", k->name);
     r->worst[in->kernel] = INFINITY;
     return;
@@ -952,15 +958,17 @@ static int mode_lowered(int argc, char **argv) {
   Arena *a = arena_new();
   Program *p = lowered_model(a, argc, argv);
   if (!p) { arena_free(a); return 1; }
-  char *src = cuda_emit_source((const Kernel *const *)p->kernels, p->nkernels);
+  program_share_kernels(p);
+  char *src = cuda_emit_source((const Kernel *const *)p->code, p->ncode);
   Binary b;
   nvrtc_report = stderr;
   if (nvrtc_compile(src, "sm_80", false, &b)) failures++;
   else {
     if (!blank(b.log)) fprintf(stderr, "sm_80: NVRTC log not empty:\n%s\n", b.log);
     CHECK(blank(b.log));
-    for (int i = 0; i < p->nkernels; i++) CHECK(memmem(b.data, b.size, p->kernels[i]->name, strlen(p->kernels[i]->name) + 1));
-    printf("NVRTC sm_80: %d kernels of %s, %zu bytes of source, in %.0f ms\n", p->nkernels, p->g->name, strlen(src), b.ms);
+    for (int i = 0; i < p->ncode; i++) CHECK(memmem(b.data, b.size, p->code[i]->name, strlen(p->code[i]->name) + 1));
+    printf("NVRTC sm_80: %d kernels (%d codes) of %s, %zu bytes of source, in %.0f ms\n", p->nkernels, p->ncode,
+           p->g->name, strlen(src), b.ms);
     free(b.data);
     free(b.log);
   }
@@ -1051,25 +1059,24 @@ static bool cu_load(Cu *cu, void *lib) {
 static int gpu_launch(void *ctx, const Case *c, unsigned grid, unsigned block, char **tiers) {
   Cu *cu = ctx;
   CUfunction fn;
-  CUdeviceptr dt[RT_TIERS] = {0}, dtiers, dsc;
+  CUdeviceptr dt[RT_TIERS] = {0}, dsc;
   CU_CHECK(cu->ModuleGetFunction(&fn, cu->module, c->k->name));
   for (int t = 0; t < RT_TIERS; t++) {
     CU_CHECK(cu->MemAlloc(&dt[t], (size_t)c->tier_bytes[t]));
     CU_CHECK(cu->MemcpyHtoD(dt[t], tiers[t], (size_t)c->tier_bytes[t]));
   }
-  CU_CHECK(cu->MemAlloc(&dtiers, sizeof dt));
-  CU_CHECK(cu->MemcpyHtoD(dtiers, dt, sizeof dt));
+  struct { CUdeviceptr p[K_MAX_BUFS]; } bufs = {{0}};   /* cc_bufs, by value */
+  for (int i = 0; i < c->k->nbufs; i++) bufs.p[i] = dt[c->k->bufs[i].tier] + (CUdeviceptr)c->k->bufs[i].offset;
   CU_CHECK(cu->MemAlloc(&dsc, sizeof scalars));
   CU_CHECK(cu->MemcpyHtoD(dsc, scalars, sizeof scalars));
   long long n = c->k->par == KP_COLS ? c->k->cols : c->k->rows;
-  void *params[] = {&dtiers, &n, &dsc};
+  void *params[] = {&bufs, &n, &dsc};
   CU_CHECK(cu->LaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, NULL, params, NULL));
   CU_CHECK(cu->CtxSynchronize());
   for (int t = 0; t < RT_TIERS; t++) {
     CU_CHECK(cu->MemcpyDtoH(tiers[t], dt[t], (size_t)c->tier_bytes[t]));
     CU_CHECK(cu->MemFree(dt[t]));
   }
-  CU_CHECK(cu->MemFree(dtiers));
   CU_CHECK(cu->MemFree(dsc));
   return 0;
 }

@@ -22,7 +22,8 @@
  *                        program's forward, step, gradnorm and update sequences run
  *                        with kernel_eval and a plain GEMM; before each kernel the
  *                        state is copied and the compiled kernel (in three chunks)
- *                        runs on the copy; max |got - want| / max |want| over what the
+ *                        runs on the copy: the code it shares (codegen/share.c) with
+ *                        its own buffers; max |got - want| / max |want| over what the
  *                        kernel wrote <= 1e-5.
  * Prints the max difference per kernel.
  */
@@ -391,18 +392,20 @@ static void check_case(const Case *c, RtKernelFn fn, Images *im, const float *sc
   copy_tiers(im->want, im->init);
   kernel_eval(k, im->want, scalars);
 
+  char *bufs[K_MAX_BUFS];
+  kernel_bind(k, im->got, bufs);   /* the code takes each buffer's address */
   copy_tiers(im->got, im->init);
-  fn(im->got, 0, n, scalars);
+  fn(bufs, 0, n, scalars);
   double full = max_error(c, im->want, im->got);
 
   copy_tiers(im->got, im->init);   /* chunks, as threads would run them */
   int64_t cuts[] = {0, n / 3, n / 3 + 1, (2 * n) / 3, n};
   for (int i = 0; i + 1 < 5; i++)
-    if (cuts[i] < cuts[i + 1] && cuts[i + 1] <= n) fn(im->got, cuts[i], cuts[i + 1], scalars);
+    if (cuts[i] < cuts[i + 1] && cuts[i + 1] <= n) fn(bufs, cuts[i], cuts[i + 1], scalars);
   double chunks = max_error(c, im->want, im->got);
 
   copy_tiers(im->got, im->init);   /* an empty range changes nothing */
-  fn(im->got, n / 2, n / 2, scalars);
+  fn(bufs, n / 2, n / 2, scalars);
   bool untouched = max_error(c, im->init, im->got) == 0;
 
   bool ok = full <= TOL && chunks <= TOL && untouched;
@@ -569,8 +572,10 @@ static void run_kernel(Run *r, const PInstr *in) {
     memcpy(r->got[t], r->ref[t], r->p->tiers[t]);
   }
   int64_t n = in->extent, cuts[] = {0, n / 3, (2 * n) / 3, n};
+  char *bufs[K_MAX_BUFS];
+  kernel_bind(k, r->got, bufs);   /* the shared code, with this kernel's buffers */
   for (int i = 0; i < 3; i++)
-    if (cuts[i] < cuts[i + 1]) r->fns[in->kernel](r->got, cuts[i], cuts[i + 1], r->scalars);
+    if (cuts[i] < cuts[i + 1]) r->fns[r->p->code_of[in->kernel]](bufs, cuts[i], cuts[i + 1], r->scalars);
   kernel_eval(k, r->ref, r->scalars);
   double e = lowered_written_error(r->p, r->ref, r->got, r->before);
   if (e > TOL && !(r->worst[in->kernel] > TOL)) kernel_print(stdout, k);   /* the first failure, as a bug report */
@@ -590,9 +595,9 @@ static int run_lowered(int argc, char **argv) {
   Arena *a = arena_new();
   Program *p = lowered_model(a, argc, argv);
   if (!p) { arena_free(a); return 1; }
-  char *json = program_to_json(p);
+  char *json = program_to_json(p);   /* shares the kernels' code (p->code) */
   LlvmModule *m = llvm_module_new(p->g->name);
-  llvm_emit_program(m, (const Kernel *const *)p->kernels, p->nkernels, json);
+  llvm_emit_program(m, (const Kernel *const *)p->code, p->ncode, json);
   free(json);
   if (llvm_optimize(m, 3)) return 1;
   void *lib = build_library(m);
@@ -615,7 +620,7 @@ static int run_lowered(int argc, char **argv) {
     bad += !ok;
     printf("%-4s %-40s max error %.3g\n", ok ? "ok" : "FAIL", p->kernels[i]->name, r.worst[i]);
   }
-  printf("%s: %d kernels, %d failed\n", p->g->name, p->nkernels, bad);
+  printf("%s: %d kernels (%d codes), %d failed\n", p->g->name, p->nkernels, p->ncode, bad);
   for (int t = 0; t < RT_TIERS; t++) {
     free(r.ref[t]);
     free(r.before[t]);

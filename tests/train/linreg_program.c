@@ -43,6 +43,11 @@ _Static_assert(W_TGT == 256 && W_X == 512 && W_LOGITS == 66048 && W_DLOGITS == 1
                "work layout changed: update the JSON");
 _Static_assert(P_B == 262144 && P_BYTES == 263168, "parameter layout changed: update the JSON");
 
+/* Every kernel takes the four tier bases as its buffers (program.h, "args"), in tier
+ * order, so the kernels below index tiers[] as before; bytes 0: each kernel keeps to
+ * the layout above. */
+#define TIER_ARGS "\"args\": [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]"
+
 const char colossalc_program_json[] =
     "{\"version\": 1, \"model\": \"bigram-test\", \"batch\": 4, \"seq\": 16, \"vocab\": 256,"
     " \"scalars\": 10,"
@@ -64,31 +69,31 @@ const char colossalc_program_json[] =
     " \"kernels\": [\"k0_onehot\", \"k1_add_bias\", \"k2_xent\", \"k3_loss_mean\","
     "   \"k4_bias_grad\", \"k5_gradnorm\", \"k6_adamw_w\", \"k7_adamw_b\"],"
     " \"step\": ["
-    "   {\"op\": \"kernel\", \"kernel\": 0, \"extent\": 64},"
+    "   {\"op\": \"kernel\", \"kernel\": 0, \"extent\": 64, " TIER_ARGS "},"
     "   {\"op\": \"zero\", \"tier\": 3, \"offset\": 66048, \"bytes\": 65536},"
     "   {\"op\": \"gemm\", \"ta\": 0, \"tb\": 0, \"m\": 16, \"n\": 256, \"k\": 256, \"lda\": 256,"
     "    \"ldb\": 256, \"ldc\": 256, \"alpha\": 1.0, \"beta\": 1.0, \"a\": [3, 512],"
     "    \"b\": [0, 0], \"c\": [3, 66048], \"batch\": [4, 1], \"sa\": [4096, 0],"
     "    \"sb\": [0, 0], \"sc\": [4096, 0]},"
-    "   {\"op\": \"kernel\", \"kernel\": 1, \"extent\": 64},"
-    "   {\"op\": \"kernel\", \"kernel\": 2, \"extent\": 64},"
-    "   {\"op\": \"kernel\", \"kernel\": 3, \"extent\": 1},"
+    "   {\"op\": \"kernel\", \"kernel\": 1, \"extent\": 64, " TIER_ARGS "},"
+    "   {\"op\": \"kernel\", \"kernel\": 2, \"extent\": 64, " TIER_ARGS "},"
+    "   {\"op\": \"kernel\", \"kernel\": 3, \"extent\": 1, " TIER_ARGS "},"
     "   {\"op\": \"gemm\", \"ta\": 1, \"tb\": 0, \"m\": 256, \"n\": 256, \"k\": 64, \"lda\": 256,"
     "    \"ldb\": 256, \"ldc\": 256, \"alpha\": 1.0, \"beta\": 1.0, \"a\": [3, 512],"
     "    \"b\": [3, 131584], \"c\": [1, 0], \"batch\": [1, 1], \"sa\": [0, 0],"
     "    \"sb\": [0, 0], \"sc\": [0, 0]},"
-    "   {\"op\": \"kernel\", \"kernel\": 4, \"extent\": 256}],"
-    " \"gradnorm\": [{\"op\": \"kernel\", \"kernel\": 5, \"extent\": 8}],"
-    " \"update\": [{\"op\": \"kernel\", \"kernel\": 6, \"extent\": 65536},"
-    "   {\"op\": \"kernel\", \"kernel\": 7, \"extent\": 256}],"
+    "   {\"op\": \"kernel\", \"kernel\": 4, \"extent\": 256, " TIER_ARGS "}],"
+    " \"gradnorm\": [{\"op\": \"kernel\", \"kernel\": 5, \"extent\": 8, " TIER_ARGS "}],"
+    " \"update\": [{\"op\": \"kernel\", \"kernel\": 6, \"extent\": 65536, " TIER_ARGS "},"
+    "   {\"op\": \"kernel\", \"kernel\": 7, \"extent\": 256, " TIER_ARGS "}],"
     " \"forward\": ["
-    "   {\"op\": \"kernel\", \"kernel\": 0, \"extent\": 64},"
+    "   {\"op\": \"kernel\", \"kernel\": 0, \"extent\": 64, " TIER_ARGS "},"
     "   {\"op\": \"zero\", \"tier\": 3, \"offset\": 66048, \"bytes\": 65536},"
     "   {\"op\": \"gemm\", \"ta\": 0, \"tb\": 0, \"m\": 16, \"n\": 256, \"k\": 256, \"lda\": 256,"
     "    \"ldb\": 256, \"ldc\": 256, \"alpha\": 1.0, \"beta\": 1.0, \"a\": [3, 512],"
     "    \"b\": [0, 0], \"c\": [3, 66048], \"batch\": [4, 1], \"sa\": [4096, 0],"
     "    \"sb\": [0, 0], \"sc\": [4096, 0]},"
-    "   {\"op\": \"kernel\", \"kernel\": 1, \"extent\": 64}]"
+    "   {\"op\": \"kernel\", \"kernel\": 1, \"extent\": 64, " TIER_ARGS "}]"
     "}";
 
 #define F32(tier, off) ((float *)(tiers[tier] + (off)))

@@ -58,7 +58,10 @@ _Static_assert(W_TGT == 256 && W_LOGITS == 512 && W_DLOGITS == 66048 && W_LOSS =
 _Static_assert(CW == 65536 && P_B == 262144 && P_BYTES == 263168,
                "parameter layout changed: update the JSON");
 
-#define K(id, ext) "{\"op\": \"kernel\", \"kernel\": " #id ", \"extent\": " #ext "}"
+/* Every kernel takes the four tier bases as its buffers (program.h, "args"), in tier
+ * order, so the kernels index tiers[] (bytes 0: each keeps to the layout above). */
+#define TIER_ARGS "\"args\": [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]"
+#define K(id, ext) "{\"op\": \"kernel\", \"kernel\": " #id ", \"extent\": " #ext ", " TIER_ARGS "}"
 #if OFFLOAD_VARIANT == 0
 #define KH(id, ext) K(id, ext)
 #define NOP "{\"op\": \"zero\", \"tier\": 3, \"offset\": 0, \"bytes\": 0}"
@@ -68,7 +71,7 @@ _Static_assert(CW == 65536 && P_B == 262144 && P_BYTES == 263168,
 #define OFFLOAD ""
 #else
 #define KH(id, ext) \
-    "{\"op\": \"kernel\", \"kernel\": " #id ", \"extent\": " #ext ", \"on\": \"host\"}"
+    "{\"op\": \"kernel\", \"kernel\": " #id ", \"extent\": " #ext ", " TIER_ARGS ", \"on\": \"host\"}"
 #define MOVE(c, part, from, to, keep)                                                        \
     "{\"op\": \"move\", \"chunk\": " #c ", \"part\": \"" part "\", \"from\": \"" from        \
     "\", \"to\": \"" to "\", \"keep\": " keep "}"

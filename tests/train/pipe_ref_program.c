@@ -8,6 +8,10 @@
  */
 #include "pipe_kernels.h"
 
+/* Every kernel instruction passes the four tier bases as the kernel's buffers
+ * (program.h, "args": [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]), in tier order, so
+ * the kernels of pipe_kernels.h index tiers[]; bytes 0: each keeps to the layout above. */
+
 #ifndef REF_MB
 #define REF_MB 2
 #endif
@@ -15,37 +19,42 @@
 #define XS(x) S_(x)
 
 const char colossalc_program_json[] =
-    "{\"version\": 1, \"model\": \"pipe-test\", \"batch\": 2, \"seq\": 4, \"vocab\": 16, \"scalars\": 10, \"ti"
-    "ers\": [768, 768, 1536, 2256], \"opt_v_offset\": 768, \"train\": {\"optimizer\": \"adamw\", \"lr\": 0"
-    ".05, \"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-08, \"weight_decay\": 0.1, \"momentum\": 0, \"clip\""
-    ": 1.0, \"warmup\": 1, \"min_lr\": 0.005, \"schedule\": \"cosine\"}, \"params\": [{\"name\": \"wte.weigh"
-    "t\", \"shape\": [16, 8], \"offset\": 0, \"decay\": true, \"init\": \"normal\", \"a\": 0.5, \"b\": 0}, {\"n"
-    "ame\": \"w.weight\", \"shape\": [8, 8], \"offset\": 512, \"decay\": true, \"init\": \"normal\", \"a\": 0."
-    "3, \"b\": 0}], \"inputs\": [{\"name\": \"tokens\", \"role\": \"tokens\", \"shape\": [2, 4], \"offset\": 0}"
-    ", {\"name\": \"targets\", \"role\": \"targets\", \"shape\": [2, 4], \"offset\": 32}], \"loss_offset\": 2"
-    "144, \"logits_offset\": 576, \"gradnorm_offset\": 2160, \"gradnorm_parts\": 24, \"flops_per_step\""
-    ": 1000, \"kernels\": [\"r_embed\", \"r_xent\", \"r_embed_back\", \"r_gn_e\", \"r_gn_w\", \"r_adam_e\", \""
-    "r_adam_w\"], \"microbatches\": " XS(REF_MB) ", \"step\": [{\"op\": \"kernel\", \"kernel\": 0, \"extent"
-    "\": 8}, {\"op\": \"gemm\", \"ta\": 0, \"tb\": 0, \"m\": 8, \"n\": 8, \"k\": 8, \"lda\": 8, \"ldb\": 8, \"ldc\":"
-    " 8, \"alpha\": 1.0, \"beta\": 0.0, \"a\": [3, 64], \"b\": [0, 512], \"c\": [3, 320], \"batch\": [1, 1]"
-    ", \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"gemm\", \"ta\": 0, \"tb\": 1, \"m\": 8, \"n\":"
-    " 16, \"k\": 8, \"lda\": 8, \"ldb\": 8, \"ldc\": 16, \"alpha\": 1.0, \"beta\": 0.0, \"a\": [3, 320], \"b\":"
-    " [0, 0], \"c\": [3, 576], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\":"
-    " \"kernel\", \"kernel\": 1, \"extent\": 1}, {\"op\": \"gemm\", \"ta\": 0, \"tb\": 0, \"m\": 8, \"n\": 8, \"k\""
-    ": 16, \"lda\": 16, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 0.0, \"a\": [3, 1088], \"b\": [0, 0"
-    "], \"c\": [3, 1600], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"gem"
-    "m\", \"ta\": 1, \"tb\": 0, \"m\": 16, \"n\": 8, \"k\": 8, \"lda\": 16, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0"
-    ", \"beta\": 1.0, \"a\": [3, 1088], \"b\": [3, 320], \"c\": [1, 0], \"batch\": [1, 1], \"sa\": [0, 0], "
-    "\"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"gemm\", \"ta\": 1, \"tb\": 0, \"m\": 8, \"n\": 8, \"k\": 8, \"lda"
-    "\": 8, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 1.0, \"a\": [3, 64], \"b\": [3, 1600], \"c\": [1"
-    ", 512], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"gemm\", \"ta\": 0"
-    ", \"tb\": 1, \"m\": 8, \"n\": 8, \"k\": 8, \"lda\": 8, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 0.0"
-    ", \"a\": [3, 1600], \"b\": [0, 512], \"c\": [3, 1856], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, "
-    "0], \"sc\": [0, 0]}, {\"op\": \"kernel\", \"kernel\": 2, \"extent\": 1}], \"gradnorm\": [{\"op\": \"kerne"
-    "l\", \"kernel\": 3, \"extent\": 16}, {\"op\": \"kernel\", \"kernel\": 4, \"extent\": 8}], \"update\": [{\""
-    "op\": \"kernel\", \"kernel\": 5, \"extent\": 16}, {\"op\": \"kernel\", \"kernel\": 6, \"extent\": 8}], \"f"
-    "orward\": []}"
-;
+    "{\"version\": 1, \"model\": \"pipe-test\", \"batch\": 2, \"seq\": 4, \"vocab\": 16, \"scalars\": 10,"
+    " \"tiers\": [768, 768, 1536, 2256], \"opt_v_offset\": 768, \"train\": {\"optimizer\": \"adamw\", \"l"
+    "r\": 0.05, \"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-08, \"weight_decay\": 0.1, \"momentum\": 0, "
+    "\"clip\": 1.0, \"warmup\": 1, \"min_lr\": 0.005, \"schedule\": \"cosine\"}, \"params\": [{\"name\": "
+    "\"wte.weight\", \"shape\": [16, 8], \"offset\": 0, \"decay\": true, \"init\": \"normal\", \"a\": 0.5"
+    ", \"b\": 0}, {\"name\": \"w.weight\", \"shape\": [8, 8], \"offset\": 512, \"decay\": true, \"init\":"
+    " \"normal\", \"a\": 0.3, \"b\": 0}], \"inputs\": [{\"name\": \"tokens\", \"role\": \"tokens\", \"sha"
+    "pe\": [2, 4], \"offset\": 0}, {\"name\": \"targets\", \"role\": \"targets\", \"shape\": [2, 4], \"of"
+    "fset\": 32}], \"loss_offset\": 2144, \"logits_offset\": 576, \"gradnorm_offset\": 2160, \"gradnorm_p"
+    "arts\": 24, \"flops_per_step\": 1000, \"kernels\": [\"r_embed\", \"r_xent\", \"r_embed_back\", \"r_g"
+    "n_e\", \"r_gn_w\", \"r_adam_e\", \"r_adam_w\"], \"microbatches\": "
+    XS(REF_MB)
+    ", \"step\": [{\"op\": \"kernel\", \"kernel\": 0, \"extent\": 8, \"args\": [[0, 0, 0], [1, 0, 0], [2,"
+    " 0, 0], [3, 0, 0]]}, {\"op\": \"gemm\", \"ta\": 0, \"tb\": 0, \"m\": 8, \"n\": 8, \"k\": 8, \"lda\":"
+    " 8, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 0.0, \"a\": [3, 64], \"b\": [0, 512], \"c\": ["
+    "3, 320], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"gemm\", \"ta"
+    "\": 0, \"tb\": 1, \"m\": 8, \"n\": 16, \"k\": 8, \"lda\": 8, \"ldb\": 8, \"ldc\": 16, \"alpha\": 1.0"
+    ", \"beta\": 0.0, \"a\": [3, 320], \"b\": [0, 0], \"c\": [3, 576], \"batch\": [1, 1], \"sa\": [0, 0],"
+    " \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"kernel\", \"kernel\": 1, \"extent\": 1, \"args\": [[0, "
+    "0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]}, {\"op\": \"gemm\", \"ta\": 0, \"tb\": 0, \"m\": 8, \"n\": "
+    "8, \"k\": 16, \"lda\": 16, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 0.0, \"a\": [3, 1088], "
+    "\"b\": [0, 0], \"c\": [3, 1600], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]},"
+    " {\"op\": \"gemm\", \"ta\": 1, \"tb\": 0, \"m\": 16, \"n\": 8, \"k\": 8, \"lda\": 16, \"ldb\": 8, \""
+    "ldc\": 8, \"alpha\": 1.0, \"beta\": 1.0, \"a\": [3, 1088], \"b\": [3, 320], \"c\": [1, 0], \"batch\""
+    ": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"gemm\", \"ta\": 1, \"tb\": 0, "
+    "\"m\": 8, \"n\": 8, \"k\": 8, \"lda\": 8, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 1.0, \"a"
+    "\": [3, 64], \"b\": [3, 1600], \"c\": [1, 512], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \""
+    "sc\": [0, 0]}, {\"op\": \"gemm\", \"ta\": 0, \"tb\": 1, \"m\": 8, \"n\": 8, \"k\": 8, \"lda\": 8, \""
+    "ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 0.0, \"a\": [3, 1600], \"b\": [0, 512], \"c\": [3, 1"
+    "856], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"kernel\", \"ker"
+    "nel\": 2, \"extent\": 1, \"args\": [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]}], \"gradnorm\": [{\""
+    "op\": \"kernel\", \"kernel\": 3, \"extent\": 16, \"args\": [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, "
+    "0]]}, {\"op\": \"kernel\", \"kernel\": 4, \"extent\": 8, \"args\": [[0, 0, 0], [1, 0, 0], [2, 0, 0],"
+    " [3, 0, 0]]}], \"update\": [{\"op\": \"kernel\", \"kernel\": 5, \"extent\": 16, \"args\": [[0, 0, 0]"
+    ", [1, 0, 0], [2, 0, 0], [3, 0, 0]]}, {\"op\": \"kernel\", \"kernel\": 6, \"extent\": 8, \"args\": [["
+    "0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]}], \"forward\": []}";
 
 static void r_embed(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
 {
