@@ -3,10 +3,12 @@
 #include <errno.h>
 #include <getopt.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include "codegen/cuda.h"
 #include "codegen/llvm.h"
@@ -29,11 +31,14 @@ static void usage(FILE *f) {
         "\n"
         "options:\n"
         "  -o FILE           compile the training program into the executable FILE\n"
-        "                    (run it with FILE --help)\n"
+        "                    (run it with FILE --help); with --gpus N, the plan's program\n"
+        "                    for N ranks (mpirun -np N FILE), its plan printed first\n"
+        "  -j, --jobs N      threads for the CPU code generator (default: every core)\n"
         "  --emit-llvm FILE  write the CPU kernels as LLVM IR (after optimisation)\n"
         "  --emit-cuda DIR   write the CUDA C source of every kernel to DIR/kernels.cu\n"
         "  --set NAME=VALUE  override a config constant of the model (repeatable)\n"
-        "  --gpus N          number of GPUs of the target cluster (default 1)\n"
+        "  --gpus N          number of GPUs of the target cluster: search the parallel plan\n"
+        "                    for them (without it: one rank, no plan)\n"
         "  --gpus-per-node K GPUs in one node (default: the profile's node, 8 for data-centre GPUs)\n"
         "  --gpu PROFILE     a100-80g (default), a100-40g, h100-sxm, h200, rtx3090 or cpu\n"
         "  --cluster FILE    describe the cluster in a JSON file instead (docs/plan.md)\n"
@@ -53,7 +58,10 @@ static void usage(FILE *f) {
         "                    --recompute auto: bytes, or 512K, 512M, 2G, 1.5GiB (binary), 2GB (decimal)\n"
         "  --attention K     price attention as fused (default) or materialized (scores in memory)\n"
         "  --offload O       force the plan's offload: none, or optimizer (its state on the host,\n"
-        "                    AdamW on the CPU); the search weighs both unless compiling\n"
+        "                    AdamW on the CPU: --what-if only, not compiled yet)\n"
+        "  --what-if         search plans the code generators cannot compile yet too (optimizer\n"
+        "                    offload, vocabulary-parallel embedding and loss, query-split causal\n"
+        "                    attention); without it --dump-plan shows the plan -o compiles\n"
         "  --device-memory SIZE  the device memory the program must fit: parameters, gradients and\n"
         "                    optimizer state are offloaded in chunks to the host (and NVMe), planned\n"
         "                    instruction by instruction (docs/memory.md); with -o\n"
@@ -62,7 +70,9 @@ static void usage(FILE *f) {
         "  --summary         print parameters, FLOPs per step and a per-layer table\n"
         "                    (the default when nothing else is asked for)\n"
         "  --dump-ir         print the verified IR, one op per line with its shape\n"
-        "  --dump-after=PASS print the IR after a pass: decompose, autodiff or recompute\n"
+        "  --dump-after=PASS print the IR after a pass: partition, decompose, autodiff or\n"
+        "                    recompute; or the kernels and the program after lower, zero,\n"
+        "                    offload or share\n"
         "  --emit-kernels F  write the generated kernels (kernel form) and the program to F\n"
         "  -h, --help        print this help\n"
         "  --version         print the version\n", f);
@@ -73,18 +83,27 @@ typedef struct Options {
   ConfigOverride *ov;
   int nov;
   long gpus, gpus_per_node;
+  long jobs;                 /* -j: threads for LLVM (0: every core) */
   bool summary, dump_ir, gpus_set;
+  bool what_if;              /* --what-if: plans the code generators cannot compile yet too */
   const char *dump_after, *emit_kernels, *out, *emit_llvm, *emit_cuda;
   const char *gpu, *cluster, *dump_plan, *plan_out, *plan_file;
   int64_t device_memory;     /* --device-memory: plan offload to fit it (0: no budget) */
   int64_t host_memory;       /* --host-memory: what the host may hold of the state (0: this machine's) */
   PlanForce force;
-  bool plan;                 /* search a plan: --dump-plan or any option that forces part of one */
+  bool plan;                 /* search a plan: --gpus, --cluster, --dump-plan or any option that forces part of one */
   int rc;                    /* --recompute: -1 unset, a Recompute, or RC_AUTO */
   int64_t act_mem;           /* --activation-memory bytes, 0 unset */
 } Options;
 
 enum { RC_AUTO = RC_COUNT };
+
+/* The passes after the front end and the plan, in the order run_passes runs them; the
+ * first four rewrite the IR, the others the program (--dump-after). */
+static const char *const pass_names[] = {"partition", "decompose", "autodiff", "recompute",
+                                         "lower",     "zero",      "offload",  "share"};
+enum { NPASSES = sizeof pass_names / sizeof *pass_names };
+
 static const char *const rc_option_names[RC_COUNT + 1] = {"none", "selective", "full", "auto"};
 
 static void add_override(Options *o, const char *arg) {
@@ -133,7 +152,7 @@ static int parse_choice(const char *flag, const char *arg, const char *const *na
 
 enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA,
        O_GPN, O_GPU, O_CLUSTER, O_DUMP_PLAN, O_PLAN_OUT, O_PLAN, O_DP, O_TP, O_PP, O_ZERO, O_MBS, O_SCHEDULE, O_VSTAGES,
-       O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD };
+       O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD, O_WHAT_IF };
 
 /* The options that describe the cluster or force part of the plan. */
 static bool parse_plan_option(int c, const char *arg, Options *o) {
@@ -143,6 +162,7 @@ static bool parse_plan_option(int c, const char *arg, Options *o) {
   case O_GPN: o->gpus_per_node = parse_positive("--gpus-per-node", arg); break;
   case O_GPU: o->gpu = arg; break;
   case O_CLUSTER: o->cluster = arg; break;
+  case O_WHAT_IF: o->what_if = true; break;
   case O_PLAN_OUT: o->plan_out = arg; break;
   case O_PLAN: o->plan_file = arg; break;
   case O_DP: f->dp = (int)parse_positive("--dp", arg); break;
@@ -184,16 +204,18 @@ static void parse_options(int argc, char **argv, Options *o) {
     {"recompute", required_argument, 0, O_RECOMPUTE}, {"attention", required_argument, 0, O_ATTENTION},
     {"activation-memory", required_argument, 0, O_ACT_MEM},
     {"device-memory", required_argument, 0, O_DEV_MEM}, {"host-memory", required_argument, 0, O_HOST_MEM},
-    {"offload", required_argument, 0, O_OFFLOAD},
+    {"offload", required_argument, 0, O_OFFLOAD}, {"jobs", required_argument, 0, 'j'},
+    {"what-if", no_argument, 0, O_WHAT_IF},
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
   *o = (Options){.gpus = 1, .rc = -1};
   plan_force_init(&o->force);
   int c;
-  while ((c = getopt_long(argc, argv, "ho:", longs, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "ho:j:", longs, NULL)) != -1) {
     if (parse_plan_option(c, optarg, o)) continue;
     switch (c) {
     case O_SET: add_override(o, optarg); break;
-    case O_GPUS: o->gpus = parse_positive("--gpus", optarg), o->gpus_set = true; break;
+    case O_GPUS: o->gpus = parse_positive("--gpus", optarg), o->gpus_set = o->plan = true; break;
+    case 'j': o->jobs = parse_positive("-j", optarg); break;
     case O_SUMMARY: o->summary = true; break;
     case O_DUMP_IR: o->dump_ir = true; break;
     case O_DUMP_AFTER: o->dump_after = optarg; break;
@@ -216,11 +238,7 @@ static void parse_options(int argc, char **argv, Options *o) {
     exit(1);
   }
   o->file = argv[optind];
-  if (o->dump_after && strcmp(o->dump_after, "decompose") && strcmp(o->dump_after, "autodiff") &&
-      strcmp(o->dump_after, "recompute")) {
-    fprintf(stderr, "colossalc: --dump-after takes decompose, autodiff or recompute, got '%s'\n", o->dump_after);
-    exit(1);
-  }
+  if (o->dump_after) parse_choice("--dump-after", o->dump_after, pass_names, NPASSES);
   if (o->act_mem && o->rc < 0) o->rc = RC_AUTO;
   if (o->rc == RC_AUTO && !o->act_mem && !o->plan) {
     fprintf(stderr, "colossalc: --recompute auto needs --activation-memory SIZE (or a plan: --gpus N ...)\n");
@@ -264,10 +282,17 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   if (c->offload >= 0) f.offload = c->offload;
   if (f.v > 1 && f.schedule < 0) f.schedule = PS_INTERLEAVED;
   if (f.v > 1 && f.schedule == PS_1F1B) error_plain("--virtual-stages %d needs --schedule interleaved", f.v);
-  if (o->out || o->emit_kernels || o->emit_llvm || o->emit_cuda || o->dump_after) { /* a plan to compile: what code generation runs */
-    f.exec = true;
-    if (f.attn != ATTN_FUSED) error_plain("--attention materialized is a cost-model option; the compiled program uses its own attention");
-  }
+  /* Only what code generation runs (so that --dump-plan shows the plan -o compiles),
+   * unless --what-if asks for what the code generators cannot emit yet. */
+  bool compiling = o->out || o->emit_kernels || o->emit_llvm || o->emit_cuda || o->dump_after;
+  f.exec = !o->what_if;
+  if (compiling && o->what_if)
+    error_plain("--what-if plans may use what the code generators cannot emit yet; compile without --what-if");
+  if (f.exec && f.offload == 1)
+    error_plain("offloading the optimizer state of a parallel plan is priced, not compiled yet: add --what-if to "
+                "explore it, or use --device-memory to compile offload on one rank");
+  if (compiling && f.attn != ATTN_FUSED)
+    error_plain("--attention materialized is a cost-model option; the compiled program uses its own attention");
   return plan_search(arena, g, cl, &f);
 }
 
@@ -286,76 +311,141 @@ static void dump_plan(const PlanResult *r, const Options *o) {
   if (o->plan_out && fclose(f)) error_plain("cannot write %s: %s", o->plan_out, strerror(errno));
 }
 
-/* The kernels and the program JSON (freed here) as text. */
-static void write_kernels(const char *path, const Program *p, char *json) {
-  FILE *f = fopen(path, "w");
-  if (!f) error_plain("cannot write %s", path);
-  for (int i = 0; i < p->nkernels; i++) kernel_print(f, p->kernels[i]);
+/* ---- progress and output ------------------------------------------------------------- */
+
+static bool tty;            /* standard error is a terminal: long work reports progress there */
+static double t_start;      /* when main started (seconds, monotonic) */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* One line of progress, overwritten by the next (only on a terminal). */
+static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void progress(const char *fmt, ...) {
+  if (!tty) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "\rcolossalc: %5.1f s: ", now_s() - t_start);
+  vfprintf(stderr, fmt, ap);
+  fputs("\033[K", stderr);
+  va_end(ap);
+}
+
+static void progress_end(void) {
+  if (tty) fputs("\r\033[K", stderr);
+}
+
+static void llvm_progress(int done, int total, void *ctx) {
+  (void)ctx;
+  progress("LLVM: %d of %d kernels compiled", done, total);
+}
+
+/* The kernels (their text form) and the programs' JSON (freed here). */
+static void write_kernels(FILE *f, Program **ps, char *json) {
+  const Program *p = ps[0];
+  if (p->code) {
+    fprintf(f, "# %d kernels share %d codes (codegen/share.c)\n", p->nkernels, p->ncode);
+    for (int i = 0; i < p->ncode; i++) kernel_print_code(f, p->code[i]);
+  } else {
+    for (int i = 0; i < p->nkernels; i++) kernel_print(f, p->kernels[i]);
+  }
   fprintf(f, "program %s\n", json);
   free(json);
-  if (fclose(f)) error_plain("cannot write %s", path);
 }
 
 static void write_cuda(const char *dir, const Program *p) {
   if (mkdir(dir, 0777) && errno != EEXIST) error_plain("cannot create %s: %s", dir, strerror(errno));
   char path[4096];
   snprintf(path, sizeof path, "%s/kernels.cu", dir);
-  char *src = cuda_emit_source((const Kernel *const *)p->kernels, p->nkernels);
+  char *src = cuda_emit_source((const Kernel *const *)p->code, p->ncode);
   FILE *f = fopen(path, "w");
   if (!f || fputs(src, f) < 0 || fclose(f)) error_plain("cannot write %s: %s", path, strerror(errno));
   free(src);
 }
 
-/* The linker command: the C compiler, the object, the runtime's link flags. */
-static void link_train(const char *obj, const char *out, const char *libs) {
+/* The linker command: the C compiler, the objects, the runtime's link flags. 0, or -1
+ * with the message in err. */
+static int link_train(char **objs, const char *out, const char *libs, char *err, size_t errlen) {
   FILE *f = fopen(COLOSSALC_LINK_FLAGS_FILE, "r");
-  if (!f) error_plain("cannot read the runtime's link flags %s: %s", COLOSSALC_LINK_FLAGS_FILE, strerror(errno));
-  char *argv[64], line[4096];
+  if (!f) {
+    snprintf(err, errlen, "cannot read the runtime's link flags %s: %s", COLOSSALC_LINK_FLAGS_FILE, strerror(errno));
+    return -1;
+  }
+  int nobj = 0;
+  while (objs[nobj]) nobj++;
+  char **argv = calloc((size_t)nobj + 80, sizeof *argv), line[4096];
+  ir_assert(argv);
   int argc = 0;
   argv[argc++] = (char *)COLOSSALC_LINK_CC;
-  argv[argc++] = (char *)obj;
+  for (int i = 0; i < nobj; i++) argv[argc++] = objs[i];
   int first_flag = argc;
-  while (argc < 56 && fgets(line, sizeof line, f)) {
+  while (argc < nobj + 64 && fgets(line, sizeof line, f)) {
     line[strcspn(line, "\n")] = 0;
     if (*line) argv[argc++] = strdup(line);
   }
   int last_flag = argc;
   fclose(f);
   char *libcopy = strdup(libs);
-  for (char *t = strtok(libcopy, " "); t && argc < 60; t = strtok(NULL, " ")) argv[argc++] = t;
+  for (char *t = strtok(libcopy, " "); t && argc < nobj + 76; t = strtok(NULL, " ")) argv[argc++] = t;
   argv[argc++] = "-o";
   argv[argc++] = (char *)out;
   argv[argc] = NULL;
   extern char **environ;
   pid_t pid;
   int status = 0;
-  if (posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
-      WEXITSTATUS(status))
-    error_plain("linking %s failed (%s)", out, argv[0]);
+  bool ok = !posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ) && waitpid(pid, &status, 0) >= 0 &&
+            WIFEXITED(status) && !WEXITSTATUS(status);
   for (int i = first_flag; i < last_flag; i++) free(argv[i]);
   free(libcopy);
+  free(argv);
+  if (ok) return 0;
+  snprintf(err, errlen, "linking %s failed (%s)", out, COLOSSALC_LINK_CC);
+  return -1;
 }
 
-/* Kernels to machine code (LLVM), the program embedded beside them, linked into `train`. */
-/* `train` (or its LLVM IR) from the kernels and the program JSON (freed here). */
-static void build_train(const Options *o, const char *name, Kernel *const *kernels, int nkernels, char *json) {
+static int jobs(const Options *o) {
+  long n = o->jobs ? o->jobs : sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+}
+
+/* `train` from the shared kernel codes and the program JSON (freed here): the codes
+ * compiled by LLVM on every core (codegen/llvm.h), the objects linked with the runtime. */
+static void build_train(const Options *o, const Program *p, char *json) {
+  char err[512], prefix[4200];
+  snprintf(prefix, sizeof prefix, "%s.tmp%d", o->out, (int)getpid());
+  char **objs = NULL;
+  int rc = llvm_compile_program((const Kernel *const *)p->code, p->ncode, json, jobs(o), prefix, llvm_progress, NULL,
+                                &objs, err, sizeof err);
+  free(json);
+  if (!rc) {
+    progress("linking %s", o->out);
+    LlvmModule *m = llvm_module_new("libs");   /* which math libraries this machine's kernels call */
+    char libs[64];
+    snprintf(libs, sizeof libs, "%s", llvm_link_libs(m));
+    llvm_module_free(m);
+    rc = link_train(objs, o->out, libs, err, sizeof err);
+  }
+  for (int i = 0; objs && objs[i]; i++) unlink(objs[i]), free(objs[i]);
+  free(objs);
+  if (rc) error_plain("%s", err);
+}
+
+/* --emit-llvm: every code in one module, optimised at O3, as LLVM IR text. */
+static void write_llvm(const Options *o, const Program *p, char *json) {
   char err[512];
-  LlvmModule *m = llvm_module_new(name);
-  llvm_emit_program(m, (const Kernel *const *)kernels, nkernels, json);
+  LlvmModule *m = llvm_module_new(p->g->name);
+  llvm_emit_program(m, (const Kernel *const *)p->code, p->ncode, json);
   free(json);
   if (llvm_optimize(m, 3)) error_plain("LLVM optimisation failed");
-  if (o->emit_llvm && llvm_write_ir(m, o->emit_llvm, err, sizeof err)) error_plain("%s", err);
-  if (o->out) {
-    char obj[4200];
-    snprintf(obj, sizeof obj, "%s.o.tmp%d", o->out, (int)getpid());
-    if (llvm_write_object(m, obj, err, sizeof err)) error_plain("%s", err);
-    link_train(obj, o->out, llvm_link_libs(m));
-    unlink(obj);
-  }
+  if (llvm_write_ir(m, o->emit_llvm, err, sizeof err)) error_plain("%s", err);
   llvm_module_free(m);
 }
 
-/* The training pipeline after the front end: one flat list (STYLE.md habit 3). */
+/* ---- the plan ------------------------------------------------------------------------ */
+
 /* The model recompiled for one data-parallel rank of a plan: its config constant
  * `batch` set to the plan's micro-batch size (the rank runs the plan's micro-batches
  * one after another); the partition pass cuts it for tensor and pipeline ranks. */
@@ -372,17 +462,46 @@ static Graph *graph_for_plan(Arena *arena, const char *text, size_t len, Options
   return g;
 }
 
-static void set_plan(Program *p, const PlanChoice *ch) {
-  p->microbatches = ch->m, p->dp = ch->dp, p->zero_stage = ch->zero, p->tp = ch->tp, p->pp = ch->pp;
+/* What the compiled program does that the plan's prices do not assume yet. */
+static void print_compiled(const PlanResult *r) {
+  const PlanChoice *c = &r->best.ch;
+  fprintf(stderr, "  compiled in fp32 with attention materialized%s; run it with `mpirun -np %d`\n",
+          r->mixed ? " (the code generators emit no bf16 or fused attention yet)" : "", c->dp * c->tp * c->pp);
 }
 
-/* ZeRO-2/3 of one unscheduled program without offload: the gathers and reductions go
- * into its step (codegen/zero.h), so the runtime's peak falls with the dp ranks. */
-static void schedule_zero(Program *p) {
-  if (p->zero_stage >= 2 && !p->scheduled && !p->offload) zero_schedule(p); /* requires: set_plan */
+/* ---- the passes ---------------------------------------------------------------------- */
+
+/* What one compilation carries from pass to pass. */
+typedef struct Build {
+  Options *o;
+  const PlanResult *r;      /* the plan searched (or read), or NULL: one rank, one micro-batch */
+  PlanChoice ch;            /* the plan compiled: r->best.ch, or the one-rank plan */
+  Partition *part;          /* the chunks, one per pipeline chunk (one for pp 1) */
+  Program **ps;             /* [nps] one program, or one per pipeline stage */
+  int nps;
+} Build;
+
+
+static bool dump_after(const Build *b, const char *pass) { return b->o->dump_after && !strcmp(b->o->dump_after, pass); }
+
+static void after_ir(const Build *b, const char *pass) {
+  for (int k = 0; k < b->part->nchunks; k++) ir_verify(b->part->chunk[k]);
+  if (!dump_after(b, pass)) return;
+  for (int k = 0; k < b->part->nchunks; k++) {
+    if (b->part->nchunks > 1 || b->part->tp > 1)
+      printf("# chunk %d of %d (stage %d), one tensor-parallel rank of %d\n", k, b->part->nchunks, k % b->part->pp,
+             b->part->tp);
+    ir_print(stdout, b->part->chunk[k]);
+  }
 }
 
-/* ---- recompute ------------------------------------------------------------------------ */
+static char *programs_json(const Build *b) {
+  return b->nps == 1 ? program_to_json(b->ps[0]) : programs_to_json(b->ps, b->nps);
+}
+
+static void after_program(const Build *b, const char *pass) {
+  if (dump_after(b, pass)) write_kernels(stdout, b->ps, programs_json(b));
+}
 
 static int64_t measure_work_peak(Graph *g, void *ctx) {
   (void)ctx;
@@ -393,13 +512,14 @@ static const RcLayer rc_layer_of[RC_COUNT] = {[RC_NONE] = RCL_KEEP, [RC_SELECTIV
 
 static const char *recompute_set = "none"; /* what was chosen, for --dump-plan */
 
-/* The recompute of one differentiated graph (passes/recompute.h): --recompute, else the
+/* The recompute of one differentiated chunk (passes/recompute.h): --recompute, else the
  * plan's choice; auto with --activation-memory chooses layers by the DP under that
  * budget (one program only). The choice goes to standard error. */
-static Graph *apply_recompute(Graph *g, const Options *o, const PlanChoice *ch, bool one_program) {
-  int rc = o->rc >= 0 && o->rc != RC_AUTO ? o->rc : ch ? (int)ch->rc : RC_NONE;
+static Graph *apply_recompute(Graph *g, const Build *b) {
+  const Options *o = b->o;
+  int rc = o->rc >= 0 && o->rc != RC_AUTO ? o->rc : (int)b->ch.rc;
   if (o->rc == RC_AUTO && o->act_mem) {
-    if (!one_program)
+    if (b->part->nchunks > 1 || b->part->tp > 1)
       error_plain("--activation-memory budgets the work tier of one program; a tensor- or pipeline-parallel plan "
                   "recomputes as the plan chooses (or force --recompute none, selective or full)");
     RecomputeChoice c;
@@ -414,8 +534,9 @@ static Graph *apply_recompute(Graph *g, const Options *o, const PlanChoice *ch, 
   if (rc == RC_NONE || g->nlayers == 0) return g;
   RcLayer *mode = arena_array(g->arena, g->nlayers, sizeof *mode);
   for (int l = 0; l < g->nlayers; l++) mode[l] = rc_layer_of[rc];
-  fprintf(stderr, "colossalc: recompute %s (%s): %.4g forward FLOPs recomputed\n", recompute_names[rc],
-          recompute_describe(g->arena, g, mode), recompute_flops(g, mode));
+  if (!b->r || o->rc >= 0)   /* a searched plan's choice is in its summary */
+    fprintf(stderr, "colossalc: recompute %s (%s): %.4g forward FLOPs recomputed\n", recompute_names[rc],
+            recompute_describe(g->arena, g, mode), recompute_flops(g, mode));
   recompute_set = recompute_describe(g->arena, g, mode);
   return pass_recompute(g, mode);
 }
@@ -440,37 +561,44 @@ static Graph *recompute_for_device(Graph *g, const Options *o) {
   return c.graph;
 }
 
-/* A tensor- or pipeline-parallel plan: the partition pass, then one program (tp only)
- * or one a pipeline stage. */
-static Program *compile_partitioned(Graph *g, const Options *o, const PlanResult *r) {
-  const PlanChoice *ch = &r->best.ch;
-  Partition *part = pass_partition(g, r, &r->best); /* requires: verified forward graph, the plan's */
-  for (int k = 0; k < part->nchunks; k++) part->chunk[k] = apply_recompute(part->chunk[k], o, ch, false);
-  if (o->dump_after)
-    for (int k = 0; k < part->nchunks; k++) {
-      printf("# chunk %d of %d (stage %d), one tensor-parallel rank of %d\n", k, part->nchunks, k % ch->pp, ch->tp);
-      ir_print(stdout, part->chunk[k]);
-    }
-  if (ch->pp == 1) {
-    Program *p = lower_program(part->chunk[0]);
-    set_plan(p, ch);
-    schedule_zero(p);
-    if (o->emit_kernels) write_kernels(o->emit_kernels, p, program_to_json(p));
-    if (o->emit_cuda) write_cuda(o->emit_cuda, p);
-    if (o->out || o->emit_llvm) build_train(o, p->g->name, p->kernels, p->nkernels, program_to_json(p));
-    return p;
+static Graph *recompute_chunk(Graph *g, const Build *b) {
+  g = apply_recompute(g, b);
+  if (b->o->device_memory && b->o->rc < 0) g = recompute_for_device(g, b->o);
+  return g;
+}
+
+/* The programs: one (pp 1) or one per pipeline stage with its schedule written into
+ * its step (codegen/pipeline.h); each told its plan. The one-rank plan leaves the
+ * data-parallel size open (dp 0: `train` takes the ranks it is started on). */
+static void lower(Build *b) {
+  const PlanChoice *ch = &b->ch;
+  if (ch->pp > 1) {
+    b->nps = ch->pp;
+    b->ps = lower_pipeline(b->part, ch->m, ch->sched == PS_INTERLEAVED);
+  } else {
+    b->nps = 1;
+    b->ps = arena_array(b->part->chunk[0]->arena, 1, sizeof *b->ps);
+    b->ps[0] = lower_program(b->part->chunk[0]);
   }
-  Program **ps = lower_pipeline(part, ch->m, ch->sched == PS_INTERLEAVED);
-  for (int s = 0; s < ch->pp; s++) set_plan(ps[s], ch), ps[s]->stage = s;
-  if (o->emit_kernels) write_kernels(o->emit_kernels, ps[0], programs_to_json(ps, ch->pp));
-  if (o->emit_cuda) write_cuda(o->emit_cuda, ps[0]);
-  if (o->out || o->emit_llvm) build_train(o, ps[0]->g->name, ps[0]->kernels, ps[0]->nkernels, programs_to_json(ps, ch->pp));
-  return ps[0];
+  for (int s = 0; s < b->nps && b->r; s++) {
+    Program *p = b->ps[s];
+    p->microbatches = ch->m, p->dp = ch->dp, p->zero_stage = ch->zero, p->tp = ch->tp, p->pp = ch->pp, p->stage = s;
+  }
+}
+
+/* ZeRO-2/3 of one unscheduled program without offload: the gathers and reductions go
+ * into its step (codegen/zero.h), so the runtime's peak falls with the dp ranks. */
+static void schedule_zero(Build *b) {
+  Program *p = b->ps[0];
+  if (b->nps == 1 && p->zero_stage >= 2 && !p->scheduled && !p->offload) zero_schedule(p);
 }
 
 /* Offload to fit --device-memory (codegen/offload.h); --dump-plan shows the plan (the
  * SVG form draws memory per tier over the step). */
-static void plan_offload(Program *p, const Options *o) {
+static void plan_offload(Build *b) {
+  const Options *o = b->o;
+  if (!o->device_memory) return;
+  Program *p = b->ps[0];
   Cluster cl;
   if (o->cluster) cluster_load_json(&cl, o->cluster, 1, 1);
   else cluster_from_profile(&cl, o->gpu ? o->gpu : "cpu", 1, 1);
@@ -489,26 +617,52 @@ static void plan_offload(Program *p, const Options *o) {
                op->nvme_peak / 1048576.0);
 }
 
-static Program *compile_training(Graph *g, const Options *o, const PlanChoice *ch) {
-  g = pass_decompose(g);                 /* requires: verified forward graph */
-  ir_verify(g);
-  if (o->dump_after && !strcmp(o->dump_after, "decompose")) ir_print(stdout, g);
-  pass_autodiff(g);                      /* requires: loss, no composite ops */
-  ir_verify(g);
-  if (o->dump_after && !strcmp(o->dump_after, "autodiff")) ir_print(stdout, g);
-  g = apply_recompute(g, o, ch, true);   /* requires: autodiff */
-  if (o->device_memory && o->rc < 0) g = recompute_for_device(g, o);
-  ir_verify(g);
-  if (o->dump_after && !strcmp(o->dump_after, "recompute")) ir_print(stdout, g);
-  if (!o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda && !o->summary && !o->device_memory) return NULL;
-  Program *p = lower_program(g);         /* requires: autodiff */
-  if (ch) set_plan(p, ch);
-  if (o->device_memory) plan_offload(p, o);
-  schedule_zero(p);
-  if (o->emit_kernels) write_kernels(o->emit_kernels, p, program_to_json(p));
+/* The pass pipeline of every compilation, one rank or a plan (STYLE.md habit 3): each
+ * pass in order, the verifier after those that rewrite the IR, --dump-after=PASS
+ * printing the IR (or, from lower on, the kernels and the program) after it. Lowering
+ * and what follows it run when a program is wanted. */
+static void run_passes(Build *b, Graph *g, bool lowering) {
+  progress("front end done; partition, autodiff, recompute");
+  b->part = pass_partition(g, b->r, b->r ? &b->r->best : NULL); /* requires: verified forward graph of the plan's micro-batch */
+  after_ir(b, "partition");
+  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k]);
+  after_ir(b, "decompose");
+  partition_autodiff(b->part);                                   /* requires: decompose */
+  after_ir(b, "autodiff");
+  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = recompute_chunk(b->part->chunk[k], b); /* requires: autodiff */
+  after_ir(b, "recompute");
+  if (!lowering) return;
+  progress("lowering to kernels");
+  lower(b);                                                      /* requires: autodiff */
+  after_program(b, "lower");
+  schedule_zero(b);                                              /* requires: lower */
+  after_program(b, "zero");
+  if (b->nps == 1) plan_offload(b);                              /* requires: lower; one rank */
+  after_program(b, "offload");
+  program_share_kernels(b->ps[0]);                               /* requires: every pass that adds kernels */
+  for (int s = 1; s < b->nps; s++)                               /* the stages have one kernel table */
+    b->ps[s]->code = b->ps[0]->code, b->ps[s]->ncode = b->ps[0]->ncode, b->ps[s]->code_of = b->ps[0]->code_of;
+  after_program(b, "share");
+}
+
+/* What was asked for: the kernels' text, the CUDA C, the LLVM IR, `train`. */
+static void emit(const Build *b) {
+  const Options *o = b->o;
+  const Program *p = b->ps[0];
+  if (o->emit_kernels) {
+    FILE *f = fopen(o->emit_kernels, "w");
+    if (!f) error_plain("cannot write %s: %s", o->emit_kernels, strerror(errno));
+    write_kernels(f, b->ps, programs_json(b));
+    if (fclose(f)) error_plain("cannot write %s: %s", o->emit_kernels, strerror(errno));
+  }
   if (o->emit_cuda) write_cuda(o->emit_cuda, p);
-  if (o->out || o->emit_llvm) build_train(o, p->g->name, p->kernels, p->nkernels, program_to_json(p));
-  return p;
+  if (o->emit_llvm) write_llvm(o, p, programs_json(b));
+  if (!o->out) return;
+  build_train(o, p, programs_json(b));
+  progress_end();
+  fprintf(stderr, "colossalc: wrote %s: %d kernel%s sharing %d code%s, %d program%s, in %.1f s\n", o->out, p->nkernels,
+          p->nkernels == 1 ? "" : "s", p->ncode, p->ncode == 1 ? "" : "s", b->nps, b->nps == 1 ? "" : "s",
+          now_s() - t_start);
 }
 
 static void options_free(Options *o) {
@@ -523,7 +677,17 @@ static int fail(Arena *arena, Options *o) {
   return 1;
 }
 
+/* Standard output gets the summary; with a plan, its two lines under it. */
+static void print_summary(const Options *o, const Graph *g, const Program *p, const PlanResult *r) {
+  summary_print(stdout, g);
+  if (p) summary_print_memory(stdout, p->tiers, p->work_peak);
+  else printf("memory plan: not available (%s)\n", diag_last);
+  if (r && !o->dump_plan) plan_dump_brief(stdout, r);
+}
+
 int main(int argc, char **argv) {
+  t_start = now_s();
+  tty = isatty(STDERR_FILENO);
   Options o;
   parse_options(argc, argv, &o);
   diag_stream = stderr;
@@ -538,43 +702,50 @@ int main(int argc, char **argv) {
   Graph *volatile g = frontend_compile(arena, o.file, text, len, o.ov, o.nov); /* parse, elaborate, verify */
   if (!g) return fail(arena, &o);
   if (o.dump_ir) ir_print(stdout, g);
-  const PlanChoice *volatile ch = NULL;
-  PlanResult *volatile planres = NULL;
-  volatile bool compiling = o.dump_after || o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda || o.device_memory;
+  bool program_dump = false;
+  for (int i = 4; i < NPASSES && o.dump_after; i++) program_dump |= !strcmp(o.dump_after, pass_names[i]);
+  volatile bool lowering = o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda || o.device_memory || program_dump;
+  volatile bool compiling = lowering || o.dump_after;
   /* --device-memory alone (no cluster): --dump-plan shows the offload plan, not a parallel one */
   if (o.device_memory && !o.gpus_set && !o.cluster) o.plan = false;
+  Build b = {.o = &o, .ch = {.dp = 1, .tp = 1, .pp = 1, .m = 1, .v = 1, .rc = RC_NONE}};
+  const Graph *volatile model = g;
   if (o.plan) { /* requires: verified forward graph */
     Cluster cl;
     diag_push(&j);
     if (setjmp(j.jb)) return fail(arena, &o);
-    PlanResult *plan = planres = search_plan(arena, g, &o, &cl);
-    if (o.dump_plan) dump_plan(plan, &o);
+    progress("searching the plan");
+    PlanResult *r = search_plan(arena, g, &o, &cl);
+    progress_end();
+    if (o.dump_plan) dump_plan(r, &o);
     if (compiling) {
-      ch = &plan->best.ch;
-      g = graph_for_plan(arena, text, len, &o, ch);
+      if (lowering && !o.dump_plan) plan_dump_brief(stderr, r), print_compiled(r);
+      b.r = r, b.ch = r->best.ch;
+      g = graph_for_plan(arena, text, len, &o, &b.ch);
+    } else if (o.summary) {
+      b.r = r;
     }
     diag_pop(&j);
   }
-  Program *volatile p = NULL;
   if (compiling) {
     diag_push(&j);
-    if (setjmp(j.jb)) return fail(arena, &o);
-    p = ch && (ch->tp > 1 || ch->pp > 1) ? compile_partitioned(g, &o, planres) : compile_training(g, &o, ch);
+    if (setjmp(j.jb)) return progress_end(), fail(arena, &o);
+    run_passes(&b, g, lowering);
+    if (lowering) emit(&b);
     diag_pop(&j);
   } else if (o.summary) { /* the memory plan for the summary; a model that cannot be lowered still summarises */
     FILE *saved = diag_stream;
     diag_stream = NULL;
     diag_push(&j);
-    if (!setjmp(j.jb)) p = compile_training(g, &o, NULL);
+    const PlanResult *r = b.r;
+    b.r = NULL;   /* the summary's memory plan is the model's own, one rank */
+    if (!setjmp(j.jb)) run_passes(&b, g, true);
+    else b.ps = NULL;
     diag_pop(&j);
     diag_stream = saved;
+    print_summary(&o, model, b.ps ? b.ps[0] : NULL, r);
   }
-  if (o.summary) {
-    summary_print(stdout, g);
-    if (p) summary_print_memory(stdout, p->tiers, p->work_peak);
-    else printf("memory plan: not available (%s)\n", diag_last);
-    if (o.gpus > 1) printf("cluster: %ld GPUs\n", o.gpus);
-  }
+  progress_end();
   arena_free(arena);
   options_free(&o);
   return 0;

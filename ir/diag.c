@@ -7,7 +7,7 @@
 
 FILE *diag_stream;
 DiagJump *diag_top;
-char diag_last[512];
+char diag_last[2048];
 SrcLoc diag_last_loc;
 
 void diag_push(DiagJump *j) { j->prev = diag_top; diag_top = j; }

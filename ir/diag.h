@@ -16,7 +16,7 @@ typedef struct DiagJump { jmp_buf jb; struct DiagJump *prev; } DiagJump;
 
 extern FILE *diag_stream;      /* where errors go; NULL silences them (fuzzing) */
 extern DiagJump *diag_top;     /* innermost handler */
-extern char diag_last[512];    /* text of the last error, for tests */
+extern char diag_last[2048];    /* text of the last error, for tests */
 extern SrcLoc diag_last_loc;   /* and where it was */
 
 /* A handler: diag_push(&j); if (setjmp(j.jb)) { diag_pop(&j); ...failed... }

@@ -326,7 +326,16 @@ static Node *seed_input(Graph *h, const Node *o, int b) {
   return new_input(h, o, &o->shape, arena_printf(h->arena, "pipe.grad.%d", b));
 }
 
+/* The one-rank plan: the graph is the one chunk. */
+static Partition *whole(Graph *g) {
+  Partition *out = arena_alloc(g->arena, sizeof *out);
+  *out = (Partition){.tp = 1, .pp = 1, .v = 1, .nchunks = 1, .chunk = arena_array(g->arena, 1, sizeof(Graph *))};
+  out->chunk[0] = g;
+  return out;
+}
+
 Partition *pass_partition(Graph *g, const PlanResult *r, const Plan *plan) {
+  if (!plan || (plan->ch.tp == 1 && plan->ch.pp == 1)) return whole(g);
   Arena *a = g->arena;
   const Graph *pg = r->pm->g;
   if (pg->n != g->n) diag_internal(__FILE__, __LINE__, "partition: the compiled graph differs from the planned one");
@@ -353,14 +362,15 @@ Partition *pass_partition(Graph *g, const PlanResult *r, const Plan *plan) {
   Partition *out = arena_alloc(a, sizeof *out);
   *out = (Partition){.tp = plan->ch.tp, .pp = plan->ch.pp, .v = plan->ch.v, .nchunks = P.nchunks,
                      .chunk = arena_array(a, P.nchunks, sizeof(Graph *)), .nbound = B.nbound, .bound = B.bound};
-  for (int k = 0; k < P.nchunks; k++) {
-    ir_verify(B.cb[k].h);
-    out->chunk[k] = pass_decompose(B.cb[k].h);
-    ir_verify(out->chunk[k]);
-  }
-  for (int k = P.nchunks - 1; k >= 0; k--) {
+  for (int k = 0; k < P.nchunks; k++) ir_verify(out->chunk[k] = B.cb[k].h);
+  return out;
+}
+
+void partition_autodiff(Partition *out) {
+  Arena *a = out->chunk[0]->arena;
+  for (int k = out->nchunks - 1; k >= 0; k--) {
     Graph *h = out->chunk[k];
-    for (int b = 0; b < B.nbound; b++) {
+    for (int b = 0; b < out->nbound; b++) {
       Boundary *bd = &out->bound[b];
       if (bd->from != k || !out->chunk[bd->to]->wrt_grads[bd->wrt]) continue;
       Node *o = h->outs[bd->out];
@@ -370,9 +380,8 @@ Partition *pass_partition(Graph *g, const PlanResult *r, const Plan *plan) {
       bd->seed = h->nseeds - 1;
     }
     if (!h->loss && !h->nseeds)
-      error_plain("pipeline chunk %d of %d: no gradient reaches it from the loss", k, P.nchunks);
+      error_plain("pipeline chunk %d of %d: no gradient reaches it from the loss", k, out->nchunks);
     pass_autodiff(h);
     ir_verify(h);
   }
-  return out;
 }

@@ -24,8 +24,10 @@
  * seeded with it (seed_grad, an input). Parameters are cloned into every chunk that
  * reads them, under their own names, so a tied one is held by several stages.
  *
- * Each chunk graph is then decomposed and differentiated, the last chunk first (its
- * boundary gradients decide the earlier chunks' seeds). */
+ * The driver then decomposes each chunk graph (pass_decompose) and differentiates
+ * them (partition_autodiff), the last chunk first (its boundary gradients decide the
+ * earlier chunks' seeds). The one-rank plan (no plan, or tp 1 and pp 1) is the
+ * trivial partition: the graph itself is the one chunk. */
 #ifndef COLOSSALC_PARTITION_H
 #define COLOSSALC_PARTITION_H
 #include "plan/search.h"
@@ -42,14 +44,20 @@ typedef struct Boundary {
 typedef struct Partition {
   int tp, pp, v;
   int nchunks;
-  Graph **chunk;  /* [nchunks] differentiated chunk graphs, model order */
+  Graph **chunk;  /* [nchunks] chunk graphs, model order (the passes replace them) */
   int nbound;
   Boundary *bound;
 } Partition;
 
 /* requires: g verified, the forward graph of the plan's micro-batch, with the same
- * nodes as the graph the plan was searched on (r->pm->g). Errors go through
+ * nodes as the graph the plan was searched on (r->pm->g); r and plan NULL for the
+ * one-rank plan. The chunks are forward graphs, verified. Errors go through
  * error_plain / error_at. */
 Partition *pass_partition(Graph *g, const PlanResult *r, const Plan *plan);
+
+/* requires: each chunk decomposed (pass_decompose). Seeds each chunk with the
+ * gradients of the values later chunks read, then differentiates it (pass_autodiff),
+ * the last chunk first; verifies each. */
+void partition_autodiff(Partition *part);
 
 #endif

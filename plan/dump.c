@@ -169,6 +169,19 @@ void plan_dump_text(FILE *f, const PlanResult *r) {
   fprintf(f, "search: %ld plans priced, %ld fit, %.3f s\n", r->evaluated, r->feasible, r->search_s);
 }
 
+void plan_dump_brief(FILE *f, const PlanResult *r) {
+  const Plan *p = &r->best;
+  const PlanChoice *c = &p->ch;
+  fprintf(f, "plan for %s on %s: dp %d x tp %d x pp %d (%d ranks), ZeRO-%d, %d micro-batch%s of %d, recompute %s", r->g->name,
+          r->cl->name, c->dp, c->tp, c->pp, c->dp * c->tp * c->pp, c->zero, c->m, c->m == 1 ? "" : "es", c->mbs,
+          recompute_names[c->rc]);
+  if (c->pp > 1) fprintf(f, ", schedule %s%s", schedule_names[c->sched], c->v > 1 ? " (interleaved chunks)" : "");
+  if (c->offload) fprintf(f, ", optimizer on the host");
+  fprintf(f, "\n  priced in %s with attention %s: %.4g s a step (MFU %.1f%%), %.2f GiB per device of %.2f GiB usable\n",
+          r->mixed ? "bf16 mixed precision" : "fp32", attn_kernel_names[c->attn], p->pr.step, 100 * p->pr.mfu,
+          p->pr.peak / GIB, r->usable / GIB);
+}
+
 /* ---- JSON ------------------------------------------------------------------------- */
 
 static cJSON *choice_json(cJSON *o, const PlanChoice *c) {

@@ -8,6 +8,9 @@
 #include "plan/search.h"
 
 void plan_dump_text(FILE *f, const PlanResult *r);
+/* The chosen plan in two lines: mesh, ZeRO, micro-batches, recompute; the precision
+ * and attention it is priced with, the predicted step time and memory per device. */
+void plan_dump_brief(FILE *f, const PlanResult *r);
 /* The JSON form, malloc'd (free it). Deterministic: no times of the search itself. */
 char *plan_to_json(const PlanResult *r);
 void plan_dump_svg(FILE *f, const PlanResult *r);

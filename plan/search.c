@@ -636,24 +636,48 @@ static const char *plan_text(const PlanChoice *c, char *buf, size_t len) {
   return buf;
 }
 
-/* No plan fits: say which came closest and by how much. */
-static _Noreturn void fail_memory(Search *S, bool forced) {
-  const Best *close = NULL;
-  for (int i = 0; i < S->nmesh; i++)
-    if (S->mesh[i].least.set && (!close || S->mesh[i].least.pr.peak < close->pr.peak)) close = &S->mesh[i].least;
-  if (!close) error_plain("no plan matches the forced choices: %s", S->why_none[0] ? S->why_none : "none were possible");
+/* One plan's memory against the device, for the no-fit message. */
+static void describe_fit(Search *S, const PlanChoice *ch, char *out, size_t len) {
   Plan p;
   char buf[160];
-  full_plan(S, &close->ch, &p);
+  full_plan(S, ch, &p);
   const StageCost *st = &p.stage[p.pr.peak_stage];
+  snprintf(out, len, "%s: stage %d needs %.1f GiB per device (weights %.1f, gradients %.1f, optimizer states %.1f, "
+           "activations %.1f, buffers %.1f GiB), over by %.1f GiB",
+           plan_text(&p.ch, buf, sizeof buf), p.pr.peak_stage, st->total / GIB, st->weights / GIB, st->grads / GIB,
+           st->optimizer / GIB, st->activations / GIB, st->buffers / GIB, (st->total - S->r->usable) / GIB);
+}
+
+static int least_cmp(const void *a, const void *b) {
+  double x = (*(const Best *const *)a)->pr.peak, y = (*(const Best *const *)b)->pr.peak;
+  return x < y ? -1 : x > y;
+}
+
+/* No plan fits: the forced plan's memory, or the three meshes that came closest and by
+ * how much, and what the whole training state needs against all the devices hold. */
+static _Noreturn void fail_memory(Search *S, bool forced) {
+  const Best *close[MAX_MESH];
+  int n = 0;
+  for (int i = 0; i < S->nmesh; i++)
+    if (S->mesh[i].least.set) close[n++] = &S->mesh[i].least;
+  if (!n) error_plain("no plan matches the forced choices: %s", S->why_none[0] ? S->why_none : "none were possible");
+  qsort(close, (size_t)n, sizeof *close, least_cmp);
   const Cluster *cl = S->r->cl;
-  error_plain("%s (%s) does not fit in memory: stage %d needs %.1f GiB per device (weights %.1f, gradients %.1f, "
-              "optimizer states %.1f, activations %.1f, buffers %.1f GiB) but %.1f GiB are usable (%.0f GiB %s less "
-              "%.1f GiB reserved); over by %.1f GiB",
-              forced ? "the forced plan" : "no plan fits; the closest", plan_text(&p.ch, buf, sizeof buf),
-              p.pr.peak_stage, st->total / GIB, st->weights / GIB, st->grads / GIB, st->optimizer / GIB,
-              st->activations / GIB, st->buffers / GIB, S->r->usable / GIB, cl->dev.memory / GIB, cl->dev.name,
-              cl->dev.reserved / GIB, (st->total - S->r->usable) / GIB);
+  char line[3][600];
+  for (int i = 0; i < n && i < 3; i++) describe_fit(S, &close[i]->ch, line[i], sizeof line[i]);
+  if (forced) error_plain("the forced plan does not fit in memory: %.1f GiB are usable (%.0f GiB %s less %.1f GiB "
+                          "reserved); %s", S->r->usable / GIB, cl->dev.memory / GIB, cl->dev.name,
+                          cl->dev.reserved / GIB, line[0]);
+  double state = S->r->pm->params * (S->r->w_bytes + S->r->g_bytes + S->r->o_bytes);
+  error_plain("no plan fits in memory: %.1f GiB are usable per device (%.0f GiB %s less %.1f GiB reserved); the "
+              "closest of %ld plans priced:\n"
+              "  1. %s%s%s%s%s\n"
+              "  the training state alone (weights, gradients and optimizer state, %.0f bytes a parameter) is %.1f GiB; "
+              "%s %d device%s hold%s %.1f GiB usable",
+              S->r->usable / GIB, cl->dev.memory / GIB, cl->dev.name, cl->dev.reserved / GIB, S->r->evaluated, line[0],
+              n > 1 ? "\n  2. " : "", n > 1 ? line[1] : "", n > 2 ? "\n  3. " : "", n > 2 ? line[2] : "",
+              S->r->w_bytes + S->r->g_bytes + S->r->o_bytes, state / GIB, cl->gpus == 1 ? "its" : "the", cl->gpus,
+              cl->gpus == 1 ? "" : "s", cl->gpus == 1 ? "s" : "", cl->gpus * S->r->usable / GIB);
 }
 
 static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) {

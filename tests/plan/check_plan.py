@@ -220,8 +220,10 @@ def offload():
     and takes it, its memory table holds no optimizer state, its host need is printed,
     and the optimizer step pays for the transfers and the CPU AdamW. On 8 GPUs the
     state shards instead and no offload wins. Forcing --offload none on one GPU is
-    refused with what does not fit, and a plan file keeps the choice."""
-    one = ["models/llama.model", "--gpus", "1", "--gpu", "a100-80g"]
+    refused with what does not fit, and a plan file keeps the choice. Optimizer offload
+    of a plan is priced, not compiled: only --what-if weighs it, and without --what-if
+    forcing it is refused."""
+    one = ["models/llama.model", "--gpus", "1", "--gpu", "a100-80g", "--what-if"]
     d = plan_json(one)
     if d["offload"] != "optimizer":
         fail("llama on one A100-80GB: offload %r, expected optimizer" % d["offload"])
@@ -237,18 +239,24 @@ def offload():
     text = run(one + ["--dump-plan"]).stdout
     if "offload: the optimizer state" not in text:
         fail("the text plan does not say it offloads:\n" + text[:600])
-    eight = plan_json(["models/llama.model", "--gpus", "8", "--gpu", "a100-80g"])
+    eight = plan_json(["models/llama.model", "--gpus", "8", "--gpu", "a100-80g", "--what-if"])
     if eight["offload"] != "none":
         fail("llama on 8 A100-80GB: offload %r, expected none" % eight["offload"])
-    expect_error(one + ["--offload", "none", "--dump-plan"], "does not fit", "over by")
+    expect_error(one + ["--offload", "none", "--dump-plan"], "no plan fits", "over by", "the training state alone")
     with tempfile.TemporaryDirectory() as tmp:
-        r = run(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--offload", "optimizer", "--dump-plan=json"])
+        expect_error(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--offload", "optimizer",
+                      "--dump-plan"], "priced, not compiled yet", "--what-if")
+        expect_error(one[:-1] + ["--dump-plan"], "no plan fits")
+        r = run(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--offload", "optimizer", "--what-if",
+                 "--dump-plan=json"])
         if json.loads(r.stdout)["offload"] != "optimizer":
             fail("--offload optimizer was not kept")
         plan = os.path.join(tmp, "p.json")
         with open(plan, "w") as f:
             f.write(r.stdout)
-        back = plan_json(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--plan", plan])
+        back = plan_json(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--what-if", "--plan", plan])
+        expect_error(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--plan", plan, "-o", "x"],
+                     "priced, not compiled yet")
         if back["offload"] != "optimizer":
             fail("a plan file's offload was not read back")
     print("ok   llama-7B on 1 A100-80GB offloads its optimizer (%.1f s of %.0f s a step), on 8 it does not" %
