@@ -465,8 +465,13 @@ static Graph *graph_for_plan(Arena *arena, const char *text, size_t len, Options
 /* What the compiled program does that the plan's prices do not assume yet. */
 static void print_compiled(const PlanResult *r) {
   const PlanChoice *c = &r->best.ch;
+  bool fused = c->attn == ATTN_FUSED;
   fprintf(stderr, "  compiled in fp32 with attention materialized%s; run it with `mpirun -np %d`\n",
-          r->mixed ? " (the code generators emit no bf16 or fused attention yet)" : "", c->dp * c->tp * c->pp);
+          r->mixed && fused ? " (the code generators emit no bf16 or fused attention yet)"
+          : r->mixed        ? " (the code generators emit no bf16 yet)"
+          : fused           ? " (the code generators emit no fused attention yet)"
+                            : "",
+          c->dp * c->tp * c->pp);
 }
 
 /* ---- the passes ---------------------------------------------------------------------- */
