@@ -4,7 +4,7 @@
     check_plan.py CHECK COLOSSALC
 
 CHECK is one of: acceptance, text_svg, forced, infeasible, cluster_files,
-from_file, determinism, offload. Run from the repository root. Prints what it checked;
+from_file, determinism, offload, compile. Run from the repository root. Prints what it checked;
 exit status 1 on the first failure."""
 import json
 import os
@@ -274,11 +274,83 @@ def determinism():
     print("ok   two runs give identical JSON (%d bytes) and SVG" % len(a))
 
 
+def compiled_program(args, tmp):
+    """Compiles args with -o, also writing the kernels and the program: the plan printed
+    on stderr, and the program JSON (one object, or a list of stages)."""
+    kern = os.path.join(tmp, "kernels.txt")
+    r = run(args + ["-o", os.path.join(tmp, "train"), "--emit-kernels", kern])
+    if not os.access(os.path.join(tmp, "train"), os.X_OK):
+        fail("no executable written")
+    with open(kern) as f:
+        prog = json.loads(f.read().split("\nprogram ", 1)[1])
+    return r.stderr, prog[0] if isinstance(prog, list) else prog
+
+
+def compile_plan():
+    """--gpus N -o prints the plan it compiles, which is the plan --dump-plan shows for
+    the same options, and compiles it (the program's mesh, ZeRO stage and micro-batches
+    are the plan's); --plan FILE compiles a saved plan exactly; a model with no plan
+    says why with the closest plans; --dump-after works for every pass."""
+    tiny = ["models/gpt2-tiny.model", "--set", "layers=2", "--set", "seq=32", "--gpu", "cpu"]
+    tiny4 = ["models/gpt2-tiny.model", "--set", "layers=4", "--set", "seq=32", "--gpu", "cpu"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for extra in (["--gpus", "4"], ["--gpus", "8", "--dp", "2", "--tp", "2", "--pp", "2", "--microbatch-size", "1"]):
+            d = plan_json(tiny + extra)
+            err, prog = compiled_program(tiny + extra, tmp)
+            m = d["mesh"]
+            want = "dp %d x tp %d x pp %d (%d ranks), ZeRO-%d, %d micro-batch%s of %d, recompute %s" % (
+                m["dp"], m["tp"], m["pp"], m["dp"] * m["tp"] * m["pp"], d["zero_stage"], d["microbatches"],
+                "" if d["microbatches"] == 1 else "es", d["microbatch_size"], d["recompute"])
+            if want not in err:
+                fail("-o printed a plan other than --dump-plan's %r:\n%s" % (want, err))
+            mesh = prog.get("mesh", {"dp": prog.get("dp"), "tp": 1, "pp": 1})
+            if (mesh["dp"], mesh["tp"], mesh["pp"], prog["zero_stage"], prog["microbatches"]) != (
+                    m["dp"], m["tp"], m["pp"], d["zero_stage"], d["microbatches"]):
+                fail("the compiled program is not the plan: %r, zero %r, %r micro-batches" %
+                     (mesh, prog["zero_stage"], prog["microbatches"]))
+            if "compiled in fp32" not in err or "wrote" not in err:
+                fail("-o does not say what it compiled:\n" + err)
+            print("ok   %s -o compiles the plan --dump-plan shows: %s" % (" ".join(extra), want))
+        plan = os.path.join(tmp, "plan.json")
+        with open(plan, "w") as f:
+            f.write(run(tiny4 + ["--gpus", "8", "--tp", "2", "--pp", "2", "--dp", "2", "--microbatch-size", "1",
+                                 "--schedule", "interleaved", "--dump-plan=json"]).stdout)
+        saved = json.load(open(plan))
+        err, prog = compiled_program(tiny4 + ["--gpus", "8", "--plan", plan], tmp)
+        if prog["mesh"] != {"dp": 2, "tp": 2, "pp": 2} or prog["microbatches"] != saved["microbatches"]:
+            fail("--plan FILE -o compiled %r with %r micro-batches" % (prog["mesh"], prog["microbatches"]))
+        if "dp 2 x tp 2 x pp 2" not in err:
+            fail("--plan FILE -o printed another plan:\n" + err)
+        print("ok   --plan FILE -o compiles the saved plan (dp 2 x tp 2 x pp 2, interleaved)")
+    codes = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for layers in (2, 8):
+            kern = os.path.join(tmp, "k.txt")
+            run(["models/gpt2-tiny.model", "--set", "layers=%d" % layers, "--emit-kernels", kern])
+            head = open(kern).readline().split()
+            codes[layers] = (int(head[1]), int(head[4]))
+    if codes[2][1] != codes[8][1] or codes[8][0] <= codes[2][0]:
+        fail("kernels and their codes for 2 and 8 layers: %r" % codes)
+    print("ok   gpt2-tiny: %d kernels of 2 layers and %d of 8 share the same %d codes" %
+          (codes[2][0], codes[8][0], codes[8][1]))
+    expect_error(["models/gpt3.model", "--gpus", "8", "-o", "never"], "no plan fits", "  1. ", "  2. ", "  3. ",
+                 "over by", "the training state alone", "616.0 GiB usable")
+    passes = ["partition", "decompose", "autodiff", "recompute", "lower", "zero", "offload", "share"]
+    for extra in ([], ["--gpus", "4", "--tp", "2", "--pp", "2"]):
+        for p in passes:
+            out = run(tiny + extra + ["--dump-after=" + p]).stdout
+            marker = "program " if passes.index(p) >= 4 else "%"
+            if marker not in out:
+                fail("--dump-after=%s %s printed no %r" % (p, " ".join(extra), marker))
+    expect_error(tiny + ["--dump-after=parse"], "--dump-after takes partition")
+    print("ok   --dump-after works after each of %s, one rank and tp 2 x pp 2" % ", ".join(passes))
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     COLOSSALC = sys.argv[2]
     {"acceptance": acceptance, "text_svg": text_svg, "forced": forced, "infeasible": infeasible,
      "cluster_files": cluster_files, "from_file": plan_file, "determinism": determinism,
-     "offload": offload}[sys.argv[1]]()
+     "offload": offload, "compile": compile_plan}[sys.argv[1]]()
     print("ok")
