@@ -972,6 +972,20 @@ char *cuda_emit_source(const Kernel *const *kernels, int n) {
   return text;
 }
 
+char *cuda_emit_units(const Kernel *const *kernels, int n) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ir_assert(f);
+  cuda_emit_prelude(f, n);
+  for (int i = 0; i < n; i++) {
+    fputc('\f', f);
+    cuda_emit_kernel(f, kernels[i]);
+  }
+  fclose(f);
+  return text;
+}
+
 void cuda_source_print_numbered(FILE *f, const char *src) {
   int line = 1;
   for (const char *s = src; s && *s; line++) {

@@ -853,12 +853,14 @@ static LLVMValueRef add_constant(LlvmModule *m, const char *name, LLVMValueRef i
   return g;
 }
 
-/* The kernel table (of fns), its length and the program JSON. */
-static void emit_table(LlvmModule *m, LLVMValueRef *fns, int n, const char *json) {
+/* The kernel table (of fns), its length, the program JSON and, when given, the CUDA C
+ * of the same kernels. */
+static void emit_table(LlvmModule *m, LLVMValueRef *fns, int n, const char *json, const char *cuda) {
   LLVMTypeRef fp = LLVMPointerType(m->kfn, 0);
   LLVMSetAlignment(add_constant(m, "colossalc_kernels", LLVMConstArray(fp, fns, (unsigned)n)), 8);
   add_constant(m, "colossalc_nkernels", LLVMConstInt(m->i32, (unsigned long long)n, 1));
   add_constant(m, "colossalc_program_json", LLVMConstStringInContext(m->ctx, json, (unsigned)strlen(json), 0));
+  if (cuda) add_constant(m, "colossalc_cuda_source", LLVMConstStringInContext(m->ctx, cuda, (unsigned)strlen(cuda), 0));
 }
 
 void llvm_emit_program(LlvmModule *m, const Kernel *const *kernels, int n, const char *program_json) {
@@ -869,7 +871,7 @@ void llvm_emit_program(LlvmModule *m, const Kernel *const *kernels, int n, const
     llvm_emit_kernel(m, kernels[i]);
     fns[i] = LLVMGetNamedFunction(m->mod, kernels[i]->name);
   }
-  emit_table(m, fns, n, program_json);
+  emit_table(m, fns, n, program_json, NULL);
   free(fns);
   char *msg = NULL;
   if (LLVMVerifyModule(m->mod, LLVMReturnStatusAction, &msg)) llvm_fail("module verifier", msg);
@@ -1003,28 +1005,28 @@ static void plan_parts(Build *b, int n, const char *prefix) {
 }
 
 /* The module with the kernel table (declarations of every kernel) and the JSON. */
-static int compile_table(const Kernel *const *kernels, int n, const char *json, const char *path, char *err,
-                         size_t errlen) {
+static int compile_table(const Kernel *const *kernels, int n, const char *json, const char *cuda, const char *path,
+                         char *err, size_t errlen) {
   LlvmModule *m = llvm_module_new("colossalc_program");
   LLVMValueRef *fns = calloc((size_t)n + 1, sizeof *fns);
   ir_assert(fns);
   for (int i = 0; i < n; i++) fns[i] = LLVMAddFunction(m->mod, kernels[i]->name, m->kfn);
-  emit_table(m, fns, n, json);
+  emit_table(m, fns, n, json, cuda);
   free(fns);
   int rc = llvm_write_object(m, path, err, errlen);
   llvm_module_free(m);
   return rc;
 }
 
-int llvm_compile_program(const Kernel *const *kernels, int n, const char *json, int threads, const char *prefix,
-                         LlvmProgress progress, void *ctx, char ***objs, char *err, size_t errlen) {
+int llvm_compile_program(const Kernel *const *kernels, int n, const char *json, const char *cuda, int threads,
+                         const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *err, size_t errlen) {
   Build b = {.kernels = kernels, .total = n, .progress = progress, .ctx = ctx};
   pthread_mutex_init(&b.lock, NULL);
   plan_parts(&b, n, prefix);
   char **paths = calloc((size_t)b.nparts + 2, sizeof *paths);
   ir_assert(paths);
   snprintf(b.parts[b.nparts].path, sizeof b.parts[b.nparts].path, "%s.table.o", prefix);
-  int rc = compile_table(kernels, n, json, b.parts[b.nparts].path, err, errlen);   /* also initialises LLVM */
+  int rc = compile_table(kernels, n, json, cuda, b.parts[b.nparts].path, err, errlen);   /* also initialises LLVM */
   if (threads < 1) threads = 1;
   if (threads > b.nparts) threads = b.nparts;
   pthread_t *tid = calloc((size_t)threads + 1, sizeof *tid);

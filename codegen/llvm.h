@@ -54,11 +54,13 @@ typedef void (*LlvmProgress)(int done, int total, void *ctx);
 /* The whole program as object files for `train`, on `threads` threads: the kernels in
  * parts of a few kernels of one optimisation level (llvm_kernel_opt_level), each part
  * its own module and LLVM context, written to PREFIX.N.o; and the kernel table with the
- * program JSON (the symbols of llvm_emit_program) in PREFIX.table.o. *objs (malloc'd,
- * each path malloc'd, NULL-terminated) names every object written or attempted; the
- * caller links them and removes them. Returns 0, or -1 with the message in err. */
-int llvm_compile_program(const Kernel *const *kernels, int n, const char *json, int threads, const char *prefix,
-                         LlvmProgress progress, void *ctx, char ***objs, char *err, size_t errlen);
+ * program JSON (the symbols of llvm_emit_program) and, when cuda is not NULL,
+ *     const char colossalc_cuda_source[];        the CUDA C of the same kernels
+ * in PREFIX.table.o. *objs (malloc'd, each path malloc'd, NULL-terminated) names every
+ * object written or attempted; the caller links them and removes them. Returns 0, or
+ * -1 with the message in err. */
+int llvm_compile_program(const Kernel *const *kernels, int n, const char *json, const char *cuda, int threads,
+                         const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *err, size_t errlen);
 
 /* Libraries the object needs at link time, as linker flags: "-lmvec -lm" when the
  * kernels may call libmvec, else "-lm". */

@@ -7,6 +7,7 @@
  * instructions that touch it, and the memory plan gives buffers of disjoint
  * lifetimes the same bytes of the work tier. */
 #include "codegen/lower.h"
+#include "codegen/cuda.h"
 #include "codegen/offload.h"
 #include <math.h>
 #include <stdlib.h>
@@ -1534,6 +1535,13 @@ static cJSON *program_json(const Program *p) {
   cJSON *names = cJSON_CreateArray();
   for (int i = 0; i < p->ncode; i++) cJSON_AddItemToArray(names, cJSON_CreateString(p->code[i]->name));
   cJSON_AddItemToObject(o, "kernels", names);
+  cJSON *launch = cJSON_CreateArray();   /* each code's CUDA launch: threads per block, blocks */
+  for (int i = 0; i < p->ncode; i++) {
+    const Kernel *k = p->code[i];
+    int64_t bg[2] = {cuda_kernel_block_size(k), cuda_kernel_grid_size(k, k->par == KP_ROWS ? k->rows : k->cols)};
+    cJSON_AddItemToArray(launch, ints_json(bg, 2));
+  }
+  cJSON_AddItemToObject(o, "cuda_launch", launch);
   cJSON_AddItemToObject(o, "step", seq_json(p, &p->step));
   cJSON_AddItemToObject(o, "gradnorm", seq_json(p, &p->gradnorm));
   cJSON_AddItemToObject(o, "update", seq_json(p, &p->update));

@@ -412,14 +412,17 @@ static int jobs(const Options *o) {
 }
 
 /* `train` from the shared kernel codes and the program JSON (freed here): the codes
- * compiled by LLVM on every core (codegen/llvm.h), the objects linked with the runtime. */
+ * compiled by LLVM on every core (codegen/llvm.h), their CUDA C carried beside them,
+ * the objects linked with the runtime. */
 static void build_train(const Options *o, const Program *p, char *json) {
   char err[512], prefix[4200];
   snprintf(prefix, sizeof prefix, "%s.tmp%d", o->out, (int)getpid());
   char **objs = NULL;
-  int rc = llvm_compile_program((const Kernel *const *)p->code, p->ncode, json, jobs(o), prefix, llvm_progress, NULL,
-                                &objs, err, sizeof err);
+  char *cuda = cuda_emit_units((const Kernel *const *)p->code, p->ncode);   /* for NVRTC when train starts on a GPU */
+  int rc = llvm_compile_program((const Kernel *const *)p->code, p->ncode, json, cuda, jobs(o), prefix, llvm_progress,
+                                NULL, &objs, err, sizeof err);
   free(json);
+  free(cuda);
   if (!rc) {
     progress("linking %s", o->out);
     LlvmModule *m = llvm_module_new("libs");   /* which math libraries this machine's kernels call */

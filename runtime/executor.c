@@ -247,7 +247,7 @@ static Offload *exec_off(Executor *ex)
  * WORK); on the CPU device both locations are host memory, so the device runs it. */
 static int exec_kernel(Executor *ex, const RtInstr *in, const float *scalars)
 {
-    char *host[RT_TIERS], *bufs[RT_MAX_ARGS];
+    char *host[RT_TIERS], *bufs[RT_MAX_ARGS] = {0};
     if (in->on_host) {
         for (int t = 0; t < RT_TIERS; t++)
             host[t] = t == RT_TIER_WORK ? ex->run[t] : offload_host_tier(exec_off(ex), t);

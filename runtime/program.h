@@ -49,6 +49,11 @@
  *   "loss_offset": N, "logits_offset": N, "gradnorm_offset": N, "gradnorm_parts": N,
  *   "flops_per_step": F,
  *   "kernels": ["k0_embedding", ...],                   (names, index = kernel id)
+ *   "cuda_launch": [[256, 40], ...],                     (optional: per kernel, the CUDA
+ *                      threads per block and blocks; the object then also defines
+ *                      const char colossalc_cuda_source[]: the CUDA C of the kernels,
+ *                      the prelude and one unit per kernel separated by form feeds,
+ *                      which the CUDA device compiles with NVRTC, runtime/cuda_kernels.h)
  *   "step": [INSTR, ...], "gradnorm": [INSTR, ...], "update": [INSTR, ...], "forward": [INSTR, ...]
  * }
  * INSTR is one of
@@ -259,5 +264,7 @@ typedef void (*RtKernelFn)(char *const *bufs, int64_t lo, int64_t hi, const floa
 extern const char colossalc_program_json[];
 extern const RtKernelFn colossalc_kernels[];
 extern const int colossalc_nkernels;
+/* The CUDA C of the kernels ("cuda_launch" above); NULL in a program without it. */
+extern const char colossalc_cuda_source[] __attribute__((weak));
 
 #endif

@@ -7,6 +7,9 @@
 
 #include "runtime/fileio.h"
 #include "runtime/offload.h"
+#ifdef COLOSSALC_HAVE_CUDA
+#include "runtime/device_cuda.h"
+#endif
 #include "runtime/train_ckpt.h"
 
 #include <errno.h>
@@ -364,6 +367,32 @@ static int trainer_init_offload(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+/* The device --device asks for: cuda by default when the program carries CUDA kernels
+ * and a GPU is visible here. */
+static int trainer_open_device(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
+{
+    const TrainOpts *o = t->opts;
+    const RtProgram *p = t->prog;
+    const char *cuda = colossalc_cuda_source;
+    int want = o->device;
+#ifdef COLOSSALC_HAVE_CUDA
+    if (want == TRAIN_DEVICE_AUTO)
+        want = cuda && p->cuda_launch && device_cuda_available() ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
+    if (want == TRAIN_DEVICE_CUDA) {
+        CudaOptions co = {.ordinal = t->comm->local_rank, .kernel_cache = o->kernel_cache, .threads = t->threads,
+                          .tf32 = o->tf32, .quiet = t->comm->rank != 0};
+        t->dev = device_cuda_new(p, cuda, &co, err, errlen);
+        return t->dev ? 0 : -1;
+    }
+#else
+    if (want == TRAIN_DEVICE_CUDA)
+        return file_set_error(err, errlen, "--device cuda: this train was built without the CUDA device (no CUDA "
+                              "toolkit where colossalc was built)");
+#endif
+    t->dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen);
+    return t->dev ? 0 : -1;
+}
+
 /* Everything of trainer_init that needs no other rank. */
 static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
 {
@@ -399,7 +428,7 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
         return -1;
     if (rank0 && o->log && !(t->log = fopen(o->log, o->resume ? "a" : "w")))
         return file_set_error(err, errlen, "--log %s: cannot open: %s", o->log, strerror(errno));
-    if (!(t->dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen)))
+    if (trainer_open_device(t, kernels, err, errlen) != 0)
         return -1;
     /* Shards are reserved only where the host sees the tiers (the CPU device); an
      * offload program's PARAMS, GRADS and OPT always (offload_init checks). */

@@ -12,12 +12,17 @@
  * rank it concerns (the lowest one when all ranks fail alike, as with a bad flag).
  */
 #include "runtime/comm.h"
+#ifdef COLOSSALC_HAVE_CUDA
+#include "runtime/device_cuda.h"
+#endif
+#include "runtime/fileio.h"
 #include "runtime/program.h"
 #include "runtime/train_loop.h"
 #include "runtime/train_opts.h"
 #include "runtime/train_program.h"
 
 #include <stdio.h>
+#include <unistd.h>
 
 static int train_fail(const char *prefix, const char *msg)
 {
@@ -36,6 +41,25 @@ static int train_agree(Comm *comm, int failed, char *err)
     if (comm->rank != first)
         err[0] = 0;
     return -1;
+}
+
+/* --compile-kernels ARCH: the CUDA kernels into the kernel cache, on rank 0, with
+ * NVRTC only (no GPU, no driver). */
+static int train_compile_kernels(Comm *comm, const RtProgram *stages, const TrainOpts *o, char *err,
+                                 size_t errlen)
+{
+#ifdef COLOSSALC_HAVE_CUDA
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    CudaOptions co = {.kernel_cache = o->kernel_cache, .threads = o->threads > 0 ? (int)o->threads
+                                                                                 : cpus > 0 ? (int)cpus : 1};
+    int bad = comm->rank == 0 &&
+              device_cuda_precompile(&stages[0], colossalc_cuda_source, o->compile_kernels, &co, err, errlen) != 0;
+    return train_agree(comm, bad, err);
+#else
+    (void)comm, (void)stages, (void)o;
+    return file_set_error(err, errlen, "--compile-kernels: this train was built without the CUDA device (no CUDA "
+                          "toolkit where colossalc was built)");
+#endif
 }
 
 static int train_main(Comm *comm, int argc, char **argv)
@@ -59,6 +83,11 @@ static int train_main(Comm *comm, int argc, char **argv)
         if (!bad)
             program_free_stages(stages, nstages);
         return train_fail("internal error: ", err);
+    }
+    if (opts.compile_kernels) {
+        int rc = train_compile_kernels(comm, stages, &opts, err, sizeof err);
+        program_free_stages(stages, nstages);
+        return rc ? train_fail("", err) : 0;
     }
     int rc = trainer_init_stages(&tr, stages, nstages, colossalc_kernels, &opts, comm, err,
                                  sizeof err) ||

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG } OptKind;
+typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG, OPT_DEVICE } OptKind;
 
 /* X(flag, kind, field, min, max, metavar, help); min/max bound INT and REAL values. */
 #define TRAIN_FLAGS(X)                                                                             \
@@ -45,7 +45,15 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG 
     X("--clip", OPT_REAL, clip, 0, 1e30, "X",                                                      \
       "clip the global gradient norm to X (0: off)")                                               \
     X("--threads", OPT_INT, threads, 1, 1024, "N",                                                 \
-      "CPU threads for kernels and OpenBLAS (default: online CPUs / ranks here)")                               \
+      "CPU threads for kernels and OpenBLAS (default: online CPUs / ranks here)")                  \
+    X("--device", OPT_DEVICE, device, 0, 0, "cpu|cuda",                                            \
+      "where to run (default: cuda when the program has CUDA kernels and a GPU is visible)")       \
+    X("--kernel-cache", OPT_STR, kernel_cache, 0, 0, "DIR",                                        \
+      "CUDA kernels compiled by NVRTC (default $XDG_CACHE_HOME/colossalc or ~/.cache/colossalc)")  \
+    X("--compile-kernels", OPT_STR, compile_kernels, 0, 0, "ARCH",                                 \
+      "compile the CUDA kernels for ARCH (sm_90) into the kernel cache and exit; no GPU needed")   \
+    X("--tf32", OPT_FLAG, tf32, 0, 0, "",                                                          \
+      "CUDA: GEMMs on TF32 tensor cores (f32 inputs rounded to 10-bit mantissas)")                 \
     X("--zero", OPT_INT, zero, 0, 3, "0|1|2|3",                                                    \
       "ZeRO over the ranks: 1 shards optimizer state, 2 also gradients, 3 also parameters")        \
     X("--init-from", OPT_STR, init_from, 0, 0, "FILE",                                             \
@@ -92,6 +100,7 @@ static void opts_defaults(TrainOpts *o)
     o->seed = 1337;
     o->lr = o->min_lr = o->weight_decay = o->beta1 = o->beta2 = o->eps = o->clip = NAN;
     o->schedule = -1;
+    o->device = TRAIN_DEVICE_AUTO;
 }
 
 static const OptSpec *opts_find(const char *arg, size_t len)
@@ -163,6 +172,11 @@ static int opts_set(const OptSpec *s, const char *v, TrainOpts *o, char *err, si
     case OPT_FLAG:
         *(int *)field = 1;
         return 0;
+    case OPT_DEVICE:
+        if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
+            return opts_bad(s, v, "cpu or cuda", err, errlen);
+        *(int *)field = strcmp(v, "cpu") == 0 ? TRAIN_DEVICE_CPU : TRAIN_DEVICE_CUDA;
+        return 0;
     }
     return -1;
 }
@@ -191,6 +205,10 @@ static int opts_check(const TrainOpts *o, char *err, size_t errlen)
 {
     if (o->help)
         return 0;
+    if (o->compile_kernels)
+        return strncmp(o->compile_kernels, "sm_", 3) == 0 ? 0
+               : file_set_error(err, errlen, "--compile-kernels: expected an architecture such as sm_90, got '%s'",
+                                o->compile_kernels);
     if (o->steps > 0 && !o->data)
         return file_set_error(err, errlen,
                               "--data FILE is required for training (or pass --steps 0)");
@@ -238,5 +256,8 @@ void train_opts_help(FILE *f)
                "  on a global batch of N x its batch; rank 0 prints, logs and writes files.\n"
                "overrides: --lr, --warmup, --min-lr, --lr-schedule and --clip act in the\n"
                "  runtime; --beta1, --beta2, --eps and --weight-decay reach only programs whose\n"
-               "  update kernels read them (others refuse a value that differs from theirs).\n");
+               "  update kernels read them (others refuse a value that differs from theirs).\n"
+               "devices: --device cuda runs the kernels on the GPU of the rank's local rank\n"
+               "  (libcuda.so.1, NVRTC and cuBLASLt are opened when asked for); the kernels are\n"
+               "  compiled by NVRTC at start-up and cached (--kernel-cache).\n");
 }

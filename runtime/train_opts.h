@@ -31,7 +31,13 @@ typedef struct TrainOpts {
     double lr, min_lr, weight_decay, beta1, beta2, eps, clip; /* NAN: the program's */
     int schedule; /* RtSchedule, -1: the program's */
     int resume, help;
+    int device;                  /* TRAIN_DEVICE_* */
+    const char *kernel_cache;    /* CUDA kernels compiled by NVRTC, or NULL: the default */
+    const char *compile_kernels; /* compile the CUDA kernels for this architecture and exit */
+    int tf32;                    /* CUDA GEMMs on TF32 */
 } TrainOpts;
+
+enum { TRAIN_DEVICE_AUTO = -1, TRAIN_DEVICE_CPU, TRAIN_DEVICE_CUDA };
 
 /* Parses argv into *o (defaults first). 0, or -1 with a message (no "train: "). */
 int train_opts_parse(int argc, char **argv, TrainOpts *o, char *err, size_t errlen);

@@ -812,17 +812,37 @@ static int parse_slots(Pj *pj, const cJSON *r, RtProgram *p)
                     "gradnorm_offset");
 }
 
-static int parse_kernel_names(Pj *pj, const cJSON *r, int nkernels)
+/* The kernels' names and, when the program carries CUDA C, their launch sizes
+ * ("cuda_launch": [[threads per block, blocks], ...]). */
+static int parse_kernel_names(Pj *pj, const cJSON *r, RtProgram *p)
 {
-    const cJSON *arr = pj_array(pj, r, "", "kernels", nkernels, nkernels);
+    int n = p->nkernels;
+    const cJSON *arr = pj_array(pj, r, "", "kernels", n, n);
     const char *name;
     char path[64];
-    for (int i = 0; arr && i < nkernels; i++) {
+    if (!arr || !(p->kernel_names = calloc((size_t)n + 1, sizeof *p->kernel_names)))
+        return arr ? file_set_error(pj->err, pj->errlen, "out of memory") : -1;
+    for (int i = 0; i < n; i++) {
         pj_path(path, sizeof path, "kernels", i);
-        if (pj_str(pj, cJSON_GetArrayItem(arr, i), path, "", &name) != 0)
+        if (pj_str(pj, cJSON_GetArrayItem(arr, i), path, "", &name) != 0 ||
+            !(p->kernel_names[i] = strdup(name)))
             return -1;
     }
-    return arr ? 0 : -1;
+    if (!cJSON_GetObjectItemCaseSensitive(r, "cuda_launch"))
+        return 0;
+    const cJSON *launch = pj_array(pj, r, "", "cuda_launch", n, n);
+    if (!launch || !(p->cuda_launch = calloc((size_t)n + 1, sizeof *p->cuda_launch)))
+        return launch ? file_set_error(pj->err, pj->errlen, "out of memory") : -1;
+    for (int i = 0; i < n; i++) {
+        int64_t bg[2];
+        pj_path(path, sizeof path, "cuda_launch", i);
+        if (pj_ints(pj, cJSON_GetArrayItem(launch, i), path, "", 2, 1, INT32_MAX, bg) != 0)
+            return -1;
+        if (bg[0] > 1024 || bg[0] % 32)
+            return pj_fail(pj, path, "", "threads per block: a multiple of 32 up to 1024");
+        p->cuda_launch[i][0] = (int)bg[0], p->cuda_launch[i][1] = (int)bg[1];
+    }
+    return 0;
 }
 
 /* ---- offload ------------------------------------------------------------------- */
@@ -1013,7 +1033,7 @@ static int parse_root(Pj *pj, const cJSON *r, RtProgram *p)
         return file_set_error(pj->err, pj->errlen, "program: not a JSON object");
     return parse_header(pj, r, p) || parse_train(pj, r, &p->train) ||
            parse_params(pj, r, p) || parse_inputs(pj, r, p) || parse_slots(pj, r, p) ||
-           parse_kernel_names(pj, r, p->nkernels) || parse_offload(pj, r, p) ||
+           parse_kernel_names(pj, r, p) || parse_offload(pj, r, p) ||
            parse_predicted(pj, r, p) || parse_zero_scheduled(pj, r, p) ||
            parse_step(pj, r, p) || parse_tail_lists(pj, r, p);
 }
@@ -1137,6 +1157,10 @@ void program_free(RtProgram *p)
     free(p->update.instr);
     free(p->forward.instr);
     free(p->offload.chunks);
+    for (int i = 0; p->kernel_names && i < p->nkernels; i++)
+        free(p->kernel_names[i]);
+    free(p->kernel_names);
+    free(p->cuda_launch);
     memset(p, 0, sizeof *p);
 }
 

@@ -203,6 +203,8 @@ typedef struct RtProgram {
     double flops_per_step;
     int nscalars; /* RT_SCALARS, or TRAIN_SCALARS when kernels read the hyperparameters */
     int nkernels;
+    char **kernel_names; /* [nkernels] */
+    int (*cuda_launch)[2]; /* [nkernels] threads per block and blocks of each CUDA kernel, or NULL */
     RtList step, gradnorm, update, forward;
     RtMesh mesh;     /* the same in every stage */
     int stage;       /* this program's pipeline stage, in [0, mesh.pp) */

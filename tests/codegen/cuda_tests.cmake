@@ -18,7 +18,8 @@ add_executable(test_codegen_cuda ${CMAKE_CURRENT_LIST_DIR}/test_cuda.c)
 target_link_libraries(test_codegen_cuda PRIVATE colossalc_core ${CUDA_nvrtc_LIBRARY} ${CMAKE_DL_LIBS})
 target_include_directories(test_codegen_cuda PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_definitions(test_codegen_cuda PRIVATE
-  COLOSSALC_HOST_CXX="${COLOSSALC_HOST_CXX}" COLOSSALC_HOST_CXX_FLAGS="${COLOSSALC_HOST_CXX_FLAGS}")
+  COLOSSALC_HOST_CXX="${COLOSSALC_HOST_CXX}" COLOSSALC_HOST_CXX_FLAGS="${COLOSSALC_HOST_CXX_FLAGS}"
+  COLOSSALC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 
 add_test(NAME codegen_cuda_emit COMMAND test_codegen_cuda emit)
 add_test(NAME codegen_cuda_nvrtc_sm80 COMMAND test_codegen_cuda nvrtc sm_80)

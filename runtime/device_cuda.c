@@ -1,0 +1,442 @@
+/* device_cuda: the CUDA device (device_cuda.h). */
+#include "runtime/device_cuda.h"
+
+#include "runtime/cuda_api.h"
+#include "runtime/cuda_kernels.h"
+#include "runtime/fileio.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { CUDA_MAX_BUFS = 16, SCALARS_MAX = 32, WORKSPACE = 32 << 20 };
+
+/* One GEMM shape of the program with its cuBLASLt descriptors and algorithm. */
+typedef struct GemmPlan {
+    RtGemm key;                  /* the shape: tiers and offsets zeroed */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc; /* of the column-major call: A' = B, B' = A */
+    cublasLtMatmulAlgo_t algo;
+} GemmPlan;
+
+typedef struct CudaDevice {
+    Device dev;
+    CudaApi api;
+    CUdevice cu;
+    CUcontext ctx;
+    CUstream stream;
+    CUmodule *mods;     /* [nmods] one per kernel unit */
+    int nmods;
+    CUfunction *fn;     /* [nkernels] */
+    int (*launch)[2];   /* [nkernels] threads per block, blocks */
+    int nkernels;
+    CUdeviceptr scalars; /* SCALARS_MAX floats, a copy of `last` */
+    float last[SCALARS_MAX];
+    int have_scalars;
+    cublasLtHandle_t lt;
+    CUdeviceptr workspace;
+    int tf32;
+    GemmPlan *gemm;
+    int ngemm, gemm_cap;
+} CudaDevice;
+
+/* ---- errors --------------------------------------------------------------------- */
+
+static _Noreturn void cuda_die(const CudaDevice *c, const char *what, const char *why, const char *file, int line)
+{
+    fflush(stdout);
+    fprintf(stderr, "train: CUDA error: %s failed: %s (%s:%d)\n", what, why, file, line);
+    (void)c;
+    exit(1);
+}
+
+static const char *cu_string(const CudaApi *api, CUresult r)
+{
+    const char *s = NULL;
+    if (!api->GetErrorString || api->GetErrorString(r, &s) != CUDA_SUCCESS || !s)
+        return "unknown CUDA error";
+    return s;
+}
+
+#define CUDA_CHECK(c, call)                                                                    \
+    do {                                                                                       \
+        CUresult r_ = (call);                                                                  \
+        if (r_ != CUDA_SUCCESS)                                                                \
+            cuda_die((c), #call, cu_string(&(c)->api, r_), __FILE__, __LINE__);                \
+    } while (0)
+
+#define CUBLAS_CHECK(c, call)                                                                  \
+    do {                                                                                       \
+        cublasStatus_t s_ = (call);                                                            \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
+            char why_[32];                                                                     \
+            snprintf(why_, sizeof why_, "cuBLAS status %d", (int)s_);                          \
+            cuda_die((c), #call, why_, __FILE__, __LINE__);                                    \
+        }                                                                                      \
+    } while (0)
+
+/* The same for start-up, where a failure is a message rather than the end. */
+#define CUDA_TRY(c, call, err, errlen)                                                         \
+    do {                                                                                       \
+        CUresult r_ = (call);                                                                  \
+        if (r_ != CUDA_SUCCESS)                                                                \
+            return file_set_error((err), (errlen), "--device cuda: %s failed: %s", #call,      \
+                                  cu_string(&(c)->api, r_));                                  \
+    } while (0)
+
+static CUdeviceptr dptr(const char *p) { return (CUdeviceptr)(uintptr_t)p; }
+
+/* ---- the Device functions ---------------------------------------------------------- */
+
+static char *cuda_alloc(Device *dev, int64_t bytes)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    CUdeviceptr p = 0;
+    if (c->api.MemAlloc(&p, (size_t)bytes) != CUDA_SUCCESS)
+        return NULL;
+    CUDA_CHECK(c, c->api.MemsetD8Async(p, 0, (size_t)bytes, c->stream));
+    CUDA_CHECK(c, c->api.StreamSynchronize(c->stream));
+    return (char *)(uintptr_t)p;
+}
+
+static void cuda_free(Device *dev, char *buf)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    if (buf)
+        CUDA_CHECK(c, c->api.MemFree(dptr(buf)));
+}
+
+/* The scalars, uploaded when they changed (from `last`, which outlives the copy). */
+static void put_scalars(CudaDevice *c, const float *scalars)
+{
+    size_t n = TRAIN_SCALARS * sizeof(float);
+    if (c->have_scalars && !memcmp(c->last, scalars, n))
+        return;
+    memcpy(c->last, scalars, n);
+    CUDA_CHECK(c, c->api.MemcpyHtoDAsync(c->scalars, c->last, n, c->stream));
+    c->have_scalars = 1;
+}
+
+static void cuda_kernel(Device *dev, int id, int64_t extent, char *const *bufs, const float *scalars)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    struct { CUdeviceptr p[CUDA_MAX_BUFS]; } args; /* cc_bufs of the generated code, by value */
+    for (int i = 0; i < CUDA_MAX_BUFS; i++)
+        args.p[i] = dptr(bufs[i]);
+    long long n = extent;
+    if (extent == 0)
+        return;
+    put_scalars(c, scalars);
+    void *params[] = {&args, &n, &c->scalars};
+    CUDA_CHECK(c, c->api.LaunchKernel(c->fn[id], (unsigned)c->launch[id][1], 1, 1, (unsigned)c->launch[id][0], 1, 1,
+                                      0, c->stream, params, NULL));
+}
+
+static void cuda_zero(Device *dev, char *base, int64_t offset, int64_t bytes)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    if (bytes > 0)
+        CUDA_CHECK(c, c->api.MemsetD8Async(dptr(base) + (CUdeviceptr)offset, 0, (size_t)bytes, c->stream));
+}
+
+static void cuda_upload(Device *dev, char *base, int64_t offset, const void *src, int64_t bytes)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    CUDA_CHECK(c, c->api.MemcpyHtoDAsync(dptr(base) + (CUdeviceptr)offset, src, (size_t)bytes, c->stream));
+    CUDA_CHECK(c, c->api.StreamSynchronize(c->stream)); /* src may change once we return */
+}
+
+static void cuda_download(Device *dev, const char *base, int64_t offset, void *dst, int64_t bytes)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    CUDA_CHECK(c, c->api.MemcpyDtoHAsync(dst, dptr(base) + (CUdeviceptr)offset, (size_t)bytes, c->stream));
+    CUDA_CHECK(c, c->api.StreamSynchronize(c->stream));
+}
+
+static void cuda_copy(Device *dev, char *dst, const char *src, int64_t bytes)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    CUDA_CHECK(c, c->api.MemcpyDtoDAsync(dptr(dst), dptr(src), (size_t)bytes, c->stream));
+}
+
+static void cuda_sync(Device *dev)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    CUDA_CHECK(c, c->api.StreamSynchronize(c->stream));
+}
+
+/* ---- GEMMs: cuBLASLt --------------------------------------------------------------- */
+
+/* The shape of g: everything but where its operands lie, and alpha and beta. */
+static RtGemm gemm_key(const RtGemm *g)
+{
+    RtGemm k;
+    memset(&k, 0, sizeof k);
+    k.ta = g->ta, k.tb = g->tb, k.m = g->m, k.n = g->n, k.k = g->k;
+    k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc;
+    memcpy(k.batch, g->batch, sizeof k.batch);
+    for (int w = 0; w < 3; w++)
+        k.stride[w][1] = g->stride[w][1];
+    return k;
+}
+
+static GemmPlan *find_gemm(CudaDevice *c, const RtGemm *g)
+{
+    RtGemm k = gemm_key(g);
+    for (int i = 0; i < c->ngemm; i++)
+        if (!memcmp(&c->gemm[i].key, &k, sizeof k))
+            return &c->gemm[i];
+    return NULL;
+}
+
+static void layout(CudaDevice *c, cublasLtMatrixLayout_t *l, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                   int64_t stride)
+{
+    int32_t count = (int32_t)batch;
+    CUBLAS_CHECK(c, c->api.LtMatrixLayoutCreate(l, CUDA_R_32F, (uint64_t)rows, (uint64_t)cols, ld));
+    CUBLAS_CHECK(c, c->api.LtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    CUBLAS_CHECK(c, c->api.LtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                      sizeof stride));
+}
+
+/* A row-major C[m, n] = op(A) op(B) is the column-major C^T[n, m] = op(B)^T op(A)^T:
+ * cuBLASLt's A is our B and its B our A; batch[1] is cuBLASLt's strided batch. */
+static int plan_gemm(CudaDevice *c, const RtGemm *g, char *err, size_t errlen)
+{
+    if (find_gemm(c, g))
+        return 0;
+    if (c->ngemm == c->gemm_cap) {
+        int cap = c->gemm_cap ? 2 * c->gemm_cap : 32;
+        GemmPlan *v = realloc(c->gemm, (size_t)cap * sizeof *v);
+        if (!v)
+            return file_set_error(err, errlen, "out of memory");
+        c->gemm = v, c->gemm_cap = cap;
+    }
+    GemmPlan *p = &c->gemm[c->ngemm++];
+    memset(p, 0, sizeof *p);
+    p->key = gemm_key(g);
+    cublasComputeType_t compute = c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    CUBLAS_CHECK(c, c->api.LtMatmulDescCreate(&p->desc, compute, CUDA_R_32F));
+    cublasOperation_t ta = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    int64_t nb = g->batch[1];
+    layout(c, &p->la, g->tb ? g->k : g->n, g->tb ? g->n : g->k, g->ldb, nb, g->stride[1][1]);
+    layout(c, &p->lb, g->ta ? g->m : g->k, g->ta ? g->k : g->m, g->lda, nb, g->stride[0][1]);
+    layout(c, &p->lc, g->n, g->m, g->ldc, nb, g->stride[2][1]);
+    cublasLtMatmulPreference_t pref;
+    uint64_t ws = WORKSPACE;
+    CUBLAS_CHECK(c, c->api.LtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(c, c->api.LtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                          sizeof ws));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t s = c->api.LtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+                                                       &found);
+    c->api.LtMatmulPreferenceDestroy(pref);
+    if (s != CUBLAS_STATUS_SUCCESS || found < 1)
+        return file_set_error(err, errlen, "--device cuda: cuBLASLt has no algorithm for the GEMM m %lld n %lld k "
+                              "%lld (ta %d, tb %d, batch %lld x %lld)", (long long)g->m, (long long)g->n,
+                              (long long)g->k, g->ta, g->tb, (long long)g->batch[0], (long long)g->batch[1]);
+    p->algo = res.algo;
+    return 0;
+}
+
+static void cuda_gemm(Device *dev, const RtGemm *g, char *const *tiers)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    const GemmPlan *p = find_gemm(c, g);
+    if (!p)
+        cuda_die(c, "a GEMM", "its shape was not planned at start-up", __FILE__, __LINE__);
+    for (int64_t i = 0; i < g->batch[0]; i++) {
+        const float *a = (const float *)(tiers[g->tier[0]] + g->offset[0]) + i * g->stride[0][0];
+        const float *b = (const float *)(tiers[g->tier[1]] + g->offset[1]) + i * g->stride[1][0];
+        float *d = (float *)(tiers[g->tier[2]] + g->offset[2]) + i * g->stride[2][0];
+        CUBLAS_CHECK(c, c->api.LtMatmul(c->lt, p->desc, &g->alpha, b, p->la, a, p->lb, &g->beta, d, p->lc, d, p->lc,
+                                        &p->algo, (void *)(uintptr_t)c->workspace, WORKSPACE, c->stream));
+    }
+}
+
+/* ---- start-up and the end -------------------------------------------------------------- */
+
+static void cuda_destroy(Device *dev)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    if (c->stream)
+        c->api.StreamSynchronize(c->stream);
+    for (int i = 0; i < c->ngemm; i++) {
+        c->api.LtMatmulDescDestroy(c->gemm[i].desc);
+        c->api.LtMatrixLayoutDestroy(c->gemm[i].la);
+        c->api.LtMatrixLayoutDestroy(c->gemm[i].lb);
+        c->api.LtMatrixLayoutDestroy(c->gemm[i].lc);
+    }
+    free(c->gemm);
+    if (c->lt)
+        c->api.LtDestroy(c->lt);
+    if (c->workspace)
+        c->api.MemFree(c->workspace);
+    if (c->scalars)
+        c->api.MemFree(c->scalars);
+    for (int i = 0; i < c->nmods; i++)
+        if (c->mods[i])
+            c->api.ModuleUnload(c->mods[i]);
+    free(c->mods);
+    free(c->fn);
+    if (c->stream)
+        c->api.StreamDestroy(c->stream);
+    if (c->ctx)
+        c->api.DevicePrimaryCtxRelease(c->cu);
+    cuda_api_close(&c->api);
+    free(c);
+}
+
+/* The GPU of the ordinal, its context and stream; its architecture into arch. */
+static int open_gpu(CudaDevice *c, int ordinal, char *arch, size_t archlen, char *name, size_t namelen, char *err,
+                    size_t errlen)
+{
+    int n = 0, major = 0, minor = 0;
+    CUDA_TRY(c, c->api.Init(0), err, errlen);
+    CUDA_TRY(c, c->api.DeviceGetCount(&n), err, errlen);
+    if (n < 1)
+        return file_set_error(err, errlen, "--device cuda: the driver sees no GPU (CUDA_VISIBLE_DEVICES?)");
+    CUDA_TRY(c, c->api.DeviceGet(&c->cu, ordinal % n), err, errlen);
+    CUDA_TRY(c, c->api.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->cu), err, errlen);
+    CUDA_TRY(c, c->api.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->cu), err, errlen);
+    CUDA_TRY(c, c->api.DeviceGetName(name, (int)namelen, c->cu), err, errlen);
+    CUDA_TRY(c, c->api.DevicePrimaryCtxRetain(&c->ctx, c->cu), err, errlen);
+    CUDA_TRY(c, c->api.CtxSetCurrent(c->ctx), err, errlen);
+    CUDA_TRY(c, c->api.StreamCreate(&c->stream, CU_STREAM_NON_BLOCKING), err, errlen);
+    snprintf(arch, archlen, "sm_%d%d", major, minor);
+    return 0;
+}
+
+static int load_kernels(CudaDevice *c, const RtProgram *p, const CudaBuild *b, char *err, size_t errlen)
+{
+    c->nmods = b->nunits;
+    c->nkernels = p->nkernels;
+    c->launch = p->cuda_launch;
+    if (!(c->mods = calloc((size_t)b->nunits + 1, sizeof *c->mods)) ||
+        !(c->fn = calloc((size_t)p->nkernels + 1, sizeof *c->fn)))
+        return file_set_error(err, errlen, "out of memory");
+    for (int u = 0; u < b->nunits; u++)
+        CUDA_TRY(c, c->api.ModuleLoadData(&c->mods[u], b->unit[u].data), err, errlen);
+    for (int k = 0; k < p->nkernels; k++)
+        CUDA_TRY(c, c->api.ModuleGetFunction(&c->fn[k], c->mods[k / CUDA_UNIT_KERNELS], p->kernel_names[k]), err,
+                 errlen);
+    return 0;
+}
+
+static int plan_gemms(CudaDevice *c, const RtProgram *p, char *err, size_t errlen)
+{
+    const RtList *lists[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
+    for (int l = 0; l < 4; l++)
+        for (int i = 0; i < lists[l]->n; i++)
+            if (lists[l]->instr[i].op == RT_OP_GEMM && plan_gemm(c, &lists[l]->instr[i].gemm, err, errlen) != 0)
+                return -1;
+    return 0;
+}
+
+static int program_has_cuda(const RtProgram *p, const char *source, char *err, size_t errlen)
+{
+    if (!source || !p->cuda_launch || !p->kernel_names)
+        return file_set_error(err, errlen, "--device cuda: this program carries no CUDA kernels (compile it again "
+                              "with this colossalc, or run with --device cpu)");
+    return 0;
+}
+
+static int build_kernels(const CudaApi *api, const RtProgram *p, const char *source, const char *arch,
+                         const CudaOptions *o, CudaBuild *b, char *err, size_t errlen)
+{
+    char dir[1024];
+    cuda_cache_dir(o->kernel_cache, dir, sizeof dir);
+    if (o->kernel_cache && !dir[0])
+        return file_set_error(err, errlen, "--kernel-cache %s: cannot create the directory", o->kernel_cache);
+    return cuda_kernels_build(api, source, p->nkernels, arch, dir, o->threads > 0 ? o->threads : 1, b, err,
+                              errlen);
+}
+
+static void report_build(const CudaBuild *b, const char *arch)
+{
+    printf("cuda kernels: %d unit%s for %s, %d from the cache", b->nunits, b->nunits == 1 ? "" : "s", arch,
+           b->cached);
+    if (b->nunits > b->cached)
+        printf(", %d compiled in %.1f s", b->nunits - b->cached, b->compile_s);
+    if (b->rebuilt)
+        printf(" (%d damaged cache entr%s rebuilt)", b->rebuilt, b->rebuilt == 1 ? "y" : "ies");
+    printf(b->cache_dir[0] ? " (cache %s)\n" : " (no cache)\n", b->cache_dir);
+}
+
+static int cuda_setup(CudaDevice *c, const RtProgram *p, const char *source, const CudaOptions *o, char *err,
+                      size_t errlen)
+{
+    char arch[32], name[256];
+    CudaBuild b;
+    size_t total = 0;
+    if (cuda_api_load(&c->api, CUDA_LIB_ALL, err, errlen) != 0 ||
+        open_gpu(c, o->ordinal, arch, sizeof arch, name, sizeof name, err, errlen) != 0 ||
+        build_kernels(&c->api, p, source, arch, o, &b, err, errlen) != 0)
+        return -1;
+    int rc = load_kernels(c, p, &b, err, errlen);
+    if (!rc && !o->quiet) {
+        c->api.DeviceTotalMem(&total, c->cu);
+        printf("cuda: %s (%s), %.1f GiB | ", name, arch, (double)total / (1 << 30));
+        report_build(&b, arch);
+    }
+    cuda_build_free(&b);
+    if (rc)
+        return -1;
+    CUDA_TRY(c, c->api.MemAlloc(&c->scalars, SCALARS_MAX * sizeof(float)), err, errlen);
+    CUDA_TRY(c, c->api.MemAlloc(&c->workspace, WORKSPACE), err, errlen);
+    if (c->api.LtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS)
+        return file_set_error(err, errlen, "--device cuda: cublasLtCreate failed");
+    return plan_gemms(c, p, err, errlen);
+}
+
+Device *device_cuda_new(const RtProgram *p, const char *source, const CudaOptions *o, char *err, size_t errlen)
+{
+    if (program_has_cuda(p, source, err, errlen) != 0)
+        return NULL;
+    CudaDevice *c = calloc(1, sizeof *c);
+    if (!c) {
+        file_set_error(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->tf32 = o->tf32;
+    c->dev = (Device){.name = "cuda", .impl = c, .alloc = cuda_alloc, .free = cuda_free, .kernel = cuda_kernel,
+                      .zero = cuda_zero, .gemm = cuda_gemm, .upload = cuda_upload, .copy = cuda_copy,
+                      .download = cuda_download, .sync = cuda_sync, .destroy = cuda_destroy};
+    if (cuda_setup(c, p, source, o, err, errlen) != 0) {
+        cuda_destroy(&c->dev);
+        return NULL;
+    }
+    return &c->dev;
+}
+
+int device_cuda_available(void)
+{
+    CudaApi api;
+    char err[256];
+    int n = 0;
+    if (cuda_api_load(&api, CUDA_LIB_DRIVER, err, sizeof err) != 0)
+        return 0;
+    int ok = api.Init(0) == CUDA_SUCCESS && api.DeviceGetCount(&n) == CUDA_SUCCESS && n > 0;
+    cuda_api_close(&api);
+    return ok;
+}
+
+int device_cuda_precompile(const RtProgram *p, const char *source, const char *arch, const CudaOptions *o,
+                           char *err, size_t errlen)
+{
+    CudaApi api;
+    CudaBuild b;
+    if (program_has_cuda(p, source, err, errlen) != 0 || cuda_api_load(&api, CUDA_LIB_NVRTC, err, errlen) != 0)
+        return -1;
+    int rc = build_kernels(&api, p, source, arch, o, &b, err, errlen);
+    if (!rc) {
+        report_build(&b, arch);
+        cuda_build_free(&b);
+    }
+    cuda_api_close(&api);
+    return rc;
+}

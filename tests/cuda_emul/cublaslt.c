@@ -1,0 +1,127 @@
+/* A host emulation of cuBLASLt (libcublasLt.so.13), for tests only: the descriptors
+ * the CUDA device uses (transposes; f32 layouts with a strided batch) kept in the
+ * opaque structs, and cublasLtMatmul as OpenBLAS's column-major sgemm over the batch,
+ * D = alpha op(A) op(B) + beta C on host memory (the emulated driver's device memory). */
+#include <cblas.h>
+#include <cublasLt.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What the emulation keeps in the opaque descriptors' storage. */
+typedef struct Desc { int ta, tb; } Desc;
+typedef struct Layout { uint64_t rows, cols; int64_t ld, stride; int32_t batch; } Layout;
+
+_Static_assert(sizeof(Desc) <= sizeof(cublasLtMatmulDescOpaque_t), "Desc fits the opaque descriptor");
+_Static_assert(sizeof(Layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "Layout fits the opaque layout");
+
+static int handle_dummy;
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (cublasLtHandle_t)&handle_dummy; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { (void)h; return CUBLAS_STATUS_SUCCESS; }
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t c, cudaDataType_t scale)
+{
+    if ((c != CUBLAS_COMPUTE_32F && c != CUBLAS_COMPUTE_32F_FAST_TF32) || scale != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    *d = calloc(1, sizeof **d);
+    return *d ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { free(d); return CUBLAS_STATUS_SUCCESS; }
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                                              const void *buf, size_t n)
+{
+    Desc *x = (Desc *)d;
+    int32_t op;
+    if ((a != CUBLASLT_MATMUL_DESC_TRANSA && a != CUBLASLT_MATMUL_DESC_TRANSB) || n != sizeof op)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    memcpy(&op, buf, sizeof op);
+    *(a == CUBLASLT_MATMUL_DESC_TRANSA ? &x->ta : &x->tb) = op == CUBLAS_OP_T;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows, uint64_t cols,
+                                          int64_t ld)
+{
+    if (t != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    *l = calloc(1, sizeof **l);
+    if (!*l)
+        return CUBLAS_STATUS_ALLOC_FAILED;
+    *(Layout *)*l = (Layout){rows, cols, ld, 0, 1};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { free(l); return CUBLAS_STATUS_SUCCESS; }
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a,
+                                                const void *buf, size_t n)
+{
+    Layout *x = (Layout *)l;
+    if (a == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT && n == sizeof x->batch)
+        memcpy(&x->batch, buf, n);
+    else if (a == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET && n == sizeof x->stride)
+        memcpy(&x->stride, buf, n);
+    else
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
+    *p = calloc(1, sizeof **p);
+    return *p ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { free(p); return CUBLAS_STATUS_SUCCESS; }
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t a, const void *buf,
+                                                    size_t n)
+{
+    (void)p, (void)a, (void)buf, (void)n;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t p, int requested,
+                                              cublasLtMatmulHeuristicResult_t *results, int *returned)
+{
+    (void)h, (void)d, (void)a, (void)b, (void)c, (void)dl, (void)p;
+    if (requested < 1)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    memset(results, 0, sizeof *results);
+    results->state = CUBLAS_STATUS_SUCCESS;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *a,
+                              cublasLtMatrixLayout_t la, const void *b, cublasLtMatrixLayout_t lb, const void *beta,
+                              const void *c, cublasLtMatrixLayout_t lc, void *dst, cublasLtMatrixLayout_t ld,
+                              const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes,
+                              cudaStream_t s)
+{
+    (void)h, (void)algo, (void)workspace, (void)workspace_bytes, (void)s;
+    const Desc *x = (const Desc *)d;
+    const Layout *A = (const Layout *)la, *B = (const Layout *)lb, *C = (const Layout *)lc, *D = (const Layout *)ld;
+    uint64_t m = x->ta ? A->cols : A->rows, k = x->ta ? A->rows : A->cols, kb = x->tb ? B->cols : B->rows;
+    uint64_t n = x->tb ? B->rows : B->cols;
+    if (k != kb || C->rows != m || C->cols != n || D->rows != m || D->cols != n || A->batch != C->batch ||
+        B->batch != C->batch || D->batch != C->batch)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    for (int32_t i = 0; i < C->batch; i++) {
+        const float *ai = (const float *)a + i * A->stride, *bi = (const float *)b + i * B->stride;
+        const float *ci = (const float *)c + i * C->stride;
+        float *di = (float *)dst + i * D->stride;
+        if (ci != di)
+            for (uint64_t col = 0; col < n; col++)
+                memcpy(di + col * D->ld, ci + col * C->ld, m * sizeof(float));
+        cblas_sgemm(CblasColMajor, x->ta ? CblasTrans : CblasNoTrans, x->tb ? CblasTrans : CblasNoTrans, (int)m,
+                    (int)n, (int)k, al, ai, (int)A->ld, bi, (int)B->ld, be, di, (int)D->ld);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,68 @@
+#!/bin/sh
+# The CUDA device without a GPU (tests/cuda_emul/tests.cmake).
+#   one_rank     gpt2-tiny (2 layers) for 5 steps on the emulated CUDA device against the
+#                CPU device: every step's loss and every parameter after the last step to
+#                a relative 1e-5 (compare_runs.py); the second start finds all kernel
+#                units in the cache; a damaged entry is found, rebuilt, and the run equal
+#   nvrtc_cache  real NVRTC (no GPU, no driver): train --compile-kernels for sm_80 and
+#                sm_90, every unit compiled, then every unit from the cache, then one
+#                damaged entry rebuilt
+#   no_gpu       --device cuda where no driver is: one line naming libcuda.so.1, exit 1
+# Usage: run_cuda.sh COLOSSALC MKTOKENS SRCDIR WORKDIR PYTHON EMUL_LIB_DIR CHECK
+set -eu
+cc=$1 mktokens=$2 src=$3 work=$4 py=$5 emul=$6 check=$7
+run=$work/$check
+rm -rf "$run" && mkdir -p "$run" && cd "$run"
+"$mktokens" "$src/data/genesis.txt" genesis.bin > /dev/null
+"$cc" "$src/models/gpt2-tiny.model" --set layers=2 --set seq=32 --set batch=4 -o train 2> compile.err
+args="--data genesis.bin --steps 5 --threads 2 --eps 1e-6"   # eps: see tests/multirank/run_equal.sh
+
+fail() { echo "FAIL: $*"; exit 1; }
+# the "cuda kernels:" line of OUT must contain TEXT
+expect_line() {
+  grep '^cuda' "$1" | tee /dev/stderr | grep -q "$2" || fail "$1: no '$2' in its cuda line"
+}
+
+case $check in
+one_rank)
+  ./train $args --device cpu --log cpu.jsonl --save cpu.safetensors > cpu.out
+  LD_LIBRARY_PATH=$emul ./train $args --device cuda --kernel-cache kc --log cuda.jsonl --save cuda.safetensors \
+    > cuda.out
+  expect_line cuda.out "0 from the cache"
+  "$py" "$src/tests/multirank/compare_runs.py" 1e-5 cpu.jsonl cuda.jsonl cpu.safetensors cuda.safetensors
+  LD_LIBRARY_PATH=$emul ./train $args --device cuda --kernel-cache kc --log again.jsonl > again.out
+  units=$(sed -n 's/.*kernels: \([0-9]*\) units\{0,1\}.*/\1/p' again.out)
+  expect_line again.out "$units from the cache"
+  entry=$(ls kc/*.cubin | head -1)
+  head -c 100 "$entry" > kc/cut && mv kc/cut "$entry"      # a truncated entry
+  LD_LIBRARY_PATH=$emul ./train $args --device cuda --kernel-cache kc --log damaged.jsonl \
+    --save damaged.safetensors > damaged.out
+  expect_line damaged.out "1 damaged cache entry rebuilt"
+  "$py" "$src/tests/multirank/compare_runs.py" 1e-5 cpu.jsonl damaged.jsonl cpu.safetensors damaged.safetensors
+  ;;
+nvrtc_cache)
+  for arch in sm_80 sm_90; do
+    ./train --compile-kernels $arch --kernel-cache kc > $arch.out
+    expect_line $arch.out "0 from the cache"
+    units=$(sed -n 's/.*kernels: \([0-9]*\) units\{0,1\}.*/\1/p' $arch.out)
+    ./train --compile-kernels $arch --kernel-cache kc > $arch.again
+    expect_line $arch.again "$units from the cache"
+  done
+  entry=$(ls kc/*.cubin | head -1)
+  printf 'garbage' | dd of="$entry" bs=1 seek=64 conv=notrunc 2> /dev/null   # a flipped byte range
+  ./train --compile-kernels sm_80 --kernel-cache kc > sm80.damaged
+  ./train --compile-kernels sm_90 --kernel-cache kc > sm90.damaged
+  cat sm80.damaged sm90.damaged | grep -q "1 damaged cache entry rebuilt" || fail "the damaged entry was not rebuilt"
+  ./train --compile-kernels sm_90a_bad --kernel-cache kc > bad.out 2> bad.err && fail "a bad architecture compiled"
+  tail -1 bad.err
+  ;;
+no_gpu)
+  if ./train --device cuda $args > out 2> err; then fail "--device cuda ran without a GPU"; fi
+  cat err
+  [ "$(wc -l < err)" -eq 1 ] || fail "expected one line, got: $(cat err)"
+  grep -q "libcuda.so.1" err || fail "the line does not name libcuda.so.1"
+  ./train $args > auto.out   # the default: the CPU, as no GPU is visible
+  grep -q "| cpu," auto.out || fail "the default device is not the CPU here"
+  ;;
+esac
+echo "ok $check"
