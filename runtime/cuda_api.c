@@ -109,10 +109,9 @@ int cuda_api_load(CudaApi *api, unsigned which, char *err, size_t errlen)
     return 0;
 }
 
+/* The libraries stay loaded: the driver is not meant to be unloaded while the
+ * process runs, and what they keep (NVRTC's caches) stays theirs. */
 void cuda_api_close(CudaApi *api)
 {
-    for (int i = 0; i < 3; i++)
-        if (api->lib[i])
-            dlclose(api->lib[i]);
     memset(api, 0, sizeof *api);
 }

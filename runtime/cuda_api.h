@@ -97,6 +97,7 @@ enum { CUDA_LIB_DRIVER = 1, CUDA_LIB_NVRTC = 2, CUDA_LIB_CUBLASLT = 4, CUDA_LIB_
 /* Opens the libraries of `which` and fills the table. 0, or -1 with one line in err
  * naming the library that is missing (and what that means) or the symbol it lacks. */
 int cuda_api_load(CudaApi *api, unsigned which, char *err, size_t errlen);
+/* Forgets the table; the libraries stay loaded until the process ends. */
 void cuda_api_close(CudaApi *api);
 
 #endif

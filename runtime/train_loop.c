@@ -367,8 +367,9 @@ static int trainer_init_offload(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
-/* The device --device asks for: cuda by default when the program carries CUDA kernels
- * and a GPU is visible here. */
+/* The device --device asks for: cuda by default when the program carries CUDA kernels,
+ * a GPU is visible here and the run is one rank without offload (what the CUDA device
+ * runs so far). */
 static int trainer_open_device(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
 {
     const TrainOpts *o = t->opts;
@@ -377,7 +378,16 @@ static int trainer_open_device(Trainer *t, const RtKernelFn *kernels, char *err,
     int want = o->device;
 #ifdef COLOSSALC_HAVE_CUDA
     if (want == TRAIN_DEVICE_AUTO)
-        want = cuda && p->cuda_launch && device_cuda_available() ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
+        want = cuda && p->cuda_launch && t->comm->size == 1 && !p->offload.on && device_cuda_available()
+                   ? TRAIN_DEVICE_CUDA
+                   : TRAIN_DEVICE_CPU;
+    if (want == TRAIN_DEVICE_CUDA && t->comm->size > 1)
+        return file_set_error(err, errlen, "--device cuda runs one rank so far: the collectives of %d ranks need "
+                              "NCCL, which the CUDA device does not use yet (run the ranks with --device cpu)",
+                              t->comm->size);
+    if (want == TRAIN_DEVICE_CUDA && p->offload.on)
+        return file_set_error(err, errlen, "--device cuda: offload programs run on the CPU device so far (its "
+                              "moves between device, host and NVMe are not on CUDA streams yet)");
     if (want == TRAIN_DEVICE_CUDA) {
         CudaOptions co = {.ordinal = t->comm->local_rank, .kernel_cache = o->kernel_cache, .threads = t->threads,
                           .tf32 = o->tf32, .quiet = t->comm->rank != 0};

@@ -26,13 +26,15 @@ enum { EMUL_BLOCKS = 1 };
 typedef int HostLaunch(void *kernel, unsigned grid, unsigned block, char *const *bufs, long long n,
                        const float *scalars);
 
-struct CUmod_st {
-    void *so;
-    char path[256];
-};
 struct CUfunc_st {
     void *fn;
     HostLaunch *launch;
+    struct CUfunc_st *next; /* the module's functions, freed with it */
+};
+struct CUmod_st {
+    void *so;
+    char path[256];
+    struct CUfunc_st *funcs;
 };
 
 static int ctx_dummy, stream_dummy;
@@ -145,6 +147,11 @@ CUresult cuModuleLoadData(CUmodule *m, const void *image)
  * until the process ends. */
 CUresult cuModuleUnload(CUmodule m)
 {
+    while (m->funcs) {
+        CUfunction f = m->funcs;
+        m->funcs = f->next;
+        free(f);
+    }
     free(m);
     return CUDA_SUCCESS;
 }
@@ -160,7 +167,8 @@ CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
         free(fn);
         return CUDA_ERROR_NOT_FOUND;
     }
-    *f = fn;   /* kept until the process ends, as the driver keeps them with the module */
+    fn->next = m->funcs, m->funcs = fn;   /* valid until the module is unloaded */
+    *f = fn;
     return CUDA_SUCCESS;
 }
 

@@ -8,9 +8,11 @@
 #                sm_90, every unit compiled, then every unit from the cache, then one
 #                damaged entry rebuilt
 #   no_gpu       --device cuda where no driver is: one line naming libcuda.so.1, exit 1
-# Usage: run_cuda.sh COLOSSALC MKTOKENS SRCDIR WORKDIR PYTHON EMUL_LIB_DIR CHECK
+#   refusals     what the CUDA device does not run yet says so (the emulated GPU): several
+#                ranks (MPIRUN, the launcher and its flags) and an offload program
+# Usage: run_cuda.sh COLOSSALC MKTOKENS SRCDIR WORKDIR PYTHON EMUL_LIB_DIR CHECK [MPIRUN]
 set -eu
-cc=$1 mktokens=$2 src=$3 work=$4 py=$5 emul=$6 check=$7
+cc=$1 mktokens=$2 src=$3 work=$4 py=$5 emul=$6 check=$7 mpirun=${8:-}
 run=$work/$check
 rm -rf "$run" && mkdir -p "$run" && cd "$run"
 "$mktokens" "$src/data/genesis.txt" genesis.bin > /dev/null
@@ -63,6 +65,18 @@ no_gpu)
   grep -q "libcuda.so.1" err || fail "the line does not name libcuda.so.1"
   ./train $args > auto.out   # the default: the CPU, as no GPU is visible
   grep -q "| cpu," auto.out || fail "the default device is not the CPU here"
+  ;;
+refusals)
+  if LD_LIBRARY_PATH=$emul $mpirun -np 2 ./train --device cuda $args > out 2> err; then
+    fail "two ranks ran on --device cuda"
+  fi
+  grep -m1 "^train:" err
+  grep -q "runs one rank so far" err || fail "no reason for refusing two ranks: $(cat err)"
+  "$cc" "$src/models/gpt2-tiny.model" --set layers=2 --set seq=32 --set batch=4 --device-memory 3M -o train-off \
+    2> /dev/null
+  if LD_LIBRARY_PATH=$emul ./train-off --device cuda $args > out 2> err; then fail "offload ran on --device cuda"; fi
+  cat err
+  grep -q "offload programs run on the CPU device" err || fail "no reason for refusing offload"
   ;;
 esac
 echo "ok $check"

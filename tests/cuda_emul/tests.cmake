@@ -33,4 +33,14 @@ add_test(NAME cuda_emul_one_rank COMMAND ${cuda_run} one_rank)
 add_test(NAME cuda_nvrtc_cache COMMAND ${cuda_run} nvrtc_cache)
 # Without a GPU, --device cuda is one clear line and exit status 1.
 add_test(NAME cuda_no_gpu COMMAND ${cuda_run} no_gpu)
-set_tests_properties(cuda_emul_one_rank cuda_nvrtc_cache cuda_no_gpu PROPERTIES TIMEOUT 900)
+# What the CUDA device does not run yet (several ranks, offload) is refused with why.
+string(STRIP "${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS}" cuda_mpirun)
+add_test(NAME cuda_emul_refusals COMMAND ${cuda_run} refusals "${cuda_mpirun}")
+set_tests_properties(cuda_emul_one_rank cuda_nvrtc_cache cuda_no_gpu cuda_emul_refusals PROPERTIES TIMEOUT 900)
+if(COLOSSALC_SANITIZE)
+  set_tests_properties(cuda_emul_one_rank cuda_nvrtc_cache PROPERTIES ENVIRONMENT
+    "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0")
+  # mpirun: Open MPI's own leaks, as for the multi-rank tests
+  set_tests_properties(cuda_emul_refusals PROPERTIES ENVIRONMENT
+    "OMPI_MCA_mca_base_component_disable_dlclose=1;ASAN_OPTIONS=fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/multirank/lsan.supp:print_suppressions=0")
+endif()
