@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPU checks, for a machine with an NVIDIA GPU, from what tests/gpu/prepare.sh
+# compiled and collected in gpu-carry/ on a machine without one (the GPU machine has no
+# package registry, and LLVM 14, flex, bison, OpenBLAS and Open MPI need not be there):
+#   1. every kernel of the CUDA emitter's tests on the GPU against kernel_eval
+#      (test_codegen_cuda gpu: NVRTC for the GPU's architecture, the driver API)
+#   2. gpt2-tiny for 20 steps with --device cuda against --device cpu: every step's
+#      loss and every parameter after the last step to a relative 1e-4
+#   3. the kernel cache: a second start finds every unit
+#   4. bench/train_gpu.sh: GPT-2 124M, batch 16, seq 1024, against PyTorch on the same GPU
+# Everything goes to $OUT (default gpu-out/), a line per check to $OUT/summary.txt.
+# Exit status: 0 when every check passed. Usage: bash tests/gpu/run.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+carry=$PWD/gpu-carry
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+failed=0
+note() { echo "$*" | tee -a "$out/summary.txt"; }
+check() { # name command...: runs it, its output in $out/name.txt
+  local name=$1
+  shift
+  local t0=$SECONDS
+  if "$@" > "$out/$name.txt" 2>&1; then note "ok   $name ($((SECONDS - t0)) s)"
+  else note "FAIL $name ($((SECONDS - t0)) s): $(tail -3 "$out/$name.txt" | tr '\n' ' ')"; failed=1; fi
+}
+[ -x "$carry/train-tiny" ] || { note "FAIL no $carry: run tests/gpu/prepare.sh first and carry gpu-carry"; exit 1; }
+nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+check kernels "$carry/test_codegen_cuda" gpu
+work=$(mktemp -d)
+tiny() { (cd "$work" && "$carry/train-tiny" --data "$carry/genesis.bin" --steps 20 --eps 1e-6 "$@"); }
+check tiny_cpu tiny --device cpu --log cpu.jsonl --save cpu.safetensors
+check tiny_cuda tiny --device cuda --kernel-cache "$carry/kc" --log cuda.jsonl --save cuda.safetensors
+check tiny_equal python3 tests/multirank/compare_runs.py 1e-4 "$work/cpu.jsonl" "$work/cuda.jsonl" \
+  "$work/cpu.safetensors" "$work/cuda.safetensors"
+check tiny_cache_hit sh -c "cd '$work' && '$carry/train-tiny' --device cuda --kernel-cache '$carry/kc' --steps 0 | grep -E 'units for sm_[0-9]+, ([0-9]+) from the cache' && ! '$carry/train-tiny' --device cuda --kernel-cache '$carry/kc' --steps 0 | grep -q compiled"
+grep -h '^cuda' "$out/tiny_cuda.txt" | tee -a "$out/summary.txt"
+check bench bash bench/train_gpu.sh "$carry" "$out"
+cat "$out/bench.txt" >> "$out/summary.txt"
+rm -rf "$work"
+note "$([ $failed = 0 ] && echo 'all GPU checks passed' || echo 'some GPU checks FAILED')"
+exit $failed
