@@ -18,7 +18,7 @@ printf '%-22s %10s %10s %10s %10s %10s %10s\n' model ms/step tok/s GFLOP/s peak_
 
 bench() { # name model-file torch-config... -- colossalc --set flags
   local name=$1 model=$2 cfg=$3; shift 3
-  "$build/colossalc" "$model" "$@" -o "$work/train-$name" > /dev/null
+  "$build/colossalc" "$model" "$@" -o "$work/train-$name" > /dev/null 2> "$work/cc.err" || { cat "$work/cc.err"; exit 1; }
   local flops tokens
   flops=$("$build/colossalc" "$model" "$@" --summary | awk -F'[:(]' '/FLOPs per training step/ {print $2+0}')
   /usr/bin/time -f '%M' -o "$work/rss" "$work/train-$name" --data "$work/genesis.bin" --steps $((steps + 1)) \
