@@ -961,30 +961,23 @@ void cuda_emit_prelude(FILE *f, int nkernels) {
   fputs(prelude, f);
 }
 
-char *cuda_emit_source(const Kernel *const *kernels, int n) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  ir_assert(f);
-  cuda_emit_prelude(f, n);
-  for (int i = 0; i < n; i++) cuda_emit_kernel(f, kernels[i]);
-  fclose(f);
-  return text;
-}
-
-char *cuda_emit_units(const Kernel *const *kernels, int n) {
+/* The prelude and every kernel, each kernel after `sep` (nothing, or a form feed). */
+static char *emit_all(const Kernel *const *kernels, int n, const char *sep) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   ir_assert(f);
   cuda_emit_prelude(f, n);
   for (int i = 0; i < n; i++) {
-    fputc('\f', f);
+    fputs(sep, f);
     cuda_emit_kernel(f, kernels[i]);
   }
   fclose(f);
   return text;
 }
+
+char *cuda_emit_source(const Kernel *const *kernels, int n) { return emit_all(kernels, n, ""); }
+char *cuda_emit_units(const Kernel *const *kernels, int n) { return emit_all(kernels, n, "\f"); }
 
 void cuda_source_print_numbered(FILE *f, const char *src) {
   int line = 1;
