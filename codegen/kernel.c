@@ -4,6 +4,7 @@
 #include "codegen/kernel.h"
 #include "ir/rand.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 Kernel *kernel_new(Arena *a, const char *name, KPar par, const int64_t *dims, int ndims, int row_dims) {
@@ -125,6 +126,64 @@ int kernel_alias_classes(const Kernel *k, int cls[K_MAX_BUFS]) {
 
 void kernel_bind(const Kernel *k, char *const *tiers, char *bufs[K_MAX_BUFS]) {
   for (int i = 0; i < k->nbufs; i++) bufs[i] = tiers[k->bufs[i].tier] + k->bufs[i].offset;
+}
+
+/* ---- narrowing each buffer to what the kernel touches --------------------------------- */
+
+typedef struct Span { int64_t lo, hi; bool gathered; } Span;   /* elements [lo, hi) */
+
+static void span_view(const Kernel *k, const KView *v, Span *s) {
+  int64_t lo = v->offset, hi = v->offset + 1;
+  for (int d = 0; d < k->ndims; d++) {
+    int64_t reach = v->strides[d] * (k->dims[d] - 1);
+    if (reach < 0) lo += reach;
+    else hi += reach;
+  }
+  if (lo < s->lo) s->lo = lo;
+  if (hi > s->hi) s->hi = hi;
+  s->gathered |= v->gather != NULL;   /* its rows are data: the buffer's end stays */
+}
+
+static void span_expr(const Kernel *k, const KExpr *e, Span *sp, bool *seen) {
+  if (!e || seen[e->id]) return;
+  seen[e->id] = true;
+  if (e->kind == KX_LOAD) span_view(k, &e->view, &sp[e->buf]);
+  if (e->kind == KX_LOAD) span_expr(k, e->view.gather, sp, seen);
+  span_expr(k, e->a, sp, seen), span_expr(k, e->b, sp, seen), span_expr(k, e->c, sp, seen);
+}
+
+static void shift_expr(KExpr *e, const int64_t *by, bool *seen) {
+  if (!e || seen[e->id]) return;
+  seen[e->id] = true;
+  if (e->kind == KX_LOAD) e->view.offset -= by[e->buf], shift_expr(e->view.gather, by, seen);
+  shift_expr(e->a, by, seen), shift_expr(e->b, by, seen), shift_expr(e->c, by, seen);
+}
+
+void kernel_narrow(Kernel *k) {
+  Span sp[K_MAX_BUFS];
+  for (int i = 0; i < k->nbufs; i++) sp[i] = (Span){INT64_MAX, INT64_MIN, false};
+  bool *seen = calloc((size_t)k->nexprs + 1, 1);
+  ir_assert(seen);
+  for (int i = 0; i < k->nphases; i++) {
+    const KPhase *p = &k->phases[i];
+    if (p->kind != KPH_REDUCE) span_view(k, &p->view, &sp[p->buf]), span_expr(k, p->view.gather, sp, seen);
+    span_expr(k, p->expr, sp, seen);
+  }
+  int64_t by[K_MAX_BUFS];
+  for (int i = 0; i < k->nbufs; i++) {
+    KBuf *b = &k->bufs[i];
+    by[i] = sp[i].lo > 0 && sp[i].lo < b->numel ? sp[i].lo : 0;
+    int64_t end = sp[i].gathered || sp[i].hi > b->numel || sp[i].hi <= sp[i].lo ? b->numel : sp[i].hi;
+    b->offset += by[i] * 4;
+    b->numel = end - by[i];
+  }
+  memset(seen, 0, (size_t)k->nexprs + 1);
+  for (int i = 0; i < k->nphases; i++) {
+    KPhase *p = &k->phases[i];
+    if (p->kind != KPH_REDUCE) p->view.offset -= by[p->buf], shift_expr(p->view.gather, by, seen);
+    shift_expr(p->expr, by, seen);
+  }
+  free(seen);
 }
 
 /* ---- reference evaluator ------------------------------------------------------ */

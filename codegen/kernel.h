@@ -174,6 +174,13 @@ void kernel_check(const Kernel *k);    /* internal consistency; ir_assert on fai
  * emitters may assume buffers of different classes never alias. Returns the count. */
 int kernel_alias_classes(const Kernel *k, int cls[K_MAX_BUFS]);
 
+/* Narrows each buffer's binding to the elements the kernel can touch: the binding moves
+ * to the first of them and the views move back by as much, the element count ends at
+ * the last (or stays, when a gather picks the rows). The kernel means the same; what it
+ * does not touch no longer tells it apart from its siblings (the gradient norm's
+ * partial sums: one slot of one buffer per parameter), so they share code. */
+void kernel_narrow(Kernel *k);
+
 /* The address of each buffer under its binding: bufs[i] = tiers[tier] + offset, what
  * the emitted code takes (and a kernel instruction's "args" give the runtime). */
 void kernel_bind(const Kernel *k, char *const *tiers, char *bufs[K_MAX_BUFS]);

@@ -1006,7 +1006,7 @@ static void plan_parts(Build *b, int n, const char *prefix) {
 
 /* The module with the kernel table (declarations of every kernel) and the JSON. */
 static int compile_table(const Kernel *const *kernels, int n, const char *json, const char *cuda, const char *path,
-                         char *err, size_t errlen) {
+                         char *libs, size_t libslen, char *err, size_t errlen) {
   LlvmModule *m = llvm_module_new("colossalc_program");
   LLVMValueRef *fns = calloc((size_t)n + 1, sizeof *fns);
   ir_assert(fns);
@@ -1014,19 +1014,21 @@ static int compile_table(const Kernel *const *kernels, int n, const char *json, 
   emit_table(m, fns, n, json, cuda);
   free(fns);
   int rc = llvm_write_object(m, path, err, errlen);
+  snprintf(libs, libslen, "%s", llvm_link_libs(m));
   llvm_module_free(m);
   return rc;
 }
 
 int llvm_compile_program(const Kernel *const *kernels, int n, const char *json, const char *cuda, int threads,
-                         const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *err, size_t errlen) {
+                         const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *libs,
+                         size_t libslen, char *err, size_t errlen) {
   Build b = {.kernels = kernels, .total = n, .progress = progress, .ctx = ctx};
   pthread_mutex_init(&b.lock, NULL);
   plan_parts(&b, n, prefix);
   char **paths = calloc((size_t)b.nparts + 2, sizeof *paths);
   ir_assert(paths);
   snprintf(b.parts[b.nparts].path, sizeof b.parts[b.nparts].path, "%s.table.o", prefix);
-  int rc = compile_table(kernels, n, json, cuda, b.parts[b.nparts].path, err, errlen);   /* also initialises LLVM */
+  int rc = compile_table(kernels, n, json, cuda, b.parts[b.nparts].path, libs, libslen, err, errlen); /* initialises LLVM */
   if (threads < 1) threads = 1;
   if (threads > b.nparts) threads = b.nparts;
   pthread_t *tid = calloc((size_t)threads + 1, sizeof *tid);

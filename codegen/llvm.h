@@ -57,10 +57,11 @@ typedef void (*LlvmProgress)(int done, int total, void *ctx);
  * program JSON (the symbols of llvm_emit_program) and, when cuda is not NULL,
  *     const char colossalc_cuda_source[];        the CUDA C of the same kernels
  * in PREFIX.table.o. *objs (malloc'd, each path malloc'd, NULL-terminated) names every
- * object written or attempted; the caller links them and removes them. Returns 0, or
- * -1 with the message in err. */
+ * object written or attempted; the caller links them (with the libraries llvm_link_libs
+ * names, written to libs) and removes them. Returns 0, or -1 with the message in err. */
 int llvm_compile_program(const Kernel *const *kernels, int n, const char *json, const char *cuda, int threads,
-                         const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *err, size_t errlen);
+                         const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *libs,
+                         size_t libslen, char *err, size_t errlen);
 
 /* Libraries the object needs at link time, as linker flags: "-lmvec -lm" when the
  * kernels may call libmvec, else "-lm". */

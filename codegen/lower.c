@@ -1250,6 +1250,12 @@ static int64_t place_and_patch(L *l, int64_t base, int k0, PSeq *const *seqs, in
   return used;
 }
 
+/* Every kernel's bindings narrowed to what it touches (kernel_narrow), once they are
+ * final: what the later passes see and what makes kernels share code. */
+static void narrow_kernels(Program *p) {
+  for (int i = 0; i < p->nkernels; i++) kernel_narrow(p->kernels[i]);
+}
+
 /* The model's FLOPs of a step: each forward op's forward and backward cost (the
  * backward nodes, and recompute's clones, are what those costs describe). */
 static void set_stats(Program *p, Graph *const *gs, int n) {
@@ -1285,6 +1291,7 @@ Program *lower_program(Graph *g) {
       p->batch = p->inputs[i].node->shape.d[0];
       p->seq = p->inputs[i].node->shape.d[1];
     }
+  narrow_kernels(p);
   set_stats(p, &g, 1);
   return p;
 }
@@ -1347,6 +1354,7 @@ Program *lower_stage(Graph **gs, const int *index, int n) {
   p->gradnorm_offset = lo->bufs[p->gradnorm_offset].offset;
   p->tiers[RT_TIER_WORK] = p->work_peak = base + used;
   p->scheduled = true;
+  narrow_kernels(p);
   set_stats(p, gs, n);
   return p;
 }

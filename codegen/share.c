@@ -10,9 +10,9 @@
  * buffers overlap (the LLVM emitter's alias scopes, kernel_alias_classes), so the
  * overlap classes are part of the key.
  *
- * First each buffer's binding is narrowed to the elements the kernel touches
- * (kernel_narrow), so that offsets within a buffer become part of the binding too.
- * The key is a canonical serialisation of the kernel (int64 words), hashed; equal
+ * Lowering has narrowed each buffer's binding to the elements the kernel touches
+ * (kernel_narrow), so offsets within a buffer are part of the binding too. The key is
+ * a canonical serialisation of the kernel (int64 words), hashed; equal
  * hashes are confirmed word by word. The 96 layers of GPT-3 lower to the same few
  * dozen codes. */
 #include <stdlib.h>
@@ -100,69 +100,6 @@ static uint64_t key_hash(const Key *k) {
   return h;
 }
 
-/* ---- narrowing each buffer to what the kernel touches --------------------------------- */
-
-typedef struct Span { int64_t lo, hi; bool gathered; } Span;   /* elements [lo, hi) */
-
-static void span_view(const Kernel *k, const KView *v, Span *s) {
-  int64_t lo = v->offset, hi = v->offset + 1;
-  for (int d = 0; d < k->ndims; d++) {
-    int64_t reach = v->strides[d] * (k->dims[d] - 1);
-    if (reach < 0) lo += reach;
-    else hi += reach;
-  }
-  if (lo < s->lo) s->lo = lo;
-  if (hi > s->hi) s->hi = hi;
-  s->gathered |= v->gather != NULL;   /* its rows are data: the buffer's end stays */
-}
-
-static void span_expr(const Kernel *k, const KExpr *e, Span *sp, bool *seen) {
-  if (!e || seen[e->id]) return;
-  seen[e->id] = true;
-  if (e->kind == KX_LOAD) span_view(k, &e->view, &sp[e->buf]);
-  if (e->kind == KX_LOAD) span_expr(k, e->view.gather, sp, seen);
-  span_expr(k, e->a, sp, seen), span_expr(k, e->b, sp, seen), span_expr(k, e->c, sp, seen);
-}
-
-static void shift_expr(KExpr *e, const int64_t *by, bool *seen) {
-  if (!e || seen[e->id]) return;
-  seen[e->id] = true;
-  if (e->kind == KX_LOAD) e->view.offset -= by[e->buf], shift_expr(e->view.gather, by, seen);
-  shift_expr(e->a, by, seen), shift_expr(e->b, by, seen), shift_expr(e->c, by, seen);
-}
-
-/* Each buffer's binding narrowed to the elements the kernel can touch: the binding
- * moves to the first of them and the views move back by as much, the element count
- * ends at the last (or stays, when a gather picks the rows). The kernel means the same;
- * what it does not touch no longer tells it apart from its siblings (the gradient
- * norm's partial sums, one slot of one buffer per parameter). */
-static void kernel_narrow(Kernel *k) {
-  Span sp[K_MAX_BUFS];
-  for (int i = 0; i < k->nbufs; i++) sp[i] = (Span){INT64_MAX, INT64_MIN, false};
-  bool *seen = calloc((size_t)k->nexprs + 1, 1);
-  ir_assert(seen);
-  for (int i = 0; i < k->nphases; i++) {
-    const KPhase *p = &k->phases[i];
-    if (p->kind != KPH_REDUCE) span_view(k, &p->view, &sp[p->buf]), span_expr(k, p->view.gather, sp, seen);
-    span_expr(k, p->expr, sp, seen);
-  }
-  int64_t by[K_MAX_BUFS];
-  for (int i = 0; i < k->nbufs; i++) {
-    KBuf *b = &k->bufs[i];
-    by[i] = sp[i].lo > 0 && sp[i].lo < b->numel ? sp[i].lo : 0;
-    int64_t end = sp[i].gathered || sp[i].hi > b->numel || sp[i].hi <= sp[i].lo ? b->numel : sp[i].hi;
-    b->offset += by[i] * 4;
-    b->numel = end - by[i];
-  }
-  memset(seen, 0, (size_t)k->nexprs + 1);
-  for (int i = 0; i < k->nphases; i++) {
-    KPhase *p = &k->phases[i];
-    if (p->kind != KPH_REDUCE) p->view.offset -= by[p->buf], shift_expr(p->view.gather, by, seen);
-    shift_expr(p->expr, by, seen);
-  }
-  free(seen);
-}
-
 /* ---- the codes ------------------------------------------------------------------------ */
 
 typedef struct Slot { uint64_t hash; int64_t *w; int n; int code; } Slot;
@@ -188,7 +125,6 @@ void program_share_kernels(Program *p) {
   p->ncode = 0;
   Key k = {0};
   for (int i = 0; i < n; i++) {
-    kernel_narrow(p->kernels[i]);
     key_kernel(&k, p->kernels[i]);
     uint64_t h = key_hash(&k);
     size_t at = (size_t)(h & (uint64_t)(cap - 1));

@@ -417,18 +417,14 @@ static int jobs(const Options *o) {
 static void build_train(const Options *o, const Program *p, char *json) {
   char err[512], prefix[4200];
   snprintf(prefix, sizeof prefix, "%s.tmp%d", o->out, (int)getpid());
-  char **objs = NULL;
+  char **objs = NULL, libs[64];
   char *cuda = cuda_emit_units((const Kernel *const *)p->code, p->ncode);   /* for NVRTC when train starts on a GPU */
   int rc = llvm_compile_program((const Kernel *const *)p->code, p->ncode, json, cuda, jobs(o), prefix, llvm_progress,
-                                NULL, &objs, err, sizeof err);
+                                NULL, &objs, libs, sizeof libs, err, sizeof err);
   free(json);
   free(cuda);
   if (!rc) {
     progress("linking %s", o->out);
-    LlvmModule *m = llvm_module_new("libs");   /* which math libraries this machine's kernels call */
-    char libs[64];
-    snprintf(libs, sizeof libs, "%s", llvm_link_libs(m));
-    llvm_module_free(m);
     rc = link_train(objs, o->out, libs, err, sizeof err);
   }
   for (int i = 0; objs && objs[i]; i++) unlink(objs[i]), free(objs[i]);
@@ -717,7 +713,7 @@ int main(int argc, char **argv) {
   /* --device-memory alone (no cluster): --dump-plan shows the offload plan, not a parallel one */
   if (o.device_memory && !o.gpus_set && !o.cluster) o.plan = false;
   Build b = {.o = &o, .ch = {.dp = 1, .tp = 1, .pp = 1, .m = 1, .v = 1, .rc = RC_NONE}};
-  const Graph *volatile model = g;
+  const PlanResult *volatile shown = NULL; /* the plan printed under the summary */
   if (o.plan) { /* requires: verified forward graph */
     Cluster cl;
     diag_push(&j);
@@ -731,7 +727,7 @@ int main(int argc, char **argv) {
       b.r = r, b.ch = r->best.ch;
       g = graph_for_plan(arena, text, len, &o, &b.ch);
     } else if (o.summary) {
-      b.r = r;
+      shown = r;
     }
     diag_pop(&j);
   }
@@ -744,14 +740,12 @@ int main(int argc, char **argv) {
   } else if (o.summary) { /* the memory plan for the summary; a model that cannot be lowered still summarises */
     FILE *saved = diag_stream;
     diag_stream = NULL;
-    diag_push(&j);
-    const PlanResult *r = b.r;
-    b.r = NULL;   /* the summary's memory plan is the model's own, one rank */
+    diag_push(&j);   /* the memory plan is the model's own, one rank (b.r NULL) */
     if (!setjmp(j.jb)) run_passes(&b, g, true);
     else b.ps = NULL;
     diag_pop(&j);
     diag_stream = saved;
-    print_summary(&o, model, b.ps ? b.ps[0] : NULL, r);
+    print_summary(&o, g, b.ps ? b.ps[0] : NULL, shown);
   }
   progress_end();
   arena_free(arena);

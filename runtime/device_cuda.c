@@ -43,11 +43,10 @@ typedef struct CudaDevice {
 
 /* ---- errors --------------------------------------------------------------------- */
 
-static _Noreturn void cuda_die(const CudaDevice *c, const char *what, const char *why, const char *file, int line)
+static _Noreturn void cuda_die(const char *what, const char *why, const char *file, int line)
 {
     fflush(stdout);
     fprintf(stderr, "train: CUDA error: %s failed: %s (%s:%d)\n", what, why, file, line);
-    (void)c;
     exit(1);
 }
 
@@ -63,7 +62,7 @@ static const char *cu_string(const CudaApi *api, CUresult r)
     do {                                                                                       \
         CUresult r_ = (call);                                                                  \
         if (r_ != CUDA_SUCCESS)                                                                \
-            cuda_die((c), #call, cu_string(&(c)->api, r_), __FILE__, __LINE__);                \
+            cuda_die(#call, cu_string(&(c)->api, r_), __FILE__, __LINE__);                \
     } while (0)
 
 #define CUBLAS_CHECK(c, call)                                                                  \
@@ -72,7 +71,7 @@ static const char *cu_string(const CudaApi *api, CUresult r)
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
             char why_[32];                                                                     \
             snprintf(why_, sizeof why_, "cuBLAS status %d", (int)s_);                          \
-            cuda_die((c), #call, why_, __FILE__, __LINE__);                                    \
+            cuda_die(#call, why_, __FILE__, __LINE__);                                    \
         }                                                                                      \
     } while (0)
 
@@ -248,7 +247,7 @@ static void cuda_gemm(Device *dev, const RtGemm *g, char *const *tiers)
     CudaDevice *c = (CudaDevice *)dev;
     const GemmPlan *p = find_gemm(c, g);
     if (!p)
-        cuda_die(c, "a GEMM", "its shape was not planned at start-up", __FILE__, __LINE__);
+        cuda_die("a GEMM", "its shape was not planned at start-up", __FILE__, __LINE__);
     for (int64_t i = 0; i < g->batch[0]; i++) {
         const float *a = (const float *)(tiers[g->tier[0]] + g->offset[0]) + i * g->stride[0][0];
         const float *b = (const float *)(tiers[g->tier[1]] + g->offset[1]) + i * g->stride[1][0];
