@@ -182,6 +182,24 @@ static void compose(Program *p, const Partition *part, int m, bool interleaved, 
   }
 }
 
+int pipe_check_order(Program *const *ps, int pp, char *err, size_t errlen) {
+  for (int a = 0; a < pp; a++)
+    for (int b = 0; b < pp; b++) {
+      const PSeq *snd = &ps[a]->step, *rcv = &ps[b]->step;
+      for (int i = 0, j = 0, k = 0;; i++, j++, k++) {
+        while (i < snd->n && !(snd->v[i].kind == PI_SEND && snd->v[i].index == b)) i++;
+        while (j < rcv->n && !(rcv->v[j].kind == PI_RECV && rcv->v[j].index == a)) j++;
+        if (i == snd->n && j == rcv->n) break;
+        if (i == snd->n || j == rcv->n || snd->v[i].tag != rcv->v[j].tag || snd->v[i].bytes != rcv->v[j].bytes) {
+          snprintf(err, errlen, "message %d from stage %d to stage %d is %s", k, a, b,
+                   i == snd->n ? "received but never sent" : j == rcv->n ? "sent but never received" : "received out of the order sent");
+          return -1;
+        }
+      }
+    }
+  return 0;
+}
+
 static void renumber(PSeq *s, int base) {
   for (int i = 0; i < s->n; i++)
     if (s->v[i].kind == PI_KERNEL) s->v[i].kernel += base;
@@ -202,6 +220,7 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
     compose(p, part, m, interleaved, s);
     total += p->nkernels;
   }
+  if (pipe_check_order(ps, pp, err, sizeof err)) diag_internal(__FILE__, __LINE__, arena_printf(a, "pipeline: %s", err));
   Kernel **all = arena_array(a, total ? total : 1, sizeof *all);
   int base = 0;
   for (int s = 0; s < pp; s++) {

@@ -31,8 +31,14 @@ int pipe_schedule(int pp, int v, int m, bool interleaved, int s, PipeAction *out
  * -1 with why in err. */
 int pipe_check(const Partition *part, int m, bool interleaved, char *err, size_t errlen);
 
+/* 0 when, between every two stages and in each direction, the k-th send of one
+ * stage's `step` and the k-th receive of the other's have the same tag and count (so
+ * messages are received in the order sent whatever their tags, as NCCL matches them:
+ * runtime/comm_nccl.h), else -1 with the first message out of order in err. */
+int pipe_check_order(Program *const *ps, int pp, char *err, size_t errlen);
+
 /* The stages' programs (pp of them), their kernels in one table: every program's
- * kernels array is the whole table. */
+ * kernels array is the whole table; pipe_check and pipe_check_order hold for them. */
 Program **lower_pipeline(const Partition *part, int m, bool interleaved);
 
 #endif

@@ -7,8 +7,8 @@
  *         queued for its own recv_tag (comm.c)
  *   mpi   MPI_COMM_WORLD (comm_mpi.c), or a group split from it; `mpirun -np N
  *         ./train` on one machine or many
- *   nccl  (later, with the CUDA device) NCCL on the device's stream, bootstrapped over
- *         MPI, which also carries its host_all_reduce
+ *   nccl  NCCL on the CUDA device's stream (comm_nccl.h), over the buffers of the device,
+ *         bootstrapped over an MPI group, which also carries its host_all_reduce
  *
  * Buffers. The float buffers of the collectives are device addresses of the Device the
  * run uses (tier base + offset; host memory for the CPU device), as NCCL takes them;
@@ -16,7 +16,7 @@
  * Counts are elements and may exceed INT_MAX (the MPI backend splits such calls).
  * Every rank makes the same calls in the same order with the same counts and roots.
  * Order: a call sees all device work queued before it, and device work queued after
- * it sees its result (MPI calls block; NCCL will enqueue on the device's stream).
+ * it sees its result (MPI calls block; NCCL enqueues on the device's stream).
  *
  * Errors. A collective that fails cannot be unwound on one rank without leaving the
  * others waiting in it, so a backend's failure prints "train: <backend> error at
@@ -72,6 +72,10 @@ struct Comm {
     void (*isend)(Comm *c, const float *buf, int64_t count, int peer, int tag);
     void (*recv_tag)(Comm *c, float *buf, int64_t count, int peer, int tag);
     void (*wait_sends)(Comm *c);
+    /* Optional (NULL: nothing to prepare). Every rank of c calls it once, before its
+     * first isend or recv_tag, with the ranks it will exchange tagged messages with
+     * (when a names b, b names a): NCCL sets up one channel per direction. */
+    void (*connect)(Comm *c, const int *peers, int npeers);
     /* A few host values (losses, sums of squares, error flags), in place. */
     void (*host_all_reduce)(Comm *c, double *vals, int n, CommRed op);
     /* Ends every rank with exit status code (after the caller printed why). */

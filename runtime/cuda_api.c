@@ -53,7 +53,9 @@ static int load_driver(CudaApi *api, char *err, size_t errlen)
         S(ModuleLoadData, "cuModuleLoadData"), S(ModuleUnload, "cuModuleUnload"),
         S(ModuleGetFunction, "cuModuleGetFunction"), S(LaunchKernel, "cuLaunchKernel"),
         S(StreamCreate, "cuStreamCreate"), S(StreamDestroy, "cuStreamDestroy_v2"),
-        S(StreamSynchronize, "cuStreamSynchronize"),
+        S(StreamSynchronize, "cuStreamSynchronize"), S(StreamWaitEvent, "cuStreamWaitEvent"),
+        S(EventCreate, "cuEventCreate"), S(EventDestroy, "cuEventDestroy_v2"), S(EventRecord, "cuEventRecord"),
+        S(EventQuery, "cuEventQuery"), S(EventSynchronize, "cuEventSynchronize"),
     };
     return bind(api->lib[0], "libcuda.so.1", syms, (int)(sizeof syms / sizeof *syms), err, errlen);
 }
@@ -95,6 +97,22 @@ static int load_cublaslt(CudaApi *api, char *err, size_t errlen)
     return bind(api->lib[2], "cuBLASLt", syms, (int)(sizeof syms / sizeof *syms), err, errlen);
 }
 
+static int load_nccl(CudaApi *api, char *err, size_t errlen)
+{
+    static const char *const names[] = {"libnccl.so.2", "libnccl.so", NULL};
+    if (!(api->lib[3] = open_first(names)))
+        return file_set_error(err, errlen, "--device cuda: NCCL (libnccl.so.2) not found: several ranks on "
+                              "GPUs communicate through it; install NCCL or put its lib on LD_LIBRARY_PATH");
+    const Sym syms[] = {
+        S(ncclGetVersion, "ncclGetVersion"), S(ncclGetErrorString, "ncclGetErrorString"),
+        S(ncclGetUniqueId, "ncclGetUniqueId"), S(ncclCommInitRank, "ncclCommInitRank"),
+        S(ncclCommDestroy, "ncclCommDestroy"), S(ncclAllReduce, "ncclAllReduce"), S(ncclReduce, "ncclReduce"),
+        S(ncclReduceScatter, "ncclReduceScatter"), S(ncclAllGather, "ncclAllGather"),
+        S(ncclBroadcast, "ncclBroadcast"), S(ncclSend, "ncclSend"), S(ncclRecv, "ncclRecv"),
+    };
+    return bind(api->lib[3], "NCCL", syms, (int)(sizeof syms / sizeof *syms), err, errlen);
+}
+
 #undef S
 
 int cuda_api_load(CudaApi *api, unsigned which, char *err, size_t errlen)
@@ -102,7 +120,8 @@ int cuda_api_load(CudaApi *api, unsigned which, char *err, size_t errlen)
     memset(api, 0, sizeof *api);
     if (((which & CUDA_LIB_DRIVER) && load_driver(api, err, errlen) != 0) ||
         ((which & CUDA_LIB_NVRTC) && load_nvrtc(api, err, errlen) != 0) ||
-        ((which & CUDA_LIB_CUBLASLT) && load_cublaslt(api, err, errlen) != 0)) {
+        ((which & CUDA_LIB_CUBLASLT) && load_cublaslt(api, err, errlen) != 0) ||
+        ((which & CUDA_LIB_NCCL) && load_nccl(api, err, errlen) != 0)) {
         cuda_api_close(api);
         return -1;
     }

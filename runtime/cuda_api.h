@@ -1,5 +1,6 @@
-/* cuda_api: everything the CUDA device (device_cuda.c) asks of the vendor libraries,
- * as one table of functions: the driver (libcuda.so.1), NVRTC and cuBLASLt. `train`
+/* cuda_api: everything the CUDA device (device_cuda.c) and its communication
+ * (comm_nccl.c) ask of the vendor libraries, as one table of functions: the driver
+ * (libcuda.so.1), NVRTC, cuBLASLt and, for runs of several ranks, NCCL. `train`
  * links none of them: cuda_api_load opens them with dlopen when a GPU run is asked
  * for, so the same executable starts on machines without them and says in one line
  * what is missing.
@@ -10,7 +11,7 @@
  * loader's path, so the real `train` runs its CUDA device on a machine without a GPU.
  * The emulation exists for tests only; nothing in `train` selects it.
  *
- * Types come from the toolkit's headers (cuda.h, nvrtc.h, cublasLt.h), needed at
+ * Types come from the toolkit's headers (cuda.h, nvrtc.h, cublasLt.h, nccl.h), needed at
  * build time only; member names drop the vendor prefix (the headers #define
  * cuMemAlloc and friends to versioned names). */
 #ifndef COLOSSALC_RUNTIME_CUDA_API_H
@@ -18,6 +19,7 @@
 
 #include <cublasLt.h>
 #include <cuda.h>
+#include <nccl.h>
 #include <nvrtc.h>
 #include <stddef.h>
 
@@ -49,6 +51,12 @@ typedef struct CudaApi {
     CUresult (*StreamCreate)(CUstream *s, unsigned flags);
     CUresult (*StreamDestroy)(CUstream s);
     CUresult (*StreamSynchronize)(CUstream s);
+    CUresult (*StreamWaitEvent)(CUstream s, CUevent e, unsigned flags);
+    CUresult (*EventCreate)(CUevent *e, unsigned flags);
+    CUresult (*EventDestroy)(CUevent e);
+    CUresult (*EventRecord)(CUevent e, CUstream s);
+    CUresult (*EventQuery)(CUevent e);
+    CUresult (*EventSynchronize)(CUevent e);
     /* NVRTC */
     nvrtcResult (*nvrtcVersion)(int *major, int *minor);
     const char *(*nvrtcGetErrorString)(nvrtcResult r);
@@ -87,12 +95,32 @@ typedef struct CudaApi {
                                const void *beta, const void *c, cublasLtMatrixLayout_t lc, void *dst,
                                cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo, void *workspace,
                                size_t workspace_bytes, CUstream s);
-    void *lib[3]; /* the dlopen handles: driver, NVRTC, cuBLASLt */
+    /* NCCL */
+    ncclResult_t (*ncclGetVersion)(int *version);
+    const char *(*ncclGetErrorString)(ncclResult_t r);
+    ncclResult_t (*ncclGetUniqueId)(ncclUniqueId *id);
+    ncclResult_t (*ncclCommInitRank)(ncclComm_t *c, int nranks, ncclUniqueId id, int rank);
+    ncclResult_t (*ncclCommDestroy)(ncclComm_t c);
+    ncclResult_t (*ncclAllReduce)(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                                  ncclComm_t c, cudaStream_t s);
+    ncclResult_t (*ncclReduce)(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                               int root, ncclComm_t c, cudaStream_t s);
+    ncclResult_t (*ncclReduceScatter)(const void *send, void *recv, size_t count, ncclDataType_t t,
+                                      ncclRedOp_t op, ncclComm_t c, cudaStream_t s);
+    ncclResult_t (*ncclAllGather)(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
+                                  cudaStream_t s);
+    ncclResult_t (*ncclBroadcast)(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
+                                  ncclComm_t c, cudaStream_t s);
+    ncclResult_t (*ncclSend)(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
+                             cudaStream_t s);
+    ncclResult_t (*ncclRecv)(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s);
+    void *lib[4]; /* the dlopen handles: driver, NVRTC, cuBLASLt, NCCL */
 } CudaApi;
 
 /* Which libraries cuda_api_load opens. The NVRTC-only table compiles kernels without a
- * driver or a GPU (train --compile-kernels). */
-enum { CUDA_LIB_DRIVER = 1, CUDA_LIB_NVRTC = 2, CUDA_LIB_CUBLASLT = 4, CUDA_LIB_ALL = 7 };
+ * driver or a GPU (train --compile-kernels); ALL is what one rank needs, NCCL is added
+ * for several. */
+enum { CUDA_LIB_DRIVER = 1, CUDA_LIB_NVRTC = 2, CUDA_LIB_CUBLASLT = 4, CUDA_LIB_ALL = 7, CUDA_LIB_NCCL = 8 };
 
 /* Opens the libraries of `which` and fills the table. 0, or -1 with one line in err
  * naming the library that is missing (and what that means) or the symbol it lacks. */

@@ -1,6 +1,7 @@
 /* device_cuda: the CUDA device (device_cuda.h). */
 #include "runtime/device_cuda.h"
 
+#include "runtime/comm_nccl.h"
 #include "runtime/cuda_api.h"
 #include "runtime/cuda_kernels.h"
 #include "runtime/fileio.h"
@@ -372,7 +373,7 @@ static int cuda_setup(CudaDevice *c, const RtProgram *p, const char *source, con
     char arch[32], name[256];
     CudaBuild b;
     size_t total = 0;
-    if (cuda_api_load(&c->api, CUDA_LIB_ALL, err, errlen) != 0 ||
+    if (cuda_api_load(&c->api, CUDA_LIB_ALL | (o->nccl ? CUDA_LIB_NCCL : 0), err, errlen) != 0 ||
         open_gpu(c, o->ordinal, arch, sizeof arch, name, sizeof name, err, errlen) != 0 ||
         build_kernels(&c->api, p, source, arch, o, &b, err, errlen) != 0)
         return -1;
@@ -410,6 +411,12 @@ Device *device_cuda_new(const RtProgram *p, const char *source, const CudaOption
         return NULL;
     }
     return &c->dev;
+}
+
+Comm *device_cuda_comm(Device *dev, Comm *host, int own_host)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    return comm_nccl_new(host, own_host, &c->api, c->stream);
 }
 
 int device_cuda_available(void)

@@ -1,7 +1,8 @@
 /* device_cuda: the CUDA device (the Device seam of executor.h) on NVIDIA GPUs, through
  * the vendor table of cuda_api.h.
  *
- * At start-up it loads the driver, NVRTC and cuBLASLt (dlopen), takes the GPU of its
+ * At start-up it loads the driver, NVRTC and cuBLASLt (dlopen; NCCL too for several
+ * ranks, whose collectives device_cuda_comm puts on the device's stream), takes the GPU of its
  * ordinal (the local rank modulo the visible GPUs, CUDA_VISIBLE_DEVICES applying), has
  * the program's CUDA C compiled for the GPU's architecture (cuda_kernels.h: in
  * parallel, cached on disk), loads the modules, and chooses a cuBLASLt algorithm once
@@ -29,12 +30,18 @@ typedef struct CudaOptions {
     int threads;              /* NVRTC compiles in parallel */
     int tf32;                 /* GEMMs on TF32 tensor cores (f32 in and out) */
     int quiet;                /* no line about the GPU and the kernels on stdout */
+    int nccl;                 /* load NCCL too: the run has several ranks */
 } CudaOptions;
 
 /* The CUDA device for program p, whose kernels' CUDA C is source (units separated by
  * form feeds, program.h). NULL with one line in err: a library or GPU missing, no CUDA
  * kernels in the program, a kernel that does not compile. */
 Device *device_cuda_new(const RtProgram *p, const char *source, const CudaOptions *o, char *err, size_t errlen);
+
+/* The collectives of host's ranks on this device (comm_nccl.h: NCCL on the device's
+ * stream), for a device made with nccl set. Every rank of host calls it; own_host:
+ * the Comm frees host. */
+Comm *device_cuda_comm(Device *dev, Comm *host, int own_host);
 
 /* Whether a CUDA GPU is usable here: the driver loads and sees one. */
 int device_cuda_available(void);

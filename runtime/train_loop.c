@@ -307,13 +307,15 @@ static void trainer_banner(Trainer *t)
         trainer_offload_banner(t);
     if (!many)
         return;
+    /* the device's groups: NCCL over the world's MPI on the CUDA device */
+    const char *via = strcmp(t->dev->name, "cuda") ? t->comm->name : "nccl over mpi";
     if (!t->mesh.trivial)
         printf("mesh dp %d x tp %d x pp %d: %d ranks (%s) | %s pipeline of %" PRId64
                " micro-batch%s\n", t->mesh.dp, t->mesh.tp, t->mesh.pp, t->comm->size,
-               t->comm->name, p->scheduled ? "scheduled" : "unscheduled", p->microbatches,
+               via, p->scheduled ? "scheduled" : "unscheduled", p->microbatches,
                p->microbatches == 1 ? "" : "es");
     printf("data parallel: %d ranks (%s) | global batch %" PRId64 " x %" PRId64
-           " | zero %d | memory of the largest rank:", t->mesh.dp, t->comm->name,
+           " | zero %d | memory of the largest rank:", t->mesh.dp, via,
            t->global_batch, p->seq, t->zero.stage);
     for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier++) {
         printf("%s %s %.2f MiB", tier ? "," : "", names[tier], mib[tier]);
@@ -368,8 +370,8 @@ static int trainer_init_offload(Trainer *t, char *err, size_t errlen)
 }
 
 /* The device --device asks for: cuda by default when the program carries CUDA kernels,
- * a GPU is visible here and the run is one rank without offload (what the CUDA device
- * runs so far). */
+ * a GPU is visible here and the program does not offload (what the CUDA device runs so
+ * far). Each rank takes the GPU of its local rank. */
 static int trainer_open_device(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
 {
     const TrainOpts *o = t->opts;
@@ -378,19 +380,14 @@ static int trainer_open_device(Trainer *t, const RtKernelFn *kernels, char *err,
     int want = o->device;
 #ifdef COLOSSALC_HAVE_CUDA
     if (want == TRAIN_DEVICE_AUTO)
-        want = cuda && p->cuda_launch && t->comm->size == 1 && !p->offload.on && device_cuda_available()
-                   ? TRAIN_DEVICE_CUDA
-                   : TRAIN_DEVICE_CPU;
-    if (want == TRAIN_DEVICE_CUDA && t->comm->size > 1)
-        return file_set_error(err, errlen, "--device cuda runs one rank so far: the collectives of %d ranks need "
-                              "NCCL, which the CUDA device does not use yet (run the ranks with --device cpu)",
-                              t->comm->size);
+        want = cuda && p->cuda_launch && !p->offload.on && device_cuda_available() ? TRAIN_DEVICE_CUDA
+                                                                                   : TRAIN_DEVICE_CPU;
     if (want == TRAIN_DEVICE_CUDA && p->offload.on)
         return file_set_error(err, errlen, "--device cuda: offload programs run on the CPU device so far (its "
                               "moves between device, host and NVMe are not on CUDA streams yet)");
     if (want == TRAIN_DEVICE_CUDA) {
         CudaOptions co = {.ordinal = t->comm->local_rank, .kernel_cache = o->kernel_cache, .threads = t->threads,
-                          .tf32 = o->tf32, .quiet = t->comm->rank != 0};
+                          .tf32 = o->tf32, .quiet = t->comm->rank != 0, .nccl = t->comm->size > 1};
         t->dev = device_cuda_new(p, cuda, &co, err, errlen);
         return t->dev ? 0 : -1;
     }
@@ -426,9 +423,7 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
     if (t->global_batch > INT32_MAX)
         return file_set_error(err, errlen, "global batch of %" PRId64 " rows is too large",
                               t->global_batch);
-    if (trainer_apply_overrides(t, o, err, errlen) != 0 ||
-        zero_init(&t->zero, p, t->mesh.dp_comm, (int)(o->zero >= 0 ? o->zero : p->zero_stage),
-                  t->mesh.in_norm, err, errlen) != 0)
+    if (trainer_apply_overrides(t, o, err, errlen) != 0)
         return -1;
     if (trainer_open_tokens(t, o->data, &t->data, err, errlen) ||
         trainer_open_tokens(t, o->val, &t->val, err, errlen))
@@ -438,7 +433,30 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
         return -1;
     if (rank0 && o->log && !(t->log = fopen(o->log, o->resume ? "a" : "w")))
         return file_set_error(err, errlen, "--log %s: cannot open: %s", o->log, strerror(errno));
-    if (trainer_open_device(t, kernels, err, errlen) != 0)
+    return trainer_open_device(t, kernels, err, errlen);
+}
+
+#ifdef COLOSSALC_HAVE_CUDA
+static Comm *wrap_cuda(void *dev, Comm *host, int own)
+{
+    return device_cuda_comm(dev, host, own);
+}
+#endif
+
+/* The rest of trainer_init, once every rank has its device: the groups that carry
+ * device buffers (collectives to make them), then memory and state. */
+static int trainer_init_memory(Trainer *t, char *err, size_t errlen)
+{
+    const TrainOpts *o = t->opts;
+    const RtProgram *p = t->prog;
+    MeshWrapFn wrap = NULL;
+#ifdef COLOSSALC_HAVE_CUDA
+    if (!strcmp(t->dev->name, "cuda") && t->comm->size > 1)
+        wrap = wrap_cuda;
+#endif
+    if (mesh_device_groups(&t->mesh, wrap, t->dev, err, errlen) != 0 ||
+        zero_init(&t->zero, p, t->mesh.dp_comm, (int)(o->zero >= 0 ? o->zero : p->zero_stage),
+                  t->mesh.in_norm, err, errlen) != 0)
         return -1;
     /* Shards are reserved only where the host sees the tiers (the CPU device); an
      * offload program's PARAMS, GRADS and OPT always (offload_init checks). */
@@ -449,9 +467,6 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
                        : zero_commit_owned(&t->zero, &t->ex, err, errlen) != 0) ||
         trainer_alloc_host(t, err, errlen) != 0)
         return -1;
-    if (t->mesh.ntied > 0 && !exec_host_tier(&t->ex, RT_TIER_GRADS))
-        return file_set_error(err, errlen, "tied parameters need the gradients in host memory "
-                              "(the %s device does not give it)", t->dev->name);
     t->ex.ctx = (ExecCtx){.tp = t->mesh.tp_comm, .pp = t->mesh.pp_comm, .tokens = t->tokens,
                           .targets = t->targets, .zero = zero_exec_instr, .zero_arg = &t->zero};
     return trainer_init_state(t, err, errlen);
@@ -469,6 +484,9 @@ int trainer_init_stages(Trainer *t, const RtProgram *stages, int nstages,
         return file_set_error(err, errlen, "out of memory");
     t->own_comm = !comm;
     int failed = trainer_init_local(t, kernels, err, errlen) != 0;
+    if (trainer_agree(t, failed, err, errlen) != 0)
+        return -1;
+    failed = trainer_init_memory(t, err, errlen) != 0;
     if (trainer_agree(t, failed, err, errlen) != 0)
         return -1;
     trainer_banner(t);
@@ -492,19 +510,19 @@ void trainer_free(Trainer *t)
     if (t->staged)
         for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
             free(t->host[tier]);
-    if (t->dev) {
+    if (t->dev)
         exec_free(&t->ex);
+    zero_free(&t->zero);
+    mesh_free(&t->mesh); /* its groups may live on the device (NCCL) */
+    if (t->dev)
         t->dev->destroy(t->dev);
-    }
     if (t->log)
         fclose(t->log);
     tokens_close(t->data);
     tokens_close(t->val);
     free(t->tokens), free(t->targets), free(t->gnorm_parts);
     free(t->logits_row), free(t->context);
-    zero_free(&t->zero);
     free(t->gstate[0]), free(t->gstate[1]);
-    mesh_free(&t->mesh);
     if (t->own_comm)
         t->comm->destroy(t->comm);
     memset(t, 0, sizeof *t);
@@ -638,7 +656,7 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     if (!t->zero.scheduled) /* else `step` gathers each parameter where it is used */
         zero_gather_params(&t->zero, &t->ex);
     float loss = trainer_forward_backward(t, sc);
-    mesh_sum_tied(&t->mesh, exec_host_tier(&t->ex, RT_TIER_GRADS));
+    mesh_sum_tied(&t->mesh, t->ex.tiers[RT_TIER_GRADS]);
     zero_sync_grads(&t->zero, &t->ex);
     double sumsq = zero_grad_sumsq(&t->zero, &t->ex, sc, t->gnorm_parts);
     /* the sums of squares of the dp replicas are equal unless sharded: one counts */

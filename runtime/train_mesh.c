@@ -1,8 +1,8 @@
 /* train_mesh: mesh coordinates and groups, the global parameter view, tied
  * gradients and the checkpoint gathers (see the header). Point-to-point traffic of
  * the gathers goes over the world Comm (blocking send/recv, tag 0 of its own
- * communicator), that of tied gradients over the pp group with tag RT_TAG_LIMIT, so
- * neither meets the program's pipeline messages.
+ * communicator), tied gradients over groups of their holders, so neither meets the
+ * program's pipeline messages.
  */
 #include "train_mesh.h"
 
@@ -12,8 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { MESH_TAG_TIED = RT_TAG_LIMIT };
 
 /* ---- groups -------------------------------------------------------------------- */
 
@@ -187,6 +185,14 @@ int mesh_init(Mesh *m, const RtProgram *stages, int nstages, Comm *world, char *
 
 void mesh_free(Mesh *m)
 {
+    for (int g = 0; m->tied && g < m->global.nparams; g++) {
+        int first = m->tied[g] != NULL;
+        for (int e = 0; e < g && first; e++)
+            first = m->tied[e] != m->tied[g];
+        if (first)
+            m->tied[g]->destroy(m->tied[g]);
+    }
+    free(m->tied);
     if (m->tp_comm)
         m->tp_comm->destroy(m->tp_comm);
     if (m->pp_comm)
@@ -281,42 +287,99 @@ void mesh_gather(Mesh *m, char *gparams, char *gopt, const char *params, const c
 
 /* ---- tied gradients ------------------------------------------------------------ */
 
-/* Global parameter g held here and by other stages: the sum on the lowest holder
- * (its own gradient, then the others' in stage order), sent back to them. */
-static void sum_one(Mesh *m, int g, float *grad, int64_t n)
+/* A group of the stages holding global parameter g: the same Comm for parameters with
+ * the same holders. Every rank of the pp group calls it (a split). */
+static Comm *tied_group(Mesh *m, int g)
 {
-    Comm *pp = m->pp_comm;
-    int gn = m->global.nparams, low = m->source[g];
-    if (m->pp_rank != low) {
-        pp->isend(pp, grad, n, low, MESH_TAG_TIED);
-        pp->recv_tag(pp, grad, n, low, MESH_TAG_TIED);
-        return;
+    int gn = m->global.nparams;
+    for (int e = 0; e < g; e++) {
+        int same = m->tied[e] != NULL;
+        for (int s = 0; s < m->pp && same; s++)
+            same = (m->local_of[s * gn + e] >= 0) == (m->local_of[s * gn + g] >= 0);
+        if (same)
+            return m->tied[e];
     }
-    for (int s = low + 1; s < m->pp; s++) {
-        if (m->local_of[s * gn + g] < 0)
-            continue;
-        pp->recv_tag(pp, m->scratch, n, s, MESH_TAG_TIED);
-        for (int64_t k = 0; k < n; k++)
-            grad[k] += m->scratch[k];
-    }
-    for (int s = low + 1; s < m->pp; s++)
-        if (m->local_of[s * gn + g] >= 0)
-            pp->isend(pp, grad, n, s, MESH_TAG_TIED);
+    int here = m->local_of[m->pp_rank * gn + g] >= 0;
+    Comm *c = mesh_split(m->pp_comm, here ? 0 : 1, m->pp_rank);
+    if (here)
+        return c;
+    c->destroy(c); /* the stages that do not hold it */
+    return NULL;
 }
 
-void mesh_sum_tied(Mesh *m, char *grads)
+static int mesh_tied_groups(Mesh *m)
 {
     int gn = m->global.nparams;
     if (m->ntied == 0)
-        return;
+        return 0;
+    if (!(m->tied = calloc((size_t)gn, sizeof *m->tied)))
+        return -1;
     for (int g = 0; g < gn; g++) {
-        int holders = 0, here = m->local_of[m->pp_rank * gn + g];
+        int holders = 0;
         for (int s = 0; s < m->pp; s++)
             holders += m->local_of[s * gn + g] >= 0;
-        if (holders > 1 && here >= 0) {
-            const RtParam *q = &m->prog->params[here];
-            sum_one(m, g, (float *)(grads + q->offset), q->numel);
-        }
+        if (holders > 1)
+            m->tied[g] = tied_group(m, g);
     }
-    m->pp_comm->wait_sends(m->pp_comm);
+    return 0;
+}
+
+/* The pipeline peers this stage's lists send to or receive from. */
+static void mesh_connect(Mesh *m)
+{
+    const RtList *lists[4] = {&m->prog->step, &m->prog->gradnorm, &m->prog->update, &m->prog->forward};
+    int *peers = calloc((size_t)m->pp + 1, sizeof *peers), n = 0;
+    unsigned char *seen = calloc((size_t)m->pp + 1, 1);
+    if (!peers || !seen) {
+        fflush(stdout);
+        fprintf(stderr, "train: out of memory\n");
+        m->world->abort(m->world, 1);
+    }
+    for (int l = 0; l < 4; l++)
+        for (int i = 0; i < lists[l]->n; i++) {
+            const RtInstr *in = &lists[l]->instr[i];
+            if ((in->op == RT_OP_SEND || in->op == RT_OP_RECV) && !seen[in->peer])
+                seen[in->peer] = 1, peers[n++] = in->peer;
+        }
+    m->pp_comm->connect(m->pp_comm, peers, n);
+    free(peers);
+    free(seen);
+}
+
+static Comm *wrap_group(Comm *c, int own, MeshWrapFn wrap, void *arg)
+{
+    return c->size > 1 ? wrap(arg, c, own) : c;
+}
+
+int mesh_device_groups(Mesh *m, MeshWrapFn wrap, void *arg, char *err, size_t errlen)
+{
+    if (wrap && m->trivial) {
+        m->dp_comm = wrap_group(m->world, 0, wrap, arg);
+    } else if (wrap) {
+        m->tp_comm = wrap_group(m->tp_comm, 1, wrap, arg);
+        m->dp_comm = wrap_group(m->dp_comm, 1, wrap, arg);
+        m->pp_comm = wrap_group(m->pp_comm, 1, wrap, arg);
+    }
+    if (mesh_tied_groups(m) != 0)
+        return file_set_error(err, errlen, "out of memory");
+    if (m->pp_comm->connect)
+        mesh_connect(m);
+    return 0;
+}
+
+/* Each holder's gradient reduced onto the lowest holder, in stage order, and the sum
+ * broadcast back, so every copy is bitwise the same. */
+void mesh_sum_tied(Mesh *m, char *grads)
+{
+    int gn = m->global.nparams;
+    for (int g = 0; g < gn && m->tied; g++) {
+        int here = m->local_of[m->pp_rank * gn + g];
+        Comm *c = m->tied[g];
+        if (!c || here < 0)
+            continue;
+        const RtParam *q = &m->prog->params[here];
+        float *grad = (float *)(grads + q->offset);
+        c->reduce(c, grad, grad, q->numel, COMM_SUM, 0);
+        c->broadcast(c, grad, q->numel, 0);
+    }
 }

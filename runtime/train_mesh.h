@@ -15,10 +15,16 @@
  * in the model. mesh_slice copies one parameter between the global layout and this
  * rank's local part (program.h's block layout along the tp dimension).
  *
- * Tied parameters (one name held by several stages): mesh_sum_tied adds the
- * holders' gradients in stage order on the lowest holder, which sends the sum back,
- * so every copy is bitwise the same; it runs after the step and before the dp
- * reduction, over the pp group with tags from RT_TAG_LIMIT.
+ * Device groups. The groups of mesh_init are host Comms (MPI); mesh_device_groups
+ * hands those of size above 1 that carry device buffers (dp, tp, pp) to wrap when the
+ * device has its own collectives (the CUDA device: NCCL on its stream), makes the
+ * groups of tied parameters, and connects the pp group to the stages its lists send to
+ * and receive from (comm.h, connect). The world stays the host Comm: the checkpoint
+ * gathers below move host memory.
+ * Tied parameters (one name held by several stages): mesh_sum_tied reduces the
+ * holders' gradients onto the lowest holder (a group of the holding stages, split
+ * from the pp group) and broadcasts the sum back, so every copy is bitwise the same;
+ * it runs after the step and before the dp reduction, on the device's buffers.
  *
  * The norm. in_norm[i] says whether local parameter i's elements count in the
  * global norm on this rank: split ones on every tp rank, replicated ones on tp rank
@@ -54,8 +60,13 @@ typedef struct Mesh {
     int *source;                   /* [global.nparams] lowest stage holding it */
     unsigned char *in_norm;        /* [prog->nparams] counted in the norm here, or NULL */
     int ntied;                     /* parameters held by more than one stage */
-    float *scratch;                /* [most local numel] received tied gradients, gathers */
+    Comm **tied;                   /* [global.nparams] the holders' group of a tied parameter
+                                      held here (shared by equal holder sets), else NULL */
+    float *scratch;                /* [most local numel] checkpoint gathers */
 } Mesh;
+
+/* A device's Comm over the ranks of host (own: it frees host). */
+typedef Comm *(*MeshWrapFn)(void *arg, Comm *host, int own);
 
 /* The mesh of stages[0..nstages) over world. 0, or -1 with a message (the same on
  * every rank for a world that does not fit). */
@@ -73,7 +84,12 @@ void mesh_scatter(const Mesh *m, const char *gparams, const char *gopt, char *pa
 /* World rank 0's gparams (and gopt when opt) from the holders' host tiers. */
 void mesh_gather(Mesh *m, char *gparams, char *gopt, const char *params, const char *opt,
                  int opt_too);
-/* The tied parameters' gradients summed over their stages (grads: host GRADS tier). */
+/* After the device is open (every rank calls it): the groups carrying device buffers
+ * through wrap (NULL: they stay the host Comms, the CPU device), the tied parameters'
+ * groups, the pp group's connections. 0, or -1 with a message. */
+int mesh_device_groups(Mesh *m, MeshWrapFn wrap, void *arg, char *err, size_t errlen);
+/* The tied parameters' gradients summed over their stages (grads: the GRADS tier's
+ * device base). */
 void mesh_sum_tied(Mesh *m, char *grads);
 
 #endif

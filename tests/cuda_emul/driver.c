@@ -117,6 +117,15 @@ CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = (CUstre
 CUresult cuStreamDestroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
 CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
 
+/* Events: the work before them is done when they are recorded (streams run at once). */
+static int event_dummy;
+CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = (CUevent)&event_dummy; return CUDA_SUCCESS; }
+CUresult cuEventDestroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
+CUresult cuEventRecord(CUevent e, CUstream s) { (void)e, (void)s; return CUDA_SUCCESS; }
+CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
+CUresult cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) { (void)s, (void)e, (void)flags; return CUDA_SUCCESS; }
+
 CUresult cuModuleLoadData(CUmodule *m, const void *image)
 {
     const char *img = image;

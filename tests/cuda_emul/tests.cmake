@@ -1,7 +1,7 @@
-# The CUDA device without a GPU: host emulations of the driver, NVRTC and cuBLASLt,
+# The CUDA device without a GPU: host emulations of the driver, NVRTC, cuBLASLt and NCCL,
 # built under the vendors' sonames into one directory that the tests put first on
 # LD_LIBRARY_PATH, so the real `train` runs --device cuda on this machine (driver.c,
-# nvrtc.c, cublaslt.c). And real NVRTC: the kernels compiled for sm_80 and sm_90 at
+# nvrtc.c, cublaslt.c, nccl.c). And real NVRTC: the kernels compiled for sm_80 and sm_90 at
 # start-up, into the kernel cache (train --compile-kernels needs no GPU).
 set(CUDA_EMUL_LIB ${CMAKE_BINARY_DIR}/cuda-emul/lib)
 file(MAKE_DIRECTORY ${CUDA_EMUL_LIB})
@@ -20,6 +20,12 @@ target_compile_definitions(cuda_emul_nvrtc PRIVATE
   COLOSSALC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 target_link_libraries(cuda_emul_cublaslt PRIVATE ${COLOSSALC_OPENBLAS})
 target_link_libraries(cuda_emul_driver PRIVATE ${CMAKE_DL_LIBS})
+# NCCL on MPI (nccl.c), for `train --device cuda` under mpirun.
+find_package(MPI REQUIRED COMPONENTS C)
+add_library(cuda_emul_nccl SHARED ${CMAKE_CURRENT_LIST_DIR}/nccl.c)
+set_target_properties(cuda_emul_nccl PROPERTIES OUTPUT_NAME nccl SOVERSION 2 LIBRARY_OUTPUT_DIRECTORY ${CUDA_EMUL_LIB})
+target_include_directories(cuda_emul_nccl SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+target_link_libraries(cuda_emul_nccl PRIVATE MPI::MPI_C)
 
 set(CUDA_WORK ${CMAKE_BINARY_DIR}/cuda-work)
 file(MAKE_DIRECTORY ${CUDA_WORK})
@@ -33,14 +39,39 @@ add_test(NAME cuda_emul_one_rank COMMAND ${cuda_run} one_rank)
 add_test(NAME cuda_nvrtc_cache COMMAND ${cuda_run} nvrtc_cache)
 # Without a GPU, --device cuda is one clear line and exit status 1.
 add_test(NAME cuda_no_gpu COMMAND ${cuda_run} no_gpu)
-# What the CUDA device does not run yet (several ranks, offload) is refused with why.
-string(STRIP "${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS}" cuda_mpirun)
-add_test(NAME cuda_emul_refusals COMMAND ${cuda_run} refusals "${cuda_mpirun}")
+# What the CUDA device does not run yet (offload) is refused with why.
+add_test(NAME cuda_emul_refusals COMMAND ${cuda_run} refusals)
 set_tests_properties(cuda_emul_one_rank cuda_nvrtc_cache cuda_no_gpu cuda_emul_refusals PROPERTIES TIMEOUT 900)
 if(COLOSSALC_SANITIZE)
   set_tests_properties(cuda_emul_one_rank cuda_nvrtc_cache PROPERTIES ENVIRONMENT
     "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0")
-  # mpirun: Open MPI's own leaks, as for the multi-rank tests
-  set_tests_properties(cuda_emul_refusals PROPERTIES ENVIRONMENT
-    "OMPI_MCA_mca_base_component_disable_dlclose=1;ASAN_OPTIONS=fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/multirank/lsan.supp:print_suppressions=0")
 endif()
+
+# The multi-rank equality tests again, the ranks on the emulated CUDA device: their
+# collectives and pipeline messages through NCCL (the emulation's, on MPI), against one
+# rank on the CPU device (tests/multirank/device.sh). Data parallelism with ZeRO 0-3
+# (the runtime's), ZeRO 3 compiled into the step, TP, PP 1F1B and interleaved (with the
+# tied embedding's gradient summed over the stages), and DP x TP x PP on 8 ranks.
+set(cuda_mr_tests cuda_emul_tp2 cuda_emul_pp2_1f1b cuda_emul_pp2_interleaved cuda_emul_dp2_tp2_pp2
+    cuda_emul_dp2_zero3_step)
+foreach(z 0 1 2 3)
+  add_test(NAME cuda_emul_dp2_zero${z} COMMAND ${mr_equal} 2 ${z})
+  list(APPEND cuda_mr_tests cuda_emul_dp2_zero${z})
+endforeach()
+add_test(NAME cuda_emul_tp2 COMMAND ${mr_mesh} tp2 1 2 1 --microbatch-size 2 ${megatron})
+add_test(NAME cuda_emul_pp2_1f1b COMMAND ${mr_mesh} pp2_1f1b 1 1 2 --microbatch-size 1 --schedule 1f1b)
+add_test(NAME cuda_emul_pp2_interleaved
+         COMMAND ${mr_mesh} pp2_interleaved 1 1 2 --microbatch-size 1 --schedule interleaved --virtual-stages 2)
+add_test(NAME cuda_emul_dp2_tp2_pp2 COMMAND ${mr_mesh} dp2_tp2_pp2 2 2 2 --microbatch-size 1 ${megatron})
+add_test(NAME cuda_emul_dp2_zero3_step COMMAND ${mr_zero} dp2_zero3_step 2 1 3)
+set(cuda_mr_env DEVICE=cuda EMUL=${CUDA_EMUL_LIB})
+if(COLOSSALC_SANITIZE)
+  # Open MPI's leaks and the emulated NVRTC's, in one suppressions file
+  file(READ ${CMAKE_SOURCE_DIR}/tests/multirank/lsan.supp mr_supp)
+  file(READ ${CMAKE_CURRENT_LIST_DIR}/lsan.supp emul_supp)
+  file(WRITE ${CMAKE_BINARY_DIR}/cuda-emul/lsan-mpi.supp "${mr_supp}${emul_supp}")
+  list(APPEND cuda_mr_env OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=fast_unwind_on_malloc=0
+       LSAN_OPTIONS=suppressions=${CMAKE_BINARY_DIR}/cuda-emul/lsan-mpi.supp:print_suppressions=0)
+endif()
+set_tests_properties(${cuda_mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 900
+                     ENVIRONMENT "${cuda_mr_env}")

@@ -12,19 +12,24 @@
 # AdamW divides by sqrt(v) + eps and so turns noise into steps; at eps 1e-8 those
 # steps differ between the runs by 1.7e-4 of that tensor's norm, at 1e-6 by 1e-6,
 # while every other tensor agrees to about 3e-7 either way.
+# DEVICE=cuda EMUL=DIR: the ranks on the emulated CUDA device (run_mesh.sh, device.sh),
+# which does not reserve address space, so its tiers are whole and the sizes are not
+# checked.
 # Usage: run_equal.sh WORKDIR PYTHON SRCDIR "MPIRUN" NP ZERO
 set -eu
 work=$1 py=$2 src=$3 mpirun=$4 np=$5 zero=$6
-run=$work/equal-np$np-zero$zero
+run=$work/equal-np$np-zero$zero${DEVICE:+-$DEVICE}
 rm -rf "$run" && mkdir -p "$run" && cd "$run"
+. "$src/tests/multirank/device.sh"
 args="--data $work/genesis.bin --steps 5 --threads 1 --eps 1e-6"
-"$work/train-b$((2 * np))" $args --log one.jsonl --save one.safetensors > one.out
+"$work/train-b$((2 * np))" $args --device cpu --log one.jsonl --save one.safetensors > one.out
+device_prepare "$work/train-b2"
 # MPIRUN is the launcher and its flags, as words
-timeout 300 $mpirun -np "$np" "$work/train-b2" $args --zero "$zero" \
+timeout 300 $mpirun -np "$np" "$work/train-b2" $args $devargs --zero "$zero" \
   --log many.jsonl --save many.safetensors > many.out
 grep '^data parallel' many.out
 "$py" "$src/tests/multirank/compare_runs.py" 1e-5 one.jsonl many.jsonl one.safetensors many.safetensors
-[ "$zero" -eq 0 ] && exit 0
+[ "$zero" -eq 0 ] || [ "${DEVICE:-cpu}" = cuda ] && exit 0
 # the startup line's "params A MiB[ of B MiB], grads ..., opt C MiB of D MiB": held /
 # whole <= 1/np + 0.05 (the closing "peak memory" line has the same form)
 check_tier() {

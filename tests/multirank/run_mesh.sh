@@ -6,17 +6,22 @@
 # (train-l4-b4): every step's loss and every parameter tensor after the last update
 # (--save gathers the split and staged parameters) to a relative 1e-5
 # (compare_runs.py; --eps 1e-6 for the reason run_equal.sh gives).
+# DEVICE=cuda EMUL=DIR in the environment run the ranks on the CUDA device of the
+# host emulation in DIR (tests/cuda_emul: its NCCL on MPI), against the same one-rank
+# run on the CPU device (device.sh).
 # Usage: run_mesh.sh COLOSSALC WORKDIR PYTHON SRCDIR "MPIRUN" NAME DP TP PP [COLOSSALC FLAGS...]
 set -eu
 cc=$1 work=$2 py=$3 src=$4 mpirun=$5 name=$6 dp=$7 tp=$8 pp=$9
 shift 9
 np=$((dp * tp * pp))
-run=$work/mesh-$name && rm -rf "$run" && mkdir -p "$run" && cd "$run"
+run=$work/mesh-$name${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdir -p "$run" && cd "$run"
+. "$src/tests/multirank/device.sh"
 "$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 --gpus "$np" --gpu cpu \
       --dp "$dp" --tp "$tp" --pp "$pp" --zero 0 "$@" --dump-plan -o train-mesh > plan.txt
 sed -n '4,5p' plan.txt
 args="--data $work/genesis.bin --steps 5 --threads 1 --eps 1e-6"
-"$work/train-l4-b4" $args --log one.jsonl --save one.safetensors > one.out
-timeout 600 $mpirun -np "$np" ./train-mesh $args --log many.jsonl --save many.safetensors > many.out
+"$work/train-l4-b4" $args --device cpu --log one.jsonl --save one.safetensors > one.out
+device_prepare ./train-mesh
+timeout 600 $mpirun -np "$np" ./train-mesh $args $devargs --log many.jsonl --save many.safetensors > many.out
 head -3 many.out
 "$py" "$src/tests/multirank/compare_runs.py" 1e-5 one.jsonl many.jsonl one.safetensors many.safetensors
