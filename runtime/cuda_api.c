@@ -56,6 +56,10 @@ static int load_driver(CudaApi *api, char *err, size_t errlen)
         S(StreamSynchronize, "cuStreamSynchronize"), S(StreamWaitEvent, "cuStreamWaitEvent"),
         S(EventCreate, "cuEventCreate"), S(EventDestroy, "cuEventDestroy_v2"), S(EventRecord, "cuEventRecord"),
         S(EventQuery, "cuEventQuery"), S(EventSynchronize, "cuEventSynchronize"),
+        S(MemAddressReserve, "cuMemAddressReserve"), S(MemAddressFree, "cuMemAddressFree"),
+        S(MemCreate, "cuMemCreate"), S(MemRelease, "cuMemRelease"), S(MemMap, "cuMemMap"),
+        S(MemUnmap, "cuMemUnmap"), S(MemSetAccess, "cuMemSetAccess"),
+        S(MemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
     };
     return bind(api->lib[0], "libcuda.so.1", syms, (int)(sizeof syms / sizeof *syms), err, errlen);
 }

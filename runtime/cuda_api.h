@@ -52,6 +52,18 @@ typedef struct CudaApi {
     CUresult (*StreamDestroy)(CUstream s);
     CUresult (*StreamSynchronize)(CUstream s);
     CUresult (*StreamWaitEvent)(CUstream s, CUevent e, unsigned flags);
+    CUresult (*MemAddressReserve)(CUdeviceptr *p, size_t bytes, size_t align, CUdeviceptr addr,
+                                  unsigned long long flags);
+    CUresult (*MemAddressFree)(CUdeviceptr p, size_t bytes);
+    CUresult (*MemCreate)(CUmemGenericAllocationHandle *h, size_t bytes, const CUmemAllocationProp *prop,
+                          unsigned long long flags);
+    CUresult (*MemRelease)(CUmemGenericAllocationHandle h);
+    CUresult (*MemMap)(CUdeviceptr p, size_t bytes, size_t offset, CUmemGenericAllocationHandle h,
+                       unsigned long long flags);
+    CUresult (*MemUnmap)(CUdeviceptr p, size_t bytes);
+    CUresult (*MemSetAccess)(CUdeviceptr p, size_t bytes, const CUmemAccessDesc *desc, size_t count);
+    CUresult (*MemGetAllocationGranularity)(size_t *g, const CUmemAllocationProp *prop,
+                                            CUmemAllocationGranularity_flags option);
     CUresult (*EventCreate)(CUevent *e, unsigned flags);
     CUresult (*EventDestroy)(CUevent e);
     CUresult (*EventRecord)(CUevent e, CUstream s);

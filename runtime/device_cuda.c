@@ -21,6 +21,16 @@ typedef struct GemmPlan {
     cublasLtMatmulAlgo_t algo;
 } GemmPlan;
 
+/* A reserved range of address space (Device.reserve) and the memory behind each of
+ * its granules: one allocation per granule, so that any run of granules can be
+ * committed and decommitted on its own. */
+typedef struct CudaReserved {
+    CUdeviceptr base;
+    int64_t bytes;
+    CUmemGenericAllocationHandle *handle; /* [bytes / granule] */
+    unsigned char *mapped;                /* [bytes / granule] */
+} CudaReserved;
+
 typedef struct CudaDevice {
     Device dev;
     CudaApi api;
@@ -40,6 +50,10 @@ typedef struct CudaDevice {
     int tf32;
     GemmPlan *gemm;
     int ngemm, gemm_cap;
+    CUmemAllocationProp prop;   /* reserved address space: device memory of this GPU */
+    CUmemAccessDesc access;
+    CudaReserved *res;          /* [nres] */
+    int nres;
 } CudaDevice;
 
 /* ---- errors --------------------------------------------------------------------- */
@@ -166,6 +180,112 @@ static void cuda_sync(Device *dev)
     CUDA_CHECK(c, c->api.StreamSynchronize(c->stream));
 }
 
+/* ---- reserved address space (CUDA's virtual memory management) -------------------- */
+
+static CudaReserved *find_reserved(CudaDevice *c, const char *base)
+{
+    for (int i = 0; i < c->nres; i++)
+        if (c->res[i].base == dptr(base))
+            return &c->res[i];
+    cuda_die("a reserved range", "not reserved by this device", __FILE__, __LINE__);
+}
+
+static char *cuda_reserve(Device *dev, int64_t bytes)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    int64_t n = bytes / dev->granule;
+    CudaReserved *v = realloc(c->res, (size_t)(c->nres + 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    c->res = v;
+    CudaReserved *r = &c->res[c->nres];
+    memset(r, 0, sizeof *r);
+    r->bytes = bytes;
+    r->handle = calloc((size_t)n + 1, sizeof *r->handle);
+    r->mapped = calloc((size_t)n + 1, 1);
+    if (!r->handle || !r->mapped ||
+        c->api.MemAddressReserve(&r->base, (size_t)bytes, (size_t)dev->granule, 0, 0) != CUDA_SUCCESS) {
+        free(r->handle), free(r->mapped);
+        return NULL;
+    }
+    c->nres++;
+    return (char *)(uintptr_t)r->base;
+}
+
+static void unmap_granules(CudaDevice *c, CudaReserved *r, int64_t g0, int64_t g1)
+{
+    int64_t g = c->dev.granule;
+    for (int64_t i = g0; i < g1; i++)
+        if (r->mapped[i]) {
+            CUDA_CHECK(c, c->api.MemUnmap(r->base + (CUdeviceptr)(i * g), (size_t)g));
+            CUDA_CHECK(c, c->api.MemRelease(r->handle[i]));
+            r->mapped[i] = 0;
+        }
+}
+
+/* Zeroed memory behind each granule of the range; none of it when the GPU is full. */
+static int cuda_commit(Device *dev, char *base, int64_t offset, int64_t bytes)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    CudaReserved *r = find_reserved(c, base);
+    int64_t g = dev->granule, g0 = offset / g, g1 = (offset + bytes) / g;
+    for (int64_t i = g0; i < g1; i++) {
+        CUdeviceptr at = r->base + (CUdeviceptr)(i * g);
+        if (c->api.MemCreate(&r->handle[i], (size_t)g, &c->prop, 0) != CUDA_SUCCESS) {
+            unmap_granules(c, r, g0, i);
+            return -1;
+        }
+        CUDA_CHECK(c, c->api.MemMap(at, (size_t)g, 0, r->handle[i], 0));
+        CUDA_CHECK(c, c->api.MemSetAccess(at, (size_t)g, &c->access, 1));
+        r->mapped[i] = 1;
+    }
+    CUDA_CHECK(c, c->api.MemsetD8Async(r->base + (CUdeviceptr)offset, 0, (size_t)bytes, c->stream));
+    return 0;
+}
+
+/* The work queued before may still use the memory: it finishes first. */
+static void cuda_decommit(Device *dev, char *base, int64_t offset, int64_t bytes)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    CudaReserved *r = find_reserved(c, base);
+    CUDA_CHECK(c, c->api.StreamSynchronize(c->stream));
+    unmap_granules(c, r, offset / dev->granule, (offset + bytes) / dev->granule);
+}
+
+static void release_reserved(CudaDevice *c, CudaReserved *r)
+{
+    unmap_granules(c, r, 0, r->bytes / c->dev.granule);
+    c->api.MemAddressFree(r->base, (size_t)r->bytes);
+    free(r->handle), free(r->mapped);
+}
+
+static void cuda_unreserve(Device *dev, char *base, int64_t bytes)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    CudaReserved *r = find_reserved(c, base);
+    (void)bytes;
+    CUDA_CHECK(c, c->api.StreamSynchronize(c->stream));
+    release_reserved(c, r);
+    *r = c->res[--c->nres];
+}
+
+/* Reserved address space where the GPU supports it (the granule its allocations take). */
+static void setup_reserve(CudaDevice *c)
+{
+    size_t g = 0;
+    memset(&c->prop, 0, sizeof c->prop);
+    c->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    c->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    c->prop.location.id = (int)c->cu;
+    c->access.location = c->prop.location;
+    c->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (c->api.MemGetAllocationGranularity(&g, &c->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !g)
+        return;
+    c->dev.granule = (int64_t)g;
+    c->dev.reserve = cuda_reserve, c->dev.commit = cuda_commit;
+    c->dev.decommit = cuda_decommit, c->dev.unreserve = cuda_unreserve;
+}
+
 /* ---- GEMMs: cuBLASLt --------------------------------------------------------------- */
 
 /* The shape of g: everything but where its operands lie, and alpha and beta. */
@@ -272,6 +392,9 @@ static void cuda_destroy(Device *dev)
         c->api.LtMatrixLayoutDestroy(c->gemm[i].lc);
     }
     free(c->gemm);
+    for (int i = 0; i < c->nres; i++)
+        release_reserved(c, &c->res[i]);
+    free(c->res);
     if (c->lt)
         c->api.LtDestroy(c->lt);
     if (c->workspace)
@@ -390,6 +513,7 @@ static int cuda_setup(CudaDevice *c, const RtProgram *p, const char *source, con
     CUDA_TRY(c, c->api.MemAlloc(&c->workspace, WORKSPACE), err, errlen);
     if (c->api.LtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS)
         return file_set_error(err, errlen, "--device cuda: cublasLtCreate failed");
+    setup_reserve(c);
     return plan_gemms(c, p, err, errlen);
 }
 

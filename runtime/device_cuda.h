@@ -12,7 +12,10 @@
  * are cuBLASLt matmuls (f32, or TF32 with tf32 set), the row-major GEMMs of the program
  * as the column-major transposes; zeroing, uploads, downloads and copies are
  * asynchronous on the one stream, which `sync` waits for. The host does not see the
- * tiers (no host_view), and the device does not reserve address space.
+ * tiers (no host_view). Reserved tiers (ZeRO's shards, executor.h) are CUDA virtual
+ * address space (cuMemAddressReserve) with one physical allocation mapped per granule
+ * of it (cuMemCreate, cuMemMap; the granule is the GPU's, 2 MiB on current ones);
+ * decommitting waits for the queued work first.
  *
  * Every vendor failure stops the run with a message naming the call, its file and
  * line and the error string (CUDA_CHECK), as a failed kernel would leave nothing to

@@ -447,14 +447,46 @@ void exec_zero_tier(Executor *ex, int tier)
         ex->dev->zero(ex->dev, ex->tiers[tier], 0, exec_tier_bytes(ex, tier));
 }
 
+/* [offset, offset+bytes) of a tier in runs that are all committed (*has 1) or all not
+ * (*has 0): the length of the run at offset. A tier that is not reserved is one run. */
+static int64_t committed_run(Executor *ex, int tier, int64_t offset, int64_t bytes, int *has)
+{
+    if (!ex->commits[tier]) {
+        *has = 1;
+        return bytes;
+    }
+    int64_t g = ex->dev->granule, i = offset / g, end = offset + bytes;
+    *has = ex->commits[tier][i] > 0;
+    while ((i + 1) * g < end && (ex->commits[tier][i + 1] > 0) == *has)
+        i++;
+    return ((i + 1) * g < end ? (i + 1) * g : end) - offset;
+}
+
+/* Reserved tiers: what has no memory behind it is not written, and reads as zeros. */
 void exec_write(Executor *ex, int tier, int64_t offset, const void *src, int64_t bytes)
 {
-    ex->dev->upload(ex->dev, ex->tiers[tier], offset, src, bytes);
+    pthread_mutex_lock(&ex->lock);
+    for (int64_t done = 0, n; done < bytes; done += n) {
+        int has;
+        n = committed_run(ex, tier, offset + done, bytes - done, &has);
+        if (has)
+            ex->dev->upload(ex->dev, ex->tiers[tier], offset + done, (const char *)src + done, n);
+    }
+    pthread_mutex_unlock(&ex->lock);
 }
 
 void exec_read(Executor *ex, int tier, int64_t offset, void *dst, int64_t bytes)
 {
-    ex->dev->download(ex->dev, ex->tiers[tier], offset, dst, bytes);
+    pthread_mutex_lock(&ex->lock);
+    for (int64_t done = 0, n; done < bytes; done += n) {
+        int has;
+        n = committed_run(ex, tier, offset + done, bytes - done, &has);
+        if (has)
+            ex->dev->download(ex->dev, ex->tiers[tier], offset + done, (char *)dst + done, n);
+        else
+            memset((char *)dst + done, 0, (size_t)n);
+    }
+    pthread_mutex_unlock(&ex->lock);
 }
 
 char *exec_host_tier(Executor *ex, int tier)

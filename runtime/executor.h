@@ -166,6 +166,8 @@ int64_t exec_tier_bytes(const Executor *ex, int tier);
 /* Zeroes a whole tier; of a reserved tier, the granules with memory behind them
  * (what is not committed reads as zero when it is). */
 void exec_zero_tier(Executor *ex, int tier);
+/* Host bytes to / from a tier through the device. Of a reserved tier, only what has
+ * memory behind it is written, and the rest reads as zeros. */
 void exec_write(Executor *ex, int tier, int64_t offset, const void *src, int64_t bytes);
 void exec_read(Executor *ex, int tier, int64_t offset, void *dst, int64_t bytes);
 /* Host pointer to the whole tier, or NULL (then use exec_read/exec_write). */

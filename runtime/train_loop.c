@@ -458,9 +458,10 @@ static int trainer_init_memory(Trainer *t, char *err, size_t errlen)
         zero_init(&t->zero, p, t->mesh.dp_comm, (int)(o->zero >= 0 ? o->zero : p->zero_stage),
                   t->mesh.in_norm, err, errlen) != 0)
         return -1;
-    /* Shards are reserved only where the host sees the tiers (the CPU device); an
-     * offload program's PARAMS, GRADS and OPT always (offload_init checks). */
-    unsigned reserve = t->dev->host_view ? zero_reserve_mask(&t->zero) : 0;
+    /* Shards are reserved where the device can (exec_init_reserved: otherwise the
+     * tiers are whole); an offload program's PARAMS, GRADS and OPT always
+     * (offload_init checks). */
+    unsigned reserve = zero_reserve_mask(&t->zero);
     reserve |= p->offload.on ? 1u << RT_TIER_PARAMS | 1u << RT_TIER_GRADS | 1u << RT_TIER_OPT : 0;
     if (exec_init_reserved(&t->ex, p, t->dev, reserve, err, errlen) != 0 ||
         (p->offload.on ? trainer_init_offload(t, err, errlen) != 0 /* commits the homes */

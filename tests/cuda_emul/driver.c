@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "tests/cuda_emul/emul.h"
@@ -125,6 +126,70 @@ CUresult cuEventRecord(CUevent e, CUstream s) { (void)e, (void)s; return CUDA_SU
 CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
 CUresult cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) { (void)s, (void)e, (void)flags; return CUDA_SUCCESS; }
+
+/* Virtual memory management: address space is an inaccessible mapping of the host's;
+ * cuMemMap puts fresh host memory behind a granule, still inaccessible (and not zero)
+ * until cuMemSetAccess, as on a GPU; cuMemUnmap makes it address space again. The
+ * granule is a host page (a GPU's is 2 MiB), so that the tests' small tiers shard as
+ * they do on the CPU device. */
+struct EmulHandle { size_t bytes; };
+
+CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags o)
+{
+    (void)prop, (void)o;
+    *g = (size_t)sysconf(_SC_PAGESIZE);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr *p, size_t bytes, size_t align, CUdeviceptr addr, unsigned long long flags)
+{
+    (void)align, (void)addr, (void)flags;
+    void *m = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = (CUdeviceptr)(uintptr_t)m;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr p, size_t bytes) { return munmap(host(p), bytes) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes, const CUmemAllocationProp *prop,
+                     unsigned long long flags)
+{
+    (void)prop, (void)flags;
+    struct EmulHandle *e = malloc(sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->bytes = bytes;
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)e;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle h) { free((void *)(uintptr_t)h); return CUDA_SUCCESS; }
+
+CUresult cuMemMap(CUdeviceptr p, size_t bytes, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags)
+{
+    const struct EmulHandle *e = (const void *)(uintptr_t)h;
+    if (offset || flags || bytes != e->bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (mmap(host(p), bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(host(p), 0xa5, bytes);   /* not zero: the runtime must zero what it needs zeroed */
+    return mprotect(host(p), bytes, PROT_NONE) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr p, size_t bytes, const CUmemAccessDesc *desc, size_t count)
+{
+    if (count != 1 || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        return CUDA_ERROR_INVALID_VALUE;
+    return mprotect(host(p), bytes, PROT_READ | PROT_WRITE) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+CUresult cuMemUnmap(CUdeviceptr p, size_t bytes)
+{
+    void *m = mmap(host(p), bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return m == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
 
 CUresult cuModuleLoadData(CUmodule *m, const void *image)
 {
