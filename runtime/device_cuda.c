@@ -54,6 +54,9 @@ typedef struct CudaDevice {
     CUmemAccessDesc access;
     CudaReserved *res;          /* [nres] */
     int nres;
+    CUstream copy;              /* the copy stream: offload's moves, commits' zeroing */
+    CUevent marks[DEVICE_MARKS]; /* mark k is marks[k % DEVICE_MARKS] on the compute stream */
+    uint64_t nmarks;
 } CudaDevice;
 
 /* ---- errors --------------------------------------------------------------------- */
@@ -180,6 +183,39 @@ static void cuda_sync(Device *dev)
     CUDA_CHECK(c, c->api.StreamSynchronize(c->stream));
 }
 
+/* ---- the copy stream ---------------------------------------------------------------- */
+
+static uint64_t cuda_mark(Device *dev)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    uint64_t k = c->nmarks++;
+    CUDA_CHECK(c, c->api.EventRecord(c->marks[k % DEVICE_MARKS], c->stream));
+    return k;
+}
+
+/* Any thread: the context is made current first. */
+static void cuda_await(Device *dev, uint64_t mark)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    CUDA_CHECK(c, c->api.CtxSetCurrent(c->ctx));
+    CUDA_CHECK(c, c->api.EventSynchronize(c->marks[mark % DEVICE_MARKS]));
+}
+
+static void cuda_xfer(Device *dev, int kind, char *dst, const char *src, int64_t bytes)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    if (bytes <= 0)
+        return;
+    CUDA_CHECK(c, c->api.CtxSetCurrent(c->ctx));
+    if (kind == XFER_IN)
+        CUDA_CHECK(c, c->api.MemcpyHtoDAsync(dptr(dst), src, (size_t)bytes, c->copy));
+    else if (kind == XFER_OUT)
+        CUDA_CHECK(c, c->api.MemcpyDtoHAsync(dst, dptr(src), (size_t)bytes, c->copy));
+    else
+        CUDA_CHECK(c, c->api.MemsetD8Async(dptr(dst), 0, (size_t)bytes, c->copy));
+    CUDA_CHECK(c, c->api.StreamSynchronize(c->copy));
+}
+
 /* ---- reserved address space (CUDA's virtual memory management) -------------------- */
 
 static CudaReserved *find_reserved(CudaDevice *c, const char *base)
@@ -223,12 +259,14 @@ static void unmap_granules(CudaDevice *c, CudaReserved *r, int64_t g0, int64_t g
         }
 }
 
-/* Zeroed memory behind each granule of the range; none of it when the GPU is full. */
+/* Zeroed memory behind each granule of the range; none of it when the GPU is full.
+ * Any thread (offload's copy thread commits). */
 static int cuda_commit(Device *dev, char *base, int64_t offset, int64_t bytes)
 {
     CudaDevice *c = (CudaDevice *)dev;
     CudaReserved *r = find_reserved(c, base);
     int64_t g = dev->granule, g0 = offset / g, g1 = (offset + bytes) / g;
+    CUDA_CHECK(c, c->api.CtxSetCurrent(c->ctx));
     for (int64_t i = g0; i < g1; i++) {
         CUdeviceptr at = r->base + (CUdeviceptr)(i * g);
         if (c->api.MemCreate(&r->handle[i], (size_t)g, &c->prop, 0) != CUDA_SUCCESS) {
@@ -239,7 +277,7 @@ static int cuda_commit(Device *dev, char *base, int64_t offset, int64_t bytes)
         CUDA_CHECK(c, c->api.MemSetAccess(at, (size_t)g, &c->access, 1));
         r->mapped[i] = 1;
     }
-    CUDA_CHECK(c, c->api.MemsetD8Async(r->base + (CUdeviceptr)offset, 0, (size_t)bytes, c->stream));
+    cuda_xfer(dev, XFER_ZERO, base + offset, NULL, bytes); /* done before any later copy or kernel */
     return 0;
 }
 
@@ -248,6 +286,7 @@ static void cuda_decommit(Device *dev, char *base, int64_t offset, int64_t bytes
 {
     CudaDevice *c = (CudaDevice *)dev;
     CudaReserved *r = find_reserved(c, base);
+    CUDA_CHECK(c, c->api.CtxSetCurrent(c->ctx));
     CUDA_CHECK(c, c->api.StreamSynchronize(c->stream));
     unmap_granules(c, r, offset / dev->granule, (offset + bytes) / dev->granule);
 }
@@ -406,6 +445,11 @@ static void cuda_destroy(Device *dev)
             c->api.ModuleUnload(c->mods[i]);
     free(c->mods);
     free(c->fn);
+    for (int i = 0; i < DEVICE_MARKS; i++)
+        if (c->marks[i])
+            c->api.EventDestroy(c->marks[i]);
+    if (c->copy)
+        c->api.StreamDestroy(c->copy);
     if (c->stream)
         c->api.StreamDestroy(c->stream);
     if (c->ctx)
@@ -430,6 +474,9 @@ static int open_gpu(CudaDevice *c, int ordinal, char *arch, size_t archlen, char
     CUDA_TRY(c, c->api.DevicePrimaryCtxRetain(&c->ctx, c->cu), err, errlen);
     CUDA_TRY(c, c->api.CtxSetCurrent(c->ctx), err, errlen);
     CUDA_TRY(c, c->api.StreamCreate(&c->stream, CU_STREAM_NON_BLOCKING), err, errlen);
+    CUDA_TRY(c, c->api.StreamCreate(&c->copy, CU_STREAM_NON_BLOCKING), err, errlen);
+    for (int i = 0; i < DEVICE_MARKS; i++)
+        CUDA_TRY(c, c->api.EventCreate(&c->marks[i], CU_EVENT_DISABLE_TIMING), err, errlen);
     snprintf(arch, archlen, "sm_%d%d", major, minor);
     return 0;
 }
@@ -529,7 +576,8 @@ Device *device_cuda_new(const RtProgram *p, const char *source, const CudaOption
     c->tf32 = o->tf32;
     c->dev = (Device){.name = "cuda", .impl = c, .alloc = cuda_alloc, .free = cuda_free, .kernel = cuda_kernel,
                       .zero = cuda_zero, .gemm = cuda_gemm, .upload = cuda_upload, .copy = cuda_copy,
-                      .download = cuda_download, .sync = cuda_sync, .destroy = cuda_destroy};
+                      .download = cuda_download, .sync = cuda_sync, .destroy = cuda_destroy,
+                      .mark = cuda_mark, .await = cuda_await, .xfer = cuda_xfer};
     if (cuda_setup(c, p, source, o, err, errlen) != 0) {
         cuda_destroy(&c->dev);
         return NULL;

@@ -244,18 +244,36 @@ static Offload *exec_off(Executor *ex)
 }
 
 /* "on": "host" runs with the host location's PARAMS, GRADS and OPT (and the device's
- * WORK); on the CPU device both locations are host memory, so the device runs it. */
+ * WORK) on the host location's device: on the CPU device both locations are host
+ * memory and one device runs both; otherwise the host's device runs it on a host copy
+ * of its WORK buffers, copied back afterwards (offload.h). */
 static int exec_kernel(Executor *ex, const RtInstr *in, const float *scalars)
 {
     char *host[RT_TIERS], *bufs[RT_MAX_ARGS] = {0};
+    Device *dev = ex->dev;
+    char *work = NULL;
     if (in->on_host) {
+        Offload *o = exec_off(ex);
+        int64_t room;
+        dev = offload_host_device(o);
+        work = dev != ex->dev ? offload_host_work(o, &room) : NULL;
         for (int t = 0; t < RT_TIERS; t++)
-            host[t] = t == RT_TIER_WORK ? ex->run[t] : offload_host_tier(exec_off(ex), t);
+            host[t] = t == RT_TIER_WORK ? ex->run[t] : offload_host_tier(o, t);
     }
     char *const *base = in->on_host ? host : ex->run;
-    for (int i = 0; i < in->nargs; i++)
-        bufs[i] = base[in->args[i].tier] + in->args[i].offset;
-    ex->dev->kernel(ex->dev, in->kernel, in->extent, bufs, scalars);
+    int64_t used = 0;
+    for (int i = 0; i < in->nargs; i++) {
+        const RtArg *a = &in->args[i];
+        bufs[i] = base[a->tier] + a->offset;
+        if (work && a->tier == RT_TIER_WORK) {
+            bufs[i] = work + used, used += a->bytes;
+            ex->dev->download(ex->dev, ex->run[RT_TIER_WORK], a->offset, bufs[i], a->bytes);
+        }
+    }
+    dev->kernel(dev, in->kernel, in->extent, bufs, scalars);
+    for (int i = 0; work && i < in->nargs; i++)
+        if (in->args[i].tier == RT_TIER_WORK)
+            ex->dev->upload(ex->dev, ex->run[RT_TIER_WORK], in->args[i].offset, bufs[i], in->args[i].bytes);
     return 0;
 }
 

@@ -86,7 +86,20 @@ struct Device {
     int (*commit)(Device *dev, char *base, int64_t offset, int64_t bytes);
     void (*decommit)(Device *dev, char *base, int64_t offset, int64_t bytes);
     void (*unreserve)(Device *dev, char *base, int64_t bytes);
+    /* The copy stream, for a device whose memory the host does not see (NULL where
+     * host_view gives it; then plain memcpy does). mark, from the thread that queues
+     * the work, is a point after everything queued so far; await, from any thread,
+     * blocks until the work before a mark is done (marks are reused after
+     * DEVICE_MARKS more, so at most that many may be outstanding). xfer, from any
+     * thread, copies bytes host -> device (XFER_IN: dst a device address), device ->
+     * host (XFER_OUT: src one) or zeroes device memory (XFER_ZERO, src NULL) on the
+     * copy stream, and returns once it is done. */
+    uint64_t (*mark)(Device *dev);
+    void (*await)(Device *dev, uint64_t mark);
+    void (*xfer)(Device *dev, int kind, char *dst, const char *src, int64_t bytes);
 };
+enum { XFER_IN, XFER_OUT, XFER_ZERO };
+enum { DEVICE_MARKS = 2048 };
 
 /* The CPU device: `threads` threads for kernels and for OpenBLAS. */
 Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, char *err,

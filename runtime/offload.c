@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 enum { OFF_BLOCK = 1 << 20 }; /* bytes of zeros written to NVMe per call */
+_Static_assert((int)OFFLOAD_QUEUE < (int)DEVICE_MARKS, "a queued job's mark must outlive it");
 enum { OFF_MSG = 1024 };
 
 typedef struct OffJob {
@@ -30,6 +31,8 @@ typedef struct OffJob {
     int keep;
     const char *list;  /* "step", ... or the runtime's reason */
     int index;         /* in the list, -1 for the runtime's own jobs */
+    uint64_t mark;     /* a device without a host view: the compute work queued before
+                          the job (Device.mark), which the copy thread awaits first */
 } OffJob;
 
 struct Offload {
@@ -47,6 +50,12 @@ struct Offload {
     unsigned char *where;      /* [nchunks * RT_PARTS] */
     uint64_t *last;            /* [nchunks * RT_PARTS] queue position after the part's last job */
     char *zeros;               /* [OFF_BLOCK] */
+    Device *xdev;              /* the device when its memory is reached through its copy
+                                  stream (no host view: Device.xfer), else NULL */
+    char *stage;               /* [OFF_BLOCK] host bytes between such a device and NVMe */
+    char *host_work;           /* [host_work_bytes] "on": "host" kernels' WORK buffers when
+                                  the host runs them apart from the device (offload_host_work) */
+    int64_t host_work_bytes;
     OffJob ring[OFFLOAD_QUEUE];
     uint64_t issued, taken, done;
     pthread_mutex_t mu;
@@ -221,14 +230,64 @@ static void release_at(Offload *o, RtLoc l, int t, int64_t off, int64_t n)
         exec_decommit(l == RT_LOC_DEVICE ? o->ex : &o->host, t, off, n);
 }
 
+/* The device location's bytes [off, off+n) of tier t <-> host memory at buf: through
+ * the copy stream when the host does not see the device's memory. */
+static void dev_put(Offload *o, int t, int64_t off, const char *buf, int64_t n)
+{
+    if (o->xdev)
+        o->xdev->xfer(o->xdev, XFER_IN, o->ex->tiers[t] + off, buf, n);
+    else
+        memcpy(loc_base(o, RT_LOC_DEVICE, t) + off, buf, (size_t)n);
+}
+
+static void dev_get(Offload *o, int t, int64_t off, char *buf, int64_t n)
+{
+    if (o->xdev)
+        o->xdev->xfer(o->xdev, XFER_OUT, buf, o->ex->tiers[t] + off, n);
+    else
+        memcpy(buf, loc_base(o, RT_LOC_DEVICE, t) + off, (size_t)n);
+}
+
+/* NVMe <-> such a device, in blocks staged in host memory. */
+static int dev_nvme(Offload *o, int to_dev, int t, int64_t off, int64_t n, char *msg)
+{
+    for (int64_t done = 0; done < n; done += OFF_BLOCK) {
+        int64_t k = n - done < OFF_BLOCK ? n - done : OFF_BLOCK;
+        if (to_dev && nv_read(o, t, o->stage, off + done, k, msg) != 0)
+            return -1;
+        if (to_dev)
+            dev_put(o, t, off + done, o->stage, k);
+        else
+            dev_get(o, t, off + done, o->stage, k);
+        if (!to_dev && nv_write(o, t, o->stage, off + done, k, msg) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* The bytes of [off, off+n) of tier t from `from` (or zeros) to `to`. */
 static int copy_range(Offload *o, RtLoc from, RtLoc to, int t, int64_t off, int64_t n,
                       char *msg)
 {
+    int staged = o->xdev != NULL;
     if (from == RT_LOC_ZERO && to == RT_LOC_NVME)
         return nv_zero(o, t, off, n, msg);
+    if (from == RT_LOC_ZERO && to == RT_LOC_DEVICE && staged) {
+        o->xdev->xfer(o->xdev, XFER_ZERO, o->ex->tiers[t] + off, NULL, n);
+        return 0;
+    }
     if (from == RT_LOC_ZERO) {
         memset(loc_base(o, to, t) + off, 0, (size_t)n);
+        return 0;
+    }
+    if (staged && (from == RT_LOC_DEVICE || to == RT_LOC_DEVICE)) {
+        RtLoc other = from == RT_LOC_DEVICE ? to : from;
+        if (other == RT_LOC_NVME)
+            return dev_nvme(o, to == RT_LOC_DEVICE, t, off, n, msg);
+        if (to == RT_LOC_DEVICE)
+            dev_put(o, t, off, loc_base(o, other, t) + off, n);
+        else
+            dev_get(o, t, off, loc_base(o, other, t) + off, n);
         return 0;
     }
     if (from == RT_LOC_NVME)
@@ -300,6 +359,8 @@ static void *copy_main(void *arg)
         OffJob j = o->ring[o->taken++ % OFFLOAD_QUEUE];
         int skip = o->failed;
         pthread_mutex_unlock(&o->mu);
+        if (o->xdev && !skip) /* the kernels queued before the job are done */
+            o->xdev->await(o->xdev, j.mark);
         int rc = skip ? 0 : j.drop ? run_drop(o, &j, msg) : run_move(o, &j, msg);
         pthread_mutex_lock(&o->mu);
         if (rc != 0 && !o->failed) {
@@ -318,7 +379,10 @@ static void off_queue(Offload *o, const OffJob *j)
     pthread_mutex_lock(&o->mu);
     while (o->issued - o->done >= OFFLOAD_QUEUE)
         pthread_cond_wait(&o->progress, &o->mu);
-    o->ring[o->issued++ % OFFLOAD_QUEUE] = *j;
+    o->ring[o->issued % OFFLOAD_QUEUE] = *j;
+    if (o->xdev) /* at most OFFLOAD_QUEUE < DEVICE_MARKS marks are outstanding */
+        o->ring[o->issued % OFFLOAD_QUEUE].mark = o->xdev->mark(o->xdev);
+    o->issued++;
     o->last[j->chunk * RT_PARTS + j->part] = o->issued;
     pthread_cond_signal(&o->work);
     pthread_mutex_unlock(&o->mu);
@@ -327,7 +391,7 @@ static void off_queue(Offload *o, const OffJob *j)
 void offload_issue(Offload *o, const RtInstr *in, const char *list, int index)
 {
     OffJob j = {in->op == RT_OP_DROP, in->chunk, in->part, in->from, in->to, in->keep, list,
-                index};
+                index, 0};
     off_queue(o, &j);
 }
 
@@ -360,6 +424,33 @@ int offload_failed(Offload *o)
     int f = o->failed;
     pthread_mutex_unlock(&o->mu);
     return f;
+}
+
+Device *offload_host_device(Offload *o)
+{
+    return o->host.dev;
+}
+
+char *offload_host_work(Offload *o, int64_t *bytes)
+{
+    *bytes = o->host_work_bytes;
+    return o->host_work;
+}
+
+/* The most WORK bytes one "on": "host" kernel passes (its WORK args together). */
+static int64_t host_work_bytes(const RtProgram *p)
+{
+    const RtList *lists[3] = {&p->step, &p->gradnorm, &p->update};
+    int64_t most = 0;
+    for (int l = 0; l < 3; l++)
+        for (int i = 0; i < lists[l]->n; i++) {
+            const RtInstr *in = &lists[l]->instr[i];
+            int64_t n = 0;
+            for (int a = 0; in->on_host && a < in->nargs; a++)
+                n += in->args[a].tier == RT_TIER_WORK ? in->args[a].bytes : 0;
+            most = n > most ? n : most;
+        }
+    return most;
 }
 
 char *offload_host_tier(Offload *o, int t)
@@ -419,7 +510,7 @@ int offload_end_step(Offload *o, char *err, size_t errlen)
 static int queue_home(Offload *o, int c, int part, const char *why)
 {
     unsigned w = o->where[c * RT_PARTS + part], home = home_bits(o, c, part);
-    OffJob j = {0, c, part, RT_LOC_DEVICE, RT_LOC_DEVICE, 0, why, -1};
+    OffJob j = {0, c, part, RT_LOC_DEVICE, RT_LOC_DEVICE, 0, why, -1, 0};
     if (home && !(w & home)) {
         if (!w)
             return -1;
@@ -457,7 +548,7 @@ int offload_params_to_device(Offload *o, char *err, size_t errlen)
         return -1;
     for (int c = 0; c < o->p->offload.nchunks; c++) {
         OffJob j = {0, c, RT_TIER_PARAMS, o->p->offload.chunks[c].home[RT_TIER_PARAMS],
-                    RT_LOC_DEVICE, 1, "sampling", -1};
+                    RT_LOC_DEVICE, 1, "sampling", -1, 0};
         if (!(o->where[c * RT_PARTS + RT_TIER_PARAMS] & loc_bit(RT_LOC_DEVICE)))
             off_queue(o, &j);
     }
@@ -483,6 +574,10 @@ static int state_io(Offload *o, int part, char *buf, int to_home, char *err, siz
             if (h == RT_LOC_NVME)
                 rc = to_home ? nv_write(o, part, buf + off[k], off[k], n, msg)
                              : nv_read(o, part, buf + off[k], off[k], n, msg);
+            else if (h == RT_LOC_DEVICE && to_home)
+                dev_put(o, part, off[k], buf + off[k], n);
+            else if (h == RT_LOC_DEVICE)
+                dev_get(o, part, off[k], buf + off[k], n);
             else if (to_home)
                 memcpy(loc_base(o, h, part) + off[k], buf + off[k], (size_t)n);
             else
@@ -577,7 +672,7 @@ static int place_homes(Offload *o, char *err, size_t errlen)
     for (int c = 0; c < o->p->offload.nchunks; c++)
         for (int part = 0; part < RT_PARTS; part++) {
             RtLoc h = o->p->offload.chunks[c].home[part];
-            OffJob j = {0, c, part, RT_LOC_ZERO, h, 0, "start-up", -1};
+            OffJob j = {0, c, part, RT_LOC_ZERO, h, 0, "start-up", -1, 0};
             int64_t off[2], n = o->p->offload.chunks[c].end - o->p->offload.chunks[c].start;
             int nr = program_part_ranges(o->p, c, part, off);
             for (int k = 0; h != RT_LOC_NONE && k < nr; k++)
@@ -598,9 +693,18 @@ static int offload_setup(Offload *o, Device *host_dev, const char *nvme_dir, cha
         if (p->tiers[t] > 0 && !exec_reserved(o->ex, t))
             return file_set_error(err, errlen, "offload: the %s device cannot reserve address "
                                   "space for the %s tier", o->ex->dev->name, rt_part_names[t]);
-    if (!exec_host_tier(o->ex, RT_TIER_PARAMS))
-        return file_set_error(err, errlen, "offload: the %s device gives no host view of its "
-                              "memory, which the copy thread needs", o->ex->dev->name);
+    Device *d = o->ex->dev;
+    if (!exec_host_tier(o->ex, RT_TIER_PARAMS) && !(d->xfer && d->mark && d->await))
+        return file_set_error(err, errlen, "offload: the %s device gives neither a host view of its "
+                              "memory nor a copy stream, one of which the copy thread needs", d->name);
+    o->xdev = exec_host_tier(o->ex, RT_TIER_PARAMS) ? NULL : d;
+    if (o->xdev && !(o->stage = malloc(OFF_BLOCK)))
+        return file_set_error(err, errlen, "out of memory");
+    if (host_dev != d && !exec_host_tier(o->ex, RT_TIER_PARAMS)) {
+        o->host_work_bytes = host_work_bytes(p);
+        if (!(o->host_work = malloc((size_t)o->host_work_bytes + 1)))
+            return file_set_error(err, errlen, "out of memory");
+    }
     if (offload_uses_nvme(p) && !nvme_dir)
         return file_set_error(err, errlen, "this program keeps parameters or optimizer state on "
                               "NVMe (its offload plan): give --nvme-dir DIR, a directory on a "
@@ -664,7 +768,7 @@ void offload_free(Offload *o)
         free(o->path[t]);
         free(o->nv[t]);
     }
-    free(o->where), free(o->last), free(o->zeros);
+    free(o->where), free(o->last), free(o->zeros), free(o->stage), free(o->host_work);
     pthread_cond_destroy(&o->work);
     pthread_cond_destroy(&o->progress);
     pthread_mutex_destroy(&o->mu);

@@ -37,8 +37,14 @@
  * The main thread reads where parts are only when the queue is empty.
  *
  * Memory is host memory on both sides on the CPU device, so the copy thread uses
- * plain memcpy and memset through the device's host view; offload_init refuses a
- * device without one.
+ * plain memcpy and memset through the device's host view. A device whose memory the
+ * host does not see (the CUDA device) gives a copy stream instead (executor.h: mark,
+ * await, xfer): each job carries a mark of the compute work queued before it, which
+ * the copy thread awaits before it copies, commits or releases anything (the
+ * compiler never lets later work touch a part in flight); copies to and from the
+ * device run on the copy stream while the compute stream goes on, NVMe's through a
+ * host block. Such a device's "on": "host" kernels run on the host location's device
+ * (the CPU), their WORK buffers copied into a host buffer before and back after.
  */
 #ifndef COLOSSALC_RUNTIME_OFFLOAD_H
 #define COLOSSALC_RUNTIME_OFFLOAD_H
@@ -80,6 +86,12 @@ int offload_wait(Offload *o, int chunk, int part);
 int offload_failed(Offload *o);
 /* The host location's base of tier t (PARAMS, GRADS or OPT). */
 char *offload_host_tier(Offload *o, int t);
+/* The device "on": "host" kernels run on (the host location's), and, when that is not
+ * the executor's device (whose memory the host then does not see), a host buffer of
+ * *bytes that holds such a kernel's WORK buffers for the time it runs (NULL
+ * otherwise). */
+Device *offload_host_device(Offload *o);
+char *offload_host_work(Offload *o, int64_t *bytes);
 
 /* Waits for every queued job; 0, or -1 with the copy thread's message. */
 int offload_drain(Offload *o, char *err, size_t errlen);

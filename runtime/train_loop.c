@@ -353,10 +353,14 @@ static int trainer_check_offload(Trainer *t, char *err, size_t errlen)
 }
 
 /* The host and NVMe locations and the copy thread; sampling must fit the device. */
-static int trainer_init_offload(Trainer *t, char *err, size_t errlen)
+static int trainer_init_offload(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
 {
     const RtProgram *p = t->prog;
-    if (offload_init(&t->ex, t->dev, t->opts->nvme_dir, err, errlen) != 0)
+    Device *host = t->dev;
+    if (!t->dev->host_view &&
+        !(host = t->host_dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen)))
+        return -1;
+    if (offload_init(&t->ex, host, t->opts->nvme_dir, err, errlen) != 0)
         return -1;
     int64_t need = offload_sample_bytes(t->ex.off);
     if (t->opts->sample > 0 && need > p->offload.device_capacity)
@@ -369,9 +373,8 @@ static int trainer_init_offload(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
-/* The device --device asks for: cuda by default when the program carries CUDA kernels,
- * a GPU is visible here and the program does not offload (what the CUDA device runs so
- * far). Each rank takes the GPU of its local rank. */
+/* The device --device asks for: cuda by default when the program carries CUDA kernels
+ * and a GPU is visible here. Each rank takes the GPU of its local rank. */
 static int trainer_open_device(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
 {
     const TrainOpts *o = t->opts;
@@ -380,11 +383,7 @@ static int trainer_open_device(Trainer *t, const RtKernelFn *kernels, char *err,
     int want = o->device;
 #ifdef COLOSSALC_HAVE_CUDA
     if (want == TRAIN_DEVICE_AUTO)
-        want = cuda && p->cuda_launch && !p->offload.on && device_cuda_available() ? TRAIN_DEVICE_CUDA
-                                                                                   : TRAIN_DEVICE_CPU;
-    if (want == TRAIN_DEVICE_CUDA && p->offload.on)
-        return file_set_error(err, errlen, "--device cuda: offload programs run on the CPU device so far (its "
-                              "moves between device, host and NVMe are not on CUDA streams yet)");
+        want = cuda && p->cuda_launch && device_cuda_available() ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
     if (want == TRAIN_DEVICE_CUDA) {
         CudaOptions co = {.ordinal = t->comm->local_rank, .kernel_cache = o->kernel_cache, .threads = t->threads,
                           .tf32 = o->tf32, .quiet = t->comm->rank != 0, .nccl = t->comm->size > 1};
@@ -445,7 +444,7 @@ static Comm *wrap_cuda(void *dev, Comm *host, int own)
 
 /* The rest of trainer_init, once every rank has its device: the groups that carry
  * device buffers (collectives to make them), then memory and state. */
-static int trainer_init_memory(Trainer *t, char *err, size_t errlen)
+static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
 {
     const TrainOpts *o = t->opts;
     const RtProgram *p = t->prog;
@@ -464,7 +463,7 @@ static int trainer_init_memory(Trainer *t, char *err, size_t errlen)
     unsigned reserve = zero_reserve_mask(&t->zero);
     reserve |= p->offload.on ? 1u << RT_TIER_PARAMS | 1u << RT_TIER_GRADS | 1u << RT_TIER_OPT : 0;
     if (exec_init_reserved(&t->ex, p, t->dev, reserve, err, errlen) != 0 ||
-        (p->offload.on ? trainer_init_offload(t, err, errlen) != 0 /* commits the homes */
+        (p->offload.on ? trainer_init_offload(t, kernels, err, errlen) != 0 /* commits the homes */
                        : zero_commit_owned(&t->zero, &t->ex, err, errlen) != 0) ||
         trainer_alloc_host(t, err, errlen) != 0)
         return -1;
@@ -487,7 +486,7 @@ int trainer_init_stages(Trainer *t, const RtProgram *stages, int nstages,
     int failed = trainer_init_local(t, kernels, err, errlen) != 0;
     if (trainer_agree(t, failed, err, errlen) != 0)
         return -1;
-    failed = trainer_init_memory(t, err, errlen) != 0;
+    failed = trainer_init_memory(t, kernels, err, errlen) != 0;
     if (trainer_agree(t, failed, err, errlen) != 0)
         return -1;
     trainer_banner(t);
@@ -517,6 +516,8 @@ void trainer_free(Trainer *t)
     mesh_free(&t->mesh); /* its groups may live on the device (NCCL) */
     if (t->dev)
         t->dev->destroy(t->dev);
+    if (t->host_dev)
+        t->host_dev->destroy(t->host_dev);
     if (t->log)
         fclose(t->log);
     tokens_close(t->data);

@@ -65,6 +65,8 @@ typedef struct Trainer {
     const TrainOpts *opts;
     RtTrain hp;      /* the program's train values, command-line overrides applied */
     Device *dev;
+    Device *host_dev;     /* offload on a device the host does not see: the CPU device of
+                             the host location (its memory, its "on": "host" kernels) */
     Executor ex;
     Comm *comm;           /* the ranks (the world) */
     int own_comm;         /* comm was made by trainer_init (self) */

@@ -203,7 +203,7 @@ static int parse_kernel(Pj *pj, const cJSON *o, const char *path, const RtProgra
             (a[0] >= RT_TIERS && pj_fail(pj, sub, "", "tier out of range")) ||
             pj_range(pj, p, (int)a[0], a[1], a[2], sub, ""))
             return -1;
-        in->args[i] = (RtArg){(int)a[0], a[1]};
+        in->args[i] = (RtArg){(int)a[0], a[1], a[2]};
     }
     if (!cJSON_GetObjectItemCaseSensitive(o, "on"))
         return 0;

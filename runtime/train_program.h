@@ -129,6 +129,7 @@ typedef struct RtComm {
 typedef struct RtArg {
     int tier;
     int64_t offset; /* bytes (WORK: in the current slot) */
+    int64_t bytes;  /* the buffer's extent */
 } RtArg;
 #define RT_MAX_ARGS 16
 

@@ -8,10 +8,8 @@
 #                sm_90, every unit compiled, then every unit from the cache, then one
 #                damaged entry rebuilt
 #   no_gpu       --device cuda where no driver is: one line naming libcuda.so.1, exit 1
-#   refusals     what the CUDA device does not run yet says so (the emulated GPU): an
-#                offload program
-# (Several ranks on the emulated device: the cuda_emul_* tests of tests.cmake, through
-# tests/multirank's scripts.)
+# (Several ranks and offload on the emulated device: the other cuda_emul_* tests of
+# tests.cmake, through tests/multirank's and tests/e2e's scripts.)
 # Usage: run_cuda.sh COLOSSALC MKTOKENS SRCDIR WORKDIR PYTHON EMUL_LIB_DIR CHECK
 set -eu
 cc=$1 mktokens=$2 src=$3 work=$4 py=$5 emul=$6 check=$7
@@ -67,13 +65,6 @@ no_gpu)
   grep -q "libcuda.so.1" err || fail "the line does not name libcuda.so.1"
   ./train $args > auto.out   # the default: the CPU, as no GPU is visible
   grep -q "| cpu," auto.out || fail "the default device is not the CPU here"
-  ;;
-refusals)
-  "$cc" "$src/models/gpt2-tiny.model" --set layers=2 --set seq=32 --set batch=4 --device-memory 3M -o train-off \
-    2> /dev/null
-  if LD_LIBRARY_PATH=$emul ./train-off --device cuda $args > out 2> err; then fail "offload ran on --device cuda"; fi
-  cat err
-  grep -q "offload programs run on the CPU device" err || fail "no reason for refusing offload"
   ;;
 esac
 echo "ok $check"

@@ -39,9 +39,7 @@ add_test(NAME cuda_emul_one_rank COMMAND ${cuda_run} one_rank)
 add_test(NAME cuda_nvrtc_cache COMMAND ${cuda_run} nvrtc_cache)
 # Without a GPU, --device cuda is one clear line and exit status 1.
 add_test(NAME cuda_no_gpu COMMAND ${cuda_run} no_gpu)
-# What the CUDA device does not run yet (offload) is refused with why.
-add_test(NAME cuda_emul_refusals COMMAND ${cuda_run} refusals)
-set_tests_properties(cuda_emul_one_rank cuda_nvrtc_cache cuda_no_gpu cuda_emul_refusals PROPERTIES TIMEOUT 900)
+set_tests_properties(cuda_emul_one_rank cuda_nvrtc_cache cuda_no_gpu PROPERTIES TIMEOUT 900)
 if(COLOSSALC_SANITIZE)
   set_tests_properties(cuda_emul_one_rank cuda_nvrtc_cache PROPERTIES ENVIRONMENT
     "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0")
@@ -75,3 +73,14 @@ if(COLOSSALC_SANITIZE)
 endif()
 set_tests_properties(${cuda_mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 900
                      ENVIRONMENT "${cuda_mr_env}")
+
+# Offload under device budgets on the emulated CUDA device: its moves on the copy
+# stream, the optimizer of host-resident chunks on the CPU (tests/e2e/run_offload.sh).
+add_test(NAME cuda_emul_offload
+         COMMAND sh ${CMAKE_SOURCE_DIR}/tests/e2e/run_offload.sh $<TARGET_FILE:colossalc>
+                 $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${CUDA_WORK}/offload ${COLOSSALC_TORCH_PYTHON})
+set(cuda_off_env DEVICE=cuda EMUL=${CUDA_EMUL_LIB})
+if(COLOSSALC_SANITIZE)
+  list(APPEND cuda_off_env LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0)
+endif()
+set_tests_properties(cuda_emul_offload PROPERTIES TIMEOUT 900 ENVIRONMENT "${cuda_off_env}")
