@@ -537,6 +537,23 @@ static void report_build(const CudaBuild *b, const char *arch)
     printf(b->cache_dir[0] ? " (cache %s)\n" : " (no cache)\n", b->cache_dir);
 }
 
+/* The GPU's peak FLOP/s for f32 GEMMs: the CUDA cores' FMAs, or with TF32 the tensor
+ * cores' dense rate, per SM and clock by architecture (the vendors' data sheets: A100
+ * 19.5 and 156 TFLOP/s, H100 SXM 67 and 495), times SMs and the boost clock. 0 for an
+ * architecture not listed. */
+static double peak_flops(CudaDevice *c)
+{
+    int major = 0, minor = 0, sms = 0, khz = 0;
+    if (c->api.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->cu) != CUDA_SUCCESS ||
+        c->api.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->cu) != CUDA_SUCCESS ||
+        c->api.DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->cu) != CUDA_SUCCESS ||
+        c->api.DeviceGetAttribute(&khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, c->cu) != CUDA_SUCCESS)
+        return 0;
+    double fma = major == 8 && minor == 0 ? 64 : major >= 8 ? 128 : major == 7 ? 64 : 0; /* f32 lanes */
+    double tensor = major == 8 && minor == 0 ? 1024 : major == 8 ? 512 : major >= 9 ? 2048 : 0;
+    return (c->tf32 ? tensor : 2 * fma) * sms * khz * 1e3;
+}
+
 static int cuda_setup(CudaDevice *c, const RtProgram *p, const char *source, const CudaOptions *o, char *err,
                       size_t errlen)
 {
@@ -561,6 +578,8 @@ static int cuda_setup(CudaDevice *c, const RtProgram *p, const char *source, con
     if (c->api.LtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS)
         return file_set_error(err, errlen, "--device cuda: cublasLtCreate failed");
     setup_reserve(c);
+    c->dev.own_bytes = WORKSPACE + SCALARS_MAX * (int64_t)sizeof(float);
+    c->dev.peak_flops = peak_flops(c);
     return plan_gemms(c, p, err, errlen);
 }
 

@@ -54,6 +54,21 @@ static int exec_alloc_staging(Executor *ex)
     return (ex->staging = ex->dev->alloc(ex->dev, ex->staging_bytes)) ? 0 : -1;
 }
 
+/* Under ex->lock. */
+static int64_t in_use_locked(const Executor *ex)
+{
+    int64_t n = ex->staging_bytes + ex->dev->own_bytes;
+    for (int t = 0; t < RT_TIERS; t++)
+        n += ex->committed[t];
+    return n;
+}
+
+static void note_total_locked(Executor *ex)
+{
+    int64_t n = in_use_locked(ex);
+    ex->total_peak = n > ex->total_peak ? n : ex->total_peak;
+}
+
 static int exec_reserve_tier(Executor *ex, int t)
 {
     int64_t bytes = reserved_bytes(ex, t);
@@ -88,6 +103,7 @@ int exec_init_reserved(Executor *ex, const RtProgram *prog, Device *dev, unsigne
         return file_set_error(err, errlen, "out of memory for the comm staging buffer (%lld "
                               "bytes)", (long long)ex->staging_bytes);
     }
+    ex->total_peak = in_use_locked(ex);
     return 0;
 }
 
@@ -123,10 +139,19 @@ int exec_reserved(const Executor *ex, int tier)
     return ex->commits[tier] != NULL;
 }
 
+int64_t exec_in_use(Executor *ex)
+{
+    pthread_mutex_lock(&ex->lock);
+    int64_t n = in_use_locked(ex);
+    pthread_mutex_unlock(&ex->lock);
+    return n;
+}
+
 void exec_peak_reset(Executor *ex)
 {
     pthread_mutex_lock(&ex->lock);
     memcpy(ex->peak, ex->committed, sizeof ex->peak);
+    ex->total_peak = in_use_locked(ex);
     pthread_mutex_unlock(&ex->lock);
 }
 
@@ -202,6 +227,7 @@ static int exec_commit_locked(Executor *ex, int tier, int64_t offset, int64_t by
         n[i]++;
     if (ex->committed[tier] > ex->peak[tier])
         ex->peak[tier] = ex->committed[tier];
+    note_total_locked(ex);
     return 0;
 }
 

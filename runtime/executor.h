@@ -94,6 +94,11 @@ struct Device {
      * thread, copies bytes host -> device (XFER_IN: dst a device address), device ->
      * host (XFER_OUT: src one) or zeroes device memory (XFER_ZERO, src NULL) on the
      * copy stream, and returns once it is done. */
+    /* What the run's log reports (0 where unknown): bytes the device holds for itself
+     * beside the program's tiers (library workspaces), and its peak FLOP/s for the
+     * program's arithmetic (the MFU's denominator). */
+    int64_t own_bytes;
+    double peak_flops;
     uint64_t (*mark)(Device *dev);
     void (*await)(Device *dev, uint64_t mark);
     void (*xfer)(Device *dev, int kind, char *dst, const char *src, int64_t bytes);
@@ -133,6 +138,8 @@ struct Executor {
     uint32_t *commits[RT_TIERS]; /* reserved tiers: commit count per granule, else NULL */
     int64_t committed[RT_TIERS]; /* bytes of memory behind each tier */
     int64_t peak[RT_TIERS];      /* the most committed[] since exec_init or exec_peak_reset */
+    int64_t total_peak;          /* the most device memory held at once (all tiers, staging
+                                    and the device's own bytes) since the same */
     char *staging;               /* [staging_bytes] device scratch of "comm" reorders */
     int64_t staging_bytes;
     ExecCtx ctx;
@@ -163,8 +170,11 @@ void exec_decommit(Executor *ex, int tier, int64_t offset, int64_t bytes);
 int64_t exec_uncommitted(Executor *ex, int tier, int64_t offset, int64_t bytes);
 /* 1 when the tier is reserved (its memory is what was committed). */
 int exec_reserved(const Executor *ex, int tier);
-/* Starts a new measurement of peak[]: each tier's peak becomes what it holds now. */
+/* Starts a new measurement of peak[] and total_peak: each becomes what is held now. */
 void exec_peak_reset(Executor *ex);
+/* Device memory held now: committed[] of every tier, the staging buffer and the
+ * device's own bytes. */
+int64_t exec_in_use(Executor *ex);
 
 /* Runs list in order with scalars[TRAIN_SCALARS], from slot 0; a list that sends
  * returns after every send completed (ex->ctx.pp's wait_sends). "move" and "drop"

@@ -453,6 +453,12 @@ static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err,
     if (!strcmp(t->dev->name, "cuda") && t->comm->size > 1)
         wrap = wrap_cuda;
 #endif
+    /* the step's model FLOPs and the devices' peak, over every rank (an unknown peak
+     * anywhere leaves the MFU unknown) */
+    double f[3] = {t->prog->flops_per_step * (double)t->prog->microbatches, t->dev->peak_flops,
+                   t->dev->peak_flops > 0 ? 0 : 1};
+    t->comm->host_all_reduce(t->comm, f, 3, COMM_SUM);
+    t->step_flops = f[0], t->peak_flops = f[2] > 0 ? 0 : f[1];
     if (mesh_device_groups(&t->mesh, wrap, t->dev, err, errlen) != 0 ||
         zero_init(&t->zero, p, t->mesh.dp_comm, (int)(o->zero >= 0 ? o->zero : p->zero_stage),
                   t->mesh.in_norm, err, errlen) != 0)
@@ -595,6 +601,7 @@ static float trainer_forward_backward(Trainer *t, const float *sc)
 typedef struct StepStats {
     float loss;
     double lr, norm, ms;
+    double mem; /* the most device memory one rank held during the step, bytes */
 } StepStats;
 
 /* After a step's host reduction reported a failure: -1, err kept where it happened. */
@@ -667,6 +674,7 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     t->comm->host_all_reduce(t->comm, v, 3, COMM_SUM);
     if (v[2] > 0)
         return trainer_stopped(failed, err, errlen);
+    s->mem = (double)t->ex.total_peak; /* gathers and reductions are done: the step's peak */
     double parts = (double)t->mesh.dp * (double)t->prog->microbatches; /* gradients summed over these */
     s->loss = (float)(v[0] / t->mesh.dp);
     s->norm = sqrt(v[1]) / parts; /* of the mean gradient */
@@ -675,6 +683,9 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     zero_update(&t->zero, &t->ex, sc);
     t->dev->sync(t->dev);
     trainer_note_peak(t);
+    s->mem = (double)t->ex.total_peak > s->mem ? (double)t->ex.total_peak : s->mem;
+    if (t->comm->size > 1)
+        t->comm->host_all_reduce(t->comm, &s->mem, 1, COMM_MAX);
     if (t->ex.off && trainer_offload_step_end(t, moved0, err, errlen) != 0)
         return -1; /* one rank: nobody to agree with */
     t->step = k, t->data_step++;
@@ -698,11 +709,16 @@ static void trainer_log_step(Trainer *t, const StepStats *s)
 {
     const RtProgram *p = t->prog;
     double tps = s->ms > 0 ? (double)(t->global_batch * p->seq) / (s->ms / 1e3) : 0;
+    /* model FLOPs of the step over every rank's peak; NaN where a peak is unknown */
+    double mfu = t->peak_flops > 0 && s->ms > 0 ? t->step_flops / (s->ms / 1e3) / t->peak_flops : NAN;
     if (t->comm->rank != 0)
         return;
     printf("step %" PRId64 "/%" PRId64
-           " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s\n",
-           t->step, t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps);
+           " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | mem %.1f MiB",
+           t->step, t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps, s->mem / (1 << 20));
+    if (isfinite(mfu))
+        printf(" | MFU %.1f%%", 100 * mfu);
+    printf("\n");
     fflush(stdout);
     if (!t->log)
         return;
@@ -712,6 +728,8 @@ static void trainer_log_step(Trainer *t, const StepStats *s)
     json_num(t->log, "grad_norm", s->norm, "%.9g");
     json_num(t->log, "ms", s->ms, "%.3f");
     json_num(t->log, "tokens_per_s", tps, "%.1f");
+    json_num(t->log, "device_memory_peak", s->mem, "%.0f");
+    json_num(t->log, "mfu", mfu, "%.4f");
     fputs("}\n", t->log);
     fflush(t->log);
 }

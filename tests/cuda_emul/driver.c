@@ -55,7 +55,8 @@ CUresult cuDeviceGet(CUdevice *d, int ordinal) { *d = ordinal; return ordinal ==
 CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
     (void)d;
-    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0 : 1;
+    /* no SMs nor clock to speak of: the device's peak FLOP/s (and so the MFU) is unknown */
+    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : 0;
     return CUDA_SUCCESS;
 }
 

@@ -170,6 +170,8 @@ static char *log_numbers(const char *path, cJSON **offload)
         cJSON *off = cJSON_DetachItemFromObject(o, "offload");
         cJSON_DeleteItemFromObject(o, "ms");
         cJSON_DeleteItemFromObject(o, "tokens_per_s");
+        cJSON_DeleteItemFromObject(o, "device_memory_peak"); /* measurements, not numerics */
+        cJSON_DeleteItemFromObject(o, "mfu");
         char *s = off ? NULL : cJSON_PrintUnformatted(o);
         if (off) {
             cJSON_Delete(*offload);
