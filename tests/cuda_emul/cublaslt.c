@@ -1,11 +1,15 @@
 /* A host emulation of cuBLASLt (libcublasLt.so.13), for tests only: the descriptors
  * the CUDA device uses (transposes; f32 layouts with a strided batch) kept in the
  * opaque structs, and cublasLtMatmul as OpenBLAS's column-major sgemm over the batch,
- * D = alpha op(A) op(B) + beta C on host memory (the emulated driver's device memory). */
+ * D = alpha op(A) op(B) + beta C on host memory (the emulated driver's device memory),
+ * queued on the emulated driver's stream. */
 #include <cblas.h>
 #include <cublasLt.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "tests/cuda_emul/emul.h"
 
 /* What the emulation keeps in the opaque descriptors' storage. */
 typedef struct Desc { int ta, tb; } Desc;
@@ -98,13 +102,50 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* The emulated driver's stream queue (emul.h). */
+static EmulEnqueueFn *driver_enqueue(void)
+{
+    static EmulEnqueueFn *fn;
+    if (!fn) {
+        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        *(void **)&fn = lib ? dlsym(lib, "colossalc_emul_enqueue") : NULL;
+    }
+    return fn;
+}
+
+typedef struct MatmulOp {
+    Desc x;
+    Layout A, B, C, D;
+    float alpha, beta;
+    const float *a, *b, *c;
+    float *d;
+} MatmulOp;
+
+static void run_matmul(void *arg)
+{
+    const MatmulOp *o = arg;
+    const Layout *A = &o->A, *B = &o->B, *C = &o->C, *D = &o->D;
+    uint64_t m = o->x.ta ? A->cols : A->rows, k = o->x.ta ? A->rows : A->cols, n = o->x.tb ? B->rows : B->cols;
+    for (int32_t i = 0; i < C->batch; i++) {
+        const float *ai = o->a + i * A->stride, *bi = o->b + i * B->stride, *ci = o->c + i * C->stride;
+        float *di = o->d + i * D->stride;
+        if (ci != di)
+            for (uint64_t col = 0; col < n; col++)
+                memcpy(di + col * D->ld, ci + col * C->ld, m * sizeof(float));
+        cblas_sgemm(CblasColMajor, o->x.ta ? CblasTrans : CblasNoTrans, o->x.tb ? CblasTrans : CblasNoTrans, (int)m,
+                    (int)n, (int)k, o->alpha, ai, (int)A->ld, bi, (int)B->ld, o->beta, di, (int)D->ld);
+    }
+}
+
+/* Checked at the call, run on the stream with alpha and beta read at the call (host
+ * pointer mode), as cuBLASLt does. */
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *a,
                               cublasLtMatrixLayout_t la, const void *b, cublasLtMatrixLayout_t lb, const void *beta,
                               const void *c, cublasLtMatrixLayout_t lc, void *dst, cublasLtMatrixLayout_t ld,
                               const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes,
                               cudaStream_t s)
 {
-    (void)h, (void)algo, (void)workspace, (void)workspace_bytes, (void)s;
+    (void)h, (void)algo, (void)workspace, (void)workspace_bytes;
     const Desc *x = (const Desc *)d;
     const Layout *A = (const Layout *)la, *B = (const Layout *)lb, *C = (const Layout *)lc, *D = (const Layout *)ld;
     uint64_t m = x->ta ? A->cols : A->rows, k = x->ta ? A->rows : A->cols, kb = x->tb ? B->cols : B->rows;
@@ -112,16 +153,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     if (k != kb || C->rows != m || C->cols != n || D->rows != m || D->cols != n || A->batch != C->batch ||
         B->batch != C->batch || D->batch != C->batch)
         return CUBLAS_STATUS_INVALID_VALUE;
-    float al = *(const float *)alpha, be = *(const float *)beta;
-    for (int32_t i = 0; i < C->batch; i++) {
-        const float *ai = (const float *)a + i * A->stride, *bi = (const float *)b + i * B->stride;
-        const float *ci = (const float *)c + i * C->stride;
-        float *di = (float *)dst + i * D->stride;
-        if (ci != di)
-            for (uint64_t col = 0; col < n; col++)
-                memcpy(di + col * D->ld, ci + col * C->ld, m * sizeof(float));
-        cblas_sgemm(CblasColMajor, x->ta ? CblasTrans : CblasNoTrans, x->tb ? CblasTrans : CblasNoTrans, (int)m,
-                    (int)n, (int)k, al, ai, (int)A->ld, bi, (int)B->ld, be, di, (int)D->ld);
+    MatmulOp *o = malloc(sizeof *o);
+    EmulEnqueueFn *enqueue = driver_enqueue();
+    if (!o || !enqueue) {
+        free(o);
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    }
+    *o = (MatmulOp){*x, *A, *B, *C, *D, *(const float *)alpha, *(const float *)beta, a, b, c, dst};
+    if (enqueue(s, run_matmul, o) != 0) {
+        free(o);
+        return CUBLAS_STATUS_EXECUTION_FAILED;
     }
     return CUBLAS_STATUS_SUCCESS;
 }

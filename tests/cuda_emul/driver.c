@@ -10,9 +10,10 @@
  * through the module's cc_host_launch with at most EMUL_BLOCKS blocks of 32 threads:
  * the generated kernels are grid-stride loops over their range and need blocks of a
  * power of two of at least 32, so the result is the GPU's at any launch size. Streams
- * run their work when it is enqueued, in order. */
+ * are threads (below). */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +39,7 @@ struct CUmod_st {
     struct CUfunc_st *funcs;
 };
 
-static int ctx_dummy, stream_dummy;
+static int ctx_dummy;
 
 CUresult cuInit(unsigned flags) { return flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
@@ -87,46 +88,278 @@ CUresult cuMemFree(CUdeviceptr p) { free((void *)(uintptr_t)p); return CUDA_SUCC
 
 static void *host(CUdeviceptr p) { return (void *)(uintptr_t)p; }
 
-CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+/* ---- streams and events ------------------------------------------------------------
+ * Each stream is a worker thread that runs its work in order, concurrently with the
+ * host and the other streams, as on a GPU: what the runtime orders with events and
+ * stream synchronisation is ordered here, and what it does not is a race. An event
+ * counts its records; an operation of the stream that records it marks the count
+ * reached, and cuStreamWaitEvent queues a wait for the count at the time of the call.
+ * The other emulated libraries queue their work with colossalc_emul_enqueue.
+ * COLOSSALC_EMUL_DROP_WAITS=1 makes cuStreamWaitEvent do nothing: a test takes the
+ * runtime's cross-stream waits out and sees the results go wrong. */
+typedef struct EmulOp {
+    void (*fn)(void *);
+    void *arg; /* malloc'd, freed after fn */
+    struct EmulOp *next;
+} EmulOp;
+
+struct CUstream_st {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    EmulOp *head, *tail;
+    uint64_t queued, done;
+    int stop;
+    CUresult error; /* sticky: a kernel that failed */
+};
+
+struct CUevent_st {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t recorded, reached;
+};
+
+static void *stream_main(void *arg)
 {
-    (void)s;
-    memcpy(host(dst), src, n);
+    CUstream s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->stop)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->head)
+            break;
+        EmulOp *op = s->head;
+        pthread_mutex_unlock(&s->mu);
+        op->fn(op->arg);
+        free(op->arg);
+        pthread_mutex_lock(&s->mu);
+        s->head = op->next;
+        if (!s->head)
+            s->tail = NULL;
+        free(op);
+        s->done++;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+int colossalc_emul_enqueue(void *stream, void (*fn)(void *), void *arg)
+{
+    CUstream s = stream;
+    EmulOp *op = malloc(sizeof *op);
+    if (!op || !s)
+        return -1;
+    *op = (EmulOp){fn, arg, NULL};
+    pthread_mutex_lock(&s->mu);
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    s->queued++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+CUresult cuStreamCreate(CUstream *out, unsigned flags)
+{
+    (void)flags;
+    CUstream s = calloc(1, sizeof *s);
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+        free(s);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = s;
     return CUDA_SUCCESS;
 }
 
+CUresult cuStreamSynchronize(CUstream s)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->done < s->queued)
+        pthread_cond_wait(&s->cv, &s->mu);
+    CUresult e = s->error;
+    pthread_mutex_unlock(&s->mu);
+    return e;
+}
+
+int colossalc_emul_sync(void *stream) { return cuStreamSynchronize(stream) == CUDA_SUCCESS ? 0 : -1; }
+
+CUresult cuStreamDestroy(CUstream s)
+{
+    cuStreamSynchronize(s);
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+    return CUDA_SUCCESS;
+}
+
+/* Queues fn with a copy of the n bytes at arg. */
+static CUresult enqueue_copy(CUstream s, void (*fn)(void *), const void *arg, size_t n)
+{
+    void *a = malloc(n);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(a, arg, n);
+    if (colossalc_emul_enqueue(s, fn, a) != 0) {
+        free(a);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    return CUDA_SUCCESS;
+}
+
+typedef struct CopyOp {
+    void *dst;
+    const void *src;
+    size_t n;
+    int set;        /* memset to val */
+    unsigned char val;
+    char data[];    /* a host source staged at the call (pageable memory) */
+} CopyOp;
+
+static void run_copy(void *arg)
+{
+    CopyOp *c = arg;
+    if (c->set)
+        memset(c->dst, c->val, c->n);
+    else
+        memmove(c->dst, c->src ? c->src : c->data, c->n);
+}
+
+/* From pageable host memory the source is staged when the call returns, as the
+ * driver does: the caller may reuse it at once. */
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    CopyOp *c = malloc(sizeof *c + n);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *c = (CopyOp){host(dst), NULL, n, 0, 0};
+    memcpy(c->data, src, n);
+    return colossalc_emul_enqueue(s, run_copy, c) ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
+
+/* To pageable host memory the call returns when the copy is done, as the driver's. */
 CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
-    (void)s;
-    memcpy(dst, host(src), n);
-    return CUDA_SUCCESS;
+    CopyOp c = {dst, host(src), n, 0, 0};
+    CUresult r = enqueue_copy(s, run_copy, &c, sizeof c);
+    return r != CUDA_SUCCESS ? r : cuStreamSynchronize(s);
 }
 
 CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
 {
-    (void)s;
-    memmove(host(dst), host(src), n);
-    return CUDA_SUCCESS;
+    CopyOp c = {host(dst), host(src), n, 0, 0};
+    return enqueue_copy(s, run_copy, &c, sizeof c);
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s)
 {
-    (void)s;
-    memset(host(p), v, n);
+    CopyOp c = {host(p), NULL, n, 1, v};
+    return enqueue_copy(s, run_copy, &c, sizeof c);
+}
+
+CUresult cuEventCreate(CUevent *out, unsigned flags)
+{
+    (void)flags;
+    CUevent e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    *out = e;
     return CUDA_SUCCESS;
 }
 
-CUresult cuStreamCreate(CUstream *s, unsigned flags) { (void)flags; *s = (CUstream)&stream_dummy; return CUDA_SUCCESS; }
-CUresult cuStreamDestroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
-CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
+CUresult cuEventDestroy(CUevent e)
+{
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+    return CUDA_SUCCESS;
+}
 
-/* Events: the work before them is done when they are recorded (streams run at once). */
-static int event_dummy;
-CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = (CUevent)&event_dummy; return CUDA_SUCCESS; }
-CUresult cuEventDestroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
-CUresult cuEventRecord(CUevent e, CUstream s) { (void)e, (void)s; return CUDA_SUCCESS; }
-CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
-CUresult cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
-CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) { (void)s, (void)e, (void)flags; return CUDA_SUCCESS; }
+typedef struct EventOp {
+    CUevent e;
+    uint64_t count;
+} EventOp;
+
+static void run_record(void *arg)
+{
+    EventOp *o = arg;
+    pthread_mutex_lock(&o->e->mu);
+    if (o->count > o->e->reached)
+        o->e->reached = o->count;
+    pthread_cond_broadcast(&o->e->cv);
+    pthread_mutex_unlock(&o->e->mu);
+}
+
+static void wait_reached(CUevent e, uint64_t count)
+{
+    pthread_mutex_lock(&e->mu);
+    while (e->reached < count)
+        pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void run_wait(void *arg)
+{
+    EventOp *o = arg;
+    wait_reached(o->e, o->count);
+}
+
+CUresult cuEventRecord(CUevent e, CUstream s)
+{
+    pthread_mutex_lock(&e->mu);
+    EventOp o = {e, ++e->recorded};
+    pthread_mutex_unlock(&e->mu);
+    return enqueue_copy(s, run_record, &o, sizeof o);
+}
+
+static uint64_t recorded(CUevent e)
+{
+    pthread_mutex_lock(&e->mu);
+    uint64_t n = e->recorded;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+CUresult cuEventQuery(CUevent e)
+{
+    pthread_mutex_lock(&e->mu);
+    int ready = e->reached >= e->recorded;
+    pthread_mutex_unlock(&e->mu);
+    return ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult cuEventSynchronize(CUevent e)
+{
+    wait_reached(e, recorded(e));
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
+{
+    static int drop = -1;
+    if (drop < 0)
+        drop = getenv("COLOSSALC_EMUL_DROP_WAITS") && !strcmp(getenv("COLOSSALC_EMUL_DROP_WAITS"), "1");
+    if (flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (drop)
+        return CUDA_SUCCESS;
+    EventOp o = {e, recorded(e)};
+    return enqueue_copy(s, run_wait, &o, sizeof o);
+}
 
 /* Virtual memory management: address space is an inaccessible mapping of the host's;
  * cuMemMap puts fresh host memory behind a granule, still inaccessible (and not zero)
@@ -247,18 +480,35 @@ CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
     return CUDA_SUCCESS;
 }
 
+typedef struct LaunchOp {
+    CUfunction f;
+    unsigned grid;
+    char *bufs[16];
+    long long n;
+    const float *scalars;
+    CUstream s;
+} LaunchOp;
+
+static void run_launch(void *arg)
+{
+    LaunchOp *l = arg;
+    if (l->f->launch(l->f->fn, l->grid, 32, l->bufs, l->n, l->scalars)) {
+        pthread_mutex_lock(&l->s->mu);
+        l->s->error = CUDA_ERROR_LAUNCH_FAILED;
+        pthread_mutex_unlock(&l->s->mu);
+    }
+}
+
+/* Queued on the stream with the parameters' values of the call, as a launch takes them. */
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream s, void **params, void **extra)
 {
-    (void)s;
     if (!f || !params || extra || gy != 1 || gz != 1 || by != 1 || bz != 1 || shared || bx % 32 || bx > 1024 || !gx)
         return CUDA_ERROR_INVALID_VALUE;
     const uint64_t *bufs = params[0];   /* cc_bufs: the buffers' addresses, by value */
-    long long n = *(const long long *)params[1];
-    const float *scalars = host(*(const CUdeviceptr *)params[2]);
-    char *b[16];
+    LaunchOp l = {f, gx < EMUL_BLOCKS ? gx : EMUL_BLOCKS, {0}, *(const long long *)params[1],
+                  host(*(const CUdeviceptr *)params[2]), s};
     for (int i = 0; i < 16; i++)
-        b[i] = (char *)(uintptr_t)bufs[i];
-    unsigned grid = gx < EMUL_BLOCKS ? gx : EMUL_BLOCKS;
-    return f->launch(f->fn, grid, 32, b, n, scalars) ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS;
+        l.bufs[i] = (char *)(uintptr_t)bufs[i];
+    return enqueue_copy(s, run_launch, &l, sizeof l);
 }

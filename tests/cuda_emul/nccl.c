@@ -3,7 +3,7 @@
  * communication on a machine without GPUs (tests/cuda_emul/tests.cmake).
  *
  * Device memory is host memory in this emulation (driver.c), so each call is the MPI
- * call on the buffers, made when it is enqueued (streams run their work at once). A
+ * call on the buffers, made once the stream's earlier work is done (drain). A
  * communicator is an MPI communicator of its ranks, ordered by NCCL rank: the unique
  * id names the world rank of the rank that made it and a sequence number; at
  * ncclCommInitRank every other rank tells that root its world rank, the root answers
@@ -16,6 +16,7 @@
  * is an error here, and equal counts give the wrong data, which the equality tests
  * see. The application's own MPI traffic is on other communicators or tags below
  * EMUL_TAG. */
+#include <dlfcn.h>
 #include <mpi.h>
 #include <nccl.h>
 #include <stdint.h>
@@ -23,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "tests/cuda_emul/emul.h"
 
 enum { EMUL_TAG = 1 << 20 }; /* the handshake's tags: EMUL_TAG + 2 * (seq mod 4096) (+1 the answer) */
 
@@ -45,6 +48,21 @@ struct ncclComm {
 };
 
 static int next_seq;
+
+/* Every call first lets its stream finish what was queued before it (the emulated
+ * driver's streams are threads, driver.c), then makes its MPI call on the calling
+ * thread, the one MPI was initialised for; so it comes after the stream's earlier
+ * work and before its later work, as on a GPU. */
+static void drain(cudaStream_t s)
+{
+    static EmulSyncFn *sync;
+    if (!sync) {
+        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        *(void **)&sync = lib ? dlsym(lib, "colossalc_emul_sync") : NULL;
+    }
+    if (sync && s)
+        sync(s);
+}
 
 static int world_rank(void)
 {
@@ -169,7 +187,7 @@ static int mpi_op(ncclRedOp_t op, MPI_Op *m)
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t c, cudaStream_t s)
 {
-    (void)s;
+    drain(s);
     ARGS(t, op);
     return MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, dt, mop, c->comm) == MPI_SUCCESS
                ? ncclSuccess
@@ -179,7 +197,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op, int root,
                         ncclComm_t c, cudaStream_t s)
 {
-    (void)s;
+    drain(s);
     ARGS(t, op);
     const void *in = send == recv && c->rank == root ? MPI_IN_PLACE : send;
     return MPI_Reduce(in, recv, (int)count, dt, mop, root, c->comm) == MPI_SUCCESS ? ncclSuccess
@@ -191,7 +209,7 @@ ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t c, cudaStream_t s)
 {
-    (void)s;
+    drain(s);
     ARGS(t, op);
     size_t bytes = count * type_size(t) * (size_t)c->size;
     void *in = malloc(bytes ? bytes : 1);
@@ -206,7 +224,7 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
                            cudaStream_t s)
 {
-    (void)s;
+    drain(s);
     ARGS(t, -1);
     size_t bytes = count * type_size(t);
     void *in = malloc(bytes ? bytes : 1);
@@ -221,7 +239,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t c,
                            cudaStream_t s)
 {
-    (void)s;
+    drain(s);
     ARGS(t, -1);
     if (c->rank == root && send != recv)
         memmove(recv, send, count * type_size(t));
@@ -230,7 +248,7 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataT
 
 ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s)
 {
-    (void)s;
+    drain(s);
     ARGS(t, -1);
     size_t bytes = count * type_size(t);
     Pending *v = realloc(c->sends, (size_t)(c->nsends + 1) * sizeof *v);
@@ -247,7 +265,7 @@ ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer,
 
 ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s)
 {
-    (void)s;
+    drain(s);
     ARGS(t, -1);
     MPI_Status st;
     int got = -1;

@@ -18,14 +18,15 @@ endforeach()
 target_compile_definitions(cuda_emul_nvrtc PRIVATE
   COLOSSALC_HOST_CXX="${COLOSSALC_HOST_CXX}" COLOSSALC_HOST_CXX_FLAGS="${COLOSSALC_HOST_CXX_FLAGS}"
   COLOSSALC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-target_link_libraries(cuda_emul_cublaslt PRIVATE ${COLOSSALC_OPENBLAS})
-target_link_libraries(cuda_emul_driver PRIVATE ${CMAKE_DL_LIBS})
+target_link_libraries(cuda_emul_cublaslt PRIVATE ${COLOSSALC_OPENBLAS} ${CMAKE_DL_LIBS})
+find_package(Threads REQUIRED)
+target_link_libraries(cuda_emul_driver PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
 # NCCL on MPI (nccl.c), for `train --device cuda` under mpirun.
 find_package(MPI REQUIRED COMPONENTS C)
 add_library(cuda_emul_nccl SHARED ${CMAKE_CURRENT_LIST_DIR}/nccl.c)
 set_target_properties(cuda_emul_nccl PROPERTIES OUTPUT_NAME nccl SOVERSION 2 LIBRARY_OUTPUT_DIRECTORY ${CUDA_EMUL_LIB})
 target_include_directories(cuda_emul_nccl SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-target_link_libraries(cuda_emul_nccl PRIVATE MPI::MPI_C)
+target_link_libraries(cuda_emul_nccl PRIVATE MPI::MPI_C ${CMAKE_DL_LIBS})
 
 set(CUDA_WORK ${CMAKE_BINARY_DIR}/cuda-work)
 file(MAKE_DIRECTORY ${CUDA_WORK})
@@ -73,6 +74,13 @@ if(COLOSSALC_SANITIZE)
 endif()
 set_tests_properties(${cuda_mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 900
                      ENVIRONMENT "${cuda_mr_env}")
+# The stream ordering is what makes those equal: the emulated streams are threads, and
+# with the runtime's cross-stream waits taken out (the emulated cuStreamWaitEvent doing
+# nothing), the pipeline's sends go out before the compute stream has copied their data
+# and the run differs from one rank.
+add_test(NAME cuda_emul_stream_hazard COMMAND ${mr_mesh} pp2_hazard 1 1 2 --microbatch-size 1 --schedule 1f1b)
+set_tests_properties(cuda_emul_stream_hazard PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 900
+                     ENVIRONMENT "${cuda_mr_env};COLOSSALC_EMUL_DROP_WAITS=1;EXPECT_DIFFER=1")
 
 # Offload under device budgets on the emulated CUDA device: its moves on the copy
 # stream, the optimizer of host-resident chunks on the CPU (tests/e2e/run_offload.sh).

@@ -8,7 +8,8 @@
 # (compare_runs.py; --eps 1e-6 for the reason run_equal.sh gives).
 # DEVICE=cuda EMUL=DIR in the environment run the ranks on the CUDA device of the
 # host emulation in DIR (tests/cuda_emul: its NCCL on MPI), against the same one-rank
-# run on the CPU device (device.sh).
+# run on the CPU device (device.sh). EXPECT_DIFFER=1 turns the check around: the run
+# must differ from one rank (the stream hazard test).
 # Usage: run_mesh.sh COLOSSALC WORKDIR PYTHON SRCDIR "MPIRUN" NAME DP TP PP [COLOSSALC FLAGS...]
 set -eu
 cc=$1 work=$2 py=$3 src=$4 mpirun=$5 name=$6 dp=$7 tp=$8 pp=$9
@@ -24,4 +25,13 @@ args="--data $work/genesis.bin --steps 5 --threads 1 --eps 1e-6"
 device_prepare ./train-mesh
 timeout 600 $mpirun -np "$np" ./train-mesh $args $devargs --log many.jsonl --save many.safetensors > many.out
 head -3 many.out
+if [ "${EXPECT_DIFFER:-0}" = 1 ]; then # the hazard test (tests/cuda_emul/tests.cmake)
+  if "$py" "$src/tests/multirank/compare_runs.py" 1e-5 one.jsonl many.jsonl one.safetensors many.safetensors \
+       > compare.out; then
+    echo "FAIL: the run equals one rank although EXPECT_DIFFER=1"; exit 1
+  fi
+  tail -2 compare.out
+  echo "differs from one rank, as expected"
+  exit 0
+fi
 "$py" "$src/tests/multirank/compare_runs.py" 1e-5 one.jsonl many.jsonl one.safetensors many.safetensors
