@@ -1219,7 +1219,7 @@ static void layout_params(Program *p, Graph **gs, int n, L **ls) {
       int j = 0;
       while (j < p->nparams && strcmp(p->params[j].node->name, nd->name)) j++;
       if (j == p->nparams) {
-        p->params[p->nparams++] = (PParam){nd, off, nd->shape.ndim >= 2};
+        p->params[p->nparams++] = (PParam){nd, off, nd->shape.ndim >= 2, 0};
         off += (bytes_of(nd) + 63) & ~(int64_t)63;
       } else if (!shape_eq(&p->params[j].node->shape, &nd->shape)) {
         diag_internal(__FILE__, __LINE__, "a parameter held by two chunks with two shapes");
@@ -1487,6 +1487,7 @@ static cJSON *params_json(const Program *p) {
     cJSON_AddStringToObject(o, "init", init_name(n->init.kind));
     cJSON_AddNumberToObject(o, "a", n->init.kind == INIT_NONE ? 0.02 : n->init.a);
     cJSON_AddNumberToObject(o, "b", n->init.b);
+    if (p->zero_stage > 0) cJSON_AddNumberToObject(o, "owner", p->params[k].owner);
     if (n->split) {
       cJSON *t = cJSON_CreateObject();
       cJSON_AddNumberToObject(t, "dim", n->split - 1);

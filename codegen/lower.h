@@ -59,7 +59,12 @@ typedef struct PSeq { PInstr *v; int n, cap; } PSeq;
 /* Appends a zeroed instruction of kind to s (node -1), growing it in arena a. */
 PInstr *pseq_push(Arena *a, PSeq *s, PInstrKind kind);
 
-typedef struct PParam { const Node *node; int64_t offset; bool decay; } PParam;
+typedef struct PParam {
+  const Node *node;
+  int64_t offset;
+  bool decay;
+  int owner;                /* ZeRO: the data-parallel rank that owns it (codegen/zero.h) */
+} PParam;
 typedef enum { PIN_TOKENS, PIN_TARGETS, PIN_OTHER } PInputRole;
 typedef struct PInput { const Node *node; int64_t offset; PInputRole role; } PInput;
 

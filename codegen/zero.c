@@ -1,5 +1,6 @@
 /* ZeRO inside the step (codegen/zero.h). */
 #include "codegen/zero.h"
+#include <stdlib.h>
 #include <string.h>
 #include "codegen/offload.h"
 #include "runtime/program.h"
@@ -60,6 +61,29 @@ static Span (*find_uses(const Program *p))[USES] {
     }
   }
   return use;
+}
+
+typedef struct OwnItem { int64_t numel; int index; } OwnItem;
+
+static int own_cmp(const void *a, const void *b) {
+  const OwnItem *x = a, *y = b;
+  if (x->numel != y->numel) return x->numel > y->numel ? -1 : 1;
+  return x->index - y->index;
+}
+
+void zero_assign_owners(Program *p) {
+  ir_assert(p->zero_stage >= 1 && p->dp > 0);
+  int np = p->nparams, dp = (int)p->dp;
+  OwnItem *items = arena_array(p->arena, np ? np : 1, sizeof *items);
+  int64_t *load = arena_array(p->arena, dp, sizeof *load);
+  for (int i = 0; i < np; i++) items[i] = (OwnItem){shape_numel(&p->params[i].node->shape), i};
+  qsort(items, np, sizeof *items, own_cmp);
+  for (int k = 0; k < np; k++) {
+    int best = 0;
+    for (int r = 1; r < dp; r++) best = load[r] < load[best] ? r : best;
+    p->params[items[k].index].owner = best;
+    load[best] += items[k].numel;
+  }
 }
 
 void zero_schedule(Program *p) {

@@ -24,6 +24,12 @@
 #define COLOSSALC_ZERO_H
 #include "codegen/lower.h"
 
+/* ZeRO's ownership (p->zero_stage >= 1): every parameter dealt to one of the p->dp
+ * ranks of its data-parallel group, largest first (ties: lower index), each to the rank
+ * with the fewest elements so far (ties: lower rank), into p->params[].owner, which the
+ * program carries ("owner"); the runtime shards by it. requires: the plan set (dp > 0). */
+void zero_assign_owners(Program *p);
+
 /* Rewrites p->step and sets p->zero_scheduled. requires: lower_program, the plan set
  * (p->zero_stage 2 or 3, p->tp), one unscheduled program without offload (no
  * pipeline). */

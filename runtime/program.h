@@ -44,7 +44,11 @@
  *             "weight_decay": .., "momentum": .., "clip": .., "warmup": N, "min_lr": ..,
  *             "schedule": "cosine"|"constant"},
  *   "params": [{"name": "wte.weight", "shape": [256, 128], "offset": 0, "decay": true,
- *               "init": "normal"|"uniform"|"zeros"|"ones"|"constant", "a": 0.02, "b": 0}, ...],
+ *               "init": "normal"|"uniform"|"zeros"|"ones"|"constant", "a": 0.02, "b": 0,
+ *               "owner": R}, ...],
+ *     (owner: with "zero_stage" 1 to 3, the rank of its dp group that owns the parameter
+ *      (its optimizer state, its reduced gradient, its shard), dealt by the compiler;
+ *      such a program gives a fixed "dp", and stages 2 and 3 are "zero_scheduled")
  *   "inputs": [{"name": "tokens", "role": "tokens"|"targets", "shape": [4, 64], "offset": N}, ...],
  *   "loss_offset": N, "logits_offset": N, "gradnorm_offset": N, "gradnorm_parts": N,
  *   "flops_per_step": F,

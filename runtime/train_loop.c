@@ -340,15 +340,10 @@ static int trainer_agree(Trainer *t, int failed, char *err, size_t errlen)
 /* What offload runs with (program.h): one rank, no ZeRO. */
 static int trainer_check_offload(Trainer *t, char *err, size_t errlen)
 {
-    const TrainOpts *o = t->opts;
     if (t->comm->size > 1)
         return file_set_error(err, errlen, "this program offloads its state (host/NVMe) and runs "
                               "on one rank; it runs on %d (compile it for data parallelism "
                               "without offload, or run one rank)", t->comm->size);
-    if (o->zero > 0)
-        return file_set_error(err, errlen, "--zero %" PRId64 ": this program offloads its state "
-                              "(host/NVMe), which replaces ZeRO's sharding on one rank",
-                              o->zero);
     return 0;
 }
 
@@ -446,7 +441,6 @@ static Comm *wrap_cuda(void *dev, Comm *host, int own)
  * device buffers (collectives to make them), then memory and state. */
 static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
 {
-    const TrainOpts *o = t->opts;
     const RtProgram *p = t->prog;
     MeshWrapFn wrap = NULL;
 #ifdef COLOSSALC_HAVE_CUDA
@@ -460,8 +454,7 @@ static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err,
     t->comm->host_all_reduce(t->comm, f, 3, COMM_SUM);
     t->step_flops = f[0], t->peak_flops = f[2] > 0 ? 0 : f[1];
     if (mesh_device_groups(&t->mesh, wrap, t->dev, err, errlen) != 0 ||
-        zero_init(&t->zero, p, t->mesh.dp_comm, (int)(o->zero >= 0 ? o->zero : p->zero_stage),
-                  t->mesh.in_norm, err, errlen) != 0)
+        zero_init(&t->zero, p, t->mesh.dp_comm, t->mesh.in_norm, err, errlen) != 0)
         return -1;
     /* Shards are reserved where the device can (exec_init_reserved: otherwise the
      * tiers are whole); an offload program's PARAMS, GRADS and OPT always

@@ -54,8 +54,6 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG,
       "compile the CUDA kernels for ARCH (sm_90) into the kernel cache and exit; no GPU needed")   \
     X("--tf32", OPT_FLAG, tf32, 0, 0, "",                                                          \
       "CUDA: GEMMs on TF32 tensor cores (f32 inputs rounded to 10-bit mantissas)")                 \
-    X("--zero", OPT_INT, zero, 0, 3, "0|1|2|3",                                                    \
-      "ZeRO over the ranks: 1 shards optimizer state, 2 also gradients, 3 also parameters")        \
     X("--init-from", OPT_STR, init_from, 0, 0, "FILE",                                             \
       "initial parameters from safetensors (F32, BF16, F16)")                                      \
     X("--save", OPT_STR, save, 0, 0, "FILE",                                                       \
@@ -95,7 +93,6 @@ static void opts_defaults(TrainOpts *o)
 {
     memset(o, 0, sizeof *o);
     o->steps = 10;
-    o->zero = -1; /* the program's planned stage unless --zero says otherwise */
     o->val_every = o->ckpt_every = o->threads = o->warmup = -1;
     o->seed = 1337;
     o->lr = o->min_lr = o->weight_decay = o->beta1 = o->beta2 = o->eps = o->clip = NAN;
@@ -187,6 +184,9 @@ static int opts_one(int argc, char **argv, int *i, TrainOpts *o, char *err, size
     const char *arg = argv[*i], *eq = strchr(arg, '=');
     size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
     const OptSpec *s = strncmp(arg, "--", 2) == 0 ? opts_find(arg, len) : NULL;
+    if (len == 6 && !strncmp(arg, "--zero", 6))
+        return file_set_error(err, errlen, "--zero: the ZeRO stage is part of the plan, decided when "
+                              "compiling: colossalc MODEL --gpus N --zero S -o train");
     if (!s)
         return file_set_error(err, errlen, "%s '%s' (see train --help)",
                               arg[0] == '-' ? "unknown flag" : "unexpected argument", arg);

@@ -25,7 +25,6 @@ typedef struct TrainOpts {
     int64_t sample;     /* tokens to sample after training, 0: none */
     int64_t threads;    /* -1: the number of online CPUs */
     int64_t warmup;     /* -1: the program's */
-    int64_t zero;       /* ZeRO stage 0..3 over the data-parallel ranks (train_zero.h); -1: the program's */
     uint64_t seed;      /* default 1337 */
     int seed_given;
     double lr, min_lr, weight_decay, beta1, beta2, eps, clip; /* NAN: the program's */

@@ -728,11 +728,14 @@ static int parse_param(Pj *pj, const cJSON *o, const char *path, RtProgram *p, R
     const char *name;
     if (!cJSON_IsObject(o))
         return pj_fail(pj, path, "", "expected an object");
+    int64_t owner = -1;
     if (pj_str(pj, o, path, "name", &name) || parse_shape(pj, o, path, q) ||
         pj_int(pj, o, path, "offset", 0, INT64_MAX / 2, &q->offset) ||
         pj_bool(pj, o, path, "decay", &q->decay) || parse_init(pj, o, path, q) ||
-        parse_param_tp(pj, o, path, p, q))
+        parse_param_tp(pj, o, path, p, q) ||
+        (cJSON_GetObjectItemCaseSensitive(o, "owner") && pj_int(pj, o, path, "owner", 0, 1 << 20, &owner)))
         return -1;
+    q->owner = (int)owner;
     if (!name[0] || program_find_param(p, name))
         return pj_fail(pj, path, "name", name[0] ? "duplicate parameter name" : "empty");
     if (!(q->name = strdup(name)))
@@ -986,6 +989,28 @@ static int parse_predicted(Pj *pj, const cJSON *r, RtProgram *p)
 
 /* Optional "zero_scheduled": ZeRO-2/3 placed in an unscheduled one-stage `step`
  * without offload (program.h, "ZeRO inside the step"). */
+/* ZeRO's plan: from stage 1 a fixed dp and every parameter's owner among its ranks
+ * (the compiler deals them, codegen/zero.h); stages 2 and 3 are compiled into the
+ * step ("zero_scheduled"). */
+static int check_zero_plan(Pj *pj, const RtProgram *p)
+{
+    char path[64];
+    if (p->zero_stage == 0)
+        return 0;
+    if (p->mesh.dp < 1)
+        return pj_fail(pj, "", "zero_stage", "ZeRO needs the data-parallel ranks fixed (\"dp\")");
+    for (int i = 0; i < p->nparams; i++) {
+        pj_path(path, sizeof path, "params", i);
+        if (p->params[i].owner < 0 || p->params[i].owner >= p->mesh.dp)
+            return pj_fail(pj, path, "owner", p->params[i].owner < 0 ? "missing (zero_stage is above 0)"
+                                                                     : "not a rank of the dp group");
+    }
+    if (p->zero_stage >= 2 && !p->zero_scheduled)
+        return pj_fail(pj, "", "zero_stage", "ZeRO stages 2 and 3 are compiled into the step "
+                       "(\"zero_scheduled\": true)");
+    return 0;
+}
+
 static int parse_zero_scheduled(Pj *pj, const cJSON *r, RtProgram *p)
 {
     p->zero_scheduled = 0;
@@ -1035,7 +1060,7 @@ static int parse_root(Pj *pj, const cJSON *r, RtProgram *p)
            parse_params(pj, r, p) || parse_inputs(pj, r, p) || parse_slots(pj, r, p) ||
            parse_kernel_names(pj, r, p) || parse_offload(pj, r, p) ||
            parse_predicted(pj, r, p) || parse_zero_scheduled(pj, r, p) ||
-           parse_step(pj, r, p) || parse_tail_lists(pj, r, p);
+           parse_step(pj, r, p) || parse_tail_lists(pj, r, p) || check_zero_plan(pj, p);
 }
 
 int program_load(const char *json, int nkernels, RtProgram *p, char *err, size_t errlen)

@@ -99,6 +99,7 @@ typedef struct RtParam {
     double a, b; /* normal: std a, mean b; uniform: [a, b); constant: a */
     int tp_dim;        /* split over the tp group along this dimension; -1: replicated */
     int64_t tp_blocks; /* blocks of the split dimension (program.h), 1 when replicated */
+    int owner;         /* ZeRO (zero_stage >= 1): the dp rank that owns it; -1 without */
 } RtParam;
 
 typedef struct RtInput {

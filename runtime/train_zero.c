@@ -11,44 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- ownership ----------------------------------------------------------------- */
-
-typedef struct ZeroItem {
-    int64_t numel;
-    int index;
-} ZeroItem;
-
-static int item_cmp(const void *a, const void *b)
-{
-    const ZeroItem *x = a, *y = b;
-    if (x->numel != y->numel)
-        return x->numel > y->numel ? -1 : 1;
-    return x->index - y->index;
-}
-
-/* Largest first, each to the least loaded rank (lowest on ties). */
-static int zero_partition(Zero *z, int world)
-{
-    const RtProgram *p = z->prog;
-    ZeroItem *items = calloc((size_t)p->nparams, sizeof *items);
-    int64_t *load = calloc((size_t)world, sizeof *load);
-    if (!items || !load) {
-        free(items), free(load);
-        return -1;
-    }
-    for (int i = 0; i < p->nparams; i++)
-        items[i] = (ZeroItem){p->params[i].numel, i};
-    qsort(items, (size_t)p->nparams, sizeof *items, item_cmp);
-    for (int k = 0; k < p->nparams; k++) {
-        int best = 0;
-        for (int r = 1; r < world; r++)
-            best = load[r] < load[best] ? r : best;
-        z->owner[items[k].index] = best;
-        load[best] += items[k].numel;
-    }
-    free(items), free(load);
-    return 0;
-}
+/* ---- the program's shape -------------------------------------------------------- */
 
 static int64_t param_rows(const RtParam *q)
 {
@@ -82,32 +45,27 @@ static int zero_check_program(const Zero *z, char *err, size_t errlen)
     if (ok)
         return 0;
     return file_set_error(err, errlen,
-                          "--zero %d: this program's %s list is not one kernel per parameter "
+                          "ZeRO stage %d: this program's %s list is not one kernel per parameter "
                           "in parameter order, so one rank's share of it cannot be run alone",
                           z->stage, list_is_per_param(p, &p->update) ? "gradnorm" : "update");
 }
 
-int zero_init(Zero *z, const RtProgram *p, Comm *c, int stage, const unsigned char *in_norm,
-              char *err, size_t errlen)
+int zero_init(Zero *z, const RtProgram *p, Comm *c, const unsigned char *in_norm, char *err,
+              size_t errlen)
 {
     memset(z, 0, sizeof *z);
-    z->prog = p, z->comm = c, z->stage = stage, z->in_norm = in_norm;
-    z->owner = calloc((size_t)p->nparams, sizeof *z->owner);
-    z->owned = calloc((size_t)p->nparams, sizeof *z->owned);
+    z->prog = p, z->comm = c, z->stage = (int)p->zero_stage, z->in_norm = in_norm;
+    z->owner = calloc((size_t)p->nparams + 1, sizeof *z->owner);
+    z->owned = calloc((size_t)p->nparams + 1, sizeof *z->owned);
     z->part0 = calloc((size_t)p->nparams + 1, sizeof *z->part0);
-    if (!z->owner || !z->owned || !z->part0 || (stage > 0 && zero_partition(z, c->size) != 0))
+    if (!z->owner || !z->owned || !z->part0)
         return file_set_error(err, errlen, "out of memory");
     for (int i = 0; i < p->nparams; i++) {
-        z->owned[i] = stage == 0 || z->owner[i] == c->rank;
+        z->owner[i] = z->stage > 0 ? p->params[i].owner : 0;
+        z->owned[i] = z->stage == 0 || z->owner[i] == c->rank;
         z->part0[i + 1] = z->part0[i] + param_rows(&p->params[i]);
     }
     z->scheduled = p->zero_scheduled;
-    if (z->scheduled && stage != p->zero_stage)
-        return file_set_error(err, errlen,
-                              "--zero %d: this program was compiled for ZeRO stage %lld and its "
-                              "step gathers and reduces for that stage itself; run it with "
-                              "--zero %lld (or without --zero), or compile with --zero %d",
-                              stage, (long long)p->zero_stage, (long long)p->zero_stage, stage);
     return zero_check_program(z, err, errlen);
 }
 
@@ -261,17 +219,10 @@ void zero_exec_instr(void *arg, Executor *ex, const RtInstr *in)
 void zero_sync_grads(Zero *z, Executor *ex)
 {
     const RtProgram *p = z->prog;
-    if (z->comm->size == 1 || z->scheduled)
+    if (z->comm->size == 1 || z->scheduled) /* stages 2, 3: the step reduced them */
         return;
-    if (z->stage < 2) {
-        float *g = tier_floats(ex, RT_TIER_GRADS, 0);
-        z->comm->all_reduce(z->comm, g, g, p->tiers[RT_TIER_GRADS] / 4, COMM_SUM);
-        return;
-    }
-    for (int i = 0; i < p->nparams; i++) {
-        float *g = tier_floats(ex, RT_TIER_GRADS, p->params[i].offset);
-        z->comm->reduce(z->comm, g, g, p->params[i].numel, COMM_SUM, z->owner[i]);
-    }
+    float *g = tier_floats(ex, RT_TIER_GRADS, 0);
+    z->comm->all_reduce(z->comm, g, g, p->tiers[RT_TIER_GRADS] / 4, COMM_SUM);
 }
 
 /* Instruction i of list alone. */

@@ -5,19 +5,20 @@
  * and the trainer divides by world through the update's gradient scale (RT_SC_GSCALE
  * multiplies every gradient the update kernels read), so the update sees the mean.
  *
- * Ownership (--zero 1..3): parameters are dealt out whole, largest first (ties: lower
- * index), each to the rank with the fewest elements so far (ties: lower rank); the
- * same on every rank. What each stage does per step:
+ * The stage and the ownership are the program's (the plan's "zero_stage" and each
+ * parameter's "owner": the compiler deals parameters out whole, codegen/zero.h); to
+ * change them, compile again. What each stage does per step:
  *   0  all-reduce the GRADS tier; every rank runs the whole gradnorm and update
  *   1  as 0, but AdamW m and v exist only for owned parameters (OPT is a reserved
  *      tier, executor.h) and a rank runs only its owned parameters' update kernels;
  *      then each parameter is broadcast from its owner
- *   2  as 1, but each gradient is reduced to its owner only; the norm's sum of
- *      squares is each rank's sum over its owned (reduced) gradients, added over ranks
+ *   2  as 1, but each gradient is reduced to its owner only, inside the compiled step
+ *      (below); the norm's sum of squares is each rank's sum over its owned (reduced)
+ *      gradients, added over ranks
  *   3  as 2, and PARAMS is reserved too: a rank keeps memory only for its owned
- *      parameters between steps; zero_gather_params commits the others and
- *      broadcasts them from their owners before the step (or before validation,
- *      saving, sampling), zero_release_params drops them after the update
+ *      parameters between steps and what the step gathers while it uses it;
+ *      zero_gather_params commits the others and broadcasts them from their owners
+ *      for validation, saving and sampling, zero_release_params drops them after
  * Running one parameter's update or gradnorm alone relies on the program's shape
  * (checked by zero_init, as codegen/lower.c emits it): `update` and `gradnorm` are
  * one kernel per parameter, in parameter order, each over the parameter's rows
@@ -37,21 +38,16 @@
  * place; each zero_reduce adds the other ranks' gradients of that micro-batch into
  * it (a reduce in place at the owner), and each zero_grad gives the others a fresh
  * zeroed gradient. zero_exec_instr is the executor's hook for the four instructions
- * (ExecCtx.zero). The stage must be the program's: its step was written for it.
+ * (ExecCtx.zero). Stages 2 and 3 are always compiled this way (program_load checks).
  *
  * What it saves on the CPU device: stage 1-3 keep 1/world of the optimizer state
  * (to granule rounding) for the whole run, except rank 0 while it writes a
- * checkpoint (the file writer takes whole tensors). Under a zero_scheduled program,
- * stage 2 and 3 hold at any time 1/world of the gradients plus those being written
- * (for a layered model: about one layer's, and the tied token embedding's through
- * the backward pass), and stage 3 likewise 1/world of the parameters plus those in
- * use (one layer's, and the tied embedding through the forward pass): the peak falls
- * with the number of ranks. Sampling, checkpoints and --save still gather the whole
- * PARAMS tier for their time. With a program compiled without it (ZeRO applied by
- * the runtime alone), the step writes every gradient before any communication and
- * needs every parameter, so stage 2 saves no gradient memory (it halves the gradient
- * traffic: reduce instead of all-reduce) and stage 3 saves parameter memory between
- * steps only.
+ * checkpoint (the file writer takes whole tensors). Stages 2 and 3 hold at any time
+ * 1/world of the gradients plus those being written (for a layered model: about one
+ * layer's, and the tied token embedding's through the backward pass), and stage 3
+ * likewise 1/world of the parameters plus those in use (one layer's, and the tied
+ * embedding through the forward pass): the peak falls with the number of ranks.
+ * Sampling, checkpoints and --save still gather the whole PARAMS tier for their time.
  */
 #ifndef COLOSSALC_RUNTIME_TRAIN_ZERO_H
 #define COLOSSALC_RUNTIME_TRAIN_ZERO_H
@@ -77,12 +73,12 @@ typedef struct Zero {
     int opt_gathered;       /* rank 0 holds every parameter's optimizer state */
 } Zero;
 
-/* Ownership and the checks above, over the data-parallel group c. in_norm (kept,
- * may be NULL) restricts the norm to some parameters, which needs a per-parameter
- * gradnorm list at any stage. A zero_scheduled program runs only at its own stage.
- * 0, or -1 with a message. */
-int zero_init(Zero *z, const RtProgram *p, Comm *c, int stage, const unsigned char *in_norm,
-              char *err, size_t errlen);
+/* The program's stage and ownership (its parameters' "owner", dealt by the compiler)
+ * over the data-parallel group c, and the checks above. in_norm (kept, may be NULL)
+ * restricts the norm to some parameters, which needs a per-parameter gradnorm list at
+ * any stage. 0, or -1 with a message. */
+int zero_init(Zero *z, const RtProgram *p, Comm *c, const unsigned char *in_norm, char *err,
+              size_t errlen);
 void zero_free(Zero *z);
 /* The tiers to reserve (bit 1 << tier): OPT from stage 1, PARAMS at stage 3, GRADS
  * at stage 2 and 3 of a zero_scheduled program. */

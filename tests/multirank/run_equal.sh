@@ -1,6 +1,7 @@
 #!/bin/sh
-# Data parallelism equals one rank: NP ranks of train-b2 (global batch 2*NP) with
-# --zero ZERO against one rank of the program compiled for batch 2*NP, 5 AdamW steps
+# Data parallelism equals one rank: NP ranks of train-b2 (global batch 2*NP; ZERO 0)
+# or of train-dpNP-zeroZERO (planned with that ZeRO stage, build.sh) against one rank
+# of the program compiled for batch 2*NP, 5 AdamW steps
 # from the same Philox initialisation: every step's loss and every parameter tensor
 # after the last update (--save) to a relative 1e-5 (compare_runs.py). With ZeRO,
 # the startup line must also show the sharded tiers at about 1/NP of their size.
@@ -23,10 +24,11 @@ rm -rf "$run" && mkdir -p "$run" && cd "$run"
 . "$src/tests/multirank/device.sh"
 args="--data $work/genesis.bin --steps 5 --threads 1 --eps 1e-6"
 "$work/train-b$((2 * np))" $args --device cpu --log one.jsonl --save one.safetensors > one.out
-device_prepare "$work/train-b2"
+prog=$work/train-b2
+[ "$zero" -eq 0 ] || prog=$work/train-dp$np-zero$zero
+device_prepare "$prog"
 # MPIRUN is the launcher and its flags, as words
-timeout 300 $mpirun -np "$np" "$work/train-b2" $args $devargs --zero "$zero" \
-  --log many.jsonl --save many.safetensors > many.out
+timeout 300 $mpirun -np "$np" "$prog" $args $devargs --log many.jsonl --save many.safetensors > many.out
 grep '^data parallel' many.out
 "$py" "$src/tests/multirank/compare_runs.py" 1e-5 one.jsonl many.jsonl one.safetensors many.safetensors
 [ "$zero" -eq 0 ] && exit 0

@@ -22,7 +22,7 @@ expect() {
     failed=$((failed + 1)); echo "$name: FAIL (status $status, message $n times)"; cat err.txt
   fi
 }
-expect bad_flag_all "--zero: expected an integer in [0, 3], got '7'" -- -np 2 "$t" $data --zero 7
+expect bad_flag_all "--zero: the ZeRO stage is part of the plan" -- -np 2 "$t" $data --zero 2
 expect bad_flag_one "unknown flag '--bogus'" -- -np 1 "$t" $data : -np 1 "$t" $data --bogus
 expect missing_data_one "nothere.bin: cannot open" -- -np 1 "$t" $data : -np 1 "$t" --data nothere.bin --steps 2
 # token 300 at position 200: step 1 (from 0) reads [128, 257); rank 1 has [192, 256)

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Checkpoints across ranks and ZeRO stages: 6 steps of 2 ranks with ZeRO-2 in one
-# run; 3 steps of the same with a checkpoint, resumed for steps 4-6 by one rank of
+# Checkpoints across ranks and ZeRO stages (programs planned with them, build.sh):
+# 6 steps of 2 ranks with ZeRO-2 in one run; 3 steps of the same with a checkpoint, resumed for steps 4-6 by one rank of
 # the batch-4 program: its losses and final parameters equal the uninterrupted run's
 # to a relative 1e-5. The checkpoint is the same file whatever the ZeRO stage that
 # wrote it (ZeRO-0 and ZeRO-2 checkpoints compare equal byte for byte), and 2 ranks
@@ -11,16 +11,16 @@ work=$1 py=$2 src=$3 mpirun=$4
 run=$work/resume
 rm -rf "$run" && mkdir -p "$run" && cd "$run"
 args="--data $work/genesis.bin --threads 1 --eps 1e-6"
-mpi() { timeout 300 $mpirun -np 2 "$work/train-b2" $args "$@"; }
-mpi --steps 6 --zero 2 --log full.jsonl --save full.safetensors > full.out
-mpi --steps 3 --zero 2 --ckpt-dir ck2 --ckpt-every 3 > part.out
-mpi --steps 3 --zero 0 --ckpt-dir ck0 --ckpt-every 3 > part0.out
+mpi() { prog=$1; shift; timeout 300 $mpirun -np 2 "$work/$prog" $args "$@"; } # programs of build.sh
+mpi train-dp2-zero2 --steps 6 --log full.jsonl --save full.safetensors > full.out
+mpi train-dp2-zero2 --steps 3 --ckpt-dir ck2 --ckpt-every 3 > part.out
+mpi train-b2 --steps 3 --ckpt-dir ck0 --ckpt-every 3 > part0.out
 cmp ck0/ckpt-3.safetensors ck2/ckpt-3.safetensors
 echo "ZeRO-0 and ZeRO-2 checkpoints are identical"
 cp -r ck2 ck3
 "$work/train-b4" $args --steps 6 --ckpt-dir ck2 --resume --log one.jsonl --save one.safetensors > one.out
 "$py" "$src/tests/multirank/compare_runs.py" --last 3 1e-5 full.jsonl one.jsonl full.safetensors one.safetensors
-mpi --steps 6 --zero 3 --ckpt-dir ck3 --resume --log z3.jsonl --save z3.safetensors > z3.out
+mpi train-dp2-zero3 --steps 6 --ckpt-dir ck3 --resume --log z3.jsonl --save z3.safetensors > z3.out
 "$py" "$src/tests/multirank/compare_runs.py" --last 3 0 full.jsonl z3.jsonl full.safetensors z3.safetensors
 cmp full.safetensors z3.safetensors
 echo "ZeRO-3 resume is bit-identical"

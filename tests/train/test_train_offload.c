@@ -17,7 +17,7 @@
  *              a tiny tmpfs when it can mount one): exit 1 with the file, the offset and
  *              the error; the previous checkpoint and `latest` are untouched
  *   bug        the variant whose capacity is too small: the internal error naming the
- *              instruction; no --nvme-dir: a clear error; --zero 1: refused
+ *              instruction; no --nvme-dir: a clear error
  *   load       program_load of the plan's JSON with one field broken at a time: each
  *              refused with a message naming the field
  */
@@ -363,9 +363,6 @@ static void test_bug(void)
     run_free(&r);
     r = run(plan_bin, "--data", tokens_path, "--steps", "2", "--nvme-dir", rt_path("nothere"), NULL);
     expect_fail(&r, "missing --nvme-dir", "--nvme-dir", "nothere: No such file or directory", NULL);
-    run_free(&r);
-    r = run(plan_bin, "--data", tokens_path, "--steps", "2", "--nvme-dir", nv, "--zero", "1", NULL);
-    expect_fail(&r, "--zero", "--zero 1: this program offloads", NULL);
     run_free(&r);
 }
 

@@ -137,6 +137,13 @@ static char *zero_program(int stage, const char *sched, int scheduled, const cha
     cJSON *root = cJSON_Parse(colossalc_program_json);
     if (stage >= 0)
         cJSON_AddNumberToObject(root, "zero_stage", stage);
+    if (stage > 0) { /* the plan's dp and owners: parameter i to rank i % 2 */
+        cJSON_AddNumberToObject(root, "dp", 2);
+        const cJSON *q;
+        int i = 0;
+        cJSON_ArrayForEach(q, cJSON_GetObjectItemCaseSensitive(root, "params"))
+            cJSON_AddNumberToObject((cJSON *)q, "owner", i++ % 2);
+    }
     if (sched)
         cJSON_AddItemToObject(root, "zero_scheduled", cJSON_Parse(sched));
     if (scheduled)
@@ -189,6 +196,31 @@ static void test_program_zero(void)
     expect_zero_error(2, "true", 1, "step", NULL,
                       "program: zero_scheduled: needs an unscheduled one-stage program");
     expect_zero_error(2, "1", 0, "step", NULL, "program: zero_scheduled: expected true or false");
+    /* the plan's ZeRO: stages 2 and 3 are compiled into the step; owners in the dp group */
+    expect_zero_error(2, NULL, 0, "step", NULL, "program: zero_stage: ZeRO stages 2 and 3 are compiled into the step");
+    json = zero_program(1, NULL, 0, "step", NULL);
+    cJSON *root = cJSON_Parse(json);
+    free(json);
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "params"), 1), "owner",
+                              cJSON_CreateNumber(2));
+    json = cJSON_PrintUnformatted(root);
+    CHECK(program_load(json, colossalc_nkernels, &p, err, sizeof err) == -1);
+    CHECK_ERR(err, "program: params[1].owner: not a rank of the dp group");
+    free(json);
+    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "params"), 1), "owner");
+    json = cJSON_PrintUnformatted(root);
+    CHECK(program_load(json, colossalc_nkernels, &p, err, sizeof err) == -1);
+    CHECK_ERR(err, "program: params[1].owner: missing (zero_stage is above 0)");
+    free(json);
+    cJSON_Delete(root);
+    json = zero_program(1, NULL, 0, "step", NULL); /* a valid ZeRO-1 program: the owners kept */
+    rc = program_load(json, colossalc_nkernels, &p, err, sizeof err);
+    free(json);
+    CHECK(rc == 0);
+    if (rc == 0) {
+        CHECK(p.zero_stage == 1 && p.params[0].owner == 0 && p.params[1].owner == 1);
+        program_free(&p);
+    }
 }
 
 /* ---- init ---------------------------------------------------------------------- */
