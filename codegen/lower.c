@@ -115,7 +115,7 @@ static void kfinish(L *l, PSeq *s, Kernel *k) {
   }
   for (int i = 0; i < k->nbufs; i++)
     if (k->bufs[i].tier >= PENDING) k->bufs[i].name = arena_printf(l->a, "buf%d", k->bufs[i].tier - PENDING);
-  PInstr *in = emit(l, s, PI_KERNEL);
+  PInstr *in = emit(l, s, ISA_KERNEL);
   in->kernel = l->p->nkernels;
   in->extent = k->par == KP_ROWS ? k->rows : k->cols;
   l->p->kernels[l->p->nkernels++] = k;
@@ -405,7 +405,7 @@ static void lower_matmul(L *l, const Node *n) {
     g.stride[1][s] = sbb[d];
     g.stride[2][s] = out.strides[d];
   }
-  PInstr *in = emit(l, l->seq, PI_GEMM);
+  PInstr *in = emit(l, l->seq, ISA_GEMM);
   in->gemm = g;
   for (int i = 0; i < 3; i++) touch(l, g.tier[i] - PENDING, l->seq->n - 1);
   l->val[n->id] = out;
@@ -677,7 +677,7 @@ static void lower_embedding_grad(L *l, const Node *n) {
   int b = out_buf(l, n);
   l->val[n->id] = layout_of(b, &n->shape);
   if (store_mode(l, b) == KS_SET) { /* a scatter-add starts from zero, unless it accumulates into a slot */
-    PInstr *z = emit(l, l->seq, PI_ZERO);
+    PInstr *z = emit(l, l->seq, ISA_ZERO);
     z->tier = PENDING + b;
     z->bytes = bytes_of(n);
     touch(l, b, l->seq->n - 1);
@@ -801,9 +801,9 @@ static const Val *in_memory(L *l, const Node *n) {
   return &l->val[n->id];
 }
 
-static const PCommKind comm_kinds[OP_COUNT] = {
-  [OP_ALL_REDUCE] = PC_ALL_REDUCE, [OP_ALL_GATHER] = PC_ALL_GATHER, [OP_REDUCE_SCATTER] = PC_REDUCE_SCATTER,
-  [OP_SPLIT] = PC_SPLIT,
+static const IsaCommKind comm_kinds[OP_COUNT] = {
+  [OP_ALL_REDUCE] = ISA_COMM_ALL_REDUCE, [OP_ALL_GATHER] = ISA_COMM_ALL_GATHER, [OP_REDUCE_SCATTER] = ISA_COMM_REDUCE_SCATTER,
+  [OP_SPLIT] = ISA_COMM_SPLIT,
 };
 
 /* A collective reads a contiguous buffer and writes a new one (never a gradient slot:
@@ -814,7 +814,7 @@ static void lower_comm(L *l, const Node *n) {
   const Val *xv = in_memory(l, x);
   int b = lbuf_new(l, RT_TIER_WORK, bytes_of(n));
   l->val[n->id] = layout_of(b, &n->shape);
-  PInstr *in = emit(l, l->seq, PI_COMM);
+  PInstr *in = emit(l, l->seq, ISA_COMM);
   PComm *c = &in->comm;
   *c = (PComm){comm_kinds[n->op], {PENDING + xv->buf, PENDING + b}, {xv->offset * 4, 0}, shape_numel(&n->shape), 1, 1};
   if (n->op != OP_ALL_REDUCE) {
@@ -1127,10 +1127,10 @@ static void patch_loc(L *l, int *tier, int64_t *off) {
 static void patch_seq(L *l, PSeq *s) {
   for (int i = 0; i < s->n; i++) {
     PInstr *in = &s->v[i];
-    if (in->kind == PI_ZERO) patch_loc(l, &in->tier, &in->offset);
-    if (in->kind == PI_GEMM)
+    if (in->kind == ISA_ZERO) patch_loc(l, &in->tier, &in->offset);
+    if (in->kind == ISA_GEMM)
       for (int j = 0; j < 3; j++) patch_loc(l, &in->gemm.tier[j], &in->gemm.off[j]);
-    if (in->kind == PI_COMM)
+    if (in->kind == ISA_COMM)
       for (int j = 0; j < 2; j++) patch_loc(l, &in->comm.tier[j], &in->comm.off[j]);
   }
 }
@@ -1370,9 +1370,9 @@ static cJSON *ints_json(const int64_t *v, int n) {
 static cJSON *instr_json(const Program *p, const PInstr *in) {
   cJSON *o = cJSON_CreateObject();
   switch (in->kind) {
-  case PI_KERNEL: {
+  case ISA_KERNEL: {
     const Kernel *k = p->kernels[in->kernel];
-    cJSON_AddStringToObject(o, "op", "kernel");
+    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "kernel", p->code_of[in->kernel]);
     cJSON_AddNumberToObject(o, "extent", (double)in->extent);
     cJSON *args = cJSON_CreateArray();
@@ -1384,17 +1384,16 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     if (in->on_host) cJSON_AddStringToObject(o, "on", "host");
     break;
   }
-  case PI_ZERO:
-    cJSON_AddStringToObject(o, "op", "zero");
+  case ISA_ZERO:
+    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "tier", in->tier);
     cJSON_AddNumberToObject(o, "offset", (double)in->offset);
     cJSON_AddNumberToObject(o, "bytes", (double)in->bytes);
     break;
-  case PI_COMM: {
-    static const char *kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "split"};
+  case ISA_COMM: {
     const PComm *c = &in->comm;
-    cJSON_AddStringToObject(o, "op", "comm");
-    cJSON_AddStringToObject(o, "kind", kinds[c->kind]);
+    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
+    cJSON_AddStringToObject(o, "kind", isa_comm_names[c->kind]);
     int64_t src[2] = {c->tier[0], c->off[0]}, dst[2] = {c->tier[1], c->off[1]};
     cJSON_AddItemToObject(o, "src", ints_json(src, 2));
     cJSON_AddItemToObject(o, "dst", ints_json(dst, 2));
@@ -1403,39 +1402,38 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     cJSON_AddNumberToObject(o, "inner", (double)c->inner);
     break;
   }
-  case PI_SLOT:
-    cJSON_AddStringToObject(o, "op", "slot");
+  case ISA_SLOT:
+    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "index", in->index);
     break;
-  case PI_INPUT:
-    cJSON_AddStringToObject(o, "op", "input");
+  case ISA_INPUT:
+    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddStringToObject(o, "role", in->role == PIN_TARGETS ? "targets" : "tokens");
     cJSON_AddNumberToObject(o, "microbatch", in->index);
     cJSON_AddNumberToObject(o, "offset", (double)in->offset);
     break;
-  case PI_LOSS:
-    cJSON_AddStringToObject(o, "op", "loss");
+  case ISA_LOSS:
+    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "offset", (double)in->offset);
     break;
-  case PI_MOVE: case PI_DROP: case PI_WAIT:
-    cJSON_AddStringToObject(o, "op", in->kind == PI_MOVE ? "move" : in->kind == PI_DROP ? "drop" : "wait");
+  case ISA_MOVE: case ISA_DROP: case ISA_WAIT:
+    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "chunk", in->chunk);
     cJSON_AddStringToObject(o, "part", part_names[in->part]);
-    if (in->kind == PI_MOVE) {
+    if (in->kind == ISA_MOVE) {
       cJSON_AddStringToObject(o, "from", loc_names[in->from]);
       cJSON_AddStringToObject(o, "to", loc_names[in->to]);
       cJSON_AddBoolToObject(o, "keep", in->keep);
     }
-    if (in->kind == PI_DROP) cJSON_AddStringToObject(o, "at", loc_names[in->from]);
+    if (in->kind == ISA_DROP) cJSON_AddStringToObject(o, "at", loc_names[in->from]);
     break;
-  case PI_ZERO_GATHER: case PI_ZERO_RELEASE: case PI_ZERO_GRAD: case PI_ZERO_REDUCE: {
-    static const char *names[] = {"zero_gather", "zero_release", "zero_grad", "zero_reduce"};
-    cJSON_AddStringToObject(o, "op", names[in->kind - PI_ZERO_GATHER]);
+  case ISA_ZERO_GATHER: case ISA_ZERO_RELEASE: case ISA_ZERO_GRAD: case ISA_ZERO_REDUCE: {
+    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "param", in->chunk);
     break;
   }
-  case PI_SEND: case PI_RECV: {
-    cJSON_AddStringToObject(o, "op", in->kind == PI_SEND ? "send" : "recv");
+  case ISA_SEND: case ISA_RECV: {
+    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "peer", in->index);
     cJSON_AddNumberToObject(o, "tag", in->tag);
     int64_t at[2] = {in->tier, in->offset};
@@ -1443,9 +1441,9 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     cJSON_AddNumberToObject(o, "count", (double)(in->bytes / 4));
     break;
   }
-  case PI_GEMM: {
+  case ISA_GEMM: {
     const PGemm *g = &in->gemm;
-    cJSON_AddStringToObject(o, "op", "gemm");
+    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     const char *keys[] = {"ta", "tb", "m", "n", "k", "lda", "ldb", "ldc"};
     int64_t vals[] = {g->ta, g->tb, g->m, g->n, g->k, g->lda, g->ldb, g->ldc};
     for (int i = 0; i < 8; i++) cJSON_AddNumberToObject(o, keys[i], (double)vals[i]);

@@ -11,16 +11,16 @@
 #define COLOSSALC_LOWER_H
 #include "codegen/kernel.h"
 #include "ir/ir.h"
+#include "program/isa.h"
 
-/* Instructions (runtime/program.h): kernels, GEMMs and zeroing; collectives over the
- * tensor-parallel group; and, in a pipeline stage's scheduled step, slot changes,
- * input and loss transfers and point-to-point sends and receives. */
-typedef enum { PI_KERNEL, PI_GEMM, PI_ZERO, PI_COMM, PI_SLOT, PI_INPUT, PI_LOSS, PI_SEND, PI_RECV, PI_MOVE, PI_DROP,
-               PI_WAIT, PI_ZERO_GATHER, PI_ZERO_RELEASE, PI_ZERO_GRAD, PI_ZERO_REDUCE } PInstrKind;
-typedef enum { PC_ALL_REDUCE, PC_ALL_GATHER, PC_REDUCE_SCATTER, PC_SPLIT } PCommKind;
+/* Instructions: the shared instruction set (program/isa.h, runtime/program.h):
+ * kernels, GEMMs and zeroing; collectives over the tensor-parallel group; in a pipeline
+ * stage's scheduled step, slot changes, input and loss transfers and point-to-point
+ * sends and receives; offload's moves; ZeRO's gathers and reductions. */
+typedef IsaOp PInstrKind;
 
 typedef struct PComm {
-  PCommKind kind;
+  IsaCommKind kind;
   int tier[2];              /* src, dst */
   int64_t off[2];           /* bytes */
   int64_t outer, n, inner;  /* the global tensor, outer x n x inner f32, n split over the group */
@@ -38,19 +38,19 @@ typedef struct PGemm {
 
 typedef struct PInstr {
   PInstrKind kind;
-  int kernel;               /* PI_KERNEL */
-  int64_t extent;           /* PI_KERNEL */
-  PGemm gemm;               /* PI_GEMM */
-  int tier;                 /* PI_ZERO, PI_SEND, PI_RECV */
-  int64_t offset, bytes;    /* PI_ZERO, PI_SEND, PI_RECV (bytes: f32 count x 4); PI_INPUT, PI_LOSS offset */
-  PComm comm;               /* PI_COMM */
-  int index;                /* PI_SLOT: slot; PI_INPUT: micro-batch; PI_SEND, PI_RECV: peer stage */
-  int tag;                  /* PI_SEND, PI_RECV */
-  int role;                 /* PI_INPUT: PIN_TOKENS or PIN_TARGETS */
-  int chunk, part, from, to; /* PI_MOVE, PI_DROP (from: where), PI_WAIT (codegen/offload.h);
-                              * PI_ZERO_*: chunk is the parameter (codegen/zero.h) */
-  bool keep;                /* PI_MOVE */
-  bool on_host;             /* PI_KERNEL in gradnorm and update: run on the host's copies */
+  int kernel;               /* ISA_KERNEL */
+  int64_t extent;           /* ISA_KERNEL */
+  PGemm gemm;               /* ISA_GEMM */
+  int tier;                 /* ISA_ZERO, ISA_SEND, ISA_RECV */
+  int64_t offset, bytes;    /* ISA_ZERO, ISA_SEND, ISA_RECV (bytes: f32 count x 4); ISA_INPUT, ISA_LOSS offset */
+  PComm comm;               /* ISA_COMM */
+  int index;                /* ISA_SLOT: slot; ISA_INPUT: micro-batch; ISA_SEND, ISA_RECV: peer stage */
+  int tag;                  /* ISA_SEND, ISA_RECV */
+  int role;                 /* ISA_INPUT: PIN_TOKENS or PIN_TARGETS */
+  int chunk, part, from, to; /* ISA_MOVE, ISA_DROP (from: where), ISA_WAIT (codegen/offload.h);
+                              * ISA_ZERO_*: chunk is the parameter (codegen/zero.h) */
+  bool keep;                /* ISA_MOVE */
+  bool on_host;             /* ISA_KERNEL in gradnorm and update: run on the host's copies */
   int node;                 /* the IR node this computes (for the forward subset) */
 } PInstr;
 

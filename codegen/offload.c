@@ -67,9 +67,9 @@ static int gemm_touch(const PGemm *g, Touch *t) {
 }
 
 int instr_touch(const Program *p, const PInstr *in, Touch *t) {
-  if (in->kind == PI_GEMM) return gemm_touch(&in->gemm, t);
-  if (in->kind == PI_ZERO) return t[0] = (Touch){in->tier, in->offset, in->offset + in->bytes, true}, 1;
-  if (in->kind != PI_KERNEL) return 0;
+  if (in->kind == ISA_GEMM) return gemm_touch(&in->gemm, t);
+  if (in->kind == ISA_ZERO) return t[0] = (Touch){in->tier, in->offset, in->offset + in->bytes, true}, 1;
+  if (in->kind != ISA_KERNEL) return 0;
   const Kernel *k = p->kernels[in->kernel];
   for (int i = 0; i < k->nbufs; i++)
     t[i] = (Touch){k->bufs[i].tier, k->bufs[i].offset, k->bufs[i].offset + k->bufs[i].numel * 4, k->bufs[i].tier != RT_TIER_PARAMS};
@@ -180,7 +180,7 @@ static void event(Sim *S, int item, Loc from, Loc to) {
 }
 
 static void move(Sim *S, int item, Loc from, Loc to, bool keep) {
-  PInstr *in = put(S, PI_MOVE);
+  PInstr *in = put(S, ISA_MOVE);
   in->chunk = item / PART_COUNT, in->part = item % PART_COUNT, in->from = from, in->to = to, in->keep = keep;
   transfer(S, item, from, to);
   event(S, item, from, to);
@@ -194,7 +194,7 @@ static void move(Sim *S, int item, Loc from, Loc to, bool keep) {
 }
 
 static void drop(Sim *S, int item, Loc at) {
-  PInstr *in = put(S, PI_DROP);
+  PInstr *in = put(S, ISA_DROP);
   in->chunk = item / PART_COUNT, in->part = item % PART_COUNT, in->from = at;
   event(S, item, at, LOC_NONE);
   if (at == LOC_DEVICE) S->dev[item] = false, S->dev_used -= part_size(S, item);
@@ -205,7 +205,7 @@ static void drop(Sim *S, int item, Loc at) {
 
 static void wait_for(Sim *S, int item) {
   if (!S->pending[item]) return;
-  PInstr *in = put(S, PI_WAIT);
+  PInstr *in = put(S, ISA_WAIT);
   in->chunk = item / PART_COUNT, in->part = item % PART_COUNT;
   if (S->done_at[item] > S->t_main) S->op->exposed_s += S->done_at[item] - S->t_main, S->t_main = S->done_at[item];
   S->pending[item] = false;
@@ -275,12 +275,12 @@ static int parts_of(const Sim *S, const PInstr *in, int *need, int max, bool ste
 static double instr_time(const Sim *S, const PInstr *in) {
   const Cluster *cl = S->o->cl;
   if (!cl) return 0;
-  if (in->kind == PI_GEMM) {
+  if (in->kind == ISA_GEMM) {
     const PGemm *g = &in->gemm;
     double f = 2.0 * g->m * g->n * g->k * g->batch[0] * g->batch[1];
     return f / (cl->dev.peak_fp32 * cl->dev.gemm_eff);
   }
-  if (in->kind == PI_KERNEL) {
+  if (in->kind == ISA_KERNEL) {
     const Kernel *k = S->p->kernels[in->kernel];
     double bytes = 0;
     for (int i = 0; i < k->nbufs; i++) bytes += (double)k->bufs[i].numel * 4;

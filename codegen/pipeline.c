@@ -118,7 +118,7 @@ static void put_p2p(Arena *a, PSeq *s, PInstrKind kind, int peer, int tag, int64
 
 static void put_input(Arena *a, PSeq *s, int role, int mb, int64_t off) {
   if (off < 0) return;
-  PInstr *in = pseq_push(a, s, PI_INPUT);
+  PInstr *in = pseq_push(a, s, ISA_INPUT);
   in->role = role, in->index = mb, in->offset = off;
 }
 
@@ -151,31 +151,31 @@ static void compose(Program *p, const Partition *part, int m, bool interleaved, 
       if (k + 1 > p->slots) p->slots = k + 1;
     }
     const PChunk *ch = find_chunk(p, x.chunk);
-    if (slot_of[x.mb] != cur) pseq_push(a, &p->step, PI_SLOT)->index = cur = slot_of[x.mb];
+    if (slot_of[x.mb] != cur) pseq_push(a, &p->step, ISA_SLOT)->index = cur = slot_of[x.mb];
     if (x.fwd) {
       put_input(a, &p->step, PIN_TOKENS, x.mb, ch->tokens);
       put_input(a, &p->step, PIN_TARGETS, x.mb, ch->targets);
       for (int b = 0; b < part->nbound; b++) {
         const Boundary *bd = &part->bound[b];
-        if (bd->to == x.chunk) put_p2p(a, &p->step, PI_RECV, stage_of(part, bd->from), 2 * b, ch->wrt[bd->wrt], bd->count);
+        if (bd->to == x.chunk) put_p2p(a, &p->step, ISA_RECV, stage_of(part, bd->from), 2 * b, ch->wrt[bd->wrt], bd->count);
       }
       put_seq(a, &p->step, &ch->fwd);
       for (int b = 0; b < part->nbound; b++) {
         const Boundary *bd = &part->bound[b];
-        if (bd->from == x.chunk) put_p2p(a, &p->step, PI_SEND, stage_of(part, bd->to), 2 * b, ch->out[bd->out], bd->count);
+        if (bd->from == x.chunk) put_p2p(a, &p->step, ISA_SEND, stage_of(part, bd->to), 2 * b, ch->out[bd->out], bd->count);
       }
-      if (ch->loss >= 0) pseq_push(a, &p->step, PI_LOSS)->offset = ch->loss;
+      if (ch->loss >= 0) pseq_push(a, &p->step, ISA_LOSS)->offset = ch->loss;
     } else {
       for (int b = 0; b < part->nbound; b++) {
         const Boundary *bd = &part->bound[b];
         if (bd->from == x.chunk && bd->seed >= 0)
-          put_p2p(a, &p->step, PI_RECV, stage_of(part, bd->to), 2 * b + 1, ch->seed[bd->seed], bd->count);
+          put_p2p(a, &p->step, ISA_RECV, stage_of(part, bd->to), 2 * b + 1, ch->seed[bd->seed], bd->count);
       }
       put_seq(a, &p->step, &ch->bwd);
       for (int b = 0; b < part->nbound; b++) {
         const Boundary *bd = &part->bound[b];
         if (bd->to == x.chunk && bd->seed >= 0)
-          put_p2p(a, &p->step, PI_SEND, stage_of(part, bd->from), 2 * b + 1, ch->wrt_grad[bd->wrt], bd->count);
+          put_p2p(a, &p->step, ISA_SEND, stage_of(part, bd->from), 2 * b + 1, ch->wrt_grad[bd->wrt], bd->count);
       }
     }
     if (last[x.mb] == i) busy[slot_of[x.mb]] = 0;
@@ -187,8 +187,8 @@ int pipe_check_order(Program *const *ps, int pp, char *err, size_t errlen) {
     for (int b = 0; b < pp; b++) {
       const PSeq *snd = &ps[a]->step, *rcv = &ps[b]->step;
       for (int i = 0, j = 0, k = 0;; i++, j++, k++) {
-        while (i < snd->n && !(snd->v[i].kind == PI_SEND && snd->v[i].index == b)) i++;
-        while (j < rcv->n && !(rcv->v[j].kind == PI_RECV && rcv->v[j].index == a)) j++;
+        while (i < snd->n && !(snd->v[i].kind == ISA_SEND && snd->v[i].index == b)) i++;
+        while (j < rcv->n && !(rcv->v[j].kind == ISA_RECV && rcv->v[j].index == a)) j++;
         if (i == snd->n && j == rcv->n) break;
         if (i == snd->n || j == rcv->n || snd->v[i].tag != rcv->v[j].tag || snd->v[i].bytes != rcv->v[j].bytes) {
           snprintf(err, errlen, "message %d from stage %d to stage %d is %s", k, a, b,
@@ -202,7 +202,7 @@ int pipe_check_order(Program *const *ps, int pp, char *err, size_t errlen) {
 
 static void renumber(PSeq *s, int base) {
   for (int i = 0; i < s->n; i++)
-    if (s->v[i].kind == PI_KERNEL) s->v[i].kernel += base;
+    if (s->v[i].kind == ISA_KERNEL) s->v[i].kernel += base;
 }
 
 Program **lower_pipeline(const Partition *part, int m, bool interleaved) {

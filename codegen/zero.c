@@ -17,11 +17,11 @@ static void widen(Span *s, int i) {
  * destination (which instr_touch leaves out: offload plans have no collectives).
  * The source of a tensor-parallel all_gather is one part of the global tensor. */
 static int touches(const Program *p, const PInstr *in, Touch *t) {
-  if (in->kind != PI_COMM) return instr_touch(p, in, t);
+  if (in->kind != ISA_COMM) return instr_touch(p, in, t);
   const PComm *c = &in->comm;
   int64_t whole = c->outer * c->n * c->inner * 4, tp = p->tp > 1 ? p->tp : 1;
-  int64_t src = c->kind == PC_ALL_GATHER ? whole / tp : whole;
-  int64_t dst = c->kind == PC_ALL_REDUCE || c->kind == PC_ALL_GATHER ? whole : whole / tp;
+  int64_t src = c->kind == ISA_COMM_ALL_GATHER ? whole / tp : whole;
+  int64_t dst = c->kind == ISA_COMM_ALL_REDUCE || c->kind == ISA_COMM_ALL_GATHER ? whole : whole / tp;
   t[0] = (Touch){c->tier[0], c->off[0], c->off[0] + src, false};
   t[1] = (Touch){c->tier[1], c->off[1], c->off[1] + dst, true};
   return 2;
@@ -97,21 +97,21 @@ void zero_schedule(Program *p) {
     for (int k = 0; k < np; k++) {
       if (p->zero_stage == 3)
         for (int j = USE_FWD; j <= USE_BWD; j++)
-          if (use[k][j].first == i) pseq_push(a, &out, PI_ZERO_GATHER)->chunk = k;
-      if (use[k][USE_GRAD].first == i) pseq_push(a, &out, PI_ZERO_GRAD)->chunk = k;
+          if (use[k][j].first == i) pseq_push(a, &out, ISA_ZERO_GATHER)->chunk = k;
+      if (use[k][USE_GRAD].first == i) pseq_push(a, &out, ISA_ZERO_GRAD)->chunk = k;
     }
     *pseq_push(a, &out, p->step.v[i].kind) = p->step.v[i];
     for (int k = 0; k < np; k++) {
-      if (use[k][USE_GRAD].last == i) pseq_push(a, &out, PI_ZERO_REDUCE)->chunk = k;
+      if (use[k][USE_GRAD].last == i) pseq_push(a, &out, ISA_ZERO_REDUCE)->chunk = k;
       if (p->zero_stage == 3)
         for (int j = USE_FWD; j <= USE_BWD; j++)
-          if (use[k][j].last == i) pseq_push(a, &out, PI_ZERO_RELEASE)->chunk = k;
+          if (use[k][j].last == i) pseq_push(a, &out, ISA_ZERO_RELEASE)->chunk = k;
     }
   }
   /* a parameter the step never writes a gradient for is still reduced (zeros), so
    * every rank makes the same calls and the update finds a gradient */
   for (int k = 0; k < np; k++)
-    if (use[k][USE_GRAD].first < 0) pseq_push(a, &out, PI_ZERO_GRAD)->chunk = k, pseq_push(a, &out, PI_ZERO_REDUCE)->chunk = k;
+    if (use[k][USE_GRAD].first < 0) pseq_push(a, &out, ISA_ZERO_GRAD)->chunk = k, pseq_push(a, &out, ISA_ZERO_REDUCE)->chunk = k;
   p->step = out;
   p->zero_scheduled = true;
 }

@@ -502,7 +502,7 @@ static int plan_gemms(CudaDevice *c, const RtProgram *p, char *err, size_t errle
     const RtList *lists[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
     for (int l = 0; l < 4; l++)
         for (int i = 0; i < lists[l]->n; i++)
-            if (lists[l]->instr[i].op == RT_OP_GEMM && plan_gemm(c, &lists[l]->instr[i].gemm, err, errlen) != 0)
+            if (lists[l]->instr[i].op == ISA_GEMM && plan_gemm(c, &lists[l]->instr[i].gemm, err, errlen) != 0)
                 return -1;
     return 0;
 }

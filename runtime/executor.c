@@ -33,8 +33,8 @@ static int64_t list_staging(const RtList *list)
     int64_t most = 0;
     for (int i = 0; i < list->n; i++) {
         const RtComm *c = &list->instr[i].comm;
-        int reorder = c->kind == RT_COMM_ALL_GATHER || c->kind == RT_COMM_REDUCE_SCATTER;
-        if (list->instr[i].op == RT_OP_COMM && reorder && c->outer > 1 &&
+        int reorder = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER;
+        if (list->instr[i].op == ISA_COMM && reorder && c->outer > 1 &&
             c->outer * c->n * c->inner * 4 > most)
             most = c->outer * c->n * c->inner * 4;
     }
@@ -413,7 +413,7 @@ static void comm_all_reduce(Executor *ex, Comm *g, const float *src, float *dst,
 static int exec_comm(Executor *ex, const RtInstr *in, const float *scalars)
 {
     typedef void (*CommFn)(Executor *, Comm *, const float *, float *, const RtComm *);
-    static const CommFn fns[RT_COMM_KINDS] = {comm_all_reduce, comm_all_gather,
+    static const CommFn fns[ISA_COMM_NKINDS] = {comm_all_reduce, comm_all_gather,
                                               comm_reduce_scatter, comm_split};
     const RtComm *c = &in->comm;
     Comm *g = ex->ctx.tp;
@@ -448,12 +448,13 @@ static int exec_zero_param(Executor *ex, const RtInstr *in, const float *scalars
     return 0;
 }
 
-static const ExecFn exec_fns[RT_OPS] = {exec_kernel,     exec_zero,       exec_gemm,
-                                        exec_slot,       exec_input,      exec_loss,
-                                        exec_send,       exec_recv,       exec_comm,
-                                        exec_move,       exec_move,       exec_wait,
-                                        exec_zero_param, exec_zero_param, exec_zero_param,
-                                        exec_zero_param};
+static const ExecFn exec_fns[ISA_NOPS] = {
+    [ISA_KERNEL] = exec_kernel, [ISA_ZERO] = exec_zero, [ISA_GEMM] = exec_gemm,
+    [ISA_SLOT] = exec_slot, [ISA_INPUT] = exec_input, [ISA_LOSS] = exec_loss,
+    [ISA_SEND] = exec_send, [ISA_RECV] = exec_recv, [ISA_COMM] = exec_comm,
+    [ISA_MOVE] = exec_move, [ISA_DROP] = exec_move, [ISA_WAIT] = exec_wait,
+    [ISA_ZERO_GATHER] = exec_zero_param, [ISA_ZERO_RELEASE] = exec_zero_param,
+    [ISA_ZERO_GRAD] = exec_zero_param, [ISA_ZERO_REDUCE] = exec_zero_param};
 
 int exec_run(Executor *ex, const RtList *list, const float *scalars)
 {

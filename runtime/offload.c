@@ -390,7 +390,7 @@ static void off_queue(Offload *o, const OffJob *j)
 
 void offload_issue(Offload *o, const RtInstr *in, const char *list, int index)
 {
-    OffJob j = {in->op == RT_OP_DROP, in->chunk, in->part, in->from, in->to, in->keep, list,
+    OffJob j = {in->op == ISA_DROP, in->chunk, in->part, in->from, in->to, in->keep, list,
                 index, 0};
     off_queue(o, &j);
 }
@@ -623,8 +623,8 @@ static int list_uses_nvme(const RtList *l)
 {
     for (int i = 0; i < l->n; i++) {
         const RtInstr *in = &l->instr[i];
-        int mv = in->op == RT_OP_MOVE || in->op == RT_OP_DROP;
-        if (mv && (in->from == RT_LOC_NVME || (in->op == RT_OP_MOVE && in->to == RT_LOC_NVME)))
+        int mv = in->op == ISA_MOVE || in->op == ISA_DROP;
+        if (mv && (in->from == RT_LOC_NVME || (in->op == ISA_MOVE && in->to == RT_LOC_NVME)))
             return 1;
     }
     return 0;

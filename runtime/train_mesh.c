@@ -338,7 +338,7 @@ static void mesh_connect(Mesh *m)
     for (int l = 0; l < 4; l++)
         for (int i = 0; i < lists[l]->n; i++) {
             const RtInstr *in = &lists[l]->instr[i];
-            if ((in->op == RT_OP_SEND || in->op == RT_OP_RECV) && !seen[in->peer])
+            if ((in->op == ISA_SEND || in->op == ISA_RECV) && !seen[in->peer])
                 seen[in->peer] = 1, peers[n++] = in->peer;
         }
     m->pp_comm->connect(m->pp_comm, peers, n);

@@ -185,7 +185,7 @@ static int parse_kernel(Pj *pj, const cJSON *o, const char *path, const RtProgra
                         RtInstr *in)
 {
     int64_t id;
-    in->op = RT_OP_KERNEL;
+    in->op = ISA_KERNEL;
     if (pj_int(pj, o, path, "kernel", 0, p->nkernels - 1, &id) != 0 ||
         pj_int(pj, o, path, "extent", 0, INT64_MAX, &in->extent) != 0)
         return -1;
@@ -222,7 +222,7 @@ static int parse_zero(Pj *pj, const cJSON *o, const char *path, const RtProgram 
                       RtInstr *in)
 {
     int64_t tier;
-    in->op = RT_OP_ZERO;
+    in->op = ISA_ZERO;
     if (pj_int(pj, o, path, "tier", 0, RT_TIERS - 1, &tier) != 0 ||
         pj_int(pj, o, path, "offset", 0, INT64_MAX, &in->offset) != 0 ||
         pj_int(pj, o, path, "bytes", 0, INT64_MAX, &in->bytes) != 0)
@@ -273,7 +273,7 @@ static int parse_gemm(Pj *pj, const cJSON *o, const char *path, const RtProgram 
                       RtInstr *in)
 {
     RtGemm *g = &in->gemm;
-    in->op = RT_OP_GEMM;
+    in->op = ISA_GEMM;
     if (parse_gemm_dims(pj, o, path, g) != 0)
         return -1;
     /* Stored shapes, row-major: A is m x k (k x m when ta), B is k x n (n x k when tb). */
@@ -300,7 +300,7 @@ static int parse_at(Pj *pj, const cJSON *o, const char *path, const char *key, i
 static int parse_slot(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                       RtInstr *in)
 {
-    in->op = RT_OP_SLOT;
+    in->op = ISA_SLOT;
     return pj_int(pj, o, path, "index", 0, p->slots - 1, &in->index);
 }
 
@@ -309,7 +309,7 @@ static int parse_input_instr(Pj *pj, const cJSON *o, const char *path, const RtP
 {
     static const char *const roles[] = {"tokens", "targets", NULL};
     int role;
-    in->op = RT_OP_INPUT;
+    in->op = ISA_INPUT;
     if (!pj->io_ok)
         return pj_fail(pj, path, "op", "\"input\" only in `step` of a scheduled program");
     if (pj_enum(pj, o, path, "role", roles, &role) ||
@@ -325,7 +325,7 @@ static int parse_input_instr(Pj *pj, const cJSON *o, const char *path, const RtP
 static int parse_loss(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                       RtInstr *in)
 {
-    in->op = RT_OP_LOSS;
+    in->op = ISA_LOSS;
     if (!pj->io_ok)
         return pj_fail(pj, path, "op", "\"loss\" only in `step` of a scheduled program");
     if (pj_int(pj, o, path, "offset", 0, INT64_MAX / 2, &in->offset) != 0)
@@ -353,14 +353,14 @@ static int parse_p2p(Pj *pj, const cJSON *o, const char *path, const RtProgram *
 static int parse_send(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                       RtInstr *in)
 {
-    in->op = RT_OP_SEND;
+    in->op = ISA_SEND;
     return parse_p2p(pj, o, path, p, in);
 }
 
 static int parse_recv(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                       RtInstr *in)
 {
-    in->op = RT_OP_RECV;
+    in->op = ISA_RECV;
     return parse_p2p(pj, o, path, p, in);
 }
 
@@ -368,27 +368,25 @@ static int parse_recv(Pj *pj, const cJSON *o, const char *path, const RtProgram 
 static void comm_bytes(const RtComm *c, int64_t tp, int64_t bytes[2])
 {
     int64_t whole = c->outer * c->n * c->inner * 4, part = whole / tp;
-    bytes[0] = c->kind == RT_COMM_ALL_GATHER ? part : whole;
-    bytes[1] = c->kind == RT_COMM_ALL_REDUCE || c->kind == RT_COMM_ALL_GATHER ? whole : part;
+    bytes[0] = c->kind == ISA_COMM_ALL_GATHER ? part : whole;
+    bytes[1] = c->kind == ISA_COMM_ALL_REDUCE || c->kind == ISA_COMM_ALL_GATHER ? whole : part;
 }
 
 static int parse_comm(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                       RtInstr *in)
 {
-    static const char *const kinds[] = {"all_reduce", "all_gather", "reduce_scatter", "split",
-                                        NULL};
     RtComm *c = &in->comm;
     int kind;
     int64_t bytes[2], big = (int64_t)1 << 40, elems;
-    in->op = RT_OP_COMM;
-    if (pj_enum(pj, o, path, "kind", kinds, &kind) ||
+    in->op = ISA_COMM;
+    if (pj_enum(pj, o, path, "kind", isa_comm_names, &kind) ||
         parse_at(pj, o, path, "src", &c->tier[0], &c->offset[0]) ||
         parse_at(pj, o, path, "dst", &c->tier[1], &c->offset[1]) ||
         pj_int(pj, o, path, "outer", 1, big, &c->outer) ||
         pj_int(pj, o, path, "n", 1, big, &c->n) || pj_int(pj, o, path, "inner", 1, big, &c->inner))
         return -1;
-    c->kind = (RtCommKind)kind;
-    if (c->kind != RT_COMM_ALL_REDUCE && c->n % p->mesh.tp != 0) /* all_reduce splits nothing */
+    c->kind = (IsaCommKind)kind;
+    if (c->kind != ISA_COMM_ALL_REDUCE && c->n % p->mesh.tp != 0) /* all_reduce splits nothing */
         return pj_fail(pj, path, "n", "not divisible by the mesh's tp");
     if (__builtin_mul_overflow(c->outer, c->n, &elems) ||
         __builtin_mul_overflow(elems, c->inner, &elems) || elems > INT64_MAX / 8)
@@ -400,7 +398,7 @@ static int parse_comm(Pj *pj, const cJSON *o, const char *path, const RtProgram 
     int apart = c->tier[0] != c->tier[1] || c->offset[0] + bytes[0] <= c->offset[1] ||
                 c->offset[1] + bytes[1] <= c->offset[0];
     int same = c->tier[0] == c->tier[1] && c->offset[0] == c->offset[1];
-    if (!apart && !(c->kind == RT_COMM_ALL_REDUCE && same))
+    if (!apart && !(c->kind == ISA_COMM_ALL_REDUCE && same))
         return pj_fail(pj, path, "dst", "overlaps src (only an all_reduce may be in place)");
     return 0;
 }
@@ -439,7 +437,7 @@ static int parse_loc(Pj *pj, const cJSON *o, const char *path, const char *key, 
 static int parse_move(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                       RtInstr *in)
 {
-    in->op = RT_OP_MOVE;
+    in->op = ISA_MOVE;
     in->keep = 0;
     if (parse_chunk_part(pj, o, path, p, in) || parse_loc(pj, o, path, "from", 1, &in->from) ||
         parse_loc(pj, o, path, "to", 0, &in->to) ||
@@ -455,27 +453,27 @@ static int parse_move(Pj *pj, const cJSON *o, const char *path, const RtProgram 
 static int parse_drop(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                       RtInstr *in)
 {
-    in->op = RT_OP_DROP;
+    in->op = ISA_DROP;
     return parse_chunk_part(pj, o, path, p, in) || parse_loc(pj, o, path, "at", 0, &in->from);
 }
 
 static int parse_wait(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                       RtInstr *in)
 {
-    in->op = RT_OP_WAIT;
+    in->op = ISA_WAIT;
     return parse_chunk_part(pj, o, path, p, in);
 }
 
 /* zero_gather, zero_release (stage 3 only), zero_grad, zero_reduce: a parameter. */
 static int parse_zero_param(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
-                            RtInstr *in, RtOp op)
+                            RtInstr *in, IsaOp op)
 {
     int64_t k;
     in->op = op;
     if (!pj->zero_ok)
         return pj_fail(pj, path, "op", "ZeRO instructions only in `step` of a program with "
                        "\"zero_scheduled\": true");
-    if ((op == RT_OP_ZERO_GATHER || op == RT_OP_ZERO_RELEASE) && p->zero_stage != 3)
+    if ((op == ISA_ZERO_GATHER || op == ISA_ZERO_RELEASE) && p->zero_stage != 3)
         return pj_fail(pj, path, "op", "\"zero_gather\" and \"zero_release\" only at "
                        "zero_stage 3 (below it every rank holds every parameter)");
     if (pj_int(pj, o, path, "param", 0, p->nparams - 1, &k) != 0)
@@ -487,25 +485,25 @@ static int parse_zero_param(Pj *pj, const cJSON *o, const char *path, const RtPr
 static int parse_zero_gather(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                              RtInstr *in)
 {
-    return parse_zero_param(pj, o, path, p, in, RT_OP_ZERO_GATHER);
+    return parse_zero_param(pj, o, path, p, in, ISA_ZERO_GATHER);
 }
 
 static int parse_zero_release(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                               RtInstr *in)
 {
-    return parse_zero_param(pj, o, path, p, in, RT_OP_ZERO_RELEASE);
+    return parse_zero_param(pj, o, path, p, in, ISA_ZERO_RELEASE);
 }
 
 static int parse_zero_grad(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                            RtInstr *in)
 {
-    return parse_zero_param(pj, o, path, p, in, RT_OP_ZERO_GRAD);
+    return parse_zero_param(pj, o, path, p, in, ISA_ZERO_GRAD);
 }
 
 static int parse_zero_reduce(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                              RtInstr *in)
 {
-    return parse_zero_param(pj, o, path, p, in, RT_OP_ZERO_REDUCE);
+    return parse_zero_param(pj, o, path, p, in, ISA_ZERO_REDUCE);
 }
 
 typedef int (*ParseInstrFn)(Pj *, const cJSON *, const char *, const RtProgram *, RtInstr *);
@@ -513,20 +511,17 @@ typedef int (*ParseInstrFn)(Pj *, const cJSON *, const char *, const RtProgram *
 static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                        RtInstr *in)
 {
-    static const char *const ops[RT_OPS + 1] = {"kernel", "zero", "gemm", "slot", "input",
-                                                "loss", "send", "recv", "comm", "move",
-                                                "drop", "wait", "zero_gather", "zero_release",
-                                                "zero_grad", "zero_reduce", NULL};
-    static const ParseInstrFn parsers[RT_OPS] = {parse_kernel, parse_zero, parse_gemm,
-                                                 parse_slot, parse_input_instr, parse_loss,
-                                                 parse_send, parse_recv, parse_comm,
-                                                 parse_move, parse_drop, parse_wait,
-                                                 parse_zero_gather, parse_zero_release,
-                                                 parse_zero_grad, parse_zero_reduce};
+    static const ParseInstrFn parsers[ISA_NOPS] = {
+        [ISA_KERNEL] = parse_kernel, [ISA_ZERO] = parse_zero, [ISA_GEMM] = parse_gemm,
+        [ISA_SLOT] = parse_slot, [ISA_INPUT] = parse_input_instr, [ISA_LOSS] = parse_loss,
+        [ISA_SEND] = parse_send, [ISA_RECV] = parse_recv, [ISA_COMM] = parse_comm,
+        [ISA_MOVE] = parse_move, [ISA_DROP] = parse_drop, [ISA_WAIT] = parse_wait,
+        [ISA_ZERO_GATHER] = parse_zero_gather, [ISA_ZERO_RELEASE] = parse_zero_release,
+        [ISA_ZERO_GRAD] = parse_zero_grad, [ISA_ZERO_REDUCE] = parse_zero_reduce};
     int op;
     if (!cJSON_IsObject(o))
         return pj_fail(pj, path, "", "expected an object");
-    if (pj_enum(pj, o, path, "op", ops, &op) != 0)
+    if (pj_enum(pj, o, path, "op", isa_op_names, &op) != 0)
         return -1;
     return parsers[op](pj, o, path, p, in);
 }
@@ -547,7 +542,7 @@ static int parse_list(Pj *pj, const cJSON *root, const char *key, const RtProgra
         pj_path(path, sizeof path, key, i);
         if (parse_instr(pj, cJSON_GetArrayItem(arr, i), path, p, &list->instr[i]) != 0)
             return -1;
-        list->sends |= list->instr[i].op == RT_OP_SEND;
+        list->sends |= list->instr[i].op == ISA_SEND;
     }
     return 0;
 }

@@ -40,6 +40,7 @@
 #ifndef COLOSSALC_RUNTIME_TRAIN_PROGRAM_H
 #define COLOSSALC_RUNTIME_TRAIN_PROGRAM_H
 
+#include "program/isa.h"
 #include "runtime/program.h"
 
 #include <stddef.h>
@@ -61,21 +62,16 @@ typedef enum RtSchedule { RT_SCHED_COSINE, RT_SCHED_CONSTANT } RtSchedule;
 typedef enum RtInit { RT_INIT_NORMAL, RT_INIT_UNIFORM, RT_INIT_ZEROS, RT_INIT_ONES,
                       RT_INIT_CONSTANT } RtInit;
 typedef enum RtRole { RT_ROLE_TOKENS, RT_ROLE_TARGETS } RtRole;
-typedef enum RtOp { RT_OP_KERNEL, RT_OP_ZERO, RT_OP_GEMM, RT_OP_SLOT, RT_OP_INPUT, RT_OP_LOSS,
-                    RT_OP_SEND, RT_OP_RECV, RT_OP_COMM, RT_OP_MOVE, RT_OP_DROP, RT_OP_WAIT,
-                    RT_OP_ZERO_GATHER, RT_OP_ZERO_RELEASE, RT_OP_ZERO_GRAD, RT_OP_ZERO_REDUCE,
-                    RT_OPS } RtOp;
-/* The ZeRO instructions of a "zero_scheduled" program, in RtOp order from
- * RT_OP_ZERO_GATHER (program.h, "ZeRO inside the step"). */
-enum { RT_ZERO_OPS = RT_OP_ZERO_REDUCE - RT_OP_ZERO_GATHER + 1 };
+/* The instructions and collectives: the shared instruction set (program/isa.h). The
+ * ZeRO instructions of a "zero_scheduled" program, in IsaOp order from
+ * ISA_ZERO_GATHER (program.h, "ZeRO inside the step"). */
+enum { RT_ZERO_OPS = ISA_ZERO_REDUCE - ISA_ZERO_GATHER + 1 };
 /* Offload locations (program.h, "Memory tiers and offload"): where a part's bytes
  * are. ZERO is only a move's source, NONE only the grads' home. */
 typedef enum RtLoc { RT_LOC_DEVICE, RT_LOC_HOST, RT_LOC_NVME, RT_LOC_ZERO, RT_LOC_NONE,
                      RT_LOCS } RtLoc;
 /* A chunk's parts are named by their tier: RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT. */
 enum { RT_PARTS = 3 };
-typedef enum RtCommKind { RT_COMM_ALL_REDUCE, RT_COMM_ALL_GATHER, RT_COMM_REDUCE_SCATTER,
-                          RT_COMM_SPLIT, RT_COMM_KINDS } RtCommKind;
 
 /* Tags at or above this are the runtime's own (tied gradients); a program's "tag"
  * is below it. */
@@ -120,7 +116,7 @@ typedef struct RtGemm {
 
 /* "comm" over the tp group: a global A x N x I f32 tensor, N split in T parts. */
 typedef struct RtComm {
-    RtCommKind kind;
+    IsaCommKind kind;
     int tier[2];       /* src, dst */
     int64_t offset[2]; /* bytes (WORK: in the current slot) */
     int64_t outer, n, inner; /* A, N, I */
@@ -135,7 +131,7 @@ typedef struct RtArg {
 #define RT_MAX_ARGS 16
 
 typedef struct RtInstr {
-    RtOp op;
+    IsaOp op;
     int kernel;     /* kernel */
     int64_t extent; /* kernel: parallel range [0, extent) */
     int nargs;      /* kernel: its buffers, each passed as tiers[tier] + offset */

@@ -24,7 +24,7 @@ static int list_is_per_param(const RtProgram *p, const RtList *list)
     if (list->n != p->nparams)
         return 0;
     for (int i = 0; i < p->nparams; i++)
-        if (list->instr[i].op != RT_OP_KERNEL ||
+        if (list->instr[i].op != ISA_KERNEL ||
             list->instr[i].extent != param_rows(&p->params[i]))
             return 0;
     return 1;
@@ -211,7 +211,7 @@ void zero_exec_instr(void *arg, Executor *ex, const RtInstr *in)
     static const ZeroFn fns[RT_ZERO_OPS] = {zero_gather_one, zero_release_one, zero_grad_one,
                                             zero_reduce_one};
     Zero *z = arg;
-    fns[in->op - RT_OP_ZERO_GATHER](z, ex, &z->prog->params[in->param], in->param);
+    fns[in->op - ISA_ZERO_GATHER](z, ex, &z->prog->params[in->param], in->param);
 }
 
 /* ---- the step ------------------------------------------------------------------ */
@@ -228,7 +228,7 @@ void zero_sync_grads(Zero *z, Executor *ex)
 /* Instruction i of list alone. */
 static void run_one(Executor *ex, const RtList *list, int i, const float *sc)
 {
-    RtList one = {&list->instr[i], 1, list->instr[i].op == RT_OP_SEND, list->name};
+    RtList one = {&list->instr[i], 1, list->instr[i].op == ISA_SEND, list->name};
     exec_run(ex, &one, sc);
 }
 

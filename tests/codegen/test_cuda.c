@@ -858,8 +858,8 @@ static void lowered_kernel(LRun *r, const PInstr *in, char **before) {
 static void lowered_seq(LRun *r, const PSeq *s, char **before) {
   for (int i = 0; i < s->n; i++) {
     const PInstr *in = &s->v[i];
-    if (in->kind == PI_KERNEL) lowered_kernel(r, in, before);
-    else if (in->kind == PI_GEMM) lowered_gemm_ref(&in->gemm, r->ref);
+    if (in->kind == ISA_KERNEL) lowered_kernel(r, in, before);
+    else if (in->kind == ISA_GEMM) lowered_gemm_ref(&in->gemm, r->ref);
     else memset(r->ref[in->tier] + in->offset, 0, (size_t)in->bytes);
   }
 }

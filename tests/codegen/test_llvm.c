@@ -585,8 +585,8 @@ static void run_kernel(Run *r, const PInstr *in) {
 static void run_seq(Run *r, const PSeq *s) {
   for (int i = 0; i < s->n; i++) {
     const PInstr *in = &s->v[i];
-    if (in->kind == PI_KERNEL) run_kernel(r, in);
-    else if (in->kind == PI_GEMM) lowered_gemm_ref(&in->gemm, r->ref);
+    if (in->kind == ISA_KERNEL) run_kernel(r, in);
+    else if (in->kind == ISA_GEMM) lowered_gemm_ref(&in->gemm, r->ref);
     else memset(r->ref[in->tier] + in->offset, 0, (size_t)in->bytes);
   }
 }

@@ -466,7 +466,7 @@ static void test_load(void)
           p.offload.chunks[3].end == 263168 && p.offload.chunks[2].start == 131072);
     CHECK(p.offload.chunks[1].home[RT_TIER_OPT] == RT_LOC_NVME &&
           p.offload.chunks[1].home[RT_TIER_GRADS] == RT_LOC_NONE);
-    CHECK(p.step.instr[0].op == RT_OP_MOVE && p.step.instr[0].keep && p.update.instr[1].on_host);
+    CHECK(p.step.instr[0].op == ISA_MOVE && p.step.instr[0].keep && p.update.instr[1].on_host);
     CHECK(program_part_bytes(&p, 3, RT_TIER_OPT) == 2 * 66560);
     program_free(&p);
     refuses(e_chunk_range, "step[0].chunk: out of range");

@@ -45,7 +45,7 @@ static void test_program_ok(void)
     CHECK(p.params[1].init == RT_INIT_ZEROS && !p.params[1].decay && p.params[0].decay);
     CHECK(p.step.n == 8 && p.gradnorm.n == 1 && p.update.n == 2 && p.forward.n == 4);
     const RtGemm *g = &p.step.instr[6].gemm;
-    CHECK(p.step.instr[6].op == RT_OP_GEMM && g->ta == 1 && g->m == 256 && g->k == 64);
+    CHECK(p.step.instr[6].op == ISA_GEMM && g->ta == 1 && g->m == 256 && g->k == 64);
     CHECK(p.train.optimizer == RT_OPT_ADAMW && p.train.warmup == 2 && p.train.clip == 1.0);
     CHECK(program_find_param(&p, "bias") == &p.params[1] && !program_find_param(&p, "nope"));
     program_free(&p);
@@ -181,7 +181,7 @@ static void test_program_zero(void)
     CHECK(rc == 0);
     if (rc == 0) {
         CHECK(p.zero_scheduled && p.zero_stage == 3 && p.step.n == 9);
-        CHECK(p.step.instr[0].op == RT_OP_ZERO_GATHER && p.step.instr[0].param == 1);
+        CHECK(p.step.instr[0].op == ISA_ZERO_GATHER && p.step.instr[0].param == 1);
         program_free(&p);
     }
     expect_zero_error(3, "true", 0, "step", "{\"op\": \"zero_reduce\", \"param\": 2}",

@@ -22,8 +22,8 @@ static double urand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
 static void run_seq(const Program *p, const PSeq *s, char *const *tiers, const float *scalars) {
   for (int i = 0; i < s->n; i++) {
     const PInstr *in = &s->v[i];
-    if (in->kind == PI_KERNEL) kernel_eval(p->kernels[in->kernel], tiers, scalars);
-    else if (in->kind == PI_GEMM) lowered_gemm_ref(&in->gemm, tiers);
+    if (in->kind == ISA_KERNEL) kernel_eval(p->kernels[in->kernel], tiers, scalars);
+    else if (in->kind == ISA_GEMM) lowered_gemm_ref(&in->gemm, tiers);
     else memset(tiers[in->tier] + in->offset, 0, in->bytes);
   }
 }

@@ -74,27 +74,27 @@ static void walk(W *w, const PSeq *s, const char *list) {
     const PInstr *in = &s->v[i];
     snprintf(where, sizeof where, "%s[%d]", list, i);
     int it = in->chunk * 3 + in->part;
-    if (in->kind == PI_MOVE) {
+    if (in->kind == ISA_MOVE) {
       if (in->to == LOC_DEVICE) w->dev[it] = true;
       if (in->to == LOC_HOST) w->host[it] = true;
       account(w, where);
       if (!in->keep && in->from == LOC_DEVICE) w->dev[it] = false;
       if (!in->keep && in->from == LOC_HOST) w->host[it] = false;
       w->busy[it] = true;
-    } else if (in->kind == PI_DROP) {
+    } else if (in->kind == ISA_DROP) {
       if (in->from == LOC_DEVICE) w->dev[it] = false;
       if (in->from == LOC_HOST) w->host[it] = false;
       w->busy[it] = true;
-    } else if (in->kind == PI_WAIT) {
+    } else if (in->kind == ISA_WAIT) {
       w->busy[it] = false;
-    } else if (in->kind == PI_KERNEL) {
+    } else if (in->kind == ISA_KERNEL) {
       const Kernel *k = w->p->kernels[in->kernel];
       for (int b = 0; b < k->nbufs; b++)
         check_touch(w, k->bufs[b].tier, k->bufs[b].offset, k->bufs[b].offset + k->bufs[b].numel * 4, in->on_host, where);
-    } else if (in->kind == PI_GEMM) {
+    } else if (in->kind == ISA_GEMM) {
       const PGemm *g = &in->gemm;
       for (int j = 0; j < 3; j++) check_touch(w, g->tier[j], g->off[j], g->off[j] + 4, false, where); /* its first element */
-    } else if (in->kind == PI_ZERO) {
+    } else if (in->kind == ISA_ZERO) {
       check_touch(w, in->tier, in->offset, in->offset + in->bytes, false, where);
     }
   }
@@ -137,7 +137,7 @@ static int one(int argc, char **argv, double frac, int64_t host_limit, bool expe
     printf("FAIL: predicted peaks device %lld host %lld, walked %lld and %lld\n", (long long)op->device_peak,
            (long long)op->host_peak, (long long)w.dev_peak, (long long)w.host_peak), w.fails++;
   int moves = 0;
-  for (int i = 0; i < p->step.n; i++) moves += p->step.v[i].kind == PI_MOVE;
+  for (int i = 0; i < p->step.n; i++) moves += p->step.v[i].kind == ISA_MOVE;
   printf("%s budget %.2f of the state (%.2f MiB of %.2f MiB, work %.2f MiB): %d chunks of %.2f MiB, step %d -> %d "
          "instructions (%d moves), peak device %.2f host %.2f nvme %.2f MiB, %.2f MiB moved, %.4f s exposed\n",
          argv[0], frac, o.device_memory / 1048576.0, state / 1048576.0, p->tiers[RT_TIER_WORK] / 1048576.0, op->nchunks,

@@ -1,0 +1,58 @@
+/* The instruction set of compiled programs, declared once: the compiler's code
+ * generators (codegen/) write these instructions and the runtime (runtime/) runs them;
+ * runtime/program.h gives their JSON fields and meaning. Plain data only, shared by
+ * both sides, so that an instruction, a collective's kind or an offload part is one
+ * name and one number everywhere.
+ *
+ * Adding an instruction: one X row here, its writer in codegen/lower.c (instr_json),
+ * its parser in runtime/train_program.c and its executor in runtime/executor.c, whose
+ * tables are indexed by these numbers. */
+#ifndef COLOSSALC_PROGRAM_ISA_H
+#define COLOSSALC_PROGRAM_ISA_H
+
+/* X(NAME, "json op") in the order of the numbers; the four ZeRO instructions are
+ * consecutive (ISA_ZERO_GATHER .. ISA_ZERO_REDUCE). */
+#define ISA_OPS(X)                                                                              \
+  X(KERNEL, "kernel")                                                                           \
+  X(ZERO, "zero")                                                                               \
+  X(GEMM, "gemm")                                                                               \
+  X(SLOT, "slot")                                                                               \
+  X(INPUT, "input")                                                                             \
+  X(LOSS, "loss")                                                                               \
+  X(SEND, "send")                                                                               \
+  X(RECV, "recv")                                                                               \
+  X(COMM, "comm")                                                                               \
+  X(MOVE, "move")                                                                               \
+  X(DROP, "drop")                                                                               \
+  X(WAIT, "wait")                                                                               \
+  X(ZERO_GATHER, "zero_gather")                                                                 \
+  X(ZERO_RELEASE, "zero_release")                                                               \
+  X(ZERO_GRAD, "zero_grad")                                                                     \
+  X(ZERO_REDUCE, "zero_reduce")
+
+#define ISA_ENUM(name, json) ISA_##name,
+#define ISA_COUNT(name, json) +1
+typedef enum IsaOp { ISA_OPS(ISA_ENUM) } IsaOp;
+enum { ISA_NOPS = 0 ISA_OPS(ISA_COUNT) };
+
+/* "comm": the collective over the tensor-parallel group. */
+#define ISA_COMM_KINDS(X)                                                                       \
+  X(ALL_REDUCE, "all_reduce")                                                                   \
+  X(ALL_GATHER, "all_gather")                                                                   \
+  X(REDUCE_SCATTER, "reduce_scatter")                                                           \
+  X(SPLIT, "split")
+
+#undef ISA_ENUM
+#define ISA_ENUM(name, json) ISA_COMM_##name,
+typedef enum IsaCommKind { ISA_COMM_KINDS(ISA_ENUM) } IsaCommKind;
+enum { ISA_COMM_NKINDS = 0 ISA_COMM_KINDS(ISA_COUNT) };
+#undef ISA_ENUM
+#undef ISA_COUNT
+
+#define ISA_NAME(name, json) json,
+/* The JSON names, indexed by IsaOp and IsaCommKind, NULL-terminated. */
+static const char *const isa_op_names[ISA_NOPS + 1] = {ISA_OPS(ISA_NAME) 0};
+static const char *const isa_comm_names[ISA_COMM_NKINDS + 1] = {ISA_COMM_KINDS(ISA_NAME) 0};
+#undef ISA_NAME
+
+#endif
