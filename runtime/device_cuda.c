@@ -281,13 +281,12 @@ static int cuda_commit(Device *dev, char *base, int64_t offset, int64_t bytes)
     return 0;
 }
 
-/* The work queued before may still use the memory: it finishes first. */
+/* Any thread; no queued work uses the range any more (executor.h). */
 static void cuda_decommit(Device *dev, char *base, int64_t offset, int64_t bytes)
 {
     CudaDevice *c = (CudaDevice *)dev;
     CudaReserved *r = find_reserved(c, base);
     CUDA_CHECK(c, c->api.CtxSetCurrent(c->ctx));
-    CUDA_CHECK(c, c->api.StreamSynchronize(c->stream));
     unmap_granules(c, r, offset / dev->granule, (offset + bytes) / dev->granule);
 }
 

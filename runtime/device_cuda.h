@@ -15,7 +15,8 @@
  * tiers (no host_view). Reserved tiers (ZeRO's shards, executor.h) are CUDA virtual
  * address space (cuMemAddressReserve) with one physical allocation mapped per granule
  * of it (cuMemCreate, cuMemMap; the granule is the GPU's, 2 MiB on current ones);
- * decommitting waits for the queued work first.
+ * what is decommitted is no longer used by queued work (executor.h: exec_decommit waits
+ * for the device, offload's copy thread for its job's mark).
  *
  * Every vendor failure stops the run with a message naming the call, its file and
  * line and the error string (CUDA_CHECK), as a failed kernel would leave nothing to

@@ -233,6 +233,13 @@ static int exec_commit_locked(Executor *ex, int tier, int64_t offset, int64_t by
 
 void exec_decommit(Executor *ex, int tier, int64_t offset, int64_t bytes)
 {
+    if (ex->commits[tier])
+        ex->dev->sync(ex->dev); /* work queued before may still use the range */
+    exec_decommit_idle(ex, tier, offset, bytes);
+}
+
+void exec_decommit_idle(Executor *ex, int tier, int64_t offset, int64_t bytes)
+{
     int64_t g0, g1;
     if (!ex->commits[tier])
         return;

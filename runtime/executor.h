@@ -80,7 +80,8 @@ struct Device {
     /* Optional (NULL, granule 0: not supported). Address space of bytes (a multiple
      * of granule) with no memory behind it; commit puts zeroed memory behind
      * [offset, offset+bytes) (granule-aligned; 0, or -1 when out of memory),
-     * decommit frees it again, unreserve returns the whole range. */
+     * decommit frees it again (no queued work may still use it: the caller sees to
+     * that), unreserve returns the whole range (after a sync). */
     int64_t granule;
     char *(*reserve)(Device *dev, int64_t bytes);
     int (*commit)(Device *dev, char *base, int64_t offset, int64_t bytes);
@@ -165,6 +166,9 @@ void exec_free(Executor *ex);
 int exec_commit(Executor *ex, int tier, int64_t offset, int64_t bytes, char *err,
                 size_t errlen);
 void exec_decommit(Executor *ex, int tier, int64_t offset, int64_t bytes);
+/* The same without waiting for the device first: the caller knows that no queued work
+ * touches the range (offload's copy thread, after the job's mark). */
+void exec_decommit_idle(Executor *ex, int tier, int64_t offset, int64_t bytes);
 /* Bytes of the granules of [offset, offset+bytes) with no memory behind them yet
  * (what exec_commit of the range would add; 0 for a tier not reserved). */
 int64_t exec_uncommitted(Executor *ex, int tier, int64_t offset, int64_t bytes);

@@ -227,7 +227,7 @@ static void release_at(Offload *o, RtLoc l, int t, int64_t off, int64_t n)
     if (l == RT_LOC_NVME)
         nv_count(o, t, off, n, 0);
     else
-        exec_decommit(l == RT_LOC_DEVICE ? o->ex : &o->host, t, off, n);
+        exec_decommit_idle(l == RT_LOC_DEVICE ? o->ex : &o->host, t, off, n); /* after the job's mark */
 }
 
 /* The device location's bytes [off, off+n) of tier t <-> host memory at buf: through

@@ -95,8 +95,9 @@ static void *host(CUdeviceptr p) { return (void *)(uintptr_t)p; }
  * counts its records; an operation of the stream that records it marks the count
  * reached, and cuStreamWaitEvent queues a wait for the count at the time of the call.
  * The other emulated libraries queue their work with colossalc_emul_enqueue.
- * COLOSSALC_EMUL_DROP_WAITS=1 makes cuStreamWaitEvent do nothing: a test takes the
- * runtime's cross-stream waits out and sees the results go wrong. */
+ * COLOSSALC_EMUL_DROP_WAITS=1 makes cuStreamWaitEvent and cuEventSynchronize do
+ * nothing: a test takes the runtime's waits on other streams' work out and sees the
+ * results go wrong. */
 typedef struct EmulOp {
     void (*fn)(void *);
     void *arg; /* malloc'd, freed after fn */
@@ -119,6 +120,19 @@ struct CUevent_st {
     uint64_t recorded, reached;
 };
 
+/* COLOSSALC_EMUL_STREAM_DELAY_US=N: every operation of a stream starts N us late, so
+ * the streams lag behind the host as a busy GPU does (the hazard tests). */
+static long stream_delay_us(void)
+{
+    static long us = -1;
+    if (us < 0) {
+        const char *v = getenv("COLOSSALC_EMUL_STREAM_DELAY_US");
+        us = v ? strtol(v, NULL, 10) : 0;
+        us = us > 0 ? us : 0;
+    }
+    return us;
+}
+
 static void *stream_main(void *arg)
 {
     CUstream s = arg;
@@ -130,6 +144,8 @@ static void *stream_main(void *arg)
             break;
         EmulOp *op = s->head;
         pthread_mutex_unlock(&s->mu);
+        if (stream_delay_us() > 0)
+            usleep((useconds_t)stream_delay_us());
         op->fn(op->arg);
         free(op->arg);
         pthread_mutex_lock(&s->mu);
@@ -342,20 +358,26 @@ CUresult cuEventQuery(CUevent e)
     return ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+static int drop_waits(void)
+{
+    static int drop = -1;
+    if (drop < 0)
+        drop = getenv("COLOSSALC_EMUL_DROP_WAITS") && !strcmp(getenv("COLOSSALC_EMUL_DROP_WAITS"), "1");
+    return drop;
+}
+
 CUresult cuEventSynchronize(CUevent e)
 {
-    wait_reached(e, recorded(e));
+    if (!drop_waits())
+        wait_reached(e, recorded(e));
     return CUDA_SUCCESS;
 }
 
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
 {
-    static int drop = -1;
-    if (drop < 0)
-        drop = getenv("COLOSSALC_EMUL_DROP_WAITS") && !strcmp(getenv("COLOSSALC_EMUL_DROP_WAITS"), "1");
     if (flags)
         return CUDA_ERROR_INVALID_VALUE;
-    if (drop)
+    if (drop_waits())
         return CUDA_SUCCESS;
     EventOp o = {e, recorded(e)};
     return enqueue_copy(s, run_wait, &o, sizeof o);

@@ -92,3 +92,11 @@ if(COLOSSALC_SANITIZE)
   list(APPEND cuda_off_env LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0)
 endif()
 set_tests_properties(cuda_emul_offload PROPERTIES TIMEOUT 900 ENVIRONMENT "${cuda_off_env}")
+# And the copy stream's: with the waits dropped and the streams lagging behind the host
+# (each operation 200 us late, as on a busy GPU), offload's moves copy parts before the
+# compute stream has written them, and training differs from the reference.
+add_test(NAME cuda_emul_offload_hazard
+         COMMAND sh ${CMAKE_SOURCE_DIR}/tests/e2e/run_offload.sh $<TARGET_FILE:colossalc>
+                 $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${CUDA_WORK}/offload-hazard ${COLOSSALC_TORCH_PYTHON})
+set_tests_properties(cuda_emul_offload_hazard PROPERTIES TIMEOUT 900
+                     ENVIRONMENT "${cuda_off_env};COLOSSALC_EMUL_DROP_WAITS=1;COLOSSALC_EMUL_STREAM_DELAY_US=200;EXPECT_DIFFER=1")

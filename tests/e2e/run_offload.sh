@@ -13,6 +13,8 @@
 # the kernels are then the CUDA C compiled for the host, whose rounding differs from
 # the CPU device's in the last bits, so the losses and parameters agree to a relative
 # 1e-5 (compare_runs.py) instead of bit for bit; the peaks are checked the same way.
+# EXPECT_DIFFER=1 (with the emulation's waits dropped): the 12M budget must differ
+# from the reference, or fail (the emulation reports memory used after it was unmapped).
 # Usage: run_offload.sh COLOSSALC MKTOKENS SRCDIR WORKDIR PYTHON
 set -eu
 cc=$1 mk=$2 src=$3 work=$4 py=$5
@@ -53,6 +55,21 @@ run() { # name budget [colossalc flags...] -- [train flags...]
              printf "%s %s: measured %s MiB, predicted %s MiB %s\n", name, kind, got, want, ok ? "ok" : "FAIL"; bad += !ok; n++ }
     END { if (n != 3) { print name ": no offload report"; exit 1 } exit bad > 0 }'
 }
+if [ "${EXPECT_DIFFER:-0}" = 1 ]; then # the copy stream's hazard test (tests/cuda_emul/tests.cmake)
+  "$cc" "$model" $cfg --device-memory 12M -o train-d12 2> /dev/null
+  device_prepare ./train-d12
+  if ! ./train-d12 $args $devargs --log d12.jsonl --save d12.safetensors > d12.out 2>&1; then
+    echo "the run failed, as expected (the emulation touched memory already unmapped): $(tail -1 d12.out)"
+    exit 0
+  fi
+  if "$py" "$src/tests/multirank/compare_runs.py" 1e-5 ref.jsonl d12.jsonl ref.safetensors d12.safetensors \
+       > d12.cmp; then
+    echo "FAIL: equal to the reference although EXPECT_DIFFER=1"; exit 1
+  fi
+  tail -2 d12.cmp
+  echo "differs from the reference, as expected"
+  exit 0
+fi
 run d12 12M
 run d16 16M
 run d24 24M
