@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { CUDA_MAX_BUFS = 16, SCALARS_MAX = 32, WORKSPACE = 32 << 20 };
 
@@ -21,14 +22,15 @@ typedef struct GemmPlan {
     cublasLtMatmulAlgo_t algo;
 } GemmPlan;
 
-/* A reserved range of address space (Device.reserve) and the memory behind each of
- * its granules: one allocation per granule, so that any run of granules can be
- * committed and decommitted on its own. */
+/* A reserved range of address space (Device.reserve). The executor commits it in
+ * pages (Device.granule, the host's page: what the compiler's plans count); physical
+ * memory is mapped per granule of the GPU's (phys, 2 MiB on current GPUs), one
+ * allocation each, while any page of it is committed. */
 typedef struct CudaReserved {
     CUdeviceptr base;
-    int64_t bytes;
-    CUmemGenericAllocationHandle *handle; /* [bytes / granule] */
-    unsigned char *mapped;                /* [bytes / granule] */
+    int64_t bytes;                        /* a multiple of phys */
+    CUmemGenericAllocationHandle *handle; /* [bytes / phys] */
+    uint32_t *pages;                      /* [bytes / phys] committed pages in each */
 } CudaReserved;
 
 typedef struct CudaDevice {
@@ -54,6 +56,7 @@ typedef struct CudaDevice {
     CUmemAccessDesc access;
     CudaReserved *res;          /* [nres] */
     int nres;
+    int64_t phys;               /* the GPU's granule of physical memory */
     CUstream copy;              /* the copy stream: offload's moves, commits' zeroing */
     CUevent marks[DEVICE_MARKS]; /* mark k is marks[k % DEVICE_MARKS] on the compute stream */
     uint64_t nmarks;
@@ -229,53 +232,70 @@ static CudaReserved *find_reserved(CudaDevice *c, const char *base)
 static char *cuda_reserve(Device *dev, int64_t bytes)
 {
     CudaDevice *c = (CudaDevice *)dev;
-    int64_t n = bytes / dev->granule;
+    int64_t size = (bytes + c->phys - 1) / c->phys * c->phys, n = size / c->phys;
     CudaReserved *v = realloc(c->res, (size_t)(c->nres + 1) * sizeof *v);
     if (!v)
         return NULL;
     c->res = v;
     CudaReserved *r = &c->res[c->nres];
     memset(r, 0, sizeof *r);
-    r->bytes = bytes;
+    r->bytes = size;
     r->handle = calloc((size_t)n + 1, sizeof *r->handle);
-    r->mapped = calloc((size_t)n + 1, 1);
-    if (!r->handle || !r->mapped ||
-        c->api.MemAddressReserve(&r->base, (size_t)bytes, (size_t)dev->granule, 0, 0) != CUDA_SUCCESS) {
-        free(r->handle), free(r->mapped);
+    r->pages = calloc((size_t)n + 1, sizeof *r->pages);
+    if (!r->handle || !r->pages ||
+        c->api.MemAddressReserve(&r->base, (size_t)size, (size_t)c->phys, 0, 0) != CUDA_SUCCESS) {
+        free(r->handle), free(r->pages);
         return NULL;
     }
     c->nres++;
     return (char *)(uintptr_t)r->base;
 }
 
-static void unmap_granules(CudaDevice *c, CudaReserved *r, int64_t g0, int64_t g1)
+/* Pages of [offset, offset+bytes) that lie in physical granule k. */
+static uint32_t pages_in(const CudaDevice *c, int64_t k, int64_t offset, int64_t bytes)
 {
-    int64_t g = c->dev.granule;
-    for (int64_t i = g0; i < g1; i++)
-        if (r->mapped[i]) {
-            CUDA_CHECK(c, c->api.MemUnmap(r->base + (CUdeviceptr)(i * g), (size_t)g));
-            CUDA_CHECK(c, c->api.MemRelease(r->handle[i]));
-            r->mapped[i] = 0;
-        }
+    int64_t lo = k * c->phys > offset ? k * c->phys : offset;
+    int64_t hi = (k + 1) * c->phys < offset + bytes ? (k + 1) * c->phys : offset + bytes;
+    return (uint32_t)((hi - lo) / c->dev.granule);
 }
 
-/* Zeroed memory behind each granule of the range; none of it when the GPU is full.
- * Any thread (offload's copy thread commits). */
+static void unmap_granule(CudaDevice *c, CudaReserved *r, int64_t k)
+{
+    CUDA_CHECK(c, c->api.MemUnmap(r->base + (CUdeviceptr)(k * c->phys), (size_t)c->phys));
+    CUDA_CHECK(c, c->api.MemRelease(r->handle[k]));
+}
+
+/* The pages of [offset, offset+bytes) given back: a granule none of whose pages is
+ * committed any more is unmapped. */
+static void release_pages(CudaDevice *c, CudaReserved *r, int64_t offset, int64_t bytes)
+{
+    for (int64_t k = offset / c->phys; k * c->phys < offset + bytes; k++) {
+        uint32_t n = pages_in(c, k, offset, bytes);
+        if (n && (r->pages[k] -= n) == 0)
+            unmap_granule(c, r, k);
+    }
+}
+
+/* Zeroed memory behind the pages of the range (page-aligned), a granule mapped where
+ * none of its pages was; none of it when the GPU is full. Any thread (offload's copy
+ * thread commits). */
 static int cuda_commit(Device *dev, char *base, int64_t offset, int64_t bytes)
 {
     CudaDevice *c = (CudaDevice *)dev;
     CudaReserved *r = find_reserved(c, base);
-    int64_t g = dev->granule, g0 = offset / g, g1 = (offset + bytes) / g;
     CUDA_CHECK(c, c->api.CtxSetCurrent(c->ctx));
-    for (int64_t i = g0; i < g1; i++) {
-        CUdeviceptr at = r->base + (CUdeviceptr)(i * g);
-        if (c->api.MemCreate(&r->handle[i], (size_t)g, &c->prop, 0) != CUDA_SUCCESS) {
-            unmap_granules(c, r, g0, i);
-            return -1;
+    for (int64_t k = offset / c->phys; k * c->phys < offset + bytes; k++) {
+        uint32_t n = pages_in(c, k, offset, bytes);
+        CUdeviceptr at = r->base + (CUdeviceptr)(k * c->phys);
+        if (n && r->pages[k] == 0) {
+            if (c->api.MemCreate(&r->handle[k], (size_t)c->phys, &c->prop, 0) != CUDA_SUCCESS) {
+                release_pages(c, r, offset, k * c->phys - offset); /* what this call took */
+                return -1;
+            }
+            CUDA_CHECK(c, c->api.MemMap(at, (size_t)c->phys, 0, r->handle[k], 0));
+            CUDA_CHECK(c, c->api.MemSetAccess(at, (size_t)c->phys, &c->access, 1));
         }
-        CUDA_CHECK(c, c->api.MemMap(at, (size_t)g, 0, r->handle[i], 0));
-        CUDA_CHECK(c, c->api.MemSetAccess(at, (size_t)g, &c->access, 1));
-        r->mapped[i] = 1;
+        r->pages[k] += n;
     }
     cuda_xfer(dev, XFER_ZERO, base + offset, NULL, bytes); /* done before any later copy or kernel */
     return 0;
@@ -287,14 +307,16 @@ static void cuda_decommit(Device *dev, char *base, int64_t offset, int64_t bytes
     CudaDevice *c = (CudaDevice *)dev;
     CudaReserved *r = find_reserved(c, base);
     CUDA_CHECK(c, c->api.CtxSetCurrent(c->ctx));
-    unmap_granules(c, r, offset / dev->granule, (offset + bytes) / dev->granule);
+    release_pages(c, r, offset, bytes);
 }
 
 static void release_reserved(CudaDevice *c, CudaReserved *r)
 {
-    unmap_granules(c, r, 0, r->bytes / c->dev.granule);
+    for (int64_t k = 0; k < r->bytes / c->phys; k++)
+        if (r->pages[k])
+            unmap_granule(c, r, k);
     c->api.MemAddressFree(r->base, (size_t)r->bytes);
-    free(r->handle), free(r->mapped);
+    free(r->handle), free(r->pages);
 }
 
 static void cuda_unreserve(Device *dev, char *base, int64_t bytes)
@@ -317,9 +339,12 @@ static void setup_reserve(CudaDevice *c)
     c->prop.location.id = (int)c->cu;
     c->access.location = c->prop.location;
     c->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if (c->api.MemGetAllocationGranularity(&g, &c->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !g)
+    long page = sysconf(_SC_PAGESIZE);
+    if (c->api.MemGetAllocationGranularity(&g, &c->prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !g ||
+        page <= 0 || g % (size_t)page)
         return;
-    c->dev.granule = (int64_t)g;
+    c->phys = (int64_t)g;
+    c->dev.granule = page; /* the executor's unit, and the compiler's (codegen/offload.c) */
     c->dev.reserve = cuda_reserve, c->dev.commit = cuda_commit;
     c->dev.decommit = cuda_decommit, c->dev.unreserve = cuda_unreserve;
 }

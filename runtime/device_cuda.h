@@ -12,9 +12,10 @@
  * are cuBLASLt matmuls (f32, or TF32 with tf32 set), the row-major GEMMs of the program
  * as the column-major transposes; zeroing, uploads, downloads and copies are
  * asynchronous on the one stream, which `sync` waits for. The host does not see the
- * tiers (no host_view). Reserved tiers (ZeRO's shards, executor.h) are CUDA virtual
- * address space (cuMemAddressReserve) with one physical allocation mapped per granule
- * of it (cuMemCreate, cuMemMap; the granule is the GPU's, 2 MiB on current ones);
+ * tiers (no host_view). Reserved tiers (ZeRO's shards, offload's parts, executor.h)
+ * are CUDA virtual address space (cuMemAddressReserve), committed in host pages as the
+ * compiler counts them, with one physical allocation mapped per granule of the GPU's
+ * (cuMemCreate, cuMemMap; 2 MiB on current GPUs) while any of its pages is committed;
  * what is decommitted is no longer used by queued work (executor.h: exec_decommit waits
  * for the device, offload's copy thread for its job's mark).
  *

@@ -386,14 +386,14 @@ CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
 /* Virtual memory management: address space is an inaccessible mapping of the host's;
  * cuMemMap puts fresh host memory behind a granule, still inaccessible (and not zero)
  * until cuMemSetAccess, as on a GPU; cuMemUnmap makes it address space again. The
- * granule is a host page (a GPU's is 2 MiB), so that the tests' small tiers shard as
- * they do on the CPU device. */
+ * granule is 64 KiB (a GPU's is 2 MiB): larger than a page, so that the CUDA device's
+ * pages within granules are exercised, small enough for the tests' tiers to shard. */
 struct EmulHandle { size_t bytes; };
 
 CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags o)
 {
     (void)prop, (void)o;
-    *g = (size_t)sysconf(_SC_PAGESIZE);
+    *g = (size_t)64 << 10;
     return CUDA_SUCCESS;
 }
 
