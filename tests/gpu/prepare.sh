@@ -3,6 +3,7 @@
 # machine reaches no package registry and takes at most 64 MiB of working tree, so
 # what it runs is compiled here and carried in gpu-carry/ (ignored by git):
 #   train-tiny    gpt2-tiny (4 layers, batch 4, seq 64): 20 steps on the GPU against the CPU
+#   train-tiny-off  the same under a 6 MiB device budget: offload on the GPU's copy stream
 #   train-gpt2    GPT-2 124M, batch 16, seq 1024: the benchmark (bench/train_gpu.sh)
 #   test_codegen_cuda   every emitter test kernel on the GPU against kernel_eval
 #   genesis.bin   the tokens; kc/  the kernels precompiled for sm_90 (the H200), so the
@@ -18,11 +19,12 @@ carry=gpu-carry
 rm -rf "$carry" && mkdir -p "$carry/lib"
 "$build/runtime/colossalc-mktokens" data/genesis.txt "$carry/genesis.bin" > /dev/null
 "$build/colossalc" models/gpt2-tiny.model --set batch=4 --set seq=64 -o "$carry/train-tiny"
+"$build/colossalc" models/gpt2-tiny.model --set batch=4 --set seq=64 --device-memory 6M -o "$carry/train-tiny-off"
 "$build/colossalc" models/gpt2.model --set batch=16 --set seq=1024 -o "$carry/train-gpt2"
 "$build/colossalc" models/gpt2.model --set batch=16 --set seq=1024 --summary |
   awk -F'[:(]' '/FLOPs per training step/ {print $2+0}' > "$carry/train-gpt2.flops"
 cp "$build/tests/test_codegen_cuda" "$carry/"
-for t in train-tiny train-gpt2; do
+for t in train-tiny train-tiny-off train-gpt2; do
   "$carry/$t" --compile-kernels sm_90 --kernel-cache "$carry/kc"
 done
 for bin in "$carry/train-tiny" "$carry/train-gpt2" "$carry/test_codegen_cuda"; do

@@ -7,6 +7,9 @@
 #   2. gpt2-tiny for 20 steps with --device cuda against --device cpu: every step's
 #      loss and every parameter after the last step to a relative 1e-4
 #   3. the kernel cache: a second start finds every unit
+#   3b. offload: gpt2-tiny under a 6 MiB device budget (moves on the copy stream, the
+#      optimizer of host-resident chunks on the CPU) against the CPU run of 2., and its
+#      measured peaks against the plan's (train's closing offload line)
 #   4. bench/train_gpu.sh: GPT-2 124M, batch 16, seq 1024, against PyTorch on the same GPU
 # Everything goes to $OUT (default gpu-out/), a line per check to $OUT/summary.txt.
 # Exit status: 0 when every check passed. Usage: bash tests/gpu/run.sh
@@ -37,6 +40,11 @@ check tiny_equal python3 tests/multirank/compare_runs.py 1e-4 "$work/cpu.jsonl" 
   "$work/cpu.safetensors" "$work/cuda.safetensors"
 check tiny_cache_hit sh -c "cd '$work' && '$carry/train-tiny' --device cuda --kernel-cache '$carry/kc' --steps 0 | grep -E 'units for sm_[0-9]+, ([0-9]+) from the cache' && ! '$carry/train-tiny' --device cuda --kernel-cache '$carry/kc' --steps 0 | grep -q compiled"
 grep -h '^cuda' "$out/tiny_cuda.txt" | tee -a "$out/summary.txt"
+off() { (cd "$work" && "$carry/train-tiny-off" --data "$carry/genesis.bin" --steps 20 --eps 1e-6 "$@"); }
+check offload_cuda off --device cuda --kernel-cache "$carry/kc" --log off.jsonl --save off.safetensors
+check offload_equal python3 tests/multirank/compare_runs.py 1e-4 "$work/cpu.jsonl" "$work/off.jsonl" \
+  "$work/cpu.safetensors" "$work/off.safetensors"
+grep -h '^offload: device peak' "$out/offload_cuda.txt" | tee -a "$out/summary.txt"
 check bench bash bench/train_gpu.sh "$carry" "$out"
 cat "$out/bench.txt" >> "$out/summary.txt"
 rm -rf "$work"
