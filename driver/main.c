@@ -15,6 +15,7 @@
 #include "codegen/lower.h"
 #include "codegen/offload.h"
 #include "codegen/pipeline.h"
+#include "codegen/verify.h"
 #include "codegen/zero.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
@@ -503,7 +504,11 @@ static char *programs_json(const Build *b) {
   return b->nps == 1 ? program_to_json(b->ps[0]) : programs_to_json(b->ps, b->nps);
 }
 
+/* The program verifier after every pass that writes the programs (codegen/verify.h). */
 static void after_program(const Build *b, const char *pass) {
+  char err[512];
+  if (program_verify(b->ps, b->nps, err, sizeof err))
+    diag_internal(__FILE__, __LINE__, arena_printf(b->ps[0]->arena, "the program after pass %s: %s", pass, err));
   if (dump_after(b, pass)) write_kernels(stdout, b->ps, programs_json(b));
 }
 

@@ -49,6 +49,9 @@ enum { ISA_COMM_NKINDS = 0 ISA_COMM_KINDS(ISA_COUNT) };
 #undef ISA_ENUM
 #undef ISA_COUNT
 
+/* "send" and "recv": tags are below this. */
+#define ISA_TAG_LIMIT 16384
+
 #define ISA_NAME(name, json) json,
 /* The JSON names, indexed by IsaOp and IsaCommKind, NULL-terminated. */
 static const char *const isa_op_names[ISA_NOPS + 1] = {ISA_OPS(ISA_NAME) 0};

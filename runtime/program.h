@@ -135,7 +135,7 @@
  *       tp coordinates). A send does not wait for its receiver (the runtime copies
  *       the data out and completes every send before the step ends); a recv blocks.
  *       Messages between two ranks with the same tag are received in the order sent.
- *       G is in [0, 16384) (RT_TAG_LIMIT); the runtime uses the tags above.
+ *       G is in [0, 16384) (RT_TAG_LIMIT).
  *   {"op": "comm", "kind": "all_reduce"|"all_gather"|"reduce_scatter"|"split",
  *    "src": [tier, O], "dst": [tier, O], "outer": A, "n": N, "inner": I}
  *       over the tp group (size T, this rank r). The global tensor is A x N x I f32,

@@ -73,9 +73,8 @@ typedef enum RtLoc { RT_LOC_DEVICE, RT_LOC_HOST, RT_LOC_NVME, RT_LOC_ZERO, RT_LO
 /* A chunk's parts are named by their tier: RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT. */
 enum { RT_PARTS = 3 };
 
-/* Tags at or above this are the runtime's own (tied gradients); a program's "tag"
- * is below it. */
-#define RT_TAG_LIMIT 16384
+/* A program's "tag" is below this (program/isa.h). */
+#define RT_TAG_LIMIT ISA_TAG_LIMIT
 
 typedef struct RtTrain {
     RtOptimizer optimizer;

@@ -58,6 +58,9 @@ add_test(NAME recompute_gpt2_scores COMMAND test_recompute --selective-drops ${C
 
 # Offload plans walked independently: parts where kernels need them, the device under
 # its capacity, every part home at the end, predicted peaks equal to the walk's.
+add_executable(test_verify ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_verify.c)
+target_link_libraries(test_verify PRIVATE colossalc_core)
+add_test(NAME verify_program_gpt2_tiny COMMAND test_verify ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model batch=2 seq=32)
 add_executable(test_offload ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_offload.c)
 target_link_libraries(test_offload PRIVATE colossalc_core)
 add_test(NAME offload_gpt2_tiny COMMAND test_offload ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model batch=2 seq=32)

@@ -1,0 +1,208 @@
+/* The program verifier (codegen/verify.h). */
+#include "codegen/verify.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "codegen/offload.h"
+#include "codegen/pipeline.h"
+#include "runtime/program.h"
+
+typedef struct V {
+  const Program *p;
+  const char *list;         /* "step", ... */
+  bool in_step;
+  int stage, nstages;
+  char *err;
+  size_t errlen;
+  int at;                   /* the instruction's index, -1 for the program as a whole */
+} V;
+
+static int fail(V *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(V *v, const char *fmt, ...) {
+  char why[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  char where[64] = "";
+  if (v->nstages > 1) snprintf(where, sizeof where, "stage %d ", v->stage);
+  if (v->at >= 0) snprintf(where + strlen(where), sizeof where - strlen(where), "%s[%d]: ", v->list, v->at);
+  else if (where[0]) snprintf(where + strlen(where), sizeof where - strlen(where), ": ");
+  snprintf(v->err, v->errlen, "%s%s", where, why);
+  return -1;
+}
+
+/* The bytes a tier holds (WORK: one slot, which every WORK offset is relative to). */
+static int64_t tier_bytes(const Program *p, int tier) { return p->tiers[tier]; }
+
+static int range_in(V *v, int tier, int64_t lo, int64_t hi, const char *what) {
+  if (tier < 0 || tier >= RT_TIERS) return fail(v, "%s: tier %d out of range", what, tier);
+  if (lo < 0 || hi < lo || hi > tier_bytes(v->p, tier))
+    return fail(v, "%s: bytes [%lld, %lld) outside the %lld of tier %d", what, (long long)lo, (long long)hi,
+                (long long)tier_bytes(v->p, tier), tier);
+  return 0;
+}
+
+/* The "comm" geometry of runtime/program.h: src and dst bytes by kind. */
+static int check_comm(V *v, const PComm *c) {
+  const Program *p = v->p;
+  if (p->tp < 1) return fail(v, "comm in a program without a tensor-parallel group");
+  if (c->outer < 1 || c->n < 1 || c->inner < 1) return fail(v, "comm of an empty tensor");
+  if (c->kind != ISA_COMM_ALL_REDUCE && c->n % p->tp) return fail(v, "comm: n %lld does not split over tp %lld", (long long)c->n, (long long)p->tp);
+  int64_t whole = c->outer * c->n * c->inner * 4, part = whole / (c->kind == ISA_COMM_ALL_REDUCE ? 1 : p->tp);
+  int64_t src = c->kind == ISA_COMM_ALL_GATHER ? part : whole, dst = c->kind == ISA_COMM_ALL_REDUCE || c->kind == ISA_COMM_ALL_GATHER ? whole : part;
+  if (range_in(v, c->tier[0], c->off[0], c->off[0] + src, "comm src") || range_in(v, c->tier[1], c->off[1], c->off[1] + dst, "comm dst"))
+    return -1;
+  bool overlap = c->tier[0] == c->tier[1] && c->off[0] < c->off[1] + dst && c->off[1] < c->off[0] + src;
+  if (overlap && c->kind != ISA_COMM_ALL_REDUCE) return fail(v, "comm: src and dst overlap (only an all_reduce may be in place)");
+  return 0;
+}
+
+/* One instruction on its own: its bytes and where it may be. */
+static int check_instr(V *v, const PInstr *in) {
+  const Program *p = v->p;
+  Touch t[K_MAX_BUFS];
+  switch (in->kind) {
+  case ISA_KERNEL:
+    if (in->kernel < 0 || in->kernel >= p->nkernels) return fail(v, "kernel %d of %d", in->kernel, p->nkernels);
+    if (in->on_host && (!p->offload || v->in_step || !strcmp(v->list, "forward")))
+      return fail(v, "\"on\": \"host\" only in gradnorm and update of an offload program");
+    break;
+  case ISA_GEMM: case ISA_ZERO: break;
+  case ISA_COMM: return check_comm(v, &in->comm);
+  case ISA_SLOT:
+    if (!v->in_step || in->index < 0 || in->index >= (p->slots > 0 ? p->slots : 1))
+      return fail(v, "slot %d (of %lld) outside `step`'s slots", in->index, (long long)p->slots);
+    return 0;
+  case ISA_INPUT: case ISA_LOSS:
+    if (!v->in_step || !p->scheduled) return fail(v, "%s only in `step` of a scheduled program", isa_op_names[in->kind]);
+    if (in->kind == ISA_INPUT && (in->index < 0 || in->index >= p->microbatches))
+      return fail(v, "input of micro-batch %d of %lld", in->index, (long long)p->microbatches);
+    return range_in(v, RT_TIER_WORK, in->offset, in->offset + 4, isa_op_names[in->kind]);
+  case ISA_SEND: case ISA_RECV:
+    if (!v->in_step) return fail(v, "%s only in `step`", isa_op_names[in->kind]);
+    if (in->index < 0 || in->index >= v->nstages || in->index == v->stage)
+      return fail(v, "%s to stage %d (of %d, this is %d)", isa_op_names[in->kind], in->index, v->nstages, v->stage);
+    if (in->tag < 0 || in->tag >= ISA_TAG_LIMIT) return fail(v, "tag %d outside [0, %d)", in->tag, ISA_TAG_LIMIT);
+    return range_in(v, in->tier, in->offset, in->offset + in->bytes, isa_op_names[in->kind]);
+  case ISA_ZERO_GATHER: case ISA_ZERO_RELEASE: case ISA_ZERO_GRAD: case ISA_ZERO_REDUCE:
+    if (!v->in_step || !p->zero_scheduled) return fail(v, "%s only in `step` of a zero_scheduled program", isa_op_names[in->kind]);
+    if ((in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_RELEASE) && p->zero_stage != 3)
+      return fail(v, "%s at ZeRO stage %lld (only 3 gathers)", isa_op_names[in->kind], (long long)p->zero_stage);
+    if (in->chunk < 0 || in->chunk >= p->nparams) return fail(v, "%s of parameter %d of %d", isa_op_names[in->kind], in->chunk, p->nparams);
+    return 0;
+  case ISA_MOVE: case ISA_DROP: case ISA_WAIT:
+    if (!p->offload || !strcmp(v->list, "forward")) return fail(v, "%s only in step, gradnorm and update of an offload program", isa_op_names[in->kind]);
+    if (in->chunk < 0 || in->chunk >= p->offload->nchunks || in->part < 0 || in->part >= PART_COUNT)
+      return fail(v, "%s of chunk %d part %d (%d chunks)", isa_op_names[in->kind], in->chunk, in->part, p->offload->nchunks);
+    return 0;
+  }
+  int n = instr_touch(p, in, t);
+  for (int i = 0; i < n; i++)
+    if (range_in(v, t[i].tier, t[i].lo, t[i].hi, isa_op_names[in->kind])) return -1;
+  return 0;
+}
+
+/* ---- offload: where every part is, instruction by instruction ------------------------- */
+
+typedef struct Where {
+  unsigned char *at;        /* [chunk * PART_COUNT + part] bit per Loc holding it */
+  bool *busy;               /* a move or drop of it not yet waited for */
+} Where;
+
+static int touch_parts(V *v, const Where *w, int tier, int64_t lo, int64_t hi, bool on_host) {
+  const Program *p = v->p;
+  const OffloadPlan *op = p->offload;
+  int part = tier == RT_TIER_PARAMS ? PART_PARAMS : tier == RT_TIER_GRADS ? PART_GRADS : tier == RT_TIER_OPT ? PART_OPT : -1;
+  if (part < 0) return 0;
+  if (part == PART_OPT && p->opt_v_offset && lo >= p->opt_v_offset) lo -= p->opt_v_offset, hi -= p->opt_v_offset;
+  Loc need = on_host ? LOC_HOST : LOC_DEVICE;
+  for (int c = 0; c < op->nchunks; c++) {
+    const OChunk *ch = &op->chunk[c];
+    int it = c * PART_COUNT + part;
+    if (!(ch->start < hi && lo < ch->end)) continue;
+    if (!(w->at[it] & 1u << need)) return fail(v, "touches chunk %d's %s, which is not on the %s", c, part_names[part], loc_names[need]);
+    if (w->busy[it]) return fail(v, "touches chunk %d's %s while a move or drop of it is in flight (no wait)", c, part_names[part]);
+  }
+  return 0;
+}
+
+static int walk_offload(V *v, Where *w, const PSeq *s) {
+  const Program *p = v->p;
+  Touch t[K_MAX_BUFS];
+  for (v->at = 0; v->at < s->n; v->at++) {
+    const PInstr *in = &s->v[v->at];
+    int it = in->chunk * PART_COUNT + in->part;
+    if (in->kind == ISA_MOVE) {
+      if (in->from != LOC_ZERO && !(w->at[it] & 1u << in->from)) return fail(v, "move of chunk %d's %s from %s, where it is not", in->chunk, part_names[in->part], loc_names[in->from]);
+      if (w->at[it] & 1u << in->to) return fail(v, "move of chunk %d's %s to %s, where it already is", in->chunk, part_names[in->part], loc_names[in->to]);
+      if (in->from == LOC_ZERO && in->keep) return fail(v, "a move from zero keeps nothing");
+      w->at[it] |= 1u << in->to;
+      if (!in->keep && in->from != LOC_ZERO) w->at[it] &= ~(1u << in->from);
+      w->busy[it] = true;
+    } else if (in->kind == ISA_DROP) {
+      if (!(w->at[it] & 1u << in->from)) return fail(v, "drop of chunk %d's %s at %s, where it is not", in->chunk, part_names[in->part], loc_names[in->from]);
+      w->at[it] &= ~(1u << in->from);
+      w->busy[it] = true;
+    } else if (in->kind == ISA_WAIT) {
+      w->busy[it] = false;
+    } else {
+      int n = instr_touch(p, in, t);
+      for (int i = 0; i < n; i++)
+        if (touch_parts(v, w, t[i].tier, t[i].lo, t[i].hi, in->on_host)) return -1;
+    }
+  }
+  return 0;
+}
+
+static int check_offload(V *v) {
+  const Program *p = v->p;
+  const OffloadPlan *op = p->offload;
+  int n = op->nchunks * PART_COUNT;
+  Where w = {calloc(n + 1, 1), calloc(n + 1, sizeof(bool))};
+  int rc = !w.at || !w.busy ? fail(v, "out of memory") : 0;
+  for (int it = 0; !rc && it < n; it++) {
+    Loc home = op->chunk[it / PART_COUNT].home[it % PART_COUNT];
+    if (home != LOC_NONE) w.at[it] = 1u << home;
+  }
+  const PSeq *lists[3] = {&p->step, &p->gradnorm, &p->update};
+  const char *names[3] = {"step", "gradnorm", "update"};
+  for (int l = 0; l < 3 && !rc; l++) v->list = names[l], v->in_step = l == 0, rc = walk_offload(v, &w, lists[l]);
+  v->at = -1;
+  for (int it = 0; !rc && it < n; it++) {
+    Loc home = op->chunk[it / PART_COUNT].home[it % PART_COUNT];
+    unsigned want = home == LOC_NONE ? 0 : 1u << home;
+    if (w.at[it] != want) rc = fail(v, "after update, chunk %d's %s is not at its home (%s) only", it / PART_COUNT, part_names[it % PART_COUNT], loc_names[home]);
+  }
+  free(w.at), free(w.busy);
+  return rc;
+}
+
+/* ---- the whole ---------------------------------------------------------------------------- */
+
+static int verify_one(V *v) {
+  const Program *p = v->p;
+  const PSeq *lists[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
+  const char *names[4] = {"step", "gradnorm", "update", "forward"};
+  for (int l = 0; l < 4; l++) {
+    v->list = names[l], v->in_step = l == 0;
+    for (v->at = 0; v->at < lists[l]->n; v->at++)
+      if (check_instr(v, &lists[l]->v[v->at])) return -1;
+  }
+  v->at = -1;
+  if (p->zero_stage > 0 && p->dp < 1) return fail(v, "ZeRO stage %lld without a fixed dp", (long long)p->zero_stage);
+  for (int i = 0; p->zero_stage > 0 && i < p->nparams; i++)
+    if (p->params[i].owner < 0 || p->params[i].owner >= p->dp)
+      return fail(v, "parameter %s's owner %d is not a rank of the %lld of its dp group", p->params[i].node->name, p->params[i].owner, (long long)p->dp);
+  return p->offload ? check_offload(v) : 0;
+}
+
+int program_verify(Program *const *ps, int nps, char *err, size_t errlen) {
+  for (int s = 0; s < nps; s++) {
+    V v = {ps[s], "", false, s, nps, err, errlen, -1};
+    if (verify_one(&v)) return -1;
+  }
+  if (nps > 1 && pipe_check_order(ps, nps, err, errlen)) return -1;
+  return 0;
+}

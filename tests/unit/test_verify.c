@@ -1,0 +1,103 @@
+/* The program verifier (codegen/verify.h): a lowered model and its offload plan pass,
+ * and each kind of wrong program is refused with its place and reason: a kernel buffer
+ * beyond its tier, a slot outside `step`, an input in an unscheduled program, a ZeRO
+ * owner outside the dp group, and in an offload plan a kernel that runs before the
+ * wait of the move bringing its part, a move from where the part is not, and a step
+ * that ends with a part away from home. (Messages out of order between pipeline
+ * stages: tests/unit/test_pipeline.c.)
+ *
+ * Usage: test_verify MODEL [NAME=VALUE ...] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "codegen/offload.h"
+#include "codegen/verify.h"
+#include "tests/common/lowered.h"
+
+static int failures;
+#define CHECK(c, ...) do { if (!(c)) { printf("FAIL: " __VA_ARGS__); printf("\n"); failures++; } } while (0)
+
+static Program *lowered(Arena *a, int argc, char **argv) {
+  char *args[32];
+  for (int i = 0; i < argc && i < 32; i++) args[i] = strdup(argv[i]);
+  return lowered_model(a, argc, args);
+}
+
+/* p fails verification with want in the message (NULL: passes). */
+static void expect(Program *p, const char *name, const char *want) {
+  char err[512] = "";
+  int rc = program_verify(&p, 1, err, sizeof err);
+  if (want) CHECK(rc != 0 && strstr(err, want), "%s: expected '%s', got '%s'", name, want, rc ? err : "no error");
+  else CHECK(rc == 0, "%s: %s", name, err);
+  printf("%-26s %s\n", name, rc ? err : "passes");
+}
+
+static int first_of(const PSeq *s, PInstrKind kind) {
+  for (int i = 0; i < s->n; i++)
+    if (s->v[i].kind == kind) return i;
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return fprintf(stderr, "usage: test_verify MODEL [NAME=VALUE ...]\n"), 2;
+  Arena *a = arena_new();
+  Program *p = lowered(a, argc - 1, argv + 1);
+  if (!p) return 1;
+  expect(p, "lowered", NULL);
+
+  Kernel *k = p->kernels[p->step.v[first_of(&p->step, ISA_KERNEL)].kernel];
+  int64_t off = k->bufs[0].offset;
+  k->bufs[0].offset = p->tiers[k->bufs[0].tier];
+  expect(p, "buffer beyond its tier", "outside the");
+  k->bufs[0].offset = off;
+
+  PSeq keep = p->gradnorm;
+  p->gradnorm = (PSeq){0};
+  for (int i = 0; i < keep.n; i++) *pseq_push(a, &p->gradnorm, keep.v[i].kind) = keep.v[i];
+  pseq_push(a, &p->gradnorm, ISA_SLOT)->index = 0;
+  expect(p, "slot in gradnorm", "gradnorm[");
+  p->gradnorm = keep;
+
+  PSeq step = p->step;
+  p->step = (PSeq){0};
+  pseq_push(a, &p->step, ISA_INPUT)->index = 0;
+  expect(p, "input, unscheduled", "only in `step` of a scheduled program");
+  p->step = step;
+
+  p->zero_stage = 1, p->dp = 2;
+  for (int i = 0; i < p->nparams; i++) p->params[i].owner = i % 2;
+  expect(p, "ZeRO-1 owners", NULL);
+  p->params[1].owner = 2;
+  expect(p, "owner outside dp", "is not a rank of the 2");
+  p->zero_stage = 0, p->dp = 0;
+
+  /* an offload plan at a third of the state */
+  Program *q = lowered(a, argc - 1, argv + 1);
+  Cluster cl;
+  cluster_from_profile(&cl, "cpu", 1, 1);
+  int64_t state = q->tiers[RT_TIER_PARAMS] + q->tiers[RT_TIER_GRADS] + q->tiers[RT_TIER_OPT];
+  OffloadOptions o = {.device_memory = q->tiers[RT_TIER_WORK] + state / 3 + (1 << 16), .cl = &cl};
+  CHECK(offload_plan(q, &o) != NULL, "no offload plan at a third of the state");
+  expect(q, "offload plan", NULL);
+  int w = first_of(&q->step, ISA_WAIT);
+  CHECK(w >= 0, "the plan's step has no wait");
+  PInstrKind was = q->step.v[w].kind;
+  q->step.v[w].kind = ISA_SLOT; /* the wait gone (a slot 0 in its place) */
+  expect(q, "no wait before use", "in flight");
+  q->step.v[w].kind = was;
+  int m = first_of(&q->step, ISA_MOVE);
+  Loc from = q->step.v[m].from;
+  q->step.v[m].from = from == LOC_HOST ? LOC_NVME : LOC_HOST;
+  expect(q, "move from elsewhere", "where it is not");
+  q->step.v[m].from = from;
+  int last = -1;
+  for (int i = 0; i < q->update.n; i++)
+    if (q->update.v[i].kind == ISA_MOVE || q->update.v[i].kind == ISA_DROP) last = i;
+  if (last >= 0) {
+    q->update.v[last].kind = ISA_WAIT; /* the last move or drop home gone */
+    expect(q, "not home after update", "is not at its home");
+  }
+  arena_free(a);
+  printf("%s\n", failures ? "FAILED" : "ok");
+  return failures != 0;
+}
