@@ -654,9 +654,7 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     int failed = trainer_load_batch(t, t->data, t->opts->data, t->data_step, err, errlen) != 0;
     s->lr = train_lr(&t->hp, k, t->opts->steps);
     train_scalars(&t->hp, s->lr, k, 1.0, sc);
-    exec_peak_reset(&t->ex);
-    if (!t->zero.scheduled) /* else `step` gathers each parameter where it is used */
-        zero_gather_params(&t->zero, &t->ex);
+    exec_peak_reset(&t->ex); /* ZeRO-3's step gathers each parameter where it is used */
     float loss = trainer_forward_backward(t, sc);
     mesh_sum_tied(&t->mesh, t->ex.tiers[RT_TIER_GRADS]);
     zero_sync_grads(&t->zero, &t->ex);
@@ -735,8 +733,6 @@ int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen)
     double v[2] = {0, 0}; /* sum of losses, failed */
     train_scalars(&t->hp, 0.0, t->step > 0 ? t->step : 1, 1.0, sc);
     exec_peak_reset(&t->ex);
-    if (!t->zero.scheduled) /* else `step` gathers each parameter where it is used */
-        zero_gather_params(&t->zero, &t->ex);
     for (int b = 0; b < TRAIN_VAL_BATCHES; b++) {
         if (trainer_load_batch(t, t->val, t->opts->val, b, err, errlen) != 0) {
             v[1] = 1;
@@ -797,8 +793,7 @@ static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen)
                                          t->gstate[1], err, errlen);
     trainer_release_staging(t);
     zero_release_opt(&t->zero, &t->ex);
-    if (t->zero.scheduled) /* the step gathers what it needs itself */
-        zero_release_params(&t->zero, &t->ex);
+    zero_release_params(&t->zero, &t->ex); /* the step gathers what it needs itself */
     if (trainer_agree(t, rc != 0, err, errlen) != 0)
         return -1;
     t->last_ckpt = t->step;

@@ -311,12 +311,17 @@ void zero_release_opt(Zero *z, Executor *ex)
 }
 
 /* FNV-1a over the parameters' 32-bit words. */
-static uint64_t params_hash(const RtProgram *p, Executor *ex)
+/* Of a device the host does not see, each parameter read back through buf. */
+static uint64_t params_hash(const RtProgram *p, Executor *ex, uint32_t *buf)
 {
     uint64_t h = 1469598103934665603ull;
     const char *base = exec_host_tier(ex, RT_TIER_PARAMS);
-    for (int i = 0; base && i < p->nparams; i++) {
-        const uint32_t *w = (const uint32_t *)(base + p->params[i].offset);
+    for (int i = 0; i < p->nparams; i++) {
+        const uint32_t *w = buf;
+        if (base)
+            w = (const uint32_t *)(base + p->params[i].offset);
+        else
+            exec_read(ex, RT_TIER_PARAMS, p->params[i].offset, buf, p->params[i].numel * 4);
         for (int64_t k = 0; k < p->params[i].numel; k++)
             h = (h ^ w[k]) * 1099511628211ull;
     }
@@ -325,9 +330,17 @@ static uint64_t params_hash(const RtProgram *p, Executor *ex)
 
 int zero_check_replicas(Zero *z, Executor *ex, char *err, size_t errlen)
 {
-    if (z->comm->size == 1 || !exec_host_tier(ex, RT_TIER_PARAMS))
-        return 0;
-    uint64_t h = params_hash(z->prog, ex);
+    int64_t most = 1;
+    for (int i = 0; i < z->prog->nparams; i++)
+        most = z->prog->params[i].numel > most ? z->prog->params[i].numel : most;
+    uint32_t *buf = exec_host_tier(ex, RT_TIER_PARAMS) ? NULL : malloc((size_t)most * 4);
+    int failed = !exec_host_tier(ex, RT_TIER_PARAMS) && !buf;
+    if (z->comm->size == 1 || comm_agree(z->comm, failed, NULL) != 0) {
+        free(buf);
+        return failed ? file_set_error(err, errlen, "out of memory") : 0;
+    }
+    uint64_t h = params_hash(z->prog, ex, buf);
+    free(buf);
     double lo = (double)(h & 0xffffffffu), hi = (double)(h >> 32);
     double v[4] = {lo, hi, -lo, -hi}; /* maxima, and minima negated */
     z->comm->host_all_reduce(z->comm, v, 4, COMM_MAX);
