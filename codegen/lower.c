@@ -9,6 +9,7 @@
 #include "codegen/lower.h"
 #include "codegen/cuda.h"
 #include "codegen/offload.h"
+#include "codegen/zero.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1582,6 +1583,12 @@ static cJSON *program_json(const Program *p) {
     cJSON_AddItemToObject(o, "predicted", pr);
   }
   if (p->zero_scheduled) cJSON_AddBoolToObject(o, "zero_scheduled", true);
+  if (!p->offload) { /* the device memory of a step on each dp rank (codegen/zero.h) */
+    int n = p->zero_stage > 0 ? (int)p->dp : 1;
+    cJSON *mem = cJSON_CreateArray();
+    for (int r = 0; r < n; r++) cJSON_AddItemToArray(mem, cJSON_CreateNumber((double)zero_predict_memory(p, r)));
+    cJSON_AddItemToObject(o, "predicted_memory", mem);
+  }
   if (p->scheduled) {
     cJSON_AddBoolToObject(o, "scheduled", true);
     cJSON_AddNumberToObject(o, "slots", (double)p->slots);

@@ -115,3 +115,70 @@ void zero_schedule(Program *p) {
   p->step = out;
   p->zero_scheduled = true;
 }
+
+/* ---- the memory a step holds ----------------------------------------------------------- */
+
+enum { PAGE = 4096 }; /* the runtime's granule (the host page; codegen/offload.c's too) */
+
+typedef struct Pages {
+  int *count[4];            /* per reserved tier: ranges holding each page, else NULL */
+  int64_t held;             /* bytes of the pages with a count */
+} Pages;
+
+static void pages_add(Pages *m, int tier, int64_t off, int64_t bytes, int d) {
+  if (!m->count[tier] || bytes <= 0) return;
+  for (int64_t g = off / PAGE; g < (off + bytes + PAGE - 1) / PAGE; g++) {
+    if (d > 0 && m->count[tier][g]++ == 0) m->held += PAGE;
+    if (d < 0 && --m->count[tier][g] == 0) m->held -= PAGE;
+  }
+}
+
+static int64_t param_bytes(const Program *p, int i) { return shape_numel(&p->params[i].node->shape) * 4; }
+
+/* The staging buffer of the runtime's "comm" reorders (runtime/executor.c). */
+static int64_t staging_bytes(const Program *p) {
+  const PSeq *lists[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
+  int64_t most = 0;
+  for (int l = 0; l < 4; l++)
+    for (int i = 0; i < lists[l]->n; i++) {
+      const PComm *c = &lists[l]->v[i].comm;
+      bool reorder = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER;
+      if (lists[l]->v[i].kind == ISA_COMM && reorder && c->outer > 1 && c->outer * c->n * c->inner * 4 > most)
+        most = c->outer * c->n * c->inner * 4;
+    }
+  return most;
+}
+
+int64_t zero_predict_memory(const Program *p, int r) {
+  ir_assert(!p->offload);
+  int stage = (int)p->zero_stage;
+  bool reserved[4] = {stage == 3, stage >= 2 && p->zero_scheduled, stage >= 1, false};
+  Pages m = {{0}, 0};
+  int64_t whole = staging_bytes(p);
+  for (int t = 0; t < 4; t++) {
+    int64_t bytes = t == RT_TIER_WORK ? p->tiers[t] * (p->slots > 0 ? p->slots : 1) : p->tiers[t];
+    if (bytes <= 0) continue;
+    if (reserved[t]) m.count[t] = arena_array(p->arena, bytes / PAGE + 2, sizeof(int));
+    else whole += bytes;
+  }
+  bool adamw = p->g->train.opt == OPT_ADAMW;
+  for (int i = 0; i < p->nparams; i++) { /* between steps: the owned shards */
+    bool owned = stage == 0 || p->params[i].owner == r;
+    int64_t off = p->params[i].offset, b = param_bytes(p, i);
+    if (!owned) continue;
+    pages_add(&m, RT_TIER_PARAMS, off, b, 1);
+    pages_add(&m, RT_TIER_GRADS, off, b, 1);
+    pages_add(&m, RT_TIER_OPT, off, b, 1);
+    if (adamw) pages_add(&m, RT_TIER_OPT, p->opt_v_offset + off, b, 1);
+  }
+  int64_t peak = m.held;
+  for (int i = 0; i < p->step.n; i++) { /* a non-owner's gathers and gradients */
+    const PInstr *in = &p->step.v[i];
+    if (in->kind < ISA_ZERO_GATHER || in->kind > ISA_ZERO_REDUCE || p->params[in->chunk].owner == r) continue;
+    int tier = in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_RELEASE ? RT_TIER_PARAMS : RT_TIER_GRADS;
+    int d = in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_GRAD ? 1 : -1;
+    pages_add(&m, tier, p->params[in->chunk].offset, param_bytes(p, in->chunk), d);
+    if (m.held > peak) peak = m.held;
+  }
+  return whole + peak;
+}

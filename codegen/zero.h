@@ -30,6 +30,15 @@
  * program carries ("owner"); the runtime shards by it. requires: the plan set (dp > 0). */
 void zero_assign_owners(Program *p);
 
+/* The device memory one training step holds at its peak on data-parallel rank r, as
+ * the runtime counts it (runtime/executor.h): every tier it does not reserve whole
+ * (WORK for all its slots), the collectives' staging buffer, and of the tiers ZeRO
+ * shards (OPT from stage 1, GRADS at 2 and 3, PARAMS at 3) the pages committed: the
+ * owned shards for the whole run, and what the compiled step's gathers and gradients
+ * add until they are released or reduced. Pages shared by two ranges count once. Not
+ * for offload programs (their plan predicts their own). */
+int64_t zero_predict_memory(const Program *p, int r);
+
 /* Rewrites p->step and sets p->zero_scheduled. requires: lower_program, the plan set
  * (p->zero_stage 2 or 3, p->tp), one unscheduled program without offload (no
  * pipeline). */

@@ -52,6 +52,9 @@
  *   "inputs": [{"name": "tokens", "role": "tokens"|"targets", "shape": [4, 64], "offset": N}, ...],
  *   "loss_offset": N, "logits_offset": N, "gradnorm_offset": N, "gradnorm_parts": N,
  *   "flops_per_step": F,
+ *   "predicted_memory": [B, ...],  (optional: the device memory one training step holds
+ *                      at its peak, per dp rank of a ZeRO plan or one value, as the
+ *                      runtime counts it: tiers, ZeRO's committed pages, staging)
  *   "kernels": ["k0_embedding", ...],                   (names, index = kernel id)
  *   "cuda_launch": [[256, 40], ...],                     (optional: per kernel, the CUDA
  *                      threads per block and blocks; the object then also defines

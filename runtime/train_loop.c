@@ -453,6 +453,13 @@ static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err,
                    t->dev->peak_flops > 0 ? 0 : 1};
     t->comm->host_all_reduce(t->comm, f, 3, COMM_SUM);
     t->step_flops = f[0], t->peak_flops = f[2] > 0 ? 0 : f[1];
+    /* the compiler's figure for this rank's step memory, the largest over the ranks
+     * (unknown, -1, if any rank's program lacks it) */
+    int k = p->npredicted_mem > 1 ? t->mesh.dp_rank : 0;
+    double plan[2] = {k < p->npredicted_mem ? (double)(p->predicted_mem[k] + t->dev->own_bytes) : -1, 0};
+    plan[1] = -plan[0];
+    t->comm->host_all_reduce(t->comm, plan, 2, COMM_MAX);
+    t->plan_mem = -plan[1] < 0 ? -1 : plan[0];
     if (mesh_device_groups(&t->mesh, wrap, t->dev, err, errlen) != 0 ||
         zero_init(&t->zero, p, t->mesh.dp_comm, t->mesh.in_norm, err, errlen) != 0)
         return -1;
@@ -707,6 +714,8 @@ static void trainer_log_step(Trainer *t, const StepStats *s)
     printf("step %" PRId64 "/%" PRId64
            " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | mem %.1f MiB",
            t->step, t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps, s->mem / (1 << 20));
+    if (t->plan_mem >= 0)
+        printf(" (plan %.1f MiB)", t->plan_mem / (1 << 20));
     if (isfinite(mfu))
         printf(" | MFU %.1f%%", 100 * mfu);
     printf("\n");
@@ -720,6 +729,7 @@ static void trainer_log_step(Trainer *t, const StepStats *s)
     json_num(t->log, "ms", s->ms, "%.3f");
     json_num(t->log, "tokens_per_s", tps, "%.1f");
     json_num(t->log, "device_memory_peak", s->mem, "%.0f");
+    json_num(t->log, "device_memory_plan", t->plan_mem >= 0 ? t->plan_mem : NAN, "%.0f");
     json_num(t->log, "mfu", mfu, "%.4f");
     fputs("}\n", t->log);
     fflush(t->log);

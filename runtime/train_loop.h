@@ -94,6 +94,8 @@ typedef struct Trainer {
     int64_t peak_runs;    /* steps and validations measured */
     double step_flops;    /* model FLOPs of one training step over all ranks */
     double peak_flops;    /* the ranks' devices' peak FLOP/s together, 0 if any is unknown */
+    double plan_mem;      /* the compiler's step memory of the largest rank with the device's
+                             own bytes ("predicted_memory"), -1 when unknown */
     int64_t data_step; /* next training batch */
     int64_t last_val, last_ckpt; /* steps at which they last ran (-1: never) */
 } Trainer;

@@ -970,6 +970,17 @@ static int parse_predicted(Pj *pj, const cJSON *r, RtProgram *p)
 {
     static const char *const keys[4] = {"device_peak", "host_peak", "nvme_peak",
                                         "transfer_bytes"};
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(r, "predicted_memory");
+    if (mem) { /* the device memory of a step, per dp rank (one value without ZeRO) */
+        const cJSON *a = pj_array(pj, r, "", "predicted_memory", 1, 1 << 20);
+        if (!a)
+            return -1;
+        p->npredicted_mem = cJSON_GetArraySize(a);
+        if (!(p->predicted_mem = calloc((size_t)p->npredicted_mem, sizeof *p->predicted_mem)))
+            return file_set_error(pj->err, pj->errlen, "program: out of memory");
+        if (pj_ints(pj, a, "predicted_memory", "", p->npredicted_mem, 0, INT64_MAX / 2, p->predicted_mem) != 0)
+            return -1;
+    }
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "predicted");
     if (!o)
         return 0;
@@ -982,8 +993,6 @@ static int parse_predicted(Pj *pj, const cJSON *r, RtProgram *p)
     return 0;
 }
 
-/* Optional "zero_scheduled": ZeRO-2/3 placed in an unscheduled one-stage `step`
- * without offload (program.h, "ZeRO inside the step"). */
 /* ZeRO's plan: from stage 1 a fixed dp and every parameter's owner among its ranks
  * (the compiler deals them, codegen/zero.h); stages 2 and 3 are compiled into the
  * step ("zero_scheduled"). */
@@ -1006,6 +1015,8 @@ static int check_zero_plan(Pj *pj, const RtProgram *p)
     return 0;
 }
 
+/* Optional "zero_scheduled": ZeRO-2/3 placed in an unscheduled one-stage `step`
+ * without offload (program.h, "ZeRO inside the step"). */
 static int parse_zero_scheduled(Pj *pj, const cJSON *r, RtProgram *p)
 {
     p->zero_scheduled = 0;
@@ -1166,6 +1177,7 @@ void program_global_shape(const RtProgram *p, const RtParam *q, int64_t *shape)
 
 void program_free(RtProgram *p)
 {
+    free(p->predicted_mem);
     for (int i = 0; i < p->nparams; i++)
         free(p->params[i].name);
     free(p->params);

@@ -208,6 +208,9 @@ typedef struct RtProgram {
     int scheduled;   /* `step` walks all micro-batches itself (input/loss instructions) */
     int64_t slots;   /* WORK is slots x tiers[RT_TIER_WORK] bytes (default 1) */
     RtOffload offload;
+    int64_t *predicted_mem;  /* [npredicted_mem] "predicted_memory": a step's device memory
+                                per dp rank (1 value without ZeRO), or NULL */
+    int npredicted_mem;
 } RtProgram;
 
 /* Parses and validates json (one program object) against a kernel table of

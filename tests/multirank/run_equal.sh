@@ -3,7 +3,8 @@
 # or of train-dpNP-zeroZERO (planned with that ZeRO stage, build.sh) against one rank
 # of the program compiled for batch 2*NP, 5 AdamW steps
 # from the same Philox initialisation: every step's loss and every parameter tensor
-# after the last update (--save) to a relative 1e-5 (compare_runs.py). With ZeRO,
+# after the last update (--save) to a relative 1e-5 (compare_runs.py), and every step's
+# measured device memory equal to the compiler's prediction (check_memory.py). With ZeRO,
 # the startup line must also show the sharded tiers at about 1/NP of their size.
 #
 # --eps 1e-6, not the model's 1e-8: the key bias of attention has a gradient that is
@@ -31,6 +32,7 @@ device_prepare "$prog"
 timeout 300 $mpirun -np "$np" "$prog" $args $devargs --log many.jsonl --save many.safetensors > many.out
 grep '^data parallel' many.out
 "$py" "$src/tests/multirank/compare_runs.py" 1e-5 one.jsonl many.jsonl one.safetensors many.safetensors
+"$py" "$src/tests/multirank/check_memory.py" many.jsonl
 [ "$zero" -eq 0 ] && exit 0
 # the startup line's "params A MiB[ of B MiB], grads ..., opt C MiB of D MiB": held /
 # whole <= 1/np + 0.05 (the closing "peak memory" line has the same form)

@@ -5,7 +5,8 @@
 # under mpirun for 5 AdamW steps, against one rank of the same model with batch 4
 # (train-l4-b4): every step's loss and every parameter tensor after the last update
 # (--save gathers the split and staged parameters) to a relative 1e-5
-# (compare_runs.py; --eps 1e-6 for the reason run_equal.sh gives).
+# (compare_runs.py; --eps 1e-6 for the reason run_equal.sh gives), and every step's
+# measured device memory equal to the compiler's prediction (check_memory.py).
 # DEVICE=cuda EMUL=DIR in the environment run the ranks on the CUDA device of the
 # host emulation in DIR (tests/cuda_emul: its NCCL on MPI), against the same one-rank
 # run on the CPU device (device.sh). EXPECT_DIFFER=1 turns the check around: the run
@@ -35,3 +36,4 @@ if [ "${EXPECT_DIFFER:-0}" = 1 ]; then # the hazard test (tests/cuda_emul/tests.
   exit 0
 fi
 "$py" "$src/tests/multirank/compare_runs.py" 1e-5 one.jsonl many.jsonl one.safetensors many.safetensors
+"$py" "$src/tests/multirank/check_memory.py" many.jsonl
