@@ -444,13 +444,14 @@ static int exec_wait(Executor *ex, const RtInstr *in, const float *scalars)
     return offload_wait(exec_off(ex), in->chunk, in->part);
 }
 
-/* zero_gather, zero_release, zero_grad, zero_reduce: to the ZeRO state's hook, with
- * every earlier instruction's writes done (the hook communicates). */
+/* zero_gather, zero_release, zero_grad, zero_reduce: to the ZeRO state's hook. No wait
+ * for the device: its collectives are ordered with the kernels (comm.h), a commit adds
+ * memory no queued work uses, and a decommit waits for the device itself
+ * (exec_decommit). */
 static int exec_zero_param(Executor *ex, const RtInstr *in, const float *scalars)
 {
     if (!ex->ctx.zero)
         exec_missing("the ZeRO state (\"zero_gather\", \"zero_grad\", ...)");
-    ex->dev->sync(ex->dev);
     ex->ctx.zero(ex->ctx.zero_arg, ex, in);
     return 0;
 }

@@ -19,7 +19,7 @@
  * "recv" to the pp group's isend/recv_tag, "input" uploads rows of ctx.tokens or
  * ctx.targets, "loss" reads one f32 back and adds it to ctx.loss, and the ZeRO
  * instructions ("zero_gather", "zero_release", "zero_grad", "zero_reduce") go to
- * the ctx.zero hook after a device sync (train_zero.h commits, decommits and
+ * the ctx.zero hook (train_zero.h commits, decommits and
  * communicates). Tier base pointers are device addresses: the host
  * reads and writes them only through exec_read/exec_write, or directly through
  * exec_host_tier when the device's memory is host memory (the CPU device).
@@ -119,7 +119,7 @@ typedef void (*ExecZeroFn)(void *arg, Executor *ex, const RtInstr *in);
 /* What the parallel instructions of program.h use beyond the tiers, set by the
  * caller before exec_run: the groups they talk to, this step's rows for "input",
  * the sum the "loss" instructions add to, and the hook the ZeRO instructions of a
- * zero_scheduled program go to (the executor syncs the device before each). */
+ * zero_scheduled program go to. */
 typedef struct ExecCtx {
     Comm *tp;                /* "comm": the tensor-parallel group (size mesh.tp) */
     Comm *pp;                /* "send", "recv": the pipeline group, rank = stage */
