@@ -19,7 +19,7 @@ static int failures;
 
 static Program *lowered(Arena *a, int argc, char **argv) {
   char *args[32];
-  for (int i = 0; i < argc && i < 32; i++) args[i] = strdup(argv[i]);
+  for (int i = 0; i < argc && i < 32; i++) args[i] = arena_strdup(a, argv[i]);
   return lowered_model(a, argc, args);
 }
 
