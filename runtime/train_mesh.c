@@ -346,19 +346,16 @@ static void mesh_connect(Mesh *m)
     free(seen);
 }
 
-static Comm *wrap_group(Comm *c, int own, MeshWrapFn wrap, void *arg)
-{
-    return c->size > 1 ? wrap(arg, c, own) : c;
-}
-
 int mesh_device_groups(Mesh *m, MeshWrapFn wrap, void *arg, char *err, size_t errlen)
 {
+    /* every group that carries device buffers, whatever its size, so that no MPI call
+     * sees a device address (a trivial mesh's tp and pp are self Comms that carry none) */
     if (wrap && m->trivial) {
-        m->dp_comm = wrap_group(m->world, 0, wrap, arg);
+        m->dp_comm = wrap(arg, m->world, 0);
     } else if (wrap) {
-        m->tp_comm = wrap_group(m->tp_comm, 1, wrap, arg);
-        m->dp_comm = wrap_group(m->dp_comm, 1, wrap, arg);
-        m->pp_comm = wrap_group(m->pp_comm, 1, wrap, arg);
+        m->tp_comm = wrap(arg, m->tp_comm, 1);
+        m->dp_comm = wrap(arg, m->dp_comm, 1);
+        m->pp_comm = wrap(arg, m->pp_comm, 1);
     }
     if (mesh_tied_groups(m) != 0)
         return file_set_error(err, errlen, "out of memory");

@@ -16,7 +16,7 @@
  * rank's local part (program.h's block layout along the tp dimension).
  *
  * Device groups. The groups of mesh_init are host Comms (MPI); mesh_device_groups
- * hands those of size above 1 that carry device buffers (dp, tp, pp) to wrap when the
+ * hands those that carry device buffers (dp, tp, pp, whatever their size) to wrap when the
  * device has its own collectives (the CUDA device: NCCL on its stream), makes the
  * groups of tied parameters, and connects the pp group to the stages its lists send to
  * and receive from (comm.h, connect). The world stays the host Comm: the checkpoint
