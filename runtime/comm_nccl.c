@@ -64,6 +64,13 @@ static _Noreturn void nccl_fatal(NcclComm *n, const char *call, const char *why,
 
 static NcclComm *nc(Comm *c) { return (NcclComm *)c; }
 
+/* A unique id as the floats a host Comm carries (send, recv, broadcast). */
+typedef union NcclId {
+    ncclUniqueId id;
+    float f[(sizeof(ncclUniqueId) + sizeof(float) - 1) / sizeof(float)];
+} NcclId;
+enum { NCCL_ID_FLOATS = sizeof(NcclId) / sizeof(float) };
+
 static ncclRedOp_t nccl_op(CommRed op)
 {
     return op == COMM_MAX ? ncclMax : op == COMM_MIN ? ncclMin : ncclSum;
@@ -146,17 +153,14 @@ static void nccl_abort(Comm *c, int code)
  * sender makes the id and hands it over the host group. */
 static ncclComm_t pair_comm(NcclComm *n, int peer, int sender)
 {
-    union {
-        ncclUniqueId id;
-        float f[(sizeof(ncclUniqueId) + sizeof(float) - 1) / sizeof(float)];
-    } u;
-    int me = n->c.rank, nf = (int)(sizeof u.f / sizeof *u.f);
+    NcclId u;
+    int me = n->c.rank;
     memset(&u, 0, sizeof u);
     if (me == sender) {
         NCCL_CHECK(n, n->api->ncclGetUniqueId(&u.id));
-        n->host->send(n->host, u.f, nf, peer);
+        n->host->send(n->host, u.f, NCCL_ID_FLOATS, peer);
     } else {
-        n->host->recv(n->host, u.f, nf, sender);
+        n->host->recv(n->host, u.f, NCCL_ID_FLOATS, sender);
     }
     ncclComm_t comm;
     NCCL_CHECK(n, n->api->ncclCommInitRank(&comm, 2, u.id, me == sender ? 0 : 1));
@@ -318,14 +322,11 @@ Comm *comm_nccl_new(Comm *host, int own_host, const CudaApi *api, CUstream strea
                   .split = nccl_split, .isend = nccl_isend, .recv_tag = nccl_recv_tag,
                   .wait_sends = nccl_wait_sends, .connect = nccl_connect,
                   .host_all_reduce = nccl_host_all_reduce, .abort = nccl_abort, .destroy = nccl_destroy};
-    union {
-        ncclUniqueId id;
-        float f[(sizeof(ncclUniqueId) + sizeof(float) - 1) / sizeof(float)];
-    } u;
+    NcclId u;
     memset(&u, 0, sizeof u);
     if (host->rank == 0)
         NCCL_CHECK(n, api->ncclGetUniqueId(&u.id));
-    host->broadcast(host, u.f, (int64_t)(sizeof u.f / sizeof *u.f), 0); /* host memory: an MPI group */
+    host->broadcast(host, u.f, NCCL_ID_FLOATS, 0); /* host memory: an MPI group */
     NCCL_CHECK(n, api->ncclCommInitRank(&n->nccl, host->size, u.id, host->rank));
     CU_CHECK(n, api->EventCreate(&n->copied, CU_EVENT_DISABLE_TIMING));
     return &n->c;

@@ -11,6 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Parameter i's owning rank: the program's (every rank at stage 0 has it all; rank 0
+ * stands for them). */
+static int owner(const Zero *z, int i)
+{
+    return z->stage > 0 ? z->prog->params[i].owner : 0;
+}
+
 /* ---- the program's shape -------------------------------------------------------- */
 
 static int64_t param_rows(const RtParam *q)
@@ -55,14 +62,12 @@ int zero_init(Zero *z, const RtProgram *p, Comm *c, const unsigned char *in_norm
 {
     memset(z, 0, sizeof *z);
     z->prog = p, z->comm = c, z->stage = (int)p->zero_stage, z->in_norm = in_norm;
-    z->owner = calloc((size_t)p->nparams + 1, sizeof *z->owner);
     z->owned = calloc((size_t)p->nparams + 1, sizeof *z->owned);
     z->part0 = calloc((size_t)p->nparams + 1, sizeof *z->part0);
-    if (!z->owner || !z->owned || !z->part0)
+    if (!z->owned || !z->part0)
         return file_set_error(err, errlen, "out of memory");
     for (int i = 0; i < p->nparams; i++) {
-        z->owner[i] = z->stage > 0 ? p->params[i].owner : 0;
-        z->owned[i] = z->stage == 0 || z->owner[i] == c->rank;
+        z->owned[i] = z->stage == 0 || p->params[i].owner == c->rank;
         z->part0[i + 1] = z->part0[i] + param_rows(&p->params[i]);
     }
     z->scheduled = p->zero_scheduled;
@@ -71,7 +76,7 @@ int zero_init(Zero *z, const RtProgram *p, Comm *c, const unsigned char *in_norm
 
 void zero_free(Zero *z)
 {
-    free(z->owner), free(z->owned), free(z->part0);
+    free(z->owned), free(z->part0);
     memset(z, 0, sizeof *z);
 }
 
@@ -154,7 +159,7 @@ void zero_gather_params(Zero *z, Executor *ex)
         if (!z->owned[i])
             commit_or_abort(z, ex, RT_TIER_PARAMS, q->offset, q->numel * 4);
         z->comm->broadcast(z->comm, tier_floats(ex, RT_TIER_PARAMS, q->offset), q->numel,
-                           z->owner[i]);
+                           owner(z, i));
     }
     z->gathered = 1;
 }
@@ -177,7 +182,7 @@ static void zero_gather_one(Zero *z, Executor *ex, const RtParam *q, int i)
     if (!z->owned[i])
         commit_or_abort(z, ex, RT_TIER_PARAMS, q->offset, q->numel * 4);
     z->comm->broadcast(z->comm, tier_floats(ex, RT_TIER_PARAMS, q->offset), q->numel,
-                       z->owner[i]);
+                       owner(z, i));
 }
 
 static void zero_release_one(Zero *z, Executor *ex, const RtParam *q, int i)
@@ -200,7 +205,7 @@ static void zero_reduce_one(Zero *z, Executor *ex, const RtParam *q, int i)
 {
     float *g = tier_floats(ex, RT_TIER_GRADS, q->offset);
     if (z->comm->size > 1)
-        z->comm->reduce(z->comm, g, g, q->numel, COMM_SUM, z->owner[i]);
+        z->comm->reduce(z->comm, g, g, q->numel, COMM_SUM, owner(z, i));
     if (!z->owned[i])
         exec_decommit(ex, RT_TIER_GRADS, q->offset, q->numel * 4);
 }
@@ -272,7 +277,7 @@ void zero_update(Zero *z, Executor *ex, const float *sc)
     }
     for (int i = 0; i < p->nparams && z->comm->size > 1; i++)
         z->comm->broadcast(z->comm, tier_floats(ex, RT_TIER_PARAMS, p->params[i].offset),
-                           p->params[i].numel, z->owner[i]);
+                           p->params[i].numel, owner(z, i));
 }
 
 /* ---- checkpoints --------------------------------------------------------------- */
@@ -285,7 +290,7 @@ void zero_gather_opt(Zero *z, Executor *ex)
     if (z->stage == 0 || z->opt_gathered)
         return;
     for (int i = 0; i < p->nparams; i++) {
-        int n = opt_ranges(p, i, off), from = z->owner[i];
+        int n = opt_ranges(p, i, off), from = owner(z, i);
         if (from == 0)
             continue;
         if (c->rank == 0)
@@ -305,7 +310,7 @@ void zero_release_opt(Zero *z, Executor *ex)
     if (!z->opt_gathered)
         return;
     for (int i = 0; i < p->nparams; i++)
-        if (z->comm->rank == 0 && z->owner[i] != 0)
+        if (z->comm->rank == 0 && owner(z, i) != 0)
             decommit_opt(ex, p, i);
     z->opt_gathered = 0;
 }

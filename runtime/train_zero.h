@@ -63,7 +63,6 @@ typedef struct Zero {
     const RtProgram *prog;
     Comm *comm;
     int stage;              /* 0..3 */
-    int *owner;             /* [nparams] owning rank (all 0 at stage 0) */
     unsigned char *owned;   /* [nparams] this rank holds its optimizer state (all at stage 0) */
     int64_t *part0;         /* [nparams + 1] first gradnorm part of each parameter */
     const unsigned char *in_norm; /* [nparams] counted in the norm here (train_mesh.h), or NULL: all */
