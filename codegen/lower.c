@@ -69,7 +69,7 @@ PInstr *pseq_push(Arena *a, PSeq *s, PInstrKind kind) {
     s->cap = cap;
   }
   PInstr *in = &s->v[s->n++];
-  *in = (PInstr){.kind = kind, .node = -1};
+  *in = (PInstr){.kind = kind, .node = -1, .dp_rank = -1, .tp_rank = -1};
   return in;
 }
 
@@ -817,7 +817,7 @@ static void lower_comm(L *l, const Node *n) {
   l->val[n->id] = layout_of(b, &n->shape);
   PInstr *in = emit(l, l->seq, ISA_COMM);
   PComm *c = &in->comm;
-  *c = (PComm){comm_kinds[n->op], {PENDING + xv->buf, PENDING + b}, {xv->offset * 4, 0}, shape_numel(&n->shape), 1, 1};
+  *c = (PComm){comm_kinds[n->op], {PENDING + xv->buf, PENDING + b}, {xv->offset * 4, 0}, shape_numel(&n->shape), 1, 1, ISA_GROUP_TP, 0, 0};
   if (n->op != OP_ALL_REDUCE) {
     const Shape *gs = n->op == OP_ALL_GATHER ? &n->shape : &x->shape;
     int a = (int)attr_int(n, "axis");
@@ -1368,6 +1368,13 @@ static cJSON *ints_json(const int64_t *v, int n) {
   return a;
 }
 
+void pcomm_bytes(const Program *p, const PComm *c, int64_t out[2]) {
+  int64_t whole = c->outer * c->n * c->inner * 4, part = whole / (p->tp > 1 ? p->tp : 1);
+  bool split = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER || c->kind == ISA_COMM_SPLIT;
+  out[0] = c->kind == ISA_COMM_ALL_GATHER ? part : whole;
+  out[1] = split && c->kind != ISA_COMM_ALL_GATHER ? part : whole;
+}
+
 static cJSON *instr_json(const Program *p, const PInstr *in) {
   cJSON *o = cJSON_CreateObject();
   switch (in->kind) {
@@ -1401,6 +1408,9 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     cJSON_AddNumberToObject(o, "outer", (double)c->outer);
     cJSON_AddNumberToObject(o, "n", (double)c->n);
     cJSON_AddNumberToObject(o, "inner", (double)c->inner);
+    if (c->group != ISA_GROUP_TP) cJSON_AddStringToObject(o, "group", isa_group_names[c->group]);
+    if (c->group == ISA_GROUP_STAGES) cJSON_AddNumberToObject(o, "stage_group", c->stage_group);
+    if (c->kind == ISA_COMM_BROADCAST || c->kind == ISA_COMM_REDUCE) cJSON_AddNumberToObject(o, "root", c->root);
     break;
   }
   case ISA_SLOT:
@@ -1460,6 +1470,8 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     break;
   }
   }
+  if (in->dp_rank >= 0) cJSON_AddNumberToObject(o, "dp_rank", in->dp_rank);
+  if (in->tp_rank >= 0) cJSON_AddNumberToObject(o, "tp_rank", in->tp_rank);
   return o;
 }
 
@@ -1551,6 +1563,7 @@ static cJSON *program_json(const Program *p) {
   }
   cJSON_AddItemToObject(o, "cuda_launch", launch);
   cJSON_AddItemToObject(o, "step", seq_json(p, &p->step));
+  cJSON_AddItemToObject(o, "sync", seq_json(p, &p->sync));
   cJSON_AddItemToObject(o, "gradnorm", seq_json(p, &p->gradnorm));
   cJSON_AddItemToObject(o, "update", seq_json(p, &p->update));
   cJSON_AddItemToObject(o, "forward", seq_json(p, &p->forward));
@@ -1561,6 +1574,13 @@ static cJSON *program_json(const Program *p) {
     cJSON_AddNumberToObject(m, "pp", (double)p->pp);
     cJSON_AddItemToObject(o, "mesh", m);
     cJSON_AddNumberToObject(o, "stage", (double)p->stage);
+    cJSON *groups = cJSON_CreateArray();
+    for (int k = 0; k < p->nstage_groups; k++) {
+      cJSON *g = cJSON_CreateArray();
+      for (int i = 0; i < p->stage_groups[k].n; i++) cJSON_AddItemToArray(g, cJSON_CreateNumber(p->stage_groups[k].stages[i]));
+      cJSON_AddItemToArray(groups, g);
+    }
+    cJSON_AddItemToObject(o, "stage_groups", groups);
   }
   if (p->offload) {
     const OffloadPlan *op = p->offload;

@@ -24,7 +24,11 @@ typedef struct PComm {
   int tier[2];              /* src, dst */
   int64_t off[2];           /* bytes */
   int64_t outer, n, inner;  /* the global tensor, outer x n x inner f32, n split over the group */
+  IsaGroup group;           /* ISA_GROUP_TP (0) unless set */
+  int stage_group;          /* ISA_GROUP_STAGES: its index in Program.stage_groups */
+  int root;                 /* broadcast, reduce: the group's rank */
 } PComm;
+
 
 typedef struct PGemm {
   int ta, tb;
@@ -52,6 +56,8 @@ typedef struct PInstr {
   bool keep;                /* ISA_MOVE */
   bool on_host;             /* ISA_KERNEL in gradnorm and update: run on the host's copies */
   int node;                 /* the IR node this computes (for the forward subset) */
+  int dp_rank, tp_rank;     /* ISA_KERNEL, ISA_GEMM, ISA_ZERO: run only on the ranks with this
+                             * coordinate (codegen/compose.h); -1: on every rank */
 } PInstr;
 
 typedef struct PSeq { PInstr *v; int n, cap; } PSeq;
@@ -70,6 +76,9 @@ typedef struct PInput { const Node *node; int64_t offset; PInputRole role; } PIn
 
 /* One pipeline chunk inside a stage's program: its forward and backward
  * instructions, and where (WORK offsets within a slot) its boundary values lie. */
+/* Pipeline stages, ascending: the holders of a tied parameter. */
+typedef struct PStageGroup { int n; int *stages; } PStageGroup;
+
 typedef struct PChunk {
   const Graph *g;
   int index;                /* the chunk's number in the model */
@@ -84,7 +93,8 @@ typedef struct Program {
   const Graph *g;
   Kernel **kernels;
   int nkernels, kernels_cap;
-  PSeq step, gradnorm, update, forward;
+  PSeq step, sync, gradnorm, update, forward; /* sync: once per step, after the micro-batches
+                                              * (codegen/compose.h) */
   int64_t tiers[4];
   int64_t opt_v_offset;
   PParam *params;
@@ -107,7 +117,15 @@ typedef struct Program {
   Kernel **code;            /* [ncode] the kernels' shared codes (program_share_kernels), or NULL */
   int ncode;
   int *code_of;             /* [nkernels] the code kernel i runs */
+  PStageGroup *stage_groups; /* [nstage_groups] groups of pipeline stages that collectives
+                             * use (ISA_GROUP_STAGES), the same list in every stage */
+  int nstage_groups;
 } Program;
+
+/* The bytes a collective reads at src (out[0]) and writes at dst (out[1]): the split
+ * kinds (all_gather, reduce_scatter, split) part the tensor over the tensor-parallel
+ * group, the others read and write the whole. */
+void pcomm_bytes(const Program *p, const PComm *c, int64_t out[2]);
 
 /* requires: pass_decompose, pass_autodiff. Errors (an op the code generators do
  * not support yet) are reported at the op's source location. */

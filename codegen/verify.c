@@ -44,18 +44,34 @@ static int range_in(V *v, int tier, int64_t lo, int64_t hi, const char *what) {
   return 0;
 }
 
-/* The "comm" geometry of runtime/program.h: src and dst bytes by kind. */
+/* The "comm" geometry of runtime/program.h: src and dst bytes by kind, the group. */
 static int check_comm(V *v, const PComm *c) {
   const Program *p = v->p;
-  if (p->tp < 1) return fail(v, "comm in a program without a tensor-parallel group");
+  bool split = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER || c->kind == ISA_COMM_SPLIT;
+  bool rooted = c->kind == ISA_COMM_BROADCAST || c->kind == ISA_COMM_REDUCE;
+  if (c->group == ISA_GROUP_TP && p->tp < 1) return fail(v, "comm in a program without a tensor-parallel group");
+  if (split && c->group != ISA_GROUP_TP) return fail(v, "comm: %s only over the tensor-parallel group", isa_comm_names[c->kind]);
+  if (c->group == ISA_GROUP_STAGES) {
+    if (c->stage_group < 0 || c->stage_group >= p->nstage_groups) return fail(v, "comm: stage group %d of %d", c->stage_group, p->nstage_groups);
+    const PStageGroup *sg = &p->stage_groups[c->stage_group];
+    bool member = false;
+    for (int i = 0; i < sg->n; i++) member |= sg->stages[i] == v->stage;
+    if (!member) return fail(v, "comm over stage group %d, which stage %d is not in", c->stage_group, v->stage);
+    if (rooted && (c->root < 0 || c->root >= sg->n)) return fail(v, "comm: root %d of a group of %d stages", c->root, sg->n);
+  }
+  if (rooted && c->group == ISA_GROUP_DP && (c->root < 0 || (p->dp > 0 && c->root >= p->dp)))
+    return fail(v, "comm: root %d of a dp group of %lld", c->root, (long long)p->dp);
+  if (rooted && c->group == ISA_GROUP_TP && (c->root < 0 || c->root >= p->tp)) return fail(v, "comm: root %d of a tp group of %lld", c->root, (long long)p->tp);
   if (c->outer < 1 || c->n < 1 || c->inner < 1) return fail(v, "comm of an empty tensor");
-  if (c->kind != ISA_COMM_ALL_REDUCE && c->n % p->tp) return fail(v, "comm: n %lld does not split over tp %lld", (long long)c->n, (long long)p->tp);
-  int64_t whole = c->outer * c->n * c->inner * 4, part = whole / (c->kind == ISA_COMM_ALL_REDUCE ? 1 : p->tp);
-  int64_t src = c->kind == ISA_COMM_ALL_GATHER ? part : whole, dst = c->kind == ISA_COMM_ALL_REDUCE || c->kind == ISA_COMM_ALL_GATHER ? whole : part;
-  if (range_in(v, c->tier[0], c->off[0], c->off[0] + src, "comm src") || range_in(v, c->tier[1], c->off[1], c->off[1] + dst, "comm dst"))
+  if (split && c->n % p->tp) return fail(v, "comm: n %lld does not split over tp %lld", (long long)c->n, (long long)p->tp);
+  int64_t b[2];
+  pcomm_bytes(p, c, b);
+  if (range_in(v, c->tier[0], c->off[0], c->off[0] + b[0], "comm src") || range_in(v, c->tier[1], c->off[1], c->off[1] + b[1], "comm dst"))
     return -1;
-  bool overlap = c->tier[0] == c->tier[1] && c->off[0] < c->off[1] + dst && c->off[1] < c->off[0] + src;
-  if (overlap && c->kind != ISA_COMM_ALL_REDUCE) return fail(v, "comm: src and dst overlap (only an all_reduce may be in place)");
+  bool overlap = c->tier[0] == c->tier[1] && c->off[0] < c->off[1] + b[1] && c->off[1] < c->off[0] + b[0];
+  bool same = c->tier[0] == c->tier[1] && c->off[0] == c->off[1];
+  if (overlap && (split || c->kind == ISA_COMM_ALL_REDUCE ? c->kind != ISA_COMM_ALL_REDUCE || !same : !same))
+    return fail(v, "comm: src and dst overlap (a collective is in place or apart)");
   return 0;
 }
 
@@ -63,6 +79,12 @@ static int check_comm(V *v, const PComm *c) {
 static int check_instr(V *v, const PInstr *in) {
   const Program *p = v->p;
   Touch t[K_MAX_BUFS];
+  bool local = in->kind == ISA_KERNEL || in->kind == ISA_GEMM || in->kind == ISA_ZERO;
+  if ((in->dp_rank >= 0 || in->tp_rank >= 0) && !local)
+    return fail(v, "%s with a rank condition (only kernels, GEMMs and zeroing are run by some ranks)", isa_op_names[in->kind]);
+  if ((p->dp > 0 && in->dp_rank >= p->dp) || in->tp_rank >= (p->tp > 1 ? p->tp : 1))
+    return fail(v, "condition on dp rank %d or tp rank %d outside the mesh", in->dp_rank, in->tp_rank);
+  if (!strcmp(v->list, "sync") && in->kind != ISA_COMM) return fail(v, "sync holds collectives only");
   switch (in->kind) {
   case ISA_KERNEL:
     if (in->kernel < 0 || in->kernel >= p->nkernels) return fail(v, "kernel %d of %d", in->kernel, p->nkernels);
@@ -183,9 +205,9 @@ static int check_offload(V *v) {
 
 static int verify_one(V *v) {
   const Program *p = v->p;
-  const PSeq *lists[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
-  const char *names[4] = {"step", "gradnorm", "update", "forward"};
-  for (int l = 0; l < 4; l++) {
+  const PSeq *lists[5] = {&p->step, &p->sync, &p->gradnorm, &p->update, &p->forward};
+  const char *names[5] = {"step", "sync", "gradnorm", "update", "forward"};
+  for (int l = 0; l < 5; l++) {
     v->list = names[l], v->in_step = l == 0;
     for (v->at = 0; v->at < lists[l]->n; v->at++)
       if (check_instr(v, &lists[l]->v[v->at])) return -1;

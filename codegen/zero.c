@@ -19,11 +19,10 @@ static void widen(Span *s, int i) {
 static int touches(const Program *p, const PInstr *in, Touch *t) {
   if (in->kind != ISA_COMM) return instr_touch(p, in, t);
   const PComm *c = &in->comm;
-  int64_t whole = c->outer * c->n * c->inner * 4, tp = p->tp > 1 ? p->tp : 1;
-  int64_t src = c->kind == ISA_COMM_ALL_GATHER ? whole / tp : whole;
-  int64_t dst = c->kind == ISA_COMM_ALL_REDUCE || c->kind == ISA_COMM_ALL_GATHER ? whole : whole / tp;
-  t[0] = (Touch){c->tier[0], c->off[0], c->off[0] + src, false};
-  t[1] = (Touch){c->tier[1], c->off[1], c->off[1] + dst, true};
+  int64_t b[2];
+  pcomm_bytes(p, c, b);
+  t[0] = (Touch){c->tier[0], c->off[0], c->off[0] + b[0], false};
+  t[1] = (Touch){c->tier[1], c->off[1], c->off[1] + b[1], true};
   return 2;
 }
 

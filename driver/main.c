@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "codegen/compose.h"
 #include "codegen/cuda.h"
 #include "codegen/llvm.h"
 #include "codegen/lower.h"
@@ -73,7 +74,7 @@ static void usage(FILE *f) {
         "  --dump-ir         print the verified IR, one op per line with its shape\n"
         "  --dump-after=PASS print the IR after a pass: partition, decompose, autodiff or\n"
         "                    recompute; or the kernels and the program after lower, zero,\n"
-        "                    offload or share\n"
+        "                    offload, compose or share\n"
         "  --emit-kernels F  write the generated kernels (kernel form) and the program to F\n"
         "  -h, --help        print this help\n"
         "  --version         print the version\n", f);
@@ -102,7 +103,7 @@ enum { RC_AUTO = RC_COUNT };
 /* The passes after the front end and the plan, in the order run_passes runs them; the
  * first four rewrite the IR, the others the program (--dump-after). */
 static const char *const pass_names[] = {"partition", "decompose", "autodiff", "recompute",
-                                         "lower",     "zero",      "offload",  "share"};
+                                         "lower",     "zero",      "offload",  "compose", "share"};
 enum { NPASSES = sizeof pass_names / sizeof *pass_names };
 
 static const char *const rc_option_names[RC_COUNT + 1] = {"none", "selective", "full", "auto"};
@@ -649,6 +650,8 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
   after_program(b, "zero");
   if (b->nps == 1) plan_offload(b);                              /* requires: lower; one rank */
   after_program(b, "offload");
+  compose_step(b->ps, b->nps);                                   /* requires: the plan, zero, offload */
+  after_program(b, "compose");
   program_share_kernels(b->ps[0]);                               /* requires: every pass that adds kernels */
   for (int s = 1; s < b->nps; s++)                               /* the stages have one kernel table */
     b->ps[s]->code = b->ps[0]->code, b->ps[s]->ncode = b->ps[0]->ncode, b->ps[s]->code_of = b->ps[0]->code_of;

@@ -35,17 +35,33 @@
 typedef enum IsaOp { ISA_OPS(ISA_ENUM) } IsaOp;
 enum { ISA_NOPS = 0 ISA_OPS(ISA_COUNT) };
 
-/* "comm": the collective over the tensor-parallel group. */
+/* "comm": a collective over one of the rank's groups (IsaGroup). broadcast and reduce
+ * have a root (a rank of the group); split is no communication, a rank's part. */
 #define ISA_COMM_KINDS(X)                                                                       \
   X(ALL_REDUCE, "all_reduce")                                                                   \
   X(ALL_GATHER, "all_gather")                                                                   \
   X(REDUCE_SCATTER, "reduce_scatter")                                                           \
-  X(SPLIT, "split")
+  X(SPLIT, "split")                                                                             \
+  X(BROADCAST, "broadcast")                                                                     \
+  X(REDUCE, "reduce")
 
 #undef ISA_ENUM
 #define ISA_ENUM(name, json) ISA_COMM_##name,
 typedef enum IsaCommKind { ISA_COMM_KINDS(ISA_ENUM) } IsaCommKind;
 enum { ISA_COMM_NKINDS = 0 ISA_COMM_KINDS(ISA_COUNT) };
+#undef ISA_ENUM
+
+/* "comm" "group": the tensor-parallel group (the default), the data-parallel group, or
+ * a group of pipeline stages the program lists ("stage_groups": the holders of a tied
+ * parameter). */
+#define ISA_GROUPS(X)                                                                           \
+  X(TP, "tp")                                                                                   \
+  X(DP, "dp")                                                                                   \
+  X(STAGES, "stages")
+
+#define ISA_ENUM(name, json) ISA_GROUP_##name,
+typedef enum IsaGroup { ISA_GROUPS(ISA_ENUM) } IsaGroup;
+enum { ISA_NGROUPS = 0 ISA_GROUPS(ISA_COUNT) };
 #undef ISA_ENUM
 #undef ISA_COUNT
 
@@ -56,6 +72,7 @@ enum { ISA_COMM_NKINDS = 0 ISA_COMM_KINDS(ISA_COUNT) };
 /* The JSON names, indexed by IsaOp and IsaCommKind, NULL-terminated. */
 static const char *const isa_op_names[ISA_NOPS + 1] = {ISA_OPS(ISA_NAME) 0};
 static const char *const isa_comm_names[ISA_COMM_NKINDS + 1] = {ISA_COMM_KINDS(ISA_NAME) 0};
+static const char *const isa_group_names[ISA_NGROUPS + 1] = {ISA_GROUPS(ISA_NAME) 0};
 #undef ISA_NAME
 
 #endif

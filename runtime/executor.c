@@ -417,18 +417,48 @@ static void comm_all_reduce(Executor *ex, Comm *g, const float *src, float *dst,
     g->all_reduce(g, src, dst, c->outer * c->n * c->inner, COMM_SUM);
 }
 
+static void comm_broadcast(Executor *ex, Comm *g, const float *src, float *dst,
+                           const RtComm *c)
+{
+    int64_t n = c->outer * c->n * c->inner;
+    if (g->rank == c->root && src != dst)
+        ex->dev->copy(ex->dev, (char *)dst, (const char *)src, n * 4);
+    g->broadcast(g, dst, n, c->root);
+}
+
+static void comm_reduce(Executor *ex, Comm *g, const float *src, float *dst, const RtComm *c)
+{
+    g->reduce(g, src, dst, c->outer * c->n * c->inner, COMM_SUM, c->root);
+}
+
+/* The group of a "comm": tp (of the mesh's size), dp, or one of this stage's groups. */
+static Comm *comm_group(Executor *ex, const RtComm *c)
+{
+    Comm *g = c->group == ISA_GROUP_TP   ? ex->ctx.tp
+              : c->group == ISA_GROUP_DP ? ex->ctx.dp
+              : ex->ctx.stage_groups ? ex->ctx.stage_groups[c->stage_group]
+                                     : NULL;
+    if (!g || (c->group == ISA_GROUP_TP && g->size != ex->prog->mesh.tp))
+        exec_missing(c->group == ISA_GROUP_TP ? "a tensor-parallel group of the mesh's tp size "
+                                                "(\"comm\")"
+                                              : "the data-parallel or stage group of a \"comm\"");
+    return g;
+}
+
 static int exec_comm(Executor *ex, const RtInstr *in, const float *scalars)
 {
     typedef void (*CommFn)(Executor *, Comm *, const float *, float *, const RtComm *);
-    static const CommFn fns[ISA_COMM_NKINDS] = {comm_all_reduce, comm_all_gather,
-                                              comm_reduce_scatter, comm_split};
+    static const CommFn fns[ISA_COMM_NKINDS] = {
+        [ISA_COMM_ALL_REDUCE] = comm_all_reduce, [ISA_COMM_ALL_GATHER] = comm_all_gather,
+        [ISA_COMM_REDUCE_SCATTER] = comm_reduce_scatter, [ISA_COMM_SPLIT] = comm_split,
+        [ISA_COMM_BROADCAST] = comm_broadcast, [ISA_COMM_REDUCE] = comm_reduce};
     const RtComm *c = &in->comm;
-    Comm *g = ex->ctx.tp;
-    if (!g || g->size != ex->prog->mesh.tp)
-        exec_missing("a tensor-parallel group of the mesh's tp size (\"comm\")");
+    Comm *g = comm_group(ex, c);
+    float *src = exec_at(ex, c->tier[0], c->offset[0]), *dst = exec_at(ex, c->tier[1], c->offset[1]);
+    if (g->size == 1 && src == dst) /* in place over one rank: the identity */
+        return 0;
     ex->dev->sync(ex->dev);
-    fns[c->kind](ex, g, exec_at(ex, c->tier[0], c->offset[0]), exec_at(ex, c->tier[1], c->offset[1]),
-                 c);
+    fns[c->kind](ex, g, src, dst, c);
     return 0;
 }
 
@@ -469,8 +499,12 @@ int exec_run(Executor *ex, const RtList *list, const float *scalars)
     int rc = ex->off && offload_failed(ex->off) ? -1 : 0;
     ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK];
     ex->list = list;
-    for (int i = 0; rc == 0 && i < list->n; i++)
-        rc = exec_fns[list->instr[i].op](ex, &list->instr[i], scalars);
+    for (int i = 0; rc == 0 && i < list->n; i++) {
+        const RtInstr *in = &list->instr[i];
+        if ((in->dp_rank < 0 || in->dp_rank == ex->ctx.dp_rank) &&
+            (in->tp_rank < 0 || in->tp_rank == ex->ctx.tp_rank))
+            rc = exec_fns[in->op](ex, in, scalars);
+    }
     ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK];
     ex->list = NULL;
     if (list->sends)

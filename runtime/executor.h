@@ -13,7 +13,9 @@
  * instructions see), and a staging buffer for the reorders of "comm" instructions
  * whose outer dimension is above 1; nothing is allocated afterwards.
  *
- * Parallel instructions (program.h) go through ExecCtx: "comm" to the tp group's
+ * An instruction with a rank condition ("dp_rank", "tp_rank") runs only where
+ * ExecCtx's coordinates match it.
+ * Parallel instructions (program.h) go through ExecCtx: "comm" to its group's
  * collectives (all_gather and reduce_scatter of an A x N x I tensor split along N
  * are one collective on the staging buffer plus A x T device copies), "send" and
  * "recv" to the pp group's isend/recv_tag, "input" uploads rows of ctx.tokens or
@@ -122,6 +124,10 @@ typedef void (*ExecZeroFn)(void *arg, Executor *ex, const RtInstr *in);
  * zero_scheduled program go to. */
 typedef struct ExecCtx {
     Comm *tp;                /* "comm": the tensor-parallel group (size mesh.tp) */
+    Comm *dp;                /* "comm" "group": "dp": the data-parallel group */
+    Comm **stage_groups;     /* [prog->nstage_groups] "group": "stages": this stage's groups
+                                of stages (NULL where it is not in one) */
+    int dp_rank, tp_rank;    /* this rank's coordinates: "dp_rank"/"tp_rank" conditions */
     Comm *pp;                /* "send", "recv": the pipeline group, rank = stage */
     const int32_t *tokens;   /* [microbatches * batch * seq] this rank's rows of the step */
     const int32_t *targets;  /* [microbatches * batch * seq] */

@@ -22,9 +22,17 @@
  * Execution. A step is: zero the gradient tier, then for each micro-batch write its
  * rows into the inputs (i32 token ids at RtInput.offset) and run `step` (forward and
  * backward: the loss lands at loss_offset; gradients are ADDED into RT_TIER_GRADS, so
- * micro-batches accumulate), then run `gradnorm` (partial sums of
- * squares of all gradients land at gradnorm_offset, gradnorm_parts f32 values; the
- * runtime adds them in double), compute the scalars, run `update`.
+ * micro-batches accumulate), then run `sync` (the gradients summed over the ranks that
+ * hold copies of them, below), then `gradnorm` (partial sums of squares of the
+ * gradients this rank counts land at gradnorm_offset, gradnorm_parts f32 values; the
+ * runtime adds them in double, and the ranks' sums over the world, with the loss, in
+ * one host reduction: the norm's square), compute the scalars, run `update`. The
+ * compiler composes these lists for every rank of the plan (codegen/compose.h): which
+ * collectives sum the gradients, which rank counts each parameter in the norm, which
+ * rank updates it and broadcasts it after.
+ * Rank conditions: a "kernel", "gemm" or "zero" instruction may carry "dp_rank": R
+ * and/or "tp_rank": R; it then runs only on the ranks whose coordinate in the mesh
+ * (below) is R, and is skipped elsewhere.
  * Scalars passed to every kernel of `update` (RT_SC_*):
  *     [0] lr for this step (schedule applied)     [1] 1 / (1 - beta1^t)
  *     [2] 1 / (1 - beta2^t)                       [3] gradient scale: min(1, clip / (norm + 1e-6)), 1 without clipping
@@ -61,7 +69,10 @@
  *                      const char colossalc_cuda_source[]: the CUDA C of the kernels,
  *                      the prelude and one unit per kernel separated by form feeds,
  *                      which the CUDA device compiles with NVRTC, runtime/cuda_kernels.h)
- *   "step": [INSTR, ...], "gradnorm": [INSTR, ...], "update": [INSTR, ...], "forward": [INSTR, ...]
+ *   "step": [INSTR, ...], "sync": [INSTR, ...], "gradnorm": [INSTR, ...], "update": [INSTR, ...],
+ *   "forward": [INSTR, ...],
+ *   "stage_groups": [[S, ...], ...]  (optional, pipelines: groups of stages, ascending, the
+ *                      same list in every stage; a "comm" with "group": "stages" names one)
  * }
  * INSTR is one of
  *   {"op": "kernel", "kernel": ID, "extent": N, "args": [[tier, offset, bytes], ...]}
@@ -139,26 +150,37 @@
  *       the data out and completes every send before the step ends); a recv blocks.
  *       Messages between two ranks with the same tag are received in the order sent.
  *       G is in [0, 16384) (RT_TAG_LIMIT).
- *   {"op": "comm", "kind": "all_reduce"|"all_gather"|"reduce_scatter"|"split",
- *    "src": [tier, O], "dst": [tier, O], "outer": A, "n": N, "inner": I}
- *       over the tp group (size T, this rank r). The global tensor is A x N x I f32,
- *       row-major, split in T parts of N/T along the middle dimension (all_reduce
- *       splits nothing: it sums A*N*I elements, whatever N is):
+ *   {"op": "comm", "kind": "all_reduce"|"all_gather"|"reduce_scatter"|"split"|
+ *            "broadcast"|"reduce",
+ *    "src": [tier, O], "dst": [tier, O], "outer": A, "n": N, "inner": I,
+ *    "group": "tp"|"dp"|"stages", "stage_group": K, "root": R}
+ *       over a group of this rank (size T, this rank r in it): "group" "tp" (the
+ *       default) the tensor-parallel group, "dp" the data-parallel group, "stages" the
+ *       ranks of the stages in stage_groups[K] with this rank's dp and tp coordinates
+ *       (ranked by stage; the program's stage is in it). The global tensor is A x N x I
+ *       f32, row-major; the split kinds (all_gather, reduce_scatter, split; over the
+ *       tp group only) split it in T parts of N/T along the middle dimension, the others
+ *       take all A*N*I elements, whatever N is:
  *         all_reduce      src, dst: A x N x I; dst = the sum over the group of src
  *         all_gather      src: A x N/T x I (this rank's part); dst: A x N x I
  *         reduce_scatter  src: A x N x I (a partial sum); dst: A x N/T x I, part r of
  *                         the sum over the group
  *         split           src: A x N x I; dst: A x N/T x I, part r of src
- *       src and dst may be the same bytes only for all_reduce. "comm" may also appear
- *       in `step` of unscheduled programs and in `forward`.
+ *         broadcast       dst = root R's src on every rank
+ *         reduce          root R's dst = the sum over the group of src (the others' dst
+ *                         is left undefined)
+ *       src and dst may be the same bytes (in place) for the kinds that split nothing,
+ *       and must not overlap otherwise. "comm" may also appear in `step` of
+ *       unscheduled programs, in `sync`, `update` and `forward`; `sync` holds only
+ *       "comm".
  * Loss and norm over the mesh: the logged loss is the sum of the step losses of the
  * last stage's tp rank 0 over the dp ranks, over D. The gradient norm's sum of
- * squares counts each parameter element once: split parameters on every tp rank,
- * replicated ones on tp rank 0, tied ones on the lowest stage holding them. So a
- * program with T > 1 and a replicated parameter, or with a tied one, writes
- * `gradnorm` as one kernel per parameter in parameter order, each over the
- * parameter's rows (numel / last dimension), parameter i's partial sums after those
- * of 0..i-1 (the shape ZeRO 2 needs, train_zero.h), so each can be counted alone.
+ * squares is the world's sum of every rank's partial sums: the program's `gradnorm`
+ * counts each parameter element once (split parameters on every tp rank, replicated
+ * ones on tp rank 0, tied ones on the lowest stage holding them, one dp rank: the
+ * owner from ZeRO stage 2, else dp rank 0), by rank conditions on its kernels and by
+ * zeroing its partial sums first. Tied gradients are summed by `sync` (a reduce onto
+ * the lowest holder and a broadcast back, over their stage group).
  *
  * ---- Memory tiers and offload -----------------------------------------------------
  *
@@ -229,6 +251,11 @@
  *
  * ---- ZeRO inside the step ------------------------------------------------------------
  *
+ * Ownership (zero_stage 1 to 3, each parameter's "owner"): `update` runs parameter i's
+ * kernel only where "dp_rank" is its owner, and at stages 1 and 2 ends with each
+ * parameter broadcast from its owner over the dp group; below stage 2 `sync`
+ * all-reduces the gradients over the dp group. The runtime keeps the memory side: a
+ * rank commits only its owners' shards of the tiers ZeRO reserves (train_zero.h).
  * A program with "zero_scheduled": true (zero_stage 2 or 3; not scheduled, one
  * stage: mesh pp 1, no offload) places ZeRO's communication in `step`
  * (codegen/zero.h), so the runtime neither gathers every parameter before the step

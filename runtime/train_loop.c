@@ -461,7 +461,7 @@ static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err,
     t->comm->host_all_reduce(t->comm, plan, 2, COMM_MAX);
     t->plan_mem = -plan[1] < 0 ? -1 : plan[0];
     if (mesh_device_groups(&t->mesh, wrap, t->dev, err, errlen) != 0 ||
-        zero_init(&t->zero, p, t->mesh.dp_comm, t->mesh.in_norm, err, errlen) != 0)
+        zero_init(&t->zero, p, t->mesh.dp_comm, err, errlen) != 0)
         return -1;
     /* Shards are reserved where the device can (exec_init_reserved: otherwise the
      * tiers are whole); an offload program's PARAMS, GRADS and OPT always
@@ -473,7 +473,9 @@ static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err,
                        : zero_commit_owned(&t->zero, &t->ex, err, errlen) != 0) ||
         trainer_alloc_host(t, err, errlen) != 0)
         return -1;
-    t->ex.ctx = (ExecCtx){.tp = t->mesh.tp_comm, .pp = t->mesh.pp_comm, .tokens = t->tokens,
+    t->ex.ctx = (ExecCtx){.tp = t->mesh.tp_comm, .dp = t->mesh.dp_comm,
+                          .stage_groups = t->mesh.stage_comms, .dp_rank = t->mesh.dp_rank,
+                          .tp_rank = t->mesh.tp_rank, .pp = t->mesh.pp_comm, .tokens = t->tokens,
                           .targets = t->targets, .zero = zero_exec_instr, .zero_arg = &t->zero};
     return trainer_init_state(t, err, errlen);
 }
@@ -653,9 +655,9 @@ static void trainer_note_peak(Trainer *t)
  * every rank then stops before the update. */
 static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
 {
+    const RtProgram *p = t->prog;
     float sc[TRAIN_SCALARS];
     int64_t k = t->step + 1;
-    int sharded_norm = t->zero.stage >= 2;
     double t0 = now_ms();
     int64_t moved0 = trainer_offload_moved(t);
     int failed = trainer_load_batch(t, t->data, t->opts->data, t->data_step, err, errlen) != 0;
@@ -663,22 +665,24 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     train_scalars(&t->hp, s->lr, k, 1.0, sc);
     exec_peak_reset(&t->ex); /* ZeRO-3's step gathers each parameter where it is used */
     float loss = trainer_forward_backward(t, sc);
-    mesh_sum_tied(&t->mesh, t->ex.tiers[RT_TIER_GRADS]);
-    zero_sync_grads(&t->zero, &t->ex);
-    double sumsq = zero_grad_sumsq(&t->zero, &t->ex, sc, t->gnorm_parts);
-    /* the sums of squares of the dp replicas are equal unless sharded: one counts */
-    double v[3] = {trainer_loss_part(t, loss),
-                   sharded_norm || t->mesh.dp_rank == 0 ? sumsq : 0, failed};
+    exec_run(&t->ex, &p->sync, sc); /* the gradients summed (codegen/compose.h) */
+    exec_run(&t->ex, &p->gradnorm, sc);
+    exec_read(&t->ex, RT_TIER_WORK, p->gradnorm_offset, t->gnorm_parts, p->gradnorm_parts * 4);
+    double sumsq = 0; /* this rank's share of the norm's square: the world's sum is it */
+    for (int64_t i = 0; i < p->gradnorm_parts; i++)
+        sumsq += t->gnorm_parts[i];
+    double v[3] = {trainer_loss_part(t, loss), sumsq, failed};
     t->comm->host_all_reduce(t->comm, v, 3, COMM_SUM);
     if (v[2] > 0)
         return trainer_stopped(failed, err, errlen);
     s->mem = (double)t->ex.total_peak; /* gathers and reductions are done: the step's peak */
-    double parts = (double)t->mesh.dp * (double)t->prog->microbatches; /* gradients summed over these */
+    double parts = (double)t->mesh.dp * (double)p->microbatches; /* gradients summed over these */
     s->loss = (float)(v[0] / t->mesh.dp);
     s->norm = sqrt(v[1]) / parts; /* of the mean gradient */
     double gscale = t->hp.clip > 0 ? fmin(1.0, t->hp.clip / (s->norm + 1e-6)) : 1.0;
     train_scalars(&t->hp, s->lr, k, gscale / parts, sc); /* the sum becomes the mean */
-    zero_update(&t->zero, &t->ex, sc);
+    exec_run(&t->ex, &p->update, sc);
+    zero_release_params(&t->zero, &t->ex); /* stage 3: what start-up or validation gathered */
     t->dev->sync(t->dev);
     trainer_note_peak(t);
     s->mem = (double)t->ex.total_peak > s->mem ? (double)t->ex.total_peak : s->mem;

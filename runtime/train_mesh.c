@@ -102,7 +102,7 @@ static int global_params(Mesh *m)
     return 0;
 }
 
-/* local_of, gindex, ntied. */
+/* local_of, gindex. */
 static int global_index(Mesh *m)
 {
     int gn = m->global.nparams;
@@ -111,15 +111,12 @@ static int global_index(Mesh *m)
     if (!m->local_of || !m->gindex)
         return -1;
     for (int g = 0; g < gn; g++) {
-        int holders = 0;
         for (int s = 0; s < m->pp; s++) {
             const RtParam *q = program_find_param(&m->stages[s], m->global.params[g].name);
             m->local_of[s * gn + g] = q ? (int)(q - m->stages[s].params) : -1;
-            holders += q != NULL;
             if (q && s == m->pp_rank)
                 m->gindex[q - m->prog->params] = g;
         }
-        m->ntied += holders > 1;
     }
     return 0;
 }
@@ -140,27 +137,12 @@ static int global_program(Mesh *m)
     return 0;
 }
 
-/* in_norm (NULL when every parameter counts everywhere) and the scratch buffer. */
-static int mesh_norm_mask(Mesh *m)
+/* The checkpoint gathers' scratch buffer: the largest local parameter. */
+static int mesh_scratch(Mesh *m)
 {
-    const RtProgram *p = m->prog;
     int64_t most = 1;
-    int partial = 0;
-    m->in_norm = calloc((size_t)p->nparams + 1, 1);
-    if (!m->in_norm)
-        return -1;
-    for (int i = 0; i < p->nparams; i++) {
-        const RtParam *q = &p->params[i];
-        int g = m->gindex[i];
-        m->in_norm[i] = (q->tp_dim >= 0 || m->tp_rank == 0) && m->source[g] == m->pp_rank;
-        partial |= (m->tp > 1 && q->tp_dim < 0) || m->source[g] != m->pp_rank;
-        most = q->numel > most ? q->numel : most;
-    }
-    partial |= m->ntied > 0;
-    if (!partial) {
-        free(m->in_norm);
-        m->in_norm = NULL;
-    }
+    for (int i = 0; i < m->prog->nparams; i++)
+        most = m->prog->params[i].numel > most ? m->prog->params[i].numel : most;
     return (m->scratch = calloc((size_t)most, sizeof *m->scratch)) ? 0 : -1;
 }
 
@@ -178,21 +160,17 @@ int mesh_init(Mesh *m, const RtProgram *stages, int nstages, Comm *world, char *
     if (mesh_groups(m, world) != 0)
         return file_set_error(err, errlen, "out of memory");
     m->prog = &stages[m->pp_rank];
-    if (global_program(m) != 0 || mesh_norm_mask(m) != 0)
+    if (global_program(m) != 0 || mesh_scratch(m) != 0)
         return file_set_error(err, errlen, "out of memory");
     return 0;
 }
 
 void mesh_free(Mesh *m)
 {
-    for (int g = 0; m->tied && g < m->global.nparams; g++) {
-        int first = m->tied[g] != NULL;
-        for (int e = 0; e < g && first; e++)
-            first = m->tied[e] != m->tied[g];
-        if (first)
-            m->tied[g]->destroy(m->tied[g]);
-    }
-    free(m->tied);
+    for (int k = 0; m->stage_comms && k < m->prog->nstage_groups; k++)
+        if (m->stage_comms[k])
+            m->stage_comms[k]->destroy(m->stage_comms[k]);
+    free(m->stage_comms);
     if (m->tp_comm)
         m->tp_comm->destroy(m->tp_comm);
     if (m->pp_comm)
@@ -200,7 +178,7 @@ void mesh_free(Mesh *m)
     if (m->dp_comm && m->dp_comm != m->world)
         m->dp_comm->destroy(m->dp_comm);
     program_free(&m->global);
-    free(m->local_of), free(m->gindex), free(m->source), free(m->in_norm), free(m->scratch);
+    free(m->local_of), free(m->gindex), free(m->source), free(m->scratch);
     memset(m, 0, sizeof *m);
 }
 
@@ -285,41 +263,27 @@ void mesh_gather(Mesh *m, char *gparams, char *gopt, const char *params, const c
     }
 }
 
-/* ---- tied gradients ------------------------------------------------------------ */
+/* ---- groups of stages ---------------------------------------------------------- */
 
-/* A group of the stages holding global parameter g: the same Comm for parameters with
- * the same holders. Every rank of the pp group calls it (a split). */
-static Comm *tied_group(Mesh *m, int g)
+/* The program's stage groups (the holders of tied parameters), split from the pp
+ * group in the program's order: every stage makes every split, and keeps those it is
+ * in. */
+static int mesh_stage_groups(Mesh *m)
 {
-    int gn = m->global.nparams;
-    for (int e = 0; e < g; e++) {
-        int same = m->tied[e] != NULL;
-        for (int s = 0; s < m->pp && same; s++)
-            same = (m->local_of[s * gn + e] >= 0) == (m->local_of[s * gn + g] >= 0);
-        if (same)
-            return m->tied[e];
-    }
-    int here = m->local_of[m->pp_rank * gn + g] >= 0;
-    Comm *c = mesh_split(m->pp_comm, here ? 0 : 1, m->pp_rank);
-    if (here)
-        return c;
-    c->destroy(c); /* the stages that do not hold it */
-    return NULL;
-}
-
-static int mesh_tied_groups(Mesh *m)
-{
-    int gn = m->global.nparams;
-    if (m->ntied == 0)
+    const RtProgram *p = m->prog;
+    if (p->nstage_groups == 0)
         return 0;
-    if (!(m->tied = calloc((size_t)gn, sizeof *m->tied)))
+    if (!(m->stage_comms = calloc((size_t)p->nstage_groups, sizeof *m->stage_comms)))
         return -1;
-    for (int g = 0; g < gn; g++) {
-        int holders = 0;
-        for (int s = 0; s < m->pp; s++)
-            holders += m->local_of[s * gn + g] >= 0;
-        if (holders > 1)
-            m->tied[g] = tied_group(m, g);
+    for (int k = 0; k < p->nstage_groups; k++) {
+        int here = 0;
+        for (int i = 1; i <= p->stage_groups[k][0]; i++)
+            here |= p->stage_groups[k][i] == m->pp_rank;
+        Comm *c = mesh_split(m->pp_comm, here ? 0 : 1, m->pp_rank);
+        if (here)
+            m->stage_comms[k] = c;
+        else
+            c->destroy(c);
     }
     return 0;
 }
@@ -327,7 +291,8 @@ static int mesh_tied_groups(Mesh *m)
 /* The pipeline peers this stage's lists send to or receive from. */
 static void mesh_connect(Mesh *m)
 {
-    const RtList *lists[4] = {&m->prog->step, &m->prog->gradnorm, &m->prog->update, &m->prog->forward};
+    const RtList *lists[5] = {&m->prog->step, &m->prog->sync, &m->prog->gradnorm,
+                              &m->prog->update, &m->prog->forward};
     int *peers = calloc((size_t)m->pp + 1, sizeof *peers), n = 0;
     unsigned char *seen = calloc((size_t)m->pp + 1, 1);
     if (!peers || !seen) {
@@ -335,7 +300,7 @@ static void mesh_connect(Mesh *m)
         fprintf(stderr, "train: out of memory\n");
         m->world->abort(m->world, 1);
     }
-    for (int l = 0; l < 4; l++)
+    for (int l = 0; l < 5; l++)
         for (int i = 0; i < lists[l]->n; i++) {
             const RtInstr *in = &lists[l]->instr[i];
             if ((in->op == ISA_SEND || in->op == ISA_RECV) && !seen[in->peer])
@@ -357,26 +322,9 @@ int mesh_device_groups(Mesh *m, MeshWrapFn wrap, void *arg, char *err, size_t er
         m->dp_comm = wrap(arg, m->dp_comm, 1);
         m->pp_comm = wrap(arg, m->pp_comm, 1);
     }
-    if (mesh_tied_groups(m) != 0)
+    if (mesh_stage_groups(m) != 0)
         return file_set_error(err, errlen, "out of memory");
     if (m->pp_comm->connect)
         mesh_connect(m);
     return 0;
-}
-
-/* Each holder's gradient reduced onto the lowest holder, in stage order, and the sum
- * broadcast back, so every copy is bitwise the same. */
-void mesh_sum_tied(Mesh *m, char *grads)
-{
-    int gn = m->global.nparams;
-    for (int g = 0; g < gn && m->tied; g++) {
-        int here = m->local_of[m->pp_rank * gn + g];
-        Comm *c = m->tied[g];
-        if (!c || here < 0)
-            continue;
-        const RtParam *q = &m->prog->params[here];
-        float *grad = (float *)(grads + q->offset);
-        c->reduce(c, grad, grad, q->numel, COMM_SUM, 0);
-        c->broadcast(c, grad, q->numel, 0);
-    }
 }

@@ -58,10 +58,8 @@ typedef struct Mesh {
     int *local_of;                 /* [pp][global.nparams] index in that stage, or -1 */
     int *gindex;                   /* [prog->nparams] index in global.params */
     int *source;                   /* [global.nparams] lowest stage holding it */
-    unsigned char *in_norm;        /* [prog->nparams] counted in the norm here, or NULL */
-    int ntied;                     /* parameters held by more than one stage */
-    Comm **tied;                   /* [global.nparams] the holders' group of a tied parameter
-                                      held here (shared by equal holder sets), else NULL */
+    Comm **stage_comms;            /* [prog->nstage_groups] the program's groups of stages
+                                      this stage is in, else NULL */
     float *scratch;                /* [most local numel] checkpoint gathers */
 } Mesh;
 
@@ -85,11 +83,8 @@ void mesh_scatter(const Mesh *m, const char *gparams, const char *gopt, char *pa
 void mesh_gather(Mesh *m, char *gparams, char *gopt, const char *params, const char *opt,
                  int opt_too);
 /* After the device is open (every rank calls it): the groups carrying device buffers
- * through wrap (NULL: they stay the host Comms, the CPU device), the tied parameters'
- * groups, the pp group's connections. 0, or -1 with a message. */
+ * through wrap (NULL: they stay the host Comms, the CPU device), the program's groups
+ * of stages, the pp group's connections. 0, or -1 with a message. */
 int mesh_device_groups(Mesh *m, MeshWrapFn wrap, void *arg, char *err, size_t errlen);
-/* The tied parameters' gradients summed over their stages (grads: the GRADS tier's
- * device base). */
-void mesh_sum_tied(Mesh *m, char *grads);
 
 #endif

@@ -364,12 +364,43 @@ static int parse_recv(Pj *pj, const cJSON *o, const char *path, const RtProgram 
     return parse_p2p(pj, o, path, p, in);
 }
 
+static int is_split(IsaCommKind k)
+{
+    return k == ISA_COMM_ALL_GATHER || k == ISA_COMM_REDUCE_SCATTER || k == ISA_COMM_SPLIT;
+}
+
 /* Bytes of src and dst of a comm of kind over A x N x I (N divisible by T). */
 static void comm_bytes(const RtComm *c, int64_t tp, int64_t bytes[2])
 {
     int64_t whole = c->outer * c->n * c->inner * 4, part = whole / tp;
     bytes[0] = c->kind == ISA_COMM_ALL_GATHER ? part : whole;
-    bytes[1] = c->kind == ISA_COMM_ALL_REDUCE || c->kind == ISA_COMM_ALL_GATHER ? whole : part;
+    bytes[1] = is_split(c->kind) && c->kind != ISA_COMM_ALL_GATHER ? part : whole;
+}
+
+/* "group", "stage_group", "root": split kinds over tp only, a root within the group. */
+static int parse_comm_group(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                            RtComm *c)
+{
+    int g = ISA_GROUP_TP;
+    int64_t k = 0, root = 0, size;
+    if (cJSON_GetObjectItemCaseSensitive(o, "group") &&
+        pj_enum(pj, o, path, "group", isa_group_names, &g) != 0)
+        return -1;
+    c->group = (IsaGroup)g;
+    if (c->group == ISA_GROUP_STAGES &&
+        pj_int(pj, o, path, "stage_group", 0, p->nstage_groups - 1, &k) != 0)
+        return -1;
+    c->stage_group = (int)k;
+    size = c->group == ISA_GROUP_TP      ? p->mesh.tp
+           : c->group == ISA_GROUP_STAGES ? p->stage_groups[k][0]
+           : p->mesh.dp ? p->mesh.dp : 1 << 30;
+    if ((c->kind == ISA_COMM_BROADCAST || c->kind == ISA_COMM_REDUCE) &&
+        pj_int(pj, o, path, "root", 0, size - 1, &root) != 0)
+        return -1;
+    c->root = (int)root;
+    if (is_split(c->kind) && c->group != ISA_GROUP_TP)
+        return pj_fail(pj, path, "group", "a split collective is over the tp group");
+    return 0;
 }
 
 static int parse_comm(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
@@ -386,7 +417,9 @@ static int parse_comm(Pj *pj, const cJSON *o, const char *path, const RtProgram 
         pj_int(pj, o, path, "n", 1, big, &c->n) || pj_int(pj, o, path, "inner", 1, big, &c->inner))
         return -1;
     c->kind = (IsaCommKind)kind;
-    if (c->kind != ISA_COMM_ALL_REDUCE && c->n % p->mesh.tp != 0) /* all_reduce splits nothing */
+    if (parse_comm_group(pj, o, path, p, c) != 0)
+        return -1;
+    if (is_split(c->kind) && c->n % p->mesh.tp != 0)
         return pj_fail(pj, path, "n", "not divisible by the mesh's tp");
     if (__builtin_mul_overflow(c->outer, c->n, &elems) ||
         __builtin_mul_overflow(elems, c->inner, &elems) || elems > INT64_MAX / 8)
@@ -398,8 +431,9 @@ static int parse_comm(Pj *pj, const cJSON *o, const char *path, const RtProgram 
     int apart = c->tier[0] != c->tier[1] || c->offset[0] + bytes[0] <= c->offset[1] ||
                 c->offset[1] + bytes[1] <= c->offset[0];
     int same = c->tier[0] == c->tier[1] && c->offset[0] == c->offset[1];
-    if (!apart && !(c->kind == ISA_COMM_ALL_REDUCE && same))
-        return pj_fail(pj, path, "dst", "overlaps src (only an all_reduce may be in place)");
+    if (!apart && !(!is_split(c->kind) && same))
+        return pj_fail(pj, path, "dst", "overlaps src (only a collective that splits nothing "
+                       "may be in place)");
     return 0;
 }
 
@@ -507,6 +541,8 @@ static int parse_zero_reduce(Pj *pj, const cJSON *o, const char *path, const RtP
 }
 
 typedef int (*ParseInstrFn)(Pj *, const cJSON *, const char *, const RtProgram *, RtInstr *);
+static int pj_opt_int(Pj *pj, const cJSON *r, const char *path, const char *key, int64_t lo,
+                      int64_t hi, int64_t def, int64_t *out);
 
 static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                        RtInstr *in)
@@ -519,11 +555,17 @@ static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram
         [ISA_ZERO_GATHER] = parse_zero_gather, [ISA_ZERO_RELEASE] = parse_zero_release,
         [ISA_ZERO_GRAD] = parse_zero_grad, [ISA_ZERO_REDUCE] = parse_zero_reduce};
     int op;
+    int64_t dp = -1, tp = -1, big = 1 << 30;
     if (!cJSON_IsObject(o))
         return pj_fail(pj, path, "", "expected an object");
-    if (pj_enum(pj, o, path, "op", isa_op_names, &op) != 0)
+    if (pj_enum(pj, o, path, "op", isa_op_names, &op) != 0 || parsers[op](pj, o, path, p, in) ||
+        pj_opt_int(pj, o, path, "dp_rank", 0, p->mesh.dp ? p->mesh.dp - 1 : big, -1, &dp) ||
+        pj_opt_int(pj, o, path, "tp_rank", 0, p->mesh.tp - 1, -1, &tp))
         return -1;
-    return parsers[op](pj, o, path, p, in);
+    in->dp_rank = (int)dp, in->tp_rank = (int)tp;
+    if ((dp >= 0 || tp >= 0) && op != ISA_KERNEL && op != ISA_GEMM && op != ISA_ZERO)
+        return pj_fail(pj, path, "dp_rank", "a rank condition only on kernel, gemm and zero");
+    return 0;
 }
 
 static int parse_list(Pj *pj, const cJSON *root, const char *key, const RtProgram *p,
@@ -557,6 +599,38 @@ static int pj_opt_int(Pj *pj, const cJSON *r, const char *path, const char *key,
     return cJSON_GetObjectItemCaseSensitive(r, key) ? pj_int(pj, r, path, key, lo, hi, out) : 0;
 }
 
+/* "stage_groups" (optional): each an ascending list of stages of the mesh. */
+static int parse_stage_groups(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(r, "stage_groups");
+    if (!a)
+        return 0;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) > 1 << 16)
+        return pj_fail(pj, "", "stage_groups", "expected an array of at most 65536 groups");
+    p->nstage_groups = cJSON_GetArraySize(a);
+    if (!(p->stage_groups = calloc((size_t)p->nstage_groups + 1, sizeof *p->stage_groups)))
+        return file_set_error(pj->err, pj->errlen, "program: out of memory");
+    char path[64];
+    for (int k = 0; k < p->nstage_groups; k++) {
+        const cJSON *g = cJSON_GetArrayItem(a, k);
+        int n = cJSON_IsArray(g) ? cJSON_GetArraySize(g) : 0;
+        pj_path(path, sizeof path, "stage_groups", k);
+        if (n < 1 || n > p->mesh.pp)
+            return pj_fail(pj, path, "", "expected an array of 1 to pp stages");
+        if (!(p->stage_groups[k] = calloc((size_t)n + 1, sizeof **p->stage_groups)))
+            return file_set_error(pj->err, pj->errlen, "program: out of memory");
+        p->stage_groups[k][0] = n;
+        for (int i = 0; i < n; i++) {
+            const cJSON *v = cJSON_GetArrayItem(g, i);
+            int s = cJSON_IsNumber(v) ? v->valueint : -1;
+            if (s < 0 || s >= p->mesh.pp || (i > 0 && s <= p->stage_groups[k][i]))
+                return pj_fail(pj, path, "", "stages of the mesh, ascending");
+            p->stage_groups[k][i + 1] = s;
+        }
+    }
+    return 0;
+}
+
 /* "mesh" (absent: dp from "dp", tp 1, pp 1), "stage", "scheduled", "slots". */
 static int parse_parallel(Pj *pj, const cJSON *r, RtProgram *p)
 {
@@ -580,6 +654,8 @@ static int parse_parallel(Pj *pj, const cJSON *r, RtProgram *p)
         pj_opt_int(pj, r, "", "slots", 1, 1 << 16, 1, &p->slots))
         return -1;
     p->stage = (int)stage;
+    if (parse_stage_groups(pj, r, p) != 0)
+        return -1;
     if (p->tiers[RT_TIER_WORK] > INT64_MAX / 4 / p->slots)
         return pj_fail(pj, "", "slots", "slots x the work tier overflows");
     return 0;
@@ -1048,9 +1124,12 @@ static int parse_step(Pj *pj, const cJSON *r, RtProgram *p)
     return rc;
 }
 
-/* gradnorm and update: offload instructions and host kernels; forward: neither. */
+/* sync: collectives; gradnorm and update: offload instructions and host kernels;
+ * forward: neither. */
 static int parse_tail_lists(Pj *pj, const cJSON *r, RtProgram *p)
 {
+    if (parse_list(pj, r, "sync", p, &p->sync) != 0)
+        return -1;
     pj->off_ok = pj->host_ok = p->offload.on;
     int rc = parse_list(pj, r, "gradnorm", p, &p->gradnorm) ||
              parse_list(pj, r, "update", p, &p->update);
@@ -1110,6 +1189,13 @@ static int check_stage(Pj *pj, const RtProgram *st, int s)
         a->nscalars != b->nscalars || a->zero_stage != b->zero_stage)
         return pj_fail(pj, "", "", "model, mesh, batch, seq, vocab, microbatches, scheduled, "
                        "scalars, zero_stage or train differ from stage 0's");
+    int same = a->nstage_groups == b->nstage_groups;
+    for (int k = 0; same && k < a->nstage_groups; k++)
+        same = a->stage_groups[k][0] == b->stage_groups[k][0] &&
+               !memcmp(a->stage_groups[k], b->stage_groups[k],
+                       ((size_t)a->stage_groups[k][0] + 1) * sizeof(int));
+    if (!same)
+        return pj_fail(pj, "", "stage_groups", "differ from stage 0's");
     char path[64];
     for (int i = 0; i < b->nparams; i++)
         for (int e = 0; e < s; e++) {
@@ -1185,6 +1271,7 @@ void program_free(RtProgram *p)
     free(p->tokens.name);
     free(p->targets.name);
     free(p->step.instr);
+    free(p->sync.instr);
     free(p->gradnorm.instr);
     free(p->update.instr);
     free(p->forward.instr);
@@ -1193,6 +1280,9 @@ void program_free(RtProgram *p)
         free(p->kernel_names[i]);
     free(p->kernel_names);
     free(p->cuda_launch);
+    for (int k = 0; p->stage_groups && k < p->nstage_groups; k++)
+        free(p->stage_groups[k]);
+    free(p->stage_groups);
     memset(p, 0, sizeof *p);
 }
 

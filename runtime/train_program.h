@@ -9,7 +9,9 @@
  * kernel id is below colossalc_nkernels. The parallel instructions of program.h
  * are checked the same way: every WORK range within one slot, slot and micro-batch
  * indices in range, pipeline peers in [0, pp), tags below RT_TAG_LIMIT, "comm"
- * geometry (n divisible by tp, src and dst apart except for all_reduce); "input"
+ * geometry (n divisible by tp for the split kinds, src and dst apart unless in place
+ * for the others, a root within its group, a stage group that exists), rank
+ * conditions within the mesh and only on kernel, gemm and zero; "input"
  * and "loss" only in `step` of a scheduled program. "offload" (program.h): chunks
  * of consecutive parameters whose ranges cover PARAMS, GRADS and OPT exactly once and
  * in order (so PARAMS and GRADS have the same size, OPT one or, AdamW, two times it
@@ -113,9 +115,13 @@ typedef struct RtGemm {
     int64_t stride[3][2]; /* elements, per operand: [s0, s1] */
 } RtGemm;
 
-/* "comm" over the tp group: a global A x N x I f32 tensor, N split in T parts. */
+/* "comm" over a group: a global A x N x I f32 tensor, N split in T parts (the split
+ * kinds, over the tp group). */
 typedef struct RtComm {
     IsaCommKind kind;
+    IsaGroup group;    /* tp, dp, or the stage group stage_group */
+    int stage_group;   /* index in RtProgram.stage_groups */
+    int root;          /* broadcast, reduce: a rank of the group */
     int tier[2];       /* src, dst */
     int64_t offset[2]; /* bytes (WORK: in the current slot) */
     int64_t outer, n, inner; /* A, N, I */
@@ -148,13 +154,15 @@ typedef struct RtInstr {
     int keep;        /* move: the source keeps its memory and copy */
     int on_host;     /* kernel "on": "host": the host location's PARAMS, GRADS, OPT */
     int param;       /* zero_gather, zero_release, zero_grad, zero_reduce: the parameter */
+    int dp_rank, tp_rank; /* kernel, gemm, zero: run only where the rank's coordinate is
+                             this ("dp_rank", "tp_rank"); -1: everywhere */
 } RtInstr;
 
 typedef struct RtList {
     RtInstr *instr; /* [n] */
     int n;
     int sends;      /* the list holds a "send" (the runtime completes them after it) */
-    const char *name; /* "step", "gradnorm", "update", "forward" (messages); may be NULL */
+    const char *name; /* "step", "sync", "gradnorm", "update", "forward" (messages); may be NULL */
 } RtList;
 
 /* One offload chunk: parameters [lo, hi) and the byte range its parts cover. */
@@ -202,8 +210,10 @@ typedef struct RtProgram {
     int nkernels;
     char **kernel_names; /* [nkernels] */
     int (*cuda_launch)[2]; /* [nkernels] threads per block and blocks of each CUDA kernel, or NULL */
-    RtList step, gradnorm, update, forward;
+    RtList step, sync, gradnorm, update, forward;
     RtMesh mesh;     /* the same in every stage */
+    int nstage_groups;   /* "stage_groups": groups of pipeline stages, the same in every stage */
+    int **stage_groups;  /* [nstage_groups][pp + 1]: count, then the stages ascending */
     int stage;       /* this program's pipeline stage, in [0, mesh.pp) */
     int scheduled;   /* `step` walks all micro-batches itself (input/loss instructions) */
     int64_t slots;   /* WORK is slots x tiers[RT_TIER_WORK] bytes (default 1) */

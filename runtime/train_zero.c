@@ -18,65 +18,21 @@ static int owner(const Zero *z, int i)
     return z->stage > 0 ? z->prog->params[i].owner : 0;
 }
 
-/* ---- the program's shape -------------------------------------------------------- */
-
-static int64_t param_rows(const RtParam *q)
-{
-    return q->ndim ? q->numel / q->shape[q->ndim - 1] : 1;
-}
-
-/* list is one kernel per parameter, in order, over the parameter's rows. */
-static int list_is_per_param(const RtProgram *p, const RtList *list)
-{
-    if (list->n != p->nparams)
-        return 0;
-    for (int i = 0; i < p->nparams; i++)
-        if (list->instr[i].op != ISA_KERNEL ||
-            list->instr[i].extent != param_rows(&p->params[i]))
-            return 0;
-    return 1;
-}
-
-static int zero_check_program(const Zero *z, char *err, size_t errlen)
-{
-    const RtProgram *p = z->prog;
-    int ok = z->stage < 1 || list_is_per_param(p, &p->update);
-    int per_param_norm = list_is_per_param(p, &p->gradnorm) &&
-                         z->part0[p->nparams] == p->gradnorm_parts;
-    ok = ok && ((z->stage < 2 && !z->in_norm) || per_param_norm);
-    if (!per_param_norm && z->in_norm && z->stage < 2)
-        return file_set_error(err, errlen,
-                              "this program's gradnorm list is not one kernel per parameter in "
-                              "parameter order, so the norm cannot count each element of a "
-                              "replicated or tied parameter once over the mesh");
-    if (ok)
-        return 0;
-    return file_set_error(err, errlen,
-                          "ZeRO stage %d: this program's %s list is not one kernel per parameter "
-                          "in parameter order, so one rank's share of it cannot be run alone",
-                          z->stage, list_is_per_param(p, &p->update) ? "gradnorm" : "update");
-}
-
-int zero_init(Zero *z, const RtProgram *p, Comm *c, const unsigned char *in_norm, char *err,
-              size_t errlen)
+int zero_init(Zero *z, const RtProgram *p, Comm *c, char *err, size_t errlen)
 {
     memset(z, 0, sizeof *z);
-    z->prog = p, z->comm = c, z->stage = (int)p->zero_stage, z->in_norm = in_norm;
-    z->owned = calloc((size_t)p->nparams + 1, sizeof *z->owned);
-    z->part0 = calloc((size_t)p->nparams + 1, sizeof *z->part0);
-    if (!z->owned || !z->part0)
+    z->prog = p, z->comm = c, z->stage = (int)p->zero_stage;
+    if (!(z->owned = calloc((size_t)p->nparams + 1, sizeof *z->owned)))
         return file_set_error(err, errlen, "out of memory");
-    for (int i = 0; i < p->nparams; i++) {
+    for (int i = 0; i < p->nparams; i++)
         z->owned[i] = z->stage == 0 || p->params[i].owner == c->rank;
-        z->part0[i + 1] = z->part0[i] + param_rows(&p->params[i]);
-    }
     z->scheduled = p->zero_scheduled;
-    return zero_check_program(z, err, errlen);
+    return 0;
 }
 
 void zero_free(Zero *z)
 {
-    free(z->owned), free(z->part0);
+    free(z->owned);
     memset(z, 0, sizeof *z);
 }
 
@@ -217,67 +173,6 @@ void zero_exec_instr(void *arg, Executor *ex, const RtInstr *in)
                                             zero_reduce_one};
     Zero *z = arg;
     fns[in->op - ISA_ZERO_GATHER](z, ex, &z->prog->params[in->param], in->param);
-}
-
-/* ---- the step ------------------------------------------------------------------ */
-
-void zero_sync_grads(Zero *z, Executor *ex)
-{
-    const RtProgram *p = z->prog;
-    if (z->comm->size == 1 || z->scheduled) /* stages 2, 3: the step reduced them */
-        return;
-    float *g = tier_floats(ex, RT_TIER_GRADS, 0);
-    z->comm->all_reduce(z->comm, g, g, p->tiers[RT_TIER_GRADS] / 4, COMM_SUM);
-}
-
-/* Instruction i of list alone. */
-static void run_one(Executor *ex, const RtList *list, int i, const float *sc)
-{
-    RtList one = {&list->instr[i], 1, list->instr[i].op == ISA_SEND, list->name};
-    exec_run(ex, &one, sc);
-}
-
-double zero_grad_sumsq(Zero *z, Executor *ex, const float *sc, float *parts)
-{
-    const RtProgram *p = z->prog;
-    double sum = 0;
-    if (z->stage < 2 && !z->in_norm) {
-        exec_run(ex, &p->gradnorm, sc);
-        exec_read(ex, RT_TIER_WORK, p->gradnorm_offset, parts, p->gradnorm_parts * 4);
-        for (int64_t k = 0; k < p->gradnorm_parts; k++)
-            sum += parts[k];
-        return sum;
-    }
-    /* below stage 2 every rank holds every reduced gradient; from it, only its own */
-    for (int i = 0; i < p->nparams; i++)
-        if ((z->stage < 2 || z->owned[i]) && (!z->in_norm || z->in_norm[i]))
-            run_one(ex, &p->gradnorm, i, sc);
-    exec_read(ex, RT_TIER_WORK, p->gradnorm_offset, parts, p->gradnorm_parts * 4);
-    for (int i = 0; i < p->nparams; i++) {
-        int counts = (z->stage < 2 || z->owned[i]) && (!z->in_norm || z->in_norm[i]);
-        for (int64_t k = z->part0[i]; counts && k < z->part0[i + 1]; k++)
-            sum += parts[k];
-    }
-    return sum;
-}
-
-void zero_update(Zero *z, Executor *ex, const float *sc)
-{
-    const RtProgram *p = z->prog;
-    if (z->stage == 0) {
-        exec_run(ex, &p->update, sc);
-        return;
-    }
-    for (int i = 0; i < p->nparams; i++)
-        if (z->owned[i])
-            run_one(ex, &p->update, i, sc);
-    if (z->stage == 3) {
-        zero_release_params(z, ex);
-        return;
-    }
-    for (int i = 0; i < p->nparams && z->comm->size > 1; i++)
-        z->comm->broadcast(z->comm, tier_floats(ex, RT_TIER_PARAMS, p->params[i].offset),
-                           p->params[i].numel, owner(z, i));
 }
 
 /* ---- checkpoints --------------------------------------------------------------- */

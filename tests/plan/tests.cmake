@@ -10,3 +10,6 @@ foreach(t acceptance text_svg forced infeasible cluster_files from_file determin
            COMMAND ${COLOSSALC_PLAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/check_plan.py ${t} $<TARGET_FILE:colossalc>
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 endforeach()
+add_test(NAME plan_compose
+         COMMAND ${COLOSSALC_PLAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/check_compose.py $<TARGET_FILE:colossalc>
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

@@ -83,7 +83,7 @@ const char colossalc_program_json[] =
     "    \"b\": [3, 131584], \"c\": [1, 0], \"batch\": [1, 1], \"sa\": [0, 0],"
     "    \"sb\": [0, 0], \"sc\": [0, 0]},"
     "   {\"op\": \"kernel\", \"kernel\": 4, \"extent\": 256, " TIER_ARGS "}],"
-    " \"gradnorm\": [{\"op\": \"kernel\", \"kernel\": 5, \"extent\": 8, " TIER_ARGS "}],"
+    " \"sync\": [], \"gradnorm\": [{\"op\": \"kernel\", \"kernel\": 5, \"extent\": 8, " TIER_ARGS "}],"
     " \"update\": [{\"op\": \"kernel\", \"kernel\": 6, \"extent\": 65536, " TIER_ARGS "},"
     "   {\"op\": \"kernel\", \"kernel\": 7, \"extent\": 256, " TIER_ARGS "}],"
     " \"forward\": ["

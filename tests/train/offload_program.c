@@ -136,7 +136,7 @@ const char colossalc_program_json[] =
     MOVE(1, "grads", "device", "host", "false") ","
     MOVE(0, "grads", "zero", "device", "false") "," WAIT(0, "grads") "," K(8, 64) ","
     MOVE(0, "grads", "device", "host", "false") "],"
-    " \"gradnorm\": ["
+    " \"sync\": [], \"gradnorm\": ["
     WAIT(0, "grads") "," KH(12, 1) "," WAIT(1, "grads") "," KH(13, 1) ","
     K(14, 1) "," K(15, 1) "],"
     " \"update\": ["

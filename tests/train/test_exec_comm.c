@@ -61,7 +61,7 @@ static char *program_json(void)
              " \"step\": [{\"op\": \"slot\", \"index\": 1},"
              " {\"op\": \"comm\", \"kind\": \"KIND\", \"src\": [3, 0], \"dst\": [3, %lld],"
              " \"outer\": %d, \"n\": %lld, \"inner\": %d}],"
-             " \"gradnorm\": [], \"update\": [], \"forward\": [{\"op\": \"comm\", \"kind\":"
+             " \"sync\": [], \"gradnorm\": [], \"update\": [], \"forward\": [{\"op\": \"comm\", \"kind\":"
              " \"all_reduce\", \"src\": [3, 0], \"dst\": [3, 0], \"outer\": %d, \"n\": %lld,"
              " \"inner\": %d}]}",
              (long long)work, c->size, (long long)dst, A, (long long)n, I, A, (long long)n, I);

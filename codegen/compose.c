@@ -1,0 +1,135 @@
+/* Composing the training step (codegen/compose.h). */
+#include "codegen/compose.h"
+#include <string.h>
+#include "runtime/program.h"
+
+static int64_t param_bytes(const PParam *q) { return shape_numel(&q->node->shape) * 4; }
+
+static PInstr *push_comm(Program *p, PSeq *s, IsaCommKind kind, IsaGroup group, int tier, int64_t off, int64_t bytes) {
+  PInstr *in = pseq_push(p->arena, s, ISA_COMM);
+  in->comm = (PComm){kind, {tier, tier}, {off, off}, 1, bytes / 4, 1, group, 0, 0};
+  return in;
+}
+
+/* The holders of each parameter name, in global order (stage, then position). */
+typedef struct Tied { const char *name; int *at; /* [n] index in stage s, or -1 */ int holders; } Tied;
+
+static int find_group(PStageGroup *g, int ng, const Tied *t, int n) {
+  for (int k = 0; k < ng; k++) {
+    if (g[k].n != t->holders) continue;
+    int i = 0;
+    for (int s = 0; s < n; s++)
+      if (t->at[s] >= 0 && g[k].stages[i] == s) i++;
+    if (i == t->holders) return k;
+  }
+  return -1;
+}
+
+/* The tied parameters' sums in each holder's sync; lowest[s][i]: stage s counts its
+ * parameter i in the norm (it is the lowest holder). */
+static void compose_tied(Program **ps, int n, bool **lowest) {
+  Arena *a = ps[0]->arena;
+  int total = 0;
+  for (int s = 0; s < n; s++) total += ps[s]->nparams;
+  Tied *t = arena_array(a, total + 1, sizeof *t);
+  int nt = 0;
+  for (int s = 0; s < n; s++)
+    for (int i = 0; i < ps[s]->nparams; i++) {
+      const char *name = ps[s]->params[i].node->name;
+      int e = 0;
+      while (e < nt && strcmp(t[e].name, name)) e++;
+      if (e == nt) {
+        t[nt] = (Tied){name, arena_array(a, n, sizeof(int)), 0};
+        for (int r = 0; r < n; r++) t[nt].at[r] = -1;
+        nt++;
+        lowest[s][i] = true;
+      }
+      t[e].at[s] = i, t[e].holders++;
+    }
+  PStageGroup *g = arena_array(a, nt + 1, sizeof *g);
+  int ng = 0;
+  for (int e = 0; e < nt; e++) {
+    if (t[e].holders < 2) continue;
+    int k = find_group(g, ng, &t[e], n);
+    if (k < 0) {
+      k = ng++;
+      g[k] = (PStageGroup){0, arena_array(a, t[e].holders, sizeof(int))};
+      for (int s = 0; s < n; s++)
+        if (t[e].at[s] >= 0) g[k].stages[g[k].n++] = s;
+    }
+    for (int s = 0; s < n; s++) {
+      if (t[e].at[s] < 0) continue;
+      const PParam *q = &ps[s]->params[t[e].at[s]];
+      for (int kind = 0; kind < 2; kind++) /* onto the lowest holder, then back */
+        push_comm(ps[s], &ps[s]->sync, kind ? ISA_COMM_BROADCAST : ISA_COMM_REDUCE, ISA_GROUP_STAGES, RT_TIER_GRADS,
+                  q->offset, param_bytes(q))->comm.stage_group = k;
+    }
+  }
+  for (int s = 0; s < n; s++) ps[s]->stage_groups = g, ps[s]->nstage_groups = ng;
+}
+
+/* The gradient tier all-reduced over dp in buckets of whole parameters, last first. */
+static void compose_dp_sync(Program *p) {
+  int64_t end = p->tiers[RT_TIER_GRADS];
+  for (int hi = p->nparams; hi > 0;) {
+    int lo = hi - 1;
+    while (lo > 0 && end - p->params[lo - 1].offset <= COMPOSE_BUCKET) lo--;
+    push_comm(p, &p->sync, ISA_COMM_ALL_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[lo].offset,
+              end - p->params[lo].offset);
+    end = p->params[lo].offset, hi = lo;
+  }
+}
+
+/* The k-th kernel of list s is parameter k's (lower's emit_optimizer). */
+static PInstr *param_kernel(PSeq *s, int k) {
+  for (int i = 0, seen = 0; i < s->n; i++)
+    if (s->v[i].kind == ISA_KERNEL && seen++ == k) return &s->v[i];
+  ir_assert(!"a kernel per parameter");
+  return NULL;
+}
+
+static void compose_norm(Program *p, const bool *lowest) {
+  int kernels = 0;
+  for (int i = 0; i < p->gradnorm.n; i++) kernels += p->gradnorm.v[i].kind == ISA_KERNEL;
+  ir_assert(kernels == p->nparams && p->gradnorm.n == p->nparams);
+  bool partial = false, *skip = arena_array(p->arena, p->nparams + 1, sizeof *skip);
+  for (int k = 0; k < p->nparams; k++) {
+    PInstr *in = param_kernel(&p->gradnorm, k);
+    skip[k] = !lowest[k];
+    if (p->tp > 1 && !p->params[k].node->split) in->tp_rank = 0;
+    if (p->zero_stage >= 2) in->dp_rank = p->params[k].owner;
+    else if (p->dp != 1) in->dp_rank = 0;
+    partial |= skip[k] || in->tp_rank >= 0 || in->dp_rank >= 0;
+  }
+  if (!partial) return;
+  PSeq old = p->gradnorm;
+  p->gradnorm = (PSeq){0};
+  PInstr *z = pseq_push(p->arena, &p->gradnorm, ISA_ZERO);
+  z->tier = RT_TIER_WORK, z->offset = p->gradnorm_offset, z->bytes = p->gradnorm_parts * 4;
+  for (int k = 0; k < old.n; k++)
+    if (!skip[k]) *pseq_push(p->arena, &p->gradnorm, ISA_KERNEL) = old.v[k];
+}
+
+static void compose_update(Program *p) {
+  if (p->zero_stage < 1) return;
+  int kernels = 0;
+  for (int i = 0; i < p->update.n; i++) kernels += p->update.v[i].kind == ISA_KERNEL;
+  ir_assert(kernels == p->nparams && p->update.n == p->nparams);
+  for (int k = 0; k < p->nparams; k++) param_kernel(&p->update, k)->dp_rank = p->params[k].owner;
+  for (int k = 0; k < p->nparams && p->zero_stage < 3; k++)
+    push_comm(p, &p->update, ISA_COMM_BROADCAST, ISA_GROUP_DP, RT_TIER_PARAMS, p->params[k].offset,
+              param_bytes(&p->params[k]))->comm.root = p->params[k].owner;
+}
+
+void compose_step(Program **ps, int n) {
+  if (ps[0]->offload) return;
+  bool **lowest = arena_array(ps[0]->arena, n, sizeof *lowest);
+  for (int s = 0; s < n; s++) lowest[s] = arena_array(ps[0]->arena, ps[s]->nparams + 1, sizeof **lowest);
+  compose_tied(ps, n, lowest);
+  for (int s = 0; s < n; s++) {
+    Program *p = ps[s];
+    if (!p->zero_scheduled && p->dp != 1) compose_dp_sync(p);
+    compose_norm(p, lowest[s]);
+    compose_update(p);
+  }
+}

@@ -1,0 +1,33 @@
+/* Composing the training step: what happens between the backward pass and the next
+ * step's forward pass, decided here for every rank so that the runtime only runs it.
+ *
+ * After the micro-batches, the list `sync` sums the gradients:
+ *   - a parameter that several pipeline stages hold (the token embedding that is also
+ *     the output head) is reduced onto its lowest holder and broadcast back, over the
+ *     group of its holders (Program.stage_groups, the same list in every stage), so
+ *     every copy is bitwise the same;
+ *   - then, below ZeRO stage 2 (whose step reduces each gradient to its owner,
+ *     codegen/zero.h) and with more than one data-parallel rank, the gradient tier is
+ *     all-reduced over the dp group in buckets of whole parameters of at most
+ *     COMPOSE_BUCKET bytes, last parameters first (the order backward completes them).
+ * The gradient norm counts every element of the model once over the mesh: `gradnorm`
+ * keeps parameter i's kernel on the ranks that count it (a tensor-parallel split one
+ * on every tp rank, a replicated one on tp rank 0, a tied one on its lowest stage only,
+ * and over the dp group its owner from ZeRO stage 2, else dp rank 0), and starts by
+ * zeroing the partial sums when some rank skips a kernel, so a rank's sum of its parts
+ * is its share and the world's sum is the norm's square. `update` runs parameter i's
+ * kernel on its owner only from ZeRO stage 1, and at stages 1 and 2 ends with each
+ * parameter broadcast from its owner over the dp group (at stage 3 a rank keeps only
+ * what it owns). An offload program runs on one rank: nothing to compose. */
+#ifndef COLOSSALC_COMPOSE_H
+#define COLOSSALC_COMPOSE_H
+#include "codegen/lower.h"
+
+#define COMPOSE_BUCKET (25 << 20)
+
+/* ps[0..n): one program or a pipeline's stages. requires: lower (gradnorm and update
+ * one kernel per parameter, in order), the plan set (dp, tp, zero_stage, owners), ZeRO's
+ * schedule; before offload's plan (which needs one rank) and program_share_kernels. */
+void compose_step(Program **ps, int n);
+
+#endif

@@ -1,0 +1,140 @@
+"""The composed step (codegen/compose.h), read from the program colossalc writes
+(--dump-after=compose): for plans of gpt2-tiny, the gradient sums, the norm's
+counting and the update's owners are what the plan needs, checked from the program's
+own fields (params, owners, tiers) rather than from the compiler's code.
+Usage: check_compose.py COLOSSALC"""
+import json
+import subprocess
+import sys
+
+CC = sys.argv[1]
+BUCKET = 25 << 20
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def programs(*flags):
+    cmd = [CC, "models/gpt2-tiny.model", "--set", "layers=2", "--set", "seq=32", "--dump-after=compose", *flags]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    line = [l for l in out.splitlines() if l.startswith("program ")][-1]
+    j = json.loads(line[len("program "):])
+    return j if isinstance(j, list) else [j]
+
+
+def plan(dp, tp, pp, zero, *extra):
+    return programs("--set", "batch=%d" % (2 * dp), "--gpus", str(dp * tp * pp), "--gpu", "cpu", "--dp", str(dp),
+                    "--tp", str(tp), "--pp", str(pp), "--zero", str(zero), "--microbatch-size", "2", *extra)
+
+
+def arg_offset(ins, tier):
+    return [a[1] for a in ins["args"] if a[0] == tier]
+
+
+def kernels_by_param(p, lst, tier):
+    """{param index: instruction} for the kernels of lst touching a parameter's
+    bytes in tier at its offset."""
+    at = {q["offset"]: i for i, q in enumerate(p["params"])}
+    out = {}
+    for ins in p[lst]:
+        if ins["op"] == "kernel":
+            hits = [at[o] for o in arg_offset(ins, tier) if o in at]
+            check(len(hits) == 1, "%s kernel names one parameter: %s" % (lst, ins.get("args")))
+            out[hits[0]] = ins
+    return out
+
+
+def dp_sums(p):
+    return [c for c in p["sync"] if c.get("group") == "dp"]
+
+
+def covers_grads(p, name):
+    spans = sorted((c["src"][1], c["src"][1] + 4 * c["outer"] * c["n"] * c["inner"]) for c in dp_sums(p))
+    check(all(c["kind"] == "all_reduce" and c["src"] == c["dst"] and c["src"][0] == 1 for c in dp_sums(p)),
+          name + ": dp sums are in-place all-reduces of GRADS")
+    at = 0
+    for lo, hi in spans:
+        check(lo == at, name + ": dp buckets tile GRADS (gap or overlap at %d)" % at)
+        at = hi
+    check(at == p["tiers"][1], name + ": dp buckets end at the GRADS tier's end")
+    starts = {q["offset"] for q in p["params"]}
+    for lo, hi in spans:
+        check(lo in starts, name + ": a bucket starts at a parameter")
+        many = sum(1 for q in p["params"] if lo <= q["offset"] < hi) > 1
+        check(hi - lo <= BUCKET or not many, name + ": a bucket of several parameters is at most 25 MiB")
+
+
+def check_norm_zeroed(p, name):
+    gn = p["gradnorm"]
+    check(gn[0]["op"] == "zero" and gn[0]["tier"] == 3 and gn[0]["offset"] == p["gradnorm_offset"]
+          and gn[0]["bytes"] == 4 * p["gradnorm_parts"], name + ": gradnorm first zeroes its parts")
+
+
+# No plan: a program for any number of data-parallel ranks.
+[p] = programs("--set", "batch=2")
+check("dp" not in p, "no plan: dp any")
+covers_grads(p, "no plan")
+check_norm_zeroed(p, "no plan")
+check(all(i.get("dp_rank") == 0 for i in kernels_by_param(p, "gradnorm", 1).values()), "no plan: the norm on dp rank 0")
+check(all("dp_rank" not in i and "tp_rank" not in i for i in p["update"]), "no plan: every rank updates")
+
+# A plan of one rank: nothing to compose.
+[p] = plan(1, 1, 1, 0)
+check(p["sync"] == [], "one rank: empty sync")
+check(all("dp_rank" not in i and "tp_rank" not in i for i in p["gradnorm"] + p["update"]), "one rank: no conditions")
+
+# Data parallelism, ZeRO 0 to 3.
+for zero in range(4):
+    name = "dp2 zero%d" % zero
+    [p] = plan(2, 1, 1, zero)
+    nparams = len(p["params"])
+    if zero < 2:
+        covers_grads(p, name)
+    else:
+        check(dp_sums(p) == [] and p.get("zero_scheduled"), name + ": the step reduces, sync does not")
+    check_norm_zeroed(p, name)
+    gn = kernels_by_param(p, "gradnorm", 1)
+    check(len(gn) == nparams, name + ": a norm kernel per parameter")
+    for i, ins in gn.items():
+        want = p["params"][i]["owner"] if zero >= 2 else 0
+        check(ins.get("dp_rank") == want, name + ": norm of %s on dp rank %d" % (p["params"][i]["name"], want))
+    up = kernels_by_param(p, "update", 0)
+    for i, ins in up.items():
+        want = p["params"][i]["owner"] if zero >= 1 else None
+        check(ins.get("dp_rank") == want, name + ": update of %s where it is owned" % p["params"][i]["name"])
+    bcast = [c for c in p["update"] if c["op"] == "comm"]
+    if zero in (1, 2):
+        roots = {c["src"][1]: c["root"] for c in bcast if c["kind"] == "broadcast" and c["group"] == "dp"}
+        check(roots == {q["offset"]: q["owner"] for q in p["params"]}, name + ": every parameter broadcast from its owner")
+    else:
+        check(bcast == [], name + ": no broadcast after the update")
+
+# Tensor and pipeline parallelism: the tied embedding, replicated parameters.
+st = plan(1, 2, 2, 0)
+check(len(st) == 2 and all(s["stage_groups"] == [[0, 1]] for s in st), "tp2 pp2: one stage group, both stages")
+names = [{q["name"] for q in s["params"]} for s in st]
+tied = names[0] & names[1]
+check(tied == {"wte.weight"}, "tp2 pp2: the token embedding is the tied parameter (%s)" % sorted(tied))
+for s, p in enumerate(st):
+    sums = [c for c in p["sync"] if c.get("group") == "stages"]
+    off = {q["name"]: q["offset"] for q in p["params"]}
+    check([(c["kind"], c["src"][1], c["root"]) for c in sums] == [("reduce", off["wte.weight"], 0), ("broadcast", off["wte.weight"], 0)],
+          "stage %d: the tied gradient reduced onto stage 0 and broadcast back" % s)
+    check(dp_sums(p) == [], "stage %d: dp 1, no dp sums" % s)
+    gn = kernels_by_param(p, "gradnorm", 1)
+    for i, q in enumerate(p["params"]):
+        if q["name"] in tied and s > 0:
+            check(i not in gn, "stage %d: %s counted on its lowest stage only" % (s, q["name"]))
+            continue
+        want = None if "tp" in q else 0
+        check(i in gn and gn[i].get("tp_rank") == want, "stage %d: %s counted on %s" % (s, q["name"], "every tp rank" if want is None else "tp rank 0"))
+    check_norm_zeroed(p, "stage %d" % s)
+
+if failures:
+    print("%d check(s) FAILED" % len(failures))
+    sys.exit(1)
+print("compose: all checks passed")
