@@ -89,9 +89,10 @@ struct Device {
     int (*commit)(Device *dev, char *base, int64_t offset, int64_t bytes);
     void (*decommit)(Device *dev, char *base, int64_t offset, int64_t bytes);
     void (*unreserve)(Device *dev, char *base, int64_t bytes);
-    /* The copy stream, for a device whose memory the host does not see (NULL where
-     * host_view gives it; then plain memcpy does). mark, from the thread that queues
-     * the work, is a point after everything queued so far; await, from any thread,
+    /* The copy stream, which offload's copy thread moves memory through on every
+     * device (on the CPU a memcpy, its kernels being done when their call returns).
+     * mark, from the thread that queues the work, is a point after everything queued
+     * so far; await, from any thread,
      * blocks until the work before a mark is done (marks are reused after
      * DEVICE_MARKS more, so at most that many may be outstanding). xfer, from any
      * thread, copies bytes host -> device (XFER_IN: dst a device address), device ->

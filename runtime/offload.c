@@ -50,9 +50,9 @@ struct Offload {
     unsigned char *where;      /* [nchunks * RT_PARTS] */
     uint64_t *last;            /* [nchunks * RT_PARTS] queue position after the part's last job */
     char *zeros;               /* [OFF_BLOCK] */
-    Device *xdev;              /* the device when its memory is reached through its copy
-                                  stream (no host view: Device.xfer), else NULL */
-    char *stage;               /* [OFF_BLOCK] host bytes between such a device and NVMe */
+    Device *xdev;              /* the device, whose memory the copy thread reaches through
+                                  its copy stream (Device.xfer) */
+    char *stage;               /* [OFF_BLOCK] host bytes between the device and NVMe */
     char *host_work;           /* [host_work_bytes] "on": "host" kernels' WORK buffers when
                                   the host runs them apart from the device (offload_host_work) */
     int64_t host_work_bytes;
@@ -168,9 +168,10 @@ static void nv_count(Offload *o, int t, int64_t off, int64_t n, int hold)
 
 /* ---- memory at a location -------------------------------------------------------- */
 
-static char *loc_base(Offload *o, RtLoc l, int t)
+/* The host location's bytes of tier t. */
+static char *host_base(Offload *o, int t)
 {
-    return l == RT_LOC_DEVICE ? exec_host_tier(o->ex, t) : o->host.tiers[t];
+    return o->host.tiers[t];
 }
 
 /* Job description for messages: "update[3] (move chunk 1 opt nvme -> host)". */
@@ -230,25 +231,19 @@ static void release_at(Offload *o, RtLoc l, int t, int64_t off, int64_t n)
         exec_decommit_idle(l == RT_LOC_DEVICE ? o->ex : &o->host, t, off, n); /* after the job's mark */
 }
 
-/* The device location's bytes [off, off+n) of tier t <-> host memory at buf: through
- * the copy stream when the host does not see the device's memory. */
+/* The device location's bytes [off, off+n) of tier t <-> host memory at buf, on the
+ * device's copy stream. */
 static void dev_put(Offload *o, int t, int64_t off, const char *buf, int64_t n)
 {
-    if (o->xdev)
-        o->xdev->xfer(o->xdev, XFER_IN, o->ex->tiers[t] + off, buf, n);
-    else
-        memcpy(loc_base(o, RT_LOC_DEVICE, t) + off, buf, (size_t)n);
+    o->xdev->xfer(o->xdev, XFER_IN, o->ex->tiers[t] + off, buf, n);
 }
 
 static void dev_get(Offload *o, int t, int64_t off, char *buf, int64_t n)
 {
-    if (o->xdev)
-        o->xdev->xfer(o->xdev, XFER_OUT, buf, o->ex->tiers[t] + off, n);
-    else
-        memcpy(buf, loc_base(o, RT_LOC_DEVICE, t) + off, (size_t)n);
+    o->xdev->xfer(o->xdev, XFER_OUT, buf, o->ex->tiers[t] + off, n);
 }
 
-/* NVMe <-> such a device, in blocks staged in host memory. */
+/* NVMe <-> the device, in blocks staged in host memory. */
 static int dev_nvme(Offload *o, int to_dev, int t, int64_t off, int64_t n, char *msg)
 {
     for (int64_t done = 0; done < n; done += OFF_BLOCK) {
@@ -269,33 +264,30 @@ static int dev_nvme(Offload *o, int to_dev, int t, int64_t off, int64_t n, char 
 static int copy_range(Offload *o, RtLoc from, RtLoc to, int t, int64_t off, int64_t n,
                       char *msg)
 {
-    int staged = o->xdev != NULL;
     if (from == RT_LOC_ZERO && to == RT_LOC_NVME)
         return nv_zero(o, t, off, n, msg);
-    if (from == RT_LOC_ZERO && to == RT_LOC_DEVICE && staged) {
+    if (from == RT_LOC_ZERO && to == RT_LOC_DEVICE) {
         o->xdev->xfer(o->xdev, XFER_ZERO, o->ex->tiers[t] + off, NULL, n);
         return 0;
     }
     if (from == RT_LOC_ZERO) {
-        memset(loc_base(o, to, t) + off, 0, (size_t)n);
+        memset(host_base(o, t) + off, 0, (size_t)n);
         return 0;
     }
-    if (staged && (from == RT_LOC_DEVICE || to == RT_LOC_DEVICE)) {
+    if (from == RT_LOC_DEVICE || to == RT_LOC_DEVICE) {
         RtLoc other = from == RT_LOC_DEVICE ? to : from;
         if (other == RT_LOC_NVME)
             return dev_nvme(o, to == RT_LOC_DEVICE, t, off, n, msg);
         if (to == RT_LOC_DEVICE)
-            dev_put(o, t, off, loc_base(o, other, t) + off, n);
+            dev_put(o, t, off, host_base(o, t) + off, n);
         else
-            dev_get(o, t, off, loc_base(o, other, t) + off, n);
+            dev_get(o, t, off, host_base(o, t) + off, n);
         return 0;
     }
+    /* host <-> NVMe */
     if (from == RT_LOC_NVME)
-        return nv_read(o, t, loc_base(o, to, t) + off, off, n, msg);
-    if (to == RT_LOC_NVME)
-        return nv_write(o, t, loc_base(o, from, t) + off, off, n, msg);
-    memcpy(loc_base(o, to, t) + off, loc_base(o, from, t) + off, (size_t)n);
-    return 0;
+        return nv_read(o, t, host_base(o, t) + off, off, n, msg);
+    return nv_write(o, t, host_base(o, t) + off, off, n, msg);
 }
 
 /* ---- jobs ------------------------------------------------------------------------ */
@@ -359,7 +351,7 @@ static void *copy_main(void *arg)
         OffJob j = o->ring[o->taken++ % OFFLOAD_QUEUE];
         int skip = o->failed;
         pthread_mutex_unlock(&o->mu);
-        if (o->xdev && !skip) /* the kernels queued before the job are done */
+        if (!skip) /* the kernels queued before the job are done */
             o->xdev->await(o->xdev, j.mark);
         int rc = skip ? 0 : j.drop ? run_drop(o, &j, msg) : run_move(o, &j, msg);
         pthread_mutex_lock(&o->mu);
@@ -380,7 +372,7 @@ static void off_queue(Offload *o, const OffJob *j)
     while (o->issued - o->done >= OFFLOAD_QUEUE)
         pthread_cond_wait(&o->progress, &o->mu);
     o->ring[o->issued % OFFLOAD_QUEUE] = *j;
-    if (o->xdev) /* at most OFFLOAD_QUEUE < DEVICE_MARKS marks are outstanding */
+    /* at most OFFLOAD_QUEUE < DEVICE_MARKS marks are outstanding */
         o->ring[o->issued % OFFLOAD_QUEUE].mark = o->xdev->mark(o->xdev);
     o->issued++;
     o->last[j->chunk * RT_PARTS + j->part] = o->issued;
@@ -579,9 +571,9 @@ static int state_io(Offload *o, int part, char *buf, int to_home, char *err, siz
             else if (h == RT_LOC_DEVICE)
                 dev_get(o, part, off[k], buf + off[k], n);
             else if (to_home)
-                memcpy(loc_base(o, h, part) + off[k], buf + off[k], (size_t)n);
+                memcpy(host_base(o, part) + off[k], buf + off[k], (size_t)n);
             else
-                memcpy(buf + off[k], loc_base(o, h, part) + off[k], (size_t)n);
+                memcpy(buf + off[k], host_base(o, part) + off[k], (size_t)n);
             if (rc != 0)
                 return file_set_error(err, errlen, "%s", msg);
         }
@@ -694,11 +686,11 @@ static int offload_setup(Offload *o, Device *host_dev, const char *nvme_dir, cha
             return file_set_error(err, errlen, "offload: the %s device cannot reserve address "
                                   "space for the %s tier", o->ex->dev->name, rt_part_names[t]);
     Device *d = o->ex->dev;
-    if (!exec_host_tier(o->ex, RT_TIER_PARAMS) && !(d->xfer && d->mark && d->await))
-        return file_set_error(err, errlen, "offload: the %s device gives neither a host view of its "
-                              "memory nor a copy stream, one of which the copy thread needs", d->name);
-    o->xdev = exec_host_tier(o->ex, RT_TIER_PARAMS) ? NULL : d;
-    if (o->xdev && !(o->stage = malloc(OFF_BLOCK)))
+    if (!(d->xfer && d->mark && d->await))
+        return file_set_error(err, errlen, "offload: the %s device has no copy stream, which the "
+                              "copy thread needs", d->name);
+    o->xdev = d;
+    if (!(o->stage = malloc(OFF_BLOCK)))
         return file_set_error(err, errlen, "out of memory");
     if (host_dev != d && !exec_host_tier(o->ex, RT_TIER_PARAMS)) {
         o->host_work_bytes = host_work_bytes(p);

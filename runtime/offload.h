@@ -36,15 +36,16 @@
  * a list that was not followed by the rest of the step (validation runs `step` alone).
  * The main thread reads where parts are only when the queue is empty.
  *
- * Memory is host memory on both sides on the CPU device, so the copy thread uses
- * plain memcpy and memset through the device's host view. A device whose memory the
- * host does not see (the CUDA device) gives a copy stream instead (executor.h: mark,
- * await, xfer): each job carries a mark of the compute work queued before it, which
- * the copy thread awaits before it copies, commits or releases anything (the
- * compiler never lets later work touch a part in flight); copies to and from the
+ * The copy thread reaches the device's memory through the device's copy stream
+ * (executor.h: mark, await, xfer), on every device: each job carries a mark of the
+ * compute work queued before it, which the copy thread awaits before it copies,
+ * commits or releases anything (the compiler never lets later work touch a part in
+ * flight); copies to and from the
  * device run on the copy stream while the compute stream goes on, NVMe's through a
- * host block. Such a device's "on": "host" kernels run on the host location's device
- * (the CPU), their WORK buffers copied into a host buffer before and back after.
+ * host block. On the CPU device a mark is reached when it is taken (kernels are done
+ * when their call returns) and a copy is a memcpy. A device whose memory the host does
+ * not see (the CUDA device) runs its "on": "host" kernels on the host location's
+ * device (the CPU), their WORK buffers copied into a host buffer before and back after.
  */
 #ifndef COLOSSALC_RUNTIME_OFFLOAD_H
 #define COLOSSALC_RUNTIME_OFFLOAD_H

@@ -130,6 +130,26 @@ static char *cpu_host_view(Device *dev, char *base)
     return base;
 }
 
+/* The copy stream: kernels and GEMMs have finished when their call returns, so a mark
+ * is already reached, and a copy is a memcpy on the calling thread (the offload copy
+ * thread's). */
+static uint64_t cpu_mark(Device *dev)
+{
+    return 0;
+}
+
+static void cpu_await(Device *dev, uint64_t mark)
+{
+}
+
+static void cpu_xfer(Device *dev, int kind, char *dst, const char *src, int64_t bytes)
+{
+    if (kind == XFER_ZERO)
+        memset(dst, 0, (size_t)bytes);
+    else
+        memcpy(dst, src, (size_t)bytes);
+}
+
 static char *cpu_reserve(Device *dev, int64_t bytes)
 {
     void *p = mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -178,6 +198,7 @@ Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, cha
                         .kernel = cpu_kernel, .zero = cpu_zero, .gemm = cpu_gemm,
                         .upload = cpu_upload, .copy = cpu_copy, .download = cpu_download, .sync = cpu_sync,
                         .host_view = cpu_host_view, .destroy = cpu_destroy,
+                        .mark = cpu_mark, .await = cpu_await, .xfer = cpu_xfer,
                         .granule = sysconf(_SC_PAGESIZE), .reserve = cpu_reserve,
                         .commit = cpu_commit, .decommit = cpu_decommit,
                         .unreserve = cpu_unreserve};
