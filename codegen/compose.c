@@ -1,6 +1,7 @@
 /* Composing the training step (codegen/compose.h). */
 #include "codegen/compose.h"
 #include <string.h>
+#include "codegen/offload.h"
 #include "runtime/program.h"
 
 static int64_t param_bytes(const PParam *q) { return shape_numel(&q->node->shape) * 4; }
@@ -68,15 +69,48 @@ static void compose_tied(Program **ps, int n, bool **lowest) {
   for (int s = 0; s < n; s++) ps[s]->stage_groups = g, ps[s]->nstage_groups = ng;
 }
 
-/* The gradient tier all-reduced over dp in buckets of whole parameters, last first. */
-static void compose_dp_sync(Program *p) {
+/* The gradient tier all-reduced over dp in buckets of whole parameters, last first,
+ * into s. */
+static void dp_buckets(Program *p, PSeq *s) {
   int64_t end = p->tiers[RT_TIER_GRADS];
   for (int hi = p->nparams; hi > 0;) {
     int lo = hi - 1;
     while (lo > 0 && end - p->params[lo - 1].offset <= COMPOSE_BUCKET) lo--;
-    push_comm(p, &p->sync, ISA_COMM_ALL_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[lo].offset,
-              end - p->params[lo].offset);
+    push_comm(p, s, ISA_COMM_ALL_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[lo].offset, end - p->params[lo].offset);
     end = p->params[lo].offset, hi = lo;
+  }
+}
+
+/* The last instruction of s touching [lo, hi) of tier, or -1. */
+static int last_touch(const Program *p, const PSeq *s, int tier, int64_t lo, int64_t hi) {
+  Touch t[K_MAX_BUFS];
+  for (int i = s->n - 1; i >= 0; i--) {
+    int n = instr_touch(p, &s->v[i], t);
+    for (int k = 0; k < n; k++)
+      if (t[k].tier == tier && t[k].lo < hi && lo < t[k].hi) return i;
+  }
+  return -1;
+}
+
+/* Each bucket's all-reduce in `step` right after the last instruction touching its
+ * gradients, on the last micro-batch, overlapping what follows (the end of backward);
+ * a bucket nothing touches goes at the end. */
+static void compose_overlap(Program *p) {
+  PSeq b = {0};
+  dp_buckets(p, &b);
+  int *after = arena_array(p->arena, b.n + 1, sizeof *after);
+  for (int k = 0; k < b.n; k++) {
+    const PComm *c = &b.v[k].comm;
+    after[k] = last_touch(p, &p->step, c->tier[0], c->off[0], c->off[0] + c->n * 4);
+    if (after[k] < 0) after[k] = p->step.n - 1;
+    b.v[k].overlap = b.v[k].last_mb = true;
+  }
+  PSeq old = p->step;
+  p->step = (PSeq){0};
+  for (int i = 0; i < old.n; i++) {
+    *pseq_push(p->arena, &p->step, old.v[i].kind) = old.v[i];
+    for (int k = 0; k < b.n; k++)
+      if (after[k] == i) *pseq_push(p->arena, &p->step, ISA_COMM) = b.v[k];
   }
 }
 
@@ -128,7 +162,9 @@ void compose_step(Program **ps, int n) {
   compose_tied(ps, n, lowest);
   for (int s = 0; s < n; s++) {
     Program *p = ps[s];
-    if (!p->zero_scheduled && p->dp != 1) compose_dp_sync(p);
+    bool sums = !p->zero_scheduled && p->dp != 1;
+    if (sums && p->tp <= 1 && n == 1 && !p->scheduled && p->step.n > 0) compose_overlap(p);
+    else if (sums) dp_buckets(p, &p->sync);
     compose_norm(p, lowest[s]);
     compose_update(p);
   }

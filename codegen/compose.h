@@ -10,6 +10,14 @@
  *     codegen/zero.h) and with more than one data-parallel rank, the gradient tier is
  *     all-reduced over the dp group in buckets of whole parameters of at most
  *     COMPOSE_BUCKET bytes, last parameters first (the order backward completes them).
+ *     In a program of one tp rank and one unscheduled stage the buckets go into `step`
+ *     instead, each right after the last instruction that touches its gradients, marked
+ *     to run on the step's last micro-batch only ("last_microbatch") and to overlap the
+ *     instructions after it ("overlap": a device with a communication stream runs it
+ *     there while the rest of backward computes, and the list's end waits for it). That
+ *     is the cost model's rule too (plan/search.c: the end-of-step reduction overlaps
+ *     the last micro-batch's backward). Elsewhere (tensor or pipeline parallelism, whose
+ *     own collectives would run beside it on other communicators) `sync` holds them.
  * The gradient norm counts every element of the model once over the mesh: `gradnorm`
  * keeps parameter i's kernel on the ranks that count it (a tensor-parallel split one
  * on every tp rank, a replicated one on tp rank 0, a tied one on its lowest stage only,

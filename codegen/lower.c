@@ -1470,6 +1470,8 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     break;
   }
   }
+  if (in->last_mb) cJSON_AddBoolToObject(o, "last_microbatch", true);
+  if (in->overlap) cJSON_AddBoolToObject(o, "overlap", true);
   if (in->dp_rank >= 0) cJSON_AddNumberToObject(o, "dp_rank", in->dp_rank);
   if (in->tp_rank >= 0) cJSON_AddNumberToObject(o, "tp_rank", in->tp_rank);
   return o;

@@ -58,6 +58,9 @@ typedef struct PInstr {
   int node;                 /* the IR node this computes (for the forward subset) */
   int dp_rank, tp_rank;     /* ISA_KERNEL, ISA_GEMM, ISA_ZERO: run only on the ranks with this
                              * coordinate (codegen/compose.h); -1: on every rank */
+  bool last_mb;             /* in an unscheduled step: run on the step's last micro-batch only */
+  bool overlap;             /* ISA_COMM: may run beside the instructions after it (nothing
+                             * after it in its list touches its bytes; codegen/compose.h) */
 } PInstr;
 
 typedef struct PSeq { PInstr *v; int n, cap; } PSeq;

@@ -68,6 +68,13 @@ static int gemm_touch(const PGemm *g, Touch *t) {
 
 int instr_touch(const Program *p, const PInstr *in, Touch *t) {
   if (in->kind == ISA_GEMM) return gemm_touch(&in->gemm, t);
+  if (in->kind == ISA_COMM) {
+    int64_t b[2];
+    pcomm_bytes(p, &in->comm, b);
+    t[0] = (Touch){in->comm.tier[0], in->comm.off[0], in->comm.off[0] + b[0], false};
+    t[1] = (Touch){in->comm.tier[1], in->comm.off[1], in->comm.off[1] + b[1], true};
+    return 2;
+  }
   if (in->kind == ISA_ZERO) return t[0] = (Touch){in->tier, in->offset, in->offset + in->bytes, true}, 1;
   if (in->kind != ISA_KERNEL) return 0;
   const Kernel *k = p->kernels[in->kernel];

@@ -75,7 +75,8 @@ typedef struct OffloadPlan {
 } OffloadPlan;
 
 /* The bytes an instruction of p touches: up to K_MAX_BUFS ranges [lo, hi) of a tier,
- * write set for what it may write (GEMM C, zeroing, every tier but PARAMS for kernels). */
+ * write set for what it may write (GEMM C, zeroing, every tier but PARAMS for kernels, a
+ * collective's destination); none for the other instructions. */
 typedef struct Touch { int tier; int64_t lo, hi; bool write; } Touch;
 int instr_touch(const Program *p, const PInstr *in, Touch *t);
 

@@ -85,6 +85,10 @@ static int check_instr(V *v, const PInstr *in) {
   if ((p->dp > 0 && in->dp_rank >= p->dp) || in->tp_rank >= (p->tp > 1 ? p->tp : 1))
     return fail(v, "condition on dp rank %d or tp rank %d outside the mesh", in->dp_rank, in->tp_rank);
   if (!strcmp(v->list, "sync") && in->kind != ISA_COMM) return fail(v, "sync holds collectives only");
+  if (in->last_mb && (!v->in_step || p->scheduled)) return fail(v, "last_microbatch only in `step` of an unscheduled program");
+  if (in->overlap && (in->kind != ISA_COMM || in->comm.kind != ISA_COMM_ALL_REDUCE || in->comm.group != ISA_GROUP_DP ||
+                      in->comm.tier[0] != in->comm.tier[1] || in->comm.off[0] != in->comm.off[1]))
+    return fail(v, "overlap only on an in-place all_reduce over the dp group");
   switch (in->kind) {
   case ISA_KERNEL:
     if (in->kernel < 0 || in->kernel >= p->nkernels) return fail(v, "kernel %d of %d", in->kernel, p->nkernels);
@@ -123,6 +127,24 @@ static int check_instr(V *v, const PInstr *in) {
   int n = instr_touch(p, in, t);
   for (int i = 0; i < n; i++)
     if (range_in(v, t[i].tier, t[i].lo, t[i].hi, isa_op_names[in->kind])) return -1;
+  return 0;
+}
+
+/* An overlapped collective runs beside the rest of its list: nothing after it there may
+ * touch its bytes. */
+static int check_overlap(V *v, const PSeq *s) {
+  Touch t[K_MAX_BUFS], c[K_MAX_BUFS];
+  for (int i = 0; i < s->n; i++) {
+    if (!s->v[i].overlap) continue;
+    instr_touch(v->p, &s->v[i], c);
+    for (v->at = i + 1; v->at < s->n; v->at++) {
+      int n = instr_touch(v->p, &s->v[v->at], t);
+      for (int k = 0; k < n; k++)
+        if (t[k].tier == c[1].tier && t[k].lo < c[1].hi && c[1].lo < t[k].hi)
+          return fail(v, "touches the bytes of the overlapped collective at %d before the list ends", i);
+    }
+  }
+  v->at = -1;
   return 0;
 }
 
@@ -211,6 +233,7 @@ static int verify_one(V *v) {
     v->list = names[l], v->in_step = l == 0;
     for (v->at = 0; v->at < lists[l]->n; v->at++)
       if (check_instr(v, &lists[l]->v[v->at])) return -1;
+    if (check_overlap(v, lists[l])) return -1;
   }
   v->at = -1;
   if (p->zero_stage > 0 && p->dp < 1) return fail(v, "ZeRO stage %lld without a fixed dp", (long long)p->zero_stage);

@@ -13,19 +13,6 @@ static void widen(Span *s, int i) {
   s->last = i;
 }
 
-/* What an instruction touches: instr_touch's ranges, and a collective's source and
- * destination (which instr_touch leaves out: offload plans have no collectives).
- * The source of a tensor-parallel all_gather is one part of the global tensor. */
-static int touches(const Program *p, const PInstr *in, Touch *t) {
-  if (in->kind != ISA_COMM) return instr_touch(p, in, t);
-  const PComm *c = &in->comm;
-  int64_t b[2];
-  pcomm_bytes(p, c, b);
-  t[0] = (Touch){c->tier[0], c->off[0], c->off[0] + b[0], false};
-  t[1] = (Touch){c->tier[1], c->off[1], c->off[1] + b[1], true};
-  return 2;
-}
-
 /* Every parameter whose bytes meet [lo, hi) gets instruction i in its span u (a range
  * may cover several parameters: a GEMM operand's span is an upper bound). */
 static void mark(const Program *p, Span (*use)[USES], int u, int64_t lo, int64_t hi, int i) {
@@ -53,7 +40,7 @@ static Span (*find_uses(const Program *p))[USES] {
     for (int j = 0; j < USES; j++) use[k][j] = (Span){-1, -1};
   for (int i = 0; i < p->step.n; i++) {
     Touch t[K_MAX_BUFS > 3 ? K_MAX_BUFS : 3];
-    int nt = touches(p, &p->step.v[i], t);
+    int nt = instr_touch(p, &p->step.v[i], t);
     for (int j = 0; j < nt; j++) {
       if (t[j].tier == RT_TIER_GRADS) mark(p, use, USE_GRAD, t[j].lo, t[j].hi, i);
       if (t[j].tier == RT_TIER_PARAMS) mark(p, use, i < bwd ? USE_FWD : USE_BWD, t[j].lo, t[j].hi, i);

@@ -278,6 +278,13 @@ static Comm *nccl_split(Comm *c, int color, int key)
     return h ? comm_nccl_new(h, 1, n->api, n->stream) : NULL;
 }
 
+Comm *comm_nccl_dup_on(Comm *c, CUstream stream)
+{
+    NcclComm *n = nc(c);
+    Comm *h = n->host->split(n->host, 0, n->host->rank);
+    return h ? comm_nccl_new(h, 1, n->api, stream) : NULL;
+}
+
 static void nccl_destroy(Comm *c)
 {
     NcclComm *n = nc(c);

@@ -31,4 +31,8 @@
  * failure aborts every rank (bootstrapping cannot be undone on one rank alone). */
 Comm *comm_nccl_new(Comm *host, int own_host, const CudaApi *api, CUstream stream);
 
+/* A new NCCL Comm over the ranks of nccl (a Comm made by comm_nccl_new), split from
+ * its host Comm, whose collectives run on stream. Every rank of nccl calls it. */
+Comm *comm_nccl_dup_on(Comm *nccl, CUstream stream);
+
 #endif

@@ -56,6 +56,7 @@ static int load_driver(CudaApi *api, char *err, size_t errlen)
         S(StreamSynchronize, "cuStreamSynchronize"), S(StreamWaitEvent, "cuStreamWaitEvent"),
         S(EventCreate, "cuEventCreate"), S(EventDestroy, "cuEventDestroy_v2"), S(EventRecord, "cuEventRecord"),
         S(EventQuery, "cuEventQuery"), S(EventSynchronize, "cuEventSynchronize"),
+        S(EventElapsedTime, "cuEventElapsedTime_v2"),
         S(MemAddressReserve, "cuMemAddressReserve"), S(MemAddressFree, "cuMemAddressFree"),
         S(MemCreate, "cuMemCreate"), S(MemRelease, "cuMemRelease"), S(MemMap, "cuMemMap"),
         S(MemUnmap, "cuMemUnmap"), S(MemSetAccess, "cuMemSetAccess"),

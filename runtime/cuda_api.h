@@ -69,6 +69,7 @@ typedef struct CudaApi {
     CUresult (*EventRecord)(CUevent e, CUstream s);
     CUresult (*EventQuery)(CUevent e);
     CUresult (*EventSynchronize)(CUevent e);
+    CUresult (*EventElapsedTime)(float *ms, CUevent start, CUevent end);
     /* NVRTC */
     nvrtcResult (*nvrtcVersion)(int *major, int *minor);
     const char *(*nvrtcGetErrorString)(nvrtcResult r);

@@ -60,6 +60,13 @@ typedef struct CudaDevice {
     CUstream copy;              /* the copy stream: offload's moves, commits' zeroing */
     CUevent marks[DEVICE_MARKS]; /* mark k is marks[k % DEVICE_MARKS] on the compute stream */
     uint64_t nmarks;
+    CUstream comm;              /* the communication stream: "overlap" collectives */
+    CUevent forked, joined;     /* ordering: compute -> comm at a fork, comm -> compute at a join */
+    CUevent t_comm0, t_comm1;   /* timing: the comm stream's first fork and last join of a list, */
+    CUevent t_wait0, t_wait1;   /* the compute stream before and after its wait at the join */
+    int timing;                 /* a fork since the last join: t_comm0 is recorded */
+    double comm_ms, waited_ms;  /* summed over the joins since overlap_ms last read them */
+    int pending;                /* a join whose times are not yet read */
 } CudaDevice;
 
 /* ---- errors --------------------------------------------------------------------- */
@@ -184,6 +191,58 @@ static void cuda_sync(Device *dev)
 {
     CudaDevice *c = (CudaDevice *)dev;
     CUDA_CHECK(c, c->api.StreamSynchronize(c->stream));
+    CUDA_CHECK(c, c->api.StreamSynchronize(c->comm));
+}
+
+/* ---- the communication stream ------------------------------------------------------- */
+
+static double elapsed_ms(CudaDevice *c, CUevent a, CUevent b)
+{
+    float ms = 0;
+    CUDA_CHECK(c, c->api.EventElapsedTime(&ms, a, b));
+    return ms > 0 ? ms : 0;
+}
+
+/* The times of the last join into the sums (its events are complete after a sync). */
+static void collect_times(CudaDevice *c)
+{
+    if (!c->pending)
+        return;
+    CUDA_CHECK(c, c->api.EventSynchronize(c->t_wait1));
+    c->comm_ms += elapsed_ms(c, c->t_comm0, c->t_comm1);
+    c->waited_ms += elapsed_ms(c, c->t_wait0, c->t_wait1);
+    c->pending = 0;
+}
+
+static void cuda_fork(Device *dev)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    CUDA_CHECK(c, c->api.EventRecord(c->forked, c->stream));
+    CUDA_CHECK(c, c->api.StreamWaitEvent(c->comm, c->forked, 0));
+    if (!c->timing) {
+        collect_times(c); /* the previous join's events are about to be reused */
+        CUDA_CHECK(c, c->api.EventRecord(c->t_comm0, c->comm));
+        c->timing = 1;
+    }
+}
+
+static void cuda_join(Device *dev)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    CUDA_CHECK(c, c->api.EventRecord(c->t_comm1, c->comm));
+    CUDA_CHECK(c, c->api.EventRecord(c->joined, c->comm));
+    CUDA_CHECK(c, c->api.EventRecord(c->t_wait0, c->stream));
+    CUDA_CHECK(c, c->api.StreamWaitEvent(c->stream, c->joined, 0));
+    CUDA_CHECK(c, c->api.EventRecord(c->t_wait1, c->stream));
+    c->timing = 0, c->pending = 1;
+}
+
+static void cuda_overlap_ms(Device *dev, double *comm, double *waited)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    collect_times(c);
+    *comm = c->comm_ms, *waited = c->waited_ms;
+    c->comm_ms = c->waited_ms = 0;
 }
 
 /* ---- the copy stream ---------------------------------------------------------------- */
@@ -472,6 +531,14 @@ static void cuda_destroy(Device *dev)
     for (int i = 0; i < DEVICE_MARKS; i++)
         if (c->marks[i])
             c->api.EventDestroy(c->marks[i]);
+    CUevent evs[6] = {c->forked, c->joined, c->t_comm0, c->t_comm1, c->t_wait0, c->t_wait1};
+    for (int i = 0; i < 6; i++)
+        if (evs[i])
+            c->api.EventDestroy(evs[i]);
+    if (c->comm) {
+        c->api.StreamSynchronize(c->comm);
+        c->api.StreamDestroy(c->comm);
+    }
     if (c->copy)
         c->api.StreamDestroy(c->copy);
     if (c->stream)
@@ -499,8 +566,14 @@ static int open_gpu(CudaDevice *c, int ordinal, char *arch, size_t archlen, char
     CUDA_TRY(c, c->api.CtxSetCurrent(c->ctx), err, errlen);
     CUDA_TRY(c, c->api.StreamCreate(&c->stream, CU_STREAM_NON_BLOCKING), err, errlen);
     CUDA_TRY(c, c->api.StreamCreate(&c->copy, CU_STREAM_NON_BLOCKING), err, errlen);
+    CUDA_TRY(c, c->api.StreamCreate(&c->comm, CU_STREAM_NON_BLOCKING), err, errlen);
     for (int i = 0; i < DEVICE_MARKS; i++)
         CUDA_TRY(c, c->api.EventCreate(&c->marks[i], CU_EVENT_DISABLE_TIMING), err, errlen);
+    CUevent *order[2] = {&c->forked, &c->joined}, *timed[4] = {&c->t_comm0, &c->t_comm1, &c->t_wait0, &c->t_wait1};
+    for (int i = 0; i < 2; i++)
+        CUDA_TRY(c, c->api.EventCreate(order[i], CU_EVENT_DISABLE_TIMING), err, errlen);
+    for (int i = 0; i < 4; i++)
+        CUDA_TRY(c, c->api.EventCreate(timed[i], CU_EVENT_DEFAULT), err, errlen);
     snprintf(arch, archlen, "sm_%d%d", major, minor);
     return 0;
 }
@@ -620,7 +693,8 @@ Device *device_cuda_new(const RtProgram *p, const char *source, const CudaOption
     c->dev = (Device){.name = "cuda", .impl = c, .alloc = cuda_alloc, .free = cuda_free, .kernel = cuda_kernel,
                       .zero = cuda_zero, .gemm = cuda_gemm, .upload = cuda_upload, .copy = cuda_copy,
                       .download = cuda_download, .sync = cuda_sync, .destroy = cuda_destroy,
-                      .mark = cuda_mark, .await = cuda_await, .xfer = cuda_xfer};
+                      .mark = cuda_mark, .await = cuda_await, .xfer = cuda_xfer, .fork = cuda_fork,
+                      .join = cuda_join, .overlap_ms = cuda_overlap_ms};
     if (cuda_setup(c, p, source, o, err, errlen) != 0) {
         cuda_destroy(&c->dev);
         return NULL;
@@ -632,6 +706,12 @@ Comm *device_cuda_comm(Device *dev, Comm *host, int own_host)
 {
     CudaDevice *c = (CudaDevice *)dev;
     return comm_nccl_new(host, own_host, &c->api, c->stream);
+}
+
+Comm *device_cuda_overlap_comm(Device *dev, Comm *comm)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    return comm_nccl_dup_on(comm, c->comm);
 }
 
 int device_cuda_available(void)

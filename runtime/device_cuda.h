@@ -48,6 +48,11 @@ Device *device_cuda_new(const RtProgram *p, const char *source, const CudaOption
  * the Comm frees host. */
 Comm *device_cuda_comm(Device *dev, Comm *host, int own_host);
 
+/* A NCCL Comm over the ranks of c (one device_cuda_comm made) whose collectives run on
+ * the device's communication stream (Device.fork/join order them with the compute
+ * stream): the "overlap" collectives of a program. Every rank of c calls it. */
+Comm *device_cuda_overlap_comm(Device *dev, Comm *c);
+
 /* Whether a CUDA GPU is usable here: the driver loads and sees one. */
 int device_cuda_available(void);
 

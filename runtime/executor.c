@@ -457,6 +457,12 @@ static int exec_comm(Executor *ex, const RtInstr *in, const float *scalars)
     float *src = exec_at(ex, c->tier[0], c->offset[0]), *dst = exec_at(ex, c->tier[1], c->offset[1]);
     if (g->size == 1 && src == dst) /* in place over one rank: the identity */
         return 0;
+    if (in->overlap && ex->ctx.dp_overlap && ex->dev->fork) {
+        ex->dev->fork(ex->dev); /* after what wrote its bytes; the list's end joins */
+        ex->forked = 1;
+        fns[c->kind](ex, ex->ctx.dp_overlap, src, dst, c);
+        return 0;
+    }
     ex->dev->sync(ex->dev);
     fns[c->kind](ex, g, src, dst, c);
     return 0;
@@ -502,9 +508,12 @@ int exec_run(Executor *ex, const RtList *list, const float *scalars)
     for (int i = 0; rc == 0 && i < list->n; i++) {
         const RtInstr *in = &list->instr[i];
         if ((in->dp_rank < 0 || in->dp_rank == ex->ctx.dp_rank) &&
-            (in->tp_rank < 0 || in->tp_rank == ex->ctx.tp_rank))
+            (in->tp_rank < 0 || in->tp_rank == ex->ctx.tp_rank) && (!in->last_mb || ex->ctx.last_mb))
             rc = exec_fns[in->op](ex, in, scalars);
     }
+    if (ex->forked)
+        ex->dev->join(ex->dev);
+    ex->forked = 0;
     ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK];
     ex->list = NULL;
     if (list->sends)

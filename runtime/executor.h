@@ -98,6 +98,16 @@ struct Device {
      * thread, copies bytes host -> device (XFER_IN: dst a device address), device ->
      * host (XFER_OUT: src one) or zeroes device memory (XFER_ZERO, src NULL) on the
      * copy stream, and returns once it is done. */
+    /* Optional, a communication stream (NULL: collectives run in order with the rest).
+     * fork makes it wait for the work queued so far, before an "overlap" collective is
+     * queued there (on a Comm the device made for it, ExecCtx.dp_overlap); join makes
+     * the work queued after it wait for everything queued on the communication stream.
+     * overlap_ms, after a sync, gives the communication stream's time from the first
+     * fork to the last join and the part of it the compute stream waited at the joins,
+     * since the last call (milliseconds). */
+    void (*fork)(Device *dev);
+    void (*join)(Device *dev);
+    void (*overlap_ms)(Device *dev, double *comm, double *waited);
     /* What the run's log reports (0 where unknown): bytes the device holds for itself
      * beside the program's tiers (library workspaces), and its peak FLOP/s for the
      * program's arithmetic (the MFU's denominator). */
@@ -128,7 +138,10 @@ typedef struct ExecCtx {
     Comm *dp;                /* "comm" "group": "dp": the data-parallel group */
     Comm **stage_groups;     /* [prog->nstage_groups] "group": "stages": this stage's groups
                                 of stages (NULL where it is not in one) */
+    Comm *dp_overlap;        /* "overlap" collectives: the dp group on the device's
+                                communication stream (Device.fork), or NULL: ctx.dp */
     int dp_rank, tp_rank;    /* this rank's coordinates: "dp_rank"/"tp_rank" conditions */
+    int last_mb;             /* this run of `step` is the step's last micro-batch */
     Comm *pp;                /* "send", "recv": the pipeline group, rank = stage */
     const int32_t *tokens;   /* [microbatches * batch * seq] this rank's rows of the step */
     const int32_t *targets;  /* [microbatches * batch * seq] */
@@ -154,6 +167,7 @@ struct Executor {
     Offload *off;                /* an offload program's locations and copy thread
                                     (offload.h, set by offload_init), else NULL */
     const RtList *list;          /* the list exec_run is running (messages) */
+    int forked;                  /* an "overlap" collective is on the communication stream */
     pthread_mutex_t lock;        /* commits[], committed[] and peak[]: the copy thread
                                     commits too */
     int lock_init;

@@ -32,7 +32,14 @@
  * rank updates it and broadcasts it after.
  * Rank conditions: a "kernel", "gemm" or "zero" instruction may carry "dp_rank": R
  * and/or "tp_rank": R; it then runs only on the ranks whose coordinate in the mesh
- * (below) is R, and is skipped elsewhere.
+ * (below) is R, and is skipped elsewhere. In `step` of an unscheduled program any
+ * instruction may carry "last_microbatch": true: it runs only in the step's last run of
+ * `step` (not in validation). A "comm" all_reduce over the dp group may carry
+ * "overlap": true: nothing after it in its list touches its bytes (the compiler
+ * verifies it), so a device with a communication stream runs it there beside the
+ * following instructions and waits for it at the list's end (executor.h, Device.fork).
+ * The compiler places a data-parallel plan's gradient sums this way: in `step`, each
+ * bucket after the last instruction touching its gradients (codegen/compose.h).
  * Scalars passed to every kernel of `update` (RT_SC_*):
  *     [0] lr for this step (schedule applied)     [1] 1 / (1 - beta1^t)
  *     [2] 1 / (1 - beta2^t)                       [3] gradient scale: min(1, clip / (norm + 1e-6)), 1 without clipping

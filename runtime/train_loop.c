@@ -437,6 +437,15 @@ static Comm *wrap_cuda(void *dev, Comm *host, int own)
 }
 #endif
 
+/* The program overlaps some of its collectives with compute (codegen/compose.h). */
+static int program_overlaps(const RtProgram *p)
+{
+    for (int i = 0; i < p->step.n; i++)
+        if (p->step.instr[i].overlap)
+            return 1;
+    return 0;
+}
+
 /* The rest of trainer_init, once every rank has its device: the groups that carry
  * device buffers (collectives to make them), then memory and state. */
 static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
@@ -463,6 +472,10 @@ static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err,
     if (mesh_device_groups(&t->mesh, wrap, t->dev, err, errlen) != 0 ||
         zero_init(&t->zero, p, t->mesh.dp_comm, err, errlen) != 0)
         return -1;
+#ifdef COLOSSALC_HAVE_CUDA
+    if (wrap && t->dev->fork && program_overlaps(p) && t->mesh.dp_comm->size > 1)
+        t->dp_overlap = device_cuda_overlap_comm(t->dev, t->mesh.dp_comm);
+#endif
     /* Shards are reserved where the device can (exec_init_reserved: otherwise the
      * tiers are whole); an offload program's PARAMS, GRADS and OPT always
      * (offload_init checks). */
@@ -473,7 +486,7 @@ static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err,
                        : zero_commit_owned(&t->zero, &t->ex, err, errlen) != 0) ||
         trainer_alloc_host(t, err, errlen) != 0)
         return -1;
-    t->ex.ctx = (ExecCtx){.tp = t->mesh.tp_comm, .dp = t->mesh.dp_comm,
+    t->ex.ctx = (ExecCtx){.tp = t->mesh.tp_comm, .dp = t->mesh.dp_comm, .dp_overlap = t->dp_overlap,
                           .stage_groups = t->mesh.stage_comms, .dp_rank = t->mesh.dp_rank,
                           .tp_rank = t->mesh.tp_rank, .pp = t->mesh.pp_comm, .tokens = t->tokens,
                           .targets = t->targets, .zero = zero_exec_instr, .zero_arg = &t->zero};
@@ -521,6 +534,8 @@ void trainer_free(Trainer *t)
     if (t->dev)
         exec_free(&t->ex);
     zero_free(&t->zero);
+    if (t->dp_overlap)
+        t->dp_overlap->destroy(t->dp_overlap);
     mesh_free(&t->mesh); /* its groups may live on the device (NCCL) */
     if (t->dev)
         t->dev->destroy(t->dev);
@@ -577,7 +592,7 @@ int trainer_load_batch(Trainer *t, TokenFile *tf, const char *path, int64_t inde
 /* Runs `step` on each micro-batch of the loaded rows (a scheduled `step` once on
  * all of them), the gradients adding up in their tier; returns the mean loss. The gradients are the micro-batches' sum: the
  * update's gradient scale divides by their number. */
-static float trainer_forward_backward(Trainer *t, const float *sc)
+static float trainer_forward_backward(Trainer *t, const float *sc, int training)
 {
     const RtProgram *p = t->prog;
     int64_t n = p->batch * p->seq;
@@ -591,6 +606,7 @@ static float trainer_forward_backward(Trainer *t, const float *sc)
     }
     for (int64_t i = 0; i < p->microbatches; i++) {
         float loss;
+        t->ex.ctx.last_mb = training && i == p->microbatches - 1; /* the step's reductions */
         exec_write(&t->ex, RT_TIER_WORK, p->tokens.offset, t->tokens + i * n, n * 4);
         exec_write(&t->ex, RT_TIER_WORK, p->targets.offset, t->targets + i * n, n * 4);
         exec_run(&t->ex, &p->step, sc);
@@ -603,6 +619,8 @@ static float trainer_forward_backward(Trainer *t, const float *sc)
 typedef struct StepStats {
     float loss;
     double lr, norm, ms;
+    double comm_ms, hidden_ms; /* rank 0's overlapped collectives: their time, the part of it
+                                  compute went on beside (a device with a communication stream) */
     double mem; /* the most device memory one rank held during the step, bytes */
 } StepStats;
 
@@ -664,7 +682,7 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     s->lr = train_lr(&t->hp, k, t->opts->steps);
     train_scalars(&t->hp, s->lr, k, 1.0, sc);
     exec_peak_reset(&t->ex); /* ZeRO-3's step gathers each parameter where it is used */
-    float loss = trainer_forward_backward(t, sc);
+    float loss = trainer_forward_backward(t, sc, 1);
     exec_run(&t->ex, &p->sync, sc); /* the gradients summed (codegen/compose.h) */
     exec_run(&t->ex, &p->gradnorm, sc);
     exec_read(&t->ex, RT_TIER_WORK, p->gradnorm_offset, t->gnorm_parts, p->gradnorm_parts * 4);
@@ -684,6 +702,12 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     exec_run(&t->ex, &p->update, sc);
     zero_release_params(&t->zero, &t->ex); /* stage 3: what start-up or validation gathered */
     t->dev->sync(t->dev);
+    s->comm_ms = s->hidden_ms = 0;
+    if (t->dev->overlap_ms) {
+        double waited;
+        t->dev->overlap_ms(t->dev, &s->comm_ms, &waited);
+        s->hidden_ms = s->comm_ms > waited ? s->comm_ms - waited : 0;
+    }
     trainer_note_peak(t);
     s->mem = (double)t->ex.total_peak > s->mem ? (double)t->ex.total_peak : s->mem;
     if (t->comm->size > 1)
@@ -722,6 +746,8 @@ static void trainer_log_step(Trainer *t, const StepStats *s)
         printf(" (plan %.1f MiB)", t->plan_mem / (1 << 20));
     if (isfinite(mfu))
         printf(" | MFU %.1f%%", 100 * mfu);
+    if (s->comm_ms > 0)
+        printf(" | comm %.1f ms, %.0f%% hidden", s->comm_ms, 100 * s->hidden_ms / s->comm_ms);
     printf("\n");
     fflush(stdout);
     if (!t->log)
@@ -735,6 +761,10 @@ static void trainer_log_step(Trainer *t, const StepStats *s)
     json_num(t->log, "device_memory_peak", s->mem, "%.0f");
     json_num(t->log, "device_memory_plan", t->plan_mem >= 0 ? t->plan_mem : NAN, "%.0f");
     json_num(t->log, "mfu", mfu, "%.4f");
+    if (t->dev->overlap_ms) {
+        json_num(t->log, "comm_overlap_ms", s->comm_ms, "%.3f");
+        json_num(t->log, "comm_hidden_ms", s->hidden_ms, "%.3f");
+    }
     fputs("}\n", t->log);
     fflush(t->log);
 }
@@ -752,7 +782,7 @@ int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen)
             v[1] = 1;
             break;
         }
-        v[0] += trainer_loss_part(t, trainer_forward_backward(t, sc));
+        v[0] += trainer_loss_part(t, trainer_forward_backward(t, sc, 0));
         /* `step` alone leaves an offload program's parts mid-step: back home */
         if (t->ex.off && offload_home(t->ex.off, "validation", err, errlen) != 0) {
             v[1] = 1;

@@ -26,6 +26,7 @@ typedef struct Pj {
                            gradnorm and update) */
     int host_ok;        /* ... kernels "on": "host" (its gradnorm and update) */
     int zero_ok;        /* ... the ZeRO instructions (`step` of a zero_scheduled program) */
+    int last_ok;        /* ... "last_microbatch" (`step` of an unscheduled program) */
 } Pj;
 
 const char *const rt_loc_names[RT_LOCS] = {"device", "host", "nvme", "zero", "none"};
@@ -565,6 +566,15 @@ static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram
     in->dp_rank = (int)dp, in->tp_rank = (int)tp;
     if ((dp >= 0 || tp >= 0) && op != ISA_KERNEL && op != ISA_GEMM && op != ISA_ZERO)
         return pj_fail(pj, path, "dp_rank", "a rank condition only on kernel, gemm and zero");
+    if ((cJSON_GetObjectItemCaseSensitive(o, "last_microbatch") &&
+         pj_bool(pj, o, path, "last_microbatch", &in->last_mb)) ||
+        (cJSON_GetObjectItemCaseSensitive(o, "overlap") && pj_bool(pj, o, path, "overlap", &in->overlap)))
+        return -1;
+    if (in->last_mb && !pj->last_ok)
+        return pj_fail(pj, path, "last_microbatch", "only in `step` of an unscheduled program");
+    if (in->overlap && (op != ISA_COMM || in->comm.kind != ISA_COMM_ALL_REDUCE ||
+                        in->comm.group != ISA_GROUP_DP))
+        return pj_fail(pj, path, "overlap", "only on an all_reduce over the dp group");
     return 0;
 }
 
@@ -1119,8 +1129,9 @@ static int parse_step(Pj *pj, const cJSON *r, RtProgram *p)
     pj->io_ok = p->scheduled;
     pj->off_ok = p->offload.on;
     pj->zero_ok = p->zero_scheduled;
+    pj->last_ok = !p->scheduled;
     int rc = parse_list(pj, r, "step", p, &p->step);
-    pj->io_ok = pj->zero_ok = 0;
+    pj->io_ok = pj->zero_ok = pj->last_ok = 0;
     return rc;
 }
 
@@ -1150,7 +1161,7 @@ static int parse_root(Pj *pj, const cJSON *r, RtProgram *p)
 
 int program_load(const char *json, int nkernels, RtProgram *p, char *err, size_t errlen)
 {
-    Pj pj = {err, errlen, "", 0, 0, 0, 0};
+    Pj pj = {err, errlen, "", 0, 0, 0, 0, 0};
     memset(p, 0, sizeof *p);
     p->nkernels = nkernels;
     cJSON *root = json ? cJSON_Parse(json) : NULL;
@@ -1226,7 +1237,7 @@ static int load_stage(Pj *pj, const cJSON *o, int nkernels, RtProgram *st, int s
 int program_load_stages(const char *json, int nkernels, RtProgram **stages, int *nstages,
                         char *err, size_t errlen)
 {
-    Pj pj = {err, errlen, "", 0, 0, 0, 0};
+    Pj pj = {err, errlen, "", 0, 0, 0, 0, 0};
     cJSON *root = json ? cJSON_Parse(json) : NULL;
     int arr = cJSON_IsArray(root), n = arr ? cJSON_GetArraySize(root) : 1, done = 0, rc = 0;
     RtProgram *st = NULL;

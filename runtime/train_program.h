@@ -156,6 +156,8 @@ typedef struct RtInstr {
     int param;       /* zero_gather, zero_release, zero_grad, zero_reduce: the parameter */
     int dp_rank, tp_rank; /* kernel, gemm, zero: run only where the rank's coordinate is
                              this ("dp_rank", "tp_rank"); -1: everywhere */
+    int last_mb;     /* "last_microbatch": in `step`, run on the step's last micro-batch only */
+    int overlap;     /* comm "overlap": may run beside what follows in the list */
 } RtInstr;
 
 typedef struct RtList {

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/cuda_emul/emul.h"
@@ -118,6 +119,7 @@ struct CUevent_st {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t recorded, reached;
+    double at_ms; /* when its stream last reached it (CLOCK_MONOTONIC) */
 };
 
 /* COLOSSALC_EMUL_STREAM_DELAY_US=N: every operation of a stream starts N us late, so
@@ -313,7 +315,10 @@ typedef struct EventOp {
 static void run_record(void *arg)
 {
     EventOp *o = arg;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     pthread_mutex_lock(&o->e->mu);
+    o->e->at_ms = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
     if (o->count > o->e->reached)
         o->e->reached = o->count;
     pthread_cond_broadcast(&o->e->cv);
@@ -370,6 +375,20 @@ CUresult cuEventSynchronize(CUevent e)
 {
     if (!drop_waits())
         wait_reached(e, recorded(e));
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
+{
+    if (cuEventQuery(start) != CUDA_SUCCESS || cuEventQuery(end) != CUDA_SUCCESS)
+        return CUDA_ERROR_NOT_READY;
+    pthread_mutex_lock(&start->mu);
+    double a = start->at_ms;
+    pthread_mutex_unlock(&start->mu);
+    pthread_mutex_lock(&end->mu);
+    double b = end->at_ms;
+    pthread_mutex_unlock(&end->mu);
+    *ms = (float)(b - a);
     return CUDA_SUCCESS;
 }
 

@@ -1,7 +1,8 @@
 """The composed step (codegen/compose.h), read from the program colossalc writes
-(--dump-after=compose): for plans of gpt2-tiny, the gradient sums, the norm's
-counting and the update's owners are what the plan needs, checked from the program's
-own fields (params, owners, tiers) rather than from the compiler's code.
+(--dump-after=compose): for plans of gpt2-tiny, the gradient sums (overlapped with
+backward in `step` where the plan is data-parallel only), the norm's counting and
+the update's owners are what the plan needs, checked from the program's own fields
+(params, owners, tiers, instruction operands) rather than from the compiler's code.
 Usage: check_compose.py COLOSSALC"""
 import json
 import subprocess
@@ -49,7 +50,41 @@ def kernels_by_param(p, lst, tier):
 
 
 def dp_sums(p):
-    return [c for c in p["sync"] if c.get("group") == "dp"]
+    return [c for c in p["sync"] + p["step"] if c["op"] == "comm" and c.get("group") == "dp"]
+
+
+def touched(ins):
+    """(tier, lo, hi) ranges an instruction reads or writes (kernels, zero, GEMMs)."""
+    if ins["op"] == "kernel":
+        return [(a[0], a[1], a[1] + a[2]) for a in ins["args"]]
+    if ins["op"] == "zero":
+        return [(ins["tier"], ins["offset"], ins["offset"] + ins["bytes"])]
+    if ins["op"] == "gemm":
+        out = []
+        rows = {"a": (ins["k"] if ins["ta"] else ins["m"], ins["lda"]), "b": (ins["n"] if ins["tb"] else ins["k"], ins["ldb"]),
+                "c": (ins["m"], ins["ldc"])}
+        for x, st in (("a", "sa"), ("b", "sb"), ("c", "sc")):
+            r, ld = rows[x]
+            last = (ins["batch"][0] - 1) * ins[st][0] + (ins["batch"][1] - 1) * ins[st][1] + r * ld
+            out.append((ins[x][0], ins[x][1], ins[x][1] + 4 * last))
+        return out
+    return []
+
+
+def check_overlapped(p, name):
+    """dp sums in `step` on its last micro-batch, overlapping what follows: nothing
+    after one touches its bytes, and each follows an instruction that touches them
+    (or ends the list)."""
+    step = p["step"]
+    for i, c in enumerate(step):
+        if c["op"] != "comm" or c.get("group") != "dp":
+            continue
+        check(c.get("overlap") is True and c.get("last_microbatch") is True, name + ": a dp sum in step overlaps, on the last micro-batch")
+        lo, hi = c["src"][1], c["src"][1] + 4 * c["n"]
+        meets = lambda ins: any(t == 1 and a < hi and lo < b for t, a, b in touched(ins))
+        check(not any(meets(x) for x in step[i + 1:]), name + ": nothing after the dp sum at %d touches its gradients" % i)
+        prev = [x for x in step[:i] if x["op"] != "comm"]
+        check(i == len(step) - 1 or (prev and meets(prev[-1])), name + ": the dp sum at %d follows its gradients' last touch" % i)
 
 
 def covers_grads(p, name):
@@ -78,9 +113,20 @@ def check_norm_zeroed(p, name):
 [p] = programs("--set", "batch=2")
 check("dp" not in p, "no plan: dp any")
 covers_grads(p, "no plan")
+check(p["sync"] == [], "no plan: the dp sums are in step")
+check_overlapped(p, "no plan")
 check_norm_zeroed(p, "no plan")
 check(all(i.get("dp_rank") == 0 for i in kernels_by_param(p, "gradnorm", 1).values()), "no plan: the norm on dp rank 0")
 check(all("dp_rank" not in i and "tp_rank" not in i for i in p["update"]), "no plan: every rank updates")
+
+# GPT-2 124M: its 498 MB of gradients in buckets, each overlapping the rest of backward.
+out = subprocess.run([CC, "models/gpt2.model", "--set", "batch=1", "--set", "seq=64", "--dump-after=compose"],
+                     check=True, capture_output=True, text=True).stdout
+p = json.loads([l for l in out.splitlines() if l.startswith("program ")][-1][len("program "):])
+covers_grads(p, "gpt2")
+check_overlapped(p, "gpt2")
+at = [i for i, c in enumerate(p["step"]) if c["op"] == "comm"]
+check(len(at) >= 10 and at[0] < len(p["step"]) // 2, "gpt2: many buckets, the first in the first half of the step (%s)" % at[:3])
 
 # A plan of one rank: nothing to compose.
 [p] = plan(1, 1, 1, 0)
@@ -94,6 +140,7 @@ for zero in range(4):
     nparams = len(p["params"])
     if zero < 2:
         covers_grads(p, name)
+        check_overlapped(p, name)
     else:
         check(dp_sums(p) == [] and p.get("zero_scheduled"), name + ": the step reduces, sync does not")
     check_norm_zeroed(p, name)
