@@ -1417,6 +1417,9 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "index", in->index);
     break;
+  case ISA_JOIN:
+    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
+    break;
   case ISA_INPUT:
     cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddStringToObject(o, "role", in->role == PIN_TARGETS ? "targets" : "tokens");

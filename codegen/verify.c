@@ -86,9 +86,10 @@ static int check_instr(V *v, const PInstr *in) {
     return fail(v, "condition on dp rank %d or tp rank %d outside the mesh", in->dp_rank, in->tp_rank);
   if (!strcmp(v->list, "sync") && in->kind != ISA_COMM) return fail(v, "sync holds collectives only");
   if (in->last_mb && (!v->in_step || p->scheduled)) return fail(v, "last_microbatch only in `step` of an unscheduled program");
-  if (in->overlap && (in->kind != ISA_COMM || in->comm.kind != ISA_COMM_ALL_REDUCE || in->comm.group != ISA_GROUP_DP ||
-                      in->comm.tier[0] != in->comm.tier[1] || in->comm.off[0] != in->comm.off[1]))
-    return fail(v, "overlap only on an in-place all_reduce over the dp group");
+  bool dp_sum = in->kind == ISA_COMM && in->comm.kind == ISA_COMM_ALL_REDUCE && in->comm.group == ISA_GROUP_DP &&
+                in->comm.tier[0] == in->comm.tier[1] && in->comm.off[0] == in->comm.off[1];
+  if (in->overlap && !dp_sum && in->kind != ISA_ZERO_GATHER)
+    return fail(v, "overlap only on an in-place all_reduce over the dp group or a zero_gather");
   switch (in->kind) {
   case ISA_KERNEL:
     if (in->kernel < 0 || in->kernel >= p->nkernels) return fail(v, "kernel %d of %d", in->kernel, p->nkernels);
@@ -96,6 +97,7 @@ static int check_instr(V *v, const PInstr *in) {
       return fail(v, "\"on\": \"host\" only in gradnorm and update of an offload program");
     break;
   case ISA_GEMM: case ISA_ZERO: break;
+  case ISA_JOIN: return 0;
   case ISA_COMM: return check_comm(v, &in->comm);
   case ISA_SLOT:
     if (!v->in_step || in->index < 0 || in->index >= (p->slots > 0 ? p->slots : 1))
@@ -130,18 +132,25 @@ static int check_instr(V *v, const PInstr *in) {
   return 0;
 }
 
-/* An overlapped collective runs beside the rest of its list: nothing after it there may
- * touch its bytes. */
+/* An overlapped collective runs beside what follows it until the next join (or the
+ * list's end): nothing there may touch the bytes it writes (a gather: its parameter). */
 static int check_overlap(V *v, const PSeq *s) {
+  const Program *p = v->p;
   Touch t[K_MAX_BUFS], c[K_MAX_BUFS];
   for (int i = 0; i < s->n; i++) {
-    if (!s->v[i].overlap) continue;
-    instr_touch(v->p, &s->v[i], c);
-    for (v->at = i + 1; v->at < s->n; v->at++) {
-      int n = instr_touch(v->p, &s->v[v->at], t);
+    const PInstr *in = &s->v[i];
+    if (!in->overlap) continue;
+    if (in->kind == ISA_ZERO_GATHER) {
+      const PParam *q = &p->params[in->chunk];
+      c[1] = (Touch){RT_TIER_PARAMS, q->offset, q->offset + shape_numel(&q->node->shape) * 4, true};
+    } else {
+      instr_touch(p, in, c);
+    }
+    for (v->at = i + 1; v->at < s->n && s->v[v->at].kind != ISA_JOIN; v->at++) {
+      int n = instr_touch(p, &s->v[v->at], t);
       for (int k = 0; k < n; k++)
         if (t[k].tier == c[1].tier && t[k].lo < c[1].hi && c[1].lo < t[k].hi)
-          return fail(v, "touches the bytes of the overlapped collective at %d before the list ends", i);
+          return fail(v, "touches the bytes of the overlapped %s at %d before a join", isa_op_names[in->kind], i);
     }
   }
   v->at = -1;

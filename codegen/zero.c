@@ -72,20 +72,49 @@ void zero_assign_owners(Program *p) {
   }
 }
 
+/* Whether the gather of parameter k's use j is issued ahead, at instruction at (the
+ * previous group's start; -1 for the first group: never): not while k is still held
+ * there for its forward use. */
+static bool prefetched(Span (*use)[USES], int k, int j, int at) {
+  return at >= 0 && (j == USE_FWD || use[k][USE_FWD].last < at);
+}
+
 void zero_schedule(Program *p) {
   ir_assert(p->zero_stage >= 2 && !p->scheduled && !p->offload && p->pp <= 1);
   Arena *a = p->arena;
   int n = p->step.n, np = p->nparams;
   Span (*use)[USES] = find_uses(p);
-  /* before instruction i: what starts there; after it: what ends there */
+  /* Stage 3 prefetches. A group is the uses that start at one instruction; its gathers
+   * are issued at the previous group's start (overlapping that group's compute, on a
+   * device with a communication stream), and a join at its own start waits for them.
+   * A gather whose parameter is still held there (its forward use not yet released)
+   * is issued at its own start instead, in order with the compute. */
+  int *next = arena_array(a, n + 1, sizeof *next), *prev = arena_array(a, n + 1, sizeof *prev), last = -1;
+  bool *starts = arena_array(a, n + 1, sizeof *starts);
+  for (int i = 0; i < n && p->zero_stage == 3; i++) {
+    for (int k = 0; k < np && !starts[i]; k++) starts[i] = use[k][USE_FWD].first == i || use[k][USE_BWD].first == i;
+    next[i] = -1, prev[i] = last;
+    if (!starts[i]) continue;
+    if (last >= 0) next[last] = i;
+    last = i;
+  }
   PSeq out = {0};
   for (int i = 0; i < n; i++) {
-    for (int k = 0; k < np; k++) {
-      if (p->zero_stage == 3)
+    if (starts[i]) {
+      for (int k = 0; k < np; k++) /* this group's gathers that could not be prefetched */
         for (int j = USE_FWD; j <= USE_BWD; j++)
-          if (use[k][j].first == i) pseq_push(a, &out, ISA_ZERO_GATHER)->chunk = k;
-      if (use[k][USE_GRAD].first == i) pseq_push(a, &out, ISA_ZERO_GRAD)->chunk = k;
+          if (use[k][j].first == i && !prefetched(use, k, j, prev[i]))
+            pseq_push(a, &out, ISA_ZERO_GATHER)->chunk = k;
+      pseq_push(a, &out, ISA_JOIN); /* the group's prefetched gathers have arrived */
+      for (int k = 0; k < np && next[i] >= 0; k++) /* the next group's, ahead */
+        for (int j = USE_FWD; j <= USE_BWD; j++)
+          if (use[k][j].first == next[i] && prefetched(use, k, j, i)) {
+            PInstr *in = pseq_push(a, &out, ISA_ZERO_GATHER);
+            in->chunk = k, in->overlap = true;
+          }
     }
+    for (int k = 0; k < np; k++)
+      if (use[k][USE_GRAD].first == i) pseq_push(a, &out, ISA_ZERO_GRAD)->chunk = k;
     *pseq_push(a, &out, p->step.v[i].kind) = p->step.v[i];
     for (int k = 0; k < np; k++) {
       if (use[k][USE_GRAD].last == i) pseq_push(a, &out, ISA_ZERO_REDUCE)->chunk = k;

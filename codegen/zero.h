@@ -10,7 +10,11 @@
  *   stage 3: zero_gather before the first instruction of the forward pass that reads
  *            the parameter and zero_release after the last; the same again around its
  *            uses in the backward pass (a tied parameter read at both ends of the
- *            forward pass is held in between);
+ *            forward pass is held in between). The gathers of the uses that start at
+ *            one instruction (a group) are prefetched: issued at the previous group's
+ *            start, marked "overlap", with a "join" at their own start, so the
+ *            broadcast runs while the previous group computes (a gather whose
+ *            parameter is still held for its forward use there stays at its start);
  *   stage 2, 3: zero_grad before the first instruction that touches the parameter's
  *            gradient and zero_reduce after the last; a parameter without one gets
  *            both at the end of the step.

@@ -28,7 +28,8 @@
   X(ZERO_GATHER, "zero_gather")                                                                 \
   X(ZERO_RELEASE, "zero_release")                                                               \
   X(ZERO_GRAD, "zero_grad")                                                                     \
-  X(ZERO_REDUCE, "zero_reduce")
+  X(ZERO_REDUCE, "zero_reduce")                                                                 \
+  X(JOIN, "join")
 
 #define ISA_ENUM(name, json) ISA_##name,
 #define ISA_COUNT(name, json) +1

@@ -492,13 +492,23 @@ static int exec_zero_param(Executor *ex, const RtInstr *in, const float *scalars
     return 0;
 }
 
+/* join: what follows waits for the overlapped collectives issued so far. */
+static int exec_join(Executor *ex, const RtInstr *in, const float *scalars)
+{
+    if (ex->forked)
+        ex->dev->join(ex->dev);
+    ex->forked = 0;
+    return 0;
+}
+
 static const ExecFn exec_fns[ISA_NOPS] = {
     [ISA_KERNEL] = exec_kernel, [ISA_ZERO] = exec_zero, [ISA_GEMM] = exec_gemm,
     [ISA_SLOT] = exec_slot, [ISA_INPUT] = exec_input, [ISA_LOSS] = exec_loss,
     [ISA_SEND] = exec_send, [ISA_RECV] = exec_recv, [ISA_COMM] = exec_comm,
     [ISA_MOVE] = exec_move, [ISA_DROP] = exec_move, [ISA_WAIT] = exec_wait,
     [ISA_ZERO_GATHER] = exec_zero_param, [ISA_ZERO_RELEASE] = exec_zero_param,
-    [ISA_ZERO_GRAD] = exec_zero_param, [ISA_ZERO_REDUCE] = exec_zero_param};
+    [ISA_ZERO_GRAD] = exec_zero_param, [ISA_ZERO_REDUCE] = exec_zero_param,
+    [ISA_JOIN] = exec_join};
 
 int exec_run(Executor *ex, const RtList *list, const float *scalars)
 {

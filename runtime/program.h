@@ -274,9 +274,16 @@
  *   {"op": "zero_grad", "param": I}     before the micro-batch's first write of I's
  *       gradient: every rank but the owner puts zeroed memory behind it (the owner's
  *       accumulates over the micro-batches of the step)
+ *   {"op": "join"}                      what follows waits for every "overlap"
+ *       instruction issued before it (on a device without a communication stream
+ *       those ran in order: nothing to wait for)
  *   {"op": "zero_reduce", "param": I}   after the micro-batch's last write of it: the
  *       dp group's gradients of I are summed into the owner's (a reduce), and every
  *       rank but the owner gives the memory back
+ * A zero_gather may carry "overlap": true: the compiler issues it ahead (at the start
+ * of the previous group of uses, codegen/zero.h), and nothing touches the parameter
+ * before the next "join" (the compiler verifies it), so a device with a communication
+ * stream runs the broadcast there while that group computes.
  * Every rank of a dp group runs the same list, so the collectives match. A parameter
  * the step writes no gradient for still gets zero_grad and zero_reduce at the end.
  * The four appear only in `step` of such a program ("param" in [0, nparams));

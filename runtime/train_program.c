@@ -541,6 +541,12 @@ static int parse_zero_reduce(Pj *pj, const cJSON *o, const char *path, const RtP
     return parse_zero_param(pj, o, path, p, in, ISA_ZERO_REDUCE);
 }
 
+static int parse_join(Pj *pj, const cJSON *o, const char *path, const RtProgram *p, RtInstr *in)
+{
+    in->op = ISA_JOIN;
+    return 0;
+}
+
 typedef int (*ParseInstrFn)(Pj *, const cJSON *, const char *, const RtProgram *, RtInstr *);
 static int pj_opt_int(Pj *pj, const cJSON *r, const char *path, const char *key, int64_t lo,
                       int64_t hi, int64_t def, int64_t *out);
@@ -554,7 +560,8 @@ static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram
         [ISA_SEND] = parse_send, [ISA_RECV] = parse_recv, [ISA_COMM] = parse_comm,
         [ISA_MOVE] = parse_move, [ISA_DROP] = parse_drop, [ISA_WAIT] = parse_wait,
         [ISA_ZERO_GATHER] = parse_zero_gather, [ISA_ZERO_RELEASE] = parse_zero_release,
-        [ISA_ZERO_GRAD] = parse_zero_grad, [ISA_ZERO_REDUCE] = parse_zero_reduce};
+        [ISA_ZERO_GRAD] = parse_zero_grad, [ISA_ZERO_REDUCE] = parse_zero_reduce,
+        [ISA_JOIN] = parse_join};
     int op;
     int64_t dp = -1, tp = -1, big = 1 << 30;
     if (!cJSON_IsObject(o))
@@ -572,9 +579,9 @@ static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram
         return -1;
     if (in->last_mb && !pj->last_ok)
         return pj_fail(pj, path, "last_microbatch", "only in `step` of an unscheduled program");
-    if (in->overlap && (op != ISA_COMM || in->comm.kind != ISA_COMM_ALL_REDUCE ||
-                        in->comm.group != ISA_GROUP_DP))
-        return pj_fail(pj, path, "overlap", "only on an all_reduce over the dp group");
+    if (in->overlap && op != ISA_ZERO_GATHER &&
+        (op != ISA_COMM || in->comm.kind != ISA_COMM_ALL_REDUCE || in->comm.group != ISA_GROUP_DP))
+        return pj_fail(pj, path, "overlap", "only on an all_reduce over the dp group or a zero_gather");
     return 0;
 }
 

@@ -133,32 +133,42 @@ void zero_release_params(Zero *z, Executor *ex)
 
 /* ---- ZeRO inside the step ------------------------------------------------------ */
 
-static void zero_gather_one(Zero *z, Executor *ex, const RtParam *q, int i)
+/* An "overlap" gather on a device with a communication stream goes there, after the
+ * compute queued so far (its memory is fresh: nothing queued uses it). */
+static void zero_gather_one(Zero *z, Executor *ex, const RtInstr *in, int i)
 {
+    const RtParam *q = &z->prog->params[i];
+    Comm *c = z->comm;
     if (!z->owned[i])
         commit_or_abort(z, ex, RT_TIER_PARAMS, q->offset, q->numel * 4);
-    z->comm->broadcast(z->comm, tier_floats(ex, RT_TIER_PARAMS, q->offset), q->numel,
-                       owner(z, i));
+    if (in->overlap && ex->ctx.dp_overlap && ex->dev->fork) {
+        ex->dev->fork(ex->dev);
+        ex->forked = 1, c = ex->ctx.dp_overlap;
+    }
+    c->broadcast(c, tier_floats(ex, RT_TIER_PARAMS, q->offset), q->numel, owner(z, i));
 }
 
-static void zero_release_one(Zero *z, Executor *ex, const RtParam *q, int i)
+static void zero_release_one(Zero *z, Executor *ex, const RtInstr *in, int i)
 {
+    const RtParam *q = &z->prog->params[i];
     if (!z->owned[i])
         exec_decommit(ex, RT_TIER_PARAMS, q->offset, q->numel * 4);
 }
 
 /* A granule the gradient shares with a neighbour may hold an earlier micro-batch's
  * values: zeroed here, not only by the first commit. */
-static void zero_grad_one(Zero *z, Executor *ex, const RtParam *q, int i)
+static void zero_grad_one(Zero *z, Executor *ex, const RtInstr *in, int i)
 {
+    const RtParam *q = &z->prog->params[i];
     if (z->owned[i])
         return;
     commit_or_abort(z, ex, RT_TIER_GRADS, q->offset, q->numel * 4);
     ex->dev->zero(ex->dev, ex->tiers[RT_TIER_GRADS], q->offset, q->numel * 4);
 }
 
-static void zero_reduce_one(Zero *z, Executor *ex, const RtParam *q, int i)
+static void zero_reduce_one(Zero *z, Executor *ex, const RtInstr *in, int i)
 {
+    const RtParam *q = &z->prog->params[i];
     float *g = tier_floats(ex, RT_TIER_GRADS, q->offset);
     if (z->comm->size > 1)
         z->comm->reduce(z->comm, g, g, q->numel, COMM_SUM, owner(z, i));
@@ -168,11 +178,10 @@ static void zero_reduce_one(Zero *z, Executor *ex, const RtParam *q, int i)
 
 void zero_exec_instr(void *arg, Executor *ex, const RtInstr *in)
 {
-    typedef void (*ZeroFn)(Zero *, Executor *, const RtParam *, int);
+    typedef void (*ZeroFn)(Zero *, Executor *, const RtInstr *, int);
     static const ZeroFn fns[RT_ZERO_OPS] = {zero_gather_one, zero_release_one, zero_grad_one,
                                             zero_reduce_one};
-    Zero *z = arg;
-    fns[in->op - ISA_ZERO_GATHER](z, ex, &z->prog->params[in->param], in->param);
+    fns[in->op - ISA_ZERO_GATHER](arg, ex, in, in->param);
 }
 
 /* ---- checkpoints --------------------------------------------------------------- */

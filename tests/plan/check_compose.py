@@ -103,6 +103,32 @@ def covers_grads(p, name):
         check(hi - lo <= BUCKET or not many, name + ": a bucket of several parameters is at most 25 MiB")
 
 
+def check_prefetch(p, name):
+    """ZeRO-3 gathers issued ahead ("overlap"): nothing touches the parameter before
+    the next join, and every parameter is gathered before each use."""
+    step, params = p["step"], p["params"]
+    ahead = [i for i, x in enumerate(step) if x["op"] == "zero_gather" and x.get("overlap")]
+    check(len(ahead) > len(params) // 2, name + ": most gathers are prefetched (%d of %d parameters)" % (len(ahead), len(params)))
+    for i in ahead:
+        q = params[step[i]["param"]]
+        lo, hi = q["offset"], q["offset"] + 4 * eval("*".join(map(str, q["shape"])) or "1")
+        for x in step[i + 1:]:
+            if x["op"] == "join":
+                break
+            check(not any(t == 0 and a < hi and lo < b for t, a, b in touched(x)),
+                  name + ": %s used before the join after its prefetch at %d" % (q["name"], i))
+    held = set()
+    for x in step:
+        if x["op"] == "zero_gather":
+            held.add(x["param"])
+        elif x["op"] == "zero_release":
+            held.discard(x["param"])
+        for t, a, b in touched(x):
+            for k, q in enumerate(params):
+                if t == 0 and q["owner"] != 0 and a < q["offset"] + 4 and q["offset"] < b:
+                    check(k in held, name + ": %s read on rank 0 without a gather" % q["name"])
+
+
 def check_norm_zeroed(p, name):
     gn = p["gradnorm"]
     check(gn[0]["op"] == "zero" and gn[0]["tier"] == 3 and gn[0]["offset"] == p["gradnorm_offset"]
@@ -153,6 +179,8 @@ for zero in range(4):
     for i, ins in up.items():
         want = p["params"][i]["owner"] if zero >= 1 else None
         check(ins.get("dp_rank") == want, name + ": update of %s where it is owned" % p["params"][i]["name"])
+    if zero == 3:
+        check_prefetch(p, name)
     bcast = [c for c in p["update"] if c["op"] == "comm"]
     if zero in (1, 2):
         roots = {c["src"][1]: c["root"] for c in bcast if c["kind"] == "broadcast" and c["group"] == "dp"}
