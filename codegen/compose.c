@@ -81,36 +81,64 @@ static void dp_buckets(Program *p, PSeq *s) {
   }
 }
 
-/* The last instruction of s touching [lo, hi) of tier, or -1. */
-static int last_touch(const Program *p, const PSeq *s, int tier, int64_t lo, int64_t hi) {
-  Touch t[K_MAX_BUFS];
-  for (int i = s->n - 1; i >= 0; i--) {
-    int n = instr_touch(p, &s->v[i], t);
-    for (int k = 0; k < n; k++)
-      if (t[k].tier == tier && t[k].lo < hi && lo < t[k].hi) return i;
-  }
-  return -1;
+/* ZeRO-1: each parameter's gradient summed onto its owner only (the others' copies are
+ * not used again), into s. */
+static void owner_reduces(Program *p, PSeq *s) {
+  for (int k = p->nparams - 1; k >= 0; k--)
+    push_comm(p, s, ISA_COMM_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[k].offset,
+              param_bytes(&p->params[k]))->comm.root = p->params[k].owner;
 }
 
-/* Each bucket's all-reduce in `step` right after the last instruction touching its
- * gradients, on the last micro-batch, overlapping what follows (the end of backward);
- * a bucket nothing touches goes at the end. */
-static void compose_overlap(Program *p) {
-  PSeq b = {0};
-  dp_buckets(p, &b);
-  int *after = arena_array(p->arena, b.n + 1, sizeof *after);
-  for (int k = 0; k < b.n; k++) {
-    const PComm *c = &b.v[k].comm;
-    after[k] = last_touch(p, &p->step, c->tier[0], c->off[0], c->off[0] + c->n * 4);
-    if (after[k] < 0) after[k] = p->step.n - 1;
-    b.v[k].overlap = b.v[k].last_mb = true;
+/* last[k]: the last instruction of `step` that touches parameter k's gradient, or -1
+ * (one pass from the end; parameters lie in offset order). */
+static int *grad_last(const Program *p) {
+  int np = p->nparams, *last = arena_array(p->arena, np + 1, sizeof *last);
+  for (int k = 0; k < np; k++) {
+    last[k] = -1;
+    ir_assert(k == 0 || p->params[k].offset >= p->params[k - 1].offset);
   }
+  Touch t[K_MAX_BUFS];
+  for (int i = p->step.n - 1; i >= 0; i--) {
+    int n = instr_touch(p, &p->step.v[i], t);
+    for (int j = 0; j < n; j++) {
+      if (t[j].tier != RT_TIER_GRADS) continue;
+      int lo = 0, hi = np; /* the first parameter ending after t[j].lo */
+      while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (p->params[mid].offset + param_bytes(&p->params[mid]) <= t[j].lo) lo = mid + 1;
+        else hi = mid;
+      }
+      for (int k = lo; k < np && p->params[k].offset < t[j].hi; k++)
+        if (last[k] < 0) last[k] = i;
+    }
+  }
+  return last;
+}
+
+/* The sums (collectives over GRADS) into `step`, each right after the last instruction
+ * touching a gradient it covers, on the last micro-batch, overlapping what follows
+ * (the end of backward); one that covers nothing touched goes at the end. */
+static void compose_overlap(Program *p, PSeq *sums) {
+  int *last = grad_last(p), *after = arena_array(p->arena, sums->n + 1, sizeof *after);
+  for (int b = 0; b < sums->n; b++) {
+    PInstr *c = &sums->v[b];
+    after[b] = -1;
+    for (int k = 0; k < p->nparams; k++)
+      if (p->params[k].offset < c->comm.off[0] + c->comm.n * 4 && c->comm.off[0] < p->params[k].offset + param_bytes(&p->params[k]) &&
+          last[k] > after[b])
+        after[b] = last[k];
+    if (after[b] < 0) after[b] = p->step.n - 1;
+    c->overlap = c->last_mb = true;
+  }
+  int *order = arena_array(p->arena, sums->n + 1, sizeof *order), n = 0; /* by position, stable */
+  for (int i = 0; i < p->step.n && n < sums->n; i++)
+    for (int b = 0; b < sums->n; b++)
+      if (after[b] == i) order[n++] = b;
   PSeq old = p->step;
   p->step = (PSeq){0};
-  for (int i = 0; i < old.n; i++) {
+  for (int i = 0, next = 0; i < old.n; i++) {
     *pseq_push(p->arena, &p->step, old.v[i].kind) = old.v[i];
-    for (int k = 0; k < b.n; k++)
-      if (after[k] == i) *pseq_push(p->arena, &p->step, ISA_COMM) = b.v[k];
+    for (; next < n && after[order[next]] == i; next++) *pseq_push(p->arena, &p->step, ISA_COMM) = sums->v[order[next]];
   }
 }
 
@@ -131,7 +159,7 @@ static void compose_norm(Program *p, const bool *lowest) {
     PInstr *in = param_kernel(&p->gradnorm, k);
     skip[k] = !lowest[k];
     if (p->tp > 1 && !p->params[k].node->split) in->tp_rank = 0;
-    if (p->zero_stage >= 2) in->dp_rank = p->params[k].owner;
+    if (p->zero_stage >= 1) in->dp_rank = p->params[k].owner; /* its sum is the owner's only */
     else if (p->dp != 1) in->dp_rank = 0;
     partial |= skip[k] || in->tp_rank >= 0 || in->dp_rank >= 0;
   }
@@ -162,9 +190,12 @@ void compose_step(Program **ps, int n) {
   compose_tied(ps, n, lowest);
   for (int s = 0; s < n; s++) {
     Program *p = ps[s];
-    bool sums = !p->zero_scheduled && p->dp != 1;
-    if (sums && p->tp <= 1 && n == 1 && !p->scheduled && p->step.n > 0) compose_overlap(p);
-    else if (sums) dp_buckets(p, &p->sync);
+    PSeq sums = {0};
+    if (!p->zero_scheduled && p->dp != 1 && p->zero_stage == 1) owner_reduces(p, &sums);
+    else if (!p->zero_scheduled && p->dp != 1) dp_buckets(p, &sums);
+    if (sums.n && p->tp <= 1 && n == 1 && !p->scheduled && p->step.n > 0) compose_overlap(p, &sums);
+    else
+      for (int i = 0; i < sums.n; i++) *pseq_push(p->arena, &p->sync, ISA_COMM) = sums.v[i];
     compose_norm(p, lowest[s]);
     compose_update(p);
   }

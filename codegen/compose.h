@@ -7,10 +7,12 @@
  *     group of its holders (Program.stage_groups, the same list in every stage), so
  *     every copy is bitwise the same;
  *   - then, below ZeRO stage 2 (whose step reduces each gradient to its owner,
- *     codegen/zero.h) and with more than one data-parallel rank, the gradient tier is
- *     all-reduced over the dp group in buckets of whole parameters of at most
- *     COMPOSE_BUCKET bytes, last parameters first (the order backward completes them).
- *     In a program of one tp rank and one unscheduled stage the buckets go into `step`
+ *     codegen/zero.h) and with more than one data-parallel rank: at stage 0 the
+ *     gradient tier is all-reduced over the dp group in buckets of whole parameters of
+ *     at most COMPOSE_BUCKET bytes, last parameters first (the order backward
+ *     completes them); at stage 1 each gradient is reduced onto its owner only (half
+ *     an all-reduce's traffic: only the owner updates it).
+ *     In a program of one tp rank and one unscheduled stage these go into `step`
  *     instead, each right after the last instruction that touches its gradients, marked
  *     to run on the step's last micro-batch only ("last_microbatch") and to overlap the
  *     instructions after it ("overlap": a device with a communication stream runs it
@@ -21,7 +23,7 @@
  * The gradient norm counts every element of the model once over the mesh: `gradnorm`
  * keeps parameter i's kernel on the ranks that count it (a tensor-parallel split one
  * on every tp rank, a replicated one on tp rank 0, a tied one on its lowest stage only,
- * and over the dp group its owner from ZeRO stage 2, else dp rank 0), and starts by
+ * and over the dp group its owner from ZeRO stage 1, else dp rank 0), and starts by
  * zeroing the partial sums when some rank skips a kernel, so a rank's sum of its parts
  * is its share and the world's sum is the norm's square. `update` runs parameter i's
  * kernel on its owner only from ZeRO stage 1, and at stages 1 and 2 ends with each

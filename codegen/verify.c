@@ -86,10 +86,11 @@ static int check_instr(V *v, const PInstr *in) {
     return fail(v, "condition on dp rank %d or tp rank %d outside the mesh", in->dp_rank, in->tp_rank);
   if (!strcmp(v->list, "sync") && in->kind != ISA_COMM) return fail(v, "sync holds collectives only");
   if (in->last_mb && (!v->in_step || p->scheduled)) return fail(v, "last_microbatch only in `step` of an unscheduled program");
-  bool dp_sum = in->kind == ISA_COMM && in->comm.kind == ISA_COMM_ALL_REDUCE && in->comm.group == ISA_GROUP_DP &&
+  bool dp_sum = in->kind == ISA_COMM && (in->comm.kind == ISA_COMM_ALL_REDUCE || in->comm.kind == ISA_COMM_REDUCE) &&
+                in->comm.group == ISA_GROUP_DP &&
                 in->comm.tier[0] == in->comm.tier[1] && in->comm.off[0] == in->comm.off[1];
   if (in->overlap && !dp_sum && in->kind != ISA_ZERO_GATHER)
-    return fail(v, "overlap only on an in-place all_reduce over the dp group or a zero_gather");
+    return fail(v, "overlap only on an in-place all_reduce or reduce over the dp group, or a zero_gather");
   switch (in->kind) {
   case ISA_KERNEL:
     if (in->kernel < 0 || in->kernel >= p->nkernels) return fail(v, "kernel %d of %d", in->kernel, p->nkernels);

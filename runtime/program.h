@@ -260,8 +260,9 @@
  *
  * Ownership (zero_stage 1 to 3, each parameter's "owner"): `update` runs parameter i's
  * kernel only where "dp_rank" is its owner, and at stages 1 and 2 ends with each
- * parameter broadcast from its owner over the dp group; below stage 2 `sync`
- * all-reduces the gradients over the dp group. The runtime keeps the memory side: a
+ * parameter broadcast from its owner over the dp group; at stage 1 each gradient is
+ * reduced onto its owner (at stage 0 all-reduced), in `step` or `sync`
+ * (codegen/compose.h). The runtime keeps the memory side: a
  * rank commits only its owners' shards of the tiers ZeRO reserves (train_zero.h).
  * A program with "zero_scheduled": true (zero_stage 2 or 3; not scheduled, one
  * stage: mesh pp 1, no offload) places ZeRO's communication in `step`

@@ -580,8 +580,10 @@ static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram
     if (in->last_mb && !pj->last_ok)
         return pj_fail(pj, path, "last_microbatch", "only in `step` of an unscheduled program");
     if (in->overlap && op != ISA_ZERO_GATHER &&
-        (op != ISA_COMM || in->comm.kind != ISA_COMM_ALL_REDUCE || in->comm.group != ISA_GROUP_DP))
-        return pj_fail(pj, path, "overlap", "only on an all_reduce over the dp group or a zero_gather");
+        (op != ISA_COMM || in->comm.group != ISA_GROUP_DP ||
+         (in->comm.kind != ISA_COMM_ALL_REDUCE && in->comm.kind != ISA_COMM_REDUCE)))
+        return pj_fail(pj, path, "overlap", "only on an all_reduce or reduce over the dp group, or "
+                       "a zero_gather");
     return 0;
 }
 

@@ -80,7 +80,7 @@ def check_overlapped(p, name):
         if c["op"] != "comm" or c.get("group") != "dp":
             continue
         check(c.get("overlap") is True and c.get("last_microbatch") is True, name + ": a dp sum in step overlaps, on the last micro-batch")
-        lo, hi = c["src"][1], c["src"][1] + 4 * c["n"]
+        lo, hi = c["src"][1], c["src"][1] + 4 * c["outer"] * c["n"] * c["inner"]
         meets = lambda ins: any(t == 1 and a < hi and lo < b for t, a, b in touched(ins))
         check(not any(meets(x) for x in step[i + 1:]), name + ": nothing after the dp sum at %d touches its gradients" % i)
         prev = [x for x in step[:i] if x["op"] != "comm"]
@@ -164,8 +164,13 @@ for zero in range(4):
     name = "dp2 zero%d" % zero
     [p] = plan(2, 1, 1, zero)
     nparams = len(p["params"])
-    if zero < 2:
+    if zero == 0:
         covers_grads(p, name)
+        check_overlapped(p, name)
+    elif zero == 1:
+        red = {c["src"][1]: c["root"] for c in p["step"] if c["op"] == "comm" and c["kind"] == "reduce" and c.get("group") == "dp"}
+        check(red == {q["offset"]: q["owner"] for q in p["params"]}, name + ": every gradient reduced onto its owner")
+        check(not [c for c in dp_sums(p) if c["kind"] != "reduce"], name + ": no all-reduce")
         check_overlapped(p, name)
     else:
         check(dp_sums(p) == [] and p.get("zero_scheduled"), name + ": the step reduces, sync does not")
@@ -173,7 +178,7 @@ for zero in range(4):
     gn = kernels_by_param(p, "gradnorm", 1)
     check(len(gn) == nparams, name + ": a norm kernel per parameter")
     for i, ins in gn.items():
-        want = p["params"][i]["owner"] if zero >= 2 else 0
+        want = p["params"][i]["owner"] if zero >= 1 else 0
         check(ins.get("dp_rank") == want, name + ": norm of %s on dp rank %d" % (p["params"][i]["name"], want))
     up = kernels_by_param(p, "update", 0)
     for i, ins in up.items():
