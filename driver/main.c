@@ -59,8 +59,13 @@ static void usage(FILE *f) {
         "  --activation-memory SIZE  budget of the work tier (activations and workspace) for\n"
         "                    --recompute auto: bytes, or 512K, 512M, 2G, 1.5GiB (binary), 2GB (decimal)\n"
         "  --attention K     price attention as fused (default) or materialized (scores in memory)\n"
-        "  --offload O       force the plan's offload: none, or optimizer (its state on the host,\n"
-        "                    AdamW on the CPU: --what-if only, not compiled yet)\n"
+        "  --offload O       force the plan's offload: none; optimizer (its state on the host,\n"
+        "                    AdamW on the CPU); or state (every rank's ZeRO-3 shard of parameters,\n"
+        "                    gradients and optimizer state on its node's host memory and NVMe):\n"
+        "                    --what-if only, not compiled yet\n"
+        "  --nvme SIZE       NVMe per node the plan may use for offloaded state (default: the\n"
+        "                    profile's drives); --host-memory SIZE also caps the host memory\n"
+        "                    per node the plan may use\n"
         "  --what-if         search plans the code generators cannot compile yet too (optimizer\n"
         "                    offload, vocabulary-parallel embedding and loss, query-split causal\n"
         "                    attention); without it --dump-plan shows the plan -o compiles\n"
@@ -92,6 +97,8 @@ typedef struct Options {
   const char *gpu, *cluster, *dump_plan, *plan_out, *plan_file;
   int64_t device_memory;     /* --device-memory: plan offload to fit it (0: no budget) */
   int64_t host_memory;       /* --host-memory: what the host may hold of the state (0: this machine's) */
+  int64_t nvme;              /* --nvme: NVMe per node a plan may use (with nvme_set) */
+  bool nvme_set;
   PlanForce force;
   bool plan;                 /* search a plan: --gpus, --cluster, --dump-plan or any option that forces part of one */
   int rc;                    /* --recompute: -1 unset, a Recompute, or RC_AUTO */
@@ -154,7 +161,7 @@ static int parse_choice(const char *flag, const char *arg, const char *const *na
 
 enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA,
        O_GPN, O_GPU, O_CLUSTER, O_DUMP_PLAN, O_PLAN_OUT, O_PLAN, O_DP, O_TP, O_PP, O_ZERO, O_MBS, O_SCHEDULE, O_VSTAGES,
-       O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD, O_WHAT_IF };
+       O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD, O_WHAT_IF, O_NVME };
 
 /* The options that describe the cluster or force part of the plan. */
 static bool parse_plan_option(int c, const char *arg, Options *o) {
@@ -176,8 +183,7 @@ static bool parse_plan_option(int c, const char *arg, Options *o) {
   case O_SCHEDULE: f->schedule = parse_choice("--schedule", arg, schedule_names, 2); break;
   case O_ATTENTION: f->attn = parse_choice("--attention", arg, attn_kernel_names, 2); break;
   case O_OFFLOAD: {
-    static const char *const names[] = {"none", "optimizer"};
-    f->offload = parse_choice("--offload", arg, names, 2);
+    f->offload = parse_choice("--offload", arg, offload_names, OFFLOAD_KINDS);
     break;
   }
   case O_DUMP_PLAN: {
@@ -206,6 +212,7 @@ static void parse_options(int argc, char **argv, Options *o) {
     {"recompute", required_argument, 0, O_RECOMPUTE}, {"attention", required_argument, 0, O_ATTENTION},
     {"activation-memory", required_argument, 0, O_ACT_MEM},
     {"device-memory", required_argument, 0, O_DEV_MEM}, {"host-memory", required_argument, 0, O_HOST_MEM},
+    {"nvme", required_argument, 0, O_NVME},
     {"offload", required_argument, 0, O_OFFLOAD}, {"jobs", required_argument, 0, 'j'},
     {"what-if", no_argument, 0, O_WHAT_IF},
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
@@ -228,6 +235,7 @@ static void parse_options(int argc, char **argv, Options *o) {
     case O_ACT_MEM: o->act_mem = parse_size("--activation-memory", optarg); break;
     case O_DEV_MEM: o->device_memory = parse_size("--device-memory", optarg); break;
     case O_HOST_MEM: o->host_memory = parse_size("--host-memory", optarg); break;
+    case O_NVME: o->nvme = parse_size("--nvme", optarg), o->nvme_set = true; break;
     case 'o': o->out = optarg; break;
     case 'h': usage(stdout); exit(0);
     case O_VERSION: printf("colossalc %s\n", COLOSSALC_VERSION); exit(0);
@@ -290,9 +298,12 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   f.exec = !o->what_if;
   if (compiling && o->what_if)
     error_plain("--what-if plans may use what the code generators cannot emit yet; compile without --what-if");
-  if (f.exec && f.offload == 1)
-    error_plain("offloading the optimizer state of a parallel plan is priced, not compiled yet: add --what-if to "
-                "explore it, or use --device-memory to compile offload on one rank");
+  if (f.exec && f.offload >= OFFLOAD_OPTIMIZER)
+    error_plain("offloading the %s of a parallel plan is priced, not compiled yet: add --what-if to "
+                "explore it, or use --device-memory to compile offload on one rank",
+                f.offload == OFFLOAD_OPTIMIZER ? "optimizer state" : "training state");
+  if (o->host_memory) cl->host_memory = (double)o->host_memory; /* what the state may use of a node's */
+  if (o->nvme_set) cl->nvme = (double)o->nvme;
   if (compiling && f.attn != ATTN_FUSED)
     error_plain("--attention materialized is a cost-model option; the compiled program uses its own attention");
   return plan_search(arena, g, cl, &f);

@@ -15,36 +15,48 @@
 #define G9 1e9
 #define US 1e-6
 
-/* A node's NVMe drives, for offload: a PCIe 4.0 x4 drive's sequential rate (about
- * 7 GB/s read, 5 GB/s write; the slower), the same for every profile. */
+/* A node's NVMe drives, for offload: one PCIe 4.0 x4 data-centre drive's sequential
+ * rate (about 7 GB/s read, 3.5-5 GB/s write; the slower), where a profile says nothing
+ * else, with 3.84 TB of it. The DGX profiles have eight such U.2 drives in RAID 0
+ * (DGX A100 datasheet: 8 x 3.84 TB = 30 TB of internal storage; DGX H100/H200: 8 x 3.84
+ * TB): 8 x 3.5 GB/s written. */
 #define NVME_BW (5 * G9)
+#define NVME_TB 3.84e12
+#define DGX_NVME_BW (8 * 3.5 * G9)
+#define DGX_NVME (8 * NVME_TB)
 
 /* host_mem_bw: the node's CPU memory bandwidth, channels x transfer rate x 8 bytes:
  * DGX A100, 2 AMD EPYC 7742 with 8 channels of DDR4-3200 each; DGX H100 and H200, 2 Intel
  * Xeon Platinum 8480C with 8 channels of DDR5-4800 each; an RTX 3090 workstation, 2
  * channels of DDR4-3200; the cpu profile, one EPYC 7763 socket (8 channels, DDR4-3200). */
-typedef struct Profile { DeviceSpec dev; LinkSpec intra, inter; double host_memory, host_link_bw; int node; double host_mem_bw; } Profile;
+typedef struct Profile {
+  DeviceSpec dev;
+  LinkSpec intra, inter;
+  double host_memory, host_link_bw;
+  int node;
+  double host_mem_bw, nvme_bw, nvme;
+} Profile;
 
 /* dev: name, part, bf16, fp16, fp32, memory, memory_bw, reserved, gemm_eff, attn_eff, mem_eff, kernel_overhead, fp32_only */
 static const Profile profiles[] = {
   {{"a100-80g", "NVIDIA A100 SXM4 80GB", 312 * T12, 312 * T12, 19.5 * T12, 80 * GIB, 2039 * G9, 3 * GIB, 0.7, 0.55, 0.8, 4 * US, false},
    {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
-   {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85}, 2e12, 32 * G9, 8, 409.6 * G9},
+   {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85}, 2e12, 32 * G9, 8, 409.6 * G9, DGX_NVME_BW, DGX_NVME},
   {{"a100-40g", "NVIDIA A100 SXM4 40GB", 312 * T12, 312 * T12, 19.5 * T12, 40 * GIB, 1555 * G9, 2 * GIB, 0.7, 0.55, 0.8, 4 * US, false},
    {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
-   {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85}, 1e12, 32 * G9, 8, 409.6 * G9},
+   {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85}, 1e12, 32 * G9, 8, 409.6 * G9, DGX_NVME_BW, DGX_NVME / 2},
   {{"h100-sxm", "NVIDIA H100 SXM5 80GB", 989 * T12, 989 * T12, 67 * T12, 80 * GIB, 3350 * G9, 3 * GIB, 0.65, 0.5, 0.8, 4 * US, false},
    {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
-   {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85}, 2e12, 64 * G9, 8, 614.4 * G9},
+   {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85}, 2e12, 64 * G9, 8, 614.4 * G9, DGX_NVME_BW, DGX_NVME},
   {{"h200", "NVIDIA H200 SXM 141GB", 989 * T12, 989 * T12, 67 * T12, 141e9, 4800 * G9, 3 * GIB, 0.65, 0.5, 0.8, 4 * US, false},
    {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
-   {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85}, 2e12, 64 * G9, 8, 614.4 * G9},
+   {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85}, 2e12, 64 * G9, 8, 614.4 * G9, DGX_NVME_BW, DGX_NVME},
   {{"rtx3090", "NVIDIA GeForce RTX 3090", 71 * T12, 71 * T12, 35.6 * T12, 24 * GIB, 936 * G9, 1.5 * GIB, 0.75, 0.5, 0.8, 5 * US, false},
    {"PCIe 4.0 x16 peer-to-peer", 32 * G9, 10 * US, 0.75},
-   {"100 Gb/s Ethernet per node", 12.5 * G9, 15 * US, 0.8}, 128 * GIB, 32 * G9, 4, 51.2 * G9},
+   {"100 Gb/s Ethernet per node", 12.5 * G9, 15 * US, 0.8}, 128 * GIB, 32 * G9, 4, 51.2 * G9, NVME_BW, NVME_TB},
   {{"cpu", "AMD EPYC 7763 socket (64 cores)", 5.0176 * T12, 5.0176 * T12, 5.0176 * T12, 256 * GIB, 204.8 * G9, 1 * GIB, 0.7, 0.4, 0.7, 2 * US, true},
    {"socket-to-socket shared memory (MPI)", 50 * G9, 1 * US, 0.6},
-   {"100 Gb/s Ethernet per node", 12.5 * G9, 10 * US, 0.8}, 512 * GIB, 204.8 * G9, 2, 204.8 * G9},
+   {"100 Gb/s Ethernet per node", 12.5 * G9, 10 * US, 0.8}, 512 * GIB, 204.8 * G9, 2, 204.8 * G9, NVME_BW, NVME_TB},
 };
 enum { NPROFILES = sizeof profiles / sizeof profiles[0] };
 
@@ -76,7 +88,7 @@ void cluster_from_profile(Cluster *c, const char *profile, int gpus, int gpus_pe
     error_plain("unknown GPU profile '%s' (known: %s; or describe the cluster with --cluster FILE.json)", profile, list);
   }
   *c = (Cluster){.dev = p->dev, .intra = p->intra, .inter = p->inter, .host_memory = p->host_memory,
-                 .host_link_bw = p->host_link_bw, .nvme_bw = NVME_BW, .host_mem_bw = p->host_mem_bw,
+                 .host_link_bw = p->host_link_bw, .nvme_bw = p->nvme_bw, .nvme = p->nvme, .host_mem_bw = p->host_mem_bw,
                  .gpus = gpus > 0 ? gpus : 1};
   set_counts(c, gpus, gpus_per_node, p->node, "--gpus");
   snprintf(c->name, sizeof c->name, "%d x %.40s", c->gpus, p->dev.name);
@@ -125,6 +137,8 @@ void cluster_validate(const Cluster *c, const char *what) {
   }
   need_pos(what, "host.memory_gib", c->host_memory, GIB);
   need_pos(what, "host.link_bandwidth_gbs", c->host_link_bw, G9);
+  need_pos(what, "host.nvme_bandwidth_gbs", c->nvme_bw, G9);
+  need(isfinite(c->nvme) && c->nvme >= 0, what, "host.nvme_gib", c->nvme / GIB, "at least 0");
   need(c->gpus > 0 && c->gpus <= (1 << 24), what, "gpus", c->gpus, "between 1 and 16777216");
   need(c->gpus_per_node > 0 && c->gpus_per_node <= c->gpus, what, "gpus_per_node", c->gpus_per_node,
        "between 1 and the number of GPUs");
@@ -194,8 +208,9 @@ static void read_link(Reader *r, const cJSON *o, LinkSpec *l, const char *oname)
 
 static void read_host(Reader *r, const cJSON *o, Cluster *c) {
   const Field f[] = {{"memory_gib", GIB, &c->host_memory}, {"link_bandwidth_gbs", G9, &c->host_link_bw},
-                     {"nvme_bandwidth_gbs", G9, &c->nvme_bw}, {"memory_bandwidth_gbs", G9, &c->host_mem_bw}};
-  read_fields(r, o, "host", f, 4, NULL);
+                     {"nvme_bandwidth_gbs", G9, &c->nvme_bw}, {"memory_bandwidth_gbs", G9, &c->host_mem_bw},
+                     {"nvme_gib", GIB, &c->nvme}};
+  read_fields(r, o, "host", f, 5, NULL);
 }
 
 static int read_count(Reader *r, const cJSON *root, const char *key) {
@@ -213,7 +228,8 @@ static void blank(Cluster *c) {
   *c = (Cluster){.dev = {.peak_bf16 = NAN, .peak_fp16 = NAN, .peak_fp32 = NAN, .memory = NAN, .memory_bw = NAN,
                          .reserved = 2 * GIB, .gemm_eff = 0.7, .attn_eff = 0.5, .mem_eff = 0.8, .kernel_overhead = 4 * US},
                  .intra = {"intra-node link", NAN, 2 * US, 0.8}, .inter = {"inter-node network", NAN, 5 * US, 0.85},
-                 .host_memory = 512 * GIB, .host_link_bw = 32 * G9, .nvme_bw = NVME_BW, .host_mem_bw = 200 * G9};
+                 .host_memory = 512 * GIB, .host_link_bw = 32 * G9, .nvme_bw = NVME_BW, .nvme = NVME_TB,
+                 .host_mem_bw = 200 * G9};
   snprintf(c->dev.name, sizeof c->dev.name, "custom");
 }
 
@@ -232,7 +248,7 @@ static void read_cluster(Reader *r, const cJSON *root, Cluster *c, int *node) {
     const Profile *p = cJSON_IsString(base) ? find_profile(base->valuestring) : NULL;
     if (!p) { rd_fail(r, "%s: base must name a built-in profile (a100-80g, a100-40g, h100-sxm, h200, rtx3090, cpu)%s%s", "", ""); return; }
     c->dev = p->dev, c->intra = p->intra, c->inter = p->inter, c->host_memory = p->host_memory, c->host_link_bw = p->host_link_bw;
-    c->host_mem_bw = p->host_mem_bw;
+    c->host_mem_bw = p->host_mem_bw, c->nvme_bw = p->nvme_bw, c->nvme = p->nvme;
     *node = p->node;
   }
   const cJSON *o;

@@ -42,6 +42,7 @@ typedef struct Cluster {
   double host_memory;     /* bytes per node */
   double host_link_bw;    /* bytes/s per device, one direction (PCIe) */
   double nvme_bw;         /* bytes/s of a node's NVMe drives (offload), one direction */
+  double nvme;            /* bytes of a node's NVMe drives the training state may use */
   double host_mem_bw;     /* bytes/s of a node's host memory (the CPU optimizer of an offloaded plan) */
 } Cluster;
 

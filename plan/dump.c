@@ -72,9 +72,24 @@ static void text_header(FILE *f, const PlanResult *r) {
           recompute_names[c->rc], schedule_names[c->sched]);
   if (c->v > 1) fprintf(f, " with %d chunks per stage", c->v);
   fprintf(f, "; %s; attention %s\n", r->mixed ? "bf16 mixed precision" : "fp32", attn_kernel_names[c->attn]);
-  if (c->offload)
+  if (c->offload == OFFLOAD_OPTIMIZER)
     fprintf(f, "offload: the optimizer state (%.0f bytes a parameter) on the host, AdamW on the CPU: %.1f GiB of host "
             "memory a node\n", r->o_bytes, p->pr.host / GIB);
+  if (c->offload == OFFLOAD_STATE) {
+    const PlanPrice *pr = &p->pr;
+    double hidden = pr->link_time > 0 ? 1 - pr->offload / pr->link_time : 1;
+    fprintf(f, "offload: every rank's ZeRO-3 shard of the parameters, gradients and optimizer state (%.0f bytes a "
+            "parameter) lives on its node: %.1f GiB of host memory a node (of %.0f GiB)",
+            r->w_bytes + r->g_bytes + r->o_bytes, pr->host / GIB, cl->host_memory / GIB);
+    if (pr->nvme > 0) fprintf(f, " and %.1f GiB of NVMe (of %.0f GiB)", pr->nvme / GIB, cl->nvme / GIB);
+    fprintf(f, "; AdamW on the CPU\n  every rank: its shard's home is %.2f GiB of host memory", pr->host / cl->gpus_per_node / GIB);
+    if (pr->nvme > 0) fprintf(f, " and %.2f GiB of NVMe (part of its optimizer state)", pr->nvme / cl->gpus_per_node / GIB);
+    fprintf(f, "; a step moves %.2f GiB over its host link (%.3g s, %.0f%% hidden by "
+            "compute: the next layer's weights come up while this one computes)",
+            pr->link_bytes / GIB, pr->link_time, 100 * hidden);
+    if (pr->nvme > 0) fprintf(f, "; the node's NVMe part read and written once (%.3g s)", pr->nvme_time);
+    fprintf(f, "\n");
+  }
 }
 
 static void text_time(FILE *f, const PlanResult *r) {
@@ -88,6 +103,8 @@ static void text_time(FILE *f, const PlanResult *r) {
           "exposed communication", comm, 100 * comm / pr->step, pr->tp_comm, pr->p2p, pr->dp_comm);
   fprintf(f, "  %-26s %10.4g s %5.1f%%\n", "pipeline bubble", pr->bubble, 100 * pr->bubble / pr->step);
   fprintf(f, "  %-26s %10.4g s %5.1f%%\n", "optimizer step", pr->optimizer, 100 * pr->optimizer / pr->step);
+  if (r->best.ch.offload == OFFLOAD_STATE)
+    fprintf(f, "  %-26s %10.4g s %5.1f%%\n", "exposed host transfers", pr->offload, 100 * pr->offload / pr->step);
   fprintf(f, "  (on stage %d, the slowest)\n", pr->critical_stage);
 }
 
@@ -176,7 +193,8 @@ void plan_dump_brief(FILE *f, const PlanResult *r) {
           r->cl->name, c->dp, c->tp, c->pp, c->dp * c->tp * c->pp, c->zero, c->m, c->m == 1 ? "" : "es", c->mbs,
           recompute_names[c->rc]);
   if (c->pp > 1) fprintf(f, ", schedule %s%s", schedule_names[c->sched], c->v > 1 ? " (interleaved chunks)" : "");
-  if (c->offload) fprintf(f, ", optimizer on the host");
+  if (c->offload) fprintf(f, c->offload == OFFLOAD_OPTIMIZER ? ", optimizer on the host" : ", state on the host%s",
+                          r->best.pr.nvme > 0 ? " and NVMe" : "");
   fprintf(f, "\n  priced in %s with attention %s: %.4g s a step (MFU %.1f%%), %.2f GiB per device of %.2f GiB usable\n",
           r->mixed ? "bf16 mixed precision" : "fp32", attn_kernel_names[c->attn], p->pr.step, 100 * p->pr.mfu,
           p->pr.peak / GIB, r->usable / GIB);
@@ -196,7 +214,7 @@ static cJSON *choice_json(cJSON *o, const PlanChoice *c) {
   cJSON_AddStringToObject(o, "schedule", schedule_names[c->sched]);
   cJSON_AddNumberToObject(o, "virtual_stages", c->v);
   cJSON_AddStringToObject(o, "attention", attn_kernel_names[c->attn]);
-  cJSON_AddStringToObject(o, "offload", c->offload ? "optimizer" : "none");
+  cJSON_AddStringToObject(o, "offload", offload_names[c->offload]);
   return o;
 }
 
@@ -216,6 +234,16 @@ static void price_json(cJSON *o, const PlanPrice *pr, double batch) {
   cJSON_AddNumberToObject(b, "dp_comm_s", pr->dp_comm);
   cJSON_AddNumberToObject(b, "bubble_s", pr->bubble);
   cJSON_AddNumberToObject(b, "optimizer_s", pr->optimizer);
+  cJSON_AddNumberToObject(b, "offload_exposed_s", pr->offload);
+  if (pr->host > 0 || pr->link_bytes > 0) {
+    cJSON *off = cJSON_AddObjectToObject(p, "offload");
+    cJSON_AddNumberToObject(off, "host_bytes_per_node", pr->host);
+    cJSON_AddNumberToObject(off, "nvme_bytes_per_node", pr->nvme);
+    cJSON_AddNumberToObject(off, "host_link_bytes_per_device", pr->link_bytes);
+    cJSON_AddNumberToObject(off, "host_link_s", pr->link_time);
+    cJSON_AddNumberToObject(off, "exposed_s", pr->offload);
+    cJSON_AddNumberToObject(off, "nvme_s", pr->nvme_time);
+  }
 }
 
 static void stages_json(cJSON *o, const PlanResult *r, const Plan *p) {
@@ -684,8 +712,7 @@ static void read_plan(PReader *r, Arena *a, const Graph *g, const cJSON *root, P
   read_name(r, root, "recompute", recompute_names, RC_COUNT, &f->rc);
   read_name(r, root, "schedule", schedule_names, 2, &f->schedule);
   read_name(r, root, "attention", attn_kernel_names, 2, &f->attn);
-  static const char *const offload_names[] = {"none", "optimizer"};
-  read_name(r, root, "offload", offload_names, 2, &f->offload);
+  read_name(r, root, "offload", offload_names, OFFLOAD_KINDS, &f->offload);
   const cJSON *sh = cJSON_GetObjectItemCaseSensitive(root, "sharding");
   if (sh && !r->err[0]) read_sharding(r, a, g, sh, f);
 }

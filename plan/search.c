@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+const char *const offload_names[OFFLOAD_KINDS + 1] = {"none", "optimizer", "state", NULL};
 const char *const schedule_names[2] = {"1f1b", "interleaved"};
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -314,7 +315,12 @@ static void stage_memory(const Search *S, const PlanChoice *ch, int i, const Sta
   st->params = e;
   st->weights = ms.weights, st->grads = ms.grads, st->optimizer = ms.optimizer;
   st->host = 0;
-  if (ch->offload) st->host = st->optimizer, st->optimizer = 0; /* the optimizer's state lives on the host */
+  if (ch->offload == OFFLOAD_OPTIMIZER) st->host = st->optimizer, st->optimizer = 0; /* its state lives on the host */
+  if (ch->offload == OFFLOAD_STATE) { /* the shard lives off the device: one layer's gradients wait there to go down */
+    st->host = st->weights + st->grads + st->optimizer;
+    st->weights = st->optimizer = 0;
+    st->grads = q->maxp * r->g_bytes;
+  }
   st->activations = q->stash * cost_inflight(i, ch->pp, ch->m, ch->v);
   /* one layer's backward working set; ZeRO-3 also holds two layers' gathered weights */
   st->buffers = q->work + (ch->zero == 3 ? 2 * q->maxp * r->w_bytes : 0);
@@ -322,7 +328,7 @@ static void stage_memory(const Search *S, const PlanChoice *ch, int i, const Sta
 }
 
 /* What price_plan adds up over the stages. */
-typedef struct StepSums { double dp_time, tie_time, opt_time, flops_rc; } StepSums;
+typedef struct StepSums { double dp_time, tie_time, opt_time, flops_rc, link_bytes, link_time, link_exposed; } StepSums;
 
 /* Stage i of plan ch: its time per micro-batch, memory, and its data-parallel,
  * tied-weight and optimizer time, folded into `sum` (the slowest stage counts). */
@@ -347,9 +353,21 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
   }
   double shard = st->params / (ch->zero >= 1 ? ch->dp : 1);
   double opt = shard * 2 * (r->w_bytes + r->g_bytes + r->o_bytes) / (cl->dev.memory_bw * cl->dev.mem_eff);
-  if (ch->offload) /* gradients down and weights up over the host link, AdamW streaming the host's memory */
-    opt = shard * (r->g_bytes + r->w_bytes) / cl->host_link_bw +
-          shard * 2 * (r->w_bytes + r->g_bytes + r->o_bytes) / (cl->host_mem_bw / cl->gpus_per_node * HOST_MEM_EFF);
+  double cpu_adam = shard * 2 * (r->w_bytes + r->g_bytes + r->o_bytes) / (cl->host_mem_bw / cl->gpus_per_node * HOST_MEM_EFF);
+  if (ch->offload == OFFLOAD_OPTIMIZER) /* gradients down and weights up over the host link, AdamW streaming the host's memory */
+    opt = shard * (r->g_bytes + r->w_bytes) / cl->host_link_bw + cpu_adam;
+  if (ch->offload == OFFLOAD_STATE) {
+    /* every micro-batch, the shard's weights up for forward and backward (and
+     * recompute) and its gradients down (accumulated on the host); while the step's
+     * compute runs, but for its first layer's */
+    double link = ch->m * shard * (r->w_bytes * (ch->rc == RC_FULL ? 3 : 2) + r->g_bytes);
+    double t = link / cl->host_link_bw, compute = ch->m * (st->t_fwd + st->t_bwd + st->t_rc);
+    double first = st->nlayers > 0 ? t / st->nlayers : t, exposed = t - OVERLAP * compute;
+    opt = cpu_adam;
+    if (link > sum->link_bytes) sum->link_bytes = link, sum->link_time = t;
+    if (exposed < first) exposed = first;
+    if (exposed > sum->link_exposed) sum->link_exposed = exposed;
+  }
   if (opt > sum->opt_time) sum->opt_time = opt;
   sum->flops_rc += q.flops_rc;
 }
@@ -365,8 +383,12 @@ static void price_step(const Search *S, const PlanChoice *ch, const StageCost *s
   pr->p2p = ch->m * c->p2p;
   pr->bubble = pipe - ch->m * c->time;
   pr->dp_comm = sum->dp_time + sum->tie_time;
-  pr->optimizer = sum->opt_time;
-  pr->step = pipe + pr->dp_comm + pr->optimizer;
+  pr->link_bytes = sum->link_bytes, pr->link_time = sum->link_time, pr->offload = sum->link_exposed;
+  /* STATE's NVMe part is read and written once a step, by the node's ranks at once */
+  const Cluster *cl = r->cl;
+  pr->nvme_time = pr->nvme > 0 ? 2 * pr->nvme / cl->nvme_bw : 0;
+  pr->optimizer = sum->opt_time + pr->nvme_time;
+  pr->step = pipe + pr->dp_comm + pr->optimizer + pr->offload;
   pr->fits = pr->peak <= r->usable;
   double n = r->cl->gpus, hw = r->stats.train_flops + sum->flops_rc * ch->m * ch->dp * ch->tp;
   pr->tflops = r->stats.train_flops / pr->step / n / 1e12;
@@ -395,6 +417,8 @@ static void price_plan(Search *S, CandSet *cs, int ci, const PlanChoice *ch, Pla
     if (st[i].host * S->r->cl->gpus_per_node > pr->host) pr->host = st[i].host * S->r->cl->gpus_per_node;
     if (st[i].time > st[pr->critical_stage].time) pr->critical_stage = i;
   }
+  if (ch->offload == OFFLOAD_STATE && pr->host > S->r->cl->host_memory) /* the rest on the node's NVMe */
+    pr->nvme = pr->host - S->r->cl->host_memory, pr->host = S->r->cl->host_memory;
   price_step(S, ch, st, &sum, pr);
   if (out) {
     *out = (Plan){.ch = *ch, .pr = *pr, .sc = &cs->c[ci], .nchunks = K, .stage = st};
@@ -474,17 +498,24 @@ static int schedules(Search *S, int pp, int m, int *v) {
 static void try_choice(Search *S, Mesh *mesh, CandSet *cs, int ci, PlanChoice ch) {
   const PlanForce *f = S->f;
   int zlo = f->zero >= 0 ? f->zero : 0, zhi = f->zero >= 0 ? f->zero : ch.dp == 1 ? 0 : ch.pp > 1 ? 1 : 3;
-  /* offloading the optimizer is weighed when there is optimizer state and the plan is
-   * not being compiled (code generation offloads one rank, with --device-memory) */
-  int olo = f->offload >= 0 ? f->offload : 0, ohi = f->offload >= 0 ? f->offload : !f->exec && S->r->o_bytes > 0;
-  for (int off = olo; off <= ohi; off++)
-    for (int z = zlo; z <= zhi; z++) {
+  /* offload is weighed when the plan is not being compiled (code generation offloads
+   * one rank, with --device-memory): the optimizer's state when there is some, the
+   * whole state with ZeRO-3 (over one rank too: layer by layer) */
+  int olo = f->offload >= 0 ? f->offload : 0, ohi = f->offload >= 0 ? f->offload : f->exec ? 0 : OFFLOAD_STATE;
+  const Cluster *cl = S->r->cl;
+  for (int off = olo; off <= ohi; off++) {
+    if (off == OFFLOAD_OPTIMIZER && S->r->o_bytes == 0 && f->offload < 0) continue;
+    int lo = off == OFFLOAD_STATE ? 3 : zlo, hi = off == OFFLOAD_STATE ? 3 : zhi;
+    if (off == OFFLOAD_STATE && ((f->zero >= 0 && f->zero != 3) || ch.pp > 1)) continue; /* ZeRO-3 runs without a pipeline */
+    for (int z = lo; z <= hi; z++) {
       PlanPrice pr;
-      ch.zero = z, ch.offload = off;
+      ch.zero = z, ch.offload = (OffloadKind)off;
       price_plan(S, cs, ci, &ch, NULL, &pr);
-      if (off && pr.host > S->r->cl->host_memory) continue; /* the host cannot hold it */
+      if (off == OFFLOAD_OPTIMIZER && pr.host > cl->host_memory) continue; /* the host cannot hold it */
+      if (off == OFFLOAD_STATE && pr.nvme > cl->nvme) continue;             /* nor the host and NVMe */
       record(S, mesh, &ch, &pr);
     }
+  }
 }
 
 static void search_mbs(Search *S, Mesh *mesh, int dp, int tp, int pp, int mbs) {
@@ -632,7 +663,9 @@ static void collect_runners(Search *S, const Mesh *win) {
 static const char *plan_text(const PlanChoice *c, char *buf, size_t len) {
   snprintf(buf, len, "dp=%d tp=%d pp=%d, ZeRO-%d, %d micro-batches of %d, recompute %s, %s%s%s", c->dp, c->tp, c->pp,
            c->zero, c->m, c->mbs, recompute_names[c->rc], schedule_names[c->sched], c->v > 1 ? " (virtual stages)" : "",
-           c->offload ? ", optimizer on the host" : "");
+           c->offload == OFFLOAD_OPTIMIZER ? ", optimizer on the host"
+           : c->offload == OFFLOAD_STATE  ? ", state on the host and NVMe"
+                                          : "");
   return buf;
 }
 
@@ -651,6 +684,17 @@ static void describe_fit(Search *S, const PlanChoice *ch, char *out, size_t len)
 static int least_cmp(const void *a, const void *b) {
   double x = (*(const Best *const *)a)->pr.peak, y = (*(const Best *const *)b)->pr.peak;
   return x < y ? -1 : x > y;
+}
+
+/* What the nodes offer an offloaded state, when offload was weighed. */
+static const char *offload_room(Search *S) {
+  static char buf[200];
+  const Cluster *cl = S->r->cl;
+  if (S->f->offload == OFFLOAD_NONE || (S->f->exec && S->f->offload < 0)) return "";
+  snprintf(buf, sizeof buf, "; offloaded, it has %.1f GiB of host memory (--host-memory) and %.1f GiB of NVMe "
+           "(--nvme) on each of %d node%s", cl->host_memory / GIB, cl->nvme / GIB, cluster_nodes(cl),
+           cluster_nodes(cl) == 1 ? "" : "s");
+  return buf;
 }
 
 /* No plan fits: the forced plan's memory, or the three meshes that came closest and by
@@ -673,11 +717,13 @@ static _Noreturn void fail_memory(Search *S, bool forced) {
               "closest of %ld plans priced:\n"
               "  1. %s%s%s%s%s\n"
               "  the training state alone (weights, gradients and optimizer state, %.0f bytes a parameter) is %.1f GiB; "
-              "%s %d device%s hold%s %.1f GiB usable",
+              "%s %d device%s hold%s %.1f GiB usable%s",
               S->r->usable / GIB, cl->dev.memory / GIB, cl->dev.name, cl->dev.reserved / GIB, S->r->evaluated, line[0],
               n > 1 ? "\n  2. " : "", n > 1 ? line[1] : "", n > 2 ? "\n  3. " : "", n > 2 ? line[2] : "",
               S->r->w_bytes + S->r->g_bytes + S->r->o_bytes, state / GIB, cl->gpus == 1 ? "its" : "the", cl->gpus,
-              cl->gpus == 1 ? "" : "s", cl->gpus == 1 ? "s" : "", cl->gpus * S->r->usable / GIB);
+              cl->gpus == 1 ? "" : "s", cl->gpus == 1 ? "s" : "", cl->gpus * S->r->usable / GIB,
+              S->f->exec && S->f->offload < 0 ? "; --what-if also weighs offloading the state to the host and NVMe "
+                                                "(priced, not compiled yet)" : offload_room(S));
 }
 
 static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) {

@@ -12,11 +12,18 @@
 typedef enum { PS_1F1B, PS_INTERLEAVED } PipeSchedule;
 extern const char *const schedule_names[2];
 
+/* Where the training state lives between uses: all on the devices; the optimizer's
+ * state on the host (ZeRO-Offload); or every rank's ZeRO-3 shard of the parameters,
+ * gradients and optimizer state at home on its node's host memory and, beyond it, NVMe
+ * (ZeRO-Infinity, Gemini), each layer's parameters brought up before use. */
+typedef enum { OFFLOAD_NONE, OFFLOAD_OPTIMIZER, OFFLOAD_STATE, OFFLOAD_KINDS } OffloadKind;
+extern const char *const offload_names[OFFLOAD_KINDS + 1];
+
 /* The parts of a plan the user fixed (--dp ... or --plan FILE); -1 or NULL
  * leaves a part to the search. */
 typedef struct PlanForce {
   int dp, tp, pp, zero, mbs, v, schedule, rc;
-  int offload;                /* -1 search, 0 none, 1 optimizer state on the host */
+  int offload;                /* -1 search, else an OffloadKind */
   int attn;                   /* AttnKernel; fused unless a plan file says otherwise */
   const char **op_strategy;   /* [g->n] strategy name per op, or NULL */
   bool exec;                  /* the plan will be compiled: only what code generation runs */
@@ -33,8 +40,9 @@ typedef struct PlanChoice {
   Recompute rc;
   AttnKernel attn;
   int cand;              /* which sharding candidate of (tp, mbs, rc) */
-  bool offload;          /* optimizer state (and fp32 master weights) on the host, AdamW on the
-                          * CPU, as ZeRO-Offload: gradients go down and weights come up each step */
+  OffloadKind offload;   /* OPTIMIZER: its state (and fp32 master weights) on the host, AdamW on
+                          * the CPU, as ZeRO-Offload: gradients go down and weights come up each
+                          * step; STATE (ZeRO-3): the whole shard at home on the host and NVMe */
 } PlanChoice;
 
 /* Step time and its parts (seconds), on the critical pipeline stage. */
@@ -43,6 +51,10 @@ typedef struct PlanPrice {
   double tflops, hw_tflops, mfu;   /* per GPU: model FLOPs, with recompute, model FLOPs over peak */
   double peak;                     /* bytes per device, on the fullest stage */
   double host;                     /* bytes of host memory per node the offloaded state needs */
+  double nvme;                     /* bytes of NVMe per node it needs beyond the host (STATE) */
+  double link_bytes;               /* STATE: bytes one device moves over its host link a step */
+  double link_time, offload;       /* STATE: their time, and what compute does not hide of it */
+  double nvme_time;                /* STATE: reading and writing the NVMe part, in the optimizer step */
   int peak_stage, critical_stage;
   bool fits;
 } PlanPrice;

@@ -335,7 +335,7 @@ def compile_plan():
           (codes[2][0], codes[8][0], codes[8][1]))
     expect_error(["models/gpt3.model", "--gpus", "8", "-o", "never"], "no plan fits", "  1. ", "  2. ", "  3. ",
                  "over by", "the training state alone", "616.0 GiB usable")
-    passes = ["partition", "decompose", "autodiff", "recompute", "lower", "zero", "offload", "share"]
+    passes = ["partition", "decompose", "autodiff", "recompute", "lower", "zero", "offload", "compose", "share"]
     for extra in ([], ["--gpus", "4", "--tp", "2", "--pp", "2"]):
         for p in passes:
             out = run(tiny + extra + ["--dump-after=" + p]).stdout
@@ -346,11 +346,63 @@ def compile_plan():
     print("ok   --dump-after works after each of %s, one rank and tp 2 x pp 2" % ", ".join(passes))
 
 
+def offload_state():
+    """GPT-3 on 8 A100-80GB: its 16 bytes a parameter (2.6 TB) do not fit the devices
+    (616 GiB), and a compilable plan is refused with a pointer to --what-if; with it,
+    the search finds a ZeRO-3 plan whose shards live on the node's host memory (2 TB,
+    the DGX A100's) and, beyond it, NVMe, the devices holding a layer at a time. The
+    state's homes add up to the whole state, the host link carries every micro-batch's
+    weights up and gradients down, the limits move the state (--host-memory) or leave no
+    plan (--nvme), and the choice survives a plan file but is not compiled."""
+    gpt3 = ["models/gpt3.model", "--gpus", "8", "--gpu", "a100-80g"]
+    expect_error(gpt3 + ["--dump-plan"], "no plan fits", "--what-if also weighs offloading the state")
+    d = plan_json(gpt3 + ["--what-if"])
+    if d["offload"] != "state" or d["zero_stage"] != 3:
+        fail("gpt3 on 8 GPUs: offload %r ZeRO-%r, expected state with ZeRO-3" % (d["offload"], d["zero_stage"]))
+    if d["memory"]["peak_bytes_per_device"] > 77 * 2**30:
+        fail("the offloaded plan does not fit the device: %r" % d["memory"])
+    off = d["predicted"]["offload"]
+    state = d["parameters"] * 16
+    homes = off["host_bytes_per_node"] + off["nvme_bytes_per_node"]
+    if not (0.99 * state <= homes <= 1.05 * state):
+        fail("host %.4g + NVMe %.4g bytes, expected the state's %.4g" % (off["host_bytes_per_node"],
+                                                                     off["nvme_bytes_per_node"], state))
+    if abs(off["host_bytes_per_node"] - 2e12) > 1e6 or off["nvme_bytes_per_node"] <= 0:
+        fail("the host (2 TB) should fill before NVMe: %r" % off)
+    mesh = d["mesh"]
+    shard = homes / 16 / (mesh["dp"] * mesh["tp"])  # parameters a device owns
+    want = d["microbatches"] * shard * (2 * 2 + 2)  # bf16 weights up twice, gradients down
+    if abs(off["host_link_bytes_per_device"] - want) > 0.05 * want:
+        fail("host link %.4g bytes a step, expected about %.4g" % (off["host_link_bytes_per_device"], want))
+    text = run(gpt3 + ["--what-if", "--dump-plan"]).stdout
+    if "lives on its node" not in text or "NVMe" not in text or "exposed host transfers" not in text:
+        fail("the text plan does not show where the state lives:\n" + text[:800])
+    big = plan_json(gpt3 + ["--what-if", "--host-memory", "4T"])["predicted"]["offload"]
+    if big["nvme_bytes_per_node"] != 0:
+        fail("with 4 TiB of host memory nothing should go to NVMe: %r" % big)
+    expect_error(gpt3 + ["--what-if", "--dump-plan", "--nvme", "100G"], "no plan fits", "100.0 GiB of NVMe")
+    with tempfile.TemporaryDirectory() as tmp:
+        r = run(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--offload", "state", "--what-if",
+                 "--dump-plan=json"])
+        if json.loads(r.stdout)["offload"] != "state":
+            fail("--offload state was not kept")
+        plan = os.path.join(tmp, "p.json")
+        with open(plan, "w") as f:
+            f.write(r.stdout)
+        if plan_json(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--what-if", "--plan", plan])["offload"] != "state":
+            fail("a plan file's state offload was not read back")
+        expect_error(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--plan", plan, "-o",
+                      os.path.join(tmp, "x")], "priced, not compiled yet")
+    print("ok   gpt3 on 8 A100-80GB (--what-if): ZeRO-3 state on the host (%.0f GiB) and NVMe (%.0f GiB) a node, "
+          "%.0f s a step" % (off["host_bytes_per_node"] / 2**30, off["nvme_bytes_per_node"] / 2**30,
+                             d["predicted"]["step_time_s"]))
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     COLOSSALC = sys.argv[2]
     {"acceptance": acceptance, "text_svg": text_svg, "forced": forced, "infeasible": infeasible,
      "cluster_files": cluster_files, "from_file": plan_file, "determinism": determinism,
-     "offload": offload, "compile": compile_plan}[sys.argv[1]]()
+     "offload": offload, "offload_state": offload_state, "compile": compile_plan}[sys.argv[1]]()
     print("ok")
