@@ -81,6 +81,13 @@ static void dp_buckets(Program *p, PSeq *s) {
   }
 }
 
+/* Each parameter's gradient all-reduced alone, last first, into s (an offload program:
+ * a chunk's gradients leave the device once its last parameter's are complete). */
+static void param_sums(Program *p, PSeq *s) {
+  for (int k = p->nparams - 1; k >= 0; k--)
+    push_comm(p, s, ISA_COMM_ALL_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[k].offset, param_bytes(&p->params[k]));
+}
+
 /* ZeRO-1: each parameter's gradient summed onto its owner only (the others' copies are
  * not used again), into s. */
 static void owner_reduces(Program *p, PSeq *s) {
@@ -118,7 +125,7 @@ static int *grad_last(const Program *p) {
 /* The sums (collectives over GRADS) into `step`, each right after the last instruction
  * touching a gradient it covers, on the last micro-batch, overlapping what follows
  * (the end of backward); one that covers nothing touched goes at the end. */
-static void compose_overlap(Program *p, PSeq *sums) {
+static void compose_overlap(Program *p, PSeq *sums, bool overlap) {
   int *last = grad_last(p), *after = arena_array(p->arena, sums->n + 1, sizeof *after);
   for (int b = 0; b < sums->n; b++) {
     PInstr *c = &sums->v[b];
@@ -128,7 +135,7 @@ static void compose_overlap(Program *p, PSeq *sums) {
           last[k] > after[b])
         after[b] = last[k];
     if (after[b] < 0) after[b] = p->step.n - 1;
-    c->overlap = c->last_mb = true;
+    c->last_mb = true, c->overlap = overlap;
   }
   int *order = arena_array(p->arena, sums->n + 1, sizeof *order), n = 0; /* by position, stable */
   for (int i = 0; i < p->step.n && n < sums->n; i++)
@@ -150,10 +157,12 @@ static PInstr *param_kernel(PSeq *s, int k) {
   return NULL;
 }
 
+/* gradnorm's kernels are one per parameter, in order, among what else the list holds
+ * (an offload program's moves and waits), which stays as it is. */
 static void compose_norm(Program *p, const bool *lowest) {
   int kernels = 0;
   for (int i = 0; i < p->gradnorm.n; i++) kernels += p->gradnorm.v[i].kind == ISA_KERNEL;
-  ir_assert(kernels == p->nparams && p->gradnorm.n == p->nparams);
+  ir_assert(kernels == p->nparams);
   bool partial = false, *skip = arena_array(p->arena, p->nparams + 1, sizeof *skip);
   for (int k = 0; k < p->nparams; k++) {
     PInstr *in = param_kernel(&p->gradnorm, k);
@@ -168,8 +177,11 @@ static void compose_norm(Program *p, const bool *lowest) {
   p->gradnorm = (PSeq){0};
   PInstr *z = pseq_push(p->arena, &p->gradnorm, ISA_ZERO);
   z->tier = RT_TIER_WORK, z->offset = p->gradnorm_offset, z->bytes = p->gradnorm_parts * 4;
-  for (int k = 0; k < old.n; k++)
-    if (!skip[k]) *pseq_push(p->arena, &p->gradnorm, ISA_KERNEL) = old.v[k];
+  for (int i = 0, k = 0; i < old.n; i++) {
+    bool kernel = old.v[i].kind == ISA_KERNEL;
+    if (!kernel || !skip[k]) *pseq_push(p->arena, &p->gradnorm, old.v[i].kind) = old.v[i];
+    k += kernel;
+  }
 }
 
 static void compose_update(Program *p) {
@@ -184,7 +196,6 @@ static void compose_update(Program *p) {
 }
 
 void compose_step(Program **ps, int n) {
-  if (ps[0]->offload) return;
   bool **lowest = arena_array(ps[0]->arena, n, sizeof *lowest);
   for (int s = 0; s < n; s++) lowest[s] = arena_array(ps[0]->arena, ps[s]->nparams + 1, sizeof **lowest);
   compose_tied(ps, n, lowest);
@@ -192,8 +203,11 @@ void compose_step(Program **ps, int n) {
     Program *p = ps[s];
     PSeq sums = {0};
     if (!p->zero_scheduled && p->dp != 1 && p->zero_stage == 1) owner_reduces(p, &sums);
+    else if (!p->zero_scheduled && p->dp != 1 && p->offload) param_sums(p, &sums);
     else if (!p->zero_scheduled && p->dp != 1) dp_buckets(p, &sums);
-    if (sums.n && p->tp <= 1 && n == 1 && !p->scheduled && p->step.n > 0) compose_overlap(p, &sums);
+    /* in an offload program each sum precedes the move that takes its gradients off the
+     * device, in order on the compute stream (the move's mark follows it) */
+    if (sums.n && p->tp <= 1 && n == 1 && !p->scheduled && p->step.n > 0) compose_overlap(p, &sums, !p->offload);
     else
       for (int i = 0; i < sums.n; i++) *pseq_push(p->arena, &p->sync, ISA_COMM) = sums.v[i];
     compose_norm(p, lowest[s]);

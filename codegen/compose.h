@@ -28,7 +28,9 @@
  * is its share and the world's sum is the norm's square. `update` runs parameter i's
  * kernel on its owner only from ZeRO stage 1, and at stages 1 and 2 ends with each
  * parameter broadcast from its owner over the dp group (at stage 3 a rank keeps only
- * what it owns). An offload program runs on one rank: nothing to compose. */
+ * what it owns). An offload program (ZeRO stage 0 over any number of dp ranks) sums each
+ * parameter's gradient alone right after its last write, not overlapped: the move that
+ * takes a chunk's gradients to the host follows it on the compute stream. */
 #ifndef COLOSSALC_COMPOSE_H
 #define COLOSSALC_COMPOSE_H
 #include "codegen/lower.h"
@@ -36,8 +38,8 @@
 #define COMPOSE_BUCKET (25 << 20)
 
 /* ps[0..n): one program or a pipeline's stages. requires: lower (gradnorm and update
- * one kernel per parameter, in order), the plan set (dp, tp, zero_stage, owners), ZeRO's
- * schedule; before offload's plan (which needs one rank) and program_share_kernels. */
+ * one kernel per parameter, in order, among an offload plan's moves), the plan set (dp,
+ * tp, zero_stage, owners), ZeRO's schedule, offload's plan; before program_share_kernels. */
 void compose_step(Program **ps, int n);
 
 #endif

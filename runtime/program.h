@@ -213,8 +213,10 @@
  * of PARAMS (AdamW). The WORK tier is on the device, whole, for the whole run.
  * Committed bytes are counted per granule of the device (a 4 KiB page on the CPU): a
  * granule shared by two parts counts once, and WORK counts rounded up to granules.
- * Offload runs on one rank: mesh tp and pp 1, no ZeRO stage, one micro-batch unless
- * "scheduled".
+ * Offload runs with mesh tp and pp 1, no ZeRO stage and one micro-batch unless
+ * "scheduled", on any number of data-parallel ranks, each holding the whole state at
+ * its homes (its gradient sums are in `step`, codegen/compose.h; each rank's NVMe files
+ * under --nvme-dir/rank-R).
  * Home: where a part lives between steps (and where initialisation, --init-from,
  * --resume and checkpoints read and write it): "device", "host" or "nvme"; grads are
  * "none" (they exist only inside a step). A step starts with every part at its home

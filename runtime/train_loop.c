@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -283,8 +284,9 @@ static void trainer_offload_banner(Trainer *t)
     print_homes(p, RT_TIER_PARAMS);
     printf("; ");
     print_homes(p, RT_TIER_OPT);
-    printf("; %d chunk%s%s%s\n", p->offload.nchunks, p->offload.nchunks == 1 ? "" : "s",
-           dir ? "; nvme files in " : "", dir ? dir : "");
+    printf("; %d chunk%s%s%s%s\n", p->offload.nchunks, p->offload.nchunks == 1 ? "" : "s",
+           dir ? "; nvme files in " : "", dir ? t->opts->nvme_dir : "",
+           dir && t->comm->size > 1 ? "/rank-R (one folder per rank)" : "");
 }
 
 /* One line, and for several ranks or ZeRO a second with the sharding and the
@@ -337,14 +339,33 @@ static int trainer_agree(Trainer *t, int failed, char *err, size_t errlen)
     return -1;
 }
 
-/* What offload runs with (program.h): one rank, no ZeRO. */
+/* What offload runs with (program.h): data parallelism without ZeRO, each rank holding
+ * the whole state at its homes. */
 static int trainer_check_offload(Trainer *t, char *err, size_t errlen)
 {
-    if (t->comm->size > 1)
-        return file_set_error(err, errlen, "this program offloads its state (host/NVMe) and runs "
-                              "on one rank; it runs on %d (compile it for data parallelism "
-                              "without offload, or run one rank)", t->comm->size);
+    if (t->prog->mesh.tp > 1 || t->prog->mesh.pp > 1 || t->prog->zero_stage > 0)
+        return file_set_error(err, errlen, "internal error: an offload program with a tensor- or "
+                              "pipeline-parallel mesh or a ZeRO stage");
     return 0;
+}
+
+/* Several ranks keep their NVMe files apart: DIR/rank-R, made here and removed when empty
+ * at the end. NULL: no --nvme-dir. */
+static const char *trainer_nvme_dir(Trainer *t, char *err, size_t errlen)
+{
+    const char *dir = t->opts->nvme_dir;
+    if (!dir || t->comm->size == 1)
+        return dir;
+    if (asprintf(&t->nvme_rank_dir, "%s/rank-%d", dir, t->comm->rank) < 0) {
+        t->nvme_rank_dir = NULL;
+        file_set_error(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (mkdir(t->nvme_rank_dir, 0700) != 0 && errno != EEXIST) {
+        file_set_error(err, errlen, "--nvme-dir: cannot create %s: %s", t->nvme_rank_dir, strerror(errno));
+        return NULL;
+    }
+    return t->nvme_rank_dir;
 }
 
 /* The host and NVMe locations and the copy thread; sampling must fit the device. */
@@ -355,7 +376,8 @@ static int trainer_init_offload(Trainer *t, const RtKernelFn *kernels, char *err
     if (!t->dev->host_view &&
         !(host = t->host_dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen)))
         return -1;
-    if (offload_init(&t->ex, host, t->opts->nvme_dir, err, errlen) != 0)
+    const char *nvme = trainer_nvme_dir(t, err, errlen);
+    if ((t->opts->nvme_dir && !nvme) || offload_init(&t->ex, host, nvme, err, errlen) != 0)
         return -1;
     int64_t need = offload_sample_bytes(t->ex.off);
     if (t->opts->sample > 0 && need > p->offload.device_capacity)
@@ -541,6 +563,9 @@ void trainer_free(Trainer *t)
         t->dev->destroy(t->dev);
     if (t->host_dev)
         t->host_dev->destroy(t->host_dev);
+    if (t->nvme_rank_dir)
+        rmdir(t->nvme_rank_dir); /* its files are gone with the offload state (exec_free) */
+    free(t->nvme_rank_dir);
     if (t->log)
         fclose(t->log);
     tokens_close(t->data);
@@ -893,6 +918,8 @@ static void trainer_offload_report(Trainer *t)
     offload_stats(t->ex.off, &s);
     int64_t per_step = t->off_steps > 0 ? t->off_moved / t->off_steps : 0;
     int64_t got[4] = {s.peak[0], s.peak[1], s.peak[2], per_step};
+    if (t->comm->size > 1) /* every rank's own peaks */
+        printf("rank %d: ", t->comm->rank);
     printf("offload: device peak %.2f MiB of %.2f MiB capacity", (double)got[0] / (1 << 20),
            (double)s.capacity / (1 << 20));
     if (f->has_predicted)
@@ -969,12 +996,18 @@ int trainer_finish(Trainer *t, char *err, size_t errlen)
 {
     trainer_peak_report(t);
     zero_gather_params(&t->zero, &t->ex);
-    int bad = zero_check_replicas(&t->zero, &t->ex, err, errlen) != 0; /* within each dp group */
+    /* an offload program's parameters are at their homes: read them all first */
+    int bad = t->ex.off && trainer_host_pull(t, err, errlen) != 0;
+    if (trainer_agree(t, bad, err, errlen) != 0)
+        return -1;
+    bad = zero_check_replicas(&t->zero, &t->ex, t->ex.off ? t->host[RT_TIER_PARAMS] : NULL, err,
+                              errlen) != 0; /* within each dp group */
     if (trainer_agree(t, bad, err, errlen) != 0)
         return -1;
     if (t->opts->save) {
-        if (trainer_host_pull(t, err, errlen) != 0)
-            return -1; /* offload: one rank */
+        bad = !t->ex.off && trainer_host_pull(t, err, errlen) != 0;
+        if (trainer_agree(t, bad, err, errlen) != 0)
+            return -1;
         if (!t->mesh.trivial)
             mesh_gather(&t->mesh, t->gstate[0], NULL, t->host[RT_TIER_PARAMS], NULL, 0);
     }

@@ -65,6 +65,7 @@ typedef struct Trainer {
     const TrainOpts *opts;
     RtTrain hp;      /* the program's train values, command-line overrides applied */
     Device *dev;
+    char *nvme_rank_dir;  /* several ranks: this rank's folder under --nvme-dir, or NULL */
     Comm *dp_overlap;     /* the dp group on the device's communication stream, for the
                              program's "overlap" collectives (NULL: none, or the CPU) */
     Device *host_dev;     /* offload on a device the host does not see: the CPU device of

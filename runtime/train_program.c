@@ -1018,7 +1018,7 @@ static int check_offload_tiers(Pj *pj, const RtProgram *p)
 static int check_offload_plan(Pj *pj, const RtProgram *p)
 {
     if (p->mesh.tp > 1 || p->mesh.pp > 1)
-        return pj_fail(pj, "", "offload", "an offload program runs on one unsplit rank (its mesh "
+        return pj_fail(pj, "", "offload", "an offload program runs on unsplit ranks (its mesh "
                        "has tp or pp above 1)");
     if (p->zero_stage > 0)
         return pj_fail(pj, "", "offload", "an offload program cannot also plan a ZeRO stage");

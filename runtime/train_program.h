@@ -16,7 +16,7 @@
  * of consecutive parameters whose ranges cover PARAMS, GRADS and OPT exactly once and
  * in order (so PARAMS and GRADS have the same size, OPT one or, AdamW, two times it
  * with v at opt_v_offset = the PARAMS size; SGD without momentum may have none),
- * known homes, grads "none"; offload runs on one unsplit rank (mesh tp and pp 1, no
+ * known homes, grads "none"; offload runs on unsplit ranks (mesh tp and pp 1, no
  * ZeRO stage, one micro-batch unless scheduled), and the device_capacity holds at
  * least the work tier and the parts whose home is the device. "move", "drop" and
  * "wait" name a chunk in range and known locations (a move's from differs from its

@@ -221,10 +221,9 @@ void zero_release_opt(Zero *z, Executor *ex)
 
 /* FNV-1a over the parameters' 32-bit words. */
 /* Of a device the host does not see, each parameter read back through buf. */
-static uint64_t params_hash(const RtProgram *p, Executor *ex, uint32_t *buf)
+static uint64_t params_hash(const RtProgram *p, Executor *ex, const char *base, uint32_t *buf)
 {
     uint64_t h = 1469598103934665603ull;
-    const char *base = exec_host_tier(ex, RT_TIER_PARAMS);
     for (int i = 0; i < p->nparams; i++) {
         const uint32_t *w = buf;
         if (base)
@@ -237,18 +236,19 @@ static uint64_t params_hash(const RtProgram *p, Executor *ex, uint32_t *buf)
     return h;
 }
 
-int zero_check_replicas(Zero *z, Executor *ex, char *err, size_t errlen)
+int zero_check_replicas(Zero *z, Executor *ex, const char *params, char *err, size_t errlen)
 {
     int64_t most = 1;
+    const char *base = params ? params : exec_host_tier(ex, RT_TIER_PARAMS);
     for (int i = 0; i < z->prog->nparams; i++)
         most = z->prog->params[i].numel > most ? z->prog->params[i].numel : most;
-    uint32_t *buf = exec_host_tier(ex, RT_TIER_PARAMS) ? NULL : malloc((size_t)most * 4);
-    int failed = !exec_host_tier(ex, RT_TIER_PARAMS) && !buf;
+    uint32_t *buf = base ? NULL : malloc((size_t)most * 4);
+    int failed = !base && !buf;
     if (z->comm->size == 1 || comm_agree(z->comm, failed, NULL) != 0) {
         free(buf);
         return failed ? file_set_error(err, errlen, "out of memory") : 0;
     }
-    uint64_t h = params_hash(z->prog, ex, buf);
+    uint64_t h = params_hash(z->prog, ex, base, buf);
     free(buf);
     double lo = (double)(h & 0xffffffffu), hi = (double)(h >> 32);
     double v[4] = {lo, hi, -lo, -hi}; /* maxima, and minima negated */

@@ -89,7 +89,8 @@ void zero_gather_opt(Zero *z, Executor *ex);
 void zero_release_opt(Zero *z, Executor *ex);
 
 /* All ranks: 0 when every rank holds the same parameters (bit for bit), else -1
- * with a message. Parameters must be gathered. */
-int zero_check_replicas(Zero *z, Executor *ex, char *err, size_t errlen);
+ * with a message. Parameters must be gathered; params, when not NULL, is a host copy
+ * of the PARAMS tier to check instead (an offload program's, read from its homes). */
+int zero_check_replicas(Zero *z, Executor *ex, const char *params, char *err, size_t errlen);
 
 #endif

@@ -52,7 +52,7 @@ endif()
 # (the runtime's), ZeRO 3 compiled into the step, TP, PP 1F1B and interleaved (with the
 # tied embedding's gradient summed over the stages), and DP x TP x PP on 8 ranks.
 set(cuda_mr_tests cuda_emul_tp2 cuda_emul_pp2_1f1b cuda_emul_pp2_interleaved cuda_emul_dp2_tp2_pp2
-    cuda_emul_dp2_zero3_step)
+    cuda_emul_dp2_zero3_step cuda_emul_offload_dp2)
 foreach(z 0 1 2 3)
   add_test(NAME cuda_emul_dp2_zero${z} COMMAND ${mr_equal} 2 ${z})
   list(APPEND cuda_mr_tests cuda_emul_dp2_zero${z})
@@ -63,6 +63,7 @@ add_test(NAME cuda_emul_pp2_interleaved
          COMMAND ${mr_mesh} pp2_interleaved 1 1 2 --microbatch-size 1 --schedule interleaved --virtual-stages 2)
 add_test(NAME cuda_emul_dp2_tp2_pp2 COMMAND ${mr_mesh} dp2_tp2_pp2 2 2 2 --microbatch-size 1 ${megatron})
 add_test(NAME cuda_emul_dp2_zero3_step COMMAND ${mr_zero} dp2_zero3_step 2 1 3)
+add_test(NAME cuda_emul_offload_dp2 COMMAND ${mr_offload} 2 host) # offload across 2 ranks, moves on copy streams
 # The streams lag behind the host (each operation 50 us late, as on a busy GPU), so
 # that work the runtime orders wrongly shows.
 set(cuda_mr_env DEVICE=cuda EMUL=${CUDA_EMUL_LIB} COLOSSALC_EMUL_STREAM_DELAY_US=50)

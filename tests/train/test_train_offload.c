@@ -483,7 +483,7 @@ static void test_load(void)
     refuses(e_gap, "offload.chunks[1].params: chunks must hold the parameters in program order");
     refuses(e_uncovered, "offload.chunks: do not cover every parameter");
     refuses(e_capacity, "offload.device_capacity: below what the work tier and the parts");
-    refuses(e_mesh, "offload: an offload program runs on one unsplit rank");
+    refuses(e_mesh, "offload: an offload program runs on unsplit ranks");
     refuses(e_micro, "offload: an offload program with several micro-batches must be scheduled");
     refuses(e_predicted, "predicted.nvme_peak: missing");
     refuses(e_no_offload, "step[0].op: offload instructions need \"offload\"");

@@ -1,0 +1,51 @@
+#!/bin/sh
+# Offload across data-parallel ranks: gpt2-tiny widened to d 256 (a 50 MiB training
+# state) compiled with --device-memory 12M for any number of ranks (ZeRO stage 0: every
+# rank holds the whole state at its homes, codegen/compose.h sums each gradient right
+# after its last write, before it leaves the device), run on NP ranks of one row each
+# against one rank of NP rows without a budget: the losses and the saved parameters
+# agree to a relative 1e-5, and every rank's measured device, host and NVMe peaks are
+# within 5% of the compiler's prediction (its closing "rank R: offload: ..." line).
+# With nvme, a host of 1 MiB sends the state to NVMe files under --nvme-dir, one
+# folder per rank, which are gone after the run.
+# DEVICE=cuda EMUL=DIR (device.sh): the ranks run the emulated CUDA device.
+# Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [nvme]
+set -eu
+cc=$1 work=$2 py=$3 src=$4 mpirun=$5 np=$6 mode=${7:-host}
+run=$work/offload-dp$np-$mode${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdir -p "$run" && cd "$run"
+. "$src/tests/multirank/device.sh"
+model="$src/models/gpt2-tiny.model"
+cfg="--set seq=16 --set d=256 --set layers=4"
+args="--data $work/genesis.bin --steps 4 --threads 1 --eps 1e-6"
+"$cc" "$model" $cfg --set batch="$np" -o train-ref 2> /dev/null
+./train-ref $args --device cpu --log one.jsonl --save one.safetensors > one.out
+cflags="" tflags=""
+if [ "$mode" = nvme ]; then
+  mkdir -p nvme
+  cflags="--host-memory 1M" tflags="--nvme-dir nvme"
+fi
+"$cc" "$model" $cfg --set batch=1 --device-memory 12M $cflags -o train-off 2> cc.err
+device_prepare ./train-off
+timeout 600 $mpirun -np "$np" ./train-off $args $tflags $devargs --log many.jsonl --save many.safetensors > many.out 2>&1 ||
+  { tail -20 many.out; exit 1; }
+sed -n '1,3p' many.out
+"$py" "$src/tests/multirank/compare_runs.py" 1e-5 one.jsonl many.jsonl one.safetensors many.safetensors > cmp.out ||
+  { cat cmp.out; exit 1; }
+tail -1 cmp.out
+# "rank R: offload: device peak A MiB of C MiB capacity (predicted P MiB) | host peak A (predicted P) | ..."
+grep '^rank [0-9]*: offload: ' many.out | awk -v np="$np" -v mode="$mode" '
+  { rank = $2; line = $0; sub(/^rank [0-9]*: offload: /, "", line); n = split(line, part, "|")
+    for (k = 1; k <= 3; k++) {
+      m = split(part[k], w, " "); got = ""; want = ""
+      for (i = 1; i <= m; i++) { if (w[i] == "peak") got = w[i + 1]; if (w[i] == "(predicted") want = w[i + 1] }
+      ok = want == 0 ? got == 0 : (got - want) / want <= 0.05 && (want - got) / want <= 0.05
+      printf "rank %s %s: measured %s MiB, predicted %s MiB %s\n", rank, w[1], got, want, ok ? "ok" : "FAIL"
+      bad += !ok
+    }
+    if (mode == "nvme" && w[1] == "nvme" && got + 0 == 0) { print "rank " rank ": nothing on NVMe"; bad++ }
+    ranks++ }
+  END { if (ranks != np) { print "expected " np " offload reports, got " ranks; exit 1 } exit bad > 0 }'
+if [ "$mode" = nvme ] && [ -n "$(ls nvme)" ]; then
+  echo "NVMe folders left behind: $(ls nvme)"; exit 1
+fi
+echo "offload on $np data-parallel ranks ($mode) equals one rank; every rank's peaks as predicted"
