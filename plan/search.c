@@ -256,20 +256,26 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
   double ar = cost_collective(cl, COLL_ALL_REDUCE, e_dp * gb, gd) + cost_collective(cl, COLL_ALL_REDUCE, e_dptp * gb, gdt);
   double rs = cost_collective(cl, COLL_REDUCE_SCATTER, e_dp * gb, gd) + cost_collective(cl, COLL_REDUCE_SCATTER, e_dptp * gb, gdt);
   double ag = cost_collective(cl, COLL_ALL_GATHER, e * wb, gd);
-  double end = 0, per_mb = 0, after = 0, hide = OVERLAP * st->t_bwd;
+  double end = 0, per_mb = 0, in_order = 0, after = 0, hide = OVERLAP * st->t_bwd;
+  /* A compiled plan overlaps what its program does (codegen/compose.h, codegen/zero.h):
+   * the end-of-step reduction of a data-parallel-only plan, and ZeRO-3's gathers; its
+   * per-micro-batch reductions (ZeRO-2, 3) and a tensor- or pipeline-parallel plan's
+   * end-of-step one run in order with the compute. */
+  bool compiled = S->f->exec, alone = tp == 1 && ch->pp == 1;
   if (dp == 1) end = ar; /* only the tensor-parallel reduction of replicated weights */
   else if (ch->zero == 0) end = ar;
   else if (ch->zero == 1) end = rs, after = ag;
   else if (ch->zero == 2) per_mb = rs, after = ag;
   else per_mb = (ch->rc == RC_FULL ? 3 : 2) * ag + rs, hide = OVERLAP * (st->t_fwd + st->t_bwd + st->t_rc);
+  if (compiled && ch->zero >= 2) in_order = rs, per_mb -= rs;
   /* the end-of-step reduction overlaps the last micro-batch's backward, and later
    * stages finish their backward earlier; per-micro-batch traffic overlaps that
    * micro-batch's compute, except the first layer's share */
-  double slack = OVERLAP * st->t_bwd + i * (st->t_bwd + st->t_rc);
+  double slack = (compiled && !alone ? 0 : OVERLAP * st->t_bwd) + i * (st->t_bwd + st->t_rc);
   double exposed = end > slack ? end - slack : 0;
   double first = st->nlayers > 0 ? per_mb / st->nlayers : per_mb;
   double mb = per_mb - hide > first ? per_mb - hide : first;
-  return exposed + (per_mb > 0 ? ch->m * mb : 0) + after;
+  return exposed + (per_mb > 0 ? ch->m * mb : 0) + ch->m * in_order + after;
 }
 
 typedef struct StageSums { double stash, work, dp, dptp, maxp, flops_rc; } StageSums;
