@@ -135,7 +135,7 @@ static void compose_overlap(Program *p, PSeq *sums, bool overlap) {
           last[k] > after[b])
         after[b] = last[k];
     if (after[b] < 0) after[b] = p->step.n - 1;
-    c->last_mb = true, c->overlap = overlap;
+    c->last_mb = !p->scheduled, c->overlap = overlap; /* a scheduled step runs once */
   }
   int *order = arena_array(p->arena, sums->n + 1, sizeof *order), n = 0; /* by position, stable */
   for (int i = 0; i < p->step.n && n < sums->n; i++)
@@ -207,7 +207,8 @@ void compose_step(Program **ps, int n) {
     else if (!p->zero_scheduled && p->dp != 1) dp_buckets(p, &sums);
     /* in an offload program each sum precedes the move that takes its gradients off the
      * device, in order on the compute stream (the move's mark follows it) */
-    if (sums.n && p->tp <= 1 && n == 1 && !p->scheduled && p->step.n > 0) compose_overlap(p, &sums, !p->offload);
+    bool one_stage = p->tp <= 1 && n == 1 && p->step.n > 0 && (!p->scheduled || p->offload);
+    if (sums.n && one_stage) compose_overlap(p, &sums, !p->offload);
     else
       for (int i = 0; i < sums.n; i++) *pseq_push(p->arena, &p->sync, ISA_COMM) = sums.v[i];
     compose_norm(p, lowest[s]);

@@ -394,9 +394,9 @@ static void plan_host_list(Sim *S, const PSeq *list, bool update) {
 
 OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
   Arena *a = p->arena;
-  if (p->microbatches != 1 || p->scheduled || p->tp > 1 || p->pp > 1 || p->zero_stage > 0)
-    error_plain("--device-memory plans offload for one micro-batch a step and data parallelism without ZeRO so far "
-                "(every rank holding the whole state at its homes)");
+  if ((p->microbatches != 1 && !p->scheduled) || p->tp > 1 || p->pp > 1 || p->zero_stage > 0)
+    error_plain("--device-memory plans offload for data parallelism without ZeRO so far (every rank holding the whole "
+                "state at its homes)");
   int64_t work = up(p->tiers[RT_TIER_WORK], GRANULE);
   int64_t state = up(p->tiers[RT_TIER_PARAMS], GRANULE) + up(p->tiers[RT_TIER_GRADS], GRANULE) + up(p->tiers[RT_TIER_OPT], GRANULE);
   if (work + state <= o->device_memory) return NULL;

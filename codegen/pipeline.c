@@ -122,6 +122,26 @@ static void put_input(Arena *a, PSeq *s, int role, int mb, int64_t off) {
   in->role = role, in->index = mb, in->offset = off;
 }
 
+void pipe_unroll_microbatches(Program *p) {
+  ir_assert(!p->scheduled && p->microbatches > 1);
+  int64_t at[2] = {-1, -1};
+  for (int i = 0; i < p->ninputs; i++) {
+    if (p->inputs[i].role == PIN_OTHER)
+      error_plain("input %s: micro-batches with offload take token and target inputs only so far",
+                  p->inputs[i].node->name);
+    at[p->inputs[i].role] = p->inputs[i].offset;
+  }
+  PSeq body = p->step;
+  p->step = (PSeq){0};
+  for (int mb = 0; mb < p->microbatches; mb++) {
+    put_input(p->arena, &p->step, PIN_TOKENS, mb, at[PIN_TOKENS]);
+    put_input(p->arena, &p->step, PIN_TARGETS, mb, at[PIN_TARGETS]);
+    put_seq(p->arena, &p->step, &body);
+    pseq_push(p->arena, &p->step, ISA_LOSS)->offset = p->loss_offset;
+  }
+  p->scheduled = true, p->slots = 1;
+}
+
 static const PChunk *find_chunk(const Program *p, int index) {
   for (int i = 0; i < p->nchunks; i++)
     if (p->chunks[i].index == index) return &p->chunks[i];

@@ -41,4 +41,11 @@ int pipe_check_order(Program *const *ps, int pp, char *err, size_t errlen);
  * kernels array is the whole table; pipe_check and pipe_check_order hold for them. */
 Program **lower_pipeline(const Partition *part, int m, bool interleaved);
 
+/* One stage's micro-batches written out: the step of an unscheduled program with
+ * p->microbatches > 1 becomes, for each micro-batch in turn, its rows' "input"s, the
+ * step and its "loss", and the program is scheduled (one slot), so that a planner that
+ * walks the step (offload's) sees the whole training step. Refused (error_plain) for a
+ * model with inputs other than tokens and targets. */
+void pipe_unroll_microbatches(Program *p);
+
 #endif

@@ -621,6 +621,7 @@ static void plan_offload(Build *b) {
   const Options *o = b->o;
   if (!o->device_memory) return;
   Program *p = b->ps[0];
+  if (p->microbatches > 1 && !p->scheduled) pipe_unroll_microbatches(p); /* the planner sees the whole step */
   Cluster cl;
   if (o->cluster) cluster_load_json(&cl, o->cluster, 1, 1);
   else cluster_from_profile(&cl, o->gpu ? o->gpu : "cpu", 1, 1);

@@ -7,9 +7,11 @@
 # agree to a relative 1e-5, and every rank's measured device, host and NVMe peaks are
 # within 5% of the compiler's prediction (its closing "rank R: offload: ..." line).
 # With nvme, a host of 1 MiB sends the state to NVMe files under --nvme-dir, one
-# folder per rank, which are gone after the run.
+# folder per rank, which are gone after the run. With mb2, a plan of NP ranks (ZeRO 0)
+# gives each rank 2 micro-batches of one row (the compiler writes both into the step,
+# and the offload plan keeps the gradients across them), against one rank of 2 NP rows.
 # DEVICE=cuda EMUL=DIR (device.sh): the ranks run the emulated CUDA device.
-# Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [nvme]
+# Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [host|nvme|mb2]
 set -eu
 cc=$1 work=$2 py=$3 src=$4 mpirun=$5 np=$6 mode=${7:-host}
 run=$work/offload-dp$np-$mode${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdir -p "$run" && cd "$run"
@@ -17,14 +19,19 @@ run=$work/offload-dp$np-$mode${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdir -p "$
 model="$src/models/gpt2-tiny.model"
 cfg="--set seq=16 --set d=256 --set layers=4"
 args="--data $work/genesis.bin --steps 4 --threads 1 --eps 1e-6"
-"$cc" "$model" $cfg --set batch="$np" -o train-ref 2> /dev/null
+rows=$np cplan="--set batch=1"
+if [ "$mode" = mb2 ]; then
+  rows=$((2 * np))
+  cplan="--set batch=$rows --gpus $np --gpu cpu --dp $np --tp 1 --pp 1 --zero 0 --microbatch-size 1"
+fi
+"$cc" "$model" $cfg --set batch="$rows" -o train-ref 2> /dev/null
 ./train-ref $args --device cpu --log one.jsonl --save one.safetensors > one.out
 cflags="" tflags=""
 if [ "$mode" = nvme ]; then
   mkdir -p nvme
   cflags="--host-memory 1M" tflags="--nvme-dir nvme"
 fi
-"$cc" "$model" $cfg --set batch=1 --device-memory 12M $cflags -o train-off 2> cc.err
+"$cc" "$model" $cfg $cplan --device-memory 12M $cflags -o train-off 2> cc.err
 device_prepare ./train-off
 timeout 600 $mpirun -np "$np" ./train-off $args $tflags $devargs --log many.jsonl --save many.safetensors > many.out 2>&1 ||
   { tail -20 many.out; exit 1; }
