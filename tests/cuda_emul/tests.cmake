@@ -52,7 +52,7 @@ endif()
 # (the runtime's), ZeRO 3 compiled into the step, TP, PP 1F1B and interleaved (with the
 # tied embedding's gradient summed over the stages), and DP x TP x PP on 8 ranks.
 set(cuda_mr_tests cuda_emul_tp2 cuda_emul_pp2_1f1b cuda_emul_pp2_interleaved cuda_emul_dp2_tp2_pp2
-    cuda_emul_dp2_zero3_step cuda_emul_offload_dp2)
+    cuda_emul_dp2_zero3_step cuda_emul_offload_dp2 cuda_emul_dp2_overlap)
 foreach(z 0 1 2 3)
   add_test(NAME cuda_emul_dp2_zero${z} COMMAND ${mr_equal} 2 ${z})
   list(APPEND cuda_mr_tests cuda_emul_dp2_zero${z})
@@ -64,6 +64,8 @@ add_test(NAME cuda_emul_pp2_interleaved
 add_test(NAME cuda_emul_dp2_tp2_pp2 COMMAND ${mr_mesh} dp2_tp2_pp2 2 2 2 --microbatch-size 1 ${megatron})
 add_test(NAME cuda_emul_dp2_zero3_step COMMAND ${mr_zero} dp2_zero3_step 2 1 3)
 add_test(NAME cuda_emul_offload_dp2 COMMAND ${mr_offload} 2 host) # offload across 2 ranks, moves on copy streams
+# a data-parallel plan: its gradient buckets overlap backward on the communication stream
+add_test(NAME cuda_emul_dp2_overlap COMMAND ${mr_mesh} dp2_overlap 2 1 1 --microbatch-size 2)
 # The streams lag behind the host (each operation 50 us late, as on a busy GPU), so
 # that work the runtime orders wrongly shows.
 set(cuda_mr_env DEVICE=cuda EMUL=${CUDA_EMUL_LIB} COLOSSALC_EMUL_STREAM_DELAY_US=50)
@@ -82,8 +84,12 @@ set_tests_properties(${cuda_mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bin
 # nothing), the pipeline's sends go out before the compute stream has copied their data
 # and the run differs from one rank.
 add_test(NAME cuda_emul_stream_hazard COMMAND ${mr_mesh} pp2_hazard 1 1 2 --microbatch-size 1 --schedule 1f1b)
-set_tests_properties(cuda_emul_stream_hazard PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 900
-                     ENVIRONMENT "${cuda_mr_env};COLOSSALC_EMUL_DROP_WAITS=1;EXPECT_DIFFER=1")
+# And the communication stream's: with the waits out, a data-parallel plan's gradient
+# buckets, overlapped with backward on their own stream, are summed before the compute
+# stream has written them (its operations lag), and the run differs from one rank.
+add_test(NAME cuda_emul_overlap_hazard COMMAND ${mr_mesh} dp2_overlap_hazard 2 1 1 --microbatch-size 2)
+set_tests_properties(cuda_emul_stream_hazard cuda_emul_overlap_hazard PROPERTIES FIXTURES_REQUIRED multirank_bins
+                     TIMEOUT 900 ENVIRONMENT "${cuda_mr_env};COLOSSALC_EMUL_DROP_WAITS=1;EXPECT_DIFFER=1")
 
 # Offload under device budgets on the emulated CUDA device: its moves on the copy
 # stream, the optimizer of host-resident chunks on the CPU (tests/e2e/run_offload.sh).
