@@ -317,8 +317,12 @@ static void trainer_banner(Trainer *t)
                via, p->scheduled ? "scheduled" : "unscheduled", p->microbatches,
                p->microbatches == 1 ? "" : "es");
     printf("data parallel: %d ranks (%s) | global batch %" PRId64 " x %" PRId64
-           " | zero %d | memory of the largest rank:", t->mesh.dp, via,
-           t->global_batch, p->seq, t->zero.stage);
+           " | zero %d", t->mesh.dp, via, t->global_batch, p->seq, t->zero.stage);
+    if (p->offload.on) { /* the state is at its homes: the offload line says where */
+        printf(" | every rank holds the whole state at its homes\n");
+        return;
+    }
+    printf(" | memory of the largest rank:");
     for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier++) {
         printf("%s %s %.2f MiB", tier ? "," : "", names[tier], mib[tier]);
         if (exec_reserved(&t->ex, tier))
