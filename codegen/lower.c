@@ -30,6 +30,8 @@ typedef struct L {
   Arena *a;
   Val *val;             /* [g->n] */
   int *uses;            /* [g->n] */
+  const Node **user;    /* [g->n] a node that reads it (the only one when uses is 1) */
+  bool *fused;          /* [g->n] computed by another node's instruction (a GEMM's bias epilogue) */
   bool *need_layout;    /* [g->n] */
   int *grad_of;         /* [g->n] the param index whose gradient this node is, or -1 */
   bool *slot_used;      /* [nparams] the gradient slot already holds a result */
@@ -370,8 +372,22 @@ static void gemm_operand(L *l, const Node *n, bool trans, Mat *m) {
   as_matrix(l, n, trans, m);
 }
 
+/* The add of a bias vector that n's GEMM computes in its epilogue: n's only reader
+ * adds a parameter of n's last dimension (already in memory), of the same shape as n,
+ * into new memory (not a gradient slot); NULL otherwise. *bias is the parameter. */
+static const Node *bias_add(const L *l, const Node *n, const Node **bias) {
+  const Node *u = l->uses[n->id] == 1 ? l->user[n->id] : NULL;
+  if (!u || u->op != OP_ADD || l->grad_of[u->id] >= 0 || !shape_eq(&u->shape, &n->shape)) return NULL;
+  const Node *p = u->in[0] == n ? u->in[1] : u->in[0];
+  if (p->op != OP_PARAM || p->shape.ndim != 1 || p->shape.d[0] != n->shape.d[n->shape.ndim - 1] ||
+      p->dtype != DT_F32 || l->val[p->id].kind != V_LAYOUT)
+    return NULL;
+  *bias = p;
+  return u;
+}
+
 static void lower_matmul(L *l, const Node *n) {
-  const Node *a = n->in[0], *b = n->in[1];
+  const Node *a = n->in[0], *b = n->in[1], *bias = NULL, *u = bias_add(l, n, &bias);
   bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
   Mat A, Bm;
   gemm_operand(l, a, ta, &A);
@@ -379,11 +395,16 @@ static void lower_matmul(L *l, const Node *n) {
   int nd = n->shape.ndim, nb = nd - 2;
   int64_t M = n->shape.d[nd - 2], N = n->shape.d[nd - 1];
   int64_t K = a->shape.d[a->shape.ndim - (ta ? 2 : 1)];
-  int cb = out_buf(l, n);
+  int cb = out_buf(l, u ? u : n);
   Val out = layout_of(cb, &n->shape);
   float beta = store_mode(l, cb) == KS_ADD ? 1 : 0;
   PGemm g = {A.trans, Bm.trans, M, N, K, A.ld, Bm.ld, N, 1, beta, {PENDING + A.buf, PENDING + Bm.buf, PENDING + cb},
-             {A.off * 4, Bm.off * 4, 0}, {1, 1}, {{0}}};
+             {A.off * 4, Bm.off * 4, 0}, {1, 1}, {{0}}, false, 0, 0};
+  if (u) { /* the add is this GEMM's epilogue: its value is the GEMM's output */
+    const Val *bv = &l->val[bias->id];
+    g.bias = true, g.bias_tier = PENDING + bv->buf, g.bias_off = bv->offset * 4;
+    l->fused[u->id] = true;
+  }
   /* batch axes of the operands, right-aligned to the result's */
   int64_t sa[MAX_DIMS] = {0}, sbb[MAX_DIMS] = {0};
   for (int d = 0; d < nb; d++) {
@@ -409,7 +430,9 @@ static void lower_matmul(L *l, const Node *n) {
   PInstr *in = emit(l, l->seq, ISA_GEMM);
   in->gemm = g;
   for (int i = 0; i < 3; i++) touch(l, g.tier[i] - PENDING, l->seq->n - 1);
-  l->val[n->id] = out;
+  if (g.bias) touch(l, g.bias_tier - PENDING, l->seq->n - 1);
+  l->val[n->id] = out; /* read by nothing else when the add is fused */
+  if (u) l->val[u->id] = out;
 }
 
 /* ---- row kernels: normalisations, softmax, losses --------------------------------------- */
@@ -861,6 +884,7 @@ static void analyse(L *l) {
     check_supported(n);
     for (int k = 0; k < n->nin; k++) {
       l->uses[n->in[k]->id]++;
+      l->user[n->in[k]->id] = n;
       if (needs_memory(n, k)) l->need_layout[n->in[k]->id] = true;
     }
   }
@@ -941,7 +965,9 @@ static void (*const lower_rules[OP_COUNT])(L *, const Node *) = {
 #undef OP
 };
 
-static void lower_node(L *l, const Node *n) { lower_rules[n->op](l, n); }
+static void lower_node(L *l, const Node *n) {
+  if (!l->fused[n->id]) lower_rules[n->op](l, n);
+}
 
 /* Gradients that did not land in their parameter's slot are copied there. */
 static void fill_grad_slots(L *l) {
@@ -1131,6 +1157,7 @@ static void patch_seq(L *l, PSeq *s) {
     if (in->kind == ISA_ZERO) patch_loc(l, &in->tier, &in->offset);
     if (in->kind == ISA_GEMM)
       for (int j = 0; j < 3; j++) patch_loc(l, &in->gemm.tier[j], &in->gemm.off[j]);
+    if (in->kind == ISA_GEMM && in->gemm.bias) patch_loc(l, &in->gemm.bias_tier, &in->gemm.bias_off);
     if (in->kind == ISA_COMM)
       for (int j = 0; j < 2; j++) patch_loc(l, &in->comm.tier[j], &in->comm.off[j]);
   }
@@ -1159,6 +1186,8 @@ static L *l_new(Program *p, Graph *g, PSeq *seq) {
   *l = (L){.g = g, .p = p, .a = a, .seq = seq};
   l->val = arena_array(a, g->n, sizeof *l->val);
   l->uses = arena_array(a, g->n, sizeof *l->uses);
+  l->user = arena_array(a, g->n, sizeof *l->user);
+  l->fused = arena_array(a, g->n, sizeof *l->fused);
   l->need_layout = arena_array(a, g->n, sizeof *l->need_layout);
   l->grad_of = arena_array(a, g->n, sizeof *l->grad_of);
   l->slot_used = arena_array(a, g->nparams ? g->nparams : 1, sizeof *l->slot_used);
@@ -1470,6 +1499,8 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
       cJSON_AddItemToObject(o, strides[i], ints_json(g->stride[i], 2));
     }
     cJSON_AddItemToObject(o, "batch", ints_json(g->batch, 2));
+    int64_t bias[2] = {g->bias_tier, g->bias_off};
+    if (g->bias) cJSON_AddItemToObject(o, "bias", ints_json(bias, 2));
     break;
   }
   }

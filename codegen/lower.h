@@ -38,6 +38,9 @@ typedef struct PGemm {
   int64_t off[3];           /* bytes */
   int64_t batch[2];
   int64_t stride[3][2];     /* elements per batch step, for a, b, c */
+  bool bias;                /* the epilogue: C[i][j] += bias[j] (beta 0; the add of a bias) */
+  int bias_tier;
+  int64_t bias_off;         /* bytes */
 } PGemm;
 
 typedef struct PInstr {

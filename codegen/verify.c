@@ -97,7 +97,10 @@ static int check_instr(V *v, const PInstr *in) {
     if (in->on_host && (!p->offload || v->in_step || !strcmp(v->list, "forward")))
       return fail(v, "\"on\": \"host\" only in gradnorm and update of an offload program");
     break;
-  case ISA_GEMM: case ISA_ZERO: break;
+  case ISA_GEMM:
+    if (in->gemm.bias && in->gemm.beta != 0) return fail(v, "gemm: a bias epilogue with beta %g (only beta 0)", in->gemm.beta);
+    break;
+  case ISA_ZERO: break;
   case ISA_JOIN: return 0;
   case ISA_COMM: return check_comm(v, &in->comm);
   case ISA_SLOT:

@@ -421,7 +421,7 @@ static RtGemm gemm_key(const RtGemm *g)
 {
     RtGemm k;
     memset(&k, 0, sizeof k);
-    k.ta = g->ta, k.tb = g->tb, k.m = g->m, k.n = g->n, k.k = g->k;
+    k.ta = g->ta, k.tb = g->tb, k.m = g->m, k.n = g->n, k.k = g->k, k.bias = g->bias;
     k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc;
     memcpy(k.batch, g->batch, sizeof k.batch);
     for (int w = 0; w < 3; w++)
@@ -469,6 +469,10 @@ static int plan_gemm(CudaDevice *c, const RtGemm *g, char *err, size_t errlen)
     cublasOperation_t ta = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (g->bias) { /* bias[j] of row-major C is per row of the column-major C^T: cuBLASLt's BIAS */
+        cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+        CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+    }
     int64_t nb = g->batch[1];
     layout(c, &p->la, g->tb ? g->k : g->n, g->tb ? g->n : g->k, g->ldb, nb, g->stride[1][1]);
     layout(c, &p->lb, g->ta ? g->m : g->k, g->ta ? g->k : g->m, g->lda, nb, g->stride[0][1]);
@@ -501,6 +505,10 @@ static void cuda_gemm(Device *dev, const RtGemm *g, char *const *tiers)
         const float *a = (const float *)(tiers[g->tier[0]] + g->offset[0]) + i * g->stride[0][0];
         const float *b = (const float *)(tiers[g->tier[1]] + g->offset[1]) + i * g->stride[1][0];
         float *d = (float *)(tiers[g->tier[2]] + g->offset[2]) + i * g->stride[2][0];
+        const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_offset) : NULL;
+        if (bias) /* read at the call: the same descriptor serves every GEMM of this shape */
+            CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                            sizeof bias));
         CUBLAS_CHECK(c, c->api.LtMatmul(c->lt, p->desc, &g->alpha, b, p->la, a, p->lb, &g->beta, d, p->lc, d, p->lc,
                                         &p->algo, (void *)(uintptr_t)c->workspace, WORKSPACE, c->stream));
     }

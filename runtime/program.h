@@ -95,6 +95,9 @@
  *     C[i][j] = alpha * op(A[i][j]) op(B[i][j]) + beta * C[i][j] for i < B0, j < B1, where
  *     X[i][j] starts at X's offset + (i*sX[0] + j*sX[1]) elements; row-major f32,
  *     op() transposes when ta/tb is 1 (cblas_sgemm semantics with CblasRowMajor).
+ *     Optional "bias": [tier, offset] (beta 0): the epilogue adds bias[j], n f32 at
+ *     that offset, to every row of every C[i][j] (the add of a bias vector the
+ *     compiler fuses into the GEMM: cuBLASLt's BIAS epilogue on a GPU).
  *
  * ---- Parallel programs: tensor and pipeline parallelism -----------------------------
  *

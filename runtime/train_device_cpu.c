@@ -93,16 +93,22 @@ static float *gemm_operand(const RtGemm *g, char *const *tiers, int w, int64_t i
     return base + i * g->stride[w][0] + j * g->stride[w][1];
 }
 
+/* A bias epilogue (beta 0): C starts as the bias in every row, and the product adds to it. */
 static void cpu_gemm(Device *dev, const RtGemm *g, char *const *tiers)
 {
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
+    const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_offset) : NULL;
     for (int64_t i = 0; i < g->batch[0]; i++)
-        for (int64_t j = 0; j < g->batch[1]; j++)
+        for (int64_t j = 0; j < g->batch[1]; j++) {
+            float *c = gemm_operand(g, tiers, 2, i, j);
+            for (int64_t r = 0; bias && r < g->m; r++)
+                memcpy(c + r * g->ldc, bias, (size_t)g->n * sizeof *bias);
             cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha,
                         gemm_operand(g, tiers, 0, i, j), (int)g->lda,
-                        gemm_operand(g, tiers, 1, i, j), (int)g->ldb, g->beta,
-                        gemm_operand(g, tiers, 2, i, j), (int)g->ldc);
+                        gemm_operand(g, tiers, 1, i, j), (int)g->ldb, bias ? 1.0f : g->beta, c,
+                        (int)g->ldc);
+        }
 }
 
 static void cpu_upload(Device *dev, char *base, int64_t offset, const void *src, int64_t bytes)

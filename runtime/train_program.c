@@ -253,6 +253,9 @@ static int parse_operand(Pj *pj, const cJSON *o, const char *path, const RtProgr
     return pj_range(pj, p, g->tier[which], loc[1], span, path, keys[which]);
 }
 
+static int parse_at(Pj *pj, const cJSON *o, const char *path, const char *key, int *tier,
+                    int64_t *offset);
+
 static int parse_gemm_dims(Pj *pj, const cJSON *o, const char *path, RtGemm *g)
 {
     int64_t ta, tb, big = 2147483647;
@@ -278,11 +281,17 @@ static int parse_gemm(Pj *pj, const cJSON *o, const char *path, const RtProgram 
     if (parse_gemm_dims(pj, o, path, g) != 0)
         return -1;
     /* Stored shapes, row-major: A is m x k (k x m when ta), B is k x n (n x k when tb). */
-    return parse_operand(pj, o, path, p, g, 0, g->ta ? g->k : g->m, g->ta ? g->m : g->k,
-                         g->lda) ||
-           parse_operand(pj, o, path, p, g, 1, g->tb ? g->n : g->k, g->tb ? g->k : g->n,
-                         g->ldb) ||
-           parse_operand(pj, o, path, p, g, 2, g->m, g->n, g->ldc);
+    if (parse_operand(pj, o, path, p, g, 0, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda) ||
+        parse_operand(pj, o, path, p, g, 1, g->tb ? g->n : g->k, g->tb ? g->k : g->n, g->ldb) ||
+        parse_operand(pj, o, path, p, g, 2, g->m, g->n, g->ldc))
+        return -1;
+    g->bias = cJSON_GetObjectItemCaseSensitive(o, "bias") != NULL;
+    if (!g->bias)
+        return 0;
+    if (g->beta != 0)
+        return pj_fail(pj, path, "bias", "a bias epilogue needs beta 0");
+    return parse_at(pj, o, path, "bias", &g->bias_tier, &g->bias_offset) ||
+           pj_range(pj, p, g->bias_tier, g->bias_offset, g->n * 4, path, "bias");
 }
 
 /* A [tier, offset] pair: tier in range, offset a multiple of 4. */

@@ -113,6 +113,9 @@ typedef struct RtGemm {
     int64_t offset[3];   /* bytes */
     int64_t batch[2];    /* B0, B1 */
     int64_t stride[3][2]; /* elements, per operand: [s0, s1] */
+    int bias;            /* "bias": the epilogue C[i][j] += bias[j] (n f32; beta is 0) */
+    int bias_tier;
+    int64_t bias_offset; /* bytes */
 } RtGemm;
 
 /* "comm" over a group: a global A x N x I f32 tensor, N split in T parts (the split

@@ -95,7 +95,8 @@ static inline void lowered_gemm_ref(const PGemm *g, char *const *tiers) {
           double s = 0;
           for (int64_t q = 0; q < g->k; q++)
             s += (double)(g->ta ? ma[q * g->lda + i] : ma[i * g->lda + q]) * (g->tb ? mb[j * g->ldb + q] : mb[q * g->ldb + j]);
-          mc[i * g->ldc + j] = (float)(g->alpha * s + g->beta * mc[i * g->ldc + j]);
+          double bias = g->bias ? ((const float *)(tiers[g->bias_tier] + g->bias_off))[j] : 0;
+          mc[i * g->ldc + j] = (float)(g->alpha * s + g->beta * mc[i * g->ldc + j] + bias);
         }
     }
 }

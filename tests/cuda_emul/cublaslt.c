@@ -2,7 +2,8 @@
  * the CUDA device uses (transposes; f32 layouts with a strided batch) kept in the
  * opaque structs, and cublasLtMatmul as OpenBLAS's column-major sgemm over the batch,
  * D = alpha op(A) op(B) + beta C on host memory (the emulated driver's device memory),
- * queued on the emulated driver's stream. */
+ * queued on the emulated driver's stream; with the BIAS epilogue, bias[row] added to
+ * every column of D (the bias pointer read at the call, as cuBLASLt does). */
 #include <cblas.h>
 #include <cublasLt.h>
 #include <dlfcn.h>
@@ -12,7 +13,7 @@
 #include "tests/cuda_emul/emul.h"
 
 /* What the emulation keeps in the opaque descriptors' storage. */
-typedef struct Desc { int ta, tb; } Desc;
+typedef struct Desc { int ta, tb, bias; const float *bias_ptr; } Desc;
 typedef struct Layout { uint64_t rows, cols; int64_t ld, stride; int32_t batch; } Layout;
 
 _Static_assert(sizeof(Desc) <= sizeof(cublasLtMatmulDescOpaque_t), "Desc fits the opaque descriptor");
@@ -38,6 +39,18 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
 {
     Desc *x = (Desc *)d;
     int32_t op;
+    if (a == CUBLASLT_MATMUL_DESC_EPILOGUE && n == sizeof(cublasLtEpilogue_t)) {
+        cublasLtEpilogue_t e;
+        memcpy(&e, buf, sizeof e);
+        if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS)
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        x->bias = e == CUBLASLT_EPILOGUE_BIAS;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (a == CUBLASLT_MATMUL_DESC_BIAS_POINTER && n == sizeof x->bias_ptr) {
+        memcpy(&x->bias_ptr, buf, sizeof x->bias_ptr);
+        return CUBLAS_STATUS_SUCCESS;
+    }
     if ((a != CUBLASLT_MATMUL_DESC_TRANSA && a != CUBLASLT_MATMUL_DESC_TRANSB) || n != sizeof op)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     memcpy(&op, buf, sizeof op);
@@ -134,6 +147,9 @@ static void run_matmul(void *arg)
                 memcpy(di + col * D->ld, ci + col * C->ld, m * sizeof(float));
         cblas_sgemm(CblasColMajor, o->x.ta ? CblasTrans : CblasNoTrans, o->x.tb ? CblasTrans : CblasNoTrans, (int)m,
                     (int)n, (int)k, o->alpha, ai, (int)A->ld, bi, (int)B->ld, o->beta, di, (int)D->ld);
+        for (uint64_t col = 0; o->x.bias && col < n; col++)
+            for (uint64_t row = 0; row < m; row++)
+                di[col * D->ld + row] += o->x.bias_ptr[row];
     }
 }
 
@@ -151,7 +167,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     uint64_t m = x->ta ? A->cols : A->rows, k = x->ta ? A->rows : A->cols, kb = x->tb ? B->cols : B->rows;
     uint64_t n = x->tb ? B->rows : B->cols;
     if (k != kb || C->rows != m || C->cols != n || D->rows != m || D->cols != n || A->batch != C->batch ||
-        B->batch != C->batch || D->batch != C->batch)
+        B->batch != C->batch || D->batch != C->batch || (x->bias && !x->bias_ptr))
         return CUBLAS_STATUS_INVALID_VALUE;
     MatmulOp *o = malloc(sizeof *o);
     EmulEnqueueFn *enqueue = driver_enqueue();

@@ -363,7 +363,7 @@ static void test_pool(void)
 /* ---- GEMM ---------------------------------------------------------------------- */
 
 /* C = alpha op(A) op(B) + beta C for one batch pair, naively, in double. */
-static void gemm_naive(const RtGemm *g, const float *a, const float *b, float *c)
+static void gemm_naive(const RtGemm *g, const float *a, const float *b, float *c, const float *bias)
 {
     for (int64_t i = 0; i < g->m; i++)
         for (int64_t j = 0; j < g->n; j++) {
@@ -371,16 +371,19 @@ static void gemm_naive(const RtGemm *g, const float *a, const float *b, float *c
             for (int64_t k = 0; k < g->k; k++)
                 s += (double)(g->ta ? a[k * g->lda + i] : a[i * g->lda + k]) *
                      (g->tb ? b[j * g->ldb + k] : b[k * g->ldb + j]);
-            c[i * g->ldc + j] = (float)(g->alpha * s + g->beta * c[i * g->ldc + j]);
+            c[i * g->ldc + j] = (float)(g->alpha * s + g->beta * c[i * g->ldc + j] +
+                                        (bias ? bias[j] : 0));
         }
 }
 
-static void gemm_case(Device *dev, int ta, int tb)
+/* With bias, the epilogue C[i][j] = alpha op(A) op(B) + bias[j] (beta 0), the bias after
+ * the three operands' slabs. */
+static void gemm_case(Device *dev, int ta, int tb, int bias)
 {
-    enum { M = 5, N = 6, K = 7, LD = 9, SLAB = 100, WORK = 3 * 600 }; /* A, B, C: 6 slabs each */
+    enum { M = 5, N = 6, K = 7, LD = 9, SLAB = 100, WORK = 3 * 600 + 8 }; /* A, B, C: 6 slabs each */
     static float work[WORK], want[WORK];
-    RtGemm g = {ta, tb, M, N, K, LD, LD, LD, 0.5f, 2.0f, {3, 3, 3}, {0, 4 * 600, 4 * 1200},
-                {2, 3}, {{3 * SLAB, SLAB}, {3 * SLAB, SLAB}, {3 * SLAB, SLAB}}};
+    RtGemm g = {ta, tb, M, N, K, LD, LD, LD, 0.5f, bias ? 0.0f : 2.0f, {3, 3, 3}, {0, 4 * 600, 4 * 1200},
+                {2, 3}, {{3 * SLAB, SLAB}, {3 * SLAB, SLAB}, {3 * SLAB, SLAB}}, bias, 3, 4 * 1800};
     for (int i = 0; i < WORK; i++)
         work[i] = want[i] = (float)((i * 37 % 101) - 50) / 25.0f;
     char *tiers[RT_TIERS] = {NULL, NULL, NULL, (char *)work};
@@ -389,13 +392,13 @@ static void gemm_case(Device *dev, int ta, int tb)
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 3; j++) {
             int64_t o = (i * 3 + j) * SLAB;
-            gemm_naive(&g, want + o, want + 600 + o, want + 1200 + o);
+            gemm_naive(&g, want + o, want + 600 + o, want + 1200 + o, bias ? want + 1800 : NULL);
         }
     for (int i = 0; i < WORK; i++)
         worst = fmax(worst, fabs((double)work[i] - want[i]));
     CHECK(worst < 1e-4);
     if (worst >= 1e-4)
-        fprintf(stderr, "gemm ta=%d tb=%d: max difference %g\n", ta, tb, worst);
+        fprintf(stderr, "gemm ta=%d tb=%d bias=%d: max difference %g\n", ta, tb, bias, worst);
 }
 
 static void test_gemm(void)
@@ -404,7 +407,8 @@ static void test_gemm(void)
     CHECK(dev != NULL);
     for (int ta = 0; dev && ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)
-            gemm_case(dev, ta, tb);
+            for (int bias = 0; bias < 2; bias++)
+                gemm_case(dev, ta, tb, bias);
     if (dev)
         dev->destroy(dev);
 }
