@@ -48,6 +48,7 @@ static int load_driver(CudaApi *api, char *err, size_t errlen)
         S(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
         S(CtxSetCurrent, "cuCtxSetCurrent"), S(MemGetInfo, "cuMemGetInfo_v2"),
         S(MemAlloc, "cuMemAlloc_v2"), S(MemFree, "cuMemFree_v2"),
+        S(MemHostAlloc, "cuMemHostAlloc"), S(MemFreeHost, "cuMemFreeHost"),
         S(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"), S(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
         S(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"), S(MemsetD8Async, "cuMemsetD8Async"),
         S(ModuleLoadData, "cuModuleLoadData"), S(ModuleUnload, "cuModuleUnload"),

@@ -38,6 +38,8 @@ typedef struct CudaApi {
     CUresult (*CtxSetCurrent)(CUcontext c);
     CUresult (*MemGetInfo)(size_t *free_bytes, size_t *total);
     CUresult (*MemAlloc)(CUdeviceptr *p, size_t bytes);
+    CUresult (*MemHostAlloc)(void **p, size_t bytes, unsigned flags);
+    CUresult (*MemFreeHost)(void *p);
     CUresult (*MemFree)(CUdeviceptr p);
     CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
     CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t bytes, CUstream s);

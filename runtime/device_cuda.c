@@ -220,6 +220,22 @@ static void collect_times(CudaDevice *c)
     c->pending = 0;
 }
 
+/* ---- pinned host memory --------------------------------------------------------------- */
+
+static void *cuda_host_alloc(Device *dev, int64_t bytes)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    void *p = NULL;
+    CUresult r = c->api.MemHostAlloc(&p, (size_t)(bytes > 0 ? bytes : 1), 0);
+    return r == CUDA_SUCCESS ? p : NULL;
+}
+
+static void cuda_host_free(Device *dev, void *p)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    c->api.MemFreeHost(p);
+}
+
 static void cuda_fork(Device *dev)
 {
     CudaDevice *c = (CudaDevice *)dev;
@@ -708,7 +724,8 @@ Device *device_cuda_new(const RtProgram *p, const char *source, const CudaOption
                       .zero = cuda_zero, .gemm = cuda_gemm, .upload = cuda_upload, .copy = cuda_copy,
                       .download = cuda_download, .sync = cuda_sync, .destroy = cuda_destroy,
                       .mark = cuda_mark, .await = cuda_await, .xfer = cuda_xfer, .fork = cuda_fork,
-                      .join = cuda_join, .overlap_ms = cuda_overlap_ms};
+                      .join = cuda_join, .overlap_ms = cuda_overlap_ms, .host_alloc = cuda_host_alloc,
+                      .host_free = cuda_host_free};
     if (cuda_setup(c, p, source, o, err, errlen) != 0) {
         cuda_destroy(&c->dev);
         return NULL;

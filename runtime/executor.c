@@ -595,6 +595,19 @@ void exec_read(Executor *ex, int tier, int64_t offset, void *dst, int64_t bytes)
     pthread_mutex_unlock(&ex->lock);
 }
 
+void *exec_host_alloc(Device *dev, int64_t bytes)
+{
+    return dev->host_alloc ? dev->host_alloc(dev, bytes) : malloc((size_t)bytes + 1);
+}
+
+void exec_host_free(Device *dev, void *p)
+{
+    if (p && dev->host_free)
+        dev->host_free(dev, p);
+    else
+        free(p);
+}
+
 char *exec_host_tier(Executor *ex, int tier)
 {
     return ex->dev->host_view ? ex->dev->host_view(ex->dev, ex->tiers[tier]) : NULL;

@@ -105,6 +105,11 @@ struct Device {
      * overlap_ms, after a sync, gives the communication stream's time from the first
      * fork to the last join and the part of it the compute stream waited at the joins,
      * since the last call (milliseconds). */
+    /* Optional (NULL: malloc and free), host memory the device copies to and from at its
+     * full rate, asynchronously (pinned, on a GPU): staging buffers. NULL when out of
+     * memory. */
+    void *(*host_alloc)(Device *dev, int64_t bytes);
+    void (*host_free)(Device *dev, void *p);
     void (*fork)(Device *dev);
     void (*join)(Device *dev);
     void (*overlap_ms)(Device *dev, double *comm, double *waited);
@@ -220,5 +225,8 @@ void exec_write(Executor *ex, int tier, int64_t offset, const void *src, int64_t
 void exec_read(Executor *ex, int tier, int64_t offset, void *dst, int64_t bytes);
 /* Host pointer to the whole tier, or NULL (then use exec_read/exec_write). */
 char *exec_host_tier(Executor *ex, int tier);
+/* bytes of the device's staging host memory (Device.host_alloc, else malloc), and back. */
+void *exec_host_alloc(Device *dev, int64_t bytes);
+void exec_host_free(Device *dev, void *p);
 
 #endif

@@ -690,11 +690,11 @@ static int offload_setup(Offload *o, Device *host_dev, const char *nvme_dir, cha
         return file_set_error(err, errlen, "offload: the %s device has no copy stream, which the "
                               "copy thread needs", d->name);
     o->xdev = d;
-    if (!(o->stage = malloc(OFF_BLOCK)))
+    if (!(o->stage = exec_host_alloc(d, OFF_BLOCK))) /* pinned on a GPU: its copies are DMA */
         return file_set_error(err, errlen, "out of memory");
     if (host_dev != d && !exec_host_tier(o->ex, RT_TIER_PARAMS)) {
         o->host_work_bytes = host_work_bytes(p);
-        if (!(o->host_work = malloc((size_t)o->host_work_bytes + 1)))
+        if (!(o->host_work = exec_host_alloc(d, o->host_work_bytes + 1)))
             return file_set_error(err, errlen, "out of memory");
     }
     if (offload_uses_nvme(p) && !nvme_dir)
@@ -760,7 +760,9 @@ void offload_free(Offload *o)
         free(o->path[t]);
         free(o->nv[t]);
     }
-    free(o->where), free(o->last), free(o->zeros), free(o->stage), free(o->host_work);
+    free(o->where), free(o->last), free(o->zeros);
+    exec_host_free(o->xdev ? o->xdev : o->ex->dev, o->stage);
+    exec_host_free(o->xdev ? o->xdev : o->ex->dev, o->host_work);
     pthread_cond_destroy(&o->work);
     pthread_cond_destroy(&o->progress);
     pthread_mutex_destroy(&o->mu);

@@ -106,8 +106,9 @@ static int trainer_alloc_host(Trainer *t, char *err, size_t errlen)
 {
     const RtProgram *p = t->prog;
     size_t bt = (size_t)(p->batch * p->microbatches * p->seq); /* this rank's rows of a step */
-    t->tokens = calloc(bt, sizeof *t->tokens);
-    t->targets = calloc(bt, sizeof *t->targets);
+    /* uploaded every micro-batch: the device's staging memory (pinned on a GPU) */
+    t->tokens = exec_host_alloc(t->dev, (int64_t)(bt * sizeof *t->tokens));
+    t->targets = exec_host_alloc(t->dev, (int64_t)(bt * sizeof *t->targets));
     t->gnorm_parts = calloc((size_t)p->gradnorm_parts, sizeof *t->gnorm_parts);
     t->logits_row = calloc((size_t)p->vocab, sizeof *t->logits_row);
     t->context = calloc((size_t)p->seq, sizeof *t->context);
@@ -563,8 +564,11 @@ void trainer_free(Trainer *t)
     if (t->dp_overlap)
         t->dp_overlap->destroy(t->dp_overlap);
     mesh_free(&t->mesh); /* its groups may live on the device (NCCL) */
-    if (t->dev)
+    if (t->dev) { /* the staging memory belongs to the device */
+        exec_host_free(t->dev, t->tokens);
+        exec_host_free(t->dev, t->targets);
         t->dev->destroy(t->dev);
+    }
     if (t->host_dev)
         t->host_dev->destroy(t->host_dev);
     if (t->nvme_rank_dir)
@@ -574,7 +578,7 @@ void trainer_free(Trainer *t)
         fclose(t->log);
     tokens_close(t->data);
     tokens_close(t->val);
-    free(t->tokens), free(t->targets), free(t->gnorm_parts);
+    free(t->gnorm_parts);
     free(t->logits_row), free(t->context);
     free(t->gstate[0]), free(t->gstate[1]);
     if (t->own_comm)

@@ -87,6 +87,15 @@ CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes)
 
 CUresult cuMemFree(CUdeviceptr p) { free((void *)(uintptr_t)p); return CUDA_SUCCESS; }
 
+/* Pinned host memory is host memory here (every copy is a memcpy). */
+CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags)
+{
+    (void)flags;
+    return (*p = malloc(bytes ? bytes : 1)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
+
 static void *host(CUdeviceptr p) { return (void *)(uintptr_t)p; }
 
 /* ---- streams and events ------------------------------------------------------------
