@@ -4,8 +4,6 @@
 #include "codegen/offload.h"
 #include "runtime/program.h"
 
-static int64_t param_bytes(const PParam *q) { return shape_numel(&q->node->shape) * 4; }
-
 static PInstr *push_comm(Program *p, PSeq *s, IsaCommKind kind, IsaGroup group, int tier, int64_t off, int64_t bytes) {
   PInstr *in = pseq_push(p->arena, s, ISA_COMM);
   in->comm = (PComm){kind, {tier, tier}, {off, off}, 1, bytes / 4, 1, group, 0, 0};
@@ -63,7 +61,7 @@ static void compose_tied(Program **ps, int n, bool **lowest) {
       const PParam *q = &ps[s]->params[t[e].at[s]];
       for (int kind = 0; kind < 2; kind++) /* onto the lowest holder, then back */
         push_comm(ps[s], &ps[s]->sync, kind ? ISA_COMM_BROADCAST : ISA_COMM_REDUCE, ISA_GROUP_STAGES, RT_TIER_GRADS,
-                  q->offset, param_bytes(q))->comm.stage_group = k;
+                  q->offset, pparam_bytes(q))->comm.stage_group = k;
     }
   }
   for (int s = 0; s < n; s++) ps[s]->stage_groups = g, ps[s]->nstage_groups = ng;
@@ -85,7 +83,7 @@ static void dp_buckets(Program *p, PSeq *s) {
  * a chunk's gradients leave the device once its last parameter's are complete). */
 static void param_sums(Program *p, PSeq *s) {
   for (int k = p->nparams - 1; k >= 0; k--)
-    push_comm(p, s, ISA_COMM_ALL_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[k].offset, param_bytes(&p->params[k]));
+    push_comm(p, s, ISA_COMM_ALL_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[k].offset, pparam_bytes(&p->params[k]));
 }
 
 /* ZeRO-1: each parameter's gradient summed onto its owner only (the others' copies are
@@ -93,7 +91,7 @@ static void param_sums(Program *p, PSeq *s) {
 static void owner_reduces(Program *p, PSeq *s) {
   for (int k = p->nparams - 1; k >= 0; k--)
     push_comm(p, s, ISA_COMM_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[k].offset,
-              param_bytes(&p->params[k]))->comm.root = p->params[k].owner;
+              pparam_bytes(&p->params[k]))->comm.root = p->params[k].owner;
 }
 
 /* last[k]: the last instruction of `step` that touches parameter k's gradient, or -1
@@ -112,7 +110,7 @@ static int *grad_last(const Program *p) {
       int lo = 0, hi = np; /* the first parameter ending after t[j].lo */
       while (lo < hi) {
         int mid = (lo + hi) / 2;
-        if (p->params[mid].offset + param_bytes(&p->params[mid]) <= t[j].lo) lo = mid + 1;
+        if (p->params[mid].offset + pparam_bytes(&p->params[mid]) <= t[j].lo) lo = mid + 1;
         else hi = mid;
       }
       for (int k = lo; k < np && p->params[k].offset < t[j].hi; k++)
@@ -131,7 +129,7 @@ static void compose_overlap(Program *p, PSeq *sums, bool overlap) {
     PInstr *c = &sums->v[b];
     after[b] = -1;
     for (int k = 0; k < p->nparams; k++)
-      if (p->params[k].offset < c->comm.off[0] + c->comm.n * 4 && c->comm.off[0] < p->params[k].offset + param_bytes(&p->params[k]) &&
+      if (p->params[k].offset < c->comm.off[0] + c->comm.n * 4 && c->comm.off[0] < p->params[k].offset + pparam_bytes(&p->params[k]) &&
           last[k] > after[b])
         after[b] = last[k];
     if (after[b] < 0) after[b] = p->step.n - 1;
@@ -192,7 +190,7 @@ static void compose_update(Program *p) {
   for (int k = 0; k < p->nparams; k++) param_kernel(&p->update, k)->dp_rank = p->params[k].owner;
   for (int k = 0; k < p->nparams && p->zero_stage < 3; k++)
     push_comm(p, &p->update, ISA_COMM_BROADCAST, ISA_GROUP_DP, RT_TIER_PARAMS, p->params[k].offset,
-              param_bytes(&p->params[k]))->comm.root = p->params[k].owner;
+              pparam_bytes(&p->params[k]))->comm.root = p->params[k].owner;
 }
 
 void compose_step(Program **ps, int n) {
@@ -201,10 +199,15 @@ void compose_step(Program **ps, int n) {
   compose_tied(ps, n, lowest);
   for (int s = 0; s < n; s++) {
     Program *p = ps[s];
-    PSeq sums = {0};
-    if (!p->zero_scheduled && p->dp != 1 && p->zero_stage == 1) owner_reduces(p, &sums);
-    else if (!p->zero_scheduled && p->dp != 1 && p->offload) param_sums(p, &sums);
-    else if (!p->zero_scheduled && p->dp != 1) dp_buckets(p, &sums);
+    PSeq sums = {0}; /* none at stages 2 and 3: the step reduces each gradient (zero.h) */
+    if (p->zero_scheduled || p->dp == 1) {
+    } else if (p->zero_stage == 1) {
+      owner_reduces(p, &sums);
+    } else if (p->offload) {
+      param_sums(p, &sums);
+    } else {
+      dp_buckets(p, &sums);
+    }
     /* in an offload program each sum precedes the move that takes its gradients off the
      * device, in order on the compute stream (the move's mark follows it) */
     bool one_stage = p->tp <= 1 && n == 1 && p->step.n > 0 && (!p->scheduled || p->offload);

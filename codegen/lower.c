@@ -1399,7 +1399,7 @@ static cJSON *ints_json(const int64_t *v, int n) {
 
 void pcomm_bytes(const Program *p, const PComm *c, int64_t out[2]) {
   int64_t whole = c->outer * c->n * c->inner * 4, part = whole / (p->tp > 1 ? p->tp : 1);
-  bool split = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER || c->kind == ISA_COMM_SPLIT;
+  bool split = isa_comm_splits(c->kind);
   out[0] = c->kind == ISA_COMM_ALL_GATHER ? part : whole;
   out[1] = split && c->kind != ISA_COMM_ALL_GATHER ? part : whole;
 }

@@ -77,6 +77,8 @@ typedef struct PParam {
   bool decay;
   int owner;                /* ZeRO: the data-parallel rank that owns it (codegen/zero.h) */
 } PParam;
+/* A parameter's bytes in PARAMS (f32), and so in GRADS. */
+static inline int64_t pparam_bytes(const PParam *q) { return shape_numel(&q->node->shape) * 4; }
 typedef enum { PIN_TOKENS, PIN_TARGETS, PIN_OTHER } PInputRole;
 typedef struct PInput { const Node *node; int64_t offset; PInputRole role; } PInput;
 

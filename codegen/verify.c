@@ -47,7 +47,7 @@ static int range_in(V *v, int tier, int64_t lo, int64_t hi, const char *what) {
 /* The "comm" geometry of runtime/program.h: src and dst bytes by kind, the group. */
 static int check_comm(V *v, const PComm *c) {
   const Program *p = v->p;
-  bool split = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER || c->kind == ISA_COMM_SPLIT;
+  bool split = isa_comm_splits(c->kind);
   bool rooted = c->kind == ISA_COMM_BROADCAST || c->kind == ISA_COMM_REDUCE;
   if (c->group == ISA_GROUP_TP && p->tp < 1) return fail(v, "comm in a program without a tensor-parallel group");
   if (split && c->group != ISA_GROUP_TP) return fail(v, "comm: %s only over the tensor-parallel group", isa_comm_names[c->kind]);

@@ -148,8 +148,6 @@ static void pages_add(Pages *m, int tier, int64_t off, int64_t bytes, int d) {
   }
 }
 
-static int64_t param_bytes(const Program *p, int i) { return shape_numel(&p->params[i].node->shape) * 4; }
-
 /* The staging buffer of the runtime's "comm" reorders (runtime/executor.c). */
 static int64_t staging_bytes(const Program *p) {
   const PSeq *lists[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
@@ -179,7 +177,7 @@ int64_t zero_predict_memory(const Program *p, int r) {
   bool adamw = p->g->train.opt == OPT_ADAMW;
   for (int i = 0; i < p->nparams; i++) { /* between steps: the owned shards */
     bool owned = stage == 0 || p->params[i].owner == r;
-    int64_t off = p->params[i].offset, b = param_bytes(p, i);
+    int64_t off = p->params[i].offset, b = pparam_bytes(&p->params[i]);
     if (!owned) continue;
     pages_add(&m, RT_TIER_PARAMS, off, b, 1);
     pages_add(&m, RT_TIER_GRADS, off, b, 1);
@@ -192,7 +190,7 @@ int64_t zero_predict_memory(const Program *p, int r) {
     if (in->kind < ISA_ZERO_GATHER || in->kind > ISA_ZERO_REDUCE || p->params[in->chunk].owner == r) continue;
     int tier = in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_RELEASE ? RT_TIER_PARAMS : RT_TIER_GRADS;
     int d = in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_GRAD ? 1 : -1;
-    pages_add(&m, tier, p->params[in->chunk].offset, param_bytes(p, in->chunk), d);
+    pages_add(&m, tier, p->params[in->chunk].offset, pparam_bytes(&p->params[in->chunk]), d);
     if (m.held > peak) peak = m.held;
   }
   return whole + peak;

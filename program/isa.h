@@ -52,6 +52,13 @@ typedef enum IsaCommKind { ISA_COMM_KINDS(ISA_ENUM) } IsaCommKind;
 enum { ISA_COMM_NKINDS = 0 ISA_COMM_KINDS(ISA_COUNT) };
 #undef ISA_ENUM
 
+/* The kinds that part the tensor over the tensor-parallel group (the others read and
+ * write the whole, and may work in place). */
+static inline int isa_comm_splits(IsaCommKind k)
+{
+    return k == ISA_COMM_ALL_GATHER || k == ISA_COMM_REDUCE_SCATTER || k == ISA_COMM_SPLIT;
+}
+
 /* "comm" "group": the tensor-parallel group (the default), the data-parallel group, or
  * a group of pipeline stages the program lists ("stage_groups": the holders of a tied
  * parameter). */

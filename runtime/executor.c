@@ -445,6 +445,15 @@ static Comm *comm_group(Executor *ex, const RtComm *c)
     return g;
 }
 
+Comm *exec_fork(Executor *ex, const RtInstr *in)
+{
+    if (!in->overlap || !ex->ctx.dp_overlap || !ex->dev->fork)
+        return NULL;
+    ex->dev->fork(ex->dev);
+    ex->forked = 1;
+    return ex->ctx.dp_overlap;
+}
+
 static int exec_comm(Executor *ex, const RtInstr *in, const float *scalars)
 {
     typedef void (*CommFn)(Executor *, Comm *, const float *, float *, const RtComm *);
@@ -457,14 +466,10 @@ static int exec_comm(Executor *ex, const RtInstr *in, const float *scalars)
     float *src = exec_at(ex, c->tier[0], c->offset[0]), *dst = exec_at(ex, c->tier[1], c->offset[1]);
     if (g->size == 1 && src == dst) /* in place over one rank: the identity */
         return 0;
-    if (in->overlap && ex->ctx.dp_overlap && ex->dev->fork) {
-        ex->dev->fork(ex->dev); /* after what wrote its bytes; the list's end joins */
-        ex->forked = 1;
-        fns[c->kind](ex, ex->ctx.dp_overlap, src, dst, c);
-        return 0;
-    }
-    ex->dev->sync(ex->dev);
-    fns[c->kind](ex, g, src, dst, c);
+    Comm *aside = exec_fork(ex, in); /* after what wrote its bytes; a join waits for it */
+    if (!aside)
+        ex->dev->sync(ex->dev);
+    fns[c->kind](ex, aside ? aside : g, src, dst, c);
     return 0;
 }
 
@@ -521,9 +526,7 @@ int exec_run(Executor *ex, const RtList *list, const float *scalars)
             (in->tp_rank < 0 || in->tp_rank == ex->ctx.tp_rank) && (!in->last_mb || ex->ctx.last_mb))
             rc = exec_fns[in->op](ex, in, scalars);
     }
-    if (ex->forked)
-        ex->dev->join(ex->dev);
-    ex->forked = 0;
+    exec_join(ex, NULL, scalars); /* the list's end waits for what it overlapped */
     ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK];
     ex->list = NULL;
     if (list->sends)

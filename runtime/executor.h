@@ -225,6 +225,11 @@ void exec_write(Executor *ex, int tier, int64_t offset, const void *src, int64_t
 void exec_read(Executor *ex, int tier, int64_t offset, void *dst, int64_t bytes);
 /* Host pointer to the whole tier, or NULL (then use exec_read/exec_write). */
 char *exec_host_tier(Executor *ex, int tier);
+/* An "overlap" instruction on a device with a communication stream: that stream made
+ * to wait for the work queued so far, and the Comm whose collectives run on it
+ * (ExecCtx.dp_overlap); a "join" or the list's end waits for them. NULL otherwise: run
+ * it in order. */
+Comm *exec_fork(Executor *ex, const RtInstr *in);
 /* bytes of the device's staging host memory (Device.host_alloc, else malloc), and back. */
 void *exec_host_alloc(Device *dev, int64_t bytes);
 void exec_host_free(Device *dev, void *p);

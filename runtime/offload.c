@@ -761,8 +761,8 @@ void offload_free(Offload *o)
         free(o->nv[t]);
     }
     free(o->where), free(o->last), free(o->zeros);
-    exec_host_free(o->xdev ? o->xdev : o->ex->dev, o->stage);
-    exec_host_free(o->xdev ? o->xdev : o->ex->dev, o->host_work);
+    exec_host_free(o->ex->dev, o->stage); /* both the device's (offload_setup) */
+    exec_host_free(o->ex->dev, o->host_work);
     pthread_cond_destroy(&o->work);
     pthread_cond_destroy(&o->progress);
     pthread_mutex_destroy(&o->mu);

@@ -374,17 +374,12 @@ static int parse_recv(Pj *pj, const cJSON *o, const char *path, const RtProgram 
     return parse_p2p(pj, o, path, p, in);
 }
 
-static int is_split(IsaCommKind k)
-{
-    return k == ISA_COMM_ALL_GATHER || k == ISA_COMM_REDUCE_SCATTER || k == ISA_COMM_SPLIT;
-}
-
 /* Bytes of src and dst of a comm of kind over A x N x I (N divisible by T). */
 static void comm_bytes(const RtComm *c, int64_t tp, int64_t bytes[2])
 {
     int64_t whole = c->outer * c->n * c->inner * 4, part = whole / tp;
     bytes[0] = c->kind == ISA_COMM_ALL_GATHER ? part : whole;
-    bytes[1] = is_split(c->kind) && c->kind != ISA_COMM_ALL_GATHER ? part : whole;
+    bytes[1] = isa_comm_splits(c->kind) && c->kind != ISA_COMM_ALL_GATHER ? part : whole;
 }
 
 /* "group", "stage_group", "root": split kinds over tp only, a root within the group. */
@@ -408,7 +403,7 @@ static int parse_comm_group(Pj *pj, const cJSON *o, const char *path, const RtPr
         pj_int(pj, o, path, "root", 0, size - 1, &root) != 0)
         return -1;
     c->root = (int)root;
-    if (is_split(c->kind) && c->group != ISA_GROUP_TP)
+    if (isa_comm_splits(c->kind) && c->group != ISA_GROUP_TP)
         return pj_fail(pj, path, "group", "a split collective is over the tp group");
     return 0;
 }
@@ -429,7 +424,7 @@ static int parse_comm(Pj *pj, const cJSON *o, const char *path, const RtProgram 
     c->kind = (IsaCommKind)kind;
     if (parse_comm_group(pj, o, path, p, c) != 0)
         return -1;
-    if (is_split(c->kind) && c->n % p->mesh.tp != 0)
+    if (isa_comm_splits(c->kind) && c->n % p->mesh.tp != 0)
         return pj_fail(pj, path, "n", "not divisible by the mesh's tp");
     if (__builtin_mul_overflow(c->outer, c->n, &elems) ||
         __builtin_mul_overflow(elems, c->inner, &elems) || elems > INT64_MAX / 8)
@@ -441,7 +436,7 @@ static int parse_comm(Pj *pj, const cJSON *o, const char *path, const RtProgram 
     int apart = c->tier[0] != c->tier[1] || c->offset[0] + bytes[0] <= c->offset[1] ||
                 c->offset[1] + bytes[1] <= c->offset[0];
     int same = c->tier[0] == c->tier[1] && c->offset[0] == c->offset[1];
-    if (!apart && !(!is_split(c->kind) && same))
+    if (!apart && !(!isa_comm_splits(c->kind) && same))
         return pj_fail(pj, path, "dst", "overlaps src (only a collective that splits nothing "
                        "may be in place)");
     return 0;

@@ -138,13 +138,9 @@ void zero_release_params(Zero *z, Executor *ex)
 static void zero_gather_one(Zero *z, Executor *ex, const RtInstr *in, int i)
 {
     const RtParam *q = &z->prog->params[i];
-    Comm *c = z->comm;
     if (!z->owned[i])
         commit_or_abort(z, ex, RT_TIER_PARAMS, q->offset, q->numel * 4);
-    if (in->overlap && ex->ctx.dp_overlap && ex->dev->fork) {
-        ex->dev->fork(ex->dev);
-        ex->forked = 1, c = ex->ctx.dp_overlap;
-    }
+    Comm *aside = exec_fork(ex, in), *c = aside ? aside : z->comm;
     c->broadcast(c, tier_floats(ex, RT_TIER_PARAMS, q->offset), q->numel, owner(z, i));
 }
 
