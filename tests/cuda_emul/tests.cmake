@@ -43,7 +43,7 @@ add_test(NAME cuda_no_gpu COMMAND ${cuda_run} no_gpu)
 set_tests_properties(cuda_emul_one_rank cuda_nvrtc_cache cuda_no_gpu PROPERTIES TIMEOUT 900)
 if(COLOSSALC_SANITIZE)
   set_tests_properties(cuda_emul_one_rank cuda_nvrtc_cache PROPERTIES ENVIRONMENT
-    "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0")
+    "ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS};LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0")
 endif()
 
 # The multi-rank equality tests again, the ranks on the emulated CUDA device: their
@@ -74,7 +74,7 @@ if(COLOSSALC_SANITIZE)
   file(READ ${CMAKE_SOURCE_DIR}/tests/multirank/lsan.supp mr_supp)
   file(READ ${CMAKE_CURRENT_LIST_DIR}/lsan.supp emul_supp)
   file(WRITE ${CMAKE_BINARY_DIR}/cuda-emul/lsan-mpi.supp "${mr_supp}${emul_supp}")
-  list(APPEND cuda_mr_env OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=fast_unwind_on_malloc=0
+  list(APPEND cuda_mr_env OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS}:fast_unwind_on_malloc=0
        LSAN_OPTIONS=suppressions=${CMAKE_BINARY_DIR}/cuda-emul/lsan-mpi.supp:print_suppressions=0)
 endif()
 set_tests_properties(${cuda_mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 900
@@ -98,7 +98,7 @@ add_test(NAME cuda_emul_offload
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${CUDA_WORK}/offload ${COLOSSALC_TORCH_PYTHON})
 set(cuda_off_env DEVICE=cuda EMUL=${CUDA_EMUL_LIB} COLOSSALC_EMUL_STREAM_DELAY_US=50)
 if(COLOSSALC_SANITIZE)
-  list(APPEND cuda_off_env LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0)
+  list(APPEND cuda_off_env ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS} LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0)
 endif()
 set_tests_properties(cuda_emul_offload PROPERTIES TIMEOUT 900 ENVIRONMENT "${cuda_off_env}")
 # And the copy stream's: with the waits dropped (and the streams lagging, as above),

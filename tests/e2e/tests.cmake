@@ -25,7 +25,7 @@ set_tests_properties(e2e_gpt2_vs_torch e2e_resume e2e_recompute e2e_offload PROP
 # as for the multi-rank tests (tests/multirank/lsan.supp says how)
 if(COLOSSALC_SANITIZE)
   set_tests_properties(e2e_recompute PROPERTIES ENVIRONMENT
-    "OMPI_MCA_mca_base_component_disable_dlclose=1;ASAN_OPTIONS=fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/multirank/lsan.supp:print_suppressions=0")
+    "OMPI_MCA_mca_base_component_disable_dlclose=1;ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS}:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/multirank/lsan.supp:print_suppressions=0")
 endif()
 # --emit-llvm writes the optimised module: every kernel, vectorised (AVX or wider).
 add_test(NAME e2e_emit_llvm

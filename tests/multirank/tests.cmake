@@ -91,7 +91,7 @@ set_tests_properties(${mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIM
 # mpirun passes its environment on to the ranks it starts on this machine.
 if(COLOSSALC_SANITIZE)
   set(mr_env OMPI_MCA_mca_base_component_disable_dlclose=1
-      ASAN_OPTIONS=fast_unwind_on_malloc=0
+      ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS}:fast_unwind_on_malloc=0
       LSAN_OPTIONS=suppressions=${MR_DIR}/lsan.supp:print_suppressions=0)
   set_tests_properties(${mr_tests} multirank_comm_self multirank_comm_np3 PROPERTIES
                        ENVIRONMENT "${mr_env}")
