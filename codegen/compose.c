@@ -186,7 +186,7 @@ static void compose_update(Program *p) {
   if (p->zero_stage < 1) return;
   int kernels = 0;
   for (int i = 0; i < p->update.n; i++) kernels += p->update.v[i].kind == ISA_KERNEL;
-  ir_assert(kernels == p->nparams && p->update.n == p->nparams);
+  ir_assert(kernels == p->nparams); /* with an offload program's moves and waits between them */
   for (int k = 0; k < p->nparams; k++) param_kernel(&p->update, k)->dp_rank = p->params[k].owner;
   for (int k = 0; k < p->nparams && p->zero_stage < 3; k++)
     push_comm(p, &p->update, ISA_COMM_BROADCAST, ISA_GROUP_DP, RT_TIER_PARAMS, p->params[k].offset,

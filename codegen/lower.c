@@ -1628,14 +1628,21 @@ static cJSON *program_json(const Program *p) {
       cJSON_AddItemToObject(ch, "params", ints_json(range, 2));
       for (int k = 0; k < PART_COUNT; k++) cJSON_AddStringToObject(home, part_names[k], loc_names[op->chunk[c].home[k]]);
       cJSON_AddItemToObject(ch, "home", home);
+      if (op->chunk[c].owner >= 0) cJSON_AddNumberToObject(ch, "owner", op->chunk[c].owner);
       cJSON_AddItemToArray(chunks, ch);
     }
     cJSON_AddItemToObject(off, "chunks", chunks);
     cJSON_AddItemToObject(o, "offload", off);
     cJSON_AddNumberToObject(pr, "device_peak", (double)op->device_peak);
-    cJSON_AddNumberToObject(pr, "host_peak", (double)op->host_peak);
-    cJSON_AddNumberToObject(pr, "nvme_peak", (double)op->nvme_peak);
-    cJSON_AddNumberToObject(pr, "transfer_bytes", (double)op->transfer_bytes);
+    if (op->ranks > 1) { /* ZeRO-3: each rank's own */
+      cJSON_AddItemToObject(pr, "host_peak", ints_json(op->rank_host_peak, op->ranks));
+      cJSON_AddItemToObject(pr, "nvme_peak", ints_json(op->rank_nvme_peak, op->ranks));
+      cJSON_AddItemToObject(pr, "transfer_bytes", ints_json(op->rank_transfer, op->ranks));
+    } else {
+      cJSON_AddNumberToObject(pr, "host_peak", (double)op->host_peak);
+      cJSON_AddNumberToObject(pr, "nvme_peak", (double)op->nvme_peak);
+      cJSON_AddNumberToObject(pr, "transfer_bytes", (double)op->transfer_bytes);
+    }
     cJSON_AddItemToObject(o, "predicted", pr);
   }
   if (p->zero_scheduled) cJSON_AddBoolToObject(o, "zero_scheduled", true);

@@ -103,6 +103,10 @@ typedef struct Sim {
   double t_main, t_copy;      /* the timeline */
   double *done_at;            /* [nitems] when its last issued transfer completes */
   int point;
+  int ranks;                  /* the op's per-rank figures: dp with ZeRO-3, else 1 */
+  bool zero3;                 /* chunks dealt to owners (codegen/offload.h) */
+  bool *bcast;                /* [nitems] ZeRO-3: a device copy of parameters filled from
+                               * its owner since it came */
 } Sim;
 
 static int64_t part_size(const Sim *S, int item) {
@@ -119,18 +123,21 @@ static double bandwidth(const Sim *S, Loc a, Loc b) {
 }
 
 /* Memory at a location: the pages of the parts there, each page once (as the runtime
- * commits them), tier by tier; the optimizer part is two ranges of OPT (m and v). */
-static bool is_at(const Sim *S, int it, Loc at) {
+ * commits them), tier by tier; the optimizer part is two ranges of OPT (m and v). Of
+ * rank r (-1: every chunk): the device holds every rank's chunks alike, the host and
+ * NVMe only the chunks r holds (its own under ZeRO-3). */
+static bool is_at(const Sim *S, int it, Loc at, int r) {
   const OChunk *c = &S->op->chunk[it / PART_COUNT];
+  if (at != LOC_DEVICE && r >= 0 && c->owner >= 0 && c->owner != r) return false;
   return at == LOC_DEVICE ? S->dev[it] : at == LOC_HOST ? S->host[it] : c->home[it % PART_COUNT] == LOC_NVME;
 }
 
 /* The pages of the part's ranges at `at` not already counted below *last (ranges come
  * in increasing order, m's then v's, so a page they share counts once). */
-static int64_t union_pages(const Sim *S, Loc at, int part, int64_t shift, int64_t *lastp) {
+static int64_t union_pages(const Sim *S, Loc at, int r, int part, int64_t shift, int64_t *lastp) {
   int64_t total = 0, last = *lastp;
   for (int c = 0; c < S->op->nchunks; c++) {
-    if (!is_at(S, c * PART_COUNT + part, at)) continue;
+    if (!is_at(S, c * PART_COUNT + part, at, r)) continue;
     int64_t lo = down(shift + S->op->chunk[c].start, GRANULE), hi = up(shift + S->op->chunk[c].end, GRANULE);
     if (lo < last) lo = last;
     if (hi > lo) total += hi - lo;
@@ -140,28 +147,34 @@ static int64_t union_pages(const Sim *S, Loc at, int part, int64_t shift, int64_
   return total;
 }
 
-static int64_t pages_at(const Sim *S, Loc at) {
+static int64_t pages_at(const Sim *S, Loc at, int r) {
   int64_t lp = -1, lg = -1, lo = -1;
-  int64_t total = union_pages(S, at, PART_PARAMS, 0, &lp) + union_pages(S, at, PART_GRADS, 0, &lg) + union_pages(S, at, PART_OPT, 0, &lo);
-  if (S->p->opt_v_offset && S->p->g->train.opt == OPT_ADAMW) total += union_pages(S, at, PART_OPT, S->p->opt_v_offset, &lo);
+  int64_t total = union_pages(S, at, r, PART_PARAMS, 0, &lp) + union_pages(S, at, r, PART_GRADS, 0, &lg) +
+                  union_pages(S, at, r, PART_OPT, 0, &lo);
+  if (S->p->opt_v_offset && S->p->g->train.opt == OPT_ADAMW) total += union_pages(S, at, r, PART_OPT, S->p->opt_v_offset, &lo);
   return total;
 }
 
 /* The peaks over every state the moves pass through, in issue order (the order the
  * copy thread makes them in); a move puts memory at its destination before it frees
- * its source, so both count for a moment. */
-static void peaks(Sim *S, int64_t extra_host) {
+ * its source, so both count for a moment. The host's per rank (the most of them is
+ * host_peak). */
+static void peaks(Sim *S) {
   OffloadPlan *op = S->op;
-  int64_t d = up(op->work_bytes, GRANULE) + pages_at(S, LOC_DEVICE), h = pages_at(S, LOC_HOST) + extra_host;
+  int64_t d = up(op->work_bytes, GRANULE) + pages_at(S, LOC_DEVICE, -1);
   if (d > op->device_peak) op->device_peak = d;
-  if (h > op->host_peak) op->host_peak = h;
+  for (int r = 0; r < S->ranks; r++) {
+    int64_t h = pages_at(S, LOC_HOST, S->zero3 ? r : -1);
+    if (h > op->rank_host_peak[r]) op->rank_host_peak[r] = h;
+    if (h > op->host_peak) op->host_peak = h;
+  }
 }
 
 static void sample(Sim *S) {
   OffloadPlan *op = S->op;
-  peaks(S, 0);
-  op->dev_at[S->point] = up(op->work_bytes, GRANULE) + pages_at(S, LOC_DEVICE);
-  op->host_at[S->point] = pages_at(S, LOC_HOST);
+  peaks(S);
+  op->dev_at[S->point] = up(op->work_bytes, GRANULE) + pages_at(S, LOC_DEVICE, -1);
+  op->host_at[S->point] = pages_at(S, LOC_HOST, -1);
   S->point++;
 }
 
@@ -172,6 +185,9 @@ static int64_t copy_bytes(const Sim *S, int item) {
   return item % PART_COUNT == PART_OPT && S->p->g->train.opt == OPT_ADAMW ? 2 * b : b;
 }
 
+static int owner_of(const Sim *S, int item) { return S->op->chunk[item / PART_COUNT].owner; }
+
+/* A copy from or to the host or NVMe: its owner's (every rank's without ZeRO-3). */
 static void transfer(Sim *S, int item, Loc from, Loc to) {
   int64_t b = copy_bytes(S, item);
   if (from == LOC_ZERO) return;
@@ -180,6 +196,8 @@ static void transfer(Sim *S, int item, Loc from, Loc to) {
   S->done_at[item] = S->t_copy;
   S->op->transfer_bytes += b;
   S->op->transfer_s += t;
+  for (int r = 0; r < S->ranks; r++)
+    if (owner_of(S, item) < 0 || owner_of(S, item) == r) S->op->rank_transfer[r] += b;
 }
 
 static void event(Sim *S, int item, Loc from, Loc to) {
@@ -188,23 +206,41 @@ static void event(Sim *S, int item, Loc from, Loc to) {
   e[0] = S->point, e[1] = item / PART_COUNT, e[2] = item % PART_COUNT, e[3] = from, e[4] = to;
 }
 
-static void move(Sim *S, int item, Loc from, Loc to, bool keep) {
+static void put_move(Sim *S, int item, Loc from, Loc to, bool keep, int rank) {
   PInstr *in = put(S, ISA_MOVE);
   in->chunk = item / PART_COUNT, in->part = item % PART_COUNT, in->from = from, in->to = to, in->keep = keep;
+  in->dp_rank = rank;
+}
+
+static void put_drop(Sim *S, int item, Loc at, int rank) {
+  PInstr *in = put(S, ISA_DROP);
+  in->chunk = item / PART_COUNT, in->part = item % PART_COUNT, in->from = at, in->dp_rank = rank;
+}
+
+/* A move of the owner's copy (every rank's without ZeRO-3, or from zero: every rank
+ * creates it). Under ZeRO-3 the other ranks create their device copy when it comes to
+ * the device and drop it when it leaves. */
+static void move(Sim *S, int item, Loc from, Loc to, bool keep) {
+  int o = from == LOC_ZERO ? -1 : owner_of(S, item);
+  put_move(S, item, from, to, keep, o);
+  for (int r = 0; r < S->ranks && o >= 0; r++)
+    if (r != o && to == LOC_DEVICE) put_move(S, item, LOC_ZERO, LOC_DEVICE, false, r);
+    else if (r != o && from == LOC_DEVICE) put_drop(S, item, LOC_DEVICE, r);
   transfer(S, item, from, to);
   event(S, item, from, to);
   if (to == LOC_DEVICE) S->dev[item] = true, S->dev_used += part_size(S, item);
   if (to == LOC_HOST) S->host[item] = true;
-  peaks(S, 0);
+  peaks(S);
   if (!keep && from == LOC_DEVICE) S->dev[item] = false, S->dev_used -= part_size(S, item);
   if (!keep && from == LOC_HOST) S->host[item] = false;
   S->where[item] = to;
   S->pending[item] = true;
 }
 
+/* A drop at the device is every rank's (each holds a copy there), elsewhere the owner's. */
 static void drop(Sim *S, int item, Loc at) {
-  PInstr *in = put(S, ISA_DROP);
-  in->chunk = item / PART_COUNT, in->part = item % PART_COUNT, in->from = at;
+  put_drop(S, item, at, at == LOC_DEVICE ? -1 : owner_of(S, item));
+  if (at == LOC_DEVICE) S->bcast[item] = false;
   event(S, item, at, LOC_NONE);
   if (at == LOC_DEVICE) S->dev[item] = false, S->dev_used -= part_size(S, item);
   if (at == LOC_HOST) S->host[item] = false;
@@ -224,10 +260,26 @@ static double next_use(const Sim *S, int item) {
   return S->next[item] < S->nuses[item] ? S->uses[item][S->next[item]] : INF;
 }
 
-/* A part leaves the device: a clean parameter copy is dropped, a gradient goes home. */
+/* ZeRO-3: one collective over the dp group on a chunk's parameters (a broadcast from
+ * its owner) or gradients (a reduce onto it), in place. */
+static void chunk_comm(Sim *S, IsaCommKind kind, int item) {
+  const OChunk *c = &S->op->chunk[item / PART_COUNT];
+  int tier = item % PART_COUNT == PART_PARAMS ? RT_TIER_PARAMS : RT_TIER_GRADS;
+  int64_t end = c->end < S->p->tiers[tier] ? c->end : S->p->tiers[tier];
+  PInstr *in = put(S, ISA_COMM);
+  in->comm = (PComm){.kind = kind, .tier = {tier, tier}, .off = {c->start, c->start}, .outer = 1,
+                     .n = (end - c->start) / 4, .inner = 1, .group = ISA_GROUP_DP, .root = c->owner};
+}
+
+/* A part leaves the device: a clean parameter copy is dropped, a gradient goes home
+ * (under ZeRO-3 summed onto its owner first). */
 static void evict(Sim *S, int item) {
-  if (item % PART_COUNT == PART_GRADS) move(S, item, LOC_DEVICE, LOC_HOST, false);
-  else drop(S, item, LOC_DEVICE);
+  if (item % PART_COUNT != PART_GRADS) {
+    drop(S, item, LOC_DEVICE);
+    return;
+  }
+  if (S->zero3) chunk_comm(S, ISA_COMM_REDUCE, item);
+  move(S, item, LOC_DEVICE, LOC_HOST, false);
 }
 
 /* The part comes to the device. */
@@ -298,10 +350,12 @@ static double instr_time(const Sim *S, const PInstr *in) {
   return 0;
 }
 
-static void run_instr(Sim *S, const PInstr *in, bool on_host) {
+/* on_host: the kernel of chunk c (>= 0) on its owner's host (every rank's without ZeRO-3). */
+static void run_instr(Sim *S, const PInstr *in, bool on_host, int c) {
   PInstr *x = put(S, in->kind);
   *x = *in;
   x->on_host = on_host;
+  if (on_host && c >= 0 && S->op->chunk[c].owner >= 0) x->dp_rank = S->op->chunk[c].owner;
   double t = instr_time(S, in);
   S->t_main += t;
   S->op->compute_s += t;
@@ -332,7 +386,10 @@ static void plan_step(Sim *S, const PSeq *step) {
       fetch(S, it);
     }
     for (int j = 0; j < nneed[i]; j++) wait_for(S, need[i][j]);
-    run_instr(S, &step->v[i], false);
+    for (int j = 0; j < nneed[i] && S->zero3; j++) /* the owner's copy has landed: to every rank */
+      if (need[i][j] % PART_COUNT == PART_PARAMS && !S->bcast[need[i][j]])
+        chunk_comm(S, ISA_COMM_BROADCAST, need[i][j]), S->bcast[need[i][j]] = true;
+    run_instr(S, &step->v[i], false, -1);
     for (int j = 0; j < nneed[i]; j++) {
       int it = need[i][j];
       S->next[it]++;
@@ -380,7 +437,7 @@ static void plan_host_list(Sim *S, const PSeq *list, bool update) {
       wait_for(S, c * PART_COUNT + PART_GRADS);
       if (update) wait_for(S, c * PART_COUNT + PART_OPT), wait_for(S, c * PART_COUNT + PART_PARAMS);
     }
-    run_instr(S, &list->v[i], c >= 0);
+    run_instr(S, &list->v[i], c >= 0, c);
     bool last = c >= 0 && (i + 1 == list->n || chunk_of[i + 1] != c);
     if (last && update) {
       drop(S, c * PART_COUNT + PART_GRADS, LOC_HOST);
@@ -394,11 +451,31 @@ static void plan_host_list(Sim *S, const PSeq *list, bool update) {
 
 /* ---- the plan ----------------------------------------------------------------------------------- */
 
+/* ZeRO-3: whole chunks to the ranks, the largest first to the least loaded (ties: the
+ * lower rank), each parameter owned by its chunk's owner. */
+static void deal_chunks(Program *p, OffloadPlan *op, int ranks) {
+  int64_t *load = arena_array(p->arena, ranks, sizeof *load);
+  bool *dealt = arena_array(p->arena, op->nchunks + 1, sizeof *dealt);
+  for (int n = 0; n < op->nchunks; n++) {
+    int c = -1, r = 0;
+    for (int k = 0; k < op->nchunks; k++)
+      if (!dealt[k] && (c < 0 || op->chunk[k].end - op->chunk[k].start > op->chunk[c].end - op->chunk[c].start)) c = k;
+    for (int k = 1; k < ranks; k++) r = load[k] < load[r] ? k : r;
+    dealt[c] = true, load[r] += op->chunk[c].end - op->chunk[c].start, op->chunk[c].owner = r;
+    for (int k = op->chunk[c].lo; k < op->chunk[c].hi; k++) p->params[k].owner = r;
+  }
+}
+
 OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
   Arena *a = p->arena;
-  if ((p->microbatches != 1 && !p->scheduled) || p->tp > 1 || p->pp > 1 || p->zero_stage > 0)
-    error_plain("--device-memory plans offload for data parallelism without ZeRO so far (every rank holding the whole "
-                "state at its homes)");
+  if ((p->microbatches != 1 && !p->scheduled) || p->tp > 1 || p->pp > 1)
+    error_plain("--device-memory plans offload for data parallelism (with ZeRO 0 or 3) so far, not with tensor or "
+                "pipeline parallelism");
+  if (p->zero_stage == 1 || p->zero_stage == 2)
+    error_plain("--device-memory plans offload with ZeRO stage 0 (every rank holding the whole state at its homes) or 3 "
+                "(each rank its own chunks), not %lld", (long long)p->zero_stage);
+  bool zero3 = p->zero_stage == 3;
+  int ranks = zero3 ? (int)p->dp : 1;
   int64_t work = up(p->tiers[RT_TIER_WORK], GRANULE);
   int64_t state = up(p->tiers[RT_TIER_PARAMS], GRANULE) + up(p->tiers[RT_TIER_GRADS], GRANULE) + up(p->tiers[RT_TIER_OPT], GRANULE);
   if (work + state <= o->device_memory) return NULL;
@@ -408,11 +485,13 @@ OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
                 "(recompute or a smaller micro-batch lowers it)", o->device_memory / 1048576.0, work / 1048576.0);
   OffloadPlan *op = arena_alloc(a, sizeof *op);
   *op = (OffloadPlan){.capacity = o->device_memory, .work_bytes = p->tiers[RT_TIER_WORK], .state_bytes = state, .granule = GRANULE};
-  /* a chunk's parameters and gradients, and the next chunk's in flight, must fit */
-  op->chunk_bytes = choose_chunk(p, room / 4 - 2 * GRANULE, &op->waste);
+  /* a chunk's parameters and gradients, and the next chunk's in flight, must fit; under
+   * ZeRO-3 no chunk above a rank's share, when the largest parameter allows it */
+  int64_t largest = 0, most = room / 4 - 2 * GRANULE, share = up(p->tiers[RT_TIER_PARAMS] / ranks, 64);
+  for (int k = 0; k < p->nparams; k++) largest = pbytes(p, k) > largest ? pbytes(p, k) : largest;
+  if (ranks > 1 && share >= largest && share < most) most = share;
+  op->chunk_bytes = choose_chunk(p, most, &op->waste);
   if (op->chunk_bytes < 0) {
-    int64_t largest = 0;
-    for (int k = 0; k < p->nparams; k++) largest = pbytes(p, k) > largest ? pbytes(p, k) : largest;
     error_plain("the device memory (%.1f MiB) is too small: beside %.1f MiB of activations it must hold the largest "
                 "parameter (%.1f MiB) with its gradient, and the next ones in flight: at least %.1f MiB",
                 o->device_memory / 1048576.0, work / 1048576.0, largest / 1048576.0,
@@ -420,6 +499,12 @@ OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
   }
   op->chunk = arena_array(a, p->nparams + 1, sizeof *op->chunk);
   op->nchunks = pack(p, op->chunk_bytes, op->chunk, &op->waste);
+  for (int c = 0; c < op->nchunks; c++) op->chunk[c].owner = -1;
+  if (zero3) deal_chunks(p, op, ranks);
+  op->ranks = ranks;
+  op->rank_host_peak = arena_array(a, ranks, sizeof(int64_t));
+  op->rank_nvme_peak = arena_array(a, ranks, sizeof(int64_t));
+  op->rank_transfer = arena_array(a, ranks, sizeof(int64_t));
   /* homes: the host while it holds the state, else NVMe for the optimizer state, then the parameters */
   int64_t pbytes_all = up(p->tiers[RT_TIER_PARAMS], GRANULE), obytes = up(p->tiers[RT_TIER_OPT], GRANULE);
   Loc ph = LOC_HOST, oh = LOC_HOST;
@@ -429,7 +514,8 @@ OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
     op->chunk[c].home[PART_PARAMS] = ph, op->chunk[c].home[PART_GRADS] = LOC_NONE;
     op->chunk[c].home[PART_OPT] = p->tiers[RT_TIER_OPT] ? oh : LOC_NONE;
   }
-  Sim S = {.p = p, .op = op, .o = o, .nitems = op->nchunks * PART_COUNT, .cap = room};
+  Sim S = {.p = p, .op = op, .o = o, .nitems = op->nchunks * PART_COUNT, .cap = room, .ranks = ranks, .zero3 = zero3};
+  S.bcast = arena_array(a, S.nitems, sizeof *S.bcast);
   S.where = arena_array(a, S.nitems, sizeof *S.where);
   S.dev = arena_array(a, S.nitems, sizeof *S.dev);
   S.host = arena_array(a, S.nitems, sizeof *S.host);
@@ -446,7 +532,8 @@ OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
   op->host_at = arena_array(a, total, sizeof *op->host_at);
   op->phase_end = arena_array(a, 3, sizeof(int));
   op->event = arena_array(a, 8 * (total + S.nitems) + 64, sizeof *op->event);
-  op->nvme_peak = pages_at(&S, LOC_NVME);
+  op->nvme_peak = pages_at(&S, LOC_NVME, -1);
+  for (int r = 0; r < ranks; r++) op->rank_nvme_peak[r] = pages_at(&S, LOC_NVME, zero3 ? r : -1);
   PSeq step = p->step, gn = p->gradnorm, upd = p->update;
   plan_step(&S, &step);
   p->step = S.out, S.out = (PSeq){0};
@@ -461,6 +548,7 @@ OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
     if (S.dev[it] || (it % PART_COUNT == PART_GRADS && S.host[it]))
       diag_internal(__FILE__, __LINE__, "offload: a part is not home at the end of the step");
   p->offload = op;
+  p->zero_scheduled = zero3; /* its gathers and reductions are in `step` */
   return op;
 }
 
@@ -474,20 +562,32 @@ void offload_print(FILE *f, const Program *p, const OffloadPlan *op) {
   fprintf(f, "  training state %.1f MiB (%.1fx the device): %d chunks of up to %.2f MiB, %.2f MiB wasted\n",
           mib(op->state_bytes), (double)op->state_bytes / (double)op->capacity, op->nchunks, mib(op->chunk_bytes),
           mib(op->waste));
-  fprintf(f, "  predicted peak: device %.2f MiB, host %.2f MiB, nvme %.2f MiB\n", mib(op->device_peak),
-          mib(op->host_peak), mib(op->nvme_peak));
+  if (op->ranks > 1) {
+    fprintf(f, "  ZeRO-3 over %d data-parallel ranks: each holds its own chunks at their homes; a chunk comes to every\n"
+               "  rank's device from its owner (a broadcast), its gradients go back summed onto the owner (a reduce)\n",
+            op->ranks);
+    fprintf(f, "  predicted peak: device %.2f MiB on every rank\n", mib(op->device_peak));
+    for (int r = 0; r < op->ranks; r++)
+      fprintf(f, "    rank %d: host %.2f MiB, nvme %.2f MiB, moved %.2f MiB a step\n", r, mib(op->rank_host_peak[r]),
+              mib(op->rank_nvme_peak[r]), mib(op->rank_transfer[r]));
+  } else
+    fprintf(f, "  predicted peak: device %.2f MiB, host %.2f MiB, nvme %.2f MiB\n", mib(op->device_peak),
+            mib(op->host_peak), mib(op->nvme_peak));
   fprintf(f, "  transfers %.2f MiB a step: %.4f s of copies, %.4f s hidden behind %.4f s of compute, %.4f s exposed\n",
           mib(op->transfer_bytes), op->transfer_s, op->transfer_s - op->exposed_s < 0 ? 0 : op->transfer_s - op->exposed_s,
           op->compute_s, op->exposed_s);
   fprintf(f, "  chunk placement per phase (home: between steps; forward/backward: fetched to the device as used;\n"
              "  gradient norm and optimizer on the host):\n");
-  fprintf(f, "  chunk  parameters                               MiB   params  grads  opt   fetches a step\n");
+  fprintf(f, "  chunk  parameters                               MiB   params  grads  opt   fetches a step%s\n",
+          op->ranks > 1 ? "  owner" : "");
   for (int c = 0; c < op->nchunks; c++) {
     const OChunk *ch = &op->chunk[c];
     char range[48];
     snprintf(range, sizeof range, "%s..", p->params[ch->lo].node->name);
-    fprintf(f, "  %5d  %-36.36s %7.2f   %-6s  %-5s  %-5s %d\n", c, range, mib(ch->end - ch->start),
+    fprintf(f, "  %5d  %-36.36s %7.2f   %-6s  %-5s  %-5s %-14d", c, range, mib(ch->end - ch->start),
             loc_names[ch->home[PART_PARAMS]], "host", loc_names[ch->home[PART_OPT]], ch->fetches);
+    if (op->ranks > 1) fprintf(f, "  %d", ch->owner);
+    fputc('\n', f);
   }
 }
 

@@ -14,6 +14,23 @@
  * the parameters, in NVMe files; gradients exist only inside a step. When the whole
  * state and the activations fit the device, nothing is offloaded (no plan).
  *
+ * Across data-parallel ranks. Without ZeRO every rank holds the whole state at its
+ * homes (the gradient sums are in `step`, codegen/compose.h). With ZeRO-3 the chunks
+ * are dealt to the ranks (whole chunks, balanced by bytes: a chunk never straddles two
+ * owners) and each rank holds only its own chunks' parameters and optimizer state at
+ * its homes, as Gemini and ZeRO-Infinity do. Every rank runs the same device
+ * residency (the plan below), so a chunk comes to every rank's device at once: its
+ * owner copies it from its home and the others create it (a move from "zero"), and
+ * after the owner's copy has landed one broadcast over the dp group from the owner
+ * fills the others' copies; it leaves by a drop everywhere. A gradient chunk leaves
+ * the device by one reduce onto its owner, whose copy goes home to its host while the
+ * others drop theirs; when it comes back (a tied weight's gradient written again) the
+ * owner brings the partial sum back and the others start from zeros, so the next
+ * reduce adds only what is new. Moves that touch the host or NVMe carry the owner's
+ * dp_rank, the creation of the others' copies one move per other rank; the gradient
+ * norm and the optimizer run on each owner's host for its chunks (codegen/compose.h).
+ * Host and NVMe peaks and the bytes moved are predicted per rank.
+ *
  * The plan, instruction by instruction, over the step's exact access sequence (the
  * lowered program's kernels and GEMMs, each mapped to the chunk parts whose bytes it
  * reads or writes): before an instruction, the parts it needs come to the device
@@ -49,7 +66,9 @@ extern const char *const part_names[PART_COUNT];
 typedef struct OChunk {
   int lo, hi;               /* parameters [lo, hi) of the program */
   int64_t start, end;       /* byte range in PARAMS and GRADS (and OPT, and OPT + opt_v_offset) */
-  Loc home[PART_COUNT];
+  Loc home[PART_COUNT];     /* the owner's homes (every rank's without ZeRO) */
+  int owner;                /* ZeRO-3: the data-parallel rank holding it between steps; -1:
+                             * every rank holds its own copy (ZeRO 0) */
   int fetches;              /* times its parameters come to the device in a step */
 } OChunk;
 
@@ -65,6 +84,8 @@ typedef struct OffloadPlan {
   int nchunks;
   OChunk *chunk;
   int64_t device_peak, host_peak, nvme_peak, transfer_bytes;
+  int ranks;                /* dp with ZeRO-3 (the per-rank figures below differ), else 1 */
+  int64_t *rank_host_peak, *rank_nvme_peak, *rank_transfer; /* [ranks] */
   double compute_s, transfer_s, exposed_s;
   /* memory over the step, one point per instruction of step, gradnorm and update */
   int npoints;
@@ -80,8 +101,9 @@ typedef struct OffloadPlan {
 typedef struct Touch { int tier; int64_t lo, hi; bool write; } Touch;
 int instr_touch(const Program *p, const PInstr *in, Touch *t);
 
-/* Plans p (lowered by lower_program: one rank, one micro-batch) for o and rewrites its
- * step, gradnorm and update lists with the moves; p->offload is set. Returns NULL
+/* Plans p (lowered by lower_program: one pipeline stage and tensor-parallel rank, its
+ * micro-batches unrolled into `step`) for o and rewrites its step, gradnorm and update
+ * lists with the moves; p->offload is set. Returns NULL
  * (p unchanged) when everything fits the device. A budget the plan cannot meet is a
  * user error (error_plain) with the numbers. */
 OffloadPlan *offload_plan(Program *p, const OffloadOptions *o);

@@ -79,9 +79,11 @@ static int check_comm(V *v, const PComm *c) {
 static int check_instr(V *v, const PInstr *in) {
   const Program *p = v->p;
   Touch t[K_MAX_BUFS];
-  bool local = in->kind == ISA_KERNEL || in->kind == ISA_GEMM || in->kind == ISA_ZERO;
+  bool local = in->kind == ISA_KERNEL || in->kind == ISA_GEMM || in->kind == ISA_ZERO || in->kind == ISA_MOVE ||
+               in->kind == ISA_DROP || in->kind == ISA_WAIT;
   if ((in->dp_rank >= 0 || in->tp_rank >= 0) && !local)
-    return fail(v, "%s with a rank condition (only kernels, GEMMs and zeroing are run by some ranks)", isa_op_names[in->kind]);
+    return fail(v, "%s with a rank condition (only kernels, GEMMs, zeroing and offload's moves are run by some ranks)",
+                isa_op_names[in->kind]);
   if ((p->dp > 0 && in->dp_rank >= p->dp) || in->tp_rank >= (p->tp > 1 ? p->tp : 1))
     return fail(v, "condition on dp rank %d or tp rank %d outside the mesh", in->dp_rank, in->tp_rank);
   if (!strcmp(v->list, "sync") && in->kind != ISA_COMM) return fail(v, "sync holds collectives only");
@@ -185,12 +187,14 @@ static int touch_parts(V *v, const Where *w, int tier, int64_t lo, int64_t hi, b
   return 0;
 }
 
-static int walk_offload(V *v, Where *w, const PSeq *s) {
+/* The list as dp rank r runs it (-1: every rank alike). */
+static int walk_offload(V *v, Where *w, const PSeq *s, int r) {
   const Program *p = v->p;
   Touch t[K_MAX_BUFS];
   for (v->at = 0; v->at < s->n; v->at++) {
     const PInstr *in = &s->v[v->at];
     int it = in->chunk * PART_COUNT + in->part;
+    if (in->dp_rank >= 0 && r >= 0 && in->dp_rank != r) continue;
     if (in->kind == ISA_MOVE) {
       if (in->from != LOC_ZERO && !(w->at[it] & 1u << in->from)) return fail(v, "move of chunk %d's %s from %s, where it is not", in->chunk, part_names[in->part], loc_names[in->from]);
       if (w->at[it] & 1u << in->to) return fail(v, "move of chunk %d's %s to %s, where it already is", in->chunk, part_names[in->part], loc_names[in->to]);
@@ -213,24 +217,39 @@ static int walk_offload(V *v, Where *w, const PSeq *s) {
   return 0;
 }
 
+/* A chunk's part's home on dp rank r: its owner's (every rank's when it has none). */
+static unsigned home_bits(const OffloadPlan *op, int it, int r) {
+  const OChunk *c = &op->chunk[it / PART_COUNT];
+  Loc home = c->home[it % PART_COUNT];
+  return home == LOC_NONE || (r >= 0 && c->owner >= 0 && c->owner != r) ? 0 : 1u << home;
+}
+
+/* Each dp rank's walk (one for all without owners): every move from where the part is
+ * on that rank, every touch of a part on the device there and waited for, every part
+ * at that rank's home after update. */
 static int check_offload(V *v) {
   const Program *p = v->p;
   const OffloadPlan *op = p->offload;
-  int n = op->nchunks * PART_COUNT;
+  int n = op->nchunks * PART_COUNT, rc = 0;
+  bool owners = false;
+  for (int c = 0; c < op->nchunks; c++) owners |= op->chunk[c].owner >= 0;
+  if (owners && (p->zero_stage != 3 || p->dp < 1)) return fail(v, "offload chunks with owners outside ZeRO stage 3");
+  for (int c = 0; c < op->nchunks && owners; c++)
+    for (int k = op->chunk[c].lo; k < op->chunk[c].hi; k++)
+      if (op->chunk[c].owner < 0 || p->params[k].owner != op->chunk[c].owner)
+        return fail(v, "chunk %d (owner %d) holds parameter %s of owner %d", c, op->chunk[c].owner, p->params[k].node->name, p->params[k].owner);
   Where w = {calloc(n + 1, 1), calloc(n + 1, sizeof(bool))};
-  int rc = !w.at || !w.busy ? fail(v, "out of memory") : 0;
-  for (int it = 0; !rc && it < n; it++) {
-    Loc home = op->chunk[it / PART_COUNT].home[it % PART_COUNT];
-    if (home != LOC_NONE) w.at[it] = 1u << home;
-  }
-  const PSeq *lists[3] = {&p->step, &p->gradnorm, &p->update};
-  const char *names[3] = {"step", "gradnorm", "update"};
-  for (int l = 0; l < 3 && !rc; l++) v->list = names[l], v->in_step = l == 0, rc = walk_offload(v, &w, lists[l]);
-  v->at = -1;
-  for (int it = 0; !rc && it < n; it++) {
-    Loc home = op->chunk[it / PART_COUNT].home[it % PART_COUNT];
-    unsigned want = home == LOC_NONE ? 0 : 1u << home;
-    if (w.at[it] != want) rc = fail(v, "after update, chunk %d's %s is not at its home (%s) only", it / PART_COUNT, part_names[it % PART_COUNT], loc_names[home]);
+  if (!w.at || !w.busy) rc = fail(v, "out of memory");
+  for (int r = owners ? 0 : -1; !rc && r < (owners ? p->dp : 0); r++) {
+    for (int it = 0; it < n; it++) w.at[it] = (unsigned char)home_bits(op, it, r), w.busy[it] = false;
+    const PSeq *lists[3] = {&p->step, &p->gradnorm, &p->update};
+    const char *names[3] = {"step", "gradnorm", "update"};
+    for (int l = 0; l < 3 && !rc; l++) v->list = names[l], v->in_step = l == 0, rc = walk_offload(v, &w, lists[l], r);
+    v->at = -1;
+    for (int it = 0; !rc && it < n; it++)
+      if (w.at[it] != home_bits(op, it, r))
+        rc = fail(v, "after update, chunk %d's %s is not at its home (%s) only on dp rank %d", it / PART_COUNT,
+                  part_names[it % PART_COUNT], loc_names[op->chunk[it / PART_COUNT].home[it % PART_COUNT]], r);
   }
   free(w.at), free(w.busy);
   return rc;

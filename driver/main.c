@@ -78,8 +78,8 @@ static void usage(FILE *f) {
         "                    (the default when nothing else is asked for)\n"
         "  --dump-ir         print the verified IR, one op per line with its shape\n"
         "  --dump-after=PASS print the IR after a pass: partition, decompose, autodiff or\n"
-        "                    recompute; or the kernels and the program after lower, zero,\n"
-        "                    offload, compose or share\n"
+        "                    recompute; or the kernels and the program after lower, offload,\n"
+        "                    zero, compose or share\n"
         "  --emit-kernels F  write the generated kernels (kernel form) and the program to F\n"
         "  -h, --help        print this help\n"
         "  --version         print the version\n", f);
@@ -110,7 +110,7 @@ enum { RC_AUTO = RC_COUNT };
 /* The passes after the front end and the plan, in the order run_passes runs them; the
  * first four rewrite the IR, the others the program (--dump-after). */
 static const char *const pass_names[] = {"partition", "decompose", "autodiff", "recompute",
-                                         "lower",     "zero",      "offload",  "compose", "share"};
+                                         "lower",     "offload",   "zero",  "compose", "share"};
 enum { NPASSES = sizeof pass_names / sizeof *pass_names };
 
 static const char *const rc_option_names[RC_COUNT + 1] = {"none", "selective", "full", "auto"};
@@ -658,10 +658,10 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
   progress("lowering to kernels");
   lower(b);                                                      /* requires: autodiff */
   after_program(b, "lower");
-  schedule_zero(b);                                              /* requires: lower */
-  after_program(b, "zero");
-  if (b->nps == 1) plan_offload(b);                              /* requires: lower; one rank */
+  if (b->nps == 1) plan_offload(b);                              /* requires: lower; one stage */
   after_program(b, "offload");
+  schedule_zero(b);                                              /* requires: offload (ZeRO-3 offload places its own) */
+  after_program(b, "zero");
   compose_step(b->ps, b->nps);                                   /* requires: the plan, zero, offload */
   after_program(b, "compose");
   program_share_kernels(b->ps[0]);                               /* requires: every pass that adds kernels */

@@ -141,6 +141,11 @@ static void nccl_host_all_reduce(Comm *c, double *vals, int count, CommRed op)
     nc(c)->host->host_all_reduce(nc(c)->host, vals, count, op);
 }
 
+static void nccl_host_reduce(Comm *c, float *buf, int64_t count, int root)
+{
+    nc(c)->host->host_reduce(nc(c)->host, buf, count, root);
+}
+
 static void nccl_abort(Comm *c, int code) __attribute__((noreturn));
 static void nccl_abort(Comm *c, int code)
 {
@@ -328,7 +333,8 @@ Comm *comm_nccl_new(Comm *host, int own_host, const CudaApi *api, CUstream strea
                   .broadcast = nccl_broadcast, .send = nccl_send, .recv = nccl_recv, .barrier = nccl_barrier,
                   .split = nccl_split, .isend = nccl_isend, .recv_tag = nccl_recv_tag,
                   .wait_sends = nccl_wait_sends, .connect = nccl_connect,
-                  .host_all_reduce = nccl_host_all_reduce, .abort = nccl_abort, .destroy = nccl_destroy};
+                  .host_all_reduce = nccl_host_all_reduce,
+                  .host_reduce = nccl_host_reduce, .abort = nccl_abort, .destroy = nccl_destroy};
     NcclId u;
     memset(&u, 0, sizeof u);
     if (host->rank == 0)

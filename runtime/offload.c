@@ -46,6 +46,7 @@ struct Offload {
     uint32_t *nv[RT_PARTS];    /* parts holding each NVMe page of the tier */
     int64_t nv_bytes;          /* NVMe pages held, bytes */
     int64_t granule;
+    int rank;                  /* the dp rank: which chunks it holds (RtChunk.owner) */
     int64_t dev_base;          /* WORK (and staging) on the device, granules */
     unsigned char *where;      /* [nchunks * RT_PARTS] */
     uint64_t *last;            /* [nchunks * RT_PARTS] queue position after the part's last job */
@@ -462,10 +463,16 @@ int offload_drain(Offload *o, char *err, size_t errlen)
 
 /* ---- between steps --------------------------------------------------------------- */
 
+/* Whether this rank holds chunk c between steps (ZeRO-3: it owns it). */
+static int held(const Offload *o, int c)
+{
+    return o->p->offload.chunks[c].owner < 0 || o->p->offload.chunks[c].owner == o->rank;
+}
+
 static unsigned home_bits(const Offload *o, int c, int part)
 {
     RtLoc h = o->p->offload.chunks[c].home[part];
-    return h == RT_LOC_NONE ? 0 : loc_bit(h);
+    return h == RT_LOC_NONE || !held(o, c) ? 0 : loc_bit(h);
 }
 
 static void where_text(unsigned w, char *buf, size_t len)
@@ -541,7 +548,7 @@ int offload_params_to_device(Offload *o, char *err, size_t errlen)
     for (int c = 0; c < o->p->offload.nchunks; c++) {
         OffJob j = {0, c, RT_TIER_PARAMS, o->p->offload.chunks[c].home[RT_TIER_PARAMS],
                     RT_LOC_DEVICE, 1, "sampling", -1, 0};
-        if (!(o->where[c * RT_PARTS + RT_TIER_PARAMS] & loc_bit(RT_LOC_DEVICE)))
+        if (held(o, c) && !(o->where[c * RT_PARTS + RT_TIER_PARAMS] & loc_bit(RT_LOC_DEVICE)))
             off_queue(o, &j);
     }
     return offload_drain(o, err, errlen);
@@ -563,7 +570,11 @@ static int state_io(Offload *o, int part, char *buf, int to_home, char *err, siz
         int nr = program_part_ranges(o->p, c, part, off);
         for (int k = 0; k < nr; k++) {
             int rc = 0;
-            if (h == RT_LOC_NVME)
+            if (!held(o, c) && !to_home)
+                memset(buf + off[k], 0, (size_t)n);
+            else if (!held(o, c))
+                continue;
+            else if (h == RT_LOC_NVME)
                 rc = to_home ? nv_write(o, part, buf + off[k], off[k], n, msg)
                              : nv_read(o, part, buf + off[k], off[k], n, msg);
             else if (h == RT_LOC_DEVICE && to_home)
@@ -667,7 +678,7 @@ static int place_homes(Offload *o, char *err, size_t errlen)
             OffJob j = {0, c, part, RT_LOC_ZERO, h, 0, "start-up", -1, 0};
             int64_t off[2], n = o->p->offload.chunks[c].end - o->p->offload.chunks[c].start;
             int nr = program_part_ranges(o->p, c, part, off);
-            for (int k = 0; h != RT_LOC_NONE && k < nr; k++)
+            for (int k = 0; h != RT_LOC_NONE && held(o, c) && k < nr; k++)
                 if (commit_at(o, &j, h, part, off[k], n, msg) != 0)
                     return file_set_error(err, errlen, "%s", msg);
             o->where[c * RT_PARTS + part] = (unsigned char)home_bits(o, c, part);
@@ -714,14 +725,14 @@ static int offload_setup(Offload *o, Device *host_dev, const char *nvme_dir, cha
     return place_homes(o, err, errlen);
 }
 
-int offload_init(Executor *ex, Device *host_dev, const char *nvme_dir, char *err,
+int offload_init(Executor *ex, Device *host_dev, const char *nvme_dir, int dp_rank, char *err,
                  size_t errlen)
 {
     Offload *o = calloc(1, sizeof *o);
     if (!o)
         return file_set_error(err, errlen, "out of memory");
     int64_t g = ex->dev->granule > 0 ? ex->dev->granule : 64;
-    o->ex = ex, o->p = ex->prog, o->granule = g;
+    o->ex = ex, o->p = ex->prog, o->granule = g, o->rank = dp_rank;
     o->st.capacity = ex->prog->offload.device_capacity;
     o->dev_base = (exec_tier_bytes(ex, RT_TIER_WORK) + g - 1) / g * g +
                   (ex->staging_bytes + g - 1) / g * g;

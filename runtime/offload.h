@@ -72,10 +72,13 @@ typedef struct OffloadStats {
 int offload_uses_nvme(const RtProgram *p);
 
 /* Sets up ex->off for ex's offload program (PARAMS, GRADS and OPT reserved by
- * exec_init_reserved): the host location on host_dev, the NVMe files under nvme_dir
- * (required when offload_uses_nvme), every part committed at its home (its data is
- * written by offload_push), and the copy thread. 0, or -1 with a message. */
-int offload_init(Executor *ex, Device *host_dev, const char *nvme_dir, char *err,
+ * exec_init_reserved) on data-parallel rank dp_rank: the host location on host_dev, the
+ * NVMe files under nvme_dir (required when offload_uses_nvme), every part this rank
+ * holds committed at its home (its data is written by offload_push), and the copy
+ * thread. A rank holds every chunk, or under ZeRO-3 the chunks it owns; the others
+ * have no home there and come to its device only inside a step. 0, or -1 with a
+ * message. */
+int offload_init(Executor *ex, Device *host_dev, const char *nvme_dir, int dp_rank, char *err,
                  size_t errlen);
 /* Stops the copy thread, frees the host location, removes the files (exec_free). */
 void offload_free(Offload *o);
@@ -103,13 +106,16 @@ int offload_end_step(Offload *o, char *err, size_t errlen);
  * named `why`; for a step list run alone. 0, or -1 with a message. */
 int offload_home(Offload *o, const char *why, char *err, size_t errlen);
 /* Brings every chunk's parameters to the device too (kept at home), for `forward`;
- * offload_home takes them back. 0, or -1 with a message. */
+ * offload_home takes them back (every chunk this rank holds: a ZeRO-3 program does
+ * not sample). 0, or -1 with a message. */
 int offload_params_to_device(Offload *o, char *err, size_t errlen);
 /* Device bytes (granules) the WORK tier and every parameter together need. */
 int64_t offload_sample_bytes(const Offload *o);
 
 /* The PARAMS and OPT state (host buffers laid out as the tiers) from / to each
- * part's home; between steps only. 0, or -1 with a message (an NVMe error). */
+ * part's home, of the chunks this rank holds; between steps only. A pull zeroes the
+ * ranges of the chunks it does not hold (so that a sum over the dp ranks assembles
+ * the whole state). 0, or -1 with a message (an NVMe error). */
 int offload_pull(Offload *o, char *params, char *opt, char *err, size_t errlen);
 int offload_push(Offload *o, const char *params, const char *opt, char *err, size_t errlen);
 

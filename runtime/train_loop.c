@@ -136,6 +136,19 @@ static int trainer_host_pull(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+/* ZeRO-3 with offload: each rank pulled the chunks it owns (zeros elsewhere); their sum
+ * over the dp group is the whole state, on dp rank 0, which writes the files. */
+static void trainer_assemble(Trainer *t, int opt)
+{
+    const RtProgram *p = t->prog;
+    Comm *c = t->mesh.dp_comm;
+    if (!t->ex.off || p->zero_stage != 3)
+        return;
+    c->host_reduce(c, (float *)t->host[RT_TIER_PARAMS], p->tiers[RT_TIER_PARAMS] / 4, 0);
+    if (opt && p->tiers[RT_TIER_OPT] > 0)
+        c->host_reduce(c, (float *)t->host[RT_TIER_OPT], p->tiers[RT_TIER_OPT] / 4, 0);
+}
+
 /* Offload keeps the state at its homes; the whole-state host copies for file I/O
  * (calloc'd, so mapped on demand) give their memory back between uses, so that the
  * host holds the state once, not twice. */
@@ -320,7 +333,8 @@ static void trainer_banner(Trainer *t)
     printf("data parallel: %d ranks (%s) | global batch %" PRId64 " x %" PRId64
            " | zero %d", t->mesh.dp, via, t->global_batch, p->seq, t->zero.stage);
     if (p->offload.on) { /* the state is at its homes: the offload line says where */
-        printf(" | every rank holds the whole state at its homes\n");
+        printf(" | %s\n", t->zero.stage == 3 ? "each rank holds its own chunks at their homes"
+                                             : "every rank holds the whole state at its homes");
         return;
     }
     printf(" | memory of the largest rank:");
@@ -344,13 +358,19 @@ static int trainer_agree(Trainer *t, int failed, char *err, size_t errlen)
     return -1;
 }
 
-/* What offload runs with (program.h): data parallelism without ZeRO, each rank holding
- * the whole state at its homes. */
+/* What offload runs with (program.h): data parallelism, each rank holding the whole
+ * state at its homes (ZeRO 0) or its own chunks (ZeRO 3). */
 static int trainer_check_offload(Trainer *t, char *err, size_t errlen)
 {
-    if (t->prog->mesh.tp > 1 || t->prog->mesh.pp > 1 || t->prog->zero_stage > 0)
+    int z = (int)t->prog->zero_stage;
+    if (t->prog->mesh.tp > 1 || t->prog->mesh.pp > 1 || (z != 0 && z != 3))
         return file_set_error(err, errlen, "internal error: an offload program with a tensor- or "
-                              "pipeline-parallel mesh or a ZeRO stage");
+                              "pipeline-parallel mesh or ZeRO stage %d", z);
+    if (z == 3 && t->opts->sample > 0)
+        return file_set_error(err, errlen, "--sample: this program keeps each rank's share of the "
+                              "parameters at its homes (ZeRO-3 with offload), and `forward` needs "
+                              "them all on one device; sample from the saved parameters with a "
+                              "program compiled without offload");
     return 0;
 }
 
@@ -382,7 +402,7 @@ static int trainer_init_offload(Trainer *t, const RtKernelFn *kernels, char *err
         !(host = t->host_dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen)))
         return -1;
     const char *nvme = trainer_nvme_dir(t, err, errlen);
-    if ((t->opts->nvme_dir && !nvme) || offload_init(&t->ex, host, nvme, err, errlen) != 0)
+    if ((t->opts->nvme_dir && !nvme) || offload_init(&t->ex, host, nvme, t->mesh.dp_rank, err, errlen) != 0)
         return -1;
     int64_t need = offload_sample_bytes(t->ex.off);
     if (t->opts->sample > 0 && need > p->offload.device_capacity)
@@ -858,8 +878,9 @@ static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen)
     zero_gather_params(&t->zero, &t->ex);
     zero_gather_opt(&t->zero, &t->ex);
     rc = trainer_host_pull(t, err, errlen); /* one rank when it fails (offload) */
-    if (rc != 0)
+    if (trainer_agree(t, rc != 0, err, errlen) != 0)
         return -1;
+    trainer_assemble(t, 1);
     if (!t->mesh.trivial)
         mesh_gather(&t->mesh, t->gstate[0], t->gstate[1], t->host[RT_TIER_PARAMS],
                     t->host[RT_TIER_OPT], 1);
@@ -908,11 +929,11 @@ int trainer_run(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
-static void report_one(const char *what, int64_t got, const RtOffload *f, int k)
+static void report_one(const char *what, int64_t got, const int64_t *pred, int k)
 {
     printf(" | %s %.2f MiB", what, (double)got / (1 << 20));
-    if (f->has_predicted)
-        printf(" (predicted %.2f MiB)", (double)f->predicted[k] / (1 << 20));
+    if (pred)
+        printf(" (predicted %.2f MiB)", (double)pred[k] / (1 << 20));
 }
 
 /* The measured peaks, bytes moved and time waited, beside the plan's prediction:
@@ -922,6 +943,7 @@ static void trainer_offload_report(Trainer *t)
     static const char *const keys[4] = {"device_peak", "host_peak", "nvme_peak",
                                         "transfer_bytes"};
     const RtOffload *f = &t->prog->offload;
+    const int64_t *pred = f->has_predicted ? f->predicted[f->npredicted > 1 ? t->mesh.dp_rank : 0] : NULL;
     OffloadStats s;
     offload_stats(t->ex.off, &s);
     int64_t per_step = t->off_steps > 0 ? t->off_moved / t->off_steps : 0;
@@ -930,11 +952,11 @@ static void trainer_offload_report(Trainer *t)
         printf("rank %d: ", t->comm->rank);
     printf("offload: device peak %.2f MiB of %.2f MiB capacity", (double)got[0] / (1 << 20),
            (double)s.capacity / (1 << 20));
-    if (f->has_predicted)
-        printf(" (predicted %.2f MiB)", (double)f->predicted[0] / (1 << 20));
-    report_one("host peak", got[1], f, 1);
-    report_one("nvme peak", got[2], f, 2);
-    report_one("moved per step", got[3], f, 3);
+    if (pred)
+        printf(" (predicted %.2f MiB)", (double)pred[0] / (1 << 20));
+    report_one("host peak", got[1], pred, 1);
+    report_one("nvme peak", got[2], pred, 2);
+    report_one("moved per step", got[3], pred, 3);
     printf(" | %" PRId64 " moves, %" PRId64 " drops | waited %.1f ms\n", s.moves, s.drops,
            s.wait_ms);
     fflush(stdout);
@@ -944,8 +966,8 @@ static void trainer_offload_report(Trainer *t)
             t->step, s.capacity);
     for (int k = 0; k < 4; k++)
         fprintf(t->log, ", \"%s\": %" PRId64, keys[k], got[k]);
-    for (int k = 0; k < 4 && f->has_predicted; k++)
-        fprintf(t->log, ", \"predicted_%s\": %" PRId64, keys[k], f->predicted[k]);
+    for (int k = 0; k < 4 && pred; k++)
+        fprintf(t->log, ", \"predicted_%s\": %" PRId64, keys[k], pred[k]);
     fprintf(t->log, ", \"steps\": %" PRId64 ", \"moved_bytes\": %" PRId64 ", \"moves\": %" PRId64
             ", \"drops\": %" PRId64, t->off_steps, s.moved + s.moved_runtime, s.moves, s.drops);
     json_num(t->log, "wait_ms", s.wait_ms, "%.3f");
@@ -1016,6 +1038,7 @@ int trainer_finish(Trainer *t, char *err, size_t errlen)
         bad = !t->ex.off && trainer_host_pull(t, err, errlen) != 0;
         if (trainer_agree(t, bad, err, errlen) != 0)
             return -1;
+        trainer_assemble(t, 0);
         if (!t->mesh.trivial)
             mesh_gather(&t->mesh, t->gstate[0], NULL, t->host[RT_TIER_PARAMS], NULL, 0);
     }

@@ -575,8 +575,10 @@ static int parse_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram
         pj_opt_int(pj, o, path, "tp_rank", 0, p->mesh.tp - 1, -1, &tp))
         return -1;
     in->dp_rank = (int)dp, in->tp_rank = (int)tp;
-    if ((dp >= 0 || tp >= 0) && op != ISA_KERNEL && op != ISA_GEMM && op != ISA_ZERO)
-        return pj_fail(pj, path, "dp_rank", "a rank condition only on kernel, gemm and zero");
+    if ((dp >= 0 || tp >= 0) && op != ISA_KERNEL && op != ISA_GEMM && op != ISA_ZERO &&
+        op != ISA_MOVE && op != ISA_DROP && op != ISA_WAIT)
+        return pj_fail(pj, path, "dp_rank", "a rank condition only on kernel, gemm, zero and "
+                       "offload's move, drop and wait");
     if ((cJSON_GetObjectItemCaseSensitive(o, "last_microbatch") &&
          pj_bool(pj, o, path, "last_microbatch", &in->last_mb)) ||
         (cJSON_GetObjectItemCaseSensitive(o, "overlap") && pj_bool(pj, o, path, "overlap", &in->overlap)))
@@ -972,17 +974,25 @@ static int parse_chunk(Pj *pj, const cJSON *o, const char *path, RtProgram *p, i
     int prev_hi = c ? p->offload.chunks[c - 1].hi : 0;
     if (!cJSON_IsObject(o))
         return pj_fail(pj, path, "", "expected an object");
-    if (pj_ints(pj, o, path, "params", 2, 0, p->nparams, lh) || parse_home(pj, o, path, ch))
+    int64_t owner = -1;
+    if (pj_ints(pj, o, path, "params", 2, 0, p->nparams, lh) || parse_home(pj, o, path, ch) ||
+        pj_opt_int(pj, o, path, "owner", 0, p->mesh.dp > 0 ? p->mesh.dp - 1 : 0, -1, &owner))
         return -1;
+    ch->owner = (int)owner;
     if (lh[0] != prev_hi || lh[1] <= lh[0])
         return pj_fail(pj, path, "params", "chunks must hold the parameters in program order, "
                        "each chunk at least one, starting where the previous chunk ended");
     ch->lo = (int)lh[0], ch->hi = (int)lh[1];
+    if ((owner >= 0) != (p->zero_stage == 3))
+        return pj_fail(pj, path, "owner", owner >= 0 ? "only at ZeRO stage 3"
+                                                     : "missing (ZeRO-3 deals each chunk to a rank)");
     for (int i = ch->lo; i < ch->hi; i++) {
         const RtParam *q = &p->params[i], *b = i ? &p->params[i - 1] : NULL;
         if (b && q->offset < b->offset + b->numel * 4)
             return pj_fail(pj, path, "params", "the parameters of an offload program must lie "
                            "in program order in the tiers, without overlap");
+        if (owner >= 0 && q->owner != owner)
+            return pj_fail(pj, path, "owner", "a parameter of the chunk has another owner");
     }
     const RtParam *last = &p->params[ch->hi - 1];
     ch->start = p->params[ch->lo].offset;
@@ -1024,8 +1034,8 @@ static int check_offload_plan(Pj *pj, const RtProgram *p)
     if (p->mesh.tp > 1 || p->mesh.pp > 1)
         return pj_fail(pj, "", "offload", "an offload program runs on unsplit ranks (its mesh "
                        "has tp or pp above 1)");
-    if (p->zero_stage > 0)
-        return pj_fail(pj, "", "offload", "an offload program cannot also plan a ZeRO stage");
+    if (p->zero_stage == 1 || p->zero_stage == 2)
+        return pj_fail(pj, "", "offload", "an offload program runs at ZeRO stage 0 or 3");
     if (p->microbatches > 1 && !p->scheduled)
         return pj_fail(pj, "", "offload", "an offload program with several micro-batches must be "
                        "scheduled (its `step` creates the gradients once)");
@@ -1085,11 +1095,30 @@ static int parse_predicted(Pj *pj, const cJSON *r, RtProgram *p)
         return 0;
     if (!cJSON_IsObject(o))
         return pj_fail(pj, "", "predicted", "expected an object");
-    for (int k = 0; k < 4; k++)
-        if (pj_int(pj, o, "predicted", keys[k], 0, INT64_MAX / 2, &p->offload.predicted[k]) != 0)
-            return -1;
-    p->offload.has_predicted = 1;
-    return 0;
+    /* each figure one number, or (ZeRO-3) one per dp rank but the device's */
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "host_peak");
+    RtOffload *f = &p->offload;
+    f->npredicted = cJSON_IsArray(h) ? cJSON_GetArraySize(h) : 1;
+    if (f->npredicted < 1 || (f->npredicted > 1 && f->npredicted != p->mesh.dp))
+        return pj_fail(pj, "predicted", "host_peak", "expected a number or one per dp rank");
+    if (!(f->predicted = calloc((size_t)f->npredicted, sizeof *f->predicted)))
+        return file_set_error(pj->err, pj->errlen, "program: out of memory");
+    int64_t *v = malloc((size_t)f->npredicted * sizeof *v);
+    int rc = v ? 0 : file_set_error(pj->err, pj->errlen, "program: out of memory");
+    for (int k = 0; k < 4 && rc == 0; k++) {
+        if (k == 0 || f->npredicted == 1) {
+            rc = pj_int(pj, o, "predicted", keys[k], 0, INT64_MAX / 2, &v[0]);
+            for (int k2 = 1; k2 < f->npredicted; k2++)
+                v[k2] = v[0];
+        } else {
+            rc = pj_ints(pj, o, "predicted", keys[k], f->npredicted, 0, INT64_MAX / 2, v);
+        }
+        for (int q = 0; q < f->npredicted && rc == 0; q++)
+            f->predicted[q][k] = v[q];
+    }
+    free(v);
+    f->has_predicted = rc == 0;
+    return rc;
 }
 
 /* ZeRO's plan: from stage 1 a fixed dp and every parameter's owner among its ranks
@@ -1127,11 +1156,9 @@ static int parse_zero_scheduled(Pj *pj, const cJSON *r, RtProgram *p)
         return 0;
     if (p->zero_stage < 2)
         return pj_fail(pj, "", "zero_scheduled", "needs zero_stage 2 or 3");
-    if (p->scheduled || p->mesh.pp > 1)
+    if ((p->scheduled && !p->offload.on) || p->mesh.pp > 1)
         return pj_fail(pj, "", "zero_scheduled", "needs an unscheduled one-stage program (ZeRO "
                        "inside a pipeline schedule is not supported)");
-    if (p->offload.on)
-        return pj_fail(pj, "", "zero_scheduled", "an offload program cannot also schedule ZeRO");
     return 0;
 }
 
@@ -1300,6 +1327,7 @@ void program_free(RtProgram *p)
     free(p->update.instr);
     free(p->forward.instr);
     free(p->offload.chunks);
+    free(p->offload.predicted);
     for (int i = 0; p->kernel_names && i < p->nkernels; i++)
         free(p->kernel_names[i]);
     free(p->kernel_names);

@@ -176,6 +176,7 @@ typedef struct RtChunk {
     int64_t start, end;    /* [start, end) of PARAMS and GRADS; of OPT (and, AdamW, OPT
                               at opt_v_offset + the range) */
     RtLoc home[RT_PARTS];  /* params and opt: device, host or nvme; grads: none */
+    int owner;             /* ZeRO-3: the dp rank holding it at its homes; -1: every rank */
 } RtChunk;
 
 /* "offload" (program.h); on = 0 for a program without it. */
@@ -185,7 +186,9 @@ typedef struct RtOffload {
     RtChunk *chunks;         /* [nchunks], in tier order, covering every byte */
     int nchunks;
     int has_predicted;       /* "predicted" given: */
-    int64_t predicted[4];    /* device_peak, host_peak, nvme_peak, transfer_bytes */
+    int64_t (*predicted)[4]; /* [npredicted]: device_peak, host_peak, nvme_peak,
+                                transfer_bytes of each dp rank (ZeRO-3), or of all (one) */
+    int npredicted;
 } RtOffload;
 
 /* The mesh of program.h: data-, tensor- and pipeline-parallel group sizes. */

@@ -27,6 +27,7 @@ int zero_init(Zero *z, const RtProgram *p, Comm *c, char *err, size_t errlen)
     for (int i = 0; i < p->nparams; i++)
         z->owned[i] = z->stage == 0 || p->params[i].owner == c->rank;
     z->scheduled = p->zero_scheduled;
+    z->offload = p->offload.on;
     return 0;
 }
 
@@ -108,7 +109,7 @@ static float *tier_floats(Executor *ex, int tier, int64_t offset)
 void zero_gather_params(Zero *z, Executor *ex)
 {
     const RtProgram *p = z->prog;
-    if (z->stage < 3 || z->gathered)
+    if (z->stage < 3 || z->gathered || z->offload)
         return;
     for (int i = 0; i < p->nparams; i++) {
         const RtParam *q = &p->params[i];
@@ -187,7 +188,7 @@ void zero_gather_opt(Zero *z, Executor *ex)
     const RtProgram *p = z->prog;
     Comm *c = z->comm;
     int64_t off[2];
-    if (z->stage == 0 || z->opt_gathered)
+    if (z->stage == 0 || z->opt_gathered || z->offload)
         return;
     for (int i = 0; i < p->nparams; i++) {
         int n = opt_ranges(p, i, off), from = owner(z, i);
@@ -235,6 +236,8 @@ static uint64_t params_hash(const RtProgram *p, Executor *ex, const char *base, 
 int zero_check_replicas(Zero *z, Executor *ex, const char *params, char *err, size_t errlen)
 {
     int64_t most = 1;
+    if (z->offload && z->stage == 3)
+        return 0;
     const char *base = params ? params : exec_host_tier(ex, RT_TIER_PARAMS);
     for (int i = 0; i < z->prog->nparams; i++)
         most = z->prog->params[i].numel > most ? z->prog->params[i].numel : most;

@@ -35,6 +35,11 @@
  * likewise 1/world of the parameters plus those in use (one layer's, and the tied
  * embedding through the forward pass): the peak falls with the number of ranks.
  * Sampling, checkpoints and --save still gather the whole PARAMS tier for their time.
+ *
+ * ZeRO-3 with offload (codegen/offload.h): the owners' chunks live at their homes and
+ * the compiled `step` moves, broadcasts and reduces them itself; the offload state
+ * (runtime/offload.h) keeps the memory, so here nothing is committed, gathered or
+ * released, and the trainer assembles checkpoints from the homes (offload_pull).
  */
 #ifndef COLOSSALC_RUNTIME_TRAIN_ZERO_H
 #define COLOSSALC_RUNTIME_TRAIN_ZERO_H
@@ -55,6 +60,7 @@ typedef struct Zero {
                                gather; the step's own gathers are counted commits) */
     int scheduled;          /* the program is zero_scheduled: `step` gathers and reduces */
     int opt_gathered;       /* rank 0 holds every parameter's optimizer state */
+    int offload;            /* an offload program: its state is offload's (no-ops here) */
 } Zero;
 
 /* The program's stage and ownership (its parameters' "owner", dealt by the compiler)
@@ -90,7 +96,9 @@ void zero_release_opt(Zero *z, Executor *ex);
 
 /* All ranks: 0 when every rank holds the same parameters (bit for bit), else -1
  * with a message. Parameters must be gathered; params, when not NULL, is a host copy
- * of the PARAMS tier to check instead (an offload program's, read from its homes). */
+ * of the PARAMS tier to check instead (an offload program's, read from its homes).
+ * Under ZeRO-3 with offload each parameter has one copy (its owner's): nothing to
+ * compare. */
 int zero_check_replicas(Zero *z, Executor *ex, const char *params, char *err, size_t errlen);
 
 #endif

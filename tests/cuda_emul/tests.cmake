@@ -52,7 +52,7 @@ endif()
 # (the runtime's), ZeRO 3 compiled into the step, TP, PP 1F1B and interleaved (with the
 # tied embedding's gradient summed over the stages), and DP x TP x PP on 8 ranks.
 set(cuda_mr_tests cuda_emul_tp2 cuda_emul_pp2_1f1b cuda_emul_pp2_interleaved cuda_emul_dp2_tp2_pp2
-    cuda_emul_dp2_zero3_step cuda_emul_offload_dp2 cuda_emul_dp2_overlap)
+    cuda_emul_dp2_zero3_step cuda_emul_offload_dp2 cuda_emul_offload_dp2_zero3 cuda_emul_dp2_overlap)
 foreach(z 0 1 2 3)
   add_test(NAME cuda_emul_dp2_zero${z} COMMAND ${mr_equal} 2 ${z})
   list(APPEND cuda_mr_tests cuda_emul_dp2_zero${z})
@@ -64,6 +64,7 @@ add_test(NAME cuda_emul_pp2_interleaved
 add_test(NAME cuda_emul_dp2_tp2_pp2 COMMAND ${mr_mesh} dp2_tp2_pp2 2 2 2 --microbatch-size 1 ${megatron})
 add_test(NAME cuda_emul_dp2_zero3_step COMMAND ${mr_zero} dp2_zero3_step 2 1 3)
 add_test(NAME cuda_emul_offload_dp2 COMMAND ${mr_offload} 2 host) # offload across 2 ranks, moves on copy streams
+add_test(NAME cuda_emul_offload_dp2_zero3 COMMAND ${mr_offload} 2 host 3) # ZeRO-3's chunks: NCCL broadcasts and reduces
 # a data-parallel plan: its gradient buckets overlap backward on the communication stream
 add_test(NAME cuda_emul_dp2_overlap COMMAND ${mr_mesh} dp2_overlap 2 1 1 --microbatch-size 2)
 # The streams lag behind the host (each operation 50 us late, as on a busy GPU), so

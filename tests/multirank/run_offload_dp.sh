@@ -10,19 +10,22 @@
 # folder per rank, which are gone after the run. With mb2, a plan of NP ranks (ZeRO 0)
 # gives each rank 2 micro-batches of one row (the compiler writes both into the step,
 # and the offload plan keeps the gradients across them), against one rank of 2 NP rows.
+# With ZERO 3, a plan of NP ranks at ZeRO stage 3: the chunks are dealt to the ranks,
+# each holding only its own at its homes (codegen/offload.h), and the run also saves a
+# checkpoint after 2 steps and resumes from it to step 4, again equal to one rank.
 # DEVICE=cuda EMUL=DIR (device.sh): the ranks run the emulated CUDA device.
-# Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [host|nvme|mb2]
+# Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [host|nvme|mb2] [ZERO]
 set -eu
-cc=$1 work=$2 py=$3 src=$4 mpirun=$5 np=$6 mode=${7:-host}
-run=$work/offload-dp$np-$mode${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdir -p "$run" && cd "$run"
+cc=$1 work=$2 py=$3 src=$4 mpirun=$5 np=$6 mode=${7:-host} zero=${8:-0}
+run=$work/offload-dp$np-$mode-z$zero${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdir -p "$run" && cd "$run"
 . "$src/tests/multirank/device.sh"
 model="$src/models/gpt2-tiny.model"
 cfg="--set seq=16 --set d=256 --set layers=4"
 args="--data $work/genesis.bin --steps 4 --threads 1 --eps 1e-6"
 rows=$np cplan="--set batch=1"
-if [ "$mode" = mb2 ]; then
-  rows=$((2 * np))
-  cplan="--set batch=$rows --gpus $np --gpu cpu --dp $np --tp 1 --pp 1 --zero 0 --microbatch-size 1"
+[ "$mode" = mb2 ] && rows=$((2 * np))
+if [ "$mode" = mb2 ] || [ "$zero" != 0 ]; then
+  cplan="--set batch=$rows --gpus $np --gpu cpu --dp $np --tp 1 --pp 1 --zero $zero --microbatch-size 1"
 fi
 "$cc" "$model" $cfg --set batch="$rows" -o train-ref 2> /dev/null
 ./train-ref $args --device cpu --log one.jsonl --save one.safetensors > one.out
@@ -52,7 +55,17 @@ grep '^rank [0-9]*: offload: ' many.out | awk -v np="$np" -v mode="$mode" '
     if (mode == "nvme" && w[1] == "nvme" && got + 0 == 0) { print "rank " rank ": nothing on NVMe"; bad++ }
     ranks++ }
   END { if (ranks != np) { print "expected " np " offload reports, got " ranks; exit 1 } exit bad > 0 }'
+if [ "$zero" = 3 ]; then # checkpoints from the owners' homes, and back into them
+  timeout 600 $mpirun -np "$np" ./train-off $args $tflags $devargs --steps 2 --ckpt-dir ck --ckpt-every 2 \
+    --log resumed.jsonl > first.out 2>&1 || { tail -20 first.out; exit 1; }
+  timeout 600 $mpirun -np "$np" ./train-off $args $tflags $devargs --ckpt-dir ck --resume --log resumed.jsonl \
+    --save resumed.safetensors > resumed.out 2>&1 || { tail -20 resumed.out; exit 1; }
+  grep '^resumed from' resumed.out
+  "$py" "$src/tests/multirank/compare_runs.py" 1e-5 one.jsonl resumed.jsonl one.safetensors resumed.safetensors \
+    > cmp-resumed.out || { cat cmp-resumed.out; exit 1; }
+  tail -1 cmp-resumed.out
+fi
 if [ "$mode" = nvme ] && [ -n "$(ls nvme)" ]; then
   echo "NVMe folders left behind: $(ls nvme)"; exit 1
 fi
-echo "offload on $np data-parallel ranks ($mode) equals one rank; every rank's peaks as predicted"
+echo "offload on $np data-parallel ranks ($mode, ZeRO $zero) equals one rank; every rank's peaks as predicted"
