@@ -193,25 +193,27 @@ static void compose_update(Program *p) {
               pparam_bytes(&p->params[k]))->comm.root = p->params[k].owner;
 }
 
-void compose_step(Program **ps, int n) {
+void compose_step(Program **ps, int n, bool offload) {
   bool **lowest = arena_array(ps[0]->arena, n, sizeof *lowest);
   for (int s = 0; s < n; s++) lowest[s] = arena_array(ps[0]->arena, ps[s]->nparams + 1, sizeof **lowest);
   compose_tied(ps, n, lowest);
   for (int s = 0; s < n; s++) {
     Program *p = ps[s];
-    PSeq sums = {0}; /* none at stages 2 and 3: the step reduces each gradient (zero.h) */
-    if (p->zero_scheduled || p->dp == 1) {
+    PSeq sums = {0}; /* none at stages 2 and 3: the step reduces each gradient (zero.h, and
+                      * offload.h under ZeRO-3) */
+    if (p->zero_scheduled || p->dp == 1 || (offload && p->zero_stage == 3)) {
     } else if (p->zero_stage == 1) {
       owner_reduces(p, &sums);
-    } else if (p->offload) {
+    } else if (offload) {
       param_sums(p, &sums);
     } else {
       dp_buckets(p, &sums);
     }
-    /* in an offload program each sum precedes the move that takes its gradients off the
-     * device, in order on the compute stream (the move's mark follows it) */
-    bool one_stage = p->tp <= 1 && n == 1 && p->step.n > 0 && (!p->scheduled || p->offload);
-    if (sums.n && one_stage) compose_overlap(p, &sums, !p->offload);
+    /* in an offload program each sum is in `step`, after its gradient's last write and
+     * in order with the compute, so that the offload plan keeps the gradient on the
+     * device until it is summed */
+    bool one_stage = p->step.n > 0 && (offload || (p->tp <= 1 && n == 1 && !p->scheduled));
+    if (sums.n && one_stage) compose_overlap(p, &sums, !offload);
     else
       for (int i = 0; i < sums.n; i++) *pseq_push(p->arena, &p->sync, ISA_COMM) = sums.v[i];
     compose_norm(p, lowest[s]);

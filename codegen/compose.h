@@ -28,18 +28,22 @@
  * is its share and the world's sum is the norm's square. `update` runs parameter i's
  * kernel on its owner only from ZeRO stage 1, and at stages 1 and 2 ends with each
  * parameter broadcast from its owner over the dp group (at stage 3 a rank keeps only
- * what it owns). An offload program (ZeRO stage 0 over any number of dp ranks) sums each
- * parameter's gradient alone right after its last write, not overlapped: the move that
- * takes a chunk's gradients to the host follows it on the compute stream. */
+ * what it owns). A program whose state will be offloaded (ZeRO stage 0 over any number
+ * of dp ranks, any mesh) sums each parameter's gradient alone right after its last write
+ * in `step`, not overlapped, before the offload plan (which then keeps each gradient on
+ * the device until its sum, and plans `sync` too); under ZeRO-3 the offload plan places
+ * the reductions itself. */
 #ifndef COLOSSALC_COMPOSE_H
 #define COLOSSALC_COMPOSE_H
 #include "codegen/lower.h"
 
 #define COMPOSE_BUCKET (25 << 20)
 
-/* ps[0..n): one program or a pipeline's stages. requires: lower (gradnorm and update
- * one kernel per parameter, in order, among an offload plan's moves), the plan set (dp,
- * tp, zero_stage, owners), ZeRO's schedule, offload's plan; before program_share_kernels. */
-void compose_step(Program **ps, int n);
+/* ps[0..n): one program or a pipeline's stages; offload: their state will be offloaded
+ * (codegen/offload.h plans their lists next). requires: lower (gradnorm and update one
+ * kernel per parameter, in order; an offload program's micro-batches unrolled), the plan
+ * set (dp, tp, zero_stage, owners), ZeRO's schedule; before offload_plan and
+ * program_share_kernels. */
+void compose_step(Program **ps, int n, bool offload);
 
 #endif

@@ -17,6 +17,12 @@ static int64_t pbytes(const Program *p, int k) { return up(shape_numel(&p->param
 
 /* ---- chunks ------------------------------------------------------------------------------ */
 
+/* Chunk c's part's bytes at granules (the optimizer part holds AdamW's m and v). */
+static int64_t part_bytes_of(const Program *p, const OffloadPlan *op, int c, int part) {
+  int64_t b = up(op->chunk[c].end, GRANULE) - down(op->chunk[c].start, GRANULE);
+  return part == PART_OPT && p->g->train.opt == OPT_ADAMW ? 2 * b : b;
+}
+
 /* Packs the parameters in order into chunks of at most size bytes; returns the count and
  * the waste (chunk size less the bytes held, summed), or -1 when a parameter is larger. */
 static int pack(const Program *p, int64_t size, OChunk *out, int64_t *waste) {
@@ -109,11 +115,7 @@ typedef struct Sim {
                                * its owner since it came */
 } Sim;
 
-static int64_t part_size(const Sim *S, int item) {
-  const OChunk *c = &S->op->chunk[item / PART_COUNT];
-  int64_t b = up(c->end, GRANULE) - down(c->start, GRANULE);
-  return item % PART_COUNT == PART_OPT && S->p->g->train.opt == OPT_ADAMW ? 2 * b : b;
-}
+static int64_t part_size(const Sim *S, int item) { return part_bytes_of(S->p, S->op, item / PART_COUNT, item % PART_COUNT); }
 
 static PInstr *put(Sim *S, PInstrKind kind) { return pseq_push(S->p->arena, &S->out, kind); }
 
@@ -451,6 +453,36 @@ static void plan_host_list(Sim *S, const PSeq *list, bool update) {
 
 /* ---- the plan ----------------------------------------------------------------------------------- */
 
+/* Homes, for each rank's chunks (every chunk without ZeRO-3): its share of the host
+ * (o->host_memory over the ranks sharing a node) holds the parameters and, after
+ * backward, the gradients when it can, else the parameters live on NVMe too; the
+ * optimizer state stays on the host chunk by chunk while the rest of the share holds
+ * it (less two chunks' worth, which the update brings up from NVMe), the remainder on
+ * NVMe. Unlimited host memory (0): everything on the host. */
+static void choose_homes(Program *p, OffloadPlan *op, const OffloadOptions *o, int ranks) {
+  int per_node = o->ranks_per_node > 1 ? (o->ranks_per_node < ranks ? o->ranks_per_node : ranks) : 1;
+  int64_t share = o->host_memory / per_node, most_opt = 0;
+  for (int c = 0; c < op->nchunks; c++) {
+    int64_t ob = part_bytes_of(p, op, c, PART_OPT);
+    most_opt = ob > most_opt ? ob : most_opt;
+  }
+  for (int r = 0; r < ranks; r++) {
+    int64_t params = 0;
+    for (int c = 0; c < op->nchunks; c++)
+      if (op->chunk[c].owner < 0 || op->chunk[c].owner == r) params += part_bytes_of(p, op, c, PART_PARAMS);
+    bool ph = o->host_memory <= 0 || 2 * params <= share;
+    int64_t room = o->host_memory <= 0 ? INT64_MAX : share - (ph ? 2 * params : params) - 2 * most_opt;
+    for (int c = 0; c < op->nchunks; c++) {
+      OChunk *ch = &op->chunk[c];
+      if (ch->owner >= 0 && ch->owner != r) continue;
+      int64_t ob = part_bytes_of(p, op, c, PART_OPT);
+      ch->home[PART_PARAMS] = ph ? LOC_HOST : LOC_NVME, ch->home[PART_GRADS] = LOC_NONE;
+      ch->home[PART_OPT] = !p->tiers[RT_TIER_OPT] ? LOC_NONE : ob <= room ? LOC_HOST : LOC_NVME;
+      if (ch->home[PART_OPT] == LOC_HOST) room -= ob;
+    }
+  }
+}
+
 /* ZeRO-3: whole chunks to the ranks, the largest first to the least loaded (ties: the
  * lower rank), each parameter owned by its chunk's owner. */
 static void deal_chunks(Program *p, OffloadPlan *op, int ranks) {
@@ -466,25 +498,30 @@ static void deal_chunks(Program *p, OffloadPlan *op, int ranks) {
   }
 }
 
+/* The work tier (every slot of a pipeline stage) and the state, at granules. */
+static int64_t work_of(const Program *p) { return up(p->tiers[RT_TIER_WORK] * (p->slots > 0 ? p->slots : 1), GRANULE); }
+static int64_t state_of(const Program *p) {
+  return up(p->tiers[RT_TIER_PARAMS], GRANULE) + up(p->tiers[RT_TIER_GRADS], GRANULE) + up(p->tiers[RT_TIER_OPT], GRANULE);
+}
+
+bool offload_needed(const Program *p, int64_t device_memory) { return work_of(p) + state_of(p) > device_memory; }
+
 OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
   Arena *a = p->arena;
-  if ((p->microbatches != 1 && !p->scheduled) || p->tp > 1 || p->pp > 1)
-    error_plain("--device-memory plans offload for data parallelism (with ZeRO 0 or 3) so far, not with tensor or "
-                "pipeline parallelism");
+  ir_assert(p->microbatches == 1 || p->scheduled);
   if (p->zero_stage == 1 || p->zero_stage == 2)
     error_plain("--device-memory plans offload with ZeRO stage 0 (every rank holding the whole state at its homes) or 3 "
                 "(each rank its own chunks), not %lld", (long long)p->zero_stage);
   bool zero3 = p->zero_stage == 3;
   int ranks = zero3 ? (int)p->dp : 1;
-  int64_t work = up(p->tiers[RT_TIER_WORK], GRANULE);
-  int64_t state = up(p->tiers[RT_TIER_PARAMS], GRANULE) + up(p->tiers[RT_TIER_GRADS], GRANULE) + up(p->tiers[RT_TIER_OPT], GRANULE);
-  if (work + state <= o->device_memory) return NULL;
+  int64_t work = work_of(p), state = state_of(p);
+  if (!offload_needed(p, o->device_memory)) return NULL;
   int64_t room = o->device_memory - work;
   if (room <= 0)
     error_plain("the device memory (%.1f MiB) does not hold the activations alone: the work tier needs %.1f MiB "
                 "(recompute or a smaller micro-batch lowers it)", o->device_memory / 1048576.0, work / 1048576.0);
   OffloadPlan *op = arena_alloc(a, sizeof *op);
-  *op = (OffloadPlan){.capacity = o->device_memory, .work_bytes = p->tiers[RT_TIER_WORK], .state_bytes = state, .granule = GRANULE};
+  *op = (OffloadPlan){.capacity = o->device_memory, .work_bytes = work, .state_bytes = state, .granule = GRANULE};
   /* a chunk's parameters and gradients, and the next chunk's in flight, must fit; under
    * ZeRO-3 no chunk above a rank's share, when the largest parameter allows it */
   int64_t largest = 0, most = room / 4 - 2 * GRANULE, share = up(p->tiers[RT_TIER_PARAMS] / ranks, 64);
@@ -505,15 +542,7 @@ OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
   op->rank_host_peak = arena_array(a, ranks, sizeof(int64_t));
   op->rank_nvme_peak = arena_array(a, ranks, sizeof(int64_t));
   op->rank_transfer = arena_array(a, ranks, sizeof(int64_t));
-  /* homes: the host while it holds the state, else NVMe for the optimizer state, then the parameters */
-  int64_t pbytes_all = up(p->tiers[RT_TIER_PARAMS], GRANULE), obytes = up(p->tiers[RT_TIER_OPT], GRANULE);
-  Loc ph = LOC_HOST, oh = LOC_HOST;
-  if (o->host_memory > 0 && 2 * pbytes_all + obytes > o->host_memory) oh = LOC_NVME;
-  if (o->host_memory > 0 && oh == LOC_NVME && 2 * pbytes_all > o->host_memory) ph = LOC_NVME;
-  for (int c = 0; c < op->nchunks; c++) {
-    op->chunk[c].home[PART_PARAMS] = ph, op->chunk[c].home[PART_GRADS] = LOC_NONE;
-    op->chunk[c].home[PART_OPT] = p->tiers[RT_TIER_OPT] ? oh : LOC_NONE;
-  }
+  choose_homes(p, op, o, ranks);
   Sim S = {.p = p, .op = op, .o = o, .nitems = op->nchunks * PART_COUNT, .cap = room, .ranks = ranks, .zero3 = zero3};
   S.bcast = arena_array(a, S.nitems, sizeof *S.bcast);
   S.where = arena_array(a, S.nitems, sizeof *S.where);
@@ -527,16 +556,22 @@ OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
       S.where[it] = op->chunk[c].home[part];
       S.host[it] = S.where[it] == LOC_HOST;
     }
-  int total = p->step.n + p->gradnorm.n + p->update.n + 1;
+  int total = p->step.n + p->sync.n + p->gradnorm.n + p->update.n + 1;
   op->dev_at = arena_array(a, total, sizeof *op->dev_at);
   op->host_at = arena_array(a, total, sizeof *op->host_at);
   op->phase_end = arena_array(a, 3, sizeof(int));
   op->event = arena_array(a, 8 * (total + S.nitems) + 64, sizeof *op->event);
-  op->nvme_peak = pages_at(&S, LOC_NVME, -1);
-  for (int r = 0; r < ranks; r++) op->rank_nvme_peak[r] = pages_at(&S, LOC_NVME, zero3 ? r : -1);
-  PSeq step = p->step, gn = p->gradnorm, upd = p->update;
+  for (int r = 0; r < ranks; r++) { /* nvme_peak: the most of a rank */
+    op->rank_nvme_peak[r] = pages_at(&S, LOC_NVME, zero3 ? r : -1);
+    op->nvme_peak = op->rank_nvme_peak[r] > op->nvme_peak ? op->rank_nvme_peak[r] : op->nvme_peak;
+  }
+  PSeq step = p->step, sync = p->sync, gn = p->gradnorm, upd = p->update;
   plan_step(&S, &step);
   p->step = S.out, S.out = (PSeq){0};
+  if (sync.n) { /* the tied weights' sums: their gradients come back to the device for it */
+    plan_step(&S, &sync);
+    p->sync = S.out, S.out = (PSeq){0};
+  }
   op->phase_end[0] = S.point;
   plan_host_list(&S, &gn, false);
   p->gradnorm = S.out, S.out = (PSeq){0};

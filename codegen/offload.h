@@ -74,7 +74,8 @@ typedef struct OChunk {
 
 typedef struct OffloadOptions {
   int64_t device_memory;    /* bytes: all four tiers on the device */
-  int64_t host_memory;      /* bytes the host may hold of the state (0: unlimited) */
+  int64_t host_memory;      /* bytes a node's host may hold of the state (0: unlimited) */
+  int ranks_per_node;       /* ZeRO-3: the dp ranks sharing that host (0 or 1: one) */
   const Cluster *cl;        /* bandwidths and compute, for the time prediction */
 } OffloadOptions;
 
@@ -83,7 +84,7 @@ typedef struct OffloadPlan {
   int64_t chunk_bytes, waste;
   int nchunks;
   OChunk *chunk;
-  int64_t device_peak, host_peak, nvme_peak, transfer_bytes;
+  int64_t device_peak, host_peak, nvme_peak, transfer_bytes; /* host, nvme: the most of a rank */
   int ranks;                /* dp with ZeRO-3 (the per-rank figures below differ), else 1 */
   int64_t *rank_host_peak, *rank_nvme_peak, *rank_transfer; /* [ranks] */
   double compute_s, transfer_s, exposed_s;
@@ -107,6 +108,8 @@ int instr_touch(const Program *p, const PInstr *in, Touch *t);
  * (p unchanged) when everything fits the device. A budget the plan cannot meet is a
  * user error (error_plain) with the numbers. */
 OffloadPlan *offload_plan(Program *p, const OffloadOptions *o);
+/* Whether p's work tier and state exceed device_memory (offload_plan plans then). */
+bool offload_needed(const Program *p, int64_t device_memory);
 
 /* The plan as text (--dump-plan), JSON (in the program and --dump-plan=json) and SVG. */
 void offload_print(FILE *f, const Program *p, const OffloadPlan *op);

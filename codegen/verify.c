@@ -86,7 +86,9 @@ static int check_instr(V *v, const PInstr *in) {
                 isa_op_names[in->kind]);
   if ((p->dp > 0 && in->dp_rank >= p->dp) || in->tp_rank >= (p->tp > 1 ? p->tp : 1))
     return fail(v, "condition on dp rank %d or tp rank %d outside the mesh", in->dp_rank, in->tp_rank);
-  if (!strcmp(v->list, "sync") && in->kind != ISA_COMM) return fail(v, "sync holds collectives only");
+  bool moves = in->kind == ISA_MOVE || in->kind == ISA_DROP || in->kind == ISA_WAIT;
+  if (!strcmp(v->list, "sync") && in->kind != ISA_COMM && !(moves && p->offload))
+    return fail(v, "sync holds collectives only (and an offload program's moves)");
   if (in->last_mb && (!v->in_step || p->scheduled)) return fail(v, "last_microbatch only in `step` of an unscheduled program");
   bool dp_sum = in->kind == ISA_COMM && (in->comm.kind == ISA_COMM_ALL_REDUCE || in->comm.kind == ISA_COMM_REDUCE) &&
                 in->comm.group == ISA_GROUP_DP &&
@@ -242,9 +244,9 @@ static int check_offload(V *v) {
   if (!w.at || !w.busy) rc = fail(v, "out of memory");
   for (int r = owners ? 0 : -1; !rc && r < (owners ? p->dp : 0); r++) {
     for (int it = 0; it < n; it++) w.at[it] = (unsigned char)home_bits(op, it, r), w.busy[it] = false;
-    const PSeq *lists[3] = {&p->step, &p->gradnorm, &p->update};
-    const char *names[3] = {"step", "gradnorm", "update"};
-    for (int l = 0; l < 3 && !rc; l++) v->list = names[l], v->in_step = l == 0, rc = walk_offload(v, &w, lists[l], r);
+    const PSeq *lists[4] = {&p->step, &p->sync, &p->gradnorm, &p->update};
+    const char *names[4] = {"step", "sync", "gradnorm", "update"};
+    for (int l = 0; l < 4 && !rc; l++) v->list = names[l], v->in_step = l == 0, rc = walk_offload(v, &w, lists[l], r);
     v->at = -1;
     for (int it = 0; !rc && it < n; it++)
       if (w.at[it] != home_bits(op, it, r))

@@ -78,8 +78,8 @@ static void usage(FILE *f) {
         "                    (the default when nothing else is asked for)\n"
         "  --dump-ir         print the verified IR, one op per line with its shape\n"
         "  --dump-after=PASS print the IR after a pass: partition, decompose, autodiff or\n"
-        "                    recompute; or the kernels and the program after lower, offload,\n"
-        "                    zero, compose or share\n"
+        "                    recompute; or the kernels and the program after lower, zero,\n"
+        "                    compose, offload or share\n"
         "  --emit-kernels F  write the generated kernels (kernel form) and the program to F\n"
         "  -h, --help        print this help\n"
         "  --version         print the version\n", f);
@@ -110,7 +110,7 @@ enum { RC_AUTO = RC_COUNT };
 /* The passes after the front end and the plan, in the order run_passes runs them; the
  * first four rewrite the IR, the others the program (--dump-after). */
 static const char *const pass_names[] = {"partition", "decompose", "autodiff", "recompute",
-                                         "lower",     "offload",   "zero",  "compose", "share"};
+                                         "lower",     "zero",      "compose",  "offload", "share"};
 enum { NPASSES = sizeof pass_names / sizeof *pass_names };
 
 static const char *const rc_option_names[RC_COUNT + 1] = {"none", "selective", "full", "auto"};
@@ -218,6 +218,7 @@ static void parse_options(int argc, char **argv, Options *o) {
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
   *o = (Options){.gpus = 1, .rc = -1};
   plan_force_init(&o->force);
+  o->force.attn = -1; /* not asked: the plan file's, else what the plan may use */
   int c;
   while ((c = getopt_long(argc, argv, "ho:j:", longs, NULL)) != -1) {
     if (parse_plan_option(c, optarg, o)) continue;
@@ -288,7 +289,7 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   if (c->v > 0) f.v = c->v;
   if (c->schedule >= 0) f.schedule = c->schedule;
   if (o->rc >= 0 && o->rc < RC_COUNT) f.rc = o->rc;
-  if (c->attn != ATTN_FUSED) f.attn = c->attn;
+  if (c->attn >= 0) f.attn = c->attn;
   if (c->offload >= 0) f.offload = c->offload;
   if (f.v > 1 && f.schedule < 0) f.schedule = PS_INTERLEAVED;
   if (f.v > 1 && f.schedule == PS_1F1B) error_plain("--virtual-stages %d needs --schedule interleaved", f.v);
@@ -298,14 +299,15 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   f.exec = !o->what_if;
   if (compiling && o->what_if)
     error_plain("--what-if plans may use what the code generators cannot emit yet; compile without --what-if");
-  if (f.exec && f.offload >= OFFLOAD_OPTIMIZER)
-    error_plain("offloading the %s of a parallel plan is priced, not compiled yet: add --what-if to "
-                "explore it, or use --device-memory to compile offload on one rank",
-                f.offload == OFFLOAD_OPTIMIZER ? "optimizer state" : "training state");
+  if (f.exec && f.offload == OFFLOAD_OPTIMIZER)
+    error_plain("offloading the optimizer state alone is priced, not compiled yet: add --what-if to explore it, or "
+                "--offload state to compile the whole state's offload (ZeRO-3, data parallelism)");
   if (o->host_memory) cl->host_memory = (double)o->host_memory; /* what the state may use of a node's */
   if (o->nvme_set) cl->nvme = (double)o->nvme;
-  if (compiling && f.attn != ATTN_FUSED)
-    error_plain("--attention materialized is a cost-model option; the compiled program uses its own attention");
+  /* what is compiled: materialized attention (the code generators emit no fused kernel yet) */
+  if (f.exec && c->attn == ATTN_FUSED)
+    error_plain("--attention fused is priced, not compiled yet: add --what-if to explore it");
+  if (f.exec) f.attn = ATTN_MATERIALIZED;
   return plan_search(arena, g, cl, &f);
 }
 
@@ -474,16 +476,11 @@ static Graph *graph_for_plan(Arena *arena, const char *text, size_t len, Options
   return g;
 }
 
-/* What the compiled program does that the plan's prices do not assume yet. */
+/* How to run what was compiled (the plan priced what is compiled: fp32, attention
+ * materialized). */
 static void print_compiled(const PlanResult *r) {
   const PlanChoice *c = &r->best.ch;
-  bool fused = c->attn == ATTN_FUSED;
-  fprintf(stderr, "  compiled in fp32 with attention materialized%s; run it with `mpirun -np %d`\n",
-          r->mixed && fused ? " (the code generators emit no bf16 or fused attention yet)"
-          : r->mixed        ? " (the code generators emit no bf16 yet)"
-          : fused           ? " (the code generators emit no fused attention yet)"
-                            : "",
-          c->dp * c->tp * c->pp);
+  fprintf(stderr, "  run it with `mpirun -np %d`\n", c->dp * c->tp * c->pp);
 }
 
 /* ---- the passes ---------------------------------------------------------------------- */
@@ -496,6 +493,8 @@ typedef struct Build {
   Partition *part;          /* the chunks, one per pipeline chunk (one for pp 1) */
   Program **ps;             /* [nps] one program, or one per pipeline stage */
   int nps;
+  bool planned_offload;     /* the plan offloads the state */
+  bool offload;             /* ... and it does not fit: offload_plan plans each program */
 } Build;
 
 
@@ -584,7 +583,8 @@ static Graph *recompute_for_device(Graph *g, const Options *o) {
 
 static Graph *recompute_chunk(Graph *g, const Build *b) {
   g = apply_recompute(g, b);
-  if (b->o->device_memory && b->o->rc < 0) g = recompute_for_device(g, b->o);
+  if (b->o->device_memory && b->o->rc < 0 && b->part->nchunks == 1) /* a pipeline's: --recompute */
+    g = recompute_for_device(g, b->o);
   return g;
 }
 
@@ -612,32 +612,61 @@ static void lower(Build *b) {
  * into its step (codegen/zero.h), so the runtime's peak falls with the dp ranks. */
 static void schedule_zero(Build *b) {
   Program *p = b->ps[0];
-  if (b->nps == 1 && p->zero_stage >= 2 && !p->scheduled && !p->offload) zero_schedule(p);
+  if (b->nps == 1 && p->zero_stage >= 2 && !p->scheduled && !b->offload) zero_schedule(p);
 }
 
-/* Offload to fit --device-memory (codegen/offload.h); --dump-plan shows the plan (the
- * SVG form draws memory per tier over the step). */
-static void plan_offload(Build *b) {
+/* What offload plans for: --device-memory, or the usable memory of the plan's devices
+ * when the plan offloads the state; the host memory of --host-memory, else the plan's
+ * node's, else 80% of this machine's. */
+static OffloadOptions offload_options(const Build *b, Cluster *cl) {
   const Options *o = b->o;
-  if (!o->device_memory) return;
-  Program *p = b->ps[0];
-  if (p->microbatches > 1 && !p->scheduled) pipe_unroll_microbatches(p); /* the planner sees the whole step */
-  Cluster cl;
-  if (o->cluster) cluster_load_json(&cl, o->cluster, 1, 1);
-  else cluster_from_profile(&cl, o->gpu ? o->gpu : "cpu", 1, 1);
+  if (b->r) *cl = *b->r->cl;
+  else if (o->cluster) cluster_load_json(cl, o->cluster, 1, 1);
+  else cluster_from_profile(cl, o->gpu ? o->gpu : "cpu", 1, 1);
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
   int64_t host = o->host_memory ? o->host_memory : pages > 0 && psize > 0 ? (int64_t)pages * psize / 10 * 8 : 0;
-  OffloadOptions oo = {.device_memory = o->device_memory, .host_memory = host, .cl = &cl};
-  OffloadPlan *op = offload_plan(p, &oo);
-  if (!op) {
-    if (o->dump_plan) printf("offload: none needed (the state and the activations fit %.1f MiB)\n", o->device_memory / 1048576.0);
+  if (b->planned_offload && !o->host_memory) host = (int64_t)cl->host_memory; /* the node's, as the plan priced it */
+  int64_t device = o->device_memory ? o->device_memory : b->r ? (int64_t)b->r->usable : 0;
+  return (OffloadOptions){.device_memory = device, .host_memory = host, .cl = cl, .ranks_per_node = b->r ? cl->gpus_per_node : 1};
+}
+
+/* After lowering: whether the state is offloaded (asked for, and some stage does not fit
+ * the device); then the unscheduled micro-batches are unrolled into `step`, so that the
+ * offload plan sees the whole step. */
+static void decide_offload(Build *b) {
+  b->planned_offload = b->r && b->ch.offload == OFFLOAD_STATE;
+  if (!b->o->device_memory && !b->planned_offload) return;
+  Cluster cl;
+  OffloadOptions oo = offload_options(b, &cl);
+  for (int s = 0; s < b->nps; s++) b->offload |= offload_needed(b->ps[s], oo.device_memory);
+  if (!b->offload) {
+    if (b->o->dump_plan) printf("offload: none needed (the state and the activations fit %.1f MiB)\n", oo.device_memory / 1048576.0);
+    else if (b->planned_offload)
+      fprintf(stderr, "colossalc: offload: none needed (the state and the activations fit %.1f MiB)\n", oo.device_memory / 1048576.0);
     return;
   }
-  if (o->dump_plan && !strcmp(o->dump_plan, "svg")) offload_svg(stdout, p, op);
-  else if (o->dump_plan) offload_print(stdout, p, op), printf("  recompute: %s\n", recompute_set);
-  else fprintf(stderr, "colossalc: offload: %d chunks, predicted peak device %.1f MiB, host %.1f MiB, nvme %.1f MiB "
-               "(--dump-plan shows the plan)\n", op->nchunks, op->device_peak / 1048576.0, op->host_peak / 1048576.0,
-               op->nvme_peak / 1048576.0);
+  for (int s = 0; s < b->nps; s++)
+    if (b->ps[s]->microbatches > 1 && !b->ps[s]->scheduled) pipe_unroll_microbatches(b->ps[s]);
+}
+
+/* Offload (codegen/offload.h), each stage's program; --dump-plan shows the plans (the SVG
+ * form draws memory per tier over the step). */
+static void plan_offload(Build *b) {
+  if (!b->offload) return;
+  const Options *o = b->o;
+  Cluster cl;
+  OffloadOptions oo = offload_options(b, &cl);
+  for (int s = 0; s < b->nps; s++) {
+    Program *p = b->ps[s];
+    OffloadPlan *op = offload_plan(p, &oo);
+    if (!op) continue; /* this stage fits */
+    if (b->nps > 1 && o->dump_plan) printf("pipeline stage %d:\n", s);
+    if (o->dump_plan && !strcmp(o->dump_plan, "svg")) offload_svg(stdout, p, op);
+    else if (o->dump_plan) offload_print(stdout, p, op), printf("  recompute: %s\n", recompute_set);
+    else fprintf(stderr, "colossalc: offload%s: %d chunks, predicted peak device %.1f MiB, host %.1f MiB, nvme %.1f MiB%s "
+                 "(--dump-plan shows the plan)\n", b->nps > 1 ? " of a stage" : "", op->nchunks, op->device_peak / 1048576.0,
+                 op->host_peak / 1048576.0, op->nvme_peak / 1048576.0, op->ranks > 1 ? " (per rank: the most of one; ZeRO-3)" : "");
+  }
 }
 
 /* The pass pipeline of every compilation, one rank or a plan (STYLE.md habit 3): each
@@ -657,13 +686,14 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
   if (!lowering) return;
   progress("lowering to kernels");
   lower(b);                                                      /* requires: autodiff */
+  decide_offload(b);
   after_program(b, "lower");
-  if (b->nps == 1) plan_offload(b);                              /* requires: lower; one stage */
-  after_program(b, "offload");
-  schedule_zero(b);                                              /* requires: offload (ZeRO-3 offload places its own) */
+  schedule_zero(b);                                              /* requires: lower; not offloaded (ZeRO-3 offload places its own) */
   after_program(b, "zero");
-  compose_step(b->ps, b->nps);                                   /* requires: the plan, zero, offload */
+  compose_step(b->ps, b->nps, b->offload);                       /* requires: the plan, zero */
   after_program(b, "compose");
+  plan_offload(b);                                               /* requires: compose */
+  after_program(b, "offload");
   program_share_kernels(b->ps[0]);                               /* requires: every pass that adds kernels */
   for (int s = 1; s < b->nps; s++)                               /* the stages have one kernel table */
     b->ps[s]->code = b->ps[0]->code, b->ps[s]->ncode = b->ps[0]->ncode, b->ps[s]->code_of = b->ps[0]->code_of;

@@ -103,7 +103,7 @@ static CandSet *get_set(Search *S, int tp, int mbs, Recompute rc) {
   CandSet *cs = &S->sets[S->nsets++];
   const PlanResult *r = S->r;
   ShardCtx x = {.pm = r->pm, .cl = r->cl, .t = tp, .mbs = mbs, .rc = rc, .attn = (AttnKernel)S->f->attn,
-                .act_bytes = r->mixed ? 2 : 4, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
+                .act_bytes = r->mixed ? 2 : 4, .peak = r->peak, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
                 .force = S->f->op_strategy, .exec = S->f->exec};
   *cs = (CandSet){.tp = tp, .mbs = mbs, .rc = rc};
   cs->n = shard_candidates(S->a, &x, &cs->c);
@@ -399,7 +399,7 @@ static void price_step(const Search *S, const PlanChoice *ch, const StageCost *s
   double n = r->cl->gpus, hw = r->stats.train_flops + sum->flops_rc * ch->m * ch->dp * ch->tp;
   pr->tflops = r->stats.train_flops / pr->step / n / 1e12;
   pr->hw_tflops = hw / pr->step / n / 1e12;
-  pr->mfu = pr->tflops * 1e12 / cluster_peak(r->cl);
+  pr->mfu = pr->tflops * 1e12 / r->peak;
 }
 
 /* Price plan ch (sharding candidate ci of cs). With `out`, keep the stages and
@@ -504,13 +504,14 @@ static int schedules(Search *S, int pp, int m, int *v) {
 static void try_choice(Search *S, Mesh *mesh, CandSet *cs, int ci, PlanChoice ch) {
   const PlanForce *f = S->f;
   int zlo = f->zero >= 0 ? f->zero : 0, zhi = f->zero >= 0 ? f->zero : ch.dp == 1 ? 0 : ch.pp > 1 ? 1 : 3;
-  /* offload is weighed when the plan is not being compiled (code generation offloads
-   * one rank, with --device-memory): the optimizer's state when there is some, the
-   * whole state with ZeRO-3 (over one rank too: layer by layer) */
-  int olo = f->offload >= 0 ? f->offload : 0, ohi = f->offload >= 0 ? f->offload : f->exec ? 0 : OFFLOAD_STATE;
+  /* offload: the optimizer's state when there is some, the whole state with ZeRO-3
+   * (over one rank too: layer by layer). Code generation compiles the whole state's
+   * offload of data-parallel plans (codegen/offload.h); the rest is priced only. */
+  int olo = f->offload >= 0 ? f->offload : 0, ohi = f->offload >= 0 ? f->offload : OFFLOAD_STATE;
   const Cluster *cl = S->r->cl;
   for (int off = olo; off <= ohi; off++) {
     if (off == OFFLOAD_OPTIMIZER && S->r->o_bytes == 0 && f->offload < 0) continue;
+    if (f->exec && (off == OFFLOAD_OPTIMIZER || (off == OFFLOAD_STATE && (ch.tp > 1 || ch.pp > 1)))) continue;
     int lo = off == OFFLOAD_STATE ? 3 : zlo, hi = off == OFFLOAD_STATE ? 3 : zhi;
     if (off == OFFLOAD_STATE && ((f->zero >= 0 && f->zero != 3) || ch.pp > 1)) continue; /* ZeRO-3 runs without a pipeline */
     for (int z = lo; z <= hi; z++) {
@@ -696,7 +697,7 @@ static int least_cmp(const void *a, const void *b) {
 static const char *offload_room(Search *S) {
   static char buf[200];
   const Cluster *cl = S->r->cl;
-  if (S->f->offload == OFFLOAD_NONE || (S->f->exec && S->f->offload < 0)) return "";
+  if (S->f->offload == OFFLOAD_NONE) return "";
   snprintf(buf, sizeof buf, "; offloaded, it has %.1f GiB of host memory (--host-memory) and %.1f GiB of NVMe "
            "(--nvme) on each of %d node%s", cl->host_memory / GIB, cl->nvme / GIB, cluster_nodes(cl),
            cluster_nodes(cl) == 1 ? "" : "s");
@@ -723,13 +724,13 @@ static _Noreturn void fail_memory(Search *S, bool forced) {
               "closest of %ld plans priced:\n"
               "  1. %s%s%s%s%s\n"
               "  the training state alone (weights, gradients and optimizer state, %.0f bytes a parameter) is %.1f GiB; "
-              "%s %d device%s hold%s %.1f GiB usable%s",
+              "%s %d device%s hold%s %.1f GiB usable%s%s",
               S->r->usable / GIB, cl->dev.memory / GIB, cl->dev.name, cl->dev.reserved / GIB, S->r->evaluated, line[0],
               n > 1 ? "\n  2. " : "", n > 1 ? line[1] : "", n > 2 ? "\n  3. " : "", n > 2 ? line[2] : "",
               S->r->w_bytes + S->r->g_bytes + S->r->o_bytes, state / GIB, cl->gpus == 1 ? "its" : "the", cl->gpus,
               cl->gpus == 1 ? "" : "s", cl->gpus == 1 ? "s" : "", cl->gpus * S->r->usable / GIB,
-              S->f->exec && S->f->offload < 0 ? "; --what-if also weighs offloading the state to the host and NVMe "
-                                                "(priced, not compiled yet)" : offload_room(S));
+              offload_room(S), S->f->exec && S->f->offload < 0 ? "; --what-if also weighs offload with tensor or "
+                                                                 "pipeline parallelism (priced, not compiled yet)" : "");
 }
 
 static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) {
@@ -737,7 +738,10 @@ static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) 
   r->g = g, r->cl = cl;
   r->pm = plan_model_new(a, g, S->f->op_strategy);
   graph_stats(g, &r->stats);
-  r->mixed = !cl->dev.fp32_only;
+  /* the precision compiled: fp32 (the code generators emit no bf16 yet); --what-if
+   * prices bf16 mixed precision where the device has it */
+  r->mixed = !cl->dev.fp32_only && !S->f->exec;
+  r->peak = r->mixed ? cluster_peak(cl) : cl->dev.peak_fp32;
   bool adam = g->train.opt == OPT_ADAMW, mom = !adam && g->train.momentum > 0;
   r->w_bytes = r->mixed ? 2 : 4, r->g_bytes = r->mixed ? 2 : 4;
   /* optimizer: fp32 master weights under mixed precision, and the moments */

@@ -83,7 +83,9 @@ typedef struct PlanResult {
   const Cluster *cl;
   PlanModel *pm;
   GraphStats stats;
-  bool mixed;                      /* bf16 compute with fp32 master weights, else fp32 */
+  bool mixed;                      /* bf16 compute with fp32 master weights, else fp32 (what
+                                    * is compiled: plans for code generation are fp32) */
+  double peak;                     /* FLOP/s per device in that precision (MFU's base) */
   double w_bytes, g_bytes, o_bytes; /* model-state bytes per parameter */
   double usable;                   /* device memory less the reserve */
   Plan best;

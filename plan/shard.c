@@ -694,13 +694,13 @@ static double scores(const ShardCtx *x, const Node *n, const Strat *s) { /* b·H
 static double reshard(const ShardCtx *x, int from, int to, double bytes, CollKind *kind);
 
 static void price_matmul(const ShardCtx *x, const Node *n, Strat *s, double ff, double fb, double by) {
-  double eff = matmul_eff(x, n, s), peak = cluster_peak(x->cl);
+  double eff = matmul_eff(x, n, s), peak = x->peak;
   s->t_fwd = cost_kernel(x->cl, ff, peak, eff, by);
   s->t_bwd = 2 * cost_kernel(x->cl, fb / 2, peak, eff, by); /* one GEMM for each input's gradient */
 }
 
 static void price_attention(const ShardCtx *x, const Node *n, Strat *s, double ff, double fb, double by) {
-  double sco = scores(x, n, s), ef = 0, eb = 0, peak = cluster_peak(x->cl), eff = x->cl->dev.attn_eff;
+  double sco = scores(x, n, s), ef = 0, eb = 0, peak = x->peak, eff = x->cl->dev.attn_eff;
   if (x->attn == ATTN_MATERIALIZED) { /* scores written, softmaxed, read: 4 passes forward, 8 backward */
     ef = 4 * sco * x->act_bytes, eb = 8 * sco * x->act_bytes;
     s->stash_extra = sco * x->act_bytes;

@@ -203,7 +203,8 @@
  * error naming the instruction: the plan is wrong).
  *   "offload": {
  *     "device_capacity": BYTES,   device memory of the plan: all four tiers' committed bytes
- *     "chunks": [{"params": [LO, HI], "home": {"params": L, "grads": "none", "opt": L}}, ...]
+ *     "chunks": [{"params": [LO, HI], "home": {"params": L, "grads": "none", "opt": L},
+ *                 "owner": R}, ...]           (owner: ZeRO stage 3 only)
  *   }
  * Chunk c holds parameters LO..HI-1 (program order, contiguous in the tiers). Its three
  * parts are byte ranges at the same offsets the kernels use: "params" [start, end) of
@@ -216,17 +217,24 @@
  * of PARAMS (AdamW). The WORK tier is on the device, whole, for the whole run.
  * Committed bytes are counted per granule of the device (a 4 KiB page on the CPU): a
  * granule shared by two parts counts once, and WORK counts rounded up to granules.
- * Offload runs with mesh tp and pp 1, no ZeRO stage and one micro-batch unless
- * "scheduled", on any number of data-parallel ranks, each holding the whole state at
- * its homes (its gradient sums are in `step`, codegen/compose.h; each rank's NVMe files
- * under --nvme-dir/rank-R).
+ * Offload runs on any mesh (each tensor-parallel rank and pipeline stage holding its
+ * own tiers, each stage its own plan), at ZeRO stage 0 or 3, with one micro-batch unless
+ * "scheduled" (the compiler writes every micro-batch into `step`). At stage 0 every
+ * data-parallel rank holds the whole state at its homes (its gradient sums are in
+ * `step`, codegen/compose.h); at stage 3 each chunk has an "owner" (a dp rank, the
+ * owner of its parameters too), and only the owner holds it at its homes: elsewhere the
+ * chunk's parts have no home and exist only on the device inside a step (codegen/
+ * offload.h: the owner's copy is broadcast, the gradients reduced onto it, by "comm"
+ * instructions of `step`). Moves, drops and waits may carry a "dp_rank" condition.
+ * `sync` may hold moves too (a pipeline's tied gradients come back to the device for
+ * their sum). Each rank's NVMe files live under --nvme-dir/rank-R (R: its world rank).
  * Home: where a part lives between steps (and where initialisation, --init-from,
  * --resume and checkpoints read and write it): "device", "host" or "nvme"; grads are
  * "none" (they exist only inside a step). A step starts with every part at its home
  * and with grads nowhere, and the compiled lists bring it back there by the end of
  * `update`. The runtime does not zero the GRADS tier of an offload program: a grads
  * part is created zero by a move from "zero".
- * Instructions (in `step`, `gradnorm` and `update`; the program's lists run in order,
+ * Instructions (in `step`, `sync`, `gradnorm` and `update`; the program's lists run in order,
  * moves asynchronously on one copy thread, in the order issued):
  *   {"op": "move", "chunk": C, "part": "params"|"grads"|"opt", "from": F, "to": T,
  *    "keep": true|false}                             (keep: default false)
@@ -253,7 +261,8 @@
  * `forward` with every parameter copied to the device for the time (kept at home),
  * which train refuses at start-up when WORK and PARAMS exceed device_capacity.
  * train reports, beside the plan's prediction (optional top-level "predicted":
- * {"device_peak": B, "host_peak": B, "nvme_peak": B, "transfer_bytes": B}), the
+ * {"device_peak": B, "host_peak": B, "nvme_peak": B, "transfer_bytes": B}; at ZeRO
+ * stage 3 host_peak, nvme_peak and transfer_bytes are arrays, one per dp rank), the
  * measured peak of each location (committed bytes, counted as above), the bytes the
  * moves of one training step copy (transfer_bytes: a part's end - start bytes, twice
  * for AdamW's opt, per move not from "zero"; the mean over the steps run) and the time

@@ -363,9 +363,8 @@ static int trainer_agree(Trainer *t, int failed, char *err, size_t errlen)
 static int trainer_check_offload(Trainer *t, char *err, size_t errlen)
 {
     int z = (int)t->prog->zero_stage;
-    if (t->prog->mesh.tp > 1 || t->prog->mesh.pp > 1 || (z != 0 && z != 3))
-        return file_set_error(err, errlen, "internal error: an offload program with a tensor- or "
-                              "pipeline-parallel mesh or ZeRO stage %d", z);
+    if (z != 0 && z != 3)
+        return file_set_error(err, errlen, "internal error: an offload program at ZeRO stage %d", z);
     if (z == 3 && t->opts->sample > 0)
         return file_set_error(err, errlen, "--sample: this program keeps each rank's share of the "
                               "parameters at its homes (ZeRO-3 with offload), and `forward` needs "

@@ -451,7 +451,7 @@ static int parse_chunk_part(Pj *pj, const cJSON *o, const char *path, const RtPr
     static const char *const parts[] = {"params", "grads", "opt", NULL};
     int64_t c;
     if (!pj->off_ok)
-        return pj_fail(pj, path, "op", p->offload.on ? "offload instructions only in `step`, "
+        return pj_fail(pj, path, "op", p->offload.on ? "offload instructions only in `step`, `sync`, "
                        "`gradnorm` and `update`" : "offload instructions need \"offload\"");
     if (pj_int(pj, o, path, "chunk", 0, p->offload.nchunks - 1, &c) ||
         pj_enum(pj, o, path, "part", parts, &in->part))
@@ -1031,9 +1031,6 @@ static int check_offload_tiers(Pj *pj, const RtProgram *p)
 /* What offload runs on: one unsplit rank, one step list run per step. */
 static int check_offload_plan(Pj *pj, const RtProgram *p)
 {
-    if (p->mesh.tp > 1 || p->mesh.pp > 1)
-        return pj_fail(pj, "", "offload", "an offload program runs on unsplit ranks (its mesh "
-                       "has tp or pp above 1)");
     if (p->zero_stage == 1 || p->zero_stage == 2)
         return pj_fail(pj, "", "offload", "an offload program runs at ZeRO stage 0 or 3");
     if (p->microbatches > 1 && !p->scheduled)
@@ -1175,10 +1172,11 @@ static int parse_step(Pj *pj, const cJSON *r, RtProgram *p)
     return rc;
 }
 
-/* sync: collectives; gradnorm and update: offload instructions and host kernels;
- * forward: neither. */
+/* sync: collectives (and offload instructions); gradnorm and update: offload
+ * instructions and host kernels; forward: neither. */
 static int parse_tail_lists(Pj *pj, const cJSON *r, RtProgram *p)
 {
+    pj->off_ok = p->offload.on;
     if (parse_list(pj, r, "sync", p, &p->sync) != 0)
         return -1;
     pj->off_ok = pj->host_ok = p->offload.on;

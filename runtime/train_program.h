@@ -11,13 +11,14 @@
  * indices in range, pipeline peers in [0, pp), tags below RT_TAG_LIMIT, "comm"
  * geometry (n divisible by tp for the split kinds, src and dst apart unless in place
  * for the others, a root within its group, a stage group that exists), rank
- * conditions within the mesh and only on kernel, gemm and zero; "input"
+ * conditions within the mesh and only on kernel, gemm, zero, move, drop and wait; "input"
  * and "loss" only in `step` of a scheduled program. "offload" (program.h): chunks
  * of consecutive parameters whose ranges cover PARAMS, GRADS and OPT exactly once and
  * in order (so PARAMS and GRADS have the same size, OPT one or, AdamW, two times it
  * with v at opt_v_offset = the PARAMS size; SGD without momentum may have none),
- * known homes, grads "none"; offload runs on unsplit ranks (mesh tp and pp 1, no
- * ZeRO stage, one micro-batch unless scheduled), and the device_capacity holds at
+ * known homes, grads "none", each chunk's owner at ZeRO stage 3 (and its parameters'
+ * owner the same) and none otherwise; offload runs at ZeRO stage 0 or 3 with one
+ * micro-batch unless scheduled, and the device_capacity holds at
  * least the work tier and the parts whose home is the device. "move", "drop" and
  * "wait" name a chunk in range and known locations (a move's from differs from its
  * to, and a move from "zero" keeps nothing); where a part is when one runs is the

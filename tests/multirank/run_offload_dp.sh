@@ -10,11 +10,14 @@
 # folder per rank, which are gone after the run. With mb2, a plan of NP ranks (ZeRO 0)
 # gives each rank 2 micro-batches of one row (the compiler writes both into the step,
 # and the offload plan keeps the gradients across them), against one rank of 2 NP rows.
+# With tp2 or pp2, a plan of NP/2 data-parallel ranks by 2 tensor-parallel ranks or 2
+# pipeline stages (each stage its own offload plan; the tied embedding's gradients come
+# back to the device for their sum over the stages), against one rank of NP/2 rows.
 # With ZERO 3, a plan of NP ranks at ZeRO stage 3: the chunks are dealt to the ranks,
 # each holding only its own at its homes (codegen/offload.h), and the run also saves a
 # checkpoint after 2 steps and resumes from it to step 4, again equal to one rank.
 # DEVICE=cuda EMUL=DIR (device.sh): the ranks run the emulated CUDA device.
-# Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [host|nvme|mb2] [ZERO]
+# Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [host|nvme|mb2|tp2|pp2] [ZERO]
 set -eu
 cc=$1 work=$2 py=$3 src=$4 mpirun=$5 np=$6 mode=${7:-host} zero=${8:-0}
 run=$work/offload-dp$np-$mode-z$zero${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdir -p "$run" && cd "$run"
@@ -22,10 +25,12 @@ run=$work/offload-dp$np-$mode-z$zero${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdi
 model="$src/models/gpt2-tiny.model"
 cfg="--set seq=16 --set d=256 --set layers=4"
 args="--data $work/genesis.bin --steps 4 --threads 1 --eps 1e-6"
-rows=$np cplan="--set batch=1"
-[ "$mode" = mb2 ] && rows=$((2 * np))
-if [ "$mode" = mb2 ] || [ "$zero" != 0 ]; then
-  cplan="--set batch=$rows --gpus $np --gpu cpu --dp $np --tp 1 --pp 1 --zero $zero --microbatch-size 1"
+dp=$np tp=1 pp=1 cplan="--set batch=1"
+case $mode in tp2) dp=$((np / 2)) tp=2 ;; pp2) dp=$((np / 2)) pp=2 ;; esac
+rows=$dp
+[ "$mode" = mb2 ] && rows=$((2 * dp))
+if [ "$mode" = mb2 ] || [ "$mode" = tp2 ] || [ "$mode" = pp2 ] || [ "$zero" != 0 ]; then
+  cplan="--set batch=$rows --gpus $np --gpu cpu --dp $dp --tp $tp --pp $pp --zero $zero --microbatch-size 1"
 fi
 "$cc" "$model" $cfg --set batch="$rows" -o train-ref 2> /dev/null
 ./train-ref $args --device cpu --log one.jsonl --save one.safetensors > one.out
@@ -68,4 +73,4 @@ fi
 if [ "$mode" = nvme ] && [ -n "$(ls nvme)" ]; then
   echo "NVMe folders left behind: $(ls nvme)"; exit 1
 fi
-echo "offload on $np data-parallel ranks ($mode, ZeRO $zero) equals one rank; every rank's peaks as predicted"
+echo "offload on $np ranks (dp $dp x tp $tp x pp $pp, $mode, ZeRO $zero) equals one rank; every rank's peaks as predicted"

@@ -77,7 +77,7 @@ list(APPEND mr_tests multirank_plan_dp2_zero2_step multirank_plan_dp2_zero3_step
 # Offload across data-parallel ranks (run_offload_dp.sh): 2 ranks with the state at home
 # on the host, 4 with it on NVMe, 2 with 2 micro-batches each, each equal to one rank
 # without a budget; the same at ZeRO stage 3 (each rank its own chunks at home, and a
-# checkpoint resumed).
+# checkpoint resumed); and with tensor or pipeline parallelism.
 set(mr_offload sh ${MR_DIR}/run_offload_dp.sh $<TARGET_FILE:colossalc> ${MR_WORK} ${COLOSSALC_TORCH_PYTHON}
     ${CMAKE_SOURCE_DIR} "${MR_MPIRUN}")
 add_test(NAME multirank_offload_dp2 COMMAND ${mr_offload} 2 host)
@@ -86,8 +86,13 @@ add_test(NAME multirank_offload_dp2_mb2 COMMAND ${mr_offload} 2 mb2)
 add_test(NAME multirank_offload_dp2_zero3 COMMAND ${mr_offload} 2 host 3)
 add_test(NAME multirank_offload_dp4_zero3_nvme COMMAND ${mr_offload} 4 nvme 3)
 add_test(NAME multirank_offload_dp2_zero3_mb2 COMMAND ${mr_offload} 2 mb2 3)
+# dp x tp and dp x pp with offload, at ZeRO 0 and (dp x tp) 3
+add_test(NAME multirank_offload_dp2_tp2 COMMAND ${mr_offload} 4 tp2)
+add_test(NAME multirank_offload_dp2_tp2_zero3 COMMAND ${mr_offload} 4 tp2 3)
+add_test(NAME multirank_offload_dp2_pp2 COMMAND ${mr_offload} 4 pp2)
 list(APPEND mr_tests multirank_offload_dp2 multirank_offload_dp4_nvme multirank_offload_dp2_mb2
-     multirank_offload_dp2_zero3 multirank_offload_dp4_zero3_nvme multirank_offload_dp2_zero3_mb2)
+     multirank_offload_dp2_zero3 multirank_offload_dp4_zero3_nvme multirank_offload_dp2_zero3_mb2
+     multirank_offload_dp2_tp2 multirank_offload_dp2_tp2_zero3 multirank_offload_dp2_pp2)
 list(APPEND mr_tests multirank_tp2 multirank_tp2_search multirank_pp2_1f1b multirank_pp2_interleaved multirank_dp2_tp2
      multirank_dp2_pp2 multirank_tp2_pp2 multirank_dp2_tp2_pp2)
 set_tests_properties(${mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 600)

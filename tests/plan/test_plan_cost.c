@@ -44,7 +44,7 @@ static double layer_stash(const Graph *g, int t, AttnKernel attn, Recompute rc, 
   Cluster cl;
   cluster_from_profile(&cl, "a100-80g", 8, 8);
   PlanModel *pm = plan_model_new(a, g, force);
-  ShardCtx x = {.pm = pm, .cl = &cl, .t = t, .mbs = 1, .rc = rc, .attn = attn, .act_bytes = 2, .state_bytes = 16, .force = force};
+  ShardCtx x = {.pm = pm, .cl = &cl, .t = t, .mbs = 1, .rc = rc, .attn = attn, .act_bytes = 2, .peak = cluster_peak(&cl), .state_bytes = 16, .force = force};
   ShardCand *c;
   int n = shard_candidates(a, &x, &c);
   double best = INFINITY;

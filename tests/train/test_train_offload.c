@@ -442,13 +442,15 @@ static void e_capacity(cJSON *r)
 {
     set_num(cJSON_GetObjectItem(r, "offload"), "device_capacity", 300000);
 }
-static void e_mesh(cJSON *r)
+static void e_zero1(cJSON *r)
 {
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddNumberToObject(m, "dp", 1);
-    cJSON_AddNumberToObject(m, "tp", 2);
-    cJSON_AddNumberToObject(m, "pp", 1);
-    cJSON_AddItemToObject(r, "mesh", m);
+    set_num(r, "dp", 2);
+    set_num(r, "zero_stage", 1);
+}
+static void e_zero3_owner(cJSON *r)
+{
+    set_num(r, "dp", 2);
+    set_num(r, "zero_stage", 3);
 }
 static void e_micro(cJSON *r) { set_num(r, "microbatches", 2); }
 static void e_predicted(cJSON *r)
@@ -477,13 +479,14 @@ static void test_load(void)
     refuses(e_drop_zero, "step[6].at: unknown value \"zero\"");
     refuses(e_host_step, "step[2].on: \"host\" only on kernels of `gradnorm` and `update`");
     refuses(e_host_bad, "gradnorm[1].on: unknown value \"gpu\"");
-    refuses(e_move_fwd, "forward[5].op: offload instructions only in `step`, `gradnorm` and `update`");
+    refuses(e_move_fwd, "forward[5].op: offload instructions only in `step`, `sync`, `gradnorm` and `update`");
     refuses(e_grads_home, "offload.chunks[1].home.grads: must be \"none\"");
     refuses(e_home_bad, "offload.chunks[1].home.opt: unknown value \"tape\"");
     refuses(e_gap, "offload.chunks[1].params: chunks must hold the parameters in program order");
     refuses(e_uncovered, "offload.chunks: do not cover every parameter");
     refuses(e_capacity, "offload.device_capacity: below what the work tier and the parts");
-    refuses(e_mesh, "offload: an offload program runs on unsplit ranks");
+    refuses(e_zero1, "offload: an offload program runs at ZeRO stage 0 or 3");
+    refuses(e_zero3_owner, "offload.chunks[0].owner: missing (ZeRO-3 deals each chunk to a rank)");
     refuses(e_micro, "offload: an offload program with several micro-batches must be scheduled");
     refuses(e_predicted, "predicted.nvme_peak: missing");
     refuses(e_no_offload, "step[0].op: offload instructions need \"offload\"");

@@ -102,7 +102,7 @@ static double *plan_flops(Arena *a, const Graph *fwd, Recompute rc) {
   cluster_from_profile(&cl, "cpu", 1, 0);
   PlanModel *pm = plan_model_new(a, fwd, NULL);
   ShardCtx x = {.pm = pm, .cl = &cl, .t = 1, .mbs = (int)pm->batch, .rc = rc, .attn = ATTN_MATERIALIZED,
-                .act_bytes = 4, .state_bytes = 16, .exec = true};
+                .act_bytes = 4, .peak = cl.dev.peak_fp32, .state_bytes = 16, .exec = true};
   ShardCand *c;
   shard_candidates(a, &x, &c);
   double *f = arena_array(a, fwd->nlayers + 1, sizeof *f);
