@@ -1649,7 +1649,9 @@ static cJSON *program_json(const Program *p) {
   if (!p->offload) { /* the device memory of a step on each dp rank (codegen/zero.h) */
     int n = p->zero_stage > 0 ? (int)p->dp : 1;
     cJSON *mem = cJSON_CreateArray();
-    for (int r = 0; r < n; r++) cJSON_AddItemToArray(mem, cJSON_CreateNumber((double)zero_predict_memory(p, r)));
+    int64_t *v = arena_array(p->arena, n, sizeof *v);
+    zero_predict_memory(p, v, n);
+    for (int r = 0; r < n; r++) cJSON_AddItemToArray(mem, cJSON_CreateNumber((double)v[r]));
     cJSON_AddItemToObject(o, "predicted_memory", mem);
   }
   if (p->scheduled) {

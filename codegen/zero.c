@@ -162,7 +162,20 @@ static int64_t staging_bytes(const Program *p) {
   return most;
 }
 
-int64_t zero_predict_memory(const Program *p, int r) {
+/* Adds (d 1) or takes back (d -1) rank r's owned shards between steps. */
+static void owned_pages(const Program *p, Pages *m, int r, int d) {
+  bool adamw = p->g->train.opt == OPT_ADAMW;
+  for (int i = 0; i < p->nparams; i++) {
+    int64_t off = p->params[i].offset, b = pparam_bytes(&p->params[i]);
+    if (p->zero_stage > 0 && p->params[i].owner != r) continue;
+    pages_add(m, RT_TIER_PARAMS, off, b, d);
+    pages_add(m, RT_TIER_GRADS, off, b, d);
+    pages_add(m, RT_TIER_OPT, off, b, d);
+    if (adamw) pages_add(m, RT_TIER_OPT, p->opt_v_offset + off, b, d);
+  }
+}
+
+void zero_predict_memory(const Program *p, int64_t *out, int n) {
   ir_assert(!p->offload);
   int stage = (int)p->zero_stage;
   bool reserved[4] = {stage == 3, stage >= 2 && p->zero_scheduled, stage >= 1, false};
@@ -171,27 +184,25 @@ int64_t zero_predict_memory(const Program *p, int r) {
   for (int t = 0; t < 4; t++) {
     int64_t bytes = t == RT_TIER_WORK ? p->tiers[t] * (p->slots > 0 ? p->slots : 1) : p->tiers[t];
     if (bytes <= 0) continue;
-    if (reserved[t]) m.count[t] = arena_array(p->arena, bytes / PAGE + 2, sizeof(int));
-    else whole += bytes;
+    /* malloc'd once for every rank (each rank's counts return to zero after it) */
+    if (reserved[t] && !(m.count[t] = calloc((size_t)(bytes / PAGE + 2), sizeof(int))))
+      diag_internal(__FILE__, __LINE__, "out of memory predicting ZeRO's memory");
+    if (!reserved[t]) whole += bytes;
   }
-  bool adamw = p->g->train.opt == OPT_ADAMW;
-  for (int i = 0; i < p->nparams; i++) { /* between steps: the owned shards */
-    bool owned = stage == 0 || p->params[i].owner == r;
-    int64_t off = p->params[i].offset, b = pparam_bytes(&p->params[i]);
-    if (!owned) continue;
-    pages_add(&m, RT_TIER_PARAMS, off, b, 1);
-    pages_add(&m, RT_TIER_GRADS, off, b, 1);
-    pages_add(&m, RT_TIER_OPT, off, b, 1);
-    if (adamw) pages_add(&m, RT_TIER_OPT, p->opt_v_offset + off, b, 1);
+  for (int r = 0; r < n; r++) {
+    owned_pages(p, &m, r, 1); /* between steps: the owned shards */
+    int64_t peak = m.held;
+    for (int i = 0; i < p->step.n; i++) { /* a non-owner's gathers and gradients */
+      const PInstr *in = &p->step.v[i];
+      if (in->kind < ISA_ZERO_GATHER || in->kind > ISA_ZERO_REDUCE || p->params[in->chunk].owner == r) continue;
+      int tier = in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_RELEASE ? RT_TIER_PARAMS : RT_TIER_GRADS;
+      int d = in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_GRAD ? 1 : -1;
+      pages_add(&m, tier, p->params[in->chunk].offset, pparam_bytes(&p->params[in->chunk]), d);
+      if (m.held > peak) peak = m.held;
+    }
+    owned_pages(p, &m, r, -1); /* the step released what it gathered: nothing is left */
+    ir_assert(m.held == 0);
+    out[r] = whole + peak;
   }
-  int64_t peak = m.held;
-  for (int i = 0; i < p->step.n; i++) { /* a non-owner's gathers and gradients */
-    const PInstr *in = &p->step.v[i];
-    if (in->kind < ISA_ZERO_GATHER || in->kind > ISA_ZERO_REDUCE || p->params[in->chunk].owner == r) continue;
-    int tier = in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_RELEASE ? RT_TIER_PARAMS : RT_TIER_GRADS;
-    int d = in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_GRAD ? 1 : -1;
-    pages_add(&m, tier, p->params[in->chunk].offset, pparam_bytes(&p->params[in->chunk]), d);
-    if (m.held > peak) peak = m.held;
-  }
-  return whole + peak;
+  for (int t = 0; t < 4; t++) free(m.count[t]);
 }

@@ -41,7 +41,7 @@ void zero_assign_owners(Program *p);
  * owned shards for the whole run, and what the compiled step's gathers and gradients
  * add until they are released or reduced. Pages shared by two ranges count once. Not
  * for offload programs (their plan predicts their own). */
-int64_t zero_predict_memory(const Program *p, int r);
+void zero_predict_memory(const Program *p, int64_t *out, int n); /* out[r], ranks 0..n-1 */
 
 /* Rewrites p->step and sets p->zero_scheduled. requires: lower_program, the plan set
  * (p->zero_stage 2 or 3, p->tp), one unscheduled program without offload (no

@@ -765,8 +765,8 @@ int main(int argc, char **argv) {
   if (o.device_memory && !o.gpus_set && !o.cluster) o.plan = false;
   Build b = {.o = &o, .ch = {.dp = 1, .tp = 1, .pp = 1, .m = 1, .v = 1, .rc = RC_NONE}};
   const PlanResult *volatile shown = NULL; /* the plan printed under the summary */
+  Cluster cl; /* the plan's (PlanResult.cl), for the passes too */
   if (o.plan) { /* requires: verified forward graph */
-    Cluster cl;
     diag_push(&j);
     if (setjmp(j.jb)) return fail(arena, &o);
     progress("searching the plan");

@@ -12,7 +12,7 @@ const char *const offload_names[OFFLOAD_KINDS + 1] = {"none", "optimizer", "stat
 const char *const schedule_names[2] = {"1f1b", "interleaved"};
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
-enum { MAX_MBS = 64, MAX_V = 8, MAX_MESH = 512 };
+enum { MAX_MBS = 64, MAX_V = 8, MAX_MESH = 512, OFFLOAD_MAX_M = 64 };
 /* Fraction of compute time that communication on its own stream can hide behind:
  * NCCL kernels take streaming multiprocessors from the compute they overlap. */
 #define OVERLAP 0.8
@@ -506,12 +506,15 @@ static void try_choice(Search *S, Mesh *mesh, CandSet *cs, int ci, PlanChoice ch
   int zlo = f->zero >= 0 ? f->zero : 0, zhi = f->zero >= 0 ? f->zero : ch.dp == 1 ? 0 : ch.pp > 1 ? 1 : 3;
   /* offload: the optimizer's state when there is some, the whole state with ZeRO-3
    * (over one rank too: layer by layer). Code generation compiles the whole state's
-   * offload of data-parallel plans (codegen/offload.h); the rest is priced only. */
+   * offload of data-parallel plans (codegen/offload.h; tensor and pipeline parallelism
+   * with offload compile from forced plans) with every micro-batch written into the step,
+   * so at most OFFLOAD_MAX_M of them; the optimizer's state alone is priced only. */
   int olo = f->offload >= 0 ? f->offload : 0, ohi = f->offload >= 0 ? f->offload : OFFLOAD_STATE;
   const Cluster *cl = S->r->cl;
   for (int off = olo; off <= ohi; off++) {
     if (off == OFFLOAD_OPTIMIZER && S->r->o_bytes == 0 && f->offload < 0) continue;
-    if (f->exec && (off == OFFLOAD_OPTIMIZER || (off == OFFLOAD_STATE && (ch.tp > 1 || ch.pp > 1)))) continue;
+    if (f->exec && (off == OFFLOAD_OPTIMIZER || (off == OFFLOAD_STATE && (ch.tp > 1 || ch.pp > 1 || ch.m > OFFLOAD_MAX_M))))
+      continue;
     int lo = off == OFFLOAD_STATE ? 3 : zlo, hi = off == OFFLOAD_STATE ? 3 : zhi;
     if (off == OFFLOAD_STATE && ((f->zero >= 0 && f->zero != 3) || ch.pp > 1)) continue; /* ZeRO-3 runs without a pipeline */
     for (int z = lo; z <= hi; z++) {
@@ -729,8 +732,9 @@ static _Noreturn void fail_memory(Search *S, bool forced) {
               n > 1 ? "\n  2. " : "", n > 1 ? line[1] : "", n > 2 ? "\n  3. " : "", n > 2 ? line[2] : "",
               S->r->w_bytes + S->r->g_bytes + S->r->o_bytes, state / GIB, cl->gpus == 1 ? "its" : "the", cl->gpus,
               cl->gpus == 1 ? "" : "s", cl->gpus == 1 ? "s" : "", cl->gpus * S->r->usable / GIB,
-              offload_room(S), S->f->exec && S->f->offload < 0 ? "; --what-if also weighs offload with tensor or "
-                                                                 "pipeline parallelism (priced, not compiled yet)" : "");
+              offload_room(S), S->f->exec && S->f->offload < 0 ? "; --what-if also weighs bf16, fused attention and "
+                                                                 "offloading the optimizer state alone (priced, not "
+                                                                 "compiled yet)" : "");
 }
 
 static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) {

@@ -222,8 +222,8 @@ def offload():
     state shards instead and no offload wins. Forcing --offload none on one GPU is
     refused with what does not fit, and a plan file keeps the choice. Optimizer offload
     of a plan is priced, not compiled: only --what-if weighs it, and without --what-if
-    forcing it is refused; without --what-if the plan offloads the whole state instead
-    (ZeRO-3 over one rank, which code generation compiles)."""
+    forcing it is refused; without --what-if the closest plan (the whole state offloaded,
+    in fp32, in at most 64 micro-batches) does not fit."""
     one = ["models/llama.model", "--gpus", "1", "--gpu", "a100-80g", "--what-if"]
     d = plan_json(one)
     if d["offload"] != "optimizer":
@@ -247,10 +247,7 @@ def offload():
     with tempfile.TemporaryDirectory() as tmp:
         expect_error(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--offload", "optimizer",
                       "--dump-plan"], "priced, not compiled yet", "--what-if")
-        compiled = plan_json(one[:-1])
-        if (compiled["offload"], compiled["zero_stage"], compiled["precision"]) != ("state", 3, "fp32"):
-            fail("llama on one A100-80GB without --what-if: %r ZeRO-%r %r, expected state offload, ZeRO-3, fp32" %
-                 (compiled["offload"], compiled["zero_stage"], compiled["precision"]))
+        expect_error(one[:-1] + ["--dump-plan"], "no plan fits", "state on the host and NVMe", "--what-if also weighs")
         r = run(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--offload", "optimizer", "--what-if",
                  "--dump-plan=json"])
         if json.loads(r.stdout)["offload"] != "optimizer":
