@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "plan/cost.h"
 #include "runtime/program.h"
 
 const char *const loc_names[LOC_COUNT] = {"none", "device", "host", "nvme", "zero"};
@@ -271,6 +272,15 @@ static void chunk_comm(Sim *S, IsaCommKind kind, int item) {
   PInstr *in = put(S, ISA_COMM);
   in->comm = (PComm){.kind = kind, .tier = {tier, tier}, .off = {c->start, c->start}, .outer = 1,
                      .n = (end - c->start) / 4, .inner = 1, .group = ISA_GROUP_DP, .root = c->owner};
+  /* in order with the compute, priced as the all-gather (broadcast) or reduce-scatter
+   * (reduce) of the chunk over the dp group: (n-1)/n of its bytes over the links */
+  const Cluster *cl = S->o->cl;
+  if (!cl || S->ranks < 2) return;
+  int local = cl->gpus_per_node < S->ranks ? cl->gpus_per_node : S->ranks;
+  Group g = {S->ranks, local > 0 ? local : 1};
+  double t = cost_collective(cl, kind == ISA_COMM_BROADCAST ? COLL_ALL_GATHER : COLL_REDUCE_SCATTER,
+                             (double)(end - c->start), g);
+  S->t_main += t, S->op->comm_s += t;
 }
 
 /* A part leaves the device: a clean parameter copy is dropped, a gradient goes home
@@ -611,6 +621,8 @@ void offload_print(FILE *f, const Program *p, const OffloadPlan *op) {
   fprintf(f, "  transfers %.2f MiB a step: %.4f s of copies, %.4f s hidden behind %.4f s of compute, %.4f s exposed\n",
           mib(op->transfer_bytes), op->transfer_s, op->transfer_s - op->exposed_s < 0 ? 0 : op->transfer_s - op->exposed_s,
           op->compute_s, op->exposed_s);
+  if (op->ranks > 1)
+    fprintf(f, "  ZeRO-3's broadcasts and reduces: %.4f s a step, in order with the compute\n", op->comm_s);
   fprintf(f, "  chunk placement per phase (home: between steps; forward/backward: fetched to the device as used;\n"
              "  gradient norm and optimizer on the host):\n");
   fprintf(f, "  chunk  parameters                               MiB   params  grads  opt   fetches a step%s\n",

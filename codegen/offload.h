@@ -87,7 +87,7 @@ typedef struct OffloadPlan {
   int64_t device_peak, host_peak, nvme_peak, transfer_bytes; /* host, nvme: the most of a rank */
   int ranks;                /* dp with ZeRO-3 (the per-rank figures below differ), else 1 */
   int64_t *rank_host_peak, *rank_nvme_peak, *rank_transfer; /* [ranks] */
-  double compute_s, transfer_s, exposed_s;
+  double compute_s, transfer_s, exposed_s, comm_s; /* comm_s: ZeRO-3's collectives, in order */
   /* memory over the step, one point per instruction of step, gradnorm and update */
   int npoints;
   int64_t *dev_at, *host_at;

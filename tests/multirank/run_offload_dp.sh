@@ -13,13 +13,17 @@
 # With tp2 or pp2, a plan of NP/2 data-parallel ranks by 2 tensor-parallel ranks or 2
 # pipeline stages (each stage its own offload plan; the tied embedding's gradients come
 # back to the device for their sum over the stages), against one rank of NP/2 rows.
+# With planned, no --device-memory: the plan search itself, for NP devices of 16 MiB
+# (a cluster file on the cpu profile), finds that only ZeRO-3 with the state offloaded
+# fits, and -o compiles that plan for the devices' memory.
 # With ZERO 3, a plan of NP ranks at ZeRO stage 3: the chunks are dealt to the ranks,
 # each holding only its own at its homes (codegen/offload.h), and the run also saves a
 # checkpoint after 2 steps and resumes from it to step 4, again equal to one rank.
 # DEVICE=cuda EMUL=DIR (device.sh): the ranks run the emulated CUDA device.
-# Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [host|nvme|mb2|tp2|pp2] [ZERO]
+# Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [host|nvme|mb2|tp2|pp2|planned] [ZERO]
 set -eu
 cc=$1 work=$2 py=$3 src=$4 mpirun=$5 np=$6 mode=${7:-host} zero=${8:-0}
+[ "$mode" = planned ] && zero=3 # what the search chooses (checked below)
 run=$work/offload-dp$np-$mode-z$zero${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdir -p "$run" && cd "$run"
 . "$src/tests/multirank/device.sh"
 model="$src/models/gpt2-tiny.model"
@@ -34,12 +38,21 @@ if [ "$mode" = mb2 ] || [ "$mode" = tp2 ] || [ "$mode" = pp2 ] || [ "$zero" != 0
 fi
 "$cc" "$model" $cfg --set batch="$rows" -o train-ref 2> /dev/null
 ./train-ref $args --device cpu --log one.jsonl --save one.safetensors > one.out
-cflags="" tflags=""
+cflags="--device-memory 12M" tflags=""
 if [ "$mode" = nvme ]; then
   mkdir -p nvme
-  cflags="--host-memory 1M" tflags="--nvme-dir nvme"
+  cflags="$cflags --host-memory 1M" tflags="--nvme-dir nvme"
 fi
-"$cc" "$model" $cfg $cplan --device-memory 12M $cflags -o train-off 2> cc.err
+if [ "$mode" = planned ]; then
+  printf '{"base": "cpu", "gpus": %d, "gpus_per_node": %d, "device": {"memory_gib": 0.015625, "reserved_gib": 0}}\n' \
+    "$np" "$np" > small.json
+  cplan="--set batch=$rows --cluster small.json" cflags=""
+fi
+"$cc" "$model" $cfg $cplan $cflags -o train-off 2> cc.err
+if [ "$mode" = planned ]; then
+  head -2 cc.err
+  grep -q "ZeRO-3, .*state on the host" cc.err || { cat cc.err; echo "the search did not plan state offload"; exit 1; }
+fi
 device_prepare ./train-off
 timeout 600 $mpirun -np "$np" ./train-off $args $tflags $devargs --log many.jsonl --save many.safetensors > many.out 2>&1 ||
   { tail -20 many.out; exit 1; }
