@@ -151,10 +151,6 @@ static void self_host_all_reduce(Comm *c, double *vals, int n, CommRed op)
 {
 }
 
-static void self_host_reduce(Comm *c, float *buf, int64_t count, int root)
-{
-}
-
 static void self_abort(Comm *c, int code) __attribute__((noreturn));
 static void self_abort(Comm *c, int code)
 {
@@ -184,7 +180,7 @@ Comm *comm_self_new(void)
                   .split = self_split, .isend = self_isend, .recv_tag = self_recv_tag,
                   .wait_sends = self_wait_sends,
                   .host_all_reduce = self_host_all_reduce,
-                  .host_reduce = self_host_reduce, .abort = self_abort,
+                  .host_send = self_send, .host_recv = self_recv, .abort = self_abort,
                   .destroy = self_destroy};
     return &s->c;
 }

@@ -78,9 +78,10 @@ struct Comm {
     void (*connect)(Comm *c, const int *peers, int npeers);
     /* A few host values (losses, sums of squares, error flags), in place. */
     void (*host_all_reduce)(Comm *c, double *vals, int n, CommRed op);
-    /* Host memory buf[0..count) summed over the ranks onto root, in place there (the
-     * others' buf is not changed): a state each rank holds its part of, assembled. */
-    void (*host_reduce)(Comm *c, float *buf, int64_t count, int root);
+    /* Point to point, blocking, of host memory (send and recv take device memory on a
+     * GPU backend): a state each rank holds its part of, assembled on one. */
+    void (*host_send)(Comm *c, const float *buf, int64_t count, int peer);
+    void (*host_recv)(Comm *c, float *buf, int64_t count, int peer);
     /* Ends every rank with exit status code (after the caller printed why). */
     void (*abort)(Comm *c, int code) __attribute__((noreturn));
     /* Frees c: a Comm from split frees its group; the one from comm_open finalizes

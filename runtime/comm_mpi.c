@@ -215,11 +215,6 @@ static void mpi_barrier(Comm *c)
     MPI_CHECK(MPI_Barrier(mpi_comm(c)));
 }
 
-static void mpi_host_reduce(Comm *c, float *buf, int64_t count, int root)
-{
-    mpi_reduce(c, buf, buf, count, COMM_SUM, root); /* MPI's memory is the host's */
-}
-
 static void mpi_host_all_reduce(Comm *c, double *vals, int n, CommRed op)
 {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, mpi_op(op), mpi_comm(c)));
@@ -264,7 +259,7 @@ static MpiComm *mpi_wrap(MPI_Comm g)
                   .split = mpi_split, .isend = mpi_isend, .recv_tag = mpi_recv_tag,
                   .wait_sends = mpi_wait_sends,
                   .host_all_reduce = mpi_host_all_reduce,
-                  .host_reduce = mpi_host_reduce, .abort = mpi_abort,
+                  .host_send = mpi_send, .host_recv = mpi_recv, .abort = mpi_abort, /* host memory */
                   .destroy = mpi_destroy};
     MPI_Comm node;
     MPI_CHECK(MPI_Comm_set_errhandler(g, MPI_ERRORS_RETURN));

@@ -141,9 +141,14 @@ static void nccl_host_all_reduce(Comm *c, double *vals, int count, CommRed op)
     nc(c)->host->host_all_reduce(nc(c)->host, vals, count, op);
 }
 
-static void nccl_host_reduce(Comm *c, float *buf, int64_t count, int root)
+static void nccl_host_send(Comm *c, const float *buf, int64_t count, int peer)
 {
-    nc(c)->host->host_reduce(nc(c)->host, buf, count, root);
+    nc(c)->host->host_send(nc(c)->host, buf, count, peer);
+}
+
+static void nccl_host_recv(Comm *c, float *buf, int64_t count, int peer)
+{
+    nc(c)->host->host_recv(nc(c)->host, buf, count, peer);
 }
 
 static void nccl_abort(Comm *c, int code) __attribute__((noreturn));
@@ -334,7 +339,7 @@ Comm *comm_nccl_new(Comm *host, int own_host, const CudaApi *api, CUstream strea
                   .split = nccl_split, .isend = nccl_isend, .recv_tag = nccl_recv_tag,
                   .wait_sends = nccl_wait_sends, .connect = nccl_connect,
                   .host_all_reduce = nccl_host_all_reduce,
-                  .host_reduce = nccl_host_reduce, .abort = nccl_abort, .destroy = nccl_destroy};
+                  .host_send = nccl_host_send, .host_recv = nccl_host_recv, .abort = nccl_abort, .destroy = nccl_destroy};
     NcclId u;
     memset(&u, 0, sizeof u);
     if (host->rank == 0)

@@ -570,11 +570,9 @@ static int state_io(Offload *o, int part, char *buf, int to_home, char *err, siz
         int nr = program_part_ranges(o->p, c, part, off);
         for (int k = 0; k < nr; k++) {
             int rc = 0;
-            if (!held(o, c) && !to_home)
-                memset(buf + off[k], 0, (size_t)n);
-            else if (!held(o, c))
+            if (!held(o, c))
                 continue;
-            else if (h == RT_LOC_NVME)
+            if (h == RT_LOC_NVME)
                 rc = to_home ? nv_write(o, part, buf + off[k], off[k], n, msg)
                              : nv_read(o, part, buf + off[k], off[k], n, msg);
             else if (h == RT_LOC_DEVICE && to_home)

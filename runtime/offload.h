@@ -113,9 +113,8 @@ int offload_params_to_device(Offload *o, char *err, size_t errlen);
 int64_t offload_sample_bytes(const Offload *o);
 
 /* The PARAMS and OPT state (host buffers laid out as the tiers) from / to each
- * part's home, of the chunks this rank holds; between steps only. A pull zeroes the
- * ranges of the chunks it does not hold (so that a sum over the dp ranks assembles
- * the whole state). 0, or -1 with a message (an NVMe error). */
+ * part's home, of the chunks this rank holds (the other ranges of the buffers are not
+ * touched); between steps only. 0, or -1 with a message (an NVMe error). */
 int offload_pull(Offload *o, char *params, char *opt, char *err, size_t errlen);
 int offload_push(Offload *o, const char *params, const char *opt, char *err, size_t errlen);
 

@@ -43,10 +43,12 @@ static void init_fill(float *dst, int64_t n, float v)
         dst[i] = v;
 }
 
-void ckpt_init_params(const RtProgram *p, char *params, uint64_t seed)
+void ckpt_init_params(const RtProgram *p, char *params, uint64_t seed, const unsigned char *held)
 {
     for (int i = 0; i < p->nparams; i++) {
         const RtParam *q = &p->params[i];
+        if (held && !held[i])
+            continue;
         float *dst = (float *)(params + q->offset);
         size_t n = (size_t)q->numel;
         switch (q->init) {

@@ -33,9 +33,10 @@ typedef struct CkptMeta {
     int64_t global_batch; /* 0: not recorded */
 } CkptMeta;
 
-/* Fills every parameter by its init rule, Philox keyed by (seed, name) (philox.h):
- * normal(std a, mean b), uniform [a, b), zeros, ones, constant a. */
-void ckpt_init_params(const RtProgram *p, char *params, uint64_t seed);
+/* Fills every parameter (held: those with held[i], NULL: all) by its init rule, Philox
+ * keyed by (seed, name) (philox.h): normal(std a, mean b), uniform [a, b), zeros, ones,
+ * constant a. */
+void ckpt_init_params(const RtProgram *p, char *params, uint64_t seed, const unsigned char *held);
 
 int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *err,
                      size_t errlen);

@@ -136,17 +136,30 @@ static int trainer_host_pull(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
-/* ZeRO-3 with offload: each rank pulled the chunks it owns (zeros elsewhere); their sum
- * over the dp group is the whole state, on dp rank 0, which writes the files. */
+/* ZeRO-3 with offload: each rank pulled the chunks it owns (nothing else of its host
+ * copies is touched); the owners send theirs to dp rank 0, chunk by chunk, which then
+ * holds the whole state and writes the files. */
 static void trainer_assemble(Trainer *t, int opt)
 {
     const RtProgram *p = t->prog;
     Comm *c = t->mesh.dp_comm;
-    if (!t->ex.off || p->zero_stage != 3)
+    int parts[2] = {RT_TIER_PARAMS, RT_TIER_OPT};
+    if (!t->ex.off || p->zero_stage != 3 || c->size == 1)
         return;
-    c->host_reduce(c, (float *)t->host[RT_TIER_PARAMS], p->tiers[RT_TIER_PARAMS] / 4, 0);
-    if (opt && p->tiers[RT_TIER_OPT] > 0)
-        c->host_reduce(c, (float *)t->host[RT_TIER_OPT], p->tiers[RT_TIER_OPT] / 4, 0);
+    for (int ch = 0; ch < p->offload.nchunks; ch++) {
+        const RtChunk *k = &p->offload.chunks[ch];
+        for (int j = 0; j < (opt ? 2 : 1) && k->owner != 0; j++) {
+            int64_t off[2];
+            int n = program_part_ranges(p, ch, parts[j], off);
+            for (int r = 0; r < n; r++) {
+                float *at = (float *)(t->host[parts[j]] + off[r]);
+                if (c->rank == k->owner)
+                    c->host_send(c, at, (k->end - k->start) / 4, 0);
+                else if (c->rank == 0)
+                    c->host_recv(c, at, (k->end - k->start) / 4, k->owner);
+            }
+        }
+    }
 }
 
 /* Offload keeps the state at its homes; the whole-state host copies for file I/O
@@ -204,7 +217,7 @@ static int trainer_init_global(Trainer *t, CkptMeta *m, char *err, size_t errlen
     int rc = o->resume ? ckpt_load_latest(g, o->ckpt_dir, m, t->gstate[0], t->gstate[1], held,
                                           err, errlen)
              : o->init_from ? ckpt_load_params(g, o->init_from, t->gstate[0], err, errlen)
-                            : (ckpt_init_params(g, t->gstate[0], t->seed), 0);
+                            : (ckpt_init_params(g, t->gstate[0], t->seed, NULL), 0);
     free(held);
     if (rc == 0)
         mesh_scatter(&t->mesh, t->gstate[0], o->resume ? t->gstate[1] : NULL,
@@ -229,7 +242,9 @@ static int trainer_load_state(Trainer *t, CkptMeta *m, char *err, size_t errlen)
                                 t->zero.owned, err, errlen);
     if (o->init_from)
         return ckpt_load_params(p, o->init_from, t->host[RT_TIER_PARAMS], err, errlen);
-    ckpt_init_params(p, t->host[RT_TIER_PARAMS], t->seed);
+    /* ZeRO-3 with offload: each rank keeps only its own chunks (offload_push) */
+    ckpt_init_params(p, t->host[RT_TIER_PARAMS], t->seed,
+                     t->ex.off && t->zero.stage == 3 ? t->zero.owned : NULL);
     return 0;
 }
 
@@ -1026,7 +1041,8 @@ int trainer_finish(Trainer *t, char *err, size_t errlen)
     trainer_peak_report(t);
     zero_gather_params(&t->zero, &t->ex);
     /* an offload program's parameters are at their homes: read them all first */
-    int bad = t->ex.off && trainer_host_pull(t, err, errlen) != 0;
+    int bad = t->ex.off && (t->zero.stage != 3 || t->opts->save) && /* ZeRO-3: nothing to compare */
+              trainer_host_pull(t, err, errlen) != 0;
     if (trainer_agree(t, bad, err, errlen) != 0)
         return -1;
     bad = zero_check_replicas(&t->zero, &t->ex, t->ex.off ? t->host[RT_TIER_PARAMS] : NULL, err,

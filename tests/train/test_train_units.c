@@ -236,7 +236,7 @@ static void test_init(void)
     for (int i = 0; i < 5; i++)
         params[i] = (RtParam){.name = names[i], .ndim = 1, .shape = {100}, .numel = 100,
                               .offset = i * 400, .init = kinds[i], .a = 0.5, .b = 2.0};
-    ckpt_init_params(&p, (char *)buf, 42);
+    ckpt_init_params(&p, (char *)buf, 42, NULL);
     philox_fill_normal(want, 100, 0, 42, "n", 2.0f, 0.5f);
     CHECK(memcmp(buf, want, sizeof want) == 0);
     philox_fill_uniform(want, 100, 0, 42, "u", 0.5f, 2.0f);
