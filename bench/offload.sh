@@ -12,12 +12,12 @@
 #     in host memory). It prints the step time and the predicted and measured peaks.
 #  3. The largest GPT (from the list RANKS4) that trains on 4 data-parallel ranks of
 #     this machine under a 256 MiB device each, at ZeRO stage 3 (each rank's chunks at
-#     its homes: its share of the host memory, then NVMe files), for one step (STEPS2),
+#     its homes: its quarter of 80% of the host memory, then NVMe files), for one step (STEPS2),
 #     against the bound of this machine's host memory plus the free disk of NVME_DIR
 #     over 16 bytes a parameter; each rank's measured and predicted peaks.
 # Usage: bench/offload.sh [BUILD_DIR] [d:layers ...]   (default: 1024:24 2048:24 2560:38)
 # Environment: STEPS (default 8), STEPS2 (default 1), NVME_DIR (default a temporary
-# directory on the disk of /var/tmp), RANKS4 (default "768:12 1536:24 1536:48"),
+# directory on the disk of /var/tmp), RANKS4 (default "768:12 1536:24 1536:48 1792:48"),
 # MPIRUN (default: mpirun, as root with --allow-run-as-root; --oversubscribe), ONLY (the
 # sections to run, default 123).
 set -euo pipefail
@@ -102,12 +102,12 @@ bound4=$(((host_kib + disk_kib) * 1024 / 16))
 printf '%-10s %14s %10s %9s %9s %9s %9s %9s %9s %10s\n' d:layers parameters step_s dev_MiB dev_pred \
   host_GiB host_pred nvme_GiB nvme_pred vs_bound
 largest=""
-for c in ${RANKS4:-768:12 1536:24 1536:48}; do
+for c in ${RANKS4:-768:12 1536:24 1536:48 1792:48}; do
   d=${c%%:*} layers=${c##*:}
   heads=$((d / 128))
   gcfg=(--set vocab=256 --set ctx=64 --set seq=64 --set batch=4 --set d="$d" --set heads="$heads" --set layers="$layers")
   params=$("$cc" models/gpt2-tiny.model "${gcfg[@]}" --summary | awk '/^parameters:/ {print $2}')
-  if ! "$cc" models/gpt2-tiny.model "${gcfg[@]}" --gpus 4 --gpu cpu --dp 4 --tp 1 --pp 1 --zero 3 \
+  if ! "$cc" models/gpt2-tiny.model "${gcfg[@]}" --gpus 4 --gpus-per-node 4 --gpu cpu --dp 4 --tp 1 --pp 1 --zero 3 \
        --microbatch-size 1 --device-memory 256M -o "$work/t-4" 2> "$work/cc.err"; then
     echo "$c: does not compile: $(tail -1 "$work/cc.err")"
     continue
