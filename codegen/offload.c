@@ -362,12 +362,10 @@ static double instr_time(const Sim *S, const PInstr *in) {
   return 0;
 }
 
-/* on_host: the kernel of chunk c (>= 0) on its owner's host (every rank's without ZeRO-3). */
-static void run_instr(Sim *S, const PInstr *in, bool on_host, int c) {
+static void run_instr(Sim *S, const PInstr *in, bool on_host) {
   PInstr *x = put(S, in->kind);
   *x = *in;
   x->on_host = on_host;
-  if (on_host && c >= 0 && S->op->chunk[c].owner >= 0) x->dp_rank = S->op->chunk[c].owner;
   double t = instr_time(S, in);
   S->t_main += t;
   S->op->compute_s += t;
@@ -401,7 +399,7 @@ static void plan_step(Sim *S, const PSeq *step) {
     for (int j = 0; j < nneed[i] && S->zero3; j++) /* the owner's copy has landed: to every rank */
       if (need[i][j] % PART_COUNT == PART_PARAMS && !S->bcast[need[i][j]])
         chunk_comm(S, ISA_COMM_BROADCAST, need[i][j]), S->bcast[need[i][j]] = true;
-    run_instr(S, &step->v[i], false, -1);
+    run_instr(S, &step->v[i], false);
     for (int j = 0; j < nneed[i]; j++) {
       int it = need[i][j];
       S->next[it]++;
@@ -449,7 +447,7 @@ static void plan_host_list(Sim *S, const PSeq *list, bool update) {
       wait_for(S, c * PART_COUNT + PART_GRADS);
       if (update) wait_for(S, c * PART_COUNT + PART_OPT), wait_for(S, c * PART_COUNT + PART_PARAMS);
     }
-    run_instr(S, &list->v[i], c >= 0, c);
+    run_instr(S, &list->v[i], c >= 0);
     bool last = c >= 0 && (i + 1 == list->n || chunk_of[i + 1] != c);
     if (last && update) {
       drop(S, c * PART_COUNT + PART_GRADS, LOC_HOST);
@@ -514,18 +512,15 @@ static int64_t state_of(const Program *p) {
   return up(p->tiers[RT_TIER_PARAMS], GRANULE) + up(p->tiers[RT_TIER_GRADS], GRANULE) + up(p->tiers[RT_TIER_OPT], GRANULE);
 }
 
-bool offload_needed(const Program *p, int64_t device_memory) { return work_of(p) + state_of(p) > device_memory; }
-
-OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
+OffloadPlan *offload_chunks(Program *p, const OffloadOptions *o) {
   Arena *a = p->arena;
-  ir_assert(p->microbatches == 1 || p->scheduled);
   if (p->zero_stage == 1 || p->zero_stage == 2)
     error_plain("--device-memory plans offload with ZeRO stage 0 (every rank holding the whole state at its homes) or 3 "
                 "(each rank its own chunks), not %lld", (long long)p->zero_stage);
   bool zero3 = p->zero_stage == 3;
   int ranks = zero3 ? (int)p->dp : 1;
   int64_t work = work_of(p), state = state_of(p);
-  if (!offload_needed(p, o->device_memory)) return NULL;
+  if (work + state <= o->device_memory) return NULL;
   int64_t room = o->device_memory - work;
   if (room <= 0)
     error_plain("the device memory (%.1f MiB) does not hold the activations alone: the work tier needs %.1f MiB "
@@ -553,7 +548,16 @@ OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
   op->rank_nvme_peak = arena_array(a, ranks, sizeof(int64_t));
   op->rank_transfer = arena_array(a, ranks, sizeof(int64_t));
   choose_homes(p, op, o, ranks);
-  Sim S = {.p = p, .op = op, .o = o, .nitems = op->nchunks * PART_COUNT, .cap = room, .ranks = ranks, .zero3 = zero3};
+  return op;
+}
+
+void offload_plan(Program *p, OffloadPlan *op, const OffloadOptions *o) {
+  Arena *a = p->arena;
+  ir_assert((p->microbatches == 1 || p->scheduled) && !p->offload);
+  int ranks = op->ranks;
+  bool zero3 = p->zero_stage == 3;
+  Sim S = {.p = p, .op = op, .o = o, .nitems = op->nchunks * PART_COUNT, .cap = op->capacity - op->work_bytes,
+           .ranks = ranks, .zero3 = zero3};
   S.bcast = arena_array(a, S.nitems, sizeof *S.bcast);
   S.where = arena_array(a, S.nitems, sizeof *S.where);
   S.dev = arena_array(a, S.nitems, sizeof *S.dev);
@@ -594,7 +598,6 @@ OffloadPlan *offload_plan(Program *p, const OffloadOptions *o) {
       diag_internal(__FILE__, __LINE__, "offload: a part is not home at the end of the step");
   p->offload = op;
   p->zero_scheduled = zero3; /* its gathers and reductions are in `step` */
-  return op;
 }
 
 /* ---- showing it --------------------------------------------------------------------------------- */

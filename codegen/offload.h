@@ -102,14 +102,14 @@ typedef struct OffloadPlan {
 typedef struct Touch { int tier; int64_t lo, hi; bool write; } Touch;
 int instr_touch(const Program *p, const PInstr *in, Touch *t);
 
-/* Plans p (lowered by lower_program: one pipeline stage and tensor-parallel rank, its
- * micro-batches unrolled into `step`) for o and rewrites its step, gradnorm and update
- * lists with the moves; p->offload is set. Returns NULL
- * (p unchanged) when everything fits the device. A budget the plan cannot meet is a
- * user error (error_plain) with the numbers. */
-OffloadPlan *offload_plan(Program *p, const OffloadOptions *o);
-/* Whether p's work tier and state exceed device_memory (offload_plan plans then). */
-bool offload_needed(const Program *p, int64_t device_memory);
+/* The chunks of p (one pipeline stage and tensor-parallel rank) for o: their size, under
+ * ZeRO-3 their owners (p->params[].owner set to them, before compose_step reads them),
+ * and their homes; NULL when everything fits the device. A budget that cannot be met is
+ * a user error (error_plain) with the numbers. */
+OffloadPlan *offload_chunks(Program *p, const OffloadOptions *o);
+/* Plans op's chunks over p's lists (composed, micro-batches unrolled into `step`) and
+ * rewrites step, sync, gradnorm and update with the moves; p->offload = op. */
+void offload_plan(Program *p, OffloadPlan *op, const OffloadOptions *o);
 
 /* The plan as text (--dump-plan), JSON (in the program and --dump-plan=json) and SVG. */
 void offload_print(FILE *f, const Program *p, const OffloadPlan *op);

@@ -495,6 +495,9 @@ typedef struct Build {
   int nps;
   bool planned_offload;     /* the plan offloads the state */
   bool offload;             /* ... and it does not fit: offload_plan plans each program */
+  Cluster off_cl;           /* what offload plans for (offload_options) */
+  OffloadOptions off;
+  OffloadPlan **ops;        /* [nps] each program's chunks, or NULL where it fits */
 } Build;
 
 
@@ -630,19 +633,20 @@ static OffloadOptions offload_options(const Build *b, Cluster *cl) {
   return (OffloadOptions){.device_memory = device, .host_memory = host, .cl = cl, .ranks_per_node = b->r ? cl->gpus_per_node : 1};
 }
 
-/* After lowering: whether the state is offloaded (asked for, and some stage does not fit
- * the device); then the unscheduled micro-batches are unrolled into `step`, so that the
- * offload plan sees the whole step. */
+/* After lowering: each stage's offload chunks (and under ZeRO-3 their owners, which
+ * compose then reads), NULL for a stage that fits; when some stage is offloaded, the
+ * unscheduled micro-batches are unrolled into `step`, so that the offload plan sees the
+ * whole step. */
 static void decide_offload(Build *b) {
   b->planned_offload = b->r && b->ch.offload == OFFLOAD_STATE;
   if (!b->o->device_memory && !b->planned_offload) return;
-  Cluster cl;
-  OffloadOptions oo = offload_options(b, &cl);
-  for (int s = 0; s < b->nps; s++) b->offload |= offload_needed(b->ps[s], oo.device_memory);
+  b->off = offload_options(b, &b->off_cl);
+  b->ops = arena_array(b->ps[0]->arena, b->nps, sizeof *b->ops);
+  for (int s = 0; s < b->nps; s++) b->offload |= (b->ops[s] = offload_chunks(b->ps[s], &b->off)) != NULL;
   if (!b->offload) {
-    if (b->o->dump_plan) printf("offload: none needed (the state and the activations fit %.1f MiB)\n", oo.device_memory / 1048576.0);
-    else if (b->planned_offload)
-      fprintf(stderr, "colossalc: offload: none needed (the state and the activations fit %.1f MiB)\n", oo.device_memory / 1048576.0);
+    double mib = b->off.device_memory / 1048576.0;
+    if (b->o->dump_plan) printf("offload: none needed (the state and the activations fit %.1f MiB)\n", mib);
+    else if (b->planned_offload) fprintf(stderr, "colossalc: offload: none needed (the state and the activations fit %.1f MiB)\n", mib);
     return;
   }
   for (int s = 0; s < b->nps; s++)
@@ -654,12 +658,11 @@ static void decide_offload(Build *b) {
 static void plan_offload(Build *b) {
   if (!b->offload) return;
   const Options *o = b->o;
-  Cluster cl;
-  OffloadOptions oo = offload_options(b, &cl);
   for (int s = 0; s < b->nps; s++) {
     Program *p = b->ps[s];
-    OffloadPlan *op = offload_plan(p, &oo);
+    OffloadPlan *op = b->ops[s];
     if (!op) continue; /* this stage fits */
+    offload_plan(p, op, &b->off);
     if (b->nps > 1 && o->dump_plan) printf("pipeline stage %d:\n", s);
     if (o->dump_plan && !strcmp(o->dump_plan, "svg")) offload_svg(stdout, p, op);
     else if (o->dump_plan) offload_print(stdout, p, op), printf("  recompute: %s\n", recompute_set);

@@ -214,6 +214,23 @@ def plan_file():
             expect_error(GPT2 + ["--dump-plan", "--plan", part], msg)
 
 
+TINY_3090 = ["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090"]
+
+
+def saved_offload_plan(tmp, kind):
+    """gpt2-tiny's --what-if plan for one RTX 3090 with --offload KIND, saved to a file
+    in tmp: the choice is kept, and read back from the file; returns the file."""
+    r = run(TINY_3090 + ["--offload", kind, "--what-if", "--dump-plan=json"])
+    if json.loads(r.stdout)["offload"] != kind:
+        fail("--offload %s was not kept" % kind)
+    plan = os.path.join(tmp, "p.json")
+    with open(plan, "w") as f:
+        f.write(r.stdout)
+    if plan_json(TINY_3090 + ["--what-if", "--plan", plan])["offload"] != kind:
+        fail("a plan file's %s offload was not read back" % kind)
+    return plan
+
+
 def offload():
     """LLaMA-7B does not fit one A100-80GB with its AdamW state (16 bytes a parameter);
     with the optimizer state on the host (ZeRO-Offload) it does: the search weighs it
@@ -248,18 +265,8 @@ def offload():
         expect_error(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--offload", "optimizer",
                       "--dump-plan"], "priced, not compiled yet", "--what-if")
         expect_error(one[:-1] + ["--dump-plan"], "no plan fits", "state on the host and NVMe", "--what-if also weighs")
-        r = run(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--offload", "optimizer", "--what-if",
-                 "--dump-plan=json"])
-        if json.loads(r.stdout)["offload"] != "optimizer":
-            fail("--offload optimizer was not kept")
-        plan = os.path.join(tmp, "p.json")
-        with open(plan, "w") as f:
-            f.write(r.stdout)
-        back = plan_json(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--what-if", "--plan", plan])
-        expect_error(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--plan", plan, "-o", "x"],
-                     "priced, not compiled yet")
-        if back["offload"] != "optimizer":
-            fail("a plan file's offload was not read back")
+        plan = saved_offload_plan(tmp, "optimizer")
+        expect_error(TINY_3090 + ["--plan", plan, "-o", os.path.join(tmp, "x")], "priced, not compiled yet")
     print("ok   llama-7B on 1 A100-80GB offloads its optimizer (%.1f s of %.0f s a step), on 8 it does not" %
           (opt, d["predicted"]["step_time_s"]))
 
@@ -389,17 +396,8 @@ def offload_state():
         fail("with 4 TiB of host memory nothing should go to NVMe: %r" % big)
     expect_error(gpt3 + ["--what-if", "--dump-plan", "--nvme", "100G"], "no plan fits", "100.0 GiB of NVMe")
     with tempfile.TemporaryDirectory() as tmp:
-        r = run(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--offload", "state", "--what-if",
-                 "--dump-plan=json"])
-        if json.loads(r.stdout)["offload"] != "state":
-            fail("--offload state was not kept")
-        plan = os.path.join(tmp, "p.json")
-        with open(plan, "w") as f:
-            f.write(r.stdout)
-        if plan_json(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--what-if", "--plan", plan])["offload"] != "state":
-            fail("a plan file's state offload was not read back")
-        r = run(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--plan", plan, "-o",
-                 os.path.join(tmp, "x")])
+        plan = saved_offload_plan(tmp, "state")
+        r = run(TINY_3090 + ["--plan", plan, "-o", os.path.join(tmp, "x")])
         if r.returncode != 0 or "state on the host" not in r.stderr or "wrote" not in r.stderr:
             fail("the saved state-offload plan did not compile:\n" + r.stderr)
     print("ok   gpt3 on 8 A100-80GB (--what-if): ZeRO-3 state on the host (%.0f GiB) and NVMe (%.0f GiB) a node, "

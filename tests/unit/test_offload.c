@@ -112,7 +112,8 @@ static int one(int argc, char **argv, double frac, int64_t host_limit, bool expe
   cluster_from_profile(&cl, "cpu", 1, 1);
   OffloadOptions o = {.device_memory = up(p->tiers[RT_TIER_WORK]) + (int64_t)(frac * (double)state), .host_memory = host_limit, .cl = &cl};
   int nstep = p->step.n;
-  OffloadPlan *op = offload_plan(p, &o);
+  OffloadPlan *op = offload_chunks(p, &o);
+  if (op) offload_plan(p, op, &o);
   W w = {.p = p, .op = op};
   if (!op) { printf("FAIL: budget %.2f of the state planned nothing\n", frac); return 1; }
   w.dev = calloc(op->nchunks * 3, 1), w.host = calloc(op->nchunks * 3, 1), w.busy = calloc(op->nchunks * 3, 1);
@@ -166,7 +167,7 @@ static int refused(int argc, char **argv) {
     printf("a budget of the work tier and one page is refused: %s\n", diag_last);
   } else {
     OffloadOptions o = {.device_memory = up(p->tiers[RT_TIER_WORK]) + G};
-    offload_plan(p, &o);
+    offload_chunks(p, &o);
     printf("FAIL: a budget of the work tier and one page was accepted\n");
   }
   diag_pop(&j);

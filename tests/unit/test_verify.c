@@ -77,7 +77,10 @@ int main(int argc, char **argv) {
   cluster_from_profile(&cl, "cpu", 1, 1);
   int64_t state = q->tiers[RT_TIER_PARAMS] + q->tiers[RT_TIER_GRADS] + q->tiers[RT_TIER_OPT];
   OffloadOptions o = {.device_memory = q->tiers[RT_TIER_WORK] + state / 3 + (1 << 16), .cl = &cl};
-  CHECK(offload_plan(q, &o) != NULL, "no offload plan at a third of the state");
+  OffloadPlan *op = offload_chunks(q, &o);
+  CHECK(op != NULL, "no offload plan at a third of the state");
+  if (!op) return 1;
+  offload_plan(q, op, &o);
   expect(q, "offload plan", NULL);
   int w = first_of(&q->step, ISA_WAIT);
   CHECK(w >= 0, "the plan's step has no wait");
