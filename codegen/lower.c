@@ -31,7 +31,8 @@ typedef struct L {
   Val *val;             /* [g->n] */
   int *uses;            /* [g->n] */
   const Node **user;    /* [g->n] a node that reads it (the only one when uses is 1) */
-  bool *fused;          /* [g->n] computed by another node's instruction (a GEMM's bias epilogue) */
+  bool *fused;          /* [g->n] computed by another node's instruction (a GEMM's epilogue) */
+  const Node **gelu;    /* [g->n] its only GELU reader, if one */
   bool *need_layout;    /* [g->n] */
   int *grad_of;         /* [g->n] the param index whose gradient this node is, or -1 */
   bool *slot_used;      /* [nparams] the gradient slot already holds a result */
@@ -386,6 +387,16 @@ static const Node *bias_add(const L *l, const Node *n, const Node **bias) {
   return u;
 }
 
+/* The GELU of u (the GEMM's bias add) that the GEMM applies in its epilogue too
+ * (cuBLASLt's GELU_BIAS, GELU_AUX_BIAS): u's only GELU reader, kept in memory anyway,
+ * after an unbatched GEMM whose rows are a multiple of 8 elements (the aux matrix's
+ * leading dimension); NULL otherwise. */
+static const Node *gelu_epilogue(const L *l, const Node *u, const PGemm *g) {
+  const Node *e = u ? l->gelu[u->id] : NULL;
+  if (!e || e->dtype != DT_F32 || l->grad_of[e->id] >= 0 || g->batch[0] * g->batch[1] != 1 || g->n % 8) return NULL;
+  return l->need_layout[e->id] || l->uses[e->id] > 1 ? e : NULL;
+}
+
 static void lower_matmul(L *l, const Node *n) {
   const Node *a = n->in[0], *b = n->in[1], *bias = NULL, *u = bias_add(l, n, &bias);
   bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
@@ -395,16 +406,8 @@ static void lower_matmul(L *l, const Node *n) {
   int nd = n->shape.ndim, nb = nd - 2;
   int64_t M = n->shape.d[nd - 2], N = n->shape.d[nd - 1];
   int64_t K = a->shape.d[a->shape.ndim - (ta ? 2 : 1)];
-  int cb = out_buf(l, u ? u : n);
-  Val out = layout_of(cb, &n->shape);
-  float beta = store_mode(l, cb) == KS_ADD ? 1 : 0;
-  PGemm g = {A.trans, Bm.trans, M, N, K, A.ld, Bm.ld, N, 1, beta, {PENDING + A.buf, PENDING + Bm.buf, PENDING + cb},
-             {A.off * 4, Bm.off * 4, 0}, {1, 1}, {{0}}, false, 0, 0};
-  if (u) { /* the add is this GEMM's epilogue: its value is the GEMM's output */
-    const Val *bv = &l->val[bias->id];
-    g.bias = true, g.bias_tier = PENDING + bv->buf, g.bias_off = bv->offset * 4;
-    l->fused[u->id] = true;
-  }
+  PGemm g = {A.trans, Bm.trans, M, N, K, A.ld, Bm.ld, N, 1, 0, {PENDING + A.buf, PENDING + Bm.buf, 0},
+             {A.off * 4, Bm.off * 4, 0}, {1, 1}, {{0}}, false, 0, 0, false, false, 0, 0};
   /* batch axes of the operands, right-aligned to the result's */
   int64_t sa[MAX_DIMS] = {0}, sbb[MAX_DIMS] = {0};
   for (int d = 0; d < nb; d++) {
@@ -420,19 +423,40 @@ static void lower_matmul(L *l, const Node *n) {
     nb = 0;
   }
   if (nb > 2) error_at(n->loc, "matmul: code generation handles at most 2 batch axes");
+  for (int d = 0; d < nb; d++) g.batch[2 - nb + d] = n->shape.d[d];
+  const Node *e = gelu_epilogue(l, u, &g), *res = e ? e : u ? u : n;
+  int cb = out_buf(l, res);
+  Val out = layout_of(cb, &n->shape);
+  g.tier[2] = PENDING + cb;
+  g.beta = store_mode(l, cb) == KS_ADD ? 1 : 0;
   for (int d = 0; d < nb; d++) {
     int s = 2 - nb + d;
-    g.batch[s] = n->shape.d[d];
     g.stride[0][s] = sa[d];
     g.stride[1][s] = sbb[d];
     g.stride[2][s] = out.strides[d];
+  }
+  if (u) { /* the add is this GEMM's epilogue: its value is the GEMM's output */
+    const Val *bv = &l->val[bias->id];
+    g.bias = true, g.bias_tier = PENDING + bv->buf, g.bias_off = bv->offset * 4;
+    l->fused[u->id] = true;
+  }
+  if (e) { /* and so is the GELU; the add's value goes to aux when anything else reads it */
+    g.gelu = true, g.aux = l->uses[u->id] > 1 || l->need_layout[u->id];
+    if (g.aux) {
+      int ab = out_buf(l, u);
+      g.aux_tier = PENDING + ab;
+      l->val[u->id] = layout_of(ab, &u->shape);
+    }
+    l->fused[e->id] = true;
   }
   PInstr *in = emit(l, l->seq, ISA_GEMM);
   in->gemm = g;
   for (int i = 0; i < 3; i++) touch(l, g.tier[i] - PENDING, l->seq->n - 1);
   if (g.bias) touch(l, g.bias_tier - PENDING, l->seq->n - 1);
+  if (g.aux) touch(l, g.aux_tier - PENDING, l->seq->n - 1);
   l->val[n->id] = out; /* read by nothing else when the add is fused */
-  if (u) l->val[u->id] = out;
+  if (u && !e) l->val[u->id] = out;
+  if (e) l->val[e->id] = out;
 }
 
 /* ---- row kernels: normalisations, softmax, losses --------------------------------------- */
@@ -885,6 +909,7 @@ static void analyse(L *l) {
     for (int k = 0; k < n->nin; k++) {
       l->uses[n->in[k]->id]++;
       l->user[n->in[k]->id] = n;
+      if (n->op == OP_GELU) l->gelu[n->in[k]->id] = l->gelu[n->in[k]->id] ? NULL : n;
       if (needs_memory(n, k)) l->need_layout[n->in[k]->id] = true;
     }
   }
@@ -1158,6 +1183,7 @@ static void patch_seq(L *l, PSeq *s) {
     if (in->kind == ISA_GEMM)
       for (int j = 0; j < 3; j++) patch_loc(l, &in->gemm.tier[j], &in->gemm.off[j]);
     if (in->kind == ISA_GEMM && in->gemm.bias) patch_loc(l, &in->gemm.bias_tier, &in->gemm.bias_off);
+    if (in->kind == ISA_GEMM && in->gemm.aux) patch_loc(l, &in->gemm.aux_tier, &in->gemm.aux_off);
     if (in->kind == ISA_COMM)
       for (int j = 0; j < 2; j++) patch_loc(l, &in->comm.tier[j], &in->comm.off[j]);
   }
@@ -1188,6 +1214,7 @@ static L *l_new(Program *p, Graph *g, PSeq *seq) {
   l->uses = arena_array(a, g->n, sizeof *l->uses);
   l->user = arena_array(a, g->n, sizeof *l->user);
   l->fused = arena_array(a, g->n, sizeof *l->fused);
+  l->gelu = arena_array(a, g->n, sizeof *l->gelu);
   l->need_layout = arena_array(a, g->n, sizeof *l->need_layout);
   l->grad_of = arena_array(a, g->n, sizeof *l->grad_of);
   l->slot_used = arena_array(a, g->nparams ? g->nparams : 1, sizeof *l->slot_used);
@@ -1223,9 +1250,11 @@ static void lower_nodes(L *l, PChunk *c) {
     if (g->wrt_grads[k]) l->uses[g->wrt_grads[k]->id]++, l->need_layout[g->wrt_grads[k]->id] = true;
   const Node *logits = g->loss && g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
   if (logits) l->need_layout[logits->id] = true;
+  for (int i = 0; i < g->n; i++) /* first: a GEMM's epilogue may read a bias that comes later */
+    if (g->nodes[i]->op == OP_PARAM) lower_node(l, g->nodes[i]);
   for (int i = 0; i < g->n; i++) {
     l->at = g->nodes[i];
-    lower_node(l, g->nodes[i]);
+    if (g->nodes[i]->op != OP_PARAM) lower_node(l, g->nodes[i]);
     if (c && i == g->n_forward - 1)
       for (int k = 0; k < g->nouts; k++) c->out[k] = boundary(l, g->outs[k]);
   }
@@ -1501,6 +1530,9 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     cJSON_AddItemToObject(o, "batch", ints_json(g->batch, 2));
     int64_t bias[2] = {g->bias_tier, g->bias_off};
     if (g->bias) cJSON_AddItemToObject(o, "bias", ints_json(bias, 2));
+    if (g->gelu) cJSON_AddBoolToObject(o, "gelu", true);
+    int64_t aux[2] = {g->aux_tier, g->aux_off};
+    if (g->aux) cJSON_AddItemToObject(o, "aux", ints_json(aux, 2));
     break;
   }
   }

@@ -41,6 +41,10 @@ typedef struct PGemm {
   bool bias;                /* the epilogue: C[i][j] += bias[j] (beta 0; the add of a bias) */
   int bias_tier;
   int64_t bias_off;         /* bytes */
+  bool gelu;                /* then C = gelu(C), tanh form (bias set; one batch): a GELU that reads the add */
+  bool aux;                 /* gelu: the add's value (GELU's input) also written to aux, ld ldc */
+  int aux_tier;
+  int64_t aux_off;          /* bytes */
 } PGemm;
 
 typedef struct PInstr {

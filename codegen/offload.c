@@ -70,9 +70,10 @@ static int gemm_touch(const PGemm *g, Touch *t) {
     int64_t last = (g->batch[0] - 1) * g->stride[j][0] + (g->batch[1] - 1) * g->stride[j][1] + (rows[j] - 1) * ld[j] + cols[j];
     t[j] = (Touch){g->tier[j], g->off[j], g->off[j] + last * 4, j == 2};
   }
-  if (!g->bias) return 3;
-  t[3] = (Touch){g->bias_tier, g->bias_off, g->bias_off + g->n * 4, false};
-  return 4;
+  int n = 3;
+  if (g->bias) t[n++] = (Touch){g->bias_tier, g->bias_off, g->bias_off + g->n * 4, false};
+  if (g->aux) t[n++] = (Touch){g->aux_tier, g->aux_off, g->aux_off + ((g->m - 1) * g->ldc + g->n) * 4, true};
+  return n;
 }
 
 int instr_touch(const Program *p, const PInstr *in, Touch *t) {

@@ -103,6 +103,9 @@ static int check_instr(V *v, const PInstr *in) {
     break;
   case ISA_GEMM:
     if (in->gemm.bias && in->gemm.beta != 0) return fail(v, "gemm: a bias epilogue with beta %g (only beta 0)", in->gemm.beta);
+    if (in->gemm.gelu && (!in->gemm.bias || in->gemm.batch[0] * in->gemm.batch[1] != 1 || in->gemm.ldc % 8))
+      return fail(v, "gemm: a GELU epilogue needs a bias, one batch and ldc a multiple of 8");
+    if (in->gemm.aux && !in->gemm.gelu) return fail(v, "gemm: an aux output without the GELU epilogue");
     break;
   case ISA_ZERO: break;
   case ISA_JOIN: return 0;

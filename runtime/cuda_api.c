@@ -49,6 +49,8 @@ static int load_driver(CudaApi *api, char *err, size_t errlen)
         S(CtxSetCurrent, "cuCtxSetCurrent"), S(MemGetInfo, "cuMemGetInfo_v2"),
         S(MemAlloc, "cuMemAlloc_v2"), S(MemFree, "cuMemFree_v2"),
         S(MemHostAlloc, "cuMemHostAlloc"), S(MemFreeHost, "cuMemFreeHost"),
+        S(MemHostRegister, "cuMemHostRegister_v2"), S(MemHostUnregister, "cuMemHostUnregister"),
+        S(MemcpyDtoH, "cuMemcpyDtoH_v2"),
         S(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"), S(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
         S(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"), S(MemsetD8Async, "cuMemsetD8Async"),
         S(ModuleLoadData, "cuModuleLoadData"), S(ModuleUnload, "cuModuleUnload"),

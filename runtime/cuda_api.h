@@ -40,7 +40,10 @@ typedef struct CudaApi {
     CUresult (*MemAlloc)(CUdeviceptr *p, size_t bytes);
     CUresult (*MemHostAlloc)(void **p, size_t bytes, unsigned flags);
     CUresult (*MemFreeHost)(void *p);
+    CUresult (*MemHostRegister)(void *p, size_t bytes, unsigned flags);
+    CUresult (*MemHostUnregister)(void *p);
     CUresult (*MemFree)(CUdeviceptr p);
+    CUresult (*MemcpyDtoH)(void *dst, CUdeviceptr src, size_t bytes);
     CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
     CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t bytes, CUstream s);
     CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s);

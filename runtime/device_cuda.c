@@ -167,6 +167,8 @@ static void cuda_zero(Device *dev, char *base, int64_t offset, int64_t bytes)
         CUDA_CHECK(c, c->api.MemsetD8Async(dptr(base) + (CUdeviceptr)offset, 0, (size_t)bytes, c->stream));
 }
 
+/* Uploads from pageable memory (parameters at start-up): staged by the driver when the
+ * call returns, in order on the compute stream. */
 static void cuda_upload(Device *dev, char *base, int64_t offset, const void *src, int64_t bytes)
 {
     CudaDevice *c = (CudaDevice *)dev;
@@ -174,11 +176,14 @@ static void cuda_upload(Device *dev, char *base, int64_t offset, const void *src
     CUDA_CHECK(c, c->api.StreamSynchronize(c->stream)); /* src may change once we return */
 }
 
+/* Downloads to pageable memory (checkpoints, the loss) after the compute stream's work:
+ * a synchronous copy (the steps' large copies are asynchronous, to and from pinned
+ * memory: tokens, offload). */
 static void cuda_download(Device *dev, const char *base, int64_t offset, void *dst, int64_t bytes)
 {
     CudaDevice *c = (CudaDevice *)dev;
-    CUDA_CHECK(c, c->api.MemcpyDtoHAsync(dst, dptr(base) + (CUdeviceptr)offset, (size_t)bytes, c->stream));
     CUDA_CHECK(c, c->api.StreamSynchronize(c->stream));
+    CUDA_CHECK(c, c->api.MemcpyDtoH(dst, dptr(base) + (CUdeviceptr)offset, (size_t)bytes));
 }
 
 static void cuda_copy(Device *dev, char *dst, const char *src, int64_t bytes)
@@ -234,6 +239,23 @@ static void cuda_host_free(Device *dev, void *p)
 {
     CudaDevice *c = (CudaDevice *)dev;
     c->api.MemFreeHost(p);
+}
+
+/* Any thread (the offload copy thread commits host memory too). */
+static int cuda_host_pin(Device *dev, void *p, int64_t bytes)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    return c->api.CtxSetCurrent(c->ctx) == CUDA_SUCCESS &&
+                   c->api.MemHostRegister(p, (size_t)bytes, 0) == CUDA_SUCCESS
+               ? 0
+               : -1;
+}
+
+static void cuda_host_unpin(Device *dev, void *p)
+{
+    CudaDevice *c = (CudaDevice *)dev;
+    CUDA_CHECK(c, c->api.CtxSetCurrent(c->ctx));
+    CUDA_CHECK(c, c->api.MemHostUnregister(p));
 }
 
 static void cuda_fork(Device *dev)
@@ -438,6 +460,7 @@ static RtGemm gemm_key(const RtGemm *g)
     RtGemm k;
     memset(&k, 0, sizeof k);
     k.ta = g->ta, k.tb = g->tb, k.m = g->m, k.n = g->n, k.k = g->k, k.bias = g->bias;
+    k.gelu = g->gelu, k.aux = g->aux;
     k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc;
     memcpy(k.batch, g->batch, sizeof k.batch);
     for (int w = 0; w < 3; w++)
@@ -486,8 +509,14 @@ static int plan_gemm(CudaDevice *c, const RtGemm *g, char *err, size_t errlen)
     CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (g->bias) { /* bias[j] of row-major C is per row of the column-major C^T: cuBLASLt's BIAS */
-        cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+        cublasLtEpilogue_t e = !g->gelu ? CUBLASLT_EPILOGUE_BIAS
+                               : g->aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                        : CUBLASLT_EPILOGUE_GELU_BIAS;
         CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+    }
+    if (g->aux) { /* GELU's input, laid out as C^T (ld ldc, a multiple of 8) */
+        int64_t ld = g->ldc;
+        CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
     int64_t nb = g->batch[1];
     layout(c, &p->la, g->tb ? g->k : g->n, g->tb ? g->n : g->k, g->ldb, nb, g->stride[1][1]);
@@ -525,6 +554,10 @@ static void cuda_gemm(Device *dev, const RtGemm *g, char *const *tiers)
         if (bias) /* read at the call: the same descriptor serves every GEMM of this shape */
             CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                             sizeof bias));
+        void *aux = g->aux ? tiers[g->aux_tier] + g->aux_offset : NULL;
+        if (aux)
+            CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                            sizeof aux));
         CUBLAS_CHECK(c, c->api.LtMatmul(c->lt, p->desc, &g->alpha, b, p->la, a, p->lb, &g->beta, d, p->lc, d, p->lc,
                                         &p->algo, (void *)(uintptr_t)c->workspace, WORKSPACE, c->stream));
     }
@@ -725,6 +758,7 @@ Device *device_cuda_new(const RtProgram *p, const char *source, const CudaOption
                       .download = cuda_download, .sync = cuda_sync, .destroy = cuda_destroy,
                       .mark = cuda_mark, .await = cuda_await, .xfer = cuda_xfer, .fork = cuda_fork,
                       .join = cuda_join, .overlap_ms = cuda_overlap_ms, .host_alloc = cuda_host_alloc,
+                      .host_pin = cuda_host_pin, .host_unpin = cuda_host_unpin,
                       .host_free = cuda_host_free};
     if (cuda_setup(c, p, source, o, err, errlen) != 0) {
         cuda_destroy(&c->dev);

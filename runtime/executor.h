@@ -110,6 +110,12 @@ struct Device {
      * memory. */
     void *(*host_alloc)(Device *dev, int64_t bytes);
     void (*host_free)(Device *dev, void *p);
+    /* Optional (a GPU): pins the host pages [p, p + bytes) (page-aligned, pinned by no
+     * other call) so that its copies from and to them are DMA, 0 or -1; host_unpin takes
+     * the p of one such call. The CPU device pins what it commits through them when
+     * device_cpu_pin_through names the GPU (offload's host location). */
+    int (*host_pin)(Device *dev, void *p, int64_t bytes);
+    void (*host_unpin)(Device *dev, void *p);
     void (*fork)(Device *dev);
     void (*join)(Device *dev);
     void (*overlap_ms)(Device *dev, double *comm, double *waited);
@@ -128,6 +134,15 @@ enum { DEVICE_MARKS = 2048 };
 /* The CPU device: `threads` threads for kernels and for OpenBLAS. */
 Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, char *err,
                        size_t errlen);
+
+/* Before its first reserve: the CPU device's reserved memory is pinned through gpu
+ * (Device.host_pin) while resident, one registration per run of resident pages within
+ * a CPU_PIN_BLOCK-aligned block of the reserved range, so that a copy within one block
+ * is DMA. Decommitted pages stay resident and pinned, and come back zeroed at their
+ * next commit, while all resident pages are within budget bytes; beyond it the kept
+ * pages are freed, a block at a time (those just decommitted first). */
+enum { CPU_PIN_BLOCK = 16 << 20 };
+void device_cpu_pin_through(Device *cpu, Device *gpu, int64_t budget);
 
 typedef struct Executor Executor;
 /* Runs one ZeRO instruction (zero_gather, zero_release, zero_grad, zero_reduce) with

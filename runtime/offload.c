@@ -279,10 +279,16 @@ static int copy_range(Offload *o, RtLoc from, RtLoc to, int t, int64_t off, int6
         RtLoc other = from == RT_LOC_DEVICE ? to : from;
         if (other == RT_LOC_NVME)
             return dev_nvme(o, to == RT_LOC_DEVICE, t, off, n, msg);
-        if (to == RT_LOC_DEVICE)
-            dev_put(o, t, off, host_base(o, t) + off, n);
-        else
-            dev_get(o, t, off, host_base(o, t) + off, n);
+        /* within one pinned block of the host location at a time (device_cpu_pin_through):
+         * DMA from and to one registration */
+        for (int64_t at = off, next; at < off + n; at = next) {
+            next = (at / CPU_PIN_BLOCK + 1) * CPU_PIN_BLOCK;
+            next = next < off + n ? next : off + n;
+            if (to == RT_LOC_DEVICE)
+                dev_put(o, t, at, host_base(o, t) + at, next - at);
+            else
+                dev_get(o, t, at, host_base(o, t) + at, next - at);
+        }
         return 0;
     }
     /* host <-> NVMe */

@@ -98,6 +98,10 @@
  *     Optional "bias": [tier, offset] (beta 0): the epilogue adds bias[j], n f32 at
  *     that offset, to every row of every C[i][j] (the add of a bias vector the
  *     compiler fuses into the GEMM: cuBLASLt's BIAS epilogue on a GPU).
+ *     Optional "gelu": true (with "bias", batch [1, 1], ldc a multiple of 8): then every
+ *     C[i][j] = gelu(C[i][j]), the tanh form of program/isa.h (isa_gelu); with "aux":
+ *     [tier, offset] (16-byte aligned), GELU's input is also written there, m x n with
+ *     leading dimension ldc (cuBLASLt's GELU_AUX_BIAS; GELU_BIAS without aux).
  *
  * ---- Parallel programs: tensor and pipeline parallelism -----------------------------
  *

@@ -14,6 +14,7 @@
 #include "runtime/fileio.h"
 
 #include <cblas.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -21,11 +22,28 @@
 
 void openblas_set_num_threads(int num_threads); /* also in OpenBLAS's cblas.h */
 
+/* A reserved range pinned through a GPU (device_cpu_pin_through): its resident pages
+ * are pinned, the committed ones and, up to the budget, pages decommitted since, kept
+ * pinned for their next commit (the offload plan brings a part back to the same place
+ * every step) instead of being freed and pinned again. */
+typedef struct CpuPinned {
+    char *base;
+    int64_t bytes;
+    uint64_t *used; /* a bit per page: committed */
+    uint64_t *res;  /* a bit per page: resident and pinned (committed or kept) */
+} CpuPinned;
+
 typedef struct CpuDevice {
     Device dev;
     ThreadPool *pool;
     const RtKernelFn *kernels; /* [nkernels] */
     int nkernels;
+    Device *pin;               /* pins reserved memory, or NULL */
+    int64_t pin_budget;        /* bytes of resident pages beyond which kept ones go */
+    int64_t resident;          /* bytes of resident pages, all ranges */
+    pthread_mutex_t pin_mu;    /* commits come from the main and the offload copy thread */
+    CpuPinned *pinned;
+    int npinned;
 } CpuDevice;
 
 typedef struct CpuKernelJob {
@@ -93,7 +111,28 @@ static float *gemm_operand(const RtGemm *g, char *const *tiers, int w, int64_t i
     return base + i * g->stride[w][0] + j * g->stride[w][1];
 }
 
-/* A bias epilogue (beta 0): C starts as the bias in every row, and the product adds to it. */
+/* The GELU epilogue: C's rows through GELU, their input kept in aux when given; rows
+ * split over the pool. */
+typedef struct CpuGeluJob {
+    const RtGemm *g;
+    float *c, *aux;
+} CpuGeluJob;
+
+static void cpu_gelu_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const CpuGeluJob *job = ctx;
+    int64_t ld = job->g->ldc;
+    for (int64_t r = lo; r < hi; r++)
+        for (int64_t j = 0; j < job->g->n; j++) {
+            float *x = job->c + r * ld + j;
+            if (job->aux)
+                job->aux[r * ld + j] = *x;
+            *x = isa_gelu(*x);
+        }
+}
+
+/* A bias epilogue (beta 0): C starts as the bias in every row, and the product adds to it;
+ * with "gelu", GELU follows. */
 static void cpu_gemm(Device *dev, const RtGemm *g, char *const *tiers)
 {
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
@@ -108,6 +147,9 @@ static void cpu_gemm(Device *dev, const RtGemm *g, char *const *tiers)
                         gemm_operand(g, tiers, 0, i, j), (int)g->lda,
                         gemm_operand(g, tiers, 1, i, j), (int)g->ldb, bias ? 1.0f : g->beta, c,
                         (int)g->ldc);
+            CpuGeluJob job = {g, c, g->aux ? (float *)(tiers[g->aux_tier] + g->aux_offset) : NULL};
+            if (g->gelu)
+                pool_run(((CpuDevice *)dev)->pool, g->m, cpu_gelu_rows, &job);
         }
 }
 
@@ -156,32 +198,191 @@ static void cpu_xfer(Device *dev, int kind, char *dst, const char *src, int64_t 
         memcpy(dst, src, (size_t)bytes);
 }
 
+/* ---- reserved memory, pinned when asked ----------------------------------------------- */
+
+static CpuPinned *find_pinned(CpuDevice *cpu, const char *base)
+{
+    for (int i = 0; i < cpu->npinned; i++)
+        if (cpu->pinned[i].base == base)
+            return &cpu->pinned[i];
+    return NULL;
+}
+
+static int bit(const uint64_t *b, int64_t i)
+{
+    return (int)(b[i / 64] >> (i % 64) & 1);
+}
+
+static void set_bit(uint64_t *b, int64_t i, int on)
+{
+    b[i / 64] = on ? b[i / 64] | (uint64_t)1 << (i % 64) : b[i / 64] & ~((uint64_t)1 << (i % 64));
+}
+
+/* Unpins (pin 0) or pins (pin 1) each resident run of block blk: every registration
+ * lies within one block. */
+static int pin_block(CpuDevice *cpu, CpuPinned *r, int64_t blk, int pin)
+{
+    int64_t page = cpu->dev.granule, lo = blk * CPU_PIN_BLOCK / page;
+    int64_t hi = ((blk + 1) * CPU_PIN_BLOCK < r->bytes ? (blk + 1) * CPU_PIN_BLOCK : r->bytes) / page;
+    for (int64_t i = lo, j; i < hi; i = j) {
+        for (j = i; j < hi && bit(r->res, j) == bit(r->res, i); j++)
+            ;
+        if (!bit(r->res, i))
+            continue;
+        if (!pin)
+            cpu->pin->host_unpin(cpu->pin, r->base + i * page);
+        else if (cpu->pin->host_pin(cpu->pin, r->base + i * page, (j - i) * page) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Pages [lo, hi) of block blk resident (on) or freed (off), the block re-pinned. */
+static int set_resident(CpuDevice *cpu, CpuPinned *r, int64_t blk, int64_t lo, int64_t hi, int on)
+{
+    int64_t page = cpu->dev.granule;
+    pin_block(cpu, r, blk, 0);
+    for (int64_t i = lo; i < hi; i++) {
+        cpu->resident += (bit(r->res, i) != on) * (on ? page : -page);
+        set_bit(r->res, i, on);
+    }
+    char *p = r->base + lo * page;
+    size_t n = (size_t)(hi - lo) * page;
+    int rc = on ? mprotect(p, n, PROT_READ | PROT_WRITE)
+                : madvise(p, n, MADV_DONTNEED) | mprotect(p, n, PROT_NONE);
+    return pin_block(cpu, r, blk, 1) | rc;
+}
+
+/* Kept pages of [lo, hi) freed, whole blocks at a time, while the resident pages exceed
+ * the budget (the range just decommitted first: the plan needs it again last). */
+static void trim(CpuDevice *cpu, CpuPinned *r, int64_t lo, int64_t hi)
+{
+    int64_t per = CPU_PIN_BLOCK / cpu->dev.granule;
+    for (int64_t blk = lo / per; blk * per < hi && cpu->resident > cpu->pin_budget; blk++) {
+        int64_t a = blk * per > lo ? blk * per : lo, b = (blk + 1) * per < hi ? (blk + 1) * per : hi;
+        int kept = 0;
+        for (int64_t i = a; i < b && !kept; i++)
+            kept = bit(r->res, i) && !bit(r->used, i);
+        if (!kept)
+            continue;
+        pin_block(cpu, r, blk, 0);
+        for (int64_t i = a, j; i < b; i = j) { /* each run of kept pages freed */
+            for (j = i; j < b && (bit(r->res, i) && !bit(r->used, i)) == (bit(r->res, j) && !bit(r->used, j)); j++)
+                ;
+            if (!bit(r->res, i) || bit(r->used, i))
+                continue;
+            for (int64_t k = i; k < j; k++)
+                set_bit(r->res, k, 0);
+            cpu->resident -= (j - i) * cpu->dev.granule;
+            madvise(r->base + i * cpu->dev.granule, (size_t)(j - i) * cpu->dev.granule, MADV_DONTNEED);
+            mprotect(r->base + i * cpu->dev.granule, (size_t)(j - i) * cpu->dev.granule, PROT_NONE);
+        }
+        pin_block(cpu, r, blk, 1);
+    }
+}
+
+/* [offset, offset + bytes) committed (on) or decommitted: pages made resident where they
+ * are not (kept ones zeroed, as fresh ones are), or kept. */
+static int pinned_commit(CpuDevice *cpu, char *base, int64_t offset, int64_t bytes, int on)
+{
+    pthread_mutex_lock(&cpu->pin_mu);
+    CpuPinned *r = find_pinned(cpu, base);
+    int64_t page = cpu->dev.granule, per = CPU_PIN_BLOCK / page, lo = offset / page;
+    int64_t hi = (offset + bytes + page - 1) / page;
+    int rc = 0;
+    for (int64_t blk = lo / per; r && blk * per < hi && rc == 0; blk++) {
+        int64_t a = blk * per > lo ? blk * per : lo, b = (blk + 1) * per < hi ? (blk + 1) * per : hi;
+        int fresh = 0;
+        for (int64_t i = a; i < b; i++) {
+            fresh |= !bit(r->res, i);
+            if (on && bit(r->res, i))
+                memset(r->base + i * page, 0, (size_t)page);
+            set_bit(r->used, i, on);
+        }
+        if (on && fresh)
+            rc = set_resident(cpu, r, blk, a, b, 1);
+    }
+    if (r && !on) /* over the budget: kept pages go, those just decommitted first */
+        trim(cpu, r, lo, hi);
+    for (int i = 0; r && i < cpu->npinned && cpu->resident > cpu->pin_budget; i++)
+        trim(cpu, &cpu->pinned[i], 0, cpu->pinned[i].bytes / page);
+    pthread_mutex_unlock(&cpu->pin_mu);
+    return rc;
+}
+
 static char *cpu_reserve(Device *dev, int64_t bytes)
 {
+    CpuDevice *cpu = (CpuDevice *)dev;
     void *p = mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    if (p == MAP_FAILED)
+        return NULL;
+    if (!cpu->pin)
+        return p;
+    int64_t words = (bytes + dev->granule - 1) / dev->granule / 64 + 1;
+    CpuPinned *v = realloc(cpu->pinned, (size_t)(cpu->npinned + 1) * sizeof *v);
+    uint64_t *used = calloc((size_t)words, sizeof *used), *res = calloc((size_t)words, sizeof *res);
+    if (v)
+        cpu->pinned = v;
+    if (!v || !used || !res) {
+        free(used), free(res);
+        munmap(p, (size_t)bytes);
+        return NULL;
+    }
+    pthread_mutex_lock(&cpu->pin_mu);
+    cpu->pinned[cpu->npinned++] = (CpuPinned){p, bytes, used, res};
+    pthread_mutex_unlock(&cpu->pin_mu);
+    return p;
 }
 
 static int cpu_commit(Device *dev, char *base, int64_t offset, int64_t bytes)
 {
+    CpuDevice *cpu = (CpuDevice *)dev;
+    if (cpu->pin)
+        return pinned_commit(cpu, base, offset, bytes, 1);
     return mprotect(base + offset, (size_t)bytes, PROT_READ | PROT_WRITE);
 }
 
 static void cpu_decommit(Device *dev, char *base, int64_t offset, int64_t bytes)
 {
+    CpuDevice *cpu = (CpuDevice *)dev;
+    if (cpu->pin) {
+        pinned_commit(cpu, base, offset, bytes, 0);
+        return;
+    }
     madvise(base + offset, (size_t)bytes, MADV_DONTNEED);
     mprotect(base + offset, (size_t)bytes, PROT_NONE);
 }
 
 static void cpu_unreserve(Device *dev, char *base, int64_t bytes)
 {
+    CpuDevice *cpu = (CpuDevice *)dev;
+    pthread_mutex_lock(&cpu->pin_mu);
+    CpuPinned *r = cpu->pin ? find_pinned(cpu, base) : NULL;
+    for (int64_t blk = 0; r && blk * CPU_PIN_BLOCK < r->bytes; blk++)
+        pin_block(cpu, r, blk, 0);
+    for (int64_t i = 0; r && i < r->bytes / dev->granule; i++)
+        cpu->resident -= bit(r->res, i) * dev->granule;
+    if (r) {
+        free(r->used), free(r->res);
+        *r = cpu->pinned[--cpu->npinned];
+    }
+    pthread_mutex_unlock(&cpu->pin_mu);
     munmap(base, (size_t)bytes);
+}
+
+void device_cpu_pin_through(Device *dev, Device *gpu, int64_t budget)
+{
+    CpuDevice *cpu = (CpuDevice *)dev;
+    cpu->pin = gpu && gpu->host_pin && gpu->host_unpin ? gpu : NULL;
+    cpu->pin_budget = budget;
 }
 
 static void cpu_destroy(Device *dev)
 {
     CpuDevice *cpu = (CpuDevice *)dev;
     pool_free(cpu->pool);
+    pthread_mutex_destroy(&cpu->pin_mu);
+    free(cpu->pinned);
     free(cpu);
 }
 
@@ -198,6 +399,7 @@ Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, cha
         return NULL;
     }
     openblas_set_num_threads(threads);
+    pthread_mutex_init(&cpu->pin_mu, NULL);
     cpu->kernels = kernels;
     cpu->nkernels = nkernels;
     cpu->dev = (Device){.name = "cpu", .impl = cpu, .alloc = cpu_alloc, .free = cpu_free,

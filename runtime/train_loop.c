@@ -415,6 +415,11 @@ static int trainer_init_offload(Trainer *t, const RtKernelFn *kernels, char *err
     if (!t->dev->host_view &&
         !(host = t->host_dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen)))
         return -1;
+    const RtOffload *f = &p->offload;
+    int64_t keep = f->has_predicted ? f->predicted[f->npredicted > 1 ? t->mesh.dp_rank : 0][1] : 0;
+    if (host != t->dev) /* the host location's memory, pinned for the GPU's copies and kept
+                         * pinned up to the plan's host peak */
+        device_cpu_pin_through(host, t->dev, keep);
     const char *nvme = trainer_nvme_dir(t, err, errlen);
     if ((t->opts->nvme_dir && !nvme) || offload_init(&t->ex, host, nvme, t->mesh.dp_rank, err, errlen) != 0)
         return -1;

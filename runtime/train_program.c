@@ -287,11 +287,26 @@ static int parse_gemm(Pj *pj, const cJSON *o, const char *path, const RtProgram 
         return -1;
     g->bias = cJSON_GetObjectItemCaseSensitive(o, "bias") != NULL;
     if (!g->bias)
-        return 0;
+        return cJSON_GetObjectItemCaseSensitive(o, "gelu") || cJSON_GetObjectItemCaseSensitive(o, "aux")
+                   ? pj_fail(pj, path, "gelu", "a GELU epilogue comes with a bias")
+                   : 0;
     if (g->beta != 0)
         return pj_fail(pj, path, "bias", "a bias epilogue needs beta 0");
-    return parse_at(pj, o, path, "bias", &g->bias_tier, &g->bias_offset) ||
-           pj_range(pj, p, g->bias_tier, g->bias_offset, g->n * 4, path, "bias");
+    if (parse_at(pj, o, path, "bias", &g->bias_tier, &g->bias_offset) ||
+        pj_range(pj, p, g->bias_tier, g->bias_offset, g->n * 4, path, "bias"))
+        return -1;
+    g->gelu = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "gelu"));
+    g->aux = cJSON_GetObjectItemCaseSensitive(o, "aux") != NULL;
+    if (g->gelu && (g->batch[0] * g->batch[1] != 1 || g->ldc % 8))
+        return pj_fail(pj, path, "gelu", "a GELU epilogue needs one batch and ldc a multiple of 8");
+    if (g->aux && !g->gelu)
+        return pj_fail(pj, path, "aux", "an aux output comes with the GELU epilogue only");
+    if (!g->aux)
+        return 0;
+    if (parse_at(pj, o, path, "aux", &g->aux_tier, &g->aux_offset) ||
+        pj_range(pj, p, g->aux_tier, g->aux_offset, ((g->m - 1) * g->ldc + g->n) * 4, path, "aux"))
+        return -1;
+    return g->aux_offset % 16 ? pj_fail(pj, path, "aux", "not 16-byte aligned") : 0;
 }
 
 /* A [tier, offset] pair: tier in range, offset a multiple of 4. */

@@ -117,6 +117,10 @@ typedef struct RtGemm {
     int bias;            /* "bias": the epilogue C[i][j] += bias[j] (n f32; beta is 0) */
     int bias_tier;
     int64_t bias_offset; /* bytes */
+    int gelu;            /* "gelu": then C[i][j] = gelu(C[i][j]), tanh form (bias; one batch) */
+    int aux;             /* "aux": GELU's input also written there, m x n, leading dim ldc */
+    int aux_tier;
+    int64_t aux_offset;  /* bytes */
 } RtGemm;
 
 /* "comm" over a group: a global A x N x I f32 tensor, N split in T parts (the split

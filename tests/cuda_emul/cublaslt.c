@@ -3,17 +3,20 @@
  * opaque structs, and cublasLtMatmul as OpenBLAS's column-major sgemm over the batch,
  * D = alpha op(A) op(B) + beta C on host memory (the emulated driver's device memory),
  * queued on the emulated driver's stream; with the BIAS epilogue, bias[row] added to
- * every column of D (the bias pointer read at the call, as cuBLASLt does). */
+ * every column of D (the bias pointer read at the call, as cuBLASLt does); GELU_BIAS
+ * then applies GELU (program/isa.h's), and GELU_AUX_BIAS first keeps its input in the
+ * aux matrix (ld divisible by 8 and at least D's rows, as cuBLASLt requires). */
 #include <cblas.h>
 #include <cublasLt.h>
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "program/isa.h"
 #include "tests/cuda_emul/emul.h"
 
 /* What the emulation keeps in the opaque descriptors' storage. */
-typedef struct Desc { int ta, tb, bias; const float *bias_ptr; } Desc;
+typedef struct Desc { int ta, tb, bias, gelu, aux; int64_t aux_ld; const float *bias_ptr; float *aux_ptr; } Desc;
 typedef struct Layout { uint64_t rows, cols; int64_t ld, stride; int32_t batch; } Layout;
 
 _Static_assert(sizeof(Desc) <= sizeof(cublasLtMatmulDescOpaque_t), "Desc fits the opaque descriptor");
@@ -42,13 +45,24 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     if (a == CUBLASLT_MATMUL_DESC_EPILOGUE && n == sizeof(cublasLtEpilogue_t)) {
         cublasLtEpilogue_t e;
         memcpy(&e, buf, sizeof e);
-        if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS)
+        if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU_BIAS &&
+            e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
             return CUBLAS_STATUS_NOT_SUPPORTED;
-        x->bias = e == CUBLASLT_EPILOGUE_BIAS;
+        x->bias = e != CUBLASLT_EPILOGUE_DEFAULT;
+        x->gelu = e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        x->aux = e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
         return CUBLAS_STATUS_SUCCESS;
     }
     if (a == CUBLASLT_MATMUL_DESC_BIAS_POINTER && n == sizeof x->bias_ptr) {
         memcpy(&x->bias_ptr, buf, sizeof x->bias_ptr);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (a == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER && n == sizeof x->aux_ptr) {
+        memcpy(&x->aux_ptr, buf, sizeof x->aux_ptr);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (a == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD && n == sizeof x->aux_ld) {
+        memcpy(&x->aux_ld, buf, sizeof x->aux_ld);
         return CUBLAS_STATUS_SUCCESS;
     }
     if ((a != CUBLASLT_MATMUL_DESC_TRANSA && a != CUBLASLT_MATMUL_DESC_TRANSB) || n != sizeof op)
@@ -148,8 +162,14 @@ static void run_matmul(void *arg)
         cblas_sgemm(CblasColMajor, o->x.ta ? CblasTrans : CblasNoTrans, o->x.tb ? CblasTrans : CblasNoTrans, (int)m,
                     (int)n, (int)k, o->alpha, ai, (int)A->ld, bi, (int)B->ld, o->beta, di, (int)D->ld);
         for (uint64_t col = 0; o->x.bias && col < n; col++)
-            for (uint64_t row = 0; row < m; row++)
-                di[col * D->ld + row] += o->x.bias_ptr[row];
+            for (uint64_t row = 0; row < m; row++) {
+                float *v = &di[col * D->ld + row];
+                *v += o->x.bias_ptr[row];
+                if (o->x.aux)
+                    o->x.aux_ptr[col * o->x.aux_ld + row] = *v;
+                if (o->x.gelu)
+                    *v = isa_gelu(*v);
+            }
     }
 }
 
@@ -167,7 +187,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     uint64_t m = x->ta ? A->cols : A->rows, k = x->ta ? A->rows : A->cols, kb = x->tb ? B->cols : B->rows;
     uint64_t n = x->tb ? B->rows : B->cols;
     if (k != kb || C->rows != m || C->cols != n || D->rows != m || D->cols != n || A->batch != C->batch ||
-        B->batch != C->batch || D->batch != C->batch || (x->bias && !x->bias_ptr))
+        B->batch != C->batch || D->batch != C->batch || (x->bias && !x->bias_ptr) ||
+        (x->aux && (!x->aux_ptr || x->aux_ld % 8 || x->aux_ld < (int64_t)m || C->batch != 1)))
         return CUBLAS_STATUS_INVALID_VALUE;
     MatmulOp *o = malloc(sizeof *o);
     EmulEnqueueFn *enqueue = driver_enqueue();

@@ -87,14 +87,102 @@ CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes)
 
 CUresult cuMemFree(CUdeviceptr p) { free((void *)(uintptr_t)p); return CUDA_SUCCESS; }
 
-/* Pinned host memory is host memory here (every copy is a memcpy). */
+/* ---- pinned host memory ------------------------------------------------------------
+ * cuMemHostAlloc's and cuMemHostRegister's ranges are pinned, kept here by page as the
+ * driver keeps them: registering a page already pinned fails with
+ * CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, and cuMemHostUnregister takes the start
+ * of a registration. An asynchronous copy with pinned host memory is DMA: it reads or
+ * writes the host bytes when the stream runs it. COLOSSALC_EMUL_PINNED_ONLY=N refuses
+ * asynchronous copies of N or more bytes of pageable memory (CUDA_ERROR_INVALID_VALUE),
+ * so that a test sees the runtime's large copies on a stream go by DMA. */
+typedef struct Pinned { uintptr_t lo, hi; int alloc; } Pinned;
+static Pinned *pinned;
+static int npinned, pinned_cap;
+static pthread_mutex_t pinned_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uintptr_t page_down(uintptr_t a) { return a / 4096 * 4096; }
+static uintptr_t page_up(uintptr_t a) { return (a + 4095) / 4096 * 4096; }
+
+static CUresult pin_add(void *p, size_t bytes, int alloc)
+{
+    uintptr_t lo = page_down((uintptr_t)p), hi = page_up((uintptr_t)p + bytes);
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&pinned_mu);
+    for (int i = 0; i < npinned && r == CUDA_SUCCESS; i++)
+        if (pinned[i].lo < hi && lo < pinned[i].hi)
+            r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    if (r == CUDA_SUCCESS && npinned == pinned_cap) {
+        Pinned *v = realloc(pinned, (size_t)(pinned_cap ? 2 * pinned_cap : 64) * sizeof *v);
+        if (v)
+            pinned = v, pinned_cap = pinned_cap ? 2 * pinned_cap : 64;
+        else
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r == CUDA_SUCCESS)
+        pinned[npinned++] = (Pinned){lo, hi, alloc};
+    pthread_mutex_unlock(&pinned_mu);
+    return r;
+}
+
+static CUresult pin_remove(void *p, int alloc)
+{
+    CUresult r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    pthread_mutex_lock(&pinned_mu);
+    for (int i = 0; i < npinned; i++)
+        if (pinned[i].lo == page_down((uintptr_t)p) && pinned[i].alloc == alloc) {
+            pinned[i] = pinned[--npinned];
+            r = CUDA_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&pinned_mu);
+    return r;
+}
+
+/* [p, p + bytes) lies in pinned memory. */
+static int is_pinned(const void *p, size_t bytes)
+{
+    uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
+    int in = 0;
+    pthread_mutex_lock(&pinned_mu);
+    for (int i = 0; i < npinned && !in; i++)
+        in = pinned[i].lo <= lo && hi <= pinned[i].hi;
+    pthread_mutex_unlock(&pinned_mu);
+    return in;
+}
+
+static int pinned_only(size_t bytes)
+{
+    const char *v = getenv("COLOSSALC_EMUL_PINNED_ONLY");
+    return v && bytes >= (size_t)strtoull(v, NULL, 10);
+}
+
 CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags)
 {
     (void)flags;
-    return (*p = malloc(bytes ? bytes : 1)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    size_t n = page_up(bytes ? bytes : 1);
+    if (!(*p = aligned_alloc(4096, n)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = pin_add(*p, n, 1);
+    if (r != CUDA_SUCCESS)
+        free(*p);
+    return r;
 }
 
-CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
+CUresult cuMemFreeHost(void *p)
+{
+    CUresult r = pin_remove(p, 1);
+    if (r == CUDA_SUCCESS)
+        free(p);
+    return r;
+}
+
+CUresult cuMemHostRegister(void *p, size_t bytes, unsigned flags)
+{
+    (void)flags;
+    return bytes ? pin_add(p, bytes, 0) : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemHostUnregister(void *p) { return pin_remove(p, 0); }
 
 static void *host(CUdeviceptr p) { return (void *)(uintptr_t)p; }
 
@@ -264,10 +352,25 @@ static void run_copy(void *arg)
         memmove(c->dst, c->src ? c->src : c->data, c->n);
 }
 
+/* A synchronous copy: done when the call returns (the streams' work is the caller's to
+ * order; the runtime synchronises its stream first). */
+CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+    memcpy(dst, host(src), n);
+    return CUDA_SUCCESS;
+}
+
 /* From pageable host memory the source is staged when the call returns, as the
- * driver does: the caller may reuse it at once. */
+ * driver does: the caller may reuse it at once. From pinned memory, DMA when the
+ * stream gets to it. */
 CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
+    if (is_pinned(src, n)) {
+        CopyOp c = {host(dst), src, n, 0, 0};
+        return enqueue_copy(s, run_copy, &c, sizeof c);
+    }
+    if (pinned_only(n))
+        return CUDA_ERROR_INVALID_VALUE;
     CopyOp *c = malloc(sizeof *c + n);
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -276,12 +379,16 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream 
     return colossalc_emul_enqueue(s, run_copy, c) ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
 }
 
-/* To pageable host memory the call returns when the copy is done, as the driver's. */
+/* To pageable host memory the call returns when the copy is done, as the driver's; to
+ * pinned memory at once. */
 CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
+    int dma = is_pinned(dst, n);
+    if (!dma && pinned_only(n))
+        return CUDA_ERROR_INVALID_VALUE;
     CopyOp c = {dst, host(src), n, 0, 0};
     CUresult r = enqueue_copy(s, run_copy, &c, sizeof c);
-    return r != CUDA_SUCCESS ? r : cuStreamSynchronize(s);
+    return r != CUDA_SUCCESS || dma ? r : cuStreamSynchronize(s);
 }
 
 CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)

@@ -97,7 +97,7 @@ set_tests_properties(cuda_emul_stream_hazard cuda_emul_overlap_hazard PROPERTIES
 add_test(NAME cuda_emul_offload
          COMMAND sh ${CMAKE_SOURCE_DIR}/tests/e2e/run_offload.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${CUDA_WORK}/offload ${COLOSSALC_TORCH_PYTHON})
-set(cuda_off_env DEVICE=cuda EMUL=${CUDA_EMUL_LIB} COLOSSALC_EMUL_STREAM_DELAY_US=50)
+set(cuda_off_env DEVICE=cuda EMUL=${CUDA_EMUL_LIB} COLOSSALC_EMUL_STREAM_DELAY_US=50 COLOSSALC_EMUL_PINNED_ONLY=4096)
 if(COLOSSALC_SANITIZE)
   list(APPEND cuda_off_env ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS} LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0)
 endif()

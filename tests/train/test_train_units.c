@@ -383,7 +383,7 @@ static void gemm_case(Device *dev, int ta, int tb, int bias)
     enum { M = 5, N = 6, K = 7, LD = 9, SLAB = 100, WORK = 3 * 600 + 8 }; /* A, B, C: 6 slabs each */
     static float work[WORK], want[WORK];
     RtGemm g = {ta, tb, M, N, K, LD, LD, LD, 0.5f, bias ? 0.0f : 2.0f, {3, 3, 3}, {0, 4 * 600, 4 * 1200},
-                {2, 3}, {{3 * SLAB, SLAB}, {3 * SLAB, SLAB}, {3 * SLAB, SLAB}}, bias, 3, 4 * 1800};
+                {2, 3}, {{3 * SLAB, SLAB}, {3 * SLAB, SLAB}, {3 * SLAB, SLAB}}, bias, 3, 4 * 1800, 0, 0, 0, 0};
     for (int i = 0; i < WORK; i++)
         work[i] = want[i] = (float)((i * 37 % 101) - 50) / 25.0f;
     char *tiers[RT_TIERS] = {NULL, NULL, NULL, (char *)work};
@@ -401,6 +401,32 @@ static void gemm_case(Device *dev, int ta, int tb, int bias)
         fprintf(stderr, "gemm ta=%d tb=%d bias=%d: max difference %g\n", ta, tb, bias, worst);
 }
 
+/* The GELU epilogue on one GEMM (ldc a multiple of 8): C = gelu(op(A) op(B) + bias), its
+ * input in aux; in double against tanh's GELU. */
+static void gemm_gelu_case(Device *dev, int ta, int tb)
+{
+    enum { M = 5, N = 6, K = 7, LD = 8, A0 = 0, B0 = 64, C0 = 128, BIAS = 192, AUX = 200, WORK = 248 };
+    static float work[WORK], want[WORK];
+    RtGemm g = {ta, tb, M, N, K, LD, LD, LD, 1.0f, 0.0f, {3, 3, 3}, {4 * A0, 4 * B0, 4 * C0}, {1, 1}, {{0}},
+                1, 3, 4 * BIAS, 1, 1, 3, 4 * AUX};
+    for (int i = 0; i < WORK; i++)
+        work[i] = want[i] = (float)((i * 37 % 101) - 50) / 25.0f;
+    char *tiers[RT_TIERS] = {NULL, NULL, NULL, (char *)work};
+    dev->gemm(dev, &g, tiers);
+    gemm_naive(&g, want + A0, want + B0, want + AUX, want + BIAS); /* GELU's input */
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double x = want[AUX + i * LD + j];
+            want[C0 + i * LD + j] = (float)(0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))));
+        }
+    double worst = 0;
+    for (int i = 0; i < WORK; i++)
+        worst = fmax(worst, fabs((double)work[i] - want[i]));
+    CHECK(worst < 1e-4);
+    if (worst >= 1e-4)
+        fprintf(stderr, "gemm gelu ta=%d tb=%d: max difference %g\n", ta, tb, worst);
+}
+
 static void test_gemm(void)
 {
     Device *dev = device_cpu_new(NULL, 0, 2, err, sizeof err);
@@ -409,8 +435,111 @@ static void test_gemm(void)
         for (int tb = 0; tb < 2; tb++)
             for (int bias = 0; bias < 2; bias++)
                 gemm_case(dev, ta, tb, bias);
+    for (int ta = 0; dev && ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            gemm_gelu_case(dev, ta, tb);
     if (dev)
         dev->destroy(dev);
+}
+
+/* ---- pinned reserved memory ------------------------------------------------------ */
+
+/* A GPU's host_pin and host_unpin, recording each page's registration (its start). */
+enum { PIN_PAGES = 3 * CPU_PIN_BLOCK / 4096 + 8 };
+typedef struct FakePin {
+    Device dev;
+    char *base;               /* the reserved range */
+    int64_t reg[PIN_PAGES];   /* per page: 1 + the page its registration starts at, or 0 */
+    int bad;                  /* pinned twice, across a block, or an unpin of no start */
+} FakePin;
+
+static int fake_pin(Device *dev, void *p, int64_t bytes)
+{
+    FakePin *f = (FakePin *)dev;
+    int64_t lo = ((char *)p - f->base) / 4096, hi = lo + bytes / 4096;
+    f->bad |= bytes % 4096 != 0 || lo / (CPU_PIN_BLOCK / 4096) != (hi - 1) / (CPU_PIN_BLOCK / 4096);
+    for (int64_t i = lo; i < hi; i++) {
+        f->bad |= f->reg[i] != 0;
+        f->reg[i] = lo + 1;
+    }
+    return 0;
+}
+
+static void fake_unpin(Device *dev, void *p)
+{
+    FakePin *f = (FakePin *)dev;
+    int64_t lo = ((char *)p - f->base) / 4096;
+    f->bad |= f->reg[lo] != lo + 1;
+    for (int64_t i = lo; i < PIN_PAGES && f->reg[i] == lo + 1; i++)
+        f->reg[i] = 0;
+}
+
+/* Commits and decommits over three blocks of a CPU device pinned through a fake GPU,
+ * keeping at most `keep` pages: the pinned pages are the resident ones, each
+ * registration within one block, never a page twice; committed pages are pinned and
+ * read zero when committed; at most max(keep, committed) pages stay pinned. */
+static void pinned_case(int64_t keep)
+{
+    static FakePin f;
+    memset(&f, 0, sizeof f);
+    Device *cpu = device_cpu_new(NULL, 0, 1, err, sizeof err);
+    CHECK(cpu != NULL && cpu->granule == 4096);
+    if (!cpu || cpu->granule != 4096)
+        return;
+    f.dev = (Device){.name = "fake", .host_pin = fake_pin, .host_unpin = fake_unpin};
+    device_cpu_pin_through(cpu, &f.dev, keep * 4096);
+    int64_t bytes = (int64_t)PIN_PAGES * 4096;
+    f.base = cpu->reserve(cpu, bytes);
+    CHECK(f.base != NULL);
+    static unsigned char committed[PIN_PAGES], ever[PIN_PAGES];
+    memset(committed, 0, sizeof committed);
+    memset(ever, 0, sizeof ever);
+    /* [first page, pages, commit?] (a block is 4096 pages): runs inside a block, across
+     * blocks, touching others, committed again */
+    static const int64_t ops[][3] = {{10, 5, 1},   {15, 1000, 1},  {0, 10, 1},      {500, 20, 0},
+                                     {4090, 20, 1}, {4000, 100, 0}, {5000, 4000, 1}, {8000, 300, 0},
+                                     {500, 20, 1},  {3, 12000, 0},  {0, 3, 0},       {0, 30, 1},
+                                     {5000, 4000, 1}};
+    for (size_t k = 0; f.base && k < sizeof ops / sizeof *ops; k++) {
+        int64_t lo = ops[k][0], n = ops[k][1], zero = 1;
+        if (ops[k][2]) {
+            for (int64_t i = lo; i < lo + n; i++)
+                CHECK(!committed[i]); /* as the executor does: only uncommitted pages */
+            CHECK(cpu->commit(cpu, f.base, lo * 4096, n * 4096) == 0);
+            for (int64_t i = lo * 4096; i < (lo + n) * 4096; i += 512)
+                zero &= f.base[i] == 0;
+            CHECK(zero);
+            memset(f.base + lo * 4096, 0x5a, (size_t)n * 4096);
+        } else {
+            cpu->decommit(cpu, f.base, lo * 4096, n * 4096);
+        }
+        memset(committed + lo, (int)ops[k][2], (size_t)n);
+        memset(ever + lo, 1, ops[k][2] ? (size_t)n : 0);
+        int64_t pinned = 0, used = 0, seen = 0, covered = 1;
+        for (int64_t i = 0; i < PIN_PAGES; i++) {
+            pinned += f.reg[i] != 0, used += committed[i], seen += ever[i];
+            covered &= f.reg[i] != 0 || !committed[i];
+        }
+        CHECK(covered && !f.bad && pinned <= (keep > used ? keep : used));
+        if (keep == 0) /* nothing kept */
+            CHECK(pinned == used);
+        if (keep >= PIN_PAGES) /* everything kept */
+            CHECK(pinned == seen);
+    }
+    if (f.base)
+        cpu->unreserve(cpu, f.base, bytes);
+    int none = 1;
+    for (int64_t i = 0; i < PIN_PAGES; i++)
+        none &= f.reg[i] == 0;
+    CHECK(none && !f.bad);
+    cpu->destroy(cpu);
+}
+
+static void test_pinned_reserve(void)
+{
+    pinned_case(0);
+    pinned_case(3000);
+    pinned_case(PIN_PAGES);
 }
 
 /* ---- the executor on the bigram program ---------------------------------------- */
@@ -460,6 +589,7 @@ int main(void)
     test_overrides();
     test_pool();
     test_gemm();
+    test_pinned_reserve();
     test_forward();
     return rt_finish("test_train_units");
 }
