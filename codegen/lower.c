@@ -397,6 +397,16 @@ static const Node *gelu_epilogue(const L *l, const Node *u, const PGemm *g) {
   return l->need_layout[e->id] || l->uses[e->id] > 1 ? e : NULL;
 }
 
+/* The GELU epilogue as a kernel, for devices whose GEMMs do not apply it: out = gelu(in),
+ * contiguous (in place without aux). */
+static void gelu_kernel(L *l, const Node *e, int in, int out) {
+  Kernel *k = knew(l, "gelu", KP_ROWS, e->shape.d, e->shape.ndim, e->shape.ndim - 1);
+  KExpr *x = kx_load(l->a, k, kbuf(l, k, in, DT_F32), kview_contig(k, 0));
+  kernel_map(k, kbuf(l, k, out, DT_F32), kview_contig(k, 0), KS_SET, gelu(l, k, x));
+  kfinish(l, l->seq, k);
+  l->seq->v[l->seq->n - 1].epilogue = true;
+}
+
 static void lower_matmul(L *l, const Node *n) {
   const Node *a = n->in[0], *b = n->in[1], *bias = NULL, *u = bias_add(l, n, &bias);
   bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
@@ -456,7 +466,7 @@ static void lower_matmul(L *l, const Node *n) {
   if (g.aux) touch(l, g.aux_tier - PENDING, l->seq->n - 1);
   l->val[n->id] = out; /* read by nothing else when the add is fused */
   if (u && !e) l->val[u->id] = out;
-  if (e) l->val[e->id] = out;
+  if (e) l->val[e->id] = out, gelu_kernel(l, e, g.aux ? g.aux_tier - PENDING : cb, cb);
 }
 
 /* ---- row kernels: normalisations, softmax, losses --------------------------------------- */
@@ -1448,6 +1458,7 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     }
     cJSON_AddItemToObject(o, "args", args);
     if (in->on_host) cJSON_AddStringToObject(o, "on", "host");
+    if (in->epilogue) cJSON_AddBoolToObject(o, "epilogue", true);
     break;
   }
   case ISA_ZERO:

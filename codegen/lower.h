@@ -41,7 +41,9 @@ typedef struct PGemm {
   bool bias;                /* the epilogue: C[i][j] += bias[j] (beta 0; the add of a bias) */
   int bias_tier;
   int64_t bias_off;         /* bytes */
-  bool gelu;                /* then C = gelu(C), tanh form (bias set; one batch): a GELU that reads the add */
+  bool gelu;                /* then C = gelu(C), tanh form (bias set; one batch): a GELU that reads the add;
+                             * on a device without the epilogue, the GEMM leaves GELU's input in aux (or
+                             * C) and the "epilogue" kernel after it applies the GELU */
   bool aux;                 /* gelu: the add's value (GELU's input) also written to aux, ld ldc */
   int aux_tier;
   int64_t aux_off;          /* bytes */
@@ -62,6 +64,8 @@ typedef struct PInstr {
                               * ISA_ZERO_*: chunk is the parameter (codegen/zero.h) */
   bool keep;                /* ISA_MOVE */
   bool on_host;             /* ISA_KERNEL in gradnorm and update: run on the host's copies */
+  bool epilogue;            /* ISA_KERNEL: the GELU of the "gelu" GEMM before it, skipped by a
+                             * device whose GEMMs apply it */
   int node;                 /* the IR node this computes (for the forward subset) */
   int dp_rank, tp_rank;     /* ISA_KERNEL, ISA_GEMM, ISA_ZERO: run only on the ranks with this
                              * coordinate (codegen/compose.h); -1: on every rank */

@@ -168,6 +168,39 @@ static int check_overlap(V *v, const PSeq *s) {
   return 0;
 }
 
+/* A GELU epilogue kernel is the next kernel or GEMM after its "gelu" GEMM, over the
+ * GELU's input and output, nothing between touching that output (it holds the GELU on
+ * one device and its input on another), and every "gelu" GEMM has one. */
+static int check_epilogues(V *v, const PSeq *s) {
+  const PGemm *g = NULL;
+  for (v->at = 0; v->at < s->n; v->at++) {
+    const PInstr *in = &s->v[v->at];
+    if (in->kind != ISA_KERNEL && in->kind != ISA_GEMM) {
+      Touch t[K_MAX_BUFS];
+      int n = g ? instr_touch(v->p, in, t) : 0;
+      int64_t hi = g ? g->off[2] + ((g->m - 1) * g->ldc + g->n) * 4 : 0;
+      for (int i = 0; i < n; i++)
+        if (t[i].tier == g->tier[2] && t[i].lo < hi && g->off[2] < t[i].hi)
+          return fail(v, "touches a \"gelu\" GEMM's output before its epilogue kernel");
+      continue;
+    }
+    if (in->kind == ISA_KERNEL && in->epilogue) {
+      const Kernel *k = v->p->kernels[in->kernel];
+      const KBuf *src = &k->bufs[0], *dst = &k->bufs[k->nbufs - 1];
+      if (!g || src->tier != (g->aux ? g->aux_tier : g->tier[2]) || src->offset != (g->aux ? g->aux_off : g->off[2]) ||
+          dst->tier != g->tier[2] || dst->offset != g->off[2])
+        return fail(v, "an epilogue kernel not right after its \"gelu\" GEMM, or not over its output");
+      g = NULL;
+      continue;
+    }
+    if (g) return fail(v, "a \"gelu\" GEMM without its epilogue kernel after it");
+    g = in->kind == ISA_GEMM && in->gemm.gelu ? &in->gemm : NULL;
+  }
+  if (g) return fail(v, "a \"gelu\" GEMM without its epilogue kernel after it");
+  v->at = -1;
+  return 0;
+}
+
 /* ---- offload: where every part is, instruction by instruction ------------------------- */
 
 typedef struct Where {
@@ -270,7 +303,7 @@ static int verify_one(V *v) {
     v->list = names[l], v->in_step = l == 0;
     for (v->at = 0; v->at < lists[l]->n; v->at++)
       if (check_instr(v, &lists[l]->v[v->at])) return -1;
-    if (check_overlap(v, lists[l])) return -1;
+    if (check_overlap(v, lists[l]) || check_epilogues(v, lists[l])) return -1;
   }
   v->at = -1;
   if (p->zero_stage > 0 && p->dp < 1) return fail(v, "ZeRO stage %lld without a fixed dp", (long long)p->zero_stage);

@@ -10,18 +10,8 @@
 #ifndef COLOSSALC_PROGRAM_ISA_H
 #define COLOSSALC_PROGRAM_ISA_H
 
-#include <math.h>
-
 /* X(NAME, "json op") in the order of the numbers; the four ZeRO instructions are
  * consecutive (ISA_ZERO_GATHER .. ISA_ZERO_REDUCE). */
-/* A GEMM's GELU epilogue ("gelu"), the tanh form in f32, rounded where the compiled
- * kernels round: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-static inline float isa_gelu(float x)
-{
-  float u = 0.7978845608028654f * (x + 0.044715f * (x * (x * x)));
-  return 0.5f * x * (1.0f + tanhf(u));
-}
-
 #define ISA_OPS(X)                                                                              \
   X(KERNEL, "kernel")                                                                           \
   X(ZERO, "zero")                                                                               \

@@ -758,7 +758,7 @@ Device *device_cuda_new(const RtProgram *p, const char *source, const CudaOption
                       .download = cuda_download, .sync = cuda_sync, .destroy = cuda_destroy,
                       .mark = cuda_mark, .await = cuda_await, .xfer = cuda_xfer, .fork = cuda_fork,
                       .join = cuda_join, .overlap_ms = cuda_overlap_ms, .host_alloc = cuda_host_alloc,
-                      .host_pin = cuda_host_pin, .host_unpin = cuda_host_unpin,
+                      .host_pin = cuda_host_pin, .host_unpin = cuda_host_unpin, .gemm_gelu = 1,
                       .host_free = cuda_host_free};
     if (cuda_setup(c, p, source, o, err, errlen) != 0) {
         cuda_destroy(&c->dev);

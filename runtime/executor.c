@@ -293,6 +293,8 @@ static int exec_kernel(Executor *ex, const RtInstr *in, const float *scalars)
         for (int t = 0; t < RT_TIERS; t++)
             host[t] = t == RT_TIER_WORK ? ex->run[t] : offload_host_tier(o, t);
     }
+    if (in->epilogue && ex->dev->gemm_gelu)
+        return 0; /* the GEMM before it applied the GELU */
     char *const *base = in->on_host ? host : ex->run;
     int64_t used = 0;
     for (int i = 0; i < in->nargs; i++) {

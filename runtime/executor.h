@@ -124,6 +124,10 @@ struct Device {
      * program's arithmetic (the MFU's denominator). */
     int64_t own_bytes;
     double peak_flops;
+    /* Its GEMMs apply a "gelu" GEMM's GELU themselves (cuBLASLt's epilogue), so the
+     * "epilogue" kernel after it is skipped; 0: the GEMM leaves GELU's input and the
+     * kernel runs. */
+    int gemm_gelu;
     uint64_t (*mark)(Device *dev);
     void (*await)(Device *dev, uint64_t mark);
     void (*xfer)(Device *dev, int kind, char *dst, const char *src, int64_t bytes);

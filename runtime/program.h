@@ -99,9 +99,13 @@
  *     that offset, to every row of every C[i][j] (the add of a bias vector the
  *     compiler fuses into the GEMM: cuBLASLt's BIAS epilogue on a GPU).
  *     Optional "gelu": true (with "bias", batch [1, 1], ldc a multiple of 8): then every
- *     C[i][j] = gelu(C[i][j]), the tanh form of program/isa.h (isa_gelu); with "aux":
- *     [tier, offset] (16-byte aligned), GELU's input is also written there, m x n with
- *     leading dimension ldc (cuBLASLt's GELU_AUX_BIAS; GELU_BIAS without aux).
+ *     C[i][j] = gelu(C[i][j]), the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+ *     x^3))); with "aux": [tier, offset] (16-byte aligned), GELU's input is also written
+ *     there, m x n with leading dimension ldc (cuBLASLt's GELU_AUX_BIAS; GELU_BIAS
+ *     without aux). The next kernel or GEMM of the list is then a kernel marked
+ *     "epilogue": true that computes C = gelu(aux, or C): a device whose GEMMs apply
+ *     the GELU (a GPU) skips it; the others (the CPU) leave GELU's input in aux (or C)
+ *     from the GEMM and run it, the same compiled code as an unfused GELU.
  *
  * ---- Parallel programs: tensor and pipeline parallelism -----------------------------
  *

@@ -111,28 +111,9 @@ static float *gemm_operand(const RtGemm *g, char *const *tiers, int w, int64_t i
     return base + i * g->stride[w][0] + j * g->stride[w][1];
 }
 
-/* The GELU epilogue: C's rows through GELU, their input kept in aux when given; rows
- * split over the pool. */
-typedef struct CpuGeluJob {
-    const RtGemm *g;
-    float *c, *aux;
-} CpuGeluJob;
-
-static void cpu_gelu_rows(void *ctx, int64_t lo, int64_t hi)
-{
-    const CpuGeluJob *job = ctx;
-    int64_t ld = job->g->ldc;
-    for (int64_t r = lo; r < hi; r++)
-        for (int64_t j = 0; j < job->g->n; j++) {
-            float *x = job->c + r * ld + j;
-            if (job->aux)
-                job->aux[r * ld + j] = *x;
-            *x = isa_gelu(*x);
-        }
-}
-
-/* A bias epilogue (beta 0): C starts as the bias in every row, and the product adds to it;
- * with "gelu", GELU follows. */
+/* A bias epilogue (beta 0): C starts as the bias in every row, and the product adds to it.
+ * A "gelu" GEMM leaves GELU's input, in aux if given, for the "epilogue" kernel after it
+ * (a compiled kernel, vectorized, the unfused GELU's code). */
 static void cpu_gemm(Device *dev, const RtGemm *g, char *const *tiers)
 {
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
@@ -140,16 +121,14 @@ static void cpu_gemm(Device *dev, const RtGemm *g, char *const *tiers)
     const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_offset) : NULL;
     for (int64_t i = 0; i < g->batch[0]; i++)
         for (int64_t j = 0; j < g->batch[1]; j++) {
-            float *c = gemm_operand(g, tiers, 2, i, j);
+            float *c = g->aux ? (float *)(tiers[g->aux_tier] + g->aux_offset)
+                              : gemm_operand(g, tiers, 2, i, j);
             for (int64_t r = 0; bias && r < g->m; r++)
                 memcpy(c + r * g->ldc, bias, (size_t)g->n * sizeof *bias);
             cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha,
                         gemm_operand(g, tiers, 0, i, j), (int)g->lda,
                         gemm_operand(g, tiers, 1, i, j), (int)g->ldb, bias ? 1.0f : g->beta, c,
                         (int)g->ldc);
-            CpuGeluJob job = {g, c, g->aux ? (float *)(tiers[g->aux_tier] + g->aux_offset) : NULL};
-            if (g->gelu)
-                pool_run(((CpuDevice *)dev)->pool, g->m, cpu_gelu_rows, &job);
         }
 }
 

@@ -192,6 +192,7 @@ static int parse_kernel(Pj *pj, const cJSON *o, const char *path, const RtProgra
         return -1;
     in->kernel = (int)id;
     in->on_host = 0;
+    in->epilogue = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "epilogue"));
     const cJSON *args = pj_array(pj, o, path, "args", 0, RT_MAX_ARGS);
     if (!args)
         return -1;

@@ -117,7 +117,9 @@ typedef struct RtGemm {
     int bias;            /* "bias": the epilogue C[i][j] += bias[j] (n f32; beta is 0) */
     int bias_tier;
     int64_t bias_offset; /* bytes */
-    int gelu;            /* "gelu": then C[i][j] = gelu(C[i][j]), tanh form (bias; one batch) */
+    int gelu;            /* "gelu": then C[i][j] = gelu(C[i][j]), tanh form (bias; one batch),
+                            where the device applies it (Device.gemm_gelu); elsewhere GELU's
+                            input goes to aux, or C, for the "epilogue" kernel after it */
     int aux;             /* "aux": GELU's input also written there, m x n, leading dim ldc */
     int aux_tier;
     int64_t aux_offset;  /* bytes */
@@ -161,6 +163,8 @@ typedef struct RtInstr {
     RtLoc from, to;  /* move: from -> to; drop: the location in from */
     int keep;        /* move: the source keeps its memory and copy */
     int on_host;     /* kernel "on": "host": the host location's PARAMS, GRADS, OPT */
+    int epilogue;    /* kernel "epilogue": the GELU of the "gelu" GEMM before it, skipped
+                        on a device whose GEMMs apply it (Device.gemm_gelu) */
     int param;       /* zero_gather, zero_release, zero_grad, zero_reduce: the parameter */
     int dp_rank, tp_rank; /* kernel, gemm, zero: run only where the rank's coordinate is
                              this ("dp_rank", "tp_rank"); -1: everywhere */

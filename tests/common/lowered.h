@@ -83,7 +83,8 @@ static inline void lowered_init(const Program *p, char **tiers, uint64_t seed) {
   }
 }
 
-/* The reference GEMM (row-major, cblas semantics) with its epilogues, in double. */
+/* The reference GEMM (row-major, cblas semantics) with its bias, in double; a "gelu"
+ * GEMM leaves GELU's input (in aux, if given) for its epilogue kernel, as on the CPU. */
 static inline void lowered_gemm_ref(const PGemm *g, char *const *tiers) {
   for (int64_t b0 = 0; b0 < g->batch[0]; b0++)
     for (int64_t b1 = 0; b1 < g->batch[1]; b1++) {
@@ -96,10 +97,8 @@ static inline void lowered_gemm_ref(const PGemm *g, char *const *tiers) {
           for (int64_t q = 0; q < g->k; q++)
             s += (double)(g->ta ? ma[q * g->lda + i] : ma[i * g->lda + q]) * (g->tb ? mb[j * g->ldb + q] : mb[q * g->ldb + j]);
           double bias = g->bias ? ((const float *)(tiers[g->bias_tier] + g->bias_off))[j] : 0;
-          double x = g->alpha * s + g->beta * mc[i * g->ldc + j] + bias;
-          if (g->aux) ((float *)(tiers[g->aux_tier] + g->aux_off))[i * g->ldc + j] = (float)x;
-          if (g->gelu) x = 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-          mc[i * g->ldc + j] = (float)x;
+          float *dst = g->aux ? (float *)(tiers[g->aux_tier] + g->aux_off) : mc; /* GELU's input */
+          dst[i * g->ldc + j] = (float)(g->alpha * s + g->beta * mc[i * g->ldc + j] + bias);
         }
     }
 }
