@@ -70,15 +70,13 @@ static void str_free(Str *s) { free(s->s); *s = (Str){0}; }
 
 typedef struct Access { int buf; const KView *view; bool write, row; } Access;
 
-static int64_t elem_bytes(DType t) {
-  ir_assert(t == DT_F32 || t == DT_I32);
-  return 4;
-}
+static bool half_buf(const KBuf *b) { return b->dtype == DT_BF16 || b->dtype == DT_F16; }
+static const char *half_name(const KBuf *b) { return b->dtype == DT_BF16 ? "bf" : "h"; }
 
 static bool bufs_overlap(const Kernel *k, int a, int b) {
   const KBuf *x = &k->bufs[a], *y = &k->bufs[b];
   if (x->tier != y->tier) return false;
-  int64_t xe = x->offset + x->numel * elem_bytes(x->dtype), ye = y->offset + y->numel * elem_bytes(y->dtype);
+  int64_t xe = x->offset + x->numel * kbuf_elem_bytes(x), ye = y->offset + y->numel * kbuf_elem_bytes(y);
   return x->offset < ye && y->offset < xe;
 }
 
@@ -418,9 +416,10 @@ static void load_text(Emit *E, Str *o, const KExpr *e) {
   const KBuf *b = &E->k->bufs[e->buf];
   E->use_buf[e->buf] = true;
   if (b->dtype == DT_I32) put(o, "(float)");
+  if (half_buf(b)) put(o, "cc_%s2f(", half_name(b));
   put(o, E->ro[e->buf] ? "__ldg(b%d + CC_IX(" : "b%d[CC_IX(", e->buf);
   addr_text(E, o, &e->view);
-  put(o, ", %lldLL)%s", (long long)b->numel, E->ro[e->buf] ? ")" : "]");
+  put(o, ", %lldLL)%s%s", (long long)b->numel, E->ro[e->buf] ? ")" : "]", half_buf(b) ? ")" : "");
 }
 
 static void coord_text(Emit *E, Str *o, int axis) {
@@ -563,9 +562,20 @@ static void emit_store(Emit *E, Str *o, int ind, const KPhase *p) {
   emit_phase_temps(E, o, ind, p, T_ALL);
   E->use_buf[p->buf] = true;
   put_ind(o, ind);
+  const KBuf *b = &E->k->bufs[p->buf];
+  if (half_buf(b)) { /* 16 bits: rounded from f32 (an add in f32 first) */
+    const char *h = half_name(b);
+    put(o, "{ const long long a_ = CC_IX(");
+    addr_text(E, o, &p->view);
+    put(o, ", %lldLL); b%d[a_] = cc_f2%s(", (long long)b->numel, p->buf, h);
+    if (p->store == KS_ADD) put(o, "cc_%s2f(b%d[a_]) + ", h, p->buf);
+    expr_ref(E, o, p->expr);
+    put(o, "); }\n");
+    return;
+  }
   put(o, "b%d[CC_IX(", p->buf);
   addr_text(E, o, &p->view);
-  put(o, ", %lldLL)] %s ", (long long)E->k->bufs[p->buf].numel, p->store == KS_ADD ? "+=" : "=");
+  put(o, ", %lldLL)] %s ", (long long)b->numel, p->store == KS_ADD ? "+=" : "=");
   expr_ref(E, o, p->expr);
   put(o, ";\n");
 }
@@ -605,7 +615,7 @@ static void decl_bases_and_scalars(Emit *E, Str *o) {
   for (int b = 0; b < k->nbufs; b++) {
     if (!E->use_buf[b]) continue;
     const KBuf *kb = &k->bufs[b];
-    const char *ty = kb->dtype == DT_I32 ? "int" : "float", *c = E->ro[b] ? "const " : "";
+    const char *ty = kb->dtype == DT_I32 ? "int" : half_buf(kb) ? "unsigned short" : "float", *c = E->ro[b] ? "const " : "";
     put(o, "  %s%s *const b%d = (%s%s *)bufs.p[%d];   /* %lld %s */\n", c, ty, b, c, ty, b, (long long)kb->numel,
         dtype_name(kb->dtype));
   }
@@ -923,6 +933,31 @@ static const char prelude[] =
   "  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;\n"
   "  z ^= z >> 31;\n"
   "  return (float)(z >> 40) * 5.9604644775390625e-08f;\n"
+  "}\n"
+  "/* 16-bit storage (kx_to_f32, kx_from_f32 of codegen/kernel.h): exact widening, rounding to\n"
+  "   nearest even, overflow to infinity, f16's subnormals kept */\n"
+  "__device__ __forceinline__ float cc_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }\n"
+  "__device__ __forceinline__ unsigned short cc_f2bf(float f) {\n"
+  "  const unsigned u = __float_as_uint(f);\n"
+  "  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)(u >> 16 | 0x40);\n"
+  "  return (unsigned short)((u + 0x7fffu + (u >> 16 & 1u)) >> 16);\n"
+  "}\n"
+  "__device__ __forceinline__ float cc_h2f(unsigned short h) {\n"
+  "  const unsigned sign = (unsigned)(h >> 15) << 31, e = h >> 10 & 31u, m = h & 1023u;\n"
+  "  if (e == 31u) return __uint_as_float(sign | 0x7f800000u | m << 13);\n"
+  "  if (e) return __uint_as_float(sign | (e + 112u) << 23 | m << 13);\n"
+  "  return __uint_as_float(__float_as_uint((float)m * 5.9604644775390625e-08f) | sign);\n"
+  "}\n"
+  "__device__ __forceinline__ unsigned short cc_f2h(float f) {\n"
+  "  const unsigned u = __float_as_uint(f), sign = u >> 16 & 0x8000u, a = u & 0x7fffffffu;\n"
+  "  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | (a >> 13 & 0x3ffu));\n"
+  "  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);\n"
+  "  if (a < 0x38800000u) {\n"
+  "    const float q = __uint_as_float(a) * 16777216.0f, r = q - (float)(unsigned)q;\n"
+  "    const unsigned m = (unsigned)q;\n"
+  "    return (unsigned short)(sign | (m + (r > 0.5f || (r == 0.5f && (m & 1u)))));\n"
+  "  }\n"
+  "  return (unsigned short)(sign | (a + 0x0fffu + (a >> 13 & 1u) - 0x38000000u) >> 13);\n"
   "}\n"
   "__device__ __forceinline__ float cc_max(float x, float y) { return x > y ? x : y; }\n"
   "__device__ __forceinline__ float cc_min(float x, float y) { return x < y ? x : y; }\n"

@@ -104,7 +104,7 @@ void kernel_check(const Kernel *k) {
   for (int i = 0; i < k->nphases; i++) {
     const KPhase *p = &k->phases[i];
     ir_assert(p->expr);
-    if (p->kind != KPH_REDUCE) ir_assert(p->buf >= 0 && p->buf < k->nbufs && k->bufs[p->buf].dtype == DT_F32);
+    if (p->kind != KPH_REDUCE) ir_assert(p->buf >= 0 && p->buf < k->nbufs && k->bufs[p->buf].dtype != DT_I32);
     if (k->par == KP_COLS) ir_assert(p->kind == KPH_MAP);
   }
 }
@@ -116,7 +116,8 @@ int kernel_alias_classes(const Kernel *k, int cls[K_MAX_BUFS]) {
     cls[i] = -1;
     for (int j = 0; j < i && cls[i] < 0; j++) {
       const KBuf *y = &k->bufs[j];
-      if (x->tier == y->tier && x->offset < y->offset + y->numel * 4 && y->offset < x->offset + x->numel * 4)
+      if (x->tier == y->tier && x->offset < y->offset + y->numel * kbuf_elem_bytes(y) &&
+          y->offset < x->offset + x->numel * kbuf_elem_bytes(x))
         cls[i] = cls[j];
     }
     if (cls[i] < 0) cls[i] = n++;
@@ -174,7 +175,7 @@ void kernel_narrow(Kernel *k) {
     KBuf *b = &k->bufs[i];
     by[i] = sp[i].lo > 0 && sp[i].lo < b->numel ? sp[i].lo : 0;
     int64_t end = sp[i].gathered || sp[i].hi > b->numel || sp[i].hi <= sp[i].lo ? b->numel : sp[i].hi;
-    b->offset += by[i] * 4;
+    b->offset += by[i] * kbuf_elem_bytes(b);
     b->numel = end - by[i];
   }
   memset(seen, 0, (size_t)k->nexprs + 1);
@@ -250,7 +251,9 @@ static float eval_expr(EvalCtx *c, const KExpr *e) {
     int64_t a = view_addr(c, &e->view);
     ir_assert(a >= 0 && a < c->k->bufs[e->buf].numel);
     void *p = buf_ptr(c, e->buf);
-    return c->k->bufs[e->buf].dtype == DT_I32 ? (float)((int32_t *)p)[a] : ((float *)p)[a];
+    DType t = c->k->bufs[e->buf].dtype;
+    if (t == DT_BF16 || t == DT_F16) return kx_to_f32(t, ((uint16_t *)p)[a]);
+    return t == DT_I32 ? (float)((int32_t *)p)[a] : ((float *)p)[a];
   }
   case KX_ACC: return c->acc[e->acc];
   case KX_COORD: return (float)coord(c->k, c->r, c->j, e->axis);
@@ -266,6 +269,12 @@ static float eval_expr(EvalCtx *c, const KExpr *e) {
 static void store(EvalCtx *c, const KPhase *p, float v) {
   int64_t a = view_addr(c, &p->view);
   ir_assert(a >= 0 && a < c->k->bufs[p->buf].numel);
+  DType t = c->k->bufs[p->buf].dtype;
+  if (t == DT_BF16 || t == DT_F16) {
+    uint16_t *h = (uint16_t *)buf_ptr(c, p->buf) + a;
+    *h = kx_from_f32(t, p->store == KS_ADD ? kx_to_f32(t, *h) + v : v);
+    return;
+  }
   float *dst = (float *)buf_ptr(c, p->buf) + a;
   *dst = p->store == KS_ADD ? *dst + v : v;
 }

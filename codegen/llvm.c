@@ -88,7 +88,7 @@ struct LlvmModule {
   LLVMModuleRef mod;
   LLVMTargetMachineRef tm;
   char *cpu, *features;                 /* the host's, for target-cpu/target-features */
-  LLVMTypeRef f32, i1, i8, i32, i64, kfn;  /* kfn: the kernel function type */
+  LLVMTypeRef f32, i1, i8, i16, i32, i64, kfn;  /* kfn: the kernel function type */
   unsigned md_scope, md_noalias, md_loop;
   int vec_mask[MF_COUNT];               /* bit i: vec_isas[i] variant usable for that function */
   LLVMValueRef vec_decls[MF_COUNT * VEC_ISAS];  /* vector variants declared so far */
@@ -166,6 +166,7 @@ LlvmModule *llvm_module_new(const char *name) {
   m->f32 = LLVMFloatTypeInContext(m->ctx);
   m->i1 = LLVMInt1TypeInContext(m->ctx);
   m->i8 = LLVMInt8TypeInContext(m->ctx);
+  m->i16 = LLVMInt16TypeInContext(m->ctx);
   m->i32 = LLVMInt32TypeInContext(m->ctx);
   m->i64 = LLVMInt64TypeInContext(m->ctx);
   LLVMTypeRef params[4] = {LLVMPointerType(LLVMPointerType(m->i8, 0), 0), m->i64, m->i64,
@@ -244,6 +245,11 @@ static void memo_pop(Emit *e, int mark) {
 
 /* ---- per-call and per-row values ------------------------------------------------ */
 
+/* A buffer element's type: i16 holds bf16 and f16 (converted with integer code). */
+static LLVMTypeRef elt_type(LlvmModule *m, DType t) {
+  return t == DT_I32 ? m->i32 : t == DT_BF16 || t == DT_F16 ? m->i16 : m->f32;
+}
+
 static LLVMValueRef buf_ptr(Emit *e, int buf) {
   if (e->bufp[buf]) return e->bufp[buf];
   const KBuf *kb = &e->k->bufs[buf];
@@ -252,8 +258,7 @@ static LLVMValueRef buf_ptr(Emit *e, int buf) {
   LLVMValueRef index = ci(e, buf);
   LLVMValueRef slot = LLVMBuildInBoundsGEP2(e->entry_b, i8p, e->bufs, &index, 1, "");
   LLVMValueRef p = LLVMBuildLoad2(e->entry_b, i8p, slot, "");
-  LLVMTypeRef elt = kb->dtype == DT_I32 ? m->i32 : m->f32;
-  return e->bufp[buf] = LLVMBuildBitCast(e->entry_b, p, LLVMPointerType(elt, 0), kb->name);
+  return e->bufp[buf] = LLVMBuildBitCast(e->entry_b, p, LLVMPointerType(elt_type(m, kb->dtype), 0), kb->name);
 }
 
 static LLVMValueRef scalar(Emit *e, int index) {
@@ -347,32 +352,87 @@ static LLVMValueRef view_ptr(Emit *e, int buf, const KView *v) {
   }
   LLVMValueRef p = buf_ptr(e, buf);
   if (!off) return p;
-  LLVMTypeRef elt = e->k->bufs[buf].dtype == DT_I32 ? e->m->i32 : e->m->f32;
-  return LLVMBuildInBoundsGEP2(e->b, elt, p, &off, 1, "");
+  return LLVMBuildInBoundsGEP2(e->b, elt_type(e->m, e->k->bufs[buf].dtype), p, &off, 1, "");
 }
 
 static void set_alias(Emit *e, LLVMValueRef inst, int buf) {
-  LLVMSetAlignment(inst, 4);
+  LLVMSetAlignment(inst, (unsigned)kbuf_elem_bytes(&e->k->bufs[buf]));
   if (!e->scope[buf]) return;
   LLVMSetMetadata(inst, e->m->md_scope, e->scope[buf]);
   LLVMSetMetadata(inst, e->m->md_noalias, e->noalias[buf]);
 }
 
+/* ---- 16-bit storage: kx_to_f32 and kx_from_f32 of kernel.h, in branch-free integer code */
+
+static LLVMValueRef u32(Emit *e, uint32_t v) { return LLVMConstInt(e->m->i32, v, 0); }
+static LLVMValueRef f32c(Emit *e, float v) { return LLVMConstReal(e->m->f32, v); }
+static LLVMValueRef and_(Emit *e, LLVMValueRef x, uint32_t m) { return LLVMBuildAnd(e->b, x, u32(e, m), ""); }
+static LLVMValueRef lshr(Emit *e, LLVMValueRef x, unsigned n) { return LLVMBuildLShr(e->b, x, u32(e, n), ""); }
+static LLVMValueRef shl(Emit *e, LLVMValueRef x, unsigned n) { return LLVMBuildShl(e->b, x, u32(e, n), ""); }
+static LLVMValueRef or_(Emit *e, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildOr(e->b, x, y, ""); }
+static LLVMValueRef ucmp(Emit *e, LLVMIntPredicate p, LLVMValueRef x, uint32_t v) {
+  return LLVMBuildICmp(e->b, p, x, u32(e, v), "");
+}
+
+static LLVMValueRef half_to_f32(Emit *e, DType t, LLVMValueRef h16) {
+  LLVMBuilderRef b = e->b;
+  LLVMValueRef h = LLVMBuildZExt(b, h16, e->m->i32, "");
+  if (t == DT_BF16) return LLVMBuildBitCast(b, shl(e, h, 16), e->m->f32, "");
+  LLVMValueRef sign = shl(e, lshr(e, h, 15), 31), ex = and_(e, lshr(e, h, 10), 31), m = and_(e, h, 1023);
+  LLVMValueRef special = or_(e, or_(e, sign, u32(e, 0x7f800000u)), shl(e, m, 13));
+  LLVMValueRef normal = or_(e, or_(e, sign, shl(e, LLVMBuildAdd(b, ex, u32(e, 112), ""), 23)), shl(e, m, 13));
+  LLVMValueRef sub = LLVMBuildFMul(b, LLVMBuildUIToFP(b, m, e->m->f32, ""), f32c(e, 0x1p-24f), "");
+  sub = or_(e, LLVMBuildBitCast(b, sub, e->m->i32, ""), sign);
+  LLVMValueRef bits = LLVMBuildSelect(b, ucmp(e, LLVMIntEQ, ex, 31), special,
+                                      LLVMBuildSelect(b, ucmp(e, LLVMIntEQ, ex, 0), sub, normal, ""), "");
+  return LLVMBuildBitCast(b, bits, e->m->f32, "");
+}
+
+static LLVMValueRef f32_to_half(Emit *e, DType t, LLVMValueRef f) {
+  LLVMBuilderRef b = e->b;
+  LLVMValueRef u = LLVMBuildBitCast(b, f, e->m->i32, ""), a = and_(e, u, 0x7fffffffu), r;
+  if (t == DT_BF16) {
+    LLVMValueRef nan = or_(e, lshr(e, u, 16), u32(e, 0x40));
+    LLVMValueRef rne = lshr(e, LLVMBuildAdd(b, LLVMBuildAdd(b, u, u32(e, 0x7fff), ""), and_(e, lshr(e, u, 16), 1), ""), 16);
+    r = LLVMBuildSelect(b, ucmp(e, LLVMIntUGT, a, 0x7f800000u), nan, rne, "");
+  } else {
+    LLVMValueRef sign = and_(e, lshr(e, u, 16), 0x8000);
+    LLVMValueRef nan = or_(e, or_(e, sign, u32(e, 0x7e00)), and_(e, lshr(e, a, 13), 0x3ff));
+    LLVMValueRef inf = or_(e, sign, u32(e, 0x7c00));
+    LLVMValueRef q = LLVMBuildFMul(b, LLVMBuildBitCast(b, a, e->m->f32, ""), f32c(e, 0x1p24f), "");
+    LLVMValueRef m = LLVMBuildFPToUI(b, q, e->m->i32, "");
+    LLVMValueRef rem = LLVMBuildFSub(b, q, LLVMBuildUIToFP(b, m, e->m->f32, ""), "");
+    LLVMValueRef half = f32c(e, 0.5f), odd = ucmp(e, LLVMIntNE, and_(e, m, 1), 0);
+    LLVMValueRef up = LLVMBuildOr(b, LLVMBuildFCmp(b, LLVMRealOGT, rem, half, ""),
+                                  LLVMBuildAnd(b, LLVMBuildFCmp(b, LLVMRealOEQ, rem, half, ""), odd, ""), "");
+    LLVMValueRef sub = or_(e, sign, LLVMBuildAdd(b, m, LLVMBuildZExt(b, up, e->m->i32, ""), ""));
+    LLVMValueRef rebias = LLVMBuildAdd(b, a, u32(e, 0x0fffu - 0x38000000u), "");
+    LLVMValueRef normal = or_(e, sign, lshr(e, LLVMBuildAdd(b, rebias, and_(e, lshr(e, a, 13), 1), ""), 13));
+    r = LLVMBuildSelect(b, ucmp(e, LLVMIntUGT, a, 0x7f800000u), nan,
+                        LLVMBuildSelect(b, ucmp(e, LLVMIntUGE, a, 0x477ff000u), inf,
+                                        LLVMBuildSelect(b, ucmp(e, LLVMIntULT, a, 0x38800000u), sub, normal, ""), ""), "");
+  }
+  return LLVMBuildTrunc(b, r, e->m->i16, "");
+}
+
 static LLVMValueRef emit_load(Emit *e, int buf, const KView *v) {
-  bool i32 = e->k->bufs[buf].dtype == DT_I32;
-  LLVMValueRef ld = LLVMBuildLoad2(e->b, i32 ? e->m->i32 : e->m->f32, view_ptr(e, buf, v), "");
+  DType t = e->k->bufs[buf].dtype;
+  LLVMValueRef ld = LLVMBuildLoad2(e->b, elt_type(e->m, t), view_ptr(e, buf, v), "");
   set_alias(e, ld, buf);
-  return i32 ? LLVMBuildSIToFP(e->b, ld, e->m->f32, "") : ld;
+  if (t == DT_BF16 || t == DT_F16) return half_to_f32(e, t, ld);
+  return t == DT_I32 ? LLVMBuildSIToFP(e->b, ld, e->m->f32, "") : ld;
 }
 
 static void emit_store(Emit *e, const KPhase *p, LLVMValueRef v) {
+  DType t = e->k->bufs[p->buf].dtype;
+  bool half = t == DT_BF16 || t == DT_F16;
   LLVMValueRef ptr = view_ptr(e, p->buf, &p->view);
   if (p->store == KS_ADD) {
-    LLVMValueRef old = LLVMBuildLoad2(e->b, e->m->f32, ptr, "");
+    LLVMValueRef old = LLVMBuildLoad2(e->b, elt_type(e->m, t), ptr, "");
     set_alias(e, old, p->buf);
-    v = LLVMBuildFAdd(e->b, old, v, "");
+    v = LLVMBuildFAdd(e->b, half ? half_to_f32(e, t, old) : old, v, "");
   }
-  set_alias(e, LLVMBuildStore(e->b, v, ptr), p->buf);
+  set_alias(e, LLVMBuildStore(e->b, half ? f32_to_half(e, t, v) : v, ptr), p->buf);
 }
 
 /* ---- expressions ----------------------------------------------------------------- */

@@ -99,7 +99,7 @@ static Case *case_new(const char *name, KPar par, CudaMapping want, int row_dims
 
 static int buf(Case *c, const char *name, int tier, int64_t numel, DType dt, float lo, float hi) {
   int64_t off = c->tier_bytes[tier];
-  c->tier_bytes[tier] += numel * 4 + 12;   /* a gap: an overrun lands in no buffer */
+  c->tier_bytes[tier] += numel * (dt == DT_BF16 || dt == DT_F16 ? 2 : 4) + 12;   /* a gap: an overrun lands in no buffer */
   int b = kernel_buf(c->k, name, tier, off, numel, dt);
   c->lo[b] = lo;
   c->hi[b] = hi;
@@ -384,7 +384,30 @@ static void case_empty_cols(void) {
   kernel_row(c->k, out, VIEW(c, 0, 1, 0), KS_SET, e);
 }
 
+/* 16-bit storage, bf16 or f16: f32 values of every bit pattern rounded into h (ties,
+ * overflow, subnormals, NaN), h widened into f32, an add in f32 rounded back into acc. */
+static uint32_t rng_next(void);
+static void half_fixup(const Case *c, char *const *tiers) {
+  const KBuf *x = &c->k->bufs[0];
+  uint32_t *p = (uint32_t *)(tiers[x->tier] + x->offset);
+  for (int64_t i = 0; i < x->numel; i++) p[i] = rng_next() << 16 ^ rng_next();
+  for (int64_t i = 0; i < LOWERED_HALF_SPECIALS && i < x->numel; i++) p[i] = lowered_half_specials[i];
+}
+
+static void case_half(DType t) {
+  Case *c = NEW(t == DT_BF16 ? "k_bf16" : "k_f16", KP_ROWS, CM_FLAT, 1, 16, 64);
+  int x = buf(c, "x", RT_TIER_WORK, 1024, DT_F32, 0, 0), h = buf(c, "h", RT_TIER_WORK, 1024, t, 0, 0);
+  int w = buf(c, "w", RT_TIER_GRADS, 1024, DT_F32, 0, 0), acc = buf(c, "acc", RT_TIER_OPT, 1024, t, 0, 0);
+  int in = buf(c, "in", RT_TIER_PARAMS, 1024, t, 0, 0);
+  c->fixup = half_fixup;
+  kernel_map(c->k, h, contig(c), KS_SET, ld(c, x, contig(c)));
+  kernel_map(c->k, w, contig(c), KS_SET, ld(c, in, contig(c)));
+  kernel_map(c->k, acc, contig(c), KS_ADD, mul(c, ld(c, in, contig(c)), cst(c, 0.5f)));
+}
+
 static void build_cases(void) {
+  case_half(DT_BF16);
+  case_half(DT_F16);
   case_elementwise();
   case_layernorm();
   case_layernorm_grouped();
@@ -665,7 +688,9 @@ static void tiers_fill(const Case *c, char **tiers) {
     for (int64_t i = 0; i < kb->numel; i++) {
       float u = (float)(rng_next() >> 8) / (float)(1 << 24);
       float *fp = (float *)(tiers[kb->tier] + kb->offset) + i;
-      if (kb->dtype == DT_I32) ((int32_t *)fp)[0] = (int32_t)c->lo[b] + (int32_t)(u * (c->hi[b] - c->lo[b]));
+      if (kbuf_elem_bytes(kb) == 2) /* 16-bit: every pattern, NaNs and subnormals too */
+        ((uint16_t *)(tiers[kb->tier] + kb->offset))[i] = (uint16_t)(rng_next() >> 8);
+      else if (kb->dtype == DT_I32) ((int32_t *)fp)[0] = (int32_t)c->lo[b] + (int32_t)(u * (c->hi[b] - c->lo[b]));
       else if (c->half_steps[b]) *fp = c->lo[b] + 0.5f * floorf(u * (c->hi[b] - c->lo[b]) * 2);
       else *fp = c->lo[b] + u * (c->hi[b] - c->lo[b]);
     }
@@ -697,11 +722,18 @@ static bool tiers_match(const Case *c, char *const *want, char *const *got, bool
   for (int b = 0; b < c->k->nbufs; b++) {
     const KBuf *kb = &c->k->bufs[b];
     for (int64_t i = 0; i < kb->numel; i++) {
-      const char *w = want[kb->tier] + kb->offset + 4 * i, *g = got[kb->tier] + kb->offset + 4 * i;
+      int64_t eb = kbuf_elem_bytes(kb);
+      const char *w = want[kb->tier] + kb->offset + eb * i, *g = got[kb->tier] + kb->offset + eb * i;
       float wf, gf;
-      memcpy(&wf, w, 4);
-      memcpy(&gf, g, 4);
-      bool ok = kb->dtype == DT_I32 ? !memcmp(w, g, 4) : close_enough(gf, wf, exact, maxdiff);
+      if (eb == 2) { /* 16-bit stores round one f32 value: the same bits, any NaN for a NaN */
+        uint16_t wh, gh;
+        memcpy(&wh, w, 2), memcpy(&gh, g, 2);
+        wf = kx_to_f32(kb->dtype, wh), gf = kx_to_f32(kb->dtype, gh);
+      } else {
+        memcpy(&wf, w, 4);
+        memcpy(&gf, g, 4);
+      }
+      bool ok = kb->dtype == DT_I32 ? !memcmp(w, g, 4) : close_enough(gf, wf, exact || eb == 2, maxdiff);
       if (!ok && bad++ < 5)
         fprintf(stderr, "%s %s: %s[%lld] = %.9g, kernel_eval gives %.9g\n", c->k->name, label, kb->name, (long long)i,
                 (double)gf, (double)wf);

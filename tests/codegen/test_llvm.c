@@ -45,12 +45,14 @@
 enum { MAX_CASES = 64, TIER_BYTES = 1 << 20 };
 static const double TOL = 1e-5;
 
-typedef enum { F_UNIFORM, F_INTS, F_INDEX, F_TARGETS } FillKind;   /* F_TARGETS: F_INDEX, every fifth -100 */
+/* F_TARGETS: F_INDEX, every fifth -100; F_BITS16, F_BITS32: every bit pattern of a 16-bit
+ * (bf16, f16) or 32-bit (f32) element, zeros, infinities, NaNs, ties and subnormals too */
+typedef enum { F_UNIFORM, F_INTS, F_INDEX, F_TARGETS, F_BITS16, F_BITS32 } FillKind;
 typedef struct Fill { int tier; int64_t offset, n; FillKind kind; double lo, hi; } Fill;
 
 typedef struct Case {
   Kernel *k;
-  double err_floor;              /* error denominator: max(|want|, err_floor) */
+  double err_floor;              /* error denominator: max(|want|, err_floor); < 0: the same bytes */
   Fill fills[K_MAX_BUFS];
   int nfills;
   int64_t used[RT_TIERS];        /* bytes of each tier the case uses */
@@ -105,7 +107,15 @@ static int buf(T *t, const char *name, int tier, int64_t n, FillKind kind, doubl
   t->c->used[tier] = off + n * 4;
   if (t->c->used[tier] > TIER_BYTES) { fprintf(stderr, "%s: tier %d too small\n", t->k->name, tier); exit(2); }
   t->c->fills[t->c->nfills++] = (Fill){tier, off, n, kind, lo, hi};
-  return kernel_buf(t->k, name, tier, off, n, kind >= F_INDEX ? DT_I32 : DT_F32);
+  return kernel_buf(t->k, name, tier, off, n, kind == F_INDEX || kind == F_TARGETS ? DT_I32 : DT_F32);
+}
+
+/* A 16-bit buffer (bf16, f16) of n elements, filled with every bit pattern. */
+static int buf16(T *t, const char *name, int tier, int64_t n, DType dt) {
+  int64_t off = t->c->used[tier] + 64;
+  t->c->used[tier] = off + (n * 2 + 3) / 4 * 4;
+  t->c->fills[t->c->nfills++] = (Fill){tier, off, n, F_BITS16, 0, 0};
+  return kernel_buf(t->k, name, tier, off, n, dt);
 }
 #define OUT(name, tier, n) buf(t, name, tier, n, F_UNIFORM, -1, 1)   /* outputs start random too */
 
@@ -314,7 +324,21 @@ static void case_tiny(Arena *a) {
   kernel_row(t->k, s, V(0, 1, 0), KS_SET, sum);
 }
 
+/* 16-bit storage: f32 of every bit pattern rounded into h, h widened into w, an add in
+ * f32 rounded back into acc; the same bits as kernel_eval. */
+static void case_half(Arena *a, DType dt) {
+  BEGIN(dt == DT_BF16 ? "half_bf16" : "half_f16", KP_ROWS, 1, -1, 64, 256);
+  int x = buf(t, "x", RT_TIER_WORK, 64 * 256, F_BITS32, 0, 0), h = buf16(t, "h", RT_TIER_WORK, 64 * 256, dt);
+  int in = buf16(t, "in", RT_TIER_PARAMS, 64 * 256, dt), w = OUT("w", RT_TIER_GRADS, 64 * 256);
+  int acc = buf16(t, "acc", RT_TIER_OPT, 64 * 256, dt);
+  kernel_map(t->k, h, V(0, 256, 1), KS_SET, LOAD(x, V(0, 256, 1)));
+  kernel_map(t->k, w, V(0, 256, 1), KS_SET, LOAD(in, V(0, 256, 1)));
+  kernel_map(t->k, acc, V(0, 256, 1), KS_ADD, B(MUL, LOAD(in, V(0, 256, 1)), C(0.5)));
+}
+
 static void build_cases(Arena *a) {
+  case_half(a, DT_BF16);
+  case_half(a, DT_F16);
   case_ew_simple(a);
   case_ew_bcast(a);
   case_layernorm(a);
@@ -357,7 +381,10 @@ static void fill_tiers(const Case *c, int seed, char **tiers) {
     for (int64_t e = 0; e < f->n; e++) {
       double u = urand(), v = f->lo + u * (f->hi - f->lo);
       void *p = tiers[f->tier] + f->offset;
-      if (f->kind == F_TARGETS && e % 5 == 3) ((int32_t *)p)[e] = -100;
+      if (f->kind == F_BITS16) ((uint16_t *)p)[e] = (uint16_t)(rng_state >> 20);
+      else if (f->kind == F_BITS32)
+        ((uint32_t *)p)[e] = e < LOWERED_HALF_SPECIALS ? lowered_half_specials[e] : (uint32_t)(rng_state >> 16);
+      else if (f->kind == F_TARGETS && e % 5 == 3) ((int32_t *)p)[e] = -100;
       else if (f->kind >= F_INDEX) ((int32_t *)p)[e] = (int32_t)floor(f->lo + u * (f->hi - f->lo + 1));
       else if (f->kind == F_INTS) ((float *)p)[e] = (float)floor(f->lo + u * (f->hi - f->lo + 1));
       else ((float *)p)[e] = (float)v;
@@ -368,6 +395,24 @@ static void fill_tiers(const Case *c, int seed, char **tiers) {
 /* max error of got against want over the bytes the case uses */
 static double max_error(const Case *c, char **want, char **got) {
   double worst = 0;
+  if (c->err_floor < 0) { /* the same bits, element by element (a NaN for a NaN: x86 keeps either payload) */
+    for (int b = 0; b < c->k->nbufs; b++) {
+      const KBuf *kb = &c->k->bufs[b];
+      for (int64_t i = 0; i < kb->numel; i++) {
+        float w, g;
+        if (kbuf_elem_bytes(kb) == 2) {
+          uint16_t wh = ((uint16_t *)(want[kb->tier] + kb->offset))[i], gh = ((uint16_t *)(got[kb->tier] + kb->offset))[i];
+          if (wh == gh) continue;
+          w = kx_to_f32(kb->dtype, wh), g = kx_to_f32(kb->dtype, gh);
+        } else {
+          memcpy(&w, want[kb->tier] + kb->offset + 4 * i, 4), memcpy(&g, got[kb->tier] + kb->offset + 4 * i, 4);
+          if (!memcmp(&w, &g, 4)) continue;
+        }
+        if (!(isnan(w) && isnan(g))) return 1;
+      }
+    }
+    return 0;
+  }
   for (int tr = 0; tr < RT_TIERS; tr++) {
     const float *w = (const float *)want[tr], *g = (const float *)got[tr];
     for (int64_t i = 0; i < c->used[tr] / 4; i++) {

@@ -83,6 +83,17 @@ static inline void lowered_init(const Program *p, char **tiers, uint64_t seed) {
   }
 }
 
+/* f32 bit patterns a 16-bit store must round right: zeros, infinities, NaNs, ties and
+ * their neighbours for bf16 and f16, f16's overflow and subnormal edges. */
+static const uint32_t lowered_half_specials[] = {
+  0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0xffa00000u,
+  0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f817fffu, 0x7f7fffffu, 0x7f7f8000u,
+  0x3f801000u, 0x3f803000u, 0x3f801001u, 0x477fe000u, 0x477fefffu, 0x477ff000u,
+  0x33000000u, 0x33c00000u, 0x34200000u, 0x38800000u, 0x387fe000u, 0x387ff000u,
+  0x387fffffu, 0x33800000u, 0x32ffffffu, 0xb3400000u, 0x00000001u, 0x80800000u,
+};
+enum { LOWERED_HALF_SPECIALS = sizeof lowered_half_specials / sizeof *lowered_half_specials };
+
 /* The reference GEMM (row-major, cblas semantics) with its bias, in double; a "gelu"
  * GEMM leaves GELU's input (in aux, if given) for its epilogue kernel, as on the CPU. */
 static inline void lowered_gemm_ref(const PGemm *g, char *const *tiers) {

@@ -103,4 +103,6 @@ template <class T> static inline T __ldg(const T *p) { return *p; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, sizeof f); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, sizeof u); return u; }
 static inline void __trap() { fprintf(stderr, "cuda shim: __trap(): an address out of bounds\n"); abort(); }

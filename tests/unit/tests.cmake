@@ -1,5 +1,5 @@
 # Unit tests: no backend needed.
-foreach(t shapes frontend gradcheck interp_torch pipeline)
+foreach(t shapes frontend gradcheck interp_torch pipeline half)
   if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_${t}.c)
     add_executable(test_${t} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_${t}.c)
     target_link_libraries(test_${t} PRIVATE colossalc_core)
