@@ -334,6 +334,8 @@ static void unary_syntax(KUnary op, const char **pre, const char **post) {
   case KU_FLOOR: *pre = "floorf("; return;
   case KU_SIN: *pre = "sinf("; return;
   case KU_COS: *pre = "cosf("; return;
+  case KU_RBF16: *pre = "cc_bf2f(cc_f2bf(", *post = "))"; return;
+  case KU_RF16: *pre = "cc_h2f(cc_f2h(", *post = "))"; return;
   case KU_COUNT: break;
   }
   unreachable();

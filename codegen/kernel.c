@@ -222,6 +222,8 @@ static float eval_unary(KUnary op, float x) {
   case KU_FLOOR: return floorf(x);
   case KU_SIN: return sinf(x);
   case KU_COS: return cosf(x);
+  case KU_RBF16: return kx_to_f32(DT_BF16, kx_from_f32(DT_BF16, x));
+  case KU_RF16: return kx_to_f32(DT_F16, kx_from_f32(DT_F16, x));
   case KU_COUNT: break;
   }
   unreachable();

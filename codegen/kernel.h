@@ -76,7 +76,9 @@ typedef enum {
                     giving the element's index */
 } KExprKind;
 
-#define KX_UNARY_OPS(X) X(NEG) X(EXP) X(LOG) X(TANH) X(SQRT) X(RSQRT) X(RECIP) X(ABS) X(FLOOR) X(SIN) X(COS)
+/* RBF16, RF16: the value rounded to bf16 (f16), as an f32 (kx_from_f32 then kx_to_f32): a
+ * 16-bit tensor's rounding point inside a fused expression */
+#define KX_UNARY_OPS(X) X(NEG) X(EXP) X(LOG) X(TANH) X(SQRT) X(RSQRT) X(RECIP) X(ABS) X(FLOOR) X(SIN) X(COS) X(RBF16) X(RF16)
 #define KX_BINARY_OPS(X) X(ADD) X(SUB) X(MUL) X(DIV) X(MAX) X(MIN) X(POW) X(LT) X(LE) X(EQ)
 
 typedef enum {

@@ -527,6 +527,8 @@ static LLVMValueRef emit_unary(Emit *e, KUnary op, LLVMValueRef x) {
   case KU_RECIP: return LLVMBuildFDiv(e->b, cf(e, 1.0f), x, "");
   case KU_ABS: return call_intrinsic(e, "llvm.fabs", &x, 1);
   case KU_FLOOR: return call_intrinsic(e, "llvm.floor", &x, 1);
+  case KU_RBF16: return half_to_f32(e, DT_BF16, f32_to_half(e, DT_BF16, x));
+  case KU_RF16: return half_to_f32(e, DT_F16, f32_to_half(e, DT_F16, x));
   case KU_COUNT: break;
   }
   unreachable();

@@ -385,7 +385,8 @@ static void case_empty_cols(void) {
 }
 
 /* 16-bit storage, bf16 or f16: f32 values of every bit pattern rounded into h (ties,
- * overflow, subnormals, NaN), h widened into f32, an add in f32 rounded back into acc. */
+ * overflow, subnormals, NaN) and, as f32, into r; h widened into f32, an add in f32
+ * rounded back into acc. */
 static uint32_t rng_next(void);
 static void half_fixup(const Case *c, char *const *tiers) {
   const KBuf *x = &c->k->bufs[0];
@@ -398,9 +399,10 @@ static void case_half(DType t) {
   Case *c = NEW(t == DT_BF16 ? "k_bf16" : "k_f16", KP_ROWS, CM_FLAT, 1, 16, 64);
   int x = buf(c, "x", RT_TIER_WORK, 1024, DT_F32, 0, 0), h = buf(c, "h", RT_TIER_WORK, 1024, t, 0, 0);
   int w = buf(c, "w", RT_TIER_GRADS, 1024, DT_F32, 0, 0), acc = buf(c, "acc", RT_TIER_OPT, 1024, t, 0, 0);
-  int in = buf(c, "in", RT_TIER_PARAMS, 1024, t, 0, 0);
+  int in = buf(c, "in", RT_TIER_PARAMS, 1024, t, 0, 0), r = buf(c, "r", RT_TIER_WORK, 1024, DT_F32, 0, 0);
   c->fixup = half_fixup;
   kernel_map(c->k, h, contig(c), KS_SET, ld(c, x, contig(c)));
+  kernel_map(c->k, r, contig(c), KS_SET, un(c, t == DT_BF16 ? KU_RBF16 : KU_RF16, ld(c, x, contig(c))));
   kernel_map(c->k, w, contig(c), KS_SET, ld(c, in, contig(c)));
   kernel_map(c->k, acc, contig(c), KS_ADD, mul(c, ld(c, in, contig(c)), cst(c, 0.5f)));
 }

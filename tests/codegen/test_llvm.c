@@ -324,14 +324,15 @@ static void case_tiny(Arena *a) {
   kernel_row(t->k, s, V(0, 1, 0), KS_SET, sum);
 }
 
-/* 16-bit storage: f32 of every bit pattern rounded into h, h widened into w, an add in
- * f32 rounded back into acc; the same bits as kernel_eval. */
+/* 16-bit storage: f32 of every bit pattern rounded into h (and, as f32, into r), h
+ * widened into w, an add in f32 rounded back into acc; the same bits as kernel_eval. */
 static void case_half(Arena *a, DType dt) {
   BEGIN(dt == DT_BF16 ? "half_bf16" : "half_f16", KP_ROWS, 1, -1, 64, 256);
   int x = buf(t, "x", RT_TIER_WORK, 64 * 256, F_BITS32, 0, 0), h = buf16(t, "h", RT_TIER_WORK, 64 * 256, dt);
   int in = buf16(t, "in", RT_TIER_PARAMS, 64 * 256, dt), w = OUT("w", RT_TIER_GRADS, 64 * 256);
-  int acc = buf16(t, "acc", RT_TIER_OPT, 64 * 256, dt);
+  int acc = buf16(t, "acc", RT_TIER_OPT, 64 * 256, dt), r = OUT("r", RT_TIER_WORK, 64 * 256);
   kernel_map(t->k, h, V(0, 256, 1), KS_SET, LOAD(x, V(0, 256, 1)));
+  kernel_map(t->k, r, V(0, 256, 1), KS_SET, kx_unary(t->a, t->k, dt == DT_BF16 ? KU_RBF16 : KU_RF16, LOAD(x, V(0, 256, 1))));
   kernel_map(t->k, w, V(0, 256, 1), KS_SET, LOAD(in, V(0, 256, 1)));
   kernel_map(t->k, acc, V(0, 256, 1), KS_ADD, B(MUL, LOAD(in, V(0, 256, 1)), C(0.5)));
 }
