@@ -55,6 +55,7 @@
 #include <stdint.h>
 #include "ir/arena.h"
 #include "ir/ir.h"
+#include "program/isa.h"
 
 enum { K_MAX_DIMS = 8, K_MAX_BUFS = 16, K_MAX_PHASES = 8, K_MAX_ACCS = 8 };
 
@@ -143,37 +144,10 @@ typedef struct KBuf {
 /* A buffer element's bytes: 2 for bf16 and f16, else 4. */
 static inline int64_t kbuf_elem_bytes(const KBuf *b) { return b->dtype == DT_BF16 || b->dtype == DT_F16 ? 2 : 4; }
 
-/* The 16-bit storage types' conversions (the meaning both emitters reproduce). */
-static inline float kx_to_f32(DType t, uint16_t h) {
-  union { uint32_t u; float f; } v;
-  if (t == DT_BF16) { v.u = (uint32_t)h << 16; return v.f; }
-  uint32_t sign = (uint32_t)(h >> 15) << 31, e = h >> 10 & 31, m = h & 1023;
-  if (e == 31) v.u = sign | 0x7f800000u | m << 13;                  /* inf, NaN */
-  else if (e) v.u = sign | (e + 112) << 23 | m << 13;               /* normal */
-  else { v.f = (float)m * 0x1p-24f; v.u |= sign; }                   /* subnormal, zero */
-  return v.f;
-}
-
-static inline uint16_t kx_from_f32(DType t, float f) {
-  union { float f; uint32_t u; } v = {f};
-  uint32_t sign = v.u >> 16 & 0x8000, a = v.u & 0x7fffffffu;
-  if (t == DT_BF16) {
-    if (a > 0x7f800000u) return (uint16_t)(v.u >> 16 | 0x40);          /* NaN stays quiet */
-    return (uint16_t)((v.u + 0x7fffu + (v.u >> 16 & 1)) >> 16);
-  }
-  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00 | (a >> 13 & 0x3ff));
-  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);            /* rounds past 65504: inf */
-  if (a < 0x38800000u) {                                             /* below 2^-14: subnormal */
-    union { uint32_t u; float f; } w = {a};
-    float q = w.f * 0x1p24f;                                         /* exact in f32: m / 2^24 units */
-    uint32_t m = (uint32_t)q;
-    float r = q - (float)m;
-    m += r > 0.5f || (r == 0.5f && (m & 1));
-    return (uint16_t)(sign | m);
-  }
-  uint32_t m = a + 0x0fffu + (a >> 13 & 1) - 0x38000000u;           /* rebias, round to 10 bits */
-  return (uint16_t)(sign | m >> 13);
-}
+/* The 16-bit storage types' conversions (the meaning both emitters reproduce): the
+ * instruction set's (program/isa.h), which the runtime's GEMMs use too. */
+static inline float kx_to_f32(DType t, uint16_t h) { return isa_to_f32(t == DT_BF16 ? ISA_BF16 : ISA_F16, h); }
+static inline uint16_t kx_from_f32(DType t, float f) { return isa_from_f32(t == DT_BF16 ? ISA_BF16 : ISA_F16, f); }
 
 typedef struct Kernel {
   const char *name;               /* a C identifier, unique in the program */

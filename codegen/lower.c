@@ -104,7 +104,7 @@ static Kernel *knew(L *l, const char *what, KPar par, const int64_t *dims, int n
 }
 
 static int kbuf(L *l, Kernel *k, int buf, DType dt) {
-  return kernel_buf(k, "b", PENDING + buf, 0, l->bufs[buf].bytes / 4, dt);
+  return kernel_buf(k, "b", PENDING + buf, 0, l->bufs[buf].bytes / (dtype_size_bits(dt) / 8), dt);
 }
 
 /* Append kernel k to seq and record which buffers it touches. */
@@ -307,10 +307,12 @@ static const ExprRule expr_rules[OP_COUNT] = {
 #undef OP
 };
 
+/* A 16-bit node computed where it is read is rounded there, as where it is stored. */
 static KExpr *expr(L *l, Kernel *k, const Node *n, AxMap m) {
   if (l->val[n->id].kind == V_LAYOUT) return load(l, k, n, m);
   ir_assert(l->val[n->id].kind == V_EXPR && expr_rules[n->op]);
-  return expr_rules[n->op](l, k, n, m);
+  KExpr *e = expr_rules[n->op](l, k, n, m);
+  return n->dtype == DT_BF16 ? U(RBF16, e) : n->dtype == DT_F16 ? U(RF16, e) : e;
 }
 
 /* Results land in a parameter's gradient slot by accumulation (the runtime zeroes the
@@ -349,7 +351,7 @@ static int out_buf(L *l, const Node *n) {
 /* ---- GEMM ------------------------------------------------------------------------------ */
 
 /* A matrix operand: the last two axes of a layout, one of them unit-stride. */
-typedef struct Mat { int buf; int64_t off, ld; bool trans; int64_t bs[MAX_DIMS]; } Mat;
+typedef struct Mat { int buf; int64_t off, ld; bool trans; int64_t bs[MAX_DIMS]; DType dt; } Mat;
 
 static bool as_matrix(L *l, const Node *n, bool trans, Mat *m) {
   const Val *v = &l->val[n->id];
@@ -359,6 +361,7 @@ static bool as_matrix(L *l, const Node *n, bool trans, Mat *m) {
   if (n->shape.d[nd - 2] == 1) sr = n->shape.d[nd - 1] * sc;
   m->buf = v->buf;
   m->off = v->offset;
+  m->dt = n->dtype;
   if (sc == 1 && sr >= n->shape.d[nd - 1]) { m->ld = sr; m->trans = trans; }
   else if (sr == 1 && sc >= n->shape.d[nd - 2]) { m->ld = sc; m->trans = !trans; }
   else return false;
@@ -378,7 +381,8 @@ static void gemm_operand(L *l, const Node *n, bool trans, Mat *m) {
  * into new memory (not a gradient slot); NULL otherwise. *bias is the parameter. */
 static const Node *bias_add(const L *l, const Node *n, const Node **bias) {
   const Node *u = l->uses[n->id] == 1 ? l->user[n->id] : NULL;
-  if (!u || u->op != OP_ADD || l->grad_of[u->id] >= 0 || !shape_eq(&u->shape, &n->shape)) return NULL;
+  if (!u || u->op != OP_ADD || l->grad_of[u->id] >= 0 || !shape_eq(&u->shape, &n->shape) || n->dtype != DT_F32)
+    return NULL;
   const Node *p = u->in[0] == n ? u->in[1] : u->in[0];
   if (p->op != OP_PARAM || p->shape.ndim != 1 || p->shape.d[0] != n->shape.d[n->shape.ndim - 1] ||
       p->dtype != DT_F32 || l->val[p->id].kind != V_LAYOUT)
@@ -417,7 +421,8 @@ static void lower_matmul(L *l, const Node *n) {
   int64_t M = n->shape.d[nd - 2], N = n->shape.d[nd - 1];
   int64_t K = a->shape.d[a->shape.ndim - (ta ? 2 : 1)];
   PGemm g = {A.trans, Bm.trans, M, N, K, A.ld, Bm.ld, N, 1, 0, {PENDING + A.buf, PENDING + Bm.buf, 0},
-             {A.off * 4, Bm.off * 4, 0}, {1, 1}, {{0}}, false, 0, 0, false, false, 0, 0};
+             {A.off * dtype_size_bits(A.dt) / 8, Bm.off * dtype_size_bits(Bm.dt) / 8, 0}, {1, 1}, {{0}}, false, 0, 0,
+             false, false, 0, 0, {A.dt, Bm.dt, n->dtype}};
   /* batch axes of the operands, right-aligned to the result's */
   int64_t sa[MAX_DIMS] = {0}, sbb[MAX_DIMS] = {0};
   for (int d = 0; d < nb; d++) {
@@ -906,8 +911,9 @@ static const unsigned memory_inputs[OP_COUNT] = {
 static bool needs_memory(const Node *n, int i) { return i < 32 && (memory_inputs[n->op] >> i & 1); }
 
 static void check_supported(const Node *n) {
-  if (n->dtype != DT_F32 && n->dtype != DT_I32)
-    error_at(n->loc, "%s: code generation supports f32 tensors so far, not %s", op_info(n->op)->name, dtype_name(n->dtype));
+  if (n->dtype != DT_F32 && n->dtype != DT_BF16 && n->dtype != DT_F16 && n->dtype != DT_I32)
+    error_at(n->loc, "%s: code generation supports f32, bf16 and f16 tensors, not %s", op_info(n->op)->name,
+             dtype_name(n->dtype));
   if (n->op == OP_ATTENTION) error_at(n->loc, "attention must be decomposed before lowering");
 }
 
@@ -1453,7 +1459,7 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     cJSON_AddNumberToObject(o, "extent", (double)in->extent);
     cJSON *args = cJSON_CreateArray();
     for (int i = 0; i < k->nbufs; i++) {
-      int64_t arg[3] = {k->bufs[i].tier, k->bufs[i].offset, k->bufs[i].numel * 4};
+      int64_t arg[3] = {k->bufs[i].tier, k->bufs[i].offset, k->bufs[i].numel * kbuf_elem_bytes(&k->bufs[i])};
       cJSON_AddItemToArray(args, ints_json(arg, 3));
     }
     cJSON_AddItemToObject(o, "args", args);
@@ -1542,6 +1548,11 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     int64_t bias[2] = {g->bias_tier, g->bias_off};
     if (g->bias) cJSON_AddItemToObject(o, "bias", ints_json(bias, 2));
     if (g->gelu) cJSON_AddBoolToObject(o, "gelu", true);
+    if (g->dt[0] != DT_F32 || g->dt[1] != DT_F32 || g->dt[2] != DT_F32) {
+      cJSON *dts = cJSON_CreateArray();
+      for (int i = 0; i < 3; i++) cJSON_AddItemToArray(dts, cJSON_CreateString(dtype_name(g->dt[i])));
+      cJSON_AddItemToObject(o, "dtypes", dts);
+    }
     int64_t aux[2] = {g->aux_tier, g->aux_off};
     if (g->aux) cJSON_AddItemToObject(o, "aux", ints_json(aux, 2));
     break;

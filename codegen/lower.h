@@ -47,6 +47,7 @@ typedef struct PGemm {
   bool aux;                 /* gelu: the add's value (GELU's input) also written to aux, ld ldc */
   int aux_tier;
   int64_t aux_off;          /* bytes */
+  DType dt[3];              /* a, b, c: f32, or bf16/f16 (a and b alike; f32 accumulation) */
 } PGemm;
 
 typedef struct PInstr {

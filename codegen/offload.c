@@ -68,7 +68,7 @@ static int gemm_touch(const PGemm *g, Touch *t) {
   int64_t ld[3] = {g->lda, g->ldb, g->ldc};
   for (int j = 0; j < 3; j++) {
     int64_t last = (g->batch[0] - 1) * g->stride[j][0] + (g->batch[1] - 1) * g->stride[j][1] + (rows[j] - 1) * ld[j] + cols[j];
-    t[j] = (Touch){g->tier[j], g->off[j], g->off[j] + last * 4, j == 2};
+    t[j] = (Touch){g->tier[j], g->off[j], g->off[j] + last * (dtype_size_bits(g->dt[j]) / 8), j == 2};
   }
   int n = 3;
   if (g->bias) t[n++] = (Touch){g->bias_tier, g->bias_off, g->bias_off + g->n * 4, false};
@@ -89,7 +89,8 @@ int instr_touch(const Program *p, const PInstr *in, Touch *t) {
   if (in->kind != ISA_KERNEL) return 0;
   const Kernel *k = p->kernels[in->kernel];
   for (int i = 0; i < k->nbufs; i++)
-    t[i] = (Touch){k->bufs[i].tier, k->bufs[i].offset, k->bufs[i].offset + k->bufs[i].numel * 4, k->bufs[i].tier != RT_TIER_PARAMS};
+    t[i] = (Touch){k->bufs[i].tier, k->bufs[i].offset, k->bufs[i].offset + k->bufs[i].numel * kbuf_elem_bytes(&k->bufs[i]),
+                   k->bufs[i].tier != RT_TIER_PARAMS};
   return k->nbufs;
 }
 
@@ -357,7 +358,7 @@ static double instr_time(const Sim *S, const PInstr *in) {
   if (in->kind == ISA_KERNEL) {
     const Kernel *k = S->p->kernels[in->kernel];
     double bytes = 0;
-    for (int i = 0; i < k->nbufs; i++) bytes += (double)k->bufs[i].numel * 4;
+    for (int i = 0; i < k->nbufs; i++) bytes += (double)k->bufs[i].numel * kbuf_elem_bytes(&k->bufs[i]);
     return bytes / (cl->dev.memory_bw * cl->dev.mem_eff) + cl->dev.kernel_overhead;
   }
   return 0;

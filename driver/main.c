@@ -59,6 +59,10 @@ static void usage(FILE *f) {
         "  --activation-memory SIZE  budget of the work tier (activations and workspace) for\n"
         "                    --recompute auto: bytes, or 512K, 512M, 2G, 1.5GiB (binary), 2GB (decimal)\n"
         "  --attention K     price attention as fused (default) or materialized (scores in memory)\n"
+        "  --precision P     fp32 (default) or bf16: GEMMs on bf16 copies of their inputs with f32\n"
+        "                    sums, normalisations, softmax and the loss in f32, f32 master weights\n"
+        "                    and optimizer state (torch.autocast's policy); fp16 and fp8 are not\n"
+        "                    compiled yet; bf16 plans are data-parallel (tp 1, pp 1) so far\n"
         "  --offload O       force the plan's offload: none; optimizer (its state on the host,\n"
         "                    AdamW on the CPU); or state (every rank's ZeRO-3 shard of parameters,\n"
         "                    gradients and optimizer state on its node's host memory and NVMe):\n"
@@ -77,7 +81,7 @@ static void usage(FILE *f) {
         "  --summary         print parameters, FLOPs per step and a per-layer table\n"
         "                    (the default when nothing else is asked for)\n"
         "  --dump-ir         print the verified IR, one op per line with its shape\n"
-        "  --dump-after=PASS print the IR after a pass: partition, decompose, autodiff or\n"
+        "  --dump-after=PASS print the IR after a pass: partition, decompose, autocast, autodiff or\n"
         "                    recompute; or the kernels and the program after lower, zero,\n"
         "                    compose, offload or share\n"
         "  --emit-kernels F  write the generated kernels (kernel form) and the program to F\n"
@@ -103,13 +107,14 @@ typedef struct Options {
   bool plan;                 /* search a plan: --gpus, --cluster, --dump-plan or any option that forces part of one */
   int rc;                    /* --recompute: -1 unset, a Recompute, or RC_AUTO */
   int64_t act_mem;           /* --activation-memory bytes, 0 unset */
+  int precision;             /* --precision: a DType (DT_F32 unless asked) */
 } Options;
 
 enum { RC_AUTO = RC_COUNT };
 
 /* The passes after the front end and the plan, in the order run_passes runs them; the
- * first four rewrite the IR, the others the program (--dump-after). */
-static const char *const pass_names[] = {"partition", "decompose", "autodiff", "recompute",
+ * first five rewrite the IR, the others the program (--dump-after). */
+static const char *const pass_names[] = {"partition", "decompose", "autocast", "autodiff", "recompute",
                                          "lower",     "zero",      "compose",  "offload", "share"};
 enum { NPASSES = sizeof pass_names / sizeof *pass_names };
 
@@ -161,7 +166,7 @@ static int parse_choice(const char *flag, const char *arg, const char *const *na
 
 enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA,
        O_GPN, O_GPU, O_CLUSTER, O_DUMP_PLAN, O_PLAN_OUT, O_PLAN, O_DP, O_TP, O_PP, O_ZERO, O_MBS, O_SCHEDULE, O_VSTAGES,
-       O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD, O_WHAT_IF, O_NVME };
+       O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD, O_WHAT_IF, O_NVME, O_PRECISION };
 
 /* The options that describe the cluster or force part of the plan. */
 static bool parse_plan_option(int c, const char *arg, Options *o) {
@@ -214,9 +219,9 @@ static void parse_options(int argc, char **argv, Options *o) {
     {"device-memory", required_argument, 0, O_DEV_MEM}, {"host-memory", required_argument, 0, O_HOST_MEM},
     {"nvme", required_argument, 0, O_NVME},
     {"offload", required_argument, 0, O_OFFLOAD}, {"jobs", required_argument, 0, 'j'},
-    {"what-if", no_argument, 0, O_WHAT_IF},
+    {"what-if", no_argument, 0, O_WHAT_IF}, {"precision", required_argument, 0, O_PRECISION},
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
-  *o = (Options){.gpus = 1, .rc = -1};
+  *o = (Options){.gpus = 1, .rc = -1, .precision = DT_F32};
   plan_force_init(&o->force);
   o->force.attn = -1; /* not asked: the plan file's, else what the plan may use */
   int c;
@@ -237,6 +242,15 @@ static void parse_options(int argc, char **argv, Options *o) {
     case O_DEV_MEM: o->device_memory = parse_size("--device-memory", optarg); break;
     case O_HOST_MEM: o->host_memory = parse_size("--host-memory", optarg); break;
     case O_NVME: o->nvme = parse_size("--nvme", optarg), o->nvme_set = true; break;
+    case O_PRECISION: {
+      static const char *const names[] = {"fp32", "bf16", "fp16", "fp8"};
+      static const int dts[] = {DT_F32, DT_BF16, DT_F16, DT_E4M3};
+      o->precision = dts[parse_choice("--precision", optarg, names, 4)];
+      if (o->precision == DT_F16 || o->precision == DT_E4M3)
+        error_plain("--precision %s is not compiled yet (fp16 needs dynamic loss scaling, fp8 scaled GEMMs): "
+                    "use bf16 or fp32", optarg);
+      break;
+    }
     case 'o': o->out = optarg; break;
     case 'h': usage(stdout); exit(0);
     case O_VERSION: printf("colossalc %s\n", COLOSSALC_VERSION); exit(0);
@@ -308,6 +322,12 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   if (f.exec && c->attn == ATTN_FUSED)
     error_plain("--attention fused is priced, not compiled yet: add --what-if to explore it");
   if (f.exec) f.attn = ATTN_MATERIALIZED;
+  /* bf16 programs: one stage, no tensor parallelism yet (their boundaries and collectives are f32) */
+  f.lowp = o->precision != DT_F32;
+  if (f.exec && f.lowp && (f.tp > 1 || f.pp > 1))
+    error_plain("--precision bf16 compiles data-parallel plans so far (--tp 1 --pp 1): tensor and pipeline "
+                "parallelism exchange activations in f32");
+  if (f.exec && f.lowp) f.tp = f.pp = 1;
   return plan_search(arena, g, cl, &f);
 }
 
@@ -682,6 +702,11 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
   after_ir(b, "partition");
   for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k]);
   after_ir(b, "decompose");
+  if (b->o->precision != DT_F32) { /* mixed precision: one stage (plan_for keeps tp and pp 1) */
+    if (b->part->nchunks != 1) error_plain("--precision bf16 compiles one pipeline stage so far");
+    b->part->chunk[0] = pass_autocast(b->part->chunk[0], (DType)b->o->precision);
+    after_ir(b, "autocast");
+  }
   partition_autodiff(b->part);                                   /* requires: decompose */
   after_ir(b, "autodiff");
   for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = recompute_chunk(b->part->chunk[k], b); /* requires: autodiff */
@@ -761,7 +786,7 @@ int main(int argc, char **argv) {
   if (!g) return fail(arena, &o);
   if (o.dump_ir) ir_print(stdout, g);
   bool program_dump = false;
-  for (int i = 4; i < NPASSES && o.dump_after; i++) program_dump |= !strcmp(o.dump_after, pass_names[i]);
+  for (int i = 5; i < NPASSES && o.dump_after; i++) program_dump |= !strcmp(o.dump_after, pass_names[i]);
   volatile bool lowering = o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda || o.device_memory || program_dump;
   volatile bool compiling = lowering || o.dump_after;
   /* --device-memory alone (no cluster): --dump-plan shows the offload plan, not a parallel one */

@@ -31,7 +31,10 @@ typedef enum {
 
 typedef enum { CLS_SOURCE, CLS_GATHER, CLS_CONTRACT, CLS_ELEMWISE, CLS_NORM, CLS_REDUCE,
                CLS_LOSS, CLS_ATTN, CLS_MOVE, CLS_COMM } OpClass;
-enum { OPF_DSL = 1 };
+/* OPF_DSL: callable from the model language. Mixed precision (passes/autocast.c):
+ * OPF_LOWP, the op's float inputs are cast to the low precision (its result is low:
+ * GEMMs); OPF_F32, to f32 (statistics: normalisations, softmax, losses, sums). */
+enum { OPF_DSL = 1, OPF_LOWP = 2, OPF_F32 = 4 };
 
 typedef enum { AK_INT, AK_FLOAT, AK_BOOL, AK_INTS, AK_DTYPE, AK_STR } AttrKind;
 

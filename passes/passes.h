@@ -8,6 +8,12 @@
  * fused kernel for (attention) into primitive ops. Returns the new graph. */
 Graph *pass_decompose(Graph *g);
 
+/* requires: a verified forward graph of one stage, no composite ops (decompose).
+ * Mixed precision in `low` (DT_BF16, DT_F16): casts around every op by its
+ * OPF_LOWP / OPF_F32 flag, as torch.autocast's CUDA policy (passes/autocast.c).
+ * Returns the new graph. */
+Graph *pass_autocast(Graph *g, DType low);
+
 /* requires: a verified forward graph with a loss, no composite ops (decompose).
  * Appends the backward pass: the gradient of the loss with respect to every
  * parameter (Graph.params, Graph.param_grads), built from each op's gradient rule. */

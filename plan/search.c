@@ -742,9 +742,9 @@ static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) 
   r->g = g, r->cl = cl;
   r->pm = plan_model_new(a, g, S->f->op_strategy);
   graph_stats(g, &r->stats);
-  /* the precision compiled: fp32 (the code generators emit no bf16 yet); --what-if
-   * prices bf16 mixed precision where the device has it */
-  r->mixed = !cl->dev.fp32_only && !S->f->exec;
+  /* the precision compiled: fp32 unless --precision bf16 asks; --what-if prices bf16
+   * mixed precision where the device has it */
+  r->mixed = !cl->dev.fp32_only && (S->f->exec ? S->f->lowp : true);
   r->peak = r->mixed ? cluster_peak(cl) : cl->dev.peak_fp32;
   bool adam = g->train.opt == OPT_ADAMW, mom = !adam && g->train.momentum > 0;
   r->w_bytes = r->mixed ? 2 : 4, r->g_bytes = r->mixed ? 2 : 4;

@@ -27,6 +27,7 @@ typedef struct PlanForce {
   int attn;                   /* AttnKernel; fused unless a plan file says otherwise */
   const char **op_strategy;   /* [g->n] strategy name per op, or NULL */
   bool exec;                  /* the plan will be compiled: only what code generation runs */
+  bool lowp;                  /* exec: the program is compiled in bf16 mixed precision (--precision) */
 } PlanForce;
 
 void plan_force_init(PlanForce *f);

@@ -1,8 +1,8 @@
 /* The instruction set of compiled programs, declared once: the compiler's code
  * generators (codegen/) write these instructions and the runtime (runtime/) runs them;
- * runtime/program.h gives their JSON fields and meaning. Plain data only, shared by
- * both sides, so that an instruction, a collective's kind or an offload part is one
- * name and one number everywhere.
+ * runtime/program.h gives their JSON fields and meaning. Plain data (and the 16-bit
+ * conversions every side computes alike), shared by both sides, so that an instruction,
+ * a collective's kind or an offload part is one name and one number everywhere.
  *
  * Adding an instruction: one X row here, its writer in codegen/lower.c (instr_json),
  * its parser in runtime/train_program.c and its executor in runtime/executor.c, whose
@@ -12,6 +12,47 @@
 
 /* X(NAME, "json op") in the order of the numbers; the four ZeRO instructions are
  * consecutive (ISA_ZERO_GATHER .. ISA_ZERO_REDUCE). */
+/* A GEMM operand's element type ("dtypes" of a gemm; f32 unless given), and the 16-bit
+ * types' conversions, which the compiler's kernels (codegen/kernel.h), the CPU device
+ * and the tests compute alike: exact widening; rounding to nearest even, overflow to
+ * infinity, f16's subnormals kept, a NaN kept a NaN. */
+typedef enum IsaDtype { ISA_F32, ISA_BF16, ISA_F16 } IsaDtype;
+
+static inline float isa_to_f32(IsaDtype t, unsigned short h)
+{
+  union { unsigned u; float f; } v;
+  if (t == ISA_BF16) {
+    v.u = (unsigned)h << 16;
+    return v.f;
+  }
+  unsigned sign = (unsigned)(h >> 15) << 31, e = h >> 10 & 31u, m = h & 1023u;
+  if (e == 31) v.u = sign | 0x7f800000u | m << 13;                   /* inf, NaN */
+  else if (e) v.u = sign | (e + 112) << 23 | m << 13;                /* normal */
+  else v.f = (float)m * 0x1p-24f, v.u |= sign;                       /* subnormal, zero */
+  return v.f;
+}
+
+static inline unsigned short isa_from_f32(IsaDtype t, float f)
+{
+  union { float f; unsigned u; } v = {f};
+  unsigned sign = v.u >> 16 & 0x8000u, a = v.u & 0x7fffffffu;
+  if (t == ISA_BF16) {
+    if (a > 0x7f800000u) return (unsigned short)(v.u >> 16 | 0x40);  /* NaN stays quiet */
+    return (unsigned short)((v.u + 0x7fffu + (v.u >> 16 & 1u)) >> 16);
+  }
+  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | (a >> 13 & 0x3ffu));
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);     /* rounds past 65504: inf */
+  if (a < 0x38800000u) {                                              /* below 2^-14: subnormal */
+    union { unsigned u; float f; } w = {a};
+    float q = w.f * 0x1p24f, r;                                        /* exact: units of 2^-24 */
+    unsigned m = (unsigned)q;
+    r = q - (float)m;
+    m += r > 0.5f || (r == 0.5f && (m & 1u));
+    return (unsigned short)(sign | m);
+  }
+  return (unsigned short)(sign | (a + 0x0fffu + (a >> 13 & 1u) - 0x38000000u) >> 13); /* rebias, round */
+}
+
 #define ISA_OPS(X)                                                                              \
   X(KERNEL, "kernel")                                                                           \
   X(ZERO, "zero")                                                                               \

@@ -461,6 +461,7 @@ static RtGemm gemm_key(const RtGemm *g)
     memset(&k, 0, sizeof k);
     k.ta = g->ta, k.tb = g->tb, k.m = g->m, k.n = g->n, k.k = g->k, k.bias = g->bias;
     k.gelu = g->gelu, k.aux = g->aux;
+    memcpy(k.dt, g->dt, sizeof k.dt);
     k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc;
     memcpy(k.batch, g->batch, sizeof k.batch);
     for (int w = 0; w < 3; w++)
@@ -477,11 +478,16 @@ static GemmPlan *find_gemm(CudaDevice *c, const RtGemm *g)
     return NULL;
 }
 
-static void layout(CudaDevice *c, cublasLtMatrixLayout_t *l, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
-                   int64_t stride)
+static cudaDataType_t cuda_type(IsaDtype t)
+{
+    return t == ISA_BF16 ? CUDA_R_16BF : t == ISA_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+static void layout(CudaDevice *c, cublasLtMatrixLayout_t *l, IsaDtype t, int64_t rows, int64_t cols, int64_t ld,
+                   int64_t batch, int64_t stride)
 {
     int32_t count = (int32_t)batch;
-    CUBLAS_CHECK(c, c->api.LtMatrixLayoutCreate(l, CUDA_R_32F, (uint64_t)rows, (uint64_t)cols, ld));
+    CUBLAS_CHECK(c, c->api.LtMatrixLayoutCreate(l, cuda_type(t), (uint64_t)rows, (uint64_t)cols, ld));
     CUBLAS_CHECK(c, c->api.LtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
     CUBLAS_CHECK(c, c->api.LtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                                                       sizeof stride));
@@ -503,7 +509,8 @@ static int plan_gemm(CudaDevice *c, const RtGemm *g, char *err, size_t errlen)
     GemmPlan *p = &c->gemm[c->ngemm++];
     memset(p, 0, sizeof *p);
     p->key = gemm_key(g);
-    cublasComputeType_t compute = c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    /* f32 sums; TF32 only for f32 operands when asked */
+    cublasComputeType_t compute = c->tf32 && g->dt[0] == ISA_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     CUBLAS_CHECK(c, c->api.LtMatmulDescCreate(&p->desc, compute, CUDA_R_32F));
     cublasOperation_t ta = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -519,9 +526,9 @@ static int plan_gemm(CudaDevice *c, const RtGemm *g, char *err, size_t errlen)
         CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
     int64_t nb = g->batch[1];
-    layout(c, &p->la, g->tb ? g->k : g->n, g->tb ? g->n : g->k, g->ldb, nb, g->stride[1][1]);
-    layout(c, &p->lb, g->ta ? g->m : g->k, g->ta ? g->k : g->m, g->lda, nb, g->stride[0][1]);
-    layout(c, &p->lc, g->n, g->m, g->ldc, nb, g->stride[2][1]);
+    layout(c, &p->la, g->dt[1], g->tb ? g->k : g->n, g->tb ? g->n : g->k, g->ldb, nb, g->stride[1][1]);
+    layout(c, &p->lb, g->dt[0], g->ta ? g->m : g->k, g->ta ? g->k : g->m, g->lda, nb, g->stride[0][1]);
+    layout(c, &p->lc, g->dt[2], g->n, g->m, g->ldc, nb, g->stride[2][1]);
     cublasLtMatmulPreference_t pref;
     uint64_t ws = WORKSPACE;
     CUBLAS_CHECK(c, c->api.LtMatmulPreferenceCreate(&pref));
@@ -547,9 +554,9 @@ static void cuda_gemm(Device *dev, const RtGemm *g, char *const *tiers)
     if (!p)
         cuda_die("a GEMM", "its shape was not planned at start-up", __FILE__, __LINE__);
     for (int64_t i = 0; i < g->batch[0]; i++) {
-        const float *a = (const float *)(tiers[g->tier[0]] + g->offset[0]) + i * g->stride[0][0];
-        const float *b = (const float *)(tiers[g->tier[1]] + g->offset[1]) + i * g->stride[1][0];
-        float *d = (float *)(tiers[g->tier[2]] + g->offset[2]) + i * g->stride[2][0];
+        const char *a = tiers[g->tier[0]] + g->offset[0] + i * g->stride[0][0] * (g->dt[0] == ISA_F32 ? 4 : 2);
+        const char *b = tiers[g->tier[1]] + g->offset[1] + i * g->stride[1][0] * (g->dt[1] == ISA_F32 ? 4 : 2);
+        char *d = tiers[g->tier[2]] + g->offset[2] + i * g->stride[2][0] * (g->dt[2] == ISA_F32 ? 4 : 2);
         const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_offset) : NULL;
         if (bias) /* read at the call: the same descriptor serves every GEMM of this shape */
             CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,

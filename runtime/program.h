@@ -98,6 +98,10 @@
  *     Optional "bias": [tier, offset] (beta 0): the epilogue adds bias[j], n f32 at
  *     that offset, to every row of every C[i][j] (the add of a bias vector the
  *     compiler fuses into the GEMM: cuBLASLt's BIAS epilogue on a GPU).
+ *     Optional "dtypes": [a, b, c] of "f32", "bf16", "f16" (f32 if absent; a and b
+ *     alike): 16-bit operands are multiplied exactly and summed in f32, a 16-bit C is
+ *     rounded once (to nearest even; program/isa.h's isa_from_f32); offsets and strides
+ *     count elements of each operand's type, a bias stays f32.
  *     Optional "gelu": true (with "bias", batch [1, 1], ldc a multiple of 8): then every
  *     C[i][j] = gelu(C[i][j]), the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  *     x^3))); with "aux": [tier, offset] (16-byte aligned), GELU's input is also written

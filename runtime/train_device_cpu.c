@@ -15,6 +15,7 @@
 
 #include <cblas.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -44,6 +45,8 @@ typedef struct CpuDevice {
     pthread_mutex_t pin_mu;    /* commits come from the main and the offload copy thread */
     CpuPinned *pinned;
     int npinned;
+    float *scratch;            /* 16-bit GEMMs' operands widened to f32 (grown as needed) */
+    int64_t scratch_floats;
 } CpuDevice;
 
 typedef struct CpuKernelJob {
@@ -111,6 +114,62 @@ static float *gemm_operand(const RtGemm *g, char *const *tiers, int w, int64_t i
     return base + i * g->stride[w][0] + j * g->stride[w][1];
 }
 
+/* A rows x cols matrix of 16-bit elements (leading dimension ld) widened into f32 at
+ * dst (leading dimension cols), or, back, f32 rounded into it. */
+static void widen(IsaDtype t, const unsigned short *src, int64_t rows, int64_t cols, int64_t ld, float *dst)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[r * cols + c] = isa_to_f32(t, src[r * ld + c]);
+}
+
+static void narrow(IsaDtype t, const float *src, int64_t rows, int64_t cols, int64_t ld, unsigned short *dst)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[r * ld + c] = isa_from_f32(t, src[r * cols + c]);
+}
+
+/* A GEMM of 16-bit operands: each batch's A and B widened to f32 (exact), the product
+ * summed in f32 (into C if it is f32, else into scratch and rounded once into C). */
+static void cpu_gemm_half(CpuDevice *cpu, const RtGemm *g, char *const *tiers)
+{
+    int64_t ra = g->ta ? g->k : g->m, ca = g->ta ? g->m : g->k, rb = g->tb ? g->n : g->k, cb = g->tb ? g->k : g->n;
+    int64_t need = ra * ca + rb * cb + g->m * g->n;
+    if (need > cpu->scratch_floats) {
+        float *v = realloc(cpu->scratch, (size_t)need * sizeof *v);
+        if (!v) {
+            fprintf(stderr, "train: out of memory for a 16-bit GEMM's f32 operands (%lld floats)\n",
+                    (long long)need);
+            exit(1);
+        }
+        cpu->scratch = v, cpu->scratch_floats = need;
+    }
+    float *a = cpu->scratch, *b = a + ra * ca, *c32 = b + rb * cb;
+    const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_offset) : NULL;
+    for (int64_t i = 0; i < g->batch[0]; i++)
+        for (int64_t j = 0; j < g->batch[1]; j++) {
+            char *ops[3];
+            for (int w = 0; w < 3; w++)
+                ops[w] = tiers[g->tier[w]] + g->offset[w] +
+                         (i * g->stride[w][0] + j * g->stride[w][1]) * (g->dt[w] == ISA_F32 ? 4 : 2);
+            widen(g->dt[0], (const unsigned short *)ops[0], ra, ca, g->lda, a);
+            widen(g->dt[1], (const unsigned short *)ops[1], rb, cb, g->ldb, b);
+            int f32 = g->dt[2] == ISA_F32;
+            float *c = f32 ? (float *)ops[2] : c32;
+            int64_t ldc = f32 ? g->ldc : g->n;
+            if (!f32 && g->beta != 0)
+                widen(g->dt[2], (const unsigned short *)ops[2], g->m, g->n, g->ldc, c32);
+            for (int64_t r = 0; bias && r < g->m; r++)
+                memcpy(c + r * ldc, bias, (size_t)g->n * sizeof *bias);
+            cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+                        (int)g->m, (int)g->n, (int)g->k, g->alpha, a, (int)ca, b, (int)cb,
+                        bias ? 1.0f : g->beta, c, (int)ldc);
+            if (!f32)
+                narrow(g->dt[2], c32, g->m, g->n, g->ldc, (unsigned short *)ops[2]);
+        }
+}
+
 /* A bias epilogue (beta 0): C starts as the bias in every row, and the product adds to it.
  * A "gelu" GEMM leaves GELU's input, in aux if given, for the "epilogue" kernel after it
  * (a compiled kernel, vectorized, the unfused GELU's code). */
@@ -119,6 +178,10 @@ static void cpu_gemm(Device *dev, const RtGemm *g, char *const *tiers)
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
     const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_offset) : NULL;
+    if (g->dt[0] != ISA_F32 || g->dt[2] != ISA_F32) {
+        cpu_gemm_half((CpuDevice *)dev, g, tiers);
+        return;
+    }
     for (int64_t i = 0; i < g->batch[0]; i++)
         for (int64_t j = 0; j < g->batch[1]; j++) {
             float *c = g->aux ? (float *)(tiers[g->aux_tier] + g->aux_offset)
@@ -362,6 +425,7 @@ static void cpu_destroy(Device *dev)
     pool_free(cpu->pool);
     pthread_mutex_destroy(&cpu->pin_mu);
     free(cpu->pinned);
+    free(cpu->scratch);
     free(cpu);
 }
 

@@ -168,14 +168,14 @@ static int pj_range(Pj *pj, const RtProgram *p, int tier, int64_t off, int64_t b
 /* Bytes spanned by one GEMM operand of rows x cols (leading dimension ld) over the
  * batch; -1 on overflow. */
 static int64_t gemm_span(int64_t rows, int64_t cols, int64_t ld, const int64_t batch[2],
-                         const int64_t s[2])
+                         const int64_t s[2], int64_t esize)
 {
     int64_t a, b, c, elems;
     if (__builtin_mul_overflow(rows - 1, ld, &a) ||
         __builtin_mul_overflow(batch[0] - 1, s[0], &b) ||
         __builtin_mul_overflow(batch[1] - 1, s[1], &c) ||
         __builtin_add_overflow(a, cols, &elems) || __builtin_add_overflow(elems, b, &elems) ||
-        __builtin_add_overflow(elems, c, &elems) || __builtin_mul_overflow(elems, 4, &elems))
+        __builtin_add_overflow(elems, c, &elems) || __builtin_mul_overflow(elems, esize, &elems))
         return -1;
     return elems;
 }
@@ -242,13 +242,14 @@ static int parse_operand(Pj *pj, const cJSON *o, const char *path, const RtProgr
     if (pj_ints(pj, o, path, keys[which], 2, 0, INT64_MAX, loc) != 0 ||
         pj_ints(pj, o, path, skeys[which], 2, 0, INT64_MAX, g->stride[which]) != 0)
         return -1;
-    if (loc[0] >= RT_TIERS || loc[1] % 4 != 0)
+    int64_t esize = g->dt[which] == ISA_F32 ? 4 : 2;
+    if (loc[0] >= RT_TIERS || loc[1] % esize != 0)
         return pj_fail(pj, path, keys[which], "bad tier or unaligned offset");
     if (ld < cols)
         return pj_fail(pj, path, keys[which], "leading dimension smaller than the row");
     g->tier[which] = (int)loc[0];
     g->offset[which] = loc[1];
-    int64_t span = gemm_span(rows, cols, ld, g->batch, g->stride[which]);
+    int64_t span = gemm_span(rows, cols, ld, g->batch, g->stride[which], esize);
     if (span < 0)
         return pj_fail(pj, path, keys[which], "size overflows");
     return pj_range(pj, p, g->tier[which], loc[1], span, path, keys[which]);
@@ -274,12 +275,34 @@ static int parse_gemm_dims(Pj *pj, const cJSON *o, const char *path, RtGemm *g)
     return 0;
 }
 
+/* "dtypes": [a, b, c] of "f32", "bf16", "f16" (f32 if absent); a and b alike. */
+static int parse_gemm_dtypes(Pj *pj, const cJSON *o, const char *path, RtGemm *g)
+{
+    static const char *const names[] = {"f32", "bf16", "f16"};
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "dtypes");
+    g->dt[0] = g->dt[1] = g->dt[2] = ISA_F32;
+    if (!d)
+        return 0;
+    if (!cJSON_IsArray(d) || cJSON_GetArraySize(d) != 3)
+        return pj_fail(pj, path, "dtypes", "not an array of 3 element types");
+    for (int i = 0; i < 3; i++) {
+        const char *v = cJSON_GetStringValue(cJSON_GetArrayItem(d, i));
+        int k = 0;
+        while (k < 3 && (!v || strcmp(v, names[k])))
+            k++;
+        if (k == 3)
+            return pj_fail(pj, path, "dtypes", "an element type other than f32, bf16 or f16");
+        g->dt[i] = (IsaDtype)k;
+    }
+    return g->dt[0] != g->dt[1] ? pj_fail(pj, path, "dtypes", "a and b of different types") : 0;
+}
+
 static int parse_gemm(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                       RtInstr *in)
 {
     RtGemm *g = &in->gemm;
     in->op = ISA_GEMM;
-    if (parse_gemm_dims(pj, o, path, g) != 0)
+    if (parse_gemm_dims(pj, o, path, g) != 0 || parse_gemm_dtypes(pj, o, path, g) != 0)
         return -1;
     /* Stored shapes, row-major: A is m x k (k x m when ta), B is k x n (n x k when tb). */
     if (parse_operand(pj, o, path, p, g, 0, g->ta ? g->k : g->m, g->ta ? g->m : g->k, g->lda) ||

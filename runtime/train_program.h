@@ -123,6 +123,7 @@ typedef struct RtGemm {
     int aux;             /* "aux": GELU's input also written there, m x n, leading dim ldc */
     int aux_tier;
     int64_t aux_offset;  /* bytes */
+    IsaDtype dt[3];      /* "dtypes": a, b, c (f32 unless given; a and b alike; f32 sums) */
 } RtGemm;
 
 /* "comm" over a group: a global A x N x I f32 tensor, N split in T parts (the split

@@ -40,6 +40,12 @@ foreach(entry ${COLOSSALC_TINY_MODELS})
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(codegen_cuda_lowered_${tiny_name} PROPERTIES TIMEOUT 900)
 endforeach()
+# and gpt2-tiny in bf16 mixed precision (16-bit buffers, GEMM operands and roundings)
+add_test(NAME codegen_cuda_lowered_gpt2_tiny_bf16
+         COMMAND test_codegen_cuda lowered ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model --precision=bf16
+                 batch=2 seq=16 layers=2
+         WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+set_tests_properties(codegen_cuda_lowered_gpt2_tiny_bf16 PROPERTIES TIMEOUT 900)
 
 # The CUDA source of every kernel of every model in models/, at its real size, compiles
 # through NVRTC for sm_80 and sm_90.
@@ -56,4 +62,12 @@ foreach(model ${nvrtc_models})
     add_test(NAME nvrtc_${stem}_${arch} COMMAND nvrtc_check ${dir}/kernels.cu ${arch})
     set_tests_properties(nvrtc_${stem}_${arch} PROPERTIES FIXTURES_REQUIRED cuda_${stem} TIMEOUT 900)
   endforeach()
+endforeach()
+# GPT-2's bf16 program: its 16-bit loads, stores and roundings
+add_test(NAME nvrtc_emit_gpt2_bf16 COMMAND colossalc ${CMAKE_SOURCE_DIR}/models/gpt2.model --precision bf16
+         --emit-cuda ${CMAKE_CURRENT_BINARY_DIR}/cuda-gpt2-bf16)
+set_tests_properties(nvrtc_emit_gpt2_bf16 PROPERTIES FIXTURES_SETUP cuda_gpt2_bf16)
+foreach(arch sm_80 sm_90)
+  add_test(NAME nvrtc_gpt2_bf16_${arch} COMMAND nvrtc_check ${CMAKE_CURRENT_BINARY_DIR}/cuda-gpt2-bf16/kernels.cu ${arch})
+  set_tests_properties(nvrtc_gpt2_bf16_${arch} PROPERTIES FIXTURES_REQUIRED cuda_gpt2_bf16 TIMEOUT 900)
 endforeach()

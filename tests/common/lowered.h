@@ -18,8 +18,10 @@
  * reporting an error. Modifies the NAME=VALUE strings in place. */
 static inline Program *lowered_model(Arena *a, int argc, char **argv) {
   ConfigOverride ov[16];
-  int nov = 0;
-  for (int i = 1; i < argc && nov < 16; i++) {
+  int nov = 0, first = 1;
+  volatile DType low = DT_F32; /* "--precision=bf16" (or fp16) after the model: passes/autocast.c */
+  if (argc > 1 && !strncmp(argv[1], "--precision=", 12)) low = strcmp(argv[1] + 12, "bf16") ? DT_F16 : DT_BF16, first = 2;
+  for (int i = first; i < argc && nov < 16; i++) {
     char *eq = strchr(argv[i], '=');
     if (!eq) return NULL;
     *eq = 0;
@@ -34,6 +36,7 @@ static inline Program *lowered_model(Arena *a, int argc, char **argv) {
   Graph *g = frontend_compile(a, argv[0], text, len, ov, nov);
   if (!g) { diag_pop(&j); return NULL; }
   g = pass_decompose(g);
+  if (low != DT_F32) g = pass_autocast(g, low);
   pass_autodiff(g);
   ir_verify(g);
   Program *p = lower_program(g);
@@ -96,20 +99,34 @@ enum { LOWERED_HALF_SPECIALS = sizeof lowered_half_specials / sizeof *lowered_ha
 
 /* The reference GEMM (row-major, cblas semantics) with its bias, in double; a "gelu"
  * GEMM leaves GELU's input (in aux, if given) for its epilogue kernel, as on the CPU. */
+/* Element i of a GEMM operand of dtype t, as f32. */
+static inline float lowered_elem(const char *base, DType t, int64_t i) {
+  if (t == DT_BF16 || t == DT_F16) return kx_to_f32(t, ((const uint16_t *)base)[i]);
+  return ((const float *)base)[i];
+}
+
 static inline void lowered_gemm_ref(const PGemm *g, char *const *tiers) {
   for (int64_t b0 = 0; b0 < g->batch[0]; b0++)
     for (int64_t b1 = 0; b1 < g->batch[1]; b1++) {
-      const float *ma = (const float *)(tiers[g->tier[0]] + g->off[0]) + b0 * g->stride[0][0] + b1 * g->stride[0][1];
-      const float *mb = (const float *)(tiers[g->tier[1]] + g->off[1]) + b0 * g->stride[1][0] + b1 * g->stride[1][1];
-      float *mc = (float *)(tiers[g->tier[2]] + g->off[2]) + b0 * g->stride[2][0] + b1 * g->stride[2][1];
+      const char *ma = tiers[g->tier[0]] + g->off[0], *mb = tiers[g->tier[1]] + g->off[1];
+      int64_t sa = b0 * g->stride[0][0] + b1 * g->stride[0][1], sb = b0 * g->stride[1][0] + b1 * g->stride[1][1];
+      int64_t sc = b0 * g->stride[2][0] + b1 * g->stride[2][1];
+      char *mc = tiers[g->tier[2]] + g->off[2];
       for (int64_t i = 0; i < g->m; i++)
         for (int64_t j = 0; j < g->n; j++) {
           double s = 0;
           for (int64_t q = 0; q < g->k; q++)
-            s += (double)(g->ta ? ma[q * g->lda + i] : ma[i * g->lda + q]) * (g->tb ? mb[j * g->ldb + q] : mb[q * g->ldb + j]);
+            s += (double)lowered_elem(ma, g->dt[0], sa + (g->ta ? q * g->lda + i : i * g->lda + q)) *
+                 lowered_elem(mb, g->dt[1], sb + (g->tb ? j * g->ldb + q : q * g->ldb + j));
           double bias = g->bias ? ((const float *)(tiers[g->bias_tier] + g->bias_off))[j] : 0;
-          float *dst = g->aux ? (float *)(tiers[g->aux_tier] + g->aux_off) : mc; /* GELU's input */
-          dst[i * g->ldc + j] = (float)(g->alpha * s + g->beta * mc[i * g->ldc + j] + bias);
+          double x = g->alpha * s + (g->beta != 0 ? g->beta * lowered_elem(mc, g->dt[2], sc + i * g->ldc + j) : 0) + bias;
+          if (g->aux) { /* GELU's input, for its epilogue kernel (f32 only) */
+            ((float *)(tiers[g->aux_tier] + g->aux_off))[i * g->ldc + j] = (float)x;
+          } else if (g->dt[2] == DT_BF16 || g->dt[2] == DT_F16) {
+            ((uint16_t *)mc)[sc + i * g->ldc + j] = kx_from_f32(g->dt[2], (float)x);
+          } else {
+            ((float *)mc)[sc + i * g->ldc + j] = (float)x;
+          }
         }
     }
 }

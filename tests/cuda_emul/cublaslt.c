@@ -10,9 +10,11 @@
 #include <cublasLt.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "program/isa.h"
 #include "tests/cuda_emul/emul.h"
 
 static float gelu(float x)
@@ -23,7 +25,7 @@ static float gelu(float x)
 
 /* What the emulation keeps in the opaque descriptors' storage. */
 typedef struct Desc { int ta, tb, bias, gelu, aux; int64_t aux_ld; const float *bias_ptr; float *aux_ptr; } Desc;
-typedef struct Layout { uint64_t rows, cols; int64_t ld, stride; int32_t batch; } Layout;
+typedef struct Layout { uint64_t rows, cols; int64_t ld, stride; int32_t batch; IsaDtype type; } Layout;
 
 _Static_assert(sizeof(Desc) <= sizeof(cublasLtMatmulDescOpaque_t), "Desc fits the opaque descriptor");
 _Static_assert(sizeof(Layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "Layout fits the opaque layout");
@@ -81,12 +83,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows, uint64_t cols,
                                           int64_t ld)
 {
-    if (t != CUDA_R_32F)
+    if (t != CUDA_R_32F && t != CUDA_R_16BF && t != CUDA_R_16F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     *l = calloc(1, sizeof **l);
     if (!*l)
         return CUBLAS_STATUS_ALLOC_FAILED;
-    *(Layout *)*l = (Layout){rows, cols, ld, 0, 1};
+    *(Layout *)*l = (Layout){rows, cols, ld, 0, 1, t == CUDA_R_16BF ? ISA_BF16 : t == CUDA_R_16F ? ISA_F16 : ISA_F32};
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -150,32 +152,64 @@ typedef struct MatmulOp {
     Desc x;
     Layout A, B, C, D;
     float alpha, beta;
-    const float *a, *b, *c;
-    float *d;
+    const char *a, *b, *c;
+    char *d;
 } MatmulOp;
 
+static size_t esize(const Layout *l) { return l->type == ISA_F32 ? 4 : 2; }
+
+/* Matrix i of a batch as f32, column-major with leading dimension ld (a 16-bit one
+ * widened into a malloc'd copy with its rows as ld; *own set then). */
+static float *as_f32(const Layout *l, const char *p, int32_t i, int64_t *ld, float **own)
+{
+    const char *base = p + (size_t)i * (size_t)l->stride * esize(l);
+    *own = NULL, *ld = l->ld;
+    if (l->type == ISA_F32)
+        return (float *)base;
+    float *f = malloc(l->rows * l->cols * sizeof *f + 1);
+    for (uint64_t c = 0; f && c < l->cols; c++)
+        for (uint64_t r = 0; r < l->rows; r++)
+            f[c * l->rows + r] = isa_to_f32(l->type, ((const unsigned short *)base)[c * l->ld + r]);
+    *own = f, *ld = (int64_t)l->rows;
+    return f;
+}
+
+/* D = alpha op(A) op(B) + beta C in f32 (16-bit operands widened), the epilogue on the
+ * f32 result, then D rounded once when it is 16-bit. */
 static void run_matmul(void *arg)
 {
     const MatmulOp *o = arg;
     const Layout *A = &o->A, *B = &o->B, *C = &o->C, *D = &o->D;
     uint64_t m = o->x.ta ? A->cols : A->rows, k = o->x.ta ? A->rows : A->cols, n = o->x.tb ? B->rows : B->cols;
     for (int32_t i = 0; i < C->batch; i++) {
-        const float *ai = o->a + i * A->stride, *bi = o->b + i * B->stride, *ci = o->c + i * C->stride;
-        float *di = o->d + i * D->stride;
+        int64_t lda, ldb, ldc, ldd;
+        float *fa, *fb, *fc, *fd;
+        const float *ai = as_f32(A, o->a, i, &lda, &fa), *bi = as_f32(B, o->b, i, &ldb, &fb);
+        const float *ci = as_f32(C, o->c, i, &ldc, &fc);
+        float *di = as_f32(D, o->d, i, &ldd, &fd);
+        if (!ai || !bi || !ci || !di) {
+            fprintf(stderr, "cublasLt emulation: out of memory\n");
+            abort();
+        }
         if (ci != di)
             for (uint64_t col = 0; col < n; col++)
-                memcpy(di + col * D->ld, ci + col * C->ld, m * sizeof(float));
+                memcpy(di + col * ldd, ci + col * ldc, m * sizeof(float));
         cblas_sgemm(CblasColMajor, o->x.ta ? CblasTrans : CblasNoTrans, o->x.tb ? CblasTrans : CblasNoTrans, (int)m,
-                    (int)n, (int)k, o->alpha, ai, (int)A->ld, bi, (int)B->ld, o->beta, di, (int)D->ld);
+                    (int)n, (int)k, o->alpha, ai, (int)lda, bi, (int)ldb, o->beta, di, (int)ldd);
         for (uint64_t col = 0; o->x.bias && col < n; col++)
             for (uint64_t row = 0; row < m; row++) {
-                float *v = &di[col * D->ld + row];
+                float *v = &di[col * ldd + row];
                 *v += o->x.bias_ptr[row];
                 if (o->x.aux)
                     o->x.aux_ptr[col * o->x.aux_ld + row] = *v;
                 if (o->x.gelu)
                     *v = gelu(*v);
             }
+        for (uint64_t col = 0; fd && col < n; col++) /* a 16-bit D: rounded once */
+            for (uint64_t row = 0; row < m; row++)
+                ((unsigned short *)(o->d + (size_t)i * (size_t)D->stride * 2))[col * D->ld + row] =
+                    isa_from_f32(D->type, di[col * ldd + row]);
+        free(fa), free(fb), free(fc), free(fd);
     }
 }
 
@@ -193,7 +227,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     uint64_t m = x->ta ? A->cols : A->rows, k = x->ta ? A->rows : A->cols, kb = x->tb ? B->cols : B->rows;
     uint64_t n = x->tb ? B->rows : B->cols;
     if (k != kb || C->rows != m || C->cols != n || D->rows != m || D->cols != n || A->batch != C->batch ||
-        B->batch != C->batch || D->batch != C->batch || (x->bias && !x->bias_ptr) ||
+        B->batch != C->batch || D->batch != C->batch || (x->bias && !x->bias_ptr) || A->type != B->type ||
+        C->type != D->type || (x->aux && D->type != ISA_F32) ||
         (x->aux && (!x->aux_ptr || x->aux_ld % 8 || x->aux_ld < (int64_t)m || C->batch != 1)))
         return CUBLAS_STATUS_INVALID_VALUE;
     MatmulOp *o = malloc(sizeof *o);

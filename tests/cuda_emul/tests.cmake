@@ -35,14 +35,15 @@ set(cuda_run sh ${CMAKE_CURRENT_LIST_DIR}/run_cuda.sh $<TARGET_FILE:colossalc> $
 # One rank through the emulated CUDA device equals the CPU device; the second start
 # finds every kernel in the cache; a damaged entry is rebuilt.
 add_test(NAME cuda_emul_one_rank COMMAND ${cuda_run} one_rank)
+add_test(NAME cuda_emul_bf16 COMMAND ${cuda_run} bf16) # bf16 mixed precision: 16-bit cuBLASLt layouts
 # Real NVRTC, no GPU: every kernel of the program compiles for sm_80 and sm_90, the
 # second time from the cache, a damaged entry again.
 add_test(NAME cuda_nvrtc_cache COMMAND ${cuda_run} nvrtc_cache)
 # Without a GPU, --device cuda is one clear line and exit status 1.
 add_test(NAME cuda_no_gpu COMMAND ${cuda_run} no_gpu)
-set_tests_properties(cuda_emul_one_rank cuda_nvrtc_cache cuda_no_gpu PROPERTIES TIMEOUT 900)
+set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache cuda_no_gpu PROPERTIES TIMEOUT 900)
 if(COLOSSALC_SANITIZE)
-  set_tests_properties(cuda_emul_one_rank cuda_nvrtc_cache PROPERTIES ENVIRONMENT
+  set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache PROPERTIES ENVIRONMENT
     "ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS};LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0")
 endif()
 

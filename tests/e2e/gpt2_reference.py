@@ -56,6 +56,21 @@ def make_params(vocab, ctx, d, layers, gen):
     return {k: v.float().requires_grad_(True) for k, v in p.items()}
 
 
+# Mixed precision (--bf16): torch.autocast's CUDA policy written out, as colossalc's
+# autocast pass applies it (CPU autocast's op lists differ): GEMMs on bf16 copies of
+# their inputs with a bf16 result, layer norm, softmax and the loss on f32 inputs, and
+# type promotion elsewhere (a bf16 product plus an f32 bias is f32).
+LOW = None
+
+
+def mm(a, b):
+    return a.to(LOW) @ b.to(LOW) if LOW else a @ b
+
+
+def f32(x):
+    return x.float() if LOW else x
+
+
 def forward(p, tokens, targets, heads, layers):
     B, T = tokens.shape
     d = p["wte.weight"].shape[1]
@@ -63,23 +78,27 @@ def forward(p, tokens, targets, heads, layers):
     mask = torch.ones(T, T, dtype=torch.bool).tril()
     for i in range(layers):
         h = f"h.{i}."
-        y = F.layer_norm(x, (d,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
-        qkv = y @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]
+        y = F.layer_norm(f32(x), (d,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
+        qkv = mm(y, p[h + "attn.c_attn.weight"]) + p[h + "attn.c_attn.bias"]
         q, k, v = qkv.split(d, dim=2)
         q, k, v = (t.view(B, T, heads, d // heads).transpose(1, 2) for t in (q, k, v))
-        s = (q @ k.transpose(-2, -1)) / math.sqrt(d // heads)
+        s = mm(q, k.transpose(-2, -1)) / math.sqrt(d // heads)
         s = s.masked_fill(~mask, float("-inf"))
-        y = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, d)
-        x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
-        y = F.layer_norm(x, (d,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
-        y = F.gelu(y @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"], approximate="tanh")
-        x = x + y @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
-    x = F.layer_norm(x, (d,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
-    logits = x @ p["wte.weight"].t()
-    return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+        y = mm(f32(s).softmax(-1), v).transpose(1, 2).reshape(B, T, d)
+        x = x + (mm(y, p[h + "attn.c_proj.weight"]) + p[h + "attn.c_proj.bias"])
+        y = F.layer_norm(f32(x), (d,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
+        y = F.gelu(mm(y, p[h + "mlp.c_fc.weight"]) + p[h + "mlp.c_fc.bias"], approximate="tanh")
+        x = x + (mm(y, p[h + "mlp.c_proj.weight"]) + p[h + "mlp.c_proj.bias"])
+    x = F.layer_norm(f32(x), (d,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
+    logits = mm(x, p["wte.weight"].t())
+    return F.cross_entropy(f32(logits).view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def main():
+    global LOW
+    if sys.argv[1] == "--bf16":
+        LOW = torch.bfloat16
+        del sys.argv[1]
     tok_path, out = sys.argv[1], sys.argv[2]
     vocab, ctx, d, heads, layers, B, T, steps = (int(a) for a in sys.argv[3:11])
     lr = float(sys.argv[11])

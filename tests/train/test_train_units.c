@@ -383,7 +383,7 @@ static void gemm_case(Device *dev, int ta, int tb, int bias)
     enum { M = 5, N = 6, K = 7, LD = 9, SLAB = 100, WORK = 3 * 600 + 8 }; /* A, B, C: 6 slabs each */
     static float work[WORK], want[WORK];
     RtGemm g = {ta, tb, M, N, K, LD, LD, LD, 0.5f, bias ? 0.0f : 2.0f, {3, 3, 3}, {0, 4 * 600, 4 * 1200},
-                {2, 3}, {{3 * SLAB, SLAB}, {3 * SLAB, SLAB}, {3 * SLAB, SLAB}}, bias, 3, 4 * 1800, 0, 0, 0, 0};
+                {2, 3}, {{3 * SLAB, SLAB}, {3 * SLAB, SLAB}, {3 * SLAB, SLAB}}, bias, 3, 4 * 1800, 0, 0, 0, 0, {ISA_F32, ISA_F32, ISA_F32}};
     for (int i = 0; i < WORK; i++)
         work[i] = want[i] = (float)((i * 37 % 101) - 50) / 25.0f;
     char *tiers[RT_TIERS] = {NULL, NULL, NULL, (char *)work};
@@ -408,7 +408,7 @@ static void gemm_gelu_case(Device *dev, int ta, int tb)
     enum { M = 5, N = 6, K = 7, LD = 8, A0 = 0, B0 = 64, C0 = 128, BIAS = 192, AUX = 200, WORK = 248 };
     static float work[WORK], want[WORK];
     RtGemm g = {ta, tb, M, N, K, LD, LD, LD, 1.0f, 0.0f, {3, 3, 3}, {4 * A0, 4 * B0, 4 * C0}, {1, 1}, {{0}},
-                1, 3, 4 * BIAS, 1, 1, 3, 4 * AUX};
+                1, 3, 4 * BIAS, 1, 1, 3, 4 * AUX, {ISA_F32, ISA_F32, ISA_F32}};
     for (int i = 0; i < WORK; i++)
         work[i] = want[i] = (float)((i * 37 % 101) - 50) / 25.0f;
     char *tiers[RT_TIERS] = {NULL, NULL, NULL, (char *)work};

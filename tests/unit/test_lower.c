@@ -29,29 +29,37 @@ static void run_seq(const Program *p, const PSeq *s, char *const *tiers, const f
 }
 
 static int failures, checks;
+static double tol_floor = 0; /* 16-bit programs: a few units in the last place of their precision */
 
 /* max |got - want| relative to max |want| */
 static void compare(const char *what, const float *got, const double *want, int64_t n, double tol) {
-  double diff = 0, scale = 1e-6; /* gradients that are zero in exact arithmetic (a key bias) are f32 noise */
+  double diff = 0, scale = fmax(1e-6, tol_floor / 32); /* gradients that are zero in exact arithmetic (a key bias) are noise */
   for (int64_t i = 0; i < n; i++) {
     double d = fabs((double)got[i] - want[i]);
     if (!(d <= diff)) diff = d;
     if (fabs(want[i]) > scale) scale = fabs(want[i]);
   }
   checks++;
-  if (!(diff / scale <= tol)) {
+  if (!(diff / scale <= fmax(tol, tol_floor))) {
     failures++;
     printf("FAIL %s: max difference %.3g relative to %.3g\n", what, diff / scale, scale);
   }
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: test_lower MODEL [NAME=VALUE ...]\n"); return 2; }
+  if (argc < 2) { fprintf(stderr, "usage: test_lower MODEL [--precision=bf16|fp16] [NAME=VALUE ...]\n"); return 2; }
+  DType low = DT_F32; /* --precision: the graph autocast (16-bit rounding points: looser tolerances) */
+  int first = 2;
+  if (argc > 2 && !strncmp(argv[2], "--precision=", 12)) {
+    low = !strcmp(argv[2] + 12, "bf16") ? DT_BF16 : DT_F16;
+    tol_floor = low == DT_BF16 ? 0x1p-5 : 0x1p-8; /* 4 ulp of 1: roundings that f32 and double place apart */
+    first = 3;
+  }
   diag_stream = stderr;
   Arena *a = arena_new();
   ConfigOverride ov[16];
   int nov = 0;
-  for (int i = 2; i < argc && nov < 16; i++) {
+  for (int i = first; i < argc && nov < 16; i++) {
     char *eq = strchr(argv[i], '=');
     if (!eq) return 2;
     *eq = 0;
@@ -65,6 +73,7 @@ int main(int argc, char **argv) {
   Graph *g = frontend_compile(a, argv[1], text, len, ov, nov);
   if (!g) return 1;
   g = pass_decompose(g);
+  if (low != DT_F32) g = pass_autocast(g, low);
   pass_autodiff(g);
   ir_verify(g);
   Program *p = lower_program(g);

@@ -13,7 +13,12 @@ target_link_libraries(test_lower PRIVATE colossalc_core)
 foreach(entry ${COLOSSALC_TINY_MODELS})
   colossalc_tiny_model("${entry}")
   add_test(NAME lower_${tiny_name} COMMAND test_lower ${tiny_model} ${tiny_config})
+  # mixed precision (passes/autocast.c): 16-bit tensors and GEMM operands, rounded where
+  # the interpreter rounds them
+  add_test(NAME lower_${tiny_name}_bf16 COMMAND test_lower ${tiny_model} --precision=bf16 ${tiny_config})
 endforeach()
+add_test(NAME lower_gpt2_tiny_fp16 COMMAND test_lower ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model --precision=fp16
+         batch=2 seq=16 layers=2)
 
 # The partition pass in exact arithmetic: every rank of a tensor-/pipeline-parallel
 # plan interpreted side by side against the whole graph (test_partition.c says how).

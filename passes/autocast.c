@@ -1,0 +1,71 @@
+/* Mixed precision: the casts of torch.autocast's CUDA policy, written into the forward
+ * graph before autodiff, so that every rounding point is a node (the lowering rounds
+ * a 16-bit node where it is stored or, fused, where it is computed) and the gradients
+ * autodiff builds follow them as autograd's do:
+ *
+ *   - OPF_LOWP ops (GEMMs) take their float inputs cast to the low precision, and
+ *     their result is low: f32 accumulation, rounded once;
+ *   - OPF_F32 ops (normalisations, softmax, losses, sums) take them cast to f32;
+ *   - any other op with float inputs of different precisions computes in f32, the low
+ *     ones cast up (type promotion), except that a 0-d constant does not promote a
+ *     tensor (as a Python scalar does not): then the op computes in f32 and its result
+ *     is rounded back to the tensor's precision;
+ *   - the rest (embeddings, elementwise ops of one input) keep their input's precision.
+ *
+ * Parameters stay f32 (the master weights; a cast feeds each GEMM a 16-bit copy) and
+ * so do their gradients, summed in f32 after each cast back. */
+#include "passes/passes.h"
+
+typedef struct Ctx { Graph *h; const Node *at; } Ctx;
+
+static Node *cast(Ctx *c, Node *x, DType t) {
+  if (x->dtype == t || !dtype_is_float(x->dtype)) return x;
+  Node *n = graph_add(c->h, OP_CAST, &x, 1, c->at->loc);
+  n->layer = c->at->layer;
+  n->attr[op_attr_index(OP_CAST, "dtype")] = (AttrVal){.set = true, .i = t};
+  node_infer(n);
+  return n;
+}
+
+/* The precision a promoting op computes in and the one its result takes: f32 when its
+ * float inputs differ (*back: the tensors' low precision when only 0-d constants are
+ * wider), else their precision. */
+static DType promote(Node **in, int nin, DType *back) {
+  DType t = DT_COUNT, tensors = DT_COUNT;
+  bool mixed = false;
+  for (int k = 0; k < nin; k++) {
+    if (!dtype_is_float(in[k]->dtype)) continue;
+    mixed |= t != DT_COUNT && in[k]->dtype != t;
+    t = t == DT_COUNT || in[k]->dtype == DT_F32 ? in[k]->dtype : t;
+    if (in[k]->op != OP_CONST) tensors = tensors == DT_COUNT || tensors == in[k]->dtype ? in[k]->dtype : DT_F32;
+  }
+  *back = mixed && tensors != DT_COUNT && tensors != DT_F32 ? tensors : DT_COUNT;
+  return mixed ? DT_F32 : t;
+}
+
+Graph *pass_autocast(Graph *g, DType low) {
+  Graph *h = graph_new_like(g);
+  Node **map = arena_array(g->arena, g->n, sizeof *map);
+  Node **in = arena_array(g->arena, 64, sizeof *in);
+  for (int i = 0; i < g->n; i++) {
+    const Node *n = g->nodes[i];
+    Ctx c = {h, n};
+    ir_assert(n->nin <= 64);
+    for (int k = 0; k < n->nin; k++) in[k] = map[n->in[k]->id];
+    unsigned f = op_info(n->op)->flags;
+    DType to = DT_COUNT, back = DT_COUNT;
+    if (f & OPF_LOWP) to = low;
+    else if (f & OPF_F32) to = DT_F32;
+    else if (n->nin > 1) to = promote(in, n->nin, &back);
+    for (int k = 0; k < n->nin && to != DT_COUNT; k++) in[k] = cast(&c, in[k], to);
+    Node *m = graph_clone_node(h, n, in);
+    if (n->nin > 0) node_infer(m);
+    map[i] = back != DT_COUNT ? cast(&c, m, back) : m;
+  }
+  if (g->loss) h->loss = map[g->loss->id];
+  ir_assert(g->nseeds == 0 && g->nouts == 0); /* one stage: a pipeline's boundaries would change precision */
+  h->nwrt = g->nwrt;
+  h->wrt = arena_array(g->arena, g->nwrt + 1, sizeof(Node *));
+  for (int k = 0; k < g->nwrt; k++) h->wrt[k] = map[g->wrt[k]->id];
+  return h;
+}
