@@ -36,3 +36,6 @@ bench() { # name model-file torch-config... -- colossalc --set flags
 
 bench gpt2-124M-b4-t64 models/gpt2.model "50257 1024 768 12 12 4 64" --set batch=4 --set seq=64
 bench gpt2-tiny models/gpt2-tiny.model "256 256 128 4 4 4 64"
+# the same steps in bf16 mixed precision (--precision bf16; PyTorch's column is its f32 step)
+bench gpt2-124M-bf16 models/gpt2.model "50257 1024 768 12 12 4 64" --set batch=4 --set seq=64 --precision bf16
+bench gpt2-tiny-bf16 models/gpt2-tiny.model "256 256 128 4 4 4 64" --precision bf16

@@ -115,19 +115,33 @@ static float *gemm_operand(const RtGemm *g, char *const *tiers, int w, int64_t i
 }
 
 /* A rows x cols matrix of 16-bit elements (leading dimension ld) widened into f32 at
- * dst (leading dimension cols), or, back, f32 rounded into it. */
-static void widen(IsaDtype t, const unsigned short *src, int64_t rows, int64_t cols, int64_t ld, float *dst)
+ * f (leading dimension cols), or (narrow) f32 rounded back into it; rows split over the
+ * pool. */
+typedef struct CpuConvert {
+    IsaDtype t;
+    unsigned short *h;
+    float *f;
+    int64_t cols, ld;
+    int narrow;
+} CpuConvert;
+
+static void cpu_convert_rows(void *ctx, int64_t lo, int64_t hi)
 {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++)
-            dst[r * cols + c] = isa_to_f32(t, src[r * ld + c]);
+    const CpuConvert *c = ctx;
+    for (int64_t r = lo; r < hi; r++)
+        for (int64_t j = 0; j < c->cols; j++) {
+            if (c->narrow)
+                c->h[r * c->ld + j] = isa_from_f32(c->t, c->f[r * c->cols + j]);
+            else
+                c->f[r * c->cols + j] = isa_to_f32(c->t, c->h[r * c->ld + j]);
+        }
 }
 
-static void narrow(IsaDtype t, const float *src, int64_t rows, int64_t cols, int64_t ld, unsigned short *dst)
+static void convert(CpuDevice *cpu, IsaDtype t, char *h, int64_t rows, int64_t cols, int64_t ld, float *f,
+                    int narrow)
 {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++)
-            dst[r * ld + c] = isa_from_f32(t, src[r * cols + c]);
+    CpuConvert c = {t, (unsigned short *)h, f, cols, ld, narrow};
+    pool_run(cpu->pool, rows, cpu_convert_rows, &c);
 }
 
 /* A GEMM of 16-bit operands: each batch's A and B widened to f32 (exact), the product
@@ -153,20 +167,20 @@ static void cpu_gemm_half(CpuDevice *cpu, const RtGemm *g, char *const *tiers)
             for (int w = 0; w < 3; w++)
                 ops[w] = tiers[g->tier[w]] + g->offset[w] +
                          (i * g->stride[w][0] + j * g->stride[w][1]) * (g->dt[w] == ISA_F32 ? 4 : 2);
-            widen(g->dt[0], (const unsigned short *)ops[0], ra, ca, g->lda, a);
-            widen(g->dt[1], (const unsigned short *)ops[1], rb, cb, g->ldb, b);
+            convert(cpu, g->dt[0], ops[0], ra, ca, g->lda, a, 0);
+            convert(cpu, g->dt[1], ops[1], rb, cb, g->ldb, b, 0);
             int f32 = g->dt[2] == ISA_F32;
             float *c = f32 ? (float *)ops[2] : c32;
             int64_t ldc = f32 ? g->ldc : g->n;
             if (!f32 && g->beta != 0)
-                widen(g->dt[2], (const unsigned short *)ops[2], g->m, g->n, g->ldc, c32);
+                convert(cpu, g->dt[2], ops[2], g->m, g->n, g->ldc, c32, 0);
             for (int64_t r = 0; bias && r < g->m; r++)
                 memcpy(c + r * ldc, bias, (size_t)g->n * sizeof *bias);
             cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
                         (int)g->m, (int)g->n, (int)g->k, g->alpha, a, (int)ca, b, (int)cb,
                         bias ? 1.0f : g->beta, c, (int)ldc);
             if (!f32)
-                narrow(g->dt[2], c32, g->m, g->n, g->ldc, (unsigned short *)ops[2]);
+                convert(cpu, g->dt[2], ops[2], g->m, g->n, g->ldc, c32, 1);
         }
 }
 
