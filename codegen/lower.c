@@ -216,6 +216,7 @@ static KExpr *embedding(L *l, Kernel *k, const Node *n, AxMap m) {
 
 static KExpr *expr_const(L *l, Kernel *k, const Node *n, AxMap m) { return C(attr_float(n, "value")); }
 static KExpr *expr_arange(L *l, Kernel *k, const Node *n, AxMap m) { return kx_coord(l->a, k, m.ax[0]); }
+static KExpr *expr_loss_scale(L *l, Kernel *k, const Node *n, AxMap m) { return kx_scalar(l->a, k, RT_SC_LOSS_SCALE); }
 static KExpr *expr_add(L *l, Kernel *k, const Node *n, AxMap m) { return B(ADD, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m)); }
 static KExpr *expr_sub(L *l, Kernel *k, const Node *n, AxMap m) { return B(SUB, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m)); }
 static KExpr *expr_mul(L *l, Kernel *k, const Node *n, AxMap m) { return B(MUL, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m)); }
@@ -958,7 +959,7 @@ static void lower_input(L *l, const Node *n) {
  * more than once (constants and positions are always recomputed). */
 static void lower_expr_node(L *l, const Node *n) {
   l->val[n->id].kind = V_EXPR;
-  bool cheap = n->op == OP_CONST || n->op == OP_ARANGE;
+  bool cheap = n->op == OP_CONST || n->op == OP_ARANGE || n->op == OP_LOSS_SCALE;
   if (l->need_layout[n->id] || (l->uses[n->id] > 1 && !cheap)) l->val[n->id] = materialize(l, n, out_buf(l, n));
 }
 
@@ -973,6 +974,7 @@ static void lower_unsupported(L *l, const Node *n) {
 
 #define lower_const lower_expr_node
 #define lower_arange lower_expr_node
+#define lower_loss_scale lower_expr_node
 #define lower_embedding lower_expr_node
 #define lower_add lower_expr_node
 #define lower_sub lower_expr_node
@@ -1608,6 +1610,13 @@ static cJSON *train_json(const TrainSpec *t) {
   for (int i = 0; i < 8; i++) cJSON_AddNumberToObject(o, keys[i], vals[i]);
   cJSON_AddNumberToObject(o, "warmup", (double)t->warmup);
   cJSON_AddStringToObject(o, "schedule", t->schedule == SCHED_COSINE ? "cosine" : "constant");
+  if (t->loss_scaling) { /* fp16: PyTorch GradScaler's defaults */
+    cJSON *ls = cJSON_CreateObject();
+    const char *lk[] = {"init", "growth", "backoff", "interval"};
+    double lv[] = {65536, 2, 0.5, 2000};
+    for (int i = 0; i < 4; i++) cJSON_AddNumberToObject(ls, lk[i], lv[i]);
+    cJSON_AddItemToObject(o, "loss_scale", ls);
+  }
   return o;
 }
 

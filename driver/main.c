@@ -59,10 +59,11 @@ static void usage(FILE *f) {
         "  --activation-memory SIZE  budget of the work tier (activations and workspace) for\n"
         "                    --recompute auto: bytes, or 512K, 512M, 2G, 1.5GiB (binary), 2GB (decimal)\n"
         "  --attention K     price attention as fused (default) or materialized (scores in memory)\n"
-        "  --precision P     fp32 (default) or bf16: GEMMs on bf16 copies of their inputs with f32\n"
-        "                    sums, normalisations, softmax and the loss in f32, f32 master weights\n"
-        "                    and optimizer state (torch.autocast's policy); fp16 and fp8 are not\n"
-        "                    compiled yet; bf16 plans are data-parallel (tp 1, pp 1) so far\n"
+        "  --precision P     fp32 (default), bf16 or fp16: GEMMs on 16-bit copies of their inputs\n"
+        "                    with f32 sums, normalisations, softmax and the loss in f32, f32 master\n"
+        "                    weights and optimizer state (torch.autocast's policy); fp16 adds dynamic\n"
+        "                    loss scaling (train --loss-scale); fp8 is not compiled yet; 16-bit\n"
+        "                    plans are data-parallel (tp 1, pp 1) so far\n"
         "  --offload O       force the plan's offload: none; optimizer (its state on the host,\n"
         "                    AdamW on the CPU); or state (every rank's ZeRO-3 shard of parameters,\n"
         "                    gradients and optimizer state on its node's host memory and NVMe):\n"
@@ -246,9 +247,8 @@ static void parse_options(int argc, char **argv, Options *o) {
       static const char *const names[] = {"fp32", "bf16", "fp16", "fp8"};
       static const int dts[] = {DT_F32, DT_BF16, DT_F16, DT_E4M3};
       o->precision = dts[parse_choice("--precision", optarg, names, 4)];
-      if (o->precision == DT_F16 || o->precision == DT_E4M3)
-        error_plain("--precision %s is not compiled yet (fp16 needs dynamic loss scaling, fp8 scaled GEMMs): "
-                    "use bf16 or fp32", optarg);
+      if (o->precision == DT_E4M3)
+        error_plain("--precision fp8 is not compiled yet (its GEMMs need per-tensor scales): use bf16, fp16 or fp32");
       break;
     }
     case 'o': o->out = optarg; break;
@@ -325,8 +325,8 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   /* bf16 programs: one stage, no tensor parallelism yet (their boundaries and collectives are f32) */
   f.lowp = o->precision != DT_F32;
   if (f.exec && f.lowp && (f.tp > 1 || f.pp > 1))
-    error_plain("--precision bf16 compiles data-parallel plans so far (--tp 1 --pp 1): tensor and pipeline "
-                "parallelism exchange activations in f32");
+    error_plain("--precision bf16 and fp16 compile data-parallel plans so far (--tp 1 --pp 1): tensor and "
+                "pipeline parallelism exchange activations in f32");
   if (f.exec && f.lowp) f.tp = f.pp = 1;
   return plan_search(arena, g, cl, &f);
 }
@@ -703,7 +703,7 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
   for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k]);
   after_ir(b, "decompose");
   if (b->o->precision != DT_F32) { /* mixed precision: one stage (plan_for keeps tp and pp 1) */
-    if (b->part->nchunks != 1) error_plain("--precision bf16 compiles one pipeline stage so far");
+    if (b->part->nchunks != 1) error_plain("--precision bf16 and fp16 compile one pipeline stage so far");
     b->part->chunk[0] = pass_autocast(b->part->chunk[0], (DType)b->o->precision);
     after_ir(b, "autocast");
   }
@@ -763,6 +763,12 @@ static int fail(Arena *arena, Options *o) {
 /* Standard output gets the summary; with a plan, its two lines under it. */
 static void print_summary(const Options *o, const Graph *g, const Program *p, const PlanResult *r) {
   summary_print(stdout, g);
+  if (o->precision == DT_F32) printf("precision: fp32\n");
+  else
+    printf("precision: %s mixed (GEMMs on %s copies with f32 sums; normalisations, softmax and the loss in f32; "
+           "f32 master weights and optimizer state%s)\n",
+           o->precision == DT_BF16 ? "bf16" : "fp16", dtype_name((DType)o->precision),
+           o->precision == DT_F16 ? "; dynamic loss scaling" : "");
   if (p) summary_print_memory(stdout, p->tiers, p->work_peak);
   else printf("memory plan: not available (%s)\n", diag_last);
   if (r && !o->dump_plan) plan_dump_brief(stdout, r);

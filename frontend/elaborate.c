@@ -656,8 +656,8 @@ static void exec_train(Elab *E, Env *env, Stmt *s) {
   g->has_train = true;
   TrainSpec *t = &g->train;
   t->loc = s->loc;
-  if (!strcmp(s->opt, "adamw")) *t = (TrainSpec){OPT_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0, 0, 0, 0, SCHED_CONSTANT, s->loc};
-  else if (!strcmp(s->opt, "sgd")) *t = (TrainSpec){OPT_SGD, 1e-2, 0, 0, 0, 0, 0, 0, 0, 0, SCHED_CONSTANT, s->loc};
+  if (!strcmp(s->opt, "adamw")) *t = (TrainSpec){OPT_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0, 0, 0, 0, SCHED_CONSTANT, s->loc, false};
+  else if (!strcmp(s->opt, "sgd")) *t = (TrainSpec){OPT_SGD, 1e-2, 0, 0, 0, 0, 0, 0, 0, 0, SCHED_CONSTANT, s->loc, false};
   else error_at(s->loc, "unknown optimizer '%s' (adamw or sgd)", s->opt);
   for (int i = 0; i < s->nargs; i++) train_arg(E, t, &s->args[i]);
   if (!(t->lr > 0)) error_at(s->loc, "the learning rate must be positive");

@@ -470,6 +470,7 @@ void interp_eval(const Node *n, const double *const *in, double *out, int64_t st
   switch (n->op) {
   case OP_INPUT: case OP_PARAM: diag_internal(__FILE__, __LINE__, "interp: inputs and parameters are given");
   case OP_CONST: out[0] = attr_float(n, "value"); break;
+  case OP_LOSS_SCALE: out[0] = 1; break; /* the interpreter's gradients are unscaled */
   case OP_ARANGE: for (int64_t i = 0; i < numel(n); i++) out[i] = (double)i; break;
   case OP_EMBEDDING: run_embedding(n, in[0], in[1], out); break;
   case OP_MATMUL: run_matmul(n, in[0], in[1], out); break;

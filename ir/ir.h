@@ -83,6 +83,7 @@ typedef struct TrainSpec {
   int64_t warmup;
   SchedKind schedule;
   SrcLoc loc;
+  bool loss_scaling;     /* fp16: the backward pass starts from the run's loss scale (OP_LOSS_SCALE) */
 } TrainSpec;
 
 typedef struct Graph {

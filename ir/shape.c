@@ -84,6 +84,7 @@ void infer_param(Node *n) {
   if (!dtype_is_float(n->dtype)) error_at(n->loc, "parameter '%s' must have a floating-point dtype", n->name);
 }
 void infer_const(Node *n) { n->shape.ndim = 0; }
+void infer_loss_scale(Node *n) { n->shape.ndim = 0, n->dtype = DT_F32; }
 void infer_arange(Node *n) {
   int64_t len = attr_int(n, "n");
   if (len < 0) error_at(n->loc, "arange: length must not be negative, got %lld", (long long)len);
@@ -94,6 +95,7 @@ void infer_arange(Node *n) {
 void cost_input(const Node *n, Cost *c) {}
 void cost_param(const Node *n, Cost *c) {}
 void cost_const(const Node *n, Cost *c) {}
+void cost_loss_scale(const Node *n, Cost *c) {}
 void cost_arange(const Node *n, Cost *c) { c->bytes = nbytes(n); }
 
 /* ---- gather and contraction -------------------------------------------------- */

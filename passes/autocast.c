@@ -45,6 +45,7 @@ static DType promote(Node **in, int nin, DType *back) {
 
 Graph *pass_autocast(Graph *g, DType low) {
   Graph *h = graph_new_like(g);
+  h->train.loss_scaling = low == DT_F16; /* f16's narrow range: the gradients scaled (autodiff) */
   Node **map = arena_array(g->arena, g->n, sizeof *map);
   Node **in = arena_array(g->arena, 64, sizeof *in);
   for (int i = 0; i < g->n; i++) {

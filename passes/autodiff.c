@@ -81,6 +81,7 @@ static void accum(AD *ad, Node *x, Node *g) {
 static void grad_input(AD *ad, Node *n, Node *g) {}
 static void grad_param(AD *ad, Node *n, Node *g) {}
 static void grad_const(AD *ad, Node *n, Node *g) {}
+static void grad_loss_scale(AD *ad, Node *n, Node *g) {}
 static void grad_arange(AD *ad, Node *n, Node *g) {}
 
 /* ---- gathers and contractions -------------------------------------------------- */
@@ -332,7 +333,8 @@ void pass_autodiff(Graph *g) {
   mark_needs(&ad, g);
   if (g->loss) {
     ad.at = g->loss;
-    ad.adj[g->loss->id] = constant(&ad, 1.0, g->loss->dtype);
+    /* fp16: the gradients come scaled by the run's loss scale (the runtime unscales them) */
+    ad.adj[g->loss->id] = g->train.loss_scaling ? done(mk(&ad, OP_LOSS_SCALE, NULL, 0)) : constant(&ad, 1.0, g->loss->dtype);
     last = g->loss->id;
   }
   for (int k = 0; k < g->nseeds; k++) {

@@ -73,7 +73,7 @@ static int bdim_of(const PlanModel *pm, const Node *n) {
   int b = in ? pm->bdim[in->id] : -1;
   switch (n->op) {
   case OP_INPUT: return n->shape.ndim >= 1 && n->shape.d[0] == pm->batch ? 0 : -1;
-  case OP_PARAM: case OP_CONST: case OP_ARANGE: return -1;
+  case OP_PARAM: case OP_CONST: case OP_ARANGE: case OP_LOSS_SCALE: return -1;
   case OP_EMBEDDING: return pm->bdim[n->in[1]->id];
   case OP_MATMUL: return bdim_matmul(pm, n);
   case OP_SUM: case OP_MEAN: {
@@ -625,6 +625,7 @@ static void shard_along_axis(SB *b) { gen_along_axis(b, false); }
 #define shard_input shard_none
 #define shard_param shard_none
 #define shard_const shard_none
+#define shard_loss_scale shard_none
 #define shard_arange shard_none
 #define shard_add shard_linear
 #define shard_sub shard_linear

@@ -44,8 +44,9 @@
  *     [0] lr for this step (schedule applied)     [1] 1 / (1 - beta1^t)
  *     [2] 1 / (1 - beta2^t)                       [3] gradient scale: min(1, clip / (norm + 1e-6)), 1 without clipping
  *     [4] t, the 1-based step number
- *     [5..9] beta1, beta2, eps, weight decay, momentum, when the program says
- *     "scalars": 10 (every kernel of every list gets the array)
+ *     [5..9] beta1, beta2, eps, weight decay, momentum, [10] the loss scale (fp16's
+ *     dynamic loss scaling, the backward pass's seed; 1 otherwise), when the program
+ *     says "scalars": 11 (every kernel of every list gets the array)
  * `forward` computes the logits for sampling (batch x seq x vocab f32 at
  * logits_offset) from the token inputs, without the loss or backward.
  *
@@ -57,7 +58,11 @@
  *   "opt_v_offset": N,
  *   "train": {"optimizer": "adamw"|"sgd", "lr": .., "beta1": .., "beta2": .., "eps": ..,
  *             "weight_decay": .., "momentum": .., "clip": .., "warmup": N, "min_lr": ..,
- *             "schedule": "cosine"|"constant"},
+ *             "schedule": "cosine"|"constant",
+ *             "loss_scale": {"init": 65536, "growth": 2, "backoff": 0.5, "interval": 2000}},
+ *     the last only in fp16 programs: the gradients come multiplied by the scale (scalar
+ *     [10]); a step whose gradient norm is not finite is skipped and the scale times
+ *     backoff, and after `interval` good steps in a row it grows (PyTorch's GradScaler).
  *   "params": [{"name": "wte.weight", "shape": [256, 128], "offset": 0, "decay": true,
  *               "init": "normal"|"uniform"|"zeros"|"ones"|"constant", "a": 0.02, "b": 0,
  *               "owner": R}, ...],
@@ -329,9 +334,9 @@
 
 enum { RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT, RT_TIER_WORK, RT_TIERS };
 enum { RT_SC_LR, RT_SC_BC1, RT_SC_BC2, RT_SC_GSCALE, RT_SC_STEP, RT_SCALARS };
-/* With "scalars": 10 in the program, kernels also read the optimizer's
+/* With "scalars": 11 in the program, kernels also read the optimizer's
  * hyperparameters (after command-line overrides) at these indices. */
-enum { RT_SC_BETA1 = RT_SCALARS, RT_SC_BETA2, RT_SC_EPS, RT_SC_WD, RT_SC_MOMENTUM, RT_SCALARS_ALL };
+enum { RT_SC_BETA1 = RT_SCALARS, RT_SC_BETA2, RT_SC_EPS, RT_SC_WD, RT_SC_MOMENTUM, RT_SC_LOSS_SCALE, RT_SCALARS_ALL };
 
 /* bufs[i]: the address of the kernel's buffer i (the instruction's "args"). */
 typedef void (*RtKernelFn)(char *const *bufs, int64_t lo, int64_t hi, const float *scalars);

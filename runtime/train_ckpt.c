@@ -325,23 +325,29 @@ static int ckpt_write_latest(const char *dir, const char *name, char *err, size_
 int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params,
               const char *opt, char *err, size_t errlen)
 {
-    static const char *const keys[9] = {"format", "version", "model", "optimizer", "step",
-                                        "data_step", "seed", "threads", "global_batch"};
-    char step[32], data_step[32], seed[32], threads[32], gb[32], name[64], path[4096];
+    static const char *const keys[11] = {"format", "version", "model", "optimizer", "step",
+                                         "data_step", "seed", "threads", "global_batch",
+                                         "loss_scale", "skipped_steps"};
+    char step[32], data_step[32], seed[32], threads[32], gb[32], ls[40], skipped[32], name[64],
+        path[4096];
     snprintf(step, sizeof step, "%" PRId64, m->step);
     snprintf(data_step, sizeof data_step, "%" PRId64, m->data_step);
     snprintf(seed, sizeof seed, "%" PRIu64, m->seed);
     snprintf(threads, sizeof threads, "%" PRId64, m->threads);
     snprintf(gb, sizeof gb, "%" PRId64, m->global_batch);
-    const char *const vals[9] = {CKPT_FORMAT, "1", p->model,
-                                 p->train.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd",
-                                 step, data_step, seed, threads, gb};
+    snprintf(ls, sizeof ls, "%.17g", m->loss_scale);
+    snprintf(skipped, sizeof skipped, "%" PRId64, m->skipped);
+    const char *const vals[11] = {CKPT_FORMAT, "1", p->model,
+                                  p->train.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd",
+                                  step, data_step, seed, threads, gb, ls, skipped};
     snprintf(name, sizeof name, "ckpt-%" PRId64 ".safetensors", m->step);
     snprintf(path, sizeof path, "%s/%s", dir, name);
     CkptSet s;
     if (set_ckpt(p, (char *)params, (char *)opt, &s, err, errlen) != 0)
         return -1;
-    int rc = set_write(&s, path, keys, vals, m->global_batch > 0 ? 9 : 8, err, errlen);
+    /* global_batch when known; fp16's loss scale and skipped steps (they need global_batch) */
+    int nkeys = m->global_batch > 0 ? (p->train.loss_scaling ? 11 : 9) : 8;
+    int rc = set_write(&s, path, keys, vals, nkeys, err, errlen);
     set_free(&s);
     return rc ? rc : ckpt_write_latest(dir, name, err, errlen);
 }
@@ -406,6 +412,18 @@ static int ckpt_check_meta(const RtProgram *p, const SafeTensors *st, const char
         if (meta_u64(st, path, "global_batch", &gb, err, errlen) != 0)
             return -1;
         m->global_batch = gb < INT64_MAX / 2 ? (int64_t)gb : 0;
+    }
+    m->loss_scale = 0, m->skipped = 0;
+    const char *ls = safetensors_metadata(st, "loss_scale");
+    if (ls) {
+        uint64_t sk;
+        char *end;
+        m->loss_scale = strtod(ls, &end);
+        if (*end || !(m->loss_scale > 0) || meta_u64(st, path, "skipped_steps", &sk, err, errlen) ||
+            sk > step)
+            return file_set_error(err, errlen, "%s: metadata \"loss_scale\" or \"skipped_steps\" is "
+                                  "not a positive scale and a count of steps", path);
+        m->skipped = (int64_t)sk;
     }
     return 0;
 }

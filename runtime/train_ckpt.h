@@ -31,6 +31,8 @@ typedef struct CkptMeta {
     uint64_t seed;
     int64_t threads;
     int64_t global_batch; /* 0: not recorded */
+    double loss_scale;    /* fp16: the next step's loss scale (0: not recorded) */
+    int64_t skipped;      /* fp16: steps skipped for an inf or NaN gradient */
 } CkptMeta;
 
 /* Fills every parameter (held: those with held[i], NULL: all) by its init rule, Philox

@@ -48,6 +48,7 @@ void train_scalars(const RtTrain *hp, double lr, int64_t t, double gscale, float
     sc[TRAIN_SC_EPS] = (float)hp->eps;
     sc[TRAIN_SC_WD] = (float)hp->weight_decay;
     sc[TRAIN_SC_MOMENTUM] = (float)hp->momentum;
+    sc[TRAIN_SC_LOSS_SCALE] = 1.0f; /* a step of an fp16 program sets its loss scale */
 }
 
 static double now_ms(void)
@@ -60,7 +61,7 @@ static double now_ms(void)
 /* ---- start-up ------------------------------------------------------------------ */
 
 /* One optimizer hyperparameter: the override, if any, after checking that the
- * program's kernels read it (program "scalars": 10) or that it equals theirs. */
+ * program's kernels read it (program "scalars": 11) or that it equals theirs. */
 static int override_kernel_hp(const RtProgram *p, const char *flag, double given,
                               double *value, char *err, size_t errlen)
 {
@@ -84,6 +85,11 @@ static int trainer_apply_overrides(Trainer *t, const TrainOpts *o, char *err, si
     hp->clip = isnan(o->clip) ? hp->clip : o->clip;
     hp->warmup = o->warmup >= 0 ? o->warmup : hp->warmup;
     hp->schedule = o->schedule >= 0 ? (RtSchedule)o->schedule : hp->schedule;
+    if (!isnan(o->loss_scale) && !hp->loss_scaling)
+        return file_set_error(err, errlen, "--loss-scale: this program does not scale its loss "
+                              "(only fp16 programs do: colossalc --precision fp16)");
+    hp->scale_init = isnan(o->loss_scale) ? hp->scale_init : o->loss_scale;
+    t->loss_scale = hp->scale_init, t->good_steps = t->skipped = 0;
     return override_kernel_hp(t->prog, "--weight-decay", o->weight_decay, &hp->weight_decay, err,
                               errlen) ||
            override_kernel_hp(t->prog, "--beta1", o->beta1, &hp->beta1, err, errlen) ||
@@ -271,6 +277,8 @@ static int trainer_init_state(Trainer *t, char *err, size_t errlen)
             fprintf(stderr, "train: note: --seed %" PRIu64 " ignored: the checkpoint's seed is %"
                     PRIu64 "\n", o->seed, m.seed);
         t->step = t->last_ckpt = m.step, t->data_step = m.data_step, t->seed = m.seed;
+        if (m.loss_scale > 0) /* fp16: the scale and the count of updates go on */
+            t->loss_scale = m.loss_scale, t->skipped = m.skipped;
         if (rank0)
             printf("resumed from %s at step %" PRId64 "\n", o->ckpt_dir, m.step);
     }
@@ -694,6 +702,8 @@ typedef struct StepStats {
     double comm_ms, hidden_ms; /* rank 0's overlapped collectives: their time, the part of it
                                   compute went on beside (a device with a communication stream) */
     double mem; /* the most device memory one rank held during the step, bytes */
+    double scale; /* fp16: the loss scale the step ran with */
+    int skipped;  /* fp16: an inf or NaN gradient, no update */
 } StepStats;
 
 /* After a step's host reduction reported a failure: -1, err kept where it happened. */
@@ -753,6 +763,8 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     int failed = trainer_load_batch(t, t->data, t->opts->data, t->data_step, err, errlen) != 0;
     s->lr = train_lr(&t->hp, k, t->opts->steps);
     train_scalars(&t->hp, s->lr, k, 1.0, sc);
+    double scale = t->hp.loss_scaling ? t->loss_scale : 1.0; /* fp16: gradients come scaled */
+    sc[TRAIN_SC_LOSS_SCALE] = (float)scale;
     exec_peak_reset(&t->ex); /* ZeRO-3's step gathers each parameter where it is used */
     float loss = trainer_forward_backward(t, sc, 1);
     exec_run(&t->ex, &p->sync, sc); /* the gradients summed (codegen/compose.h) */
@@ -768,10 +780,19 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     s->mem = (double)t->ex.total_peak; /* gathers and reductions are done: the step's peak */
     double parts = (double)t->mesh.dp * (double)p->microbatches; /* gradients summed over these */
     s->loss = (float)(v[0] / t->mesh.dp);
-    s->norm = sqrt(v[1]) / parts; /* of the mean gradient */
-    double gscale = t->hp.clip > 0 ? fmin(1.0, t->hp.clip / (s->norm + 1e-6)) : 1.0;
-    train_scalars(&t->hp, s->lr, k, gscale / parts, sc); /* the sum becomes the mean */
-    exec_run(&t->ex, &p->update, sc);
+    s->norm = sqrt(v[1]) / parts / scale; /* of the mean gradient, unscaled */
+    s->scale = scale, s->skipped = t->hp.loss_scaling && !isfinite(s->norm);
+    if (s->skipped) { /* an inf or NaN gradient (the same norm on every rank): no update */
+        t->loss_scale *= t->hp.scale_backoff, t->good_steps = 0;
+    } else {
+        double gscale = t->hp.clip > 0 ? fmin(1.0, t->hp.clip / (s->norm + 1e-6)) : 1.0;
+        /* the sum becomes the mean, unscaled; Adam's bias corrections count the updates made */
+        train_scalars(&t->hp, s->lr, k - t->skipped, gscale / parts / scale, sc);
+        exec_run(&t->ex, &p->update, sc);
+        if (t->hp.loss_scaling && ++t->good_steps == t->hp.scale_interval)
+            t->loss_scale *= t->hp.scale_growth, t->good_steps = 0;
+    }
+    t->skipped += s->skipped;
     zero_release_params(&t->zero, &t->ex); /* stage 3: what start-up or validation gathered */
     t->dev->sync(t->dev);
     s->comm_ms = s->hidden_ms = 0;
@@ -816,6 +837,8 @@ static void trainer_log_step(Trainer *t, const StepStats *s)
            t->step, t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps, s->mem / (1 << 20));
     if (t->plan_mem >= 0)
         printf(" (plan %.1f MiB)", t->plan_mem / (1 << 20));
+    if (s->skipped)
+        printf(" | skipped: inf/NaN gradient at loss scale %g, now %g", s->scale, t->loss_scale);
     if (isfinite(mfu))
         printf(" | MFU %.1f%%", 100 * mfu);
     if (s->comm_ms > 0)
@@ -833,6 +856,10 @@ static void trainer_log_step(Trainer *t, const StepStats *s)
     json_num(t->log, "device_memory_peak", s->mem, "%.0f");
     json_num(t->log, "device_memory_plan", t->plan_mem >= 0 ? t->plan_mem : NAN, "%.0f");
     json_num(t->log, "mfu", mfu, "%.4f");
+    if (t->hp.loss_scaling) {
+        json_num(t->log, "loss_scale", s->scale, "%.9g");
+        fprintf(t->log, ", \"skipped\": %s", s->skipped ? "true" : "false");
+    }
     if (t->dev->overlap_ms) {
         json_num(t->log, "comm_overlap_ms", s->comm_ms, "%.3f");
         json_num(t->log, "comm_hidden_ms", s->hidden_ms, "%.3f");
@@ -892,7 +919,7 @@ static int trainer_run_val(Trainer *t, char *err, size_t errlen)
  * holders over the mesh (global tensors). */
 static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen)
 {
-    CkptMeta m = {t->step, t->data_step, t->seed, t->threads, t->global_batch};
+    CkptMeta m = {t->step, t->data_step, t->seed, t->threads, t->global_batch, t->loss_scale, t->skipped};
     int rc = 0, rank0 = t->comm->rank == 0;
     zero_gather_params(&t->zero, &t->ex);
     zero_gather_opt(&t->zero, &t->ex);

@@ -90,7 +90,10 @@ typedef struct Trainer {
     FILE *log;
     int threads;
     uint64_t seed;
-    int64_t step;      /* updates done */
+    int64_t step;      /* training steps done (updates, and fp16's skipped steps) */
+    double loss_scale; /* fp16 (hp.loss_scaling): the scale of the next step's gradients */
+    int64_t good_steps; /* fp16: finite steps since the scale last changed */
+    int64_t skipped;   /* fp16: steps skipped for an inf or NaN gradient (no update) */
     int64_t off_steps, off_moved; /* offload: training steps run here, bytes they moved */
     int64_t step_peak[RT_TIERS]; /* the most bytes behind each tier during a step or a
                                     validation (checkpoints, --save, sampling not counted) */

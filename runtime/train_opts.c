@@ -44,6 +44,8 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG,
       "AdamW epsilon (> 0)")                                                                       \
     X("--clip", OPT_REAL, clip, 0, 1e30, "X",                                                      \
       "clip the global gradient norm to X (0: off)")                                               \
+    X("--loss-scale", OPT_REAL, loss_scale, 1e-30, 1e30, "X",                                      \
+      "fp16 programs: the initial loss scale (default the program's, 65536)")                      \
     X("--threads", OPT_INT, threads, 1, 1024, "N",                                                 \
       "CPU threads for kernels and OpenBLAS (default: online CPUs / ranks here)")                  \
     X("--device", OPT_DEVICE, device, 0, 0, "cpu|cuda",                                            \
@@ -95,7 +97,7 @@ static void opts_defaults(TrainOpts *o)
     o->steps = 10;
     o->val_every = o->ckpt_every = o->threads = o->warmup = -1;
     o->seed = 1337;
-    o->lr = o->min_lr = o->weight_decay = o->beta1 = o->beta2 = o->eps = o->clip = NAN;
+    o->lr = o->min_lr = o->weight_decay = o->beta1 = o->beta2 = o->eps = o->clip = o->loss_scale = NAN;
     o->schedule = -1;
     o->device = TRAIN_DEVICE_AUTO;
 }

@@ -27,7 +27,7 @@ typedef struct TrainOpts {
     int64_t warmup;     /* -1: the program's */
     uint64_t seed;      /* default 1337 */
     int seed_given;
-    double lr, min_lr, weight_decay, beta1, beta2, eps, clip; /* NAN: the program's */
+    double lr, min_lr, weight_decay, beta1, beta2, eps, clip, loss_scale; /* NAN: the program's */
     int schedule; /* RtSchedule, -1: the program's */
     int resume, help;
     int device;                  /* TRAIN_DEVICE_* */

@@ -752,7 +752,7 @@ static int parse_header(Pj *pj, const cJSON *r, RtProgram *p)
         if (pj_int(pj, r, "", "scalars", RT_SCALARS, TRAIN_SCALARS, &v) != 0)
             return -1;
         if (v != RT_SCALARS && v != TRAIN_SCALARS)
-            return pj_fail(pj, "", "scalars", "must be 5 or 10");
+            return pj_fail(pj, "", "scalars", "must be 5 or 11");
         p->nscalars = (int)v;
     }
     if (!(p->model = strdup(model)))
@@ -780,6 +780,19 @@ static int parse_train(Pj *pj, const cJSON *r, RtTrain *t)
         return -1;
     t->optimizer = (RtOptimizer)opt;
     t->schedule = (RtSchedule)sched;
+    const cJSON *ls = pj_get(o, "loss_scale");
+    t->loss_scaling = ls != NULL;
+    if (!ls)
+        return 0;
+    if (!cJSON_IsObject(ls))
+        return pj_fail(pj, "train", "loss_scale", "expected an object");
+    if (pj_num(pj, ls, "train.loss_scale", "init", &t->scale_init) ||
+        pj_num(pj, ls, "train.loss_scale", "growth", &t->scale_growth) ||
+        pj_num(pj, ls, "train.loss_scale", "backoff", &t->scale_backoff) ||
+        pj_int(pj, ls, "train.loss_scale", "interval", 1, INT64_MAX / 2, &t->scale_interval))
+        return -1;
+    if (!(t->scale_init > 0) || !(t->scale_growth >= 1) || !(t->scale_backoff > 0 && t->scale_backoff < 1))
+        return pj_fail(pj, "train", "loss_scale", "init > 0, growth >= 1 and 0 < backoff < 1 are needed");
     return 0;
 }
 

@@ -35,9 +35,16 @@ def read_safetensors(path):
 
 def main():
     ref_dir, log, final, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-    ref = json.load(open(f"{ref_dir}/ref.json"))["losses"]
-    ours = [json.loads(line)["loss"] for line in open(log) if line.strip()]
+    refj = json.load(open(f"{ref_dir}/ref.json"))
+    ref = refj["losses"]
+    records = [json.loads(line) for line in open(log) if line.strip()]
+    ours = [r["loss"] for r in records]
     failed = 0
+    if "skipped" in refj:  # fp16: the steps skipped for an inf or NaN gradient
+        skipped = sum(1 for r in records if r.get("skipped"))
+        ok = skipped == refj["skipped"]
+        failed += not ok
+        print(f"skipped steps (inf/NaN gradients): {skipped}, reference {refj['skipped']} {'ok' if ok else 'FAIL'}")
     if len(ours) != len(ref):
         print(f"FAIL: {len(ours)} logged steps, reference has {len(ref)}")
         return 1

@@ -64,6 +64,8 @@ LOW = None
 
 
 def mm(a, b):
+    if LOW == torch.float16:  # CPU torch has no f16 GEMM: f32 sums of the f16-rounded inputs, rounded once
+        return (a.to(LOW).float() @ b.to(LOW).float()).to(LOW)
     return a.to(LOW) @ b.to(LOW) if LOW else a @ b
 
 
@@ -96,9 +98,16 @@ def forward(p, tokens, targets, heads, layers):
 
 def main():
     global LOW
+    scale = None  # --fp16 [--scale S]: dynamic loss scaling as torch.cuda.amp.GradScaler (init S)
     if sys.argv[1] == "--bf16":
         LOW = torch.bfloat16
         del sys.argv[1]
+    if sys.argv[1] == "--fp16":
+        LOW, scale = torch.float16, 65536.0
+        del sys.argv[1]
+        if sys.argv[1] == "--scale":
+            scale = float(sys.argv[2])
+            del sys.argv[1:3]
     tok_path, out = sys.argv[1], sys.argv[2]
     vocab, ctx, d, heads, layers, B, T, steps = (int(a) for a in sys.argv[3:11])
     lr = float(sys.argv[11])
@@ -110,7 +119,7 @@ def main():
     no_decay = [t for t in p.values() if t.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
-    losses = []
+    losses, skipped, good = [], 0, 0
     n = len(tokens)
     for step in range(steps):
         start = step * B * T
@@ -118,12 +127,25 @@ def main():
         x, y = chunk[:-1].view(B, T), chunk[1:].view(B, T)
         opt.zero_grad()
         loss = forward(p, x, y, heads, layers)
-        loss.backward()
+        losses.append(loss.item())
+        if scale is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
+            opt.step()
+            continue
+        (loss * scale).backward()  # GradScaler: scale, unscale, skip on inf/NaN, update
+        if not all(torch.isfinite(t.grad).all() for t in p.values()):
+            scale, good, skipped = scale * 0.5, 0, skipped + 1
+            continue
+        for t in p.values():
+            t.grad /= scale
         torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
         opt.step()
-        losses.append(loss.item())
+        good += 1
+        if good == 2000:
+            scale, good = scale * 2, 0
     write_safetensors(f"{out}/ref.safetensors", p)
-    json.dump({"losses": losses}, open(f"{out}/ref.json", "w"))
+    json.dump({"losses": losses, "skipped": skipped}, open(f"{out}/ref.json", "w"))
     print("reference losses:", " ".join(f"{l:.6f}" for l in losses))
 
 

@@ -3,9 +3,10 @@
 # seq 32) into `train`, write random initial weights and run 5 AdamW steps in PyTorch
 # (gpt2_reference.py), run the same 5 steps with `train --init-from`, and compare
 # each step's loss and the final parameters to a relative 1e-4.
-# With PRECISION bf16: compiled with --precision bf16, 20 steps against the reference
-# with the same casts (gpt2_reference.py --bf16), to a relative 1e-2 (the losses, and
-# every parameter tensor but the key biases, whose gradient is rounding noise).
+# With PRECISION bf16 or fp16: compiled with --precision, 20 steps against the reference
+# with the same casts (gpt2_reference.py --bf16, --fp16), to a relative 1e-2 (the losses,
+# and every parameter tensor but the key biases, whose gradient is rounding noise); fp16
+# from a loss scale of 2^20, its first steps skipped (the same ones as GradScaler).
 # Usage: run_vs_torch.sh COLOSSALC MKTOKENS PYTHON SRCDIR WORKDIR [PRECISION]
 set -eu
 cc=$1 mk=$2 py=$3 src=$4 work=$5 prec=${6:-fp32}
@@ -13,13 +14,18 @@ steps=5 tol=1e-4 ref="" noise=""
 # bf16: the key biases (d = 128, the second third of c_attn.bias) have a zero gradient
 # in exact arithmetic; checked to move at most lr x steps (compare.py, NOISE)
 [ "$prec" = bf16 ] && steps=20 tol=1e-2 ref=--bf16 noise="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256:0.02"
+# fp16: dynamic loss scaling against the reference's GradScaler; from 2^20 the first steps
+# overflow and are skipped, the same ones on both sides
+[ "$prec" = fp16 ] && steps=20 tol=1e-2 ref="--fp16 --scale 1048576" noise="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256:0.02"
+scale=""
+[ "$prec" = fp16 ] && scale="--loss-scale 1048576"
 mkdir -p "$work" && cd "$work"
 rm -f log.jsonl final.safetensors
 "$cc" "$src/models/gpt2-tiny.model" --set batch=2 --set seq=32 --set layers=2 --precision "$prec" -o train
 "$mk" "$src/data/genesis.txt" genesis.bin > /dev/null
 "$py" "$src/tests/e2e/gpt2_reference.py" $ref genesis.bin . 256 256 128 4 2 2 32 $steps 1e-3
 ./train --data genesis.bin --init-from init.safetensors --steps $steps --lr 1e-3 --warmup 0 --lr-schedule constant \
-        --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0 --log log.jsonl --save final.safetensors
+        --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --clip 1.0 --log log.jsonl --save final.safetensors $scale
 "$py" "$src/tests/e2e/compare.py" . log.jsonl final.safetensors $tol $noise
 [ "$prec" = fp32 ] && exit 0
 # and closer to that reference than f32 training is (closer.py)

@@ -16,9 +16,16 @@ if(NOT COLOSSALC_SANITIZE)
                    $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/quality)
   set_tests_properties(e2e_quality_bf16 PROPERTIES TIMEOUT 900)
 endif()
+# fp16 with dynamic loss scaling, from a scale that overflows at first
+add_test(NAME e2e_gpt2_vs_torch_fp16
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_vs_torch.sh $<TARGET_FILE:colossalc>
+                 $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/torch-fp16 fp16)
 add_test(NAME e2e_resume
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_resume.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/resume)
+add_test(NAME e2e_resume_fp16 # the loss scale and the skipped steps carried over
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_resume.sh $<TARGET_FILE:colossalc>
+                 $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/resume-fp16 fp16)
 # recompute: values bit for bit as without, one rank and (under mpirun) tp 2 and pp 2
 set(rc_mpirun "")
 if(MPIEXEC_EXECUTABLE)

@@ -110,7 +110,7 @@ static const GCase cases[] = {
  * (no second order), and ops whose output is never floating-point (today only the
  * source arange). main checks this list against the table. */
 static const char *const nondiff[] = {
-  "input", "param", "const", "arange", "sum_to", "gelu_grad", "silu_grad", "relu_grad", "layernorm_grad",
+  "input", "param", "const", "arange", "loss_scale", "sum_to", "gelu_grad", "silu_grad", "relu_grad", "layernorm_grad",
   "rmsnorm_grad", "softmax_grad", "cross_entropy_grad", "embedding_grad", "pad",
 };
 

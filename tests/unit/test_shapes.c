@@ -19,6 +19,7 @@ static const Case cases[] = {
   {"%0 = param w init=zeros : i32[4]\n", "must have a floating-point dtype"},
   {"%0 = const value=0.5 : f32[]\n", NULL},
   {"%0 = arange n=7 : i32[7]\n", NULL},
+  {"%0 = loss_scale : f32[]\n", NULL},
   {"%0 = arange n=-1 : i32[1]\n", "must not be negative"},
   /* embedding */
   {A("f32[10, 4]") B("i32[2, 3]") "%2 = embedding %0, %1 : f32[2, 3, 4]\n", NULL},
