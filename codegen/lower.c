@@ -32,7 +32,7 @@ typedef struct L {
   int *uses;            /* [g->n] */
   const Node **user;    /* [g->n] a node that reads it (the only one when uses is 1) */
   bool *fused;          /* [g->n] computed by another node's instruction (a GEMM's epilogue) */
-  const Node **gelu;    /* [g->n] its only GELU reader, if one */
+  const Node **gelu;    /* [g->n] its only GELU reader (&several_gelus: more than one), or NULL */
   bool *need_layout;    /* [g->n] */
   int *grad_of;         /* [g->n] the param index whose gradient this node is, or -1 */
   bool *slot_used;      /* [nparams] the gradient slot already holds a result */
@@ -396,9 +396,11 @@ static const Node *bias_add(const L *l, const Node *n, const Node **bias) {
  * (cuBLASLt's GELU_BIAS, GELU_AUX_BIAS): u's only GELU reader, kept in memory anyway,
  * after an unbatched GEMM whose rows are a multiple of 8 elements (the aux matrix's
  * leading dimension); NULL otherwise. */
+static const Node several_gelus; /* L.gelu of a value that more than one GELU reads */
+
 static const Node *gelu_epilogue(const L *l, const Node *u, const PGemm *g) {
   const Node *e = u ? l->gelu[u->id] : NULL;
-  if (!e || e->dtype != DT_F32 || l->grad_of[e->id] >= 0 || g->batch[0] * g->batch[1] != 1 || g->n % 8) return NULL;
+  if (!e || e == &several_gelus || e->dtype != DT_F32 || l->grad_of[e->id] >= 0 || g->batch[0] * g->batch[1] != 1 || g->n % 8) return NULL;
   return l->need_layout[e->id] || l->uses[e->id] > 1 ? e : NULL;
 }
 
@@ -926,7 +928,7 @@ static void analyse(L *l) {
     for (int k = 0; k < n->nin; k++) {
       l->uses[n->in[k]->id]++;
       l->user[n->in[k]->id] = n;
-      if (n->op == OP_GELU) l->gelu[n->in[k]->id] = l->gelu[n->in[k]->id] ? NULL : n;
+      if (n->op == OP_GELU) l->gelu[n->in[k]->id] = l->gelu[n->in[k]->id] ? &several_gelus : n;
       if (needs_memory(n, k)) l->need_layout[n->in[k]->id] = true;
     }
   }

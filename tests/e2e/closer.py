@@ -6,17 +6,15 @@ elements of NOISE, as compare.py, left out). Without this, a program that kept f
 would pass compare.py's tolerance too.
 
 usage: closer.py REF_LOW REF_F32 FINAL.safetensors NOISE"""
-import re, sys
+import sys
 import numpy as np
-from compare import read_safetensors
+from compare import kept, read_safetensors
 
 
 def distance(a, b, noise):
     total = 0.0
     for name in a:
-        d = (a[name].astype(np.float64) - b[name]).reshape(-1)
-        if re.fullmatch(noise[0], name):
-            d = np.delete(d, np.s_[int(noise[1]):int(noise[2])])
+        d = kept(noise, name, a[name]).astype(np.float64) - kept(noise, name, b[name])
         total += float(np.sum(d * d))
     return total ** 0.5
 

@@ -33,6 +33,15 @@ def read_safetensors(path):
     return out
 
 
+def kept(spec, name, x):
+    """x flattened, without elements [LO, HI) when name matches spec = [REGEX, LO, HI, ...]
+    (the zero-gradient elements compare.py's NOISE and compare_runs.py's --skip leave out)."""
+    x = np.asarray(x).reshape(-1)
+    if spec and re.fullmatch(spec[0], name):
+        x = np.delete(x, np.s_[int(spec[1]):int(spec[2])])
+    return x
+
+
 def main():
     ref_dir, log, final, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
     refj = json.load(open(f"{ref_dir}/ref.json"))
@@ -61,22 +70,15 @@ def main():
     init = read_safetensors(f"{ref_dir}/init.safetensors") if noise else {}
     worst, worst_name, max_abs = 0.0, "", 0.0
     for name in want:
-        diff = got[name].astype(np.float64) - want[name]
         if noise and re.fullmatch(noise[0], name):
             lo, hi, bound = int(noise[1]), int(noise[2]), float(noise[3])
             moved = float(np.max(np.abs(got[name].reshape(-1)[lo:hi].astype(np.float64) - init[name].reshape(-1)[lo:hi])))
             ok = moved <= bound
             failed += not ok
             print(f"{name}[{lo}:{hi}] (zero gradient): moved at most {moved:.2e} of {bound:.2e} {'ok' if ok else 'FAIL'}")
-            keep = np.ones(diff.size, bool)
-            keep[lo:hi] = False
-            diff = diff.reshape(-1)[keep]
-            rel = float(np.linalg.norm(diff) / max(np.linalg.norm(want[name].reshape(-1)[keep]), 1e-30))
-            max_abs = max(max_abs, float(np.max(np.abs(diff))))
-            if rel > worst:
-                worst, worst_name = rel, name
-            continue
-        rel = float(np.linalg.norm(diff) / max(np.linalg.norm(want[name]), 1e-30))
+        base = kept(noise, name, want[name])
+        diff = kept(noise, name, got[name]).astype(np.float64) - base
+        rel = float(np.linalg.norm(diff) / max(np.linalg.norm(base), 1e-30))
         max_abs = max(max_abs, float(np.max(np.abs(diff))))
         if rel > worst:
             worst, worst_name = rel, name

@@ -10,11 +10,11 @@ is zero in exact arithmetic (an attention key bias), which Adam moves by roundin
 alone, large in bf16 (tests/e2e/compare.py's NOISE bounds how far they move).
 
 usage: compare_runs.py [--last N] [--skip REGEX:LO:HI] TOL WANT.jsonl GOT.jsonl [WANT.safetensors GOT.safetensors]"""
-import json, os, re, sys
+import json, os, sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
-from compare import read_safetensors  # noqa: E402  (one reader of --save files)
+from compare import kept, read_safetensors  # noqa: E402  (one reader of --save files)
 
 
 def losses(path):
@@ -51,11 +51,8 @@ def main(argv):
             return 1
         worst, worst_name, max_abs = 0.0, "", 0.0
         for name in a:
-            diff, ref = (b[name].astype(np.float64) - a[name]).reshape(-1), a[name].reshape(-1)
-            if skip and re.fullmatch(skip[0], name):
-                keep = np.ones(diff.size, bool)
-                keep[int(skip[1]):int(skip[2])] = False
-                diff, ref = diff[keep], ref[keep]
+            ref = kept(skip, name, a[name])
+            diff = kept(skip, name, b[name]).astype(np.float64) - ref
             rel = float(np.linalg.norm(diff) / max(np.linalg.norm(ref), 1e-30))
             max_abs = max(max_abs, float(np.max(np.abs(diff))))
             if rel >= worst:
