@@ -160,6 +160,7 @@ static bool has_reduce(const Kernel *k) {
 }
 
 CudaMapping cuda_kernel_mapping(const Kernel *k) {
+  if (k->attn) return CM_THREAD_ROW;
   if (k->par == KP_COLS) return CM_COLS;
   if (!has_reduce(k) && k->cols > 0 && !phases_conflict(k)) return CM_FLAT;
   return k->cols < CUDA_THREAD_ROW_COLS ? CM_THREAD_ROW : CM_BLOCK_ROW;
@@ -263,7 +264,7 @@ static void emit_init(Emit *E, const Kernel *k) {
   ir_assert(E->dep && E->dep_done && E->lvl && E->uncond && E->seen && E->stack);
   for (size_t i = 0; i < n; i++) E->lvl[i] = -1;
   for (int b = 0; b < k->nbufs; b++) {
-    E->ro[b] = true;
+    E->ro[b] = !(k->attn && bufs_overlap(k, k->attn->res.buf, b));
     for (int p = 0; p < k->nphases; p++)
       if (k->phases[p].kind != KPH_REDUCE && bufs_overlap(k, k->phases[p].buf, b)) E->ro[b] = false;
   }
@@ -862,6 +863,136 @@ static void emit_cols(Emit *E, Str *o) {
   str_free(&rows);
 }
 
+/* ---- the fused attention kernel (kernel.h, KAttn): one thread per work item ------------- */
+
+/* `x` as an f32 expression: element idx of operand x. */
+static void attn_load(Str *o, const Kernel *k, const KOperand *x, const char *idx) {
+  const KBuf *b = &k->bufs[x->buf];
+  if (half_buf(b)) put(o, "cc_%s2f(b%d[CC_IX(%s, %lldLL)])", half_name(b), x->buf, idx, (long long)b->numel);
+  else put(o, "%sb%d[CC_IX(%s, %lldLL)]", b->dtype == DT_I32 ? "(float)" : "", x->buf, idx, (long long)b->numel);
+}
+
+/* `long long name = offset + b*sb + s*ss;` the element offset of row (b, s). */
+static void attn_row(Str *o, int ind, const char *name, const KOperand *x, const char *s) {
+  put_ind(o, ind);
+  put(o, "const long long %s = %lldLL + b * %lldLL + (%s) * %lldLL;\n", name, (long long)x->offset, (long long)x->sb, s,
+      (long long)x->ss);
+}
+
+/* sum over d of x[xr + ho + d] * y[yr + ho + d], in order, into `float var`. */
+static void attn_dot(Str *o, int ind, const Kernel *k, const char *var, const KOperand *x, const char *xr,
+                     const KOperand *y, const char *yr) {
+  char xi[64], yi[64];
+  snprintf(xi, sizeof xi, "%s + ho + d", xr);
+  snprintf(yi, sizeof yi, "%s + ho + d", yr);
+  put_ind(o, ind);
+  put(o, "float %s = 0.0f;\n", var);
+  put_ind(o, ind);
+  put(o, "for (int d = 0; d < %lld; d++) %s += ", (long long)k->attn->hd, var);
+  attn_load(o, k, x, xi);
+  put(o, " * ");
+  attn_load(o, k, y, yi);
+  put(o, ";\n");
+}
+
+static void attn_store(Str *o, int ind, const Kernel *k, const char *idx, const char *v) {
+  const KAttn *A = k->attn;
+  const KBuf *b = &k->bufs[A->res.buf];
+  int n = A->res.buf;
+  put_ind(o, ind);
+  put(o, "{ const long long a_ = CC_IX(%s, %lldLL); ", idx, (long long)b->numel);
+  if (half_buf(b)) {
+    const char *h = half_name(b);
+    if (A->store == KS_ADD) put(o, "b%d[a_] = cc_f2%s(cc_%s2f(b%d[a_]) + (%s)); }\n", n, h, h, n, v);
+    else put(o, "b%d[a_] = cc_f2%s(%s); }\n", n, h, v);
+  } else {
+    put(o, "b%d[a_] %s %s; }\n", n, A->store == KS_ADD ? "+=" : "=", v);
+  }
+}
+
+/* The body: what kernel_eval's eval_attn_row does, in the same order. */
+static void emit_attn(Str *o, const Kernel *k) {
+  const KAttn *A = k->attn;
+  long long hd = A->hd, F = A->heads * hd, shift = A->sk - A->sq;
+  long long len = A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk;
+  put(o, "  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < n;"
+         " r += (long long)gridDim.x * blockDim.x) {\n");
+  put(o, "    const long long x = r %% %lldLL, b = r / %lldLL / %lldLL, h = r / %lldLL %% %lldLL, ho = h * %lldLL;\n", len,
+      len, (long long)A->heads, len, (long long)A->heads, hd);
+  put(o, "    float acc[%lld];\n    for (int d = 0; d < %lld; d++) acc[d] = 0.0f;\n", hd, hd);
+  if (A->pass == KA_FWD) {
+    attn_row(o, 2, "xr", &A->q, "x");
+    if (A->causal) put(o, "    const long long end = x + %lldLL < %lldLL ? x + %lldLL : %lldLL;\n", shift + 1, (long long)A->sk, shift + 1, (long long)A->sk);
+    else put(o, "    const long long end = %lldLL;\n", (long long)A->sk);
+    put(o, "    float m = -CC_INF, l = 0.0f, sc[%d];\n", KA_BLOCK);
+    put(o, "    for (long long j0 = 0; j0 < end; j0 += %d) {\n", KA_BLOCK);
+    put(o, "      const int jn = (int)(end - j0 < %d ? end - j0 : %d);\n      float mb = -CC_INF;\n", KA_BLOCK, KA_BLOCK);
+    put(o, "      for (int t = 0; t < jn; t++) {\n");
+    attn_row(o, 4, "kr", &A->k, "j0 + t");
+    attn_dot(o, 4, k, "s", &A->q, "xr", &A->k, "kr");
+    put(o, "        sc[t] = s * ");
+    put_float(o, A->scale);
+    put(o, ";\n        mb = fmaxf(mb, sc[t]);\n      }\n");
+    put(o, "      const float mn = fmaxf(m, mb), c = expf(m - mn);\n      l *= c;\n");
+    put(o, "      for (int d = 0; d < %lld; d++) acc[d] *= c;\n", hd);
+    put(o, "      for (int t = 0; t < jn; t++) {\n        const float p = expf(sc[t] - mn);\n        l += p;\n");
+    attn_row(o, 4, "vr", &A->v, "j0 + t");
+    put(o, "        for (int d = 0; d < %lld; d++) acc[d] += p * ", hd);
+    attn_load(o, k, &A->v, "vr + ho + d");
+    put(o, ";\n      }\n      m = mn;\n    }\n");
+    attn_row(o, 2, "orow", &A->res, "x");
+    put(o, "    for (int d = 0; d < %lld; d++)\n", hd);
+    attn_store(o, 3, k, "orow + ho + d", "acc[d] / l");
+    char idx[64];
+    snprintf(idx, sizeof idx, "orow + %lldLL + h", F);
+    attn_store(o, 2, k, idx, "m + logf(l)");
+    put(o, "  }\n");
+    return;
+  }
+  bool by_query = A->pass == KA_DQ;
+  long long hi = by_query ? A->sk : A->sq;
+  if (A->causal && by_query) put(o, "    const long long lo = 0, hi = x + %lldLL < %lldLL ? x + %lldLL : %lldLL;\n", shift + 1, hi, shift + 1, hi);
+  else if (A->causal) put(o, "    const long long lo = x - %lldLL > 0 ? x - %lldLL : 0, hi = %lldLL;\n", shift, shift, hi);
+  else put(o, "    const long long lo = 0, hi = %lldLL;\n", hi);
+  put(o, "    for (long long y = lo; y < hi; y++) {\n");
+  put(o, "      const long long i = %s, j = %s;\n", by_query ? "x" : "y", by_query ? "y" : "x");
+  attn_row(o, 3, "qr", &A->q, "i");
+  attn_row(o, 3, "kr", &A->k, "j");
+  attn_row(o, 3, "orow", &A->out, "i");
+  attn_row(o, 3, "gr", &A->g, "i");
+  attn_dot(o, 3, k, "s", &A->q, "qr", &A->k, "kr");
+  char lse[64];
+  snprintf(lse, sizeof lse, "orow + %lldLL + h", F);
+  put(o, "      const float p = expf(s * ");
+  put_float(o, A->scale);
+  put(o, " - ");
+  attn_load(o, k, &A->out, lse);
+  put(o, ");\n");
+  if (A->pass == KA_DV) {
+    put(o, "      for (int d = 0; d < %lld; d++) acc[d] += p * ", hd);
+    attn_load(o, k, &A->g, "gr + ho + d");
+    put(o, ";\n");
+  } else {
+    attn_row(o, 3, "vr", &A->v, "j");
+    attn_row(o, 3, "dr", &A->delta, "i");
+    attn_dot(o, 3, k, "dp", &A->g, "gr", &A->v, "vr");
+    put(o, "      const float ds = p * (dp - ");
+    attn_load(o, k, &A->delta, "dr + h");
+    put(o, ");\n      for (int d = 0; d < %lld; d++) acc[d] += ds * ", hd);
+    attn_load(o, k, by_query ? &A->k : &A->q, by_query ? "kr + ho + d" : "qr + ho + d");
+    put(o, ";\n");
+  }
+  put(o, "    }\n");
+  attn_row(o, 2, "rrow", &A->res, "x");
+  Str v = {0};
+  put(&v, "acc[d] * ");
+  put_float(&v, A->pass == KA_DV ? 1.0f : A->scale);
+  put(o, "    for (int d = 0; d < %lld; d++)\n", hd);
+  attn_store(o, 3, k, "rrow + ho + d", v.s);
+  str_free(&v);
+  put(o, "  }\n");
+}
+
 /* ---- kernels and the translation unit --------------------------------------------- */
 
 /* The kernel's text form, as // lines (a backslash could continue a // comment). */
@@ -884,7 +1015,10 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
   Emit E;
   emit_init(&E, k);
   Str body = {0}, head = {0};
-  switch (E.map) {
+  if (k->attn) {
+    emit_attn(&body, k);
+    for (int b = 0; b < k->nbufs; b++) E.use_buf[b] = true;
+  } else switch (E.map) {
   case CM_FLAT: emit_flat(&E, &body); break;
   case CM_BLOCK_ROW: emit_rows(&E, &body, true); break;
   case CM_THREAD_ROW: emit_rows(&E, &body, false); break;

@@ -101,6 +101,15 @@ KView kview_contig(const Kernel *k, int64_t offset) {
 }
 
 void kernel_check(const Kernel *k) {
+  if (k->attn) {
+    const KAttn *A = k->attn;
+    const KOperand *ops[] = {&A->q, &A->k, &A->v, &A->out, &A->g, &A->delta, &A->res};
+    ir_assert(k->nphases == 0 && k->par == KP_ROWS && k->cols == 1 && A->hd > 0 && A->heads > 0);
+    ir_assert(k->rows == A->batch * A->heads * (A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk));
+    for (int i = 0; i < 7; i++) ir_assert(ops[i]->buf >= -1 && ops[i]->buf < k->nbufs);
+    ir_assert(A->res.buf >= 0 && k->bufs[A->res.buf].dtype != DT_I32);
+    return;
+  }
   for (int i = 0; i < k->nphases; i++) {
     const KPhase *p = &k->phases[i];
     ir_assert(p->expr);
@@ -161,6 +170,7 @@ static void shift_expr(KExpr *e, const int64_t *by, bool *seen) {
 }
 
 void kernel_narrow(Kernel *k) {
+  if (k->attn) return;   /* its operands' offsets are its own: nothing to tell siblings apart by */
   Span sp[K_MAX_BUFS];
   for (int i = 0; i < k->nbufs; i++) sp[i] = (Span){INT64_MAX, INT64_MIN, false};
   bool *seen = calloc((size_t)k->nexprs + 1, 1);
@@ -304,8 +314,93 @@ static void eval_row(EvalCtx *c, int64_t j_lo, int64_t j_hi) {
   }
 }
 
+/* ---- the fused attention kernel's meaning (kernel.h, KAttn) ---------------------------- */
+
+static float attn_ld(const EvalCtx *c, const KOperand *x, int64_t b, int64_t s, int64_t col) {
+  const KBuf *kb = &c->k->bufs[x->buf];
+  int64_t a = x->offset + b * x->sb + s * x->ss + col;
+  ir_assert(a >= 0 && a < kb->numel);
+  char *base = c->tiers[kb->tier] + kb->offset;
+  if (kb->dtype == DT_BF16 || kb->dtype == DT_F16) return kx_to_f32(kb->dtype, ((uint16_t *)base)[a]);
+  return kb->dtype == DT_I32 ? (float)((int32_t *)base)[a] : ((float *)base)[a];
+}
+
+static void attn_st(const EvalCtx *c, const KOperand *x, KStore st, int64_t b, int64_t s, int64_t col, float v) {
+  const KBuf *kb = &c->k->bufs[x->buf];
+  int64_t a = x->offset + b * x->sb + s * x->ss + col;
+  ir_assert(a >= 0 && a < kb->numel);
+  char *base = c->tiers[kb->tier] + kb->offset;
+  if (kb->dtype == DT_BF16 || kb->dtype == DT_F16) {
+    uint16_t *h = (uint16_t *)base + a;
+    *h = kx_from_f32(kb->dtype, st == KS_ADD ? kx_to_f32(kb->dtype, *h) + v : v);
+  } else {
+    float *f = (float *)base + a;
+    *f = st == KS_ADD ? *f + v : v;
+  }
+}
+
+/* x_s · y_t over head h's hd features, in order. */
+static float attn_dot(const EvalCtx *c, const KOperand *x, int64_t s, const KOperand *y, int64_t t, int64_t b, int64_t h) {
+  const KAttn *A = c->k->attn;
+  float acc = 0;
+  for (int64_t d = 0; d < A->hd; d++) acc += attn_ld(c, x, b, s, h * A->hd + d) * attn_ld(c, y, b, t, h * A->hd + d);
+  return acc;
+}
+
+static void eval_attn_row(const EvalCtx *c, int64_t r, float *acc) {
+  const KAttn *A = c->k->attn;
+  int64_t F = A->heads * A->hd, len = A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk;
+  int64_t b = r / len / A->heads, h = r / len % A->heads, x = r % len, hd = A->hd;
+  for (int64_t d = 0; d < hd; d++) acc[d] = 0;
+  if (A->pass == KA_FWD) {
+    int64_t end = A->causal && x + A->sk - A->sq + 1 < A->sk ? x + A->sk - A->sq + 1 : A->sk;
+    float m = -INFINITY, l = 0, sc[KA_BLOCK];
+    for (int64_t j0 = 0; j0 < end; j0 += KA_BLOCK) {
+      int64_t jn = end - j0 < KA_BLOCK ? end - j0 : KA_BLOCK;
+      float mb = -INFINITY;
+      for (int64_t t = 0; t < jn; t++) sc[t] = attn_dot(c, &A->q, x, &A->k, j0 + t, b, h) * A->scale, mb = fmaxf(mb, sc[t]);
+      float mn = fmaxf(m, mb), cf = expf(m - mn);
+      l *= cf;
+      for (int64_t d = 0; d < hd; d++) acc[d] *= cf;
+      for (int64_t t = 0; t < jn; t++) {
+        float p = expf(sc[t] - mn);
+        l += p;
+        for (int64_t d = 0; d < hd; d++) acc[d] += p * attn_ld(c, &A->v, b, j0 + t, h * hd + d);
+      }
+      m = mn;
+    }
+    for (int64_t d = 0; d < hd; d++) attn_st(c, &A->res, A->store, b, x, h * hd + d, acc[d] / l);
+    attn_st(c, &A->res, A->store, b, x, F + h, m + logf(l));
+    return;
+  }
+  bool by_query = A->pass == KA_DQ;
+  int64_t lo = 0, hi = by_query ? A->sk : A->sq;
+  if (A->causal && by_query && x + A->sk - A->sq + 1 < hi) hi = x + A->sk - A->sq + 1;
+  if (A->causal && !by_query && x - (A->sk - A->sq) > 0) lo = x - (A->sk - A->sq);
+  for (int64_t y = lo; y < hi; y++) {
+    int64_t i = by_query ? x : y, j = by_query ? y : x;
+    float p = expf(attn_dot(c, &A->q, i, &A->k, j, b, h) * A->scale - attn_ld(c, &A->out, b, i, F + h));
+    if (A->pass == KA_DV) {
+      for (int64_t d = 0; d < hd; d++) acc[d] += p * attn_ld(c, &A->g, b, i, h * hd + d);
+      continue;
+    }
+    float ds = p * (attn_dot(c, &A->g, i, &A->v, j, b, h) - attn_ld(c, &A->delta, b, i, h));
+    const KOperand *o = by_query ? &A->k : &A->q;
+    for (int64_t d = 0; d < hd; d++) acc[d] += ds * attn_ld(c, o, b, y, h * hd + d);
+  }
+  float scale = A->pass == KA_DV ? 1.0f : A->scale;
+  for (int64_t d = 0; d < hd; d++) attn_st(c, &A->res, A->store, b, x, h * hd + d, acc[d] * scale);
+}
+
 void kernel_eval(const Kernel *k, char *const *tiers, const float *scalars) {
   EvalCtx c = {k, tiers, scalars, 0, 0, {0}};
+  if (k->attn) {
+    float *acc = malloc((size_t)k->attn->hd * sizeof *acc);
+    ir_assert(acc);
+    for (int64_t r = 0; r < k->rows; r++) eval_attn_row(&c, r, acc);
+    free(acc);
+    return;
+  }
   for (c.r = 0; c.r < k->rows; c.r++) eval_row(&c, 0, k->cols);
 }
 
@@ -374,7 +469,33 @@ static void print_view(FILE *f, const Kernel *k, const KView *v, bool code) {
   fputc(']', f);
 }
 
+static void print_operand(FILE *f, const Kernel *k, const char *what, const KOperand *x, bool code) {
+  if (x->buf < 0) return;
+  fprintf(f, " %s=", what);
+  print_buf(f, k, x->buf, code);
+  fprintf(f, "[%lld + b*%lld + s*%lld]", (long long)x->offset, (long long)x->sb, (long long)x->ss);
+}
+
 static void print_kernel(FILE *f, const Kernel *k, bool code) {
+  if (k->attn) {
+    const KAttn *A = k->attn;
+    static const char *const pass[] = {"fwd", "dq", "dk", "dv"};
+    fprintf(f, "kernel %s attention %s rows=%lld B=%lld H=%lld S=%lld T=%lld hd=%lld causal=%d scale=%.9g%s\n", k->name,
+            pass[A->pass], (long long)k->rows, (long long)A->batch, (long long)A->heads, (long long)A->sq,
+            (long long)A->sk, (long long)A->hd, A->causal, A->scale, A->store == KS_ADD ? " +=" : "");
+    for (int i = 0; i < k->nbufs; i++) {
+      fputs("  buf ", f);
+      print_buf(f, k, i, code);
+      if (!code) fprintf(f, " tier=%d offset=%lld", k->bufs[i].tier, (long long)k->bufs[i].offset);
+      fprintf(f, " numel=%lld %s\n", (long long)k->bufs[i].numel, dtype_name(k->bufs[i].dtype));
+    }
+    fputs(" ", f);
+    print_operand(f, k, "q", &A->q, code), print_operand(f, k, "k", &A->k, code), print_operand(f, k, "v", &A->v, code);
+    print_operand(f, k, "out", &A->out, code), print_operand(f, k, "g", &A->g, code);
+    print_operand(f, k, "delta", &A->delta, code), print_operand(f, k, "res", &A->res, code);
+    fputc('\n', f);
+    return;
+  }
   fprintf(f, "kernel %s par=%s dims=[", k->name, k->par == KP_ROWS ? "rows" : "cols");
   for (int d = 0; d < k->ndims; d++) fprintf(f, "%s%lld%s", d ? ", " : "", (long long)k->dims[d], d + 1 == k->row_dims ? " |" : "");
   fprintf(f, "] rows=%lld cols=%lld\n", (long long)k->rows, (long long)k->cols);

@@ -149,8 +149,43 @@ static inline int64_t kbuf_elem_bytes(const KBuf *b) { return b->dtype == DT_BF1
 static inline float kx_to_f32(DType t, uint16_t h) { return isa_to_f32(t == DT_BF16 ? ISA_BF16 : ISA_F16, h); }
 static inline uint16_t kx_from_f32(DType t, float f) { return isa_from_f32(t == DT_BF16 ? ISA_BF16 : ISA_F16, f); }
 
+/* A fused attention kernel (FlashAttention-2's algorithm), the one kernel that is not a
+ * loop of phases: Kernel.attn set, no phases, par KP_ROWS, one row per work item and one
+ * column. Operands are [batch, seq, features] with unit-stride features: element
+ * (b, s, c) of operand x is at x.offset + b*x.sb + s*x.ss + c in buffer x.buf. With
+ * F = heads*hd, q is [B, S, F], k and v [B, T, F]; `out` (flash_attention's output)
+ * [B, S, F + heads]: attention's output and then each head's log-sum-exp of its scores;
+ * g is out's gradient and delta [B, S, heads] the row sums of dO∘O per head.
+ *
+ *   KA_FWD  row (b, h, i), i < S: the keys j < T (j <= i + T - S when causal, the
+ *           blocks past it never visited) in blocks of KA_BLOCK: the block's scores
+ *           s_j = scale q_i·k_j, then m' = max(m, max_j s_j), the running sum and the
+ *           output rescaled by exp(m - m') and the block's exp(s_j - m') and
+ *           exp(s_j - m') v_j added (the online softmax); at the end out = acc / l and
+ *           lse = m + log l. The scores are never stored.
+ *   KA_DQ   row (b, h, i): dq_i = scale sum_j p_ij (g_i·v_j - delta_i) k_j, with
+ *           p_ij = exp(s_ij - lse_i) recomputed.
+ *   KA_DK   row (b, h, j), j < T: dk_j = scale sum_i p_ij (g_i·v_j - delta_i) q_i.
+ *   KA_DV   row (b, h, j): dv_j = sum_i p_ij g_i.
+ *
+ * Sums over d run in order, the sums over keys (queries) in order of j (i), all in f32;
+ * every row is written by its work item alone (no atomics), so results are repeatable.
+ * `res` is the operand written: out for KA_FWD, else the gradient, stored with `store`. */
+typedef enum { KA_FWD, KA_DQ, KA_DK, KA_DV } KAttnPass;
+enum { KA_BLOCK = 32 };
+typedef struct KOperand { int buf; int64_t offset, sb, ss; } KOperand;
+typedef struct KAttn {
+  KAttnPass pass;
+  int64_t batch, heads, sq, sk, hd;   /* B, H, S, T, head size */
+  bool causal;
+  float scale;
+  KOperand q, k, v, out, g, delta, res;   /* buf -1: not read by this pass */
+  KStore store;
+} KAttn;
+
 typedef struct Kernel {
   const char *name;               /* a C identifier, unique in the program */
+  const KAttn *attn;              /* a fused attention kernel, or NULL */
   KPar par;
   int64_t rows, cols;
   int ndims, row_dims;

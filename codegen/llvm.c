@@ -802,6 +802,180 @@ static void emit_cols_kernel(Emit *e, LLVMBasicBlockRef done) {
   LLVMBuildBr(e->b, done);
 }
 
+/* ---- the fused attention kernel (kernel.h, KAttn) ---------------------------------------- */
+
+/* `for (iv = lo; iv < hi; iv++)`, zero trips allowed; for_end closes it. */
+typedef struct For { Loop l; LLVMBasicBlockRef skip; } For;
+
+static For for_begin(Emit *e, LLVMValueRef lo, LLVMValueRef hi, const char *name) {
+  LLVMBasicBlockRef go = new_block(e, name), skip = new_block(e, "");
+  LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, lo, hi, ""), go, skip);
+  LLVMPositionBuilderAtEnd(e->b, go);
+  return (For){loop_begin(e, lo, name), skip};
+}
+
+static void for_end(Emit *e, For *f, LLVMValueRef hi, LoopVec vec) {
+  loop_end(e, &f->l, hi, vec);
+  LLVMBuildBr(e->b, f->skip);
+  LLVMPositionBuilderAtEnd(e->b, f->skip);
+}
+
+/* A local f32 (n == 0) or f32 array, in the entry block; SROA promotes the scalars. */
+static LLVMValueRef local(Emit *e, int64_t n, const char *name) {
+  LLVMTypeRef t = n ? LLVMArrayType(e->m->f32, (unsigned)n) : e->m->f32;
+  return LLVMBuildAlloca(e->entry_b, t, name);
+}
+static LLVMValueRef at(Emit *e, LLVMValueRef arr, LLVMValueRef i) {
+  LLVMValueRef idx[2] = {ci(e, 0), i};
+  return LLVMBuildInBoundsGEP2(e->b, LLVMGetAllocatedType(arr), arr, idx, 2, "");
+}
+static LLVMValueRef get(Emit *e, LLVMValueRef p) { return LLVMBuildLoad2(e->b, e->m->f32, p, ""); }
+static void set(Emit *e, LLVMValueRef p, LLVMValueRef v) { LLVMBuildStore(e->b, v, p); }
+
+/* Element (row, col) of an operand, row the element offset of its (b, s) row. */
+static LLVMValueRef attn_ptr(Emit *e, const KOperand *x, LLVMValueRef row, LLVMValueRef col) {
+  LLVMValueRef i = LLVMBuildNSWAdd(e->b, row, col, "");
+  return LLVMBuildInBoundsGEP2(e->b, elt_type(e->m, e->k->bufs[x->buf].dtype), buf_ptr(e, x->buf), &i, 1, "");
+}
+static LLVMValueRef attn_load(Emit *e, const KOperand *x, LLVMValueRef row, LLVMValueRef col) {
+  DType t = e->k->bufs[x->buf].dtype;
+  LLVMValueRef ld = LLVMBuildLoad2(e->b, elt_type(e->m, t), attn_ptr(e, x, row, col), "");
+  set_alias(e, ld, x->buf);
+  if (t == DT_BF16 || t == DT_F16) return half_to_f32(e, t, ld);
+  return t == DT_I32 ? LLVMBuildSIToFP(e->b, ld, e->m->f32, "") : ld;
+}
+static void attn_store(Emit *e, LLVMValueRef row, LLVMValueRef col, LLVMValueRef v) {
+  const KAttn *A = e->k->attn;
+  DType t = e->k->bufs[A->res.buf].dtype;
+  bool half = t == DT_BF16 || t == DT_F16;
+  LLVMValueRef p = attn_ptr(e, &A->res, row, col);
+  if (A->store == KS_ADD) {
+    LLVMValueRef old = LLVMBuildLoad2(e->b, elt_type(e->m, t), p, "");
+    set_alias(e, old, A->res.buf);
+    v = LLVMBuildFAdd(e->b, half ? half_to_f32(e, t, old) : old, v, "");
+  }
+  set_alias(e, LLVMBuildStore(e->b, half ? f32_to_half(e, t, v) : v, p), A->res.buf);
+}
+
+/* The element offset of row (b, s) of x. */
+static LLVMValueRef attn_row(Emit *e, const KOperand *x, LLVMValueRef b, LLVMValueRef s) {
+  return iadd(e->b, iadd(e->b, imul(e, e->b, b, x->sb), imul(e, e->b, s, x->ss)), ci(e, x->offset));
+}
+
+/* x[xr + hoff + d] · y[yr + hoff + d] over d < hd, in order. */
+static LLVMValueRef attn_dot(Emit *e, const KOperand *x, LLVMValueRef xr, const KOperand *y, LLVMValueRef yr,
+                             LLVMValueRef hoff, LLVMValueRef sum) {
+  const KAttn *A = e->k->attn;
+  set(e, sum, cf(e, 0));
+  For d = for_begin(e, ci(e, 0), ci(e, A->hd), "dot");
+  LLVMValueRef c = LLVMBuildNSWAdd(e->b, hoff, d.l.iv, "");
+  set(e, sum, LLVMBuildFAdd(e->b, get(e, sum), LLVMBuildFMul(e->b, attn_load(e, x, xr, c), attn_load(e, y, yr, c), ""), ""));
+  for_end(e, &d, ci(e, A->hd), LV_DEFAULT);
+  return get(e, sum);
+}
+
+/* acc[d] = acc[d] * mul + w * x[xr + hoff + d] for d < hd (mul NULL: 1). */
+static void attn_axpy(Emit *e, LLVMValueRef acc, LLVMValueRef mul, LLVMValueRef w, const KOperand *x, LLVMValueRef xr,
+                      LLVMValueRef hoff) {
+  const KAttn *A = e->k->attn;
+  For d = for_begin(e, ci(e, 0), ci(e, A->hd), "axpy");
+  LLVMValueRef p = at(e, acc, d.l.iv), a = get(e, p);
+  if (mul) a = LLVMBuildFMul(e->b, a, mul, "");
+  if (w) a = LLVMBuildFAdd(e->b, a, LLVMBuildFMul(e->b, w, attn_load(e, x, xr, LLVMBuildNSWAdd(e->b, hoff, d.l.iv, "")), ""), "");
+  set(e, p, a);
+  for_end(e, &d, ci(e, A->hd), LV_DEFAULT);
+}
+
+static LLVMValueRef imin(Emit *e, LLVMValueRef x, LLVMValueRef y) {
+  return LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, x, y, ""), x, y, "");
+}
+static LLVMValueRef imax(Emit *e, LLVMValueRef x, LLVMValueRef y) {
+  return LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, x, y, ""), x, y, "");
+}
+static LLVMValueRef fmax_(Emit *e, LLVMValueRef x, LLVMValueRef y) {
+  LLVMValueRef a[2] = {x, y};
+  return call_intrinsic(e, "llvm.maxnum", a, 2);
+}
+
+/* One work item of the kernel: what kernel_eval's eval_attn_row does, in the same order. */
+static void emit_attn_row(Emit *e, LLVMValueRef r, LLVMValueRef acc, LLVMValueRef sc, LLVMValueRef sum) {
+  const KAttn *A = e->k->attn;
+  LLVMBuilderRef b = e->b;
+  int64_t hd = A->hd, F = A->heads * hd, len = A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk;
+  LLVMValueRef bh = LLVMBuildSDiv(b, r, ci(e, len), ""), x = LLVMBuildSRem(b, r, ci(e, len), "");
+  LLVMValueRef bb = LLVMBuildSDiv(b, bh, ci(e, A->heads), ""), h = LLVMBuildSRem(b, bh, ci(e, A->heads), "");
+  LLVMValueRef hoff = LLVMBuildNSWMul(b, h, ci(e, hd), ""), shift = ci(e, A->sk - A->sq);
+  For z = for_begin(e, ci(e, 0), ci(e, hd), "zero");
+  set(e, at(e, acc, z.l.iv), cf(e, 0));
+  for_end(e, &z, ci(e, hd), LV_DEFAULT);
+  LLVMValueRef xrow = attn_row(e, A->pass == KA_FWD || A->pass == KA_DQ ? &A->q : &A->k, bb, x);
+  if (A->pass == KA_FWD) {
+    LLVMValueRef end = ci(e, A->sk), m = local(e, 0, "m"), l = local(e, 0, "l"), mb = local(e, 0, "mb");
+    if (A->causal) end = imin(e, end, LLVMBuildNSWAdd(e->b, x, LLVMBuildNSWAdd(e->b, shift, ci(e, 1), ""), ""));
+    set(e, m, cf(e, -INFINITY)), set(e, l, cf(e, 0));
+    LLVMValueRef nblk = LLVMBuildSDiv(e->b, LLVMBuildNSWAdd(e->b, end, ci(e, KA_BLOCK - 1), ""), ci(e, KA_BLOCK), "");
+    For blk = for_begin(e, ci(e, 0), nblk, "block");
+    LLVMValueRef j0 = LLVMBuildNSWMul(e->b, blk.l.iv, ci(e, KA_BLOCK), "");
+    LLVMValueRef jn = imin(e, ci(e, KA_BLOCK), LLVMBuildNSWSub(e->b, end, j0, ""));
+    set(e, mb, cf(e, -INFINITY));
+    For t = for_begin(e, ci(e, 0), jn, "scores");
+    LLVMValueRef kr = attn_row(e, &A->k, bb, LLVMBuildNSWAdd(e->b, j0, t.l.iv, ""));
+    LLVMValueRef sv = LLVMBuildFMul(e->b, attn_dot(e, &A->q, xrow, &A->k, kr, hoff, sum), cf(e, A->scale), "");
+    set(e, at(e, sc, t.l.iv), sv);
+    set(e, mb, fmax_(e, get(e, mb), sv));
+    for_end(e, &t, jn, LV_DEFAULT);
+    LLVMValueRef mn = fmax_(e, get(e, m), get(e, mb));
+    LLVMValueRef cfac = emit_exp(e, LLVMBuildFSub(e->b, get(e, m), mn, ""));
+    set(e, l, LLVMBuildFMul(e->b, get(e, l), cfac, ""));
+    attn_axpy(e, acc, cfac, NULL, NULL, NULL, hoff);
+    For t2 = for_begin(e, ci(e, 0), jn, "values");
+    LLVMValueRef p = emit_exp(e, LLVMBuildFSub(e->b, get(e, at(e, sc, t2.l.iv)), mn, ""));
+    set(e, l, LLVMBuildFAdd(e->b, get(e, l), p, ""));
+    attn_axpy(e, acc, NULL, p, &A->v, attn_row(e, &A->v, bb, LLVMBuildNSWAdd(e->b, j0, t2.l.iv, "")), hoff);
+    for_end(e, &t2, jn, LV_DEFAULT);
+    set(e, m, mn);
+    for_end(e, &blk, nblk, LV_DEFAULT);
+    LLVMValueRef orow = attn_row(e, &A->res, bb, x), lv = get(e, l);
+    For o = for_begin(e, ci(e, 0), ci(e, hd), "out");
+    attn_store(e, orow, LLVMBuildNSWAdd(e->b, hoff, o.l.iv, ""), LLVMBuildFDiv(e->b, get(e, at(e, acc, o.l.iv)), lv, ""));
+    for_end(e, &o, ci(e, hd), LV_DEFAULT);
+    LLVMValueRef lse = LLVMBuildFAdd(e->b, get(e, m), emit_unary(e, KU_LOG, lv), "");
+    attn_store(e, orow, LLVMBuildNSWAdd(e->b, h, ci(e, F), ""), lse);
+    return;
+  }
+  bool by_query = A->pass == KA_DQ;
+  LLVMValueRef lo = ci(e, 0), hi = ci(e, by_query ? A->sk : A->sq);
+  if (A->causal && by_query) hi = imin(e, hi, LLVMBuildNSWAdd(e->b, x, LLVMBuildNSWAdd(e->b, shift, ci(e, 1), ""), ""));
+  if (A->causal && !by_query) lo = imax(e, lo, LLVMBuildNSWSub(e->b, x, shift, ""));
+  For y = for_begin(e, lo, hi, "keys");
+  LLVMValueRef i = by_query ? x : y.l.iv, j = by_query ? y.l.iv : x;
+  LLVMValueRef qr = by_query ? xrow : attn_row(e, &A->q, bb, i), kr = by_query ? attn_row(e, &A->k, bb, j) : xrow;
+  LLVMValueRef orow = attn_row(e, &A->out, bb, i), grow = attn_row(e, &A->g, bb, i);
+  LLVMValueRef s = LLVMBuildFMul(e->b, attn_dot(e, &A->q, qr, &A->k, kr, hoff, sum), cf(e, A->scale), "");
+  LLVMValueRef p = emit_exp(e, LLVMBuildFSub(e->b, s, attn_load(e, &A->out, orow, LLVMBuildNSWAdd(e->b, h, ci(e, F), "")), ""));
+  if (A->pass == KA_DV) {
+    attn_axpy(e, acc, NULL, p, &A->g, grow, hoff);
+  } else {
+    LLVMValueRef vr = attn_row(e, &A->v, bb, j), dl = attn_load(e, &A->delta, attn_row(e, &A->delta, bb, i), h);
+    LLVMValueRef ds = LLVMBuildFMul(e->b, p, LLVMBuildFSub(e->b, attn_dot(e, &A->g, grow, &A->v, vr, hoff, sum), dl, ""), "");
+    attn_axpy(e, acc, NULL, ds, by_query ? &A->k : &A->q, by_query ? kr : qr, hoff);
+  }
+  for_end(e, &y, hi, LV_DEFAULT);
+  LLVMValueRef rrow = attn_row(e, &A->res, bb, x), scale = cf(e, A->pass == KA_DV ? 1.0f : A->scale);
+  For o = for_begin(e, ci(e, 0), ci(e, hd), "out");
+  attn_store(e, rrow, LLVMBuildNSWAdd(e->b, hoff, o.l.iv, ""), LLVMBuildFMul(e->b, get(e, at(e, acc, o.l.iv)), scale, ""));
+  for_end(e, &o, ci(e, hd), LV_DEFAULT);
+}
+
+static void emit_attn_kernel(Emit *e, LLVMBasicBlockRef done) {
+  const KAttn *A = e->k->attn;
+  LLVMValueRef acc = local(e, A->hd, "acc"), sc = local(e, KA_BLOCK, "scores"), sum = local(e, 0, "sum");
+  For r = for_begin(e, e->lo, e->hi, "item");
+  emit_attn_row(e, r.l.iv, acc, sc, sum);
+  for_end(e, &r, e->hi, LV_NEVER);
+  LLVMBuildBr(e->b, done);
+}
+
 /* ---- one kernel: set-up, alias scopes, verification ----------------------------------- */
 
 /* One alias scope per class of overlapping buffers; none when there is one class. */
@@ -888,7 +1062,8 @@ void llvm_emit_kernel(LlvmModule *m, const Kernel *k) {
   LLVMPositionBuilderBefore(e.entry_b, LLVMBuildBr(e.b, start));
   LLVMPositionBuilderAtEnd(e.b, start);
   LLVMBasicBlockRef done = new_block(&e, "done");
-  if (k->par == KP_ROWS) emit_rows_kernel(&e, done);
+  if (k->attn) emit_attn_kernel(&e, done);
+  else if (k->par == KP_ROWS) emit_rows_kernel(&e, done);
   else emit_cols_kernel(&e, done);
   LLVMMoveBasicBlockAfter(done, LLVMGetLastBasicBlock(e.fn));
   LLVMPositionBuilderAtEnd(e.b, done);

@@ -285,6 +285,8 @@ static KExpr *expr_pad(L *l, Kernel *k, const Node *n, AxMap m) {
 #define expr_mean NULL
 #define expr_cross_entropy NULL
 #define expr_attention NULL
+#define expr_flash_attention NULL
+#define expr_flash_attention_grad NULL
 #define expr_reshape NULL
 #define expr_transpose NULL
 #define expr_slice NULL
@@ -903,12 +905,53 @@ static void lower_tp_copy(L *l, const Node *n) {
   else lower_expr_node(l, n);
 }
 
+/* ---- fused attention ------------------------------------------------------------------- */
+
+/* An attention operand's layout: [B, L, C] with unit-stride features (copied when not). */
+static Val attn_layout(L *l, const Node *n) {
+  const Val *v = &l->val[n->id];
+  if (v->kind != V_LAYOUT || (n->shape.d[2] > 1 && v->strides[2] != 1)) v = in_memory(l, n);
+  return *v;
+}
+
+static KOperand attn_operand(L *l, Kernel *k, const Node *n, const Val *v) {
+  return (KOperand){kbuf(l, k, v->buf, n->dtype), v->offset, v->strides[0], v->strides[1]};
+}
+
+/* flash_attention and its gradients: one KAttn kernel each (codegen/kernel.h). */
+static void lower_flash(L *l, const Node *n) {
+  bool fwd = n->op == OP_FLASH_ATTENTION;
+  int which = fwd ? -1 : (int)attr_int(n, "which");
+  const Node *q = n->in[0];
+  Val in[6];
+  for (int i = 0; i < n->nin; i++) in[i] = attn_layout(l, n->in[i]);
+  int ob = out_buf(l, n);
+  Val ov = layout_of(ob, &n->shape);
+  KAttn *A = arena_alloc(l->a, sizeof *A);
+  int64_t heads = attr_int(n, "heads"), hd = q->shape.d[2] / heads;
+  const AttrVal *sc = attr_get(n, "scale");
+  *A = (KAttn){.pass = fwd ? KA_FWD : (KAttnPass)(KA_DQ + which), .batch = q->shape.d[0], .heads = heads,
+               .sq = q->shape.d[1], .sk = n->in[1]->shape.d[1], .hd = hd, .causal = attr_int(n, "causal"),
+               .scale = (float)(sc->set ? sc->f : 1.0 / sqrt((double)hd))};
+  int64_t rows = A->batch * heads * (which > 0 ? A->sk : A->sq), dims[2] = {rows, 1};
+  Kernel *k = knew(l, fwd ? "flash_attention" : which == 0 ? "flash_dq" : which == 1 ? "flash_dk" : "flash_dv", KP_ROWS, dims, 2, 1);
+  KOperand none = {-1, 0, 0, 0}, *ops[6] = {&A->q, &A->k, &A->v, &A->out, &A->g, &A->delta};
+  for (int i = 0; i < 6; i++) /* dv reads neither v nor delta */
+    *ops[i] = i < n->nin && !(which == 2 && (i == 2 || i == 5)) ? attn_operand(l, k, n->in[i], &in[i]) : none;
+  A->res = attn_operand(l, k, n, &ov);
+  A->store = store_mode(l, ob);
+  k->attn = A;
+  l->val[n->id] = ov;
+  kfinish(l, l->seq, k);
+}
+
 /* ---- the walk over the graph ------------------------------------------------------------ */
 
 /* Inputs that must be in memory, by op: GEMM operands, views, shifted or gathered reads. */
 static const unsigned memory_inputs[OP_COUNT] = {
   [OP_MATMUL] = 3, [OP_RESHAPE] = 1, [OP_TRANSPOSE] = 1, [OP_SLICE] = 1, [OP_ROTARY] = 1, [OP_PAD] = 1,
-  [OP_EMBEDDING] = 1, [OP_CROSS_ENTROPY] = 3, [OP_CROSS_ENTROPY_GRAD] = 3,
+  [OP_EMBEDDING] = 1, [OP_CROSS_ENTROPY] = 3, [OP_CROSS_ENTROPY_GRAD] = 3, [OP_FLASH_ATTENTION] = 7,
+  [OP_FLASH_ATTENTION_GRAD] = 63,
 };
 
 static bool needs_memory(const Node *n, int i) { return i < 32 && (memory_inputs[n->op] >> i & 1); }
@@ -999,6 +1042,8 @@ static void lower_unsupported(L *l, const Node *n) {
 #define lower_layernorm_grad lower_norm_grad
 #define lower_rmsnorm_grad lower_norm_grad
 #define lower_attention lower_unsupported
+#define lower_flash_attention lower_flash
+#define lower_flash_attention_grad lower_flash
 #define lower_all_reduce lower_comm
 #define lower_all_gather lower_comm
 #define lower_reduce_scatter lower_comm

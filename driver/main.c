@@ -318,10 +318,6 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
                 "--offload state to compile the whole state's offload (ZeRO-3, data parallelism)");
   if (o->host_memory) cl->host_memory = (double)o->host_memory; /* what the state may use of a node's */
   if (o->nvme_set) cl->nvme = (double)o->nvme;
-  /* what is compiled: materialized attention (the code generators emit no fused kernel yet) */
-  if (f.exec && c->attn == ATTN_FUSED)
-    error_plain("--attention fused is priced, not compiled yet: add --what-if to explore it");
-  if (f.exec) f.attn = ATTN_MATERIALIZED;
   /* bf16 programs: one stage, no tensor parallelism yet (their boundaries and collectives are f32) */
   f.lowp = o->precision != DT_F32;
   if (f.exec && f.lowp && (f.tp > 1 || f.pp > 1))
@@ -704,7 +700,7 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
   progress("front end done; partition, autodiff, recompute");
   b->part = pass_partition(g, b->r, b->r ? &b->r->best : NULL); /* requires: verified forward graph of the plan's micro-batch */
   after_ir(b, "partition");
-  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k]);
+  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k], b->ch.attn == ATTN_FUSED);
   after_ir(b, "decompose");
   if (b->o->precision != DT_F32) { /* mixed precision: one stage (plan_for keeps tp and pp 1) */
     if (b->part->nchunks != 1) error_plain("--precision bf16 and fp16 compile one pipeline stage so far");
@@ -801,7 +797,8 @@ int main(int argc, char **argv) {
   volatile bool compiling = lowering || o.dump_after;
   /* --device-memory alone (no cluster): --dump-plan shows the offload plan, not a parallel one */
   if (o.device_memory && !o.gpus_set && !o.cluster) o.plan = false;
-  Build b = {.o = &o, .ch = {.dp = 1, .tp = 1, .pp = 1, .m = 1, .v = 1, .rc = RC_NONE}};
+  Build b = {.o = &o, .ch = {.dp = 1, .tp = 1, .pp = 1, .m = 1, .v = 1, .rc = RC_NONE,
+                             .attn = o.force.attn >= 0 ? (AttnKernel)o.force.attn : ATTN_FUSED}};
   const PlanResult *volatile shown = NULL; /* the plan printed under the summary */
   Cluster cl; /* the plan's (PlanResult.cl), for the passes too */
   if (o.plan) { /* requires: verified forward graph */

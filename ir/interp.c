@@ -406,6 +406,70 @@ static void run_attention(const Node *n, const double *q, const double *k, const
   free(p);
 }
 
+/* The geometry of flash_attention and its gradients: q [B, S, F], k and v [B, T, F],
+ * F = H*hd; the output rows hold F values and then H log-sum-exps. */
+typedef struct Flash { int64_t B, S, T, F, H, hd; double scale; bool causal; } Flash;
+
+static Flash flash_of(const Node *n) {
+  const Shape *q = &n->in[0]->shape;
+  Flash f = {q->d[0], q->d[1], n->in[1]->shape.d[1], q->d[2], attr_int(n, "heads"), 0, 0, attr_int(n, "causal")};
+  f.hd = f.F / f.H;
+  const AttrVal *sc = attr_get(n, "scale");
+  f.scale = sc->set ? sc->f : 1 / sqrt((double)f.hd);
+  return f;
+}
+
+static double flash_score(const Flash *f, const double *q, const double *k, int64_t b, int64_t h, int64_t i, int64_t j) {
+  double s = 0;
+  for (int64_t d = 0; d < f->hd; d++) s += q[(b * f->S + i) * f->F + h * f->hd + d] * k[(b * f->T + j) * f->F + h * f->hd + d];
+  return s * f->scale;
+}
+
+static void run_flash_attention(const Node *n, const double *q, const double *k, const double *v, double *out) {
+  Flash f = flash_of(n);
+  int64_t W = f.F + f.H;
+  for (int64_t b = 0; b < f.B; b++)
+    for (int64_t h = 0; h < f.H; h++)
+      for (int64_t i = 0; i < f.S; i++) {
+        int64_t keep = f.causal ? causal_len(i, f.S, f.T) : f.T;
+        double mx = -INFINITY, sum = 0, *o = out + (b * f.S + i) * W;
+        for (int64_t j = 0; j < keep; j++) mx = fmax(mx, flash_score(&f, q, k, b, h, i, j));
+        for (int64_t j = 0; j < keep; j++) sum += exp(flash_score(&f, q, k, b, h, i, j) - mx);
+        double lse = mx + log(sum);
+        for (int64_t d = 0; d < f.hd; d++) o[h * f.hd + d] = 0;
+        for (int64_t j = 0; j < keep; j++) {
+          double p = exp(flash_score(&f, q, k, b, h, i, j) - lse);
+          for (int64_t d = 0; d < f.hd; d++) o[h * f.hd + d] += p * v[(b * f.T + j) * f.F + h * f.hd + d];
+        }
+        o[f.F + h] = lse;
+      }
+}
+
+/* dS = P (dP - delta), dP = dO vᵀ: dq = scale dS k, dk = scale dSᵀ q, dv = Pᵀ dO. */
+static void run_flash_attention_grad(const Node *n, const double *const *in, double *out) {
+  Flash f = flash_of(n);
+  const double *q = in[0], *k = in[1], *v = in[2], *o = in[3], *g = in[4], *delta = in[5];
+  int64_t W = f.F + f.H, which = attr_int(n, "which");
+  memset(out, 0, numel(n) * sizeof *out);
+  for (int64_t b = 0; b < f.B; b++)
+    for (int64_t h = 0; h < f.H; h++)
+      for (int64_t i = 0; i < f.S; i++) {
+        int64_t keep = f.causal ? causal_len(i, f.S, f.T) : f.T, qi = (b * f.S + i) * f.F + h * f.hd;
+        const double *gi = g + (b * f.S + i) * W + h * f.hd;
+        for (int64_t j = 0; j < keep; j++) {
+          int64_t kj = (b * f.T + j) * f.F + h * f.hd;
+          double p = exp(flash_score(&f, q, k, b, h, i, j) - o[(b * f.S + i) * W + f.F + h]), dp = 0;
+          for (int64_t d = 0; d < f.hd; d++) dp += gi[d] * v[kj + d];
+          double ds = p * (dp - delta[(b * f.S + i) * f.H + h]) * f.scale;
+          for (int64_t d = 0; d < f.hd; d++) {
+            if (which == 0) out[qi + d] += ds * k[kj + d];
+            if (which == 1) out[kj + d] += ds * q[qi + d];
+            if (which == 2) out[kj + d] += p * gi[d];
+          }
+        }
+      }
+}
+
 /* ---- data movement ------------------------------------------------------------------- */
 
 static void run_transpose(const Node *n, const double *x, double *out) {
@@ -485,6 +549,8 @@ void interp_eval(const Node *n, const double *const *in, double *out, int64_t st
   case OP_SUM: case OP_MEAN: run_reduce(n, in[0], out); break;
   case OP_CROSS_ENTROPY: run_cross_entropy(n, in[0], in[1], out); break;
   case OP_ATTENTION: run_attention(n, in[0], in[1], in[2], out); break;
+  case OP_FLASH_ATTENTION: run_flash_attention(n, in[0], in[1], in[2], out); break;
+  case OP_FLASH_ATTENTION_GRAD: run_flash_attention_grad(n, in, out); break;
   case OP_RESHAPE: memcpy(out, in[0], numel(n) * sizeof *out); break;
   case OP_TRANSPOSE: run_transpose(n, in[0], out); break;
   case OP_SLICE: run_slice(n, in[0], out); break;

@@ -314,6 +314,37 @@ void cost_attention(const Node *n, Cost *c) {
   c->bytes = io_bytes(n);
 }
 
+/* flash_attention(q, k, v) -> f32 [B, S, H*hd + H]: attention's output and, after it in
+ * each row, the log-sum-exp of the scaled (and masked) scores of each head. */
+void infer_flash_attention(Node *n) {
+  infer_attention(n);
+  n->shape.d[2] += attr_int(n, "heads");
+  n->dtype = DT_F32;
+}
+void cost_flash_attention(const Node *n, Cost *c) { cost_attention(n, c); }
+
+/* flash_attention_grad(q, k, v, out, dout, delta, which) -> the gradient of q, k or v,
+ * in that input's type. */
+void infer_flash_attention_grad(Node *n) {
+  const Node *q = n->in[0], *o = n->in[3], *g = n->in[4], *dl = n->in[5];
+  int64_t which = attr_int(n, "which"), heads = attr_int(n, "heads");
+  if (which < 0 || which > 2) error_at(n->loc, "flash_attention_grad: which must be 0, 1 or 2");
+  Shape os = q->shape, ds = q->shape;
+  os.d[2] += heads;
+  ds.d[2] = heads;
+  if (!shape_eq(&o->shape, &os) || !shape_eq(&g->shape, &os) || !shape_eq(&dl->shape, &ds))
+    error_at(n->loc, "flash_attention_grad: output %s, its gradient %s or delta %s do not fit queries %s", shp(o),
+             shp(g), shp(dl), shp(q));
+  n->shape = n->in[which]->shape;
+  n->dtype = n->in[which]->dtype;
+}
+void cost_flash_attention_grad(const Node *n, Cost *c) {
+  const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape;
+  double b = (double)q->d[0], s = (double)q->d[1], t = (double)k->d[1], d = (double)q->d[2];
+  c->fwd_flops = (attr_int(n, "which") == 2 ? 4 : 6) * b * s * t * d; /* scores recomputed; dv needs no dP */
+  c->bytes = io_bytes(n);
+}
+
 /* ---- data movement ------------------------------------------------------------ */
 
 /* reshape(x, shape): one entry may be -1 and is inferred. */

@@ -220,6 +220,33 @@ static void grad_attention(AD *ad, Node *n, Node *g) {
   diag_internal(__FILE__, __LINE__, "attention reached autodiff: run pass_decompose first");
 }
 
+/* flash_attention: delta = the row sums of dO∘O per head less the log-sum-exps'
+ * gradient (d lse_i / d s_ij = p_ij), then one kernel for each input's gradient, which
+ * recomputes the scores from q, k and the kept log-sum-exp: dS = P (dP - delta). */
+static void grad_flash_attention(AD *ad, Node *n, Node *g) {
+  const Shape *q = &n->in[0]->shape;
+  int64_t heads = attr_int(n, "heads");
+  Shape split = {4, {q->d[0], q->d[1], heads, q->d[2] / heads}};
+  Node *part[2];
+  for (int i = 0; i < 2; i++) { /* the output's part of g and of the output, per head */
+    Node *sl = mk(ad, OP_SLICE, i ? &n : &g, 1);
+    set_i(sl, "axis", 2), set_i(sl, "start", 0), set_i(sl, "end", q->d[2]);
+    part[i] = shaped(ad, OP_RESHAPE, done(sl), &split);
+  }
+  Node *sum = mk(ad, OP_SUM, (Node *[]){op2(ad, OP_MUL, part[0], part[1])}, 1);
+  set_i(sum, "axis", 3);
+  Node *gl = mk(ad, OP_SLICE, &g, 1); /* the log-sum-exps' gradient (zero when only the output is read) */
+  set_i(gl, "axis", 2), set_i(gl, "start", q->d[2]), set_i(gl, "end", q->d[2] + heads);
+  Node *delta = op2(ad, OP_SUB, done(sum), done(gl));
+  for (int w = 0; w < 3; w++) {
+    if (!ad->needs[n->in[w]->id]) continue;
+    Node *d = mk(ad, OP_FLASH_ATTENTION_GRAD, (Node *[]){n->in[0], n->in[1], n->in[2], n, g, delta}, 6);
+    for (int a = 0; a < 3; a++) d->attr[a] = n->attr[a];
+    set_i(d, "which", w);
+    accum(ad, n->in[w], done(d));
+  }
+}
+
 /* ---- data movement -------------------------------------------------------------- */
 
 static void grad_reshape(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], reshape_to(ad, g, &n->in[0]->shape)); }
@@ -299,6 +326,7 @@ static void grad_relu_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g)
 static void grad_layernorm_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_rmsnorm_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_softmax_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
+static void grad_flash_attention_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_cross_entropy_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_embedding_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_pad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }

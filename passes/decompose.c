@@ -1,5 +1,8 @@
 /* Decomposition: composite ops become primitive ops, for backends (and autodiff)
- * that have no fused kernel for them. Today that is attention:
+ * that have no fused kernel for them. Today that is attention, unless it is fused
+ * (pass_decompose's `fused`): then it becomes flash_attention, one kernel forward and
+ * one per gradient (codegen/kernel.h, KAttn), of whose output rows the first H*hd
+ * values are attention's, and the scores are never stored. Materialized:
  *
  *   attention(q [B,S,H*hd], k [B,T,H*hd], v [B,T,H*hd])
  *     = reshape(transpose(softmax(scale * qh khᵀ, causal) vh), [B,S,H*hd])
@@ -62,7 +65,19 @@ static Node *decompose_attention(Ctx *c, Node **in) {
   return ints_op(c, OP_RESHAPE, ints_op(c, OP_TRANSPOSE, o, "perm", perm, 4), "shape", shape, 3);
 }
 
-Graph *pass_decompose(Graph *g) {
+static Node *fuse_attention(Ctx *c, Node **in) {
+  Node *f = graph_clone_node(c->g, c->at, in);
+  f->op = OP_FLASH_ATTENTION;
+  node_infer(f);
+  Node *o = mk(c, OP_SLICE, &f, 1);
+  o->attr[op_attr_index(OP_SLICE, "axis")] = (AttrVal){.set = true, .i = 2};
+  o->attr[op_attr_index(OP_SLICE, "start")] = (AttrVal){.set = true, .i = 0};
+  o->attr[op_attr_index(OP_SLICE, "end")] = (AttrVal){.set = true, .i = c->at->shape.d[2]};
+  node_infer(o);
+  return o;
+}
+
+Graph *pass_decompose(Graph *g, bool fused) {
   Graph *h = graph_new_like(g);
   Node **map = arena_array(g->arena, g->n, sizeof *map);
   Node **in = arena_array(g->arena, 64, sizeof *in);
@@ -71,7 +86,8 @@ Graph *pass_decompose(Graph *g) {
     ir_assert(n->nin <= 64);
     for (int k = 0; k < n->nin; k++) in[k] = map[n->in[k]->id];
     Ctx c = {h, n};
-    map[i] = n->op == OP_ATTENTION ? decompose_attention(&c, in) : graph_clone_node(h, n, in);
+    if (n->op != OP_ATTENTION) map[i] = graph_clone_node(h, n, in);
+    else map[i] = fused ? fuse_attention(&c, in) : decompose_attention(&c, in);
   }
   if (g->loss) h->loss = map[g->loss->id];
   h->nseeds = g->nseeds, h->nwrt = g->nwrt;

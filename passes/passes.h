@@ -5,8 +5,9 @@
 #include "ir/ir.h"
 
 /* requires: a verified forward graph. Rewrites composite ops that a backend has no
- * fused kernel for (attention) into primitive ops. Returns the new graph. */
-Graph *pass_decompose(Graph *g);
+ * fused kernel for into primitive ops: attention into GEMMs and a softmax, or with
+ * `fused` into flash_attention. Returns the new graph. */
+Graph *pass_decompose(Graph *g, bool fused);
 
 /* requires: a verified forward graph of one stage, no composite ops (decompose).
  * Mixed precision in `low` (DT_BF16, DT_F16): casts around every op by its

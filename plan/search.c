@@ -732,9 +732,9 @@ static _Noreturn void fail_memory(Search *S, bool forced) {
               n > 1 ? "\n  2. " : "", n > 1 ? line[1] : "", n > 2 ? "\n  3. " : "", n > 2 ? line[2] : "",
               S->r->w_bytes + S->r->g_bytes + S->r->o_bytes, state / GIB, cl->gpus == 1 ? "its" : "the", cl->gpus,
               cl->gpus == 1 ? "" : "s", cl->gpus == 1 ? "s" : "", cl->gpus * S->r->usable / GIB,
-              offload_room(S), S->f->exec && S->f->offload < 0 ? "; --what-if also weighs bf16, fused attention and "
-                                                                 "offloading the optimizer state alone (priced, not "
-                                                                 "compiled yet)" : "");
+              offload_room(S), S->f->exec && S->f->offload < 0 ? "; --what-if also weighs bf16 with tensor or pipeline "
+                                                                 "parallelism and offloading the optimizer state alone "
+                                                                 "(priced, not compiled yet)" : "");
 }
 
 static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) {

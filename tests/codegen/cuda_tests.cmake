@@ -39,6 +39,10 @@ foreach(entry ${COLOSSALC_TINY_MODELS})
            COMMAND test_codegen_cuda lowered ${tiny_model} ${tiny_config}
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(codegen_cuda_lowered_${tiny_name} PROPERTIES TIMEOUT 900)
+  add_test(NAME codegen_cuda_lowered_${tiny_name}_fused
+           COMMAND test_codegen_cuda lowered ${tiny_model} --attention=fused ${tiny_config}
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(codegen_cuda_lowered_${tiny_name}_fused PROPERTIES TIMEOUT 900)
 endforeach()
 # and gpt2-tiny in bf16 mixed precision (16-bit buffers, GEMM operands and roundings)
 add_test(NAME codegen_cuda_lowered_gpt2_tiny_bf16

@@ -20,7 +20,11 @@ static inline Program *lowered_model(Arena *a, int argc, char **argv) {
   ConfigOverride ov[16];
   int nov = 0, first = 1;
   volatile DType low = DT_F32; /* "--precision=bf16" (or fp16) after the model: passes/autocast.c */
-  if (argc > 1 && !strncmp(argv[1], "--precision=", 12)) low = strcmp(argv[1] + 12, "bf16") ? DT_F16 : DT_BF16, first = 2;
+  volatile bool fused = false;  /* "--attention=fused": flash_attention (passes/decompose.c) */
+  for (; first < argc && !strncmp(argv[first], "--", 2); first++) {
+    if (!strncmp(argv[first], "--precision=", 12)) low = strcmp(argv[first] + 12, "bf16") ? DT_F16 : DT_BF16;
+    else fused = !strcmp(argv[first], "--attention=fused");
+  }
   for (int i = first; i < argc && nov < 16; i++) {
     char *eq = strchr(argv[i], '=');
     if (!eq) return NULL;
@@ -35,7 +39,7 @@ static inline Program *lowered_model(Arena *a, int argc, char **argv) {
   char *text = frontend_read_file(a, argv[0], &len);
   Graph *g = frontend_compile(a, argv[0], text, len, ov, nov);
   if (!g) { diag_pop(&j); return NULL; }
-  g = pass_decompose(g);
+  g = pass_decompose(g, fused);
   if (low != DT_F32) g = pass_autocast(g, low);
   pass_autodiff(g);
   ir_verify(g);

@@ -239,8 +239,8 @@ def offload():
     state shards instead and no offload wins. Forcing --offload none on one GPU is
     refused with what does not fit, and a plan file keeps the choice. Optimizer offload
     of a plan is priced, not compiled: only --what-if weighs it, and without --what-if
-    forcing it is refused; without --what-if the closest plan (the whole state offloaded,
-    in fp32, in at most 64 micro-batches) does not fit."""
+    forcing it is refused; without --what-if, the whole state offloaded in fp32 fits with
+    fused attention (as compiled) and does not with the scores materialized."""
     one = ["models/llama.model", "--gpus", "1", "--gpu", "a100-80g", "--what-if"]
     d = plan_json(one)
     if d["offload"] != "optimizer":
@@ -264,7 +264,12 @@ def offload():
     with tempfile.TemporaryDirectory() as tmp:
         expect_error(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--offload", "optimizer",
                       "--dump-plan"], "priced, not compiled yet", "--what-if")
-        expect_error(one[:-1] + ["--dump-plan"], "no plan fits", "state on the host and NVMe", "--what-if also weighs")
+        expect_error(one[:-1] + ["--attention", "materialized", "--dump-plan"], "no plan fits",
+                     "state on the host and NVMe", "--what-if also weighs")
+        compiled = plan_json(one[:-1])
+        if (compiled["offload"], compiled["attention"]) != ("state", "fused"):
+            fail("llama on one A100-80GB as compiled: offload %r, attention %r, expected the state offloaded and "
+                 "fused attention" % (compiled["offload"], compiled["attention"]))
         plan = saved_offload_plan(tmp, "optimizer")
         expect_error(TINY_3090 + ["--plan", plan, "-o", os.path.join(tmp, "x")], "priced, not compiled yet")
     print("ok   llama-7B on 1 A100-80GB offloads its optimizer (%.1f s of %.0f s a step), on 8 it does not" %
@@ -316,8 +321,10 @@ def compile_plan():
                     m["dp"], m["tp"], m["pp"], d["zero_stage"], d["microbatches"]):
                 fail("the compiled program is not the plan: %r, zero %r, %r micro-batches" %
                      (mesh, prog["zero_stage"], prog["microbatches"]))
-            if "priced in fp32 with attention materialized" not in err or "wrote" not in err:
+            if "priced in fp32 with attention fused" not in err or "wrote" not in err:
                 fail("-o does not say what it compiled:\n" + err)
+            if not any("flash_attention" in k for k in prog["kernels"]):
+                fail("the plan prices fused attention and the program has no fused attention kernel")
             print("ok   %s -o compiles the plan --dump-plan shows: %s" % (" ".join(extra), want))
         plan = os.path.join(tmp, "plan.json")
         with open(plan, "w") as f:

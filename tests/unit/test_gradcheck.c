@@ -87,6 +87,11 @@ static const GCase cases[] = {
   {P0("f32[2, 4, 8]") P1("f32[2, 4, 8]") P2("f32[2, 4, 8]") "%3 = attention %0, %1, %2 heads=2 : f32[2, 4, 8]\n", NULL},
   {P0("f32[1, 3, 8]") P1("f32[1, 5, 8]") P2("f32[1, 5, 8]") "%3 = attention %0, %1, %2 heads=4 scale=0.5 : f32[1, 3, 8]\n",
    NULL},
+  /* fused attention (its output rows end with each head's log-sum-exp, differentiated too) */
+  {P0("f32[2, 4, 8]") P1("f32[2, 4, 8]") P2("f32[2, 4, 8]") "%3 = flash_attention %0, %1, %2 heads=2 causal=1 : f32[2, 4, 10]\n",
+   NULL},
+  {P0("f32[1, 3, 8]") P1("f32[1, 5, 8]") P2("f32[1, 5, 8]") "%3 = flash_attention %0, %1, %2 heads=4 scale=0.5 : f32[1, 3, 12]\n",
+   NULL},
   /* data movement */
   {P0("f32[2, 3, 4]") "%1 = reshape %0 shape=[6,-1] : f32[6, 4]\n", NULL},
   {P0("f32[2, 3, 4]") "%1 = transpose %0 perm=[2,0,1] : f32[4, 2, 3]\n", NULL},
@@ -111,7 +116,7 @@ static const GCase cases[] = {
  * source arange). main checks this list against the table. */
 static const char *const nondiff[] = {
   "input", "param", "const", "arange", "loss_scale", "sum_to", "gelu_grad", "silu_grad", "relu_grad", "layernorm_grad",
-  "rmsnorm_grad", "softmax_grad", "cross_entropy_grad", "embedding_grad", "pad",
+  "rmsnorm_grad", "softmax_grad", "cross_entropy_grad", "embedding_grad", "pad", "flash_attention_grad",
 };
 
 static bool listed_nondiff(const char *name) {
@@ -182,7 +187,7 @@ static Graph *build(Arena *a, const GCase *c, OpKind *op) {
   node_infer(s);
   g->loss = s;
   ir_verify(g);
-  Graph *h = pass_decompose(g);
+  Graph *h = pass_decompose(g, false);
   ir_verify(h);
   pass_autodiff(h);
   ir_verify(h);

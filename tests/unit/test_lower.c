@@ -47,13 +47,18 @@ static void compare(const char *what, const float *got, const double *want, int6
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: test_lower MODEL [--precision=bf16|fp16] [NAME=VALUE ...]\n"); return 2; }
+  if (argc < 2) { fprintf(stderr, "usage: test_lower MODEL [--precision=bf16|fp16] [--attention=fused] [NAME=VALUE ...]\n"); return 2; }
   DType low = DT_F32; /* --precision: the graph autocast (16-bit rounding points: looser tolerances) */
   int first = 2;
-  if (argc > 2 && !strncmp(argv[2], "--precision=", 12)) {
-    low = !strcmp(argv[2] + 12, "bf16") ? DT_BF16 : DT_F16;
+  bool fused = false; /* --attention=fused: flash_attention kernels (passes/decompose.c) */
+  for (; first < argc && !strncmp(argv[first], "--", 2); first++) {
+    if (!strcmp(argv[first], "--attention=fused")) {
+      fused = true;
+      continue;
+    }
+    if (strncmp(argv[first], "--precision=", 12)) return 2;
+    low = !strcmp(argv[first] + 12, "bf16") ? DT_BF16 : DT_F16;
     tol_floor = low == DT_BF16 ? 0x1p-5 : 0x1p-8; /* 4 ulp of 1: roundings that f32 and double place apart */
-    first = 3;
   }
   diag_stream = stderr;
   Arena *a = arena_new();
@@ -72,7 +77,7 @@ int main(int argc, char **argv) {
   char *text = frontend_read_file(a, argv[1], &len);
   Graph *g = frontend_compile(a, argv[1], text, len, ov, nov);
   if (!g) return 1;
-  g = pass_decompose(g);
+  g = pass_decompose(g, fused);
   if (low != DT_F32) g = pass_autocast(g, low);
   pass_autodiff(g);
   ir_verify(g);

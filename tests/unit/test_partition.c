@@ -166,11 +166,11 @@ int main(int argc, char **argv) {
   g = frontend_compile(a, argv[1], text, len, ov, nov); /* the graph of one micro-batch */
   if (!g) return 1;
   Partition *part = pass_partition(g, plan, &plan->best);   /* the driver's passes, in its order */
-  for (int k = 0; k < part->nchunks; k++) ir_verify(part->chunk[k] = pass_decompose(part->chunk[k]));
+  for (int k = 0; k < part->nchunks; k++) ir_verify(part->chunk[k] = pass_decompose(part->chunk[k], false));
   partition_autodiff(part);
 
   /* the reference: the whole graph on one rank */
-  Graph *ref = pass_decompose(g);
+  Graph *ref = pass_decompose(g, false);
   pass_autodiff(ref);
   double **rv = calloc(ref->n, sizeof *rv);
   uint64_t seed = 7;

@@ -224,8 +224,8 @@ static RcLayer *modes(Arena *a, int L, RcLayer m) {
 }
 
 static void run(Arena *a, Graph *g, bool sel_drops) {
-  Graph *fwd = pass_decompose(g);
-  g = pass_decompose(g);
+  Graph *fwd = pass_decompose(g, false);
+  g = pass_decompose(g, false);
   pass_autodiff(g);
   ir_verify(g);
   int L = g->nlayers;

@@ -83,6 +83,18 @@ static const Case cases[] = {
   {A("f32[2, 5, 8]") B("f32[2, 7, 8]") C("f32[2, 7, 8]") "%3 = attention %0, %1, %2 heads=2 causal=1 : f32[2, 5, 8]\n", "causal attention"},
   {A("f32[2, 5, 8]") B("f32[2, 5, 8]") C("f32[2, 6, 8]") "%3 = attention %0, %1, %2 heads=2 : f32[2, 5, 8]\n", "differ in shape"},
   {A("f32[10, 8]") B("f32[10, 8]") C("f32[10, 8]") "%3 = attention %0, %1, %2 heads=2 : f32[10, 8]\n", "must be 3-D"},
+  /* fused attention: the output rows end with one log-sum-exp per head */
+  {A("bf16[2, 5, 8]") B("bf16[2, 5, 8]") C("bf16[2, 5, 8]") "%3 = flash_attention %0, %1, %2 heads=2 causal=1 : f32[2, 5, 10]\n", NULL},
+  {A("f32[2, 5, 8]") B("f32[2, 5, 8]") C("f32[2, 5, 8]") "%3 = flash_attention %0, %1, %2 heads=3 : f32[2, 5, 11]\n", "do not split into 3 heads"},
+  {A("f32[2, 5, 8]") B("f32[2, 7, 8]") C("f32[2, 7, 8]") "%3 = flash_attention %0, %1, %2 heads=4 : f32[2, 5, 12]\n"
+   "%4 = input o : f32[2, 5, 12]\n%5 = input d : f32[2, 5, 4]\n"
+   "%6 = flash_attention_grad %0, %1, %2, %3, %4, %5 heads=4 which=1 : f32[2, 7, 8]\n", NULL},
+  {A("f32[2, 5, 8]") B("f32[2, 7, 8]") C("f32[2, 7, 8]") "%3 = flash_attention %0, %1, %2 heads=4 : f32[2, 5, 12]\n"
+   "%4 = input d : f32[2, 5, 2]\n"
+   "%5 = flash_attention_grad %0, %1, %2, %3, %3, %4 heads=4 which=0 : f32[2, 5, 8]\n", "do not fit queries"},
+  {A("f32[2, 5, 8]") B("f32[2, 5, 8]") C("f32[2, 5, 8]") "%3 = flash_attention %0, %1, %2 heads=4 : f32[2, 5, 12]\n"
+   "%4 = input d : f32[2, 5, 4]\n"
+   "%5 = flash_attention_grad %0, %1, %2, %3, %3, %4 heads=4 which=3 : f32[2, 5, 8]\n", "which must be 0, 1 or 2"},
   /* data movement */
   {A("f32[2, 3, 4]") "%1 = reshape %0 shape=[6,4] : f32[6, 4]\n", NULL},
   {A("f32[2, 3, 4]") "%1 = reshape %0 shape=[2,-1] : f32[2, 12]\n", NULL},
