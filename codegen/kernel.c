@@ -469,6 +469,15 @@ static void print_view(FILE *f, const Kernel *k, const KView *v, bool code) {
   fputc(']', f);
 }
 
+static void print_bufs(FILE *f, const Kernel *k, bool code) {
+  for (int i = 0; i < k->nbufs; i++) {
+    fputs("  buf ", f);
+    print_buf(f, k, i, code);
+    if (!code) fprintf(f, " tier=%d offset=%lld", k->bufs[i].tier, (long long)k->bufs[i].offset);
+    fprintf(f, " numel=%lld %s\n", (long long)k->bufs[i].numel, dtype_name(k->bufs[i].dtype));
+  }
+}
+
 static void print_operand(FILE *f, const Kernel *k, const char *what, const KOperand *x, bool code) {
   if (x->buf < 0) return;
   fprintf(f, " %s=", what);
@@ -483,12 +492,7 @@ static void print_kernel(FILE *f, const Kernel *k, bool code) {
     fprintf(f, "kernel %s attention %s rows=%lld B=%lld H=%lld S=%lld T=%lld hd=%lld causal=%d scale=%.9g%s\n", k->name,
             pass[A->pass], (long long)k->rows, (long long)A->batch, (long long)A->heads, (long long)A->sq,
             (long long)A->sk, (long long)A->hd, A->causal, A->scale, A->store == KS_ADD ? " +=" : "");
-    for (int i = 0; i < k->nbufs; i++) {
-      fputs("  buf ", f);
-      print_buf(f, k, i, code);
-      if (!code) fprintf(f, " tier=%d offset=%lld", k->bufs[i].tier, (long long)k->bufs[i].offset);
-      fprintf(f, " numel=%lld %s\n", (long long)k->bufs[i].numel, dtype_name(k->bufs[i].dtype));
-    }
+    print_bufs(f, k, code);
     fputs(" ", f);
     print_operand(f, k, "q", &A->q, code), print_operand(f, k, "k", &A->k, code), print_operand(f, k, "v", &A->v, code);
     print_operand(f, k, "out", &A->out, code), print_operand(f, k, "g", &A->g, code);
@@ -499,12 +503,7 @@ static void print_kernel(FILE *f, const Kernel *k, bool code) {
   fprintf(f, "kernel %s par=%s dims=[", k->name, k->par == KP_ROWS ? "rows" : "cols");
   for (int d = 0; d < k->ndims; d++) fprintf(f, "%s%lld%s", d ? ", " : "", (long long)k->dims[d], d + 1 == k->row_dims ? " |" : "");
   fprintf(f, "] rows=%lld cols=%lld\n", (long long)k->rows, (long long)k->cols);
-  for (int i = 0; i < k->nbufs; i++) {
-    fputs("  buf ", f);
-    print_buf(f, k, i, code);
-    if (!code) fprintf(f, " tier=%d offset=%lld", k->bufs[i].tier, (long long)k->bufs[i].offset);
-    fprintf(f, " numel=%lld %s\n", (long long)k->bufs[i].numel, dtype_name(k->bufs[i].dtype));
-  }
+  print_bufs(f, k, code);
   for (int i = 0; i < k->nphases; i++) {
     const KPhase *p = &k->phases[i];
     if (p->kind == KPH_REDUCE) fprintf(f, "  acc%d = %s_j ", p->acc, p->reduce == KR_SUM ? "sum" : "max");

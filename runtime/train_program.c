@@ -834,9 +834,10 @@ static int check_param_ranges(Pj *pj, const RtProgram *p, const RtParam *q, cons
     int64_t bytes = q->numel * 4;
     if (q->offset % 4 != 0)
         return pj_fail(pj, path, "offset", "not a multiple of 4");
+    int sgd_none = p->train.optimizer != RT_OPT_ADAMW && p->tiers[RT_TIER_OPT] == 0; /* no momentum: no state */
     if (pj_range(pj, p, RT_TIER_PARAMS, q->offset, bytes, path, "offset") ||
         pj_range(pj, p, RT_TIER_GRADS, q->offset, bytes, path, "offset") ||
-        pj_range(pj, p, RT_TIER_OPT, q->offset, bytes, path, "offset"))
+        (!sgd_none && pj_range(pj, p, RT_TIER_OPT, q->offset, bytes, path, "offset")))
         return -1;
     if (p->train.optimizer == RT_OPT_ADAMW)
         return pj_range(pj, p, RT_TIER_OPT, p->opt_v_offset + q->offset, bytes, path,
