@@ -85,5 +85,5 @@ peak=$(python3 -c 'import json,sys; print(max(json.loads(l)["device_memory_peak"
 printf '%-44s %12s %10s\n' what MiB vs_fused
 awk -v f="$fused" -v m="$mat" -v p="$peak" 'BEGIN {
   printf "%-44s %12.1f %10s\n", "fused attention, predicted", f / 2^20, "1.00x"
-  printf "%-44s %12.1f %10.2fx\n", "fused attention, measured (2 steps)", p / 2^20, p / f
-  printf "%-44s %12.1f %10.2fx\n", "materialized attention, predicted", m / 2^20, m / f }'
+  printf "%-44s %12.1f %10s\n", "fused attention, measured (2 steps)", p / 2^20, sprintf("%.2fx", p / f)
+  printf "%-44s %12.1f %10s\n", "materialized attention, predicted", m / 2^20, sprintf("%.2fx", m / f) }'
