@@ -286,6 +286,8 @@ static KExpr *expr_pad(L *l, Kernel *k, const Node *n, AxMap m) {
 #define expr_cross_entropy NULL
 #define expr_attention NULL
 #define expr_flash_attention NULL
+#define expr_classifier_ce NULL
+#define expr_classifier_ce_grad NULL
 #define expr_flash_attention_grad NULL
 #define expr_reshape NULL
 #define expr_transpose NULL
@@ -675,9 +677,8 @@ static CeRow ce_row(L *l, const Node *n) {
   return c;
 }
 
-/* The number of counted targets, into a one-element buffer. */
-static int ce_count(L *l, const Node *n) {
-  const Node *t = n->in[1];
+/* The number of counted targets t of n, into a one-element buffer. */
+static int ce_count(L *l, const Node *n, const Node *t) {
   int64_t rows = shape_numel(&t->shape), dims[2] = {1, rows};
   Kernel *k = knew(l, "ce_count", KP_ROWS, dims, 2, 1);
   KView tv = {.offset = l->val[t->id].offset};
@@ -690,6 +691,8 @@ static int ce_count(L *l, const Node *n) {
   kfinish(l, l->seq, k);
   return b;
 }
+
+static void ce_mean(L *l, const Node *n, int per_row, int cnt, int64_t rows);
 
 static void lower_cross_entropy(L *l, const Node *n) {
   const Node *x = n->in[0];
@@ -712,7 +715,11 @@ static void lower_cross_entropy(L *l, const Node *n) {
   for (int d = k->row_dims - 1; d >= 0; d--) { rv.strides[d] = st; st *= k->dims[d]; }
   kernel_row(k, kbuf(l, k, per_row, DT_F32), rv, KS_SET, loss);
   kfinish(l, l->seq, k);
-  int cnt = ce_count(l, n);
+  ce_mean(l, n, per_row, ce_count(l, n, n->in[1]), rows);
+}
+
+/* n's loss: the sum of the rows' losses over the count (at least 1). */
+static void ce_mean(L *l, const Node *n, int per_row, int cnt, int64_t rows) {
   int64_t dims[2] = {1, rows};
   Kernel *m = knew(l, "ce_mean", KP_ROWS, dims, 2, 1);
   KView lv = {0};
@@ -727,7 +734,7 @@ static void lower_cross_entropy(L *l, const Node *n) {
 }
 
 static void lower_cross_entropy_grad(L *l, const Node *n) {
-  int cnt = ce_count(l, n);
+  int cnt = ce_count(l, n, n->in[1]);
   CeRow c = ce_row(l, n);
   Kernel *k = c.k;
   KExpr *p = B(DIV, U(EXP, B(SUB, c.x, c.mx)), c.sum);
@@ -934,7 +941,8 @@ static void lower_flash(L *l, const Node *n) {
                .sq = q->shape.d[1], .sk = n->in[1]->shape.d[1], .hd = hd, .causal = attr_int(n, "causal"),
                .scale = (float)(sc->set ? sc->f : 1.0 / sqrt((double)hd))};
   int64_t rows = A->batch * heads * (which > 0 ? A->sk : A->sq), dims[2] = {rows, 1};
-  Kernel *k = knew(l, fwd ? "flash_attention" : which == 0 ? "flash_dq" : which == 1 ? "flash_dk" : "flash_dv", KP_ROWS, dims, 2, 1);
+  Kernel *k = knew(l, fwd ? "flash_attention" : which == 0 ? "flash_attention_dq" : which == 1 ? "flash_attention_dk" : "flash_attention_dv",
+                   KP_ROWS, dims, 2, 1);
   KOperand none = {-1, 0, 0, 0}, *ops[6] = {&A->q, &A->k, &A->v, &A->out, &A->g, &A->delta};
   for (int i = 0; i < 6; i++) /* dv reads neither v nor delta */
     *ops[i] = i < n->nin && !(which == 2 && (i == 2 || i == 5)) ? attn_operand(l, k, n->in[i], &in[i]) : none;
@@ -945,13 +953,108 @@ static void lower_flash(L *l, const Node *n) {
   kfinish(l, l->seq, k);
 }
 
+/* ---- the fused classifier: cross-entropy of a GEMM, a chunk of rows at a time --------------- */
+
+/* classifier_ce's vocabulary: w's rows (transpose_b) or columns. */
+static int64_t classifier_vocab(const Node *n) { return n->in[1]->shape.d[attr_int(n, "transpose_b") ? 0 : 1]; }
+
+/* A GEMM of f32 operands given by buffer and element offset (row-major, as PGemm). */
+static void plain_gemm(L *l, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                       bool accumulate, const int buf[3], const int64_t off[3]) {
+  PGemm g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = 1,
+             .beta = accumulate, .batch = {1, 1}, .dt = {DT_F32, DT_F32, DT_F32}};
+  for (int i = 0; i < 3; i++) g.tier[i] = PENDING + buf[i], g.off[i] = off[i] * 4;
+  emit(l, l->seq, ISA_GEMM)->gemm = g;
+  for (int i = 0; i < 3; i++) touch(l, buf[i], l->seq->n - 1);
+}
+
+/* What lowering classifier_ce and its gradient share: x [rows, d] in memory, w as a
+ * GEMM operand, and the chunk buffer of chunk x V logits. */
+typedef struct Cls { const Node *x, *w, *t; Val xv; Mat w_fwd, w_dx; bool tb; int64_t d, V, rows, chunk; int s; } Cls;
+
+static Cls cls_of(L *l, const Node *n) {
+  Cls c = {.x = n->in[0], .w = n->in[1], .t = n->in[2], .tb = attr_int(n, "transpose_b")};
+  c.d = c.x->shape.d[c.x->shape.ndim - 1], c.V = classifier_vocab(n);
+  c.rows = shape_numel(&c.t->shape), c.chunk = attr_int(n, "chunk");
+  if (!contiguous_val(l, c.t)) error_at(n->loc, "%s: targets must be an input", op_info(n->op)->name);
+  c.xv = *in_memory(l, c.x);
+  gemm_operand(l, c.w, c.tb, &c.w_fwd);
+  gemm_operand(l, c.w, !c.tb, &c.w_dx);
+  c.s = lbuf_new(l, RT_TIER_WORK, c.chunk * c.V * 4);
+  return c;
+}
+
+/* logits of rows [r0, r0 + m) into the chunk buffer, and the cross-entropy row kernel over them */
+static CeRow cls_chunk(L *l, const Node *n, const Cls *c, int64_t r0, int64_t m, const char *what) {
+  plain_gemm(l, false, c->w_fwd.trans, m, c->V, c->d, c->d, c->w_fwd.ld, c->V, false, (int[]){c->xv.buf, c->w_fwd.buf, c->s},
+             (int64_t[]){c->xv.offset + r0 * c->d, c->w_fwd.off, 0});
+  int64_t dims[2] = {m, c->V};
+  CeRow r = {.k = knew(l, what, KP_ROWS, dims, 2, 1)};
+  Kernel *k = r.k;
+  const Val *tv = &l->val[c->t->id];
+  KView tview = {.offset = tv->offset + r0};
+  tview.strides[0] = 1;
+  r.x = kx_load(l->a, k, kbuf(l, k, c->s, DT_F32), kview_contig(k, 0));
+  r.t = kx_load(l->a, k, kbuf(l, k, tv->buf, DT_I32), tview);
+  r.valid = U(NEG, B(SUB, B(EQ, r.t, C(attr_int(n, "ignore_index"))), C(1)));
+  r.mx = kx_acc(l->a, k, kernel_reduce(k, KR_MAX, r.x));
+  r.sum = kx_acc(l->a, k, kernel_reduce(k, KR_SUM, U(EXP, B(SUB, r.x, r.mx))));
+  return r;
+}
+
+/* Forward: per chunk the logits (a GEMM) and each row's loss; then their mean. */
+static void lower_classifier_ce(L *l, const Node *n) {
+  Cls c = cls_of(l, n);
+  int per_row = lbuf_new(l, RT_TIER_WORK, c.rows * 4);
+  for (int64_t r0 = 0; r0 < c.rows; r0 += c.chunk) {
+    int64_t m = c.rows - r0 < c.chunk ? c.rows - r0 : c.chunk;
+    CeRow r = cls_chunk(l, n, &c, r0, m, "classifier_ce");
+    Kernel *k = r.k;
+    KView g = {.strides = {c.V, 0}, .gather = B(MUL, r.t, r.valid), .gather_stride = 1};
+    KExpr *xt = kx_load(l->a, k, kbuf(l, k, c.s, DT_F32), g);
+    KView rv = {.offset = r0, .strides = {1, 0}};
+    kernel_row(k, kbuf(l, k, per_row, DT_F32), rv, KS_SET, B(MUL, r.valid, B(SUB, B(ADD, U(LOG, r.sum), r.mx), xt)));
+    kfinish(l, l->seq, k);
+  }
+  ce_mean(l, n, per_row, ce_count(l, n, c.t), c.rows);
+}
+
+/* Backward, one pass over the chunks: the logits again, their gradient in place, then
+ * x's rows of the gradient (a GEMM into the output's first part) and w's gradient
+ * summed over the chunks (a GEMM into its second part). */
+static void lower_classifier_ce_grad(L *l, const Node *n) {
+  Cls c = cls_of(l, n);
+  int cnt = ce_count(l, n, c.t), out = out_buf(l, n);
+  l->val[n->id] = layout_of(out, &n->shape);
+  int64_t dw = c.rows * c.d; /* where w's gradient starts */
+  for (int64_t r0 = 0; r0 < c.rows; r0 += c.chunk) {
+    int64_t m = c.rows - r0 < c.chunk ? c.rows - r0 : c.chunk;
+    CeRow r = cls_chunk(l, n, &c, r0, m, "classifier_ce_grad");
+    Kernel *k = r.k;
+    KExpr *p = B(DIV, U(EXP, B(SUB, r.x, r.mx)), r.sum);
+    KExpr *onehot = B(EQ, kx_coord(l->a, k, 1), r.t);
+    KExpr *count = B(MAX, kx_load(l->a, k, kbuf(l, k, cnt, DT_F32), (KView){0}), C(1));
+    KExpr *g = expr(l, k, n->in[3], (AxMap){{0}});
+    kernel_map(k, kbuf(l, k, c.s, DT_F32), kview_contig(k, 0), KS_SET,
+               B(MUL, r.valid, B(DIV, B(MUL, B(SUB, p, onehot), g), count)));
+    kfinish(l, l->seq, k);
+    int64_t xoff = c.xv.offset + r0 * c.d;
+    plain_gemm(l, false, c.w_dx.trans, m, c.d, c.V, c.V, c.w_dx.ld, c.d, false, (int[]){c.s, c.w_dx.buf, out},
+               (int64_t[]){0, c.w_dx.off, r0 * c.d});
+    if (c.tb) /* w [V, d]: dlogitsᵀ x */
+      plain_gemm(l, true, false, c.V, c.d, m, c.V, c.d, c.d, r0 > 0, (int[]){c.s, c.xv.buf, out}, (int64_t[]){0, xoff, dw});
+    else /* w [d, V]: xᵀ dlogits */
+      plain_gemm(l, true, false, c.d, c.V, m, c.d, c.V, c.V, r0 > 0, (int[]){c.xv.buf, c.s, out}, (int64_t[]){xoff, 0, dw});
+  }
+}
+
 /* ---- the walk over the graph ------------------------------------------------------------ */
 
 /* Inputs that must be in memory, by op: GEMM operands, views, shifted or gathered reads. */
 static const unsigned memory_inputs[OP_COUNT] = {
   [OP_MATMUL] = 3, [OP_RESHAPE] = 1, [OP_TRANSPOSE] = 1, [OP_SLICE] = 1, [OP_ROTARY] = 1, [OP_PAD] = 1,
   [OP_EMBEDDING] = 1, [OP_CROSS_ENTROPY] = 3, [OP_CROSS_ENTROPY_GRAD] = 3, [OP_FLASH_ATTENTION] = 7,
-  [OP_FLASH_ATTENTION_GRAD] = 63,
+  [OP_FLASH_ATTENTION_GRAD] = 63, [OP_CLASSIFIER_CE] = 7, [OP_CLASSIFIER_CE_GRAD] = 7,
 };
 
 static bool needs_memory(const Node *n, int i) { return i < 32 && (memory_inputs[n->op] >> i & 1); }
@@ -1075,11 +1178,17 @@ static void fill_grad_slots(L *l) {
 
 /* ---- parameters, inputs, optimizer ------------------------------------------------------- */
 
+/* The targets of the loss: cross_entropy's, or the fused classifier's; NULL for another loss. */
+static const Node *loss_targets(const Graph *g) {
+  if (!g->loss) return NULL;
+  return g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[1] : g->loss->op == OP_CLASSIFIER_CE ? g->loss->in[2] : NULL;
+}
+
 static void find_inputs(L *l) {
   Program *p = l->p;
   Graph *g = l->g;
   p->inputs = arena_array(l->a, g->n, sizeof *p->inputs);
-  const Node *targets = g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[1] : NULL;
+  const Node *targets = loss_targets(g);
   for (int i = 0; i < g->n_forward; i++) {
     const Node *n = g->nodes[i];
     if (n->op != OP_INPUT) continue;
@@ -1409,6 +1518,9 @@ Program *lower_program(Graph *g) {
   if (logits) {
     p->logits_offset = placed(l, logits);
     p->vocab = logits->shape.d[logits->shape.ndim - 1];
+  } else if (g->loss->op == OP_CLASSIFIER_CE) { /* no logits to sample from */
+    p->logits_offset = -1;
+    p->vocab = classifier_vocab(g->loss);
   }
   for (int i = 0; i < p->ninputs; i++)
     if (p->inputs[i].role == PIN_TOKENS) {
@@ -1455,7 +1567,7 @@ Program *lower_stage(Graph **gs, const int *index, int n) {
       ch->wrt[k] = placed(l, g->wrt[k]);
     }
     for (int k = 0; k < g->nseeds; k++) ch->seed[k] = placed(l, g->seed_grad[k]);
-    const Node *targets = g->loss && g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[1] : NULL;
+    const Node *targets = loss_targets(g);
     for (int i = 0; i < g->n_forward; i++) {
       const Node *nd = g->nodes[i];
       if (nd->op != OP_INPUT || nd->dtype != DT_I32) continue;
@@ -1467,6 +1579,7 @@ Program *lower_stage(Graph **gs, const int *index, int n) {
       ch->loss = p->loss_offset = placed(l, g->loss);
       const Node *logits = g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
       if (logits) p->vocab = logits->shape.d[logits->shape.ndim - 1];
+      if (g->loss->op == OP_CLASSIFIER_CE) p->vocab = classifier_vocab(g->loss);
     }
   }
   /* the optimizer, over the merged parameters, with the gradient-norm parts after the chunks */

@@ -60,6 +60,8 @@ static void usage(FILE *f) {
         "                    --recompute auto: bytes, or 512K, 512M, 2G, 1.5GiB (binary), 2GB (decimal)\n"
         "  --attention K     fused (default: flash_attention kernels, no scores stored) or\n"
         "                    materialized (GEMMs and a softmax, the scores in memory)\n"
+        "  --classifier K    materialized (default: the logits in memory) or fused (the classifier's\n"
+        "                    GEMM and cross-entropy a chunk of rows at a time; no sampling)\n"
         "  --precision P     fp32 (default), bf16 or fp16: GEMMs on 16-bit copies of their inputs\n"
         "                    with f32 sums, normalisations, softmax and the loss in f32, f32 master\n"
         "                    weights and optimizer state (torch.autocast's policy); fp16 adds dynamic\n"
@@ -110,6 +112,7 @@ typedef struct Options {
   int rc;                    /* --recompute: -1 unset, a Recompute, or RC_AUTO */
   int64_t act_mem;           /* --activation-memory bytes, 0 unset */
   int precision;             /* --precision: a DType (DT_F32 unless asked) */
+  bool classifier_fused;     /* --classifier fused: classifier_ce (passes/decompose.c) */
 } Options;
 
 enum { RC_AUTO = RC_COUNT };
@@ -168,7 +171,8 @@ static int parse_choice(const char *flag, const char *arg, const char *const *na
 
 enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA,
        O_GPN, O_GPU, O_CLUSTER, O_DUMP_PLAN, O_PLAN_OUT, O_PLAN, O_DP, O_TP, O_PP, O_ZERO, O_MBS, O_SCHEDULE, O_VSTAGES,
-       O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD, O_WHAT_IF, O_NVME, O_PRECISION };
+       O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD, O_WHAT_IF, O_NVME, O_PRECISION,
+       O_CLASSIFIER };
 
 /* The options that describe the cluster or force part of the plan. */
 static bool parse_plan_option(int c, const char *arg, Options *o) {
@@ -222,6 +226,7 @@ static void parse_options(int argc, char **argv, Options *o) {
     {"nvme", required_argument, 0, O_NVME},
     {"offload", required_argument, 0, O_OFFLOAD}, {"jobs", required_argument, 0, 'j'},
     {"what-if", no_argument, 0, O_WHAT_IF}, {"precision", required_argument, 0, O_PRECISION},
+    {"classifier", required_argument, 0, O_CLASSIFIER},
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
   *o = (Options){.gpus = 1, .rc = -1, .precision = DT_F32};
   plan_force_init(&o->force);
@@ -250,6 +255,11 @@ static void parse_options(int argc, char **argv, Options *o) {
       o->precision = dts[parse_choice("--precision", optarg, names, 4)];
       if (o->precision == DT_E4M3)
         error_plain("--precision fp8 is not compiled yet (its GEMMs need per-tensor scales): use bf16, fp16 or fp32");
+      break;
+    }
+    case O_CLASSIFIER: {
+      static const char *const names[] = {"materialized", "fused"};
+      o->classifier_fused = parse_choice("--classifier", optarg, names, 2) == 1;
       break;
     }
     case 'o': o->out = optarg; break;
@@ -701,7 +711,8 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
   progress("front end done; partition, autodiff, recompute");
   b->part = pass_partition(g, b->r, b->r ? &b->r->best : NULL); /* requires: verified forward graph of the plan's micro-batch */
   after_ir(b, "partition");
-  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k], b->ch.attn == ATTN_FUSED);
+  unsigned fuse = (b->ch.attn == ATTN_FUSED ? FUSE_ATTENTION : 0) | (b->o->classifier_fused ? FUSE_CLASSIFIER : 0);
+  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k], fuse);
   after_ir(b, "decompose");
   if (b->o->precision != DT_F32) { /* mixed precision: one stage (plan_for keeps tp and pp 1) */
     if (b->part->nchunks != 1) error_plain("--precision bf16 and fp16 compile one pipeline stage so far");

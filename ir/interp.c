@@ -374,6 +374,57 @@ static void run_cross_entropy_grad(const Node *n, const double *x, const double 
   }
 }
 
+/* classifier_ce's logits, x [R, d] times w (transposed when transpose_b): [R, V] in a new array. */
+static double *classifier_logits(const Node *n, const double *x, const double *w, int64_t *R, int64_t *V) {
+  bool tb = attr_int(n, "transpose_b");
+  int64_t d = last(&n->in[0]->shape);
+  *R = numel(n->in[2]), *V = n->in[1]->shape.d[tb ? 0 : 1];
+  double *lg = malloc((size_t)(*R * *V > 0 ? *R * *V : 1) * sizeof *lg);
+  if (!lg) diag_internal(__FILE__, __LINE__, "interp: out of memory");
+  for (int64_t r = 0; r < *R; r++)
+    for (int64_t j = 0; j < *V; j++) {
+      double s = 0;
+      for (int64_t k = 0; k < d; k++) s += x[r * d + k] * (tb ? w[j * d + k] : w[k * *V + j]);
+      lg[r * *V + j] = s;
+    }
+  return lg;
+}
+
+static void run_classifier_ce(const Node *n, const double *x, const double *w, const double *tg, double *out) {
+  int64_t R, V, ignore = attr_int(n, "ignore_index"), count = 0;
+  double *lg = classifier_logits(n, x, w, &R, &V), total = 0;
+  for (int64_t r = 0; r < R; r++) {
+    if (tg[r] == (double)ignore) continue;
+    count++;
+    total += row_lse(lg + r * V, V) - lg[r * V + index_in(n, "target", tg[r], V)];
+  }
+  out[0] = count ? total / (double)count : 0;
+  free(lg);
+}
+
+/* dlogits = g (softmax - onehot) / count on the counted rows; dx = dlogits w', dw from dlogitsᵀ x. */
+static void run_classifier_ce_grad(const Node *n, const double *const *in, double *out) {
+  const double *x = in[0], *tg = in[2], *w = in[1], g = in[3][0];
+  bool tb = attr_int(n, "transpose_b");
+  int64_t R, V, d = last(&n->in[0]->shape), ignore = attr_int(n, "ignore_index"), count = 0;
+  double *lg = classifier_logits(n, x, w, &R, &V), *dx = out, *dw = out + R * d;
+  for (int64_t r = 0; r < R; r++) count += tg[r] != (double)ignore;
+  memset(out, 0, numel(n) * sizeof *out);
+  for (int64_t r = 0; r < R; r++) {
+    if (tg[r] == (double)ignore) continue;
+    int64_t t = index_in(n, "target", tg[r], V);
+    double lse = row_lse(lg + r * V, V);
+    for (int64_t j = 0; j < V; j++) {
+      double dl = g * (exp(lg[r * V + j] - lse) - (j == t)) / (double)count;
+      for (int64_t k = 0; k < d; k++) {
+        dx[r * d + k] += dl * (tb ? w[j * d + k] : w[k * V + j]);
+        dw[tb ? j * d + k : k * V + j] += dl * x[r * d + k];
+      }
+    }
+  }
+  free(lg);
+}
+
 /* One query row of one head: out[d] = sum_j p_j v[j, d], p = softmax(scale q.k_j). */
 static void attend_row(const double *q, const double *k, const double *v, double *out, double *p, int64_t T,
                        int64_t keep, int64_t F, int64_t hd, double scale) {
@@ -549,6 +600,8 @@ void interp_eval(const Node *n, const double *const *in, double *out, int64_t st
   case OP_SUM: case OP_MEAN: run_reduce(n, in[0], out); break;
   case OP_CROSS_ENTROPY: run_cross_entropy(n, in[0], in[1], out); break;
   case OP_ATTENTION: run_attention(n, in[0], in[1], in[2], out); break;
+  case OP_CLASSIFIER_CE: run_classifier_ce(n, in[0], in[1], in[2], out); break;
+  case OP_CLASSIFIER_CE_GRAD: run_classifier_ce_grad(n, in, out); break;
   case OP_FLASH_ATTENTION: run_flash_attention(n, in[0], in[1], in[2], out); break;
   case OP_FLASH_ATTENTION_GRAD: run_flash_attention_grad(n, in, out); break;
   case OP_RESHAPE: memcpy(out, in[0], numel(n) * sizeof *out); break;

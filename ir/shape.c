@@ -283,6 +283,47 @@ void cost_cross_entropy(const Node *n, Cost *c) {
   c->bytes = 2 * nbytes(n->in[0]);
 }
 
+/* classifier_ce(x [..., d], w [V, d] (transpose_b) or [d, V], targets i32 [...]) -> f32 []:
+ * cross_entropy(matmul(x, w, transpose_b), targets) without the logits. */
+static int64_t classifier_vocab(Node *n) {
+  const Node *x = n->in[0], *w = n->in[1], *t = n->in[2];
+  bool tb = attr_int(n, "transpose_b");
+  need_float(n, 0), need_float(n, 1);
+  if (x->shape.ndim < 1 || w->shape.ndim != 2)
+    error_at(n->loc, "%s: x %s and a 2-D w %s expected", op_info(n->op)->name, shp(x), shp(w));
+  int64_t d = x->shape.d[x->shape.ndim - 1], V = w->shape.d[tb ? 0 : 1];
+  if (w->shape.d[tb ? 1 : 0] != d) error_at(n->loc, "%s: x %s does not fit w %s", op_info(n->op)->name, shp(x), shp(w));
+  Shape rows = x->shape;
+  rows.ndim--;
+  if (t->dtype != DT_I32 || !shape_eq(&rows, &t->shape))
+    error_at(n->loc, "%s: targets %s must be i32 and match x %s without its last axis", op_info(n->op)->name, shp(t), shp(x));
+  if (attr_int(n, "chunk") < 1) error_at(n->loc, "%s: chunk must be positive", op_info(n->op)->name);
+  return V;
+}
+void infer_classifier_ce(Node *n) {
+  classifier_vocab(n);
+  n->shape.ndim = 0;
+  n->dtype = DT_F32;
+}
+void cost_classifier_ce(const Node *n, Cost *c) {
+  double V = (double)n->in[1]->shape.d[attr_int(n, "transpose_b") ? 0 : 1], rows = numel(n->in[2]);
+  double d = (double)n->in[1]->shape.d[attr_int(n, "transpose_b") ? 1 : 0];
+  c->fwd_flops = 2 * rows * V * d + 5 * rows * V;
+  c->bwd_flops = 6 * rows * V * d + 2 * rows * V; /* the logits again, then both gradients */
+  c->bytes = nbytes(n->in[0]) + nbytes(n->in[1]);
+}
+void infer_classifier_ce_grad(Node *n) {
+  classifier_vocab(n);
+  if (n->in[3]->shape.ndim != 0) error_at(n->loc, "classifier_ce_grad: the loss's gradient must be a scalar");
+  n->shape.ndim = 1;
+  n->shape.d[0] = shape_numel(&n->in[0]->shape) + shape_numel(&n->in[1]->shape);
+  n->dtype = DT_F32;
+}
+void cost_classifier_ce_grad(const Node *n, Cost *c) {
+  cost_classifier_ce(n, c);
+  c->fwd_flops = c->bwd_flops, c->bwd_flops = 0;
+}
+
 /* attention(q [B, S, H*hd], k [B, T, H*hd], v [B, T, H*hd]) -> [B, S, H*hd]:
  * softmax(q kᵀ · scale [+ causal mask]) v per head; scale defaults to 1/sqrt(hd). */
 void infer_attention(Node *n) {

@@ -216,6 +216,21 @@ static void grad_cross_entropy(AD *ad, Node *n, Node *g) {
   accum(ad, n->in[0], done(d));
 }
 
+/* classifier_ce: one node computes both gradients (one pass over the chunks, the
+ * logits recomputed); x's and w's are slices of its output. */
+static void grad_classifier_ce(AD *ad, Node *n, Node *g) {
+  Node *d = mk(ad, OP_CLASSIFIER_CE_GRAD, (Node *[]){n->in[0], n->in[1], n->in[2], g}, 4);
+  for (int a = 0; a < 3; a++) d->attr[a] = n->attr[a];
+  done(d);
+  int64_t nx = shape_numel(&n->in[0]->shape);
+  for (int i = 0; i < 2; i++) {
+    if (!ad->needs[n->in[i]->id]) continue;
+    Node *sl = mk(ad, OP_SLICE, &d, 1);
+    set_i(sl, "axis", 0), set_i(sl, "start", i ? nx : 0), set_i(sl, "end", i ? d->shape.d[0] : nx);
+    accum(ad, n->in[i], shaped(ad, OP_RESHAPE, done(sl), &n->in[i]->shape));
+  }
+}
+
 static void grad_attention(AD *ad, Node *n, Node *g) {
   diag_internal(__FILE__, __LINE__, "attention reached autodiff: run pass_decompose first");
 }
@@ -327,6 +342,7 @@ static void grad_layernorm_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, 
 static void grad_rmsnorm_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_softmax_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_flash_attention_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
+static void grad_classifier_ce_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_cross_entropy_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_embedding_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_pad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }

@@ -77,17 +77,59 @@ static Node *fuse_attention(Ctx *c, Node **in) {
   return o;
 }
 
-Graph *pass_decompose(Graph *g, bool fused) {
+/* cross_entropy(matmul(x, w [2-D], transpose_b), targets), the matmul read by nothing
+ * else: classifier_ce, whose chunks of rows have about x's element count of logits
+ * (Liger Kernel's rule: rows / ceil(V / d), rounded up to a power of two). */
+static Node *fuse_classifier(Ctx *c, const Node *ce, const Node *mm, Node **map) {
+  Node *in[3] = {map[mm->in[0]->id], map[mm->in[1]->id], map[ce->in[1]->id]};
+  Node *f = mk(c, OP_CLASSIFIER_CE, in, 3);
+  bool tb = attr_int(mm, "transpose_b");
+  int64_t V = mm->in[1]->shape.d[tb ? 0 : 1], d = mm->in[1]->shape.d[tb ? 1 : 0];
+  int64_t rows = shape_numel(&ce->in[1]->shape), want = (rows + (V + d - 1) / d - 1) / ((V + d - 1) / d), chunk = 1;
+  while (chunk < want && chunk < rows) chunk *= 2;
+  f->attr[op_attr_index(OP_CLASSIFIER_CE, "transpose_b")] = (AttrVal){.set = true, .i = tb};
+  f->attr[op_attr_index(OP_CLASSIFIER_CE, "ignore_index")] = (AttrVal){.set = true, .i = attr_int(ce, "ignore_index")};
+  f->attr[op_attr_index(OP_CLASSIFIER_CE, "chunk")] = (AttrVal){.set = true, .i = chunk < rows ? chunk : rows};
+  node_infer(f);
+  return f;
+}
+
+/* The matmul a cross_entropy n reads that classifier_ce can take in: read by n alone,
+ * not a value other chunks read, on a 2-D weight; NULL otherwise. */
+static const Node *classifier_of(const Graph *g, const Node *n, const int *uses) {
+  const Node *m = n->op == OP_CROSS_ENTROPY ? n->in[0] : NULL;
+  if (!m || m->op != OP_MATMUL || uses[m->id] != 1 || attr_int(m, "transpose_a") || m->in[1]->shape.ndim != 2)
+    return NULL;
+  for (int k = 0; k < g->nouts; k++)
+    if (g->outs[k] == m) return NULL;
+  for (int k = 0; k < g->nseeds; k++)
+    if (g->seed_out[k] == m) return NULL;
+  return m;
+}
+
+Graph *pass_decompose(Graph *g, unsigned fuse) {
   Graph *h = graph_new_like(g);
   Node **map = arena_array(g->arena, g->n, sizeof *map);
   Node **in = arena_array(g->arena, 64, sizeof *in);
+  int *uses = arena_array(g->arena, g->n, sizeof *uses);
+  for (int i = 0; i < g->n; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
+  for (int k = 0; k < g->nwrt; k++) uses[g->wrt[k]->id]++; /* the activations other chunks differentiate */
+  bool *taken = arena_array(g->arena, g->n, sizeof *taken); /* matmuls classifier_ce computes */
+  for (int i = 0; i < g->n && fuse & FUSE_CLASSIFIER; i++) {
+    const Node *mm = classifier_of(g, g->nodes[i], uses);
+    if (mm) taken[mm->id] = true;
+  }
   for (int i = 0; i < g->n; i++) {
     const Node *n = g->nodes[i];
+    if (taken[i]) continue;
     ir_assert(n->nin <= 64);
     for (int k = 0; k < n->nin; k++) in[k] = map[n->in[k]->id];
     Ctx c = {h, n};
-    if (n->op != OP_ATTENTION) map[i] = graph_clone_node(h, n, in);
-    else map[i] = fused ? fuse_attention(&c, in) : decompose_attention(&c, in);
+    const Node *mm = fuse & FUSE_CLASSIFIER ? classifier_of(g, n, uses) : NULL;
+    if (mm) map[i] = fuse_classifier(&c, n, mm, map);
+    else if (n->op != OP_ATTENTION) map[i] = graph_clone_node(h, n, in);
+    else map[i] = fuse & FUSE_ATTENTION ? fuse_attention(&c, in) : decompose_attention(&c, in);
   }
   if (g->loss) h->loss = map[g->loss->id];
   h->nseeds = g->nseeds, h->nwrt = g->nwrt;

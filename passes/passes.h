@@ -6,8 +6,10 @@
 
 /* requires: a verified forward graph. Rewrites composite ops that a backend has no
  * fused kernel for into primitive ops: attention into GEMMs and a softmax, or with
- * `fused` into flash_attention. Returns the new graph. */
-Graph *pass_decompose(Graph *g, bool fused);
+ * FUSE_ATTENTION into flash_attention; with FUSE_CLASSIFIER, the cross-entropy of a
+ * GEMM read by nothing else becomes classifier_ce. Returns the new graph. */
+enum { FUSE_ATTENTION = 1, FUSE_CLASSIFIER = 2 };
+Graph *pass_decompose(Graph *g, unsigned fuse);
 
 /* requires: a verified forward graph of one stage, no composite ops (decompose).
  * Mixed precision in `low` (DT_BF16, DT_F16): casts around every op by its

@@ -99,7 +99,7 @@ static int bdim_of(const PlanModel *pm, const Node *n) {
                    (n->in[0]->shape.ndim < n->shape.ndim || n->in[0]->shape.d[0] == 1)
                ? 0 : -1;
   case OP_CROSS_ENTROPY: case OP_SUM_TO: case OP_EMBEDDING_GRAD: case OP_CROSS_ENTROPY_GRAD: case OP_FLASH_ATTENTION:
-  case OP_FLASH_ATTENTION_GRAD: return -1; /* (made by decompose and autodiff, after planning) */
+  case OP_FLASH_ATTENTION_GRAD: case OP_CLASSIFIER_CE: case OP_CLASSIFIER_CE_GRAD: return -1; /* (made by decompose and autodiff, after planning) */
   case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_SPLIT: case OP_TP_COPY: return b;
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_GELU: case OP_SILU: case OP_RELU:
   case OP_DROPOUT: case OP_CAST: case OP_ROTARY: case OP_LAYERNORM: case OP_RMSNORM: case OP_SOFTMAX:
@@ -655,6 +655,8 @@ static void shard_along_axis(SB *b) { gen_along_axis(b, false); }
 #define shard_split shard_none
 #define shard_tp_copy shard_none
 #define shard_flash_attention shard_none
+#define shard_classifier_ce shard_none
+#define shard_classifier_ce_grad shard_none
 #define shard_flash_attention_grad shard_none
 
 static void (*const shard_rules[OP_COUNT])(SB *) = {

@@ -48,7 +48,8 @@
  *     dynamic loss scaling, the backward pass's seed; 1 otherwise), when the program
  *     says "scalars": 11 (every kernel of every list gets the array)
  * `forward` computes the logits for sampling (batch x seq x vocab f32 at
- * logits_offset) from the token inputs, without the loss or backward.
+ * logits_offset) from the token inputs, without the loss or backward; a program whose
+ * classifier is fused with its loss (classifier_ce) has none: logits_offset -1.
  *
  * JSON schema (all offsets and sizes in bytes, all counts int64):
  * {

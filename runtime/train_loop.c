@@ -487,6 +487,12 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
                               "split over the mesh dp %d x tp %d x pp %d; it needs a one-stage, "
                               "unsplit program (compile the model without tp and pp to sample)",
                               t->mesh.dp, t->mesh.tp, t->mesh.pp);
+    if (p->logits_offset < 0 && o->sample > 0)
+        return file_set_error(err, errlen,
+                              "--sample: this program computes the classifier and its loss a chunk "
+                              "of rows at a time (colossalc --classifier fused) and never holds the "
+                              "logits `forward` samples from; compile with --classifier materialized "
+                              "to sample");
     t->global_batch = p->batch * p->microbatches * t->mesh.dp;
     if (t->global_batch > INT32_MAX)
         return file_set_error(err, errlen, "global batch of %" PRId64 " rows is too large",

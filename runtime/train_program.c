@@ -954,12 +954,13 @@ static int parse_slots(Pj *pj, const cJSON *r, RtProgram *p)
 {
     int64_t logits_bytes = p->scheduled ? 0 : p->batch * p->seq * p->vocab * 4; /* no sampling there */
     if (pj_int(pj, r, "", "loss_offset", 0, INT64_MAX / 2, &p->loss_offset) ||
-        pj_int(pj, r, "", "logits_offset", 0, INT64_MAX / 2, &p->logits_offset) ||
+        pj_int(pj, r, "", "logits_offset", -1, INT64_MAX / 2, &p->logits_offset) ||
         pj_int(pj, r, "", "gradnorm_offset", 0, INT64_MAX / 2, &p->gradnorm_offset) ||
         pj_int(pj, r, "", "gradnorm_parts", 1, 1 << 30, &p->gradnorm_parts))
         return -1;
     return pj_range(pj, p, RT_TIER_WORK, p->loss_offset, 4, "", "loss_offset") ||
-           pj_range(pj, p, RT_TIER_WORK, p->logits_offset, logits_bytes, "", "logits_offset") ||
+           (p->logits_offset >= 0 &&
+            pj_range(pj, p, RT_TIER_WORK, p->logits_offset, logits_bytes, "", "logits_offset")) ||
            pj_range(pj, p, RT_TIER_WORK, p->gradnorm_offset, p->gradnorm_parts * 4, "",
                     "gradnorm_offset");
 }

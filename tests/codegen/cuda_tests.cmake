@@ -40,7 +40,7 @@ foreach(entry ${COLOSSALC_TINY_MODELS})
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(codegen_cuda_lowered_${tiny_name} PROPERTIES TIMEOUT 900)
   add_test(NAME codegen_cuda_lowered_${tiny_name}_fused
-           COMMAND test_codegen_cuda lowered ${tiny_model} --attention=fused ${tiny_config}
+           COMMAND test_codegen_cuda lowered ${tiny_model} --attention=fused --classifier=fused ${tiny_config}
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(codegen_cuda_lowered_${tiny_name}_fused PROPERTIES TIMEOUT 900)
 endforeach()

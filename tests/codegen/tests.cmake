@@ -11,7 +11,7 @@ foreach(entry ${COLOSSALC_TINY_MODELS})
   add_test(NAME codegen_llvm_lowered_${tiny_name} COMMAND test_llvm lowered ${tiny_model} ${tiny_config}
            WORKING_DIRECTORY ${CODEGEN_TEST_WORK})
   add_test(NAME codegen_llvm_lowered_${tiny_name}_fused COMMAND test_llvm lowered ${tiny_model} --attention=fused
-           ${tiny_config} WORKING_DIRECTORY ${CODEGEN_TEST_WORK})
+           --classifier=fused ${tiny_config} WORKING_DIRECTORY ${CODEGEN_TEST_WORK})
 endforeach()
 # and gpt2-tiny in bf16 mixed precision
 add_test(NAME codegen_llvm_lowered_gpt2_tiny_bf16 COMMAND test_llvm lowered ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model

@@ -20,10 +20,11 @@ static inline Program *lowered_model(Arena *a, int argc, char **argv) {
   ConfigOverride ov[16];
   int nov = 0, first = 1;
   volatile DType low = DT_F32; /* "--precision=bf16" (or fp16) after the model: passes/autocast.c */
-  volatile bool fused = false;  /* "--attention=fused": flash_attention (passes/decompose.c) */
+  volatile unsigned fuse = 0;   /* "--attention=fused", "--classifier=fused" (passes/decompose.c) */
   for (; first < argc && !strncmp(argv[first], "--", 2); first++) {
     if (!strncmp(argv[first], "--precision=", 12)) low = strcmp(argv[first] + 12, "bf16") ? DT_F16 : DT_BF16;
-    else fused = !strcmp(argv[first], "--attention=fused");
+    else if (!strcmp(argv[first], "--attention=fused")) fuse |= FUSE_ATTENTION;
+    else if (!strcmp(argv[first], "--classifier=fused")) fuse |= FUSE_CLASSIFIER;
   }
   for (int i = first; i < argc && nov < 16; i++) {
     char *eq = strchr(argv[i], '=');
@@ -39,7 +40,7 @@ static inline Program *lowered_model(Arena *a, int argc, char **argv) {
   char *text = frontend_read_file(a, argv[0], &len);
   Graph *g = frontend_compile(a, argv[0], text, len, ov, nov);
   if (!g) { diag_pop(&j); return NULL; }
-  g = pass_decompose(g, fused);
+  g = pass_decompose(g, fuse);
   if (low != DT_F32) g = pass_autocast(g, low);
   pass_autodiff(g);
   ir_verify(g);

@@ -9,6 +9,10 @@
 #                libm (tanh, exp) differs in the last bits and can move a bf16 rounding, so
 #                to a relative 1e-2 (small biases follow the noise too), the key biases
 #                (zero gradient: only rounding noise) left out
+#   fused        gpt2-tiny with the classifier fused too (classifier_ce: chunked GEMMs at
+#                row offsets, the cross-entropy's gradient in place; attention is fused by
+#                default) for 5 steps on the emulated CUDA device against the CPU device,
+#                to a relative 1e-5
 #   nvrtc_cache  real NVRTC (no GPU, no driver): train --compile-kernels for sm_80 and
 #                sm_90, every unit compiled, then every unit from the cache, then one
 #                damaged entry rebuilt
@@ -55,6 +59,14 @@ bf16)
     > cuda.out
   "$py" "$src/tests/multirank/compare_runs.py" --skip "h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256" 1e-2 \
     cpu.jsonl cuda.jsonl cpu.safetensors cuda.safetensors
+  ;;
+fused)
+  "$cc" "$src/models/gpt2-tiny.model" --set layers=2 --set seq=32 --set batch=4 --classifier fused -o trainf \
+    2> compilef.err
+  ./trainf $args --device cpu --log cpu.jsonl --save cpu.safetensors > cpu.out
+  LD_LIBRARY_PATH=$emul ./trainf $args --device cuda --kernel-cache kc --log cuda.jsonl --save cuda.safetensors \
+    > cuda.out
+  "$py" "$src/tests/multirank/compare_runs.py" 1e-5 cpu.jsonl cuda.jsonl cpu.safetensors cuda.safetensors
   ;;
 nvrtc_cache)
   for arch in sm_80 sm_90; do

@@ -7,9 +7,11 @@
 # with the same casts (gpt2_reference.py --bf16, --fp16), to a relative 1e-2 (the losses,
 # and every parameter tensor but the key biases, whose gradient is rounding noise); fp16
 # from a loss scale of 2^20, its first steps skipped (the same ones as GradScaler).
-# Usage: run_vs_torch.sh COLOSSALC MKTOKENS PYTHON SRCDIR WORKDIR [PRECISION]
+# FLAGS (one word, commas for spaces) go to colossalc: --classifier,fused checks the fused
+# classifier against the same reference.
+# Usage: run_vs_torch.sh COLOSSALC MKTOKENS PYTHON SRCDIR WORKDIR [PRECISION [FLAGS]]
 set -eu
-cc=$1 mk=$2 py=$3 src=$4 work=$5 prec=${6:-fp32}
+cc=$1 mk=$2 py=$3 src=$4 work=$5 prec=${6:-fp32} flags=$(echo "${7:-}" | tr , ' ')
 steps=5 tol=1e-4 ref="" noise=""
 # bf16: the key biases (d = 128, the second third of c_attn.bias) have a zero gradient
 # in exact arithmetic; checked to move at most lr x steps (compare.py, NOISE)
@@ -21,7 +23,7 @@ scale=""
 [ "$prec" = fp16 ] && scale="--loss-scale 1048576"
 mkdir -p "$work" && cd "$work"
 rm -f log.jsonl final.safetensors
-"$cc" "$src/models/gpt2-tiny.model" --set batch=2 --set seq=32 --set layers=2 --precision "$prec" -o train
+"$cc" "$src/models/gpt2-tiny.model" --set batch=2 --set seq=32 --set layers=2 --precision "$prec" $flags -o train
 "$mk" "$src/data/genesis.txt" genesis.bin > /dev/null
 "$py" "$src/tests/e2e/gpt2_reference.py" $ref genesis.bin . 256 256 128 4 2 2 32 $steps 1e-3
 ./train --data genesis.bin --init-from init.safetensors --steps $steps --lr 1e-3 --warmup 0 --lr-schedule constant \

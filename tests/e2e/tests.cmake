@@ -4,6 +4,11 @@ file(MAKE_DIRECTORY ${E2E_WORK})
 add_test(NAME e2e_gpt2_vs_torch
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_vs_torch.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/torch)
+# the fused classifier (classifier_ce, the logits a chunk of rows at a time) against the same reference
+add_test(NAME e2e_gpt2_vs_torch_fused_classifier
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_vs_torch.sh $<TARGET_FILE:colossalc>
+                 $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/torch-fc fp32
+                 --classifier,fused)
 # bf16 mixed precision (--precision bf16): 20 steps against the reference with the same casts
 add_test(NAME e2e_gpt2_vs_torch_bf16
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_vs_torch.sh $<TARGET_FILE:colossalc>
@@ -20,11 +25,14 @@ endif()
 add_test(NAME e2e_gpt2_vs_torch_fp16
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_vs_torch.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/torch-fp16 fp16)
-# fused attention equals materialized: the loss and every gradient of one SGD step, to 1e-5,
-# causal and not, head sizes 32 to 128, sequence lengths off and on the key block
-add_test(NAME e2e_fused_attention
-         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_fused_attention.sh $<TARGET_FILE:colossalc>
-                 $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/fused-attention)
+# fused kernels equal the materialized ones: the loss and every gradient of one SGD step, to
+# 1e-5; attention causal and not, head sizes 32 to 128, sequence lengths off and on the key
+# block; the classifier with w [d, V] and tied [V, d], rows the chunk does not divide
+foreach(what attention classifier)
+  add_test(NAME e2e_fused_${what}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_fused.sh ${what} $<TARGET_FILE:colossalc>
+                   $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/fused-${what})
+endforeach()
 add_test(NAME e2e_resume
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_resume.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/resume)

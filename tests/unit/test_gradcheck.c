@@ -87,6 +87,11 @@ static const GCase cases[] = {
   {P0("f32[2, 4, 8]") P1("f32[2, 4, 8]") P2("f32[2, 4, 8]") "%3 = attention %0, %1, %2 heads=2 : f32[2, 4, 8]\n", NULL},
   {P0("f32[1, 3, 8]") P1("f32[1, 5, 8]") P2("f32[1, 5, 8]") "%3 = attention %0, %1, %2 heads=4 scale=0.5 : f32[1, 3, 8]\n",
    NULL},
+  /* the fused classifier, w as [V, d] and [d, V], chunks that do not divide the rows */
+  {P0("f32[2, 3, 4]") P1("f32[6, 4]") "%2 = input t : i32[2, 3]\n%3 = classifier_ce %0, %1, %2 transpose_b=1 chunk=4 : f32[]\n",
+   "1 5 0 2 2 3"},
+  {P0("f32[5, 4]") P1("f32[4, 6]") "%2 = input t : i32[5]\n%3 = classifier_ce %0, %1, %2 ignore_index=0 chunk=2 : f32[]\n",
+   "1 0 5 2 0"},
   /* fused attention (its output rows end with each head's log-sum-exp, differentiated too) */
   {P0("f32[2, 4, 8]") P1("f32[2, 4, 8]") P2("f32[2, 4, 8]") "%3 = flash_attention %0, %1, %2 heads=2 causal=1 : f32[2, 4, 10]\n",
    NULL},
@@ -117,6 +122,7 @@ static const GCase cases[] = {
 static const char *const nondiff[] = {
   "input", "param", "const", "arange", "loss_scale", "sum_to", "gelu_grad", "silu_grad", "relu_grad", "layernorm_grad",
   "rmsnorm_grad", "softmax_grad", "cross_entropy_grad", "embedding_grad", "pad", "flash_attention_grad",
+  "classifier_ce_grad",
 };
 
 static bool listed_nondiff(const char *name) {

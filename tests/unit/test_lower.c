@@ -47,13 +47,13 @@ static void compare(const char *what, const float *got, const double *want, int6
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: test_lower MODEL [--precision=bf16|fp16] [--attention=fused] [NAME=VALUE ...]\n"); return 2; }
+  if (argc < 2) { fprintf(stderr, "usage: test_lower MODEL [--precision=bf16|fp16] [--attention=fused] [--classifier=fused] [NAME=VALUE ...]\n"); return 2; }
   DType low = DT_F32; /* --precision: the graph autocast (16-bit rounding points: looser tolerances) */
   int first = 2;
-  bool fused = false; /* --attention=fused: flash_attention kernels (passes/decompose.c) */
+  unsigned fuse = 0; /* --attention=fused, --classifier=fused (passes/decompose.c) */
   for (; first < argc && !strncmp(argv[first], "--", 2); first++) {
-    if (!strcmp(argv[first], "--attention=fused")) {
-      fused = true;
+    if (!strcmp(argv[first], "--attention=fused") || !strcmp(argv[first], "--classifier=fused")) {
+      fuse |= argv[first][2] == 'a' ? FUSE_ATTENTION : FUSE_CLASSIFIER;
       continue;
     }
     if (strncmp(argv[first], "--precision=", 12)) return 2;
@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
   char *text = frontend_read_file(a, argv[1], &len);
   Graph *g = frontend_compile(a, argv[1], text, len, ov, nov);
   if (!g) return 1;
-  g = pass_decompose(g, fused);
+  g = pass_decompose(g, fuse);
   if (low != DT_F32) g = pass_autocast(g, low);
   pass_autodiff(g);
   ir_verify(g);

@@ -83,6 +83,15 @@ static const Case cases[] = {
   {A("f32[2, 5, 8]") B("f32[2, 7, 8]") C("f32[2, 7, 8]") "%3 = attention %0, %1, %2 heads=2 causal=1 : f32[2, 5, 8]\n", "causal attention"},
   {A("f32[2, 5, 8]") B("f32[2, 5, 8]") C("f32[2, 6, 8]") "%3 = attention %0, %1, %2 heads=2 : f32[2, 5, 8]\n", "differ in shape"},
   {A("f32[10, 8]") B("f32[10, 8]") C("f32[10, 8]") "%3 = attention %0, %1, %2 heads=2 : f32[10, 8]\n", "must be 3-D"},
+  /* the fused classifier: a scalar loss; its gradients packed, x's then w's */
+  {A("f32[2, 5, 8]") B("f32[16, 8]") C("i32[2, 5]") "%3 = classifier_ce %0, %1, %2 transpose_b=1 chunk=4 : f32[]\n", NULL},
+  {A("f32[2, 5, 8]") B("f32[8, 16]") C("i32[2, 5]") "%3 = classifier_ce %0, %1, %2 chunk=4 : f32[]\n%4 = input g : f32[]\n"
+   "%5 = classifier_ce_grad %0, %1, %2, %4 chunk=4 : f32[208]\n", NULL},
+  {A("f32[2, 5, 8]") B("f32[16, 8]") C("i32[2, 5]") "%3 = classifier_ce %0, %1, %2 chunk=4 : f32[]\n", "does not fit w"},
+  {A("f32[2, 5, 8]") B("f32[8, 16]") C("i32[2, 5]") "%3 = input g : f32[2]\n"
+   "%4 = classifier_ce_grad %0, %1, %2, %3 chunk=4 : f32[208]\n", "must be a scalar"},
+  {A("f32[2, 5, 8]") B("f32[16, 8]") C("i32[2, 4]") "%3 = classifier_ce %0, %1, %2 transpose_b=1 chunk=4 : f32[]\n", "must be i32 and match"},
+  {A("f32[2, 5, 8]") B("f32[16, 8]") C("i32[2, 5]") "%3 = classifier_ce %0, %1, %2 transpose_b=1 chunk=0 : f32[]\n", "chunk must be positive"},
   /* fused attention: the output rows end with one log-sum-exp per head */
   {A("bf16[2, 5, 8]") B("bf16[2, 5, 8]") C("bf16[2, 5, 8]") "%3 = flash_attention %0, %1, %2 heads=2 causal=1 : f32[2, 5, 10]\n", NULL},
   {A("f32[2, 5, 8]") B("f32[2, 5, 8]") C("f32[2, 5, 8]") "%3 = flash_attention %0, %1, %2 heads=3 : f32[2, 5, 11]\n", "do not split into 3 heads"},

@@ -16,10 +16,12 @@ foreach(entry ${COLOSSALC_TINY_MODELS})
   # mixed precision (passes/autocast.c): 16-bit tensors and GEMM operands, rounded where
   # the interpreter rounds them
   add_test(NAME lower_${tiny_name}_bf16 COMMAND test_lower ${tiny_model} --precision=bf16 ${tiny_config})
-  # fused attention (flash_attention and its gradients' kernels), in f32 and bf16
-  add_test(NAME lower_${tiny_name}_fused COMMAND test_lower ${tiny_model} --attention=fused ${tiny_config})
-  add_test(NAME lower_${tiny_name}_fused_bf16 COMMAND test_lower ${tiny_model} --precision=bf16 --attention=fused
+  # fused attention (flash_attention and its gradients' kernels) and the fused classifier
+  # (classifier_ce: chunked GEMMs and cross-entropy), in f32 and bf16
+  add_test(NAME lower_${tiny_name}_fused COMMAND test_lower ${tiny_model} --attention=fused --classifier=fused
            ${tiny_config})
+  add_test(NAME lower_${tiny_name}_fused_bf16 COMMAND test_lower ${tiny_model} --precision=bf16 --attention=fused
+           --classifier=fused ${tiny_config})
 endforeach()
 add_test(NAME lower_gpt2_tiny_fp16 COMMAND test_lower ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model --precision=fp16
          batch=2 seq=16 layers=2)

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Fused against materialized attention after one SGD step from the same parameters:
-the loss of the step (the logs) and the gradient of every parameter,
-g = (initial - final) / lr, each tensor's ||g_fused - g_materialized|| / ||g_materialized||
-within TOL. With lr large against the parameters, (initial - final) / lr is the
-gradient to f32's precision.
+"""Two programs of one model (fused and materialized kernels) after one SGD step from
+the same parameters: the loss of the step (the logs) and the gradient of every
+parameter, g = (initial - final) / lr, each tensor's ||g_fused - g_materialized|| /
+||g_materialized|| within TOL. With lr large against the parameters, (initial - final)
+/ lr is the gradient to f32's precision.
 
-usage: compare_attention.py INIT.safetensors LR TOL FUSED_LOG FUSED.safetensors MAT_LOG MAT.safetensors"""
+usage: compare_step.py INIT.safetensors LR TOL FUSED_LOG FUSED.safetensors MAT_LOG MAT.safetensors"""
 import json, sys
 import numpy as np
 from compare import read_safetensors
