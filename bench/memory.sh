@@ -4,9 +4,9 @@
 # A100-80GB, in fp32, bf16 and fp16 (16-bit plans are data-parallel so far: the mesh is
 # printed), with attention fused and materialized. Part 2: the smallest device budget
 # (--device-memory, found by bisection to 1/64 of the range) that each small model of
-# the zoo trains under with offload, in fp32 and in bf16, with fused and with
-# materialized attention (the classifier is materialized: the chunked one is not
-# compiled yet); the same budget's compiled program is the figure. Part 3: gpt2-tiny
+# the zoo trains under with offload, in fp32 and in bf16, with attention and classifier
+# fused (--attention fused --classifier fused) and with both materialized; the same
+# budget's compiled program is the figure. Part 3: gpt2-tiny
 # at seq 4096 trained with fused attention, its measured peak beside the prediction,
 # and what materialized attention's program would need. Ratios are against fp32 fused
 # (parts 1, 2) and fused (part 3) in the same run.
@@ -40,15 +40,15 @@ print("dp%d/tp%d/pp%d" % (m["dp"], m["tp"], m["pp"]), d["memory"]["peak_bytes_pe
 plan "gpt3 on 64 x a100-80g" models/gpt3.model --gpus 64 --gpu a100-80g
 plan "llama-2-7b on 1 x a100-80g" models/llama.model --gpus 1 --gpu a100-80g
 
-echo "== smallest device budget that trains (offload; classifier materialized) =="
-printf '%-12s %-6s %-12s %12s %10s\n' model precision attention MiB vs_first
+echo "== smallest device budget that trains (offload; attention and classifier fused or materialized) =="
+printf '%-12s %-6s %-12s %12s %10s\n' model precision kernels MiB vs_first
 fits() { "$cc" "$@" --dump-plan > /dev/null 2>&1; }
 smallest() { # name model args...
   local name=$1 model=$2 base=""
   shift 2
   for prec in fp32 bf16; do
     for attn in fused materialized; do
-      local hi=4096 lo=1 a=(--precision $prec --attention $attn)
+      local hi=4096 lo=1 a=(--precision $prec --attention $attn --classifier $attn)
       fits "$model" "$@" "${a[@]}" --device-memory ${hi}M || {
         printf '%-12s %-6s %-12s %12s\n' "$name" $prec $attn "> ${hi}"
         continue
@@ -64,6 +64,7 @@ smallest() { # name model args...
   done
 }
 smallest gpt2-tiny models/gpt2-tiny.model
+smallest gpt-v2048 models/gpt2-tiny.model --set vocab=2048 --set batch=4 --set seq=64
 smallest gpt2 models/gpt2.model --set batch=4 --set seq=256
 smallest bert models/bert.model --set batch=4 --set seq=128
 smallest vit models/vit.model --set batch=8
