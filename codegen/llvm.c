@@ -664,17 +664,21 @@ static Loop loop_begin(Emit *e, LLVMValueRef from, const char *name) {
 
 /* What a loop tells the loop vectorizer: nothing, "vectorize (reordering allowed)", or
  * "do not vectorize". */
-typedef enum { LV_DEFAULT, LV_FORCE, LV_NEVER } LoopVec;
+typedef enum { LV_DEFAULT, LV_FORCE, LV_NEVER, LV_FORCE_ROLLED } LoopVec;
 
-/* !{!self, !{"llvm.loop.vectorize.enable", i1 on}} */
-static LLVMValueRef loop_vectorize_md(Emit *e, bool on) {
+/* !{!self, !{"llvm.loop.vectorize.enable", i1 on}} and, rolled, !{"llvm.loop.unroll.disable"}:
+ * a short loop of known trip count that full unrolling would turn into a chain of
+ * scalar adds (in order: no vectorizer may reorder them) before the loop vectorizer
+ * sees it, and vectorize instead (a dot product over a head). */
+static LLVMValueRef loop_vectorize_md(Emit *e, bool on, bool rolled) {
   LLVMContextRef ctx = e->m->ctx;
-  const char *key = "llvm.loop.vectorize.enable";
+  const char *key = "llvm.loop.vectorize.enable", *unroll = "llvm.loop.unroll.disable";
   LLVMMetadataRef hint[2] = {LLVMMDStringInContext2(ctx, key, strlen(key)),
                              LLVMValueAsMetadata(LLVMConstInt(e->m->i1, on, 0))};
+  LLVMMetadataRef no_unroll = LLVMMDStringInContext2(ctx, unroll, strlen(unroll));
   LLVMMetadataRef tmp = LLVMTemporaryMDNode(ctx, NULL, 0);
-  LLVMMetadataRef ops[2] = {tmp, LLVMMDNodeInContext2(ctx, hint, 2)};
-  LLVMMetadataRef node = LLVMMDNodeInContext2(ctx, ops, 2);
+  LLVMMetadataRef ops[3] = {tmp, LLVMMDNodeInContext2(ctx, hint, 2), LLVMMDNodeInContext2(ctx, &no_unroll, 1)};
+  LLVMMetadataRef node = LLVMMDNodeInContext2(ctx, ops, rolled ? 3 : 2);
   LLVMMetadataReplaceAllUsesWith(tmp, node);   /* the self reference; frees tmp */
   return LLVMMetadataAsValue(ctx, node);
 }
@@ -684,7 +688,7 @@ static LLVMBasicBlockRef loop_end(Emit *e, Loop *l, LLVMValueRef to, LoopVec vec
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b), out = new_block(e, "");
   LLVMValueRef next = LLVMBuildNSWAdd(e->b, l->iv, ci(e, 1), "");
   LLVMValueRef br = LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, next, to, ""), l->head, out);
-  if (vec != LV_DEFAULT) LLVMSetMetadata(br, e->m->md_loop, loop_vectorize_md(e, vec == LV_FORCE));
+  if (vec != LV_DEFAULT) LLVMSetMetadata(br, e->m->md_loop, loop_vectorize_md(e, vec != LV_NEVER, vec == LV_FORCE_ROLLED));
   LLVMAddIncoming(l->iv, &next, &latch, 1);
   LLVMPositionBuilderAtEnd(e->b, out);
   return latch;
@@ -870,7 +874,7 @@ static LLVMValueRef attn_dot(Emit *e, const KOperand *x, LLVMValueRef xr, const 
   For d = for_begin(e, ci(e, 0), ci(e, A->hd), "dot");
   LLVMValueRef c = LLVMBuildNSWAdd(e->b, hoff, d.l.iv, "");
   set(e, sum, LLVMBuildFAdd(e->b, get(e, sum), LLVMBuildFMul(e->b, attn_load(e, x, xr, c), attn_load(e, y, yr, c), ""), ""));
-  for_end(e, &d, ci(e, A->hd), LV_DEFAULT);
+  for_end(e, &d, ci(e, A->hd), LV_FORCE_ROLLED);
   return get(e, sum);
 }
 
@@ -897,10 +901,17 @@ static LLVMValueRef fmax_(Emit *e, LLVMValueRef x, LLVMValueRef y) {
   return call_intrinsic(e, "llvm.maxnum", a, 2);
 }
 
-/* One work item of the kernel: what kernel_eval's eval_attn_row does, in the same order. */
-static void emit_attn_row(Emit *e, LLVMValueRef r, LLVMValueRef acc, LLVMValueRef sc, LLVMValueRef sum) {
+/* Locals of the kernel: the output accumulator, and per block of keys (queries) the
+ * scores then probabilities, and dP - delta. */
+typedef struct AttnLocals { LLVMValueRef acc, sc, dp, sum; } AttnLocals;
+
+/* One work item of the kernel: what kernel_eval's eval_attn_row does, with the same
+ * sums in the same order, in blocks of KA_BLOCK keys (queries) so that the
+ * exponentials of a block are one vectorizable loop (libmvec's exp). */
+static void emit_attn_row(Emit *e, LLVMValueRef r, const AttnLocals *w) {
   const KAttn *A = e->k->attn;
   LLVMBuilderRef b = e->b;
+  LLVMValueRef acc = w->acc, sc = w->sc, sum = w->sum;
   int64_t hd = A->hd, F = A->heads * hd, len = A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk;
   LLVMValueRef bh = LLVMBuildSDiv(b, r, ci(e, len), ""), x = LLVMBuildSRem(b, r, ci(e, len), "");
   LLVMValueRef bb = LLVMBuildSDiv(b, bh, ci(e, A->heads), ""), h = LLVMBuildSRem(b, bh, ci(e, A->heads), "");
@@ -908,70 +919,75 @@ static void emit_attn_row(Emit *e, LLVMValueRef r, LLVMValueRef acc, LLVMValueRe
   For z = for_begin(e, ci(e, 0), ci(e, hd), "zero");
   set(e, at(e, acc, z.l.iv), cf(e, 0));
   for_end(e, &z, ci(e, hd), LV_DEFAULT);
-  LLVMValueRef xrow = attn_row(e, A->pass == KA_FWD || A->pass == KA_DQ ? &A->q : &A->k, bb, x);
-  if (A->pass == KA_FWD) {
-    LLVMValueRef end = ci(e, A->sk), m = local(e, 0, "m"), l = local(e, 0, "l"), mb = local(e, 0, "mb");
-    if (A->causal) end = imin(e, end, LLVMBuildNSWAdd(e->b, x, LLVMBuildNSWAdd(e->b, shift, ci(e, 1), ""), ""));
-    set(e, m, cf(e, -INFINITY)), set(e, l, cf(e, 0));
-    LLVMValueRef nblk = LLVMBuildSDiv(e->b, LLVMBuildNSWAdd(e->b, end, ci(e, KA_BLOCK - 1), ""), ci(e, KA_BLOCK), "");
-    For blk = for_begin(e, ci(e, 0), nblk, "block");
-    LLVMValueRef j0 = LLVMBuildNSWMul(e->b, blk.l.iv, ci(e, KA_BLOCK), "");
-    LLVMValueRef jn = imin(e, ci(e, KA_BLOCK), LLVMBuildNSWSub(e->b, end, j0, ""));
-    set(e, mb, cf(e, -INFINITY));
-    For t = for_begin(e, ci(e, 0), jn, "scores");
-    LLVMValueRef kr = attn_row(e, &A->k, bb, LLVMBuildNSWAdd(e->b, j0, t.l.iv, ""));
-    LLVMValueRef sv = LLVMBuildFMul(e->b, attn_dot(e, &A->q, xrow, &A->k, kr, hoff, sum), cf(e, A->scale), "");
-    set(e, at(e, sc, t.l.iv), sv);
-    set(e, mb, fmax_(e, get(e, mb), sv));
-    for_end(e, &t, jn, LV_DEFAULT);
-    LLVMValueRef mn = fmax_(e, get(e, m), get(e, mb));
-    LLVMValueRef cfac = emit_exp(e, LLVMBuildFSub(e->b, get(e, m), mn, ""));
-    set(e, l, LLVMBuildFMul(e->b, get(e, l), cfac, ""));
-    attn_axpy(e, acc, cfac, NULL, NULL, NULL, hoff);
-    For t2 = for_begin(e, ci(e, 0), jn, "values");
-    LLVMValueRef p = emit_exp(e, LLVMBuildFSub(e->b, get(e, at(e, sc, t2.l.iv)), mn, ""));
-    set(e, l, LLVMBuildFAdd(e->b, get(e, l), p, ""));
-    attn_axpy(e, acc, NULL, p, &A->v, attn_row(e, &A->v, bb, LLVMBuildNSWAdd(e->b, j0, t2.l.iv, "")), hoff);
-    for_end(e, &t2, jn, LV_DEFAULT);
-    set(e, m, mn);
-    for_end(e, &blk, nblk, LV_DEFAULT);
-    LLVMValueRef orow = attn_row(e, &A->res, bb, x), lv = get(e, l);
-    For o = for_begin(e, ci(e, 0), ci(e, hd), "out");
-    attn_store(e, orow, LLVMBuildNSWAdd(e->b, hoff, o.l.iv, ""), LLVMBuildFDiv(e->b, get(e, at(e, acc, o.l.iv)), lv, ""));
-    for_end(e, &o, ci(e, hd), LV_DEFAULT);
-    LLVMValueRef lse = LLVMBuildFAdd(e->b, get(e, m), emit_unary(e, KU_LOG, lv), "");
-    attn_store(e, orow, LLVMBuildNSWAdd(e->b, h, ci(e, F), ""), lse);
-    return;
-  }
-  bool by_query = A->pass == KA_DQ;
+  bool by_query = A->pass == KA_FWD || A->pass == KA_DQ;
+  LLVMValueRef xrow = attn_row(e, by_query ? &A->q : &A->k, bb, x);
   LLVMValueRef lo = ci(e, 0), hi = ci(e, by_query ? A->sk : A->sq);
   if (A->causal && by_query) hi = imin(e, hi, LLVMBuildNSWAdd(e->b, x, LLVMBuildNSWAdd(e->b, shift, ci(e, 1), ""), ""));
   if (A->causal && !by_query) lo = imax(e, lo, LLVMBuildNSWSub(e->b, x, shift, ""));
-  For y = for_begin(e, lo, hi, "keys");
-  LLVMValueRef i = by_query ? x : y.l.iv, j = by_query ? y.l.iv : x;
+  LLVMValueRef m = local(e, 0, "m"), l = local(e, 0, "l"), mb = local(e, 0, "mb");
+  set(e, m, cf(e, -INFINITY)), set(e, l, cf(e, 0));
+  LLVMValueRef nblk = LLVMBuildSDiv(e->b, LLVMBuildNSWAdd(e->b, LLVMBuildNSWSub(e->b, hi, lo, ""), ci(e, KA_BLOCK - 1), ""),
+                                    ci(e, KA_BLOCK), "");
+  For blk = for_begin(e, ci(e, 0), nblk, "block");
+  LLVMValueRef y0 = LLVMBuildNSWAdd(e->b, lo, LLVMBuildNSWMul(e->b, blk.l.iv, ci(e, KA_BLOCK), ""), "");
+  LLVMValueRef yn = imin(e, ci(e, KA_BLOCK), LLVMBuildNSWSub(e->b, hi, y0, ""));
+  /* the block's dot products: scores (less the log-sum-exp in backward), dP - delta */
+  set(e, mb, cf(e, -INFINITY));
+  For t = for_begin(e, ci(e, 0), yn, "dots");
+  LLVMValueRef y = LLVMBuildNSWAdd(e->b, y0, t.l.iv, ""), i = by_query ? x : y, j = by_query ? y : x;
   LLVMValueRef qr = by_query ? xrow : attn_row(e, &A->q, bb, i), kr = by_query ? attn_row(e, &A->k, bb, j) : xrow;
-  LLVMValueRef orow = attn_row(e, &A->out, bb, i), grow = attn_row(e, &A->g, bb, i);
   LLVMValueRef s = LLVMBuildFMul(e->b, attn_dot(e, &A->q, qr, &A->k, kr, hoff, sum), cf(e, A->scale), "");
-  LLVMValueRef p = emit_exp(e, LLVMBuildFSub(e->b, s, attn_load(e, &A->out, orow, LLVMBuildNSWAdd(e->b, h, ci(e, F), "")), ""));
-  if (A->pass == KA_DV) {
-    attn_axpy(e, acc, NULL, p, &A->g, grow, hoff);
+  if (A->pass == KA_FWD) {
+    set(e, mb, fmax_(e, get(e, mb), s));
   } else {
-    LLVMValueRef vr = attn_row(e, &A->v, bb, j), dl = attn_load(e, &A->delta, attn_row(e, &A->delta, bb, i), h);
-    LLVMValueRef ds = LLVMBuildFMul(e->b, p, LLVMBuildFSub(e->b, attn_dot(e, &A->g, grow, &A->v, vr, hoff, sum), dl, ""), "");
-    attn_axpy(e, acc, NULL, ds, by_query ? &A->k : &A->q, by_query ? kr : qr, hoff);
+    LLVMValueRef orow = attn_row(e, &A->out, bb, i);
+    s = LLVMBuildFSub(e->b, s, attn_load(e, &A->out, orow, LLVMBuildNSWAdd(e->b, h, ci(e, F), "")), "");
+    if (A->pass != KA_DV) {
+      LLVMValueRef dl = attn_load(e, &A->delta, attn_row(e, &A->delta, bb, i), h);
+      set(e, at(e, w->dp, t.l.iv),
+          LLVMBuildFSub(e->b, attn_dot(e, &A->g, attn_row(e, &A->g, bb, i), &A->v, attn_row(e, &A->v, bb, j), hoff, sum), dl, ""));
+    }
   }
-  for_end(e, &y, hi, LV_DEFAULT);
-  LLVMValueRef rrow = attn_row(e, &A->res, bb, x), scale = cf(e, A->pass == KA_DV ? 1.0f : A->scale);
+  set(e, at(e, sc, t.l.iv), s);
+  for_end(e, &t, yn, LV_NEVER); /* the dot products vectorize, not this loop (gathers) */
+  /* the block's probabilities (forward: the running max and sum, the output rescaled) */
+  LLVMValueRef mn = NULL;
+  if (A->pass == KA_FWD) {
+    mn = fmax_(e, get(e, m), get(e, mb));
+    LLVMValueRef cfac = emit_exp(e, LLVMBuildFSub(e->b, get(e, m), mn, ""));
+    set(e, l, LLVMBuildFMul(e->b, get(e, l), cfac, ""));
+    attn_axpy(e, acc, cfac, NULL, NULL, NULL, hoff);
+    set(e, m, mn);
+  }
+  For t2 = for_begin(e, ci(e, 0), yn, "exp");
+  LLVMValueRef ps = at(e, sc, t2.l.iv), sv = get(e, ps);
+  LLVMValueRef p = emit_exp(e, mn ? LLVMBuildFSub(e->b, sv, mn, "") : sv);
+  if (A->pass == KA_FWD) set(e, l, LLVMBuildFAdd(e->b, get(e, l), p, ""));
+  set(e, ps, A->pass == KA_FWD || A->pass == KA_DV ? p : LLVMBuildFMul(e->b, p, get(e, at(e, w->dp, t2.l.iv)), ""));
+  for_end(e, &t2, yn, A->pass == KA_FWD ? LV_FORCE : LV_DEFAULT);
+  /* and their weighted rows: v (forward), k (dq), q (dk), dO (dv) */
+  const KOperand *wo = A->pass == KA_FWD ? &A->v : A->pass == KA_DQ ? &A->k : A->pass == KA_DK ? &A->q : &A->g;
+  For t3 = for_begin(e, ci(e, 0), yn, "rows");
+  LLVMValueRef y3 = LLVMBuildNSWAdd(e->b, y0, t3.l.iv, "");
+  attn_axpy(e, acc, NULL, get(e, at(e, sc, t3.l.iv)), wo, attn_row(e, wo, bb, y3), hoff);
+  for_end(e, &t3, yn, LV_NEVER);
+  for_end(e, &blk, nblk, LV_NEVER);
+  /* the row of the result */
+  LLVMValueRef rrow = attn_row(e, &A->res, bb, x), lv = A->pass == KA_FWD ? get(e, l) : NULL;
+  LLVMValueRef scale = cf(e, A->pass == KA_DV ? 1.0f : A->scale);
   For o = for_begin(e, ci(e, 0), ci(e, hd), "out");
-  attn_store(e, rrow, LLVMBuildNSWAdd(e->b, hoff, o.l.iv, ""), LLVMBuildFMul(e->b, get(e, at(e, acc, o.l.iv)), scale, ""));
+  LLVMValueRef a = get(e, at(e, acc, o.l.iv));
+  attn_store(e, rrow, LLVMBuildNSWAdd(e->b, hoff, o.l.iv, ""), lv ? LLVMBuildFDiv(e->b, a, lv, "") : LLVMBuildFMul(e->b, a, scale, ""));
   for_end(e, &o, ci(e, hd), LV_DEFAULT);
+  if (A->pass == KA_FWD)
+    attn_store(e, rrow, LLVMBuildNSWAdd(e->b, h, ci(e, F), ""), LLVMBuildFAdd(e->b, get(e, m), emit_unary(e, KU_LOG, lv), ""));
 }
 
 static void emit_attn_kernel(Emit *e, LLVMBasicBlockRef done) {
   const KAttn *A = e->k->attn;
-  LLVMValueRef acc = local(e, A->hd, "acc"), sc = local(e, KA_BLOCK, "scores"), sum = local(e, 0, "sum");
+  AttnLocals w = {local(e, A->hd, "acc"), local(e, KA_BLOCK, "scores"), local(e, KA_BLOCK, "dp"), local(e, 0, "sum")};
   For r = for_begin(e, e->lo, e->hi, "item");
-  emit_attn_row(e, r.l.iv, acc, sc, sum);
+  emit_attn_row(e, r.l.iv, &w);
   for_end(e, &r, e->hi, LV_NEVER);
   LLVMBuildBr(e->b, done);
 }
@@ -1177,7 +1193,7 @@ int llvm_write_ir(LlvmModule *m, const char *path, char *err, size_t errlen) {
 /* Kernels whose loops are long enough for the loop vectorizer to pay get O3; the rest
  * (a row of a handful of elements, one value per row) O2, which is the same code
  * without the vectorizer's and unroller's search. */
-int llvm_kernel_opt_level(const Kernel *k) { return k->cols >= 8 || (k->par == KP_COLS) ? 3 : 2; }
+int llvm_kernel_opt_level(const Kernel *k) { return k->attn || k->cols >= 8 || (k->par == KP_COLS) ? 3 : 2; }
 
 typedef struct Part { int level, first, n; char path[4200]; } Part;
 
