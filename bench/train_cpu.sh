@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# CPU training benchmark: GPT-2 124M (batch 4, seq 64) and gpt2-tiny, compiled by
+# CPU training benchmark: GPT-2 124M (batch 4, seq 64) and gpt2-tiny (seq 64, and 1024 with
+# attention fused and materialized), compiled by
 # colossalc, against the same step in PyTorch run by this script (Debian's
 # python3-torch 1.13) on the same machine. Prints ms per step (median of the timed
 # steps), tokens/s, achieved GFLOP/s (the model's FLOPs per step from colossalc's
@@ -39,3 +40,8 @@ bench gpt2-tiny models/gpt2-tiny.model "256 256 128 4 4 4 64"
 # the same steps in bf16 mixed precision (--precision bf16; PyTorch's column is its f32 step)
 bench gpt2-124M-bf16 models/gpt2.model "50257 1024 768 12 12 4 64" --set batch=4 --set seq=64 --precision bf16
 bench gpt2-tiny-bf16 models/gpt2-tiny.model "256 256 128 4 4 4 64" --precision bf16
+# attention at seq 1024: fused (the default: flash_attention kernels, no scores stored)
+# against materialized (OpenBLAS GEMMs and a softmax over the stored scores)
+bench gpt2-tiny-s1024 models/gpt2-tiny.model "256 1024 128 4 4 2 1024" --set batch=2 --set seq=1024 --set ctx=1024
+bench gpt2-tiny-s1024-mat models/gpt2-tiny.model "256 1024 128 4 4 2 1024" --set batch=2 --set seq=1024 --set ctx=1024 \
+      --attention materialized
