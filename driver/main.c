@@ -66,7 +66,8 @@ static void usage(FILE *f) {
         "                    with f32 sums, normalisations, softmax and the loss in f32, f32 master\n"
         "                    weights and optimizer state (torch.autocast's policy); fp16 adds dynamic\n"
         "                    loss scaling (train --loss-scale); fp8 is not compiled yet; 16-bit\n"
-        "                    plans are data-parallel (tp 1, pp 1) so far\n"
+        "                    plans keep one pipeline stage (pp 1) so far; tensor parallelism\n"
+        "                    exchanges f32\n"
         "  --offload O       force the plan's offload: none; optimizer (its state on the host,\n"
         "                    AdamW on the CPU); or state (every rank's ZeRO-3 shard of parameters,\n"
         "                    gradients and optimizer state on its node's host memory and NVMe):\n"
@@ -329,12 +330,13 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
                 "--offload state to compile the whole state's offload (ZeRO-3, data parallelism)");
   if (o->host_memory) cl->host_memory = (double)o->host_memory; /* what the state may use of a node's */
   if (o->nvme_set) cl->nvme = (double)o->nvme;
-  /* bf16 programs: one stage, no tensor parallelism yet (their boundaries and collectives are f32) */
+  /* 16-bit programs: one pipeline stage so far (a stage's boundaries would change precision);
+   * tensor parallelism exchanges f32 */
   f.lowp = o->precision != DT_F32;
-  if (f.exec && f.lowp && (f.tp > 1 || f.pp > 1))
-    error_plain("--precision bf16 and fp16 compile data-parallel plans so far (--tp 1 --pp 1): tensor and "
-                "pipeline parallelism exchange activations in f32");
-  if (f.exec && f.lowp) f.tp = f.pp = 1;
+  if (f.exec && f.lowp && f.pp > 1)
+    error_plain("--precision bf16 and fp16 compile one pipeline stage so far (--pp 1): the activations "
+                "stages exchange are not cast yet");
+  if (f.exec && f.lowp) f.pp = 1;
   return plan_search(arena, g, cl, &f);
 }
 

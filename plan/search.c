@@ -103,7 +103,7 @@ static CandSet *get_set(Search *S, int tp, int mbs, Recompute rc) {
   CandSet *cs = &S->sets[S->nsets++];
   const PlanResult *r = S->r;
   ShardCtx x = {.pm = r->pm, .cl = r->cl, .t = tp, .mbs = mbs, .rc = rc, .attn = (AttnKernel)S->f->attn,
-                .act_bytes = r->mixed ? 2 : 4, .peak = r->peak, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
+                .act_bytes = r->mixed ? 2 : 4, .comm_f32 = S->f->exec, .peak = r->peak, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
                 .force = S->f->op_strategy, .exec = S->f->exec};
   *cs = (CandSet){.tp = tp, .mbs = mbs, .rc = rc};
   cs->n = shard_candidates(S->a, &x, &cs->c);
@@ -732,7 +732,7 @@ static _Noreturn void fail_memory(Search *S, bool forced) {
               n > 1 ? "\n  2. " : "", n > 1 ? line[1] : "", n > 2 ? "\n  3. " : "", n > 2 ? line[2] : "",
               S->r->w_bytes + S->r->g_bytes + S->r->o_bytes, state / GIB, cl->gpus == 1 ? "its" : "the", cl->gpus,
               cl->gpus == 1 ? "" : "s", cl->gpus == 1 ? "s" : "", cl->gpus * S->r->usable / GIB,
-              offload_room(S), S->f->exec && S->f->offload < 0 ? "; --what-if also weighs bf16 with tensor or pipeline "
+              offload_room(S), S->f->exec && S->f->offload < 0 ? "; --what-if also weighs bf16 with pipeline "
                                                                  "parallelism and offloading the optimizer state alone "
                                                                  "(priced, not compiled yet)" : "");
 }
