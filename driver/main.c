@@ -65,9 +65,8 @@ static void usage(FILE *f) {
         "  --precision P     fp32 (default), bf16 or fp16: GEMMs on 16-bit copies of their inputs\n"
         "                    with f32 sums, normalisations, softmax and the loss in f32, f32 master\n"
         "                    weights and optimizer state (torch.autocast's policy); fp16 adds dynamic\n"
-        "                    loss scaling (train --loss-scale); fp8 is not compiled yet; 16-bit\n"
-        "                    plans keep one pipeline stage (pp 1) so far; tensor parallelism\n"
-        "                    exchanges f32\n"
+        "                    loss scaling (train --loss-scale); fp8 is not compiled yet; meshes\n"
+        "                    exchange f32 (collectives, pipeline messages)\n"
         "  --offload O       force the plan's offload: none; optimizer (its state on the host,\n"
         "                    AdamW on the CPU); or state (every rank's ZeRO-3 shard of parameters,\n"
         "                    gradients and optimizer state on its node's host memory and NVMe):\n"
@@ -330,13 +329,8 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
                 "--offload state to compile the whole state's offload (ZeRO-3, data parallelism)");
   if (o->host_memory) cl->host_memory = (double)o->host_memory; /* what the state may use of a node's */
   if (o->nvme_set) cl->nvme = (double)o->nvme;
-  /* 16-bit programs: one pipeline stage so far (a stage's boundaries would change precision);
-   * tensor parallelism exchanges f32 */
+  /* 16-bit programs exchange f32: tensor-parallel collectives and pipeline sends */
   f.lowp = o->precision != DT_F32;
-  if (f.exec && f.lowp && f.pp > 1)
-    error_plain("--precision bf16 and fp16 compile one pipeline stage so far (--pp 1): the activations "
-                "stages exchange are not cast yet");
-  if (f.exec && f.lowp) f.pp = 1;
   return plan_search(arena, g, cl, &f);
 }
 
@@ -716,9 +710,8 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
   unsigned fuse = (b->ch.attn == ATTN_FUSED ? FUSE_ATTENTION : 0) | (b->o->classifier_fused ? FUSE_CLASSIFIER : 0);
   for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k], fuse);
   after_ir(b, "decompose");
-  if (b->o->precision != DT_F32) { /* mixed precision: one stage (plan_for keeps tp and pp 1) */
-    if (b->part->nchunks != 1) error_plain("--precision bf16 and fp16 compile one pipeline stage so far");
-    b->part->chunk[0] = pass_autocast(b->part->chunk[0], (DType)b->o->precision);
+  if (b->o->precision != DT_F32) { /* mixed precision, chunk by chunk */
+    for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_autocast(b->part->chunk[k], (DType)b->o->precision);
     after_ir(b, "autocast");
   }
   partition_autodiff(b->part);                                   /* requires: decompose */

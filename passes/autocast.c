@@ -13,7 +13,8 @@
  *   - the rest (embeddings, elementwise ops of one input) keep their input's precision.
  *
  * Parameters stay f32 (the master weights; a cast feeds each GEMM a 16-bit copy) and
- * so do their gradients, summed in f32 after each cast back. */
+ * so do their gradients, summed in f32 after each cast back. What pipeline chunks
+ * exchange is f32: the values a chunk sends are cast up (inputs stay f32). */
 #include "passes/passes.h"
 
 typedef struct Ctx { Graph *h; const Node *at; } Ctx;
@@ -64,7 +65,15 @@ Graph *pass_autocast(Graph *g, DType low) {
     map[i] = back != DT_COUNT ? cast(&c, m, back) : m;
   }
   if (g->loss) h->loss = map[g->loss->id];
-  ir_assert(g->nseeds == 0 && g->nouts == 0); /* one stage: a pipeline's boundaries would change precision */
+  ir_assert(g->nseeds == 0); /* before autodiff */
+  /* the values other pipeline chunks read go out in f32 (their inputs are f32, and the
+   * gradients that come back seed the casts) */
+  h->nouts = g->nouts;
+  h->outs = arena_array(g->arena, g->nouts + 1, sizeof(Node *));
+  for (int k = 0; k < g->nouts; k++) {
+    Ctx c = {h, g->outs[k]};
+    h->outs[k] = cast(&c, map[g->outs[k]->id], DT_F32);
+  }
   h->nwrt = g->nwrt;
   h->wrt = arena_array(g->arena, g->nwrt + 1, sizeof(Node *));
   for (int k = 0; k < g->nwrt; k++) h->wrt[k] = map[g->wrt[k]->id];

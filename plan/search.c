@@ -190,12 +190,14 @@ static int chunk_stage(int c, int pp) { return c % pp; }
 static double xfer_time(const Search *S, const SegCost *s, int tp, bool intra) {
   const Cluster *cl = S->r->cl;
   Group g = {2, intra ? 2 : 1}, t = {tp, tp};
-  double whole = cost_collective(cl, COLL_SEND_RECV, s->xfer_whole, g);
+  double f = S->f->exec && S->r->mixed ? 2 : 1; /* compiled mixed precision sends f32 (passes/autocast.c) */
+  double whole = cost_collective(cl, COLL_SEND_RECV, f * s->xfer_whole, g);
   if (tp > 1) { /* Megatron's scatter/gather: send 1/t, all-gather inside the node */
-    double sg = cost_collective(cl, COLL_SEND_RECV, s->xfer_whole / tp, g) + cost_collective(cl, COLL_ALL_GATHER, s->xfer_whole, t);
+    double sg = cost_collective(cl, COLL_SEND_RECV, f * s->xfer_whole / tp, g) +
+                cost_collective(cl, COLL_ALL_GATHER, f * s->xfer_whole, t);
     if (sg < whole) whole = sg;
   }
-  return cost_collective(cl, COLL_SEND_RECV, s->xfer_split, g) + whole;
+  return cost_collective(cl, COLL_SEND_RECV, f * s->xfer_split, g) + whole;
 }
 
 static bool same_node(const Search *S, int stage_a, int stage_b, int dp, int tp) {
@@ -732,9 +734,8 @@ static _Noreturn void fail_memory(Search *S, bool forced) {
               n > 1 ? "\n  2. " : "", n > 1 ? line[1] : "", n > 2 ? "\n  3. " : "", n > 2 ? line[2] : "",
               S->r->w_bytes + S->r->g_bytes + S->r->o_bytes, state / GIB, cl->gpus == 1 ? "its" : "the", cl->gpus,
               cl->gpus == 1 ? "" : "s", cl->gpus == 1 ? "s" : "", cl->gpus * S->r->usable / GIB,
-              offload_room(S), S->f->exec && S->f->offload < 0 ? "; --what-if also weighs bf16 with pipeline "
-                                                                 "parallelism and offloading the optimizer state alone "
-                                                                 "(priced, not compiled yet)" : "");
+              offload_room(S), S->f->exec && S->f->offload < 0 ? "; --what-if also weighs offloading the optimizer "
+                                                                 "state alone (priced, not compiled yet)" : "");
 }
 
 static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) {

@@ -53,7 +53,7 @@ endif()
 # rank on the CPU device (tests/multirank/device.sh). Data parallelism with ZeRO 0-3
 # (the runtime's), ZeRO 3 compiled into the step, TP, PP 1F1B and interleaved (with the
 # tied embedding's gradient summed over the stages), and DP x TP x PP on 8 ranks.
-set(cuda_mr_tests cuda_emul_tp2 cuda_emul_pp2_1f1b cuda_emul_pp2_interleaved cuda_emul_dp2_tp2_pp2
+set(cuda_mr_tests cuda_emul_tp2 cuda_emul_pp2_1f1b cuda_emul_pp2_interleaved cuda_emul_dp2_tp2_pp2 cuda_emul_dp2_tp2_pp2_bf16
     cuda_emul_dp2_zero3_step cuda_emul_offload_dp2 cuda_emul_offload_dp2_zero3 cuda_emul_dp2_overlap)
 foreach(z 0 1 2 3)
   add_test(NAME cuda_emul_dp2_zero${z} COMMAND ${mr_equal} 2 ${z})
@@ -64,6 +64,9 @@ add_test(NAME cuda_emul_pp2_1f1b COMMAND ${mr_mesh} pp2_1f1b 1 1 2 --microbatch-
 add_test(NAME cuda_emul_pp2_interleaved
          COMMAND ${mr_mesh} pp2_interleaved 1 1 2 --microbatch-size 1 --schedule interleaved --virtual-stages 2)
 add_test(NAME cuda_emul_dp2_tp2_pp2 COMMAND ${mr_mesh} dp2_tp2_pp2 2 2 2 --microbatch-size 1 ${megatron})
+# and in bf16 (f32 collectives and pipeline messages; 16-bit cuBLASLt layouts)
+add_test(NAME cuda_emul_dp2_tp2_pp2_bf16
+         COMMAND ${CMAKE_COMMAND} -E env PRECISION=bf16 ${mr_mesh} dp2_tp2_pp2_bf16 2 2 2 --microbatch-size 1 ${megatron})
 add_test(NAME cuda_emul_dp2_zero3_step COMMAND ${mr_zero} dp2_zero3_step 2 1 3)
 add_test(NAME cuda_emul_offload_dp2 COMMAND ${mr_offload} 2 host) # offload across 2 ranks, moves on copy streams
 add_test(NAME cuda_emul_offload_dp2_zero3 COMMAND ${mr_offload} 2 host 3) # ZeRO-3's chunks: NCCL broadcasts and reduces

@@ -58,11 +58,14 @@ add_test(NAME multirank_dp2_tp2 COMMAND ${mr_mesh} dp2_tp2 2 2 1 --microbatch-si
 add_test(NAME multirank_dp2_pp2 COMMAND ${mr_mesh} dp2_pp2 2 1 2 --microbatch-size 1)
 add_test(NAME multirank_tp2_pp2 COMMAND ${mr_mesh} tp2_pp2 1 2 2 --microbatch-size 1 ${megatron})
 add_test(NAME multirank_dp2_tp2_pp2 COMMAND ${mr_mesh} dp2_tp2_pp2 2 2 2 --microbatch-size 1 ${megatron})
-# bf16 mixed precision with tensor parallelism (f32 collectives), against one rank in bf16
-add_test(NAME multirank_tp2_bf16 COMMAND ${CMAKE_COMMAND} -E env PRECISION=bf16 ${mr_mesh} tp2_bf16 1 2 1
-                                         --microbatch-size 2 ${megatron})
-add_test(NAME multirank_dp2_tp2_bf16 COMMAND ${CMAKE_COMMAND} -E env PRECISION=bf16 ${mr_mesh} dp2_tp2_bf16 2 2 1
-                                             --microbatch-size 1 ${megatron})
+# bf16 mixed precision with tensor and pipeline parallelism (f32 collectives and sends),
+# against one rank in bf16
+set(mr_mesh_bf16 ${CMAKE_COMMAND} -E env PRECISION=bf16 ${mr_mesh})
+add_test(NAME multirank_tp2_bf16 COMMAND ${mr_mesh_bf16} tp2_bf16 1 2 1 --microbatch-size 2 ${megatron})
+add_test(NAME multirank_pp2_bf16 COMMAND ${mr_mesh_bf16} pp2_bf16 1 1 2 --microbatch-size 1 --schedule 1f1b)
+add_test(NAME multirank_pp2_interleaved_bf16
+         COMMAND ${mr_mesh_bf16} pp2_interleaved_bf16 1 1 2 --microbatch-size 1 --schedule interleaved --virtual-stages 2)
+add_test(NAME multirank_dp2_tp2_pp2_bf16 COMMAND ${mr_mesh_bf16} dp2_tp2_pp2_bf16 2 2 2 --microbatch-size 1 ${megatron})
 add_test(NAME multirank_dp2_pp2_1f1b_zero1
          COMMAND ${mr_mesh} dp2_pp2_1f1b_zero1 2 1 2 --microbatch-size 1 --schedule 1f1b --zero 1)
 add_test(NAME multirank_dp2_tp2_zero3 COMMAND ${mr_mesh} dp2_tp2_zero3 2 2 1 --microbatch-size 2 --zero 3 ${megatron})
@@ -101,7 +104,8 @@ list(APPEND mr_tests multirank_offload_dp2 multirank_offload_dp4_nvme multirank_
      multirank_offload_dp2_zero3 multirank_offload_dp4_zero3_nvme multirank_offload_dp2_zero3_mb2
      multirank_offload_dp2_tp2 multirank_offload_dp2_tp2_zero3 multirank_offload_dp2_pp2 multirank_offload_planned)
 list(APPEND mr_tests multirank_tp2 multirank_tp2_search multirank_pp2_1f1b multirank_pp2_interleaved multirank_dp2_tp2
-     multirank_dp2_pp2 multirank_tp2_pp2 multirank_dp2_tp2_pp2 multirank_tp2_bf16 multirank_dp2_tp2_bf16)
+     multirank_dp2_pp2 multirank_tp2_pp2 multirank_dp2_tp2_pp2 multirank_tp2_bf16 multirank_pp2_bf16
+     multirank_pp2_interleaved_bf16 multirank_dp2_tp2_pp2_bf16)
 set_tests_properties(${mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 600)
 
 # Under the sanitizers, Open MPI's own leaks are suppressed (lsan.supp says how);
