@@ -1222,6 +1222,13 @@ static Kernel *param_kernel(L *l, const PParam *pp, const char *what, int bufs[4
 
 /* The update of one parameter; hyperparameters come from the scalars, so the
  * runtime's flags override the model's directive. */
+/* What an update kernel stores into buffer b: e, or under loss scaling the old value
+ * when the step is skipped (RT_SC_APPLY 0: the list runs for its moves). */
+static KExpr *applied(L *l, Kernel *k, int b, KView v, KExpr *e) {
+  if (!l->g->train.loss_scaling) return e;
+  return kx_select(l->a, k, kx_scalar(l->a, k, RT_SC_APPLY), e, kx_load(l->a, k, b, v));
+}
+
 static void emit_update(L *l, const PParam *pp) {
   const TrainSpec *t = &l->g->train;
   int b[4];
@@ -1233,19 +1240,21 @@ static void emit_update(L *l, const PParam *pp) {
   KExpr *wd = pp->decay ? kx_scalar(l->a, k, RT_SC_WD) : C(0);
   if (t->opt == OPT_ADAMW) {
     KExpr *b1 = kx_scalar(l->a, k, RT_SC_BETA1), *b2 = kx_scalar(l->a, k, RT_SC_BETA2);
-    kernel_map(k, b[2], v, KS_SET, B(ADD, B(MUL, b1, kx_load(l->a, k, b[2], v)), B(MUL, B(SUB, C(1), b1), g)));
-    kernel_map(k, b[3], v, KS_SET, B(ADD, B(MUL, b2, kx_load(l->a, k, b[3], v)), B(MUL, B(SUB, C(1), b2), B(MUL, g, g))));
+    kernel_map(k, b[2], v, KS_SET, applied(l, k, b[2], v, B(ADD, B(MUL, b1, kx_load(l->a, k, b[2], v)), B(MUL, B(SUB, C(1), b1), g))));
+    kernel_map(k, b[3], v, KS_SET,
+               applied(l, k, b[3], v, B(ADD, B(MUL, b2, kx_load(l->a, k, b[3], v)), B(MUL, B(SUB, C(1), b2), B(MUL, g, g)))));
     KExpr *m = kx_load(l->a, k, b[2], v), *vv = kx_load(l->a, k, b[3], v);
     KExpr *denom = B(ADD, U(SQRT, B(MUL, vv, kx_scalar(l->a, k, RT_SC_BC2))), kx_scalar(l->a, k, RT_SC_EPS));
     KExpr *step = B(DIV, B(MUL, B(MUL, lr, kx_scalar(l->a, k, RT_SC_BC1)), m), denom);
-    kernel_map(k, b[0], v, KS_SET, B(SUB, B(MUL, p, B(SUB, C(1), B(MUL, lr, wd))), step));
+    kernel_map(k, b[0], v, KS_SET, applied(l, k, b[0], v, B(SUB, B(MUL, p, B(SUB, C(1), B(MUL, lr, wd))), step)));
   } else {
     g = B(ADD, g, B(MUL, wd, p)); /* SGD's weight decay is L2, added to the gradient */
     if (t->momentum > 0) {
-      kernel_map(k, b[2], v, KS_SET, B(ADD, B(MUL, kx_scalar(l->a, k, RT_SC_MOMENTUM), kx_load(l->a, k, b[2], v)), g));
+      kernel_map(k, b[2], v, KS_SET,
+                 applied(l, k, b[2], v, B(ADD, B(MUL, kx_scalar(l->a, k, RT_SC_MOMENTUM), kx_load(l->a, k, b[2], v)), g)));
       g = kx_load(l->a, k, b[2], v);
     }
-    kernel_map(k, b[0], v, KS_SET, B(SUB, p, B(MUL, lr, g)));
+    kernel_map(k, b[0], v, KS_SET, applied(l, k, b[0], v, B(SUB, p, B(MUL, lr, g))));
   }
   kfinish(l, &l->p->update, k);
 }

@@ -663,10 +663,6 @@ static OffloadOptions offload_options(const Build *b, Cluster *cl) {
 static void decide_offload(Build *b) {
   b->planned_offload = b->r && b->ch.offload == OFFLOAD_STATE;
   if (!b->o->device_memory && !b->planned_offload) return;
-  /* a skipped fp16 step would leave the chunks where the update's moves expect them back */
-  if (b->o->precision == DT_F16)
-    error_plain("--precision fp16 with offload is not compiled yet (a step skipped for an overflow must still "
-                "move the chunks home): use bf16, or no --device-memory");
   b->off = offload_options(b, &b->off_cl);
   b->ops = arena_array(b->ps[0]->arena, b->nps, sizeof *b->ops);
   for (int s = 0; s < b->nps; s++) b->offload |= (b->ops[s] = offload_chunks(b->ps[s], &b->off)) != NULL;

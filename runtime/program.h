@@ -45,8 +45,10 @@
  *     [2] 1 / (1 - beta2^t)                       [3] gradient scale: min(1, clip / (norm + 1e-6)), 1 without clipping
  *     [4] t, the 1-based step number
  *     [5..9] beta1, beta2, eps, weight decay, momentum, [10] the loss scale (fp16's
- *     dynamic loss scaling, the backward pass's seed; 1 otherwise), when the program
- *     says "scalars": 11 (every kernel of every list gets the array)
+ *     dynamic loss scaling, the backward pass's seed; 1 otherwise), [11] 1, or 0 on a
+ *     step fp16 skips (an overflow): the update kernels of a program with loss scaling
+ *     then keep every value, and the list runs for its moves (offload) all the same;
+ *     when the program says "scalars": 12 (every kernel of every list gets the array)
  * `forward` computes the logits for sampling (batch x seq x vocab f32 at
  * logits_offset) from the token inputs, without the loss or backward; a program whose
  * classifier is fused with its loss (classifier_ce) has none: logits_offset -1.
@@ -335,9 +337,11 @@
 
 enum { RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT, RT_TIER_WORK, RT_TIERS };
 enum { RT_SC_LR, RT_SC_BC1, RT_SC_BC2, RT_SC_GSCALE, RT_SC_STEP, RT_SCALARS };
-/* With "scalars": 11 in the program, kernels also read the optimizer's
- * hyperparameters (after command-line overrides) at these indices. */
-enum { RT_SC_BETA1 = RT_SCALARS, RT_SC_BETA2, RT_SC_EPS, RT_SC_WD, RT_SC_MOMENTUM, RT_SC_LOSS_SCALE, RT_SCALARS_ALL };
+/* With "scalars": 12 in the program, kernels also read the optimizer's
+ * hyperparameters (after command-line overrides), the loss scale and whether the
+ * step's update applies at these indices. */
+enum { RT_SC_BETA1 = RT_SCALARS, RT_SC_BETA2, RT_SC_EPS, RT_SC_WD, RT_SC_MOMENTUM, RT_SC_LOSS_SCALE, RT_SC_APPLY,
+       RT_SCALARS_ALL };
 
 /* bufs[i]: the address of the kernel's buffer i (the instruction's "args"). */
 typedef void (*RtKernelFn)(char *const *bufs, int64_t lo, int64_t hi, const float *scalars);

@@ -49,6 +49,7 @@ void train_scalars(const RtTrain *hp, double lr, int64_t t, double gscale, float
     sc[TRAIN_SC_WD] = (float)hp->weight_decay;
     sc[TRAIN_SC_MOMENTUM] = (float)hp->momentum;
     sc[TRAIN_SC_LOSS_SCALE] = 1.0f; /* a step of an fp16 program sets its loss scale */
+    sc[TRAIN_SC_APPLY] = 1.0f;
 }
 
 static double now_ms(void)
@@ -61,7 +62,7 @@ static double now_ms(void)
 /* ---- start-up ------------------------------------------------------------------ */
 
 /* One optimizer hyperparameter: the override, if any, after checking that the
- * program's kernels read it (program "scalars": 11) or that it equals theirs. */
+ * program's kernels read it (program "scalars": 12) or that it equals theirs. */
 static int override_kernel_hp(const RtProgram *p, const char *flag, double given,
                               double *value, char *err, size_t errlen)
 {
@@ -790,6 +791,11 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     s->scale = scale, s->skipped = t->hp.loss_scaling && !isfinite(s->norm);
     if (s->skipped) { /* an inf or NaN gradient (the same norm on every rank): no update */
         t->loss_scale *= t->hp.scale_backoff, t->good_steps = 0;
+        /* the update list still runs for its moves (offload), its kernels keeping every
+         * value (they select the old one when the scalar says 0: codegen/lower.c) */
+        train_scalars(&t->hp, s->lr, k - t->skipped, 0.0, sc);
+        sc[TRAIN_SC_APPLY] = 0.0f;
+        exec_run(&t->ex, &p->update, sc);
     } else {
         double gscale = t->hp.clip > 0 ? fmin(1.0, t->hp.clip / (s->norm + 1e-6)) : 1.0;
         /* the sum becomes the mean, unscaled; Adam's bias corrections count the updates made */

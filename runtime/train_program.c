@@ -752,7 +752,7 @@ static int parse_header(Pj *pj, const cJSON *r, RtProgram *p)
         if (pj_int(pj, r, "", "scalars", RT_SCALARS, TRAIN_SCALARS, &v) != 0)
             return -1;
         if (v != RT_SCALARS && v != TRAIN_SCALARS)
-            return pj_fail(pj, "", "scalars", "must be 5 or 11");
+            return pj_fail(pj, "", "scalars", "must be 5 or 12");
         p->nscalars = (int)v;
     }
     if (!(p->model = strdup(model)))

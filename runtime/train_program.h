@@ -34,9 +34,10 @@
  * Scalars. program.h defines scalars [0, RT_SCALARS) for `update` kernels. The
  * runtime passes a longer array, TRAIN_SCALARS values, to every kernel: the five of
  * program.h, then the optimizer hyperparameters after any command-line override
- * (TRAIN_SC_BETA1 ... TRAIN_SC_MOMENTUM) and the loss scale (TRAIN_SC_LOSS_SCALE: fp16's,
- * else 1). A program whose kernels read them says so
- * with the optional top-level field "scalars": 11 (TRAIN_SCALARS); without it
+ * (TRAIN_SC_BETA1 ... TRAIN_SC_MOMENTUM), the loss scale (TRAIN_SC_LOSS_SCALE: fp16's,
+ * else 1) and whether the update applies (TRAIN_SC_APPLY: 0 on a skipped step). A
+ * program whose kernels read them says so
+ * with the optional top-level field "scalars": 12 (TRAIN_SCALARS); without it
  * ("scalars": 5, the default) its kernels bake the "train" values in, and the
  * runtime refuses --beta1/--beta2/--eps/--weight-decay values that differ from
  * them instead of silently mixing two sets of hyperparameters.
@@ -57,6 +58,7 @@ enum {
     TRAIN_SC_WD = RT_SC_WD,             /* decoupled weight decay (parameters with "decay") */
     TRAIN_SC_MOMENTUM = RT_SC_MOMENTUM, /* SGD momentum */
     TRAIN_SC_LOSS_SCALE = RT_SC_LOSS_SCALE, /* fp16's loss scale (1 otherwise) */
+    TRAIN_SC_APPLY = RT_SC_APPLY,       /* 0 on a step fp16 skips: the update keeps every value */
     TRAIN_SCALARS = RT_SCALARS_ALL
 };
 

@@ -52,7 +52,12 @@ add_test(NAME e2e_recompute
 add_test(NAME e2e_offload
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_offload.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/offload ${COLOSSALC_TORCH_PYTHON})
-set_tests_properties(e2e_gpt2_vs_torch e2e_resume e2e_recompute e2e_offload PROPERTIES TIMEOUT 600)
+# and in fp16, whose skipped steps still move the chunks
+add_test(NAME e2e_offload_fp16
+         COMMAND ${CMAKE_COMMAND} -E env PRECISION=fp16 sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_offload.sh
+                 $<TARGET_FILE:colossalc> $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/offload-fp16
+                 ${COLOSSALC_TORCH_PYTHON})
+set_tests_properties(e2e_gpt2_vs_torch e2e_resume e2e_recompute e2e_offload e2e_offload_fp16 PROPERTIES TIMEOUT 600)
 # e2e_recompute runs mpirun: under the sanitizers, Open MPI's own leaks are suppressed
 # as for the multi-rank tests (tests/multirank/lsan.supp says how)
 if(COLOSSALC_SANITIZE)

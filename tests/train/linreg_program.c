@@ -9,7 +9,7 @@
  *   db     = column sums of dlogits      (kernel)
  *   W: [V, V] normal(0, 0.02), weight decay; b: [V] zeros, no decay
  *   update: AdamW as torch.optim.AdamW computes it, reading every hyperparameter
- *   from the scalars (program.h and train_program.h; hence "scalars": 11), so the
+ *   from the scalars (program.h and train_program.h; hence "scalars": 12), so the
  *   --beta1/--beta2/--eps/--weight-decay overrides reach it.
  *
  * B = 4, T = 16, V = 256: tests/train/bigram_ref.py must use the same numbers.
@@ -50,7 +50,7 @@ _Static_assert(P_B == 262144 && P_BYTES == 263168, "parameter layout changed: up
 
 const char colossalc_program_json[] =
     "{\"version\": 1, \"model\": \"bigram-test\", \"batch\": 4, \"seq\": 16, \"vocab\": 256,"
-    " \"scalars\": 11,"
+    " \"scalars\": 12,"
     " \"tiers\": [263168, 263168, 526336, 197504],"
     " \"opt_v_offset\": 263168,"
     " \"train\": {\"optimizer\": \"adamw\", \"lr\": 0.05, \"beta1\": 0.9, \"beta2\": 0.95,"

@@ -100,7 +100,7 @@ _Static_assert(CW == 65536 && P_B == 262144 && P_BYTES == 263168,
 
 const char colossalc_program_json[] =
     "{\"version\": 1, \"model\": \"bigram-offload\", \"batch\": 4, \"seq\": 16, \"vocab\": 256,"
-    " \"scalars\": 11,"
+    " \"scalars\": 12,"
     " \"tiers\": [263168, 263168, 526336, 131968],"
     " \"opt_v_offset\": 263168,"
     " \"train\": {\"optimizer\": \"adamw\", \"lr\": 0.05, \"beta1\": 0.9, \"beta2\": 0.95,"

@@ -27,7 +27,7 @@
  * the kernels of pipe_kernels.h index tiers[]; bytes 0: each keeps to the layout above. */
 
 const char colossalc_program_json[] =
-    "[{\"version\": 1, \"model\": \"pipe-test\", \"batch\": 2, \"seq\": 4, \"vocab\": 16, \"scalars\": 11"
+    "[{\"version\": 1, \"model\": \"pipe-test\", \"batch\": 2, \"seq\": 4, \"vocab\": 16, \"scalars\": 12"
     ", \"tiers\": [640, 640, 1280, 2224], \"opt_v_offset\": 640, \"train\": {\"optimizer\": \"adamw\", \""
     "lr\": 0.05, \"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-08, \"weight_decay\": 0.1, \"momentum\": 0,"
     " \"clip\": 1.0, \"warmup\": 1, \"min_lr\": 0.005, \"schedule\": \"cosine\"}, \"params\": [{\"name\":"
@@ -84,7 +84,7 @@ const char colossalc_program_json[] =
     "}], \"update\": [{\"op\": \"kernel\", \"kernel\": 4, \"extent\": 16, \"args\": [[0, 0, 0], [1, 0, 0]"
     ", [2, 0, 0], [3, 0, 0]]}, {\"op\": \"kernel\", \"kernel\": 5, \"extent\": 8, \"args\": [[0, 0, 0], ["
     "1, 0, 0], [2, 0, 0], [3, 0, 0]]}], \"forward\": [], \"stage_groups\": [[0, 1]]}, {\"version\": 1, \""
-    "model\": \"pipe-test\", \"batch\": 2, \"seq\": 4, \"vocab\": 16, \"scalars\": 11, \"tiers\": [512, 5"
+    "model\": \"pipe-test\", \"batch\": 2, \"seq\": 4, \"vocab\": 16, \"scalars\": 12, \"tiers\": [512, 5"
     "12, 1024, 1712], \"opt_v_offset\": 512, \"train\": {\"optimizer\": \"adamw\", \"lr\": 0.05, \"beta1"
     "\": 0.9, \"beta2\": 0.95, \"eps\": 1e-08, \"weight_decay\": 0.1, \"momentum\": 0, \"clip\": 1.0, \"w"
     "armup\": 1, \"min_lr\": 0.005, \"schedule\": \"cosine\"}, \"params\": [{\"name\": \"wte.weight\", \""

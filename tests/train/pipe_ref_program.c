@@ -19,7 +19,7 @@
 #define XS(x) S_(x)
 
 const char colossalc_program_json[] =
-    "{\"version\": 1, \"model\": \"pipe-test\", \"batch\": 2, \"seq\": 4, \"vocab\": 16, \"scalars\": 11,"
+    "{\"version\": 1, \"model\": \"pipe-test\", \"batch\": 2, \"seq\": 4, \"vocab\": 16, \"scalars\": 12,"
     " \"tiers\": [768, 768, 1536, 2256], \"opt_v_offset\": 768, \"train\": {\"optimizer\": \"adamw\", \"l"
     "r\": 0.05, \"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-08, \"weight_decay\": 0.1, \"momentum\": 0, "
     "\"clip\": 1.0, \"warmup\": 1, \"min_lr\": 0.005, \"schedule\": \"cosine\"}, \"params\": [{\"name\": "

@@ -121,7 +121,7 @@ static void test_program_errors(void)
     expect_program_error(PATH("inputs", "1", "role"), "\"tokens\"",
                          "inputs[1].role: a second input with this role");
     expect_program_error(PATH("gradnorm_parts"), "100000", "program: gradnorm_offset: bytes");
-    expect_program_error(PATH("scalars"), "7", "program: scalars: must be 5 or 11");
+    expect_program_error(PATH("scalars"), "7", "program: scalars: must be 5 or 12");
     RtProgram p;
     CHECK(program_load("{\"version\": 1,", 8, &p, err, sizeof err) == -1);
     CHECK_ERR(err, "program: not valid JSON");
@@ -275,7 +275,7 @@ static void test_schedule(void)
 /* ---- hyperparameter overrides ------------------------------------------------- */
 
 /* trainer_init with `train --steps 0 FLAG VALUE` on the program (optionally without
- * its "scalars": 11); 0 or -1 with the message in err; *beta2 gets the value used. */
+ * its "scalars": 12); 0 or -1 with the message in err; *beta2 gets the value used. */
 static int init_with(const char *flag, const char *value, int drop_scalars, double *beta2)
 {
     char *argv[] = {"train", "--steps", "0", (char *)flag, (char *)value, NULL};
