@@ -772,6 +772,10 @@ static void print_summary(const Options *o, const Graph *g, const Program *p, co
            "f32 master weights and optimizer state%s)\n",
            o->precision == DT_BF16 ? "bf16" : "fp16", dtype_name((DType)o->precision),
            o->precision == DT_F16 ? "; dynamic loss scaling" : "");
+  printf("attention: %s; classifier: %s\n",
+         o->force.attn == ATTN_MATERIALIZED ? "materialized (GEMMs and a softmax, the scores stored)"
+                                            : "fused (flash_attention kernels, no scores stored)",
+         o->classifier_fused ? "fused (its GEMM and cross-entropy a chunk of rows at a time)" : "materialized (the logits stored)");
   if (p) summary_print_memory(stdout, p->tiers, p->work_peak);
   else printf("memory plan: not available (%s)\n", diag_last);
   if (r && !o->dump_plan) plan_dump_brief(stdout, r);

@@ -34,6 +34,18 @@ expect_line() {
   grep '^cuda' "$1" | tee /dev/stderr | grep -q "$2" || fail "$1: no '$2' in its cuda line"
 }
 
+# cpu_vs_cuda NAME "COLOSSALC FLAGS" COMPARE_RUNS ARGS...: the model compiled with the flags,
+# trained on the CPU device and on the emulated CUDA device, the runs compared
+cpu_vs_cuda() {
+  name=$1 flags=$2
+  shift 2
+  "$cc" "$src/models/gpt2-tiny.model" --set layers=2 --set seq=32 --set batch=4 $flags -o "$name" 2> "$name.err"
+  "./$name" $args --device cpu --log cpu.jsonl --save cpu.safetensors > cpu.out
+  LD_LIBRARY_PATH=$emul "./$name" $args --device cuda --kernel-cache kc --log cuda.jsonl --save cuda.safetensors \
+    > cuda.out
+  "$py" "$src/tests/multirank/compare_runs.py" "$@" cpu.jsonl cuda.jsonl cpu.safetensors cuda.safetensors
+}
+
 case $check in
 one_rank)
   ./train $args --device cpu --log cpu.jsonl --save cpu.safetensors > cpu.out
@@ -52,21 +64,10 @@ one_rank)
   "$py" "$src/tests/multirank/compare_runs.py" 1e-5 cpu.jsonl damaged.jsonl cpu.safetensors damaged.safetensors
   ;;
 bf16)
-  "$cc" "$src/models/gpt2-tiny.model" --set layers=2 --set seq=32 --set batch=4 --precision bf16 -o train16 \
-    2> compile16.err
-  ./train16 $args --device cpu --log cpu.jsonl --save cpu.safetensors > cpu.out
-  LD_LIBRARY_PATH=$emul ./train16 $args --device cuda --kernel-cache kc --log cuda.jsonl --save cuda.safetensors \
-    > cuda.out
-  "$py" "$src/tests/multirank/compare_runs.py" --skip "h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256" 1e-2 \
-    cpu.jsonl cuda.jsonl cpu.safetensors cuda.safetensors
+  cpu_vs_cuda train16 "--precision bf16" --skip "h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256" 1e-2
   ;;
 fused)
-  "$cc" "$src/models/gpt2-tiny.model" --set layers=2 --set seq=32 --set batch=4 --classifier fused -o trainf \
-    2> compilef.err
-  ./trainf $args --device cpu --log cpu.jsonl --save cpu.safetensors > cpu.out
-  LD_LIBRARY_PATH=$emul ./trainf $args --device cuda --kernel-cache kc --log cuda.jsonl --save cuda.safetensors \
-    > cuda.out
-  "$py" "$src/tests/multirank/compare_runs.py" 1e-5 cpu.jsonl cuda.jsonl cpu.safetensors cuda.safetensors
+  cpu_vs_cuda trainf "--classifier fused" 1e-5
   ;;
 nvrtc_cache)
   for arch in sm_80 sm_90; do
