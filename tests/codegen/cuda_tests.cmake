@@ -50,6 +50,11 @@ add_test(NAME codegen_cuda_lowered_gpt2_tiny_bf16
                  batch=2 seq=16 layers=2
          WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 set_tests_properties(codegen_cuda_lowered_gpt2_tiny_bf16 PROPERTIES TIMEOUT 900)
+add_test(NAME codegen_cuda_lowered_gpt2_tiny_bf16_fused
+         COMMAND test_codegen_cuda lowered ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model --precision=bf16 --attention=fused
+                 --classifier=fused batch=2 seq=40 layers=2
+         WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+set_tests_properties(codegen_cuda_lowered_gpt2_tiny_bf16_fused PROPERTIES TIMEOUT 900)
 
 # The CUDA source of every kernel of every model in models/, at its real size, compiles
 # through NVRTC for sm_80 and sm_90.
