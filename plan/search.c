@@ -103,7 +103,7 @@ static CandSet *get_set(Search *S, int tp, int mbs, Recompute rc) {
   CandSet *cs = &S->sets[S->nsets++];
   const PlanResult *r = S->r;
   ShardCtx x = {.pm = r->pm, .cl = r->cl, .t = tp, .mbs = mbs, .rc = rc, .attn = (AttnKernel)S->f->attn,
-                .act_bytes = r->mixed ? 2 : 4, .comm_f32 = S->f->exec, .peak = r->peak, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
+                .act_bytes = r->mixed && !S->f->exec ? 2 : 4, .comm_f32 = S->f->exec, .peak = r->peak, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
                 .force = S->f->op_strategy, .exec = S->f->exec};
   *cs = (CandSet){.tp = tp, .mbs = mbs, .rc = rc};
   cs->n = shard_candidates(S->a, &x, &cs->c);

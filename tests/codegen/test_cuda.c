@@ -919,7 +919,7 @@ static int mode_lowered(int argc, char **argv) {
   char dir[] = "cuda-host-XXXXXX";
   HostCtx h = {0};
   if (host_build(src, dir, &h)) return 1;
-  LRun r = {.p = p, .h = &h, .scalars = {1e-2f, 10.0f, 20.0f, 0.75f, 1, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f}};
+  LRun r = {.p = p, .h = &h, .scalars = {1e-2f, 10.0f, 20.0f, 0.75f, 1, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, 1.0f}};
   char *before[RT_TIERS];
   r.worst = calloc((size_t)p->nkernels + 1, sizeof *r.worst);
   for (int t = 0; t < RT_TIERS; t++) {

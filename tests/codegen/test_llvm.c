@@ -647,7 +647,7 @@ static int run_lowered(int argc, char **argv) {
   free(json);
   if (llvm_optimize(m, 3)) return 1;
   void *lib = build_library(m);
-  float scalars[16] = {1e-2f, 10.0f, 20.0f, 0.75f, 1, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f};
+  float scalars[16] = {1e-2f, 10.0f, 20.0f, 0.75f, 1, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, 1.0f};
   Run r = {.p = p, .fns = dlsym(lib, "colossalc_kernels"), .scalars = scalars};
   r.worst = calloc((size_t)p->nkernels + 1, sizeof *r.worst);
   for (int t = 0; t < RT_TIERS; t++) {

@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
   const TrainSpec *ts = &g->train;
   float scalars[RT_SCALARS_ALL] = {1e-2f, 1 / (1 - (float)ts->beta1), 1 / (1 - (float)ts->beta2), 1.0f, 1,
                                    (float)ts->beta1, (float)ts->beta2, (float)ts->eps, (float)ts->weight_decay,
-                                   (float)ts->momentum, 1.0f /* the loss scale */};
+                                   (float)ts->momentum, 1.0f /* the loss scale */, 1.0f /* the update applies */};
   run_seq(p, &p->step, tiers, scalars);
   interp_run(g, vals, (int64_t)scalars[RT_SC_STEP]); /* the same dropout masks */
   float loss = *(float *)(tiers[RT_TIER_WORK] + p->loss_offset);
