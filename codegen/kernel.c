@@ -103,10 +103,11 @@ KView kview_contig(const Kernel *k, int64_t offset) {
 void kernel_check(const Kernel *k) {
   if (k->attn) {
     const KAttn *A = k->attn;
-    const KOperand *ops[] = {&A->q, &A->k, &A->v, &A->out, &A->g, &A->delta, &A->res};
+    const KOperand *ops[KA_OPERANDS];
+    kattn_operands(A, ops);
     ir_assert(k->nphases == 0 && k->par == KP_ROWS && k->cols == 1 && A->hd > 0 && A->heads > 0);
     ir_assert(k->rows == A->batch * A->heads * (A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk));
-    for (int i = 0; i < 7; i++) ir_assert(ops[i]->buf >= -1 && ops[i]->buf < k->nbufs);
+    for (int i = 0; i < KA_OPERANDS; i++) ir_assert(ops[i]->buf >= -1 && ops[i]->buf < k->nbufs);
     ir_assert(A->res.buf >= 0 && k->bufs[A->res.buf].dtype != DT_I32);
     return;
   }
@@ -217,7 +218,29 @@ static int64_t view_addr(EvalCtx *c, const KView *v) {
   return a;
 }
 
-static void *buf_ptr(EvalCtx *c, int b) { return c->tiers[c->k->bufs[b].tier] + c->k->bufs[b].offset; }
+static void *buf_ptr(const EvalCtx *c, int b) { return c->tiers[c->k->bufs[b].tier] + c->k->bufs[b].offset; }
+
+/* Element a of buffer b, widened to f32 (i32 converted). */
+static float load_at(const EvalCtx *c, int b, int64_t a) {
+  ir_assert(a >= 0 && a < c->k->bufs[b].numel);
+  void *p = buf_ptr(c, b);
+  DType t = c->k->bufs[b].dtype;
+  if (t == DT_BF16 || t == DT_F16) return kx_to_f32(t, ((uint16_t *)p)[a]);
+  return t == DT_I32 ? (float)((int32_t *)p)[a] : ((float *)p)[a];
+}
+
+/* v into element a of buffer b (added in f32 with KS_ADD), rounded to a 16-bit buffer's type. */
+static void store_at(const EvalCtx *c, int b, int64_t a, KStore s, float v) {
+  ir_assert(a >= 0 && a < c->k->bufs[b].numel);
+  DType t = c->k->bufs[b].dtype;
+  if (t == DT_BF16 || t == DT_F16) {
+    uint16_t *h = (uint16_t *)buf_ptr(c, b) + a;
+    *h = kx_from_f32(t, s == KS_ADD ? kx_to_f32(t, *h) + v : v);
+    return;
+  }
+  float *dst = (float *)buf_ptr(c, b) + a;
+  *dst = s == KS_ADD ? *dst + v : v;
+}
 
 static float eval_unary(KUnary op, float x) {
   switch (op) {
@@ -259,14 +282,7 @@ static float eval_binary(KBinary op, float x, float y) {
 static float eval_expr(EvalCtx *c, const KExpr *e) {
   switch (e->kind) {
   case KX_CONST: return e->f;
-  case KX_LOAD: {
-    int64_t a = view_addr(c, &e->view);
-    ir_assert(a >= 0 && a < c->k->bufs[e->buf].numel);
-    void *p = buf_ptr(c, e->buf);
-    DType t = c->k->bufs[e->buf].dtype;
-    if (t == DT_BF16 || t == DT_F16) return kx_to_f32(t, ((uint16_t *)p)[a]);
-    return t == DT_I32 ? (float)((int32_t *)p)[a] : ((float *)p)[a];
-  }
+  case KX_LOAD: return load_at(c, e->buf, view_addr(c, &e->view));
   case KX_ACC: return c->acc[e->acc];
   case KX_COORD: return (float)coord(c->k, c->r, c->j, e->axis);
   case KX_SCALAR: return c->scalars[e->index];
@@ -278,18 +294,7 @@ static float eval_expr(EvalCtx *c, const KExpr *e) {
   unreachable();
 }
 
-static void store(EvalCtx *c, const KPhase *p, float v) {
-  int64_t a = view_addr(c, &p->view);
-  ir_assert(a >= 0 && a < c->k->bufs[p->buf].numel);
-  DType t = c->k->bufs[p->buf].dtype;
-  if (t == DT_BF16 || t == DT_F16) {
-    uint16_t *h = (uint16_t *)buf_ptr(c, p->buf) + a;
-    *h = kx_from_f32(t, p->store == KS_ADD ? kx_to_f32(t, *h) + v : v);
-    return;
-  }
-  float *dst = (float *)buf_ptr(c, p->buf) + a;
-  *dst = p->store == KS_ADD ? *dst + v : v;
-}
+static void store(EvalCtx *c, const KPhase *p, float v) { store_at(c, p->buf, view_addr(c, &p->view), p->store, v); }
 
 static void eval_row(EvalCtx *c, int64_t j_lo, int64_t j_hi) {
   const Kernel *k = c->k;
@@ -316,27 +321,12 @@ static void eval_row(EvalCtx *c, int64_t j_lo, int64_t j_hi) {
 
 /* ---- the fused attention kernel's meaning (kernel.h, KAttn) ---------------------------- */
 
+/* Element (b, s, col) of operand x, and its store. */
 static float attn_ld(const EvalCtx *c, const KOperand *x, int64_t b, int64_t s, int64_t col) {
-  const KBuf *kb = &c->k->bufs[x->buf];
-  int64_t a = x->offset + b * x->sb + s * x->ss + col;
-  ir_assert(a >= 0 && a < kb->numel);
-  char *base = c->tiers[kb->tier] + kb->offset;
-  if (kb->dtype == DT_BF16 || kb->dtype == DT_F16) return kx_to_f32(kb->dtype, ((uint16_t *)base)[a]);
-  return kb->dtype == DT_I32 ? (float)((int32_t *)base)[a] : ((float *)base)[a];
+  return load_at(c, x->buf, x->offset + b * x->sb + s * x->ss + col);
 }
-
 static void attn_st(const EvalCtx *c, const KOperand *x, KStore st, int64_t b, int64_t s, int64_t col, float v) {
-  const KBuf *kb = &c->k->bufs[x->buf];
-  int64_t a = x->offset + b * x->sb + s * x->ss + col;
-  ir_assert(a >= 0 && a < kb->numel);
-  char *base = c->tiers[kb->tier] + kb->offset;
-  if (kb->dtype == DT_BF16 || kb->dtype == DT_F16) {
-    uint16_t *h = (uint16_t *)base + a;
-    *h = kx_from_f32(kb->dtype, st == KS_ADD ? kx_to_f32(kb->dtype, *h) + v : v);
-  } else {
-    float *f = (float *)base + a;
-    *f = st == KS_ADD ? *f + v : v;
-  }
+  store_at(c, x->buf, x->offset + b * x->sb + s * x->ss + col, st, v);
 }
 
 /* x_s · y_t over head h's hd features, in order. */

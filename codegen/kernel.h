@@ -183,6 +183,12 @@ typedef struct KAttn {
   KStore store;
 } KAttn;
 
+/* A's operands in that order (q, k, v, out, g, delta, res). */
+enum { KA_OPERANDS = 7 };
+static inline void kattn_operands(const KAttn *A, const KOperand *ops[KA_OPERANDS]) {
+  ops[0] = &A->q, ops[1] = &A->k, ops[2] = &A->v, ops[3] = &A->out, ops[4] = &A->g, ops[5] = &A->delta, ops[6] = &A->res;
+}
+
 typedef struct Kernel {
   const char *name;               /* a C identifier, unique in the program */
   const KAttn *attn;              /* a fused attention kernel, or NULL */

@@ -415,24 +415,27 @@ static LLVMValueRef f32_to_half(Emit *e, DType t, LLVMValueRef f) {
   return LLVMBuildTrunc(b, r, e->m->i16, "");
 }
 
-static LLVMValueRef emit_load(Emit *e, int buf, const KView *v) {
+/* The element of buffer buf at ptr, widened to f32 (i32 converted). */
+static LLVMValueRef load_elem(Emit *e, int buf, LLVMValueRef ptr) {
   DType t = e->k->bufs[buf].dtype;
-  LLVMValueRef ld = LLVMBuildLoad2(e->b, elt_type(e->m, t), view_ptr(e, buf, v), "");
+  LLVMValueRef ld = LLVMBuildLoad2(e->b, elt_type(e->m, t), ptr, "");
   set_alias(e, ld, buf);
   if (t == DT_BF16 || t == DT_F16) return half_to_f32(e, t, ld);
   return t == DT_I32 ? LLVMBuildSIToFP(e->b, ld, e->m->f32, "") : ld;
 }
 
-static void emit_store(Emit *e, const KPhase *p, LLVMValueRef v) {
-  DType t = e->k->bufs[p->buf].dtype;
+/* v into the element of buffer buf at ptr (added in f32 with KS_ADD), rounded to a 16-bit buffer's type. */
+static void store_elem(Emit *e, int buf, LLVMValueRef ptr, KStore s, LLVMValueRef v) {
+  DType t = e->k->bufs[buf].dtype;
   bool half = t == DT_BF16 || t == DT_F16;
-  LLVMValueRef ptr = view_ptr(e, p->buf, &p->view);
-  if (p->store == KS_ADD) {
-    LLVMValueRef old = LLVMBuildLoad2(e->b, elt_type(e->m, t), ptr, "");
-    set_alias(e, old, p->buf);
-    v = LLVMBuildFAdd(e->b, half ? half_to_f32(e, t, old) : old, v, "");
-  }
-  set_alias(e, LLVMBuildStore(e->b, half ? f32_to_half(e, t, v) : v, ptr), p->buf);
+  if (s == KS_ADD) v = LLVMBuildFAdd(e->b, load_elem(e, buf, ptr), v, "");
+  set_alias(e, LLVMBuildStore(e->b, half ? f32_to_half(e, t, v) : v, ptr), buf);
+}
+
+static LLVMValueRef emit_load(Emit *e, int buf, const KView *v) { return load_elem(e, buf, view_ptr(e, buf, v)); }
+
+static void emit_store(Emit *e, const KPhase *p, LLVMValueRef v) {
+  store_elem(e, p->buf, view_ptr(e, p->buf, &p->view), p->store, v);
 }
 
 /* ---- expressions ----------------------------------------------------------------- */
@@ -842,23 +845,11 @@ static LLVMValueRef attn_ptr(Emit *e, const KOperand *x, LLVMValueRef row, LLVMV
   return LLVMBuildInBoundsGEP2(e->b, elt_type(e->m, e->k->bufs[x->buf].dtype), buf_ptr(e, x->buf), &i, 1, "");
 }
 static LLVMValueRef attn_load(Emit *e, const KOperand *x, LLVMValueRef row, LLVMValueRef col) {
-  DType t = e->k->bufs[x->buf].dtype;
-  LLVMValueRef ld = LLVMBuildLoad2(e->b, elt_type(e->m, t), attn_ptr(e, x, row, col), "");
-  set_alias(e, ld, x->buf);
-  if (t == DT_BF16 || t == DT_F16) return half_to_f32(e, t, ld);
-  return t == DT_I32 ? LLVMBuildSIToFP(e->b, ld, e->m->f32, "") : ld;
+  return load_elem(e, x->buf, attn_ptr(e, x, row, col));
 }
 static void attn_store(Emit *e, LLVMValueRef row, LLVMValueRef col, LLVMValueRef v) {
   const KAttn *A = e->k->attn;
-  DType t = e->k->bufs[A->res.buf].dtype;
-  bool half = t == DT_BF16 || t == DT_F16;
-  LLVMValueRef p = attn_ptr(e, &A->res, row, col);
-  if (A->store == KS_ADD) {
-    LLVMValueRef old = LLVMBuildLoad2(e->b, elt_type(e->m, t), p, "");
-    set_alias(e, old, A->res.buf);
-    v = LLVMBuildFAdd(e->b, half ? half_to_f32(e, t, old) : old, v, "");
-  }
-  set_alias(e, LLVMBuildStore(e->b, half ? f32_to_half(e, t, v) : v, p), A->res.buf);
+  store_elem(e, A->res.buf, attn_ptr(e, &A->res, row, col), A->store, v);
 }
 
 /* The element offset of row (b, s) of x. */

@@ -930,8 +930,12 @@ static void lower_flash(L *l, const Node *n) {
   bool fwd = n->op == OP_FLASH_ATTENTION;
   int which = fwd ? -1 : (int)attr_int(n, "which");
   const Node *q = n->in[0];
+  bool reads[6];
   Val in[6];
-  for (int i = 0; i < n->nin; i++) in[i] = attn_layout(l, n->in[i]);
+  for (int i = 0; i < 6; i++) { /* dv reads neither v nor delta */
+    reads[i] = i < n->nin && !(which == 2 && (i == 2 || i == 5));
+    if (reads[i]) in[i] = attn_layout(l, n->in[i]);
+  }
   int ob = out_buf(l, n);
   Val ov = layout_of(ob, &n->shape);
   KAttn *A = arena_alloc(l->a, sizeof *A);
@@ -944,8 +948,7 @@ static void lower_flash(L *l, const Node *n) {
   Kernel *k = knew(l, fwd ? "flash_attention" : which == 0 ? "flash_attention_dq" : which == 1 ? "flash_attention_dk" : "flash_attention_dv",
                    KP_ROWS, dims, 2, 1);
   KOperand none = {-1, 0, 0, 0}, *ops[6] = {&A->q, &A->k, &A->v, &A->out, &A->g, &A->delta};
-  for (int i = 0; i < 6; i++) /* dv reads neither v nor delta */
-    *ops[i] = i < n->nin && !(which == 2 && (i == 2 || i == 5)) ? attn_operand(l, k, n->in[i], &in[i]) : none;
+  for (int i = 0; i < 6; i++) *ops[i] = reads[i] ? attn_operand(l, k, n->in[i], &in[i]) : none;
   A->res = attn_operand(l, k, n, &ov);
   A->store = store_mode(l, ob);
   k->attn = A;

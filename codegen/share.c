@@ -82,11 +82,12 @@ static void key_kernel(Key *k, const Kernel *kn) {
   for (int i = 0; i < kn->nbufs; i++) put(k, kn->bufs[i].numel), put(k, kn->bufs[i].dtype), put(k, cls[i]);
   if (kn->attn) {
     const KAttn *A = kn->attn;
-    const KOperand *ops[] = {&A->q, &A->k, &A->v, &A->out, &A->g, &A->delta, &A->res};
+    const KOperand *ops[KA_OPERANDS];
+    kattn_operands(A, ops);
     put(k, -3000 - A->pass);
     put(k, A->batch), put(k, A->heads), put(k, A->sq), put(k, A->sk), put(k, A->hd);
     put(k, A->causal), put(k, float_bits(A->scale)), put(k, A->store);
-    for (int i = 0; i < 7; i++) put(k, ops[i]->buf), put(k, ops[i]->offset), put(k, ops[i]->sb), put(k, ops[i]->ss);
+    for (int i = 0; i < KA_OPERANDS; i++) put(k, ops[i]->buf), put(k, ops[i]->offset), put(k, ops[i]->sb), put(k, ops[i]->ss);
   }
   put(k, kn->naccs), put(k, kn->nphases);
   for (int i = 0; i < kn->nphases; i++) {

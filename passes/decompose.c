@@ -115,19 +115,18 @@ Graph *pass_decompose(Graph *g, unsigned fuse) {
   for (int i = 0; i < g->n; i++)
     for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
   for (int k = 0; k < g->nwrt; k++) uses[g->wrt[k]->id]++; /* the activations other chunks differentiate */
-  bool *taken = arena_array(g->arena, g->n, sizeof *taken); /* matmuls classifier_ce computes */
-  for (int i = 0; i < g->n && fuse & FUSE_CLASSIFIER; i++) {
-    const Node *mm = classifier_of(g, g->nodes[i], uses);
-    if (mm) taken[mm->id] = true;
-  }
+  /* the matmul each fused cross_entropy takes in (cls), and those matmuls (taken) */
+  const Node **cls = arena_array(g->arena, g->n, sizeof *cls);
+  bool *taken = arena_array(g->arena, g->n, sizeof *taken);
+  for (int i = 0; i < g->n && fuse & FUSE_CLASSIFIER; i++)
+    if ((cls[i] = classifier_of(g, g->nodes[i], uses))) taken[cls[i]->id] = true;
   for (int i = 0; i < g->n; i++) {
     const Node *n = g->nodes[i];
     if (taken[i]) continue;
     ir_assert(n->nin <= 64);
     for (int k = 0; k < n->nin; k++) in[k] = map[n->in[k]->id];
     Ctx c = {h, n};
-    const Node *mm = fuse & FUSE_CLASSIFIER ? classifier_of(g, n, uses) : NULL;
-    if (mm) map[i] = fuse_classifier(&c, n, mm, map);
+    if (cls[i]) map[i] = fuse_classifier(&c, n, cls[i], map);
     else if (n->op != OP_ATTENTION) map[i] = graph_clone_node(h, n, in);
     else map[i] = fuse & FUSE_ATTENTION ? fuse_attention(&c, in) : decompose_attention(&c, in);
   }

@@ -26,6 +26,12 @@ void plan_force_init(PlanForce *f) {
                    .offload = -1, .attn = ATTN_FUSED, .op_strategy = NULL};
 }
 
+/* Bytes of an activation element as priced: 2 under --what-if's mixed precision; 4 in
+ * fp32 and in compiled mixed precision, whose autocast keeps normalisations, residual
+ * sums and losses in f32 beside the 16-bit GEMM copies and whose collectives and
+ * pipeline messages are f32 (passes/autocast.c, ir/ops.def). */
+static double act_bytes(const PlanResult *r, const PlanForce *f) { return r->mixed && !f->exec ? 2 : 4; }
+
 /* ---- sharding candidates, cached per (tp, mbs, recompute) ------------------------- */
 
 /* Parameters of a segment under a candidate: totals, and the uses of parameters
@@ -103,7 +109,7 @@ static CandSet *get_set(Search *S, int tp, int mbs, Recompute rc) {
   CandSet *cs = &S->sets[S->nsets++];
   const PlanResult *r = S->r;
   ShardCtx x = {.pm = r->pm, .cl = r->cl, .t = tp, .mbs = mbs, .rc = rc, .attn = (AttnKernel)S->f->attn,
-                .act_bytes = r->mixed && !S->f->exec ? 2 : 4, .comm_f32 = S->f->exec, .peak = r->peak, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
+                .act_bytes = act_bytes(r, S->f), .peak = r->peak, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
                 .force = S->f->op_strategy, .exec = S->f->exec};
   *cs = (CandSet){.tp = tp, .mbs = mbs, .rc = rc};
   cs->n = shard_candidates(S->a, &x, &cs->c);
@@ -190,14 +196,12 @@ static int chunk_stage(int c, int pp) { return c % pp; }
 static double xfer_time(const Search *S, const SegCost *s, int tp, bool intra) {
   const Cluster *cl = S->r->cl;
   Group g = {2, intra ? 2 : 1}, t = {tp, tp};
-  double f = S->f->exec && S->r->mixed ? 2 : 1; /* compiled mixed precision sends f32 (passes/autocast.c) */
-  double whole = cost_collective(cl, COLL_SEND_RECV, f * s->xfer_whole, g);
+  double whole = cost_collective(cl, COLL_SEND_RECV, s->xfer_whole, g);
   if (tp > 1) { /* Megatron's scatter/gather: send 1/t, all-gather inside the node */
-    double sg = cost_collective(cl, COLL_SEND_RECV, f * s->xfer_whole / tp, g) +
-                cost_collective(cl, COLL_ALL_GATHER, f * s->xfer_whole, t);
+    double sg = cost_collective(cl, COLL_SEND_RECV, s->xfer_whole / tp, g) + cost_collective(cl, COLL_ALL_GATHER, s->xfer_whole, t);
     if (sg < whole) whole = sg;
   }
-  return cost_collective(cl, COLL_SEND_RECV, f * s->xfer_split, g) + whole;
+  return cost_collective(cl, COLL_SEND_RECV, s->xfer_split, g) + whole;
 }
 
 static bool same_node(const Search *S, int stage_a, int stage_b, int dp, int tp) {

@@ -759,7 +759,6 @@ static double reshard(const ShardCtx *x, int from, int to, double bytes, CollKin
   if (from == PL_P) k = to == PL_R ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER;
   else k = to == PL_R ? COLL_ALL_GATHER : COLL_ALL_TO_ALL;
   if (kind) *kind = k;
-  if (x->comm_f32) bytes *= 4 / x->act_bytes; /* compiled mixed precision exchanges f32 (ir/ops.def) */
   return cost_collective(x->cl, k, bytes, g);
 }
 

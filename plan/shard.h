@@ -75,7 +75,6 @@ typedef struct ShardCtx {
   Recompute rc;
   AttnKernel attn;
   double act_bytes;      /* bytes of an activation element: 2 (bf16) or 4 (fp32) */
-  bool comm_f32;         /* tensor-parallel collectives exchange f32 whatever act_bytes (as compiled) */
   double peak;           /* FLOP/s of GEMMs and attention in the plan's precision */
   double state_bytes;    /* model-state bytes per parameter (the DP's memory weight) */
   const char *const *force; /* [g->n] strategy name an op must use, or NULL */
