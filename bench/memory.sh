@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Memory by precision and attention. Part 1: the per-device memory the plan search
 # predicts, as compiled (no --what-if), for GPT-3 on 64 A100-80GB and LLaMA-2 7B on one
-# A100-80GB, in fp32, bf16 and fp16 (16-bit plans are data-parallel so far: the mesh is
-# printed), with attention fused and materialized. Part 2: the smallest device budget
+# A100-80GB, in fp32, bf16 and fp16 (the mesh is printed), and the same on H100s in bf16
+# and fp8 (A100s have no fp8 tensor cores), with attention fused and materialized. Part 2: the smallest device budget
 # (--device-memory, found by bisection to 1/64 of the range) that each small model of
-# the zoo trains under with offload, in fp32 and in bf16, with attention and classifier
+# the zoo trains under with offload, in fp32, bf16 and fp8, with attention and classifier
 # fused (--attention fused --classifier fused) and with both materialized; the same
 # budget's compiled program is the figure. Part 3: gpt2-tiny
 # at seq 4096 trained with fused attention, its measured peak beside the prediction,
@@ -19,10 +19,10 @@ echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 echo "== predicted memory per device (plan search, as compiled) =="
 printf '%-28s %-6s %-12s %-16s %12s %10s\n' model precision attention mesh GiB/device vs_first
-plan() { # name model args...
-  local name=$1 model=$2 base=""
-  shift 2
-  for prec in fp32 bf16 fp16; do
+plan() { # name "precisions" model args...
+  local name=$1 precs=$2 model=$3 base=""
+  shift 3
+  for prec in $precs; do
     for attn in fused materialized; do
       local json
       json=$("$cc" "$model" "$@" --precision $prec --attention $attn --dump-plan=json 2> /dev/null) || {
@@ -37,8 +37,10 @@ print("dp%d/tp%d/pp%d" % (m["dp"], m["tp"], m["pp"]), d["memory"]["peak_bytes_pe
     done
   done
 }
-plan "gpt3 on 64 x a100-80g" models/gpt3.model --gpus 64 --gpu a100-80g
-plan "llama-2-7b on 1 x a100-80g" models/llama.model --gpus 1 --gpu a100-80g
+plan "gpt3 on 64 x a100-80g" "fp32 bf16 fp16" models/gpt3.model --gpus 64 --gpu a100-80g
+plan "llama-2-7b on 1 x a100-80g" "fp32 bf16 fp16" models/llama.model --gpus 1 --gpu a100-80g
+plan "gpt3 on 64 x h100-sxm" "bf16 fp8" models/gpt3.model --gpus 64 --gpu h100-sxm
+plan "llama-2-7b on 1 x h100-sxm" "bf16 fp8" models/llama.model --gpus 1 --gpu h100-sxm
 
 echo "== smallest device budget that trains (offload; attention and classifier fused or materialized) =="
 printf '%-12s %-6s %-12s %12s %10s\n' model precision kernels MiB vs_first
@@ -46,7 +48,7 @@ fits() { "$cc" "$@" --dump-plan > /dev/null 2>&1; }
 smallest() { # name model args...
   local name=$1 model=$2 base=""
   shift 2
-  for prec in fp32 bf16; do
+  for prec in fp32 bf16 fp8; do
     for attn in fused materialized; do
       local hi=4096 lo=1 a=(--precision $prec --attention $attn --classifier $attn)
       fits "$model" "$@" "${a[@]}" --device-memory ${hi}M || {

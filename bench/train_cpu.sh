@@ -40,6 +40,9 @@ bench gpt2-tiny models/gpt2-tiny.model "256 256 128 4 4 4 64"
 # the same steps in bf16 mixed precision (--precision bf16; PyTorch's column is its f32 step)
 bench gpt2-124M-bf16 models/gpt2.model "50257 1024 768 12 12 4 64" --set batch=4 --set seq=64 --precision bf16
 bench gpt2-tiny-bf16 models/gpt2-tiny.model "256 256 128 4 4 4 64" --precision bf16
+# and in fp8 (--precision fp8: the linear layers' GEMMs on e4m3/e5m2 copies, emulated in f32 here)
+bench gpt2-124M-fp8 models/gpt2.model "50257 1024 768 12 12 4 64" --set batch=4 --set seq=64 --precision fp8
+bench gpt2-tiny-fp8 models/gpt2-tiny.model "256 256 128 4 4 4 64" --precision fp8
 # attention at seq 1024: fused (the default: flash_attention kernels, no scores stored)
 # against materialized (OpenBLAS GEMMs and a softmax over the stored scores)
 bench gpt2-tiny-s1024 models/gpt2-tiny.model "256 1024 128 4 4 2 1024" --set batch=2 --set seq=1024 --set ctx=1024

@@ -70,8 +70,11 @@ static void str_free(Str *s) { free(s->s); *s = (Str){0}; }
 
 typedef struct Access { int buf; const KView *view; bool write, row; } Access;
 
-static bool half_buf(const KBuf *b) { return b->dtype == DT_BF16 || b->dtype == DT_F16; }
-static const char *half_name(const KBuf *b) { return b->dtype == DT_BF16 ? "bf" : "h"; }
+/* A buffer of 16- or 8-bit floats, converted by the prelude's cc_<name>2f and cc_f2<name>. */
+static bool half_buf(const KBuf *b) { return b->dtype != DT_F32 && b->dtype != DT_I32; }
+static const char *half_name(const KBuf *b) {
+  return b->dtype == DT_BF16 ? "bf" : b->dtype == DT_F16 ? "h" : b->dtype == DT_E4M3 ? "e4" : "e5";
+}
 
 static bool bufs_overlap(const Kernel *k, int a, int b) {
   const KBuf *x = &k->bufs[a], *y = &k->bufs[b];
@@ -618,7 +621,8 @@ static void decl_bases_and_scalars(Emit *E, Str *o) {
   for (int b = 0; b < k->nbufs; b++) {
     if (!E->use_buf[b]) continue;
     const KBuf *kb = &k->bufs[b];
-    const char *ty = kb->dtype == DT_I32 ? "int" : half_buf(kb) ? "unsigned short" : "float", *c = E->ro[b] ? "const " : "";
+    const char *ty = kb->dtype == DT_I32 ? "int" : kbuf_elem_bytes(kb) == 1 ? "unsigned char" : half_buf(kb) ? "unsigned short" : "float";
+    const char *c = E->ro[b] ? "const " : "";
     put(o, "  %s%s *const b%d = (%s%s *)bufs.p[%d];   /* %lld %s */\n", c, ty, b, c, ty, b, (long long)kb->numel,
         dtype_name(kb->dtype));
   }
@@ -1095,6 +1099,30 @@ static const char prelude[] =
   "  }\n"
   "  return (unsigned short)(sign | (a + 0x0fffu + (a >> 13 & 1u) - 0x38000000u) >> 13);\n"
   "}\n"
+  "/* 8-bit storage (isa_fp8_* of program/isa.h): exact widening; rounding to nearest even,\n"
+  "   saturating at the largest finite value, a NaN kept a NaN */\n"
+  "__device__ __forceinline__ float cc_e42f(unsigned char c) {\n"
+  "  const unsigned sign = (unsigned)(c >> 7) << 31, e = c >> 3 & 15u, m = c & 7u;\n"
+  "  if ((c & 0x7fu) == 0x7fu) return __uint_as_float(sign | 0x7fc00000u);\n"
+  "  if (e) return __uint_as_float(sign | (e + 120u) << 23 | m << 20);\n"
+  "  return __uint_as_float(__float_as_uint((float)m * 0.001953125f) | sign);\n"
+  "}\n"
+  "__device__ __forceinline__ float cc_e52f(unsigned char c) { return cc_h2f((unsigned short)(c << 8)); }\n"
+  "__device__ __forceinline__ unsigned char cc_f2fp8(float f, int mbits, int emin, int bias, float maxv, unsigned nan) {\n"
+  "  const unsigned u = __float_as_uint(f), sign = u >> 24 & 0x80u;\n"
+  "  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned char)(sign | nan);\n"
+  "  float a = __uint_as_float(u & 0x7fffffffu);\n"
+  "  if (a > maxv) a = maxv;\n"
+  "  int e = (int)(__float_as_uint(a) >> 23) - 127;\n"
+  "  const float q = __uint_as_float((unsigned)((e < emin ? emin : e) - mbits + 127) << 23);\n"
+  "  const float r = rintf(a / q) * q;\n"
+  "  const unsigned rb = __float_as_uint(r);\n"
+  "  if (rb < (unsigned)(emin + 1 + 127) << 23)\n"
+  "    return (unsigned char)(sign | (unsigned)(r / __uint_as_float((unsigned)(emin - mbits + 127) << 23)));\n"
+  "  return (unsigned char)(sign | ((rb >> 23) - 127u + (unsigned)bias) << mbits | (rb >> (23 - mbits) & ((1u << mbits) - 1u)));\n"
+  "}\n"
+  "__device__ __forceinline__ unsigned char cc_f2e4(float f) { return cc_f2fp8(f, 3, -6, 7, 448.0f, 0x7fu); }\n"
+  "__device__ __forceinline__ unsigned char cc_f2e5(float f) { return cc_f2fp8(f, 2, -14, 15, 57344.0f, 0x7eu); }\n"
   "__device__ __forceinline__ float cc_max(float x, float y) { return x > y ? x : y; }\n"
   "__device__ __forceinline__ float cc_min(float x, float y) { return x < y ? x : y; }\n"
   "__device__ __forceinline__ float cc_warp_sum(float v) {\n"

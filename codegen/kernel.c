@@ -226,16 +226,22 @@ static float load_at(const EvalCtx *c, int b, int64_t a) {
   void *p = buf_ptr(c, b);
   DType t = c->k->bufs[b].dtype;
   if (t == DT_BF16 || t == DT_F16) return kx_to_f32(t, ((uint16_t *)p)[a]);
+  if (t == DT_E4M3 || t == DT_E5M2) return isa_fp8_to_f32(kx_fp8(t), ((uint8_t *)p)[a]);
   return t == DT_I32 ? (float)((int32_t *)p)[a] : ((float *)p)[a];
 }
 
-/* v into element a of buffer b (added in f32 with KS_ADD), rounded to a 16-bit buffer's type. */
+/* v into element a of buffer b (added in f32 with KS_ADD), rounded to a 16- or 8-bit buffer's type. */
 static void store_at(const EvalCtx *c, int b, int64_t a, KStore s, float v) {
   ir_assert(a >= 0 && a < c->k->bufs[b].numel);
   DType t = c->k->bufs[b].dtype;
   if (t == DT_BF16 || t == DT_F16) {
     uint16_t *h = (uint16_t *)buf_ptr(c, b) + a;
     *h = kx_from_f32(t, s == KS_ADD ? kx_to_f32(t, *h) + v : v);
+    return;
+  }
+  if (t == DT_E4M3 || t == DT_E5M2) {
+    uint8_t *q = (uint8_t *)buf_ptr(c, b) + a;
+    *q = isa_fp8_from_f32(kx_fp8(t), s == KS_ADD ? isa_fp8_to_f32(kx_fp8(t), *q) + v : v);
     return;
   }
   float *dst = (float *)buf_ptr(c, b) + a;

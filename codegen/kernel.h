@@ -33,7 +33,9 @@
  * covers vocabularies and positions). Stores into i32 buffers are not allowed. Buffers
  * of bf16 or f16 hold 16-bit values: a load widens exactly, a store rounds to nearest
  * even (overflowing to infinity, f16's below its normals to its subnormals, NaN kept
- * a NaN), and a KS_ADD adds in f32 before it rounds (kx_to_f32, kx_from_f32).
+ * a NaN), and a KS_ADD adds in f32 before it rounds (kx_to_f32, kx_from_f32). Buffers of
+ * e4m3 or e5m2 hold 8-bit floats (fp8 GEMM operands): a load widens exactly, a store
+ * rounds to nearest even and saturates at the largest finite value (kx_fp8, isa_fp8_*).
  *
  * Buffers are named by index into Kernel.bufs; each names a tier and a byte offset
  * within it, resolved by the memory plan: its binding. The emitted code does not
@@ -138,16 +140,18 @@ typedef struct KBuf {
   int tier;                       /* which base pointer: tiers[tier] */
   int64_t offset;                 /* bytes from that base */
   int64_t numel;                  /* elements, for bounds in debug builds */
-  DType dtype;                    /* DT_F32, DT_BF16, DT_F16 or DT_I32 */
+  DType dtype;                    /* DT_F32, DT_BF16, DT_F16, DT_E4M3, DT_E5M2 or DT_I32 */
 } KBuf;
 
-/* A buffer element's bytes: 2 for bf16 and f16, else 4. */
-static inline int64_t kbuf_elem_bytes(const KBuf *b) { return b->dtype == DT_BF16 || b->dtype == DT_F16 ? 2 : 4; }
+/* A buffer element's bytes: 1 for e4m3 and e5m2, 2 for bf16 and f16, else 4. */
+static inline int64_t kbuf_elem_bytes(const KBuf *b) { return dtype_size_bits(b->dtype) / 8; }
 
 /* The 16-bit storage types' conversions (the meaning both emitters reproduce): the
  * instruction set's (program/isa.h), which the runtime's GEMMs use too. */
 static inline float kx_to_f32(DType t, uint16_t h) { return isa_to_f32(t == DT_BF16 ? ISA_BF16 : ISA_F16, h); }
 static inline uint16_t kx_from_f32(DType t, float f) { return isa_from_f32(t == DT_BF16 ? ISA_BF16 : ISA_F16, f); }
+/* And the 8-bit ones' (isa_fp8_*): exact widening, rounding to nearest even with saturation. */
+static inline IsaDtype kx_fp8(DType t) { return t == DT_E4M3 ? ISA_E4M3 : ISA_E5M2; }
 
 /* A fused attention kernel (FlashAttention-2's algorithm), the one kernel that is not a
  * loop of phases: Kernel.attn set, no phases, par KP_ROWS, one row per work item and one

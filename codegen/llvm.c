@@ -245,9 +245,11 @@ static void memo_pop(Emit *e, int mark) {
 
 /* ---- per-call and per-row values ------------------------------------------------ */
 
-/* A buffer element's type: i16 holds bf16 and f16 (converted with integer code). */
+/* A buffer element's type: i16 holds bf16 and f16, i8 e4m3 and e5m2 (converted with
+ * integer code). */
+static bool fp8(DType t) { return t == DT_E4M3 || t == DT_E5M2; }
 static LLVMTypeRef elt_type(LlvmModule *m, DType t) {
-  return t == DT_I32 ? m->i32 : t == DT_BF16 || t == DT_F16 ? m->i16 : m->f32;
+  return t == DT_I32 ? m->i32 : t == DT_BF16 || t == DT_F16 ? m->i16 : fp8(t) ? m->i8 : m->f32;
 }
 
 static LLVMValueRef buf_ptr(Emit *e, int buf) {
@@ -415,21 +417,63 @@ static LLVMValueRef f32_to_half(Emit *e, DType t, LLVMValueRef f) {
   return LLVMBuildTrunc(b, r, e->m->i16, "");
 }
 
+static LLVMValueRef call_intrinsic(Emit *e, const char *name, LLVMValueRef *args, int n);
+
+/* ---- 8-bit storage: isa_fp8_to_f32 and isa_fp8_from_f32 of program/isa.h ------------ */
+
+static LLVMValueRef fp8_to_f32(Emit *e, DType t, LLVMValueRef c8) {
+  LLVMBuilderRef b = e->b;
+  LLVMValueRef c = LLVMBuildZExt(b, c8, e->m->i32, "");
+  if (t == DT_E5M2) return half_to_f32(e, DT_F16, LLVMBuildTrunc(b, shl(e, c, 8), e->m->i16, ""));
+  LLVMValueRef sign = shl(e, lshr(e, c, 7), 31), ex = and_(e, lshr(e, c, 3), 15), m = and_(e, c, 7);
+  LLVMValueRef nan = or_(e, sign, u32(e, 0x7fc00000u));
+  LLVMValueRef normal = or_(e, or_(e, sign, shl(e, LLVMBuildAdd(b, ex, u32(e, 120), ""), 23)), shl(e, m, 20));
+  LLVMValueRef sub = LLVMBuildFMul(b, LLVMBuildUIToFP(b, m, e->m->f32, ""), f32c(e, 0x1p-9f), "");
+  sub = or_(e, LLVMBuildBitCast(b, sub, e->m->i32, ""), sign);
+  LLVMValueRef bits = LLVMBuildSelect(b, ucmp(e, LLVMIntEQ, and_(e, c, 0x7f), 0x7f), nan,
+                                      LLVMBuildSelect(b, ucmp(e, LLVMIntEQ, ex, 0), sub, normal, ""), "");
+  return LLVMBuildBitCast(b, bits, e->m->f32, "");
+}
+
+static LLVMValueRef f32_to_fp8(Emit *e, DType t, LLVMValueRef f) {
+  LLVMBuilderRef b = e->b;
+  int e5 = t == DT_E5M2, mbits = e5 ? 2 : 3, emin = e5 ? -14 : -6, bias = e5 ? 15 : 7;
+  float maxv = e5 ? 57344.0f : 448.0f;
+  LLVMValueRef u = LLVMBuildBitCast(b, f, e->m->i32, ""), a = and_(e, u, 0x7fffffffu);
+  LLVMValueRef sign = lshr(e, and_(e, u, 0x80000000u), 24);
+  LLVMValueRef af = LLVMBuildBitCast(b, a, e->m->f32, "");
+  af = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, af, f32c(e, maxv), ""), f32c(e, maxv), af, "");
+  LLVMValueRef ex = LLVMBuildSub(b, lshr(e, LLVMBuildBitCast(b, af, e->m->i32, ""), 23), u32(e, 127), "");
+  ex = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, ex, u32(e, (uint32_t)emin), ""), u32(e, (uint32_t)emin), ex, "");
+  LLVMValueRef q = LLVMBuildBitCast(b, shl(e, LLVMBuildAdd(b, ex, u32(e, (uint32_t)(127 - mbits)), ""), 23), e->m->f32, "");
+  LLVMValueRef quot = LLVMBuildFDiv(b, af, q, "");
+  LLVMValueRef r = LLVMBuildFMul(b, call_intrinsic(e, "llvm.rint", &quot, 1), q, "");
+  LLVMValueRef rb = LLVMBuildBitCast(b, r, e->m->i32, "");
+  float q0 = ldexpf(1.0f, emin - mbits);
+  LLVMValueRef low = LLVMBuildFPToUI(b, LLVMBuildFDiv(b, r, f32c(e, q0), ""), e->m->i32, "");
+  LLVMValueRef high = or_(e, shl(e, LLVMBuildAdd(b, lshr(e, rb, 23), u32(e, (uint32_t)(bias - 127)), ""), (unsigned)mbits),
+                          and_(e, lshr(e, rb, 23 - (unsigned)mbits), (1u << mbits) - 1));
+  LLVMValueRef code = LLVMBuildSelect(b, ucmp(e, LLVMIntULT, rb, (uint32_t)(emin + 1 + 127) << 23), low, high, "");
+  code = LLVMBuildSelect(b, ucmp(e, LLVMIntUGT, a, 0x7f800000u), u32(e, e5 ? 0x7e : 0x7f), code, "");
+  return LLVMBuildTrunc(b, or_(e, code, sign), e->m->i8, "");
+}
+
 /* The element of buffer buf at ptr, widened to f32 (i32 converted). */
 static LLVMValueRef load_elem(Emit *e, int buf, LLVMValueRef ptr) {
   DType t = e->k->bufs[buf].dtype;
   LLVMValueRef ld = LLVMBuildLoad2(e->b, elt_type(e->m, t), ptr, "");
   set_alias(e, ld, buf);
   if (t == DT_BF16 || t == DT_F16) return half_to_f32(e, t, ld);
+  if (fp8(t)) return fp8_to_f32(e, t, ld);
   return t == DT_I32 ? LLVMBuildSIToFP(e->b, ld, e->m->f32, "") : ld;
 }
 
-/* v into the element of buffer buf at ptr (added in f32 with KS_ADD), rounded to a 16-bit buffer's type. */
+/* v into the element of buffer buf at ptr (added in f32 with KS_ADD), rounded to a 16- or 8-bit buffer's type. */
 static void store_elem(Emit *e, int buf, LLVMValueRef ptr, KStore s, LLVMValueRef v) {
   DType t = e->k->bufs[buf].dtype;
   bool half = t == DT_BF16 || t == DT_F16;
   if (s == KS_ADD) v = LLVMBuildFAdd(e->b, load_elem(e, buf, ptr), v, "");
-  set_alias(e, LLVMBuildStore(e->b, half ? f32_to_half(e, t, v) : v, ptr), buf);
+  set_alias(e, LLVMBuildStore(e->b, half ? f32_to_half(e, t, v) : fp8(t) ? f32_to_fp8(e, t, v) : v, ptr), buf);
 }
 
 static LLVMValueRef emit_load(Emit *e, int buf, const KView *v) { return load_elem(e, buf, view_ptr(e, buf, v)); }

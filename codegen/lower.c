@@ -41,6 +41,9 @@ typedef struct L {
   LBuf *bufs;
   int nbufs, bufs_cap;
   const Node *at;       /* node being lowered */
+  int fp8_buf;          /* the fp8 scaling states' buffer (lower_fp8_state), -1 until one */
+  int64_t fp8_width;    /* a state's elements (2 + history) */
+  int fp8_rows;         /* states placed so far */
 } L;
 
 /* ---- buffers and instructions ---------------------------------------------------- */
@@ -288,6 +291,9 @@ static KExpr *expr_pad(L *l, Kernel *k, const Node *n, AxMap m) {
 #define expr_flash_attention NULL
 #define expr_classifier_ce NULL
 #define expr_classifier_ce_grad NULL
+#define expr_fp8_state NULL
+#define expr_fp8_quantize NULL
+#define expr_scaled_matmul NULL
 #define expr_flash_attention_grad NULL
 #define expr_reshape NULL
 #define expr_transpose NULL
@@ -418,12 +424,43 @@ static void gelu_kernel(L *l, const Node *e, int in, int out) {
   l->seq->v[l->seq->n - 1].epilogue = true;
 }
 
-static void lower_matmul(L *l, const Node *n) {
-  const Node *a = n->in[0], *b = n->in[1], *bias = NULL, *u = bias_add(l, n, &bias);
+/* As gemm_operand, with the storage transposed or not as `want` says: when it is not,
+ * a kernel copies n into new memory the other way round (n keeps its layout for its
+ * other readers). */
+static void gemm_operand_as(L *l, const Node *n, bool trans, bool want, Mat *m) {
+  gemm_operand(l, n, trans, m);
+  if (m->trans == want) return;
+  int nd = n->shape.ndim;
+  Shape ts = n->shape;
+  ts.d[nd - 2] = n->shape.d[nd - 1], ts.d[nd - 1] = n->shape.d[nd - 2];
+  int b = lbuf_new(l, RT_TIER_WORK, bytes_of(n));
+  Val v = layout_of(b, &ts), keep = l->val[n->id];
+  v.strides[nd - 2] = 1, v.strides[nd - 1] = n->shape.d[nd - 2];
+  Kernel *k = knew(l, "transpose", KP_ROWS, n->shape.d, nd, nd - 1);
+  KView kv = {0};
+  for (int d = 0; d < nd; d++) kv.strides[d] = v.strides[d];
+  kernel_map(k, kbuf(l, k, b, n->dtype), kv, KS_SET, expr(l, k, n, right_aligned(k, nd)));
+  kfinish(l, l->seq, k);
+  l->val[n->id] = v;
+  as_matrix(l, n, trans, m);
+  l->val[n->id] = keep;
+  ir_assert(m->trans == want);
+}
+
+/* The GEMM of n's operands (a matmul's or a scaled_matmul's), all but its output's
+ * binding (gemm_output); *nbatch: its batch axes. fp8 operands are laid out as
+ * cuBLASLt's fp8 GEMMs take them: both with K contiguous (its "TN"). */
+static PGemm gemm_of(L *l, const Node *n, int *nbatch) {
+  const Node *a = n->in[0], *b = n->in[1];
   bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
   Mat A, Bm;
-  gemm_operand(l, a, ta, &A);
-  gemm_operand(l, b, tb, &Bm);
+  if (n->op == OP_SCALED_MATMUL) {
+    gemm_operand_as(l, a, ta, false, &A);
+    gemm_operand_as(l, b, tb, true, &Bm);
+  } else {
+    gemm_operand(l, a, ta, &A);
+    gemm_operand(l, b, tb, &Bm);
+  }
   int nd = n->shape.ndim, nb = nd - 2;
   int64_t M = n->shape.d[nd - 2], N = n->shape.d[nd - 1];
   int64_t K = a->shape.d[a->shape.ndim - (ta ? 2 : 1)];
@@ -444,19 +481,41 @@ static void lower_matmul(L *l, const Node *n) {
     for (int d = 0; d < nb; d++) g.m *= n->shape.d[d];
     nb = 0;
   }
-  if (nb > 2) error_at(n->loc, "matmul: code generation handles at most 2 batch axes");
-  for (int d = 0; d < nb; d++) g.batch[2 - nb + d] = n->shape.d[d];
-  const Node *e = gelu_epilogue(l, u, &g), *res = e ? e : u ? u : n;
-  int cb = out_buf(l, res);
-  Val out = layout_of(cb, &n->shape);
-  g.tier[2] = PENDING + cb;
-  g.beta = store_mode(l, cb) == KS_ADD ? 1 : 0;
+  if (nb > 2) error_at(n->loc, "%s: code generation handles at most 2 batch axes", op_info(n->op)->name);
   for (int d = 0; d < nb; d++) {
     int s = 2 - nb + d;
+    g.batch[s] = n->shape.d[d];
     g.stride[0][s] = sa[d];
     g.stride[1][s] = sbb[d];
-    g.stride[2][s] = out.strides[d];
   }
+  *nbatch = nb;
+  return g;
+}
+
+/* g's output: buffer cb, laid out as n; returns that layout. */
+static Val gemm_output(L *l, PGemm *g, int nb, int cb, const Node *n) {
+  Val out = layout_of(cb, &n->shape);
+  g->tier[2] = PENDING + cb;
+  g->beta = store_mode(l, cb) == KS_ADD ? 1 : 0;
+  for (int d = 0; d < nb; d++) g->stride[2][2 - nb + d] = out.strides[d];
+  return out;
+}
+
+static void emit_gemm(L *l, const PGemm *g) {
+  PInstr *in = emit(l, l->seq, ISA_GEMM);
+  in->gemm = *g;
+  for (int i = 0; i < 3; i++) touch(l, g->tier[i] - PENDING, l->seq->n - 1);
+  if (g->bias) touch(l, g->bias_tier - PENDING, l->seq->n - 1);
+  if (g->aux) touch(l, g->aux_tier - PENDING, l->seq->n - 1);
+}
+
+static void lower_matmul(L *l, const Node *n) {
+  const Node *bias = NULL, *u = bias_add(l, n, &bias);
+  int nb;
+  PGemm g = gemm_of(l, n, &nb);
+  const Node *e = gelu_epilogue(l, u, &g), *res = e ? e : u ? u : n;
+  int cb = out_buf(l, res);
+  Val out = gemm_output(l, &g, nb, cb, n);
   if (u) { /* the add is this GEMM's epilogue: its value is the GEMM's output */
     const Val *bv = &l->val[bias->id];
     g.bias = true, g.bias_tier = PENDING + bv->buf, g.bias_off = bv->offset * 4;
@@ -471,11 +530,7 @@ static void lower_matmul(L *l, const Node *n) {
     }
     l->fused[e->id] = true;
   }
-  PInstr *in = emit(l, l->seq, ISA_GEMM);
-  in->gemm = g;
-  for (int i = 0; i < 3; i++) touch(l, g.tier[i] - PENDING, l->seq->n - 1);
-  if (g.bias) touch(l, g.bias_tier - PENDING, l->seq->n - 1);
-  if (g.aux) touch(l, g.aux_tier - PENDING, l->seq->n - 1);
+  emit_gemm(l, &g);
   l->val[n->id] = out; /* read by nothing else when the add is fused */
   if (u && !e) l->val[u->id] = out;
   if (e) l->val[e->id] = out, gelu_kernel(l, e, g.aux ? g.aux_tier - PENDING : cb, cb);
@@ -495,6 +550,92 @@ static void store_out(L *l, Kernel *k, const Node *n, KExpr *e) {
   l->val[n->id] = layout_of(b, &n->shape);
   kernel_map(k, kbuf(l, k, b, n->dtype), kview_contig(k, 0), store_mode(l, b), e);
   kfinish(l, l->seq, k);
+}
+
+/* ---- fp8 (ir/ops.def, passes/autocast.c) ---------------------------------------------------- */
+
+/* The states side by side in one pinned buffer of the work tier, which starts zeroed as
+ * every tier does (runtime/program.h), a row of 2 + history each: one kernel updates
+ * them all at the step's end (emit_fp8_update). */
+static void lower_fp8_state(L *l, const Node *n) {
+  int64_t w = n->shape.d[0];
+  if (l->fp8_buf < 0) {
+    int64_t rows = 0;
+    for (int i = 0; i < l->g->n; i++) rows += l->g->nodes[i]->op == OP_FP8_STATE;
+    l->fp8_buf = lbuf_new(l, RT_TIER_WORK, rows * w * 4);
+    l->bufs[l->fp8_buf].pinned = true;
+    l->fp8_width = w;
+  }
+  if (w != l->fp8_width) error_at(n->loc, "fp8_state: every state of a program has one history length");
+  l->val[n->id] = layout_of(l->fp8_buf, &n->shape);
+  l->val[n->id].offset = l->fp8_rows++ * w;
+}
+
+/* The scale of fp8 type t that `state` gives: fmax / amax * 2^-margin, 1 without an amax. */
+static KExpr *fp8_scale(L *l, Kernel *k, const Node *state, DType t, int64_t margin) {
+  const Val *v = &l->val[state->id];
+  KExpr *amax = kx_load(l->a, k, kbuf(l, k, v->buf, DT_F32), (KView){.offset = v->offset});
+  KExpr *s = B(MUL, B(DIV, C(t == DT_E4M3 ? 448.0 : 57344.0), amax), C(ldexp(1, -(int)margin)));
+  return kx_select(l->a, k, B(LT, C(0), amax), s, C(1));
+}
+
+/* q = x * s stored in the fp8 type (the store rounds and saturates), with each row's
+ * max |x| on the side; then the largest of those raises the state's [1]. */
+static void lower_fp8_quantize(L *l, const Node *n) {
+  const Node *x = n->in[0], *st = n->in[1];
+  Kernel *k = row_kernel(l, n, x);
+  KExpr *v = expr(l, k, x, right_aligned(k, x->shape.ndim));
+  int rm = lbuf_new(l, RT_TIER_WORK, k->rows * 4);
+  KView rv = {0};
+  int64_t stride = 1;
+  for (int d = k->row_dims - 1; d >= 0; d--) { rv.strides[d] = stride; stride *= k->dims[d]; }
+  kernel_row(k, kbuf(l, k, rm, DT_F32), rv, KS_SET, kx_acc(l->a, k, kernel_reduce(k, KR_MAX, U(ABS, v))));
+  store_out(l, k, n, B(MUL, v, fp8_scale(l, k, st, n->dtype, attr_int(n, "margin"))));
+  int64_t dims[2] = {1, stride};
+  k = knew(l, "fp8_amax", KP_ROWS, dims, 2, 1);
+  KView all = {0};
+  all.strides[1] = 1;
+  KExpr *mx = kx_acc(l->a, k, kernel_reduce(k, KR_MAX, kx_load(l->a, k, kbuf(l, k, rm, DT_F32), all)));
+  const Val *sv = &l->val[st->id];
+  int sb = kbuf(l, k, sv->buf, DT_F32);
+  KView cur = {.offset = sv->offset + 1};
+  kernel_row(k, sb, cur, KS_SET, B(MAX, kx_load(l->a, k, sb, cur), mx));
+  kfinish(l, l->seq, k);
+}
+
+/* The GEMM of the q's into f32, then the product of the values: times 1 / (s_a s_b). */
+static void lower_scaled_matmul(L *l, const Node *n) {
+  int nb;
+  PGemm g = gemm_of(l, n, &nb);
+  int tmp = lbuf_new(l, RT_TIER_WORK, shape_numel(&n->shape) * 4);
+  g.dt[2] = DT_F32;
+  gemm_output(l, &g, nb, tmp, n);
+  emit_gemm(l, &g);
+  Kernel *k = row_kernel(l, n, n);
+  k->name = arena_printf(l->a, "k%d_fp8_descale", l->p->nkernels);
+  int64_t margin = attr_int(n, "margin");
+  KExpr *s = B(MUL, fp8_scale(l, k, n->in[2], n->in[0]->dtype, margin), fp8_scale(l, k, n->in[3], n->in[1]->dtype, margin));
+  store_out(l, k, n, B(DIV, kx_load(l->a, k, kbuf(l, k, tmp, DT_F32), kview_contig(k, 0)), s));
+}
+
+/* At the step's end (its last micro-batch): each state's amax of this step goes into its
+ * history at t % history, [0] becomes the history's largest and [1] starts again. */
+static void emit_fp8_update(L *l) {
+  if (l->fp8_buf < 0) return;
+  l->at = NULL;
+  int64_t w = l->fp8_width, h = w - 2, dims[2] = {l->fp8_rows, h};
+  Kernel *k = knew(l, "fp8_scaling", KP_ROWS, dims, 2, 1);
+  int sb = kbuf(l, k, l->fp8_buf, DT_F32);
+  KView hist = {.offset = 2, .strides = {w, 1}}, cur = {.offset = 1, .strides = {w}}, amax = {.strides = {w}};
+  KExpr *t = kx_scalar(l->a, k, RT_SC_STEP);
+  KExpr *slot = B(SUB, t, B(MUL, C(h), U(FLOOR, B(DIV, t, C(h)))));
+  KExpr *v = kx_select(l->a, k, B(EQ, kx_coord(l->a, k, 1), slot), kx_load(l->a, k, sb, cur), kx_load(l->a, k, sb, hist));
+  int acc = kernel_reduce(k, KR_MAX, v);
+  kernel_map(k, sb, hist, KS_SET, v);
+  kernel_row(k, sb, amax, KS_SET, kx_acc(l->a, k, acc));
+  kernel_row(k, sb, cur, KS_SET, C(0));
+  kfinish(l, l->seq, k);
+  l->seq->v[l->seq->n - 1].last_mb = true;
 }
 
 static void lower_layernorm(L *l, const Node *n) {
@@ -1057,15 +1198,17 @@ static void lower_classifier_ce_grad(L *l, const Node *n) {
 static const unsigned memory_inputs[OP_COUNT] = {
   [OP_MATMUL] = 3, [OP_RESHAPE] = 1, [OP_TRANSPOSE] = 1, [OP_SLICE] = 1, [OP_ROTARY] = 1, [OP_PAD] = 1,
   [OP_EMBEDDING] = 1, [OP_CROSS_ENTROPY] = 3, [OP_CROSS_ENTROPY_GRAD] = 3, [OP_FLASH_ATTENTION] = 7,
-  [OP_FLASH_ATTENTION_GRAD] = 63, [OP_CLASSIFIER_CE] = 7, [OP_CLASSIFIER_CE_GRAD] = 7,
+  [OP_FLASH_ATTENTION_GRAD] = 63, [OP_CLASSIFIER_CE] = 7, [OP_CLASSIFIER_CE_GRAD] = 7, [OP_FP8_QUANTIZE] = 2,
+  [OP_SCALED_MATMUL] = 31,
 };
 
 static bool needs_memory(const Node *n, int i) { return i < 32 && (memory_inputs[n->op] >> i & 1); }
 
 static void check_supported(const Node *n) {
-  if (n->dtype != DT_F32 && n->dtype != DT_BF16 && n->dtype != DT_F16 && n->dtype != DT_I32)
-    error_at(n->loc, "%s: code generation supports f32, bf16 and f16 tensors, not %s", op_info(n->op)->name,
-             dtype_name(n->dtype));
+  bool fp8 = n->op == OP_FP8_QUANTIZE || ((n->op == OP_RESHAPE || n->op == OP_TRANSPOSE) && n->in[0]->op == OP_FP8_QUANTIZE);
+  if (n->dtype != DT_F32 && n->dtype != DT_BF16 && n->dtype != DT_F16 && n->dtype != DT_I32 && !fp8)
+    error_at(n->loc, "%s: code generation supports f32, bf16 and f16 tensors (and fp8 where fp8_quantize writes them), not %s",
+             op_info(n->op)->name, dtype_name(n->dtype));
   if (n->op == OP_ATTENTION) error_at(n->loc, "attention must be decomposed before lowering");
 }
 
@@ -1395,7 +1538,7 @@ static void build_forward(L *l, const Node *logits) {
 static L *l_new(Program *p, Graph *g, PSeq *seq) {
   Arena *a = p->arena;
   L *l = arena_alloc(a, sizeof *l);
-  *l = (L){.g = g, .p = p, .a = a, .seq = seq};
+  *l = (L){.g = g, .p = p, .a = a, .seq = seq, .fp8_buf = -1};
   l->val = arena_array(a, g->n, sizeof *l->val);
   l->uses = arena_array(a, g->n, sizeof *l->uses);
   l->user = arena_array(a, g->n, sizeof *l->user);
@@ -1519,6 +1662,7 @@ Program *lower_program(Graph *g) {
   layout_params(p, &g, 1, &l);
   find_inputs(l);
   lower_nodes(l, NULL);
+  emit_fp8_update(l);
   emit_optimizer(l);
   const Node *logits = g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
   if (logits) build_forward(l, logits);
@@ -1570,6 +1714,9 @@ Program *lower_stage(Graph **gs, const int *index, int n) {
     l->seq = &all;
     int k0 = p->nkernels;
     lower_nodes(l, ch);
+    if (l->fp8_buf >= 0) /* its micro-batches' work memory rotates through slots */
+      error_plain("--precision fp8 is not compiled for pipeline stages yet (the scaling state would be per "
+                  "micro-batch slot): use bf16 with pipeline parallelism, or a plan without stages");
     for (int i = 0; i < all.n; i++) *emit(l, all.v[i].node < g->n_forward ? &ch->fwd : &ch->bwd, all.v[i].kind) = all.v[i];
     PSeq *seqs[3] = {&all, &ch->fwd, &ch->bwd};
     base += place_and_patch(l, base, k0, seqs, 3);

@@ -62,11 +62,16 @@ static void usage(FILE *f) {
         "                    materialized (GEMMs and a softmax, the scores in memory)\n"
         "  --classifier K    materialized (default: the logits in memory) or fused (the classifier's\n"
         "                    GEMM and cross-entropy a chunk of rows at a time; no sampling)\n"
-        "  --precision P     fp32 (default), bf16 or fp16: GEMMs on 16-bit copies of their inputs\n"
-        "                    with f32 sums, normalisations, softmax and the loss in f32, f32 master\n"
-        "                    weights and optimizer state (torch.autocast's policy); fp16 adds dynamic\n"
-        "                    loss scaling (train --loss-scale); fp8 is not compiled yet; meshes\n"
-        "                    exchange f32 (collectives, pipeline messages)\n"
+        "  --precision P     fp32, bf16, fp16 or fp8 (default: a --plan file's; bf16 when --gpus,\n"
+        "                    --gpu or --cluster asks for GPUs; else fp32): GEMMs on 16-bit copies of their\n"
+        "                    inputs with f32 sums, normalisations, softmax and the loss in f32, f32\n"
+        "                    master weights and optimizer state (torch.autocast's policy); fp16 adds\n"
+        "                    dynamic loss scaling (train --loss-scale); fp8 is bf16 with the linear\n"
+        "                    layers' GEMMs on e4m3 inputs (e5m2 gradients) scaled per tensor from an\n"
+        "                    amax history (Transformer Engine's delayed scaling; not with pipeline\n"
+        "                    stages); meshes exchange f32 (collectives, pipeline messages)\n"
+        "  --fp8-history N   fp8: the steps of amax history a scale comes from (default 1024)\n"
+        "  --fp8-margin M    fp8: scales divided by 2^M (default 0)\n"
         "  --offload O       force the plan's offload: none; optimizer (its state on the host,\n"
         "                    AdamW on the CPU); or state (every rank's ZeRO-3 shard of parameters,\n"
         "                    gradients and optimizer state on its node's host memory and NVMe):\n"
@@ -111,7 +116,9 @@ typedef struct Options {
   bool plan;                 /* search a plan: --gpus, --cluster, --dump-plan or any option that forces part of one */
   int rc;                    /* --recompute: -1 unset, a Recompute, or RC_AUTO */
   int64_t act_mem;           /* --activation-memory bytes, 0 unset */
-  int precision;             /* --precision: a DType (DT_F32 unless asked) */
+  int precision;             /* --precision: a DType (DT_F32 unless asked; DT_E4M3: fp8) */
+  int fp8_history, fp8_margin; /* --fp8-history, --fp8-margin */
+  bool precision_set;        /* --precision given (else: a plan file's, bf16 on a GPU profile, fp32) */
   bool classifier_fused;     /* --classifier fused: classifier_ce (passes/decompose.c) */
 } Options;
 
@@ -172,7 +179,7 @@ static int parse_choice(const char *flag, const char *arg, const char *const *na
 enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA,
        O_GPN, O_GPU, O_CLUSTER, O_DUMP_PLAN, O_PLAN_OUT, O_PLAN, O_DP, O_TP, O_PP, O_ZERO, O_MBS, O_SCHEDULE, O_VSTAGES,
        O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD, O_WHAT_IF, O_NVME, O_PRECISION,
-       O_CLASSIFIER };
+       O_CLASSIFIER, O_FP8_HISTORY, O_FP8_MARGIN };
 
 /* The options that describe the cluster or force part of the plan. */
 static bool parse_plan_option(int c, const char *arg, Options *o) {
@@ -226,9 +233,10 @@ static void parse_options(int argc, char **argv, Options *o) {
     {"nvme", required_argument, 0, O_NVME},
     {"offload", required_argument, 0, O_OFFLOAD}, {"jobs", required_argument, 0, 'j'},
     {"what-if", no_argument, 0, O_WHAT_IF}, {"precision", required_argument, 0, O_PRECISION},
-    {"classifier", required_argument, 0, O_CLASSIFIER},
+    {"classifier", required_argument, 0, O_CLASSIFIER}, {"fp8-history", required_argument, 0, O_FP8_HISTORY},
+    {"fp8-margin", required_argument, 0, O_FP8_MARGIN},
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
-  *o = (Options){.gpus = 1, .rc = -1, .precision = DT_F32};
+  *o = (Options){.gpus = 1, .rc = -1, .precision = DT_F32, .fp8_history = 1024};
   plan_force_init(&o->force);
   o->force.attn = -1; /* not asked: the plan file's, else what the plan may use */
   int c;
@@ -253,8 +261,18 @@ static void parse_options(int argc, char **argv, Options *o) {
       static const char *const names[] = {"fp32", "bf16", "fp16", "fp8"};
       static const int dts[] = {DT_F32, DT_BF16, DT_F16, DT_E4M3};
       o->precision = dts[parse_choice("--precision", optarg, names, 4)];
-      if (o->precision == DT_E4M3)
-        error_plain("--precision fp8 is not compiled yet (its GEMMs need per-tensor scales): use bf16, fp16 or fp32");
+      o->precision_set = true;
+      break;
+    }
+    case O_FP8_HISTORY:
+      o->fp8_history = parse_positive("--fp8-history", optarg);
+      if (o->fp8_history > 1 << 20) error_plain("--fp8-history: at most 1048576 steps");
+      break;
+    case O_FP8_MARGIN: {
+      char *end;
+      long v = strtol(optarg, &end, 10);
+      if (*end || end == optarg || v < 0 || v > 64) error_plain("--fp8-margin: an integer in [0, 64], got '%s'", optarg);
+      o->fp8_margin = (int)v;
       break;
     }
     case O_CLASSIFIER: {
@@ -316,6 +334,7 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   if (o->rc >= 0 && o->rc < RC_COUNT) f.rc = o->rc;
   if (c->attn >= 0) f.attn = c->attn;
   if (c->offload >= 0) f.offload = c->offload;
+  f.classifier_fused = o->classifier_fused;
   if (f.v > 1 && f.schedule < 0) f.schedule = PS_INTERLEAVED;
   if (f.v > 1 && f.schedule == PS_1F1B) error_plain("--virtual-stages %d needs --schedule interleaved", f.v);
   /* Only what code generation runs (so that --dump-plan shows the plan -o compiles),
@@ -329,8 +348,14 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
                 "--offload state to compile the whole state's offload (ZeRO-3, data parallelism)");
   if (o->host_memory) cl->host_memory = (double)o->host_memory; /* what the state may use of a node's */
   if (o->nvme_set) cl->nvme = (double)o->nvme;
-  /* 16-bit programs exchange f32: tensor-parallel collectives and pipeline sends */
+  /* the precision: --precision, else the plan file's, else bf16 where --gpus, --gpu or
+   * --cluster asks for GPUs, else fp32 (a plan option alone, the cpu profile); 16-bit
+   * programs exchange f32 (tensor-parallel collectives, pipeline sends) */
+  bool on_gpus = (o->gpus_set || o->gpu || o->cluster) && !cl->dev.fp32_only;
+  if (!o->precision_set) o->precision = f.precision >= 0 ? f.precision : on_gpus ? DT_BF16 : DT_F32;
+  f.precision = o->precision;
   f.lowp = o->precision != DT_F32;
+  f.fp8 = o->precision == DT_E4M3;
   return plan_search(arena, g, cl, &f);
 }
 
@@ -707,7 +732,9 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
   for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k], fuse);
   after_ir(b, "decompose");
   if (b->o->precision != DT_F32) { /* mixed precision, chunk by chunk */
-    for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_autocast(b->part->chunk[k], (DType)b->o->precision);
+    for (int k = 0; k < b->part->nchunks; k++)
+      b->part->chunk[k] = b->o->precision == DT_E4M3 ? pass_autocast_fp8(b->part->chunk[k], b->o->fp8_history, b->o->fp8_margin)
+                                                     : pass_autocast(b->part->chunk[k], (DType)b->o->precision);
     after_ir(b, "autocast");
   }
   partition_autodiff(b->part);                                   /* requires: decompose */
@@ -767,6 +794,10 @@ static int fail(Arena *arena, Options *o) {
 static void print_summary(const Options *o, const Graph *g, const Program *p, const PlanResult *r) {
   summary_print(stdout, g);
   if (o->precision == DT_F32) printf("precision: fp32\n");
+  else if (o->precision == DT_E4M3)
+    printf("precision: fp8 mixed (the linear layers' GEMMs on e4m3 copies, e5m2 gradients, per-tensor delayed "
+           "scaling over %d steps, margin %d; the rest bf16 mixed; f32 master weights and optimizer state)\n",
+           o->fp8_history, o->fp8_margin);
   else
     printf("precision: %s mixed (GEMMs on %s copies with f32 sums; normalisations, softmax and the loss in f32; "
            "f32 master weights and optimizer state%s)\n",

@@ -206,6 +206,28 @@ static void run_matmul(const Node *n, const double *a, const double *b, double *
          ta, tb);
 }
 
+/* ---- fp8 (the state's meaning is in ir/ops.def) -------------------------------------------- */
+
+/* The scale of a state: fmax / amax / 2^margin, 1 while it has no amax. */
+static double fp8_scale(const double *state, DType t, int64_t margin) {
+  return state[0] > 0 ? (t == DT_E4M3 ? 448.0 : 57344.0) / state[0] / ldexp(1, (int)margin) : 1;
+}
+
+static void run_fp8_quantize(const Node *n, const double *x, const double *state, double *out) {
+  DType t = n->dtype;
+  double s = fp8_scale(state, t, attr_int(n, "margin")), maxv = t == DT_E4M3 ? 448 : 57344;
+  for (int64_t i = 0, N = numel(n); i < N; i++) {
+    double v = x[i] * s;
+    out[i] = isnan(v) ? v : interp_round(v > maxv ? maxv : v < -maxv ? -maxv : v, t) / s;
+  }
+}
+
+/* The product of the values (q / s each), rounded to dtype. */
+static void run_scaled_matmul(const Node *n, const double *a, const double *b, double *out) {
+  run_matmul(n, a, b, out);
+  for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = interp_round(out[i], n->dtype);
+}
+
 /* ---- normalisations and reductions ------------------------------------------------ */
 
 /* mean and 1/sqrt(var + eps) of a row of D. */
@@ -617,6 +639,9 @@ void interp_eval(const Node *n, const double *const *in, double *out, int64_t st
   case OP_CROSS_ENTROPY_GRAD: run_cross_entropy_grad(n, in[0], in[1], in[2], out); break;
   case OP_EMBEDDING_GRAD: run_embedding_grad(n, in[0], in[1], out); break;
   case OP_PAD: run_pad(n, in[0], out); break;
+  case OP_FP8_STATE: memset(out, 0, numel(n) * sizeof *out); break; /* a first step's: scale 1 */
+  case OP_FP8_QUANTIZE: run_fp8_quantize(n, in[0], in[1], out); break;
+  case OP_SCALED_MATMUL: run_scaled_matmul(n, in[0], in[1], out); break;
   case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_SPLIT: case OP_TP_COPY:
     if (attr_int(n, "ranks") != 1) diag_internal(__FILE__, __LINE__, "interp: a collective over several ranks");
     memcpy(out, in[0], numel(n) * sizeof *out); /* over one rank, every collective is the identity */

@@ -62,6 +62,11 @@
  *                   (count as in cross_entropy).
  *  embedding_grad(idx, g, rows)  [rows, D] zeros plus g[r, :] added into row idx[r]
  *                   for every r (a scatter-add).
+ *  fp8_state(history)  zeros: the state of a first step (its amax records are not kept).
+ *  fp8_quantize(x, state, dtype, margin)  with s the state's scale (ir/ops.def; 1 when
+ *                   [0] is 0): x*s clamped to dtype's largest finite value, rounded to
+ *                   dtype, divided by s (NaN kept).
+ *  scaled_matmul(a, b, ...)  matmul of a and b rounded to dtype.
  * input and param are not computed: the caller gives their values. */
 #ifndef COLOSSALC_IR_INTERP_H
 #define COLOSSALC_IR_INTERP_H

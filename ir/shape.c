@@ -121,11 +121,9 @@ void cost_embedding(const Node *n, Cost *c) {
 
 /* matmul(a [..., m, k], b [..., k, n]) -> [..., m, n]; transpose flags swap the last
  * two axes of an input; batch axes broadcast. */
-void infer_matmul(Node *n) {
+static void matmul_shape(Node *n) {
   need_rank(n, 0, 2);
   need_rank(n, 1, 2);
-  need_float(n, 0);
-  same_dtypes(n);
   const Shape *a = &n->in[0]->shape, *b = &n->in[1]->shape;
   bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
   int64_t m = a->d[a->ndim - (ta ? 1 : 2)], ka = a->d[a->ndim - (ta ? 2 : 1)];
@@ -140,6 +138,11 @@ void infer_matmul(Node *n) {
     error_at(n->loc, "matmul: batch dimensions of %s and %s do not broadcast", shp(n->in[0]), shp(n->in[1]));
   n->shape.d[n->shape.ndim++] = m;
   n->shape.d[n->shape.ndim++] = nn;
+}
+void infer_matmul(Node *n) {
+  need_float(n, 0);
+  same_dtypes(n);
+  matmul_shape(n);
   n->dtype = n->in[0]->dtype;
 }
 void cost_matmul(const Node *n, Cost *c) {
@@ -149,6 +152,46 @@ void cost_matmul(const Node *n, Cost *c) {
   c->bwd_flops = 2 * c->fwd_flops; /* one GEMM for each input's gradient */
   c->bytes = io_bytes(n);
 }
+
+/* ---- fp8 (ir/ops.def) ------------------------------------------------------------ */
+
+static bool is_fp8(DType t) { return t == DT_E4M3 || t == DT_E5M2; }
+
+static void need_state(Node *n, int i) {
+  const Node *s = n->in[i];
+  if (s->op != OP_FP8_STATE) error_at(n->loc, "%s: input %d must be an fp8_state", nm(n), i + 1);
+}
+
+void infer_fp8_state(Node *n) {
+  int64_t h = attr_int(n, "history");
+  if (h < 1 || h > 1 << 20) error_at(n->loc, "fp8_state: history must be in [1, 2^20], got %lld", (long long)h);
+  n->shape = (Shape){1, {2 + h}};
+  n->dtype = DT_F32;
+}
+void cost_fp8_state(const Node *n, Cost *c) {}
+
+void infer_fp8_quantize(Node *n) {
+  need_float(n, 0);
+  need_state(n, 1);
+  DType t = (DType)attr_int(n, "dtype");
+  if (!is_fp8(t)) error_at(n->loc, "fp8_quantize: dtype must be e4m3 or e5m2, got %s", dtype_name(t));
+  if (attr_int(n, "margin") < 0 || attr_int(n, "margin") > 64) error_at(n->loc, "fp8_quantize: margin must be in [0, 64]");
+  n->shape = n->in[0]->shape;
+  n->dtype = t;
+}
+/* the amax, the scaling and the rounding; straight through backward */
+void cost_fp8_quantize(const Node *n, Cost *c) { cost_ew(n, c, 3, 0); }
+
+void infer_scaled_matmul(Node *n) {
+  for (int i = 0; i < 2; i++)
+    if (!is_fp8(n->in[i]->dtype)) error_at(n->loc, "scaled_matmul: input %d must be e4m3 or e5m2, got %s", i + 1, dtype_name(n->in[i]->dtype));
+  for (int i = 2; i < 5; i++) need_state(n, i);
+  matmul_shape(n);
+  DType t = (DType)attr_int(n, "dtype");
+  if (!dtype_is_float(t) || is_fp8(t)) error_at(n->loc, "scaled_matmul: dtype must be f32, bf16 or f16, got %s", dtype_name(t));
+  n->dtype = t;
+}
+void cost_scaled_matmul(const Node *n, Cost *c) { cost_matmul(n, c); }
 
 /* ---- elementwise ------------------------------------------------------------- */
 

@@ -14,7 +14,13 @@
  *
  * Parameters stay f32 (the master weights; a cast feeds each GEMM a 16-bit copy) and
  * so do their gradients, summed in f32 after each cast back. What pipeline chunks
- * exchange is f32: the values a chunk sends are cast up (inputs stay f32). */
+ * exchange is f32: the values a chunk sends are cast up (inputs stay f32).
+ *
+ * fp8 (pass_autocast_fp8) is bf16 but for the linear layers' GEMMs (a matmul with a
+ * parameter operand, not the classifier's, whose logits a loss reads), which become
+ * Transformer Engine's: both operands quantized to e4m3 (fp8_quantize, each with its
+ * own scaling state), a scaled_matmul of them giving bf16, and in backward the output's
+ * gradient quantized to e5m2 with a third state (ir/ops.def). */
 #include "passes/passes.h"
 
 typedef struct Ctx { Graph *h; const Node *at; } Ctx;
@@ -44,8 +50,47 @@ static DType promote(Node **in, int nin, DType *back) {
   return mixed ? DT_F32 : t;
 }
 
-Graph *pass_autocast(Graph *g, DType low) {
+/* The logits a loss reads: the classifier's GEMM, which fp8 leaves in bf16. */
+static bool *loss_logits(const Graph *g) {
+  bool *v = arena_array(g->arena, g->n, sizeof *v);
+  for (int i = 0; i < g->n; i++)
+    if (g->nodes[i]->op == OP_CROSS_ENTROPY) v[g->nodes[i]->in[0]->id] = true;
+  return v;
+}
+
+static Node *fp8_state(Ctx *c, int64_t history) {
+  Node *n = graph_add(c->h, OP_FP8_STATE, NULL, 0, c->at->loc);
+  n->layer = c->at->layer;
+  n->attr[op_attr_index(OP_FP8_STATE, "history")] = (AttrVal){.set = true, .i = history};
+  node_infer(n);
+  return n;
+}
+
+static void set_attr(Node *n, const char *name, int64_t v) { n->attr[op_attr_index(n->op, name)] = (AttrVal){.set = true, .i = v}; }
+
+static Node *fp8_linear(Ctx *c, const Node *mm, Node *a, Node *b, int history, int margin) {
+  Node *st[3] = {fp8_state(c, history), fp8_state(c, history), fp8_state(c, history)}, *q[2];
+  Node *ops[2] = {a, b};
+  for (int k = 0; k < 2; k++) {
+    q[k] = graph_add(c->h, OP_FP8_QUANTIZE, (Node *[]){ops[k], st[k]}, 2, mm->loc);
+    q[k]->layer = mm->layer;
+    set_attr(q[k], "dtype", DT_E4M3);
+    set_attr(q[k], "margin", margin);
+    node_infer(q[k]);
+  }
+  Node *m = graph_add(c->h, OP_SCALED_MATMUL, (Node *[]){q[0], q[1], st[0], st[1], st[2]}, 5, mm->loc);
+  m->layer = mm->layer;
+  set_attr(m, "transpose_a", attr_int(mm, "transpose_a"));
+  set_attr(m, "transpose_b", attr_int(mm, "transpose_b"));
+  set_attr(m, "dtype", DT_BF16);
+  set_attr(m, "margin", margin);
+  node_infer(m);
+  return m;
+}
+
+static Graph *autocast(Graph *g, DType low, int fp8_history, int fp8_margin) {
   Graph *h = graph_new_like(g);
+  bool *logits = fp8_history ? loss_logits(g) : NULL;
   h->train.loss_scaling = low == DT_F16; /* f16's narrow range: the gradients scaled (autodiff) */
   Node **map = arena_array(g->arena, g->n, sizeof *map);
   Node **in = arena_array(g->arena, 64, sizeof *in);
@@ -55,6 +100,10 @@ Graph *pass_autocast(Graph *g, DType low) {
     ir_assert(n->nin <= 64);
     for (int k = 0; k < n->nin; k++) in[k] = map[n->in[k]->id];
     unsigned f = op_info(n->op)->flags;
+    if (logits && n->op == OP_MATMUL && !logits[n->id] && (n->in[0]->op == OP_PARAM || n->in[1]->op == OP_PARAM)) {
+      map[i] = fp8_linear(&c, n, in[0], in[1], fp8_history, fp8_margin);
+      continue;
+    }
     DType to = DT_COUNT, back = DT_COUNT;
     if (f & OPF_LOWP) to = low;
     else if (f & OPF_F32) to = DT_F32;
@@ -78,4 +127,11 @@ Graph *pass_autocast(Graph *g, DType low) {
   h->wrt = arena_array(g->arena, g->nwrt + 1, sizeof(Node *));
   for (int k = 0; k < g->nwrt; k++) h->wrt[k] = map[g->wrt[k]->id];
   return h;
+}
+
+Graph *pass_autocast(Graph *g, DType low) { return autocast(g, low, 0, 0); }
+
+Graph *pass_autocast_fp8(Graph *g, int history, int margin) {
+  ir_assert(history > 0 && margin >= 0);
+  return autocast(g, DT_BF16, history, margin);
 }

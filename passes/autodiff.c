@@ -128,6 +128,56 @@ static void grad_matmul(AD *ad, Node *n, Node *g) {
   accum(ad, b, unbroadcast(ad, db, b));
 }
 
+/* ---- fp8 (ir/ops.def) ------------------------------------------------------------ */
+
+static void grad_fp8_state(AD *ad, Node *n, Node *g) {}
+
+/* Straight through: the quantized value stands for x. */
+static void grad_fp8_quantize(AD *ad, Node *n, Node *g) {
+  Node *x = n->in[0];
+  if (g->dtype != x->dtype) {
+    Node *c = mk(ad, OP_CAST, &g, 1);
+    set_i(c, "dtype", x->dtype);
+    g = done(c);
+  }
+  accum(ad, x, g);
+}
+
+/* scaled_matmul(x, y) of quantized operands with states sx, sy (and n's sg), in f32. */
+static Node *smm(AD *ad, const Node *n, Node *x, Node *y, Node *sx, Node *sy, bool tx, bool ty) {
+  Node *m = mk(ad, OP_SCALED_MATMUL, (Node *[]){x, y, sx, sy, n->in[4]}, 5);
+  set_i(m, "transpose_a", tx);
+  set_i(m, "transpose_b", ty);
+  set_i(m, "dtype", DT_F32);
+  set_i(m, "margin", attr_int(n, "margin"));
+  return done(m);
+}
+
+/* matmul's rule on the quantized operands, the output's gradient quantized to e5m2 with
+ * state_g (Transformer Engine's backward GEMMs). */
+static void grad_scaled_matmul(AD *ad, Node *n, Node *g) {
+  Node *a = n->in[0], *b = n->in[1], *sa = n->in[2], *sb = n->in[3], *sg = n->in[4];
+  bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
+  Node *q = mk(ad, OP_FP8_QUANTIZE, (Node *[]){g, sg}, 2);
+  set_i(q, "dtype", DT_E5M2);
+  set_i(q, "margin", attr_int(n, "margin"));
+  g = done(q);
+  if (ad->needs[a->id]) {
+    Node *da = ta ? (tb ? smm(ad, n, b, g, sb, sg, true, true) : smm(ad, n, b, g, sb, sg, false, true))
+                  : (tb ? smm(ad, n, g, b, sg, sb, false, false) : smm(ad, n, g, b, sg, sb, false, true));
+    accum(ad, a, unbroadcast(ad, da, a));
+  }
+  if (!ad->needs[b->id]) return;
+  if (b->shape.ndim == 2 && a->shape.ndim > 2 && !ta) {
+    Node *a2 = flatten_rows(ad, a), *g2 = flatten_rows(ad, g);
+    accum(ad, b, tb ? smm(ad, n, g2, a2, sg, sa, true, false) : smm(ad, n, a2, g2, sa, sg, true, false));
+    return;
+  }
+  Node *db = tb ? (ta ? smm(ad, n, g, a, sg, sa, true, true) : smm(ad, n, g, a, sg, sa, true, false))
+                : (ta ? smm(ad, n, a, g, sa, sg, false, false) : smm(ad, n, a, g, sa, sg, true, false));
+  accum(ad, b, unbroadcast(ad, db, b));
+}
+
 /* ---- elementwise --------------------------------------------------------------- */
 
 static void grad_add(AD *ad, Node *n, Node *g) {

@@ -32,6 +32,7 @@ typedef struct DeviceSpec {
   double mem_eff;         /* fraction of memory_bw a memory-bound kernel sustains */
   double kernel_overhead; /* s per kernel launch */
   bool fp32_only;         /* no low-precision tensor units: plans train in fp32 */
+  double peak_fp8;        /* FLOP/s, dense tensor-core fp8 (e4m3); 0: none (before Hopper and Ada) */
 } DeviceSpec;
 
 typedef struct Cluster {

@@ -14,6 +14,23 @@ static const char *seg_name(const PlanResult *r, int k) {
   return s->kind == SEG_BEFORE ? "(before layers)" : "(after layers)";
 }
 
+/* The precisions of plan files ("precision"), by DType (DT_E4M3: fp8), and as printed. */
+static const char *const precision_names[] = {"fp32", "bf16-mixed", "fp16-mixed", "fp8-mixed"};
+static const DType precision_dtypes[] = {DT_F32, DT_BF16, DT_F16, DT_E4M3};
+
+static int precision_index(int dt) {
+  for (int i = 0; i < 4; i++)
+    if ((int)precision_dtypes[i] == dt) return i;
+  return 0;
+}
+
+/* The precision a plan is priced in. */
+static const char *precision_text(const PlanResult *r) {
+  static const char *const text[] = {"fp32", "bf16 mixed precision", "fp16 mixed precision",
+                                     "fp8 mixed precision (the linear layers' GEMMs in fp8, the rest bf16)"};
+  return text[precision_index(r->precision)];
+}
+
 /* A readable label for op n: the parameter it applies, else its op name. */
 static const char *op_label(const Node *n) {
   for (int i = 0; i < n->nin; i++)
@@ -71,7 +88,7 @@ static void text_header(FILE *f, const PlanResult *r) {
   fprintf(f, "ZeRO stage %d; %d micro-batches of %d; recompute %s; schedule %s", c->zero, c->m, c->mbs,
           recompute_names[c->rc], schedule_names[c->sched]);
   if (c->v > 1) fprintf(f, " with %d chunks per stage", c->v);
-  fprintf(f, "; %s; attention %s\n", r->mixed ? "bf16 mixed precision" : "fp32", attn_kernel_names[c->attn]);
+  fprintf(f, "; %s; attention %s\n", precision_text(r), attn_kernel_names[c->attn]);
   if (c->offload == OFFLOAD_OPTIMIZER)
     fprintf(f, "offload: the optimizer state (%.0f bytes a parameter) on the host, AdamW on the CPU: %.1f GiB of host "
             "memory a node\n", r->o_bytes, p->pr.host / GIB);
@@ -196,7 +213,7 @@ void plan_dump_brief(FILE *f, const PlanResult *r) {
   if (c->offload) fprintf(f, c->offload == OFFLOAD_OPTIMIZER ? ", optimizer on the host" : ", state on the host%s",
                           r->best.pr.nvme > 0 ? " and NVMe" : "");
   fprintf(f, "\n  priced in %s with attention %s: %.4g s a step (MFU %.1f%%), %.2f GiB per device of %.2f GiB usable\n",
-          r->mixed ? "bf16 mixed precision" : "fp32", attn_kernel_names[c->attn], p->pr.step, 100 * p->pr.mfu,
+          precision_text(r), attn_kernel_names[c->attn], p->pr.step, 100 * p->pr.mfu,
           p->pr.peak / GIB, r->usable / GIB);
 }
 
@@ -338,7 +355,7 @@ static void header_json(cJSON *o, const PlanResult *r) {
   cJSON_AddStringToObject(c, "part", cl->dev.part);
   cJSON_AddNumberToObject(c, "peak_tflops", cluster_peak(cl) / 1e12);
   cJSON_AddNumberToObject(c, "memory_bytes", cl->dev.memory);
-  cJSON_AddStringToObject(o, "precision", r->mixed ? "bf16-mixed" : "fp32");
+  cJSON_AddStringToObject(o, "precision", precision_names[precision_index(r->precision)]);
 }
 
 char *plan_to_json(const PlanResult *r) {
@@ -713,6 +730,9 @@ static void read_plan(PReader *r, Arena *a, const Graph *g, const cJSON *root, P
   read_name(r, root, "schedule", schedule_names, 2, &f->schedule);
   read_name(r, root, "attention", attn_kernel_names, 2, &f->attn);
   read_name(r, root, "offload", offload_names, OFFLOAD_KINDS, &f->offload);
+  int prec = -1;
+  read_name(r, root, "precision", precision_names, 4, &prec);
+  if (prec >= 0) f->precision = precision_dtypes[prec];
   const cJSON *sh = cJSON_GetObjectItemCaseSensitive(root, "sharding");
   if (sh && !r->err[0]) read_sharding(r, a, g, sh, f);
 }

@@ -23,7 +23,7 @@ static const double HOST_MEM_EFF = 0.7;
 
 void plan_force_init(PlanForce *f) {
   *f = (PlanForce){.dp = -1, .tp = -1, .pp = -1, .zero = -1, .mbs = -1, .v = -1, .schedule = -1, .rc = -1,
-                   .offload = -1, .attn = ATTN_FUSED, .op_strategy = NULL};
+                   .offload = -1, .attn = ATTN_FUSED, .op_strategy = NULL, .precision = -1};
 }
 
 /* Bytes of an activation element as priced: 2 under --what-if's mixed precision; 4 in
@@ -109,7 +109,8 @@ static CandSet *get_set(Search *S, int tp, int mbs, Recompute rc) {
   CandSet *cs = &S->sets[S->nsets++];
   const PlanResult *r = S->r;
   ShardCtx x = {.pm = r->pm, .cl = r->cl, .t = tp, .mbs = mbs, .rc = rc, .attn = (AttnKernel)S->f->attn,
-                .act_bytes = act_bytes(r, S->f), .peak = r->peak, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
+                .act_bytes = act_bytes(r, S->f), .peak = r->peak, .peak_fp8 = r->fp8 ? r->cl->dev.peak_fp8 : 0,
+                .classifier_fused = S->f->classifier_fused, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
                 .force = S->f->op_strategy, .exec = S->f->exec};
   *cs = (CandSet){.tp = tp, .mbs = mbs, .rc = rc};
   cs->n = shard_candidates(S->a, &x, &cs->c);
@@ -751,6 +752,12 @@ static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) 
    * mixed precision where the device has it */
   r->mixed = !cl->dev.fp32_only && (S->f->exec ? S->f->lowp : true);
   r->peak = r->mixed ? cluster_peak(cl) : cl->dev.peak_fp32;
+  /* fp8: the linear layers' GEMMs at the fp8 peak (plan/shard.c), on a device that has one */
+  r->fp8 = r->mixed && S->f->exec && S->f->fp8;
+  r->precision = !r->mixed ? DT_F32 : S->f->exec && S->f->precision >= 0 ? S->f->precision : DT_BF16;
+  if (r->fp8 && !(cl->dev.peak_fp8 > 0))
+    error_plain("--precision fp8: the %s has no fp8 tensor cores (Hopper and Ada GPUs have them): use bf16, or a "
+                "cluster whose device.peak_fp8_tflops is set", cl->dev.part);
   bool adam = g->train.opt == OPT_ADAMW, mom = !adam && g->train.momentum > 0;
   r->w_bytes = r->mixed ? 2 : 4, r->g_bytes = r->mixed ? 2 : 4;
   /* optimizer: fp32 master weights under mixed precision, and the moments */

@@ -25,9 +25,12 @@ typedef struct PlanForce {
   int dp, tp, pp, zero, mbs, v, schedule, rc;
   int offload;                /* -1 search, else an OffloadKind */
   int attn;                   /* AttnKernel; fused unless a plan file says otherwise */
+  bool classifier_fused;      /* --classifier fused: the logits never stored whole */
   const char **op_strategy;   /* [g->n] strategy name per op, or NULL */
   bool exec;                  /* the plan will be compiled: only what code generation runs */
   bool lowp;                  /* exec: the program is compiled in bf16 mixed precision (--precision) */
+  bool fp8;                   /* ... with the linear layers' GEMMs in fp8 (--precision fp8) */
+  int precision;              /* the DType compiled (DT_E4M3: fp8), -1 unset; a plan file's "precision" */
 } PlanForce;
 
 void plan_force_init(PlanForce *f);
@@ -87,6 +90,8 @@ typedef struct PlanResult {
   bool mixed;                      /* bf16 compute with fp32 master weights, else fp32 (what
                                     * is compiled: plans for code generation are fp32) */
   double peak;                     /* FLOP/s per device in that precision (MFU's base) */
+  bool fp8;                        /* the linear layers' GEMMs in fp8, at the device's fp8 peak */
+  int precision;                   /* the DType priced: DT_F32, or the compiled (or --what-if: bf16) mixed one */
   double w_bytes, g_bytes, o_bytes; /* model-state bytes per parameter */
   double usable;                   /* device memory less the reserve */
   Plan best;

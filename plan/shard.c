@@ -99,7 +99,8 @@ static int bdim_of(const PlanModel *pm, const Node *n) {
                    (n->in[0]->shape.ndim < n->shape.ndim || n->in[0]->shape.d[0] == 1)
                ? 0 : -1;
   case OP_CROSS_ENTROPY: case OP_SUM_TO: case OP_EMBEDDING_GRAD: case OP_CROSS_ENTROPY_GRAD: case OP_FLASH_ATTENTION:
-  case OP_FLASH_ATTENTION_GRAD: case OP_CLASSIFIER_CE: case OP_CLASSIFIER_CE_GRAD: return -1; /* (made by decompose and autodiff, after planning) */
+  case OP_FLASH_ATTENTION_GRAD: case OP_CLASSIFIER_CE: case OP_CLASSIFIER_CE_GRAD: case OP_FP8_STATE:
+  case OP_FP8_QUANTIZE: case OP_SCALED_MATMUL: return -1; /* (made by decompose, autocast and autodiff, after planning) */
   case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_SPLIT: case OP_TP_COPY: return b;
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_GELU: case OP_SILU: case OP_RELU:
   case OP_DROPOUT: case OP_CAST: case OP_ROTARY: case OP_LAYERNORM: case OP_RMSNORM: case OP_SOFTMAX:
@@ -658,6 +659,9 @@ static void shard_along_axis(SB *b) { gen_along_axis(b, false); }
 #define shard_classifier_ce shard_none
 #define shard_classifier_ce_grad shard_none
 #define shard_flash_attention_grad shard_none
+#define shard_fp8_state shard_none /* made after partitioning (passes/autocast.c) */
+#define shard_fp8_quantize shard_none
+#define shard_scaled_matmul shard_none
 
 static void (*const shard_rules[OP_COUNT])(SB *) = {
 #define OP(id, name, nin, cls, flags, attrs) [OP_##id] = shard_##name,
@@ -699,8 +703,24 @@ static double scores(const ShardCtx *x, const Node *n, const Strat *s) { /* b·H
 
 static double reshard(const ShardCtx *x, int from, int to, double bytes, CollKind *kind);
 
+/* A linear layer's GEMM: a parameter operand, its result not the logits a loss reads
+ * (what passes/autocast.c compiles in fp8). */
+static bool linear_gemm(const PlanModel *pm, const Node *n) {
+  if (n->in[0]->op != OP_PARAM && n->in[1]->op != OP_PARAM) return false;
+  for (int u = 0; u < pm->nuse[n->id]; u++)
+    if (pm->g->nodes[pm->use[n->id][u]]->op == OP_CROSS_ENTROPY) return false;
+  return true;
+}
+
+/* The cross-entropy that passes/decompose.c fuses with its classifier: of a matmul that
+ * nothing else reads. */
+static bool fused_classifier(const PlanModel *pm, const Node *ce) {
+  const Node *m = ce->in[0];
+  return m->op == OP_MATMUL && pm->nuse[m->id] == 1;
+}
+
 static void price_matmul(const ShardCtx *x, const Node *n, Strat *s, double ff, double fb, double by) {
-  double eff = matmul_eff(x, n, s), peak = x->peak;
+  double eff = matmul_eff(x, n, s), peak = x->peak_fp8 > 0 && linear_gemm(x->pm, n) ? x->peak_fp8 : x->peak;
   s->t_fwd = cost_kernel(x->cl, ff, peak, eff, by);
   s->t_bwd = 2 * cost_kernel(x->cl, fb / 2, peak, eff, by); /* one GEMM for each input's gradient */
 }
@@ -741,7 +761,12 @@ static void price_strategy(const ShardCtx *x, const Node *n, Strat *s) {
   if (n->op == OP_SOFTMAX) s->t_sel = s->t_fwd;
   else if (n->op == OP_DROPOUT) s->stash_extra = numel_micro(x, n) / div; /* a byte of mask an element */
   else if (n->op == OP_LAYERNORM || n->op == OP_RMSNORM) s->stash_extra = rows * 8 / div; /* mean, rstd */
-  else if (n->op == OP_CROSS_ENTROPY) { /* the softmax of the logits, kept in fp32 */
+  else if (n->op == OP_CROSS_ENTROPY && x->classifier_fused && fused_classifier(x->pm, n)) {
+    /* classifier_ce: nothing of the logits kept; backward computes them again (one GEMM) */
+    Cost mc;
+    node_cost(n->in[0], &mc);
+    s->t_bwd += cost_kernel(cl, mc.fwd_flops * sc, x->peak, cl->dev.gemm_eff, 0);
+  } else if (n->op == OP_CROSS_ENTROPY) { /* the softmax of the logits, kept in fp32 */
     s->stash_extra = numel_micro(x, n->in[0]) * 4 / split(x, s->in[0]);
     if (s->out == PL_R && s->in[0] >= PL_S0) s->c_intr = 3 * reshard(x, PL_P, PL_R, s->c_intr_bytes = rows * 4, NULL);
   }

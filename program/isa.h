@@ -16,7 +16,10 @@
  * types' conversions, which the compiler's kernels (codegen/kernel.h), the CPU device
  * and the tests compute alike: exact widening; rounding to nearest even, overflow to
  * infinity, f16's subnormals kept, a NaN kept a NaN. */
-typedef enum IsaDtype { ISA_F32, ISA_BF16, ISA_F16 } IsaDtype;
+typedef enum IsaDtype { ISA_F32, ISA_BF16, ISA_F16, ISA_E4M3, ISA_E5M2 } IsaDtype;
+
+/* An element's bytes. */
+static inline int isa_dtype_bytes(IsaDtype t) { return t == ISA_F32 ? 4 : t >= ISA_E4M3 ? 1 : 2; }
 
 static inline float isa_to_f32(IsaDtype t, unsigned short h)
 {
@@ -52,6 +55,54 @@ static inline unsigned short isa_from_f32(IsaDtype t, float f)
   }
   return (unsigned short)(sign | (a + 0x0fffu + (a >> 13 & 1u) - 0x38000000u) >> 13); /* rebias, round */
 }
+
+/* The 8-bit float types of fp8 GEMM operands (written by the compiler's quantizing
+ * kernels): e4m3 (the "fn" variant: no infinity, NaN 0x7f, largest 448) and e5m2 (f16's
+ * top byte: largest 57344). Widening is exact. Narrowing rounds to nearest even and
+ * saturates to the largest finite value (infinities too), as Transformer Engine's casts
+ * do; a NaN stays a NaN. isa_fp8_round gives the rounded value, isa_fp8_encode the code
+ * of a value already rounded. */
+static inline float isa_fp8_to_f32(IsaDtype t, unsigned char c)
+{
+  union { unsigned u; float f; } v;
+  if (t == ISA_E5M2) return isa_to_f32(ISA_F16, (unsigned short)(c << 8));
+  unsigned sign = (unsigned)(c >> 7) << 31, e = c >> 3 & 15u, m = c & 7u;
+  if (e == 15 && m == 7) v.u = sign | 0x7fc00000u;                   /* NaN */
+  else if (e) v.u = sign | (e + 120) << 23 | m << 20;                /* normal */
+  else v.f = (float)m * 0x1p-9f, v.u |= sign;                        /* subnormal, zero */
+  return v.f;
+}
+
+static inline float isa_fp8_round(IsaDtype t, float f)
+{
+  int e5 = t == ISA_E5M2, mbits = e5 ? 2 : 3, emin = e5 ? -14 : -6;
+  float maxv = e5 ? 57344.0f : 448.0f;
+  union { float f; unsigned u; } a = {f}, q;
+  unsigned sign = a.u & 0x80000000u;
+  a.u &= 0x7fffffffu;
+  if (a.u > 0x7f800000u) return f;
+  if (a.f > maxv) a.f = maxv;
+  int e = (int)(a.u >> 23) - 127;
+  q.u = (unsigned)((e < emin ? emin : e) - mbits + 127) << 23;        /* one unit in the last place */
+  a.f = __builtin_rintf(a.f / q.f) * q.f;                             /* exact quotient; ties to even */
+  a.u |= sign;
+  return a.f;
+}
+
+static inline unsigned char isa_fp8_encode(IsaDtype t, float r)
+{
+  int e5 = t == ISA_E5M2, mbits = e5 ? 2 : 3, emin = e5 ? -14 : -6, bias = e5 ? 15 : 7;
+  union { float f; unsigned u; } a = {r};
+  unsigned sign = a.u >> 24 & 0x80u;
+  a.u &= 0x7fffffffu;
+  if (a.u > 0x7f800000u) return (unsigned char)(sign | (e5 ? 0x7eu : 0x7fu));
+  union { unsigned u; float f; } q = {(unsigned)(emin - mbits + 127) << 23};
+  if (a.u < (unsigned)(emin + 1 + 127) << 23)                         /* the lowest binade and below */
+    return (unsigned char)(sign | (unsigned)(a.f / q.f));
+  return (unsigned char)(sign | ((a.u >> 23) - 127 + bias) << mbits | (a.u >> (23 - mbits) & ((1u << mbits) - 1)));
+}
+
+static inline unsigned char isa_fp8_from_f32(IsaDtype t, float f) { return isa_fp8_encode(t, isa_fp8_round(t, f)); }
 
 #define ISA_OPS(X)                                                                              \
   X(KERNEL, "kernel")                                                                           \

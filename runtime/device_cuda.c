@@ -480,7 +480,8 @@ static GemmPlan *find_gemm(CudaDevice *c, const RtGemm *g)
 
 static cudaDataType_t cuda_type(IsaDtype t)
 {
-    return t == ISA_BF16 ? CUDA_R_16BF : t == ISA_F16 ? CUDA_R_16F : CUDA_R_32F;
+    return t == ISA_BF16 ? CUDA_R_16BF : t == ISA_F16 ? CUDA_R_16F : t == ISA_E4M3 ? CUDA_R_8F_E4M3
+           : t == ISA_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_32F;
 }
 
 static void layout(CudaDevice *c, cublasLtMatrixLayout_t *l, IsaDtype t, int64_t rows, int64_t cols, int64_t ld,
@@ -554,9 +555,9 @@ static void cuda_gemm(Device *dev, const RtGemm *g, char *const *tiers)
     if (!p)
         cuda_die("a GEMM", "its shape was not planned at start-up", __FILE__, __LINE__);
     for (int64_t i = 0; i < g->batch[0]; i++) {
-        const char *a = tiers[g->tier[0]] + g->offset[0] + i * g->stride[0][0] * (g->dt[0] == ISA_F32 ? 4 : 2);
-        const char *b = tiers[g->tier[1]] + g->offset[1] + i * g->stride[1][0] * (g->dt[1] == ISA_F32 ? 4 : 2);
-        char *d = tiers[g->tier[2]] + g->offset[2] + i * g->stride[2][0] * (g->dt[2] == ISA_F32 ? 4 : 2);
+        const char *a = tiers[g->tier[0]] + g->offset[0] + i * g->stride[0][0] * isa_dtype_bytes(g->dt[0]);
+        const char *b = tiers[g->tier[1]] + g->offset[1] + i * g->stride[1][0] * isa_dtype_bytes(g->dt[1]);
+        char *d = tiers[g->tier[2]] + g->offset[2] + i * g->stride[2][0] * isa_dtype_bytes(g->dt[2]);
         const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_offset) : NULL;
         if (bias) /* read at the call: the same descriptor serves every GEMM of this shape */
             CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,

@@ -9,8 +9,8 @@
  *     const int colossalc_nkernels;
  * (later also the CUDA sources of the same kernels, for NVRTC at start-up).
  *
- * Memory. Four tiers, each one allocation made once at start-up, nothing allocated
- * in the step loop:
+ * Memory. Four tiers, each one allocation made once at start-up and zeroed, nothing
+ * allocated in the step loop (fp8's scaling states rely on the zeros: codegen/lower.c):
  *     RT_TIER_PARAMS   every parameter, f32, at RtParam.offset
  *     RT_TIER_GRADS    every parameter's gradient, f32, at the same offset as the parameter
  *     RT_TIER_OPT      optimizer state: AdamW m at RtParam.offset and v at
@@ -106,10 +106,12 @@
  *     Optional "bias": [tier, offset] (beta 0): the epilogue adds bias[j], n f32 at
  *     that offset, to every row of every C[i][j] (the add of a bias vector the
  *     compiler fuses into the GEMM: cuBLASLt's BIAS epilogue on a GPU).
- *     Optional "dtypes": [a, b, c] of "f32", "bf16", "f16" (f32 if absent; a and b
- *     alike): 16-bit operands are multiplied exactly and summed in f32, a 16-bit C is
- *     rounded once (to nearest even; program/isa.h's isa_from_f32); offsets and strides
- *     count elements of each operand's type, a bias stays f32.
+ *     Optional "dtypes": [a, b, c] of "f32", "bf16", "f16", "e4m3", "e5m2" (f32 if
+ *     absent; a and b alike, or both 8-bit; c not 8-bit): 16- and 8-bit operands are
+ *     multiplied exactly and summed in f32, a 16-bit C is rounded once (to nearest even;
+ *     program/isa.h's isa_from_f32); offsets and strides count elements of each
+ *     operand's type, a bias stays f32. 8-bit operands (fp8) come with ta 0 and tb 1
+ *     (both K-contiguous), the only layout cuBLASLt's fp8 GEMMs take.
  *     Optional "gelu": true (with "bias", batch [1, 1], ldc a multiple of 8): then every
  *     C[i][j] = gelu(C[i][j]), the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  *     x^3))); with "aux": [tier, offset] (16-byte aligned), GELU's input is also written

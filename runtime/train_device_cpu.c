@@ -114,12 +114,12 @@ static float *gemm_operand(const RtGemm *g, char *const *tiers, int w, int64_t i
     return base + i * g->stride[w][0] + j * g->stride[w][1];
 }
 
-/* A rows x cols matrix of 16-bit elements (leading dimension ld) widened into f32 at
- * f (leading dimension cols), or (narrow) f32 rounded back into it; rows split over the
- * pool. */
+/* A rows x cols matrix of 16- or 8-bit elements (leading dimension ld) widened into
+ * f32 at f (leading dimension cols), or (narrow, 16-bit) f32 rounded back into it; rows
+ * split over the pool. */
 typedef struct CpuConvert {
     IsaDtype t;
-    unsigned short *h;
+    char *h;
     float *f;
     int64_t cols, ld;
     int narrow;
@@ -128,24 +128,27 @@ typedef struct CpuConvert {
 static void cpu_convert_rows(void *ctx, int64_t lo, int64_t hi)
 {
     const CpuConvert *c = ctx;
+    unsigned short *h = (unsigned short *)c->h;
+    const unsigned char *q = (const unsigned char *)c->h;
+    int fp8 = isa_dtype_bytes(c->t) == 1;
     for (int64_t r = lo; r < hi; r++)
         for (int64_t j = 0; j < c->cols; j++) {
             if (c->narrow)
-                c->h[r * c->ld + j] = isa_from_f32(c->t, c->f[r * c->cols + j]);
+                h[r * c->ld + j] = isa_from_f32(c->t, c->f[r * c->cols + j]);
             else
-                c->f[r * c->cols + j] = isa_to_f32(c->t, c->h[r * c->ld + j]);
+                c->f[r * c->cols + j] = fp8 ? isa_fp8_to_f32(c->t, q[r * c->ld + j]) : isa_to_f32(c->t, h[r * c->ld + j]);
         }
 }
 
 static void convert(CpuDevice *cpu, IsaDtype t, char *h, int64_t rows, int64_t cols, int64_t ld, float *f,
                     int narrow)
 {
-    CpuConvert c = {t, (unsigned short *)h, f, cols, ld, narrow};
+    CpuConvert c = {t, h, f, cols, ld, narrow};
     pool_run(cpu->pool, rows, cpu_convert_rows, &c);
 }
 
-/* A GEMM of 16-bit operands: each batch's A and B widened to f32 (exact), the product
- * summed in f32 (into C if it is f32, else into scratch and rounded once into C). */
+/* A GEMM of 16- or 8-bit operands: each batch's A and B widened to f32 (exact), the
+ * product summed in f32 (into C if it is f32, else into scratch and rounded once into C). */
 static void cpu_gemm_half(CpuDevice *cpu, const RtGemm *g, char *const *tiers)
 {
     int64_t ra = g->ta ? g->k : g->m, ca = g->ta ? g->m : g->k, rb = g->tb ? g->n : g->k, cb = g->tb ? g->k : g->n;
@@ -166,7 +169,7 @@ static void cpu_gemm_half(CpuDevice *cpu, const RtGemm *g, char *const *tiers)
             char *ops[3];
             for (int w = 0; w < 3; w++)
                 ops[w] = tiers[g->tier[w]] + g->offset[w] +
-                         (i * g->stride[w][0] + j * g->stride[w][1]) * (g->dt[w] == ISA_F32 ? 4 : 2);
+                         (i * g->stride[w][0] + j * g->stride[w][1]) * isa_dtype_bytes(g->dt[w]);
             convert(cpu, g->dt[0], ops[0], ra, ca, g->lda, a, 0);
             convert(cpu, g->dt[1], ops[1], rb, cb, g->ldb, b, 0);
             int f32 = g->dt[2] == ISA_F32;

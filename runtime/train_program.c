@@ -242,7 +242,7 @@ static int parse_operand(Pj *pj, const cJSON *o, const char *path, const RtProgr
     if (pj_ints(pj, o, path, keys[which], 2, 0, INT64_MAX, loc) != 0 ||
         pj_ints(pj, o, path, skeys[which], 2, 0, INT64_MAX, g->stride[which]) != 0)
         return -1;
-    int64_t esize = g->dt[which] == ISA_F32 ? 4 : 2;
+    int64_t esize = isa_dtype_bytes(g->dt[which]);
     if (loc[0] >= RT_TIERS || loc[1] % esize != 0)
         return pj_fail(pj, path, keys[which], "bad tier or unaligned offset");
     if (ld < cols)
@@ -275,10 +275,11 @@ static int parse_gemm_dims(Pj *pj, const cJSON *o, const char *path, RtGemm *g)
     return 0;
 }
 
-/* "dtypes": [a, b, c] of "f32", "bf16", "f16" (f32 if absent); a and b alike. */
+/* "dtypes": [a, b, c] of "f32", "bf16", "f16", "e4m3", "e5m2" (f32 if absent): a and b
+ * alike, or both 8-bit (fp8's backward GEMMs take e5m2 times e4m3); c not 8-bit. */
 static int parse_gemm_dtypes(Pj *pj, const cJSON *o, const char *path, RtGemm *g)
 {
-    static const char *const names[] = {"f32", "bf16", "f16"};
+    static const char *const names[] = {"f32", "bf16", "f16", "e4m3", "e5m2"};
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "dtypes");
     g->dt[0] = g->dt[1] = g->dt[2] = ISA_F32;
     if (!d)
@@ -288,13 +289,15 @@ static int parse_gemm_dtypes(Pj *pj, const cJSON *o, const char *path, RtGemm *g
     for (int i = 0; i < 3; i++) {
         const char *v = cJSON_GetStringValue(cJSON_GetArrayItem(d, i));
         int k = 0;
-        while (k < 3 && (!v || strcmp(v, names[k])))
+        while (k < 5 && (!v || strcmp(v, names[k])))
             k++;
-        if (k == 3)
-            return pj_fail(pj, path, "dtypes", "an element type other than f32, bf16 or f16");
+        if (k == 5)
+            return pj_fail(pj, path, "dtypes", "an element type other than f32, bf16, f16, e4m3 or e5m2");
         g->dt[i] = (IsaDtype)k;
     }
-    return g->dt[0] != g->dt[1] ? pj_fail(pj, path, "dtypes", "a and b of different types") : 0;
+    if (g->dt[0] != g->dt[1] && (isa_dtype_bytes(g->dt[0]) != 1 || isa_dtype_bytes(g->dt[1]) != 1))
+        return pj_fail(pj, path, "dtypes", "a and b of different types");
+    return isa_dtype_bytes(g->dt[2]) == 1 ? pj_fail(pj, path, "dtypes", "an 8-bit result") : 0;
 }
 
 static int parse_gemm(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,

@@ -11,7 +11,22 @@ PKGS=(
   libopenblas-dev                           # GEMMs on the CPU backend
   libopenmpi-dev openmpi-bin                # multi-rank runs on the CPU backend
   python3 python3-torch python3-numpy       # reference tests (run by /usr/bin/python3)
+  python3-pip                               # ... and the PyPI modules below
 )
+# PyPI modules of the reference tests, pinned to versions that run on Debian's numpy:
+# ml_dtypes rounds to float8_e4m3fn and float8_e5m2 (the fp8 reference)
+PYPI=(ml_dtypes==0.3.2)
+
+pypi() {
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  for m in "${PYPI[@]}"; do
+    /usr/bin/python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('${m%%==*}') != '${m##*==}')" \
+      2>/dev/null && continue
+    echo "setup: installing $m from PyPI for /usr/bin/python3"
+    $sudo /usr/bin/python3 -m pip install -q --break-system-packages --no-deps "$m"
+  done
+}
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -19,6 +34,7 @@ for p in "${PKGS[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PKGS[@]} packages already installed"
+  pypi
   exit 0
 fi
 SUDO=""
@@ -26,3 +42,4 @@ SUDO=""
 echo "setup: installing ${missing[*]}"
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+pypi

@@ -55,6 +55,11 @@ add_test(NAME codegen_cuda_lowered_gpt2_tiny_bf16_fused
                  --classifier=fused batch=2 seq=40 layers=2
          WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 set_tests_properties(codegen_cuda_lowered_gpt2_tiny_bf16_fused PROPERTIES TIMEOUT 900)
+add_test(NAME codegen_cuda_lowered_gpt2_tiny_fp8
+         COMMAND test_codegen_cuda lowered ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model --precision=fp8 --attention=fused
+                 batch=2 seq=16 layers=2
+         WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+set_tests_properties(codegen_cuda_lowered_gpt2_tiny_fp8 PROPERTIES TIMEOUT 900)
 
 # The CUDA source of every kernel of every model in models/, at its real size, compiles
 # through NVRTC for sm_80 and sm_90.
@@ -72,11 +77,14 @@ foreach(model ${nvrtc_models})
     set_tests_properties(nvrtc_${stem}_${arch} PROPERTIES FIXTURES_REQUIRED cuda_${stem} TIMEOUT 900)
   endforeach()
 endforeach()
-# GPT-2's bf16 program: its 16-bit loads, stores and roundings
-add_test(NAME nvrtc_emit_gpt2_bf16 COMMAND colossalc ${CMAKE_SOURCE_DIR}/models/gpt2.model --precision bf16
-         --emit-cuda ${CMAKE_CURRENT_BINARY_DIR}/cuda-gpt2-bf16)
-set_tests_properties(nvrtc_emit_gpt2_bf16 PROPERTIES FIXTURES_SETUP cuda_gpt2_bf16)
-foreach(arch sm_80 sm_90)
-  add_test(NAME nvrtc_gpt2_bf16_${arch} COMMAND nvrtc_check ${CMAKE_CURRENT_BINARY_DIR}/cuda-gpt2-bf16/kernels.cu ${arch})
-  set_tests_properties(nvrtc_gpt2_bf16_${arch} PROPERTIES FIXTURES_REQUIRED cuda_gpt2_bf16 TIMEOUT 900)
+# GPT-2's bf16 program (its 16-bit loads, stores and roundings) and fp8 program (its
+# 8-bit stores and loads: the quantizing and descaling kernels)
+foreach(prec bf16 fp8)
+  add_test(NAME nvrtc_emit_gpt2_${prec} COMMAND colossalc ${CMAKE_SOURCE_DIR}/models/gpt2.model --precision ${prec}
+           --emit-cuda ${CMAKE_CURRENT_BINARY_DIR}/cuda-gpt2-${prec})
+  set_tests_properties(nvrtc_emit_gpt2_${prec} PROPERTIES FIXTURES_SETUP cuda_gpt2_${prec})
+  foreach(arch sm_80 sm_90)
+    add_test(NAME nvrtc_gpt2_${prec}_${arch} COMMAND nvrtc_check ${CMAKE_CURRENT_BINARY_DIR}/cuda-gpt2-${prec}/kernels.cu ${arch})
+    set_tests_properties(nvrtc_gpt2_${prec}_${arch} PROPERTIES FIXTURES_REQUIRED cuda_gpt2_${prec} TIMEOUT 900)
+  endforeach()
 endforeach()

@@ -19,3 +19,7 @@ add_test(NAME codegen_llvm_lowered_gpt2_tiny_bf16 COMMAND test_llvm lowered ${CM
 # and with the fused kernels (bf16 q, k, v read by flash_attention; seq 40: a key block and a part)
 add_test(NAME codegen_llvm_lowered_gpt2_tiny_bf16_fused COMMAND test_llvm lowered ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model
          --precision=bf16 --attention=fused --classifier=fused batch=2 seq=40 layers=2 WORKING_DIRECTORY ${CODEGEN_TEST_WORK})
+# and in fp8 (the quantizing kernels' e4m3 and e5m2 stores, the fp8 GEMMs' descaling, the
+# scaling states' update)
+add_test(NAME codegen_llvm_lowered_gpt2_tiny_fp8 COMMAND test_llvm lowered ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model
+         --precision=fp8 --attention=fused batch=2 seq=16 layers=2 WORKING_DIRECTORY ${CODEGEN_TEST_WORK})

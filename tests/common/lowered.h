@@ -19,10 +19,11 @@
 static inline Program *lowered_model(Arena *a, int argc, char **argv) {
   ConfigOverride ov[16];
   int nov = 0, first = 1;
-  volatile DType low = DT_F32; /* "--precision=bf16" (or fp16) after the model: passes/autocast.c */
+  volatile DType low = DT_F32; /* "--precision=bf16" (fp16, fp8) after the model: passes/autocast.c */
   volatile unsigned fuse = 0;   /* "--attention=fused", "--classifier=fused" (passes/decompose.c) */
   for (; first < argc && !strncmp(argv[first], "--", 2); first++) {
-    if (!strncmp(argv[first], "--precision=", 12)) low = strcmp(argv[first] + 12, "bf16") ? DT_F16 : DT_BF16;
+    if (!strncmp(argv[first], "--precision=", 12))
+      low = !strcmp(argv[first] + 12, "bf16") ? DT_BF16 : !strcmp(argv[first] + 12, "fp8") ? DT_E4M3 : DT_F16;
     else if (!strcmp(argv[first], "--attention=fused")) fuse |= FUSE_ATTENTION;
     else if (!strcmp(argv[first], "--classifier=fused")) fuse |= FUSE_CLASSIFIER;
   }
@@ -41,7 +42,8 @@ static inline Program *lowered_model(Arena *a, int argc, char **argv) {
   Graph *g = frontend_compile(a, argv[0], text, len, ov, nov);
   if (!g) { diag_pop(&j); return NULL; }
   g = pass_decompose(g, fuse);
-  if (low != DT_F32) g = pass_autocast(g, low);
+  if (low == DT_E4M3) g = pass_autocast_fp8(g, 16, 0);
+  else if (low != DT_F32) g = pass_autocast(g, low);
   pass_autodiff(g);
   ir_verify(g);
   Program *p = lower_program(g);
@@ -107,6 +109,7 @@ enum { LOWERED_HALF_SPECIALS = sizeof lowered_half_specials / sizeof *lowered_ha
 /* Element i of a GEMM operand of dtype t, as f32. */
 static inline float lowered_elem(const char *base, DType t, int64_t i) {
   if (t == DT_BF16 || t == DT_F16) return kx_to_f32(t, ((const uint16_t *)base)[i]);
+  if (t == DT_E4M3 || t == DT_E5M2) return isa_fp8_to_f32(kx_fp8(t), ((const uint8_t *)base)[i]);
   return ((const float *)base)[i];
 }
 

@@ -83,12 +83,14 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows, uint64_t cols,
                                           int64_t ld)
 {
-    if (t != CUDA_R_32F && t != CUDA_R_16BF && t != CUDA_R_16F)
+    if (t != CUDA_R_32F && t != CUDA_R_16BF && t != CUDA_R_16F && t != CUDA_R_8F_E4M3 && t != CUDA_R_8F_E5M2)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     *l = calloc(1, sizeof **l);
     if (!*l)
         return CUBLAS_STATUS_ALLOC_FAILED;
-    *(Layout *)*l = (Layout){rows, cols, ld, 0, 1, t == CUDA_R_16BF ? ISA_BF16 : t == CUDA_R_16F ? ISA_F16 : ISA_F32};
+    IsaDtype type = t == CUDA_R_16BF ? ISA_BF16 : t == CUDA_R_16F ? ISA_F16 : t == CUDA_R_8F_E4M3 ? ISA_E4M3
+                    : t == CUDA_R_8F_E5M2 ? ISA_E5M2 : ISA_F32;
+    *(Layout *)*l = (Layout){rows, cols, ld, 0, 1, type};
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -123,14 +125,28 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* cuBLASLt's rule for fp8 operands (its documentation, "FP8 data types"): A transposed
+ * and B not ("TN"), not both e5m2, and the same for 16- and 32-bit operands alike. */
+static int fp8_supported(const Desc *x, const Layout *A, const Layout *B)
+{
+    int fa = isa_dtype_bytes(A->type) == 1, fb = isa_dtype_bytes(B->type) == 1;
+    if (!fa && !fb)
+        return A->type == B->type;
+    return fa && fb && x->ta && !x->tb && !(A->type == ISA_E5M2 && B->type == ISA_E5M2);
+}
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t p, int requested,
                                               cublasLtMatmulHeuristicResult_t *results, int *returned)
 {
-    (void)h, (void)d, (void)a, (void)b, (void)c, (void)dl, (void)p;
+    (void)h, (void)c, (void)dl, (void)p;
     if (requested < 1)
         return CUBLAS_STATUS_INVALID_VALUE;
+    if (!fp8_supported((const Desc *)d, (const Layout *)a, (const Layout *)b)) {
+        *returned = 0; /* as cuBLASLt: no algorithm */
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     memset(results, 0, sizeof *results);
     results->state = CUBLAS_STATUS_SUCCESS;
     *returned = 1;
@@ -156,7 +172,7 @@ typedef struct MatmulOp {
     char *d;
 } MatmulOp;
 
-static size_t esize(const Layout *l) { return l->type == ISA_F32 ? 4 : 2; }
+static size_t esize(const Layout *l) { return (size_t)isa_dtype_bytes(l->type); }
 
 /* Matrix i of a batch as f32, column-major with leading dimension ld (a 16-bit one
  * widened into a malloc'd copy with its rows as ld; *own set then). */
@@ -169,7 +185,8 @@ static float *as_f32(const Layout *l, const char *p, int32_t i, int64_t *ld, flo
     float *f = malloc(l->rows * l->cols * sizeof *f + 1);
     for (uint64_t c = 0; f && c < l->cols; c++)
         for (uint64_t r = 0; r < l->rows; r++)
-            f[c * l->rows + r] = isa_to_f32(l->type, ((const unsigned short *)base)[c * l->ld + r]);
+            f[c * l->rows + r] = esize(l) == 1 ? isa_fp8_to_f32(l->type, ((const unsigned char *)base)[c * l->ld + r])
+                                               : isa_to_f32(l->type, ((const unsigned short *)base)[c * l->ld + r]);
     *own = f, *ld = (int64_t)l->rows;
     return f;
 }
@@ -227,8 +244,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     uint64_t m = x->ta ? A->cols : A->rows, k = x->ta ? A->rows : A->cols, kb = x->tb ? B->cols : B->rows;
     uint64_t n = x->tb ? B->rows : B->cols;
     if (k != kb || C->rows != m || C->cols != n || D->rows != m || D->cols != n || A->batch != C->batch ||
-        B->batch != C->batch || D->batch != C->batch || (x->bias && !x->bias_ptr) || A->type != B->type ||
-        C->type != D->type || (x->aux && D->type != ISA_F32) ||
+        B->batch != C->batch || D->batch != C->batch || (x->bias && !x->bias_ptr) || !fp8_supported(x, A, B) ||
+        C->type != D->type || esize(D) == 1 || (x->aux && D->type != ISA_F32) ||
         (x->aux && (!x->aux_ptr || x->aux_ld % 8 || x->aux_ld < (int64_t)m || C->batch != 1)))
         return CUBLAS_STATUS_INVALID_VALUE;
     MatmulOp *o = malloc(sizeof *o);

@@ -13,6 +13,12 @@
 #                row offsets, the cross-entropy's gradient in place; attention is fused by
 #                default) for 5 steps on the emulated CUDA device against the CPU device,
 #                to a relative 1e-5
+#   fp8          gpt2-tiny with --precision fp8 (e4m3 and e5m2 GEMM operands in cuBLASLt's
+#                "TN" layouts, the emulation refusing any other) against the CPU device: the
+#                losses of 2 steps to a relative 1e-5 (the second's follows the first's whole
+#                backward pass and update). Not the parameters, nor more steps: a last-bit
+#                difference of libm moves an 8-bit rounding now and then (an eighth of a
+#                value), which AdamW turns into full-size steps of small tensors
 #   nvrtc_cache  real NVRTC (no GPU, no driver): train --compile-kernels for sm_80 and
 #                sm_90, every unit compiled, then every unit from the cache, then one
 #                damaged entry rebuilt
@@ -68,6 +74,13 @@ bf16)
   ;;
 fused)
   cpu_vs_cuda trainf "--classifier fused" 1e-5
+  ;;
+fp8)
+  "$cc" "$src/models/gpt2-tiny.model" --set layers=2 --set seq=32 --set batch=4 --precision fp8 -o train8 2> train8.err
+  args="--data genesis.bin --steps 2 --threads 2 --eps 1e-6"
+  ./train8 $args --device cpu --log cpu.jsonl > cpu.out
+  LD_LIBRARY_PATH=$emul ./train8 $args --device cuda --kernel-cache kc --log cuda.jsonl > cuda.out
+  "$py" "$src/tests/multirank/compare_runs.py" 1e-5 cpu.jsonl cuda.jsonl
   ;;
 nvrtc_cache)
   for arch in sm_80 sm_90; do

@@ -37,6 +37,7 @@ set(cuda_run sh ${CMAKE_CURRENT_LIST_DIR}/run_cuda.sh $<TARGET_FILE:colossalc> $
 add_test(NAME cuda_emul_one_rank COMMAND ${cuda_run} one_rank)
 add_test(NAME cuda_emul_bf16 COMMAND ${cuda_run} bf16) # bf16 mixed precision: 16-bit cuBLASLt layouts
 add_test(NAME cuda_emul_fused COMMAND ${cuda_run} fused) # the fused classifier (attention: fused by default)
+add_test(NAME cuda_emul_fp8 COMMAND ${cuda_run} fp8) # fp8: 8-bit cuBLASLt layouts, TN only
 # Real NVRTC, no GPU: every kernel of the program compiles for sm_80 and sm_90, the
 # second time from the cache, a damaged entry again.
 add_test(NAME cuda_nvrtc_cache COMMAND ${cuda_run} nvrtc_cache)

@@ -73,6 +73,70 @@ def f32(x):
     return x.float() if LOW else x
 
 
+# fp8 (--fp8 HISTORY): bf16 as above but for the linear layers' GEMMs, Transformer
+# Engine's delayed scaling as colossalc compiles it (ir/ops.def): each operand quantized
+# to e4m3 with its own scale, the output's gradient to e5m2 with a third; a scale is
+# 448 (57344) / the largest amax of the last HISTORY steps, 1 before any; the GEMMs sum
+# the quantized values in f32 and divide by the two scales. Rounding is numpy's
+# ml_dtypes (PyPI) after saturating to the largest finite value.
+FP8 = None
+
+
+class Fp8State:
+    def __init__(self, fmax):
+        self.fmax, self.amax, self.cur, self.hist = fmax, 0.0, 0.0, None
+
+    def scale(self):
+        if self.amax == 0:
+            return np.float32(1)
+        return np.float32(self.fmax) / np.float32(self.amax)
+
+    def quantize(self, x):
+        """x's values on the scaled grid (q / s) and s; records max |x|."""
+        xf = x.detach().float()
+        self.cur = max(self.cur, float(xf.abs().max()))
+        s = self.scale()
+        v = np.clip(xf.numpy() * s, -self.fmax, self.fmax)  # f32 product, saturated
+        kind = ml_dtypes.float8_e4m3fn if self.fmax == 448 else ml_dtypes.float8_e5m2
+        return torch.from_numpy(v.astype(kind).astype(np.float32)), s
+
+    def end_step(self, t):
+        if self.hist is None:
+            self.hist = [0.0] * FP8
+        self.hist[t % FP8] = self.cur
+        self.amax, self.cur = max(self.hist), 0.0
+
+
+class Fp8Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, states):
+        qx, sx = states[0].quantize(x)
+        qw, sw = states[1].quantize(w)
+        ctx.save_for_backward(qx, qw)
+        ctx.s, ctx.states = (sx, sw), states
+        return ((qx.reshape(-1, qx.shape[-1]) @ qw) / torch.tensor(sx * sw)).reshape(*x.shape[:-1], -1).to(torch.bfloat16)
+
+    @staticmethod
+    def backward(ctx, g):
+        qx, qw = ctx.saved_tensors
+        (sx, sw), st = ctx.s, ctx.states
+        qg, sg = st[2].quantize(g)
+        q2 = qg.reshape(-1, qg.shape[-1])
+        dx = ((q2 @ qw.t()) / torch.tensor(sg * sw)).reshape(qx.shape)
+        dw = (qx.reshape(-1, qx.shape[-1]).t() @ q2) / torch.tensor(sx * sg)
+        return dx, dw, None  # autograd casts dx to x's dtype, as colossalc's straight-through rule
+
+
+STATES = {}
+
+
+def linear(x, w, name):
+    if not FP8:
+        return mm(x, w)
+    st = STATES.setdefault(name, [Fp8State(448), Fp8State(448), Fp8State(57344)])
+    return Fp8Linear.apply(x, w, st)
+
+
 def forward(p, tokens, targets, heads, layers):
     B, T = tokens.shape
     d = p["wte.weight"].shape[1]
@@ -81,27 +145,32 @@ def forward(p, tokens, targets, heads, layers):
     for i in range(layers):
         h = f"h.{i}."
         y = F.layer_norm(f32(x), (d,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
-        qkv = mm(y, p[h + "attn.c_attn.weight"]) + p[h + "attn.c_attn.bias"]
+        qkv = linear(y, p[h + "attn.c_attn.weight"], h + "c_attn") + p[h + "attn.c_attn.bias"]
         q, k, v = qkv.split(d, dim=2)
         q, k, v = (t.view(B, T, heads, d // heads).transpose(1, 2) for t in (q, k, v))
-        s = mm(q, k.transpose(-2, -1)) / math.sqrt(d // heads)
+        amm = (lambda a, b: a @ b) if FP8 else mm  # fp8: attention in f32, as the fused kernel
+        s = amm(q, k.transpose(-2, -1)) / math.sqrt(d // heads)
         s = s.masked_fill(~mask, float("-inf"))
-        y = mm(f32(s).softmax(-1), v).transpose(1, 2).reshape(B, T, d)
-        x = x + (mm(y, p[h + "attn.c_proj.weight"]) + p[h + "attn.c_proj.bias"])
+        y = amm(f32(s).softmax(-1), v).transpose(1, 2).reshape(B, T, d)
+        x = x + (linear(y, p[h + "attn.c_proj.weight"], h + "attn.c_proj") + p[h + "attn.c_proj.bias"])
         y = F.layer_norm(f32(x), (d,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
-        y = F.gelu(mm(y, p[h + "mlp.c_fc.weight"]) + p[h + "mlp.c_fc.bias"], approximate="tanh")
-        x = x + (mm(y, p[h + "mlp.c_proj.weight"]) + p[h + "mlp.c_proj.bias"])
+        y = F.gelu(linear(y, p[h + "mlp.c_fc.weight"], h + "c_fc") + p[h + "mlp.c_fc.bias"], approximate="tanh")
+        x = x + (linear(y, p[h + "mlp.c_proj.weight"], h + "mlp.c_proj") + p[h + "mlp.c_proj.bias"])
     x = F.layer_norm(f32(x), (d,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
     logits = mm(x, p["wte.weight"].t())
     return F.cross_entropy(f32(logits).view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def main():
-    global LOW
+    global LOW, FP8, ml_dtypes
     scale = None  # --fp16 [--scale S]: dynamic loss scaling as torch.cuda.amp.GradScaler (init S)
     if sys.argv[1] == "--bf16":
         LOW = torch.bfloat16
         del sys.argv[1]
+    if sys.argv[1] == "--fp8":
+        import ml_dtypes
+        LOW, FP8 = torch.bfloat16, int(sys.argv[2])
+        del sys.argv[1:3]
     if sys.argv[1] == "--fp16":
         LOW, scale = torch.float16, 65536.0
         del sys.argv[1]
@@ -132,6 +201,9 @@ def main():
             loss.backward()
             torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
             opt.step()
+            for st in STATES.values():  # the step's end: t is the 1-based step
+                for x in st:
+                    x.end_step(step + 1)
             continue
         (loss * scale).backward()  # GradScaler: scale, unscale, skip on inf/NaN, update
         if not all(torch.isfinite(t.grad).all() for t in p.values()):

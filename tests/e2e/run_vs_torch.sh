@@ -3,8 +3,8 @@
 # seq 32) into `train`, write random initial weights and run 5 AdamW steps in PyTorch
 # (gpt2_reference.py), run the same 5 steps with `train --init-from`, and compare
 # each step's loss and the final parameters to a relative 1e-4.
-# With PRECISION bf16 or fp16: compiled with --precision, 20 steps against the reference
-# with the same casts (gpt2_reference.py --bf16, --fp16), to a relative 1e-2 (the losses,
+# With PRECISION bf16, fp16 or fp8: compiled with --precision, 20 steps against the
+# reference with the same casts (gpt2_reference.py --bf16, --fp16, --fp8), to a relative 1e-2 (the losses,
 # and every parameter tensor but the key biases, whose gradient is rounding noise); fp16
 # from a loss scale of 2^20, its first steps skipped (the same ones as GradScaler).
 # FLAGS (one word, commas for spaces) go to colossalc: --classifier,fused checks the fused
@@ -19,6 +19,11 @@ steps=5 tol=1e-4 ref="" noise=""
 # fp16: dynamic loss scaling against the reference's GradScaler; from 2^20 the first steps
 # overflow and are skipped, the same ones on both sides
 [ "$prec" = fp16 ] && steps=20 tol=1e-2 ref="--fp16 --scale 1048576" noise="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256:0.02"
+# fp8: the same against the reference's delayed scaling (--fp8 HISTORY), a history of 4
+# steps so that the run rolls it over; 12 steps, as a flipped e4m3 rounding (an eighth of
+# a value) grows faster than a bf16 one
+[ "$prec" = fp8 ] && steps=12 tol=1e-2 ref="--fp8 4" noise="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256:0.02" \
+  flags="$flags --fp8-history 4"
 scale=""
 [ "$prec" = fp16 ] && scale="--loss-scale 1048576"
 mkdir -p "$work" && cd "$work"
@@ -34,3 +39,8 @@ rm -f log.jsonl final.safetensors
 mkdir -p f32
 "$py" "$src/tests/e2e/gpt2_reference.py" genesis.bin f32 256 256 128 4 2 2 32 $steps 1e-3 > /dev/null
 "$py" "$src/tests/e2e/closer.py" . f32 final.safetensors "$noise"
+[ "$prec" = fp8 ] || exit 0
+# fp8: and closer to it than bf16 training is
+mkdir -p bf16
+"$py" "$src/tests/e2e/gpt2_reference.py" --bf16 genesis.bin bf16 256 256 128 4 2 2 32 $steps 1e-3 > /dev/null
+"$py" "$src/tests/e2e/closer.py" . bf16 final.safetensors "$noise"

@@ -14,7 +14,11 @@
 # hazard tests want. PRECISION=bf16 (or fp16) compiles both the plan and the one-rank
 # reference in that precision: a rank's partial GEMM results round to 16 bits before
 # the f32 all-reduce sums them, where one rank rounds the whole sum once, so to a
-# relative 1e-2, the key biases (zero gradient: rounding noise) left out.
+# relative 1e-2, the key biases (zero gradient: rounding noise) left out. PRECISION=fp8:
+# the losses to a relative 2e-3, not the parameters: besides the roundings of partial
+# sums, each rank scales its fp8 operands by its own amaxes (a split weight's shard, its
+# part of the batch) where one rank takes them over the whole, and a rounding that moves
+# by an eighth of a value becomes full-size AdamW steps in the small tensors.
 # Usage: run_mesh.sh COLOSSALC WORKDIR PYTHON SRCDIR "MPIRUN" NAME DP TP PP [COLOSSALC FLAGS...]
 set -eu
 cc=$1 work=$2 py=$3 src=$4 mpirun=$5 name=$6 dp=$7 tp=$8 pp=$9
@@ -52,6 +56,10 @@ if [ "${EXPECT_DIFFER:-0}" = 1 ]; then # the hazard test (tests/cuda_emul/tests.
   echo "differs from one rank, as expected"
   exit 0
 fi
-"$py" "$src/tests/multirank/compare_runs.py" ${skip:+--skip "$skip"} $tol one.jsonl many.jsonl one.safetensors \
-  many.safetensors
+if [ "$prec" = fp8 ]; then
+  "$py" "$src/tests/multirank/compare_runs.py" 2e-3 one.jsonl many.jsonl
+else
+  "$py" "$src/tests/multirank/compare_runs.py" ${skip:+--skip "$skip"} $tol one.jsonl many.jsonl one.safetensors \
+    many.safetensors
+fi
 "$py" "$src/tests/multirank/check_memory.py" many.jsonl

@@ -367,15 +367,15 @@ def offload_state():
     """GPT-3 on 8 A100-80GB: its 16 bytes a parameter (2.6 TB) do not fit the devices
     (616 GiB); the search finds a ZeRO-3 plan whose shards live on the node's host memory
     (2 TB, the DGX A100's) and, beyond it, NVMe, the devices holding a layer at a time:
-    without --what-if a data-parallel one in fp32 (what code generation compiles), with
-    it any mesh in bf16. The state's homes add up to the whole state, the host link
+    without --what-if a data-parallel one in bf16 (what code generation compiles; the
+    default on GPUs), with it any mesh. The state's homes add up to the whole state, the host link
     carries every micro-batch's weights up and gradients down, the limits move the state
     (--host-memory) or leave no plan (--nvme), and the choice survives a plan file and
     compiles."""
     gpt3 = ["models/gpt3.model", "--gpus", "8", "--gpu", "a100-80g"]
     c = plan_json(gpt3)
-    if (c["offload"], c["zero_stage"], c["mesh"]["tp"], c["mesh"]["pp"], c["precision"]) != ("state", 3, 1, 1, "fp32"):
-        fail("gpt3 on 8 GPUs, compilable: offload %r ZeRO-%r tp %r pp %r %r, expected state, 3, 1, 1, fp32" %
+    if (c["offload"], c["zero_stage"], c["mesh"]["tp"], c["mesh"]["pp"], c["precision"]) != ("state", 3, 1, 1, "bf16-mixed"):
+        fail("gpt3 on 8 GPUs, compilable: offload %r ZeRO-%r tp %r pp %r %r, expected state, 3, 1, 1, bf16-mixed" %
              (c["offload"], c["zero_stage"], c["mesh"]["tp"], c["mesh"]["pp"], c["precision"]))
     d = plan_json(gpt3 + ["--what-if"])
     if d["offload"] != "state" or d["zero_stage"] != 3:

@@ -7,7 +7,14 @@
  * pass_autodiff, interprets forward and backward in double (ir/interp.c) and
  * compares every parameter gradient with central finite differences of the loss:
  * the largest error, relative to the largest |gradient| of that parameter, must be
- * below 1e-6. Dropout cases run at a fixed step, so both sides see the same mask. */
+ * below 1e-6. Dropout cases run at a fixed step, so both sides see the same mask.
+ *
+ * The fp8 ops' rules are straight-through (their forward rounds, so finite differences
+ * see steps, not slopes): a twin case checks them against the same graph without the
+ * rounding (matmul for scaled_matmul, the identity for fp8_quantize), whose rules the
+ * other cases check, on values the rounding keeps (multiples of 1/8 in [0.25, 1.25] for
+ * e4m3, and loss weights e5m2 keeps, with a fresh state's scale of 1): the gradients
+ * must be equal. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +129,7 @@ static const GCase cases[] = {
 static const char *const nondiff[] = {
   "input", "param", "const", "arange", "loss_scale", "sum_to", "gelu_grad", "silu_grad", "relu_grad", "layernorm_grad",
   "rmsnorm_grad", "softmax_grad", "cross_entropy_grad", "embedding_grad", "pad", "flash_attention_grad",
-  "classifier_ce_grad",
+  "classifier_ce_grad", "fp8_state",
 };
 
 static bool listed_nondiff(const char *name) {
@@ -268,6 +275,79 @@ static double run_case(const GCase *c, int index, OpKind *op) {
   return worst;
 }
 
+/* ---- straight-through rules: twins ------------------------------------------------------------- */
+
+typedef struct Twin { const char *ir, *twin; } Twin; /* the same params a, b (and input R) in both */
+
+#define FP8_AB(ta, tb) P0(ta) P1(tb) "%2 = fp8_state history=4 : f32[6]\n%3 = fp8_state history=4 : f32[6]\n" \
+  "%4 = fp8_state history=4 : f32[6]\n"
+
+static const Twin twins[] = {
+  {FP8_AB("f32[2, 3, 4]", "f32[4, 5]") "%5 = fp8_quantize %0, %2 dtype=e4m3 : e4m3[2, 3, 4]\n"
+   "%6 = fp8_quantize %1, %3 dtype=e4m3 : e4m3[4, 5]\n%7 = scaled_matmul %5, %6, %2, %3, %4 dtype=f32 : f32[2, 3, 5]\n",
+   P0("f32[2, 3, 4]") P1("f32[4, 5]") "%2 = matmul %0, %1 : f32[2, 3, 5]\n"},
+  {FP8_AB("f32[3, 4]", "f32[5, 4]") "%5 = fp8_quantize %0, %2 dtype=e4m3 : e4m3[3, 4]\n"
+   "%6 = fp8_quantize %1, %3 dtype=e4m3 : e4m3[5, 4]\n"
+   "%7 = scaled_matmul %5, %6, %2, %3, %4 transpose_b=1 dtype=bf16 margin=1 : bf16[3, 5]\n",
+   P0("f32[3, 4]") P1("f32[5, 4]") "%2 = matmul %0, %1 transpose_b=1 : f32[3, 5]\n"},
+  {FP8_AB("f32[4, 3]", "f32[4, 5]") "%5 = fp8_quantize %0, %2 dtype=e4m3 : e4m3[4, 3]\n"
+   "%6 = fp8_quantize %1, %3 dtype=e4m3 : e4m3[4, 5]\n%7 = scaled_matmul %5, %6, %2, %3, %4 transpose_a=1 dtype=f32 : f32[3, 5]\n",
+   P0("f32[4, 3]") P1("f32[4, 5]") "%2 = matmul %0, %1 transpose_a=1 : f32[3, 5]\n"},
+  {P0("f32[3, 4]") "%1 = fp8_state history=2 : f32[4]\n%2 = fp8_quantize %0, %1 dtype=e5m2 : e5m2[3, 4]\n",
+   P0("f32[3, 4]") "%1 = reshape %0 shape=[3, 4] : f32[3, 4]\n"},
+};
+
+/* A value both fp8 types keep: a multiple of 1/4 in [0.25, 1.25] (2 significant bits). */
+static double grid_value(void) { double m = 0.25 * (1 + floor(rng_unit() * 5)); return rng_unit() < 0.5 ? -m : m; }
+
+/* The gradients of t's case and of its twin, from the same grid values; returns the
+ * largest difference (INFINITY on a structural failure). *op: the case's op. */
+static double run_twin(const Twin *t, int index, OpKind *op) {
+  Arena *a = arena_new();
+  DiagJump j;
+  diag_push(&j);
+  if (setjmp(j.jb)) {
+    diag_pop(&j);
+    printf("FAIL twin %d: %s\n%s", index, diag_last, t->ir);
+    arena_free(a);
+    return INFINITY;
+  }
+  OpKind top;
+  Graph *h[2] = {build(a, &(GCase){t->ir, NULL}, op), build(a, &(GCase){t->twin, NULL}, &top)};
+  diag_pop(&j);
+  double **vals[2], worst = 0;
+  for (int g = 0; g < 2; g++) {
+    rng_state = 0x7e1e0000u + (uint64_t)index; /* the same draws, in the same order, for both */
+    vals[g] = calloc(h[g]->n, sizeof **vals);
+    for (int i = 0; i < h[g]->n_forward; i++) {
+      const Node *n = h[g]->nodes[i];
+      if (n->op != OP_INPUT && n->op != OP_PARAM) continue;
+      int64_t N = shape_numel(&n->shape);
+      vals[g][i] = malloc((N ? N : 1) * sizeof ***vals);
+      for (int64_t k = 0; k < N; k++) vals[g][i][k] = grid_value();
+    }
+    interp_run(h[g], vals[g], STEP);
+  }
+  for (int k = 0; k < h[0]->nparams; k++) {
+    const Node *p = h[0]->params[k], *q = h[1]->params[k];
+    if (strcmp(p->name, q->name) || !h[0]->param_grads[k] || !h[1]->param_grads[k]) {
+      printf("FAIL twin %d: parameters or gradients differ\n", index);
+      worst = INFINITY;
+      break;
+    }
+    const double *x = vals[0][h[0]->param_grads[k]->id], *y = vals[1][h[1]->param_grads[k]->id];
+    for (int64_t i = 0, N = shape_numel(&p->shape); i < N; i++) worst = fmax(worst, fabs(x[i] - y[i]));
+  }
+  if (worst > 0) printf("FAIL twin %d (%s): gradients differ from the twin's by %.3g\n%s", index, op_info(*op)->name, worst, t->ir);
+  for (int g = 0; g < 2; g++) {
+    interp_release(h[g], vals[g]);
+    for (int i = 0; i < h[g]->n; i++) free(vals[g][i]);
+    free(vals[g]);
+  }
+  arena_free(a);
+  return worst;
+}
+
 /* ---- the table walk -------------------------------------------------------------------------- */
 
 static int check_coverage(const int *ncases) {
@@ -299,9 +379,18 @@ int main(void) {
     ncases[op]++;
     maxerr[op] = fmax(maxerr[op], e);
   }
+  int ntwins = sizeof twins / sizeof *twins;
+  for (int i = 0; i < ntwins; i++) {
+    OpKind op = OP_COUNT;
+    double e = run_twin(&twins[i], i, &op);
+    if (!(e == 0)) failures++;
+    if (op == OP_COUNT) continue;
+    ncases[op]++;
+    maxerr[op] = fmax(maxerr[op], e);
+  }
   for (int k = 0; k < OP_COUNT; k++)
     if (ncases[k]) printf("%-14s %2d case%s  max rel err %.2e\n", op_info((OpKind)k)->name, ncases[k], ncases[k] == 1 ? " " : "s", maxerr[k]);
   failures += check_coverage(ncases);
-  printf("%d gradient cases: %d failed\n", n, failures);
+  printf("%d gradient cases and %d twins: %d failed\n", n, ntwins, failures);
   return failures != 0;
 }

@@ -35,6 +35,23 @@ static const Case cases[] = {
   {A("f32[2, 2, 3]") B("f32[3, 3, 4]") "%2 = matmul %0, %1 : f32[2, 2, 4]\n", "do not broadcast"},
   {A("f32[3]") B("f32[3, 4]") "%2 = matmul %0, %1 : f32[4]\n", "at least 2 dimensions"},
   {A("f32[2, 3]") B("bf16[3, 4]") "%2 = matmul %0, %1 : f32[2, 4]\n", "different dtypes"},
+  /* fp8 */
+  {"%0 = fp8_state history=16 : f32[18]\n", NULL},
+  {"%0 = fp8_state history=0 : f32[2]\n", "history must be in"},
+  {A("f32[2, 3]") "%1 = fp8_state history=4 : f32[6]\n%2 = fp8_quantize %0, %1 dtype=e4m3 : e4m3[2, 3]\n", NULL},
+  {A("bf16[2, 3]") "%1 = fp8_state history=4 : f32[6]\n%2 = fp8_quantize %0, %1 dtype=e5m2 margin=2 : e5m2[2, 3]\n", NULL},
+  {A("f32[2, 3]") "%1 = fp8_state history=4 : f32[6]\n%2 = fp8_quantize %0, %1 dtype=bf16 : bf16[2, 3]\n", "must be e4m3 or e5m2"},
+  {A("f32[2, 3]") B("f32[6]") "%2 = fp8_quantize %0, %1 dtype=e4m3 : e4m3[2, 3]\n", "must be an fp8_state"},
+  {A("e4m3[5, 2, 3]") B("e4m3[4, 3]") "%2 = fp8_state history=4 : f32[6]\n"
+   "%3 = scaled_matmul %0, %1, %2, %2, %2 transpose_b=1 dtype=bf16 : bf16[5, 2, 4]\n", NULL},
+  {A("e5m2[2, 3]") B("e4m3[3, 4]") "%2 = fp8_state history=4 : f32[6]\n"
+   "%3 = scaled_matmul %0, %1, %2, %2, %2 dtype=f32 : f32[2, 4]\n", NULL},
+  {A("bf16[2, 3]") B("e4m3[3, 4]") "%2 = fp8_state history=4 : f32[6]\n"
+   "%3 = scaled_matmul %0, %1, %2, %2, %2 dtype=f32 : f32[2, 4]\n", "must be e4m3 or e5m2"},
+  {A("e4m3[2, 3]") B("e4m3[3, 4]") "%2 = fp8_state history=4 : f32[6]\n"
+   "%3 = scaled_matmul %0, %1, %2, %2, %2 dtype=e4m3 : e4m3[2, 4]\n", "dtype must be f32, bf16 or f16"},
+  {A("e4m3[2, 3]") B("e4m3[5, 4]") "%2 = fp8_state history=4 : f32[6]\n"
+   "%3 = scaled_matmul %0, %1, %2, %2, %2 dtype=f32 : f32[2, 4]\n", "inner dimensions differ"},
   /* binary elementwise */
   {A("f32[2, 3]") B("f32[3]") "%2 = add %0, %1 : f32[2, 3]\n", NULL},
   {A("f32[2, 1]") B("f32[1, 3]") "%2 = sub %0, %1 : f32[2, 3]\n", NULL},
