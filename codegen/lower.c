@@ -1453,24 +1453,31 @@ static void lower_nodes(L *l, PChunk *c) {
     }
 }
 
+/* The parameters of the chunks, merged by name, in PARAMS (and GRADS, and OPT) one after the
+ * other at 64-byte aligned offsets: first those without weight decay (ndim < 2: biases and
+ * norms' weights), then those with it, each in the chunks' order (the order the forward pass
+ * reads them). So a run of them is one range of each tier, whose weight decay changes once
+ * at most. */
 static void layout_params(Program *p, Graph **gs, int n, L **ls) {
   int cap = 0;
   for (int c = 0; c < n; c++) cap += gs[c]->nparams;
   p->params = arena_array(p->arena, cap ? cap : 1, sizeof *p->params);
   int64_t off = 0;
-  for (int c = 0; c < n; c++)
-    for (int k = 0; k < gs[c]->nparams; k++) {
-      const Node *nd = gs[c]->params[k];
-      int j = 0;
-      while (j < p->nparams && strcmp(p->params[j].node->name, nd->name)) j++;
-      if (j == p->nparams) {
-        p->params[p->nparams++] = (PParam){nd, off, nd->shape.ndim >= 2, 0};
-        off += (bytes_of(nd) + 63) & ~(int64_t)63;
-      } else if (!shape_eq(&p->params[j].node->shape, &nd->shape)) {
-        diag_internal(__FILE__, __LINE__, "a parameter held by two chunks with two shapes");
+  for (int decay = 0; decay < 2; decay++)
+    for (int c = 0; c < n; c++)
+      for (int k = 0; k < gs[c]->nparams; k++) {
+        const Node *nd = gs[c]->params[k];
+        if ((nd->shape.ndim >= 2) != decay) continue;
+        int j = 0;
+        while (j < p->nparams && strcmp(p->params[j].node->name, nd->name)) j++;
+        if (j == p->nparams) {
+          p->params[p->nparams++] = (PParam){nd, off, decay, 0};
+          off += (bytes_of(nd) + 63) & ~(int64_t)63;
+        } else if (!shape_eq(&p->params[j].node->shape, &nd->shape)) {
+          diag_internal(__FILE__, __LINE__, "a parameter held by two chunks with two shapes");
+        }
+        ls[c]->pidx[k] = j;
       }
-      ls[c]->pidx[k] = j;
-    }
   p->tiers[RT_TIER_PARAMS] = p->tiers[RT_TIER_GRADS] = off;
   const TrainSpec *t = &gs[0]->train;
   bool adam = t->opt == OPT_ADAMW, mom = !adam && t->momentum > 0;

@@ -46,6 +46,14 @@ static void compare(const char *what, const float *got, const double *want, int6
   }
 }
 
+/* The gradient of program parameter q (the program lays parameters out in its own order,
+ * codegen/lower.c's layout_params), or NULL. */
+static const Node *grad_of(const Graph *g, const PParam *q) {
+  for (int j = 0; j < g->nparams; j++)
+    if (g->params[j] == q->node) return g->param_grads[j];
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) { fprintf(stderr, "usage: test_lower MODEL [--precision=bf16|fp16] [--attention=fused] [--classifier=fused] [NAME=VALUE ...]\n"); return 2; }
   DType low = DT_F32; /* --precision: the graph autocast (16-bit rounding points: looser tolerances) */
@@ -128,7 +136,7 @@ int main(int argc, char **argv) {
   compare("loss", &loss, vals[g->loss->id], 1, 1e-5);
   printf("loss %.7f (reference %.7f)\n", loss, vals[g->loss->id][0]);
   for (int k = 0; k < p->nparams; k++) {
-    const Node *gn = g->param_grads[k];
+    const Node *gn = grad_of(g, &p->params[k]);
     if (!gn) continue;
     char what[256];
     snprintf(what, sizeof what, "gradient of %s", p->params[k].node->name);
@@ -152,7 +160,7 @@ int main(int argc, char **argv) {
     run_seq(p, &p->update, tiers, scalars);
     const TrainSpec *t = &g->train;
     for (int k = 0; k < p->nparams; k++) {
-      const Node *n = p->params[k].node, *gn = g->param_grads[k];
+      const Node *n = p->params[k].node, *gn = grad_of(g, &p->params[k]);
       int64_t cnt = shape_numel(&n->shape);
       double *want = malloc(cnt * sizeof *want), wd = p->params[k].decay ? t->weight_decay : 0, lr = scalars[0];
       for (int64_t i = 0; i < cnt; i++) {
