@@ -155,12 +155,95 @@ static PInstr *param_kernel(PSeq *s, int k) {
   return NULL;
 }
 
+static int count_kernels(const PSeq *s) {
+  int n = 0;
+  for (int i = 0; i < s->n; i++) n += s->v[i].kind == ISA_KERNEL;
+  return n;
+}
+
+/* ---- multi-tensor kernels ------------------------------------------------------------ */
+
+/* Appends k to the kernel table, which the stages of a pipeline share (lower_pipeline);
+ * returns its number. */
+static int add_kernel(Program **ps, int n, Kernel *k) {
+  Program *p = ps[0];
+  if (p->nkernels == p->kernels_cap) {
+    int cap = p->kernels_cap ? 2 * p->kernels_cap : 64;
+    Kernel **v = arena_array(p->arena, cap, sizeof *v);
+    if (p->nkernels) memcpy(v, p->kernels, p->nkernels * sizeof *v);
+    p->kernels = v, p->kernels_cap = cap;
+  }
+  int at = p->nkernels++;
+  p->kernels[at] = k;
+  for (int s = 1; s < n; s++) ps[s]->kernels = p->kernels, ps[s]->nkernels = p->nkernels, ps[s]->kernels_cap = p->kernels_cap;
+  return at;
+}
+
+/* Whether b, the kernel of the parameter after a's, joins a's run: right after it in the
+ * list, run on the same ranks. */
+static bool joins(const PInstr *a, const PInstr *b) {
+  return a->kind == ISA_KERNEL && b->kind == ISA_KERNEL && a->dp_rank == b->dp_rank && a->tp_rank == b->tp_rank &&
+         a->on_host == b->on_host;
+}
+
+/* List s (its k-th kernel parameter k's; skip[k]: dropped, when skip is given) rewritten
+ * with each run of consecutive parameters whose kernels stand together in it and run on the
+ * same ranks made one multi-tensor kernel (codegen/lower.h: the norm's, when the program's
+ * norm has rows that runs can share, or the update's), which keeps their conditions; what
+ * else the list holds stays in order. */
+static void fuse_runs(Program **ps, int n, Program *p, PSeq *s, const bool *skip, bool norm) {
+  PSeq old = *s;
+  *s = (PSeq){0};
+  for (int i = 0, k = 0; i < old.n;) {
+    const PInstr *in = &old.v[i];
+    if (in->kind != ISA_KERNEL || (skip && skip[k])) {
+      if (in->kind != ISA_KERNEL) *pseq_push(p->arena, s, in->kind) = *in;
+      k += in->kind == ISA_KERNEL, i++;
+      continue;
+    }
+    int e = k + 1; /* the run [k, e), instructions i .. i + e - k - 1 */
+    while (e < p->nparams && i + e - k < old.n && !(skip && skip[e]) && joins(&old.v[i + e - k - 1], &old.v[i + e - k])) e++;
+    e = norm ? (p->norm_row ? e : k + 1) : lower_update_end(p, k, e);
+    PInstr *x = pseq_push(p->arena, s, ISA_KERNEL);
+    *x = *in;
+    if (e - k > 1) {
+      Kernel *run = norm ? lower_norm_kernel(p, k, e, p->nkernels) : lower_update_kernel(p, k, e, p->nkernels);
+      x->kernel = add_kernel(ps, n, run), x->extent = run->rows;
+    }
+    i += e - k, k = e;
+  }
+}
+
+/* The kernels no list runs any more (the parameters' own, where a run replaced them)
+ * dropped from the table the stages share, every stage's lists renumbered. */
+static void prune_kernels(Program **ps, int n) {
+  Program *p = ps[0];
+  int *to = arena_array(p->arena, p->nkernels + 1, sizeof *to), kept = 0;
+  for (int i = 0; i < p->nkernels; i++) to[i] = -1;
+  for (int pass = 0; pass < 2; pass++) { /* mark what runs, then renumber */
+    for (int st = 0; st < n; st++) {
+      PSeq *lists[5] = {&ps[st]->step, &ps[st]->sync, &ps[st]->gradnorm, &ps[st]->update, &ps[st]->forward};
+      for (int l = 0; l < 5; l++)
+        for (PInstr *in = lists[l]->v; in < lists[l]->v + lists[l]->n; in++) {
+          if (in->kind != ISA_KERNEL) continue;
+          if (pass) in->kernel = to[in->kernel];
+          else to[in->kernel] = 0;
+        }
+    }
+    for (int i = 0; i < p->nkernels && !pass; i++) /* the kept ones in table order */
+      if (to[i] == 0) p->kernels[kept] = p->kernels[i], to[i] = kept++;
+  }
+  for (int st = 0; st < n; st++) ps[st]->nkernels = kept;
+}
+
+/* ---- the gradient norm and the update ------------------------------------------------ */
+
 /* gradnorm's kernels are one per parameter, in order, among what else the list holds
- * (an offload program's moves and waits), which stays as it is. */
-static void compose_norm(Program *p, const bool *lowest) {
-  int kernels = 0;
-  for (int i = 0; i < p->gradnorm.n; i++) kernels += p->gradnorm.v[i].kind == ISA_KERNEL;
-  ir_assert(kernels == p->nparams);
+ * (an offload program's moves and waits), which stays as it is. Each runs on the ranks
+ * that count its parameter; then each run of parameters counted by the same ranks is one
+ * kernel (fuse_runs). */
+static void compose_norm(Program **ps, int n, Program *p, const bool *lowest) {
+  ir_assert(count_kernels(&p->gradnorm) == p->nparams);
   bool partial = false, *skip = arena_array(p->arena, p->nparams + 1, sizeof *skip);
   for (int k = 0; k < p->nparams; k++) {
     PInstr *in = param_kernel(&p->gradnorm, k);
@@ -170,25 +253,24 @@ static void compose_norm(Program *p, const bool *lowest) {
     else if (p->dp != 1) in->dp_rank = 0;
     partial |= skip[k] || in->tp_rank >= 0 || in->dp_rank >= 0;
   }
+  fuse_runs(ps, n, p, &p->gradnorm, skip, true);
   if (!partial) return;
   PSeq old = p->gradnorm;
   p->gradnorm = (PSeq){0};
   PInstr *z = pseq_push(p->arena, &p->gradnorm, ISA_ZERO);
   z->tier = RT_TIER_WORK, z->offset = p->gradnorm_offset, z->bytes = p->gradnorm_parts * 4;
-  for (int i = 0, k = 0; i < old.n; i++) {
-    bool kernel = old.v[i].kind == ISA_KERNEL;
-    if (!kernel || !skip[k]) *pseq_push(p->arena, &p->gradnorm, old.v[i].kind) = old.v[i];
-    k += kernel;
-  }
+  for (int i = 0; i < old.n; i++) *pseq_push(p->arena, &p->gradnorm, old.v[i].kind) = old.v[i];
 }
 
-static void compose_update(Program *p) {
-  if (p->zero_stage < 1) return;
-  int kernels = 0;
-  for (int i = 0; i < p->update.n; i++) kernels += p->update.v[i].kind == ISA_KERNEL;
-  ir_assert(kernels == p->nparams); /* with an offload program's moves and waits between them */
-  for (int k = 0; k < p->nparams; k++) param_kernel(&p->update, k)->dp_rank = p->params[k].owner;
-  for (int k = 0; k < p->nparams && p->zero_stage < 3; k++)
+/* update: each parameter's kernel on its owner from ZeRO stage 1, then each run of
+ * parameters the same ranks update one kernel, except in an offload program (whose update
+ * goes chunk by chunk, the state of one brought from NVMe while the one before updates:
+ * codegen/offload.h); the broadcasts from the owners at stages 1 and 2 after them. */
+static void compose_update(Program **ps, int n, Program *p, bool offload) {
+  ir_assert(count_kernels(&p->update) == p->nparams); /* with an offload program's moves and waits between them */
+  for (int k = 0; k < p->nparams && p->zero_stage >= 1; k++) param_kernel(&p->update, k)->dp_rank = p->params[k].owner;
+  if (!offload) fuse_runs(ps, n, p, &p->update, NULL, false);
+  for (int k = 0; k < p->nparams && p->zero_stage >= 1 && p->zero_stage < 3; k++)
     push_comm(p, &p->update, ISA_COMM_BROADCAST, ISA_GROUP_DP, RT_TIER_PARAMS, p->params[k].offset,
               pparam_bytes(&p->params[k]))->comm.root = p->params[k].owner;
 }
@@ -216,7 +298,8 @@ void compose_step(Program **ps, int n, bool offload) {
     if (sums.n && one_stage) compose_overlap(p, &sums, !offload);
     else
       for (int i = 0; i < sums.n; i++) *pseq_push(p->arena, &p->sync, ISA_COMM) = sums.v[i];
-    compose_norm(p, lowest[s]);
-    compose_update(p);
+    compose_norm(ps, n, p, lowest[s]);
+    compose_update(ps, n, p, offload);
   }
+  prune_kernels(ps, n);
 }

@@ -28,8 +28,20 @@
  * is its share and the world's sum is the norm's square. `update` runs parameter i's
  * kernel on its owner only from ZeRO stage 1, and at stages 1 and 2 ends with each
  * parameter broadcast from its owner over the dp group (at stage 3 a rank keeps only
- * what it owns). A program whose state will be offloaded (ZeRO stage 0 over any number
- * of dp ranks, any mesh) sums each parameter's gradient alone right after its last write
+ * what it owns). Then in both lists each run of consecutive parameters whose kernels
+ * run on the same ranks becomes one multi-tensor kernel over the run's bytes
+ * (lower_norm_kernel, lower_update_kernel: codegen/lower.h), keeping their conditions,
+ * and the table drops the kernels they replaced: a program of one rank, or of plain data,
+ * tensor or pipeline parallelism, updates with one kernel instead of one per parameter
+ * (GPT-2: 148), and sums the norm with one for each run of parameters counted alike
+ * (one; a few where tensor parallelism counts replicated parameters on tp rank 0 only).
+ * The norm's runs keep its partial sums (its rows tile every parameter) and the update's
+ * compute every element as before, so whichever runs a plan makes, no bit changes. Not
+ * made: the norm's runs of a program whose rows cannot be shared (codegen/lower.c,
+ * norm_row), and the update's of an offload program, which updates chunk by chunk
+ * (codegen/offload.h).
+ * A program whose state will be offloaded (ZeRO stage 0 over any number of dp ranks,
+ * any mesh) sums each parameter's gradient alone right after its last write
  * in `step`, not overlapped, before the offload plan (which then keeps each gradient on
  * the device until its sum, and plans `sync` too); under ZeRO-3 the offload plan places
  * the reductions itself. */
@@ -39,9 +51,10 @@
 
 #define COMPOSE_BUCKET (25 << 20)
 
-/* ps[0..n): one program or a pipeline's stages; offload: their state will be offloaded
- * (codegen/offload.h plans their lists next). requires: lower (gradnorm and update one
- * kernel per parameter, in order; an offload program's micro-batches unrolled), the plan
+/* ps[0..n): one program or a pipeline's stages (one kernel table); offload: their state
+ * will be offloaded (codegen/offload.h plans their lists next). requires: lower (gradnorm
+ * and update one kernel per parameter, in order; an offload program's micro-batches
+ * unrolled), the plan
  * set (dp, tp, zero_stage, owners), ZeRO's schedule; before offload_plan and
  * program_share_kernels. */
 void compose_step(Program **ps, int n, bool offload);

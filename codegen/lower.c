@@ -1343,31 +1343,87 @@ static void find_inputs(L *l) {
   }
 }
 
-/* The tier views of the optimizer's kernels: param, grad, m, v at the param's offset. */
-/* The kernel of one parameter with the tier views in `mask` (bit i: param, grad, m, v),
- * so that what it names is what it touches (offload plans read the names). */
-static Kernel *param_kernel(L *l, const PParam *pp, const char *what, int bufs[4], unsigned mask) {
-  const Node *n = pp->node;
-  int64_t numel = shape_numel(&n->shape), cols = n->shape.ndim ? n->shape.d[n->shape.ndim - 1] : 1;
-  int64_t dims[2] = {numel / cols, cols};
-  Kernel *k = knew(l, what, KP_ROWS, dims, 2, 1);
-  k->name = arena_printf(l->a, "k%d_%s_%s", l->p->nkernels, what, n->name);
-  for (char *c = (char *)k->name; *c; c++)
+/* ---- the optimizer ---------------------------------------------------------------------- */
+
+/* The optimizer's kernels cover parameters [lo, hi) of the program: consecutive, so one range
+ * of each tier (layout_params lays them out 64-byte aligned, one after the other). Lowering
+ * emits one kernel per parameter (hi = lo + 1), which compose (codegen/compose.h), ZeRO and
+ * offload read parameter by parameter; compose then makes each run of parameters that the
+ * same ranks update one multi-tensor kernel (lower_norm_kernel, lower_update_kernel). */
+
+/* A parameter's last dimension, and its rows of it. */
+static int64_t param_cols(const PParam *q) { return q->node->shape.ndim ? q->node->shape.d[q->node->shape.ndim - 1] : 1; }
+static int64_t param_rows(const PParam *q) { return shape_numel(&q->node->shape) / param_cols(q); }
+
+/* Where parameter k's padding ends: the next one's offset. */
+static int64_t param_end(const Program *p, int k) { return p->params[k].offset + ((pparam_bytes(&p->params[k]) + 63) & ~(int64_t)63); }
+
+/* A kernel of [lo, hi) numbered index: k<index>_<what>_<first>[_to_<last>] (a pipeline stage's
+ * s<stage>_ first, as lower_pipeline names the others), dots made underscores. */
+static Kernel *opt_kernel(L *l, int lo, int hi, const char *what, int index, const int64_t dims[2]) {
+  const Program *p = l->p;
+  const char *first = p->params[lo].node->name;
+  char *name = hi - lo == 1 ? arena_printf(l->a, "k%d_%s_%s", index, what, first)
+                            : arena_printf(l->a, "k%d_%s_%s_to_%s", index, what, first, p->params[hi - 1].node->name);
+  if (p->pp > 1) name = arena_printf(l->a, "s%d_%s", (int)p->stage, name);
+  for (char *c = name; *c; c++)
     if (*c == '.') *c = '_';
-  int tiers[4] = {RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT, RT_TIER_OPT};
-  int64_t offs[4] = {pp->offset, pp->offset, pp->offset, l->p->opt_v_offset + pp->offset};
-  const char *names[4] = {"param", "grad", "m", "v"};
-  for (int i = 0; i < 4; i++) {
-    bufs[i] = -1;
-    if (!(mask >> i & 1)) continue;
-    k->bufs[k->nbufs] = (KBuf){names[i], tiers[i], offs[i], numel, DT_F32};
-    bufs[i] = k->nbufs++;
+  for (int k = lo + 1; k < hi; k++) ir_assert(p->params[k].offset == param_end(p, k - 1));
+  return kernel_new(l->a, name, KP_ROWS, dims, 2, 1);
+}
+
+/* The gradient norm's row: the longest that divides every parameter's padded length (in
+ * floats) and is no longer than the longest last dimension (the longest row of a parameter),
+ * so that every parameter's rows tile its bytes and a run of parameters is one kernel of
+ * such rows, whose partial sums are those of one kernel per parameter: the same whichever
+ * runs a plan makes (ZeRO's owners, tensor parallelism's replicated parameters) and so the
+ * same norm, bit for bit. 0 (a partial sum per row of each parameter's last dimension, one
+ * kernel per parameter) when that row is shorter than NORM_ROW_MIN floats: the partial sums,
+ * pinned in the work tier and read back every step, would be too many (a 1000-class head's
+ * bias, 1008 floats padded, leaves 48). */
+enum { NORM_ROW_MIN = 64 };
+static int64_t norm_row(const Program *p) {
+  int64_t g = 0, most = 1;
+  for (int k = 0; k < p->nparams; k++) {
+    int64_t a = (param_end(p, k) - p->params[k].offset) / 4; /* g = gcd(g, a) */
+    while (a) {
+      int64_t r = g % a;
+      g = a, a = r;
+    }
+    if (param_cols(&p->params[k]) > most) most = param_cols(&p->params[k]);
   }
+  for (int64_t w = most < g ? most : g; w >= NORM_ROW_MIN; w--)
+    if (g % w == 0) return w;
+  return 0;
+}
+
+/* Parameter k's slots of the norm's parts: one per row (norm_kernel). */
+static int64_t norm_slots(const Program *p, int k) {
+  return p->norm_row ? (param_end(p, k) - p->params[k].offset) / 4 / p->norm_row : param_rows(&p->params[k]);
+}
+
+/* The gradient norm of [lo, hi): one partial sum of squares per row, into the parts (tier,
+ * offset: the pinned buffer of gradnorm_parts floats), each parameter's slots after those
+ * of the parameters before it. With p->norm_row the rows are of that many floats, so a run
+ * covers its parameters' bytes with their padding (read as zeros: no kernel writes it, and
+ * the runtime zeroes the gradient tier); else a parameter alone sums its own rows. */
+static Kernel *norm_kernel(L *l, int lo, int hi, int index, int tier, int64_t offset) {
+  const Program *p = l->p;
+  const PParam *q = &p->params[lo];
+  int64_t w = p->norm_row, slot = 0, dims[2] = {param_rows(q), param_cols(q)};
+  if (w) dims[0] = (param_end(p, hi - 1) - q->offset) / 4 / w, dims[1] = w;
+  ir_assert(w || hi == lo + 1);
+  for (int j = 0; j < lo; j++) slot += norm_slots(p, j);
+  Kernel *k = opt_kernel(l, lo, hi, "gradnorm", index, dims);
+  KExpr *x = kx_load(l->a, k, kernel_buf(k, "grad", RT_TIER_GRADS, q->offset, dims[0] * dims[1], DT_F32), kview_contig(k, 0));
+  KView v = {.offset = slot};
+  v.strides[0] = 1;
+  int parts = kernel_buf(k, "parts", tier, offset, p->gradnorm_parts, DT_F32);
+  kernel_row(k, parts, v, KS_SET, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, B(MUL, x, x))));
+  kernel_check(k);
   return k;
 }
 
-/* The update of one parameter; hyperparameters come from the scalars, so the
- * runtime's flags override the model's directive. */
 /* What an update kernel stores into buffer b: e, or under loss scaling the old value
  * when the step is skipped (RT_SC_APPLY 0: the list runs for its moves). */
 static KExpr *applied(L *l, Kernel *k, int b, KView v, KExpr *e) {
@@ -1375,15 +1431,55 @@ static KExpr *applied(L *l, Kernel *k, int b, KView v, KExpr *e) {
   return kx_select(l->a, k, kx_scalar(l->a, k, RT_SC_APPLY), e, kx_load(l->a, k, b, v));
 }
 
-static void emit_update(L *l, const PParam *pp) {
+enum { EXACT_ROWS = 1 << 24 }; /* row coordinates f32 holds exactly, and every one below them */
+
+/* The weight decay of [lo, hi) at a row of 16 floats: the scalar for the rows of parameters
+ * with decay, 0 for the others, a select at each row where it changes, comparing the row
+ * coordinate with that row. layout_params puts the parameters without decay first, so a run
+ * changes at most once, near its start; the comparison is exact for a change at row at most
+ * EXACT_ROWS (a larger coordinate rounds to a float no smaller than it), which
+ * lower_update_end keeps to. One parameter: its decay, as it always was. */
+static KExpr *run_decay(L *l, Kernel *k, int lo, int hi) {
+  const Program *p = l->p;
+  KExpr *wd = kx_scalar(l->a, k, RT_SC_WD), *e = p->params[hi - 1].decay ? wd : C(0);
+  for (int j = hi - 1; j > lo; j--) {
+    if (p->params[j].decay == p->params[j - 1].decay) continue;
+    int64_t row = (p->params[j].offset - p->params[lo].offset) / 64;
+    ir_assert(row <= EXACT_ROWS);
+    e = SEL(B(LT, kx_coord(l->a, k, 0), C(row)), p->params[j - 1].decay ? wd : C(0), e);
+  }
+  return e;
+}
+
+int lower_update_end(const Program *p, int lo, int hi) {
+  for (int j = lo + 1; j < hi; j++)
+    if (p->params[j].decay != p->params[j - 1].decay && (p->params[j].offset - p->params[lo].offset) / 64 > EXACT_ROWS) return j;
+  return hi;
+}
+
+/* The update of [lo, hi), AdamW or SGD, with the tier views param, grad, m and v that it
+ * touches (offload plans read them). A parameter alone in its own shape; a run as rows of
+ * 16 floats (64 bytes: every parameter starts a row) from the first's offset to the end of
+ * the last one's padding, where zeros stay zeros (AdamW's step is 0 / (sqrt(0) + eps) there,
+ * SGD's 0; no other kernel reads the padding). Every element is computed as for its
+ * parameter alone. Hyperparameters come from the scalars, so the runtime's flags override
+ * the model's directive. */
+static Kernel *update_kernel(L *l, int lo, int hi, int index) {
   const TrainSpec *t = &l->g->train;
-  int b[4];
+  const Program *q = l->p;
+  const PParam *pp = &q->params[lo];
+  int64_t dims[2] = {param_rows(pp), param_cols(pp)};
+  if (hi - lo > 1) dims[0] = (param_end(q, hi - 1) - pp->offset) / 64, dims[1] = 16;
+  Kernel *k = opt_kernel(l, lo, hi, t->opt == OPT_ADAMW ? "adamw" : "sgd", index, dims);
   unsigned mask = t->opt == OPT_ADAMW ? 15 : t->momentum > 0 ? 7 : 3;
-  Kernel *k = param_kernel(l, pp, t->opt == OPT_ADAMW ? "adamw" : "sgd", b, mask);
+  int tiers[4] = {RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT, RT_TIER_OPT}, b[4];
+  int64_t offs[4] = {pp->offset, pp->offset, pp->offset, q->opt_v_offset + pp->offset};
+  const char *names[4] = {"param", "grad", "m", "v"};
+  for (int i = 0; i < 4; i++) b[i] = mask >> i & 1 ? kernel_buf(k, names[i], tiers[i], offs[i], dims[0] * dims[1], DT_F32) : -1;
   KView v = kview_contig(k, 0);
   KExpr *g = B(MUL, kx_load(l->a, k, b[1], v), kx_scalar(l->a, k, RT_SC_GSCALE));
   KExpr *p = kx_load(l->a, k, b[0], v), *lr = kx_scalar(l->a, k, RT_SC_LR);
-  KExpr *wd = pp->decay ? kx_scalar(l->a, k, RT_SC_WD) : C(0);
+  KExpr *wd = run_decay(l, k, lo, hi);
   if (t->opt == OPT_ADAMW) {
     KExpr *b1 = kx_scalar(l->a, k, RT_SC_BETA1), *b2 = kx_scalar(l->a, k, RT_SC_BETA2);
     kernel_map(k, b[2], v, KS_SET, applied(l, k, b[2], v, B(ADD, B(MUL, b1, kx_load(l->a, k, b[2], v)), B(MUL, B(SUB, C(1), b1), g))));
@@ -1402,38 +1498,44 @@ static void emit_update(L *l, const PParam *pp) {
     }
     kernel_map(k, b[0], v, KS_SET, applied(l, k, b[0], v, B(SUB, p, B(MUL, lr, g))));
   }
-  kfinish(l, &l->p->update, k);
+  kernel_check(k);
+  return k;
 }
 
-/* One partial sum of squared gradients per row of each parameter. */
-static void emit_gradnorm(L *l, const PParam *pp, int parts, int64_t *next) {
-  int b[4];
-  Kernel *k = param_kernel(l, pp, "gradnorm", b, 2);
-  KExpr *g = kx_load(l->a, k, b[1], kview_contig(k, 0));
-  KView out = {.offset = *next};
-  out.strides[0] = 1;
-  kernel_row(k, kbuf(l, k, parts, DT_F32), out, KS_SET, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, B(MUL, g, g))));
-  kfinish(l, &l->p->gradnorm, k);
-  *next += k->rows;
-}
-
+/* The gradient norm's parts (a pinned work buffer: the runtime reads them after the list),
+ * then per parameter its norm kernel and its update kernel. */
 static void emit_optimizer(L *l) {
   Program *p = l->p;
   l->at = NULL;
+  p->norm_row = norm_row(p);
   int64_t parts = 0;
-  for (int k = 0; k < p->nparams; k++) {
-    const Node *n = p->params[k].node;
-    parts += shape_numel(&n->shape) / (n->shape.ndim ? n->shape.d[n->shape.ndim - 1] : 1);
-  }
+  for (int k = 0; k < p->nparams; k++) parts += norm_slots(p, k);
   int pb = lbuf_new(l, RT_TIER_WORK, parts * 4);
   l->bufs[pb].pinned = true;
   p->gradnorm_parts = parts;
   p->gradnorm_offset = pb; /* a buffer index until placed */
-  int64_t next = 0;
   for (int k = 0; k < p->nparams; k++) {
-    emit_gradnorm(l, &p->params[k], pb, &next);
-    emit_update(l, &p->params[k]);
+    kfinish(l, &p->gradnorm, norm_kernel(l, k, k + 1, p->nkernels, PENDING + pb, 0));
+    kfinish(l, &p->update, update_kernel(l, k, k + 1, p->nkernels));
   }
+}
+
+/* A lowering context for building the optimizer's kernels of a lowered program. */
+static L opt_context(Program *p) { return (L){.g = (Graph *)p->g, .p = p, .a = p->arena}; }
+
+Kernel *lower_norm_kernel(Program *p, int lo, int hi, int index) {
+  L l = opt_context(p);
+  Kernel *k = norm_kernel(&l, lo, hi, index, RT_TIER_WORK, p->gradnorm_offset);
+  kernel_narrow(k);
+  return k;
+}
+
+Kernel *lower_update_kernel(Program *p, int lo, int hi, int index) {
+  ir_assert(lower_update_end(p, lo, hi) == hi);
+  L l = opt_context(p);
+  Kernel *k = update_kernel(&l, lo, hi, index);
+  kernel_narrow(k);
+  return k;
 }
 
 /* ---- memory plan ------------------------------------------------------------------------- */
@@ -1596,24 +1698,31 @@ static void lower_nodes(L *l, PChunk *c) {
     }
 }
 
+/* The parameters of the chunks, merged by name, in PARAMS (and GRADS, and OPT) one after the
+ * other at 64-byte aligned offsets: first those without weight decay (ndim < 2: biases and
+ * norms' weights), then those with it, each in the chunks' order (the order the forward pass
+ * reads them). So a run of them is one range of each tier, whose weight decay changes once
+ * at most: the optimizer's multi-tensor kernels select it with one comparison (run_decay). */
 static void layout_params(Program *p, Graph **gs, int n, L **ls) {
   int cap = 0;
   for (int c = 0; c < n; c++) cap += gs[c]->nparams;
   p->params = arena_array(p->arena, cap ? cap : 1, sizeof *p->params);
   int64_t off = 0;
-  for (int c = 0; c < n; c++)
-    for (int k = 0; k < gs[c]->nparams; k++) {
-      const Node *nd = gs[c]->params[k];
-      int j = 0;
-      while (j < p->nparams && strcmp(p->params[j].node->name, nd->name)) j++;
-      if (j == p->nparams) {
-        p->params[p->nparams++] = (PParam){nd, off, nd->shape.ndim >= 2, 0};
-        off += (bytes_of(nd) + 63) & ~(int64_t)63;
-      } else if (!shape_eq(&p->params[j].node->shape, &nd->shape)) {
-        diag_internal(__FILE__, __LINE__, "a parameter held by two chunks with two shapes");
+  for (int decay = 0; decay < 2; decay++)
+    for (int c = 0; c < n; c++)
+      for (int k = 0; k < gs[c]->nparams; k++) {
+        const Node *nd = gs[c]->params[k];
+        if ((nd->shape.ndim >= 2) != decay) continue;
+        int j = 0;
+        while (j < p->nparams && strcmp(p->params[j].node->name, nd->name)) j++;
+        if (j == p->nparams) {
+          p->params[p->nparams++] = (PParam){nd, off, decay, 0};
+          off += (bytes_of(nd) + 63) & ~(int64_t)63;
+        } else if (!shape_eq(&p->params[j].node->shape, &nd->shape)) {
+          diag_internal(__FILE__, __LINE__, "a parameter held by two chunks with two shapes");
+        }
+        ls[c]->pidx[k] = j;
       }
-      ls[c]->pidx[k] = j;
-    }
   p->tiers[RT_TIER_PARAMS] = p->tiers[RT_TIER_GRADS] = off;
   const TrainSpec *t = &gs[0]->train;
   bool adam = t->opt == OPT_ADAMW, mom = !adam && t->momentum > 0;

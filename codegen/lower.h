@@ -119,6 +119,9 @@ typedef struct Program {
   PInput *inputs;
   int ninputs;
   int64_t loss_offset, logits_offset, gradnorm_offset, gradnorm_parts;
+  int64_t norm_row;         /* floats per partial sum of the gradient norm, the same for every
+                             * parameter (lower_norm_kernel), or 0: a partial sum per row of
+                             * each parameter's last dimension */
   int64_t batch, seq, vocab;
   int64_t microbatches;     /* runs of `step` per training step (gradient accumulation) */
   int64_t dp, zero_stage;   /* the plan's data-parallel ranks (0: any) and ZeRO stage */
@@ -153,6 +156,19 @@ Program *lower_program(Graph *g);
  * forward and backward (PChunk) with its own region of the work tier; `step` is left
  * for the schedule (codegen/pipeline.h). requires: each graph differentiated. */
 Program *lower_stage(Graph **chunks, const int *index, int n);
+
+/* The optimizer of a lowered program over its consecutive parameters [lo, hi) (one range of
+ * each tier) in one multi-tensor kernel, numbered index (for its name): lowering emits one
+ * kernel per parameter, and compose (codegen/compose.h) makes each run of parameters that the
+ * same ranks update one; hi = lo + 1 builds the parameter's own kernel, for any hi the
+ * values of one kernel per parameter, bit for bit. lower_norm_kernel: the gradient norm's
+ * partial sums, into the parameters' slots of the parts (runs need p->norm_row);
+ * lower_update_kernel: AdamW or SGD over rows of 16 floats, the weight decay selected by row,
+ * the run ending no later than lower_update_end(p, lo, hi) (before a change of decay that a
+ * row coordinate in f32 would not place exactly). Both narrowed (kernel_narrow). */
+Kernel *lower_norm_kernel(Program *p, int lo, int hi, int index);
+Kernel *lower_update_kernel(Program *p, int lo, int hi, int index);
+int lower_update_end(const Program *p, int lo, int hi);
 
 /* Kernels that differ only in their buffers' bindings (tier and offset) share one
  * code (codegen/share.c): p->code, p->ncode and p->code_of, which the emitters and the

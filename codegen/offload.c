@@ -431,11 +431,13 @@ static void chunk_parts_kernels(const Sim *S, const PSeq *s, int *chunk_of) {
 
 /* gradnorm and update: on the host, chunk by chunk; parts homed in NVMe come to the
  * host for their chunk's update (the next chunk's read issued before this one's
- * kernels) and go back after it. */
+ * kernels) and go back after it. A kernel waits for every part it touches: a
+ * multi-tensor norm kernel (codegen/compose.h) reads the gradients of several chunks. */
 static void plan_host_list(Sim *S, const PSeq *list, bool update) {
   int *chunk_of = arena_array(S->p->arena, list->n + 1, sizeof(int));
   chunk_parts_kernels(S, list, chunk_of);
-  int parts[2] = {PART_OPT, PART_PARAMS};
+  int parts[2] = {PART_OPT, PART_PARAMS}, max = K_MAX_BUFS * S->op->nchunks + 4;
+  int *need = arena_array(S->p->arena, max, sizeof(int));
   for (int i = 0; i < list->n; i++) {
     int c = chunk_of[i];
     bool first = c >= 0 && (i == 0 || chunk_of[i - 1] != c);
@@ -449,6 +451,7 @@ static void plan_host_list(Sim *S, const PSeq *list, bool update) {
       wait_for(S, c * PART_COUNT + PART_GRADS);
       if (update) wait_for(S, c * PART_COUNT + PART_OPT), wait_for(S, c * PART_COUNT + PART_PARAMS);
     }
+    for (int j = 0, nn = parts_of(S, &list->v[i], need, max, false); j < nn; j++) wait_for(S, need[j]);
     run_instr(S, &list->v[i], c >= 0);
     bool last = c >= 0 && (i + 1 == list->n || chunk_of[i + 1] != c);
     if (last && update) {

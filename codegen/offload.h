@@ -3,7 +3,8 @@
  * ahead of time (Gemini samples memory in a warm-up step instead).
  *
  * Chunks. Parameters, with their gradients and optimizer state, are packed in program
- * order (the order the forward pass reads them) into chunks; a parameter is never
+ * order (those without weight decay first, then the others, each in the order the
+ * forward pass reads them: codegen/lower.c) into chunks; a parameter is never
  * split. The chunk size is the candidate (from the largest parameter up to the whole
  * state) that wastes the least: the sum over chunks of the chunk size less what it
  * holds, ties to the smaller size; a chunk must leave room on the device for the

@@ -259,7 +259,7 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
     if (ps[s]->vocab > vocab) vocab = ps[s]->vocab;
   }
   for (int s = 0; s < pp; s++) {
-    ps[s]->kernels = all, ps[s]->nkernels = total;
+    ps[s]->kernels = all, ps[s]->nkernels = ps[s]->kernels_cap = total;
     ps[s]->batch = batch, ps[s]->seq = seq, ps[s]->vocab = vocab;
   }
   return ps;

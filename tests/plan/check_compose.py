@@ -36,17 +36,31 @@ def arg_offset(ins, tier):
     return [a[1] for a in ins["args"] if a[0] == tier]
 
 
+def numel(q):
+    n = 1
+    for d in q["shape"]:
+        n *= d
+    return n
+
+
 def kernels_by_param(p, lst, tier):
-    """{param index: instruction} for the kernels of lst touching a parameter's
-    bytes in tier at its offset."""
-    at = {q["offset"]: i for i, q in enumerate(p["params"])}
+    """{param index: [instructions]} for the kernels of lst by the parameters whose bytes
+    in tier their binding there meets: one kernel a parameter, or a run of consecutive
+    parameters in one multi-tensor kernel."""
     out = {}
     for ins in p[lst]:
-        if ins["op"] == "kernel":
-            hits = [at[o] for o in arg_offset(ins, tier) if o in at]
-            check(len(hits) == 1, "%s kernel names one parameter: %s" % (lst, ins.get("args")))
-            out[hits[0]] = ins
+        if ins["op"] != "kernel":
+            continue
+        spans = [(a[1], a[1] + a[2]) for a in ins["args"] if a[0] == tier]
+        hits = [i for i, q in enumerate(p["params"]) for lo, hi in spans if q["offset"] < hi and lo < q["offset"] + 4 * numel(q)]
+        check(len(spans) == 1 and hits, "%s kernel covers parameters: %s" % (lst, ins.get("args")))
+        for i in hits:
+            out.setdefault(i, []).append(ins)
     return out
+
+
+def kernels(p, lst):
+    return [i for i in p[lst] if i["op"] == "kernel"]
 
 
 def dp_sums(p):
@@ -142,8 +156,13 @@ covers_grads(p, "no plan")
 check(p["sync"] == [], "no plan: the dp sums are in step")
 check_overlapped(p, "no plan")
 check_norm_zeroed(p, "no plan")
-check(all(i.get("dp_rank") == 0 for i in kernels_by_param(p, "gradnorm", 1).values()), "no plan: the norm on dp rank 0")
+gn = kernels_by_param(p, "gradnorm", 1)
+check(len(gn) == len(p["params"]) and all(i.get("dp_rank") == 0 for ins in gn.values() for i in ins), "no plan: the norm on dp rank 0")
 check(all("dp_rank" not in i and "tp_rank" not in i for i in p["update"]), "no plan: every rank updates")
+# one multi-tensor kernel updates every parameter, one sums the norm
+check(len(kernels(p, "update")) == 1 and len(kernels_by_param(p, "update", 0)) == len(p["params"]),
+      "no plan: one update kernel for every parameter (%d)" % len(kernels(p, "update")))
+check(len(kernels(p, "gradnorm")) == 1, "no plan: the norm in one kernel (%d)" % len(kernels(p, "gradnorm")))
 
 # GPT-2 124M: its 498 MB of gradients in buckets, each overlapping the rest of backward.
 out = subprocess.run([CC, "models/gpt2.model", "--set", "batch=1", "--set", "seq=64", "--dump-after=compose"],
@@ -158,6 +177,7 @@ check(len(at) >= 10 and at[0] < len(p["step"]) // 2, "gpt2: many buckets, the fi
 [p] = plan(1, 1, 1, 0)
 check(p["sync"] == [], "one rank: empty sync")
 check(all("dp_rank" not in i and "tp_rank" not in i for i in p["gradnorm"] + p["update"]), "one rank: no conditions")
+check([len(kernels(p, l)) for l in ("gradnorm", "update")] == [1, 1], "one rank: one norm kernel, one update kernel")
 
 # Data parallelism, ZeRO 0 to 3.
 for zero in range(4):
@@ -176,14 +196,17 @@ for zero in range(4):
         check(dp_sums(p) == [] and p.get("zero_scheduled"), name + ": the step reduces, sync does not")
     check_norm_zeroed(p, name)
     gn = kernels_by_param(p, "gradnorm", 1)
-    check(len(gn) == nparams, name + ": a norm kernel per parameter")
+    check(len(gn) == nparams and all(len(ins) == 1 for ins in gn.values()), name + ": every parameter in one norm kernel")
     for i, ins in gn.items():
         want = p["params"][i]["owner"] if zero >= 1 else 0
-        check(ins.get("dp_rank") == want, name + ": norm of %s on dp rank %d" % (p["params"][i]["name"], want))
+        check(all(x.get("dp_rank") == want for x in ins), name + ": norm of %s on dp rank %d" % (p["params"][i]["name"], want))
     up = kernels_by_param(p, "update", 0)
+    check(len(up) == nparams and all(len(ins) == 1 for ins in up.values()), name + ": every parameter updated by one kernel")
     for i, ins in up.items():
         want = p["params"][i]["owner"] if zero >= 1 else None
-        check(ins.get("dp_rank") == want, name + ": update of %s where it is owned" % p["params"][i]["name"])
+        check(ins[0].get("dp_rank") == want, name + ": update of %s where it is owned" % p["params"][i]["name"])
+    if zero == 0:
+        check(len(kernels(p, "update")) == 1, name + ": one update kernel (%d)" % len(kernels(p, "update")))
     if zero == 3:
         check_prefetch(p, name)
     bcast = [c for c in p["update"] if c["op"] == "comm"]
@@ -211,7 +234,9 @@ for s, p in enumerate(st):
             check(i not in gn, "stage %d: %s counted on its lowest stage only" % (s, q["name"]))
             continue
         want = None if "tp" in q else 0
-        check(i in gn and gn[i].get("tp_rank") == want, "stage %d: %s counted on %s" % (s, q["name"], "every tp rank" if want is None else "tp rank 0"))
+        check(i in gn and all(x.get("tp_rank") == want for x in gn[i]),
+              "stage %d: %s counted on %s" % (s, q["name"], "every tp rank" if want is None else "tp rank 0"))
+    check(len(kernels(p, "update")) == 1, "stage %d: one update kernel (%d)" % (s, len(kernels(p, "update"))))
     check_norm_zeroed(p, "stage %d" % s)
 
 if failures:

@@ -46,6 +46,70 @@ static void compare(const char *what, const float *got, const double *want, int6
   }
 }
 
+/* The gradient of program parameter q (the program lays parameters out in its own order,
+ * codegen/lower.c's layout_params), or NULL. */
+static const Node *grad_of(const Graph *g, const PParam *q) {
+  for (int j = 0; j < g->nparams; j++)
+    if (g->params[j] == q->node) return g->param_grads[j];
+  return NULL;
+}
+
+/* The multi-tensor kernels (codegen/compose.h makes them from runs of parameters) over all
+ * the parameters against one kernel per parameter, from the same state: the update equal bit
+ * for bit on every parameter (the weight decay selected by row), the padding between them
+ * left zero, a skipped fp16 step keeping every value; the gradient norm's partial sums the
+ * same bits (when the program's norm has rows that runs share). */
+static void check_runs(Program *p, char *const *tiers, float *scalars) {
+  int64_t pb = p->tiers[RT_TIER_PARAMS], ob = p->tiers[RT_TIER_OPT];
+  char *p0 = malloc(pb + 1), *o0 = malloc(ob + 1), *p1 = malloc(pb + 1), *o1 = malloc(ob + 1);
+  memcpy(p0, tiers[RT_TIER_PARAMS], pb), memcpy(o0, tiers[RT_TIER_OPT], ob);
+  run_seq(p, &p->update, tiers, scalars);
+  memcpy(p1, tiers[RT_TIER_PARAMS], pb), memcpy(o1, tiers[RT_TIER_OPT], ob);
+  for (int apply = 1; apply >= 0; apply -= p->g->train.loss_scaling ? 1 : 2) {
+    memcpy(tiers[RT_TIER_PARAMS], p0, pb), memcpy(tiers[RT_TIER_OPT], o0, ob);
+    scalars[RT_SC_APPLY] = (float)apply;
+    int kernels = 0;
+    for (int lo = 0, hi; lo < p->nparams; lo = hi, kernels++) {
+      hi = lower_update_end(p, lo, p->nparams);
+      kernel_eval(lower_update_kernel(p, lo, hi, p->nkernels), tiers, scalars);
+    }
+    bool same = true, zero = true;
+    for (int k = 0; k < p->nparams; k++) {
+      int64_t off = p->params[k].offset, b = pparam_bytes(&p->params[k]), end = k + 1 < p->nparams ? p->params[k + 1].offset : pb;
+      for (int64_t t = 0; t <= ob; t += pb) { /* PARAMS; OPT's m at 0, AdamW's v at pb */
+        char *got = t ? tiers[RT_TIER_OPT] + t - pb : tiers[RT_TIER_PARAMS], *want = t ? (apply ? o1 : o0) + t - pb : apply ? p1 : p0;
+        same &= !memcmp(got + off, want + off, b);
+        for (int64_t i = off + b; i < end; i++) zero &= got[i] == 0;
+      }
+    }
+    checks++;
+    if (!same || !zero) {
+      failures++;
+      printf("FAIL %d multi-tensor update kernel%s (applies %d): %s\n", kernels, kernels == 1 ? "" : "s", apply,
+             same ? "the padding changed" : "not the bits of one kernel per parameter");
+    }
+  }
+  scalars[RT_SC_APPLY] = 1;
+  memcpy(tiers[RT_TIER_PARAMS], p1, pb), memcpy(tiers[RT_TIER_OPT], o1, ob);
+  free(p0), free(o0), free(p1), free(o1);
+  if (!p->norm_row) return;
+  float *parts[2];
+  for (int run = 0; run < 2; run++) {
+    memset(tiers[RT_TIER_WORK] + p->gradnorm_offset, 0, p->gradnorm_parts * 4);
+    if (run) kernel_eval(lower_norm_kernel(p, 0, p->nparams, p->nkernels), tiers, scalars);
+    else run_seq(p, &p->gradnorm, tiers, scalars);
+    parts[run] = malloc(p->gradnorm_parts * 4);
+    memcpy(parts[run], tiers[RT_TIER_WORK] + p->gradnorm_offset, p->gradnorm_parts * 4);
+  }
+  checks++;
+  if (memcmp(parts[0], parts[1], p->gradnorm_parts * 4)) {
+    failures++;
+    printf("FAIL the norm in one multi-tensor kernel (rows of %lld): not the partial sums of one kernel per parameter\n",
+           (long long)p->norm_row);
+  }
+  free(parts[0]), free(parts[1]);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) { fprintf(stderr, "usage: test_lower MODEL [--precision=bf16|fp16] [--attention=fused] [--classifier=fused] [NAME=VALUE ...]\n"); return 2; }
   DType low = DT_F32; /* --precision: the graph autocast (16-bit rounding points: looser tolerances) */
@@ -128,7 +192,7 @@ int main(int argc, char **argv) {
   compare("loss", &loss, vals[g->loss->id], 1, 1e-5);
   printf("loss %.7f (reference %.7f)\n", loss, vals[g->loss->id][0]);
   for (int k = 0; k < p->nparams; k++) {
-    const Node *gn = g->param_grads[k];
+    const Node *gn = grad_of(g, &p->params[k]);
     if (!gn) continue;
     char what[256];
     snprintf(what, sizeof what, "gradient of %s", p->params[k].node->name);
@@ -152,7 +216,7 @@ int main(int argc, char **argv) {
     run_seq(p, &p->update, tiers, scalars);
     const TrainSpec *t = &g->train;
     for (int k = 0; k < p->nparams; k++) {
-      const Node *n = p->params[k].node, *gn = g->param_grads[k];
+      const Node *n = p->params[k].node, *gn = grad_of(g, &p->params[k]);
       int64_t cnt = shape_numel(&n->shape);
       double *want = malloc(cnt * sizeof *want), wd = p->params[k].decay ? t->weight_decay : 0, lr = scalars[0];
       for (int64_t i = 0; i < cnt; i++) {
@@ -164,6 +228,7 @@ int main(int argc, char **argv) {
     }
     free(before);
   }
+  if (p->nparams > 1) check_runs(p, tiers, scalars);
   printf("%d kernels, %d step instructions, work tier %lld bytes: %d passed, %d failed\n", p->nkernels, p->step.n,
          (long long)p->tiers[RT_TIER_WORK], checks - failures, failures);
   interp_release(g, vals);
