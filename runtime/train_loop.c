@@ -7,6 +7,7 @@
 
 #include "runtime/fileio.h"
 #include "runtime/offload.h"
+#include "runtime/philox.h"
 #ifdef COLOSSALC_HAVE_CUDA
 #include "runtime/device_cuda.h"
 #endif
@@ -663,8 +664,13 @@ int trainer_load_batch(Trainer *t, TokenFile *tf, const char *path, int64_t inde
 {
     const RtProgram *p = t->prog;
     int64_t row0 = t->mesh.dp_rank * p->batch * p->microbatches;
+    uint32_t key[2]; /* --shuffle: the training data's order (never validation's) */
+    int shuffled = t->opts->shuffle && tf == t->data;
+    if (shuffled)
+        philox_key_derive(t->seed, "shuffle", key);
     if (tokens_read_batch(tf, index, (int)t->global_batch, (int)p->seq, t->mesh.dp_rank,
-                          t->mesh.dp, t->tokens, t->targets, err, errlen) != 0 ||
+                          t->mesh.dp, shuffled ? key : NULL, t->tokens, t->targets, err,
+                          errlen) != 0 ||
         check_ids(t->tokens, p, path, index, row0, err, errlen) ||
         check_ids(t->targets, p, path, index, row0, err, errlen)) {
         /* the step still runs (the ranks meet in its collectives): on token 0, harmlessly */

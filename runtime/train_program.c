@@ -732,7 +732,7 @@ static int parse_header(Pj *pj, const cJSON *r, RtProgram *p)
     if (pj_int(pj, r, "", "version", 1, 1, &v) || pj_str(pj, r, "", "model", &model) ||
         pj_int(pj, r, "", "batch", 1, 1 << 30, &p->batch) ||
         pj_int(pj, r, "", "seq", 1, 1 << 30, &p->seq) ||
-        pj_int(pj, r, "", "vocab", 1, 65536, &p->vocab) ||
+        pj_int(pj, r, "", "vocab", 1, INT32_MAX, &p->vocab) ||
         pj_ints(pj, r, "", "tiers", RT_TIERS, 0, INT64_MAX / 2, p->tiers) ||
         pj_int(pj, r, "", "opt_v_offset", 0, INT64_MAX / 2, &p->opt_v_offset) ||
         pj_num(pj, r, "", "flops_per_step", &p->flops_per_step))
