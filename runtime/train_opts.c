@@ -17,9 +17,9 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG,
 /* X(flag, kind, field, min, max, metavar, help); min/max bound INT and REAL values. */
 #define TRAIN_FLAGS(X)                                                                             \
     X("--data", OPT_STR, data, 0, 0, "FILE",                                                       \
-      "training tokens, an llm.c token file (required to train)")                                  \
+      "training data, an llm.c token file or a record file (required to train)")                   \
     X("--val", OPT_STR, val, 0, 0, "FILE",                                                         \
-      "validation tokens: mean loss over 4 fixed batches")                                         \
+      "validation data: mean loss over 4 fixed batches")                                           \
     X("--val-every", OPT_INT, val_every, 1, 1e15, "N",                                             \
       "validate every N steps (default: after the last step)")                                     \
     X("--steps", OPT_INT, steps, 0, 1e15, "N",                                                     \
