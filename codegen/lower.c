@@ -1246,6 +1246,7 @@ PInput *model_inputs(Graph *const *gs, int ng, int *n) {
       for (int k = 0; k < gs[c]->nseeds && !seen; k++) seen = gs[c]->seed_grad[k] == x;
       for (int j = 0; j < *n && !seen; j++) seen = same_input(in[j].node, x);
       if (seen) continue;
+      if (*n == RT_MAX_INPUTS) error_at(x->loc, "input %s: train feeds at most %d inputs", x->name, RT_MAX_INPUTS);
       in[*n] = model_input(gs, ng, x, *n ? in[0].node->shape.d[0] : x->shape.ndim ? x->shape.d[0] : 0);
       tokens += in[(*n)++].role == PIN_TOKENS;
     }

@@ -351,6 +351,7 @@
 #include <stdint.h>
 
 enum { RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT, RT_TIER_WORK, RT_TIERS };
+#define RT_MAX_INPUTS 16 /* "inputs" of a program */
 enum { RT_SC_LR, RT_SC_BC1, RT_SC_BC2, RT_SC_GSCALE, RT_SC_STEP, RT_SCALARS };
 /* With "scalars": 12 in the program, kernels also read the optimizer's
  * hyperparameters (after command-line overrides), the loss scale and whether the

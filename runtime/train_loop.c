@@ -493,10 +493,12 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
                               "unsplit program (compile the model without tp and pp to sample)",
                               t->mesh.dp, t->mesh.tp, t->mesh.pp);
     for (int i = 0; i < p->ninputs && o->sample > 0; i++)
-        if (p->inputs[i].role == RT_ROLE_DATA || p->tokens < 0)
+        if (p->inputs[i].role == RT_ROLE_DATA)
             return file_set_error(err, errlen, "--sample: sampling feeds `forward` the tokens of a "
                                   "language model alone, and this program's input %s is not them "
                                   "nor their targets", p->inputs[i].name);
+    if (p->tokens < 0 && o->sample > 0)
+        return file_set_error(err, errlen, "--sample: this program reads no tokens to sample from");
     if (p->logits_offset < 0 && o->sample > 0)
         return file_set_error(err, errlen,
                               "--sample: this program computes the classifier and its loss a chunk "

@@ -923,7 +923,8 @@ static int parse_input_values(Pj *pj, const cJSON *o, const char *path, RtInput 
         return -1;
     if (in->ranged && range[0] >= range[1])
         return pj_fail(pj, path, "range", "empty");
-    in->lo = range[0], in->hi = range[1];
+    if (in->ranged)
+        in->lo = range[0], in->hi = range[1];
     return in->has_ignore ? pj_int(pj, o, path, "ignore", INT32_MIN, INT32_MAX, &in->ignore) : 0;
 }
 

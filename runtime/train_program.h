@@ -113,8 +113,6 @@ typedef struct RtParam {
     int owner;         /* ZeRO (zero_stage >= 1): the dp rank that owns it; -1 without */
 } RtParam;
 
-#define RT_MAX_INPUTS 16
-
 typedef struct RtInput {
     char *name;
     RtRole role;
