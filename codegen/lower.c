@@ -1330,17 +1330,74 @@ static const Node *loss_targets(const Graph *g) {
   return g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[1] : g->loss->op == OP_CLASSIFIER_CE ? g->loss->in[2] : NULL;
 }
 
-static void find_inputs(L *l) {
-  Program *p = l->p;
-  Graph *g = l->g;
-  p->inputs = arena_array(l->a, g->n, sizeof *p->inputs);
-  const Node *targets = loss_targets(g);
-  for (int i = 0; i < g->n_forward; i++) {
-    const Node *n = g->nodes[i];
-    if (n->op != OP_INPUT) continue;
-    PInputRole role = n == targets ? PIN_TARGETS : n->dtype == DT_I32 && n->shape.ndim == 2 ? PIN_TOKENS : PIN_OTHER;
-    p->inputs[p->ninputs++] = (PInput){n, 0, role};
-  }
+/* The classes a loss op u scores (its logits' last dimension), 0 for another op. */
+static int64_t loss_classes(const Node *u) {
+  if (u->op == OP_CROSS_ENTROPY) return u->in[0]->shape.d[u->in[0]->shape.ndim - 1];
+  return u->op == OP_CLASSIFIER_CE ? classifier_vocab(u) : 0;
+}
+
+static bool same_input(const Node *a, const Node *b) { return a->op == OP_INPUT && !strcmp(a->name, b->name); }
+
+/* What the forward ops of the chunks read of input in->node: the values an id may take
+ * (below each embedding's rows and each loss's classes, or the loss's ignore_index), and
+ * whether it indexes an embedding of `classes` rows (a language model's tokens). */
+static bool input_uses(Graph *const *gs, int ng, int64_t classes, PInput *in) {
+  bool vocab = false;
+  for (int c = 0; c < ng; c++)
+    for (int i = 0; i < gs[c]->n_forward; i++) {
+      const Node *u = gs[c]->nodes[i];
+      for (int k = 0; k < u->nin; k++) {
+        if (!same_input(u->in[k], in->node)) continue;
+        int64_t hi = -1;
+        if (u->op == OP_EMBEDDING && k == 1) hi = u->in[0]->shape.d[0], vocab |= hi == classes;
+        if ((u->op == OP_CROSS_ENTROPY && k == 1) || (u->op == OP_CLASSIFIER_CE && k == 2))
+          hi = loss_classes(u), in->has_ignore = true, in->ignore = attr_int(u, "ignore_index");
+        if (hi >= 0 && (in->hi < 0 || hi < in->hi)) in->hi = hi;
+      }
+    }
+  return vocab;
+}
+
+/* Input n as train feeds it (lower.h, model_inputs). */
+static PInput model_input(Graph *const *gs, int ng, const Node *n, int64_t batch) {
+  if (n->dtype != DT_I32 && n->dtype != DT_F32)
+    error_at(n->loc, "input %s: train feeds i32 and f32 inputs, not %s", n->name, dtype_name(n->dtype));
+  if (n->shape.ndim < 1 || n->shape.d[0] != batch)
+    error_at(n->loc, "input %s: train feeds every input by rows of the batch, so its first dimension must be the "
+             "batch (%lld, as the first input's)", n->name, (long long)batch);
+  const Node *targets = NULL;
+  int64_t classes = 0;
+  for (int c = 0; c < ng; c++)
+    if (gs[c]->loss) targets = loss_targets(gs[c]), classes = loss_classes(gs[c]->loss);
+  PInput in = {.node = n, .offset = -1, .role = PIN_OTHER, .hi = -1};
+  bool vocab = n->dtype == DT_I32 && input_uses(gs, ng, classes, &in);
+  if (targets && same_input(targets, n)) in.role = PIN_TARGETS;
+  else if (vocab && n->shape.ndim == 2 && targets && shape_eq(&targets->shape, &n->shape)) in.role = PIN_TOKENS;
+  return in;
+}
+
+PInput *model_inputs(Graph *const *gs, int ng, int *n) {
+  int cap = 0, tokens = 0;
+  for (int c = 0; c < ng; c++) cap += gs[c]->n_forward;
+  PInput *in = arena_array(gs[0]->arena, cap ? cap : 1, sizeof *in);
+  *n = 0;
+  for (int c = 0; c < ng; c++)
+    for (int i = 0; i < gs[c]->n_forward; i++) {
+      const Node *x = gs[c]->nodes[i];
+      bool seen = x->op != OP_INPUT;
+      for (int k = 0; k < gs[c]->nwrt && !seen; k++) seen = gs[c]->wrt[k] == x; /* received activations */
+      for (int k = 0; k < gs[c]->nseeds && !seen; k++) seen = gs[c]->seed_grad[k] == x;
+      for (int j = 0; j < *n && !seen; j++) seen = same_input(in[j].node, x);
+      if (seen) continue;
+      if (*n == RT_MAX_INPUTS) error_at(x->loc, "input %s: train feeds at most %d inputs", x->name, RT_MAX_INPUTS);
+      in[*n] = model_input(gs, ng, x, *n ? in[0].node->shape.d[0] : x->shape.ndim ? x->shape.d[0] : 0);
+      tokens += in[(*n)++].role == PIN_TOKENS;
+    }
+  for (int j = 0; j < *n; j++) /* the targets of a token file are the tokens shifted */
+    if (in[j].role == PIN_TARGETS && tokens != 1) in[j].role = PIN_OTHER;
+  for (int j = 0; j < *n; j++)
+    if (in[j].role == PIN_TOKENS && tokens != 1) in[j].role = PIN_OTHER;
+  return in;
 }
 
 /* ---- the optimizer ---------------------------------------------------------------------- */
@@ -1765,11 +1822,43 @@ static void set_stats(Program *p, Graph *const *gs, int n) {
   }
 }
 
+/* The rows of an input (its first dimension, the same in all) and the tokens' sequence
+ * length (1 without a tokens input). */
+static void set_batch(Program *p) {
+  p->seq = 1;
+  for (int i = 0; i < p->ninputs; i++) {
+    p->batch = p->inputs[i].node->shape.d[0];
+    if (p->inputs[i].role == PIN_TOKENS || p->inputs[i].role == PIN_TARGETS) p->seq = p->inputs[i].node->shape.d[1];
+  }
+}
+
+/* The model's inputs that chunks gs read, in the model's order. */
+static void stage_inputs(Program *p, Graph **gs, int n, const PInput *model, int nmodel) {
+  p->inputs = arena_array(p->arena, nmodel ? nmodel : 1, sizeof *p->inputs);
+  for (int j = 0; j < nmodel; j++) {
+    bool reads = false;
+    for (int c = 0; c < n && !reads; c++)
+      for (int i = 0; i < gs[c]->n_forward && !reads; i++) reads = same_input(gs[c]->nodes[i], model[j].node);
+    if (reads) p->inputs[p->ninputs++] = model[j];
+  }
+}
+
+/* Chunk ch's WORK offsets of the stage's inputs it reads (lowered by l, placed). */
+static void chunk_inputs(const L *l, const Program *p, PChunk *ch) {
+  const Graph *g = l->g;
+  ch->inputs = arena_array(p->arena, p->ninputs ? p->ninputs : 1, sizeof *ch->inputs);
+  for (int j = 0; j < p->ninputs; j++) {
+    ch->inputs[j] = -1;
+    for (int i = 0; i < g->n_forward; i++)
+      if (same_input(g->nodes[i], p->inputs[j].node)) ch->inputs[j] = placed(l, g->nodes[i]);
+  }
+}
+
 Program *lower_program(Graph *g) {
   Program *p = program_new(g);
   L *l = l_new(p, g, &p->step);
   layout_params(p, &g, 1, &l);
-  find_inputs(l);
+  p->inputs = model_inputs(&g, 1, &p->ninputs);
   lower_nodes(l, NULL);
   emit_fp8_update(l);
   emit_optimizer(l);
@@ -1787,11 +1876,7 @@ Program *lower_program(Graph *g) {
     p->logits_offset = -1;
     p->vocab = classifier_vocab(g->loss);
   }
-  for (int i = 0; i < p->ninputs; i++)
-    if (p->inputs[i].role == PIN_TOKENS) {
-      p->batch = p->inputs[i].node->shape.d[0];
-      p->seq = p->inputs[i].node->shape.d[1];
-    }
+  set_batch(p);
   narrow_kernels(p);
   set_stats(p, &g, 1);
   return p;
@@ -1803,7 +1888,7 @@ static int64_t *offsets(Arena *a, int n) {
   return v;
 }
 
-Program *lower_stage(Graph **gs, const int *index, int n) {
+Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, int nmodel) {
   Program *p = program_new(gs[0]);
   Arena *a = p->arena;
   p->chunks = arena_array(a, n, sizeof *p->chunks);
@@ -1811,12 +1896,13 @@ Program *lower_stage(Graph **gs, const int *index, int n) {
   L **ls = arena_array(a, n, sizeof *ls);
   for (int c = 0; c < n; c++) ls[c] = l_new(p, gs[c], &p->step);
   layout_params(p, gs, n, ls);
+  stage_inputs(p, gs, n, model, nmodel);
   int64_t base = 0;
   for (int c = 0; c < n; c++) {
     Graph *g = gs[c];
     L *l = ls[c];
     PChunk *ch = &p->chunks[c];
-    *ch = (PChunk){.g = g, .index = index[c], .tokens = -1, .targets = -1, .loss = -1};
+    *ch = (PChunk){.g = g, .index = index[c], .loss = -1};
     ch->wrt = offsets(a, g->nwrt), ch->wrt_grad = offsets(a, g->nwrt);
     ch->out = offsets(a, g->nouts), ch->seed = offsets(a, g->nseeds);
     PSeq all = {0};
@@ -1835,14 +1921,7 @@ Program *lower_stage(Graph **gs, const int *index, int n) {
       ch->wrt[k] = placed(l, g->wrt[k]);
     }
     for (int k = 0; k < g->nseeds; k++) ch->seed[k] = placed(l, g->seed_grad[k]);
-    const Node *targets = loss_targets(g);
-    for (int i = 0; i < g->n_forward; i++) {
-      const Node *nd = g->nodes[i];
-      if (nd->op != OP_INPUT || nd->dtype != DT_I32) continue;
-      if (nd == targets) ch->targets = placed(l, nd), p->batch = nd->shape.d[0], p->seq = nd->shape.ndim > 1 ? nd->shape.d[1] : 1;
-      else if (nd->shape.ndim == 2) ch->tokens = placed(l, nd), p->batch = nd->shape.d[0], p->seq = nd->shape.d[1];
-      else error_at(nd->loc, "pipeline parallelism: input '%s' is neither the tokens nor the targets", nd->name);
-    }
+    chunk_inputs(l, p, ch);
     if (g->loss) {
       ch->loss = p->loss_offset = placed(l, g->loss);
       const Node *logits = g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
@@ -1859,6 +1938,8 @@ Program *lower_stage(Graph **gs, const int *index, int n) {
   p->gradnorm_offset = lo->bufs[p->gradnorm_offset].offset;
   p->tiers[RT_TIER_WORK] = p->work_peak = base + used;
   p->scheduled = true;
+  for (int j = 0; j < p->ninputs; j++) p->inputs[j].offset = -1; /* the "input" instructions place them */
+  set_batch(p);
   narrow_kernels(p);
   set_stats(p, gs, n);
   return p;
@@ -1927,7 +2008,7 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     break;
   case ISA_INPUT:
     cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
-    cJSON_AddStringToObject(o, "role", in->role == PIN_TARGETS ? "targets" : "tokens");
+    cJSON_AddNumberToObject(o, "input", in->input);
     cJSON_AddNumberToObject(o, "microbatch", in->index);
     cJSON_AddNumberToObject(o, "offset", (double)in->offset);
     break;
@@ -2048,6 +2129,24 @@ static cJSON *train_json(const TrainSpec *t) {
   return o;
 }
 
+/* One of "inputs" (runtime/program.h). */
+static cJSON *input_json(const PInput *in) {
+  static const char *const roles[] = {"tokens", "targets", "data"};
+  const Node *n = in->node;
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "name", n->name);
+  cJSON_AddStringToObject(o, "role", roles[in->role]);
+  cJSON_AddStringToObject(o, "dtype", n->dtype == DT_I32 ? "i32" : "f32");
+  cJSON_AddItemToObject(o, "shape", ints_json(n->shape.d, n->shape.ndim));
+  if (in->offset >= 0) cJSON_AddNumberToObject(o, "offset", (double)in->offset);
+  if (in->hi >= 0) {
+    int64_t range[2] = {0, in->hi};
+    cJSON_AddItemToObject(o, "range", ints_json(range, 2));
+  }
+  if (in->has_ignore) cJSON_AddNumberToObject(o, "ignore", (double)in->ignore);
+  return o;
+}
+
 static cJSON *program_json(const Program *p) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "version", 1);
@@ -2064,15 +2163,7 @@ static cJSON *program_json(const Program *p) {
   cJSON_AddItemToObject(o, "train", train_json(&p->g->train));
   cJSON_AddItemToObject(o, "params", params_json(p));
   cJSON *inputs = cJSON_CreateArray();
-  for (int i = 0; i < p->ninputs; i++) {
-    cJSON *in = cJSON_CreateObject();
-    cJSON_AddStringToObject(in, "name", p->inputs[i].node->name);
-    const char *roles[] = {"tokens", "targets", "data"};
-    cJSON_AddStringToObject(in, "role", roles[p->inputs[i].role]);
-    cJSON_AddItemToObject(in, "shape", ints_json(p->inputs[i].node->shape.d, p->inputs[i].node->shape.ndim));
-    cJSON_AddNumberToObject(in, "offset", (double)p->inputs[i].offset);
-    cJSON_AddItemToArray(inputs, in);
-  }
+  for (int i = 0; i < p->ninputs; i++) cJSON_AddItemToArray(inputs, input_json(&p->inputs[i]));
   cJSON_AddItemToObject(o, "inputs", inputs);
   cJSON_AddNumberToObject(o, "loss_offset", (double)p->loss_offset);
   cJSON_AddNumberToObject(o, "logits_offset", (double)p->logits_offset);

@@ -60,7 +60,7 @@ typedef struct PInstr {
   PComm comm;               /* ISA_COMM */
   int index;                /* ISA_SLOT: slot; ISA_INPUT: micro-batch; ISA_SEND, ISA_RECV: peer stage */
   int tag;                  /* ISA_SEND, ISA_RECV */
-  int role;                 /* ISA_INPUT: PIN_TOKENS or PIN_TARGETS */
+  int input;                /* ISA_INPUT: the program's input (Program.inputs) */
   int chunk, part, from, to; /* ISA_MOVE, ISA_DROP (from: where), ISA_WAIT (codegen/offload.h);
                               * ISA_ZERO_*: chunk is the parameter (codegen/zero.h) */
   bool keep;                /* ISA_MOVE */
@@ -88,8 +88,20 @@ typedef struct PParam {
 } PParam;
 /* A parameter's bytes in PARAMS (f32), and so in GRADS. */
 static inline int64_t pparam_bytes(const PParam *q) { return shape_numel(&q->node->shape) * 4; }
+/* What train fills an input with (runtime/program.h, "inputs"): from a token file, the
+ * language model's tokens and its targets (the tokens shifted by one); from a record file
+ * every input by its name (PIN_OTHER: only from one). */
 typedef enum { PIN_TOKENS, PIN_TARGETS, PIN_OTHER } PInputRole;
-typedef struct PInput { const Node *node; int64_t offset; PInputRole role; } PInput;
+typedef struct PInput {
+  const Node *node;         /* i32 or f32 [batch, ...]: the input node of a graph lowered */
+  int64_t offset;           /* WORK bytes (an unscheduled program's), -1 where the
+                             * instructions place it (a pipeline stage's "input") */
+  PInputRole role;
+  int64_t hi;               /* i32: the values it may hold are [0, hi) (each embedding's rows,
+                             * each loss's classes); -1: unbounded */
+  bool has_ignore;          /* and the loss's ignore_index, `ignore`, too */
+  int64_t ignore;
+} PInput;
 
 /* One pipeline chunk inside a stage's program: its forward and backward
  * instructions, and where (WORK offsets within a slot) its boundary values lie. */
@@ -100,7 +112,9 @@ typedef struct PChunk {
   const Graph *g;
   int index;                /* the chunk's number in the model */
   PSeq fwd, bwd;
-  int64_t tokens, targets, loss; /* offsets, -1 when the chunk has none */
+  int64_t *inputs;          /* [ninputs of the stage] WORK offsets of the inputs the chunk reads,
+                             * -1 for those it does not */
+  int64_t loss;             /* offset, -1 when the chunk has none */
   int64_t *wrt, *wrt_grad;  /* [g->nwrt] received activations, their gradients (-1: none) */
   int64_t *out, *seed;      /* [g->nouts] sent values; [g->nseeds] received gradients */
 } PChunk;
@@ -154,8 +168,16 @@ Program *lower_program(Graph *g);
 /* The chunks of one pipeline stage lowered into one program: their parameters
  * merged by name (a tied parameter is one), each chunk's instructions split into
  * forward and backward (PChunk) with its own region of the work tier; `step` is left
- * for the schedule (codegen/pipeline.h). requires: each graph differentiated. */
-Program *lower_stage(Graph **chunks, const int *index, int n);
+ * for the schedule (codegen/pipeline.h); its inputs are those of the model's (model_inputs)
+ * that its chunks read. requires: each graph differentiated. */
+Program *lower_stage(Graph **chunks, const int *index, int n, const PInput *model, int nmodel);
+
+/* Every input of the model whose chunks (all of them, of every stage) are gs, once, as
+ * train feeds it: dtype i32 or f32, the batch its first dimension (errors otherwise, at
+ * the input), its role (the loss's targets, an i32 input indexing an embedding with as
+ * many rows as the loss has classes in the targets' shape: the tokens, else data; targets
+ * only beside tokens) and the values an i32 input may hold. Nodes are gs's. */
+PInput *model_inputs(Graph *const *gs, int ng, int *n);
 
 /* The optimizer of a lowered program over its consecutive parameters [lo, hi) (one range of
  * each tier) in one multi-tensor kernel, numbered index (for its name): lowering emits one

@@ -116,26 +116,18 @@ static void put_p2p(Arena *a, PSeq *s, PInstrKind kind, int peer, int tag, int64
   in->index = peer, in->tag = tag, in->tier = RT_TIER_WORK, in->offset = off, in->bytes = count * 4;
 }
 
-static void put_input(Arena *a, PSeq *s, int role, int mb, int64_t off) {
+static void put_input(Arena *a, PSeq *s, int input, int mb, int64_t off) {
   if (off < 0) return;
   PInstr *in = pseq_push(a, s, ISA_INPUT);
-  in->role = role, in->index = mb, in->offset = off;
+  in->input = input, in->index = mb, in->offset = off;
 }
 
 void pipe_unroll_microbatches(Program *p) {
   ir_assert(!p->scheduled && p->microbatches > 1);
-  int64_t at[2] = {-1, -1};
-  for (int i = 0; i < p->ninputs; i++) {
-    if (p->inputs[i].role == PIN_OTHER)
-      error_plain("input %s: micro-batches with offload take token and target inputs only so far",
-                  p->inputs[i].node->name);
-    at[p->inputs[i].role] = p->inputs[i].offset;
-  }
   PSeq body = p->step;
   p->step = (PSeq){0};
   for (int mb = 0; mb < p->microbatches; mb++) {
-    put_input(p->arena, &p->step, PIN_TOKENS, mb, at[PIN_TOKENS]);
-    put_input(p->arena, &p->step, PIN_TARGETS, mb, at[PIN_TARGETS]);
+    for (int i = 0; i < p->ninputs; i++) put_input(p->arena, &p->step, i, mb, p->inputs[i].offset);
     put_seq(p->arena, &p->step, &body);
     pseq_push(p->arena, &p->step, ISA_LOSS)->offset = p->loss_offset;
   }
@@ -173,8 +165,7 @@ static void compose(Program *p, const Partition *part, int m, bool interleaved, 
     const PChunk *ch = find_chunk(p, x.chunk);
     if (slot_of[x.mb] != cur) pseq_push(a, &p->step, ISA_SLOT)->index = cur = slot_of[x.mb];
     if (x.fwd) {
-      put_input(a, &p->step, PIN_TOKENS, x.mb, ch->tokens);
-      put_input(a, &p->step, PIN_TARGETS, x.mb, ch->targets);
+      for (int j = 0; j < p->ninputs; j++) put_input(a, &p->step, j, x.mb, ch->inputs[j]);
       for (int b = 0; b < part->nbound; b++) {
         const Boundary *bd = &part->bound[b];
         if (bd->to == x.chunk) put_p2p(a, &p->step, ISA_RECV, stage_of(part, bd->from), 2 * b, ch->wrt[bd->wrt], bd->count);
@@ -231,11 +222,13 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
   if (pipe_check(part, m, interleaved, err, sizeof err)) diag_internal(__FILE__, __LINE__, arena_printf(a, "pipeline schedule: %s", err));
   int pp = part->pp, total = 0;
   Program **ps = arena_array(a, pp, sizeof *ps);
+  int nmodel;
+  PInput *model = model_inputs(part->chunk, part->nchunks, &nmodel);
   for (int s = 0; s < pp; s++) {
     Graph **gs = arena_array(a, part->v, sizeof *gs);
     int *idx = arena_array(a, part->v, sizeof *idx), n = 0;
     for (int k = s; k < part->nchunks; k += pp) gs[n] = part->chunk[k], idx[n++] = k;
-    Program *p = ps[s] = lower_stage(gs, idx, n);
+    Program *p = ps[s] = lower_stage(gs, idx, n, model, nmodel);
     p->tp = part->tp, p->pp = pp, p->stage = s, p->microbatches = m;
     compose(p, part, m, interleaved, s);
     total += p->nkernels;
@@ -255,7 +248,8 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
   }
   int64_t batch = 0, seq = 0, vocab = 0; /* the stages agree on the model's sizes, whatever each reads */
   for (int s = 0; s < pp; s++) {
-    if (ps[s]->batch > batch) batch = ps[s]->batch, seq = ps[s]->seq;
+    if (ps[s]->batch > batch) batch = ps[s]->batch;
+    if (ps[s]->seq > seq) seq = ps[s]->seq;
     if (ps[s]->vocab > vocab) vocab = ps[s]->vocab;
   }
   for (int s = 0; s < pp; s++) {

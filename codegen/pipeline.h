@@ -44,8 +44,7 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved);
 /* One stage's micro-batches written out: the step of an unscheduled program with
  * p->microbatches > 1 becomes, for each micro-batch in turn, its rows' "input"s, the
  * step and its "loss", and the program is scheduled (one slot), so that a planner that
- * walks the step (offload's) sees the whole training step. Refused (error_plain) for a
- * model with inputs other than tokens and targets. */
+ * walks the step (offload's) sees the whole training step. */
 void pipe_unroll_microbatches(Program *p);
 
 #endif

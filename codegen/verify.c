@@ -116,9 +116,11 @@ static int check_instr(V *v, const PInstr *in) {
     return 0;
   case ISA_INPUT: case ISA_LOSS:
     if (!v->in_step || !p->scheduled) return fail(v, "%s only in `step` of a scheduled program", isa_op_names[in->kind]);
-    if (in->kind == ISA_INPUT && (in->index < 0 || in->index >= p->microbatches))
+    if (in->kind == ISA_LOSS) return range_in(v, RT_TIER_WORK, in->offset, in->offset + 4, "loss");
+    if (in->index < 0 || in->index >= p->microbatches)
       return fail(v, "input of micro-batch %d of %lld", in->index, (long long)p->microbatches);
-    return range_in(v, RT_TIER_WORK, in->offset, in->offset + 4, isa_op_names[in->kind]);
+    if (in->input < 0 || in->input >= p->ninputs) return fail(v, "input %d of %d", in->input, p->ninputs);
+    return range_in(v, RT_TIER_WORK, in->offset, in->offset + shape_numel(&p->inputs[in->input].node->shape) * 4, "input");
   case ISA_SEND: case ISA_RECV:
     if (!v->in_step) return fail(v, "%s only in `step`", isa_op_names[in->kind]);
     if (in->index < 0 || in->index >= v->nstages || in->index == v->stage)

@@ -333,11 +333,11 @@ static int exec_slot(Executor *ex, const RtInstr *in, const float *scalars)
 static int exec_input(Executor *ex, const RtInstr *in, const float *scalars)
 {
     const RtProgram *p = ex->prog;
-    const int32_t *rows = in->role == RT_ROLE_TOKENS ? ex->ctx.tokens : ex->ctx.targets;
-    int64_t n = p->batch * p->seq;
-    if (!rows)
+    int64_t bytes = p->batch * p->inputs[in->input].row_elems * 4;
+    if (!ex->ctx.inputs)
         exec_missing("the step's rows (\"input\")");
-    ex->dev->upload(ex->dev, ex->run[RT_TIER_WORK], in->offset, rows + in->index * n, n * 4);
+    ex->dev->upload(ex->dev, ex->run[RT_TIER_WORK], in->offset,
+                    ex->ctx.inputs[in->input] + in->index * bytes, bytes);
     return 0;
 }
 

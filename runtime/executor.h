@@ -18,8 +18,8 @@
  * Parallel instructions (program.h) go through ExecCtx: "comm" to its group's
  * collectives (all_gather and reduce_scatter of an A x N x I tensor split along N
  * are one collective on the staging buffer plus A x T device copies), "send" and
- * "recv" to the pp group's isend/recv_tag, "input" uploads rows of ctx.tokens or
- * ctx.targets, "loss" reads one f32 back and adds it to ctx.loss, and the ZeRO
+ * "recv" to the pp group's isend/recv_tag, "input" uploads rows of one of ctx.inputs,
+ * "loss" reads one f32 back and adds it to ctx.loss, and the ZeRO
  * instructions ("zero_gather", "zero_release", "zero_grad", "zero_reduce") go to
  * the ctx.zero hook (train_zero.h commits, decommits and
  * communicates). Tier base pointers are device addresses: the host
@@ -167,8 +167,8 @@ typedef struct ExecCtx {
     int dp_rank, tp_rank;    /* this rank's coordinates: "dp_rank"/"tp_rank" conditions */
     int last_mb;             /* this run of `step` is the step's last micro-batch */
     Comm *pp;                /* "send", "recv": the pipeline group, rank = stage */
-    const int32_t *tokens;   /* [microbatches * batch * seq] this rank's rows of the step */
-    const int32_t *targets;  /* [microbatches * batch * seq] */
+    char *const *inputs;     /* [prog->ninputs] this rank's rows of the step, each
+                                [microbatches * batch * row_elems] 4-byte values */
     double loss;             /* += each "loss" value (the caller zeroes it) */
     ExecZeroFn zero;         /* "zero_gather", ...: the ZeRO state's hook, or NULL */
     void *zero_arg;

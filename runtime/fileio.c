@@ -1,6 +1,7 @@
-/* fileio: whole-file reads and atomic whole-file writes (temp file, fsync, rename,
- * directory fsync). Used by the token-file and safetensors writers, so a crash or
- * a full disk during a checkpoint never leaves a truncated file at the final path.
+/* fileio: whole-file reads, atomic whole-file writes (temp file, fsync, rename,
+ * directory fsync) and read-only maps. The writes serve the data-file and safetensors
+ * writers, so a crash or a full disk during a checkpoint never leaves a truncated file
+ * at the final path; the maps are how train reads its data files (tokens.c, records.c).
  * Nothing here exits or prints: every failure is returned with a message.
  */
 #include "fileio.h"
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -161,4 +163,57 @@ void *file_read_all(const char *path, size_t *len, char *err, size_t errlen)
     }
     close(fd);
     return buf;
+}
+
+/* Maps the open regular file fd of `size` bytes into m. */
+static int fd_map(int fd, const char *path, uint64_t size, size_t min_len, const char *what,
+                  FileMap *m, char *err, size_t errlen)
+{
+    if (size < min_len)
+        return file_set_error(err, errlen, "%s: truncated: %llu bytes, shorter than the %zu-byte "
+                              "header of %s", path, (unsigned long long)size, min_len, what);
+    if (size > SIZE_MAX)
+        return file_set_error(err, errlen, "%s: too large to map", path);
+    void *p = size ? mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    if (p == MAP_FAILED)
+        return file_set_error(err, errlen, "%s: cannot map: %s", path, strerror(errno));
+    m->data = p, m->len = (size_t)size;
+    return 0;
+}
+
+int file_map(const char *path, size_t min_len, const char *what, FileMap *m, char *err,
+             size_t errlen)
+{
+    m->data = NULL, m->len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return file_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    int rc;
+    if (fstat(fd, &st) != 0)
+        rc = file_set_error(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = file_set_error(err, errlen, "%s: not a regular file", path);
+    else
+        rc = fd_map(fd, path, (uint64_t)st.st_size, min_len, what, m, err, errlen);
+    close(fd);
+    return rc;
+}
+
+void file_unmap(FileMap *m)
+{
+    if (m->data)
+        munmap((void *)m->data, m->len);
+    m->data = NULL, m->len = 0;
+}
+
+uint32_t file_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void file_put_le32(unsigned char *p, uint32_t v)
+{
+    for (int b = 0; b < 4; b++)
+        p[b] = (unsigned char)(v >> 8 * b);
 }

@@ -1,6 +1,6 @@
-/* fileio: whole-file reads and crash-safe whole-file writes for the runtime.
+/* fileio: whole-file reads, crash-safe whole-file writes and read-only maps for the runtime.
  *
- * Checkpoints and token files are written with file_write_atomic: the bytes go to
+ * Checkpoints and data files are written with file_write_atomic: the bytes go to
  * a temporary file "<path>.tmp.<pid>" in the same directory, which is flushed to
  * disk and then renamed over <path>, and the directory is synced. A reader thus
  * sees either the old file or the complete new one, never a truncated one; on any
@@ -13,6 +13,7 @@
 #define COLOSSALC_RUNTIME_FILEIO_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Writes the concatenation of n chunks (chunks[i] holds lens[i] bytes) to path,
  * atomically as described above. Returns 0, or -1 with a message in err. */
@@ -22,6 +23,24 @@ int file_write_atomic(const char *path, const void *chunks[], const size_t lens[
 /* Reads a whole file into a malloc'd buffer (one extra NUL byte after the data,
  * not counted in *len). Returns the buffer (caller frees), or NULL with a message. */
 void *file_read_all(const char *path, size_t *len, char *err, size_t errlen);
+
+/* A whole regular file mapped read-only: how the data files are read (tokens.h,
+ * records.h), so a batch is a copy out of the page cache and files larger than
+ * memory work. */
+typedef struct FileMap {
+    const unsigned char *data; /* [len], NULL when unmapped */
+    size_t len;
+} FileMap;
+
+/* Maps path. A file shorter than min_len bytes is refused: "PATH: truncated: N bytes,
+ * shorter than the MIN_LEN-byte header of WHAT". 0, or -1 with a message. */
+int file_map(const char *path, size_t min_len, const char *what, FileMap *m, char *err,
+             size_t errlen);
+void file_unmap(FileMap *m);
+
+/* Little-endian 32-bit words, whatever the host's byte order. */
+uint32_t file_le32(const unsigned char *p);
+void file_put_le32(unsigned char *p, uint32_t v);
 
 /* Formats a message into err (if err and errlen are non-zero); returns -1 so
  * callers can write `return file_set_error(err, errlen, ...)`. */

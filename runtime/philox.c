@@ -113,3 +113,35 @@ void philox_fill_uniform(float *dst, size_t n, uint64_t first_index, uint64_t se
     for (size_t j = 0; j < n; j++)
         dst[j] = lo + (hi - lo) * philox_uniform(key, first_index + j);
 }
+
+/* One pass of the 4-round Feistel network over 2h bits. */
+static uint64_t philox_feistel(const uint32_t key[2], uint64_t epoch, int h, uint64_t x)
+{
+    uint64_t mask = (h == 32 ? 0 : 1ull << h) - 1, l = x >> h, r = x & mask;
+    for (uint32_t round = 0; round < 4; round++) {
+        uint32_t ctr[4] = {(uint32_t)r, round, (uint32_t)epoch, (uint32_t)(epoch >> 32)}, out[4];
+        philox4x32(ctr, key, out);
+        uint64_t f = ((uint64_t)out[0] | (uint64_t)out[1] << 32) & mask, t = l ^ f;
+        l = r, r = t;
+    }
+    return l << h | r;
+}
+
+uint64_t philox_permute(const uint32_t key[2], uint64_t epoch, uint64_t n, uint64_t i)
+{
+    int h = 1;
+    while (h < 32 && (1ull << 2 * h) < n)
+        h++;
+    uint64_t x = i;
+    do /* cycle walking: the domain is under 4n, so fewer than 4 passes are expected */
+        x = philox_feistel(key, epoch, h, x);
+    while (x >= n);
+    return x;
+}
+
+uint64_t philox_shuffle_pick(const uint32_t key[2], uint64_t n, int64_t step, int64_t per_step,
+                             int64_t row)
+{
+    unsigned __int128 g = (unsigned __int128)step * (uint64_t)per_step + (uint64_t)row;
+    return philox_permute(key, (uint64_t)(g / n), n, (uint64_t)(g % n));
+}

@@ -17,6 +17,15 @@
  * fnv1a64: offset basis 0xcbf29ce484222325, prime 0x100000001b3, over the name's
  * bytes. splitmix64(x): z = x + 0x9e3779b97f4a7c15; z = (z ^ z>>30) * 0xbf58476d1ce4e5b9;
  * z = (z ^ z>>27) * 0x94d049bb133111eb; return z ^ z>>31.
+ *
+ * Shuffling (train --shuffle): a keyed permutation of [0, n), evaluated one index at a
+ * time with no table, as a Feistel network over the h + h bits with 4^h >= n (h >= 1):
+ * x = i split into l (high h bits) and r (low h bits); 4 rounds of
+ *   f = (out[0] | out[1] << 32) & (2^h - 1), out = philox4x32({r, round, lo(epoch), hi(epoch)}, key)
+ *   (l, r) = (r, l ^ f)
+ * then x = l << h | r, repeated from that x while x >= n (cycle walking). Each epoch
+ * is another permutation. The stream of rows g = 0, 1, ... of a run takes unit
+ * perm_{g / n}(g mod n): every unit once per epoch, in a new order each epoch.
  */
 #ifndef COLOSSALC_RUNTIME_PHILOX_H
 #define COLOSSALC_RUNTIME_PHILOX_H
@@ -42,5 +51,12 @@ void philox_fill_normal(float *dst, size_t n, uint64_t first_index, uint64_t see
 /* dst[j] = lo + (hi - lo) * uniform(first_index + j) for j in [0,n). */
 void philox_fill_uniform(float *dst, size_t n, uint64_t first_index, uint64_t seed,
                          const char *name, float lo, float hi);
+
+/* perm_epoch(i) as documented above: a bijection of [0, n) for each epoch; i < n. */
+uint64_t philox_permute(const uint32_t key[2], uint64_t epoch, uint64_t n, uint64_t i);
+/* The unit of row g = step * per_step + row of a shuffled stream over n units (above):
+ * perm_{g / n}(g mod n), with g computed without overflow for any step >= 0. */
+uint64_t philox_shuffle_pick(const uint32_t key[2], uint64_t n, int64_t step, int64_t per_step,
+                             int64_t row);
 
 #endif

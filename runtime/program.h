@@ -20,7 +20,7 @@
  * resolves them against the tier base pointers (a kernel receives the addresses).
  *
  * Execution. A step is: zero the gradient tier, then for each micro-batch write its
- * rows into the inputs (i32 token ids at RtInput.offset) and run `step` (forward and
+ * rows into the inputs (each input's batch rows at its "offset") and run `step` (forward and
  * backward: the loss lands at loss_offset; gradients are ADDED into RT_TIER_GRADS, so
  * micro-batches accumulate), then run `sync` (the gradients summed over the ranks that
  * hold copies of them, below), then `gradnorm` (partial sums of squares of the
@@ -72,7 +72,21 @@
  *     (owner: with "zero_stage" 1 to 3, the rank of its dp group that owns the parameter
  *      (its optimizer state, its reduced gradient, its shard), dealt by the compiler;
  *      such a program gives a fixed "dp", and stages 2 and 3 are "zero_scheduled")
- *   "inputs": [{"name": "tokens", "role": "tokens"|"targets", "shape": [4, 64], "offset": N}, ...],
+ *   "inputs": [{"name": "tokens", "role": "tokens"|"targets"|"data", "dtype": "i32"|"f32",
+ *               "shape": [4, 64], "offset": N, "range": [LO, HI], "ignore": V}, ...],
+ *     (at most 16, names unique. shape: [batch, ...], the rows of one micro-batch; 4-byte
+ *      values, row-major, at WORK offset N (the instructions' "input" places them in a
+ *      scheduled program, which may leave "offset" out). dtype: "i32" if absent. role: what
+ *      `train` fills the input with (runtime/data.h): "tokens", i32 [batch, seq], the token
+ *      ids of a language model, and "targets", the same shifted by one (one of each at
+ *      most; from an llm.c token file, or a record file's fields of those names), or
+ *      "data", any input a record file fills from the field of its name. range (i32 only):
+ *      every value v is in [LO, HI), or equals "ignore" when given; the compiler bounds an
+ *      input by the rows of each embedding it indexes and the classes of each loss it is
+ *      the targets of, with the loss's ignore_index; without "range" the values of tokens
+ *      and targets are checked below "vocab", those of data not at all. "seq" is the
+ *      tokens' second dimension, 1 in a program without them; "vocab" is the classes the
+ *      loss scores.)
  *   "loss_offset": N, "logits_offset": N, "gradnorm_offset": N, "gradnorm_parts": N,
  *   "flops_per_step": F,
  *   "predicted_memory": [B, ...],  (optional: the device memory one training step holds
@@ -163,15 +177,16 @@
  * step: the list itself walks all micro-batches (the pipeline schedule, 1F1B or
  * interleaved, chosen by the compiler) and contains the instructions below. Without
  * it (the default) the runtime runs `step` once per micro-batch as above.
- * A scheduled program may give "inputs": [] (its `input` instructions place the rows)
- * and has no logits for sampling (logits_offset is not checked).
+ * A scheduled program lists the inputs its `input` instructions place (a pipeline
+ * stage: those its chunks read) and has no logits for sampling (logits_offset is not
+ * checked).
  * "slots": S (default 1): the work tier is S slots of tiers[3] bytes each, one per
  * micro-batch in flight; every list starts at slot 0.
  * New instructions (all WORK offsets are relative to the current slot):
  *   {"op": "slot", "index": K}                       following instructions use slot K
- *   {"op": "input", "role": "tokens"|"targets", "microbatch": K, "offset": O}
- *       writes rows [K*batch, (K+1)*batch) of this rank's rows of the step (i32,
- *       batch x seq) at WORK offset O
+ *   {"op": "input", "input": I, "microbatch": K, "offset": O}
+ *       writes rows [K*batch, (K+1)*batch) of this rank's rows of the step of input I
+ *       (an index into "inputs") at WORK offset O
  *   {"op": "loss", "offset": O}                      the f32 at WORK offset O is one
  *       micro-batch's loss; the step's loss is the sum over them / microbatches
  *   "input" and "loss" appear only in `step` of a scheduled program.
@@ -338,6 +353,7 @@
 #include <stdint.h>
 
 enum { RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT, RT_TIER_WORK, RT_TIERS };
+#define RT_MAX_INPUTS 16 /* "inputs" of a program */
 enum { RT_SC_LR, RT_SC_BC1, RT_SC_BC2, RT_SC_GSCALE, RT_SC_STEP, RT_SCALARS };
 /* With "scalars": 12 in the program, kernels also read the optimizer's
  * hyperparameters (after command-line overrides), the loss scale and whether the

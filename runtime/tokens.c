@@ -1,52 +1,53 @@
 /* tokens: reading and writing llm.c token files (format and batch layout in
- * tokens.h). The file is validated when opened and then memory-mapped read-only,
- * so a batch read is a copy out of the page cache with no allocation, and files
- * larger than memory work. Header words and tokens are decoded byte by byte as
- * little-endian, so the code does not depend on the host's byte order.
+ * tokens.h). The file is validated when opened and then memory-mapped read-only
+ * (file_map), so a batch read is a copy out of the page cache with no allocation,
+ * and files larger than memory work. Header words and tokens are decoded byte by
+ * byte as little-endian, so the code does not depend on the host's byte order.
  */
 #include "tokens.h"
 
 #include "fileio.h"
+#include "philox.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define TOKENS_HEADER_BYTES (TOKENS_HEADER_INTS * 4)
 
 struct TokenFile {
     char *path;
-    unsigned char *map;       /* the whole file, map_len bytes (read-only mapping) */
-    size_t map_len;
-    int64_t count;            /* tokens after the header */
+    FileMap map;   /* the whole file (read-only mapping) */
+    int64_t count; /* tokens after the header */
+    int width;     /* bytes per token: 2 or 4 */
 };
 
-static int32_t le_i32(const unsigned char *p)
+/* The token width of a (magic, version) pair: 2, 4, or -1 with a message. */
+static int tokens_kind(const char *path, int32_t magic, int32_t version, char *err, size_t errlen)
 {
-    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                 (uint32_t)p[3] << 24;
-    return (int32_t)v;
+    if (magic != TOKENS_MAGIC && magic != TOKENS_MAGIC_U32)
+        return file_set_error(err, errlen,
+                              "%s: bad magic %d (expected %d, or %d for uint32 tokens): not an "
+                              "llm.c token file",
+                              path, magic, TOKENS_MAGIC, TOKENS_MAGIC_U32);
+    int want = magic == TOKENS_MAGIC ? TOKENS_VERSION : TOKENS_VERSION_U32;
+    if (version != want)
+        return file_set_error(err, errlen, "%s: unsupported version %d (expected %d with magic %d)",
+                              path, version, want, magic);
+    return magic == TOKENS_MAGIC ? 2 : 4;
 }
 
-/* Checks the header of a file of `size` bytes; fills *count. */
-static int tokens_check_header(const char *path, const unsigned char *h, uint64_t size,
-                               int64_t *count, char *err, size_t errlen)
+/* Checks the header of a file of `size` bytes; fills count and width. */
+static int tokens_check_header(TokenFile *tf, const unsigned char *h, uint64_t size, char *err,
+                               size_t errlen)
 {
-    int32_t magic = le_i32(h), version = le_i32(h + 4), n = le_i32(h + 8);
-    if (magic != TOKENS_MAGIC)
-        return file_set_error(err, errlen,
-                              "%s: bad magic %d (expected %d): not an llm.c token file",
-                              path, magic, TOKENS_MAGIC);
-    if (version != TOKENS_VERSION)
-        return file_set_error(err, errlen, "%s: unsupported version %d (expected %d)", path,
-                              version, TOKENS_VERSION);
+    const char *path = tf->path;
+    int32_t n = (int32_t)file_le32(h + 8);
+    tf->width = tokens_kind(path, (int32_t)file_le32(h), (int32_t)file_le32(h + 4), err, errlen);
+    if (tf->width < 0)
+        return -1;
     if (n < 0)
         return file_set_error(err, errlen, "%s: negative token count %d in header", path, n);
-    uint64_t want = TOKENS_HEADER_BYTES + 2 * (uint64_t)n;
+    uint64_t want = TOKENS_HEADER_BYTES + (uint64_t)tf->width * (uint64_t)n;
     if (size < want)
         return file_set_error(err, errlen,
                               "%s: truncated: header says %d tokens (%llu bytes) but the "
@@ -57,37 +58,8 @@ static int tokens_check_header(const char *path, const unsigned char *h, uint64_
                               "%s: %llu unexpected bytes after the %d tokens the header "
                               "declares",
                               path, (unsigned long long)(size - want), n);
-    *count = n;
+    tf->count = n;
     return 0;
-}
-
-/* Maps the open file fd of `size` bytes into tf. */
-static int tokens_map(TokenFile *tf, int fd, uint64_t size, char *err, size_t errlen)
-{
-    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED)
-        return file_set_error(err, errlen, "%s: cannot map: %s", tf->path, strerror(errno));
-    tf->map = m;
-    tf->map_len = (size_t)size;
-    return 0;
-}
-
-static int tokens_load(TokenFile *tf, int fd, char *err, size_t errlen)
-{
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        return file_set_error(err, errlen, "%s: cannot stat: %s", tf->path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return file_set_error(err, errlen, "%s: not a regular file", tf->path);
-    uint64_t size = (uint64_t)st.st_size;
-    if (size < TOKENS_HEADER_BYTES)
-        return file_set_error(err, errlen,
-                              "%s: truncated: %llu bytes, shorter than the %d-byte header "
-                              "of an llm.c token file",
-                              tf->path, (unsigned long long)size, TOKENS_HEADER_BYTES);
-    if (tokens_map(tf, fd, size, err, errlen) != 0)
-        return -1;
-    return tokens_check_header(tf->path, tf->map, size, &tf->count, err, errlen);
 }
 
 TokenFile *tokens_open(const char *path, char *err, size_t errlen)
@@ -98,15 +70,8 @@ TokenFile *tokens_open(const char *path, char *err, size_t errlen)
         file_set_error(err, errlen, "%s: out of memory", path);
         return NULL;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        file_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        tokens_close(tf);
-        return NULL;
-    }
-    int rc = tokens_load(tf, fd, err, errlen);
-    close(fd);
-    if (rc != 0) {
+    if (file_map(path, TOKENS_HEADER_BYTES, "an llm.c token file", &tf->map, err, errlen) != 0 ||
+        tokens_check_header(tf, tf->map.data, tf->map.len, err, errlen) != 0) {
         tokens_close(tf);
         return NULL;
     }
@@ -117,8 +82,7 @@ void tokens_close(TokenFile *tf)
 {
     if (!tf)
         return;
-    if (tf->map)
-        munmap(tf->map, tf->map_len);
+    file_unmap(&tf->map);
     free(tf->path);
     free(tf);
 }
@@ -128,15 +92,20 @@ int64_t tokens_count(const TokenFile *tf)
     return tf->count;
 }
 
-uint16_t tokens_at(const TokenFile *tf, int64_t pos)
+int tokens_width(const TokenFile *tf)
+{
+    return tf->width;
+}
+
+uint32_t tokens_at(const TokenFile *tf, int64_t pos)
 {
     if (tf->count == 0)
         return 0;
     int64_t i = pos % tf->count;
     if (i < 0)
         i += tf->count;
-    const unsigned char *p = tf->map + TOKENS_HEADER_BYTES + 2 * i;
-    return (uint16_t)(p[0] | p[1] << 8);
+    const unsigned char *p = tf->map.data + TOKENS_HEADER_BYTES + tf->width * i;
+    return tf->width == 2 ? (uint32_t)(p[0] | p[1] << 8) : file_le32(p);
 }
 
 int tokens_check_batch(const TokenFile *tf, int B, int T, int world, char *err, size_t errlen)
@@ -158,8 +127,38 @@ int tokens_check_batch(const TokenFile *tf, int B, int T, int world, char *err, 
     return 0;
 }
 
+/* The first token of row `row` of step `step` (tokens.h): in order, or of its sequence. */
+static int64_t tokens_row_start(const TokenFile *tf, int64_t step, int B, int T, int64_t row,
+                                const uint32_t *shuffle)
+{
+    int64_t n = tf->count;
+    if (shuffle)
+        return (int64_t)philox_shuffle_pick(shuffle, (uint64_t)((n - 1) / T), step, B, row) * T;
+    /* count < 2^31, so these products of residues fit in int64 */
+    int64_t g = ((step % n) * (B % n) + row) % n;
+    return g * T % n;
+}
+
+/* T inputs and targets from pos on (modulo the count); a token beyond i32 fails. */
+static int tokens_read_row(const TokenFile *tf, int64_t pos, int T, int32_t *inputs,
+                           int32_t *targets, char *err, size_t errlen)
+{
+    uint32_t next = tokens_at(tf, pos);
+    for (int i = 0; i < T; i++) {
+        uint32_t cur = next;
+        next = tokens_at(tf, pos + i + 1);
+        if (cur > INT32_MAX || next > INT32_MAX)
+            return file_set_error(err, errlen, "%s: token %u at position %lld does not fit an "
+                                  "i32 id", tf->path, cur > INT32_MAX ? cur : next,
+                                  (long long)((pos + i + (cur <= INT32_MAX)) % tf->count));
+        inputs[i] = (int32_t)cur, targets[i] = (int32_t)next;
+    }
+    return 0;
+}
+
 int tokens_read_batch(const TokenFile *tf, int64_t step, int B, int T, int rank, int world,
-                      int32_t *inputs, int32_t *targets, char *err, size_t errlen)
+                      const uint32_t *shuffle, int32_t *inputs, int32_t *targets, char *err,
+                      size_t errlen)
 {
     if (tokens_check_batch(tf, B, T, world, err, errlen) != 0)
         return -1;
@@ -168,39 +167,51 @@ int tokens_read_batch(const TokenFile *tf, int64_t step, int B, int T, int rank,
                               rank, world);
     if (step < 0)
         return file_set_error(err, errlen, "%s: negative step %lld", tf->path, (long long)step);
-    int64_t n = tf->count, bt = (int64_t)B * T;
-    int64_t local = (int64_t)(B / world) * T;
-    /* count < 2^31, so these products of residues fit in int64 */
-    int64_t start = ((step % n) * (bt % n) + (int64_t)rank * local) % n;
-    for (int64_t i = 0; i < local; i++) {
-        inputs[i] = tokens_at(tf, start + i);
-        targets[i] = tokens_at(tf, start + i + 1);
+    int rows = B / world;
+    for (int b = 0; b < rows; b++) {
+        int64_t pos = tokens_row_start(tf, step, B, T, (int64_t)rank * rows + b, shuffle);
+        if (tokens_read_row(tf, pos, T, inputs + (int64_t)b * T, targets + (int64_t)b * T, err,
+                            errlen) != 0)
+            return -1;
     }
     return 0;
 }
 
-int tokens_write_file(const char *path, const uint16_t *tokens, size_t n, char *err,
-                      size_t errlen)
+/* The header and the tokens (width bytes each, little-endian) as one atomic write. */
+static int tokens_write(const char *path, const void *tokens, size_t n, int width, char *err,
+                        size_t errlen)
 {
     if (n > INT32_MAX)
         return file_set_error(err, errlen,
                               "%s: %zu tokens do not fit the int32 count of a token file",
                               path, n);
     unsigned char header[TOKENS_HEADER_BYTES] = {0};
-    int32_t words[3] = {TOKENS_MAGIC, TOKENS_VERSION, (int32_t)n};
-    for (int w = 0; w < 3; w++)
-        for (int b = 0; b < 4; b++)
-            header[4 * w + b] = (unsigned char)((uint32_t)words[w] >> (8 * b));
-    unsigned char *body = malloc(2 * n + 1);
+    file_put_le32(header, width == 2 ? TOKENS_MAGIC : TOKENS_MAGIC_U32);
+    file_put_le32(header + 4, width == 2 ? TOKENS_VERSION : TOKENS_VERSION_U32);
+    file_put_le32(header + 8, (uint32_t)n);
+    unsigned char *body = malloc((size_t)width * n + 1);
     if (!body)
         return file_set_error(err, errlen, "%s: out of memory", path);
     for (size_t i = 0; i < n; i++) {
-        body[2 * i] = (unsigned char)tokens[i];
-        body[2 * i + 1] = (unsigned char)(tokens[i] >> 8);
+        uint32_t v = width == 2 ? ((const uint16_t *)tokens)[i] : ((const uint32_t *)tokens)[i];
+        for (int b = 0; b < width; b++)
+            body[width * i + b] = (unsigned char)(v >> 8 * b);
     }
     const void *chunks[2] = {header, body};
-    size_t lens[2] = {sizeof header, 2 * n};
+    size_t lens[2] = {sizeof header, (size_t)width * n};
     int rc = file_write_atomic(path, chunks, lens, 2, err, errlen);
     free(body);
     return rc;
+}
+
+int tokens_write_file(const char *path, const uint16_t *tokens, size_t n, char *err,
+                      size_t errlen)
+{
+    return tokens_write(path, tokens, n, 2, err, errlen);
+}
+
+int tokens_write_file32(const char *path, const uint32_t *tokens, size_t n, char *err,
+                        size_t errlen)
+{
+    return tokens_write(path, tokens, n, 4, err, errlen);
 }

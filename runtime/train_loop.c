@@ -7,6 +7,7 @@
 
 #include "runtime/fileio.h"
 #include "runtime/offload.h"
+#include "runtime/philox.h"
 #ifdef COLOSSALC_HAVE_CUDA
 #include "runtime/device_cuda.h"
 #endif
@@ -98,28 +99,27 @@ static int trainer_apply_overrides(Trainer *t, const TrainOpts *o, char *err, si
            override_kernel_hp(t->prog, "--eps", o->eps, &hp->eps, err, errlen);
 }
 
-static int trainer_open_tokens(Trainer *t, const char *path, TokenFile **tf, char *err,
-                               size_t errlen)
+static int trainer_open_data(Trainer *t, const char *path, DataFile **df, char *err,
+                             size_t errlen)
 {
     if (!path)
         return 0;
-    if (!(*tf = tokens_open(path, err, errlen)))
-        return -1;
-    return tokens_check_batch(*tf, (int)t->global_batch, (int)t->prog->seq, t->mesh.dp, err,
-                              errlen);
+    *df = data_open(path, t->prog, t->global_batch, t->mesh.dp, err, errlen);
+    return *df ? 0 : -1;
 }
 
 static int trainer_alloc_host(Trainer *t, char *err, size_t errlen)
 {
     const RtProgram *p = t->prog;
-    size_t bt = (size_t)(p->batch * p->microbatches * p->seq); /* this rank's rows of a step */
-    /* uploaded every micro-batch: the device's staging memory (pinned on a GPU) */
-    t->tokens = exec_host_alloc(t->dev, (int64_t)(bt * sizeof *t->tokens));
-    t->targets = exec_host_alloc(t->dev, (int64_t)(bt * sizeof *t->targets));
+    int ok = 1;
+    for (int i = 0; i < p->ninputs; i++) /* this rank's rows of a step, uploaded every
+                                          * micro-batch: the device's staging memory */
+        ok &= (t->rows[i] = exec_host_alloc(t->dev, p->batch * p->microbatches *
+                                                        p->inputs[i].row_elems * 4)) != NULL;
     t->gnorm_parts = calloc((size_t)p->gradnorm_parts, sizeof *t->gnorm_parts);
     t->logits_row = calloc((size_t)p->vocab, sizeof *t->logits_row);
     t->context = calloc((size_t)p->seq, sizeof *t->context);
-    int ok = t->tokens && t->targets && t->gnorm_parts && t->logits_row && t->context;
+    ok &= t->gnorm_parts && t->logits_row && t->context;
     for (int tier = RT_TIER_PARAMS; ok && tier <= RT_TIER_OPT; tier += RT_TIER_OPT) {
         /* offload: the state is at its homes, gathered here for file I/O */
         t->host[tier] = p->offload.on ? NULL : exec_host_tier(&t->ex, tier);
@@ -339,9 +339,13 @@ static void trainer_banner(Trainer *t)
         trainer_memory(t, mib);
     if (t->comm->rank != 0)
         return;
-    printf("model %s | %" PRId64 " parameters | batch %" PRId64 " x %" PRId64
-           " tokens | vocab %" PRId64 " | %s, %d threads | %s lr %.2e\n",
-           p->model, t->mesh.global.param_elems, p->batch, p->seq, p->vocab, t->dev->name, t->threads,
+    printf("model %s | %" PRId64 " parameters | batch %" PRId64, p->model,
+           t->mesh.global.param_elems, p->batch);
+    if (p->seq > 1)
+        printf(" x %" PRId64 " tokens | vocab %" PRId64, p->seq, p->vocab);
+    else
+        printf(" samples | %" PRId64 " classes", p->vocab);
+    printf(" | %s, %d threads | %s lr %.2e\n", t->dev->name, t->threads,
            t->hp.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd", t->hp.lr);
     if (p->offload.on)
         trainer_offload_banner(t);
@@ -488,6 +492,13 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
                               "split over the mesh dp %d x tp %d x pp %d; it needs a one-stage, "
                               "unsplit program (compile the model without tp and pp to sample)",
                               t->mesh.dp, t->mesh.tp, t->mesh.pp);
+    for (int i = 0; i < p->ninputs && o->sample > 0; i++)
+        if (p->inputs[i].role == RT_ROLE_DATA)
+            return file_set_error(err, errlen, "--sample: sampling feeds `forward` the tokens of a "
+                                  "language model alone, and this program's input %s is not them "
+                                  "nor their targets", p->inputs[i].name);
+    if (p->tokens < 0 && o->sample > 0)
+        return file_set_error(err, errlen, "--sample: this program reads no tokens to sample from");
     if (p->logits_offset < 0 && o->sample > 0)
         return file_set_error(err, errlen,
                               "--sample: this program computes the classifier and its loss a chunk "
@@ -500,8 +511,8 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
                               t->global_batch);
     if (trainer_apply_overrides(t, o, err, errlen) != 0)
         return -1;
-    if (trainer_open_tokens(t, o->data, &t->data, err, errlen) ||
-        trainer_open_tokens(t, o->val, &t->val, err, errlen))
+    if (trainer_open_data(t, o->data, &t->data, err, errlen) ||
+        trainer_open_data(t, o->val, &t->val, err, errlen))
         return -1;
     if (rank0 && ((o->ckpt_dir && ckpt_prepare_dir(o->ckpt_dir, err, errlen) != 0) ||
                   (o->save && ckpt_check_save_path(o->save, err, errlen) != 0)))
@@ -569,8 +580,8 @@ static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err,
         return -1;
     t->ex.ctx = (ExecCtx){.tp = t->mesh.tp_comm, .dp = t->mesh.dp_comm, .dp_overlap = t->dp_overlap,
                           .stage_groups = t->mesh.stage_comms, .dp_rank = t->mesh.dp_rank,
-                          .tp_rank = t->mesh.tp_rank, .pp = t->mesh.pp_comm, .tokens = t->tokens,
-                          .targets = t->targets, .zero = zero_exec_instr, .zero_arg = &t->zero};
+                          .tp_rank = t->mesh.tp_rank, .pp = t->mesh.pp_comm, .inputs = t->rows,
+                          .zero = zero_exec_instr, .zero_arg = &t->zero};
     return trainer_init_state(t, err, errlen);
 }
 
@@ -619,8 +630,8 @@ void trainer_free(Trainer *t)
         t->dp_overlap->destroy(t->dp_overlap);
     mesh_free(&t->mesh); /* its groups may live on the device (NCCL) */
     if (t->dev) { /* the staging memory belongs to the device */
-        exec_host_free(t->dev, t->tokens);
-        exec_host_free(t->dev, t->targets);
+        for (int i = 0; i < RT_MAX_INPUTS; i++)
+            exec_host_free(t->dev, t->rows[i]);
         t->dev->destroy(t->dev);
     }
     if (t->host_dev)
@@ -630,8 +641,8 @@ void trainer_free(Trainer *t)
     free(t->nvme_rank_dir);
     if (t->log)
         fclose(t->log);
-    tokens_close(t->data);
-    tokens_close(t->val);
+    data_close(t->data);
+    data_close(t->val);
     free(t->gnorm_parts);
     free(t->logits_row), free(t->context);
     free(t->gstate[0]), free(t->gstate[1]);
@@ -642,35 +653,17 @@ void trainer_free(Trainer *t)
 
 /* ---- one step ------------------------------------------------------------------ */
 
-/* Every id of this rank's rows (of seq) is a token of the vocabulary; rows are
- * numbered in the global batch, whose first row here is row0. */
-static int check_ids(const int32_t *ids, const RtProgram *p, const char *path, int64_t index,
-                     int64_t row0, char *err, size_t errlen)
-{
-    for (int64_t i = 0; i < p->batch * p->microbatches * p->seq; i++)
-        if (ids[i] < 0 || ids[i] >= p->vocab)
-            return file_set_error(err, errlen,
-                                  "%s: token %d in batch %" PRId64 " (row %" PRId64
-                                  ", position %" PRId64 ") is outside the vocabulary of %"
-                                  PRId64 " tokens",
-                                  path, ids[i], index, row0 + i / p->seq, i % p->seq, p->vocab);
-    return 0;
-}
-
-/* Reads this rank's rows of batch `index` (all its micro-batches) into host memory. */
-int trainer_load_batch(Trainer *t, TokenFile *tf, const char *path, int64_t index, char *err,
-                       size_t errlen)
+int trainer_load_batch(Trainer *t, DataFile *df, int64_t index, char *err, size_t errlen)
 {
     const RtProgram *p = t->prog;
-    int64_t row0 = t->mesh.dp_rank * p->batch * p->microbatches;
-    if (tokens_read_batch(tf, index, (int)t->global_batch, (int)p->seq, t->mesh.dp_rank,
-                          t->mesh.dp, t->tokens, t->targets, err, errlen) != 0 ||
-        check_ids(t->tokens, p, path, index, row0, err, errlen) ||
-        check_ids(t->targets, p, path, index, row0, err, errlen)) {
-        /* the step still runs (the ranks meet in its collectives): on token 0, harmlessly */
-        size_t n = (size_t)(p->batch * p->microbatches * p->seq);
-        memset(t->tokens, 0, n * sizeof *t->tokens);
-        memset(t->targets, 0, n * sizeof *t->targets);
+    uint32_t key[2]; /* --shuffle: the training data's order (never validation's) */
+    int shuffled = t->opts->shuffle && df == t->data;
+    if (shuffled)
+        philox_key_derive(t->seed, "shuffle", key);
+    if (data_read(df, index, t->mesh.dp_rank, shuffled ? key : NULL, t->rows, err, errlen) != 0) {
+        /* the step still runs (the ranks meet in its collectives): on zeros, harmlessly */
+        for (int i = 0; i < p->ninputs; i++)
+            memset(t->rows[i], 0, (size_t)(p->batch * p->microbatches * p->inputs[i].row_elems * 4));
         return -1;
     }
     return 0;
@@ -682,7 +675,6 @@ int trainer_load_batch(Trainer *t, TokenFile *tf, const char *path, int64_t inde
 static float trainer_forward_backward(Trainer *t, const float *sc, int training)
 {
     const RtProgram *p = t->prog;
-    int64_t n = p->batch * p->seq;
     double sum = 0;
     if (!p->offload.on) /* offload: its moves from "zero" create the gradients */
         exec_zero_tier(&t->ex, RT_TIER_GRADS);
@@ -694,8 +686,10 @@ static float trainer_forward_backward(Trainer *t, const float *sc, int training)
     for (int64_t i = 0; i < p->microbatches; i++) {
         float loss;
         t->ex.ctx.last_mb = training && i == p->microbatches - 1; /* the step's reductions */
-        exec_write(&t->ex, RT_TIER_WORK, p->tokens.offset, t->tokens + i * n, n * 4);
-        exec_write(&t->ex, RT_TIER_WORK, p->targets.offset, t->targets + i * n, n * 4);
+        for (int k = 0; k < p->ninputs; k++) {
+            int64_t bytes = p->batch * p->inputs[k].row_elems * 4;
+            exec_write(&t->ex, RT_TIER_WORK, p->inputs[k].offset, t->rows[k] + i * bytes, bytes);
+        }
         exec_run(&t->ex, &p->step, sc);
         exec_read(&t->ex, RT_TIER_WORK, p->loss_offset, &loss, sizeof loss);
         sum += loss;
@@ -767,7 +761,7 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
     int64_t k = t->step + 1;
     double t0 = now_ms();
     int64_t moved0 = trainer_offload_moved(t);
-    int failed = trainer_load_batch(t, t->data, t->opts->data, t->data_step, err, errlen) != 0;
+    int failed = trainer_load_batch(t, t->data, t->data_step, err, errlen) != 0;
     s->lr = train_lr(&t->hp, k, t->opts->steps);
     train_scalars(&t->hp, s->lr, k, 1.0, sc);
     double scale = t->hp.loss_scaling ? t->loss_scale : 1.0; /* fp16: gradients come scaled */
@@ -840,13 +834,14 @@ static void trainer_log_step(Trainer *t, const StepStats *s)
 {
     const RtProgram *p = t->prog;
     double tps = s->ms > 0 ? (double)(t->global_batch * p->seq) / (s->ms / 1e3) : 0;
+    const char *unit = p->seq > 1 ? "tok" : "samples"; /* token sequences, or other rows */
     /* model FLOPs of the step over every rank's peak; NaN where a peak is unknown */
     double mfu = t->peak_flops > 0 && s->ms > 0 ? t->step_flops / (s->ms / 1e3) / t->peak_flops : NAN;
     if (t->comm->rank != 0)
         return;
     printf("step %" PRId64 "/%" PRId64
-           " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | mem %.1f MiB",
-           t->step, t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps, s->mem / (1 << 20));
+           " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f %s/s | mem %.1f MiB",
+           t->step, t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps, unit, s->mem / (1 << 20));
     if (t->plan_mem >= 0)
         printf(" (plan %.1f MiB)", t->plan_mem / (1 << 20));
     if (s->skipped)
@@ -864,7 +859,7 @@ static void trainer_log_step(Trainer *t, const StepStats *s)
     json_num(t->log, "lr", s->lr, "%.9g");
     json_num(t->log, "grad_norm", s->norm, "%.9g");
     json_num(t->log, "ms", s->ms, "%.3f");
-    json_num(t->log, "tokens_per_s", tps, "%.1f");
+    json_num(t->log, p->seq > 1 ? "tokens_per_s" : "samples_per_s", tps, "%.1f");
     json_num(t->log, "device_memory_peak", s->mem, "%.0f");
     json_num(t->log, "device_memory_plan", t->plan_mem >= 0 ? t->plan_mem : NAN, "%.0f");
     json_num(t->log, "mfu", mfu, "%.4f");
@@ -889,7 +884,7 @@ int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen)
     train_scalars(&t->hp, 0.0, t->step > 0 ? t->step : 1, 1.0, sc);
     exec_peak_reset(&t->ex);
     for (int b = 0; b < TRAIN_VAL_BATCHES; b++) {
-        if (trainer_load_batch(t, t->val, t->opts->val, b, err, errlen) != 0) {
+        if (trainer_load_batch(t, t->val, b, err, errlen) != 0) {
             v[1] = 1;
             break;
         }

@@ -5,7 +5,7 @@
  *
  * Ranks (`mpirun -np N train`, comm.h): N data-parallel ranks run the same program;
  * the global batch is N x the program's batch and rank r reads rows [r*batch,
- * (r+1)*batch) of it (tokens.h). A program with a mesh (program.h) runs D x T x P
+ * (r+1)*batch) of it (data.h). A program with a mesh (program.h) runs D x T x P
  * ranks (train_mesh.h): what follows holds for the D ranks of each dp group, every
  * rank reads its dp rank's rows, tied gradients are summed over the stages first,
  * the loss is the last stage's and the norm counts every element once. The logged loss is the mean of the ranks' losses,
@@ -18,7 +18,7 @@
  * function that fails only because another rank did leaves err empty.
  *
  * One step k (k from 1; batch index data_step, 0-based):
- *   batch data_step → the token and target inputs (every id checked < vocab)
+ *   batch data_step → every input's rows (data.h: i32 values checked)
  *   zero GRADS; run `step` (a scheduled program: once, its "input" and "loss"
  *   instructions walking the micro-batches; otherwise once per micro-batch); read
  *   the loss (the loss of step k is the forward loss before step k's update); sum
@@ -51,7 +51,7 @@
 
 #include "runtime/comm.h"
 #include "runtime/executor.h"
-#include "runtime/tokens.h"
+#include "runtime/data.h"
 #include "runtime/train_mesh.h"
 #include "runtime/train_opts.h"
 #include "runtime/train_program.h"
@@ -80,8 +80,9 @@ typedef struct Trainer {
     int64_t global_batch; /* rows per step over all ranks: dp x microbatches x batch */
     char *gstate[2];      /* non-trivial mesh: global PARAMS and OPT (mesh.global's
                              layout) on world rank 0 for --save and checkpoints */
-    TokenFile *data, *val;
-    int32_t *tokens, *targets; /* [batch * seq], host */
+    DataFile *data, *val;
+    char *rows[RT_MAX_INPUTS]; /* [batch * microbatches * row_elems] 4-byte values of each
+                                  input, host (the device's staging memory) */
     float *gnorm_parts;        /* [gradnorm_parts], host */
     float *logits_row;         /* [vocab], host (sampling) */
     int32_t *context;          /* [seq], host (sampling) */
@@ -132,9 +133,8 @@ int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen);
 /* Prints n tokens sampled from the model to out (train_sample.c). */
 int trainer_sample(Trainer *t, int64_t n, FILE *out, char *err, size_t errlen);
 
-/* Writes this rank's rows of batch `index` of tf into the program's inputs,
- * checking token ids. */
-int trainer_load_batch(Trainer *t, TokenFile *tf, const char *path, int64_t index, char *err,
-                       size_t errlen);
+/* Reads this rank's rows of batch `index` of df (the training data: --shuffle applies)
+ * into the host rows of the program's inputs, checked (data.h). */
+int trainer_load_batch(Trainer *t, DataFile *df, int64_t index, char *err, size_t errlen);
 
 #endif

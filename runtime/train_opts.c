@@ -17,9 +17,9 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG,
 /* X(flag, kind, field, min, max, metavar, help); min/max bound INT and REAL values. */
 #define TRAIN_FLAGS(X)                                                                             \
     X("--data", OPT_STR, data, 0, 0, "FILE",                                                       \
-      "training tokens, an llm.c token file (required to train)")                                  \
+      "training data, an llm.c token file or a record file (required to train)")                   \
     X("--val", OPT_STR, val, 0, 0, "FILE",                                                         \
-      "validation tokens: mean loss over 4 fixed batches")                                         \
+      "validation data: mean loss over 4 fixed batches")                                           \
     X("--val-every", OPT_INT, val_every, 1, 1e15, "N",                                             \
       "validate every N steps (default: after the last step)")                                     \
     X("--steps", OPT_INT, steps, 0, 1e15, "N",                                                     \
@@ -33,7 +33,9 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG,
     X("--lr-schedule", OPT_SCHED, schedule, 0, 0, "cosine|constant",                               \
       "after warm-up: cosine from lr to min-lr by the last step, or constant lr")                  \
     X("--seed", OPT_U64, seed, 0, 0, "S",                                                          \
-      "initialisation and sampling seed (default 1337)")                                           \
+      "initialisation, shuffling and sampling seed (default 1337)")                                \
+    X("--shuffle", OPT_FLAG, shuffle, 0, 0, "",                                                    \
+      "read --data's sequences (or records) in an order shuffled by the seed, each epoch anew")    \
     X("--weight-decay", OPT_REAL, weight_decay, 0, 1e9, "X",                                       \
       "decoupled weight decay (parameters marked decay)")                                          \
     X("--beta1", OPT_REAL, beta1, 0, 0.999999999, "X",                                             \

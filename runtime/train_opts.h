@@ -30,6 +30,7 @@ typedef struct TrainOpts {
     double lr, min_lr, weight_decay, beta1, beta2, eps, clip, loss_scale; /* NAN: the program's */
     int schedule; /* RtSchedule, -1: the program's */
     int resume, help;
+    int shuffle;        /* --data rows in a shuffled order keyed by the seed (tokens.h) */
     int device;                  /* TRAIN_DEVICE_* */
     const char *kernel_cache;    /* CUDA kernels compiled by NVRTC, or NULL: the default */
     const char *compile_kernels; /* compile the CUDA kernels for this architecture and exit */

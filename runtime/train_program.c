@@ -359,19 +359,19 @@ static int parse_slot(Pj *pj, const cJSON *o, const char *path, const RtProgram 
 static int parse_input_instr(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
                              RtInstr *in)
 {
-    static const char *const roles[] = {"tokens", "targets", NULL};
-    int role;
+    int64_t input;
     in->op = ISA_INPUT;
     if (!pj->io_ok)
         return pj_fail(pj, path, "op", "\"input\" only in `step` of a scheduled program");
-    if (pj_enum(pj, o, path, "role", roles, &role) ||
+    if (pj_int(pj, o, path, "input", 0, p->ninputs - 1, &input) ||
         pj_int(pj, o, path, "microbatch", 0, p->microbatches - 1, &in->index) ||
         pj_int(pj, o, path, "offset", 0, INT64_MAX / 2, &in->offset))
         return -1;
-    in->role = (RtRole)role;
+    in->input = (int)input;
     if (in->offset % 4 != 0)
         return pj_fail(pj, path, "offset", "not a multiple of 4");
-    return pj_range(pj, p, RT_TIER_WORK, in->offset, p->batch * p->seq * 4, path, "offset");
+    return pj_range(pj, p, RT_TIER_WORK, in->offset, p->batch * p->inputs[input].row_elems * 4,
+                    path, "offset");
 }
 
 static int parse_loss(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
@@ -735,7 +735,7 @@ static int parse_header(Pj *pj, const cJSON *r, RtProgram *p)
     if (pj_int(pj, r, "", "version", 1, 1, &v) || pj_str(pj, r, "", "model", &model) ||
         pj_int(pj, r, "", "batch", 1, 1 << 30, &p->batch) ||
         pj_int(pj, r, "", "seq", 1, 1 << 30, &p->seq) ||
-        pj_int(pj, r, "", "vocab", 1, 65536, &p->vocab) ||
+        pj_int(pj, r, "", "vocab", 1, INT32_MAX, &p->vocab) ||
         pj_ints(pj, r, "", "tiers", RT_TIERS, 0, INT64_MAX / 2, p->tiers) ||
         pj_int(pj, r, "", "opt_v_offset", 0, INT64_MAX / 2, &p->opt_v_offset) ||
         pj_num(pj, r, "", "flops_per_step", &p->flops_per_step))
@@ -914,43 +914,92 @@ static int parse_params(Pj *pj, const cJSON *r, RtProgram *p)
     return 0;
 }
 
-static int parse_input(Pj *pj, const cJSON *o, const char *path, RtProgram *p)
+/* "range" [lo, hi) and "ignore" of an i32 input (optional). */
+static int parse_input_values(Pj *pj, const cJSON *o, const char *path, RtInput *in)
 {
-    static const char *const roles[] = {"tokens", "targets", NULL};
-    const char *name;
-    int role;
-    int64_t shape[2], offset;
-    if (!cJSON_IsObject(o))
-        return pj_fail(pj, path, "", "expected an object");
-    if (pj_str(pj, o, path, "name", &name) || pj_enum(pj, o, path, "role", roles, &role) ||
-        pj_ints(pj, o, path, "shape", 2, 1, INT64_MAX / 2, shape) ||
-        pj_int(pj, o, path, "offset", 0, INT64_MAX / 2, &offset))
+    int64_t range[2];
+    in->ranged = cJSON_GetObjectItemCaseSensitive(o, "range") != NULL;
+    in->has_ignore = cJSON_GetObjectItemCaseSensitive(o, "ignore") != NULL;
+    if ((in->ranged || in->has_ignore) && in->dtype != RT_I32)
+        return pj_fail(pj, path, in->ranged ? "range" : "ignore", "only for an i32 input");
+    if (in->ranged && pj_ints(pj, o, path, "range", 2, INT32_MIN, (int64_t)INT32_MAX + 1, range))
         return -1;
-    if (shape[0] != p->batch || shape[1] != p->seq)
-        return pj_fail(pj, path, "shape", "must be [batch, seq]");
-    RtInput *in = role == RT_ROLE_TOKENS ? &p->tokens : &p->targets;
-    if (in->name)
-        return pj_fail(pj, path, "role", "a second input with this role");
+    if (in->ranged && range[0] >= range[1])
+        return pj_fail(pj, path, "range", "empty");
+    if (in->ranged)
+        in->lo = range[0], in->hi = range[1];
+    return in->has_ignore ? pj_int(pj, o, path, "ignore", INT32_MIN, INT32_MAX, &in->ignore) : 0;
+}
+
+/* Name, role, dtype and the shape [batch, ...] (tokens and targets: [batch, seq]). */
+static int parse_input_shape(Pj *pj, const cJSON *o, const char *path, const RtProgram *p,
+                             RtInput *in)
+{
+    static const char *const roles[] = {"tokens", "targets", "data", NULL};
+    static const char *const dtypes[] = {"i32", "f32", NULL};
+    const char *name;
+    int role, dtype = RT_I32;
+    const cJSON *shape = pj_array(pj, o, path, "shape", 1, RT_MAX_DIMS);
+    if (!shape || pj_str(pj, o, path, "name", &name) || pj_enum(pj, o, path, "role", roles, &role) ||
+        (cJSON_GetObjectItemCaseSensitive(o, "dtype") && pj_enum(pj, o, path, "dtype", dtypes, &dtype)))
+        return -1;
+    in->role = (RtRole)role, in->dtype = (RtDtype)dtype, in->ndim = cJSON_GetArraySize(shape);
+    if (pj_ints(pj, o, path, "shape", in->ndim, 1, 1 << 30, in->shape) != 0)
+        return -1;
+    in->row_elems = 1;
+    for (int d = 1; d < in->ndim; d++)
+        if (__builtin_mul_overflow(in->row_elems, in->shape[d], &in->row_elems) || in->row_elems > 1ll << 40)
+            return pj_fail(pj, path, "shape", "too large");
+    if (in->shape[0] != p->batch)
+        return pj_fail(pj, path, "shape", "must start with batch");
+    if (in->role != RT_ROLE_DATA && (in->ndim != 2 || in->shape[1] != p->seq || in->dtype != RT_I32))
+        return pj_fail(pj, path, "shape", "tokens and targets must be i32 [batch, seq]");
     if (!(in->name = strdup(name)))
         return file_set_error(pj->err, pj->errlen, "program: out of memory");
-    in->role = (RtRole)role;
-    in->offset = offset;
-    return pj_range(pj, p, RT_TIER_WORK, offset, p->batch * p->seq * 4, path, "offset");
+    return 0;
+}
+
+static int parse_input(Pj *pj, const cJSON *o, const char *path, RtProgram *p, int i)
+{
+    RtInput *in = &p->inputs[i];
+    in->offset = -1;
+    if (!cJSON_IsObject(o))
+        return pj_fail(pj, path, "", "expected an object");
+    if (parse_input_shape(pj, o, path, p, in) || parse_input_values(pj, o, path, in))
+        return -1;
+    for (int j = 0; j < i; j++)
+        if (!strcmp(p->inputs[j].name, in->name))
+            return pj_fail(pj, path, "name", "a second input of this name");
+    int *slot = in->role == RT_ROLE_TOKENS ? &p->tokens : in->role == RT_ROLE_TARGETS ? &p->targets : NULL;
+    if (slot && *slot >= 0)
+        return pj_fail(pj, path, "role", "a second input with this role");
+    if (slot)
+        *slot = i;
+    if (p->scheduled && !cJSON_GetObjectItemCaseSensitive(o, "offset"))
+        return 0; /* its "input" instructions place it */
+    if (pj_int(pj, o, path, "offset", 0, INT64_MAX / 2, &in->offset) != 0)
+        return -1;
+    if (in->offset % 4 != 0)
+        return pj_fail(pj, path, "offset", "not a multiple of 4");
+    return pj_range(pj, p, RT_TIER_WORK, in->offset, p->batch * in->row_elems * 4, path, "offset");
 }
 
 static int parse_inputs(Pj *pj, const cJSON *r, RtProgram *p)
 {
-    const cJSON *given = cJSON_GetObjectItemCaseSensitive(r, "inputs");
-    if (p->scheduled && cJSON_IsArray(given) && cJSON_GetArraySize(given) == 0)
-        return 0; /* a scheduled step places its inputs with "input" instructions */
-    const cJSON *arr = pj_array(pj, r, "", "inputs", 2, 2);
+    const cJSON *arr = pj_array(pj, r, "", "inputs", 0, RT_MAX_INPUTS);
     char path[64];
-    for (int i = 0; arr && i < 2; i++) {
+    p->tokens = p->targets = -1;
+    if (!arr)
+        return -1;
+    p->ninputs = cJSON_GetArraySize(arr);
+    if (!(p->inputs = calloc((size_t)p->ninputs + 1, sizeof *p->inputs)))
+        return file_set_error(pj->err, pj->errlen, "program: out of memory");
+    for (int i = 0; i < p->ninputs; i++) {
         pj_path(path, sizeof path, "inputs", i);
-        if (parse_input(pj, cJSON_GetArrayItem(arr, i), path, p) != 0)
+        if (parse_input(pj, cJSON_GetArrayItem(arr, i), path, p, i) != 0)
             return -1;
     }
-    return arr ? 0 : -1;
+    return 0;
 }
 
 static int parse_slots(Pj *pj, const cJSON *r, RtProgram *p)
@@ -1374,8 +1423,9 @@ void program_free(RtProgram *p)
         free(p->params[i].name);
     free(p->params);
     free(p->model);
-    free(p->tokens.name);
-    free(p->targets.name);
+    for (int i = 0; p->inputs && i < p->ninputs; i++)
+        free(p->inputs[i].name);
+    free(p->inputs);
     free(p->step.instr);
     free(p->sync.instr);
     free(p->gradnorm.instr);

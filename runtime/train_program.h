@@ -6,7 +6,10 @@
  * "params[1].shape[0]"), value ranges (positive sizes, known enum strings), and
  * bounds: every parameter, input, loss, logits and gradnorm slot, every "zero"
  * range and every byte a "gemm" reads or writes lies inside its tier, and every
- * kernel id is below colossalc_nkernels. The parallel instructions of program.h
+ * kernel id is below colossalc_nkernels. Inputs: unique names, at most one tokens and
+ * one targets input (i32 [batch, seq]), every shape starting with batch, "range" and
+ * "ignore" only on i32 inputs, "offset" required outside scheduled programs; an
+ * "input" instruction names one of them. The parallel instructions of program.h
  * are checked the same way: every WORK range within one slot, slot and micro-batch
  * indices in range, pipeline peers in [0, pp), tags below RT_TAG_LIMIT, "comm"
  * geometry (n divisible by tp for the split kinds, src and dst apart unless in place
@@ -68,7 +71,9 @@ typedef enum RtOptimizer { RT_OPT_ADAMW, RT_OPT_SGD } RtOptimizer;
 typedef enum RtSchedule { RT_SCHED_COSINE, RT_SCHED_CONSTANT } RtSchedule;
 typedef enum RtInit { RT_INIT_NORMAL, RT_INIT_UNIFORM, RT_INIT_ZEROS, RT_INIT_ONES,
                       RT_INIT_CONSTANT } RtInit;
-typedef enum RtRole { RT_ROLE_TOKENS, RT_ROLE_TARGETS } RtRole;
+/* What train fills an input with (program.h, "inputs"). */
+typedef enum RtRole { RT_ROLE_TOKENS, RT_ROLE_TARGETS, RT_ROLE_DATA } RtRole;
+typedef enum RtDtype { RT_I32, RT_F32 } RtDtype;
 /* The instructions and collectives: the shared instruction set (program/isa.h). The
  * ZeRO instructions of a "zero_scheduled" program, in IsaOp order from
  * ISA_ZERO_GATHER (program.h, "ZeRO inside the step"). */
@@ -111,7 +116,16 @@ typedef struct RtParam {
 typedef struct RtInput {
     char *name;
     RtRole role;
-    int64_t offset; /* bytes in WORK of an i32 [batch, seq] */
+    RtDtype dtype;
+    int ndim;
+    int64_t shape[RT_MAX_DIMS]; /* [batch, ...]: [batch, seq] for tokens and targets */
+    int64_t row_elems;          /* elements of one row: the product of shape[1..] */
+    int64_t offset;             /* bytes in WORK (an unscheduled program's); -1 in a scheduled
+                                   one without it (its "input" instructions place it) */
+    int ranged;                 /* i32: every value is in [lo, hi) ... */
+    int64_t lo, hi;
+    int has_ignore;             /* ... or equals ignore */
+    int64_t ignore;
 } RtInput;
 
 typedef struct RtGemm {
@@ -163,7 +177,7 @@ typedef struct RtInstr {
     int tier;       /* zero; send, recv: the buffer's tier */
     int64_t offset, bytes; /* zero; send, recv (bytes = 4 count); input, loss: WORK offset */
     int64_t index;  /* slot: the slot; input: the micro-batch */
-    RtRole role;    /* input */
+    int input;      /* input: the program's input (RtProgram.inputs) */
     int peer, tag;  /* send, recv: pipeline stage and tag */
     int64_t count;  /* send, recv: floats */
     RtGemm gemm;    /* gemm */
@@ -229,7 +243,9 @@ typedef struct RtProgram {
     RtParam *params; /* [nparams] */
     int nparams;
     int64_t param_elems; /* sum of numel */
-    RtInput tokens, targets;
+    RtInput *inputs; /* [ninputs] */
+    int ninputs;
+    int tokens, targets; /* the inputs with those roles, -1 for none */
     int64_t loss_offset, logits_offset, gradnorm_offset, gradnorm_parts;
     double flops_per_step;
     int nscalars; /* RT_SCALARS, or TRAIN_SCALARS when kernels read the hyperparameters */

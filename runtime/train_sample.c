@@ -40,9 +40,10 @@ static void sample_logits(Trainer *t, int64_t len)
 {
     const RtProgram *p = t->prog;
     float sc[TRAIN_SCALARS];
-    memset(t->tokens, 0, (size_t)(p->batch * p->seq) * sizeof *t->tokens);
-    memcpy(t->tokens, t->context, (size_t)len * sizeof *t->tokens);
-    exec_write(&t->ex, RT_TIER_WORK, p->tokens.offset, t->tokens, p->batch * p->seq * 4);
+    char *tokens = t->rows[p->tokens]; /* a language model's alone (trainer_init checks) */
+    memset(tokens, 0, (size_t)(p->batch * p->seq) * 4);
+    memcpy(tokens, t->context, (size_t)len * sizeof *t->context);
+    exec_write(&t->ex, RT_TIER_WORK, p->inputs[p->tokens].offset, tokens, p->batch * p->seq * 4);
     train_scalars(&t->hp, 0.0, 1, 1.0, sc);
     exec_run(&t->ex, &p->forward, sc);
     exec_read(&t->ex, RT_TIER_WORK, p->logits_offset + (len - 1) * p->vocab * 4, t->logits_row,
@@ -76,7 +77,7 @@ static int sample_tokens(Trainer *t, int64_t n, FILE *out)
     const RtProgram *p = t->prog;
     uint32_t key[2];
     int64_t len = 1;
-    int32_t first = t->data ? tokens_at(t->data, 0) : 0;
+    int32_t first = t->data ? data_first_token(t->data) : 0;
     philox_key_derive(t->seed, "sample", key);
     t->context[0] = first < p->vocab ? first : 0;
     fprintf(out, "--- sample (%" PRId64 " tokens) ---\n", n);

@@ -37,6 +37,22 @@ foreach(what attention classifier)
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_fused.sh ${what} $<TARGET_FILE:colossalc>
                    $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/fused-${what})
 endforeach()
+# bert, vit (from record files) and llama against their PyTorch references (zoo_reference.py):
+# 5 AdamW steps, each loss and every final parameter to a relative 1e-4
+foreach(what bert vit llama)
+  add_test(NAME e2e_${what}_vs_torch
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_zoo_vs_torch.sh $<TARGET_FILE:colossalc>
+                   $<TARGET_FILE:colossalc-mkdata> $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON}
+                   ${CMAKE_SOURCE_DIR} ${E2E_WORK}/torch-${what} ${what})
+endforeach()
+# The zoo trains from its data files: bert and vit from record files (colossalc-mkdata),
+# a vocabulary of 70,001 from a uint32 token file
+foreach(what bert vit gpt2-u32)
+  add_test(NAME e2e_zoo_train_${what}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_zoo_train.sh $<TARGET_FILE:colossalc>
+                   $<TARGET_FILE:colossalc-mkdata> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
+                   ${E2E_WORK}/zoo-train-${what} ${what})
+endforeach()
 add_test(NAME e2e_resume
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_resume.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/resume)

@@ -28,7 +28,7 @@ expect missing_data_one "nothere.bin: cannot open" -- -np 1 "$t" $data : -np 1 "
 # token 300 at position 200: step 1 (from 0) reads [128, 257); rank 1 has [192, 256)
 cp "$work/genesis.bin" bad.bin
 printf '\054\001' | dd of=bad.bin bs=1 seek=$((1024 + 2 * 200)) conv=notrunc 2> /dev/null
-expect bad_token_rank1 "bad.bin: token 300 in batch 1 (row 2, position 8) is outside the vocabulary" \
+expect bad_token_rank1 "bad.bin: input tokens: 300 in batch 1 (row 2, position 8) is outside [0, 256)" \
   -- -np 2 "$t" --data bad.bin --steps 3 --threads 1
 grep -q '^step 1/3' out.txt || { failed=$((failed + 1)); echo "bad_token_rank1: step 1 missing"; }
 echo "$passed passed, $failed failed"

@@ -18,7 +18,9 @@
 # the losses to a relative 2e-3, not the parameters: besides the roundings of partial
 # sums, each rank scales its fp8 operands by its own amaxes (a split weight's shard, its
 # part of the batch) where one rank takes them over the whole, and a rounding that moves
-# by an eighth of a value becomes full-size AdamW steps in the small tensors.
+# by an eighth of a value becomes full-size AdamW steps in the small tensors. SHUFFLE=1
+# trains both with --shuffle (the plan reads the same shuffled batches as one rank),
+# and checks that the one-rank losses differ from those of the unshuffled order.
 # Usage: run_mesh.sh COLOSSALC WORKDIR PYTHON SRCDIR "MPIRUN" NAME DP TP PP [COLOSSALC FLAGS...]
 set -eu
 cc=$1 work=$2 py=$3 src=$4 mpirun=$5 name=$6 dp=$7 tp=$8 pp=$9
@@ -35,7 +37,14 @@ if [ "$prec" != fp32 ]; then
   one=./train-one tol=1e-2 skip="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256"
 fi
 args="--data $work/genesis.bin --steps 5 --threads 1 --eps 1e-6"
+if [ "${SHUFFLE:-0}" = 1 ]; then
+  "$one" $args --device cpu --log ordered.jsonl > /dev/null
+  args="$args --shuffle"
+fi
 "$one" $args --device cpu --log one.jsonl --save one.safetensors > one.out
+if [ "${SHUFFLE:-0}" = 1 ] && "$py" "$src/tests/multirank/compare_runs.py" 1e-3 ordered.jsonl one.jsonl > /dev/null; then
+  echo "FAIL: --shuffle trained on the same batches as the file's order"; exit 1
+fi
 device_prepare ./train-mesh
 if [ "${EXPECT_DIFFER:-0}" = 1 ] &&
    ! timeout 600 $mpirun -np "$np" ./train-mesh $args $devargs --log many.jsonl --save many.safetensors > many.out 2>&1

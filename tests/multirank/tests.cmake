@@ -58,6 +58,19 @@ add_test(NAME multirank_dp2_tp2 COMMAND ${mr_mesh} dp2_tp2 2 2 1 --microbatch-si
 add_test(NAME multirank_dp2_pp2 COMMAND ${mr_mesh} dp2_pp2 2 1 2 --microbatch-size 1)
 add_test(NAME multirank_tp2_pp2 COMMAND ${mr_mesh} tp2_pp2 1 2 2 --microbatch-size 1 ${megatron})
 add_test(NAME multirank_dp2_tp2_pp2 COMMAND ${mr_mesh} dp2_tp2_pp2 2 2 2 --microbatch-size 1 ${megatron})
+# The other zoo models (llama, bert, vit; small configs, Megatron's sharding) on dp2 x tp2 x pp2
+# equal one rank (run_zoo_mesh.sh); gpt2's is multirank_dp2_tp2_pp2
+foreach(model llama bert vit)
+  add_test(NAME multirank_zoo_${model}_dp2_tp2_pp2
+           COMMAND sh ${MR_DIR}/run_zoo_mesh.sh $<TARGET_FILE:colossalc> $<TARGET_FILE:colossalc-mkdata>
+                   $<TARGET_FILE:colossalc-mktokens> ${MR_WORK} ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
+                   "${MR_MPIRUN}" ${model} 2 2 2)
+  list(APPEND mr_tests multirank_zoo_${model}_dp2_tp2_pp2)
+endforeach()
+# --shuffle: the same shuffled batches on the 8 ranks as on one
+add_test(NAME multirank_dp2_tp2_pp2_shuffle
+         COMMAND ${CMAKE_COMMAND} -E env SHUFFLE=1 ${mr_mesh} dp2_tp2_pp2_shuffle 2 2 2 --microbatch-size 1 ${megatron})
+list(APPEND mr_tests multirank_dp2_tp2_pp2_shuffle)
 # bf16 mixed precision with tensor and pipeline parallelism (f32 collectives and sends),
 # against one rank in bf16
 set(mr_mesh_bf16 ${CMAKE_COMMAND} -E env PRECISION=bf16 ${mr_mesh})

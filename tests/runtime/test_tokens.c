@@ -2,13 +2,17 @@
  * step reads the B*T+1 tokens at step*B*T modulo the count, inputs then targets
  * shifted by one; the rows of data-parallel ranks put together equal the 1-rank
  * batch; huge step numbers do not overflow; malformed files and impossible batch
- * shapes are refused with clear messages.
+ * shapes are refused with clear messages. uint32 files (llm.c's magic 20240801)
+ * round-trip too, and a token beyond i32 is refused. Shuffled (a Philox key), every
+ * sequence is read once per epoch, each epoch in another order, the ranks' rows
+ * still make up the 1-rank batch, and philox_permute is a bijection.
  *
  *   test_tokens                        the unit checks
  *   test_tokens mktokens-check IN OUT  OUT (made by colossalc-mktokens) holds the
  *                                      bytes of IN as tokens
  */
 #include "runtime/fileio.h"
+#include "runtime/philox.h"
 #include "runtime/tokens.h"
 
 #include "rt_test.h"
@@ -41,7 +45,7 @@ static void check_step(const TokenFile *tf, int64_t step, int B, int T, int rank
 {
     int local = B / world * T;
     int32_t *in = malloc(local * sizeof *in), *tg = malloc(local * sizeof *tg);
-    CHECK(tokens_read_batch(tf, step, B, T, rank, world, in, tg, err, sizeof err) == 0);
+    CHECK(tokens_read_batch(tf, step, B, T, rank, world, NULL, in, tg, err, sizeof err) == 0);
     unsigned __int128 start = (unsigned __int128)step * B * T + (unsigned __int128)rank * local;
     int bad = 0;
     for (int i = 0; i < local; i++)
@@ -52,18 +56,24 @@ static void check_step(const TokenFile *tf, int64_t step, int B, int T, int rank
 }
 
 /* The ranks' rows, concatenated in rank order, equal the 1-rank batch. */
-static void check_ranks_concat(const TokenFile *tf, int64_t step, int B, int T, int world)
+static void check_ranks_concat_key(const TokenFile *tf, int64_t step, int B, int T, int world,
+                                   const uint32_t *key)
 {
     int32_t *in1 = malloc(B * T * sizeof *in1), *tg1 = malloc(B * T * sizeof *tg1);
     int32_t *in = malloc(B * T * sizeof *in), *tg = malloc(B * T * sizeof *tg);
-    CHECK(tokens_read_batch(tf, step, B, T, 0, 1, in1, tg1, err, sizeof err) == 0);
+    CHECK(tokens_read_batch(tf, step, B, T, 0, 1, key, in1, tg1, err, sizeof err) == 0);
     int local = B / world * T;
     for (int r = 0; r < world; r++)
-        CHECK(tokens_read_batch(tf, step, B, T, r, world, in + r * local, tg + r * local, err,
+        CHECK(tokens_read_batch(tf, step, B, T, r, world, key, in + r * local, tg + r * local, err,
                                 sizeof err) == 0);
     CHECK(memcmp(in, in1, B * T * sizeof *in) == 0);
     CHECK(memcmp(tg, tg1, B * T * sizeof *tg) == 0);
     free(in1), free(tg1), free(in), free(tg);
+}
+
+static void check_ranks_concat(const TokenFile *tf, int64_t step, int B, int T, int world)
+{
+    check_ranks_concat_key(tf, step, B, T, world, NULL);
 }
 
 static void test_roundtrip_and_batches(void)
@@ -78,7 +88,7 @@ static void test_roundtrip_and_batches(void)
     CHECK(tokens_count(tf) == NTOK);
     CHECK(tokens_at(tf, 5) == 65535 && tokens_at(tf, NTOK + 5) == 65535);
     int32_t in[32], tg[32];
-    CHECK(tokens_read_batch(tf, 0, 4, 8, 0, 1, in, tg, err, sizeof err) == 0);
+    CHECK(tokens_read_batch(tf, 0, 4, 8, 0, 1, NULL, in, tg, err, sizeof err) == 0);
     CHECK(in[0] == toks[0] && tg[0] == toks[1] && in[31] == toks[31] && tg[31] == toks[32]);
     for (int64_t step = 0; step < 70; step++) /* 32 does not divide 1000: wraps mid-batch */
         check_step(tf, step, 4, 8, 0, 1);
@@ -104,15 +114,15 @@ static void test_batch_errors(void)
     CHECK(tokens_check_batch(tf, 9, 111, 1, err, sizeof err) == 0);
     CHECK(tokens_check_batch(tf, 10, 100, 1, err, sizeof err) == -1); /* needs 1001 */
     CHECK_ERR(err, "1000 tokens, but one step of batch 10 x sequence 100 needs 1001");
-    CHECK(tokens_read_batch(tf, 0, 10, 100, 0, 1, in, tg, err, sizeof err) == -1);
+    CHECK(tokens_read_batch(tf, 0, 10, 100, 0, 1, NULL, in, tg, err, sizeof err) == -1);
     CHECK_ERR(err, "needs 1001");
-    CHECK(tokens_read_batch(tf, 0, 6, 4, 0, 4, in, tg, err, sizeof err) == -1);
+    CHECK(tokens_read_batch(tf, 0, 6, 4, 0, 4, NULL, in, tg, err, sizeof err) == -1);
     CHECK_ERR(err, "global batch 6 does not divide over 4");
-    CHECK(tokens_read_batch(tf, 0, 8, 4, 4, 4, in, tg, err, sizeof err) == -1);
+    CHECK(tokens_read_batch(tf, 0, 8, 4, 4, 4, NULL, in, tg, err, sizeof err) == -1);
     CHECK_ERR(err, "rank 4 out of range for world 4");
-    CHECK(tokens_read_batch(tf, -1, 8, 4, 0, 4, in, tg, err, sizeof err) == -1);
+    CHECK(tokens_read_batch(tf, -1, 8, 4, 0, 4, NULL, in, tg, err, sizeof err) == -1);
     CHECK_ERR(err, "negative step");
-    CHECK(tokens_read_batch(tf, 0, 0, 4, 0, 1, in, tg, err, sizeof err) == -1);
+    CHECK(tokens_read_batch(tf, 0, 0, 4, 0, 1, NULL, in, tg, err, sizeof err) == -1);
     CHECK_ERR(err, "must all be positive");
     tokens_close(tf);
 }
@@ -142,9 +152,9 @@ static void test_malformed_files(void)
     static unsigned char buf[1024 + 2 * 100 + 8];
     make_header(buf, 1234, 1, 100);
     expect_open_error("magic.bin", buf, 1024 + 200,
-                      "bad magic 1234 (expected 20240520): not an llm.c token file");
+                      "bad magic 1234 (expected 20240520, or 20240801 for uint32 tokens): not an llm.c token file");
     make_header(buf, TOKENS_MAGIC, 2, 100);
-    expect_open_error("version.bin", buf, 1024 + 200, "unsupported version 2 (expected 1)");
+    expect_open_error("version.bin", buf, 1024 + 200, "unsupported version 2 (expected 1 with magic 20240520)");
     make_header(buf, TOKENS_MAGIC, 1, 100);
     expect_open_error("trunc.bin", buf, 1024 + 150,
                       "truncated: header says 100 tokens (1224 bytes) but the file has 1174");
@@ -171,6 +181,101 @@ static void test_write_errors(void)
 {
     CHECK(tokens_write_file(rt_path("no/dir/t.bin"), toks, 10, err, sizeof err) == -1);
     CHECK_ERR(err, "no/dir/t.bin");
+}
+
+/* uint32 tokens: llm.c's second header, values past 65535, and one past i32. */
+static void test_uint32(void)
+{
+    static uint32_t big[NTOK];
+    for (int i = 0; i < NTOK; i++)
+        big[i] = (uint32_t)i * 40000u + 7; /* up to about 4e7 */
+    CHECK(tokens_write_file32(rt_path("u32.bin"), big, NTOK, err, sizeof err) == 0);
+    TokenFile *tf = open_ok(rt_path("u32.bin"));
+    if (!tf)
+        return;
+    CHECK(tokens_width(tf) == 4 && tokens_count(tf) == NTOK);
+    CHECK(tokens_at(tf, 999) == big[999] && tokens_at(tf, NTOK + 3) == big[3]);
+    int32_t in[64], tg[64];
+    CHECK(tokens_read_batch(tf, 2, 4, 16, 1, 2, NULL, in, tg, err, sizeof err) == 0);
+    CHECK(in[0] == (int32_t)big[160] && tg[31] == (int32_t)big[192]);
+    tokens_close(tf);
+    big[200] = 0x80000000u;
+    CHECK(tokens_write_file32(rt_path("u32big.bin"), big, NTOK, err, sizeof err) == 0);
+    if (!(tf = open_ok(rt_path("u32big.bin"))))
+        return;
+    CHECK(tokens_read_batch(tf, 0, 4, 16, 0, 1, NULL, in, tg, err, sizeof err) == 0);
+    CHECK(tokens_read_batch(tf, 3, 4, 16, 0, 1, NULL, in, tg, err, sizeof err) == -1);
+    CHECK_ERR(err, "token 2147483648 at position 200 does not fit an i32 id");
+    tokens_close(tf);
+    static unsigned char buf[1024 + 8];
+    make_header(buf, TOKENS_MAGIC_U32, 1, 2);
+    expect_open_error("u32version.bin", buf, 1024 + 8,
+                      "unsupported version 1 (expected 7 with magic 20240801)");
+    make_header(buf, TOKENS_MAGIC_U32, TOKENS_VERSION_U32, 2);
+    expect_open_error("u32trunc.bin", buf, 1024 + 4, "header says 2 tokens (1032 bytes)");
+}
+
+/* philox_permute maps [0, n) onto itself one to one, for sizes around powers of 4. */
+static void test_permutation(void)
+{
+    static const uint64_t sizes[] = {1, 2, 3, 4, 5, 16, 17, 1000, 4097};
+    static unsigned char seen[4097];
+    uint32_t key[2];
+    philox_key_derive(7, "shuffle", key);
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        uint64_t n = sizes[s], fixed = 0;
+        memset(seen, 0, sizeof seen);
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t p = philox_permute(key, 3, n, i);
+            CHECK(p < n && !seen[p]);
+            seen[p < n ? p : 0] = 1;
+            fixed += p == i;
+        }
+        CHECK(n < 1000 || fixed < n / 100); /* shuffled, not the identity */
+    }
+}
+
+/* Shuffled: T = 8 over 1000 tokens is S = 124 sequences (999 / 8); batch 4 gives 31
+ * steps an epoch. Each epoch reads every sequence once, as whole sequences; the two
+ * epochs and two keys differ; the ranks' rows make up the 1-rank batch. */
+static void test_shuffle(void)
+{
+    static uint32_t ident[NTOK];
+    for (int i = 0; i < NTOK; i++)
+        ident[i] = (uint32_t)i;
+    CHECK(tokens_write_file32(rt_path("ident.bin"), ident, NTOK, err, sizeof err) == 0);
+    TokenFile *tf = open_ok(rt_path("ident.bin"));
+    if (!tf)
+        return;
+    uint32_t key[2], other[2];
+    philox_key_derive(1337, "shuffle", key);
+    philox_key_derive(1338, "shuffle", other);
+    int32_t in[32], tg[32], first[2][124], diff_key = 0;
+    for (int e = 0; e < 2; e++) {
+        unsigned char seen[124] = {0};
+        for (int k = 0; k < 31; k++) {
+            CHECK(tokens_read_batch(tf, 31 * e + k, 4, 8, 0, 1, key, in, tg, err, sizeof err) == 0);
+            for (int b = 0; b < 4; b++) {
+                int32_t j = in[8 * b] / 8;
+                CHECK(in[8 * b] % 8 == 0 && j >= 0 && j < 124 && !seen[j]);
+                seen[j >= 0 && j < 124 ? j : 0] = 1;
+                first[e][4 * k + b] = j;
+                for (int i = 0; i < 8; i++)
+                    CHECK(in[8 * b + i] == 8 * j + i && tg[8 * b + i] == 8 * j + i + 1);
+            }
+            int32_t in2[32], tg2[32];
+            CHECK(tokens_read_batch(tf, 31 * e + k, 4, 8, 0, 1, other, in2, tg2, err, sizeof err) == 0);
+            diff_key += memcmp(in, in2, sizeof in) != 0;
+        }
+    }
+    CHECK(memcmp(first[0], first[1], sizeof first[0]) != 0);
+    CHECK(diff_key > 50);
+    for (int64_t step = 0; step < 40; step++) {
+        check_ranks_concat_key(tf, step, 8, 16, 2, key);
+        check_ranks_concat_key(tf, step, 6, 5, 3, key);
+    }
+    CHECK(tokens_read_batch(tf, INT64_MAX / 8, 4, 8, 1, 2, key, in, tg, err, sizeof err) == 0);
+    tokens_close(tf);
 }
 
 static int mktokens_check(const char *in, const char *out)
@@ -205,5 +310,8 @@ int main(int argc, char **argv)
     test_batch_errors();
     test_malformed_files();
     test_write_errors();
+    test_uint32();
+    test_permutation();
+    test_shuffle();
     return rt_finish("test_tokens");
 }

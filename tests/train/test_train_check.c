@@ -535,7 +535,7 @@ static void test_bad_token_range(void)
         exit(2);
     }
     expect_fail(run_train("--data", rt_path("big.bin"), "--steps", "3", NULL),
-                "token 300 in batch 1 (row 0, position 6) is outside the vocabulary of 256");
+                "input tokens: 300 in batch 1 (row 0, position 6) is outside [0, 256)");
     expect_fail(run_train("--data", rt_path("big.bin"), "--steps", "1", "--sample", "0",
                           "--val", rt_path("missing.bin"), NULL), "missing.bin: cannot open");
 }

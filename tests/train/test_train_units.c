@@ -52,7 +52,8 @@ static void test_program_ok(void)
 }
 
 /* The program with one edit: at path (object keys and array indices, "" ends the
- * list) set to `value` (JSON text), or deleted when value is NULL. */
+ * list) set to `value` (JSON text; a key the object lacks is added), or deleted when
+ * value is NULL. */
 static char *program_edit(const char *const *path, const char *value)
 {
     cJSON *root = cJSON_Parse(colossalc_program_json), *parent = root;
@@ -67,6 +68,8 @@ static char *program_edit(const char *const *path, const char *value)
         cJSON_DeleteItemFromObjectCaseSensitive(parent, path[i]);
     else if (is_arr)
         cJSON_ReplaceItemInArray(parent, atoi(path[i]), cJSON_Parse(value));
+    else if (!cJSON_GetObjectItemCaseSensitive(parent, path[i]))
+        cJSON_AddItemToObject(parent, path[i], cJSON_Parse(value));
     else
         cJSON_ReplaceItemInObjectCaseSensitive(parent, path[i], cJSON_Parse(value));
     char *text = cJSON_PrintUnformatted(root);
@@ -117,7 +120,13 @@ static void test_program_errors(void)
     expect_program_error(PATH("train", "lr"), NULL, "program: train.lr: missing");
     expect_program_error(PATH("kernels", "7"), NULL, "program: kernels: wrong length");
     expect_program_error(PATH("inputs", "1", "shape"), "[4, 15]",
-                         "inputs[1].shape: must be [batch, seq]");
+                         "inputs[1].shape: tokens and targets must be i32 [batch, seq]");
+    expect_program_error(PATH("inputs", "1", "shape"), "[3, 16]",
+                         "inputs[1].shape: must start with batch");
+    expect_program_error(PATH("inputs", "1", "dtype"), "\"f16\"", "inputs[1].dtype: unknown value");
+    expect_program_error(PATH("inputs", "1", "range"), "[5, 5]", "inputs[1].range: empty");
+    expect_program_error(PATH("inputs", "1", "name"), "\"tokens\"",
+                         "inputs[1].name: a second input of this name");
     expect_program_error(PATH("inputs", "1", "role"), "\"tokens\"",
                          "inputs[1].role: a second input with this role");
     expect_program_error(PATH("gradnorm_parts"), "100000", "program: gradnorm_offset: bytes");
@@ -565,7 +574,7 @@ static void test_forward(void)
     philox_fill_normal(params, 65792, 0, 5, "x", 0.0f, 1.0f);
     for (int i = 0; i < 64; i++)
         tok[i] = (i * 97 + 13) % 256;
-    exec_write(&ex, RT_TIER_WORK, p.tokens.offset, tok, sizeof tok);
+    exec_write(&ex, RT_TIER_WORK, p.inputs[p.tokens].offset, tok, sizeof tok);
     exec_run(&ex, &p.forward, sc);
     check_forward(&ex, &p, tok);
     exec_free(&ex);
