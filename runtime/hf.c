@@ -535,22 +535,13 @@ typedef struct HfBind {
     int *count;             /* [rows] matches per row */
 } HfBind;
 
-static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
-{
-    size_t at = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < ndim && at < len; d++)
-        at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, d ? ", " : "", shape[d]);
-    if (at < len)
-        snprintf(buf + at, len - at, "]");
-}
-
 /* Binds (or checks) the symbols of dims against p's shape. */
 static int bind_dims(const HfFamily *f, HfBind *b, const HfParam *p, const char *dims,
                      char *err, size_t errlen)
 {
     char sh[160];
     int ndim = (int)(strlen(dims) + 1) / 2;
-    shape_str(sh, sizeof sh, p->ndim, p->shape);
+    safetensors_shape_text(sh, sizeof sh, p->ndim, p->shape);
     if (p->ndim != ndim)
         return file_set_error(err, errlen, "%s has shape %s: transformers' %s has %d dimensions "
                               "there", p->name, sh, f->name, ndim);

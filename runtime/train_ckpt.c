@@ -163,15 +163,6 @@ static void list_add(NameList *l, const char *fmt, ...)
         l->len = sizeof l->text - 1;
 }
 
-static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape)
-{
-    size_t at = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < ndim && at < len; d++)
-        at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, d ? "," : "", shape[d]);
-    if (at < len)
-        snprintf(buf + at, len - at, "]");
-}
-
 static int shape_equal(const SafeTensor *t, const RtParam *q)
 {
     if (t->ndim != q->ndim)
@@ -197,8 +188,8 @@ static int dtype_loads(StDtype dt)
 static void list_shape(NameList *l, const char *name, const SafeTensor *t, const RtParam *q)
 {
     char fs[128], ms[128];
-    shape_text(fs, sizeof fs, t->ndim, t->shape);
-    shape_text(ms, sizeof ms, q->ndim, q->shape);
+    safetensors_shape_text(fs, sizeof fs, t->ndim, t->shape);
+    safetensors_shape_text(ms, sizeof ms, q->ndim, q->shape);
     list_add(l, "%s%s (file %s, model %s%s)", l->count ? ", " : "", name, fs, ms,
              shape_transposed(t, q) ? ": transposed" : "");
 }

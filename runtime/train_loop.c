@@ -1051,22 +1051,17 @@ static void trainer_offload_report(Trainer *t)
 static int trainer_finish_rank0(Trainer *t, char *err, size_t errlen)
 {
     const TrainOpts *o = t->opts;
-    if (o->save) {
-        int rc = t->mesh.trivial
-                     ? ckpt_save_params(t->prog, o->save, t->host[RT_TIER_PARAMS], err, errlen)
-                     : ckpt_save_params(&t->mesh.global, o->save, t->gstate[0], err, errlen);
-        if (rc != 0)
-            return -1;
+    /* the whole parameters: this rank's with a one-rank layout, else the gathered ones */
+    const RtProgram *p = t->mesh.trivial ? t->prog : &t->mesh.global;
+    const char *params = t->mesh.trivial ? t->host[RT_TIER_PARAMS] : t->gstate[0];
+    if (o->save && ckpt_save_params(p, o->save, params, err, errlen) != 0)
+        return -1;
+    if (o->save)
         printf("saved parameters to %s\n", o->save);
-    }
-    if (o->save_hf) {
-        int rc = t->mesh.trivial
-                     ? ckpt_save_hf(t->prog, o->save_hf, t->host[RT_TIER_PARAMS], err, errlen)
-                     : ckpt_save_hf(&t->mesh.global, o->save_hf, t->gstate[0], err, errlen);
-        if (rc != 0)
-            return -1;
+    if (o->save_hf && ckpt_save_hf(p, o->save_hf, params, err, errlen) != 0)
+        return -1;
+    if (o->save_hf)
         printf("saved a transformers model to %s\n", o->save_hf);
-    }
     if (o->sample > 0 && trainer_sample(t, o->sample, stdout, err, errlen) != 0)
         return -1;
     if (t->log && (ferror(t->log) || fflush(t->log) != 0))

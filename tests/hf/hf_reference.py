@@ -31,6 +31,9 @@ import torch.nn.functional as F
 import transformers
 from safetensors.torch import save_file
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from gpt2_reference import read_tokens  # noqa: E402  (llm.c's token file)
+
 torch.set_num_threads(2)
 B, T = 2, 32  # the compiled batch and seq (run_hf.sh)
 TOL = 1e-5
@@ -49,13 +52,6 @@ def config(family, tied=False):
 
 def model_class(family):
     return transformers.GPT2LMHeadModel if family == "gpt2" else transformers.LlamaForCausalLM
-
-
-def read_tokens(path):
-    data = open(path, "rb").read()
-    header = np.frombuffer(data[:1024], dtype="<i4")
-    assert header[0] == 20240520 and header[1] == 1, "not an llm.c token file"
-    return np.frombuffer(data[1024:], dtype="<u2")[: header[2]].astype(np.int64)
 
 
 def batch(tokens, k):
