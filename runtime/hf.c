@@ -235,10 +235,10 @@ void hf_source_close(HfSource *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < s->nfiles; i++) {
+    for (int i = 0; i < s->nfiles; i++)
         safetensors_close(s->files[i]);
-        free(s->file_names ? s->file_names[i] : NULL);
-    }
+    for (int i = 0; s->file_names && s->file_names[i]; i++) /* NULL-terminated */
+        free(s->file_names[i]);
     free(s->files);
     free(s->file_names);
     free(s->e);

@@ -3,9 +3,10 @@
 message and exit status 1 (never a signal). From a good GPT-2 checkpoint that
 transformers writes (one file and sharded, in WORK/good), this writes damaged copies
 and runs TRAIN --steps 0 --init-from on each; then --save-hf with the programs in WORK
-that do not make a transformers model (run_hf_errors.sh compiles them).
+that do not make a transformers model (run_hf_errors.sh compiles them), and EXPORT
+(colossalc-export) on a file `train` did not write.
 
-usage: hf_errors.py TRAIN WORK"""
+usage: hf_errors.py TRAIN EXPORT WORK"""
 import json, os, re, shutil, subprocess, sys
 import torch
 from safetensors.torch import load_file, save_file
@@ -110,7 +111,7 @@ def expect(argv, pattern):
 
 
 def main():
-    train, work = sys.argv[1:3]
+    train, export, work = sys.argv[1:4]
     good = f"{work}/good"
     model = hf_reference.random_model("gpt2", False)
     model.save_pretrained(f"{good}/ckpt")
@@ -125,6 +126,9 @@ def main():
                          r"does: its activation is relu, not gelu_tanh")
     failed += not expect([f"{work}/train-named", "--steps", "0", "--save-hf", f"{work}/out-named"],
                          r"--save-hf .*: the model's parameters follow no transformers layout")
+    failed += not expect([export, f"{good}/ckpt/model.safetensors", f"{work}/out-export"],
+                         r"colossalc-export: .*model\.safetensors: no \"arch\" in its metadata: written by a `train` "
+                         r"older than --save-hf")
     print(f"{failed} failed")
     return 1 if failed else 0
 

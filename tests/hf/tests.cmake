@@ -30,7 +30,7 @@ endforeach()
 # damaged checkpoints and models that are not transformers models: one message, exit 1
 add_test(NAME hf_errors
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/hf/run_hf_errors.sh $<TARGET_FILE:colossalc>
-                 ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${HF_WORK}/errors)
+                 $<TARGET_FILE:colossalc-export> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${HF_WORK}/errors)
 # the same on a mesh of CPU ranks under mpirun: every rank reads the checkpoint and
 # takes its slices, --save-hf gathers the split and staged parameters (GPT-2's tied
 # embedding held by the first and last stage)
