@@ -57,8 +57,7 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG,
     X("--tf32", OPT_FLAG, tf32, 0, 0, "",                                                          \
       "CUDA: GEMMs on TF32 tensor cores (f32 inputs rounded to 10-bit mantissas)")                 \
     X("--init-from", OPT_STR, init_from, 0, 0, "PATH",                                             \
-      "initial parameters: safetensors (F32, BF16, F16), or a transformers checkpoint (a "         \
-      "directory, its model.safetensors.index.json or a .safetensors file)")                       \
+      "initial parameters (F32, BF16, F16): safetensors, or a transformers directory or index")    \
     X("--save", OPT_STR, save, 0, 0, "FILE",                                                       \
       "write the parameters at the end (safetensors, F32)")                                        \
     X("--save-hf", OPT_STR, save_hf, 0, 0, "DIR",                                                  \
