@@ -2147,6 +2147,23 @@ static cJSON *input_json(const PInput *in) {
   return o;
 }
 
+/* "arch" (runtime/program.h): what the model's ops say, -1 where they differ. */
+static cJSON *arch_json(const GraphArch *a) {
+  cJSON *o = cJSON_CreateObject();
+  if (a->heads != 0) {
+    cJSON_AddNumberToObject(o, "heads", (double)a->heads);
+    cJSON_AddNumberToObject(o, "causal", a->causal);
+    cJSON_AddBoolToObject(o, "attention_scale", a->scaled);
+  }
+  if (a->norm != ARCH_NONE) {
+    cJSON_AddStringToObject(o, "norm", arch_kind_name(a->norm));
+    cJSON_AddNumberToObject(o, "norm_eps", a->norm_eps);
+  }
+  if (a->act != ARCH_NONE) cJSON_AddStringToObject(o, "activation", arch_kind_name(a->act));
+  if (a->rope_theta != 0) cJSON_AddNumberToObject(o, "rope_theta", a->rope_theta);
+  return o;
+}
+
 static cJSON *program_json(const Program *p) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "version", 1);
@@ -2158,6 +2175,7 @@ static cJSON *program_json(const Program *p) {
   cJSON_AddNumberToObject(o, "zero_stage", (double)p->zero_stage);
   cJSON_AddNumberToObject(o, "seq", (double)p->seq);
   cJSON_AddNumberToObject(o, "vocab", (double)p->vocab);
+  if (p->arch) cJSON_AddItemToObject(o, "arch", arch_json(p->arch));
   cJSON_AddItemToObject(o, "tiers", ints_json(p->tiers, 4));
   cJSON_AddNumberToObject(o, "opt_v_offset", (double)p->opt_v_offset);
   cJSON_AddItemToObject(o, "train", train_json(&p->g->train));

@@ -10,6 +10,7 @@
 #ifndef COLOSSALC_LOWER_H
 #define COLOSSALC_LOWER_H
 #include "codegen/kernel.h"
+#include "ir/analysis.h"
 #include "ir/ir.h"
 #include "program/isa.h"
 
@@ -154,6 +155,8 @@ typedef struct Program {
   PStageGroup *stage_groups; /* [nstage_groups] groups of pipeline stages that collectives
                              * use (ISA_GROUP_STAGES), the same list in every stage */
   int nstage_groups;
+  const GraphArch *arch;    /* the whole model's architecture (ir/analysis.h), written as the
+                             * program's "arch" (runtime/program.h), or NULL */
 } Program;
 
 /* The bytes a collective reads at src (out[0]) and writes at dst (out[1]): the split

@@ -546,6 +546,7 @@ typedef struct Build {
   Cluster off_cl;           /* what offload plans for (offload_options) */
   OffloadOptions off;
   OffloadPlan **ops;        /* [nps] each program's chunks, or NULL where it fits */
+  GraphArch arch;           /* the whole model's, before partition: the programs' "arch" */
 } Build;
 
 
@@ -657,6 +658,7 @@ static void lower(Build *b) {
     p->microbatches = ch->m, p->dp = ch->dp, p->zero_stage = ch->zero, p->tp = ch->tp, p->pp = ch->pp, p->stage = s;
     if (p->zero_stage > 0) zero_assign_owners(p);
   }
+  for (int s = 0; s < b->nps; s++) b->ps[s]->arch = &b->arch;
 }
 
 /* ZeRO-2/3 of one unscheduled program without offload: the gathers and reductions go
@@ -726,6 +728,7 @@ static void plan_offload(Build *b) {
  * and what follows it run when a program is wanted. */
 static void run_passes(Build *b, Graph *g, bool lowering) {
   progress("front end done; partition, autodiff, recompute");
+  graph_arch(g, &b->arch);                                       /* requires: the whole forward graph */
   b->part = pass_partition(g, b->r, b->r ? &b->r->best : NULL); /* requires: verified forward graph of the plan's micro-batch */
   after_ir(b, "partition");
   unsigned fuse = (b->ch.attn == ATTN_FUSED ? FUSE_ATTENTION : 0) | (b->o->classifier_fused ? FUSE_CLASSIFIER : 0);

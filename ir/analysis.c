@@ -15,6 +15,40 @@ void graph_stats(const Graph *g, GraphStats *s) {
   }
 }
 
+const char *arch_kind_name(ArchKind k) {
+  static const char *const names[] = {NULL, "mixed", "layernorm", "rmsnorm", "gelu_tanh", "silu", "relu"};
+  return names[k];
+}
+
+/* One more op stating kind: the same as before, or mixed. */
+static void arch_kind(ArchKind *k, ArchKind seen) { *k = *k == ARCH_NONE || *k == seen ? seen : ARCH_MIXED; }
+
+/* One more op stating value v (> 0): the same as before, or -1. */
+static void arch_value(double *x, double v) { *x = *x == 0 || *x == v ? v : -1; }
+
+static void arch_attention(GraphArch *a, const Node *n) {
+  int64_t h = attr_int(n, "heads");
+  int causal = (int)attr_int(n, "causal");
+  a->heads = a->heads == 0 || a->heads == h ? h : -1;
+  a->causal = a->causal == 2 || a->causal == causal ? causal : -1;
+  a->scaled |= attr_get(n, "scale")->set;
+}
+
+void graph_arch(const Graph *g, GraphArch *a) {
+  static const ArchKind kind_of[OP_COUNT] = {[OP_LAYERNORM] = ARCH_LAYERNORM, [OP_RMSNORM] = ARCH_RMSNORM,
+                                             [OP_GELU] = ARCH_GELU_TANH, [OP_SILU] = ARCH_SILU, [OP_RELU] = ARCH_RELU};
+  *a = (GraphArch){.causal = 2};  /* 2: no attention seen yet */
+  for (int i = 0; i < g->n; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op == OP_ATTENTION) arch_attention(a, n);
+    else if (n->op == OP_ROTARY) arch_value(&a->rope_theta, attr_float(n, "theta"));
+    else if (n->op == OP_LAYERNORM || n->op == OP_RMSNORM)
+      arch_kind(&a->norm, kind_of[n->op]), arch_value(&a->norm_eps, attr_float(n, "eps"));
+    else if (kind_of[n->op] != ARCH_NONE) arch_kind(&a->act, kind_of[n->op]);
+  }
+  if (a->causal == 2) a->causal = 0;
+}
+
 static bool is_const(const Node *n) { return n->op == OP_CONST; }
 
 int ir_attn_core(const Node *sm, const Node **core) {

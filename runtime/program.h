@@ -57,6 +57,14 @@
  * {
  *   "version": 1, "model": "gpt2-tiny",
  *   "batch": 4, "seq": 64, "vocab": 256,
+ *   "arch": {"heads": 4, "causal": 1, "attention_scale": false, "norm": "layernorm",
+ *            "norm_eps": 1e-5, "activation": "gelu_tanh", "rope_theta": 10000},
+ *     (optional: what the whole model's ops say, for the checkpoint formats of other
+ *      frameworks (runtime/hf.h, --save-hf): the attention ops' heads, whether they are
+ *      causal (1 all, 0 none, -1 some) and whether one gives its own scale (not
+ *      1/sqrt(head size)); the norms' kind ("layernorm", "rmsnorm") and eps; the
+ *      activation ("gelu_tanh", "silu", "relu"); the rotary ops' base. A kind the ops
+ *      disagree on is "mixed", a number -1; what no op states is left out.)
  *   "tiers": [params_bytes, grads_bytes, opt_bytes, work_bytes],
  *   "opt_v_offset": N,
  *   "train": {"optimizer": "adamw"|"sgd", "lr": .., "beta1": .., "beta2": .., "eps": ..,

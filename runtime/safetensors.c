@@ -62,6 +62,15 @@ int safetensors_dtype_size(StDtype dt)
     return (unsigned)dt < ST_DTYPE_COUNT ? st_dtypes[dt].size : 0;
 }
 
+void safetensors_shape_text(char *buf, size_t len, int ndim, const int64_t *shape)
+{
+    size_t at = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < ndim && at < len; d++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, d ? "," : "", shape[d]);
+    if (at < len)
+        snprintf(buf + at, len - at, "]");
+}
+
 static int st_dtype_parse(const char *s, StDtype *dt)
 {
     for (int i = 0; i < ST_DTYPE_COUNT; i++) {
@@ -540,11 +549,7 @@ int safetensors_read_f32(const SafeTensors *st, const SafeTensor *t, float *dst,
 static cJSON *st_json_ints(const int64_t *v, int n)
 {
     char buf[ST_MAX_DIMS * 24 + 4];
-    size_t len = 0;
-    buf[len++] = '[';
-    for (int i = 0; i < n; i++)
-        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%" PRId64, i ? "," : "", v[i]);
-    snprintf(buf + len, sizeof buf - len, "]");
+    safetensors_shape_text(buf, sizeof buf, n, v);
     return cJSON_CreateRaw(buf);
 }
 

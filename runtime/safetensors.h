@@ -60,6 +60,8 @@ typedef struct SafeTensorOut {
 
 const char *safetensors_dtype_name(StDtype dt);
 int safetensors_dtype_size(StDtype dt);
+/* "[768,2304]" into buf (len bytes), for messages. */
+void safetensors_shape_text(char *buf, size_t len, int ndim, const int64_t *shape);
 
 /* Opens and validates a file. NULL with a message on error. */
 SafeTensors *safetensors_open(const char *path, char *err, size_t errlen);

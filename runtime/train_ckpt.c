@@ -6,6 +6,7 @@
 #include "train_ckpt.h"
 
 #include "runtime/fileio.h"
+#include "runtime/hf.h"
 #include "runtime/philox.h"
 #include "runtime/safetensors.h"
 
@@ -23,11 +24,30 @@
 #define CKPT_FORMAT "colossalc-checkpoint"
 #define CKPT_LIST_MAX 8 /* names shown per kind of mismatch */
 
+/* One tensor a file offers, under the model's name for it. */
+typedef struct CkptSrc {
+    char *name;           /* the model's name (owned) */
+    const char *file_name; /* as the file names it */
+    const SafeTensor *t;
+    const SafeTensors *st;
+    int used;
+} CkptSrc;
+
+/* What a file (or the shards of an index) offers: its tensors by the model's names. */
+typedef struct CkptFile {
+    const char *path;
+    CkptSrc *src;        /* [n] sorted by name */
+    int n;
+    const HfFamily *fam; /* the model's Hugging Face family (--init-from), or NULL */
+    const CkptSrc *tied; /* the file's output head, which the model ties (fam) */
+} CkptFile;
+
 typedef struct CkptEntry {
     char *name;           /* "param/wte.weight", or the plain name */
     const RtParam *param; /* shape */
     float *data;          /* [param->numel], host */
     int skip;             /* checked in the file but not read */
+    const CkptSrc *src;   /* where it is read from (set_bind), or NULL: missing */
 } CkptEntry;
 
 typedef struct CkptSet {
@@ -143,15 +163,6 @@ static void list_add(NameList *l, const char *fmt, ...)
         l->len = sizeof l->text - 1;
 }
 
-static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape)
-{
-    size_t at = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < ndim && at < len; d++)
-        at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, d ? "," : "", shape[d]);
-    if (at < len)
-        snprintf(buf + at, len - at, "]");
-}
-
 static int shape_equal(const SafeTensor *t, const RtParam *q)
 {
     if (t->ndim != q->ndim)
@@ -162,21 +173,25 @@ static int shape_equal(const SafeTensor *t, const RtParam *q)
     return 1;
 }
 
-static void list_entries(const CkptSet *s, const SafeTensors *st, NameList *miss,
-                         NameList *shape)
+/* A 2-D tensor stored the other way round ([in, out] for [out, in]). */
+static int shape_transposed(const SafeTensor *t, const RtParam *q)
 {
-    for (int i = 0; i < s->n; i++) {
-        const CkptEntry *e = &s->e[i];
-        const SafeTensor *t = safetensors_find(st, e->name);
-        char fs[128], ms[128];
-        if (!t) {
-            list_add(miss, "%s%s", miss->count ? ", " : "", e->name);
-        } else if (!shape_equal(t, e->param)) {
-            shape_text(fs, sizeof fs, t->ndim, t->shape);
-            shape_text(ms, sizeof ms, e->param->ndim, e->param->shape);
-            list_add(shape, "%s%s (file %s, model %s)", shape->count ? ", " : "", e->name, fs, ms);
-        }
-    }
+    return t->ndim == 2 && q->ndim == 2 && t->shape[0] == q->shape[1] &&
+           t->shape[1] == q->shape[0];
+}
+
+static int dtype_loads(StDtype dt)
+{
+    return dt == ST_DTYPE_F32 || dt == ST_DTYPE_F16 || dt == ST_DTYPE_BF16;
+}
+
+static void list_shape(NameList *l, const char *name, const SafeTensor *t, const RtParam *q)
+{
+    char fs[128], ms[128];
+    safetensors_shape_text(fs, sizeof fs, t->ndim, t->shape);
+    safetensors_shape_text(ms, sizeof ms, q->ndim, q->shape);
+    list_add(l, "%s%s (file %s, model %s%s)", l->count ? ", " : "", name, fs, ms,
+             shape_transposed(t, q) ? ": transposed" : "");
 }
 
 static void list_flush(char *err, size_t errlen, size_t *at, const char *what, const NameList *l)
@@ -188,41 +203,172 @@ static void list_flush(char *err, size_t errlen, size_t *at, const char *what, c
     *at += w > 0 ? (size_t)w : 0;
 }
 
-/* The file holds exactly the set's tensors with the set's shapes. */
-static int set_check(const CkptSet *s, const SafeTensors *st, const char *path, char *err,
-                     size_t errlen)
+/* ---- what a file offers -------------------------------------------------------- */
+
+static void file_free(CkptFile *f)
 {
-    static NameList miss, extra, shape; /* large: kept off the stack, single-threaded use */
-    memset(&miss, 0, sizeof miss), memset(&extra, 0, sizeof extra);
-    memset(&shape, 0, sizeof shape);
-    list_entries(s, st, &miss, &shape);
-    for (int i = 0; i < safetensors_count(st); i++) {
-        const char *name = safetensors_get(st, i)->name;
-        if (!set_find(s, name))
-            list_add(&extra, "%s%s", extra.count ? ", " : "", name);
+    for (int i = 0; i < f->n; i++)
+        free(f->src[i].name);
+    free(f->src);
+    f->src = NULL, f->n = 0;
+}
+
+static int src_cmp(const void *a, const void *b)
+{
+    return strcmp(((const CkptSrc *)a)->name, ((const CkptSrc *)b)->name);
+}
+
+static CkptSrc *file_find(const CkptFile *f, const char *name)
+{
+    CkptSrc key = {.name = (char *)name};
+    return f->n ? bsearch(&key, f->src, (size_t)f->n, sizeof *f->src, src_cmp) : NULL;
+}
+
+/* Sorted by name; two tensors under one name (GPT-2's "transformer.wte.weight" beside
+ * "wte.weight") are an error. */
+static int file_sort(CkptFile *f, char *err, size_t errlen)
+{
+    qsort(f->src, (size_t)f->n, sizeof *f->src, src_cmp);
+    for (int i = 1; i < f->n; i++)
+        if (strcmp(f->src[i - 1].name, f->src[i].name) == 0)
+            return file_set_error(err, errlen, "%s: '%s' and '%s' are both the model's %s",
+                                  f->path, f->src[i - 1].file_name, f->src[i].file_name,
+                                  f->src[i].name);
+    return 0;
+}
+
+static int file_add(CkptFile *f, const char *name, const SafeTensor *t, const SafeTensors *st)
+{
+    CkptSrc *c = &f->src[f->n];
+    if (!(c->name = strdup(name)))
+        return -1;
+    c->file_name = t->name, c->t = t, c->st = st;
+    f->n++;
+    return 0;
+}
+
+/* A checkpoint's tensors under their own names. */
+static int file_of_safetensors(CkptFile *f, const char *path, const SafeTensors *st, char *err,
+                               size_t errlen)
+{
+    int n = safetensors_count(st);
+    *f = (CkptFile){.path = path};
+    if (!(f->src = calloc((size_t)n + 1, sizeof *f->src)))
+        return file_set_error(err, errlen, "%s: out of memory", path);
+    for (int i = 0; i < n; i++)
+        if (file_add(f, safetensors_get(st, i)->name, safetensors_get(st, i), st) != 0)
+            return file_set_error(err, errlen, "%s: out of memory", path);
+    return file_sort(f, err, errlen);
+}
+
+/* --init-from's tensors under the model's names (its family's, hf.h); the buffers
+ * that are not parameters go to skipped. */
+static int file_of_source(CkptFile *f, const HfSource *s, const HfFamily *fam,
+                          NameList *skipped, char *err, size_t errlen)
+{
+    int n = hf_source_count(s);
+    char name[512];
+    *f = (CkptFile){.path = hf_source_path(s), .fam = fam};
+    if (!(f->src = calloc((size_t)n + 1, sizeof *f->src)))
+        return file_set_error(err, errlen, "%s: out of memory", f->path);
+    for (int i = 0; i < n; i++) {
+        const SafeTensors *st;
+        const SafeTensor *t = hf_source_get(s, i, &st);
+        if (hf_model_name(fam, t->name, name, sizeof name) == HF_BUFFER)
+            list_add(skipped, "%s%s", skipped->count ? ", " : "", t->name);
+        else if (file_add(f, name, t, st) != 0)
+            return file_set_error(err, errlen, "%s: out of memory", f->path);
     }
-    if (!miss.count && !extra.count && !shape.count)
+    return file_sort(f, err, errlen);
+}
+
+/* Each entry's tensor. With a family: an output head the file does not hold is read
+ * from the embedding (the file ties them), and a head the model does not have (it
+ * ties them) is checked against the embedding (set_read). */
+static void set_bind(CkptSet *s, CkptFile *f, NameList *tied)
+{
+    const char *head = f->fam ? hf_family_head(f->fam) : NULL;
+    const char *embed = f->fam ? hf_family_embed(f->fam) : NULL;
+    for (int i = 0; i < s->n; i++) {
+        CkptSrc *c = file_find(f, s->e[i].name);
+        if (!c && head && strcmp(s->e[i].name, head) == 0 && (c = file_find(f, embed)))
+            list_add(tied, "%s from %s (tied in the file)", head, c->file_name);
+        if (c)
+            c->used = 1;
+        s->e[i].src = c;
+    }
+    CkptSrc *c = head && !set_find(s, head) && set_find(s, embed) ? file_find(f, head) : NULL;
+    if (c)
+        c->used = 1, f->tied = c;
+}
+
+/* The bound entries hold the model's shapes in loadable dtypes, and the file nothing
+ * else. */
+static int set_check(const CkptSet *s, const CkptFile *f, char *err, size_t errlen)
+{
+    static NameList miss, extra, shape, dtype; /* large: kept off the stack, single-threaded use */
+    memset(&miss, 0, sizeof miss), memset(&extra, 0, sizeof extra);
+    memset(&shape, 0, sizeof shape), memset(&dtype, 0, sizeof dtype);
+    for (int i = 0; i < s->n; i++) {
+        const CkptEntry *e = &s->e[i];
+        const SafeTensor *t = e->src ? e->src->t : NULL;
+        if (!t)
+            list_add(&miss, "%s%s", miss.count ? ", " : "", e->name);
+        else if (!shape_equal(t, e->param))
+            list_shape(&shape, e->src->file_name, t, e->param);
+        else if (!dtype_loads(t->dtype))
+            list_add(&dtype, "%s%s (%s)", dtype.count ? ", " : "", e->src->file_name,
+                     safetensors_dtype_name(t->dtype));
+    }
+    if (f->tied && !shape_equal(f->tied->t, set_find(s, hf_family_embed(f->fam))->param))
+        list_shape(&shape, f->tied->file_name, f->tied->t,
+                   set_find(s, hf_family_embed(f->fam))->param);
+    for (int i = 0; i < f->n; i++)
+        if (!f->src[i].used)
+            list_add(&extra, "%s%s", extra.count ? ", " : "", f->src[i].file_name);
+    if (!miss.count && !extra.count && !shape.count && !dtype.count)
         return 0;
-    int w = snprintf(err, errlen, "%s does not match the model", path);
+    int w = snprintf(err, errlen, "%s does not match the model", f->path);
     size_t at = w > 0 ? (size_t)w : 0;
     list_flush(err, errlen, &at, "missing tensors", &miss);
     list_flush(err, errlen, &at, "unexpected tensors", &extra);
     list_flush(err, errlen, &at, "wrong shapes", &shape);
+    list_flush(err, errlen, &at, "unsupported dtypes", &dtype);
+    if (dtype.count && at < errlen)
+        snprintf(err + at, errlen - at, "; F32, F16 and BF16 load");
     return -1;
 }
 
-static int set_read(const CkptSet *s, const SafeTensors *st, const char *path, char *err,
-                    size_t errlen)
+/* The file's output head equals the embedding the model ties it to. */
+static int tied_check(const CkptSet *s, const CkptFile *f, char *err, size_t errlen)
 {
-    if (set_check(s, st, path, err, errlen) != 0)
+    const CkptEntry *e = set_find(s, hf_family_embed(f->fam));
+    int64_t n = e->param->numel;
+    float *head = malloc((size_t)n * sizeof *head + 1);
+    if (!head)
+        return file_set_error(err, errlen, "%s: out of memory", f->path);
+    int rc = safetensors_read_f32(f->tied->st, f->tied->t, head, n, err, errlen);
+    int same = rc == 0 && memcmp(head, e->data, (size_t)n * sizeof *head) == 0;
+    free(head);
+    if (rc == 0 && !same)
+        rc = file_set_error(err, errlen,
+                            "%s: %s differs from %s, but the model ties its output head to the "
+                            "embedding: it cannot hold both",
+                            f->path, f->tied->file_name, e->src->file_name);
+    return rc;
+}
+
+static int set_read(const CkptSet *s, const CkptFile *f, char *err, size_t errlen)
+{
+    if (set_check(s, f, err, errlen) != 0)
         return -1;
     for (int i = 0; i < s->n; i++) {
-        const SafeTensor *t = safetensors_find(st, s->e[i].name);
-        if (!s->e[i].skip &&
-            safetensors_read_f32(st, t, s->e[i].data, s->e[i].param->numel, err, errlen) != 0)
+        const CkptEntry *e = &s->e[i];
+        if (!e->skip &&
+            safetensors_read_f32(e->src->st, e->src->t, e->data, e->param->numel, err, errlen) != 0)
             return -1;
     }
-    return 0;
+    return f->tied ? tied_check(s, f, err, errlen) : 0;
 }
 
 static int set_write(const CkptSet *s, const char *path, const char *const keys[],
@@ -241,32 +387,98 @@ static int set_write(const CkptSet *s, const char *path, const char *const keys[
 
 /* ---- parameter files ----------------------------------------------------------- */
 
-int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *err,
-                     size_t errlen)
+/* The Hugging Face family of the program's parameter names, or NULL. */
+static const HfFamily *program_family(const RtProgram *p)
 {
-    CkptSet s;
-    SafeTensors *st = safetensors_open(path, err, errlen);
-    if (!st)
+    const char **names = calloc((size_t)p->nparams + 1, sizeof *names);
+    for (int i = 0; names && i < p->nparams; i++)
+        names[i] = p->params[i].name;
+    const HfFamily *f = names ? hf_family_of(names, p->nparams) : NULL;
+    free(names);
+    return f;
+}
+
+static void note_text(char *note, size_t len, const char *path, const HfFamily *fam,
+                      const NameList *skipped, const NameList *tied)
+{
+    int w = fam && (skipped->count || tied->count)
+                ? snprintf(note, len, "%s: %s checkpoint", path, hf_family_name(fam))
+                : snprintf(note, len, "%s", "");
+    size_t at = w > 0 ? (size_t)w : 0;
+    if (skipped->count && at < len)
+        at += (size_t)snprintf(note + at, len - at, "; skipped %d buffer%s that %s not "
+                               "parameters: %s%s", skipped->count, skipped->count == 1 ? "" : "s",
+                               skipped->count == 1 ? "is" : "are", skipped->text,
+                               skipped->count > CKPT_LIST_MAX ? ", ..." : "");
+    if (tied->count && at < len)
+        snprintf(note + at, len - at, "; %s", tied->text);
+}
+
+int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *note,
+                     size_t notelen, char *err, size_t errlen)
+{
+    static NameList skipped, tied; /* large: kept off the stack, single-threaded use */
+    memset(&skipped, 0, sizeof skipped), memset(&tied, 0, sizeof tied);
+    CkptSet s = {0};
+    CkptFile f = {0};
+    HfSource *src = hf_source_open(path, err, errlen);
+    if (!src)
         return -1;
+    const HfFamily *fam = program_family(p);
     int rc = set_params(p, params, &s, err, errlen);
     if (rc == 0)
-        rc = set_read(&s, st, path, err, errlen);
+        rc = file_of_source(&f, src, fam, &skipped, err, errlen);
+    if (rc == 0) {
+        set_bind(&s, &f, &tied);
+        rc = set_read(&s, &f, err, errlen);
+    }
+    if (rc == 0 && note)
+        note_text(note, notelen, path, fam, &skipped, &tied);
+    file_free(&f);
     set_free(&s);
-    safetensors_close(st);
+    hf_source_close(src);
     return rc;
 }
 
 int ckpt_save_params(const RtProgram *p, const char *path, const char *params, char *err,
                      size_t errlen)
 {
-    static const char *const keys[2] = {"format", "model"};
-    const char *const vals[2] = {"pt", p->model};
+    static const char *const keys[4] = {"format", "model", "arch", "seq"};
+    char seq[32];
+    snprintf(seq, sizeof seq, "%" PRId64, p->seq);
+    const char *const vals[4] = {"pt", p->model, p->arch, seq};
     CkptSet s;
     if (set_params(p, (char *)params, &s, err, errlen) != 0)
         return -1;
-    int rc = set_write(&s, path, keys, vals, 2, err, errlen);
+    int rc = set_write(&s, path, keys, vals, p->arch ? 4 : 2, err, errlen);
     set_free(&s);
     return rc;
+}
+
+/* The parameters as hf.h takes them; data NULL: a check only. */
+static int ckpt_hf(const RtProgram *p, const char *dir, const char *params, char *err,
+                   size_t errlen)
+{
+    HfParam *ps = calloc((size_t)p->nparams + 1, sizeof *ps);
+    if (!ps)
+        return file_set_error(err, errlen, "out of memory");
+    for (int i = 0; i < p->nparams; i++) {
+        const RtParam *q = &p->params[i];
+        ps[i] = (HfParam){q->name, q->ndim, q->shape,
+                          params ? (const float *)(params + q->offset) : NULL};
+    }
+    int rc = hf_save(dir, ps, p->nparams, p->arch, p->seq, err, errlen);
+    free(ps);
+    return rc;
+}
+
+int ckpt_save_hf(const RtProgram *p, const char *dir, const char *params, char *err,
+                 size_t errlen)
+{
+    char why[1024];
+    if (ckpt_hf(p, dir, params, why, sizeof why) != 0)
+        return file_set_error(err, errlen, "--save-hf %s: %s", dir, why);
+    return 0;
 }
 
 /* ---- checkpoints --------------------------------------------------------------- */
@@ -284,18 +496,32 @@ static int probe_dir(const char *dir)
     return 0;
 }
 
-int ckpt_prepare_dir(const char *dir, char *err, size_t errlen)
+/* Creates dir if missing and checks that a file can be created in it (flag: for
+ * messages). */
+static int prepare_dir(const char *flag, const char *dir, char *err, size_t errlen)
 {
     struct stat sb;
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return file_set_error(err, errlen, "--ckpt-dir %s: cannot create: %s", dir,
+        return file_set_error(err, errlen, "%s %s: cannot create: %s", flag, dir,
                               strerror(errno));
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return file_set_error(err, errlen, "--ckpt-dir %s: not a directory", dir);
+        return file_set_error(err, errlen, "%s %s: not a directory", flag, dir);
     if (probe_dir(dir) != 0)
-        return file_set_error(err, errlen, "--ckpt-dir %s: cannot write there: %s", dir,
+        return file_set_error(err, errlen, "%s %s: cannot write there: %s", flag, dir,
                               strerror(errno));
     return 0;
+}
+
+int ckpt_prepare_dir(const char *dir, char *err, size_t errlen)
+{
+    return prepare_dir("--ckpt-dir", dir, err, errlen);
+}
+
+int ckpt_check_save_hf(const RtProgram *p, const char *dir, char *err, size_t errlen)
+{
+    return ckpt_save_hf(p, dir, NULL, err, errlen) || prepare_dir("--save-hf", dir, err, errlen)
+               ? -1
+               : 0;
 }
 
 int ckpt_check_save_path(const char *path, char *err, size_t errlen)
@@ -325,11 +551,11 @@ static int ckpt_write_latest(const char *dir, const char *name, char *err, size_
 int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params,
               const char *opt, char *err, size_t errlen)
 {
-    static const char *const keys[11] = {"format", "version", "model", "optimizer", "step",
-                                         "data_step", "seed", "threads", "global_batch",
-                                         "loss_scale", "skipped_steps"};
+    const char *keys[13] = {"format", "version", "model", "optimizer", "step",
+                            "data_step", "seed", "threads", "global_batch",
+                            "loss_scale", "skipped_steps"};
     char step[32], data_step[32], seed[32], threads[32], gb[32], ls[40], skipped[32], name[64],
-        path[4096];
+        path[4096], seq[32];
     snprintf(step, sizeof step, "%" PRId64, m->step);
     snprintf(data_step, sizeof data_step, "%" PRId64, m->data_step);
     snprintf(seed, sizeof seed, "%" PRIu64, m->seed);
@@ -337,9 +563,10 @@ int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char
     snprintf(gb, sizeof gb, "%" PRId64, m->global_batch);
     snprintf(ls, sizeof ls, "%.17g", m->loss_scale);
     snprintf(skipped, sizeof skipped, "%" PRId64, m->skipped);
-    const char *const vals[11] = {CKPT_FORMAT, "1", p->model,
-                                  p->train.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd",
-                                  step, data_step, seed, threads, gb, ls, skipped};
+    snprintf(seq, sizeof seq, "%" PRId64, p->seq);
+    const char *vals[13] = {CKPT_FORMAT, "1", p->model,
+                            p->train.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd",
+                            step, data_step, seed, threads, gb, ls, skipped};
     snprintf(name, sizeof name, "ckpt-%" PRId64 ".safetensors", m->step);
     snprintf(path, sizeof path, "%s/%s", dir, name);
     CkptSet s;
@@ -347,6 +574,8 @@ int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char
         return -1;
     /* global_batch when known; fp16's loss scale and skipped steps (they need global_batch) */
     int nkeys = m->global_batch > 0 ? (p->train.loss_scaling ? 11 : 9) : 8;
+    if (p->arch) /* for colossalc-export */
+        keys[nkeys] = "arch", vals[nkeys++] = p->arch, keys[nkeys] = "seq", vals[nkeys++] = seq;
     int rc = set_write(&s, path, keys, vals, nkeys, err, errlen);
     set_free(&s);
     return rc ? rc : ckpt_write_latest(dir, name, err, errlen);
@@ -446,13 +675,18 @@ int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *par
     if (!st)
         return -1;
     CkptSet s = {0};
+    CkptFile f = {0};
     int rc = ckpt_check_meta(p, st, path, m, err, errlen);
     if (rc == 0)
         rc = set_ckpt(p, params, opt, &s, err, errlen);
+    if (rc == 0)
+        rc = file_of_safetensors(&f, path, st, err, errlen);
     if (rc == 0) {
         set_skip_opt(&s, p->nparams, opt_held);
-        rc = set_read(&s, st, path, err, errlen);
+        set_bind(&s, &f, NULL);
+        rc = set_read(&s, &f, err, errlen);
     }
+    file_free(&f);
     set_free(&s);
     safetensors_close(st);
     return rc;

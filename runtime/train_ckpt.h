@@ -5,8 +5,16 @@
  * offset, v at opt_v_offset + offset).
  *
  * Parameter files (--init-from, --save): one tensor per parameter, named as in
- * the program. Loading requires exactly the program's set: missing, unexpected
- * and mis-shaped tensors are all listed in one message; F32, BF16 and F16 load.
+ * the program (--save: F32, metadata format "pt", model, and the program's "arch"
+ * and seq, which colossalc-export reads). Loading requires exactly the program's set:
+ * missing, unexpected and mis-shaped tensors and dtypes that do not load are all
+ * listed in one message; F32, BF16 and F16 load. --init-from also takes what
+ * transformers writes (runtime/hf.h): a directory, an index and its shards or one
+ * file; for a model of a known family (gpt2, llama) with transformers' names, the
+ * buffers that are not parameters skipped, and an output head tied or not.
+ *
+ * Hugging Face directories (--save-hf): model.safetensors and config.json that
+ * transformers' from_pretrained loads (hf_save).
  *
  * Checkpoints (--ckpt-dir DIR): DIR/ckpt-STEP.safetensors holds param/NAME,
  * opt_m/NAME and (AdamW) opt_v/NAME as F32, and metadata format
@@ -40,10 +48,16 @@ typedef struct CkptMeta {
  * constant a. */
 void ckpt_init_params(const RtProgram *p, char *params, uint64_t seed, const unsigned char *held);
 
-int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *err,
-                     size_t errlen);
+/* note (notelen bytes, may be NULL): "" or one line saying what was skipped or tied. */
+int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *note,
+                     size_t notelen, char *err, size_t errlen);
 int ckpt_save_params(const RtProgram *p, const char *path, const char *params, char *err,
                      size_t errlen);
+/* DIR/model.safetensors and DIR/config.json (hf.h); params NULL: only the checks. */
+int ckpt_save_hf(const RtProgram *p, const char *dir, const char *params, char *err,
+                 size_t errlen);
+/* Before training: the model makes a transformers model, and DIR can be written. */
+int ckpt_check_save_hf(const RtProgram *p, const char *dir, char *err, size_t errlen);
 
 /* Creates DIR if missing and checks that a file can be created in it. */
 int ckpt_prepare_dir(const char *dir, char *err, size_t errlen);

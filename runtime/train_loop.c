@@ -208,8 +208,15 @@ static int trainer_alloc_global(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+/* --save or --save-hf: the parameters are written at the end. */
+static int trainer_saves_params(const TrainOpts *o)
+{
+    return o->save || o->save_hf;
+}
+
 /* The global state every rank reads at start-up, then its slices. */
-static int trainer_init_global(Trainer *t, CkptMeta *m, char *err, size_t errlen)
+static int trainer_init_global(Trainer *t, CkptMeta *m, char *note, size_t notelen, char *err,
+                               size_t errlen)
 {
     const TrainOpts *o = t->opts;
     const RtProgram *g = &t->mesh.global;
@@ -223,13 +230,14 @@ static int trainer_init_global(Trainer *t, CkptMeta *m, char *err, size_t errlen
         held[t->mesh.gindex[i]] |= t->zero.owned[i];
     int rc = o->resume ? ckpt_load_latest(g, o->ckpt_dir, m, t->gstate[0], t->gstate[1], held,
                                           err, errlen)
-             : o->init_from ? ckpt_load_params(g, o->init_from, t->gstate[0], err, errlen)
+             : o->init_from ? ckpt_load_params(g, o->init_from, t->gstate[0], note, notelen,
+                                               err, errlen)
                             : (ckpt_init_params(g, t->gstate[0], t->seed, NULL), 0);
     free(held);
     if (rc == 0)
         mesh_scatter(&t->mesh, t->gstate[0], o->resume ? t->gstate[1] : NULL,
                      t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], t->zero.owned);
-    if (t->comm->rank != 0 || !(o->save || o->ckpt_dir)) { /* only the writer keeps them */
+    if (t->comm->rank != 0 || !(trainer_saves_params(o) || o->ckpt_dir)) { /* the writer's */
         free(t->gstate[0]), free(t->gstate[1]);
         t->gstate[0] = t->gstate[1] = NULL;
     }
@@ -238,17 +246,19 @@ static int trainer_init_global(Trainer *t, CkptMeta *m, char *err, size_t errlen
 
 /* The local state from the checkpoint, --init-from or the init rules: directly
  * with a one-rank layout (tp and pp 1), through the global view otherwise. */
-static int trainer_load_state(Trainer *t, CkptMeta *m, char *err, size_t errlen)
+static int trainer_load_state(Trainer *t, CkptMeta *m, char *note, size_t notelen, char *err,
+                              size_t errlen)
 {
     const TrainOpts *o = t->opts;
     const RtProgram *p = t->prog;
     if (!t->mesh.trivial)
-        return trainer_init_global(t, m, err, errlen);
+        return trainer_init_global(t, m, note, notelen, err, errlen);
     if (o->resume)
         return ckpt_load_latest(p, o->ckpt_dir, m, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT],
                                 t->zero.owned, err, errlen);
     if (o->init_from)
-        return ckpt_load_params(p, o->init_from, t->host[RT_TIER_PARAMS], err, errlen);
+        return ckpt_load_params(p, o->init_from, t->host[RT_TIER_PARAMS], note, notelen, err,
+                                errlen);
     /* ZeRO-3 with offload: each rank keeps only its own chunks (offload_push) */
     ckpt_init_params(p, t->host[RT_TIER_PARAMS], t->seed,
                      t->ex.off && t->zero.stage == 3 ? t->zero.owned : NULL);
@@ -262,8 +272,11 @@ static int trainer_init_state(Trainer *t, char *err, size_t errlen)
     const RtProgram *p = t->prog;
     int rank0 = t->comm->rank == 0;
     CkptMeta m;
-    if (trainer_load_state(t, &m, err, errlen) != 0)
+    char note[2048] = "";
+    if (trainer_load_state(t, &m, note, sizeof note, err, errlen) != 0)
         return -1;
+    if (rank0 && note[0])
+        printf("init-from %s\n", note);
     if (o->resume) {
         if (m.global_batch > 0 && m.global_batch != t->global_batch)
             return file_set_error(err, errlen,
@@ -515,7 +528,8 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
         trainer_open_data(t, o->val, &t->val, err, errlen))
         return -1;
     if (rank0 && ((o->ckpt_dir && ckpt_prepare_dir(o->ckpt_dir, err, errlen) != 0) ||
-                  (o->save && ckpt_check_save_path(o->save, err, errlen) != 0)))
+                  (o->save && ckpt_check_save_path(o->save, err, errlen) != 0) ||
+                  (o->save_hf && ckpt_check_save_hf(&t->mesh.global, o->save_hf, err, errlen))))
         return -1;
     if (rank0 && o->log && !(t->log = fopen(o->log, o->resume ? "a" : "w")))
         return file_set_error(err, errlen, "--log %s: cannot open: %s", o->log, strerror(errno));
@@ -1032,14 +1046,17 @@ static void trainer_offload_report(Trainer *t)
 static int trainer_finish_rank0(Trainer *t, char *err, size_t errlen)
 {
     const TrainOpts *o = t->opts;
-    if (o->save) {
-        int rc = t->mesh.trivial
-                     ? ckpt_save_params(t->prog, o->save, t->host[RT_TIER_PARAMS], err, errlen)
-                     : ckpt_save_params(&t->mesh.global, o->save, t->gstate[0], err, errlen);
-        if (rc != 0)
-            return -1;
+    /* the whole parameters: this rank's with a one-rank layout, else the gathered ones */
+    const RtProgram *p = t->mesh.trivial ? t->prog : &t->mesh.global;
+    const char *params = t->mesh.trivial ? t->host[RT_TIER_PARAMS] : t->gstate[0];
+    if (o->save && ckpt_save_params(p, o->save, params, err, errlen) != 0)
+        return -1;
+    if (o->save)
         printf("saved parameters to %s\n", o->save);
-    }
+    if (o->save_hf && ckpt_save_hf(p, o->save_hf, params, err, errlen) != 0)
+        return -1;
+    if (o->save_hf)
+        printf("saved a transformers model to %s\n", o->save_hf);
     if (o->sample > 0 && trainer_sample(t, o->sample, stdout, err, errlen) != 0)
         return -1;
     if (t->log && (ferror(t->log) || fflush(t->log) != 0))
@@ -1079,8 +1096,9 @@ int trainer_finish(Trainer *t, char *err, size_t errlen)
 {
     trainer_peak_report(t);
     zero_gather_params(&t->zero, &t->ex);
-    /* an offload program's parameters are at their homes: read them all first */
-    int bad = t->ex.off && (t->zero.stage != 3 || t->opts->save) && /* ZeRO-3: nothing to compare */
+    /* an offload program's parameters are at their homes: read them all first (ZeRO-3:
+     * only to save them, there are no replicas to compare) */
+    int bad = t->ex.off && (t->zero.stage != 3 || trainer_saves_params(t->opts)) &&
               trainer_host_pull(t, err, errlen) != 0;
     if (trainer_agree(t, bad, err, errlen) != 0)
         return -1;
@@ -1088,7 +1106,7 @@ int trainer_finish(Trainer *t, char *err, size_t errlen)
                               errlen) != 0; /* within each dp group */
     if (trainer_agree(t, bad, err, errlen) != 0)
         return -1;
-    if (t->opts->save) {
+    if (trainer_saves_params(t->opts)) {
         bad = !t->ex.off && trainer_host_pull(t, err, errlen) != 0;
         if (trainer_agree(t, bad, err, errlen) != 0)
             return -1;

@@ -128,7 +128,8 @@ static int global_program(Mesh *m)
     g->version = p->version, g->batch = p->batch, g->seq = p->seq, g->vocab = p->vocab;
     g->microbatches = p->microbatches, g->train = p->train, g->mesh = p->mesh;
     g->slots = 1;
-    if (!(g->model = strdup(p->model)) || global_params(m) != 0 || global_index(m) != 0)
+    if (!(g->model = strdup(p->model)) || (p->arch && !(g->arch = strdup(p->arch))) ||
+        global_params(m) != 0 || global_index(m) != 0)
         return -1;
     int64_t bytes = g->param_elems * 4;
     g->tiers[RT_TIER_PARAMS] = g->tiers[RT_TIER_GRADS] = bytes;

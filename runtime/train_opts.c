@@ -58,10 +58,12 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG,
       "compile the CUDA kernels for ARCH (sm_90) into the kernel cache and exit; no GPU needed")   \
     X("--tf32", OPT_FLAG, tf32, 0, 0, "",                                                          \
       "CUDA: GEMMs on TF32 tensor cores (f32 inputs rounded to 10-bit mantissas)")                 \
-    X("--init-from", OPT_STR, init_from, 0, 0, "FILE",                                             \
-      "initial parameters from safetensors (F32, BF16, F16)")                                      \
+    X("--init-from", OPT_STR, init_from, 0, 0, "PATH",                                             \
+      "initial parameters (F32, BF16, F16): safetensors, or a transformers directory or index")    \
     X("--save", OPT_STR, save, 0, 0, "FILE",                                                       \
       "write the parameters at the end (safetensors, F32)")                                        \
+    X("--save-hf", OPT_STR, save_hf, 0, 0, "DIR",                                                  \
+      "write the parameters at the end as a transformers model (model.safetensors, config.json)") \
     X("--ckpt-dir", OPT_STR, ckpt_dir, 0, 0, "DIR",                                                \
       "checkpoints: DIR/ckpt-STEP.safetensors, DIR/latest")                                        \
     X("--ckpt-every", OPT_INT, ckpt_every, 1, 1e15, "N",                                           \

@@ -17,7 +17,7 @@
 #define TRAIN_VAL_BATCHES 4
 
 typedef struct TrainOpts {
-    const char *data, *val, *init_from, *save, *ckpt_dir, *log;
+    const char *data, *val, *init_from, *save, *save_hf, *ckpt_dir, *log;
     const char *nvme_dir; /* offload programs: where the NVMe location's files go */
     int64_t steps;      /* default 10 */
     int64_t val_every;  /* -1: only after the last step */

@@ -8,6 +8,7 @@
 #include "train_program.h"
 
 #include "runtime/fileio.h"
+#include "runtime/hf.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -728,6 +729,18 @@ static int parse_parallel(Pj *pj, const cJSON *r, RtProgram *p)
     return 0;
 }
 
+/* "arch" (optional), kept as text for runtime/hf.h, which checks it. */
+static int parse_arch(Pj *pj, const cJSON *r, RtProgram *p)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(r, "arch");
+    char why[256];
+    if (!a)
+        return 0;
+    if (!(p->arch = cJSON_PrintUnformatted(a)))
+        return file_set_error(pj->err, pj->errlen, "program: out of memory");
+    return hf_arch_check(p->arch, why, sizeof why) ? pj_fail(pj, "", "arch", why) : 0;
+}
+
 static int parse_header(Pj *pj, const cJSON *r, RtProgram *p)
 {
     int64_t v;
@@ -760,7 +773,7 @@ static int parse_header(Pj *pj, const cJSON *r, RtProgram *p)
     }
     if (!(p->model = strdup(model)))
         return file_set_error(pj->err, pj->errlen, "program: out of memory");
-    return parse_parallel(pj, r, p);
+    return parse_arch(pj, r, p) ? -1 : parse_parallel(pj, r, p);
 }
 
 static int parse_train(Pj *pj, const cJSON *r, RtTrain *t)
@@ -1426,6 +1439,7 @@ void program_free(RtProgram *p)
     for (int i = 0; p->inputs && i < p->ninputs; i++)
         free(p->inputs[i].name);
     free(p->inputs);
+    free(p->arch);
     free(p->step.instr);
     free(p->sync.instr);
     free(p->gradnorm.instr);

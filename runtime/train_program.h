@@ -232,6 +232,7 @@ typedef struct RtMesh {
 typedef struct RtProgram {
     int version;
     char *model;
+    char *arch;      /* "arch" as JSON text (runtime/program.h; runtime/hf.h reads it), or NULL */
     int64_t batch, seq, vocab;
     int64_t microbatches;    /* runs of `step` per step, each on `batch` rows (default 1) */
     int64_t dp;              /* data-parallel ranks the plan was made for (0: any) */

@@ -13,9 +13,17 @@ PKGS=(
   python3 python3-torch python3-numpy       # reference tests (run by /usr/bin/python3)
   python3-pip                               # ... and the PyPI modules below
 )
-# PyPI modules of the reference tests, pinned to versions that run on Debian's numpy:
-# ml_dtypes rounds to float8_e4m3fn and float8_e5m2 (the fp8 reference)
-PYPI=(ml_dtypes==0.3.2)
+# PyPI modules of the reference tests, pinned to versions that run on Debian's numpy
+# and torch 1.13: ml_dtypes rounds to float8_e4m3fn and float8_e5m2 (the fp8 reference);
+# transformers is the outside reference of tests/hf (4.40 is among the last to run on
+# torch 1.13), with the modules it imports that Debian 12 does not install (PyYAML and
+# requests are Debian's)
+PYPI=(
+  ml_dtypes==0.3.2
+  transformers==4.40.2
+  safetensors==0.4.3 tokenizers==0.19.1 huggingface_hub==0.23.4
+  regex==2024.5.15 tqdm==4.66.4 filelock==3.15.4 packaging==24.1 fsspec==2024.6.1
+)
 
 pypi() {
   local sudo=""
