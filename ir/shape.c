@@ -178,6 +178,7 @@ void infer_neg(Node *n) {
 }
 void infer_gelu(Node *n) { infer_unary(n); }
 void infer_silu(Node *n) { infer_unary(n); }
+void infer_gelu_erf(Node *n) { infer_unary(n); }
 void infer_relu(Node *n) { infer_unary(n); }
 void infer_dropout(Node *n) {
   infer_unary(n);
@@ -191,6 +192,7 @@ void infer_cast(Node *n) {
 void cost_neg(const Node *n, Cost *c) { cost_ew(n, c, 1, 1); }
 void cost_gelu(const Node *n, Cost *c) { cost_ew(n, c, 8, 12); } /* tanh form */
 void cost_silu(const Node *n, Cost *c) { cost_ew(n, c, 4, 6); }
+void cost_gelu_erf(const Node *n, Cost *c) { cost_ew(n, c, 8, 12); } /* erf priced as tanh */
 void cost_relu(const Node *n, Cost *c) { cost_ew(n, c, 1, 1); }
 void cost_dropout(const Node *n, Cost *c) { cost_ew(n, c, 2, 1); }
 void cost_cast(const Node *n, Cost *c) { cost_ew(n, c, 0, 0); }
@@ -514,9 +516,11 @@ static void infer_act_grad(Node *n) {
 }
 void infer_gelu_grad(Node *n) { infer_act_grad(n); }
 void infer_silu_grad(Node *n) { infer_act_grad(n); }
+void infer_gelu_erf_grad(Node *n) { infer_act_grad(n); }
 void infer_relu_grad(Node *n) { infer_act_grad(n); }
 void cost_gelu_grad(const Node *n, Cost *c) { cost_ew(n, c, 12, 0); }
 void cost_silu_grad(const Node *n, Cost *c) { cost_ew(n, c, 6, 0); }
+void cost_gelu_erf_grad(const Node *n, Cost *c) { cost_ew(n, c, 12, 0); }
 void cost_relu_grad(const Node *n, Cost *c) { cost_ew(n, c, 1, 0); }
 
 /* layernorm_grad(x, w, g): which 0 gives dx, 1 dw, 2 db. */
