@@ -95,6 +95,7 @@ typedef struct Graph {
   Layer *layers;         /* [nlayers] */
   int nlayers, layers_cap;
   Node *loss;
+  const char *loss_name; /* the loss's name in the source: the train directive's, or the ONNX output's */
   bool has_train;
   TrainSpec train;
   /* after autodiff: nodes [0, n_forward) are the forward pass, the rest backward */
