@@ -150,9 +150,20 @@ Node *imp_op2(Imp *m, const ONode *at, OpKind op, Node *x, Node *y) {
   return imp_infer(imp_node(m, at, op, in, 2));
 }
 
+double f32_short(double v) {
+  if (!isfinite(v) || (double)(float)v != v) return v;
+  char buf[32];
+  for (int digits = 1; digits <= 9; digits++) {
+    snprintf(buf, sizeof buf, "%.*g", digits, v);
+    double d = strtod(buf, NULL);
+    if ((float)d == (float)v) return d;
+  }
+  return v;
+}
+
 Node *imp_const(Imp *m, const ONode *at, double v, DType t) {
   Node *c = imp_node(m, at, OP_CONST, NULL, 0);
-  ir_set_float(c, "value", v);
+  ir_set_float(c, "value", f32_short(v));
   c->dtype = t;
   return imp_infer(c);
 }
@@ -311,7 +322,17 @@ static int model_opset(Imp *m, const Onnx__ModelProto *mp) {
   file_error(m, "the model imports no opset of the default ONNX domain");
 }
 
-/* ---- layers ----------------------------------------------------------------------- */
+/* ---- names and layers ------------------------------------------------------------------- */
+
+/* The characters of a name in the IR's text form (ir/irparse.c): parameter and input
+ * names are checkpoint keys there, layer names too. */
+static bool name_char(char c) { return isalnum((unsigned char)c) || strchr("_.+-/", c); }
+
+static void check_name(const ONode *at, const char *name, const char *what) {
+  for (const char *c = name; *c; c++)
+    if (!name_char(*c)) imp_error(at, "the %s name has a '%c': colossalc's names (checkpoint keys) are letters, digits "
+                                      "and _ . + - /", what, isprint((unsigned char)*c) ? *c : '?');
+}
 
 static int layer_index(Imp *m, const char *name, const char *group) {
   intptr_t k = (intptr_t)strmap_get(&m->layers, name);
@@ -334,7 +355,10 @@ static int node_layer(Imp *m, const char *name) {
   for (const char *c = name; end && c < end;) {
     if (*c == '/') { c++; continue; }
     const char *e = c, *dot = NULL;
-    while (e < end && *e != '/') dot = *e == '.' ? e : dot, e++;
+    while (e < end && *e != '/') {
+      if (!name_char(*e)) return -1; /* not a module path */
+      dot = *e == '.' ? e : dot, e++;
+    }
     if (len + (size_t)(e - c) + 2 > sizeof path) return -1;
     if (len) path[len++] = '.';
     memcpy(path + len, c, e - c);
@@ -385,8 +409,8 @@ static Init param_init(const ONode *at, const Onnx__TensorProto *t, int64_t n) {
     sum += x, sq += x * x;
   }
   if (same) return first == 0 ? (Init){INIT_ZEROS, 0, 0} : first == 1 ? (Init){INIT_ONES, 0, 0} : (Init){INIT_CONSTANT, first, 0};
-  double mean = sum / (double)n, var = sq / (double)n - mean * mean;
-  return (Init){INIT_NORMAL, sqrt(var > 0 ? var : 0), mean};
+  double mean = sum / (double)n, var = sq / (double)n - mean * mean, std = sqrt(var > 0 ? var : 0);
+  return isfinite(mean) && isfinite(std) ? (Init){INIT_NORMAL, std, mean} : (Init){INIT_NORMAL, 0.02, 0};
 }
 
 static void put_value(Imp *m, const ONode *at, const char *name, OVal *v) {
@@ -406,6 +430,7 @@ static void read_initializer(Imp *m, const Onnx__TensorProto *t) {
     imp_error(at, "the values are stored outside the file (external data): save the model with its weights inside");
   OVal *v;
   if (t->data_type == OT_FLOAT) {
+    check_name(at, name, "parameter's");
     v = ov_new(m, NULL, OV_PARAM);
     v->dtype = DT_F32;
     read_dims(m, at, t, &v->shape, "the parameter");
@@ -440,6 +465,7 @@ static void read_input(Imp *m, const Onnx__ValueInfoProto *vi) {
   at->layer = -1;
   at->loc = loc_named(m, arena_printf(m->a, "input '%s'", shown(m->a, name)));
   if (!*name) imp_error(at, "a graph input has no name");
+  check_name(at, name, "input's");
   const Onnx__TypeProto *tp = vi->type;
   if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type->has_elem_type)
     imp_error(at, "the input is not a tensor of a known element type");

@@ -170,18 +170,6 @@ OTensor *ot_from_proto(Imp *m, const ONode *at, const Onnx__TensorProto *p) {
 
 /* ---- shape rules (for constants and run-time values alike) ---------------------------- */
 
-bool bcast_shape(const Shape *a, const Shape *b, Shape *out) {
-  int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
-  out->ndim = nd;
-  for (int i = 0; i < nd; i++) {
-    int ia = a->ndim - nd + i, ib = b->ndim - nd + i;
-    int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
-    if (da != db && da != 1 && db != 1) return false;
-    out->d[i] = da == 1 ? db : da;
-  }
-  return true;
-}
-
 int norm_axis(const ONode *n, int64_t axis, int ndim) {
   if (axis < -ndim || axis >= ndim)
     imp_error(n, "axis %lld is out of range for a tensor of %d dimensions", (long long)axis, ndim);
@@ -284,6 +272,8 @@ void slice_ranges(const ONode *n, const Shape *in, SliceAx *r) {
     if (seen[a]) imp_error(n, "axis %d is sliced twice", a);
     seen[a] = true;
     if (!step) imp_error(n, "a slice step of 0");
+    int64_t most = dim > 0 ? dim : 1; /* a longer step takes one element at most */
+    step = step > most ? most : step < -most ? -most : step;
     if (s < 0) s = s < -dim ? 0 : s + dim;
     if (e < 0) e = e < -dim ? -1 : e + dim;
     if (step > 0) s = s > dim ? dim : s, e = e > dim ? dim : e;
@@ -545,7 +535,7 @@ static void fold_expand(Imp *m, ONode *n) {
   int64_t v[MAX_DIMS];
   Shape want = {(int)ot_ints(n, need_const(n, 1, "shape"), v, MAX_DIMS, "the shape"), {0}}, s;
   memcpy(want.d, v, sizeof v);
-  if (!bcast_shape(&x->shape, &want, &s)) imp_error(n, "the input does not broadcast to the shape");
+  if (!shape_broadcast(&x->shape, &want, &s)) imp_error(n, "the input does not broadcast to the shape");
   OTensor *t = ot_new(m, n, x->type, &s);
   for (int64_t k = 0; k < t->n; k++) {
     int64_t src = bcast_at(&s, &x->shape, k);
@@ -674,6 +664,16 @@ static double ew_binary(EwOp op, double a, double b) {
   }
 }
 
+int ew_arity(const char *op) {
+  int k = ew_of(op);
+  return k < 0 ? 0 : k >= EW_NEG ? 1 : 2;
+}
+
+double ew_apply(const char *op, double a, double b) {
+  int k = ew_of(op);
+  return k >= EW_NEG ? ew_unary((EwOp)k, a) : ew_binary((EwOp)k, a, b);
+}
+
 static void fold_elementwise(Imp *m, ONode *n) {
   EwOp op = ew_of(n->op);
   if (op >= EW_NEG) {
@@ -686,7 +686,7 @@ static void fold_elementwise(Imp *m, ONode *n) {
   if (n->nin != 2) imp_error(n, "%s of %d inputs is not supported", n->op, n->nin);
   const OTensor *a = cin(n, 0), *b = cin(n, 1);
   Shape s;
-  if (!bcast_shape(&a->shape, &b->shape, &s)) imp_error(n, "the inputs' shapes do not broadcast");
+  if (!shape_broadcast(&a->shape, &b->shape, &s)) imp_error(n, "the inputs' shapes do not broadcast");
   bool cmp = op >= EW_EQ;
   OTensor *t = ot_new(m, n, cmp ? OT_BOOL : a->type, &s);
   bool ints = !ot_is_float(a->type) && !ot_is_float(b->type) && op <= EW_DIV;
@@ -701,7 +701,7 @@ static void fold_elementwise(Imp *m, ONode *n) {
 static void fold_where(Imp *m, ONode *n) {
   const OTensor *c = cin(n, 0), *x = cin(n, 1), *y = cin(n, 2);
   Shape s1, s;
-  if (!bcast_shape(&c->shape, &x->shape, &s1) || !bcast_shape(&s1, &y->shape, &s))
+  if (!shape_broadcast(&c->shape, &x->shape, &s1) || !shape_broadcast(&s1, &y->shape, &s))
     imp_error(n, "the inputs' shapes do not broadcast");
   OTensor *t = ot_new(m, n, x->type, &s);
   for (int64_t k = 0; k < t->n; k++) {

@@ -92,6 +92,10 @@ Node *imp_op1(Imp *m, const ONode *at, OpKind op, Node *x);
 Node *imp_op2(Imp *m, const ONode *at, OpKind op, Node *x, Node *y);
 Node *imp_infer(Node *n);
 Node *imp_const(Imp *m, const ONode *at, double v, DType t);
+/* A float32 value (ONNX's constants and attributes are) in the fewest decimal digits that
+ * round back to it, so that 1e-5 reads 1e-5 rather than 9.99999974737875e-06; other
+ * values as they are. */
+double f32_short(double v);
 Node *imp_reshape(Imp *m, const ONode *at, Node *x, const Shape *s);
 void ir_set_int(Node *n, const char *name, int64_t v);
 void ir_set_float(Node *n, const char *name, double v);
@@ -114,7 +118,8 @@ bool ot_uniform(const OTensor *t, double *v);          /* every element equal (a
 int64_t ot_ints(const ONode *n, const OTensor *t, int64_t *v, int max, const char *what); /* a 1-D (or scalar) int list */
 const OTensor *need_const(const ONode *n, int i, const char *what);
 bool fold_node(Imp *m, ONode *n);                      /* computed n's outputs from its constant inputs */
-bool bcast_shape(const Shape *a, const Shape *b, Shape *out);
+int ew_arity(const char *op);                          /* an elementwise op's inputs (1 or 2), 0 for another op */
+double ew_apply(const char *op, double a, double b);   /* an elementwise op on doubles (b unused by unary ones) */
 int norm_axis(const ONode *n, int64_t axis, int ndim);
 /* shape rules shared by constants and run-time values */
 enum { MAX_SPLIT = 1024 };

@@ -27,17 +27,8 @@ static bool uniform(const OVal *v, double *c) { return v && v->kind == OV_CONST 
 
 /* ---- activations: functions of one tensor, by evaluation ------------------------------------- */
 
-static const char *const ew_ops[] = {"Add", "Sub", "Mul", "Div", "Neg", "Pow", "Sqrt", "Erf", "Tanh", "Sigmoid",
-                                     "Exp", "Log", "Reciprocal", "Relu", "Abs"};
-
-static int ew_index(const OVal *v) {
-  if (!v || v->kind == OV_CONST || !v->def) return -1;
-  for (size_t i = 0; i < sizeof ew_ops / sizeof *ew_ops; i++)
-    if (!strcmp(ew_ops[i], v->def->op)) return (int)i;
-  return -1;
-}
-
-static int ew_arity(int op) { return op < 6 && op != 4 ? 2 : 1; }
+/* v computed by an elementwise op (onnx_fold.c evaluates them): its arity, else 0 */
+static int ew_op(const OVal *v) { return !v || v->kind == OV_CONST || !v->def ? 0 : ew_arity(v->def->op); }
 
 /* Whether v is a function of x alone: every path down from v through the ops above
  * ends at x or at a constant all of whose elements are equal. */
@@ -46,9 +37,9 @@ static bool only_of(const OVal *v, const OVal *x, int depth, int *budget) {
   if (v == x) return true;
   if (--*budget < 0 || depth > MAX_DEPTH) return false;
   if (v && v->kind == OV_CONST) return uniform(v, &c);
-  int op = ew_index(v);
-  if (op < 0 || v->def->nin < ew_arity(op)) return false;
-  for (int i = 0; i < ew_arity(op); i++)
+  int arity = ew_op(v);
+  if (!arity || v->def->nin < arity) return false;
+  for (int i = 0; i < arity; i++)
     if (!only_of(v->def->in[i], x, depth + 1, budget)) return false;
   return true;
 }
@@ -56,25 +47,7 @@ static bool only_of(const OVal *v, const OVal *x, int depth, int *budget) {
 static double eval_at(const OVal *v, const OVal *x, double t) {
   if (v == x) return t;
   if (v->kind == OV_CONST) return ot_get(v->c, 0);
-  int op = ew_index(v);
-  double a = eval_at(in0(v), x, t), b = ew_arity(op) == 2 ? eval_at(in1(v), x, t) : 0;
-  switch (op) {
-  case 0: return a + b;
-  case 1: return a - b;
-  case 2: return a * b;
-  case 3: return a / b;
-  case 4: return -a;
-  case 5: return pow(a, b);
-  case 6: return sqrt(a);
-  case 7: return erf(a);
-  case 8: return tanh(a);
-  case 9: return 1 / (1 + exp(-a));
-  case 10: return exp(a);
-  case 11: return log(a);
-  case 12: return 1 / a;
-  case 13: return a > 0 ? a : 0;
-  default: return fabs(a);
-  }
+  return ew_apply(v->def->op, eval_at(in0(v), x, t), ew_op(v) == 2 ? eval_at(in1(v), x, t) : 0);
 }
 
 static double gelu_erf_f(double x) { return 0.5 * x * (1 + erf(x * M_SQRT1_2)); }
@@ -87,8 +60,8 @@ static int arguments_of(OVal *v, OVal **seen) {
   int n = 0;
   seen[n++] = v;
   for (int i = 0; i < n; i++) {
-    int op = ew_index(seen[i]);
-    for (int k = 0; op >= 0 && k < ew_arity(op) && k < seen[i]->def->nin; k++) {
+    int arity = ew_op(seen[i]);
+    for (int k = 0; k < arity && k < seen[i]->def->nin; k++) {
       OVal *c = seen[i]->def->in[k];
       bool dup = !c || c->kind == OV_CONST;
       for (int j = 0; !dup && j < n; j++) dup = seen[j] == c;
@@ -222,7 +195,7 @@ static Node *match_rmsnorm(Imp *m, OVal *v) {
       !shape_eq(ov_shape(x), &v->shape) || !(w = scaled_by(v, x, a)))
     return NULL;
   Node *r = imp_op2(m, v->def, OP_RMSNORM, ov_node(m, x), ov_node(m, w));
-  ir_set_float(r, "eps", eps);
+  ir_set_float(r, "eps", f32_short(eps));
   return imp_infer(r);
 }
 
@@ -239,7 +212,7 @@ static Node *match_layernorm(Imp *m, OVal *v) {
       continue;
     Node *in[3] = {ov_node(m, x), ov_node(m, w), ov_node(m, b)};
     Node *r = imp_node(m, v->def, OP_LAYERNORM, in, 3);
-    ir_set_float(r, "eps", eps);
+    ir_set_float(r, "eps", f32_short(eps));
     return imp_infer(r);
   }
   return NULL;
@@ -279,7 +252,7 @@ static OVal *rotate_half_of(OVal *r) {
 static bool table_layout(const OTensor *t, const Shape *xs) {
   int nd = xs->ndim;
   Shape b;
-  if (!ot_is_float(t->type) || t->shape.ndim < 2 || t->shape.ndim > nd || !bcast_shape(&t->shape, xs, &b) || !shape_eq(&b, xs))
+  if (!ot_is_float(t->type) || t->shape.ndim < 2 || t->shape.ndim > nd || !shape_broadcast(&t->shape, xs, &b) || !shape_eq(&b, xs))
     return false;
   for (int d = 0; d < t->shape.ndim - 2; d++)
     if (t->shape.d[d] != 1) return false;
@@ -378,7 +351,7 @@ bool match_causal(Imp *m, OVal *v, OVal **scores) {
   const Shape *ss = ov_shape(s);
   Shape b;
   int nd = ss->ndim;
-  if (nd < 2 || mask->shape.ndim < 2 || !bcast_shape(&mask->shape, ss, &b) || !shape_eq(&b, ss)) return false;
+  if (nd < 2 || mask->shape.ndim < 2 || !shape_broadcast(&mask->shape, ss, &b) || !shape_eq(&b, ss)) return false;
   int64_t S = ss->d[nd - 2], T = ss->d[nd - 1];
   for (int d = 0; d < mask->shape.ndim - 2; d++)
     if (mask->shape.d[d] != 1) return false;
@@ -470,6 +443,6 @@ Node *match_attention(Imp *m, ONode *n, const Shape *out) {
   ir_set_int(r, "heads", hq);
   ir_set_int(r, "causal", causal);
   double hd = (double)(qs->d[2] / hq);
-  if (fabs(scale * sqrt(hd) - 1) > 1e-6) ir_set_float(r, "scale", scale);
+  if (fabs(scale * sqrt(hd) - 1) > 1e-6) ir_set_float(r, "scale", f32_short(scale));
   return imp_infer(r);
 }

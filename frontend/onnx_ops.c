@@ -32,7 +32,7 @@ static Node *in_node(Imp *m, const ONode *n, int i) { return ov_node(m, in_val(m
  * elements equal, and its shape broadcasting to other's without changing it. */
 static bool scalar_like(const OVal *c, const Shape *other, double *v) {
   Shape s;
-  return c->kind == OV_CONST && ot_uniform(c->c, v) && bcast_shape(&c->c->shape, other, &s) && shape_eq(&s, other);
+  return c->kind == OV_CONST && ot_uniform(c->c, v) && shape_broadcast(&c->c->shape, other, &s) && shape_eq(&s, other);
 }
 
 static OpKind binary_kind(const char *op) {
@@ -61,7 +61,7 @@ static void import_binary(Imp *m, ONode *n) {
   OVal *a = in_val(m, n, 0), *b = in_val(m, n, 1);
   Shape s;
   double v;
-  if (!bcast_shape(ov_shape(a), ov_shape(b), &s)) imp_error(n, "the inputs' shapes do not broadcast");
+  if (!shape_broadcast(ov_shape(a), ov_shape(b), &s)) imp_error(n, "the inputs' shapes do not broadcast");
   bool tensor_const = (a->kind == OV_CONST && !scalar_like(a, ov_shape(b), &v)) ||
                       (b->kind == OV_CONST && !scalar_like(b, ov_shape(a), &v));
   if (a->kind == OV_DEFER || b->kind == OV_DEFER || tensor_const) {
@@ -112,7 +112,7 @@ static void import_pow(Imp *m, ONode *n) {
 static void import_where(Imp *m, ONode *n) {
   Shape s1, s;
   OVal *c = in_val(m, n, 0), *x = in_val(m, n, 1), *y = in_val(m, n, 2);
-  if (!bcast_shape(ov_shape(c), ov_shape(x), &s1) || !bcast_shape(&s1, ov_shape(y), &s))
+  if (!shape_broadcast(ov_shape(c), ov_shape(x), &s1) || !shape_broadcast(&s1, ov_shape(y), &s))
     imp_error(n, "the inputs' shapes do not broadcast");
   n->out[0] = ov_defer(m, n, x->kind == OV_CONST ? y->dtype : x->dtype, &s);
 }
@@ -270,7 +270,7 @@ static void import_expand(Imp *m, ONode *n) {
   int64_t v[MAX_DIMS];
   Shape want = {(int)ot_ints(n, need_const(n, 1, "the shape"), v, MAX_DIMS, "the shape"), {0}}, s;
   memcpy(want.d, v, sizeof v);
-  if (!bcast_shape(ov_shape(x), &want, &s)) imp_error(n, "the input does not broadcast to the shape");
+  if (!shape_broadcast(ov_shape(x), &want, &s)) imp_error(n, "the input does not broadcast to the shape");
   if (shape_eq(&s, ov_shape(x))) {
     set_alias(n, 0, x);
     return;
@@ -396,7 +396,7 @@ static void import_layernorm(Imp *m, ONode *n) {
   if (n->nin < 3 || !n->in[2]) imp_error(n, "layer normalisation without a bias is not supported");
   Node *in[3] = {x, in_node(m, n, 1), in_node(m, n, 2)};
   Node *r = imp_node(m, n, OP_LAYERNORM, in, 3);
-  ir_set_float(r, "eps", attr_f(n, "epsilon", 1e-5));
+  ir_set_float(r, "eps", f32_short(attr_f(n, "epsilon", 1e-5)));
   set_node(m, n, 0, imp_infer(r));
 }
 

@@ -48,8 +48,7 @@ static int norm_axis(Node *n, int64_t axis, int ndim) {
 
 static int64_t last_dim(const Node *n) { return n->shape.ndim ? n->shape.d[n->shape.ndim - 1] : 1; }
 
-/* numpy broadcasting of a and b into out; false if they do not broadcast. */
-static bool broadcast_shapes(const Shape *a, const Shape *b, Shape *out) {
+bool shape_broadcast(const Shape *a, const Shape *b, Shape *out) {
   int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
   out->ndim = nd;
   for (int i = 0; i < nd; i++) {
@@ -136,7 +135,7 @@ void infer_matmul(Node *n) {
   Shape ba = *a, bb = *b;
   ba.ndim -= 2;
   bb.ndim -= 2;
-  if (!broadcast_shapes(&ba, &bb, &n->shape))
+  if (!shape_broadcast(&ba, &bb, &n->shape))
     error_at(n->loc, "matmul: batch dimensions of %s and %s do not broadcast", shp(n->in[0]), shp(n->in[1]));
   n->shape.d[n->shape.ndim++] = m;
   n->shape.d[n->shape.ndim++] = nn;
@@ -154,7 +153,7 @@ void cost_matmul(const Node *n, Cost *c) {
 
 static void infer_binary(Node *n) {
   same_dtypes(n);
-  if (!broadcast_shapes(&n->in[0]->shape, &n->in[1]->shape, &n->shape))
+  if (!shape_broadcast(&n->in[0]->shape, &n->in[1]->shape, &n->shape))
     error_at(n->loc, "%s: shapes %s and %s do not broadcast", nm(n), shp(n->in[0]), shp(n->in[1]));
   n->dtype = n->in[0]->dtype;
 }
@@ -474,7 +473,7 @@ void infer_broadcast(Node *n) {
     if (s->v[i] < 0) error_at(n->loc, "broadcast: bad dimension %lld", (long long)s->v[i]);
     want.d[i] = s->v[i];
   }
-  if (!broadcast_shapes(&n->in[0]->shape, &want, &got) || !shape_eq(&got, &want)) {
+  if (!shape_broadcast(&n->in[0]->shape, &want, &got) || !shape_eq(&got, &want)) {
     char w[96];
     shape_format(w, sizeof w, &want);
     error_at(n->loc, "broadcast: %s does not broadcast to %s", shp(n->in[0]), w);
@@ -497,7 +496,7 @@ void infer_sum_to(Node *n) {
   const AttrVal *s = attr_get(n, "shape");
   Shape want = {s->n, {0}}, got;
   for (int i = 0; i < s->n; i++) want.d[i] = s->v[i];
-  if (!broadcast_shapes(&want, &n->in[0]->shape, &got) || !shape_eq(&got, &n->in[0]->shape)) {
+  if (!shape_broadcast(&want, &n->in[0]->shape, &got) || !shape_eq(&got, &n->in[0]->shape)) {
     char w[96];
     shape_format(w, sizeof w, &want);
     error_at(n->loc, "sum_to: %s does not broadcast to %s", w, shp(n->in[0]));

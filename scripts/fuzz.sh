@@ -32,7 +32,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 for t in $targets; do
   case $t in
   frontend) work=$root/work seed=$root/seed extra="-dict=tests/fuzz/model.dict -max_len=4096" ;;
-  onnx) work=$root/work-onnx seed=$root/seed-onnx extra="-max_len=32768" ;;
+  onnx) work=$root/work-onnx seed=$root/seed-onnx extra="-dict=tests/fuzz/onnx.dict -max_len=32768" ;;
   *) echo "fuzz: unknown target $t (frontend or onnx)" >&2; exit 2 ;;
   esac
   echo "fuzz: running fuzz_$t for $secs s"

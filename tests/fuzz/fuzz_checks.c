@@ -36,6 +36,24 @@ Graph *fuzz_parse_ir(Arena *a, const char *text, size_t len) {
   return g;
 }
 
+/* Whether the text read back prints as a: line by line the same, except that a line
+ * without a source location (a node from an ONNX file has none) may come back with
+ * " @LINE:COL" added, its place in the IR text, which the parser gives such a node. */
+static bool same_text(const char *a, const char *b) {
+  while (*a || *b) {
+    size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+    bool same = la == lb && !memcmp(a, b, la);
+    if (!same && lb > la && !memcmp(a, b, la) && !memchr(a, '@', la) && b[la] == ' ' && b[la + 1] == '@') {
+      const char *p = b + la + 2;
+      p += strspn(p, "0123456789");
+      same = *p == ':' && (p += 1 + strspn(p + 1, "0123456789")) == b + lb;
+    }
+    if (!same) return false;
+    a += la + (a[la] == '\n'), b += lb + (b[lb] == '\n');
+  }
+  return true;
+}
+
 /* The graph's IR must read back and print the same. */
 static void check_round_trip(const Graph *g) {
   size_t len, len2;
@@ -44,7 +62,7 @@ static void check_round_trip(const Graph *g) {
   Graph *back = fuzz_parse_ir(a, text, len);
   if (!back) broken(diag_last, text);
   char *again = print_ir(back, &len2);
-  if (len != len2 || memcmp(text, again, len)) broken("IR text differs after a round trip", again);
+  if (!same_text(text, again)) broken("IR text differs after a round trip", again);
   free(again);
   free(text);
   arena_free(a);
