@@ -6,9 +6,12 @@
 # (each step's loss and the final parameters, relative 1e-4, tests/e2e/compare.py).
 # The optimizer comes from a training file (mlp), colossalc's flags (gpt2) or train's
 # (llama); llama is exported with a symbolic batch, given by --set batch.
-# Usage: run_onnx.sh COLOSSALC MKTOKENS PYTHON SRCDIR WORKDIR mlp|gpt2|llama
+# With MPIRUN and PLAN (colossalc's plan options, commas for spaces), the model is
+# compiled for that plan and run under MPIRUN -np (the plan's ranks), against the same
+# one-process PyTorch reference.
+# Usage: run_onnx.sh COLOSSALC MKTOKENS PYTHON SRCDIR WORKDIR mlp|gpt2|llama [MPIRUN PLAN]
 set -eu
-cc=$1 mk=$2 py=$3 src=$4 work=$5 kind=$6
+cc=$1 mk=$2 py=$3 src=$4 work=$5 kind=$6 mpirun=${7:-} plan=$(echo "${8:-}" | tr , ' ') launch=""
 batch=2 seq=32 steps=5 export="" compile="" run="" noise=""
 case $kind in
 mlp)   batch=4 seq=16 export="--opset 17" compile="--train-file $src/tests/onnx/mlp.train" ;;
@@ -24,7 +27,15 @@ mkdir -p "$work" && cd "$work"
 rm -f log.jsonl final.safetensors train
 "$mk" "$src/data/genesis.txt" genesis.bin > /dev/null
 "$py" "$src/tests/onnx/onnx_reference.py" $kind genesis.bin . $batch $seq $steps 1e-3 $export 2>&1 | grep -v -i warn || true
-"$cc" model.onnx $compile -o train
-./train --data genesis.bin --init-from init.safetensors --steps $steps $run --log log.jsonl --save final.safetensors > /dev/null
-"$py" "$src/tests/onnx/ort_check.py" model.onnx genesis.bin $batch $seq log.jsonl 1e-5
-"$py" "$src/tests/e2e/compare.py" . log.jsonl final.safetensors 1e-4 $noise
+if [ -n "$plan" ]; then
+  "$cc" model.onnx $compile $plan -o train 2> plan.txt
+  head -1 plan.txt
+  launch="$mpirun -np $(sed -n 's/.*mpirun -np \([0-9]*\).*/\1/p' plan.txt)"
+else
+  "$cc" model.onnx $compile -o train
+fi
+# shellcheck disable=SC2086
+$launch ./train --data genesis.bin --init-from init.safetensors --steps $steps $run --log log.jsonl --save final.safetensors > /dev/null
+grep '"loss"' log.jsonl > losses.jsonl  # (the step records)
+"$py" "$src/tests/onnx/ort_check.py" model.onnx genesis.bin $batch $seq losses.jsonl 1e-5
+"$py" "$src/tests/e2e/compare.py" . losses.jsonl final.safetensors 1e-4 $noise
