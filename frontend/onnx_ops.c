@@ -429,6 +429,14 @@ static Node *cross_entropy(Imp *m, ONode *n, OVal *x, bool classes_last, OVal *y
     ir_set_ints(t, "perm", perm, nd);
     logits = imp_infer(t);
   }
+  if (ov_is(y, "Reshape") && y->def->in[0]->kind != OV_CONST && ov_shape(y->def->in[0])->ndim < MAX_DIMS) {
+    /* labels flattened from the targets (view(-1)) against logits that were not: the
+     * logits take the targets' shape, so that the loss reads the targets input */
+    OVal *y0 = y->def->in[0];
+    Shape want = *ov_shape(y0);
+    want.d[want.ndim++] = logits->shape.d[logits->shape.ndim - 1];
+    if (shape_numel(&want) == shape_numel(&logits->shape)) logits = imp_reshape(m, n, logits, &want), targets = ov_node(m, y0);
+  }
   if (targets->dtype != DT_I32) imp_error(n, "the labels must be integers");
   Node *r = imp_op2(m, n, OP_CROSS_ENTROPY, logits, targets);
   const Onnx__AttributeProto *ig = attr_find(n, "ignore_index");

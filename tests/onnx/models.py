@@ -5,8 +5,9 @@ predicting targets, so that the exported graph's one scalar output is the loss a
 `train` feeds it from an llm.c token file:
 
   mlp    an MLP classifier of each token: an embedding, residual blocks of LayerNorm,
-         Linear, GELU (the erf form, nn.GELU's default) and Linear, a Linear head; the
-         loss as log_softmax + nll_loss (ONNX's LogSoftmax + NegativeLogLikelihoodLoss)
+         Linear, GELU (the erf form, nn.GELU's default) and Linear, a Linear head on the
+         tokens flattened to rows (ONNX's Gemm); the loss as log_softmax + nll_loss
+         (ONNX's LogSoftmax + NegativeLogLikelihoodLoss)
   gpt2   GPT-2 as models/gpt2.model writes it (Hugging Face's layout and names:
          Conv1D weights [in, out], tanh GELU, layernorm eps 1e-5, the head tied to
          wte, a causal mask from a bool buffer applied by masked_fill), with labels,
@@ -49,8 +50,8 @@ class Mlp(nn.Module):
         x = self.emb(tokens)
         for block in self.layers:
             x = block(x)
-        logp = F.log_softmax(self.head(x), dim=-1)
-        return F.nll_loss(logp.view(-1, logp.shape[-1]), targets.view(-1))
+        logp = F.log_softmax(self.head(x.reshape(-1, x.shape[-1])), dim=-1)  # 2-D: a Gemm
+        return F.nll_loss(logp, targets.view(-1))
 
 
 class Conv1D(nn.Module):
