@@ -184,6 +184,22 @@ static KExpr *gelu_grad(L *l, Kernel *k, KExpr *x, KExpr *g) {
   return B(MUL, g, d);
 }
 
+/* erf(x) in f32 to within 5e-7 (Eigen's and XLA's rational approximation): x clamped to
+ * [-4, 4] (beyond it erf is +-1 in f32), then x P(x^2) / Q(x^2). */
+static KExpr *erf_approx(L *l, Kernel *k, KExpr *x) {
+  static const double p[] = {-2.72614225801306e-10, 2.77068142495902e-08,  -2.10102402082508e-06, -5.69250639462346e-05,
+                             -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02};
+  static const double q[] = {-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+                             -1.42647390514189e-02};
+  KExpr *c = B(MIN, B(MAX, x, C(-4)), C(4)), *c2 = B(MUL, c, c), *num = C(p[0]), *den = C(q[0]);
+  for (int i = 1; i < 7; i++) num = B(ADD, B(MUL, num, c2), C(p[i]));
+  for (int i = 1; i < 5; i++) den = B(ADD, B(MUL, den, c2), C(q[i]));
+  return B(DIV, B(MUL, c, num), den);
+}
+
+/* 0.5 (1 + erf(x / sqrt 2)): the standard normal CDF, GELU's erf form over x */
+static KExpr *normal_cdf(L *l, Kernel *k, KExpr *x) { return B(MUL, C(0.5), B(ADD, C(1), erf_approx(l, k, B(MUL, x, C(M_SQRT1_2))))); }
+
 static KExpr *sigmoid(L *l, Kernel *k, KExpr *x) { return U(RECIP, B(ADD, C(1), U(EXP, U(NEG, x)))); }
 
 /* rotary: x[c] cos + sign * partner sin, partner = -x[c + half] below half, x[c - half] above. */
@@ -229,6 +245,16 @@ static KExpr *expr_gelu(L *l, Kernel *k, const Node *n, AxMap m) { return gelu(l
 static KExpr *expr_silu(L *l, Kernel *k, const Node *n, AxMap m) {
   KExpr *x = in_expr(l, k, n, 0, m);
   return B(MUL, x, sigmoid(l, k, x));
+}
+static KExpr *expr_gelu_erf(L *l, Kernel *k, const Node *n, AxMap m) {
+  KExpr *x = in_expr(l, k, n, 0, m);
+  return B(MUL, x, normal_cdf(l, k, x));
+}
+/* g (cdf(x) + x phi(x)), phi the standard normal density */
+static KExpr *expr_gelu_erf_grad(L *l, Kernel *k, const Node *n, AxMap m) {
+  KExpr *x = in_expr(l, k, n, 0, m);
+  KExpr *phi = B(MUL, C(0.3989422804014327), U(EXP, B(MUL, C(-0.5), B(MUL, x, x))));
+  return B(MUL, in_expr(l, k, n, 1, m), B(ADD, normal_cdf(l, k, x), B(MUL, x, phi)));
 }
 static KExpr *expr_relu(L *l, Kernel *k, const Node *n, AxMap m) { return B(MAX, in_expr(l, k, n, 0, m), C(0)); }
 static KExpr *expr_gelu_grad(L *l, Kernel *k, const Node *n, AxMap m) {
@@ -1277,12 +1303,14 @@ static void lower_unsupported(L *l, const Node *n) {
 #define lower_neg lower_expr_node
 #define lower_gelu lower_expr_node
 #define lower_silu lower_expr_node
+#define lower_gelu_erf lower_expr_node
 #define lower_relu lower_expr_node
 #define lower_dropout lower_expr_node
 #define lower_cast lower_expr_node
 #define lower_rotary lower_expr_node
 #define lower_gelu_grad lower_expr_node
 #define lower_silu_grad lower_expr_node
+#define lower_gelu_erf_grad lower_expr_node
 #define lower_relu_grad lower_expr_node
 #define lower_pad lower_expr_node
 #define lower_sum lower_reduce

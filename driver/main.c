@@ -28,8 +28,8 @@
 static void usage(FILE *f) {
   fputs("usage: colossalc FILE [options]\n"
         "\n"
-        "Compiles a model (the colossalc model language, see docs/language.md) into a\n"
-        "training program.\n"
+        "Compiles a model (the colossalc model language, see docs/language.md, or an ONNX\n"
+        "file, docs/onnx.md) into a training program.\n"
         "\n"
         "options:\n"
         "  -o FILE           compile the training program into the executable FILE\n"
@@ -87,6 +87,12 @@ static void usage(FILE *f) {
         "                    instruction by instruction (docs/memory.md); with -o\n"
         "  --host-memory SIZE    what the host may hold of the training state (default: this\n"
         "                    machine's memory); the rest goes to NVMe files (train --nvme-dir)\n"
+        "  --optimizer O     adamw or sgd, with PyTorch's defaults (overrides the model's train\n"
+        "                    directive; an ONNX file's is adamw's defaults)\n"
+        "  --lr X, --beta1 X, --beta2 X, --eps X, --weight-decay X, --momentum X, --clip X,\n"
+        "  --warmup N, --min-lr X, --lr-schedule cosine|constant   one optimizer setting\n"
+        "  --train-file FILE the training directive from a file that holds only it\n"
+        "                    (train loss with adamw(lr = 6e-4, ...);), for an ONNX file\n"
         "  --summary         print parameters, FLOPs per step and a per-layer table\n"
         "                    (the default when nothing else is asked for)\n"
         "  --dump-ir         print the verified IR, one op per line with its shape\n"
@@ -97,6 +103,20 @@ static void usage(FILE *f) {
         "  -h, --help        print this help\n"
         "  --version         print the version\n", f);
 }
+
+/* Training settings of the command line, over the model's train directive (an ONNX
+ * file's: adamw's defaults): --train-file, then --optimizer (its defaults), then each
+ * setting given (bit i of set: value[i], in train_fields' order). */
+typedef struct TrainOptions {
+  const char *file;
+  int opt;                   /* an OptKind, or -1 */
+  int schedule;              /* a SchedKind, or -1 */
+  unsigned set;
+  double value[9];
+} TrainOptions;
+
+static const char *const train_fields[] = {"lr", "beta1", "beta2", "eps", "weight-decay", "momentum", "clip", "min-lr",
+                                           "warmup"};
 
 typedef struct Options {
   const char *file;
@@ -120,6 +140,7 @@ typedef struct Options {
   int fp8_history, fp8_margin; /* --fp8-history, --fp8-margin */
   bool precision_set;        /* --precision given (else: a plan file's, bf16 on a GPU profile, fp32) */
   bool classifier_fused;     /* --classifier fused: classifier_ce (passes/decompose.c) */
+  TrainOptions train;        /* --train-file, --optimizer, --lr, ... */
 } Options;
 
 enum { RC_AUTO = RC_COUNT };
@@ -179,7 +200,7 @@ static int parse_choice(const char *flag, const char *arg, const char *const *na
 enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA,
        O_GPN, O_GPU, O_CLUSTER, O_DUMP_PLAN, O_PLAN_OUT, O_PLAN, O_DP, O_TP, O_PP, O_ZERO, O_MBS, O_SCHEDULE, O_VSTAGES,
        O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD, O_WHAT_IF, O_NVME, O_PRECISION,
-       O_CLASSIFIER, O_FP8_HISTORY, O_FP8_MARGIN };
+       O_CLASSIFIER, O_FP8_HISTORY, O_FP8_MARGIN, O_OPTIMIZER, O_LR_SCHEDULE, O_TRAIN_FILE, O_TRAIN_FIELD };
 
 /* The options that describe the cluster or force part of the plan. */
 static bool parse_plan_option(int c, const char *arg, Options *o) {
@@ -215,6 +236,55 @@ static bool parse_plan_option(int c, const char *arg, Options *o) {
   return true;
 }
 
+/* --lr, --beta1, ...: a number >= 0 (betas below 1, lr above 0, warmup whole). */
+static double parse_train_value(int field, const char *arg) {
+  char *end;
+  double v = strtod(arg, &end);
+  bool ok = end != arg && !*end && v >= 0 && v < 1e30;
+  if (field == 0) ok &= v > 0;
+  if (field == 1 || field == 2) ok &= v < 1;
+  if (field == 8) ok &= v == (double)(int64_t)v;
+  if (!ok) {
+    fprintf(stderr, "colossalc: --%s takes %s, got '%s'\n", train_fields[field],
+            field == 0 ? "a positive number" : field <= 2 ? "a number in [0, 1)" : field == 8 ? "a whole number of steps" : "a number >= 0",
+            arg);
+    exit(1);
+  }
+  return v;
+}
+
+static bool parse_train_option(int c, const char *arg, TrainOptions *t) {
+  static const char *const opts[] = {"adamw", "sgd"}, *const scheds[] = {"cosine", "constant"};
+  if (c == O_OPTIMIZER) t->opt = parse_choice("--optimizer", arg, opts, 2) ? OPT_SGD : OPT_ADAMW;
+  else if (c == O_LR_SCHEDULE) t->schedule = parse_choice("--lr-schedule", arg, scheds, 2) ? SCHED_CONSTANT : SCHED_COSINE;
+  else if (c == O_TRAIN_FILE) t->file = arg;
+  else if (c >= O_TRAIN_FIELD && c < O_TRAIN_FIELD + 9) {
+    t->value[c - O_TRAIN_FIELD] = parse_train_value(c - O_TRAIN_FIELD, arg);
+    t->set |= 1u << (c - O_TRAIN_FIELD);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/* The command line's training settings over g's directive; false after a reported
+ * error (in the training file). */
+static bool apply_train_options(Arena *a, const TrainOptions *o, Graph *g) {
+  if (o->file && !frontend_train_file(a, o->file, g)) return false;
+  TrainSpec *t = &g->train;
+  if (o->opt >= 0 && (int)t->opt != o->opt) {
+    SrcLoc loc = t->loc;
+    frontend_train_defaults(t, (OptKind)o->opt);
+    t->loc = loc;
+  }
+  double *field[] = {&t->lr, &t->beta1, &t->beta2, &t->eps, &t->weight_decay, &t->momentum, &t->clip, &t->min_lr};
+  for (int i = 0; i < 8; i++)
+    if (o->set >> i & 1) *field[i] = o->value[i];
+  if (o->set >> 8 & 1) t->warmup = (int64_t)o->value[8];
+  if (o->schedule >= 0) t->schedule = (SchedKind)o->schedule;
+  return true;
+}
+
 static void parse_options(int argc, char **argv, Options *o) {
   static const struct option longs[] = {
     {"set", required_argument, 0, O_SET}, {"gpus", required_argument, 0, O_GPUS},
@@ -234,14 +304,20 @@ static void parse_options(int argc, char **argv, Options *o) {
     {"offload", required_argument, 0, O_OFFLOAD}, {"jobs", required_argument, 0, 'j'},
     {"what-if", no_argument, 0, O_WHAT_IF}, {"precision", required_argument, 0, O_PRECISION},
     {"classifier", required_argument, 0, O_CLASSIFIER}, {"fp8-history", required_argument, 0, O_FP8_HISTORY},
-    {"fp8-margin", required_argument, 0, O_FP8_MARGIN},
+    {"fp8-margin", required_argument, 0, O_FP8_MARGIN}, {"optimizer", required_argument, 0, O_OPTIMIZER},
+    {"lr-schedule", required_argument, 0, O_LR_SCHEDULE}, {"train-file", required_argument, 0, O_TRAIN_FILE},
+    {"lr", required_argument, 0, O_TRAIN_FIELD + 0}, {"beta1", required_argument, 0, O_TRAIN_FIELD + 1},
+    {"beta2", required_argument, 0, O_TRAIN_FIELD + 2}, {"eps", required_argument, 0, O_TRAIN_FIELD + 3},
+    {"weight-decay", required_argument, 0, O_TRAIN_FIELD + 4}, {"momentum", required_argument, 0, O_TRAIN_FIELD + 5},
+    {"clip", required_argument, 0, O_TRAIN_FIELD + 6}, {"min-lr", required_argument, 0, O_TRAIN_FIELD + 7},
+    {"warmup", required_argument, 0, O_TRAIN_FIELD + 8},
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
-  *o = (Options){.gpus = 1, .rc = -1, .precision = DT_F32, .fp8_history = 1024};
+  *o = (Options){.gpus = 1, .rc = -1, .precision = DT_F32, .fp8_history = 1024, .train = {.opt = -1, .schedule = -1}};
   plan_force_init(&o->force);
   o->force.attn = -1; /* not asked: the plan file's, else what the plan may use */
   int c;
   while ((c = getopt_long(argc, argv, "ho:j:", longs, NULL)) != -1) {
-    if (parse_plan_option(c, optarg, o)) continue;
+    if (parse_plan_option(c, optarg, o) || parse_train_option(c, optarg, &o->train)) continue;
     switch (c) {
     case O_SET: add_override(o, optarg); break;
     case O_GPUS: o->gpus = parse_positive("--gpus", optarg), o->gpus_set = o->plan = true; break;
@@ -520,7 +596,10 @@ static Graph *graph_for_plan(Arena *arena, const char *text, size_t len, Options
   o->ov[k].value = arena_strdup(arena, value);
   for (int i = 0; i < o->nov; i++) o->ov[i].used = false;
   Graph *g = frontend_compile(arena, o->file, text, len, o->ov, o->nov);
-  if (!g) error_plain("%s: compiling the plan's micro-batch of %d sequences needs a config constant 'batch'", o->file, ch->mbs);
+  if (!g)
+    error_plain("%s: compiling the plan's micro-batch of %d sequences needs a config constant 'batch' (in an ONNX "
+                "file, a symbolic batch dimension: dynamic_axes={0: 'batch'})", o->file, ch->mbs);
+  if (!apply_train_options(arena, &o->train, g)) error_plain("%s: the training settings failed", o->file);
   return g;
 }
 
@@ -830,7 +909,7 @@ int main(int argc, char **argv) {
   text = frontend_read_file(arena, o.file, &len);
   diag_pop(&j);
   Graph *volatile g = frontend_compile(arena, o.file, text, len, o.ov, o.nov); /* parse, elaborate, verify */
-  if (!g) return fail(arena, &o);
+  if (!g || !apply_train_options(arena, &o.train, g)) return fail(arena, &o);
   if (o.dump_ir) ir_print(stdout, g);
   bool program_dump = false;
   for (int i = 5; i < NPASSES && o.dump_after; i++) program_dump |= !strcmp(o.dump_after, pass_names[i]);

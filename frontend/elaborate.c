@@ -641,6 +641,22 @@ static void train_arg(Elab *E, TrainSpec *t, Arg *a) {
   }
 }
 
+void frontend_train_defaults(TrainSpec *t, OptKind opt) {
+  if (opt == OPT_ADAMW) *t = (TrainSpec){OPT_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0, 0, 0, 0, SCHED_CONSTANT, {0}, false};
+  else *t = (TrainSpec){OPT_SGD, 1e-2, 0, 0, 0, 0, 0, 0, 0, 0, SCHED_CONSTANT, {0}, false};
+}
+
+/* The optimizer of a train directive: its arguments over its defaults. */
+static void train_spec(Elab *E, Stmt *s, TrainSpec *t) {
+  if (!strcmp(s->opt, "adamw")) frontend_train_defaults(t, OPT_ADAMW);
+  else if (!strcmp(s->opt, "sgd")) frontend_train_defaults(t, OPT_SGD);
+  else error_at(s->loc, "unknown optimizer '%s' (adamw or sgd)", s->opt);
+  t->loc = s->loc;
+  for (int i = 0; i < s->nargs; i++) train_arg(E, t, &s->args[i]);
+  if (!(t->lr > 0)) error_at(s->loc, "the learning rate must be positive");
+  if (t->beta1 >= 1 || t->beta2 >= 1) error_at(s->loc, "betas must be below 1");
+}
+
 static void exec_train(Elab *E, Env *env, Stmt *s) {
   Graph *g = E->g;
   if (g->has_train) error_at(s->loc, "a second 'train' directive");
@@ -654,14 +670,8 @@ static void exec_train(Elab *E, Env *env, Stmt *s) {
              dtype_name(g->loss->dtype), shape);
   }
   g->has_train = true;
-  TrainSpec *t = &g->train;
-  t->loc = s->loc;
-  if (!strcmp(s->opt, "adamw")) *t = (TrainSpec){OPT_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0, 0, 0, 0, SCHED_CONSTANT, s->loc, false};
-  else if (!strcmp(s->opt, "sgd")) *t = (TrainSpec){OPT_SGD, 1e-2, 0, 0, 0, 0, 0, 0, 0, 0, SCHED_CONSTANT, s->loc, false};
-  else error_at(s->loc, "unknown optimizer '%s' (adamw or sgd)", s->opt);
-  for (int i = 0; i < s->nargs; i++) train_arg(E, t, &s->args[i]);
-  if (!(t->lr > 0)) error_at(s->loc, "the learning rate must be positive");
-  if (t->beta1 >= 1 || t->beta2 >= 1) error_at(s->loc, "betas must be below 1");
+  g->loss_name = s->name;
+  train_spec(E, s, &g->train);
 }
 
 static void collect_blocks(Elab *E, Stmt *s) {
@@ -678,7 +688,7 @@ static void collect_blocks(Elab *E, Stmt *s) {
   }
 }
 
-static const char *model_name(Arena *a, const char *path) {
+const char *frontend_model_name(Arena *a, const char *path) {
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
   const char *dot = strrchr(base, '.');
@@ -687,7 +697,7 @@ static const char *model_name(Arena *a, const char *path) {
 
 Graph *frontend_elaborate(Ast *ast, ConfigOverride *ov, int nov) {
   Elab E = {.arena = ast->arena, .ov = ov, .nov = nov, .scope = "", .layer = -1};
-  E.g = graph_new(ast->arena, model_name(ast->arena, ast->src->name));
+  E.g = graph_new(ast->arena, frontend_model_name(ast->arena, ast->src->name));
   E.g->source = ast->src->name;
   E.mem0 = E.arena->total;
   E.frames = arena_array(E.arena, MAX_NEST, sizeof *E.frames);
@@ -713,4 +723,36 @@ Graph *frontend_elaborate(Ast *ast, ConfigOverride *ov, int nov) {
   if (!E.g->has_train)
     error_at((SrcLoc){ast->src, 1, 1}, "the model has no 'train' directive (train LOSS with adamw(...);)");
   return E.g;
+}
+
+/* ---- a training side file ------------------------------------------------------------ */
+
+bool frontend_train_file(Arena *a, const char *path, Graph *g) {
+  DiagJump j;
+  diag_push(&j);
+  if (setjmp(j.jb)) {
+    diag_pop(&j);
+    return false;
+  }
+  size_t len;
+  char *text = frontend_read_file(a, path, &len);
+  Ast *ast = frontend_parse(a, path, text, len);
+  if (!ast) {
+    diag_pop(&j);
+    return false;
+  }
+  Stmt *s = ast->items;
+  if (!s || s->kind != ST_TRAIN || s->next)
+    error_at(s ? s->loc : (SrcLoc){ast->src, 1, 1},
+             "a training file holds one train directive and nothing else, like: train loss with adamw(lr = 6e-4);");
+  if (g->loss_name && strcmp(s->name, g->loss_name))
+    error_at(s->value ? s->value->loc : s->loc, "the model's loss is '%s', not '%s'", g->loss_name, s->name);
+  Elab E = {.arena = a, .scope = "", .layer = -1, .g = g};
+  E.mem0 = a->total;
+  strmap_init(&E.config, a);
+  strmap_init(&E.blocks, a);
+  train_spec(&E, s, &g->train);
+  g->has_train = true;
+  diag_pop(&j);
+  return true;
 }

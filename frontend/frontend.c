@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include "frontend/lexer.h"
+#include "frontend/onnx.h"
 #include "frontend/parser.h"
 
 void parse_error(ParseCtx *ctx, SrcLoc loc, const char *fmt, ...) {
@@ -54,6 +55,7 @@ Graph *frontend_compile(Arena *a, const char *path, const char *text, size_t len
     diag_pop(&j);
     return NULL;
   }
+  if (onnx_is_model(path, text, len)) return onnx_compile(a, path, text, len, ov, nov);
   DiagJump j;
   diag_push(&j);
   if (setjmp(j.jb)) { diag_pop(&j); return NULL; }

@@ -47,7 +47,8 @@ void error_at(SrcLoc loc, const char *fmt, ...) {
   va_end(ap);
   diag_last_loc = loc;
   if (diag_stream) {
-    if (loc.file) fprintf(diag_stream, "%s:%d:%d: error: %s\n", loc.file->name, loc.line, loc.col, diag_last);
+    if (loc.file && loc.line > 0) fprintf(diag_stream, "%s:%d:%d: error: %s\n", loc.file->name, loc.line, loc.col, diag_last);
+    else if (loc.file) fprintf(diag_stream, "%s: error: %s\n", loc.file->name, diag_last); /* a binary file: no line */
     else fprintf(diag_stream, "error: %s\n", diag_last);
     print_line(diag_stream, loc);
   }
@@ -71,7 +72,8 @@ void warn_at(SrcLoc loc, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fprintf(diag_stream, "%s:%d:%d: warning: %s\n", loc.file ? loc.file->name : "?", loc.line, loc.col, msg);
+  if (loc.line > 0) fprintf(diag_stream, "%s:%d:%d: warning: %s\n", loc.file ? loc.file->name : "?", loc.line, loc.col, msg);
+  else fprintf(diag_stream, "%s: warning: %s\n", loc.file ? loc.file->name : "?", msg);
   print_line(diag_stream, loc);
 }
 

@@ -1,6 +1,7 @@
 /* Diagnostics. Three error paths (STYLE.md):
  *  - user errors: error_at() prints `file:line:col: error: msg`, the source line and a
- *    caret, then unwinds to the innermost DIAG_TRY (the driver exits with status 1);
+ *    caret (`file: error: msg` for a location without a line: a node of a binary ONNX
+ *    file, whose "file" names the node), then unwinds to the innermost DIAG_TRY (the driver exits with status 1);
  *  - internal bugs: unreachable()/ir_assert() name the file and line and abort;
  *  - library failures: the runtime's *_CHECK macros (not here). */
 #ifndef COLOSSALC_DIAG_H

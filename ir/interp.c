@@ -73,6 +73,9 @@ static double gelu_d(double x) {
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * x * x);
 }
 static double silu_d(double x) { double s = sigmoid(x); return s * (1 + x * (1 - s)); }
+static double gelu_erf(double x) { return 0.5 * x * (1 + erf(x * M_SQRT1_2)); }
+/* 0.5 (1 + erf(x / sqrt 2)) + x phi(x), phi the standard normal density */
+static double gelu_erf_d(double x) { return 0.5 * (1 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327; }
 
 /* ---- elementwise ----------------------------------------------------------------- */
 
@@ -89,17 +92,20 @@ static void run_binary(const Node *n, const double *a, const double *b, double *
 }
 
 static double unop(OpKind op, double x) {
-  return op == OP_NEG ? -x : op == OP_GELU ? gelu(x) : op == OP_SILU ? x * sigmoid(x) : x > 0 ? x : 0;
+  return op == OP_NEG ? -x : op == OP_GELU ? gelu(x) : op == OP_GELU_ERF ? gelu_erf(x) : op == OP_SILU ? x * sigmoid(x) : x > 0 ? x : 0;
 }
 
 static void run_unary(const Node *n, const double *x, double *out) {
   for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = unop(n->op, x[i]);
 }
 
-/* gelu_grad, silu_grad, relu_grad (x, g). */
+/* gelu_grad, gelu_erf_grad, silu_grad, relu_grad (x, g). */
 static void run_act_grad(const Node *n, const double *x, const double *g, double *out) {
   for (int64_t i = 0, N = numel(n); i < N; i++) {
-    double d = n->op == OP_GELU_GRAD ? gelu_d(x[i]) : n->op == OP_SILU_GRAD ? silu_d(x[i]) : x[i] > 0;
+    double d = n->op == OP_GELU_GRAD       ? gelu_d(x[i])
+               : n->op == OP_GELU_ERF_GRAD ? gelu_erf_d(x[i])
+               : n->op == OP_SILU_GRAD     ? silu_d(x[i])
+                                           : x[i] > 0;
     out[i] = g[i] * d;
   }
 }
@@ -612,7 +618,7 @@ void interp_eval(const Node *n, const double *const *in, double *out, int64_t st
   case OP_EMBEDDING: run_embedding(n, in[0], in[1], out); break;
   case OP_MATMUL: run_matmul(n, in[0], in[1], out); break;
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: run_binary(n, in[0], in[1], out); break;
-  case OP_NEG: case OP_GELU: case OP_SILU: case OP_RELU: run_unary(n, in[0], out); break;
+  case OP_NEG: case OP_GELU: case OP_GELU_ERF: case OP_SILU: case OP_RELU: run_unary(n, in[0], out); break;
   case OP_DROPOUT: run_dropout(n, in[0], out, step); break;
   case OP_CAST: run_cast(n, in[0], out); break;
   case OP_ROTARY: run_rotary(n, in[0], out); break;
@@ -632,7 +638,7 @@ void interp_eval(const Node *n, const double *const *in, double *out, int64_t st
   case OP_CONCAT: run_concat(n, in, out); break;
   case OP_BROADCAST: run_broadcast(n, in[0], out); break;
   case OP_SUM_TO: run_sum_to(n, in[0], out); break;
-  case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: run_act_grad(n, in[0], in[1], out); break;
+  case OP_GELU_GRAD: case OP_GELU_ERF_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: run_act_grad(n, in[0], in[1], out); break;
   case OP_LAYERNORM_GRAD: run_layernorm_grad(n, in[0], in[1], in[2], out); break;
   case OP_RMSNORM_GRAD: run_rmsnorm_grad(n, in[0], in[1], in[2], out); break;
   case OP_SOFTMAX_GRAD: run_softmax_grad(n, in[0], in[1], out); break;

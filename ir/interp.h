@@ -16,6 +16,8 @@
  *                   batch axes (all but the last two) broadcast.
  *  add sub mul div  broadcast, elementwise.       neg   -x.
  *  gelu             0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (tanh form)
+ *  gelu_erf         0.5 x (1 + erf(x / sqrt(2)))  (exact form; the kernels compute erf
+ *                   with a rational approximation good to 5e-7, as Eigen and XLA do)
  *  silu             x * sigmoid(x).               relu  max(x, 0).
  *  dropout(p, seed) out[i] = keep ? x[i] / (1 - p) : 0 with keep = (u >= (float)p),
  *                   u = dropout_uniform(seed, step, i) (ir/rand.h), i the flat element
@@ -51,7 +53,7 @@
  *  broadcast(shape) x broadcast to shape.      sum_to(shape)  sums x over the axes
  *                   along which shape broadcasts to x's shape (the transpose of
  *                   broadcast).
- *  gelu_grad silu_grad relu_grad (x, g)  g * f'(x); relu'(0) = 0.
+ *  gelu_grad gelu_erf_grad silu_grad relu_grad (x, g)  g * f'(x); relu'(0) = 0.
  *  layernorm_grad(x, w, g, which, eps)  which 0: dx; 1: dw = sum over rows of
  *                   g * xhat; 2: db = sum over rows of g.
  *  rmsnorm_grad(x, w, g, which, eps)    which 0: dx; 1: dw = sum over rows of

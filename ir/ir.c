@@ -112,5 +112,6 @@ Graph *graph_new_like(const Graph *g) {
   for (int i = 0; i < g->nlayers; i++) graph_add_layer(h, g->layers[i].name, g->layers[i].group);
   h->has_train = g->has_train;
   h->train = g->train;
+  h->loss_name = g->loss_name;
   return h;
 }

@@ -95,6 +95,7 @@ typedef struct Graph {
   Layer *layers;         /* [nlayers] */
   int nlayers, layers_cap;
   Node *loss;
+  const char *loss_name; /* the loss's name in the source: the train directive's, or the ONNX output's */
   bool has_train;
   TrainSpec train;
   /* after autodiff: nodes [0, n_forward) are the forward pass, the rest backward */
@@ -141,6 +142,7 @@ bool dtype_is_float(DType t);
 int64_t shape_numel(const Shape *s);
 bool shape_eq(const Shape *a, const Shape *b);
 int shape_format(char *buf, size_t len, const Shape *s); /* "[8, 1024, 768]" */
+bool shape_broadcast(const Shape *a, const Shape *b, Shape *out); /* numpy's; false if they do not broadcast */
 
 /* graph building (ir/ir.c) */
 Graph *graph_new(Arena *a, const char *name);

@@ -48,8 +48,7 @@ static int norm_axis(Node *n, int64_t axis, int ndim) {
 
 static int64_t last_dim(const Node *n) { return n->shape.ndim ? n->shape.d[n->shape.ndim - 1] : 1; }
 
-/* numpy broadcasting of a and b into out; false if they do not broadcast. */
-static bool broadcast_shapes(const Shape *a, const Shape *b, Shape *out) {
+bool shape_broadcast(const Shape *a, const Shape *b, Shape *out) {
   int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
   out->ndim = nd;
   for (int i = 0; i < nd; i++) {
@@ -134,7 +133,7 @@ static void matmul_shape(Node *n) {
   Shape ba = *a, bb = *b;
   ba.ndim -= 2;
   bb.ndim -= 2;
-  if (!broadcast_shapes(&ba, &bb, &n->shape))
+  if (!shape_broadcast(&ba, &bb, &n->shape))
     error_at(n->loc, "matmul: batch dimensions of %s and %s do not broadcast", shp(n->in[0]), shp(n->in[1]));
   n->shape.d[n->shape.ndim++] = m;
   n->shape.d[n->shape.ndim++] = nn;
@@ -197,7 +196,7 @@ void cost_scaled_matmul(const Node *n, Cost *c) { cost_matmul(n, c); }
 
 static void infer_binary(Node *n) {
   same_dtypes(n);
-  if (!broadcast_shapes(&n->in[0]->shape, &n->in[1]->shape, &n->shape))
+  if (!shape_broadcast(&n->in[0]->shape, &n->in[1]->shape, &n->shape))
     error_at(n->loc, "%s: shapes %s and %s do not broadcast", nm(n), shp(n->in[0]), shp(n->in[1]));
   n->dtype = n->in[0]->dtype;
 }
@@ -221,6 +220,7 @@ void infer_neg(Node *n) {
 }
 void infer_gelu(Node *n) { infer_unary(n); }
 void infer_silu(Node *n) { infer_unary(n); }
+void infer_gelu_erf(Node *n) { infer_unary(n); }
 void infer_relu(Node *n) { infer_unary(n); }
 void infer_dropout(Node *n) {
   infer_unary(n);
@@ -234,6 +234,7 @@ void infer_cast(Node *n) {
 void cost_neg(const Node *n, Cost *c) { cost_ew(n, c, 1, 1); }
 void cost_gelu(const Node *n, Cost *c) { cost_ew(n, c, 8, 12); } /* tanh form */
 void cost_silu(const Node *n, Cost *c) { cost_ew(n, c, 4, 6); }
+void cost_gelu_erf(const Node *n, Cost *c) { cost_ew(n, c, 8, 12); } /* erf priced as tanh */
 void cost_relu(const Node *n, Cost *c) { cost_ew(n, c, 1, 1); }
 void cost_dropout(const Node *n, Cost *c) { cost_ew(n, c, 2, 1); }
 void cost_cast(const Node *n, Cost *c) { cost_ew(n, c, 0, 0); }
@@ -515,7 +516,7 @@ void infer_broadcast(Node *n) {
     if (s->v[i] < 0) error_at(n->loc, "broadcast: bad dimension %lld", (long long)s->v[i]);
     want.d[i] = s->v[i];
   }
-  if (!broadcast_shapes(&n->in[0]->shape, &want, &got) || !shape_eq(&got, &want)) {
+  if (!shape_broadcast(&n->in[0]->shape, &want, &got) || !shape_eq(&got, &want)) {
     char w[96];
     shape_format(w, sizeof w, &want);
     error_at(n->loc, "broadcast: %s does not broadcast to %s", shp(n->in[0]), w);
@@ -538,7 +539,7 @@ void infer_sum_to(Node *n) {
   const AttrVal *s = attr_get(n, "shape");
   Shape want = {s->n, {0}}, got;
   for (int i = 0; i < s->n; i++) want.d[i] = s->v[i];
-  if (!broadcast_shapes(&want, &n->in[0]->shape, &got) || !shape_eq(&got, &n->in[0]->shape)) {
+  if (!shape_broadcast(&want, &n->in[0]->shape, &got) || !shape_eq(&got, &n->in[0]->shape)) {
     char w[96];
     shape_format(w, sizeof w, &want);
     error_at(n->loc, "sum_to: %s does not broadcast to %s", w, shp(n->in[0]));
@@ -557,9 +558,11 @@ static void infer_act_grad(Node *n) {
 }
 void infer_gelu_grad(Node *n) { infer_act_grad(n); }
 void infer_silu_grad(Node *n) { infer_act_grad(n); }
+void infer_gelu_erf_grad(Node *n) { infer_act_grad(n); }
 void infer_relu_grad(Node *n) { infer_act_grad(n); }
 void cost_gelu_grad(const Node *n, Cost *c) { cost_ew(n, c, 12, 0); }
 void cost_silu_grad(const Node *n, Cost *c) { cost_ew(n, c, 6, 0); }
+void cost_gelu_erf_grad(const Node *n, Cost *c) { cost_ew(n, c, 12, 0); }
 void cost_relu_grad(const Node *n, Cost *c) { cost_ew(n, c, 1, 0); }
 
 /* layernorm_grad(x, w, g): which 0 gives dx, 1 dw, 2 db. */

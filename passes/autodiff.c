@@ -203,6 +203,7 @@ static void grad_div(AD *ad, Node *n, Node *g) {
 static void grad_neg(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], op1(ad, OP_NEG, g)); }
 static void grad_gelu(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], op2(ad, OP_GELU_GRAD, n->in[0], g)); }
 static void grad_silu(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], op2(ad, OP_SILU_GRAD, n->in[0], g)); }
+static void grad_gelu_erf(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], op2(ad, OP_GELU_ERF_GRAD, n->in[0], g)); }
 static void grad_relu(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], op2(ad, OP_RELU_GRAD, n->in[0], g)); }
 
 /* dropout scales kept elements by 1/(1-p): its gradient is the same mask on g. */
@@ -387,6 +388,7 @@ static void no_second_order(AD *ad, Node *n, Node *g) {
 static void grad_sum_to(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_gelu_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_silu_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
+static void grad_gelu_erf_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_relu_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_layernorm_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 static void grad_rmsnorm_grad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }

@@ -102,9 +102,9 @@ static int bdim_of(const PlanModel *pm, const Node *n) {
   case OP_FLASH_ATTENTION_GRAD: case OP_CLASSIFIER_CE: case OP_CLASSIFIER_CE_GRAD: case OP_FP8_STATE:
   case OP_FP8_QUANTIZE: case OP_SCALED_MATMUL: return -1; /* (made by decompose, autocast and autodiff, after planning) */
   case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_SPLIT: case OP_TP_COPY: return b;
-  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_GELU: case OP_SILU: case OP_RELU:
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_GELU: case OP_GELU_ERF: case OP_SILU: case OP_RELU:
   case OP_DROPOUT: case OP_CAST: case OP_ROTARY: case OP_LAYERNORM: case OP_RMSNORM: case OP_SOFTMAX:
-  case OP_ATTENTION: case OP_GELU_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_LAYERNORM_GRAD:
+  case OP_ATTENTION: case OP_GELU_GRAD: case OP_GELU_ERF_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_LAYERNORM_GRAD:
   case OP_RMSNORM_GRAD: case OP_SOFTMAX_GRAD:
     return b >= 0 ? aligned(n, in, b) : -1;
   case OP_COUNT: break;
@@ -116,7 +116,7 @@ static int bdim_of(const PlanModel *pm, const Node *n) {
 static bool saves_output(OpKind op) { return op == OP_SOFTMAX || op == OP_ATTENTION; }
 static bool saves_input(OpKind op, int i) {
   if (op == OP_MATMUL || op == OP_MUL || op == OP_DIV) return i < 2;
-  if (op == OP_GELU || op == OP_SILU || op == OP_RELU || op == OP_LAYERNORM || op == OP_RMSNORM) return i == 0;
+  if (op == OP_GELU || op == OP_GELU_ERF || op == OP_SILU || op == OP_RELU || op == OP_LAYERNORM || op == OP_RMSNORM) return i == 0;
   return op == OP_ATTENTION && i < 3;
 }
 
@@ -634,6 +634,7 @@ static void shard_along_axis(SB *b) { gen_along_axis(b, false); }
 #define shard_neg shard_linear
 #define shard_gelu shard_elementwise
 #define shard_silu shard_elementwise
+#define shard_gelu_erf shard_elementwise
 #define shard_relu shard_elementwise
 #define shard_cast shard_linear
 #define shard_layernorm shard_rownorm
@@ -643,6 +644,7 @@ static void shard_along_axis(SB *b) { gen_along_axis(b, false); }
 #define shard_sum_to shard_none
 #define shard_gelu_grad shard_none
 #define shard_silu_grad shard_none
+#define shard_gelu_erf_grad shard_none
 #define shard_relu_grad shard_none
 #define shard_layernorm_grad shard_none
 #define shard_rmsnorm_grad shard_none

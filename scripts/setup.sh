@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs every Debian package colossalc needs to build and test. Safe to run again:
-# it only installs what is missing. Run as root (or with sudo available).
+# Installs every Debian package colossalc needs to build and test, and the pinned PyPI
+# modules the reference tests need beside Debian's (into /usr/bin/python3, with
+# --no-deps: their dependencies are listed here). Safe to run again: it only installs
+# what is missing. Run as root (or with sudo available).
 set -euo pipefail
 
 PKGS=(
@@ -11,7 +13,8 @@ PKGS=(
   libopenblas-dev                           # GEMMs on the CPU backend
   libopenmpi-dev openmpi-bin                # multi-rank runs on the CPU backend
   python3 python3-torch python3-numpy       # reference tests (run by /usr/bin/python3)
-  python3-pip                               # ... and the PyPI modules below
+  libprotobuf-c-dev protobuf-c-compiler     # ONNX files (frontend/onnx.c; C generated from third_party/onnx)
+  python3-pip python3-protobuf              # the PyPI modules below; onnx's protobuf
 )
 # PyPI modules of the reference tests, pinned to versions that run on Debian's numpy
 # and torch 1.13: ml_dtypes rounds to float8_e4m3fn and float8_e5m2 (the fp8 reference);
@@ -23,6 +26,9 @@ PYPI=(
   transformers==4.40.2
   safetensors==0.4.3 tokenizers==0.19.1 huggingface_hub==0.23.4
   regex==2024.5.15 tqdm==4.66.4 filelock==3.15.4 packaging==24.1 fsspec==2024.6.1
+  # ONNX import tests (tests/onnx): onnxruntime is the reference for the forward loss,
+  # onnx reads and checks files; built for Python 3.11, numpy 1.24 and protobuf 3.21
+  onnx==1.15.0 onnxruntime==1.16.3
 )
 
 pypi() {
@@ -34,6 +40,7 @@ pypi() {
     echo "setup: installing $m from PyPI for /usr/bin/python3"
     $sudo /usr/bin/python3 -m pip install -q --break-system-packages --no-deps "$m"
   done
+  /usr/bin/python3 -c "import onnx, onnxruntime" || { echo "setup: onnx or onnxruntime does not import" >&2; exit 1; }
 }
 
 missing=()

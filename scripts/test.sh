@@ -2,7 +2,7 @@
 # The whole test suite, as CI runs it: install what is missing; build with warnings as
 # errors and run every CTest test; build again with AddressSanitizer and
 # UndefinedBehaviorSanitizer and run them again; then fuzz the front end for a
-# bounded time (FUZZ_SECONDS, default 60).
+# bounded time (FUZZ_SECONDS, default 60, for each of the two fuzz targets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -37,7 +37,7 @@ echo "== tests under ASan+UBSan"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-intercept_tls_get_addr=0}
 run_ctest build-asan
 
-echo "== fuzzing the front end for ${FUZZ_SECONDS:-60} s"
+echo "== fuzzing the front ends for ${FUZZ_SECONDS:-60} s"
 scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
 echo "both CTest runs and the fuzz run:"
 echo "summary: $((passed + 1)) passed, 0 failed, $skipped skipped"

@@ -9,4 +9,10 @@ if(COLOSSALC_FUZZ)
                    ${CMAKE_SOURCE_DIR}/models ${CMAKE_SOURCE_DIR}/tests/bad ${CMAKE_SOURCE_DIR}/tests/golden
                    ${CMAKE_CURRENT_LIST_DIR}/seeds)
   set_tests_properties(fuzz_frontend_corpus PROPERTIES LABELS fuzz TIMEOUT 300)
+  set(fuzz_onnx_scratch ${CMAKE_CURRENT_BINARY_DIR}/fuzz_onnx_scratch)
+  file(MAKE_DIRECTORY ${fuzz_onnx_scratch})
+  add_test(NAME fuzz_onnx_corpus
+           COMMAND fuzz_onnx -runs=0 -timeout=10 -rss_limit_mb=2048 ${fuzz_onnx_scratch}
+                   ${CMAKE_CURRENT_LIST_DIR}/onnx ${CMAKE_SOURCE_DIR}/tests/onnx/bad ${CMAKE_SOURCE_DIR}/tests/onnx/models)
+  set_tests_properties(fuzz_onnx_corpus PROPERTIES LABELS fuzz TIMEOUT 300)
 endif()

@@ -63,6 +63,7 @@ static const GCase cases[] = {
   {P0("f32[2, 5]") "%1 = neg %0 : f32[2, 5]\n", NULL},
   {P0("f32[2, 5]") "%1 = gelu %0 : f32[2, 5]\n", NULL},
   {P0("f32[2, 5]") "%1 = silu %0 : f32[2, 5]\n", NULL},
+  {P0("f32[2, 5]") "%1 = gelu_erf %0 : f32[2, 5]\n", NULL},
   {P0("f32[2, 5]") "%1 = relu %0 : f32[2, 5]\n", NULL},
   {P0("f32[3, 4]") "%1 = dropout %0 p=0 : f32[3, 4]\n", NULL},
   {P0("f32[4, 8]") "%1 = dropout %0 p=0.3 seed=7 : f32[4, 8]\n", NULL},
@@ -127,7 +128,7 @@ static const GCase cases[] = {
  * (no second order), and ops whose output is never floating-point (today only the
  * source arange). main checks this list against the table. */
 static const char *const nondiff[] = {
-  "input", "param", "const", "arange", "loss_scale", "sum_to", "gelu_grad", "silu_grad", "relu_grad", "layernorm_grad",
+  "input", "param", "const", "arange", "loss_scale", "sum_to", "gelu_grad", "gelu_erf_grad", "silu_grad", "relu_grad", "layernorm_grad",
   "rmsnorm_grad", "softmax_grad", "cross_entropy_grad", "embedding_grad", "pad", "flash_attention_grad",
   "classifier_ce_grad", "fp8_state",
 };

@@ -4,7 +4,7 @@
  * cross_entropy (ignore_index, none counted), attention (causal; cross with a
  * scale), rotary (Hugging Face's rotate_half, and inverse), broadcast batched
  * matmul with transposes, embedding, casts to bf16/f16/i32, and the gradient ops
- * gelu_grad, silu_grad, layernorm_grad, rmsnorm_grad, softmax_grad and
+ * gelu_grad, gelu_erf and its gradient, silu_grad, layernorm_grad, rmsnorm_grad, softmax_grad and
  * cross_entropy_grad (against torch autograd).
  *
  * test_interp_torch.py (run by Debian's /usr/bin/python3 with python3-torch, or
@@ -70,6 +70,8 @@ static const TCase cases[] = {
   {"softmax_grad", IN(0, "y", "f32[2, 3, 5]") IN(1, "g", "f32[2, 3, 5]") "%2 = softmax_grad %0, %1 axis=1 : f32[2, 3, 5]\n"},
   {"cross_entropy_grad", IN(0, "x", "f32[2, 5, 7]") IN(1, "t", "i32[2, 5]") IN(2, "g", "f32[]")
                          "%3 = cross_entropy_grad %0, %1, %2 : f32[2, 5, 7]\n"},
+  {"gelu_erf", IN(0, "a", "f32[4, 7]") "%1 = gelu_erf %0 : f32[4, 7]\n"},
+  {"gelu_erf_grad", IN(0, "x", "f32[4, 7]") IN(1, "g", "f32[4, 7]") "%2 = gelu_erf_grad %0, %1 : f32[4, 7]\n"},
 };
 enum { NCASES = sizeof cases / sizeof *cases };
 

@@ -156,6 +156,9 @@ def case_list():
     x, g = normal(2, 5, 7, std=3), torch.tensor(0.7, dtype=D64)
     t = ints([1, 6, -1, 0, 3, 2, -1, 6, 5, 4], (2, 5))
     c["cross_entropy_grad"] = dict(x=x, t=t, g=g, out=grad_of(lambda u: cross_entropy(u, t, -1), x, g))
+    x, g = normal(4, 7, std=3), normal(4, 7)
+    c["gelu_erf"] = dict(a=x, out=F.gelu(x))
+    c["gelu_erf_grad"] = dict(x=x, g=g, out=grad_of(F.gelu, x, g))
     return c
 
 
