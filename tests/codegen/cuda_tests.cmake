@@ -77,9 +77,9 @@ foreach(model ${nvrtc_models})
     set_tests_properties(nvrtc_${stem}_${arch} PROPERTIES FIXTURES_REQUIRED cuda_${stem} TIMEOUT 900)
   endforeach()
 endforeach()
-# GPT-2's bf16 program (its 16-bit loads, stores and roundings) and fp8 program (its
-# 8-bit stores and loads: the quantizing and descaling kernels)
-foreach(prec bf16 fp8)
+# GPT-2's bf16 and fp16 programs (their 16-bit loads, stores and roundings) and fp8
+# program (its 8-bit stores and loads: the quantizing and descaling kernels)
+foreach(prec bf16 fp16 fp8)
   add_test(NAME nvrtc_emit_gpt2_${prec} COMMAND colossalc ${CMAKE_SOURCE_DIR}/models/gpt2.model --precision ${prec}
            --emit-cuda ${CMAKE_CURRENT_BINARY_DIR}/cuda-gpt2-${prec})
   set_tests_properties(nvrtc_emit_gpt2_${prec} PROPERTIES FIXTURES_SETUP cuda_gpt2_${prec})
