@@ -6,7 +6,7 @@
 
 static PInstr *push_comm(Program *p, PSeq *s, IsaCommKind kind, IsaGroup group, int tier, int64_t off, int64_t bytes) {
   PInstr *in = pseq_push(p->arena, s, ISA_COMM);
-  in->comm = (PComm){kind, {tier, tier}, {off, off}, 1, bytes / 4, 1, group, 0, 0};
+  in->comm = (PComm){kind, {tier, tier}, {off, off}, 1, bytes / 4, 1, group, 0, 0, ISA_RED_SUM};
   return in;
 }
 
@@ -275,12 +275,31 @@ static void compose_update(Program **ps, int n, Program *p, bool offload) {
               pparam_bytes(&p->params[k]))->comm.root = p->params[k].owner;
 }
 
+/* fp8: this step's amaxes (max) over the tensor- and data-parallel groups, before the
+ * kernel that takes them into the histories, wherever it runs (lower.h, PFp8). */
+static void compose_fp8(Program *p) {
+  if (!p->fp8.rows || (p->tp <= 1 && p->dp == 1)) return;
+  PSeq old = p->step;
+  p->step = (PSeq){0};
+  for (int i = 0; i < old.n; i++) {
+    const PInstr *in = &old.v[i];
+    for (int g = 0; g < 2 && in->kind == ISA_KERNEL && in->kernel == p->fp8.update; g++) {
+      if (g == 0 ? p->tp <= 1 : p->dp == 1) continue;
+      PInstr *c = push_comm(p, &p->step, ISA_COMM_ALL_REDUCE, g ? ISA_GROUP_DP : ISA_GROUP_TP, RT_TIER_WORK,
+                            p->fp8.amax, p->fp8.rows * 4);
+      c->comm.red = ISA_RED_MAX, c->last_mb = in->last_mb;
+    }
+    *pseq_push(p->arena, &p->step, in->kind) = *in;
+  }
+}
+
 void compose_step(Program **ps, int n, bool offload) {
   bool **lowest = arena_array(ps[0]->arena, n, sizeof *lowest);
   for (int s = 0; s < n; s++) lowest[s] = arena_array(ps[0]->arena, ps[s]->nparams + 1, sizeof **lowest);
   compose_tied(ps, n, lowest);
   for (int s = 0; s < n; s++) {
     Program *p = ps[s];
+    compose_fp8(p);
     PSeq sums = {0}; /* none at stages 2 and 3: the step reduces each gradient (zero.h, and
                       * offload.h under ZeRO-3) */
     if (p->zero_scheduled || p->dp == 1 || (offload && p->zero_stage == 3)) {

@@ -627,6 +627,7 @@ static void lower_fp8_quantize(L *l, const Node *n) {
   KView cur = {.offset = sv->offset + 1};
   kernel_row(k, sb, cur, KS_SET, B(MAX, kx_load(l->a, k, sb, cur), mx));
   kfinish(l, l->seq, k);
+  l->seq->v[l->seq->n - 1].node = -1; /* training's: not in `forward` (validation and sampling leave the amaxes alone) */
 }
 
 /* The GEMM of the q's into f32, then the product of the values: times 1 / (s_a s_b). */
@@ -644,18 +645,29 @@ static void lower_scaled_matmul(L *l, const Node *n) {
   store_out(l, k, n, B(DIV, kx_load(l->a, k, kbuf(l, k, tmp, DT_F32), kview_contig(k, 0)), s));
 }
 
-/* At the step's end (its last micro-batch): each state's amax of this step goes into its
- * history at t % history, [0] becomes the history's largest and [1] starts again. */
+/* At the step's end (its last micro-batch): this step's running amaxes ([1] of each
+ * state) side by side in a buffer of their own, which compose_step all-reduces (max)
+ * over the mesh so that every rank scales as one rank would (Transformer Engine's amax
+ * reduction); then each goes into its state's history at t % history, [0] becomes the
+ * history's largest and [1] starts again. */
 static void emit_fp8_update(L *l) {
   if (l->fp8_buf < 0) return;
   l->at = NULL;
-  int64_t w = l->fp8_width, h = w - 2, dims[2] = {l->fp8_rows, h};
-  Kernel *k = knew(l, "fp8_scaling", KP_ROWS, dims, 2, 1);
+  int64_t w = l->fp8_width, h = w - 2, rows = l->fp8_rows, dims[2] = {rows, h};
+  int ab = lbuf_new(l, RT_TIER_WORK, rows * 4);
+  l->bufs[ab].pinned = true;
+  Kernel *k = knew(l, "fp8_amaxes", KP_ROWS, &rows, 1, 0);
+  KView cur = {.offset = 1, .strides = {w}}, each = {.strides = {1}};
+  kernel_map(k, kbuf(l, k, ab, DT_F32), each, KS_SET, kx_load(l->a, k, kbuf(l, k, l->fp8_buf, DT_F32), cur));
+  kfinish(l, l->seq, k);
+  l->seq->v[l->seq->n - 1].last_mb = true;
+  l->p->fp8 = (PFp8){.rows = rows, .width = w, .state = l->fp8_buf, .amax = ab, .update = l->p->nkernels};
+  k = knew(l, "fp8_scaling", KP_ROWS, dims, 2, 1);
   int sb = kbuf(l, k, l->fp8_buf, DT_F32);
-  KView hist = {.offset = 2, .strides = {w, 1}}, cur = {.offset = 1, .strides = {w}}, amax = {.strides = {w}};
+  KView hist = {.offset = 2, .strides = {w, 1}}, amax = {.strides = {w}}, got = {.strides = {1}};
   KExpr *t = kx_scalar(l->a, k, RT_SC_STEP);
   KExpr *slot = B(SUB, t, B(MUL, C(h), U(FLOOR, B(DIV, t, C(h)))));
-  KExpr *v = kx_select(l->a, k, B(EQ, kx_coord(l->a, k, 1), slot), kx_load(l->a, k, sb, cur), kx_load(l->a, k, sb, hist));
+  KExpr *v = kx_select(l->a, k, B(EQ, kx_coord(l->a, k, 1), slot), kx_load(l->a, k, kbuf(l, k, ab, DT_F32), got), kx_load(l->a, k, sb, hist));
   int acc = kernel_reduce(k, KR_MAX, v);
   kernel_map(k, sb, hist, KS_SET, v);
   kernel_row(k, sb, amax, KS_SET, kx_acc(l->a, k, acc));
@@ -1058,7 +1070,7 @@ static void lower_comm(L *l, const Node *n) {
   l->val[n->id] = layout_of(b, &n->shape);
   PInstr *in = emit(l, l->seq, ISA_COMM);
   PComm *c = &in->comm;
-  *c = (PComm){comm_kinds[n->op], {PENDING + xv->buf, PENDING + b}, {xv->offset * 4, 0}, shape_numel(&n->shape), 1, 1, ISA_GROUP_TP, 0, 0};
+  *c = (PComm){comm_kinds[n->op], {PENDING + xv->buf, PENDING + b}, {xv->offset * 4, 0}, shape_numel(&n->shape), 1, 1, ISA_GROUP_TP, 0, 0, ISA_RED_SUM};
   if (n->op != OP_ALL_REDUCE) {
     const Shape *gs = n->op == OP_ALL_GATHER ? &n->shape : &x->shape;
     int a = (int)attr_int(n, "axis");
@@ -1896,6 +1908,7 @@ Program *lower_program(Graph *g) {
   p->tiers[RT_TIER_WORK] = p->work_peak = place_and_patch(l, 0, 0, seqs, 4);
   for (int i = 0; i < p->ninputs; i++) p->inputs[i].offset = l->bufs[p->inputs[i].offset].offset;
   p->gradnorm_offset = l->bufs[p->gradnorm_offset].offset;
+  if (p->fp8.rows) p->fp8.state = l->bufs[p->fp8.state].offset, p->fp8.amax = l->bufs[p->fp8.amax].offset;
   p->loss_offset = placed(l, g->loss);
   if (logits) {
     p->logits_offset = placed(l, logits);
@@ -2025,6 +2038,7 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     if (c->group != ISA_GROUP_TP) cJSON_AddStringToObject(o, "group", isa_group_names[c->group]);
     if (c->group == ISA_GROUP_STAGES) cJSON_AddNumberToObject(o, "stage_group", c->stage_group);
     if (c->kind == ISA_COMM_BROADCAST || c->kind == ISA_COMM_REDUCE) cJSON_AddNumberToObject(o, "root", c->root);
+    if (c->red != ISA_RED_SUM) cJSON_AddStringToObject(o, "reduction", isa_red_names[c->red]);
     break;
   }
   case ISA_SLOT:
@@ -2215,6 +2229,12 @@ static cJSON *program_json(const Program *p) {
   cJSON_AddNumberToObject(o, "logits_offset", (double)p->logits_offset);
   cJSON_AddNumberToObject(o, "gradnorm_offset", (double)p->gradnorm_offset);
   cJSON_AddNumberToObject(o, "gradnorm_parts", (double)p->gradnorm_parts);
+  if (p->fp8.rows) {
+    cJSON *f = cJSON_AddObjectToObject(o, "fp8");
+    cJSON_AddNumberToObject(f, "offset", (double)p->fp8.state);
+    cJSON_AddNumberToObject(f, "rows", (double)p->fp8.rows);
+    cJSON_AddNumberToObject(f, "width", (double)p->fp8.width);
+  }
   cJSON_AddNumberToObject(o, "flops_per_step", p->flops_per_step);
   cJSON *names = cJSON_CreateArray();
   for (int i = 0; i < p->ncode; i++) cJSON_AddItemToArray(names, cJSON_CreateString(p->code[i]->name));

@@ -20,6 +20,17 @@
  * sends and receives; offload's moves; ZeRO's gathers and reductions. */
 typedef IsaOp PInstrKind;
 
+/* fp8's delayed-scaling states (codegen/lower.c, lower_fp8_state): `rows` states of
+ * `width` f32 (2 + history) side by side at `state` of the work tier, and this step's
+ * running amaxes gathered to `amax` (rows f32) by the step's last kernels, where
+ * compose's all_reduce (max) over the mesh finds them before kernel `update` reads them
+ * into the histories. The runtime saves and restores the states in checkpoints. */
+typedef struct PFp8 {
+  int64_t rows, width;
+  int64_t state, amax;      /* WORK byte offsets (buffer numbers until placed) */
+  int update;               /* the kernel that takes the amaxes into the histories */
+} PFp8;
+
 typedef struct PComm {
   IsaCommKind kind;
   int tier[2];              /* src, dst */
@@ -28,6 +39,7 @@ typedef struct PComm {
   IsaGroup group;           /* ISA_GROUP_TP (0) unless set */
   int stage_group;          /* ISA_GROUP_STAGES: its index in Program.stage_groups */
   int root;                 /* broadcast, reduce: the group's rank */
+  IsaRed red;               /* all_reduce: ISA_RED_SUM (0) unless set */
 } PComm;
 
 
@@ -157,6 +169,7 @@ typedef struct Program {
   int nstage_groups;
   const GraphArch *arch;    /* the whole model's architecture (ir/analysis.h), written as the
                              * program's "arch" (runtime/program.h), or NULL */
+  PFp8 fp8;                 /* --precision fp8's scaling states (rows 0: none) */
 } Program;
 
 /* The bytes a collective reads at src (out[0]) and writes at dst (out[1]): the split

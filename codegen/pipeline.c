@@ -128,7 +128,12 @@ void pipe_unroll_microbatches(Program *p) {
   p->step = (PSeq){0};
   for (int mb = 0; mb < p->microbatches; mb++) {
     for (int i = 0; i < p->ninputs; i++) put_input(p->arena, &p->step, i, mb, p->inputs[i].offset);
-    put_seq(p->arena, &p->step, &body);
+    for (int i = 0; i < body.n; i++) { /* what runs on the last micro-batch only (fp8's scaling), there */
+      if (body.v[i].last_mb && mb < p->microbatches - 1) continue;
+      PInstr *in = pseq_push(p->arena, &p->step, body.v[i].kind);
+      *in = body.v[i];
+      in->last_mb = false;
+    }
     pseq_push(p->arena, &p->step, ISA_LOSS)->offset = p->loss_offset;
   }
   p->scheduled = true, p->slots = 1;

@@ -51,6 +51,7 @@ static int check_comm(V *v, const PComm *c) {
   bool rooted = c->kind == ISA_COMM_BROADCAST || c->kind == ISA_COMM_REDUCE;
   if (c->group == ISA_GROUP_TP && p->tp < 1) return fail(v, "comm in a program without a tensor-parallel group");
   if (split && c->group != ISA_GROUP_TP) return fail(v, "comm: %s only over the tensor-parallel group", isa_comm_names[c->kind]);
+  if (c->red != ISA_RED_SUM && c->kind != ISA_COMM_ALL_REDUCE) return fail(v, "comm: %s sums (a reduction only on all_reduce)", isa_comm_names[c->kind]);
   if (c->group == ISA_GROUP_STAGES) {
     if (c->stage_group < 0 || c->stage_group >= p->nstage_groups) return fail(v, "comm: stage group %d of %d", c->stage_group, p->nstage_groups);
     const PStageGroup *sg = &p->stage_groups[c->stage_group];

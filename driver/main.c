@@ -159,6 +159,11 @@ static void add_override(Options *o, const char *arg) {
     fprintf(stderr, "colossalc: --set takes NAME=VALUE, got '%s'\n", arg);
     exit(1);
   }
+  for (int i = 0; i < o->nov; i++) /* given again: the later value wins, as for other flags */
+    if (strlen(o->ov[i].name) == (size_t)(eq - arg) && !strncmp(o->ov[i].name, arg, eq - arg)) {
+      o->ov[i].value = eq + 1;
+      return;
+    }
   o->ov = realloc(o->ov, (o->nov + 1) * sizeof *o->ov);
   if (!o->ov) exit(1);
   o->ov[o->nov++] = (ConfigOverride){strndup(arg, eq - arg), eq + 1, false};

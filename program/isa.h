@@ -163,6 +163,17 @@ static inline int isa_comm_splits(IsaCommKind k)
 typedef enum IsaGroup { ISA_GROUPS(ISA_ENUM) } IsaGroup;
 enum { ISA_NGROUPS = 0 ISA_GROUPS(ISA_COUNT) };
 #undef ISA_ENUM
+
+/* "comm" "reduction" of an all_reduce: the sum (the default; every other kind sums) or
+ * the largest value (fp8's amaxes, the same on every rank of the mesh). */
+#define ISA_REDUCTIONS(X)                                                                       \
+  X(SUM, "sum")                                                                                 \
+  X(MAX, "max")
+
+#define ISA_ENUM(name, json) ISA_RED_##name,
+typedef enum IsaRed { ISA_REDUCTIONS(ISA_ENUM) } IsaRed;
+enum { ISA_NREDS = 0 ISA_REDUCTIONS(ISA_COUNT) };
+#undef ISA_ENUM
 #undef ISA_COUNT
 
 /* "send" and "recv": tags are below this. */
@@ -173,6 +184,7 @@ enum { ISA_NGROUPS = 0 ISA_GROUPS(ISA_COUNT) };
 static const char *const isa_op_names[ISA_NOPS + 1] = {ISA_OPS(ISA_NAME) 0};
 static const char *const isa_comm_names[ISA_COMM_NKINDS + 1] = {ISA_COMM_KINDS(ISA_NAME) 0};
 static const char *const isa_group_names[ISA_NGROUPS + 1] = {ISA_GROUPS(ISA_NAME) 0};
+static const char *const isa_red_names[ISA_NREDS + 1] = {ISA_REDUCTIONS(ISA_NAME) 0};
 #undef ISA_NAME
 
 #endif

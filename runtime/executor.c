@@ -416,7 +416,8 @@ static void comm_split(Executor *ex, Comm *g, const float *src, float *dst, cons
 static void comm_all_reduce(Executor *ex, Comm *g, const float *src, float *dst,
                             const RtComm *c)
 {
-    g->all_reduce(g, src, dst, c->outer * c->n * c->inner, COMM_SUM);
+    g->all_reduce(g, src, dst, c->outer * c->n * c->inner,
+                  c->red == ISA_RED_MAX ? COMM_MAX : COMM_SUM);
 }
 
 static void comm_broadcast(Executor *ex, Comm *g, const float *src, float *dst,

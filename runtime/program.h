@@ -96,6 +96,9 @@
  *      tokens' second dimension, 1 in a program without them; "vocab" is the classes the
  *      loss scores.)
  *   "loss_offset": N, "logits_offset": N, "gradnorm_offset": N, "gradnorm_parts": N,
+ *   "fp8": {"offset": O, "rows": R, "width": W},   (optional, --precision fp8: the
+ *                      delayed-scaling states, R rows of W f32 at O of the work tier,
+ *                      the same on every rank; checkpoints save and restore them)
  *   "flops_per_step": F,
  *   "predicted_memory": [B, ...],  (optional: the device memory one training step holds
  *                      at its peak, per dp rank of a ZeRO plan or one value, as the
@@ -208,7 +211,7 @@
  *   {"op": "comm", "kind": "all_reduce"|"all_gather"|"reduce_scatter"|"split"|
  *            "broadcast"|"reduce",
  *    "src": [tier, O], "dst": [tier, O], "outer": A, "n": N, "inner": I,
- *    "group": "tp"|"dp"|"stages", "stage_group": K, "root": R}
+ *    "group": "tp"|"dp"|"stages", "stage_group": K, "root": R, "reduction": "sum"|"max"}
  *       over a group of this rank (size T, this rank r in it): "group" "tp" (the
  *       default) the tensor-parallel group, "dp" the data-parallel group, "stages" the
  *       ranks of the stages in stage_groups[K] with this rank's dp and tp coordinates
@@ -217,6 +220,7 @@
  *       tp group only) split it in T parts of N/T along the middle dimension, the others
  *       take all A*N*I elements, whatever N is:
  *         all_reduce      src, dst: A x N x I; dst = the sum over the group of src
+ *                         (with "reduction" "max": the largest; the other kinds sum)
  *         all_gather      src: A x N/T x I (this rank's part); dst: A x N x I
  *         reduce_scatter  src: A x N x I (a partial sum); dst: A x N/T x I, part r of
  *                         the sum over the group

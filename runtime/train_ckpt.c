@@ -23,6 +23,7 @@
 
 #define CKPT_FORMAT "colossalc-checkpoint"
 #define CKPT_LIST_MAX 8 /* names shown per kind of mismatch */
+#define CKPT_FP8 "fp8/state" /* fp8's scaling states (CkptMeta) */
 
 /* One tensor a file offers, under the model's name for it. */
 typedef struct CkptSrc {
@@ -371,8 +372,10 @@ static int set_read(const CkptSet *s, const CkptFile *f, char *err, size_t errle
     return f->tied ? tied_check(s, f, err, errlen) : 0;
 }
 
-static int set_write(const CkptSet *s, const char *path, const char *const keys[],
-                     const char *const vals[], int nmeta, char *err, size_t errlen)
+/* The set's tensors and, when extra is given, that one after them. */
+static int set_write(const CkptSet *s, const SafeTensorOut *extra, const char *path,
+                     const char *const keys[], const char *const vals[], int nmeta, char *err,
+                     size_t errlen)
 {
     SafeTensorOut *out = calloc((size_t)s->n + 1, sizeof *out);
     if (!out)
@@ -380,7 +383,9 @@ static int set_write(const CkptSet *s, const char *path, const char *const keys[
     for (int i = 0; i < s->n; i++)
         out[i] = (SafeTensorOut){s->e[i].name, s->e[i].param->ndim, s->e[i].param->shape,
                                  s->e[i].data};
-    int rc = safetensors_write(path, out, s->n, keys, vals, nmeta, err, errlen);
+    if (extra)
+        out[s->n] = *extra;
+    int rc = safetensors_write(path, out, s->n + (extra != NULL), keys, vals, nmeta, err, errlen);
     free(out);
     return rc;
 }
@@ -450,7 +455,7 @@ int ckpt_save_params(const RtProgram *p, const char *path, const char *params, c
     CkptSet s;
     if (set_params(p, (char *)params, &s, err, errlen) != 0)
         return -1;
-    int rc = set_write(&s, path, keys, vals, p->arch ? 4 : 2, err, errlen);
+    int rc = set_write(&s, NULL, path, keys, vals, p->arch ? 4 : 2, err, errlen);
     set_free(&s);
     return rc;
 }
@@ -576,7 +581,9 @@ int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char
     int nkeys = m->global_batch > 0 ? (p->train.loss_scaling ? 11 : 9) : 8;
     if (p->arch) /* for colossalc-export */
         keys[nkeys] = "arch", vals[nkeys++] = p->arch, keys[nkeys] = "seq", vals[nkeys++] = seq;
-    int rc = set_write(&s, path, keys, vals, nkeys, err, errlen);
+    int64_t fp8_shape[2] = {m->fp8_rows, m->fp8_width};
+    SafeTensorOut fp8 = {CKPT_FP8, 2, fp8_shape, m->fp8};
+    int rc = set_write(&s, m->fp8 ? &fp8 : NULL, path, keys, vals, nkeys, err, errlen);
     set_free(&s);
     return rc ? rc : ckpt_write_latest(dir, name, err, errlen);
 }
@@ -684,7 +691,17 @@ int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *par
     if (rc == 0) {
         set_skip_opt(&s, p->nparams, opt_held);
         set_bind(&s, &f, NULL);
+        CkptSrc *fp8 = file_find(&f, CKPT_FP8); /* optional: not an unexpected tensor */
+        if (fp8)
+            fp8->used = 1;
         rc = set_read(&s, &f, err, errlen);
+        m->fp8_restored = 0;
+        if (rc == 0 && fp8 && m->fp8 && fp8->t->ndim == 2 && fp8->t->shape[0] == m->fp8_rows &&
+            fp8->t->shape[1] == m->fp8_width) {
+            rc = safetensors_read_f32(fp8->st, fp8->t, m->fp8, m->fp8_rows * m->fp8_width, err,
+                                      errlen);
+            m->fp8_restored = rc == 0;
+        }
     }
     file_free(&f);
     set_free(&s);

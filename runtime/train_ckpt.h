@@ -20,7 +20,9 @@
  * opt_m/NAME and (AdamW) opt_v/NAME as F32, and metadata format
  * "colossalc-checkpoint", version "1", model, optimizer, step (updates done),
  * data_step (next batch index), seed, threads, global_batch (rows per step over all
- * data-parallel ranks; absent in older files). The file is the same whatever the
+ * data-parallel ranks; absent in older files), and under fp8 the delayed-scaling
+ * states as fp8/state (F32 [states, 2 + history], the same on every rank: their
+ * amaxes are reduced over the mesh). The file is the same whatever the
  * number of ranks and the ZeRO stage that wrote it. DIR/latest holds the file name
  * and a newline. Both are written atomically (fileio.h), checkpoint first, so
  * `latest` always names a complete file.
@@ -41,6 +43,13 @@ typedef struct CkptMeta {
     int64_t global_batch; /* 0: not recorded */
     double loss_scale;    /* fp16: the next step's loss scale (0: not recorded) */
     int64_t skipped;      /* fp16: steps skipped for an inf or NaN gradient */
+    /* fp8 (RtProgram.fp8): the scaling states, fp8_rows x fp8_width f32 on the host, or
+     * NULL. Saved as "fp8/state"; a resume fills them and sets fp8_restored when the file
+     * holds states of that shape (a file without them, or of another history, leaves
+     * them alone: the caller says the scales start again). */
+    float *fp8;
+    int64_t fp8_rows, fp8_width;
+    int fp8_restored;
 } CkptMeta;
 
 /* Fills every parameter (held: those with held[i], NULL: all) by its init rule, Philox

@@ -271,9 +271,22 @@ static int trainer_init_state(Trainer *t, char *err, size_t errlen)
     const TrainOpts *o = t->opts;
     const RtProgram *p = t->prog;
     int rank0 = t->comm->rank == 0;
-    CkptMeta m;
+    CkptMeta m = {0};
     char note[2048] = "";
-    if (trainer_load_state(t, &m, note, sizeof note, err, errlen) != 0)
+    int64_t fp8_bytes = p->fp8.rows * p->fp8.width * 4;
+    if (o->resume && fp8_bytes && !(m.fp8 = malloc((size_t)fp8_bytes)))
+        return file_set_error(err, errlen, "out of memory");
+    m.fp8_rows = p->fp8.rows, m.fp8_width = p->fp8.width;
+    int rc = trainer_load_state(t, &m, note, sizeof note, err, errlen);
+    if (rc == 0 && m.fp8 && m.fp8_restored) /* every rank: the states are the mesh's */
+        exec_write(&t->ex, RT_TIER_WORK, p->fp8.offset, m.fp8, fp8_bytes);
+    else if (rc == 0 && m.fp8 && rank0)
+        fprintf(stderr, "train: note: the checkpoint holds no fp8 scaling states of this program's "
+                "shape (%" PRId64 " states of history %" PRId64 "): the scales start again\n",
+                p->fp8.rows, p->fp8.width - 2);
+    free(m.fp8);
+    m.fp8 = NULL;
+    if (rc != 0)
         return -1;
     if (rank0 && note[0])
         printf("init-from %s\n", note);
@@ -940,13 +953,26 @@ static int trainer_run_val(Trainer *t, char *err, size_t errlen)
  * holders over the mesh (global tensors). */
 static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen)
 {
-    CkptMeta m = {t->step, t->data_step, t->seed, t->threads, t->global_batch, t->loss_scale, t->skipped};
+    const RtProgram *p = t->prog;
+    CkptMeta m = {t->step, t->data_step, t->seed, t->threads, t->global_batch, t->loss_scale, t->skipped,
+                  NULL, p->fp8.rows, p->fp8.width, 0};
     int rc = 0, rank0 = t->comm->rank == 0;
+    int64_t fp8_bytes = p->fp8.rows * p->fp8.width * 4;
+    if (rank0 && fp8_bytes) { /* fp8's scaling states: the same on every rank */
+        if (!(m.fp8 = malloc((size_t)fp8_bytes)))
+            rc = file_set_error(err, errlen, "out of memory");
+        else
+            exec_read(&t->ex, RT_TIER_WORK, p->fp8.offset, m.fp8, fp8_bytes);
+    }
+    if (trainer_agree(t, rc != 0, err, errlen) != 0)
+        return -1;
     zero_gather_params(&t->zero, &t->ex);
     zero_gather_opt(&t->zero, &t->ex);
     rc = trainer_host_pull(t, err, errlen); /* one rank when it fails (offload) */
-    if (trainer_agree(t, rc != 0, err, errlen) != 0)
+    if (trainer_agree(t, rc != 0, err, errlen) != 0) {
+        free(m.fp8);
         return -1;
+    }
     trainer_assemble(t, 1);
     if (!t->mesh.trivial)
         mesh_gather(&t->mesh, t->gstate[0], t->gstate[1], t->host[RT_TIER_PARAMS],
@@ -956,6 +982,7 @@ static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen)
                                          t->host[RT_TIER_OPT], err, errlen)
                              : ckpt_save(&t->mesh.global, t->opts->ckpt_dir, &m, t->gstate[0],
                                          t->gstate[1], err, errlen);
+    free(m.fp8);
     trainer_release_staging(t);
     zero_release_opt(&t->zero, &t->ex);
     zero_release_params(&t->zero, &t->ex); /* the step gathers what it needs itself */

@@ -467,6 +467,13 @@ static int parse_comm(Pj *pj, const cJSON *o, const char *path, const RtProgram 
     c->kind = (IsaCommKind)kind;
     if (parse_comm_group(pj, o, path, p, c) != 0)
         return -1;
+    int red = ISA_RED_SUM;
+    if (cJSON_GetObjectItemCaseSensitive(o, "reduction") &&
+        pj_enum(pj, o, path, "reduction", isa_red_names, &red) != 0)
+        return -1;
+    c->red = (IsaRed)red;
+    if (c->red != ISA_RED_SUM && c->kind != ISA_COMM_ALL_REDUCE)
+        return pj_fail(pj, path, "reduction", "only an all_reduce takes one (the others sum)");
     if (isa_comm_splits(c->kind) && c->n % p->mesh.tp != 0)
         return pj_fail(pj, path, "n", "not divisible by the mesh's tp");
     if (__builtin_mul_overflow(c->outer, c->n, &elems) ||
@@ -1022,6 +1029,13 @@ static int parse_slots(Pj *pj, const cJSON *r, RtProgram *p)
         pj_int(pj, r, "", "logits_offset", -1, INT64_MAX / 2, &p->logits_offset) ||
         pj_int(pj, r, "", "gradnorm_offset", 0, INT64_MAX / 2, &p->gradnorm_offset) ||
         pj_int(pj, r, "", "gradnorm_parts", 1, 1 << 30, &p->gradnorm_parts))
+        return -1;
+    const cJSON *f8 = cJSON_GetObjectItemCaseSensitive(r, "fp8");
+    if (f8 && (pj_int(pj, f8, "fp8", "offset", 0, INT64_MAX / 2, &p->fp8.offset) ||
+               pj_int(pj, f8, "fp8", "rows", 1, 1 << 24, &p->fp8.rows) ||
+               pj_int(pj, f8, "fp8", "width", 3, (1 << 20) + 2, &p->fp8.width) ||
+               pj_range(pj, p, RT_TIER_WORK, p->fp8.offset, p->fp8.rows * p->fp8.width * 4, "fp8",
+                        "offset")))
         return -1;
     return pj_range(pj, p, RT_TIER_WORK, p->loss_offset, 4, "", "loss_offset") ||
            (p->logits_offset >= 0 &&

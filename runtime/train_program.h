@@ -155,6 +155,7 @@ typedef struct RtComm {
     IsaGroup group;    /* tp, dp, or the stage group stage_group */
     int stage_group;   /* index in RtProgram.stage_groups */
     int root;          /* broadcast, reduce: a rank of the group */
+    IsaRed red;        /* all_reduce: sum or max ("reduction") */
     int tier[2];       /* src, dst */
     int64_t offset[2]; /* bytes (WORK: in the current slot) */
     int64_t outer, n, inner; /* A, N, I */
@@ -248,6 +249,7 @@ typedef struct RtProgram {
     int ninputs;
     int tokens, targets; /* the inputs with those roles, -1 for none */
     int64_t loss_offset, logits_offset, gradnorm_offset, gradnorm_parts;
+    struct { int64_t offset, rows, width; } fp8; /* "fp8": the scaling states (rows 0: none) */
     double flops_per_step;
     int nscalars; /* RT_SCALARS, or TRAIN_SCALARS when kernels read the hyperparameters */
     int nkernels;

@@ -18,6 +18,10 @@
 # PRECISION=fp16 compiles every program in fp16 and trains from a loss scale of 2^20,
 # so that steps overflow and are skipped: their update lists still run for the moves,
 # the kernels keeping every value, and the runs equal the reference as above.
+# PRECISION=fp8: every program in fp8 (the scaling states pinned in the work tier).
+# Last, 2 micro-batches of one row at 12M (the compiler writes both into the step, what
+# runs on the last micro-batch only once, there: the gradient sums, fp8's scaling)
+# against the same plan without a budget, bit for bit.
 # Usage: run_offload.sh COLOSSALC MKTOKENS SRCDIR WORKDIR PYTHON
 set -eu
 cc=$1 mk=$2 src=$3 work=$4 py=$5
@@ -25,7 +29,8 @@ rm -rf "$work" && mkdir -p "$work" && cd "$work"
 . "$src/tests/multirank/device.sh"
 "$mk" "$src/data/genesis.txt" genesis.bin > /dev/null
 model="$src/models/gpt2-tiny.model"
-cfg="--set batch=1 --set seq=16 --set d=256 --set layers=4 --precision ${PRECISION:-fp32}"
+sizes="--set seq=16 --set d=256 --set layers=4 --precision ${PRECISION:-fp32}"
+cfg="--set batch=1 $sizes"
 args="--data genesis.bin --steps 5 --threads 1 --eps 1e-6" # eps: tests/multirank/run_equal.sh
 [ "${PRECISION:-fp32}" = fp16 ] && args="$args --loss-scale 1048576"
 "$cc" "$model" $cfg -o train-ref
@@ -84,4 +89,13 @@ mkdir -p nvme
 run nvme 12M --host-memory 1M -- --nvme-dir nvme
 grep -q 'nvme' nvme.plan || { echo "the 1 MiB host did not send the state to NVMe"; exit 1; }
 [ -z "$(ls nvme)" ] || { echo "NVMe files left behind: $(ls nvme)"; exit 1; }
+if [ -z "$devargs" ]; then
+  mb2="--set batch=2 --gpus 1 --gpu cpu --dp 1 --tp 1 --pp 1 --zero 0 --microbatch-size 1"
+  "$cc" "$model" $sizes $mb2 -o train-ref2 2> /dev/null
+  ./train-ref2 $args --device cpu --log ref2.jsonl --save ref2.safetensors > ref2.out
+  "$cc" "$model" $sizes $mb2 --device-memory 12M -o train-mb2 2> /dev/null
+  ./train-mb2 $args --device cpu --log mb2.jsonl --save mb2.safetensors > mb2.out
+  "$py" "$src/tests/multirank/compare_runs.py" 0 ref2.jsonl mb2.jsonl | tail -1
+  cmp ref2.safetensors mb2.safetensors
+fi
 echo "offload: 4 budgets equal the reference${devargs:+ (to 1e-5 on the emulated CUDA device)}, peaks as predicted"

@@ -3,7 +3,9 @@
 # in one run, then 3 steps with a checkpoint and 3 more resumed from it; the logged
 # losses of steps 4-6 and the final parameters must be bit-identical. With PRECISION
 # fp16, from a loss scale of 2^20 whose first steps are skipped: the checkpoint carries
-# the scale and the count of skipped steps.
+# the scale and the count of skipped steps. With fp8, the checkpoint carries the
+# delayed-scaling states (amax histories), without which the resumed steps would
+# quantize at scale 1.
 # Usage: run_resume.sh COLOSSALC MKTOKENS SRCDIR WORKDIR [PRECISION]
 set -eu
 cc=$1 mk=$2 src=$3 work=$4 prec=${5:-fp32}

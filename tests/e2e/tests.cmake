@@ -59,6 +59,9 @@ add_test(NAME e2e_resume
 add_test(NAME e2e_resume_fp16 # the loss scale and the skipped steps carried over
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_resume.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/resume-fp16 fp16)
+add_test(NAME e2e_resume_fp8 # the scaling states carried over
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_resume.sh $<TARGET_FILE:colossalc>
+                 $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/resume-fp8 fp8)
 # recompute: values bit for bit as without, one rank and (under mpirun) tp 2 and pp 2
 set(rc_mpirun "")
 if(MPIEXEC_EXECUTABLE)
@@ -77,7 +80,11 @@ add_test(NAME e2e_offload_fp16
          COMMAND ${CMAKE_COMMAND} -E env PRECISION=fp16 sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_offload.sh
                  $<TARGET_FILE:colossalc> $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/offload-fp16
                  ${COLOSSALC_TORCH_PYTHON})
-set_tests_properties(e2e_gpt2_vs_torch e2e_resume e2e_recompute e2e_offload e2e_offload_fp16 PROPERTIES TIMEOUT 600)
+add_test(NAME e2e_offload_fp8
+         COMMAND ${CMAKE_COMMAND} -E env PRECISION=fp8 sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_offload.sh
+                 $<TARGET_FILE:colossalc> $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/offload-fp8
+                 ${COLOSSALC_TORCH_PYTHON})
+set_tests_properties(e2e_gpt2_vs_torch e2e_resume e2e_recompute e2e_offload e2e_offload_fp16 e2e_offload_fp8 PROPERTIES TIMEOUT 600)
 # e2e_recompute runs mpirun: under the sanitizers, Open MPI's own leaks are suppressed
 # as for the multi-rank tests (tests/multirank/lsan.supp says how)
 if(COLOSSALC_SANITIZE)

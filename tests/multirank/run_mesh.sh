@@ -16,9 +16,18 @@
 # the f32 all-reduce sums them, where one rank rounds the whole sum once, so to a
 # relative 1e-2, the key biases (zero gradient: rounding noise) left out. PRECISION=fp8:
 # the losses to a relative 2e-3, not the parameters: besides the roundings of partial
-# sums, each rank scales its fp8 operands by its own amaxes (a split weight's shard, its
-# part of the batch) where one rank takes them over the whole, and a rounding that moves
-# by an eighth of a value becomes full-size AdamW steps in the small tensors. SHUFFLE=1
+# sums, the first step quantizes at scale 1, where the gradients of a micro-batch of
+# fewer rows are larger and fewer of them fall below e5m2's range, and a rounding that
+# moves by an eighth of a value becomes full-size AdamW steps in the small tensors.
+# ONE_MICROBATCH=N compiles the one-rank reference (of any precision) with micro-batches
+# of N rows, and compares as fp32 does (1e-5, losses and parameters): with data
+# parallelism alone and N the mesh's micro-batch size, each rank's micro-batches are
+# the reference's, and fp8's scales the same only when the ranks' amaxes are reduced
+# over the mesh (the first step's gradients, at scale 1, depend on the micro-batch's
+# rows: hence N). RESUME=1 also runs the plan for 3 steps with a checkpoint and resumes
+# it for steps 4-5 on the same ranks: the losses and parameters must be the uninterrupted
+# run's bit for bit (fp8: the scaling states, the same on every rank, saved and restored
+# on each). SHUFFLE=1
 # trains both with --shuffle (the plan reads the same shuffled batches as one rank),
 # and checks that the one-rank losses differ from those of the unshuffled order.
 # Usage: run_mesh.sh COLOSSALC WORKDIR PYTHON SRCDIR "MPIRUN" NAME DP TP PP [COLOSSALC FLAGS...]
@@ -32,7 +41,11 @@ prec=${PRECISION:-fp32} one="$work/train-l4-b4" tol=1e-5 skip=""
 "$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 --gpus "$np" --gpu cpu \
       --dp "$dp" --tp "$tp" --pp "$pp" --zero 0 --precision "$prec" "$@" --dump-plan -o train-mesh > plan.txt
 sed -n '4,5p' plan.txt
-if [ "$prec" != fp32 ]; then
+if [ -n "${ONE_MICROBATCH:-}" ]; then
+  "$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 --gpus 1 --gpu cpu --dp 1 --tp 1 \
+        --pp 1 --zero 0 --microbatch-size "$ONE_MICROBATCH" --precision "$prec" -o train-one 2> /dev/null
+  one=./train-one
+elif [ "$prec" != fp32 ]; then
   "$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 --precision "$prec" -o train-one 2> /dev/null
   one=./train-one tol=1e-2 skip="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256"
 fi
@@ -65,10 +78,18 @@ if [ "${EXPECT_DIFFER:-0}" = 1 ]; then # the hazard test (tests/cuda_emul/tests.
   echo "differs from one rank, as expected"
   exit 0
 fi
-if [ "$prec" = fp8 ]; then
+if [ "$prec" = fp8 ] && [ -z "${ONE_MICROBATCH:-}" ]; then
   "$py" "$src/tests/multirank/compare_runs.py" 2e-3 one.jsonl many.jsonl
 else
   "$py" "$src/tests/multirank/compare_runs.py" ${skip:+--skip "$skip"} $tol one.jsonl many.jsonl one.safetensors \
     many.safetensors
 fi
 "$py" "$src/tests/multirank/check_memory.py" many.jsonl
+if [ "${RESUME:-0}" = 1 ]; then
+  timeout 600 $mpirun -np "$np" ./train-mesh $args $devargs --steps 3 --ckpt-dir ck --ckpt-every 3 > part.out
+  timeout 600 $mpirun -np "$np" ./train-mesh $args $devargs --ckpt-dir ck --resume --log resumed.jsonl \
+    --save resumed.safetensors > resumed.out
+  "$py" "$src/tests/multirank/compare_runs.py" --last 2 0 many.jsonl resumed.jsonl many.safetensors resumed.safetensors
+  cmp many.safetensors resumed.safetensors
+  echo "resumed from step 3: bit-identical"
+fi

@@ -1,8 +1,8 @@
 /* test_exec_comm: the executor's "comm" instruction (runtime/program.h) of every
  * kind over a tp group of all ranks (1 alone, any number under mpirun), on an
  * A x N x I tensor with A = 3, N = 2 x ranks, I = 2, so the reorders of all_gather
- * and reduce_scatter matter; plus an in-place all_reduce and a comm in the second
- * of two WORK slots. Rank r's values f(r, a, n, i) are small integers and halves,
+ * and reduce_scatter matter; plus an in-place all_reduce, an all_reduce taking the
+ * largest ("reduction": "max") and a comm in the second of two WORK slots. Rank r's values f(r, a, n, i) are small integers and halves,
  * so every sum is exact and each result is checked element by element against a
  * plain loop. Rank 0 prints "N passed, M failed" for all ranks together.
  */
@@ -104,12 +104,16 @@ static float sum_over_ranks(int a, int n, int i)
     return s;
 }
 
+#define ALL_REDUCE_MAX "all_reduce\", \"reduction\": \"max" /* spliced in for KIND */
+
 /* Expected dst[a][k][i] (k over the dst's middle length) for each kind. */
 static float expect(const char *kind, int a, int k, int i)
 {
     int per = 2;
     if (!strcmp(kind, "all_reduce"))
         return sum_over_ranks(a, k, i);
+    if (!strcmp(kind, ALL_REDUCE_MAX))
+        return f(c->size - 1, a, k, i); /* f grows with the rank */
     if (!strcmp(kind, "all_gather"))
         return f(k / per, a, k, i);
     if (!strcmp(kind, "reduce_scatter"))
@@ -126,7 +130,8 @@ static void test_kind(const char *kind, Device *dev)
         check(0, kind);
         return;
     }
-    int gather = !strcmp(kind, "all_gather"), full = gather || !strcmp(kind, "all_reduce");
+    int gather = !strcmp(kind, "all_gather");
+    int full = gather || !strcmp(kind, "all_reduce") || !strcmp(kind, ALL_REDUCE_MAX);
     float *slot1 = (float *)(ex.tiers[RT_TIER_WORK] + p.tiers[RT_TIER_WORK]);
     fill(slot1, gather);
     exec_run(&ex, &p.step, sc);
@@ -136,7 +141,7 @@ static void test_kind(const char *kind, Device *dev)
         for (int k = 0; k < len; k++)
             for (int i = 0; i < I; i++)
                 ok &= dst[(a * len + k) * I + i] == expect(kind, a, k, i);
-    check(ok, kind);
+    check(ok, strcmp(kind, ALL_REDUCE_MAX) ? kind : "all_reduce (max)");
     if (!strcmp(kind, "all_reduce")) { /* forward: in place, in slot 0 */
         float *slot0 = (float *)ex.tiers[RT_TIER_WORK];
         fill(slot0, 0);
@@ -188,6 +193,9 @@ static void test_refusals(void)
                    "{\"op\": \"recv\", \"peer\": 0, \"tag\": 0, \"at\": [3, 0], \"count\": 100000}",
                    "outside the work tier");
     expect_refused("\"pp\": 1}", "\"pp\": 2}", "program: mesh.pp: above 1 needs an array");
+    expect_refused("\"dst\": [3, ", "\"reduction\": \"max\", \"dst\": [3, ",
+                   "program: step[1].reduction: only an all_reduce takes one");
+    expect_refused("KIND", ALL_REDUCE_MAX "imum", "program: step[1].reduction: unknown value \"maximum\"");
 }
 
 int main(int argc, char **argv)
@@ -199,8 +207,8 @@ int main(int argc, char **argv)
         return 1;
     }
     Device *dev = device_cpu_new(kernels, 1, 1, err, sizeof err);
-    const char *kinds[4] = {"all_reduce", "all_gather", "reduce_scatter", "split"};
-    for (int k = 0; dev && k < 4; k++)
+    const char *kinds[5] = {"all_reduce", "all_gather", "reduce_scatter", "split", ALL_REDUCE_MAX};
+    for (int k = 0; dev && k < 5; k++)
         test_kind(kinds[k], dev);
     test_refusals();
     if (dev)
