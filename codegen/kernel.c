@@ -30,7 +30,7 @@ int kernel_buf(Kernel *k, const char *name, int tier, int64_t offset, int64_t nu
       return i;
     }
   ir_assert(k->nbufs < K_MAX_BUFS);
-  k->bufs[k->nbufs] = (KBuf){name, tier, offset, numel, dt};
+  k->bufs[k->nbufs] = (KBuf){name, tier, offset, numel, dt, false};
   return k->nbufs++;
 }
 

@@ -19,7 +19,9 @@
 
 enum { PENDING = 100 };   /* KBuf tiers >= PENDING name an LBuf until the memory plan */
 
-typedef struct LBuf { int tier; int64_t bytes, offset; int first, last; bool pinned, placed; } LBuf;
+/* shared: WORK bytes at a fixed offset of slot 0, whatever slot the instruction runs in
+ * (a pipeline stage's fp8 scaling states, KBuf.shared); the memory plan leaves it be. */
+typedef struct LBuf { int tier; int64_t bytes, offset; int first, last; bool pinned, placed, shared; } LBuf;
 
 typedef enum { V_NONE, V_EXPR, V_LAYOUT } VKind;
 typedef struct Val { VKind kind; int buf; int64_t offset; int64_t strides[MAX_DIMS]; } Val;
@@ -43,7 +45,8 @@ typedef struct L {
   const Node *at;       /* node being lowered */
   int fp8_buf;          /* the fp8 scaling states' buffer (lower_fp8_state), -1 until one */
   int64_t fp8_width;    /* a state's elements (2 + history) */
-  int fp8_rows;         /* states placed so far */
+  int fp8_rows;         /* states placed so far (a stage's chunks: from the ones before) */
+  int fp8_amax;         /* the step's gathered amaxes (emit_fp8_update), -1 until made */
 } L;
 
 /* ---- buffers and instructions ---------------------------------------------------- */
@@ -56,7 +59,7 @@ static int lbuf_new(L *l, int tier, int64_t bytes) {
     l->bufs = b;
     l->bufs_cap = cap;
   }
-  l->bufs[l->nbufs] = (LBuf){tier, (bytes + 63) & ~(int64_t)63, 0, -1, -1, false, false};
+  l->bufs[l->nbufs] = (LBuf){tier, (bytes + 63) & ~(int64_t)63, 0, -1, -1, false, false, false};
   return l->nbufs++;
 }
 
@@ -627,7 +630,7 @@ static void lower_fp8_quantize(L *l, const Node *n) {
   KView cur = {.offset = sv->offset + 1};
   kernel_row(k, sb, cur, KS_SET, B(MAX, kx_load(l->a, k, sb, cur), mx));
   kfinish(l, l->seq, k);
-  l->seq->v[l->seq->n - 1].node = -1; /* training's: not in `forward` (validation and sampling leave the amaxes alone) */
+  l->seq->v[l->seq->n - 1].train_only = true;
 }
 
 /* The GEMM of the q's into f32, then the product of the values: times 1 / (s_a s_b). */
@@ -650,18 +653,22 @@ static void lower_scaled_matmul(L *l, const Node *n) {
  * over the mesh so that every rank scales as one rank would (Transformer Engine's amax
  * reduction); then each goes into its state's history at t % history, [0] becomes the
  * history's largest and [1] starts again. */
-static void emit_fp8_update(L *l) {
+static void emit_fp8_update(L *l, bool last_mb) {
   if (l->fp8_buf < 0) return;
   l->at = NULL;
   int64_t w = l->fp8_width, h = w - 2, rows = l->fp8_rows, dims[2] = {rows, h};
-  int ab = lbuf_new(l, RT_TIER_WORK, rows * 4);
-  l->bufs[ab].pinned = true;
+  if (l->fp8_amax < 0) {
+    l->fp8_amax = lbuf_new(l, RT_TIER_WORK, rows * 4);
+    l->bufs[l->fp8_amax].pinned = true;
+  }
+  int ab = l->fp8_amax;
   Kernel *k = knew(l, "fp8_amaxes", KP_ROWS, &rows, 1, 0);
   KView cur = {.offset = 1, .strides = {w}}, each = {.strides = {1}};
   kernel_map(k, kbuf(l, k, ab, DT_F32), each, KS_SET, kx_load(l->a, k, kbuf(l, k, l->fp8_buf, DT_F32), cur));
   kfinish(l, l->seq, k);
-  l->seq->v[l->seq->n - 1].last_mb = true;
-  l->p->fp8 = (PFp8){.rows = rows, .width = w, .state = l->fp8_buf, .amax = ab, .update = l->p->nkernels};
+  l->seq->v[l->seq->n - 1].last_mb = last_mb;
+  if (l->bufs[l->fp8_buf].shared) l->p->fp8.update = l->p->nkernels; /* placed already (stage_fp8) */
+  else l->p->fp8 = (PFp8){.rows = rows, .width = w, .state = l->fp8_buf, .amax = ab, .update = l->p->nkernels};
   k = knew(l, "fp8_scaling", KP_ROWS, dims, 2, 1);
   int sb = kbuf(l, k, l->fp8_buf, DT_F32);
   KView hist = {.offset = 2, .strides = {w, 1}}, amax = {.strides = {w}}, got = {.strides = {1}};
@@ -673,7 +680,7 @@ static void emit_fp8_update(L *l) {
   kernel_row(k, sb, amax, KS_SET, kx_acc(l->a, k, acc));
   kernel_row(k, sb, cur, KS_SET, C(0));
   kfinish(l, l->seq, k);
-  l->seq->v[l->seq->n - 1].last_mb = true;
+  l->seq->v[l->seq->n - 1].last_mb = last_mb;
 }
 
 static void lower_layernorm(L *l, const Node *n) {
@@ -1670,7 +1677,7 @@ static int64_t plan_memory(L *l, int64_t base) {
   int n = 0;
   for (int i = 0; i < l->nbufs; i++) {
     LBuf *b = &l->bufs[i];
-    if (b->tier != RT_TIER_WORK) continue;
+    if (b->tier != RT_TIER_WORK || b->shared) continue;
     if (b->pinned || b->first < 0) { b->first = 0; b->last = end; }
     work[n++] = b;
   }
@@ -1694,6 +1701,7 @@ static void patch_kernel(L *l, Kernel *k) {
       LBuf *b = &l->bufs[k->bufs[i].tier - PENDING];
       k->bufs[i].tier = b->tier;
       k->bufs[i].offset += b->offset;
+      k->bufs[i].shared = b->shared;
     }
 }
 
@@ -1728,7 +1736,7 @@ static void build_forward(L *l, const Node *logits) {
       for (int k = 0; k < g->nodes[i]->nin; k++) anc[g->nodes[i]->in[k]->id] = true;
   for (int i = 0; i < l->seq->n; i++) {
     PInstr *in = &l->seq->v[i];
-    if (in->node >= 0 && in->node < g->n_forward && anc[in->node]) *emit(l, &l->p->forward, in->kind) = *in;
+    if (in->node >= 0 && in->node < g->n_forward && anc[in->node] && !in->train_only) *emit(l, &l->p->forward, in->kind) = *in;
   }
 }
 
@@ -1737,7 +1745,7 @@ static void build_forward(L *l, const Node *logits) {
 static L *l_new(Program *p, Graph *g, PSeq *seq) {
   Arena *a = p->arena;
   L *l = arena_alloc(a, sizeof *l);
-  *l = (L){.g = g, .p = p, .a = a, .seq = seq, .fp8_buf = -1};
+  *l = (L){.g = g, .p = p, .a = a, .seq = seq, .fp8_buf = -1, .fp8_amax = -1};
   l->val = arena_array(a, g->n, sizeof *l->val);
   l->uses = arena_array(a, g->n, sizeof *l->uses);
   l->user = arena_array(a, g->n, sizeof *l->user);
@@ -1900,7 +1908,7 @@ Program *lower_program(Graph *g) {
   layout_params(p, &g, 1, &l);
   p->inputs = model_inputs(&g, 1, &p->ninputs);
   lower_nodes(l, NULL);
-  emit_fp8_update(l);
+  emit_fp8_update(l, true);
   emit_optimizer(l);
   const Node *logits = g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
   if (logits) build_forward(l, logits);
@@ -1929,6 +1937,33 @@ static int64_t *offsets(Arena *a, int n) {
   return v;
 }
 
+/* A WORK buffer at offset off of slot 0, for every slot (LBuf.shared). */
+static int shared_buf(L *l, int64_t off, int64_t bytes) {
+  int b = lbuf_new(l, RT_TIER_WORK, bytes);
+  l->bufs[b].offset = off;
+  l->bufs[b].placed = l->bufs[b].pinned = l->bufs[b].shared = true;
+  return b;
+}
+
+/* fp8 in a pipeline stage: the micro-batches' work memory rotates through slots, so the
+ * stage's scaling states (its chunks' in order) and their gathered amaxes lie at the
+ * start of slot 0, which the chunks' kernels address whatever slot they run in
+ * (KBuf.shared); the chunks' regions start after them (the bytes returned). */
+static int64_t stage_fp8(Program *p, Graph **gs, int n, L **ls) {
+  int64_t rows = 0, w = 0;
+  for (int c = 0; c < n; c++)
+    for (int i = 0; i < gs[c]->n; i++)
+      if (gs[c]->nodes[i]->op == OP_FP8_STATE) rows++, w = gs[c]->nodes[i]->shape.d[0];
+  if (!rows) return 0;
+  int64_t states = (rows * w * 4 + 63) & ~(int64_t)63, amax = (rows * 4 + 63) & ~(int64_t)63;
+  for (int c = 0; c < n; c++) {
+    ls[c]->fp8_buf = shared_buf(ls[c], 0, rows * w * 4);
+    ls[c]->fp8_width = w;
+  }
+  p->fp8 = (PFp8){.rows = rows, .width = w, .state = 0, .amax = states, .update = -1};
+  return states + amax;
+}
+
 Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, int nmodel) {
   Program *p = program_new(gs[0]);
   Arena *a = p->arena;
@@ -1938,7 +1973,7 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
   for (int c = 0; c < n; c++) ls[c] = l_new(p, gs[c], &p->step);
   layout_params(p, gs, n, ls);
   stage_inputs(p, gs, n, model, nmodel);
-  int64_t base = 0;
+  int64_t base = stage_fp8(p, gs, n, ls);
   for (int c = 0; c < n; c++) {
     Graph *g = gs[c];
     L *l = ls[c];
@@ -1950,9 +1985,7 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
     l->seq = &all;
     int k0 = p->nkernels;
     lower_nodes(l, ch);
-    if (l->fp8_buf >= 0) /* its micro-batches' work memory rotates through slots */
-      error_plain("--precision fp8 is not compiled for pipeline stages yet (the scaling state would be per "
-                  "micro-batch slot): use bf16 with pipeline parallelism, or a plan without stages");
+    if (c + 1 < n && l->fp8_buf >= 0) ls[c + 1]->fp8_rows = l->fp8_rows; /* the next chunk's states follow */
     for (int i = 0; i < all.n; i++) *emit(l, all.v[i].node < g->n_forward ? &ch->fwd : &ch->bwd, all.v[i].kind) = all.v[i];
     PSeq *seqs[3] = {&all, &ch->fwd, &ch->bwd};
     base += place_and_patch(l, base, k0, seqs, 3);
@@ -1976,6 +2009,15 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
   emit_optimizer(lo);
   PSeq *seqs[2] = {&p->gradnorm, &p->update};
   int64_t used = place_and_patch(lo, base, 0, seqs, 2);
+  if (p->fp8.rows) { /* the step's end (codegen/pipeline.c puts it after the schedule, in slot 0) */
+    L *lf = l_new(p, gs[0], &p->fp8.tail);
+    lf->fp8_buf = shared_buf(lf, 0, p->fp8.rows * p->fp8.width * 4), lf->fp8_width = p->fp8.width;
+    lf->fp8_amax = shared_buf(lf, p->fp8.amax, p->fp8.rows * 4), lf->fp8_rows = (int)p->fp8.rows;
+    int k0 = p->nkernels;
+    emit_fp8_update(lf, false);
+    PSeq *tail[1] = {&p->fp8.tail};
+    place_and_patch(lf, base, k0, tail, 1);
+  }
   p->gradnorm_offset = lo->bufs[p->gradnorm_offset].offset;
   p->tiers[RT_TIER_WORK] = p->work_peak = base + used;
   p->scheduled = true;
@@ -2011,8 +2053,8 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     cJSON_AddNumberToObject(o, "extent", (double)in->extent);
     cJSON *args = cJSON_CreateArray();
     for (int i = 0; i < k->nbufs; i++) {
-      int64_t arg[3] = {k->bufs[i].tier, k->bufs[i].offset, k->bufs[i].numel * kbuf_elem_bytes(&k->bufs[i])};
-      cJSON_AddItemToArray(args, ints_json(arg, 3));
+      int64_t arg[4] = {k->bufs[i].tier, k->bufs[i].offset, k->bufs[i].numel * kbuf_elem_bytes(&k->bufs[i]), 1};
+      cJSON_AddItemToArray(args, ints_json(arg, k->bufs[i].shared ? 4 : 3));
     }
     cJSON_AddItemToObject(o, "args", args);
     if (in->on_host) cJSON_AddStringToObject(o, "on", "host");
@@ -2234,6 +2276,11 @@ static cJSON *program_json(const Program *p) {
     cJSON_AddNumberToObject(f, "offset", (double)p->fp8.state);
     cJSON_AddNumberToObject(f, "rows", (double)p->fp8.rows);
     cJSON_AddNumberToObject(f, "width", (double)p->fp8.width);
+    if (p->fp8.runs) {
+      cJSON_AddNumberToObject(f, "total", (double)p->fp8.total);
+      cJSON *runs = cJSON_AddArrayToObject(f, "runs");
+      for (int i = 0; i < p->fp8.nruns; i++) cJSON_AddItemToArray(runs, ints_json(p->fp8.runs[i], 3));
+    }
   }
   cJSON_AddNumberToObject(o, "flops_per_step", p->flops_per_step);
   cJSON *names = cJSON_CreateArray();

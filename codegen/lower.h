@@ -20,16 +20,6 @@
  * sends and receives; offload's moves; ZeRO's gathers and reductions. */
 typedef IsaOp PInstrKind;
 
-/* fp8's delayed-scaling states (codegen/lower.c, lower_fp8_state): `rows` states of
- * `width` f32 (2 + history) side by side at `state` of the work tier, and this step's
- * running amaxes gathered to `amax` (rows f32) by the step's last kernels, where
- * compose's all_reduce (max) over the mesh finds them before kernel `update` reads them
- * into the histories. The runtime saves and restores the states in checkpoints. */
-typedef struct PFp8 {
-  int64_t rows, width;
-  int64_t state, amax;      /* WORK byte offsets (buffer numbers until placed) */
-  int update;               /* the kernel that takes the amaxes into the histories */
-} PFp8;
 
 typedef struct PComm {
   IsaCommKind kind;
@@ -84,11 +74,28 @@ typedef struct PInstr {
   int dp_rank, tp_rank;     /* ISA_KERNEL, ISA_GEMM, ISA_ZERO: run only on the ranks with this
                              * coordinate (codegen/compose.h); -1: on every rank */
   bool last_mb;             /* in an unscheduled step: run on the step's last micro-batch only */
+  bool train_only;          /* not in `forward` (fp8's amaxes: validation and sampling leave them) */
   bool overlap;             /* ISA_COMM: may run beside the instructions after it (nothing
                              * after it in its list touches its bytes; codegen/compose.h) */
 } PInstr;
 
 typedef struct PSeq { PInstr *v; int n, cap; } PSeq;
+
+/* fp8's delayed-scaling states (codegen/lower.c, lower_fp8_state): `rows` states of
+ * `width` f32 (2 + history) side by side at `state` of the work tier, and this step's
+ * running amaxes gathered to `amax` (rows f32) by the step's last kernels, where
+ * compose's all_reduce (max) over the mesh finds them before kernel `update` reads them
+ * into the histories. The runtime saves and restores the states in checkpoints. */
+typedef struct PFp8 {
+  int64_t rows, width;
+  int64_t state, amax;      /* WORK byte offsets (buffer numbers until placed) */
+  int update;               /* the kernel that takes the amaxes into the histories */
+  PSeq tail;                /* a pipeline stage's: the step's end, after the schedule (in slot 0) */
+  int64_t total;            /* the model's states, all stages' (a pipeline's; else rows) */
+  int64_t (*runs)[3];       /* [nruns] {the model's row, this stage's row, count}: where this
+                             * stage's chunks' states sit among the model's (NULL: rows 0..) */
+  int nruns;
+} PFp8;
 
 /* Appends a zeroed instruction of kind to s (node -1), growing it in arena a. */
 PInstr *pseq_push(Arena *a, PSeq *s, PInstrKind kind);

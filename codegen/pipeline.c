@@ -196,6 +196,34 @@ static void compose(Program *p, const Partition *part, int m, bool interleaved, 
     }
     if (last[x.mb] == i) busy[slot_of[x.mb]] = 0;
   }
+  if (p->fp8.tail.n) { /* fp8's scaling, once every micro-batch is done (codegen/lower.h, PFp8) */
+    pseq_push(a, &p->step, ISA_SLOT)->index = 0;
+    put_seq(a, &p->step, &p->fp8.tail);
+  }
+}
+
+/* Where each stage's fp8 states sit among the model's: chunk by chunk, in the chunks'
+ * order (a one-rank program's order: the autocast pass makes them in node order). */
+static void fp8_runs(Program **ps, const Partition *part) {
+  Arena *a = part->chunk[0]->arena;
+  int64_t *first = arena_array(a, part->nchunks + 1, sizeof *first), *local = arena_array(a, part->pp, sizeof *local);
+  for (int k = 0; k < part->nchunks; k++) {
+    int64_t rows = 0;
+    for (int i = 0; i < part->chunk[k]->n; i++) rows += part->chunk[k]->nodes[i]->op == OP_FP8_STATE;
+    first[k + 1] = first[k] + rows;
+  }
+  for (int s = 0; s < part->pp; s++) {
+    ps[s]->fp8.runs = arena_array(a, part->v, sizeof *ps[s]->fp8.runs);
+    ps[s]->fp8.total = first[part->nchunks];
+  }
+  for (int k = 0; k < part->nchunks; k++) {
+    Program *p = ps[k % part->pp];
+    int64_t rows = first[k + 1] - first[k];
+    if (!rows) continue;
+    int64_t *r = p->fp8.runs[p->fp8.nruns++];
+    r[0] = first[k], r[1] = local[k % part->pp], r[2] = rows;
+    local[k % part->pp] += rows;
+  }
 }
 
 int pipe_check_order(Program *const *ps, int pp, char *err, size_t errlen) {
@@ -239,6 +267,9 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
     total += p->nkernels;
   }
   if (pipe_check_order(ps, pp, err, sizeof err)) diag_internal(__FILE__, __LINE__, arena_printf(a, "pipeline: %s", err));
+  bool fp8 = false;
+  for (int s = 0; s < pp; s++) fp8 |= ps[s]->fp8.rows > 0;
+  if (fp8) fp8_runs(ps, part);
   Kernel **all = arena_array(a, total ? total : 1, sizeof *all);
   int base = 0;
   for (int s = 0; s < pp; s++) {
@@ -249,6 +280,7 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
     }
     PSeq *seqs[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
     for (int i = 0; i < 4; i++) renumber(seqs[i], base);
+    if (p->fp8.rows) p->fp8.update += base;
     base += p->nkernels;
   }
   int64_t batch = 0, seq = 0, vocab = 0; /* the stages agree on the model's sizes, whatever each reads */

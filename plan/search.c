@@ -583,7 +583,6 @@ static void enumerate(Search *S) {
     for (int b = 0; b < npp; b++) {
       int pp = pps[b];
       if (S->N % ((long)tp * pp)) continue;
-      if (pp > 1 && f->exec && f->fp8) continue; /* fp8 is not compiled for pipeline stages yet (codegen/lower.c) */
       int dp = S->N / (tp * pp);
       if (f->dp > 0 && dp != f->dp) continue;
       search_mesh(S, dp, tp, pp);
@@ -610,9 +609,6 @@ static void check_forced(const Search *S) {
     error_plain("the global batch of %ld sequences does not split evenly over %ld data-parallel ranks (%.4g each)",
                 (long)S->B, dp, (double)S->B / dp);
   if (f->zero > 3) error_plain("--zero takes 0, 1, 2 or 3, got %d", f->zero);
-  if (f->pp > 1 && f->exec && f->fp8)
-    error_plain("--precision fp8 is not compiled for pipeline stages yet (--pp %d): use bf16 with pipeline "
-                "parallelism, or leave --pp out and the search plans fp8 without stages", f->pp);
   if (f->zero >= 2 && f->pp > 1)
     error_plain("ZeRO stage %d partitions gradients, which a pipeline (--pp %d) cannot keep: its micro-batches would "
                 "each reduce every gradient; use ZeRO-1 with pipelines (as DeepSpeed requires)", f->zero, f->pp);

@@ -299,16 +299,18 @@ static int exec_kernel(Executor *ex, const RtInstr *in, const float *scalars)
     int64_t used = 0;
     for (int i = 0; i < in->nargs; i++) {
         const RtArg *a = &in->args[i];
-        bufs[i] = base[a->tier] + a->offset;
+        char *slot = a->shared ? ex->tiers[RT_TIER_WORK] : ex->run[RT_TIER_WORK];
+        bufs[i] = (a->shared ? slot : base[a->tier]) + a->offset;
         if (work && a->tier == RT_TIER_WORK) {
             bufs[i] = work + used, used += a->bytes;
-            ex->dev->download(ex->dev, ex->run[RT_TIER_WORK], a->offset, bufs[i], a->bytes);
+            ex->dev->download(ex->dev, slot, a->offset, bufs[i], a->bytes);
         }
     }
     dev->kernel(dev, in->kernel, in->extent, bufs, scalars);
     for (int i = 0; work && i < in->nargs; i++)
         if (in->args[i].tier == RT_TIER_WORK)
-            ex->dev->upload(ex->dev, ex->run[RT_TIER_WORK], in->args[i].offset, bufs[i], in->args[i].bytes);
+            ex->dev->upload(ex->dev, in->args[i].shared ? ex->tiers[RT_TIER_WORK] : ex->run[RT_TIER_WORK],
+                            in->args[i].offset, bufs[i], in->args[i].bytes);
     return 0;
 }
 

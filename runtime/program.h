@@ -96,9 +96,12 @@
  *      tokens' second dimension, 1 in a program without them; "vocab" is the classes the
  *      loss scores.)
  *   "loss_offset": N, "logits_offset": N, "gradnorm_offset": N, "gradnorm_parts": N,
- *   "fp8": {"offset": O, "rows": R, "width": W},   (optional, --precision fp8: the
- *                      delayed-scaling states, R rows of W f32 at O of the work tier,
- *                      the same on every rank; checkpoints save and restore them)
+ *   "fp8": {"offset": O, "rows": R, "width": W, "total": T, "runs": [[G, L, C], ...]},
+ *                      (optional, --precision fp8: the delayed-scaling states, R rows of
+ *                      W f32 at O of the work tier (slot 0), the same on every rank of a
+ *                      stage; a pipeline stage's runs put its rows L..L+C-1 at rows
+ *                      G..G+C-1 of the model's T (without runs: T = R, in order).
+ *                      Checkpoints save and restore them in the model's order)
  *   "flops_per_step": F,
  *   "predicted_memory": [B, ...],  (optional: the device memory one training step holds
  *                      at its peak, per dp rank of a ZeRO plan or one value, as the
@@ -117,8 +120,10 @@
  * INSTR is one of
  *   {"op": "kernel", "kernel": ID, "extent": N, "args": [[tier, offset, bytes], ...]}
  *     run kernel ID over [0, N) of its parallel range; its buffer i is the bytes
- *     [offset, offset+bytes) of the tier (the WORK tier: of the current slot), and
- *     the kernel receives their addresses (tiers[tier] + offset, at most 16). Kernels
+ *     [offset, offset+bytes) of the tier (the WORK tier: of the current slot; with a
+ *     fourth element 1, [3, offset, bytes, 1], of slot 0 whatever slot is current: a
+ *     pipeline stage's fp8 scaling states), and the kernel receives their addresses
+ *     (tiers[tier] + offset, at most 16). Kernels
  *     that differ only in where their buffers lie are one function called with
  *     different "args" (codegen/share.c): the 96 layers of GPT-3 share their kernels.
  *   {"op": "zero", "tier": T, "offset": O, "bytes": B}

@@ -265,6 +265,15 @@ static int trainer_load_state(Trainer *t, CkptMeta *m, char *note, size_t notele
     return 0;
 }
 
+/* The model's fp8 scaling states (every stage's): rows and width, 0 without. */
+static void fp8_shape(const Trainer *t, int64_t *rows, int64_t *width)
+{
+    *rows = *width = 0;
+    for (int s = 0; s < t->mesh.pp; s++)
+        if (t->mesh.stages[s].fp8.rows)
+            *rows = t->mesh.stages[s].fp8.total, *width = t->mesh.stages[s].fp8.width;
+}
+
 /* Parameters from the latest checkpoint, --init-from, or the init rules. */
 static int trainer_init_state(Trainer *t, char *err, size_t errlen)
 {
@@ -273,18 +282,24 @@ static int trainer_init_state(Trainer *t, char *err, size_t errlen)
     int rank0 = t->comm->rank == 0;
     CkptMeta m = {0};
     char note[2048] = "";
-    int64_t fp8_bytes = p->fp8.rows * p->fp8.width * 4;
-    if (o->resume && fp8_bytes && !(m.fp8 = malloc((size_t)fp8_bytes)))
+    float *fp8 = NULL; /* this rank's scaling states, from the model's */
+    fp8_shape(t, &m.fp8_rows, &m.fp8_width);
+    if (o->resume && m.fp8_rows &&
+        (!(m.fp8 = malloc((size_t)(m.fp8_rows * m.fp8_width) * sizeof *m.fp8)) ||
+         !(fp8 = malloc((size_t)(p->fp8.rows * p->fp8.width + 1) * sizeof *fp8)))) {
+        free(m.fp8);
         return file_set_error(err, errlen, "out of memory");
-    m.fp8_rows = p->fp8.rows, m.fp8_width = p->fp8.width;
+    }
     int rc = trainer_load_state(t, &m, note, sizeof note, err, errlen);
-    if (rc == 0 && m.fp8 && m.fp8_restored) /* every rank: the states are the mesh's */
-        exec_write(&t->ex, RT_TIER_WORK, p->fp8.offset, m.fp8, fp8_bytes);
-    else if (rc == 0 && m.fp8 && rank0)
+    if (rc == 0 && m.fp8 && m.fp8_restored && p->fp8.rows) { /* every rank its stage's */
+        mesh_fp8_scatter(&t->mesh, m.fp8, fp8);
+        exec_write(&t->ex, RT_TIER_WORK, p->fp8.offset, fp8, p->fp8.rows * p->fp8.width * 4);
+    } else if (rc == 0 && m.fp8 && !m.fp8_restored && rank0) {
         fprintf(stderr, "train: note: the checkpoint holds no fp8 scaling states of this program's "
                 "shape (%" PRId64 " states of history %" PRId64 "): the scales start again\n",
-                p->fp8.rows, p->fp8.width - 2);
-    free(m.fp8);
+                m.fp8_rows, m.fp8_width - 2);
+    }
+    free(m.fp8), free(fp8);
     m.fp8 = NULL;
     if (rc != 0)
         return -1;
@@ -955,17 +970,29 @@ static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen)
 {
     const RtProgram *p = t->prog;
     CkptMeta m = {t->step, t->data_step, t->seed, t->threads, t->global_batch, t->loss_scale, t->skipped,
-                  NULL, p->fp8.rows, p->fp8.width, 0};
+                  NULL, 0, 0, 0};
     int rc = 0, rank0 = t->comm->rank == 0;
-    int64_t fp8_bytes = p->fp8.rows * p->fp8.width * 4;
-    if (rank0 && fp8_bytes) { /* fp8's scaling states: the same on every rank */
-        if (!(m.fp8 = malloc((size_t)fp8_bytes)))
+    fp8_shape(t, &m.fp8_rows, &m.fp8_width);
+    if (m.fp8_rows) { /* fp8's scaling states: each stage's, in the model's order on rank 0 */
+        int64_t n = p->fp8.rows * p->fp8.width;
+        float *local = malloc((size_t)(n + 1) * sizeof *local);
+        if (rank0)
+            m.fp8 = malloc((size_t)(m.fp8_rows * m.fp8_width) * sizeof *m.fp8);
+        if (!local || (rank0 && !m.fp8))
             rc = file_set_error(err, errlen, "out of memory");
-        else
-            exec_read(&t->ex, RT_TIER_WORK, p->fp8.offset, m.fp8, fp8_bytes);
+        if (trainer_agree(t, rc != 0, err, errlen) != 0) {
+            free(local), free(m.fp8);
+            return -1;
+        }
+        if (n)
+            exec_read(&t->ex, RT_TIER_WORK, p->fp8.offset, local, n * 4);
+        rc = mesh_fp8_gather(&t->mesh, local, m.fp8) != 0 ? file_set_error(err, errlen, "out of memory") : 0;
+        free(local);
     }
-    if (trainer_agree(t, rc != 0, err, errlen) != 0)
+    if (trainer_agree(t, rc != 0, err, errlen) != 0) {
+        free(m.fp8);
         return -1;
+    }
     zero_gather_params(&t->zero, &t->ex);
     zero_gather_opt(&t->zero, &t->ex);
     rc = trainer_host_pull(t, err, errlen); /* one rank when it fails (offload) */

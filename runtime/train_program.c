@@ -200,13 +200,17 @@ static int parse_kernel(Pj *pj, const cJSON *o, const char *path, const RtProgra
     in->nargs = cJSON_GetArraySize(args);
     char sub[160];
     for (int i = 0; i < in->nargs; i++) {
-        int64_t a[3];
+        int64_t a[4] = {0};
+        const cJSON *arg = cJSON_GetArrayItem(args, i);
+        int n = cJSON_IsArray(arg) && cJSON_GetArraySize(arg) == 4 ? 4 : 3;
         snprintf(sub, sizeof sub, "%s.args[%d]", path, i);
-        if (pj_ints(pj, cJSON_GetArrayItem(args, i), sub, "", 3, 0, INT64_MAX, a) != 0 ||
+        if (pj_ints(pj, arg, sub, "", n, 0, INT64_MAX, a) != 0 ||
             (a[0] >= RT_TIERS && pj_fail(pj, sub, "", "tier out of range")) ||
+            (n == 4 && (a[0] != RT_TIER_WORK || a[3] != 1) &&
+             pj_fail(pj, sub, "", "a fourth element (1: slot 0's bytes) only on the work tier")) ||
             pj_range(pj, p, (int)a[0], a[1], a[2], sub, ""))
             return -1;
-        in->args[i] = (RtArg){(int)a[0], a[1], a[2]};
+        in->args[i] = (RtArg){(int)a[0], a[1], a[2], (int)a[3]};
     }
     if (!cJSON_GetObjectItemCaseSensitive(o, "on"))
         return 0;
@@ -1022,6 +1026,39 @@ static int parse_inputs(Pj *pj, const cJSON *r, RtProgram *p)
     return 0;
 }
 
+/* "fp8" "total" and "runs" (a pipeline stage's place among the model's states):
+ * runs cover this stage's rows once each, inside the model's; without them, the
+ * stage's rows are the model's. */
+static int parse_fp8_runs(Pj *pj, const cJSON *f8, RtProgram *p)
+{
+    p->fp8.total = p->fp8.rows;
+    if (!cJSON_GetObjectItemCaseSensitive(f8, "runs")) {
+        p->fp8.nruns = 1;
+        if (!(p->fp8.runs = malloc(sizeof *p->fp8.runs)))
+            return pj_fail(pj, "fp8", "runs", "out of memory");
+        p->fp8.runs[0][0] = p->fp8.runs[0][1] = 0, p->fp8.runs[0][2] = p->fp8.rows;
+        return 0;
+    }
+    const cJSON *runs = pj_array(pj, f8, "fp8", "runs", 1, 1 << 20);
+    if (!runs || pj_int(pj, f8, "fp8", "total", p->fp8.rows, 1 << 30, &p->fp8.total) != 0)
+        return -1;
+    p->fp8.nruns = cJSON_GetArraySize(runs);
+    if (!(p->fp8.runs = calloc((size_t)p->fp8.nruns, sizeof *p->fp8.runs)))
+        return pj_fail(pj, "fp8", "runs", "out of memory");
+    int64_t covered = 0;
+    char sub[64];
+    for (int i = 0; i < p->fp8.nruns; i++) {
+        int64_t *r = p->fp8.runs[i];
+        snprintf(sub, sizeof sub, "fp8.runs[%d]", i);
+        if (pj_ints(pj, cJSON_GetArrayItem(runs, i), sub, "", 3, 0, 1 << 30, r) != 0)
+            return -1;
+        if (r[2] < 1 || r[0] + r[2] > p->fp8.total || r[1] != covered)
+            return pj_fail(pj, sub, "", "not the next rows of this stage inside the model's");
+        covered += r[2];
+    }
+    return covered == p->fp8.rows ? 0 : pj_fail(pj, "fp8", "runs", "do not cover the stage's rows");
+}
+
 static int parse_slots(Pj *pj, const cJSON *r, RtProgram *p)
 {
     int64_t logits_bytes = p->scheduled ? 0 : p->batch * p->seq * p->vocab * 4; /* no sampling there */
@@ -1035,7 +1072,8 @@ static int parse_slots(Pj *pj, const cJSON *r, RtProgram *p)
                pj_int(pj, f8, "fp8", "rows", 1, 1 << 24, &p->fp8.rows) ||
                pj_int(pj, f8, "fp8", "width", 3, (1 << 20) + 2, &p->fp8.width) ||
                pj_range(pj, p, RT_TIER_WORK, p->fp8.offset, p->fp8.rows * p->fp8.width * 4, "fp8",
-                        "offset")))
+                        "offset") ||
+               parse_fp8_runs(pj, f8, p)))
         return -1;
     return pj_range(pj, p, RT_TIER_WORK, p->loss_offset, 4, "", "loss_offset") ||
            (p->logits_offset >= 0 &&
@@ -1461,6 +1499,7 @@ void program_free(RtProgram *p)
     free(p->forward.instr);
     free(p->offload.chunks);
     free(p->offload.predicted);
+    free(p->fp8.runs);
     for (int i = 0; p->kernel_names && i < p->nkernels; i++)
         free(p->kernel_names[i]);
     free(p->kernel_names);

@@ -166,6 +166,7 @@ typedef struct RtArg {
     int tier;
     int64_t offset; /* bytes (WORK: in the current slot) */
     int64_t bytes;  /* the buffer's extent */
+    int shared;     /* WORK: slot 0's bytes, whatever slot is current */
 } RtArg;
 #define RT_MAX_ARGS 16
 
@@ -249,7 +250,12 @@ typedef struct RtProgram {
     int ninputs;
     int tokens, targets; /* the inputs with those roles, -1 for none */
     int64_t loss_offset, logits_offset, gradnorm_offset, gradnorm_parts;
-    struct { int64_t offset, rows, width; } fp8; /* "fp8": the scaling states (rows 0: none) */
+    struct {
+        int64_t offset, rows, width; /* this program's states: rows x width f32 at offset of WORK */
+        int64_t total;               /* the model's (all stages') */
+        int64_t (*runs)[3];          /* [nruns] {model row, this program's row, count} */
+        int nruns;
+    } fp8; /* "fp8": the scaling states (rows 0: none) */
     double flops_per_step;
     int nscalars; /* RT_SCALARS, or TRAIN_SCALARS when kernels read the hyperparameters */
     int nkernels;

@@ -55,7 +55,7 @@ endif()
 # (the runtime's), ZeRO 3 compiled into the step, TP, PP 1F1B and interleaved (with the
 # tied embedding's gradient summed over the stages), and DP x TP x PP on 8 ranks.
 set(cuda_mr_tests cuda_emul_tp2 cuda_emul_pp2_1f1b cuda_emul_pp2_interleaved cuda_emul_dp2_tp2_pp2 cuda_emul_dp2_tp2_pp2_bf16
-    cuda_emul_dp2_zero3_step cuda_emul_offload_dp2 cuda_emul_offload_dp2_zero3 cuda_emul_dp2_overlap)
+    cuda_emul_pp2_fp8 cuda_emul_dp2_zero3_step cuda_emul_offload_dp2 cuda_emul_offload_dp2_zero3 cuda_emul_dp2_overlap)
 foreach(z 0 1 2 3)
   add_test(NAME cuda_emul_dp2_zero${z} COMMAND ${mr_equal} 2 ${z})
   list(APPEND cuda_mr_tests cuda_emul_dp2_zero${z})
@@ -68,6 +68,12 @@ add_test(NAME cuda_emul_dp2_tp2_pp2 COMMAND ${mr_mesh} dp2_tp2_pp2 2 2 2 --micro
 # and in bf16 (f32 collectives and pipeline messages; 16-bit cuBLASLt layouts)
 add_test(NAME cuda_emul_dp2_tp2_pp2_bf16
          COMMAND ${CMAKE_COMMAND} -E env PRECISION=bf16 ${mr_mesh} dp2_tp2_pp2_bf16 2 2 2 --microbatch-size 1 ${megatron})
+# and in fp8 on 2 stages: each stage's scaling states shared by the micro-batches' slots,
+# checkpointed from the device and resumed bit for bit (against the CPU's one rank as
+# fp8 plans compare: the CUDA C's last bits move fp8 roundings)
+add_test(NAME cuda_emul_pp2_fp8
+         COMMAND ${CMAKE_COMMAND} -E env PRECISION=fp8 RESUME=1 ${mr_mesh} pp2_fp8 1 1 2 --microbatch-size 1
+                 --schedule 1f1b)
 add_test(NAME cuda_emul_dp2_zero3_step COMMAND ${mr_zero} dp2_zero3_step 2 1 3)
 add_test(NAME cuda_emul_offload_dp2 COMMAND ${mr_offload} 2 host) # offload across 2 ranks, moves on copy streams
 add_test(NAME cuda_emul_offload_dp2_zero3 COMMAND ${mr_offload} 2 host 3) # ZeRO-3's chunks: NCCL broadcasts and reduces

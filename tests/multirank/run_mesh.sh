@@ -26,8 +26,10 @@
 # over the mesh (the first step's gradients, at scale 1, depend on the micro-batch's
 # rows: hence N). RESUME=1 also runs the plan for 3 steps with a checkpoint and resumes
 # it for steps 4-5 on the same ranks: the losses and parameters must be the uninterrupted
-# run's bit for bit (fp8: the scaling states, the same on every rank, saved and restored
-# on each). SHUFFLE=1
+# run's bit for bit (fp8: the scaling states, the same on every rank of a stage, saved in
+# the model's order and restored on each); with ONE_MICROBATCH, the one-rank reference
+# resumes the same checkpoint too, equal to the plan to a relative 1e-5 (a checkpoint,
+# fp8's states included, is the same file whatever the plan). SHUFFLE=1
 # trains both with --shuffle (the plan reads the same shuffled batches as one rank),
 # and checks that the one-rank losses differ from those of the unshuffled order.
 # Usage: run_mesh.sh COLOSSALC WORKDIR PYTHON SRCDIR "MPIRUN" NAME DP TP PP [COLOSSALC FLAGS...]
@@ -87,9 +89,17 @@ fi
 "$py" "$src/tests/multirank/check_memory.py" many.jsonl
 if [ "${RESUME:-0}" = 1 ]; then
   timeout 600 $mpirun -np "$np" ./train-mesh $args $devargs --steps 3 --ckpt-dir ck --ckpt-every 3 > part.out
+  rm -rf ck-one && cp -r ck ck-one
   timeout 600 $mpirun -np "$np" ./train-mesh $args $devargs --ckpt-dir ck --resume --log resumed.jsonl \
     --save resumed.safetensors > resumed.out
   "$py" "$src/tests/multirank/compare_runs.py" --last 2 0 many.jsonl resumed.jsonl many.safetensors resumed.safetensors
   cmp many.safetensors resumed.safetensors
   echo "resumed from step 3: bit-identical"
+  if [ -n "${ONE_MICROBATCH:-}" ]; then
+    "$one" $args --device cpu --ckpt-dir ck-one --resume --log one-resumed.jsonl --save one-resumed.safetensors \
+      > one-resumed.out
+    "$py" "$src/tests/multirank/compare_runs.py" --last 2 1e-5 many.jsonl one-resumed.jsonl many.safetensors \
+      one-resumed.safetensors
+    echo "one rank resumed the plan's checkpoint"
+  fi
 fi

@@ -79,20 +79,21 @@ add_test(NAME multirank_pp2_bf16 COMMAND ${mr_mesh_bf16} pp2_bf16 1 1 2 --microb
 add_test(NAME multirank_pp2_interleaved_bf16
          COMMAND ${mr_mesh_bf16} pp2_interleaved_bf16 1 1 2 --microbatch-size 1 --schedule interleaved --virtual-stages 2)
 add_test(NAME multirank_dp2_tp2_pp2_bf16 COMMAND ${mr_mesh_bf16} dp2_tp2_pp2_bf16 2 2 2 --microbatch-size 1 ${megatron})
-# fp8 with data and tensor parallelism (the amaxes reduced over the mesh), against one
-# rank in fp8; with pipeline stages it is refused, with the reason
+# fp8 with data, tensor and pipeline parallelism (the amaxes reduced over each stage's
+# tp and dp groups), against one rank in fp8
 set(mr_mesh_fp8 ${CMAKE_COMMAND} -E env PRECISION=fp8 ${mr_mesh})
 add_test(NAME multirank_tp2_fp8 COMMAND ${mr_mesh_fp8} tp2_fp8 1 2 1 --microbatch-size 2 ${megatron})
 add_test(NAME multirank_dp2_tp2_fp8 COMMAND ${mr_mesh_fp8} dp2_tp2_fp8 2 2 1 --microbatch-size 1 ${megatron})
-# dp alone: the amaxes reduced over the ranks make the scales one rank's, so the plan
-# equals one rank of the same micro-batches as fp32 does; resumed from a checkpoint, the
-# plan repeats itself bit for bit (the scaling states restored on every rank)
-add_test(NAME multirank_dp2_fp8
-         COMMAND ${CMAKE_COMMAND} -E env PRECISION=fp8 ONE_MICROBATCH=1 RESUME=1 ${mr_mesh} dp2_fp8 2 1 1 --microbatch-size 1)
-add_test(NAME multirank_pp2_fp8_refused
-         COMMAND colossalc ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model --set layers=4 --gpus 2 --gpu cpu --pp 2
-                 --precision fp8 -o ${MR_WORK}/never)
-set_tests_properties(multirank_pp2_fp8_refused PROPERTIES PASS_REGULAR_EXPRESSION "fp8 is not compiled for pipeline stages")
+add_test(NAME multirank_dp2_tp2_pp2_fp8 COMMAND ${mr_mesh_fp8} dp2_tp2_pp2_fp8 2 2 2 --microbatch-size 1 ${megatron})
+# dp alone, and pp alone: the amaxes reduced over the ranks (a stage's states its own
+# layers') make the scales one rank's, so the plan equals one rank of the same
+# micro-batches as fp32 does; resumed from a checkpoint, the plan repeats itself bit
+# for bit (the scaling states restored on every rank), and one rank resumes it too
+set(mr_mesh_fp8_one ${CMAKE_COMMAND} -E env PRECISION=fp8 ONE_MICROBATCH=1 RESUME=1 ${mr_mesh})
+add_test(NAME multirank_dp2_fp8 COMMAND ${mr_mesh_fp8_one} dp2_fp8 2 1 1 --microbatch-size 1)
+add_test(NAME multirank_pp2_fp8 COMMAND ${mr_mesh_fp8_one} pp2_fp8 1 1 2 --microbatch-size 1 --schedule 1f1b)
+add_test(NAME multirank_pp2_interleaved_fp8
+         COMMAND ${mr_mesh_fp8_one} pp2_interleaved_fp8 1 1 2 --microbatch-size 1 --schedule interleaved --virtual-stages 2)
 add_test(NAME multirank_dp2_pp2_1f1b_zero1
          COMMAND ${mr_mesh} dp2_pp2_1f1b_zero1 2 1 2 --microbatch-size 1 --schedule 1f1b --zero 1)
 add_test(NAME multirank_dp2_tp2_zero3 COMMAND ${mr_mesh} dp2_tp2_zero3 2 2 1 --microbatch-size 2 --zero 3 ${megatron})
@@ -132,7 +133,8 @@ list(APPEND mr_tests multirank_offload_dp2 multirank_offload_dp4_nvme multirank_
      multirank_offload_dp2_tp2 multirank_offload_dp2_tp2_zero3 multirank_offload_dp2_pp2 multirank_offload_planned)
 list(APPEND mr_tests multirank_tp2 multirank_tp2_search multirank_pp2_1f1b multirank_pp2_interleaved multirank_dp2_tp2
      multirank_dp2_pp2 multirank_tp2_pp2 multirank_dp2_tp2_pp2 multirank_tp2_bf16 multirank_pp2_bf16
-     multirank_pp2_interleaved_bf16 multirank_dp2_tp2_pp2_bf16 multirank_tp2_fp8 multirank_dp2_tp2_fp8 multirank_dp2_fp8)
+     multirank_pp2_interleaved_bf16 multirank_dp2_tp2_pp2_bf16 multirank_tp2_fp8 multirank_dp2_tp2_fp8 multirank_dp2_fp8
+     multirank_dp2_tp2_pp2_fp8 multirank_pp2_fp8 multirank_pp2_interleaved_fp8)
 set_tests_properties(${mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 600)
 
 # Under the sanitizers, Open MPI's own leaks are suppressed (lsan.supp says how);
