@@ -68,10 +68,11 @@ static void usage(FILE *f) {
         "                    master weights and optimizer state (torch.autocast's policy); fp16 adds\n"
         "                    dynamic loss scaling (train --loss-scale); fp8 is bf16 with the linear\n"
         "                    layers' GEMMs on e4m3 inputs (e5m2 gradients) scaled per tensor from an\n"
-        "                    amax history (Transformer Engine's delayed scaling; not with pipeline\n"
-        "                    stages); meshes exchange f32 (collectives, pipeline messages)\n"
+        "                    amax history (Transformer Engine's delayed scaling); meshes exchange\n"
+        "                    f32 (collectives, pipeline messages)\n"
         "  --fp8-history N   fp8: the steps of amax history a scale comes from (default 1024)\n"
         "  --fp8-margin M    fp8: scales divided by 2^M (default 0)\n"
+        "  --fp8-classifier  fp8: the classifier's GEMM (the logits) in fp8 too (default: bf16)\n"
         "  --offload O       force the plan's offload: none; optimizer (its state on the host,\n"
         "                    AdamW on the CPU); or state (every rank's ZeRO-3 shard of parameters,\n"
         "                    gradients and optimizer state on its node's host memory and NVMe):\n"
@@ -138,6 +139,7 @@ typedef struct Options {
   int64_t act_mem;           /* --activation-memory bytes, 0 unset */
   int precision;             /* --precision: a DType (DT_F32 unless asked; DT_E4M3: fp8) */
   int fp8_history, fp8_margin; /* --fp8-history, --fp8-margin */
+  bool fp8_classifier;       /* --fp8-classifier: the logits' GEMM in fp8 too */
   bool precision_set;        /* --precision given (else: a plan file's, bf16 on a GPU profile, fp32) */
   bool classifier_fused;     /* --classifier fused: classifier_ce (passes/decompose.c) */
   TrainOptions train;        /* --train-file, --optimizer, --lr, ... */
@@ -205,7 +207,7 @@ static int parse_choice(const char *flag, const char *arg, const char *const *na
 enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA,
        O_GPN, O_GPU, O_CLUSTER, O_DUMP_PLAN, O_PLAN_OUT, O_PLAN, O_DP, O_TP, O_PP, O_ZERO, O_MBS, O_SCHEDULE, O_VSTAGES,
        O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD, O_WHAT_IF, O_NVME, O_PRECISION,
-       O_CLASSIFIER, O_FP8_HISTORY, O_FP8_MARGIN, O_OPTIMIZER, O_LR_SCHEDULE, O_TRAIN_FILE, O_TRAIN_FIELD };
+       O_CLASSIFIER, O_FP8_HISTORY, O_FP8_MARGIN, O_FP8_CLASSIFIER, O_OPTIMIZER, O_LR_SCHEDULE, O_TRAIN_FILE, O_TRAIN_FIELD };
 
 /* The options that describe the cluster or force part of the plan. */
 static bool parse_plan_option(int c, const char *arg, Options *o) {
@@ -309,7 +311,7 @@ static void parse_options(int argc, char **argv, Options *o) {
     {"offload", required_argument, 0, O_OFFLOAD}, {"jobs", required_argument, 0, 'j'},
     {"what-if", no_argument, 0, O_WHAT_IF}, {"precision", required_argument, 0, O_PRECISION},
     {"classifier", required_argument, 0, O_CLASSIFIER}, {"fp8-history", required_argument, 0, O_FP8_HISTORY},
-    {"fp8-margin", required_argument, 0, O_FP8_MARGIN}, {"optimizer", required_argument, 0, O_OPTIMIZER},
+    {"fp8-margin", required_argument, 0, O_FP8_MARGIN}, {"fp8-classifier", no_argument, 0, O_FP8_CLASSIFIER}, {"optimizer", required_argument, 0, O_OPTIMIZER},
     {"lr-schedule", required_argument, 0, O_LR_SCHEDULE}, {"train-file", required_argument, 0, O_TRAIN_FILE},
     {"lr", required_argument, 0, O_TRAIN_FIELD + 0}, {"beta1", required_argument, 0, O_TRAIN_FIELD + 1},
     {"beta2", required_argument, 0, O_TRAIN_FIELD + 2}, {"eps", required_argument, 0, O_TRAIN_FIELD + 3},
@@ -356,6 +358,7 @@ static void parse_options(int argc, char **argv, Options *o) {
       o->fp8_margin = (int)v;
       break;
     }
+    case O_FP8_CLASSIFIER: o->fp8_classifier = true; break;
     case O_CLASSIFIER: {
       static const char *const names[] = {"materialized", "fused"};
       o->classifier_fused = parse_choice("--classifier", optarg, names, 2) == 1;
@@ -394,6 +397,15 @@ static void parse_options(int argc, char **argv, Options *o) {
   }
   if (!o->dump_ir && !o->dump_after && !o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda && !o->dump_plan)
     o->summary = true;
+}
+
+/* --fp8-classifier asks for fp8, and for a classifier whose GEMM is a matmul. */
+static void check_fp8_classifier(const Options *o) {
+  if (o->fp8_classifier && o->precision != DT_E4M3)
+    error_plain("--fp8-classifier: the classifier's GEMM in fp8 needs --precision fp8");
+  if (o->fp8_classifier && o->classifier_fused)
+    error_plain("--fp8-classifier: the fused classifier (--classifier fused) computes its GEMM in bf16 chunks of rows; "
+                "use --classifier materialized");
 }
 
 /* The cluster of --gpu (or --cluster), the forced parts, the search. */
@@ -437,6 +449,8 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   f.precision = o->precision;
   f.lowp = o->precision != DT_F32;
   f.fp8 = o->precision == DT_E4M3;
+  check_fp8_classifier(o);
+  f.fp8_classifier = o->fp8_classifier;
   return plan_search(arena, g, cl, &f);
 }
 
@@ -820,7 +834,7 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
   after_ir(b, "decompose");
   if (b->o->precision != DT_F32) { /* mixed precision, chunk by chunk */
     for (int k = 0; k < b->part->nchunks; k++)
-      b->part->chunk[k] = b->o->precision == DT_E4M3 ? pass_autocast_fp8(b->part->chunk[k], b->o->fp8_history, b->o->fp8_margin)
+      b->part->chunk[k] = b->o->precision == DT_E4M3 ? pass_autocast_fp8(b->part->chunk[k], b->o->fp8_history, b->o->fp8_margin, b->o->fp8_classifier)
                                                      : pass_autocast(b->part->chunk[k], (DType)b->o->precision);
     after_ir(b, "autocast");
   }
@@ -883,8 +897,8 @@ static void print_summary(const Options *o, const Graph *g, const Program *p, co
   if (o->precision == DT_F32) printf("precision: fp32\n");
   else if (o->precision == DT_E4M3)
     printf("precision: fp8 mixed (the linear layers' GEMMs on e4m3 copies, e5m2 gradients, per-tensor delayed "
-           "scaling over %d steps, margin %d; the rest bf16 mixed; f32 master weights and optimizer state)\n",
-           o->fp8_history, o->fp8_margin);
+           "scaling over %d steps, margin %d%s; the rest bf16 mixed; f32 master weights and optimizer state)\n",
+           o->fp8_history, o->fp8_margin, o->fp8_classifier ? "; the classifier's GEMM too" : "");
   else
     printf("precision: %s mixed (GEMMs on %s copies with f32 sums; normalisations, softmax and the loss in f32; "
            "f32 master weights and optimizer state%s)\n",
@@ -945,6 +959,7 @@ int main(int argc, char **argv) {
   if (compiling) {
     diag_push(&j);
     if (setjmp(j.jb)) return progress_end(), fail(arena, &o);
+    check_fp8_classifier(&o);
     run_passes(&b, g, lowering);
     if (lowering) emit(&b);
     diag_pop(&j);

@@ -88,9 +88,9 @@ static Node *fp8_linear(Ctx *c, const Node *mm, Node *a, Node *b, int history, i
   return m;
 }
 
-static Graph *autocast(Graph *g, DType low, int fp8_history, int fp8_margin) {
+static Graph *autocast(Graph *g, DType low, int fp8_history, int fp8_margin, bool fp8_classifier) {
   Graph *h = graph_new_like(g);
-  bool *logits = fp8_history ? loss_logits(g) : NULL;
+  bool *logits = !fp8_history ? NULL : fp8_classifier ? arena_array(g->arena, g->n, sizeof *logits) : loss_logits(g);
   h->train.loss_scaling = low == DT_F16; /* f16's narrow range: the gradients scaled (autodiff) */
   Node **map = arena_array(g->arena, g->n, sizeof *map);
   Node **in = arena_array(g->arena, 64, sizeof *in);
@@ -129,9 +129,9 @@ static Graph *autocast(Graph *g, DType low, int fp8_history, int fp8_margin) {
   return h;
 }
 
-Graph *pass_autocast(Graph *g, DType low) { return autocast(g, low, 0, 0); }
+Graph *pass_autocast(Graph *g, DType low) { return autocast(g, low, 0, 0, false); }
 
-Graph *pass_autocast_fp8(Graph *g, int history, int margin) {
+Graph *pass_autocast_fp8(Graph *g, int history, int margin, bool classifier) {
   ir_assert(history > 0 && margin >= 0);
-  return autocast(g, DT_BF16, history, margin);
+  return autocast(g, DT_BF16, history, margin, classifier);
 }

@@ -17,8 +17,8 @@ Graph *pass_decompose(Graph *g, unsigned fuse);
  * Returns the new graph. */
 Graph *pass_autocast(Graph *g, DType low);
 /* bf16 with the linear layers' GEMMs in fp8, delayed scaling over `history` steps with
- * `margin` (passes/autocast.c). */
-Graph *pass_autocast_fp8(Graph *g, int history, int margin);
+ * `margin`, the classifier's GEMM too when `classifier` (passes/autocast.c). */
+Graph *pass_autocast_fp8(Graph *g, int history, int margin, bool classifier);
 
 /* requires: a verified forward graph with a loss, no composite ops (decompose).
  * Appends the backward pass: the gradient of the loss with respect to every

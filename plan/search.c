@@ -110,6 +110,7 @@ static CandSet *get_set(Search *S, int tp, int mbs, Recompute rc) {
   const PlanResult *r = S->r;
   ShardCtx x = {.pm = r->pm, .cl = r->cl, .t = tp, .mbs = mbs, .rc = rc, .attn = (AttnKernel)S->f->attn,
                 .act_bytes = act_bytes(r, S->f), .peak = r->peak, .peak_fp8 = r->fp8 ? r->cl->dev.peak_fp8 : 0,
+                .fp8_classifier = S->f->fp8_classifier,
                 .classifier_fused = S->f->classifier_fused, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
                 .force = S->f->op_strategy, .exec = S->f->exec};
   *cs = (CandSet){.tp = tp, .mbs = mbs, .rc = rc};

@@ -30,6 +30,7 @@ typedef struct PlanForce {
   bool exec;                  /* the plan will be compiled: only what code generation runs */
   bool lowp;                  /* exec: the program is compiled in bf16 mixed precision (--precision) */
   bool fp8;                   /* ... with the linear layers' GEMMs in fp8 (--precision fp8) */
+  bool fp8_classifier;        /* ... and the classifier's (--fp8-classifier) */
   int precision;              /* the DType compiled (DT_E4M3: fp8), -1 unset; a plan file's "precision" */
 } PlanForce;
 

@@ -706,10 +706,10 @@ static double scores(const ShardCtx *x, const Node *n, const Strat *s) { /* b·H
 static double reshard(const ShardCtx *x, int from, int to, double bytes, CollKind *kind);
 
 /* A linear layer's GEMM: a parameter operand, its result not the logits a loss reads
- * (what passes/autocast.c compiles in fp8). */
-static bool linear_gemm(const PlanModel *pm, const Node *n) {
+ * unless the classifier is in fp8 too (what passes/autocast.c compiles in fp8). */
+static bool linear_gemm(const PlanModel *pm, const Node *n, bool classifier) {
   if (n->in[0]->op != OP_PARAM && n->in[1]->op != OP_PARAM) return false;
-  for (int u = 0; u < pm->nuse[n->id]; u++)
+  for (int u = 0; u < pm->nuse[n->id] && !classifier; u++)
     if (pm->g->nodes[pm->use[n->id][u]]->op == OP_CROSS_ENTROPY) return false;
   return true;
 }
@@ -722,7 +722,7 @@ static bool fused_classifier(const PlanModel *pm, const Node *ce) {
 }
 
 static void price_matmul(const ShardCtx *x, const Node *n, Strat *s, double ff, double fb, double by) {
-  double eff = matmul_eff(x, n, s), peak = x->peak_fp8 > 0 && linear_gemm(x->pm, n) ? x->peak_fp8 : x->peak;
+  double eff = matmul_eff(x, n, s), peak = x->peak_fp8 > 0 && linear_gemm(x->pm, n, x->fp8_classifier) ? x->peak_fp8 : x->peak;
   s->t_fwd = cost_kernel(x->cl, ff, peak, eff, by);
   s->t_bwd = 2 * cost_kernel(x->cl, fb / 2, peak, eff, by); /* one GEMM for each input's gradient */
 }

@@ -77,6 +77,7 @@ typedef struct ShardCtx {
   double act_bytes;      /* bytes of an activation element: 2 (bf16) or 4 (fp32) */
   double peak;           /* FLOP/s of GEMMs and attention in the plan's precision */
   double peak_fp8;       /* FLOP/s of the linear layers' GEMMs under fp8; 0: at peak */
+  bool fp8_classifier;   /* ... the classifier's GEMM among them (--fp8-classifier) */
   bool classifier_fused; /* cross_entropy(matmul) as classifier_ce (passes/decompose.c) */
   double state_bytes;    /* model-state bytes per parameter (the DP's memory weight) */
   const char *const *force; /* [g->n] strategy name an op must use, or NULL */

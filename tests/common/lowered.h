@@ -42,7 +42,7 @@ static inline Program *lowered_model(Arena *a, int argc, char **argv) {
   Graph *g = frontend_compile(a, argv[0], text, len, ov, nov);
   if (!g) { diag_pop(&j); return NULL; }
   g = pass_decompose(g, fuse);
-  if (low == DT_E4M3) g = pass_autocast_fp8(g, 16, 0);
+  if (low == DT_E4M3) g = pass_autocast_fp8(g, 16, 0, false);
   else if (low != DT_F32) g = pass_autocast(g, low);
   pass_autodiff(g);
   ir_verify(g);

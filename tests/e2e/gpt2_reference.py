@@ -78,8 +78,10 @@ def f32(x):
 # to e4m3 with its own scale, the output's gradient to e5m2 with a third; a scale is
 # 448 (57344) / the largest amax of the last HISTORY steps, 1 before any; the GEMMs sum
 # the quantized values in f32 and divide by the two scales. Rounding is numpy's
-# ml_dtypes (PyPI) after saturating to the largest finite value.
+# ml_dtypes (PyPI) after saturating to the largest finite value. --fp8-head (after
+# --fp8 HISTORY): the classifier's GEMM too (colossalc --fp8-classifier).
 FP8 = None
+FP8_HEAD = False
 
 
 class Fp8State:
@@ -157,12 +159,12 @@ def forward(p, tokens, targets, heads, layers):
         y = F.gelu(linear(y, p[h + "mlp.c_fc.weight"], h + "c_fc") + p[h + "mlp.c_fc.bias"], approximate="tanh")
         x = x + (linear(y, p[h + "mlp.c_proj.weight"], h + "mlp.c_proj") + p[h + "mlp.c_proj.bias"])
     x = F.layer_norm(f32(x), (d,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
-    logits = mm(x, p["wte.weight"].t())
+    logits = linear(x, p["wte.weight"].t(), "lm_head") if FP8_HEAD else mm(x, p["wte.weight"].t())
     return F.cross_entropy(f32(logits).view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def main():
-    global LOW, FP8, ml_dtypes
+    global LOW, FP8, FP8_HEAD, ml_dtypes
     scale = None  # --fp16 [--scale S]: dynamic loss scaling as torch.cuda.amp.GradScaler (init S)
     if sys.argv[1] == "--bf16":
         LOW = torch.bfloat16
@@ -171,6 +173,9 @@ def main():
         import ml_dtypes
         LOW, FP8 = torch.bfloat16, int(sys.argv[2])
         del sys.argv[1:3]
+        if sys.argv[1] == "--fp8-head":
+            FP8_HEAD = True
+            del sys.argv[1]
     if sys.argv[1] == "--fp16":
         LOW, scale = torch.float16, 65536.0
         del sys.argv[1]

@@ -8,7 +8,9 @@
 # and every parameter tensor but the key biases, whose gradient is rounding noise); fp16
 # from a loss scale of 2^20, its first steps skipped (the same ones as GradScaler).
 # FLAGS (one word, commas for spaces) go to colossalc: --classifier,fused checks the fused
-# classifier against the same reference.
+# classifier against the same reference; with fp8, --fp8-classifier checks against the
+# reference whose classifier GEMM is fp8 too, and that the run is closer to it than the
+# one with the classifier in bf16 is.
 # Usage: run_vs_torch.sh COLOSSALC MKTOKENS PYTHON SRCDIR WORKDIR [PRECISION [FLAGS]]
 set -eu
 cc=$1 mk=$2 py=$3 src=$4 work=$5 prec=${6:-fp32} flags=$(echo "${7:-}" | tr , ' ')
@@ -24,6 +26,7 @@ steps=5 tol=1e-4 ref="" noise=""
 # a value) grows faster than a bf16 one
 [ "$prec" = fp8 ] && steps=12 tol=1e-2 ref="--fp8 4" noise="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256:0.02" \
   flags="$flags --fp8-history 4"
+case " $flags " in *" --fp8-classifier "*) ref="$ref --fp8-head" ;; esac # the classifier's GEMM in fp8 too
 scale=""
 [ "$prec" = fp16 ] && scale="--loss-scale 1048576"
 mkdir -p "$work" && cd "$work"
@@ -44,3 +47,8 @@ mkdir -p f32
 mkdir -p bf16
 "$py" "$src/tests/e2e/gpt2_reference.py" --bf16 genesis.bin bf16 256 256 128 4 2 2 32 $steps 1e-3 > /dev/null
 "$py" "$src/tests/e2e/closer.py" . bf16 final.safetensors "$noise"
+case "$ref" in *--fp8-head*) ;; *) exit 0 ;; esac
+# --fp8-classifier: and closer to it than the reference with the classifier in bf16 is
+mkdir -p fp8-bf16-head
+"$py" "$src/tests/e2e/gpt2_reference.py" --fp8 4 genesis.bin fp8-bf16-head 256 256 128 4 2 2 32 $steps 1e-3 > /dev/null
+"$py" "$src/tests/e2e/closer.py" . fp8-bf16-head final.safetensors "$noise"

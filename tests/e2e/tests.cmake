@@ -17,6 +17,11 @@ add_test(NAME e2e_gpt2_vs_torch_bf16
 add_test(NAME e2e_gpt2_vs_torch_fp8
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_vs_torch.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/torch-fp8 fp8)
+# ... with the classifier's GEMM in fp8 too (--fp8-classifier; the reference's --fp8-head)
+add_test(NAME e2e_gpt2_vs_torch_fp8_classifier
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_vs_torch.sh $<TARGET_FILE:colossalc>
+                 $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
+                 ${E2E_WORK}/torch-fp8-classifier fp8 --fp8-classifier)
 # training quality: 2,000 steps of gpt2-tiny in bf16 within 2 % of fp32's final loss, fp8
 # within 4 % (about 4 minutes; not under the sanitizers, where it would take several times that)
 if(NOT COLOSSALC_SANITIZE)
