@@ -264,47 +264,42 @@ void mesh_gather(Mesh *m, char *gparams, char *gopt, const char *params, const c
     }
 }
 
-/* The rows of stage program st's fp8 states between its layout (rows x width) and the
- * model's (total x width), by its runs. */
-static void fp8_place(const RtProgram *st, float *local, float *model, int to_model)
+/* Stage program st's fp8 states between its layout (rows x width) and the model's
+ * (total x width), by its runs: from `from` in one layout into `to` in the other (the
+ * model's when to_model). */
+static void fp8_place(const RtProgram *st, const float *from, float *to, int to_model)
 {
     int64_t w = st->fp8.width;
     for (int i = 0; i < st->fp8.nruns; i++) {
         const int64_t *r = st->fp8.runs[i];
-        float *a = model + r[0] * w, *b = local + r[1] * w;
-        memcpy(to_model ? a : b, to_model ? b : a, (size_t)(r[2] * w) * sizeof *a);
+        int64_t src = to_model ? r[1] : r[0], dst = to_model ? r[0] : r[1];
+        memcpy(to + dst * w, from + src * w, (size_t)(r[2] * w) * sizeof *to);
     }
 }
 
-int mesh_fp8_gather(Mesh *m, const float *local, float *model)
+void mesh_fp8_gather(Mesh *m, const float *local, float *model)
 {
     Comm *w = m->world;
     if (m->dp_rank != 0 || m->tp_rank != 0)
-        return 0;
+        return;
     for (int s = 0; s < m->pp; s++) {
         const RtProgram *st = &m->stages[s];
-        int64_t n = st->fp8.rows * st->fp8.width;
-        if (!n || (w->rank != 0 && s != m->pp_rank))
-            continue;
-        if (w->rank != 0) { /* this stage's sender */
-            w->send(w, local, n, 0);
-            continue;
-        }
-        float *buf = s == m->pp_rank ? (float *)local : malloc((size_t)n * sizeof *buf);
-        if (!buf)
-            return -1;
-        if (s != m->pp_rank)
-            w->recv(w, buf, n, s * m->dp * m->tp); /* the stage's rank of dp 0 and tp 0 */
-        fp8_place(st, buf, model, 1);
-        if (buf != local)
-            free(buf);
+        if (w->rank == 0 && s == m->pp_rank)
+            fp8_place(st, local, model, 1);
+        else if (w->rank == 0 || s == m->pp_rank) /* run by run, straight into place */
+            for (int i = 0; i < st->fp8.nruns; i++) {
+                const int64_t *r = st->fp8.runs[i], n = r[2] * st->fp8.width;
+                if (w->rank == 0)
+                    w->recv(w, model + r[0] * st->fp8.width, n, s * m->dp * m->tp); /* its dp 0, tp 0 */
+                else
+                    w->send(w, local + r[1] * st->fp8.width, n, 0);
+            }
     }
-    return 0;
 }
 
 void mesh_fp8_scatter(const Mesh *m, const float *model, float *local)
 {
-    fp8_place(m->prog, local, (float *)model, 0);
+    fp8_place(m->prog, model, local, 0);
 }
 
 /* ---- groups of stages ---------------------------------------------------------- */

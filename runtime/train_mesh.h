@@ -82,11 +82,10 @@ void mesh_scatter(const Mesh *m, const char *gparams, const char *gopt, char *pa
 /* World rank 0's gparams (and gopt when opt) from the holders' host tiers. */
 /* fp8's scaling states (program.h "fp8"), the same on every rank of a stage (their
  * amaxes are reduced over its tp and dp groups): mesh_fp8_gather sends each stage's
- * (rows x width, local) from its rank of dp 0 and tp 0 to world rank 0, which places
- * them by the stages' runs in the model's order (total x width, model; -1: out of
- * memory there); every rank calls it. mesh_fp8_scatter takes this rank's from the
- * model's. */
-int mesh_fp8_gather(Mesh *m, const float *local, float *model);
+ * (rows x width, local) from its rank of dp 0 and tp 0 to world rank 0, run by run into
+ * their places in the model's order (total x width, model); every rank calls it.
+ * mesh_fp8_scatter takes this rank's from the model's. */
+void mesh_fp8_gather(Mesh *m, const float *local, float *model);
 void mesh_fp8_scatter(const Mesh *m, const float *model, float *local);
 void mesh_gather(Mesh *m, char *gparams, char *gopt, const char *params, const char *opt,
                  int opt_too);
