@@ -300,6 +300,7 @@ int split_sizes(const ONode *n, const Shape *in, int axis, int64_t *sizes) {
   if (k != n->nout) imp_error(n, "%d split sizes for %d outputs", k, n->nout);
   for (int i = 0; i < k; i++) {
     if (sizes[i] < 0) imp_error(n, "a negative split size");
+    if (sizes[i] > dim - sum) imp_error(n, "split sizes add up to more than the axis's %lld", (long long)dim);
     sum += sizes[i];
   }
   if (sum != dim) imp_error(n, "split sizes add up to %lld, not the axis's %lld", (long long)sum, (long long)dim);

@@ -115,6 +115,11 @@ def main():
            helper.make_node("ConstantOfShape", ["shape"], ["zeros"], name="/zeros")]
     write("huge_constant.onnx", model(big + body(helper.make_node("Add", ["logits", "zeros"], ["y"], name="/Add"))),
           "node '/zeros' (ConstantOfShape, opset 14): error: a constant of more than 2^24 elements")
+    sizes = helper.make_node("Constant", [], ["sizes"], name="/sizes",
+                             value=numpy_helper.from_array(np.array([(1 << 62) + 4, (1 << 62) + 4], dtype=np.int64)))
+    split = helper.make_node("Split", ["logits", "sizes"], ["y", "z"], name="/Split", axis=2)
+    write("split_overflow.onnx", model([sizes] + body(split)),
+          "node '/Split' (Split, opset 14): error: split sizes add up to more than the axis's 8")
     with open(os.path.join(HERE, "expect.txt"), "w") as f:
         f.write("# What colossalc says about each file (tests/onnx/bad/make.py writes them; check_bad_onnx.py runs them)\n")
         f.write("\n".join(EXPECT) + "\n")
