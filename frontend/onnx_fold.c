@@ -548,6 +548,7 @@ static void fold_expand(Imp *m, ONode *n) {
 static void fold_range(Imp *m, ONode *n) {
   const OTensor *a = cin(n, 0), *b = cin(n, 1), *c = cin(n, 2);
   if (a->n != 1 || b->n != 1 || c->n != 1) imp_error(n, "start, limit and delta must be scalars");
+  if (a->type != b->type || a->type != c->type) imp_error(n, "start, limit and delta must be of one type");
   double start = ot_get(a, 0), limit = ot_get(b, 0), delta = ot_get(c, 0);
   if (delta == 0 || !isfinite(start) || !isfinite(limit) || !isfinite(delta)) imp_error(n, "a bad range");
   double count = ceil((limit - start) / delta);
@@ -704,6 +705,7 @@ static void fold_where(Imp *m, ONode *n) {
   Shape s1, s;
   if (!shape_broadcast(&c->shape, &x->shape, &s1) || !shape_broadcast(&s1, &y->shape, &s))
     imp_error(n, "the inputs' shapes do not broadcast");
+  if (x->type != y->type) imp_error(n, "the two value inputs must be of one type");
   OTensor *t = ot_new(m, n, x->type, &s);
   for (int64_t k = 0; k < t->n; k++) {
     bool take = ot_get(c, bcast_at(&s, &c->shape, k)) != 0;

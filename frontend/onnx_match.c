@@ -264,6 +264,7 @@ static bool table_layout(const OTensor *t, const Shape *xs) {
 static bool rotary_tables(const OTensor *c, const OTensor *s, const Shape *xs, double *theta) {
   if (!table_layout(c, xs) || !table_layout(s, xs)) return false;
   int64_t T = xs->d[xs->ndim - 2], hd = xs->d[xs->ndim - 1], h = hd / 2;
+  if (hd < 2 || hd % 2) return false; /* rotate_half pairs the features */
   *theta = 10000;
   if (hd >= 4 && T >= 2) { /* position 1, frequency 1: theta^(-2/hd) */
     double ang = atan2(s->f[hd + 1], c->f[hd + 1]);

@@ -3,7 +3,8 @@
 # text) and tests/fuzz/fuzz_onnx (ONNX files) with clang, libFuzzer, ASan and UBSan in
 # build-fuzz/ (all of colossalc_core instrumented for coverage), seeds a corpus for each
 # (models/, tests/bad/, tests/golden/ and tests/fuzz/seeds/; tests/fuzz/onnx/,
-# tests/onnx/bad/ and tests/onnx/models/), and runs each for SECONDS (default 60).
+# tests/onnx/bad/, tests/onnx/models/ and 200 random graphs from
+# tests/fuzz/gen_onnx.py), and runs each for SECONDS (default 60).
 # Exits non-zero on any finding (crash, hang, leak, undefined behaviour, out of
 # memory); the reproducer is left in .fuzz-corpus/findings/. The corpora grow in
 # .fuzz-corpus/work*/ from run to run; none of it is committed.
@@ -26,6 +27,8 @@ rm -rf "$root/seed" "$root/seed-onnx"
 mkdir -p "$root/seed" "$root/seed-onnx" "$root/work" "$root/work-onnx" "$root/findings"
 cp models/*.model tests/bad/*.model tests/golden/*.ir tests/fuzz/seeds/* "$root/seed/"
 cp tests/fuzz/onnx/*.onnx tests/onnx/bad/*.onnx tests/onnx/models/*.onnx "$root/seed-onnx/"
+# and random graphs of the supported ops, which reach the folds past protobuf decoding
+/usr/bin/python3 tests/fuzz/gen_onnx.py "$root/seed-onnx" 200 "$RANDOM"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}

@@ -16,3 +16,10 @@ if(COLOSSALC_FUZZ)
                    ${CMAKE_CURRENT_LIST_DIR}/onnx ${CMAKE_SOURCE_DIR}/tests/onnx/bad ${CMAKE_SOURCE_DIR}/tests/onnx/models)
   set_tests_properties(fuzz_onnx_corpus PROPERTIES LABELS fuzz TIMEOUT 300)
 endif()
+# Random ONNX graphs of the supported ops with edge-value constants and attributes
+# (gen_onnx.py), through colossalc: each imports or is refused with one line. In
+# every build, so that the sanitizer build checks them too.
+add_test(NAME onnx_random_graphs
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_random_onnx.py ${COLOSSALC_BIN}
+                 ${CMAKE_CURRENT_BINARY_DIR}/onnx_random 1000 1)
+set_tests_properties(onnx_random_graphs PROPERTIES LABELS bad TIMEOUT 300)

@@ -120,6 +120,11 @@ def main():
     split = helper.make_node("Split", ["logits", "sizes"], ["y", "z"], name="/Split", axis=2)
     write("split_overflow.onnx", model([sizes] + body(split)),
           "node '/Split' (Split, opset 14): error: split sizes add up to more than the axis's 8")
+    ends = [helper.make_node("Constant", [], [name], name="/" + name, value=numpy_helper.from_array(np.array(v)))
+            for name, v in (("start", np.int64(0)), ("limit", np.int64(4)), ("delta", np.float32(1)))]
+    rng = helper.make_node("Range", ["start", "limit", "delta"], ["r"], name="/Range")
+    write("range_mixed_types.onnx", model(ends + [rng] + body()),
+          "node '/Range' (Range, opset 14): error: start, limit and delta must be of one type")
     with open(os.path.join(HERE, "expect.txt"), "w") as f:
         f.write("# What colossalc says about each file (tests/onnx/bad/make.py writes them; check_bad_onnx.py runs them)\n")
         f.write("\n".join(EXPECT) + "\n")
