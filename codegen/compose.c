@@ -11,7 +11,11 @@ static PInstr *push_comm(Program *p, PSeq *s, IsaCommKind kind, IsaGroup group, 
 }
 
 /* The holders of each parameter name, in global order (stage, then position). */
-typedef struct Tied { const char *name; int *at; /* [n] index in stage s, or -1 */ int holders; } Tied;
+typedef struct Tied {
+  const char *name;
+  int *at; /* [n] index in stage s, or -1 */
+  int holders;
+} Tied;
 
 static int find_group(PStageGroup *g, int ng, const Tied *t, int n) {
   for (int k = 0; k < ng; k++) {
@@ -61,7 +65,8 @@ static void compose_tied(Program **ps, int n, bool **lowest) {
       const PParam *q = &ps[s]->params[t[e].at[s]];
       for (int kind = 0; kind < 2; kind++) /* onto the lowest holder, then back */
         push_comm(ps[s], &ps[s]->sync, kind ? ISA_COMM_BROADCAST : ISA_COMM_REDUCE, ISA_GROUP_STAGES, RT_TIER_GRADS,
-                  q->offset, pparam_bytes(q))->comm.stage_group = k;
+                  q->offset, pparam_bytes(q))
+            ->comm.stage_group = k;
     }
   }
   for (int s = 0; s < n; s++) ps[s]->stage_groups = g, ps[s]->nstage_groups = ng;
@@ -90,8 +95,8 @@ static void param_sums(Program *p, PSeq *s) {
  * not used again), into s. */
 static void owner_reduces(Program *p, PSeq *s) {
   for (int k = p->nparams - 1; k >= 0; k--)
-    push_comm(p, s, ISA_COMM_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[k].offset,
-              pparam_bytes(&p->params[k]))->comm.root = p->params[k].owner;
+    push_comm(p, s, ISA_COMM_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[k].offset, pparam_bytes(&p->params[k]))
+        ->comm.root = p->params[k].owner;
 }
 
 /* last[k]: the last instruction of `step` that touches parameter k's gradient, or -1
@@ -129,8 +134,8 @@ static void compose_overlap(Program *p, PSeq *sums, bool overlap) {
     PInstr *c = &sums->v[b];
     after[b] = -1;
     for (int k = 0; k < p->nparams; k++)
-      if (p->params[k].offset < c->comm.off[0] + c->comm.n * 4 && c->comm.off[0] < p->params[k].offset + pparam_bytes(&p->params[k]) &&
-          last[k] > after[b])
+      if (p->params[k].offset < c->comm.off[0] + c->comm.n * 4 &&
+          c->comm.off[0] < p->params[k].offset + pparam_bytes(&p->params[k]) && last[k] > after[b])
         after[b] = last[k];
     if (after[b] < 0) after[b] = p->step.n - 1;
     c->last_mb = !p->scheduled, c->overlap = overlap; /* a scheduled step runs once */
@@ -175,7 +180,8 @@ static int add_kernel(Program **ps, int n, Kernel *k) {
   }
   int at = p->nkernels++;
   p->kernels[at] = k;
-  for (int s = 1; s < n; s++) ps[s]->kernels = p->kernels, ps[s]->nkernels = p->nkernels, ps[s]->kernels_cap = p->kernels_cap;
+  for (int s = 1; s < n; s++)
+    ps[s]->kernels = p->kernels, ps[s]->nkernels = p->nkernels, ps[s]->kernels_cap = p->kernels_cap;
   return at;
 }
 
@@ -202,7 +208,8 @@ static void fuse_runs(Program **ps, int n, Program *p, PSeq *s, const bool *skip
       continue;
     }
     int e = k + 1; /* the run [k, e), instructions i .. i + e - k - 1 */
-    while (e < p->nparams && i + e - k < old.n && !(skip && skip[e]) && joins(&old.v[i + e - k - 1], &old.v[i + e - k])) e++;
+    while (e < p->nparams && i + e - k < old.n && !(skip && skip[e]) && joins(&old.v[i + e - k - 1], &old.v[i + e - k]))
+      e++;
     e = norm ? (p->norm_row ? e : k + 1) : lower_update_end(p, k, e);
     PInstr *x = pseq_push(p->arena, s, ISA_KERNEL);
     *x = *in;
@@ -272,7 +279,8 @@ static void compose_update(Program **ps, int n, Program *p, bool offload) {
   if (!offload) fuse_runs(ps, n, p, &p->update, NULL, false);
   for (int k = 0; k < p->nparams && p->zero_stage >= 1 && p->zero_stage < 3; k++)
     push_comm(p, &p->update, ISA_COMM_BROADCAST, ISA_GROUP_DP, RT_TIER_PARAMS, p->params[k].offset,
-              pparam_bytes(&p->params[k]))->comm.root = p->params[k].owner;
+              pparam_bytes(&p->params[k]))
+        ->comm.root = p->params[k].owner;
 }
 
 /* fp8: this step's amaxes (max) over the tensor- and data-parallel groups, before the

@@ -30,8 +30,8 @@
 #endif
 
 enum {
-  CUDA_BLOCK = 256,          /* threads per block for CM_FLAT, CM_THREAD_ROW, CM_COLS */
-  CUDA_ROW_BLOCK_MIN = 32,   /* CM_BLOCK_ROW: one warp at least */
+  CUDA_BLOCK = 256,        /* threads per block for CM_FLAT, CM_THREAD_ROW, CM_COLS */
+  CUDA_ROW_BLOCK_MIN = 32, /* CM_BLOCK_ROW: one warp at least */
   CUDA_ROW_BLOCK_MAX = 512,
   CUDA_ROW_PER_THREAD = 4,   /* CM_BLOCK_ROW: aim at this many columns per thread */
   CUDA_THREAD_ROW_COLS = 32, /* below this many columns a row is one thread's work */
@@ -40,7 +40,10 @@ enum {
 
 /* ---- growable strings ------------------------------------------------------------ */
 
-typedef struct Str { char *s; size_t len, cap; } Str;
+typedef struct Str {
+  char *s;
+  size_t len, cap;
+} Str;
 
 static void put(Str *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(Str *o, const char *fmt, ...) {
@@ -62,13 +65,22 @@ static void put(Str *o, const char *fmt, ...) {
   o->len += (size_t)n;
 }
 
-static void put_str(Str *o, const Str *s) { if (s->len) put(o, "%s", s->s); }
+static void put_str(Str *o, const Str *s) {
+  if (s->len) put(o, "%s", s->s);
+}
 static void put_ind(Str *o, int ind) { put(o, "%*s", 2 * ind, ""); }
-static void str_free(Str *s) { free(s->s); *s = (Str){0}; }
+static void str_free(Str *s) {
+  free(s->s);
+  *s = (Str){0};
+}
 
 /* ---- analysis ------------------------------------------------------------------- */
 
-typedef struct Access { int buf; const KView *view; bool write, row; } Access;
+typedef struct Access {
+  int buf;
+  const KView *view;
+  bool write, row;
+} Access;
 
 /* A buffer of 16- or 8-bit floats, converted by the prelude's cc_<name>2f and cc_f2<name>. */
 static bool half_buf(const KBuf *b) { return b->dtype != DT_F32 && b->dtype != DT_I32; }
@@ -92,13 +104,20 @@ static void collect_loads(const KExpr *e, unsigned char *seen, bool row, Access 
     collect_loads(e->view.gather, seen, row, out, n);
     return;
   case KX_UNARY: collect_loads(e->a, seen, row, out, n); return;
-  case KX_BINARY: collect_loads(e->a, seen, row, out, n); collect_loads(e->b, seen, row, out, n); return;
+  case KX_BINARY:
+    collect_loads(e->a, seen, row, out, n);
+    collect_loads(e->b, seen, row, out, n);
+    return;
   case KX_SELECT:
     collect_loads(e->a, seen, row, out, n);
     collect_loads(e->b, seen, row, out, n);
     collect_loads(e->c, seen, row, out, n);
     return;
-  case KX_CONST: case KX_ACC: case KX_COORD: case KX_SCALAR: case KX_RAND: return;
+  case KX_CONST:
+  case KX_ACC:
+  case KX_COORD:
+  case KX_SCALAR:
+  case KX_RAND: return;
   }
   unreachable();
 }
@@ -195,29 +214,30 @@ int64_t cuda_kernel_grid_size(const Kernel *k, int64_t extent) {
     work = work / bs + (work % bs != 0);
     break;
   case CM_BLOCK_ROW: break;
-  case CM_THREAD_ROW: case CM_COLS: work = work / bs + (work % bs != 0); break;
+  case CM_THREAD_ROW:
+  case CM_COLS: work = work / bs + (work % bs != 0); break;
   }
   return work < 1 ? 1 : work > CUDA_GRID_MAX ? CUDA_GRID_MAX : work;
 }
 
 /* ---- emitter state ------------------------------------------------------------- */
 
-enum { DEP_R = 1, DEP_J = 2, DEP_RW = 4 };   /* row index, column index, memory the kernel writes */
+enum { DEP_R = 1, DEP_J = 2, DEP_RW = 4 };    /* row index, column index, memory the kernel writes */
 enum { DEP_ACC_SHIFT = 8 };                   /* then one bit per accumulator read */
-enum { T_ALL, T_HOIST_J, T_HOIST_R, T_PURE };  /* which temps to emit now */
+enum { T_ALL, T_HOIST_J, T_HOIST_R, T_PURE }; /* which temps to emit now */
 
 typedef struct Emit {
   const Kernel *k;
   CudaMapping map;
-  bool ro[K_MAX_BUFS];        /* never written by this kernel (nor anything overlapping) */
-  unsigned *dep;              /* per expr id: DEP_* bits | accumulators << DEP_ACC_SHIFT */
+  bool ro[K_MAX_BUFS]; /* never written by this kernel (nor anything overlapping) */
+  unsigned *dep;       /* per expr id: DEP_* bits | accumulators << DEP_ACC_SHIFT */
   unsigned char *dep_done;
-  int *lvl;                   /* per expr id: scope depth of its visible temp, or -1 */
-  int *uncond, ustamp;        /* per expr id: == ustamp when evaluated unconditionally */
-  int *seen, wstamp;          /* per expr id: visited in the current walk */
-  int stamps;                 /* stamps handed out (both kinds): a new one never repeats */
-  int *stack, nstack, depth;  /* ids with visible temps, innermost last */
-  bool row_phase;             /* emitting a KPH_ROW phase: j is 0 */
+  int *lvl;                  /* per expr id: scope depth of its visible temp, or -1 */
+  int *uncond, ustamp;       /* per expr id: == ustamp when evaluated unconditionally */
+  int *seen, wstamp;         /* per expr id: visited in the current walk */
+  int stamps;                /* stamps handed out (both kinds): a new one never repeats */
+  int *stack, nstack, depth; /* ids with visible temps, innermost last */
+  bool row_phase;            /* emitting a KPH_ROW phase: j is 0 */
   bool use_r, use_j, use_sh, use_rc[K_MAX_DIMS], use_cc[K_MAX_DIMS], use_buf[K_MAX_BUFS], use_acc[K_MAX_ACCS];
   bool *use_sc;
   int nsc;
@@ -231,9 +251,18 @@ static unsigned expr_dep(Emit *E, const KExpr *e) {
   unsigned d = 0;
   switch (e->kind) {
   case KX_CONST: break;
-  case KX_SCALAR: ir_assert(e->index >= 0); if (e->index + 1 > E->nsc) E->nsc = e->index + 1; break;
-  case KX_ACC: ir_assert(e->acc >= 0 && e->acc < E->k->naccs); d = 1u << (DEP_ACC_SHIFT + e->acc); break;
-  case KX_COORD: ir_assert(e->axis >= 0 && e->axis < E->k->ndims); d = e->axis < E->k->row_dims ? DEP_R : DEP_J; break;
+  case KX_SCALAR:
+    ir_assert(e->index >= 0);
+    if (e->index + 1 > E->nsc) E->nsc = e->index + 1;
+    break;
+  case KX_ACC:
+    ir_assert(e->acc >= 0 && e->acc < E->k->naccs);
+    d = 1u << (DEP_ACC_SHIFT + e->acc);
+    break;
+  case KX_COORD:
+    ir_assert(e->axis >= 0 && e->axis < E->k->ndims);
+    d = e->axis < E->k->row_dims ? DEP_R : DEP_J;
+    break;
   case KX_LOAD: d = view_dep(E, &e->view) | (E->ro[e->buf] ? 0 : DEP_RW); break;
   case KX_UNARY: d = expr_dep(E, e->a); break;
   case KX_BINARY: d = expr_dep(E, e->a) | expr_dep(E, e->b); break;
@@ -280,7 +309,13 @@ static void emit_init(Emit *E, const Kernel *k) {
 }
 
 static void emit_free(Emit *E) {
-  free(E->dep); free(E->dep_done); free(E->lvl); free(E->uncond); free(E->seen); free(E->stack); free(E->use_sc);
+  free(E->dep);
+  free(E->dep_done);
+  free(E->lvl);
+  free(E->uncond);
+  free(E->seen);
+  free(E->stack);
+  free(E->use_sc);
 }
 
 static void new_ustamp(Emit *E) { E->ustamp = ++E->stamps; }
@@ -299,9 +334,16 @@ static void mark_uncond(Emit *E, const KExpr *e) {
   switch (e->kind) {
   case KX_LOAD: mark_uncond(E, e->view.gather); return;
   case KX_UNARY: mark_uncond(E, e->a); return;
-  case KX_BINARY: mark_uncond(E, e->a); mark_uncond(E, e->b); return;
+  case KX_BINARY:
+    mark_uncond(E, e->a);
+    mark_uncond(E, e->b);
+    return;
   case KX_SELECT: mark_uncond(E, e->a); return;
-  case KX_CONST: case KX_ACC: case KX_COORD: case KX_SCALAR: case KX_RAND: return;
+  case KX_CONST:
+  case KX_ACC:
+  case KX_COORD:
+  case KX_SCALAR:
+  case KX_RAND: return;
   }
   unreachable();
 }
@@ -316,8 +358,14 @@ static void mark_phase(Emit *E, const KPhase *p) {
 static void expr_ref(Emit *E, Str *o, const KExpr *e);
 
 static void put_float(Str *o, float f) {
-  if (isnan(f)) { put(o, "CC_NAN"); return; }
-  if (isinf(f)) { put(o, f > 0 ? "CC_INF" : "(-CC_INF)"); return; }
+  if (isnan(f)) {
+    put(o, "CC_NAN");
+    return;
+  }
+  if (isinf(f)) {
+    put(o, f > 0 ? "CC_INF" : "(-CC_INF)");
+    return;
+  }
   char buf[48];
   snprintf(buf, sizeof buf, "%.9g", (double)f);
   const char *dot = strpbrk(buf, ".e") ? "" : ".0";
@@ -333,7 +381,7 @@ static void unary_syntax(KUnary op, const char **pre, const char **post) {
   case KU_TANH: *pre = "tanhf("; return;
   case KU_SQRT: *pre = "sqrtf("; return;
   case KU_RSQRT: *pre = "rsqrtf("; return;
-  case KU_RECIP: *pre = "__frcp_rn("; return;   /* correctly rounded 1/x, cheaper than a division */
+  case KU_RECIP: *pre = "__frcp_rn("; return; /* correctly rounded 1/x, cheaper than a division */
   case KU_ABS: *pre = "fabsf("; return;
   case KU_FLOOR: *pre = "floorf("; return;
   case KU_SIN: *pre = "sinf("; return;
@@ -353,18 +401,38 @@ static void binary_syntax(KBinary op, const char **pre, const char **mid, const 
   case KB_SUB: *mid = " - "; return;
   case KB_MUL: *mid = " * "; return;
   case KB_DIV: *mid = " / "; return;
-  case KB_MAX: *pre = "cc_max("; *mid = ", "; return;
-  case KB_MIN: *pre = "cc_min("; *mid = ", "; return;
-  case KB_POW: *pre = "powf("; *mid = ", "; return;
-  case KB_LT: *mid = " < "; *post = " ? 1.0f : 0.0f)"; return;
-  case KB_LE: *mid = " <= "; *post = " ? 1.0f : 0.0f)"; return;
-  case KB_EQ: *mid = " == "; *post = " ? 1.0f : 0.0f)"; return;
+  case KB_MAX:
+    *pre = "cc_max(";
+    *mid = ", ";
+    return;
+  case KB_MIN:
+    *pre = "cc_min(";
+    *mid = ", ";
+    return;
+  case KB_POW:
+    *pre = "powf(";
+    *mid = ", ";
+    return;
+  case KB_LT:
+    *mid = " < ";
+    *post = " ? 1.0f : 0.0f)";
+    return;
+  case KB_LE:
+    *mid = " <= ";
+    *post = " ? 1.0f : 0.0f)";
+    return;
+  case KB_EQ:
+    *mid = " == ";
+    *post = " ? 1.0f : 0.0f)";
+    return;
   case KB_COUNT: break;
   }
   unreachable();
 }
 
-static void term(Str *o, int *n) { if ((*n)++) put(o, " + "); }
+static void term(Str *o, int *n) {
+  if ((*n)++) put(o, " + ");
+}
 
 /* Is sum over axes [lo, hi) of coord_d * strides[d] equal to (the flat index over
  * those axes) * s? Then the part is `r * s` (or `j * s`). Axes of size 1 do not count. */
@@ -406,7 +474,10 @@ static void addr_part(Emit *E, Str *o, int *n, const KView *v, bool row) {
 /* offset + row part + column part + gather, in elements, 64-bit. */
 static void addr_text(Emit *E, Str *o, const KView *v) {
   int n = 0;
-  if (v->offset) { term(o, &n); put(o, "%lldLL", (long long)v->offset); }
+  if (v->offset) {
+    term(o, &n);
+    put(o, "%lldLL", (long long)v->offset);
+  }
   addr_part(E, o, &n, v, true);
   if (!E->row_phase) addr_part(E, o, &n, v, false);
   if (v->gather) {
@@ -429,8 +500,14 @@ static void load_text(Emit *E, Str *o, const KExpr *e) {
 }
 
 static void coord_text(Emit *E, Str *o, int axis) {
-  if (axis >= E->k->row_dims && E->row_phase) { put(o, "0.0f"); return; }
-  if (E->k->dims[axis] == 1) { put(o, "0.0f"); return; }
+  if (axis >= E->k->row_dims && E->row_phase) {
+    put(o, "0.0f");
+    return;
+  }
+  if (E->k->dims[axis] == 1) {
+    put(o, "0.0f");
+    return;
+  }
   bool row = axis < E->k->row_dims;
   (row ? E->use_rc : E->use_cc)[axis] = true;
   put(o, "(float)%s%d", row ? "rc" : "cc", axis);
@@ -441,9 +518,15 @@ static void expr_inline(Emit *E, Str *o, const KExpr *e) {
   switch (e->kind) {
   case KX_CONST: put_float(o, e->f); return;
   case KX_LOAD: load_text(E, o, e); return;
-  case KX_ACC: E->use_acc[e->acc] = true; put(o, "acc%d", e->acc); return;
+  case KX_ACC:
+    E->use_acc[e->acc] = true;
+    put(o, "acc%d", e->acc);
+    return;
   case KX_COORD: coord_text(E, o, e->axis); return;
-  case KX_SCALAR: E->use_sc[e->index] = true; put(o, "s%d", e->index); return;
+  case KX_SCALAR:
+    E->use_sc[e->index] = true;
+    put(o, "s%d", e->index);
+    return;
   case KX_RAND:
     E->use_sc[e->index] = true;
     put(o, "cc_rand(%lldLL, (long long)s%d, ", (long long)e->seed, e->index);
@@ -537,13 +620,20 @@ static void emit_temps(Emit *E, Str *o, int ind, const KExpr *e, int filter) {
   switch (e->kind) {
   case KX_LOAD: emit_temps(E, o, ind, e->view.gather, filter); break;
   case KX_UNARY: emit_temps(E, o, ind, e->a, filter); break;
-  case KX_BINARY: emit_temps(E, o, ind, e->a, filter); emit_temps(E, o, ind, e->b, filter); break;
+  case KX_BINARY:
+    emit_temps(E, o, ind, e->a, filter);
+    emit_temps(E, o, ind, e->b, filter);
+    break;
   case KX_SELECT:
     emit_temps(E, o, ind, e->a, filter);
     emit_temps(E, o, ind, e->b, filter);
     emit_temps(E, o, ind, e->c, filter);
     break;
-  case KX_CONST: case KX_ACC: case KX_COORD: case KX_SCALAR: case KX_RAND: break;
+  case KX_CONST:
+  case KX_ACC:
+  case KX_COORD:
+  case KX_SCALAR:
+  case KX_RAND: break;
   }
   if (!temp_wanted(E, e, filter)) return;
   if (e->kind == KX_SELECT) emit_select(E, o, ind, e);
@@ -597,8 +687,11 @@ static void coord_decl(Str *o, int ind, const Kernel *k, int axis) {
   const char *v = row ? "r" : "j";
   put_ind(o, ind);
   put(o, "const long long %s%d = ", row ? "rc" : "cc", axis);
-  if (stride == 1 && axis == lo) { put(o, "%s;\n", v); return; }
-  bool narrow = extent <= INT32_MAX;   /* 32-bit division is much cheaper on the GPU */
+  if (stride == 1 && axis == lo) {
+    put(o, "%s;\n", v);
+    return;
+  }
+  bool narrow = extent <= INT32_MAX; /* 32-bit division is much cheaper on the GPU */
   put(o, narrow ? "(long long)((unsigned)%s" : "%s", v);
   if (stride != 1) put(o, narrow ? " / %lldu" : " / %lldLL", (long long)stride);
   if (axis != lo) put(o, narrow ? " %% %lldu" : " %% %lldLL", (long long)k->dims[axis]);
@@ -621,7 +714,10 @@ static void decl_bases_and_scalars(Emit *E, Str *o) {
   for (int b = 0; b < k->nbufs; b++) {
     if (!E->use_buf[b]) continue;
     const KBuf *kb = &k->bufs[b];
-    const char *ty = kb->dtype == DT_I32 ? "int" : kbuf_elem_bytes(kb) == 1 ? "unsigned char" : half_buf(kb) ? "unsigned short" : "float";
+    const char *ty = kb->dtype == DT_I32        ? "int"
+                     : kbuf_elem_bytes(kb) == 1 ? "unsigned char"
+                     : half_buf(kb)             ? "unsigned short"
+                                                : "float";
     const char *c = E->ro[b] ? "const " : "";
     put(o, "  %s%s *const b%d = (%s%s *)bufs.p[%d];   /* %lld %s */\n", c, ty, b, c, ty, b, (long long)kb->numel,
         dtype_name(kb->dtype));
@@ -665,7 +761,10 @@ static void emit_j_loop(Emit *E, Str *o, int ind, int p0, int p1, bool block) {
   new_wstamp(E);
   for (int p = p0; p < p1; p++) {
     const KPhase *ph = &k->phases[p];
-    if (ph->kind == KPH_MAP) { emit_store(E, &body, ind + 1, ph); continue; }
+    if (ph->kind == KPH_MAP) {
+      emit_store(E, &body, ind + 1, ph);
+      continue;
+    }
     emit_phase_temps(E, &body, ind + 1, ph, T_ALL);
     put_ind(&body, ind + 1);
     put(&body, "%s%d = ", block ? "pacc" : "acc", ph->acc);
@@ -752,7 +851,8 @@ static void block_sync(Emit *E, Str *o, int ind, Access *pend, int *npend, int p
     *npend = 0;
   }
   if (k->phases[p0].kind == KPH_REDUCE) *npend = 0;
-  else for (int i = 0; i < n; i++) pend[(*npend)++] = cur[i];
+  else
+    for (int i = 0; i < n; i++) pend[(*npend)++] = cur[i];
   free(cur);
 }
 
@@ -774,8 +874,9 @@ static void emit_rows(Emit *E, Str *o, bool block) {
   }
   scope_close(E);
   if (block) put(o, "  for (long long r = blockIdx.x; r < n; r += gridDim.x) {\n");
-  else put(o, "  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < n;"
-              " r += (long long)gridDim.x * blockDim.x) {\n");
+  else
+    put(o, "  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < n;"
+           " r += (long long)gridDim.x * blockDim.x) {\n");
   coord_decls(o, 2, k, E->use_rc, true);
   for (int a = 0; a < k->naccs; a++) put(o, "    float acc%d;\n", a);
   put_str(o, &row);
@@ -807,7 +908,11 @@ static void emit_flat(Emit *E, Str *o) {
   emit_shared_pure(E, &el, 2);
   for (int p = 0; p < k->nphases; p++) {
     const KPhase *ph = &k->phases[p];
-    if (ph->kind == KPH_ROW) { E->use_j = true; emit_row_phase(E, &el, 2, ph, "if (j == 0) "); continue; }
+    if (ph->kind == KPH_ROW) {
+      E->use_j = true;
+      emit_row_phase(E, &el, 2, ph, "if (j == 0) ");
+      continue;
+    }
     put(&el, "    {\n");
     scope_open(E);
     new_ustamp(E);
@@ -921,16 +1026,19 @@ static void emit_attn(Str *o, const Kernel *k) {
   long long len = A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk;
   put(o, "  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < n;"
          " r += (long long)gridDim.x * blockDim.x) {\n");
-  put(o, "    const long long x = r %% %lldLL, b = r / %lldLL / %lldLL, h = r / %lldLL %% %lldLL, ho = h * %lldLL;\n", len,
-      len, (long long)A->heads, len, (long long)A->heads, hd);
+  put(o, "    const long long x = r %% %lldLL, b = r / %lldLL / %lldLL, h = r / %lldLL %% %lldLL, ho = h * %lldLL;\n",
+      len, len, (long long)A->heads, len, (long long)A->heads, hd);
   put(o, "    float acc[%lld];\n    for (int d = 0; d < %lld; d++) acc[d] = 0.0f;\n", hd, hd);
   if (A->pass == KA_FWD) {
     attn_row(o, 2, "xr", &A->q, "x");
-    if (A->causal) put(o, "    const long long end = x + %lldLL < %lldLL ? x + %lldLL : %lldLL;\n", shift + 1, (long long)A->sk, shift + 1, (long long)A->sk);
+    if (A->causal)
+      put(o, "    const long long end = x + %lldLL < %lldLL ? x + %lldLL : %lldLL;\n", shift + 1, (long long)A->sk,
+          shift + 1, (long long)A->sk);
     else put(o, "    const long long end = %lldLL;\n", (long long)A->sk);
     put(o, "    float m = -CC_INF, l = 0.0f, sc[%d];\n", KA_BLOCK);
     put(o, "    for (long long j0 = 0; j0 < end; j0 += %d) {\n", KA_BLOCK);
-    put(o, "      const int jn = (int)(end - j0 < %d ? end - j0 : %d);\n      float mb = -CC_INF;\n", KA_BLOCK, KA_BLOCK);
+    put(o, "      const int jn = (int)(end - j0 < %d ? end - j0 : %d);\n      float mb = -CC_INF;\n", KA_BLOCK,
+        KA_BLOCK);
     put(o, "      for (int t = 0; t < jn; t++) {\n");
     attn_row(o, 4, "kr", &A->k, "j0 + t");
     attn_dot(o, 4, k, "s", &A->q, "xr", &A->k, "kr");
@@ -955,8 +1063,11 @@ static void emit_attn(Str *o, const Kernel *k) {
   }
   bool by_query = A->pass == KA_DQ;
   long long hi = by_query ? A->sk : A->sq;
-  if (A->causal && by_query) put(o, "    const long long lo = 0, hi = x + %lldLL < %lldLL ? x + %lldLL : %lldLL;\n", shift + 1, hi, shift + 1, hi);
-  else if (A->causal) put(o, "    const long long lo = x - %lldLL > 0 ? x - %lldLL : 0, hi = %lldLL;\n", shift, shift, hi);
+  if (A->causal && by_query)
+    put(o, "    const long long lo = 0, hi = x + %lldLL < %lldLL ? x + %lldLL : %lldLL;\n", shift + 1, hi, shift + 1,
+        hi);
+  else if (A->causal)
+    put(o, "    const long long lo = x - %lldLL > 0 ? x - %lldLL : 0, hi = %lldLL;\n", shift, shift, hi);
   else put(o, "    const long long lo = 0, hi = %lldLL;\n", hi);
   put(o, "    for (long long y = lo; y < hi; y++) {\n");
   put(o, "      const long long i = %s, j = %s;\n", by_query ? "x" : "y", by_query ? "y" : "x");
@@ -1023,19 +1134,21 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
     emit_attn(&body, k);
     for (int b = 0; b < k->nbufs; b++) E.use_buf[b] = true;
   } else switch (E.map) {
-  case CM_FLAT: emit_flat(&E, &body); break;
-  case CM_BLOCK_ROW: emit_rows(&E, &body, true); break;
-  case CM_THREAD_ROW: emit_rows(&E, &body, false); break;
-  case CM_COLS: emit_cols(&E, &body); break;
-  }
+    case CM_FLAT: emit_flat(&E, &body); break;
+    case CM_BLOCK_ROW: emit_rows(&E, &body, true); break;
+    case CM_THREAD_ROW: emit_rows(&E, &body, false); break;
+    case CM_COLS: emit_cols(&E, &body); break;
+    }
   if (E.use_sh) put(&head, "  CC_SHARED(float, cc_sh, 32);\n");
   decl_bases_and_scalars(&E, &head);
   int bs = cuda_kernel_block_size(k);
   fprintf(f, "\n// ---- %s: %s, %d threads per block, n = %s ----\n", k->name, cuda_mapping_name(E.map), bs,
           k->par == KP_COLS ? "columns" : "rows");
   emit_comment_kernel(f, k);
-  fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const cc_bufs bufs, long long n, const float *scalars) {\n",
-          bs, k->name);
+  fprintf(
+      f,
+      "extern \"C\" __global__ void __launch_bounds__(%d) %s(const cc_bufs bufs, long long n, const float *scalars) {\n",
+      bs, k->name);
   fprintf(f, "%s%s}\n", head.s ? head.s : "", body.s ? body.s : "");
   str_free(&body);
   str_free(&head);
@@ -1048,114 +1161,115 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
  * two values in every lane (a + b == b + a). */
 _Static_assert(K_MAX_BUFS == 16, "cc_bufs in the prelude holds K_MAX_BUFS pointers");
 static const char prelude[] =
-  "#ifndef COLOSSALC_CUDA_PRELUDE\n"
-  "#define COLOSSALC_CUDA_PRELUDE\n"
-  "#define CC_INF __int_as_float(0x7f800000)\n"
-  "#define CC_NAN __int_as_float(0x7fffffff)\n"
-  "struct cc_bufs { char *p[16]; };   /* the address of each buffer of a kernel (K_MAX_BUFS) */\n"
-  "#ifndef CC_SHARED   /* a test harness may define its own */\n"
-  "#define CC_SHARED(type, name, n) __shared__ type name[n]\n"
-  "#endif\n"
-  "#ifdef COLOSSALC_CUDA_BOUNDS\n"
-  "__device__ __forceinline__ long long cc_ix(long long a, long long n) {\n"
-  "  if (a < 0 || a >= n) __trap();\n"
-  "  return a;\n"
-  "}\n"
-  "#define CC_IX(a, n) cc_ix((a), (n))\n"
-  "#else\n"
-  "#define CC_IX(a, n) (a)\n"
-  "#endif\n"
-  "/* dropout_uniform of ir/rand.h */\n"
-  "__device__ __forceinline__ float cc_rand(long long seed, long long step, long long index) {\n"
-  "  unsigned long long z = (unsigned long long)index + (unsigned long long)seed * 0x9E3779B97F4A7C15ull +\n"
-  "                         (unsigned long long)step * 0xD1B54A32D192ED03ull;\n"
-  "  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;\n"
-  "  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;\n"
-  "  z ^= z >> 31;\n"
-  "  return (float)(z >> 40) * 5.9604644775390625e-08f;\n"
-  "}\n"
-  "/* 16-bit storage (kx_to_f32, kx_from_f32 of codegen/kernel.h): exact widening, rounding to\n"
-  "   nearest even, overflow to infinity, f16's subnormals kept */\n"
-  "__device__ __forceinline__ float cc_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }\n"
-  "__device__ __forceinline__ unsigned short cc_f2bf(float f) {\n"
-  "  const unsigned u = __float_as_uint(f);\n"
-  "  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)(u >> 16 | 0x40);\n"
-  "  return (unsigned short)((u + 0x7fffu + (u >> 16 & 1u)) >> 16);\n"
-  "}\n"
-  "__device__ __forceinline__ float cc_h2f(unsigned short h) {\n"
-  "  const unsigned sign = (unsigned)(h >> 15) << 31, e = h >> 10 & 31u, m = h & 1023u;\n"
-  "  if (e == 31u) return __uint_as_float(sign | 0x7f800000u | m << 13);\n"
-  "  if (e) return __uint_as_float(sign | (e + 112u) << 23 | m << 13);\n"
-  "  return __uint_as_float(__float_as_uint((float)m * 5.9604644775390625e-08f) | sign);\n"
-  "}\n"
-  "__device__ __forceinline__ unsigned short cc_f2h(float f) {\n"
-  "  const unsigned u = __float_as_uint(f), sign = u >> 16 & 0x8000u, a = u & 0x7fffffffu;\n"
-  "  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | (a >> 13 & 0x3ffu));\n"
-  "  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);\n"
-  "  if (a < 0x38800000u) {\n"
-  "    const float q = __uint_as_float(a) * 16777216.0f, r = q - (float)(unsigned)q;\n"
-  "    const unsigned m = (unsigned)q;\n"
-  "    return (unsigned short)(sign | (m + (r > 0.5f || (r == 0.5f && (m & 1u)))));\n"
-  "  }\n"
-  "  return (unsigned short)(sign | (a + 0x0fffu + (a >> 13 & 1u) - 0x38000000u) >> 13);\n"
-  "}\n"
-  "/* 8-bit storage (isa_fp8_* of program/isa.h): exact widening; rounding to nearest even,\n"
-  "   saturating at the largest finite value, a NaN kept a NaN */\n"
-  "__device__ __forceinline__ float cc_e42f(unsigned char c) {\n"
-  "  const unsigned sign = (unsigned)(c >> 7) << 31, e = c >> 3 & 15u, m = c & 7u;\n"
-  "  if ((c & 0x7fu) == 0x7fu) return __uint_as_float(sign | 0x7fc00000u);\n"
-  "  if (e) return __uint_as_float(sign | (e + 120u) << 23 | m << 20);\n"
-  "  return __uint_as_float(__float_as_uint((float)m * 0.001953125f) | sign);\n"
-  "}\n"
-  "__device__ __forceinline__ float cc_e52f(unsigned char c) { return cc_h2f((unsigned short)(c << 8)); }\n"
-  "__device__ __forceinline__ unsigned char cc_f2fp8(float f, int mbits, int emin, int bias, float maxv, unsigned nan) {\n"
-  "  const unsigned u = __float_as_uint(f), sign = u >> 24 & 0x80u;\n"
-  "  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned char)(sign | nan);\n"
-  "  float a = __uint_as_float(u & 0x7fffffffu);\n"
-  "  if (a > maxv) a = maxv;\n"
-  "  int e = (int)(__float_as_uint(a) >> 23) - 127;\n"
-  "  const float q = __uint_as_float((unsigned)((e < emin ? emin : e) - mbits + 127) << 23);\n"
-  "  const float r = rintf(a / q) * q;\n"
-  "  const unsigned rb = __float_as_uint(r);\n"
-  "  if (rb < (unsigned)(emin + 1 + 127) << 23)\n"
-  "    return (unsigned char)(sign | (unsigned)(r / __uint_as_float((unsigned)(emin - mbits + 127) << 23)));\n"
-  "  return (unsigned char)(sign | ((rb >> 23) - 127u + (unsigned)bias) << mbits | (rb >> (23 - mbits) & ((1u << mbits) - 1u)));\n"
-  "}\n"
-  "__device__ __forceinline__ unsigned char cc_f2e4(float f) { return cc_f2fp8(f, 3, -6, 7, 448.0f, 0x7fu); }\n"
-  "__device__ __forceinline__ unsigned char cc_f2e5(float f) { return cc_f2fp8(f, 2, -14, 15, 57344.0f, 0x7eu); }\n"
-  "__device__ __forceinline__ float cc_max(float x, float y) { return x > y ? x : y; }\n"
-  "__device__ __forceinline__ float cc_min(float x, float y) { return x < y ? x : y; }\n"
-  "__device__ __forceinline__ float cc_warp_sum(float v) {\n"
-  "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
-  "  return v;\n"
-  "}\n"
-  "__device__ __forceinline__ float cc_warp_max(float v) {\n"
-  "  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
-  "  return v;\n"
-  "}\n"
-  "/* Over the block, the result in every thread; sh: 32 floats of shared memory. */\n"
-  "__device__ __forceinline__ float cc_block_sum(float v, float *sh) {\n"
-  "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
-  "  v = cc_warp_sum(v);\n"
-  "  __syncthreads();   /* the previous reduction is done reading sh */\n"
-  "  if (lane == 0) sh[warp] = v;\n"
-  "  __syncthreads();\n"
-  "  return cc_warp_sum(lane < nw ? sh[lane] : 0.0f);\n"
-  "}\n"
-  "__device__ __forceinline__ float cc_block_max(float v, float *sh) {\n"
-  "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
-  "  v = cc_warp_max(v);\n"
-  "  __syncthreads();\n"
-  "  if (lane == 0) sh[warp] = v;\n"
-  "  __syncthreads();\n"
-  "  return cc_warp_max(lane < nw ? sh[lane] : -CC_INF);\n"
-  "}\n"
-  "#endif\n";
+    "#ifndef COLOSSALC_CUDA_PRELUDE\n"
+    "#define COLOSSALC_CUDA_PRELUDE\n"
+    "#define CC_INF __int_as_float(0x7f800000)\n"
+    "#define CC_NAN __int_as_float(0x7fffffff)\n"
+    "struct cc_bufs { char *p[16]; };   /* the address of each buffer of a kernel (K_MAX_BUFS) */\n"
+    "#ifndef CC_SHARED   /* a test harness may define its own */\n"
+    "#define CC_SHARED(type, name, n) __shared__ type name[n]\n"
+    "#endif\n"
+    "#ifdef COLOSSALC_CUDA_BOUNDS\n"
+    "__device__ __forceinline__ long long cc_ix(long long a, long long n) {\n"
+    "  if (a < 0 || a >= n) __trap();\n"
+    "  return a;\n"
+    "}\n"
+    "#define CC_IX(a, n) cc_ix((a), (n))\n"
+    "#else\n"
+    "#define CC_IX(a, n) (a)\n"
+    "#endif\n"
+    "/* dropout_uniform of ir/rand.h */\n"
+    "__device__ __forceinline__ float cc_rand(long long seed, long long step, long long index) {\n"
+    "  unsigned long long z = (unsigned long long)index + (unsigned long long)seed * 0x9E3779B97F4A7C15ull +\n"
+    "                         (unsigned long long)step * 0xD1B54A32D192ED03ull;\n"
+    "  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;\n"
+    "  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;\n"
+    "  z ^= z >> 31;\n"
+    "  return (float)(z >> 40) * 5.9604644775390625e-08f;\n"
+    "}\n"
+    "/* 16-bit storage (kx_to_f32, kx_from_f32 of codegen/kernel.h): exact widening, rounding to\n"
+    "   nearest even, overflow to infinity, f16's subnormals kept */\n"
+    "__device__ __forceinline__ float cc_bf2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }\n"
+    "__device__ __forceinline__ unsigned short cc_f2bf(float f) {\n"
+    "  const unsigned u = __float_as_uint(f);\n"
+    "  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)(u >> 16 | 0x40);\n"
+    "  return (unsigned short)((u + 0x7fffu + (u >> 16 & 1u)) >> 16);\n"
+    "}\n"
+    "__device__ __forceinline__ float cc_h2f(unsigned short h) {\n"
+    "  const unsigned sign = (unsigned)(h >> 15) << 31, e = h >> 10 & 31u, m = h & 1023u;\n"
+    "  if (e == 31u) return __uint_as_float(sign | 0x7f800000u | m << 13);\n"
+    "  if (e) return __uint_as_float(sign | (e + 112u) << 23 | m << 13);\n"
+    "  return __uint_as_float(__float_as_uint((float)m * 5.9604644775390625e-08f) | sign);\n"
+    "}\n"
+    "__device__ __forceinline__ unsigned short cc_f2h(float f) {\n"
+    "  const unsigned u = __float_as_uint(f), sign = u >> 16 & 0x8000u, a = u & 0x7fffffffu;\n"
+    "  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | (a >> 13 & 0x3ffu));\n"
+    "  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);\n"
+    "  if (a < 0x38800000u) {\n"
+    "    const float q = __uint_as_float(a) * 16777216.0f, r = q - (float)(unsigned)q;\n"
+    "    const unsigned m = (unsigned)q;\n"
+    "    return (unsigned short)(sign | (m + (r > 0.5f || (r == 0.5f && (m & 1u)))));\n"
+    "  }\n"
+    "  return (unsigned short)(sign | (a + 0x0fffu + (a >> 13 & 1u) - 0x38000000u) >> 13);\n"
+    "}\n"
+    "/* 8-bit storage (isa_fp8_* of program/isa.h): exact widening; rounding to nearest even,\n"
+    "   saturating at the largest finite value, a NaN kept a NaN */\n"
+    "__device__ __forceinline__ float cc_e42f(unsigned char c) {\n"
+    "  const unsigned sign = (unsigned)(c >> 7) << 31, e = c >> 3 & 15u, m = c & 7u;\n"
+    "  if ((c & 0x7fu) == 0x7fu) return __uint_as_float(sign | 0x7fc00000u);\n"
+    "  if (e) return __uint_as_float(sign | (e + 120u) << 23 | m << 20);\n"
+    "  return __uint_as_float(__float_as_uint((float)m * 0.001953125f) | sign);\n"
+    "}\n"
+    "__device__ __forceinline__ float cc_e52f(unsigned char c) { return cc_h2f((unsigned short)(c << 8)); }\n"
+    "__device__ __forceinline__ unsigned char cc_f2fp8(float f, int mbits, int emin, int bias, float maxv, unsigned nan) {\n"
+    "  const unsigned u = __float_as_uint(f), sign = u >> 24 & 0x80u;\n"
+    "  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned char)(sign | nan);\n"
+    "  float a = __uint_as_float(u & 0x7fffffffu);\n"
+    "  if (a > maxv) a = maxv;\n"
+    "  int e = (int)(__float_as_uint(a) >> 23) - 127;\n"
+    "  const float q = __uint_as_float((unsigned)((e < emin ? emin : e) - mbits + 127) << 23);\n"
+    "  const float r = rintf(a / q) * q;\n"
+    "  const unsigned rb = __float_as_uint(r);\n"
+    "  if (rb < (unsigned)(emin + 1 + 127) << 23)\n"
+    "    return (unsigned char)(sign | (unsigned)(r / __uint_as_float((unsigned)(emin - mbits + 127) << 23)));\n"
+    "  return (unsigned char)(sign | ((rb >> 23) - 127u + (unsigned)bias) << mbits | (rb >> (23 - mbits) & ((1u << mbits) - 1u)));\n"
+    "}\n"
+    "__device__ __forceinline__ unsigned char cc_f2e4(float f) { return cc_f2fp8(f, 3, -6, 7, 448.0f, 0x7fu); }\n"
+    "__device__ __forceinline__ unsigned char cc_f2e5(float f) { return cc_f2fp8(f, 2, -14, 15, 57344.0f, 0x7eu); }\n"
+    "__device__ __forceinline__ float cc_max(float x, float y) { return x > y ? x : y; }\n"
+    "__device__ __forceinline__ float cc_min(float x, float y) { return x < y ? x : y; }\n"
+    "__device__ __forceinline__ float cc_warp_sum(float v) {\n"
+    "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+    "  return v;\n"
+    "}\n"
+    "__device__ __forceinline__ float cc_warp_max(float v) {\n"
+    "  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
+    "  return v;\n"
+    "}\n"
+    "/* Over the block, the result in every thread; sh: 32 floats of shared memory. */\n"
+    "__device__ __forceinline__ float cc_block_sum(float v, float *sh) {\n"
+    "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
+    "  v = cc_warp_sum(v);\n"
+    "  __syncthreads();   /* the previous reduction is done reading sh */\n"
+    "  if (lane == 0) sh[warp] = v;\n"
+    "  __syncthreads();\n"
+    "  return cc_warp_sum(lane < nw ? sh[lane] : 0.0f);\n"
+    "}\n"
+    "__device__ __forceinline__ float cc_block_max(float v, float *sh) {\n"
+    "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
+    "  v = cc_warp_max(v);\n"
+    "  __syncthreads();\n"
+    "  if (lane == 0) sh[warp] = v;\n"
+    "  __syncthreads();\n"
+    "  return cc_warp_max(lane < nw ? sh[lane] : -CC_INF);\n"
+    "}\n"
+    "#endif\n";
 
 void cuda_emit_prelude(FILE *f, int nkernels) {
-  fprintf(f, "/* colossalc %s: %d CUDA kernel%s, generated for NVRTC (-std=c++17); do not edit.\n"
-             " * Each: extern \"C\" __global__ void NAME(const cc_bufs bufs, long long n, const float *scalars),\n"
-             " * covering [0, n) of its parallel range; -DCOLOSSALC_CUDA_BOUNDS checks every address. */\n",
+  fprintf(f,
+          "/* colossalc %s: %d CUDA kernel%s, generated for NVRTC (-std=c++17); do not edit.\n"
+          " * Each: extern \"C\" __global__ void NAME(const cc_bufs bufs, long long n, const float *scalars),\n"
+          " * covering [0, n) of its parallel range; -DCOLOSSALC_CUDA_BOUNDS checks every address. */\n",
           COLOSSALC_VERSION, nkernels, nkernels == 1 ? "" : "s");
   fputs(prelude, f);
 }

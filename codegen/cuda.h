@@ -46,14 +46,14 @@ typedef enum { CM_FLAT, CM_BLOCK_ROW, CM_THREAD_ROW, CM_COLS } CudaMapping;
 
 CudaMapping cuda_kernel_mapping(const Kernel *k);
 const char *cuda_mapping_name(CudaMapping m);
-int cuda_kernel_block_size(const Kernel *k);                       /* threads per block */
-int64_t cuda_kernel_grid_size(const Kernel *k, int64_t extent);    /* blocks, >= 1 */
+int cuda_kernel_block_size(const Kernel *k);                    /* threads per block */
+int64_t cuda_kernel_grid_size(const Kernel *k, int64_t extent); /* blocks, >= 1 */
 
 /* The whole translation unit: a header comment (kernel count, colossalc version),
  * the shared device helpers, then each kernel. malloc'd; the caller frees it. */
 char *cuda_emit_source(const Kernel *const *kernels, int n);
 void cuda_emit_prelude(FILE *f, int nkernels);
-void cuda_emit_kernel(FILE *f, const Kernel *k);   /* needs the prelude before it */
+void cuda_emit_kernel(FILE *f, const Kernel *k); /* needs the prelude before it */
 
 /* The same text as units for `train` to compile in parts (runtime/cuda_kernels.h): the
  * prelude, then each kernel, each unit after the first preceded by a form feed ('\f',

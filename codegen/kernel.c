@@ -41,20 +41,50 @@ static KExpr *kx_new(Arena *a, Kernel *k, KExprKind kind) {
   return e;
 }
 
-KExpr *kx_const(Arena *a, Kernel *k, float f) { KExpr *e = kx_new(a, k, KX_CONST); e->f = f; return e; }
-KExpr *kx_load(Arena *a, Kernel *k, int buf, KView v) { KExpr *e = kx_new(a, k, KX_LOAD); e->buf = buf; e->view = v; return e; }
-KExpr *kx_acc(Arena *a, Kernel *k, int acc) { KExpr *e = kx_new(a, k, KX_ACC); e->acc = acc; return e; }
-KExpr *kx_coord(Arena *a, Kernel *k, int axis) { KExpr *e = kx_new(a, k, KX_COORD); e->axis = axis; return e; }
-KExpr *kx_scalar(Arena *a, Kernel *k, int index) { KExpr *e = kx_new(a, k, KX_SCALAR); e->index = index; return e; }
-KExpr *kx_unary(Arena *a, Kernel *k, KUnary op, KExpr *x) { KExpr *e = kx_new(a, k, KX_UNARY); e->uop = op; e->a = x; return e; }
+KExpr *kx_const(Arena *a, Kernel *k, float f) {
+  KExpr *e = kx_new(a, k, KX_CONST);
+  e->f = f;
+  return e;
+}
+KExpr *kx_load(Arena *a, Kernel *k, int buf, KView v) {
+  KExpr *e = kx_new(a, k, KX_LOAD);
+  e->buf = buf;
+  e->view = v;
+  return e;
+}
+KExpr *kx_acc(Arena *a, Kernel *k, int acc) {
+  KExpr *e = kx_new(a, k, KX_ACC);
+  e->acc = acc;
+  return e;
+}
+KExpr *kx_coord(Arena *a, Kernel *k, int axis) {
+  KExpr *e = kx_new(a, k, KX_COORD);
+  e->axis = axis;
+  return e;
+}
+KExpr *kx_scalar(Arena *a, Kernel *k, int index) {
+  KExpr *e = kx_new(a, k, KX_SCALAR);
+  e->index = index;
+  return e;
+}
+KExpr *kx_unary(Arena *a, Kernel *k, KUnary op, KExpr *x) {
+  KExpr *e = kx_new(a, k, KX_UNARY);
+  e->uop = op;
+  e->a = x;
+  return e;
+}
 KExpr *kx_binary(Arena *a, Kernel *k, KBinary op, KExpr *x, KExpr *y) {
   KExpr *e = kx_new(a, k, KX_BINARY);
-  e->bop = op; e->a = x; e->b = y;
+  e->bop = op;
+  e->a = x;
+  e->b = y;
   return e;
 }
 KExpr *kx_select(Arena *a, Kernel *k, KExpr *c, KExpr *x, KExpr *y) {
   KExpr *e = kx_new(a, k, KX_SELECT);
-  e->a = c; e->b = x; e->c = y;
+  e->a = c;
+  e->b = x;
+  e->c = y;
   return e;
 }
 
@@ -84,19 +114,26 @@ int kernel_reduce(Kernel *k, KReduce r, KExpr *e) {
 
 void kernel_map(Kernel *k, int buf, KView v, KStore s, KExpr *e) {
   KPhase *p = add_phase(k, KPH_MAP, e);
-  p->buf = buf; p->view = v; p->store = s;
+  p->buf = buf;
+  p->view = v;
+  p->store = s;
 }
 
 void kernel_row(Kernel *k, int buf, KView v, KStore s, KExpr *e) {
   ir_assert(k->par == KP_ROWS);
   KPhase *p = add_phase(k, KPH_ROW, e);
-  p->buf = buf; p->view = v; p->store = s;
+  p->buf = buf;
+  p->view = v;
+  p->store = s;
 }
 
 KView kview_contig(const Kernel *k, int64_t offset) {
   KView v = {.offset = offset};
   int64_t s = 1;
-  for (int d = k->ndims - 1; d >= 0; d--) { v.strides[d] = s; s *= k->dims[d]; }
+  for (int d = k->ndims - 1; d >= 0; d--) {
+    v.strides[d] = s;
+    s *= k->dims[d];
+  }
   return v;
 }
 
@@ -141,7 +178,10 @@ void kernel_bind(const Kernel *k, char *const *tiers, char *bufs[K_MAX_BUFS]) {
 
 /* ---- narrowing each buffer to what the kernel touches --------------------------------- */
 
-typedef struct Span { int64_t lo, hi; bool gathered; } Span;   /* elements [lo, hi) */
+typedef struct Span {
+  int64_t lo, hi;
+  bool gathered;
+} Span; /* elements [lo, hi) */
 
 static void span_view(const Kernel *k, const KView *v, Span *s) {
   int64_t lo = v->offset, hi = v->offset + 1;
@@ -152,7 +192,7 @@ static void span_view(const Kernel *k, const KView *v, Span *s) {
   }
   if (lo < s->lo) s->lo = lo;
   if (hi > s->hi) s->hi = hi;
-  s->gathered |= v->gather != NULL;   /* its rows are data: the buffer's end stays */
+  s->gathered |= v->gather != NULL; /* its rows are data: the buffer's end stays */
 }
 
 static void span_expr(const Kernel *k, const KExpr *e, Span *sp, bool *seen) {
@@ -171,7 +211,7 @@ static void shift_expr(KExpr *e, const int64_t *by, bool *seen) {
 }
 
 void kernel_narrow(Kernel *k) {
-  if (k->attn) return;   /* its operands' offsets are its own: nothing to tell siblings apart by */
+  if (k->attn) return; /* its operands' offsets are its own: nothing to tell siblings apart by */
   Span sp[K_MAX_BUFS];
   for (int i = 0; i < k->nbufs; i++) sp[i] = (Span){INT64_MAX, INT64_MIN, false};
   bool *seen = calloc((size_t)k->nexprs + 1, 1);
@@ -200,7 +240,13 @@ void kernel_narrow(Kernel *k) {
 
 /* ---- reference evaluator ------------------------------------------------------ */
 
-typedef struct EvalCtx { const Kernel *k; char *const *tiers; const float *scalars; int64_t r, j; float acc[K_MAX_ACCS]; } EvalCtx;
+typedef struct EvalCtx {
+  const Kernel *k;
+  char *const *tiers;
+  const float *scalars;
+  int64_t r, j;
+  float acc[K_MAX_ACCS];
+} EvalCtx;
 
 static float eval_expr(EvalCtx *c, const KExpr *e);
 
@@ -336,7 +382,8 @@ static void attn_st(const EvalCtx *c, const KOperand *x, KStore st, int64_t b, i
 }
 
 /* x_s · y_t over head h's hd features, in order. */
-static float attn_dot(const EvalCtx *c, const KOperand *x, int64_t s, const KOperand *y, int64_t t, int64_t b, int64_t h) {
+static float attn_dot(const EvalCtx *c, const KOperand *x, int64_t s, const KOperand *y, int64_t t, int64_t b,
+                      int64_t h) {
   const KAttn *A = c->k->attn;
   float acc = 0;
   for (int64_t d = 0; d < A->hd; d++) acc += attn_ld(c, x, b, s, h * A->hd + d) * attn_ld(c, y, b, t, h * A->hd + d);
@@ -354,7 +401,8 @@ static void eval_attn_row(const EvalCtx *c, int64_t r, float *acc) {
     for (int64_t j0 = 0; j0 < end; j0 += KA_BLOCK) {
       int64_t jn = end - j0 < KA_BLOCK ? end - j0 : KA_BLOCK;
       float mb = -INFINITY;
-      for (int64_t t = 0; t < jn; t++) sc[t] = attn_dot(c, &A->q, x, &A->k, j0 + t, b, h) * A->scale, mb = fmaxf(mb, sc[t]);
+      for (int64_t t = 0; t < jn; t++)
+        sc[t] = attn_dot(c, &A->q, x, &A->k, j0 + t, b, h) * A->scale, mb = fmaxf(mb, sc[t]);
       float mn = fmaxf(m, mb), cf = expf(m - mn);
       l *= cf;
       for (int64_t d = 0; d < hd; d++) acc[d] *= cf;
@@ -404,12 +452,12 @@ void kernel_eval(const Kernel *k, char *const *tiers, const float *scalars) {
 
 static const char *unary_names[] = {
 #define X(n) #n,
-  KX_UNARY_OPS(X)
+    KX_UNARY_OPS(X)
 #undef X
 };
 static const char *binary_names[] = {
 #define X(n) #n,
-  KX_BINARY_OPS(X)
+    KX_BINARY_OPS(X)
 #undef X
 };
 
@@ -424,11 +472,18 @@ static void print_buf(FILE *f, const Kernel *k, int b, bool code) {
 static void print_expr(FILE *f, const Kernel *k, const KExpr *e, bool code) {
   switch (e->kind) {
   case KX_CONST: fprintf(f, "%.9g", e->f); break;
-  case KX_LOAD: print_buf(f, k, e->buf, code); print_view(f, k, &e->view, code); break;
+  case KX_LOAD:
+    print_buf(f, k, e->buf, code);
+    print_view(f, k, &e->view, code);
+    break;
   case KX_ACC: fprintf(f, "acc%d", e->acc); break;
   case KX_COORD: fprintf(f, "i%d", e->axis); break;
   case KX_SCALAR: fprintf(f, "scalar%d", e->index); break;
-  case KX_UNARY: fprintf(f, "%s(", unary_names[e->uop]); print_expr(f, k, e->a, code); fputc(')', f); break;
+  case KX_UNARY:
+    fprintf(f, "%s(", unary_names[e->uop]);
+    print_expr(f, k, e->a, code);
+    fputc(')', f);
+    break;
   case KX_BINARY:
     fprintf(f, "%s(", binary_names[e->bop]);
     print_expr(f, k, e->a, code);
@@ -497,7 +552,8 @@ static void print_kernel(FILE *f, const Kernel *k, bool code) {
     return;
   }
   fprintf(f, "kernel %s par=%s dims=[", k->name, k->par == KP_ROWS ? "rows" : "cols");
-  for (int d = 0; d < k->ndims; d++) fprintf(f, "%s%lld%s", d ? ", " : "", (long long)k->dims[d], d + 1 == k->row_dims ? " |" : "");
+  for (int d = 0; d < k->ndims; d++)
+    fprintf(f, "%s%lld%s", d ? ", " : "", (long long)k->dims[d], d + 1 == k->row_dims ? " |" : "");
   fprintf(f, "] rows=%lld cols=%lld\n", (long long)k->rows, (long long)k->cols);
   print_bufs(f, k, code);
   for (int i = 0; i < k->nphases; i++) {

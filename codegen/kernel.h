@@ -66,58 +66,59 @@ typedef enum { KP_ROWS, KP_COLS } KPar;
 /* Expression node kinds. Unary/binary math ops are listed in KX_UNARY_OPS and
  * KX_BINARY_OPS so both emitters and the reference evaluator cover the same set. */
 typedef enum {
-  KX_CONST,      /* f */
-  KX_LOAD,       /* buf, view */
-  KX_ACC,        /* acc: the value of a KPH_REDUCE accumulator of this row */
-  KX_COORD,      /* axis: coordinate along iteration axis `axis`, as float */
-  KX_SCALAR,     /* index: scalars[index] */
-  KX_UNARY,      /* uop, a */
-  KX_BINARY,     /* bop, a, b */
-  KX_SELECT,     /* a != 0 ? b : c */
-  KX_RAND,       /* seed, view, index: dropout_uniform(seed, (int64)scalars[index], address of
-                    view) (ir/rand.h): a uniform in [0, 1) per element, the view (no gather)
-                    giving the element's index */
+  KX_CONST,  /* f */
+  KX_LOAD,   /* buf, view */
+  KX_ACC,    /* acc: the value of a KPH_REDUCE accumulator of this row */
+  KX_COORD,  /* axis: coordinate along iteration axis `axis`, as float */
+  KX_SCALAR, /* index: scalars[index] */
+  KX_UNARY,  /* uop, a */
+  KX_BINARY, /* bop, a, b */
+  KX_SELECT, /* a != 0 ? b : c */
+  KX_RAND,   /* seed, view, index: dropout_uniform(seed, (int64)scalars[index], address of
+                view) (ir/rand.h): a uniform in [0, 1) per element, the view (no gather)
+                giving the element's index */
 } KExprKind;
 
 /* RBF16, RF16: the value rounded to bf16 (f16), as an f32 (kx_from_f32 then kx_to_f32): a
  * 16-bit tensor's rounding point inside a fused expression */
-#define KX_UNARY_OPS(X) X(NEG) X(EXP) X(LOG) X(TANH) X(SQRT) X(RSQRT) X(RECIP) X(ABS) X(FLOOR) X(SIN) X(COS) X(RBF16) X(RF16)
+#define KX_UNARY_OPS(X) \
+  X(NEG) X(EXP) X(LOG) X(TANH) X(SQRT) X(RSQRT) X(RECIP) X(ABS) X(FLOOR) X(SIN) X(COS) X(RBF16) X(RF16)
 #define KX_BINARY_OPS(X) X(ADD) X(SUB) X(MUL) X(DIV) X(MAX) X(MIN) X(POW) X(LT) X(LE) X(EQ)
 
 typedef enum {
 #define X(n) KU_##n,
-  KX_UNARY_OPS(X)
+  KX_UNARY_OPS(X) /* KU_NEG, ... */
 #undef X
   KU_COUNT
 } KUnary;
 typedef enum {
 #define X(n) KB_##n,
-  KX_BINARY_OPS(X)
+  KX_BINARY_OPS(X) /* KB_ADD, ... */
 #undef X
   KB_COUNT
-} KBinary;   /* LT, LE, EQ give 1.0 or 0.0 */
+} KBinary; /* LT, LE, EQ give 1.0 or 0.0 */
 
 typedef struct KView {
-  int64_t offset;                 /* elements */
-  int64_t strides[K_MAX_DIMS];    /* per iteration axis, elements */
-  struct KExpr *gather;           /* NULL, or the row selector */
-  int64_t gather_stride;          /* elements per gathered index */
+  int64_t offset;              /* elements */
+  int64_t strides[K_MAX_DIMS]; /* per iteration axis, elements */
+  struct KExpr *gather;        /* NULL, or the row selector */
+  int64_t gather_stride;       /* elements per gathered index */
 } KView;
 
 typedef struct KExpr KExpr;
 struct KExpr {
   KExprKind kind;
-  float f;                        /* KX_CONST */
-  int buf;                        /* KX_LOAD: index into Kernel.bufs */
-  KView view;                     /* KX_LOAD */
-  int acc;                        /* KX_ACC */
-  int axis;                       /* KX_COORD */
-  int index;                      /* KX_SCALAR, KX_RAND (the step's scalar) */
-  int64_t seed;                   /* KX_RAND */
+  float f;      /* KX_CONST */
+  int buf;      /* KX_LOAD: index into Kernel.bufs */
+  KView view;   /* KX_LOAD */
+  int acc;      /* KX_ACC */
+  int axis;     /* KX_COORD */
+  int index;    /* KX_SCALAR, KX_RAND (the step's scalar) */
+  int64_t seed; /* KX_RAND */
   KUnary uop;
   KBinary bop;
   KExpr *a, *b, *c;
-  int id;                         /* unique within the kernel: emitters cache values by it (a DAG) */
+  int id; /* unique within the kernel: emitters cache values by it (a DAG) */
 };
 
 typedef enum { KPH_REDUCE, KPH_MAP, KPH_ROW } KPhaseKind;
@@ -126,22 +127,22 @@ typedef enum { KS_SET, KS_ADD } KStore;
 
 typedef struct KPhase {
   KPhaseKind kind;
-  KReduce reduce;                 /* KPH_REDUCE */
-  int acc;                        /* KPH_REDUCE: accumulator written */
-  int buf;                        /* KPH_MAP, KPH_ROW: buffer stored into */
-  KView view;                     /* KPH_MAP, KPH_ROW: where (gather allowed) */
+  KReduce reduce; /* KPH_REDUCE */
+  int acc;        /* KPH_REDUCE: accumulator written */
+  int buf;        /* KPH_MAP, KPH_ROW: buffer stored into */
+  KView view;     /* KPH_MAP, KPH_ROW: where (gather allowed) */
   KStore store;
   KExpr *expr;
 } KPhase;
 
 /* A buffer as a kernel sees it. */
 typedef struct KBuf {
-  const char *name;               /* for messages and emitted comments */
-  int tier;                       /* which base pointer: tiers[tier] */
-  int64_t offset;                 /* bytes from that base */
-  int64_t numel;                  /* elements, for bounds in debug builds */
-  DType dtype;                    /* DT_F32, DT_BF16, DT_F16, DT_E4M3, DT_E5M2 or DT_I32 */
-  bool shared;                    /* WORK: slot 0's bytes whatever slot runs it (runtime/program.h) */
+  const char *name; /* for messages and emitted comments */
+  int tier;         /* which base pointer: tiers[tier] */
+  int64_t offset;   /* bytes from that base */
+  int64_t numel;    /* elements, for bounds in debug builds */
+  DType dtype;      /* DT_F32, DT_BF16, DT_F16, DT_E4M3, DT_E5M2 or DT_I32 */
+  bool shared;      /* WORK: slot 0's bytes whatever slot runs it (runtime/program.h) */
 } KBuf;
 
 /* A buffer element's bytes: 1 for e4m3 and e5m2, 2 for bf16 and f16, else 4. */
@@ -178,25 +179,29 @@ static inline IsaDtype kx_fp8(DType t) { return t == DT_E4M3 ? ISA_E4M3 : ISA_E5
  * `res` is the operand written: out for KA_FWD, else the gradient, stored with `store`. */
 typedef enum { KA_FWD, KA_DQ, KA_DK, KA_DV } KAttnPass;
 enum { KA_BLOCK = 32 };
-typedef struct KOperand { int buf; int64_t offset, sb, ss; } KOperand;
+typedef struct KOperand {
+  int buf;
+  int64_t offset, sb, ss;
+} KOperand;
 typedef struct KAttn {
   KAttnPass pass;
-  int64_t batch, heads, sq, sk, hd;   /* B, H, S, T, head size */
+  int64_t batch, heads, sq, sk, hd; /* B, H, S, T, head size */
   bool causal;
   float scale;
-  KOperand q, k, v, out, g, delta, res;   /* buf -1: not read by this pass */
+  KOperand q, k, v, out, g, delta, res; /* buf -1: not read by this pass */
   KStore store;
 } KAttn;
 
 /* A's operands in that order (q, k, v, out, g, delta, res). */
 enum { KA_OPERANDS = 7 };
 static inline void kattn_operands(const KAttn *A, const KOperand *ops[KA_OPERANDS]) {
-  ops[0] = &A->q, ops[1] = &A->k, ops[2] = &A->v, ops[3] = &A->out, ops[4] = &A->g, ops[5] = &A->delta, ops[6] = &A->res;
+  ops[0] = &A->q, ops[1] = &A->k, ops[2] = &A->v, ops[3] = &A->out, ops[4] = &A->g, ops[5] = &A->delta,
+  ops[6] = &A->res;
 }
 
 typedef struct Kernel {
-  const char *name;               /* a C identifier, unique in the program */
-  const KAttn *attn;              /* a fused attention kernel, or NULL */
+  const char *name;  /* a C identifier, unique in the program */
+  const KAttn *attn; /* a fused attention kernel, or NULL */
   KPar par;
   int64_t rows, cols;
   int ndims, row_dims;
@@ -206,7 +211,7 @@ typedef struct Kernel {
   KPhase phases[K_MAX_PHASES];
   int nphases;
   int naccs;
-  int nexprs;                     /* ids handed out so far */
+  int nexprs; /* ids handed out so far */
 } Kernel;
 
 /* Builders (codegen/kernel.c): expressions live in the arena. */
@@ -221,13 +226,13 @@ KExpr *kx_unary(Arena *a, Kernel *k, KUnary op, KExpr *x);
 KExpr *kx_binary(Arena *a, Kernel *k, KBinary op, KExpr *x, KExpr *y);
 KExpr *kx_select(Arena *a, Kernel *k, KExpr *c, KExpr *x, KExpr *y);
 KExpr *kx_rand(Arena *a, Kernel *k, int64_t seed, KView view, int step_scalar);
-int kernel_reduce(Kernel *k, KReduce r, KExpr *e);                    /* returns the accumulator */
+int kernel_reduce(Kernel *k, KReduce r, KExpr *e); /* returns the accumulator */
 void kernel_map(Kernel *k, int buf, KView view, KStore s, KExpr *e);
 void kernel_row(Kernel *k, int buf, KView view, KStore s, KExpr *e);
 
 /* A contiguous view of a buffer over the whole iteration space (row-major). */
 KView kview_contig(const Kernel *k, int64_t offset);
-void kernel_check(const Kernel *k);    /* internal consistency; ir_assert on failure */
+void kernel_check(const Kernel *k); /* internal consistency; ir_assert on failure */
 
 /* Classes of buffers: cls[i] is the class of buffer i, a buffer joining the class of
  * the first earlier one whose bytes it overlaps (same tier, overlapping ranges); the

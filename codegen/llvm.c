@@ -75,23 +75,32 @@
 
 /* libm functions the kernels call, and the libmvec ISAs (x86-64 vector ABI letters). */
 typedef enum { MF_EXP, MF_LOG, MF_TANH, MF_SIN, MF_COS, MF_POW, MF_COUNT } MathFn;
-static const struct { const char *name; int arity; } math_fns[MF_COUNT] = {
-  {"expf", 1}, {"logf", 1}, {"tanhf", 1}, {"sinf", 1}, {"cosf", 1}, {"powf", 2},
+static const struct {
+  const char *name;
+  int arity;
+} math_fns[MF_COUNT] = {
+    {"expf", 1}, {"logf", 1}, {"tanhf", 1}, {"sinf", 1}, {"cosf", 1}, {"powf", 2},
 };
 enum { VEC_ISAS = 3 };
-static const struct { char letter; int lanes; const char *feature; } vec_isas[VEC_ISAS] = {
-  {'b', 4, "sse2"}, {'d', 8, "avx2"}, {'e', 16, "avx512f"},
+static const struct {
+  char letter;
+  int lanes;
+  const char *feature;
+} vec_isas[VEC_ISAS] = {
+    {'b', 4, "sse2"},
+    {'d', 8, "avx2"},
+    {'e', 16, "avx512f"},
 };
 
 struct LlvmModule {
   LLVMContextRef ctx;
   LLVMModuleRef mod;
   LLVMTargetMachineRef tm;
-  char *cpu, *features;                 /* the host's, for target-cpu/target-features */
-  LLVMTypeRef f32, i1, i8, i16, i32, i64, kfn;  /* kfn: the kernel function type */
+  char *cpu, *features;                        /* the host's, for target-cpu/target-features */
+  LLVMTypeRef f32, i1, i8, i16, i32, i64, kfn; /* kfn: the kernel function type */
   unsigned md_scope, md_noalias, md_loop;
-  int vec_mask[MF_COUNT];               /* bit i: vec_isas[i] variant usable for that function */
-  LLVMValueRef vec_decls[MF_COUNT * VEC_ISAS];  /* vector variants declared so far */
+  int vec_mask[MF_COUNT];                      /* bit i: vec_isas[i] variant usable for that function */
+  LLVMValueRef vec_decls[MF_COUNT * VEC_ISAS]; /* vector variants declared so far */
   int nvec_decls;
 };
 
@@ -106,7 +115,7 @@ static _Noreturn void llvm_fail(const char *what, char *msg) {
 
 static void diag_handler(LLVMDiagnosticInfoRef di, void *ctx) {
   LLVMDiagnosticSeverity sev = LLVMGetDiagInfoSeverity(di);
-  if (sev != LLVMDSError && !getenv("COLOSSALC_LLVM_REMARKS")) return;  /* "loop not vectorized" etc. */
+  if (sev != LLVMDSError && !getenv("COLOSSALC_LLVM_REMARKS")) return; /* "loop not vectorized" etc. */
   char *desc = LLVMGetDiagInfoDescription(di);
   fprintf(stderr, "colossalc: LLVM %s: %s\n", sev == LLVMDSError ? "error" : "note", desc);
   LLVMDisposeMessage(desc);
@@ -146,8 +155,8 @@ static void init_target(LlvmModule *m) {
   if (LLVMGetTargetFromTriple(triple, &t, &msg)) llvm_fail(triple, msg);
   m->cpu = LLVMGetHostCPUName();
   m->features = LLVMGetHostCPUFeatures();
-  m->tm = LLVMCreateTargetMachine(t, triple, m->cpu, m->features, LLVMCodeGenLevelAggressive,
-                                  LLVMRelocPIC, LLVMCodeModelDefault);
+  m->tm = LLVMCreateTargetMachine(t, triple, m->cpu, m->features, LLVMCodeGenLevelAggressive, LLVMRelocPIC,
+                                  LLVMCodeModelDefault);
   if (!m->tm) llvm_fail("no target machine for", triple);
   LLVMSetTarget(m->mod, triple);
   LLVMTargetDataRef td = LLVMCreateTargetDataLayout(m->tm);
@@ -169,8 +178,7 @@ LlvmModule *llvm_module_new(const char *name) {
   m->i16 = LLVMInt16TypeInContext(m->ctx);
   m->i32 = LLVMInt32TypeInContext(m->ctx);
   m->i64 = LLVMInt64TypeInContext(m->ctx);
-  LLVMTypeRef params[4] = {LLVMPointerType(LLVMPointerType(m->i8, 0), 0), m->i64, m->i64,
-                           LLVMPointerType(m->f32, 0)};
+  LLVMTypeRef params[4] = {LLVMPointerType(LLVMPointerType(m->i8, 0), 0), m->i64, m->i64, LLVMPointerType(m->f32, 0)};
   m->kfn = LLVMFunctionType(LLVMVoidTypeInContext(m->ctx), params, 4, 0);
   m->md_scope = LLVMGetMDKindIDInContext(m->ctx, "alias.scope", 11);
   m->md_noalias = LLVMGetMDKindIDInContext(m->ctx, "noalias", 7);
@@ -200,24 +208,24 @@ const char *llvm_link_libs(const LlvmModule *m) {
 typedef struct Emit {
   LlvmModule *m;
   const Kernel *k;
-  LLVMValueRef fn, bufs, lo, hi, scalars;   /* the function and its arguments */
-  LLVMBuilderRef b;             /* where code goes now */
-  LLVMBuilderRef entry_b;       /* end of the entry block: per-call values */
-  LLVMBuilderRef row_b;         /* end of the row header: per-row values */
-  LLVMValueRef r, j;            /* i64: the current row and column */
-  LLVMValueRef bufp[K_MAX_BUFS];              /* float* or i32*, in the entry block */
-  int cls[K_MAX_BUFS], ncls;    /* alias class of each buffer: overlapping buffers share one */
-  LLVMValueRef scope[K_MAX_BUFS], noalias[K_MAX_BUFS];  /* alias metadata; NULL: none */
+  LLVMValueRef fn, bufs, lo, hi, scalars;              /* the function and its arguments */
+  LLVMBuilderRef b;                                    /* where code goes now */
+  LLVMBuilderRef entry_b;                              /* end of the entry block: per-call values */
+  LLVMBuilderRef row_b;                                /* end of the row header: per-row values */
+  LLVMValueRef r, j;                                   /* i64: the current row and column */
+  LLVMValueRef bufp[K_MAX_BUFS];                       /* float* or i32*, in the entry block */
+  int cls[K_MAX_BUFS], ncls;                           /* alias class of each buffer: overlapping buffers share one */
+  LLVMValueRef scope[K_MAX_BUFS], noalias[K_MAX_BUFS]; /* alias metadata; NULL: none */
   LLVMValueRef acc[K_MAX_ACCS];
   LLVMValueRef rowcoord[K_MAX_DIMS];
-  const KView **rowview;        /* views whose row part is computed this row ... */
-  LLVMValueRef *rowoff;         /* ... and that part (NULL: 0) */
+  const KView **rowview; /* views whose row part is computed this row ... */
+  LLVMValueRef *rowoff;  /* ... and that part (NULL: 0) */
   int nrowview;
-  LLVMValueRef *scal;           /* scalars[i], loaded in the entry block */
+  LLVMValueRef *scal; /* scalars[i], loaded in the entry block */
   int nscal;
-  LLVMValueRef *val;            /* this iteration: value of expression id, then column coordinates */
-  int *stack, nstack;           /* ids set in val, in order, so a branch can drop its own */
-  signed char *spec;            /* per id: -1 unknown, else whether it may be evaluated speculatively */
+  LLVMValueRef *val;  /* this iteration: value of expression id, then column coordinates */
+  int *stack, nstack; /* ids set in val, in order, so a branch can drop its own */
+  signed char *spec;  /* per id: -1 unknown, else whether it may be evaluated speculatively */
 } Emit;
 
 static LLVMValueRef cf(Emit *e, float f) { return LLVMConstReal(e->m->f32, f); }
@@ -313,7 +321,8 @@ static LLVMValueRef view_row_offset(Emit *e, const KView *v) {
     if (e->rowview[i] == v) return e->rowoff[i];
   LLVMValueRef off = v->offset ? ci(e, v->offset) : NULL;
   for (int d = 0; d < e->k->row_dims; d++)
-    if (v->strides[d] && e->k->dims[d] != 1) off = iadd(e->row_b, off, imul(e, e->row_b, row_coord(e, d), v->strides[d]));
+    if (v->strides[d] && e->k->dims[d] != 1)
+      off = iadd(e->row_b, off, imul(e, e->row_b, row_coord(e, d), v->strides[d]));
   e->rowview[e->nrowview] = v;
   return e->rowoff[e->nrowview++] = off;
 }
@@ -395,7 +404,8 @@ static LLVMValueRef f32_to_half(Emit *e, DType t, LLVMValueRef f) {
   LLVMValueRef u = LLVMBuildBitCast(b, f, e->m->i32, ""), a = and_(e, u, 0x7fffffffu), r;
   if (t == DT_BF16) {
     LLVMValueRef nan = or_(e, lshr(e, u, 16), u32(e, 0x40));
-    LLVMValueRef rne = lshr(e, LLVMBuildAdd(b, LLVMBuildAdd(b, u, u32(e, 0x7fff), ""), and_(e, lshr(e, u, 16), 1), ""), 16);
+    LLVMValueRef rne =
+        lshr(e, LLVMBuildAdd(b, LLVMBuildAdd(b, u, u32(e, 0x7fff), ""), and_(e, lshr(e, u, 16), 1), ""), 16);
     r = LLVMBuildSelect(b, ucmp(e, LLVMIntUGT, a, 0x7f800000u), nan, rne, "");
   } else {
     LLVMValueRef sign = and_(e, lshr(e, u, 16), 0x8000);
@@ -412,7 +422,8 @@ static LLVMValueRef f32_to_half(Emit *e, DType t, LLVMValueRef f) {
     LLVMValueRef normal = or_(e, sign, lshr(e, LLVMBuildAdd(b, rebias, and_(e, lshr(e, a, 13), 1), ""), 13));
     r = LLVMBuildSelect(b, ucmp(e, LLVMIntUGT, a, 0x7f800000u), nan,
                         LLVMBuildSelect(b, ucmp(e, LLVMIntUGE, a, 0x477ff000u), inf,
-                                        LLVMBuildSelect(b, ucmp(e, LLVMIntULT, a, 0x38800000u), sub, normal, ""), ""), "");
+                                        LLVMBuildSelect(b, ucmp(e, LLVMIntULT, a, 0x38800000u), sub, normal, ""), ""),
+                        "");
   }
   return LLVMBuildTrunc(b, r, e->m->i16, "");
 }
@@ -445,14 +456,16 @@ static LLVMValueRef f32_to_fp8(Emit *e, DType t, LLVMValueRef f) {
   af = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, af, f32c(e, maxv), ""), f32c(e, maxv), af, "");
   LLVMValueRef ex = LLVMBuildSub(b, lshr(e, LLVMBuildBitCast(b, af, e->m->i32, ""), 23), u32(e, 127), "");
   ex = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, ex, u32(e, (uint32_t)emin), ""), u32(e, (uint32_t)emin), ex, "");
-  LLVMValueRef q = LLVMBuildBitCast(b, shl(e, LLVMBuildAdd(b, ex, u32(e, (uint32_t)(127 - mbits)), ""), 23), e->m->f32, "");
+  LLVMValueRef q =
+      LLVMBuildBitCast(b, shl(e, LLVMBuildAdd(b, ex, u32(e, (uint32_t)(127 - mbits)), ""), 23), e->m->f32, "");
   LLVMValueRef quot = LLVMBuildFDiv(b, af, q, "");
   LLVMValueRef r = LLVMBuildFMul(b, call_intrinsic(e, "llvm.rint", &quot, 1), q, "");
   LLVMValueRef rb = LLVMBuildBitCast(b, r, e->m->i32, "");
   float q0 = ldexpf(1.0f, emin - mbits);
   LLVMValueRef low = LLVMBuildFPToUI(b, LLVMBuildFDiv(b, r, f32c(e, q0), ""), e->m->i32, "");
-  LLVMValueRef high = or_(e, shl(e, LLVMBuildAdd(b, lshr(e, rb, 23), u32(e, (uint32_t)(bias - 127)), ""), (unsigned)mbits),
-                          and_(e, lshr(e, rb, 23 - (unsigned)mbits), (1u << mbits) - 1));
+  LLVMValueRef high =
+      or_(e, shl(e, LLVMBuildAdd(b, lshr(e, rb, 23), u32(e, (uint32_t)(bias - 127)), ""), (unsigned)mbits),
+          and_(e, lshr(e, rb, 23 - (unsigned)mbits), (1u << mbits) - 1));
   LLVMValueRef code = LLVMBuildSelect(b, ucmp(e, LLVMIntULT, rb, (uint32_t)(emin + 1 + 127) << 23), low, high, "");
   code = LLVMBuildSelect(b, ucmp(e, LLVMIntUGT, a, 0x7f800000u), u32(e, e5 ? 0x7e : 0x7f), code, "");
   return LLVMBuildTrunc(b, or_(e, code, sign), e->m->i8, "");
@@ -535,7 +548,7 @@ static LLVMValueRef call_libm(Emit *e, MathFn f, LLVMValueRef *args) {
   if (!fn) {
     fn = LLVMAddFunction(m->mod, math_fns[f].name, ty);
     add_fn_attr(m->ctx, fn, "nounwind");
-    add_fn_attr(m->ctx, fn, "readnone");   /* errno is not read: -fno-math-errno */
+    add_fn_attr(m->ctx, fn, "readnone"); /* errno is not read: -fno-math-errno */
     add_fn_attr(m->ctx, fn, "willreturn");
   }
   LLVMValueRef call = LLVMBuildCall2(e->b, ty, fn, args, (unsigned)math_fns[f].arity, "");
@@ -631,7 +644,7 @@ static LLVMValueRef emit_arm(Emit *e, LLVMBasicBlockRef bb, const KExpr *x, LLVM
 }
 
 static LLVMValueRef emit_select(Emit *e, const KExpr *x) {
-  LLVMValueRef cond = LLVMBuildFCmp(e->b, LLVMRealUNE, emit_expr(e, x->a), cf(e, 0.0f), "");  /* a != 0 */
+  LLVMValueRef cond = LLVMBuildFCmp(e->b, LLVMRealUNE, emit_expr(e, x->a), cf(e, 0.0f), ""); /* a != 0 */
   if (speculatable(e, x->b) && speculatable(e, x->c))
     return LLVMBuildSelect(e->b, cond, emit_expr(e, x->b), emit_expr(e, x->c), "");
   LLVMBasicBlockRef tb = new_block(e, "sel.then"), fb = new_block(e, "sel.else"), join = new_block(e, "sel.join");
@@ -656,7 +669,8 @@ static LLVMValueRef emit_rand(Emit *e, const KExpr *x) {
   if (!idx) idx = ci(e, 0);
   LLVMValueRef step = LLVMBuildFPToSI(e->b, scalar(e, x->index), e->m->i64, "");
   LLVMTypeRef i64 = e->m->i64;
-  LLVMValueRef z = LLVMBuildAdd(e->b, idx, LLVMConstInt(i64, (unsigned long long)x->seed * 0x9E3779B97F4A7C15ull, 0), "");
+  LLVMValueRef z =
+      LLVMBuildAdd(e->b, idx, LLVMConstInt(i64, (unsigned long long)x->seed * 0x9E3779B97F4A7C15ull, 0), "");
   z = LLVMBuildAdd(e->b, z, LLVMBuildMul(e->b, step, LLVMConstInt(i64, 0xD1B54A32D192ED03ull, 0), ""), "");
   const unsigned long long mul[2] = {0xBF58476D1CE4E5B9ull, 0x94D049BB133111EBull};
   const int shift[3] = {30, 27, 31};
@@ -675,7 +689,7 @@ static LLVMValueRef emit_expr(Emit *e, const KExpr *x) {
   case KX_CONST: v = cf(e, x->f); break;
   case KX_LOAD: v = emit_load(e, x->buf, &x->view); break;
   case KX_ACC:
-    ir_assert(x->acc >= 0 && x->acc < K_MAX_ACCS && e->acc[x->acc]);   /* read before its REDUCE phase */
+    ir_assert(x->acc >= 0 && x->acc < K_MAX_ACCS && e->acc[x->acc]); /* read before its REDUCE phase */
     v = e->acc[x->acc];
     break;
   case KX_COORD: v = emit_coord(e, x->axis); break;
@@ -696,7 +710,10 @@ static LLVMValueRef emit_expr(Emit *e, const KExpr *x) {
 
 /* ---- loops and phases --------------------------------------------------------------- */
 
-typedef struct Loop { LLVMBasicBlockRef pre, head; LLVMValueRef iv; } Loop;
+typedef struct Loop {
+  LLVMBasicBlockRef pre, head;
+  LLVMValueRef iv;
+} Loop;
 
 /* Opens `for (iv = from; ...)` at the current block; the caller ensures one trip at least. */
 static Loop loop_begin(Emit *e, LLVMValueRef from, const char *name) {
@@ -726,7 +743,7 @@ static LLVMValueRef loop_vectorize_md(Emit *e, bool on, bool rolled) {
   LLVMMetadataRef tmp = LLVMTemporaryMDNode(ctx, NULL, 0);
   LLVMMetadataRef ops[3] = {tmp, LLVMMDNodeInContext2(ctx, hint, 2), LLVMMDNodeInContext2(ctx, &no_unroll, 1)};
   LLVMMetadataRef node = LLVMMDNodeInContext2(ctx, ops, rolled ? 3 : 2);
-  LLVMMetadataReplaceAllUsesWith(tmp, node);   /* the self reference; frees tmp */
+  LLVMMetadataReplaceAllUsesWith(tmp, node); /* the self reference; frees tmp */
   return LLVMMetadataAsValue(ctx, node);
 }
 
@@ -735,7 +752,8 @@ static LLVMBasicBlockRef loop_end(Emit *e, Loop *l, LLVMValueRef to, LoopVec vec
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b), out = new_block(e, "");
   LLVMValueRef next = LLVMBuildNSWAdd(e->b, l->iv, ci(e, 1), "");
   LLVMValueRef br = LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, next, to, ""), l->head, out);
-  if (vec != LV_DEFAULT) LLVMSetMetadata(br, e->m->md_loop, loop_vectorize_md(e, vec != LV_NEVER, vec == LV_FORCE_ROLLED));
+  if (vec != LV_DEFAULT)
+    LLVMSetMetadata(br, e->m->md_loop, loop_vectorize_md(e, vec != LV_NEVER, vec == LV_FORCE_ROLLED));
   LLVMAddIncoming(l->iv, &next, &latch, 1);
   LLVMPositionBuilderAtEnd(e->b, out);
   return latch;
@@ -799,7 +817,8 @@ static LoopVec row_loop_vec(const Emit *e) {
     const KPhase *p = &k->phases[i];
     writes[i] = p->kind == KPH_REDUCE ? 0 : 1u << e->cls[p->buf];
     reads[i] = expr_reads(e, p->expr, stamp, i + 1);
-    if (p->kind != KPH_REDUCE) reads[i] |= expr_reads(e, p->view.gather, stamp, i + 1) | (p->store == KS_ADD ? writes[i] : 0);
+    if (p->kind != KPH_REDUCE)
+      reads[i] |= expr_reads(e, p->view.gather, stamp, i + 1) | (p->store == KS_ADD ? writes[i] : 0);
   }
   free(stamp);
   for (int i = 0; i < k->nphases; i++)
@@ -830,7 +849,9 @@ static void emit_rows_kernel(Emit *e, LLVMBasicBlockRef done) {
     const KPhase *p = &k->phases[i];
     switch (p->kind) {
     case KPH_REDUCE: emit_reduce(e, p); break;
-    case KPH_MAP: if (k->cols > 0) emit_map(e, p, ci(e, 0), ci(e, k->cols)); break;
+    case KPH_MAP:
+      if (k->cols > 0) emit_map(e, p, ci(e, 0), ci(e, k->cols));
+      break;
     case KPH_ROW: emit_row_phase(e, p); break;
     }
   }
@@ -856,7 +877,10 @@ static void emit_cols_kernel(Emit *e, LLVMBasicBlockRef done) {
 /* ---- the fused attention kernel (kernel.h, KAttn) ---------------------------------------- */
 
 /* `for (iv = lo; iv < hi; iv++)`, zero trips allowed; for_end closes it. */
-typedef struct For { Loop l; LLVMBasicBlockRef skip; } For;
+typedef struct For {
+  Loop l;
+  LLVMBasicBlockRef skip;
+} For;
 
 static For for_begin(Emit *e, LLVMValueRef lo, LLVMValueRef hi, const char *name) {
   LLVMBasicBlockRef go = new_block(e, name), skip = new_block(e, "");
@@ -908,7 +932,8 @@ static LLVMValueRef attn_dot(Emit *e, const KOperand *x, LLVMValueRef xr, const 
   set(e, sum, cf(e, 0));
   For d = for_begin(e, ci(e, 0), ci(e, A->hd), "dot");
   LLVMValueRef c = LLVMBuildNSWAdd(e->b, hoff, d.l.iv, "");
-  set(e, sum, LLVMBuildFAdd(e->b, get(e, sum), LLVMBuildFMul(e->b, attn_load(e, x, xr, c), attn_load(e, y, yr, c), ""), ""));
+  set(e, sum,
+      LLVMBuildFAdd(e->b, get(e, sum), LLVMBuildFMul(e->b, attn_load(e, x, xr, c), attn_load(e, y, yr, c), ""), ""));
   for_end(e, &d, ci(e, A->hd), LV_FORCE_ROLLED);
   return get(e, sum);
 }
@@ -920,7 +945,9 @@ static void attn_axpy(Emit *e, LLVMValueRef acc, LLVMValueRef mul, LLVMValueRef 
   For d = for_begin(e, ci(e, 0), ci(e, A->hd), "axpy");
   LLVMValueRef p = at(e, acc, d.l.iv), a = get(e, p);
   if (mul) a = LLVMBuildFMul(e->b, a, mul, "");
-  if (w) a = LLVMBuildFAdd(e->b, a, LLVMBuildFMul(e->b, w, attn_load(e, x, xr, LLVMBuildNSWAdd(e->b, hoff, d.l.iv, "")), ""), "");
+  if (w)
+    a = LLVMBuildFAdd(e->b, a, LLVMBuildFMul(e->b, w, attn_load(e, x, xr, LLVMBuildNSWAdd(e->b, hoff, d.l.iv, "")), ""),
+                      "");
   set(e, p, a);
   for_end(e, &d, ci(e, A->hd), LV_DEFAULT);
 }
@@ -938,7 +965,9 @@ static LLVMValueRef fmax_(Emit *e, LLVMValueRef x, LLVMValueRef y) {
 
 /* Locals of the kernel: the output accumulator, and per block of keys (queries) the
  * scores then probabilities, and dP - delta. */
-typedef struct AttnLocals { LLVMValueRef acc, sc, dp, sum; } AttnLocals;
+typedef struct AttnLocals {
+  LLVMValueRef acc, sc, dp, sum;
+} AttnLocals;
 
 /* One work item of the kernel: what kernel_eval's eval_attn_row does, with the same
  * sums in the same order, in blocks of KA_BLOCK keys (queries) so that the
@@ -961,8 +990,8 @@ static void emit_attn_row(Emit *e, LLVMValueRef r, const AttnLocals *w) {
   if (A->causal && !by_query) lo = imax(e, lo, LLVMBuildNSWSub(e->b, x, shift, ""));
   LLVMValueRef m = local(e, 0, "m"), l = local(e, 0, "l"), mb = local(e, 0, "mb");
   set(e, m, cf(e, -INFINITY)), set(e, l, cf(e, 0));
-  LLVMValueRef nblk = LLVMBuildSDiv(e->b, LLVMBuildNSWAdd(e->b, LLVMBuildNSWSub(e->b, hi, lo, ""), ci(e, KA_BLOCK - 1), ""),
-                                    ci(e, KA_BLOCK), "");
+  LLVMValueRef nblk = LLVMBuildSDiv(
+      e->b, LLVMBuildNSWAdd(e->b, LLVMBuildNSWSub(e->b, hi, lo, ""), ci(e, KA_BLOCK - 1), ""), ci(e, KA_BLOCK), "");
   For blk = for_begin(e, ci(e, 0), nblk, "block");
   LLVMValueRef y0 = LLVMBuildNSWAdd(e->b, lo, LLVMBuildNSWMul(e->b, blk.l.iv, ci(e, KA_BLOCK), ""), "");
   LLVMValueRef yn = imin(e, ci(e, KA_BLOCK), LLVMBuildNSWSub(e->b, hi, y0, ""));
@@ -980,7 +1009,9 @@ static void emit_attn_row(Emit *e, LLVMValueRef r, const AttnLocals *w) {
     if (A->pass != KA_DV) {
       LLVMValueRef dl = attn_load(e, &A->delta, attn_row(e, &A->delta, bb, i), h);
       set(e, at(e, w->dp, t.l.iv),
-          LLVMBuildFSub(e->b, attn_dot(e, &A->g, attn_row(e, &A->g, bb, i), &A->v, attn_row(e, &A->v, bb, j), hoff, sum), dl, ""));
+          LLVMBuildFSub(e->b,
+                        attn_dot(e, &A->g, attn_row(e, &A->g, bb, i), &A->v, attn_row(e, &A->v, bb, j), hoff, sum), dl,
+                        ""));
     }
   }
   set(e, at(e, sc, t.l.iv), s);
@@ -1012,10 +1043,12 @@ static void emit_attn_row(Emit *e, LLVMValueRef r, const AttnLocals *w) {
   LLVMValueRef scale = cf(e, A->pass == KA_DV ? 1.0f : A->scale);
   For o = for_begin(e, ci(e, 0), ci(e, hd), "out");
   LLVMValueRef a = get(e, at(e, acc, o.l.iv));
-  attn_store(e, rrow, LLVMBuildNSWAdd(e->b, hoff, o.l.iv, ""), lv ? LLVMBuildFDiv(e->b, a, lv, "") : LLVMBuildFMul(e->b, a, scale, ""));
+  attn_store(e, rrow, LLVMBuildNSWAdd(e->b, hoff, o.l.iv, ""),
+             lv ? LLVMBuildFDiv(e->b, a, lv, "") : LLVMBuildFMul(e->b, a, scale, ""));
   for_end(e, &o, ci(e, hd), LV_DEFAULT);
   if (A->pass == KA_FWD)
-    attn_store(e, rrow, LLVMBuildNSWAdd(e->b, h, ci(e, F), ""), LLVMBuildFAdd(e->b, get(e, m), emit_unary(e, KU_LOG, lv), ""));
+    attn_store(e, rrow, LLVMBuildNSWAdd(e->b, h, ci(e, F), ""),
+               LLVMBuildFAdd(e->b, get(e, m), emit_unary(e, KU_LOG, lv), ""));
 }
 
 static void emit_attn_kernel(Emit *e, LLVMBasicBlockRef done) {
@@ -1061,8 +1094,10 @@ static LLVMValueRef kernel_function(LlvmModule *m, const Kernel *k) {
   }
   LLVMValueRef fn = LLVMAddFunction(m->mod, k->name, m->kfn);
   add_fn_attr(m->ctx, fn, "nounwind");
-  const char *attrs[][2] = {{"target-cpu", m->cpu}, {"target-features", m->features},
-                            {"no-nans-fp-math", "true"}, {"no-signed-zeros-fp-math", "true"}};
+  const char *attrs[][2] = {{"target-cpu", m->cpu},
+                            {"target-features", m->features},
+                            {"no-nans-fp-math", "true"},
+                            {"no-signed-zeros-fp-math", "true"}};
   bool fmax = false;
   for (int i = 0; i < k->nphases; i++) fmax |= k->phases[i].kind == KPH_REDUCE && k->phases[i].reduce == KR_MAX;
   for (int i = 0; i < (fmax ? 4 : 2); i++)
@@ -1191,7 +1226,7 @@ int llvm_optimize(LlvmModule *m, int opt_level) {
   keep_vector_decls(m);
   LLVMErrorRef err = LLVMRunPasses(m->mod, passes, m->tm, opts);
   LLVMDisposePassBuilderOptions(opts);
-  LLVMValueRef used = LLVMGetNamedGlobal(m->mod, "llvm.compiler.used");   /* the pipeline may have rebuilt it */
+  LLVMValueRef used = LLVMGetNamedGlobal(m->mod, "llvm.compiler.used"); /* the pipeline may have rebuilt it */
   if (used) LLVMDeleteGlobal(used);
   if (err) {
     char *msg = LLVMGetErrorMessage(err);
@@ -1230,11 +1265,14 @@ int llvm_write_ir(LlvmModule *m, const char *path, char *err, size_t errlen) {
  * without the vectorizer's and unroller's search. */
 int llvm_kernel_opt_level(const Kernel *k) { return k->attn || k->cols >= 8 || (k->par == KP_COLS) ? 3 : 2; }
 
-typedef struct Part { int level, first, n; char path[4200]; } Part;
+typedef struct Part {
+  int level, first, n;
+  char path[4200];
+} Part;
 
 typedef struct Build {
   const Kernel *const *kernels;
-  int *order;                  /* kernel indices grouped by level */
+  int *order; /* kernel indices grouped by level */
   Part *parts;
   int nparts, next, done, total, failed;
   LlvmProgress progress;
@@ -1308,15 +1346,16 @@ static int compile_table(const Kernel *const *kernels, int n, const char *json, 
 }
 
 int llvm_compile_program(const Kernel *const *kernels, int n, const char *json, const char *cuda, int threads,
-                         const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *libs,
-                         size_t libslen, char *err, size_t errlen) {
+                         const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *libs, size_t libslen,
+                         char *err, size_t errlen) {
   Build b = {.kernels = kernels, .total = n, .progress = progress, .ctx = ctx};
   pthread_mutex_init(&b.lock, NULL);
   plan_parts(&b, n, prefix);
   char **paths = calloc((size_t)b.nparts + 2, sizeof *paths);
   ir_assert(paths);
   snprintf(b.parts[b.nparts].path, sizeof b.parts[b.nparts].path, "%s.table.o", prefix);
-  int rc = compile_table(kernels, n, json, cuda, b.parts[b.nparts].path, libs, libslen, err, errlen); /* initialises LLVM */
+  int rc =
+      compile_table(kernels, n, json, cuda, b.parts[b.nparts].path, libs, libslen, err, errlen); /* initialises LLVM */
   if (threads < 1) threads = 1;
   if (threads > b.nparts) threads = b.nparts;
   pthread_t *tid = calloc((size_t)threads + 1, sizeof *tid);

@@ -60,8 +60,8 @@ typedef void (*LlvmProgress)(int done, int total, void *ctx);
  * object written or attempted; the caller links them (with the libraries llvm_link_libs
  * names, written to libs) and removes them. Returns 0, or -1 with the message in err. */
 int llvm_compile_program(const Kernel *const *kernels, int n, const char *json, const char *cuda, int threads,
-                         const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *libs,
-                         size_t libslen, char *err, size_t errlen);
+                         const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *libs, size_t libslen,
+                         char *err, size_t errlen);
 
 /* Libraries the object needs at link time, as linker flags: "-lmvec -lm" when the
  * kernels may call libmvec, else "-lm". */

@@ -17,36 +17,46 @@
 #include "passes/summary.h"
 #include "runtime/program.h"
 
-enum { PENDING = 100 };   /* KBuf tiers >= PENDING name an LBuf until the memory plan */
+enum { PENDING = 100 }; /* KBuf tiers >= PENDING name an LBuf until the memory plan */
 
 /* shared: WORK bytes at a fixed offset of slot 0, whatever slot the instruction runs in
  * (a pipeline stage's fp8 scaling states, KBuf.shared); the memory plan leaves it be. */
-typedef struct LBuf { int tier; int64_t bytes, offset; int first, last; bool pinned, placed, shared; } LBuf;
+typedef struct LBuf {
+  int tier;
+  int64_t bytes, offset;
+  int first, last;
+  bool pinned, placed, shared;
+} LBuf;
 
 typedef enum { V_NONE, V_EXPR, V_LAYOUT } VKind;
-typedef struct Val { VKind kind; int buf; int64_t offset; int64_t strides[MAX_DIMS]; } Val;
+typedef struct Val {
+  VKind kind;
+  int buf;
+  int64_t offset;
+  int64_t strides[MAX_DIMS];
+} Val;
 
 typedef struct L {
   Graph *g;
   Program *p;
   Arena *a;
-  Val *val;             /* [g->n] */
-  int *uses;            /* [g->n] */
-  const Node **user;    /* [g->n] a node that reads it (the only one when uses is 1) */
-  bool *fused;          /* [g->n] computed by another node's instruction (a GEMM's epilogue) */
-  const Node **gelu;    /* [g->n] its only GELU reader (&several_gelus: more than one), or NULL */
-  bool *need_layout;    /* [g->n] */
-  int *grad_of;         /* [g->n] the param index whose gradient this node is, or -1 */
-  bool *slot_used;      /* [nparams] the gradient slot already holds a result */
-  int *pidx;            /* [nparams] the program's index of each of the graph's parameters */
-  PSeq *seq;            /* where the graph's instructions go */
+  Val *val;          /* [g->n] */
+  int *uses;         /* [g->n] */
+  const Node **user; /* [g->n] a node that reads it (the only one when uses is 1) */
+  bool *fused;       /* [g->n] computed by another node's instruction (a GEMM's epilogue) */
+  const Node **gelu; /* [g->n] its only GELU reader (&several_gelus: more than one), or NULL */
+  bool *need_layout; /* [g->n] */
+  int *grad_of;      /* [g->n] the param index whose gradient this node is, or -1 */
+  bool *slot_used;   /* [nparams] the gradient slot already holds a result */
+  int *pidx;         /* [nparams] the program's index of each of the graph's parameters */
+  PSeq *seq;         /* where the graph's instructions go */
   LBuf *bufs;
   int nbufs, bufs_cap;
-  const Node *at;       /* node being lowered */
-  int fp8_buf;          /* the fp8 scaling states' buffer (lower_fp8_state), -1 until one */
-  int64_t fp8_width;    /* a state's elements (2 + history) */
-  int fp8_rows;         /* states placed so far (a stage's chunks: from the ones before) */
-  int fp8_amax;         /* the step's gathered amaxes (emit_fp8_update), -1 until made */
+  const Node *at;    /* node being lowered */
+  int fp8_buf;       /* the fp8 scaling states' buffer (lower_fp8_state), -1 until one */
+  int64_t fp8_width; /* a state's elements (2 + history) */
+  int fp8_rows;      /* states placed so far (a stage's chunks: from the ones before) */
+  int fp8_amax;      /* the step's gathered amaxes (emit_fp8_update), -1 until made */
 } L;
 
 /* ---- buffers and instructions ---------------------------------------------------- */
@@ -90,7 +100,10 @@ static PInstr *emit(L *l, PSeq *s, PInstrKind kind) {
 
 static void contiguous(const Shape *s, int64_t *strides) {
   int64_t st = 1;
-  for (int d = s->ndim - 1; d >= 0; d--) { strides[d] = st; st *= s->d[d]; }
+  for (int d = s->ndim - 1; d >= 0; d--) {
+    strides[d] = st;
+    st *= s->d[d];
+  }
 }
 
 static Val layout_of(int buf, const Shape *s) {
@@ -105,7 +118,10 @@ static Kernel *knew(L *l, const char *what, KPar par, const int64_t *dims, int n
   char name[64];
   snprintf(name, sizeof name, "k%d_%s", l->p->nkernels, what);
   int64_t one = 1;
-  if (ndims == 0) { dims = &one; ndims = 1; }
+  if (ndims == 0) {
+    dims = &one;
+    ndims = 1;
+  }
   return kernel_new(l->a, name, par, dims, ndims, row_dims);
 }
 
@@ -136,7 +152,9 @@ static void kfinish(L *l, PSeq *s, Kernel *k) {
 /* ---- expressions ----------------------------------------------------------------- */
 
 /* ax[d]: the kernel axis that node dimension d runs along. */
-typedef struct AxMap { int ax[MAX_DIMS]; } AxMap;
+typedef struct AxMap {
+  int ax[MAX_DIMS];
+} AxMap;
 
 static AxMap right_aligned(const Kernel *k, int ndim) {
   AxMap m = {{0}};
@@ -172,7 +190,9 @@ static KExpr *load(L *l, Kernel *k, const Node *n, AxMap m) {
 #define B(op, x, y) kx_binary(l->a, k, KB_##op, x, y)
 #define SEL(c, x, y) kx_select(l->a, k, c, x, y)
 
-static KExpr *in_expr(L *l, Kernel *k, const Node *n, int i, AxMap m) { return expr(l, k, n->in[i], input_map(n, n->in[i], m)); }
+static KExpr *in_expr(L *l, Kernel *k, const Node *n, int i, AxMap m) {
+  return expr(l, k, n->in[i], input_map(n, n->in[i], m));
+}
 
 static KExpr *gelu(L *l, Kernel *k, KExpr *x) {
   KExpr *u = B(MUL, C(0.7978845608028654), B(ADD, x, B(MUL, C(0.044715), B(MUL, x, B(MUL, x, x)))));
@@ -201,7 +221,9 @@ static KExpr *erf_approx(L *l, Kernel *k, KExpr *x) {
 }
 
 /* 0.5 (1 + erf(x / sqrt 2)): the standard normal CDF, GELU's erf form over x */
-static KExpr *normal_cdf(L *l, Kernel *k, KExpr *x) { return B(MUL, C(0.5), B(ADD, C(1), erf_approx(l, k, B(MUL, x, C(M_SQRT1_2))))); }
+static KExpr *normal_cdf(L *l, Kernel *k, KExpr *x) {
+  return B(MUL, C(0.5), B(ADD, C(1), erf_approx(l, k, B(MUL, x, C(M_SQRT1_2)))));
+}
 
 static KExpr *sigmoid(L *l, Kernel *k, KExpr *x) { return U(RECIP, B(ADD, C(1), U(EXP, U(NEG, x)))); }
 
@@ -239,10 +261,18 @@ static KExpr *embedding(L *l, Kernel *k, const Node *n, AxMap m) {
 static KExpr *expr_const(L *l, Kernel *k, const Node *n, AxMap m) { return C(attr_float(n, "value")); }
 static KExpr *expr_arange(L *l, Kernel *k, const Node *n, AxMap m) { return kx_coord(l->a, k, m.ax[0]); }
 static KExpr *expr_loss_scale(L *l, Kernel *k, const Node *n, AxMap m) { return kx_scalar(l->a, k, RT_SC_LOSS_SCALE); }
-static KExpr *expr_add(L *l, Kernel *k, const Node *n, AxMap m) { return B(ADD, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m)); }
-static KExpr *expr_sub(L *l, Kernel *k, const Node *n, AxMap m) { return B(SUB, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m)); }
-static KExpr *expr_mul(L *l, Kernel *k, const Node *n, AxMap m) { return B(MUL, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m)); }
-static KExpr *expr_div(L *l, Kernel *k, const Node *n, AxMap m) { return B(DIV, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m)); }
+static KExpr *expr_add(L *l, Kernel *k, const Node *n, AxMap m) {
+  return B(ADD, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m));
+}
+static KExpr *expr_sub(L *l, Kernel *k, const Node *n, AxMap m) {
+  return B(SUB, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m));
+}
+static KExpr *expr_mul(L *l, Kernel *k, const Node *n, AxMap m) {
+  return B(MUL, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m));
+}
+static KExpr *expr_div(L *l, Kernel *k, const Node *n, AxMap m) {
+  return B(DIV, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m));
+}
 static KExpr *expr_neg(L *l, Kernel *k, const Node *n, AxMap m) { return U(NEG, in_expr(l, k, n, 0, m)); }
 static KExpr *expr_gelu(L *l, Kernel *k, const Node *n, AxMap m) { return gelu(l, k, in_expr(l, k, n, 0, m)); }
 static KExpr *expr_silu(L *l, Kernel *k, const Node *n, AxMap m) {
@@ -391,7 +421,13 @@ static int out_buf(L *l, const Node *n) {
 /* ---- GEMM ------------------------------------------------------------------------------ */
 
 /* A matrix operand: the last two axes of a layout, one of them unit-stride. */
-typedef struct Mat { int buf; int64_t off, ld; bool trans; int64_t bs[MAX_DIMS]; DType dt; } Mat;
+typedef struct Mat {
+  int buf;
+  int64_t off, ld;
+  bool trans;
+  int64_t bs[MAX_DIMS];
+  DType dt;
+} Mat;
 
 static bool as_matrix(L *l, const Node *n, bool trans, Mat *m) {
   const Val *v = &l->val[n->id];
@@ -402,9 +438,13 @@ static bool as_matrix(L *l, const Node *n, bool trans, Mat *m) {
   m->buf = v->buf;
   m->off = v->offset;
   m->dt = n->dtype;
-  if (sc == 1 && sr >= n->shape.d[nd - 1]) { m->ld = sr; m->trans = trans; }
-  else if (sr == 1 && sc >= n->shape.d[nd - 2]) { m->ld = sc; m->trans = !trans; }
-  else return false;
+  if (sc == 1 && sr >= n->shape.d[nd - 1]) {
+    m->ld = sr;
+    m->trans = trans;
+  } else if (sr == 1 && sc >= n->shape.d[nd - 2]) {
+    m->ld = sc;
+    m->trans = !trans;
+  } else return false;
   for (int d = 0; d < nd - 2; d++) m->bs[d] = n->shape.d[d] == 1 ? 0 : v->strides[d];
   return true;
 }
@@ -424,8 +464,8 @@ static const Node *bias_add(const L *l, const Node *n, const Node **bias) {
   if (!u || u->op != OP_ADD || l->grad_of[u->id] >= 0 || !shape_eq(&u->shape, &n->shape) || n->dtype != DT_F32)
     return NULL;
   const Node *p = u->in[0] == n ? u->in[1] : u->in[0];
-  if (p->op != OP_PARAM || p->shape.ndim != 1 || p->shape.d[0] != n->shape.d[n->shape.ndim - 1] ||
-      p->dtype != DT_F32 || l->val[p->id].kind != V_LAYOUT)
+  if (p->op != OP_PARAM || p->shape.ndim != 1 || p->shape.d[0] != n->shape.d[n->shape.ndim - 1] || p->dtype != DT_F32 ||
+      l->val[p->id].kind != V_LAYOUT)
     return NULL;
   *bias = p;
   return u;
@@ -439,7 +479,9 @@ static const Node several_gelus; /* L.gelu of a value that more than one GELU re
 
 static const Node *gelu_epilogue(const L *l, const Node *u, const PGemm *g) {
   const Node *e = u ? l->gelu[u->id] : NULL;
-  if (!e || e == &several_gelus || e->dtype != DT_F32 || l->grad_of[e->id] >= 0 || g->batch[0] * g->batch[1] != 1 || g->n % 8) return NULL;
+  if (!e || e == &several_gelus || e->dtype != DT_F32 || l->grad_of[e->id] >= 0 || g->batch[0] * g->batch[1] != 1 ||
+      g->n % 8)
+    return NULL;
   return l->need_layout[e->id] || l->uses[e->id] > 1 ? e : NULL;
 }
 
@@ -493,9 +535,28 @@ static PGemm gemm_of(L *l, const Node *n, int *nbatch) {
   int nd = n->shape.ndim, nb = nd - 2;
   int64_t M = n->shape.d[nd - 2], N = n->shape.d[nd - 1];
   int64_t K = a->shape.d[a->shape.ndim - (ta ? 2 : 1)];
-  PGemm g = {A.trans, Bm.trans, M, N, K, A.ld, Bm.ld, N, 1, 0, {PENDING + A.buf, PENDING + Bm.buf, 0},
-             {A.off * dtype_size_bits(A.dt) / 8, Bm.off * dtype_size_bits(Bm.dt) / 8, 0}, {1, 1}, {{0}}, false, 0, 0,
-             false, false, 0, 0, {A.dt, Bm.dt, n->dtype}};
+  PGemm g = {A.trans,
+             Bm.trans,
+             M,
+             N,
+             K,
+             A.ld,
+             Bm.ld,
+             N,
+             1,
+             0,
+             {PENDING + A.buf, PENDING + Bm.buf, 0},
+             {A.off * dtype_size_bits(A.dt) / 8, Bm.off * dtype_size_bits(Bm.dt) / 8, 0},
+             {1, 1},
+             {{0}},
+             false,
+             0,
+             0,
+             false,
+             false,
+             0,
+             0,
+             {A.dt, Bm.dt, n->dtype}};
   /* batch axes of the operands, right-aligned to the result's */
   int64_t sa[MAX_DIMS] = {0}, sbb[MAX_DIMS] = {0};
   for (int d = 0; d < nb; d++) {
@@ -505,7 +566,8 @@ static PGemm gemm_of(L *l, const Node *n, int *nbatch) {
   }
   /* A weight shared across the batch, with A's batch rows contiguous: one GEMM. */
   bool fold = nb > 0 && !A.trans && A.ld == K;
-  for (int d = 0; d < nb && fold; d++) fold = sbb[d] == 0 && sa[d] == (d == nb - 1 ? M * K : sa[d + 1] * n->shape.d[d + 1]);
+  for (int d = 0; d < nb && fold; d++)
+    fold = sbb[d] == 0 && sa[d] == (d == nb - 1 ? M * K : sa[d + 1] * n->shape.d[d + 1]);
   if (fold) {
     for (int d = 0; d < nb; d++) g.m *= n->shape.d[d];
     nb = 0;
@@ -572,7 +634,10 @@ static Kernel *row_kernel(L *l, const Node *n, const Node *x) {
   return knew(l, op_info(n->op)->name, KP_ROWS, x->shape.d, x->shape.ndim, x->shape.ndim - 1);
 }
 
-static AxMap last_axis(const Kernel *k) { AxMap m = {{k->ndims - 1}}; return m; }
+static AxMap last_axis(const Kernel *k) {
+  AxMap m = {{k->ndims - 1}};
+  return m;
+}
 
 static void store_out(L *l, Kernel *k, const Node *n, KExpr *e) {
   int b = out_buf(l, n);
@@ -617,7 +682,10 @@ static void lower_fp8_quantize(L *l, const Node *n) {
   int rm = lbuf_new(l, RT_TIER_WORK, k->rows * 4);
   KView rv = {0};
   int64_t stride = 1;
-  for (int d = k->row_dims - 1; d >= 0; d--) { rv.strides[d] = stride; stride *= k->dims[d]; }
+  for (int d = k->row_dims - 1; d >= 0; d--) {
+    rv.strides[d] = stride;
+    stride *= k->dims[d];
+  }
   kernel_row(k, kbuf(l, k, rm, DT_F32), rv, KS_SET, kx_acc(l->a, k, kernel_reduce(k, KR_MAX, U(ABS, v))));
   store_out(l, k, n, B(MUL, v, fp8_scale(l, k, st, n->dtype, attr_int(n, "margin"))));
   int64_t dims[2] = {1, stride};
@@ -644,7 +712,8 @@ static void lower_scaled_matmul(L *l, const Node *n) {
   Kernel *k = row_kernel(l, n, n);
   k->name = arena_printf(l->a, "k%d_fp8_descale", l->p->nkernels);
   int64_t margin = attr_int(n, "margin");
-  KExpr *s = B(MUL, fp8_scale(l, k, n->in[2], n->in[0]->dtype, margin), fp8_scale(l, k, n->in[3], n->in[1]->dtype, margin));
+  KExpr *s =
+      B(MUL, fp8_scale(l, k, n->in[2], n->in[0]->dtype, margin), fp8_scale(l, k, n->in[3], n->in[1]->dtype, margin));
   store_out(l, k, n, B(DIV, kx_load(l->a, k, kbuf(l, k, tmp, DT_F32), kview_contig(k, 0)), s));
 }
 
@@ -674,7 +743,8 @@ static void emit_fp8_update(L *l, bool last_mb) {
   KView hist = {.offset = 2, .strides = {w, 1}}, amax = {.strides = {w}}, got = {.strides = {1}};
   KExpr *t = kx_scalar(l->a, k, RT_SC_STEP);
   KExpr *slot = B(SUB, t, B(MUL, C(h), U(FLOOR, B(DIV, t, C(h)))));
-  KExpr *v = kx_select(l->a, k, B(EQ, kx_coord(l->a, k, 1), slot), kx_load(l->a, k, kbuf(l, k, ab, DT_F32), got), kx_load(l->a, k, sb, hist));
+  KExpr *v = kx_select(l->a, k, B(EQ, kx_coord(l->a, k, 1), slot), kx_load(l->a, k, kbuf(l, k, ab, DT_F32), got),
+                       kx_load(l->a, k, sb, hist));
   int acc = kernel_reduce(k, KR_MAX, v);
   kernel_map(k, sb, hist, KS_SET, v);
   kernel_row(k, sb, amax, KS_SET, kx_acc(l->a, k, acc));
@@ -752,7 +822,10 @@ static void norm_stats(L *l, const Node *n, int stats[2]) {
   KExpr *var = B(MUL, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, B(MUL, xc, xc))), C(1 / D));
   KView rv = {0};
   int64_t st = 1;
-  for (int d = k->row_dims - 1; d >= 0; d--) { rv.strides[d] = st; st *= k->dims[d]; }
+  for (int d = k->row_dims - 1; d >= 0; d--) {
+    rv.strides[d] = st;
+    st *= k->dims[d];
+  }
   for (int i = 0; i < 2; i++) stats[i] = lbuf_new(l, RT_TIER_WORK, rows * 4);
   kernel_row(k, kbuf(l, k, stats[0], DT_F32), rv, KS_SET, mean);
   kernel_row(k, kbuf(l, k, stats[1], DT_F32), rv, KS_SET, U(RSQRT, B(ADD, var, C(attr_float(n, "eps")))));
@@ -785,7 +858,10 @@ static Kernel *reduce_kernel(L *l, const Node *n, const Node *x, const bool *red
   int nd = 0;
   for (int pass = 0; pass < 2; pass++)
     for (int d = 0; d < x->shape.ndim; d++)
-      if (reduced[d] == (pass == 1)) { m->ax[d] = nd; dims[nd++] = x->shape.d[d]; }
+      if (reduced[d] == (pass == 1)) {
+        m->ax[d] = nd;
+        dims[nd++] = x->shape.d[d];
+      }
   int rows = 0;
   for (int d = 0; d < x->shape.ndim; d++) rows += !reduced[d];
   if (rows == 0) { /* a full reduction: one row */
@@ -803,7 +879,10 @@ static void store_rows(L *l, Kernel *k, const Node *n, KExpr *e) {
   l->val[n->id] = layout_of(b, &n->shape);
   KView v = {0};
   int64_t st = 1;
-  for (int d = k->row_dims - 1; d >= 0; d--) { v.strides[d] = st; st *= k->dims[d]; }
+  for (int d = k->row_dims - 1; d >= 0; d--) {
+    v.strides[d] = st;
+    st *= k->dims[d];
+  }
   kernel_row(k, kbuf(l, k, b, n->dtype), v, store_mode(l, b), e);
   kfinish(l, l->seq, k);
 }
@@ -820,7 +899,10 @@ static void lower_norm_param_grad(L *l, const Node *n) {
   if (which == 1) {
     KView sv = {0};
     int64_t st = 1;
-    for (int d = x->shape.ndim - 2; d >= 0; d--) { sv.strides[m.ax[d]] = st; st *= x->shape.d[d]; }
+    for (int d = x->shape.ndim - 2; d >= 0; d--) {
+      sv.strides[m.ax[d]] = st;
+      st *= x->shape.d[d];
+    }
     KExpr *mean = kx_load(l->a, k, kbuf(l, k, stats[0], DT_F32), sv);
     KExpr *rstd = kx_load(l->a, k, kbuf(l, k, stats[1], DT_F32), sv);
     e = B(MUL, e, B(MUL, B(SUB, expr(l, k, x, m), mean), rstd));
@@ -846,7 +928,11 @@ static void lower_reduce(L *l, const Node *n) {
 }
 
 /* Per row of logits: max, sum of exponentials, and the target's logit by a gather. */
-typedef struct CeRow { Kernel *k; KExpr *x, *t, *valid, *mx, *sum; AxMap m; } CeRow;
+typedef struct CeRow {
+  Kernel *k;
+  KExpr *x, *t, *valid, *mx, *sum;
+  AxMap m;
+} CeRow;
 
 static CeRow ce_row(L *l, const Node *n) {
   const Node *x = n->in[0], *t = n->in[1];
@@ -898,7 +984,10 @@ static void lower_cross_entropy(L *l, const Node *n) {
   int per_row = lbuf_new(l, RT_TIER_WORK, rows * 4);
   KView rv = {0};
   int64_t st = 1;
-  for (int d = k->row_dims - 1; d >= 0; d--) { rv.strides[d] = st; st *= k->dims[d]; }
+  for (int d = k->row_dims - 1; d >= 0; d--) {
+    rv.strides[d] = st;
+    st *= k->dims[d];
+  }
   kernel_row(k, kbuf(l, k, per_row, DT_F32), rv, KS_SET, loss);
   kfinish(l, l->seq, k);
   ce_mean(l, n, per_row, ce_count(l, n, n->in[1]), rows);
@@ -980,14 +1069,25 @@ static void lower_concat(L *l, const Node *n) {
 static bool reshape_strides(const Shape *from, const int64_t *st, const Shape *to, int64_t *out) {
   int i = 0, j = 0;
   while (i < from->ndim || j < to->ndim) {
-    if (j < to->ndim && to->d[j] == 1) { out[j++] = 0; continue; }
-    if (i < from->ndim && from->d[i] == 1) { i++; continue; }
+    if (j < to->ndim && to->d[j] == 1) {
+      out[j++] = 0;
+      continue;
+    }
+    if (i < from->ndim && from->d[i] == 1) {
+      i++;
+      continue;
+    }
     if (i >= from->ndim || j >= to->ndim) return false;
     int i0 = i, j0 = j;
     int64_t pa = from->d[i++], pb = to->d[j++];
     while (pa != pb) {
-      if (pa < pb) { if (i >= from->ndim) return false; pa *= from->d[i++]; }
-      else { if (j >= to->ndim) return false; pb *= to->d[j++]; }
+      if (pa < pb) {
+        if (i >= from->ndim) return false;
+        pa *= from->d[i++];
+      } else {
+        if (j >= to->ndim) return false;
+        pb *= to->d[j++];
+      }
     }
     int prev = -1; /* the group's old dimensions (size 1 aside) must nest */
     for (int k = i0; k < i; k++) {
@@ -996,7 +1096,10 @@ static bool reshape_strides(const Shape *from, const int64_t *st, const Shape *t
       prev = k;
     }
     int64_t inner = st[prev];
-    for (int k = j - 1; k >= j0; k--) { out[k] = inner; inner *= to->d[k]; }
+    for (int k = j - 1; k >= j0; k--) {
+      out[k] = inner;
+      inner *= to->d[k];
+    }
   }
   return true;
 }
@@ -1037,7 +1140,10 @@ static void lower_expr_node(L *l, const Node *n);
 static void lower_broadcast(L *l, const Node *n) {
   const Node *x = n->in[0];
   const Val *xv = &l->val[x->id];
-  if (xv->kind != V_LAYOUT) { lower_expr_node(l, n); return; }
+  if (xv->kind != V_LAYOUT) {
+    lower_expr_node(l, n);
+    return;
+  }
   Val v = *xv;
   int off = n->shape.ndim - x->shape.ndim;
   for (int d = 0; d < n->shape.ndim; d++) v.strides[d] = d < off || x->shape.d[d - off] == 1 ? 0 : xv->strides[d - off];
@@ -1063,8 +1169,10 @@ static const Val *in_memory(L *l, const Node *n) {
 }
 
 static const IsaCommKind comm_kinds[OP_COUNT] = {
-  [OP_ALL_REDUCE] = ISA_COMM_ALL_REDUCE, [OP_ALL_GATHER] = ISA_COMM_ALL_GATHER, [OP_REDUCE_SCATTER] = ISA_COMM_REDUCE_SCATTER,
-  [OP_SPLIT] = ISA_COMM_SPLIT,
+    [OP_ALL_REDUCE] = ISA_COMM_ALL_REDUCE,
+    [OP_ALL_GATHER] = ISA_COMM_ALL_GATHER,
+    [OP_REDUCE_SCATTER] = ISA_COMM_REDUCE_SCATTER,
+    [OP_SPLIT] = ISA_COMM_SPLIT,
 };
 
 /* A collective reads a contiguous buffer and writes a new one (never a gradient slot:
@@ -1077,7 +1185,16 @@ static void lower_comm(L *l, const Node *n) {
   l->val[n->id] = layout_of(b, &n->shape);
   PInstr *in = emit(l, l->seq, ISA_COMM);
   PComm *c = &in->comm;
-  *c = (PComm){comm_kinds[n->op], {PENDING + xv->buf, PENDING + b}, {xv->offset * 4, 0}, shape_numel(&n->shape), 1, 1, ISA_GROUP_TP, 0, 0, ISA_RED_SUM};
+  *c = (PComm){comm_kinds[n->op],
+               {PENDING + xv->buf, PENDING + b},
+               {xv->offset * 4, 0},
+               shape_numel(&n->shape),
+               1,
+               1,
+               ISA_GROUP_TP,
+               0,
+               0,
+               ISA_RED_SUM};
   if (n->op != OP_ALL_REDUCE) {
     const Shape *gs = n->op == OP_ALL_GATHER ? &n->shape : &x->shape;
     int a = (int)attr_int(n, "axis");
@@ -1127,11 +1244,20 @@ static void lower_flash(L *l, const Node *n) {
   KAttn *A = arena_alloc(l->a, sizeof *A);
   int64_t heads = attr_int(n, "heads"), hd = q->shape.d[2] / heads;
   const AttrVal *sc = attr_get(n, "scale");
-  *A = (KAttn){.pass = fwd ? KA_FWD : (KAttnPass)(KA_DQ + which), .batch = q->shape.d[0], .heads = heads,
-               .sq = q->shape.d[1], .sk = n->in[1]->shape.d[1], .hd = hd, .causal = attr_int(n, "causal"),
+  *A = (KAttn){.pass = fwd ? KA_FWD : (KAttnPass)(KA_DQ + which),
+               .batch = q->shape.d[0],
+               .heads = heads,
+               .sq = q->shape.d[1],
+               .sk = n->in[1]->shape.d[1],
+               .hd = hd,
+               .causal = attr_int(n, "causal"),
                .scale = (float)(sc->set ? sc->f : 1.0 / sqrt((double)hd))};
   int64_t rows = A->batch * heads * (which > 0 ? A->sk : A->sq), dims[2] = {rows, 1};
-  Kernel *k = knew(l, fwd ? "flash_attention" : which == 0 ? "flash_attention_dq" : which == 1 ? "flash_attention_dk" : "flash_attention_dv",
+  Kernel *k = knew(l,
+                   fwd          ? "flash_attention"
+                   : which == 0 ? "flash_attention_dq"
+                   : which == 1 ? "flash_attention_dk"
+                                : "flash_attention_dv",
                    KP_ROWS, dims, 2, 1);
   KOperand none = {-1, 0, 0, 0}, *ops[6] = {&A->q, &A->k, &A->v, &A->out, &A->g, &A->delta};
   for (int i = 0; i < 6; i++) *ops[i] = reads[i] ? attn_operand(l, k, n->in[i], &in[i]) : none;
@@ -1150,8 +1276,18 @@ static int64_t classifier_vocab(const Node *n) { return n->in[1]->shape.d[attr_i
 /* A GEMM of f32 operands given by buffer and element offset (row-major, as PGemm). */
 static void plain_gemm(L *l, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
                        bool accumulate, const int buf[3], const int64_t off[3]) {
-  PGemm g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = 1,
-             .beta = accumulate, .batch = {1, 1}, .dt = {DT_F32, DT_F32, DT_F32}};
+  PGemm g = {.ta = ta,
+             .tb = tb,
+             .m = m,
+             .n = n,
+             .k = k,
+             .lda = lda,
+             .ldb = ldb,
+             .ldc = ldc,
+             .alpha = 1,
+             .beta = accumulate,
+             .batch = {1, 1},
+             .dt = {DT_F32, DT_F32, DT_F32}};
   for (int i = 0; i < 3; i++) g.tier[i] = PENDING + buf[i], g.off[i] = off[i] * 4;
   emit(l, l->seq, ISA_GEMM)->gemm = g;
   for (int i = 0; i < 3; i++) touch(l, buf[i], l->seq->n - 1);
@@ -1159,7 +1295,14 @@ static void plain_gemm(L *l, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
 
 /* What lowering classifier_ce and its gradient share: x [rows, d] in memory, w as a
  * GEMM operand, and the chunk buffer of chunk x V logits. */
-typedef struct Cls { const Node *x, *w, *t; Val xv; Mat w_fwd, w_dx; bool tb; int64_t d, V, rows, chunk; int s; } Cls;
+typedef struct Cls {
+  const Node *x, *w, *t;
+  Val xv;
+  Mat w_fwd, w_dx;
+  bool tb;
+  int64_t d, V, rows, chunk;
+  int s;
+} Cls;
 
 static Cls cls_of(L *l, const Node *n) {
   Cls c = {.x = n->in[0], .w = n->in[1], .t = n->in[2], .tb = attr_int(n, "transpose_b")};
@@ -1175,8 +1318,8 @@ static Cls cls_of(L *l, const Node *n) {
 
 /* logits of rows [r0, r0 + m) into the chunk buffer, and the cross-entropy row kernel over them */
 static CeRow cls_chunk(L *l, const Node *n, const Cls *c, int64_t r0, int64_t m, const char *what) {
-  plain_gemm(l, false, c->w_fwd.trans, m, c->V, c->d, c->d, c->w_fwd.ld, c->V, false, (int[]){c->xv.buf, c->w_fwd.buf, c->s},
-             (int64_t[]){c->xv.offset + r0 * c->d, c->w_fwd.off, 0});
+  plain_gemm(l, false, c->w_fwd.trans, m, c->V, c->d, c->d, c->w_fwd.ld, c->V, false,
+             (int[]){c->xv.buf, c->w_fwd.buf, c->s}, (int64_t[]){c->xv.offset + r0 * c->d, c->w_fwd.off, 0});
   int64_t dims[2] = {m, c->V};
   CeRow r = {.k = knew(l, what, KP_ROWS, dims, 2, 1)};
   Kernel *k = r.k;
@@ -1231,9 +1374,11 @@ static void lower_classifier_ce_grad(L *l, const Node *n) {
     plain_gemm(l, false, c.w_dx.trans, m, c.d, c.V, c.V, c.w_dx.ld, c.d, false, (int[]){c.s, c.w_dx.buf, out},
                (int64_t[]){0, c.w_dx.off, r0 * c.d});
     if (c.tb) /* w [V, d]: dlogitsᵀ x */
-      plain_gemm(l, true, false, c.V, c.d, m, c.V, c.d, c.d, r0 > 0, (int[]){c.s, c.xv.buf, out}, (int64_t[]){0, xoff, dw});
+      plain_gemm(l, true, false, c.V, c.d, m, c.V, c.d, c.d, r0 > 0, (int[]){c.s, c.xv.buf, out},
+                 (int64_t[]){0, xoff, dw});
     else /* w [d, V]: xᵀ dlogits */
-      plain_gemm(l, true, false, c.d, c.V, m, c.d, c.V, c.V, r0 > 0, (int[]){c.xv.buf, c.s, out}, (int64_t[]){xoff, 0, dw});
+      plain_gemm(l, true, false, c.d, c.V, m, c.d, c.V, c.V, r0 > 0, (int[]){c.xv.buf, c.s, out},
+                 (int64_t[]){xoff, 0, dw});
   }
 }
 
@@ -1241,18 +1386,31 @@ static void lower_classifier_ce_grad(L *l, const Node *n) {
 
 /* Inputs that must be in memory, by op: GEMM operands, views, shifted or gathered reads. */
 static const unsigned memory_inputs[OP_COUNT] = {
-  [OP_MATMUL] = 3, [OP_RESHAPE] = 1, [OP_TRANSPOSE] = 1, [OP_SLICE] = 1, [OP_ROTARY] = 1, [OP_PAD] = 1,
-  [OP_EMBEDDING] = 1, [OP_CROSS_ENTROPY] = 3, [OP_CROSS_ENTROPY_GRAD] = 3, [OP_FLASH_ATTENTION] = 7,
-  [OP_FLASH_ATTENTION_GRAD] = 63, [OP_CLASSIFIER_CE] = 7, [OP_CLASSIFIER_CE_GRAD] = 7, [OP_FP8_QUANTIZE] = 2,
-  [OP_SCALED_MATMUL] = 31,
+    [OP_MATMUL] = 3,
+    [OP_RESHAPE] = 1,
+    [OP_TRANSPOSE] = 1,
+    [OP_SLICE] = 1,
+    [OP_ROTARY] = 1,
+    [OP_PAD] = 1,
+    [OP_EMBEDDING] = 1,
+    [OP_CROSS_ENTROPY] = 3,
+    [OP_CROSS_ENTROPY_GRAD] = 3,
+    [OP_FLASH_ATTENTION] = 7,
+    [OP_FLASH_ATTENTION_GRAD] = 63,
+    [OP_CLASSIFIER_CE] = 7,
+    [OP_CLASSIFIER_CE_GRAD] = 7,
+    [OP_FP8_QUANTIZE] = 2,
+    [OP_SCALED_MATMUL] = 31,
 };
 
 static bool needs_memory(const Node *n, int i) { return i < 32 && (memory_inputs[n->op] >> i & 1); }
 
 static void check_supported(const Node *n) {
-  bool fp8 = n->op == OP_FP8_QUANTIZE || ((n->op == OP_RESHAPE || n->op == OP_TRANSPOSE) && n->in[0]->op == OP_FP8_QUANTIZE);
+  bool fp8 =
+      n->op == OP_FP8_QUANTIZE || ((n->op == OP_RESHAPE || n->op == OP_TRANSPOSE) && n->in[0]->op == OP_FP8_QUANTIZE);
   if (n->dtype != DT_F32 && n->dtype != DT_BF16 && n->dtype != DT_F16 && n->dtype != DT_I32 && !fp8)
-    error_at(n->loc, "%s: code generation supports f32, bf16 and f16 tensors (and fp8 where fp8_quantize writes them), not %s",
+    error_at(n->loc,
+             "%s: code generation supports f32, bf16 and f16 tensors (and fp8 where fp8_quantize writes them), not %s",
              op_info(n->op)->name, dtype_name(n->dtype));
   if (n->op == OP_ATTENTION) error_at(n->loc, "attention must be decomposed before lowering");
 }
@@ -1364,7 +1522,8 @@ static void fill_grad_slots(L *l) {
     l->at = gn;
     int b = grad_slot(l, k, gn);
     Kernel *kk = knew(l, "grad_copy", KP_ROWS, gn->shape.d, gn->shape.ndim, gn->shape.ndim ? gn->shape.ndim - 1 : 0);
-    kernel_map(kk, kbuf(l, kk, b, DT_F32), kview_contig(kk, 0), KS_ADD, expr(l, kk, gn, right_aligned(kk, gn->shape.ndim)));
+    kernel_map(kk, kbuf(l, kk, b, DT_F32), kview_contig(kk, 0), KS_ADD,
+               expr(l, kk, gn, right_aligned(kk, gn->shape.ndim)));
     kfinish(l, l->seq, kk);
   }
 }
@@ -1410,8 +1569,10 @@ static PInput model_input(Graph *const *gs, int ng, const Node *n, int64_t batch
   if (n->dtype != DT_I32 && n->dtype != DT_F32)
     error_at(n->loc, "input %s: train feeds i32 and f32 inputs, not %s", n->name, dtype_name(n->dtype));
   if (n->shape.ndim < 1 || n->shape.d[0] != batch)
-    error_at(n->loc, "input %s: train feeds every input by rows of the batch, so its first dimension must be the "
-             "batch (%lld, as the first input's)", n->name, (long long)batch);
+    error_at(n->loc,
+             "input %s: train feeds every input by rows of the batch, so its first dimension must be the "
+             "batch (%lld, as the first input's)",
+             n->name, (long long)batch);
   const Node *targets = NULL;
   int64_t classes = 0;
   for (int c = 0; c < ng; c++)
@@ -1456,11 +1617,15 @@ PInput *model_inputs(Graph *const *gs, int ng, int *n) {
  * same ranks update one multi-tensor kernel (lower_norm_kernel, lower_update_kernel). */
 
 /* A parameter's last dimension, and its rows of it. */
-static int64_t param_cols(const PParam *q) { return q->node->shape.ndim ? q->node->shape.d[q->node->shape.ndim - 1] : 1; }
+static int64_t param_cols(const PParam *q) {
+  return q->node->shape.ndim ? q->node->shape.d[q->node->shape.ndim - 1] : 1;
+}
 static int64_t param_rows(const PParam *q) { return shape_numel(&q->node->shape) / param_cols(q); }
 
 /* Where parameter k's padding ends: the next one's offset. */
-static int64_t param_end(const Program *p, int k) { return p->params[k].offset + ((pparam_bytes(&p->params[k]) + 63) & ~(int64_t)63); }
+static int64_t param_end(const Program *p, int k) {
+  return p->params[k].offset + ((pparam_bytes(&p->params[k]) + 63) & ~(int64_t)63);
+}
 
 /* A kernel of [lo, hi) numbered index: k<index>_<what>_<first>[_to_<last>] (a pipeline stage's
  * s<stage>_ first, as lower_pipeline names the others), dots made underscores. */
@@ -1519,7 +1684,8 @@ static Kernel *norm_kernel(L *l, int lo, int hi, int index, int tier, int64_t of
   ir_assert(w || hi == lo + 1);
   for (int j = 0; j < lo; j++) slot += norm_slots(p, j);
   Kernel *k = opt_kernel(l, lo, hi, "gradnorm", index, dims);
-  KExpr *x = kx_load(l->a, k, kernel_buf(k, "grad", RT_TIER_GRADS, q->offset, dims[0] * dims[1], DT_F32), kview_contig(k, 0));
+  KExpr *x =
+      kx_load(l->a, k, kernel_buf(k, "grad", RT_TIER_GRADS, q->offset, dims[0] * dims[1], DT_F32), kview_contig(k, 0));
   KView v = {.offset = slot};
   v.strides[0] = 1;
   int parts = kernel_buf(k, "parts", tier, offset, p->gradnorm_parts, DT_F32);
@@ -1557,7 +1723,8 @@ static KExpr *run_decay(L *l, Kernel *k, int lo, int hi) {
 
 int lower_update_end(const Program *p, int lo, int hi) {
   for (int j = lo + 1; j < hi; j++)
-    if (p->params[j].decay != p->params[j - 1].decay && (p->params[j].offset - p->params[lo].offset) / 64 > EXACT_ROWS) return j;
+    if (p->params[j].decay != p->params[j - 1].decay && (p->params[j].offset - p->params[lo].offset) / 64 > EXACT_ROWS)
+      return j;
   return hi;
 }
 
@@ -1579,16 +1746,19 @@ static Kernel *update_kernel(L *l, int lo, int hi, int index) {
   int tiers[4] = {RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT, RT_TIER_OPT}, b[4];
   int64_t offs[4] = {pp->offset, pp->offset, pp->offset, q->opt_v_offset + pp->offset};
   const char *names[4] = {"param", "grad", "m", "v"};
-  for (int i = 0; i < 4; i++) b[i] = mask >> i & 1 ? kernel_buf(k, names[i], tiers[i], offs[i], dims[0] * dims[1], DT_F32) : -1;
+  for (int i = 0; i < 4; i++)
+    b[i] = mask >> i & 1 ? kernel_buf(k, names[i], tiers[i], offs[i], dims[0] * dims[1], DT_F32) : -1;
   KView v = kview_contig(k, 0);
   KExpr *g = B(MUL, kx_load(l->a, k, b[1], v), kx_scalar(l->a, k, RT_SC_GSCALE));
   KExpr *p = kx_load(l->a, k, b[0], v), *lr = kx_scalar(l->a, k, RT_SC_LR);
   KExpr *wd = run_decay(l, k, lo, hi);
   if (t->opt == OPT_ADAMW) {
     KExpr *b1 = kx_scalar(l->a, k, RT_SC_BETA1), *b2 = kx_scalar(l->a, k, RT_SC_BETA2);
-    kernel_map(k, b[2], v, KS_SET, applied(l, k, b[2], v, B(ADD, B(MUL, b1, kx_load(l->a, k, b[2], v)), B(MUL, B(SUB, C(1), b1), g))));
-    kernel_map(k, b[3], v, KS_SET,
-               applied(l, k, b[3], v, B(ADD, B(MUL, b2, kx_load(l->a, k, b[3], v)), B(MUL, B(SUB, C(1), b2), B(MUL, g, g)))));
+    kernel_map(k, b[2], v, KS_SET,
+               applied(l, k, b[2], v, B(ADD, B(MUL, b1, kx_load(l->a, k, b[2], v)), B(MUL, B(SUB, C(1), b1), g))));
+    kernel_map(
+        k, b[3], v, KS_SET,
+        applied(l, k, b[3], v, B(ADD, B(MUL, b2, kx_load(l->a, k, b[3], v)), B(MUL, B(SUB, C(1), b2), B(MUL, g, g)))));
     KExpr *m = kx_load(l->a, k, b[2], v), *vv = kx_load(l->a, k, b[3], v);
     KExpr *denom = B(ADD, U(SQRT, B(MUL, vv, kx_scalar(l->a, k, RT_SC_BC2))), kx_scalar(l->a, k, RT_SC_EPS));
     KExpr *step = B(DIV, B(MUL, B(MUL, lr, kx_scalar(l->a, k, RT_SC_BC1)), m), denom);
@@ -1596,8 +1766,9 @@ static Kernel *update_kernel(L *l, int lo, int hi, int index) {
   } else {
     g = B(ADD, g, B(MUL, wd, p)); /* SGD's weight decay is L2, added to the gradient */
     if (t->momentum > 0) {
-      kernel_map(k, b[2], v, KS_SET,
-                 applied(l, k, b[2], v, B(ADD, B(MUL, kx_scalar(l->a, k, RT_SC_MOMENTUM), kx_load(l->a, k, b[2], v)), g)));
+      kernel_map(
+          k, b[2], v, KS_SET,
+          applied(l, k, b[2], v, B(ADD, B(MUL, kx_scalar(l->a, k, RT_SC_MOMENTUM), kx_load(l->a, k, b[2], v)), g)));
       g = kx_load(l->a, k, b[2], v);
     }
     kernel_map(k, b[0], v, KS_SET, applied(l, k, b[0], v, B(SUB, p, B(MUL, lr, g))));
@@ -1678,7 +1849,10 @@ static int64_t plan_memory(L *l, int64_t base) {
   for (int i = 0; i < l->nbufs; i++) {
     LBuf *b = &l->bufs[i];
     if (b->tier != RT_TIER_WORK || b->shared) continue;
-    if (b->pinned || b->first < 0) { b->first = 0; b->last = end; }
+    if (b->pinned || b->first < 0) {
+      b->first = 0;
+      b->last = end;
+    }
     work[n++] = b;
   }
   qsort(work, n, sizeof *work, by_size);
@@ -1736,7 +1910,8 @@ static void build_forward(L *l, const Node *logits) {
       for (int k = 0; k < g->nodes[i]->nin; k++) anc[g->nodes[i]->in[k]->id] = true;
   for (int i = 0; i < l->seq->n; i++) {
     PInstr *in = &l->seq->v[i];
-    if (in->node >= 0 && in->node < g->n_forward && anc[in->node] && !in->train_only) *emit(l, &l->p->forward, in->kind) = *in;
+    if (in->node >= 0 && in->node < g->n_forward && anc[in->node] && !in->train_only)
+      *emit(l, &l->p->forward, in->kind) = *in;
   }
 }
 
@@ -1986,7 +2161,8 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
     int k0 = p->nkernels;
     lower_nodes(l, ch);
     if (c + 1 < n && l->fp8_buf >= 0) ls[c + 1]->fp8_rows = l->fp8_rows; /* the next chunk's states follow */
-    for (int i = 0; i < all.n; i++) *emit(l, all.v[i].node < g->n_forward ? &ch->fwd : &ch->bwd, all.v[i].kind) = all.v[i];
+    for (int i = 0; i < all.n; i++)
+      *emit(l, all.v[i].node < g->n_forward ? &ch->fwd : &ch->bwd, all.v[i].kind) = all.v[i];
     PSeq *seqs[3] = {&all, &ch->fwd, &ch->bwd};
     base += place_and_patch(l, base, k0, seqs, 3);
     for (int k = 0; k < g->nouts; k++) ch->out[k] = l->bufs[ch->out[k]].offset;
@@ -2087,9 +2263,7 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "index", in->index);
     break;
-  case ISA_JOIN:
-    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
-    break;
+  case ISA_JOIN: cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]); break;
   case ISA_INPUT:
     cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "input", in->input);
@@ -2100,7 +2274,9 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "offset", (double)in->offset);
     break;
-  case ISA_MOVE: case ISA_DROP: case ISA_WAIT:
+  case ISA_MOVE:
+  case ISA_DROP:
+  case ISA_WAIT:
     cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "chunk", in->chunk);
     cJSON_AddStringToObject(o, "part", part_names[in->part]);
@@ -2111,12 +2287,16 @@ static cJSON *instr_json(const Program *p, const PInstr *in) {
     }
     if (in->kind == ISA_DROP) cJSON_AddStringToObject(o, "at", loc_names[in->from]);
     break;
-  case ISA_ZERO_GATHER: case ISA_ZERO_RELEASE: case ISA_ZERO_GRAD: case ISA_ZERO_REDUCE: {
+  case ISA_ZERO_GATHER:
+  case ISA_ZERO_RELEASE:
+  case ISA_ZERO_GRAD:
+  case ISA_ZERO_REDUCE: {
     cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "param", in->chunk);
     break;
   }
-  case ISA_SEND: case ISA_RECV: {
+  case ISA_SEND:
+  case ISA_RECV: {
     cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
     cJSON_AddNumberToObject(o, "peer", in->index);
     cJSON_AddNumberToObject(o, "tag", in->tag);
@@ -2286,7 +2466,7 @@ static cJSON *program_json(const Program *p) {
   cJSON *names = cJSON_CreateArray();
   for (int i = 0; i < p->ncode; i++) cJSON_AddItemToArray(names, cJSON_CreateString(p->code[i]->name));
   cJSON_AddItemToObject(o, "kernels", names);
-  cJSON *launch = cJSON_CreateArray();   /* each code's CUDA launch: threads per block, blocks */
+  cJSON *launch = cJSON_CreateArray(); /* each code's CUDA launch: threads per block, blocks */
   for (int i = 0; i < p->ncode; i++) {
     const Kernel *k = p->code[i];
     int64_t bg[2] = {cuda_kernel_block_size(k), cuda_kernel_grid_size(k, k->par == KP_ROWS ? k->rows : k->cols)};
@@ -2308,7 +2488,8 @@ static cJSON *program_json(const Program *p) {
     cJSON *groups = cJSON_CreateArray();
     for (int k = 0; k < p->nstage_groups; k++) {
       cJSON *g = cJSON_CreateArray();
-      for (int i = 0; i < p->stage_groups[k].n; i++) cJSON_AddItemToArray(g, cJSON_CreateNumber(p->stage_groups[k].stages[i]));
+      for (int i = 0; i < p->stage_groups[k].n; i++)
+        cJSON_AddItemToArray(g, cJSON_CreateNumber(p->stage_groups[k].stages[i]));
       cJSON_AddItemToArray(groups, g);
     }
     cJSON_AddItemToObject(o, "stage_groups", groups);
@@ -2321,7 +2502,8 @@ static cJSON *program_json(const Program *p) {
       cJSON *ch = cJSON_CreateObject(), *home = cJSON_CreateObject();
       int64_t range[2] = {op->chunk[c].lo, op->chunk[c].hi};
       cJSON_AddItemToObject(ch, "params", ints_json(range, 2));
-      for (int k = 0; k < PART_COUNT; k++) cJSON_AddStringToObject(home, part_names[k], loc_names[op->chunk[c].home[k]]);
+      for (int k = 0; k < PART_COUNT; k++)
+        cJSON_AddStringToObject(home, part_names[k], loc_names[op->chunk[c].home[k]]);
       cJSON_AddItemToObject(ch, "home", home);
       if (op->chunk[c].owner >= 0) cJSON_AddNumberToObject(ch, "owner", op->chunk[c].owner);
       cJSON_AddItemToArray(chunks, ch);
@@ -2369,7 +2551,7 @@ char *program_to_json(Program *p) {
 }
 
 char *programs_to_json(Program *const *p, int n) {
-  program_share_kernels(p[0]);   /* the stages have one kernel table (lower_pipeline) */
+  program_share_kernels(p[0]); /* the stages have one kernel table (lower_pipeline) */
   for (int i = 1; i < n; i++) p[i]->code = p[0]->code, p[i]->ncode = p[0]->ncode, p[i]->code_of = p[0]->code_of;
   cJSON *a = cJSON_CreateArray();
   for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, program_json(p[i]));

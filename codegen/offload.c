@@ -32,7 +32,8 @@ static int pack(const Program *p, int64_t size, OChunk *out, int64_t *waste) {
   for (int k = 0; k < p->nparams;) {
     int64_t start = p->params[k].offset, used = 0;
     int lo = k;
-    while (k < p->nparams && p->params[k].offset + pbytes(p, k) - start <= size) used = p->params[k].offset + pbytes(p, k) - start, k++;
+    while (k < p->nparams && p->params[k].offset + pbytes(p, k) - start <= size)
+      used = p->params[k].offset + pbytes(p, k) - start, k++;
     if (k == lo) return -1;
     if (out) out[n] = (OChunk){.lo = lo, .hi = k, .start = start, .end = start + used};
     *waste += size - used;
@@ -67,7 +68,8 @@ static int gemm_touch(const PGemm *g, Touch *t) {
   int64_t cols[3] = {g->ta ? g->m : g->k, g->tb ? g->k : g->n, g->n};
   int64_t ld[3] = {g->lda, g->ldb, g->ldc};
   for (int j = 0; j < 3; j++) {
-    int64_t last = (g->batch[0] - 1) * g->stride[j][0] + (g->batch[1] - 1) * g->stride[j][1] + (rows[j] - 1) * ld[j] + cols[j];
+    int64_t last =
+        (g->batch[0] - 1) * g->stride[j][0] + (g->batch[1] - 1) * g->stride[j][1] + (rows[j] - 1) * ld[j] + cols[j];
     t[j] = (Touch){g->tier[j], g->off[j], g->off[j] + last * (dtype_size_bits(g->dt[j]) / 8), j == 2};
   }
   int n = 3;
@@ -89,8 +91,9 @@ int instr_touch(const Program *p, const PInstr *in, Touch *t) {
   if (in->kind != ISA_KERNEL) return 0;
   const Kernel *k = p->kernels[in->kernel];
   for (int i = 0; i < k->nbufs; i++)
-    t[i] = (Touch){k->bufs[i].tier, k->bufs[i].offset, k->bufs[i].offset + k->bufs[i].numel * kbuf_elem_bytes(&k->bufs[i]),
-                   k->bufs[i].tier != RT_TIER_PARAMS};
+    t[i] =
+        (Touch){k->bufs[i].tier, k->bufs[i].offset, k->bufs[i].offset + k->bufs[i].numel * kbuf_elem_bytes(&k->bufs[i]),
+                k->bufs[i].tier != RT_TIER_PARAMS};
   return k->nbufs;
 }
 
@@ -100,25 +103,27 @@ typedef struct Sim {
   Program *p;
   OffloadPlan *op;
   const OffloadOptions *o;
-  int nitems;                 /* chunk * PART_COUNT + part */
-  Loc *where;                 /* [nitems] where the valid copy is (params: home stays valid too) */
-  bool *dev;                  /* [nitems] on the device */
-  bool *host;                 /* [nitems] memory on the host */
-  bool *pending;              /* [nitems] a move was issued and not waited for */
-  int64_t cap;                /* room for chunk parts on the device */
-  int64_t dev_used;           /* page-rounded bytes, the accounting that keeps under cap */
-  PSeq out;                   /* the list being written */
-  int **uses, *nuses, *next;  /* [nitems] step instruction indices using the item */
-  double t_main, t_copy;      /* the timeline */
-  double *done_at;            /* [nitems] when its last issued transfer completes */
+  int nitems;                /* chunk * PART_COUNT + part */
+  Loc *where;                /* [nitems] where the valid copy is (params: home stays valid too) */
+  bool *dev;                 /* [nitems] on the device */
+  bool *host;                /* [nitems] memory on the host */
+  bool *pending;             /* [nitems] a move was issued and not waited for */
+  int64_t cap;               /* room for chunk parts on the device */
+  int64_t dev_used;          /* page-rounded bytes, the accounting that keeps under cap */
+  PSeq out;                  /* the list being written */
+  int **uses, *nuses, *next; /* [nitems] step instruction indices using the item */
+  double t_main, t_copy;     /* the timeline */
+  double *done_at;           /* [nitems] when its last issued transfer completes */
   int point;
-  int ranks;                  /* the op's per-rank figures: dp with ZeRO-3, else 1 */
-  bool zero3;                 /* chunks dealt to owners (codegen/offload.h) */
-  bool *bcast;                /* [nitems] ZeRO-3: a device copy of parameters filled from
-                               * its owner since it came */
+  int ranks;   /* the op's per-rank figures: dp with ZeRO-3, else 1 */
+  bool zero3;  /* chunks dealt to owners (codegen/offload.h) */
+  bool *bcast; /* [nitems] ZeRO-3: a device copy of parameters filled from
+                * its owner since it came */
 } Sim;
 
-static int64_t part_size(const Sim *S, int item) { return part_bytes_of(S->p, S->op, item / PART_COUNT, item % PART_COUNT); }
+static int64_t part_size(const Sim *S, int item) {
+  return part_bytes_of(S->p, S->op, item / PART_COUNT, item % PART_COUNT);
+}
 
 static PInstr *put(Sim *S, PInstrKind kind) { return pseq_push(S->p->arena, &S->out, kind); }
 
@@ -156,7 +161,8 @@ static int64_t pages_at(const Sim *S, Loc at, int r) {
   int64_t lp = -1, lg = -1, lo = -1;
   int64_t total = union_pages(S, at, r, PART_PARAMS, 0, &lp) + union_pages(S, at, r, PART_GRADS, 0, &lg) +
                   union_pages(S, at, r, PART_OPT, 0, &lo);
-  if (S->p->opt_v_offset && S->p->g->train.opt == OPT_ADAMW) total += union_pages(S, at, r, PART_OPT, S->p->opt_v_offset, &lo);
+  if (S->p->opt_v_offset && S->p->g->train.opt == OPT_ADAMW)
+    total += union_pages(S, at, r, PART_OPT, S->p->opt_v_offset, &lo);
   return total;
 }
 
@@ -272,8 +278,14 @@ static void chunk_comm(Sim *S, IsaCommKind kind, int item) {
   int tier = item % PART_COUNT == PART_PARAMS ? RT_TIER_PARAMS : RT_TIER_GRADS;
   int64_t end = c->end < S->p->tiers[tier] ? c->end : S->p->tiers[tier];
   PInstr *in = put(S, ISA_COMM);
-  in->comm = (PComm){.kind = kind, .tier = {tier, tier}, .off = {c->start, c->start}, .outer = 1,
-                     .n = (end - c->start) / 4, .inner = 1, .group = ISA_GROUP_DP, .root = c->owner};
+  in->comm = (PComm){.kind = kind,
+                     .tier = {tier, tier},
+                     .off = {c->start, c->start},
+                     .outer = 1,
+                     .n = (end - c->start) / 4,
+                     .inner = 1,
+                     .group = ISA_GROUP_DP,
+                     .root = c->owner};
   /* in order with the compute, priced as the all-gather (broadcast) or reduce-scatter
    * (reduce) of the chunk over the dp group: (n-1)/n of its bytes over the links */
   const Cluster *cl = S->o->cl;
@@ -300,7 +312,8 @@ static void evict(Sim *S, int item) {
 static void fetch(Sim *S, int item) {
   int part = item % PART_COUNT;
   const OChunk *c = &S->op->chunk[item / PART_COUNT];
-  if (part == PART_PARAMS) move(S, item, c->home[PART_PARAMS], LOC_DEVICE, true), S->op->chunk[item / PART_COUNT].fetches++;
+  if (part == PART_PARAMS)
+    move(S, item, c->home[PART_PARAMS], LOC_DEVICE, true), S->op->chunk[item / PART_COUNT].fetches++;
   else if (S->where[item] == LOC_NONE) move(S, item, LOC_ZERO, LOC_DEVICE, false);
   else move(S, item, S->where[item], LOC_DEVICE, false);
 }
@@ -321,7 +334,8 @@ static void make_room(Sim *S, int64_t size, const int *need, int nn, int at) {
     if (victim < 0)
       error_plain("the device memory (%.1f MiB) cannot hold what instruction %d needs: %.1f MiB of parameters and "
                   "gradients beside %.1f MiB of activations (the work tier); give more device memory",
-                  S->op->capacity / 1048576.0, at, (double)(S->dev_used + size) / 1048576.0, S->op->work_bytes / 1048576.0);
+                  S->op->capacity / 1048576.0, at, (double)(S->dev_used + size) / 1048576.0,
+                  S->op->work_bytes / 1048576.0);
     evict(S, victim);
   }
 }
@@ -331,10 +345,14 @@ static int parts_of(const Sim *S, const PInstr *in, int *need, int max, bool ste
   Touch t[K_MAX_BUFS > 3 ? K_MAX_BUFS : 3];
   int nt = instr_touch(S->p, in, t), nn = 0;
   for (int i = 0; i < nt; i++) {
-    int part = t[i].tier == RT_TIER_PARAMS ? PART_PARAMS : t[i].tier == RT_TIER_GRADS ? PART_GRADS : t[i].tier == RT_TIER_OPT ? PART_OPT : -1;
+    int part = t[i].tier == RT_TIER_PARAMS  ? PART_PARAMS
+               : t[i].tier == RT_TIER_GRADS ? PART_GRADS
+               : t[i].tier == RT_TIER_OPT   ? PART_OPT
+                                            : -1;
     if (part < 0 || (step && part == PART_OPT)) continue;
     int64_t lo = t[i].lo, hi = t[i].hi;
-    if (part == PART_OPT && S->p->opt_v_offset && lo >= S->p->opt_v_offset) lo -= S->p->opt_v_offset, hi -= S->p->opt_v_offset;
+    if (part == PART_OPT && S->p->opt_v_offset && lo >= S->p->opt_v_offset)
+      lo -= S->p->opt_v_offset, hi -= S->p->opt_v_offset;
     for (int c = 0; c < S->op->nchunks; c++) {
       const OChunk *ch = &S->op->chunk[c];
       int it = c * PART_COUNT + part;
@@ -387,7 +405,8 @@ static void plan_step(Sim *S, const PSeq *step) {
     nneed[i] = parts_of(S, &step->v[i], need[i], max, true);
     for (int j = 0; j < nneed[i]; j++) S->nuses[need[i][j]]++;
   }
-  for (int it = 0; it < nitems; it++) S->uses[it] = arena_array(S->p->arena, S->nuses[it] + 1, sizeof(int)), S->nuses[it] = 0;
+  for (int it = 0; it < nitems; it++)
+    S->uses[it] = arena_array(S->p->arena, S->nuses[it] + 1, sizeof(int)), S->nuses[it] = 0;
   for (int i = 0; i < n; i++)
     for (int j = 0; j < nneed[i]; j++) S->uses[need[i][j]][S->nuses[need[i][j]]++] = i;
   for (int i = 0; i < n; i++) {
@@ -514,14 +533,17 @@ static void deal_chunks(Program *p, OffloadPlan *op, int ranks) {
 /* The work tier (every slot of a pipeline stage) and the state, at granules. */
 static int64_t work_of(const Program *p) { return up(p->tiers[RT_TIER_WORK] * (p->slots > 0 ? p->slots : 1), GRANULE); }
 static int64_t state_of(const Program *p) {
-  return up(p->tiers[RT_TIER_PARAMS], GRANULE) + up(p->tiers[RT_TIER_GRADS], GRANULE) + up(p->tiers[RT_TIER_OPT], GRANULE);
+  return up(p->tiers[RT_TIER_PARAMS], GRANULE) + up(p->tiers[RT_TIER_GRADS], GRANULE) +
+         up(p->tiers[RT_TIER_OPT], GRANULE);
 }
 
 OffloadPlan *offload_chunks(Program *p, const OffloadOptions *o) {
   Arena *a = p->arena;
   if (p->zero_stage == 1 || p->zero_stage == 2)
-    error_plain("--device-memory plans offload with ZeRO stage 0 (every rank holding the whole state at its homes) or 3 "
-                "(each rank its own chunks), not %lld", (long long)p->zero_stage);
+    error_plain(
+        "--device-memory plans offload with ZeRO stage 0 (every rank holding the whole state at its homes) or 3 "
+        "(each rank its own chunks), not %lld",
+        (long long)p->zero_stage);
   bool zero3 = p->zero_stage == 3;
   int ranks = zero3 ? (int)p->dp : 1;
   int64_t work = work_of(p), state = state_of(p);
@@ -529,7 +551,8 @@ OffloadPlan *offload_chunks(Program *p, const OffloadOptions *o) {
   int64_t room = o->device_memory - work;
   if (room <= 0)
     error_plain("the device memory (%.1f MiB) does not hold the activations alone: the work tier needs %.1f MiB "
-                "(recompute or a smaller micro-batch lowers it)", o->device_memory / 1048576.0, work / 1048576.0);
+                "(recompute or a smaller micro-batch lowers it)",
+                o->device_memory / 1048576.0, work / 1048576.0);
   OffloadPlan *op = arena_alloc(a, sizeof *op);
   *op = (OffloadPlan){.capacity = o->device_memory, .work_bytes = work, .state_bytes = state, .granule = GRANULE};
   /* a chunk's parameters and gradients, and the next chunk's in flight, must fit; under
@@ -561,8 +584,13 @@ void offload_plan(Program *p, OffloadPlan *op, const OffloadOptions *o) {
   ir_assert((p->microbatches == 1 || p->scheduled) && !p->offload);
   int ranks = op->ranks;
   bool zero3 = p->zero_stage == 3;
-  Sim S = {.p = p, .op = op, .o = o, .nitems = op->nchunks * PART_COUNT, .cap = op->capacity - op->work_bytes,
-           .ranks = ranks, .zero3 = zero3};
+  Sim S = {.p = p,
+           .op = op,
+           .o = o,
+           .nitems = op->nchunks * PART_COUNT,
+           .cap = op->capacity - op->work_bytes,
+           .ranks = ranks,
+           .zero3 = zero3};
   S.bcast = arena_array(a, S.nitems, sizeof *S.bcast);
   S.where = arena_array(a, S.nitems, sizeof *S.where);
   S.dev = arena_array(a, S.nitems, sizeof *S.dev);
@@ -616,8 +644,9 @@ void offload_print(FILE *f, const Program *p, const OffloadPlan *op) {
           mib(op->state_bytes), (double)op->state_bytes / (double)op->capacity, op->nchunks, mib(op->chunk_bytes),
           mib(op->waste));
   if (op->ranks > 1) {
-    fprintf(f, "  ZeRO-3 over %d data-parallel ranks: each holds its own chunks at their homes; a chunk comes to every\n"
-               "  rank's device from its owner (a broadcast), its gradients go back summed onto the owner (a reduce)\n",
+    fprintf(f,
+            "  ZeRO-3 over %d data-parallel ranks: each holds its own chunks at their homes; a chunk comes to every\n"
+            "  rank's device from its owner (a broadcast), its gradients go back summed onto the owner (a reduce)\n",
             op->ranks);
     fprintf(f, "  predicted peak: device %.2f MiB on every rank\n", mib(op->device_peak));
     for (int r = 0; r < op->ranks; r++)
@@ -627,8 +656,8 @@ void offload_print(FILE *f, const Program *p, const OffloadPlan *op) {
     fprintf(f, "  predicted peak: device %.2f MiB, host %.2f MiB, nvme %.2f MiB\n", mib(op->device_peak),
             mib(op->host_peak), mib(op->nvme_peak));
   fprintf(f, "  transfers %.2f MiB a step: %.4f s of copies, %.4f s hidden behind %.4f s of compute, %.4f s exposed\n",
-          mib(op->transfer_bytes), op->transfer_s, op->transfer_s - op->exposed_s < 0 ? 0 : op->transfer_s - op->exposed_s,
-          op->compute_s, op->exposed_s);
+          mib(op->transfer_bytes), op->transfer_s,
+          op->transfer_s - op->exposed_s < 0 ? 0 : op->transfer_s - op->exposed_s, op->compute_s, op->exposed_s);
   if (op->ranks > 1)
     fprintf(f, "  ZeRO-3's broadcasts and reduces: %.4f s a step, in order with the compute\n", op->comm_s);
   fprintf(f, "  chunk placement per phase (home: between steps; forward/backward: fetched to the device as used;\n"
@@ -651,13 +680,17 @@ void offload_svg(FILE *f, const Program *p, const OffloadPlan *op) {
   int64_t top = op->capacity > op->host_peak ? op->capacity : op->host_peak;
   if (top <= 0) top = 1;
   int n = op->npoints > 1 ? op->npoints : 2;
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+  fprintf(
+      f,
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n",
+      W, H);
   fprintf(f, "<title>offload plan for %s: memory per tier over one step</title>\n", p->g->name);
   fprintf(f, "<text x=\"%d\" y=\"20\">%s: device and host memory over one step (device capacity %.1f MiB)</text>\n", L,
           p->g->name, mib(op->capacity));
   fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", L, T, PW, PH);
   double cy = T + PH - (double)op->capacity / (double)top * PH;
-  fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#c00\" stroke-dasharray=\"4 3\"/>\n", L, cy, L + PW, cy);
+  fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#c00\" stroke-dasharray=\"4 3\"/>\n", L, cy,
+          L + PW, cy);
   fprintf(f, "<text x=\"%d\" y=\"%.1f\" fill=\"#c00\">capacity</text>\n", L + PW - 60, cy - 4);
   const char *color[2] = {"#1f77b4", "#2ca02c"}, *name[2] = {"device", "host"};
   for (int s = 0; s < 2; s++) {
@@ -672,7 +705,8 @@ void offload_svg(FILE *f, const Program *p, const OffloadPlan *op) {
   for (int k = 0, start = 0; k < 3; k++) {
     double x = L + (double)op->phase_end[k] / (n - 1) * PW;
     fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#aaa\"/>\n", x, T, x, T + PH);
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" fill=\"#555\">%s</text>\n", L + (double)start / (n - 1) * PW + 3, T + 14, phase[k]);
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" fill=\"#555\">%s</text>\n", L + (double)start / (n - 1) * PW + 3, T + 14,
+            phase[k]);
     start = op->phase_end[k];
   }
   /* moves: a tick per move under the plot, colored by destination */
@@ -680,9 +714,11 @@ void offload_svg(FILE *f, const Program *p, const OffloadPlan *op) {
     double x = L + (double)op->event[e][0] / (n - 1) * PW;
     int to = op->event[e][4];
     const char *c = to == LOC_DEVICE ? "#1f77b4" : to == LOC_HOST ? "#2ca02c" : to == LOC_NVME ? "#9467bd" : "#bbb";
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\"><title>chunk %d %s: %s to %s</title></line>\n",
-            x, T + PH + 6, x, T + PH + 18, c, op->event[e][1], part_names[op->event[e][2]], loc_names[op->event[e][3]],
-            loc_names[op->event[e][4]]);
+    fprintf(
+        f,
+        "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\"><title>chunk %d %s: %s to %s</title></line>\n",
+        x, T + PH + 6, x, T + PH + 18, c, op->event[e][1], part_names[op->event[e][2]], loc_names[op->event[e][3]],
+        loc_names[op->event[e][4]]);
   }
   fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#555\">moves (to device, host, nvme, dropped)</text>\n", L, T + PH + 62);
   fprintf(f, "<text x=\"5\" y=\"%d\">%.0f MiB</text><text x=\"5\" y=\"%d\">0</text>\n", T + 10, mib(top), T + PH);

@@ -65,19 +65,19 @@ extern const char *const loc_names[LOC_COUNT];
 extern const char *const part_names[PART_COUNT];
 
 typedef struct OChunk {
-  int lo, hi;               /* parameters [lo, hi) of the program */
-  int64_t start, end;       /* byte range in PARAMS and GRADS (and OPT, and OPT + opt_v_offset) */
-  Loc home[PART_COUNT];     /* the owner's homes (every rank's without ZeRO) */
-  int owner;                /* ZeRO-3: the data-parallel rank holding it between steps; -1:
-                             * every rank holds its own copy (ZeRO 0) */
-  int fetches;              /* times its parameters come to the device in a step */
+  int lo, hi;           /* parameters [lo, hi) of the program */
+  int64_t start, end;   /* byte range in PARAMS and GRADS (and OPT, and OPT + opt_v_offset) */
+  Loc home[PART_COUNT]; /* the owner's homes (every rank's without ZeRO) */
+  int owner;            /* ZeRO-3: the data-parallel rank holding it between steps; -1:
+                         * every rank holds its own copy (ZeRO 0) */
+  int fetches;          /* times its parameters come to the device in a step */
 } OChunk;
 
 typedef struct OffloadOptions {
-  int64_t device_memory;    /* bytes: all four tiers on the device */
-  int64_t host_memory;      /* bytes a node's host may hold of the state (0: unlimited) */
-  int ranks_per_node;       /* ZeRO-3: the dp ranks sharing that host (0 or 1: one) */
-  const Cluster *cl;        /* bandwidths and compute, for the time prediction */
+  int64_t device_memory; /* bytes: all four tiers on the device */
+  int64_t host_memory;   /* bytes a node's host may hold of the state (0: unlimited) */
+  int ranks_per_node;    /* ZeRO-3: the dp ranks sharing that host (0 or 1: one) */
+  const Cluster *cl;     /* bandwidths and compute, for the time prediction */
 } OffloadOptions;
 
 typedef struct OffloadPlan {
@@ -86,21 +86,25 @@ typedef struct OffloadPlan {
   int nchunks;
   OChunk *chunk;
   int64_t device_peak, host_peak, nvme_peak, transfer_bytes; /* host, nvme: the most of a rank */
-  int ranks;                /* dp with ZeRO-3 (the per-rank figures below differ), else 1 */
+  int ranks; /* dp with ZeRO-3 (the per-rank figures below differ), else 1 */
   int64_t *rank_host_peak, *rank_nvme_peak, *rank_transfer; /* [ranks] */
-  double compute_s, transfer_s, exposed_s, comm_s; /* comm_s: ZeRO-3's collectives, in order */
+  double compute_s, transfer_s, exposed_s, comm_s;          /* comm_s: ZeRO-3's collectives, in order */
   /* memory over the step, one point per instruction of step, gradnorm and update */
   int npoints;
   int64_t *dev_at, *host_at;
-  int *phase_end;           /* [3] point where step, gradnorm and update end */
-  int nevents;              /* moves, for the picture: point, chunk, part, from, to */
+  int *phase_end; /* [3] point where step, gradnorm and update end */
+  int nevents;    /* moves, for the picture: point, chunk, part, from, to */
   int (*event)[5];
 } OffloadPlan;
 
 /* The bytes an instruction of p touches: up to K_MAX_BUFS ranges [lo, hi) of a tier,
  * write set for what it may write (GEMM C, zeroing, every tier but PARAMS for kernels, a
  * collective's destination); none for the other instructions. */
-typedef struct Touch { int tier; int64_t lo, hi; bool write; } Touch;
+typedef struct Touch {
+  int tier;
+  int64_t lo, hi;
+  bool write;
+} Touch;
 int instr_touch(const Program *p, const PInstr *in, Touch *t);
 
 /* The chunks of p (one pipeline stage and tensor-parallel rank) for o: their size, under

@@ -19,11 +19,14 @@ int pipe_schedule(int pp, int v, int m, bool interleaved, int s, PipeAction *out
     for (int i = m - w; i < m; i++) out[n++] = (PipeAction){false, s, i};
     return n;
   }
-  if (m % pp) error_plain("the interleaved schedule needs the micro-batches (%d) to be a multiple of the pipeline stages (%d)", m, pp);
+  if (m % pp)
+    error_plain("the interleaved schedule needs the micro-batches (%d) to be a multiple of the pipeline stages (%d)", m,
+                pp);
   int total = m * v, group = pp * v;
   int warm = m == pp ? total : (pp - s - 1) * 2 + (v - 1) * pp;
   if (warm > total) warm = total;
-#define ACT(fw, k) (PipeAction){fw, ((fw) ? ((k) % group) / pp : v - 1 - ((k) % group) / pp) * pp + s, ((k) / group) * pp + (k) % pp}
+#define ACT(fw, k) \
+  (PipeAction) { fw, ((fw) ? ((k) % group) / pp : v - 1 - ((k) % group) / pp) * pp + s, ((k) / group) * pp + (k) % pp }
   for (int k = 0; k < warm; k++) out[n++] = ACT(true, k);
   for (int i = 0; i < total - warm; i++) {
     out[n++] = ACT(true, warm + i);
@@ -39,7 +42,7 @@ int pipe_schedule(int pp, int v, int m, bool interleaved, int s, PipeAction *out
 typedef struct Sim {
   const Partition *part;
   int m, pp;
-  int *sent, *recvd;     /* [nbound * 2] next micro-batch sent / received per boundary and direction */
+  int *sent, *recvd; /* [nbound * 2] next micro-batch sent / received per boundary and direction */
 } Sim;
 
 static int stage_of(const Partition *part, int chunk) { return chunk % part->pp; }
@@ -173,12 +176,14 @@ static void compose(Program *p, const Partition *part, int m, bool interleaved, 
       for (int j = 0; j < p->ninputs; j++) put_input(a, &p->step, j, x.mb, ch->inputs[j]);
       for (int b = 0; b < part->nbound; b++) {
         const Boundary *bd = &part->bound[b];
-        if (bd->to == x.chunk) put_p2p(a, &p->step, ISA_RECV, stage_of(part, bd->from), 2 * b, ch->wrt[bd->wrt], bd->count);
+        if (bd->to == x.chunk)
+          put_p2p(a, &p->step, ISA_RECV, stage_of(part, bd->from), 2 * b, ch->wrt[bd->wrt], bd->count);
       }
       put_seq(a, &p->step, &ch->fwd);
       for (int b = 0; b < part->nbound; b++) {
         const Boundary *bd = &part->bound[b];
-        if (bd->from == x.chunk) put_p2p(a, &p->step, ISA_SEND, stage_of(part, bd->to), 2 * b, ch->out[bd->out], bd->count);
+        if (bd->from == x.chunk)
+          put_p2p(a, &p->step, ISA_SEND, stage_of(part, bd->to), 2 * b, ch->out[bd->out], bd->count);
       }
       if (ch->loss >= 0) pseq_push(a, &p->step, ISA_LOSS)->offset = ch->loss;
     } else {
@@ -236,7 +241,9 @@ int pipe_check_order(Program *const *ps, int pp, char *err, size_t errlen) {
         if (i == snd->n && j == rcv->n) break;
         if (i == snd->n || j == rcv->n || snd->v[i].tag != rcv->v[j].tag || snd->v[i].bytes != rcv->v[j].bytes) {
           snprintf(err, errlen, "message %d from stage %d to stage %d is %s", k, a, b,
-                   i == snd->n ? "received but never sent" : j == rcv->n ? "sent but never received" : "received out of the order sent");
+                   i == snd->n   ? "received but never sent"
+                   : j == rcv->n ? "sent but never received"
+                                 : "received out of the order sent");
           return -1;
         }
       }
@@ -252,7 +259,8 @@ static void renumber(PSeq *s, int base) {
 Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
   Arena *a = part->chunk[0]->arena;
   char err[256];
-  if (pipe_check(part, m, interleaved, err, sizeof err)) diag_internal(__FILE__, __LINE__, arena_printf(a, "pipeline schedule: %s", err));
+  if (pipe_check(part, m, interleaved, err, sizeof err))
+    diag_internal(__FILE__, __LINE__, arena_printf(a, "pipeline schedule: %s", err));
   int pp = part->pp, total = 0;
   Program **ps = arena_array(a, pp, sizeof *ps);
   int nmodel;
@@ -266,7 +274,8 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
     compose(p, part, m, interleaved, s);
     total += p->nkernels;
   }
-  if (pipe_check_order(ps, pp, err, sizeof err)) diag_internal(__FILE__, __LINE__, arena_printf(a, "pipeline: %s", err));
+  if (pipe_check_order(ps, pp, err, sizeof err))
+    diag_internal(__FILE__, __LINE__, arena_printf(a, "pipeline: %s", err));
   bool fp8 = false;
   for (int s = 0; s < pp; s++) fp8 |= ps[s]->fp8.rows > 0;
   if (fp8) fp8_runs(ps, part);

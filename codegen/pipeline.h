@@ -21,7 +21,10 @@
 #include "codegen/lower.h"
 #include "passes/partition.h"
 
-typedef struct PipeAction { bool fwd; int chunk, mb; } PipeAction;
+typedef struct PipeAction {
+  bool fwd;
+  int chunk, mb;
+} PipeAction;
 
 /* Stage s's actions (2*m*v of them) into out. Errors (interleaved with m not a
  * multiple of pp) through error_plain. */

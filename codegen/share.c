@@ -19,7 +19,12 @@
 #include <string.h>
 #include "codegen/lower.h"
 
-typedef struct Key { int64_t *w; int n, cap; int *canon; int next; } Key;
+typedef struct Key {
+  int64_t *w;
+  int n, cap;
+  int *canon;
+  int next;
+} Key;
 
 static void put(Key *k, int64_t v) {
   if (k->n == k->cap) {
@@ -52,7 +57,7 @@ static int64_t key_expr(Key *k, const Kernel *kn, const KExpr *e) {
   int64_t c = e->c ? key_expr(k, kn, e->c) : -1;
   bool view = e->kind == KX_LOAD || e->kind == KX_RAND;
   if (view && e->view.gather) key_expr(k, kn, e->view.gather);
-  put(k, -1000 - e->kind);   /* a record marker no other word of a record can be */
+  put(k, -1000 - e->kind); /* a record marker no other word of a record can be */
   switch (e->kind) {
   case KX_CONST: put(k, float_bits(e->f)); break;
   case KX_LOAD: put(k, e->buf); break;
@@ -87,7 +92,8 @@ static void key_kernel(Key *k, const Kernel *kn) {
     put(k, -3000 - A->pass);
     put(k, A->batch), put(k, A->heads), put(k, A->sq), put(k, A->sk), put(k, A->hd);
     put(k, A->causal), put(k, float_bits(A->scale)), put(k, A->store);
-    for (int i = 0; i < KA_OPERANDS; i++) put(k, ops[i]->buf), put(k, ops[i]->offset), put(k, ops[i]->sb), put(k, ops[i]->ss);
+    for (int i = 0; i < KA_OPERANDS; i++)
+      put(k, ops[i]->buf), put(k, ops[i]->offset), put(k, ops[i]->sb), put(k, ops[i]->ss);
   }
   put(k, kn->naccs), put(k, kn->nphases);
   for (int i = 0; i < kn->nphases; i++) {
@@ -100,7 +106,7 @@ static void key_kernel(Key *k, const Kernel *kn) {
 }
 
 static uint64_t key_hash(const Key *k) {
-  uint64_t h = 1469598103934665603ull;   /* FNV-1a over the words */
+  uint64_t h = 1469598103934665603ull; /* FNV-1a over the words */
   for (int i = 0; i < k->n; i++) {
     h ^= (uint64_t)k->w[i];
     h *= 1099511628211ull;
@@ -111,7 +117,12 @@ static uint64_t key_hash(const Key *k) {
 
 /* ---- the codes ------------------------------------------------------------------------ */
 
-typedef struct Slot { uint64_t hash; int64_t *w; int n; int code; } Slot;
+typedef struct Slot {
+  uint64_t hash;
+  int64_t *w;
+  int n;
+  int code;
+} Slot;
 
 /* The code's name: k<code>_ and what the first instance's name says after its own
  * "k<index>_" (or "s<stage>_k<index>_"). */

@@ -10,12 +10,12 @@
 
 typedef struct V {
   const Program *p;
-  const char *list;         /* "step", ... */
+  const char *list; /* "step", ... */
   bool in_step;
   int stage, nstages;
   char *err;
   size_t errlen;
-  int at;                   /* the instruction's index, -1 for the program as a whole */
+  int at; /* the instruction's index, -1 for the program as a whole */
 } V;
 
 static int fail(V *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -50,24 +50,31 @@ static int check_comm(V *v, const PComm *c) {
   bool split = isa_comm_splits(c->kind);
   bool rooted = c->kind == ISA_COMM_BROADCAST || c->kind == ISA_COMM_REDUCE;
   if (c->group == ISA_GROUP_TP && p->tp < 1) return fail(v, "comm in a program without a tensor-parallel group");
-  if (split && c->group != ISA_GROUP_TP) return fail(v, "comm: %s only over the tensor-parallel group", isa_comm_names[c->kind]);
-  if (c->red != ISA_RED_SUM && c->kind != ISA_COMM_ALL_REDUCE) return fail(v, "comm: %s sums (a reduction only on all_reduce)", isa_comm_names[c->kind]);
+  if (split && c->group != ISA_GROUP_TP)
+    return fail(v, "comm: %s only over the tensor-parallel group", isa_comm_names[c->kind]);
+  if (c->red != ISA_RED_SUM && c->kind != ISA_COMM_ALL_REDUCE)
+    return fail(v, "comm: %s sums (a reduction only on all_reduce)", isa_comm_names[c->kind]);
   if (c->group == ISA_GROUP_STAGES) {
-    if (c->stage_group < 0 || c->stage_group >= p->nstage_groups) return fail(v, "comm: stage group %d of %d", c->stage_group, p->nstage_groups);
+    if (c->stage_group < 0 || c->stage_group >= p->nstage_groups)
+      return fail(v, "comm: stage group %d of %d", c->stage_group, p->nstage_groups);
     const PStageGroup *sg = &p->stage_groups[c->stage_group];
     bool member = false;
     for (int i = 0; i < sg->n; i++) member |= sg->stages[i] == v->stage;
     if (!member) return fail(v, "comm over stage group %d, which stage %d is not in", c->stage_group, v->stage);
-    if (rooted && (c->root < 0 || c->root >= sg->n)) return fail(v, "comm: root %d of a group of %d stages", c->root, sg->n);
+    if (rooted && (c->root < 0 || c->root >= sg->n))
+      return fail(v, "comm: root %d of a group of %d stages", c->root, sg->n);
   }
   if (rooted && c->group == ISA_GROUP_DP && (c->root < 0 || (p->dp > 0 && c->root >= p->dp)))
     return fail(v, "comm: root %d of a dp group of %lld", c->root, (long long)p->dp);
-  if (rooted && c->group == ISA_GROUP_TP && (c->root < 0 || c->root >= p->tp)) return fail(v, "comm: root %d of a tp group of %lld", c->root, (long long)p->tp);
+  if (rooted && c->group == ISA_GROUP_TP && (c->root < 0 || c->root >= p->tp))
+    return fail(v, "comm: root %d of a tp group of %lld", c->root, (long long)p->tp);
   if (c->outer < 1 || c->n < 1 || c->inner < 1) return fail(v, "comm of an empty tensor");
-  if (split && c->n % p->tp) return fail(v, "comm: n %lld does not split over tp %lld", (long long)c->n, (long long)p->tp);
+  if (split && c->n % p->tp)
+    return fail(v, "comm: n %lld does not split over tp %lld", (long long)c->n, (long long)p->tp);
   int64_t b[2];
   pcomm_bytes(p, c, b);
-  if (range_in(v, c->tier[0], c->off[0], c->off[0] + b[0], "comm src") || range_in(v, c->tier[1], c->off[1], c->off[1] + b[1], "comm dst"))
+  if (range_in(v, c->tier[0], c->off[0], c->off[0] + b[0], "comm src") ||
+      range_in(v, c->tier[1], c->off[1], c->off[1] + b[1], "comm dst"))
     return -1;
   bool overlap = c->tier[0] == c->tier[1] && c->off[0] < c->off[1] + b[1] && c->off[1] < c->off[0] + b[0];
   bool same = c->tier[0] == c->tier[1] && c->off[0] == c->off[1];
@@ -90,10 +97,11 @@ static int check_instr(V *v, const PInstr *in) {
   bool moves = in->kind == ISA_MOVE || in->kind == ISA_DROP || in->kind == ISA_WAIT;
   if (!strcmp(v->list, "sync") && in->kind != ISA_COMM && !(moves && p->offload))
     return fail(v, "sync holds collectives only (and an offload program's moves)");
-  if (in->last_mb && (!v->in_step || p->scheduled)) return fail(v, "last_microbatch only in `step` of an unscheduled program");
+  if (in->last_mb && (!v->in_step || p->scheduled))
+    return fail(v, "last_microbatch only in `step` of an unscheduled program");
   bool dp_sum = in->kind == ISA_COMM && (in->comm.kind == ISA_COMM_ALL_REDUCE || in->comm.kind == ISA_COMM_REDUCE) &&
-                in->comm.group == ISA_GROUP_DP &&
-                in->comm.tier[0] == in->comm.tier[1] && in->comm.off[0] == in->comm.off[1];
+                in->comm.group == ISA_GROUP_DP && in->comm.tier[0] == in->comm.tier[1] &&
+                in->comm.off[0] == in->comm.off[1];
   if (in->overlap && !dp_sum && in->kind != ISA_ZERO_GATHER)
     return fail(v, "overlap only on an in-place all_reduce or reduce over the dp group, or a zero_gather");
   switch (in->kind) {
@@ -103,7 +111,8 @@ static int check_instr(V *v, const PInstr *in) {
       return fail(v, "\"on\": \"host\" only in gradnorm and update of an offload program");
     break;
   case ISA_GEMM:
-    if (in->gemm.bias && in->gemm.beta != 0) return fail(v, "gemm: a bias epilogue with beta %g (only beta 0)", in->gemm.beta);
+    if (in->gemm.bias && in->gemm.beta != 0)
+      return fail(v, "gemm: a bias epilogue with beta %g (only beta 0)", in->gemm.beta);
     if (in->gemm.gelu && (!in->gemm.bias || in->gemm.batch[0] * in->gemm.batch[1] != 1 || in->gemm.ldc % 8))
       return fail(v, "gemm: a GELU epilogue needs a bias, one batch and ldc a multiple of 8");
     if (in->gemm.aux && !in->gemm.gelu) return fail(v, "gemm: an aux output without the GELU epilogue");
@@ -115,29 +124,42 @@ static int check_instr(V *v, const PInstr *in) {
     if (!v->in_step || in->index < 0 || in->index >= (p->slots > 0 ? p->slots : 1))
       return fail(v, "slot %d (of %lld) outside `step`'s slots", in->index, (long long)p->slots);
     return 0;
-  case ISA_INPUT: case ISA_LOSS:
-    if (!v->in_step || !p->scheduled) return fail(v, "%s only in `step` of a scheduled program", isa_op_names[in->kind]);
+  case ISA_INPUT:
+  case ISA_LOSS:
+    if (!v->in_step || !p->scheduled)
+      return fail(v, "%s only in `step` of a scheduled program", isa_op_names[in->kind]);
     if (in->kind == ISA_LOSS) return range_in(v, RT_TIER_WORK, in->offset, in->offset + 4, "loss");
     if (in->index < 0 || in->index >= p->microbatches)
       return fail(v, "input of micro-batch %d of %lld", in->index, (long long)p->microbatches);
     if (in->input < 0 || in->input >= p->ninputs) return fail(v, "input %d of %d", in->input, p->ninputs);
-    return range_in(v, RT_TIER_WORK, in->offset, in->offset + shape_numel(&p->inputs[in->input].node->shape) * 4, "input");
-  case ISA_SEND: case ISA_RECV:
+    return range_in(v, RT_TIER_WORK, in->offset, in->offset + shape_numel(&p->inputs[in->input].node->shape) * 4,
+                    "input");
+  case ISA_SEND:
+  case ISA_RECV:
     if (!v->in_step) return fail(v, "%s only in `step`", isa_op_names[in->kind]);
     if (in->index < 0 || in->index >= v->nstages || in->index == v->stage)
       return fail(v, "%s to stage %d (of %d, this is %d)", isa_op_names[in->kind], in->index, v->nstages, v->stage);
     if (in->tag < 0 || in->tag >= ISA_TAG_LIMIT) return fail(v, "tag %d outside [0, %d)", in->tag, ISA_TAG_LIMIT);
     return range_in(v, in->tier, in->offset, in->offset + in->bytes, isa_op_names[in->kind]);
-  case ISA_ZERO_GATHER: case ISA_ZERO_RELEASE: case ISA_ZERO_GRAD: case ISA_ZERO_REDUCE:
-    if (!v->in_step || !p->zero_scheduled) return fail(v, "%s only in `step` of a zero_scheduled program", isa_op_names[in->kind]);
+  case ISA_ZERO_GATHER:
+  case ISA_ZERO_RELEASE:
+  case ISA_ZERO_GRAD:
+  case ISA_ZERO_REDUCE:
+    if (!v->in_step || !p->zero_scheduled)
+      return fail(v, "%s only in `step` of a zero_scheduled program", isa_op_names[in->kind]);
     if ((in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_RELEASE) && p->zero_stage != 3)
       return fail(v, "%s at ZeRO stage %lld (only 3 gathers)", isa_op_names[in->kind], (long long)p->zero_stage);
-    if (in->chunk < 0 || in->chunk >= p->nparams) return fail(v, "%s of parameter %d of %d", isa_op_names[in->kind], in->chunk, p->nparams);
+    if (in->chunk < 0 || in->chunk >= p->nparams)
+      return fail(v, "%s of parameter %d of %d", isa_op_names[in->kind], in->chunk, p->nparams);
     return 0;
-  case ISA_MOVE: case ISA_DROP: case ISA_WAIT:
-    if (!p->offload || !strcmp(v->list, "forward")) return fail(v, "%s only in step, gradnorm and update of an offload program", isa_op_names[in->kind]);
+  case ISA_MOVE:
+  case ISA_DROP:
+  case ISA_WAIT:
+    if (!p->offload || !strcmp(v->list, "forward"))
+      return fail(v, "%s only in step, gradnorm and update of an offload program", isa_op_names[in->kind]);
     if (in->chunk < 0 || in->chunk >= p->offload->nchunks || in->part < 0 || in->part >= PART_COUNT)
-      return fail(v, "%s of chunk %d part %d (%d chunks)", isa_op_names[in->kind], in->chunk, in->part, p->offload->nchunks);
+      return fail(v, "%s of chunk %d part %d (%d chunks)", isa_op_names[in->kind], in->chunk, in->part,
+                  p->offload->nchunks);
     return 0;
   }
   int n = instr_touch(p, in, t);
@@ -207,14 +229,17 @@ static int check_epilogues(V *v, const PSeq *s) {
 /* ---- offload: where every part is, instruction by instruction ------------------------- */
 
 typedef struct Where {
-  unsigned char *at;        /* [chunk * PART_COUNT + part] bit per Loc holding it */
-  bool *busy;               /* a move or drop of it not yet waited for */
+  unsigned char *at; /* [chunk * PART_COUNT + part] bit per Loc holding it */
+  bool *busy;        /* a move or drop of it not yet waited for */
 } Where;
 
 static int touch_parts(V *v, const Where *w, int tier, int64_t lo, int64_t hi, bool on_host) {
   const Program *p = v->p;
   const OffloadPlan *op = p->offload;
-  int part = tier == RT_TIER_PARAMS ? PART_PARAMS : tier == RT_TIER_GRADS ? PART_GRADS : tier == RT_TIER_OPT ? PART_OPT : -1;
+  int part = tier == RT_TIER_PARAMS  ? PART_PARAMS
+             : tier == RT_TIER_GRADS ? PART_GRADS
+             : tier == RT_TIER_OPT   ? PART_OPT
+                                     : -1;
   if (part < 0) return 0;
   if (part == PART_OPT && p->opt_v_offset && lo >= p->opt_v_offset) lo -= p->opt_v_offset, hi -= p->opt_v_offset;
   Loc need = on_host ? LOC_HOST : LOC_DEVICE;
@@ -222,8 +247,10 @@ static int touch_parts(V *v, const Where *w, int tier, int64_t lo, int64_t hi, b
     const OChunk *ch = &op->chunk[c];
     int it = c * PART_COUNT + part;
     if (!(ch->start < hi && lo < ch->end)) continue;
-    if (!(w->at[it] & 1u << need)) return fail(v, "touches chunk %d's %s, which is not on the %s", c, part_names[part], loc_names[need]);
-    if (w->busy[it]) return fail(v, "touches chunk %d's %s while a move or drop of it is in flight (no wait)", c, part_names[part]);
+    if (!(w->at[it] & 1u << need))
+      return fail(v, "touches chunk %d's %s, which is not on the %s", c, part_names[part], loc_names[need]);
+    if (w->busy[it])
+      return fail(v, "touches chunk %d's %s while a move or drop of it is in flight (no wait)", c, part_names[part]);
   }
   return 0;
 }
@@ -237,14 +264,20 @@ static int walk_offload(V *v, Where *w, const PSeq *s, int r) {
     int it = in->chunk * PART_COUNT + in->part;
     if (in->dp_rank >= 0 && r >= 0 && in->dp_rank != r) continue;
     if (in->kind == ISA_MOVE) {
-      if (in->from != LOC_ZERO && !(w->at[it] & 1u << in->from)) return fail(v, "move of chunk %d's %s from %s, where it is not", in->chunk, part_names[in->part], loc_names[in->from]);
-      if (w->at[it] & 1u << in->to) return fail(v, "move of chunk %d's %s to %s, where it already is", in->chunk, part_names[in->part], loc_names[in->to]);
+      if (in->from != LOC_ZERO && !(w->at[it] & 1u << in->from))
+        return fail(v, "move of chunk %d's %s from %s, where it is not", in->chunk, part_names[in->part],
+                    loc_names[in->from]);
+      if (w->at[it] & 1u << in->to)
+        return fail(v, "move of chunk %d's %s to %s, where it already is", in->chunk, part_names[in->part],
+                    loc_names[in->to]);
       if (in->from == LOC_ZERO && in->keep) return fail(v, "a move from zero keeps nothing");
       w->at[it] |= 1u << in->to;
       if (!in->keep && in->from != LOC_ZERO) w->at[it] &= ~(1u << in->from);
       w->busy[it] = true;
     } else if (in->kind == ISA_DROP) {
-      if (!(w->at[it] & 1u << in->from)) return fail(v, "drop of chunk %d's %s at %s, where it is not", in->chunk, part_names[in->part], loc_names[in->from]);
+      if (!(w->at[it] & 1u << in->from))
+        return fail(v, "drop of chunk %d's %s at %s, where it is not", in->chunk, part_names[in->part],
+                    loc_names[in->from]);
       w->at[it] &= ~(1u << in->from);
       w->busy[it] = true;
     } else if (in->kind == ISA_WAIT) {
@@ -278,7 +311,8 @@ static int check_offload(V *v) {
   for (int c = 0; c < op->nchunks && owners; c++)
     for (int k = op->chunk[c].lo; k < op->chunk[c].hi; k++)
       if (op->chunk[c].owner < 0 || p->params[k].owner != op->chunk[c].owner)
-        return fail(v, "chunk %d (owner %d) holds parameter %s of owner %d", c, op->chunk[c].owner, p->params[k].node->name, p->params[k].owner);
+        return fail(v, "chunk %d (owner %d) holds parameter %s of owner %d", c, op->chunk[c].owner,
+                    p->params[k].node->name, p->params[k].owner);
   Where w = {calloc(n + 1, 1), calloc(n + 1, sizeof(bool))};
   if (!w.at || !w.busy) rc = fail(v, "out of memory");
   for (int r = owners ? 0 : -1; !rc && r < (owners ? p->dp : 0); r++) {
@@ -312,7 +346,8 @@ static int verify_one(V *v) {
   if (p->zero_stage > 0 && p->dp < 1) return fail(v, "ZeRO stage %lld without a fixed dp", (long long)p->zero_stage);
   for (int i = 0; p->zero_stage > 0 && i < p->nparams; i++)
     if (p->params[i].owner < 0 || p->params[i].owner >= p->dp)
-      return fail(v, "parameter %s's owner %d is not a rank of the %lld of its dp group", p->params[i].node->name, p->params[i].owner, (long long)p->dp);
+      return fail(v, "parameter %s's owner %d is not a rank of the %lld of its dp group", p->params[i].node->name,
+                  p->params[i].owner, (long long)p->dp);
   return p->offload ? check_offload(v) : 0;
 }
 

@@ -5,8 +5,10 @@
 #include "codegen/offload.h"
 #include "runtime/program.h"
 
-typedef struct Span { int first, last; } Span; /* instruction indices, -1 when none */
-enum { USE_FWD, USE_BWD, USE_GRAD, USES };      /* forward reads, backward reads, gradient */
+typedef struct Span {
+  int first, last;
+} Span;                                    /* instruction indices, -1 when none */
+enum { USE_FWD, USE_BWD, USE_GRAD, USES }; /* forward reads, backward reads, gradient */
 
 static void widen(Span *s, int i) {
   if (s->first < 0) s->first = i;
@@ -35,7 +37,7 @@ static int backward_start(const Program *p) {
 /* use[k]: the spans of parameter k's forward reads, backward reads and gradient. */
 static Span (*find_uses(const Program *p))[USES] {
   int np = p->nparams, bwd = backward_start(p);
-  Span (*use)[USES] = arena_array(p->arena, np + 1, sizeof *use);
+  Span(*use)[USES] = arena_array(p->arena, np + 1, sizeof *use);
   for (int k = 0; k < np; k++)
     for (int j = 0; j < USES; j++) use[k][j] = (Span){-1, -1};
   for (int i = 0; i < p->step.n; i++) {
@@ -49,7 +51,10 @@ static Span (*find_uses(const Program *p))[USES] {
   return use;
 }
 
-typedef struct OwnItem { int64_t numel; int index; } OwnItem;
+typedef struct OwnItem {
+  int64_t numel;
+  int index;
+} OwnItem;
 
 static int own_cmp(const void *a, const void *b) {
   const OwnItem *x = a, *y = b;
@@ -83,7 +88,7 @@ void zero_schedule(Program *p) {
   ir_assert(p->zero_stage >= 2 && !p->scheduled && !p->offload && p->pp <= 1);
   Arena *a = p->arena;
   int n = p->step.n, np = p->nparams;
-  Span (*use)[USES] = find_uses(p);
+  Span(*use)[USES] = find_uses(p);
   /* Stage 3 prefetches. A group is the uses that start at one instruction; its gathers
    * are issued at the previous group's start (overlapping that group's compute, on a
    * device with a communication stream), and a join at its own start waits for them.
@@ -103,9 +108,8 @@ void zero_schedule(Program *p) {
     if (starts[i]) {
       for (int k = 0; k < np; k++) /* this group's gathers that could not be prefetched */
         for (int j = USE_FWD; j <= USE_BWD; j++)
-          if (use[k][j].first == i && !prefetched(use, k, j, prev[i]))
-            pseq_push(a, &out, ISA_ZERO_GATHER)->chunk = k;
-      pseq_push(a, &out, ISA_JOIN); /* the group's prefetched gathers have arrived */
+          if (use[k][j].first == i && !prefetched(use, k, j, prev[i])) pseq_push(a, &out, ISA_ZERO_GATHER)->chunk = k;
+      pseq_push(a, &out, ISA_JOIN);                /* the group's prefetched gathers have arrived */
       for (int k = 0; k < np && next[i] >= 0; k++) /* the next group's, ahead */
         for (int j = USE_FWD; j <= USE_BWD; j++)
           if (use[k][j].first == next[i] && prefetched(use, k, j, i)) {
@@ -126,7 +130,8 @@ void zero_schedule(Program *p) {
   /* a parameter the step never writes a gradient for is still reduced (zeros), so
    * every rank makes the same calls and the update finds a gradient */
   for (int k = 0; k < np; k++)
-    if (use[k][USE_GRAD].first < 0) pseq_push(a, &out, ISA_ZERO_GRAD)->chunk = k, pseq_push(a, &out, ISA_ZERO_REDUCE)->chunk = k;
+    if (use[k][USE_GRAD].first < 0)
+      pseq_push(a, &out, ISA_ZERO_GRAD)->chunk = k, pseq_push(a, &out, ISA_ZERO_REDUCE)->chunk = k;
   p->step = out;
   p->zero_scheduled = true;
 }
@@ -136,8 +141,8 @@ void zero_schedule(Program *p) {
 enum { PAGE = 4096 }; /* the runtime's granule (the host page; codegen/offload.c's too) */
 
 typedef struct Pages {
-  int *count[4];            /* per reserved tier: ranges holding each page, else NULL */
-  int64_t held;             /* bytes of the pages with a count */
+  int *count[4]; /* per reserved tier: ranges holding each page, else NULL */
+  int64_t held;  /* bytes of the pages with a count */
 } Pages;
 
 static void pages_add(Pages *m, int tier, int64_t off, int64_t bytes, int d) {

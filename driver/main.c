@@ -102,7 +102,8 @@ static void usage(FILE *f) {
         "                    compose, offload or share\n"
         "  --emit-kernels F  write the generated kernels (kernel form) and the program to F\n"
         "  -h, --help        print this help\n"
-        "  --version         print the version\n", f);
+        "  --version         print the version\n",
+        f);
 }
 
 /* Training settings of the command line, over the model's train directive (an ONNX
@@ -110,39 +111,39 @@ static void usage(FILE *f) {
  * setting given (bit i of set: value[i], in train_fields' order). */
 typedef struct TrainOptions {
   const char *file;
-  int opt;                   /* an OptKind, or -1 */
-  int schedule;              /* a SchedKind, or -1 */
+  int opt;      /* an OptKind, or -1 */
+  int schedule; /* a SchedKind, or -1 */
   unsigned set;
   double value[9];
 } TrainOptions;
 
-static const char *const train_fields[] = {"lr", "beta1", "beta2", "eps", "weight-decay", "momentum", "clip", "min-lr",
-                                           "warmup"};
+static const char *const train_fields[] = {"lr",       "beta1", "beta2",  "eps",   "weight-decay",
+                                           "momentum", "clip",  "min-lr", "warmup"};
 
 typedef struct Options {
   const char *file;
   ConfigOverride *ov;
   int nov;
   long gpus, gpus_per_node;
-  long jobs;                 /* -j: threads for LLVM (0: every core) */
+  long jobs; /* -j: threads for LLVM (0: every core) */
   bool summary, dump_ir, gpus_set;
-  bool what_if;              /* --what-if: plans the code generators cannot compile yet too */
+  bool what_if; /* --what-if: plans the code generators cannot compile yet too */
   const char *dump_after, *emit_kernels, *out, *emit_llvm, *emit_cuda;
   const char *gpu, *cluster, *dump_plan, *plan_out, *plan_file;
-  int64_t device_memory;     /* --device-memory: plan offload to fit it (0: no budget) */
-  int64_t host_memory;       /* --host-memory: what the host may hold of the state (0: this machine's) */
-  int64_t nvme;              /* --nvme: NVMe per node a plan may use (with nvme_set) */
+  int64_t device_memory; /* --device-memory: plan offload to fit it (0: no budget) */
+  int64_t host_memory;   /* --host-memory: what the host may hold of the state (0: this machine's) */
+  int64_t nvme;          /* --nvme: NVMe per node a plan may use (with nvme_set) */
   bool nvme_set;
   PlanForce force;
-  bool plan;                 /* search a plan: --gpus, --cluster, --dump-plan or any option that forces part of one */
-  int rc;                    /* --recompute: -1 unset, a Recompute, or RC_AUTO */
-  int64_t act_mem;           /* --activation-memory bytes, 0 unset */
-  int precision;             /* --precision: a DType (DT_F32 unless asked; DT_E4M3: fp8) */
+  bool plan;                   /* search a plan: --gpus, --cluster, --dump-plan or any option that forces part of one */
+  int rc;                      /* --recompute: -1 unset, a Recompute, or RC_AUTO */
+  int64_t act_mem;             /* --activation-memory bytes, 0 unset */
+  int precision;               /* --precision: a DType (DT_F32 unless asked; DT_E4M3: fp8) */
   int fp8_history, fp8_margin; /* --fp8-history, --fp8-margin */
-  bool fp8_classifier;       /* --fp8-classifier: the logits' GEMM in fp8 too */
-  bool precision_set;        /* --precision given (else: a plan file's, bf16 on a GPU profile, fp32) */
-  bool classifier_fused;     /* --classifier fused: classifier_ce (passes/decompose.c) */
-  TrainOptions train;        /* --train-file, --optimizer, --lr, ... */
+  bool fp8_classifier;         /* --fp8-classifier: the logits' GEMM in fp8 too */
+  bool precision_set;          /* --precision given (else: a plan file's, bf16 on a GPU profile, fp32) */
+  bool classifier_fused;       /* --classifier fused: classifier_ce (passes/decompose.c) */
+  TrainOptions train;          /* --train-file, --optimizer, --lr, ... */
 } Options;
 
 enum { RC_AUTO = RC_COUNT };
@@ -150,7 +151,7 @@ enum { RC_AUTO = RC_COUNT };
 /* The passes after the front end and the plan, in the order run_passes runs them; the
  * first five rewrite the IR, the others the program (--dump-after). */
 static const char *const pass_names[] = {"partition", "decompose", "autocast", "autodiff", "recompute",
-                                         "lower",     "zero",      "compose",  "offload", "share"};
+                                         "lower",     "zero",      "compose",  "offload",  "share"};
 enum { NPASSES = sizeof pass_names / sizeof *pass_names };
 
 static const char *const rc_option_names[RC_COUNT + 1] = {"none", "selective", "full", "auto"};
@@ -175,7 +176,8 @@ static void add_override(Options *o, const char *arg) {
  * 1024) or KB, MB, GB, TB (powers of 1000), and an optional B. */
 static int64_t parse_size(const char *flag, const char *arg) {
   static const char *const suffix[] = {"", "B", "K", "KiB", "KB", "M", "MiB", "MB", "G", "GiB", "GB", "T", "TiB", "TB"};
-  static const double scale[] = {1, 1, 0x1p10, 0x1p10, 1e3, 0x1p20, 0x1p20, 1e6, 0x1p30, 0x1p30, 1e9, 0x1p40, 0x1p40, 1e12};
+  static const double scale[] = {1,   1,      0x1p10, 0x1p10, 1e3,    0x1p20, 0x1p20,
+                                 1e6, 0x1p30, 0x1p30, 1e9,    0x1p40, 0x1p40, 1e12};
   char *end;
   double v = strtod(arg, &end);
   for (int i = 0; end != arg && i < (int)(sizeof suffix / sizeof *suffix); i++)
@@ -204,10 +206,47 @@ static int parse_choice(const char *flag, const char *arg, const char *const *na
   exit(1);
 }
 
-enum { O_SET = 256, O_GPUS, O_SUMMARY, O_DUMP_IR, O_VERSION, O_DUMP_AFTER, O_EMIT_KERNELS, O_EMIT_LLVM, O_EMIT_CUDA,
-       O_GPN, O_GPU, O_CLUSTER, O_DUMP_PLAN, O_PLAN_OUT, O_PLAN, O_DP, O_TP, O_PP, O_ZERO, O_MBS, O_SCHEDULE, O_VSTAGES,
-       O_RECOMPUTE, O_ATTENTION, O_ACT_MEM, O_DEV_MEM, O_HOST_MEM, O_OFFLOAD, O_WHAT_IF, O_NVME, O_PRECISION,
-       O_CLASSIFIER, O_FP8_HISTORY, O_FP8_MARGIN, O_FP8_CLASSIFIER, O_OPTIMIZER, O_LR_SCHEDULE, O_TRAIN_FILE, O_TRAIN_FIELD };
+enum {
+  O_SET = 256,
+  O_GPUS,
+  O_SUMMARY,
+  O_DUMP_IR,
+  O_VERSION,
+  O_DUMP_AFTER,
+  O_EMIT_KERNELS,
+  O_EMIT_LLVM,
+  O_EMIT_CUDA,
+  O_GPN,
+  O_GPU,
+  O_CLUSTER,
+  O_DUMP_PLAN,
+  O_PLAN_OUT,
+  O_PLAN,
+  O_DP,
+  O_TP,
+  O_PP,
+  O_ZERO,
+  O_MBS,
+  O_SCHEDULE,
+  O_VSTAGES,
+  O_RECOMPUTE,
+  O_ATTENTION,
+  O_ACT_MEM,
+  O_DEV_MEM,
+  O_HOST_MEM,
+  O_OFFLOAD,
+  O_WHAT_IF,
+  O_NVME,
+  O_PRECISION,
+  O_CLASSIFIER,
+  O_FP8_HISTORY,
+  O_FP8_MARGIN,
+  O_FP8_CLASSIFIER,
+  O_OPTIMIZER,
+  O_LR_SCHEDULE,
+  O_TRAIN_FILE,
+  O_TRAIN_FIELD
+};
 
 /* The options that describe the cluster or force part of the plan. */
 static bool parse_plan_option(int c, const char *arg, Options *o) {
@@ -253,7 +292,10 @@ static double parse_train_value(int field, const char *arg) {
   if (field == 8) ok &= v == (double)(int64_t)v;
   if (!ok) {
     fprintf(stderr, "colossalc: --%s takes %s, got '%s'\n", train_fields[field],
-            field == 0 ? "a positive number" : field <= 2 ? "a number in [0, 1)" : field == 8 ? "a whole number of steps" : "a number >= 0",
+            field == 0   ? "a positive number"
+            : field <= 2 ? "a number in [0, 1)"
+            : field == 8 ? "a whole number of steps"
+                         : "a number >= 0",
             arg);
     exit(1);
   }
@@ -263,7 +305,8 @@ static double parse_train_value(int field, const char *arg) {
 static bool parse_train_option(int c, const char *arg, TrainOptions *t) {
   static const char *const opts[] = {"adamw", "sgd"}, *const scheds[] = {"cosine", "constant"};
   if (c == O_OPTIMIZER) t->opt = parse_choice("--optimizer", arg, opts, 2) ? OPT_SGD : OPT_ADAMW;
-  else if (c == O_LR_SCHEDULE) t->schedule = parse_choice("--lr-schedule", arg, scheds, 2) ? SCHED_CONSTANT : SCHED_COSINE;
+  else if (c == O_LR_SCHEDULE)
+    t->schedule = parse_choice("--lr-schedule", arg, scheds, 2) ? SCHED_CONSTANT : SCHED_COSINE;
   else if (c == O_TRAIN_FILE) t->file = arg;
   else if (c >= O_TRAIN_FIELD && c < O_TRAIN_FIELD + 9) {
     t->value[c - O_TRAIN_FIELD] = parse_train_value(c - O_TRAIN_FIELD, arg);
@@ -293,32 +336,56 @@ static bool apply_train_options(Arena *a, const TrainOptions *o, Graph *g) {
 }
 
 static void parse_options(int argc, char **argv, Options *o) {
-  static const struct option longs[] = {
-    {"set", required_argument, 0, O_SET}, {"gpus", required_argument, 0, O_GPUS},
-    {"summary", no_argument, 0, O_SUMMARY}, {"dump-ir", no_argument, 0, O_DUMP_IR},
-    {"dump-after", required_argument, 0, O_DUMP_AFTER}, {"emit-kernels", required_argument, 0, O_EMIT_KERNELS},
-    {"emit-llvm", required_argument, 0, O_EMIT_LLVM}, {"emit-cuda", required_argument, 0, O_EMIT_CUDA},
-    {"gpus-per-node", required_argument, 0, O_GPN}, {"gpu", required_argument, 0, O_GPU},
-    {"cluster", required_argument, 0, O_CLUSTER}, {"dump-plan", optional_argument, 0, O_DUMP_PLAN},
-    {"plan-out", required_argument, 0, O_PLAN_OUT}, {"plan", required_argument, 0, O_PLAN},
-    {"dp", required_argument, 0, O_DP}, {"tp", required_argument, 0, O_TP}, {"pp", required_argument, 0, O_PP},
-    {"zero", required_argument, 0, O_ZERO}, {"microbatch-size", required_argument, 0, O_MBS},
-    {"schedule", required_argument, 0, O_SCHEDULE}, {"virtual-stages", required_argument, 0, O_VSTAGES},
-    {"recompute", required_argument, 0, O_RECOMPUTE}, {"attention", required_argument, 0, O_ATTENTION},
-    {"activation-memory", required_argument, 0, O_ACT_MEM},
-    {"device-memory", required_argument, 0, O_DEV_MEM}, {"host-memory", required_argument, 0, O_HOST_MEM},
-    {"nvme", required_argument, 0, O_NVME},
-    {"offload", required_argument, 0, O_OFFLOAD}, {"jobs", required_argument, 0, 'j'},
-    {"what-if", no_argument, 0, O_WHAT_IF}, {"precision", required_argument, 0, O_PRECISION},
-    {"classifier", required_argument, 0, O_CLASSIFIER}, {"fp8-history", required_argument, 0, O_FP8_HISTORY},
-    {"fp8-margin", required_argument, 0, O_FP8_MARGIN}, {"fp8-classifier", no_argument, 0, O_FP8_CLASSIFIER}, {"optimizer", required_argument, 0, O_OPTIMIZER},
-    {"lr-schedule", required_argument, 0, O_LR_SCHEDULE}, {"train-file", required_argument, 0, O_TRAIN_FILE},
-    {"lr", required_argument, 0, O_TRAIN_FIELD + 0}, {"beta1", required_argument, 0, O_TRAIN_FIELD + 1},
-    {"beta2", required_argument, 0, O_TRAIN_FIELD + 2}, {"eps", required_argument, 0, O_TRAIN_FIELD + 3},
-    {"weight-decay", required_argument, 0, O_TRAIN_FIELD + 4}, {"momentum", required_argument, 0, O_TRAIN_FIELD + 5},
-    {"clip", required_argument, 0, O_TRAIN_FIELD + 6}, {"min-lr", required_argument, 0, O_TRAIN_FIELD + 7},
-    {"warmup", required_argument, 0, O_TRAIN_FIELD + 8},
-    {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
+  static const struct option longs[] = {{"set", required_argument, 0, O_SET},
+                                        {"gpus", required_argument, 0, O_GPUS},
+                                        {"summary", no_argument, 0, O_SUMMARY},
+                                        {"dump-ir", no_argument, 0, O_DUMP_IR},
+                                        {"dump-after", required_argument, 0, O_DUMP_AFTER},
+                                        {"emit-kernels", required_argument, 0, O_EMIT_KERNELS},
+                                        {"emit-llvm", required_argument, 0, O_EMIT_LLVM},
+                                        {"emit-cuda", required_argument, 0, O_EMIT_CUDA},
+                                        {"gpus-per-node", required_argument, 0, O_GPN},
+                                        {"gpu", required_argument, 0, O_GPU},
+                                        {"cluster", required_argument, 0, O_CLUSTER},
+                                        {"dump-plan", optional_argument, 0, O_DUMP_PLAN},
+                                        {"plan-out", required_argument, 0, O_PLAN_OUT},
+                                        {"plan", required_argument, 0, O_PLAN},
+                                        {"dp", required_argument, 0, O_DP},
+                                        {"tp", required_argument, 0, O_TP},
+                                        {"pp", required_argument, 0, O_PP},
+                                        {"zero", required_argument, 0, O_ZERO},
+                                        {"microbatch-size", required_argument, 0, O_MBS},
+                                        {"schedule", required_argument, 0, O_SCHEDULE},
+                                        {"virtual-stages", required_argument, 0, O_VSTAGES},
+                                        {"recompute", required_argument, 0, O_RECOMPUTE},
+                                        {"attention", required_argument, 0, O_ATTENTION},
+                                        {"activation-memory", required_argument, 0, O_ACT_MEM},
+                                        {"device-memory", required_argument, 0, O_DEV_MEM},
+                                        {"host-memory", required_argument, 0, O_HOST_MEM},
+                                        {"nvme", required_argument, 0, O_NVME},
+                                        {"offload", required_argument, 0, O_OFFLOAD},
+                                        {"jobs", required_argument, 0, 'j'},
+                                        {"what-if", no_argument, 0, O_WHAT_IF},
+                                        {"precision", required_argument, 0, O_PRECISION},
+                                        {"classifier", required_argument, 0, O_CLASSIFIER},
+                                        {"fp8-history", required_argument, 0, O_FP8_HISTORY},
+                                        {"fp8-margin", required_argument, 0, O_FP8_MARGIN},
+                                        {"fp8-classifier", no_argument, 0, O_FP8_CLASSIFIER},
+                                        {"optimizer", required_argument, 0, O_OPTIMIZER},
+                                        {"lr-schedule", required_argument, 0, O_LR_SCHEDULE},
+                                        {"train-file", required_argument, 0, O_TRAIN_FILE},
+                                        {"lr", required_argument, 0, O_TRAIN_FIELD + 0},
+                                        {"beta1", required_argument, 0, O_TRAIN_FIELD + 1},
+                                        {"beta2", required_argument, 0, O_TRAIN_FIELD + 2},
+                                        {"eps", required_argument, 0, O_TRAIN_FIELD + 3},
+                                        {"weight-decay", required_argument, 0, O_TRAIN_FIELD + 4},
+                                        {"momentum", required_argument, 0, O_TRAIN_FIELD + 5},
+                                        {"clip", required_argument, 0, O_TRAIN_FIELD + 6},
+                                        {"min-lr", required_argument, 0, O_TRAIN_FIELD + 7},
+                                        {"warmup", required_argument, 0, O_TRAIN_FIELD + 8},
+                                        {"help", no_argument, 0, 'h'},
+                                        {"version", no_argument, 0, O_VERSION},
+                                        {0, 0, 0, 0}};
   *o = (Options){.gpus = 1, .rc = -1, .precision = DT_F32, .fp8_history = 1024, .train = {.opt = -1, .schedule = -1}};
   plan_force_init(&o->force);
   o->force.attn = -1; /* not asked: the plan file's, else what the plan may use */
@@ -354,7 +421,8 @@ static void parse_options(int argc, char **argv, Options *o) {
     case O_FP8_MARGIN: {
       char *end;
       long v = strtol(optarg, &end, 10);
-      if (*end || end == optarg || v < 0 || v > 64) error_plain("--fp8-margin: an integer in [0, 64], got '%s'", optarg);
+      if (*end || end == optarg || v < 0 || v > 64)
+        error_plain("--fp8-margin: an integer in [0, 64], got '%s'", optarg);
       o->fp8_margin = (int)v;
       break;
     }
@@ -371,7 +439,8 @@ static void parse_options(int argc, char **argv, Options *o) {
     }
   }
   if (optind != argc - 1) {
-    fprintf(stderr, optind >= argc ? "colossalc: no model file given\n" : "colossalc: more than one model file given\n");
+    fprintf(stderr,
+            optind >= argc ? "colossalc: no model file given\n" : "colossalc: more than one model file given\n");
     usage(stderr);
     exit(1);
   }
@@ -471,8 +540,8 @@ static void dump_plan(const PlanResult *r, const Options *o) {
 
 /* ---- progress and output ------------------------------------------------------------- */
 
-static bool tty;            /* standard error is a terminal: long work reports progress there */
-static double t_start;      /* when main started (seconds, monotonic) */
+static bool tty;       /* standard error is a terminal: long work reports progress there */
+static double t_start; /* when main started (seconds, monotonic) */
 
 static double now_s(void) {
   struct timespec ts;
@@ -576,7 +645,7 @@ static void build_train(const Options *o, const Program *p, char *json) {
   char err[512], prefix[4200];
   snprintf(prefix, sizeof prefix, "%s.tmp%d", o->out, (int)getpid());
   char **objs = NULL, libs[64];
-  char *cuda = cuda_emit_units((const Kernel *const *)p->code, p->ncode);   /* for NVRTC when train starts on a GPU */
+  char *cuda = cuda_emit_units((const Kernel *const *)p->code, p->ncode); /* for NVRTC when train starts on a GPU */
   int rc = llvm_compile_program((const Kernel *const *)p->code, p->ncode, json, cuda, jobs(o), prefix, llvm_progress,
                                 NULL, &objs, libs, sizeof libs, err, sizeof err);
   free(json);
@@ -617,7 +686,8 @@ static Graph *graph_for_plan(Arena *arena, const char *text, size_t len, Options
   Graph *g = frontend_compile(arena, o->file, text, len, o->ov, o->nov);
   if (!g)
     error_plain("%s: compiling the plan's micro-batch of %d sequences needs a config constant 'batch' (in an ONNX "
-                "file, a symbolic batch dimension: dynamic_axes={0: 'batch'})", o->file, ch->mbs);
+                "file, a symbolic batch dimension: dynamic_axes={0: 'batch'})",
+                o->file, ch->mbs);
   if (!apply_train_options(arena, &o->train, g)) error_plain("%s: the training settings failed", o->file);
   return g;
 }
@@ -634,19 +704,18 @@ static void print_compiled(const PlanResult *r) {
 /* What one compilation carries from pass to pass. */
 typedef struct Build {
   Options *o;
-  const PlanResult *r;      /* the plan searched (or read), or NULL: one rank, one micro-batch */
-  PlanChoice ch;            /* the plan compiled: r->best.ch, or the one-rank plan */
-  Partition *part;          /* the chunks, one per pipeline chunk (one for pp 1) */
-  Program **ps;             /* [nps] one program, or one per pipeline stage */
+  const PlanResult *r; /* the plan searched (or read), or NULL: one rank, one micro-batch */
+  PlanChoice ch;       /* the plan compiled: r->best.ch, or the one-rank plan */
+  Partition *part;     /* the chunks, one per pipeline chunk (one for pp 1) */
+  Program **ps;        /* [nps] one program, or one per pipeline stage */
   int nps;
-  bool planned_offload;     /* the plan offloads the state */
-  bool offload;             /* ... and it does not fit: offload_plan plans each program */
-  Cluster off_cl;           /* what offload plans for (offload_options) */
+  bool planned_offload; /* the plan offloads the state */
+  bool offload;         /* ... and it does not fit: offload_plan plans each program */
+  Cluster off_cl;       /* what offload plans for (offload_options) */
   OffloadOptions off;
-  OffloadPlan **ops;        /* [nps] each program's chunks, or NULL where it fits */
-  GraphArch arch;           /* the whole model's, before partition: the programs' "arch" */
+  OffloadPlan **ops; /* [nps] each program's chunks, or NULL where it fits */
+  GraphArch arch;    /* the whole model's, before partition: the programs' "arch" */
 } Build;
-
 
 static bool dump_after(const Build *b, const char *pass) { return b->o->dump_after && !strcmp(b->o->dump_after, pass); }
 
@@ -694,17 +763,18 @@ static Graph *apply_recompute(Graph *g, const Build *b) {
                   "recomputes as the plan chooses (or force --recompute none, selective or full)");
     RecomputeChoice c;
     recompute_choose(g, o->act_mem, measure_work_peak, NULL, &c);
-    fprintf(stderr, "colossalc: recompute auto (%s): %.4g forward FLOPs recomputed, work peak %.1f MiB of %.1f MiB "
-            "(model %.1f MiB, %d DP run%s)\n", recompute_describe(g->arena, g, c.mode), c.flops,
-            (double)c.peak / 1048576.0, (double)o->act_mem / 1048576.0, c.predicted / 1048576.0, c.rounds,
-            c.rounds == 1 ? "" : "s");
+    fprintf(stderr,
+            "colossalc: recompute auto (%s): %.4g forward FLOPs recomputed, work peak %.1f MiB of %.1f MiB "
+            "(model %.1f MiB, %d DP run%s)\n",
+            recompute_describe(g->arena, g, c.mode), c.flops, (double)c.peak / 1048576.0,
+            (double)o->act_mem / 1048576.0, c.predicted / 1048576.0, c.rounds, c.rounds == 1 ? "" : "s");
     recompute_set = recompute_describe(g->arena, g, c.mode);
     return c.graph;
   }
   if (rc == RC_NONE || g->nlayers == 0) return g;
   RcLayer *mode = arena_array(g->arena, g->nlayers, sizeof *mode);
   for (int l = 0; l < g->nlayers; l++) mode[l] = rc_layer_of[rc];
-  if (!b->r || o->rc >= 0)   /* a searched plan's choice is in its summary */
+  if (!b->r || o->rc >= 0) /* a searched plan's choice is in its summary */
     fprintf(stderr, "colossalc: recompute %s (%s): %.4g forward FLOPs recomputed\n", recompute_names[rc],
             recompute_describe(g->arena, g, mode), recompute_flops(g, mode));
   recompute_set = recompute_describe(g->arena, g, mode);
@@ -726,8 +796,10 @@ static Graph *recompute_for_device(Graph *g, const Options *o) {
   RecomputeChoice c;
   recompute_choose(g, budget, measure_work_peak, NULL, &c);
   recompute_set = recompute_describe(g->arena, g, c.mode);
-  fprintf(stderr, "colossalc: recompute for --device-memory (%s): %.4g forward FLOPs recomputed, work peak %.1f MiB of "
-          "%.1f MiB\n", recompute_set, c.flops, (double)c.peak / 1048576.0, (double)budget / 1048576.0);
+  fprintf(stderr,
+          "colossalc: recompute for --device-memory (%s): %.4g forward FLOPs recomputed, work peak %.1f MiB of "
+          "%.1f MiB\n",
+          recompute_set, c.flops, (double)c.peak / 1048576.0, (double)budget / 1048576.0);
   return c.graph;
 }
 
@@ -778,7 +850,8 @@ static OffloadOptions offload_options(const Build *b, Cluster *cl) {
   int64_t host = o->host_memory ? o->host_memory : pages > 0 && psize > 0 ? (int64_t)pages * psize / 10 * 8 : 0;
   if (b->planned_offload && !o->host_memory) host = (int64_t)cl->host_memory; /* the node's, as the plan priced it */
   int64_t device = o->device_memory ? o->device_memory : b->r ? (int64_t)b->r->usable : 0;
-  return (OffloadOptions){.device_memory = device, .host_memory = host, .cl = cl, .ranks_per_node = b->r ? cl->gpus_per_node : 1};
+  return (OffloadOptions){
+      .device_memory = device, .host_memory = host, .cl = cl, .ranks_per_node = b->r ? cl->gpus_per_node : 1};
 }
 
 /* After lowering: each stage's offload chunks (and under ZeRO-3 their owners, which
@@ -794,7 +867,8 @@ static void decide_offload(Build *b) {
   if (!b->offload) {
     double mib = b->off.device_memory / 1048576.0;
     if (b->o->dump_plan) printf("offload: none needed (the state and the activations fit %.1f MiB)\n", mib);
-    else if (b->planned_offload) fprintf(stderr, "colossalc: offload: none needed (the state and the activations fit %.1f MiB)\n", mib);
+    else if (b->planned_offload)
+      fprintf(stderr, "colossalc: offload: none needed (the state and the activations fit %.1f MiB)\n", mib);
     return;
   }
   for (int s = 0; s < b->nps; s++)
@@ -814,9 +888,12 @@ static void plan_offload(Build *b) {
     if (b->nps > 1 && o->dump_plan) printf("pipeline stage %d:\n", s);
     if (o->dump_plan && !strcmp(o->dump_plan, "svg")) offload_svg(stdout, p, op);
     else if (o->dump_plan) offload_print(stdout, p, op), printf("  recompute: %s\n", recompute_set);
-    else fprintf(stderr, "colossalc: offload%s: %d chunks, predicted peak device %.1f MiB, host %.1f MiB, nvme %.1f MiB%s "
-                 "(--dump-plan shows the plan)\n", b->nps > 1 ? " of a stage" : "", op->nchunks, op->device_peak / 1048576.0,
-                 op->host_peak / 1048576.0, op->nvme_peak / 1048576.0, op->ranks > 1 ? " (per rank: the most of one; ZeRO-3)" : "");
+    else
+      fprintf(stderr,
+              "colossalc: offload%s: %d chunks, predicted peak device %.1f MiB, host %.1f MiB, nvme %.1f MiB%s "
+              "(--dump-plan shows the plan)\n",
+              b->nps > 1 ? " of a stage" : "", op->nchunks, op->device_peak / 1048576.0, op->host_peak / 1048576.0,
+              op->nvme_peak / 1048576.0, op->ranks > 1 ? " (per rank: the most of one; ZeRO-3)" : "");
   }
 }
 
@@ -826,35 +903,38 @@ static void plan_offload(Build *b) {
  * and what follows it run when a program is wanted. */
 static void run_passes(Build *b, Graph *g, bool lowering) {
   progress("front end done; partition, autodiff, recompute");
-  graph_arch(g, &b->arch);                                       /* requires: the whole forward graph */
-  b->part = pass_partition(g, b->r, b->r ? &b->r->best : NULL); /* requires: verified forward graph of the plan's micro-batch */
+  graph_arch(g, &b->arch); /* requires: the whole forward graph */
+  b->part = pass_partition(g, b->r,
+                           b->r ? &b->r->best : NULL); /* requires: verified forward graph of the plan's micro-batch */
   after_ir(b, "partition");
   unsigned fuse = (b->ch.attn == ATTN_FUSED ? FUSE_ATTENTION : 0) | (b->o->classifier_fused ? FUSE_CLASSIFIER : 0);
   for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k], fuse);
   after_ir(b, "decompose");
   if (b->o->precision != DT_F32) { /* mixed precision, chunk by chunk */
     for (int k = 0; k < b->part->nchunks; k++)
-      b->part->chunk[k] = b->o->precision == DT_E4M3 ? pass_autocast_fp8(b->part->chunk[k], b->o->fp8_history, b->o->fp8_margin, b->o->fp8_classifier)
+      b->part->chunk[k] = b->o->precision == DT_E4M3 ? pass_autocast_fp8(b->part->chunk[k], b->o->fp8_history,
+                                                                         b->o->fp8_margin, b->o->fp8_classifier)
                                                      : pass_autocast(b->part->chunk[k], (DType)b->o->precision);
     after_ir(b, "autocast");
   }
-  partition_autodiff(b->part);                                   /* requires: decompose */
+  partition_autodiff(b->part); /* requires: decompose */
   after_ir(b, "autodiff");
-  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = recompute_chunk(b->part->chunk[k], b); /* requires: autodiff */
+  for (int k = 0; k < b->part->nchunks; k++)
+    b->part->chunk[k] = recompute_chunk(b->part->chunk[k], b); /* requires: autodiff */
   after_ir(b, "recompute");
   if (!lowering) return;
   progress("lowering to kernels");
-  lower(b);                                                      /* requires: autodiff */
+  lower(b); /* requires: autodiff */
   decide_offload(b);
   after_program(b, "lower");
-  schedule_zero(b);                                              /* requires: lower; not offloaded (ZeRO-3 offload places its own) */
+  schedule_zero(b); /* requires: lower; not offloaded (ZeRO-3 offload places its own) */
   after_program(b, "zero");
-  compose_step(b->ps, b->nps, b->offload);                       /* requires: the plan, zero */
+  compose_step(b->ps, b->nps, b->offload); /* requires: the plan, zero */
   after_program(b, "compose");
-  plan_offload(b);                                               /* requires: compose */
+  plan_offload(b); /* requires: compose */
   after_program(b, "offload");
-  program_share_kernels(b->ps[0]);                               /* requires: every pass that adds kernels */
-  for (int s = 1; s < b->nps; s++)                               /* the stages have one kernel table */
+  program_share_kernels(b->ps[0]); /* requires: every pass that adds kernels */
+  for (int s = 1; s < b->nps; s++) /* the stages have one kernel table */
     b->ps[s]->code = b->ps[0]->code, b->ps[s]->ncode = b->ps[0]->ncode, b->ps[s]->code_of = b->ps[0]->code_of;
   after_program(b, "share");
 }
@@ -907,7 +987,8 @@ static void print_summary(const Options *o, const Graph *g, const Program *p, co
   printf("attention: %s; classifier: %s\n",
          o->force.attn == ATTN_MATERIALIZED ? "materialized (GEMMs and a softmax, the scores stored)"
                                             : "fused (flash_attention kernels, no scores stored)",
-         o->classifier_fused ? "fused (its GEMM and cross-entropy a chunk of rows at a time)" : "materialized (the logits stored)");
+         o->classifier_fused ? "fused (its GEMM and cross-entropy a chunk of rows at a time)"
+                             : "materialized (the logits stored)");
   if (p) summary_print_memory(stdout, p->tiers, p->work_peak);
   else printf("memory plan: not available (%s)\n", diag_last);
   if (r && !o->dump_plan) plan_dump_brief(stdout, r);
@@ -936,11 +1017,17 @@ int main(int argc, char **argv) {
   volatile bool compiling = lowering || o.dump_after;
   /* --device-memory alone (no cluster): --dump-plan shows the offload plan, not a parallel one */
   if (o.device_memory && !o.gpus_set && !o.cluster) o.plan = false;
-  Build b = {.o = &o, .ch = {.dp = 1, .tp = 1, .pp = 1, .m = 1, .v = 1, .rc = RC_NONE,
-                             .attn = o.force.attn >= 0 ? (AttnKernel)o.force.attn : ATTN_FUSED}};
+  Build b = {.o = &o,
+             .ch = {.dp = 1,
+                    .tp = 1,
+                    .pp = 1,
+                    .m = 1,
+                    .v = 1,
+                    .rc = RC_NONE,
+                    .attn = o.force.attn >= 0 ? (AttnKernel)o.force.attn : ATTN_FUSED}};
   const PlanResult *volatile shown = NULL; /* the plan printed under the summary */
-  Cluster cl; /* the plan's (PlanResult.cl), for the passes too */
-  if (o.plan) { /* requires: verified forward graph */
+  Cluster cl;                              /* the plan's (PlanResult.cl), for the passes too */
+  if (o.plan) {                            /* requires: verified forward graph */
     diag_push(&j);
     if (setjmp(j.jb)) return fail(arena, &o);
     progress("searching the plan");
@@ -966,7 +1053,7 @@ int main(int argc, char **argv) {
   } else if (o.summary) { /* the memory plan for the summary; a model that cannot be lowered still summarises */
     FILE *saved = diag_stream;
     diag_stream = NULL;
-    diag_push(&j);   /* the memory plan is the model's own, one rank (b.r NULL) */
+    diag_push(&j); /* the memory plan is the model's own, one rank (b.r NULL) */
     if (!setjmp(j.jb)) run_passes(&b, g, true);
     else b.ps = NULL;
     diag_pop(&j);

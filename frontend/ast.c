@@ -26,4 +26,3 @@ void arglist_push(Arena *a, ArgList *l, Arg arg) {
   }
   l->v[l->n++] = arg;
 }
-

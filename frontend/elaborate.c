@@ -28,40 +28,51 @@ struct Value {
   int64_t i;
   double f;
   const char *s;
-  Value *items;  /* V_LIST [n] */
+  Value *items; /* V_LIST [n] */
   int n;
   Node *t;
 };
 
-typedef struct Block { Stmt *def; bool active; } Block;
+typedef struct Block {
+  Stmt *def;
+  bool active;
+} Block;
 
 /* A block call or repeat iteration being expanded, and whether an earlier one
  * used the same parameter scope (so its parameters would be declared twice). */
-typedef struct Frame { SrcLoc loc; const char *block, *scope; bool reused; } Frame; /* block NULL: repeat */
+typedef struct Frame {
+  SrcLoc loc;
+  const char *block, *scope;
+  bool reused;
+} Frame; /* block NULL: repeat */
 
 typedef struct Elab {
   Arena *arena;
   Graph *g;
-  StrMap config;      /* name -> Value* */
-  StrMap blocks;      /* name -> Block* */
+  StrMap config; /* name -> Value* */
+  StrMap blocks; /* name -> Block* */
   ConfigOverride *ov;
   int nov;
-  const char *scope;  /* parameter path prefix, "" at top level */
-  int layer;          /* current layer, -1 outside repeats */
-  int groups;         /* repeat statements expanded so far */
-  int depth;          /* block call depth */
-  Stmt *block;        /* the innermost block being expanded, NULL at top level */
-  StrMap names;       /* input and parameter name -> Node* (checkpoint keys) */
-  StrMap scopes;      /* parameter scopes used so far */
-  Frame *frames;      /* [nframes] block calls and repeat iterations, outermost first */
+  const char *scope; /* parameter path prefix, "" at top level */
+  int layer;         /* current layer, -1 outside repeats */
+  int groups;        /* repeat statements expanded so far */
+  int depth;         /* block call depth */
+  Stmt *block;       /* the innermost block being expanded, NULL at top level */
+  StrMap names;      /* input and parameter name -> Node* (checkpoint keys) */
+  StrMap scopes;     /* parameter scopes used so far */
+  Frame *frames;     /* [nframes] block calls and repeat iterations, outermost first */
   int nframes;
-  int nest;           /* expressions and statements being evaluated, < MAX_NEST */
-  int64_t steps;      /* expressions and statements evaluated, < MAX_STEPS */
-  int64_t params;     /* parameter elements declared, <= MAX_NUMEL */
-  size_t mem0;        /* arena size when elaboration began */
+  int nest;       /* expressions and statements being evaluated, < MAX_NEST */
+  int64_t steps;  /* expressions and statements evaluated, < MAX_STEPS */
+  int64_t params; /* parameter elements declared, <= MAX_NUMEL */
+  size_t mem0;    /* arena size when elaboration began */
 } Elab;
 
-typedef struct Env { StrMap vars; Value ret; bool returned; } Env;
+typedef struct Env {
+  StrMap vars;
+  Value ret;
+  bool returned;
+} Env;
 
 static Value eval(Elab *E, Env *env, Expr *e);
 static void exec_body(Elab *E, Env *env, Stmt *s);
@@ -130,7 +141,10 @@ static Node *add_node(Elab *E, OpKind op, Node **in, int nin, SrcLoc loc) {
   return n;
 }
 
-static Node *finish(Node *n) { node_infer(n); return n; }
+static Node *finish(Node *n) {
+  node_infer(n);
+  return n;
+}
 
 static Node *const_like(Elab *E, double v, Node *like, SrcLoc loc) {
   if (!dtype_is_float(like->dtype) && (v != floor(v) || fabs(v) >= 2147483648.0))
@@ -168,7 +182,8 @@ static Value int_arith(BinOp op, int64_t a, int64_t b, SrcLoc loc) {
   case BO_DIV:
     if (!b) error_at(loc, "division by zero");
     return vfloat((double)a / (double)b);
-  case BO_FLOORDIV: case BO_MOD:
+  case BO_FLOORDIV:
+  case BO_MOD:
     if (!b) error_at(loc, "division by zero");
     if (a == INT64_MIN && b == -1) error_at(loc, "integer overflow");
     r = op == BO_MOD ? a % b : a / b;
@@ -207,7 +222,10 @@ static Value float_arith(BinOp op, double a, double b, SrcLoc loc) {
 static Value tensor_arith(Elab *E, BinOp op, Value a, Value b, SrcLoc loc) {
   static const OpKind ops[] = {[BO_ADD] = OP_ADD, [BO_SUB] = OP_SUB, [BO_MUL] = OP_MUL, [BO_DIV] = OP_DIV};
   if (op != BO_ADD && op != BO_SUB && op != BO_MUL && op != BO_DIV)
-    error_at(loc, "operator %s applies to config numbers, not tensors", op == BO_POW ? "**" : op == BO_MOD ? "%" : "//");
+    error_at(loc, "operator %s applies to config numbers, not tensors",
+             op == BO_POW   ? "**"
+             : op == BO_MOD ? "%"
+                            : "//");
   if (a.k != V_TENSOR && !is_num(a)) error_at(loc, "cannot combine %s with a tensor", kind_name(a.k));
   if (b.k != V_TENSOR && !is_num(b)) error_at(loc, "cannot combine a tensor with %s", kind_name(b.k));
   Node *x = a.k == V_TENSOR ? a.t : const_like(E, num(a), b.t, loc);
@@ -243,7 +261,8 @@ static Value eval_name(Elab *E, Env *env, Expr *e) {
   if (!v) v = strmap_get(&E->config, e->name);
   if (v) return *v;
   if (strmap_get(&E->blocks, e->name) || op_lookup(e->name) >= 0)
-    error_at(e->loc, "'%s' is a %s: call it with arguments", e->name, strmap_get(&E->blocks, e->name) ? "block" : "built-in op");
+    error_at(e->loc, "'%s' is a %s: call it with arguments", e->name,
+             strmap_get(&E->blocks, e->name) ? "block" : "built-in op");
   error_at(e->loc, "unknown name '%s'", e->name);
 }
 
@@ -271,7 +290,11 @@ static void set_attr(Node *n, int i, Value v, SrcLoc loc) {
     break;
   case AK_INTS:
     if (v.k != V_LIST && v.k != V_INT) error_at(loc, "%s must be a list of integers, got %s", what, kind_name(v.k));
-    if (v.k == V_INT) { a->n = 1; a->v[0] = v.i; break; }
+    if (v.k == V_INT) {
+      a->n = 1;
+      a->v[0] = v.i;
+      break;
+    }
     if (v.n > MAX_DIMS) error_at(loc, "%s has %d entries; at most %d are allowed", what, v.n, MAX_DIMS);
     a->n = v.n;
     for (int j = 0; j < v.n; j++) a->v[j] = want_int(v.items[j], loc, what);
@@ -346,15 +369,19 @@ static Value call_math(Elab *E, Env *env, Expr *e) {
     if (!strcmp(e->name, names[i])) f = i;
   if (f < 0) return (Value){.k = V_LIST, .n = -1};
   int want = f >= 3 && f <= 4 ? 2 : 1;
-  if (e->nargs != want || e->args[0].key)
-    error_at(e->loc, "%s takes %d number%s", e->name, want, want == 1 ? "" : "s");
+  if (e->nargs != want || e->args[0].key) error_at(e->loc, "%s takes %d number%s", e->name, want, want == 1 ? "" : "s");
   Value a = eval(E, env, e->args[0].val), b = want == 2 ? eval(E, env, e->args[1].val) : a;
   double x = want_num(a, e->args[0].loc, e->name), y = want_num(b, e->args[want - 1].loc, e->name);
   switch (f) {
-  case 0: if (x < 0) error_at(e->loc, "sqrt of a negative number"); return vfloat(sqrt(x));
+  case 0:
+    if (x < 0) error_at(e->loc, "sqrt of a negative number");
+    return vfloat(sqrt(x));
   case 1: return checked_float(exp(x), e->loc);
-  case 2: if (x <= 0) error_at(e->loc, "log of a non-positive number"); return vfloat(log(x));
-  case 3: case 4: {
+  case 2:
+    if (x <= 0) error_at(e->loc, "log of a non-positive number");
+    return vfloat(log(x));
+  case 3:
+  case 4: {
     bool pick_a = f == 3 ? x <= y : x >= y;
     return pick_a ? a : b;
   }
@@ -396,11 +423,13 @@ static void pop_frame(Elab *E) {
 static Value call_block(Elab *E, Env *env, Expr *e, Block *b) {
   Stmt *def = b->def;
   if (b->active && E->block != def)
-    error_at(e->loc, "block '%s' calls itself through block '%s' (recursion is not allowed)", def->name, E->block->name);
+    error_at(e->loc, "block '%s' calls itself through block '%s' (recursion is not allowed)", def->name,
+             E->block->name);
   if (b->active) error_at(e->loc, "block '%s' calls itself (recursion is not allowed)", def->name);
   if (E->depth >= MAX_CALL_DEPTH) error_at(e->loc, "block calls nested more than %d deep", MAX_CALL_DEPTH);
   if (e->nargs != def->nargs)
-    error_at(e->loc, "block '%s' takes %d argument%s, got %d", def->name, def->nargs, def->nargs == 1 ? "" : "s", e->nargs);
+    error_at(e->loc, "block '%s' takes %d argument%s, got %d", def->name, def->nargs, def->nargs == 1 ? "" : "s",
+             e->nargs);
   Env inner = {0};
   strmap_init(&inner.vars, E->arena);
   for (int i = 0; i < e->nargs; i++) {
@@ -438,11 +467,13 @@ static Value eval_call(Elab *E, Env *env, Expr *e) {
 
 static Value eval_expr(Elab *E, Env *env, Expr *e) {
   switch (e->kind) {
-  case EX_INT: case EX_BOOL: return vint(e->ival);
+  case EX_INT:
+  case EX_BOOL: return vint(e->ival);
   case EX_FLOAT: return vfloat(e->fval);
   case EX_STR: return (Value){.k = V_STR, .s = e->name};
   case EX_NAME: return eval_name(E, env, e);
-  case EX_LIST: case EX_TUPLE: return eval_list(E, env, e);
+  case EX_LIST:
+  case EX_TUPLE: return eval_list(E, env, e);
   case EX_BINARY: return eval_binary(E, env, e);
   case EX_UNARY: return eval_unary(E, env, e);
   case EX_CALL: return eval_call(E, env, e);
@@ -482,8 +513,11 @@ static Init eval_init(Elab *E, Env *env, Expr *e) {
   if (e->kind == EX_NAME && !strcmp(e->name, "ones")) return (Init){INIT_ONES, 0, 0};
   if (e->kind != EX_CALL)
     error_at(e->loc, "expected an initialiser: zeros, ones, normal(std[, mean]), uniform(lo, hi) or constant(v)");
-  struct { const char *name; InitKind k; int min, max; } inits[] = {
-    {"normal", INIT_NORMAL, 1, 2}, {"uniform", INIT_UNIFORM, 2, 2}, {"constant", INIT_CONSTANT, 1, 1}};
+  struct {
+    const char *name;
+    InitKind k;
+    int min, max;
+  } inits[] = {{"normal", INIT_NORMAL, 1, 2}, {"uniform", INIT_UNIFORM, 2, 2}, {"constant", INIT_CONSTANT, 1, 1}};
   for (int i = 0; i < 3; i++) {
     if (strcmp(e->name, inits[i].name)) continue;
     if (e->nargs < inits[i].min || e->nargs > inits[i].max)
@@ -509,13 +543,18 @@ static void define_var(Elab *E, Env *env, const char *name, Value v, SrcLoc loc)
  * comes from a scope used twice; blame the outermost call or repeat that reused it. */
 static void declare_name(Elab *E, Node *n) {
   Node *old = strmap_get(&E->names, n->name);
-  if (!old) { strmap_put(&E->names, n->name, n); return; }
+  if (!old) {
+    strmap_put(&E->names, n->name, n);
+    return;
+  }
   for (int i = 0; i < E->nframes; i++) {
     Frame *f = &E->frames[i];
     if (!f->reused) continue;
     if (f->block)
-      error_at(f->loc, "this call of block '%s' uses the scope '%s' again, so '%s' is declared twice "
-               "(give each call its own scope with 'as NAME')", f->block, f->scope, n->name);
+      error_at(f->loc,
+               "this call of block '%s' uses the scope '%s' again, so '%s' is declared twice "
+               "(give each call its own scope with 'as NAME')",
+               f->block, f->scope, n->name);
     error_at(f->loc, "this repeat uses the scope '%s' again, so '%s' is declared twice (give it another name)",
              f->scope, n->name);
   }
@@ -546,7 +585,8 @@ static void exec_repeat(Elab *E, Env *env, Stmt *s) {
   int saved_layer = E->layer, group = E->groups++;
   for (int64_t i = 0; i < count; i++) {
     step(E, s->loc);
-    if (E->g->nlayers >= MAX_LAYERS) error_at(s->loc, "the model has more than %d layers (repeat iterations)", MAX_LAYERS);
+    if (E->g->nlayers >= MAX_LAYERS)
+      error_at(s->loc, "the model has more than %d layers (repeat iterations)", MAX_LAYERS);
     push_frame(E, s->loc, NULL, join_scope(E, s->name, i, s->loc));
     E->layer = graph_add_layer(E->g, E->scope, group);
     exec_body(E, env, s->body);
@@ -566,7 +606,10 @@ static void exec_stmt(Elab *E, Env *env, Stmt *s) {
     env->ret = eval(E, env, s->value);
     env->returned = true;
     break;
-  case ST_CONFIG: case ST_INPUT: case ST_BLOCK: case ST_TRAIN: unreachable();
+  case ST_CONFIG:
+  case ST_INPUT:
+  case ST_BLOCK:
+  case ST_TRAIN: unreachable();
   }
   E->nest--;
 }
@@ -629,20 +672,32 @@ static void train_arg(Elab *E, TrainSpec *t, Arg *a) {
     t->warmup = want_int(eval(E, NULL, a->val), a->loc, "warmup");
     if (t->warmup < 0) error_at(a->loc, "warmup must not be negative");
   } else {
-    struct { const char *k; double *v; } keys[] = {{"lr", &t->lr}, {"eps", &t->eps}, {"weight_decay", &t->weight_decay},
-      {"momentum", &t->momentum}, {"clip", &t->clip}, {"min_lr", &t->min_lr}, {"beta1", &t->beta1}, {"beta2", &t->beta2}};
+    struct {
+      const char *k;
+      double *v;
+    } keys[] = {{"lr", &t->lr},
+                {"eps", &t->eps},
+                {"weight_decay", &t->weight_decay},
+                {"momentum", &t->momentum},
+                {"clip", &t->clip},
+                {"min_lr", &t->min_lr},
+                {"beta1", &t->beta1},
+                {"beta2", &t->beta2}};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
       if (!strcmp(a->key, keys[i].k)) {
         *keys[i].v = train_num(E, a);
         if (*keys[i].v < 0) error_at(a->loc, "%s must not be negative", a->key);
         return;
       }
-    error_at(a->loc, "unknown optimizer argument '%s' (lr, betas, eps, weight_decay, momentum, clip, warmup, min_lr, schedule)", a->key);
+    error_at(a->loc,
+             "unknown optimizer argument '%s' (lr, betas, eps, weight_decay, momentum, clip, warmup, min_lr, schedule)",
+             a->key);
   }
 }
 
 void frontend_train_defaults(TrainSpec *t, OptKind opt) {
-  if (opt == OPT_ADAMW) *t = (TrainSpec){OPT_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0, 0, 0, 0, SCHED_CONSTANT, {0}, false};
+  if (opt == OPT_ADAMW)
+    *t = (TrainSpec){OPT_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0, 0, 0, 0, SCHED_CONSTANT, {0}, false};
   else *t = (TrainSpec){OPT_SGD, 1e-2, 0, 0, 0, 0, 0, 0, 0, 0, SCHED_CONSTANT, {0}, false};
 }
 
@@ -715,7 +770,9 @@ Graph *frontend_elaborate(Ast *ast, ConfigOverride *ov, int nov) {
     case ST_BLOCK: break;
     case ST_TRAIN: exec_train(&E, &top, s); break;
     case ST_RETURN: error_at(s->loc, "'return' outside a block");
-    case ST_ASSIGN: case ST_PARAM: case ST_REPEAT: exec_stmt(&E, &top, s); break;
+    case ST_ASSIGN:
+    case ST_PARAM:
+    case ST_REPEAT: exec_stmt(&E, &top, s); break;
     }
   }
   for (int i = 0; i < nov; i++)

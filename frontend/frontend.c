@@ -58,7 +58,10 @@ Graph *frontend_compile(Arena *a, const char *path, const char *text, size_t len
   if (onnx_is_model(path, text, len)) return onnx_compile(a, path, text, len, ov, nov);
   DiagJump j;
   diag_push(&j);
-  if (setjmp(j.jb)) { diag_pop(&j); return NULL; }
+  if (setjmp(j.jb)) {
+    diag_pop(&j);
+    return NULL;
+  }
   Ast *ast = frontend_parse(a, path, text, len);
   Graph *g = NULL;
   if (ast) {
@@ -80,7 +83,10 @@ char *frontend_read_file(Arena *a, const char *path, size_t *len) {
     buf = nb;
     n += fread(buf + n, 1, cap - n, f);
     if (n < cap) break;
-    if (cap >= (size_t)1 << 30) { fclose(f); error_plain("%s: file too large", path); }
+    if (cap >= (size_t)1 << 30) {
+      fclose(f);
+      error_plain("%s: file too large", path);
+    }
     cap *= 2;
   }
   int err = ferror(f);

@@ -5,7 +5,11 @@
 #include "ir/ir.h"
 
 /* A `--set name=value` override of a config constant. */
-typedef struct ConfigOverride { const char *name; const char *value; bool used; } ConfigOverride;
+typedef struct ConfigOverride {
+  const char *name;
+  const char *value;
+  bool used;
+} ConfigOverride;
 
 /* Parse text (len bytes, any content) named `path`; NULL after reporting the first
  * syntax error. */

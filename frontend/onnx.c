@@ -93,7 +93,8 @@ const char *attr_s(const ONode *n, const char *name, const char *def) {
 int attr_ints(const ONode *n, const char *name, int64_t *v, int max) {
   const Onnx__AttributeProto *a = attr_typed(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
   if (!a) return -1;
-  if (a->n_ints > (size_t)max) imp_error(n, "attribute '%s' has %zu entries; at most %d are supported", name, a->n_ints, max);
+  if (a->n_ints > (size_t)max)
+    imp_error(n, "attribute '%s' has %zu entries; at most %d are supported", name, a->n_ints, max);
   for (size_t i = 0; i < a->n_ints; i++) v[i] = a->ints[i];
   return (int)a->n_ints;
 }
@@ -195,16 +196,23 @@ DType imp_dtype(const ONode *n, int type, const char *what) {
   case OT_FLOAT: return DT_F32;
   case OT_FLOAT16: return DT_F16;
   case OT_BFLOAT16: return DT_BF16;
-  case OT_INT8: case OT_INT16: case OT_INT32: case OT_INT64: case OT_UINT8: case OT_UINT16: case OT_UINT32:
-    return DT_I32;
+  case OT_INT8:
+  case OT_INT16:
+  case OT_INT32:
+  case OT_INT64:
+  case OT_UINT8:
+  case OT_UINT16:
+  case OT_UINT32: return DT_I32;
   default: break;
   }
-  imp_error(n, "%s has ONNX element type %d: colossalc computes float32, float16, bfloat16 and integer tensors", what, type);
+  imp_error(n, "%s has ONNX element type %d: colossalc computes float32, float16, bfloat16 and integer tensors", what,
+            type);
 }
 
 /* A float initialiser's IR param node, made where it is first read. */
 static Node *make_param(Imp *m, OVal *v, const ONode *reader) {
-  Node *n = graph_add(m->g, OP_PARAM, NULL, 0, loc_named(m, arena_printf(m->a, "initializer '%s'", shown(m->a, v->name))));
+  Node *n =
+      graph_add(m->g, OP_PARAM, NULL, 0, loc_named(m, arena_printf(m->a, "initializer '%s'", shown(m->a, v->name))));
   n->name = v->name;
   n->dtype = DT_F32;
   n->shape = v->shape;
@@ -240,7 +248,8 @@ Node *ov_node(Imp *m, OVal *v) {
   case OV_PARAM: return v->node = make_param(m, v, m->cur);
   case OV_CONST: return v->node = const_node(m, v, m->cur);
   case OV_DEFER: {
-    if (++m->depth > MAX_MATERIALISE_DEPTH) imp_error(v->def, "expression nested more than %d deep", MAX_MATERIALISE_DEPTH);
+    if (++m->depth > MAX_MATERIALISE_DEPTH)
+      imp_error(v->def, "expression nested more than %d deep", MAX_MATERIALISE_DEPTH);
     Node *n = match_defer(m, v);
     if (!n) n = lower_defer(m, v);
     m->depth--;
@@ -248,7 +257,8 @@ Node *ov_node(Imp *m, OVal *v) {
   }
   case OV_UNSUPPORTED: break;
   }
-  imp_error(v->def, "output %d%s%s%s is read, but colossalc does not compute it (only the first output of %s is supported)",
+  imp_error(v->def,
+            "output %d%s%s%s is read, but colossalc does not compute it (only the first output of %s is supported)",
             v->out + 1, v->name ? " ('" : "", v->name ? shown(m->a, v->name) : "", v->name ? "')" : "", v->def->op);
 }
 
@@ -276,9 +286,17 @@ static int pb_check(const ProtobufCMessageDescriptor *d, const uint8_t *p, const
     uint64_t key, v;
     if (!pb_varint(&p, end, &key)) return 1;
     switch (key & 7) {
-    case 0: if (!pb_varint(&p, end, &v)) return 1; break;
-    case 1: if (end - p < 8) return 1; p += 8; break;
-    case 5: if (end - p < 4) return 1; p += 4; break;
+    case 0:
+      if (!pb_varint(&p, end, &v)) return 1;
+      break;
+    case 1:
+      if (end - p < 8) return 1;
+      p += 8;
+      break;
+    case 5:
+      if (end - p < 4) return 1;
+      p += 4;
+      break;
     case 2: {
       if (!pb_varint(&p, end, &v) || v > (uint64_t)(end - p)) return 1;
       const ProtobufCFieldDescriptor *f =
@@ -330,8 +348,11 @@ static bool name_char(char c) { return isalnum((unsigned char)c) || strchr("_.+-
 
 static void check_name(const ONode *at, const char *name, const char *what) {
   for (const char *c = name; *c; c++)
-    if (!name_char(*c)) imp_error(at, "the %s name has a '%c': colossalc's names (checkpoint keys) are letters, digits "
-                                      "and _ . + - /", what, isprint((unsigned char)*c) ? *c : '?');
+    if (!name_char(*c))
+      imp_error(at,
+                "the %s name has a '%c': colossalc's names (checkpoint keys) are letters, digits "
+                "and _ . + - /",
+                what, isprint((unsigned char)*c) ? *c : '?');
 }
 
 static int layer_index(Imp *m, const char *name, const char *group) {
@@ -353,7 +374,10 @@ static int node_layer(Imp *m, const char *name) {
   char path[256];
   size_t len = 0;
   for (const char *c = name; end && c < end;) {
-    if (*c == '/') { c++; continue; }
+    if (*c == '/') {
+      c++;
+      continue;
+    }
     const char *e = c, *dot = NULL;
     while (e < end && *e != '/') {
       if (!name_char(*e)) return -1; /* not a module path */
@@ -408,7 +432,10 @@ static Init param_init(const ONode *at, const Onnx__TensorProto *t, int64_t n) {
     same &= x == first;
     sum += x, sq += x * x;
   }
-  if (same) return first == 0 ? (Init){INIT_ZEROS, 0, 0} : first == 1 ? (Init){INIT_ONES, 0, 0} : (Init){INIT_CONSTANT, first, 0};
+  if (same)
+    return first == 0   ? (Init){INIT_ZEROS, 0, 0}
+           : first == 1 ? (Init){INIT_ONES, 0, 0}
+                        : (Init){INIT_CONSTANT, first, 0};
   double mean = sum / (double)n, var = sq / (double)n - mean * mean, std = sqrt(var > 0 ? var : 0);
   return isfinite(mean) && isfinite(std) ? (Init){INIT_NORMAL, std, mean} : (Init){INIT_NORMAL, 0.02, 0};
 }
@@ -450,7 +477,8 @@ static int64_t symbolic_dim(Imp *m, const ONode *at, const char *param) {
     if (strcmp(m->ov[i].name, param)) continue;
     char *end;
     long long v = strtoll(m->ov[i].value, &end, 10);
-    if (*end || v <= 0 || v > MAX_NUMEL) imp_error(at, "--set %s=%s: a dimension must be a positive integer", param, m->ov[i].value);
+    if (*end || v <= 0 || v > MAX_NUMEL)
+      imp_error(at, "--set %s=%s: a dimension must be a positive integer", param, m->ov[i].value);
     m->ov[i].used = true;
     return v;
   }
@@ -479,9 +507,11 @@ static void read_input(Imp *m, const Onnx__ValueInfoProto *vi) {
   for (int i = 0; i < n->shape.ndim; i++) {
     const Onnx__TensorShapeProto__Dimension *d = sp->dim[i];
     int64_t v = d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ? d->dim_value
-                : d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ? symbolic_dim(m, at, str(d->dim_param))
-                                                                                       : -1;
-    if (v <= 0 || v > MAX_NUMEL) imp_error(at, "dimension %d has no size (or a bad one): export with fixed shapes, or name it", i);
+                : d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM
+                    ? symbolic_dim(m, at, str(d->dim_param))
+                    : -1;
+    if (v <= 0 || v > MAX_NUMEL)
+      imp_error(at, "dimension %d has no size (or a bad one): export with fixed shapes, or name it", i);
     n->shape.d[i] = v;
   }
   if (shape_numel(&n->shape) > MAX_NUMEL) imp_error(at, "the input is too large");
@@ -500,8 +530,10 @@ static void check_overrides(Imp *m) {
       if (n->op == OP_INPUT) same = n->shape.ndim && n->shape.d[0] == strtoll(o->value, NULL, 10);
     }
     if (!same && !strcmp(o->name, "batch"))
-      file_error(m, "--set batch=%s: the file's batch is fixed; export with dynamic_axes={0: 'batch'} on the inputs to "
-                 "change it", o->value);
+      file_error(m,
+                 "--set batch=%s: the file's batch is fixed; export with dynamic_axes={0: 'batch'} on the inputs to "
+                 "change it",
+                 o->value);
     if (!same) file_error(m, "--set %s: the ONNX file has no symbolic dimension '%s'", o->name, o->name);
     o->used = true;
   }
@@ -516,11 +548,13 @@ static ONode *node_new(Imp *m, const Onnx__NodeProto *p, size_t index) {
   n->op = str(p->op_type);
   n->opset = m->opset;
   const char *name = str(p->name);
-  n->loc = loc_named(m, *name ? arena_printf(m->a, "node '%s' (%s, opset %d)", shown(m->a, name), shown(m->a, n->op), n->opset)
-                              : arena_printf(m->a, "node %zu (%s, opset %d)", index, shown(m->a, n->op), n->opset));
+  n->loc = loc_named(
+      m, *name ? arena_printf(m->a, "node '%s' (%s, opset %d)", shown(m->a, name), shown(m->a, n->op), n->opset)
+               : arena_printf(m->a, "node %zu (%s, opset %d)", index, shown(m->a, n->op), n->opset));
   n->layer = node_layer(m, name);
   if (*str(p->domain) && strcmp(p->domain, "ai.onnx"))
-    imp_error(n, "the op's domain '%s' is not supported: colossalc imports the default ONNX domain", shown(m->a, p->domain));
+    imp_error(n, "the op's domain '%s' is not supported: colossalc imports the default ONNX domain",
+              shown(m->a, p->domain));
   n->nin = (int)p->n_input;
   n->nout = (int)p->n_output;
   if (p->n_input > (1 << 16) || p->n_output > (1 << 16)) imp_error(n, "too many inputs or outputs");
@@ -530,8 +564,10 @@ static ONode *node_new(Imp *m, const Onnx__NodeProto *p, size_t index) {
     if (!*p->input[i]) continue;
     n->in[i] = strmap_get(&m->vals, p->input[i]);
     if (!n->in[i])
-      imp_error(n, "input %d, '%s', is not defined before the node (the graph is not in topological order, or the "
-                "value does not exist)", i + 1, shown(m->a, p->input[i]));
+      imp_error(n,
+                "input %d, '%s', is not defined before the node (the graph is not in topological order, or the "
+                "value does not exist)",
+                i + 1, shown(m->a, p->input[i]));
   }
   return n;
 }

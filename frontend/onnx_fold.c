@@ -24,7 +24,8 @@ static bool ot_is_int(int t) {
 }
 
 OTensor *ot_new(Imp *m, const ONode *at, int type, const Shape *s) {
-  if (!ot_is_float(type) && !ot_is_int(type)) imp_error(at, "constants of ONNX element type %d are not supported", type);
+  if (!ot_is_float(type) && !ot_is_int(type))
+    imp_error(at, "constants of ONNX element type %d are not supported", type);
   int64_t n = 1;
   for (int i = 0; i < s->ndim; i++) {
     if (s->d[i] < 0) imp_error(at, "a constant with a negative dimension");
@@ -40,11 +41,15 @@ OTensor *ot_new(Imp *m, const ONode *at, int type, const Shape *s) {
 }
 
 static double round_to(int type, double v) {
-  return type == OT_FLOAT ? interp_round(v, DT_F32) : type == OT_FLOAT16 ? interp_round(v, DT_F16)
-         : type == OT_BFLOAT16 ? interp_round(v, DT_BF16) : v;
+  return type == OT_FLOAT      ? interp_round(v, DT_F32)
+         : type == OT_FLOAT16  ? interp_round(v, DT_F16)
+         : type == OT_BFLOAT16 ? interp_round(v, DT_BF16)
+                               : v;
 }
 
-static int64_t to_int64(double v) { return v != v ? 0 : v >= 9.2e18 ? INT64_MAX : v <= -9.2e18 ? INT64_MIN : (int64_t)v; }
+static int64_t to_int64(double v) {
+  return v != v ? 0 : v >= 9.2e18 ? INT64_MAX : v <= -9.2e18 ? INT64_MIN : (int64_t)v;
+}
 
 static int64_t wrap_int(int type, int64_t v) {
   switch (type) {
@@ -107,9 +112,16 @@ static double half_bits(int type, uint16_t h) {
 
 static int elem_bytes(int type) {
   switch (type) {
-  case OT_INT8: case OT_UINT8: case OT_BOOL: return 1;
-  case OT_INT16: case OT_UINT16: case OT_FLOAT16: case OT_BFLOAT16: return 2;
-  case OT_INT32: case OT_UINT32: case OT_FLOAT: return 4;
+  case OT_INT8:
+  case OT_UINT8:
+  case OT_BOOL: return 1;
+  case OT_INT16:
+  case OT_UINT16:
+  case OT_FLOAT16:
+  case OT_BFLOAT16: return 2;
+  case OT_INT32:
+  case OT_UINT32:
+  case OT_FLOAT: return 4;
   default: return 8;
   }
 }
@@ -119,9 +131,19 @@ static double raw_at(int type, const uint8_t *p) {
   uint64_t u = 0;
   memcpy(&u, p, elem_bytes(type));
   switch (type) {
-  case OT_FLOAT: { float f; uint32_t w = (uint32_t)u; memcpy(&f, &w, 4); return f; }
-  case OT_DOUBLE: { double d; memcpy(&d, &u, 8); return d; }
-  case OT_FLOAT16: case OT_BFLOAT16: return half_bits(type, (uint16_t)u);
+  case OT_FLOAT: {
+    float f;
+    uint32_t w = (uint32_t)u;
+    memcpy(&f, &w, 4);
+    return f;
+  }
+  case OT_DOUBLE: {
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+  }
+  case OT_FLOAT16:
+  case OT_BFLOAT16: return half_bits(type, (uint16_t)u);
   case OT_INT8: return (int8_t)u;
   case OT_INT16: return (int16_t)u;
   case OT_INT32: return (int32_t)u;
@@ -142,15 +164,18 @@ OTensor *ot_from_proto(Imp *m, const ONode *at, const Onnx__TensorProto *p) {
   if (!p->has_data_type || p->data_type == OT_STRING) imp_error(at, "a tensor without a numeric element type");
   if (p->has_data_location && p->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
     imp_error(at, "a tensor stored outside the file (external data)");
-  if (p->n_dims > MAX_DIMS) imp_error(at, "a constant of %zu dimensions; at most %d are supported", p->n_dims, MAX_DIMS);
+  if (p->n_dims > MAX_DIMS)
+    imp_error(at, "a constant of %zu dimensions; at most %d are supported", p->n_dims, MAX_DIMS);
   Shape s = {(int)p->n_dims, {0}};
   for (int i = 0; i < s.ndim; i++) s.d[i] = p->dims[i];
   OTensor *t = ot_new(m, at, p->data_type, &s);
   int type = t->type;
-  size_t have = p->has_raw_data ? p->raw_data.len / elem_bytes(type)
-                : type == OT_FLOAT ? p->n_float_data : type == OT_DOUBLE ? p->n_double_data
-                : type == OT_INT64 ? p->n_int64_data : type == OT_UINT32 || type == OT_UINT64 ? p->n_uint64_data
-                : p->n_int32_data;
+  size_t have = p->has_raw_data                          ? p->raw_data.len / elem_bytes(type)
+                : type == OT_FLOAT                       ? p->n_float_data
+                : type == OT_DOUBLE                      ? p->n_double_data
+                : type == OT_INT64                       ? p->n_int64_data
+                : type == OT_UINT32 || type == OT_UINT64 ? p->n_uint64_data
+                                                         : p->n_int32_data;
   if (have != (size_t)t->n || (p->has_raw_data && p->raw_data.len != (size_t)t->n * elem_bytes(type)))
     imp_error(at, "a constant holds %zu values for %lld elements", have, (long long)t->n);
   for (int64_t k = 0; k < t->n; k++) {
@@ -192,14 +217,19 @@ void shape_reshape(const ONode *n, const Shape *in, const int64_t *spec, int k, 
   out->ndim = k;
   for (int i = 0; i < k; i++) {
     int64_t v = spec[i] == 0 && !allowzero ? (i < in->ndim ? in->d[i] : -2) : spec[i];
-    if (v == -1 && infer < 0) { infer = i; continue; }
+    if (v == -1 && infer < 0) {
+      infer = i;
+      continue;
+    }
     if (v < 0 || v > MAX_NUMEL) imp_error(n, "bad dimension %lld in the new shape", (long long)spec[i]);
     if (v && known > MAX_NUMEL / v) imp_error(n, "the new shape is too large");
     known *= v;
     out->d[i] = v;
   }
   if (infer >= 0) {
-    if (!known || total % known) imp_error(n, "cannot infer the -1 dimension: %lld elements do not divide by %lld", (long long)total, (long long)known);
+    if (!known || total % known)
+      imp_error(n, "cannot infer the -1 dimension: %lld elements do not divide by %lld", (long long)total,
+                (long long)known);
     out->d[infer] = total / known;
     known = total;
   }
@@ -255,11 +285,13 @@ void slice_ranges(const ONode *n, const Shape *in, SliceAx *r) {
   int k, ka = -1, ks = -1;
   if (n->opset < 10) {
     k = attr_ints(n, "starts", st, MAX_DIMS);
-    if (k < 0 || attr_ints(n, "ends", en, MAX_DIMS) != k) imp_error(n, "starts and ends must be given, as many of each");
+    if (k < 0 || attr_ints(n, "ends", en, MAX_DIMS) != k)
+      imp_error(n, "starts and ends must be given, as many of each");
     ka = attr_ints(n, "axes", ax, MAX_DIMS);
   } else {
     k = (int)ot_ints(n, need_const(n, 1, "starts"), st, MAX_DIMS, "starts");
-    if (ot_ints(n, need_const(n, 2, "ends"), en, MAX_DIMS, "ends") != k) imp_error(n, "starts and ends differ in length");
+    if (ot_ints(n, need_const(n, 2, "ends"), en, MAX_DIMS, "ends") != k)
+      imp_error(n, "starts and ends differ in length");
     if (n->nin > 3 && n->in[3]) ka = (int)ot_ints(n, need_const(n, 3, "axes"), ax, MAX_DIMS, "axes");
     if (n->nin > 4 && n->in[4]) ks = (int)ot_ints(n, need_const(n, 4, "steps"), sp, MAX_DIMS, "steps");
   }
@@ -287,7 +319,8 @@ void slice_ranges(const ONode *n, const Shape *in, SliceAx *r) {
  * parts (the last one smaller, opset 18). Returns the number of parts. */
 int split_sizes(const ONode *n, const Shape *in, int axis, int64_t *sizes) {
   int k = -1;
-  if (n->opset >= 13 && n->nin > 1 && n->in[1]) k = (int)ot_ints(n, need_const(n, 1, "split"), sizes, MAX_SPLIT, "split");
+  if (n->opset >= 13 && n->nin > 1 && n->in[1])
+    k = (int)ot_ints(n, need_const(n, 1, "split"), sizes, MAX_SPLIT, "split");
   else if (n->opset < 13) k = attr_ints(n, "split", sizes, MAX_SPLIT);
   int64_t dim = in->d[axis], sum = 0;
   if (k < 0) {
@@ -319,9 +352,39 @@ void transpose_perm(const ONode *n, int ndim, int64_t *perm) {
   }
 }
 
-typedef enum { EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_POW, EW_MIN, EW_MAX, EW_EQ, EW_LT, EW_GT, EW_LE, EW_GE, EW_AND, EW_OR,
-               EW_XOR, EW_NEG, EW_SQRT, EW_RECIP, EW_EXP, EW_LOG, EW_COS, EW_SIN, EW_ABS, EW_FLOOR, EW_CEIL, EW_NOT,
-               EW_ERF, EW_TANH, EW_SIGMOID, EW_RELU, EW_COUNT } EwOp;
+typedef enum {
+  EW_ADD,
+  EW_SUB,
+  EW_MUL,
+  EW_DIV,
+  EW_POW,
+  EW_MIN,
+  EW_MAX,
+  EW_EQ,
+  EW_LT,
+  EW_GT,
+  EW_LE,
+  EW_GE,
+  EW_AND,
+  EW_OR,
+  EW_XOR,
+  EW_NEG,
+  EW_SQRT,
+  EW_RECIP,
+  EW_EXP,
+  EW_LOG,
+  EW_COS,
+  EW_SIN,
+  EW_ABS,
+  EW_FLOOR,
+  EW_CEIL,
+  EW_NOT,
+  EW_ERF,
+  EW_TANH,
+  EW_SIGMOID,
+  EW_RELU,
+  EW_COUNT
+} EwOp;
 static int64_t ew_int(const ONode *n, EwOp op, int64_t a, int64_t b);
 
 /* ---- folding ----------------------------------------------------------------------------- */
@@ -395,7 +458,12 @@ static void fold_shape(Imp *m, ONode *n) {
   }
   int64_t start = attr_i(n, "start", 0), end = attr_i(n, "end", in->ndim);
   start = start < 0 ? start + in->ndim : start, end = end < 0 ? end + in->ndim : end;
-  start = start < 0 ? 0 : start > in->ndim ? in->ndim : start, end = end < start ? start : end > in->ndim ? in->ndim : end;
+  start = start < 0          ? 0
+          : start > in->ndim ? in->ndim
+                             : start,
+  end = end < start      ? start
+        : end > in->ndim ? in->ndim
+                         : end;
   Shape s = {1, {end - start}};
   OTensor *t = ot_new(m, n, OT_INT64, &s);
   for (int64_t k = start; k < end; k++) t->i[k - start] = in->d[k];
@@ -487,7 +555,8 @@ static void fold_gather(Imp *m, ONode *n) {
   for (int64_t k = 0; k < t->n; k++) {
     int64_t in = k % inner, j = (k / inner) % (ix->n ? ix->n : 1), o = k / inner / (ix->n ? ix->n : 1);
     int64_t at = ix->i[j] < 0 ? ix->i[j] + dim : ix->i[j];
-    if (at < 0 || at >= dim) imp_error(n, "index %lld is out of range for an axis of %lld", (long long)ix->i[j], (long long)dim);
+    if (at < 0 || at >= dim)
+      imp_error(n, "index %lld is out of range for an axis of %lld", (long long)ix->i[j], (long long)dim);
     int64_t src = (o * dim + at) * inner + in;
     copy_elem(t, k, x, src);
   }
@@ -599,10 +668,11 @@ static void fold_split(Imp *m, ONode *n) {
 
 /* ---- elementwise ------------------------------------------------------------------ */
 
-static const char *const ew_names[EW_COUNT] = {
-  "Add", "Sub", "Mul", "Div", "Pow", "Min", "Max", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And",
-  "Or", "Xor", "Neg", "Sqrt", "Reciprocal", "Exp", "Log", "Cos", "Sin", "Abs", "Floor", "Ceil", "Not", "Erf", "Tanh",
-  "Sigmoid", "Relu"};
+static const char *const ew_names[EW_COUNT] = {"Add",  "Sub",   "Mul",  "Div",     "Pow",         "Min",
+                                               "Max",  "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+                                               "And",  "Or",    "Xor",  "Neg",     "Sqrt",        "Reciprocal",
+                                               "Exp",  "Log",   "Cos",  "Sin",     "Abs",         "Floor",
+                                               "Ceil", "Not",   "Erf",  "Tanh",    "Sigmoid",     "Relu"};
 
 static int ew_of(const char *op) {
   for (int i = 0; i < EW_COUNT; i++)
@@ -635,9 +705,15 @@ static double ew_unary(EwOp op, double x) {
 static int64_t ew_int(const ONode *n, EwOp op, int64_t a, int64_t b) {
   int64_t r;
   switch ((int)op) { /* (the others are not this kind of op) */
-  case EW_ADD: if (__builtin_add_overflow(a, b, &r)) imp_error(n, "integer overflow"); return r;
-  case EW_SUB: if (__builtin_sub_overflow(a, b, &r)) imp_error(n, "integer overflow"); return r;
-  case EW_MUL: if (__builtin_mul_overflow(a, b, &r)) imp_error(n, "integer overflow"); return r;
+  case EW_ADD:
+    if (__builtin_add_overflow(a, b, &r)) imp_error(n, "integer overflow");
+    return r;
+  case EW_SUB:
+    if (__builtin_sub_overflow(a, b, &r)) imp_error(n, "integer overflow");
+    return r;
+  case EW_MUL:
+    if (__builtin_mul_overflow(a, b, &r)) imp_error(n, "integer overflow");
+    return r;
   case EW_DIV:
     if (!b || (a == INT64_MIN && b == -1)) imp_error(n, "integer division by zero (or overflow)");
     return a / b;
@@ -718,14 +794,21 @@ static void fold_where(Imp *m, ONode *n) {
 }
 
 /* Folders by op type. any_input: computed from the input's shape, whatever its kind. */
-static const struct { const char *op; void (*fn)(Imp *, ONode *); bool any_input; } folds[] = {
-  {"Constant", fold_constant, true}, {"Shape", fold_shape, true}, {"Size", fold_shape, true},
-  {"ConstantOfShape", fold_constant_of_shape, false}, {"Identity", fold_identity, false}, {"Cast", fold_cast, false},
-  {"Reshape", fold_reshape, false}, {"Unsqueeze", fold_reshape, false}, {"Squeeze", fold_reshape, false},
-  {"Flatten", fold_reshape, false}, {"Concat", fold_concat, false}, {"Gather", fold_gather, false},
-  {"Slice", fold_slice, false}, {"Transpose", fold_transpose, false}, {"Expand", fold_expand, false},
-  {"Range", fold_range, false}, {"Trilu", fold_trilu, false}, {"Split", fold_split, false},
-  {"Where", fold_where, false},
+static const struct {
+  const char *op;
+  void (*fn)(Imp *, ONode *);
+  bool any_input;
+} folds[] = {
+    {"Constant", fold_constant, true},  {"Shape", fold_shape, true},
+    {"Size", fold_shape, true},         {"ConstantOfShape", fold_constant_of_shape, false},
+    {"Identity", fold_identity, false}, {"Cast", fold_cast, false},
+    {"Reshape", fold_reshape, false},   {"Unsqueeze", fold_reshape, false},
+    {"Squeeze", fold_reshape, false},   {"Flatten", fold_reshape, false},
+    {"Concat", fold_concat, false},     {"Gather", fold_gather, false},
+    {"Slice", fold_slice, false},       {"Transpose", fold_transpose, false},
+    {"Expand", fold_expand, false},     {"Range", fold_range, false},
+    {"Trilu", fold_trilu, false},       {"Split", fold_split, false},
+    {"Where", fold_where, false},
 };
 
 bool fold_node(Imp *m, ONode *n) {

@@ -22,17 +22,31 @@
 #include "third_party/onnx/onnx.pb-c.h"
 
 /* ONNX TensorProto.DataType values */
-enum { OT_FLOAT = 1, OT_UINT8 = 2, OT_INT8 = 3, OT_UINT16 = 4, OT_INT16 = 5, OT_INT32 = 6, OT_INT64 = 7, OT_STRING = 8,
-       OT_BOOL = 9, OT_FLOAT16 = 10, OT_DOUBLE = 11, OT_UINT32 = 12, OT_UINT64 = 13, OT_BFLOAT16 = 16 };
+enum {
+  OT_FLOAT = 1,
+  OT_UINT8 = 2,
+  OT_INT8 = 3,
+  OT_UINT16 = 4,
+  OT_INT16 = 5,
+  OT_INT32 = 6,
+  OT_INT64 = 7,
+  OT_STRING = 8,
+  OT_BOOL = 9,
+  OT_FLOAT16 = 10,
+  OT_DOUBLE = 11,
+  OT_UINT32 = 12,
+  OT_UINT64 = 13,
+  OT_BFLOAT16 = 16
+};
 
 /* A constant tensor: float types hold doubles (rounded to their type), the others
  * (integers, bool) int64s. */
 typedef struct OTensor {
-  int type;        /* OT_* */
+  int type; /* OT_* */
   Shape shape;
-  int64_t n;       /* elements */
-  double *f;       /* [n] float types */
-  int64_t *i;      /* [n] integer and bool types */
+  int64_t n;  /* elements */
+  double *f;  /* [n] float types */
+  int64_t *i; /* [n] integer and bool types */
 } OTensor;
 
 typedef enum { OV_CONST, OV_PARAM, OV_NODE, OV_DEFER, OV_UNSUPPORTED } OValKind;
@@ -41,25 +55,25 @@ typedef struct ONode ONode;
 typedef struct OVal {
   const char *name;
   OValKind kind;
-  OTensor *c;      /* OV_CONST */
-  Node *node;      /* OV_NODE; OV_PARAM and OV_DEFER once made */
-  ONode *def;      /* the node that computed it; NULL for graph inputs and initialisers */
-  int out;         /* which output of def */
-  DType dtype;     /* OV_PARAM, OV_NODE, OV_DEFER */
-  Shape shape;     /* OV_PARAM, OV_NODE, OV_DEFER */
-  Init init;       /* OV_PARAM: like the exporter's values (constant, or their mean and spread) */
+  OTensor *c;  /* OV_CONST */
+  Node *node;  /* OV_NODE; OV_PARAM and OV_DEFER once made */
+  ONode *def;  /* the node that computed it; NULL for graph inputs and initialisers */
+  int out;     /* which output of def */
+  DType dtype; /* OV_PARAM, OV_NODE, OV_DEFER */
+  Shape shape; /* OV_PARAM, OV_NODE, OV_DEFER */
+  Init init;   /* OV_PARAM: like the exporter's values (constant, or their mean and spread) */
 } OVal;
 
 struct ONode {
   Arena *a;
   const Onnx__NodeProto *p;
-  const char *op;  /* op_type */
-  int opset;       /* of the default domain */
+  const char *op; /* op_type */
+  int opset;      /* of the default domain */
   int nin, nout;
-  OVal **in;       /* [nin]; NULL where an optional input is left out */
-  OVal **out;      /* [nout] */
-  SrcLoc loc;      /* names the file and the node: "m.onnx: node '/h.0/attn/MatMul' (MatMul, opset 14)" */
-  int layer;       /* from the node's name (/h.0/...), or -1 */
+  OVal **in;  /* [nin]; NULL where an optional input is left out */
+  OVal **out; /* [nout] */
+  SrcLoc loc; /* names the file and the node: "m.onnx: node '/h.0/attn/MatMul' (MatMul, opset 14)" */
+  int layer;  /* from the node's name (/h.0/...), or -1 */
 };
 
 typedef struct Imp {
@@ -67,13 +81,13 @@ typedef struct Imp {
   Graph *g;
   const char *path;
   int opset;
-  StrMap vals;     /* value name -> OVal */
-  StrMap layers;   /* layer name -> index + 1 */
-  StrMap groups;   /* layer group name -> index + 1 */
+  StrMap vals;   /* value name -> OVal */
+  StrMap layers; /* layer name -> index + 1 */
+  StrMap groups; /* layer group name -> index + 1 */
   int ngroups;
-  int64_t folded;  /* constant elements made so far (bounded) */
-  int depth;       /* nested materialisations (bounded) */
-  ONode *cur;      /* the node being imported: parameters made for it take its layer */
+  int64_t folded; /* constant elements made so far (bounded) */
+  int depth;      /* nested materialisations (bounded) */
+  ONode *cur;     /* the node being imported: parameters made for it take its layer */
   ConfigOverride *ov;
   int nov;
 } Imp;
@@ -84,9 +98,9 @@ OVal *ov_new(Imp *m, ONode *def, OValKind kind);
 OVal *ov_const(Imp *m, ONode *def, OTensor *c);
 OVal *ov_of_node(Imp *m, ONode *def, Node *node);
 OVal *ov_defer(Imp *m, ONode *def, DType dtype, const Shape *shape);
-Node *ov_node(Imp *m, OVal *v);              /* the IR node of a value, made if need be; refuses what it cannot make */
+Node *ov_node(Imp *m, OVal *v); /* the IR node of a value, made if need be; refuses what it cannot make */
 const Shape *ov_shape(const OVal *v);
-bool ov_is(const OVal *v, const char *op);   /* v computed by an ONNX op of that type */
+bool ov_is(const OVal *v, const char *op);                              /* v computed by an ONNX op of that type */
 Node *imp_node(Imp *m, const ONode *at, OpKind op, Node **in, int nin); /* not yet inferred */
 Node *imp_op1(Imp *m, const ONode *at, OpKind op, Node *x);
 Node *imp_op2(Imp *m, const ONode *at, OpKind op, Node *x, Node *y);
@@ -114,33 +128,39 @@ OTensor *ot_new(Imp *m, const ONode *at, int type, const Shape *s);
 OTensor *ot_from_proto(Imp *m, const ONode *at, const Onnx__TensorProto *t);
 bool ot_is_float(int type);
 double ot_get(const OTensor *t, int64_t k);
-bool ot_uniform(const OTensor *t, double *v);          /* every element equal (and at least one) */
-int64_t ot_ints(const ONode *n, const OTensor *t, int64_t *v, int max, const char *what); /* a 1-D (or scalar) int list */
+bool ot_uniform(const OTensor *t, double *v); /* every element equal (and at least one) */
+int64_t ot_ints(const ONode *n, const OTensor *t, int64_t *v, int max,
+                const char *what); /* a 1-D (or scalar) int list */
 const OTensor *need_const(const ONode *n, int i, const char *what);
-bool fold_node(Imp *m, ONode *n);                      /* computed n's outputs from its constant inputs */
-int ew_arity(const char *op);                          /* an elementwise op's inputs (1 or 2), 0 for another op */
-double ew_apply(const char *op, double a, double b);   /* an elementwise op on doubles (b unused by unary ones) */
+bool fold_node(Imp *m, ONode *n);                    /* computed n's outputs from its constant inputs */
+int ew_arity(const char *op);                        /* an elementwise op's inputs (1 or 2), 0 for another op */
+double ew_apply(const char *op, double a, double b); /* an elementwise op on doubles (b unused by unary ones) */
 int norm_axis(const ONode *n, int64_t axis, int ndim);
 /* shape rules shared by constants and run-time values */
 enum { MAX_SPLIT = 1024 };
-typedef struct SliceAx { int64_t start, step, count; } SliceAx;
+typedef struct SliceAx {
+  int64_t start, step, count;
+} SliceAx;
 void shape_reshape(const ONode *n, const Shape *in, const int64_t *spec, int k, bool allowzero, Shape *out);
 int node_axes(const ONode *n, int input, int since, int64_t *axes); /* -1: none given */
 void shape_unsqueeze(const ONode *n, const Shape *in, const int64_t *axes, int k, Shape *out);
-void shape_squeeze(const ONode *n, const Shape *in, const int64_t *axes, int k, Shape *out); /* k < 0: every axis of 1 */
+void shape_squeeze(const ONode *n, const Shape *in, const int64_t *axes, int k,
+                   Shape *out); /* k < 0: every axis of 1 */
 void shape_flatten(const ONode *n, const Shape *in, Shape *out);
-void slice_ranges(const ONode *n, const Shape *in, SliceAx *r);                        /* [in->ndim] */
-int split_sizes(const ONode *n, const Shape *in, int axis, int64_t *sizes);           /* [MAX_SPLIT] */
+void slice_ranges(const ONode *n, const Shape *in, SliceAx *r);             /* [in->ndim] */
+int split_sizes(const ONode *n, const Shape *in, int axis, int64_t *sizes); /* [MAX_SPLIT] */
 void transpose_perm(const ONode *n, int ndim, int64_t *perm);
 
 /* onnx_ops.c: the ops on values computed at run time */
 typedef void (*ImportFn)(Imp *m, ONode *n);
 ImportFn import_fn(const char *op);
-Node *lower_defer(Imp *m, OVal *v);                     /* an OV_DEFER op by op, or refused */
+Node *lower_defer(Imp *m, OVal *v); /* an OV_DEFER op by op, or refused */
 
 /* onnx_match.c: patterns */
-Node *match_defer(Imp *m, OVal *v);                     /* an OV_DEFER that is one IR op (GELU, norms, SiLU, rotary), or NULL */
-bool match_causal(Imp *m, OVal *v, OVal **scores);      /* v = scores with a causal mask (added, or by Where) */
-Node *match_attention(Imp *m, ONode *n, const Shape *out); /* n, a Reshape to out, ends an attention block: the IR attention op, or NULL */
+Node *match_defer(Imp *m, OVal *v); /* an OV_DEFER that is one IR op (GELU, norms, SiLU, rotary), or NULL */
+bool match_causal(Imp *m, OVal *v, OVal **scores); /* v = scores with a causal mask (added, or by Where) */
+Node *
+match_attention(Imp *m, ONode *n,
+                const Shape *out); /* n, a Reshape to out, ends an attention block: the IR attention op, or NULL */
 
 #endif

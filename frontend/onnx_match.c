@@ -73,8 +73,8 @@ static int arguments_of(OVal *v, OVal **seen) {
 
 /* Whether v, a function of x alone, equals f (on points that tell the activations apart). */
 static bool equals(const OVal *v, const OVal *x, double (*f)(double)) {
-  static const double xs[] = {-6, -4, -3, -2.5, -2, -1.5, -1, -0.75, -0.5, -0.25, -0.1, 0,
-                              0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 6};
+  static const double xs[] = {-6,  -4,   -3,  -2.5, -2, -1.5, -1, -0.75, -0.5, -0.25, -0.1, 0,
+                              0.1, 0.25, 0.5, 0.75, 1,  1.5,  2,  2.5,   3,    4,     6};
   for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) {
     double want = f(xs[i]);
     if (!(fabs(eval_at(v, x, xs[i]) - want) <= 1e-5 * (1 + fabs(want)))) return false;
@@ -84,8 +84,10 @@ static bool equals(const OVal *v, const OVal *x, double (*f)(double)) {
 
 /* v = f(x) for an activation f, x the nearest tensor v is a function of that makes it one. */
 static Node *match_activation(Imp *m, OVal *v) {
-  static const struct { OpKind op; double (*f)(double); } acts[] = {
-    {OP_GELU_ERF, gelu_erf_f}, {OP_GELU, gelu_tanh_f}, {OP_SILU, silu_f}, {OP_RELU, relu_f}};
+  static const struct {
+    OpKind op;
+    double (*f)(double);
+  } acts[] = {{OP_GELU_ERF, gelu_erf_f}, {OP_GELU, gelu_tanh_f}, {OP_SILU, silu_f}, {OP_RELU, relu_f}};
   OVal *seen[MAX_CANDIDATES];
   int n = arguments_of(v, seen);
   for (int i = 1; i < n; i++) {
@@ -100,8 +102,15 @@ static Node *match_activation(Imp *m, OVal *v) {
 
 /* ---- products: normalisations ------------------------------------------------------------ */
 
-typedef struct Factor { OVal *base; double pow; } Factor;
-typedef struct Product { Factor f[MAX_FACTORS]; int n; double coef; } Product;
+typedef struct Factor {
+  OVal *base;
+  double pow;
+} Factor;
+typedef struct Product {
+  Factor f[MAX_FACTORS];
+  int n;
+  double coef;
+} Product;
 
 /* v^p as factors and a coefficient, through Mul, Div, Reciprocal, Sqrt, Neg and Pow by
  * a constant; stop (if any) is kept whole, and so is a constant tensor. */
@@ -183,7 +192,8 @@ static OVal *scaled_by(OVal *p, OVal *x, OVal *a) {
   const Shape *xs = ov_shape(x);
   bool has_x = false;
   for (int i = 0; i < 3; i++) has_x |= pr.f[i].base == x && fabs(pr.f[i].pow - 1) < 1e-9;
-  if (!w || !has_x || w->kind == OV_CONST || ov_shape(w)->ndim != 1 || ov_shape(w)->d[0] != xs->d[xs->ndim - 1]) return NULL;
+  if (!w || !has_x || w->kind == OV_CONST || ov_shape(w)->ndim != 1 || ov_shape(w)->d[0] != xs->d[xs->ndim - 1])
+    return NULL;
   return w;
 }
 
@@ -252,7 +262,8 @@ static OVal *rotate_half_of(OVal *r) {
 static bool table_layout(const OTensor *t, const Shape *xs) {
   int nd = xs->ndim;
   Shape b;
-  if (!ot_is_float(t->type) || t->shape.ndim < 2 || t->shape.ndim > nd || !shape_broadcast(&t->shape, xs, &b) || !shape_eq(&b, xs))
+  if (!ot_is_float(t->type) || t->shape.ndim < 2 || t->shape.ndim > nd || !shape_broadcast(&t->shape, xs, &b) ||
+      !shape_eq(&b, xs))
     return false;
   for (int d = 0; d < t->shape.ndim - 2; d++)
     if (t->shape.d[d] != 1) return false;
@@ -297,7 +308,8 @@ static bool rotary_parts(OVal *v, OVal **x, double *theta) {
     for (int i = 0; i < 2; i++)
       if (p1.f[i].pow == 1 && p1.f[i].base->kind == OV_CONST) cos = p1.f[i].base;
     bool has_x = (p1.f[0].base == X && p1.f[0].pow == 1) || (p1.f[1].base == X && p1.f[1].pow == 1);
-    if (!cos || !has_x || !shape_eq(ov_shape(X), &v->shape) || !rotary_tables(cos->c, sin->c, ov_shape(X), theta)) continue;
+    if (!cos || !has_x || !shape_eq(ov_shape(X), &v->shape) || !rotary_tables(cos->c, sin->c, ov_shape(X), theta))
+      continue;
     *x = X;
     return true;
   }
@@ -330,7 +342,9 @@ Node *match_defer(Imp *m, OVal *v) {
 /* ---- causal masks ------------------------------------------------------------------------- */
 
 /* mask (added, or Where's condition) at row i, column j of the last two axes */
-static double mask_at(const OTensor *t, int64_t i, int64_t j) { return ot_get(t, i * t->shape.d[t->shape.ndim - 1] + j); }
+static double mask_at(const OTensor *t, int64_t i, int64_t j) {
+  return ot_get(t, i * t->shape.d[t->shape.ndim - 1] + j);
+}
 
 bool match_causal(Imp *m, OVal *v, OVal **scores) {
   if (!v || v->kind != OV_DEFER || !v->def) return false;

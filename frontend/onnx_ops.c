@@ -36,8 +36,11 @@ static bool scalar_like(const OVal *c, const Shape *other, double *v) {
 }
 
 static OpKind binary_kind(const char *op) {
-  return !strcmp(op, "Add") ? OP_ADD : !strcmp(op, "Sub") ? OP_SUB : !strcmp(op, "Mul") ? OP_MUL
-         : !strcmp(op, "Div") ? OP_DIV : OP_COUNT;
+  return !strcmp(op, "Add")   ? OP_ADD
+         : !strcmp(op, "Sub") ? OP_SUB
+         : !strcmp(op, "Mul") ? OP_MUL
+         : !strcmp(op, "Div") ? OP_DIV
+                              : OP_COUNT;
 }
 
 /* a op b as IR nodes, a scalar-like constant on either side becoming a const */
@@ -52,7 +55,8 @@ static Node *binary_node(Imp *m, const ONode *at, OpKind op, OVal *a, OVal *b) {
 }
 
 static void need_float_val(const ONode *n, const OVal *v) {
-  if (v->kind != OV_CONST && !dtype_is_float(v->dtype)) imp_error(n, "needs a floating-point input, got %s", dtype_name(v->dtype));
+  if (v->kind != OV_CONST && !dtype_is_float(v->dtype))
+    imp_error(n, "needs a floating-point input, got %s", dtype_name(v->dtype));
 }
 
 /* ---- elementwise ------------------------------------------------------------------- */
@@ -123,7 +127,8 @@ static void import_softmax(Imp *m, ONode *n) {
   Node *xn = ov_node(m, s);
   int nd = xn->shape.ndim, a = norm_axis(n, attr_i(n, "axis", n->opset >= 13 ? -1 : 1), nd);
   if (n->opset < 13 && a != nd - 1)
-    imp_error(n, "before opset 13 Softmax works on the axes from %d on, flattened: supported over the last axis only", a);
+    imp_error(n, "before opset 13 Softmax works on the axes from %d on, flattened: supported over the last axis only",
+              a);
   Node *r = imp_node(m, n, OP_SOFTMAX, &xn, 1);
   ir_set_int(r, "axis", a == nd - 1 ? -1 : a);
   ir_set_int(r, "causal", causal);
@@ -233,7 +238,8 @@ static void import_reshape(Imp *m, ONode *n) {
   Shape s;
   int64_t v[MAX_DIMS];
   if (!strcmp(n->op, "Reshape"))
-    shape_reshape(n, xs, v, (int)ot_ints(n, need_const(n, 1, "the shape"), v, MAX_DIMS, "the shape"), attr_i(n, "allowzero", 0), &s);
+    shape_reshape(n, xs, v, (int)ot_ints(n, need_const(n, 1, "the shape"), v, MAX_DIMS, "the shape"),
+                  attr_i(n, "allowzero", 0), &s);
   else if (!strcmp(n->op, "Unsqueeze")) shape_unsqueeze(n, xs, v, node_axes(n, 1, 13, v), &s);
   else if (!strcmp(n->op, "Squeeze")) shape_squeeze(n, xs, v, node_axes(n, 1, 13, v), &s);
   else shape_flatten(n, xs, &s);
@@ -435,7 +441,8 @@ static Node *cross_entropy(Imp *m, ONode *n, OVal *x, bool classes_last, OVal *y
     OVal *y0 = y->def->in[0];
     Shape want = *ov_shape(y0);
     want.d[want.ndim++] = logits->shape.d[logits->shape.ndim - 1];
-    if (shape_numel(&want) == shape_numel(&logits->shape)) logits = imp_reshape(m, n, logits, &want), targets = ov_node(m, y0);
+    if (shape_numel(&want) == shape_numel(&logits->shape))
+      logits = imp_reshape(m, n, logits, &want), targets = ov_node(m, y0);
   }
   if (targets->dtype != DT_I32) imp_error(n, "the labels must be integers");
   Node *r = imp_op2(m, n, OP_CROSS_ENTROPY, logits, targets);
@@ -461,7 +468,8 @@ static void import_nll(Imp *m, ONode *n) {
   bool last = axis == nd - 1;
   if (flat) { /* LogSoftmax over the last axis of [..., C], flattened to [N, C] */
     const Shape *fs = ov_shape(lp);
-    if (!last || fs->ndim != 2 || fs->d[1] != ov_shape(x)->d[nd - 1]) imp_error(n, "the log-probabilities are reshaped across classes");
+    if (!last || fs->ndim != 2 || fs->d[1] != ov_shape(x)->d[nd - 1])
+      imp_error(n, "the log-probabilities are reshaped across classes");
     Node *xf = imp_reshape(m, n, ov_node(m, x), fs);
     Shape rows = *ov_shape(x);
     rows.ndim--;
@@ -490,38 +498,73 @@ Node *lower_defer(Imp *m, OVal *v) {
       if (x->kind == OV_CONST && !scalar_like(x, ov_shape(other), &c)) {
         char s[96];
         shape_format(s, sizeof s, &x->c->shape);
-        imp_error(d, "a constant tensor operand of shape %s: the IR's constants are scalars, so it must be part of a "
+        imp_error(d,
+                  "a constant tensor operand of shape %s: the IR's constants are scalars, so it must be part of a "
                   "pattern colossalc recognises (a causal mask before a Softmax, the cos and sin tables of rotary "
-                  "embeddings)", s);
+                  "embeddings)",
+                  s);
       }
     }
     return binary_node(m, d, op, d->in[0], d->in[1]);
   }
   if (!strcmp(d->op, "Neg")) return imp_op1(m, d, OP_NEG, ov_node(m, d->in[0]));
-  if (!strcmp(d->op, "Reshape") || !strcmp(d->op, "Unsqueeze") || !strcmp(d->op, "Squeeze") || !strcmp(d->op, "Flatten"))
+  if (!strcmp(d->op, "Reshape") || !strcmp(d->op, "Unsqueeze") || !strcmp(d->op, "Squeeze") ||
+      !strcmp(d->op, "Flatten"))
     return imp_reshape(m, d, ov_node(m, d->in[0]), &v->shape);
   if (!strcmp(d->op, "Where"))
     imp_error(d, "Where on values computed at run time is supported as a causal mask (the input of a Softmax) only");
   if (!strcmp(d->op, "LogSoftmax"))
     imp_error(d, "LogSoftmax is supported as the input of NegativeLogLikelihoodLoss (a cross-entropy) only");
-  imp_error(d, "%s has no IR op, and this use of it is not a pattern colossalc recognises (GELU in its erf or tanh form, "
-            "SiLU, layernorm, RMSNorm, rotary embeddings; docs/onnx.md)", d->op);
+  imp_error(d,
+            "%s has no IR op, and this use of it is not a pattern colossalc recognises (GELU in its erf or tanh form, "
+            "SiLU, layernorm, RMSNorm, rotary embeddings; docs/onnx.md)",
+            d->op);
 }
 
 /* ---- the table -------------------------------------------------------------------------------- */
 
-static const struct { const char *op; ImportFn fn; } imports[] = {
-  {"Add", import_binary}, {"Sub", import_binary}, {"Mul", import_binary}, {"Div", import_binary},
-  {"Pow", import_pow}, {"Neg", import_neg}, {"Relu", import_relu}, {"Gelu", import_gelu},
-  {"Sigmoid", import_deferred}, {"Tanh", import_deferred}, {"Erf", import_deferred}, {"Sqrt", import_deferred},
-  {"Reciprocal", import_deferred}, {"Exp", import_deferred}, {"Log", import_deferred}, {"LogSoftmax", import_deferred},
-  {"Where", import_where}, {"Softmax", import_softmax}, {"MatMul", import_matmul}, {"Gemm", import_gemm},
-  {"Gather", import_gather}, {"Reshape", import_reshape}, {"Unsqueeze", import_reshape}, {"Squeeze", import_reshape},
-  {"Flatten", import_reshape}, {"Transpose", import_transpose}, {"Expand", import_expand}, {"Slice", import_slice},
-  {"Split", import_split}, {"Concat", import_concat}, {"Cast", import_cast}, {"Identity", import_identity},
-  {"Dropout", import_dropout}, {"ReduceMean", import_reduce}, {"ReduceSum", import_reduce},
-  {"LayerNormalization", import_layernorm}, {"SoftmaxCrossEntropyLoss", import_sce},
-  {"NegativeLogLikelihoodLoss", import_nll},
+static const struct {
+  const char *op;
+  ImportFn fn;
+} imports[] = {
+    {"Add", import_binary},
+    {"Sub", import_binary},
+    {"Mul", import_binary},
+    {"Div", import_binary},
+    {"Pow", import_pow},
+    {"Neg", import_neg},
+    {"Relu", import_relu},
+    {"Gelu", import_gelu},
+    {"Sigmoid", import_deferred},
+    {"Tanh", import_deferred},
+    {"Erf", import_deferred},
+    {"Sqrt", import_deferred},
+    {"Reciprocal", import_deferred},
+    {"Exp", import_deferred},
+    {"Log", import_deferred},
+    {"LogSoftmax", import_deferred},
+    {"Where", import_where},
+    {"Softmax", import_softmax},
+    {"MatMul", import_matmul},
+    {"Gemm", import_gemm},
+    {"Gather", import_gather},
+    {"Reshape", import_reshape},
+    {"Unsqueeze", import_reshape},
+    {"Squeeze", import_reshape},
+    {"Flatten", import_reshape},
+    {"Transpose", import_transpose},
+    {"Expand", import_expand},
+    {"Slice", import_slice},
+    {"Split", import_split},
+    {"Concat", import_concat},
+    {"Cast", import_cast},
+    {"Identity", import_identity},
+    {"Dropout", import_dropout},
+    {"ReduceMean", import_reduce},
+    {"ReduceSum", import_reduce},
+    {"LayerNormalization", import_layernorm},
+    {"SoftmaxCrossEntropyLoss", import_sce},
+    {"NegativeLogLikelihoodLoss", import_nll},
 };
 
 ImportFn import_fn(const char *op) {

@@ -3,17 +3,19 @@
 #define COLOSSALC_PARSE_CTX_H
 #include "frontend/ast.h"
 
-typedef struct StmtList { Stmt *head, *tail; } StmtList;
+typedef struct StmtList {
+  Stmt *head, *tail;
+} StmtList;
 
 typedef struct ParseCtx {
   Arena *arena;
   SrcFile *src;
-  Stmt *items;        /* the parsed file */
-  bool failed;        /* the first error has been reported */
-  int depth;          /* brackets open: '(', '[', '{' not yet closed */
-  SrcLoc open[64];    /* [min(depth, 64)] where they opened, for syntax errors */
-  char open_ch[64];   /* [min(depth, 64)] which bracket each is */
-  bool stray;         /* the last token is a closing bracket that closes nothing */
+  Stmt *items;              /* the parsed file */
+  bool failed;              /* the first error has been reported */
+  int depth;                /* brackets open: '(', '[', '{' not yet closed */
+  SrcLoc open[64];          /* [min(depth, 64)] where they opened, for syntax errors */
+  char open_ch[64];         /* [min(depth, 64)] which bracket each is */
+  bool stray;               /* the last token is a closing bracket that closes nothing */
   SrcLoc tok_end, prev_end; /* just after the last token and the one before it */
 } ParseCtx;
 

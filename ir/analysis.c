@@ -35,9 +35,12 @@ static void arch_attention(GraphArch *a, const Node *n) {
 }
 
 void graph_arch(const Graph *g, GraphArch *a) {
-  static const ArchKind kind_of[OP_COUNT] = {[OP_LAYERNORM] = ARCH_LAYERNORM, [OP_RMSNORM] = ARCH_RMSNORM,
-                                             [OP_GELU] = ARCH_GELU_TANH, [OP_SILU] = ARCH_SILU, [OP_RELU] = ARCH_RELU};
-  *a = (GraphArch){.causal = 2};  /* 2: no attention seen yet */
+  static const ArchKind kind_of[OP_COUNT] = {[OP_LAYERNORM] = ARCH_LAYERNORM,
+                                             [OP_RMSNORM] = ARCH_RMSNORM,
+                                             [OP_GELU] = ARCH_GELU_TANH,
+                                             [OP_SILU] = ARCH_SILU,
+                                             [OP_RELU] = ARCH_RELU};
+  *a = (GraphArch){.causal = 2}; /* 2: no attention seen yet */
   for (int i = 0; i < g->n; i++) {
     const Node *n = g->nodes[i];
     if (n->op == OP_ATTENTION) arch_attention(a, n);

@@ -6,10 +6,10 @@
 #include "ir/ir.h"
 
 typedef struct GraphStats {
-  int64_t params;        /* parameter elements */
-  double param_bytes;    /* at their declared dtypes */
-  double fwd_flops;      /* one forward pass */
-  double train_flops;    /* forward + backward of one training step */
+  int64_t params;     /* parameter elements */
+  double param_bytes; /* at their declared dtypes */
+  double fwd_flops;   /* one forward pass */
+  double train_flops; /* forward + backward of one training step */
 } GraphStats;
 
 /* Sums over every node of g, with the op table's costs (node_cost). */
@@ -18,16 +18,15 @@ void graph_stats(const Graph *g, GraphStats *s);
 /* What a model's ops say about its architecture, for the checkpoint formats of other
  * frameworks (the program's "arch", runtime/program.h; Hugging Face configs,
  * runtime/hf.h): a fact is kept when every op that states it agrees. */
-typedef enum { ARCH_NONE, ARCH_MIXED, ARCH_LAYERNORM, ARCH_RMSNORM, ARCH_GELU_TANH, ARCH_SILU,
-               ARCH_RELU } ArchKind;
+typedef enum { ARCH_NONE, ARCH_MIXED, ARCH_LAYERNORM, ARCH_RMSNORM, ARCH_GELU_TANH, ARCH_SILU, ARCH_RELU } ArchKind;
 typedef struct GraphArch {
-  int64_t heads;         /* the attention ops' heads; 0: none, -1: they differ */
-  ArchKind norm;         /* ARCH_LAYERNORM or ARCH_RMSNORM, ARCH_NONE, ARCH_MIXED */
-  double norm_eps;       /* the norms' eps; < 0: they differ */
-  ArchKind act;          /* ARCH_GELU_TANH, ARCH_SILU or ARCH_RELU, ARCH_NONE, ARCH_MIXED */
-  double rope_theta;     /* the rotary ops' base; 0: none, < 0: they differ */
-  int causal;            /* every attention is causal: 1, none is: 0, some are: -1 */
-  bool scaled;           /* some attention gives its own scale (not 1/sqrt(head size)) */
+  int64_t heads;     /* the attention ops' heads; 0: none, -1: they differ */
+  ArchKind norm;     /* ARCH_LAYERNORM or ARCH_RMSNORM, ARCH_NONE, ARCH_MIXED */
+  double norm_eps;   /* the norms' eps; < 0: they differ */
+  ArchKind act;      /* ARCH_GELU_TANH, ARCH_SILU or ARCH_RELU, ARCH_NONE, ARCH_MIXED */
+  double rope_theta; /* the rotary ops' base; 0: none, < 0: they differ */
+  int causal;        /* every attention is causal: 1, none is: 0, some are: -1 */
+  bool scaled;       /* some attention gives its own scale (not 1/sqrt(head size)) */
 } GraphArch;
 
 /* requires: a forward graph before decompose (attention still one op). */

@@ -6,13 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct ArenaBlock { ArenaBlock *next; size_t used, cap; _Alignas(16) unsigned char data[]; };
+struct ArenaBlock {
+  ArenaBlock *next;
+  size_t used, cap;
+  _Alignas(16) unsigned char data[];
+};
 
 enum { ARENA_BLOCK = 1 << 16 };
 
 static void *xmalloc(size_t n) {
   void *p = malloc(n);
-  if (!p) { fprintf(stderr, "colossalc: out of memory (%zu bytes)\n", n); exit(1); }
+  if (!p) {
+    fprintf(stderr, "colossalc: out of memory (%zu bytes)\n", n);
+    exit(1);
+  }
   return p;
 }
 
@@ -25,7 +32,10 @@ Arena *arena_new(void) {
 
 void arena_free(Arena *a) {
   if (!a) return;
-  for (ArenaBlock *b = a->head, *next; b; b = next) { next = b->next; free(b); }
+  for (ArenaBlock *b = a->head, *next; b; b = next) {
+    next = b->next;
+    free(b);
+  }
   free(a);
 }
 
@@ -48,7 +58,10 @@ void *arena_alloc(Arena *a, size_t size) {
 }
 
 void *arena_array(Arena *a, size_t n, size_t size) {
-  if (size && n > SIZE_MAX / size / 2) { fprintf(stderr, "colossalc: allocation too large\n"); exit(1); }
+  if (size && n > SIZE_MAX / size / 2) {
+    fprintf(stderr, "colossalc: allocation too large\n");
+    exit(1);
+  }
   size_t total = n * size;
   return arena_alloc(a, total ? total : 1);
 }

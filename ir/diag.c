@@ -10,8 +10,13 @@ DiagJump *diag_top;
 char diag_last[2048];
 SrcLoc diag_last_loc;
 
-void diag_push(DiagJump *j) { j->prev = diag_top; diag_top = j; }
-void diag_pop(DiagJump *j) { if (diag_top == j) diag_top = j->prev; }
+void diag_push(DiagJump *j) {
+  j->prev = diag_top;
+  diag_top = j;
+}
+void diag_pop(DiagJump *j) {
+  if (diag_top == j) diag_top = j->prev;
+}
 
 /* Print the source line of loc (control bytes shown as '?') and a caret under col. */
 static void print_line(FILE *f, SrcLoc loc) {
@@ -47,7 +52,8 @@ void error_at(SrcLoc loc, const char *fmt, ...) {
   va_end(ap);
   diag_last_loc = loc;
   if (diag_stream) {
-    if (loc.file && loc.line > 0) fprintf(diag_stream, "%s:%d:%d: error: %s\n", loc.file->name, loc.line, loc.col, diag_last);
+    if (loc.file && loc.line > 0)
+      fprintf(diag_stream, "%s:%d:%d: error: %s\n", loc.file->name, loc.line, loc.col, diag_last);
     else if (loc.file) fprintf(diag_stream, "%s: error: %s\n", loc.file->name, diag_last); /* a binary file: no line */
     else fprintf(diag_stream, "error: %s\n", diag_last);
     print_line(diag_stream, loc);
@@ -72,7 +78,8 @@ void warn_at(SrcLoc loc, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (loc.line > 0) fprintf(diag_stream, "%s:%d:%d: warning: %s\n", loc.file ? loc.file->name : "?", loc.line, loc.col, msg);
+  if (loc.line > 0)
+    fprintf(diag_stream, "%s:%d:%d: warning: %s\n", loc.file ? loc.file->name : "?", loc.line, loc.col, msg);
   else fprintf(diag_stream, "%s: warning: %s\n", loc.file ? loc.file->name : "?", msg);
   print_line(diag_stream, loc);
 }

@@ -10,15 +10,25 @@
 #include <stddef.h>
 #include <stdio.h>
 
-typedef struct SrcFile { const char *name; const char *text; size_t len; } SrcFile;
-typedef struct SrcLoc { const SrcFile *file; int line, col; } SrcLoc;
+typedef struct SrcFile {
+  const char *name;
+  const char *text;
+  size_t len;
+} SrcFile;
+typedef struct SrcLoc {
+  const SrcFile *file;
+  int line, col;
+} SrcLoc;
 
-typedef struct DiagJump { jmp_buf jb; struct DiagJump *prev; } DiagJump;
+typedef struct DiagJump {
+  jmp_buf jb;
+  struct DiagJump *prev;
+} DiagJump;
 
-extern FILE *diag_stream;      /* where errors go; NULL silences them (fuzzing) */
-extern DiagJump *diag_top;     /* innermost handler */
-extern char diag_last[2048];    /* text of the last error, for tests */
-extern SrcLoc diag_last_loc;   /* and where it was */
+extern FILE *diag_stream;    /* where errors go; NULL silences them (fuzzing) */
+extern DiagJump *diag_top;   /* innermost handler */
+extern char diag_last[2048]; /* text of the last error, for tests */
+extern SrcLoc diag_last_loc; /* and where it was */
 
 /* A handler: diag_push(&j); if (setjmp(j.jb)) { diag_pop(&j); ...failed... }
  * ...work...; diag_pop(&j);  Handlers nest. */

@@ -52,7 +52,10 @@ static void bcast_strides(const Shape *in, const Shape *out, int64_t st[MAX_DIMS
 
 static void contig_strides(const Shape *s, int64_t st[MAX_DIMS]) {
   int64_t m = 1;
-  for (int i = s->ndim - 1; i >= 0; i--) { st[i] = m; m *= s->d[i]; }
+  for (int i = s->ndim - 1; i >= 0; i--) {
+    st[i] = m;
+    m *= s->d[i];
+  }
 }
 
 /* The offset, under strides st, of flat element i of a tensor of shape s. */
@@ -72,10 +75,15 @@ static double gelu_d(double x) {
   double t = tanh(GELU_C * (x + 0.044715 * x * x * x));
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_C * (1 + 3 * 0.044715 * x * x);
 }
-static double silu_d(double x) { double s = sigmoid(x); return s * (1 + x * (1 - s)); }
+static double silu_d(double x) {
+  double s = sigmoid(x);
+  return s * (1 + x * (1 - s));
+}
 static double gelu_erf(double x) { return 0.5 * x * (1 + erf(x * M_SQRT1_2)); }
 /* 0.5 (1 + erf(x / sqrt 2)) + x phi(x), phi the standard normal density */
-static double gelu_erf_d(double x) { return 0.5 * (1 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327; }
+static double gelu_erf_d(double x) {
+  return 0.5 * (1 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
+}
 
 /* ---- elementwise ----------------------------------------------------------------- */
 
@@ -87,12 +95,16 @@ static void run_binary(const Node *n, const double *a, const double *b, double *
   int64_t sa[MAX_DIMS], sb[MAX_DIMS], N = numel(n);
   bcast_strides(&n->in[0]->shape, &n->shape, sa);
   bcast_strides(&n->in[1]->shape, &n->shape, sb);
-  for (int64_t i = 0; i < N; i++)
-    out[i] = binop(n->op, a[offset_of(i, &n->shape, sa)], b[offset_of(i, &n->shape, sb)]);
+  for (int64_t i = 0; i < N; i++) out[i] = binop(n->op, a[offset_of(i, &n->shape, sa)], b[offset_of(i, &n->shape, sb)]);
 }
 
 static double unop(OpKind op, double x) {
-  return op == OP_NEG ? -x : op == OP_GELU ? gelu(x) : op == OP_GELU_ERF ? gelu_erf(x) : op == OP_SILU ? x * sigmoid(x) : x > 0 ? x : 0;
+  return op == OP_NEG        ? -x
+         : op == OP_GELU     ? gelu(x)
+         : op == OP_GELU_ERF ? gelu_erf(x)
+         : op == OP_SILU     ? x * sigmoid(x)
+         : x > 0             ? x
+                             : 0;
 }
 
 static void run_unary(const Node *n, const double *x, double *out) {
@@ -123,7 +135,7 @@ static double round_binary(double x, int p, int emin, double maxv, bool has_inf)
   if (x == 0 || isnan(x)) return x;
   if (isinf(x)) return has_inf ? x : NAN;
   int e;
-  frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+  frexp(x, &e);                                    /* |x| in [2^(e-1), 2^e) */
   int q = (e - 1 < emin ? emin : e - 1) - (p - 1); /* the exponent of one ulp */
   double r = ldexp(nearbyint(ldexp(x, -q)), q);
   if (fabs(r) > maxv) return has_inf ? copysign(INFINITY, x) : NAN;
@@ -288,7 +300,10 @@ static void run_layernorm_grad(const Node *n, const double *x, const double *w, 
   if (which != 0) memset(out, 0, D * sizeof *out);
   for (int64_t r = 0; r < R; r++) {
     const double *xr = x + r * D, *gr = g + r * D;
-    if (which == 0) { layernorm_dx_row(xr, w, gr, out + r * D, D, eps); continue; }
+    if (which == 0) {
+      layernorm_dx_row(xr, w, gr, out + r * D, D, eps);
+      continue;
+    }
     double mean, rstd;
     row_stats(xr, D, eps, &mean, &rstd);
     for (int64_t j = 0; j < D; j++) out[j] += which == 1 ? gr[j] * (xr[j] - mean) * rstd : gr[j];
@@ -309,7 +324,10 @@ static void run_rmsnorm_grad(const Node *n, const double *x, const double *w, co
   if (which != 0) memset(out, 0, D * sizeof *out);
   for (int64_t r = 0; r < R; r++) {
     const double *xr = x + r * D, *gr = g + r * D;
-    if (which == 0) { rmsnorm_dx_row(xr, w, gr, out + r * D, D, eps); continue; }
+    if (which == 0) {
+      rmsnorm_dx_row(xr, w, gr, out + r * D, D, eps);
+      continue;
+    }
     double rr = row_rrms(xr, D, eps);
     for (int64_t j = 0; j < D; j++) out[j] += gr[j] * xr[j] * rr;
   }
@@ -395,7 +413,10 @@ static void run_cross_entropy_grad(const Node *n, const double *x, const double 
   for (int64_t r = 0, R = numel(n->in[1]); r < R; r++) {
     double *o = out + r * V;
     const double *xr = x + r * V;
-    if (tg[r] == (double)ignore) { memset(o, 0, V * sizeof *o); continue; }
+    if (tg[r] == (double)ignore) {
+      memset(o, 0, V * sizeof *o);
+      continue;
+    }
     int64_t t = index_in(n, "target", tg[r], V);
     double lse = row_lse(xr, V);
     for (int64_t j = 0; j < V; j++) o[j] = g[0] * (exp(xr[j] - lse) - (j == t)) / (double)count;
@@ -487,7 +508,11 @@ static void run_attention(const Node *n, const double *q, const double *k, const
 
 /* The geometry of flash_attention and its gradients: q [B, S, F], k and v [B, T, F],
  * F = H*hd; the output rows hold F values and then H log-sum-exps. */
-typedef struct Flash { int64_t B, S, T, F, H, hd; double scale; bool causal; } Flash;
+typedef struct Flash {
+  int64_t B, S, T, F, H, hd;
+  double scale;
+  bool causal;
+} Flash;
 
 static Flash flash_of(const Node *n) {
   const Shape *q = &n->in[0]->shape;
@@ -498,9 +523,11 @@ static Flash flash_of(const Node *n) {
   return f;
 }
 
-static double flash_score(const Flash *f, const double *q, const double *k, int64_t b, int64_t h, int64_t i, int64_t j) {
+static double flash_score(const Flash *f, const double *q, const double *k, int64_t b, int64_t h, int64_t i,
+                          int64_t j) {
   double s = 0;
-  for (int64_t d = 0; d < f->hd; d++) s += q[(b * f->S + i) * f->F + h * f->hd + d] * k[(b * f->T + j) * f->F + h * f->hd + d];
+  for (int64_t d = 0; d < f->hd; d++)
+    s += q[(b * f->S + i) * f->F + h * f->hd + d] * k[(b * f->T + j) * f->F + h * f->hd + d];
   return s * f->scale;
 }
 
@@ -611,21 +638,32 @@ static void run_concat(const Node *n, const double *const *in, double *out) {
 
 void interp_eval(const Node *n, const double *const *in, double *out, int64_t step) {
   switch (n->op) {
-  case OP_INPUT: case OP_PARAM: diag_internal(__FILE__, __LINE__, "interp: inputs and parameters are given");
+  case OP_INPUT:
+  case OP_PARAM: diag_internal(__FILE__, __LINE__, "interp: inputs and parameters are given");
   case OP_CONST: out[0] = attr_float(n, "value"); break;
   case OP_LOSS_SCALE: out[0] = 1; break; /* the interpreter's gradients are unscaled */
-  case OP_ARANGE: for (int64_t i = 0; i < numel(n); i++) out[i] = (double)i; break;
+  case OP_ARANGE:
+    for (int64_t i = 0; i < numel(n); i++) out[i] = (double)i;
+    break;
   case OP_EMBEDDING: run_embedding(n, in[0], in[1], out); break;
   case OP_MATMUL: run_matmul(n, in[0], in[1], out); break;
-  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: run_binary(n, in[0], in[1], out); break;
-  case OP_NEG: case OP_GELU: case OP_GELU_ERF: case OP_SILU: case OP_RELU: run_unary(n, in[0], out); break;
+  case OP_ADD:
+  case OP_SUB:
+  case OP_MUL:
+  case OP_DIV: run_binary(n, in[0], in[1], out); break;
+  case OP_NEG:
+  case OP_GELU:
+  case OP_GELU_ERF:
+  case OP_SILU:
+  case OP_RELU: run_unary(n, in[0], out); break;
   case OP_DROPOUT: run_dropout(n, in[0], out, step); break;
   case OP_CAST: run_cast(n, in[0], out); break;
   case OP_ROTARY: run_rotary(n, in[0], out); break;
   case OP_LAYERNORM: run_layernorm(n, in[0], in[1], in[2], out); break;
   case OP_RMSNORM: run_rmsnorm(n, in[0], in[1], out); break;
   case OP_SOFTMAX: run_softmax(n, in[0], out); break;
-  case OP_SUM: case OP_MEAN: run_reduce(n, in[0], out); break;
+  case OP_SUM:
+  case OP_MEAN: run_reduce(n, in[0], out); break;
   case OP_CROSS_ENTROPY: run_cross_entropy(n, in[0], in[1], out); break;
   case OP_ATTENTION: run_attention(n, in[0], in[1], in[2], out); break;
   case OP_CLASSIFIER_CE: run_classifier_ce(n, in[0], in[1], in[2], out); break;
@@ -638,7 +676,10 @@ void interp_eval(const Node *n, const double *const *in, double *out, int64_t st
   case OP_CONCAT: run_concat(n, in, out); break;
   case OP_BROADCAST: run_broadcast(n, in[0], out); break;
   case OP_SUM_TO: run_sum_to(n, in[0], out); break;
-  case OP_GELU_GRAD: case OP_GELU_ERF_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: run_act_grad(n, in[0], in[1], out); break;
+  case OP_GELU_GRAD:
+  case OP_GELU_ERF_GRAD:
+  case OP_SILU_GRAD:
+  case OP_RELU_GRAD: run_act_grad(n, in[0], in[1], out); break;
   case OP_LAYERNORM_GRAD: run_layernorm_grad(n, in[0], in[1], in[2], out); break;
   case OP_RMSNORM_GRAD: run_rmsnorm_grad(n, in[0], in[1], in[2], out); break;
   case OP_SOFTMAX_GRAD: run_softmax_grad(n, in[0], in[1], out); break;
@@ -648,7 +689,11 @@ void interp_eval(const Node *n, const double *const *in, double *out, int64_t st
   case OP_FP8_STATE: memset(out, 0, numel(n) * sizeof *out); break; /* a first step's: scale 1 */
   case OP_FP8_QUANTIZE: run_fp8_quantize(n, in[0], in[1], out); break;
   case OP_SCALED_MATMUL: run_scaled_matmul(n, in[0], in[1], out); break;
-  case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_SPLIT: case OP_TP_COPY:
+  case OP_ALL_REDUCE:
+  case OP_ALL_GATHER:
+  case OP_REDUCE_SCATTER:
+  case OP_SPLIT:
+  case OP_TP_COPY:
     if (attr_int(n, "ranks") != 1) diag_internal(__FILE__, __LINE__, "interp: a collective over several ranks");
     memcpy(out, in[0], numel(n) * sizeof *out); /* over one rank, every collective is the identity */
     break;

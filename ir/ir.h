@@ -18,9 +18,12 @@ typedef enum { DT_F32, DT_BF16, DT_F16, DT_E4M3, DT_E5M2, DT_I32, DT_COUNT } DTy
 enum { MAX_DIMS = 8, MAX_ATTRS = 4 };
 /* Largest element count of one tensor and of one dimension: beyond any real model,
  * small enough that byte counts and FLOP counts stay far from int64 overflow. */
-#define MAX_NUMEL  ((int64_t)1 << 48)
+#define MAX_NUMEL ((int64_t)1 << 48)
 
-typedef struct Shape { int ndim; int64_t d[MAX_DIMS]; } Shape;
+typedef struct Shape {
+  int ndim;
+  int64_t d[MAX_DIMS];
+} Shape;
 
 typedef enum {
 #define OP(id, name, nin, cls, flags, attrs) OP_##id,
@@ -29,8 +32,18 @@ typedef enum {
   OP_COUNT
 } OpKind;
 
-typedef enum { CLS_SOURCE, CLS_GATHER, CLS_CONTRACT, CLS_ELEMWISE, CLS_NORM, CLS_REDUCE,
-               CLS_LOSS, CLS_ATTN, CLS_MOVE, CLS_COMM } OpClass;
+typedef enum {
+  CLS_SOURCE,
+  CLS_GATHER,
+  CLS_CONTRACT,
+  CLS_ELEMWISE,
+  CLS_NORM,
+  CLS_REDUCE,
+  CLS_LOSS,
+  CLS_ATTN,
+  CLS_MOVE,
+  CLS_COMM
+} OpClass;
 /* OPF_DSL: callable from the model language. Mixed precision (passes/autocast.c):
  * OPF_LOWP, the op's float inputs are cast to the low precision (its result is low:
  * GEMMs); OPF_F32, to f32 (statistics: normalisations, softmax, losses, sums). */
@@ -38,40 +51,51 @@ enum { OPF_DSL = 1, OPF_LOWP = 2, OPF_F32 = 4 };
 
 typedef enum { AK_INT, AK_FLOAT, AK_BOOL, AK_INTS, AK_DTYPE, AK_STR } AttrKind;
 
-typedef struct AttrSpec { const char *name; AttrKind kind; bool required, optional; double def; } AttrSpec;
+typedef struct AttrSpec {
+  const char *name;
+  AttrKind kind;
+  bool required, optional;
+  double def;
+} AttrSpec;
 
 typedef struct AttrVal {
-  bool set;              /* false: an optional attribute left out */
-  int64_t i;             /* int, bool, dtype */
-  double f;              /* float */
-  int n;                 /* ints: count */
-  int64_t v[MAX_DIMS];   /* ints */
-  const char *s;         /* str */
+  bool set;            /* false: an optional attribute left out */
+  int64_t i;           /* int, bool, dtype */
+  double f;            /* float */
+  int n;               /* ints: count */
+  int64_t v[MAX_DIMS]; /* ints */
+  const char *s;       /* str */
 } AttrVal;
 
 typedef enum { INIT_NONE, INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_UNIFORM, INIT_CONSTANT } InitKind;
-typedef struct Init { InitKind kind; double a, b; } Init; /* normal(std=a, mean=b); uniform(a, b) */
+typedef struct Init {
+  InitKind kind;
+  double a, b;
+} Init; /* normal(std=a, mean=b); uniform(a, b) */
 
 typedef struct Node Node;
 struct Node {
-  int id;                /* index in Graph.nodes */
+  int id; /* index in Graph.nodes */
   OpKind op;
   int nin;
-  int split;             /* PARAM after tensor partitioning: 1 + the dimension split over the
-                          * tensor-parallel ranks (0: replicated), in split_blocks blocks */
-  Node **in;             /* [nin] */
+  int split;               /* PARAM after tensor partitioning: 1 + the dimension split over the
+                            * tensor-parallel ranks (0: replicated), in split_blocks blocks */
+  Node **in;               /* [nin] */
   AttrVal attr[MAX_ATTRS]; /* in the order of the op's attribute spec */
   DType dtype;
-  int32_t split_blocks;  /* (placed in what would be padding) */
+  int32_t split_blocks; /* (placed in what would be padding) */
   Shape shape;
-  const char *name;      /* INPUT and PARAM: the tensor's name (checkpoint name) */
-  Init init;             /* PARAM */
-  int layer;             /* index into Graph.layers, or -1 outside any repeat */
+  const char *name; /* INPUT and PARAM: the tensor's name (checkpoint name) */
+  Init init;        /* PARAM */
+  int layer;        /* index into Graph.layers, or -1 outside any repeat */
   SrcLoc loc;
 };
 
 /* One iteration of a `repeat`: where pipeline stages may cut. */
-typedef struct Layer { const char *name; int group; } Layer;
+typedef struct Layer {
+  const char *name;
+  int group;
+} Layer;
 
 typedef enum { OPT_ADAMW, OPT_SGD } OptKind;
 typedef enum { SCHED_COSINE, SCHED_CONSTANT } SchedKind;
@@ -83,16 +107,16 @@ typedef struct TrainSpec {
   int64_t warmup;
   SchedKind schedule;
   SrcLoc loc;
-  bool loss_scaling;     /* fp16: the backward pass starts from the run's loss scale (OP_LOSS_SCALE) */
+  bool loss_scaling; /* fp16: the backward pass starts from the run's loss scale (OP_LOSS_SCALE) */
 } TrainSpec;
 
 typedef struct Graph {
   Arena *arena;
-  const char *name;      /* model name (file stem) */
-  const char *source;    /* model file, as named on the command line */
-  Node **nodes;          /* [n] topological order */
+  const char *name;   /* model name (file stem) */
+  const char *source; /* model file, as named on the command line */
+  Node **nodes;       /* [n] topological order */
   int n, cap;
-  Layer *layers;         /* [nlayers] */
+  Layer *layers; /* [nlayers] */
   int nlayers, layers_cap;
   Node *loss;
   const char *loss_name; /* the loss's name in the source: the train directive's, or the ONNX output's */
@@ -101,8 +125,8 @@ typedef struct Graph {
   /* after autodiff: nodes [0, n_forward) are the forward pass, the rest backward */
   int n_forward;
   int nparams;
-  Node **params;         /* [nparams] in graph order */
-  Node **param_grads;    /* [nparams] the gradient of each, NULL if the loss does not depend on it */
+  Node **params;      /* [nparams] in graph order */
+  Node **param_grads; /* [nparams] the gradient of each, NULL if the loss does not depend on it */
   /* A pipeline chunk (passes/partition.c) is differentiated from outside as well as
    * from its loss (which it may lack): seed_grad[i], an input, is the gradient of
    * seed_out[i]; and the gradients of the activations it received, wrt[i], are
@@ -112,11 +136,13 @@ typedef struct Graph {
   int nwrt;
   Node **wrt, **wrt_grads;
   int nouts;
-  Node **outs;           /* values other chunks read (pipeline sends) */
+  Node **outs; /* values other chunks read (pipeline sends) */
 } Graph;
 
 /* Op table queries (ir/ops.c). */
-typedef struct Cost { double fwd_flops, bwd_flops, bytes; } Cost;
+typedef struct Cost {
+  double fwd_flops, bwd_flops, bytes;
+} Cost;
 typedef struct OpInfo {
   const char *name;
   int nin;
@@ -136,12 +162,12 @@ int op_lookup(const char *name);                /* OpKind or -1 */
 
 /* dtypes and shapes */
 const char *dtype_name(DType t);
-int dtype_lookup(const char *name);             /* -1 if none */
+int dtype_lookup(const char *name); /* -1 if none */
 int dtype_size_bits(DType t);
 bool dtype_is_float(DType t);
 int64_t shape_numel(const Shape *s);
 bool shape_eq(const Shape *a, const Shape *b);
-int shape_format(char *buf, size_t len, const Shape *s); /* "[8, 1024, 768]" */
+int shape_format(char *buf, size_t len, const Shape *s);          /* "[8, 1024, 768]" */
 bool shape_broadcast(const Shape *a, const Shape *b, Shape *out); /* numpy's; false if they do not broadcast */
 
 /* graph building (ir/ir.c) */
@@ -152,15 +178,15 @@ Node *graph_clone_node(Graph *g, const Node *src, Node **in);
 /* A new graph with the same name, layers and training directive, and no nodes. */
 Graph *graph_new_like(const Graph *g);
 int graph_add_layer(Graph *g, const char *name, int group);
-void node_infer(Node *n);                       /* run the op's shape rule */
+void node_infer(Node *n); /* run the op's shape rule */
 int64_t attr_int(const Node *n, const char *name);
 double attr_float(const Node *n, const char *name);
 const AttrVal *attr_get(const Node *n, const char *name);
 void node_cost(const Node *n, Cost *c);
 
 /* verifier, printer, text parser */
-void ir_verify(Graph *g);                        /* error_at on the first violation */
+void ir_verify(Graph *g); /* error_at on the first violation */
 void ir_print(FILE *f, const Graph *g);
-Graph *ir_parse(Arena *a, const SrcFile *src);   /* error_at on malformed text */
+Graph *ir_parse(Arena *a, const SrcFile *src); /* error_at on malformed text */
 
 #endif

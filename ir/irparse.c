@@ -23,9 +23,14 @@ typedef struct Cur {
 
 static SrcLoc here(Cur *c) { return (SrcLoc){c->src, c->line, (int)(c->p - c->line_start) + 1}; }
 
-static void skip_blank(Cur *c) { while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r')) c->p++; }
+static void skip_blank(Cur *c) {
+  while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\r')) c->p++;
+}
 
-static bool at_eol(Cur *c) { skip_blank(c); return c->p >= c->end || *c->p == '\n' || *c->p == '#'; }
+static bool at_eol(Cur *c) {
+  skip_blank(c);
+  return c->p >= c->end || *c->p == '\n' || *c->p == '#';
+}
 
 static bool word_char(char ch) { return isalnum((unsigned char)ch) || strchr("_.+-/", ch); }
 
@@ -40,11 +45,16 @@ static char *word(Cur *c, const char *what) {
 
 static bool accept(Cur *c, char ch) {
   skip_blank(c);
-  if (c->p < c->end && *c->p == ch) { c->p++; return true; }
+  if (c->p < c->end && *c->p == ch) {
+    c->p++;
+    return true;
+  }
   return false;
 }
 
-static void expect(Cur *c, char ch) { if (!accept(c, ch)) error_at(here(c), "expected '%c'", ch); }
+static void expect(Cur *c, char ch) {
+  if (!accept(c, ch)) error_at(here(c), "expected '%c'", ch);
+}
 
 static int64_t integer(Cur *c, const char *what) {
   SrcLoc at = here(c);
@@ -96,7 +106,8 @@ static void parse_attr(Cur *c, Node *n, const char *key, SrcLoc at) {
   AttrVal *v = &n->attr[i];
   v->set = true;
   switch (op_attr(n->op, i)->kind) {
-  case AK_INT: case AK_BOOL: v->i = integer(c, "an integer"); break;
+  case AK_INT:
+  case AK_BOOL: v->i = integer(c, "an integer"); break;
   case AK_FLOAT: v->f = number(c, "a number"); break;
   case AK_INTS: parse_ints(c, v); break;
   case AK_DTYPE: {
@@ -121,7 +132,10 @@ static void parse_init(Cur *c, Node *n, SrcLoc at) {
   if (k < INIT_NORMAL) return;
   expect(c, '(');
   n->init.a = number(c, "a number");
-  if (k != INIT_CONSTANT) { expect(c, ','); n->init.b = number(c, "a number"); }
+  if (k != INIT_CONSTANT) {
+    expect(c, ',');
+    n->init.b = number(c, "a number");
+  }
   expect(c, ')');
 }
 
@@ -178,9 +192,9 @@ static void parse_node(Cur *c) {
   if (op == OP_INPUT || op == OP_PARAM) name = word(c, "a name");
   skip_blank(c);
   if (c->p < c->end && *c->p == '%') do {
-    if (nin == 64) error_at(here(c), "too many inputs");
-    in[nin++] = node_ref(c);
-  } while (accept(c, ','));
+      if (nin == 64) error_at(here(c), "too many inputs");
+      in[nin++] = node_ref(c);
+    } while (accept(c, ','));
   Node *n = graph_add(c->g, (OpKind)op, in, nin, at);
   n->name = name;
   while (!accept(c, ':')) {
@@ -210,18 +224,35 @@ static void parse_train(Cur *c) {
   char *opt = word(c, "an optimizer");
   if (strcmp(opt, "adamw") && strcmp(opt, "sgd")) error_at(t->loc, "unknown optimizer '%s'", opt);
   t->opt = strcmp(opt, "adamw") ? OPT_SGD : OPT_ADAMW;
-  struct { const char *k; double *v; } keys[] = {
-    {"lr", &t->lr}, {"beta1", &t->beta1}, {"beta2", &t->beta2}, {"eps", &t->eps},
-    {"weight_decay", &t->weight_decay}, {"momentum", &t->momentum}, {"clip", &t->clip}, {"min_lr", &t->min_lr}};
+  struct {
+    const char *k;
+    double *v;
+  } keys[] = {{"lr", &t->lr},
+              {"beta1", &t->beta1},
+              {"beta2", &t->beta2},
+              {"eps", &t->eps},
+              {"weight_decay", &t->weight_decay},
+              {"momentum", &t->momentum},
+              {"clip", &t->clip},
+              {"min_lr", &t->min_lr}};
   while (!at_eol(c)) {
     SrcLoc at = here(c);
     char *k = word(c, "a key");
     expect(c, '=');
     bool found = false;
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-      if (!strcmp(k, keys[i].k)) { *keys[i].v = number(c, "a number"); found = true; }
-    if (!strcmp(k, "warmup")) { t->warmup = integer(c, "an integer"); found = true; }
-    if (!strcmp(k, "schedule")) { t->schedule = strcmp(word(c, "a schedule"), "cosine") ? SCHED_CONSTANT : SCHED_COSINE; found = true; }
+      if (!strcmp(k, keys[i].k)) {
+        *keys[i].v = number(c, "a number");
+        found = true;
+      }
+    if (!strcmp(k, "warmup")) {
+      t->warmup = integer(c, "an integer");
+      found = true;
+    }
+    if (!strcmp(k, "schedule")) {
+      t->schedule = strcmp(word(c, "a schedule"), "cosine") ? SCHED_CONSTANT : SCHED_COSINE;
+      found = true;
+    }
     if (!found) error_at(at, "unknown training key '%s'", k);
   }
 }
@@ -248,7 +279,10 @@ Graph *ir_parse(Arena *a, const SrcFile *src) {
   parse_header(&c);
   while (c.p < c.end) {
     SrcLoc at = here(&c);
-    if (at_eol(&c)) { next_line(&c); continue; }
+    if (at_eol(&c)) {
+      next_line(&c);
+      continue;
+    }
     if (*c.p == '%') parse_node(&c);
     else {
       char *kw = word(&c, "a node, 'layer' or 'train'");

@@ -4,7 +4,7 @@
 #include "ir/ir.h"
 
 #define OP(id, name, nin, cls, flags, attrs) \
-  void infer_##name(Node *n); \
+  void infer_##name(Node *n);                \
   void cost_##name(const Node *n, Cost *c);
 #include "ir/ops.def"
 #undef OP

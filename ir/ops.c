@@ -55,9 +55,18 @@ void op_table_init(void) {
   }
 }
 
-const OpInfo *op_info(OpKind op) { ir_assert(op >= 0 && op < OP_COUNT); return &op_table[op]; }
-int op_nattrs(OpKind op) { op_table_init(); return attr_count[op]; }
-const AttrSpec *op_attr(OpKind op, int i) { op_table_init(); return &attr_specs[op][i]; }
+const OpInfo *op_info(OpKind op) {
+  ir_assert(op >= 0 && op < OP_COUNT);
+  return &op_table[op];
+}
+int op_nattrs(OpKind op) {
+  op_table_init();
+  return attr_count[op];
+}
+const AttrSpec *op_attr(OpKind op, int i) {
+  op_table_init();
+  return &attr_specs[op][i];
+}
 
 int op_attr_index(OpKind op, const char *name) {
   op_table_init();
@@ -74,9 +83,13 @@ int op_lookup(const char *name) {
 
 /* ---- dtypes ---------------------------------------------------------------- */
 
-static const struct { const char *name; int bits; bool is_float; } dtypes[DT_COUNT] = {
-  [DT_F32] = {"f32", 32, true},  [DT_BF16] = {"bf16", 16, true}, [DT_F16] = {"f16", 16, true},
-  [DT_E4M3] = {"e4m3", 8, true}, [DT_E5M2] = {"e5m2", 8, true},  [DT_I32] = {"i32", 32, false},
+static const struct {
+  const char *name;
+  int bits;
+  bool is_float;
+} dtypes[DT_COUNT] = {
+    [DT_F32] = {"f32", 32, true},  [DT_BF16] = {"bf16", 16, true}, [DT_F16] = {"f16", 16, true},
+    [DT_E4M3] = {"e4m3", 8, true}, [DT_E5M2] = {"e5m2", 8, true},  [DT_I32] = {"i32", 32, false},
 };
 
 const char *dtype_name(DType t) { return t >= 0 && t < DT_COUNT ? dtypes[t].name : "?"; }

@@ -25,7 +25,8 @@ static void print_init(FILE *f, Init in) {
   case INIT_NORMAL: fprintf(f, " init=normal(%s, %s)", a, b); break;
   case INIT_UNIFORM: fprintf(f, " init=uniform(%s, %s)", a, b); break;
   case INIT_CONSTANT: fprintf(f, " init=constant(%s)", a); break;
-  case INIT_ZEROS: case INIT_ONES: fprintf(f, " init=%s", init_names[in.kind]); break;
+  case INIT_ZEROS:
+  case INIT_ONES: fprintf(f, " init=%s", init_names[in.kind]); break;
   case INIT_NONE: break;
   }
 }
@@ -39,8 +40,12 @@ static void print_attr(FILE *f, const AttrSpec *s, const AttrVal *v) {
   char buf[32];
   fprintf(f, " %s=", s->name);
   switch (s->kind) {
-  case AK_INT: case AK_BOOL: fprintf(f, "%" PRId64, v->i); break;
-  case AK_FLOAT: ir_format_float(buf, sizeof buf, v->f); fputs(buf, f); break;
+  case AK_INT:
+  case AK_BOOL: fprintf(f, "%" PRId64, v->i); break;
+  case AK_FLOAT:
+    ir_format_float(buf, sizeof buf, v->f);
+    fputs(buf, f);
+    break;
   case AK_DTYPE: fputs(dtype_name((DType)v->i), f); break;
   case AK_STR: fprintf(f, "\"%s\"", v->s); break;
   case AK_INTS:
@@ -72,9 +77,11 @@ static void print_train(FILE *f, const TrainSpec *t, int loss_id) {
   char v[8][32];
   double vals[8] = {t->lr, t->beta1, t->beta2, t->eps, t->weight_decay, t->momentum, t->clip, t->min_lr};
   for (int i = 0; i < 8; i++) ir_format_float(v[i], sizeof v[i], vals[i]);
-  fprintf(f, "train %%%d %s lr=%s beta1=%s beta2=%s eps=%s weight_decay=%s momentum=%s clip=%s min_lr=%s "
-          "warmup=%" PRId64 " schedule=%s\n", loss_id, t->opt == OPT_ADAMW ? "adamw" : "sgd", v[0], v[1], v[2],
-          v[3], v[4], v[5], v[6], v[7], t->warmup, t->schedule == SCHED_COSINE ? "cosine" : "constant");
+  fprintf(f,
+          "train %%%d %s lr=%s beta1=%s beta2=%s eps=%s weight_decay=%s momentum=%s clip=%s min_lr=%s "
+          "warmup=%" PRId64 " schedule=%s\n",
+          loss_id, t->opt == OPT_ADAMW ? "adamw" : "sgd", v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], t->warmup,
+          t->schedule == SCHED_COSINE ? "cosine" : "constant");
 }
 
 void ir_print(FILE *f, const Graph *g) {

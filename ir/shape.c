@@ -21,14 +21,13 @@ static const char *nm(const Node *n) { return op_info(n->op)->name; }
 
 static void need_float(Node *n, int i) {
   if (!dtype_is_float(n->in[i]->dtype))
-    error_at(n->loc, "%s: input %d must be a floating-point tensor, got %s", nm(n), i + 1,
-             dtype_name(n->in[i]->dtype));
+    error_at(n->loc, "%s: input %d must be a floating-point tensor, got %s", nm(n), i + 1, dtype_name(n->in[i]->dtype));
 }
 
 static void need_rank(Node *n, int i, int lo) {
   if (n->in[i]->shape.ndim < lo)
-    error_at(n->loc, "%s: input %d must have at least %d dimension%s, got %s", nm(n), i + 1, lo,
-             lo == 1 ? "" : "s", shp(n->in[i]));
+    error_at(n->loc, "%s: input %d must have at least %d dimension%s, got %s", nm(n), i + 1, lo, lo == 1 ? "" : "s",
+             shp(n->in[i]));
 }
 
 static void same_dtypes(Node *n) {
@@ -128,8 +127,8 @@ static void matmul_shape(Node *n) {
   int64_t m = a->d[a->ndim - (ta ? 1 : 2)], ka = a->d[a->ndim - (ta ? 2 : 1)];
   int64_t kb = b->d[b->ndim - (tb ? 1 : 2)], nn = b->d[b->ndim - (tb ? 2 : 1)];
   if (ka != kb)
-    error_at(n->loc, "matmul: inner dimensions differ: %s%s times %s%s (%lld vs %lld)", shp(n->in[0]),
-             ta ? "^T" : "", shp(n->in[1]), tb ? "^T" : "", (long long)ka, (long long)kb);
+    error_at(n->loc, "matmul: inner dimensions differ: %s%s times %s%s (%lld vs %lld)", shp(n->in[0]), ta ? "^T" : "",
+             shp(n->in[1]), tb ? "^T" : "", (long long)ka, (long long)kb);
   Shape ba = *a, bb = *b;
   ba.ndim -= 2;
   bb.ndim -= 2;
@@ -174,7 +173,8 @@ void infer_fp8_quantize(Node *n) {
   need_state(n, 1);
   DType t = (DType)attr_int(n, "dtype");
   if (!is_fp8(t)) error_at(n->loc, "fp8_quantize: dtype must be e4m3 or e5m2, got %s", dtype_name(t));
-  if (attr_int(n, "margin") < 0 || attr_int(n, "margin") > 64) error_at(n->loc, "fp8_quantize: margin must be in [0, 64]");
+  if (attr_int(n, "margin") < 0 || attr_int(n, "margin") > 64)
+    error_at(n->loc, "fp8_quantize: margin must be in [0, 64]");
   n->shape = n->in[0]->shape;
   n->dtype = t;
 }
@@ -183,11 +183,13 @@ void cost_fp8_quantize(const Node *n, Cost *c) { cost_ew(n, c, 3, 0); }
 
 void infer_scaled_matmul(Node *n) {
   for (int i = 0; i < 2; i++)
-    if (!is_fp8(n->in[i]->dtype)) error_at(n->loc, "scaled_matmul: input %d must be e4m3 or e5m2, got %s", i + 1, dtype_name(n->in[i]->dtype));
+    if (!is_fp8(n->in[i]->dtype))
+      error_at(n->loc, "scaled_matmul: input %d must be e4m3 or e5m2, got %s", i + 1, dtype_name(n->in[i]->dtype));
   for (int i = 2; i < 5; i++) need_state(n, i);
   matmul_shape(n);
   DType t = (DType)attr_int(n, "dtype");
-  if (!dtype_is_float(t) || is_fp8(t)) error_at(n->loc, "scaled_matmul: dtype must be f32, bf16 or f16, got %s", dtype_name(t));
+  if (!dtype_is_float(t) || is_fp8(t))
+    error_at(n->loc, "scaled_matmul: dtype must be f32, bf16 or f16, got %s", dtype_name(t));
   n->dtype = t;
 }
 void cost_scaled_matmul(const Node *n, Cost *c) { cost_matmul(n, c); }
@@ -203,7 +205,10 @@ static void infer_binary(Node *n) {
 void infer_add(Node *n) { infer_binary(n); }
 void infer_sub(Node *n) { infer_binary(n); }
 void infer_mul(Node *n) { infer_binary(n); }
-void infer_div(Node *n) { infer_binary(n); need_float(n, 0); }
+void infer_div(Node *n) {
+  infer_binary(n);
+  need_float(n, 0);
+}
 void cost_add(const Node *n, Cost *c) { cost_ew(n, c, 1, 1); }
 void cost_sub(const Node *n, Cost *c) { cost_ew(n, c, 1, 1); }
 void cost_mul(const Node *n, Cost *c) { cost_ew(n, c, 1, 2); }
@@ -279,8 +284,8 @@ void infer_softmax(Node *n) {
   infer_unary(n);
   need_rank(n, 0, 1);
   int a = norm_axis(n, attr_int(n, "axis"), n->shape.ndim);
-  if (attr_int(n, "causal") && (a != n->shape.ndim - 1 || n->shape.ndim < 2 ||
-                                n->shape.d[n->shape.ndim - 2] > n->shape.d[n->shape.ndim - 1]))
+  if (attr_int(n, "causal") &&
+      (a != n->shape.ndim - 1 || n->shape.ndim < 2 || n->shape.d[n->shape.ndim - 2] > n->shape.d[n->shape.ndim - 1]))
     error_at(n->loc, "softmax: causal masking needs the last axis of [..., S, T] with S <= T");
 }
 void cost_softmax(const Node *n, Cost *c) { cost_ew(n, c, 5, 4); }
@@ -303,9 +308,18 @@ static void infer_reduce(Node *n) {
   }
 }
 void infer_sum(Node *n) { infer_reduce(n); }
-void infer_mean(Node *n) { need_float(n, 0); infer_reduce(n); }
-void cost_sum(const Node *n, Cost *c) { c->fwd_flops = numel(n->in[0]); c->bytes = io_bytes(n); }
-void cost_mean(const Node *n, Cost *c) { cost_sum(n, c); c->bwd_flops = numel(n->in[0]); }
+void infer_mean(Node *n) {
+  need_float(n, 0);
+  infer_reduce(n);
+}
+void cost_sum(const Node *n, Cost *c) {
+  c->fwd_flops = numel(n->in[0]);
+  c->bytes = io_bytes(n);
+}
+void cost_mean(const Node *n, Cost *c) {
+  cost_sum(n, c);
+  c->bwd_flops = numel(n->in[0]);
+}
 
 /* cross_entropy(logits [..., V], targets i32 [...]) -> f32 [] : the mean over the
  * targets that are not ignore_index of -log softmax(logits)[target]. */
@@ -340,7 +354,8 @@ static int64_t classifier_vocab(Node *n) {
   Shape rows = x->shape;
   rows.ndim--;
   if (t->dtype != DT_I32 || !shape_eq(&rows, &t->shape))
-    error_at(n->loc, "%s: targets %s must be i32 and match x %s without its last axis", op_info(n->op)->name, shp(t), shp(x));
+    error_at(n->loc, "%s: targets %s must be i32 and match x %s without its last axis", op_info(n->op)->name, shp(t),
+             shp(x));
   if (attr_int(n, "chunk") < 1) error_at(n->loc, "%s: chunk must be positive", op_info(n->op)->name);
   return V;
 }
@@ -378,15 +393,16 @@ void infer_attention(Node *n) {
   }
   same_dtypes(n);
   const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape, *v = &n->in[2]->shape;
-  if (!shape_eq(k, v)) error_at(n->loc, "attention: keys %s and values %s differ in shape", shp(n->in[1]), shp(n->in[2]));
+  if (!shape_eq(k, v))
+    error_at(n->loc, "attention: keys %s and values %s differ in shape", shp(n->in[1]), shp(n->in[2]));
   if (q->d[0] != k->d[0] || q->d[2] != k->d[2])
     error_at(n->loc, "attention: queries %s and keys %s differ in batch or features", shp(n->in[0]), shp(n->in[1]));
   int64_t heads = attr_int(n, "heads");
   if (heads <= 0 || q->d[2] % heads)
     error_at(n->loc, "attention: %lld features do not split into %lld heads", (long long)q->d[2], (long long)heads);
   if (attr_int(n, "causal") && q->d[1] != k->d[1])
-    error_at(n->loc, "attention: causal attention needs as many queries as keys (%lld vs %lld)",
-             (long long)q->d[1], (long long)k->d[1]);
+    error_at(n->loc, "attention: causal attention needs as many queries as keys (%lld vs %lld)", (long long)q->d[1],
+             (long long)k->d[1]);
   n->shape = *q;
   n->dtype = n->in[0]->dtype;
 }
@@ -440,7 +456,10 @@ void infer_reshape(Node *n) {
   n->shape.ndim = s->n;
   for (int i = 0; i < s->n; i++) {
     int64_t v = s->v[i];
-    if (v == -1 && infer < 0) { infer = i; continue; }
+    if (v == -1 && infer < 0) {
+      infer = i;
+      continue;
+    }
     if (v < 0) error_at(n->loc, "reshape: bad dimension %lld in the new shape", (long long)v);
     if (v && known > MAX_NUMEL / v) error_at(n->loc, "reshape: the new shape is too large");
     known *= v;
@@ -524,7 +543,10 @@ void infer_broadcast(Node *n) {
   n->shape = want;
   n->dtype = n->in[0]->dtype;
 }
-void cost_broadcast(const Node *n, Cost *c) { c->bytes = nbytes(n); c->bwd_flops = numel(n); }
+void cost_broadcast(const Node *n, Cost *c) {
+  c->bytes = nbytes(n);
+  c->bwd_flops = numel(n);
+}
 
 /* ---- gradient ops (made by autodiff) ------------------------------------------ */
 
@@ -547,7 +569,10 @@ void infer_sum_to(Node *n) {
   n->shape = want;
   n->dtype = n->in[0]->dtype;
 }
-void cost_sum_to(const Node *n, Cost *c) { c->fwd_flops = numel(n->in[0]); c->bytes = io_bytes(n); }
+void cost_sum_to(const Node *n, Cost *c) {
+  c->fwd_flops = numel(n->in[0]);
+  c->bytes = io_bytes(n);
+}
 
 static void infer_act_grad(Node *n) {
   need_float(n, 0);
@@ -616,7 +641,10 @@ void infer_embedding_grad(Node *n) {
   n->shape = (Shape){2, {r, last_dim(g)}};
   n->dtype = g->dtype;
 }
-void cost_embedding_grad(const Node *n, Cost *c) { c->fwd_flops = numel(n->in[1]); c->bytes = io_bytes(n); }
+void cost_embedding_grad(const Node *n, Cost *c) {
+  c->fwd_flops = numel(n->in[1]);
+  c->bytes = io_bytes(n);
+}
 
 /* pad(x, axis, before, after): zeros around x along axis (the gradient of slice). */
 void infer_pad(Node *n) {
@@ -637,7 +665,8 @@ void cost_pad(const Node *n, Cost *c) { c->bytes = io_bytes(n); }
  * must split evenly. */
 static void infer_comm(Node *n, int mul) {
   const Shape *x = &n->in[0]->shape;
-  if (n->in[0]->dtype != DT_F32) error_at(n->loc, "%s: collectives move f32 tensors, got %s", nm(n), dtype_name(n->in[0]->dtype));
+  if (n->in[0]->dtype != DT_F32)
+    error_at(n->loc, "%s: collectives move f32 tensors, got %s", nm(n), dtype_name(n->in[0]->dtype));
   int64_t r = attr_int(n, "ranks");
   if (r < 1) error_at(n->loc, "%s: ranks must be positive", nm(n));
   n->shape = *x;
@@ -645,8 +674,9 @@ static void infer_comm(Node *n, int mul) {
   if (!mul) return;
   int a = norm_axis(n, attr_int(n, "axis"), x->ndim);
   int64_t b = attr_int(n, "blocks"), whole = mul > 0 ? x->d[a] * r : x->d[a];
-  if (b < 1 || whole % (b * r)) error_at(n->loc, "%s: dimension %d (%lld) does not split into %lld blocks over %lld ranks",
-                                           nm(n), a, (long long)whole, (long long)b, (long long)r);
+  if (b < 1 || whole % (b * r))
+    error_at(n->loc, "%s: dimension %d (%lld) does not split into %lld blocks over %lld ranks", nm(n), a,
+             (long long)whole, (long long)b, (long long)r);
   n->shape.d[a] = mul > 0 ? whole : whole / r;
 }
 void infer_all_reduce(Node *n) { infer_comm(n, 0); }
@@ -656,7 +686,13 @@ void infer_reduce_scatter(Node *n) { infer_comm(n, -1); }
 void infer_split(Node *n) { infer_comm(n, -1); }
 /* Bytes moved through memory; the cost model prices the communication itself. */
 void cost_all_reduce(const Node *n, Cost *c) { c->bytes = io_bytes(n); }
-void cost_tp_copy(const Node *n, Cost *c) { (void)n; (void)c; }
+void cost_tp_copy(const Node *n, Cost *c) {
+  (void)n;
+  (void)c;
+}
 void cost_all_gather(const Node *n, Cost *c) { c->bytes = io_bytes(n); }
-void cost_reduce_scatter(const Node *n, Cost *c) { c->fwd_flops = numel(n->in[0]); c->bytes = io_bytes(n); }
+void cost_reduce_scatter(const Node *n, Cost *c) {
+  c->fwd_flops = numel(n->in[0]);
+  c->bytes = io_bytes(n);
+}
 void cost_split(const Node *n, Cost *c) { c->bytes = io_bytes(n); }

@@ -4,11 +4,18 @@
 #define COLOSSALC_STRMAP_H
 #include "ir/arena.h"
 
-typedef struct StrMapEntry { const char *key; void *val; } StrMapEntry;
-typedef struct StrMap { Arena *arena; StrMapEntry *e; int cap, n; } StrMap;
+typedef struct StrMapEntry {
+  const char *key;
+  void *val;
+} StrMapEntry;
+typedef struct StrMap {
+  Arena *arena;
+  StrMapEntry *e;
+  int cap, n;
+} StrMap;
 
-void  strmap_init(StrMap *m, Arena *a);
+void strmap_init(StrMap *m, Arena *a);
 void *strmap_get(const StrMap *m, const char *key);
-void  strmap_put(StrMap *m, const char *key, void *val); /* replaces */
+void strmap_put(StrMap *m, const char *key, void *val); /* replaces */
 
 #endif

@@ -19,8 +19,8 @@ static void verify_node(Graph *g, Node *n, int index) {
     char want[96], got[96];
     shape_format(want, sizeof want, &copy.shape);
     shape_format(got, sizeof got, &n->shape);
-    error_at(n->loc, "verifier: %%%d is %s%s but %s gives %s%s", n->id, dtype_name(n->dtype), got,
-             op_info(n->op)->name, dtype_name(copy.dtype), want);
+    error_at(n->loc, "verifier: %%%d is %s%s but %s gives %s%s", n->id, dtype_name(n->dtype), got, op_info(n->op)->name,
+             dtype_name(copy.dtype), want);
   }
 }
 

@@ -23,7 +23,10 @@
  * gradient quantized to e5m2 with a third state (ir/ops.def). */
 #include "passes/passes.h"
 
-typedef struct Ctx { Graph *h; const Node *at; } Ctx;
+typedef struct Ctx {
+  Graph *h;
+  const Node *at;
+} Ctx;
 
 static Node *cast(Ctx *c, Node *x, DType t) {
   if (x->dtype == t || !dtype_is_float(x->dtype)) return x;
@@ -66,7 +69,9 @@ static Node *fp8_state(Ctx *c, int64_t history) {
   return n;
 }
 
-static void set_attr(Node *n, const char *name, int64_t v) { n->attr[op_attr_index(n->op, name)] = (AttrVal){.set = true, .i = v}; }
+static void set_attr(Node *n, const char *name, int64_t v) {
+  n->attr[op_attr_index(n->op, name)] = (AttrVal){.set = true, .i = v};
+}
 
 static Node *fp8_linear(Ctx *c, const Node *mm, Node *a, Node *b, int history, int margin) {
   Node *st[3] = {fp8_state(c, history), fp8_state(c, history), fp8_state(c, history)}, *q[2];

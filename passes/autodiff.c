@@ -13,9 +13,9 @@
 
 typedef struct AD {
   Graph *g;
-  const Node *at;     /* the forward node whose rule is running */
-  Node **adj;         /* [forward nodes] accumulated output gradients */
-  bool *needs;        /* [forward nodes] lies on a path from a parameter */
+  const Node *at; /* the forward node whose rule is running */
+  Node **adj;     /* [forward nodes] accumulated output gradients */
+  bool *needs;    /* [forward nodes] lies on a path from a parameter */
 } AD;
 
 #define OP(id, name, nin, cls, flags, attrs) static void grad_##name(AD *ad, Node *n, Node *g);
@@ -36,9 +36,18 @@ static Node *mk(AD *ad, OpKind op, Node **in, int nin) {
   return n;
 }
 
-static Node *done(Node *n) { node_infer(n); return n; }
-static void set_i(Node *n, const char *attr, int64_t v) { n->attr[op_attr_index(n->op, attr)].i = v; n->attr[op_attr_index(n->op, attr)].set = true; }
-static void set_f(Node *n, const char *attr, double v) { n->attr[op_attr_index(n->op, attr)].f = v; n->attr[op_attr_index(n->op, attr)].set = true; }
+static Node *done(Node *n) {
+  node_infer(n);
+  return n;
+}
+static void set_i(Node *n, const char *attr, int64_t v) {
+  n->attr[op_attr_index(n->op, attr)].i = v;
+  n->attr[op_attr_index(n->op, attr)].set = true;
+}
+static void set_f(Node *n, const char *attr, double v) {
+  n->attr[op_attr_index(n->op, attr)].f = v;
+  n->attr[op_attr_index(n->op, attr)].set = true;
+}
 static void set_ints(Node *n, const char *attr, const int64_t *v, int nv) {
   AttrVal *a = &n->attr[op_attr_index(n->op, attr)];
   a->set = true;
@@ -47,8 +56,14 @@ static void set_ints(Node *n, const char *attr, const int64_t *v, int nv) {
 }
 
 static Node *op1(AD *ad, OpKind op, Node *x) { return done(mk(ad, op, &x, 1)); }
-static Node *op2(AD *ad, OpKind op, Node *x, Node *y) { Node *in[2] = {x, y}; return done(mk(ad, op, in, 2)); }
-static Node *op3n(AD *ad, OpKind op, Node *x, Node *y, Node *z) { Node *in[3] = {x, y, z}; return mk(ad, op, in, 3); }
+static Node *op2(AD *ad, OpKind op, Node *x, Node *y) {
+  Node *in[2] = {x, y};
+  return done(mk(ad, op, in, 2));
+}
+static Node *op3n(AD *ad, OpKind op, Node *x, Node *y, Node *z) {
+  Node *in[3] = {x, y, z};
+  return mk(ad, op, in, 3);
+}
 
 static Node *constant(AD *ad, double v, DType dt) {
   Node *c = mk(ad, OP_CONST, NULL, 0);
@@ -63,7 +78,9 @@ static Node *shaped(AD *ad, OpKind op, Node *x, const Shape *s) {
   return done(n);
 }
 
-static Node *reshape_to(AD *ad, Node *x, const Shape *s) { return shape_eq(&x->shape, s) ? x : shaped(ad, OP_RESHAPE, x, s); }
+static Node *reshape_to(AD *ad, Node *x, const Shape *s) {
+  return shape_eq(&x->shape, s) ? x : shaped(ad, OP_RESHAPE, x, s);
+}
 
 /* The gradient g of a broadcast result, summed back to x's shape. */
 static Node *unbroadcast(AD *ad, Node *g, const Node *x) {
@@ -430,7 +447,8 @@ void pass_autodiff(Graph *g) {
   if (g->loss) {
     ad.at = g->loss;
     /* fp16: the gradients come scaled by the run's loss scale (the runtime unscales them) */
-    ad.adj[g->loss->id] = g->train.loss_scaling ? done(mk(&ad, OP_LOSS_SCALE, NULL, 0)) : constant(&ad, 1.0, g->loss->dtype);
+    ad.adj[g->loss->id] =
+        g->train.loss_scaling ? done(mk(&ad, OP_LOSS_SCALE, NULL, 0)) : constant(&ad, 1.0, g->loss->dtype);
     last = g->loss->id;
   }
   for (int k = 0; k < g->nseeds; k++) {

@@ -13,7 +13,10 @@
 #include <math.h>
 #include "passes/passes.h"
 
-typedef struct Ctx { Graph *g; const Node *at; } Ctx;
+typedef struct Ctx {
+  Graph *g;
+  const Node *at;
+} Ctx;
 
 static Node *mk(Ctx *c, OpKind op, Node **in, int nin) {
   Node *n = graph_add(c->g, op, in, nin, c->at->loc);
@@ -135,7 +138,8 @@ Graph *pass_decompose(Graph *g, unsigned fuse) {
   h->seed_out = arena_array(g->arena, g->nseeds + 1, sizeof(Node *));
   h->seed_grad = arena_array(g->arena, g->nseeds + 1, sizeof(Node *));
   h->wrt = arena_array(g->arena, g->nwrt + 1, sizeof(Node *));
-  for (int k = 0; k < g->nseeds; k++) h->seed_out[k] = map[g->seed_out[k]->id], h->seed_grad[k] = map[g->seed_grad[k]->id];
+  for (int k = 0; k < g->nseeds; k++)
+    h->seed_out[k] = map[g->seed_out[k]->id], h->seed_grad[k] = map[g->seed_grad[k]->id];
   for (int k = 0; k < g->nwrt; k++) h->wrt[k] = map[g->wrt[k]->id];
   h->nouts = g->nouts;
   h->outs = arena_array(g->arena, g->nouts + 1, sizeof(Node *));

@@ -7,11 +7,11 @@
 typedef struct Part {
   const Graph *g;
   int t, nchunks;
-  const Strat *const *st;  /* [g->n] NULL for sources */
-  uint8_t *pl;             /* [g->n] placement of each value as produced (parameters: as stored) */
-  int64_t *bsz;            /* [g->n] block size along the split dimension (S placements) */
-  bool *single;            /* [g->n] the split dimension must be one block */
-  int *chunk_of;           /* [g->n] chunk of each computed node */
+  const Strat *const *st; /* [g->n] NULL for sources */
+  uint8_t *pl;            /* [g->n] placement of each value as produced (parameters: as stored) */
+  int64_t *bsz;           /* [g->n] block size along the split dimension (S placements) */
+  bool *single;           /* [g->n] the split dimension must be one block */
+  int *chunk_of;          /* [g->n] chunk of each computed node */
 } Part;
 
 static int sdim(int pl) { return pl >= PL_S0 ? pl - PL_S0 : -1; }
@@ -86,14 +86,11 @@ static void block_sizes(Part *P) {
         int d = sdim(P->pl[in->id]);
         if (c->op == OP_SLICE && od == d && norm_axis(attr_int(c, "axis"), c->shape.ndim) == d)
           changed |= meet(&P->bsz[in->id], &P->bsz[i], attr_int(c, "start"));
-        else if (od >= 0 && in->shape.d[d] == c->shape.d[od])
-          changed |= meet(&P->bsz[in->id], &P->bsz[i], 0);
-        else if (od < 0 && first < 0)
-          first = k;
+        else if (od >= 0 && in->shape.d[d] == c->shape.d[od]) changed |= meet(&P->bsz[in->id], &P->bsz[i], 0);
+        else if (od < 0 && first < 0) first = k;
         else if (od < 0 && in->shape.d[d] == c->in[first]->shape.d[sdim(P->pl[c->in[first]->id])])
           changed |= meet(&P->bsz[in->id], &P->bsz[c->in[first]->id], 0);
-        else
-          P->single[in->id] = P->single[i] = true;
+        else P->single[in->id] = P->single[i] = true;
       }
     }
   }
@@ -102,8 +99,10 @@ static void block_sizes(Part *P) {
     int d = sdim(P->pl[i]);
     if (d < 0) continue;
     if (P->single[i] && P->bsz[i] != n->shape.d[d])
-      error_at(n->loc, "tensor parallelism: %s would need dimension %d in blocks of %lld, which an op that reads "
-               "it cannot carry", op_info(n->op)->name, d, (long long)P->bsz[i]);
+      error_at(n->loc,
+               "tensor parallelism: %s would need dimension %d in blocks of %lld, which an op that reads "
+               "it cannot carry",
+               op_info(n->op)->name, d, (long long)P->bsz[i]);
     if ((n->op == OP_ATTENTION || n->op == OP_ROTARY) && d == n->shape.ndim - 1) {
       int64_t hd = n->shape.d[d] / attr_int(n, "heads");
       if ((P->bsz[i] / P->t) % hd)
@@ -149,23 +148,27 @@ static void assign_chunks(Part *P, const PlanResult *r, const Plan *plan) {
 
 /* ---- building one chunk's local graph ----------------------------------------------- */
 
-typedef struct Cached { int node, pl; int64_t bsz; Node *v; } Cached;
+typedef struct Cached {
+  int node, pl;
+  int64_t bsz;
+  Node *v;
+} Cached;
 
 typedef struct CB {
   Part *P;
   int k;
   Graph *h;
-  Node **val;            /* [g->n] each global value as produced, in this chunk */
-  Cached *rc;            /* resharded values */
+  Node **val; /* [g->n] each global value as produced, in this chunk */
+  Cached *rc; /* resharded values */
   int nrc, caprc;
   Node **copy_of, **copy; /* tp_copy of a local value */
   int ncopy, capcopy;
-  const Node *at;        /* the global node being rebuilt */
+  const Node *at; /* the global node being rebuilt */
 } CB;
 
 typedef struct Build {
   Part *P;
-  CB *cb;                /* [nchunks] */
+  CB *cb; /* [nchunks] */
   Boundary *bound;
   int nbound, capbound;
 } Build;
@@ -232,8 +235,8 @@ static Node *value(Build *B, CB *cb, const Node *in) {
     ir_assert(from >= 0 && from < cb->k);
     Node *src = B->cb[from].val[in->id];
     if (src->dtype != DT_F32)
-      error_at(in->loc, "pipeline parallelism: %s (%s) crosses a stage boundary; only f32 values can", op_info(in->op)->name,
-               dtype_name(in->dtype));
+      error_at(in->loc, "pipeline parallelism: %s (%s) crosses a stage boundary; only f32 values can",
+               op_info(in->op)->name, dtype_name(in->dtype));
     Shape s = local_shape(P, in, P->pl[in->id]);
     v = new_input(cb->h, in, &s, arena_printf(a, "pipe.act.%d.%d", in->id, cb->k));
     Graph *pg = B->cb[from].h;
@@ -253,7 +256,8 @@ static Node *reshard(CB *cb, const Node *in, Node *v, int req, int64_t want) {
   int fd = sdim(from), td = sdim(req);
   if (req == PL_P) diag_internal(__FILE__, __LINE__, "partition: nothing makes a partial sum");
   Node *out;
-  if (from == PL_P) out = td < 0 ? comm(cb, OP_ALL_REDUCE, v, -1, 0) : comm(cb, OP_REDUCE_SCATTER, v, td, in->shape.d[td] / want);
+  if (from == PL_P)
+    out = td < 0 ? comm(cb, OP_ALL_REDUCE, v, -1, 0) : comm(cb, OP_REDUCE_SCATTER, v, td, in->shape.d[td] / want);
   else {
     out = v;
     if (fd >= 0) out = comm(cb, OP_ALL_GATHER, out, fd, in->shape.d[fd] / P->bsz[in->id]);
@@ -309,13 +313,15 @@ static void rebuild(Build *B, CB *cb, const Node *c) {
     seti(x, "start", attr_int(c, "start") / P->t);
     seti(x, "end", attr_int(c, "end") / P->t);
   }
-  if ((c->op == OP_ATTENTION || c->op == OP_ROTARY) && od == c->shape.ndim - 1) seti(x, "heads", attr_int(c, "heads") / P->t);
+  if ((c->op == OP_ATTENTION || c->op == OP_ROTARY) && od == c->shape.ndim - 1)
+    seti(x, "heads", attr_int(c, "heads") / P->t);
   node_infer(x);
   if (!shape_eq(&x->shape, &want)) {
     char a[96], b[96];
     shape_format(a, sizeof a, &x->shape);
     shape_format(b, sizeof b, &want);
-    diag_internal(__FILE__, __LINE__, arena_printf(cb->h->arena, "partition: local %s is %s, not %s", op_info(c->op)->name, a, b));
+    diag_internal(__FILE__, __LINE__,
+                  arena_printf(cb->h->arena, "partition: local %s is %s, not %s", op_info(c->op)->name, a, b));
   }
   cb->val[c->id] = x;
 }
@@ -340,7 +346,8 @@ Partition *pass_partition(Graph *g, const PlanResult *r, const Plan *plan) {
   const Graph *pg = r->pm->g;
   if (pg->n != g->n) diag_internal(__FILE__, __LINE__, "partition: the compiled graph differs from the planned one");
   for (int i = 0; i < g->n; i++)
-    if (pg->nodes[i]->op != g->nodes[i]->op) diag_internal(__FILE__, __LINE__, "partition: the compiled graph differs from the planned one");
+    if (pg->nodes[i]->op != g->nodes[i]->op)
+      diag_internal(__FILE__, __LINE__, "partition: the compiled graph differs from the planned one");
   Part P = {.g = g, .t = plan->ch.tp, .nchunks = plan->nchunks, .st = (const Strat *const *)plan->sc->st};
   P.pl = arena_array(a, g->n, sizeof *P.pl);
   P.bsz = arena_array(a, g->n, sizeof *P.bsz);
@@ -360,8 +367,13 @@ Partition *pass_partition(Graph *g, const PlanResult *r, const Plan *plan) {
   }
 
   Partition *out = arena_alloc(a, sizeof *out);
-  *out = (Partition){.tp = plan->ch.tp, .pp = plan->ch.pp, .v = plan->ch.v, .nchunks = P.nchunks,
-                     .chunk = arena_array(a, P.nchunks, sizeof(Graph *)), .nbound = B.nbound, .bound = B.bound};
+  *out = (Partition){.tp = plan->ch.tp,
+                     .pp = plan->ch.pp,
+                     .v = plan->ch.v,
+                     .nchunks = P.nchunks,
+                     .chunk = arena_array(a, P.nchunks, sizeof(Graph *)),
+                     .nbound = B.nbound,
+                     .bound = B.bound};
   for (int k = 0; k < P.nchunks; k++) ir_verify(out->chunk[k] = B.cb[k].h);
   return out;
 }

@@ -35,16 +35,16 @@
 /* A value chunk `from` sends chunk `to`, and its gradient the other way. */
 typedef struct Boundary {
   int from, to;
-  int out;        /* index in the producer's graph outs */
-  int wrt;        /* index in the reader's graph wrt */
-  int seed;       /* index in the producer's seed_grad; -1 when no gradient flows back */
-  int64_t count;  /* f32 elements on one rank */
+  int out;       /* index in the producer's graph outs */
+  int wrt;       /* index in the reader's graph wrt */
+  int seed;      /* index in the producer's seed_grad; -1 when no gradient flows back */
+  int64_t count; /* f32 elements on one rank */
 } Boundary;
 
 typedef struct Partition {
   int tp, pp, v;
   int nchunks;
-  Graph **chunk;  /* [nchunks] chunk graphs, model order (the passes replace them) */
+  Graph **chunk; /* [nchunks] chunk graphs, model order (the passes replace them) */
   int nbound;
   Boundary *bound;
 } Partition;

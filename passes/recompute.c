@@ -70,9 +70,9 @@ typedef struct Rebuild {
   const Graph *g;
   Graph *h;
   const bool *rc;
-  Node **map;      /* [g->n] old node -> new */
-  Node **clone;    /* [g->n_forward] old forward node -> its clone */
-  Node **in;       /* scratch for inputs */
+  Node **map;   /* [g->n] old node -> new */
+  Node **clone; /* [g->n_forward] old forward node -> its clone */
+  Node **in;    /* scratch for inputs */
   int nin_cap;
 } Rebuild;
 
@@ -136,8 +136,13 @@ Graph *pass_recompute(Graph *g, const RcLayer *mode) {
   Arena *a = g->arena;
   bool *rc = arena_array(a, g->n_forward + 1, sizeof *rc);
   recompute_mark(g, mode, rc);
-  Rebuild r = {g, graph_new_like(g), rc, arena_array(a, g->n, sizeof(Node *)),
-               arena_array(a, g->n_forward, sizeof(Node *)), NULL, 0};
+  Rebuild r = {g,
+               graph_new_like(g),
+               rc,
+               arena_array(a, g->n, sizeof(Node *)),
+               arena_array(a, g->n_forward, sizeof(Node *)),
+               NULL,
+               0};
   bool *emitted = arena_array(a, g->nlayers + 1, sizeof *emitted);
   for (int i = 0; i < g->n_forward; i++) {
     const Node *x = g->nodes[i];
@@ -182,7 +187,8 @@ static double kept_bytes(const Graph *g, int l, const bool *rc, const uint8_t *r
   return b;
 }
 
-static void layer_costs(const Graph *g, RecomputeStats *st, int l, RcLayer m, const uint8_t *reads, int *stamp, RcLayer *mode) {
+static void layer_costs(const Graph *g, RecomputeStats *st, int l, RcLayer m, const uint8_t *reads, int *stamp,
+                        RcLayer *mode) {
   mode[l] = m;
   bool *rc = arena_array(g->arena, g->n_forward + 1, sizeof *rc);
   recompute_mark(g, mode, rc);
@@ -238,8 +244,15 @@ double recompute_model_peak(const RecomputeStats *st, const RcLayer *mode) {
 /* ---- the dynamic program over the layer chain ------------------------------------------ */
 
 /* A partial choice for layers [0, j): kept bytes so far, FLOPs so far, how it was made. */
-typedef struct DpState { double kept, flops; int parent; RcLayer m; } DpState;
-typedef struct Front { DpState *v; int n; } Front;
+typedef struct DpState {
+  double kept, flops;
+  int parent;
+  RcLayer m;
+} DpState;
+typedef struct Front {
+  DpState *v;
+  int n;
+} Front;
 
 static int by_kept(const void *pa, const void *pb) {
   const DpState *a = pa, *b = pb;
@@ -330,7 +343,8 @@ void recompute_choose(Graph *g, int64_t budget, RecomputeMeasure measure, void *
   int64_t least = measure(hf, ctx);
   if (least > budget)
     error_plain("no recompute choice fits the activation memory budget of %.1f MiB: the smallest work peak, "
-                "with every layer recomputed, is %.1f MiB", mib((double)budget), mib((double)least));
+                "with every layer recomputed, is %.1f MiB",
+                mib((double)budget), mib((double)least));
   double b0 = (double)peak - model_uniform(st, RCL_KEEP), b1 = (double)least - model_uniform(st, RCL_FULL);
   st->base = b0 < b1 ? b0 : b1; /* optimistic; a measured overshoot tightens the budget below */
   *out = (RecomputeChoice){full, least, recompute_model_peak(st, full), recompute_flops(g, full), hf, 0};

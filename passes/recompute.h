@@ -60,7 +60,7 @@ double recompute_flops(const Graph *g, const RcLayer *mode);
  * recomputed. */
 typedef struct RecomputeStats {
   int nlayers;
-  bool *has_attn;        /* [nlayers] the layer has an attention core */
+  bool *has_attn;                                                      /* [nlayers] the layer has an attention core */
   double (*keep)[RCL_COUNT], (*trans)[RCL_COUNT], (*flops)[RCL_COUNT]; /* [nlayers] */
   double base;
 } RecomputeStats;
@@ -78,12 +78,12 @@ bool recompute_dp(const RecomputeStats *st, double budget, RcLayer *mode);
 typedef int64_t (*RecomputeMeasure)(Graph *g, void *ctx);
 
 typedef struct RecomputeChoice {
-  RcLayer *mode;         /* [nlayers] */
-  int64_t peak;          /* the measured work peak of the chosen graph (bytes) */
-  double predicted;      /* the model's peak (bytes) */
-  double flops;          /* forward FLOPs recomputed */
-  Graph *graph;          /* the graph with the choice applied */
-  int rounds;            /* DP runs (each after the first follows a measured overshoot) */
+  RcLayer *mode;    /* [nlayers] */
+  int64_t peak;     /* the measured work peak of the chosen graph (bytes) */
+  double predicted; /* the model's peak (bytes) */
+  double flops;     /* forward FLOPs recomputed */
+  Graph *graph;     /* the graph with the choice applied */
+  int rounds;       /* DP runs (each after the first follows a measured overshoot) */
 } RecomputeChoice;
 
 /* The layers to recompute so that the work peak is at most budget bytes, with the

@@ -6,7 +6,11 @@
 #include <inttypes.h>
 #include <string.h>
 
-typedef struct Row { int64_t params; double fwd, train; int ops; } Row;
+typedef struct Row {
+  int64_t params;
+  double fwd, train;
+  int ops;
+} Row;
 
 static void add_node(Row *r, const Node *n) {
   Cost c;
@@ -20,7 +24,10 @@ static void add_node(Row *r, const Node *n) {
 static void human(char *buf, size_t len, double v, const char *unit) {
   const char *pre[] = {"", "K", "M", "G", "T", "P", "E"};
   int k = 0;
-  while (v >= 1000 && k < 6) { v /= 1000; k++; }
+  while (v >= 1000 && k < 6) {
+    v /= 1000;
+    k++;
+  }
   snprintf(buf, len, "%.3g %s%s", v, pre[k], unit);
 }
 

@@ -40,26 +40,66 @@ typedef struct Profile {
 /* dev: name, part, bf16, fp16, fp32, memory, memory_bw, reserved, gemm_eff, attn_eff, mem_eff, kernel_overhead,
  * fp32_only, fp8 (dense, NVIDIA's H100 and H200 datasheets: 1,979 TFLOP/s, twice bf16's) */
 static const Profile profiles[] = {
-  {{"a100-80g", "NVIDIA A100 SXM4 80GB", 312 * T12, 312 * T12, 19.5 * T12, 80 * GIB, 2039 * G9, 3 * GIB, 0.7, 0.55, 0.8, 4 * US, false, 0},
-   {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
-   {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85}, 2e12, 32 * G9, 8, 409.6 * G9, DGX_NVME_BW, DGX_NVME},
-  {{"a100-40g", "NVIDIA A100 SXM4 40GB", 312 * T12, 312 * T12, 19.5 * T12, 40 * GIB, 1555 * G9, 2 * GIB, 0.7, 0.55, 0.8, 4 * US, false, 0},
-   {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
-   {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85}, 1e12, 32 * G9, 8, 409.6 * G9, DGX_NVME_BW, DGX_NVME / 2},
-  {{"h100-sxm", "NVIDIA H100 SXM5 80GB", 989 * T12, 989 * T12, 67 * T12, 80 * GIB, 3350 * G9, 3 * GIB, 0.65, 0.5, 0.8, 4 * US, false,
-    1979 * T12},
-   {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
-   {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85}, 2e12, 64 * G9, 8, 614.4 * G9, DGX_NVME_BW, DGX_NVME},
-  {{"h200", "NVIDIA H200 SXM 141GB", 989 * T12, 989 * T12, 67 * T12, 141e9, 4800 * G9, 3 * GIB, 0.65, 0.5, 0.8, 4 * US, false,
-    1979 * T12},
-   {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
-   {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85}, 2e12, 64 * G9, 8, 614.4 * G9, DGX_NVME_BW, DGX_NVME},
-  {{"rtx3090", "NVIDIA GeForce RTX 3090", 71 * T12, 71 * T12, 35.6 * T12, 24 * GIB, 936 * G9, 1.5 * GIB, 0.75, 0.5, 0.8, 5 * US, false, 0},
-   {"PCIe 4.0 x16 peer-to-peer", 32 * G9, 10 * US, 0.75},
-   {"100 Gb/s Ethernet per node", 12.5 * G9, 15 * US, 0.8}, 128 * GIB, 32 * G9, 4, 51.2 * G9, NVME_BW, NVME_TB},
-  {{"cpu", "AMD EPYC 7763 socket (64 cores)", 5.0176 * T12, 5.0176 * T12, 5.0176 * T12, 256 * GIB, 204.8 * G9, 1 * GIB, 0.7, 0.4, 0.7, 2 * US, true, 0},
-   {"socket-to-socket shared memory (MPI)", 50 * G9, 1 * US, 0.6},
-   {"100 Gb/s Ethernet per node", 12.5 * G9, 10 * US, 0.8}, 512 * GIB, 204.8 * G9, 2, 204.8 * G9, NVME_BW, NVME_TB},
+    {{"a100-80g", "NVIDIA A100 SXM4 80GB", 312 * T12, 312 * T12, 19.5 * T12, 80 * GIB, 2039 * G9, 3 * GIB, 0.7, 0.55,
+      0.8, 4 * US, false, 0},
+     {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
+     {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85},
+     2e12,
+     32 * G9,
+     8,
+     409.6 * G9,
+     DGX_NVME_BW,
+     DGX_NVME},
+    {{"a100-40g", "NVIDIA A100 SXM4 40GB", 312 * T12, 312 * T12, 19.5 * T12, 40 * GIB, 1555 * G9, 2 * GIB, 0.7, 0.55,
+      0.8, 4 * US, false, 0},
+     {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
+     {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85},
+     1e12,
+     32 * G9,
+     8,
+     409.6 * G9,
+     DGX_NVME_BW,
+     DGX_NVME / 2},
+    {{"h100-sxm", "NVIDIA H100 SXM5 80GB", 989 * T12, 989 * T12, 67 * T12, 80 * GIB, 3350 * G9, 3 * GIB, 0.65, 0.5, 0.8,
+      4 * US, false, 1979 * T12},
+     {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
+     {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85},
+     2e12,
+     64 * G9,
+     8,
+     614.4 * G9,
+     DGX_NVME_BW,
+     DGX_NVME},
+    {{"h200", "NVIDIA H200 SXM 141GB", 989 * T12, 989 * T12, 67 * T12, 141e9, 4800 * G9, 3 * GIB, 0.65, 0.5, 0.8,
+      4 * US, false, 1979 * T12},
+     {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
+     {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85},
+     2e12,
+     64 * G9,
+     8,
+     614.4 * G9,
+     DGX_NVME_BW,
+     DGX_NVME},
+    {{"rtx3090", "NVIDIA GeForce RTX 3090", 71 * T12, 71 * T12, 35.6 * T12, 24 * GIB, 936 * G9, 1.5 * GIB, 0.75, 0.5,
+      0.8, 5 * US, false, 0},
+     {"PCIe 4.0 x16 peer-to-peer", 32 * G9, 10 * US, 0.75},
+     {"100 Gb/s Ethernet per node", 12.5 * G9, 15 * US, 0.8},
+     128 * GIB,
+     32 * G9,
+     4,
+     51.2 * G9,
+     NVME_BW,
+     NVME_TB},
+    {{"cpu", "AMD EPYC 7763 socket (64 cores)", 5.0176 * T12, 5.0176 * T12, 5.0176 * T12, 256 * GIB, 204.8 * G9,
+      1 * GIB, 0.7, 0.4, 0.7, 2 * US, true, 0},
+     {"socket-to-socket shared memory (MPI)", 50 * G9, 1 * US, 0.6},
+     {"100 Gb/s Ethernet per node", 12.5 * G9, 10 * US, 0.8},
+     512 * GIB,
+     204.8 * G9,
+     2,
+     204.8 * G9,
+     NVME_BW,
+     NVME_TB},
 };
 enum { NPROFILES = sizeof profiles / sizeof profiles[0] };
 
@@ -88,10 +128,17 @@ void cluster_from_profile(Cluster *c, const char *profile, int gpus, int gpus_pe
     char list[256] = "";
     for (int i = 0; cluster_profile_names[i]; i++)
       snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", cluster_profile_names[i]);
-    error_plain("unknown GPU profile '%s' (known: %s; or describe the cluster with --cluster FILE.json)", profile, list);
+    error_plain("unknown GPU profile '%s' (known: %s; or describe the cluster with --cluster FILE.json)", profile,
+                list);
   }
-  *c = (Cluster){.dev = p->dev, .intra = p->intra, .inter = p->inter, .host_memory = p->host_memory,
-                 .host_link_bw = p->host_link_bw, .nvme_bw = p->nvme_bw, .nvme = p->nvme, .host_mem_bw = p->host_mem_bw,
+  *c = (Cluster){.dev = p->dev,
+                 .intra = p->intra,
+                 .inter = p->inter,
+                 .host_memory = p->host_memory,
+                 .host_link_bw = p->host_link_bw,
+                 .nvme_bw = p->nvme_bw,
+                 .nvme = p->nvme,
+                 .host_mem_bw = p->host_mem_bw,
                  .gpus = gpus > 0 ? gpus : 1};
   set_counts(c, gpus, gpus_per_node, p->node, "--gpus");
   snprintf(c->name, sizeof c->name, "%d x %.40s", c->gpus, p->dev.name);
@@ -156,18 +203,29 @@ int cluster_nodes(const Cluster *c) { return c->gpus / c->gpus_per_node; }
 
 /* Errors while reading a file are collected (the first one wins) so that the cJSON
  * tree is freed before the error unwinds. */
-typedef struct Reader { const char *path; char err[320]; } Reader;
+typedef struct Reader {
+  const char *path;
+  char err[320];
+} Reader;
 
 static void rd_fail(Reader *r, const char *fmt, const char *a, const char *b) {
   if (!r->err[0]) snprintf(r->err, sizeof r->err, fmt, r->path, a, b);
 }
 
-typedef struct Field { const char *key; double scale; double *dst; } Field;
+typedef struct Field {
+  const char *key;
+  double scale;
+  double *dst;
+} Field;
 
 /* The numbers of one object (device, a link, host). Every key must be known; keys
  * listed in `other` are read elsewhere. A field left NAN is missing. */
-static void read_fields(Reader *r, const cJSON *obj, const char *oname, const Field *f, int n, const char *const *other) {
-  if (!cJSON_IsObject(obj)) { rd_fail(r, "%s: '%s' must be an object%s", oname, ""); return; }
+static void read_fields(Reader *r, const cJSON *obj, const char *oname, const Field *f, int n,
+                        const char *const *other) {
+  if (!cJSON_IsObject(obj)) {
+    rd_fail(r, "%s: '%s' must be an object%s", oname, "");
+    return;
+  }
   for (const cJSON *it = obj->child; it; it = it->next) {
     bool skip = false;
     for (int k = 0; other && other[k]; k++) skip |= !strcmp(other[k], it->string);
@@ -179,7 +237,8 @@ static void read_fields(Reader *r, const cJSON *obj, const char *oname, const Fi
     else *f[k].dst = it->valuedouble * f[k].scale;
   }
   for (int k = 0; k < n; k++)
-    if (isnan(*f[k].dst)) rd_fail(r, "%s: missing field '%s.%s' (or start from a built-in profile with \"base\")", oname, f[k].key);
+    if (isnan(*f[k].dst))
+      rd_fail(r, "%s: missing field '%s.%s' (or start from a built-in profile with \"base\")", oname, f[k].key);
 }
 
 static void read_string(Reader *r, const cJSON *obj, const char *key, char *dst, size_t len, const char *oname) {
@@ -190,11 +249,11 @@ static void read_string(Reader *r, const cJSON *obj, const char *key, char *dst,
 }
 
 static void read_device(Reader *r, const cJSON *o, DeviceSpec *d) {
-  const Field f[] = {{"peak_bf16_tflops", T12, &d->peak_bf16}, {"peak_fp16_tflops", T12, &d->peak_fp16},
-                     {"peak_fp32_tflops", T12, &d->peak_fp32}, {"memory_gib", GIB, &d->memory},
+  const Field f[] = {{"peak_bf16_tflops", T12, &d->peak_bf16},    {"peak_fp16_tflops", T12, &d->peak_fp16},
+                     {"peak_fp32_tflops", T12, &d->peak_fp32},    {"memory_gib", GIB, &d->memory},
                      {"memory_bandwidth_gbs", G9, &d->memory_bw}, {"reserved_gib", GIB, &d->reserved},
-                     {"gemm_efficiency", 1, &d->gemm_eff}, {"attention_efficiency", 1, &d->attn_eff},
-                     {"memory_efficiency", 1, &d->mem_eff}, {"kernel_overhead_us", US, &d->kernel_overhead},
+                     {"gemm_efficiency", 1, &d->gemm_eff},        {"attention_efficiency", 1, &d->attn_eff},
+                     {"memory_efficiency", 1, &d->mem_eff},       {"kernel_overhead_us", US, &d->kernel_overhead},
                      {"peak_fp8_tflops", T12, &d->peak_fp8}};
   static const char *const other[] = {"part", "fp32_only", NULL};
   read_fields(r, o, "device", f, sizeof f / sizeof f[0], other);
@@ -206,15 +265,18 @@ static void read_device(Reader *r, const cJSON *o, DeviceSpec *d) {
 }
 
 static void read_link(Reader *r, const cJSON *o, LinkSpec *l, const char *oname) {
-  const Field f[] = {{"bandwidth_gbs", G9, &l->bandwidth}, {"latency_us", US, &l->latency}, {"efficiency", 1, &l->efficiency}};
+  const Field f[] = {
+      {"bandwidth_gbs", G9, &l->bandwidth}, {"latency_us", US, &l->latency}, {"efficiency", 1, &l->efficiency}};
   static const char *const other[] = {"name", NULL};
   read_fields(r, o, oname, f, 3, other);
   if (cJSON_IsObject(o)) read_string(r, o, "name", l->name, sizeof l->name, oname);
 }
 
 static void read_host(Reader *r, const cJSON *o, Cluster *c) {
-  const Field f[] = {{"memory_gib", GIB, &c->host_memory}, {"link_bandwidth_gbs", G9, &c->host_link_bw},
-                     {"nvme_bandwidth_gbs", G9, &c->nvme_bw}, {"memory_bandwidth_gbs", G9, &c->host_mem_bw},
+  const Field f[] = {{"memory_gib", GIB, &c->host_memory},
+                     {"link_bandwidth_gbs", G9, &c->host_link_bw},
+                     {"nvme_bandwidth_gbs", G9, &c->nvme_bw},
+                     {"memory_bandwidth_gbs", G9, &c->host_mem_bw},
                      {"nvme_gib", GIB, &c->nvme}};
   read_fields(r, o, "host", f, 5, NULL);
 }
@@ -222,7 +284,8 @@ static void read_host(Reader *r, const cJSON *o, Cluster *c) {
 static int read_count(Reader *r, const cJSON *root, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
   if (!v) return 0;
-  if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 || v->valuedouble > (1 << 24)) {
+  if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 ||
+      v->valuedouble > (1 << 24)) {
     rd_fail(r, "%s: %s must be a positive integer%s", key, "");
     return 0;
   }
@@ -231,17 +294,33 @@ static int read_count(Reader *r, const cJSON *root, const char *key) {
 
 /* A blank cluster: required figures NAN (missing), the others with defaults. */
 static void blank(Cluster *c) {
-  *c = (Cluster){.dev = {.peak_bf16 = NAN, .peak_fp16 = NAN, .peak_fp32 = NAN, .memory = NAN, .memory_bw = NAN,
-                         .reserved = 2 * GIB, .gemm_eff = 0.7, .attn_eff = 0.5, .mem_eff = 0.8, .kernel_overhead = 4 * US},
-                 .intra = {"intra-node link", NAN, 2 * US, 0.8}, .inter = {"inter-node network", NAN, 5 * US, 0.85},
-                 .host_memory = 512 * GIB, .host_link_bw = 32 * G9, .nvme_bw = NVME_BW, .nvme = NVME_TB,
+  *c = (Cluster){.dev = {.peak_bf16 = NAN,
+                         .peak_fp16 = NAN,
+                         .peak_fp32 = NAN,
+                         .memory = NAN,
+                         .memory_bw = NAN,
+                         .reserved = 2 * GIB,
+                         .gemm_eff = 0.7,
+                         .attn_eff = 0.5,
+                         .mem_eff = 0.8,
+                         .kernel_overhead = 4 * US},
+                 .intra = {"intra-node link", NAN, 2 * US, 0.8},
+                 .inter = {"inter-node network", NAN, 5 * US, 0.85},
+                 .host_memory = 512 * GIB,
+                 .host_link_bw = 32 * G9,
+                 .nvme_bw = NVME_BW,
+                 .nvme = NVME_TB,
                  .host_mem_bw = 200 * G9};
   snprintf(c->dev.name, sizeof c->dev.name, "custom");
 }
 
 static void read_cluster(Reader *r, const cJSON *root, Cluster *c, int *node) {
-  static const char *const keys[] = {"name", "base", "gpus", "gpus_per_node", "device", "intra_node", "inter_node", "host", NULL};
-  if (!cJSON_IsObject(root)) { rd_fail(r, "%s: the cluster must be a JSON object%s%s", "", ""); return; }
+  static const char *const keys[] = {"name",       "base", "gpus", "gpus_per_node", "device", "intra_node",
+                                     "inter_node", "host", NULL};
+  if (!cJSON_IsObject(root)) {
+    rd_fail(r, "%s: the cluster must be a JSON object%s%s", "", "");
+    return;
+  }
   for (const cJSON *it = root->child; it; it = it->next) {
     int k = 0;
     while (keys[k] && strcmp(keys[k], it->string)) k++;
@@ -252,14 +331,20 @@ static void read_cluster(Reader *r, const cJSON *root, Cluster *c, int *node) {
   *node = 8;
   if (base) {
     const Profile *p = cJSON_IsString(base) ? find_profile(base->valuestring) : NULL;
-    if (!p) { rd_fail(r, "%s: base must name a built-in profile (a100-80g, a100-40g, h100-sxm, h200, rtx3090, cpu)%s%s", "", ""); return; }
-    c->dev = p->dev, c->intra = p->intra, c->inter = p->inter, c->host_memory = p->host_memory, c->host_link_bw = p->host_link_bw;
+    if (!p) {
+      rd_fail(r, "%s: base must name a built-in profile (a100-80g, a100-40g, h100-sxm, h200, rtx3090, cpu)%s%s", "",
+              "");
+      return;
+    }
+    c->dev = p->dev, c->intra = p->intra, c->inter = p->inter, c->host_memory = p->host_memory,
+    c->host_link_bw = p->host_link_bw;
     c->host_mem_bw = p->host_mem_bw, c->nvme_bw = p->nvme_bw, c->nvme = p->nvme;
     *node = p->node;
   }
   const cJSON *o;
   if ((o = cJSON_GetObjectItemCaseSensitive(root, "device"))) read_device(r, o, &c->dev);
-  else if (!base) rd_fail(r, "%s: missing object 'device' (or start from a built-in profile with \"base\")%s%s", "", "");
+  else if (!base)
+    rd_fail(r, "%s: missing object 'device' (or start from a built-in profile with \"base\")%s%s", "", "");
   if ((o = cJSON_GetObjectItemCaseSensitive(root, "intra_node"))) read_link(r, o, &c->intra, "intra_node");
   if ((o = cJSON_GetObjectItemCaseSensitive(root, "inter_node"))) read_link(r, o, &c->inter, "inter_node");
   if ((o = cJSON_GetObjectItemCaseSensitive(root, "host"))) read_host(r, o, c);
@@ -280,7 +365,11 @@ void cluster_load_json(Cluster *c, const char *path, int gpus, int gpus_per_node
     if (len + got + 1 > cap) {
       cap = (len + got + 1) * 2;
       char *t = realloc(text, cap);
-      if (!t) { free(text); fclose(f); error_plain("%s: out of memory", path); }
+      if (!t) {
+        free(text);
+        fclose(f);
+        error_plain("%s: out of memory", path);
+      }
       text = t;
     }
     memcpy(text + len, buf, got);

@@ -13,9 +13,9 @@
 /* A link class: NVLink/NVSwitch or PCIe inside a node, the network between nodes. */
 typedef struct LinkSpec {
   char name[64];
-  double bandwidth;   /* bytes/s, one direction: per device inside a node, per node between nodes */
-  double latency;     /* s, effective per step of a ring collective or per message */
-  double efficiency;  /* fraction of `bandwidth` a collective library sustains */
+  double bandwidth;  /* bytes/s, one direction: per device inside a node, per node between nodes */
+  double latency;    /* s, effective per step of a ring collective or per message */
+  double efficiency; /* fraction of `bandwidth` a collective library sustains */
 } LinkSpec;
 
 typedef struct DeviceSpec {
@@ -40,11 +40,11 @@ typedef struct Cluster {
   int gpus, gpus_per_node;
   DeviceSpec dev;
   LinkSpec intra, inter;
-  double host_memory;     /* bytes per node */
-  double host_link_bw;    /* bytes/s per device, one direction (PCIe) */
-  double nvme_bw;         /* bytes/s of a node's NVMe drives (offload), one direction */
-  double nvme;            /* bytes of a node's NVMe drives the training state may use */
-  double host_mem_bw;     /* bytes/s of a node's host memory (the CPU optimizer of an offloaded plan) */
+  double host_memory;  /* bytes per node */
+  double host_link_bw; /* bytes/s per device, one direction (PCIe) */
+  double nvme_bw;      /* bytes/s of a node's NVMe drives (offload), one direction */
+  double nvme;         /* bytes of a node's NVMe drives the training state may use */
+  double host_mem_bw;  /* bytes/s of a node's host memory (the CPU optimizer of an offloaded plan) */
 } Cluster;
 
 /* Names of the built-in profiles, NULL-terminated. */

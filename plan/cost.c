@@ -33,10 +33,10 @@ double cost_collective(const Cluster *c, CollKind k, double bytes, Group g) {
   if (local == 1) return ring(k, bytes, g.n, bw_out, a_out);
   switch (k) {
   case COLL_ALL_REDUCE: /* reduce-scatter in the node, all-reduce across nodes on 1/local, all-gather in the node */
-    return 2 * ring(COLL_REDUCE_SCATTER, bytes, local, bw_in, a_in) + ring(COLL_ALL_REDUCE, bytes / local, nodes, bw_out, a_out);
+    return 2 * ring(COLL_REDUCE_SCATTER, bytes, local, bw_in, a_in) +
+           ring(COLL_ALL_REDUCE, bytes / local, nodes, bw_out, a_out);
   case COLL_ALL_GATHER:
-  case COLL_REDUCE_SCATTER:
-    return ring(k, bytes, local, bw_in, a_in) + ring(k, bytes / local, nodes, bw_out, a_out);
+  case COLL_REDUCE_SCATTER: return ring(k, bytes, local, bw_in, a_in) + ring(k, bytes / local, nodes, bw_out, a_out);
   case COLL_ALL_TO_ALL: /* the part for other nodes crosses the network */
     return (double)(local - 1) / g.n * bytes / bw_in + (double)(g.n - local) / g.n * bytes / bw_out + (g.n - 1) * a_out;
   case COLL_SEND_RECV:

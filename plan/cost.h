@@ -9,7 +9,14 @@
 #include <stdbool.h>
 #include "plan/cluster.h"
 
-typedef enum { COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_ALL_TO_ALL, COLL_SEND_RECV, COLL_COUNT } CollKind;
+typedef enum {
+  COLL_ALL_REDUCE,
+  COLL_ALL_GATHER,
+  COLL_REDUCE_SCATTER,
+  COLL_ALL_TO_ALL,
+  COLL_SEND_RECV,
+  COLL_COUNT
+} CollKind;
 extern const char *const coll_names[COLL_COUNT];
 
 typedef enum { RC_NONE, RC_SELECTIVE, RC_FULL, RC_COUNT } Recompute;
@@ -17,7 +24,9 @@ extern const char *const recompute_names[RC_COUNT];
 
 /* A communication group of n ranks with `local` of them on each node it spans
  * (local == n: all inside one node). */
-typedef struct Group { int n, local; } Group;
+typedef struct Group {
+  int n, local;
+} Group;
 
 /* Time of one collective over a group. `bytes` is the size of the whole tensor:
  * the buffer each rank reduces (all-reduce), the gathered result (all-gather), the
@@ -45,7 +54,9 @@ double cost_gemm_eff(const Cluster *c, double m, double n, double k);
 /* Model states per device under ZeRO (Rajbhandari et al. 2020): with `w`, `g`, `o`
  * bytes per parameter of weights, gradients and optimizer states (mixed precision
  * Adam: 2, 2, 12), stage 1 shards o, stage 2 also g, stage 3 also w over dp ranks. */
-typedef struct ModelStates { double weights, grads, optimizer; } ModelStates;
+typedef struct ModelStates {
+  double weights, grads, optimizer;
+} ModelStates;
 ModelStates cost_zero_states(double params, int stage, int dp, double w, double g, double o);
 
 /* Activation bytes of one transformer layer (Korthikanti et al. 2022, Table 2):

@@ -90,18 +90,24 @@ static void text_header(FILE *f, const PlanResult *r) {
   if (c->v > 1) fprintf(f, " with %d chunks per stage", c->v);
   fprintf(f, "; %s; attention %s\n", precision_text(r), attn_kernel_names[c->attn]);
   if (c->offload == OFFLOAD_OPTIMIZER)
-    fprintf(f, "offload: the optimizer state (%.0f bytes a parameter) on the host, AdamW on the CPU: %.1f GiB of host "
-            "memory a node\n", r->o_bytes, p->pr.host / GIB);
+    fprintf(f,
+            "offload: the optimizer state (%.0f bytes a parameter) on the host, AdamW on the CPU: %.1f GiB of host "
+            "memory a node\n",
+            r->o_bytes, p->pr.host / GIB);
   if (c->offload == OFFLOAD_STATE) {
     const PlanPrice *pr = &p->pr;
     double hidden = pr->link_time > 0 ? 1 - pr->offload / pr->link_time : 1;
-    fprintf(f, "offload: every rank's ZeRO-3 shard of the parameters, gradients and optimizer state (%.0f bytes a "
+    fprintf(f,
+            "offload: every rank's ZeRO-3 shard of the parameters, gradients and optimizer state (%.0f bytes a "
             "parameter) lives on its node: %.1f GiB of host memory a node (of %.0f GiB)",
             r->w_bytes + r->g_bytes + r->o_bytes, pr->host / GIB, cl->host_memory / GIB);
     if (pr->nvme > 0) fprintf(f, " and %.1f GiB of NVMe (of %.0f GiB)", pr->nvme / GIB, cl->nvme / GIB);
-    fprintf(f, "; AdamW on the CPU\n  every rank: its shard's home is %.2f GiB of host memory", pr->host / cl->gpus_per_node / GIB);
-    if (pr->nvme > 0) fprintf(f, " and %.2f GiB of NVMe (part of its optimizer state)", pr->nvme / cl->gpus_per_node / GIB);
-    fprintf(f, "; a step moves %.2f GiB over its host link (%.3g s, %.0f%% hidden by "
+    fprintf(f, "; AdamW on the CPU\n  every rank: its shard's home is %.2f GiB of host memory",
+            pr->host / cl->gpus_per_node / GIB);
+    if (pr->nvme > 0)
+      fprintf(f, " and %.2f GiB of NVMe (part of its optimizer state)", pr->nvme / cl->gpus_per_node / GIB);
+    fprintf(f,
+            "; a step moves %.2f GiB over its host link (%.3g s, %.0f%% hidden by "
             "compute: the next layer's weights come up while this one computes)",
             pr->link_bytes / GIB, pr->link_time, 100 * hidden);
     if (pr->nvme > 0) fprintf(f, "; the node's NVMe part read and written once (%.3g s)", pr->nvme_time);
@@ -137,7 +143,8 @@ static void text_stages(FILE *f, const PlanResult *r) {
     for (int k = i; k < p->nchunks; k += p->ch.pp) {
       int lo = p->chunk_lo[k], hi = p->chunk_hi[k];
       snprintf(lay + strlen(lay), sizeof lay - strlen(lay), "%s%s", lay[0] ? ", " : "",
-               layer_range(r, r->pm->nlayer_segs ? r->pm->seg[r->pm->first_layer_seg + lo].layer : 0, hi - lo, buf, sizeof buf));
+               layer_range(r, r->pm->nlayer_segs ? r->pm->seg[r->pm->first_layer_seg + lo].layer : 0, hi - lo, buf,
+                           sizeof buf));
     }
     if (i == 0 && r->pm->nseg > 0) snprintf(lay + strlen(lay), sizeof lay - strlen(lay), " +before");
     if (i == p->ch.pp - 1 && r->pm->nseg > 1) snprintf(lay + strlen(lay), sizeof lay - strlen(lay), " +after");
@@ -163,7 +170,8 @@ static void text_sharding(FILE *f, const PlanResult *r) {
     for (int j = 0; j < pm->seg[k].nops; j++) {
       const Node *node = r->g->nodes[pm->seg[k].ops[j]];
       const Strat *s = p->sc->st[node->id];
-      fprintf(f, "    %%%-5d %-14s %-11s -> %-5s (", node->id, op_info(node->op)->name, s->name, placement_name(s->out, pb));
+      fprintf(f, "    %%%-5d %-14s %-11s -> %-5s (", node->id, op_info(node->op)->name, s->name,
+              placement_name(s->out, pb));
       for (int i = 0; i < node->nin; i++) fprintf(f, "%s%s", i ? ", " : "", placement_name(s->in[i], ib));
       fprintf(f, ")%s%s\n", op_label(node)[0] ? "  " : "", op_label(node));
     }
@@ -206,15 +214,16 @@ void plan_dump_text(FILE *f, const PlanResult *r) {
 void plan_dump_brief(FILE *f, const PlanResult *r) {
   const Plan *p = &r->best;
   const PlanChoice *c = &p->ch;
-  fprintf(f, "plan for %s on %s: dp %d x tp %d x pp %d (%d ranks), ZeRO-%d, %d micro-batch%s of %d, recompute %s", r->g->name,
-          r->cl->name, c->dp, c->tp, c->pp, c->dp * c->tp * c->pp, c->zero, c->m, c->m == 1 ? "" : "es", c->mbs,
-          recompute_names[c->rc]);
+  fprintf(f, "plan for %s on %s: dp %d x tp %d x pp %d (%d ranks), ZeRO-%d, %d micro-batch%s of %d, recompute %s",
+          r->g->name, r->cl->name, c->dp, c->tp, c->pp, c->dp * c->tp * c->pp, c->zero, c->m, c->m == 1 ? "" : "es",
+          c->mbs, recompute_names[c->rc]);
   if (c->pp > 1) fprintf(f, ", schedule %s%s", schedule_names[c->sched], c->v > 1 ? " (interleaved chunks)" : "");
-  if (c->offload) fprintf(f, c->offload == OFFLOAD_OPTIMIZER ? ", optimizer on the host" : ", state on the host%s",
-                          r->best.pr.nvme > 0 ? " and NVMe" : "");
+  if (c->offload)
+    fprintf(f, c->offload == OFFLOAD_OPTIMIZER ? ", optimizer on the host" : ", state on the host%s",
+            r->best.pr.nvme > 0 ? " and NVMe" : "");
   fprintf(f, "\n  priced in %s with attention %s: %.4g s a step (MFU %.1f%%), %.2f GiB per device of %.2f GiB usable\n",
-          precision_text(r), attn_kernel_names[c->attn], p->pr.step, 100 * p->pr.mfu,
-          p->pr.peak / GIB, r->usable / GIB);
+          precision_text(r), attn_kernel_names[c->attn], p->pr.step, 100 * p->pr.mfu, p->pr.peak / GIB,
+          r->usable / GIB);
 }
 
 /* ---- JSON ------------------------------------------------------------------------- */
@@ -391,7 +400,10 @@ char *plan_to_json(const PlanResult *r) {
 
 /* ---- SVG: the pipeline timeline of one step and memory per device ----------------------- */
 
-typedef struct Op { int fwd, chunk, mb; double start, end; } Op;
+typedef struct Op {
+  int fwd, chunk, mb;
+  double start, end;
+} Op;
 
 /* Forward and backward time of chunk k per micro-batch (its layers, tensor-parallel
  * communication, recompute, and its share of the stage's transfers). */
@@ -432,7 +444,8 @@ static int stage_order(const Plan *p, int i, Op *ops) {
 
 /* Start and end of every pass: each waits for its stage and for its input.
  * cf, cb: forward and backward time of each chunk. */
-static double simulate(const Plan *p, Op **ops, const int *nops, const double *cf, const double *cb, double *fend, double *bend) {
+static double simulate(const Plan *p, Op **ops, const int *nops, const double *cf, const double *cb, double *fend,
+                       double *bend) {
   int P = p->ch.pp, m = p->ch.m, K = P * p->ch.v, done = 0, total = 0, *next = calloc(P, sizeof(int));
   double *free_at = calloc(P, sizeof(double)), span = 0;
   for (int i = 0; i < P; i++) total += nops[i];
@@ -474,7 +487,8 @@ static void svg_text(FILE *f, double x, double y, const char *anchor, int size, 
 }
 
 static void svg_timeline(FILE *f, const Plan *p, Op **ops, const int *nops, double span, double y0, double w) {
-  const char *fc[4] = {"#4e79a7", "#76a5d4", "#2c5d8a", "#9cc3e6"}, *bc[4] = {"#59a14f", "#8cd17d", "#3d7a35", "#b6e3ab"};
+  const char *fc[4] = {"#4e79a7", "#76a5d4", "#2c5d8a", "#9cc3e6"},
+             *bc[4] = {"#59a14f", "#8cd17d", "#3d7a35", "#b6e3ab"};
   char buf[64];
   for (int i = 0; i < p->ch.pp; i++) {
     double y = y0 + i * 22;
@@ -483,12 +497,15 @@ static void svg_timeline(FILE *f, const Plan *p, Op **ops, const int *nops, doub
     for (int k = 0; k < nops[i]; k++) {
       const Op *o = &ops[i][k];
       double x = 80 + w * o->start / span, ww = w * (o->end - o->start) / span;
-      fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"18\" fill=\"%s\"><title>%s micro-batch %d chunk %d: %.4g-%.4g s</title></rect>\n",
-              x, y, ww > 0.3 ? ww : 0.3, (o->fwd ? fc : bc)[o->chunk % 4], o->fwd ? "forward" : "backward", o->mb, o->chunk,
-              o->start, o->end);
+      fprintf(
+          f,
+          "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"18\" fill=\"%s\"><title>%s micro-batch %d chunk %d: %.4g-%.4g s</title></rect>\n",
+          x, y, ww > 0.3 ? ww : 0.3, (o->fwd ? fc : bc)[o->chunk % 4], o->fwd ? "forward" : "backward", o->mb, o->chunk,
+          o->start, o->end);
       if (ww > 14) {
         snprintf(buf, sizeof buf, "%d", o->mb);
-        fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" fill=\"white\" text-anchor=\"middle\">%s</text>\n", x + ww / 2, y + 13, buf);
+        fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" fill=\"white\" text-anchor=\"middle\">%s</text>\n",
+                x + ww / 2, y + 13, buf);
       }
     }
   }
@@ -506,19 +523,23 @@ static void svg_memory(FILE *f, const PlanResult *r, double y0, double w) {
     snprintf(buf, sizeof buf, "stage %d", i);
     svg_text(f, 75, y + 14, "end", 11, buf);
     for (int k = 0; k < 5; k++) {
-      fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"18\" fill=\"%s\"><title>%s: %.2f GiB</title></rect>\n", x,
-              y, v[k] * scale, col[k], names[k], v[k] / GIB);
+      fprintf(
+          f,
+          "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"18\" fill=\"%s\"><title>%s: %.2f GiB</title></rect>\n",
+          x, y, v[k] * scale, col[k], names[k], v[k] / GIB);
       x += v[k] * scale;
     }
     snprintf(buf, sizeof buf, "%.1f GiB", s->total / GIB);
     svg_text(f, x + 4, y + 14, "start", 10, buf);
   }
   double ux = 80 + r->usable * scale, h = p->ch.pp * 22;
-  fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\" stroke-dasharray=\"4 3\"/>\n", ux, y0 - 4, ux, y0 + h);
+  fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\" stroke-dasharray=\"4 3\"/>\n", ux,
+          y0 - 4, ux, y0 + h);
   snprintf(buf, sizeof buf, "usable %.1f GiB", r->usable / GIB);
   svg_text(f, ux, y0 - 6, "middle", 10, buf);
   for (int k = 0; k < 5; k++) {
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", 80 + k * 120.0, y0 + h + 8, col[k]);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/>\n", 80 + k * 120.0, y0 + h + 8,
+            col[k]);
     svg_text(f, 94 + k * 120.0, y0 + h + 17, "start", 10, names[k]);
   }
 }
@@ -541,7 +562,8 @@ static void svg_memory_time(FILE *f, const PlanResult *r, Op **ops, const int *n
   svg_text(f, 76, y0 + h, "end", 10, "0");
   if (r->usable <= top) {
     double uy = y0 + h - r->usable * scale;
-    fprintf(f, "<line x1=\"80\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\" stroke-dasharray=\"4 3\"/>\n", uy, 80 + w, uy);
+    fprintf(f, "<line x1=\"80\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\" stroke-dasharray=\"4 3\"/>\n", uy,
+            80 + w, uy);
     snprintf(buf, sizeof buf, "usable %.1f GiB", r->usable / GIB);
     svg_text(f, 84, uy - 3, "start", 10, buf);
   }
@@ -567,7 +589,8 @@ void plan_dump_svg(FILE *f, const PlanResult *r) {
   int P = p->ch.pp, n = p->ch.m * p->ch.v * 2;
   Op **ops = calloc(P, sizeof *ops);
   int *nops = calloc(P, sizeof(int));
-  double *fend = calloc((size_t)P * p->ch.v * p->ch.m, sizeof(double)), *bend = calloc((size_t)P * p->ch.v * p->ch.m, sizeof(double));
+  double *fend = calloc((size_t)P * p->ch.v * p->ch.m, sizeof(double)),
+         *bend = calloc((size_t)P * p->ch.v * p->ch.m, sizeof(double));
   for (int i = 0; i < P; i++) {
     ops[i] = calloc(n + 1, sizeof(Op));
     nops[i] = stage_order(p, i, ops[i]);
@@ -581,21 +604,25 @@ void plan_dump_svg(FILE *f, const PlanResult *r) {
   char buf[256], sched[48] = "";
   if (p->ch.v > 1) snprintf(sched, sizeof sched, " with %d chunks per stage", p->ch.v);
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
-          w + 160, height, w + 160, height);
+  fprintf(
+      f,
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
+      w + 160, height, w + 160, height);
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
   snprintf(buf, sizeof buf, "%s on %s: dp %d x tp %d x pp %d, %d micro-batches of %d, %s%s, ZeRO-%d, recompute %s",
            r->g->name, r->cl->name, p->ch.dp, p->ch.tp, P, p->ch.m, p->ch.mbs, schedule_names[p->ch.sched], sched,
            p->ch.zero, recompute_names[p->ch.rc]);
   svg_text(f, 10, 20, "start", 14, buf);
-  snprintf(buf, sizeof buf, "pipeline timeline of one step (%.4g s as simulated pass by pass; the cost model predicts %.4g s "
+  snprintf(buf, sizeof buf,
+           "pipeline timeline of one step (%.4g s as simulated pass by pass; the cost model predicts %.4g s "
            "including data-parallel communication and the optimizer): forward blue, backward green",
            span, p->pr.step);
   svg_text(f, 10, 40, "start", 11, buf);
   svg_timeline(f, p, ops, nops, span, 60, w);
   svg_text(f, 10, y_mem - 24, "start", 11, "memory per device by stage, at its peak (of the device's capacity)");
   svg_memory(f, r, y_mem, w);
-  svg_text(f, 10, y_time - 12, "start", 11, "memory per device over the step, one line per stage (model states and the activations held)");
+  svg_text(f, 10, y_time - 12, "start", 11,
+           "memory per device over the step, one line per stage (model states and the activations held)");
   svg_memory_time(f, r, ops, nops, cs, span, y_time, w, 150);
   free(cf);
   fprintf(f, "</svg>\n");
@@ -605,7 +632,10 @@ void plan_dump_svg(FILE *f, const PlanResult *r) {
 
 /* ---- reading a plan file ------------------------------------------------------------- */
 
-typedef struct PReader { const char *path; char err[320]; } PReader;
+typedef struct PReader {
+  const char *path;
+  char err[320];
+} PReader;
 
 static void pr_fail(PReader *r, const char *fmt, const char *a, const char *b) {
   if (!r->err[0]) snprintf(r->err, sizeof r->err, fmt, r->path, a, b);
@@ -633,14 +663,17 @@ static void read_name(PReader *r, const cJSON *obj, const char *key, const char 
       return;
     }
   char list[128] = "";
-  for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
+  for (int i = 0; i < n; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
   pr_fail(r, "%s: %s must be one of %s", key, list);
 }
 
 static int find_segment(const PlanModel *pm, const char *name) {
   for (int k = 0; k < pm->nseg; k++) {
     const Segment *s = &pm->seg[k];
-    const char *n = s->kind == SEG_LAYER ? pm->g->layers[s->layer].name : s->kind == SEG_BEFORE ? "(before layers)" : "(after layers)";
+    const char *n = s->kind == SEG_LAYER    ? pm->g->layers[s->layer].name
+                    : s->kind == SEG_BEFORE ? "(before layers)"
+                                            : "(after layers)";
     if (!strcmp(n, name)) return k;
   }
   return -1;
@@ -651,7 +684,8 @@ static void read_sharding_ops(PReader *r, Arena *a, const PlanModel *pm, int seg
   for (const cJSON *op = ops ? ops->child : NULL; op; op = op->next) {
     int idx = -1;
     read_int(r, op, "index", "sharding[].ops[].index", 0, s->nops - 1, &idx);
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(op, "strategy"), *kind = cJSON_GetObjectItemCaseSensitive(op, "op");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(op, "strategy"),
+                *kind = cJSON_GetObjectItemCaseSensitive(op, "op");
     if (idx < 0 || !cJSON_IsString(st)) {
       pr_fail(r, "%s: each of sharding[].ops needs an index and a strategy%s%s", "", "");
       return;
@@ -663,14 +697,16 @@ static void read_sharding_ops(PReader *r, Arena *a, const PlanModel *pm, int seg
       return;
     }
     /* with the placements the plan was dumped with, the strategy is exactly that one */
-    const cJSON *out = cJSON_GetObjectItemCaseSensitive(op, "output"), *in = cJSON_GetObjectItemCaseSensitive(op, "inputs");
+    const cJSON *out = cJSON_GetObjectItemCaseSensitive(op, "output"),
+                *in = cJSON_GetObjectItemCaseSensitive(op, "inputs");
     if (cJSON_IsString(out) && cJSON_IsArray(in) && cJSON_GetArraySize(in) == n->nin) {
       size_t len = strlen(st->valuestring) + strlen(out->valuestring) + 3;
       for (const cJSON *e = in->child; e; e = e->next) len += (cJSON_IsString(e) ? strlen(e->valuestring) : 0) + 1;
       char *key = arena_alloc(a, len + 1);
       int k = snprintf(key, len + 1, "%s %s ", st->valuestring, out->valuestring);
       for (const cJSON *e = in->child; e; e = e->next)
-        k += snprintf(key + k, len + 1 - k, "%s%s", e == in->child ? "" : ",", cJSON_IsString(e) ? e->valuestring : "?");
+        k +=
+            snprintf(key + k, len + 1 - k, "%s%s", e == in->child ? "" : ",", cJSON_IsString(e) ? e->valuestring : "?");
       f->op_strategy[n->id] = key;
     } else {
       f->op_strategy[n->id] = arena_strdup(a, st->valuestring);
@@ -686,7 +722,8 @@ static void read_sharding(PReader *r, Arena *a, const Graph *g, const cJSON *sh,
   const PlanModel *pm = plan_model_new(a, g, NULL);
   f->op_strategy = arena_array(a, g->n, sizeof(char *));
   for (const cJSON *grp = sh->child; grp; grp = grp->next) {
-    const cJSON *segs = cJSON_GetObjectItemCaseSensitive(grp, "segments"), *ops = cJSON_GetObjectItemCaseSensitive(grp, "ops");
+    const cJSON *segs = cJSON_GetObjectItemCaseSensitive(grp, "segments"),
+                *ops = cJSON_GetObjectItemCaseSensitive(grp, "ops");
     if (!cJSON_IsArray(segs) || (ops && !cJSON_IsArray(ops))) {
       pr_fail(r, "%s: each sharding entry needs \"segments\" (names) and \"ops\"%s%s", "", "");
       return;
@@ -694,7 +731,8 @@ static void read_sharding(PReader *r, Arena *a, const Graph *g, const cJSON *sh,
     for (const cJSON *sn = segs->child; sn; sn = sn->next) {
       int k = cJSON_IsString(sn) ? find_segment(pm, sn->valuestring) : -1;
       if (k < 0) {
-        pr_fail(r, "%s: sharding names segment '%s', which the model does not have%s", cJSON_IsString(sn) ? sn->valuestring : "?", "");
+        pr_fail(r, "%s: sharding names segment '%s', which the model does not have%s",
+                cJSON_IsString(sn) ? sn->valuestring : "?", "");
         return;
       }
       read_sharding_ops(r, a, pm, k, ops, f);
@@ -703,10 +741,11 @@ static void read_sharding(PReader *r, Arena *a, const Graph *g, const cJSON *sh,
 }
 
 static void read_plan(PReader *r, Arena *a, const Graph *g, const cJSON *root, PlanForce *f) {
-  static const char *const keys[] = {"schema", "model", "parameters", "cluster", "precision", "mesh", "zero_stage",
-                                     "microbatch_size", "microbatches", "recompute", "schedule", "virtual_stages",
-                                     "attention", "offload", "predicted", "memory", "stages", "sharding", "collectives",
-                                     "runners_up", "search", NULL};
+  static const char *const keys[] = {
+      "schema",      "model",           "parameters",   "cluster",   "precision", "mesh",
+      "zero_stage",  "microbatch_size", "microbatches", "recompute", "schedule",  "virtual_stages",
+      "attention",   "offload",         "predicted",    "memory",    "stages",    "sharding",
+      "collectives", "runners_up",      "search",       NULL};
   if (!cJSON_IsObject(root)) {
     pr_fail(r, "%s: a plan must be a JSON object%s%s", "", "");
     return;

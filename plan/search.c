@@ -22,8 +22,18 @@ enum { MAX_MBS = 64, MAX_V = 8, MAX_MESH = 512, OFFLOAD_MAX_M = 64 };
 static const double HOST_MEM_EFF = 0.7;
 
 void plan_force_init(PlanForce *f) {
-  *f = (PlanForce){.dp = -1, .tp = -1, .pp = -1, .zero = -1, .mbs = -1, .v = -1, .schedule = -1, .rc = -1,
-                   .offload = -1, .attn = ATTN_FUSED, .op_strategy = NULL, .precision = -1};
+  *f = (PlanForce){.dp = -1,
+                   .tp = -1,
+                   .pp = -1,
+                   .zero = -1,
+                   .mbs = -1,
+                   .v = -1,
+                   .schedule = -1,
+                   .rc = -1,
+                   .offload = -1,
+                   .attn = ATTN_FUSED,
+                   .op_strategy = NULL,
+                   .precision = -1};
 }
 
 /* Bytes of an activation element as priced: 2 under --what-if's mixed precision; 4 in
@@ -36,40 +46,48 @@ static double act_bytes(const PlanResult *r, const PlanForce *f) { return r->mix
 
 /* Parameters of a segment under a candidate: totals, and the uses of parameters
  * that other segments use too (tied embeddings), which stages count once. */
-typedef struct SegParams { double dp, dptp, max_seg; int nshared; ParamUse *shared; } SegParams;
+typedef struct SegParams {
+  double dp, dptp, max_seg;
+  int nshared;
+  ParamUse *shared;
+} SegParams;
 
 typedef struct CandSet {
   int tp, mbs;
   Recompute rc;
   int n;
   ShardCand *c;
-  SegParams **sp;        /* [n][nseg] */
-  int ***part;           /* [n][K] chunk starts (K + 1 entries), computed on demand */
+  SegParams **sp; /* [n][nseg] */
+  int ***part;    /* [n][K] chunk starts (K + 1 entries), computed on demand */
 } CandSet;
 
-typedef struct Best { bool set; PlanChoice ch; PlanPrice pr; } Best;
+typedef struct Best {
+  bool set;
+  PlanChoice ch;
+  PlanPrice pr;
+} Best;
 
 typedef struct Mesh {
   int dp, tp, pp;
   Best feas, infeas, rc_feas[RC_COUNT], rc_infeas[RC_COUNT], z_feas[4], z_infeas[4];
-  Best least;            /* the plan that misses memory by the least */
+  Best least; /* the plan that misses memory by the least */
 } Mesh;
 
 typedef struct Search {
   Arena *a;
   PlanResult *r;
   const PlanForce *f;
-  int N, gpn, L;          /* GPUs, GPUs per node, layer segments */
-  int64_t B;              /* global batch */
-  int *param_nseg;        /* [g->n] segments that use each parameter */
+  int N, gpn, L;   /* GPUs, GPUs per node, layer segments */
+  int64_t B;       /* global batch */
+  int *param_nseg; /* [g->n] segments that use each parameter */
   CandSet *sets;
   int nsets, capsets;
   Mesh *mesh;
   int nmesh;
-  StageCost *stage;       /* scratch [max pp] */
+  StageCost *stage;        /* scratch [max pp] */
   int *segbuf, *seg_stage; /* scratch [nseg]: a stage's segments; the stage of each segment */
-  double *times;          /* scratch [max pp] */
-  int **param_segs;       /* [g->n] the segments that use each parameter */
+  double *times;           /* scratch [max pp] */
+  int **param_segs;        /* [g->n] the segments that use each parameter */
   ParamUse *shared_buf;
   int shared_cap;
   char why_none[256];     /* why no plan matched the forced parts */
@@ -108,11 +126,20 @@ static CandSet *get_set(Search *S, int tp, int mbs, Recompute rc) {
   }
   CandSet *cs = &S->sets[S->nsets++];
   const PlanResult *r = S->r;
-  ShardCtx x = {.pm = r->pm, .cl = r->cl, .t = tp, .mbs = mbs, .rc = rc, .attn = (AttnKernel)S->f->attn,
-                .act_bytes = act_bytes(r, S->f), .peak = r->peak, .peak_fp8 = r->fp8 ? r->cl->dev.peak_fp8 : 0,
+  ShardCtx x = {.pm = r->pm,
+                .cl = r->cl,
+                .t = tp,
+                .mbs = mbs,
+                .rc = rc,
+                .attn = (AttnKernel)S->f->attn,
+                .act_bytes = act_bytes(r, S->f),
+                .peak = r->peak,
+                .peak_fp8 = r->fp8 ? r->cl->dev.peak_fp8 : 0,
                 .fp8_classifier = S->f->fp8_classifier,
-                .classifier_fused = S->f->classifier_fused, .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
-                .force = S->f->op_strategy, .exec = S->f->exec};
+                .classifier_fused = S->f->classifier_fused,
+                .state_bytes = r->w_bytes + r->g_bytes + r->o_bytes,
+                .force = S->f->op_strategy,
+                .exec = S->f->exec};
   *cs = (CandSet){.tp = tp, .mbs = mbs, .rc = rc};
   cs->n = shard_candidates(S->a, &x, &cs->c);
   cs->sp = arena_array(S->a, cs->n, sizeof *cs->sp);
@@ -200,7 +227,8 @@ static double xfer_time(const Search *S, const SegCost *s, int tp, bool intra) {
   Group g = {2, intra ? 2 : 1}, t = {tp, tp};
   double whole = cost_collective(cl, COLL_SEND_RECV, s->xfer_whole, g);
   if (tp > 1) { /* Megatron's scatter/gather: send 1/t, all-gather inside the node */
-    double sg = cost_collective(cl, COLL_SEND_RECV, s->xfer_whole / tp, g) + cost_collective(cl, COLL_ALL_GATHER, s->xfer_whole, t);
+    double sg = cost_collective(cl, COLL_SEND_RECV, s->xfer_whole / tp, g) +
+                cost_collective(cl, COLL_ALL_GATHER, s->xfer_whole, t);
     if (sg < whole) whole = sg;
   }
   return cost_collective(cl, COLL_SEND_RECV, s->xfer_split, g) + whole;
@@ -261,8 +289,10 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
   int in_node = S->gpn / tp < 1 ? 1 : S->gpn / tp;
   Group gd = {dp, dp < in_node ? dp : in_node}, gdt = {dp * tp, dp * tp < S->gpn ? dp * tp : S->gpn};
   double gb = r->g_bytes, wb = r->w_bytes, e = e_dp + e_dptp;
-  double ar = cost_collective(cl, COLL_ALL_REDUCE, e_dp * gb, gd) + cost_collective(cl, COLL_ALL_REDUCE, e_dptp * gb, gdt);
-  double rs = cost_collective(cl, COLL_REDUCE_SCATTER, e_dp * gb, gd) + cost_collective(cl, COLL_REDUCE_SCATTER, e_dptp * gb, gdt);
+  double ar =
+      cost_collective(cl, COLL_ALL_REDUCE, e_dp * gb, gd) + cost_collective(cl, COLL_ALL_REDUCE, e_dptp * gb, gdt);
+  double rs = cost_collective(cl, COLL_REDUCE_SCATTER, e_dp * gb, gd) +
+              cost_collective(cl, COLL_REDUCE_SCATTER, e_dptp * gb, gdt);
   double ag = cost_collective(cl, COLL_ALL_GATHER, e * wb, gd);
   double end = 0, per_mb = 0, in_order = 0, after = 0, hide = OVERLAP * st->t_bwd;
   /* A compiled plan overlaps what its program does (codegen/compose.h, codegen/zero.h):
@@ -286,7 +316,9 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
   return exposed + (per_mb > 0 ? ch->m * mb : 0) + ch->m * in_order + after;
 }
 
-typedef struct StageSums { double stash, work, dp, dptp, maxp, flops_rc; } StageSums;
+typedef struct StageSums {
+  double stash, work, dp, dptp, maxp, flops_rc;
+} StageSums;
 
 static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int n, StageCost *st, StageSums *q) {
   const ShardCand *c = &cs->c[ci];
@@ -322,7 +354,8 @@ static double stage_p2p(const Search *S, const ShardCand *c, const int *start, c
   return t;
 }
 
-static void stage_memory(const Search *S, const PlanChoice *ch, int i, const StageSums *q, double shared, StageCost *st) {
+static void stage_memory(const Search *S, const PlanChoice *ch, int i, const StageSums *q, double shared,
+                         StageCost *st) {
   const PlanResult *r = S->r;
   double e = q->dp + q->dptp + shared;
   ModelStates ms = cost_zero_states(e, ch->zero, ch->dp, r->w_bytes, r->g_bytes, r->o_bytes);
@@ -342,7 +375,9 @@ static void stage_memory(const Search *S, const PlanChoice *ch, int i, const Sta
 }
 
 /* What price_plan adds up over the stages. */
-typedef struct StepSums { double dp_time, tie_time, opt_time, flops_rc, link_bytes, link_time, link_exposed; } StepSums;
+typedef struct StepSums {
+  double dp_time, tie_time, opt_time, flops_rc, link_bytes, link_time, link_exposed;
+} StepSums;
 
 /* Stage i of plan ch: its time per micro-batch, memory, and its data-parallel,
  * tied-weight and optimizer time, folded into `sum` (the slowest stage counts). */
@@ -367,8 +402,10 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
   }
   double shard = st->params / (ch->zero >= 1 ? ch->dp : 1);
   double opt = shard * 2 * (r->w_bytes + r->g_bytes + r->o_bytes) / (cl->dev.memory_bw * cl->dev.mem_eff);
-  double cpu_adam = shard * 2 * (r->w_bytes + r->g_bytes + r->o_bytes) / (cl->host_mem_bw / cl->gpus_per_node * HOST_MEM_EFF);
-  if (ch->offload == OFFLOAD_OPTIMIZER) /* gradients down and weights up over the host link, AdamW streaming the host's memory */
+  double cpu_adam =
+      shard * 2 * (r->w_bytes + r->g_bytes + r->o_bytes) / (cl->host_mem_bw / cl->gpus_per_node * HOST_MEM_EFF);
+  if (ch->offload ==
+      OFFLOAD_OPTIMIZER) /* gradients down and weights up over the host link, AdamW streaming the host's memory */
     opt = shard * (r->g_bytes + r->w_bytes) / cl->host_link_bw + cpu_adam;
   if (ch->offload == OFFLOAD_STATE) {
     /* every micro-batch, the shard's weights up for forward and backward (and
@@ -521,16 +558,18 @@ static void try_choice(Search *S, Mesh *mesh, CandSet *cs, int ci, PlanChoice ch
   const Cluster *cl = S->r->cl;
   for (int off = olo; off <= ohi; off++) {
     if (off == OFFLOAD_OPTIMIZER && S->r->o_bytes == 0 && f->offload < 0) continue;
-    if (f->exec && (off == OFFLOAD_OPTIMIZER || (off == OFFLOAD_STATE && (ch.tp > 1 || ch.pp > 1 || ch.m > OFFLOAD_MAX_M))))
+    if (f->exec &&
+        (off == OFFLOAD_OPTIMIZER || (off == OFFLOAD_STATE && (ch.tp > 1 || ch.pp > 1 || ch.m > OFFLOAD_MAX_M))))
       continue;
     int lo = off == OFFLOAD_STATE ? 3 : zlo, hi = off == OFFLOAD_STATE ? 3 : zhi;
-    if (off == OFFLOAD_STATE && ((f->zero >= 0 && f->zero != 3) || ch.pp > 1)) continue; /* ZeRO-3 runs without a pipeline */
+    if (off == OFFLOAD_STATE && ((f->zero >= 0 && f->zero != 3) || ch.pp > 1))
+      continue; /* ZeRO-3 runs without a pipeline */
     for (int z = lo; z <= hi; z++) {
       PlanPrice pr;
       ch.zero = z, ch.offload = (OffloadKind)off;
       price_plan(S, cs, ci, &ch, NULL, &pr);
       if (off == OFFLOAD_OPTIMIZER && pr.host > cl->host_memory) continue; /* the host cannot hold it */
-      if (off == OFFLOAD_STATE && pr.nvme > cl->nvme) continue;             /* nor the host and NVMe */
+      if (off == OFFLOAD_STATE && pr.nvme > cl->nvme) continue;            /* nor the host and NVMe */
       record(S, mesh, &ch, &pr);
     }
   }
@@ -546,8 +585,16 @@ static void search_mbs(Search *S, Mesh *mesh, int dp, int tp, int pp, int mbs) {
     CandSet *cs = get_set(S, tp, mbs, (Recompute)rc);
     for (int ci = 0; ci < cs->n; ci++)
       for (int k = 0; k < nv; k++) {
-        PlanChoice ch = {.dp = dp, .tp = tp, .pp = pp, .mbs = mbs, .m = m, .v = v[k], .rc = (Recompute)rc,
-                         .sched = v[k] > 1 ? PS_INTERLEAVED : PS_1F1B, .attn = (AttnKernel)f->attn, .cand = ci};
+        PlanChoice ch = {.dp = dp,
+                         .tp = tp,
+                         .pp = pp,
+                         .mbs = mbs,
+                         .m = m,
+                         .v = v[k],
+                         .rc = (Recompute)rc,
+                         .sched = v[k] > 1 ? PS_INTERLEAVED : PS_1F1B,
+                         .attn = (AttnKernel)f->attn,
+                         .cand = ci};
         try_choice(S, mesh, cs, ci, ch);
       }
   }
@@ -562,7 +609,8 @@ static void search_mesh(Search *S, int dp, int tp, int pp) {
   int mbs[MAX_MBS], n = divisors(S->B / dp, MAX_MBS, mbs, MAX_MBS);
   if (f->mbs > 0) {
     if ((S->B / dp) % f->mbs) {
-      why_none(S, "--microbatch-size %ld does not divide the %ld sequences of each data-parallel rank", f->mbs, (long)(S->B / dp));
+      why_none(S, "--microbatch-size %ld does not divide the %ld sequences of each data-parallel rank", f->mbs,
+               (long)(S->B / dp));
       return;
     }
     mbs[0] = f->mbs, n = 1;
@@ -605,14 +653,16 @@ static void check_forced(const Search *S) {
     error_plain("--pp %d needs at least %d layers to cut between, and the model has %d", f->pp, f->pp, S->L);
   long dp = f->dp, tp = f->tp, pp = f->pp;
   if (dp > 0 && tp > 0 && pp > 0 && dp * tp * pp != S->N)
-    error_plain("--dp %ld x --tp %ld x --pp %ld makes %ld GPUs, but the cluster has %d", dp, tp, pp, dp * tp * pp, S->N);
+    error_plain("--dp %ld x --tp %ld x --pp %ld makes %ld GPUs, but the cluster has %d", dp, tp, pp, dp * tp * pp,
+                S->N);
   if (dp > 0 && S->B % dp)
     error_plain("the global batch of %ld sequences does not split evenly over %ld data-parallel ranks (%.4g each)",
                 (long)S->B, dp, (double)S->B / dp);
   if (f->zero > 3) error_plain("--zero takes 0, 1, 2 or 3, got %d", f->zero);
   if (f->zero >= 2 && f->pp > 1)
     error_plain("ZeRO stage %d partitions gradients, which a pipeline (--pp %d) cannot keep: its micro-batches would "
-                "each reduce every gradient; use ZeRO-1 with pipelines (as DeepSpeed requires)", f->zero, f->pp);
+                "each reduce every gradient; use ZeRO-1 with pipelines (as DeepSpeed requires)",
+                f->zero, f->pp);
 }
 
 /* ---- the result -------------------------------------------------------------------- */
@@ -625,10 +675,15 @@ static void full_plan(Search *S, const PlanChoice *ch, Plan *out) {
 }
 
 static const char *biggest_loss(const PlanPrice *a, const PlanPrice *w) {
-  const char *names[] = {"compute", "recompute", "tensor-parallel communication", "pipeline transfers",
-                         "pipeline bubble", "data-parallel communication", "optimizer step"};
-  double d[] = {a->compute - w->compute, a->recompute - w->recompute, a->tp_comm - w->tp_comm, a->p2p - w->p2p,
-                a->bubble - w->bubble, a->dp_comm - w->dp_comm, a->optimizer - w->optimizer};
+  const char *names[] = {"compute",
+                         "recompute",
+                         "tensor-parallel communication",
+                         "pipeline transfers",
+                         "pipeline bubble",
+                         "data-parallel communication",
+                         "optimizer step"};
+  double d[] = {a->compute - w->compute, a->recompute - w->recompute, a->tp_comm - w->tp_comm,    a->p2p - w->p2p,
+                a->bubble - w->bubble,   a->dp_comm - w->dp_comm,     a->optimizer - w->optimizer};
   int k = 0;
   for (int i = 1; i < 7; i++)
     if (d[i] > d[k]) k = i;
@@ -644,8 +699,9 @@ static void add_runner(Search *S, const Best *b, const char *label) {
   full_plan(S, &b->ch, &ru->plan);
   const PlanPrice *w = &r->best.pr, *p = &ru->plan.pr;
   if (!p->fits)
-    snprintf(ru->why, sizeof ru->why, "%sdoes not fit: needs %.1f GiB per device on stage %d, %.1f GiB usable (over by %.1f GiB)",
-             label, p->peak / GIB, p->peak_stage, r->usable / GIB, (p->peak - r->usable) / GIB);
+    snprintf(ru->why, sizeof ru->why,
+             "%sdoes not fit: needs %.1f GiB per device on stage %d, %.1f GiB usable (over by %.1f GiB)", label,
+             p->peak / GIB, p->peak_stage, r->usable / GIB, (p->peak - r->usable) / GIB);
   else
     snprintf(ru->why, sizeof ru->why, "%sslower by %.1f%% (+%.3g s per step, mostly %s)", label,
              100 * (p->step / w->step - 1), p->step - w->step, biggest_loss(p, w));
@@ -682,8 +738,8 @@ static const char *plan_text(const PlanChoice *c, char *buf, size_t len) {
   snprintf(buf, len, "dp=%d tp=%d pp=%d, ZeRO-%d, %d micro-batches of %d, recompute %s, %s%s%s", c->dp, c->tp, c->pp,
            c->zero, c->m, c->mbs, recompute_names[c->rc], schedule_names[c->sched], c->v > 1 ? " (virtual stages)" : "",
            c->offload == OFFLOAD_OPTIMIZER ? ", optimizer on the host"
-           : c->offload == OFFLOAD_STATE  ? ", state on the host and NVMe"
-                                          : "");
+           : c->offload == OFFLOAD_STATE   ? ", state on the host and NVMe"
+                                           : "");
   return buf;
 }
 
@@ -693,7 +749,8 @@ static void describe_fit(Search *S, const PlanChoice *ch, char *out, size_t len)
   char buf[160];
   full_plan(S, ch, &p);
   const StageCost *st = &p.stage[p.pr.peak_stage];
-  snprintf(out, len, "%s: stage %d needs %.1f GiB per device (weights %.1f, gradients %.1f, optimizer states %.1f, "
+  snprintf(out, len,
+           "%s: stage %d needs %.1f GiB per device (weights %.1f, gradients %.1f, optimizer states %.1f, "
            "activations %.1f, buffers %.1f GiB), over by %.1f GiB",
            plan_text(&p.ch, buf, sizeof buf), p.pr.peak_stage, st->total / GIB, st->weights / GIB, st->grads / GIB,
            st->optimizer / GIB, st->activations / GIB, st->buffers / GIB, (st->total - S->r->usable) / GIB);
@@ -709,9 +766,10 @@ static const char *offload_room(Search *S) {
   static char buf[200];
   const Cluster *cl = S->r->cl;
   if (S->f->offload == OFFLOAD_NONE) return "";
-  snprintf(buf, sizeof buf, "; offloaded, it has %.1f GiB of host memory (--host-memory) and %.1f GiB of NVMe "
-           "(--nvme) on each of %d node%s", cl->host_memory / GIB, cl->nvme / GIB, cluster_nodes(cl),
-           cluster_nodes(cl) == 1 ? "" : "s");
+  snprintf(buf, sizeof buf,
+           "; offloaded, it has %.1f GiB of host memory (--host-memory) and %.1f GiB of NVMe "
+           "(--nvme) on each of %d node%s",
+           cl->host_memory / GIB, cl->nvme / GIB, cluster_nodes(cl), cluster_nodes(cl) == 1 ? "" : "s");
   return buf;
 }
 
@@ -727,21 +785,24 @@ static _Noreturn void fail_memory(Search *S, bool forced) {
   const Cluster *cl = S->r->cl;
   char line[3][600];
   for (int i = 0; i < n && i < 3; i++) describe_fit(S, &close[i]->ch, line[i], sizeof line[i]);
-  if (forced) error_plain("the forced plan does not fit in memory: %.1f GiB are usable (%.0f GiB %s less %.1f GiB "
-                          "reserved); %s", S->r->usable / GIB, cl->dev.memory / GIB, cl->dev.name,
-                          cl->dev.reserved / GIB, line[0]);
+  if (forced)
+    error_plain("the forced plan does not fit in memory: %.1f GiB are usable (%.0f GiB %s less %.1f GiB "
+                "reserved); %s",
+                S->r->usable / GIB, cl->dev.memory / GIB, cl->dev.name, cl->dev.reserved / GIB, line[0]);
   double state = S->r->pm->params * (S->r->w_bytes + S->r->g_bytes + S->r->o_bytes);
-  error_plain("no plan fits in memory: %.1f GiB are usable per device (%.0f GiB %s less %.1f GiB reserved); the "
-              "closest of %ld plans priced:\n"
-              "  1. %s%s%s%s%s\n"
-              "  the training state alone (weights, gradients and optimizer state, %.0f bytes a parameter) is %.1f GiB; "
-              "%s %d device%s hold%s %.1f GiB usable%s%s",
-              S->r->usable / GIB, cl->dev.memory / GIB, cl->dev.name, cl->dev.reserved / GIB, S->r->evaluated, line[0],
-              n > 1 ? "\n  2. " : "", n > 1 ? line[1] : "", n > 2 ? "\n  3. " : "", n > 2 ? line[2] : "",
-              S->r->w_bytes + S->r->g_bytes + S->r->o_bytes, state / GIB, cl->gpus == 1 ? "its" : "the", cl->gpus,
-              cl->gpus == 1 ? "" : "s", cl->gpus == 1 ? "s" : "", cl->gpus * S->r->usable / GIB,
-              offload_room(S), S->f->exec && S->f->offload < 0 ? "; --what-if also weighs offloading the optimizer "
-                                                                 "state alone (priced, not compiled yet)" : "");
+  error_plain(
+      "no plan fits in memory: %.1f GiB are usable per device (%.0f GiB %s less %.1f GiB reserved); the "
+      "closest of %ld plans priced:\n"
+      "  1. %s%s%s%s%s\n"
+      "  the training state alone (weights, gradients and optimizer state, %.0f bytes a parameter) is %.1f GiB; "
+      "%s %d device%s hold%s %.1f GiB usable%s%s",
+      S->r->usable / GIB, cl->dev.memory / GIB, cl->dev.name, cl->dev.reserved / GIB, S->r->evaluated, line[0],
+      n > 1 ? "\n  2. " : "", n > 1 ? line[1] : "", n > 2 ? "\n  3. " : "", n > 2 ? line[2] : "",
+      S->r->w_bytes + S->r->g_bytes + S->r->o_bytes, state / GIB, cl->gpus == 1 ? "its" : "the", cl->gpus,
+      cl->gpus == 1 ? "" : "s", cl->gpus == 1 ? "s" : "", cl->gpus * S->r->usable / GIB, offload_room(S),
+      S->f->exec && S->f->offload < 0 ? "; --what-if also weighs offloading the optimizer "
+                                        "state alone (priced, not compiled yet)"
+                                      : "");
 }
 
 static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) {
@@ -758,7 +819,8 @@ static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) 
   r->precision = !r->mixed ? DT_F32 : S->f->exec && S->f->precision >= 0 ? S->f->precision : DT_BF16;
   if (r->fp8 && !(cl->dev.peak_fp8 > 0))
     error_plain("--precision fp8: the %s has no fp8 tensor cores (Hopper and Ada GPUs have them): use bf16, or a "
-                "cluster whose device.peak_fp8_tflops is set", cl->dev.part);
+                "cluster whose device.peak_fp8_tflops is set",
+                cl->dev.part);
   bool adam = g->train.opt == OPT_ADAMW, mom = !adam && g->train.momentum > 0;
   r->w_bytes = r->mixed ? 2 : 4, r->g_bytes = r->mixed ? 2 : 4;
   /* optimizer: fp32 master weights under mixed precision, and the moments */
@@ -835,16 +897,20 @@ int plan_collectives(const PlanResult *r, const Plan *p, PlanColl *out, int max)
   for (int k = 0; k < p->nchunks; k++) {
     if (k % ch->pp != i) continue;
     for (int s = 0; s < pm->nseg; s++) {
-      bool in = (pm->seg[s].kind == SEG_LAYER && s - pm->first_layer_seg >= p->chunk_lo[k] && s - pm->first_layer_seg < p->chunk_hi[k]) ||
+      bool in = (pm->seg[s].kind == SEG_LAYER && s - pm->first_layer_seg >= p->chunk_lo[k] &&
+                 s - pm->first_layer_seg < p->chunk_hi[k]) ||
                 (s == 0 && k == 0) || (s == pm->nseg - 1 && s > 0 && k == p->nchunks - 1);
       if (!in) continue;
       const SegCost *sc = &p->sc->seg[s];
       for (int c = 0; c < sc->ncoll; c++)
-        coll_put(out, &n, max, "tp", sc->coll[c].kind, sc->coll[c].bytes, sc->coll[c].count * ch->m, sc->coll[c].time * ch->m, gt);
-      if (ch->pp > 1 && k < p->nchunks - 1 && pm->seg[s].kind == SEG_LAYER && s - pm->first_layer_seg == p->chunk_hi[k] - 1) {
+        coll_put(out, &n, max, "tp", sc->coll[c].kind, sc->coll[c].bytes, sc->coll[c].count * ch->m,
+                 sc->coll[c].time * ch->m, gt);
+      if (ch->pp > 1 && k < p->nchunks - 1 && pm->seg[s].kind == SEG_LAYER &&
+          s - pm->first_layer_seg == p->chunk_hi[k] - 1) {
         Group g2 = {2, 1};
         double b = sc->xfer_split + sc->xfer_whole / (ch->tp > 1 ? ch->tp : 1);
-        coll_put(out, &n, max, "pp", COLL_SEND_RECV, b, 2.0 * ch->m, 2.0 * ch->m * cost_collective(cl, COLL_SEND_RECV, b, g2), g2);
+        coll_put(out, &n, max, "pp", COLL_SEND_RECV, b, 2.0 * ch->m,
+                 2.0 * ch->m * cost_collective(cl, COLL_SEND_RECV, b, g2), g2);
       }
     }
   }
@@ -853,10 +919,12 @@ int plan_collectives(const PlanResult *r, const Plan *p, PlanColl *out, int max)
   Group gd = {ch->dp, ch->dp < in_node ? ch->dp : in_node};
   double gb = st->params * r->g_bytes, wb = st->params * r->w_bytes;
   if (ch->dp > 1) {
-    if (ch->zero == 0) coll_put(out, &n, max, "dp", COLL_ALL_REDUCE, gb, 1, cost_collective(cl, COLL_ALL_REDUCE, gb, gd), gd);
+    if (ch->zero == 0)
+      coll_put(out, &n, max, "dp", COLL_ALL_REDUCE, gb, 1, cost_collective(cl, COLL_ALL_REDUCE, gb, gd), gd);
     else {
       double times = ch->zero >= 2 ? ch->m : 1;
-      coll_put(out, &n, max, "dp", COLL_REDUCE_SCATTER, gb, times, times * cost_collective(cl, COLL_REDUCE_SCATTER, gb, gd), gd);
+      coll_put(out, &n, max, "dp", COLL_REDUCE_SCATTER, gb, times,
+               times * cost_collective(cl, COLL_REDUCE_SCATTER, gb, gd), gd);
       double ag = ch->zero == 3 ? (ch->rc == RC_FULL ? 3.0 : 2.0) * ch->m : 1;
       coll_put(out, &n, max, "dp", COLL_ALL_GATHER, wb, ag, ag * cost_collective(cl, COLL_ALL_GATHER, wb, gd), gd);
     }

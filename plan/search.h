@@ -23,53 +23,53 @@ extern const char *const offload_names[OFFLOAD_KINDS + 1];
  * leaves a part to the search. */
 typedef struct PlanForce {
   int dp, tp, pp, zero, mbs, v, schedule, rc;
-  int offload;                /* -1 search, else an OffloadKind */
-  int attn;                   /* AttnKernel; fused unless a plan file says otherwise */
-  bool classifier_fused;      /* --classifier fused: the logits never stored whole */
-  const char **op_strategy;   /* [g->n] strategy name per op, or NULL */
-  bool exec;                  /* the plan will be compiled: only what code generation runs */
-  bool lowp;                  /* exec: the program is compiled in bf16 mixed precision (--precision) */
-  bool fp8;                   /* ... with the linear layers' GEMMs in fp8 (--precision fp8) */
-  bool fp8_classifier;        /* ... and the classifier's (--fp8-classifier) */
-  int precision;              /* the DType compiled (DT_E4M3: fp8), -1 unset; a plan file's "precision" */
+  int offload;              /* -1 search, else an OffloadKind */
+  int attn;                 /* AttnKernel; fused unless a plan file says otherwise */
+  bool classifier_fused;    /* --classifier fused: the logits never stored whole */
+  const char **op_strategy; /* [g->n] strategy name per op, or NULL */
+  bool exec;                /* the plan will be compiled: only what code generation runs */
+  bool lowp;                /* exec: the program is compiled in bf16 mixed precision (--precision) */
+  bool fp8;                 /* ... with the linear layers' GEMMs in fp8 (--precision fp8) */
+  bool fp8_classifier;      /* ... and the classifier's (--fp8-classifier) */
+  int precision;            /* the DType compiled (DT_E4M3: fp8), -1 unset; a plan file's "precision" */
 } PlanForce;
 
 void plan_force_init(PlanForce *f);
 
 typedef struct PlanChoice {
   int dp, tp, pp;
-  int mbs, m;            /* micro-batch size (sequences) and micro-batches per step */
-  int zero;              /* ZeRO stage 0-3 over the data-parallel ranks */
-  int v;                 /* model chunks per pipeline stage (1 for 1F1B) */
+  int mbs, m; /* micro-batch size (sequences) and micro-batches per step */
+  int zero;   /* ZeRO stage 0-3 over the data-parallel ranks */
+  int v;      /* model chunks per pipeline stage (1 for 1F1B) */
   PipeSchedule sched;
   Recompute rc;
   AttnKernel attn;
-  int cand;              /* which sharding candidate of (tp, mbs, rc) */
-  OffloadKind offload;   /* OPTIMIZER: its state (and fp32 master weights) on the host, AdamW on
-                          * the CPU, as ZeRO-Offload: gradients go down and weights come up each
-                          * step; STATE (ZeRO-3): the whole shard at home on the host and NVMe */
+  int cand;            /* which sharding candidate of (tp, mbs, rc) */
+  OffloadKind offload; /* OPTIMIZER: its state (and fp32 master weights) on the host, AdamW on
+                        * the CPU, as ZeRO-Offload: gradients go down and weights come up each
+                        * step; STATE (ZeRO-3): the whole shard at home on the host and NVMe */
 } PlanChoice;
 
 /* Step time and its parts (seconds), on the critical pipeline stage. */
 typedef struct PlanPrice {
   double step, compute, recompute, tp_comm, p2p, bubble, dp_comm, optimizer;
-  double tflops, hw_tflops, mfu;   /* per GPU: model FLOPs, with recompute, model FLOPs over peak */
-  double peak;                     /* bytes per device, on the fullest stage */
-  double host;                     /* bytes of host memory per node the offloaded state needs */
-  double nvme;                     /* bytes of NVMe per node it needs beyond the host (STATE) */
-  double link_bytes;               /* STATE: bytes one device moves over its host link a step */
-  double link_time, offload;       /* STATE: their time, and what compute does not hide of it */
-  double nvme_time;                /* STATE: reading and writing the NVMe part, in the optimizer step */
+  double tflops, hw_tflops, mfu; /* per GPU: model FLOPs, with recompute, model FLOPs over peak */
+  double peak;                   /* bytes per device, on the fullest stage */
+  double host;                   /* bytes of host memory per node the offloaded state needs */
+  double nvme;                   /* bytes of NVMe per node it needs beyond the host (STATE) */
+  double link_bytes;             /* STATE: bytes one device moves over its host link a step */
+  double link_time, offload;     /* STATE: their time, and what compute does not hide of it */
+  double nvme_time;              /* STATE: reading and writing the NVMe part, in the optimizer step */
   int peak_stage, critical_stage;
   bool fits;
 } PlanPrice;
 
 typedef struct StageCost {
-  int first_layer, nlayers;        /* its layers (all chunks); -1/0 when none */
-  double t_fwd, t_bwd, tp_comm, t_rc, p2p, time; /* per micro-batch */
+  int first_layer, nlayers;                                      /* its layers (all chunks); -1/0 when none */
+  double t_fwd, t_bwd, tp_comm, t_rc, p2p, time;                 /* per micro-batch */
   double weights, grads, optimizer, activations, buffers, total; /* bytes per device */
-  double host;                     /* bytes per device kept on the host (an offloaded optimizer) */
-  double params;                   /* parameter elements per device */
+  double host;   /* bytes per device kept on the host (an offloaded optimizer) */
+  double params; /* parameter elements per device */
 } StageCost;
 
 typedef struct Plan {
@@ -77,29 +77,32 @@ typedef struct Plan {
   PlanPrice pr;
   const ShardCand *sc;
   int nchunks;
-  int *chunk_lo, *chunk_hi;        /* [nchunks] layer-segment ranges [lo, hi) of each chunk */
-  StageCost *stage;                /* [pp] */
+  int *chunk_lo, *chunk_hi; /* [nchunks] layer-segment ranges [lo, hi) of each chunk */
+  StageCost *stage;         /* [pp] */
 } Plan;
 
-typedef struct RunnerUp { Plan plan; char why[200]; } RunnerUp;
+typedef struct RunnerUp {
+  Plan plan;
+  char why[200];
+} RunnerUp;
 
 typedef struct PlanResult {
   const Graph *g;
   const Cluster *cl;
   PlanModel *pm;
   GraphStats stats;
-  bool mixed;                      /* bf16 compute with fp32 master weights, else fp32 (what
-                                    * is compiled: plans for code generation are fp32) */
-  double peak;                     /* FLOP/s per device in that precision (MFU's base) */
-  bool fp8;                        /* the linear layers' GEMMs in fp8, at the device's fp8 peak */
-  int precision;                   /* the DType priced: DT_F32, or the compiled (or --what-if: bf16) mixed one */
+  bool mixed;                       /* bf16 compute with fp32 master weights, else fp32 (what
+                                     * is compiled: plans for code generation are fp32) */
+  double peak;                      /* FLOP/s per device in that precision (MFU's base) */
+  bool fp8;                         /* the linear layers' GEMMs in fp8, at the device's fp8 peak */
+  int precision;                    /* the DType priced: DT_F32, or the compiled (or --what-if: bf16) mixed one */
   double w_bytes, g_bytes, o_bytes; /* model-state bytes per parameter */
-  double usable;                   /* device memory less the reserve */
+  double usable;                    /* device memory less the reserve */
   Plan best;
   RunnerUp *ru;
   int nru;
   long evaluated, feasible;
-  double search_s;                 /* wall time (printed, never in the JSON) */
+  double search_s; /* wall time (printed, never in the JSON) */
 } PlanResult;
 
 /* Search (or price a forced plan). Everything lives in arena `a`. A plan that
@@ -109,7 +112,12 @@ PlanResult *plan_search(Arena *a, const Graph *g, const Cluster *cl, const PlanF
 
 /* One collective of the chosen plan, totalled over a step on one device of the
  * critical stage. */
-typedef struct PlanColl { const char *axis; CollKind kind; double bytes, count, time; Group group; } PlanColl;
+typedef struct PlanColl {
+  const char *axis;
+  CollKind kind;
+  double bytes, count, time;
+  Group group;
+} PlanColl;
 int plan_collectives(const PlanResult *r, const Plan *p, PlanColl *out, int max);
 
 #endif

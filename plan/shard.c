@@ -41,7 +41,8 @@ static int reshape_dim(const Node *n, int d) {
   const Shape *in = &n->in[0]->shape, *out = &n->shape;
   int64_t pre = prefix(in, d);
   for (int o = 0; o < out->ndim; o++)
-    if (prefix(out, o) == pre && out->d[o] > 1 && in->d[d] > 1 && (in->d[d] % out->d[o] == 0 || out->d[o] % in->d[d] == 0))
+    if (prefix(out, o) == pre && out->d[o] > 1 && in->d[d] > 1 &&
+        (in->d[d] % out->d[o] == 0 || out->d[o] % in->d[d] == 0))
       return o;
   return -1;
 }
@@ -73,10 +74,14 @@ static int bdim_of(const PlanModel *pm, const Node *n) {
   int b = in ? pm->bdim[in->id] : -1;
   switch (n->op) {
   case OP_INPUT: return n->shape.ndim >= 1 && n->shape.d[0] == pm->batch ? 0 : -1;
-  case OP_PARAM: case OP_CONST: case OP_ARANGE: case OP_LOSS_SCALE: return -1;
+  case OP_PARAM:
+  case OP_CONST:
+  case OP_ARANGE:
+  case OP_LOSS_SCALE: return -1;
   case OP_EMBEDDING: return pm->bdim[n->in[1]->id];
   case OP_MATMUL: return bdim_matmul(pm, n);
-  case OP_SUM: case OP_MEAN: {
+  case OP_SUM:
+  case OP_MEAN: {
     int ax = reduce_axis(n);
     if (b < 0 || ax < 0 || ax == b) return -1;
     return attr_int(n, "keepdim") || b < ax ? b : b - 1;
@@ -91,22 +96,54 @@ static int bdim_of(const PlanModel *pm, const Node *n) {
       if (perm->v[j] == b) return j;
     return -1;
   }
-  case OP_SLICE: case OP_PAD: case OP_CONCAT:
-    return b >= 0 && norm_axis(attr_int(n, "axis"), n->shape.ndim) != b ? b : -1;
+  case OP_SLICE:
+  case OP_PAD:
+  case OP_CONCAT: return b >= 0 && norm_axis(attr_int(n, "axis"), n->shape.ndim) != b ? b : -1;
   case OP_BROADCAST:
     if (b >= 0) return aligned(n, in, b);
     return n->shape.ndim >= 1 && n->shape.d[0] == pm->batch && pm->batch > 1 &&
                    (n->in[0]->shape.ndim < n->shape.ndim || n->in[0]->shape.d[0] == 1)
-               ? 0 : -1;
-  case OP_CROSS_ENTROPY: case OP_SUM_TO: case OP_EMBEDDING_GRAD: case OP_CROSS_ENTROPY_GRAD: case OP_FLASH_ATTENTION:
-  case OP_FLASH_ATTENTION_GRAD: case OP_CLASSIFIER_CE: case OP_CLASSIFIER_CE_GRAD: case OP_FP8_STATE:
-  case OP_FP8_QUANTIZE: case OP_SCALED_MATMUL: return -1; /* (made by decompose, autocast and autodiff, after planning) */
-  case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_SPLIT: case OP_TP_COPY: return b;
-  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_GELU: case OP_GELU_ERF: case OP_SILU: case OP_RELU:
-  case OP_DROPOUT: case OP_CAST: case OP_ROTARY: case OP_LAYERNORM: case OP_RMSNORM: case OP_SOFTMAX:
-  case OP_ATTENTION: case OP_GELU_GRAD: case OP_GELU_ERF_GRAD: case OP_SILU_GRAD: case OP_RELU_GRAD: case OP_LAYERNORM_GRAD:
-  case OP_RMSNORM_GRAD: case OP_SOFTMAX_GRAD:
-    return b >= 0 ? aligned(n, in, b) : -1;
+               ? 0
+               : -1;
+  case OP_CROSS_ENTROPY:
+  case OP_SUM_TO:
+  case OP_EMBEDDING_GRAD:
+  case OP_CROSS_ENTROPY_GRAD:
+  case OP_FLASH_ATTENTION:
+  case OP_FLASH_ATTENTION_GRAD:
+  case OP_CLASSIFIER_CE:
+  case OP_CLASSIFIER_CE_GRAD:
+  case OP_FP8_STATE:
+  case OP_FP8_QUANTIZE:
+  case OP_SCALED_MATMUL: return -1; /* (made by decompose, autocast and autodiff, after planning) */
+  case OP_ALL_REDUCE:
+  case OP_ALL_GATHER:
+  case OP_REDUCE_SCATTER:
+  case OP_SPLIT:
+  case OP_TP_COPY: return b;
+  case OP_ADD:
+  case OP_SUB:
+  case OP_MUL:
+  case OP_DIV:
+  case OP_NEG:
+  case OP_GELU:
+  case OP_GELU_ERF:
+  case OP_SILU:
+  case OP_RELU:
+  case OP_DROPOUT:
+  case OP_CAST:
+  case OP_ROTARY:
+  case OP_LAYERNORM:
+  case OP_RMSNORM:
+  case OP_SOFTMAX:
+  case OP_ATTENTION:
+  case OP_GELU_GRAD:
+  case OP_GELU_ERF_GRAD:
+  case OP_SILU_GRAD:
+  case OP_RELU_GRAD:
+  case OP_LAYERNORM_GRAD:
+  case OP_RMSNORM_GRAD:
+  case OP_SOFTMAX_GRAD: return b >= 0 ? aligned(n, in, b) : -1;
   case OP_COUNT: break;
   }
   return -1;
@@ -116,7 +153,8 @@ static int bdim_of(const PlanModel *pm, const Node *n) {
 static bool saves_output(OpKind op) { return op == OP_SOFTMAX || op == OP_ATTENTION; }
 static bool saves_input(OpKind op, int i) {
   if (op == OP_MATMUL || op == OP_MUL || op == OP_DIV) return i < 2;
-  if (op == OP_GELU || op == OP_GELU_ERF || op == OP_SILU || op == OP_RELU || op == OP_LAYERNORM || op == OP_RMSNORM) return i == 0;
+  if (op == OP_GELU || op == OP_GELU_ERF || op == OP_SILU || op == OP_RELU || op == OP_LAYERNORM || op == OP_RMSNORM)
+    return i == 0;
   return op == OP_ATTENTION && i < 3;
 }
 
@@ -239,8 +277,10 @@ static bool uses_equal(const PlanModel *pm, const Segment *a, const Segment *b, 
 }
 
 static bool node_equal(const PlanModel *pm, const Segment *a, const Segment *b, const Node *na, const Node *nb) {
-  if (na->op != nb->op || na->dtype != nb->dtype || !shape_eq(&na->shape, &nb->shape) || na->nin != nb->nin) return false;
-  if (pm->bdim[na->id] != pm->bdim[nb->id] || pm->bdep[na->id] != pm->bdep[nb->id] || !attrs_equal(na, nb)) return false;
+  if (na->op != nb->op || na->dtype != nb->dtype || !shape_eq(&na->shape, &nb->shape) || na->nin != nb->nin)
+    return false;
+  if (pm->bdim[na->id] != pm->bdim[nb->id] || pm->bdep[na->id] != pm->bdep[nb->id] || !attrs_equal(na, nb))
+    return false;
   const char *fa = pm->force ? pm->force[na->id] : NULL, *fb = pm->force ? pm->force[nb->id] : NULL;
   if ((fa || fb) && (!fa || !fb || strcmp(fa, fb))) return false; /* forced differently: solved apart */
   for (int k = 0; k < na->nin; k++)
@@ -292,7 +332,8 @@ static void mark_recompute(Arena *a, PlanModel *pm) {
     if (n->layer < 0) continue;
     if (saves_output(n->op)) pm->rc_full[i] = true;
     for (int k = 0; k < n->nin; k++)
-      if (saves_input(n->op, k) && n->in[k]->layer == n->layer && is_computed(n->in[k])) pm->rc_full[n->in[k]->id] = true;
+      if (saves_input(n->op, k) && n->in[k]->layer == n->layer && is_computed(n->in[k]))
+        pm->rc_full[n->in[k]->id] = true;
     for (int c = ir_attn_core(n, core) - 1; c >= 0; c--)
       if (core[c]->layer == n->layer) pm->rc_sel[core[c]->id] = true;
   }
@@ -360,7 +401,13 @@ static bool legal(const ShardCtx *x, const Node *n, int pl) {
 
 enum { MAX_IN = 64 };
 
-typedef struct SB { Arena *a; const ShardCtx *x; const Node *n; Strat *s; int ns, cap; } SB;
+typedef struct SB {
+  Arena *a;
+  const ShardCtx *x;
+  const Node *n;
+  Strat *s;
+  int ns, cap;
+} SB;
 
 /* Under ShardCtx.exec only strategies the partition pass (pass_partition) can run
  * are offered: every tensor-parallel rank's part must come from the same local
@@ -722,7 +769,8 @@ static bool fused_classifier(const PlanModel *pm, const Node *ce) {
 }
 
 static void price_matmul(const ShardCtx *x, const Node *n, Strat *s, double ff, double fb, double by) {
-  double eff = matmul_eff(x, n, s), peak = x->peak_fp8 > 0 && linear_gemm(x->pm, n, x->fp8_classifier) ? x->peak_fp8 : x->peak;
+  double eff = matmul_eff(x, n, s),
+         peak = x->peak_fp8 > 0 && linear_gemm(x->pm, n, x->fp8_classifier) ? x->peak_fp8 : x->peak;
   s->t_fwd = cost_kernel(x->cl, ff, peak, eff, by);
   s->t_bwd = 2 * cost_kernel(x->cl, fb / 2, peak, eff, by); /* one GEMM for each input's gradient */
 }
@@ -803,7 +851,9 @@ int shard_grad_placement(const Node *n, const Strat *s, int i) {
 /* ---- one op under one strategy: the step of the dynamic program ------------------- */
 
 /* Per micro-batch sums of a walk over ops. */
-typedef struct Walk { double t_fwd, t_bwd, c_fwd, c_bwd, t_rc, stash, transient, params; } Walk;
+typedef struct Walk {
+  double t_fwd, t_bwd, c_fwd, c_bwd, t_rc, stash, transient, params;
+} Walk;
 
 static double walk_time(const Walk *w) { return w->t_fwd + w->t_bwd + w->c_fwd + w->c_bwd + w->t_rc; }
 static double walk_mem(const Walk *w) { return w->stash + w->transient + w->params; }
@@ -835,7 +885,9 @@ static bool step_inputs(const ShardCtx *x, const Node *n, const Strat *s, const 
     if (in->op == OP_PARAM) {
       double elems = (double)shape_numel(&in->shape) / split(x, req);
       w->params += elems * x->state_bytes;
-      if (acc) acc->param[acc->nparam++] = (ParamUse){in->id, (uint8_t)req, elems, req == PL_R && shard_grad_placement(n, s, i) == PL_P};
+      if (acc)
+        acc->param[acc->nparam++] =
+            (ParamUse){in->id, (uint8_t)req, elems, req == PL_R && shard_grad_placement(n, s, i) == PL_P};
       continue;
     }
     if (slot[i] < 0) continue; /* data inputs and constants: each rank reads its part */
@@ -868,7 +920,8 @@ static bool step_cost(const ShardCtx *x, Recompute rc, const Node *n, const Stra
   w->t_fwd += s->t_fwd, w->t_bwd += s->t_bwd;
   w->c_fwd += in.c_fwd + s->c_intr, w->c_bwd += in.c_bwd;
   for (int r = 0; acc && s->c_intr > 0 && r < 3; r++) coll_add(acc, COLL_ALL_REDUCE, s->c_intr_bytes, s->c_intr / 3);
-  if (rc == RC_SELECTIVE && (s->t_sel > 0 || x->pm->rc_sel[n->id])) { /* the attention core is recomputed, its big tensors not kept */
+  if (rc == RC_SELECTIVE &&
+      (s->t_sel > 0 || x->pm->rc_sel[n->id])) { /* the attention core is recomputed, its big tensors not kept */
     if (n->op == OP_SOFTMAX) out_stash = 0;
     else if (n->op == OP_ATTENTION) extra = 0;
     w->t_rc += s->t_sel > 0 ? s->t_sel : s->t_fwd;
@@ -893,13 +946,13 @@ enum { MAX_SLOTS = 12, MAX_STATES = 1 << 14, MAX_BOUNDARY_STATES = 4096 };
 
 /* The live tensors before each op of a segment and how they move between steps. */
 typedef struct Layout {
-  int *nlive;            /* [nops + 1] */
-  int **live;            /* [nops + 1][nlive] node ids */
-  int **map;             /* [nops][nlive[k]] slot at step k + 1, or -1 when the tensor dies */
-  int *outslot;          /* [nops] slot of op k's output at step k + 1, or -1 */
-  int **inslot;          /* [nops][nin] slot of each input at step k, -1 for sources */
-  int maxlive;           /* most tensors live at once */
-  bool wide;             /* more than MAX_SLOTS live at once: replicated only */
+  int *nlive;   /* [nops + 1] */
+  int **live;   /* [nops + 1][nlive] node ids */
+  int **map;    /* [nops][nlive[k]] slot at step k + 1, or -1 when the tensor dies */
+  int *outslot; /* [nops] slot of op k's output at step k + 1, or -1 */
+  int **inslot; /* [nops][nin] slot of each input at step k, -1 for sources */
+  int maxlive;  /* most tensors live at once */
+  bool wide;    /* more than MAX_SLOTS live at once: replicated only */
 } Layout;
 
 static int find_slot(const int *live, int n, int x) {
@@ -946,8 +999,17 @@ static Layout *layout_new(Arena *a, const PlanModel *pm, const Segment *s) {
 static int key_pl(uint64_t key, int j) { return (int)(key >> (4 * j)) & 15; }
 static int key_pb(uint64_t key, int j) { return (int)(key >> (48 + j)) & 1; }
 
-typedef struct Ent { uint64_t key; double cost; int prev, strat; } Ent;
-typedef struct Tab { Ent *e; int n, cap; int *h; int hsize; } Tab;
+typedef struct Ent {
+  uint64_t key;
+  double cost;
+  int prev, strat;
+} Ent;
+typedef struct Tab {
+  Ent *e;
+  int n, cap;
+  int *h;
+  int hsize;
+} Tab;
 
 static void *xrealloc(void *p, size_t n) {
   void *q = realloc(p, n);
@@ -1004,7 +1066,12 @@ static void tab_prune(Tab *t) {
 
 /* Scratch of the program, reused from segment to segment: the tables of each
  * step, and placements and reduced-gradient flags of the live tensors. */
-typedef struct Work { Tab *tab; int ntab; uint8_t *pl; int nbuf; } Work;
+typedef struct Work {
+  Tab *tab;
+  int ntab;
+  uint8_t *pl;
+  int nbuf;
+} Work;
 
 static void work_free(Work *w) {
   for (int i = 0; i < w->ntab; i++) {
@@ -1016,7 +1083,12 @@ static void work_free(Work *w) {
 }
 
 /* The strategies of a segment's ops under ctx. */
-typedef struct SegStrats { Strat **st; int *nst; Layout *L; Recompute rc; } SegStrats;
+typedef struct SegStrats {
+  Strat **st;
+  int *nst;
+  Layout *L;
+  Recompute rc;
+} SegStrats;
 
 static Recompute seg_rc(const ShardCtx *x, const Segment *s) { return s->kind == SEG_LAYER ? x->rc : RC_NONE; }
 
@@ -1024,8 +1096,7 @@ static uint64_t next_key(const Layout *L, int k, const uint8_t *pl, const uint8_
   if (L->wide) return 0;
   uint64_t key = 0;
   for (int j = 0; j < L->nlive[k]; j++)
-    if (L->map[k][j] >= 0)
-      key |= (uint64_t)pl[j] << (4 * L->map[k][j]) | (uint64_t)pb[j] << (48 + L->map[k][j]);
+    if (L->map[k][j] >= 0) key |= (uint64_t)pl[j] << (4 * L->map[k][j]) | (uint64_t)pb[j] << (48 + L->map[k][j]);
   if (L->outslot[k] >= 0) key |= (uint64_t)out << (4 * L->outslot[k]);
   return key;
 }
@@ -1083,7 +1154,12 @@ static void state_decode(int state, const int *radix, int n, uint8_t *pl) {
 }
 
 /* The best way through one segment from one entry state to every exit state. */
-typedef struct SegSol { bool done; int nout; double *cost; int **choice; /* [nout][nops] */ } SegSol;
+typedef struct SegSol {
+  bool done;
+  int nout;
+  double *cost;
+  int **choice; /* [nout][nops] */
+} SegSol;
 
 static int out_state(const PlanModel *pm, const Segment *s, const Layout *L, uint64_t key, const int *radix) {
   int state = 0, mult = 1;
@@ -1155,7 +1231,8 @@ static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegS
     for (int i = 0; i < pm->g->nodes[s->ops[k]]->nin; i++) nparam += pm->g->nodes[s->ops[k]]->in[i]->op == OP_PARAM;
   for (int k = 0; k <= s->nops; k++) m = L->nlive[k] > m ? L->nlive[k] : m;
   *out = (SegCost){.param = arena_array(a, nparam + 1, sizeof(ParamUse))};
-  uint8_t *pl = arena_alloc(a, m + 1), *pb = arena_alloc(a, m + 1), *npl = arena_alloc(a, m + 1), *npb = arena_alloc(a, m + 1);
+  uint8_t *pl = arena_alloc(a, m + 1), *pb = arena_alloc(a, m + 1), *npl = arena_alloc(a, m + 1),
+          *npb = arena_alloc(a, m + 1);
   memcpy(pl, pl0, s->nin);
   Walk w = {0};
   for (int k = 0; k < s->nops; k++) {
@@ -1178,7 +1255,10 @@ static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegS
   }
 }
 
-typedef struct Chain { SegSol **sol; /* [nsig][in states] */ int *nin_states; } Chain;
+typedef struct Chain {
+  SegSol **sol; /* [nsig][in states] */
+  int *nin_states;
+} Chain;
 
 /* The cheapest sharding for one λ: the segments' tables chained over the graph. */
 static ShardCand chain_solve(Arena *a, Work *w, const ShardCtx *x, SegStrats *ss, double lambda) {
@@ -1265,9 +1345,10 @@ static SegStrats *build_strategies(Arena *a, const ShardCtx *x) {
       for (int i = 0; i < q->nst[j] && keep < 0; i++)
         if (strat_matches(n, &q->st[j][i], f)) keep = i;
       if (keep < 0)
-        error_plain("the plan forces strategy '%s' on op %%%d (%s), which is not legal there with tensor parallelism %d "
-                    "and micro-batches of %d",
-                    f, n->id, op_info(n->op)->name, x->t, x->mbs);
+        error_plain(
+            "the plan forces strategy '%s' on op %%%d (%s), which is not legal there with tensor parallelism %d "
+            "and micro-batches of %d",
+            f, n->id, op_info(n->op)->name, x->t, x->mbs);
       q->st[j] += keep;
       q->nst[j] = 1;
     }

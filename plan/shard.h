@@ -38,28 +38,28 @@ extern const char *const attn_kernel_names[2];
 typedef enum { SEG_BEFORE, SEG_LAYER, SEG_AFTER } SegKind;
 
 typedef struct Segment {
-  int lo, hi;            /* node range [lo, hi) in graph order */
+  int lo, hi; /* node range [lo, hi) in graph order */
   SegKind kind;
-  int layer;             /* Graph.layers index (SEG_LAYER), else -1 */
-  int sig;               /* segments with equal sig have the same structure */
-  int nin, *in;          /* [nin] tensors live on entry (node ids, ascending) */
-  int nout, *out;        /* [nout] live on exit */
-  int nops, *ops;        /* [nops] computed nodes, in order */
+  int layer;      /* Graph.layers index (SEG_LAYER), else -1 */
+  int sig;        /* segments with equal sig have the same structure */
+  int nin, *in;   /* [nin] tensors live on entry (node ids, ascending) */
+  int nout, *out; /* [nout] live on exit */
+  int nops, *ops; /* [nops] computed nodes, in order */
 } Segment;
 
 /* What the plan needs to know about a graph, computed once. */
 typedef struct PlanModel {
   const Graph *g;
-  int64_t batch;         /* global batch: dimension 0 of the inputs */
-  int *bdim;             /* [g->n] batch dimension of each tensor, or -1 */
-  bool *bdep;            /* [g->n] its size scales with the batch */
-  int *nuse, **use;      /* [g->n] consumers of each node, in graph order */
-  int *saver;            /* [g->n] the op that keeps the tensor for backward, or -1 */
+  int64_t batch;          /* global batch: dimension 0 of the inputs */
+  int *bdim;              /* [g->n] batch dimension of each tensor, or -1 */
+  bool *bdep;             /* [g->n] its size scales with the batch */
+  int *nuse, **use;       /* [g->n] consumers of each node, in graph order */
+  int *saver;             /* [g->n] the op that keeps the tensor for backward, or -1 */
   bool *rc_full, *rc_sel; /* [g->n] run again under full / selective recompute (pass_recompute) */
-  Segment *seg;          /* [nseg] before, layers..., after (before/after may be empty) */
+  Segment *seg;           /* [nseg] before, layers..., after (before/after may be empty) */
   int nseg, nsig;
   int first_layer_seg, nlayer_segs;
-  double params;         /* parameter elements */
+  double params;            /* parameter elements */
   const char *const *force; /* [g->n] forced strategies, or NULL (they split signatures) */
 } PlanModel;
 
@@ -70,59 +70,69 @@ PlanModel *plan_model_new(Arena *a, const Graph *g, const char *const *force);
 typedef struct ShardCtx {
   const PlanModel *pm;
   const Cluster *cl;
-  int t;                 /* tensor-parallel degree */
-  int mbs;               /* micro-batch size (sequences) */
+  int t;   /* tensor-parallel degree */
+  int mbs; /* micro-batch size (sequences) */
   Recompute rc;
   AttnKernel attn;
-  double act_bytes;      /* bytes of an activation element: 2 (bf16) or 4 (fp32) */
-  double peak;           /* FLOP/s of GEMMs and attention in the plan's precision */
-  double peak_fp8;       /* FLOP/s of the linear layers' GEMMs under fp8; 0: at peak */
-  bool fp8_classifier;   /* ... the classifier's GEMM among them (--fp8-classifier) */
-  bool classifier_fused; /* cross_entropy(matmul) as classifier_ce (passes/decompose.c) */
-  double state_bytes;    /* model-state bytes per parameter (the DP's memory weight) */
+  double act_bytes;         /* bytes of an activation element: 2 (bf16) or 4 (fp32) */
+  double peak;              /* FLOP/s of GEMMs and attention in the plan's precision */
+  double peak_fp8;          /* FLOP/s of the linear layers' GEMMs under fp8; 0: at peak */
+  bool fp8_classifier;      /* ... the classifier's GEMM among them (--fp8-classifier) */
+  bool classifier_fused;    /* cross_entropy(matmul) as classifier_ce (passes/decompose.c) */
+  double state_bytes;       /* model-state bytes per parameter (the DP's memory weight) */
   const char *const *force; /* [g->n] strategy name an op must use, or NULL */
-  bool exec;             /* only strategies the partition pass can run (compiling a plan) */
+  bool exec;                /* only strategies the partition pass can run (compiling a plan) */
 } ShardCtx;
 
 /* One collective of a segment, per micro-batch. */
-typedef struct CollUse { CollKind kind; double bytes, count, time; } CollUse;
+typedef struct CollUse {
+  CollKind kind;
+  double bytes, count, time;
+} CollUse;
 enum { SEG_MAX_COLL = 12 };
 
 /* A parameter as one device holds it. */
-typedef struct ParamUse { int node; uint8_t pl; double elems; bool dptp; } ParamUse;
+typedef struct ParamUse {
+  int node;
+  uint8_t pl;
+  double elems;
+  bool dptp;
+} ParamUse;
 
 /* A segment under a chosen sharding, per device and micro-batch. */
 typedef struct SegCost {
-  double t_fwd, t_bwd;   /* compute, s */
-  double c_fwd, c_bwd;   /* tensor-parallel communication, s (exposed: on the critical path) */
-  double t_rc;           /* recompute (compute and its communication), s */
-  double stash;          /* activation bytes kept from forward to backward */
-  double transient;      /* bytes alive only while the segment runs (full recompute) */
-  double xfer_split;     /* bytes per device of split tensors passed to the next segment */
-  double xfer_whole;     /* bytes of replicated (or partial) ones: Megatron scatters them */
-  double flops_rc;       /* FLOPs recomputed per device */
-  int nparam; ParamUse *param;
-  int ncoll; CollUse coll[SEG_MAX_COLL];
+  double t_fwd, t_bwd; /* compute, s */
+  double c_fwd, c_bwd; /* tensor-parallel communication, s (exposed: on the critical path) */
+  double t_rc;         /* recompute (compute and its communication), s */
+  double stash;        /* activation bytes kept from forward to backward */
+  double transient;    /* bytes alive only while the segment runs (full recompute) */
+  double xfer_split;   /* bytes per device of split tensors passed to the next segment */
+  double xfer_whole;   /* bytes of replicated (or partial) ones: Megatron scatters them */
+  double flops_rc;     /* FLOPs recomputed per device */
+  int nparam;
+  ParamUse *param;
+  int ncoll;
+  CollUse coll[SEG_MAX_COLL];
 } SegCost;
 
 /* A strategy of one op (placements of its output and of each input). */
 typedef struct Strat {
   const char *name;
   uint8_t out;
-  uint8_t *in;           /* [nin] required placement of each input */
-  bool divided;          /* the work is split over the tensor-parallel ranks */
-  double t_fwd, t_bwd;   /* compute, s */
-  double c_intr;         /* communication inside the op (vocab-parallel cross-entropy), s */
-  double c_intr_bytes;   /* bytes of each of its three all-reduces */
-  double stash_extra;    /* bytes saved beyond inputs and output (masks, statistics, scores) */
-  double t_sel;          /* forward time recomputed under selective recompute */
-  double flops_fwd;      /* per device */
+  uint8_t *in;         /* [nin] required placement of each input */
+  bool divided;        /* the work is split over the tensor-parallel ranks */
+  double t_fwd, t_bwd; /* compute, s */
+  double c_intr;       /* communication inside the op (vocab-parallel cross-entropy), s */
+  double c_intr_bytes; /* bytes of each of its three all-reduces */
+  double stash_extra;  /* bytes saved beyond inputs and output (masks, statistics, scores) */
+  double t_sel;        /* forward time recomputed under selective recompute */
+  double flops_fwd;    /* per device */
 } Strat;
 
 /* A sharding of the whole graph. */
 typedef struct ShardCand {
-  const Strat **st;      /* [g->n] chosen strategy of each op (NULL for sources) */
-  SegCost *seg;          /* [nseg] */
+  const Strat **st; /* [g->n] chosen strategy of each op (NULL for sources) */
+  SegCost *seg;     /* [nseg] */
 } ShardCand;
 
 /* The placement of the gradient op n's backward produces for its input i under s: a

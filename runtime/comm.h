@@ -37,56 +37,54 @@ typedef enum CommRed { COMM_SUM, COMM_MAX, COMM_MIN } CommRed;
 
 typedef struct Comm Comm;
 struct Comm {
-    const char *name; /* "self", "mpi" */
-    int rank, size;   /* this rank in [0, size) */
-    int local_rank, local_size; /* the same among the ranks on this machine (threads, GPUs) */
-    void *impl;
-    /* recv[i] = op over ranks of send[i], on every rank. */
-    void (*all_reduce)(Comm *c, const float *send, float *recv, int64_t count, CommRed op);
-    /* The same, on root only (recv is not touched elsewhere). */
-    void (*reduce)(Comm *c, const float *send, float *recv, int64_t count, CommRed op,
-                   int root);
-    /* send holds size*count floats; rank r gets recv[i] = op over ranks of
-     * send[r*count + i]. In place: recv == send + rank*count. */
-    void (*reduce_scatter)(Comm *c, const float *send, float *recv, int64_t count,
-                           CommRed op);
-    /* recv holds size*count floats: block r is rank r's send[0..count).
-     * In place: send == recv + rank*count. */
-    void (*all_gather)(Comm *c, const float *send, float *recv, int64_t count);
-    /* root's buf[0..count) to every rank's buf. */
-    void (*broadcast)(Comm *c, float *buf, int64_t count, int root);
-    /* Point to point, blocking: a send is matched by the peer's recv of equal count. */
-    void (*send)(Comm *c, const float *buf, int64_t count, int peer);
-    void (*recv)(Comm *c, float *buf, int64_t count, int peer);
-    void (*barrier)(Comm *c);
-    /* A sub-group: the ranks of c that pass the same color (>= 0), ranked by key (ties:
-     * by rank in c), as a new Comm (MPI_Comm_split; the self backend returns a new
-     * self Comm). Every rank of c calls it. destroy frees it (before its parent). */
-    Comm *(*split)(Comm *c, int color, int key);
-    /* Tagged point to point (tag in [0, COMM_TAG_MAX]). isend copies buf[0..count)
-     * into a pooled buffer and returns without waiting for the receiver; wait_sends
-     * completes every isend made so far (the pool's buffers are reused, so a steady
-     * pattern of sends allocates nothing after its first round). recv_tag blocks until
-     * the message with that tag from peer is in buf; its count must equal the send's.
-     * Messages from one rank to another with the same tag arrive in the order sent. */
-    void (*isend)(Comm *c, const float *buf, int64_t count, int peer, int tag);
-    void (*recv_tag)(Comm *c, float *buf, int64_t count, int peer, int tag);
-    void (*wait_sends)(Comm *c);
-    /* Optional (NULL: nothing to prepare). Every rank of c calls it once, before its
-     * first isend or recv_tag, with the ranks it will exchange tagged messages with
-     * (when a names b, b names a): NCCL sets up one channel per direction. */
-    void (*connect)(Comm *c, const int *peers, int npeers);
-    /* A few host values (losses, sums of squares, error flags), in place. */
-    void (*host_all_reduce)(Comm *c, double *vals, int n, CommRed op);
-    /* Point to point, blocking, of host memory (send and recv take device memory on a
-     * GPU backend): a state each rank holds its part of, assembled on one. */
-    void (*host_send)(Comm *c, const float *buf, int64_t count, int peer);
-    void (*host_recv)(Comm *c, float *buf, int64_t count, int peer);
-    /* Ends every rank with exit status code (after the caller printed why). */
-    void (*abort)(Comm *c, int code) __attribute__((noreturn));
-    /* Frees c: a Comm from split frees its group; the one from comm_open finalizes
-     * the backend (MPI_Finalize). */
-    void (*destroy)(Comm *c);
+  const char *name;           /* "self", "mpi" */
+  int rank, size;             /* this rank in [0, size) */
+  int local_rank, local_size; /* the same among the ranks on this machine (threads, GPUs) */
+  void *impl;
+  /* recv[i] = op over ranks of send[i], on every rank. */
+  void (*all_reduce)(Comm *c, const float *send, float *recv, int64_t count, CommRed op);
+  /* The same, on root only (recv is not touched elsewhere). */
+  void (*reduce)(Comm *c, const float *send, float *recv, int64_t count, CommRed op, int root);
+  /* send holds size*count floats; rank r gets recv[i] = op over ranks of
+   * send[r*count + i]. In place: recv == send + rank*count. */
+  void (*reduce_scatter)(Comm *c, const float *send, float *recv, int64_t count, CommRed op);
+  /* recv holds size*count floats: block r is rank r's send[0..count).
+   * In place: send == recv + rank*count. */
+  void (*all_gather)(Comm *c, const float *send, float *recv, int64_t count);
+  /* root's buf[0..count) to every rank's buf. */
+  void (*broadcast)(Comm *c, float *buf, int64_t count, int root);
+  /* Point to point, blocking: a send is matched by the peer's recv of equal count. */
+  void (*send)(Comm *c, const float *buf, int64_t count, int peer);
+  void (*recv)(Comm *c, float *buf, int64_t count, int peer);
+  void (*barrier)(Comm *c);
+  /* A sub-group: the ranks of c that pass the same color (>= 0), ranked by key (ties:
+   * by rank in c), as a new Comm (MPI_Comm_split; the self backend returns a new
+   * self Comm). Every rank of c calls it. destroy frees it (before its parent). */
+  Comm *(*split)(Comm *c, int color, int key);
+  /* Tagged point to point (tag in [0, COMM_TAG_MAX]). isend copies buf[0..count)
+   * into a pooled buffer and returns without waiting for the receiver; wait_sends
+   * completes every isend made so far (the pool's buffers are reused, so a steady
+   * pattern of sends allocates nothing after its first round). recv_tag blocks until
+   * the message with that tag from peer is in buf; its count must equal the send's.
+   * Messages from one rank to another with the same tag arrive in the order sent. */
+  void (*isend)(Comm *c, const float *buf, int64_t count, int peer, int tag);
+  void (*recv_tag)(Comm *c, float *buf, int64_t count, int peer, int tag);
+  void (*wait_sends)(Comm *c);
+  /* Optional (NULL: nothing to prepare). Every rank of c calls it once, before its
+   * first isend or recv_tag, with the ranks it will exchange tagged messages with
+   * (when a names b, b names a): NCCL sets up one channel per direction. */
+  void (*connect)(Comm *c, const int *peers, int npeers);
+  /* A few host values (losses, sums of squares, error flags), in place. */
+  void (*host_all_reduce)(Comm *c, double *vals, int n, CommRed op);
+  /* Point to point, blocking, of host memory (send and recv take device memory on a
+   * GPU backend): a state each rank holds its part of, assembled on one. */
+  void (*host_send)(Comm *c, const float *buf, int64_t count, int peer);
+  void (*host_recv)(Comm *c, float *buf, int64_t count, int peer);
+  /* Ends every rank with exit status code (after the caller printed why). */
+  void (*abort)(Comm *c, int code) __attribute__((noreturn));
+  /* Frees c: a Comm from split frees its group; the one from comm_open finalizes
+   * the backend (MPI_Finalize). */
+  void (*destroy)(Comm *c);
 };
 
 /* The single-rank backend. NULL only when out of memory. */

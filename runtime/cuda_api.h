@@ -24,115 +24,110 @@
 #include <stddef.h>
 
 typedef struct CudaApi {
-    /* driver */
-    CUresult (*Init)(unsigned flags);
-    CUresult (*DriverGetVersion)(int *version);
-    CUresult (*GetErrorString)(CUresult r, const char **s);
-    CUresult (*DeviceGetCount)(int *n);
-    CUresult (*DeviceGet)(CUdevice *d, int ordinal);
-    CUresult (*DeviceGetAttribute)(int *v, CUdevice_attribute a, CUdevice d);
-    CUresult (*DeviceGetName)(char *name, int len, CUdevice d);
-    CUresult (*DeviceTotalMem)(size_t *bytes, CUdevice d);
-    CUresult (*DevicePrimaryCtxRetain)(CUcontext *c, CUdevice d);
-    CUresult (*DevicePrimaryCtxRelease)(CUdevice d);
-    CUresult (*CtxSetCurrent)(CUcontext c);
-    CUresult (*MemGetInfo)(size_t *free_bytes, size_t *total);
-    CUresult (*MemAlloc)(CUdeviceptr *p, size_t bytes);
-    CUresult (*MemHostAlloc)(void **p, size_t bytes, unsigned flags);
-    CUresult (*MemFreeHost)(void *p);
-    CUresult (*MemHostRegister)(void *p, size_t bytes, unsigned flags);
-    CUresult (*MemHostUnregister)(void *p);
-    CUresult (*MemFree)(CUdeviceptr p);
-    CUresult (*MemcpyDtoH)(void *dst, CUdeviceptr src, size_t bytes);
-    CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
-    CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t bytes, CUstream s);
-    CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s);
-    CUresult (*MemsetD8Async)(CUdeviceptr p, unsigned char v, size_t n, CUstream s);
-    CUresult (*ModuleLoadData)(CUmodule *m, const void *image);
-    CUresult (*ModuleUnload)(CUmodule m);
-    CUresult (*ModuleGetFunction)(CUfunction *f, CUmodule m, const char *name);
-    CUresult (*LaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                             unsigned bz, unsigned shared, CUstream s, void **params, void **extra);
-    CUresult (*StreamCreate)(CUstream *s, unsigned flags);
-    CUresult (*StreamDestroy)(CUstream s);
-    CUresult (*StreamSynchronize)(CUstream s);
-    CUresult (*StreamWaitEvent)(CUstream s, CUevent e, unsigned flags);
-    CUresult (*MemAddressReserve)(CUdeviceptr *p, size_t bytes, size_t align, CUdeviceptr addr,
-                                  unsigned long long flags);
-    CUresult (*MemAddressFree)(CUdeviceptr p, size_t bytes);
-    CUresult (*MemCreate)(CUmemGenericAllocationHandle *h, size_t bytes, const CUmemAllocationProp *prop,
-                          unsigned long long flags);
-    CUresult (*MemRelease)(CUmemGenericAllocationHandle h);
-    CUresult (*MemMap)(CUdeviceptr p, size_t bytes, size_t offset, CUmemGenericAllocationHandle h,
-                       unsigned long long flags);
-    CUresult (*MemUnmap)(CUdeviceptr p, size_t bytes);
-    CUresult (*MemSetAccess)(CUdeviceptr p, size_t bytes, const CUmemAccessDesc *desc, size_t count);
-    CUresult (*MemGetAllocationGranularity)(size_t *g, const CUmemAllocationProp *prop,
-                                            CUmemAllocationGranularity_flags option);
-    CUresult (*EventCreate)(CUevent *e, unsigned flags);
-    CUresult (*EventDestroy)(CUevent e);
-    CUresult (*EventRecord)(CUevent e, CUstream s);
-    CUresult (*EventQuery)(CUevent e);
-    CUresult (*EventSynchronize)(CUevent e);
-    CUresult (*EventElapsedTime)(float *ms, CUevent start, CUevent end);
-    /* NVRTC */
-    nvrtcResult (*nvrtcVersion)(int *major, int *minor);
-    const char *(*nvrtcGetErrorString)(nvrtcResult r);
-    nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram *p, const char *src, const char *name, int nheaders,
-                                      const char *const *headers, const char *const *include_names);
-    nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram p, int nopts, const char *const *opts);
-    nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram p, size_t *n);
-    nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram p, char *log);
-    nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram p, size_t *n);
-    nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram p, char *cubin);
-    nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *p);
-    /* cuBLASLt */
-    cublasStatus_t (*LtCreate)(cublasLtHandle_t *h);
-    cublasStatus_t (*LtDestroy)(cublasLtHandle_t h);
-    cublasStatus_t (*LtMatmulDescCreate)(cublasLtMatmulDesc_t *d, cublasComputeType_t c, cudaDataType_t scale);
-    cublasStatus_t (*LtMatmulDescDestroy)(cublasLtMatmulDesc_t d);
-    cublasStatus_t (*LtMatmulDescSetAttribute)(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+  /* driver */
+  CUresult (*Init)(unsigned flags);
+  CUresult (*DriverGetVersion)(int *version);
+  CUresult (*GetErrorString)(CUresult r, const char **s);
+  CUresult (*DeviceGetCount)(int *n);
+  CUresult (*DeviceGet)(CUdevice *d, int ordinal);
+  CUresult (*DeviceGetAttribute)(int *v, CUdevice_attribute a, CUdevice d);
+  CUresult (*DeviceGetName)(char *name, int len, CUdevice d);
+  CUresult (*DeviceTotalMem)(size_t *bytes, CUdevice d);
+  CUresult (*DevicePrimaryCtxRetain)(CUcontext *c, CUdevice d);
+  CUresult (*DevicePrimaryCtxRelease)(CUdevice d);
+  CUresult (*CtxSetCurrent)(CUcontext c);
+  CUresult (*MemGetInfo)(size_t *free_bytes, size_t *total);
+  CUresult (*MemAlloc)(CUdeviceptr *p, size_t bytes);
+  CUresult (*MemHostAlloc)(void **p, size_t bytes, unsigned flags);
+  CUresult (*MemFreeHost)(void *p);
+  CUresult (*MemHostRegister)(void *p, size_t bytes, unsigned flags);
+  CUresult (*MemHostUnregister)(void *p);
+  CUresult (*MemFree)(CUdeviceptr p);
+  CUresult (*MemcpyDtoH)(void *dst, CUdeviceptr src, size_t bytes);
+  CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
+  CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t bytes, CUstream s);
+  CUresult (*MemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s);
+  CUresult (*MemsetD8Async)(CUdeviceptr p, unsigned char v, size_t n, CUstream s);
+  CUresult (*ModuleLoadData)(CUmodule *m, const void *image);
+  CUresult (*ModuleUnload)(CUmodule m);
+  CUresult (*ModuleGetFunction)(CUfunction *f, CUmodule m, const char *name);
+  CUresult (*LaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                           unsigned shared, CUstream s, void **params, void **extra);
+  CUresult (*StreamCreate)(CUstream *s, unsigned flags);
+  CUresult (*StreamDestroy)(CUstream s);
+  CUresult (*StreamSynchronize)(CUstream s);
+  CUresult (*StreamWaitEvent)(CUstream s, CUevent e, unsigned flags);
+  CUresult (*MemAddressReserve)(CUdeviceptr *p, size_t bytes, size_t align, CUdeviceptr addr, unsigned long long flags);
+  CUresult (*MemAddressFree)(CUdeviceptr p, size_t bytes);
+  CUresult (*MemCreate)(CUmemGenericAllocationHandle *h, size_t bytes, const CUmemAllocationProp *prop,
+                        unsigned long long flags);
+  CUresult (*MemRelease)(CUmemGenericAllocationHandle h);
+  CUresult (*MemMap)(CUdeviceptr p, size_t bytes, size_t offset, CUmemGenericAllocationHandle h,
+                     unsigned long long flags);
+  CUresult (*MemUnmap)(CUdeviceptr p, size_t bytes);
+  CUresult (*MemSetAccess)(CUdeviceptr p, size_t bytes, const CUmemAccessDesc *desc, size_t count);
+  CUresult (*MemGetAllocationGranularity)(size_t *g, const CUmemAllocationProp *prop,
+                                          CUmemAllocationGranularity_flags option);
+  CUresult (*EventCreate)(CUevent *e, unsigned flags);
+  CUresult (*EventDestroy)(CUevent e);
+  CUresult (*EventRecord)(CUevent e, CUstream s);
+  CUresult (*EventQuery)(CUevent e);
+  CUresult (*EventSynchronize)(CUevent e);
+  CUresult (*EventElapsedTime)(float *ms, CUevent start, CUevent end);
+  /* NVRTC */
+  nvrtcResult (*nvrtcVersion)(int *major, int *minor);
+  const char *(*nvrtcGetErrorString)(nvrtcResult r);
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram *p, const char *src, const char *name, int nheaders,
+                                    const char *const *headers, const char *const *include_names);
+  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram p, int nopts, const char *const *opts);
+  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram p, size_t *n);
+  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram p, char *log);
+  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram p, size_t *n);
+  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram p, char *cubin);
+  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *p);
+  /* cuBLASLt */
+  cublasStatus_t (*LtCreate)(cublasLtHandle_t *h);
+  cublasStatus_t (*LtDestroy)(cublasLtHandle_t h);
+  cublasStatus_t (*LtMatmulDescCreate)(cublasLtMatmulDesc_t *d, cublasComputeType_t c, cudaDataType_t scale);
+  cublasStatus_t (*LtMatmulDescDestroy)(cublasLtMatmulDesc_t d);
+  cublasStatus_t (*LtMatmulDescSetAttribute)(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *buf,
+                                             size_t n);
+  cublasStatus_t (*LtMatrixLayoutCreate)(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows, uint64_t cols,
+                                         int64_t ld);
+  cublasStatus_t (*LtMatrixLayoutDestroy)(cublasLtMatrixLayout_t l);
+  cublasStatus_t (*LtMatrixLayoutSetAttribute)(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a,
                                                const void *buf, size_t n);
-    cublasStatus_t (*LtMatrixLayoutCreate)(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows,
-                                           uint64_t cols, int64_t ld);
-    cublasStatus_t (*LtMatrixLayoutDestroy)(cublasLtMatrixLayout_t l);
-    cublasStatus_t (*LtMatrixLayoutSetAttribute)(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a,
-                                                 const void *buf, size_t n);
-    cublasStatus_t (*LtMatmulPreferenceCreate)(cublasLtMatmulPreference_t *p);
-    cublasStatus_t (*LtMatmulPreferenceDestroy)(cublasLtMatmulPreference_t p);
-    cublasStatus_t (*LtMatmulPreferenceSetAttribute)(cublasLtMatmulPreference_t p,
-                                                     cublasLtMatmulPreferenceAttributes_t a, const void *buf,
-                                                     size_t n);
-    cublasStatus_t (*LtMatmulAlgoGetHeuristic)(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
-                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                                               cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t p,
-                                               int requested, cublasLtMatmulHeuristicResult_t *results,
-                                               int *returned);
-    cublasStatus_t (*LtMatmul)(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *a,
-                               cublasLtMatrixLayout_t la, const void *b, cublasLtMatrixLayout_t lb,
-                               const void *beta, const void *c, cublasLtMatrixLayout_t lc, void *dst,
-                               cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo, void *workspace,
-                               size_t workspace_bytes, CUstream s);
-    /* NCCL */
-    ncclResult_t (*ncclGetVersion)(int *version);
-    const char *(*ncclGetErrorString)(ncclResult_t r);
-    ncclResult_t (*ncclGetUniqueId)(ncclUniqueId *id);
-    ncclResult_t (*ncclCommInitRank)(ncclComm_t *c, int nranks, ncclUniqueId id, int rank);
-    ncclResult_t (*ncclCommDestroy)(ncclComm_t c);
-    ncclResult_t (*ncclAllReduce)(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
-                                  ncclComm_t c, cudaStream_t s);
-    ncclResult_t (*ncclReduce)(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
-                               int root, ncclComm_t c, cudaStream_t s);
-    ncclResult_t (*ncclReduceScatter)(const void *send, void *recv, size_t count, ncclDataType_t t,
-                                      ncclRedOp_t op, ncclComm_t c, cudaStream_t s);
-    ncclResult_t (*ncclAllGather)(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
-                                  cudaStream_t s);
-    ncclResult_t (*ncclBroadcast)(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
-                                  ncclComm_t c, cudaStream_t s);
-    ncclResult_t (*ncclSend)(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
-                             cudaStream_t s);
-    ncclResult_t (*ncclRecv)(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s);
-    void *lib[4]; /* the dlopen handles: driver, NVRTC, cuBLASLt, NCCL */
+  cublasStatus_t (*LtMatmulPreferenceCreate)(cublasLtMatmulPreference_t *p);
+  cublasStatus_t (*LtMatmulPreferenceDestroy)(cublasLtMatmulPreference_t p);
+  cublasStatus_t (*LtMatmulPreferenceSetAttribute)(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a,
+                                                   const void *buf, size_t n);
+  cublasStatus_t (*LtMatmulAlgoGetHeuristic)(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                             cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                             cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t p, int requested,
+                                             cublasLtMatmulHeuristicResult_t *results, int *returned);
+  cublasStatus_t (*LtMatmul)(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *a,
+                             cublasLtMatrixLayout_t la, const void *b, cublasLtMatrixLayout_t lb, const void *beta,
+                             const void *c, cublasLtMatrixLayout_t lc, void *dst, cublasLtMatrixLayout_t ld,
+                             const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes, CUstream s);
+  /* NCCL */
+  ncclResult_t (*ncclGetVersion)(int *version);
+  const char *(*ncclGetErrorString)(ncclResult_t r);
+  ncclResult_t (*ncclGetUniqueId)(ncclUniqueId *id);
+  ncclResult_t (*ncclCommInitRank)(ncclComm_t *c, int nranks, ncclUniqueId id, int rank);
+  ncclResult_t (*ncclCommDestroy)(ncclComm_t c);
+  ncclResult_t (*ncclAllReduce)(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                                ncclComm_t c, cudaStream_t s);
+  ncclResult_t (*ncclReduce)(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op, int root,
+                             ncclComm_t c, cudaStream_t s);
+  ncclResult_t (*ncclReduceScatter)(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                                    ncclComm_t c, cudaStream_t s);
+  ncclResult_t (*ncclAllGather)(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
+                                cudaStream_t s);
+  ncclResult_t (*ncclBroadcast)(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t c,
+                                cudaStream_t s);
+  ncclResult_t (*ncclSend)(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s);
+  ncclResult_t (*ncclRecv)(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s);
+  void *lib[4]; /* the dlopen handles: driver, NVRTC, cuBLASLt, NCCL */
 } CudaApi;
 
 /* Which libraries cuda_api_load opens. The NVRTC-only table compiles kernels without a

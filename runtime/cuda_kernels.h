@@ -24,17 +24,17 @@
 enum { CUDA_UNIT_KERNELS = 8 };
 
 typedef struct CudaImage {
-    char *data; /* CUBIN */
-    size_t size;
+  char *data; /* CUBIN */
+  size_t size;
 } CudaImage;
 
 typedef struct CudaBuild {
-    CudaImage *unit;   /* [nunits] */
-    int nunits;
-    int cached;        /* units found in the cache */
-    int rebuilt;       /* of the compiled ones, entries that were there but damaged */
-    double compile_s;  /* wall time of the compiles (0 when all were cached) */
-    char cache_dir[1024]; /* "" when not caching */
+  CudaImage *unit; /* [nunits] */
+  int nunits;
+  int cached;           /* units found in the cache */
+  int rebuilt;          /* of the compiled ones, entries that were there but damaged */
+  double compile_s;     /* wall time of the compiles (0 when all were cached) */
+  char cache_dir[1024]; /* "" when not caching */
 } CudaBuild;
 
 /* The cache directory for dir (NULL: the default above) into out; 0, or -1 when none
@@ -45,8 +45,8 @@ int cuda_cache_dir(const char *dir, char *out, size_t outlen);
  * unit k / CUDA_UNIT_KERNELS. nkernels must be the number of kernel units of source.
  * 0, or -1 with the message in err (NVRTC's log and the numbered source on a compile
  * error, on stderr). */
-int cuda_kernels_build(const CudaApi *api, const char *source, int nkernels, const char *arch,
-                       const char *cache_dir, int threads, CudaBuild *b, char *err, size_t errlen);
+int cuda_kernels_build(const CudaApi *api, const char *source, int nkernels, const char *arch, const char *cache_dir,
+                       int threads, CudaBuild *b, char *err, size_t errlen);
 void cuda_build_free(CudaBuild *b);
 
 #endif

@@ -32,15 +32,14 @@ typedef struct DataFile DataFile;
 /* Opens path for program p (this rank's stage): a global batch of B rows over world
  * data-parallel ranks. Checks that the file holds every input of p and a whole step.
  * NULL with a message. */
-DataFile *data_open(const char *path, const RtProgram *p, int64_t B, int world, char *err,
-                    size_t errlen);
+DataFile *data_open(const char *path, const RtProgram *p, int64_t B, int world, char *err, size_t errlen);
 void data_close(DataFile *df);
 
 /* Rank `rank`'s rows of step `step` (shuffle: NULL in order, else the key) into rows[i]
  * for each input i of the program, B/world rows of row_elems 4-byte values each, checked
  * as above. 0 or -1 with a message. */
-int data_read(const DataFile *df, int64_t step, int rank, const uint32_t *shuffle,
-              char *const *rows, char *err, size_t errlen);
+int data_read(const DataFile *df, int64_t step, int rank, const uint32_t *shuffle, char *const *rows, char *err,
+              size_t errlen);
 
 /* The first token of a token file (where sampling starts), 0 for a record file. */
 int32_t data_first_token(const DataFile *df);

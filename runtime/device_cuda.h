@@ -30,12 +30,12 @@
 #include <stddef.h>
 
 typedef struct CudaOptions {
-    int ordinal;              /* which visible GPU: the local rank */
-    const char *kernel_cache; /* NULL: cuda_kernels.h's default directory */
-    int threads;              /* NVRTC compiles in parallel */
-    int tf32;                 /* GEMMs on TF32 tensor cores (f32 in and out) */
-    int quiet;                /* no line about the GPU and the kernels on stdout */
-    int nccl;                 /* load NCCL too: the run has several ranks */
+  int ordinal;              /* which visible GPU: the local rank */
+  const char *kernel_cache; /* NULL: cuda_kernels.h's default directory */
+  int threads;              /* NVRTC compiles in parallel */
+  int tf32;                 /* GEMMs on TF32 tensor cores (f32 in and out) */
+  int quiet;                /* no line about the GPU and the kernels on stdout */
+  int nccl;                 /* load NCCL too: the run has several ranks */
 } CudaOptions;
 
 /* The CUDA device for program p, whose kernels' CUDA C is source (units separated by
@@ -59,7 +59,7 @@ int device_cuda_available(void);
 /* Compiles the program's kernels for arch ("sm_90") into the kernel cache, with no
  * GPU and no driver (NVRTC only): train --compile-kernels. Prints what it did. 0, or
  * -1 with a message. */
-int device_cuda_precompile(const RtProgram *p, const char *source, const char *arch, const CudaOptions *o,
-                           char *err, size_t errlen);
+int device_cuda_precompile(const RtProgram *p, const char *source, const char *arch, const CudaOptions *o, char *err,
+                           size_t errlen);
 
 #endif

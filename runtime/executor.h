@@ -58,86 +58,83 @@
 typedef struct Device Device;
 typedef struct Offload Offload;
 struct Device {
-    const char *name; /* "cpu" */
-    void *impl;
-    /* A zeroed buffer of bytes (> 0), aligned to 64; NULL when out of memory. */
-    char *(*alloc)(Device *dev, int64_t bytes);
-    void (*free)(Device *dev, char *buf);
-    /* kernel id over [0, extent) with the address of each of its buffers (program.h,
-     * "args") and the scalars. */
-    void (*kernel)(Device *dev, int id, int64_t extent, char *const *bufs,
-                   const float *scalars);
-    void (*zero)(Device *dev, char *base, int64_t offset, int64_t bytes);
-    void (*gemm)(Device *dev, const RtGemm *g, char *const *tiers);
-    void (*upload)(Device *dev, char *base, int64_t offset, const void *src, int64_t bytes);
-    /* bytes from device address src to dst (the ranges do not overlap). */
-    void (*copy)(Device *dev, char *dst, const char *src, int64_t bytes);
-    void (*download)(Device *dev, const char *base, int64_t offset, void *dst,
-                     int64_t bytes);
-    /* Waits for all queued work. */
-    void (*sync)(Device *dev);
-    /* The tier as host memory, or NULL when it lives elsewhere. */
-    char *(*host_view)(Device *dev, char *base);
-    void (*destroy)(Device *dev);
-    /* Optional (NULL, granule 0: not supported). Address space of bytes (a multiple
-     * of granule) with no memory behind it; commit puts zeroed memory behind
-     * [offset, offset+bytes) (granule-aligned; 0, or -1 when out of memory),
-     * decommit frees it again (no queued work may still use it: the caller sees to
-     * that), unreserve returns the whole range (after a sync). */
-    int64_t granule;
-    char *(*reserve)(Device *dev, int64_t bytes);
-    int (*commit)(Device *dev, char *base, int64_t offset, int64_t bytes);
-    void (*decommit)(Device *dev, char *base, int64_t offset, int64_t bytes);
-    void (*unreserve)(Device *dev, char *base, int64_t bytes);
-    /* The copy stream, which offload's copy thread moves memory through on every
-     * device (on the CPU a memcpy, its kernels being done when their call returns).
-     * mark, from the thread that queues the work, is a point after everything queued
-     * so far; await, from any thread,
-     * blocks until the work before a mark is done (marks are reused after
-     * DEVICE_MARKS more, so at most that many may be outstanding). xfer, from any
-     * thread, copies bytes host -> device (XFER_IN: dst a device address), device ->
-     * host (XFER_OUT: src one) or zeroes device memory (XFER_ZERO, src NULL) on the
-     * copy stream, and returns once it is done. */
-    /* Optional, a communication stream (NULL: collectives run in order with the rest).
-     * fork makes it wait for the work queued so far, before an "overlap" collective is
-     * queued there (on a Comm the device made for it, ExecCtx.dp_overlap); join makes
-     * the work queued after it wait for everything queued on the communication stream.
-     * overlap_ms, after a sync, gives the communication stream's time from the first
-     * fork to the last join and the part of it the compute stream waited at the joins,
-     * since the last call (milliseconds). */
-    /* Optional (NULL: malloc and free), host memory the device copies to and from at its
-     * full rate, asynchronously (pinned, on a GPU): staging buffers. NULL when out of
-     * memory. */
-    void *(*host_alloc)(Device *dev, int64_t bytes);
-    void (*host_free)(Device *dev, void *p);
-    /* Optional (a GPU): pins the host pages [p, p + bytes) (page-aligned, pinned by no
-     * other call) so that its copies from and to them are DMA, 0 or -1; host_unpin takes
-     * the p of one such call. The CPU device pins what it commits through them when
-     * device_cpu_pin_through names the GPU (offload's host location). */
-    int (*host_pin)(Device *dev, void *p, int64_t bytes);
-    void (*host_unpin)(Device *dev, void *p);
-    void (*fork)(Device *dev);
-    void (*join)(Device *dev);
-    void (*overlap_ms)(Device *dev, double *comm, double *waited);
-    /* What the run's log reports (0 where unknown): bytes the device holds for itself
-     * beside the program's tiers (library workspaces), and its peak FLOP/s for the
-     * program's arithmetic (the MFU's denominator). */
-    int64_t own_bytes;
-    double peak_flops;
-    /* Its GEMMs apply a "gelu" GEMM's GELU themselves (cuBLASLt's epilogue), so the
-     * "epilogue" kernel after it is skipped; 0: the GEMM leaves GELU's input and the
-     * kernel runs. */
-    int gemm_gelu;
-    uint64_t (*mark)(Device *dev);
-    void (*await)(Device *dev, uint64_t mark);
-    void (*xfer)(Device *dev, int kind, char *dst, const char *src, int64_t bytes);
+  const char *name; /* "cpu" */
+  void *impl;
+  /* A zeroed buffer of bytes (> 0), aligned to 64; NULL when out of memory. */
+  char *(*alloc)(Device *dev, int64_t bytes);
+  void (*free)(Device *dev, char *buf);
+  /* kernel id over [0, extent) with the address of each of its buffers (program.h,
+   * "args") and the scalars. */
+  void (*kernel)(Device *dev, int id, int64_t extent, char *const *bufs, const float *scalars);
+  void (*zero)(Device *dev, char *base, int64_t offset, int64_t bytes);
+  void (*gemm)(Device *dev, const RtGemm *g, char *const *tiers);
+  void (*upload)(Device *dev, char *base, int64_t offset, const void *src, int64_t bytes);
+  /* bytes from device address src to dst (the ranges do not overlap). */
+  void (*copy)(Device *dev, char *dst, const char *src, int64_t bytes);
+  void (*download)(Device *dev, const char *base, int64_t offset, void *dst, int64_t bytes);
+  /* Waits for all queued work. */
+  void (*sync)(Device *dev);
+  /* The tier as host memory, or NULL when it lives elsewhere. */
+  char *(*host_view)(Device *dev, char *base);
+  void (*destroy)(Device *dev);
+  /* Optional (NULL, granule 0: not supported). Address space of bytes (a multiple
+   * of granule) with no memory behind it; commit puts zeroed memory behind
+   * [offset, offset+bytes) (granule-aligned; 0, or -1 when out of memory),
+   * decommit frees it again (no queued work may still use it: the caller sees to
+   * that), unreserve returns the whole range (after a sync). */
+  int64_t granule;
+  char *(*reserve)(Device *dev, int64_t bytes);
+  int (*commit)(Device *dev, char *base, int64_t offset, int64_t bytes);
+  void (*decommit)(Device *dev, char *base, int64_t offset, int64_t bytes);
+  void (*unreserve)(Device *dev, char *base, int64_t bytes);
+  /* The copy stream, which offload's copy thread moves memory through on every
+   * device (on the CPU a memcpy, its kernels being done when their call returns).
+   * mark, from the thread that queues the work, is a point after everything queued
+   * so far; await, from any thread,
+   * blocks until the work before a mark is done (marks are reused after
+   * DEVICE_MARKS more, so at most that many may be outstanding). xfer, from any
+   * thread, copies bytes host -> device (XFER_IN: dst a device address), device ->
+   * host (XFER_OUT: src one) or zeroes device memory (XFER_ZERO, src NULL) on the
+   * copy stream, and returns once it is done. */
+  /* Optional, a communication stream (NULL: collectives run in order with the rest).
+   * fork makes it wait for the work queued so far, before an "overlap" collective is
+   * queued there (on a Comm the device made for it, ExecCtx.dp_overlap); join makes
+   * the work queued after it wait for everything queued on the communication stream.
+   * overlap_ms, after a sync, gives the communication stream's time from the first
+   * fork to the last join and the part of it the compute stream waited at the joins,
+   * since the last call (milliseconds). */
+  /* Optional (NULL: malloc and free), host memory the device copies to and from at its
+   * full rate, asynchronously (pinned, on a GPU): staging buffers. NULL when out of
+   * memory. */
+  void *(*host_alloc)(Device *dev, int64_t bytes);
+  void (*host_free)(Device *dev, void *p);
+  /* Optional (a GPU): pins the host pages [p, p + bytes) (page-aligned, pinned by no
+   * other call) so that its copies from and to them are DMA, 0 or -1; host_unpin takes
+   * the p of one such call. The CPU device pins what it commits through them when
+   * device_cpu_pin_through names the GPU (offload's host location). */
+  int (*host_pin)(Device *dev, void *p, int64_t bytes);
+  void (*host_unpin)(Device *dev, void *p);
+  void (*fork)(Device *dev);
+  void (*join)(Device *dev);
+  void (*overlap_ms)(Device *dev, double *comm, double *waited);
+  /* What the run's log reports (0 where unknown): bytes the device holds for itself
+   * beside the program's tiers (library workspaces), and its peak FLOP/s for the
+   * program's arithmetic (the MFU's denominator). */
+  int64_t own_bytes;
+  double peak_flops;
+  /* Its GEMMs apply a "gelu" GEMM's GELU themselves (cuBLASLt's epilogue), so the
+   * "epilogue" kernel after it is skipped; 0: the GEMM leaves GELU's input and the
+   * kernel runs. */
+  int gemm_gelu;
+  uint64_t (*mark)(Device *dev);
+  void (*await)(Device *dev, uint64_t mark);
+  void (*xfer)(Device *dev, int kind, char *dst, const char *src, int64_t bytes);
 };
 enum { XFER_IN, XFER_OUT, XFER_ZERO };
 enum { DEVICE_MARKS = 2048 };
 
 /* The CPU device: `threads` threads for kernels and for OpenBLAS. */
-Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, char *err,
-                       size_t errlen);
+Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, char *err, size_t errlen);
 
 /* Before its first reserve: the CPU device's reserved memory is pinned through gpu
  * (Device.host_pin) while resident, one registration per run of resident pages within
@@ -158,58 +155,57 @@ typedef void (*ExecZeroFn)(void *arg, Executor *ex, const RtInstr *in);
  * the sum the "loss" instructions add to, and the hook the ZeRO instructions of a
  * zero_scheduled program go to. */
 typedef struct ExecCtx {
-    Comm *tp;                /* "comm": the tensor-parallel group (size mesh.tp) */
-    Comm *dp;                /* "comm" "group": "dp": the data-parallel group */
-    Comm **stage_groups;     /* [prog->nstage_groups] "group": "stages": this stage's groups
-                                of stages (NULL where it is not in one) */
-    Comm *dp_overlap;        /* "overlap" collectives: the dp group on the device's
-                                communication stream (Device.fork), or NULL: ctx.dp */
-    int dp_rank, tp_rank;    /* this rank's coordinates: "dp_rank"/"tp_rank" conditions */
-    int last_mb;             /* this run of `step` is the step's last micro-batch */
-    Comm *pp;                /* "send", "recv": the pipeline group, rank = stage */
-    char *const *inputs;     /* [prog->ninputs] this rank's rows of the step, each
-                                [microbatches * batch * row_elems] 4-byte values */
-    double loss;             /* += each "loss" value (the caller zeroes it) */
-    ExecZeroFn zero;         /* "zero_gather", ...: the ZeRO state's hook, or NULL */
-    void *zero_arg;
+  Comm *tp;             /* "comm": the tensor-parallel group (size mesh.tp) */
+  Comm *dp;             /* "comm" "group": "dp": the data-parallel group */
+  Comm **stage_groups;  /* [prog->nstage_groups] "group": "stages": this stage's groups
+                           of stages (NULL where it is not in one) */
+  Comm *dp_overlap;     /* "overlap" collectives: the dp group on the device's
+                           communication stream (Device.fork), or NULL: ctx.dp */
+  int dp_rank, tp_rank; /* this rank's coordinates: "dp_rank"/"tp_rank" conditions */
+  int last_mb;          /* this run of `step` is the step's last micro-batch */
+  Comm *pp;             /* "send", "recv": the pipeline group, rank = stage */
+  char *const *inputs;  /* [prog->ninputs] this rank's rows of the step, each
+                           [microbatches * batch * row_elems] 4-byte values */
+  double loss;          /* += each "loss" value (the caller zeroes it) */
+  ExecZeroFn zero;      /* "zero_gather", ...: the ZeRO state's hook, or NULL */
+  void *zero_arg;
 } ExecCtx;
 
 struct Executor {
-    const RtProgram *prog;
-    Device *dev;
-    char *tiers[RT_TIERS];       /* device base of each tier, prog->tiers[i] bytes (WORK:
-                                    prog->slots slots of prog->tiers[RT_TIER_WORK]) */
-    char *run[RT_TIERS];         /* the bases instructions see: WORK at the current slot */
-    uint32_t *commits[RT_TIERS]; /* reserved tiers: commit count per granule, else NULL */
-    int64_t committed[RT_TIERS]; /* bytes of memory behind each tier */
-    int64_t peak[RT_TIERS];      /* the most committed[] since exec_init or exec_peak_reset */
-    int64_t total_peak;          /* the most device memory held at once (all tiers, staging
-                                    and the device's own bytes) since the same */
-    char *staging;               /* [staging_bytes] device scratch of "comm" reorders */
-    int64_t staging_bytes;
-    ExecCtx ctx;
-    Offload *off;                /* an offload program's locations and copy thread
-                                    (offload.h, set by offload_init), else NULL */
-    const RtList *list;          /* the list exec_run is running (messages) */
-    int forked;                  /* an "overlap" collective is on the communication stream */
-    pthread_mutex_t lock;        /* commits[], committed[] and peak[]: the copy thread
-                                    commits too */
-    int lock_init;
+  const RtProgram *prog;
+  Device *dev;
+  char *tiers[RT_TIERS];       /* device base of each tier, prog->tiers[i] bytes (WORK:
+                                  prog->slots slots of prog->tiers[RT_TIER_WORK]) */
+  char *run[RT_TIERS];         /* the bases instructions see: WORK at the current slot */
+  uint32_t *commits[RT_TIERS]; /* reserved tiers: commit count per granule, else NULL */
+  int64_t committed[RT_TIERS]; /* bytes of memory behind each tier */
+  int64_t peak[RT_TIERS];      /* the most committed[] since exec_init or exec_peak_reset */
+  int64_t total_peak;          /* the most device memory held at once (all tiers, staging
+                                  and the device's own bytes) since the same */
+  char *staging;               /* [staging_bytes] device scratch of "comm" reorders */
+  int64_t staging_bytes;
+  ExecCtx ctx;
+  Offload *off;         /* an offload program's locations and copy thread
+                           (offload.h, set by offload_init), else NULL */
+  const RtList *list;   /* the list exec_run is running (messages) */
+  int forked;           /* an "overlap" collective is on the communication stream */
+  pthread_mutex_t lock; /* commits[], committed[] and peak[]: the copy thread
+                           commits too */
+  int lock_init;
 };
 
 /* Allocates the tiers of prog on dev. 0, or -1 with a message. */
 int exec_init(Executor *ex, const RtProgram *prog, Device *dev, char *err, size_t errlen);
 /* The same, with the tiers whose bit (1 << tier) is in reserve_mask reserved rather
  * than allocated when the device can (see above). */
-int exec_init_reserved(Executor *ex, const RtProgram *prog, Device *dev, unsigned reserve_mask,
-                       char *err, size_t errlen);
+int exec_init_reserved(Executor *ex, const RtProgram *prog, Device *dev, unsigned reserve_mask, char *err,
+                       size_t errlen);
 void exec_free(Executor *ex);
 
 /* Memory behind [offset, offset+bytes) of a tier (nothing to do unless reserved);
  * each commit is undone by one exec_decommit of the same range. 0, or -1 with a
  * message when the device is out of memory. */
-int exec_commit(Executor *ex, int tier, int64_t offset, int64_t bytes, char *err,
-                size_t errlen);
+int exec_commit(Executor *ex, int tier, int64_t offset, int64_t bytes, char *err, size_t errlen);
 void exec_decommit(Executor *ex, int tier, int64_t offset, int64_t bytes);
 /* The same without waiting for the device first: the caller knows that no queued work
  * touches the range (offload's copy thread, after the job's mark). */

@@ -17,8 +17,7 @@
 
 /* Writes the concatenation of n chunks (chunks[i] holds lens[i] bytes) to path,
  * atomically as described above. Returns 0, or -1 with a message in err. */
-int file_write_atomic(const char *path, const void *chunks[], const size_t lens[], int n,
-                      char *err, size_t errlen);
+int file_write_atomic(const char *path, const void *chunks[], const size_t lens[], int n, char *err, size_t errlen);
 
 /* Reads a whole file into a malloc'd buffer (one extra NUL byte after the data,
  * not counted in *len). Returns the buffer (caller frees), or NULL with a message. */
@@ -28,14 +27,13 @@ void *file_read_all(const char *path, size_t *len, char *err, size_t errlen);
  * records.h), so a batch is a copy out of the page cache and files larger than
  * memory work. */
 typedef struct FileMap {
-    const unsigned char *data; /* [len], NULL when unmapped */
-    size_t len;
+  const unsigned char *data; /* [len], NULL when unmapped */
+  size_t len;
 } FileMap;
 
 /* Maps path. A file shorter than min_len bytes is refused: "PATH: truncated: N bytes,
  * shorter than the MIN_LEN-byte header of WHAT". 0, or -1 with a message. */
-int file_map(const char *path, size_t min_len, const char *what, FileMap *m, char *err,
-             size_t errlen);
+int file_map(const char *path, size_t min_len, const char *what, FileMap *m, char *err, size_t errlen);
 void file_unmap(FileMap *m);
 
 /* Little-endian 32-bit words, whatever the host's byte order. */
@@ -44,7 +42,6 @@ void file_put_le32(unsigned char *p, uint32_t v);
 
 /* Formats a message into err (if err and errlen are non-zero); returns -1 so
  * callers can write `return file_set_error(err, errlen, ...)`. */
-int file_set_error(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int file_set_error(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -63,8 +63,8 @@ const HfFamily *hf_family_of(const char *const *names, int n);
 const char *hf_family_name(const HfFamily *f);
 
 typedef enum HfRole {
-    HF_PARAM,  /* a parameter: its model name in the buffer */
-    HF_BUFFER, /* a buffer that is not a parameter (skipped) */
+  HF_PARAM,  /* a parameter: its model name in the buffer */
+  HF_BUFFER, /* a buffer that is not a parameter (skipped) */
 } HfRole;
 /* A file's tensor name as the model names it (the family's prefix taken off) into
  * out (len bytes; names longer are cut, and then match nothing), and its role. */
@@ -76,17 +76,17 @@ const char *hf_family_embed(const HfFamily *f);
 /* ---- writing -------------------------------------------------------------------- */
 
 typedef struct HfParam {
-    const char *name;
-    int ndim;
-    const int64_t *shape; /* [ndim] */
-    const float *data;    /* [product of shape]; NULL: check only */
+  const char *name;
+  int ndim;
+  const int64_t *shape; /* [ndim] */
+  const float *data;    /* [product of shape]; NULL: check only */
 } HfParam;
 
 /* Checks that the parameters and arch (the program's "arch" as JSON text) make a
  * transformers model, then (data given) writes DIR/model.safetensors and
  * DIR/config.json, atomically, creating DIR. seq: the program's sequence length. */
-int hf_save(const char *dir, const HfParam *params, int n, const char *arch_json, int64_t seq,
-            char *err, size_t errlen);
+int hf_save(const char *dir, const HfParam *params, int n, const char *arch_json, int64_t seq, char *err,
+            size_t errlen);
 
 /* Validates the "arch" object of a program (JSON text). */
 int hf_arch_check(const char *arch_json, char *err, size_t errlen);

@@ -59,13 +59,13 @@ enum { OFFLOAD_QUEUE = 1024 };
 
 /* What a run measured, for the report beside the program's "predicted". */
 typedef struct OffloadStats {
-    int64_t peak[3];   /* device, host, nvme: most bytes in use at once (granules) */
-    int64_t capacity;  /* the plan's device_capacity */
-    int64_t moved;     /* bytes copied between locations by the program's moves (not
-                          from "zero"): the training steps' (and validation's `step`) */
-    int64_t moved_runtime; /* ... by the runtime's own (validation, sampling) */
-    int64_t moves, drops;
-    double wait_ms;    /* time the main thread blocked on moves (waits, step ends) */
+  int64_t peak[3];       /* device, host, nvme: most bytes in use at once (granules) */
+  int64_t capacity;      /* the plan's device_capacity */
+  int64_t moved;         /* bytes copied between locations by the program's moves (not
+                            from "zero"): the training steps' (and validation's `step`) */
+  int64_t moved_runtime; /* ... by the runtime's own (validation, sampling) */
+  int64_t moves, drops;
+  double wait_ms; /* time the main thread blocked on moves (waits, step ends) */
 } OffloadStats;
 
 /* 1 when a home or a move or drop of p uses "nvme". */
@@ -78,8 +78,7 @@ int offload_uses_nvme(const RtProgram *p);
  * thread. A rank holds every chunk, or under ZeRO-3 the chunks it owns; the others
  * have no home there and come to its device only inside a step. 0, or -1 with a
  * message. */
-int offload_init(Executor *ex, Device *host_dev, const char *nvme_dir, int dp_rank, char *err,
-                 size_t errlen);
+int offload_init(Executor *ex, Device *host_dev, const char *nvme_dir, int dp_rank, char *err, size_t errlen);
 /* Stops the copy thread, frees the host location, removes the files (exec_free). */
 void offload_free(Offload *o);
 

@@ -46,17 +46,16 @@ float philox_uniform(const uint32_t key[2], uint64_t index); /* in (0,1) */
 float philox_normal(const uint32_t key[2], uint64_t index);  /* N(0,1) */
 
 /* dst[j] = mean + std * normal(first_index + j) for j in [0,n), keyed by (seed, name). */
-void philox_fill_normal(float *dst, size_t n, uint64_t first_index, uint64_t seed,
-                        const char *name, float mean, float std);
+void philox_fill_normal(float *dst, size_t n, uint64_t first_index, uint64_t seed, const char *name, float mean,
+                        float std);
 /* dst[j] = lo + (hi - lo) * uniform(first_index + j) for j in [0,n). */
-void philox_fill_uniform(float *dst, size_t n, uint64_t first_index, uint64_t seed,
-                         const char *name, float lo, float hi);
+void philox_fill_uniform(float *dst, size_t n, uint64_t first_index, uint64_t seed, const char *name, float lo,
+                         float hi);
 
 /* perm_epoch(i) as documented above: a bijection of [0, n) for each epoch; i < n. */
 uint64_t philox_permute(const uint32_t key[2], uint64_t epoch, uint64_t n, uint64_t i);
 /* The unit of row g = step * per_step + row of a shuffled stream over n units (above):
  * perm_{g / n}(g mod n), with g computed without overflow for any step >= 0. */
-uint64_t philox_shuffle_pick(const uint32_t key[2], uint64_t n, int64_t step, int64_t per_step,
-                             int64_t row);
+uint64_t philox_shuffle_pick(const uint32_t key[2], uint64_t n, int64_t step, int64_t per_step, int64_t row);
 
 #endif

@@ -375,8 +375,16 @@ enum { RT_SC_LR, RT_SC_BC1, RT_SC_BC2, RT_SC_GSCALE, RT_SC_STEP, RT_SCALARS };
 /* With "scalars": 12 in the program, kernels also read the optimizer's
  * hyperparameters (after command-line overrides), the loss scale and whether the
  * step's update applies at these indices. */
-enum { RT_SC_BETA1 = RT_SCALARS, RT_SC_BETA2, RT_SC_EPS, RT_SC_WD, RT_SC_MOMENTUM, RT_SC_LOSS_SCALE, RT_SC_APPLY,
-       RT_SCALARS_ALL };
+enum {
+  RT_SC_BETA1 = RT_SCALARS,
+  RT_SC_BETA2,
+  RT_SC_EPS,
+  RT_SC_WD,
+  RT_SC_MOMENTUM,
+  RT_SC_LOSS_SCALE,
+  RT_SC_APPLY,
+  RT_SCALARS_ALL
+};
 
 /* bufs[i]: the address of the kernel's buffer i (the instruction's "args"). */
 typedef void (*RtKernelFn)(char *const *bufs, int64_t lo, int64_t hi, const float *scalars);

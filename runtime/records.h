@@ -36,11 +36,11 @@
 typedef enum RecDtype { REC_I32 = 1, REC_F32 = 2 } RecDtype;
 
 typedef struct RecField {
-    char name[RECORDS_NAME_BYTES];
-    RecDtype dtype;
-    int ndim;
-    int64_t shape[RECORDS_MAX_DIMS]; /* [ndim] one record's value */
-    int64_t elems;                   /* values per record: the product of shape */
+  char name[RECORDS_NAME_BYTES];
+  RecDtype dtype;
+  int ndim;
+  int64_t shape[RECORDS_MAX_DIMS]; /* [ndim] one record's value */
+  int64_t elems;                   /* values per record: the product of shape */
 } RecField;
 
 typedef struct RecordFile RecordFile;
@@ -58,14 +58,13 @@ int records_find(const RecordFile *rf, const char *name);
 
 /* The record row `row` of step `step` reads, B rows a step (above); shuffle: NULL in
  * order, else the Philox key. */
-int64_t records_row(const RecordFile *rf, int64_t step, int64_t B, int64_t row,
-                    const uint32_t *shuffle);
+int64_t records_row(const RecordFile *rf, int64_t step, int64_t B, int64_t row, const uint32_t *shuffle);
 /* Field f of record r: elems 4-byte values (i32 or f32 as the field says) into out. */
 void records_get(const RecordFile *rf, int f, int64_t r, void *out);
 
 /* Writes a record file of n records at path, atomically (fileio.h): fields[f] describes
  * field f, data[f] holds its n * elems values (host order). 0 or -1 with a message. */
-int records_write_file(const char *path, const RecField *fields, int nfields,
-                       const void *const *data, int64_t n, char *err, size_t errlen);
+int records_write_file(const char *path, const RecField *fields, int nfields, const void *const *data, int64_t n,
+                       char *err, size_t errlen);
 
 #endif

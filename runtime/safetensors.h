@@ -24,38 +24,51 @@
 #include <stdint.h>
 
 /* The dtypes of the safetensors spec: X(enum suffix, name in the header, bytes). */
-#define ST_DTYPES(X)                                                                          \
-    X(BOOL, "BOOL", 1) X(U8, "U8", 1) X(I8, "I8", 1) X(F8_E5M2, "F8_E5M2", 1)                 \
-    X(F8_E4M3, "F8_E4M3", 1) X(F8_E8M0, "F8_E8M0", 1) X(I16, "I16", 2) X(U16, "U16", 2)       \
-    X(F16, "F16", 2) X(BF16, "BF16", 2) X(I32, "I32", 4) X(U32, "U32", 4) X(F32, "F32", 4)    \
-    X(I64, "I64", 8) X(U64, "U64", 8) X(F64, "F64", 8) X(C64, "C64", 8)
+#define ST_DTYPES(X)       \
+  X(BOOL, "BOOL", 1)       \
+  X(U8, "U8", 1)           \
+  X(I8, "I8", 1)           \
+  X(F8_E5M2, "F8_E5M2", 1) \
+  X(F8_E4M3, "F8_E4M3", 1) \
+  X(F8_E8M0, "F8_E8M0", 1) \
+  X(I16, "I16", 2)         \
+  X(U16, "U16", 2)         \
+  X(F16, "F16", 2)         \
+  X(BF16, "BF16", 2)       \
+  X(I32, "I32", 4)         \
+  X(U32, "U32", 4)         \
+  X(F32, "F32", 4)         \
+  X(I64, "I64", 8)         \
+  X(U64, "U64", 8)         \
+  X(F64, "F64", 8)         \
+  X(C64, "C64", 8)
 
 typedef enum StDtype {
 #define ST_DTYPE_ENUM(e, name, size) ST_DTYPE_##e,
-    ST_DTYPES(ST_DTYPE_ENUM)
+  ST_DTYPES(ST_DTYPE_ENUM) /* ST_DTYPE_BOOL, ... */
 #undef ST_DTYPE_ENUM
-    ST_DTYPE_COUNT
+  ST_DTYPE_COUNT
 } StDtype;
 
 #define ST_MAX_DIMS 8
 
 typedef struct SafeTensor {
-    const char *name;
-    StDtype dtype;
-    int ndim;
-    int64_t shape[ST_MAX_DIMS]; /* [ndim] */
-    int64_t numel;              /* product of shape (1 for a scalar, shape []) */
-    uint64_t begin, end;        /* byte range in the data section */
+  const char *name;
+  StDtype dtype;
+  int ndim;
+  int64_t shape[ST_MAX_DIMS]; /* [ndim] */
+  int64_t numel;              /* product of shape (1 for a scalar, shape []) */
+  uint64_t begin, end;        /* byte range in the data section */
 } SafeTensor;
 
 typedef struct SafeTensors SafeTensors;
 
 /* What the writer takes: one F32 tensor. */
 typedef struct SafeTensorOut {
-    const char *name;
-    int ndim;
-    const int64_t *shape; /* [ndim] */
-    const float *data;    /* [product of shape] */
+  const char *name;
+  int ndim;
+  const int64_t *shape; /* [ndim] */
+  const float *data;    /* [product of shape] */
 } SafeTensorOut;
 
 const char *safetensors_dtype_name(StDtype dt);
@@ -78,21 +91,18 @@ const void *safetensors_raw(const SafeTensors *st, const SafeTensor *t);
 /* Metadata: value of key or NULL; and the i-th pair, i in [0, count). */
 const char *safetensors_metadata(const SafeTensors *st, const char *key);
 int safetensors_metadata_count(const SafeTensors *st);
-void safetensors_metadata_at(const SafeTensors *st, int i, const char **key,
-                             const char **value);
+void safetensors_metadata_at(const SafeTensors *st, int i, const char **key, const char **value);
 
 /* Converts elements [first, first+n) of t (flat, row-major) to f32 into dst.
  * F32 is copied, BF16 and F16 are widened exactly; other dtypes are an error. */
-int safetensors_read_f32_range(const SafeTensors *st, const SafeTensor *t, int64_t first,
-                               int64_t n, float *dst, char *err, size_t errlen);
+int safetensors_read_f32_range(const SafeTensors *st, const SafeTensor *t, int64_t first, int64_t n, float *dst,
+                               char *err, size_t errlen);
 /* The whole tensor: n must equal t->numel. */
-int safetensors_read_f32(const SafeTensors *st, const SafeTensor *t, float *dst, int64_t n,
-                         char *err, size_t errlen);
+int safetensors_read_f32(const SafeTensors *st, const SafeTensor *t, float *dst, int64_t n, char *err, size_t errlen);
 
 /* Writes n F32 tensors (in that order, header padded to 8 bytes) and nmeta
  * metadata pairs to path, atomically (see fileio.h). 0 or -1 with a message. */
-int safetensors_write(const char *path, const SafeTensorOut *tensors, int n,
-                      const char *const meta_keys[], const char *const meta_values[],
-                      int nmeta, char *err, size_t errlen);
+int safetensors_write(const char *path, const SafeTensorOut *tensors, int n, const char *const meta_keys[],
+                      const char *const meta_values[], int nmeta, char *err, size_t errlen);
 
 #endif

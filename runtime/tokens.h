@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TOKENS_MAGIC 20240520     /* uint16 tokens */
+#define TOKENS_MAGIC 20240520 /* uint16 tokens */
 #define TOKENS_VERSION 1
 #define TOKENS_MAGIC_U32 20240801 /* uint32 tokens */
 #define TOKENS_VERSION_U32 7
@@ -52,15 +52,12 @@ int tokens_check_batch(const TokenFile *tf, int B, int T, int world, char *err, 
 /* Reads this rank's rows of step `step` (see above; shuffle: NULL in order, else the
  * Philox key of the permutation): inputs and targets each hold (B/world)*T values.
  * 0 or -1 with a message (bad arguments, file too small, a token above 2^31 - 1). */
-int tokens_read_batch(const TokenFile *tf, int64_t step, int B, int T, int rank, int world,
-                      const uint32_t *shuffle, int32_t *inputs, int32_t *targets, char *err,
-                      size_t errlen);
+int tokens_read_batch(const TokenFile *tf, int64_t step, int B, int T, int rank, int world, const uint32_t *shuffle,
+                      int32_t *inputs, int32_t *targets, char *err, size_t errlen);
 
 /* Writes n tokens as a token file at path, atomically (see fileio.h): uint16 tokens
  * (version 1), or with tokens_write_file32 uint32 tokens (magic 20240801, version 7). */
-int tokens_write_file(const char *path, const uint16_t *tokens, size_t n, char *err,
-                      size_t errlen);
-int tokens_write_file32(const char *path, const uint32_t *tokens, size_t n, char *err,
-                        size_t errlen);
+int tokens_write_file(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen);
+int tokens_write_file32(const char *path, const uint32_t *tokens, size_t n, char *err, size_t errlen);
 
 #endif

@@ -22,689 +22,563 @@
 #include <unistd.h>
 
 #define CKPT_FORMAT "colossalc-checkpoint"
-#define CKPT_LIST_MAX 8 /* names shown per kind of mismatch */
+#define CKPT_LIST_MAX 8      /* names shown per kind of mismatch */
 #define CKPT_FP8 "fp8/state" /* fp8's scaling states (CkptMeta) */
 
 /* One tensor a file offers, under the model's name for it. */
 typedef struct CkptSrc {
-    char *name;           /* the model's name (owned) */
-    const char *file_name; /* as the file names it */
-    const SafeTensor *t;
-    const SafeTensors *st;
-    int used;
+  char *name;            /* the model's name (owned) */
+  const char *file_name; /* as the file names it */
+  const SafeTensor *t;
+  const SafeTensors *st;
+  int used;
 } CkptSrc;
 
 /* What a file (or the shards of an index) offers: its tensors by the model's names. */
 typedef struct CkptFile {
-    const char *path;
-    CkptSrc *src;        /* [n] sorted by name */
-    int n;
-    const HfFamily *fam; /* the model's Hugging Face family (--init-from), or NULL */
-    const CkptSrc *tied; /* the file's output head, which the model ties (fam) */
+  const char *path;
+  CkptSrc *src; /* [n] sorted by name */
+  int n;
+  const HfFamily *fam; /* the model's Hugging Face family (--init-from), or NULL */
+  const CkptSrc *tied; /* the file's output head, which the model ties (fam) */
 } CkptFile;
 
 typedef struct CkptEntry {
-    char *name;           /* "param/wte.weight", or the plain name */
-    const RtParam *param; /* shape */
-    float *data;          /* [param->numel], host */
-    int skip;             /* checked in the file but not read */
-    const CkptSrc *src;   /* where it is read from (set_bind), or NULL: missing */
+  char *name;           /* "param/wte.weight", or the plain name */
+  const RtParam *param; /* shape */
+  float *data;          /* [param->numel], host */
+  int skip;             /* checked in the file but not read */
+  const CkptSrc *src;   /* where it is read from (set_bind), or NULL: missing */
 } CkptEntry;
 
 typedef struct CkptSet {
-    CkptEntry *e; /* [n] */
-    int n;
+  CkptEntry *e; /* [n] */
+  int n;
 } CkptSet;
 
 /* ---- init ---------------------------------------------------------------------- */
 
-static void init_fill(float *dst, int64_t n, float v)
-{
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = v;
+static void init_fill(float *dst, int64_t n, float v) {
+  for (int64_t i = 0; i < n; i++) dst[i] = v;
 }
 
-void ckpt_init_params(const RtProgram *p, char *params, uint64_t seed, const unsigned char *held)
-{
-    for (int i = 0; i < p->nparams; i++) {
-        const RtParam *q = &p->params[i];
-        if (held && !held[i])
-            continue;
-        float *dst = (float *)(params + q->offset);
-        size_t n = (size_t)q->numel;
-        switch (q->init) {
-        case RT_INIT_NORMAL:
-            philox_fill_normal(dst, n, 0, seed, q->name, (float)q->b, (float)q->a);
-            break;
-        case RT_INIT_UNIFORM:
-            philox_fill_uniform(dst, n, 0, seed, q->name, (float)q->a, (float)q->b);
-            break;
-        case RT_INIT_ZEROS: init_fill(dst, q->numel, 0.0f); break;
-        case RT_INIT_ONES: init_fill(dst, q->numel, 1.0f); break;
-        case RT_INIT_CONSTANT: init_fill(dst, q->numel, (float)q->a); break;
-        }
+void ckpt_init_params(const RtProgram *p, char *params, uint64_t seed, const unsigned char *held) {
+  for (int i = 0; i < p->nparams; i++) {
+    const RtParam *q = &p->params[i];
+    if (held && !held[i]) continue;
+    float *dst = (float *)(params + q->offset);
+    size_t n = (size_t)q->numel;
+    switch (q->init) {
+    case RT_INIT_NORMAL: philox_fill_normal(dst, n, 0, seed, q->name, (float)q->b, (float)q->a); break;
+    case RT_INIT_UNIFORM: philox_fill_uniform(dst, n, 0, seed, q->name, (float)q->a, (float)q->b); break;
+    case RT_INIT_ZEROS: init_fill(dst, q->numel, 0.0f); break;
+    case RT_INIT_ONES: init_fill(dst, q->numel, 1.0f); break;
+    case RT_INIT_CONSTANT: init_fill(dst, q->numel, (float)q->a); break;
     }
+  }
 }
 
 /* ---- tensor sets --------------------------------------------------------------- */
 
-static void set_free(CkptSet *s)
-{
-    for (int i = 0; i < s->n; i++)
-        free(s->e[i].name);
-    free(s->e);
-    s->e = NULL, s->n = 0;
+static void set_free(CkptSet *s) {
+  for (int i = 0; i < s->n; i++) free(s->e[i].name);
+  free(s->e);
+  s->e = NULL, s->n = 0;
 }
 
 /* groups bases[g] with name prefixes[g]: one entry per parameter per group. */
-static int set_build(const RtProgram *p, int ngroups, const char *const prefixes[],
-                     char *const bases[], CkptSet *s, char *err, size_t errlen)
-{
-    s->n = 0;
-    if (!(s->e = calloc((size_t)ngroups * p->nparams, sizeof *s->e)))
+static int set_build(const RtProgram *p, int ngroups, const char *const prefixes[], char *const bases[], CkptSet *s,
+                     char *err, size_t errlen) {
+  s->n = 0;
+  if (!(s->e = calloc((size_t)ngroups * p->nparams, sizeof *s->e))) return file_set_error(err, errlen, "out of memory");
+  for (int g = 0; g < ngroups; g++)
+    for (int i = 0; i < p->nparams; i++) {
+      CkptEntry *e = &s->e[s->n++];
+      const RtParam *q = &p->params[i];
+      e->param = q;
+      e->data = (float *)(bases[g] + q->offset);
+      if (asprintf(&e->name, "%s%s", prefixes[g], q->name) < 0) {
+        e->name = NULL;
+        set_free(s);
         return file_set_error(err, errlen, "out of memory");
-    for (int g = 0; g < ngroups; g++)
-        for (int i = 0; i < p->nparams; i++) {
-            CkptEntry *e = &s->e[s->n++];
-            const RtParam *q = &p->params[i];
-            e->param = q;
-            e->data = (float *)(bases[g] + q->offset);
-            if (asprintf(&e->name, "%s%s", prefixes[g], q->name) < 0) {
-                e->name = NULL;
-                set_free(s);
-                return file_set_error(err, errlen, "out of memory");
-            }
-        }
-    return 0;
+      }
+    }
+  return 0;
 }
 
-static int set_params(const RtProgram *p, char *params, CkptSet *s, char *err, size_t errlen)
-{
-    const char *const prefixes[1] = {""};
-    char *const bases[1] = {params};
-    return set_build(p, 1, prefixes, bases, s, err, errlen);
+static int set_params(const RtProgram *p, char *params, CkptSet *s, char *err, size_t errlen) {
+  const char *const prefixes[1] = {""};
+  char *const bases[1] = {params};
+  return set_build(p, 1, prefixes, bases, s, err, errlen);
 }
 
-static int set_ckpt(const RtProgram *p, char *params, char *opt, CkptSet *s, char *err,
-                    size_t errlen)
-{
-    const char *const prefixes[3] = {"param/", "opt_m/", "opt_v/"};
-    char *const bases[3] = {params, opt, opt + p->opt_v_offset};
-    int groups = p->train.optimizer == RT_OPT_ADAMW ? 3 : 2;
-    return set_build(p, groups, prefixes, bases, s, err, errlen);
+static int set_ckpt(const RtProgram *p, char *params, char *opt, CkptSet *s, char *err, size_t errlen) {
+  const char *const prefixes[3] = {"param/", "opt_m/", "opt_v/"};
+  char *const bases[3] = {params, opt, opt + p->opt_v_offset};
+  int groups = p->train.optimizer == RT_OPT_ADAMW ? 3 : 2;
+  return set_build(p, groups, prefixes, bases, s, err, errlen);
 }
 
-static const CkptEntry *set_find(const CkptSet *s, const char *name)
-{
-    for (int i = 0; i < s->n; i++)
-        if (strcmp(s->e[i].name, name) == 0)
-            return &s->e[i];
-    return NULL;
+static const CkptEntry *set_find(const CkptSet *s, const char *name) {
+  for (int i = 0; i < s->n; i++)
+    if (strcmp(s->e[i].name, name) == 0) return &s->e[i];
+  return NULL;
 }
 
 /* ---- mismatch report ----------------------------------------------------------- */
 
 typedef struct NameList {
-    char text[1024];
-    size_t len;
-    int count;
+  char text[1024];
+  size_t len;
+  int count;
 } NameList;
 
 static void list_add(NameList *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void list_add(NameList *l, const char *fmt, ...)
-{
-    if (l->count++ >= CKPT_LIST_MAX || l->len >= sizeof l->text - 1)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(l->text + l->len, sizeof l->text - l->len, fmt, ap);
-    va_end(ap);
-    l->len += w > 0 ? (size_t)w : 0;
-    if (l->len > sizeof l->text - 1)
-        l->len = sizeof l->text - 1;
+static void list_add(NameList *l, const char *fmt, ...) {
+  if (l->count++ >= CKPT_LIST_MAX || l->len >= sizeof l->text - 1) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(l->text + l->len, sizeof l->text - l->len, fmt, ap);
+  va_end(ap);
+  l->len += w > 0 ? (size_t)w : 0;
+  if (l->len > sizeof l->text - 1) l->len = sizeof l->text - 1;
 }
 
-static int shape_equal(const SafeTensor *t, const RtParam *q)
-{
-    if (t->ndim != q->ndim)
-        return 0;
-    for (int d = 0; d < q->ndim; d++)
-        if (t->shape[d] != q->shape[d])
-            return 0;
-    return 1;
+static int shape_equal(const SafeTensor *t, const RtParam *q) {
+  if (t->ndim != q->ndim) return 0;
+  for (int d = 0; d < q->ndim; d++)
+    if (t->shape[d] != q->shape[d]) return 0;
+  return 1;
 }
 
 /* A 2-D tensor stored the other way round ([in, out] for [out, in]). */
-static int shape_transposed(const SafeTensor *t, const RtParam *q)
-{
-    return t->ndim == 2 && q->ndim == 2 && t->shape[0] == q->shape[1] &&
-           t->shape[1] == q->shape[0];
+static int shape_transposed(const SafeTensor *t, const RtParam *q) {
+  return t->ndim == 2 && q->ndim == 2 && t->shape[0] == q->shape[1] && t->shape[1] == q->shape[0];
 }
 
-static int dtype_loads(StDtype dt)
-{
-    return dt == ST_DTYPE_F32 || dt == ST_DTYPE_F16 || dt == ST_DTYPE_BF16;
+static int dtype_loads(StDtype dt) { return dt == ST_DTYPE_F32 || dt == ST_DTYPE_F16 || dt == ST_DTYPE_BF16; }
+
+static void list_shape(NameList *l, const char *name, const SafeTensor *t, const RtParam *q) {
+  char fs[128], ms[128];
+  safetensors_shape_text(fs, sizeof fs, t->ndim, t->shape);
+  safetensors_shape_text(ms, sizeof ms, q->ndim, q->shape);
+  list_add(l, "%s%s (file %s, model %s%s)", l->count ? ", " : "", name, fs, ms,
+           shape_transposed(t, q) ? ": transposed" : "");
 }
 
-static void list_shape(NameList *l, const char *name, const SafeTensor *t, const RtParam *q)
-{
-    char fs[128], ms[128];
-    safetensors_shape_text(fs, sizeof fs, t->ndim, t->shape);
-    safetensors_shape_text(ms, sizeof ms, q->ndim, q->shape);
-    list_add(l, "%s%s (file %s, model %s%s)", l->count ? ", " : "", name, fs, ms,
-             shape_transposed(t, q) ? ": transposed" : "");
-}
-
-static void list_flush(char *err, size_t errlen, size_t *at, const char *what, const NameList *l)
-{
-    if (!l->count || *at >= errlen)
-        return;
-    int w = snprintf(err + *at, errlen - *at, "; %s (%d): %s%s", what, l->count, l->text,
-                     l->count > CKPT_LIST_MAX ? ", ..." : "");
-    *at += w > 0 ? (size_t)w : 0;
+static void list_flush(char *err, size_t errlen, size_t *at, const char *what, const NameList *l) {
+  if (!l->count || *at >= errlen) return;
+  int w = snprintf(err + *at, errlen - *at, "; %s (%d): %s%s", what, l->count, l->text,
+                   l->count > CKPT_LIST_MAX ? ", ..." : "");
+  *at += w > 0 ? (size_t)w : 0;
 }
 
 /* ---- what a file offers -------------------------------------------------------- */
 
-static void file_free(CkptFile *f)
-{
-    for (int i = 0; i < f->n; i++)
-        free(f->src[i].name);
-    free(f->src);
-    f->src = NULL, f->n = 0;
+static void file_free(CkptFile *f) {
+  for (int i = 0; i < f->n; i++) free(f->src[i].name);
+  free(f->src);
+  f->src = NULL, f->n = 0;
 }
 
-static int src_cmp(const void *a, const void *b)
-{
-    return strcmp(((const CkptSrc *)a)->name, ((const CkptSrc *)b)->name);
+static int src_cmp(const void *a, const void *b) {
+  return strcmp(((const CkptSrc *)a)->name, ((const CkptSrc *)b)->name);
 }
 
-static CkptSrc *file_find(const CkptFile *f, const char *name)
-{
-    CkptSrc key = {.name = (char *)name};
-    return f->n ? bsearch(&key, f->src, (size_t)f->n, sizeof *f->src, src_cmp) : NULL;
+static CkptSrc *file_find(const CkptFile *f, const char *name) {
+  CkptSrc key = {.name = (char *)name};
+  return f->n ? bsearch(&key, f->src, (size_t)f->n, sizeof *f->src, src_cmp) : NULL;
 }
 
 /* Sorted by name; two tensors under one name (GPT-2's "transformer.wte.weight" beside
  * "wte.weight") are an error. */
-static int file_sort(CkptFile *f, char *err, size_t errlen)
-{
-    qsort(f->src, (size_t)f->n, sizeof *f->src, src_cmp);
-    for (int i = 1; i < f->n; i++)
-        if (strcmp(f->src[i - 1].name, f->src[i].name) == 0)
-            return file_set_error(err, errlen, "%s: '%s' and '%s' are both the model's %s",
-                                  f->path, f->src[i - 1].file_name, f->src[i].file_name,
-                                  f->src[i].name);
-    return 0;
+static int file_sort(CkptFile *f, char *err, size_t errlen) {
+  qsort(f->src, (size_t)f->n, sizeof *f->src, src_cmp);
+  for (int i = 1; i < f->n; i++)
+    if (strcmp(f->src[i - 1].name, f->src[i].name) == 0)
+      return file_set_error(err, errlen, "%s: '%s' and '%s' are both the model's %s", f->path, f->src[i - 1].file_name,
+                            f->src[i].file_name, f->src[i].name);
+  return 0;
 }
 
-static int file_add(CkptFile *f, const char *name, const SafeTensor *t, const SafeTensors *st)
-{
-    CkptSrc *c = &f->src[f->n];
-    if (!(c->name = strdup(name)))
-        return -1;
-    c->file_name = t->name, c->t = t, c->st = st;
-    f->n++;
-    return 0;
+static int file_add(CkptFile *f, const char *name, const SafeTensor *t, const SafeTensors *st) {
+  CkptSrc *c = &f->src[f->n];
+  if (!(c->name = strdup(name))) return -1;
+  c->file_name = t->name, c->t = t, c->st = st;
+  f->n++;
+  return 0;
 }
 
 /* A checkpoint's tensors under their own names. */
-static int file_of_safetensors(CkptFile *f, const char *path, const SafeTensors *st, char *err,
-                               size_t errlen)
-{
-    int n = safetensors_count(st);
-    *f = (CkptFile){.path = path};
-    if (!(f->src = calloc((size_t)n + 1, sizeof *f->src)))
-        return file_set_error(err, errlen, "%s: out of memory", path);
-    for (int i = 0; i < n; i++)
-        if (file_add(f, safetensors_get(st, i)->name, safetensors_get(st, i), st) != 0)
-            return file_set_error(err, errlen, "%s: out of memory", path);
-    return file_sort(f, err, errlen);
+static int file_of_safetensors(CkptFile *f, const char *path, const SafeTensors *st, char *err, size_t errlen) {
+  int n = safetensors_count(st);
+  *f = (CkptFile){.path = path};
+  if (!(f->src = calloc((size_t)n + 1, sizeof *f->src))) return file_set_error(err, errlen, "%s: out of memory", path);
+  for (int i = 0; i < n; i++)
+    if (file_add(f, safetensors_get(st, i)->name, safetensors_get(st, i), st) != 0)
+      return file_set_error(err, errlen, "%s: out of memory", path);
+  return file_sort(f, err, errlen);
 }
 
 /* --init-from's tensors under the model's names (its family's, hf.h); the buffers
  * that are not parameters go to skipped. */
-static int file_of_source(CkptFile *f, const HfSource *s, const HfFamily *fam,
-                          NameList *skipped, char *err, size_t errlen)
-{
-    int n = hf_source_count(s);
-    char name[512];
-    *f = (CkptFile){.path = hf_source_path(s), .fam = fam};
-    if (!(f->src = calloc((size_t)n + 1, sizeof *f->src)))
-        return file_set_error(err, errlen, "%s: out of memory", f->path);
-    for (int i = 0; i < n; i++) {
-        const SafeTensors *st;
-        const SafeTensor *t = hf_source_get(s, i, &st);
-        if (hf_model_name(fam, t->name, name, sizeof name) == HF_BUFFER)
-            list_add(skipped, "%s%s", skipped->count ? ", " : "", t->name);
-        else if (file_add(f, name, t, st) != 0)
-            return file_set_error(err, errlen, "%s: out of memory", f->path);
-    }
-    return file_sort(f, err, errlen);
+static int file_of_source(CkptFile *f, const HfSource *s, const HfFamily *fam, NameList *skipped, char *err,
+                          size_t errlen) {
+  int n = hf_source_count(s);
+  char name[512];
+  *f = (CkptFile){.path = hf_source_path(s), .fam = fam};
+  if (!(f->src = calloc((size_t)n + 1, sizeof *f->src)))
+    return file_set_error(err, errlen, "%s: out of memory", f->path);
+  for (int i = 0; i < n; i++) {
+    const SafeTensors *st;
+    const SafeTensor *t = hf_source_get(s, i, &st);
+    if (hf_model_name(fam, t->name, name, sizeof name) == HF_BUFFER)
+      list_add(skipped, "%s%s", skipped->count ? ", " : "", t->name);
+    else if (file_add(f, name, t, st) != 0) return file_set_error(err, errlen, "%s: out of memory", f->path);
+  }
+  return file_sort(f, err, errlen);
 }
 
 /* Each entry's tensor. With a family: an output head the file does not hold is read
  * from the embedding (the file ties them), and a head the model does not have (it
  * ties them) is checked against the embedding (set_read). */
-static void set_bind(CkptSet *s, CkptFile *f, NameList *tied)
-{
-    const char *head = f->fam ? hf_family_head(f->fam) : NULL;
-    const char *embed = f->fam ? hf_family_embed(f->fam) : NULL;
-    for (int i = 0; i < s->n; i++) {
-        CkptSrc *c = file_find(f, s->e[i].name);
-        if (!c && head && strcmp(s->e[i].name, head) == 0 && (c = file_find(f, embed)))
-            list_add(tied, "%s from %s (tied in the file)", head, c->file_name);
-        if (c)
-            c->used = 1;
-        s->e[i].src = c;
-    }
-    CkptSrc *c = head && !set_find(s, head) && set_find(s, embed) ? file_find(f, head) : NULL;
-    if (c)
-        c->used = 1, f->tied = c;
+static void set_bind(CkptSet *s, CkptFile *f, NameList *tied) {
+  const char *head = f->fam ? hf_family_head(f->fam) : NULL;
+  const char *embed = f->fam ? hf_family_embed(f->fam) : NULL;
+  for (int i = 0; i < s->n; i++) {
+    CkptSrc *c = file_find(f, s->e[i].name);
+    if (!c && head && strcmp(s->e[i].name, head) == 0 && (c = file_find(f, embed)))
+      list_add(tied, "%s from %s (tied in the file)", head, c->file_name);
+    if (c) c->used = 1;
+    s->e[i].src = c;
+  }
+  CkptSrc *c = head && !set_find(s, head) && set_find(s, embed) ? file_find(f, head) : NULL;
+  if (c) c->used = 1, f->tied = c;
 }
 
 /* The bound entries hold the model's shapes in loadable dtypes, and the file nothing
  * else. */
-static int set_check(const CkptSet *s, const CkptFile *f, char *err, size_t errlen)
-{
-    static NameList miss, extra, shape, dtype; /* large: kept off the stack, single-threaded use */
-    memset(&miss, 0, sizeof miss), memset(&extra, 0, sizeof extra);
-    memset(&shape, 0, sizeof shape), memset(&dtype, 0, sizeof dtype);
-    for (int i = 0; i < s->n; i++) {
-        const CkptEntry *e = &s->e[i];
-        const SafeTensor *t = e->src ? e->src->t : NULL;
-        if (!t)
-            list_add(&miss, "%s%s", miss.count ? ", " : "", e->name);
-        else if (!shape_equal(t, e->param))
-            list_shape(&shape, e->src->file_name, t, e->param);
-        else if (!dtype_loads(t->dtype))
-            list_add(&dtype, "%s%s (%s)", dtype.count ? ", " : "", e->src->file_name,
-                     safetensors_dtype_name(t->dtype));
-    }
-    if (f->tied && !shape_equal(f->tied->t, set_find(s, hf_family_embed(f->fam))->param))
-        list_shape(&shape, f->tied->file_name, f->tied->t,
-                   set_find(s, hf_family_embed(f->fam))->param);
-    for (int i = 0; i < f->n; i++)
-        if (!f->src[i].used)
-            list_add(&extra, "%s%s", extra.count ? ", " : "", f->src[i].file_name);
-    if (!miss.count && !extra.count && !shape.count && !dtype.count)
-        return 0;
-    int w = snprintf(err, errlen, "%s does not match the model", f->path);
-    size_t at = w > 0 ? (size_t)w : 0;
-    list_flush(err, errlen, &at, "missing tensors", &miss);
-    list_flush(err, errlen, &at, "unexpected tensors", &extra);
-    list_flush(err, errlen, &at, "wrong shapes", &shape);
-    list_flush(err, errlen, &at, "unsupported dtypes", &dtype);
-    if (dtype.count && at < errlen)
-        snprintf(err + at, errlen - at, "; F32, F16 and BF16 load");
-    return -1;
+static int set_check(const CkptSet *s, const CkptFile *f, char *err, size_t errlen) {
+  static NameList miss, extra, shape, dtype; /* large: kept off the stack, single-threaded use */
+  memset(&miss, 0, sizeof miss), memset(&extra, 0, sizeof extra);
+  memset(&shape, 0, sizeof shape), memset(&dtype, 0, sizeof dtype);
+  for (int i = 0; i < s->n; i++) {
+    const CkptEntry *e = &s->e[i];
+    const SafeTensor *t = e->src ? e->src->t : NULL;
+    if (!t) list_add(&miss, "%s%s", miss.count ? ", " : "", e->name);
+    else if (!shape_equal(t, e->param)) list_shape(&shape, e->src->file_name, t, e->param);
+    else if (!dtype_loads(t->dtype))
+      list_add(&dtype, "%s%s (%s)", dtype.count ? ", " : "", e->src->file_name, safetensors_dtype_name(t->dtype));
+  }
+  if (f->tied && !shape_equal(f->tied->t, set_find(s, hf_family_embed(f->fam))->param))
+    list_shape(&shape, f->tied->file_name, f->tied->t, set_find(s, hf_family_embed(f->fam))->param);
+  for (int i = 0; i < f->n; i++)
+    if (!f->src[i].used) list_add(&extra, "%s%s", extra.count ? ", " : "", f->src[i].file_name);
+  if (!miss.count && !extra.count && !shape.count && !dtype.count) return 0;
+  int w = snprintf(err, errlen, "%s does not match the model", f->path);
+  size_t at = w > 0 ? (size_t)w : 0;
+  list_flush(err, errlen, &at, "missing tensors", &miss);
+  list_flush(err, errlen, &at, "unexpected tensors", &extra);
+  list_flush(err, errlen, &at, "wrong shapes", &shape);
+  list_flush(err, errlen, &at, "unsupported dtypes", &dtype);
+  if (dtype.count && at < errlen) snprintf(err + at, errlen - at, "; F32, F16 and BF16 load");
+  return -1;
 }
 
 /* The file's output head equals the embedding the model ties it to. */
-static int tied_check(const CkptSet *s, const CkptFile *f, char *err, size_t errlen)
-{
-    const CkptEntry *e = set_find(s, hf_family_embed(f->fam));
-    int64_t n = e->param->numel;
-    float *head = malloc((size_t)n * sizeof *head + 1);
-    if (!head)
-        return file_set_error(err, errlen, "%s: out of memory", f->path);
-    int rc = safetensors_read_f32(f->tied->st, f->tied->t, head, n, err, errlen);
-    int same = rc == 0 && memcmp(head, e->data, (size_t)n * sizeof *head) == 0;
-    free(head);
-    if (rc == 0 && !same)
-        rc = file_set_error(err, errlen,
-                            "%s: %s differs from %s, but the model ties its output head to the "
-                            "embedding: it cannot hold both",
-                            f->path, f->tied->file_name, e->src->file_name);
-    return rc;
+static int tied_check(const CkptSet *s, const CkptFile *f, char *err, size_t errlen) {
+  const CkptEntry *e = set_find(s, hf_family_embed(f->fam));
+  int64_t n = e->param->numel;
+  float *head = malloc((size_t)n * sizeof *head + 1);
+  if (!head) return file_set_error(err, errlen, "%s: out of memory", f->path);
+  int rc = safetensors_read_f32(f->tied->st, f->tied->t, head, n, err, errlen);
+  int same = rc == 0 && memcmp(head, e->data, (size_t)n * sizeof *head) == 0;
+  free(head);
+  if (rc == 0 && !same)
+    rc = file_set_error(err, errlen,
+                        "%s: %s differs from %s, but the model ties its output head to the "
+                        "embedding: it cannot hold both",
+                        f->path, f->tied->file_name, e->src->file_name);
+  return rc;
 }
 
-static int set_read(const CkptSet *s, const CkptFile *f, char *err, size_t errlen)
-{
-    if (set_check(s, f, err, errlen) != 0)
-        return -1;
-    for (int i = 0; i < s->n; i++) {
-        const CkptEntry *e = &s->e[i];
-        if (!e->skip &&
-            safetensors_read_f32(e->src->st, e->src->t, e->data, e->param->numel, err, errlen) != 0)
-            return -1;
-    }
-    return f->tied ? tied_check(s, f, err, errlen) : 0;
+static int set_read(const CkptSet *s, const CkptFile *f, char *err, size_t errlen) {
+  if (set_check(s, f, err, errlen) != 0) return -1;
+  for (int i = 0; i < s->n; i++) {
+    const CkptEntry *e = &s->e[i];
+    if (!e->skip && safetensors_read_f32(e->src->st, e->src->t, e->data, e->param->numel, err, errlen) != 0) return -1;
+  }
+  return f->tied ? tied_check(s, f, err, errlen) : 0;
 }
 
 /* The set's tensors and, when extra is given, that one after them. */
-static int set_write(const CkptSet *s, const SafeTensorOut *extra, const char *path,
-                     const char *const keys[], const char *const vals[], int nmeta, char *err,
-                     size_t errlen)
-{
-    SafeTensorOut *out = calloc((size_t)s->n + 1, sizeof *out);
-    if (!out)
-        return file_set_error(err, errlen, "%s: out of memory", path);
-    for (int i = 0; i < s->n; i++)
-        out[i] = (SafeTensorOut){s->e[i].name, s->e[i].param->ndim, s->e[i].param->shape,
-                                 s->e[i].data};
-    if (extra)
-        out[s->n] = *extra;
-    int rc = safetensors_write(path, out, s->n + (extra != NULL), keys, vals, nmeta, err, errlen);
-    free(out);
-    return rc;
+static int set_write(const CkptSet *s, const SafeTensorOut *extra, const char *path, const char *const keys[],
+                     const char *const vals[], int nmeta, char *err, size_t errlen) {
+  SafeTensorOut *out = calloc((size_t)s->n + 1, sizeof *out);
+  if (!out) return file_set_error(err, errlen, "%s: out of memory", path);
+  for (int i = 0; i < s->n; i++)
+    out[i] = (SafeTensorOut){s->e[i].name, s->e[i].param->ndim, s->e[i].param->shape, s->e[i].data};
+  if (extra) out[s->n] = *extra;
+  int rc = safetensors_write(path, out, s->n + (extra != NULL), keys, vals, nmeta, err, errlen);
+  free(out);
+  return rc;
 }
 
 /* ---- parameter files ----------------------------------------------------------- */
 
 /* The Hugging Face family of the program's parameter names, or NULL. */
-static const HfFamily *program_family(const RtProgram *p)
-{
-    const char **names = calloc((size_t)p->nparams + 1, sizeof *names);
-    for (int i = 0; names && i < p->nparams; i++)
-        names[i] = p->params[i].name;
-    const HfFamily *f = names ? hf_family_of(names, p->nparams) : NULL;
-    free(names);
-    return f;
+static const HfFamily *program_family(const RtProgram *p) {
+  const char **names = calloc((size_t)p->nparams + 1, sizeof *names);
+  for (int i = 0; names && i < p->nparams; i++) names[i] = p->params[i].name;
+  const HfFamily *f = names ? hf_family_of(names, p->nparams) : NULL;
+  free(names);
+  return f;
 }
 
-static void note_text(char *note, size_t len, const char *path, const HfFamily *fam,
-                      const NameList *skipped, const NameList *tied)
-{
-    int w = fam && (skipped->count || tied->count)
-                ? snprintf(note, len, "%s: %s checkpoint", path, hf_family_name(fam))
-                : snprintf(note, len, "%s", "");
-    size_t at = w > 0 ? (size_t)w : 0;
-    if (skipped->count && at < len)
-        at += (size_t)snprintf(note + at, len - at, "; skipped %d buffer%s that %s not "
-                               "parameters: %s%s", skipped->count, skipped->count == 1 ? "" : "s",
-                               skipped->count == 1 ? "is" : "are", skipped->text,
-                               skipped->count > CKPT_LIST_MAX ? ", ..." : "");
-    if (tied->count && at < len)
-        snprintf(note + at, len - at, "; %s", tied->text);
+static void note_text(char *note, size_t len, const char *path, const HfFamily *fam, const NameList *skipped,
+                      const NameList *tied) {
+  int w = fam && (skipped->count || tied->count) ? snprintf(note, len, "%s: %s checkpoint", path, hf_family_name(fam))
+                                                 : snprintf(note, len, "%s", "");
+  size_t at = w > 0 ? (size_t)w : 0;
+  if (skipped->count && at < len)
+    at += (size_t)snprintf(note + at, len - at,
+                           "; skipped %d buffer%s that %s not "
+                           "parameters: %s%s",
+                           skipped->count, skipped->count == 1 ? "" : "s", skipped->count == 1 ? "is" : "are",
+                           skipped->text, skipped->count > CKPT_LIST_MAX ? ", ..." : "");
+  if (tied->count && at < len) snprintf(note + at, len - at, "; %s", tied->text);
 }
 
-int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *note,
-                     size_t notelen, char *err, size_t errlen)
-{
-    static NameList skipped, tied; /* large: kept off the stack, single-threaded use */
-    memset(&skipped, 0, sizeof skipped), memset(&tied, 0, sizeof tied);
-    CkptSet s = {0};
-    CkptFile f = {0};
-    HfSource *src = hf_source_open(path, err, errlen);
-    if (!src)
-        return -1;
-    const HfFamily *fam = program_family(p);
-    int rc = set_params(p, params, &s, err, errlen);
-    if (rc == 0)
-        rc = file_of_source(&f, src, fam, &skipped, err, errlen);
-    if (rc == 0) {
-        set_bind(&s, &f, &tied);
-        rc = set_read(&s, &f, err, errlen);
-    }
-    if (rc == 0 && note)
-        note_text(note, notelen, path, fam, &skipped, &tied);
-    file_free(&f);
-    set_free(&s);
-    hf_source_close(src);
-    return rc;
+int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *note, size_t notelen, char *err,
+                     size_t errlen) {
+  static NameList skipped, tied; /* large: kept off the stack, single-threaded use */
+  memset(&skipped, 0, sizeof skipped), memset(&tied, 0, sizeof tied);
+  CkptSet s = {0};
+  CkptFile f = {0};
+  HfSource *src = hf_source_open(path, err, errlen);
+  if (!src) return -1;
+  const HfFamily *fam = program_family(p);
+  int rc = set_params(p, params, &s, err, errlen);
+  if (rc == 0) rc = file_of_source(&f, src, fam, &skipped, err, errlen);
+  if (rc == 0) {
+    set_bind(&s, &f, &tied);
+    rc = set_read(&s, &f, err, errlen);
+  }
+  if (rc == 0 && note) note_text(note, notelen, path, fam, &skipped, &tied);
+  file_free(&f);
+  set_free(&s);
+  hf_source_close(src);
+  return rc;
 }
 
-int ckpt_save_params(const RtProgram *p, const char *path, const char *params, char *err,
-                     size_t errlen)
-{
-    static const char *const keys[4] = {"format", "model", "arch", "seq"};
-    char seq[32];
-    snprintf(seq, sizeof seq, "%" PRId64, p->seq);
-    const char *const vals[4] = {"pt", p->model, p->arch, seq};
-    CkptSet s;
-    if (set_params(p, (char *)params, &s, err, errlen) != 0)
-        return -1;
-    int rc = set_write(&s, NULL, path, keys, vals, p->arch ? 4 : 2, err, errlen);
-    set_free(&s);
-    return rc;
+int ckpt_save_params(const RtProgram *p, const char *path, const char *params, char *err, size_t errlen) {
+  static const char *const keys[4] = {"format", "model", "arch", "seq"};
+  char seq[32];
+  snprintf(seq, sizeof seq, "%" PRId64, p->seq);
+  const char *const vals[4] = {"pt", p->model, p->arch, seq};
+  CkptSet s;
+  if (set_params(p, (char *)params, &s, err, errlen) != 0) return -1;
+  int rc = set_write(&s, NULL, path, keys, vals, p->arch ? 4 : 2, err, errlen);
+  set_free(&s);
+  return rc;
 }
 
 /* The parameters as hf.h takes them; data NULL: a check only. */
-static int ckpt_hf(const RtProgram *p, const char *dir, const char *params, char *err,
-                   size_t errlen)
-{
-    HfParam *ps = calloc((size_t)p->nparams + 1, sizeof *ps);
-    if (!ps)
-        return file_set_error(err, errlen, "out of memory");
-    for (int i = 0; i < p->nparams; i++) {
-        const RtParam *q = &p->params[i];
-        ps[i] = (HfParam){q->name, q->ndim, q->shape,
-                          params ? (const float *)(params + q->offset) : NULL};
-    }
-    int rc = hf_save(dir, ps, p->nparams, p->arch, p->seq, err, errlen);
-    free(ps);
-    return rc;
+static int ckpt_hf(const RtProgram *p, const char *dir, const char *params, char *err, size_t errlen) {
+  HfParam *ps = calloc((size_t)p->nparams + 1, sizeof *ps);
+  if (!ps) return file_set_error(err, errlen, "out of memory");
+  for (int i = 0; i < p->nparams; i++) {
+    const RtParam *q = &p->params[i];
+    ps[i] = (HfParam){q->name, q->ndim, q->shape, params ? (const float *)(params + q->offset) : NULL};
+  }
+  int rc = hf_save(dir, ps, p->nparams, p->arch, p->seq, err, errlen);
+  free(ps);
+  return rc;
 }
 
-int ckpt_save_hf(const RtProgram *p, const char *dir, const char *params, char *err,
-                 size_t errlen)
-{
-    char why[1024];
-    if (ckpt_hf(p, dir, params, why, sizeof why) != 0)
-        return file_set_error(err, errlen, "--save-hf %s: %s", dir, why);
-    return 0;
+int ckpt_save_hf(const RtProgram *p, const char *dir, const char *params, char *err, size_t errlen) {
+  char why[1024];
+  if (ckpt_hf(p, dir, params, why, sizeof why) != 0) return file_set_error(err, errlen, "--save-hf %s: %s", dir, why);
+  return 0;
 }
 
 /* ---- checkpoints --------------------------------------------------------------- */
 
 /* A file can be created in dir: creates and removes DIR/.write-test.PID. */
-static int probe_dir(const char *dir)
-{
-    char probe[4096];
-    snprintf(probe, sizeof probe, "%s/.write-test.%ld", dir, (long)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0)
-        return -1;
-    close(fd);
-    unlink(probe);
-    return 0;
+static int probe_dir(const char *dir) {
+  char probe[4096];
+  snprintf(probe, sizeof probe, "%s/.write-test.%ld", dir, (long)getpid());
+  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) return -1;
+  close(fd);
+  unlink(probe);
+  return 0;
 }
 
 /* Creates dir if missing and checks that a file can be created in it (flag: for
  * messages). */
-static int prepare_dir(const char *flag, const char *dir, char *err, size_t errlen)
-{
-    struct stat sb;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return file_set_error(err, errlen, "%s %s: cannot create: %s", flag, dir,
-                              strerror(errno));
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return file_set_error(err, errlen, "%s %s: not a directory", flag, dir);
-    if (probe_dir(dir) != 0)
-        return file_set_error(err, errlen, "%s %s: cannot write there: %s", flag, dir,
-                              strerror(errno));
-    return 0;
+static int prepare_dir(const char *flag, const char *dir, char *err, size_t errlen) {
+  struct stat sb;
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return file_set_error(err, errlen, "%s %s: cannot create: %s", flag, dir, strerror(errno));
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return file_set_error(err, errlen, "%s %s: not a directory", flag, dir);
+  if (probe_dir(dir) != 0)
+    return file_set_error(err, errlen, "%s %s: cannot write there: %s", flag, dir, strerror(errno));
+  return 0;
 }
 
-int ckpt_prepare_dir(const char *dir, char *err, size_t errlen)
-{
-    return prepare_dir("--ckpt-dir", dir, err, errlen);
+int ckpt_prepare_dir(const char *dir, char *err, size_t errlen) { return prepare_dir("--ckpt-dir", dir, err, errlen); }
+
+int ckpt_check_save_hf(const RtProgram *p, const char *dir, char *err, size_t errlen) {
+  return ckpt_save_hf(p, dir, NULL, err, errlen) || prepare_dir("--save-hf", dir, err, errlen) ? -1 : 0;
 }
 
-int ckpt_check_save_hf(const RtProgram *p, const char *dir, char *err, size_t errlen)
-{
-    return ckpt_save_hf(p, dir, NULL, err, errlen) || prepare_dir("--save-hf", dir, err, errlen)
-               ? -1
-               : 0;
+int ckpt_check_save_path(const char *path, char *err, size_t errlen) {
+  char *copy = strdup(path);
+  if (!copy) return file_set_error(err, errlen, "out of memory");
+  const char *dir = dirname(copy);
+  int rc = probe_dir(dir);
+  if (rc != 0) file_set_error(err, errlen, "--save %s: cannot write in %s: %s", path, dir, strerror(errno));
+  free(copy);
+  return rc;
 }
 
-int ckpt_check_save_path(const char *path, char *err, size_t errlen)
-{
-    char *copy = strdup(path);
-    if (!copy)
-        return file_set_error(err, errlen, "out of memory");
-    const char *dir = dirname(copy);
-    int rc = probe_dir(dir);
-    if (rc != 0)
-        file_set_error(err, errlen, "--save %s: cannot write in %s: %s", path, dir,
-                       strerror(errno));
-    free(copy);
-    return rc;
+static int ckpt_write_latest(const char *dir, const char *name, char *err, size_t errlen) {
+  char path[4096], line[512];
+  snprintf(path, sizeof path, "%s/latest", dir);
+  int n = snprintf(line, sizeof line, "%s\n", name);
+  const void *chunks[1] = {line};
+  size_t lens[1] = {(size_t)n};
+  return file_write_atomic(path, chunks, lens, 1, err, errlen);
 }
 
-static int ckpt_write_latest(const char *dir, const char *name, char *err, size_t errlen)
-{
-    char path[4096], line[512];
-    snprintf(path, sizeof path, "%s/latest", dir);
-    int n = snprintf(line, sizeof line, "%s\n", name);
-    const void *chunks[1] = {line};
-    size_t lens[1] = {(size_t)n};
-    return file_write_atomic(path, chunks, lens, 1, err, errlen);
-}
-
-int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params,
-              const char *opt, char *err, size_t errlen)
-{
-    const char *keys[13] = {"format", "version", "model", "optimizer", "step",
-                            "data_step", "seed", "threads", "global_batch",
-                            "loss_scale", "skipped_steps"};
-    char step[32], data_step[32], seed[32], threads[32], gb[32], ls[40], skipped[32], name[64],
-        path[4096], seq[32];
-    snprintf(step, sizeof step, "%" PRId64, m->step);
-    snprintf(data_step, sizeof data_step, "%" PRId64, m->data_step);
-    snprintf(seed, sizeof seed, "%" PRIu64, m->seed);
-    snprintf(threads, sizeof threads, "%" PRId64, m->threads);
-    snprintf(gb, sizeof gb, "%" PRId64, m->global_batch);
-    snprintf(ls, sizeof ls, "%.17g", m->loss_scale);
-    snprintf(skipped, sizeof skipped, "%" PRId64, m->skipped);
-    snprintf(seq, sizeof seq, "%" PRId64, p->seq);
-    const char *vals[13] = {CKPT_FORMAT, "1", p->model,
-                            p->train.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd",
-                            step, data_step, seed, threads, gb, ls, skipped};
-    snprintf(name, sizeof name, "ckpt-%" PRId64 ".safetensors", m->step);
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    CkptSet s;
-    if (set_ckpt(p, (char *)params, (char *)opt, &s, err, errlen) != 0)
-        return -1;
-    /* global_batch when known; fp16's loss scale and skipped steps (they need global_batch) */
-    int nkeys = m->global_batch > 0 ? (p->train.loss_scaling ? 11 : 9) : 8;
-    if (p->arch) /* for colossalc-export */
-        keys[nkeys] = "arch", vals[nkeys++] = p->arch, keys[nkeys] = "seq", vals[nkeys++] = seq;
-    int64_t fp8_shape[2] = {m->fp8_rows, m->fp8_width};
-    SafeTensorOut fp8 = {CKPT_FP8, 2, fp8_shape, m->fp8};
-    int rc = set_write(&s, m->fp8 ? &fp8 : NULL, path, keys, vals, nkeys, err, errlen);
-    set_free(&s);
-    return rc ? rc : ckpt_write_latest(dir, name, err, errlen);
+int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params, const char *opt, char *err,
+              size_t errlen) {
+  const char *keys[13] = {"format", "version", "model",        "optimizer",  "step",         "data_step",
+                          "seed",   "threads", "global_batch", "loss_scale", "skipped_steps"};
+  char step[32], data_step[32], seed[32], threads[32], gb[32], ls[40], skipped[32], name[64], path[4096], seq[32];
+  snprintf(step, sizeof step, "%" PRId64, m->step);
+  snprintf(data_step, sizeof data_step, "%" PRId64, m->data_step);
+  snprintf(seed, sizeof seed, "%" PRIu64, m->seed);
+  snprintf(threads, sizeof threads, "%" PRId64, m->threads);
+  snprintf(gb, sizeof gb, "%" PRId64, m->global_batch);
+  snprintf(ls, sizeof ls, "%.17g", m->loss_scale);
+  snprintf(skipped, sizeof skipped, "%" PRId64, m->skipped);
+  snprintf(seq, sizeof seq, "%" PRId64, p->seq);
+  const char *vals[13] = {CKPT_FORMAT, "1",       p->model, p->train.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd",
+                          step,        data_step, seed,     threads,
+                          gb,          ls,        skipped};
+  snprintf(name, sizeof name, "ckpt-%" PRId64 ".safetensors", m->step);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  CkptSet s;
+  if (set_ckpt(p, (char *)params, (char *)opt, &s, err, errlen) != 0) return -1;
+  /* global_batch when known; fp16's loss scale and skipped steps (they need global_batch) */
+  int nkeys = m->global_batch > 0 ? (p->train.loss_scaling ? 11 : 9) : 8;
+  if (p->arch) /* for colossalc-export */
+    keys[nkeys] = "arch", vals[nkeys++] = p->arch, keys[nkeys] = "seq", vals[nkeys++] = seq;
+  int64_t fp8_shape[2] = {m->fp8_rows, m->fp8_width};
+  SafeTensorOut fp8 = {CKPT_FP8, 2, fp8_shape, m->fp8};
+  int rc = set_write(&s, m->fp8 ? &fp8 : NULL, path, keys, vals, nkeys, err, errlen);
+  set_free(&s);
+  return rc ? rc : ckpt_write_latest(dir, name, err, errlen);
 }
 
 /* The file name DIR/latest holds, checked to be a plain name, into name. */
-static int ckpt_read_latest(const char *dir, char *name, size_t len, char *err, size_t errlen)
-{
-    char path[4096], why[1024];
-    size_t n = 0;
-    snprintf(path, sizeof path, "%s/latest", dir);
-    char *text = file_read_all(path, &n, why, sizeof why);
-    if (!text)
-        return file_set_error(err, errlen, "--resume: no checkpoint to resume from (%s)", why);
-    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' '))
-        text[--n] = 0;
-    int ok = n > 0 && n < len && !strchr(text, '/') && strlen(text) == n;
-    if (ok)
-        memcpy(name, text, n + 1);
-    free(text);
-    if (!ok)
-        return file_set_error(err, errlen, "%s: does not hold a checkpoint file name", path);
-    return 0;
+static int ckpt_read_latest(const char *dir, char *name, size_t len, char *err, size_t errlen) {
+  char path[4096], why[1024];
+  size_t n = 0;
+  snprintf(path, sizeof path, "%s/latest", dir);
+  char *text = file_read_all(path, &n, why, sizeof why);
+  if (!text) return file_set_error(err, errlen, "--resume: no checkpoint to resume from (%s)", why);
+  while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ')) text[--n] = 0;
+  int ok = n > 0 && n < len && !strchr(text, '/') && strlen(text) == n;
+  if (ok) memcpy(name, text, n + 1);
+  free(text);
+  if (!ok) return file_set_error(err, errlen, "%s: does not hold a checkpoint file name", path);
+  return 0;
 }
 
-static int meta_u64(const SafeTensors *st, const char *path, const char *key, uint64_t *out,
-                    char *err, size_t errlen)
-{
-    const char *v = safetensors_metadata(st, key);
+static int meta_u64(const SafeTensors *st, const char *path, const char *key, uint64_t *out, char *err, size_t errlen) {
+  const char *v = safetensors_metadata(st, key);
+  char *end;
+  errno = 0;
+  unsigned long long x = v ? strtoull(v, &end, 10) : 0;
+  if (!v || !v[0] || *end || errno || v[0] == '-')
+    return file_set_error(err, errlen, "%s: metadata \"%s\" missing or not a count", path, key);
+  *out = x;
+  return 0;
+}
+
+static int ckpt_check_meta(const RtProgram *p, const SafeTensors *st, const char *path, CkptMeta *m, char *err,
+                           size_t errlen) {
+  const char *fmt = safetensors_metadata(st, "format");
+  const char *model = safetensors_metadata(st, "model");
+  uint64_t step, data_step, threads;
+  if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
+    return file_set_error(err, errlen, "%s: not a colossalc checkpoint (metadata format)", path);
+  if (!model || strcmp(model, p->model) != 0)
+    return file_set_error(err, errlen, "%s: a checkpoint of model '%s', not '%s'", path, model ? model : "?", p->model);
+  if (meta_u64(st, path, "step", &step, err, errlen) || meta_u64(st, path, "data_step", &data_step, err, errlen) ||
+      meta_u64(st, path, "seed", &m->seed, err, errlen) || meta_u64(st, path, "threads", &threads, err, errlen))
+    return -1;
+  if (step > INT64_MAX / 2 || data_step > INT64_MAX / 2)
+    return file_set_error(err, errlen, "%s: step out of range", path);
+  m->step = (int64_t)step, m->data_step = (int64_t)data_step, m->threads = (int64_t)threads;
+  m->global_batch = 0;
+  if (safetensors_metadata(st, "global_batch")) {
+    uint64_t gb;
+    if (meta_u64(st, path, "global_batch", &gb, err, errlen) != 0) return -1;
+    m->global_batch = gb < INT64_MAX / 2 ? (int64_t)gb : 0;
+  }
+  m->loss_scale = 0, m->skipped = 0;
+  const char *ls = safetensors_metadata(st, "loss_scale");
+  if (ls) {
+    uint64_t sk;
     char *end;
-    errno = 0;
-    unsigned long long x = v ? strtoull(v, &end, 10) : 0;
-    if (!v || !v[0] || *end || errno || v[0] == '-')
-        return file_set_error(err, errlen, "%s: metadata \"%s\" missing or not a count", path,
-                              key);
-    *out = x;
-    return 0;
-}
-
-static int ckpt_check_meta(const RtProgram *p, const SafeTensors *st, const char *path,
-                           CkptMeta *m, char *err, size_t errlen)
-{
-    const char *fmt = safetensors_metadata(st, "format");
-    const char *model = safetensors_metadata(st, "model");
-    uint64_t step, data_step, threads;
-    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
-        return file_set_error(err, errlen, "%s: not a colossalc checkpoint (metadata format)",
-                              path);
-    if (!model || strcmp(model, p->model) != 0)
-        return file_set_error(err, errlen, "%s: a checkpoint of model '%s', not '%s'", path,
-                              model ? model : "?", p->model);
-    if (meta_u64(st, path, "step", &step, err, errlen) ||
-        meta_u64(st, path, "data_step", &data_step, err, errlen) ||
-        meta_u64(st, path, "seed", &m->seed, err, errlen) ||
-        meta_u64(st, path, "threads", &threads, err, errlen))
-        return -1;
-    if (step > INT64_MAX / 2 || data_step > INT64_MAX / 2)
-        return file_set_error(err, errlen, "%s: step out of range", path);
-    m->step = (int64_t)step, m->data_step = (int64_t)data_step, m->threads = (int64_t)threads;
-    m->global_batch = 0;
-    if (safetensors_metadata(st, "global_batch")) {
-        uint64_t gb;
-        if (meta_u64(st, path, "global_batch", &gb, err, errlen) != 0)
-            return -1;
-        m->global_batch = gb < INT64_MAX / 2 ? (int64_t)gb : 0;
-    }
-    m->loss_scale = 0, m->skipped = 0;
-    const char *ls = safetensors_metadata(st, "loss_scale");
-    if (ls) {
-        uint64_t sk;
-        char *end;
-        m->loss_scale = strtod(ls, &end);
-        if (*end || !(m->loss_scale > 0) || meta_u64(st, path, "skipped_steps", &sk, err, errlen) ||
-            sk > step)
-            return file_set_error(err, errlen, "%s: metadata \"loss_scale\" or \"skipped_steps\" is "
-                                  "not a positive scale and a count of steps", path);
-        m->skipped = (int64_t)sk;
-    }
-    return 0;
+    m->loss_scale = strtod(ls, &end);
+    if (*end || !(m->loss_scale > 0) || meta_u64(st, path, "skipped_steps", &sk, err, errlen) || sk > step)
+      return file_set_error(err, errlen,
+                            "%s: metadata \"loss_scale\" or \"skipped_steps\" is "
+                            "not a positive scale and a count of steps",
+                            path);
+    m->skipped = (int64_t)sk;
+  }
+  return 0;
 }
 
 /* Optimizer entries (after the nparams parameter entries) of parameters not held. */
-static void set_skip_opt(CkptSet *s, int nparams, const unsigned char *held)
-{
-    for (int i = nparams; held && i < s->n; i++)
-        s->e[i].skip = !held[i % nparams];
+static void set_skip_opt(CkptSet *s, int nparams, const unsigned char *held) {
+  for (int i = nparams; held && i < s->n; i++) s->e[i].skip = !held[i % nparams];
 }
 
-int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *params,
-                     char *opt, const unsigned char *opt_held, char *err, size_t errlen)
-{
-    char name[256], path[4096];
-    if (ckpt_read_latest(dir, name, sizeof name, err, errlen) != 0)
-        return -1;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    SafeTensors *st = safetensors_open(path, err, errlen);
-    if (!st)
-        return -1;
-    CkptSet s = {0};
-    CkptFile f = {0};
-    int rc = ckpt_check_meta(p, st, path, m, err, errlen);
-    if (rc == 0)
-        rc = set_ckpt(p, params, opt, &s, err, errlen);
-    if (rc == 0)
-        rc = file_of_safetensors(&f, path, st, err, errlen);
-    if (rc == 0) {
-        set_skip_opt(&s, p->nparams, opt_held);
-        set_bind(&s, &f, NULL);
-        CkptSrc *fp8 = file_find(&f, CKPT_FP8); /* optional: not an unexpected tensor */
-        if (fp8)
-            fp8->used = 1;
-        rc = set_read(&s, &f, err, errlen);
-        m->fp8_restored = 0;
-        if (rc == 0 && fp8 && m->fp8 && fp8->t->ndim == 2 && fp8->t->shape[0] == m->fp8_rows &&
-            fp8->t->shape[1] == m->fp8_width) {
-            rc = safetensors_read_f32(fp8->st, fp8->t, m->fp8, m->fp8_rows * m->fp8_width, err,
-                                      errlen);
-            m->fp8_restored = rc == 0;
-        }
+int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *params, char *opt,
+                     const unsigned char *opt_held, char *err, size_t errlen) {
+  char name[256], path[4096];
+  if (ckpt_read_latest(dir, name, sizeof name, err, errlen) != 0) return -1;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  SafeTensors *st = safetensors_open(path, err, errlen);
+  if (!st) return -1;
+  CkptSet s = {0};
+  CkptFile f = {0};
+  int rc = ckpt_check_meta(p, st, path, m, err, errlen);
+  if (rc == 0) rc = set_ckpt(p, params, opt, &s, err, errlen);
+  if (rc == 0) rc = file_of_safetensors(&f, path, st, err, errlen);
+  if (rc == 0) {
+    set_skip_opt(&s, p->nparams, opt_held);
+    set_bind(&s, &f, NULL);
+    CkptSrc *fp8 = file_find(&f, CKPT_FP8); /* optional: not an unexpected tensor */
+    if (fp8) fp8->used = 1;
+    rc = set_read(&s, &f, err, errlen);
+    m->fp8_restored = 0;
+    if (rc == 0 && fp8 && m->fp8 && fp8->t->ndim == 2 && fp8->t->shape[0] == m->fp8_rows &&
+        fp8->t->shape[1] == m->fp8_width) {
+      rc = safetensors_read_f32(fp8->st, fp8->t, m->fp8, m->fp8_rows * m->fp8_width, err, errlen);
+      m->fp8_restored = rc == 0;
     }
-    file_free(&f);
-    set_free(&s);
-    safetensors_close(st);
-    return rc;
+  }
+  file_free(&f);
+  set_free(&s);
+  safetensors_close(st);
+  return rc;
 }

@@ -36,20 +36,20 @@
 #include <stdint.h>
 
 typedef struct CkptMeta {
-    int64_t step;      /* updates done */
-    int64_t data_step; /* index of the next training batch */
-    uint64_t seed;
-    int64_t threads;
-    int64_t global_batch; /* 0: not recorded */
-    double loss_scale;    /* fp16: the next step's loss scale (0: not recorded) */
-    int64_t skipped;      /* fp16: steps skipped for an inf or NaN gradient */
-    /* fp8 (RtProgram.fp8): the scaling states, fp8_rows x fp8_width f32 on the host, or
-     * NULL. Saved as "fp8/state"; a resume fills them and sets fp8_restored when the file
-     * holds states of that shape (a file without them, or of another history, leaves
-     * them alone: the caller says the scales start again). */
-    float *fp8;
-    int64_t fp8_rows, fp8_width;
-    int fp8_restored;
+  int64_t step;      /* updates done */
+  int64_t data_step; /* index of the next training batch */
+  uint64_t seed;
+  int64_t threads;
+  int64_t global_batch; /* 0: not recorded */
+  double loss_scale;    /* fp16: the next step's loss scale (0: not recorded) */
+  int64_t skipped;      /* fp16: steps skipped for an inf or NaN gradient */
+  /* fp8 (RtProgram.fp8): the scaling states, fp8_rows x fp8_width f32 on the host, or
+   * NULL. Saved as "fp8/state"; a resume fills them and sets fp8_restored when the file
+   * holds states of that shape (a file without them, or of another history, leaves
+   * them alone: the caller says the scales start again). */
+  float *fp8;
+  int64_t fp8_rows, fp8_width;
+  int fp8_restored;
 } CkptMeta;
 
 /* Fills every parameter (held: those with held[i], NULL: all) by its init rule, Philox
@@ -58,13 +58,11 @@ typedef struct CkptMeta {
 void ckpt_init_params(const RtProgram *p, char *params, uint64_t seed, const unsigned char *held);
 
 /* note (notelen bytes, may be NULL): "" or one line saying what was skipped or tied. */
-int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *note,
-                     size_t notelen, char *err, size_t errlen);
-int ckpt_save_params(const RtProgram *p, const char *path, const char *params, char *err,
+int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *note, size_t notelen, char *err,
                      size_t errlen);
+int ckpt_save_params(const RtProgram *p, const char *path, const char *params, char *err, size_t errlen);
 /* DIR/model.safetensors and DIR/config.json (hf.h); params NULL: only the checks. */
-int ckpt_save_hf(const RtProgram *p, const char *dir, const char *params, char *err,
-                 size_t errlen);
+int ckpt_save_hf(const RtProgram *p, const char *dir, const char *params, char *err, size_t errlen);
 /* Before training: the model makes a transformers model, and DIR can be written. */
 int ckpt_check_save_hf(const RtProgram *p, const char *dir, char *err, size_t errlen);
 
@@ -73,12 +71,12 @@ int ckpt_prepare_dir(const char *dir, char *err, size_t errlen);
 /* Checks that a file can be created beside path (--save), before training. */
 int ckpt_check_save_path(const char *path, char *err, size_t errlen);
 
-int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params,
-              const char *opt, char *err, size_t errlen);
+int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params, const char *opt, char *err,
+              size_t errlen);
 /* Restores the checkpoint DIR/latest names into params, opt and *m; the optimizer
  * state of parameter i only where opt_held[i] (NULL: every parameter; ZeRO ranks
  * read their own shard), though the file must hold all of it. */
-int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *params,
-                     char *opt, const unsigned char *opt_held, char *err, size_t errlen);
+int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *params, char *opt,
+                     const unsigned char *opt_held, char *err, size_t errlen);
 
 #endif

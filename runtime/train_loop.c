@@ -25,1147 +25,986 @@
 
 /* ---- schedule and scalars ------------------------------------------------------ */
 
-double train_lr(const RtTrain *hp, int64_t t, int64_t steps)
-{
-    if (hp->warmup > 0 && t <= hp->warmup)
-        return hp->lr * (double)t / (double)hp->warmup;
-    if (hp->schedule == RT_SCHED_CONSTANT || steps <= hp->warmup)
-        return hp->lr;
-    double progress = (double)(t - hp->warmup) / (double)(steps - hp->warmup);
-    if (progress > 1)
-        progress = 1;
-    return hp->min_lr + 0.5 * (hp->lr - hp->min_lr) * (1 + cos(M_PI * progress));
+double train_lr(const RtTrain *hp, int64_t t, int64_t steps) {
+  if (hp->warmup > 0 && t <= hp->warmup) return hp->lr * (double)t / (double)hp->warmup;
+  if (hp->schedule == RT_SCHED_CONSTANT || steps <= hp->warmup) return hp->lr;
+  double progress = (double)(t - hp->warmup) / (double)(steps - hp->warmup);
+  if (progress > 1) progress = 1;
+  return hp->min_lr + 0.5 * (hp->lr - hp->min_lr) * (1 + cos(M_PI * progress));
 }
 
-void train_scalars(const RtTrain *hp, double lr, int64_t t, double gscale, float *sc)
-{
-    sc[RT_SC_LR] = (float)lr;
-    sc[RT_SC_BC1] = (float)(1.0 / (1.0 - pow(hp->beta1, (double)t)));
-    sc[RT_SC_BC2] = (float)(1.0 / (1.0 - pow(hp->beta2, (double)t)));
-    sc[RT_SC_GSCALE] = (float)gscale;
-    sc[RT_SC_STEP] = (float)t;
-    sc[TRAIN_SC_BETA1] = (float)hp->beta1;
-    sc[TRAIN_SC_BETA2] = (float)hp->beta2;
-    sc[TRAIN_SC_EPS] = (float)hp->eps;
-    sc[TRAIN_SC_WD] = (float)hp->weight_decay;
-    sc[TRAIN_SC_MOMENTUM] = (float)hp->momentum;
-    sc[TRAIN_SC_LOSS_SCALE] = 1.0f; /* a step of an fp16 program sets its loss scale */
-    sc[TRAIN_SC_APPLY] = 1.0f;
+void train_scalars(const RtTrain *hp, double lr, int64_t t, double gscale, float *sc) {
+  sc[RT_SC_LR] = (float)lr;
+  sc[RT_SC_BC1] = (float)(1.0 / (1.0 - pow(hp->beta1, (double)t)));
+  sc[RT_SC_BC2] = (float)(1.0 / (1.0 - pow(hp->beta2, (double)t)));
+  sc[RT_SC_GSCALE] = (float)gscale;
+  sc[RT_SC_STEP] = (float)t;
+  sc[TRAIN_SC_BETA1] = (float)hp->beta1;
+  sc[TRAIN_SC_BETA2] = (float)hp->beta2;
+  sc[TRAIN_SC_EPS] = (float)hp->eps;
+  sc[TRAIN_SC_WD] = (float)hp->weight_decay;
+  sc[TRAIN_SC_MOMENTUM] = (float)hp->momentum;
+  sc[TRAIN_SC_LOSS_SCALE] = 1.0f; /* a step of an fp16 program sets its loss scale */
+  sc[TRAIN_SC_APPLY] = 1.0f;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 /* ---- start-up ------------------------------------------------------------------ */
 
 /* One optimizer hyperparameter: the override, if any, after checking that the
  * program's kernels read it (program "scalars": 12) or that it equals theirs. */
-static int override_kernel_hp(const RtProgram *p, const char *flag, double given,
-                              double *value, char *err, size_t errlen)
-{
-    if (isnan(given) || given == *value)
-        return 0;
-    if (p->nscalars < TRAIN_SCALARS)
-        return file_set_error(err, errlen,
-                              "%s %g: this program's update kernels were compiled with %g and "
-                              "do not read it at run time; compile the model with the new value",
-                              flag, given, *value);
-    *value = given;
-    return 0;
+static int override_kernel_hp(const RtProgram *p, const char *flag, double given, double *value, char *err,
+                              size_t errlen) {
+  if (isnan(given) || given == *value) return 0;
+  if (p->nscalars < TRAIN_SCALARS)
+    return file_set_error(err, errlen,
+                          "%s %g: this program's update kernels were compiled with %g and "
+                          "do not read it at run time; compile the model with the new value",
+                          flag, given, *value);
+  *value = given;
+  return 0;
 }
 
-static int trainer_apply_overrides(Trainer *t, const TrainOpts *o, char *err, size_t errlen)
-{
-    RtTrain *hp = &t->hp;
-    *hp = t->prog->train;
-    hp->lr = isnan(o->lr) ? hp->lr : o->lr;
-    hp->min_lr = isnan(o->min_lr) ? hp->min_lr : o->min_lr;
-    hp->clip = isnan(o->clip) ? hp->clip : o->clip;
-    hp->warmup = o->warmup >= 0 ? o->warmup : hp->warmup;
-    hp->schedule = o->schedule >= 0 ? (RtSchedule)o->schedule : hp->schedule;
-    if (!isnan(o->loss_scale) && !hp->loss_scaling)
-        return file_set_error(err, errlen, "--loss-scale: this program does not scale its loss "
-                              "(only fp16 programs do: colossalc --precision fp16)");
-    hp->scale_init = isnan(o->loss_scale) ? hp->scale_init : o->loss_scale;
-    t->loss_scale = hp->scale_init, t->good_steps = t->skipped = 0;
-    return override_kernel_hp(t->prog, "--weight-decay", o->weight_decay, &hp->weight_decay, err,
-                              errlen) ||
-           override_kernel_hp(t->prog, "--beta1", o->beta1, &hp->beta1, err, errlen) ||
-           override_kernel_hp(t->prog, "--beta2", o->beta2, &hp->beta2, err, errlen) ||
-           override_kernel_hp(t->prog, "--eps", o->eps, &hp->eps, err, errlen);
+static int trainer_apply_overrides(Trainer *t, const TrainOpts *o, char *err, size_t errlen) {
+  RtTrain *hp = &t->hp;
+  *hp = t->prog->train;
+  hp->lr = isnan(o->lr) ? hp->lr : o->lr;
+  hp->min_lr = isnan(o->min_lr) ? hp->min_lr : o->min_lr;
+  hp->clip = isnan(o->clip) ? hp->clip : o->clip;
+  hp->warmup = o->warmup >= 0 ? o->warmup : hp->warmup;
+  hp->schedule = o->schedule >= 0 ? (RtSchedule)o->schedule : hp->schedule;
+  if (!isnan(o->loss_scale) && !hp->loss_scaling)
+    return file_set_error(err, errlen,
+                          "--loss-scale: this program does not scale its loss "
+                          "(only fp16 programs do: colossalc --precision fp16)");
+  hp->scale_init = isnan(o->loss_scale) ? hp->scale_init : o->loss_scale;
+  t->loss_scale = hp->scale_init, t->good_steps = t->skipped = 0;
+  return override_kernel_hp(t->prog, "--weight-decay", o->weight_decay, &hp->weight_decay, err, errlen) ||
+         override_kernel_hp(t->prog, "--beta1", o->beta1, &hp->beta1, err, errlen) ||
+         override_kernel_hp(t->prog, "--beta2", o->beta2, &hp->beta2, err, errlen) ||
+         override_kernel_hp(t->prog, "--eps", o->eps, &hp->eps, err, errlen);
 }
 
-static int trainer_open_data(Trainer *t, const char *path, DataFile **df, char *err,
-                             size_t errlen)
-{
-    if (!path)
-        return 0;
-    *df = data_open(path, t->prog, t->global_batch, t->mesh.dp, err, errlen);
-    return *df ? 0 : -1;
+static int trainer_open_data(Trainer *t, const char *path, DataFile **df, char *err, size_t errlen) {
+  if (!path) return 0;
+  *df = data_open(path, t->prog, t->global_batch, t->mesh.dp, err, errlen);
+  return *df ? 0 : -1;
 }
 
-static int trainer_alloc_host(Trainer *t, char *err, size_t errlen)
-{
-    const RtProgram *p = t->prog;
-    int ok = 1;
-    for (int i = 0; i < p->ninputs; i++) /* this rank's rows of a step, uploaded every
-                                          * micro-batch: the device's staging memory */
-        ok &= (t->rows[i] = exec_host_alloc(t->dev, p->batch * p->microbatches *
-                                                        p->inputs[i].row_elems * 4)) != NULL;
-    t->gnorm_parts = calloc((size_t)p->gradnorm_parts, sizeof *t->gnorm_parts);
-    t->logits_row = calloc((size_t)p->vocab, sizeof *t->logits_row);
-    t->context = calloc((size_t)p->seq, sizeof *t->context);
-    ok &= t->gnorm_parts && t->logits_row && t->context;
-    for (int tier = RT_TIER_PARAMS; ok && tier <= RT_TIER_OPT; tier += RT_TIER_OPT) {
-        /* offload: the state is at its homes, gathered here for file I/O */
-        t->host[tier] = p->offload.on ? NULL : exec_host_tier(&t->ex, tier);
-        if (!t->host[tier]) { /* device memory: a host copy for file I/O */
-            t->staged = 1;
-            ok = (t->host[tier] = calloc((size_t)p->tiers[tier] + 1, 1)) != NULL;
-        }
+static int trainer_alloc_host(Trainer *t, char *err, size_t errlen) {
+  const RtProgram *p = t->prog;
+  int ok = 1;
+  for (int i = 0; i < p->ninputs; i++) /* this rank's rows of a step, uploaded every
+                                        * micro-batch: the device's staging memory */
+    ok &= (t->rows[i] = exec_host_alloc(t->dev, p->batch * p->microbatches * p->inputs[i].row_elems * 4)) != NULL;
+  t->gnorm_parts = calloc((size_t)p->gradnorm_parts, sizeof *t->gnorm_parts);
+  t->logits_row = calloc((size_t)p->vocab, sizeof *t->logits_row);
+  t->context = calloc((size_t)p->seq, sizeof *t->context);
+  ok &= t->gnorm_parts && t->logits_row && t->context;
+  for (int tier = RT_TIER_PARAMS; ok && tier <= RT_TIER_OPT; tier += RT_TIER_OPT) {
+    /* offload: the state is at its homes, gathered here for file I/O */
+    t->host[tier] = p->offload.on ? NULL : exec_host_tier(&t->ex, tier);
+    if (!t->host[tier]) { /* device memory: a host copy for file I/O */
+      t->staged = 1;
+      ok = (t->host[tier] = calloc((size_t)p->tiers[tier] + 1, 1)) != NULL;
     }
-    return ok ? 0 : file_set_error(err, errlen, "out of memory for host buffers");
+  }
+  return ok ? 0 : file_set_error(err, errlen, "out of memory for host buffers");
 }
 
 /* Host copies of PARAMS and OPT ← device (before a file write) or → (after a read);
  * of an offload program ← / → each part's home (an NVMe error fails). */
-static int trainer_host_pull(Trainer *t, char *err, size_t errlen)
-{
-    if (t->ex.off)
-        return offload_pull(t->ex.off, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], err, errlen);
-    if (t->staged)
-        for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
-            exec_read(&t->ex, tier, 0, t->host[tier], t->prog->tiers[tier]);
-    return 0;
+static int trainer_host_pull(Trainer *t, char *err, size_t errlen) {
+  if (t->ex.off) return offload_pull(t->ex.off, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], err, errlen);
+  if (t->staged)
+    for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
+      exec_read(&t->ex, tier, 0, t->host[tier], t->prog->tiers[tier]);
+  return 0;
 }
 
 /* ZeRO-3 with offload: each rank pulled the chunks it owns (nothing else of its host
  * copies is touched); the owners send theirs to dp rank 0, chunk by chunk, which then
  * holds the whole state and writes the files. */
-static void trainer_assemble(Trainer *t, int opt)
-{
-    const RtProgram *p = t->prog;
-    Comm *c = t->mesh.dp_comm;
-    int parts[2] = {RT_TIER_PARAMS, RT_TIER_OPT};
-    if (!t->ex.off || p->zero_stage != 3 || c->size == 1)
-        return;
-    for (int ch = 0; ch < p->offload.nchunks; ch++) {
-        const RtChunk *k = &p->offload.chunks[ch];
-        for (int j = 0; j < (opt ? 2 : 1) && k->owner != 0; j++) {
-            int64_t off[2];
-            int n = program_part_ranges(p, ch, parts[j], off);
-            for (int r = 0; r < n; r++) {
-                float *at = (float *)(t->host[parts[j]] + off[r]);
-                if (c->rank == k->owner)
-                    c->host_send(c, at, (k->end - k->start) / 4, 0);
-                else if (c->rank == 0)
-                    c->host_recv(c, at, (k->end - k->start) / 4, k->owner);
-            }
-        }
+static void trainer_assemble(Trainer *t, int opt) {
+  const RtProgram *p = t->prog;
+  Comm *c = t->mesh.dp_comm;
+  int parts[2] = {RT_TIER_PARAMS, RT_TIER_OPT};
+  if (!t->ex.off || p->zero_stage != 3 || c->size == 1) return;
+  for (int ch = 0; ch < p->offload.nchunks; ch++) {
+    const RtChunk *k = &p->offload.chunks[ch];
+    for (int j = 0; j < (opt ? 2 : 1) && k->owner != 0; j++) {
+      int64_t off[2];
+      int n = program_part_ranges(p, ch, parts[j], off);
+      for (int r = 0; r < n; r++) {
+        float *at = (float *)(t->host[parts[j]] + off[r]);
+        if (c->rank == k->owner) c->host_send(c, at, (k->end - k->start) / 4, 0);
+        else if (c->rank == 0) c->host_recv(c, at, (k->end - k->start) / 4, k->owner);
+      }
     }
+  }
 }
 
 /* Offload keeps the state at its homes; the whole-state host copies for file I/O
  * (calloc'd, so mapped on demand) give their memory back between uses, so that the
  * host holds the state once, not twice. */
-static void trainer_release_staging(Trainer *t)
-{
-    long page = sysconf(_SC_PAGESIZE);
-    for (int tier = RT_TIER_PARAMS; t->ex.off && page > 0 && tier <= RT_TIER_OPT; tier += RT_TIER_OPT) {
-        uintptr_t lo = ((uintptr_t)t->host[tier] + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
-        uintptr_t hi = ((uintptr_t)t->host[tier] + (uintptr_t)t->prog->tiers[tier]) / (uintptr_t)page * (uintptr_t)page;
-        if (t->host[tier] && hi > lo)
-            madvise((void *)lo, hi - lo, MADV_DONTNEED); /* reads back as zeros; pull rewrites it */
-    }
+static void trainer_release_staging(Trainer *t) {
+  long page = sysconf(_SC_PAGESIZE);
+  for (int tier = RT_TIER_PARAMS; t->ex.off && page > 0 && tier <= RT_TIER_OPT; tier += RT_TIER_OPT) {
+    uintptr_t lo = ((uintptr_t)t->host[tier] + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t hi = ((uintptr_t)t->host[tier] + (uintptr_t)t->prog->tiers[tier]) / (uintptr_t)page * (uintptr_t)page;
+    if (t->host[tier] && hi > lo)
+      madvise((void *)lo, hi - lo, MADV_DONTNEED); /* reads back as zeros; pull rewrites it */
+  }
 }
 
-static int trainer_host_push(Trainer *t, char *err, size_t errlen)
-{
-    if (t->ex.off) {
-        int rc = offload_push(t->ex.off, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], err, errlen);
-        trainer_release_staging(t);
-        return rc;
-    }
-    if (t->staged)
-        for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
-            exec_write(&t->ex, tier, 0, t->host[tier], t->prog->tiers[tier]);
-    return 0;
+static int trainer_host_push(Trainer *t, char *err, size_t errlen) {
+  if (t->ex.off) {
+    int rc = offload_push(t->ex.off, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], err, errlen);
+    trainer_release_staging(t);
+    return rc;
+  }
+  if (t->staged)
+    for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
+      exec_write(&t->ex, tier, 0, t->host[tier], t->prog->tiers[tier]);
+  return 0;
 }
 
 /* The global PARAMS and OPT buffers of a non-trivial mesh: every rank for start-up,
  * world rank 0 for the whole run when it saves. */
-static int trainer_alloc_global(Trainer *t, char *err, size_t errlen)
-{
-    const RtProgram *g = &t->mesh.global;
-    for (int k = 0; k < 2; k++)
-        if (!(t->gstate[k] = calloc((size_t)g->tiers[k ? RT_TIER_OPT : RT_TIER_PARAMS] + 1, 1)))
-            return file_set_error(err, errlen, "out of memory for the global parameters (%"
-                                  PRId64 " bytes)", g->tiers[RT_TIER_PARAMS]);
-    return 0;
+static int trainer_alloc_global(Trainer *t, char *err, size_t errlen) {
+  const RtProgram *g = &t->mesh.global;
+  for (int k = 0; k < 2; k++)
+    if (!(t->gstate[k] = calloc((size_t)g->tiers[k ? RT_TIER_OPT : RT_TIER_PARAMS] + 1, 1)))
+      return file_set_error(err, errlen, "out of memory for the global parameters (%" PRId64 " bytes)",
+                            g->tiers[RT_TIER_PARAMS]);
+  return 0;
 }
 
 /* --save or --save-hf: the parameters are written at the end. */
-static int trainer_saves_params(const TrainOpts *o)
-{
-    return o->save || o->save_hf;
-}
+static int trainer_saves_params(const TrainOpts *o) { return o->save || o->save_hf; }
 
 /* The global state every rank reads at start-up, then its slices. */
-static int trainer_init_global(Trainer *t, CkptMeta *m, char *note, size_t notelen, char *err,
-                               size_t errlen)
-{
-    const TrainOpts *o = t->opts;
-    const RtProgram *g = &t->mesh.global;
-    const RtProgram *p = t->prog;
-    unsigned char *held = calloc((size_t)g->nparams + 1, 1);
-    if (!held || trainer_alloc_global(t, err, errlen) != 0) {
-        free(held);
-        return held ? -1 : file_set_error(err, errlen, "out of memory");
-    }
-    for (int i = 0; i < p->nparams; i++)
-        held[t->mesh.gindex[i]] |= t->zero.owned[i];
-    int rc = o->resume ? ckpt_load_latest(g, o->ckpt_dir, m, t->gstate[0], t->gstate[1], held,
-                                          err, errlen)
-             : o->init_from ? ckpt_load_params(g, o->init_from, t->gstate[0], note, notelen,
-                                               err, errlen)
-                            : (ckpt_init_params(g, t->gstate[0], t->seed, NULL), 0);
+static int trainer_init_global(Trainer *t, CkptMeta *m, char *note, size_t notelen, char *err, size_t errlen) {
+  const TrainOpts *o = t->opts;
+  const RtProgram *g = &t->mesh.global;
+  const RtProgram *p = t->prog;
+  unsigned char *held = calloc((size_t)g->nparams + 1, 1);
+  if (!held || trainer_alloc_global(t, err, errlen) != 0) {
     free(held);
-    if (rc == 0)
-        mesh_scatter(&t->mesh, t->gstate[0], o->resume ? t->gstate[1] : NULL,
-                     t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], t->zero.owned);
-    if (t->comm->rank != 0 || !(trainer_saves_params(o) || o->ckpt_dir)) { /* the writer's */
-        free(t->gstate[0]), free(t->gstate[1]);
-        t->gstate[0] = t->gstate[1] = NULL;
-    }
-    return rc;
+    return held ? -1 : file_set_error(err, errlen, "out of memory");
+  }
+  for (int i = 0; i < p->nparams; i++) held[t->mesh.gindex[i]] |= t->zero.owned[i];
+  int rc = o->resume      ? ckpt_load_latest(g, o->ckpt_dir, m, t->gstate[0], t->gstate[1], held, err, errlen)
+           : o->init_from ? ckpt_load_params(g, o->init_from, t->gstate[0], note, notelen, err, errlen)
+                          : (ckpt_init_params(g, t->gstate[0], t->seed, NULL), 0);
+  free(held);
+  if (rc == 0)
+    mesh_scatter(&t->mesh, t->gstate[0], o->resume ? t->gstate[1] : NULL, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT],
+                 t->zero.owned);
+  if (t->comm->rank != 0 || !(trainer_saves_params(o) || o->ckpt_dir)) { /* the writer's */
+    free(t->gstate[0]), free(t->gstate[1]);
+    t->gstate[0] = t->gstate[1] = NULL;
+  }
+  return rc;
 }
 
 /* The local state from the checkpoint, --init-from or the init rules: directly
  * with a one-rank layout (tp and pp 1), through the global view otherwise. */
-static int trainer_load_state(Trainer *t, CkptMeta *m, char *note, size_t notelen, char *err,
-                              size_t errlen)
-{
-    const TrainOpts *o = t->opts;
-    const RtProgram *p = t->prog;
-    if (!t->mesh.trivial)
-        return trainer_init_global(t, m, note, notelen, err, errlen);
-    if (o->resume)
-        return ckpt_load_latest(p, o->ckpt_dir, m, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT],
-                                t->zero.owned, err, errlen);
-    if (o->init_from)
-        return ckpt_load_params(p, o->init_from, t->host[RT_TIER_PARAMS], note, notelen, err,
-                                errlen);
-    /* ZeRO-3 with offload: each rank keeps only its own chunks (offload_push) */
-    ckpt_init_params(p, t->host[RT_TIER_PARAMS], t->seed,
-                     t->ex.off && t->zero.stage == 3 ? t->zero.owned : NULL);
-    return 0;
+static int trainer_load_state(Trainer *t, CkptMeta *m, char *note, size_t notelen, char *err, size_t errlen) {
+  const TrainOpts *o = t->opts;
+  const RtProgram *p = t->prog;
+  if (!t->mesh.trivial) return trainer_init_global(t, m, note, notelen, err, errlen);
+  if (o->resume)
+    return ckpt_load_latest(p, o->ckpt_dir, m, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], t->zero.owned, err,
+                            errlen);
+  if (o->init_from) return ckpt_load_params(p, o->init_from, t->host[RT_TIER_PARAMS], note, notelen, err, errlen);
+  /* ZeRO-3 with offload: each rank keeps only its own chunks (offload_push) */
+  ckpt_init_params(p, t->host[RT_TIER_PARAMS], t->seed, t->ex.off && t->zero.stage == 3 ? t->zero.owned : NULL);
+  return 0;
 }
 
 /* The model's fp8 scaling states (every stage's): rows and width, 0 without. */
-static void fp8_shape(const Trainer *t, int64_t *rows, int64_t *width)
-{
-    *rows = *width = 0;
-    for (int s = 0; s < t->mesh.pp; s++)
-        if (t->mesh.stages[s].fp8.rows)
-            *rows = t->mesh.stages[s].fp8.total, *width = t->mesh.stages[s].fp8.width;
+static void fp8_shape(const Trainer *t, int64_t *rows, int64_t *width) {
+  *rows = *width = 0;
+  for (int s = 0; s < t->mesh.pp; s++)
+    if (t->mesh.stages[s].fp8.rows) *rows = t->mesh.stages[s].fp8.total, *width = t->mesh.stages[s].fp8.width;
 }
 
 /* Parameters from the latest checkpoint, --init-from, or the init rules. */
-static int trainer_init_state(Trainer *t, char *err, size_t errlen)
-{
-    const TrainOpts *o = t->opts;
-    const RtProgram *p = t->prog;
-    int rank0 = t->comm->rank == 0;
-    CkptMeta m = {0};
-    char note[2048] = "";
-    float *fp8 = NULL; /* this rank's scaling states, from the model's */
-    fp8_shape(t, &m.fp8_rows, &m.fp8_width);
-    if (o->resume && m.fp8_rows &&
-        (!(m.fp8 = malloc((size_t)(m.fp8_rows * m.fp8_width) * sizeof *m.fp8)) ||
-         !(fp8 = malloc((size_t)(p->fp8.rows * p->fp8.width + 1) * sizeof *fp8)))) {
-        free(m.fp8);
-        return file_set_error(err, errlen, "out of memory");
-    }
-    int rc = trainer_load_state(t, &m, note, sizeof note, err, errlen);
-    if (rc == 0 && m.fp8 && m.fp8_restored && p->fp8.rows) { /* every rank its stage's */
-        mesh_fp8_scatter(&t->mesh, m.fp8, fp8);
-        exec_write(&t->ex, RT_TIER_WORK, p->fp8.offset, fp8, p->fp8.rows * p->fp8.width * 4);
-    } else if (rc == 0 && m.fp8 && !m.fp8_restored && rank0) {
-        fprintf(stderr, "train: note: the checkpoint holds no fp8 scaling states of this program's "
-                "shape (%" PRId64 " states of history %" PRId64 "): the scales start again\n",
-                m.fp8_rows, m.fp8_width - 2);
-    }
-    free(m.fp8), free(fp8);
-    m.fp8 = NULL;
-    if (rc != 0)
-        return -1;
-    if (rank0 && note[0])
-        printf("init-from %s\n", note);
-    if (o->resume) {
-        if (m.global_batch > 0 && m.global_batch != t->global_batch)
-            return file_set_error(err, errlen,
-                                  "--resume: the checkpoint was trained on a global batch of %"
-                                  PRId64 " rows, this run's is %" PRId64 " (%d data-parallel "
-                                  "rank%s x %" PRId64 " micro-batch%s x batch %" PRId64 "): "
-                                  "compile for the batch that makes them equal",
-                                  m.global_batch, t->global_batch, t->mesh.dp,
-                                  t->mesh.dp == 1 ? "" : "s", p->microbatches,
-                                  p->microbatches == 1 ? "" : "es", p->batch);
-        if (rank0 && o->seed_given && o->seed != m.seed)
-            fprintf(stderr, "train: note: --seed %" PRIu64 " ignored: the checkpoint's seed is %"
-                    PRIu64 "\n", o->seed, m.seed);
-        t->step = t->last_ckpt = m.step, t->data_step = m.data_step, t->seed = m.seed;
-        if (m.loss_scale > 0) /* fp16: the scale and the count of updates go on */
-            t->loss_scale = m.loss_scale, t->skipped = m.skipped;
-        if (rank0)
-            printf("resumed from %s at step %" PRId64 "\n", o->ckpt_dir, m.step);
-    }
-    if (trainer_host_push(t, err, errlen) != 0)
-        return -1;
-    zero_release_params(&t->zero, &t->ex); /* ZeRO-3: keep only the owned ones */
-    return 0;
+static int trainer_init_state(Trainer *t, char *err, size_t errlen) {
+  const TrainOpts *o = t->opts;
+  const RtProgram *p = t->prog;
+  int rank0 = t->comm->rank == 0;
+  CkptMeta m = {0};
+  char note[2048] = "";
+  float *fp8 = NULL; /* this rank's scaling states, from the model's */
+  fp8_shape(t, &m.fp8_rows, &m.fp8_width);
+  if (o->resume && m.fp8_rows &&
+      (!(m.fp8 = malloc((size_t)(m.fp8_rows * m.fp8_width) * sizeof *m.fp8)) ||
+       !(fp8 = malloc((size_t)(p->fp8.rows * p->fp8.width + 1) * sizeof *fp8)))) {
+    free(m.fp8);
+    return file_set_error(err, errlen, "out of memory");
+  }
+  int rc = trainer_load_state(t, &m, note, sizeof note, err, errlen);
+  if (rc == 0 && m.fp8 && m.fp8_restored && p->fp8.rows) { /* every rank its stage's */
+    mesh_fp8_scatter(&t->mesh, m.fp8, fp8);
+    exec_write(&t->ex, RT_TIER_WORK, p->fp8.offset, fp8, p->fp8.rows * p->fp8.width * 4);
+  } else if (rc == 0 && m.fp8 && !m.fp8_restored && rank0) {
+    fprintf(stderr,
+            "train: note: the checkpoint holds no fp8 scaling states of this program's "
+            "shape (%" PRId64 " states of history %" PRId64 "): the scales start again\n",
+            m.fp8_rows, m.fp8_width - 2);
+  }
+  free(m.fp8), free(fp8);
+  m.fp8 = NULL;
+  if (rc != 0) return -1;
+  if (rank0 && note[0]) printf("init-from %s\n", note);
+  if (o->resume) {
+    if (m.global_batch > 0 && m.global_batch != t->global_batch)
+      return file_set_error(err, errlen,
+                            "--resume: the checkpoint was trained on a global batch of %" PRId64
+                            " rows, this run's is %" PRId64 " (%d data-parallel "
+                            "rank%s x %" PRId64 " micro-batch%s x batch %" PRId64 "): "
+                            "compile for the batch that makes them equal",
+                            m.global_batch, t->global_batch, t->mesh.dp, t->mesh.dp == 1 ? "" : "s", p->microbatches,
+                            p->microbatches == 1 ? "" : "es", p->batch);
+    if (rank0 && o->seed_given && o->seed != m.seed)
+      fprintf(stderr, "train: note: --seed %" PRIu64 " ignored: the checkpoint's seed is %" PRIu64 "\n", o->seed,
+              m.seed);
+    t->step = t->last_ckpt = m.step, t->data_step = m.data_step, t->seed = m.seed;
+    if (m.loss_scale > 0) /* fp16: the scale and the count of updates go on */
+      t->loss_scale = m.loss_scale, t->skipped = m.skipped;
+    if (rank0) printf("resumed from %s at step %" PRId64 "\n", o->ckpt_dir, m.step);
+  }
+  if (trainer_host_push(t, err, errlen) != 0) return -1;
+  zero_release_params(&t->zero, &t->ex); /* ZeRO-3: keep only the owned ones */
+  return 0;
 }
 
 /* Memory behind each tier on the largest rank, in MiB. */
-static void trainer_memory(Trainer *t, double mib[RT_TIERS])
-{
-    for (int tier = 0; tier < RT_TIERS; tier++)
-        mib[tier] = (double)t->ex.committed[tier] / (1 << 20);
-    t->comm->host_all_reduce(t->comm, mib, RT_TIERS, COMM_MAX);
+static void trainer_memory(Trainer *t, double mib[RT_TIERS]) {
+  for (int tier = 0; tier < RT_TIERS; tier++) mib[tier] = (double)t->ex.committed[tier] / (1 << 20);
+  t->comm->host_all_reduce(t->comm, mib, RT_TIERS, COMM_MAX);
 }
 
 /* "params host" when every chunk's home agrees, else "params host 2, nvme 1". */
-static void print_homes(const RtProgram *p, int part)
-{
-    int count[RT_LOCS] = {0}, kinds = 0;
-    for (int c = 0; c < p->offload.nchunks; c++)
-        kinds += count[p->offload.chunks[c].home[part]]++ == 0;
-    printf("%s", rt_part_names[part]);
-    for (int l = RT_LOC_DEVICE, first = 1; l <= RT_LOC_NVME; l++)
-        if (count[l]) {
-            printf("%s %s", first ? "" : ",", rt_loc_names[l]);
-            if (kinds > 1)
-                printf(" %d", count[l]);
-            first = 0;
-        }
+static void print_homes(const RtProgram *p, int part) {
+  int count[RT_LOCS] = {0}, kinds = 0;
+  for (int c = 0; c < p->offload.nchunks; c++) kinds += count[p->offload.chunks[c].home[part]]++ == 0;
+  printf("%s", rt_part_names[part]);
+  for (int l = RT_LOC_DEVICE, first = 1; l <= RT_LOC_NVME; l++)
+    if (count[l]) {
+      printf("%s %s", first ? "" : ",", rt_loc_names[l]);
+      if (kinds > 1) printf(" %d", count[l]);
+      first = 0;
+    }
 }
 
 /* offload: device 1.25 MiB (capacity), params host 2, nvme 1, device 1; opt nvme; 4 chunks */
-static void trainer_offload_banner(Trainer *t)
-{
-    const RtProgram *p = t->prog;
-    const char *dir = offload_nvme_dir(t->ex.off);
-    printf("offload: device %.2f MiB (capacity), ", (double)p->offload.device_capacity / (1 << 20));
-    print_homes(p, RT_TIER_PARAMS);
-    printf("; ");
-    print_homes(p, RT_TIER_OPT);
-    printf("; %d chunk%s%s%s%s\n", p->offload.nchunks, p->offload.nchunks == 1 ? "" : "s",
-           dir ? "; nvme files in " : "", dir ? t->opts->nvme_dir : "",
-           dir && t->comm->size > 1 ? "/rank-R (one folder per rank)" : "");
+static void trainer_offload_banner(Trainer *t) {
+  const RtProgram *p = t->prog;
+  const char *dir = offload_nvme_dir(t->ex.off);
+  printf("offload: device %.2f MiB (capacity), ", (double)p->offload.device_capacity / (1 << 20));
+  print_homes(p, RT_TIER_PARAMS);
+  printf("; ");
+  print_homes(p, RT_TIER_OPT);
+  printf("; %d chunk%s%s%s%s\n", p->offload.nchunks, p->offload.nchunks == 1 ? "" : "s", dir ? "; nvme files in " : "",
+         dir ? t->opts->nvme_dir : "", dir && t->comm->size > 1 ? "/rank-R (one folder per rank)" : "");
 }
 
 /* One line, and for several ranks or ZeRO a second with the sharding and the
  * memory it really leaves behind each tier ("of" the whole tier where reserved). */
-static void trainer_banner(Trainer *t)
-{
-    static const char *const names[3] = {"params", "grads", "opt"};
-    const RtProgram *p = t->prog;
-    double mib[RT_TIERS];
-    int many = t->comm->size > 1 || t->zero.stage > 0;
-    if (many)
-        trainer_memory(t, mib);
-    if (t->comm->rank != 0)
-        return;
-    printf("model %s | %" PRId64 " parameters | batch %" PRId64, p->model,
-           t->mesh.global.param_elems, p->batch);
-    if (p->seq > 1)
-        printf(" x %" PRId64 " tokens | vocab %" PRId64, p->seq, p->vocab);
-    else
-        printf(" samples | %" PRId64 " classes", p->vocab);
-    printf(" | %s, %d threads | %s lr %.2e\n", t->dev->name, t->threads,
-           t->hp.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd", t->hp.lr);
-    if (p->offload.on)
-        trainer_offload_banner(t);
-    if (!many)
-        return;
-    /* the device's groups: NCCL over the world's MPI on the CUDA device */
-    const char *via = strcmp(t->dev->name, "cuda") ? t->comm->name : "nccl over mpi";
-    if (!t->mesh.trivial)
-        printf("mesh dp %d x tp %d x pp %d: %d ranks (%s) | %s pipeline of %" PRId64
-               " micro-batch%s\n", t->mesh.dp, t->mesh.tp, t->mesh.pp, t->comm->size,
-               via, p->scheduled ? "scheduled" : "unscheduled", p->microbatches,
-               p->microbatches == 1 ? "" : "es");
-    printf("data parallel: %d ranks (%s) | global batch %" PRId64 " x %" PRId64
-           " | zero %d", t->mesh.dp, via, t->global_batch, p->seq, t->zero.stage);
-    if (p->offload.on) { /* the state is at its homes: the offload line says where */
-        printf(" | %s\n", t->zero.stage == 3 ? "each rank holds its own chunks at their homes"
-                                             : "every rank holds the whole state at its homes");
-        return;
-    }
-    printf(" | memory of the largest rank:");
-    for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier++) {
-        printf("%s %s %.2f MiB", tier ? "," : "", names[tier], mib[tier]);
-        if (exec_reserved(&t->ex, tier))
-            printf(" of %.2f MiB", (double)p->tiers[tier] / (1 << 20));
-    }
-    printf("\n");
+static void trainer_banner(Trainer *t) {
+  static const char *const names[3] = {"params", "grads", "opt"};
+  const RtProgram *p = t->prog;
+  double mib[RT_TIERS];
+  int many = t->comm->size > 1 || t->zero.stage > 0;
+  if (many) trainer_memory(t, mib);
+  if (t->comm->rank != 0) return;
+  printf("model %s | %" PRId64 " parameters | batch %" PRId64, p->model, t->mesh.global.param_elems, p->batch);
+  if (p->seq > 1) printf(" x %" PRId64 " tokens | vocab %" PRId64, p->seq, p->vocab);
+  else printf(" samples | %" PRId64 " classes", p->vocab);
+  printf(" | %s, %d threads | %s lr %.2e\n", t->dev->name, t->threads,
+         t->hp.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd", t->hp.lr);
+  if (p->offload.on) trainer_offload_banner(t);
+  if (!many) return;
+  /* the device's groups: NCCL over the world's MPI on the CUDA device */
+  const char *via = strcmp(t->dev->name, "cuda") ? t->comm->name : "nccl over mpi";
+  if (!t->mesh.trivial)
+    printf("mesh dp %d x tp %d x pp %d: %d ranks (%s) | %s pipeline of %" PRId64 " micro-batch%s\n", t->mesh.dp,
+           t->mesh.tp, t->mesh.pp, t->comm->size, via, p->scheduled ? "scheduled" : "unscheduled", p->microbatches,
+           p->microbatches == 1 ? "" : "es");
+  printf("data parallel: %d ranks (%s) | global batch %" PRId64 " x %" PRId64 " | zero %d", t->mesh.dp, via,
+         t->global_batch, p->seq, t->zero.stage);
+  if (p->offload.on) { /* the state is at its homes: the offload line says where */
+    printf(" | %s\n", t->zero.stage == 3 ? "each rank holds its own chunks at their homes"
+                                         : "every rank holds the whole state at its homes");
+    return;
+  }
+  printf(" | memory of the largest rank:");
+  for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier++) {
+    printf("%s %s %.2f MiB", tier ? "," : "", names[tier], mib[tier]);
+    if (exec_reserved(&t->ex, tier)) printf(" of %.2f MiB", (double)p->tiers[tier] / (1 << 20));
+  }
+  printf("\n");
 }
 
 /* Every rank learns whether any failed (failed: this one did, its message in err).
  * 0, or -1 with err kept on the lowest failing rank and emptied on the others. */
-static int trainer_agree(Trainer *t, int failed, char *err, size_t errlen)
-{
-    int first;
-    if (comm_agree(t->comm, failed, &first) == 0)
-        return 0;
-    if (t->comm->rank != first && errlen > 0)
-        err[0] = 0;
-    return -1;
+static int trainer_agree(Trainer *t, int failed, char *err, size_t errlen) {
+  int first;
+  if (comm_agree(t->comm, failed, &first) == 0) return 0;
+  if (t->comm->rank != first && errlen > 0) err[0] = 0;
+  return -1;
 }
 
 /* What offload runs with (program.h): data parallelism, each rank holding the whole
  * state at its homes (ZeRO 0) or its own chunks (ZeRO 3). */
-static int trainer_check_offload(Trainer *t, char *err, size_t errlen)
-{
-    int z = (int)t->prog->zero_stage;
-    if (z != 0 && z != 3)
-        return file_set_error(err, errlen, "internal error: an offload program at ZeRO stage %d", z);
-    if (z == 3 && t->opts->sample > 0)
-        return file_set_error(err, errlen, "--sample: this program keeps each rank's share of the "
-                              "parameters at its homes (ZeRO-3 with offload), and `forward` needs "
-                              "them all on one device; sample from the saved parameters with a "
-                              "program compiled without offload");
-    return 0;
+static int trainer_check_offload(Trainer *t, char *err, size_t errlen) {
+  int z = (int)t->prog->zero_stage;
+  if (z != 0 && z != 3) return file_set_error(err, errlen, "internal error: an offload program at ZeRO stage %d", z);
+  if (z == 3 && t->opts->sample > 0)
+    return file_set_error(err, errlen,
+                          "--sample: this program keeps each rank's share of the "
+                          "parameters at its homes (ZeRO-3 with offload), and `forward` needs "
+                          "them all on one device; sample from the saved parameters with a "
+                          "program compiled without offload");
+  return 0;
 }
 
 /* Several ranks keep their NVMe files apart: DIR/rank-R, made here and removed when empty
  * at the end. NULL: no --nvme-dir. */
-static const char *trainer_nvme_dir(Trainer *t, char *err, size_t errlen)
-{
-    const char *dir = t->opts->nvme_dir;
-    if (!dir || t->comm->size == 1)
-        return dir;
-    if (asprintf(&t->nvme_rank_dir, "%s/rank-%d", dir, t->comm->rank) < 0) {
-        t->nvme_rank_dir = NULL;
-        file_set_error(err, errlen, "out of memory");
-        return NULL;
-    }
-    if (mkdir(t->nvme_rank_dir, 0700) != 0 && errno != EEXIST) {
-        file_set_error(err, errlen, "--nvme-dir: cannot create %s: %s", t->nvme_rank_dir, strerror(errno));
-        return NULL;
-    }
-    return t->nvme_rank_dir;
+static const char *trainer_nvme_dir(Trainer *t, char *err, size_t errlen) {
+  const char *dir = t->opts->nvme_dir;
+  if (!dir || t->comm->size == 1) return dir;
+  if (asprintf(&t->nvme_rank_dir, "%s/rank-%d", dir, t->comm->rank) < 0) {
+    t->nvme_rank_dir = NULL;
+    file_set_error(err, errlen, "out of memory");
+    return NULL;
+  }
+  if (mkdir(t->nvme_rank_dir, 0700) != 0 && errno != EEXIST) {
+    file_set_error(err, errlen, "--nvme-dir: cannot create %s: %s", t->nvme_rank_dir, strerror(errno));
+    return NULL;
+  }
+  return t->nvme_rank_dir;
 }
 
 /* The host and NVMe locations and the copy thread; sampling must fit the device. */
-static int trainer_init_offload(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
-{
-    const RtProgram *p = t->prog;
-    Device *host = t->dev;
-    if (!t->dev->host_view &&
-        !(host = t->host_dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen)))
-        return -1;
-    const RtOffload *f = &p->offload;
-    int64_t keep = f->has_predicted ? f->predicted[f->npredicted > 1 ? t->mesh.dp_rank : 0][1] : 0;
-    if (host != t->dev) /* the host location's memory, pinned for the GPU's copies and kept
-                         * pinned up to the plan's host peak */
-        device_cpu_pin_through(host, t->dev, keep);
-    const char *nvme = trainer_nvme_dir(t, err, errlen);
-    if ((t->opts->nvme_dir && !nvme) || offload_init(&t->ex, host, nvme, t->mesh.dp_rank, err, errlen) != 0)
-        return -1;
-    int64_t need = offload_sample_bytes(t->ex.off);
-    if (t->opts->sample > 0 && need > p->offload.device_capacity)
-        return file_set_error(err, errlen, "--sample: sampling runs `forward` with every parameter "
-                              "on the device, %.2f MiB with the work tier, and this program's "
-                              "plan gives the device %.2f MiB; sample from the saved "
-                              "parameters with a program compiled without offload",
-                              (double)need / (1 << 20),
-                              (double)p->offload.device_capacity / (1 << 20));
-    return 0;
+static int trainer_init_offload(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen) {
+  const RtProgram *p = t->prog;
+  Device *host = t->dev;
+  if (!t->dev->host_view && !(host = t->host_dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen)))
+    return -1;
+  const RtOffload *f = &p->offload;
+  int64_t keep = f->has_predicted ? f->predicted[f->npredicted > 1 ? t->mesh.dp_rank : 0][1] : 0;
+  if (host != t->dev) /* the host location's memory, pinned for the GPU's copies and kept
+                       * pinned up to the plan's host peak */
+    device_cpu_pin_through(host, t->dev, keep);
+  const char *nvme = trainer_nvme_dir(t, err, errlen);
+  if ((t->opts->nvme_dir && !nvme) || offload_init(&t->ex, host, nvme, t->mesh.dp_rank, err, errlen) != 0) return -1;
+  int64_t need = offload_sample_bytes(t->ex.off);
+  if (t->opts->sample > 0 && need > p->offload.device_capacity)
+    return file_set_error(err, errlen,
+                          "--sample: sampling runs `forward` with every parameter "
+                          "on the device, %.2f MiB with the work tier, and this program's "
+                          "plan gives the device %.2f MiB; sample from the saved "
+                          "parameters with a program compiled without offload",
+                          (double)need / (1 << 20), (double)p->offload.device_capacity / (1 << 20));
+  return 0;
 }
 
 /* The device --device asks for: cuda by default when the program carries CUDA kernels
  * and a GPU is visible here. Each rank takes the GPU of its local rank. */
-static int trainer_open_device(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
-{
-    const TrainOpts *o = t->opts;
-    const RtProgram *p = t->prog;
-    const char *cuda = colossalc_cuda_source;
-    int want = o->device;
+static int trainer_open_device(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen) {
+  const TrainOpts *o = t->opts;
+  const RtProgram *p = t->prog;
+  const char *cuda = colossalc_cuda_source;
+  int want = o->device;
 #ifdef COLOSSALC_HAVE_CUDA
-    if (want == TRAIN_DEVICE_AUTO)
-        want = cuda && p->cuda_launch && device_cuda_available() ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
-    if (want == TRAIN_DEVICE_CUDA) {
-        CudaOptions co = {.ordinal = t->comm->local_rank, .kernel_cache = o->kernel_cache, .threads = t->threads,
-                          .tf32 = o->tf32, .quiet = t->comm->rank != 0, .nccl = t->comm->size > 1};
-        t->dev = device_cuda_new(p, cuda, &co, err, errlen);
-        return t->dev ? 0 : -1;
-    }
-#else
-    if (want == TRAIN_DEVICE_CUDA)
-        return file_set_error(err, errlen, "--device cuda: this train was built without the CUDA device (no CUDA "
-                              "toolkit where colossalc was built)");
-#endif
-    t->dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen);
+  if (want == TRAIN_DEVICE_AUTO)
+    want = cuda && p->cuda_launch && device_cuda_available() ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
+  if (want == TRAIN_DEVICE_CUDA) {
+    CudaOptions co = {.ordinal = t->comm->local_rank,
+                      .kernel_cache = o->kernel_cache,
+                      .threads = t->threads,
+                      .tf32 = o->tf32,
+                      .quiet = t->comm->rank != 0,
+                      .nccl = t->comm->size > 1};
+    t->dev = device_cuda_new(p, cuda, &co, err, errlen);
     return t->dev ? 0 : -1;
+  }
+#else
+  if (want == TRAIN_DEVICE_CUDA)
+    return file_set_error(err, errlen,
+                          "--device cuda: this train was built without the CUDA device (no CUDA "
+                          "toolkit where colossalc was built)");
+#endif
+  t->dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen);
+  return t->dev ? 0 : -1;
 }
 
 /* Everything of trainer_init that needs no other rank. */
-static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
-{
-    const TrainOpts *o = t->opts;
-    int rank0 = t->comm->rank == 0;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN) / t->comm->local_size; /* shared by the ranks */
-    t->threads = o->threads > 0 ? (int)o->threads : cpus > 0 ? (int)(cpus < 1024 ? cpus : 1024) : 1;
-    /* first: its group splits are collectives every rank must reach */
-    if (mesh_init(&t->mesh, t->stages, t->nstages, t->comm, err, errlen) != 0)
-        return -1;
-    const RtProgram *p = t->prog = t->mesh.prog;
-    if (p->offload.on && trainer_check_offload(t, err, errlen) != 0)
-        return -1;
-    if (!t->mesh.trivial && o->sample > 0)
-        return file_set_error(err, errlen,
-                              "--sample: sampling runs `forward` on one rank, and this program is "
-                              "split over the mesh dp %d x tp %d x pp %d; it needs a one-stage, "
-                              "unsplit program (compile the model without tp and pp to sample)",
-                              t->mesh.dp, t->mesh.tp, t->mesh.pp);
-    for (int i = 0; i < p->ninputs && o->sample > 0; i++)
-        if (p->inputs[i].role == RT_ROLE_DATA)
-            return file_set_error(err, errlen, "--sample: sampling feeds `forward` the tokens of a "
-                                  "language model alone, and this program's input %s is not them "
-                                  "nor their targets", p->inputs[i].name);
-    if (p->tokens < 0 && o->sample > 0)
-        return file_set_error(err, errlen, "--sample: this program reads no tokens to sample from");
-    if (p->logits_offset < 0 && o->sample > 0)
-        return file_set_error(err, errlen,
-                              "--sample: this program computes the classifier and its loss a chunk "
-                              "of rows at a time (colossalc --classifier fused) and never holds the "
-                              "logits `forward` samples from; compile with --classifier materialized "
-                              "to sample");
-    t->global_batch = p->batch * p->microbatches * t->mesh.dp;
-    if (t->global_batch > INT32_MAX)
-        return file_set_error(err, errlen, "global batch of %" PRId64 " rows is too large",
-                              t->global_batch);
-    if (trainer_apply_overrides(t, o, err, errlen) != 0)
-        return -1;
-    if (trainer_open_data(t, o->data, &t->data, err, errlen) ||
-        trainer_open_data(t, o->val, &t->val, err, errlen))
-        return -1;
-    if (rank0 && ((o->ckpt_dir && ckpt_prepare_dir(o->ckpt_dir, err, errlen) != 0) ||
-                  (o->save && ckpt_check_save_path(o->save, err, errlen) != 0) ||
-                  (o->save_hf && ckpt_check_save_hf(&t->mesh.global, o->save_hf, err, errlen))))
-        return -1;
-    if (rank0 && o->log && !(t->log = fopen(o->log, o->resume ? "a" : "w")))
-        return file_set_error(err, errlen, "--log %s: cannot open: %s", o->log, strerror(errno));
-    return trainer_open_device(t, kernels, err, errlen);
+static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen) {
+  const TrainOpts *o = t->opts;
+  int rank0 = t->comm->rank == 0;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN) / t->comm->local_size; /* shared by the ranks */
+  t->threads = o->threads > 0 ? (int)o->threads : cpus > 0 ? (int)(cpus < 1024 ? cpus : 1024) : 1;
+  /* first: its group splits are collectives every rank must reach */
+  if (mesh_init(&t->mesh, t->stages, t->nstages, t->comm, err, errlen) != 0) return -1;
+  const RtProgram *p = t->prog = t->mesh.prog;
+  if (p->offload.on && trainer_check_offload(t, err, errlen) != 0) return -1;
+  if (!t->mesh.trivial && o->sample > 0)
+    return file_set_error(err, errlen,
+                          "--sample: sampling runs `forward` on one rank, and this program is "
+                          "split over the mesh dp %d x tp %d x pp %d; it needs a one-stage, "
+                          "unsplit program (compile the model without tp and pp to sample)",
+                          t->mesh.dp, t->mesh.tp, t->mesh.pp);
+  for (int i = 0; i < p->ninputs && o->sample > 0; i++)
+    if (p->inputs[i].role == RT_ROLE_DATA)
+      return file_set_error(err, errlen,
+                            "--sample: sampling feeds `forward` the tokens of a "
+                            "language model alone, and this program's input %s is not them "
+                            "nor their targets",
+                            p->inputs[i].name);
+  if (p->tokens < 0 && o->sample > 0)
+    return file_set_error(err, errlen, "--sample: this program reads no tokens to sample from");
+  if (p->logits_offset < 0 && o->sample > 0)
+    return file_set_error(err, errlen,
+                          "--sample: this program computes the classifier and its loss a chunk "
+                          "of rows at a time (colossalc --classifier fused) and never holds the "
+                          "logits `forward` samples from; compile with --classifier materialized "
+                          "to sample");
+  t->global_batch = p->batch * p->microbatches * t->mesh.dp;
+  if (t->global_batch > INT32_MAX)
+    return file_set_error(err, errlen, "global batch of %" PRId64 " rows is too large", t->global_batch);
+  if (trainer_apply_overrides(t, o, err, errlen) != 0) return -1;
+  if (trainer_open_data(t, o->data, &t->data, err, errlen) || trainer_open_data(t, o->val, &t->val, err, errlen))
+    return -1;
+  if (rank0 && ((o->ckpt_dir && ckpt_prepare_dir(o->ckpt_dir, err, errlen) != 0) ||
+                (o->save && ckpt_check_save_path(o->save, err, errlen) != 0) ||
+                (o->save_hf && ckpt_check_save_hf(&t->mesh.global, o->save_hf, err, errlen))))
+    return -1;
+  if (rank0 && o->log && !(t->log = fopen(o->log, o->resume ? "a" : "w")))
+    return file_set_error(err, errlen, "--log %s: cannot open: %s", o->log, strerror(errno));
+  return trainer_open_device(t, kernels, err, errlen);
 }
 
 #ifdef COLOSSALC_HAVE_CUDA
-static Comm *wrap_cuda(void *dev, Comm *host, int own)
-{
-    return device_cuda_comm(dev, host, own);
-}
+static Comm *wrap_cuda(void *dev, Comm *host, int own) { return device_cuda_comm(dev, host, own); }
 #endif
 
 /* The program overlaps some of its collectives with compute (codegen/compose.h). */
-static int program_overlaps(const RtProgram *p)
-{
-    for (int i = 0; i < p->step.n; i++)
-        if (p->step.instr[i].overlap)
-            return 1;
-    return 0;
+static int program_overlaps(const RtProgram *p) {
+  for (int i = 0; i < p->step.n; i++)
+    if (p->step.instr[i].overlap) return 1;
+  return 0;
 }
 
 /* The rest of trainer_init, once every rank has its device: the groups that carry
  * device buffers (collectives to make them), then memory and state. */
-static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen)
-{
-    const RtProgram *p = t->prog;
-    MeshWrapFn wrap = NULL;
+static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen) {
+  const RtProgram *p = t->prog;
+  MeshWrapFn wrap = NULL;
 #ifdef COLOSSALC_HAVE_CUDA
-    if (!strcmp(t->dev->name, "cuda") && t->comm->size > 1)
-        wrap = wrap_cuda;
+  if (!strcmp(t->dev->name, "cuda") && t->comm->size > 1) wrap = wrap_cuda;
 #endif
-    /* the step's model FLOPs and the devices' peak, over every rank (an unknown peak
-     * anywhere leaves the MFU unknown) */
-    double f[3] = {t->prog->flops_per_step * (double)t->prog->microbatches, t->dev->peak_flops,
-                   t->dev->peak_flops > 0 ? 0 : 1};
-    t->comm->host_all_reduce(t->comm, f, 3, COMM_SUM);
-    t->step_flops = f[0], t->peak_flops = f[2] > 0 ? 0 : f[1];
-    /* the compiler's figure for this rank's step memory, the largest over the ranks
-     * (unknown, -1, if any rank's program lacks it) */
-    int k = p->npredicted_mem > 1 ? t->mesh.dp_rank : 0;
-    double plan[2] = {k < p->npredicted_mem ? (double)(p->predicted_mem[k] + t->dev->own_bytes) : -1, 0};
-    plan[1] = -plan[0];
-    t->comm->host_all_reduce(t->comm, plan, 2, COMM_MAX);
-    t->plan_mem = -plan[1] < 0 ? -1 : plan[0];
-    if (mesh_device_groups(&t->mesh, wrap, t->dev, err, errlen) != 0 ||
-        zero_init(&t->zero, p, t->mesh.dp_comm, err, errlen) != 0)
-        return -1;
+  /* the step's model FLOPs and the devices' peak, over every rank (an unknown peak
+   * anywhere leaves the MFU unknown) */
+  double f[3] = {t->prog->flops_per_step * (double)t->prog->microbatches, t->dev->peak_flops,
+                 t->dev->peak_flops > 0 ? 0 : 1};
+  t->comm->host_all_reduce(t->comm, f, 3, COMM_SUM);
+  t->step_flops = f[0], t->peak_flops = f[2] > 0 ? 0 : f[1];
+  /* the compiler's figure for this rank's step memory, the largest over the ranks
+   * (unknown, -1, if any rank's program lacks it) */
+  int k = p->npredicted_mem > 1 ? t->mesh.dp_rank : 0;
+  double plan[2] = {k < p->npredicted_mem ? (double)(p->predicted_mem[k] + t->dev->own_bytes) : -1, 0};
+  plan[1] = -plan[0];
+  t->comm->host_all_reduce(t->comm, plan, 2, COMM_MAX);
+  t->plan_mem = -plan[1] < 0 ? -1 : plan[0];
+  if (mesh_device_groups(&t->mesh, wrap, t->dev, err, errlen) != 0 ||
+      zero_init(&t->zero, p, t->mesh.dp_comm, err, errlen) != 0)
+    return -1;
 #ifdef COLOSSALC_HAVE_CUDA
-    if (wrap && t->dev->fork && program_overlaps(p) && t->mesh.dp_comm->size > 1)
-        t->dp_overlap = device_cuda_overlap_comm(t->dev, t->mesh.dp_comm);
+  if (wrap && t->dev->fork && program_overlaps(p) && t->mesh.dp_comm->size > 1)
+    t->dp_overlap = device_cuda_overlap_comm(t->dev, t->mesh.dp_comm);
 #endif
-    /* Shards are reserved where the device can (exec_init_reserved: otherwise the
-     * tiers are whole); an offload program's PARAMS, GRADS and OPT always
-     * (offload_init checks). */
-    unsigned reserve = zero_reserve_mask(&t->zero);
-    reserve |= p->offload.on ? 1u << RT_TIER_PARAMS | 1u << RT_TIER_GRADS | 1u << RT_TIER_OPT : 0;
-    if (exec_init_reserved(&t->ex, p, t->dev, reserve, err, errlen) != 0 ||
-        (p->offload.on ? trainer_init_offload(t, kernels, err, errlen) != 0 /* commits the homes */
-                       : zero_commit_owned(&t->zero, &t->ex, err, errlen) != 0) ||
-        trainer_alloc_host(t, err, errlen) != 0)
-        return -1;
-    t->ex.ctx = (ExecCtx){.tp = t->mesh.tp_comm, .dp = t->mesh.dp_comm, .dp_overlap = t->dp_overlap,
-                          .stage_groups = t->mesh.stage_comms, .dp_rank = t->mesh.dp_rank,
-                          .tp_rank = t->mesh.tp_rank, .pp = t->mesh.pp_comm, .inputs = t->rows,
-                          .zero = zero_exec_instr, .zero_arg = &t->zero};
-    return trainer_init_state(t, err, errlen);
+  /* Shards are reserved where the device can (exec_init_reserved: otherwise the
+   * tiers are whole); an offload program's PARAMS, GRADS and OPT always
+   * (offload_init checks). */
+  unsigned reserve = zero_reserve_mask(&t->zero);
+  reserve |= p->offload.on ? 1u << RT_TIER_PARAMS | 1u << RT_TIER_GRADS | 1u << RT_TIER_OPT : 0;
+  if (exec_init_reserved(&t->ex, p, t->dev, reserve, err, errlen) != 0 ||
+      (p->offload.on ? trainer_init_offload(t, kernels, err, errlen) != 0 /* commits the homes */
+                     : zero_commit_owned(&t->zero, &t->ex, err, errlen) != 0) ||
+      trainer_alloc_host(t, err, errlen) != 0)
+    return -1;
+  t->ex.ctx = (ExecCtx){.tp = t->mesh.tp_comm,
+                        .dp = t->mesh.dp_comm,
+                        .dp_overlap = t->dp_overlap,
+                        .stage_groups = t->mesh.stage_comms,
+                        .dp_rank = t->mesh.dp_rank,
+                        .tp_rank = t->mesh.tp_rank,
+                        .pp = t->mesh.pp_comm,
+                        .inputs = t->rows,
+                        .zero = zero_exec_instr,
+                        .zero_arg = &t->zero};
+  return trainer_init_state(t, err, errlen);
 }
 
-int trainer_init_stages(Trainer *t, const RtProgram *stages, int nstages,
-                        const RtKernelFn *kernels, const TrainOpts *o, Comm *comm, char *err,
-                        size_t errlen)
-{
-    memset(t, 0, sizeof *t);
-    t->prog = t->stages = stages, t->nstages = nstages, t->opts = o, t->seed = o->seed;
-    t->last_val = t->last_ckpt = -1;
-    t->comm = comm;
-    if (!comm && !(t->comm = comm_self_new()))
-        return file_set_error(err, errlen, "out of memory");
-    t->own_comm = !comm;
-    int failed = trainer_init_local(t, kernels, err, errlen) != 0;
-    if (trainer_agree(t, failed, err, errlen) != 0)
-        return -1;
-    failed = trainer_init_memory(t, kernels, err, errlen) != 0;
-    if (trainer_agree(t, failed, err, errlen) != 0)
-        return -1;
-    trainer_banner(t);
-    return 0;
+int trainer_init_stages(Trainer *t, const RtProgram *stages, int nstages, const RtKernelFn *kernels, const TrainOpts *o,
+                        Comm *comm, char *err, size_t errlen) {
+  memset(t, 0, sizeof *t);
+  t->prog = t->stages = stages, t->nstages = nstages, t->opts = o, t->seed = o->seed;
+  t->last_val = t->last_ckpt = -1;
+  t->comm = comm;
+  if (!comm && !(t->comm = comm_self_new())) return file_set_error(err, errlen, "out of memory");
+  t->own_comm = !comm;
+  int failed = trainer_init_local(t, kernels, err, errlen) != 0;
+  if (trainer_agree(t, failed, err, errlen) != 0) return -1;
+  failed = trainer_init_memory(t, kernels, err, errlen) != 0;
+  if (trainer_agree(t, failed, err, errlen) != 0) return -1;
+  trainer_banner(t);
+  return 0;
 }
 
-int trainer_init_comm(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
-                      const TrainOpts *o, Comm *comm, char *err, size_t errlen)
-{
-    return trainer_init_stages(t, p, 1, kernels, o, comm, err, errlen);
+int trainer_init_comm(Trainer *t, const RtProgram *p, const RtKernelFn *kernels, const TrainOpts *o, Comm *comm,
+                      char *err, size_t errlen) {
+  return trainer_init_stages(t, p, 1, kernels, o, comm, err, errlen);
 }
 
-int trainer_init(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
-                 const TrainOpts *o, char *err, size_t errlen)
-{
-    return trainer_init_comm(t, p, kernels, o, NULL, err, errlen);
+int trainer_init(Trainer *t, const RtProgram *p, const RtKernelFn *kernels, const TrainOpts *o, char *err,
+                 size_t errlen) {
+  return trainer_init_comm(t, p, kernels, o, NULL, err, errlen);
 }
 
-void trainer_free(Trainer *t)
-{
-    if (t->staged)
-        for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
-            free(t->host[tier]);
-    if (t->dev)
-        exec_free(&t->ex);
-    zero_free(&t->zero);
-    if (t->dp_overlap)
-        t->dp_overlap->destroy(t->dp_overlap);
-    mesh_free(&t->mesh); /* its groups may live on the device (NCCL) */
-    if (t->dev) { /* the staging memory belongs to the device */
-        for (int i = 0; i < RT_MAX_INPUTS; i++)
-            exec_host_free(t->dev, t->rows[i]);
-        t->dev->destroy(t->dev);
-    }
-    if (t->host_dev)
-        t->host_dev->destroy(t->host_dev);
-    if (t->nvme_rank_dir)
-        rmdir(t->nvme_rank_dir); /* its files are gone with the offload state (exec_free) */
-    free(t->nvme_rank_dir);
-    if (t->log)
-        fclose(t->log);
-    data_close(t->data);
-    data_close(t->val);
-    free(t->gnorm_parts);
-    free(t->logits_row), free(t->context);
-    free(t->gstate[0]), free(t->gstate[1]);
-    if (t->own_comm)
-        t->comm->destroy(t->comm);
-    memset(t, 0, sizeof *t);
+void trainer_free(Trainer *t) {
+  if (t->staged)
+    for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT) free(t->host[tier]);
+  if (t->dev) exec_free(&t->ex);
+  zero_free(&t->zero);
+  if (t->dp_overlap) t->dp_overlap->destroy(t->dp_overlap);
+  mesh_free(&t->mesh); /* its groups may live on the device (NCCL) */
+  if (t->dev) {        /* the staging memory belongs to the device */
+    for (int i = 0; i < RT_MAX_INPUTS; i++) exec_host_free(t->dev, t->rows[i]);
+    t->dev->destroy(t->dev);
+  }
+  if (t->host_dev) t->host_dev->destroy(t->host_dev);
+  if (t->nvme_rank_dir) rmdir(t->nvme_rank_dir); /* its files are gone with the offload state (exec_free) */
+  free(t->nvme_rank_dir);
+  if (t->log) fclose(t->log);
+  data_close(t->data);
+  data_close(t->val);
+  free(t->gnorm_parts);
+  free(t->logits_row), free(t->context);
+  free(t->gstate[0]), free(t->gstate[1]);
+  if (t->own_comm) t->comm->destroy(t->comm);
+  memset(t, 0, sizeof *t);
 }
 
 /* ---- one step ------------------------------------------------------------------ */
 
-int trainer_load_batch(Trainer *t, DataFile *df, int64_t index, char *err, size_t errlen)
-{
-    const RtProgram *p = t->prog;
-    uint32_t key[2]; /* --shuffle: the training data's order (never validation's) */
-    int shuffled = t->opts->shuffle && df == t->data;
-    if (shuffled)
-        philox_key_derive(t->seed, "shuffle", key);
-    if (data_read(df, index, t->mesh.dp_rank, shuffled ? key : NULL, t->rows, err, errlen) != 0) {
-        /* the step still runs (the ranks meet in its collectives): on zeros, harmlessly */
-        for (int i = 0; i < p->ninputs; i++)
-            memset(t->rows[i], 0, (size_t)(p->batch * p->microbatches * p->inputs[i].row_elems * 4));
-        return -1;
-    }
-    return 0;
+int trainer_load_batch(Trainer *t, DataFile *df, int64_t index, char *err, size_t errlen) {
+  const RtProgram *p = t->prog;
+  uint32_t key[2]; /* --shuffle: the training data's order (never validation's) */
+  int shuffled = t->opts->shuffle && df == t->data;
+  if (shuffled) philox_key_derive(t->seed, "shuffle", key);
+  if (data_read(df, index, t->mesh.dp_rank, shuffled ? key : NULL, t->rows, err, errlen) != 0) {
+    /* the step still runs (the ranks meet in its collectives): on zeros, harmlessly */
+    for (int i = 0; i < p->ninputs; i++)
+      memset(t->rows[i], 0, (size_t)(p->batch * p->microbatches * p->inputs[i].row_elems * 4));
+    return -1;
+  }
+  return 0;
 }
 
 /* Runs `step` on each micro-batch of the loaded rows (a scheduled `step` once on
- * all of them), the gradients adding up in their tier; returns the mean loss. The gradients are the micro-batches' sum: the
- * update's gradient scale divides by their number. */
-static float trainer_forward_backward(Trainer *t, const float *sc, int training)
-{
-    const RtProgram *p = t->prog;
-    double sum = 0;
-    if (!p->offload.on) /* offload: its moves from "zero" create the gradients */
-        exec_zero_tier(&t->ex, RT_TIER_GRADS);
-    if (p->scheduled) { /* the list walks the micro-batches; "loss" adds them up */
-        t->ex.ctx.loss = 0;
-        exec_run(&t->ex, &p->step, sc);
-        return (float)(t->ex.ctx.loss / (double)p->microbatches);
+ * all of them), the gradients adding up in their tier; returns the mean loss. The gradients are the micro-batches' sum:
+ * the update's gradient scale divides by their number. */
+static float trainer_forward_backward(Trainer *t, const float *sc, int training) {
+  const RtProgram *p = t->prog;
+  double sum = 0;
+  if (!p->offload.on) /* offload: its moves from "zero" create the gradients */
+    exec_zero_tier(&t->ex, RT_TIER_GRADS);
+  if (p->scheduled) { /* the list walks the micro-batches; "loss" adds them up */
+    t->ex.ctx.loss = 0;
+    exec_run(&t->ex, &p->step, sc);
+    return (float)(t->ex.ctx.loss / (double)p->microbatches);
+  }
+  for (int64_t i = 0; i < p->microbatches; i++) {
+    float loss;
+    t->ex.ctx.last_mb = training && i == p->microbatches - 1; /* the step's reductions */
+    for (int k = 0; k < p->ninputs; k++) {
+      int64_t bytes = p->batch * p->inputs[k].row_elems * 4;
+      exec_write(&t->ex, RT_TIER_WORK, p->inputs[k].offset, t->rows[k] + i * bytes, bytes);
     }
-    for (int64_t i = 0; i < p->microbatches; i++) {
-        float loss;
-        t->ex.ctx.last_mb = training && i == p->microbatches - 1; /* the step's reductions */
-        for (int k = 0; k < p->ninputs; k++) {
-            int64_t bytes = p->batch * p->inputs[k].row_elems * 4;
-            exec_write(&t->ex, RT_TIER_WORK, p->inputs[k].offset, t->rows[k] + i * bytes, bytes);
-        }
-        exec_run(&t->ex, &p->step, sc);
-        exec_read(&t->ex, RT_TIER_WORK, p->loss_offset, &loss, sizeof loss);
-        sum += loss;
-    }
-    return (float)(sum / (double)p->microbatches);
+    exec_run(&t->ex, &p->step, sc);
+    exec_read(&t->ex, RT_TIER_WORK, p->loss_offset, &loss, sizeof loss);
+    sum += loss;
+  }
+  return (float)(sum / (double)p->microbatches);
 }
 
 typedef struct StepStats {
-    float loss;
-    double lr, norm, ms;
-    double comm_ms, hidden_ms; /* rank 0's overlapped collectives: their time, the part of it
-                                  compute went on beside (a device with a communication stream) */
-    double mem; /* the most device memory one rank held during the step, bytes */
-    double scale; /* fp16: the loss scale the step ran with */
-    int skipped;  /* fp16: an inf or NaN gradient, no update */
+  float loss;
+  double lr, norm, ms;
+  double comm_ms, hidden_ms; /* rank 0's overlapped collectives: their time, the part of it
+                                compute went on beside (a device with a communication stream) */
+  double mem;                /* the most device memory one rank held during the step, bytes */
+  double scale;              /* fp16: the loss scale the step ran with */
+  int skipped;               /* fp16: an inf or NaN gradient, no update */
 } StepStats;
 
 /* After a step's host reduction reported a failure: -1, err kept where it happened. */
-static int trainer_stopped(int failed_here, char *err, size_t errlen)
-{
-    if (!failed_here && errlen > 0)
-        err[0] = 0;
-    return -1;
+static int trainer_stopped(int failed_here, char *err, size_t errlen) {
+  if (!failed_here && errlen > 0) err[0] = 0;
+  return -1;
 }
 
 /* This rank's share of the logged loss (summed over the world, then / dp): the
  * last stage's tp rank 0 reports it. */
-static double trainer_loss_part(const Trainer *t, double loss)
-{
-    return t->mesh.pp_rank == t->mesh.pp - 1 && t->mesh.tp_rank == 0 ? loss : 0;
+static double trainer_loss_part(const Trainer *t, double loss) {
+  return t->mesh.pp_rank == t->mesh.pp - 1 && t->mesh.tp_rank == 0 ? loss : 0;
 }
 
 /* Bytes the offload program's moves copied so far (0 without offload). */
-static int64_t trainer_offload_moved(Trainer *t)
-{
-    OffloadStats s;
-    if (!t->ex.off)
-        return 0;
-    offload_stats(t->ex.off, &s);
-    return s.moved;
+static int64_t trainer_offload_moved(Trainer *t) {
+  OffloadStats s;
+  if (!t->ex.off) return 0;
+  offload_stats(t->ex.off, &s);
+  return s.moved;
 }
 
 /* Every part home after `update` (or the copy thread's error); counts the step. */
-static int trainer_offload_step_end(Trainer *t, int64_t moved0, char *err, size_t errlen)
-{
-    if (offload_end_step(t->ex.off, err, errlen) != 0)
-        return -1;
-    t->off_steps++;
-    t->off_moved += trainer_offload_moved(t) - moved0;
-    return 0;
+static int trainer_offload_step_end(Trainer *t, int64_t moved0, char *err, size_t errlen) {
+  if (offload_end_step(t->ex.off, err, errlen) != 0) return -1;
+  t->off_steps++;
+  t->off_moved += trainer_offload_moved(t) - moved0;
+  return 0;
 }
 
 /* The tiers' peaks since exec_peak_reset join those of the steps before. */
-static void trainer_note_peak(Trainer *t)
-{
-    for (int tier = 0; tier < RT_TIERS; tier++)
-        t->step_peak[tier] = t->ex.peak[tier] > t->step_peak[tier] ? t->ex.peak[tier]
-                                                                   : t->step_peak[tier];
-    t->peak_runs++;
+static void trainer_note_peak(Trainer *t) {
+  for (int tier = 0; tier < RT_TIERS; tier++)
+    t->step_peak[tier] = t->ex.peak[tier] > t->step_peak[tier] ? t->ex.peak[tier] : t->step_peak[tier];
+  t->peak_runs++;
 }
 
 /* A rank whose batch is bad still takes part in the step's collectives (on its
  * previous, valid inputs) and raises the failure flag of the one host reduction;
  * every rank then stops before the update. */
-static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen)
-{
-    const RtProgram *p = t->prog;
-    float sc[TRAIN_SCALARS];
-    int64_t k = t->step + 1;
-    double t0 = now_ms();
-    int64_t moved0 = trainer_offload_moved(t);
-    int failed = trainer_load_batch(t, t->data, t->data_step, err, errlen) != 0;
-    s->lr = train_lr(&t->hp, k, t->opts->steps);
-    train_scalars(&t->hp, s->lr, k, 1.0, sc);
-    double scale = t->hp.loss_scaling ? t->loss_scale : 1.0; /* fp16: gradients come scaled */
-    sc[TRAIN_SC_LOSS_SCALE] = (float)scale;
-    exec_peak_reset(&t->ex); /* ZeRO-3's step gathers each parameter where it is used */
-    float loss = trainer_forward_backward(t, sc, 1);
-    exec_run(&t->ex, &p->sync, sc); /* the gradients summed (codegen/compose.h) */
-    exec_run(&t->ex, &p->gradnorm, sc);
-    exec_read(&t->ex, RT_TIER_WORK, p->gradnorm_offset, t->gnorm_parts, p->gradnorm_parts * 4);
-    double sumsq = 0; /* this rank's share of the norm's square: the world's sum is it */
-    for (int64_t i = 0; i < p->gradnorm_parts; i++)
-        sumsq += t->gnorm_parts[i];
-    double v[3] = {trainer_loss_part(t, loss), sumsq, failed};
-    t->comm->host_all_reduce(t->comm, v, 3, COMM_SUM);
-    if (v[2] > 0)
-        return trainer_stopped(failed, err, errlen);
-    s->mem = (double)t->ex.total_peak; /* gathers and reductions are done: the step's peak */
-    double parts = (double)t->mesh.dp * (double)p->microbatches; /* gradients summed over these */
-    s->loss = (float)(v[0] / t->mesh.dp);
-    s->norm = sqrt(v[1]) / parts / scale; /* of the mean gradient, unscaled */
-    s->scale = scale, s->skipped = t->hp.loss_scaling && !isfinite(s->norm);
-    if (s->skipped) { /* an inf or NaN gradient (the same norm on every rank): no update */
-        t->loss_scale *= t->hp.scale_backoff, t->good_steps = 0;
-        /* the update list still runs for its moves (offload), its kernels keeping every
-         * value (they select the old one when the scalar says 0: codegen/lower.c) */
-        train_scalars(&t->hp, s->lr, k - t->skipped, 0.0, sc);
-        sc[TRAIN_SC_APPLY] = 0.0f;
-        exec_run(&t->ex, &p->update, sc);
-    } else {
-        double gscale = t->hp.clip > 0 ? fmin(1.0, t->hp.clip / (s->norm + 1e-6)) : 1.0;
-        /* the sum becomes the mean, unscaled; Adam's bias corrections count the updates made */
-        train_scalars(&t->hp, s->lr, k - t->skipped, gscale / parts / scale, sc);
-        exec_run(&t->ex, &p->update, sc);
-        if (t->hp.loss_scaling && ++t->good_steps == t->hp.scale_interval)
-            t->loss_scale *= t->hp.scale_growth, t->good_steps = 0;
-    }
-    t->skipped += s->skipped;
-    zero_release_params(&t->zero, &t->ex); /* stage 3: what start-up or validation gathered */
-    t->dev->sync(t->dev);
-    s->comm_ms = s->hidden_ms = 0;
-    if (t->dev->overlap_ms) {
-        double waited;
-        t->dev->overlap_ms(t->dev, &s->comm_ms, &waited);
-        s->hidden_ms = s->comm_ms > waited ? s->comm_ms - waited : 0;
-    }
-    trainer_note_peak(t);
-    s->mem = (double)t->ex.total_peak > s->mem ? (double)t->ex.total_peak : s->mem;
-    if (t->comm->size > 1)
-        t->comm->host_all_reduce(t->comm, &s->mem, 1, COMM_MAX);
-    if (t->ex.off && trainer_offload_step_end(t, moved0, err, errlen) != 0)
-        return -1; /* one rank: nobody to agree with */
-    t->step = k, t->data_step++;
-    s->ms = now_ms() - t0;
-    return 0;
+static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen) {
+  const RtProgram *p = t->prog;
+  float sc[TRAIN_SCALARS];
+  int64_t k = t->step + 1;
+  double t0 = now_ms();
+  int64_t moved0 = trainer_offload_moved(t);
+  int failed = trainer_load_batch(t, t->data, t->data_step, err, errlen) != 0;
+  s->lr = train_lr(&t->hp, k, t->opts->steps);
+  train_scalars(&t->hp, s->lr, k, 1.0, sc);
+  double scale = t->hp.loss_scaling ? t->loss_scale : 1.0; /* fp16: gradients come scaled */
+  sc[TRAIN_SC_LOSS_SCALE] = (float)scale;
+  exec_peak_reset(&t->ex); /* ZeRO-3's step gathers each parameter where it is used */
+  float loss = trainer_forward_backward(t, sc, 1);
+  exec_run(&t->ex, &p->sync, sc); /* the gradients summed (codegen/compose.h) */
+  exec_run(&t->ex, &p->gradnorm, sc);
+  exec_read(&t->ex, RT_TIER_WORK, p->gradnorm_offset, t->gnorm_parts, p->gradnorm_parts * 4);
+  double sumsq = 0; /* this rank's share of the norm's square: the world's sum is it */
+  for (int64_t i = 0; i < p->gradnorm_parts; i++) sumsq += t->gnorm_parts[i];
+  double v[3] = {trainer_loss_part(t, loss), sumsq, failed};
+  t->comm->host_all_reduce(t->comm, v, 3, COMM_SUM);
+  if (v[2] > 0) return trainer_stopped(failed, err, errlen);
+  s->mem = (double)t->ex.total_peak;                           /* gathers and reductions are done: the step's peak */
+  double parts = (double)t->mesh.dp * (double)p->microbatches; /* gradients summed over these */
+  s->loss = (float)(v[0] / t->mesh.dp);
+  s->norm = sqrt(v[1]) / parts / scale; /* of the mean gradient, unscaled */
+  s->scale = scale, s->skipped = t->hp.loss_scaling && !isfinite(s->norm);
+  if (s->skipped) { /* an inf or NaN gradient (the same norm on every rank): no update */
+    t->loss_scale *= t->hp.scale_backoff, t->good_steps = 0;
+    /* the update list still runs for its moves (offload), its kernels keeping every
+     * value (they select the old one when the scalar says 0: codegen/lower.c) */
+    train_scalars(&t->hp, s->lr, k - t->skipped, 0.0, sc);
+    sc[TRAIN_SC_APPLY] = 0.0f;
+    exec_run(&t->ex, &p->update, sc);
+  } else {
+    double gscale = t->hp.clip > 0 ? fmin(1.0, t->hp.clip / (s->norm + 1e-6)) : 1.0;
+    /* the sum becomes the mean, unscaled; Adam's bias corrections count the updates made */
+    train_scalars(&t->hp, s->lr, k - t->skipped, gscale / parts / scale, sc);
+    exec_run(&t->ex, &p->update, sc);
+    if (t->hp.loss_scaling && ++t->good_steps == t->hp.scale_interval)
+      t->loss_scale *= t->hp.scale_growth, t->good_steps = 0;
+  }
+  t->skipped += s->skipped;
+  zero_release_params(&t->zero, &t->ex); /* stage 3: what start-up or validation gathered */
+  t->dev->sync(t->dev);
+  s->comm_ms = s->hidden_ms = 0;
+  if (t->dev->overlap_ms) {
+    double waited;
+    t->dev->overlap_ms(t->dev, &s->comm_ms, &waited);
+    s->hidden_ms = s->comm_ms > waited ? s->comm_ms - waited : 0;
+  }
+  trainer_note_peak(t);
+  s->mem = (double)t->ex.total_peak > s->mem ? (double)t->ex.total_peak : s->mem;
+  if (t->comm->size > 1) t->comm->host_all_reduce(t->comm, &s->mem, 1, COMM_MAX);
+  if (t->ex.off && trainer_offload_step_end(t, moved0, err, errlen) != 0)
+    return -1; /* one rank: nobody to agree with */
+  t->step = k, t->data_step++;
+  s->ms = now_ms() - t0;
+  return 0;
 }
 
 /* ---- logging ------------------------------------------------------------------- */
 
 /* A JSON number, or null for a non-finite value. */
-static void json_num(FILE *f, const char *key, double v, const char *fmt)
-{
-    fprintf(f, ", \"%s\": ", key);
-    if (isfinite(v))
-        fprintf(f, fmt, v);
-    else
-        fputs("null", f);
+static void json_num(FILE *f, const char *key, double v, const char *fmt) {
+  fprintf(f, ", \"%s\": ", key);
+  if (isfinite(v)) fprintf(f, fmt, v);
+  else fputs("null", f);
 }
 
-static void trainer_log_step(Trainer *t, const StepStats *s)
-{
-    const RtProgram *p = t->prog;
-    double tps = s->ms > 0 ? (double)(t->global_batch * p->seq) / (s->ms / 1e3) : 0;
-    const char *unit = p->seq > 1 ? "tok" : "samples"; /* token sequences, or other rows */
-    /* model FLOPs of the step over every rank's peak; NaN where a peak is unknown */
-    double mfu = t->peak_flops > 0 && s->ms > 0 ? t->step_flops / (s->ms / 1e3) / t->peak_flops : NAN;
-    if (t->comm->rank != 0)
-        return;
-    printf("step %" PRId64 "/%" PRId64
-           " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f %s/s | mem %.1f MiB",
-           t->step, t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps, unit, s->mem / (1 << 20));
-    if (t->plan_mem >= 0)
-        printf(" (plan %.1f MiB)", t->plan_mem / (1 << 20));
-    if (s->skipped)
-        printf(" | skipped: inf/NaN gradient at loss scale %g, now %g", s->scale, t->loss_scale);
-    if (isfinite(mfu))
-        printf(" | MFU %.1f%%", 100 * mfu);
-    if (s->comm_ms > 0)
-        printf(" | comm %.1f ms, %.0f%% hidden", s->comm_ms, 100 * s->hidden_ms / s->comm_ms);
-    printf("\n");
-    fflush(stdout);
-    if (!t->log)
-        return;
-    fprintf(t->log, "{\"step\": %" PRId64, t->step);
-    json_num(t->log, "loss", s->loss, "%.9g");
-    json_num(t->log, "lr", s->lr, "%.9g");
-    json_num(t->log, "grad_norm", s->norm, "%.9g");
-    json_num(t->log, "ms", s->ms, "%.3f");
-    json_num(t->log, p->seq > 1 ? "tokens_per_s" : "samples_per_s", tps, "%.1f");
-    json_num(t->log, "device_memory_peak", s->mem, "%.0f");
-    json_num(t->log, "device_memory_plan", t->plan_mem >= 0 ? t->plan_mem : NAN, "%.0f");
-    json_num(t->log, "mfu", mfu, "%.4f");
-    if (t->hp.loss_scaling) {
-        json_num(t->log, "loss_scale", s->scale, "%.9g");
-        fprintf(t->log, ", \"skipped\": %s", s->skipped ? "true" : "false");
-    }
-    if (t->dev->overlap_ms) {
-        json_num(t->log, "comm_overlap_ms", s->comm_ms, "%.3f");
-        json_num(t->log, "comm_hidden_ms", s->hidden_ms, "%.3f");
-    }
-    fputs("}\n", t->log);
-    fflush(t->log);
+static void trainer_log_step(Trainer *t, const StepStats *s) {
+  const RtProgram *p = t->prog;
+  double tps = s->ms > 0 ? (double)(t->global_batch * p->seq) / (s->ms / 1e3) : 0;
+  const char *unit = p->seq > 1 ? "tok" : "samples"; /* token sequences, or other rows */
+  /* model FLOPs of the step over every rank's peak; NaN where a peak is unknown */
+  double mfu = t->peak_flops > 0 && s->ms > 0 ? t->step_flops / (s->ms / 1e3) / t->peak_flops : NAN;
+  if (t->comm->rank != 0) return;
+  printf("step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f %s/s | mem %.1f MiB", t->step,
+         t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps, unit, s->mem / (1 << 20));
+  if (t->plan_mem >= 0) printf(" (plan %.1f MiB)", t->plan_mem / (1 << 20));
+  if (s->skipped) printf(" | skipped: inf/NaN gradient at loss scale %g, now %g", s->scale, t->loss_scale);
+  if (isfinite(mfu)) printf(" | MFU %.1f%%", 100 * mfu);
+  if (s->comm_ms > 0) printf(" | comm %.1f ms, %.0f%% hidden", s->comm_ms, 100 * s->hidden_ms / s->comm_ms);
+  printf("\n");
+  fflush(stdout);
+  if (!t->log) return;
+  fprintf(t->log, "{\"step\": %" PRId64, t->step);
+  json_num(t->log, "loss", s->loss, "%.9g");
+  json_num(t->log, "lr", s->lr, "%.9g");
+  json_num(t->log, "grad_norm", s->norm, "%.9g");
+  json_num(t->log, "ms", s->ms, "%.3f");
+  json_num(t->log, p->seq > 1 ? "tokens_per_s" : "samples_per_s", tps, "%.1f");
+  json_num(t->log, "device_memory_peak", s->mem, "%.0f");
+  json_num(t->log, "device_memory_plan", t->plan_mem >= 0 ? t->plan_mem : NAN, "%.0f");
+  json_num(t->log, "mfu", mfu, "%.4f");
+  if (t->hp.loss_scaling) {
+    json_num(t->log, "loss_scale", s->scale, "%.9g");
+    fprintf(t->log, ", \"skipped\": %s", s->skipped ? "true" : "false");
+  }
+  if (t->dev->overlap_ms) {
+    json_num(t->log, "comm_overlap_ms", s->comm_ms, "%.3f");
+    json_num(t->log, "comm_hidden_ms", s->hidden_ms, "%.3f");
+  }
+  fputs("}\n", t->log);
+  fflush(t->log);
 }
 
 /* ---- validation and checkpoints ------------------------------------------------ */
 
-int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen)
-{
-    float sc[TRAIN_SCALARS];
-    double v[2] = {0, 0}; /* sum of losses, failed */
-    train_scalars(&t->hp, 0.0, t->step > 0 ? t->step : 1, 1.0, sc);
-    exec_peak_reset(&t->ex);
-    for (int b = 0; b < TRAIN_VAL_BATCHES; b++) {
-        if (trainer_load_batch(t, t->val, b, err, errlen) != 0) {
-            v[1] = 1;
-            break;
-        }
-        v[0] += trainer_loss_part(t, trainer_forward_backward(t, sc, 0));
-        /* `step` alone leaves an offload program's parts mid-step: back home */
-        if (t->ex.off && offload_home(t->ex.off, "validation", err, errlen) != 0) {
-            v[1] = 1;
-            break;
-        }
+int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen) {
+  float sc[TRAIN_SCALARS];
+  double v[2] = {0, 0}; /* sum of losses, failed */
+  train_scalars(&t->hp, 0.0, t->step > 0 ? t->step : 1, 1.0, sc);
+  exec_peak_reset(&t->ex);
+  for (int b = 0; b < TRAIN_VAL_BATCHES; b++) {
+    if (trainer_load_batch(t, t->val, b, err, errlen) != 0) {
+      v[1] = 1;
+      break;
     }
-    int failed = v[1] > 0;
-    trainer_note_peak(t);
-    t->comm->host_all_reduce(t->comm, v, 2, COMM_SUM);
-    if (v[1] > 0)
-        return trainer_stopped(failed, err, errlen);
-    *loss = v[0] / t->mesh.dp / TRAIN_VAL_BATCHES;
-    return 0;
+    v[0] += trainer_loss_part(t, trainer_forward_backward(t, sc, 0));
+    /* `step` alone leaves an offload program's parts mid-step: back home */
+    if (t->ex.off && offload_home(t->ex.off, "validation", err, errlen) != 0) {
+      v[1] = 1;
+      break;
+    }
+  }
+  int failed = v[1] > 0;
+  trainer_note_peak(t);
+  t->comm->host_all_reduce(t->comm, v, 2, COMM_SUM);
+  if (v[1] > 0) return trainer_stopped(failed, err, errlen);
+  *loss = v[0] / t->mesh.dp / TRAIN_VAL_BATCHES;
+  return 0;
 }
 
-static int trainer_run_val(Trainer *t, char *err, size_t errlen)
-{
-    double loss;
-    if (trainer_validate(t, &loss, err, errlen) != 0)
-        return -1;
-    t->last_val = t->step;
-    if (t->comm->rank != 0)
-        return 0;
-    printf("val %" PRId64 " | loss %.4f (%d batches)\n", t->step, loss, TRAIN_VAL_BATCHES);
-    if (t->log) {
-        fprintf(t->log, "{\"step\": %" PRId64, t->step);
-        json_num(t->log, "val_loss", loss, "%.9g");
-        fprintf(t->log, ", \"val_batches\": %d}\n", TRAIN_VAL_BATCHES);
-        fflush(t->log);
-    }
-    return 0;
+static int trainer_run_val(Trainer *t, char *err, size_t errlen) {
+  double loss;
+  if (trainer_validate(t, &loss, err, errlen) != 0) return -1;
+  t->last_val = t->step;
+  if (t->comm->rank != 0) return 0;
+  printf("val %" PRId64 " | loss %.4f (%d batches)\n", t->step, loss, TRAIN_VAL_BATCHES);
+  if (t->log) {
+    fprintf(t->log, "{\"step\": %" PRId64, t->step);
+    json_num(t->log, "val_loss", loss, "%.9g");
+    fprintf(t->log, ", \"val_batches\": %d}\n", TRAIN_VAL_BATCHES);
+    fflush(t->log);
+  }
+  return 0;
 }
 
 /* Rank 0 writes the whole state, gathered from the owners under ZeRO and from the
  * holders over the mesh (global tensors). */
-static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen)
-{
-    const RtProgram *p = t->prog;
-    CkptMeta m = {t->step, t->data_step, t->seed, t->threads, t->global_batch, t->loss_scale, t->skipped,
-                  NULL, 0, 0, 0};
-    int rc = 0, rank0 = t->comm->rank == 0;
-    fp8_shape(t, &m.fp8_rows, &m.fp8_width);
-    if (m.fp8_rows) { /* fp8's scaling states: each stage's, in the model's order on rank 0 */
-        int64_t n = p->fp8.rows * p->fp8.width;
-        float *local = malloc((size_t)(n + 1) * sizeof *local);
-        if (rank0)
-            m.fp8 = malloc((size_t)(m.fp8_rows * m.fp8_width) * sizeof *m.fp8);
-        if (!local || (rank0 && !m.fp8))
-            rc = file_set_error(err, errlen, "out of memory");
-        if (trainer_agree(t, rc != 0, err, errlen) != 0) {
-            free(local), free(m.fp8);
-            return -1;
-        }
-        if (n)
-            exec_read(&t->ex, RT_TIER_WORK, p->fp8.offset, local, n * 4);
-        mesh_fp8_gather(&t->mesh, local, m.fp8);
-        free(local);
-    }
-    zero_gather_params(&t->zero, &t->ex);
-    zero_gather_opt(&t->zero, &t->ex);
-    rc = trainer_host_pull(t, err, errlen); /* one rank when it fails (offload) */
+static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen) {
+  const RtProgram *p = t->prog;
+  CkptMeta m = {t->step, t->data_step, t->seed, t->threads, t->global_batch, t->loss_scale, t->skipped, NULL, 0, 0, 0};
+  int rc = 0, rank0 = t->comm->rank == 0;
+  fp8_shape(t, &m.fp8_rows, &m.fp8_width);
+  if (m.fp8_rows) { /* fp8's scaling states: each stage's, in the model's order on rank 0 */
+    int64_t n = p->fp8.rows * p->fp8.width;
+    float *local = malloc((size_t)(n + 1) * sizeof *local);
+    if (rank0) m.fp8 = malloc((size_t)(m.fp8_rows * m.fp8_width) * sizeof *m.fp8);
+    if (!local || (rank0 && !m.fp8)) rc = file_set_error(err, errlen, "out of memory");
     if (trainer_agree(t, rc != 0, err, errlen) != 0) {
-        free(m.fp8);
-        return -1;
+      free(local), free(m.fp8);
+      return -1;
     }
-    trainer_assemble(t, 1);
-    if (!t->mesh.trivial)
-        mesh_gather(&t->mesh, t->gstate[0], t->gstate[1], t->host[RT_TIER_PARAMS],
-                    t->host[RT_TIER_OPT], 1);
-    if (rank0)
-        rc = t->mesh.trivial ? ckpt_save(t->prog, t->opts->ckpt_dir, &m, t->host[RT_TIER_PARAMS],
-                                         t->host[RT_TIER_OPT], err, errlen)
-                             : ckpt_save(&t->mesh.global, t->opts->ckpt_dir, &m, t->gstate[0],
-                                         t->gstate[1], err, errlen);
+    if (n) exec_read(&t->ex, RT_TIER_WORK, p->fp8.offset, local, n * 4);
+    mesh_fp8_gather(&t->mesh, local, m.fp8);
+    free(local);
+  }
+  zero_gather_params(&t->zero, &t->ex);
+  zero_gather_opt(&t->zero, &t->ex);
+  rc = trainer_host_pull(t, err, errlen); /* one rank when it fails (offload) */
+  if (trainer_agree(t, rc != 0, err, errlen) != 0) {
     free(m.fp8);
-    trainer_release_staging(t);
-    zero_release_opt(&t->zero, &t->ex);
-    zero_release_params(&t->zero, &t->ex); /* the step gathers what it needs itself */
-    if (trainer_agree(t, rc != 0, err, errlen) != 0)
-        return -1;
-    t->last_ckpt = t->step;
-    if (rank0)
-        printf("checkpoint %s/ckpt-%" PRId64 ".safetensors\n", t->opts->ckpt_dir, t->step);
-    return 0;
+    return -1;
+  }
+  trainer_assemble(t, 1);
+  if (!t->mesh.trivial)
+    mesh_gather(&t->mesh, t->gstate[0], t->gstate[1], t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], 1);
+  if (rank0)
+    rc = t->mesh.trivial
+             ? ckpt_save(t->prog, t->opts->ckpt_dir, &m, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], err, errlen)
+             : ckpt_save(&t->mesh.global, t->opts->ckpt_dir, &m, t->gstate[0], t->gstate[1], err, errlen);
+  free(m.fp8);
+  trainer_release_staging(t);
+  zero_release_opt(&t->zero, &t->ex);
+  zero_release_params(&t->zero, &t->ex); /* the step gathers what it needs itself */
+  if (trainer_agree(t, rc != 0, err, errlen) != 0) return -1;
+  t->last_ckpt = t->step;
+  if (rank0) printf("checkpoint %s/ckpt-%" PRId64 ".safetensors\n", t->opts->ckpt_dir, t->step);
+  return 0;
 }
 
 /* After a step: validation and checkpoint when due (every N, and after the last). */
-static int trainer_after_step(Trainer *t, char *err, size_t errlen)
-{
-    const TrainOpts *o = t->opts;
-    int last = t->step == o->steps;
-    if (o->val && ((o->val_every > 0 && t->step % o->val_every == 0) || last) &&
-        trainer_run_val(t, err, errlen) != 0)
-        return -1;
-    if (o->ckpt_dir && ((o->ckpt_every > 0 && t->step % o->ckpt_every == 0) || last) &&
-        trainer_run_ckpt(t, err, errlen) != 0)
-        return -1;
-    return 0;
+static int trainer_after_step(Trainer *t, char *err, size_t errlen) {
+  const TrainOpts *o = t->opts;
+  int last = t->step == o->steps;
+  if (o->val && ((o->val_every > 0 && t->step % o->val_every == 0) || last) && trainer_run_val(t, err, errlen) != 0)
+    return -1;
+  if (o->ckpt_dir && ((o->ckpt_every > 0 && t->step % o->ckpt_every == 0) || last) &&
+      trainer_run_ckpt(t, err, errlen) != 0)
+    return -1;
+  return 0;
 }
 
-int trainer_run(Trainer *t, char *err, size_t errlen)
-{
-    StepStats s;
-    while (t->step < t->opts->steps) {
-        if (trainer_step(t, &s, err, errlen) != 0)
-            return -1;
-        trainer_log_step(t, &s);
-        if (trainer_after_step(t, err, errlen) != 0)
-            return -1;
-    }
-    if (t->opts->val && t->last_val != t->step) /* e.g. --steps 0: evaluate the model */
-        return trainer_run_val(t, err, errlen);
-    return 0;
+int trainer_run(Trainer *t, char *err, size_t errlen) {
+  StepStats s;
+  while (t->step < t->opts->steps) {
+    if (trainer_step(t, &s, err, errlen) != 0) return -1;
+    trainer_log_step(t, &s);
+    if (trainer_after_step(t, err, errlen) != 0) return -1;
+  }
+  if (t->opts->val && t->last_val != t->step) /* e.g. --steps 0: evaluate the model */
+    return trainer_run_val(t, err, errlen);
+  return 0;
 }
 
-static void report_one(const char *what, int64_t got, const int64_t *pred, int k)
-{
-    printf(" | %s %.2f MiB", what, (double)got / (1 << 20));
-    if (pred)
-        printf(" (predicted %.2f MiB)", (double)pred[k] / (1 << 20));
+static void report_one(const char *what, int64_t got, const int64_t *pred, int k) {
+  printf(" | %s %.2f MiB", what, (double)got / (1 << 20));
+  if (pred) printf(" (predicted %.2f MiB)", (double)pred[k] / (1 << 20));
 }
 
 /* The measured peaks, bytes moved and time waited, beside the plan's prediction:
  * one line, and a last --log record {"step": N, "offload": {...}}. */
-static void trainer_offload_report(Trainer *t)
-{
-    static const char *const keys[4] = {"device_peak", "host_peak", "nvme_peak",
-                                        "transfer_bytes"};
-    const RtOffload *f = &t->prog->offload;
-    const int64_t *pred = f->has_predicted ? f->predicted[f->npredicted > 1 ? t->mesh.dp_rank : 0] : NULL;
-    OffloadStats s;
-    offload_stats(t->ex.off, &s);
-    int64_t per_step = t->off_steps > 0 ? t->off_moved / t->off_steps : 0;
-    int64_t got[4] = {s.peak[0], s.peak[1], s.peak[2], per_step};
-    if (t->comm->size > 1) /* every rank's own peaks */
-        printf("rank %d: ", t->comm->rank);
-    printf("offload: device peak %.2f MiB of %.2f MiB capacity", (double)got[0] / (1 << 20),
-           (double)s.capacity / (1 << 20));
-    if (pred)
-        printf(" (predicted %.2f MiB)", (double)pred[0] / (1 << 20));
-    report_one("host peak", got[1], pred, 1);
-    report_one("nvme peak", got[2], pred, 2);
-    report_one("moved per step", got[3], pred, 3);
-    printf(" | %" PRId64 " moves, %" PRId64 " drops | waited %.1f ms\n", s.moves, s.drops,
-           s.wait_ms);
-    fflush(stdout);
-    if (!t->log)
-        return;
-    fprintf(t->log, "{\"step\": %" PRId64 ", \"offload\": {\"device_capacity\": %" PRId64,
-            t->step, s.capacity);
-    for (int k = 0; k < 4; k++)
-        fprintf(t->log, ", \"%s\": %" PRId64, keys[k], got[k]);
-    for (int k = 0; k < 4 && pred; k++)
-        fprintf(t->log, ", \"predicted_%s\": %" PRId64, keys[k], pred[k]);
-    fprintf(t->log, ", \"steps\": %" PRId64 ", \"moved_bytes\": %" PRId64 ", \"moves\": %" PRId64
-            ", \"drops\": %" PRId64, t->off_steps, s.moved + s.moved_runtime, s.moves, s.drops);
-    json_num(t->log, "wait_ms", s.wait_ms, "%.3f");
-    fputs("}}\n", t->log);
-    fflush(t->log);
+static void trainer_offload_report(Trainer *t) {
+  static const char *const keys[4] = {"device_peak", "host_peak", "nvme_peak", "transfer_bytes"};
+  const RtOffload *f = &t->prog->offload;
+  const int64_t *pred = f->has_predicted ? f->predicted[f->npredicted > 1 ? t->mesh.dp_rank : 0] : NULL;
+  OffloadStats s;
+  offload_stats(t->ex.off, &s);
+  int64_t per_step = t->off_steps > 0 ? t->off_moved / t->off_steps : 0;
+  int64_t got[4] = {s.peak[0], s.peak[1], s.peak[2], per_step};
+  if (t->comm->size > 1) /* every rank's own peaks */
+    printf("rank %d: ", t->comm->rank);
+  printf("offload: device peak %.2f MiB of %.2f MiB capacity", (double)got[0] / (1 << 20),
+         (double)s.capacity / (1 << 20));
+  if (pred) printf(" (predicted %.2f MiB)", (double)pred[0] / (1 << 20));
+  report_one("host peak", got[1], pred, 1);
+  report_one("nvme peak", got[2], pred, 2);
+  report_one("moved per step", got[3], pred, 3);
+  printf(" | %" PRId64 " moves, %" PRId64 " drops | waited %.1f ms\n", s.moves, s.drops, s.wait_ms);
+  fflush(stdout);
+  if (!t->log) return;
+  fprintf(t->log, "{\"step\": %" PRId64 ", \"offload\": {\"device_capacity\": %" PRId64, t->step, s.capacity);
+  for (int k = 0; k < 4; k++) fprintf(t->log, ", \"%s\": %" PRId64, keys[k], got[k]);
+  for (int k = 0; k < 4 && pred; k++) fprintf(t->log, ", \"predicted_%s\": %" PRId64, keys[k], pred[k]);
+  fprintf(t->log, ", \"steps\": %" PRId64 ", \"moved_bytes\": %" PRId64 ", \"moves\": %" PRId64 ", \"drops\": %" PRId64,
+          t->off_steps, s.moved + s.moved_runtime, s.moves, s.drops);
+  json_num(t->log, "wait_ms", s.wait_ms, "%.3f");
+  fputs("}}\n", t->log);
+  fflush(t->log);
 }
 
 /* Rank 0's part of the end: --save, --sample, the log. */
-static int trainer_finish_rank0(Trainer *t, char *err, size_t errlen)
-{
-    const TrainOpts *o = t->opts;
-    /* the whole parameters: this rank's with a one-rank layout, else the gathered ones */
-    const RtProgram *p = t->mesh.trivial ? t->prog : &t->mesh.global;
-    const char *params = t->mesh.trivial ? t->host[RT_TIER_PARAMS] : t->gstate[0];
-    if (o->save && ckpt_save_params(p, o->save, params, err, errlen) != 0)
-        return -1;
-    if (o->save)
-        printf("saved parameters to %s\n", o->save);
-    if (o->save_hf && ckpt_save_hf(p, o->save_hf, params, err, errlen) != 0)
-        return -1;
-    if (o->save_hf)
-        printf("saved a transformers model to %s\n", o->save_hf);
-    if (o->sample > 0 && trainer_sample(t, o->sample, stdout, err, errlen) != 0)
-        return -1;
-    if (t->log && (ferror(t->log) || fflush(t->log) != 0))
-        return file_set_error(err, errlen, "--log %s: write failed", o->log);
-    return 0;
+static int trainer_finish_rank0(Trainer *t, char *err, size_t errlen) {
+  const TrainOpts *o = t->opts;
+  /* the whole parameters: this rank's with a one-rank layout, else the gathered ones */
+  const RtProgram *p = t->mesh.trivial ? t->prog : &t->mesh.global;
+  const char *params = t->mesh.trivial ? t->host[RT_TIER_PARAMS] : t->gstate[0];
+  if (o->save && ckpt_save_params(p, o->save, params, err, errlen) != 0) return -1;
+  if (o->save) printf("saved parameters to %s\n", o->save);
+  if (o->save_hf && ckpt_save_hf(p, o->save_hf, params, err, errlen) != 0) return -1;
+  if (o->save_hf) printf("saved a transformers model to %s\n", o->save_hf);
+  if (o->sample > 0 && trainer_sample(t, o->sample, stdout, err, errlen) != 0) return -1;
+  if (t->log && (ferror(t->log) || fflush(t->log) != 0))
+    return file_set_error(err, errlen, "--log %s: write failed", o->log);
+  return 0;
 }
 
 /* The peaks of trainer_note_peak on the largest rank: one line and a --log record
  * (train_loop.h), for several ranks or ZeRO, when a step or validation ran. */
-static void trainer_peak_report(Trainer *t)
-{
-    static const char *const names[RT_TIERS] = {"params", "grads", "opt", "work"};
-    double peak[RT_TIERS];
-    if ((t->comm->size == 1 && t->zero.stage == 0) || t->peak_runs == 0)
-        return;
-    for (int tier = 0; tier < RT_TIERS; tier++)
-        peak[tier] = (double)t->step_peak[tier];
-    t->comm->host_all_reduce(t->comm, peak, RT_TIERS, COMM_MAX);
-    if (t->comm->rank != 0)
-        return;
-    printf("peak memory of the largest rank in the steps:");
-    for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier++)
-        printf(" %s %.2f MiB of %.2f MiB,", names[tier], peak[tier] / (1 << 20),
-               (double)t->prog->tiers[tier] / (1 << 20));
-    printf(" work %.2f MiB\n", peak[RT_TIER_WORK] / (1 << 20));
-    fflush(stdout);
-    if (!t->log)
-        return;
-    fprintf(t->log, "{\"step\": %" PRId64 ", \"memory_peak\": {", t->step);
-    for (int tier = 0; tier < RT_TIERS; tier++)
-        fprintf(t->log, "%s\"%s\": %.0f", tier ? ", " : "", names[tier], peak[tier]);
-    fputs("}}\n", t->log);
-    fflush(t->log);
+static void trainer_peak_report(Trainer *t) {
+  static const char *const names[RT_TIERS] = {"params", "grads", "opt", "work"};
+  double peak[RT_TIERS];
+  if ((t->comm->size == 1 && t->zero.stage == 0) || t->peak_runs == 0) return;
+  for (int tier = 0; tier < RT_TIERS; tier++) peak[tier] = (double)t->step_peak[tier];
+  t->comm->host_all_reduce(t->comm, peak, RT_TIERS, COMM_MAX);
+  if (t->comm->rank != 0) return;
+  printf("peak memory of the largest rank in the steps:");
+  for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier++)
+    printf(" %s %.2f MiB of %.2f MiB,", names[tier], peak[tier] / (1 << 20), (double)t->prog->tiers[tier] / (1 << 20));
+  printf(" work %.2f MiB\n", peak[RT_TIER_WORK] / (1 << 20));
+  fflush(stdout);
+  if (!t->log) return;
+  fprintf(t->log, "{\"step\": %" PRId64 ", \"memory_peak\": {", t->step);
+  for (int tier = 0; tier < RT_TIERS; tier++)
+    fprintf(t->log, "%s\"%s\": %.0f", tier ? ", " : "", names[tier], peak[tier]);
+  fputs("}}\n", t->log);
+  fflush(t->log);
 }
 
-int trainer_finish(Trainer *t, char *err, size_t errlen)
-{
-    trainer_peak_report(t);
-    zero_gather_params(&t->zero, &t->ex);
-    /* an offload program's parameters are at their homes: read them all first (ZeRO-3:
-     * only to save them, there are no replicas to compare) */
-    int bad = t->ex.off && (t->zero.stage != 3 || trainer_saves_params(t->opts)) &&
-              trainer_host_pull(t, err, errlen) != 0;
-    if (trainer_agree(t, bad, err, errlen) != 0)
-        return -1;
-    bad = zero_check_replicas(&t->zero, &t->ex, t->ex.off ? t->host[RT_TIER_PARAMS] : NULL, err,
-                              errlen) != 0; /* within each dp group */
-    if (trainer_agree(t, bad, err, errlen) != 0)
-        return -1;
-    if (trainer_saves_params(t->opts)) {
-        bad = !t->ex.off && trainer_host_pull(t, err, errlen) != 0;
-        if (trainer_agree(t, bad, err, errlen) != 0)
-            return -1;
-        trainer_assemble(t, 0);
-        if (!t->mesh.trivial)
-            mesh_gather(&t->mesh, t->gstate[0], NULL, t->host[RT_TIER_PARAMS], NULL, 0);
-    }
-    if (t->ex.off)
-        trainer_offload_report(t);
-    int rc = t->comm->rank == 0 ? trainer_finish_rank0(t, err, errlen) : 0;
-    return trainer_agree(t, rc != 0, err, errlen);
+int trainer_finish(Trainer *t, char *err, size_t errlen) {
+  trainer_peak_report(t);
+  zero_gather_params(&t->zero, &t->ex);
+  /* an offload program's parameters are at their homes: read them all first (ZeRO-3:
+   * only to save them, there are no replicas to compare) */
+  int bad =
+      t->ex.off && (t->zero.stage != 3 || trainer_saves_params(t->opts)) && trainer_host_pull(t, err, errlen) != 0;
+  if (trainer_agree(t, bad, err, errlen) != 0) return -1;
+  bad = zero_check_replicas(&t->zero, &t->ex, t->ex.off ? t->host[RT_TIER_PARAMS] : NULL, err, errlen) !=
+        0; /* within each dp group */
+  if (trainer_agree(t, bad, err, errlen) != 0) return -1;
+  if (trainer_saves_params(t->opts)) {
+    bad = !t->ex.off && trainer_host_pull(t, err, errlen) != 0;
+    if (trainer_agree(t, bad, err, errlen) != 0) return -1;
+    trainer_assemble(t, 0);
+    if (!t->mesh.trivial) mesh_gather(&t->mesh, t->gstate[0], NULL, t->host[RT_TIER_PARAMS], NULL, 0);
+  }
+  if (t->ex.off) trainer_offload_report(t);
+  int rc = t->comm->rank == 0 ? trainer_finish_rank0(t, err, errlen) : 0;
+  return trainer_agree(t, rc != 0, err, errlen);
 }

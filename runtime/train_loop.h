@@ -8,14 +8,12 @@
  * (r+1)*batch) of it (data.h). A program with a mesh (program.h) runs D x T x P
  * ranks (train_mesh.h): what follows holds for the D ranks of each dp group, every
  * rank reads its dp rank's rows, tied gradients are summed over the stages first,
- * the loss is the last stage's and the norm counts every element once. The logged loss is the mean of the ranks' losses,
- * the gradient is the ranks' mean (train_zero.h: summed, then scaled by 1/N through
- * the update's gradient scale), the norm is the mean gradient's, and every rank
- * applies the same update, so parameters stay equal on all ranks (checked at the
- * end). Rank 0 alone prints, writes --log, --save and checkpoints. Errors are
- * agreed on (comm_agree, or a failure flag in the step's one host reduction), so
- * every rank stops together; the failing rank's message is the one printed, and a
- * function that fails only because another rank did leaves err empty.
+ * the loss is the last stage's and the norm counts every element once. The logged loss is the mean of the ranks'
+ * losses, the gradient is the ranks' mean (train_zero.h: summed, then scaled by 1/N through the update's gradient
+ * scale), the norm is the mean gradient's, and every rank applies the same update, so parameters stay equal on all
+ * ranks (checked at the end). Rank 0 alone prints, writes --log, --save and checkpoints. Errors are agreed on
+ * (comm_agree, or a failure flag in the step's one host reduction), so every rank stops together; the failing rank's
+ * message is the one printed, and a function that fails only because another rank did leaves err empty.
  *
  * One step k (k from 1; batch index data_step, 0-based):
  *   batch data_step → every input's rows (data.h: i32 values checked)
@@ -61,50 +59,50 @@
 #include <stdio.h>
 
 typedef struct Trainer {
-    const RtProgram *prog;
-    const TrainOpts *opts;
-    RtTrain hp;      /* the program's train values, command-line overrides applied */
-    Device *dev;
-    char *nvme_rank_dir;  /* several ranks: this rank's folder under --nvme-dir, or NULL */
-    Comm *dp_overlap;     /* the dp group on the device's communication stream, for the
-                             program's "overlap" collectives (NULL: none, or the CPU) */
-    Device *host_dev;     /* offload on a device the host does not see: the CPU device of
-                             the host location (its memory, its "on": "host" kernels) */
-    Executor ex;
-    Comm *comm;           /* the ranks (the world) */
-    int own_comm;         /* comm was made by trainer_init (self) */
-    const RtProgram *stages; /* [nstages] every pipeline stage's program; prog is one */
-    int nstages;
-    Mesh mesh;            /* coordinates, groups, the global parameter view */
-    Zero zero;            /* ownership and sharded state (--zero), over mesh.dp_comm */
-    int64_t global_batch; /* rows per step over all ranks: dp x microbatches x batch */
-    char *gstate[2];      /* non-trivial mesh: global PARAMS and OPT (mesh.global's
-                             layout) on world rank 0 for --save and checkpoints */
-    DataFile *data, *val;
-    char *rows[RT_MAX_INPUTS]; /* [batch * microbatches * row_elems] 4-byte values of each
-                                  input, host (the device's staging memory) */
-    float *gnorm_parts;        /* [gradnorm_parts], host */
-    float *logits_row;         /* [vocab], host (sampling) */
-    int32_t *context;          /* [seq], host (sampling) */
-    char *host[RT_TIERS];      /* PARAMS and OPT as host memory (views or staging) */
-    int staged;                /* host[] are copies: download/upload around file I/O */
-    FILE *log;
-    int threads;
-    uint64_t seed;
-    int64_t step;      /* training steps done (updates, and fp16's skipped steps) */
-    double loss_scale; /* fp16 (hp.loss_scaling): the scale of the next step's gradients */
-    int64_t good_steps; /* fp16: finite steps since the scale last changed */
-    int64_t skipped;   /* fp16: steps skipped for an inf or NaN gradient (no update) */
-    int64_t off_steps, off_moved; /* offload: training steps run here, bytes they moved */
-    int64_t step_peak[RT_TIERS]; /* the most bytes behind each tier during a step or a
-                                    validation (checkpoints, --save, sampling not counted) */
-    int64_t peak_runs;    /* steps and validations measured */
-    double step_flops;    /* model FLOPs of one training step over all ranks */
-    double peak_flops;    /* the ranks' devices' peak FLOP/s together, 0 if any is unknown */
-    double plan_mem;      /* the compiler's step memory of the largest rank with the device's
-                             own bytes ("predicted_memory"), -1 when unknown */
-    int64_t data_step; /* next training batch */
-    int64_t last_val, last_ckpt; /* steps at which they last ran (-1: never) */
+  const RtProgram *prog;
+  const TrainOpts *opts;
+  RtTrain hp; /* the program's train values, command-line overrides applied */
+  Device *dev;
+  char *nvme_rank_dir; /* several ranks: this rank's folder under --nvme-dir, or NULL */
+  Comm *dp_overlap;    /* the dp group on the device's communication stream, for the
+                          program's "overlap" collectives (NULL: none, or the CPU) */
+  Device *host_dev;    /* offload on a device the host does not see: the CPU device of
+                          the host location (its memory, its "on": "host" kernels) */
+  Executor ex;
+  Comm *comm;              /* the ranks (the world) */
+  int own_comm;            /* comm was made by trainer_init (self) */
+  const RtProgram *stages; /* [nstages] every pipeline stage's program; prog is one */
+  int nstages;
+  Mesh mesh;            /* coordinates, groups, the global parameter view */
+  Zero zero;            /* ownership and sharded state (--zero), over mesh.dp_comm */
+  int64_t global_batch; /* rows per step over all ranks: dp x microbatches x batch */
+  char *gstate[2];      /* non-trivial mesh: global PARAMS and OPT (mesh.global's
+                           layout) on world rank 0 for --save and checkpoints */
+  DataFile *data, *val;
+  char *rows[RT_MAX_INPUTS]; /* [batch * microbatches * row_elems] 4-byte values of each
+                                input, host (the device's staging memory) */
+  float *gnorm_parts;        /* [gradnorm_parts], host */
+  float *logits_row;         /* [vocab], host (sampling) */
+  int32_t *context;          /* [seq], host (sampling) */
+  char *host[RT_TIERS];      /* PARAMS and OPT as host memory (views or staging) */
+  int staged;                /* host[] are copies: download/upload around file I/O */
+  FILE *log;
+  int threads;
+  uint64_t seed;
+  int64_t step;                 /* training steps done (updates, and fp16's skipped steps) */
+  double loss_scale;            /* fp16 (hp.loss_scaling): the scale of the next step's gradients */
+  int64_t good_steps;           /* fp16: finite steps since the scale last changed */
+  int64_t skipped;              /* fp16: steps skipped for an inf or NaN gradient (no update) */
+  int64_t off_steps, off_moved; /* offload: training steps run here, bytes they moved */
+  int64_t step_peak[RT_TIERS];  /* the most bytes behind each tier during a step or a
+                                   validation (checkpoints, --save, sampling not counted) */
+  int64_t peak_runs;            /* steps and validations measured */
+  double step_flops;            /* model FLOPs of one training step over all ranks */
+  double peak_flops;            /* the ranks' devices' peak FLOP/s together, 0 if any is unknown */
+  double plan_mem;              /* the compiler's step memory of the largest rank with the device's
+                                   own bytes ("predicted_memory"), -1 when unknown */
+  int64_t data_step;            /* next training batch */
+  int64_t last_val, last_ckpt;  /* steps at which they last ran (-1: never) */
 } Trainer;
 
 /* Learning rate of step t (from 1) of `steps`. */
@@ -114,16 +112,15 @@ void train_scalars(const RtTrain *hp, double lr, int64_t t, double gscale, float
 
 /* All of these return 0, or -1 with a message (without "train: ") in err, empty
  * when another rank failed. */
-int trainer_init(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
-                 const TrainOpts *o, char *err, size_t errlen);
+int trainer_init(Trainer *t, const RtProgram *p, const RtKernelFn *kernels, const TrainOpts *o, char *err,
+                 size_t errlen);
 /* The same over comm (not freed by trainer_free); trainer_init is this on one rank. */
-int trainer_init_comm(Trainer *t, const RtProgram *p, const RtKernelFn *kernels,
-                      const TrainOpts *o, Comm *comm, char *err, size_t errlen);
+int trainer_init_comm(Trainer *t, const RtProgram *p, const RtKernelFn *kernels, const TrainOpts *o, Comm *comm,
+                      char *err, size_t errlen);
 /* The same for the stages of a pipeline (program_load_stages): this rank runs the
  * stage of its pp coordinate (train_mesh.h). */
-int trainer_init_stages(Trainer *t, const RtProgram *stages, int nstages,
-                        const RtKernelFn *kernels, const TrainOpts *o, Comm *comm, char *err,
-                        size_t errlen);
+int trainer_init_stages(Trainer *t, const RtProgram *stages, int nstages, const RtKernelFn *kernels, const TrainOpts *o,
+                        Comm *comm, char *err, size_t errlen);
 int trainer_run(Trainer *t, char *err, size_t errlen);
 int trainer_finish(Trainer *t, char *err, size_t errlen);
 void trainer_free(Trainer *t);

@@ -24,86 +24,75 @@
 #include <stdio.h>
 #include <unistd.h>
 
-static int train_fail(const char *prefix, const char *msg)
-{
-    fflush(stdout);
-    if (msg[0]) /* empty: another rank failed and says why */
-        fprintf(stderr, "train: %s%s\n", prefix, msg);
-    return 1;
+static int train_fail(const char *prefix, const char *msg) {
+  fflush(stdout);
+  if (msg[0]) /* empty: another rank failed and says why */
+    fprintf(stderr, "train: %s%s\n", prefix, msg);
+  return 1;
 }
 
 /* Whether any rank failed; the lowest failing rank keeps its message. */
-static int train_agree(Comm *comm, int failed, char *err)
-{
-    int first;
-    if (comm_agree(comm, failed, &first) == 0)
-        return 0;
-    if (comm->rank != first)
-        err[0] = 0;
-    return -1;
+static int train_agree(Comm *comm, int failed, char *err) {
+  int first;
+  if (comm_agree(comm, failed, &first) == 0) return 0;
+  if (comm->rank != first) err[0] = 0;
+  return -1;
 }
 
 /* --compile-kernels ARCH: the CUDA kernels into the kernel cache, on rank 0, with
  * NVRTC only (no GPU, no driver). */
-static int train_compile_kernels(Comm *comm, const RtProgram *stages, const TrainOpts *o, char *err,
-                                 size_t errlen)
-{
+static int train_compile_kernels(Comm *comm, const RtProgram *stages, const TrainOpts *o, char *err, size_t errlen) {
 #ifdef COLOSSALC_HAVE_CUDA
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    CudaOptions co = {.kernel_cache = o->kernel_cache, .threads = o->threads > 0 ? (int)o->threads
-                                                                                 : cpus > 0 ? (int)cpus : 1};
-    int bad = comm->rank == 0 &&
-              device_cuda_precompile(&stages[0], colossalc_cuda_source, o->compile_kernels, &co, err, errlen) != 0;
-    return train_agree(comm, bad, err);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  CudaOptions co = {.kernel_cache = o->kernel_cache,
+                    .threads = o->threads > 0 ? (int)o->threads
+                               : cpus > 0     ? (int)cpus
+                                              : 1};
+  int bad = comm->rank == 0 &&
+            device_cuda_precompile(&stages[0], colossalc_cuda_source, o->compile_kernels, &co, err, errlen) != 0;
+  return train_agree(comm, bad, err);
 #else
-    (void)comm, (void)stages, (void)o;
-    return file_set_error(err, errlen, "--compile-kernels: this train was built without the CUDA device (no CUDA "
-                          "toolkit where colossalc was built)");
+  (void)comm, (void)stages, (void)o;
+  return file_set_error(err, errlen,
+                        "--compile-kernels: this train was built without the CUDA device (no CUDA "
+                        "toolkit where colossalc was built)");
 #endif
 }
 
-static int train_main(Comm *comm, int argc, char **argv)
-{
-    static char err[8192];
-    TrainOpts opts;
-    RtProgram *stages = NULL;
-    int nstages = 0;
-    Trainer tr;
-    int bad = train_opts_parse(argc, argv, &opts, err, sizeof err) != 0;
-    if (train_agree(comm, bad, err) != 0)
-        return train_fail("", err);
-    if (opts.help) {
-        if (comm->rank == 0)
-            train_opts_help(stdout);
-        return 0;
-    }
-    bad = program_load_stages(colossalc_program_json, colossalc_nkernels, &stages, &nstages, err,
-                              sizeof err) != 0;
-    if (train_agree(comm, bad, err) != 0) {
-        if (!bad)
-            program_free_stages(stages, nstages);
-        return train_fail("internal error: ", err);
-    }
-    if (opts.compile_kernels) {
-        int rc = train_compile_kernels(comm, stages, &opts, err, sizeof err);
-        program_free_stages(stages, nstages);
-        return rc ? train_fail("", err) : 0;
-    }
-    int rc = trainer_init_stages(&tr, stages, nstages, colossalc_kernels, &opts, comm, err,
-                                 sizeof err) ||
-             trainer_run(&tr, err, sizeof err) || trainer_finish(&tr, err, sizeof err);
-    trainer_free(&tr);
+static int train_main(Comm *comm, int argc, char **argv) {
+  static char err[8192];
+  TrainOpts opts;
+  RtProgram *stages = NULL;
+  int nstages = 0;
+  Trainer tr;
+  int bad = train_opts_parse(argc, argv, &opts, err, sizeof err) != 0;
+  if (train_agree(comm, bad, err) != 0) return train_fail("", err);
+  if (opts.help) {
+    if (comm->rank == 0) train_opts_help(stdout);
+    return 0;
+  }
+  bad = program_load_stages(colossalc_program_json, colossalc_nkernels, &stages, &nstages, err, sizeof err) != 0;
+  if (train_agree(comm, bad, err) != 0) {
+    if (!bad) program_free_stages(stages, nstages);
+    return train_fail("internal error: ", err);
+  }
+  if (opts.compile_kernels) {
+    int rc = train_compile_kernels(comm, stages, &opts, err, sizeof err);
     program_free_stages(stages, nstages);
     return rc ? train_fail("", err) : 0;
+  }
+  int rc = trainer_init_stages(&tr, stages, nstages, colossalc_kernels, &opts, comm, err, sizeof err) ||
+           trainer_run(&tr, err, sizeof err) || trainer_finish(&tr, err, sizeof err);
+  trainer_free(&tr);
+  program_free_stages(stages, nstages);
+  return rc ? train_fail("", err) : 0;
 }
 
-int main(int argc, char **argv)
-{
-    static char err[1024];
-    Comm *comm = comm_open(&argc, &argv, err, sizeof err);
-    if (!comm)
-        return train_fail("", err);
-    int rc = train_main(comm, argc, argv);
-    comm->destroy(comm);
-    return rc;
+int main(int argc, char **argv) {
+  static char err[1024];
+  Comm *comm = comm_open(&argc, &argv, err, sizeof err);
+  if (!comm) return train_fail("", err);
+  int rc = train_main(comm, argc, argv);
+  comm->destroy(comm);
+  return rc;
 }

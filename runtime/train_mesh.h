@@ -48,19 +48,19 @@
 #include <stdint.h>
 
 typedef struct Mesh {
-    int dp, tp, pp;                /* D, T, P */
-    int dp_rank, tp_rank, pp_rank; /* this rank's coordinates */
-    int trivial;                   /* T = P = 1: the world is the dp group */
-    Comm *world, *dp_comm, *tp_comm, *pp_comm;
-    const RtProgram *stages;       /* [pp] */
-    const RtProgram *prog;         /* stages[pp_rank] */
-    RtProgram global;              /* every parameter once, global shapes (see above) */
-    int *local_of;                 /* [pp][global.nparams] index in that stage, or -1 */
-    int *gindex;                   /* [prog->nparams] index in global.params */
-    int *source;                   /* [global.nparams] lowest stage holding it */
-    Comm **stage_comms;            /* [prog->nstage_groups] the program's groups of stages
-                                      this stage is in, else NULL */
-    float *scratch;                /* [most local numel] checkpoint gathers */
+  int dp, tp, pp;                /* D, T, P */
+  int dp_rank, tp_rank, pp_rank; /* this rank's coordinates */
+  int trivial;                   /* T = P = 1: the world is the dp group */
+  Comm *world, *dp_comm, *tp_comm, *pp_comm;
+  const RtProgram *stages; /* [pp] */
+  const RtProgram *prog;   /* stages[pp_rank] */
+  RtProgram global;        /* every parameter once, global shapes (see above) */
+  int *local_of;           /* [pp][global.nparams] index in that stage, or -1 */
+  int *gindex;             /* [prog->nparams] index in global.params */
+  int *source;             /* [global.nparams] lowest stage holding it */
+  Comm **stage_comms;      /* [prog->nstage_groups] the program's groups of stages
+                              this stage is in, else NULL */
+  float *scratch;          /* [most local numel] checkpoint gathers */
 } Mesh;
 
 /* A device's Comm over the ranks of host (own: it frees host). */
@@ -68,13 +68,11 @@ typedef Comm *(*MeshWrapFn)(void *arg, Comm *host, int own);
 
 /* The mesh of stages[0..nstages) over world. 0, or -1 with a message (the same on
  * every rank for a world that does not fit). */
-int mesh_init(Mesh *m, const RtProgram *stages, int nstages, Comm *world, char *err,
-              size_t errlen);
+int mesh_init(Mesh *m, const RtProgram *stages, int nstages, Comm *world, char *err, size_t errlen);
 void mesh_free(Mesh *m);
 
 /* One parameter: global g (global layout) <-> local l (this rank's part). */
-void mesh_slice(const Mesh *m, const RtParam *l, float *local, const RtParam *g, float *global,
-                int to_global);
+void mesh_slice(const Mesh *m, const RtParam *l, float *local, const RtParam *g, float *global, int to_global);
 /* Every local parameter from gparams (and, where opt_held[i] (NULL: all), the
  * optimizer state from gopt when it is not NULL) into the local host tiers. */
 void mesh_scatter(const Mesh *m, const char *gparams, const char *gopt, char *params, char *opt,
@@ -87,8 +85,7 @@ void mesh_scatter(const Mesh *m, const char *gparams, const char *gopt, char *pa
  * mesh_fp8_scatter takes this rank's from the model's. */
 void mesh_fp8_gather(Mesh *m, const float *local, float *model);
 void mesh_fp8_scatter(const Mesh *m, const float *model, float *local);
-void mesh_gather(Mesh *m, char *gparams, char *gopt, const char *params, const char *opt,
-                 int opt_too);
+void mesh_gather(Mesh *m, char *gparams, char *gopt, const char *params, const char *opt, int opt_too);
 /* After the device is open (every rank calls it): the groups carrying device buffers
  * through wrap (NULL: they stay the host Comms, the CPU device), the program's groups
  * of stages, the pp group's connections. 0, or -1 with a message. */

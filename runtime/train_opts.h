@@ -17,24 +17,24 @@
 #define TRAIN_VAL_BATCHES 4
 
 typedef struct TrainOpts {
-    const char *data, *val, *init_from, *save, *save_hf, *ckpt_dir, *log;
-    const char *nvme_dir; /* offload programs: where the NVMe location's files go */
-    int64_t steps;      /* default 10 */
-    int64_t val_every;  /* -1: only after the last step */
-    int64_t ckpt_every; /* -1: only after the last step (with --ckpt-dir) */
-    int64_t sample;     /* tokens to sample after training, 0: none */
-    int64_t threads;    /* -1: the number of online CPUs */
-    int64_t warmup;     /* -1: the program's */
-    uint64_t seed;      /* default 1337 */
-    int seed_given;
-    double lr, min_lr, weight_decay, beta1, beta2, eps, clip, loss_scale; /* NAN: the program's */
-    int schedule; /* RtSchedule, -1: the program's */
-    int resume, help;
-    int shuffle;        /* --data rows in a shuffled order keyed by the seed (tokens.h) */
-    int device;                  /* TRAIN_DEVICE_* */
-    const char *kernel_cache;    /* CUDA kernels compiled by NVRTC, or NULL: the default */
-    const char *compile_kernels; /* compile the CUDA kernels for this architecture and exit */
-    int tf32;                    /* CUDA GEMMs on TF32 */
+  const char *data, *val, *init_from, *save, *save_hf, *ckpt_dir, *log;
+  const char *nvme_dir; /* offload programs: where the NVMe location's files go */
+  int64_t steps;        /* default 10 */
+  int64_t val_every;    /* -1: only after the last step */
+  int64_t ckpt_every;   /* -1: only after the last step (with --ckpt-dir) */
+  int64_t sample;       /* tokens to sample after training, 0: none */
+  int64_t threads;      /* -1: the number of online CPUs */
+  int64_t warmup;       /* -1: the program's */
+  uint64_t seed;        /* default 1337 */
+  int seed_given;
+  double lr, min_lr, weight_decay, beta1, beta2, eps, clip, loss_scale; /* NAN: the program's */
+  int schedule;                                                         /* RtSchedule, -1: the program's */
+  int resume, help;
+  int shuffle;                 /* --data rows in a shuffled order keyed by the seed (tokens.h) */
+  int device;                  /* TRAIN_DEVICE_* */
+  const char *kernel_cache;    /* CUDA kernels compiled by NVRTC, or NULL: the default */
+  const char *compile_kernels; /* compile the CUDA kernels for this architecture and exit */
+  int tf32;                    /* CUDA GEMMs on TF32 */
 } TrainOpts;
 
 enum { TRAIN_DEVICE_AUTO = -1, TRAIN_DEVICE_CPU, TRAIN_DEVICE_CUDA };

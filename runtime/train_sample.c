@@ -20,77 +20,62 @@
 #include <string.h>
 
 /* Index drawn from softmax(logits[0..n)) at uniform u in (0,1). */
-static int64_t sample_softmax(const float *logits, int64_t n, double u)
-{
-    double max = -INFINITY, sum = 0, acc = 0;
-    for (int64_t i = 0; i < n; i++)
-        max = logits[i] > max ? logits[i] : max;
-    for (int64_t i = 0; i < n; i++)
-        sum += exp((double)logits[i] - max);
-    for (int64_t i = 0; i < n; i++) {
-        acc += exp((double)logits[i] - max) / sum;
-        if (u < acc)
-            return i;
-    }
-    return n - 1; /* rounding left acc just below 1 */
+static int64_t sample_softmax(const float *logits, int64_t n, double u) {
+  double max = -INFINITY, sum = 0, acc = 0;
+  for (int64_t i = 0; i < n; i++) max = logits[i] > max ? logits[i] : max;
+  for (int64_t i = 0; i < n; i++) sum += exp((double)logits[i] - max);
+  for (int64_t i = 0; i < n; i++) {
+    acc += exp((double)logits[i] - max) / sum;
+    if (u < acc) return i;
+  }
+  return n - 1; /* rounding left acc just below 1 */
 }
 
 /* Logits of the next token after context[0..len). */
-static void sample_logits(Trainer *t, int64_t len)
-{
-    const RtProgram *p = t->prog;
-    float sc[TRAIN_SCALARS];
-    char *tokens = t->rows[p->tokens]; /* a language model's alone (trainer_init checks) */
-    memset(tokens, 0, (size_t)(p->batch * p->seq) * 4);
-    memcpy(tokens, t->context, (size_t)len * sizeof *t->context);
-    exec_write(&t->ex, RT_TIER_WORK, p->inputs[p->tokens].offset, tokens, p->batch * p->seq * 4);
-    train_scalars(&t->hp, 0.0, 1, 1.0, sc);
-    exec_run(&t->ex, &p->forward, sc);
-    exec_read(&t->ex, RT_TIER_WORK, p->logits_offset + (len - 1) * p->vocab * 4, t->logits_row,
-              p->vocab * 4);
+static void sample_logits(Trainer *t, int64_t len) {
+  const RtProgram *p = t->prog;
+  float sc[TRAIN_SCALARS];
+  char *tokens = t->rows[p->tokens]; /* a language model's alone (trainer_init checks) */
+  memset(tokens, 0, (size_t)(p->batch * p->seq) * 4);
+  memcpy(tokens, t->context, (size_t)len * sizeof *t->context);
+  exec_write(&t->ex, RT_TIER_WORK, p->inputs[p->tokens].offset, tokens, p->batch * p->seq * 4);
+  train_scalars(&t->hp, 0.0, 1, 1.0, sc);
+  exec_run(&t->ex, &p->forward, sc);
+  exec_read(&t->ex, RT_TIER_WORK, p->logits_offset + (len - 1) * p->vocab * 4, t->logits_row, p->vocab * 4);
 }
 
-static void sample_emit(FILE *out, int64_t tok, int64_t vocab, int64_t i)
-{
-    if (vocab == 256)
-        fputc((int)tok, out);
-    else
-        fprintf(out, "%s%" PRId64, i ? " " : "", tok);
+static void sample_emit(FILE *out, int64_t tok, int64_t vocab, int64_t i) {
+  if (vocab == 256) fputc((int)tok, out);
+  else fprintf(out, "%s%" PRId64, i ? " " : "", tok);
 }
 
 static int sample_tokens(Trainer *t, int64_t n, FILE *out);
 
 /* An offload program samples with every parameter brought to the device for the
  * time (trainer_init checked that they fit), then sent home again. */
-int trainer_sample(Trainer *t, int64_t n, FILE *out, char *err, size_t errlen)
-{
-    if (t->ex.off && offload_params_to_device(t->ex.off, err, errlen) != 0)
-        return -1;
-    int rc = sample_tokens(t, n, out);
-    if (t->ex.off && offload_home(t->ex.off, "sampling", err, errlen) != 0)
-        return -1;
-    return rc;
+int trainer_sample(Trainer *t, int64_t n, FILE *out, char *err, size_t errlen) {
+  if (t->ex.off && offload_params_to_device(t->ex.off, err, errlen) != 0) return -1;
+  int rc = sample_tokens(t, n, out);
+  if (t->ex.off && offload_home(t->ex.off, "sampling", err, errlen) != 0) return -1;
+  return rc;
 }
 
-static int sample_tokens(Trainer *t, int64_t n, FILE *out)
-{
-    const RtProgram *p = t->prog;
-    uint32_t key[2];
-    int64_t len = 1;
-    int32_t first = t->data ? data_first_token(t->data) : 0;
-    philox_key_derive(t->seed, "sample", key);
-    t->context[0] = first < p->vocab ? first : 0;
-    fprintf(out, "--- sample (%" PRId64 " tokens) ---\n", n);
-    for (int64_t i = 0; i < n; i++) {
-        sample_logits(t, len);
-        int64_t tok = sample_softmax(t->logits_row, p->vocab, philox_uniform(key, (uint64_t)i));
-        sample_emit(out, tok, p->vocab, i);
-        if (len == p->seq)
-            memmove(t->context, t->context + 1, (size_t)(len - 1) * sizeof *t->context);
-        else
-            len++;
-        t->context[len - 1] = (int32_t)tok;
-    }
-    fputc('\n', out);
-    return fflush(out) == 0 ? 0 : -1;
+static int sample_tokens(Trainer *t, int64_t n, FILE *out) {
+  const RtProgram *p = t->prog;
+  uint32_t key[2];
+  int64_t len = 1;
+  int32_t first = t->data ? data_first_token(t->data) : 0;
+  philox_key_derive(t->seed, "sample", key);
+  t->context[0] = first < p->vocab ? first : 0;
+  fprintf(out, "--- sample (%" PRId64 " tokens) ---\n", n);
+  for (int64_t i = 0; i < n; i++) {
+    sample_logits(t, len);
+    int64_t tok = sample_softmax(t->logits_row, p->vocab, philox_uniform(key, (uint64_t)i));
+    sample_emit(out, tok, p->vocab, i);
+    if (len == p->seq) memmove(t->context, t->context + 1, (size_t)(len - 1) * sizeof *t->context);
+    else len++;
+    t->context[len - 1] = (int32_t)tok;
+  }
+  fputc('\n', out);
+  return fflush(out) == 0 ? 0 : -1;
 }

@@ -52,15 +52,15 @@
 #include <stdint.h>
 
 typedef struct Zero {
-    const RtProgram *prog;
-    Comm *comm;
-    int stage;              /* 0..3 */
-    unsigned char *owned;   /* [nparams] this rank holds its optimizer state (all at stage 0) */
-    int gathered;           /* stage 3: the non-owned parameters are in PARAMS (whole-tier
-                               gather; the step's own gathers are counted commits) */
-    int scheduled;          /* the program is zero_scheduled: `step` gathers and reduces */
-    int opt_gathered;       /* rank 0 holds every parameter's optimizer state */
-    int offload;            /* an offload program: its state is offload's (no-ops here) */
+  const RtProgram *prog;
+  Comm *comm;
+  int stage;            /* 0..3 */
+  unsigned char *owned; /* [nparams] this rank holds its optimizer state (all at stage 0) */
+  int gathered;         /* stage 3: the non-owned parameters are in PARAMS (whole-tier
+                           gather; the step's own gathers are counted commits) */
+  int scheduled;        /* the program is zero_scheduled: `step` gathers and reduces */
+  int opt_gathered;     /* rank 0 holds every parameter's optimizer state */
+  int offload;          /* an offload program: its state is offload's (no-ops here) */
 } Zero;
 
 /* The program's stage and ownership (its parameters' "owner", dealt by the compiler)

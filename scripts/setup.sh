@@ -9,6 +9,7 @@ PKGS=(
   build-essential cmake pkg-config git
   flex bison
   llvm-14-dev clang-14 libclang-rt-14-dev   # CPU code generation, libFuzzer, sanitizers
+  clang-format-14                           # the tree's one style (.clang-format, scripts/format.sh)
   libcjson-dev                              # safetensors headers, plan files
   libopenblas-dev                           # GEMMs on the CPU backend
   libopenmpi-dev openmpi-bin                # multi-rank runs on the CPU backend

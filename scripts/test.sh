@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: install what is missing; build with warnings as
+# The whole test suite, as CI runs it: install what is missing; check that the C sources
+# follow .clang-format (scripts/format.sh); build with warnings as
 # errors and run every CTest test; build again with AddressSanitizer and
 # UndefinedBehaviorSanitizer and run them again; then fuzz the front end for a
 # bounded time (FUZZ_SECONDS, default 60, for each of the two fuzz targets).
@@ -7,6 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 jobs=$(nproc)
+
+echo "== format (.clang-format)"
+scripts/format.sh --check
 
 echo "== build (warnings are errors)"
 cmake -S . -B build -DCOLOSSALC_WERROR=ON > /dev/null

@@ -9,12 +9,18 @@
 
 static char *read_file(const char *path) {
   FILE *f = fopen(path, "rb");
-  if (!f) { perror(path); exit(1); }
+  if (!f) {
+    perror(path);
+    exit(1);
+  }
   fseek(f, 0, SEEK_END);
   long n = ftell(f);
   fseek(f, 0, SEEK_SET);
   char *s = malloc(n + 1);
-  if (!s || fread(s, 1, n, f) != (size_t)n) { fprintf(stderr, "%s: read failed\n", path); exit(1); }
+  if (!s || fread(s, 1, n, f) != (size_t)n) {
+    fprintf(stderr, "%s: read failed\n", path);
+    exit(1);
+  }
   s[n] = 0;
   fclose(f);
   return s;
@@ -28,7 +34,10 @@ static int count_kernels(const char *src) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3) { fprintf(stderr, "usage: nvrtc_check FILE.cu ARCH\n"); return 2; }
+  if (argc != 3) {
+    fprintf(stderr, "usage: nvrtc_check FILE.cu ARCH\n");
+    return 2;
+  }
   char *src = read_file(argv[1]), arch[64];
   snprintf(arch, sizeof arch, "--gpu-architecture=%s", argv[2]);
   const char *opts[] = {arch, "-std=c++17"};

@@ -59,12 +59,12 @@
 
 static int failures;
 
-#define CHECK(cond)                                                                    \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);         \
-      failures++;                                                                      \
-    }                                                                                  \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      failures++;                                                              \
+    }                                                                          \
   } while (0)
 
 /* ---- the kernels ------------------------------------------------------------------- */
@@ -73,12 +73,12 @@ enum { MAX_CASES = 32 };
 
 typedef struct Case {
   Kernel *k;
-  CudaMapping want;                 /* the mapping the emitter should pick */
-  int64_t tier_bytes[RT_TIERS];     /* bytes of each tier this case uses */
-  float lo[K_MAX_BUFS], hi[K_MAX_BUFS];   /* fill: uniform f32, or i32 integers in [lo, hi) */
-  bool half_steps[K_MAX_BUFS];      /* f32 fill in multiples of 0.5 (ties for EQ, LE, FLOOR) */
-  void (*fixup)(const struct Case *c, char *const *tiers);   /* values the fill must contain */
-  bool no_eval;                     /* compiled, not run: kernel_eval cannot run it */
+  CudaMapping want;                                        /* the mapping the emitter should pick */
+  int64_t tier_bytes[RT_TIERS];                            /* bytes of each tier this case uses */
+  float lo[K_MAX_BUFS], hi[K_MAX_BUFS];                    /* fill: uniform f32, or i32 integers in [lo, hi) */
+  bool half_steps[K_MAX_BUFS];                             /* f32 fill in multiples of 0.5 (ties for EQ, LE, FLOOR) */
+  void (*fixup)(const struct Case *c, char *const *tiers); /* values the fill must contain */
+  bool no_eval;                                            /* compiled, not run: kernel_eval cannot run it */
 } Case;
 
 static Arena *A;
@@ -91,15 +91,17 @@ static Case *case_new(const char *name, KPar par, CudaMapping want, int row_dims
   Case *c = &cases[ncases++];
   c->k = kernel_new(A, name, par, dims, ndims, row_dims);
   c->want = want;
-  for (int t = 0; t < RT_TIERS; t++) c->tier_bytes[t] = 64 + 4 * t;   /* offsets not all 16-byte aligned */
+  for (int t = 0; t < RT_TIERS; t++) c->tier_bytes[t] = 64 + 4 * t; /* offsets not all 16-byte aligned */
   return c;
 }
-#define NEW(name, par, want, row_dims, ...) \
-  case_new(name, par, want, row_dims, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
+#define NEW(name, par, want, row_dims, ...)                                                      \
+  case_new(name, par, want, row_dims, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
+           (int64_t[]){__VA_ARGS__})
 
 static int buf(Case *c, const char *name, int tier, int64_t numel, DType dt, float lo, float hi) {
   int64_t off = c->tier_bytes[tier];
-  c->tier_bytes[tier] += numel * (dt == DT_BF16 || dt == DT_F16 ? 2 : 4) + 12;   /* a gap: an overrun lands in no buffer */
+  c->tier_bytes[tier] +=
+      numel * (dt == DT_BF16 || dt == DT_F16 ? 2 : 4) + 12; /* a gap: an overrun lands in no buffer */
   int b = kernel_buf(c->k, name, tier, off, numel, dt);
   c->lo[b] = lo;
   c->hi[b] = hi;
@@ -115,7 +117,11 @@ static KView view_n(const Kernel *k, int64_t off, int n, const int64_t *strides)
 #define VIEW(c, off, ...) \
   view_n((c)->k, off, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
 
-static KView gathered(KView v, KExpr *g, int64_t gs) { v.gather = g; v.gather_stride = gs; return v; }
+static KView gathered(KView v, KExpr *g, int64_t gs) {
+  v.gather = g;
+  v.gather_stride = gs;
+  return v;
+}
 static KView contig(const Case *c) { return kview_contig(c->k, 0); }
 static KExpr *ld(Case *c, int b, KView v) { return kx_load(A, c->k, b, v); }
 static KExpr *cst(Case *c, float f) { return kx_const(A, c->k, f); }
@@ -154,7 +160,7 @@ static void case_layernorm(void) {
   KView wv = VIEW(c, 0, 0, 0, 1), rv = VIEW(c, 0, 3, 1, 0);
   kernel_map(c->k, y, contig(c), KS_SET, add(c, mul(c, mul(c, d, rs), ld(c, w, wv)), ld(c, b, wv)));
   kernel_row(c->k, mean, rv, KS_SET, mu);
-  kernel_row(c->k, rstd, rv, KS_ADD, rs);   /* += : a ROW phase run twice would show */
+  kernel_row(c->k, rstd, rv, KS_ADD, rs); /* += : a ROW phase run twice would show */
 }
 
 /* sum x and sum x^2 in one pass (independent reductions share a loop). */
@@ -202,7 +208,7 @@ static void case_softmax_inplace(void) {
 }
 
 static void ce_fixup(const Case *c, char *const *tiers) {
-  const KBuf *t = &c->k->bufs[1];   /* targets: -1 at row 0 (its gather would be address -1) */
+  const KBuf *t = &c->k->bufs[1]; /* targets: -1 at row 0 (its gather would be address -1) */
   ((int32_t *)(tiers[t->tier] + t->offset))[0] = -1;
 }
 
@@ -280,9 +286,11 @@ static void case_adamw(void) {
 static void case_unary_ops(void) {
   Case *c = NEW("k_unary_ops", KP_ROWS, CM_FLAT, 1, KU_COUNT, 16);
   int x = buf(c, "x", RT_TIER_WORK, KU_COUNT * 16, DT_F32, 0.3f, 2.5f);
-  int y = buf(c, "y", RT_TIER_WORK, KU_COUNT * 16, DT_F32, 0, 0), z = buf(c, "z", RT_TIER_WORK, KU_COUNT * 16, DT_F32, 0, 0);
+  int y = buf(c, "y", RT_TIER_WORK, KU_COUNT * 16, DT_F32, 0, 0),
+      z = buf(c, "z", RT_TIER_WORK, KU_COUNT * 16, DT_F32, 0, 0);
   int w = buf(c, "w", RT_TIER_WORK, KU_COUNT * 16, DT_F32, 0, 0);
-  KExpr *X = ld(c, x, contig(c)), *Xn = sub(c, X, cst(c, 1.4f)), *chain = cst(c, 0), *sum = cst(c, 0), *sum2 = cst(c, 0);
+  KExpr *X = ld(c, x, contig(c)), *Xn = sub(c, X, cst(c, 1.4f)), *chain = cst(c, 0), *sum = cst(c, 0),
+        *sum2 = cst(c, 0);
   for (int op = KU_COUNT - 1; op >= 0; op--) {
     chain = sel(c, bi(c, KB_EQ, co(c, 0), cst(c, (float)op)), un(c, (KUnary)op, X), chain);
     sum = add(c, sum, un(c, (KUnary)op, X));
@@ -297,8 +305,10 @@ static void case_unary_ops(void) {
 /* Every binary op, the same way, on values in steps of 0.5 (LE and EQ see ties). */
 static void case_binary_ops(void) {
   Case *c = NEW("k_binary_ops", KP_ROWS, CM_FLAT, 1, KB_COUNT, 24);
-  int x = buf(c, "x", RT_TIER_WORK, KB_COUNT * 24, DT_F32, 0.5f, 3), yb = buf(c, "y", RT_TIER_WORK, KB_COUNT * 24, DT_F32, 0.5f, 3);
-  int o1 = buf(c, "o1", RT_TIER_WORK, KB_COUNT * 24, DT_F32, 0, 0), o2 = buf(c, "o2", RT_TIER_WORK, KB_COUNT * 24, DT_F32, 0, 0);
+  int x = buf(c, "x", RT_TIER_WORK, KB_COUNT * 24, DT_F32, 0.5f, 3),
+      yb = buf(c, "y", RT_TIER_WORK, KB_COUNT * 24, DT_F32, 0.5f, 3);
+  int o1 = buf(c, "o1", RT_TIER_WORK, KB_COUNT * 24, DT_F32, 0, 0),
+      o2 = buf(c, "o2", RT_TIER_WORK, KB_COUNT * 24, DT_F32, 0, 0);
   c->half_steps[x] = c->half_steps[yb] = true;
   KExpr *X = ld(c, x, contig(c)), *Y = ld(c, yb, contig(c)), *chain = cst(c, 0), *sum = cst(c, 0);
   for (int op = KB_COUNT - 1; op >= 0; op--) {
@@ -463,9 +473,17 @@ static void check_launch_sizes(const Case *c) {
   CHECK(bs >= 32 && bs <= 1024 && (bs & (bs - 1)) == 0);
   CHECK(grid >= 1 && grid <= 65536);
   switch (c->want) {
-  case CM_FLAT: CHECK(grid == (extent * k->cols + bs - 1) / bs); CHECK(bs == 256); break;
-  case CM_BLOCK_ROW: CHECK(grid == extent); CHECK(bs >= k->cols / 8 || bs == 512); CHECK(bs <= k->cols); break;
-  case CM_THREAD_ROW: case CM_COLS: CHECK(grid == (extent + bs - 1) / bs || (extent == 0 && grid == 1)); break;
+  case CM_FLAT:
+    CHECK(grid == (extent * k->cols + bs - 1) / bs);
+    CHECK(bs == 256);
+    break;
+  case CM_BLOCK_ROW:
+    CHECK(grid == extent);
+    CHECK(bs >= k->cols / 8 || bs == 512);
+    CHECK(bs <= k->cols);
+    break;
+  case CM_THREAD_ROW:
+  case CM_COLS: CHECK(grid == (extent + bs - 1) / bs || (extent == 0 && grid == 1)); break;
   }
   CHECK(cuda_kernel_grid_size(k, 0) == 1);
   CHECK(cuda_kernel_grid_size(k, (int64_t)1 << 40) == 65536);
@@ -474,8 +492,10 @@ static void check_launch_sizes(const Case *c) {
 static void check_kernel_text(const char *src, const Case *c) {
   const Kernel *k = c->k;
   char sig[256];
-  snprintf(sig, sizeof sig, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const cc_bufs bufs, long long n, const float *scalars) {",
-           cuda_kernel_block_size(k), k->name);
+  snprintf(
+      sig, sizeof sig,
+      "extern \"C\" __global__ void __launch_bounds__(%d) %s(const cc_bufs bufs, long long n, const float *scalars) {",
+      cuda_kernel_block_size(k), k->name);
   CHECK(count(src, sig) == 1);
   if (count(src, sig) != 1) fprintf(stderr, "  missing: %s\n", sig);
   char *text = NULL;
@@ -483,13 +503,13 @@ static void check_kernel_text(const char *src, const Case *c) {
   FILE *f = open_memstream(&text, &len);
   cuda_emit_kernel(f, k);
   fclose(f);
-  CHECK(strstr(src, text) != NULL);   /* cuda_emit_kernel writes what the source holds */
+  CHECK(strstr(src, text) != NULL); /* cuda_emit_kernel writes what the source holds */
   free(text);
 }
 
 static int mode_emit(void) {
   char *src = emit_all(), *again = emit_all();
-  CHECK(!strcmp(src, again));   /* deterministic */
+  CHECK(!strcmp(src, again)); /* deterministic */
   char head[128];
   snprintf(head, sizeof head, "/* colossalc %s: %d CUDA kernels", COLOSSALC_VERSION, ncases);
   CHECK(!strncmp(src, head, strlen(head)));
@@ -508,19 +528,20 @@ static int mode_emit(void) {
   CHECK(count(t, "__syncthreads();") == 3);
   CHECK(count(t, "if (threadIdx.x == 0) {") == 1);
   free(t);
-  t = kernel_text(src, "k_softmax_inplace");   /* written buffer: plain loads; two block reductions */
-  CHECK(!strstr(t, "__ldg") && strstr(t, "cc_block_max(") && strstr(t, "cc_block_sum(") && strstr(t, "CC_SHARED(float, cc_sh, 32);"));
+  t = kernel_text(src, "k_softmax_inplace"); /* written buffer: plain loads; two block reductions */
+  CHECK(!strstr(t, "__ldg") && strstr(t, "cc_block_max(") && strstr(t, "cc_block_sum(") &&
+        strstr(t, "CC_SHARED(float, cc_sh, 32);"));
   free(t);
-  t = kernel_text(src, "k_layernorm_grouped");   /* sum x and sum x^2 share one loop */
+  t = kernel_text(src, "k_layernorm_grouped"); /* sum x and sum x^2 share one loop */
   CHECK(count(t, "for (int j") == 2);
   free(t);
-  t = kernel_text(src, "k_layernorm");           /* read-only parameters through __ldg */
+  t = kernel_text(src, "k_layernorm"); /* read-only parameters through __ldg */
   CHECK(strstr(t, "__ldg(b1 + ") && count(t, "for (int j") == 3);
   free(t);
-  t = kernel_text(src, "k_permute");             /* decomposed coordinates, linear reversed parts */
+  t = kernel_text(src, "k_permute"); /* decomposed coordinates, linear reversed parts */
   CHECK(strstr(t, "const long long rc1 = ") && strstr(t, "const long long cc2 = ") && strstr(t, "r * -20LL"));
   free(t);
-  t = kernel_text(src, "k_cross_entropy");       /* the gathered logit is loaded in the else branch only */
+  t = kernel_text(src, "k_cross_entropy"); /* the gathered logit is loaded in the else branch only */
   const char *row = strstr(t, "if (threadIdx.x == 0) {"), *els = row ? strstr(row, "} else {") : NULL;
   const char *gather = row ? strstr(row, ") * 1LL, 600LL)") : NULL;
   CHECK(els && gather && els < gather);
@@ -541,9 +562,10 @@ static int mode_emit(void) {
 
 /* ---- NVRTC ------------------------------------------------------------------------------ */
 
-static FILE *nvrtc_report;   /* where NVRTC failures are reported (stderr) */
+static FILE *nvrtc_report; /* where NVRTC failures are reported (stderr) */
 
-static void nvrtc_fail(const char *file, int line, const char *call, nvrtcResult r, nvrtcProgram prog, const char *src) {
+static void nvrtc_fail(const char *file, int line, const char *call, nvrtcResult r, nvrtcProgram prog,
+                       const char *src) {
   fprintf(nvrtc_report, "%s:%d: %s: %s\n", file, line, call, nvrtcGetErrorString(r));
   size_t n = 0;
   if (prog && nvrtcGetProgramLogSize(prog, &n) == NVRTC_SUCCESS && n > 1) {
@@ -557,16 +579,21 @@ static void nvrtc_fail(const char *file, int line, const char *call, nvrtcResult
 
 /* STYLE.md: a library failure names the call, file and line, with the program log
  * and the generated source. */
-#define NVRTC_CHECK(call, prog, src)                                      \
-  do {                                                                    \
-    nvrtcResult r_ = (call);                                              \
-    if (r_ != NVRTC_SUCCESS) {                                            \
-      nvrtc_fail(__FILE__, __LINE__, #call, r_, (prog), (src));           \
-      goto fail;                                                          \
-    }                                                                     \
+#define NVRTC_CHECK(call, prog, src)                            \
+  do {                                                          \
+    nvrtcResult r_ = (call);                                    \
+    if (r_ != NVRTC_SUCCESS) {                                  \
+      nvrtc_fail(__FILE__, __LINE__, #call, r_, (prog), (src)); \
+      goto fail;                                                \
+    }                                                           \
   } while (0)
 
-typedef struct Binary { char *data; size_t size; double ms; char *log; } Binary;
+typedef struct Binary {
+  char *data;
+  size_t size;
+  double ms;
+  char *log;
+} Binary;
 
 static double now_ms(void) {
   struct timespec ts;
@@ -607,7 +634,7 @@ static bool blank(const char *s) {
 }
 
 static void check_binary(const Binary *b, const char *arch, const char *src) {
-  if (!blank(b->log)) {   /* not even a warning */
+  if (!blank(b->log)) { /* not even a warning */
     fprintf(stderr, "%s: NVRTC log not empty:\n%s\ngenerated source:\n", arch, b->log);
     cuda_source_print_numbered(stderr, src);
     failures++;
@@ -616,7 +643,7 @@ static void check_binary(const Binary *b, const char *arch, const char *src) {
     const char *name = cases[i].k->name;
     char want[160];
     bool found;
-    if (!strncmp(arch, "sm_", 3)) found = memmem(b->data, b->size, name, strlen(name) + 1) != NULL;   /* with its NUL */
+    if (!strncmp(arch, "sm_", 3)) found = memmem(b->data, b->size, name, strlen(name) + 1) != NULL; /* with its NUL */
     else snprintf(want, sizeof want, ".entry %s(", name), found = memmem(b->data, b->size, want, strlen(want)) != NULL;
     if (!found) fprintf(stderr, "%s: kernel %s not in the binary\n", arch, name);
     CHECK(found);
@@ -630,7 +657,10 @@ static int mode_nvrtc(const char *arch) {
   nvrtcVersion(&major, &minor);
   for (int bounds = 0; bounds <= 1; bounds++) {
     Binary b;
-    if (nvrtc_compile(src, arch, bounds, &b)) { failures++; break; }
+    if (nvrtc_compile(src, arch, bounds, &b)) {
+      failures++;
+      break;
+    }
     check_binary(&b, arch, src);
     printf("NVRTC %d.%d %s%s: %d kernels, %zu bytes of source -> %zu bytes in %.0f ms\n", major, minor, arch,
            bounds ? " (bounds checks)" : "", ncases, strlen(src), b.size, b.ms);
@@ -661,8 +691,11 @@ static int mode_nvrtc_report(void) {
   CHECK(strstr(text, "NVRTC_ERROR_COMPILATION") && strstr(text, "nvrtcCompileProgram"));
   CHECK(strstr(text, "NVRTC program log:") && strstr(text, "error"));
   CHECK(strstr(text, "    1 | /* colossalc") && strstr(text, numbered));
-  fputs(text, stdout);   /* what a user would see */
-  if (rc == 0) { free(b.data); free(b.log); }
+  fputs(text, stdout); /* what a user would see */
+  if (rc == 0) {
+    free(b.data);
+    free(b.log);
+  }
   free(text);
   free(bad);
   free(src);
@@ -753,8 +786,9 @@ static void run_case(const Case *c, LaunchFn *launch, void *ctx, const char *whe
   const Kernel *k = c->k;
   int64_t extent = k->par == KP_COLS ? k->cols : k->rows, grid = cuda_kernel_grid_size(k, extent);
   int bs = cuda_kernel_block_size(k);
-  unsigned shapes[4][2] = {{(unsigned)grid, (unsigned)bs}, {grid < 2 ? 1u : 2u, (unsigned)bs}, {(unsigned)grid, 32}, {(unsigned)grid, 64}};
-  int nshapes = c->want == CM_BLOCK_ROW ? 4 : 2;   /* reductions must not depend on the block size */
+  unsigned shapes[4][2] = {
+      {(unsigned)grid, (unsigned)bs}, {grid < 2 ? 1u : 2u, (unsigned)bs}, {(unsigned)grid, 32}, {(unsigned)grid, 64}};
+  int nshapes = c->want == CM_BLOCK_ROW ? 4 : 2; /* reductions must not depend on the block size */
   char *want[RT_TIERS], *got[RT_TIERS];
   tiers_fill(c, want);
   kernel_eval(k, want, scalars);
@@ -765,8 +799,10 @@ static void run_case(const Case *c, LaunchFn *launch, void *ctx, const char *whe
     tiers_fill(c, got);
     char label[64];
     snprintf(label, sizeof label, "(%s, grid %u, block %u)", where, shapes[s][0], shapes[s][1]);
-    if (launch(ctx, c, shapes[s][0], shapes[s][1], got)) { fprintf(stderr, "%s %s: launch failed\n", k->name, label); ok = false; }
-    else ok &= tiers_match(c, want, got, exact && c->want != CM_BLOCK_ROW, label, &maxdiff);
+    if (launch(ctx, c, shapes[s][0], shapes[s][1], got)) {
+      fprintf(stderr, "%s %s: launch failed\n", k->name, label);
+      ok = false;
+    } else ok &= tiers_match(c, want, got, exact && c->want != CM_BLOCK_ROW, label, &maxdiff);
     tiers_free(got);
   }
   tiers_free(want);
@@ -779,19 +815,24 @@ static void run_case(const Case *c, LaunchFn *launch, void *ctx, const char *whe
 
 /* The unit the host compiler builds: the shim of the CUDA built-ins, the generated
  * source, the launcher (tests/cuda_emul/host_shim.h and host_launch.h). */
-static const char shim_text[] =
-  "#include \"" COLOSSALC_SOURCE_DIR "/tests/cuda_emul/host_shim.h\"\n"
-  "#include \"kernels.cu\"\n"
-  "#include \"" COLOSSALC_SOURCE_DIR "/tests/cuda_emul/host_launch.h\"\n";
+static const char shim_text[] = "#include \"" COLOSSALC_SOURCE_DIR "/tests/cuda_emul/host_shim.h\"\n"
+                                "#include \"kernels.cu\"\n"
+                                "#include \"" COLOSSALC_SOURCE_DIR "/tests/cuda_emul/host_launch.h\"\n";
 
 typedef int HostLaunch(void *kernel, unsigned grid, unsigned block, char *const *bufs, long long n,
                        const float *scalars);
-typedef struct HostCtx { void *so; HostLaunch *launch; } HostCtx;
+typedef struct HostCtx {
+  void *so;
+  HostLaunch *launch;
+} HostCtx;
 
 static int host_launch(void *ctx, const Case *c, unsigned grid, unsigned block, char **tiers) {
   HostCtx *h = ctx;
   void *fn = dlsym(h->so, c->k->name);
-  if (!fn) { fprintf(stderr, "dlsym %s: %s\n", c->k->name, dlerror()); return 1; }
+  if (!fn) {
+    fprintf(stderr, "dlsym %s: %s\n", c->k->name, dlerror());
+    return 1;
+  }
   char *bufs[K_MAX_BUFS] = {0};
   kernel_bind(c->k, tiers, bufs);
   return h->launch(fn, grid, block, bufs, c->k->par == KP_COLS ? c->k->cols : c->k->rows, scalars);
@@ -799,20 +840,28 @@ static int host_launch(void *ctx, const Case *c, unsigned grid, unsigned block, 
 
 static void write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
-  if (!f || fputs(text, f) < 0 || fclose(f)) { perror(path); exit(2); }
+  if (!f || fputs(text, f) < 0 || fclose(f)) {
+    perror(path);
+    exit(2);
+  }
 }
 
 /* Writes src and the shim into a fresh directory, compiles them into a shared
  * object and opens it. dir: "cuda-host-XXXXXX", filled in. */
 static int host_build(const char *src, char *dir, HostCtx *h) {
   char path[256], cmd[1024];
-  if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
   snprintf(path, sizeof path, "%s/kernels.cu", dir);
   write_file(path, src);
   snprintf(path, sizeof path, "%s/shim.cpp", dir);
   write_file(path, shim_text);
-  snprintf(cmd, sizeof cmd, "%s -std=c++17 -O1 -g -fPIC -shared -pthread -Wall -Wextra -Wno-unused-parameter -Werror "
-           "-DCOLOSSALC_CUDA_BOUNDS %s -o %s/kernels.so %s/shim.cpp", COLOSSALC_HOST_CXX, COLOSSALC_HOST_CXX_FLAGS, dir, dir);
+  snprintf(cmd, sizeof cmd,
+           "%s -std=c++17 -O1 -g -fPIC -shared -pthread -Wall -Wextra -Wno-unused-parameter -Werror "
+           "-DCOLOSSALC_CUDA_BOUNDS %s -o %s/kernels.so %s/shim.cpp",
+           COLOSSALC_HOST_CXX, COLOSSALC_HOST_CXX_FLAGS, dir, dir);
   double t0 = now_ms();
   if (system(cmd) != 0) {
     fprintf(stderr, "host compile failed: %s\ngenerated source:\n", cmd);
@@ -822,9 +871,15 @@ static int host_build(const char *src, char *dir, HostCtx *h) {
   printf("host C++ compile of the generated source: %.0f ms\n", now_ms() - t0);
   snprintf(path, sizeof path, "%s/kernels.so", dir);
   h->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h->so) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 1; }
+  if (!h->so) {
+    fprintf(stderr, "dlopen: %s\n", dlerror());
+    return 1;
+  }
   *(void **)&h->launch = dlsym(h->so, "cc_host_launch");
-  if (!h->launch) { fprintf(stderr, "dlsym cc_host_launch: %s\n", dlerror()); return 1; }
+  if (!h->launch) {
+    fprintf(stderr, "dlsym cc_host_launch: %s\n", dlerror());
+    return 1;
+  }
   return 0;
 }
 
@@ -850,15 +905,13 @@ static int mode_host(void) {
 
 /* ---- mode lowered: the kernels of a real model ---------------------------------------- */
 
-
 typedef struct LRun {
   const Program *p;
   HostCtx *h;
   char *ref[RT_TIERS], *got[RT_TIERS];
-  double *worst;   /* per kernel: max |got - want| / max |want| over what it wrote */
+  double *worst; /* per kernel: max |got - want| / max |want| over what it wrote */
   float scalars[16];
 } LRun;
-
 
 /* Bit for bit, except after block reductions (tree order): there 1e-4 of the largest
  * value, as layernorm's backward subtracts nearly equal sums. The same kernels in the
@@ -867,7 +920,7 @@ static double lowered_tolerance(const Kernel *k) { return cuda_kernel_mapping(k)
 
 static void lowered_kernel(LRun *r, const PInstr *in, char **before) {
   const Kernel *k = r->p->kernels[in->kernel];
-  void *fn = dlsym(r->h->so, r->p->code[r->p->code_of[in->kernel]]->name);   /* the code it shares */
+  void *fn = dlsym(r->h->so, r->p->code[r->p->code_of[in->kernel]]->name); /* the code it shares */
   char *bufs[K_MAX_BUFS] = {0};
   kernel_bind(k, r->got, bufs);
   for (int t = 0; t < RT_TIERS; t++) {
@@ -885,7 +938,7 @@ static void lowered_kernel(LRun *r, const PInstr *in, char **before) {
   }
   kernel_eval(k, r->ref, r->scalars);
   double e = lowered_written_error(r->p, r->ref, r->got, before), tol = lowered_tolerance(k);
-  if (e > tol && !(r->worst[in->kernel] > tol)) kernel_print(stdout, k);   /* the first failure, as a bug report */
+  if (e > tol && !(r->worst[in->kernel] > tol)) kernel_print(stdout, k); /* the first failure, as a bug report */
   if (!(e <= r->worst[in->kernel])) r->worst[in->kernel] = e;
 }
 
@@ -901,7 +954,10 @@ static void lowered_seq(LRun *r, const PSeq *s, char **before) {
 static int mode_lowered(int argc, char **argv) {
   Arena *a = arena_new();
   Program *p = lowered_model(a, argc, argv);
-  if (!p) { arena_free(a); return 1; }
+  if (!p) {
+    arena_free(a);
+    return 1;
+  }
   program_share_kernels(p);
   char *src = cuda_emit_source((const Kernel *const *)p->code, p->ncode);
   Binary b;
@@ -986,14 +1042,24 @@ typedef struct Cu {
   } while (0)
 
 static bool cu_load(Cu *cu, void *lib) {
-  struct { void **slot; const char *name; } syms[] = {
-    {(void **)&cu->Init, "cuInit"}, {(void **)&cu->DeviceGetCount, "cuDeviceGetCount"},
-    {(void **)&cu->DeviceGet, "cuDeviceGet"}, {(void **)&cu->DeviceGetAttribute, "cuDeviceGetAttribute"},
-    {(void **)&cu->DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"}, {(void **)&cu->CtxSetCurrent, "cuCtxSetCurrent"},
-    {(void **)&cu->ModuleLoadData, "cuModuleLoadData"}, {(void **)&cu->ModuleGetFunction, "cuModuleGetFunction"},
-    {(void **)&cu->MemAlloc, "cuMemAlloc_v2"}, {(void **)&cu->MemFree, "cuMemFree_v2"},
-    {(void **)&cu->MemcpyHtoD, "cuMemcpyHtoD_v2"}, {(void **)&cu->MemcpyDtoH, "cuMemcpyDtoH_v2"},
-    {(void **)&cu->LaunchKernel, "cuLaunchKernel"}, {(void **)&cu->CtxSynchronize, "cuCtxSynchronize"},
+  struct {
+    void **slot;
+    const char *name;
+  } syms[] = {
+      {(void **)&cu->Init, "cuInit"},
+      {(void **)&cu->DeviceGetCount, "cuDeviceGetCount"},
+      {(void **)&cu->DeviceGet, "cuDeviceGet"},
+      {(void **)&cu->DeviceGetAttribute, "cuDeviceGetAttribute"},
+      {(void **)&cu->DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"},
+      {(void **)&cu->CtxSetCurrent, "cuCtxSetCurrent"},
+      {(void **)&cu->ModuleLoadData, "cuModuleLoadData"},
+      {(void **)&cu->ModuleGetFunction, "cuModuleGetFunction"},
+      {(void **)&cu->MemAlloc, "cuMemAlloc_v2"},
+      {(void **)&cu->MemFree, "cuMemFree_v2"},
+      {(void **)&cu->MemcpyHtoD, "cuMemcpyHtoD_v2"},
+      {(void **)&cu->MemcpyDtoH, "cuMemcpyDtoH_v2"},
+      {(void **)&cu->LaunchKernel, "cuLaunchKernel"},
+      {(void **)&cu->CtxSynchronize, "cuCtxSynchronize"},
   };
   for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
     if (!(*syms[i].slot = dlsym(lib, syms[i].name))) return false;
@@ -1009,7 +1075,9 @@ static int gpu_launch(void *ctx, const Case *c, unsigned grid, unsigned block, c
     CU_CHECK(cu->MemAlloc(&dt[t], (size_t)c->tier_bytes[t]));
     CU_CHECK(cu->MemcpyHtoD(dt[t], tiers[t], (size_t)c->tier_bytes[t]));
   }
-  struct { CUdeviceptr p[K_MAX_BUFS]; } bufs = {{0}};   /* cc_bufs, by value */
+  struct {
+    CUdeviceptr p[K_MAX_BUFS];
+  } bufs = {{0}}; /* cc_bufs, by value */
   for (int i = 0; i < c->k->nbufs; i++) bufs.p[i] = dt[c->k->bufs[i].tier] + (CUdeviceptr)c->k->bufs[i].offset;
   CU_CHECK(cu->MemAlloc(&dsc, sizeof scalars));
   CU_CHECK(cu->MemcpyHtoD(dsc, scalars, sizeof scalars));
@@ -1057,7 +1125,7 @@ static int mode_gpu(void) {
 }
 
 int main(int argc, char **argv) {
-  setvbuf(stdout, NULL, _IOLBF, 0);   /* interleaved with stderr in the CTest log */
+  setvbuf(stdout, NULL, _IOLBF, 0); /* interleaved with stderr in the CTest log */
   A = arena_new();
   build_cases();
   const char *mode = argc > 1 ? argv[1] : "";
@@ -1069,7 +1137,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "gpu")) rc = mode_gpu();
   else if (!strcmp(mode, "lowered") && argc > 2) rc = mode_lowered(argc - 2, argv + 2);
   else {
-    fprintf(stderr, "usage: %s emit | nvrtc ARCH | nvrtc-report | host | lowered MODEL [NAME=VALUE ...] | gpu\n", argv[0]);
+    fprintf(stderr, "usage: %s emit | nvrtc ARCH | nvrtc-report | host | lowered MODEL [NAME=VALUE ...] | gpu\n",
+            argv[0]);
     rc = 2;
   }
   arena_free(A);

@@ -48,14 +48,19 @@ static const double TOL = 1e-5;
 /* F_TARGETS: F_INDEX, every fifth -100; F_BITS16, F_BITS32: every bit pattern of a 16-bit
  * (bf16, f16) or 32-bit (f32) element, zeros, infinities, NaNs, ties and subnormals too */
 typedef enum { F_UNIFORM, F_INTS, F_INDEX, F_TARGETS, F_BITS16, F_BITS32 } FillKind;
-typedef struct Fill { int tier; int64_t offset, n; FillKind kind; double lo, hi; } Fill;
+typedef struct Fill {
+  int tier;
+  int64_t offset, n;
+  FillKind kind;
+  double lo, hi;
+} Fill;
 
 typedef struct Case {
   Kernel *k;
-  double err_floor;              /* error denominator: max(|want|, err_floor); < 0: the same bytes */
+  double err_floor; /* error denominator: max(|want|, err_floor); < 0: the same bytes */
   Fill fills[K_MAX_BUFS];
   int nfills;
-  int64_t used[RT_TIERS];        /* bytes of each tier the case uses */
+  int64_t used[RT_TIERS]; /* bytes of each tier the case uses */
 } Case;
 
 static Case cases[MAX_CASES];
@@ -63,7 +68,11 @@ static int ncases, failures;
 
 /* ---- building the cases ------------------------------------------------------------ */
 
-typedef struct T { Arena *a; Kernel *k; Case *c; } T;
+typedef struct T {
+  Arena *a;
+  Kernel *k;
+  Case *c;
+} T;
 
 #define C(v) kx_const(t->a, t->k, (float)(v))
 #define U(op, x) kx_unary(t->a, t->k, KU_##op, x)
@@ -74,7 +83,8 @@ typedef struct T { Arena *a; Kernel *k; Case *c; } T;
 #define SCALAR(i) kx_scalar(t->a, t->k, i)
 #define ACC(i) kx_acc(t->a, t->k, i)
 /* V(offset, stride per iteration axis...) */
-#define V(off, ...) view_of(off, (const int64_t[]){__VA_ARGS__}, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define V(off, ...) \
+  view_of(off, (const int64_t[]){__VA_ARGS__}, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
 
 static KView view_of(int64_t off, const int64_t *s, int n) {
   KView v = {.offset = off};
@@ -88,15 +98,18 @@ static KView gathered(KView v, KExpr *g, int64_t stride) {
 }
 
 static T begin(Arena *a, const char *name, KPar par, const int64_t *dims, int ndims, int row_dims, double err_floor) {
-  if (ncases == MAX_CASES) { fprintf(stderr, "too many cases\n"); exit(2); }
+  if (ncases == MAX_CASES) {
+    fprintf(stderr, "too many cases\n");
+    exit(2);
+  }
   Case *c = &cases[ncases++];
   c->k = kernel_new(a, name, par, dims, ndims, row_dims);
   c->err_floor = err_floor;
   return (T){a, c->k, c};
 }
-#define BEGIN(name, par, row_dims, err_floor, ...)                                                             \
-  T tt = begin(a, name, par, (const int64_t[]){__VA_ARGS__}, (int)(sizeof((int64_t[]){__VA_ARGS__}) / 8), \
-               row_dims, err_floor);                                                                         \
+#define BEGIN(name, par, row_dims, err_floor, ...)                                                                  \
+  T tt = begin(a, name, par, (const int64_t[]){__VA_ARGS__}, (int)(sizeof((int64_t[]){__VA_ARGS__}) / 8), row_dims, \
+               err_floor);                                                                                          \
   T *t = &tt
 
 /* A buffer of n elements placed after the case's others in `tier`, filled with values
@@ -105,7 +118,10 @@ static T begin(Arena *a, const char *name, KPar par, const int64_t *dims, int nd
 static int buf(T *t, const char *name, int tier, int64_t n, FillKind kind, double lo, double hi) {
   int64_t off = t->c->used[tier] + 64;
   t->c->used[tier] = off + n * 4;
-  if (t->c->used[tier] > TIER_BYTES) { fprintf(stderr, "%s: tier %d too small\n", t->k->name, tier); exit(2); }
+  if (t->c->used[tier] > TIER_BYTES) {
+    fprintf(stderr, "%s: tier %d too small\n", t->k->name, tier);
+    exit(2);
+  }
   t->c->fills[t->c->nfills++] = (Fill){tier, off, n, kind, lo, hi};
   return kernel_buf(t->k, name, tier, off, n, kind == F_INDEX || kind == F_TARGETS ? DT_I32 : DT_F32);
 }
@@ -117,14 +133,16 @@ static int buf16(T *t, const char *name, int tier, int64_t n, DType dt) {
   t->c->fills[t->c->nfills++] = (Fill){tier, off, n, F_BITS16, 0, 0};
   return kernel_buf(t->k, name, tier, off, n, dt);
 }
-#define OUT(name, tier, n) buf(t, name, tier, n, F_UNIFORM, -1, 1)   /* outputs start random too */
+#define OUT(name, tier, n) buf(t, name, tier, n, F_UNIFORM, -1, 1) /* outputs start random too */
 
 /* out = x * w[j] + b[r]: the kernel the IR test checks for vector instructions */
 static void case_ew_simple(Arena *a) {
   BEGIN("ew_simple", KP_ROWS, 1, 0, 29, 1000);
-  int x = buf(t, "x", RT_TIER_WORK, 29 * 1000, F_UNIFORM, -1, 1), w = buf(t, "w", RT_TIER_PARAMS, 1000, F_UNIFORM, -1, 1);
+  int x = buf(t, "x", RT_TIER_WORK, 29 * 1000, F_UNIFORM, -1, 1),
+      w = buf(t, "w", RT_TIER_PARAMS, 1000, F_UNIFORM, -1, 1);
   int b = buf(t, "b", RT_TIER_PARAMS, 29, F_UNIFORM, -1, 1), out = OUT("out", RT_TIER_WORK, 29 * 1000);
-  kernel_map(t->k, out, V(0, 1000, 1), KS_SET, B(ADD, B(MUL, LOAD(x, V(0, 1000, 1)), LOAD(w, V(0, 0, 1))), LOAD(b, V(0, 1, 0))));
+  kernel_map(t->k, out, V(0, 1000, 1), KS_SET,
+             B(ADD, B(MUL, LOAD(x, V(0, 1000, 1)), LOAD(w, V(0, 0, 1))), LOAD(b, V(0, 1, 0))));
 }
 
 /* broadcasts along every axis; a column view that is not affine in j (w[d] under [a, d]).
@@ -135,7 +153,8 @@ static void case_ew_bcast(Arena *a) {
   int bb = buf(t, "bb", RT_TIER_PARAMS, 159, F_UNIFORM, -1, 1), s = buf(t, "s", RT_TIER_OPT, 7, F_UNIFORM, -1, 1);
   int out = OUT("out", RT_TIER_WORK, 7 * 159), out2 = OUT("out2", RT_TIER_GRADS, 7 * 159);
   KExpr *xv = LOAD(x, V(0, 159, 53, 1));
-  KExpr *e = B(SUB, B(ADD, B(MUL, xv, LOAD(w, V(0, 0, 0, 1))), LOAD(bb, V(0, 0, 53, 1))), B(MUL, LOAD(s, V(0, 1, 0, 0)), U(EXP, xv)));
+  KExpr *e = B(SUB, B(ADD, B(MUL, xv, LOAD(w, V(0, 0, 0, 1))), LOAD(bb, V(0, 0, 53, 1))),
+               B(MUL, LOAD(s, V(0, 1, 0, 0)), U(EXP, xv)));
   kernel_map(t->k, out, V(0, 159, 53, 1), KS_SET, e);
   kernel_map(t->k, out2, V(0, 159, 53, 1), KS_SET, B(MAX, xv, C(0)));
 }
@@ -172,7 +191,8 @@ static void case_softmax(Arena *a) {
 static void case_xent(Arena *a) {
   enum { N = 13, NV = 301 };
   BEGIN("xent", KP_ROWS, 1, 1.0, N, NV);
-  int x = buf(t, "logits", RT_TIER_WORK, N * NV, F_UNIFORM, -3, 3), tg = buf(t, "targets", RT_TIER_WORK, N, F_TARGETS, 0, NV - 1);
+  int x = buf(t, "logits", RT_TIER_WORK, N * NV, F_UNIFORM, -3, 3),
+      tg = buf(t, "targets", RT_TIER_WORK, N, F_TARGETS, 0, NV - 1);
   int loss = OUT("loss", RT_TIER_WORK, N), dx = OUT("dlogits", RT_TIER_GRADS, N * NV);
   KExpr *xv = LOAD(x, V(0, NV, 1)), *tv = LOAD(tg, V(0, 1, 0));
   KExpr *valid = B(SUB, C(1), B(EQ, tv, C(-100)));
@@ -195,10 +215,12 @@ static void case_count(Arena *a) {
 static void case_embedding(Arena *a) {
   enum { NB = 4, NT = 6, D = 40, NV = 11 };
   BEGIN("embedding", KP_ROWS, 2, 0, NB, NT, D);
-  int wte = buf(t, "wte", RT_TIER_PARAMS, NV * D, F_UNIFORM, -1, 1), wpe = buf(t, "wpe", RT_TIER_PARAMS, NT * D, F_UNIFORM, -1, 1);
+  int wte = buf(t, "wte", RT_TIER_PARAMS, NV * D, F_UNIFORM, -1, 1),
+      wpe = buf(t, "wpe", RT_TIER_PARAMS, NT * D, F_UNIFORM, -1, 1);
   int idx = buf(t, "tokens", RT_TIER_WORK, NB * NT, F_INDEX, 0, NV - 1), out = OUT("x", RT_TIER_WORK, NB * NT * D);
   KExpr *tok = LOAD(idx, V(0, NT, 1, 0));
-  kernel_map(t->k, out, V(0, NT * D, D, 1), KS_SET, B(ADD, LOAD(wte, gathered(V(0, 0, 0, 1), tok, D)), LOAD(wpe, V(0, 0, D, 1))));
+  kernel_map(t->k, out, V(0, NT * D, D, 1), KS_SET,
+             B(ADD, LOAD(wte, gathered(V(0, 0, 0, 1), tok, D)), LOAD(wpe, V(0, 0, D, 1))));
 }
 
 /* embedding gradient: out[idx[r]*D + j] += g[r*D + j], columns in parallel, rows in order */
@@ -257,7 +279,8 @@ static void case_unary(Arena *a, KUnary op, const char *name) {
   snprintf(kname, sizeof kname, "unary_%s", name);
   BEGIN(kname, KP_ROWS, 1, 0, R, N);
   bool pos = op == KU_LOG || op == KU_SQRT || op == KU_RSQRT || op == KU_RECIP;
-  int x = buf(t, "x", RT_TIER_WORK, R * N * 2, F_UNIFORM, pos ? 0.05 : -8, pos ? 4 : 8), out = OUT("y", RT_TIER_WORK, R * N);
+  int x = buf(t, "x", RT_TIER_WORK, R * N * 2, F_UNIFORM, pos ? 0.05 : -8, pos ? 4 : 8),
+      out = OUT("y", RT_TIER_WORK, R * N);
   kernel_map(t->k, out, V(0, N, 1), KS_SET, kx_unary(a, t->k, op, LOAD(x, V(0, 2 * N, 2))));
 }
 
@@ -317,7 +340,8 @@ static void case_pad(Arena *a) {
 /* one column: reductions of one element, a coordinate, KS_ADD rows */
 static void case_tiny(Arena *a) {
   BEGIN("tiny", KP_ROWS, 1, 1.0, 5, 1);
-  int x = buf(t, "x", RT_TIER_WORK, 5, F_UNIFORM, -1, 1), out = OUT("out", RT_TIER_WORK, 5), s = OUT("s", RT_TIER_WORK, 5);
+  int x = buf(t, "x", RT_TIER_WORK, 5, F_UNIFORM, -1, 1), out = OUT("out", RT_TIER_WORK, 5),
+      s = OUT("s", RT_TIER_WORK, 5);
   KExpr *xv = LOAD(x, V(0, 1, 1));
   KExpr *mx = ACC(kernel_reduce(t->k, KR_MAX, xv)), *sum = ACC(kernel_reduce(t->k, KR_SUM, xv));
   kernel_map(t->k, out, V(0, 1, 1), KS_ADD, B(ADD, B(ADD, xv, COORD(0)), mx));
@@ -332,7 +356,8 @@ static void case_half(Arena *a, DType dt) {
   int in = buf16(t, "in", RT_TIER_PARAMS, 64 * 256, dt), w = OUT("w", RT_TIER_GRADS, 64 * 256);
   int acc = buf16(t, "acc", RT_TIER_OPT, 64 * 256, dt), r = OUT("r", RT_TIER_WORK, 64 * 256);
   kernel_map(t->k, h, V(0, 256, 1), KS_SET, LOAD(x, V(0, 256, 1)));
-  kernel_map(t->k, r, V(0, 256, 1), KS_SET, kx_unary(t->a, t->k, dt == DT_BF16 ? KU_RBF16 : KU_RF16, LOAD(x, V(0, 256, 1))));
+  kernel_map(t->k, r, V(0, 256, 1), KS_SET,
+             kx_unary(t->a, t->k, dt == DT_BF16 ? KU_RBF16 : KU_RF16, LOAD(x, V(0, 256, 1))));
   kernel_map(t->k, w, V(0, 256, 1), KS_SET, LOAD(in, V(0, 256, 1)));
   kernel_map(t->k, acc, V(0, 256, 1), KS_ADD, B(MUL, LOAD(in, V(0, 256, 1)), C(0.5)));
 }
@@ -402,7 +427,8 @@ static double max_error(const Case *c, char **want, char **got) {
       for (int64_t i = 0; i < kb->numel; i++) {
         float w, g;
         if (kbuf_elem_bytes(kb) == 2) {
-          uint16_t wh = ((uint16_t *)(want[kb->tier] + kb->offset))[i], gh = ((uint16_t *)(got[kb->tier] + kb->offset))[i];
+          uint16_t wh = ((uint16_t *)(want[kb->tier] + kb->offset))[i],
+                   gh = ((uint16_t *)(got[kb->tier] + kb->offset))[i];
           if (wh == gh) continue;
           w = kx_to_f32(kb->dtype, wh), g = kx_to_f32(kb->dtype, gh);
         } else {
@@ -419,13 +445,15 @@ static double max_error(const Case *c, char **want, char **got) {
     for (int64_t i = 0; i < c->used[tr] / 4; i++) {
       if (!memcmp(&w[i], &g[i], 4) || (isnan(w[i]) && isnan(g[i]))) continue;
       double d = fabs((double)g[i] - w[i]) / fmax(fabs(w[i]), c->err_floor);
-      if (!(d <= worst)) worst = d;   /* NaN propagates */
+      if (!(d <= worst)) worst = d; /* NaN propagates */
     }
   }
   return worst;
 }
 
-typedef struct Images { char *init[RT_TIERS], *want[RT_TIERS], *got[RT_TIERS]; } Images;
+typedef struct Images {
+  char *init[RT_TIERS], *want[RT_TIERS], *got[RT_TIERS];
+} Images;
 
 static void copy_tiers(char **dst, char **src) {
   for (int i = 0; i < RT_TIERS; i++) memcpy(dst[i], src[i], TIER_BYTES);
@@ -439,18 +467,18 @@ static void check_case(const Case *c, RtKernelFn fn, Images *im, const float *sc
   kernel_eval(k, im->want, scalars);
 
   char *bufs[K_MAX_BUFS];
-  kernel_bind(k, im->got, bufs);   /* the code takes each buffer's address */
+  kernel_bind(k, im->got, bufs); /* the code takes each buffer's address */
   copy_tiers(im->got, im->init);
   fn(bufs, 0, n, scalars);
   double full = max_error(c, im->want, im->got);
 
-  copy_tiers(im->got, im->init);   /* chunks, as threads would run them */
+  copy_tiers(im->got, im->init); /* chunks, as threads would run them */
   int64_t cuts[] = {0, n / 3, n / 3 + 1, (2 * n) / 3, n};
   for (int i = 0; i + 1 < 5; i++)
     if (cuts[i] < cuts[i + 1] && cuts[i + 1] <= n) fn(bufs, cuts[i], cuts[i + 1], scalars);
   double chunks = max_error(c, im->want, im->got);
 
-  copy_tiers(im->got, im->init);   /* an empty range changes nothing */
+  copy_tiers(im->got, im->init); /* an empty range changes nothing */
   fn(bufs, n / 2, n / 2, scalars);
   bool untouched = max_error(c, im->init, im->got) == 0;
 
@@ -479,20 +507,32 @@ static LlvmModule *compile(const char *json) {
   for (int i = 0; i < ncases; i++) ks[i] = cases[i].k;
   LlvmModule *m = llvm_module_new("test_llvm");
   llvm_emit_program(m, ks, ncases, json);
-  if (llvm_optimize(m, 3)) { fprintf(stderr, "llvm_optimize failed\n"); exit(1); }
+  if (llvm_optimize(m, 3)) {
+    fprintf(stderr, "llvm_optimize failed\n");
+    exit(1);
+  }
   return m;
 }
 
 static void *build_library(LlvmModule *m) {
   char err[512];
   const char *obj = scratch_path("kernels.o"), *so = scratch_path("kernels.so");
-  if (llvm_write_object(m, obj, err, sizeof err)) { fprintf(stderr, "llvm_write_object: %s\n", err); exit(1); }
+  if (llvm_write_object(m, obj, err, sizeof err)) {
+    fprintf(stderr, "llvm_write_object: %s\n", err);
+    exit(1);
+  }
   const char *cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
   char cmd[1024];
   snprintf(cmd, sizeof cmd, "%s -shared -o '%s' '%s' %s", cc, so, obj, llvm_link_libs(m));
-  if (system(cmd) != 0) { fprintf(stderr, "failed: %s\n", cmd); exit(1); }
+  if (system(cmd) != 0) {
+    fprintf(stderr, "failed: %s\n", cmd);
+    exit(1);
+  }
   void *lib = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  if (!lib) { fprintf(stderr, "dlopen: %s\n", dlerror()); exit(1); }
+  if (!lib) {
+    fprintf(stderr, "dlopen: %s\n", dlerror());
+    exit(1);
+  }
   return lib;
 }
 
@@ -505,7 +545,8 @@ static int check_symbols(void *lib, const char *json) {
     void *f = dlsym(lib, cases[i].k->name);
     bad |= !f || memcmp(&f, &fns[i], sizeof f) != 0;
   }
-  printf("%-4s colossalc_nkernels = %d, colossalc_kernels[], colossalc_program_json\n", bad ? "FAIL" : "ok", n ? *n : -1);
+  printf("%-4s colossalc_nkernels = %d, colossalc_kernels[], colossalc_program_json\n", bad ? "FAIL" : "ok",
+         n ? *n : -1);
   return bad;
 }
 
@@ -519,7 +560,8 @@ static int run_numerics(LlvmModule *m, const char *json) {
     im.want[i] = malloc(TIER_BYTES);
     im.got[i] = malloc(TIER_BYTES);
   }
-  float scalars[16] = {[RT_SC_LR] = 1e-2f, [RT_SC_BC1] = 10.0f, [RT_SC_BC2] = 20.0f, [RT_SC_GSCALE] = 0.75f, [RT_SC_STEP] = 1};
+  float scalars[16] = {
+      [RT_SC_LR] = 1e-2f, [RT_SC_BC1] = 10.0f, [RT_SC_BC2] = 20.0f, [RT_SC_GSCALE] = 0.75f, [RT_SC_STEP] = 1};
   for (int i = 0; fns && i < ncases; i++) check_case(&cases[i], fns[i], &im, scalars);
   for (int i = 0; i < RT_TIERS; i++) {
     free(im.init[i]);
@@ -571,14 +613,23 @@ static bool ir_check(const char *ir, const char *kernel, const char *what, const
 static int run_ir(LlvmModule *m) {
   char err[512];
   const char *path = scratch_path("kernels.ll");
-  if (llvm_write_ir(m, path, err, sizeof err)) { fprintf(stderr, "llvm_write_ir: %s\n", err); return 1; }
+  if (llvm_write_ir(m, path, err, sizeof err)) {
+    fprintf(stderr, "llvm_write_ir: %s\n", err);
+    return 1;
+  }
   char *ir = read_file(path);
-  if (!ir) { perror(path); return 1; }
+  if (!ir) {
+    perror(path);
+    return 1;
+  }
   int bad = 0;
   for (int i = 0; i < ncases; i++) {
     char head[128];
     snprintf(head, sizeof head, "define void @%s(", cases[i].k->name);
-    if (!strstr(ir, head)) { printf("FAIL no `%s`\n", head); bad++; }
+    if (!strstr(ir, head)) {
+      printf("FAIL no `%s`\n", head);
+      bad++;
+    }
   }
   printf("%-4s every kernel defined (%d)\n", bad ? "FAIL" : "ok", ncases);
   const char *vec[] = {"<4 x float>", "<8 x float>", "<16 x float>", NULL}, *mvec[] = {"@_ZGV", NULL};
@@ -597,18 +648,15 @@ static int run_ir(LlvmModule *m) {
   return bad;
 }
 
-
 /* ---- kernels of lowered models ---------------------------------------------------------- */
-
 
 typedef struct Run {
   const Program *p;
   const RtKernelFn *fns;
   char *ref[RT_TIERS], *before[RT_TIERS], *got[RT_TIERS];
-  double *worst;         /* per kernel */
+  double *worst; /* per kernel */
   const float *scalars;
 } Run;
-
 
 static void run_kernel(Run *r, const PInstr *in) {
   const Kernel *k = r->p->kernels[in->kernel];
@@ -619,12 +667,12 @@ static void run_kernel(Run *r, const PInstr *in) {
   }
   int64_t n = in->extent, cuts[] = {0, n / 3, (2 * n) / 3, n};
   char *bufs[K_MAX_BUFS];
-  kernel_bind(k, r->got, bufs);   /* the shared code, with this kernel's buffers */
+  kernel_bind(k, r->got, bufs); /* the shared code, with this kernel's buffers */
   for (int i = 0; i < 3; i++)
     if (cuts[i] < cuts[i + 1]) r->fns[r->p->code_of[in->kernel]](bufs, cuts[i], cuts[i + 1], r->scalars);
   kernel_eval(k, r->ref, r->scalars);
   double e = lowered_written_error(r->p, r->ref, r->got, r->before);
-  if (e > TOL && !(r->worst[in->kernel] > TOL)) kernel_print(stdout, k);   /* the first failure, as a bug report */
+  if (e > TOL && !(r->worst[in->kernel] > TOL)) kernel_print(stdout, k); /* the first failure, as a bug report */
   if (!(e <= r->worst[in->kernel])) r->worst[in->kernel] = e;
 }
 
@@ -640,8 +688,11 @@ static void run_seq(Run *r, const PSeq *s) {
 static int run_lowered(int argc, char **argv) {
   Arena *a = arena_new();
   Program *p = lowered_model(a, argc, argv);
-  if (!p) { arena_free(a); return 1; }
-  char *json = program_to_json(p);   /* shares the kernels' code (p->code) */
+  if (!p) {
+    arena_free(a);
+    return 1;
+  }
+  char *json = program_to_json(p); /* shares the kernels' code (p->code) */
   LlvmModule *m = llvm_module_new(p->g->name);
   llvm_emit_program(m, (const Kernel *const *)p->code, p->ncode, json);
   free(json);
@@ -692,7 +743,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   snprintf(scratch, sizeof scratch, "llvm-test-XXXXXX");
-  if (!mkdtemp(scratch)) { perror("mkdtemp"); return 2; }
+  if (!mkdtemp(scratch)) {
+    perror("mkdtemp");
+    return 2;
+  }
   if (!strcmp(mode, "lowered")) {
     int bad = run_lowered(argc - 2, argv + 2);
     remove_scratch();

@@ -20,7 +20,7 @@ static inline Program *lowered_model(Arena *a, int argc, char **argv) {
   ConfigOverride ov[16];
   int nov = 0, first = 1;
   volatile DType low = DT_F32; /* "--precision=bf16" (fp16, fp8) after the model: passes/autocast.c */
-  volatile unsigned fuse = 0;   /* "--attention=fused", "--classifier=fused" (passes/decompose.c) */
+  volatile unsigned fuse = 0;  /* "--attention=fused", "--classifier=fused" (passes/decompose.c) */
   for (; first < argc && !strncmp(argv[first], "--", 2); first++) {
     if (!strncmp(argv[first], "--precision=", 12))
       low = !strcmp(argv[first] + 12, "bf16") ? DT_BF16 : !strcmp(argv[first] + 12, "fp8") ? DT_E4M3 : DT_F16;
@@ -36,11 +36,17 @@ static inline Program *lowered_model(Arena *a, int argc, char **argv) {
   diag_stream = stderr;
   DiagJump j;
   diag_push(&j);
-  if (setjmp(j.jb)) { diag_pop(&j); return NULL; }
+  if (setjmp(j.jb)) {
+    diag_pop(&j);
+    return NULL;
+  }
   size_t len;
   char *text = frontend_read_file(a, argv[0], &len);
   Graph *g = frontend_compile(a, argv[0], text, len, ov, nov);
-  if (!g) { diag_pop(&j); return NULL; }
+  if (!g) {
+    diag_pop(&j);
+    return NULL;
+  }
   g = pass_decompose(g, fuse);
   if (low == DT_E4M3) g = pass_autocast_fp8(g, 16, 0, false);
   else if (low != DT_F32) g = pass_autocast(g, low);
@@ -85,7 +91,10 @@ static inline void lowered_init(const Program *p, char **tiers, uint64_t seed) {
     int64_t range = lowered_index_range(p, n);
     void *dst = tiers[RT_TIER_WORK] + p->inputs[i].offset;
     for (int64_t e = 0; e < shape_numel(&n->shape); e++) {
-      if (n->dtype != DT_I32) { ((float *)dst)[e] = (float)lowered_urand(&seed); continue; }
+      if (n->dtype != DT_I32) {
+        ((float *)dst)[e] = (float)lowered_urand(&seed);
+        continue;
+      }
       bool ignored = p->inputs[i].role == PIN_TARGETS && e % 7 == 3 && g->loss->op == OP_CROSS_ENTROPY &&
                      attr_int(g->loss, "ignore_index") == -1;
       ((int32_t *)dst)[e] = ignored ? -1 : (int32_t)(lowered_urand(&seed) * range);
@@ -96,11 +105,10 @@ static inline void lowered_init(const Program *p, char **tiers, uint64_t seed) {
 /* f32 bit patterns a 16-bit store must round right: zeros, infinities, NaNs, ties and
  * their neighbours for bf16 and f16, f16's overflow and subnormal edges. */
 static const uint32_t lowered_half_specials[] = {
-  0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0xffa00000u,
-  0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f817fffu, 0x7f7fffffu, 0x7f7f8000u,
-  0x3f801000u, 0x3f803000u, 0x3f801001u, 0x477fe000u, 0x477fefffu, 0x477ff000u,
-  0x33000000u, 0x33c00000u, 0x34200000u, 0x38800000u, 0x387fe000u, 0x387ff000u,
-  0x387fffffu, 0x33800000u, 0x32ffffffu, 0xb3400000u, 0x00000001u, 0x80800000u,
+    0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0xffa00000u, 0x3f808000u, 0x3f818000u,
+    0x3f808001u, 0x3f817fffu, 0x7f7fffffu, 0x7f7f8000u, 0x3f801000u, 0x3f803000u, 0x3f801001u, 0x477fe000u,
+    0x477fefffu, 0x477ff000u, 0x33000000u, 0x33c00000u, 0x34200000u, 0x38800000u, 0x387fe000u, 0x387ff000u,
+    0x387fffffu, 0x33800000u, 0x32ffffffu, 0xb3400000u, 0x00000001u, 0x80800000u,
 };
 enum { LOWERED_HALF_SPECIALS = sizeof lowered_half_specials / sizeof *lowered_half_specials };
 
@@ -127,7 +135,8 @@ static inline void lowered_gemm_ref(const PGemm *g, char *const *tiers) {
             s += (double)lowered_elem(ma, g->dt[0], sa + (g->ta ? q * g->lda + i : i * g->lda + q)) *
                  lowered_elem(mb, g->dt[1], sb + (g->tb ? j * g->ldb + q : q * g->ldb + j));
           double bias = g->bias ? ((const float *)(tiers[g->bias_tier] + g->bias_off))[j] : 0;
-          double x = g->alpha * s + (g->beta != 0 ? g->beta * lowered_elem(mc, g->dt[2], sc + i * g->ldc + j) : 0) + bias;
+          double x =
+              g->alpha * s + (g->beta != 0 ? g->beta * lowered_elem(mc, g->dt[2], sc + i * g->ldc + j) : 0) + bias;
           if (g->aux) { /* GELU's input, for its epilogue kernel (f32 only) */
             ((float *)(tiers[g->aux_tier] + g->aux_off))[i * g->ldc + j] = (float)x;
           } else if (g->dt[2] == DT_BF16 || g->dt[2] == DT_F16) {
@@ -141,8 +150,7 @@ static inline void lowered_gemm_ref(const PGemm *g, char *const *tiers) {
 
 /* A kernel's run (got) against the reference run (ref) from the same memory (before):
  * max |got - ref| / max |ref| over the elements either run changed, in every tier. */
-static inline double lowered_written_error(const Program *p, char *const *ref, char *const *got,
-                                           char *const *before) {
+static inline double lowered_written_error(const Program *p, char *const *ref, char *const *got, char *const *before) {
   double diff = 0, scale = 0;
   for (int t = 0; t < RT_TIERS; t++) {
     const float *w = (const float *)ref[t], *g = (const float *)got[t], *b = (const float *)before[t];

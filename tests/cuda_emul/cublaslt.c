@@ -17,217 +17,222 @@
 #include "program/isa.h"
 #include "tests/cuda_emul/emul.h"
 
-static float gelu(float x)
-{
-    float u = 0.7978845608028654f * (x + 0.044715f * (x * (x * x)));
-    return 0.5f * x * (1.0f + tanhf(u));
+static float gelu(float x) {
+  float u = 0.7978845608028654f * (x + 0.044715f * (x * (x * x)));
+  return 0.5f * x * (1.0f + tanhf(u));
 }
 
 /* What the emulation keeps in the opaque descriptors' storage. */
-typedef struct Desc { int ta, tb, bias, gelu, aux; int64_t aux_ld; const float *bias_ptr; float *aux_ptr; } Desc;
-typedef struct Layout { uint64_t rows, cols; int64_t ld, stride; int32_t batch; IsaDtype type; } Layout;
+typedef struct Desc {
+  int ta, tb, bias, gelu, aux;
+  int64_t aux_ld;
+  const float *bias_ptr;
+  float *aux_ptr;
+} Desc;
+typedef struct Layout {
+  uint64_t rows, cols;
+  int64_t ld, stride;
+  int32_t batch;
+  IsaDtype type;
+} Layout;
 
 _Static_assert(sizeof(Desc) <= sizeof(cublasLtMatmulDescOpaque_t), "Desc fits the opaque descriptor");
 _Static_assert(sizeof(Layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "Layout fits the opaque layout");
 
 static int handle_dummy;
 
-cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (cublasLtHandle_t)&handle_dummy; return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { (void)h; return CUBLAS_STATUS_SUCCESS; }
-
-cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t c, cudaDataType_t scale)
-{
-    if ((c != CUBLAS_COMPUTE_32F && c != CUBLAS_COMPUTE_32F_FAST_TF32) || scale != CUDA_R_32F)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    *d = calloc(1, sizeof **d);
-    return *d ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+  *h = (cublasLtHandle_t)&handle_dummy;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+  (void)h;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { free(d); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t c, cudaDataType_t scale) {
+  if ((c != CUBLAS_COMPUTE_32F && c != CUBLAS_COMPUTE_32F_FAST_TF32) || scale != CUDA_R_32F)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  *d = calloc(1, sizeof **d);
+  return *d ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
 
-cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
-                                              const void *buf, size_t n)
-{
-    Desc *x = (Desc *)d;
-    int32_t op;
-    if (a == CUBLASLT_MATMUL_DESC_EPILOGUE && n == sizeof(cublasLtEpilogue_t)) {
-        cublasLtEpilogue_t e;
-        memcpy(&e, buf, sizeof e);
-        if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU_BIAS &&
-            e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
-            return CUBLAS_STATUS_NOT_SUPPORTED;
-        x->bias = e != CUBLASLT_EPILOGUE_DEFAULT;
-        x->gelu = e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-        x->aux = e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-        return CUBLAS_STATUS_SUCCESS;
-    }
-    if (a == CUBLASLT_MATMUL_DESC_BIAS_POINTER && n == sizeof x->bias_ptr) {
-        memcpy(&x->bias_ptr, buf, sizeof x->bias_ptr);
-        return CUBLAS_STATUS_SUCCESS;
-    }
-    if (a == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER && n == sizeof x->aux_ptr) {
-        memcpy(&x->aux_ptr, buf, sizeof x->aux_ptr);
-        return CUBLAS_STATUS_SUCCESS;
-    }
-    if (a == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD && n == sizeof x->aux_ld) {
-        memcpy(&x->aux_ld, buf, sizeof x->aux_ld);
-        return CUBLAS_STATUS_SUCCESS;
-    }
-    if ((a != CUBLASLT_MATMUL_DESC_TRANSA && a != CUBLASLT_MATMUL_DESC_TRANSB) || n != sizeof op)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    memcpy(&op, buf, sizeof op);
-    *(a == CUBLASLT_MATMUL_DESC_TRANSA ? &x->ta : &x->tb) = op == CUBLAS_OP_T;
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  free(d);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *buf,
+                                              size_t n) {
+  Desc *x = (Desc *)d;
+  int32_t op;
+  if (a == CUBLASLT_MATMUL_DESC_EPILOGUE && n == sizeof(cublasLtEpilogue_t)) {
+    cublasLtEpilogue_t e;
+    memcpy(&e, buf, sizeof e);
+    if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU_BIAS &&
+        e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    x->bias = e != CUBLASLT_EPILOGUE_DEFAULT;
+    x->gelu = e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    x->aux = e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     return CUBLAS_STATUS_SUCCESS;
+  }
+  if (a == CUBLASLT_MATMUL_DESC_BIAS_POINTER && n == sizeof x->bias_ptr) {
+    memcpy(&x->bias_ptr, buf, sizeof x->bias_ptr);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (a == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER && n == sizeof x->aux_ptr) {
+    memcpy(&x->aux_ptr, buf, sizeof x->aux_ptr);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (a == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD && n == sizeof x->aux_ld) {
+    memcpy(&x->aux_ld, buf, sizeof x->aux_ld);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if ((a != CUBLASLT_MATMUL_DESC_TRANSA && a != CUBLASLT_MATMUL_DESC_TRANSB) || n != sizeof op)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  memcpy(&op, buf, sizeof op);
+  *(a == CUBLASLT_MATMUL_DESC_TRANSA ? &x->ta : &x->tb) = op == CUBLAS_OP_T;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows, uint64_t cols,
-                                          int64_t ld)
-{
-    if (t != CUDA_R_32F && t != CUDA_R_16BF && t != CUDA_R_16F && t != CUDA_R_8F_E4M3 && t != CUDA_R_8F_E5M2)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    *l = calloc(1, sizeof **l);
-    if (!*l)
-        return CUBLAS_STATUS_ALLOC_FAILED;
-    IsaDtype type = t == CUDA_R_16BF ? ISA_BF16 : t == CUDA_R_16F ? ISA_F16 : t == CUDA_R_8F_E4M3 ? ISA_E4M3
-                    : t == CUDA_R_8F_E5M2 ? ISA_E5M2 : ISA_F32;
-    *(Layout *)*l = (Layout){rows, cols, ld, 0, 1, type};
-    return CUBLAS_STATUS_SUCCESS;
+                                          int64_t ld) {
+  if (t != CUDA_R_32F && t != CUDA_R_16BF && t != CUDA_R_16F && t != CUDA_R_8F_E4M3 && t != CUDA_R_8F_E5M2)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  *l = calloc(1, sizeof **l);
+  if (!*l) return CUBLAS_STATUS_ALLOC_FAILED;
+  IsaDtype type = t == CUDA_R_16BF      ? ISA_BF16
+                  : t == CUDA_R_16F     ? ISA_F16
+                  : t == CUDA_R_8F_E4M3 ? ISA_E4M3
+                  : t == CUDA_R_8F_E5M2 ? ISA_E5M2
+                                        : ISA_F32;
+  *(Layout *)*l = (Layout){rows, cols, ld, 0, 1, type};
+  return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { free(l); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  free(l);
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a,
-                                                const void *buf, size_t n)
-{
-    Layout *x = (Layout *)l;
-    if (a == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT && n == sizeof x->batch)
-        memcpy(&x->batch, buf, n);
-    else if (a == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET && n == sizeof x->stride)
-        memcpy(&x->stride, buf, n);
-    else
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    return CUBLAS_STATUS_SUCCESS;
+                                                const void *buf, size_t n) {
+  Layout *x = (Layout *)l;
+  if (a == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT && n == sizeof x->batch) memcpy(&x->batch, buf, n);
+  else if (a == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET && n == sizeof x->stride) memcpy(&x->stride, buf, n);
+  else return CUBLAS_STATUS_NOT_SUPPORTED;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
-{
-    *p = calloc(1, sizeof **p);
-    return *p ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+  *p = calloc(1, sizeof **p);
+  return *p ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
 }
 
-cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { free(p); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  free(p);
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
-                                                    cublasLtMatmulPreferenceAttributes_t a, const void *buf,
-                                                    size_t n)
-{
-    (void)p, (void)a, (void)buf, (void)n;
-    return CUBLAS_STATUS_SUCCESS;
+                                                    cublasLtMatmulPreferenceAttributes_t a, const void *buf, size_t n) {
+  (void)p, (void)a, (void)buf, (void)n;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 /* cuBLASLt's rule for fp8 operands (its documentation, "FP8 data types"): A transposed
  * and B not ("TN"), not both e5m2, and the same for 16- and 32-bit operands alike. */
-static int fp8_supported(const Desc *x, const Layout *A, const Layout *B)
-{
-    int fa = isa_dtype_bytes(A->type) == 1, fb = isa_dtype_bytes(B->type) == 1;
-    if (!fa && !fb)
-        return A->type == B->type;
-    return fa && fb && x->ta && !x->tb && !(A->type == ISA_E5M2 && B->type == ISA_E5M2);
+static int fp8_supported(const Desc *x, const Layout *A, const Layout *B) {
+  int fa = isa_dtype_bytes(A->type) == 1, fb = isa_dtype_bytes(B->type) == 1;
+  if (!fa && !fb) return A->type == B->type;
+  return fa && fb && x->ta && !x->tb && !(A->type == ISA_E5M2 && B->type == ISA_E5M2);
 }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t p, int requested,
-                                              cublasLtMatmulHeuristicResult_t *results, int *returned)
-{
-    (void)h, (void)c, (void)dl, (void)p;
-    if (requested < 1)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    if (!fp8_supported((const Desc *)d, (const Layout *)a, (const Layout *)b)) {
-        *returned = 0; /* as cuBLASLt: no algorithm */
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    }
-    memset(results, 0, sizeof *results);
-    results->state = CUBLAS_STATUS_SUCCESS;
-    *returned = 1;
-    return CUBLAS_STATUS_SUCCESS;
+                                              cublasLtMatmulHeuristicResult_t *results, int *returned) {
+  (void)h, (void)c, (void)dl, (void)p;
+  if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  if (!fp8_supported((const Desc *)d, (const Layout *)a, (const Layout *)b)) {
+    *returned = 0; /* as cuBLASLt: no algorithm */
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  memset(results, 0, sizeof *results);
+  results->state = CUBLAS_STATUS_SUCCESS;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 /* The emulated driver's stream queue (emul.h). */
-static EmulEnqueueFn *driver_enqueue(void)
-{
-    static EmulEnqueueFn *fn;
-    if (!fn) {
-        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-        *(void **)&fn = lib ? dlsym(lib, "colossalc_emul_enqueue") : NULL;
-    }
-    return fn;
+static EmulEnqueueFn *driver_enqueue(void) {
+  static EmulEnqueueFn *fn;
+  if (!fn) {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    *(void **)&fn = lib ? dlsym(lib, "colossalc_emul_enqueue") : NULL;
+  }
+  return fn;
 }
 
 typedef struct MatmulOp {
-    Desc x;
-    Layout A, B, C, D;
-    float alpha, beta;
-    const char *a, *b, *c;
-    char *d;
+  Desc x;
+  Layout A, B, C, D;
+  float alpha, beta;
+  const char *a, *b, *c;
+  char *d;
 } MatmulOp;
 
 static size_t esize(const Layout *l) { return (size_t)isa_dtype_bytes(l->type); }
 
 /* Matrix i of a batch as f32, column-major with leading dimension ld (a 16-bit one
  * widened into a malloc'd copy with its rows as ld; *own set then). */
-static float *as_f32(const Layout *l, const char *p, int32_t i, int64_t *ld, float **own)
-{
-    const char *base = p + (size_t)i * (size_t)l->stride * esize(l);
-    *own = NULL, *ld = l->ld;
-    if (l->type == ISA_F32)
-        return (float *)base;
-    float *f = malloc(l->rows * l->cols * sizeof *f + 1);
-    for (uint64_t c = 0; f && c < l->cols; c++)
-        for (uint64_t r = 0; r < l->rows; r++)
-            f[c * l->rows + r] = esize(l) == 1 ? isa_fp8_to_f32(l->type, ((const unsigned char *)base)[c * l->ld + r])
-                                               : isa_to_f32(l->type, ((const unsigned short *)base)[c * l->ld + r]);
-    *own = f, *ld = (int64_t)l->rows;
-    return f;
+static float *as_f32(const Layout *l, const char *p, int32_t i, int64_t *ld, float **own) {
+  const char *base = p + (size_t)i * (size_t)l->stride * esize(l);
+  *own = NULL, *ld = l->ld;
+  if (l->type == ISA_F32) return (float *)base;
+  float *f = malloc(l->rows * l->cols * sizeof *f + 1);
+  for (uint64_t c = 0; f && c < l->cols; c++)
+    for (uint64_t r = 0; r < l->rows; r++)
+      f[c * l->rows + r] = esize(l) == 1 ? isa_fp8_to_f32(l->type, ((const unsigned char *)base)[c * l->ld + r])
+                                         : isa_to_f32(l->type, ((const unsigned short *)base)[c * l->ld + r]);
+  *own = f, *ld = (int64_t)l->rows;
+  return f;
 }
 
 /* D = alpha op(A) op(B) + beta C in f32 (16-bit operands widened), the epilogue on the
  * f32 result, then D rounded once when it is 16-bit. */
-static void run_matmul(void *arg)
-{
-    const MatmulOp *o = arg;
-    const Layout *A = &o->A, *B = &o->B, *C = &o->C, *D = &o->D;
-    uint64_t m = o->x.ta ? A->cols : A->rows, k = o->x.ta ? A->rows : A->cols, n = o->x.tb ? B->rows : B->cols;
-    for (int32_t i = 0; i < C->batch; i++) {
-        int64_t lda, ldb, ldc, ldd;
-        float *fa, *fb, *fc, *fd;
-        const float *ai = as_f32(A, o->a, i, &lda, &fa), *bi = as_f32(B, o->b, i, &ldb, &fb);
-        const float *ci = as_f32(C, o->c, i, &ldc, &fc);
-        float *di = as_f32(D, o->d, i, &ldd, &fd);
-        if (!ai || !bi || !ci || !di) {
-            fprintf(stderr, "cublasLt emulation: out of memory\n");
-            abort();
-        }
-        if (ci != di)
-            for (uint64_t col = 0; col < n; col++)
-                memcpy(di + col * ldd, ci + col * ldc, m * sizeof(float));
-        cblas_sgemm(CblasColMajor, o->x.ta ? CblasTrans : CblasNoTrans, o->x.tb ? CblasTrans : CblasNoTrans, (int)m,
-                    (int)n, (int)k, o->alpha, ai, (int)lda, bi, (int)ldb, o->beta, di, (int)ldd);
-        for (uint64_t col = 0; o->x.bias && col < n; col++)
-            for (uint64_t row = 0; row < m; row++) {
-                float *v = &di[col * ldd + row];
-                *v += o->x.bias_ptr[row];
-                if (o->x.aux)
-                    o->x.aux_ptr[col * o->x.aux_ld + row] = *v;
-                if (o->x.gelu)
-                    *v = gelu(*v);
-            }
-        for (uint64_t col = 0; fd && col < n; col++) /* a 16-bit D: rounded once */
-            for (uint64_t row = 0; row < m; row++)
-                ((unsigned short *)(o->d + (size_t)i * (size_t)D->stride * 2))[col * D->ld + row] =
-                    isa_from_f32(D->type, di[col * ldd + row]);
-        free(fa), free(fb), free(fc), free(fd);
+static void run_matmul(void *arg) {
+  const MatmulOp *o = arg;
+  const Layout *A = &o->A, *B = &o->B, *C = &o->C, *D = &o->D;
+  uint64_t m = o->x.ta ? A->cols : A->rows, k = o->x.ta ? A->rows : A->cols, n = o->x.tb ? B->rows : B->cols;
+  for (int32_t i = 0; i < C->batch; i++) {
+    int64_t lda, ldb, ldc, ldd;
+    float *fa, *fb, *fc, *fd;
+    const float *ai = as_f32(A, o->a, i, &lda, &fa), *bi = as_f32(B, o->b, i, &ldb, &fb);
+    const float *ci = as_f32(C, o->c, i, &ldc, &fc);
+    float *di = as_f32(D, o->d, i, &ldd, &fd);
+    if (!ai || !bi || !ci || !di) {
+      fprintf(stderr, "cublasLt emulation: out of memory\n");
+      abort();
     }
+    if (ci != di)
+      for (uint64_t col = 0; col < n; col++) memcpy(di + col * ldd, ci + col * ldc, m * sizeof(float));
+    cblas_sgemm(CblasColMajor, o->x.ta ? CblasTrans : CblasNoTrans, o->x.tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+                (int)k, o->alpha, ai, (int)lda, bi, (int)ldb, o->beta, di, (int)ldd);
+    for (uint64_t col = 0; o->x.bias && col < n; col++)
+      for (uint64_t row = 0; row < m; row++) {
+        float *v = &di[col * ldd + row];
+        *v += o->x.bias_ptr[row];
+        if (o->x.aux) o->x.aux_ptr[col * o->x.aux_ld + row] = *v;
+        if (o->x.gelu) *v = gelu(*v);
+      }
+    for (uint64_t col = 0; fd && col < n; col++) /* a 16-bit D: rounded once */
+      for (uint64_t row = 0; row < m; row++)
+        ((unsigned short *)(o->d + (size_t)i * (size_t)D->stride * 2))[col * D->ld + row] =
+            isa_from_f32(D->type, di[col * ldd + row]);
+    free(fa), free(fb), free(fc), free(fd);
+  }
 }
 
 /* Checked at the call, run on the stream with alpha and beta read at the call (host
@@ -236,28 +241,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cublasLtMatrixLayout_t la, const void *b, cublasLtMatrixLayout_t lb, const void *beta,
                               const void *c, cublasLtMatrixLayout_t lc, void *dst, cublasLtMatrixLayout_t ld,
                               const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes,
-                              cudaStream_t s)
-{
-    (void)h, (void)algo, (void)workspace, (void)workspace_bytes;
-    const Desc *x = (const Desc *)d;
-    const Layout *A = (const Layout *)la, *B = (const Layout *)lb, *C = (const Layout *)lc, *D = (const Layout *)ld;
-    uint64_t m = x->ta ? A->cols : A->rows, k = x->ta ? A->rows : A->cols, kb = x->tb ? B->cols : B->rows;
-    uint64_t n = x->tb ? B->rows : B->cols;
-    if (k != kb || C->rows != m || C->cols != n || D->rows != m || D->cols != n || A->batch != C->batch ||
-        B->batch != C->batch || D->batch != C->batch || (x->bias && !x->bias_ptr) || !fp8_supported(x, A, B) ||
-        C->type != D->type || esize(D) == 1 || (x->aux && D->type != ISA_F32) ||
-        (x->aux && (!x->aux_ptr || x->aux_ld % 8 || x->aux_ld < (int64_t)m || C->batch != 1)))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    MatmulOp *o = malloc(sizeof *o);
-    EmulEnqueueFn *enqueue = driver_enqueue();
-    if (!o || !enqueue) {
-        free(o);
-        return CUBLAS_STATUS_NOT_INITIALIZED;
-    }
-    *o = (MatmulOp){*x, *A, *B, *C, *D, *(const float *)alpha, *(const float *)beta, a, b, c, dst};
-    if (enqueue(s, run_matmul, o) != 0) {
-        free(o);
-        return CUBLAS_STATUS_EXECUTION_FAILED;
-    }
-    return CUBLAS_STATUS_SUCCESS;
+                              cudaStream_t s) {
+  (void)h, (void)algo, (void)workspace, (void)workspace_bytes;
+  const Desc *x = (const Desc *)d;
+  const Layout *A = (const Layout *)la, *B = (const Layout *)lb, *C = (const Layout *)lc, *D = (const Layout *)ld;
+  uint64_t m = x->ta ? A->cols : A->rows, k = x->ta ? A->rows : A->cols, kb = x->tb ? B->cols : B->rows;
+  uint64_t n = x->tb ? B->rows : B->cols;
+  if (k != kb || C->rows != m || C->cols != n || D->rows != m || D->cols != n || A->batch != C->batch ||
+      B->batch != C->batch || D->batch != C->batch || (x->bias && !x->bias_ptr) || !fp8_supported(x, A, B) ||
+      C->type != D->type || esize(D) == 1 || (x->aux && D->type != ISA_F32) ||
+      (x->aux && (!x->aux_ptr || x->aux_ld % 8 || x->aux_ld < (int64_t)m || C->batch != 1)))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  MatmulOp *o = malloc(sizeof *o);
+  EmulEnqueueFn *enqueue = driver_enqueue();
+  if (!o || !enqueue) {
+    free(o);
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  }
+  *o = (MatmulOp){*x, *A, *B, *C, *D, *(const float *)alpha, *(const float *)beta, a, b, c, dst};
+  if (enqueue(s, run_matmul, o) != 0) {
+    free(o);
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  return CUBLAS_STATUS_SUCCESS;
 }

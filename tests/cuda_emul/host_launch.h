@@ -21,9 +21,9 @@ static void cc_fiber_main() {
     for (unsigned b = 0; b < gridDim.x; b++) {
       blockIdx.x = cc_fib[t].block = b;
       cc_job.fn(cc_job.bufs, cc_job.n, cc_job.scalars);
-      cc_barrier_wait(&cc_block_barrier, blockDim.x);   // the block is done
+      cc_barrier_wait(&cc_block_barrier, blockDim.x); // the block is done
       if (t == 0) cc_poison_shared();
-      cc_barrier_wait(&cc_block_barrier, blockDim.x);   // the next starts on fresh shared memory
+      cc_barrier_wait(&cc_block_barrier, blockDim.x); // the next starts on fresh shared memory
     }
     cc_fib[t].done = true;
     cc_yield();
@@ -44,7 +44,7 @@ __attribute__((noinline)) static void cc_switch_to(unsigned i) {
   if (!_setjmp(cc_sched)) {
     if (f->started) _longjmp(f->jb, 1);
     f->started = true;
-    swapcontext(&cc_sched_uc, &f->uc);   // never returns here: the fiber comes back by _longjmp
+    swapcontext(&cc_sched_uc, &f->uc); // never returns here: the fiber comes back by _longjmp
   }
 #if CC_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
@@ -63,7 +63,10 @@ static struct cc_fiber_reaper {
 __attribute__((noinline)) static void cc_make_fiber(cc_fiber *f) {
   f->stack = (char *)malloc(CC_STACK);
   int rc = getcontext(&f->uc);
-  if (!f->stack || rc) { perror("cuda shim: a fiber"); abort(); }
+  if (!f->stack || rc) {
+    perror("cuda shim: a fiber");
+    abort();
+  }
   f->uc.uc_stack.ss_sp = f->stack;
   f->uc.uc_stack.ss_size = CC_STACK;
   f->uc.uc_link = nullptr;
@@ -86,7 +89,7 @@ extern "C" int cc_host_launch(void *kernel, unsigned grid, unsigned block, char 
   for (unsigned w = 0; w < 32; w++) cc_warp_barrier[w] = cc_barrier{0, 0};
   for (unsigned i = 0; i < block; i++) cc_fib[i].done = false, cc_fib[i].block = 0;
   cc_poison_shared();
-  for (bool running = true; running;) {   // round robin until every fiber is done
+  for (bool running = true; running;) { // round robin until every fiber is done
     running = false;
     for (unsigned i = 0; i < block; i++)
       if (!cc_fib[i].done) cc_switch_to(i), running = true;

@@ -23,8 +23,10 @@
 #else
 #define CC_ASAN 0
 #endif
-struct cc_uint3 { unsigned x, y, z; };
-static cc_uint3 threadIdx, blockIdx;   // of the running fiber (the scheduler sets them)
+struct cc_uint3 {
+  unsigned x, y, z;
+};
+static cc_uint3 threadIdx, blockIdx; // of the running fiber (the scheduler sets them)
 static cc_uint3 blockDim, gridDim;
 #define __global__
 #define __device__
@@ -39,19 +41,24 @@ static void cc_poison_shared() {
 }
 struct cc_shared_reg {
   cc_shared_reg(void *p, size_t n) {
-    if (cc_nshared == CC_MAX_SHARED) { fprintf(stderr, "cuda shim: too many shared arrays\n"); abort(); }
+    if (cc_nshared == CC_MAX_SHARED) {
+      fprintf(stderr, "cuda shim: too many shared arrays\n");
+      abort();
+    }
     memset(p, 0xff, n);
     cc_shared_ptr[cc_nshared] = p;
     cc_shared_size[cc_nshared++] = n;
   }
 };
-#define CC_SHARED(type, name, n) static type name[n]; static cc_shared_reg name##_reg(name, sizeof name)
+#define CC_SHARED(type, name, n) \
+  static type name[n];           \
+  static cc_shared_reg name##_reg(name, sizeof name)
 #define __launch_bounds__(n)
 
 // ---- fibers: one per GPU thread, and the scheduler that runs them in turn ----
 struct cc_fiber {
-  jmp_buf jb;          // where it waits
-  ucontext_t uc;       // its first start
+  jmp_buf jb;    // where it waits
+  ucontext_t uc; // its first start
   char *stack;
   bool started, done;
   unsigned block;      // the block it is in
@@ -60,9 +67,9 @@ struct cc_fiber {
 static cc_fiber cc_fib[CC_MAX_THREADS];
 static jmp_buf cc_sched;
 static ucontext_t cc_sched_uc;
-static unsigned cc_cur;                       // the running fiber
+static unsigned cc_cur; // the running fiber
 #if CC_ASAN
-static const void *cc_sched_bottom;           // the scheduler's stack
+static const void *cc_sched_bottom; // the scheduler's stack
 static size_t cc_sched_size;
 #endif
 
@@ -79,10 +86,17 @@ static void cc_yield() {
 #endif
 }
 
-struct cc_barrier { unsigned arrived; unsigned long gen; };
+struct cc_barrier {
+  unsigned arrived;
+  unsigned long gen;
+};
 static cc_barrier cc_block_barrier, cc_warp_barrier[32];
 static void cc_barrier_wait(cc_barrier *b, unsigned count) {
-  if (++b->arrived == count) { b->arrived = 0; b->gen++; return; }
+  if (++b->arrived == count) {
+    b->arrived = 0;
+    b->gen++;
+    return;
+  }
   unsigned long gen = b->gen;
   while (b->gen == gen) cc_yield();
 }
@@ -102,7 +116,22 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
 template <class T> static inline T __ldg(const T *p) { return *p; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
-static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }
-static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, sizeof f); return f; }
-static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, sizeof u); return u; }
-static inline void __trap() { fprintf(stderr, "cuda shim: __trap(): an address out of bounds\n"); abort(); }
+static inline float __int_as_float(int i) {
+  float f;
+  memcpy(&f, &i, sizeof f);
+  return f;
+}
+static inline float __uint_as_float(unsigned u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+static inline void __trap() {
+  fprintf(stderr, "cuda shim: __trap(): an address out of bounds\n");
+  abort();
+}

@@ -28,10 +28,14 @@ static const double S = 2048, H = 12288, A = 96, Bm = 1;
 
 static void test_activation_formulas(void) {
   double sbh = S * Bm * H;
-  check_rel("activations, no parallelism: sbh(34 + 5as/h)", cost_act_layer(S, Bm, H, A, 1, false, RC_NONE), sbh * (34 + 5 * A * S / H), 1e-12);
-  check_rel("activations, t = 8: sbh(10 + 24/t + 5as/(ht))", cost_act_layer(S, Bm, H, A, 8, false, RC_NONE), sbh * (10 + 3 + 10), 1e-12);
-  check_rel("activations, t = 8 + SP: sbh(34/t + 5as/(ht))", cost_act_layer(S, Bm, H, A, 8, true, RC_NONE), sbh * (34.0 / 8 + 10), 1e-12);
-  check_rel("activations, t = 8 + SP + selective: sbh 34/t", cost_act_layer(S, Bm, H, A, 8, true, RC_SELECTIVE), sbh * 34 / 8, 1e-12);
+  check_rel("activations, no parallelism: sbh(34 + 5as/h)", cost_act_layer(S, Bm, H, A, 1, false, RC_NONE),
+            sbh * (34 + 5 * A * S / H), 1e-12);
+  check_rel("activations, t = 8: sbh(10 + 24/t + 5as/(ht))", cost_act_layer(S, Bm, H, A, 8, false, RC_NONE),
+            sbh * (10 + 3 + 10), 1e-12);
+  check_rel("activations, t = 8 + SP: sbh(34/t + 5as/(ht))", cost_act_layer(S, Bm, H, A, 8, true, RC_NONE),
+            sbh * (34.0 / 8 + 10), 1e-12);
+  check_rel("activations, t = 8 + SP + selective: sbh 34/t", cost_act_layer(S, Bm, H, A, 8, true, RC_SELECTIVE),
+            sbh * 34 / 8, 1e-12);
   check_rel("activations, full recompute: 2sbh", cost_act_layer(S, Bm, H, A, 8, true, RC_FULL), 2 * sbh, 1e-12);
   /* the numbers themselves: 2.869 GB a layer without parallelism */
   check_rel("activations, no parallelism, bytes", cost_act_layer(S, Bm, H, A, 1, false, RC_NONE), 2.86890e9, 1e-4);
@@ -44,7 +48,16 @@ static double layer_stash(const Graph *g, int t, AttnKernel attn, Recompute rc, 
   Cluster cl;
   cluster_from_profile(&cl, "a100-80g", 8, 8);
   PlanModel *pm = plan_model_new(a, g, force);
-  ShardCtx x = {.pm = pm, .cl = &cl, .t = t, .mbs = 1, .rc = rc, .attn = attn, .act_bytes = 2, .peak = cluster_peak(&cl), .state_bytes = 16, .force = force};
+  ShardCtx x = {.pm = pm,
+                .cl = &cl,
+                .t = t,
+                .mbs = 1,
+                .rc = rc,
+                .attn = attn,
+                .act_bytes = 2,
+                .peak = cluster_peak(&cl),
+                .state_bytes = 16,
+                .force = force};
   ShardCand *c;
   int n = shard_candidates(a, &x, &c);
   double best = INFINITY;
@@ -58,8 +71,9 @@ static double layer_stash(const Graph *g, int t, AttnKernel attn, Recompute rc, 
 
 /* Megatron's tensor parallelism without SP, op by op in a GPT layer. */
 static const char **megatron_force(Arena *a, const Graph *g) {
-  static const char *names[] = {"replicated", "column", "split", "split", "split", "split", "heads", "row", "replicated",
-                                "replicated", "replicated", "column", "split", "split", "row", "replicated", "replicated"};
+  static const char *names[] = {"replicated", "column", "split",      "split",      "split",      "split",
+                                "heads",      "row",    "replicated", "replicated", "replicated", "column",
+                                "split",      "split",  "row",        "replicated", "replicated"};
   const char **f = arena_array(a, g->n, sizeof *f);
   PlanModel *pm = plan_model_new(a, g, NULL);
   for (int k = 0; k < pm->nseg; k++)
@@ -82,10 +96,13 @@ static void test_activation_graph(void) {
             f_sp - (2 * sbh + 3 * as2b) / t + 16 * sb / t, 1e-9);
   check_rel("graph stash, t = 8 + SP, fused attention", layer_stash(g, 8, ATTN_FUSED, RC_NONE, NULL),
             f_sp - (2 * sbh + 5 * as2b) / t + (16 * sb + 4 * A * sb) / t, 1e-9);
-  check_rel("graph stash, t = 8 Megatron (no SP), materialized", layer_stash(g, 8, ATTN_MATERIALIZED, RC_NONE, megatron_force(a, g)),
+  check_rel("graph stash, t = 8 Megatron (no SP), materialized",
+            layer_stash(g, 8, ATTN_MATERIALIZED, RC_NONE, megatron_force(a, g)),
             f_tp - 2 * sbh - 3 * as2b / t + 16 * sb, 1e-9);
-  check_rel("graph stash, t = 1, materialized", layer_stash(g, 1, ATTN_MATERIALIZED, RC_NONE, NULL), f_1 - 2 * sbh - 3 * as2b + 16 * sb, 1e-9);
-  check_rel("graph stash, t = 8 + SP, selective, materialized", layer_stash(g, 8, ATTN_MATERIALIZED, RC_SELECTIVE, NULL),
+  check_rel("graph stash, t = 1, materialized", layer_stash(g, 1, ATTN_MATERIALIZED, RC_NONE, NULL),
+            f_1 - 2 * sbh - 3 * as2b + 16 * sb, 1e-9);
+  check_rel("graph stash, t = 8 + SP, selective, materialized",
+            layer_stash(g, 8, ATTN_MATERIALIZED, RC_SELECTIVE, NULL),
             cost_act_layer(S, Bm, H, A, 8, true, RC_SELECTIVE) - 2 * sbh / t + 16 * sb / t, 1e-9);
   check_rel("graph stash, t = 1, full recompute: 2sbh", layer_stash(g, 1, ATTN_FUSED, RC_FULL, NULL), 2 * sbh, 1e-9);
   arena_free(a);
@@ -96,8 +113,10 @@ static void test_flops(void) {
   Graph *g = load_model(a, "models/gpt3.model", NULL);
   GraphStats st;
   graph_stats(g, &st);
-  check_rel("GPT-3 FLOPs per step vs 72Bslh^2(1+s/6h+V/12lh)", st.train_flops, cost_gpt_flops(1536, 2048, 96, 12288, 50257, false), 0.005);
-  check_rel("with full recompute: 96Bslh^2(1+s/6h+V/16lh) = 4/3 minus logits", cost_gpt_flops(1536, 2048, 96, 12288, 50257, true),
+  check_rel("GPT-3 FLOPs per step vs 72Bslh^2(1+s/6h+V/12lh)", st.train_flops,
+            cost_gpt_flops(1536, 2048, 96, 12288, 50257, false), 0.005);
+  check_rel("with full recompute: 96Bslh^2(1+s/6h+V/16lh) = 4/3 minus logits",
+            cost_gpt_flops(1536, 2048, 96, 12288, 50257, true),
             cost_gpt_flops(1536, 2048, 96, 12288, 0, false) * 4 / 3 + 6.0 * 1536 * 2048 * 12288 * 50257, 1e-9);
   arena_free(a);
 }
@@ -108,7 +127,8 @@ static void test_pipeline(void) {
   double T[8] = {1, 1, 1, 1, 1, 1, 1, 1};
   check_rel("pipeline time (m + p - 1)T, balanced", cost_pipeline_time(T, 8, 32, 1), 39, 1e-12);
   check_rel("pipeline time (m + (p-1)/v)T, interleaved", cost_pipeline_time(T, 8, 32, 4), 32 + 7.0 / 4, 1e-12);
-  check_rel("bubble / ideal = (p-1)/m", cost_pipeline_time(T, 8, 32, 1) / 32 - 1, cost_bubble_fraction(8, 32, 1), 1e-12);
+  check_rel("bubble / ideal = (p-1)/m", cost_pipeline_time(T, 8, 32, 1) / 32 - 1, cost_bubble_fraction(8, 32, 1),
+            1e-12);
   check_rel("1F1B stage 0 holds p micro-batches", cost_inflight(0, 8, 32, 1), 8, 1e-12);
   check_rel("1F1B last stage holds 1", cost_inflight(7, 8, 32, 1), 1, 1e-12);
   check_rel("interleaved stage 0: p(1 + (p-1)/(pv))", cost_inflight(0, 8, 32, 2), 8 * (1 + 7.0 / 16), 1e-12);
@@ -118,9 +138,10 @@ static void test_collectives(void) {
   Cluster c;
   cluster_from_profile(&c, "a100-80g", 64, 8);
   double bw = 300e9 * 0.8, a = 2e-6, net = 200e9 * 0.85 / 8, an = 5e-6, B = 1e9;
-  check_rel("ring all-reduce, 8 in a node: 2(n-1)/n S/bw + 2(n-1)a", cost_collective(&c, COLL_ALL_REDUCE, B, (Group){8, 8}),
-            2 * 7.0 / 8 * B / bw + 14 * a, 1e-12);
-  check_rel("all-gather, 8 in a node: (n-1)/n S/bw + (n-1)a", cost_collective(&c, COLL_ALL_GATHER, B, (Group){8, 8}), 7.0 / 8 * B / bw + 7 * a, 1e-12);
+  check_rel("ring all-reduce, 8 in a node: 2(n-1)/n S/bw + 2(n-1)a",
+            cost_collective(&c, COLL_ALL_REDUCE, B, (Group){8, 8}), 2 * 7.0 / 8 * B / bw + 14 * a, 1e-12);
+  check_rel("all-gather, 8 in a node: (n-1)/n S/bw + (n-1)a", cost_collective(&c, COLL_ALL_GATHER, B, (Group){8, 8}),
+            7.0 / 8 * B / bw + 7 * a, 1e-12);
   check_rel("all-reduce over 8 nodes, 1 per node", cost_collective(&c, COLL_ALL_REDUCE, B, (Group){8, 1}),
             2 * 7.0 / 8 * B / net + 14 * an, 1e-12);
   check_rel("hierarchical all-reduce, 64 = 8 nodes x 8", cost_collective(&c, COLL_ALL_REDUCE, B, (Group){64, 8}),

@@ -12,20 +12,26 @@
 #include "plan/search.h"
 #include "tests/plan/plan_test.h"
 
-typedef struct Run { const char *name; int gpus, t, p, d; const char *h, *a, *l, *batch, *vocab; double tflops; } Run;
+typedef struct Run {
+  const char *name;
+  int gpus, t, p, d;
+  const char *h, *a, *l, *batch, *vocab;
+  double tflops;
+} Run;
 
 static const Run runs[] = {
-  {"GPT-3 175B, 1024 GPUs (5.1)", 1024, 8, 16, 8, "d=12288", "heads=96", "layers=96", "batch=1536", "vocab=50257", 140},
-  {"1.7B, 32 GPUs", 32, 1, 1, 32, "d=2304", "heads=24", "layers=24", "batch=512", "vocab=51200", 137},
-  {"3.6B, 64 GPUs", 64, 2, 1, 32, "d=3072", "heads=32", "layers=30", "batch=512", "vocab=51200", 138},
-  {"7.5B, 128 GPUs", 128, 4, 1, 32, "d=4096", "heads=32", "layers=36", "batch=512", "vocab=51200", 142},
-  {"18.4B, 256 GPUs", 256, 8, 1, 32, "d=6144", "heads=48", "layers=40", "batch=1024", "vocab=51200", 135},
-  {"39.1B, 512 GPUs", 512, 8, 2, 32, "d=8192", "heads=64", "layers=48", "batch=1536", "vocab=51200", 138},
-  {"76.1B, 1024 GPUs", 1024, 8, 4, 32, "d=10240", "heads=80", "layers=60", "batch=1792", "vocab=51200", 140},
-  {"145.6B, 1536 GPUs", 1536, 8, 8, 24, "d=12288", "heads=96", "layers=80", "batch=2304", "vocab=51200", 148},
-  {"310.1B, 1920 GPUs", 1920, 8, 16, 15, "d=16384", "heads=128", "layers=96", "batch=2160", "vocab=51200", 155},
-  {"529.6B, 2520 GPUs", 2520, 8, 35, 9, "d=20480", "heads=128", "layers=105", "batch=2520", "vocab=51200", 163},
-  {"1T, 3072 GPUs", 3072, 8, 64, 6, "d=25600", "heads=160", "layers=128", "batch=3072", "vocab=51200", 163},
+    {"GPT-3 175B, 1024 GPUs (5.1)", 1024, 8, 16, 8, "d=12288", "heads=96", "layers=96", "batch=1536", "vocab=50257",
+     140},
+    {"1.7B, 32 GPUs", 32, 1, 1, 32, "d=2304", "heads=24", "layers=24", "batch=512", "vocab=51200", 137},
+    {"3.6B, 64 GPUs", 64, 2, 1, 32, "d=3072", "heads=32", "layers=30", "batch=512", "vocab=51200", 138},
+    {"7.5B, 128 GPUs", 128, 4, 1, 32, "d=4096", "heads=32", "layers=36", "batch=512", "vocab=51200", 142},
+    {"18.4B, 256 GPUs", 256, 8, 1, 32, "d=6144", "heads=48", "layers=40", "batch=1024", "vocab=51200", 135},
+    {"39.1B, 512 GPUs", 512, 8, 2, 32, "d=8192", "heads=64", "layers=48", "batch=1536", "vocab=51200", 138},
+    {"76.1B, 1024 GPUs", 1024, 8, 4, 32, "d=10240", "heads=80", "layers=60", "batch=1792", "vocab=51200", 140},
+    {"145.6B, 1536 GPUs", 1536, 8, 8, 24, "d=12288", "heads=96", "layers=80", "batch=2304", "vocab=51200", 148},
+    {"310.1B, 1920 GPUs", 1920, 8, 16, 15, "d=16384", "heads=128", "layers=96", "batch=2160", "vocab=51200", 155},
+    {"529.6B, 2520 GPUs", 2520, 8, 35, 9, "d=20480", "heads=128", "layers=105", "batch=2520", "vocab=51200", 163},
+    {"1T, 3072 GPUs", 3072, 8, 64, 6, "d=25600", "heads=160", "layers=128", "batch=3072", "vocab=51200", 163},
 };
 
 static void check_run(const Run *r) {

@@ -127,51 +127,40 @@ const char colossalc_program_json[] =
     ": [{\"op\": \"kernel\", \"kernel\": 8, \"extent\": 16, \"args\": [[0, 0, 0], [1, 0, 0], [2, 0, 0], ["
     "3, 0, 0]]}], \"forward\": [], \"stage_groups\": [[0, 1]]}]";
 
-static void s0_embed(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_embed(tiers, 0, 64, lo, hi);
+static void s0_embed(char *const *tiers, int64_t lo, int64_t hi, const float *sc) { pk_embed(tiers, 0, 64, lo, hi); }
+
+static void s0_embed_back(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_embed_back(tiers, 0, 1344);
 }
 
-static void s0_embed_back(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_embed_back(tiers, 0, 1344);
+static void s0_gn_e(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_gnorm(tiers, 0, PH, 1616, 0, lo, hi);
 }
 
-static void s0_gn_e(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_gnorm(tiers, 0, PH, 1616, 0, lo, hi);
+static void s0_gn_w(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_gnorm(tiers, 512, PH / 2, 1616, PV, lo, hi);
 }
 
-static void s0_gn_w(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_gnorm(tiers, 512, PH / 2, 1616, PV, lo, hi);
+static void s0_adam_e(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_adamw(tiers, 0, PH, 640, lo, hi, sc);
 }
 
-static void s0_adam_e(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_adamw(tiers, 0, PH, 640, lo, hi, sc);
+static void s0_adam_w(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_adamw(tiers, 512, PH / 2, 640, lo, hi, sc);
 }
 
-static void s0_adam_w(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_adamw(tiers, 512, PH / 2, 640, lo, hi, sc);
+static void s1_xent(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_xent(tiers, 320, 32, 832, 1600, 1632);
 }
 
-static void s1_xent(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_xent(tiers, 320, 32, 832, 1600, 1632);
+static void s1_gn_e(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_gnorm(tiers, 0, PH, 1648, 0, lo, hi);
 }
 
-static void s1_gn_e(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_gnorm(tiers, 0, PH, 1648, 0, lo, hi);
+static void s1_adam_e(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_adamw(tiers, 0, PH, 512, lo, hi, sc);
 }
 
-static void s1_adam_e(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_adamw(tiers, 0, PH, 512, lo, hi, sc);
-}
-
-const RtKernelFn colossalc_kernels[] = {s0_embed, s0_embed_back, s0_gn_e,  s0_gn_w,  s0_adam_e,
-                                        s0_adam_w, s1_xent,      s1_gn_e, s1_adam_e};
+const RtKernelFn colossalc_kernels[] = {s0_embed,  s0_embed_back, s0_gn_e, s0_gn_w,  s0_adam_e,
+                                        s0_adam_w, s1_xent,       s1_gn_e, s1_adam_e};
 const int colossalc_nkernels = sizeof colossalc_kernels / sizeof colossalc_kernels[0];

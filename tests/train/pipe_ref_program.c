@@ -29,68 +29,55 @@ const char colossalc_program_json[] =
     "pe\": [2, 4], \"offset\": 0}, {\"name\": \"targets\", \"role\": \"targets\", \"shape\": [2, 4], \"of"
     "fset\": 32}], \"loss_offset\": 2144, \"logits_offset\": 576, \"gradnorm_offset\": 2160, \"gradnorm_p"
     "arts\": 24, \"flops_per_step\": 1000, \"kernels\": [\"r_embed\", \"r_xent\", \"r_embed_back\", \"r_g"
-    "n_e\", \"r_gn_w\", \"r_adam_e\", \"r_adam_w\"], \"microbatches\": "
-    XS(REF_MB)
-    ", \"step\": [{\"op\": \"kernel\", \"kernel\": 0, \"extent\": 8, \"args\": [[0, 0, 0], [1, 0, 0], [2,"
-    " 0, 0], [3, 0, 0]]}, {\"op\": \"gemm\", \"ta\": 0, \"tb\": 0, \"m\": 8, \"n\": 8, \"k\": 8, \"lda\":"
-    " 8, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 0.0, \"a\": [3, 64], \"b\": [0, 512], \"c\": ["
-    "3, 320], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"gemm\", \"ta"
-    "\": 0, \"tb\": 1, \"m\": 8, \"n\": 16, \"k\": 8, \"lda\": 8, \"ldb\": 8, \"ldc\": 16, \"alpha\": 1.0"
-    ", \"beta\": 0.0, \"a\": [3, 320], \"b\": [0, 0], \"c\": [3, 576], \"batch\": [1, 1], \"sa\": [0, 0],"
-    " \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"kernel\", \"kernel\": 1, \"extent\": 1, \"args\": [[0, "
-    "0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]}, {\"op\": \"gemm\", \"ta\": 0, \"tb\": 0, \"m\": 8, \"n\": "
-    "8, \"k\": 16, \"lda\": 16, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 0.0, \"a\": [3, 1088], "
-    "\"b\": [0, 0], \"c\": [3, 1600], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]},"
-    " {\"op\": \"gemm\", \"ta\": 1, \"tb\": 0, \"m\": 16, \"n\": 8, \"k\": 8, \"lda\": 16, \"ldb\": 8, \""
-    "ldc\": 8, \"alpha\": 1.0, \"beta\": 1.0, \"a\": [3, 1088], \"b\": [3, 320], \"c\": [1, 0], \"batch\""
-    ": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"gemm\", \"ta\": 1, \"tb\": 0, "
-    "\"m\": 8, \"n\": 8, \"k\": 8, \"lda\": 8, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 1.0, \"a"
-    "\": [3, 64], \"b\": [3, 1600], \"c\": [1, 512], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \""
-    "sc\": [0, 0]}, {\"op\": \"gemm\", \"ta\": 0, \"tb\": 1, \"m\": 8, \"n\": 8, \"k\": 8, \"lda\": 8, \""
-    "ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 0.0, \"a\": [3, 1600], \"b\": [0, 512], \"c\": [3, 1"
-    "856], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"kernel\", \"ker"
-    "nel\": 2, \"extent\": 1, \"args\": [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]}], \"sync\": [], \"gradnorm\": [{\""
-    "op\": \"kernel\", \"kernel\": 3, \"extent\": 16, \"args\": [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, "
-    "0]]}, {\"op\": \"kernel\", \"kernel\": 4, \"extent\": 8, \"args\": [[0, 0, 0], [1, 0, 0], [2, 0, 0],"
-    " [3, 0, 0]]}], \"update\": [{\"op\": \"kernel\", \"kernel\": 5, \"extent\": 16, \"args\": [[0, 0, 0]"
-    ", [1, 0, 0], [2, 0, 0], [3, 0, 0]]}, {\"op\": \"kernel\", \"kernel\": 6, \"extent\": 8, \"args\": [["
-    "0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]}], \"forward\": []}";
+    "n_e\", \"r_gn_w\", \"r_adam_e\", \"r_adam_w\"], \"microbatches\": " XS(
+        REF_MB) ", \"step\": [{\"op\": \"kernel\", \"kernel\": 0, \"extent\": 8, \"args\": [[0, 0, 0], [1, 0, 0], [2,"
+                " 0, 0], [3, 0, 0]]}, {\"op\": \"gemm\", \"ta\": 0, \"tb\": 0, \"m\": 8, \"n\": 8, \"k\": 8, \"lda\":"
+                " 8, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 0.0, \"a\": [3, 64], \"b\": [0, 512], \"c\": ["
+                "3, 320], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"gemm\", \"ta"
+                "\": 0, \"tb\": 1, \"m\": 8, \"n\": 16, \"k\": 8, \"lda\": 8, \"ldb\": 8, \"ldc\": 16, \"alpha\": 1.0"
+                ", \"beta\": 0.0, \"a\": [3, 320], \"b\": [0, 0], \"c\": [3, 576], \"batch\": [1, 1], \"sa\": [0, 0],"
+                " \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"kernel\", \"kernel\": 1, \"extent\": 1, \"args\": [[0, "
+                "0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]}, {\"op\": \"gemm\", \"ta\": 0, \"tb\": 0, \"m\": 8, \"n\": "
+                "8, \"k\": 16, \"lda\": 16, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 0.0, \"a\": [3, 1088], "
+                "\"b\": [0, 0], \"c\": [3, 1600], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]},"
+                " {\"op\": \"gemm\", \"ta\": 1, \"tb\": 0, \"m\": 16, \"n\": 8, \"k\": 8, \"lda\": 16, \"ldb\": 8, \""
+                "ldc\": 8, \"alpha\": 1.0, \"beta\": 1.0, \"a\": [3, 1088], \"b\": [3, 320], \"c\": [1, 0], \"batch\""
+                ": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"gemm\", \"ta\": 1, \"tb\": 0, "
+                "\"m\": 8, \"n\": 8, \"k\": 8, \"lda\": 8, \"ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 1.0, \"a"
+                "\": [3, 64], \"b\": [3, 1600], \"c\": [1, 512], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \""
+                "sc\": [0, 0]}, {\"op\": \"gemm\", \"ta\": 0, \"tb\": 1, \"m\": 8, \"n\": 8, \"k\": 8, \"lda\": 8, \""
+                "ldb\": 8, \"ldc\": 8, \"alpha\": 1.0, \"beta\": 0.0, \"a\": [3, 1600], \"b\": [0, 512], \"c\": [3, 1"
+                "856], \"batch\": [1, 1], \"sa\": [0, 0], \"sb\": [0, 0], \"sc\": [0, 0]}, {\"op\": \"kernel\", \"ker"
+                "nel\": 2, \"extent\": 1, \"args\": [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]}], \"sync\": [], \"gradnorm\": [{\""
+                "op\": \"kernel\", \"kernel\": 3, \"extent\": 16, \"args\": [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, "
+                "0]]}, {\"op\": \"kernel\", \"kernel\": 4, \"extent\": 8, \"args\": [[0, 0, 0], [1, 0, 0], [2, 0, 0],"
+                " [3, 0, 0]]}], \"update\": [{\"op\": \"kernel\", \"kernel\": 5, \"extent\": 16, \"args\": [[0, 0, 0]"
+                ", [1, 0, 0], [2, 0, 0], [3, 0, 0]]}, {\"op\": \"kernel\", \"kernel\": 6, \"extent\": 8, \"args\": [["
+                "0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]}], \"forward\": []}";
 
-static void r_embed(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_embed(tiers, 0, 64, lo, hi);
+static void r_embed(char *const *tiers, int64_t lo, int64_t hi, const float *sc) { pk_embed(tiers, 0, 64, lo, hi); }
+
+static void r_xent(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_xent(tiers, 576, 32, 1088, 2112, 2144);
 }
 
-static void r_xent(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_xent(tiers, 576, 32, 1088, 2112, 2144);
+static void r_embed_back(char *const *tiers, int64_t lo, int64_t hi, const float *sc) { pk_embed_back(tiers, 0, 1856); }
+
+static void r_gn_e(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_gnorm(tiers, 0, PH, 2160, 0, lo, hi);
 }
 
-static void r_embed_back(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_embed_back(tiers, 0, 1856);
+static void r_gn_w(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_gnorm(tiers, 512, PH, 2160, PV, lo, hi);
 }
 
-static void r_gn_e(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_gnorm(tiers, 0, PH, 2160, 0, lo, hi);
+static void r_adam_e(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_adamw(tiers, 0, PH, 768, lo, hi, sc);
 }
 
-static void r_gn_w(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_gnorm(tiers, 512, PH, 2160, PV, lo, hi);
+static void r_adam_w(char *const *tiers, int64_t lo, int64_t hi, const float *sc) {
+  pk_adamw(tiers, 512, PH, 768, lo, hi, sc);
 }
 
-static void r_adam_e(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_adamw(tiers, 0, PH, 768, lo, hi, sc);
-}
-
-static void r_adam_w(char *const *tiers, int64_t lo, int64_t hi, const float *sc)
-{
-    pk_adamw(tiers, 512, PH, 768, lo, hi, sc);
-}
-
-const RtKernelFn colossalc_kernels[] = {r_embed, r_xent,   r_embed_back, r_gn_e,
-                                        r_gn_w,  r_adam_e, r_adam_w};
+const RtKernelFn colossalc_kernels[] = {r_embed, r_xent, r_embed_back, r_gn_e, r_gn_w, r_adam_e, r_adam_w};
 const int colossalc_nkernels = sizeof colossalc_kernels / sizeof colossalc_kernels[0];

@@ -22,8 +22,16 @@ static Node *find(Graph *g, const char *name) {
   return NULL;
 }
 
-#define CHECK(cond, ...) do { checks++; if (!(cond)) { failures++; printf("FAIL line %d: ", __LINE__); \
-  printf(__VA_ARGS__); printf("\n"); } } while (0)
+#define CHECK(cond, ...)                  \
+  do {                                    \
+    checks++;                             \
+    if (!(cond)) {                        \
+      failures++;                         \
+      printf("FAIL line %d: ", __LINE__); \
+      printf(__VA_ARGS__);                \
+      printf("\n");                       \
+    }                                     \
+  } while (0)
 
 /* `input x: f32[EXPR];` must give dimension want. */
 static void dim_is(const char *expr, int64_t want) {
@@ -50,14 +58,14 @@ static void error_is(const char *src, int line, int col, const char *msg) {
 
 static void test_arithmetic(void) {
   dim_is("2 + 3 * 4 ** 2", 50);
-  dim_is("2 ** 3 ** 2", 512);         /* ** is right-associative */
+  dim_is("2 ** 3 ** 2", 512); /* ** is right-associative */
   dim_is("10 - 2 ** 2", 6);
   dim_is("(-2) ** 2", 4);
-  dim_is("20 - -2 ** 2", 24);         /* unary minus binds looser than ** */
+  dim_is("20 - -2 ** 2", 24); /* unary minus binds looser than ** */
   dim_is("7 // 2", 3);
-  dim_is("10 + -7 // 2", 6);          /* floor division rounds down */
-  dim_is("5 + 7 % -3", 3);            /* the remainder takes the divisor's sign */
-  dim_is("d / heads", 64);            /* an integral float is a dimension */
+  dim_is("10 + -7 // 2", 6); /* floor division rounds down */
+  dim_is("5 + 7 % -3", 3);   /* the remainder takes the divisor's sign */
+  dim_is("d / heads", 64);   /* an integral float is a dimension */
   dim_is("k * (k + 1)", 30);
   dim_is("min(3, k) + max(2, k) + abs(-4)", 12);
   dim_is("sqrt(16) + 0.0", 4);
@@ -66,19 +74,22 @@ static void test_arithmetic(void) {
 
 static void test_names_and_scopes(void) {
   Arena *a = arena_new();
-  Graph *g = compile(a,
-    "# a comment\n"
-    "config { n = 2; }\n"
-    "input t: f32[4, 3];\n"
-    "block lin(x, m) { param w.weight: f32[3, m] = normal(0.5); param b: f32[m] = zeros; return matmul(x, w.weight) + b; }\n"
-    "block two(x) { y = lin(x, 3) as first; return lin(y, 3); }\n"
-    "param top.w: f32[3] = ones;\n"
-    "u = two(t) as pair;\n"
-    "repeat h in n { u = lin(u, 3) * 0.5; repeat r in 2 { u = lin(u, 3) as inner; } }\n", NULL, 0);
+  Graph *g = compile(
+      a,
+      "# a comment\n"
+      "config { n = 2; }\n"
+      "input t: f32[4, 3];\n"
+      "block lin(x, m) { param w.weight: f32[3, m] = normal(0.5); param b: f32[m] = zeros; return matmul(x, w.weight) + b; }\n"
+      "block two(x) { y = lin(x, 3) as first; return lin(y, 3); }\n"
+      "param top.w: f32[3] = ones;\n"
+      "u = two(t) as pair;\n"
+      "repeat h in n { u = lin(u, 3) * 0.5; repeat r in 2 { u = lin(u, 3) as inner; } }\n",
+      NULL, 0);
   CHECK(g, "compile failed: %s", diag_last);
   if (g) {
-    const char *names[] = {"top.w", "pair.first.w.weight", "pair.first.b", "pair.lin.w.weight", "h.0.lin.w.weight",
-                           "h.1.lin.b", "h.1.r.0.inner.w.weight", "h.0.r.1.inner.b"};
+    const char *names[] = {
+        "top.w",     "pair.first.w.weight",    "pair.first.b",   "pair.lin.w.weight", "h.0.lin.w.weight",
+        "h.1.lin.b", "h.1.r.0.inner.w.weight", "h.0.r.1.inner.b"};
     for (int i = 0; i < 8; i++) CHECK(find(g, names[i]), "no parameter %s", names[i]);
     Node *w = find(g, "pair.first.w.weight");
     CHECK(w && w->init.kind == INIT_NORMAL && w->init.a == 0.5, "initialiser of pair.first.w.weight");
@@ -105,7 +116,8 @@ static void test_constants_and_overrides(void) {
     CHECK(ov[0].used && ov[1].used, "overrides marked used");
   }
   ConfigOverride bad[] = {{"nope", "1", false}};
-  CHECK(!compile(a, "config { n = 3; }\n", bad, 1) && strstr(diag_last, "no config constant 'nope'"), "unknown override");
+  CHECK(!compile(a, "config { n = 3; }\n", bad, 1) && strstr(diag_last, "no config constant 'nope'"),
+        "unknown override");
   ConfigOverride nan[] = {{"n", "abc", false}};
   CHECK(!compile(a, "config { n = 3; }\n", nan, 1) && strstr(diag_last, "must be a number"), "non-number override");
   arena_free(a);
@@ -137,7 +149,8 @@ static void test_errors(void) {
 static void test_empty_and_binary(void) {
   Arena *a = arena_new();
   CHECK(!frontend_compile(a, "e.model", "", 0, NULL, 0) && strstr(diag_last, "no 'train' directive") &&
-        diag_last_loc.line == 1 && diag_last_loc.col == 1, "empty file: %s", diag_last);
+            diag_last_loc.line == 1 && diag_last_loc.col == 1,
+        "empty file: %s", diag_last);
   const char bin[] = {'c', 'o', 0, 'n', (char)0xff, '\n', 0x7f};
   CHECK(!frontend_compile(a, "b.model", bin, sizeof bin, NULL, 0) && diag_last_loc.line == 1, "binary: %s", diag_last);
   arena_free(a);

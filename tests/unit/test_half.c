@@ -13,8 +13,16 @@
 
 static int failures;
 
-static float bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static uint32_t f_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float bits_f(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint32_t f_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
 
 static uint16_t f16_ref(float f) {
   _Float16 h = (_Float16)f;
@@ -32,7 +40,7 @@ static uint16_t bf16_ref(float f) {
   uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
   double dl = fabs((double)f - (double)bits_f(lo));
   double dh = (hi & 0x7f800000u) == 0x7f800000u ? ldexp(1.0, 128) - fabs((double)f) /* to infinity: 2^128 */
-                                                  : fabs((double)bits_f(hi) - (double)f);
+                                                : fabs((double)bits_f(hi) - (double)f);
   if (dl < dh || (dl == dh && !(lo >> 16 & 1))) return (uint16_t)(lo >> 16);
   return (uint16_t)(hi >> 16);
 }
@@ -52,8 +60,11 @@ int main(void) {
     uint16_t b = (uint16_t)h;
     memcpy(&x, &b, 2);
     float want = (float)x, got = kx_to_f32(DT_F16, b), bw = bits_f(h << 16), bg = kx_to_f32(DT_BF16, b);
-    int ok = (isnan(want) ? isnan(got) : f_bits(want) == f_bits(got)) && (isnan(bw) ? isnan(bg) : f_bits(bw) == f_bits(bg));
-    if (!ok && failures++ < 10) fprintf(stderr, "16-bit %04x: f16 %a want %a, bf16 %a want %a\n", h, (double)got, (double)want, (double)bg, (double)bw);
+    int ok =
+        (isnan(want) ? isnan(got) : f_bits(want) == f_bits(got)) && (isnan(bw) ? isnan(bg) : f_bits(bw) == f_bits(bg));
+    if (!ok && failures++ < 10)
+      fprintf(stderr, "16-bit %04x: f16 %a want %a, bf16 %a want %a\n", h, (double)got, (double)want, (double)bg,
+              (double)bw);
   }
   uint64_t rng = 88172645463325252ull;
   for (uint32_t e = 0; e < 256; e++)

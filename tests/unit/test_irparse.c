@@ -5,12 +5,18 @@
 #include "frontend/frontend.h"
 
 int main(int argc, char **argv) {
-  if (argc != 2) { fprintf(stderr, "usage: test_irparse FILE.ir\n"); return 2; }
+  if (argc != 2) {
+    fprintf(stderr, "usage: test_irparse FILE.ir\n");
+    return 2;
+  }
   diag_stream = stderr;
   Arena *a = arena_new();
   DiagJump j;
   diag_push(&j);
-  if (setjmp(j.jb)) { printf("0 passed, 1 failed\n"); return 1; }
+  if (setjmp(j.jb)) {
+    printf("0 passed, 1 failed\n");
+    return 1;
+  }
   size_t len;
   char *text = frontend_read_file(a, argv[1], &len);
   SrcFile src = {argv[1], text, len};

@@ -16,8 +16,12 @@
 #include "tests/common/lowered.h"
 
 static uint64_t rng = 88172645463325252ull;
-static double urand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (rng >> 11) * 0x1.0p-53; }
-
+static double urand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (rng >> 11) * 0x1.0p-53;
+}
 
 static void run_seq(const Program *p, const PSeq *s, char *const *tiers, const float *scalars) {
   for (int i = 0; i < s->n; i++) {
@@ -33,7 +37,8 @@ static double tol_floor = 0; /* 16-bit programs: a few units in the last place o
 
 /* max |got - want| relative to max |want| */
 static void compare(const char *what, const float *got, const double *want, int64_t n, double tol) {
-  double diff = 0, scale = fmax(1e-6, tol_floor / 32); /* gradients that are zero in exact arithmetic (a key bias) are noise */
+  double diff = 0,
+         scale = fmax(1e-6, tol_floor / 32); /* gradients that are zero in exact arithmetic (a key bias) are noise */
   for (int64_t i = 0; i < n; i++) {
     double d = fabs((double)got[i] - want[i]);
     if (!(d <= diff)) diff = d;
@@ -75,9 +80,12 @@ static void check_runs(Program *p, char *const *tiers, float *scalars) {
     }
     bool same = true, zero = true;
     for (int k = 0; k < p->nparams; k++) {
-      int64_t off = p->params[k].offset, b = pparam_bytes(&p->params[k]), end = k + 1 < p->nparams ? p->params[k + 1].offset : pb;
+      int64_t off = p->params[k].offset, b = pparam_bytes(&p->params[k]),
+              end = k + 1 < p->nparams ? p->params[k + 1].offset : pb;
       for (int64_t t = 0; t <= ob; t += pb) { /* PARAMS; OPT's m at 0, AdamW's v at pb */
-        char *got = t ? tiers[RT_TIER_OPT] + t - pb : tiers[RT_TIER_PARAMS], *want = t ? (apply ? o1 : o0) + t - pb : apply ? p1 : p0;
+        char *got = t ? tiers[RT_TIER_OPT] + t - pb : tiers[RT_TIER_PARAMS], *want = t ? (apply ? o1 : o0) + t - pb
+                                                                                     : apply ? p1
+                                                                                             : p0;
         same &= !memcmp(got + off, want + off, b);
         for (int64_t i = off + b; i < end; i++) zero &= got[i] == 0;
       }
@@ -104,14 +112,20 @@ static void check_runs(Program *p, char *const *tiers, float *scalars) {
   checks++;
   if (memcmp(parts[0], parts[1], p->gradnorm_parts * 4)) {
     failures++;
-    printf("FAIL the norm in one multi-tensor kernel (rows of %lld): not the partial sums of one kernel per parameter\n",
-           (long long)p->norm_row);
+    printf(
+        "FAIL the norm in one multi-tensor kernel (rows of %lld): not the partial sums of one kernel per parameter\n",
+        (long long)p->norm_row);
   }
   free(parts[0]), free(parts[1]);
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: test_lower MODEL [--precision=bf16|fp16] [--attention=fused] [--classifier=fused] [NAME=VALUE ...]\n"); return 2; }
+  if (argc < 2) {
+    fprintf(
+        stderr,
+        "usage: test_lower MODEL [--precision=bf16|fp16] [--attention=fused] [--classifier=fused] [NAME=VALUE ...]\n");
+    return 2;
+  }
   DType low = DT_F32; /* --precision: the graph autocast (16-bit rounding points: looser tolerances) */
   int first = 2;
   unsigned fuse = 0; /* --attention=fused, --classifier=fused (passes/decompose.c) */
@@ -137,7 +151,10 @@ int main(int argc, char **argv) {
   size_t len;
   DiagJump j;
   diag_push(&j);
-  if (setjmp(j.jb)) { printf("0 passed, 1 failed\n"); return 1; }
+  if (setjmp(j.jb)) {
+    printf("0 passed, 1 failed\n");
+    return 1;
+  }
   char *text = frontend_read_file(a, argv[1], &len);
   Graph *g = frontend_compile(a, argv[1], text, len, ov, nov);
   if (!g) return 1;
@@ -163,7 +180,8 @@ int main(int argc, char **argv) {
   }
   /* ignored targets carry the loss's ignore_index (-1 in the model zoo, -100 from torch.onnx) */
   int32_t ignored = g->loss->op == OP_CROSS_ENTROPY || g->loss->op == OP_CLASSIFIER_CE
-                        ? (int32_t)attr_int(g->loss, "ignore_index") : -1;
+                        ? (int32_t)attr_int(g->loss, "ignore_index")
+                        : -1;
   for (int i = 0; i < p->ninputs; i++) {
     const Node *n = p->inputs[i].node;
     int64_t cnt = shape_numel(&n->shape);
@@ -184,9 +202,18 @@ int main(int argc, char **argv) {
   }
 
   const TrainSpec *ts = &g->train;
-  float scalars[RT_SCALARS_ALL] = {1e-2f, 1 / (1 - (float)ts->beta1), 1 / (1 - (float)ts->beta2), 1.0f, 1,
-                                   (float)ts->beta1, (float)ts->beta2, (float)ts->eps, (float)ts->weight_decay,
-                                   (float)ts->momentum, 1.0f /* the loss scale */, 1.0f /* the update applies */};
+  float scalars[RT_SCALARS_ALL] = {1e-2f,
+                                   1 / (1 - (float)ts->beta1),
+                                   1 / (1 - (float)ts->beta2),
+                                   1.0f,
+                                   1,
+                                   (float)ts->beta1,
+                                   (float)ts->beta2,
+                                   (float)ts->eps,
+                                   (float)ts->weight_decay,
+                                   (float)ts->momentum,
+                                   1.0f /* the loss scale */,
+                                   1.0f /* the update applies */};
   run_seq(p, &p->step, tiers, scalars);
   interp_run(g, vals, (int64_t)scalars[RT_SC_STEP]); /* the same dropout masks */
   float loss = *(float *)(tiers[RT_TIER_WORK] + p->loss_offset);
@@ -221,8 +248,10 @@ int main(int argc, char **argv) {
       int64_t cnt = shape_numel(&n->shape);
       double *want = malloc(cnt * sizeof *want), wd = p->params[k].decay ? t->weight_decay : 0, lr = scalars[0];
       for (int64_t i = 0; i < cnt; i++) {
-        double gr = gn ? ((float *)(tiers[RT_TIER_GRADS] + p->params[k].offset))[i] : 0, m = (1 - t->beta1) * gr, v = (1 - t->beta2) * gr * gr;
-        want[i] = ((float *)((char *)before + p->params[k].offset))[i] * (1 - lr * wd) - lr * scalars[1] * m / (sqrt(v * scalars[2]) + t->eps);
+        double gr = gn ? ((float *)(tiers[RT_TIER_GRADS] + p->params[k].offset))[i] : 0, m = (1 - t->beta1) * gr,
+               v = (1 - t->beta2) * gr * gr;
+        want[i] = ((float *)((char *)before + p->params[k].offset))[i] * (1 - lr * wd) -
+                  lr * scalars[1] * m / (sqrt(v * scalars[2]) + t->eps);
       }
       compare("adamw update", (float *)(tiers[RT_TIER_PARAMS] + p->params[k].offset), want, cnt, 1e-4);
       free(want);

@@ -49,14 +49,19 @@ static int64_t held(const W *w, const bool *at) {
 
 static void account(W *w, const char *where) {
   int64_t d = up(w->op->work_bytes) + held(w, w->dev), h = held(w, w->host);
-  if (d > w->op->capacity) printf("FAIL %s: the device holds %lld bytes, capacity %lld\n", where, (long long)d, (long long)w->op->capacity), w->fails++;
+  if (d > w->op->capacity)
+    printf("FAIL %s: the device holds %lld bytes, capacity %lld\n", where, (long long)d, (long long)w->op->capacity),
+        w->fails++;
   if (d > w->dev_peak) w->dev_peak = d;
   if (h > w->host_peak) w->host_peak = h;
 }
 
 /* The parts whose bytes [lo, hi) of tier touch, checked present where they must be. */
 static void check_touch(W *w, int tier, int64_t lo, int64_t hi, bool on_host, const char *where) {
-  int part = tier == RT_TIER_PARAMS ? PART_PARAMS : tier == RT_TIER_GRADS ? PART_GRADS : tier == RT_TIER_OPT ? PART_OPT : -1;
+  int part = tier == RT_TIER_PARAMS  ? PART_PARAMS
+             : tier == RT_TIER_GRADS ? PART_GRADS
+             : tier == RT_TIER_OPT   ? PART_OPT
+                                     : -1;
   if (part < 0) return;
   if (part == PART_OPT && lo >= w->p->opt_v_offset) lo -= w->p->opt_v_offset, hi -= w->p->opt_v_offset;
   for (int c = 0; c < w->op->nchunks; c++) {
@@ -64,7 +69,10 @@ static void check_touch(W *w, int tier, int64_t lo, int64_t hi, bool on_host, co
     if (!(ch->start < hi && lo < ch->end)) continue;
     int it = c * 3 + part;
     bool ok = (on_host ? w->host[it] : w->dev[it]) && !w->busy[it];
-    if (!ok) printf("FAIL %s: chunk %d %s not on the %s (or in flight)\n", where, c, part_names[part], on_host ? "host" : "device"), w->fails++;
+    if (!ok)
+      printf("FAIL %s: chunk %d %s not on the %s (or in flight)\n", where, c, part_names[part],
+             on_host ? "host" : "device"),
+          w->fails++;
   }
 }
 
@@ -90,10 +98,12 @@ static void walk(W *w, const PSeq *s, const char *list) {
     } else if (in->kind == ISA_KERNEL) {
       const Kernel *k = w->p->kernels[in->kernel];
       for (int b = 0; b < k->nbufs; b++)
-        check_touch(w, k->bufs[b].tier, k->bufs[b].offset, k->bufs[b].offset + k->bufs[b].numel * 4, in->on_host, where);
+        check_touch(w, k->bufs[b].tier, k->bufs[b].offset, k->bufs[b].offset + k->bufs[b].numel * 4, in->on_host,
+                    where);
     } else if (in->kind == ISA_GEMM) {
       const PGemm *g = &in->gemm;
-      for (int j = 0; j < 3; j++) check_touch(w, g->tier[j], g->off[j], g->off[j] + 4, false, where); /* its first element */
+      for (int j = 0; j < 3; j++)
+        check_touch(w, g->tier[j], g->off[j], g->off[j] + 4, false, where); /* its first element */
       if (g->bias) check_touch(w, g->bias_tier, g->bias_off, g->bias_off + 4, false, where);
       if (g->aux) check_touch(w, g->aux_tier, g->aux_off, g->aux_off + 4, true, where);
     } else if (in->kind == ISA_ZERO) {
@@ -111,12 +121,17 @@ static int one(int argc, char **argv, double frac, int64_t host_limit, bool expe
   int64_t state = up(p->tiers[RT_TIER_PARAMS]) + up(p->tiers[RT_TIER_GRADS]) + up(p->tiers[RT_TIER_OPT]);
   Cluster cl;
   cluster_from_profile(&cl, "cpu", 1, 1);
-  OffloadOptions o = {.device_memory = up(p->tiers[RT_TIER_WORK]) + (int64_t)(frac * (double)state), .host_memory = host_limit, .cl = &cl};
+  OffloadOptions o = {.device_memory = up(p->tiers[RT_TIER_WORK]) + (int64_t)(frac * (double)state),
+                      .host_memory = host_limit,
+                      .cl = &cl};
   int nstep = p->step.n;
   OffloadPlan *op = offload_chunks(p, &o);
   if (op) offload_plan(p, op, &o);
   W w = {.p = p, .op = op};
-  if (!op) { printf("FAIL: budget %.2f of the state planned nothing\n", frac); return 1; }
+  if (!op) {
+    printf("FAIL: budget %.2f of the state planned nothing\n", frac);
+    return 1;
+  }
   w.dev = calloc(op->nchunks * 3, 1), w.host = calloc(op->nchunks * 3, 1), w.busy = calloc(op->nchunks * 3, 1);
   bool nvme = false;
   for (int c = 0; c < op->nchunks; c++)
@@ -124,7 +139,8 @@ static int one(int argc, char **argv, double frac, int64_t host_limit, bool expe
       w.host[c * 3 + k] = op->chunk[c].home[k] == LOC_HOST;
       nvme |= op->chunk[c].home[k] == LOC_NVME;
     }
-  if (nvme != expect_nvme) printf("FAIL: NVMe homes %s, expected %s\n", nvme ? "used" : "unused", expect_nvme ? "used" : "unused"), w.fails++;
+  if (nvme != expect_nvme)
+    printf("FAIL: NVMe homes %s, expected %s\n", nvme ? "used" : "unused", expect_nvme ? "used" : "unused"), w.fails++;
   account(&w, "start");
   walk(&w, &p->step, "step");
   walk(&w, &p->gradnorm, "gradnorm");
@@ -134,11 +150,13 @@ static int one(int argc, char **argv, double frac, int64_t host_limit, bool expe
       int it = c * 3 + k;
       bool home_host = op->chunk[c].home[k] == LOC_HOST;
       if (w.dev[it] || w.busy[it] || w.host[it] != home_host)
-        printf("FAIL end: chunk %d %s not (only) at its home %s\n", c, part_names[k], loc_names[op->chunk[c].home[k]]), w.fails++;
+        printf("FAIL end: chunk %d %s not (only) at its home %s\n", c, part_names[k], loc_names[op->chunk[c].home[k]]),
+            w.fails++;
     }
   if (w.dev_peak != op->device_peak || w.host_peak != op->host_peak)
     printf("FAIL: predicted peaks device %lld host %lld, walked %lld and %lld\n", (long long)op->device_peak,
-           (long long)op->host_peak, (long long)w.dev_peak, (long long)w.host_peak), w.fails++;
+           (long long)op->host_peak, (long long)w.dev_peak, (long long)w.host_peak),
+        w.fails++;
   int moves = 0;
   for (int i = 0; i < p->step.n; i++) moves += p->step.v[i].kind == ISA_MOVE;
   printf("%s budget %.2f of the state (%.2f MiB of %.2f MiB, work %.2f MiB): %d chunks of %.2f MiB, step %d -> %d "

@@ -69,7 +69,8 @@ static void run_comm(const Node *n, double ***v, int T) {
     for (int r = 0; r < T; r++)
       for (int64_t i = 0; i < N; i++)
         if (n->op == OP_TP_COPY) v[r][n->id][i] = v[r][x->id][i];
-        else for (int q = 0; q < T; q++) v[r][n->id][i] += v[q][x->id][i];
+        else
+          for (int q = 0; q < T; q++) v[r][n->id][i] += v[q][x->id][i];
     return;
   }
   comm_geometry(n, n->op == OP_ALL_GATHER ? &n->shape : &x->shape, &o, &nb, &in);
@@ -93,7 +94,10 @@ static void run_nodes(const Graph *h, double ***v, int T, int lo, int hi) {
   for (int i = lo; i < hi; i++) {
     const Node *n = h->nodes[i];
     if (n->op == OP_INPUT || n->op == OP_PARAM) continue;
-    if (op_info(n->op)->cls == CLS_COMM) { run_comm(n, v, T); continue; }
+    if (op_info(n->op)->cls == CLS_COMM) {
+      run_comm(n, v, T);
+      continue;
+    }
     for (int r = 0; r < T; r++) {
       for (int k = 0; k < n->nin; k++) in[k] = v[r][n->in[k]->id];
       v[r][i] = malloc(sizeof(double) * (shape_numel(&n->shape) ? shape_numel(&n->shape) : 1));
@@ -124,7 +128,10 @@ static const char **megatron(Arena *a, const Graph *g) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 6) { fprintf(stderr, "usage: test_partition MODEL TP PP V search|megatron [NAME=VALUE ...]\n"); return 2; }
+  if (argc < 6) {
+    fprintf(stderr, "usage: test_partition MODEL TP PP V search|megatron [NAME=VALUE ...]\n");
+    return 2;
+  }
   int T = atoi(argv[2]), PP = atoi(argv[3]), V = atoi(argv[4]);
   ConfigOverride ov[16];
   int nov = 0;
@@ -165,7 +172,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < nov; i++) ov[i].used = false;
   g = frontend_compile(a, argv[1], text, len, ov, nov); /* the graph of one micro-batch */
   if (!g) return 1;
-  Partition *part = pass_partition(g, plan, &plan->best);   /* the driver's passes, in its order */
+  Partition *part = pass_partition(g, plan, &plan->best); /* the driver's passes, in its order */
   for (int k = 0; k < part->nchunks; k++) ir_verify(part->chunk[k] = pass_decompose(part->chunk[k], false));
   partition_autodiff(part);
 
@@ -234,7 +241,8 @@ int main(int argc, char **argv) {
       const Boundary *bd = &part->bound[b];
       if (bd->from != k || bd->seed < 0) continue;
       for (int r = 0; r < T; r++)
-        cv[k][r][h->seed_grad[bd->seed]->id] = copy_of(cv[bd->to][r][part->chunk[bd->to]->wrt_grads[bd->wrt]->id], bd->count);
+        cv[k][r][h->seed_grad[bd->seed]->id] =
+            copy_of(cv[bd->to][r][part->chunk[bd->to]->wrt_grads[bd->wrt]->id], bd->count);
     }
     run_nodes(h, cv[k], T, h->n_forward, h->n);
   }
@@ -247,12 +255,14 @@ int main(int argc, char **argv) {
     if (!h->loss) continue;
     for (int r = 0; r < T; r++) {
       double got = cv[k][r][h->loss->id][0], want = rv[ref->loss->id][0];
-      if (fabs(got - want) > 1e-9 * fabs(want)) printf("FAIL loss on rank %d: %.15g, not %.15g\n", r, got, want), fails++;
+      if (fabs(got - want) > 1e-9 * fabs(want))
+        printf("FAIL loss on rank %d: %.15g, not %.15g\n", r, got, want), fails++;
     }
   }
   double top = 0; /* the largest gradient element: a floor for gradients that are zero in exact arithmetic */
   for (int p = 0; p < ref->nparams; p++)
-    for (int64_t e = 0; ref->param_grads[p] && e < shape_numel(&ref->params[p]->shape); e++) top = fmax(top, fabs(rv[ref->param_grads[p]->id][e]));
+    for (int64_t e = 0; ref->param_grads[p] && e < shape_numel(&ref->params[p]->shape); e++)
+      top = fmax(top, fabs(rv[ref->param_grads[p]->id][e]));
   for (int p = 0; p < ref->nparams; p++) {
     const Node *gp = ref->params[p];
     int64_t N = shape_numel(&gp->shape);
@@ -280,7 +290,8 @@ int main(int argc, char **argv) {
     scale = fmax(scale, 1e-6 * top);
     for (int64_t e = 0; e < N; e++) err = fmax(err, fabs(sum[e] - want[e]));
     double rel = scale > 0 ? err / scale : err;
-    if (!holders || rel > 1e-9) printf("FAIL %s: gradient error %.3g of its largest (held by %d chunks)\n", gp->name, rel, holders), fails++;
+    if (!holders || rel > 1e-9)
+      printf("FAIL %s: gradient error %.3g of its largest (held by %d chunks)\n", gp->name, rel, holders), fails++;
     if (rel > worst) worst = rel;
     checked++;
     free(sum);

@@ -11,7 +11,14 @@
 #include "codegen/pipeline.h"
 
 static int failures;
-#define CHECK(c, ...) do { if (!(c)) { printf("FAIL: " __VA_ARGS__); printf("\n"); failures++; } } while (0)
+#define CHECK(c, ...)               \
+  do {                              \
+    if (!(c)) {                     \
+      printf("FAIL: " __VA_ARGS__); \
+      printf("\n");                 \
+      failures++;                   \
+    }                               \
+  } while (0)
 
 static Partition chain(int pp, int v, Boundary *b) {
   Partition p = {.tp = 1, .pp = pp, .v = v, .nchunks = pp * v, .bound = b};
@@ -30,9 +37,11 @@ static void one(int pp, int v, int m) {
     memset(seen, 0, (size_t)pp * v * m * 2);
     for (int i = 0; i < n; i++) {
       PipeAction x = a[i];
-      CHECK(x.chunk % pp == s && x.mb >= 0 && x.mb < m, "pp %d v %d m %d stage %d: action of chunk %d mb %d", pp, v, m, s, x.chunk, x.mb);
+      CHECK(x.chunk % pp == s && x.mb >= 0 && x.mb < m, "pp %d v %d m %d stage %d: action of chunk %d mb %d", pp, v, m,
+            s, x.chunk, x.mb);
       char *f = &seen[(x.chunk * m + x.mb) * 2];
-      CHECK(!f[!x.fwd], "pp %d v %d m %d: chunk %d mb %d %s twice", pp, v, m, x.chunk, x.mb, x.fwd ? "forward" : "backward");
+      CHECK(!f[!x.fwd], "pp %d v %d m %d: chunk %d mb %d %s twice", pp, v, m, x.chunk, x.mb,
+            x.fwd ? "forward" : "backward");
       CHECK(x.fwd || f[0], "pp %d v %d m %d: chunk %d mb %d backward before forward", pp, v, m, x.chunk, x.mb);
       f[!x.fwd] = 1;
       if (v == 1) {
@@ -40,7 +49,8 @@ static void one(int pp, int v, int m) {
         if (inflight > most) most = inflight;
       }
     }
-    if (v == 1) CHECK(most <= (pp - s < m ? pp - s : m), "1F1B pp %d m %d stage %d: %d micro-batches in flight", pp, m, s, most);
+    if (v == 1)
+      CHECK(most <= (pp - s < m ? pp - s : m), "1F1B pp %d m %d stage %d: %d micro-batches in flight", pp, m, s, most);
   }
   Boundary b[64];
   Partition p = chain(pp, v, b);

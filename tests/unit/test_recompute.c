@@ -34,7 +34,12 @@ static void check(bool ok, const char *fmt, const char *what, double a, double b
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static double urand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (rng >> 11) * 0x1.0p-53; }
+static double urand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (rng >> 11) * 0x1.0p-53;
+}
 
 /* ---- 1. values -------------------------------------------------------------------- */
 
@@ -48,8 +53,9 @@ static double **make_values(Graph *g, const Program *p) {
     int64_t cnt = shape_numel(&n->shape), range = n->op == OP_INPUT ? lowered_index_range(p, n) : 0;
     vals[i] = malloc((cnt ? cnt : 1) * sizeof(double));
     for (int64_t e = 0; e < cnt; e++)
-      vals[i][e] = n->op == OP_PARAM ? (n->init.kind == INIT_ONES ? 1 : 0) + 0.2 * (urand() - 0.5)
-                   : n->dtype == DT_I32 ? (double)(int64_t)(urand() * range) : urand();
+      vals[i][e] = n->op == OP_PARAM    ? (n->init.kind == INIT_ONES ? 1 : 0) + 0.2 * (urand() - 0.5)
+                   : n->dtype == DT_I32 ? (double)(int64_t)(urand() * range)
+                                        : urand();
   }
   return vals;
 }
@@ -67,7 +73,8 @@ static void check_values(const char *what, Graph *g, Graph *h, double **ref) {
   for (int k = 0; k < g->nparams; k++) {
     if (!g->param_grads[k]) continue;
     int64_t cnt = shape_numel(&g->param_grads[k]->shape), bad = 0;
-    for (int64_t e = 0; e < cnt; e++) bad += memcmp(&v[h->param_grads[k]->id][e], &ref[g->param_grads[k]->id][e], 8) != 0;
+    for (int64_t e = 0; e < cnt; e++)
+      bad += memcmp(&v[h->param_grads[k]->id][e], &ref[g->param_grads[k]->id][e], 8) != 0;
     snprintf(buf, sizeof buf, "%s: gradient of %s", what, g->params[k]->name);
     check(bad == 0, "%s: %g of %g elements differ", buf, (double)bad, (double)cnt);
   }
@@ -90,7 +97,8 @@ static void check_structure(const char *what, Graph *g, Graph *h, const RcLayer 
       bad += y->id < h->n_forward && rc[y->id] && y->layer == h->nodes[i]->layer;
     }
   check(bad == 0, "%s: %g backward reads of recomputed originals (of %g)", what, bad, marked);
-  check(h->n == g->n + marked && h->n_forward == g->n_forward, "%s: %g nodes, expected %g more", what, h->n - g->n, marked);
+  check(h->n == g->n + marked && h->n_forward == g->n_forward, "%s: %g nodes, expected %g more", what, h->n - g->n,
+        marked);
   free(rc);
 }
 
@@ -101,8 +109,16 @@ static double *plan_flops(Arena *a, const Graph *fwd, Recompute rc) {
   Cluster cl;
   cluster_from_profile(&cl, "cpu", 1, 0);
   PlanModel *pm = plan_model_new(a, fwd, NULL);
-  ShardCtx x = {.pm = pm, .cl = &cl, .t = 1, .mbs = (int)pm->batch, .rc = rc, .attn = ATTN_MATERIALIZED,
-                .act_bytes = 4, .peak = cl.dev.peak_fp32, .state_bytes = 16, .exec = true};
+  ShardCtx x = {.pm = pm,
+                .cl = &cl,
+                .t = 1,
+                .mbs = (int)pm->batch,
+                .rc = rc,
+                .attn = ATTN_MATERIALIZED,
+                .act_bytes = 4,
+                .peak = cl.dev.peak_fp32,
+                .state_bytes = 16,
+                .exec = true};
   ShardCand *c;
   shard_candidates(a, &x, &c);
   double *f = arena_array(a, fwd->nlayers + 1, sizeof *f);
@@ -129,11 +145,13 @@ static double clone_flops(const Graph *g, const Graph *h) {
 /* An attention core to recompute: scores and their softmax (a model of MLPs has none). */
 static bool has_attention_core(const Graph *g) {
   for (int i = 0; i < g->n; i++)
-    if (g->nodes[i]->op == OP_SOFTMAX || g->nodes[i]->op == OP_ATTENTION || g->nodes[i]->op == OP_FLASH_ATTENTION) return true;
+    if (g->nodes[i]->op == OP_SOFTMAX || g->nodes[i]->op == OP_ATTENTION || g->nodes[i]->op == OP_FLASH_ATTENTION)
+      return true;
   return false;
 }
 
-static void check_flops(const char *what, const Graph *g, const Graph *h, const RcLayer *mode, double *const pf[RCL_COUNT]) {
+static void check_flops(const char *what, const Graph *g, const Graph *h, const RcLayer *mode,
+                        double *const pf[RCL_COUNT]) {
   double want = 0, got = clone_flops(g, h), pass = recompute_flops(g, mode);
   for (int l = 0; l < g->nlayers; l++) want += mode[l] == RCL_KEEP ? 0 : pf[mode[l]][l];
   bool some = want > 0 || (!strcmp(what, "selective") && !has_attention_core(g));
@@ -183,8 +201,9 @@ static void check_dp(Graph *g, int64_t peak_keep) {
     double budget = st->base + kept * t / 20.0, want = brute_force(st, budget);
     bool ok = recompute_dp(st, budget, m);
     check(ok == isfinite(want), "%sDP feasibility at %g bytes: %g, not brute force's", "", budget, ok);
-    if (ok) check(fabs(choice_flops(st, m) - want) <= 1e-9 * want && recompute_model_peak(st, m) <= budget,
-                  "%sDP %.6g FLOPs, brute force %.6g", "", choice_flops(st, m), want);
+    if (ok)
+      check(fabs(choice_flops(st, m) - want) <= 1e-9 * want && recompute_model_peak(st, m) <= budget,
+            "%sDP %.6g FLOPs, brute force %.6g", "", choice_flops(st, m), want);
   }
 }
 
@@ -207,7 +226,8 @@ static void check_choose(Graph *g, int64_t peak_keep, int64_t peak_full) {
       continue;
     }
     int64_t lowered = lower_program(c.graph)->work_peak;
-    check(lowered <= budget && lowered == c.peak, "%s: work peak %g over the budget %g", "choose", (double)lowered, (double)budget);
+    check(lowered <= budget && lowered == c.peak, "%s: work peak %g over the budget %g", "choose", (double)lowered,
+          (double)budget);
     printf("budget %8.3f MiB: peak %8.3f MiB (model %8.3f), %.4g FLOPs recomputed, %d DP runs: %s\n",
            budget / 1048576.0, c.peak / 1048576.0, c.predicted / 1048576.0, c.flops, c.rounds,
            recompute_describe(g->arena, g, c.mode));
@@ -239,8 +259,10 @@ static void run(Arena *a, Graph *g, bool sel_drops) {
   int L = g->nlayers;
   RcLayer *mixed = modes(a, L, RCL_KEEP);
   for (int l = 0; l < L; l++) mixed[l] = (RcLayer)((l + 1) % RCL_COUNT); /* attn, full, keep, ... */
-  struct { const char *name; RcLayer *m; } cases[] = {
-    {"full", modes(a, L, RCL_FULL)}, {"selective", modes(a, L, RCL_ATTN)}, {"mixed", mixed}};
+  struct {
+    const char *name;
+    RcLayer *m;
+  } cases[] = {{"full", modes(a, L, RCL_FULL)}, {"selective", modes(a, L, RCL_ATTN)}, {"mixed", mixed}};
   double *pf[RCL_COUNT] = {NULL, plan_flops(a, fwd, RC_SELECTIVE), plan_flops(a, fwd, RC_FULL)};
   Program *p0 = lower_program(g);
   double **ref = make_values(g, p0);
@@ -258,7 +280,8 @@ static void run(Arena *a, Graph *g, bool sel_drops) {
   }
   check(peak[0] < p0->work_peak, "%s: full recompute's work peak %g is not below %g", "memory", peak[0], p0->work_peak);
   if (sel_drops)
-    check(peak[1] < p0->work_peak, "%s: selective recompute's work peak %g is not below %g", "memory", peak[1], p0->work_peak);
+    check(peak[1] < p0->work_peak, "%s: selective recompute's work peak %g is not below %g", "memory", peak[1],
+          p0->work_peak);
   check_dp(g, p0->work_peak);
   check_choose(g, p0->work_peak, peak[0]);
   interp_release(g, ref);
@@ -268,7 +291,10 @@ static void run(Arena *a, Graph *g, bool sel_drops) {
 
 int main(int argc, char **argv) {
   int first = argc > 1 && !strcmp(argv[1], "--selective-drops") ? 2 : 1;
-  if (argc <= first) { fprintf(stderr, "usage: test_recompute [--selective-drops] MODEL [NAME=VALUE ...]\n"); return 2; }
+  if (argc <= first) {
+    fprintf(stderr, "usage: test_recompute [--selective-drops] MODEL [NAME=VALUE ...]\n");
+    return 2;
+  }
   diag_stream = stderr;
   Arena *a = arena_new();
   ConfigOverride ov[16];
@@ -282,7 +308,11 @@ int main(int argc, char **argv) {
   size_t len;
   DiagJump j;
   diag_push(&j);
-  if (setjmp(j.jb)) { printf("0 passed, 1 failed\n"); arena_free(a); return 1; }
+  if (setjmp(j.jb)) {
+    printf("0 passed, 1 failed\n");
+    arena_free(a);
+    return 1;
+  }
   char *text = frontend_read_file(a, argv[first], &len);
   Graph *g = frontend_compile(a, argv[first], text, len, ov, nov);
   if (g) run(a, g, first == 2);

@@ -15,7 +15,14 @@
 #include "tests/common/lowered.h"
 
 static int failures;
-#define CHECK(c, ...) do { if (!(c)) { printf("FAIL: " __VA_ARGS__); printf("\n"); failures++; } } while (0)
+#define CHECK(c, ...)               \
+  do {                              \
+    if (!(c)) {                     \
+      printf("FAIL: " __VA_ARGS__); \
+      printf("\n");                 \
+      failures++;                   \
+    }                               \
+  } while (0)
 
 static Program *lowered(Arena *a, int argc, char **argv) {
   char *args[32];
