@@ -15,6 +15,11 @@ if(COLOSSALC_FUZZ)
            COMMAND fuzz_onnx -runs=0 -timeout=10 -rss_limit_mb=2048 ${fuzz_onnx_scratch}
                    ${CMAKE_CURRENT_LIST_DIR}/onnx ${CMAKE_SOURCE_DIR}/tests/onnx/bad ${CMAKE_SOURCE_DIR}/tests/onnx/models)
   set_tests_properties(fuzz_onnx_corpus PROPERTIES LABELS fuzz TIMEOUT 300)
+  set(fuzz_files_scratch ${CMAKE_CURRENT_BINARY_DIR}/fuzz_files_scratch)
+  file(MAKE_DIRECTORY ${fuzz_files_scratch})
+  add_test(NAME fuzz_files_corpus
+           COMMAND fuzz_files -runs=0 -timeout=10 -rss_limit_mb=2048 ${fuzz_files_scratch} ${CMAKE_CURRENT_LIST_DIR}/files)
+  set_tests_properties(fuzz_files_corpus PROPERTIES LABELS fuzz TIMEOUT 300)
 endif()
 # Random ONNX graphs of the supported ops with edge-value constants and attributes
 # (gen_onnx.py), through colossalc: each imports or is refused with one line. In
