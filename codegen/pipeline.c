@@ -5,38 +5,6 @@
 #include <string.h>
 #include "runtime/program.h"
 
-/* ---- schedules ------------------------------------------------------------------------ */
-
-int pipe_schedule(int pp, int v, int m, bool interleaved, int s, PipeAction *out) {
-  int n = 0;
-  if (!interleaved || v == 1) {
-    int w = pp - s - 1 < m ? pp - s - 1 : m;
-    for (int i = 0; i < w; i++) out[n++] = (PipeAction){true, s, i};
-    for (int i = 0; i < m - w; i++) {
-      out[n++] = (PipeAction){true, s, w + i};
-      out[n++] = (PipeAction){false, s, i};
-    }
-    for (int i = m - w; i < m; i++) out[n++] = (PipeAction){false, s, i};
-    return n;
-  }
-  if (m % pp)
-    error_plain("the interleaved schedule needs the micro-batches (%d) to be a multiple of the pipeline stages (%d)", m,
-                pp);
-  int total = m * v, group = pp * v;
-  int warm = m == pp ? total : (pp - s - 1) * 2 + (v - 1) * pp;
-  if (warm > total) warm = total;
-#define ACT(fw, k) \
-  (PipeAction) { fw, ((fw) ? ((k) % group) / pp : v - 1 - ((k) % group) / pp) * pp + s, ((k) / group) * pp + (k) % pp }
-  for (int k = 0; k < warm; k++) out[n++] = ACT(true, k);
-  for (int i = 0; i < total - warm; i++) {
-    out[n++] = ACT(true, warm + i);
-    out[n++] = ACT(false, i);
-  }
-  for (int k = total - warm; k < total; k++) out[n++] = ACT(false, k);
-#undef ACT
-  return n;
-}
-
 /* ---- checking the schedules together -------------------------------------------------- */
 
 typedef struct Sim {
@@ -201,6 +169,7 @@ static void compose(Program *p, const Partition *part, int m, bool interleaved, 
     }
     if (last[x.mb] == i) busy[slot_of[x.mb]] = 0;
   }
+  ir_assert(p->slots == pipe_slots(part->pp, part->v, m, interleaved, s)); /* what the plan priced */
   if (p->fp8.tail.n) { /* fp8's scaling, once every micro-batch is done (codegen/lower.h, PFp8) */
     pseq_push(a, &p->step, ISA_SLOT)->index = 0;
     put_seq(a, &p->step, &p->fp8.tail);

@@ -20,15 +20,7 @@
 #define COLOSSALC_PIPELINE_H
 #include "codegen/lower.h"
 #include "passes/partition.h"
-
-typedef struct PipeAction {
-  bool fwd;
-  int chunk, mb;
-} PipeAction;
-
-/* Stage s's actions (2*m*v of them) into out. Errors (interleaved with m not a
- * multiple of pp) through error_plain. */
-int pipe_schedule(int pp, int v, int m, bool interleaved, int s, PipeAction *out);
+#include "plan/schedule.h"
 
 /* 0 when the stages' schedules run to the end over the partition's boundaries, else
  * -1 with why in err. */

@@ -57,7 +57,7 @@ double cost_gemm_eff(const Cluster *c, double m, double n, double k) {
   return c->dev.gemm_eff * dim_eff(m) * dim_eff(n) * dim_eff(k);
 }
 
-ModelStates cost_zero_states(double params, int stage, int dp, double w, double g, double o) {
+ModelStates cost_zero_states(double params, int stage, double dp, double w, double g, double o) {
   double d = dp < 1 ? 1 : dp;
   return (ModelStates){params * w / (stage >= 3 ? d : 1), params * g / (stage >= 2 ? d : 1),
                        params * o / (stage >= 1 ? d : 1)};

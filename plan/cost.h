@@ -3,7 +3,8 @@
  * everything"). Compute is a roofline with efficiency factors, collectives are
  * alpha-beta per link class and algorithm, pipelines lose a bubble, ZeRO and
  * activations have their published memory formulas. plan/shard.c and plan/search.c
- * price plans only through these functions. Units: seconds, bytes, FLOPs. */
+ * price plans only through these functions (and plan/schedule.h's count of the
+ * micro-batches a compiled pipeline stage holds). Units: seconds, bytes, FLOPs. */
 #ifndef COLOSSALC_PLAN_COST_H
 #define COLOSSALC_PLAN_COST_H
 #include <stdbool.h>
@@ -52,12 +53,14 @@ double cost_gemm_eff(const Cluster *c, double m, double n, double k);
 /* ---- memory ---------------------------------------------------------------- */
 
 /* Model states per device under ZeRO (Rajbhandari et al. 2020): with `w`, `g`, `o`
- * bytes per parameter of weights, gradients and optimizer states (mixed precision
- * Adam: 2, 2, 12), stage 1 shards o, stage 2 also g, stage 3 also w over dp ranks. */
+ * bytes per parameter of weights, gradients and optimizer states (the paper's mixed
+ * precision Adam: 2, 2, 12; a compiled program's AdamW: 4, 4, 8), stage 1 shards o,
+ * stage 2 also g, stage 3 also w over dp ranks (dp: the ranks' even share, or fewer
+ * where one rank must own a whole parameter larger than that share). */
 typedef struct ModelStates {
   double weights, grads, optimizer;
 } ModelStates;
-ModelStates cost_zero_states(double params, int stage, int dp, double w, double g, double o);
+ModelStates cost_zero_states(double params, int stage, double dp, double w, double g, double o);
 
 /* Activation bytes of one transformer layer (Korthikanti et al. 2022, Table 2):
  * s sequence, b micro-batch, h hidden, a heads, t tensor-parallel degree.

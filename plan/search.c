@@ -3,6 +3,7 @@
  * schedule, ZeRO stage); each candidate is priced by price_plan, which is also
  * what `--dump-plan` prints, so the search and the dump never disagree. */
 #include "plan/search.h"
+#include "plan/schedule.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@ static double act_bytes(const PlanResult *r, const PlanForce *f) { return r->mix
  * that other segments use too (tied embeddings), which stages count once. */
 typedef struct SegParams {
   double dp, dptp, max_seg;
+  double max_param; /* the largest parameter (its elements on one tensor-parallel rank) */
   int nshared;
   ParamUse *shared;
 } SegParams;
@@ -87,6 +89,7 @@ typedef struct Search {
   StageCost *stage;        /* scratch [max pp] */
   int *segbuf, *seg_stage; /* scratch [nseg]: a stage's segments; the stage of each segment */
   double *times;           /* scratch [max pp] */
+  int slots_of[4], *slots; /* (pp, v, m, interleaved) and the slots of its stages (stage_inflight) */
   int **param_segs;        /* [g->n] the segments that use each parameter */
   ParamUse *shared_buf;
   int shared_cap;
@@ -108,6 +111,7 @@ static void seg_params(Search *S, const ShardCand *c, int k, SegParams *sp) {
     bool dup = false;
     for (int j = 0; j < i && !dup; j++) dup = sc->param[j].node == u->node && sc->param[j].pl == u->pl;
     if (dup) continue;
+    if (u->elems > sp->max_param) sp->max_param = u->elems;
     if (S->param_nseg[u->node] > 1) sp->shared[sp->nshared++] = *u;
     else if (u->dptp) sp->dptp += u->elems;
     else sp->dp += u->elems;
@@ -318,6 +322,7 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
 
 typedef struct StageSums {
   double stash, work, dp, dptp, maxp, flops_rc;
+  double max_param; /* the stage's largest parameter */
 } StageSums;
 
 static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int n, StageCost *st, StageSums *q) {
@@ -333,6 +338,7 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
     if (s->stash + s->transient > q->work) q->work = s->stash + s->transient;
     q->dp += sp->dp, q->dptp += sp->dptp, q->flops_rc += s->flops_rc;
     if (sp->max_seg > q->maxp) q->maxp = sp->max_seg;
+    if (sp->max_param > q->max_param) q->max_param = sp->max_param;
     if (pm->seg[segs[a]].kind == SEG_LAYER) {
       if (st->first_layer < 0) st->first_layer = pm->seg[segs[a]].layer;
       st->nlayers++;
@@ -354,11 +360,28 @@ static double stage_p2p(const Search *S, const ShardCand *c, const int *start, c
   return t;
 }
 
-static void stage_memory(const Search *S, const PlanChoice *ch, int i, const StageSums *q, double shared,
-                         StageCost *st) {
+/* The micro-batches whose activations stage i holds at once. A compiled program gives
+ * each a work-tier slot on the stage, holding all the stage's chunks, from its first
+ * action there to its last (plan/schedule.h, codegen/pipeline.c); --what-if prices
+ * Megatron's count of chunks in flight. */
+static double stage_inflight(Search *S, const PlanChoice *ch, int i) {
+  if (!S->f->exec || ch->pp == 1) return cost_inflight(i, ch->pp, ch->m, ch->v);
+  int key[4] = {ch->pp, ch->v, ch->m, ch->sched == PS_INTERLEAVED};
+  if (!S->slots || memcmp(key, S->slots_of, sizeof key)) {
+    S->slots = arena_array(S->a, ch->pp, sizeof *S->slots);
+    for (int s = 0; s < ch->pp; s++) S->slots[s] = pipe_slots(ch->pp, ch->v, ch->m, key[3], s);
+    memcpy(S->slots_of, key, sizeof key);
+  }
+  return S->slots[i];
+}
+
+static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums *q, double shared, StageCost *st) {
   const PlanResult *r = S->r;
-  double e = q->dp + q->dptp + shared;
-  ModelStates ms = cost_zero_states(e, ch->zero, ch->dp, r->w_bytes, r->g_bytes, r->o_bytes);
+  double e = q->dp + q->dptp + shared, dp = ch->dp;
+  /* a compiled program's ZeRO shards whole parameters (codegen/zero.c: the largest
+   * first, each to the least loaded rank), so a rank owns at least the largest */
+  if (S->f->exec && ch->zero >= 1 && q->max_param * dp > e) dp = e / q->max_param;
+  ModelStates ms = cost_zero_states(e, ch->zero, dp, r->w_bytes, r->g_bytes, r->o_bytes);
   st->params = e;
   st->weights = ms.weights, st->grads = ms.grads, st->optimizer = ms.optimizer;
   st->host = 0;
@@ -368,9 +391,11 @@ static void stage_memory(const Search *S, const PlanChoice *ch, int i, const Sta
     st->weights = st->optimizer = 0;
     st->grads = q->maxp * r->g_bytes;
   }
-  st->activations = q->stash * cost_inflight(i, ch->pp, ch->m, ch->v);
-  /* one layer's backward working set; ZeRO-3 also holds two layers' gathered weights */
-  st->buffers = q->work + (ch->zero == 3 ? 2 * q->maxp * r->w_bytes : 0);
+  double held = stage_inflight(S, ch, i);
+  st->activations = q->stash * held;
+  /* one layer's backward working set (in each slot, compiled); ZeRO-3 also holds two
+   * layers' gathered weights */
+  st->buffers = q->work * (S->f->exec ? held : 1) + (ch->zero == 3 ? 2 * q->maxp * r->w_bytes : 0);
   st->total = st->weights + st->grads + st->optimizer + st->activations + st->buffers;
 }
 
@@ -822,9 +847,13 @@ static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) 
                 "cluster whose device.peak_fp8_tflops is set",
                 cl->dev.part);
   bool adam = g->train.opt == OPT_ADAMW, mom = !adam && g->train.momentum > 0;
-  r->w_bytes = r->mixed ? 2 : 4, r->g_bytes = r->mixed ? 2 : 4;
-  /* optimizer: fp32 master weights under mixed precision, and the moments */
-  r->o_bytes = (r->mixed ? 4 : 0) + (adam ? 8 : mom ? 4 : 0);
+  /* The training state a parameter costs. A compiled program keeps f32 weights (the
+   * masters: passes/autocast.c feeds each GEMM a 16-bit copy) and f32 gradients, and
+   * reduces and gathers them in f32; --what-if prices Megatron's layout instead:
+   * 16-bit weights and gradients, the f32 masters with the optimizer's moments. */
+  bool megatron = r->mixed && !S->f->exec;
+  r->w_bytes = megatron ? 2 : 4, r->g_bytes = megatron ? 2 : 4;
+  r->o_bytes = (megatron ? 4 : 0) + (adam ? 8 : mom ? 4 : 0);
   r->usable = cl->dev.memory - cl->dev.reserved;
   S->N = cl->gpus, S->gpn = cl->gpus_per_node, S->L = r->pm->nlayer_segs, S->B = r->pm->batch;
   for (int k = 0; k < r->pm->nseg; k++)

@@ -1086,7 +1086,8 @@ static void work_free(Work *w) {
 typedef struct SegStrats {
   Strat **st;
   int *nst;
-  Layout *L;
+  Layout *L;          /* of rep's nodes */
+  const Segment *rep; /* the signature's first segment: the others are its copies */
   Recompute rc;
 } SegStrats;
 
@@ -1247,8 +1248,8 @@ static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegS
   out->t_fwd = w.t_fwd, out->t_bwd = w.t_bwd, out->c_fwd = w.c_fwd, out->c_bwd = w.c_bwd, out->t_rc = w.t_rc;
   out->stash = w.stash + (ss->rc == RC_FULL ? boundary_stash(x, s, pl0) : 0);
   out->transient = w.transient;
-  for (int q = 0; q < s->nout; q++) {
-    int j = find_slot(L->live[s->nops], L->nlive[s->nops], s->out[q]);
+  for (int q = 0; q < s->nout; q++) { /* s's q-th output is rep's q-th, in rep's layout */
+    int j = find_slot(L->live[s->nops], L->nlive[s->nops], ss->rep->out[q]);
     double b = tensor_bytes(x, pm->g->nodes[s->out[q]]);
     if (j >= 0 && pl[j] >= PL_S0) out->xfer_split += b / x->t;
     else out->xfer_whole += b;
@@ -1332,6 +1333,7 @@ static SegStrats *build_strategies(Arena *a, const ShardCtx *x) {
     SegStrats *q = &ss[s->sig];
     if (q->st) continue;
     q->L = layout_new(a, pm, s);
+    q->rep = s;
     q->rc = seg_rc(x, s);
     q->st = arena_array(a, s->nops + 1, sizeof(Strat *));
     q->nst = arena_array(a, s->nops + 1, sizeof(int));

@@ -4,7 +4,8 @@
     check_plan.py CHECK COLOSSALC
 
 CHECK is one of: acceptance, text_svg, forced, infeasible, cluster_files,
-from_file, determinism, offload, compile. Run from the repository root. Prints what it checked;
+from_file, determinism, offload, offload_state, compile, memory_compiled. Run from the
+repository root. Prints what it checked;
 exit status 1 on the first failure."""
 import json
 import os
@@ -363,6 +364,32 @@ def compile_plan():
     print("ok   --dump-after works after each of %s, one rank and tp 2 x pp 2" % ", ".join(passes))
 
 
+def memory_compiled():
+    """The memory a plan prices per device is what its compiled program needs (the
+    programs' predicted_memory, the figure train reports beside the measured peak),
+    within 12 %: f32 weights and gradients under mixed precision, ZeRO owning whole
+    parameters, a pipeline stage's work-tier slots."""
+    configs = [GPT2, GPT2 + ["--precision", "fp32"], GPT2 + ["--zero", "2"], GPT2 + ["--zero", "3"],
+               GPT2 + ["--dp", "2", "--tp", "2", "--pp", "2"], GPT2 + ["--dp", "1", "--tp", "8", "--pp", "1"],
+               GPT2 + ["--dp", "1", "--tp", "1", "--pp", "8"], GPT2 + ["--recompute", "full"],
+               ["models/gpt2.model", "--gpus", "8", "--gpu", "h100-sxm", "--precision", "fp8"],
+               ["models/gpt2-tiny.model", "--gpu", "cpu", "--gpus", "4", "--dp", "1", "--tp", "2", "--pp", "2",
+                "--set", "batch=8"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        for args in configs:
+            priced = plan_json(args)["memory"]["peak_bytes_per_device"]
+            kern = os.path.join(tmp, "kernels.txt")
+            run(args + ["-o", os.path.join(tmp, "train"), "--emit-kernels", kern])
+            progs = json.loads(open(kern).read().split("\nprogram ", 1)[1])
+            compiled = max(max(p["predicted_memory"]) for p in (progs if isinstance(progs, list) else [progs]))
+            ratio = compiled / priced
+            if not 1 / 1.12 <= ratio <= 1.12:
+                fail("%s: the plan prices %.1f MiB per device, the compiled program needs %.1f MiB (ratio %.3f)" %
+                     (" ".join(args), priced / 2**20, compiled / 2**20, ratio))
+            print("ok   %-66s priced %8.1f MiB, compiled %8.1f MiB (%.3f)" %
+                  (" ".join(args[1:]), priced / 2**20, compiled / 2**20, ratio))
+
+
 def offload_state():
     """GPT-3 on 8 A100-80GB: its 16 bytes a parameter (2.6 TB) do not fit the devices
     (616 GiB); the search finds a ZeRO-3 plan whose shards live on the node's host memory
@@ -418,5 +445,6 @@ if __name__ == "__main__":
     COLOSSALC = sys.argv[2]
     {"acceptance": acceptance, "text_svg": text_svg, "forced": forced, "infeasible": infeasible,
      "cluster_files": cluster_files, "from_file": plan_file, "determinism": determinism,
-     "offload": offload, "offload_state": offload_state, "compile": compile_plan}[sys.argv[1]]()
+     "offload": offload, "offload_state": offload_state, "compile": compile_plan,
+     "memory_compiled": memory_compiled}[sys.argv[1]]()
     print("ok")

@@ -5,7 +5,8 @@ foreach(t plan_cost plan_published)
   add_test(NAME ${t} COMMAND test_${t} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 endforeach()
 set(COLOSSALC_PLAN_PYTHON /usr/bin/python3 CACHE FILEPATH "Python for the plan command-line tests")
-foreach(t acceptance text_svg forced infeasible cluster_files from_file determinism offload offload_state compile)
+foreach(t acceptance text_svg forced infeasible cluster_files from_file determinism offload offload_state compile
+          memory_compiled)
   add_test(NAME plan_${t}
            COMMAND ${COLOSSALC_PLAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/check_plan.py ${t} $<TARGET_FILE:colossalc>
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
