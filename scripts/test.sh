@@ -3,7 +3,7 @@
 # sources follow .clang-format (scripts/format.sh); build with warnings as errors and
 # run every CTest test; build again with AddressSanitizer and UndefinedBehaviorSanitizer
 # and run them again; then fuzz what colossalc and train read (scripts/fuzz.sh) for a
-# bounded time (FUZZ_SECONDS, default 60, for each of the three fuzz targets).
+# bounded time (FUZZ_SECONDS, default 45, for each of the three fuzz targets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -41,7 +41,7 @@ echo "== tests under ASan+UBSan"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-intercept_tls_get_addr=0}
 run_ctest build-asan
 
-echo "== fuzzing the readers for ${FUZZ_SECONDS:-60} s"
-scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
+echo "== fuzzing the readers for ${FUZZ_SECONDS:-45} s"
+scripts/fuzz.sh "${FUZZ_SECONDS:-45}"
 echo "both CTest runs and the fuzz run:"
 echo "summary: $((passed + 1)) passed, 0 failed, $skipped skipped"

@@ -26,5 +26,5 @@ endif()
 # every build, so that the sanitizer build checks them too.
 add_test(NAME onnx_random_graphs
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_random_onnx.py ${COLOSSALC_BIN}
-                 ${CMAKE_CURRENT_BINARY_DIR}/onnx_random 1000 1)
+                 ${CMAKE_CURRENT_BINARY_DIR}/onnx_random 600 1)
 set_tests_properties(onnx_random_graphs PROPERTIES LABELS bad TIMEOUT 300)
