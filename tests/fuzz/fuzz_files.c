@@ -57,8 +57,8 @@ static void read_safetensors(const char *path) {
 }
 
 static void read_index(const uint8_t *data, size_t size) {
-  char err[512];
-  write_input("model.safetensors.index.json", data, size);
+  char err[512], index[128];
+  snprintf(index, sizeof index, "%s", write_input("model.safetensors.index.json", data, size));
   HfSource *s = hf_source_open(dir, err, sizeof err);
   if (s) {
     for (int i = 0; i < hf_source_count(s); i++) {
@@ -67,7 +67,7 @@ static void read_index(const uint8_t *data, size_t size) {
     }
     hf_source_close(s);
   }
-  unlink(write_input("model.safetensors.index.json", NULL, 0));
+  unlink(index); /* the other readers' inputs are not an index's shards */
 }
 
 static void read_tokens(const char *path) {

@@ -147,15 +147,18 @@ def make(r):
     return m
 
 
-def main():
-    out = sys.argv[1]
-    count = int(sys.argv[2]) if len(sys.argv) > 2 else 100
-    seed = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+def write_graphs(out, count, seed):
+    """count random graphs from seed, as OUT/random-SEED-NNNNN.onnx"""
     os.makedirs(out, exist_ok=True)
     r = random.Random(seed)
     for i in range(count):
         with open(os.path.join(out, f"random-{seed}-{i:05d}.onnx"), "wb") as f:
             f.write(make(r).SerializeToString())
+
+
+def main():
+    write_graphs(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 100,
+                 int(sys.argv[3]) if len(sys.argv) > 3 else 1)
 
 
 if __name__ == "__main__":

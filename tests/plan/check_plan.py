@@ -288,16 +288,22 @@ def determinism():
     print("ok   two runs give identical JSON (%d bytes) and SVG" % len(a))
 
 
-def compiled_program(args, tmp):
+def compiled_programs(args, tmp):
     """Compiles args with -o, also writing the kernels and the program: the plan printed
-    on stderr, and the program JSON (one object, or a list of stages)."""
+    on stderr, and the programs' JSON (one per pipeline stage)."""
     kern = os.path.join(tmp, "kernels.txt")
     r = run(args + ["-o", os.path.join(tmp, "train"), "--emit-kernels", kern])
     if not os.access(os.path.join(tmp, "train"), os.X_OK):
         fail("no executable written")
     with open(kern) as f:
         prog = json.loads(f.read().split("\nprogram ", 1)[1])
-    return r.stderr, prog[0] if isinstance(prog, list) else prog
+    return r.stderr, prog if isinstance(prog, list) else [prog]
+
+
+def compiled_program(args, tmp):
+    """compiled_programs' stderr and its first program"""
+    err, progs = compiled_programs(args, tmp)
+    return err, progs[0]
 
 
 def compile_plan():
@@ -378,10 +384,7 @@ def memory_compiled():
     with tempfile.TemporaryDirectory() as tmp:
         for args in configs:
             priced = plan_json(args)["memory"]["peak_bytes_per_device"]
-            kern = os.path.join(tmp, "kernels.txt")
-            run(args + ["-o", os.path.join(tmp, "train"), "--emit-kernels", kern])
-            progs = json.loads(open(kern).read().split("\nprogram ", 1)[1])
-            compiled = max(max(p["predicted_memory"]) for p in (progs if isinstance(progs, list) else [progs]))
+            compiled = max(max(p["predicted_memory"]) for p in compiled_programs(args, tmp)[1])
             ratio = compiled / priced
             if not 1 / 1.12 <= ratio <= 1.12:
                 fail("%s: the plan prices %.1f MiB per device, the compiled program needs %.1f MiB (ratio %.3f)" %
