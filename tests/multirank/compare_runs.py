@@ -4,12 +4,13 @@ given, every parameter tensor of two --save files, to a relative TOL. A tensor's
 difference is ||a - b|| / ||b|| (as tests/e2e/compare.py: Adam turns a near-zero
 gradient into a full-size step whose sign is rounding noise, so single elements may
 differ more than the tensor does; the largest elementwise difference is printed too).
-With --last N only the last N logged steps are compared. With --skip REGEX:LO:HI the
+With --last N only the last N logged steps are compared, with --first N the first N;
+with --field NAME the logged NAME (grad_norm, say) instead of the loss. With --skip REGEX:LO:HI the
 elements [LO, HI) of the tensors whose names match are left out: those whose gradient
 is zero in exact arithmetic (an attention key bias), which Adam moves by rounding noise
 alone, large in bf16 (tests/e2e/compare.py's NOISE bounds how far they move).
 
-usage: compare_runs.py [--last N] [--skip REGEX:LO:HI] TOL WANT.jsonl GOT.jsonl [WANT.safetensors GOT.safetensors]"""
+usage: compare_runs.py [--first N | --last N] [--field NAME] [--skip REGEX:LO:HI] TOL WANT.jsonl GOT.jsonl [WANT.safetensors GOT.safetensors]"""
 import json, os, sys
 import numpy as np
 
@@ -17,19 +18,22 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from compare import kept, read_safetensors  # noqa: E402  (one reader of --save files)
 
 
-def losses(path):
-    return [(json.loads(l)["step"], json.loads(l)["loss"]) for l in open(path)
-            if l.strip() and "loss" in json.loads(l)]
+def losses(path, field="loss"):
+    return [(json.loads(l)["step"], json.loads(l)[field]) for l in open(path)
+            if l.strip() and field in json.loads(l)]
 
 
 def main(argv):
-    last, skip = None, None
-    if argv[:1] == ["--last"]:
-        last, argv = int(argv[1]), argv[2:]
-    if argv[:1] == ["--skip"]:
-        skip, argv = argv[1].split(":"), argv[2:]
+    opt = {"--first": None, "--last": None, "--field": "loss", "--skip": None}
+    while argv[:1] and argv[0] in opt:
+        opt[argv[0]], argv = argv[1], argv[2:]
+    first, last, field = opt["--first"], opt["--last"], opt["--field"]
+    skip = opt["--skip"].split(":") if opt["--skip"] else None
+    first, last = (int(first) if first else None), (int(last) if last else None)
     tol, want_log, got_log, files = float(argv[0]), argv[1], argv[2], argv[3:]
-    want, got = losses(want_log), losses(got_log)
+    want, got = losses(want_log, field), losses(got_log, field)
+    if first is not None:
+        want, got = want[:first], got[:first]
     if last is not None:
         want, got = want[-last:], got[-last:]
     failed, worst = 0, 0.0
@@ -41,8 +45,8 @@ def main(argv):
         worst = max(worst, rel)
         ok = rel <= tol
         failed += not ok
-        print(f"step {k}: loss {a:.7f} vs {b:.7f} relative difference {rel:.2e} {'ok' if ok else 'FAIL'}")
-    print(f"losses: max relative difference {worst:.2e}")
+        print(f"step {k}: {field} {a:.7f} vs {b:.7f} relative difference {rel:.2e} {'ok' if ok else 'FAIL'}")
+    print(f"{field}: max relative difference {worst:.2e}")
     checks = len(want)
     if files:
         a, b = read_safetensors(files[0]), read_safetensors(files[1])
