@@ -16,6 +16,7 @@ typedef struct AD {
   const Node *at; /* the forward node whose rule is running */
   Node **adj;     /* [forward nodes] accumulated output gradients */
   bool *needs;    /* [forward nodes] lies on a path from a parameter */
+  int *uses;      /* [forward nodes] readers in the forward graph, outputs counted */
 } AD;
 
 #define OP(id, name, nin, cls, flags, attrs) static void grad_##name(AD *ad, Node *n, Node *g);
@@ -389,8 +390,19 @@ static Node *comm_of(AD *ad, OpKind op, const Node *n, Node *g) {
 }
 /* P -> R: every rank's part contributed with weight 1, so each gets the whole gradient. */
 static void grad_all_reduce(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], g); }
-/* Identity forward, whose consumers' gradients are partial sums: all-reduced. */
-static void grad_tp_copy(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], comm_of(ad, OP_ALL_REDUCE, n, g)); }
+/* Identity forward, whose consumers' gradients are partial sums: all-reduced. The copy
+ * of an all-gather that nothing else reads (S -> R before a split contraction, as
+ * sequence parallelism has) sends the sums straight back to the gathered parts: a
+ * reduce-scatter, half an all-reduce's bytes and no split after it (the plan prices
+ * this conversion so, plan/shard.c). */
+static void grad_tp_copy(AD *ad, Node *n, Node *g) {
+  Node *x = n->in[0];
+  if (x->op == OP_ALL_GATHER && ad->uses[x->id] == 1 && attr_int(x, "ranks") == attr_int(n, "ranks")) {
+    accum(ad, x->in[0], comm_of(ad, OP_REDUCE_SCATTER, x, g));
+    return;
+  }
+  accum(ad, x, comm_of(ad, OP_ALL_REDUCE, n, g));
+}
 /* S -> R: the whole gradient is on every rank; each keeps its part. */
 static void grad_all_gather(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], comm_of(ad, OP_SPLIT, n, g)); }
 /* R -> S and P -> S: the parts' gradients, gathered, are the whole gradient. */
@@ -420,8 +432,10 @@ static void grad_pad(AD *ad, Node *n, Node *g) { no_second_order(ad, n, g); }
 
 static void mark_needs(AD *ad, const Graph *g) {
   for (int k = 0; k < g->nwrt; k++) ad->needs[g->wrt[k]->id] = true;
+  for (int k = 0; k < g->nouts; k++) ad->uses[g->outs[k]->id]++;
   for (int i = 0; i < g->n; i++) {
     const Node *n = g->nodes[i];
+    for (int k = 0; k < n->nin; k++) ad->uses[n->in[k]->id]++;
     bool need = n->op == OP_PARAM || ad->needs[i];
     for (int k = 0; k < n->nin && !need; k++) need = ad->needs[n->in[k]->id];
     ad->needs[i] = need && dtype_is_float(n->dtype);
@@ -442,7 +456,8 @@ static void collect_params(AD *ad, Graph *g) {
 void pass_autodiff(Graph *g) {
   ir_assert((g->loss || g->nseeds) && g->n_forward == 0);
   int n = g->n_forward = g->n, last = -1;
-  AD ad = {g, NULL, arena_array(g->arena, n, sizeof(Node *)), arena_array(g->arena, n, sizeof(bool))};
+  AD ad = {g, NULL, arena_array(g->arena, n, sizeof(Node *)), arena_array(g->arena, n, sizeof(bool)),
+           arena_array(g->arena, n, sizeof(int))};
   mark_needs(&ad, g);
   if (g->loss) {
     ad.at = g->loss;

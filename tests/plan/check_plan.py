@@ -9,6 +9,7 @@ repository root. Prints what it checked;
 exit status 1 on the first failure."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -393,6 +394,29 @@ def memory_compiled():
                   (" ".join(args[1:]), priced / 2**20, compiled / 2**20, ratio))
 
 
+def collectives_compiled():
+    """A tensor-parallel plan's compiled step runs the collectives the plan prices: a
+    sharded activation gathered before a split contraction (sequence parallelism)
+    gets its gradient back by one reduce-scatter, as the plan prices it, not an
+    all-reduce and a split of its result."""
+    configs = [["models/gpt2-tiny.model", "--gpu", "cpu", "--gpus", "2", "--dp", "1", "--tp", "2", "--pp", "1"],
+               ["models/gpt2-tiny.model", "--gpu", "cpu", "--gpus", "8", "--dp", "2", "--tp", "2", "--pp", "2",
+                "--set", "batch=8"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        for args in configs:
+            priced = sum(c["count_per_step"] for c in plan_json(args)["collectives"]
+                         if c["axis"] == "tp" and c["kind"] == "reduce-scatter")
+            step = compiled_programs(args, tmp)[1][0]["step"]
+            compiled = sum(i["op"] == "comm" and i["kind"] == "reduce_scatter" for i in step)
+            ir = run(args + ["--dump-after=autodiff"]).stdout
+            ops = dict(re.findall(r"^(%\d+) = (\w+)", ir, re.M))
+            split_sums = sum(ops[x] == "all_reduce" for x in re.findall(r"^%\d+ = split (%\d+)", ir, re.M))
+            if split_sums or compiled != priced:
+                fail("%s: the plan prices %d reduce-scatters a step; the program runs %d, and %d splits of an "
+                     "all-reduce's result" % (" ".join(args), priced, compiled, split_sums))
+            print("ok   %-66s %d reduce-scatters a step, priced and compiled" % (" ".join(args[1:]), compiled))
+
+
 def offload_state():
     """GPT-3 on 8 A100-80GB: its 16 bytes a parameter (2.6 TB) do not fit the devices
     (616 GiB); the search finds a ZeRO-3 plan whose shards live on the node's host memory
@@ -449,5 +473,5 @@ if __name__ == "__main__":
     {"acceptance": acceptance, "text_svg": text_svg, "forced": forced, "infeasible": infeasible,
      "cluster_files": cluster_files, "from_file": plan_file, "determinism": determinism,
      "offload": offload, "offload_state": offload_state, "compile": compile_plan,
-     "memory_compiled": memory_compiled}[sys.argv[1]]()
+     "memory_compiled": memory_compiled, "collectives_compiled": collectives_compiled}[sys.argv[1]]()
     print("ok")

@@ -6,7 +6,7 @@ foreach(t plan_cost plan_published)
 endforeach()
 set(COLOSSALC_PLAN_PYTHON /usr/bin/python3 CACHE FILEPATH "Python for the plan command-line tests")
 foreach(t acceptance text_svg forced infeasible cluster_files from_file determinism offload offload_state compile
-          memory_compiled)
+          memory_compiled collectives_compiled)
   add_test(NAME plan_${t}
            COMMAND ${COLOSSALC_PLAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/check_plan.py ${t} $<TARGET_FILE:colossalc>
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
