@@ -771,10 +771,11 @@ static Graph *apply_recompute(Graph *g, const Build *b) {
     recompute_set = recompute_describe(g->arena, g, c.mode);
     return c.graph;
   }
-  if (rc == RC_NONE || g->nlayers == 0) return g;
+  if (g->nlayers == 0) return g;
   RcLayer *mode = arena_array(g->arena, g->nlayers, sizeof *mode);
   for (int l = 0; l < g->nlayers; l++) mode[l] = rc_layer_of[rc];
-  if (!b->r || o->rc >= 0) /* a searched plan's choice is in its summary */
+  if (rc == RC_NONE) return pass_recompute(g, mode); /* gathered activations, gathered again */
+  if (!b->r || o->rc >= 0)                           /* a searched plan's choice is in its summary */
     fprintf(stderr, "colossalc: recompute %s (%s): %.4g forward FLOPs recomputed\n", recompute_names[rc],
             recompute_describe(g->arena, g, mode), recompute_flops(g, mode));
   recompute_set = recompute_describe(g->arena, g, mode);

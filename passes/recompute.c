@@ -16,12 +16,22 @@ static double bytes_of(const Node *n) { return (double)shape_numel(&n->shape) * 
 
 /* ---- what a mode recomputes --------------------------------------------------------- */
 
-/* cand[i]: forward node i may be recomputed under its layer's mode. */
+/* A gathered activation: an all_gather over the tensor-parallel group, or a copy or
+ * view of one. */
+static bool gathered(const Node *n) {
+  while (n->op == OP_TP_COPY || is_view(n)) n = n->in[0];
+  return n->op == OP_ALL_GATHER;
+}
+
+/* cand[i]: forward node i may be recomputed under its layer's mode. Every mode
+ * gathers a sharded activation again for the backward pass rather than keep it whole
+ * (Megatron-LM's sequence parallelism does; the plan prices it so, plan/shard.c):
+ * the shard stays, a tensor-parallel group's size times smaller. */
 static void mark_candidates(const Graph *g, const RcLayer *mode, bool *cand) {
   for (int i = 0; i < g->n_forward; i++) {
     const Node *n = g->nodes[i];
     if (n->layer < 0 || !computed(n)) continue;
-    if (mode[n->layer] == RCL_FULL) cand[i] = true;
+    if (mode[n->layer] == RCL_FULL || gathered(n)) cand[i] = true;
     const Node *core[8];
     int k = mode[n->layer] == RCL_ATTN ? ir_attn_core(n, core) : 0;
     for (int c = 0; c < k; c++)
@@ -143,7 +153,11 @@ Graph *pass_recompute(Graph *g, const RcLayer *mode) {
                arena_array(a, g->n_forward, sizeof(Node *)),
                NULL,
                0};
-  bool *emitted = arena_array(a, g->nlayers + 1, sizeof *emitted);
+  bool *emitted = arena_array(a, g->nlayers + 1, sizeof *emitted), *marked = arena_array(a, g->nlayers + 1, 1),
+       any = false;
+  for (int i = 0; i < g->n_forward; i++)
+    if (rc[i]) marked[g->nodes[i]->layer] = any = true;
+  if (!any) return g;
   for (int i = 0; i < g->n_forward; i++) {
     const Node *x = g->nodes[i];
     Node **in = inputs(&r, x);
@@ -153,7 +167,7 @@ Graph *pass_recompute(Graph *g, const RcLayer *mode) {
   r.h->n_forward = g->n_forward;
   for (int i = g->n_forward; i < g->n; i++) {
     const Node *b = g->nodes[i];
-    if (b->layer >= 0 && !emitted[b->layer] && mode[b->layer] != RCL_KEEP) {
+    if (b->layer >= 0 && !emitted[b->layer] && marked[b->layer]) {
       emitted[b->layer] = true;
       emit_clones(&r, b->layer);
     }

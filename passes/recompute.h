@@ -10,7 +10,10 @@
  *    layer, the core is the softmax, the scaling between it and the score GEMM, and
  *    the GEMM q·kᵀ (ir_attn_core, ir/analysis.h); the [B, H, S, T] scores and
  *    probabilities are recomputed from q and k instead of being kept.
- * The originals are then read only by forward nodes, so the memory plan frees them
+ * Whatever the mode, a gathered activation that a layer's backward reads (an all_gather
+ * over the tensor-parallel group, its copies and views: sequence parallelism's input of
+ * a split GEMM) is gathered again before the layer's backward from the shard, which
+ * stays, as Megatron-LM does. The originals are then read only by forward nodes, so the memory plan frees them
  * when the forward pass is done. Clones are backward-part nodes (ids >= n_forward)
  * with the layer and source location of their originals. Dropout masks are a
  * counter hash of (seed, step, element) (ir/rand.h), so recompute changes memory,
@@ -31,7 +34,8 @@ extern const char *const rc_layer_names[RCL_COUNT]; /* "keep", "attention core",
 void recompute_mark(const Graph *g, const RcLayer *mode, bool *rc);
 
 /* requires: pass_autodiff (and pass_decompose for the attention core); mode [g->nlayers].
- * Returns the graph with the clones (a new graph in g's arena; g is left as it was).
+ * Returns the graph with the clones (a new graph in g's arena; g is left as it was), or
+ * g itself when nothing is recomputed.
  * Graph.params, param_grads, loss, seed_out, seed_grad, wrt, wrt_grads and outs are
  * carried over. */
 Graph *pass_recompute(Graph *g, const RcLayer *mode);

@@ -397,8 +397,9 @@ def memory_compiled():
 def collectives_compiled():
     """A tensor-parallel plan's compiled step runs the collectives the plan prices: a
     sharded activation gathered before a split contraction (sequence parallelism)
-    gets its gradient back by one reduce-scatter, as the plan prices it, not an
-    all-reduce and a split of its result."""
+    gets its gradient back by one reduce-scatter, not an all-reduce and a split of its
+    result; and the backward pass gathers it again from its shard rather than keeping
+    it whole from the forward pass."""
     configs = [["models/gpt2-tiny.model", "--gpu", "cpu", "--gpus", "2", "--dp", "1", "--tp", "2", "--pp", "1"],
                ["models/gpt2-tiny.model", "--gpu", "cpu", "--gpus", "8", "--dp", "2", "--tp", "2", "--pp", "2",
                 "--set", "batch=8"]]
@@ -415,6 +416,26 @@ def collectives_compiled():
                 fail("%s: the plan prices %d reduce-scatters a step; the program runs %d, and %d splits of an "
                      "all-reduce's result" % (" ".join(args), priced, compiled, split_sums))
             print("ok   %-66s %d reduce-scatters a step, priced and compiled" % (" ".join(args[1:]), compiled))
+            if "--pp" in args and args[args.index("--pp") + 1] != "1":
+                continue
+            # after the recompute pass (one program): the nodes after the loss (the
+            # backward pass) read no gathered value of a layer's forward pass, and gather
+            # such values again from the forward pass's shards
+            ir = run(args + ["--dump-after=recompute"]).stdout
+            loss = int(re.search(r"^train %(\d+)", ir, re.M).group(1))
+            ops = {int(i): (op, [int(x) for x in re.findall(r"%(\d+)", ins)], " layer=" in rest)
+                   for i, op, ins, rest in re.findall(r"^%(\d+) = (\w+) ([^:]*)(.*)", ir, re.M)}
+
+            def gathered(i):
+                op, ins, _ = ops[i]
+                return op == "all_gather" or (op in ("tp_copy", "reshape") and gathered(ins[0]))
+            kept = [x for i, (_, ins, _) in ops.items() if i > loss for x in ins
+                    if x < loss and ops[x][2] and gathered(x)]
+            regathered = sum(i > loss and op == "all_gather" and ins[0] < loss for i, (op, ins, _) in ops.items())
+            if kept or not regathered:
+                fail("%s: the backward pass reads %d gathered values kept from the forward pass (%s) and gathers "
+                     "%d again" % (" ".join(args), len(kept), kept[:4], regathered))
+            print("ok   %-66s the backward pass gathers %d activations again" % (" ".join(args[1:]), regathered))
 
 
 def offload_state():
