@@ -825,14 +825,15 @@ static void price_strategy(const ShardCtx *x, const Node *n, Strat *s) {
 /* ---- placements change: collectives on the tensor-parallel group ------------------ */
 
 /* Time to turn a tensor of `bytes` from placement `from` into `to` (INFINITY when
- * no collective does it: nothing makes a partial sum). */
+ * no collective does it: nothing makes a partial sum). S(i) -> S(j) is an all-to-all;
+ * a compiled plan's is an all-gather and a split (passes/partition.c), priced so. */
 static double reshard(const ShardCtx *x, int from, int to, double bytes, CollKind *kind) {
   Group g = {x->t, x->t};
   CollKind k;
   if (from == to || (from == PL_R && to != PL_P)) return 0;
   if (to == PL_P) return INFINITY;
   if (from == PL_P) k = to == PL_R ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER;
-  else k = to == PL_R ? COLL_ALL_GATHER : COLL_ALL_TO_ALL;
+  else k = to == PL_R || x->exec ? COLL_ALL_GATHER : COLL_ALL_TO_ALL;
   if (kind) *kind = k;
   return cost_collective(x->cl, k, bytes, g);
 }
