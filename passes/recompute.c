@@ -146,6 +146,10 @@ Graph *pass_recompute(Graph *g, const RcLayer *mode) {
   Arena *a = g->arena;
   bool *rc = arena_array(a, g->n_forward + 1, sizeof *rc);
   recompute_mark(g, mode, rc);
+  bool *marked = arena_array(a, g->nlayers + 1, sizeof *marked), any = false; /* layers with clones */
+  for (int i = 0; i < g->n_forward; i++)
+    if (rc[i]) marked[g->nodes[i]->layer] = any = true;
+  if (!any) return g;
   Rebuild r = {g,
                graph_new_like(g),
                rc,
@@ -153,11 +157,7 @@ Graph *pass_recompute(Graph *g, const RcLayer *mode) {
                arena_array(a, g->n_forward, sizeof(Node *)),
                NULL,
                0};
-  bool *emitted = arena_array(a, g->nlayers + 1, sizeof *emitted), *marked = arena_array(a, g->nlayers + 1, 1),
-       any = false;
-  for (int i = 0; i < g->n_forward; i++)
-    if (rc[i]) marked[g->nodes[i]->layer] = any = true;
-  if (!any) return g;
+  bool *emitted = arena_array(a, g->nlayers + 1, sizeof *emitted);
   for (int i = 0; i < g->n_forward; i++) {
     const Node *x = g->nodes[i];
     Node **in = inputs(&r, x);
