@@ -13,8 +13,8 @@
  * Whatever the mode, a gathered activation that a layer's backward reads (an all_gather
  * over the tensor-parallel group, its copies and views: sequence parallelism's input of
  * a split GEMM) is gathered again before the layer's backward from the shard, which
- * stays, as Megatron-LM does. The originals are then read only by forward nodes, so the memory plan frees them
- * when the forward pass is done. Clones are backward-part nodes (ids >= n_forward)
+ * stays, as Megatron-LM does. The originals are then read only by forward nodes, so
+ * the memory plan frees them when the forward pass is done. Clones are backward-part nodes (ids >= n_forward)
  * with the layer and source location of their originals. Dropout masks are a
  * counter hash of (seed, step, element) (ir/rand.h), so recompute changes memory,
  * never values.

@@ -409,19 +409,22 @@ def collectives_compiled():
                          if c["axis"] == "tp" and c["kind"] == "reduce-scatter")
             step = compiled_programs(args, tmp)[1][0]["step"]
             compiled = sum(i["op"] == "comm" and i["kind"] == "reduce_scatter" for i in step)
-            ir = run(args + ["--dump-after=autodiff"]).stdout
-            ops = dict(re.findall(r"^(%\d+) = (\w+)", ir, re.M))
-            split_sums = sum(ops[x] == "all_reduce" for x in re.findall(r"^%\d+ = split (%\d+)", ir, re.M))
+            # the IR after the recompute pass, chunk by chunk (ids are a chunk's own)
+            chunks = run(args + ["--dump-after=recompute"]).stdout.split("\n# chunk ")
+            split_sums = 0
+            for ir in chunks:
+                ops = dict(re.findall(r"^(%\d+) = (\w+)", ir, re.M))
+                split_sums += sum(ops[x] == "all_reduce" for x in re.findall(r"^%\d+ = split (%\d+)", ir, re.M))
             if split_sums or compiled != priced:
                 fail("%s: the plan prices %d reduce-scatters a step; the program runs %d, and %d splits of an "
                      "all-reduce's result" % (" ".join(args), priced, compiled, split_sums))
             print("ok   %-66s %d reduce-scatters a step, priced and compiled" % (" ".join(args[1:]), compiled))
-            if "--pp" in args and args[args.index("--pp") + 1] != "1":
+            if len(chunks) > 1:
                 continue
-            # after the recompute pass (one program): the nodes after the loss (the
-            # backward pass) read no gathered value of a layer's forward pass, and gather
-            # such values again from the forward pass's shards
-            ir = run(args + ["--dump-after=recompute"]).stdout
+            # one program: the nodes after the loss (the backward pass) read no gathered
+            # value of a layer's forward pass, and gather such values again from the
+            # forward pass's shards
+            ir = chunks[0]
             loss = int(re.search(r"^train %(\d+)", ir, re.M).group(1))
             ops = {int(i): (op, [int(x) for x in re.findall(r"%(\d+)", ins)], " layer=" in rest)
                    for i, op, ins, rest in re.findall(r"^%(\d+) = (\w+) ([^:]*)(.*)", ir, re.M)}
