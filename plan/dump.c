@@ -184,7 +184,7 @@ static void text_collectives(FILE *f, const PlanResult *r) {
   int n = plan_collectives(r, &r->best, c, 48);
   fprintf(f, "collectives per step on one device of stage %d (time before overlap):\n", r->best.pr.critical_stage);
   for (int i = 0; i < n; i++)
-    fprintf(f, "  %-3s %-15s %12s x %-8.0f %10.4g s  (group of %d, %d per node)\n", c[i].axis, coll_names[c[i].kind],
+    fprintf(f, "  %-4s %-15s %12s x %-8.0f %10.4g s  (group of %d, %d per node)\n", c[i].axis, coll_names[c[i].kind],
             human(b, sizeof b, c[i].bytes, "B"), c[i].count, c[i].time, c[i].group.n, c[i].group.local);
   if (!n) fprintf(f, "  none\n");
 }

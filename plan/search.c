@@ -260,23 +260,25 @@ static int stage_segments(const Search *S, const int *start, int p, int v, int i
  * *tie gets the elements also held by another stage, whose gradients those stages
  * all-reduce. */
 static double stage_shared(Search *S, const CandSet *cs, int ci, const int *segs, int n, int i, const int *seg_stage,
-                           double *tie) {
+                           double *tie, double *dptp) {
   ParamUse *seen = S->shared_buf;
   int ns = 0;
   double elems = 0;
-  *tie = 0;
+  *tie = *dptp = 0;
   for (int a = 0; a < n; a++) {
     const SegParams *sp = &cs->sp[ci][segs[a]];
     for (int u = 0; u < sp->nshared; u++) {
       const ParamUse *pu = &sp->shared[u];
-      bool dup = false;
-      for (int w = 0; w < ns && !dup; w++) dup = seen[w].node == pu->node && seen[w].pl == pu->pl;
-      if (dup || ns == S->shared_cap) continue;
-      seen[ns++] = *pu;
-      elems += pu->elems;
-      bool other = false;
+      int w = 0;
+      while (w < ns && !(seen[w].node == pu->node && seen[w].pl == pu->pl)) w++;
+      if (w == ns && ns == S->shared_cap) continue;
+      bool first = w == ns, other = false;
+      if (first) seen[ns++] = *pu, elems += pu->elems;
       for (int k = 0; k < S->param_nseg[pu->node] && !other; k++) other = seg_stage[S->param_segs[pu->node][k]] != i;
-      if (other) *tie += pu->elems;
+      if (other && first) *tie += pu->elems;
+      /* a use that leaves a partial gradient on the tensor-parallel ranks makes the
+       * whole gradient one (the uses' gradients are summed before the reduction) */
+      if (!other && pu->dptp && (first || !seen[w].dptp)) *dptp += pu->elems, seen[w].dptp = true;
     }
   }
   return elems;
@@ -292,7 +294,11 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
   if (dp * tp <= 1) return 0;
   int in_node = S->gpn / tp < 1 ? 1 : S->gpn / tp;
   Group gd = {dp, dp < in_node ? dp : in_node}, gdt = {dp * tp, dp * tp < S->gpn ? dp * tp : S->gpn};
-  double gb = r->g_bytes, wb = r->w_bytes, e = e_dp + e_dptp;
+  double gb = r->g_bytes, wb = r->w_bytes, e = e_dp + e_dptp, tp_ar = 0;
+  if (S->f->exec) { /* compiled: in each micro-batch's backward over tp, then with the rest */
+    tp_ar = cost_collective(cl, COLL_ALL_REDUCE, e_dptp * gb, (Group){tp, tp});
+    e_dp = e, e_dptp = 0;
+  }
   double ar =
       cost_collective(cl, COLL_ALL_REDUCE, e_dp * gb, gd) + cost_collective(cl, COLL_ALL_REDUCE, e_dptp * gb, gdt);
   double rs = cost_collective(cl, COLL_REDUCE_SCATTER, e_dp * gb, gd) +
@@ -317,7 +323,7 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
   double exposed = end > slack ? end - slack : 0;
   double first = st->nlayers > 0 ? per_mb / st->nlayers : per_mb;
   double mb = per_mb - hide > first ? per_mb - hide : first;
-  return exposed + (per_mb > 0 ? ch->m * mb : 0) + ch->m * in_order + after;
+  return exposed + (per_mb > 0 ? ch->m * mb : 0) + ch->m * (in_order + tp_ar) + after;
 }
 
 typedef struct StageSums {
@@ -375,14 +381,15 @@ static double stage_inflight(Search *S, const PlanChoice *ch, int i) {
   return S->slots[i];
 }
 
-static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums *q, double shared, StageCost *st) {
+static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums *q, double shared, double shared_dptp,
+                         StageCost *st) {
   const PlanResult *r = S->r;
   double e = q->dp + q->dptp + shared, dp = ch->dp;
   /* a compiled program's ZeRO shards whole parameters (codegen/zero.c: the largest
    * first, each to the least loaded rank), so a rank owns at least the largest */
   if (S->f->exec && ch->zero >= 1 && q->max_param * dp > e) dp = e / q->max_param;
   ModelStates ms = cost_zero_states(e, ch->zero, dp, r->w_bytes, r->g_bytes, r->o_bytes);
-  st->params = e;
+  st->params = e, st->params_dptp = q->dptp + shared_dptp;
   st->weights = ms.weights, st->grads = ms.grads, st->optimizer = ms.optimizer;
   st->host = 0;
   if (ch->offload == OFFLOAD_OPTIMIZER) st->host = st->optimizer, st->optimizer = 0; /* its state lives on the host */
@@ -411,14 +418,14 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
   const PlanResult *r = S->r;
   const Cluster *cl = r->cl;
   StageSums q;
-  double tie;
+  double tie, sdptp;
   int n = stage_segments(S, start, ch->pp, ch->v, i, S->segbuf);
   stage_sum(S, cs, ci, S->segbuf, n, st, &q);
-  double shared = stage_shared(S, cs, ci, S->segbuf, n, i, S->seg_stage, &tie);
+  double shared = stage_shared(S, cs, ci, S->segbuf, n, i, S->seg_stage, &tie, &sdptp);
   st->p2p = stage_p2p(S, &cs->c[ci], start, ch, i);
   st->time = st->t_fwd + st->t_bwd + st->tp_comm + st->t_rc + st->p2p;
-  stage_memory(S, ch, i, &q, shared, st);
-  double d = stage_dp_time(S, ch, st, i, q.dp + shared - tie, q.dptp);
+  stage_memory(S, ch, i, &q, shared, sdptp, st);
+  double d = stage_dp_time(S, ch, st, i, q.dp + shared - tie - sdptp, q.dptp + sdptp);
   if (d > sum->dp_time) sum->dp_time = d;
   if (tie > 0) { /* tied weights on several stages: their gradients are summed */
     Group g = {2, same_node(S, 0, ch->pp - 1, ch->dp, ch->tp) ? 2 : 1};
@@ -837,6 +844,7 @@ static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) 
   graph_stats(g, &r->stats);
   /* the precision compiled: fp32 unless --precision bf16 asks; --what-if prices bf16
    * mixed precision where the device has it */
+  r->exec = S->f->exec;
   r->mixed = !cl->dev.fp32_only && (S->f->exec ? S->f->lowp : true);
   r->peak = r->mixed ? cluster_peak(cl) : cl->dev.peak_fp32;
   /* fp8: the linear layers' GEMMs at the fp8 peak (plan/shard.c), on a device that has one */
@@ -943,20 +951,33 @@ int plan_collectives(const PlanResult *r, const Plan *p, PlanColl *out, int max)
       }
     }
   }
+  /* the data-parallel reduction as stage_dp_time prices it: the gradients of weights
+   * replicated over the tensor-parallel ranks, partial sums there, over dp x tp */
   const StageCost *st = &p->stage[i];
-  int in_node = gpn / ch->tp < 1 ? 1 : gpn / ch->tp;
-  Group gd = {ch->dp, ch->dp < in_node ? ch->dp : in_node};
-  double gb = st->params * r->g_bytes, wb = st->params * r->w_bytes;
-  if (ch->dp > 1) {
-    if (ch->zero == 0)
-      coll_put(out, &n, max, "dp", COLL_ALL_REDUCE, gb, 1, cost_collective(cl, COLL_ALL_REDUCE, gb, gd), gd);
-    else {
-      double times = ch->zero >= 2 ? ch->m : 1;
-      coll_put(out, &n, max, "dp", COLL_REDUCE_SCATTER, gb, times,
-               times * cost_collective(cl, COLL_REDUCE_SCATTER, gb, gd), gd);
-      double ag = ch->zero == 3 ? (ch->rc == RC_FULL ? 3.0 : 2.0) * ch->m : 1;
-      coll_put(out, &n, max, "dp", COLL_ALL_GATHER, wb, ag, ag * cost_collective(cl, COLL_ALL_GATHER, wb, gd), gd);
-    }
+  int in_node = gpn / ch->tp < 1 ? 1 : gpn / ch->tp, dt = ch->dp * ch->tp;
+  Group gd = {ch->dp, ch->dp < in_node ? ch->dp : in_node}, gdt = {dt, dt < gpn ? dt : gpn};
+  const char *axis_dt = ch->dp > 1 ? "dptp" : "tp";
+  double ed = st->params - st->params_dptp, et = st->params_dptp;
+  if (r->exec && ch->tp > 1) { /* compiled: in each micro-batch's backward (stage_dp_time) */
+    coll_put(out, &n, max, "tp", COLL_ALL_REDUCE, et * r->g_bytes, ch->m,
+             ch->m * cost_collective(cl, COLL_ALL_REDUCE, et * r->g_bytes, gt), gt);
+    ed += et, et = 0;
+  }
+  if (ch->dp == 1 || ch->zero == 0) {
+    if (ch->dp > 1)
+      coll_put(out, &n, max, "dp", COLL_ALL_REDUCE, ed * r->g_bytes, 1,
+               cost_collective(cl, COLL_ALL_REDUCE, ed * r->g_bytes, gd), gd);
+    if (dt > 1)
+      coll_put(out, &n, max, axis_dt, COLL_ALL_REDUCE, et * r->g_bytes, 1,
+               cost_collective(cl, COLL_ALL_REDUCE, et * r->g_bytes, gdt), gdt);
+  } else {
+    double times = ch->zero >= 2 ? ch->m : 1, ag = ch->zero == 3 ? (ch->rc == RC_FULL ? 3.0 : 2.0) * ch->m : 1;
+    double wb = st->params * r->w_bytes;
+    coll_put(out, &n, max, "dp", COLL_REDUCE_SCATTER, ed * r->g_bytes, times,
+             times * cost_collective(cl, COLL_REDUCE_SCATTER, ed * r->g_bytes, gd), gd);
+    coll_put(out, &n, max, axis_dt, COLL_REDUCE_SCATTER, et * r->g_bytes, times,
+             times * cost_collective(cl, COLL_REDUCE_SCATTER, et * r->g_bytes, gdt), gdt);
+    coll_put(out, &n, max, "dp", COLL_ALL_GATHER, wb, ag, ag * cost_collective(cl, COLL_ALL_GATHER, wb, gd), gd);
   }
   return n;
 }

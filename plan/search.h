@@ -68,8 +68,10 @@ typedef struct StageCost {
   int first_layer, nlayers;                                      /* its layers (all chunks); -1/0 when none */
   double t_fwd, t_bwd, tp_comm, t_rc, p2p, time;                 /* per micro-batch */
   double weights, grads, optimizer, activations, buffers, total; /* bytes per device */
-  double host;   /* bytes per device kept on the host (an offloaded optimizer) */
-  double params; /* parameter elements per device */
+  double host;        /* bytes per device kept on the host (an offloaded optimizer) */
+  double params;      /* parameter elements per device */
+  double params_dptp; /* of them, those replicated over the tensor-parallel ranks whose
+                       * gradients are partial sums there (reduced over dp x tp) */
 } StageCost;
 
 typedef struct Plan {
@@ -91,6 +93,7 @@ typedef struct PlanResult {
   const Cluster *cl;
   PlanModel *pm;
   GraphStats stats;
+  bool exec;                        /* priced as compiled (PlanForce.exec) */
   bool mixed;                       /* bf16 compute with fp32 master weights, else fp32 (what
                                      * is compiled: plans for code generation are fp32) */
   double peak;                      /* FLOP/s per device in that precision (MFU's base) */

@@ -4,9 +4,9 @@
     check_plan.py CHECK COLOSSALC
 
 CHECK is one of: acceptance, text_svg, forced, infeasible, cluster_files,
-from_file, determinism, offload, offload_state, compile, memory_compiled. Run from the
-repository root. Prints what it checked;
-exit status 1 on the first failure."""
+from_file, determinism, offload, offload_state, compile, memory_compiled,
+collectives_compiled. Run from the repository root. Prints what it checked; exit
+status 1 on the first failure."""
 import json
 import os
 import re
@@ -405,10 +405,25 @@ def collectives_compiled():
                 "--set", "batch=8"]]
     with tempfile.TemporaryDirectory() as tmp:
         for args in configs:
-            priced = sum(c["count_per_step"] for c in plan_json(args)["collectives"]
+            d = plan_json(args)
+            priced = sum(c["count_per_step"] for c in d["collectives"]
                          if c["axis"] == "tp" and c["kind"] == "reduce-scatter")
-            step = compiled_programs(args, tmp)[1][0]["step"]
+            progs = compiled_programs(args, tmp)[1]
+            step = progs[0]["step"]
             compiled = sum(i["op"] == "comm" and i["kind"] == "reduce_scatter" for i in step)
+            # the gradients of weights replicated over the tensor-parallel ranks (partial
+            # sums there) are all-reduced in each micro-batch's backward: the plan lists
+            # those bytes for its slowest stage (f32 here)
+            crit = progs[d["predicted"]["critical_stage"]]["step"]
+            ar_priced = sum(c["bytes"] * c["count_per_step"] for c in d["collectives"]
+                            if c["axis"] == "tp" and c["kind"] == "all-reduce")
+            ar_compiled = sum(4 * i["outer"] * i["n"] * i["inner"] for i in crit
+                              if i["op"] == "comm" and i["kind"] == "all_reduce")
+            if not ar_compiled or abs(ar_priced - ar_compiled) > 1e-6 * ar_compiled:
+                fail("%s: the plan lists %d bytes of tensor-parallel all-reduce a step, the program runs %d" %
+                     (" ".join(args), ar_priced, ar_compiled))
+            print("ok   %-66s %d bytes of tp all-reduce a step, priced and compiled" % (" ".join(args[1:]),
+                                                                                     ar_compiled))
             # the IR after the recompute pass, chunk by chunk (ids are a chunk's own)
             chunks = run(args + ["--dump-after=recompute"]).stdout.split("\n# chunk ")
             split_sums = 0
