@@ -156,9 +156,27 @@ static int cmp_int(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* One float each way over a new pair, lo -> hi first: NCCL connects a communicator's
+ * point-to-point path at its first send and receive, a handshake of the two ranks' host
+ * threads, done here in the same order on both rather than wherever the schedule first
+ * sends (where the two ranks may each wait in another pair's handshake). */
+static void warm_up(NcclComm *n, const NcclChannel *ch, int lo) {
+  CUdeviceptr f;
+  CU_CHECK(n, n->api->MemAlloc(&f, sizeof(float)));
+  for (int dir = 0; dir < 2; dir++) { /* lo -> hi, then hi -> lo */
+    int sending = (n->c.rank == lo) == (dir == 0);
+    if (sending) NCCL_CHECK(n, n->api->ncclSend((const void *)(uintptr_t)f, 1, ncclFloat32, 1, ch->to, n->stream));
+    else NCCL_CHECK(n, n->api->ncclRecv((void *)(uintptr_t)f, 1, ncclFloat32, 0, ch->from, n->stream));
+    CU_CHECK(n, n->api->StreamSynchronize(n->stream));
+  }
+  CU_CHECK(n, n->api->MemFree(f));
+}
+
 /* The pairs (min, max) are made in increasing order on every rank, the direction from
  * the lower rank first: the lowest pair not yet made always has both ranks ready. This
- * rank's pairs in that order: the peers below it, then above it, each ascending. */
+ * rank's pairs in that order: the peers below it, then above it, each ascending. Each
+ * pair is connected (warm_up) before the next is made, and destroyed in the same order
+ * (nccl_destroy). */
 static void nccl_connect(Comm *c, const int *peers, int npeers) {
   NcclComm *n = nc(c);
   int *p = malloc((size_t)(npeers + 1) * sizeof *p), np = 0;
@@ -178,6 +196,7 @@ static void nccl_connect(Comm *c, const int *peers, int npeers) {
     ch->from = c->rank == lo ? down : up;
     CU_CHECK(n, n->api->StreamCreate(&ch->stream, CU_STREAM_NON_BLOCKING));
     CU_CHECK(n, n->api->EventCreate(&ch->sent, CU_EVENT_DISABLE_TIMING));
+    warm_up(n, ch, lo);
   }
   free(p);
 }
@@ -260,8 +279,9 @@ static void nccl_destroy(Comm *c) {
   for (int i = 0; i < n->nch; i++) {
     NcclChannel *ch = &n->ch[i];
     api->StreamSynchronize(ch->stream);
-    api->ncclCommDestroy(ch->to);
-    api->ncclCommDestroy(ch->from);
+    int lower = n->c.rank < ch->peer; /* the pair's lo -> hi communicator first on both ranks */
+    api->ncclCommDestroy(lower ? ch->to : ch->from);
+    api->ncclCommDestroy(lower ? ch->from : ch->to);
     api->EventDestroy(ch->sent);
     api->StreamDestroy(ch->stream);
   }

@@ -8,7 +8,7 @@
 
 typedef struct Sym {
   void **slot;
-  const char *name;
+  const char *name, *older; /* older: the entry point of drivers before name's (or NULL) */
 } Sym;
 
 /* The first of names that opens, or NULL. */
@@ -22,13 +22,15 @@ static void *open_first(const char *const *names) {
 
 static int bind(void *lib, const char *libname, const Sym *syms, int n, char *err, size_t errlen) {
   for (int i = 0; i < n; i++)
-    if (!(*syms[i].slot = dlsym(lib, syms[i].name)))
+    if (!(*syms[i].slot = dlsym(lib, syms[i].name)) && !(syms[i].older && (*syms[i].slot = dlsym(lib, syms[i].older))))
       return file_set_error(err, errlen, "--device cuda: %s has no %s (too old a version?)", libname, syms[i].name);
   return 0;
 }
 
 #define S(field, name) \
-  { (void **)&api->field, name }
+  { (void **)&api->field, name, NULL }
+#define S_OR(field, name, older) \
+  { (void **)&api->field, name, older }
 
 static int load_driver(CudaApi *api, char *err, size_t errlen) {
   static const char *const names[] = {"libcuda.so.1", NULL};
@@ -73,7 +75,7 @@ static int load_driver(CudaApi *api, char *err, size_t errlen) {
       S(EventRecord, "cuEventRecord"),
       S(EventQuery, "cuEventQuery"),
       S(EventSynchronize, "cuEventSynchronize"),
-      S(EventElapsedTime, "cuEventElapsedTime_v2"),
+      S_OR(EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime"), /* _v2: CUDA 12.8 drivers on */
       S(MemAddressReserve, "cuMemAddressReserve"),
       S(MemAddressFree, "cuMemAddressFree"),
       S(MemCreate, "cuMemCreate"),

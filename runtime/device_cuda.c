@@ -16,7 +16,7 @@ enum { CUDA_MAX_BUFS = 16, SCALARS_MAX = 32, WORKSPACE = 32 << 20 };
 
 /* One GEMM shape of the program with its cuBLASLt descriptors and algorithm. */
 typedef struct GemmPlan {
-  RtGemm key; /* the shape: tiers and offsets zeroed */
+  RtGemm key; /* the shape: tiers zeroed, each offset its operand's alignment (gemm_align) */
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc; /* of the column-major call: A' = B, B' = A */
   cublasLtMatmulAlgo_t algo;
@@ -52,6 +52,7 @@ typedef struct CudaDevice {
   int tf32;
   GemmPlan *gemm;
   int ngemm, gemm_cap;
+  int64_t work_slot;        /* bytes from one slot of the work tier to the next (several slots), else 0 */
   CUmemAllocationProp prop; /* reserved address space: device memory of this GPU */
   CUmemAccessDesc access;
   CudaReserved *res; /* [nres] */
@@ -404,9 +405,22 @@ static void setup_reserve(CudaDevice *c) {
 /* ---- GEMMs: cuBLASLt --------------------------------------------------------------- */
 
 /* The shape of g: everything but where its operands lie, and alpha and beta. */
-static RtGemm gemm_key(const RtGemm *g) {
+/* The alignment of every matrix of operand w (its offset, batch strides, and the work
+ * tier's slot size, a slot's base being a multiple of it past the tier's; the tiers
+ * themselves are at least 256-byte aligned): the largest power of two dividing them all,
+ * at most 256, what cuBLASLt may assume of the pointers (MIN_ALIGNMENT_*_BYTES). */
+static int64_t gemm_align(const CudaDevice *c, const RtGemm *g, int w) {
+  uint64_t e = (uint64_t)isa_dtype_bytes(g->dt[w]), x = (uint64_t)g->offset[w] | 256;
+  if (g->tier[w] == RT_TIER_WORK) x |= (uint64_t)c->work_slot;
+  for (int b = 0; b < 2; b++)
+    if (g->batch[b] > 1) x |= (uint64_t)g->stride[w][b] * e;
+  return (int64_t)(x & (~x + 1));
+}
+
+static RtGemm gemm_key(const CudaDevice *c, const RtGemm *g) {
   RtGemm k;
   memset(&k, 0, sizeof k);
+  for (int w = 0; w < 3; w++) k.offset[w] = gemm_align(c, g, w);
   k.ta = g->ta, k.tb = g->tb, k.m = g->m, k.n = g->n, k.k = g->k, k.bias = g->bias;
   k.gelu = g->gelu, k.aux = g->aux;
   memcpy(k.dt, g->dt, sizeof k.dt);
@@ -417,7 +431,7 @@ static RtGemm gemm_key(const RtGemm *g) {
 }
 
 static GemmPlan *find_gemm(CudaDevice *c, const RtGemm *g) {
-  RtGemm k = gemm_key(g);
+  RtGemm k = gemm_key(c, g);
   for (int i = 0; i < c->ngemm; i++)
     if (!memcmp(&c->gemm[i].key, &k, sizeof k)) return &c->gemm[i];
   return NULL;
@@ -452,7 +466,7 @@ static int plan_gemm(CudaDevice *c, const RtGemm *g, char *err, size_t errlen) {
   }
   GemmPlan *p = &c->gemm[c->ngemm++];
   memset(p, 0, sizeof *p);
-  p->key = gemm_key(g);
+  p->key = gemm_key(c, g);
   /* f32 sums; TF32 only for f32 operands when asked */
   cublasComputeType_t compute = c->tf32 && g->dt[0] == ISA_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   CUBLAS_CHECK(c, c->api.LtMatmulDescCreate(&p->desc, compute, CUDA_R_32F));
@@ -478,6 +492,12 @@ static int plan_gemm(CudaDevice *c, const RtGemm *g, char *err, size_t errlen) {
   CUBLAS_CHECK(c, c->api.LtMatmulPreferenceCreate(&pref));
   CUBLAS_CHECK(c,
                c->api.LtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  /* cuBLASLt's A is our operand 1, its B our 0, its C and D our 2 */
+  uint32_t align[4] = {(uint32_t)p->key.offset[1], (uint32_t)p->key.offset[0], (uint32_t)p->key.offset[2],
+                       (uint32_t)p->key.offset[2]};
+  for (int i = 0; i < 4; i++)
+    CUBLAS_CHECK(c, c->api.LtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i,
+                                                          &align[i], sizeof align[i]));
   cublasLtMatmulHeuristicResult_t res;
   int found = 0;
   cublasStatus_t s = c->api.LtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
@@ -550,13 +570,18 @@ static void cuda_destroy(Device *dev) {
 }
 
 /* The GPU of the ordinal, its context and stream; its architecture into arch. */
-static int open_gpu(CudaDevice *c, int ordinal, char *arch, size_t archlen, char *name, size_t namelen, char *err,
-                    size_t errlen) {
+static int open_gpu(CudaDevice *c, const CudaOptions *o, char *arch, size_t archlen, char *name, size_t namelen,
+                    char *err, size_t errlen) {
   int n = 0, major = 0, minor = 0;
   CUDA_TRY(c, c->api.Init(0), err, errlen);
   CUDA_TRY(c, c->api.DeviceGetCount(&n), err, errlen);
   if (n < 1) return file_set_error(err, errlen, "--device cuda: the driver sees no GPU (CUDA_VISIBLE_DEVICES?)");
-  CUDA_TRY(c, c->api.DeviceGet(&c->cu, ordinal % n), err, errlen);
+  if (o->nccl && o->local_ranks > n) /* NCCL refuses two ranks of a communicator on one GPU */
+    return file_set_error(err, errlen,
+                          "--device cuda: %d ranks on this node and %d GPU%s visible: each rank needs a GPU "
+                          "of its own (start at most %d ranks a node, or check CUDA_VISIBLE_DEVICES)",
+                          o->local_ranks, n, n == 1 ? "" : "s", n);
+  CUDA_TRY(c, c->api.DeviceGet(&c->cu, o->ordinal % n), err, errlen);
   CUDA_TRY(c, c->api.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->cu), err, errlen);
   CUDA_TRY(c, c->api.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->cu), err, errlen);
   CUDA_TRY(c, c->api.DeviceGetName(name, (int)namelen, c->cu), err, errlen);
@@ -589,6 +614,7 @@ static int load_kernels(CudaDevice *c, const RtProgram *p, const CudaBuild *b, c
 
 static int plan_gemms(CudaDevice *c, const RtProgram *p, char *err, size_t errlen) {
   const RtList *lists[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
+  c->work_slot = p->slots > 1 ? p->tiers[RT_TIER_WORK] : 0;
   for (int l = 0; l < 4; l++)
     for (int i = 0; i < lists[l]->n; i++)
       if (lists[l]->instr[i].op == ISA_GEMM && plan_gemm(c, &lists[l]->instr[i].gemm, err, errlen) != 0) return -1;
@@ -641,7 +667,7 @@ static int cuda_setup(CudaDevice *c, const RtProgram *p, const char *source, con
   CudaBuild b;
   size_t total = 0;
   if (cuda_api_load(&c->api, CUDA_LIB_ALL | (o->nccl ? CUDA_LIB_NCCL : 0), err, errlen) != 0 ||
-      open_gpu(c, o->ordinal, arch, sizeof arch, name, sizeof name, err, errlen) != 0 ||
+      open_gpu(c, o, arch, sizeof arch, name, sizeof name, err, errlen) != 0 ||
       build_kernels(&c->api, p, source, arch, o, &b, err, errlen) != 0)
     return -1;
   int rc = load_kernels(c, p, &b, err, errlen);

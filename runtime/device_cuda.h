@@ -31,6 +31,7 @@
 
 typedef struct CudaOptions {
   int ordinal;              /* which visible GPU: the local rank */
+  int local_ranks;          /* ranks on this node: NCCL needs a GPU for each */
   const char *kernel_cache; /* NULL: cuda_kernels.h's default directory */
   int threads;              /* NVRTC compiles in parallel */
   int tf32;                 /* GEMMs on TF32 tensor cores (f32 in and out) */

@@ -430,6 +430,7 @@ static int trainer_open_device(Trainer *t, const RtKernelFn *kernels, char *err,
     want = cuda && p->cuda_launch && device_cuda_available() ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
   if (want == TRAIN_DEVICE_CUDA) {
     CudaOptions co = {.ordinal = t->comm->local_rank,
+                      .local_ranks = t->comm->local_size,
                       .kernel_cache = o->kernel_cache,
                       .threads = t->threads,
                       .tf32 = o->tf32,

@@ -5,7 +5,10 @@
  * queued on the emulated driver's stream; with the BIAS epilogue, bias[row] added to
  * every column of D (the bias pointer read at the call, as cuBLASLt does); GELU_BIAS
  * then applies GELU (the tanh form, in f32), and GELU_AUX_BIAS first keeps its input
- * in the aux matrix (ld divisible by 8 and at least D's rows, as cuBLASLt requires). */
+ * in the aux matrix (ld divisible by 8 and at least D's rows, as cuBLASLt requires).
+ * Pointer alignment as cuBLASLt's: the heuristic's algorithm needs A, B, C and D (and
+ * each matrix of a strided batch) aligned to the preference's MIN_ALIGNMENT_*_BYTES
+ * (256 unless set), and cublasLtMatmul refuses pointers that are not. */
 #include <cblas.h>
 #include <cublasLt.h>
 #include <dlfcn.h>
@@ -135,9 +138,22 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
+/* What the emulation keeps in a preference: the operands' alignments (0: 256). */
+typedef struct Pref {
+  uint32_t align[4]; /* A, B, C, D */
+} Pref;
+_Static_assert(sizeof(Pref) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "Pref fits the opaque preference");
+
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
                                                     cublasLtMatmulPreferenceAttributes_t a, const void *buf, size_t n) {
-  (void)p, (void)a, (void)buf, (void)n;
+  Pref *x = (Pref *)p;
+  if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
+    uint32_t v;
+    if (n != sizeof v) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(&v, buf, sizeof v);
+    if (!v || (v & (v - 1))) return CUBLAS_STATUS_INVALID_VALUE;
+    x->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = v;
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -153,13 +169,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t p, int requested,
                                               cublasLtMatmulHeuristicResult_t *results, int *returned) {
-  (void)h, (void)c, (void)dl, (void)p;
+  (void)h, (void)c, (void)dl;
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
   if (!fp8_supported((const Desc *)d, (const Layout *)a, (const Layout *)b)) {
     *returned = 0; /* as cuBLASLt: no algorithm */
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   memset(results, 0, sizeof *results);
+  for (int i = 0; i < 4; i++) /* the algorithm needs what the preference promised */
+    results->algo.data[i] = ((const Pref *)p)->align[i] ? ((const Pref *)p)->align[i] : 256;
   results->state = CUBLAS_STATUS_SUCCESS;
   *returned = 1;
   return CUBLAS_STATUS_SUCCESS;
@@ -184,6 +202,13 @@ typedef struct MatmulOp {
 } MatmulOp;
 
 static size_t esize(const Layout *l) { return (size_t)isa_dtype_bytes(l->type); }
+
+/* Every matrix of l's batch at p is aligned to `align` bytes. */
+static int aligned(const Layout *l, const void *p, uint64_t align) {
+  for (int32_t i = 0; i < l->batch; i++)
+    if (((uintptr_t)p + (size_t)i * (size_t)l->stride * esize(l)) % align) return 0;
+  return 1;
+}
 
 /* Matrix i of a batch as f32, column-major with leading dimension ld (a 16-bit one
  * widened into a malloc'd copy with its rows as ld; *own set then). */
@@ -242,7 +267,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               const void *c, cublasLtMatrixLayout_t lc, void *dst, cublasLtMatrixLayout_t ld,
                               const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes,
                               cudaStream_t s) {
-  (void)h, (void)algo, (void)workspace, (void)workspace_bytes;
+  (void)h, (void)workspace, (void)workspace_bytes;
   const Desc *x = (const Desc *)d;
   const Layout *A = (const Layout *)la, *B = (const Layout *)lb, *C = (const Layout *)lc, *D = (const Layout *)ld;
   uint64_t m = x->ta ? A->cols : A->rows, k = x->ta ? A->rows : A->cols, kb = x->tb ? B->cols : B->rows;
@@ -252,6 +277,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
       C->type != D->type || esize(D) == 1 || (x->aux && D->type != ISA_F32) ||
       (x->aux && (!x->aux_ptr || x->aux_ld % 8 || x->aux_ld < (int64_t)m || C->batch != 1)))
     return CUBLAS_STATUS_INVALID_VALUE;
+  if (!algo || !aligned(A, a, algo->data[0]) || !aligned(B, b, algo->data[1]) || !aligned(C, c, algo->data[2]) ||
+      !aligned(D, dst, algo->data[3])) {
+    fprintf(stderr, "cublasLt emulation: an operand less aligned than the algorithm needs (%llu, %llu, %llu, %llu)\n",
+            (unsigned long long)algo->data[0], (unsigned long long)algo->data[1], (unsigned long long)algo->data[2],
+            (unsigned long long)algo->data[3]);
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   MatmulOp *o = malloc(sizeof *o);
   EmulEnqueueFn *enqueue = driver_enqueue();
   if (!o || !enqueue) {

@@ -53,13 +53,14 @@ CUresult cuGetErrorString(CUresult r, const char **s) {
   return CUDA_SUCCESS;
 }
 
+enum { EMUL_GPUS = 8 }; /* a node's: the meshes the tests run, one process a rank */
 CUresult cuDeviceGetCount(int *n) {
-  *n = 1;
+  *n = EMUL_GPUS;
   return CUDA_SUCCESS;
 }
 CUresult cuDeviceGet(CUdevice *d, int ordinal) {
   *d = ordinal;
-  return ordinal == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  return ordinal >= 0 && ordinal < EMUL_GPUS ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
