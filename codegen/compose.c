@@ -72,6 +72,22 @@ static void compose_tied(Program **ps, int n, bool **lowest) {
   for (int s = 0; s < n; s++) ps[s]->stage_groups = g, ps[s]->nstage_groups = ng;
 }
 
+/* The gradients left as partial sums over the tensor-parallel ranks (PParam.tp_partial)
+ * all-reduced over tp into s, adjacent ones together up to a bucket, last first. */
+static void tp_sums(Program *p, PSeq *s) {
+  for (int hi = p->nparams - 1; hi >= 0; hi--) {
+    if (!p->params[hi].tp_partial) continue;
+    int64_t end = p->params[hi].offset + pparam_bytes(&p->params[hi]);
+    int lo = hi;
+    while (lo > 0 && p->params[lo - 1].tp_partial &&
+           p->params[lo - 1].offset + pparam_bytes(&p->params[lo - 1]) == p->params[lo].offset &&
+           end - p->params[lo - 1].offset <= COMPOSE_BUCKET)
+      lo--;
+    push_comm(p, s, ISA_COMM_ALL_REDUCE, ISA_GROUP_TP, RT_TIER_GRADS, p->params[lo].offset, end - p->params[lo].offset);
+    hi = lo;
+  }
+}
+
 /* The gradient tier all-reduced over dp in buckets of whole parameters, last first,
  * into s. */
 static void dp_buckets(Program *p, PSeq *s) {
@@ -304,6 +320,7 @@ static void compose_fp8(Program *p) {
 void compose_step(Program **ps, int n, bool offload) {
   bool **lowest = arena_array(ps[0]->arena, n, sizeof *lowest);
   for (int s = 0; s < n; s++) lowest[s] = arena_array(ps[0]->arena, ps[s]->nparams + 1, sizeof **lowest);
+  for (int s = 0; s < n; s++) tp_sums(ps[s], &ps[s]->sync); /* whole before any other sum reads them */
   compose_tied(ps, n, lowest);
   for (int s = 0; s < n; s++) {
     Program *p = ps[s];

@@ -2,6 +2,10 @@
  * step's forward pass, decided here for every rank so that the runtime only runs it.
  *
  * After the micro-batches, the list `sync` sums the gradients:
+ *   - first, the gradients left as partial sums over the tensor-parallel ranks
+ *     (PParam.tp_partial: replicated weights read only by ops whose work the ranks
+ *     divide, passes/autodiff.c) are all-reduced over the tp group, adjacent ones
+ *     together, once a step instead of once a micro-batch;
  *   - a parameter that several pipeline stages hold (the token embedding that is also
  *     the output head) is reduced onto its lowest holder and broadcast back, over the
  *     group of its holders (Program.stage_groups, the same list in every stage), so

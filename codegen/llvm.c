@@ -1240,21 +1240,22 @@ int llvm_optimize(LlvmModule *m, int opt_level) {
   return 0;
 }
 
-static int report(char *msg, char *err, size_t errlen) {
-  if (err && errlen) snprintf(err, errlen, "%s", msg ? msg : "unknown LLVM error");
+static int report(const char *path, char *msg, char *err, size_t errlen) {
+  if (err && errlen) snprintf(err, errlen, "cannot write %s: %s", path, msg ? msg : "unknown LLVM error");
   LLVMDisposeMessage(msg);
   return -1;
 }
 
 int llvm_write_object(LlvmModule *m, const char *path, char *err, size_t errlen) {
   char *msg = NULL;
-  if (LLVMTargetMachineEmitToFile(m->tm, m->mod, (char *)path, LLVMObjectFile, &msg)) return report(msg, err, errlen);
+  if (LLVMTargetMachineEmitToFile(m->tm, m->mod, (char *)path, LLVMObjectFile, &msg))
+    return report(path, msg, err, errlen);
   return 0;
 }
 
 int llvm_write_ir(LlvmModule *m, const char *path, char *err, size_t errlen) {
   char *msg = NULL;
-  if (LLVMPrintModuleToFile(m->mod, path, &msg)) return report(msg, err, errlen);
+  if (LLVMPrintModuleToFile(m->mod, path, &msg)) return report(path, msg, err, errlen);
   return 0;
 }
 

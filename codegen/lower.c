@@ -1993,13 +1993,16 @@ static void layout_params(Program *p, Graph **gs, int n, L **ls) {
       for (int k = 0; k < gs[c]->nparams; k++) {
         const Node *nd = gs[c]->params[k];
         if ((nd->shape.ndim >= 2) != decay) continue;
+        bool partial = gs[c]->grad_tp_partial && gs[c]->grad_tp_partial[k];
         int j = 0;
         while (j < p->nparams && strcmp(p->params[j].node->name, nd->name)) j++;
         if (j == p->nparams) {
-          p->params[p->nparams++] = (PParam){nd, off, decay, 0};
+          p->params[p->nparams++] = (PParam){nd, off, decay, 0, partial};
           off += (bytes_of(nd) + 63) & ~(int64_t)63;
         } else if (!shape_eq(&p->params[j].node->shape, &nd->shape)) {
           diag_internal(__FILE__, __LINE__, "a parameter held by two chunks with two shapes");
+        } else if (p->params[j].tp_partial != partial) { /* one slot accumulates both */
+          diag_internal(__FILE__, __LINE__, "a parameter whose gradient is a partial sum in one chunk only");
         }
         ls[c]->pidx[k] = j;
       }

@@ -105,7 +105,8 @@ typedef struct PParam {
   const Node *node;
   int64_t offset;
   bool decay;
-  int owner; /* ZeRO: the data-parallel rank that owns it (codegen/zero.h) */
+  int owner;       /* ZeRO: the data-parallel rank that owns it (codegen/zero.h) */
+  bool tp_partial; /* its gradient is a tp partial sum until the step's sync (Graph.grad_tp_partial) */
 } PParam;
 /* A parameter's bytes in PARAMS (f32), and so in GRADS. */
 static inline int64_t pparam_bytes(const PParam *q) { return shape_numel(&q->node->shape) * 4; }

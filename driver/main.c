@@ -75,8 +75,8 @@ static void usage(FILE *f) {
         "  --fp8-classifier  fp8: the classifier's GEMM (the logits) in fp8 too (default: bf16)\n"
         "  --offload O       force the plan's offload: none; optimizer (its state on the host,\n"
         "                    AdamW on the CPU); or state (every rank's ZeRO-3 shard of parameters,\n"
-        "                    gradients and optimizer state on its node's host memory and NVMe):\n"
-        "                    --what-if only, not compiled yet\n"
+        "                    gradients and optimizer state on its node's host memory and NVMe);\n"
+        "                    optimizer is --what-if only, state compiles\n"
         "  --nvme SIZE       NVMe per node the plan may use for offloaded state (default: the\n"
         "                    profile's drives); --host-memory SIZE also caps the host memory\n"
         "                    per node the plan may use\n"
@@ -86,8 +86,8 @@ static void usage(FILE *f) {
         "  --device-memory SIZE  the device memory the program must fit: parameters, gradients and\n"
         "                    optimizer state are offloaded in chunks to the host (and NVMe), planned\n"
         "                    instruction by instruction (docs/memory.md); with -o\n"
-        "  --host-memory SIZE    what the host may hold of the training state (default: this\n"
-        "                    machine's memory); the rest goes to NVMe files (train --nvme-dir)\n"
+        "  --host-memory SIZE    what the host may hold of the training state (default: 80% of\n"
+        "                    this machine's memory); the rest goes to NVMe files (train --nvme-dir)\n"
         "  --optimizer O     adamw or sgd, with PyTorch's defaults (overrides the model's train\n"
         "                    directive; an ONNX file's is adamw's defaults)\n"
         "  --lr X, --beta1 X, --beta2 X, --eps X, --weight-decay X, --momentum X, --clip X,\n"
@@ -150,6 +150,20 @@ enum { RC_AUTO = RC_COUNT };
 
 /* The passes after the front end and the plan, in the order run_passes runs them; the
  * first five rewrite the IR, the others the program (--dump-after). */
+/* -o PATH can be written (its folder exists and takes files; PATH is not a folder),
+ * checked before a compile that may take a while. */
+static void check_output(const char *path) {
+  struct stat st;
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+  if (stat(dir, &st) != 0) error_plain("-o %s: cannot write in %s: %s", path, dir, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) error_plain("-o %s: %s is not a folder", path, dir);
+  if (access(dir, W_OK) != 0) error_plain("-o %s: cannot write in %s: %s", path, dir, strerror(errno));
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) error_plain("-o %s: is a folder", path);
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) error_plain("-o %s: is not a regular file", path);
+  free(dir);
+}
+
 static const char *const pass_names[] = {"partition", "decompose", "autocast", "autodiff", "recompute",
                                          "lower",     "zero",      "compose",  "offload",  "share"};
 enum { NPASSES = sizeof pass_names / sizeof *pass_names };
@@ -390,7 +404,8 @@ static void parse_options(int argc, char **argv, Options *o) {
   plan_force_init(&o->force);
   o->force.attn = -1; /* not asked: the plan file's, else what the plan may use */
   int c;
-  while ((c = getopt_long(argc, argv, "ho:j:", longs, NULL)) != -1) {
+  opterr = 0; /* one line of our own for a bad option */
+  while ((c = getopt_long(argc, argv, ":ho:j:", longs, NULL)) != -1) {
     if (parse_plan_option(c, optarg, o) || parse_train_option(c, optarg, &o->train)) continue;
     switch (c) {
     case O_SET: add_override(o, optarg); break;
@@ -435,15 +450,14 @@ static void parse_options(int argc, char **argv, Options *o) {
     case 'o': o->out = optarg; break;
     case 'h': usage(stdout); exit(0);
     case O_VERSION: printf("colossalc %s\n", COLOSSALC_VERSION); exit(0);
-    default: usage(stderr); exit(1);
+    case ':': error_plain("%s needs a value (see colossalc --help)", argv[optind - 1]);
+    default: error_plain("unknown option '%s' (see colossalc --help)", argv[optind - 1]);
     }
   }
-  if (optind != argc - 1) {
-    fprintf(stderr,
-            optind >= argc ? "colossalc: no model file given\n" : "colossalc: more than one model file given\n");
-    usage(stderr);
-    exit(1);
-  }
+  if (optind != argc - 1)
+    error_plain(optind >= argc ? "no model file given (usage: colossalc FILE [options]; see colossalc --help)"
+                               : "more than one model file given: %s and %s",
+                argv[optind], optind + 1 < argc ? argv[optind + 1] : "");
   o->file = argv[optind];
   if (o->dump_after) parse_choice("--dump-after", o->dump_after, pass_names, NPASSES);
   if (o->act_mem && o->rc < 0) o->rc = RC_AUTO;
@@ -466,6 +480,7 @@ static void parse_options(int argc, char **argv, Options *o) {
   }
   if (!o->dump_ir && !o->dump_after && !o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda && !o->dump_plan)
     o->summary = true;
+  if (o->out) check_output(o->out);
 }
 
 /* --fp8-classifier asks for fp8, and for a classifier whose GEMM is a matmul. */
@@ -510,10 +525,10 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
                 "--offload state to compile the whole state's offload (ZeRO-3, data parallelism)");
   if (o->host_memory) cl->host_memory = (double)o->host_memory; /* what the state may use of a node's */
   if (o->nvme_set) cl->nvme = (double)o->nvme;
-  /* the precision: --precision, else the plan file's, else bf16 where --gpus, --gpu or
-   * --cluster asks for GPUs, else fp32 (a plan option alone, the cpu profile); 16-bit
-   * programs exchange f32 (tensor-parallel collectives, pipeline sends) */
-  bool on_gpus = (o->gpus_set || o->gpu || o->cluster) && !cl->dev.fp32_only;
+  /* the precision: --precision, else the plan file's, else bf16 where --gpus, --gpu,
+   * --cluster or --what-if asks for GPUs, else fp32 (a plan option alone, the cpu
+   * profile); 16-bit programs exchange f32 (tensor-parallel collectives, pipeline sends) */
+  bool on_gpus = (o->gpus_set || o->gpu || o->cluster || o->what_if) && !cl->dev.fp32_only;
   if (!o->precision_set) o->precision = f.precision >= 0 ? f.precision : on_gpus ? DT_BF16 : DT_F32;
   f.precision = o->precision;
   f.lowp = o->precision != DT_F32;
@@ -692,11 +707,12 @@ static Graph *graph_for_plan(Arena *arena, const char *text, size_t len, Options
   return g;
 }
 
-/* How to run what was compiled (the plan priced what is compiled: fp32, attention
- * materialized). */
-static void print_compiled(const PlanResult *r) {
+/* How to run what was compiled. */
+static void print_compiled(const PlanResult *r, const char *out) {
   const PlanChoice *c = &r->best.ch;
-  fprintf(stderr, "  run it with `mpirun -np %d`\n", c->dp * c->tp * c->pp);
+  int ranks = c->dp * c->tp * c->pp;
+  if (ranks == 1) fprintf(stderr, "  run it with `%s%s` (one rank)\n", strchr(out, '/') ? "" : "./", out);
+  else fprintf(stderr, "  run it with `mpirun -np %d`\n", ranks);
 }
 
 /* ---- the passes ---------------------------------------------------------------------- */
@@ -918,6 +934,11 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
                                                      : pass_autocast(b->part->chunk[k], (DType)b->o->precision);
     after_ir(b, "autocast");
   }
+  /* replicated weights' partial gradients summed over tp once a step, where the step's
+   * sync runs after the micro-batches: not under ZeRO-2/3 (reduced to owners in the
+   * step) nor offload (the offload plan places every sum) */
+  bool tp_after = b->ch.tp > 1 && b->ch.zero <= 1 && b->ch.offload != OFFLOAD_STATE && !b->o->device_memory;
+  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k]->tp_sums_after_step = tp_after;
   partition_autodiff(b->part); /* requires: decompose */
   after_ir(b, "autodiff");
   for (int k = 0; k < b->part->nchunks; k++)
@@ -999,8 +1020,8 @@ int main(int argc, char **argv) {
   t_start = now_s();
   tty = isatty(STDERR_FILENO);
   Options o;
-  parse_options(argc, argv, &o);
   diag_stream = stderr;
+  parse_options(argc, argv, &o);
   Arena *arena = arena_new();
   size_t len = 0;
   const char *text = NULL;
@@ -1036,7 +1057,7 @@ int main(int argc, char **argv) {
     progress_end();
     if (o.dump_plan) dump_plan(r, &o);
     if (compiling) {
-      if (lowering && !o.dump_plan) plan_dump_brief(stderr, r), print_compiled(r);
+      if (lowering && !o.dump_plan) plan_dump_brief(stderr, r), print_compiled(r, o.out ? o.out : "train");
       b.r = r, b.ch = r->best.ch;
       g = graph_for_plan(arena, text, len, &o, &b.ch);
     } else if (o.summary) {

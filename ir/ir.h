@@ -127,6 +127,13 @@ typedef struct Graph {
   int nparams;
   Node **params;      /* [nparams] in graph order */
   Node **param_grads; /* [nparams] the gradient of each, NULL if the loss does not depend on it */
+  /* Set before autodiff: a parameter that only tp_copy reads (replicated over the
+   * tensor-parallel ranks, read by ops whose work they divide) keeps its gradient as
+   * the rank's partial sum, summed over the tp group once after the step's
+   * micro-batches (codegen/compose.h) rather than in each one's backward; after it,
+   * grad_tp_partial[k] (NULL: none) marks those parameters. */
+  bool tp_sums_after_step;
+  bool *grad_tp_partial;
   /* A pipeline chunk (passes/partition.c) is differentiated from outside as well as
    * from its loss (which it may lack): seed_grad[i], an input, is the gradient of
    * seed_out[i]; and the gradients of the activations it received, wrt[i], are

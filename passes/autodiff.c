@@ -17,6 +17,7 @@ typedef struct AD {
   Node **adj;     /* [forward nodes] accumulated output gradients */
   bool *needs;    /* [forward nodes] lies on a path from a parameter */
   int *uses;      /* [forward nodes] readers in the forward graph, outputs counted */
+  bool *partial;  /* [forward nodes] a parameter whose gradient is left a tp partial sum */
 } AD;
 
 #define OP(id, name, nin, cls, flags, attrs) static void grad_##name(AD *ad, Node *n, Node *g);
@@ -397,6 +398,11 @@ static void grad_all_reduce(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], g); 
  * this conversion so, plan/shard.c). */
 static void grad_tp_copy(AD *ad, Node *n, Node *g) {
   Node *x = n->in[0];
+  if (ad->g->tp_sums_after_step && x->op == OP_PARAM && ad->uses[x->id] == 1) {
+    accum(ad, x, g); /* its only gradient: summed after the step (Graph.tp_sums_after_step) */
+    ad->partial[x->id] = true;
+    return;
+  }
   if (x->op == OP_ALL_GATHER && ad->uses[x->id] == 1 && attr_int(x, "ranks") == attr_int(n, "ranks")) {
     accum(ad, x->in[0], comm_of(ad, OP_REDUCE_SCATTER, x, g));
     return;
@@ -446,9 +452,11 @@ static void collect_params(AD *ad, Graph *g) {
   for (int i = 0; i < g->n_forward; i++) g->nparams += g->nodes[i]->op == OP_PARAM;
   g->params = arena_array(g->arena, g->nparams, sizeof *g->params);
   g->param_grads = arena_array(g->arena, g->nparams, sizeof *g->param_grads);
+  if (g->tp_sums_after_step) g->grad_tp_partial = arena_array(g->arena, g->nparams, sizeof *g->grad_tp_partial);
   for (int i = 0, k = 0; i < g->n_forward; i++)
     if (g->nodes[i]->op == OP_PARAM) {
       g->params[k] = g->nodes[i];
+      if (g->grad_tp_partial) g->grad_tp_partial[k] = ad->partial[i];
       g->param_grads[k++] = ad->adj[i];
     }
 }
@@ -456,8 +464,12 @@ static void collect_params(AD *ad, Graph *g) {
 void pass_autodiff(Graph *g) {
   ir_assert((g->loss || g->nseeds) && g->n_forward == 0);
   int n = g->n_forward = g->n, last = -1;
-  AD ad = {g, NULL, arena_array(g->arena, n, sizeof(Node *)), arena_array(g->arena, n, sizeof(bool)),
-           arena_array(g->arena, n, sizeof(int))};
+  AD ad = {g,
+           NULL,
+           arena_array(g->arena, n, sizeof(Node *)),
+           arena_array(g->arena, n, sizeof(bool)),
+           arena_array(g->arena, n, sizeof(int)),
+           arena_array(g->arena, n, sizeof(bool))};
   mark_needs(&ad, g);
   if (g->loss) {
     ad.at = g->loss;

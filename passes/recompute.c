@@ -131,6 +131,7 @@ static void carry_fields(const Graph *g, Graph *h, Node **map) {
   h->nparams = g->nparams;
   h->params = remap(a, map, g->params, g->nparams);
   h->param_grads = remap(a, map, g->param_grads, g->nparams);
+  h->tp_sums_after_step = g->tp_sums_after_step, h->grad_tp_partial = g->grad_tp_partial; /* by parameter index */
   h->nseeds = g->nseeds;
   h->seed_out = remap(a, map, g->seed_out, g->nseeds);
   h->seed_grad = remap(a, map, g->seed_grad, g->nseeds);

@@ -85,8 +85,8 @@ static void text_header(FILE *f, const PlanResult *r) {
           human(b, sizeof b, r->stats.train_flops, "FLOP"));
   fprintf(f, "mesh: dp %d x tp %d x pp %d (ranks: tensor-parallel fastest, then data-parallel, then pipeline)\n", c->dp,
           c->tp, c->pp);
-  fprintf(f, "ZeRO stage %d; %d micro-batches of %d; recompute %s; schedule %s", c->zero, c->m, c->mbs,
-          recompute_names[c->rc], schedule_names[c->sched]);
+  fprintf(f, "ZeRO stage %d; %d micro-batch%s of %d; recompute %s; schedule %s", c->zero, c->m, c->m == 1 ? "" : "es",
+          c->mbs, recompute_names[c->rc], schedule_names[c->sched]);
   if (c->v > 1) fprintf(f, " with %d chunks per stage", c->v);
   fprintf(f, "; %s; attention %s\n", precision_text(r), attn_kernel_names[c->attn]);
   if (c->offload == OFFLOAD_OPTIMIZER)
@@ -214,9 +214,10 @@ void plan_dump_text(FILE *f, const PlanResult *r) {
 void plan_dump_brief(FILE *f, const PlanResult *r) {
   const Plan *p = &r->best;
   const PlanChoice *c = &p->ch;
-  fprintf(f, "plan for %s on %s: dp %d x tp %d x pp %d (%d ranks), ZeRO-%d, %d micro-batch%s of %d, recompute %s",
-          r->g->name, r->cl->name, c->dp, c->tp, c->pp, c->dp * c->tp * c->pp, c->zero, c->m, c->m == 1 ? "" : "es",
-          c->mbs, recompute_names[c->rc]);
+  int ranks = c->dp * c->tp * c->pp;
+  fprintf(f, "plan for %s on %s: dp %d x tp %d x pp %d (%d rank%s), ZeRO-%d, %d micro-batch%s of %d, recompute %s",
+          r->g->name, r->cl->name, c->dp, c->tp, c->pp, ranks, ranks == 1 ? "" : "s", c->zero, c->m,
+          c->m == 1 ? "" : "es", c->mbs, recompute_names[c->rc]);
   if (c->pp > 1) fprintf(f, ", schedule %s%s", schedule_names[c->sched], c->v > 1 ? " (interleaved chunks)" : "");
   if (c->offload)
     fprintf(f, c->offload == OFFLOAD_OPTIMIZER ? ", optimizer on the host" : ", state on the host%s",
@@ -609,9 +610,9 @@ void plan_dump_svg(FILE *f, const PlanResult *r) {
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n",
       w + 160, height, w + 160, height);
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-  snprintf(buf, sizeof buf, "%s on %s: dp %d x tp %d x pp %d, %d micro-batches of %d, %s%s, ZeRO-%d, recompute %s",
-           r->g->name, r->cl->name, p->ch.dp, p->ch.tp, P, p->ch.m, p->ch.mbs, schedule_names[p->ch.sched], sched,
-           p->ch.zero, recompute_names[p->ch.rc]);
+  snprintf(buf, sizeof buf, "%s on %s: dp %d x tp %d x pp %d, %d micro-batch%s of %d, %s%s, ZeRO-%d, recompute %s",
+           r->g->name, r->cl->name, p->ch.dp, p->ch.tp, P, p->ch.m, p->ch.m == 1 ? "" : "es", p->ch.mbs,
+           schedule_names[p->ch.sched], sched, p->ch.zero, recompute_names[p->ch.rc]);
   svg_text(f, 10, 20, "start", 14, buf);
   snprintf(buf, sizeof buf,
            "pipeline timeline of one step (%.4g s as simulated pass by pass; the cost model predicts %.4g s "

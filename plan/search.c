@@ -48,8 +48,8 @@ static double act_bytes(const PlanResult *r, const PlanForce *f) { return r->mix
 /* Parameters of a segment under a candidate: totals, and the uses of parameters
  * that other segments use too (tied embeddings), which stages count once. */
 typedef struct SegParams {
-  double dp, dptp, max_seg;
-  double max_param; /* the largest parameter (its elements on one tensor-parallel rank) */
+  double dp, dptp, dptp_mb, max_seg; /* dptp_mb: dptp whose parameter has other uses too (tp_mixed) */
+  double max_param;                  /* the largest parameter (its elements on one tensor-parallel rank) */
   int nshared;
   ParamUse *shared;
 } SegParams;
@@ -86,12 +86,12 @@ typedef struct Search {
   int nsets, capsets;
   Mesh *mesh;
   int nmesh;
-  StageCost *stage;        /* scratch [max pp] */
-  int *segbuf, *seg_stage; /* scratch [nseg]: a stage's segments; the stage of each segment */
-  double *times;           /* scratch [max pp] */
-  int slots_of[4], *slots; /* (pp, v, m, interleaved) and the slots of its stages (stage_inflight) */
-  int **param_segs;        /* [g->n] the segments that use each parameter */
-  ParamUse *shared_buf;
+  StageCost *stage;                  /* scratch [max pp] */
+  int *segbuf, *seg_stage;           /* scratch [nseg]: a stage's segments; the stage of each segment */
+  double *times;                     /* scratch [max pp] */
+  int slots_of[4], *slots;           /* (pp, v, m, interleaved) and the slots of its stages (stage_inflight) */
+  int **param_segs;                  /* [g->n] the segments that use each parameter */
+  ParamUse *shared_buf, *shared_all; /* stage_shared's: [shared_cap] */
   int shared_cap;
   char why_none[256];     /* why no plan matched the forced parts */
   bool selective_matters; /* layers have an attention core to recompute (materialized scores, softmax) */
@@ -101,6 +101,17 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A parameter whose gradient is a tensor-parallel partial sum (a dptp use) but that
+ * also has a use of another kind among u[0..n): a compiled program sums its gradient
+ * over tp in each micro-batch's backward, not once a step (passes/autodiff.c sums
+ * after the step only the gradients of parameters that tp_copy alone reads). */
+static bool tp_mixed(const ParamUse *u, int n, int node) {
+  bool dptp = false, plain = false;
+  for (int j = 0; j < n; j++)
+    if (u[j].node == node) dptp |= u[j].dptp, plain |= !u[j].dptp;
+  return dptp && plain;
 }
 
 static void seg_params(Search *S, const ShardCand *c, int k, SegParams *sp) {
@@ -113,7 +124,7 @@ static void seg_params(Search *S, const ShardCand *c, int k, SegParams *sp) {
     if (dup) continue;
     if (u->elems > sp->max_param) sp->max_param = u->elems;
     if (S->param_nseg[u->node] > 1) sp->shared[sp->nshared++] = *u;
-    else if (u->dptp) sp->dptp += u->elems;
+    else if (u->dptp) *(tp_mixed(sc->param, sc->nparam, u->node) ? &sp->dptp_mb : &sp->dptp) += u->elems;
     else sp->dp += u->elems;
     sp->max_seg += u->elems;
   }
@@ -260,44 +271,57 @@ static int stage_segments(const Search *S, const int *start, int p, int v, int i
  * *tie gets the elements also held by another stage, whose gradients those stages
  * all-reduce. */
 static double stage_shared(Search *S, const CandSet *cs, int ci, const int *segs, int n, int i, const int *seg_stage,
-                           double *tie, double *dptp) {
-  ParamUse *seen = S->shared_buf;
-  int ns = 0;
+                           double *tie, double *dptp, double *dptp_mb) {
+  ParamUse *seen = S->shared_buf, *all = S->shared_all;
+  int ns = 0, na = 0;
   double elems = 0;
-  *tie = *dptp = 0;
+  *tie = *dptp = *dptp_mb = 0;
   for (int a = 0; a < n; a++) {
     const SegParams *sp = &cs->sp[ci][segs[a]];
     for (int u = 0; u < sp->nshared; u++) {
       const ParamUse *pu = &sp->shared[u];
+      if (na < S->shared_cap) all[na++] = *pu;
       int w = 0;
       while (w < ns && !(seen[w].node == pu->node && seen[w].pl == pu->pl)) w++;
       if (w == ns && ns == S->shared_cap) continue;
-      bool first = w == ns, other = false;
-      if (first) seen[ns++] = *pu, elems += pu->elems;
-      for (int k = 0; k < S->param_nseg[pu->node] && !other; k++) other = seg_stage[S->param_segs[pu->node][k]] != i;
-      if (other && first) *tie += pu->elems;
-      /* a use that leaves a partial gradient on the tensor-parallel ranks makes the
-       * whole gradient one (the uses' gradients are summed before the reduction) */
-      if (!other && pu->dptp && (first || !seen[w].dptp)) *dptp += pu->elems, seen[w].dptp = true;
+      if (w == ns) seen[ns++] = *pu, elems += pu->elems;
+      seen[w].dptp |= pu->dptp; /* the uses' gradients are summed before any reduction */
     }
+  }
+  for (int w = 0; w < ns; w++) {
+    bool other = false;
+    for (int k = 0; k < S->param_nseg[seen[w].node] && !other; k++)
+      other = seg_stage[S->param_segs[seen[w].node][k]] != i;
+    if (other) *tie += seen[w].elems;
+    else if (seen[w].dptp) *(tp_mixed(all, na, seen[w].node) ? dptp_mb : dptp) += seen[w].elems;
   }
   return elems;
 }
 
+/* A compiled plan sums the partial gradients of weights replicated over the
+ * tensor-parallel ranks once a step, after the micro-batches (codegen/compose.h),
+ * below ZeRO-2 and without offload; else in each micro-batch's backward. */
+static bool tp_sums_once(const PlanChoice *ch) { return ch->zero <= 1 && ch->offload != OFFLOAD_STATE; }
+
 /* Gradient synchronisation over the data-parallel ranks (and ZeRO's gathers) of
  * one stage: the time exposed after overlap with its backward. */
 static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCost *st, int i, double e_dp,
-                            double e_dptp) {
+                            double e_dptp, double e_dptp_mb) {
   const Cluster *cl = S->r->cl;
   const PlanResult *r = S->r;
   int dp = ch->dp, tp = ch->tp;
   if (dp * tp <= 1) return 0;
   int in_node = S->gpn / tp < 1 ? 1 : S->gpn / tp;
   Group gd = {dp, dp < in_node ? dp : in_node}, gdt = {dp * tp, dp * tp < S->gpn ? dp * tp : S->gpn};
-  double gb = r->g_bytes, wb = r->w_bytes, e = e_dp + e_dptp, tp_ar = 0;
-  if (S->f->exec) { /* compiled: in each micro-batch's backward over tp, then with the rest */
-    tp_ar = cost_collective(cl, COLL_ALL_REDUCE, e_dptp * gb, (Group){tp, tp});
+  double gb = r->g_bytes, wb = r->w_bytes, e = e_dp + e_dptp + e_dptp_mb, tp_ar = 0, tp_end = 0;
+  if (S->f->exec) { /* compiled: over tp (once a step, or in each micro-batch's backward), then with the rest */
+    Group gt = {tp, tp};
+    double t = cost_collective(cl, COLL_ALL_REDUCE, e_dptp * gb, gt);
+    *(tp_sums_once(ch) ? &tp_end : &tp_ar) = t;
+    tp_ar += cost_collective(cl, COLL_ALL_REDUCE, e_dptp_mb * gb, gt);
     e_dp = e, e_dptp = 0;
+  } else {
+    e_dptp += e_dptp_mb;
   }
   double ar =
       cost_collective(cl, COLL_ALL_REDUCE, e_dp * gb, gd) + cost_collective(cl, COLL_ALL_REDUCE, e_dptp * gb, gdt);
@@ -315,6 +339,7 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
   else if (ch->zero == 1) end = rs, after = ag;
   else if (ch->zero == 2) per_mb = rs, after = ag;
   else per_mb = (ch->rc == RC_FULL ? 3 : 2) * ag + rs, hide = OVERLAP * (st->t_fwd + st->t_bwd + st->t_rc);
+  end += tp_end;
   if (compiled && ch->zero >= 2) in_order = rs, per_mb -= rs;
   /* the end-of-step reduction overlaps the last micro-batch's backward, and later
    * stages finish their backward earlier; per-micro-batch traffic overlaps that
@@ -327,7 +352,7 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
 }
 
 typedef struct StageSums {
-  double stash, work, dp, dptp, maxp, flops_rc;
+  double stash, work, dp, dptp, dptp_mb, maxp, flops_rc;
   double max_param; /* the stage's largest parameter */
 } StageSums;
 
@@ -342,7 +367,7 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
     st->t_fwd += s->t_fwd, st->t_bwd += s->t_bwd, st->tp_comm += s->c_fwd + s->c_bwd, st->t_rc += s->t_rc;
     q->stash += s->stash;
     if (s->stash + s->transient > q->work) q->work = s->stash + s->transient;
-    q->dp += sp->dp, q->dptp += sp->dptp, q->flops_rc += s->flops_rc;
+    q->dp += sp->dp, q->dptp += sp->dptp, q->dptp_mb += sp->dptp_mb, q->flops_rc += s->flops_rc;
     if (sp->max_seg > q->maxp) q->maxp = sp->max_seg;
     if (sp->max_param > q->max_param) q->max_param = sp->max_param;
     if (pm->seg[segs[a]].kind == SEG_LAYER) {
@@ -381,15 +406,14 @@ static double stage_inflight(Search *S, const PlanChoice *ch, int i) {
   return S->slots[i];
 }
 
-static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums *q, double shared, double shared_dptp,
-                         StageCost *st) {
+static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums *q, double shared, StageCost *st) {
   const PlanResult *r = S->r;
-  double e = q->dp + q->dptp + shared, dp = ch->dp;
+  double e = q->dp + q->dptp + q->dptp_mb + shared, dp = ch->dp;
   /* a compiled program's ZeRO shards whole parameters (codegen/zero.c: the largest
    * first, each to the least loaded rank), so a rank owns at least the largest */
   if (S->f->exec && ch->zero >= 1 && q->max_param * dp > e) dp = e / q->max_param;
   ModelStates ms = cost_zero_states(e, ch->zero, dp, r->w_bytes, r->g_bytes, r->o_bytes);
-  st->params = e, st->params_dptp = q->dptp + shared_dptp;
+  st->params = e;
   st->weights = ms.weights, st->grads = ms.grads, st->optimizer = ms.optimizer;
   st->host = 0;
   if (ch->offload == OFFLOAD_OPTIMIZER) st->host = st->optimizer, st->optimizer = 0; /* its state lives on the host */
@@ -418,14 +442,15 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
   const PlanResult *r = S->r;
   const Cluster *cl = r->cl;
   StageSums q;
-  double tie, sdptp;
+  double tie, sdptp, sdptp_mb;
   int n = stage_segments(S, start, ch->pp, ch->v, i, S->segbuf);
   stage_sum(S, cs, ci, S->segbuf, n, st, &q);
-  double shared = stage_shared(S, cs, ci, S->segbuf, n, i, S->seg_stage, &tie, &sdptp);
+  double shared = stage_shared(S, cs, ci, S->segbuf, n, i, S->seg_stage, &tie, &sdptp, &sdptp_mb);
   st->p2p = stage_p2p(S, &cs->c[ci], start, ch, i);
   st->time = st->t_fwd + st->t_bwd + st->tp_comm + st->t_rc + st->p2p;
-  stage_memory(S, ch, i, &q, shared, sdptp, st);
-  double d = stage_dp_time(S, ch, st, i, q.dp + shared - tie - sdptp, q.dptp + sdptp);
+  stage_memory(S, ch, i, &q, shared, st);
+  st->params_dptp = q.dptp + sdptp, st->params_dptp_mb = q.dptp_mb + sdptp_mb;
+  double d = stage_dp_time(S, ch, st, i, q.dp + shared - tie - sdptp - sdptp_mb, st->params_dptp, st->params_dptp_mb);
   if (d > sum->dp_time) sum->dp_time = d;
   if (tie > 0) { /* tied weights on several stages: their gradients are summed */
     Group g = {2, same_node(S, 0, ch->pp - 1, ch->dp, ch->tp) ? 2 : 1};
@@ -842,10 +867,9 @@ static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) 
   r->g = g, r->cl = cl;
   r->pm = plan_model_new(a, g, S->f->op_strategy);
   graph_stats(g, &r->stats);
-  /* the precision compiled: fp32 unless --precision bf16 asks; --what-if prices bf16
-   * mixed precision where the device has it */
+  /* the precision asked (the driver's default: bf16 on GPUs), where the device has it */
   r->exec = S->f->exec;
-  r->mixed = !cl->dev.fp32_only && (S->f->exec ? S->f->lowp : true);
+  r->mixed = !cl->dev.fp32_only && S->f->lowp;
   r->peak = r->mixed ? cluster_peak(cl) : cl->dev.peak_fp32;
   /* fp8: the linear layers' GEMMs at the fp8 peak (plan/shard.c), on a device that has one */
   r->fp8 = r->mixed && S->f->exec && S->f->fp8;
@@ -879,6 +903,7 @@ static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) 
   S->param_segs = arena_array(a, g->n, sizeof(int *));
   S->shared_cap = 64;
   S->shared_buf = arena_array(a, S->shared_cap, sizeof(ParamUse));
+  S->shared_all = arena_array(a, S->shared_cap, sizeof(ParamUse));
   for (int k = 0; k < nseg; k++) {
     const Segment *s = &r->pm->seg[k];
     for (int j = 0; j < s->nops; j++) {
@@ -957,10 +982,11 @@ int plan_collectives(const PlanResult *r, const Plan *p, PlanColl *out, int max)
   int in_node = gpn / ch->tp < 1 ? 1 : gpn / ch->tp, dt = ch->dp * ch->tp;
   Group gd = {ch->dp, ch->dp < in_node ? ch->dp : in_node}, gdt = {dt, dt < gpn ? dt : gpn};
   const char *axis_dt = ch->dp > 1 ? "dptp" : "tp";
-  double ed = st->params - st->params_dptp, et = st->params_dptp;
-  if (r->exec && ch->tp > 1) { /* compiled: in each micro-batch's backward (stage_dp_time) */
-    coll_put(out, &n, max, "tp", COLL_ALL_REDUCE, et * r->g_bytes, ch->m,
-             ch->m * cost_collective(cl, COLL_ALL_REDUCE, et * r->g_bytes, gt), gt);
+  double ed = st->params - st->params_dptp - st->params_dptp_mb, et = st->params_dptp + st->params_dptp_mb;
+  if (r->exec && ch->tp > 1) { /* compiled: over tp, then with the rest (stage_dp_time) */
+    double times = tp_sums_once(ch) ? 1 : ch->m, b = st->params_dptp * r->g_bytes, bm = st->params_dptp_mb * r->g_bytes;
+    coll_put(out, &n, max, "tp", COLL_ALL_REDUCE, b, times, times * cost_collective(cl, COLL_ALL_REDUCE, b, gt), gt);
+    coll_put(out, &n, max, "tp", COLL_ALL_REDUCE, bm, ch->m, ch->m * cost_collective(cl, COLL_ALL_REDUCE, bm, gt), gt);
     ed += et, et = 0;
   }
   if (ch->dp == 1 || ch->zero == 0) {

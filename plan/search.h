@@ -28,7 +28,7 @@ typedef struct PlanForce {
   bool classifier_fused;    /* --classifier fused: the logits never stored whole */
   const char **op_strategy; /* [g->n] strategy name per op, or NULL */
   bool exec;                /* the plan will be compiled: only what code generation runs */
-  bool lowp;                /* exec: the program is compiled in bf16 mixed precision (--precision) */
+  bool lowp;                /* priced (and compiled) in 16-bit mixed precision (--precision) */
   bool fp8;                 /* ... with the linear layers' GEMMs in fp8 (--precision fp8) */
   bool fp8_classifier;      /* ... and the classifier's (--fp8-classifier) */
   int precision;            /* the DType compiled (DT_E4M3: fp8), -1 unset; a plan file's "precision" */
@@ -68,10 +68,12 @@ typedef struct StageCost {
   int first_layer, nlayers;                                      /* its layers (all chunks); -1/0 when none */
   double t_fwd, t_bwd, tp_comm, t_rc, p2p, time;                 /* per micro-batch */
   double weights, grads, optimizer, activations, buffers, total; /* bytes per device */
-  double host;        /* bytes per device kept on the host (an offloaded optimizer) */
-  double params;      /* parameter elements per device */
-  double params_dptp; /* of them, those replicated over the tensor-parallel ranks whose
-                       * gradients are partial sums there (reduced over dp x tp) */
+  double host;           /* bytes per device kept on the host (an offloaded optimizer) */
+  double params;         /* parameter elements per device */
+  double params_dptp;    /* of them, those replicated over the tensor-parallel ranks whose
+                          * gradients are partial sums there (reduced over dp x tp) */
+  double params_dptp_mb; /* ... and that have other uses too: a compiled program sums
+                          * their gradients over tp in each micro-batch's backward */
 } StageCost;
 
 typedef struct Plan {

@@ -80,6 +80,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "colossalc-export: %s\n", err);
     return 1;
   }
-  printf("colossalc-export: wrote %s/model.safetensors and %s/config.json\n", argv[2], argv[2]);
+  size_t n = strlen(argv[2]);
+  while (n > 1 && argv[2][n - 1] == '/') n--; /* DIR/ names the same folder */
+  printf("colossalc-export: wrote %.*s/model.safetensors and %.*s/config.json\n", (int)n, argv[2], (int)n, argv[2]);
   return 0;
 }

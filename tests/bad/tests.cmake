@@ -10,3 +10,8 @@ foreach(model ${COLOSSALC_BAD_MODELS})
            WORKING_DIRECTORY ${CMAKE_CURRENT_LIST_DIR})
   set_tests_properties(bad_${stem} PROPERTIES LABELS bad TIMEOUT 60)
 endforeach()
+
+# Command-line mistakes: one line each, exit status 1 (check_cli.py).
+add_test(NAME bad_command_line COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_cli.py ${COLOSSALC_BIN}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(bad_command_line PROPERTIES LABELS bad TIMEOUT 120)

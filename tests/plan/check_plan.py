@@ -402,7 +402,11 @@ def collectives_compiled():
     it whole from the forward pass."""
     configs = [["models/gpt2-tiny.model", "--gpu", "cpu", "--gpus", "2", "--dp", "1", "--tp", "2", "--pp", "1"],
                ["models/gpt2-tiny.model", "--gpu", "cpu", "--gpus", "8", "--dp", "2", "--tp", "2", "--pp", "2",
-                "--set", "batch=8"]]
+                "--set", "batch=8"],
+               # 8 micro-batches of a tensor axis used as batch splitting: the replicated
+               # weights' gradients summed once, the tied embedding's in each micro-batch
+               ["models/gpt2-tiny.model", "--gpu", "cpu", "--gpus", "2", "--dp", "1", "--tp", "2", "--pp", "1",
+                "--microbatch-size", "2", "--set", "batch=16"]]
     with tempfile.TemporaryDirectory() as tmp:
         for args in configs:
             d = plan_json(args)
@@ -410,15 +414,21 @@ def collectives_compiled():
                          if c["axis"] == "tp" and c["kind"] == "reduce-scatter")
             progs = compiled_programs(args, tmp)[1]
             step = progs[0]["step"]
-            compiled = sum(i["op"] == "comm" and i["kind"] == "reduce_scatter" for i in step)
+            compiled = sum(i["op"] == "comm" and i["kind"] == "reduce_scatter" for i in step) * (
+                1 if progs[0].get("scheduled") else progs[0]["microbatches"])  # an unscheduled step: a micro-batch
             # the gradients of weights replicated over the tensor-parallel ranks (partial
-            # sums there) are all-reduced in each micro-batch's backward: the plan lists
-            # those bytes for its slowest stage (f32 here)
-            crit = progs[d["predicted"]["critical_stage"]]["step"]
+            # sums there) are all-reduced over tp once a step, after the micro-batches
+            # (`sync`), those read by other ops too in each micro-batch's backward: the plan
+            # lists the bytes a step of its slowest stage (f32 here)
+            crit = progs[d["predicted"]["critical_stage"]]
+            times = 1 if crit.get("scheduled") else crit["microbatches"]  # an unscheduled step is a micro-batch's
+
+            def ar_bytes(seq):
+                return sum(4 * i["outer"] * i["n"] * i["inner"] for i in seq
+                           if i["op"] == "comm" and i["kind"] == "all_reduce" and i.get("group", "tp") == "tp")
             ar_priced = sum(c["bytes"] * c["count_per_step"] for c in d["collectives"]
                             if c["axis"] == "tp" and c["kind"] == "all-reduce")
-            ar_compiled = sum(4 * i["outer"] * i["n"] * i["inner"] for i in crit
-                              if i["op"] == "comm" and i["kind"] == "all_reduce")
+            ar_compiled = times * ar_bytes(crit["step"]) + ar_bytes(crit["sync"])
             if not ar_compiled or abs(ar_priced - ar_compiled) > 1e-6 * ar_compiled:
                 fail("%s: the plan lists %d bytes of tensor-parallel all-reduce a step, the program runs %d" %
                      (" ".join(args), ar_priced, ar_compiled))

@@ -42,6 +42,7 @@ static void check_run(const Run *r) {
   PlanForce f;
   plan_force_init(&f);
   f.tp = r->t, f.pp = r->p, f.dp = r->d, f.zero = 0, f.rc = RC_FULL, f.attn = ATTN_MATERIALIZED, f.offload = 0;
+  f.lowp = true; /* Megatron-LM's runs: 16-bit mixed precision */
   DiagJump j;
   diag_push(&j);
   if (setjmp(j.jb)) {
