@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: install what is missing, build colossalc, compile the byte-level
 # gpt2-tiny into a `train` executable, and train it on the Book of Genesis
-# (data/genesis.txt, public domain) for about a minute on the CPU: the loss falls,
+# (data/genesis.txt, public domain) for a few minutes on the CPU: the loss falls,
 # then the model writes a sample. STEPS (default 5000) sets the length of the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
