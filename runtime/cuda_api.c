@@ -4,6 +4,7 @@
 #include "runtime/fileio.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef struct Sym {
@@ -88,12 +89,28 @@ static int load_driver(CudaApi *api, char *err, size_t errlen) {
   return bind(api->lib[0], "libcuda.so.1", syms, (int)(sizeof syms / sizeof *syms), err, errlen);
 }
 
+/* The CUDA major version of the driver loaded (12 for 12.x), 0 when unknown. A toolkit
+ * library of a later major version than the driver's does not run on it (CUBINs of
+ * NVRTC 13 need a CUDA 13 driver), so a CUDA 12 driver gets the .12 libraries only. */
+static int driver_major(const CudaApi *api) {
+  int v = 0;
+  return api->DriverGetVersion && api->DriverGetVersion(&v) == CUDA_SUCCESS ? v / 1000 : 0;
+}
+
+/* The toolkit library `stem` (libnvrtc.so, ...) for the driver: .13 then .12, or .12
+ * alone under a CUDA 12 driver, then the unversioned name. */
+static void *open_toolkit(const CudaApi *api, const char *stem) {
+  char v13[64], v12[64];
+  snprintf(v13, sizeof v13, "%s.13", stem), snprintf(v12, sizeof v12, "%s.12", stem);
+  const char *const any[] = {v13, v12, stem, NULL}, *const cuda12[] = {v12, stem, NULL};
+  return open_first(driver_major(api) == 12 ? cuda12 : any);
+}
+
 static int load_nvrtc(CudaApi *api, char *err, size_t errlen) {
-  static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", NULL};
-  if (!(api->lib[1] = open_first(names)))
+  if (!(api->lib[1] = open_toolkit(api, "libnvrtc.so")))
     return file_set_error(err, errlen,
-                          "--device cuda: NVRTC (libnvrtc.so.13 or .12) not found: install "
-                          "the CUDA toolkit's NVRTC or put its lib64 on LD_LIBRARY_PATH");
+                          "--device cuda: NVRTC (libnvrtc.so.13 or .12; .12 for a CUDA 12 driver) not found: "
+                          "install the CUDA toolkit's NVRTC or put its lib64 on LD_LIBRARY_PATH");
   const Sym syms[] = {
       S(nvrtcVersion, "nvrtcVersion"),
       S(nvrtcGetErrorString, "nvrtcGetErrorString"),
@@ -109,11 +126,10 @@ static int load_nvrtc(CudaApi *api, char *err, size_t errlen) {
 }
 
 static int load_cublaslt(CudaApi *api, char *err, size_t errlen) {
-  static const char *const names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so", NULL};
-  if (!(api->lib[2] = open_first(names)))
+  if (!(api->lib[2] = open_toolkit(api, "libcublasLt.so")))
     return file_set_error(err, errlen,
-                          "--device cuda: cuBLASLt (libcublasLt.so.13 or .12) not found: "
-                          "install the CUDA toolkit's cuBLAS or put its lib64 on LD_LIBRARY_PATH");
+                          "--device cuda: cuBLASLt (libcublasLt.so.13 or .12; .12 for a CUDA 12 driver) not "
+                          "found: install the CUDA toolkit's cuBLAS or put its lib64 on LD_LIBRARY_PATH");
   const Sym syms[] = {
       S(LtCreate, "cublasLtCreate"),
       S(LtDestroy, "cublasLtDestroy"),

@@ -579,8 +579,8 @@ static int open_gpu(CudaDevice *c, const CudaOptions *o, char *arch, size_t arch
   if (o->nccl && o->local_ranks > n) /* NCCL refuses two ranks of a communicator on one GPU */
     return file_set_error(err, errlen,
                           "--device cuda: %d ranks on this node and %d GPU%s visible: each rank needs a GPU "
-                          "of its own (start at most %d ranks a node, or check CUDA_VISIBLE_DEVICES)",
-                          o->local_ranks, n, n == 1 ? "" : "s", n);
+                          "of its own (start at most %d rank%s a node, or check CUDA_VISIBLE_DEVICES)",
+                          o->local_ranks, n, n == 1 ? "" : "s", n, n == 1 ? "" : "s");
   CUDA_TRY(c, c->api.DeviceGet(&c->cu, o->ordinal % n), err, errlen);
   CUDA_TRY(c, c->api.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->cu), err, errlen);
   CUDA_TRY(c, c->api.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->cu), err, errlen);

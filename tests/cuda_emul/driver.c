@@ -53,14 +53,20 @@ CUresult cuGetErrorString(CUresult r, const char **s) {
   return CUDA_SUCCESS;
 }
 
-enum { EMUL_GPUS = 8 }; /* a node's: the meshes the tests run, one process a rank */
+/* The GPUs of the node: 8 (the meshes the tests run, one process a rank), or
+ * $COLOSSALC_EMUL_GPUS. */
+static int emul_gpus(void) {
+  const char *s = getenv("COLOSSALC_EMUL_GPUS");
+  int n = s ? atoi(s) : 8;
+  return n > 0 ? n : 8;
+}
 CUresult cuDeviceGetCount(int *n) {
-  *n = EMUL_GPUS;
+  *n = emul_gpus();
   return CUDA_SUCCESS;
 }
 CUresult cuDeviceGet(CUdevice *d, int ordinal) {
   *d = ordinal;
-  return ordinal >= 0 && ordinal < EMUL_GPUS ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  return ordinal >= 0 && ordinal < emul_gpus() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {

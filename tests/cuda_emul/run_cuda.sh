@@ -29,6 +29,8 @@
 #                sm_90, every unit compiled, then every unit from the cache, then one
 #                damaged entry rebuilt
 #   no_gpu       --device cuda where no driver is: one line naming libcuda.so.1, exit 1
+#   too_few_gpus 2 ranks (\$MPIRUN) on a node whose driver shows 1 GPU: refused in one line
+#                before NCCL starts (it cannot put two ranks of a communicator on one GPU)
 # (Several ranks and offload on the emulated device: the other cuda_emul_* tests of
 # tests.cmake, through tests/multirank's and tests/e2e's scripts.)
 # Usage: run_cuda.sh COLOSSALC MKTOKENS SRCDIR WORKDIR PYTHON EMUL_LIB_DIR CHECK
@@ -112,6 +114,14 @@ no_gpu)
   grep -q "libcuda.so.1" err || fail "the line does not name libcuda.so.1"
   ./train $args > auto.out   # the default: the CPU, as no GPU is visible
   grep -q "| cpu," auto.out || fail "the default device is not the CPU here"
+  ;;
+too_few_gpus)
+  status=0
+  COLOSSALC_EMUL_GPUS=1 LD_LIBRARY_PATH=$emul timeout 120 $MPIRUN -np 2 ./train --device cuda $args > out 2> err ||
+    status=$?
+  cat err
+  [ "$status" -ne 0 ] || fail "two ranks ran on one GPU"
+  grep -q "2 ranks on this node and 1 GPU visible" err || fail "no line saying two ranks need two GPUs"
   ;;
 esac
 echo "ok $check"

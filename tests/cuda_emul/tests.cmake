@@ -43,6 +43,10 @@ add_test(NAME cuda_emul_fp8 COMMAND ${cuda_run} fp8) # fp8: 8-bit cuBLASLt layou
 add_test(NAME cuda_nvrtc_cache COMMAND ${cuda_run} nvrtc_cache)
 # Without a GPU, --device cuda is one clear line and exit status 1.
 add_test(NAME cuda_no_gpu COMMAND ${cuda_run} no_gpu)
+# More ranks on a node than GPUs: one clear line, not NCCL's failure.
+add_test(NAME cuda_too_few_gpus COMMAND ${cuda_run} too_few_gpus)
+set_tests_properties(cuda_too_few_gpus PROPERTIES ENVIRONMENT "MPIRUN=${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS}"
+                     TIMEOUT 300)
 set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache cuda_no_gpu PROPERTIES TIMEOUT 900)
 if(COLOSSALC_SANITIZE)
   set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache PROPERTIES ENVIRONMENT
