@@ -179,6 +179,15 @@ Comm *comm_open(int *argc, char ***argv, char *err, size_t errlen) {
   return c;
 }
 
+void (*comm_fatal_hook)(int code);
+
+void comm_fatal(int code) {
+  fflush(stdout);
+  fflush(stderr);
+  if (comm_fatal_hook) comm_fatal_hook(code);
+  exit(code);
+}
+
 int comm_agree(Comm *c, int failed, int *first) {
   /* [any failed, size - lowest failing rank]: both maxima. */
   double v[2] = {failed ? 1 : 0, failed ? c->size - c->rank : 0};

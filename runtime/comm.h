@@ -100,6 +100,13 @@ Comm *comm_mpi_new(int *argc, char ***argv, char *err, size_t errlen);
  * initialises MPI nor pays for it. NULL with a message on error. */
 Comm *comm_open(int *argc, char ***argv, char *err, size_t errlen);
 
+/* A fatal error of this process outside a collective (a device call that failed, memory
+ * that ran out): the message is printed; comm_fatal ends every rank (MPI_Abort, once
+ * comm_mpi_new has run: a launcher that does not kill the others, as srun by default,
+ * would leave them waiting in their next collective), else exits with code. */
+_Noreturn void comm_fatal(int code);
+extern void (*comm_fatal_hook)(int code); /* what a backend runs there (comm_mpi.c) */
+
 /* Agreement on an error: every rank passes whether it failed (the only collective a
  * rank may reach in a failed state). Returns 0 when no rank failed; otherwise -1
  * with *first = the lowest failing rank (whose message is the one to print). */

@@ -187,6 +187,8 @@ static void mpi_abort(Comm *c, int code) {
   exit(code);
 }
 
+static void mpi_abort_world(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+
 static void mpi_destroy(Comm *c) {
   MpiComm *m = (MpiComm *)c;
   mpi_wait_sends(c);
@@ -269,5 +271,6 @@ Comm *comm_mpi_new(int *argc, char ***argv, char *err, size_t errlen) {
     return NULL;
   }
   m->finalize = finalize;
+  comm_fatal_hook = mpi_abort_world; /* comm_fatal ends every rank */
   return &m->c;
 }

@@ -75,7 +75,7 @@ typedef struct CudaDevice {
 static _Noreturn void cuda_die(const char *what, const char *why, const char *file, int line) {
   fflush(stdout);
   fprintf(stderr, "train: CUDA error: %s failed: %s (%s:%d)\n", what, why, file, line);
-  exit(1);
+  comm_fatal(1);
 }
 
 static const char *cu_string(const CudaApi *api, CUresult r) {

@@ -11,6 +11,7 @@
 #include "executor.h"
 #include "threadpool.h"
 
+#include "runtime/comm.h"
 #include "runtime/fileio.h"
 
 #include <cblas.h>
@@ -138,7 +139,7 @@ static void cpu_gemm_half(CpuDevice *cpu, const RtGemm *g, char *const *tiers) {
     float *v = realloc(cpu->scratch, (size_t)need * sizeof *v);
     if (!v) {
       fprintf(stderr, "train: out of memory for a 16-bit GEMM's f32 operands (%lld floats)\n", (long long)need);
-      exit(1);
+      comm_fatal(1);
     }
     cpu->scratch = v, cpu->scratch_floats = need;
   }

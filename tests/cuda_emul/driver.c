@@ -616,10 +616,22 @@ static void run_launch(void *arg) {
 }
 
 /* Queued on the stream with the parameters' values of the call, as a launch takes them. */
+/* A failing GPU, for the tests of what a device error does to a mesh: with
+ * COLOSSALC_EMUL_FAIL_LAUNCH=N, the N-th launch of MPI rank $COLOSSALC_EMUL_FAIL_RANK
+ * (default 1; Open MPI's OMPI_COMM_WORLD_RANK, else 0) fails. */
+static int launch_fails(void) {
+  static long n;
+  const char *at = getenv("COLOSSALC_EMUL_FAIL_LAUNCH"), *who = getenv("COLOSSALC_EMUL_FAIL_RANK");
+  const char *me = getenv("OMPI_COMM_WORLD_RANK");
+  if (!at || atoi(me ? me : "0") != (who ? atoi(who) : 1)) return 0;
+  return __atomic_add_fetch(&n, 1, __ATOMIC_RELAXED) == atol(at);
+}
+
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream s, void **params, void **extra) {
   if (!f || !params || extra || gy != 1 || gz != 1 || by != 1 || bz != 1 || shared || bx % 32 || bx > 1024 || !gx)
     return CUDA_ERROR_INVALID_VALUE;
+  if (launch_fails()) return CUDA_ERROR_LAUNCH_FAILED;
   const uint64_t *bufs = params[0]; /* cc_bufs: the buffers' addresses, by value */
   LaunchOp l = {
       f, gx < EMUL_BLOCKS ? gx : EMUL_BLOCKS, {0}, *(const long long *)params[1], host(*(const CUdeviceptr *)params[2]),

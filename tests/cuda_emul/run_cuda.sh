@@ -31,6 +31,8 @@
 #   no_gpu       --device cuda where no driver is: one line naming libcuda.so.1, exit 1
 #   too_few_gpus 2 ranks (\$MPIRUN) on a node whose driver shows 1 GPU: refused in one line
 #                before NCCL starts (it cannot put two ranks of a communicator on one GPU)
+#   gpu_fails    2 ranks, rank 1's 20th kernel launch fails: its CUDA error is printed and
+#                every rank ends (MPI_Abort: rank 0 is not left waiting in a collective)
 # (Several ranks and offload on the emulated device: the other cuda_emul_* tests of
 # tests.cmake, through tests/multirank's and tests/e2e's scripts.)
 # Usage: run_cuda.sh COLOSSALC MKTOKENS SRCDIR WORKDIR PYTHON EMUL_LIB_DIR CHECK
@@ -122,6 +124,15 @@ too_few_gpus)
   cat err
   [ "$status" -ne 0 ] || fail "two ranks ran on one GPU"
   grep -q "2 ranks on this node and 1 GPU visible" err || fail "no line saying two ranks need two GPUs"
+  ;;
+gpu_fails)
+  status=0
+  COLOSSALC_EMUL_FAIL_LAUNCH=20 LD_LIBRARY_PATH=$emul timeout 120 $MPIRUN -np 2 ./train --device cuda $args > out 2> err ||
+    status=$?
+  cat err
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "status $status: not ended by the failure"
+  grep -q "train: CUDA error: .*LaunchKernel" err || fail "no CUDA error line"
+  grep -q "MPI_ABORT" err || fail "the ranks were not aborted together"
   ;;
 esac
 echo "ok $check"

@@ -45,8 +45,10 @@ add_test(NAME cuda_nvrtc_cache COMMAND ${cuda_run} nvrtc_cache)
 add_test(NAME cuda_no_gpu COMMAND ${cuda_run} no_gpu)
 # More ranks on a node than GPUs: one clear line, not NCCL's failure.
 add_test(NAME cuda_too_few_gpus COMMAND ${cuda_run} too_few_gpus)
-set_tests_properties(cuda_too_few_gpus PROPERTIES ENVIRONMENT "MPIRUN=${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS}"
-                     TIMEOUT 300)
+# A GPU that fails on one rank of two: its error, and every rank ended.
+add_test(NAME cuda_gpu_fails COMMAND ${cuda_run} gpu_fails)
+set_tests_properties(cuda_too_few_gpus cuda_gpu_fails
+                     PROPERTIES ENVIRONMENT "MPIRUN=${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS}" TIMEOUT 300)
 set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache cuda_no_gpu PROPERTIES TIMEOUT 900)
 if(COLOSSALC_SANITIZE)
   set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache PROPERTIES ENVIRONMENT
