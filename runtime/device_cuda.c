@@ -15,6 +15,17 @@
 enum { CUDA_MAX_BUFS = 16, SCALARS_MAX = 32, WORKSPACE = 32 << 20 };
 
 /* One GEMM shape of the program with its cuBLASLt descriptors and algorithm. */
+/* Timing of one window from a fork to its join: the comm stream's first fork and its
+ * join, the compute stream before and after its wait at the join. A ring of
+ * OVERLAP_SETS, so that a fork reuses the events of a join that many windows old
+ * (complete by then) rather than waiting for the last one: ZeRO-3's per-layer
+ * windows would otherwise keep the host one layer ahead of the GPU. */
+enum { OVERLAP_SETS = 8 };
+typedef struct OverlapTimes {
+  CUevent comm0, comm1, wait0, wait1;
+  int pending; /* joined, times not yet read */
+} OverlapTimes;
+
 typedef struct GemmPlan {
   RtGemm key; /* the shape: tiers zeroed, each offset its operand's alignment (gemm_align) */
   cublasLtMatmulDesc_t desc;
@@ -61,13 +72,12 @@ typedef struct CudaDevice {
   CUstream copy;               /* the copy stream: offload's moves, commits' zeroing */
   CUevent marks[DEVICE_MARKS]; /* mark k is marks[k % DEVICE_MARKS] on the compute stream */
   uint64_t nmarks;
-  CUstream comm;             /* the communication stream: "overlap" collectives */
-  CUevent forked, joined;    /* ordering: compute -> comm at a fork, comm -> compute at a join */
-  CUevent t_comm0, t_comm1;  /* timing: the comm stream's first fork and last join of a list, */
-  CUevent t_wait0, t_wait1;  /* the compute stream before and after its wait at the join */
-  int timing;                /* a fork since the last join: t_comm0 is recorded */
-  double comm_ms, waited_ms; /* summed over the joins since overlap_ms last read them */
-  int pending;               /* a join whose times are not yet read */
+  CUstream comm;                    /* the communication stream: "overlap" collectives */
+  CUevent forked, joined;           /* ordering: compute -> comm at a fork, comm -> compute at a join */
+  OverlapTimes times[OVERLAP_SETS]; /* the last windows from a fork to its join, a ring */
+  int tset;                         /* the set the open (or next) window records into */
+  int timing;                       /* a fork since the last join: times[tset].comm0 is recorded */
+  double comm_ms, waited_ms;        /* summed over the joins since overlap_ms last read them */
 } CudaDevice;
 
 /* ---- errors --------------------------------------------------------------------- */
@@ -194,14 +204,19 @@ static double elapsed_ms(CudaDevice *c, CUevent a, CUevent b) {
   return ms > 0 ? ms : 0;
 }
 
-/* The times of the last join into the sums (its events are complete after a sync). */
+/* The times of a joined window into the sums (waiting for its events, which a sync
+ * or OVERLAP_SETS later windows have completed). */
+static void collect_set(CudaDevice *c, OverlapTimes *t) {
+  if (!t->pending) return;
+  CUDA_CHECK(c, c->api.EventSynchronize(t->comm1));
+  CUDA_CHECK(c, c->api.EventSynchronize(t->wait1));
+  c->comm_ms += elapsed_ms(c, t->comm0, t->comm1);
+  c->waited_ms += elapsed_ms(c, t->wait0, t->wait1);
+  t->pending = 0;
+}
+
 static void collect_times(CudaDevice *c) {
-  if (!c->pending) return;
-  CUDA_CHECK(c, c->api.EventSynchronize(c->t_comm1));
-  CUDA_CHECK(c, c->api.EventSynchronize(c->t_wait1));
-  c->comm_ms += elapsed_ms(c, c->t_comm0, c->t_comm1);
-  c->waited_ms += elapsed_ms(c, c->t_wait0, c->t_wait1);
-  c->pending = 0;
+  for (int i = 0; i < OVERLAP_SETS; i++) collect_set(c, &c->times[(c->tset + i) % OVERLAP_SETS]);
 }
 
 /* ---- pinned host memory --------------------------------------------------------------- */
@@ -237,20 +252,22 @@ static void cuda_fork(Device *dev) {
   CUDA_CHECK(c, c->api.EventRecord(c->forked, c->stream));
   CUDA_CHECK(c, c->api.StreamWaitEvent(c->comm, c->forked, 0));
   if (!c->timing) {
-    collect_times(c); /* the previous join's events are about to be reused */
-    CUDA_CHECK(c, c->api.EventRecord(c->t_comm0, c->comm));
+    OverlapTimes *t = &c->times[c->tset];
+    collect_set(c, t); /* its events, OVERLAP_SETS windows old, are about to be reused */
+    CUDA_CHECK(c, c->api.EventRecord(t->comm0, c->comm));
     c->timing = 1;
   }
 }
 
 static void cuda_join(Device *dev) {
   CudaDevice *c = (CudaDevice *)dev;
-  CUDA_CHECK(c, c->api.EventRecord(c->t_comm1, c->comm));
+  OverlapTimes *t = &c->times[c->tset];
+  CUDA_CHECK(c, c->api.EventRecord(t->comm1, c->comm));
   CUDA_CHECK(c, c->api.EventRecord(c->joined, c->comm));
-  CUDA_CHECK(c, c->api.EventRecord(c->t_wait0, c->stream));
+  CUDA_CHECK(c, c->api.EventRecord(t->wait0, c->stream));
   CUDA_CHECK(c, c->api.StreamWaitEvent(c->stream, c->joined, 0));
-  CUDA_CHECK(c, c->api.EventRecord(c->t_wait1, c->stream));
-  c->timing = 0, c->pending = 1;
+  CUDA_CHECK(c, c->api.EventRecord(t->wait1, c->stream));
+  t->pending = 1, c->timing = 0, c->tset = (c->tset + 1) % OVERLAP_SETS;
 }
 
 static void cuda_overlap_ms(Device *dev, double *comm, double *waited) {
@@ -555,8 +572,9 @@ static void cuda_destroy(Device *dev) {
   free(c->fn);
   for (int i = 0; i < DEVICE_MARKS; i++)
     if (c->marks[i]) c->api.EventDestroy(c->marks[i]);
-  CUevent evs[6] = {c->forked, c->joined, c->t_comm0, c->t_comm1, c->t_wait0, c->t_wait1};
-  for (int i = 0; i < 6; i++)
+  CUevent evs[2 + 4 * OVERLAP_SETS] = {c->forked, c->joined};
+  for (int i = 0; i < OVERLAP_SETS; i++) memcpy(&evs[2 + 4 * i], &c->times[i], 4 * sizeof(CUevent));
+  for (int i = 0; i < 2 + 4 * OVERLAP_SETS; i++)
     if (evs[i]) c->api.EventDestroy(evs[i]);
   if (c->comm) {
     c->api.StreamSynchronize(c->comm);
@@ -592,9 +610,13 @@ static int open_gpu(CudaDevice *c, const CudaOptions *o, char *arch, size_t arch
   CUDA_TRY(c, c->api.StreamCreate(&c->comm, CU_STREAM_NON_BLOCKING), err, errlen);
   for (int i = 0; i < DEVICE_MARKS; i++)
     CUDA_TRY(c, c->api.EventCreate(&c->marks[i], CU_EVENT_DISABLE_TIMING), err, errlen);
-  CUevent *order[2] = {&c->forked, &c->joined}, *timed[4] = {&c->t_comm0, &c->t_comm1, &c->t_wait0, &c->t_wait1};
+  CUevent *order[2] = {&c->forked, &c->joined};
   for (int i = 0; i < 2; i++) CUDA_TRY(c, c->api.EventCreate(order[i], CU_EVENT_DISABLE_TIMING), err, errlen);
-  for (int i = 0; i < 4; i++) CUDA_TRY(c, c->api.EventCreate(timed[i], CU_EVENT_DEFAULT), err, errlen);
+  for (int i = 0; i < OVERLAP_SETS; i++) {
+    OverlapTimes *t = &c->times[i];
+    CUevent *timed[4] = {&t->comm0, &t->comm1, &t->wait0, &t->wait1};
+    for (int k = 0; k < 4; k++) CUDA_TRY(c, c->api.EventCreate(timed[k], CU_EVENT_DEFAULT), err, errlen);
+  }
   snprintf(arch, archlen, "sm_%d%d", major, minor);
   return 0;
 }
