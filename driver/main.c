@@ -934,10 +934,9 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
                                                      : pass_autocast(b->part->chunk[k], (DType)b->o->precision);
     after_ir(b, "autocast");
   }
-  /* replicated weights' partial gradients summed over tp once a step, where the step's
-   * sync runs after the micro-batches: not under ZeRO-2/3 (reduced to owners in the
-   * step) nor offload (the offload plan places every sum) */
-  bool tp_after = b->ch.tp > 1 && b->ch.zero <= 1 && b->ch.offload != OFFLOAD_STATE && !b->o->device_memory;
+  /* replicated weights' partial gradients summed over tp once a step as the plan prices
+   * it (--device-memory offloads too, which places every sum) */
+  bool tp_after = b->ch.tp > 1 && plan_tp_sums_once(&b->ch) && !b->o->device_memory;
   for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k]->tp_sums_after_step = tp_after;
   partition_autodiff(b->part); /* requires: decompose */
   after_ir(b, "autodiff");

@@ -298,10 +298,7 @@ static double stage_shared(Search *S, const CandSet *cs, int ci, const int *segs
   return elems;
 }
 
-/* A compiled plan sums the partial gradients of weights replicated over the
- * tensor-parallel ranks once a step, after the micro-batches (codegen/compose.h),
- * below ZeRO-2 and without offload; else in each micro-batch's backward. */
-static bool tp_sums_once(const PlanChoice *ch) { return ch->zero <= 1 && ch->offload != OFFLOAD_STATE; }
+bool plan_tp_sums_once(const PlanChoice *ch) { return ch->zero <= 1 && ch->offload != OFFLOAD_STATE; }
 
 /* Gradient synchronisation over the data-parallel ranks (and ZeRO's gathers) of
  * one stage: the time exposed after overlap with its backward. */
@@ -317,7 +314,7 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
   if (S->f->exec) { /* compiled: over tp (once a step, or in each micro-batch's backward), then with the rest */
     Group gt = {tp, tp};
     double t = cost_collective(cl, COLL_ALL_REDUCE, e_dptp * gb, gt);
-    *(tp_sums_once(ch) ? &tp_end : &tp_ar) = t;
+    *(plan_tp_sums_once(ch) ? &tp_end : &tp_ar) = t;
     tp_ar += cost_collective(cl, COLL_ALL_REDUCE, e_dptp_mb * gb, gt);
     e_dp = e, e_dptp = 0;
   } else {
@@ -984,7 +981,8 @@ int plan_collectives(const PlanResult *r, const Plan *p, PlanColl *out, int max)
   const char *axis_dt = ch->dp > 1 ? "dptp" : "tp";
   double ed = st->params - st->params_dptp - st->params_dptp_mb, et = st->params_dptp + st->params_dptp_mb;
   if (r->exec && ch->tp > 1) { /* compiled: over tp, then with the rest (stage_dp_time) */
-    double times = tp_sums_once(ch) ? 1 : ch->m, b = st->params_dptp * r->g_bytes, bm = st->params_dptp_mb * r->g_bytes;
+    double times = plan_tp_sums_once(ch) ? 1 : ch->m, b = st->params_dptp * r->g_bytes,
+           bm = st->params_dptp_mb * r->g_bytes;
     coll_put(out, &n, max, "tp", COLL_ALL_REDUCE, b, times, times * cost_collective(cl, COLL_ALL_REDUCE, b, gt), gt);
     coll_put(out, &n, max, "tp", COLL_ALL_REDUCE, bm, ch->m, ch->m * cost_collective(cl, COLL_ALL_REDUCE, bm, gt), gt);
     ed += et, et = 0;

@@ -125,4 +125,11 @@ typedef struct PlanColl {
 } PlanColl;
 int plan_collectives(const PlanResult *r, const Plan *p, PlanColl *out, int max);
 
+/* A compiled plan sums the partial gradients of weights replicated over the
+ * tensor-parallel ranks once a step, after the micro-batches (codegen/compose.h):
+ * below ZeRO-2 (whose step reduces to owners) and without offload (whose plan places
+ * every sum); else in each micro-batch's backward. The driver compiles by this rule
+ * and the search prices by it. */
+bool plan_tp_sums_once(const PlanChoice *ch);
+
 #endif

@@ -572,10 +572,14 @@ static void cuda_destroy(Device *dev) {
   free(c->fn);
   for (int i = 0; i < DEVICE_MARKS; i++)
     if (c->marks[i]) c->api.EventDestroy(c->marks[i]);
-  CUevent evs[2 + 4 * OVERLAP_SETS] = {c->forked, c->joined};
-  for (int i = 0; i < OVERLAP_SETS; i++) memcpy(&evs[2 + 4 * i], &c->times[i], 4 * sizeof(CUevent));
-  for (int i = 0; i < 2 + 4 * OVERLAP_SETS; i++)
+  CUevent evs[2] = {c->forked, c->joined};
+  for (int i = 0; i < 2; i++)
     if (evs[i]) c->api.EventDestroy(evs[i]);
+  for (int i = 0; i < OVERLAP_SETS; i++) {
+    CUevent timed[4] = {c->times[i].comm0, c->times[i].comm1, c->times[i].wait0, c->times[i].wait1};
+    for (int k = 0; k < 4; k++)
+      if (timed[k]) c->api.EventDestroy(timed[k]);
+  }
   if (c->comm) {
     c->api.StreamSynchronize(c->comm);
     c->api.StreamDestroy(c->comm);
