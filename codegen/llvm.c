@@ -895,16 +895,10 @@ static void for_end(Emit *e, For *f, LLVMValueRef hi, LoopVec vec) {
   LLVMPositionBuilderAtEnd(e->b, f->skip);
 }
 
-/* A local f32 (n == 0) or f32 array, in the entry block; SROA promotes the scalars. */
-static LLVMValueRef local(Emit *e, int64_t n, const char *name) {
-  LLVMTypeRef t = n ? LLVMArrayType(e->m->f32, (unsigned)n) : e->m->f32;
-  return LLVMBuildAlloca(e->entry_b, t, name);
-}
 static LLVMValueRef at(Emit *e, LLVMValueRef arr, LLVMValueRef i) {
   LLVMValueRef idx[2] = {ci(e, 0), i};
   return LLVMBuildInBoundsGEP2(e->b, LLVMGetAllocatedType(arr), arr, idx, 2, "");
 }
-static LLVMValueRef get(Emit *e, LLVMValueRef p) { return LLVMBuildLoad2(e->b, e->m->f32, p, ""); }
 static void set(Emit *e, LLVMValueRef p, LLVMValueRef v) { LLVMBuildStore(e->b, v, p); }
 
 /* Element (row, col) of an operand, row the element offset of its (b, s) row. */
@@ -925,139 +919,364 @@ static LLVMValueRef attn_row(Emit *e, const KOperand *x, LLVMValueRef b, LLVMVal
   return iadd(e->b, iadd(e->b, imul(e, e->b, b, x->sb), imul(e, e->b, s, x->ss)), ci(e, x->offset));
 }
 
-/* x[xr + hoff + d] · y[yr + hoff + d] over d < hd, in order. */
-static LLVMValueRef attn_dot(Emit *e, const KOperand *x, LLVMValueRef xr, const KOperand *y, LLVMValueRef yr,
-                             LLVMValueRef hoff, LLVMValueRef sum) {
-  const KAttn *A = e->k->attn;
-  set(e, sum, cf(e, 0));
-  For d = for_begin(e, ci(e, 0), ci(e, A->hd), "dot");
-  LLVMValueRef c = LLVMBuildNSWAdd(e->b, hoff, d.l.iv, "");
-  set(e, sum,
-      LLVMBuildFAdd(e->b, get(e, sum), LLVMBuildFMul(e->b, attn_load(e, x, xr, c), attn_load(e, y, yr, c), ""), ""));
-  for_end(e, &d, ci(e, A->hd), LV_FORCE_ROLLED);
-  return get(e, sum);
+/* The kernel takes the rows of one (batch, head) L at a time, one per lane of an L-wide vector
+ * (L: the widest vector expf libmvec has here, else 8). Each lane computes exactly what
+ * kernel_eval's eval_attn_row computes for its row, the same operations in the same
+ * order (exp libmvec's, as in every vectorised loop here): a lane's dot product over d is its own chain of adds, in
+ * order of d. What the lanes share is the other side's row (a key for a block of queries, a query for a block of keys),
+ * loaded once and broadcast: a vector op per d where the scalar form did one op per row and d with a chain of dependent
+ * adds. G rows of the other side go through one loop over d, so that G chains are in flight. A lane whose row has no
+ * such key (the causal mask, the lanes past the group) keeps its values by a select, never by adding a zero, so that
+ * nothing it holds differs from the scalar form's. */
+
+enum { ATTN_G = 4 }; /* other-side rows per loop over d, dot products in flight per lane */
+
+typedef struct AttnV {
+  int lanes;
+  LLVMTypeRef vt, vi; /* <L x float>, <L x i64> */
+} AttnV;
+
+static LLVMValueRef splat(Emit *e, LLVMTypeRef vt, LLVMValueRef s) {
+  unsigned n = LLVMGetVectorSize(vt);
+  LLVMValueRef v = LLVMBuildInsertElement(e->b, LLVMGetUndef(vt), s, LLVMConstInt(e->m->i32, 0, 0), "");
+  return LLVMBuildShuffleVector(e->b, v, LLVMGetUndef(vt), LLVMConstNull(LLVMVectorType(e->m->i32, n)), "");
+}
+static LLVMValueRef vconst(Emit *e, LLVMTypeRef vt, float f) {
+  LLVMValueRef c[16];
+  unsigned n = LLVMGetVectorSize(vt);
+  for (unsigned i = 0; i < n; i++) c[i] = cf(e, f);
+  return LLVMConstVector(c, n);
+}
+static LLVMValueRef vlocal(Emit *e, const AttnV *V, int64_t n, const char *name) {
+  return LLVMBuildAlloca(e->entry_b, n ? LLVMArrayType(V->vt, (unsigned)n) : V->vt, name);
+}
+static LLVMValueRef vget(Emit *e, const AttnV *V, LLVMValueRef p) { return LLVMBuildLoad2(e->b, V->vt, p, ""); }
+static LLVMValueRef vmaxnum(Emit *e, const AttnV *V, LLVMValueRef x, LLVMValueRef y) {
+  const char *name = "llvm.maxnum";
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  LLVMTypeRef vt = V->vt;
+  LLVMValueRef a[2] = {x, y};
+  return LLVMBuildCall2(e->b, LLVMIntrinsicGetType(e->m->ctx, id, &vt, 1),
+                        LLVMGetIntrinsicDeclaration(e->m->mod, id, &vt, 1), a, 2, "");
+}
+static LLVMValueRef vsel(Emit *e, LLVMValueRef mask, LLVMValueRef x, LLVMValueRef y) {
+  return LLVMBuildSelect(e->b, mask, x, y, "");
 }
 
-/* acc[d] = acc[d] * mul + w * x[xr + hoff + d] for d < hd (mul NULL: 1). */
-static void attn_axpy(Emit *e, LLVMValueRef acc, LLVMValueRef mul, LLVMValueRef w, const KOperand *x, LLVMValueRef xr,
-                      LLVMValueRef hoff) {
-  const KAttn *A = e->k->attn;
-  For d = for_begin(e, ci(e, 0), ci(e, A->hd), "axpy");
-  LLVMValueRef p = at(e, acc, d.l.iv), a = get(e, p);
-  if (mul) a = LLVMBuildFMul(e->b, a, mul, "");
-  if (w)
-    a = LLVMBuildFAdd(e->b, a, LLVMBuildFMul(e->b, w, attn_load(e, x, xr, LLVMBuildNSWAdd(e->b, hoff, d.l.iv, "")), ""),
-                      "");
-  set(e, p, a);
-  for_end(e, &d, ci(e, A->hd), LV_DEFAULT);
+/* exp of every lane: emit_exp's shift into libmvec's fast range around the vector
+ * variant of L lanes, or each lane through emit_exp where there is none. */
+static LLVMValueRef vexp(Emit *e, const AttnV *V, LLVMValueRef x) {
+  int isa = -1;
+  for (int i = 0; i < VEC_ISAS; i++)
+    if (e->m->vec_mask[MF_EXP] & 1 << i && vec_isas[i].lanes == V->lanes) isa = i;
+  if (isa < 0) {
+    LLVMValueRef r = LLVMGetUndef(V->vt);
+    for (int i = 0; i < V->lanes; i++) {
+      LLVMValueRef lane = LLVMConstInt(e->m->i32, (unsigned long long)i, 0);
+      r = LLVMBuildInsertElement(e->b, r, emit_exp(e, LLVMBuildExtractElement(e->b, x, lane, "")), lane, "");
+    }
+    return r;
+  }
+  char name[64];
+  snprintf(name, sizeof name, "_ZGV%cN%dv_%s", vec_isas[isa].letter, V->lanes, math_fns[MF_EXP].name);
+  declare_vector_fn(e->m, name, V->lanes, 1);
+  LLVMBuilderRef b = e->b;
+  LLVMValueRef low = LLVMBuildFCmp(b, LLVMRealOLT, x, vconst(e, V->vt, -87.0f), "");
+  LLVMValueRef zero = LLVMBuildFCmp(b, LLVMRealOLT, x, vconst(e, V->vt, -104.0f), "");
+  LLVMValueRef t = vsel(e, low, LLVMBuildFAdd(b, x, vconst(e, V->vt, 50.0f), ""), x);
+  t = vsel(e, zero, vconst(e, V->vt, 0.0f), t);
+  LLVMValueRef fn = LLVMGetNamedFunction(e->m->mod, name),
+               r = LLVMBuildCall2(b, LLVMGlobalGetValueType(fn), fn, &t, 1, "");
+  LLVMValueRef scale = vsel(e, zero, vconst(e, V->vt, 0.0f), vconst(e, V->vt, (float)exp(-50.0)));
+  return vsel(e, low, LLVMBuildFMul(b, r, scale, ""), r);
 }
 
 static LLVMValueRef imin(Emit *e, LLVMValueRef x, LLVMValueRef y) {
   return LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, x, y, ""), x, y, "");
 }
-static LLVMValueRef imax(Emit *e, LLVMValueRef x, LLVMValueRef y) {
-  return LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, x, y, ""), x, y, "");
-}
-static LLVMValueRef fmax_(Emit *e, LLVMValueRef x, LLVMValueRef y) {
-  LLVMValueRef a[2] = {x, y};
-  return call_intrinsic(e, "llvm.maxnum", a, 2);
+
+/* One group: rows r0 .. r0+nl-1 of one (batch, head), nl <= L. */
+typedef struct AttnGroup {
+  LLVMValueRef bb, h, hoff, x0, nl;
+  LLVMValueRef bound;         /* <L x i64>: a lane's keys y < bound (by query), or y >= bound */
+  LLVMValueRef fix[2], fix_n; /* the lane's own rows of its fixed operands, [hd] vectors each */
+  LLVMValueRef lse, delta;    /* by query, backward: the lane's log-sum-exp and delta */
+  LLVMValueRef acc, sc, m, l; /* [hd] accumulators; forward: block scores, running max and sum */
+} AttnGroup;
+
+/* The other side's operands of a pass: what its rows are dotted with fix[0], fix[1], and
+ * the row weighted into the accumulator. */
+typedef struct AttnSide {
+  const KOperand *dot[2], *row;
+  int ndots;
+} AttnSide;
+
+static AttnSide attn_side(const KAttn *A) {
+  switch (A->pass) {
+  case KA_FWD: return (AttnSide){{&A->k, NULL}, &A->v, 1};
+  case KA_DQ: return (AttnSide){{&A->k, &A->v}, &A->k, 2};
+  case KA_DK: return (AttnSide){{&A->q, &A->g}, &A->q, 2};
+  case KA_DV: break;
+  }
+  return (AttnSide){{&A->q, NULL}, &A->g, 1};
 }
 
-/* Locals of the kernel: the output accumulator, and per block of keys (queries) the
- * scores then probabilities, and dP - delta. */
-typedef struct AttnLocals {
-  LLVMValueRef acc, sc, dp, sum;
-} AttnLocals;
-
-/* One work item of the kernel: what kernel_eval's eval_attn_row does, with the same
- * sums in the same order, in blocks of KA_BLOCK keys (queries) so that the
- * exponentials of a block are one vectorizable loop (libmvec's exp). */
-static void emit_attn_row(Emit *e, LLVMValueRef r, const AttnLocals *w) {
+/* The lane's row of x (clamped to the group's last, whose values a lane past it never
+ * uses) into fix[hd] vectors; the per-row scalars of a backward pass by query too. */
+static void attn_gather(Emit *e, const AttnV *V, AttnGroup *g) {
   const KAttn *A = e->k->attn;
-  LLVMBuilderRef b = e->b;
-  LLVMValueRef acc = w->acc, sc = w->sc, sum = w->sum;
-  int64_t hd = A->hd, F = A->heads * hd, len = A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk;
-  LLVMValueRef bh = LLVMBuildSDiv(b, r, ci(e, len), ""), x = LLVMBuildSRem(b, r, ci(e, len), "");
-  LLVMValueRef bb = LLVMBuildSDiv(b, bh, ci(e, A->heads), ""), h = LLVMBuildSRem(b, bh, ci(e, A->heads), "");
-  LLVMValueRef hoff = LLVMBuildNSWMul(b, h, ci(e, hd), ""), shift = ci(e, A->sk - A->sq);
-  For z = for_begin(e, ci(e, 0), ci(e, hd), "zero");
-  set(e, at(e, acc, z.l.iv), cf(e, 0));
-  for_end(e, &z, ci(e, hd), LV_DEFAULT);
   bool by_query = A->pass == KA_FWD || A->pass == KA_DQ;
-  LLVMValueRef xrow = attn_row(e, by_query ? &A->q : &A->k, bb, x);
-  LLVMValueRef lo = ci(e, 0), hi = ci(e, by_query ? A->sk : A->sq);
-  if (A->causal && by_query) hi = imin(e, hi, LLVMBuildNSWAdd(e->b, x, LLVMBuildNSWAdd(e->b, shift, ci(e, 1), ""), ""));
-  if (A->causal && !by_query) lo = imax(e, lo, LLVMBuildNSWSub(e->b, x, shift, ""));
-  LLVMValueRef m = local(e, 0, "m"), l = local(e, 0, "l"), mb = local(e, 0, "mb");
-  set(e, m, cf(e, -INFINITY)), set(e, l, cf(e, 0));
-  LLVMValueRef nblk = LLVMBuildSDiv(
-      e->b, LLVMBuildNSWAdd(e->b, LLVMBuildNSWSub(e->b, hi, lo, ""), ci(e, KA_BLOCK - 1), ""), ci(e, KA_BLOCK), "");
-  For blk = for_begin(e, ci(e, 0), nblk, "block");
-  LLVMValueRef y0 = LLVMBuildNSWAdd(e->b, lo, LLVMBuildNSWMul(e->b, blk.l.iv, ci(e, KA_BLOCK), ""), "");
-  LLVMValueRef yn = imin(e, ci(e, KA_BLOCK), LLVMBuildNSWSub(e->b, hi, y0, ""));
-  /* the block's dot products: scores (less the log-sum-exp in backward), dP - delta */
-  set(e, mb, cf(e, -INFINITY));
-  For t = for_begin(e, ci(e, 0), yn, "dots");
-  LLVMValueRef y = LLVMBuildNSWAdd(e->b, y0, t.l.iv, ""), i = by_query ? x : y, j = by_query ? y : x;
-  LLVMValueRef qr = by_query ? xrow : attn_row(e, &A->q, bb, i), kr = by_query ? attn_row(e, &A->k, bb, j) : xrow;
-  LLVMValueRef s = LLVMBuildFMul(e->b, attn_dot(e, &A->q, qr, &A->k, kr, hoff, sum), cf(e, A->scale), "");
-  if (A->pass == KA_FWD) {
-    set(e, mb, fmax_(e, get(e, mb), s));
-  } else {
-    LLVMValueRef orow = attn_row(e, &A->out, bb, i);
-    s = LLVMBuildFSub(e->b, s, attn_load(e, &A->out, orow, LLVMBuildNSWAdd(e->b, h, ci(e, F), "")), "");
-    if (A->pass != KA_DV) {
-      LLVMValueRef dl = attn_load(e, &A->delta, attn_row(e, &A->delta, bb, i), h);
-      set(e, at(e, w->dp, t.l.iv),
-          LLVMBuildFSub(e->b,
-                        attn_dot(e, &A->g, attn_row(e, &A->g, bb, i), &A->v, attn_row(e, &A->v, bb, j), hoff, sum), dl,
-                        ""));
+  const KOperand *fx[2] = {by_query ? &A->q : &A->k, A->pass == KA_DQ ? &A->g : A->pass == KA_DK ? &A->v : NULL};
+  For ln = for_begin(e, ci(e, 0), ci(e, V->lanes), "lane");
+  LLVMValueRef x = LLVMBuildNSWAdd(e->b, g->x0, imin(e, ln.l.iv, LLVMBuildNSWSub(e->b, g->nl, ci(e, 1), "")), "");
+  for (int f = 0; f < 2 && fx[f]; f++) {
+    LLVMValueRef row = attn_row(e, fx[f], g->bb, x);
+    For d = for_begin(e, ci(e, 0), ci(e, A->hd), "gather");
+    LLVMValueRef p = at(e, g->fix[f], d.l.iv);
+    LLVMValueRef v = attn_load(e, fx[f], row, LLVMBuildNSWAdd(e->b, g->hoff, d.l.iv, ""));
+    set(e, p, LLVMBuildInsertElement(e->b, vget(e, V, p), v, ln.l.iv, ""));
+    for_end(e, &d, ci(e, A->hd), LV_NEVER);
+  }
+  if (A->pass == KA_DQ) {
+    LLVMValueRef o =
+        attn_load(e, &A->out, attn_row(e, &A->out, g->bb, x), LLVMBuildNSWAdd(e->b, g->h, ci(e, A->heads * A->hd), ""));
+    LLVMValueRef dl = attn_load(e, &A->delta, attn_row(e, &A->delta, g->bb, x), g->h);
+    set(e, g->lse, LLVMBuildInsertElement(e->b, vget(e, V, g->lse), o, ln.l.iv, ""));
+    set(e, g->delta, LLVMBuildInsertElement(e->b, vget(e, V, g->delta), dl, ln.l.iv, ""));
+  }
+  for_end(e, &ln, ci(e, V->lanes), LV_NEVER);
+}
+
+/* Rows y[0..ATTN_G) of the other side (in bounds), the lane masks of the unclamped ys,
+ * and their dot products with fix[0] and fix[1]: ATTN_G * ndots chains in one loop. */
+static void attn_dots(Emit *e, const AttnV *V, const AttnGroup *g, const AttnSide *s, LLVMValueRef y0,
+                      LLVMValueRef ylast, LLVMValueRef rows[][ATTN_G], LLVMValueRef valid[ATTN_G],
+                      LLVMValueRef dots[2][ATTN_G], LLVMValueRef sums) {
+  const KAttn *A = e->k->attn;
+  bool by_query = A->pass == KA_FWD || A->pass == KA_DQ;
+  const KOperand *ops[3] = {s->dot[0], s->dot[1], s->row};
+  for (int t = 0; t < ATTN_G; t++) {
+    LLVMValueRef y = LLVMBuildNSWAdd(e->b, y0, ci(e, t), ""), yc = imin(e, y, ylast);
+    valid[t] = LLVMBuildICmp(e->b, by_query ? LLVMIntSLT : LLVMIntSGE, splat(e, V->vi, y), g->bound, "");
+    if (!by_query) /* past the last query (by query, the bound is never past the last key) */
+      valid[t] = LLVMBuildAnd(
+          e->b, valid[t],
+          splat(e, LLVMVectorType(e->m->i1, (unsigned)V->lanes), LLVMBuildICmp(e->b, LLVMIntSLE, y, ylast, "")), "");
+    for (int o = 0; o < 3; o++) rows[o][t] = ops[o] ? attn_row(e, ops[o], g->bb, yc) : NULL;
+  }
+  for (int i = 0; i < s->ndots * ATTN_G; i++) set(e, at(e, sums, ci(e, i)), vconst(e, V->vt, 0.0f));
+  For d = for_begin(e, ci(e, 0), ci(e, A->hd), "dots");
+  LLVMValueRef c = LLVMBuildNSWAdd(e->b, g->hoff, d.l.iv, "");
+  for (int f = 0; f < s->ndots; f++) {
+    LLVMValueRef xf = vget(e, V, at(e, g->fix[f], d.l.iv));
+    for (int t = 0; t < ATTN_G; t++) {
+      LLVMValueRef p = at(e, sums, ci(e, f * ATTN_G + t));
+      LLVMValueRef yv = splat(e, V->vt, attn_load(e, s->dot[f], rows[f][t], c));
+      set(e, p, LLVMBuildFAdd(e->b, vget(e, V, p), LLVMBuildFMul(e->b, xf, yv, ""), ""));
     }
   }
-  set(e, at(e, sc, t.l.iv), s);
-  for_end(e, &t, yn, LV_NEVER); /* the dot products vectorize, not this loop (gathers) */
-  /* the block's probabilities (forward: the running max and sum, the output rescaled) */
-  LLVMValueRef mn = NULL;
-  if (A->pass == KA_FWD) {
-    mn = fmax_(e, get(e, m), get(e, mb));
-    LLVMValueRef cfac = emit_exp(e, LLVMBuildFSub(e->b, get(e, m), mn, ""));
-    set(e, l, LLVMBuildFMul(e->b, get(e, l), cfac, ""));
-    attn_axpy(e, acc, cfac, NULL, NULL, NULL, hoff);
-    set(e, m, mn);
-  }
-  For t2 = for_begin(e, ci(e, 0), yn, "exp");
-  LLVMValueRef ps = at(e, sc, t2.l.iv), sv = get(e, ps);
-  LLVMValueRef p = emit_exp(e, mn ? LLVMBuildFSub(e->b, sv, mn, "") : sv);
-  if (A->pass == KA_FWD) set(e, l, LLVMBuildFAdd(e->b, get(e, l), p, ""));
-  set(e, ps, A->pass == KA_FWD || A->pass == KA_DV ? p : LLVMBuildFMul(e->b, p, get(e, at(e, w->dp, t2.l.iv)), ""));
-  for_end(e, &t2, yn, A->pass == KA_FWD ? LV_FORCE : LV_DEFAULT);
-  /* and their weighted rows: v (forward), k (dq), q (dk), dO (dv) */
-  const KOperand *wo = A->pass == KA_FWD ? &A->v : A->pass == KA_DQ ? &A->k : A->pass == KA_DK ? &A->q : &A->g;
-  For t3 = for_begin(e, ci(e, 0), yn, "rows");
-  LLVMValueRef y3 = LLVMBuildNSWAdd(e->b, y0, t3.l.iv, "");
-  attn_axpy(e, acc, NULL, get(e, at(e, sc, t3.l.iv)), wo, attn_row(e, wo, bb, y3), hoff);
-  for_end(e, &t3, yn, LV_NEVER);
-  for_end(e, &blk, nblk, LV_NEVER);
-  /* the row of the result */
-  LLVMValueRef rrow = attn_row(e, &A->res, bb, x), lv = A->pass == KA_FWD ? get(e, l) : NULL;
-  LLVMValueRef scale = cf(e, A->pass == KA_DV ? 1.0f : A->scale);
-  For o = for_begin(e, ci(e, 0), ci(e, hd), "out");
-  LLVMValueRef a = get(e, at(e, acc, o.l.iv));
-  attn_store(e, rrow, LLVMBuildNSWAdd(e->b, hoff, o.l.iv, ""),
-             lv ? LLVMBuildFDiv(e->b, a, lv, "") : LLVMBuildFMul(e->b, a, scale, ""));
-  for_end(e, &o, ci(e, hd), LV_DEFAULT);
-  if (A->pass == KA_FWD)
-    attn_store(e, rrow, LLVMBuildNSWAdd(e->b, h, ci(e, F), ""),
-               LLVMBuildFAdd(e->b, get(e, m), emit_unary(e, KU_LOG, lv), ""));
+  for_end(e, &d, ci(e, A->hd), LV_NEVER);
+  for (int f = 0; f < s->ndots; f++)
+    for (int t = 0; t < ATTN_G; t++) dots[f][t] = vget(e, V, at(e, sums, ci(e, f * ATTN_G + t)));
 }
 
+/* acc[d] += w[t] * row_t[d] for the valid lanes of t = 0..ATTN_G-1, in that order. */
+static void attn_rows(Emit *e, const AttnV *V, const AttnGroup *g, const KOperand *op, LLVMValueRef rows[ATTN_G],
+                      LLVMValueRef valid[ATTN_G], LLVMValueRef w[ATTN_G]) {
+  const KAttn *A = e->k->attn;
+  For d = for_begin(e, ci(e, 0), ci(e, A->hd), "rows");
+  LLVMValueRef c = LLVMBuildNSWAdd(e->b, g->hoff, d.l.iv, ""), p = at(e, g->acc, d.l.iv), a = vget(e, V, p);
+  for (int t = 0; t < ATTN_G; t++) {
+    LLVMValueRef yv = splat(e, V->vt, attn_load(e, op, rows[t], c));
+    a = vsel(e, valid[t], LLVMBuildFAdd(e->b, a, LLVMBuildFMul(e->b, w[t], yv, ""), ""), a);
+  }
+  set(e, p, a);
+  for_end(e, &d, ci(e, A->hd), LV_NEVER);
+}
+
+/* Forward: the keys in blocks of KA_BLOCK from 0 (every lane's blocks start there), each
+ * block's scores, the running max and sum and the output rescaled, then its rows of v. */
+static void attn_forward(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef yhi, LLVMValueRef sums) {
+  const KAttn *A = e->k->attn;
+  AttnSide s = attn_side(A);
+  LLVMValueRef rows[3][ATTN_G], valid[ATTN_G], dots[2][ATTN_G], ylast = LLVMBuildNSWSub(e->b, yhi, ci(e, 1), "");
+  LLVMValueRef nblk = LLVMBuildSDiv(e->b, LLVMBuildNSWAdd(e->b, yhi, ci(e, KA_BLOCK - 1), ""), ci(e, KA_BLOCK), "");
+  For blk = for_begin(e, ci(e, 0), nblk, "block");
+  LLVMValueRef y0 = LLVMBuildNSWMul(e->b, blk.l.iv, ci(e, KA_BLOCK), "");
+  LLVMValueRef yn = imin(e, ci(e, KA_BLOCK), LLVMBuildNSWSub(e->b, yhi, y0, ""));
+  LLVMValueRef ng = LLVMBuildSDiv(e->b, LLVMBuildNSWAdd(e->b, yn, ci(e, ATTN_G - 1), ""), ci(e, ATTN_G), "");
+  LLVMValueRef mbp = vlocal(e, V, 0, "mb");
+  set(e, mbp, vconst(e, V->vt, -INFINITY));
+  For t = for_begin(e, ci(e, 0), ng, "scores");
+  LLVMValueRef yt = LLVMBuildNSWAdd(e->b, y0, LLVMBuildNSWMul(e->b, t.l.iv, ci(e, ATTN_G), ""), "");
+  attn_dots(e, V, g, &s, yt, ylast, rows, valid, dots, sums);
+  LLVMValueRef mb = vget(e, V, mbp);
+  for (int i = 0; i < ATTN_G; i++) {
+    LLVMValueRef sv = LLVMBuildFMul(e->b, dots[0][i], vconst(e, V->vt, A->scale), "");
+    sv = vsel(e, valid[i], sv, vconst(e, V->vt, -INFINITY));
+    set(e, at(e, g->sc, LLVMBuildNSWAdd(e->b, LLVMBuildNSWMul(e->b, t.l.iv, ci(e, ATTN_G), ""), ci(e, i), "")), sv);
+    mb = vmaxnum(e, V, mb, sv);
+  }
+  set(e, mbp, mb);
+  for_end(e, &t, ng, LV_NEVER);
+  /* lanes whose keys end before the block skip it */
+  LLVMValueRef act = LLVMBuildICmp(e->b, LLVMIntSLT, splat(e, V->vi, y0), g->bound, "");
+  LLVMValueRef m = vget(e, V, g->m), mn = vmaxnum(e, V, m, vget(e, V, mbp)),
+               c = vexp(e, V, LLVMBuildFSub(e->b, m, mn, ""));
+  set(e, g->l, vsel(e, act, LLVMBuildFMul(e->b, vget(e, V, g->l), c, ""), vget(e, V, g->l)));
+  For d = for_begin(e, ci(e, 0), ci(e, A->hd), "rescale");
+  LLVMValueRef p = at(e, g->acc, d.l.iv), a = vget(e, V, p);
+  set(e, p, vsel(e, act, LLVMBuildFMul(e->b, a, c, ""), a));
+  for_end(e, &d, ci(e, A->hd), LV_NEVER);
+  set(e, g->m, vsel(e, act, mn, m));
+  For t2 = for_begin(e, ci(e, 0), ng, "weights");
+  LLVMValueRef yt2 = LLVMBuildNSWAdd(e->b, y0, LLVMBuildNSWMul(e->b, t2.l.iv, ci(e, ATTN_G), ""), "");
+  LLVMValueRef w[ATTN_G], vrows[ATTN_G];
+  for (int i = 0; i < ATTN_G; i++) {
+    LLVMValueRef y = LLVMBuildNSWAdd(e->b, yt2, ci(e, i), "");
+    LLVMValueRef ps =
+        at(e, g->sc, LLVMBuildNSWAdd(e->b, LLVMBuildNSWMul(e->b, t2.l.iv, ci(e, ATTN_G), ""), ci(e, i), ""));
+    valid[i] = LLVMBuildICmp(e->b, LLVMIntSLT, splat(e, V->vi, y), g->bound, "");
+    w[i] = vexp(e, V, LLVMBuildFSub(e->b, vget(e, V, ps), mn, ""));
+    LLVMValueRef l = vget(e, V, g->l);
+    set(e, g->l, vsel(e, valid[i], LLVMBuildFAdd(e->b, l, w[i], ""), l));
+    vrows[i] = attn_row(e, s.row, g->bb, imin(e, y, ylast));
+  }
+  attn_rows(e, V, g, s.row, vrows, valid, w);
+  for_end(e, &t2, ng, LV_NEVER);
+  for_end(e, &blk, nblk, LV_NEVER);
+}
+
+/* Backward: the other side's rows ylo..yhi-1 in order, ATTN_G at a time: p = exp(scale
+ * q·k - lse), times dP - delta (dq, dk), weighting k (dq), q (dk) or dO (dv). */
+static void attn_backward(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef ylo, LLVMValueRef yhi,
+                          LLVMValueRef sums) {
+  const KAttn *A = e->k->attn;
+  AttnSide s = attn_side(A);
+  bool by_query = A->pass == KA_DQ;
+  int64_t F = A->heads * A->hd;
+  LLVMValueRef rows[3][ATTN_G], valid[ATTN_G], dots[2][ATTN_G], ylast = LLVMBuildNSWSub(e->b, yhi, ci(e, 1), "");
+  LLVMValueRef ng = LLVMBuildSDiv(
+      e->b, LLVMBuildNSWAdd(e->b, LLVMBuildNSWSub(e->b, yhi, ylo, ""), ci(e, ATTN_G - 1), ""), ci(e, ATTN_G), "");
+  For t = for_begin(e, ci(e, 0), ng, "keys");
+  LLVMValueRef yt = LLVMBuildNSWAdd(e->b, ylo, LLVMBuildNSWMul(e->b, t.l.iv, ci(e, ATTN_G), ""), "");
+  attn_dots(e, V, g, &s, yt, ylast, rows, valid, dots, sums);
+  LLVMValueRef w[ATTN_G];
+  for (int i = 0; i < ATTN_G; i++) {
+    LLVMValueRef yc = imin(e, LLVMBuildNSWAdd(e->b, yt, ci(e, i), ""), ylast), lse = g->lse ? vget(e, V, g->lse) : NULL;
+    if (!by_query)
+      lse = splat(e, V->vt,
+                  attn_load(e, &A->out, attn_row(e, &A->out, g->bb, yc), LLVMBuildNSWAdd(e->b, g->h, ci(e, F), "")));
+    LLVMValueRef sv = LLVMBuildFSub(e->b, LLVMBuildFMul(e->b, dots[0][i], vconst(e, V->vt, A->scale), ""), lse, "");
+    w[i] = vexp(e, V, sv);
+    if (A->pass != KA_DV) {
+      LLVMValueRef dl = by_query ? vget(e, V, g->delta)
+                                 : splat(e, V->vt, attn_load(e, &A->delta, attn_row(e, &A->delta, g->bb, yc), g->h));
+      w[i] = LLVMBuildFMul(e->b, w[i], LLVMBuildFSub(e->b, dots[1][i], dl, ""), "");
+    }
+  }
+  attn_rows(e, V, g, s.row, rows[2], valid, w);
+  for_end(e, &t, ng, LV_NEVER);
+}
+
+/* The group's results, lane by lane: the row of out (and its log-sum-exp) or the gradient. */
+static void attn_results(Emit *e, const AttnV *V, const AttnGroup *g) {
+  const KAttn *A = e->k->attn;
+  For ln = for_begin(e, ci(e, 0), g->nl, "result");
+  LLVMValueRef rrow = attn_row(e, &A->res, g->bb, LLVMBuildNSWAdd(e->b, g->x0, ln.l.iv, ""));
+  LLVMValueRef lv = A->pass == KA_FWD ? LLVMBuildExtractElement(e->b, vget(e, V, g->l), ln.l.iv, "") : NULL;
+  LLVMValueRef scale = cf(e, A->pass == KA_DV ? 1.0f : A->scale);
+  For o = for_begin(e, ci(e, 0), ci(e, A->hd), "out");
+  LLVMValueRef a = LLVMBuildExtractElement(e->b, vget(e, V, at(e, g->acc, o.l.iv)), ln.l.iv, "");
+  attn_store(e, rrow, LLVMBuildNSWAdd(e->b, g->hoff, o.l.iv, ""),
+             lv ? LLVMBuildFDiv(e->b, a, lv, "") : LLVMBuildFMul(e->b, a, scale, ""));
+  for_end(e, &o, ci(e, A->hd), LV_NEVER);
+  if (lv) {
+    LLVMValueRef m = LLVMBuildExtractElement(e->b, vget(e, V, g->m), ln.l.iv, "");
+    attn_store(e, rrow, LLVMBuildNSWAdd(e->b, g->h, ci(e, A->heads * A->hd), ""),
+               LLVMBuildFAdd(e->b, m, emit_unary(e, KU_LOG, lv), ""));
+  }
+  for_end(e, &ln, g->nl, LV_NEVER);
+}
+
+/* Rows r0 .. r0+nl-1, one (batch, head)'s. */
+static void attn_group(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef r0, LLVMValueRef sums) {
+  const KAttn *A = e->k->attn;
+  LLVMBuilderRef b = e->b;
+  bool by_query = A->pass == KA_FWD || A->pass == KA_DQ;
+  int64_t len = by_query ? A->sq : A->sk, other = by_query ? A->sk : A->sq, shift = A->sk - A->sq;
+  LLVMValueRef bh = LLVMBuildSDiv(b, r0, ci(e, len), "");
+  g->x0 = LLVMBuildSRem(b, r0, ci(e, len), "");
+  g->bb = LLVMBuildSDiv(b, bh, ci(e, A->heads), ""), g->h = LLVMBuildSRem(b, bh, ci(e, A->heads), "");
+  g->hoff = LLVMBuildNSWMul(b, g->h, ci(e, A->hd), "");
+  /* lane i's row x0 + i: keys y < min(T, x + shift + 1) (causal) or T by query; queries
+   * y >= max(0, x - shift) (causal) or 0 by key; a lane past the group none */
+  LLVMValueRef lane[16], c[16];
+  for (int i = 0; i < V->lanes; i++) lane[i] = ci(e, i);
+  LLVMValueRef lanes = LLVMConstVector(lane, (unsigned)V->lanes);
+  LLVMValueRef x = LLVMBuildNSWAdd(b, splat(e, V->vi, g->x0), lanes, ""), bound;
+  if (by_query && A->causal) {
+    LLVMValueRef e1 = LLVMBuildNSWAdd(b, x, splat(e, V->vi, ci(e, shift + 1)), ""), tv = splat(e, V->vi, ci(e, other));
+    bound = vsel(e, LLVMBuildICmp(b, LLVMIntSLT, e1, tv, ""), e1, tv);
+  } else if (A->causal) {
+    LLVMValueRef s1 = LLVMBuildNSWSub(b, x, splat(e, V->vi, ci(e, shift)), ""), z = LLVMConstNull(V->vi);
+    bound = vsel(e, LLVMBuildICmp(b, LLVMIntSGT, s1, z, ""), s1, z);
+  } else bound = by_query ? splat(e, V->vi, ci(e, other)) : LLVMConstNull(V->vi);
+  for (int i = 0; i < V->lanes; i++) c[i] = ci(e, by_query ? 0 : other);
+  LLVMValueRef in = LLVMBuildICmp(b, LLVMIntSLT, lanes, splat(e, V->vi, g->nl), "");
+  g->bound = vsel(e, in, bound, LLVMConstVector(c, (unsigned)V->lanes));
+  attn_gather(e, V, g);
+  For z = for_begin(e, ci(e, 0), ci(e, A->hd), "zero");
+  set(e, at(e, g->acc, z.l.iv), vconst(e, V->vt, 0.0f));
+  for_end(e, &z, ci(e, A->hd), LV_NEVER);
+  /* the other side's rows any lane reads: up to the last lane's bound by query, from the
+   * first lane's by key */
+  LLVMValueRef last = LLVMBuildNSWSub(b, g->nl, ci(e, 1), "");
+  if (A->pass == KA_FWD) {
+    set(e, g->m, vconst(e, V->vt, -INFINITY)), set(e, g->l, vconst(e, V->vt, 0.0f));
+    attn_forward(e, V, g, LLVMBuildExtractElement(b, g->bound, last, ""), sums);
+  } else if (by_query) {
+    attn_backward(e, V, g, ci(e, 0), LLVMBuildExtractElement(b, g->bound, last, ""), sums);
+  } else {
+    attn_backward(e, V, g, LLVMBuildExtractElement(b, g->bound, ci(e, 0), ""), ci(e, other), sums);
+  }
+  attn_results(e, V, g);
+}
+
+/* The work items [lo, hi) in groups: up to L consecutive rows of one (batch, head). */
 static void emit_attn_kernel(Emit *e, LLVMBasicBlockRef done) {
   const KAttn *A = e->k->attn;
-  AttnLocals w = {local(e, A->hd, "acc"), local(e, KA_BLOCK, "scores"), local(e, KA_BLOCK, "dp"), local(e, 0, "sum")};
-  For r = for_begin(e, e->lo, e->hi, "item");
-  emit_attn_row(e, r.l.iv, &w);
-  for_end(e, &r, e->hi, LV_NEVER);
-  LLVMBuildBr(e->b, done);
+  AttnV V = {.lanes = 8};
+  for (int i = 0; i < VEC_ISAS; i++)
+    if (e->m->vec_mask[MF_EXP] & 1 << i && vec_isas[i].lanes > V.lanes) V.lanes = vec_isas[i].lanes;
+  V.vt = LLVMVectorType(e->m->f32, (unsigned)V.lanes), V.vi = LLVMVectorType(e->m->i64, (unsigned)V.lanes);
+  AttnSide s = attn_side(A);
+  bool fwd = A->pass == KA_FWD;
+  AttnGroup g = {.acc = vlocal(e, &V, A->hd, "acc"),
+                 .fix = {vlocal(e, &V, A->hd, "fix0"), s.ndots > 1 ? vlocal(e, &V, A->hd, "fix1") : NULL},
+                 .lse = A->pass == KA_DQ ? vlocal(e, &V, 0, "lse") : NULL,
+                 .delta = A->pass == KA_DQ ? vlocal(e, &V, 0, "delta") : NULL,
+                 .sc = fwd ? vlocal(e, &V, KA_BLOCK + ATTN_G, "scores") : NULL,
+                 .m = fwd ? vlocal(e, &V, 0, "m") : NULL,
+                 .l = fwd ? vlocal(e, &V, 0, "l") : NULL};
+  LLVMValueRef sums = vlocal(e, &V, 2 * ATTN_G, "sums");
+  int64_t len = A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk;
+  /* for (r = lo; r < hi; r = end of the group) */
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(e->b), head = new_block(e, "group"), body = new_block(e, "");
+  LLVMBuildBr(e->b, head);
+  LLVMPositionBuilderAtEnd(e->b, head);
+  LLVMValueRef r = LLVMBuildPhi(e->b, e->m->i64, "r");
+  LLVMAddIncoming(r, &e->lo, &pre, 1);
+  LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, r, e->hi, ""), body, done);
+  LLVMPositionBuilderAtEnd(e->b, body);
+  LLVMValueRef seg = LLVMBuildNSWMul(e->b, LLVMBuildNSWAdd(e->b, LLVMBuildSDiv(e->b, r, ci(e, len), ""), ci(e, 1), ""),
+                                     ci(e, len), "");
+  LLVMValueRef end = imin(e, imin(e, e->hi, LLVMBuildNSWAdd(e->b, r, ci(e, V.lanes), "")), seg);
+  g.nl = LLVMBuildNSWSub(e->b, end, r, "");
+  attn_group(e, &V, &g, r, sums);
+  LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b);
+  LLVMAddIncoming(r, &end, &latch, 1);
+  LLVMBuildBr(e->b, head);
 }
 
 /* ---- one kernel: set-up, alias scopes, verification ----------------------------------- */

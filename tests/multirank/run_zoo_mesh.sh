@@ -16,9 +16,12 @@
 # every record has as many masked ones, so the plan's mean of its micro-batches' means
 # is the one-rank mean; its attention key biases, whose gradient is zero in exact
 # arithmetic (a tensor of their own here, not a slice of a qkv bias as in GPT-2), are left
-# out of the comparison. ViT to 2e-5: its biases start at zero, so after 5 steps an MLP
+# out of the comparison. ViT to 3e-5: its biases start at zero, so after 5 steps an MLP
 # bias's norm is about 0.01 and one element's rounding difference of 1e-7 (an element
-# with a near-zero gradient, which Adam turns into whole steps) reads as 1e-5.
+# with a near-zero gradient, which Adam turns into whole steps) reads as 1e-5; measured
+# 1.8e-5 and 2.1e-5 (blocks.0.mlp.fc1.bias) with two forms of the CPU attention kernel
+# (whose exps differ in the last bit for some scores), the largest elementwise
+# difference 5e-7 and 4e-7.
 # Usage: run_zoo_mesh.sh COLOSSALC MKDATA MKTOKENS WORKDIR PYTHON SRCDIR "MPIRUN" MODEL DP TP PP [COLOSSALC FLAGS...]
 set -eu
 cc=$1 mk=$2 mktok=$3 work=$4 py=$5 src=$6 mpirun=$7 model=$8 dp=$9
@@ -41,7 +44,7 @@ vit)
   config="--set image=16 --set patch=4 --set classes=16 --set d=32 --set heads=2 --set layers=4 --set mlp_dim=64 --set pdrop=0"
   "$py" "$src/tests/e2e/zoo_data.py" vit . 64 16 3 4
   "$mk" data.bin images=images.npy labels=labels.npy > /dev/null
-  tol=2e-5 ;;
+  tol=3e-5 ;;
 esac
 "$cc" "$src/models/$model.model" $config --set batch=4 -o train-one 2> /dev/null
 "$cc" "$src/models/$model.model" $config --set batch=4 --gpus "$np" --gpu cpu --dp "$dp" --tp "$tp" --pp "$pp" \
