@@ -399,10 +399,11 @@ static void plan_step(Sim *S, const PSeq *step) {
   S->uses = arena_array(S->p->arena, nitems, sizeof *S->uses);
   S->nuses = arena_array(S->p->arena, nitems, sizeof(int));
   S->next = arena_array(S->p->arena, nitems, sizeof(int));
-  for (int i = 0; i < n; i++) {
-    int max = K_MAX_BUFS * S->op->nchunks + 4;
-    need[i] = arena_array(S->p->arena, max, sizeof(int));
-    nneed[i] = parts_of(S, &step->v[i], need[i], max, true);
+  int max = K_MAX_BUFS * S->op->nchunks + 4, *parts = arena_array(S->p->arena, max, sizeof(int));
+  for (int i = 0; i < n; i++) { /* each instruction's list as long as it is (not max: GPT-3's would take GBs) */
+    nneed[i] = parts_of(S, &step->v[i], parts, max, true);
+    need[i] = arena_array(S->p->arena, nneed[i] + 1, sizeof(int));
+    memcpy(need[i], parts, (size_t)nneed[i] * sizeof(int));
     for (int j = 0; j < nneed[i]; j++) S->nuses[need[i][j]]++;
   }
   for (int it = 0; it < nitems; it++)
