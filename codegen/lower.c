@@ -2556,7 +2556,23 @@ char *program_to_json(Program *p) {
 char *programs_to_json(Program *const *p, int n) {
   program_share_kernels(p[0]); /* the stages have one kernel table (lower_pipeline) */
   for (int i = 1; i < n; i++) p[i]->code = p[0]->code, p[i]->ncode = p[0]->ncode, p[i]->code_of = p[0]->code_of;
-  cJSON *a = cJSON_CreateArray();
-  for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, program_json(p[i]));
-  return json_text(a);
+  /* one stage's tree at a time, its text appended ("[s0,s1,...]"): a pipeline's trees
+   * together took most of the compiler's memory */
+  size_t len = 0, cap = 3;
+  char *text = malloc(cap);
+  for (int i = 0; text && i < n; i++) {
+    char *t = json_text(program_json(p[i]));
+    size_t tl = strlen(t);
+    if (len + tl + 3 > cap) text = realloc(text, cap = 2 * (len + tl + 3));
+    if (text) {
+      text[len++] = i ? ',' : '[';
+      memcpy(text + len, t, tl);
+      len += tl;
+    }
+    free(t);
+  }
+  if (!text) diag_internal(__FILE__, __LINE__, "out of memory writing the program");
+  if (!n) text[len++] = '[';
+  text[len++] = ']', text[len] = 0;
+  return text;
 }
