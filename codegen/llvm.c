@@ -128,6 +128,12 @@ static bool has_feature(const char *features, const char *name) {
   return false;
 }
 
+/* The libmvec name of f's variant for vec_isas[isa] ("_ZGVdN8v_expf"). */
+static void vector_fn_name(char *buf, size_t n, MathFn f, int isa) {
+  snprintf(buf, n, "_ZGV%cN%d%s_%s", vec_isas[isa].letter, vec_isas[isa].lanes, math_fns[f].arity == 2 ? "vv" : "v",
+           math_fns[f].name);
+}
+
 /* Which libmvec variants this machine has (the object runs on the same kind). */
 static void detect_libmvec(LlvmModule *m, const char *triple) {
   if (strncmp(triple, "x86_64", 6) != 0) return;
@@ -136,8 +142,7 @@ static void detect_libmvec(LlvmModule *m, const char *triple) {
   for (int f = 0; f < MF_COUNT; f++)
     for (int i = 0; i < VEC_ISAS; i++) {
       char name[64];
-      snprintf(name, sizeof name, "_ZGV%cN%d%s_%s", vec_isas[i].letter, vec_isas[i].lanes,
-               math_fns[f].arity == 2 ? "vv" : "v", math_fns[f].name);
+      vector_fn_name(name, sizeof name, (MathFn)f, i);
       if (has_feature(m->features, vec_isas[i].feature) && dlsym(lib, name)) m->vec_mask[f] |= 1 << i;
     }
   dlclose(lib);
@@ -497,12 +502,24 @@ static void emit_store(Emit *e, const KPhase *p, LLVMValueRef v) {
 
 /* ---- expressions ----------------------------------------------------------------- */
 
+/* An intrinsic overloaded on its operands' type: f32, or a vector of f32. */
 static LLVMValueRef call_intrinsic(Emit *e, const char *name, LLVMValueRef *args, int n) {
   unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
   ir_assert(id);
-  LLVMValueRef fn = LLVMGetIntrinsicDeclaration(e->m->mod, id, &e->m->f32, 1);
-  LLVMTypeRef ty = LLVMIntrinsicGetType(e->m->ctx, id, &e->m->f32, 1);
+  LLVMTypeRef over = LLVMTypeOf(args[0]);
+  LLVMValueRef fn = LLVMGetIntrinsicDeclaration(e->m->mod, id, &over, 1);
+  LLVMTypeRef ty = LLVMIntrinsicGetType(e->m->ctx, id, &over, 1);
   return LLVMBuildCall2(e->b, ty, fn, args, (unsigned)n, "");
+}
+
+/* f as a constant of type ty: f32, or every lane of a vector of f32. */
+static LLVMValueRef fconst(Emit *e, LLVMTypeRef ty, float f) {
+  if (LLVMGetTypeKind(ty) != LLVMVectorTypeKind) return cf(e, f);
+  LLVMValueRef c[16];
+  unsigned n = LLVMGetVectorSize(ty);
+  ir_assert(n <= 16);
+  for (unsigned i = 0; i < n; i++) c[i] = cf(e, f);
+  return LLVMConstVector(c, n);
 }
 
 static void add_fn_attr(LLVMContextRef ctx, LLVMValueRef fn, const char *name) {
@@ -528,7 +545,7 @@ static void add_vector_variants(LlvmModule *m, LLVMValueRef call, MathFn f) {
   const char *params = math_fns[f].arity == 2 ? "vv" : "v";
   for (int i = 0; i < VEC_ISAS; i++) {
     if (!(m->vec_mask[f] & 1 << i)) continue;
-    snprintf(vname, sizeof vname, "_ZGV%cN%d%s_%s", vec_isas[i].letter, vec_isas[i].lanes, params, math_fns[f].name);
+    vector_fn_name(vname, sizeof vname, f, i);
     declare_vector_fn(m, vname, vec_isas[i].lanes, math_fns[f].arity);
     size_t n = strlen(attr);
     snprintf(attr + n, sizeof attr - n, "%s_ZGV_LLVM_N%d%s_%s(%s)", n ? "," : "", vec_isas[i].lanes, params,
@@ -556,21 +573,44 @@ static LLVMValueRef call_libm(Emit *e, MathFn f, LLVMValueRef *args) {
   return call;
 }
 
-/* exp(x). libmvec's vector expf leaves its fast path for x < -87.3 (results that
- * underflow): 10x slower for -inf lanes, 25x for -100, measured. Causal softmax feeds
- * it exactly those (masked scores), so with libmvec such x are shifted into range,
- * exp(x) = exp(x + 50) * exp(-50) with x + 50 exact in f32, and below -104, where
- * exp(x) rounds to 0, the result is 0 without a multiply that would underflow (an
- * underflowing multiply is itself slow). */
+/* The libmvec variant of f with `lanes` lanes, declared; NULL where this machine has none. */
+static LLVMValueRef vector_fn(LlvmModule *m, MathFn f, unsigned lanes) {
+  char name[64];
+  for (int i = 0; i < VEC_ISAS; i++)
+    if (m->vec_mask[f] & 1 << i && vec_isas[i].lanes == (int)lanes) {
+      vector_fn_name(name, sizeof name, f, i);
+      declare_vector_fn(m, name, vec_isas[i].lanes, math_fns[f].arity);
+      return LLVMGetNamedFunction(m->mod, name);
+    }
+  return NULL;
+}
+
+/* exp(x), x an f32 or a vector of them (the fused attention kernel's lanes). libmvec's
+ * vector expf leaves its fast path for x < -87.3 (results that underflow): 10x slower
+ * for -inf lanes, 25x for -100, measured. Causal softmax feeds it exactly those (masked
+ * scores), so with libmvec such x are shifted into range, exp(x) = exp(x + 50) *
+ * exp(-50) with x + 50 exact in f32, and below -104, where exp(x) rounds to 0, the
+ * result is 0 without a multiply that would underflow (an underflowing multiply is
+ * itself slow). A vector whose width libmvec lacks goes lane by lane. */
 static LLVMValueRef emit_exp(Emit *e, LLVMValueRef x) {
-  if (!e->m->vec_mask[MF_EXP]) return call_libm(e, MF_EXP, &x);
   LLVMBuilderRef b = e->b;
-  LLVMValueRef low = LLVMBuildFCmp(b, LLVMRealOLT, x, cf(e, -87.0f), "");
-  LLVMValueRef zero = LLVMBuildFCmp(b, LLVMRealOLT, x, cf(e, -104.0f), "");
-  LLVMValueRef t = LLVMBuildSelect(b, low, LLVMBuildFAdd(b, x, cf(e, 50.0f), ""), x, "");
-  t = LLVMBuildSelect(b, zero, cf(e, 0.0f), t, "");
-  LLVMValueRef r = call_libm(e, MF_EXP, &t);
-  LLVMValueRef scale = LLVMBuildSelect(b, zero, cf(e, 0.0f), cf(e, (float)exp(-50.0)), "");
+  LLVMTypeRef ty = LLVMTypeOf(x);
+  LLVMValueRef vfn = NULL;
+  if (LLVMGetTypeKind(ty) == LLVMVectorTypeKind && !(vfn = vector_fn(e->m, MF_EXP, LLVMGetVectorSize(ty)))) {
+    LLVMValueRef r = LLVMGetUndef(ty);
+    for (unsigned i = 0; i < LLVMGetVectorSize(ty); i++) {
+      LLVMValueRef lane = LLVMConstInt(e->m->i32, i, 0);
+      r = LLVMBuildInsertElement(b, r, emit_exp(e, LLVMBuildExtractElement(b, x, lane, "")), lane, "");
+    }
+    return r;
+  }
+  if (!vfn && !e->m->vec_mask[MF_EXP]) return call_libm(e, MF_EXP, &x);
+  LLVMValueRef low = LLVMBuildFCmp(b, LLVMRealOLT, x, fconst(e, ty, -87.0f), "");
+  LLVMValueRef zero = LLVMBuildFCmp(b, LLVMRealOLT, x, fconst(e, ty, -104.0f), "");
+  LLVMValueRef t = LLVMBuildSelect(b, low, LLVMBuildFAdd(b, x, fconst(e, ty, 50.0f), ""), x, "");
+  t = LLVMBuildSelect(b, zero, fconst(e, ty, 0.0f), t, "");
+  LLVMValueRef r = vfn ? LLVMBuildCall2(b, LLVMGlobalGetValueType(vfn), vfn, &t, 1, "") : call_libm(e, MF_EXP, &t);
+  LLVMValueRef scale = LLVMBuildSelect(b, zero, fconst(e, ty, 0.0f), fconst(e, ty, (float)exp(-50.0)), "");
   return LLVMBuildSelect(b, low, LLVMBuildFMul(b, r, scale, ""), r, "");
 }
 
@@ -941,54 +981,16 @@ static LLVMValueRef splat(Emit *e, LLVMTypeRef vt, LLVMValueRef s) {
   LLVMValueRef v = LLVMBuildInsertElement(e->b, LLVMGetUndef(vt), s, LLVMConstInt(e->m->i32, 0, 0), "");
   return LLVMBuildShuffleVector(e->b, v, LLVMGetUndef(vt), LLVMConstNull(LLVMVectorType(e->m->i32, n)), "");
 }
-static LLVMValueRef vconst(Emit *e, LLVMTypeRef vt, float f) {
-  LLVMValueRef c[16];
-  unsigned n = LLVMGetVectorSize(vt);
-  for (unsigned i = 0; i < n; i++) c[i] = cf(e, f);
-  return LLVMConstVector(c, n);
-}
 static LLVMValueRef vlocal(Emit *e, const AttnV *V, int64_t n, const char *name) {
   return LLVMBuildAlloca(e->entry_b, n ? LLVMArrayType(V->vt, (unsigned)n) : V->vt, name);
 }
 static LLVMValueRef vget(Emit *e, const AttnV *V, LLVMValueRef p) { return LLVMBuildLoad2(e->b, V->vt, p, ""); }
-static LLVMValueRef vmaxnum(Emit *e, const AttnV *V, LLVMValueRef x, LLVMValueRef y) {
-  const char *name = "llvm.maxnum";
-  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
-  LLVMTypeRef vt = V->vt;
+static LLVMValueRef fmax_(Emit *e, LLVMValueRef x, LLVMValueRef y) {
   LLVMValueRef a[2] = {x, y};
-  return LLVMBuildCall2(e->b, LLVMIntrinsicGetType(e->m->ctx, id, &vt, 1),
-                        LLVMGetIntrinsicDeclaration(e->m->mod, id, &vt, 1), a, 2, "");
+  return call_intrinsic(e, "llvm.maxnum", a, 2);
 }
 static LLVMValueRef vsel(Emit *e, LLVMValueRef mask, LLVMValueRef x, LLVMValueRef y) {
   return LLVMBuildSelect(e->b, mask, x, y, "");
-}
-
-/* exp of every lane: emit_exp's shift into libmvec's fast range around the vector
- * variant of L lanes, or each lane through emit_exp where there is none. */
-static LLVMValueRef vexp(Emit *e, const AttnV *V, LLVMValueRef x) {
-  int isa = -1;
-  for (int i = 0; i < VEC_ISAS; i++)
-    if (e->m->vec_mask[MF_EXP] & 1 << i && vec_isas[i].lanes == V->lanes) isa = i;
-  if (isa < 0) {
-    LLVMValueRef r = LLVMGetUndef(V->vt);
-    for (int i = 0; i < V->lanes; i++) {
-      LLVMValueRef lane = LLVMConstInt(e->m->i32, (unsigned long long)i, 0);
-      r = LLVMBuildInsertElement(e->b, r, emit_exp(e, LLVMBuildExtractElement(e->b, x, lane, "")), lane, "");
-    }
-    return r;
-  }
-  char name[64];
-  snprintf(name, sizeof name, "_ZGV%cN%dv_%s", vec_isas[isa].letter, V->lanes, math_fns[MF_EXP].name);
-  declare_vector_fn(e->m, name, V->lanes, 1);
-  LLVMBuilderRef b = e->b;
-  LLVMValueRef low = LLVMBuildFCmp(b, LLVMRealOLT, x, vconst(e, V->vt, -87.0f), "");
-  LLVMValueRef zero = LLVMBuildFCmp(b, LLVMRealOLT, x, vconst(e, V->vt, -104.0f), "");
-  LLVMValueRef t = vsel(e, low, LLVMBuildFAdd(b, x, vconst(e, V->vt, 50.0f), ""), x);
-  t = vsel(e, zero, vconst(e, V->vt, 0.0f), t);
-  LLVMValueRef fn = LLVMGetNamedFunction(e->m->mod, name),
-               r = LLVMBuildCall2(b, LLVMGlobalGetValueType(fn), fn, &t, 1, "");
-  LLVMValueRef scale = vsel(e, zero, vconst(e, V->vt, 0.0f), vconst(e, V->vt, (float)exp(-50.0)));
-  return vsel(e, low, LLVMBuildFMul(b, r, scale, ""), r);
 }
 
 static LLVMValueRef imin(Emit *e, LLVMValueRef x, LLVMValueRef y) {
@@ -999,7 +1001,7 @@ static LLVMValueRef imin(Emit *e, LLVMValueRef x, LLVMValueRef y) {
 typedef struct AttnGroup {
   LLVMValueRef bb, h, hoff, x0, nl;
   LLVMValueRef bound;         /* <L x i64>: a lane's keys y < bound (by query), or y >= bound */
-  LLVMValueRef fix[2], fix_n; /* the lane's own rows of its fixed operands, [hd] vectors each */
+  LLVMValueRef fix[2];        /* the lane's own rows of its fixed operands, [hd] vectors each */
   LLVMValueRef lse, delta;    /* by query, backward: the lane's log-sum-exp and delta */
   LLVMValueRef acc, sc, m, l; /* [hd] accumulators; forward: block scores, running max and sum */
 } AttnGroup;
@@ -1064,7 +1066,7 @@ static void attn_dots(Emit *e, const AttnV *V, const AttnGroup *g, const AttnSid
           splat(e, LLVMVectorType(e->m->i1, (unsigned)V->lanes), LLVMBuildICmp(e->b, LLVMIntSLE, y, ylast, "")), "");
     for (int o = 0; o < 3; o++) rows[o][t] = ops[o] ? attn_row(e, ops[o], g->bb, yc) : NULL;
   }
-  for (int i = 0; i < s->ndots * ATTN_G; i++) set(e, at(e, sums, ci(e, i)), vconst(e, V->vt, 0.0f));
+  for (int i = 0; i < s->ndots * ATTN_G; i++) set(e, at(e, sums, ci(e, i)), fconst(e, V->vt, 0.0f));
   For d = for_begin(e, ci(e, 0), ci(e, A->hd), "dots");
   LLVMValueRef c = LLVMBuildNSWAdd(e->b, g->hoff, d.l.iv, "");
   for (int f = 0; f < s->ndots; f++) {
@@ -1106,23 +1108,22 @@ static void attn_forward(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef yhi
   LLVMValueRef yn = imin(e, ci(e, KA_BLOCK), LLVMBuildNSWSub(e->b, yhi, y0, ""));
   LLVMValueRef ng = LLVMBuildSDiv(e->b, LLVMBuildNSWAdd(e->b, yn, ci(e, ATTN_G - 1), ""), ci(e, ATTN_G), "");
   LLVMValueRef mbp = vlocal(e, V, 0, "mb");
-  set(e, mbp, vconst(e, V->vt, -INFINITY));
+  set(e, mbp, fconst(e, V->vt, -INFINITY));
   For t = for_begin(e, ci(e, 0), ng, "scores");
   LLVMValueRef yt = LLVMBuildNSWAdd(e->b, y0, LLVMBuildNSWMul(e->b, t.l.iv, ci(e, ATTN_G), ""), "");
   attn_dots(e, V, g, &s, yt, ylast, rows, valid, dots, sums);
   LLVMValueRef mb = vget(e, V, mbp);
   for (int i = 0; i < ATTN_G; i++) {
-    LLVMValueRef sv = LLVMBuildFMul(e->b, dots[0][i], vconst(e, V->vt, A->scale), "");
-    sv = vsel(e, valid[i], sv, vconst(e, V->vt, -INFINITY));
+    LLVMValueRef sv = LLVMBuildFMul(e->b, dots[0][i], fconst(e, V->vt, A->scale), "");
+    sv = vsel(e, valid[i], sv, fconst(e, V->vt, -INFINITY));
     set(e, at(e, g->sc, LLVMBuildNSWAdd(e->b, LLVMBuildNSWMul(e->b, t.l.iv, ci(e, ATTN_G), ""), ci(e, i), "")), sv);
-    mb = vmaxnum(e, V, mb, sv);
+    mb = fmax_(e, mb, sv);
   }
   set(e, mbp, mb);
   for_end(e, &t, ng, LV_NEVER);
   /* lanes whose keys end before the block skip it */
   LLVMValueRef act = LLVMBuildICmp(e->b, LLVMIntSLT, splat(e, V->vi, y0), g->bound, "");
-  LLVMValueRef m = vget(e, V, g->m), mn = vmaxnum(e, V, m, vget(e, V, mbp)),
-               c = vexp(e, V, LLVMBuildFSub(e->b, m, mn, ""));
+  LLVMValueRef m = vget(e, V, g->m), mn = fmax_(e, m, vget(e, V, mbp)), c = emit_exp(e, LLVMBuildFSub(e->b, m, mn, ""));
   set(e, g->l, vsel(e, act, LLVMBuildFMul(e->b, vget(e, V, g->l), c, ""), vget(e, V, g->l)));
   For d = for_begin(e, ci(e, 0), ci(e, A->hd), "rescale");
   LLVMValueRef p = at(e, g->acc, d.l.iv), a = vget(e, V, p);
@@ -1137,7 +1138,7 @@ static void attn_forward(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef yhi
     LLVMValueRef ps =
         at(e, g->sc, LLVMBuildNSWAdd(e->b, LLVMBuildNSWMul(e->b, t2.l.iv, ci(e, ATTN_G), ""), ci(e, i), ""));
     valid[i] = LLVMBuildICmp(e->b, LLVMIntSLT, splat(e, V->vi, y), g->bound, "");
-    w[i] = vexp(e, V, LLVMBuildFSub(e->b, vget(e, V, ps), mn, ""));
+    w[i] = emit_exp(e, LLVMBuildFSub(e->b, vget(e, V, ps), mn, ""));
     LLVMValueRef l = vget(e, V, g->l);
     set(e, g->l, vsel(e, valid[i], LLVMBuildFAdd(e->b, l, w[i], ""), l));
     vrows[i] = attn_row(e, s.row, g->bb, imin(e, y, ylast));
@@ -1167,8 +1168,8 @@ static void attn_backward(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef yl
     if (!by_query)
       lse = splat(e, V->vt,
                   attn_load(e, &A->out, attn_row(e, &A->out, g->bb, yc), LLVMBuildNSWAdd(e->b, g->h, ci(e, F), "")));
-    LLVMValueRef sv = LLVMBuildFSub(e->b, LLVMBuildFMul(e->b, dots[0][i], vconst(e, V->vt, A->scale), ""), lse, "");
-    w[i] = vexp(e, V, sv);
+    LLVMValueRef sv = LLVMBuildFSub(e->b, LLVMBuildFMul(e->b, dots[0][i], fconst(e, V->vt, A->scale), ""), lse, "");
+    w[i] = emit_exp(e, sv);
     if (A->pass != KA_DV) {
       LLVMValueRef dl = by_query ? vget(e, V, g->delta)
                                  : splat(e, V->vt, attn_load(e, &A->delta, attn_row(e, &A->delta, g->bb, yc), g->h));
@@ -1227,13 +1228,13 @@ static void attn_group(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef r0, L
   g->bound = vsel(e, in, bound, LLVMConstVector(c, (unsigned)V->lanes));
   attn_gather(e, V, g);
   For z = for_begin(e, ci(e, 0), ci(e, A->hd), "zero");
-  set(e, at(e, g->acc, z.l.iv), vconst(e, V->vt, 0.0f));
+  set(e, at(e, g->acc, z.l.iv), fconst(e, V->vt, 0.0f));
   for_end(e, &z, ci(e, A->hd), LV_NEVER);
   /* the other side's rows any lane reads: up to the last lane's bound by query, from the
    * first lane's by key */
   LLVMValueRef last = LLVMBuildNSWSub(b, g->nl, ci(e, 1), "");
   if (A->pass == KA_FWD) {
-    set(e, g->m, vconst(e, V->vt, -INFINITY)), set(e, g->l, vconst(e, V->vt, 0.0f));
+    set(e, g->m, fconst(e, V->vt, -INFINITY)), set(e, g->l, fconst(e, V->vt, 0.0f));
     attn_forward(e, V, g, LLVMBuildExtractElement(b, g->bound, last, ""), sums);
   } else if (by_query) {
     attn_backward(e, V, g, ci(e, 0), LLVMBuildExtractElement(b, g->bound, last, ""), sums);
