@@ -187,7 +187,16 @@ static void mpi_abort(Comm *c, int code) {
   exit(code);
 }
 
-static void mpi_abort_world(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+/* comm_fatal under MPI: which rank failed, in train's own words (the launcher's report of
+ * the abort is its own, and not always printed), then every rank ends. */
+static void mpi_abort_world(int code) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  fprintf(stderr, "train: rank %d of %d failed; ending every rank\n", rank, size);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+}
 
 static void mpi_destroy(Comm *c) {
   MpiComm *m = (MpiComm *)c;
