@@ -30,7 +30,7 @@
 #endif
 
 enum {
-  CUDA_BLOCK = 256,        /* threads per block for CM_FLAT, CM_THREAD_ROW, CM_COLS */
+  CUDA_BLOCK = 256,        /* threads per block for CM_FLAT, CM_THREAD_ROW, CM_COLS, CM_WARP_ROW */
   CUDA_ROW_BLOCK_MIN = 32, /* CM_BLOCK_ROW: one warp at least */
   CUDA_ROW_BLOCK_MAX = 512,
   CUDA_ROW_PER_THREAD = 4,   /* CM_BLOCK_ROW: aim at this many columns per thread */
@@ -182,7 +182,7 @@ static bool has_reduce(const Kernel *k) {
 }
 
 CudaMapping cuda_kernel_mapping(const Kernel *k) {
-  if (k->attn) return CM_THREAD_ROW;
+  if (k->attn) return CM_WARP_ROW;
   if (k->par == KP_COLS) return CM_COLS;
   if (!has_reduce(k) && k->cols > 0 && !phases_conflict(k)) return CM_FLAT;
   return k->cols < CUDA_THREAD_ROW_COLS ? CM_THREAD_ROW : CM_BLOCK_ROW;
@@ -193,6 +193,7 @@ const char *cuda_mapping_name(CudaMapping m) {
   case CM_FLAT: return "flat";
   case CM_BLOCK_ROW: return "block-per-row";
   case CM_THREAD_ROW: return "thread-per-row";
+  case CM_WARP_ROW: return "warp-per-row";
   case CM_COLS: return "thread-per-column";
   }
   unreachable();
@@ -214,6 +215,10 @@ int64_t cuda_kernel_grid_size(const Kernel *k, int64_t extent) {
     work = work / bs + (work % bs != 0);
     break;
   case CM_BLOCK_ROW: break;
+  case CM_WARP_ROW:
+    work = extent > INT64_MAX / 32 ? INT64_MAX : extent * 32;
+    work = work / bs + (work % bs != 0);
+    break;
   case CM_THREAD_ROW:
   case CM_COLS: work = work / bs + (work % bs != 0); break;
   }
@@ -972,7 +977,9 @@ static void emit_cols(Emit *E, Str *o) {
   str_free(&rows);
 }
 
-/* ---- the fused attention kernel (kernel.h, KAttn): one thread per work item ------------- */
+/* ---- the fused attention kernel (kernel.h, KAttn): one warp per work item ---------- */
+
+_Static_assert(KA_BLOCK == 32, "a key block of the fused attention is one warp's lanes");
 
 /* `x` as an f32 expression: element idx of operand x. */
 static void attn_load(Str *o, const Kernel *k, const KOperand *x, const char *idx) {
@@ -1004,6 +1011,18 @@ static void attn_dot(Str *o, int ind, const Kernel *k, const char *var, const KO
   put(o, ";\n");
 }
 
+/* `for (a) { const int d = lane + 32 * a; [if (d < hd)] ` opened: the lane's share of
+ * the head's columns, acc[a] holding column d. The caller closes the brace. */
+static void attn_lane_cols(Str *o, int ind, const Kernel *k) {
+  long long hd = k->attn->hd;
+  put_ind(o, ind);
+  put(o, "for (int a = 0; a < %lld; a++) {\n", (hd + 31) / 32);
+  put_ind(o, ind + 1);
+  put(o, "const int d = (int)lane + 32 * a;\n");
+  put_ind(o, ind + 1);
+  if (hd % 32) put(o, "if (d < %lld) ", hd);
+}
+
 static void attn_store(Str *o, int ind, const Kernel *k, const char *idx, const char *v) {
   const KAttn *A = k->attn;
   const KBuf *b = &k->bufs[A->res.buf];
@@ -1019,45 +1038,57 @@ static void attn_store(Str *o, int ind, const Kernel *k, const char *idx, const 
   }
 }
 
-/* The body: what kernel_eval's eval_attn_row does, in the same order. */
+/* The body: what kernel_eval's eval_attn_row does, in the same order, one warp per row
+ * (its index uniform across the warp, so every lane reaches every shuffle). A block of
+ * 32 keys (the forward pass) or 32 rows of the other side (the backward passes) is one
+ * score per lane, its dot product in order over d; the lanes' scores are then taken in
+ * order, broadcast, into the accumulators, each lane holding the head columns
+ * d = lane + 32a. So each column's sums run in kernel_eval's order, as one thread per
+ * row did, with the dot products spread over the lanes and the value, gradient, key
+ * and query rows read by consecutive lanes at consecutive addresses. */
 static void emit_attn(Str *o, const Kernel *k) {
   const KAttn *A = k->attn;
   long long hd = A->hd, F = A->heads * hd, shift = A->sk - A->sq;
   long long len = A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk;
-  put(o, "  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < n;"
-         " r += (long long)gridDim.x * blockDim.x) {\n");
+  put(o, "  const unsigned lane = threadIdx.x & 31u;\n");
+  put(o, "  for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < n;"
+         " r += ((long long)gridDim.x * blockDim.x) >> 5) {\n");
   put(o, "    const long long x = r %% %lldLL, b = r / %lldLL / %lldLL, h = r / %lldLL %% %lldLL, ho = h * %lldLL;\n",
       len, len, (long long)A->heads, len, (long long)A->heads, hd);
-  put(o, "    float acc[%lld];\n    for (int d = 0; d < %lld; d++) acc[d] = 0.0f;\n", hd, hd);
+  put(o, "    float acc[%lld];\n    for (int a = 0; a < %lld; a++) acc[a] = 0.0f;\n", (hd + 31) / 32, (hd + 31) / 32);
   if (A->pass == KA_FWD) {
     attn_row(o, 2, "xr", &A->q, "x");
     if (A->causal)
       put(o, "    const long long end = x + %lldLL < %lldLL ? x + %lldLL : %lldLL;\n", shift + 1, (long long)A->sk,
           shift + 1, (long long)A->sk);
     else put(o, "    const long long end = %lldLL;\n", (long long)A->sk);
-    put(o, "    float m = -CC_INF, l = 0.0f, sc[%d];\n", KA_BLOCK);
-    put(o, "    for (long long j0 = 0; j0 < end; j0 += %d) {\n", KA_BLOCK);
-    put(o, "      const int jn = (int)(end - j0 < %d ? end - j0 : %d);\n      float mb = -CC_INF;\n", KA_BLOCK,
-        KA_BLOCK);
-    put(o, "      for (int t = 0; t < jn; t++) {\n");
-    attn_row(o, 4, "kr", &A->k, "j0 + t");
+    put(o, "    float m = -CC_INF, l = 0.0f;\n");
+    put(o, "    for (long long j0 = 0; j0 < end; j0 += 32) {\n");
+    put(o, "      const int jn = (int)(end - j0 < 32 ? end - j0 : 32);\n      float sc = -CC_INF;\n");
+    put(o, "      if ((int)lane < jn) {\n");
+    attn_row(o, 4, "kr", &A->k, "j0 + lane");
     attn_dot(o, 4, k, "s", &A->q, "xr", &A->k, "kr");
-    put(o, "        sc[t] = s * ");
+    put(o, "        sc = s * ");
     put_float(o, A->scale);
-    put(o, ";\n        mb = fmaxf(mb, sc[t]);\n      }\n");
-    put(o, "      const float mn = fmaxf(m, mb), c = expf(m - mn);\n      l *= c;\n");
-    put(o, "      for (int d = 0; d < %lld; d++) acc[d] *= c;\n", hd);
-    put(o, "      for (int t = 0; t < jn; t++) {\n        const float p = expf(sc[t] - mn);\n        l += p;\n");
+    put(o, ";\n      }\n");
+    put(o, "      const float mb = cc_warp_max(sc);\n");
+    put(o, "      const float mn = fmaxf(m, mb), c = expf(m - mn), pl = expf(sc - mn);\n      l *= c;\n");
+    put(o, "      for (int a = 0; a < %lld; a++) acc[a] *= c;\n", (hd + 31) / 32);
+    put(o, "      for (int t = 0; t < jn; t++) {\n");
+    put(o, "        const float p = __shfl_sync(0xffffffffu, pl, t);\n        l += p;\n");
     attn_row(o, 4, "vr", &A->v, "j0 + t");
-    put(o, "        for (int d = 0; d < %lld; d++) acc[d] += p * ", hd);
+    attn_lane_cols(o, 4, k);
+    put(o, "acc[a] += p * ");
     attn_load(o, k, &A->v, "vr + ho + d");
-    put(o, ";\n      }\n      m = mn;\n    }\n");
+    put(o, ";\n        }\n      }\n      m = mn;\n    }\n");
     attn_row(o, 2, "orow", &A->res, "x");
-    put(o, "    for (int d = 0; d < %lld; d++)\n", hd);
-    attn_store(o, 3, k, "orow + ho + d", "acc[d] / l");
+    attn_lane_cols(o, 2, k);
+    attn_store(o, 0, k, "orow + ho + d", "acc[a] / l");
+    put(o, "    }\n");
     char idx[64];
     snprintf(idx, sizeof idx, "orow + %lldLL + h", F);
-    attn_store(o, 2, k, idx, "m + logf(l)");
+    put(o, "    if (lane == 0)\n");
+    attn_store(o, 3, k, idx, "m + logf(l)");
     put(o, "  }\n");
     return;
   }
@@ -1069,41 +1100,50 @@ static void emit_attn(Str *o, const Kernel *k) {
   else if (A->causal)
     put(o, "    const long long lo = x - %lldLL > 0 ? x - %lldLL : 0, hi = %lldLL;\n", shift, shift, hi);
   else put(o, "    const long long lo = 0, hi = %lldLL;\n", hi);
-  put(o, "    for (long long y = lo; y < hi; y++) {\n");
-  put(o, "      const long long i = %s, j = %s;\n", by_query ? "x" : "y", by_query ? "y" : "x");
-  attn_row(o, 3, "qr", &A->q, "i");
-  attn_row(o, 3, "kr", &A->k, "j");
-  attn_row(o, 3, "orow", &A->out, "i");
-  attn_row(o, 3, "gr", &A->g, "i");
-  attn_dot(o, 3, k, "s", &A->q, "qr", &A->k, "kr");
+  put(o, "    for (long long y0 = lo; y0 < hi; y0 += 32) {\n");
+  put(o, "      const int yn = (int)(hi - y0 < 32 ? hi - y0 : 32);\n      float cl = 0.0f;\n");
+  put(o, "      if ((int)lane < yn) {\n");
+  put(o, "        const long long y = y0 + lane, i = %s, j = %s;\n", by_query ? "x" : "y", by_query ? "y" : "x");
+  attn_row(o, 4, "qr", &A->q, "i");
+  attn_row(o, 4, "kr", &A->k, "j");
+  attn_row(o, 4, "orow", &A->out, "i");
+  attn_dot(o, 4, k, "s", &A->q, "qr", &A->k, "kr");
   char lse[64];
   snprintf(lse, sizeof lse, "orow + %lldLL + h", F);
-  put(o, "      const float p = expf(s * ");
+  put(o, "        const float p = expf(s * ");
   put_float(o, A->scale);
   put(o, " - ");
   attn_load(o, k, &A->out, lse);
   put(o, ");\n");
   if (A->pass == KA_DV) {
-    put(o, "      for (int d = 0; d < %lld; d++) acc[d] += p * ", hd);
-    attn_load(o, k, &A->g, "gr + ho + d");
-    put(o, ";\n");
+    put(o, "        cl = p;\n");
   } else {
-    attn_row(o, 3, "vr", &A->v, "j");
-    attn_row(o, 3, "dr", &A->delta, "i");
-    attn_dot(o, 3, k, "dp", &A->g, "gr", &A->v, "vr");
-    put(o, "      const float ds = p * (dp - ");
+    attn_row(o, 4, "gr", &A->g, "i");
+    attn_row(o, 4, "vr", &A->v, "j");
+    attn_row(o, 4, "dr", &A->delta, "i");
+    attn_dot(o, 4, k, "dp", &A->g, "gr", &A->v, "vr");
+    put(o, "        cl = p * (dp - ");
     attn_load(o, k, &A->delta, "dr + h");
-    put(o, ");\n      for (int d = 0; d < %lld; d++) acc[d] += ds * ", hd);
-    attn_load(o, k, by_query ? &A->k : &A->q, by_query ? "kr + ho + d" : "qr + ho + d");
-    put(o, ";\n");
+    put(o, ");\n");
   }
-  put(o, "    }\n");
+  put(o, "      }\n");
+  put(o, "      for (int t = 0; t < yn; t++) {\n");
+  put(o, "        const float cf = __shfl_sync(0xffffffffu, cl, t);\n");
+  /* the row the coefficient multiplies: g's row i (dV), k's row j (dQ), q's row i (dK) */
+  const KOperand *X = A->pass == KA_DV ? &A->g : by_query ? &A->k : &A->q;
+  put(o, "        const long long y = y0 + t;\n");
+  attn_row(o, 4, "xr", X, "y");
+  attn_lane_cols(o, 4, k);
+  put(o, "acc[a] += cf * ");
+  attn_load(o, k, X, "xr + ho + d");
+  put(o, ";\n        }\n      }\n    }\n");
   attn_row(o, 2, "rrow", &A->res, "x");
   Str v = {0};
-  put(&v, "acc[d] * ");
+  put(&v, "acc[a] * ");
   put_float(&v, A->pass == KA_DV ? 1.0f : A->scale);
-  put(o, "    for (int d = 0; d < %lld; d++)\n", hd);
-  attn_store(o, 3, k, "rrow + ho + d", v.s);
+  attn_lane_cols(o, 2, k);
+  attn_store(o, 0, k, "rrow + ho + d", v.s);
+  put(o, "    }\n");
   str_free(&v);
   put(o, "  }\n");
 }
@@ -1130,15 +1170,16 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
   Emit E;
   emit_init(&E, k);
   Str body = {0}, head = {0};
-  if (k->attn) {
+  switch (E.map) {
+  case CM_FLAT: emit_flat(&E, &body); break;
+  case CM_BLOCK_ROW: emit_rows(&E, &body, true); break;
+  case CM_THREAD_ROW: emit_rows(&E, &body, false); break;
+  case CM_COLS: emit_cols(&E, &body); break;
+  case CM_WARP_ROW:
     emit_attn(&body, k);
     for (int b = 0; b < k->nbufs; b++) E.use_buf[b] = true;
-  } else switch (E.map) {
-    case CM_FLAT: emit_flat(&E, &body); break;
-    case CM_BLOCK_ROW: emit_rows(&E, &body, true); break;
-    case CM_THREAD_ROW: emit_rows(&E, &body, false); break;
-    case CM_COLS: emit_cols(&E, &body); break;
-    }
+    break;
+  }
   if (E.use_sh) put(&head, "  CC_SHARED(float, cc_sh, 32);\n");
   decl_bases_and_scalars(&E, &head);
   int bs = cuda_kernel_block_size(k);

@@ -25,6 +25,10 @@
  *   CM_THREAD_ROW  the same kernels with cols < 32: one thread per row, phases in
  *                  order, exactly as the reference evaluator does.
  *   CM_COLS        KP_COLS: one thread per column, all rows in order (deterministic).
+ *   CM_WARP_ROW    a fused attention kernel (KAttn): one warp per row of the pass (a
+ *                  query row forward and for dQ, a key row for dK and dV), one score
+ *                  of a 32-row block per lane, the head's columns spread over the
+ *                  lanes; every sum in the evaluator's order.
  *
  * Within a phase the elements of a row are assumed independent (as the CPU backend
  * assumes), and rows are independent for KP_ROWS, columns for KP_COLS.
@@ -42,7 +46,7 @@
 #include <stdio.h>
 #include "codegen/kernel.h"
 
-typedef enum { CM_FLAT, CM_BLOCK_ROW, CM_THREAD_ROW, CM_COLS } CudaMapping;
+typedef enum { CM_FLAT, CM_BLOCK_ROW, CM_THREAD_ROW, CM_COLS, CM_WARP_ROW } CudaMapping;
 
 CudaMapping cuda_kernel_mapping(const Kernel *k);
 const char *cuda_mapping_name(CudaMapping m);

@@ -60,6 +60,13 @@ add_test(NAME codegen_cuda_lowered_gpt2_tiny_fp8
                  batch=2 seq=16 layers=2
          WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 set_tests_properties(codegen_cuda_lowered_gpt2_tiny_fp8 PROPERTIES TIMEOUT 900)
+# fused attention's warp per row where a head is not a whole number of warps (40
+# columns: lanes past the head idle) and the keys are three blocks of 32, the last partial
+add_test(NAME codegen_cuda_lowered_gpt2_attn_blocks
+         COMMAND test_codegen_cuda lowered ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model --attention=fused
+                 d=80 heads=2 batch=2 seq=70 layers=1
+         WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+set_tests_properties(codegen_cuda_lowered_gpt2_attn_blocks PROPERTIES TIMEOUT 900)
 
 # The CUDA source of every kernel of every model in models/, at its real size, compiles
 # through NVRTC for sm_80 and sm_90.

@@ -484,6 +484,7 @@ static void check_launch_sizes(const Case *c) {
     break;
   case CM_THREAD_ROW:
   case CM_COLS: CHECK(grid == (extent + bs - 1) / bs || (extent == 0 && grid == 1)); break;
+  case CM_WARP_ROW: CHECK(grid == (extent * 32 + bs - 1) / bs || (extent == 0 && grid == 1)); break;
   }
   CHECK(cuda_kernel_grid_size(k, 0) == 1);
   CHECK(cuda_kernel_grid_size(k, (int64_t)1 << 40) == 65536);

@@ -9,7 +9,7 @@
 // _setjmp/_longjmp (no system call), so __syncthreads() and a warp's shuffle cost a
 // few switches rather than a futex round through the OS scheduler. Blocks run one
 // after another, __syncthreads() is a barrier of the block's fibers,
-// __shfl_xor_sync() exchanges through memory between two barriers of the warp, shared
+// __shfl_xor_sync() and __shfl_sync() exchange through memory between two barriers of the warp, shared
 // memory is a static (blocks do not overlap), NaN before each block.
 #include <math.h>
 #include <setjmp.h>
@@ -112,6 +112,15 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
   slot[t] = v;
   cc_barrier_wait(&cc_warp_barrier[w], 32);
   return slot[(t & ~31u) | ((t & 31u) ^ (unsigned)lane_mask)];
+}
+// Lane src_lane's v in every lane of the warp (one exchange, as __shfl_xor_sync).
+static inline float __shfl_sync(unsigned mask, float v, int src_lane) {
+  if (mask != 0xffffffffu) abort();
+  unsigned t = threadIdx.x, w = t >> 5;
+  float *slot = cc_shfl_slot[cc_fib[t].shfl_round++ & 1];
+  slot[t] = v;
+  cc_barrier_wait(&cc_warp_barrier[w], 32);
+  return slot[(t & ~31u) | ((unsigned)src_lane & 31u)];
 }
 template <class T> static inline T __ldg(const T *p) { return *p; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
