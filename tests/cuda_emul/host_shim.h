@@ -103,24 +103,22 @@ static void cc_barrier_wait(cc_barrier *b, unsigned count) {
 
 static float cc_shfl_slot[2][CC_MAX_THREADS];
 static inline void __syncthreads() { cc_barrier_wait(&cc_block_barrier, blockDim.x); }
-static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+// Every lane of the running fiber's warp puts v in a slot; the slots once all have.
+// Two slot sets used in turn: one barrier per exchange is enough, since no lane can
+// write a set again before every lane has passed the next exchange's barrier.
+static inline const float *cc_shfl_exchange(unsigned mask, float v) {
   if (mask != 0xffffffffu) abort();
-  // Two slot sets used in turn: one barrier per exchange is enough, since no lane
-  // can write a set again before every lane has passed the next exchange's barrier.
-  unsigned t = threadIdx.x, w = t >> 5;
+  unsigned t = threadIdx.x;
   float *slot = cc_shfl_slot[cc_fib[t].shfl_round++ & 1];
   slot[t] = v;
-  cc_barrier_wait(&cc_warp_barrier[w], 32);
-  return slot[(t & ~31u) | ((t & 31u) ^ (unsigned)lane_mask)];
+  cc_barrier_wait(&cc_warp_barrier[t >> 5], 32);
+  return slot + (t & ~31u);
 }
-// Lane src_lane's v in every lane of the warp (one exchange, as __shfl_xor_sync).
+static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+  return cc_shfl_exchange(mask, v)[(threadIdx.x & 31u) ^ (unsigned)lane_mask];
+}
 static inline float __shfl_sync(unsigned mask, float v, int src_lane) {
-  if (mask != 0xffffffffu) abort();
-  unsigned t = threadIdx.x, w = t >> 5;
-  float *slot = cc_shfl_slot[cc_fib[t].shfl_round++ & 1];
-  slot[t] = v;
-  cc_barrier_wait(&cc_warp_barrier[w], 32);
-  return slot[(t & ~31u) | ((unsigned)src_lane & 31u)];
+  return cc_shfl_exchange(mask, v)[(unsigned)src_lane & 31u];
 }
 template <class T> static inline T __ldg(const T *p) { return *p; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
