@@ -463,7 +463,9 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
     return file_set_error(err, errlen,
                           "--sample: sampling runs `forward` on one rank, and this program is "
                           "split over the mesh dp %d x tp %d x pp %d; it needs a one-stage, "
-                          "unsplit program (compile the model without tp and pp to sample)",
+                          "unsplit program: train with --save FILE, then sample with the model "
+                          "compiled for one rank (`colossalc MODEL -o train1`, then `./train1 "
+                          "--init-from FILE --steps 0 --sample N`)",
                           t->mesh.dp, t->mesh.tp, t->mesh.pp);
   for (int i = 0; i < p->ninputs && o->sample > 0; i++)
     if (p->inputs[i].role == RT_ROLE_DATA)
