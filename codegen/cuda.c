@@ -30,11 +30,13 @@
 #endif
 
 enum {
-  CUDA_BLOCK = 256,        /* threads per block for CM_FLAT, CM_THREAD_ROW, CM_COLS, CM_WARP_ROW */
+  CUDA_BLOCK = 256,        /* threads per block for every mapping but CM_BLOCK_ROW */
   CUDA_ROW_BLOCK_MIN = 32, /* CM_BLOCK_ROW: one warp at least */
   CUDA_ROW_BLOCK_MAX = 512,
   CUDA_ROW_PER_THREAD = 4,   /* CM_BLOCK_ROW: aim at this many columns per thread */
   CUDA_THREAD_ROW_COLS = 32, /* below this many columns a row is one thread's work */
+  CUDA_OWNERS_MAX = 128,     /* CM_COLS_OWNED: owner classes of the scattered rows, at most */
+  CUDA_OWNER_ROWS = 64,      /* CM_COLS_OWNED: aim at this many rows per owner class */
 };
 #define CUDA_GRID_MAX ((int64_t)1 << 16)
 
@@ -181,9 +183,53 @@ static bool has_reduce(const Kernel *k) {
   return false;
 }
 
+/* Depends e on the row alone (no column coordinate, no column stride, no randomness)? */
+static bool expr_row_only(const Kernel *k, const KExpr *e) {
+  if (!e) return true;
+  switch (e->kind) {
+  case KX_COORD: return e->axis < k->row_dims || k->dims[e->axis] == 1;
+  case KX_RAND:
+  case KX_ACC: return false;
+  case KX_CONST:
+  case KX_SCALAR: return true;
+  case KX_LOAD:
+    for (int d = k->row_dims; d < k->ndims; d++)
+      if (e->view.strides[d] && k->dims[d] != 1) return false;
+    return expr_row_only(k, e->view.gather);
+  case KX_UNARY:
+  case KX_BINARY:
+  case KX_SELECT: return expr_row_only(k, e->a) && expr_row_only(k, e->b) && expr_row_only(k, e->c);
+  }
+  unreachable();
+}
+
+int64_t cuda_kernel_owners(const Kernel *k) {
+  if (k->attn || k->par != KP_COLS || k->nphases != 1) return 1;
+  const KPhase *p = &k->phases[0];
+  const KView *v = &p->view;
+  if (p->kind != KPH_MAP || !v->gather || v->gather_stride <= 0 || !expr_row_only(k, v->gather)) return 1;
+  int64_t span = 0; /* the farthest column from its row's start */
+  for (int d = 0; d < k->ndims; d++) {
+    if (k->dims[d] == 1 || !v->strides[d]) continue;
+    if (d < k->row_dims || v->strides[d] < 0) return 1; /* rows apart only through the gather */
+    span += (k->dims[d] - 1) * v->strides[d];
+  }
+  if (span >= v->gather_stride) return 1; /* two rows' columns could meet */
+  Access *xs = malloc(sizeof *xs * ((size_t)k->nexprs + 1));
+  ir_assert(xs);
+  int n = phase_accesses(k, p, xs);
+  bool reads_target = false; /* a load of what the scatter writes (beyond an add's own element) */
+  for (int i = 0; i < n; i++) reads_target |= !xs[i].write && bufs_overlap(k, xs[i].buf, p->buf);
+  free(xs);
+  if (reads_target) return 1;
+  int64_t nb = 1;
+  while (nb * 2 <= CUDA_OWNERS_MAX && nb * 2 * CUDA_OWNER_ROWS <= k->rows) nb *= 2;
+  return nb;
+}
+
 CudaMapping cuda_kernel_mapping(const Kernel *k) {
   if (k->attn) return CM_WARP_ROW;
-  if (k->par == KP_COLS) return CM_COLS;
+  if (k->par == KP_COLS) return cuda_kernel_owners(k) > 1 ? CM_COLS_OWNED : CM_COLS;
   if (!has_reduce(k) && k->cols > 0 && !phases_conflict(k)) return CM_FLAT;
   return k->cols < CUDA_THREAD_ROW_COLS ? CM_THREAD_ROW : CM_BLOCK_ROW;
 }
@@ -195,6 +241,7 @@ const char *cuda_mapping_name(CudaMapping m) {
   case CM_THREAD_ROW: return "thread-per-row";
   case CM_WARP_ROW: return "warp-per-row";
   case CM_COLS: return "thread-per-column";
+  case CM_COLS_OWNED: return "thread-per-column-owner";
   }
   unreachable();
 }
@@ -221,6 +268,7 @@ int64_t cuda_kernel_grid_size(const Kernel *k, int64_t extent) {
     break;
   case CM_THREAD_ROW:
   case CM_COLS: work = work / bs + (work % bs != 0); break;
+  case CM_COLS_OWNED: work = cuda_kernel_owners(k) * (work / bs + (work % bs != 0)); break;
   }
   return work < 1 ? 1 : work > CUDA_GRID_MAX ? CUDA_GRID_MAX : work;
 }
@@ -941,8 +989,20 @@ static void emit_flat(Emit *E, Str *o) {
   str_free(&el);
 }
 
+/* CM_COLS_OWNED: the row's gather (its temps now, for the store to reuse) and the skip
+ * of a row another owner class scatters. */
+static void emit_owner_check(Emit *E, Str *o, int ind, const KPhase *p, int64_t owners) {
+  new_wstamp(E);
+  emit_temps(E, o, ind, p->view.gather, T_ALL);
+  put_ind(o, ind);
+  put(o, "if (((unsigned long long)(long long)(");
+  expr_ref(E, o, p->view.gather);
+  put(o, ") & %lldull) != own) continue;\n", (long long)owners - 1);
+}
+
 static void emit_cols(Emit *E, Str *o) {
   const Kernel *k = E->k;
+  int64_t owners = E->map == CM_COLS_OWNED ? cuda_kernel_owners(k) : 1;
   Str th = {0}, rows = {0};
   scope_open(E);
   if (k->rows > 0) {
@@ -951,12 +1011,13 @@ static void emit_cols(Emit *E, Str *o) {
     for (int p = 0; p < k->nphases; p++) mark_phase(E, &k->phases[p]);
     for (int p = 0; p < k->nphases; p++) emit_phase_temps(E, &th, 2, &k->phases[p], T_HOIST_R);
     scope_open(E);
-    emit_shared_pure(E, &rows, 3);
+    if (owners == 1) emit_shared_pure(E, &rows, 3); /* else nothing before the owner check */
     for (int p = 0; p < k->nphases; p++) {
       put(&rows, "      {\n");
       scope_open(E);
       new_ustamp(E);
       mark_phase(E, &k->phases[p]);
+      if (owners > 1) emit_owner_check(E, &rows, 4, &k->phases[p], owners);
       emit_store(E, &rows, 4, &k->phases[p]);
       scope_close(E);
       put(&rows, "      }\n");
@@ -968,8 +1029,17 @@ static void emit_cols(Emit *E, Str *o) {
     put(&th, "    }\n");
   }
   scope_close(E);
-  put(o, "  for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n;"
-         " j += (long long)gridDim.x * blockDim.x) {\n");
+  if (owners > 1) {
+    /* block w: owner class w % owners of the column block w / owners */
+    put(o, "  const long long nw = %lldLL * ((n + blockDim.x - 1) / blockDim.x);\n", (long long)owners);
+    put(o, "  for (long long w = blockIdx.x; w < nw; w += gridDim.x) {\n");
+    put(o, "    const unsigned long long own = (unsigned long long)w & %lldull;\n", (long long)owners - 1);
+    put(o, "    const long long j = w / %lldLL * blockDim.x + threadIdx.x;\n    if (j >= n) continue;\n",
+        (long long)owners);
+  } else {
+    put(o, "  for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n;"
+           " j += (long long)gridDim.x * blockDim.x) {\n");
+  }
   coord_decls(o, 2, k, E->use_cc, false);
   put_str(o, &th);
   put(o, "  }\n");
@@ -1174,7 +1244,8 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
   case CM_FLAT: emit_flat(&E, &body); break;
   case CM_BLOCK_ROW: emit_rows(&E, &body, true); break;
   case CM_THREAD_ROW: emit_rows(&E, &body, false); break;
-  case CM_COLS: emit_cols(&E, &body); break;
+  case CM_COLS:
+  case CM_COLS_OWNED: emit_cols(&E, &body); break;
   case CM_WARP_ROW:
     emit_attn(&body, k);
     for (int b = 0; b < k->nbufs; b++) E.use_buf[b] = true;

@@ -25,6 +25,13 @@
  *   CM_THREAD_ROW  the same kernels with cols < 32: one thread per row, phases in
  *                  order, exactly as the reference evaluator does.
  *   CM_COLS        KP_COLS: one thread per column, all rows in order (deterministic).
+ *   CM_COLS_OWNED  KP_COLS whose one phase scatters rows through a gather of the row
+ *                  alone (an embedding's gradient: out[tokens[r], j] += g[r, j]), the
+ *                  rows' columns apart: the rows are split into cuda_kernel_owners()
+ *                  classes by the gathered index (its low bits), a thread per (class,
+ *                  column) walks every row in order and takes those of its class; an
+ *                  output element is one thread's, its rows added in order as CM_COLS
+ *                  does, with the classes' threads side by side.
  *   CM_WARP_ROW    a fused attention kernel (KAttn): one warp per row of the pass (a
  *                  query row forward and for dQ, a key row for dK and dV), one score
  *                  of a 32-row block per lane, the head's columns spread over the
@@ -46,11 +53,12 @@
 #include <stdio.h>
 #include "codegen/kernel.h"
 
-typedef enum { CM_FLAT, CM_BLOCK_ROW, CM_THREAD_ROW, CM_COLS, CM_WARP_ROW } CudaMapping;
+typedef enum { CM_FLAT, CM_BLOCK_ROW, CM_THREAD_ROW, CM_COLS, CM_WARP_ROW, CM_COLS_OWNED } CudaMapping;
 
 CudaMapping cuda_kernel_mapping(const Kernel *k);
 const char *cuda_mapping_name(CudaMapping m);
 int cuda_kernel_block_size(const Kernel *k);                    /* threads per block */
+int64_t cuda_kernel_owners(const Kernel *k);                    /* CM_COLS_OWNED's classes; else 1 */
 int64_t cuda_kernel_grid_size(const Kernel *k, int64_t extent); /* blocks, >= 1 */
 
 /* The whole translation unit: a header comment (kernel count, colossalc version),

@@ -253,6 +253,18 @@ static void case_embedding_backward(void) {
   kernel_map(c->k, dwpe, VIEW(c, 0, 0, 24, 1), KS_ADD, mul(c, D, sc(c, RT_SC_GSCALE)));
 }
 
+/* The token embedding's gradient alone, over enough rows to split them by owner
+ * (CM_COLS_OWNED: 300 rows, 4 classes): dwte[tokens[r], :] += dout[r, :], 7 tokens over
+ * 300 rows, each class's rows added in order; the columns (40) more than a block's
+ * worth of the test's launches (32 threads) and, in a 48-float row, fewer than a row. */
+static void case_embedding_backward_owned(void) {
+  Case *c = NEW("k_embedding_bwd_owned", KP_COLS, CM_COLS_OWNED, 2, 3, 100, 40);
+  int tok = buf(c, "tokens", RT_TIER_WORK, 300, DT_I32, 0, 7), dout = buf(c, "dx0", RT_TIER_WORK, 12000, DT_F32, -1, 1);
+  int dwte = buf(c, "wte.grad", RT_TIER_GRADS, 7 * 48, DT_F32, -0.5f, 0.5f);
+  KExpr *T = ld(c, tok, VIEW(c, 0, 100, 1, 0)), *D = ld(c, dout, contig(c));
+  kernel_map(c->k, dwte, gathered(VIEW(c, 0, 0, 0, 1), T, 48), KS_ADD, D);
+}
+
 /* Bias gradient: a column reduction over [b, t] rows, and a sum of squares. */
 static void case_bias_grad(void) {
   Case *c = NEW("k_bias_grad", KP_COLS, CM_COLS, 2, 3, 7, 33);
@@ -429,6 +441,7 @@ static void build_cases(void) {
   case_cross_entropy();
   case_embedding();
   case_embedding_backward();
+  case_embedding_backward_owned();
   case_bias_grad();
   case_adamw();
   case_unary_ops();
@@ -485,6 +498,10 @@ static void check_launch_sizes(const Case *c) {
   case CM_THREAD_ROW:
   case CM_COLS: CHECK(grid == (extent + bs - 1) / bs || (extent == 0 && grid == 1)); break;
   case CM_WARP_ROW: CHECK(grid == (extent * 32 + bs - 1) / bs || (extent == 0 && grid == 1)); break;
+  case CM_COLS_OWNED:
+    CHECK(cuda_kernel_owners(k) > 1 && cuda_kernel_owners(k) * 64 <= k->rows);
+    CHECK(grid == cuda_kernel_owners(k) * ((extent + bs - 1) / bs));
+    break;
   }
   CHECK(cuda_kernel_grid_size(k, 0) == 1);
   CHECK(cuda_kernel_grid_size(k, (int64_t)1 << 40) == 65536);
