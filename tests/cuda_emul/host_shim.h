@@ -9,8 +9,8 @@
 // _setjmp/_longjmp (no system call), so __syncthreads() and a warp's shuffle cost a
 // few switches rather than a futex round through the OS scheduler. Blocks run one
 // after another, __syncthreads() is a barrier of the block's fibers,
-// __shfl_xor_sync() and __shfl_sync() exchange through memory between two barriers of the warp, shared
-// memory is a static (blocks do not overlap), NaN before each block.
+// __shfl_xor_sync() and __shfl_sync() exchange through memory between two barriers of
+// the warp, shared memory is a static (blocks do not overlap), NaN before each block.
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
@@ -103,7 +103,8 @@ static void cc_barrier_wait(cc_barrier *b, unsigned count) {
 
 static float cc_shfl_slot[2][CC_MAX_THREADS];
 static inline void __syncthreads() { cc_barrier_wait(&cc_block_barrier, blockDim.x); }
-// Every lane of the running fiber's warp puts v in a slot; the slots once all have.
+// Every lane of the running fiber's warp puts its v in a slot; returns the warp's slots
+// once all have.
 // Two slot sets used in turn: one barrier per exchange is enough, since no lane can
 // write a set again before every lane has passed the next exchange's barrier.
 static inline const float *cc_shfl_exchange(unsigned mask, float v) {
