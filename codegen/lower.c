@@ -346,6 +346,7 @@ static KExpr *expr_pad(L *l, Kernel *k, const Node *n, AxMap m) {
 #define expr_sum NULL
 #define expr_mean NULL
 #define expr_cross_entropy NULL
+#define expr_ce_count NULL
 #define expr_attention NULL
 #define expr_flash_attention NULL
 #define expr_classifier_ce NULL
@@ -949,19 +950,28 @@ static CeRow ce_row(L *l, const Node *n) {
   return c;
 }
 
-/* The number of counted targets t of n, into a one-element buffer. */
-static int ce_count(L *l, const Node *n, const Node *t) {
+/* The number of counted targets t of n (a loss, or ce_count), into one-element buffer b
+ * (a new one when b < 0). */
+static int count_targets(L *l, const Node *n, const Node *t, int b) {
   int64_t rows = shape_numel(&t->shape), dims[2] = {1, rows};
   Kernel *k = knew(l, "ce_count", KP_ROWS, dims, 2, 1);
   KView tv = {.offset = l->val[t->id].offset};
-  if (l->val[t->id].kind != V_LAYOUT) error_at(n->loc, "cross_entropy: targets must be an input");
+  if (l->val[t->id].kind != V_LAYOUT) error_at(n->loc, "%s: targets must be an input", op_info(n->op)->name);
   tv.strides[1] = 1;
   KExpr *tx = kx_load(l->a, k, kbuf(l, k, l->val[t->id].buf, DT_I32), tv);
   KExpr *valid = B(SUB, C(1), B(EQ, tx, C(attr_int(n, "ignore_index"))));
-  int b = lbuf_new(l, RT_TIER_WORK, 4);
+  if (b < 0) b = lbuf_new(l, RT_TIER_WORK, 4);
   kernel_row(k, kbuf(l, k, b, DT_F32), (KView){0}, KS_SET, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, valid)));
   kfinish(l, l->seq, k);
   return b;
+}
+
+static int ce_count(L *l, const Node *n, const Node *t) { return count_targets(l, n, t, -1); }
+
+static void lower_ce_count(L *l, const Node *n) {
+  int b = out_buf(l, n);
+  l->val[n->id] = layout_of(b, &n->shape);
+  count_targets(l, n, n->in[0], b);
 }
 
 static void ce_mean(L *l, const Node *n, int per_row, int cnt, int64_t rows);
@@ -1386,21 +1396,14 @@ static void lower_classifier_ce_grad(L *l, const Node *n) {
 
 /* Inputs that must be in memory, by op: GEMM operands, views, shifted or gathered reads. */
 static const unsigned memory_inputs[OP_COUNT] = {
-    [OP_MATMUL] = 3,
-    [OP_RESHAPE] = 1,
-    [OP_TRANSPOSE] = 1,
-    [OP_SLICE] = 1,
-    [OP_ROTARY] = 1,
-    [OP_PAD] = 1,
-    [OP_EMBEDDING] = 1,
-    [OP_CROSS_ENTROPY] = 3,
-    [OP_CROSS_ENTROPY_GRAD] = 3,
-    [OP_FLASH_ATTENTION] = 7,
-    [OP_FLASH_ATTENTION_GRAD] = 63,
-    [OP_CLASSIFIER_CE] = 7,
-    [OP_CLASSIFIER_CE_GRAD] = 7,
-    [OP_FP8_QUANTIZE] = 2,
-    [OP_SCALED_MATMUL] = 31,
+    [OP_MATMUL] = 3,          [OP_RESHAPE] = 1,
+    [OP_TRANSPOSE] = 1,       [OP_SLICE] = 1,
+    [OP_ROTARY] = 1,          [OP_PAD] = 1,
+    [OP_EMBEDDING] = 1,       [OP_CROSS_ENTROPY] = 3,
+    [OP_CE_COUNT] = 1,        [OP_CROSS_ENTROPY_GRAD] = 3,
+    [OP_FLASH_ATTENTION] = 7, [OP_FLASH_ATTENTION_GRAD] = 63,
+    [OP_CLASSIFIER_CE] = 7,   [OP_CLASSIFIER_CE_GRAD] = 7,
+    [OP_FP8_QUANTIZE] = 2,    [OP_SCALED_MATMUL] = 31,
 };
 
 static bool needs_memory(const Node *n, int i) { return i < 32 && (memory_inputs[n->op] >> i & 1); }
@@ -1530,14 +1533,36 @@ static void fill_grad_slots(L *l) {
 
 /* ---- parameters, inputs, optimizer ------------------------------------------------------- */
 
-/* The targets of the loss: cross_entropy's, or the fused classifier's; NULL for another loss. */
-static const Node *loss_targets(const Graph *g) {
-  if (!g->loss) return NULL;
-  return g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[1] : g->loss->op == OP_CLASSIFIER_CE ? g->loss->in[2] : NULL;
+/* A value's data: x itself, or what a tensor-parallel split of it (passes/partition.c) parts. */
+static const Node *unsplit(const Node *x) {
+  while (x->op == OP_SPLIT) x = x->in[0];
+  return x;
 }
 
-/* The classes a loss op u scores (its logits' last dimension), 0 for another op. */
+/* The loss op of g: its cross_entropy or fused classifier, the loss itself or, where a
+ * tensor-parallel plan splits the loss's rows, the op whose share of the loss the ranks
+ * sum (all_reduce(mul(loss op, share)), passes/partition.c); NULL for another loss. */
+static const Node *loss_op(const Graph *g) {
+  const Node *x = g->loss;
+  if (x && x->op == OP_ALL_REDUCE && x->in[0]->op == OP_MUL) x = x->in[0]->in[0];
+  return x && (x->op == OP_CROSS_ENTROPY || x->op == OP_CLASSIFIER_CE) ? x : NULL;
+}
+
+/* The logits the loss reads: cross_entropy's (not the fused classifier's, which it never stores). */
+static const Node *loss_logits(const Graph *g) {
+  const Node *u = loss_op(g);
+  return u && u->op == OP_CROSS_ENTROPY ? u->in[0] : NULL;
+}
+
+/* The targets of the loss: cross_entropy's, or the fused classifier's; NULL for another loss. */
+static const Node *loss_targets(const Graph *g) {
+  const Node *u = loss_op(g);
+  return !u ? NULL : unsplit(u->in[u->op == OP_CROSS_ENTROPY ? 1 : 2]);
+}
+
+/* The classes a loss op u scores (its logits' last dimension), 0 for another op or none. */
 static int64_t loss_classes(const Node *u) {
+  if (!u) return 0;
   if (u->op == OP_CROSS_ENTROPY) return u->in[0]->shape.d[u->in[0]->shape.ndim - 1];
   return u->op == OP_CLASSIFIER_CE ? classifier_vocab(u) : 0;
 }
@@ -1552,8 +1577,8 @@ static bool input_uses(Graph *const *gs, int ng, int64_t classes, PInput *in) {
   for (int c = 0; c < ng; c++)
     for (int i = 0; i < gs[c]->n_forward; i++) {
       const Node *u = gs[c]->nodes[i];
-      for (int k = 0; k < u->nin; k++) {
-        if (!same_input(u->in[k], in->node)) continue;
+      for (int k = 0; k < u->nin && u->op != OP_SPLIT; k++) {
+        if (!same_input(unsplit(u->in[k]), in->node)) continue;
         int64_t hi = -1;
         if (u->op == OP_EMBEDDING && k == 1) hi = u->in[0]->shape.d[0], vocab |= hi == classes;
         if ((u->op == OP_CROSS_ENTROPY && k == 1) || (u->op == OP_CLASSIFIER_CE && k == 2))
@@ -1576,7 +1601,7 @@ static PInput model_input(Graph *const *gs, int ng, const Node *n, int64_t batch
   const Node *targets = NULL;
   int64_t classes = 0;
   for (int c = 0; c < ng; c++)
-    if (gs[c]->loss) targets = loss_targets(gs[c]), classes = loss_classes(gs[c]->loss);
+    if (gs[c]->loss) targets = loss_targets(gs[c]), classes = loss_classes(loss_op(gs[c]));
   PInput in = {.node = n, .offset = -1, .role = PIN_OTHER, .hi = -1};
   bool vocab = n->dtype == DT_I32 && input_uses(gs, ng, classes, &in);
   if (targets && same_input(targets, n)) in.role = PIN_TARGETS;
@@ -1959,7 +1984,7 @@ static void lower_nodes(L *l, PChunk *c) {
   for (int k = 0; k < g->nouts; k++) l->uses[g->outs[k]->id]++, l->need_layout[g->outs[k]->id] = true;
   for (int k = 0; k < g->nwrt; k++)
     if (g->wrt_grads[k]) l->uses[g->wrt_grads[k]->id]++, l->need_layout[g->wrt_grads[k]->id] = true;
-  const Node *logits = g->loss && g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
+  const Node *logits = loss_logits(g);
   if (logits) l->need_layout[logits->id] = true;
   for (int i = 0; i < g->n; i++) /* first: a GEMM's epilogue may read a bias that comes later */
     if (g->nodes[i]->op == OP_PARAM) lower_node(l, g->nodes[i]);
@@ -2088,7 +2113,7 @@ Program *lower_program(Graph *g) {
   lower_nodes(l, NULL);
   emit_fp8_update(l, true);
   emit_optimizer(l);
-  const Node *logits = g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
+  const Node *logits = loss_logits(g);
   if (logits) build_forward(l, logits);
   PSeq *seqs[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
   p->tiers[RT_TIER_WORK] = p->work_peak = place_and_patch(l, 0, 0, seqs, 4);
@@ -2099,9 +2124,9 @@ Program *lower_program(Graph *g) {
   if (logits) {
     p->logits_offset = placed(l, logits);
     p->vocab = logits->shape.d[logits->shape.ndim - 1];
-  } else if (g->loss->op == OP_CLASSIFIER_CE) { /* no logits to sample from */
+  } else if (loss_op(g)) { /* the fused classifier: no logits to sample from */
     p->logits_offset = -1;
-    p->vocab = classifier_vocab(g->loss);
+    p->vocab = loss_classes(loss_op(g));
   }
   set_batch(p);
   narrow_kernels(p);
@@ -2177,9 +2202,7 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
     chunk_inputs(l, p, ch);
     if (g->loss) {
       ch->loss = p->loss_offset = placed(l, g->loss);
-      const Node *logits = g->loss->op == OP_CROSS_ENTROPY ? g->loss->in[0] : NULL;
-      if (logits) p->vocab = logits->shape.d[logits->shape.ndim - 1];
-      if (g->loss->op == OP_CLASSIFIER_CE) p->vocab = classifier_vocab(g->loss);
+      p->vocab = loss_classes(loss_op(g));
     }
   }
   /* the optimizer, over the merged parameters, with the gradient-norm parts after the chunks */

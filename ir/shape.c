@@ -341,6 +341,18 @@ void cost_cross_entropy(const Node *n, Cost *c) {
   c->bytes = 2 * nbytes(n->in[0]);
 }
 
+/* ce_count(targets i32 [...]) -> f32 []: the targets other than ignore_index. */
+void infer_ce_count(Node *n) {
+  if (n->in[0]->dtype != DT_I32) error_at(n->loc, "ce_count: targets must be i32, got %s", dtype_name(n->in[0]->dtype));
+  n->shape.ndim = 0;
+  n->dtype = DT_F32;
+}
+void cost_ce_count(const Node *n, Cost *c) {
+  c->fwd_flops = numel(n->in[0]);
+  c->bwd_flops = 0;
+  c->bytes = nbytes(n->in[0]);
+}
+
 /* classifier_ce(x [..., d], w [V, d] (transpose_b) or [d, V], targets i32 [...]) -> f32 []:
  * cross_entropy(matmul(x, w, transpose_b), targets) without the logits. */
 static int64_t classifier_vocab(Node *n) {
@@ -662,10 +674,11 @@ void cost_pad(const Node *n, Cost *c) { c->bytes = io_bytes(n); }
 
 /* The input's shape and dtype, with dimension `axis` multiplied (mul > 0) or divided
  * (mul < 0) by the group size; the axis holds `blocks` equal blocks, each of which
- * must split evenly. */
+ * must split evenly. Collectives move f32; a split, which moves nothing between ranks
+ * (each takes its block), also parts i32 data (token ids and targets). */
 static void infer_comm(Node *n, int mul) {
   const Shape *x = &n->in[0]->shape;
-  if (n->in[0]->dtype != DT_F32)
+  if (n->in[0]->dtype != DT_F32 && !(n->op == OP_SPLIT && n->in[0]->dtype == DT_I32))
     error_at(n->loc, "%s: collectives move f32 tensors, got %s", nm(n), dtype_name(n->in[0]->dtype));
   int64_t r = attr_int(n, "ranks");
   if (r < 1) error_at(n->loc, "%s: ranks must be positive", nm(n));

@@ -102,6 +102,7 @@ static void grad_param(AD *ad, Node *n, Node *g) {}
 static void grad_const(AD *ad, Node *n, Node *g) {}
 static void grad_loss_scale(AD *ad, Node *n, Node *g) {}
 static void grad_arange(AD *ad, Node *n, Node *g) {}
+static void grad_ce_count(AD *ad, Node *n, Node *g) {} /* a count of the targets: no gradient */
 
 /* ---- gathers and contractions -------------------------------------------------- */
 

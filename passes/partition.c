@@ -279,6 +279,38 @@ static Node *tp_copy(CB *cb, Node *v) {
   return cb->copy[cb->ncopy++] = comm(cb, OP_TP_COPY, v, -1, 0);
 }
 
+static Node *binary(CB *cb, OpKind op, Node *x, Node *y) {
+  Node *n = graph_add(cb->h, op, (Node *[]){x, y}, 2, cb->at->loc);
+  n->layer = cb->at->layer;
+  node_infer(n);
+  return n;
+}
+
+static Node *scalar(CB *cb, double v) {
+  Node *n = add_node(cb, OP_CONST, NULL);
+  n->attr[op_attr_index(OP_CONST, "value")] = (AttrVal){.set = true, .f = v};
+  n->dtype = DT_F32;
+  node_infer(n);
+  return n;
+}
+
+/* A loss whose rows the ranks split (cross_entropy, strategy "rows": its output a partial
+ * sum): each rank's mean over its own counted targets, ce, times its share of the whole
+ * count, count_r / max(count, 1) with count the sum of the ranks' ce_counts, so that the
+ * parts add up to the mean over the whole batch's counted targets, ignored ones and a
+ * rank with none included. */
+static Node *loss_share(CB *cb, Node *ce) {
+  Node *mine = add_node(cb, OP_CE_COUNT, ce->in[1]);
+  seti(mine, "ignore_index", attr_int(ce, "ignore_index"));
+  node_infer(mine);
+  Node *all = comm(cb, OP_ALL_REDUCE, mine, -1, 0);
+  Node *one = scalar(cb, 1);
+  Node *excess = add_node(cb, OP_RELU, binary(cb, OP_SUB, all, one));
+  node_infer(excess);
+  Node *at_least_one = binary(cb, OP_ADD, excess, one);
+  return binary(cb, OP_MUL, ce, binary(cb, OP_DIV, mine, at_least_one));
+}
+
 /* Consumer c's input k, placed as c's strategy wants it. */
 static Node *input_of(Build *B, CB *cb, const Node *c, int k) {
   Part *P = B->P;
@@ -316,6 +348,7 @@ static void rebuild(Build *B, CB *cb, const Node *c) {
   if ((c->op == OP_ATTENTION || c->op == OP_ROTARY) && od == c->shape.ndim - 1)
     seti(x, "heads", attr_int(c, "heads") / P->t);
   node_infer(x);
+  if (c->op == OP_CROSS_ENTROPY && s->out == PL_P) x = loss_share(cb, x);
   if (!shape_eq(&x->shape, &want)) {
     char a[96], b[96];
     shape_format(a, sizeof a, &x->shape);
@@ -363,7 +396,11 @@ Partition *pass_partition(Graph *g, const PlanResult *r, const Plan *plan) {
     *cb = (CB){.P = &P, .k = k, .h = graph_new_like(g), .val = arena_array(a, g->n, sizeof(Node *))};
     for (int i = 0; i < g->n; i++)
       if (!is_source(g->nodes[i]) && P.chunk_of[i] == k) rebuild(&B, cb, g->nodes[i]);
-    if (g->loss && P.chunk_of[g->loss->id] == k) cb->h->loss = cb->val[g->loss->id];
+    if (g->loss && P.chunk_of[g->loss->id] == k) { /* whole on every rank: a partial sum is summed */
+      cb->at = g->loss;
+      Node *loss = cb->val[g->loss->id];
+      cb->h->loss = P.pl[g->loss->id] == PL_P ? comm(cb, OP_ALL_REDUCE, loss, -1, 0) : loss;
+    }
   }
 
   Partition *out = arena_alloc(a, sizeof *out);

@@ -106,6 +106,7 @@ static int bdim_of(const PlanModel *pm, const Node *n) {
                ? 0
                : -1;
   case OP_CROSS_ENTROPY:
+  case OP_CE_COUNT:
   case OP_SUM_TO:
   case OP_EMBEDDING_GRAD:
   case OP_CROSS_ENTROPY_GRAD:
@@ -411,14 +412,16 @@ typedef struct SB {
 
 /* Under ShardCtx.exec only strategies the partition pass (pass_partition) can run
  * are offered: every tensor-parallel rank's part must come from the same local
- * program, so no rank may need its own offset into a data input, a position, a causal
- * mask, a dropout mask or a vocabulary range, and the loss stays whole. Each
- * shard_<name> leaves out what its op forbids; the rule for every op is this one,
- * which sb_add applies: inputs that are data (input, const, arange) stay whole. */
+ * program, so no kernel may need the rank's own offset into a position, a causal mask,
+ * a dropout mask or a vocabulary range. Each shard_<name> leaves out what its op
+ * forbids; the rule for every op is this one, which sb_add applies: a data input split
+ * by a strategy is every rank's whole input parted by a `split` (each rank takes its
+ * block of the buffer train fills), but constants and positions (const, arange) are
+ * computed where they are read, so they stay whole. */
 static bool exec_inputs(const Node *n, const uint8_t *in) {
   for (int i = 0; i < n->nin; i++) {
     OpKind src = n->in[i]->op;
-    if ((src == OP_INPUT || src == OP_CONST || src == OP_ARANGE) && in[i] != PL_R) return false;
+    if ((src == OP_CONST || src == OP_ARANGE) && in[i] != PL_R) return false;
   }
   return true;
 }
@@ -591,17 +594,18 @@ static void shard_embedding(SB *b) {
   sb_add(b, "columns", PL_S0 + b->n->shape.ndim - 1, in, true);
 }
 
-/* cross_entropy(logits [..., V], targets): rows (a partial mean), or
- * vocab-parallel (Megatron's: max, sum and target logit all-reduced). Under exec
- * neither: the loss stays whole, from whole logits. */
+/* cross_entropy(logits [..., V], targets): rows (each rank's share of the mean, a
+ * partial sum: passes/partition.c scales each rank's mean by its part of the whole
+ * count), or vocab-parallel (Megatron's: max, sum and target logit all-reduced; not
+ * under exec: each rank would need its own vocabulary range). */
 static void shard_cross_entropy(SB *b) {
   const Node *lg = b->n->in[0];
   uint8_t in[2];
-  if (b->x->exec) return;
   for (int d = 0; d + 1 < lg->shape.ndim; d++) {
     in[0] = in[1] = PL_S0 + d;
     sb_add(b, "rows", PL_P, in, true);
   }
+  if (b->x->exec) return;
   in[0] = PL_S0 + lg->shape.ndim - 1, in[1] = PL_R;
   sb_add(b, "vocab", PL_R, in, true);
 }
@@ -676,6 +680,7 @@ static void shard_along_axis(SB *b) { gen_along_axis(b, false); }
 #define shard_const shard_none
 #define shard_loss_scale shard_none
 #define shard_arange shard_none
+#define shard_ce_count shard_none /* made by the partition pass */
 #define shard_add shard_linear
 #define shard_sub shard_linear
 #define shard_neg shard_linear
@@ -818,7 +823,13 @@ static void price_strategy(const ShardCtx *x, const Node *n, Strat *s) {
     s->t_bwd += cost_kernel(cl, mc.fwd_flops * sc, x->peak, cl->dev.gemm_eff, 0);
   } else if (n->op == OP_CROSS_ENTROPY) { /* the softmax of the logits, kept in fp32 */
     s->stash_extra = numel_micro(x, n->in[0]) * 4 / split(x, s->in[0]);
-    if (s->out == PL_R && s->in[0] >= PL_S0) s->c_intr = 3 * reshard(x, PL_P, PL_R, s->c_intr_bytes = rows * 4, NULL);
+  }
+  if (n->op == OP_CROSS_ENTROPY) {
+    /* vocab-parallel: all-reduces of the rows' max, sum and target logit; by rows: of
+     * the count of targets and of the loss (passes/partition.c) */
+    bool vocab = s->out == PL_R && s->in[0] >= PL_S0, by_rows = s->out == PL_P;
+    s->n_intr = vocab ? 3 : by_rows ? 2 : 0, s->c_intr_bytes = vocab ? rows * 4 : 4;
+    if (s->n_intr) s->c_intr = s->n_intr * reshard(x, PL_P, PL_R, s->c_intr_bytes, NULL);
   }
 }
 
@@ -920,7 +931,8 @@ static bool step_cost(const ShardCtx *x, Recompute rc, const Node *n, const Stra
   w->params += in.params;
   w->t_fwd += s->t_fwd, w->t_bwd += s->t_bwd;
   w->c_fwd += in.c_fwd + s->c_intr, w->c_bwd += in.c_bwd;
-  for (int r = 0; acc && s->c_intr > 0 && r < 3; r++) coll_add(acc, COLL_ALL_REDUCE, s->c_intr_bytes, s->c_intr / 3);
+  for (int r = 0; acc && s->c_intr > 0 && r < s->n_intr; r++)
+    coll_add(acc, COLL_ALL_REDUCE, s->c_intr_bytes, s->c_intr / s->n_intr);
   if (rc == RC_SELECTIVE &&
       (s->t_sel > 0 || x->pm->rc_sel[n->id])) { /* the attention core is recomputed, its big tensors not kept */
     if (n->op == OP_SOFTMAX) out_stash = 0;

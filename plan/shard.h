@@ -122,11 +122,12 @@ typedef struct Strat {
   uint8_t *in;         /* [nin] required placement of each input */
   bool divided;        /* the work is split over the tensor-parallel ranks */
   double t_fwd, t_bwd; /* compute, s */
-  double c_intr;       /* communication inside the op (vocab-parallel cross-entropy), s */
-  double c_intr_bytes; /* bytes of each of its three all-reduces */
-  double stash_extra;  /* bytes saved beyond inputs and output (masks, statistics, scores) */
-  double t_sel;        /* forward time recomputed under selective recompute */
-  double flops_fwd;    /* per device */
+  double c_intr;       /* communication inside the op (a cross-entropy's all-reduces), s */
+  double c_intr_bytes; /* bytes of each of its n_intr all-reduces */
+  int n_intr;
+  double stash_extra; /* bytes saved beyond inputs and output (masks, statistics, scores) */
+  double t_sel;       /* forward time recomputed under selective recompute */
+  double flops_fwd;   /* per device */
 } Strat;
 
 /* A sharding of the whole graph. */

@@ -50,7 +50,9 @@ set(mr_mesh sh ${MR_DIR}/run_mesh.sh $<TARGET_FILE:colossalc> ${MR_WORK} ${COLOS
     "${MR_MPIRUN}")
 set(megatron --plan ${MR_DIR}/megatron-tiny.plan.json)
 add_test(NAME multirank_tp2 COMMAND ${mr_mesh} tp2 1 2 1 --microbatch-size 2 ${megatron})
-add_test(NAME multirank_tp2_search COMMAND ${mr_mesh} tp2_search 1 2 1 --microbatch-size 4)
+# the search's own strategies: token ids and targets split by rows, the loss too, its
+# classifier fused (classifier_ce on each rank's rows)
+add_test(NAME multirank_tp2_search COMMAND ${mr_mesh} tp2_search 1 2 1 --microbatch-size 4 --classifier fused)
 add_test(NAME multirank_pp2_1f1b COMMAND ${mr_mesh} pp2_1f1b 1 1 2 --microbatch-size 1 --schedule 1f1b)
 add_test(NAME multirank_pp2_interleaved
          COMMAND ${mr_mesh} pp2_interleaved 1 1 2 --microbatch-size 1 --schedule interleaved --virtual-stages 2)
@@ -67,6 +69,17 @@ foreach(model llama bert vit)
                    "${MR_MPIRUN}" ${model} 2 2 2)
   list(APPEND mr_tests multirank_zoo_${model}_dp2_tp2_pp2)
 endforeach()
+# bert's masked-LM loss split by rows over tp2 (micro-batches of 4: the search's
+# "rows" for cross_entropy, each rank's mean scaled by its share of the counted labels,
+# which differ between the ranks). Not under the sanitizers: multirank_tp2_search runs
+# the same code there (gpt2's loss split by rows, the classifier fused).
+if(NOT COLOSSALC_SANITIZE)
+  add_test(NAME multirank_zoo_bert_tp2_loss_rows
+           COMMAND sh ${MR_DIR}/run_zoo_mesh.sh $<TARGET_FILE:colossalc> $<TARGET_FILE:colossalc-mkdata>
+                   $<TARGET_FILE:colossalc-mktokens> ${MR_WORK} ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
+                   "${MR_MPIRUN}" bert 1 2 1 --microbatch-size 4)
+  list(APPEND mr_tests multirank_zoo_bert_tp2_loss_rows)
+endif()
 # --shuffle: the same shuffled batches on the 8 ranks as on one
 add_test(NAME multirank_dp2_tp2_pp2_shuffle
          COMMAND ${CMAKE_COMMAND} -E env SHUFFLE=1 ${mr_mesh} dp2_tp2_pp2_shuffle 2 2 2 --microbatch-size 1 ${megatron})

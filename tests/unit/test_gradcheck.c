@@ -135,8 +135,9 @@ static const GCase cases[] = {
 };
 
 /* Ops without a gradient rule to check: sources, the gradient ops autodiff makes
- * (no second order), and ops whose output is never floating-point (today only the
- * source arange). main checks this list against the table. */
+ * (no second order), ops whose output is never floating-point (today only the
+ * source arange), and ops of integer inputs alone (ce_count, a count of targets).
+ * main checks this list against the table. */
 static const char *const nondiff[] = {
     "input",
     "param",
@@ -157,6 +158,7 @@ static const char *const nondiff[] = {
     "flash_attention_grad",
     "classifier_ce_grad",
     "fp8_state",
+    "ce_count",
 };
 
 static bool listed_nondiff(const char *name) {
@@ -165,12 +167,13 @@ static bool listed_nondiff(const char *name) {
   return false;
 }
 
-/* What the list must be: sources, *_grad, sum_to and pad (the gradient ops). */
+/* What the list must be: sources, *_grad, sum_to and pad (the gradient ops), and
+ * ce_count. */
 static bool rule_nondiff(OpKind op) {
   const OpInfo *oi = op_info(op);
   size_t len = strlen(oi->name);
   return oi->cls == CLS_SOURCE || (len > 5 && !strcmp(oi->name + len - 5, "_grad")) || !strcmp(oi->name, "sum_to") ||
-         !strcmp(oi->name, "pad");
+         !strcmp(oi->name, "pad") || op == OP_CE_COUNT;
 }
 
 /* ---- values -------------------------------------------------------------------------- */

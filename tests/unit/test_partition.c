@@ -188,17 +188,25 @@ int main(int argc, char **argv) {
       rv[i] = malloc(sizeof(double) * N);
       for (int64_t e = 0; e < N; e++) rv[i][e] = (n->init.kind == INIT_ONES ? 1 : 0) + value_of(n->name, e);
     } else if (n->op == OP_INPUT) { /* ids inside every table they index and the loss's classes; floats in [0, 1) */
-      int64_t range = 1 << 30;
+      int64_t range = 1 << 30, ignore = 0;
+      bool indexes = false, targets = false;
       for (int u = 0; u < ref->n; u++) {
         const Node *c = ref->nodes[u];
         if (c->op == OP_EMBEDDING && c->in[1] == n && c->in[0]->shape.d[0] < range) range = c->in[0]->shape.d[0];
-        if (c->op == OP_CROSS_ENTROPY && c->in[1] == n && c->in[0]->shape.d[c->in[0]->shape.ndim - 1] < range)
-          range = c->in[0]->shape.d[c->in[0]->shape.ndim - 1];
+        indexes |= c->op == OP_EMBEDDING && c->in[1] == n;
+        if (c->op == OP_CROSS_ENTROPY && c->in[1] == n) {
+          range =
+              c->in[0]->shape.d[c->in[0]->shape.ndim - 1] < range ? c->in[0]->shape.d[c->in[0]->shape.ndim - 1] : range;
+          targets = true, ignore = attr_int(c, "ignore_index");
+        }
       }
       rv[i] = malloc(sizeof(double) * N);
       for (int64_t e = 0; e < N; e++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         rv[i][e] = n->dtype == DT_I32 ? (double)((seed >> 33) % range) : (double)(seed >> 11) * 0x1.0p-53;
+        /* a loss's own targets: a third of them ignored, and the whole second half, so
+         * that a rank whose rows the plan splits off may count none */
+        if (targets && !indexes && (e % 3 == 0 || 2 * e >= N)) rv[i][e] = (double)ignore;
       }
     }
   }

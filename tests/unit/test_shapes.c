@@ -107,6 +107,8 @@ static const Case cases[] = {
     {A("f32[2, 3, 10]") B("i32[2, 3]") "%2 = cross_entropy %0, %1 : f32[]\n", NULL},
     {A("f32[2, 3, 10]") B("i32[2, 4]") "%2 = cross_entropy %0, %1 : f32[]\n", "must match the logits"},
     {A("f32[2, 10]") B("f32[2]") "%2 = cross_entropy %0, %1 : f32[]\n", "targets must be i32"},
+    {A("i32[2, 3]") "%1 = ce_count %0 ignore_index=-100 : f32[]\n", NULL},
+    {A("f32[2, 3]") "%1 = ce_count %0 : f32[]\n", "targets must be i32"},
     /* attention */
     {A("f32[2, 5, 8]") B("f32[2, 5, 8]")
          C("f32[2, 5, 8]") "%3 = attention %0, %1, %2 heads=2 causal=1 : f32[2, 5, 8]\n",
