@@ -267,19 +267,36 @@ static int stage_segments(const Search *S, const int *start, int p, int v, int i
   return n;
 }
 
+/* Whether a compiled program holds parameter `node` whole: its uses under candidate
+ * ci want different placements, and the partition pass stores such a parameter
+ * replicated on every stage that reads it (passes/partition.c, place). */
+static bool held_whole(const Search *S, const CandSet *cs, int ci, int node, int pl) {
+  if (!S->r->exec) return false;
+  for (int k = 0; k < S->r->pm->nseg; k++) {
+    const SegParams *sp = &cs->sp[ci][k];
+    for (int u = 0; u < sp->nshared; u++)
+      if (sp->shared[u].node == node && sp->shared[u].pl != pl) return true;
+  }
+  return false;
+}
+
 /* Parameters used by several segments (tied embeddings), counted once per stage;
  * *tie gets the elements also held by another stage, whose gradients those stages
- * all-reduce. */
+ * all-reduce; *dptp and *dptp_mb those whose gradients are tensor-parallel partial
+ * sums, held by other stages too or not (*tie_tp: the former). */
 static double stage_shared(Search *S, const CandSet *cs, int ci, const int *segs, int n, int i, const int *seg_stage,
-                           double *tie, double *dptp, double *dptp_mb) {
+                           double *tie, double *dptp, double *dptp_mb, double *tie_tp) {
   ParamUse *seen = S->shared_buf, *all = S->shared_all;
   int ns = 0, na = 0;
   double elems = 0;
-  *tie = *dptp = *dptp_mb = 0;
+  *tie = *dptp = *dptp_mb = *tie_tp = 0;
   for (int a = 0; a < n; a++) {
     const SegParams *sp = &cs->sp[ci][segs[a]];
     for (int u = 0; u < sp->nshared; u++) {
-      const ParamUse *pu = &sp->shared[u];
+      ParamUse whole = sp->shared[u];
+      if (held_whole(S, cs, ci, whole.node, whole.pl))
+        whole.pl = PL_R, whole.elems = (double)shape_numel(&S->r->g->nodes[whole.node]->shape);
+      const ParamUse *pu = &whole;
       if (na < S->shared_cap) all[na++] = *pu;
       int w = 0;
       while (w < ns && !(seen[w].node == pu->node && seen[w].pl == pu->pl)) w++;
@@ -293,7 +310,8 @@ static double stage_shared(Search *S, const CandSet *cs, int ci, const int *segs
     for (int k = 0; k < S->param_nseg[seen[w].node] && !other; k++)
       other = seg_stage[S->param_segs[seen[w].node][k]] != i;
     if (other) *tie += seen[w].elems;
-    else if (seen[w].dptp) *(tp_mixed(all, na, seen[w].node) ? dptp_mb : dptp) += seen[w].elems;
+    if (seen[w].dptp) *(tp_mixed(all, na, seen[w].node) ? dptp_mb : dptp) += seen[w].elems;
+    if (seen[w].dptp && other) *tie_tp += seen[w].elems;
   }
   return elems;
 }
@@ -439,15 +457,16 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
   const PlanResult *r = S->r;
   const Cluster *cl = r->cl;
   StageSums q;
-  double tie, sdptp, sdptp_mb;
+  double tie, sdptp, sdptp_mb, tie_tp;
   int n = stage_segments(S, start, ch->pp, ch->v, i, S->segbuf);
   stage_sum(S, cs, ci, S->segbuf, n, st, &q);
-  double shared = stage_shared(S, cs, ci, S->segbuf, n, i, S->seg_stage, &tie, &sdptp, &sdptp_mb);
+  double shared = stage_shared(S, cs, ci, S->segbuf, n, i, S->seg_stage, &tie, &sdptp, &sdptp_mb, &tie_tp);
   st->p2p = stage_p2p(S, &cs->c[ci], start, ch, i);
   st->time = st->t_fwd + st->t_bwd + st->tp_comm + st->t_rc + st->p2p;
   stage_memory(S, ch, i, &q, shared, st);
   st->params_dptp = q.dptp + sdptp, st->params_dptp_mb = q.dptp_mb + sdptp_mb;
-  double d = stage_dp_time(S, ch, st, i, q.dp + shared - tie - sdptp - sdptp_mb, st->params_dptp, st->params_dptp_mb);
+  double d = stage_dp_time(S, ch, st, i, q.dp + shared - tie - (sdptp + sdptp_mb - tie_tp), st->params_dptp,
+                           st->params_dptp_mb);
   if (d > sum->dp_time) sum->dp_time = d;
   if (tie > 0) { /* tied weights on several stages: their gradients are summed */
     Group g = {2, same_node(S, 0, ch->pp - 1, ch->dp, ch->tp) ? 2 : 1};
