@@ -112,6 +112,11 @@ static Val layout_of(int buf, const Shape *s) {
   return v;
 }
 
+/* n: a cast of a 16-bit value to f32, which is exact (the value itself, widened). */
+static bool widening(const Node *n) {
+  return n->op == OP_CAST && n->dtype == DT_F32 && (n->in[0]->dtype == DT_BF16 || n->in[0]->dtype == DT_F16);
+}
+
 /* ---- kernels ------------------------------------------------------------------------ */
 
 static Kernel *knew(L *l, const char *what, KPar par, const int64_t *dims, int ndims, int row_dims) {
@@ -983,6 +988,7 @@ static void lower_cross_entropy(L *l, const Node *n) {
     error_at(n->loc, "cross_entropy: targets must be an input");
   CeRow c = ce_row(l, n);
   Kernel *k = c.k;
+  if (l->val[x->id].kind != V_LAYOUT && widening(x)) x = x->in[0]; /* the 16-bit logits, widened as read */
   const Val *xv = &l->val[x->id];
   if (xv->kind != V_LAYOUT) error_at(n->loc, "cross_entropy: logits must be in memory");
   KView g = view_of(l, k, x, c.m);
@@ -1394,6 +1400,13 @@ static void lower_classifier_ce_grad(L *l, const Node *n) {
 
 /* ---- the walk over the graph ------------------------------------------------------------ */
 
+/* Of those, the inputs a kernel may read from a 16-bit buffer, widened as it loads:
+ * the logits of a loss under mixed precision, whose f32 form is then never stored. */
+static const unsigned widened_inputs[OP_COUNT] = {
+    [OP_CROSS_ENTROPY] = 1,
+    [OP_CROSS_ENTROPY_GRAD] = 1,
+};
+
 /* Inputs that must be in memory, by op: GEMM operands, views, shifted or gathered reads. */
 static const unsigned memory_inputs[OP_COUNT] = {
     [OP_MATMUL] = 3,          [OP_RESHAPE] = 1,
@@ -1427,7 +1440,9 @@ static void analyse(L *l) {
       l->uses[n->in[k]->id]++;
       l->user[n->in[k]->id] = n;
       if (n->op == OP_GELU) l->gelu[n->in[k]->id] = l->gelu[n->in[k]->id] ? &several_gelus : n;
-      if (needs_memory(n, k)) l->need_layout[n->in[k]->id] = true;
+      if (needs_memory(n, k))
+        l->need_layout[(widened_inputs[n->op] >> k & 1) && widening(n->in[k]) ? n->in[k]->in[0]->id : n->in[k]->id] =
+            true;
     }
   }
   if (g->loss) l->need_layout[g->loss->id] = true;
@@ -1459,7 +1474,8 @@ static void lower_input(L *l, const Node *n) {
  * more than once (constants and positions are always recomputed). */
 static void lower_expr_node(L *l, const Node *n) {
   l->val[n->id].kind = V_EXPR;
-  bool cheap = n->op == OP_CONST || n->op == OP_ARANGE || n->op == OP_LOSS_SCALE;
+  bool cheap = n->op == OP_CONST || n->op == OP_ARANGE || n->op == OP_LOSS_SCALE ||
+               (widening(n) && l->val[n->in[0]->id].kind == V_LAYOUT); /* a load, widened */
   if (l->need_layout[n->id] || (l->uses[n->id] > 1 && !cheap)) l->val[n->id] = materialize(l, n, out_buf(l, n));
 }
 
@@ -1548,10 +1564,12 @@ static const Node *loss_op(const Graph *g) {
   return x && (x->op == OP_CROSS_ENTROPY || x->op == OP_CLASSIFIER_CE) ? x : NULL;
 }
 
-/* The logits the loss reads: cross_entropy's (not the fused classifier's, which it never stores). */
+/* The logits the loss reads as they are stored: cross_entropy's (their 16-bit form
+ * where it reads them widened; not the fused classifier's, which it never stores). */
 static const Node *loss_logits(const Graph *g) {
   const Node *u = loss_op(g);
-  return u && u->op == OP_CROSS_ENTROPY ? u->in[0] : NULL;
+  if (!u || u->op != OP_CROSS_ENTROPY) return NULL;
+  return widening(u->in[0]) ? u->in[0]->in[0] : u->in[0];
 }
 
 /* The targets of the loss: cross_entropy's, or the fused classifier's; NULL for another loss. */
@@ -2123,6 +2141,7 @@ Program *lower_program(Graph *g) {
   p->loss_offset = placed(l, g->loss);
   if (logits) {
     p->logits_offset = placed(l, logits);
+    p->logits_dtype = logits->dtype == DT_BF16 ? ISA_BF16 : logits->dtype == DT_F16 ? ISA_F16 : ISA_F32;
     p->vocab = logits->shape.d[logits->shape.ndim - 1];
   } else if (loss_op(g)) { /* the fused classifier: no logits to sample from */
     p->logits_offset = -1;
@@ -2475,6 +2494,8 @@ static cJSON *program_json(const Program *p) {
   cJSON_AddItemToObject(o, "inputs", inputs);
   cJSON_AddNumberToObject(o, "loss_offset", (double)p->loss_offset);
   cJSON_AddNumberToObject(o, "logits_offset", (double)p->logits_offset);
+  if (p->logits_dtype != ISA_F32)
+    cJSON_AddStringToObject(o, "logits_dtype", p->logits_dtype == ISA_BF16 ? "bf16" : "f16");
   cJSON_AddNumberToObject(o, "gradnorm_offset", (double)p->gradnorm_offset);
   cJSON_AddNumberToObject(o, "gradnorm_parts", (double)p->gradnorm_parts);
   if (p->fp8.rows) {

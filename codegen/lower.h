@@ -158,9 +158,10 @@ typedef struct Program {
   PInput *inputs;
   int ninputs;
   int64_t loss_offset, logits_offset, gradnorm_offset, gradnorm_parts;
-  int64_t norm_row; /* floats per partial sum of the gradient norm, the same for every
-                     * parameter (lower_norm_kernel), or 0: a partial sum per row of
-                     * each parameter's last dimension */
+  IsaDtype logits_dtype; /* the logits' element type at logits_offset (16-bit under mixed precision) */
+  int64_t norm_row;      /* floats per partial sum of the gradient norm, the same for every
+                          * parameter (lower_norm_kernel), or 0: a partial sum per row of
+                          * each parameter's last dimension */
   int64_t batch, seq, vocab;
   int64_t microbatches;   /* runs of `step` per training step (gradient accumulation) */
   int64_t dp, zero_stage; /* the plan's data-parallel ranks (0: any) and ZeRO stage */

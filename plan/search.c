@@ -369,6 +369,7 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
 typedef struct StageSums {
   double stash, work, dp, dptp, dptp_mb, maxp, flops_rc;
   double max_param; /* the stage's largest parameter */
+  double max_pair;  /* the most parameters of two consecutive segments (one in use, the next gathered ahead) */
 } StageSums;
 
 static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int n, StageCost *st, StageSums *q) {
@@ -384,6 +385,8 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
     if (s->stash + s->transient > q->work) q->work = s->stash + s->transient;
     q->dp += sp->dp, q->dptp += sp->dptp, q->dptp_mb += sp->dptp_mb, q->flops_rc += s->flops_rc;
     if (sp->max_seg > q->maxp) q->maxp = sp->max_seg;
+    double pair = sp->max_seg + (a > 0 ? cs->sp[ci][segs[a - 1]].max_seg : 0);
+    if (pair > q->max_pair) q->max_pair = pair;
     if (sp->max_param > q->max_param) q->max_param = sp->max_param;
     if (pm->seg[segs[a]].kind == SEG_LAYER) {
       if (st->first_layer < 0) st->first_layer = pm->seg[segs[a]].layer;
@@ -439,9 +442,9 @@ static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums
   }
   double held = stage_inflight(S, ch, i);
   st->activations = q->stash * held;
-  /* one layer's backward working set (in each slot, compiled); ZeRO-3 also holds two
-   * layers' gathered weights */
-  st->buffers = q->work * (S->f->exec ? held : 1) + (ch->zero == 3 ? 2 * q->maxp * r->w_bytes : 0);
+  /* one layer's backward working set (in each slot, compiled); ZeRO-3 also holds the
+   * gathered weights of a segment and of the next, gathered ahead (codegen/zero.c) */
+  st->buffers = q->work * (S->f->exec ? held : 1) + (ch->zero == 3 ? q->max_pair * r->w_bytes : 0);
   st->total = st->weights + st->grads + st->optimizer + st->activations + st->buffers;
 }
 

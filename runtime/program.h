@@ -49,9 +49,11 @@
  *     step fp16 skips (an overflow): the update kernels of a program with loss scaling
  *     then keep every value, and the list runs for its moves (offload) all the same;
  *     when the program says "scalars": 12 (every kernel of every list gets the array)
- * `forward` computes the logits for sampling (batch x seq x vocab f32 at
- * logits_offset) from the token inputs, without the loss or backward; a program whose
- * classifier is fused with its loss (classifier_ce) has none: logits_offset -1.
+ * `forward` computes the logits for sampling (batch x seq x vocab at logits_offset,
+ * of element type logits_dtype: f32, or the 16-bit logits of a mixed-precision GEMM,
+ * which the loss reads widened) from the token inputs, without the loss or backward; a
+ * program whose classifier is fused with its loss (classifier_ce) has none:
+ * logits_offset -1.
  *
  * JSON schema (all offsets and sizes in bytes, all counts int64):
  * {
@@ -96,6 +98,7 @@
  *      tokens' second dimension, 1 in a program without them; "vocab" is the classes the
  *      loss scores.)
  *   "loss_offset": N, "logits_offset": N, "gradnorm_offset": N, "gradnorm_parts": N,
+ *   "logits_dtype": "f32" | "bf16" | "f16",   (optional, default f32)
  *   "fp8": {"offset": O, "rows": R, "width": W, "total": T, "runs": [[G, L, C], ...]},
  *                      (optional, --precision fp8: the delayed-scaling states, R rows of
  *                      W f32 at O of the work tier (slot 0), the same on every rank of a

@@ -880,7 +880,11 @@ static int parse_fp8_runs(Pj *pj, const cJSON *f8, RtProgram *p) {
 }
 
 static int parse_slots(Pj *pj, const cJSON *r, RtProgram *p) {
-  int64_t logits_bytes = p->scheduled ? 0 : p->batch * p->seq * p->vocab * 4; /* no sampling there */
+  static const char *const logits_types[] = {"f32", "bf16", "f16", NULL};
+  int dt = 0;
+  if (cJSON_HasObjectItem(r, "logits_dtype") && pj_enum(pj, r, "", "logits_dtype", logits_types, &dt)) return -1;
+  p->logits_dtype = (IsaDtype)dt; /* ISA_F32, ISA_BF16, ISA_F16 in that order */
+  int64_t logits_bytes = p->scheduled ? 0 : p->batch * p->seq * p->vocab * isa_dtype_bytes(p->logits_dtype);
   if (pj_int(pj, r, "", "loss_offset", 0, INT64_MAX / 2, &p->loss_offset) ||
       pj_int(pj, r, "", "logits_offset", -1, INT64_MAX / 2, &p->logits_offset) ||
       pj_int(pj, r, "", "gradnorm_offset", 0, INT64_MAX / 2, &p->gradnorm_offset) ||

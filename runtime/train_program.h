@@ -248,6 +248,7 @@ typedef struct RtProgram {
   int ninputs;
   int tokens, targets; /* the inputs with those roles, -1 for none */
   int64_t loss_offset, logits_offset, gradnorm_offset, gradnorm_parts;
+  IsaDtype logits_dtype; /* f32, bf16 or f16 */
   struct {
     int64_t offset, rows, width; /* this program's states: rows x width f32 at offset of WORK */
     int64_t total;               /* the model's (all stages') */

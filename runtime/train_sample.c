@@ -41,7 +41,12 @@ static void sample_logits(Trainer *t, int64_t len) {
   exec_write(&t->ex, RT_TIER_WORK, p->inputs[p->tokens].offset, tokens, p->batch * p->seq * 4);
   train_scalars(&t->hp, 0.0, 1, 1.0, sc);
   exec_run(&t->ex, &p->forward, sc);
-  exec_read(&t->ex, RT_TIER_WORK, p->logits_offset + (len - 1) * p->vocab * 4, t->logits_row, p->vocab * 4);
+  int size = isa_dtype_bytes(p->logits_dtype);
+  exec_read(&t->ex, RT_TIER_WORK, p->logits_offset + (len - 1) * p->vocab * size, t->logits_row, p->vocab * size);
+  if (size == 2) { /* 16-bit logits, widened in place from the end (element i's bytes come after i's float) */
+    const unsigned short *h = (const unsigned short *)t->logits_row;
+    for (int64_t i = p->vocab - 1; i >= 0; i--) t->logits_row[i] = isa_to_f32(p->logits_dtype, h[i]);
+  }
 }
 
 static void sample_emit(FILE *out, int64_t tok, int64_t vocab, int64_t i) {
