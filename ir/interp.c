@@ -390,21 +390,15 @@ static double row_lse(const double *x, int64_t V) {
   return mx + log(s);
 }
 
-/* The rows of cross_entropy(logits, targets) that count. */
-static int64_t ce_count(const Node *n, const double *tg) {
+/* The targets tg (of node t) that count: those other than n's ignore_index. */
+static int64_t ce_count(const Node *n, const Node *t, const double *tg) {
   int64_t c = 0, ignore = attr_int(n, "ignore_index");
-  for (int64_t r = 0, R = numel(n->in[1]); r < R; r++) c += tg[r] != (double)ignore;
+  for (int64_t r = 0, R = numel(t); r < R; r++) c += tg[r] != (double)ignore;
   return c;
 }
 
-static void run_ce_count(const Node *n, const double *tg, double *out) {
-  int64_t c = 0, ignore = attr_int(n, "ignore_index");
-  for (int64_t r = 0, R = numel(n->in[0]); r < R; r++) c += tg[r] != (double)ignore;
-  out[0] = (double)c;
-}
-
 static void run_cross_entropy(const Node *n, const double *x, const double *tg, double *out) {
-  int64_t V = last(&n->in[0]->shape), ignore = attr_int(n, "ignore_index"), count = ce_count(n, tg);
+  int64_t V = last(&n->in[0]->shape), ignore = attr_int(n, "ignore_index"), count = ce_count(n, n->in[1], tg);
   double total = 0;
   for (int64_t r = 0, R = numel(n->in[1]); r < R; r++) {
     if (tg[r] == (double)ignore) continue;
@@ -415,7 +409,7 @@ static void run_cross_entropy(const Node *n, const double *x, const double *tg, 
 }
 
 static void run_cross_entropy_grad(const Node *n, const double *x, const double *tg, const double *g, double *out) {
-  int64_t V = last(&n->in[0]->shape), ignore = attr_int(n, "ignore_index"), count = ce_count(n, tg);
+  int64_t V = last(&n->in[0]->shape), ignore = attr_int(n, "ignore_index"), count = ce_count(n, n->in[1], tg);
   for (int64_t r = 0, R = numel(n->in[1]); r < R; r++) {
     double *o = out + r * V;
     const double *xr = x + r * V;
@@ -671,7 +665,7 @@ void interp_eval(const Node *n, const double *const *in, double *out, int64_t st
   case OP_SUM:
   case OP_MEAN: run_reduce(n, in[0], out); break;
   case OP_CROSS_ENTROPY: run_cross_entropy(n, in[0], in[1], out); break;
-  case OP_CE_COUNT: run_ce_count(n, in[0], out); break;
+  case OP_CE_COUNT: out[0] = (double)ce_count(n, n->in[0], in[0]); break;
   case OP_ATTENTION: run_attention(n, in[0], in[1], in[2], out); break;
   case OP_CLASSIFIER_CE: run_classifier_ce(n, in[0], in[1], in[2], out); break;
   case OP_CLASSIFIER_CE_GRAD: run_classifier_ce_grad(n, in, out); break;
