@@ -2,11 +2,14 @@
 #include "codegen/compose.h"
 #include <string.h>
 #include "codegen/offload.h"
-#include "runtime/program.h"
+#include "codegen/pipeline.h"
+#include "program/program.h"
 
-static PInstr *push_comm(Program *p, PSeq *s, IsaCommKind kind, IsaGroup group, int tier, int64_t off, int64_t bytes) {
-  PInstr *in = pseq_push(p->arena, s, ISA_COMM);
-  in->comm = (PComm){kind, {tier, tier}, {off, off}, 1, bytes / 4, 1, group, 0, 0, ISA_RED_SUM};
+static IsaInstr *push_comm(Program *p, PSeq *s, IsaCommKind kind, IsaGroup group, int tier, int64_t off,
+                           int64_t bytes) {
+  IsaInstr *in = pseq_push(p->arena, s, ISA_COMM);
+  in->comm = (IsaComm){
+      .kind = kind, .group = group, .tier = {tier, tier}, .off = {off, off}, .outer = 1, .n = bytes / 4, .inner = 1};
   return in;
 }
 
@@ -64,7 +67,7 @@ static void compose_tied(Program **ps, int n, bool **lowest) {
       if (t[e].at[s] < 0) continue;
       const PParam *q = &ps[s]->params[t[e].at[s]];
       for (int kind = 0; kind < 2; kind++) /* onto the lowest holder, then back */
-        push_comm(ps[s], &ps[s]->sync, kind ? ISA_COMM_BROADCAST : ISA_COMM_REDUCE, ISA_GROUP_STAGES, RT_TIER_GRADS,
+        push_comm(ps[s], &ps[s]->sync, kind ? ISA_COMM_BROADCAST : ISA_COMM_REDUCE, ISA_GROUP_STAGES, TIER_GRADS,
                   q->offset, pparam_bytes(q))
             ->comm.stage_group = k;
     }
@@ -83,7 +86,7 @@ static void tp_sums(Program *p, PSeq *s) {
            p->params[lo - 1].offset + pparam_bytes(&p->params[lo - 1]) == p->params[lo].offset &&
            end - p->params[lo - 1].offset <= COMPOSE_BUCKET)
       lo--;
-    push_comm(p, s, ISA_COMM_ALL_REDUCE, ISA_GROUP_TP, RT_TIER_GRADS, p->params[lo].offset, end - p->params[lo].offset);
+    push_comm(p, s, ISA_COMM_ALL_REDUCE, ISA_GROUP_TP, TIER_GRADS, p->params[lo].offset, end - p->params[lo].offset);
     hi = lo;
   }
 }
@@ -91,11 +94,11 @@ static void tp_sums(Program *p, PSeq *s) {
 /* The gradient tier all-reduced over dp in buckets of whole parameters, last first,
  * into s. */
 static void dp_buckets(Program *p, PSeq *s) {
-  int64_t end = p->tiers[RT_TIER_GRADS];
+  int64_t end = p->tiers[TIER_GRADS];
   for (int hi = p->nparams; hi > 0;) {
     int lo = hi - 1;
     while (lo > 0 && end - p->params[lo - 1].offset <= COMPOSE_BUCKET) lo--;
-    push_comm(p, s, ISA_COMM_ALL_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[lo].offset, end - p->params[lo].offset);
+    push_comm(p, s, ISA_COMM_ALL_REDUCE, ISA_GROUP_DP, TIER_GRADS, p->params[lo].offset, end - p->params[lo].offset);
     end = p->params[lo].offset, hi = lo;
   }
 }
@@ -104,14 +107,14 @@ static void dp_buckets(Program *p, PSeq *s) {
  * a chunk's gradients leave the device once its last parameter's are complete). */
 static void param_sums(Program *p, PSeq *s) {
   for (int k = p->nparams - 1; k >= 0; k--)
-    push_comm(p, s, ISA_COMM_ALL_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[k].offset, pparam_bytes(&p->params[k]));
+    push_comm(p, s, ISA_COMM_ALL_REDUCE, ISA_GROUP_DP, TIER_GRADS, p->params[k].offset, pparam_bytes(&p->params[k]));
 }
 
 /* ZeRO-1: each parameter's gradient summed onto its owner only (the others' copies are
  * not used again), into s. */
 static void owner_reduces(Program *p, PSeq *s) {
   for (int k = p->nparams - 1; k >= 0; k--)
-    push_comm(p, s, ISA_COMM_REDUCE, ISA_GROUP_DP, RT_TIER_GRADS, p->params[k].offset, pparam_bytes(&p->params[k]))
+    push_comm(p, s, ISA_COMM_REDUCE, ISA_GROUP_DP, TIER_GRADS, p->params[k].offset, pparam_bytes(&p->params[k]))
         ->comm.root = p->params[k].owner;
 }
 
@@ -127,7 +130,7 @@ static int *grad_last(const Program *p) {
   for (int i = p->step.n - 1; i >= 0; i--) {
     int n = instr_touch(p, &p->step.v[i], t);
     for (int j = 0; j < n; j++) {
-      if (t[j].tier != RT_TIER_GRADS) continue;
+      if (t[j].tier != TIER_GRADS) continue;
       int lo = 0, hi = np; /* the first parameter ending after t[j].lo */
       while (lo < hi) {
         int mid = (lo + hi) / 2;
@@ -147,14 +150,14 @@ static int *grad_last(const Program *p) {
 static void compose_overlap(Program *p, PSeq *sums, bool overlap) {
   int *last = grad_last(p), *after = arena_array(p->arena, sums->n + 1, sizeof *after);
   for (int b = 0; b < sums->n; b++) {
-    PInstr *c = &sums->v[b];
+    IsaInstr *c = &sums->v[b];
     after[b] = -1;
     for (int k = 0; k < p->nparams; k++)
       if (p->params[k].offset < c->comm.off[0] + c->comm.n * 4 &&
           c->comm.off[0] < p->params[k].offset + pparam_bytes(&p->params[k]) && last[k] > after[b])
         after[b] = last[k];
     if (after[b] < 0) after[b] = p->step.n - 1;
-    c->last_mb = !p->scheduled, c->overlap = overlap; /* a scheduled step runs once */
+    c->last = !p->scheduled, c->overlap = overlap; /* a scheduled step runs once */
   }
   int *order = arena_array(p->arena, sums->n + 1, sizeof *order), n = 0; /* by position, stable */
   for (int i = 0; i < p->step.n && n < sums->n; i++)
@@ -163,22 +166,22 @@ static void compose_overlap(Program *p, PSeq *sums, bool overlap) {
   PSeq old = p->step;
   p->step = (PSeq){0};
   for (int i = 0, next = 0; i < old.n; i++) {
-    *pseq_push(p->arena, &p->step, old.v[i].kind) = old.v[i];
+    *pseq_push(p->arena, &p->step, (IsaOp)old.v[i].op) = old.v[i];
     for (; next < n && after[order[next]] == i; next++) *pseq_push(p->arena, &p->step, ISA_COMM) = sums->v[order[next]];
   }
 }
 
 /* The k-th kernel of list s is parameter k's (lower's emit_optimizer). */
-static PInstr *param_kernel(PSeq *s, int k) {
+static IsaInstr *param_kernel(PSeq *s, int k) {
   for (int i = 0, seen = 0; i < s->n; i++)
-    if (s->v[i].kind == ISA_KERNEL && seen++ == k) return &s->v[i];
+    if (s->v[i].op == ISA_KERNEL && seen++ == k) return &s->v[i];
   ir_assert(!"a kernel per parameter");
   return NULL;
 }
 
 static int count_kernels(const PSeq *s) {
   int n = 0;
-  for (int i = 0; i < s->n; i++) n += s->v[i].kind == ISA_KERNEL;
+  for (int i = 0; i < s->n; i++) n += s->v[i].op == ISA_KERNEL;
   return n;
 }
 
@@ -203,9 +206,9 @@ static int add_kernel(Program **ps, int n, Kernel *k) {
 
 /* Whether b, the kernel of the parameter after a's, joins a's run: right after it in the
  * list, run on the same ranks. */
-static bool joins(const PInstr *a, const PInstr *b) {
-  return a->kind == ISA_KERNEL && b->kind == ISA_KERNEL && a->dp_rank == b->dp_rank && a->tp_rank == b->tp_rank &&
-         a->on_host == b->on_host;
+static bool joins(const IsaInstr *a, const IsaInstr *b) {
+  return a->op == ISA_KERNEL && b->op == ISA_KERNEL && a->dp_rank == b->dp_rank && a->tp_rank == b->tp_rank &&
+         a->kernel.on_host == b->kernel.on_host;
 }
 
 /* List s (its k-th kernel parameter k's; skip[k]: dropped, when skip is given) rewritten
@@ -217,21 +220,21 @@ static void fuse_runs(Program **ps, int n, Program *p, PSeq *s, const bool *skip
   PSeq old = *s;
   *s = (PSeq){0};
   for (int i = 0, k = 0; i < old.n;) {
-    const PInstr *in = &old.v[i];
-    if (in->kind != ISA_KERNEL || (skip && skip[k])) {
-      if (in->kind != ISA_KERNEL) *pseq_push(p->arena, s, in->kind) = *in;
-      k += in->kind == ISA_KERNEL, i++;
+    const IsaInstr *in = &old.v[i];
+    if (in->op != ISA_KERNEL || (skip && skip[k])) {
+      if (in->op != ISA_KERNEL) *pseq_push(p->arena, s, (IsaOp)in->op) = *in;
+      k += in->op == ISA_KERNEL, i++;
       continue;
     }
     int e = k + 1; /* the run [k, e), instructions i .. i + e - k - 1 */
     while (e < p->nparams && i + e - k < old.n && !(skip && skip[e]) && joins(&old.v[i + e - k - 1], &old.v[i + e - k]))
       e++;
     e = norm ? (p->norm_row ? e : k + 1) : lower_update_end(p, k, e);
-    PInstr *x = pseq_push(p->arena, s, ISA_KERNEL);
+    IsaInstr *x = pseq_push(p->arena, s, ISA_KERNEL);
     *x = *in;
     if (e - k > 1) {
       Kernel *run = norm ? lower_norm_kernel(p, k, e, p->nkernels) : lower_update_kernel(p, k, e, p->nkernels);
-      x->kernel = add_kernel(ps, n, run), x->extent = run->rows;
+      x->kernel.id = add_kernel(ps, n, run), x->kernel.extent = run->rows;
     }
     i += e - k, k = e;
   }
@@ -245,12 +248,16 @@ static void prune_kernels(Program **ps, int n) {
   for (int i = 0; i < p->nkernels; i++) to[i] = -1;
   for (int pass = 0; pass < 2; pass++) { /* mark what runs, then renumber */
     for (int st = 0; st < n; st++) {
-      PSeq *lists[5] = {&ps[st]->step, &ps[st]->sync, &ps[st]->gradnorm, &ps[st]->update, &ps[st]->forward};
-      for (int l = 0; l < 5; l++)
-        for (PInstr *in = lists[l]->v; in < lists[l]->v + lists[l]->n; in++) {
-          if (in->kind != ISA_KERNEL) continue;
-          if (pass) in->kernel = to[in->kernel];
-          else to[in->kernel] = 0;
+      Program *q = ps[st];
+      int np = 6 + q->nlists; /* the lists made of the step, and those the schedule calls */
+      PSeq **lists = arena_array(p->arena, np, sizeof *lists);
+      PSeq *parts[6] = {&q->step, &q->sync, &q->gradnorm, &q->update, &q->forward, &q->fp8.tail};
+      for (int l = 0; l < np; l++) lists[l] = l < 6 ? parts[l] : &q->lists[l - 6].seq;
+      for (int l = 0; l < np; l++)
+        for (IsaInstr *in = lists[l]->v; in < lists[l]->v + lists[l]->n; in++) {
+          if (in->op != ISA_KERNEL) continue;
+          if (pass) in->kernel.id = to[in->kernel.id];
+          else to[in->kernel.id] = 0;
         }
     }
     for (int i = 0; i < p->nkernels && !pass; i++) /* the kept ones in table order */
@@ -269,7 +276,7 @@ static void compose_norm(Program **ps, int n, Program *p, const bool *lowest) {
   ir_assert(count_kernels(&p->gradnorm) == p->nparams);
   bool partial = false, *skip = arena_array(p->arena, p->nparams + 1, sizeof *skip);
   for (int k = 0; k < p->nparams; k++) {
-    PInstr *in = param_kernel(&p->gradnorm, k);
+    IsaInstr *in = param_kernel(&p->gradnorm, k);
     skip[k] = !lowest[k];
     if (p->tp > 1 && !p->params[k].node->split) in->tp_rank = 0;
     if (p->zero_stage >= 1) in->dp_rank = p->params[k].owner; /* its sum is the owner's only */
@@ -280,9 +287,9 @@ static void compose_norm(Program **ps, int n, Program *p, const bool *lowest) {
   if (!partial) return;
   PSeq old = p->gradnorm;
   p->gradnorm = (PSeq){0};
-  PInstr *z = pseq_push(p->arena, &p->gradnorm, ISA_ZERO);
-  z->tier = RT_TIER_WORK, z->offset = p->gradnorm_offset, z->bytes = p->gradnorm_parts * 4;
-  for (int i = 0; i < old.n; i++) *pseq_push(p->arena, &p->gradnorm, old.v[i].kind) = old.v[i];
+  IsaInstr *z = pseq_push(p->arena, &p->gradnorm, ISA_ZERO);
+  z->zero = (IsaZero){TIER_WORK, p->gradnorm_offset, p->gradnorm_parts * 4};
+  for (int i = 0; i < old.n; i++) *pseq_push(p->arena, &p->gradnorm, (IsaOp)old.v[i].op) = old.v[i];
 }
 
 /* update: each parameter's kernel on its owner from ZeRO stage 1, then each run of
@@ -294,26 +301,27 @@ static void compose_update(Program **ps, int n, Program *p, bool offload) {
   for (int k = 0; k < p->nparams && p->zero_stage >= 1; k++) param_kernel(&p->update, k)->dp_rank = p->params[k].owner;
   if (!offload) fuse_runs(ps, n, p, &p->update, NULL, false);
   for (int k = 0; k < p->nparams && p->zero_stage >= 1 && p->zero_stage < 3; k++)
-    push_comm(p, &p->update, ISA_COMM_BROADCAST, ISA_GROUP_DP, RT_TIER_PARAMS, p->params[k].offset,
+    push_comm(p, &p->update, ISA_COMM_BROADCAST, ISA_GROUP_DP, TIER_PARAMS, p->params[k].offset,
               pparam_bytes(&p->params[k]))
         ->comm.root = p->params[k].owner;
 }
 
 /* fp8: this step's amaxes (max) over the tensor- and data-parallel groups, before the
- * kernel that takes them into the histories, wherever it runs (lower.h, PFp8). */
-static void compose_fp8(Program *p) {
+ * kernel that takes them into the histories, wherever it runs (lower.h, PFp8: in `step`,
+ * or in a pipeline stage's tail). */
+static void compose_fp8(Program *p, PSeq *s) {
   if (!p->fp8.rows || (p->tp <= 1 && p->dp == 1)) return;
-  PSeq old = p->step;
-  p->step = (PSeq){0};
+  PSeq old = *s;
+  *s = (PSeq){0};
   for (int i = 0; i < old.n; i++) {
-    const PInstr *in = &old.v[i];
-    for (int g = 0; g < 2 && in->kind == ISA_KERNEL && in->kernel == p->fp8.update; g++) {
+    const IsaInstr *in = &old.v[i];
+    for (int g = 0; g < 2 && in->op == ISA_KERNEL && in->kernel.id == p->fp8.update; g++) {
       if (g == 0 ? p->tp <= 1 : p->dp == 1) continue;
-      PInstr *c = push_comm(p, &p->step, ISA_COMM_ALL_REDUCE, g ? ISA_GROUP_DP : ISA_GROUP_TP, RT_TIER_WORK,
-                            p->fp8.amax, p->fp8.rows * 4);
-      c->comm.red = ISA_RED_MAX, c->last_mb = in->last_mb;
+      IsaInstr *c = push_comm(p, s, ISA_COMM_ALL_REDUCE, g ? ISA_GROUP_DP : ISA_GROUP_TP, TIER_WORK, p->fp8.amax,
+                              p->fp8.rows * 4);
+      c->comm.red = ISA_RED_MAX, c->last = in->last;
     }
-    *pseq_push(p->arena, &p->step, in->kind) = *in;
+    *pseq_push(p->arena, s, (IsaOp)in->op) = *in;
   }
 }
 
@@ -324,7 +332,8 @@ void compose_step(Program **ps, int n, bool offload) {
   compose_tied(ps, n, lowest);
   for (int s = 0; s < n; s++) {
     Program *p = ps[s];
-    compose_fp8(p);
+    compose_fp8(p, &p->step);
+    compose_fp8(p, &p->fp8.tail);
     PSeq sums = {0}; /* none at stages 2 and 3: the step reduces each gradient (zero.h, and
                       * offload.h under ZeRO-3) */
     if (p->zero_scheduled || p->dp == 1 || (offload && p->zero_stage == 3)) {
@@ -346,4 +355,99 @@ void compose_step(Program **ps, int n, bool offload) {
     compose_update(ps, n, p, offload);
   }
   prune_kernels(ps, n);
+}
+
+/* ---- the lists the program carries --------------------------------------------------- */
+
+static void put_seq(Program *p, PSeq *s, const PSeq *from) {
+  for (int i = 0; i < from->n; i++) *pseq_push(p->arena, s, (IsaOp)from->v[i].op) = from->v[i];
+}
+
+/* The step's micro-batches: a scheduled step as it is (its schedule, or an offload
+ * program's micro-batches written out); else a loop over them, each its inputs, a call
+ * of the step (list body) and its loss, the step's last-micro-batch instructions run in
+ * the last iteration only where final (training; validation leaves them). */
+static void put_microbatches(Program *p, PSeq *s, int body, bool final) {
+  if (p->scheduled) {
+    put_seq(p, s, &p->step);
+    return;
+  }
+  int at = s->n;
+  pseq_push(p->arena, s, ISA_LOOP)->loop = (IsaLoop){p->microbatches, 0, final};
+  for (int i = 0; i < p->ninputs; i++) pipe_put_input(p, s, i, 0, 1, p->inputs[i].offset);
+  pseq_push(p->arena, s, ISA_CALL)->call.list = body;
+  pipe_put_loss(p, s, p->loss_offset);
+  s->v[at].loop.body = s->n - at - 1;
+}
+
+/* The gradients start from zero, but in an offload program (whose moves from "zero"
+ * create them); of a tier ZeRO reserves, what the rank holds. */
+static void put_zero_grads(Program *p, PSeq *s) {
+  if (!p->offload && p->tiers[TIER_GRADS] > 0)
+    pseq_push(p->arena, s, ISA_ZERO)->zero = (IsaZero){TIER_GRADS, 0, p->tiers[TIER_GRADS]};
+}
+
+static PSeq *named(Program *p, ProgListKind k) {
+  p->named[k] = program_add_list(p, prog_list_names[k], false);
+  return &p->lists[p->named[k]].seq;
+}
+
+/* train: zero, the micro-batches, then in slot 0 (where the step's work tier is after
+ * a schedule's slots) fp8's tail, sync, gradnorm, norm, update. */
+static void compose_train(Program *p, int body) {
+  PSeq *t = named(p, PROG_LIST_TRAIN);
+  put_zero_grads(p, t);
+  put_microbatches(p, t, body, true);
+  if (p->slots > 1) pseq_push(p->arena, t, ISA_SLOT)->slot = (IsaSlot){0, 0};
+  put_seq(p, t, &p->fp8.tail);
+  put_seq(p, t, &p->sync);
+  put_seq(p, t, &p->gradnorm);
+  pseq_push(p->arena, t, ISA_NORM)->norm = (IsaNorm){p->gradnorm_offset, p->gradnorm_parts, p->microbatches};
+  put_seq(p, t, &p->update);
+}
+
+/* forward (sampling): the token inputs of the first micro-batch, then the logits. */
+static void compose_forward(Program *p) {
+  PSeq *f = named(p, PROG_LIST_FORWARD);
+  for (int i = 0; i < p->ninputs; i++)
+    if (p->inputs[i].role == PIN_TOKENS) pipe_put_input(p, f, i, 0, 0, p->inputs[i].offset);
+  put_seq(p, f, &p->forward);
+}
+
+/* ZeRO-3 (its step gathering each parameter itself): every parameter gathered to every
+ * rank, and given back, for what reads them all outside a step (sampling, checkpoints). */
+static void compose_gather(Program *p) {
+  PSeq *g = named(p, PROG_LIST_GATHER), *r = named(p, PROG_LIST_RELEASE);
+  for (int k = 0; k < p->nparams; k++) {
+    pseq_push(p->arena, g, ISA_ZERO_GATHER)->param.index = k;
+    pseq_push(p->arena, r, ISA_ZERO_RELEASE)->param.index = k;
+  }
+}
+
+int64_t program_staging(const Program *p) {
+  int64_t most = 0;
+  for (int l = 0; l < p->nlists; l++)
+    for (int i = 0; i < p->lists[l].seq.n; i++) {
+      const IsaInstr *in = &p->lists[l].seq.v[i];
+      const IsaComm *c = &in->comm;
+      bool reorder = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER;
+      if (in->op == ISA_COMM && reorder && c->outer > 1 && c->outer * c->n * c->inner * 4 > most)
+        most = c->outer * c->n * c->inner * 4;
+    }
+  return most;
+}
+
+void compose_lists(Program **ps, int n) {
+  for (int s = 0; s < n; s++) {
+    Program *p = ps[s];
+    int body = -1;
+    if (!p->scheduled) body = program_add_list(p, "step", true), p->lists[body].seq = p->step;
+    compose_train(p, body);
+    PSeq *e = named(p, PROG_LIST_EVAL);
+    put_zero_grads(p, e);
+    put_microbatches(p, e, body, false);
+    if (p->forward.n) compose_forward(p);
+    if (p->zero_stage == 3 && p->zero_scheduled && !p->offload) compose_gather(p);
+    p->staging = program_staging(p);
+  }
 }

@@ -63,4 +63,23 @@
  * program_share_kernels. */
 void compose_step(Program **ps, int n, bool offload);
 
+/* The lists each program carries (program/program.h, "Lists"), into p->lists and
+ * p->named, from what the passes made of its step, sync, gradnorm, update and forward:
+ *   train    the gradients zeroed (not in an offload program: its moves from "zero"
+ *            create them); the micro-batches (an unscheduled program's a loop whose
+ *            iterations write each micro-batch's inputs, call `step` (a list of its own)
+ *            and read its loss; a scheduled one's its schedule as it is); a pipeline
+ *            stage's fp8 tail in slot 0; sync; gradnorm; "norm"; update
+ *   eval     the gradients zeroed and the micro-batches, the step's last-micro-batch
+ *            instructions left out (validation)
+ *   forward  the token inputs, then `forward` (programs that sample)
+ *   gather, release   ZeRO-3 programs whose step gathers each parameter: every
+ *            parameter brought to every rank, and given back
+ * and p->staging. requires: every pass that writes the step (offload last). */
+void compose_lists(Program **ps, int n);
+
+/* The device scratch the collectives of p's lists reorder through: the largest
+ * all_gather or reduce_scatter with an outer dimension above 1. */
+int64_t program_staging(const Program *p);
+
 #endif

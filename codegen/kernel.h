@@ -142,7 +142,7 @@ typedef struct KBuf {
   int64_t offset;   /* bytes from that base */
   int64_t numel;    /* elements, for bounds in debug builds */
   DType dtype;      /* DT_F32, DT_BF16, DT_F16, DT_E4M3, DT_E5M2 or DT_I32 */
-  bool shared;      /* WORK: slot 0's bytes whatever slot runs it (runtime/program.h) */
+  bool shared;      /* WORK: slot 0's bytes whatever slot runs it (program/program.h) */
 } KBuf;
 
 /* A buffer element's bytes: 1 for e4m3 and e5m2, 2 for bf16 and f16, else 4. */

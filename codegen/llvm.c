@@ -1,5 +1,5 @@
 /* The CPU emitter: each kernel of the kernel form (codegen/kernel.h) becomes one LLVM
- * function with the runtime ABI (runtime/program.h), built through the LLVM 14 C API,
+ * function with the runtime ABI (program/program.h), built through the LLVM 14 C API,
  * optimised at O3 for the host CPU and written as an object file. The reference
  * evaluator kernel_eval (codegen/kernel.c) defines what the code must compute.
  *
@@ -1396,25 +1396,28 @@ static LLVMValueRef add_constant(LlvmModule *m, const char *name, LLVMValueRef i
   return g;
 }
 
-/* The kernel table (of fns), its length, the program JSON and, when given, the CUDA C
- * of the same kernels. */
-static void emit_table(LlvmModule *m, LLVMValueRef *fns, int n, const char *json, const char *cuda) {
+/* The kernel table (of fns), its length, the program (its bytes, 64-byte aligned, and
+ * their count) and, when given, the CUDA C of the same kernels. */
+static void emit_table(LlvmModule *m, LLVMValueRef *fns, int n, const void *prog, int64_t prog_bytes,
+                       const char *cuda) {
   LLVMTypeRef fp = LLVMPointerType(m->kfn, 0);
   LLVMSetAlignment(add_constant(m, "colossalc_kernels", LLVMConstArray(fp, fns, (unsigned)n)), 8);
   add_constant(m, "colossalc_nkernels", LLVMConstInt(m->i32, (unsigned long long)n, 1));
-  add_constant(m, "colossalc_program_json", LLVMConstStringInContext(m->ctx, json, (unsigned)strlen(json), 0));
+  LLVMValueRef blob = LLVMConstStringInContext(m->ctx, prog, (unsigned)prog_bytes, 1);
+  LLVMSetAlignment(add_constant(m, "colossalc_program", blob), 64);
+  add_constant(m, "colossalc_program_bytes", LLVMConstInt(m->i64, (unsigned long long)prog_bytes, 1));
   if (cuda) add_constant(m, "colossalc_cuda_source", LLVMConstStringInContext(m->ctx, cuda, (unsigned)strlen(cuda), 0));
 }
 
-void llvm_emit_program(LlvmModule *m, const Kernel *const *kernels, int n, const char *program_json) {
-  ir_assert(n >= 0 && program_json);
+void llvm_emit_program(LlvmModule *m, const Kernel *const *kernels, int n, const void *prog, int64_t prog_bytes) {
+  ir_assert(n >= 0 && prog);
   LLVMValueRef *fns = calloc((size_t)n + 1, sizeof *fns);
   ir_assert(fns);
   for (int i = 0; i < n; i++) {
     llvm_emit_kernel(m, kernels[i]);
     fns[i] = LLVMGetNamedFunction(m->mod, kernels[i]->name);
   }
-  emit_table(m, fns, n, program_json, NULL);
+  emit_table(m, fns, n, prog, prog_bytes, NULL);
   free(fns);
   char *msg = NULL;
   if (LLVMVerifyModule(m->mod, LLVMReturnStatusAction, &msg)) llvm_fail("module verifier", msg);
@@ -1551,14 +1554,14 @@ static void plan_parts(Build *b, int n, const char *prefix) {
   }
 }
 
-/* The module with the kernel table (declarations of every kernel) and the JSON. */
-static int compile_table(const Kernel *const *kernels, int n, const char *json, const char *cuda, const char *path,
-                         char *libs, size_t libslen, char *err, size_t errlen) {
+/* The module with the kernel table (declarations of every kernel) and the program. */
+static int compile_table(const Kernel *const *kernels, int n, const void *prog, int64_t prog_bytes, const char *cuda,
+                         const char *path, char *libs, size_t libslen, char *err, size_t errlen) {
   LlvmModule *m = llvm_module_new("colossalc_program");
   LLVMValueRef *fns = calloc((size_t)n + 1, sizeof *fns);
   ir_assert(fns);
   for (int i = 0; i < n; i++) fns[i] = LLVMAddFunction(m->mod, kernels[i]->name, m->kfn);
-  emit_table(m, fns, n, json, cuda);
+  emit_table(m, fns, n, prog, prog_bytes, cuda);
   free(fns);
   int rc = llvm_write_object(m, path, err, errlen);
   snprintf(libs, libslen, "%s", llvm_link_libs(m));
@@ -1566,17 +1569,17 @@ static int compile_table(const Kernel *const *kernels, int n, const char *json, 
   return rc;
 }
 
-int llvm_compile_program(const Kernel *const *kernels, int n, const char *json, const char *cuda, int threads,
-                         const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *libs, size_t libslen,
-                         char *err, size_t errlen) {
+int llvm_compile_program(const Kernel *const *kernels, int n, const void *prog, int64_t prog_bytes, const char *cuda,
+                         int threads, const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *libs,
+                         size_t libslen, char *err, size_t errlen) {
   Build b = {.kernels = kernels, .total = n, .progress = progress, .ctx = ctx};
   pthread_mutex_init(&b.lock, NULL);
   plan_parts(&b, n, prefix);
   char **paths = calloc((size_t)b.nparts + 2, sizeof *paths);
   ir_assert(paths);
   snprintf(b.parts[b.nparts].path, sizeof b.parts[b.nparts].path, "%s.table.o", prefix);
-  int rc =
-      compile_table(kernels, n, json, cuda, b.parts[b.nparts].path, libs, libslen, err, errlen); /* initialises LLVM */
+  int rc = compile_table(kernels, n, prog, prog_bytes, cuda, b.parts[b.nparts].path, libs, libslen, err,
+                         errlen); /* initialises LLVM */
   if (threads < 1) threads = 1;
   if (threads > b.nparts) threads = b.nparts;
   pthread_t *tid = calloc((size_t)threads + 1, sizeof *tid);

@@ -2,7 +2,7 @@
  * for this machine through the LLVM C API (LLVM 14).
  *
  *   LlvmModule *m = llvm_module_new("gpt2");
- *   llvm_emit_program(m, kernels, n, json);      // the kernels and the three symbols
+ *   llvm_emit_program(m, kernels, n, prog, bytes); // the kernels and the four symbols
  *   llvm_optimize(m, 3);                          // O3, loop and SLP vectorizers, host CPU
  *   llvm_write_object(m, "train.o", err, sizeof err);
  *   llvm_module_free(m);
@@ -11,13 +11,14 @@
  * same kind of machine as the compiler. It is position independent, so it links into
  * a PIE executable or a shared library. It may call glibc's vector math library
  * (libmvec) for exp, log, tanh, pow, sin and cos: link it with llvm_link_libs(m).
- * Each kernel is an external function with the runtime ABI of runtime/program.h:
+ * Each kernel is an external function with the runtime ABI of program/program.h:
  *     void NAME(char *const *bufs, int64_t lo, int64_t hi, const float *scalars)
  * (bufs[i]: the address of the kernel's buffer i, codegen/kernel.h)
  */
 #ifndef COLOSSALC_LLVM_H
 #define COLOSSALC_LLVM_H
 #include <stddef.h>
+#include <stdint.h>
 #include "codegen/kernel.h"
 
 typedef struct LlvmModule LlvmModule;
@@ -29,11 +30,12 @@ void llvm_module_free(LlvmModule *m);
  * verifier rejects it. */
 void llvm_emit_kernel(LlvmModule *m, const Kernel *k);
 
-/* Emits every kernel, then defines (as runtime/program.h declares them)
- *     const RtKernelFn colossalc_kernels[n];     the kernels, in order
+/* Emits every kernel, then defines (as program/program.h declares them)
+ *     const ProgKernelFn colossalc_kernels[n];   the kernels, in order
  *     const int colossalc_nkernels;              n
- *     const char colossalc_program_json[];       program_json, NUL-terminated */
-void llvm_emit_program(LlvmModule *m, const Kernel *const *kernels, int n, const char *program_json);
+ *     const unsigned char colossalc_program[];   the program's bytes (64-byte aligned)
+ *     const int64_t colossalc_program_bytes;     prog_bytes */
+void llvm_emit_program(LlvmModule *m, const Kernel *const *kernels, int n, const void *prog, int64_t prog_bytes);
 
 /* Runs LLVM's default<O{opt_level}> pipeline (0..3; vectorizers on) for the host CPU.
  * Returns 0, or -1 after printing LLVM's message to stderr. */
@@ -54,14 +56,14 @@ typedef void (*LlvmProgress)(int done, int total, void *ctx);
 /* The whole program as object files for `train`, on `threads` threads: the kernels in
  * parts of a few kernels of one optimisation level (llvm_kernel_opt_level), each part
  * its own module and LLVM context, written to PREFIX.N.o; and the kernel table with the
- * program JSON (the symbols of llvm_emit_program) and, when cuda is not NULL,
+ * program (the symbols of llvm_emit_program) and, when cuda is not NULL,
  *     const char colossalc_cuda_source[];        the CUDA C of the same kernels
  * in PREFIX.table.o. *objs (malloc'd, each path malloc'd, NULL-terminated) names every
  * object written or attempted; the caller links them (with the libraries llvm_link_libs
  * names, written to libs) and removes them. Returns 0, or -1 with the message in err. */
-int llvm_compile_program(const Kernel *const *kernels, int n, const char *json, const char *cuda, int threads,
-                         const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *libs, size_t libslen,
-                         char *err, size_t errlen);
+int llvm_compile_program(const Kernel *const *kernels, int n, const void *prog, int64_t prog_bytes, const char *cuda,
+                         int threads, const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *libs,
+                         size_t libslen, char *err, size_t errlen);
 
 /* Libraries the object needs at link time, as linker flags: "-lmvec -lm" when the
  * kernels may call libmvec, else "-lm". */

@@ -13,9 +13,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cjson/cJSON.h>
 #include "passes/summary.h"
-#include "runtime/program.h"
+#include "program/program.h"
 
 enum { PENDING = 100 }; /* KBuf tiers >= PENDING name an LBuf until the memory plan */
 
@@ -79,21 +78,21 @@ static void touch(L *l, int buf, int instr) {
   if (instr > b->last) b->last = instr;
 }
 
-PInstr *pseq_push(Arena *a, PSeq *s, PInstrKind kind) {
+IsaInstr *pseq_push(Arena *a, PSeq *s, IsaOp op) {
   if (s->n == s->cap) {
     int cap = s->cap ? 2 * s->cap : 256;
-    PInstr *v = arena_array(a, cap, sizeof *v);
+    IsaInstr *v = arena_array(a, cap, sizeof *v);
     if (s->n) memcpy(v, s->v, s->n * sizeof *v);
     s->v = v;
     s->cap = cap;
   }
-  PInstr *in = &s->v[s->n++];
-  *in = (PInstr){.kind = kind, .node = -1, .dp_rank = -1, .tp_rank = -1};
+  IsaInstr *in = &s->v[s->n++];
+  *in = isa_instr(op);
   return in;
 }
 
-static PInstr *emit(L *l, PSeq *s, PInstrKind kind) {
-  PInstr *in = pseq_push(l->a, s, kind);
+static IsaInstr *emit(L *l, PSeq *s, IsaOp op) {
+  IsaInstr *in = pseq_push(l->a, s, op);
   in->node = l->at ? l->at->id : -1;
   return in;
 }
@@ -146,9 +145,9 @@ static void kfinish(L *l, PSeq *s, Kernel *k) {
   }
   for (int i = 0; i < k->nbufs; i++)
     if (k->bufs[i].tier >= PENDING) k->bufs[i].name = arena_printf(l->a, "buf%d", k->bufs[i].tier - PENDING);
-  PInstr *in = emit(l, s, ISA_KERNEL);
-  in->kernel = l->p->nkernels;
-  in->extent = k->par == KP_ROWS ? k->rows : k->cols;
+  IsaInstr *in = emit(l, s, ISA_KERNEL);
+  in->kernel.id = l->p->nkernels;
+  in->kernel.extent = k->par == KP_ROWS ? k->rows : k->cols;
   l->p->kernels[l->p->nkernels++] = k;
   if (s == l->seq)
     for (int i = 0; i < k->nbufs; i++) touch(l, k->bufs[i].tier - PENDING, l->seq->n - 1);
@@ -265,7 +264,7 @@ static KExpr *embedding(L *l, Kernel *k, const Node *n, AxMap m) {
 
 static KExpr *expr_const(L *l, Kernel *k, const Node *n, AxMap m) { return C(attr_float(n, "value")); }
 static KExpr *expr_arange(L *l, Kernel *k, const Node *n, AxMap m) { return kx_coord(l->a, k, m.ax[0]); }
-static KExpr *expr_loss_scale(L *l, Kernel *k, const Node *n, AxMap m) { return kx_scalar(l->a, k, RT_SC_LOSS_SCALE); }
+static KExpr *expr_loss_scale(L *l, Kernel *k, const Node *n, AxMap m) { return kx_scalar(l->a, k, SC_LOSS_SCALE); }
 static KExpr *expr_add(L *l, Kernel *k, const Node *n, AxMap m) {
   return B(ADD, in_expr(l, k, n, 0, m), in_expr(l, k, n, 1, m));
 }
@@ -316,7 +315,7 @@ static KExpr *expr_dropout(L *l, Kernel *k, const Node *n, AxMap m) {
   KView v = {0};
   for (int d = 0; d < n->shape.ndim; d++)
     if (n->shape.d[d] != 1) v.strides[m.ax[d]] = st[d];
-  KExpr *u = kx_rand(l->a, k, attr_int(n, "seed"), v, RT_SC_STEP);
+  KExpr *u = kx_rand(l->a, k, attr_int(n, "seed"), v, SC_STEP);
   return SEL(B(LE, C((float)p), u), B(MUL, x, C(1 / (1 - p))), C(0));
 }
 /* f32 -> f32 casts are identities (check_supported rejects the rest) */
@@ -394,7 +393,7 @@ static KExpr *expr(L *l, Kernel *k, const Node *n, AxMap m) {
 /* Results land in a parameter's gradient slot by accumulation (the runtime zeroes the
  * gradient tier once per step), so micro-batches add up their gradients; everything
  * else is overwritten. */
-static KStore store_mode(const L *l, int buf) { return l->bufs[buf].tier == RT_TIER_GRADS ? KS_ADD : KS_SET; }
+static KStore store_mode(const L *l, int buf) { return l->bufs[buf].tier == TIER_GRADS ? KS_ADD : KS_SET; }
 
 /* Materialise n (an expression or a strided view) into a new contiguous buffer. */
 static Val materialize(L *l, const Node *n, int buf) {
@@ -411,7 +410,7 @@ static int64_t bytes_of(const Node *n) { return shape_numel(&n->shape) * (dtype_
 
 /* The buffer a node's result goes to: its parameter's gradient slot, or new work memory. */
 static int grad_slot(L *l, int pi, const Node *n) {
-  int b = lbuf_new(l, RT_TIER_GRADS, bytes_of(n));
+  int b = lbuf_new(l, TIER_GRADS, bytes_of(n));
   l->bufs[b].offset = l->p->params[l->pidx[pi]].offset;
   l->bufs[b].placed = l->bufs[b].pinned = true;
   l->slot_used[pi] = true;
@@ -421,7 +420,7 @@ static int grad_slot(L *l, int pi, const Node *n) {
 static int out_buf(L *l, const Node *n) {
   int pi = l->grad_of[n->id];
   if (pi >= 0 && !l->slot_used[pi] && !l->uses[n->id]) return grad_slot(l, pi, n); /* read by nothing else */
-  return lbuf_new(l, RT_TIER_WORK, bytes_of(n));
+  return lbuf_new(l, TIER_WORK, bytes_of(n));
 }
 
 /* ---- GEMM ------------------------------------------------------------------------------ */
@@ -458,7 +457,7 @@ static bool as_matrix(L *l, const Node *n, bool trans, Mat *m) {
 /* Gives n a layout usable as a GEMM operand, copying it if its strides are not. */
 static void gemm_operand(L *l, const Node *n, bool trans, Mat *m) {
   if (as_matrix(l, n, trans, m)) return;
-  l->val[n->id] = materialize(l, n, lbuf_new(l, RT_TIER_WORK, bytes_of(n)));
+  l->val[n->id] = materialize(l, n, lbuf_new(l, TIER_WORK, bytes_of(n)));
   as_matrix(l, n, trans, m);
 }
 
@@ -483,7 +482,7 @@ static const Node *bias_add(const L *l, const Node *n, const Node **bias) {
  * leading dimension); NULL otherwise. */
 static const Node several_gelus; /* L.gelu of a value that more than one GELU reads */
 
-static const Node *gelu_epilogue(const L *l, const Node *u, const PGemm *g) {
+static const Node *gelu_epilogue(const L *l, const Node *u, const IsaGemm *g) {
   const Node *e = u ? l->gelu[u->id] : NULL;
   if (!e || e == &several_gelus || e->dtype != DT_F32 || l->grad_of[e->id] >= 0 || g->batch[0] * g->batch[1] != 1 ||
       g->n % 8)
@@ -498,7 +497,7 @@ static void gelu_kernel(L *l, const Node *e, int in, int out) {
   KExpr *x = kx_load(l->a, k, kbuf(l, k, in, DT_F32), kview_contig(k, 0));
   kernel_map(k, kbuf(l, k, out, DT_F32), kview_contig(k, 0), KS_SET, gelu(l, k, x));
   kfinish(l, l->seq, k);
-  l->seq->v[l->seq->n - 1].epilogue = true;
+  l->seq->v[l->seq->n - 1].kernel.epilogue = true;
 }
 
 /* As gemm_operand, with the storage transposed or not as `want` says: when it is not,
@@ -510,7 +509,7 @@ static void gemm_operand_as(L *l, const Node *n, bool trans, bool want, Mat *m) 
   int nd = n->shape.ndim;
   Shape ts = n->shape;
   ts.d[nd - 2] = n->shape.d[nd - 1], ts.d[nd - 1] = n->shape.d[nd - 2];
-  int b = lbuf_new(l, RT_TIER_WORK, bytes_of(n));
+  int b = lbuf_new(l, TIER_WORK, bytes_of(n));
   Val v = layout_of(b, &ts), keep = l->val[n->id];
   v.strides[nd - 2] = 1, v.strides[nd - 1] = n->shape.d[nd - 2];
   Kernel *k = knew(l, "transpose", KP_ROWS, n->shape.d, nd, nd - 1);
@@ -527,7 +526,7 @@ static void gemm_operand_as(L *l, const Node *n, bool trans, bool want, Mat *m) 
 /* The GEMM of n's operands (a matmul's or a scaled_matmul's), all but its output's
  * binding (gemm_output); *nbatch: its batch axes. fp8 operands are laid out as
  * cuBLASLt's fp8 GEMMs take them: both with K contiguous (its "TN"). */
-static PGemm gemm_of(L *l, const Node *n, int *nbatch) {
+static IsaGemm gemm_of(L *l, const Node *n, int *nbatch) {
   const Node *a = n->in[0], *b = n->in[1];
   bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
   Mat A, Bm;
@@ -541,28 +540,19 @@ static PGemm gemm_of(L *l, const Node *n, int *nbatch) {
   int nd = n->shape.ndim, nb = nd - 2;
   int64_t M = n->shape.d[nd - 2], N = n->shape.d[nd - 1];
   int64_t K = a->shape.d[a->shape.ndim - (ta ? 2 : 1)];
-  PGemm g = {A.trans,
-             Bm.trans,
-             M,
-             N,
-             K,
-             A.ld,
-             Bm.ld,
-             N,
-             1,
-             0,
-             {PENDING + A.buf, PENDING + Bm.buf, 0},
-             {A.off * dtype_size_bits(A.dt) / 8, Bm.off * dtype_size_bits(Bm.dt) / 8, 0},
-             {1, 1},
-             {{0}},
-             false,
-             0,
-             0,
-             false,
-             false,
-             0,
-             0,
-             {A.dt, Bm.dt, n->dtype}};
+  IsaGemm g = {.ta = A.trans,
+               .tb = Bm.trans,
+               .m = M,
+               .n = N,
+               .k = K,
+               .lda = A.ld,
+               .ldb = Bm.ld,
+               .ldc = N,
+               .alpha = 1,
+               .tier = {PENDING + A.buf, PENDING + Bm.buf, 0},
+               .off = {A.off * dtype_size_bits(A.dt) / 8, Bm.off * dtype_size_bits(Bm.dt) / 8, 0},
+               .batch = {1, 1},
+               .dt = {(IsaDtype)A.dt, (IsaDtype)Bm.dt, (IsaDtype)n->dtype}};
   /* batch axes of the operands, right-aligned to the result's */
   int64_t sa[MAX_DIMS] = {0}, sbb[MAX_DIMS] = {0};
   for (int d = 0; d < nb; d++) {
@@ -590,7 +580,7 @@ static PGemm gemm_of(L *l, const Node *n, int *nbatch) {
 }
 
 /* g's output: buffer cb, laid out as n; returns that layout. */
-static Val gemm_output(L *l, PGemm *g, int nb, int cb, const Node *n) {
+static Val gemm_output(L *l, IsaGemm *g, int nb, int cb, const Node *n) {
   Val out = layout_of(cb, &n->shape);
   g->tier[2] = PENDING + cb;
   g->beta = store_mode(l, cb) == KS_ADD ? 1 : 0;
@@ -598,8 +588,8 @@ static Val gemm_output(L *l, PGemm *g, int nb, int cb, const Node *n) {
   return out;
 }
 
-static void emit_gemm(L *l, const PGemm *g) {
-  PInstr *in = emit(l, l->seq, ISA_GEMM);
+static void emit_gemm(L *l, const IsaGemm *g) {
+  IsaInstr *in = emit(l, l->seq, ISA_GEMM);
   in->gemm = *g;
   for (int i = 0; i < 3; i++) touch(l, g->tier[i] - PENDING, l->seq->n - 1);
   if (g->bias) touch(l, g->bias_tier - PENDING, l->seq->n - 1);
@@ -609,7 +599,7 @@ static void emit_gemm(L *l, const PGemm *g) {
 static void lower_matmul(L *l, const Node *n) {
   const Node *bias = NULL, *u = bias_add(l, n, &bias);
   int nb;
-  PGemm g = gemm_of(l, n, &nb);
+  IsaGemm g = gemm_of(l, n, &nb);
   const Node *e = gelu_epilogue(l, u, &g), *res = e ? e : u ? u : n;
   int cb = out_buf(l, res);
   Val out = gemm_output(l, &g, nb, cb, n);
@@ -655,14 +645,14 @@ static void store_out(L *l, Kernel *k, const Node *n, KExpr *e) {
 /* ---- fp8 (ir/ops.def, passes/autocast.c) ---------------------------------------------------- */
 
 /* The states side by side in one pinned buffer of the work tier, which starts zeroed as
- * every tier does (runtime/program.h), a row of 2 + history each: one kernel updates
+ * every tier does (program/program.h), a row of 2 + history each: one kernel updates
  * them all at the step's end (emit_fp8_update). */
 static void lower_fp8_state(L *l, const Node *n) {
   int64_t w = n->shape.d[0];
   if (l->fp8_buf < 0) {
     int64_t rows = 0;
     for (int i = 0; i < l->g->n; i++) rows += l->g->nodes[i]->op == OP_FP8_STATE;
-    l->fp8_buf = lbuf_new(l, RT_TIER_WORK, rows * w * 4);
+    l->fp8_buf = lbuf_new(l, TIER_WORK, rows * w * 4);
     l->bufs[l->fp8_buf].pinned = true;
     l->fp8_width = w;
   }
@@ -685,7 +675,7 @@ static void lower_fp8_quantize(L *l, const Node *n) {
   const Node *x = n->in[0], *st = n->in[1];
   Kernel *k = row_kernel(l, n, x);
   KExpr *v = expr(l, k, x, right_aligned(k, x->shape.ndim));
-  int rm = lbuf_new(l, RT_TIER_WORK, k->rows * 4);
+  int rm = lbuf_new(l, TIER_WORK, k->rows * 4);
   KView rv = {0};
   int64_t stride = 1;
   for (int d = k->row_dims - 1; d >= 0; d--) {
@@ -710,9 +700,9 @@ static void lower_fp8_quantize(L *l, const Node *n) {
 /* The GEMM of the q's into f32, then the product of the values: times 1 / (s_a s_b). */
 static void lower_scaled_matmul(L *l, const Node *n) {
   int nb;
-  PGemm g = gemm_of(l, n, &nb);
-  int tmp = lbuf_new(l, RT_TIER_WORK, shape_numel(&n->shape) * 4);
-  g.dt[2] = DT_F32;
+  IsaGemm g = gemm_of(l, n, &nb);
+  int tmp = lbuf_new(l, TIER_WORK, shape_numel(&n->shape) * 4);
+  g.dt[2] = ISA_F32;
   gemm_output(l, &g, nb, tmp, n);
   emit_gemm(l, &g);
   Kernel *k = row_kernel(l, n, n);
@@ -728,12 +718,12 @@ static void lower_scaled_matmul(L *l, const Node *n) {
  * over the mesh so that every rank scales as one rank would (Transformer Engine's amax
  * reduction); then each goes into its state's history at t % history, [0] becomes the
  * history's largest and [1] starts again. */
-static void emit_fp8_update(L *l, bool last_mb) {
+static void emit_fp8_update(L *l, bool last) {
   if (l->fp8_buf < 0) return;
   l->at = NULL;
   int64_t w = l->fp8_width, h = w - 2, rows = l->fp8_rows, dims[2] = {rows, h};
   if (l->fp8_amax < 0) {
-    l->fp8_amax = lbuf_new(l, RT_TIER_WORK, rows * 4);
+    l->fp8_amax = lbuf_new(l, TIER_WORK, rows * 4);
     l->bufs[l->fp8_amax].pinned = true;
   }
   int ab = l->fp8_amax;
@@ -741,13 +731,13 @@ static void emit_fp8_update(L *l, bool last_mb) {
   KView cur = {.offset = 1, .strides = {w}}, each = {.strides = {1}};
   kernel_map(k, kbuf(l, k, ab, DT_F32), each, KS_SET, kx_load(l->a, k, kbuf(l, k, l->fp8_buf, DT_F32), cur));
   kfinish(l, l->seq, k);
-  l->seq->v[l->seq->n - 1].last_mb = last_mb;
+  l->seq->v[l->seq->n - 1].last = last;
   if (l->bufs[l->fp8_buf].shared) l->p->fp8.update = l->p->nkernels; /* placed already (stage_fp8) */
   else l->p->fp8 = (PFp8){.rows = rows, .width = w, .state = l->fp8_buf, .amax = ab, .update = l->p->nkernels};
   k = knew(l, "fp8_scaling", KP_ROWS, dims, 2, 1);
   int sb = kbuf(l, k, l->fp8_buf, DT_F32);
   KView hist = {.offset = 2, .strides = {w, 1}}, amax = {.strides = {w}}, got = {.strides = {1}};
-  KExpr *t = kx_scalar(l->a, k, RT_SC_STEP);
+  KExpr *t = kx_scalar(l->a, k, SC_STEP);
   KExpr *slot = B(SUB, t, B(MUL, C(h), U(FLOOR, B(DIV, t, C(h)))));
   KExpr *v = kx_select(l->a, k, B(EQ, kx_coord(l->a, k, 1), slot), kx_load(l->a, k, kbuf(l, k, ab, DT_F32), got),
                        kx_load(l->a, k, sb, hist));
@@ -756,7 +746,7 @@ static void emit_fp8_update(L *l, bool last_mb) {
   kernel_row(k, sb, amax, KS_SET, kx_acc(l->a, k, acc));
   kernel_row(k, sb, cur, KS_SET, C(0));
   kfinish(l, l->seq, k);
-  l->seq->v[l->seq->n - 1].last_mb = last_mb;
+  l->seq->v[l->seq->n - 1].last = last;
 }
 
 static void lower_layernorm(L *l, const Node *n) {
@@ -832,7 +822,7 @@ static void norm_stats(L *l, const Node *n, int stats[2]) {
     rv.strides[d] = st;
     st *= k->dims[d];
   }
-  for (int i = 0; i < 2; i++) stats[i] = lbuf_new(l, RT_TIER_WORK, rows * 4);
+  for (int i = 0; i < 2; i++) stats[i] = lbuf_new(l, TIER_WORK, rows * 4);
   kernel_row(k, kbuf(l, k, stats[0], DT_F32), rv, KS_SET, mean);
   kernel_row(k, kbuf(l, k, stats[1], DT_F32), rv, KS_SET, U(RSQRT, B(ADD, var, C(attr_float(n, "eps")))));
   kfinish(l, l->seq, k);
@@ -965,7 +955,7 @@ static int count_targets(L *l, const Node *n, const Node *t, int b) {
   tv.strides[1] = 1;
   KExpr *tx = kx_load(l->a, k, kbuf(l, k, l->val[t->id].buf, DT_I32), tv);
   KExpr *valid = B(SUB, C(1), B(EQ, tx, C(attr_int(n, "ignore_index"))));
-  if (b < 0) b = lbuf_new(l, RT_TIER_WORK, 4);
+  if (b < 0) b = lbuf_new(l, TIER_WORK, 4);
   kernel_row(k, kbuf(l, k, b, DT_F32), (KView){0}, KS_SET, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, valid)));
   kfinish(l, l->seq, k);
   return b;
@@ -997,7 +987,7 @@ static void lower_cross_entropy(L *l, const Node *n) {
   g.gather_stride = xv->strides[x->shape.ndim - 1];
   KExpr *xt = kx_load(l->a, k, kbuf(l, k, xv->buf, x->dtype), g);
   KExpr *loss = B(MUL, c.valid, B(SUB, B(ADD, U(LOG, c.sum), c.mx), xt));
-  int per_row = lbuf_new(l, RT_TIER_WORK, rows * 4);
+  int per_row = lbuf_new(l, TIER_WORK, rows * 4);
   KView rv = {0};
   int64_t st = 1;
   for (int d = k->row_dims - 1; d >= 0; d--) {
@@ -1043,9 +1033,9 @@ static void lower_embedding_grad(L *l, const Node *n) {
   int b = out_buf(l, n);
   l->val[n->id] = layout_of(b, &n->shape);
   if (store_mode(l, b) == KS_SET) { /* a scatter-add starts from zero, unless it accumulates into a slot */
-    PInstr *z = emit(l, l->seq, ISA_ZERO);
-    z->tier = PENDING + b;
-    z->bytes = bytes_of(n);
+    IsaInstr *z = emit(l, l->seq, ISA_ZERO);
+    z->zero.tier = PENDING + b;
+    z->zero.bytes = bytes_of(n);
     touch(l, b, l->seq->n - 1);
   }
   Kernel *k = knew(l, "embedding_grad", KP_COLS, g->shape.d, g->shape.ndim, g->shape.ndim - 1);
@@ -1126,7 +1116,7 @@ static void lower_reshape(L *l, const Node *n) {
   int64_t st[MAX_DIMS];
   if (reshape_strides(&x->shape, v.strides, &n->shape, st)) memcpy(v.strides, st, sizeof st);
   else {
-    l->val[x->id] = materialize(l, x, lbuf_new(l, RT_TIER_WORK, bytes_of(x)));
+    l->val[x->id] = materialize(l, x, lbuf_new(l, TIER_WORK, bytes_of(x)));
     v = l->val[x->id];
     contiguous(&n->shape, v.strides);
   }
@@ -1180,7 +1170,7 @@ static bool contiguous_val(const L *l, const Node *n) {
 
 /* n's value in a contiguous buffer: copied there when it is an expression or a strided view. */
 static const Val *in_memory(L *l, const Node *n) {
-  if (!contiguous_val(l, n)) l->val[n->id] = materialize(l, n, lbuf_new(l, RT_TIER_WORK, bytes_of(n)));
+  if (!contiguous_val(l, n)) l->val[n->id] = materialize(l, n, lbuf_new(l, TIER_WORK, bytes_of(n)));
   return &l->val[n->id];
 }
 
@@ -1197,20 +1187,17 @@ static const IsaCommKind comm_kinds[OP_COUNT] = {
 static void lower_comm(L *l, const Node *n) {
   const Node *x = n->in[0];
   const Val *xv = in_memory(l, x);
-  int b = lbuf_new(l, RT_TIER_WORK, bytes_of(n));
+  int b = lbuf_new(l, TIER_WORK, bytes_of(n));
   l->val[n->id] = layout_of(b, &n->shape);
-  PInstr *in = emit(l, l->seq, ISA_COMM);
-  PComm *c = &in->comm;
-  *c = (PComm){comm_kinds[n->op],
-               {PENDING + xv->buf, PENDING + b},
-               {xv->offset * 4, 0},
-               shape_numel(&n->shape),
-               1,
-               1,
-               ISA_GROUP_TP,
-               0,
-               0,
-               ISA_RED_SUM};
+  IsaInstr *in = emit(l, l->seq, ISA_COMM);
+  IsaComm *c = &in->comm;
+  *c = (IsaComm){.kind = comm_kinds[n->op],
+                 .group = ISA_GROUP_TP,
+                 .tier = {PENDING + xv->buf, PENDING + b},
+                 .off = {xv->offset * 4, 0},
+                 .outer = shape_numel(&n->shape),
+                 .n = 1,
+                 .inner = 1};
   if (n->op != OP_ALL_REDUCE) {
     const Shape *gs = n->op == OP_ALL_GATHER ? &n->shape : &x->shape;
     int a = (int)attr_int(n, "axis");
@@ -1289,21 +1276,20 @@ static void lower_flash(L *l, const Node *n) {
 /* classifier_ce's vocabulary: w's rows (transpose_b) or columns. */
 static int64_t classifier_vocab(const Node *n) { return n->in[1]->shape.d[attr_int(n, "transpose_b") ? 0 : 1]; }
 
-/* A GEMM of f32 operands given by buffer and element offset (row-major, as PGemm). */
+/* A GEMM of f32 operands given by buffer and element offset (row-major, as IsaGemm). */
 static void plain_gemm(L *l, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
                        bool accumulate, const int buf[3], const int64_t off[3]) {
-  PGemm g = {.ta = ta,
-             .tb = tb,
-             .m = m,
-             .n = n,
-             .k = k,
-             .lda = lda,
-             .ldb = ldb,
-             .ldc = ldc,
-             .alpha = 1,
-             .beta = accumulate,
-             .batch = {1, 1},
-             .dt = {DT_F32, DT_F32, DT_F32}};
+  IsaGemm g = {.ta = ta,
+               .tb = tb,
+               .m = m,
+               .n = n,
+               .k = k,
+               .lda = lda,
+               .ldb = ldb,
+               .ldc = ldc,
+               .alpha = 1,
+               .beta = accumulate,
+               .batch = {1, 1}};
   for (int i = 0; i < 3; i++) g.tier[i] = PENDING + buf[i], g.off[i] = off[i] * 4;
   emit(l, l->seq, ISA_GEMM)->gemm = g;
   for (int i = 0; i < 3; i++) touch(l, buf[i], l->seq->n - 1);
@@ -1328,7 +1314,7 @@ static Cls cls_of(L *l, const Node *n) {
   c.xv = *in_memory(l, c.x);
   gemm_operand(l, c.w, c.tb, &c.w_fwd);
   gemm_operand(l, c.w, !c.tb, &c.w_dx);
-  c.s = lbuf_new(l, RT_TIER_WORK, c.chunk * c.V * 4);
+  c.s = lbuf_new(l, TIER_WORK, c.chunk * c.V * 4);
   return c;
 }
 
@@ -1353,7 +1339,7 @@ static CeRow cls_chunk(L *l, const Node *n, const Cls *c, int64_t r0, int64_t m,
 /* Forward: per chunk the logits (a GEMM) and each row's loss; then their mean. */
 static void lower_classifier_ce(L *l, const Node *n) {
   Cls c = cls_of(l, n);
-  int per_row = lbuf_new(l, RT_TIER_WORK, c.rows * 4);
+  int per_row = lbuf_new(l, TIER_WORK, c.rows * 4);
   for (int64_t r0 = 0; r0 < c.rows; r0 += c.chunk) {
     int64_t m = c.rows - r0 < c.chunk ? c.rows - r0 : c.chunk;
     CeRow r = cls_chunk(l, n, &c, r0, m, "classifier_ce");
@@ -1456,14 +1442,14 @@ static void analyse(L *l) {
 static void lower_param(L *l, const Node *n) {
   int k = 0;
   while (l->g->params[k] != n) k++;
-  int b = lbuf_new(l, RT_TIER_PARAMS, bytes_of(n));
+  int b = lbuf_new(l, TIER_PARAMS, bytes_of(n));
   l->bufs[b].offset = l->p->params[l->pidx[k]].offset;
   l->bufs[b].placed = l->bufs[b].pinned = true;
   l->val[n->id] = layout_of(b, &n->shape);
 }
 
 static void lower_input(L *l, const Node *n) {
-  int b = lbuf_new(l, RT_TIER_WORK, bytes_of(n));
+  int b = lbuf_new(l, TIER_WORK, bytes_of(n));
   l->bufs[b].pinned = true;
   l->val[n->id] = layout_of(b, &n->shape);
   for (int i = 0; i < l->p->ninputs; i++)
@@ -1640,7 +1626,7 @@ PInput *model_inputs(Graph *const *gs, int ng, int *n) {
       for (int k = 0; k < gs[c]->nseeds && !seen; k++) seen = gs[c]->seed_grad[k] == x;
       for (int j = 0; j < *n && !seen; j++) seen = same_input(in[j].node, x);
       if (seen) continue;
-      if (*n == RT_MAX_INPUTS) error_at(x->loc, "input %s: train feeds at most %d inputs", x->name, RT_MAX_INPUTS);
+      if (*n == PROG_MAX_INPUTS) error_at(x->loc, "input %s: train feeds at most %d inputs", x->name, PROG_MAX_INPUTS);
       in[*n] = model_input(gs, ng, x, *n ? in[0].node->shape.d[0] : x->shape.ndim ? x->shape.d[0] : 0);
       tokens += in[(*n)++].role == PIN_TOKENS;
     }
@@ -1728,7 +1714,7 @@ static Kernel *norm_kernel(L *l, int lo, int hi, int index, int tier, int64_t of
   for (int j = 0; j < lo; j++) slot += norm_slots(p, j);
   Kernel *k = opt_kernel(l, lo, hi, "gradnorm", index, dims);
   KExpr *x =
-      kx_load(l->a, k, kernel_buf(k, "grad", RT_TIER_GRADS, q->offset, dims[0] * dims[1], DT_F32), kview_contig(k, 0));
+      kx_load(l->a, k, kernel_buf(k, "grad", TIER_GRADS, q->offset, dims[0] * dims[1], DT_F32), kview_contig(k, 0));
   KView v = {.offset = slot};
   v.strides[0] = 1;
   int parts = kernel_buf(k, "parts", tier, offset, p->gradnorm_parts, DT_F32);
@@ -1738,10 +1724,10 @@ static Kernel *norm_kernel(L *l, int lo, int hi, int index, int tier, int64_t of
 }
 
 /* What an update kernel stores into buffer b: e, or under loss scaling the old value
- * when the step is skipped (RT_SC_APPLY 0: the list runs for its moves). */
+ * when the step is skipped (SC_APPLY 0: the list runs for its moves). */
 static KExpr *applied(L *l, Kernel *k, int b, KView v, KExpr *e) {
   if (!l->g->train.loss_scaling) return e;
-  return kx_select(l->a, k, kx_scalar(l->a, k, RT_SC_APPLY), e, kx_load(l->a, k, b, v));
+  return kx_select(l->a, k, kx_scalar(l->a, k, SC_APPLY), e, kx_load(l->a, k, b, v));
 }
 
 enum { EXACT_ROWS = 1 << 24 }; /* row coordinates f32 holds exactly, and every one below them */
@@ -1754,7 +1740,7 @@ enum { EXACT_ROWS = 1 << 24 }; /* row coordinates f32 holds exactly, and every o
  * lower_update_end keeps to. One parameter: its decay, as it always was. */
 static KExpr *run_decay(L *l, Kernel *k, int lo, int hi) {
   const Program *p = l->p;
-  KExpr *wd = kx_scalar(l->a, k, RT_SC_WD), *e = p->params[hi - 1].decay ? wd : C(0);
+  KExpr *wd = kx_scalar(l->a, k, SC_WD), *e = p->params[hi - 1].decay ? wd : C(0);
   for (int j = hi - 1; j > lo; j--) {
     if (p->params[j].decay == p->params[j - 1].decay) continue;
     int64_t row = (p->params[j].offset - p->params[lo].offset) / 64;
@@ -1786,32 +1772,31 @@ static Kernel *update_kernel(L *l, int lo, int hi, int index) {
   if (hi - lo > 1) dims[0] = (param_end(q, hi - 1) - pp->offset) / 64, dims[1] = 16;
   Kernel *k = opt_kernel(l, lo, hi, t->opt == OPT_ADAMW ? "adamw" : "sgd", index, dims);
   unsigned mask = t->opt == OPT_ADAMW ? 15 : t->momentum > 0 ? 7 : 3;
-  int tiers[4] = {RT_TIER_PARAMS, RT_TIER_GRADS, RT_TIER_OPT, RT_TIER_OPT}, b[4];
+  int tiers[4] = {TIER_PARAMS, TIER_GRADS, TIER_OPT, TIER_OPT}, b[4];
   int64_t offs[4] = {pp->offset, pp->offset, pp->offset, q->opt_v_offset + pp->offset};
   const char *names[4] = {"param", "grad", "m", "v"};
   for (int i = 0; i < 4; i++)
     b[i] = mask >> i & 1 ? kernel_buf(k, names[i], tiers[i], offs[i], dims[0] * dims[1], DT_F32) : -1;
   KView v = kview_contig(k, 0);
-  KExpr *g = B(MUL, kx_load(l->a, k, b[1], v), kx_scalar(l->a, k, RT_SC_GSCALE));
-  KExpr *p = kx_load(l->a, k, b[0], v), *lr = kx_scalar(l->a, k, RT_SC_LR);
+  KExpr *g = B(MUL, kx_load(l->a, k, b[1], v), kx_scalar(l->a, k, SC_GSCALE));
+  KExpr *p = kx_load(l->a, k, b[0], v), *lr = kx_scalar(l->a, k, SC_LR);
   KExpr *wd = run_decay(l, k, lo, hi);
   if (t->opt == OPT_ADAMW) {
-    KExpr *b1 = kx_scalar(l->a, k, RT_SC_BETA1), *b2 = kx_scalar(l->a, k, RT_SC_BETA2);
+    KExpr *b1 = kx_scalar(l->a, k, SC_BETA1), *b2 = kx_scalar(l->a, k, SC_BETA2);
     kernel_map(k, b[2], v, KS_SET,
                applied(l, k, b[2], v, B(ADD, B(MUL, b1, kx_load(l->a, k, b[2], v)), B(MUL, B(SUB, C(1), b1), g))));
     kernel_map(
         k, b[3], v, KS_SET,
         applied(l, k, b[3], v, B(ADD, B(MUL, b2, kx_load(l->a, k, b[3], v)), B(MUL, B(SUB, C(1), b2), B(MUL, g, g)))));
     KExpr *m = kx_load(l->a, k, b[2], v), *vv = kx_load(l->a, k, b[3], v);
-    KExpr *denom = B(ADD, U(SQRT, B(MUL, vv, kx_scalar(l->a, k, RT_SC_BC2))), kx_scalar(l->a, k, RT_SC_EPS));
-    KExpr *step = B(DIV, B(MUL, B(MUL, lr, kx_scalar(l->a, k, RT_SC_BC1)), m), denom);
+    KExpr *denom = B(ADD, U(SQRT, B(MUL, vv, kx_scalar(l->a, k, SC_BC2))), kx_scalar(l->a, k, SC_EPS));
+    KExpr *step = B(DIV, B(MUL, B(MUL, lr, kx_scalar(l->a, k, SC_BC1)), m), denom);
     kernel_map(k, b[0], v, KS_SET, applied(l, k, b[0], v, B(SUB, B(MUL, p, B(SUB, C(1), B(MUL, lr, wd))), step)));
   } else {
     g = B(ADD, g, B(MUL, wd, p)); /* SGD's weight decay is L2, added to the gradient */
     if (t->momentum > 0) {
-      kernel_map(
-          k, b[2], v, KS_SET,
-          applied(l, k, b[2], v, B(ADD, B(MUL, kx_scalar(l->a, k, RT_SC_MOMENTUM), kx_load(l->a, k, b[2], v)), g)));
+      kernel_map(k, b[2], v, KS_SET,
+                 applied(l, k, b[2], v, B(ADD, B(MUL, kx_scalar(l->a, k, SC_MOMENTUM), kx_load(l->a, k, b[2], v)), g)));
       g = kx_load(l->a, k, b[2], v);
     }
     kernel_map(k, b[0], v, KS_SET, applied(l, k, b[0], v, B(SUB, p, B(MUL, lr, g))));
@@ -1828,7 +1813,7 @@ static void emit_optimizer(L *l) {
   p->norm_row = norm_row(p);
   int64_t parts = 0;
   for (int k = 0; k < p->nparams; k++) parts += norm_slots(p, k);
-  int pb = lbuf_new(l, RT_TIER_WORK, parts * 4);
+  int pb = lbuf_new(l, TIER_WORK, parts * 4);
   l->bufs[pb].pinned = true;
   p->gradnorm_parts = parts;
   p->gradnorm_offset = pb; /* a buffer index until placed */
@@ -1843,7 +1828,7 @@ static L opt_context(Program *p) { return (L){.g = (Graph *)p->g, .p = p, .a = p
 
 Kernel *lower_norm_kernel(Program *p, int lo, int hi, int index) {
   L l = opt_context(p);
-  Kernel *k = norm_kernel(&l, lo, hi, index, RT_TIER_WORK, p->gradnorm_offset);
+  Kernel *k = norm_kernel(&l, lo, hi, index, TIER_WORK, p->gradnorm_offset);
   kernel_narrow(k);
   return k;
 }
@@ -1891,7 +1876,7 @@ static int64_t plan_memory(L *l, int64_t base) {
   int n = 0;
   for (int i = 0; i < l->nbufs; i++) {
     LBuf *b = &l->bufs[i];
-    if (b->tier != RT_TIER_WORK || b->shared) continue;
+    if (b->tier != TIER_WORK || b->shared) continue;
     if (b->pinned || b->first < 0) {
       b->first = 0;
       b->last = end;
@@ -1931,13 +1916,13 @@ static void patch_loc(L *l, int *tier, int64_t *off) {
 
 static void patch_seq(L *l, PSeq *s) {
   for (int i = 0; i < s->n; i++) {
-    PInstr *in = &s->v[i];
-    if (in->kind == ISA_ZERO) patch_loc(l, &in->tier, &in->offset);
-    if (in->kind == ISA_GEMM)
+    IsaInstr *in = &s->v[i];
+    if (in->op == ISA_ZERO) patch_loc(l, &in->zero.tier, &in->zero.offset);
+    if (in->op == ISA_GEMM)
       for (int j = 0; j < 3; j++) patch_loc(l, &in->gemm.tier[j], &in->gemm.off[j]);
-    if (in->kind == ISA_GEMM && in->gemm.bias) patch_loc(l, &in->gemm.bias_tier, &in->gemm.bias_off);
-    if (in->kind == ISA_GEMM && in->gemm.aux) patch_loc(l, &in->gemm.aux_tier, &in->gemm.aux_off);
-    if (in->kind == ISA_COMM)
+    if (in->op == ISA_GEMM && in->gemm.bias) patch_loc(l, &in->gemm.bias_tier, &in->gemm.bias_off);
+    if (in->op == ISA_GEMM && in->gemm.aux) patch_loc(l, &in->gemm.aux_tier, &in->gemm.aux_off);
+    if (in->op == ISA_COMM)
       for (int j = 0; j < 2; j++) patch_loc(l, &in->comm.tier[j], &in->comm.off[j]);
   }
 }
@@ -1952,9 +1937,9 @@ static void build_forward(L *l, const Node *logits) {
     if (anc[i])
       for (int k = 0; k < g->nodes[i]->nin; k++) anc[g->nodes[i]->in[k]->id] = true;
   for (int i = 0; i < l->seq->n; i++) {
-    PInstr *in = &l->seq->v[i];
+    IsaInstr *in = &l->seq->v[i];
     if (in->node >= 0 && in->node < g->n_forward && anc[in->node] && !in->train_only)
-      *emit(l, &l->p->forward, in->kind) = *in;
+      *emit(l, &l->p->forward, in->op) = *in;
   }
 }
 
@@ -1980,8 +1965,8 @@ static L *l_new(Program *p, Graph *g, PSeq *seq) {
 /* A value another program reads: contiguous, in the work tier, alive through the list. */
 static int64_t boundary(L *l, const Node *n) {
   const Val *v = in_memory(l, n);
-  if (l->bufs[v->buf].tier != RT_TIER_WORK) {
-    l->val[n->id] = materialize(l, n, lbuf_new(l, RT_TIER_WORK, bytes_of(n)));
+  if (l->bufs[v->buf].tier != TIER_WORK) {
+    l->val[n->id] = materialize(l, n, lbuf_new(l, TIER_WORK, bytes_of(n)));
     v = &l->val[n->id];
   }
   l->bufs[v->buf].pinned = true;
@@ -2049,11 +2034,11 @@ static void layout_params(Program *p, Graph **gs, int n, L **ls) {
         }
         ls[c]->pidx[k] = j;
       }
-  p->tiers[RT_TIER_PARAMS] = p->tiers[RT_TIER_GRADS] = off;
+  p->tiers[TIER_PARAMS] = p->tiers[TIER_GRADS] = off;
   const TrainSpec *t = &gs[0]->train;
   bool adam = t->opt == OPT_ADAMW, mom = !adam && t->momentum > 0;
   p->opt_v_offset = off;
-  p->tiers[RT_TIER_OPT] = adam ? 2 * off : mom ? off : 0;
+  p->tiers[TIER_OPT] = adam ? 2 * off : mom ? off : 0;
 }
 
 static Program *program_new(Graph *g) {
@@ -2061,7 +2046,20 @@ static Program *program_new(Graph *g) {
   p->arena = g->arena;
   p->g = g;
   p->microbatches = p->slots = p->tp = p->pp = 1;
+  p->logits_offset = -1; /* none until lowering finds the logits */
+  for (int k = 0; k < PROG_NLISTS; k++) p->named[k] = -1;
   return p;
+}
+
+int program_add_list(Program *p, const char *name, bool proc) {
+  if (p->nlists == p->lists_cap) {
+    int cap = p->lists_cap ? 2 * p->lists_cap : 16;
+    PList *v = arena_array(p->arena, cap, sizeof *v);
+    if (p->nlists) memcpy(v, p->lists, p->nlists * sizeof *v);
+    p->lists = v, p->lists_cap = cap;
+  }
+  p->lists[p->nlists] = (PList){name, {0}, proc};
+  return p->nlists++;
 }
 
 /* Places l's work buffers from base and patches its instructions and kernels
@@ -2134,7 +2132,7 @@ Program *lower_program(Graph *g) {
   const Node *logits = loss_logits(g);
   if (logits) build_forward(l, logits);
   PSeq *seqs[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
-  p->tiers[RT_TIER_WORK] = p->work_peak = place_and_patch(l, 0, 0, seqs, 4);
+  p->tiers[TIER_WORK] = p->work_peak = place_and_patch(l, 0, 0, seqs, 4);
   for (int i = 0; i < p->ninputs; i++) p->inputs[i].offset = l->bufs[p->inputs[i].offset].offset;
   p->gradnorm_offset = l->bufs[p->gradnorm_offset].offset;
   if (p->fp8.rows) p->fp8.state = l->bufs[p->fp8.state].offset, p->fp8.amax = l->bufs[p->fp8.amax].offset;
@@ -2161,7 +2159,7 @@ static int64_t *offsets(Arena *a, int n) {
 
 /* A WORK buffer at offset off of slot 0, for every slot (LBuf.shared). */
 static int shared_buf(L *l, int64_t off, int64_t bytes) {
-  int b = lbuf_new(l, RT_TIER_WORK, bytes);
+  int b = lbuf_new(l, TIER_WORK, bytes);
   l->bufs[b].offset = off;
   l->bufs[b].placed = l->bufs[b].pinned = l->bufs[b].shared = true;
   return b;
@@ -2209,7 +2207,7 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
     lower_nodes(l, ch);
     if (c + 1 < n && l->fp8_buf >= 0) ls[c + 1]->fp8_rows = l->fp8_rows; /* the next chunk's states follow */
     for (int i = 0; i < all.n; i++)
-      *emit(l, all.v[i].node < g->n_forward ? &ch->fwd : &ch->bwd, all.v[i].kind) = all.v[i];
+      *emit(l, all.v[i].node < g->n_forward ? &ch->fwd : &ch->bwd, all.v[i].op) = all.v[i];
     PSeq *seqs[3] = {&all, &ch->fwd, &ch->bwd};
     base += place_and_patch(l, base, k0, seqs, 3);
     for (int k = 0; k < g->nouts; k++) ch->out[k] = l->bufs[ch->out[k]].offset;
@@ -2240,383 +2238,11 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
     place_and_patch(lf, base, k0, tail, 1);
   }
   p->gradnorm_offset = lo->bufs[p->gradnorm_offset].offset;
-  p->tiers[RT_TIER_WORK] = p->work_peak = base + used;
+  p->tiers[TIER_WORK] = p->work_peak = base + used;
   p->scheduled = true;
   for (int j = 0; j < p->ninputs; j++) p->inputs[j].offset = -1; /* the "input" instructions place them */
   set_batch(p);
   narrow_kernels(p);
   set_stats(p, gs, n);
   return p;
-}
-
-/* ---- JSON ------------------------------------------------------------------------------- */
-
-static cJSON *ints_json(const int64_t *v, int n) {
-  cJSON *a = cJSON_CreateArray();
-  for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[i]));
-  return a;
-}
-
-void pcomm_bytes(const Program *p, const PComm *c, int64_t out[2]) {
-  int64_t whole = c->outer * c->n * c->inner * 4, part = whole / (p->tp > 1 ? p->tp : 1);
-  bool split = isa_comm_splits(c->kind);
-  out[0] = c->kind == ISA_COMM_ALL_GATHER ? part : whole;
-  out[1] = split && c->kind != ISA_COMM_ALL_GATHER ? part : whole;
-}
-
-static cJSON *instr_json(const Program *p, const PInstr *in) {
-  cJSON *o = cJSON_CreateObject();
-  switch (in->kind) {
-  case ISA_KERNEL: {
-    const Kernel *k = p->kernels[in->kernel];
-    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
-    cJSON_AddNumberToObject(o, "kernel", p->code_of[in->kernel]);
-    cJSON_AddNumberToObject(o, "extent", (double)in->extent);
-    cJSON *args = cJSON_CreateArray();
-    for (int i = 0; i < k->nbufs; i++) {
-      int64_t arg[4] = {k->bufs[i].tier, k->bufs[i].offset, k->bufs[i].numel * kbuf_elem_bytes(&k->bufs[i]), 1};
-      cJSON_AddItemToArray(args, ints_json(arg, k->bufs[i].shared ? 4 : 3));
-    }
-    cJSON_AddItemToObject(o, "args", args);
-    if (in->on_host) cJSON_AddStringToObject(o, "on", "host");
-    if (in->epilogue) cJSON_AddBoolToObject(o, "epilogue", true);
-    break;
-  }
-  case ISA_ZERO:
-    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
-    cJSON_AddNumberToObject(o, "tier", in->tier);
-    cJSON_AddNumberToObject(o, "offset", (double)in->offset);
-    cJSON_AddNumberToObject(o, "bytes", (double)in->bytes);
-    break;
-  case ISA_COMM: {
-    const PComm *c = &in->comm;
-    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
-    cJSON_AddStringToObject(o, "kind", isa_comm_names[c->kind]);
-    int64_t src[2] = {c->tier[0], c->off[0]}, dst[2] = {c->tier[1], c->off[1]};
-    cJSON_AddItemToObject(o, "src", ints_json(src, 2));
-    cJSON_AddItemToObject(o, "dst", ints_json(dst, 2));
-    cJSON_AddNumberToObject(o, "outer", (double)c->outer);
-    cJSON_AddNumberToObject(o, "n", (double)c->n);
-    cJSON_AddNumberToObject(o, "inner", (double)c->inner);
-    if (c->group != ISA_GROUP_TP) cJSON_AddStringToObject(o, "group", isa_group_names[c->group]);
-    if (c->group == ISA_GROUP_STAGES) cJSON_AddNumberToObject(o, "stage_group", c->stage_group);
-    if (c->kind == ISA_COMM_BROADCAST || c->kind == ISA_COMM_REDUCE) cJSON_AddNumberToObject(o, "root", c->root);
-    if (c->red != ISA_RED_SUM) cJSON_AddStringToObject(o, "reduction", isa_red_names[c->red]);
-    break;
-  }
-  case ISA_SLOT:
-    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
-    cJSON_AddNumberToObject(o, "index", in->index);
-    break;
-  case ISA_JOIN: cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]); break;
-  case ISA_INPUT:
-    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
-    cJSON_AddNumberToObject(o, "input", in->input);
-    cJSON_AddNumberToObject(o, "microbatch", in->index);
-    cJSON_AddNumberToObject(o, "offset", (double)in->offset);
-    break;
-  case ISA_LOSS:
-    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
-    cJSON_AddNumberToObject(o, "offset", (double)in->offset);
-    break;
-  case ISA_MOVE:
-  case ISA_DROP:
-  case ISA_WAIT:
-    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
-    cJSON_AddNumberToObject(o, "chunk", in->chunk);
-    cJSON_AddStringToObject(o, "part", part_names[in->part]);
-    if (in->kind == ISA_MOVE) {
-      cJSON_AddStringToObject(o, "from", loc_names[in->from]);
-      cJSON_AddStringToObject(o, "to", loc_names[in->to]);
-      cJSON_AddBoolToObject(o, "keep", in->keep);
-    }
-    if (in->kind == ISA_DROP) cJSON_AddStringToObject(o, "at", loc_names[in->from]);
-    break;
-  case ISA_ZERO_GATHER:
-  case ISA_ZERO_RELEASE:
-  case ISA_ZERO_GRAD:
-  case ISA_ZERO_REDUCE: {
-    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
-    cJSON_AddNumberToObject(o, "param", in->chunk);
-    break;
-  }
-  case ISA_SEND:
-  case ISA_RECV: {
-    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
-    cJSON_AddNumberToObject(o, "peer", in->index);
-    cJSON_AddNumberToObject(o, "tag", in->tag);
-    int64_t at[2] = {in->tier, in->offset};
-    cJSON_AddItemToObject(o, "at", ints_json(at, 2));
-    cJSON_AddNumberToObject(o, "count", (double)(in->bytes / 4));
-    break;
-  }
-  case ISA_GEMM: {
-    const PGemm *g = &in->gemm;
-    cJSON_AddStringToObject(o, "op", isa_op_names[in->kind]);
-    const char *keys[] = {"ta", "tb", "m", "n", "k", "lda", "ldb", "ldc"};
-    int64_t vals[] = {g->ta, g->tb, g->m, g->n, g->k, g->lda, g->ldb, g->ldc};
-    for (int i = 0; i < 8; i++) cJSON_AddNumberToObject(o, keys[i], (double)vals[i]);
-    cJSON_AddNumberToObject(o, "alpha", g->alpha);
-    cJSON_AddNumberToObject(o, "beta", g->beta);
-    const char *ops[] = {"a", "b", "c"}, *strides[] = {"sa", "sb", "sc"};
-    for (int i = 0; i < 3; i++) {
-      int64_t loc[2] = {g->tier[i], g->off[i]};
-      cJSON_AddItemToObject(o, ops[i], ints_json(loc, 2));
-      cJSON_AddItemToObject(o, strides[i], ints_json(g->stride[i], 2));
-    }
-    cJSON_AddItemToObject(o, "batch", ints_json(g->batch, 2));
-    int64_t bias[2] = {g->bias_tier, g->bias_off};
-    if (g->bias) cJSON_AddItemToObject(o, "bias", ints_json(bias, 2));
-    if (g->gelu) cJSON_AddBoolToObject(o, "gelu", true);
-    if (g->dt[0] != DT_F32 || g->dt[1] != DT_F32 || g->dt[2] != DT_F32) {
-      cJSON *dts = cJSON_CreateArray();
-      for (int i = 0; i < 3; i++) cJSON_AddItemToArray(dts, cJSON_CreateString(dtype_name(g->dt[i])));
-      cJSON_AddItemToObject(o, "dtypes", dts);
-    }
-    int64_t aux[2] = {g->aux_tier, g->aux_off};
-    if (g->aux) cJSON_AddItemToObject(o, "aux", ints_json(aux, 2));
-    break;
-  }
-  }
-  if (in->last_mb) cJSON_AddBoolToObject(o, "last_microbatch", true);
-  if (in->overlap) cJSON_AddBoolToObject(o, "overlap", true);
-  if (in->dp_rank >= 0) cJSON_AddNumberToObject(o, "dp_rank", in->dp_rank);
-  if (in->tp_rank >= 0) cJSON_AddNumberToObject(o, "tp_rank", in->tp_rank);
-  return o;
-}
-
-static cJSON *seq_json(const Program *p, const PSeq *s) {
-  cJSON *a = cJSON_CreateArray();
-  for (int i = 0; i < s->n; i++) cJSON_AddItemToArray(a, instr_json(p, &s->v[i]));
-  return a;
-}
-
-static const char *init_name(InitKind k) {
-  static const char *names[] = {"normal", "zeros", "ones", "normal", "uniform", "constant"};
-  return names[k];
-}
-
-static cJSON *params_json(const Program *p) {
-  cJSON *a = cJSON_CreateArray();
-  for (int k = 0; k < p->nparams; k++) {
-    const Node *n = p->params[k].node;
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "name", n->name);
-    cJSON_AddItemToObject(o, "shape", ints_json(n->shape.d, n->shape.ndim));
-    cJSON_AddNumberToObject(o, "offset", (double)p->params[k].offset);
-    cJSON_AddBoolToObject(o, "decay", p->params[k].decay);
-    cJSON_AddStringToObject(o, "init", init_name(n->init.kind));
-    cJSON_AddNumberToObject(o, "a", n->init.kind == INIT_NONE ? 0.02 : n->init.a);
-    cJSON_AddNumberToObject(o, "b", n->init.b);
-    if (p->zero_stage > 0) cJSON_AddNumberToObject(o, "owner", p->params[k].owner);
-    if (n->split) {
-      cJSON *t = cJSON_CreateObject();
-      cJSON_AddNumberToObject(t, "dim", n->split - 1);
-      cJSON_AddNumberToObject(t, "blocks", (double)n->split_blocks);
-      cJSON_AddItemToObject(o, "tp", t);
-    }
-    cJSON_AddItemToArray(a, o);
-  }
-  return a;
-}
-
-static cJSON *train_json(const TrainSpec *t) {
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "optimizer", t->opt == OPT_ADAMW ? "adamw" : "sgd");
-  const char *keys[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "momentum", "clip", "min_lr"};
-  double vals[] = {t->lr, t->beta1, t->beta2, t->eps, t->weight_decay, t->momentum, t->clip, t->min_lr};
-  for (int i = 0; i < 8; i++) cJSON_AddNumberToObject(o, keys[i], vals[i]);
-  cJSON_AddNumberToObject(o, "warmup", (double)t->warmup);
-  cJSON_AddStringToObject(o, "schedule", t->schedule == SCHED_COSINE ? "cosine" : "constant");
-  if (t->loss_scaling) { /* fp16: PyTorch GradScaler's defaults */
-    cJSON *ls = cJSON_CreateObject();
-    const char *lk[] = {"init", "growth", "backoff", "interval"};
-    double lv[] = {65536, 2, 0.5, 2000};
-    for (int i = 0; i < 4; i++) cJSON_AddNumberToObject(ls, lk[i], lv[i]);
-    cJSON_AddItemToObject(o, "loss_scale", ls);
-  }
-  return o;
-}
-
-/* One of "inputs" (runtime/program.h). */
-static cJSON *input_json(const PInput *in) {
-  static const char *const roles[] = {"tokens", "targets", "data"};
-  const Node *n = in->node;
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "name", n->name);
-  cJSON_AddStringToObject(o, "role", roles[in->role]);
-  cJSON_AddStringToObject(o, "dtype", n->dtype == DT_I32 ? "i32" : "f32");
-  cJSON_AddItemToObject(o, "shape", ints_json(n->shape.d, n->shape.ndim));
-  if (in->offset >= 0) cJSON_AddNumberToObject(o, "offset", (double)in->offset);
-  if (in->hi >= 0) {
-    int64_t range[2] = {0, in->hi};
-    cJSON_AddItemToObject(o, "range", ints_json(range, 2));
-  }
-  if (in->has_ignore) cJSON_AddNumberToObject(o, "ignore", (double)in->ignore);
-  return o;
-}
-
-/* "arch" (runtime/program.h): what the model's ops say, -1 where they differ. */
-static cJSON *arch_json(const GraphArch *a) {
-  cJSON *o = cJSON_CreateObject();
-  if (a->heads != 0) {
-    cJSON_AddNumberToObject(o, "heads", (double)a->heads);
-    cJSON_AddNumberToObject(o, "causal", a->causal);
-    cJSON_AddBoolToObject(o, "attention_scale", a->scaled);
-  }
-  if (a->norm != ARCH_NONE) {
-    cJSON_AddStringToObject(o, "norm", arch_kind_name(a->norm));
-    cJSON_AddNumberToObject(o, "norm_eps", a->norm_eps);
-  }
-  if (a->act != ARCH_NONE) cJSON_AddStringToObject(o, "activation", arch_kind_name(a->act));
-  if (a->rope_theta != 0) cJSON_AddNumberToObject(o, "rope_theta", a->rope_theta);
-  return o;
-}
-
-static cJSON *program_json(const Program *p) {
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddNumberToObject(o, "version", 1);
-  cJSON_AddNumberToObject(o, "scalars", RT_SCALARS_ALL);
-  cJSON_AddStringToObject(o, "model", p->g->name);
-  cJSON_AddNumberToObject(o, "batch", (double)p->batch);
-  cJSON_AddNumberToObject(o, "microbatches", (double)p->microbatches);
-  if (p->dp) cJSON_AddNumberToObject(o, "dp", (double)p->dp);
-  cJSON_AddNumberToObject(o, "zero_stage", (double)p->zero_stage);
-  cJSON_AddNumberToObject(o, "seq", (double)p->seq);
-  cJSON_AddNumberToObject(o, "vocab", (double)p->vocab);
-  if (p->arch) cJSON_AddItemToObject(o, "arch", arch_json(p->arch));
-  cJSON_AddItemToObject(o, "tiers", ints_json(p->tiers, 4));
-  cJSON_AddNumberToObject(o, "opt_v_offset", (double)p->opt_v_offset);
-  cJSON_AddItemToObject(o, "train", train_json(&p->g->train));
-  cJSON_AddItemToObject(o, "params", params_json(p));
-  cJSON *inputs = cJSON_CreateArray();
-  for (int i = 0; i < p->ninputs; i++) cJSON_AddItemToArray(inputs, input_json(&p->inputs[i]));
-  cJSON_AddItemToObject(o, "inputs", inputs);
-  cJSON_AddNumberToObject(o, "loss_offset", (double)p->loss_offset);
-  cJSON_AddNumberToObject(o, "logits_offset", (double)p->logits_offset);
-  if (p->logits_dtype != ISA_F32)
-    cJSON_AddStringToObject(o, "logits_dtype", p->logits_dtype == ISA_BF16 ? "bf16" : "f16");
-  cJSON_AddNumberToObject(o, "gradnorm_offset", (double)p->gradnorm_offset);
-  cJSON_AddNumberToObject(o, "gradnorm_parts", (double)p->gradnorm_parts);
-  if (p->fp8.rows) {
-    cJSON *f = cJSON_AddObjectToObject(o, "fp8");
-    cJSON_AddNumberToObject(f, "offset", (double)p->fp8.state);
-    cJSON_AddNumberToObject(f, "rows", (double)p->fp8.rows);
-    cJSON_AddNumberToObject(f, "width", (double)p->fp8.width);
-    if (p->fp8.runs) {
-      cJSON_AddNumberToObject(f, "total", (double)p->fp8.total);
-      cJSON *runs = cJSON_AddArrayToObject(f, "runs");
-      for (int i = 0; i < p->fp8.nruns; i++) cJSON_AddItemToArray(runs, ints_json(p->fp8.runs[i], 3));
-    }
-  }
-  cJSON_AddNumberToObject(o, "flops_per_step", p->flops_per_step);
-  cJSON *names = cJSON_CreateArray();
-  for (int i = 0; i < p->ncode; i++) cJSON_AddItemToArray(names, cJSON_CreateString(p->code[i]->name));
-  cJSON_AddItemToObject(o, "kernels", names);
-  cJSON *launch = cJSON_CreateArray(); /* each code's CUDA launch: threads per block, blocks */
-  for (int i = 0; i < p->ncode; i++) {
-    const Kernel *k = p->code[i];
-    int64_t bg[2] = {cuda_kernel_block_size(k), cuda_kernel_grid_size(k, k->par == KP_ROWS ? k->rows : k->cols)};
-    cJSON_AddItemToArray(launch, ints_json(bg, 2));
-  }
-  cJSON_AddItemToObject(o, "cuda_launch", launch);
-  cJSON_AddItemToObject(o, "step", seq_json(p, &p->step));
-  cJSON_AddItemToObject(o, "sync", seq_json(p, &p->sync));
-  cJSON_AddItemToObject(o, "gradnorm", seq_json(p, &p->gradnorm));
-  cJSON_AddItemToObject(o, "update", seq_json(p, &p->update));
-  cJSON_AddItemToObject(o, "forward", seq_json(p, &p->forward));
-  if (p->tp > 1 || p->pp > 1) {
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddNumberToObject(m, "dp", (double)p->dp);
-    cJSON_AddNumberToObject(m, "tp", (double)p->tp);
-    cJSON_AddNumberToObject(m, "pp", (double)p->pp);
-    cJSON_AddItemToObject(o, "mesh", m);
-    cJSON_AddNumberToObject(o, "stage", (double)p->stage);
-    cJSON *groups = cJSON_CreateArray();
-    for (int k = 0; k < p->nstage_groups; k++) {
-      cJSON *g = cJSON_CreateArray();
-      for (int i = 0; i < p->stage_groups[k].n; i++)
-        cJSON_AddItemToArray(g, cJSON_CreateNumber(p->stage_groups[k].stages[i]));
-      cJSON_AddItemToArray(groups, g);
-    }
-    cJSON_AddItemToObject(o, "stage_groups", groups);
-  }
-  if (p->offload) {
-    const OffloadPlan *op = p->offload;
-    cJSON *off = cJSON_CreateObject(), *chunks = cJSON_CreateArray(), *pr = cJSON_CreateObject();
-    cJSON_AddNumberToObject(off, "device_capacity", (double)op->capacity);
-    for (int c = 0; c < op->nchunks; c++) {
-      cJSON *ch = cJSON_CreateObject(), *home = cJSON_CreateObject();
-      int64_t range[2] = {op->chunk[c].lo, op->chunk[c].hi};
-      cJSON_AddItemToObject(ch, "params", ints_json(range, 2));
-      for (int k = 0; k < PART_COUNT; k++)
-        cJSON_AddStringToObject(home, part_names[k], loc_names[op->chunk[c].home[k]]);
-      cJSON_AddItemToObject(ch, "home", home);
-      if (op->chunk[c].owner >= 0) cJSON_AddNumberToObject(ch, "owner", op->chunk[c].owner);
-      cJSON_AddItemToArray(chunks, ch);
-    }
-    cJSON_AddItemToObject(off, "chunks", chunks);
-    cJSON_AddItemToObject(o, "offload", off);
-    cJSON_AddNumberToObject(pr, "device_peak", (double)op->device_peak);
-    if (op->ranks > 1) { /* ZeRO-3: each rank's own */
-      cJSON_AddItemToObject(pr, "host_peak", ints_json(op->rank_host_peak, op->ranks));
-      cJSON_AddItemToObject(pr, "nvme_peak", ints_json(op->rank_nvme_peak, op->ranks));
-      cJSON_AddItemToObject(pr, "transfer_bytes", ints_json(op->rank_transfer, op->ranks));
-    } else {
-      cJSON_AddNumberToObject(pr, "host_peak", (double)op->host_peak);
-      cJSON_AddNumberToObject(pr, "nvme_peak", (double)op->nvme_peak);
-      cJSON_AddNumberToObject(pr, "transfer_bytes", (double)op->transfer_bytes);
-    }
-    cJSON_AddItemToObject(o, "predicted", pr);
-  }
-  if (p->zero_scheduled) cJSON_AddBoolToObject(o, "zero_scheduled", true);
-  if (!p->offload) { /* the device memory of a step on each dp rank (codegen/zero.h) */
-    int n = p->zero_stage > 0 ? (int)p->dp : 1;
-    cJSON *mem = cJSON_CreateArray();
-    int64_t *v = arena_array(p->arena, n, sizeof *v);
-    zero_predict_memory(p, v, n);
-    for (int r = 0; r < n; r++) cJSON_AddItemToArray(mem, cJSON_CreateNumber((double)v[r]));
-    cJSON_AddItemToObject(o, "predicted_memory", mem);
-  }
-  if (p->scheduled) {
-    cJSON_AddBoolToObject(o, "scheduled", true);
-    cJSON_AddNumberToObject(o, "slots", (double)p->slots);
-  }
-  return o;
-}
-
-static char *json_text(cJSON *o) {
-  char *text = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  if (!text) diag_internal(__FILE__, __LINE__, "out of memory writing the program");
-  return text;
-}
-
-char *program_to_json(Program *p) {
-  program_share_kernels(p);
-  return json_text(program_json(p));
-}
-
-char *programs_to_json(Program *const *p, int n) {
-  program_share_kernels(p[0]); /* the stages have one kernel table (lower_pipeline) */
-  for (int i = 1; i < n; i++) p[i]->code = p[0]->code, p[i]->ncode = p[0]->ncode, p[i]->code_of = p[0]->code_of;
-  /* one stage's tree at a time, its text appended ("[s0,s1,...]"): a pipeline's trees
-   * together took most of the compiler's memory */
-  size_t len = 0, cap = 3;
-  char *text = malloc(cap);
-  for (int i = 0; text && i < n; i++) {
-    char *t = json_text(program_json(p[i]));
-    size_t tl = strlen(t);
-    if (len + tl + 3 > cap) text = realloc(text, cap = 2 * (len + tl + 3));
-    if (text) {
-      text[len++] = i ? ',' : '[';
-      memcpy(text + len, t, tl);
-      len += tl;
-    }
-    free(t);
-  }
-  if (!text) diag_internal(__FILE__, __LINE__, "out of memory writing the program");
-  if (!n) text[len++] = '[';
-  text[len++] = ']', text[len] = 0;
-  return text;
 }

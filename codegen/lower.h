@@ -1,5 +1,5 @@
 /* Lowering: a differentiated graph becomes a Program — kernels in the kernel form
- * (codegen/kernel.h), GEMM calls, and the instruction lists of runtime/program.h —
+ * (codegen/kernel.h), GEMM calls, and the instruction lists of program/program.h —
  * with every buffer placed by the memory plan.
  *
  * Fusion is by inlining: elementwise ops (and embedding lookups, broadcasts, rotary)
@@ -12,73 +12,16 @@
 #include "codegen/kernel.h"
 #include "ir/analysis.h"
 #include "ir/ir.h"
-#include "program/isa.h"
+#include "program/program.h"
 
-/* Instructions: the shared instruction set (program/isa.h, runtime/program.h):
- * kernels, GEMMs and zeroing; collectives over the tensor-parallel group; in a pipeline
- * stage's scheduled step, slot changes, input and loss transfers and point-to-point
- * sends and receives; offload's moves; ZeRO's gathers and reductions. */
-typedef IsaOp PInstrKind;
-
-typedef struct PComm {
-  IsaCommKind kind;
-  int tier[2];             /* src, dst */
-  int64_t off[2];          /* bytes */
-  int64_t outer, n, inner; /* the global tensor, outer x n x inner f32, n split over the group */
-  IsaGroup group;          /* ISA_GROUP_TP (0) unless set */
-  int stage_group;         /* ISA_GROUP_STAGES: its index in Program.stage_groups */
-  int root;                /* broadcast, reduce: the group's rank */
-  IsaRed red;              /* all_reduce: ISA_RED_SUM (0) unless set */
-} PComm;
-
-typedef struct PGemm {
-  int ta, tb;
-  int64_t m, n, k, lda, ldb, ldc;
-  float alpha, beta;
-  int tier[3];    /* a, b, c */
-  int64_t off[3]; /* bytes */
-  int64_t batch[2];
-  int64_t stride[3][2]; /* elements per batch step, for a, b, c */
-  bool bias;            /* the epilogue: C[i][j] += bias[j] (beta 0; the add of a bias) */
-  int bias_tier;
-  int64_t bias_off; /* bytes */
-  bool gelu;        /* then C = gelu(C), tanh form (bias set; one batch): a GELU that reads the add;
-                     * on a device without the epilogue, the GEMM leaves GELU's input in aux (or
-                     * C) and the "epilogue" kernel after it applies the GELU */
-  bool aux;         /* gelu: the add's value (GELU's input) also written to aux, ld ldc */
-  int aux_tier;
-  int64_t aux_off; /* bytes */
-  DType dt[3];     /* a, b, c: f32, or bf16/f16 (a and b alike; f32 accumulation) */
-} PGemm;
-
-typedef struct PInstr {
-  PInstrKind kind;
-  int kernel;                /* ISA_KERNEL */
-  int64_t extent;            /* ISA_KERNEL */
-  PGemm gemm;                /* ISA_GEMM */
-  int tier;                  /* ISA_ZERO, ISA_SEND, ISA_RECV */
-  int64_t offset, bytes;     /* ISA_ZERO, ISA_SEND, ISA_RECV (bytes: f32 count x 4); ISA_INPUT, ISA_LOSS offset */
-  PComm comm;                /* ISA_COMM */
-  int index;                 /* ISA_SLOT: slot; ISA_INPUT: micro-batch; ISA_SEND, ISA_RECV: peer stage */
-  int tag;                   /* ISA_SEND, ISA_RECV */
-  int input;                 /* ISA_INPUT: the program's input (Program.inputs) */
-  int chunk, part, from, to; /* ISA_MOVE, ISA_DROP (from: where), ISA_WAIT (codegen/offload.h);
-                              * ISA_ZERO_*: chunk is the parameter (codegen/zero.h) */
-  bool keep;                 /* ISA_MOVE */
-  bool on_host;              /* ISA_KERNEL in gradnorm and update: run on the host's copies */
-  bool epilogue;             /* ISA_KERNEL: the GELU of the "gelu" GEMM before it, skipped by a
-                              * device whose GEMMs apply it */
-  int node;                  /* the IR node this computes (for the forward subset) */
-  int dp_rank, tp_rank;      /* ISA_KERNEL, ISA_GEMM, ISA_ZERO: run only on the ranks with this
-                              * coordinate (codegen/compose.h); -1: on every rank */
-  bool last_mb;              /* in an unscheduled step: run on the step's last micro-batch only */
-  bool train_only;           /* not in `forward` (fp8's amaxes: validation and sampling leave them) */
-  bool overlap;              /* ISA_COMM: may run beside the instructions after it (nothing
-                              * after it in its list touches its bytes; codegen/compose.h) */
-} PInstr;
-
+/* Instructions: the shared instruction set (program/isa.h), as the program carries
+ * them: kernels, GEMMs and zeroing; collectives; in a pipeline stage's schedule, slot
+ * changes, input and loss transfers, point-to-point sends and receives, loops and calls;
+ * offload's moves; ZeRO's gathers and reductions. Lowering fills in `node` (the IR node
+ * an instruction computes) and, for kernels, the index of the kernel in Program.kernels
+ * (its code and bindings once program_share_kernels has run). */
 typedef struct PSeq {
-  PInstr *v;
+  IsaInstr *v;
   int n, cap;
 } PSeq;
 
@@ -98,8 +41,9 @@ typedef struct PFp8 {
   int nruns;
 } PFp8;
 
-/* Appends a zeroed instruction of kind to s (node -1), growing it in arena a. */
-PInstr *pseq_push(Arena *a, PSeq *s, PInstrKind kind);
+/* Appends a blank instruction of kind op to s (isa_instr: every rank, node -1), growing
+ * it in arena a. */
+IsaInstr *pseq_push(Arena *a, PSeq *s, IsaOp op);
 
 typedef struct PParam {
   const Node *node;
@@ -110,7 +54,7 @@ typedef struct PParam {
 } PParam;
 /* A parameter's bytes in PARAMS (f32), and so in GRADS. */
 static inline int64_t pparam_bytes(const PParam *q) { return shape_numel(&q->node->shape) * 4; }
-/* What train fills an input with (runtime/program.h, "inputs"): from a token file, the
+/* What train fills an input with (program/program.h, "inputs"): from a token file, the
  * language model's tokens and its targets (the tokens shifted by one); from a record file
  * every input by its name (PIN_OTHER: only from one). */
 typedef enum { PIN_TOKENS, PIN_TARGETS, PIN_OTHER } PInputRole;
@@ -144,6 +88,14 @@ typedef struct PChunk {
   int64_t *out, *seed;     /* [g->nouts] sent values; [g->nseeds] received gradients */
 } PChunk;
 
+/* A list the program carries (program/program.h, "Lists"): a named one (train, eval,
+ * forward, gather, release) or one they call. */
+typedef struct PList {
+  const char *name;
+  PSeq seq;
+  bool proc; /* only called (a pipeline chunk's forward or backward, a micro-batch's step) */
+} PList;
+
 typedef struct Program {
   Arena *arena;
   const Graph *g;
@@ -170,7 +122,7 @@ typedef struct Program {
   int64_t tp, pp, stage; /* the mesh's tensor and pipeline degrees, this program's stage */
   PChunk *chunks;        /* [nchunks] a pipeline stage's chunks (lower_stage) */
   int nchunks;
-  bool scheduled;              /* `step` walks every micro-batch (runtime/program.h) */
+  bool scheduled;              /* `step` walks every micro-batch (program/program.h) */
   int64_t slots;               /* work-tier slots, one per micro-batch in flight */
   struct OffloadPlan *offload; /* where the state lives, instruction by instruction, or NULL */
   bool zero_scheduled;         /* ZeRO's gathers and reductions are in `step` (codegen/zero.h) */
@@ -181,14 +133,15 @@ typedef struct Program {
                               * use (ISA_GROUP_STAGES), the same list in every stage */
   int nstage_groups;
   const GraphArch *arch; /* the whole model's architecture (ir/analysis.h), written as the
-                          * program's "arch" (runtime/program.h), or NULL */
+                          * program's "arch" (program/program.h), or NULL */
   PFp8 fp8;              /* --precision fp8's scaling states (rows 0: none) */
+  PList *lists;          /* [nlists] what the program carries: the pipeline schedule's
+                          * procedures (lower_pipeline), then the lists compose_lists makes
+                          * of step, sync, gradnorm, update and forward (codegen/compose.h) */
+  int nlists, lists_cap;
+  int named[PROG_NLISTS]; /* each named list's index in lists, -1 until made */
+  int64_t staging;        /* device scratch of the collectives' reorders (compose_lists) */
 } Program;
-
-/* The bytes a collective reads at src (out[0]) and writes at dst (out[1]): the split
- * kinds (all_gather, reduce_scatter, split) part the tensor over the tensor-parallel
- * group, the others read and write the whole. */
-void pcomm_bytes(const Program *p, const PComm *c, int64_t out[2]);
 
 /* requires: pass_decompose, pass_autodiff. Errors (an op the code generators do
  * not support yet) are reported at the op's source location. */
@@ -223,13 +176,17 @@ int lower_update_end(const Program *p, int lo, int hi);
 
 /* Kernels that differ only in their buffers' bindings (tier and offset) share one
  * code (codegen/share.c): p->code, p->ncode and p->code_of, which the emitters and the
- * program JSON use; a kernel instruction then passes its kernel's bindings as
- * arguments. Done once; the kernels themselves (p->kernels) are left as they are. */
+ * program use (ProgKernel: a code and its bindings). Done once; the kernels themselves
+ * (p->kernels) are left as they are. */
 void program_share_kernels(Program *p);
 
-/* The program as JSON (runtime/program.h), its kernels shared; malloc'd. */
-char *program_to_json(Program *p);
-/* A pipeline's programs, one per stage, as the JSON array of runtime/program.h. */
-char *programs_to_json(Program *const *p, int n);
+/* The programs of one compilation (one, or a pipeline's stages sharing one kernel
+ * table) in the program format (program/program.h), malloc'd, *bytes long. requires:
+ * compose_lists, program_share_kernels (codegen/program.c). */
+void *program_write(Program *const *ps, int n, int64_t *bytes);
+
+/* Appends a list named name (a procedure when proc: only called) to p->lists; returns
+ * its index. */
+int program_add_list(Program *p, const char *name, bool proc);
 
 #endif

@@ -4,10 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "plan/cost.h"
-#include "runtime/program.h"
-
-const char *const loc_names[LOC_COUNT] = {"none", "device", "host", "nvme", "zero"};
-const char *const part_names[PART_COUNT] = {"params", "grads", "opt"};
+#include "program/program.h"
 
 enum { GRANULE = 4096, WINDOW = 16 };
 static const double INF = 1e300;
@@ -63,14 +60,14 @@ static int64_t choose_chunk(const Program *p, int64_t most, int64_t *waste_out) 
 
 /* ---- what an instruction touches ------------------------------------------------------------ */
 
-static int gemm_touch(const PGemm *g, Touch *t) {
+static int gemm_touch(const IsaGemm *g, Touch *t) {
   int64_t rows[3] = {g->ta ? g->k : g->m, g->tb ? g->n : g->k, g->m};
   int64_t cols[3] = {g->ta ? g->m : g->k, g->tb ? g->k : g->n, g->n};
   int64_t ld[3] = {g->lda, g->ldb, g->ldc};
   for (int j = 0; j < 3; j++) {
     int64_t last =
         (g->batch[0] - 1) * g->stride[j][0] + (g->batch[1] - 1) * g->stride[j][1] + (rows[j] - 1) * ld[j] + cols[j];
-    t[j] = (Touch){g->tier[j], g->off[j], g->off[j] + last * (dtype_size_bits(g->dt[j]) / 8), j == 2};
+    t[j] = (Touch){g->tier[j], g->off[j], g->off[j] + last * isa_dtype_bytes(g->dt[j]), j == 2};
   }
   int n = 3;
   if (g->bias) t[n++] = (Touch){g->bias_tier, g->bias_off, g->bias_off + g->n * 4, false};
@@ -78,22 +75,22 @@ static int gemm_touch(const PGemm *g, Touch *t) {
   return n;
 }
 
-int instr_touch(const Program *p, const PInstr *in, Touch *t) {
-  if (in->kind == ISA_GEMM) return gemm_touch(&in->gemm, t);
-  if (in->kind == ISA_COMM) {
+int instr_touch(const Program *p, const IsaInstr *in, Touch *t) {
+  if (in->op == ISA_GEMM) return gemm_touch(&in->gemm, t);
+  if (in->op == ISA_COMM) {
     int64_t b[2];
-    pcomm_bytes(p, &in->comm, b);
+    isa_comm_bytes(&in->comm, p->tp, b);
     t[0] = (Touch){in->comm.tier[0], in->comm.off[0], in->comm.off[0] + b[0], false};
     t[1] = (Touch){in->comm.tier[1], in->comm.off[1], in->comm.off[1] + b[1], true};
     return 2;
   }
-  if (in->kind == ISA_ZERO) return t[0] = (Touch){in->tier, in->offset, in->offset + in->bytes, true}, 1;
-  if (in->kind != ISA_KERNEL) return 0;
-  const Kernel *k = p->kernels[in->kernel];
+  if (in->op == ISA_ZERO)
+    return t[0] = (Touch){in->zero.tier, in->zero.offset, in->zero.offset + in->zero.bytes, true}, 1;
+  if (in->op != ISA_KERNEL) return 0;
+  const Kernel *k = p->kernels[in->kernel.id];
   for (int i = 0; i < k->nbufs; i++)
-    t[i] =
-        (Touch){k->bufs[i].tier, k->bufs[i].offset, k->bufs[i].offset + k->bufs[i].numel * kbuf_elem_bytes(&k->bufs[i]),
-                k->bufs[i].tier != RT_TIER_PARAMS};
+    t[i] = (Touch){k->bufs[i].tier, k->bufs[i].offset,
+                   k->bufs[i].offset + k->bufs[i].numel * kbuf_elem_bytes(&k->bufs[i]), k->bufs[i].tier != TIER_PARAMS};
   return k->nbufs;
 }
 
@@ -125,7 +122,7 @@ static int64_t part_size(const Sim *S, int item) {
   return part_bytes_of(S->p, S->op, item / PART_COUNT, item % PART_COUNT);
 }
 
-static PInstr *put(Sim *S, PInstrKind kind) { return pseq_push(S->p->arena, &S->out, kind); }
+static IsaInstr *put(Sim *S, IsaOp op) { return pseq_push(S->p->arena, &S->out, op); }
 
 static double bandwidth(const Sim *S, Loc a, Loc b) {
   if (a == LOC_NVME || b == LOC_NVME) return S->o->cl ? S->o->cl->nvme_bw : 3e9;
@@ -218,14 +215,15 @@ static void event(Sim *S, int item, Loc from, Loc to) {
 }
 
 static void put_move(Sim *S, int item, Loc from, Loc to, bool keep, int rank) {
-  PInstr *in = put(S, ISA_MOVE);
-  in->chunk = item / PART_COUNT, in->part = item % PART_COUNT, in->from = from, in->to = to, in->keep = keep;
-  in->dp_rank = rank;
+  IsaInstr *in = put(S, ISA_MOVE);
+  in->move = (IsaMove){.chunk = item / PART_COUNT, .part = item % PART_COUNT, .from = from, .to = to, .keep = keep};
+  in->dp_rank = (int16_t)rank;
 }
 
 static void put_drop(Sim *S, int item, Loc at, int rank) {
-  PInstr *in = put(S, ISA_DROP);
-  in->chunk = item / PART_COUNT, in->part = item % PART_COUNT, in->from = at, in->dp_rank = rank;
+  IsaInstr *in = put(S, ISA_DROP);
+  in->move = (IsaMove){.chunk = item / PART_COUNT, .part = item % PART_COUNT, .from = at};
+  in->dp_rank = (int16_t)rank;
 }
 
 /* A move of the owner's copy (every rank's without ZeRO-3, or from zero: every rank
@@ -261,8 +259,8 @@ static void drop(Sim *S, int item, Loc at) {
 
 static void wait_for(Sim *S, int item) {
   if (!S->pending[item]) return;
-  PInstr *in = put(S, ISA_WAIT);
-  in->chunk = item / PART_COUNT, in->part = item % PART_COUNT;
+  IsaInstr *in = put(S, ISA_WAIT);
+  in->move = (IsaMove){.chunk = item / PART_COUNT, .part = item % PART_COUNT};
   if (S->done_at[item] > S->t_main) S->op->exposed_s += S->done_at[item] - S->t_main, S->t_main = S->done_at[item];
   S->pending[item] = false;
 }
@@ -275,17 +273,17 @@ static double next_use(const Sim *S, int item) {
  * its owner) or gradients (a reduce onto it), in place. */
 static void chunk_comm(Sim *S, IsaCommKind kind, int item) {
   const OChunk *c = &S->op->chunk[item / PART_COUNT];
-  int tier = item % PART_COUNT == PART_PARAMS ? RT_TIER_PARAMS : RT_TIER_GRADS;
+  int tier = item % PART_COUNT == PART_PARAMS ? TIER_PARAMS : TIER_GRADS;
   int64_t end = c->end < S->p->tiers[tier] ? c->end : S->p->tiers[tier];
-  PInstr *in = put(S, ISA_COMM);
-  in->comm = (PComm){.kind = kind,
-                     .tier = {tier, tier},
-                     .off = {c->start, c->start},
-                     .outer = 1,
-                     .n = (end - c->start) / 4,
-                     .inner = 1,
-                     .group = ISA_GROUP_DP,
-                     .root = c->owner};
+  IsaInstr *in = put(S, ISA_COMM);
+  in->comm = (IsaComm){.kind = kind,
+                       .tier = {tier, tier},
+                       .off = {c->start, c->start},
+                       .outer = 1,
+                       .n = (end - c->start) / 4,
+                       .inner = 1,
+                       .group = ISA_GROUP_DP,
+                       .root = c->owner};
   /* in order with the compute, priced as the all-gather (broadcast) or reduce-scatter
    * (reduce) of the chunk over the dp group: (n-1)/n of its bytes over the links */
   const Cluster *cl = S->o->cl;
@@ -341,14 +339,14 @@ static void make_room(Sim *S, int64_t size, const int *need, int nn, int at) {
 }
 
 /* The chunk parts instruction in touches (once each), into need. */
-static int parts_of(const Sim *S, const PInstr *in, int *need, int max, bool step) {
+static int parts_of(const Sim *S, const IsaInstr *in, int *need, int max, bool step) {
   Touch t[K_MAX_BUFS > 3 ? K_MAX_BUFS : 3];
   int nt = instr_touch(S->p, in, t), nn = 0;
   for (int i = 0; i < nt; i++) {
-    int part = t[i].tier == RT_TIER_PARAMS  ? PART_PARAMS
-               : t[i].tier == RT_TIER_GRADS ? PART_GRADS
-               : t[i].tier == RT_TIER_OPT   ? PART_OPT
-                                            : -1;
+    int part = t[i].tier == TIER_PARAMS  ? PART_PARAMS
+               : t[i].tier == TIER_GRADS ? PART_GRADS
+               : t[i].tier == TIER_OPT   ? PART_OPT
+                                         : -1;
     if (part < 0 || (step && part == PART_OPT)) continue;
     int64_t lo = t[i].lo, hi = t[i].hi;
     if (part == PART_OPT && S->p->opt_v_offset && lo >= S->p->opt_v_offset)
@@ -365,16 +363,16 @@ static int parts_of(const Sim *S, const PInstr *in, int *need, int max, bool ste
   return nn;
 }
 
-static double instr_time(const Sim *S, const PInstr *in) {
+static double instr_time(const Sim *S, const IsaInstr *in) {
   const Cluster *cl = S->o->cl;
   if (!cl) return 0;
-  if (in->kind == ISA_GEMM) {
-    const PGemm *g = &in->gemm;
+  if (in->op == ISA_GEMM) {
+    const IsaGemm *g = &in->gemm;
     double f = 2.0 * g->m * g->n * g->k * g->batch[0] * g->batch[1];
     return f / (cl->dev.peak_fp32 * cl->dev.gemm_eff);
   }
-  if (in->kind == ISA_KERNEL) {
-    const Kernel *k = S->p->kernels[in->kernel];
+  if (in->op == ISA_KERNEL) {
+    const Kernel *k = S->p->kernels[in->kernel.id];
     double bytes = 0;
     for (int i = 0; i < k->nbufs; i++) bytes += (double)k->bufs[i].numel * kbuf_elem_bytes(&k->bufs[i]);
     return bytes / (cl->dev.memory_bw * cl->dev.mem_eff) + cl->dev.kernel_overhead;
@@ -382,10 +380,10 @@ static double instr_time(const Sim *S, const PInstr *in) {
   return 0;
 }
 
-static void run_instr(Sim *S, const PInstr *in, bool on_host) {
-  PInstr *x = put(S, in->kind);
+static void run_instr(Sim *S, const IsaInstr *in, bool on_host) {
+  IsaInstr *x = put(S, (IsaOp)in->op);
   *x = *in;
-  x->on_host = on_host;
+  if (x->op == ISA_KERNEL) x->kernel.on_host = on_host;
   double t = instr_time(S, in);
   S->t_main += t;
   S->op->compute_s += t;
@@ -510,7 +508,7 @@ static void choose_homes(Program *p, OffloadPlan *op, const OffloadOptions *o, i
       if (ch->owner >= 0 && ch->owner != r) continue;
       int64_t ob = part_bytes_of(p, op, c, PART_OPT);
       ch->home[PART_PARAMS] = ph ? LOC_HOST : LOC_NVME, ch->home[PART_GRADS] = LOC_NONE;
-      ch->home[PART_OPT] = !p->tiers[RT_TIER_OPT] ? LOC_NONE : ob <= room ? LOC_HOST : LOC_NVME;
+      ch->home[PART_OPT] = !p->tiers[TIER_OPT] ? LOC_NONE : ob <= room ? LOC_HOST : LOC_NVME;
       if (ch->home[PART_OPT] == LOC_HOST) room -= ob;
     }
   }
@@ -532,10 +530,9 @@ static void deal_chunks(Program *p, OffloadPlan *op, int ranks) {
 }
 
 /* The work tier (every slot of a pipeline stage) and the state, at granules. */
-static int64_t work_of(const Program *p) { return up(p->tiers[RT_TIER_WORK] * (p->slots > 0 ? p->slots : 1), GRANULE); }
+static int64_t work_of(const Program *p) { return up(p->tiers[TIER_WORK] * (p->slots > 0 ? p->slots : 1), GRANULE); }
 static int64_t state_of(const Program *p) {
-  return up(p->tiers[RT_TIER_PARAMS], GRANULE) + up(p->tiers[RT_TIER_GRADS], GRANULE) +
-         up(p->tiers[RT_TIER_OPT], GRANULE);
+  return up(p->tiers[TIER_PARAMS], GRANULE) + up(p->tiers[TIER_GRADS], GRANULE) + up(p->tiers[TIER_OPT], GRANULE);
 }
 
 OffloadPlan *offload_chunks(Program *p, const OffloadOptions *o) {
@@ -558,7 +555,7 @@ OffloadPlan *offload_chunks(Program *p, const OffloadOptions *o) {
   *op = (OffloadPlan){.capacity = o->device_memory, .work_bytes = work, .state_bytes = state, .granule = GRANULE};
   /* a chunk's parameters and gradients, and the next chunk's in flight, must fit; under
    * ZeRO-3 no chunk above a rank's share, when the largest parameter allows it */
-  int64_t largest = 0, most = room / 4 - 2 * GRANULE, share = up(p->tiers[RT_TIER_PARAMS] / ranks, 64);
+  int64_t largest = 0, most = room / 4 - 2 * GRANULE, share = up(p->tiers[TIER_PARAMS] / ranks, 64);
   for (int k = 0; k < p->nparams; k++) largest = pbytes(p, k) > largest ? pbytes(p, k) : largest;
   if (ranks > 1 && share >= largest && share < most) most = share;
   op->chunk_bytes = choose_chunk(p, most, &op->waste);
@@ -670,7 +667,7 @@ void offload_print(FILE *f, const Program *p, const OffloadPlan *op) {
     char range[48];
     snprintf(range, sizeof range, "%s..", p->params[ch->lo].node->name);
     fprintf(f, "  %5d  %-36.36s %7.2f   %-6s  %-5s  %-5s %-14d", c, range, mib(ch->end - ch->start),
-            loc_names[ch->home[PART_PARAMS]], "host", loc_names[ch->home[PART_OPT]], ch->fetches);
+            isa_loc_names[ch->home[PART_PARAMS]], "host", isa_loc_names[ch->home[PART_OPT]], ch->fetches);
     if (op->ranks > 1) fprintf(f, "  %d", ch->owner);
     fputc('\n', f);
   }
@@ -718,8 +715,8 @@ void offload_svg(FILE *f, const Program *p, const OffloadPlan *op) {
     fprintf(
         f,
         "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\"><title>chunk %d %s: %s to %s</title></line>\n",
-        x, T + PH + 6, x, T + PH + 18, c, op->event[e][1], part_names[op->event[e][2]], loc_names[op->event[e][3]],
-        loc_names[op->event[e][4]]);
+        x, T + PH + 6, x, T + PH + 18, c, op->event[e][1], isa_part_names[op->event[e][2]],
+        isa_loc_names[op->event[e][3]], isa_loc_names[op->event[e][4]]);
   }
   fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#555\">moves (to device, host, nvme, dropped)</text>\n", L, T + PH + 62);
   fprintf(f, "<text x=\"5\" y=\"%d\">%.0f MiB</text><text x=\"5\" y=\"%d\">0</text>\n", T + 10, mib(top), T + PH);

@@ -59,10 +59,8 @@
 #include "codegen/lower.h"
 #include "plan/cluster.h"
 
-typedef enum { LOC_NONE, LOC_DEVICE, LOC_HOST, LOC_NVME, LOC_ZERO, LOC_COUNT } Loc;
-typedef enum { PART_PARAMS, PART_GRADS, PART_OPT, PART_COUNT } Part;
-extern const char *const loc_names[LOC_COUNT];
-extern const char *const part_names[PART_COUNT];
+/* Locations and parts: program/isa.h's (IsaLoc, IsaPart). */
+typedef IsaLoc Loc;
 
 typedef struct OChunk {
   int lo, hi;           /* parameters [lo, hi) of the program */
@@ -105,7 +103,7 @@ typedef struct Touch {
   int64_t lo, hi;
   bool write;
 } Touch;
-int instr_touch(const Program *p, const PInstr *in, Touch *t);
+int instr_touch(const Program *p, const IsaInstr *in, Touch *t);
 
 /* The chunks of p (one pipeline stage and tensor-parallel rank) for o: their size, under
  * ZeRO-3 their owners (p->params[].owner set to them, before compose_step reads them),

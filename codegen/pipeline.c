@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "runtime/program.h"
+#include "program/program.h"
 
 /* ---- checking the schedules together -------------------------------------------------- */
 
@@ -78,19 +78,18 @@ int pipe_check(const Partition *part, int m, bool interleaved, char *err, size_t
 
 /* ---- the stages' programs --------------------------------------------------------------- */
 
-static void put_seq(Arena *a, PSeq *s, const PSeq *from) {
-  for (int i = 0; i < from->n; i++) *pseq_push(a, s, from->v[i].kind) = from->v[i];
+static void put_p2p(Arena *a, PSeq *s, IsaOp op, int peer, int tag, int64_t off, int64_t count) {
+  pseq_push(a, s, op)->p2p = (IsaP2P){.peer = peer, .tag = tag, .tier = TIER_WORK, .offset = off, .count = count};
 }
 
-static void put_p2p(Arena *a, PSeq *s, PInstrKind kind, int peer, int tag, int64_t off, int64_t count) {
-  PInstr *in = pseq_push(a, s, kind);
-  in->index = peer, in->tag = tag, in->tier = RT_TIER_WORK, in->offset = off, in->bytes = count * 4;
+void pipe_put_input(Program *p, PSeq *s, int input, int64_t mb, int64_t step, int64_t off) {
+  if (off >= 0) pseq_push(p->arena, s, ISA_INPUT)->input = (IsaInput){input, mb, step, off};
 }
 
-static void put_input(Arena *a, PSeq *s, int input, int mb, int64_t off) {
-  if (off < 0) return;
-  PInstr *in = pseq_push(a, s, ISA_INPUT);
-  in->input = input, in->index = mb, in->offset = off;
+void pipe_put_loss(Program *p, PSeq *s, int64_t off) {
+  IsaInstr *in = pseq_push(p->arena, s, ISA_LOSS);
+  in->loss.offset = off;
+  in->tp_rank = p->tp > 1 ? 0 : -1; /* the tp ranks compute the same loss: one counts it */
 }
 
 void pipe_unroll_microbatches(Program *p) {
@@ -98,81 +97,140 @@ void pipe_unroll_microbatches(Program *p) {
   PSeq body = p->step;
   p->step = (PSeq){0};
   for (int mb = 0; mb < p->microbatches; mb++) {
-    for (int i = 0; i < p->ninputs; i++) put_input(p->arena, &p->step, i, mb, p->inputs[i].offset);
+    for (int i = 0; i < p->ninputs; i++) pipe_put_input(p, &p->step, i, mb, 0, p->inputs[i].offset);
     for (int i = 0; i < body.n; i++) { /* what runs on the last micro-batch only (fp8's scaling), there */
-      if (body.v[i].last_mb && mb < p->microbatches - 1) continue;
-      PInstr *in = pseq_push(p->arena, &p->step, body.v[i].kind);
+      if (body.v[i].last && mb < p->microbatches - 1) continue;
+      IsaInstr *in = pseq_push(p->arena, &p->step, (IsaOp)body.v[i].op);
       *in = body.v[i];
-      in->last_mb = false;
+      in->last = false;
     }
-    pseq_push(p->arena, &p->step, ISA_LOSS)->offset = p->loss_offset;
+    pipe_put_loss(p, &p->step, p->loss_offset);
   }
   p->scheduled = true, p->slots = 1;
 }
 
-static const PChunk *find_chunk(const Program *p, int index) {
-  for (int i = 0; i < p->nchunks; i++)
-    if (p->chunks[i].index == index) return &p->chunks[i];
-  diag_internal(__FILE__, __LINE__, "pipeline: a stage runs a chunk it does not hold");
+/* Appends to out the instructions of s, its loops written out and the lists it calls
+ * (of p) in place, slots and inputs at their iteration's micro-batch. */
+static void flatten(Program *p, PSeq *out, const PSeq *s, int from, int to, int64_t iter) {
+  for (int i = from; i < to; i++) {
+    const IsaInstr *in = &s->v[i];
+    if (in->op == ISA_LOOP) {
+      for (int64_t k = 0; k < in->loop.count; k++) flatten(p, out, s, i + 1, i + 1 + (int)in->loop.body, k);
+      i += (int)in->loop.body;
+    } else if (in->op == ISA_CALL) {
+      const PSeq *c = &p->lists[in->call.list].seq;
+      flatten(p, out, c, 0, c->n, 0);
+    } else {
+      IsaInstr *x = pseq_push(p->arena, out, (IsaOp)in->op);
+      *x = *in;
+      if (x->op == ISA_SLOT) x->slot.mb += x->slot.step * iter, x->slot.step = 0;
+      if (x->op == ISA_INPUT) x->input.mb += x->input.step * iter, x->input.step = 0;
+    }
+  }
 }
 
-/* Stage s's step: its schedule, written out. */
+void pipe_flatten(Program *p) {
+  PSeq flat = {0};
+  flatten(p, &flat, &p->step, 0, p->step.n, 0);
+  p->step = flat;
+}
+
+/* One action of stage s's schedule into `to`: its micro-batch's slot, then (forward) its
+ * inputs, the activations it receives, the call of the chunk's forward, what it sends,
+ * its loss, or (backward) the gradients it receives, the call, what it sends. The
+ * micro-batch is mb + step * i in a loop's iteration i. */
+static void put_action(Program *p, const Partition *part, PSeq *to, PipeAction x, int64_t step, const int *calls) {
+  Arena *a = p->arena;
+  int c = 0;
+  while (c < p->nchunks && p->chunks[c].index != x.chunk) c++;
+  if (c == p->nchunks) diag_internal(__FILE__, __LINE__, "pipeline: a stage runs a chunk it does not hold");
+  const PChunk *ch = &p->chunks[c];
+  pseq_push(a, to, ISA_SLOT)->slot = (IsaSlot){x.mb, step};
+  for (int j = 0; x.fwd && j < p->ninputs; j++) pipe_put_input(p, to, j, x.mb, step, ch->inputs[j]);
+  for (int b = 0; b < part->nbound; b++) {
+    const Boundary *bd = &part->bound[b];
+    if (x.fwd && bd->to == x.chunk)
+      put_p2p(a, to, ISA_RECV, stage_of(part, bd->from), 2 * b, ch->wrt[bd->wrt], bd->count);
+    if (!x.fwd && bd->from == x.chunk && bd->seed >= 0)
+      put_p2p(a, to, ISA_RECV, stage_of(part, bd->to), 2 * b + 1, ch->seed[bd->seed], bd->count);
+  }
+  pseq_push(a, to, ISA_CALL)->call.list = calls[2 * c + !x.fwd];
+  for (int b = 0; b < part->nbound; b++) {
+    const Boundary *bd = &part->bound[b];
+    if (x.fwd && bd->from == x.chunk)
+      put_p2p(a, to, ISA_SEND, stage_of(part, bd->to), 2 * b, ch->out[bd->out], bd->count);
+    if (!x.fwd && bd->to == x.chunk && bd->seed >= 0)
+      put_p2p(a, to, ISA_SEND, stage_of(part, bd->from), 2 * b + 1, ch->wrt_grad[bd->wrt], bd->count);
+  }
+  if (x.fwd && ch->loss >= 0) pipe_put_loss(p, to, ch->loss);
+}
+
+/* Whether acts[i + k + per] is acts[i + k] d micro-batches later, for k < n. */
+static bool repeats(const PipeAction *acts, int i, int per, int n, int d) {
+  for (int k = 0; k < n; k++) {
+    PipeAction x = acts[i + k], y = acts[i + k + per];
+    if (x.fwd != y.fwd || x.chunk != y.chunk || y.mb - x.mb != d) return false;
+  }
+  return true;
+}
+
+/* The longest loop starting at action i of n: a period of per actions (of the
+ * candidates 1, 2, pp x v and 2 x pp x v: the schedules' warm-up, steady and cool-down
+ * phases), repeated *count >= 2 times, each d micro-batches after the last; 0 when none. */
+static int find_loop(const PipeAction *acts, int i, int n, int pv, int *count, int *d) {
+  const int periods[4] = {1, 2, pv, 2 * pv};
+  int best = 0;
+  for (int c = 0; c < 4; c++) {
+    int per = periods[c], reps = 1;
+    if (i + 2 * per > n) continue;
+    int delta = acts[i + per].mb - acts[i].mb;
+    while (i + (reps + 1) * per <= n && repeats(acts, i + (reps - 1) * per, per, per, delta)) reps++;
+    if (reps >= 2 && per * reps > best * *count) best = per, *count = reps, *d = delta;
+  }
+  return best;
+}
+
+/* Stage s's step: its schedule, each phase that repeats a pattern over the micro-batches
+ * a loop, each chunk's forward and backward a list it calls (so the program's size does
+ * not grow with the micro-batches). Micro-batch mb uses slot mb mod slots: the
+ * micro-batches a stage holds at once are consecutive (both schedules start and finish
+ * them in order), so no two of them share one. */
 static void compose(Program *p, const Partition *part, int m, bool interleaved, int s) {
   Arena *a = p->arena;
   int per = 2 * m * part->v;
   PipeAction *acts = arena_array(a, per, sizeof *acts);
   pipe_schedule(part->pp, part->v, m, interleaved, s, acts);
+  p->slots = pipe_slots(part->pp, part->v, m, interleaved, s); /* what the plan priced */
   int *first = arena_array(a, m, sizeof *first), *last = arena_array(a, m, sizeof *last);
+  bool *busy = arena_array(a, p->slots, sizeof *busy);
   for (int i = 0; i < m; i++) first[i] = -1;
   for (int i = 0; i < per; i++) {
     if (first[acts[i].mb] < 0) first[acts[i].mb] = i;
     last[acts[i].mb] = i;
   }
-  int *slot_of = arena_array(a, m, sizeof *slot_of), *busy = arena_array(a, m, sizeof *busy), cur = -1;
-  p->slots = 0;
-  for (int i = 0; i < per; i++) {
-    PipeAction x = acts[i];
-    if (first[x.mb] == i) {
-      int k = 0;
-      while (busy[k]) k++;
-      busy[k] = 1, slot_of[x.mb] = k;
-      if (k + 1 > p->slots) p->slots = k + 1;
-    }
-    const PChunk *ch = find_chunk(p, x.chunk);
-    if (slot_of[x.mb] != cur) pseq_push(a, &p->step, ISA_SLOT)->index = cur = slot_of[x.mb];
-    if (x.fwd) {
-      for (int j = 0; j < p->ninputs; j++) put_input(a, &p->step, j, x.mb, ch->inputs[j]);
-      for (int b = 0; b < part->nbound; b++) {
-        const Boundary *bd = &part->bound[b];
-        if (bd->to == x.chunk)
-          put_p2p(a, &p->step, ISA_RECV, stage_of(part, bd->from), 2 * b, ch->wrt[bd->wrt], bd->count);
-      }
-      put_seq(a, &p->step, &ch->fwd);
-      for (int b = 0; b < part->nbound; b++) {
-        const Boundary *bd = &part->bound[b];
-        if (bd->from == x.chunk)
-          put_p2p(a, &p->step, ISA_SEND, stage_of(part, bd->to), 2 * b, ch->out[bd->out], bd->count);
-      }
-      if (ch->loss >= 0) pseq_push(a, &p->step, ISA_LOSS)->offset = ch->loss;
-    } else {
-      for (int b = 0; b < part->nbound; b++) {
-        const Boundary *bd = &part->bound[b];
-        if (bd->from == x.chunk && bd->seed >= 0)
-          put_p2p(a, &p->step, ISA_RECV, stage_of(part, bd->to), 2 * b + 1, ch->seed[bd->seed], bd->count);
-      }
-      put_seq(a, &p->step, &ch->bwd);
-      for (int b = 0; b < part->nbound; b++) {
-        const Boundary *bd = &part->bound[b];
-        if (bd->to == x.chunk && bd->seed >= 0)
-          put_p2p(a, &p->step, ISA_SEND, stage_of(part, bd->from), 2 * b + 1, ch->wrt_grad[bd->wrt], bd->count);
-      }
-    }
-    if (last[x.mb] == i) busy[slot_of[x.mb]] = 0;
+  for (int i = 0; i < per; i++) { /* no two micro-batches in flight share a slot */
+    int k = acts[i].mb % (int)p->slots;
+    ir_assert(first[acts[i].mb] != i || !busy[k]);
+    busy[k] = first[acts[i].mb] == i ? true : last[acts[i].mb] == i ? false : busy[k];
   }
-  ir_assert(p->slots == pipe_slots(part->pp, part->v, m, interleaved, s)); /* what the plan priced */
-  if (p->fp8.tail.n) { /* fp8's scaling, once every micro-batch is done (codegen/lower.h, PFp8) */
-    pseq_push(a, &p->step, ISA_SLOT)->index = 0;
-    put_seq(a, &p->step, &p->fp8.tail);
+  int *calls = arena_array(a, 2 * p->nchunks, sizeof *calls);
+  for (int c = 0; c < p->nchunks; c++)
+    for (int b = 0; b < 2; b++) {
+      calls[2 * c + b] =
+          program_add_list(p, arena_printf(a, "chunk%d.%s", p->chunks[c].index, b ? "bwd" : "fwd"), true);
+      p->lists[calls[2 * c + b]].seq = b ? p->chunks[c].bwd : p->chunks[c].fwd;
+    }
+  for (int i = 0; i < per;) {
+    int count = 1, d = 0, n = find_loop(acts, i, per, part->pp * part->v, &count, &d);
+    if (!n) {
+      put_action(p, part, &p->step, acts[i++], 0, calls);
+      continue;
+    }
+    int at = p->step.n;
+    pseq_push(a, &p->step, ISA_LOOP)->loop = (IsaLoop){count, 0, 1};
+    for (int k = 0; k < n; k++) put_action(p, part, &p->step, acts[i + k], d, calls);
+    p->step.v[at].loop.body = p->step.n - at - 1;
+    i += n * count;
   }
 }
 
@@ -200,29 +258,42 @@ static void fp8_runs(Program **ps, const Partition *part) {
   }
 }
 
+/* The sends (op ISA_SEND) or receives of stage program p's step to or from stage peer,
+ * in the order they run (loops written out), into out. */
+static void messages(Program *p, const PSeq *s, int from, int to, IsaOp op, int peer, PSeq *out) {
+  for (int i = from; i < to; i++) {
+    const IsaInstr *in = &s->v[i];
+    if (in->op == ISA_LOOP) {
+      for (int64_t k = 0; k < in->loop.count; k++) messages(p, s, i + 1, i + 1 + (int)in->loop.body, op, peer, out);
+      i += (int)in->loop.body;
+    } else if (in->op == op && in->p2p.peer == peer) {
+      *pseq_push(p->arena, out, op) = *in;
+    }
+  }
+}
+
 int pipe_check_order(Program *const *ps, int pp, char *err, size_t errlen) {
   for (int a = 0; a < pp; a++)
     for (int b = 0; b < pp; b++) {
-      const PSeq *snd = &ps[a]->step, *rcv = &ps[b]->step;
-      for (int i = 0, j = 0, k = 0;; i++, j++, k++) {
-        while (i < snd->n && !(snd->v[i].kind == ISA_SEND && snd->v[i].index == b)) i++;
-        while (j < rcv->n && !(rcv->v[j].kind == ISA_RECV && rcv->v[j].index == a)) j++;
-        if (i == snd->n && j == rcv->n) break;
-        if (i == snd->n || j == rcv->n || snd->v[i].tag != rcv->v[j].tag || snd->v[i].bytes != rcv->v[j].bytes) {
+      PSeq snd = {0}, rcv = {0};
+      messages(ps[a], &ps[a]->step, 0, ps[a]->step.n, ISA_SEND, b, &snd);
+      messages(ps[b], &ps[b]->step, 0, ps[b]->step.n, ISA_RECV, a, &rcv);
+      for (int k = 0; k < snd.n || k < rcv.n; k++)
+        if (k == snd.n || k == rcv.n || snd.v[k].p2p.tag != rcv.v[k].p2p.tag ||
+            snd.v[k].p2p.count != rcv.v[k].p2p.count) {
           snprintf(err, errlen, "message %d from stage %d to stage %d is %s", k, a, b,
-                   i == snd->n   ? "received but never sent"
-                   : j == rcv->n ? "sent but never received"
-                                 : "received out of the order sent");
+                   k == snd.n   ? "received but never sent"
+                   : k == rcv.n ? "sent but never received"
+                                : "received out of the order sent");
           return -1;
         }
-      }
     }
   return 0;
 }
 
 static void renumber(PSeq *s, int base) {
   for (int i = 0; i < s->n; i++)
-    if (s->v[i].kind == ISA_KERNEL) s->v[i].kernel += base;
+    if (s->v[i].op == ISA_KERNEL) s->v[i].kernel.id += base;
 }
 
 Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
@@ -256,8 +327,9 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
       Kernel *k = all[base + i] = p->kernels[i];
       k->name = arena_printf(a, "s%d_%s", s, k->name);
     }
-    PSeq *seqs[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
-    for (int i = 0; i < 4; i++) renumber(seqs[i], base);
+    PSeq *seqs[5] = {&p->step, &p->gradnorm, &p->update, &p->forward, &p->fp8.tail};
+    for (int i = 0; i < 5; i++) renumber(seqs[i], base);
+    for (int l = 0; l < p->nlists; l++) renumber(&p->lists[l].seq, base); /* the chunks' forward and backward */
     if (p->fp8.rows) p->fp8.update += base;
     base += p->nkernels;
   }

@@ -9,13 +9,15 @@
  * (pp-s-1)*2 + (v-1)*pp of them before the first backward (all of them when m = pp),
  * the backward passes through the chunks in reverse.
  *
- * Each stage's `step` is its schedule written out: per action, the micro-batch's
- * work-tier slot, the inputs it reads, receives, the chunk's forward or backward
- * instructions, sends, and the loss (runtime/program.h). Sends do not wait and
- * receives do; pipe_check runs every stage's list against the others and proves
- * that no receive waits forever and that every tag's messages arrive in the order
- * they were sent. A micro-batch keeps one slot on a stage from its first forward
- * there to its last backward; slots are reused greedily. */
+ * Each stage's `step` is its schedule: per action, the micro-batch's work-tier slot, the
+ * inputs it reads, receives, a call of the chunk's forward or backward (lists of their
+ * own, Program.lists), sends, and the loss (program/program.h); each phase that
+ * repeats a pattern of actions over the micro-batches (1F1B's warm-up, steady state and
+ * cool-down; the interleaved schedule's groups) is one loop, so a step's size does not
+ * grow with the micro-batches. Sends do not wait and receives do; pipe_check runs every
+ * stage's schedule against the others and proves that no receive waits forever and that
+ * every tag's messages arrive in the order they were sent. A micro-batch keeps one slot
+ * on a stage from its first forward there to its last backward: slot mb mod slots. */
 #ifndef COLOSSALC_PIPELINE_H
 #define COLOSSALC_PIPELINE_H
 #include "codegen/lower.h"
@@ -41,5 +43,14 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved);
  * step and its "loss", and the program is scheduled (one slot), so that a planner that
  * walks the step (offload's) sees the whole training step. */
 void pipe_unroll_microbatches(Program *p);
+/* A pipeline stage's step with its loops and calls written out (for offload's plan,
+ * which walks the whole step instruction by instruction). */
+void pipe_flatten(Program *p);
+
+/* An "input" of input `input` (p->inputs) for micro-batch mb + step * i at WORK offset
+ * off (nothing when off < 0: the list does not read it); a "loss" at WORK offset off,
+ * counted on tp rank 0 only. */
+void pipe_put_input(Program *p, PSeq *s, int input, int64_t mb, int64_t step, int64_t off);
+void pipe_put_loss(Program *p, PSeq *s, int64_t off);
 
 #endif

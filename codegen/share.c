@@ -6,7 +6,7 @@
  * DAGs (compared by structure, so the ids the builders handed out do not matter),
  * views relative to each buffer, and buffer element counts and dtypes. The bindings
  * become arguments: a kernel instruction passes the address of each buffer
- * (runtime/program.h, "args"). One more thing of the bindings reaches the code: which
+ * (program/program.h, "args"). One more thing of the bindings reaches the code: which
  * buffers overlap (the LLVM emitter's alias scopes, kernel_alias_classes), so the
  * overlap classes are part of the key.
  *

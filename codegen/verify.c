@@ -6,16 +6,21 @@
 #include <string.h>
 #include "codegen/offload.h"
 #include "codegen/pipeline.h"
-#include "runtime/program.h"
+#include "program/program.h"
+
+/* Where an instruction is: the kind of list (a component of the step before compose_lists
+ * assembles the lists, or one of the lists the program carries). */
+typedef enum { AT_STEP, AT_SYNC, AT_GRADNORM, AT_UPDATE, AT_FORWARD, AT_PROC, AT_TRAIN, AT_EVAL, AT_GATHER } At;
 
 typedef struct V {
   const Program *p;
   const char *list; /* "step", ... */
-  bool in_step;
+  At kind;
   int stage, nstages;
   char *err;
   size_t errlen;
-  int at; /* the instruction's index, -1 for the program as a whole */
+  int at;        /* the instruction's index, -1 for the program as a whole */
+  int64_t iters; /* iterations of the innermost loop around it (1: none) */
 } V;
 
 static int fail(V *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -37,15 +42,15 @@ static int fail(V *v, const char *fmt, ...) {
 static int64_t tier_bytes(const Program *p, int tier) { return p->tiers[tier]; }
 
 static int range_in(V *v, int tier, int64_t lo, int64_t hi, const char *what) {
-  if (tier < 0 || tier >= RT_TIERS) return fail(v, "%s: tier %d out of range", what, tier);
+  if (tier < 0 || tier >= TIERS) return fail(v, "%s: tier %d out of range", what, tier);
   if (lo < 0 || hi < lo || hi > tier_bytes(v->p, tier))
     return fail(v, "%s: bytes [%lld, %lld) outside the %lld of tier %d", what, (long long)lo, (long long)hi,
                 (long long)tier_bytes(v->p, tier), tier);
   return 0;
 }
 
-/* The "comm" geometry of runtime/program.h: src and dst bytes by kind, the group. */
-static int check_comm(V *v, const PComm *c) {
+/* The "comm" geometry (program/isa.h): src and dst bytes by kind, the group. */
+static int check_comm(V *v, const IsaComm *c) {
   const Program *p = v->p;
   bool split = isa_comm_splits(c->kind);
   bool rooted = c->kind == ISA_COMM_BROADCAST || c->kind == ISA_COMM_REDUCE;
@@ -72,7 +77,7 @@ static int check_comm(V *v, const PComm *c) {
   if (split && c->n % p->tp)
     return fail(v, "comm: n %lld does not split over tp %lld", (long long)c->n, (long long)p->tp);
   int64_t b[2];
-  pcomm_bytes(p, c, b);
+  isa_comm_bytes(c, p->tp, b);
   if (range_in(v, c->tier[0], c->off[0], c->off[0] + b[0], "comm src") ||
       range_in(v, c->tier[1], c->off[1], c->off[1] + b[1], "comm dst"))
     return -1;
@@ -83,88 +88,172 @@ static int check_comm(V *v, const PComm *c) {
   return 0;
 }
 
-/* One instruction on its own: its bytes and where it may be. */
-static int check_instr(V *v, const PInstr *in) {
+/* A list that runs micro-batches: the step (its component, or the lists train and eval
+ * made of it, or a pipeline chunk's lists). */
+static bool in_step(const V *v) { return v->kind == AT_STEP || v->kind == AT_TRAIN || v->kind == AT_EVAL; }
+
+/* The fields every instruction has: rank conditions, last, overlap. */
+static int check_common(V *v, const IsaInstr *in) {
   const Program *p = v->p;
-  Touch t[K_MAX_BUFS];
-  bool local = in->kind == ISA_KERNEL || in->kind == ISA_GEMM || in->kind == ISA_ZERO || in->kind == ISA_MOVE ||
-               in->kind == ISA_DROP || in->kind == ISA_WAIT;
+  bool local = in->op == ISA_KERNEL || in->op == ISA_GEMM || in->op == ISA_ZERO || in->op == ISA_MOVE ||
+               in->op == ISA_DROP || in->op == ISA_WAIT || in->op == ISA_LOSS;
   if ((in->dp_rank >= 0 || in->tp_rank >= 0) && !local)
-    return fail(v, "%s with a rank condition (only kernels, GEMMs, zeroing and offload's moves are run by some ranks)",
-                isa_op_names[in->kind]);
+    return fail(v,
+                "%s with a rank condition (only kernels, GEMMs, zeroing, losses and offload's moves are run by "
+                "some ranks)",
+                isa_op_names[in->op]);
   if ((p->dp > 0 && in->dp_rank >= p->dp) || in->tp_rank >= (p->tp > 1 ? p->tp : 1))
     return fail(v, "condition on dp rank %d or tp rank %d outside the mesh", in->dp_rank, in->tp_rank);
-  bool moves = in->kind == ISA_MOVE || in->kind == ISA_DROP || in->kind == ISA_WAIT;
-  if (!strcmp(v->list, "sync") && in->kind != ISA_COMM && !(moves && p->offload))
-    return fail(v, "sync holds collectives only (and an offload program's moves)");
-  if (in->last_mb && (!v->in_step || p->scheduled))
-    return fail(v, "last_microbatch only in `step` of an unscheduled program");
-  bool dp_sum = in->kind == ISA_COMM && (in->comm.kind == ISA_COMM_ALL_REDUCE || in->comm.kind == ISA_COMM_REDUCE) &&
+  bool body = v->kind == AT_STEP || (v->kind == AT_PROC && !strcmp(v->list, "step"));
+  if (in->last && (!body || p->scheduled))
+    return fail(v, "last (the last micro-batch) only in the step of an unscheduled program");
+  bool dp_sum = in->op == ISA_COMM && (in->comm.kind == ISA_COMM_ALL_REDUCE || in->comm.kind == ISA_COMM_REDUCE) &&
                 in->comm.group == ISA_GROUP_DP && in->comm.tier[0] == in->comm.tier[1] &&
                 in->comm.off[0] == in->comm.off[1];
-  if (in->overlap && !dp_sum && in->kind != ISA_ZERO_GATHER)
+  if (in->overlap && !dp_sum && in->op != ISA_ZERO_GATHER)
     return fail(v, "overlap only on an in-place all_reduce or reduce over the dp group, or a zero_gather");
-  switch (in->kind) {
+  return 0;
+}
+
+static int check_kernel(V *v, const IsaInstr *in) {
+  const Program *p = v->p;
+  if (in->kernel.id < 0 || in->kernel.id >= p->nkernels) return fail(v, "kernel %d of %d", in->kernel.id, p->nkernels);
+  if (in->kernel.on_host && (!p->offload || v->kind == AT_STEP || v->kind == AT_FORWARD))
+    return fail(v, "on_host only in gradnorm and update of an offload program");
+  return 0;
+}
+
+static int check_gemm(V *v, const IsaGemm *g) {
+  if (g->bias && g->beta != 0) return fail(v, "gemm: a bias epilogue with beta %g (only beta 0)", g->beta);
+  if (g->gelu && (!g->bias || g->batch[0] * g->batch[1] != 1 || g->ldc % 8))
+    return fail(v, "gemm: a GELU epilogue needs a bias, one batch and ldc a multiple of 8");
+  if (g->aux && !g->gelu) return fail(v, "gemm: an aux output without the GELU epilogue");
+  return 0;
+}
+
+/* input: an input of the program, a micro-batch of the step in every iteration. */
+static int check_input(V *v, const IsaInput *in) {
+  const Program *p = v->p;
+  int64_t last = in->mb + in->step * (v->iters - 1);
+  if (in->mb < 0 || in->step < 0 || last >= p->microbatches)
+    return fail(v, "input of micro-batches %lld .. %lld of %lld", (long long)in->mb, (long long)last,
+                (long long)p->microbatches);
+  if (in->input < 0 || in->input >= p->ninputs) return fail(v, "input %d of %d", in->input, p->ninputs);
+  return range_in(v, TIER_WORK, in->offset, in->offset + shape_numel(&p->inputs[in->input].node->shape) * 4, "input");
+}
+
+static int check_p2p(V *v, IsaOp op, const IsaP2P *x) {
+  if (x->peer < 0 || x->peer >= v->nstages || x->peer == v->stage)
+    return fail(v, "%s to stage %d (of %d, this is %d)", isa_op_names[op], x->peer, v->nstages, v->stage);
+  if (x->tag < 0 || x->tag >= ISA_TAG_LIMIT) return fail(v, "tag %d outside [0, %d)", x->tag, ISA_TAG_LIMIT);
+  return range_in(v, x->tier, x->offset, x->offset + x->count * 4, isa_op_names[op]);
+}
+
+static int check_zero_param(V *v, IsaOp op, const IsaParam *x) {
+  const Program *p = v->p;
+  if (!p->zero_scheduled || !(in_step(v) || v->kind == AT_PROC || v->kind == AT_GATHER))
+    return fail(v, "%s only in the step of a zero_scheduled program (or its gather and release)", isa_op_names[op]);
+  if ((op == ISA_ZERO_GATHER || op == ISA_ZERO_RELEASE) && p->zero_stage != 3)
+    return fail(v, "%s at ZeRO stage %lld (only 3 gathers)", isa_op_names[op], (long long)p->zero_stage);
+  if (x->index < 0 || x->index >= p->nparams)
+    return fail(v, "%s of parameter %d of %d", isa_op_names[op], x->index, p->nparams);
+  return 0;
+}
+
+static int check_move(V *v, IsaOp op, const IsaMove *m) {
+  const Program *p = v->p;
+  if (!p->offload || v->kind == AT_FORWARD)
+    return fail(v, "%s only in step, gradnorm and update of an offload program", isa_op_names[op]);
+  if (m->chunk < 0 || m->chunk >= p->offload->nchunks || m->part < 0 || m->part >= PART_COUNT)
+    return fail(v, "%s of chunk %d part %d (%d chunks)", isa_op_names[op], m->chunk, m->part, p->offload->nchunks);
+  return 0;
+}
+
+/* A loop within its list (and the loop around it), a call of a list the program
+ * carries that calls nothing itself. */
+static int check_flow(V *v, const IsaInstr *in, int n, int end) {
+  const Program *p = v->p;
+  if (in->op == ISA_LOOP && (in->loop.count < 1 || in->loop.body < 1 || v->at + in->loop.body >= end))
+    return fail(v, "loop of %lld iterations over %lld instructions, past its list's or loop's end (%d of %d)",
+                (long long)in->loop.count, (long long)in->loop.body, end, n);
+  if (in->op != ISA_CALL) return 0;
+  int l = in->call.list;
+  if (l < 0 || l >= p->nlists || !p->lists[l].proc)
+    return fail(v, "call of list %d (of %d), not one to call", l, p->nlists);
+  for (int i = 0; i < p->lists[l].seq.n; i++)
+    if (p->lists[l].seq.v[i].op == ISA_CALL) return fail(v, "call of list %d, which calls another", l);
+  return 0;
+}
+
+/* One instruction on its own: its bytes and where it may be. */
+static int check_instr(V *v, const IsaInstr *in) {
+  const Program *p = v->p;
+  Touch t[K_MAX_BUFS];
+  bool moves = in->op == ISA_MOVE || in->op == ISA_DROP || in->op == ISA_WAIT;
+  if (check_common(v, in)) return -1;
+  if (v->kind == AT_SYNC && in->op != ISA_COMM && !(moves && p->offload))
+    return fail(v, "sync holds collectives only (and an offload program's moves)");
+  bool schedule = in_step(v) && v->kind != AT_STEP ? true : v->kind == AT_STEP && p->scheduled;
+  switch ((IsaOp)in->op) {
   case ISA_KERNEL:
-    if (in->kernel < 0 || in->kernel >= p->nkernels) return fail(v, "kernel %d of %d", in->kernel, p->nkernels);
-    if (in->on_host && (!p->offload || v->in_step || !strcmp(v->list, "forward")))
-      return fail(v, "\"on\": \"host\" only in gradnorm and update of an offload program");
+    if (check_kernel(v, in)) return -1;
     break;
   case ISA_GEMM:
-    if (in->gemm.bias && in->gemm.beta != 0)
-      return fail(v, "gemm: a bias epilogue with beta %g (only beta 0)", in->gemm.beta);
-    if (in->gemm.gelu && (!in->gemm.bias || in->gemm.batch[0] * in->gemm.batch[1] != 1 || in->gemm.ldc % 8))
-      return fail(v, "gemm: a GELU epilogue needs a bias, one batch and ldc a multiple of 8");
-    if (in->gemm.aux && !in->gemm.gelu) return fail(v, "gemm: an aux output without the GELU epilogue");
+    if (check_gemm(v, &in->gemm)) return -1;
     break;
   case ISA_ZERO: break;
   case ISA_JOIN: return 0;
   case ISA_COMM: return check_comm(v, &in->comm);
   case ISA_SLOT:
-    if (!v->in_step || in->index < 0 || in->index >= (p->slots > 0 ? p->slots : 1))
-      return fail(v, "slot %d (of %lld) outside `step`'s slots", in->index, (long long)p->slots);
+    if (!in_step(v) || in->slot.mb < 0 || in->slot.step < 0)
+      return fail(v, "slot of micro-batch %lld (+ %lld an iteration) outside a step", (long long)in->slot.mb,
+                  (long long)in->slot.step);
     return 0;
   case ISA_INPUT:
+    if (!schedule && v->kind != AT_FORWARD) return fail(v, "input only in a step's schedule or forward");
+    return check_input(v, &in->input);
   case ISA_LOSS:
-    if (!v->in_step || !p->scheduled)
-      return fail(v, "%s only in `step` of a scheduled program", isa_op_names[in->kind]);
-    if (in->kind == ISA_LOSS) return range_in(v, RT_TIER_WORK, in->offset, in->offset + 4, "loss");
-    if (in->index < 0 || in->index >= p->microbatches)
-      return fail(v, "input of micro-batch %d of %lld", in->index, (long long)p->microbatches);
-    if (in->input < 0 || in->input >= p->ninputs) return fail(v, "input %d of %d", in->input, p->ninputs);
-    return range_in(v, RT_TIER_WORK, in->offset, in->offset + shape_numel(&p->inputs[in->input].node->shape) * 4,
-                    "input");
+    if (!schedule) return fail(v, "loss only in a step's schedule");
+    return range_in(v, TIER_WORK, in->loss.offset, in->loss.offset + 4, "loss");
   case ISA_SEND:
   case ISA_RECV:
-    if (!v->in_step) return fail(v, "%s only in `step`", isa_op_names[in->kind]);
-    if (in->index < 0 || in->index >= v->nstages || in->index == v->stage)
-      return fail(v, "%s to stage %d (of %d, this is %d)", isa_op_names[in->kind], in->index, v->nstages, v->stage);
-    if (in->tag < 0 || in->tag >= ISA_TAG_LIMIT) return fail(v, "tag %d outside [0, %d)", in->tag, ISA_TAG_LIMIT);
-    return range_in(v, in->tier, in->offset, in->offset + in->bytes, isa_op_names[in->kind]);
+    if (!in_step(v)) return fail(v, "%s only in a step", isa_op_names[in->op]);
+    return check_p2p(v, (IsaOp)in->op, &in->p2p);
   case ISA_ZERO_GATHER:
   case ISA_ZERO_RELEASE:
   case ISA_ZERO_GRAD:
-  case ISA_ZERO_REDUCE:
-    if (!v->in_step || !p->zero_scheduled)
-      return fail(v, "%s only in `step` of a zero_scheduled program", isa_op_names[in->kind]);
-    if ((in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_RELEASE) && p->zero_stage != 3)
-      return fail(v, "%s at ZeRO stage %lld (only 3 gathers)", isa_op_names[in->kind], (long long)p->zero_stage);
-    if (in->chunk < 0 || in->chunk >= p->nparams)
-      return fail(v, "%s of parameter %d of %d", isa_op_names[in->kind], in->chunk, p->nparams);
-    return 0;
+  case ISA_ZERO_REDUCE: return check_zero_param(v, (IsaOp)in->op, &in->param);
   case ISA_MOVE:
   case ISA_DROP:
-  case ISA_WAIT:
-    if (!p->offload || !strcmp(v->list, "forward"))
-      return fail(v, "%s only in step, gradnorm and update of an offload program", isa_op_names[in->kind]);
-    if (in->chunk < 0 || in->chunk >= p->offload->nchunks || in->part < 0 || in->part >= PART_COUNT)
-      return fail(v, "%s of chunk %d part %d (%d chunks)", isa_op_names[in->kind], in->chunk, in->part,
-                  p->offload->nchunks);
-    return 0;
+  case ISA_WAIT: return check_move(v, (IsaOp)in->op, &in->move);
+  case ISA_LOOP:
+  case ISA_CALL: return 0; /* check_list */
+  case ISA_NORM:
+    if (v->kind != AT_TRAIN || in->norm.microbatches != p->microbatches)
+      return fail(v, "norm only in train, over the step's %lld micro-batches", (long long)p->microbatches);
+    return range_in(v, TIER_WORK, in->norm.offset, in->norm.offset + in->norm.count * 4, "norm");
   }
   int n = instr_touch(p, in, t);
   for (int i = 0; i < n; i++)
-    if (range_in(v, t[i].tier, t[i].lo, t[i].hi, isa_op_names[in->kind])) return -1;
+    if (range_in(v, t[i].tier, t[i].lo, t[i].hi, isa_op_names[in->op])) return -1;
+  return 0;
+}
+
+/* Every instruction of list s, each with the iterations of the innermost loop around it. */
+static int check_list(V *v, const PSeq *s) {
+  int end[16], depth = 0;
+  int64_t iters[16];
+  end[0] = s->n, iters[0] = 1;
+  for (v->at = 0; v->at < s->n; v->at++) {
+    const IsaInstr *in = &s->v[v->at];
+    while (depth > 0 && v->at >= end[depth]) depth--;
+    v->iters = iters[depth];
+    if (check_instr(v, in) || check_flow(v, in, s->n, end[depth])) return -1;
+    if (in->op != ISA_LOOP) continue;
+    if (depth == 15) return fail(v, "loops nested more than 15 deep");
+    depth++, end[depth] = v->at + 1 + (int)in->loop.body, iters[depth] = in->loop.count;
+  }
+  v->at = -1;
   return 0;
 }
 
@@ -174,19 +263,19 @@ static int check_overlap(V *v, const PSeq *s) {
   const Program *p = v->p;
   Touch t[K_MAX_BUFS], c[K_MAX_BUFS];
   for (int i = 0; i < s->n; i++) {
-    const PInstr *in = &s->v[i];
+    const IsaInstr *in = &s->v[i];
     if (!in->overlap) continue;
-    if (in->kind == ISA_ZERO_GATHER) {
-      const PParam *q = &p->params[in->chunk];
-      c[1] = (Touch){RT_TIER_PARAMS, q->offset, q->offset + shape_numel(&q->node->shape) * 4, true};
+    if (in->op == ISA_ZERO_GATHER) {
+      const PParam *q = &p->params[in->param.index];
+      c[1] = (Touch){TIER_PARAMS, q->offset, q->offset + shape_numel(&q->node->shape) * 4, true};
     } else {
       instr_touch(p, in, c);
     }
-    for (v->at = i + 1; v->at < s->n && s->v[v->at].kind != ISA_JOIN; v->at++) {
+    for (v->at = i + 1; v->at < s->n && s->v[v->at].op != ISA_JOIN; v->at++) {
       int n = instr_touch(p, &s->v[v->at], t);
       for (int k = 0; k < n; k++)
         if (t[k].tier == c[1].tier && t[k].lo < c[1].hi && c[1].lo < t[k].hi)
-          return fail(v, "touches the bytes of the overlapped %s at %d before a join", isa_op_names[in->kind], i);
+          return fail(v, "touches the bytes of the overlapped %s at %d before a join", isa_op_names[in->op], i);
     }
   }
   v->at = -1;
@@ -197,10 +286,10 @@ static int check_overlap(V *v, const PSeq *s) {
  * GELU's input and output, nothing between touching that output (it holds the GELU on
  * one device and its input on another), and every "gelu" GEMM has one. */
 static int check_epilogues(V *v, const PSeq *s) {
-  const PGemm *g = NULL;
+  const IsaGemm *g = NULL;
   for (v->at = 0; v->at < s->n; v->at++) {
-    const PInstr *in = &s->v[v->at];
-    if (in->kind != ISA_KERNEL && in->kind != ISA_GEMM) {
+    const IsaInstr *in = &s->v[v->at];
+    if (in->op != ISA_KERNEL && in->op != ISA_GEMM) {
       Touch t[K_MAX_BUFS];
       int n = g ? instr_touch(v->p, in, t) : 0;
       int64_t hi = g ? g->off[2] + ((g->m - 1) * g->ldc + g->n) * 4 : 0;
@@ -209,8 +298,8 @@ static int check_epilogues(V *v, const PSeq *s) {
           return fail(v, "touches a \"gelu\" GEMM's output before its epilogue kernel");
       continue;
     }
-    if (in->kind == ISA_KERNEL && in->epilogue) {
-      const Kernel *k = v->p->kernels[in->kernel];
+    if (in->op == ISA_KERNEL && in->kernel.epilogue) {
+      const Kernel *k = v->p->kernels[in->kernel.id];
       const KBuf *src = &k->bufs[0], *dst = &k->bufs[k->nbufs - 1];
       if (!g || src->tier != (g->aux ? g->aux_tier : g->tier[2]) || src->offset != (g->aux ? g->aux_off : g->off[2]) ||
           dst->tier != g->tier[2] || dst->offset != g->off[2])
@@ -219,7 +308,7 @@ static int check_epilogues(V *v, const PSeq *s) {
       continue;
     }
     if (g) return fail(v, "a \"gelu\" GEMM without its epilogue kernel after it");
-    g = in->kind == ISA_GEMM && in->gemm.gelu ? &in->gemm : NULL;
+    g = in->op == ISA_GEMM && in->gemm.gelu ? &in->gemm : NULL;
   }
   if (g) return fail(v, "a \"gelu\" GEMM without its epilogue kernel after it");
   v->at = -1;
@@ -236,10 +325,7 @@ typedef struct Where {
 static int touch_parts(V *v, const Where *w, int tier, int64_t lo, int64_t hi, bool on_host) {
   const Program *p = v->p;
   const OffloadPlan *op = p->offload;
-  int part = tier == RT_TIER_PARAMS  ? PART_PARAMS
-             : tier == RT_TIER_GRADS ? PART_GRADS
-             : tier == RT_TIER_OPT   ? PART_OPT
-                                     : -1;
+  int part = tier == TIER_PARAMS ? PART_PARAMS : tier == TIER_GRADS ? PART_GRADS : tier == TIER_OPT ? PART_OPT : -1;
   if (part < 0) return 0;
   if (part == PART_OPT && p->opt_v_offset && lo >= p->opt_v_offset) lo -= p->opt_v_offset, hi -= p->opt_v_offset;
   Loc need = on_host ? LOC_HOST : LOC_DEVICE;
@@ -248,9 +334,10 @@ static int touch_parts(V *v, const Where *w, int tier, int64_t lo, int64_t hi, b
     int it = c * PART_COUNT + part;
     if (!(ch->start < hi && lo < ch->end)) continue;
     if (!(w->at[it] & 1u << need))
-      return fail(v, "touches chunk %d's %s, which is not on the %s", c, part_names[part], loc_names[need]);
+      return fail(v, "touches chunk %d's %s, which is not on the %s", c, isa_part_names[part], isa_loc_names[need]);
     if (w->busy[it])
-      return fail(v, "touches chunk %d's %s while a move or drop of it is in flight (no wait)", c, part_names[part]);
+      return fail(v, "touches chunk %d's %s while a move or drop of it is in flight (no wait)", c,
+                  isa_part_names[part]);
   }
   return 0;
 }
@@ -260,32 +347,34 @@ static int walk_offload(V *v, Where *w, const PSeq *s, int r) {
   const Program *p = v->p;
   Touch t[K_MAX_BUFS];
   for (v->at = 0; v->at < s->n; v->at++) {
-    const PInstr *in = &s->v[v->at];
-    int it = in->chunk * PART_COUNT + in->part;
+    const IsaInstr *in = &s->v[v->at];
+    const IsaMove *m = &in->move;
+    int it = m->chunk * PART_COUNT + m->part;
     if (in->dp_rank >= 0 && r >= 0 && in->dp_rank != r) continue;
-    if (in->kind == ISA_MOVE) {
-      if (in->from != LOC_ZERO && !(w->at[it] & 1u << in->from))
-        return fail(v, "move of chunk %d's %s from %s, where it is not", in->chunk, part_names[in->part],
-                    loc_names[in->from]);
-      if (w->at[it] & 1u << in->to)
-        return fail(v, "move of chunk %d's %s to %s, where it already is", in->chunk, part_names[in->part],
-                    loc_names[in->to]);
-      if (in->from == LOC_ZERO && in->keep) return fail(v, "a move from zero keeps nothing");
-      w->at[it] |= 1u << in->to;
-      if (!in->keep && in->from != LOC_ZERO) w->at[it] &= ~(1u << in->from);
+    if (in->op == ISA_MOVE) {
+      if (m->from != LOC_ZERO && !(w->at[it] & 1u << m->from))
+        return fail(v, "move of chunk %d's %s from %s, where it is not", m->chunk, isa_part_names[m->part],
+                    isa_loc_names[m->from]);
+      if (w->at[it] & 1u << m->to)
+        return fail(v, "move of chunk %d's %s to %s, where it already is", m->chunk, isa_part_names[m->part],
+                    isa_loc_names[m->to]);
+      if (m->from == LOC_ZERO && m->keep) return fail(v, "a move from zero keeps nothing");
+      w->at[it] |= 1u << m->to;
+      if (!m->keep && m->from != LOC_ZERO) w->at[it] &= ~(1u << m->from);
       w->busy[it] = true;
-    } else if (in->kind == ISA_DROP) {
-      if (!(w->at[it] & 1u << in->from))
-        return fail(v, "drop of chunk %d's %s at %s, where it is not", in->chunk, part_names[in->part],
-                    loc_names[in->from]);
-      w->at[it] &= ~(1u << in->from);
+    } else if (in->op == ISA_DROP) {
+      if (!(w->at[it] & 1u << m->from))
+        return fail(v, "drop of chunk %d's %s at %s, where it is not", m->chunk, isa_part_names[m->part],
+                    isa_loc_names[m->from]);
+      w->at[it] &= ~(1u << m->from);
       w->busy[it] = true;
-    } else if (in->kind == ISA_WAIT) {
+    } else if (in->op == ISA_WAIT) {
       w->busy[it] = false;
     } else {
       int n = instr_touch(p, in, t);
+      bool on_host = in->op == ISA_KERNEL && in->kernel.on_host;
       for (int i = 0; i < n; i++)
-        if (touch_parts(v, w, t[i].tier, t[i].lo, t[i].hi, in->on_host)) return -1;
+        if (touch_parts(v, w, t[i].tier, t[i].lo, t[i].hi, on_host)) return -1;
     }
   }
   return 0;
@@ -319,12 +408,12 @@ static int check_offload(V *v) {
     for (int it = 0; it < n; it++) w.at[it] = (unsigned char)home_bits(op, it, r), w.busy[it] = false;
     const PSeq *lists[4] = {&p->step, &p->sync, &p->gradnorm, &p->update};
     const char *names[4] = {"step", "sync", "gradnorm", "update"};
-    for (int l = 0; l < 4 && !rc; l++) v->list = names[l], v->in_step = l == 0, rc = walk_offload(v, &w, lists[l], r);
+    for (int l = 0; l < 4 && !rc; l++) v->list = names[l], v->kind = (At)l, rc = walk_offload(v, &w, lists[l], r);
     v->at = -1;
     for (int it = 0; !rc && it < n; it++)
       if (w.at[it] != home_bits(op, it, r))
         rc = fail(v, "after update, chunk %d's %s is not at its home (%s) only on dp rank %d", it / PART_COUNT,
-                  part_names[it % PART_COUNT], loc_names[op->chunk[it / PART_COUNT].home[it % PART_COUNT]], r);
+                  isa_part_names[it % PART_COUNT], isa_loc_names[op->chunk[it / PART_COUNT].home[it % PART_COUNT]], r);
   }
   free(w.at), free(w.busy);
   return rc;
@@ -332,16 +421,30 @@ static int check_offload(V *v) {
 
 /* ---- the whole ---------------------------------------------------------------------------- */
 
+/* Each list of the program with its place: the components of the step until
+ * compose_lists has made the lists the program carries, then those. */
+static int verify_lists(V *v) {
+  const Program *p = v->p;
+  const PSeq *parts[5] = {&p->step, &p->sync, &p->gradnorm, &p->update, &p->forward};
+  const char *names[5] = {"step", "sync", "gradnorm", "update", "forward"};
+  for (int l = 0; l < 5 && p->named[PROG_LIST_TRAIN] < 0; l++) {
+    v->list = names[l], v->kind = (At)l;
+    if (check_list(v, parts[l]) || check_overlap(v, parts[l]) || check_epilogues(v, parts[l])) return -1;
+  }
+  static const At kinds[PROG_NLISTS] = {AT_TRAIN, AT_EVAL, AT_FORWARD, AT_GATHER, AT_GATHER};
+  for (int l = 0; l < p->nlists; l++) {
+    v->list = p->lists[l].name, v->kind = AT_PROC;
+    for (int k = 0; k < PROG_NLISTS; k++)
+      if (p->named[k] == l) v->kind = kinds[k];
+    if (check_list(v, &p->lists[l].seq) || check_overlap(v, &p->lists[l].seq) || check_epilogues(v, &p->lists[l].seq))
+      return -1;
+  }
+  return 0;
+}
+
 static int verify_one(V *v) {
   const Program *p = v->p;
-  const PSeq *lists[5] = {&p->step, &p->sync, &p->gradnorm, &p->update, &p->forward};
-  const char *names[5] = {"step", "sync", "gradnorm", "update", "forward"};
-  for (int l = 0; l < 5; l++) {
-    v->list = names[l], v->in_step = l == 0;
-    for (v->at = 0; v->at < lists[l]->n; v->at++)
-      if (check_instr(v, &lists[l]->v[v->at])) return -1;
-    if (check_overlap(v, lists[l]) || check_epilogues(v, lists[l])) return -1;
-  }
+  if (verify_lists(v)) return -1;
   v->at = -1;
   if (p->zero_stage > 0 && p->dp < 1) return fail(v, "ZeRO stage %lld without a fixed dp", (long long)p->zero_stage);
   for (int i = 0; p->zero_stage > 0 && i < p->nparams; i++)
@@ -353,7 +456,7 @@ static int verify_one(V *v) {
 
 int program_verify(Program *const *ps, int nps, char *err, size_t errlen) {
   for (int s = 0; s < nps; s++) {
-    V v = {ps[s], "", false, s, nps, err, errlen, -1};
+    V v = {ps[s], "", AT_STEP, s, nps, err, errlen, -1, 1};
     if (verify_one(&v)) return -1;
   }
   if (nps > 1 && pipe_check_order(ps, nps, err, errlen)) return -1;

@@ -2,8 +2,9 @@
 #include "codegen/zero.h"
 #include <stdlib.h>
 #include <string.h>
+#include "codegen/compose.h"
 #include "codegen/offload.h"
-#include "runtime/program.h"
+#include "program/program.h"
 
 typedef struct Span {
   int first, last;
@@ -44,8 +45,8 @@ static Span (*find_uses(const Program *p))[USES] {
     Touch t[K_MAX_BUFS > 3 ? K_MAX_BUFS : 3];
     int nt = instr_touch(p, &p->step.v[i], t);
     for (int j = 0; j < nt; j++) {
-      if (t[j].tier == RT_TIER_GRADS) mark(p, use, USE_GRAD, t[j].lo, t[j].hi, i);
-      if (t[j].tier == RT_TIER_PARAMS) mark(p, use, i < bwd ? USE_FWD : USE_BWD, t[j].lo, t[j].hi, i);
+      if (t[j].tier == TIER_GRADS) mark(p, use, USE_GRAD, t[j].lo, t[j].hi, i);
+      if (t[j].tier == TIER_PARAMS) mark(p, use, i < bwd ? USE_FWD : USE_BWD, t[j].lo, t[j].hi, i);
     }
   }
   return use;
@@ -108,30 +109,31 @@ void zero_schedule(Program *p) {
     if (starts[i]) {
       for (int k = 0; k < np; k++) /* this group's gathers that could not be prefetched */
         for (int j = USE_FWD; j <= USE_BWD; j++)
-          if (use[k][j].first == i && !prefetched(use, k, j, prev[i])) pseq_push(a, &out, ISA_ZERO_GATHER)->chunk = k;
+          if (use[k][j].first == i && !prefetched(use, k, j, prev[i]))
+            pseq_push(a, &out, ISA_ZERO_GATHER)->param.index = k;
       pseq_push(a, &out, ISA_JOIN);                /* the group's prefetched gathers have arrived */
       for (int k = 0; k < np && next[i] >= 0; k++) /* the next group's, ahead */
         for (int j = USE_FWD; j <= USE_BWD; j++)
           if (use[k][j].first == next[i] && prefetched(use, k, j, i)) {
-            PInstr *in = pseq_push(a, &out, ISA_ZERO_GATHER);
-            in->chunk = k, in->overlap = true;
+            IsaInstr *in = pseq_push(a, &out, ISA_ZERO_GATHER);
+            in->param.index = k, in->overlap = true;
           }
     }
     for (int k = 0; k < np; k++)
-      if (use[k][USE_GRAD].first == i) pseq_push(a, &out, ISA_ZERO_GRAD)->chunk = k;
-    *pseq_push(a, &out, p->step.v[i].kind) = p->step.v[i];
+      if (use[k][USE_GRAD].first == i) pseq_push(a, &out, ISA_ZERO_GRAD)->param.index = k;
+    *pseq_push(a, &out, (IsaOp)p->step.v[i].op) = p->step.v[i];
     for (int k = 0; k < np; k++) {
-      if (use[k][USE_GRAD].last == i) pseq_push(a, &out, ISA_ZERO_REDUCE)->chunk = k;
+      if (use[k][USE_GRAD].last == i) pseq_push(a, &out, ISA_ZERO_REDUCE)->param.index = k;
       if (p->zero_stage == 3)
         for (int j = USE_FWD; j <= USE_BWD; j++)
-          if (use[k][j].last == i) pseq_push(a, &out, ISA_ZERO_RELEASE)->chunk = k;
+          if (use[k][j].last == i) pseq_push(a, &out, ISA_ZERO_RELEASE)->param.index = k;
     }
   }
   /* a parameter the step never writes a gradient for is still reduced (zeros), so
    * every rank makes the same calls and the update finds a gradient */
   for (int k = 0; k < np; k++)
     if (use[k][USE_GRAD].first < 0)
-      pseq_push(a, &out, ISA_ZERO_GRAD)->chunk = k, pseq_push(a, &out, ISA_ZERO_REDUCE)->chunk = k;
+      pseq_push(a, &out, ISA_ZERO_GRAD)->param.index = k, pseq_push(a, &out, ISA_ZERO_REDUCE)->param.index = k;
   p->step = out;
   p->zero_scheduled = true;
 }
@@ -153,30 +155,16 @@ static void pages_add(Pages *m, int tier, int64_t off, int64_t bytes, int d) {
   }
 }
 
-/* The staging buffer of the runtime's "comm" reorders (runtime/executor.c). */
-static int64_t staging_bytes(const Program *p) {
-  const PSeq *lists[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
-  int64_t most = 0;
-  for (int l = 0; l < 4; l++)
-    for (int i = 0; i < lists[l]->n; i++) {
-      const PComm *c = &lists[l]->v[i].comm;
-      bool reorder = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER;
-      if (lists[l]->v[i].kind == ISA_COMM && reorder && c->outer > 1 && c->outer * c->n * c->inner * 4 > most)
-        most = c->outer * c->n * c->inner * 4;
-    }
-  return most;
-}
-
 /* Adds (d 1) or takes back (d -1) rank r's owned shards between steps. */
 static void owned_pages(const Program *p, Pages *m, int r, int d) {
   bool adamw = p->g->train.opt == OPT_ADAMW;
   for (int i = 0; i < p->nparams; i++) {
     int64_t off = p->params[i].offset, b = pparam_bytes(&p->params[i]);
     if (p->zero_stage > 0 && p->params[i].owner != r) continue;
-    pages_add(m, RT_TIER_PARAMS, off, b, d);
-    pages_add(m, RT_TIER_GRADS, off, b, d);
-    pages_add(m, RT_TIER_OPT, off, b, d);
-    if (adamw) pages_add(m, RT_TIER_OPT, p->opt_v_offset + off, b, d);
+    pages_add(m, TIER_PARAMS, off, b, d);
+    pages_add(m, TIER_GRADS, off, b, d);
+    pages_add(m, TIER_OPT, off, b, d);
+    if (adamw) pages_add(m, TIER_OPT, p->opt_v_offset + off, b, d);
   }
 }
 
@@ -185,9 +173,9 @@ void zero_predict_memory(const Program *p, int64_t *out, int n) {
   int stage = (int)p->zero_stage;
   bool reserved[4] = {stage == 3, stage >= 2 && p->zero_scheduled, stage >= 1, false};
   Pages m = {{0}, 0};
-  int64_t whole = staging_bytes(p);
+  int64_t whole = program_staging(p);
   for (int t = 0; t < 4; t++) {
-    int64_t bytes = t == RT_TIER_WORK ? p->tiers[t] * (p->slots > 0 ? p->slots : 1) : p->tiers[t];
+    int64_t bytes = t == TIER_WORK ? p->tiers[t] * (p->slots > 0 ? p->slots : 1) : p->tiers[t];
     if (bytes <= 0) continue;
     /* malloc'd once for every rank (each rank's counts return to zero after it) */
     if (reserved[t] && !(m.count[t] = calloc((size_t)(bytes / PAGE + 2), sizeof(int))))
@@ -198,11 +186,11 @@ void zero_predict_memory(const Program *p, int64_t *out, int n) {
     owned_pages(p, &m, r, 1); /* between steps: the owned shards */
     int64_t peak = m.held;
     for (int i = 0; i < p->step.n; i++) { /* a non-owner's gathers and gradients */
-      const PInstr *in = &p->step.v[i];
-      if (in->kind < ISA_ZERO_GATHER || in->kind > ISA_ZERO_REDUCE || p->params[in->chunk].owner == r) continue;
-      int tier = in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_RELEASE ? RT_TIER_PARAMS : RT_TIER_GRADS;
-      int d = in->kind == ISA_ZERO_GATHER || in->kind == ISA_ZERO_GRAD ? 1 : -1;
-      pages_add(&m, tier, p->params[in->chunk].offset, pparam_bytes(&p->params[in->chunk]), d);
+      const IsaInstr *in = &p->step.v[i];
+      if (in->op < ISA_ZERO_GATHER || in->op > ISA_ZERO_REDUCE || p->params[in->param.index].owner == r) continue;
+      int tier = in->op == ISA_ZERO_GATHER || in->op == ISA_ZERO_RELEASE ? TIER_PARAMS : TIER_GRADS;
+      int d = in->op == ISA_ZERO_GATHER || in->op == ISA_ZERO_GRAD ? 1 : -1;
+      pages_add(&m, tier, p->params[in->param.index].offset, pparam_bytes(&p->params[in->param.index]), d);
       if (m.held > peak) peak = m.held;
     }
     owned_pages(p, &m, r, -1); /* the step released what it gathered: nothing is left */

@@ -23,7 +23,7 @@
  * backward pass the rest, so every read of a parameter lies in one of its two spans
  * and the spans do not overlap. The zero_* instructions come before (gathers, grads)
  * or after (reduces, releases) the instruction in parameter order.
- * runtime/program.h says what the runtime does with them. */
+ * program/program.h says what the runtime does with them. */
 #ifndef COLOSSALC_ZERO_H
 #define COLOSSALC_ZERO_H
 #include "codegen/lower.h"

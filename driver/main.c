@@ -99,8 +99,9 @@ static void usage(FILE *f) {
         "  --dump-ir         print the verified IR, one op per line with its shape\n"
         "  --dump-after=PASS print the IR after a pass: partition, decompose, autocast, autodiff or\n"
         "                    recompute; or the kernels and the program after lower, zero,\n"
-        "                    compose, offload or share\n"
+        "                    compose, offload, lists or share\n"
         "  --emit-kernels F  write the generated kernels (kernel form) and the program to F\n"
+        "  --emit-program F  write the program train carries (its lists, one instruction a line) to F\n"
         "  -h, --help        print this help\n"
         "  --version         print the version\n",
         f);
@@ -128,7 +129,7 @@ typedef struct Options {
   long jobs; /* -j: threads for LLVM (0: every core) */
   bool summary, dump_ir, gpus_set;
   bool what_if; /* --what-if: plans the code generators cannot compile yet too */
-  const char *dump_after, *emit_kernels, *out, *emit_llvm, *emit_cuda;
+  const char *dump_after, *emit_kernels, *emit_program, *out, *emit_llvm, *emit_cuda;
   const char *gpu, *cluster, *dump_plan, *plan_out, *plan_file;
   int64_t device_memory; /* --device-memory: plan offload to fit it (0: no budget) */
   int64_t host_memory;   /* --host-memory: what the host may hold of the state (0: this machine's) */
@@ -164,8 +165,8 @@ static void check_output(const char *path) {
   free(dir);
 }
 
-static const char *const pass_names[] = {"partition", "decompose", "autocast", "autodiff", "recompute",
-                                         "lower",     "zero",      "compose",  "offload",  "share"};
+static const char *const pass_names[] = {"partition", "decompose", "autocast", "autodiff", "recompute", "lower",
+                                         "zero",      "compose",   "offload",  "lists",    "share"};
 enum { NPASSES = sizeof pass_names / sizeof *pass_names };
 
 static const char *const rc_option_names[RC_COUNT + 1] = {"none", "selective", "full", "auto"};
@@ -228,6 +229,7 @@ enum {
   O_VERSION,
   O_DUMP_AFTER,
   O_EMIT_KERNELS,
+  O_EMIT_PROGRAM,
   O_EMIT_LLVM,
   O_EMIT_CUDA,
   O_GPN,
@@ -356,6 +358,7 @@ static void parse_options(int argc, char **argv, Options *o) {
                                         {"dump-ir", no_argument, 0, O_DUMP_IR},
                                         {"dump-after", required_argument, 0, O_DUMP_AFTER},
                                         {"emit-kernels", required_argument, 0, O_EMIT_KERNELS},
+                                        {"emit-program", required_argument, 0, O_EMIT_PROGRAM},
                                         {"emit-llvm", required_argument, 0, O_EMIT_LLVM},
                                         {"emit-cuda", required_argument, 0, O_EMIT_CUDA},
                                         {"gpus-per-node", required_argument, 0, O_GPN},
@@ -415,6 +418,7 @@ static void parse_options(int argc, char **argv, Options *o) {
     case O_DUMP_IR: o->dump_ir = true; break;
     case O_DUMP_AFTER: o->dump_after = optarg; break;
     case O_EMIT_KERNELS: o->emit_kernels = optarg; break;
+    case O_EMIT_PROGRAM: o->emit_program = optarg; break;
     case O_EMIT_LLVM: o->emit_llvm = optarg; break;
     case O_EMIT_CUDA: o->emit_cuda = optarg; break;
     case O_RECOMPUTE: o->rc = parse_choice("--recompute", optarg, rc_option_names, RC_COUNT + 1); break;
@@ -478,7 +482,8 @@ static void parse_options(int argc, char **argv, Options *o) {
     fprintf(stderr, "colossalc: give --gpu or --cluster, not both\n");
     exit(1);
   }
-  if (!o->dump_ir && !o->dump_after && !o->emit_kernels && !o->out && !o->emit_llvm && !o->emit_cuda && !o->dump_plan)
+  if (!o->dump_ir && !o->dump_after && !o->emit_kernels && !o->emit_program && !o->out && !o->emit_llvm &&
+      !o->emit_cuda && !o->dump_plan)
     o->summary = true;
   if (o->out) check_output(o->out);
 }
@@ -516,7 +521,7 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   if (f.v > 1 && f.schedule == PS_1F1B) error_plain("--virtual-stages %d needs --schedule interleaved", f.v);
   /* Only what code generation runs (so that --dump-plan shows the plan -o compiles),
    * unless --what-if asks for what the code generators cannot emit yet. */
-  bool compiling = o->out || o->emit_kernels || o->emit_llvm || o->emit_cuda || o->dump_after;
+  bool compiling = o->out || o->emit_kernels || o->emit_program || o->emit_llvm || o->emit_cuda || o->dump_after;
   f.exec = !o->what_if;
   if (compiling && o->what_if)
     error_plain("--what-if plans may use what the code generators cannot emit yet; compile without --what-if");
@@ -585,8 +590,21 @@ static void llvm_progress(int done, int total, void *ctx) {
   progress("LLVM: %d of %d kernels compiled", done, total);
 }
 
-/* The kernels (their text form) and the programs' JSON (freed here). */
-static void write_kernels(FILE *f, Program **ps, char *json) {
+/* The program as people read it: written as train carries it, then printed from it
+ * (program/program.h, prog_print). */
+static void write_program(FILE *f, Program **ps, int nps) {
+  int64_t bytes;
+  char err[256];
+  void *blob = program_write(ps, nps, &bytes);
+  Prog p;
+  if (prog_open(blob, bytes, &p, err, sizeof err)) diag_internal(__FILE__, __LINE__, err);
+  prog_print(f, &p);
+  free(blob);
+}
+
+/* The kernels (their text form), then the program as people read it (program/program.h,
+ * prog_print). */
+static void write_kernels(FILE *f, Program **ps, int nps) {
   const Program *p = ps[0];
   if (p->code) {
     fprintf(f, "# %d kernels share %d codes (codegen/share.c)\n", p->nkernels, p->ncode);
@@ -594,8 +612,7 @@ static void write_kernels(FILE *f, Program **ps, char *json) {
   } else {
     for (int i = 0; i < p->nkernels; i++) kernel_print(f, p->kernels[i]);
   }
-  fprintf(f, "program %s\n", json);
-  free(json);
+  write_program(f, ps, nps);
 }
 
 static void write_cuda(const char *dir, const Program *p) {
@@ -653,17 +670,17 @@ static int jobs(const Options *o) {
   return n < 1 ? 1 : n > 256 ? 256 : (int)n;
 }
 
-/* `train` from the shared kernel codes and the program JSON (freed here): the codes
+/* `train` from the shared kernel codes and the program (freed here): the codes
  * compiled by LLVM on every core (codegen/llvm.h), their CUDA C carried beside them,
  * the objects linked with the runtime. */
-static void build_train(const Options *o, const Program *p, char *json) {
+static void build_train(const Options *o, const Program *p, void *prog, int64_t prog_bytes) {
   char err[512], prefix[4200];
   snprintf(prefix, sizeof prefix, "%s.tmp%d", o->out, (int)getpid());
   char **objs = NULL, libs[64];
   char *cuda = cuda_emit_units((const Kernel *const *)p->code, p->ncode); /* for NVRTC when train starts on a GPU */
-  int rc = llvm_compile_program((const Kernel *const *)p->code, p->ncode, json, cuda, jobs(o), prefix, llvm_progress,
-                                NULL, &objs, libs, sizeof libs, err, sizeof err);
-  free(json);
+  int rc = llvm_compile_program((const Kernel *const *)p->code, p->ncode, prog, prog_bytes, cuda, jobs(o), prefix,
+                                llvm_progress, NULL, &objs, libs, sizeof libs, err, sizeof err);
+  free(prog);
   free(cuda);
   if (!rc) {
     progress("linking %s", o->out);
@@ -675,11 +692,11 @@ static void build_train(const Options *o, const Program *p, char *json) {
 }
 
 /* --emit-llvm: every code in one module, optimised at O3, as LLVM IR text. */
-static void write_llvm(const Options *o, const Program *p, char *json) {
+static void write_llvm(const Options *o, const Program *p, void *prog, int64_t prog_bytes) {
   char err[512];
   LlvmModule *m = llvm_module_new(p->g->name);
-  llvm_emit_program(m, (const Kernel *const *)p->code, p->ncode, json);
-  free(json);
+  llvm_emit_program(m, (const Kernel *const *)p->code, p->ncode, prog, prog_bytes);
+  free(prog);
   if (llvm_optimize(m, 3)) error_plain("LLVM optimisation failed");
   if (llvm_write_ir(m, o->emit_llvm, err, sizeof err)) error_plain("%s", err);
   llvm_module_free(m);
@@ -746,16 +763,12 @@ static void after_ir(const Build *b, const char *pass) {
   }
 }
 
-static char *programs_json(const Build *b) {
-  return b->nps == 1 ? program_to_json(b->ps[0]) : programs_to_json(b->ps, b->nps);
-}
-
 /* The program verifier after every pass that writes the programs (codegen/verify.h). */
 static void after_program(const Build *b, const char *pass) {
   char err[512];
   if (program_verify(b->ps, b->nps, err, sizeof err))
     diag_internal(__FILE__, __LINE__, arena_printf(b->ps[0]->arena, "the program after pass %s: %s", pass, err));
-  if (dump_after(b, pass)) write_kernels(stdout, b->ps, programs_json(b));
+  if (dump_after(b, pass)) write_kernels(stdout, b->ps, b->nps);
 }
 
 static int64_t measure_work_peak(Graph *g, void *ctx) {
@@ -888,8 +901,10 @@ static void decide_offload(Build *b) {
       fprintf(stderr, "colossalc: offload: none needed (the state and the activations fit %.1f MiB)\n", mib);
     return;
   }
-  for (int s = 0; s < b->nps; s++)
+  for (int s = 0; s < b->nps; s++) { /* the offload plan walks the whole step, instruction by instruction */
     if (b->ps[s]->microbatches > 1 && !b->ps[s]->scheduled) pipe_unroll_microbatches(b->ps[s]);
+    else if (b->ps[s]->scheduled && b->ops[s]) pipe_flatten(b->ps[s]);
+  }
 }
 
 /* Offload (codegen/offload.h), each stage's program; --dump-plan shows the plans (the SVG
@@ -954,6 +969,8 @@ static void run_passes(Build *b, Graph *g, bool lowering) {
   after_program(b, "compose");
   plan_offload(b); /* requires: compose */
   after_program(b, "offload");
+  compose_lists(b->ps, b->nps); /* requires: every pass that writes the step */
+  after_program(b, "lists");
   program_share_kernels(b->ps[0]); /* requires: every pass that adds kernels */
   for (int s = 1; s < b->nps; s++) /* the stages have one kernel table */
     b->ps[s]->code = b->ps[0]->code, b->ps[s]->ncode = b->ps[0]->ncode, b->ps[s]->code_of = b->ps[0]->code_of;
@@ -967,13 +984,24 @@ static void emit(const Build *b) {
   if (o->emit_kernels) {
     FILE *f = fopen(o->emit_kernels, "w");
     if (!f) error_plain("cannot write %s: %s", o->emit_kernels, strerror(errno));
-    write_kernels(f, b->ps, programs_json(b));
+    write_kernels(f, b->ps, b->nps);
     if (fclose(f)) error_plain("cannot write %s: %s", o->emit_kernels, strerror(errno));
   }
+  if (o->emit_program) {
+    FILE *f = fopen(o->emit_program, "w");
+    if (!f) error_plain("cannot write %s: %s", o->emit_program, strerror(errno));
+    write_program(f, b->ps, b->nps);
+    if (fclose(f)) error_plain("cannot write %s: %s", o->emit_program, strerror(errno));
+  }
   if (o->emit_cuda) write_cuda(o->emit_cuda, p);
-  if (o->emit_llvm) write_llvm(o, p, programs_json(b));
+  int64_t bytes;
+  if (o->emit_llvm) {
+    void *prog = program_write(b->ps, b->nps, &bytes);
+    write_llvm(o, p, prog, bytes);
+  }
   if (!o->out) return;
-  build_train(o, p, programs_json(b));
+  void *prog = program_write(b->ps, b->nps, &bytes);
+  build_train(o, p, prog, bytes);
   progress_end();
   fprintf(stderr, "colossalc: wrote %s: %d kernel%s sharing %d code%s, %d program%s, in %.1f s\n", o->out, p->nkernels,
           p->nkernels == 1 ? "" : "s", p->ncode, p->ncode == 1 ? "" : "s", b->nps, b->nps == 1 ? "" : "s",
@@ -1034,7 +1062,8 @@ int main(int argc, char **argv) {
   if (o.dump_ir) ir_print(stdout, g);
   bool program_dump = false;
   for (int i = 5; i < NPASSES && o.dump_after; i++) program_dump |= !strcmp(o.dump_after, pass_names[i]);
-  volatile bool lowering = o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda || o.device_memory || program_dump;
+  volatile bool lowering =
+      o.emit_kernels || o.emit_program || o.out || o.emit_llvm || o.emit_cuda || o.device_memory || program_dump;
   volatile bool compiling = lowering || o.dump_after;
   /* --device-memory alone (no cluster): --dump-plan shows the offload plan, not a parallel one */
   if (o.device_memory && !o.gpus_set && !o.cluster) o.plan = false;

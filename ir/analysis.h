@@ -16,7 +16,7 @@ typedef struct GraphStats {
 void graph_stats(const Graph *g, GraphStats *s);
 
 /* What a model's ops say about its architecture, for the checkpoint formats of other
- * frameworks (the program's "arch", runtime/program.h; Hugging Face configs,
+ * frameworks (the program's "arch", program/program.h; Hugging Face configs,
  * runtime/hf.h): a fact is kept when every op that states it agrees. */
 typedef enum { ARCH_NONE, ARCH_MIXED, ARCH_LAYERNORM, ARCH_RMSNORM, ARCH_GELU_TANH, ARCH_SILU, ARCH_RELU } ArchKind;
 typedef struct GraphArch {

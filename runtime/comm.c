@@ -188,10 +188,10 @@ void comm_fatal(int code) {
   exit(code);
 }
 
-int comm_agree(Comm *c, int failed, int *first) {
+int comm_agree(Comm *c, int failed, char *err) {
   /* [any failed, size - lowest failing rank]: both maxima. */
   double v[2] = {failed ? 1 : 0, failed ? c->size - c->rank : 0};
   c->host_all_reduce(c, v, 2, COMM_MAX);
-  if (first) *first = v[0] > 0 ? c->size - (int)v[1] : -1;
+  if (v[0] > 0 && err && c->rank != c->size - (int)v[1]) err[0] = 0;
   return v[0] > 0 ? -1 : 0;
 }

@@ -108,8 +108,9 @@ _Noreturn void comm_fatal(int code);
 extern void (*comm_fatal_hook)(int code); /* what a backend runs there (comm_mpi.c) */
 
 /* Agreement on an error: every rank passes whether it failed (the only collective a
- * rank may reach in a failed state). Returns 0 when no rank failed; otherwise -1
- * with *first = the lowest failing rank (whose message is the one to print). */
-int comm_agree(Comm *c, int failed, int *first);
+ * rank may reach in a failed state). Returns 0 when no rank failed; otherwise -1, with
+ * err (when not NULL) emptied on every rank but the lowest failing one, whose message
+ * is the one to print. */
+int comm_agree(Comm *c, int failed, char *err);
 
 #endif

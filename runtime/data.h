@@ -1,4 +1,4 @@
-/* data: what `train` reads its program's inputs from (program.h, "inputs"): an llm.c
+/* data: what `train` reads its program's inputs from (ProgInput): an llm.c
  * token file (tokens.h) or a record file (records.h), told apart by the magic.
  *
  * A token file fills the inputs whose role is tokens and targets (a language model's);
@@ -22,7 +22,7 @@
 #ifndef COLOSSALC_RUNTIME_DATA_H
 #define COLOSSALC_RUNTIME_DATA_H
 
-#include "runtime/train_program.h"
+#include "program/program.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -32,7 +32,7 @@ typedef struct DataFile DataFile;
 /* Opens path for program p (this rank's stage): a global batch of B rows over world
  * data-parallel ranks. Checks that the file holds every input of p and a whole step.
  * NULL with a message. */
-DataFile *data_open(const char *path, const RtProgram *p, int64_t B, int world, char *err, size_t errlen);
+DataFile *data_open(const char *path, const Prog *p, int64_t B, int world, char *err, size_t errlen);
 void data_close(DataFile *df);
 
 /* Rank `rank`'s rows of step `step` (shuffle: NULL in order, else the key) into rows[i]

@@ -27,7 +27,7 @@ typedef struct OverlapTimes {
 } OverlapTimes;
 
 typedef struct GemmPlan {
-  RtGemm key; /* the shape: tiers zeroed, each offset its operand's alignment (gemm_align) */
+  IsaGemm key; /* the shape: tiers zeroed, each offset its operand's alignment (gemm_align) */
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc; /* of the column-major call: A' = B, B' = A */
   cublasLtMatmulAlgo_t algo;
@@ -52,8 +52,8 @@ typedef struct CudaDevice {
   CUstream stream;
   CUmodule *mods; /* [nmods] one per kernel unit */
   int nmods;
-  CUfunction *fn;   /* [nkernels] */
-  int (*launch)[2]; /* [nkernels] threads per block, blocks */
+  CUfunction *fn;        /* [nkernels] */
+  const ProgCode *codes; /* [nkernels] the program's: each code's threads per block, blocks */
   int nkernels;
   CUdeviceptr scalars; /* SCALARS_MAX floats, a copy of `last` */
   float last[SCALARS_MAX];
@@ -138,7 +138,7 @@ static void cuda_free(Device *dev, char *buf) {
 
 /* The scalars, uploaded when they changed (from `last`, which outlives the copy). */
 static void put_scalars(CudaDevice *c, const float *scalars) {
-  size_t n = TRAIN_SCALARS * sizeof(float);
+  size_t n = SC_COUNT * sizeof(float);
   if (c->have_scalars && !memcmp(c->last, scalars, n)) return;
   memcpy(c->last, scalars, n);
   CUDA_CHECK(c, c->api.MemcpyHtoDAsync(c->scalars, c->last, n, c->stream));
@@ -155,7 +155,7 @@ static void cuda_kernel(Device *dev, int id, int64_t extent, char *const *bufs, 
   if (extent == 0) return;
   put_scalars(c, scalars);
   void *params[] = {&args, &n, &c->scalars};
-  CUDA_CHECK(c, c->api.LaunchKernel(c->fn[id], (unsigned)c->launch[id][1], 1, 1, (unsigned)c->launch[id][0], 1, 1, 0,
+  CUDA_CHECK(c, c->api.LaunchKernel(c->fn[id], (unsigned)c->codes[id].grid, 1, 1, (unsigned)c->codes[id].block, 1, 1, 0,
                                     c->stream, params, NULL));
 }
 
@@ -426,18 +426,18 @@ static void setup_reserve(CudaDevice *c) {
  * tier's slot size, a slot's base being a multiple of it past the tier's; the tiers
  * themselves are at least 256-byte aligned): the largest power of two dividing them all,
  * at most 256, what cuBLASLt may assume of the pointers (MIN_ALIGNMENT_*_BYTES). */
-static int64_t gemm_align(const CudaDevice *c, const RtGemm *g, int w) {
-  uint64_t e = (uint64_t)isa_dtype_bytes(g->dt[w]), x = (uint64_t)g->offset[w] | 256;
-  if (g->tier[w] == RT_TIER_WORK) x |= (uint64_t)c->work_slot;
+static int64_t gemm_align(const CudaDevice *c, const IsaGemm *g, int w) {
+  uint64_t e = (uint64_t)isa_dtype_bytes(g->dt[w]), x = (uint64_t)g->off[w] | 256;
+  if (g->tier[w] == TIER_WORK) x |= (uint64_t)c->work_slot;
   for (int b = 0; b < 2; b++)
     if (g->batch[b] > 1) x |= (uint64_t)g->stride[w][b] * e;
   return (int64_t)(x & (~x + 1));
 }
 
-static RtGemm gemm_key(const CudaDevice *c, const RtGemm *g) {
-  RtGemm k;
+static IsaGemm gemm_key(const CudaDevice *c, const IsaGemm *g) {
+  IsaGemm k;
   memset(&k, 0, sizeof k);
-  for (int w = 0; w < 3; w++) k.offset[w] = gemm_align(c, g, w);
+  for (int w = 0; w < 3; w++) k.off[w] = gemm_align(c, g, w);
   k.ta = g->ta, k.tb = g->tb, k.m = g->m, k.n = g->n, k.k = g->k, k.bias = g->bias;
   k.gelu = g->gelu, k.aux = g->aux;
   memcpy(k.dt, g->dt, sizeof k.dt);
@@ -447,8 +447,8 @@ static RtGemm gemm_key(const CudaDevice *c, const RtGemm *g) {
   return k;
 }
 
-static GemmPlan *find_gemm(CudaDevice *c, const RtGemm *g) {
-  RtGemm k = gemm_key(c, g);
+static GemmPlan *find_gemm(CudaDevice *c, const IsaGemm *g) {
+  IsaGemm k = gemm_key(c, g);
   for (int i = 0; i < c->ngemm; i++)
     if (!memcmp(&c->gemm[i].key, &k, sizeof k)) return &c->gemm[i];
   return NULL;
@@ -473,7 +473,7 @@ static void layout(CudaDevice *c, cublasLtMatrixLayout_t *l, IsaDtype t, int64_t
 
 /* A row-major C[m, n] = op(A) op(B) is the column-major C^T[n, m] = op(B)^T op(A)^T:
  * cuBLASLt's A is our B and its B our A; batch[1] is cuBLASLt's strided batch. */
-static int plan_gemm(CudaDevice *c, const RtGemm *g, char *err, size_t errlen) {
+static int plan_gemm(CudaDevice *c, const IsaGemm *g, char *err, size_t errlen) {
   if (find_gemm(c, g)) return 0;
   if (c->ngemm == c->gemm_cap) {
     int cap = c->gemm_cap ? 2 * c->gemm_cap : 32;
@@ -510,8 +510,8 @@ static int plan_gemm(CudaDevice *c, const RtGemm *g, char *err, size_t errlen) {
   CUBLAS_CHECK(c,
                c->api.LtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   /* cuBLASLt's A is our operand 1, its B our 0, its C and D our 2 */
-  uint32_t align[4] = {(uint32_t)p->key.offset[1], (uint32_t)p->key.offset[0], (uint32_t)p->key.offset[2],
-                       (uint32_t)p->key.offset[2]};
+  uint32_t align[4] = {(uint32_t)p->key.off[1], (uint32_t)p->key.off[0], (uint32_t)p->key.off[2],
+                       (uint32_t)p->key.off[2]};
   for (int i = 0; i < 4; i++)
     CUBLAS_CHECK(c, c->api.LtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i,
                                                           &align[i], sizeof align[i]));
@@ -529,18 +529,18 @@ static int plan_gemm(CudaDevice *c, const RtGemm *g, char *err, size_t errlen) {
   return 0;
 }
 
-static void cuda_gemm(Device *dev, const RtGemm *g, char *const *tiers) {
+static void cuda_gemm(Device *dev, const IsaGemm *g, char *const *tiers) {
   CudaDevice *c = (CudaDevice *)dev;
   const GemmPlan *p = find_gemm(c, g);
   if (!p) cuda_die("a GEMM", "its shape was not planned at start-up", __FILE__, __LINE__);
   for (int64_t i = 0; i < g->batch[0]; i++) {
-    const char *a = tiers[g->tier[0]] + g->offset[0] + i * g->stride[0][0] * isa_dtype_bytes(g->dt[0]);
-    const char *b = tiers[g->tier[1]] + g->offset[1] + i * g->stride[1][0] * isa_dtype_bytes(g->dt[1]);
-    char *d = tiers[g->tier[2]] + g->offset[2] + i * g->stride[2][0] * isa_dtype_bytes(g->dt[2]);
-    const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_offset) : NULL;
+    const char *a = tiers[g->tier[0]] + g->off[0] + i * g->stride[0][0] * isa_dtype_bytes(g->dt[0]);
+    const char *b = tiers[g->tier[1]] + g->off[1] + i * g->stride[1][0] * isa_dtype_bytes(g->dt[1]);
+    char *d = tiers[g->tier[2]] + g->off[2] + i * g->stride[2][0] * isa_dtype_bytes(g->dt[2]);
+    const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_off) : NULL;
     if (bias) /* read at the call: the same descriptor serves every GEMM of this shape */
       CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    void *aux = g->aux ? tiers[g->aux_tier] + g->aux_offset : NULL;
+    void *aux = g->aux ? tiers[g->aux_tier] + g->aux_off : NULL;
     if (aux)
       CUBLAS_CHECK(
           c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
@@ -625,43 +625,44 @@ static int open_gpu(CudaDevice *c, const CudaOptions *o, char *arch, size_t arch
   return 0;
 }
 
-static int load_kernels(CudaDevice *c, const RtProgram *p, const CudaBuild *b, char *err, size_t errlen) {
+static int load_kernels(CudaDevice *c, const Prog *p, const CudaBuild *b, char *err, size_t errlen) {
   c->nmods = b->nunits;
-  c->nkernels = p->nkernels;
-  c->launch = p->cuda_launch;
+  c->nkernels = (int)p->count[PROG_SEC_CODES];
+  c->codes = p->codes;
   if (!(c->mods = calloc((size_t)b->nunits + 1, sizeof *c->mods)) ||
-      !(c->fn = calloc((size_t)p->nkernels + 1, sizeof *c->fn)))
+      !(c->fn = calloc((size_t)c->nkernels + 1, sizeof *c->fn)))
     return file_set_error(err, errlen, "out of memory");
   for (int u = 0; u < b->nunits; u++) CUDA_TRY(c, c->api.ModuleLoadData(&c->mods[u], b->unit[u].data), err, errlen);
-  for (int k = 0; k < p->nkernels; k++)
-    CUDA_TRY(c, c->api.ModuleGetFunction(&c->fn[k], c->mods[k / CUDA_UNIT_KERNELS], p->kernel_names[k]), err, errlen);
+  for (int k = 0; k < c->nkernels; k++)
+    CUDA_TRY(c, c->api.ModuleGetFunction(&c->fn[k], c->mods[k / CUDA_UNIT_KERNELS], prog_str(p, p->codes[k].name)), err,
+             errlen);
   return 0;
 }
 
-static int plan_gemms(CudaDevice *c, const RtProgram *p, char *err, size_t errlen) {
-  const RtList *lists[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
-  c->work_slot = p->slots > 1 ? p->tiers[RT_TIER_WORK] : 0;
-  for (int l = 0; l < 4; l++)
-    for (int i = 0; i < lists[l]->n; i++)
-      if (lists[l]->instr[i].op == ISA_GEMM && plan_gemm(c, &lists[l]->instr[i].gemm, err, errlen) != 0) return -1;
+/* Every GEMM of the program planned ahead (its instructions, whichever list runs them). */
+static int plan_gemms(CudaDevice *c, const Prog *p, char *err, size_t errlen) {
+  c->work_slot = p->s->slots > 1 ? p->s->tiers[TIER_WORK] : 0;
+  for (int64_t i = 0; i < p->count[PROG_SEC_INSTRS]; i++)
+    if (p->instrs[i].op == ISA_GEMM && plan_gemm(c, &p->instrs[i].gemm, err, errlen) != 0) return -1;
   return 0;
 }
 
-static int program_has_cuda(const RtProgram *p, const char *source, char *err, size_t errlen) {
-  if (!source || !p->cuda_launch || !p->kernel_names)
+static int program_has_cuda(const Prog *p, const char *source, char *err, size_t errlen) {
+  if (!source)
     return file_set_error(err, errlen,
                           "--device cuda: this program carries no CUDA kernels (compile it again "
                           "with this colossalc, or run with --device cpu)");
   return 0;
 }
 
-static int build_kernels(const CudaApi *api, const RtProgram *p, const char *source, const char *arch,
-                         const CudaOptions *o, CudaBuild *b, char *err, size_t errlen) {
+static int build_kernels(const CudaApi *api, const Prog *p, const char *source, const char *arch, const CudaOptions *o,
+                         CudaBuild *b, char *err, size_t errlen) {
   char dir[1024];
   cuda_cache_dir(o->kernel_cache, dir, sizeof dir);
   if (o->kernel_cache && !dir[0])
     return file_set_error(err, errlen, "--kernel-cache %s: cannot create the directory", o->kernel_cache);
-  return cuda_kernels_build(api, source, p->nkernels, arch, dir, o->threads > 0 ? o->threads : 1, b, err, errlen);
+  return cuda_kernels_build(api, source, (int)p->count[PROG_SEC_CODES], arch, dir, o->threads > 0 ? o->threads : 1, b,
+                            err, errlen);
 }
 
 static void report_build(const CudaBuild *b, const char *arch) {
@@ -687,7 +688,7 @@ static double peak_flops(CudaDevice *c) {
   return (c->tf32 ? tensor : 2 * fma) * sms * khz * 1e3;
 }
 
-static int cuda_setup(CudaDevice *c, const RtProgram *p, const char *source, const CudaOptions *o, char *err,
+static int cuda_setup(CudaDevice *c, const Prog *p, const char *source, const CudaOptions *o, char *err,
                       size_t errlen) {
   char arch[32], name[256];
   CudaBuild b;
@@ -714,7 +715,7 @@ static int cuda_setup(CudaDevice *c, const RtProgram *p, const char *source, con
   return plan_gemms(c, p, err, errlen);
 }
 
-Device *device_cuda_new(const RtProgram *p, const char *source, const CudaOptions *o, char *err, size_t errlen) {
+Device *device_cuda_new(const Prog *p, const char *source, const CudaOptions *o, char *err, size_t errlen) {
   if (program_has_cuda(p, source, err, errlen) != 0) return NULL;
   CudaDevice *c = calloc(1, sizeof *c);
   if (!c) {
@@ -772,7 +773,7 @@ int device_cuda_available(void) {
   return ok;
 }
 
-int device_cuda_precompile(const RtProgram *p, const char *source, const char *arch, const CudaOptions *o, char *err,
+int device_cuda_precompile(const Prog *p, const char *source, const char *arch, const CudaOptions *o, char *err,
                            size_t errlen) {
   CudaApi api;
   CudaBuild b;

@@ -40,9 +40,9 @@ typedef struct CudaOptions {
 } CudaOptions;
 
 /* The CUDA device for program p, whose kernels' CUDA C is source (units separated by
- * form feeds, program.h). NULL with one line in err: a library or GPU missing, no CUDA
+ * form feeds, colossalc_cuda_source in program/program.h). NULL with one line in err: a library or GPU missing, no CUDA
  * kernels in the program, a kernel that does not compile. */
-Device *device_cuda_new(const RtProgram *p, const char *source, const CudaOptions *o, char *err, size_t errlen);
+Device *device_cuda_new(const Prog *p, const char *source, const CudaOptions *o, char *err, size_t errlen);
 
 /* The collectives of host's ranks on this device (comm_nccl.h: NCCL on the device's
  * stream), for a device made with nccl set. Every rank of host calls it; own_host:
@@ -60,7 +60,7 @@ int device_cuda_available(void);
 /* Compiles the program's kernels for arch ("sm_90") into the kernel cache, with no
  * GPU and no driver (NVRTC only): train --compile-kernels. Prints what it did. 0, or
  * -1 with a message. */
-int device_cuda_precompile(const RtProgram *p, const char *source, const char *arch, const CudaOptions *o, char *err,
+int device_cuda_precompile(const Prog *p, const char *source, const char *arch, const CudaOptions *o, char *err,
                            size_t errlen);
 
 #endif

@@ -1,5 +1,5 @@
 /* executor: instruction lists → Device and Comm calls (see the header). The dispatch
- * table below is the only place that knows the instruction kinds of program.h. Reserved
+ * table below is the only place that runs the instructions of program/isa.h. Reserved
  * tiers keep one commit count per granule; a granule has memory behind it while
  * its count is above zero.
  */
@@ -8,14 +8,13 @@
 #include "runtime/fileio.h"
 #include "runtime/offload.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const tier_names[RT_TIERS] = {"params", "grads", "opt", "work"};
-
 int64_t exec_tier_bytes(const Executor *ex, int tier) {
-  return ex->prog->tiers[tier] * (tier == RT_TIER_WORK ? ex->prog->slots : 1);
+  return ex->prog->s->tiers[tier] * (tier == TIER_WORK ? ex->prog->s->slots : 1);
 }
 
 /* Tier t's bytes rounded up to the device's granule. */
@@ -24,34 +23,17 @@ static int64_t reserved_bytes(const Executor *ex, int t) {
   return (exec_tier_bytes(ex, t) + g - 1) / g * g;
 }
 
-/* Staging bytes the "comm" instructions of list need: all_gather and
- * reduce_scatter with an outer dimension reorder the whole tensor through it. */
-static int64_t list_staging(const RtList *list) {
-  int64_t most = 0;
-  for (int i = 0; i < list->n; i++) {
-    const RtComm *c = &list->instr[i].comm;
-    int reorder = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER;
-    if (list->instr[i].op == ISA_COMM && reorder && c->outer > 1 && c->outer * c->n * c->inner * 4 > most)
-      most = c->outer * c->n * c->inner * 4;
-  }
-  return most;
-}
-
-static int exec_alloc_staging(Executor *ex) {
-  const RtProgram *p = ex->prog;
-  const RtList *lists[4] = {&p->step, &p->gradnorm, &p->update, &p->forward};
-  for (int l = 0; l < 4; l++) {
-    int64_t b = list_staging(lists[l]);
-    ex->staging_bytes = b > ex->staging_bytes ? b : ex->staging_bytes;
-  }
-  if (ex->staging_bytes == 0) return 0;
-  return (ex->staging = ex->dev->alloc(ex->dev, ex->staging_bytes)) ? 0 : -1;
+/* The staging buffer of the collectives' reorders and the host buffer of "norm". */
+static int exec_alloc_scratch(Executor *ex) {
+  const ProgStage *s = ex->prog->s;
+  if (s->staging > 0 && !(ex->staging = ex->dev->alloc(ex->dev, s->staging))) return -1;
+  return (ex->norm_parts = calloc((size_t)s->norm_parts + 1, sizeof *ex->norm_parts)) ? 0 : -1;
 }
 
 /* Under ex->lock. */
 static int64_t in_use_locked(const Executor *ex) {
-  int64_t n = ex->staging_bytes + ex->dev->own_bytes;
-  for (int t = 0; t < RT_TIERS; t++) n += ex->committed[t];
+  int64_t n = ex->prog->s->staging + ex->dev->own_bytes;
+  for (int t = 0; t < TIERS; t++) n += ex->committed[t];
   return n;
 }
 
@@ -67,49 +49,50 @@ static int exec_reserve_tier(Executor *ex, int t) {
   return ex->tiers[t] ? 0 : -1;
 }
 
-int exec_init_reserved(Executor *ex, const RtProgram *prog, Device *dev, unsigned reserve_mask, char *err,
-                       size_t errlen) {
+int exec_init_reserved(Executor *ex, const Prog *prog, Device *dev, unsigned reserve_mask, char *err, size_t errlen) {
   memset(ex, 0, sizeof *ex);
   pthread_mutex_init(&ex->lock, NULL);
   ex->lock_init = 1;
   ex->prog = prog;
   ex->dev = dev;
   int can_reserve = dev->reserve && dev->granule > 0;
-  for (int t = 0; t < RT_TIERS; t++) {
-    int64_t bytes = prog->tiers[t] > 0 ? exec_tier_bytes(ex, t) : 64;
-    int reserve = can_reserve && (reserve_mask >> t & 1) && prog->tiers[t] > 0;
+  const int64_t *tiers = prog->s->tiers;
+  for (int t = 0; t < TIERS; t++) {
+    int64_t bytes = tiers[t] > 0 ? exec_tier_bytes(ex, t) : 64;
+    int reserve = can_reserve && (reserve_mask >> t & 1) && tiers[t] > 0;
     if (reserve ? exec_reserve_tier(ex, t) != 0 : (ex->tiers[t] = dev->alloc(dev, bytes)) == NULL) {
       exec_free(ex);
-      return file_set_error(err, errlen, "out of memory for the %s tier (%lld bytes)", tier_names[t], (long long)bytes);
+      return file_set_error(err, errlen, "out of memory for the %s tier (%lld bytes)", isa_tier_names[t],
+                            (long long)bytes);
     }
     ex->committed[t] = ex->peak[t] = reserve ? 0 : exec_tier_bytes(ex, t);
   }
   memcpy(ex->run, ex->tiers, sizeof ex->run);
-  if (exec_alloc_staging(ex) != 0) {
+  if (exec_alloc_scratch(ex) != 0) {
     exec_free(ex);
-    return file_set_error(err, errlen,
-                          "out of memory for the comm staging buffer (%lld "
-                          "bytes)",
-                          (long long)ex->staging_bytes);
+    return file_set_error(err, errlen, "out of memory for the comm staging buffer (%lld bytes)",
+                          (long long)prog->s->staging);
   }
   ex->total_peak = in_use_locked(ex);
+  ex->step.loss_scale = 1;
   return 0;
 }
 
-int exec_init(Executor *ex, const RtProgram *prog, Device *dev, char *err, size_t errlen) {
+int exec_init(Executor *ex, const Prog *prog, Device *dev, char *err, size_t errlen) {
   return exec_init_reserved(ex, prog, dev, 0, err, errlen);
 }
 
 void exec_free(Executor *ex) {
   offload_free(ex->off); /* first: its copy thread uses the tiers */
   ex->off = NULL;
-  for (int t = 0; t < RT_TIERS; t++) {
+  for (int t = 0; t < TIERS; t++) {
     if (ex->commits[t] && ex->tiers[t]) ex->dev->unreserve(ex->dev, ex->tiers[t], reserved_bytes(ex, t));
     else if (ex->tiers[t]) ex->dev->free(ex->dev, ex->tiers[t]);
     free(ex->commits[t]);
   }
   if (ex->staging) ex->dev->free(ex->dev, ex->staging);
-  ex->staging = NULL;
+  free(ex->norm_parts);
+  ex->staging = NULL, ex->norm_parts = NULL;
   memset(ex->tiers, 0, sizeof ex->tiers);
   memset(ex->run, 0, sizeof ex->run);
   memset(ex->commits, 0, sizeof ex->commits);
@@ -183,10 +166,8 @@ static int exec_commit_locked(Executor *ex, int tier, int64_t offset, int64_t by
       ;
     if (j > i && ex->dev->commit(ex->dev, ex->tiers[tier], i * g, (j - i) * g) != 0) {
       decommit_idle(ex, tier, g0, i); /* undo this call's earlier runs */
-      return file_set_error(err, errlen,
-                            "out of memory committing %lld bytes of the %s "
-                            "tier",
-                            (long long)((j - i) * g), tier_names[tier]);
+      return file_set_error(err, errlen, "out of memory committing %lld bytes of the %s tier", (long long)((j - i) * g),
+                            isa_tier_names[tier]);
     }
     ex->committed[tier] += (j - i) * g;
     j += j == i;
@@ -214,15 +195,13 @@ void exec_decommit_idle(Executor *ex, int tier, int64_t offset, int64_t bytes) {
 
 /* ---- instructions -------------------------------------------------------------- */
 
-typedef int (*ExecFn)(Executor *ex, const RtInstr *in, const float *scalars);
+/* iter: the innermost loop's iteration (the micro-batch of "slot" and "input"). */
+typedef int (*ExecFn)(Executor *ex, const IsaInstr *in, int64_t iter);
 
 static void exec_missing(const char *what) __attribute__((noreturn));
 static void exec_missing(const char *what) {
   fflush(stdout);
-  fprintf(stderr,
-          "train: internal error: the program needs %s, which the executor was "
-          "not given\n",
-          what);
+  fprintf(stderr, "train: internal error: the program needs %s, which the executor was not given\n", what);
   abort();
 }
 
@@ -233,68 +212,78 @@ static Offload *exec_off(Executor *ex) {
   return ex->off;
 }
 
-/* "on": "host" runs with the host location's PARAMS, GRADS and OPT (and the device's
- * WORK) on the host location's device: on the CPU device both locations are host
- * memory and one device runs both; otherwise the host's device runs it on a host copy
- * of its WORK buffers, copied back afterwards (offload.h). */
-static int exec_kernel(Executor *ex, const RtInstr *in, const float *scalars) {
-  char *host[RT_TIERS], *bufs[RT_MAX_ARGS] = {0};
+/* on_host runs with the host location's PARAMS, GRADS and OPT (and the device's WORK)
+ * on the host location's device: on the CPU device both locations are host memory and
+ * one device runs both; otherwise the host's device runs it on a host copy of its WORK
+ * buffers, copied back afterwards (offload.h). */
+static int exec_kernel(Executor *ex, const IsaInstr *in, int64_t iter) {
+  const ProgKernel *k = &ex->prog->kernels[in->kernel.id];
+  const ProgArg *args = &ex->prog->args[k->arg0];
+  char *host[TIERS], *bufs[PROG_MAX_ARGS] = {0};
   Device *dev = ex->dev;
   char *work = NULL;
-  if (in->on_host) {
+  if (in->kernel.epilogue && ex->dev->gemm_gelu) return 0; /* the GEMM before it applied the GELU */
+  if (in->kernel.on_host) {
     Offload *o = exec_off(ex);
     int64_t room;
     dev = offload_host_device(o);
     work = dev != ex->dev ? offload_host_work(o, &room) : NULL;
-    for (int t = 0; t < RT_TIERS; t++) host[t] = t == RT_TIER_WORK ? ex->run[t] : offload_host_tier(o, t);
+    for (int t = 0; t < TIERS; t++) host[t] = t == TIER_WORK ? ex->run[t] : offload_host_tier(o, t);
   }
-  if (in->epilogue && ex->dev->gemm_gelu) return 0; /* the GEMM before it applied the GELU */
-  char *const *base = in->on_host ? host : ex->run;
+  char *const *base = in->kernel.on_host ? host : ex->run;
   int64_t used = 0;
-  for (int i = 0; i < in->nargs; i++) {
-    const RtArg *a = &in->args[i];
-    char *slot = a->shared ? ex->tiers[RT_TIER_WORK] : ex->run[RT_TIER_WORK];
+  for (int i = 0; i < k->nargs; i++) {
+    const ProgArg *a = &args[i];
+    char *slot = a->shared ? ex->tiers[TIER_WORK] : ex->run[TIER_WORK];
     bufs[i] = (a->shared ? slot : base[a->tier]) + a->offset;
-    if (work && a->tier == RT_TIER_WORK) {
+    if (work && a->tier == TIER_WORK) {
       bufs[i] = work + used, used += a->bytes;
       ex->dev->download(ex->dev, slot, a->offset, bufs[i], a->bytes);
     }
   }
-  dev->kernel(dev, in->kernel, in->extent, bufs, scalars);
-  for (int i = 0; work && i < in->nargs; i++)
-    if (in->args[i].tier == RT_TIER_WORK)
-      ex->dev->upload(ex->dev, in->args[i].shared ? ex->tiers[RT_TIER_WORK] : ex->run[RT_TIER_WORK], in->args[i].offset,
-                      bufs[i], in->args[i].bytes);
+  dev->kernel(dev, (int)k->code, in->kernel.extent, bufs, ex->step.sc);
+  for (int i = 0; work && i < k->nargs; i++)
+    if (args[i].tier == TIER_WORK)
+      ex->dev->upload(ex->dev, args[i].shared ? ex->tiers[TIER_WORK] : ex->run[TIER_WORK], args[i].offset, bufs[i],
+                      args[i].bytes);
   return 0;
 }
 
-static int exec_zero(Executor *ex, const RtInstr *in, const float *scalars) {
-  ex->dev->zero(ex->dev, ex->run[in->tier], in->offset, in->bytes);
+static void zero_committed(Executor *ex, int tier, int64_t offset, int64_t bytes);
+
+/* Of a reserved tier, what has memory behind it. */
+static int exec_zero(Executor *ex, const IsaInstr *in, int64_t iter) {
+  const IsaZero *z = &in->zero;
+  if (ex->commits[z->tier]) zero_committed(ex, z->tier, z->offset, z->bytes);
+  else if (z->bytes > 0) ex->dev->zero(ex->dev, ex->run[z->tier], z->offset, z->bytes);
   return 0;
 }
 
-static int exec_gemm(Executor *ex, const RtInstr *in, const float *scalars) {
+static int exec_gemm(Executor *ex, const IsaInstr *in, int64_t iter) {
   ex->dev->gemm(ex->dev, &in->gemm, ex->run);
   return 0;
 }
 
-static int exec_slot(Executor *ex, const RtInstr *in, const float *scalars) {
-  ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK] + in->index * ex->prog->tiers[RT_TIER_WORK];
+static int exec_slot(Executor *ex, const IsaInstr *in, int64_t iter) {
+  int64_t slot = (in->slot.mb + in->slot.step * iter) % ex->prog->s->slots;
+  ex->run[TIER_WORK] = ex->tiers[TIER_WORK] + slot * ex->prog->s->tiers[TIER_WORK];
   return 0;
 }
 
-static int exec_input(Executor *ex, const RtInstr *in, const float *scalars) {
-  const RtProgram *p = ex->prog;
-  int64_t bytes = p->batch * p->inputs[in->input].row_elems * 4;
+static int exec_input(Executor *ex, const IsaInstr *in, int64_t iter) {
+  const Prog *p = ex->prog;
+  const IsaInput *x = &in->input;
+  int64_t bytes = p->s->batch * p->inputs[x->input].row_elems * 4;
   if (!ex->ctx.inputs) exec_missing("the step's rows (\"input\")");
-  ex->dev->upload(ex->dev, ex->run[RT_TIER_WORK], in->offset, ex->ctx.inputs[in->input] + in->index * bytes, bytes);
+  ex->dev->upload(ex->dev, ex->run[TIER_WORK], x->offset, ex->ctx.inputs[x->input] + (x->mb + x->step * iter) * bytes,
+                  bytes);
   return 0;
 }
 
-static int exec_loss(Executor *ex, const RtInstr *in, const float *scalars) {
+static int exec_loss(Executor *ex, const IsaInstr *in, int64_t iter) {
   float loss;
-  ex->dev->download(ex->dev, ex->run[RT_TIER_WORK], in->offset, &loss, sizeof loss);
-  ex->ctx.loss += loss;
+  ex->dev->download(ex->dev, ex->run[TIER_WORK], in->loss.offset, &loss, sizeof loss);
+  ex->step.loss += loss;
   return 0;
 }
 
@@ -303,21 +292,21 @@ static Comm *exec_pp(Executor *ex) {
   return ex->ctx.pp;
 }
 
-static int exec_send(Executor *ex, const RtInstr *in, const float *scalars) {
+static int exec_send(Executor *ex, const IsaInstr *in, int64_t iter) {
   Comm *pp = exec_pp(ex);
   ex->dev->sync(ex->dev); /* the data is written */
-  pp->isend(pp, exec_at(ex, in->tier, in->offset), in->count, in->peer, in->tag);
+  pp->isend(pp, exec_at(ex, in->p2p.tier, in->p2p.offset), in->p2p.count, in->p2p.peer, in->p2p.tag);
   return 0;
 }
 
-static int exec_recv(Executor *ex, const RtInstr *in, const float *scalars) {
+static int exec_recv(Executor *ex, const IsaInstr *in, int64_t iter) {
   Comm *pp = exec_pp(ex);
-  pp->recv_tag(pp, exec_at(ex, in->tier, in->offset), in->count, in->peer, in->tag);
+  pp->recv_tag(pp, exec_at(ex, in->p2p.tier, in->p2p.offset), in->p2p.count, in->p2p.peer, in->p2p.tag);
   return 0;
 }
 
 /* all_gather of A x N/T x I parts into A x N x I. */
-static void comm_all_gather(Executor *ex, Comm *g, const float *src, float *dst, const RtComm *c) {
+static void comm_all_gather(Executor *ex, Comm *g, const float *src, float *dst, const IsaComm *c) {
   int64_t part = c->n / g->size * c->inner, row = c->n * c->inner;
   if (c->outer == 1) {
     g->all_gather(g, src, dst, part);
@@ -332,7 +321,7 @@ static void comm_all_gather(Executor *ex, Comm *g, const float *src, float *dst,
 }
 
 /* reduce_scatter of an A x N x I partial sum into this rank's A x N/T x I part. */
-static void comm_reduce_scatter(Executor *ex, Comm *g, const float *src, float *dst, const RtComm *c) {
+static void comm_reduce_scatter(Executor *ex, Comm *g, const float *src, float *dst, const IsaComm *c) {
   int64_t part = c->n / g->size * c->inner, row = c->n * c->inner;
   if (c->outer == 1) {
     g->reduce_scatter(g, src, dst, part, COMM_SUM);
@@ -346,55 +335,54 @@ static void comm_reduce_scatter(Executor *ex, Comm *g, const float *src, float *
   g->reduce_scatter(g, st, dst, c->outer * part, COMM_SUM);
 }
 
-static void comm_split(Executor *ex, Comm *g, const float *src, float *dst, const RtComm *c) {
+static void comm_split(Executor *ex, Comm *g, const float *src, float *dst, const IsaComm *c) {
   int64_t part = c->n / g->size * c->inner, row = c->n * c->inner;
   for (int64_t a = 0; a < c->outer; a++)
     ex->dev->copy(ex->dev, (char *)(dst + a * part), (const char *)(src + a * row + g->rank * part), part * 4);
 }
 
-static void comm_all_reduce(Executor *ex, Comm *g, const float *src, float *dst, const RtComm *c) {
+static void comm_all_reduce(Executor *ex, Comm *g, const float *src, float *dst, const IsaComm *c) {
   g->all_reduce(g, src, dst, c->outer * c->n * c->inner, c->red == ISA_RED_MAX ? COMM_MAX : COMM_SUM);
 }
 
-static void comm_broadcast(Executor *ex, Comm *g, const float *src, float *dst, const RtComm *c) {
+static void comm_broadcast(Executor *ex, Comm *g, const float *src, float *dst, const IsaComm *c) {
   int64_t n = c->outer * c->n * c->inner;
   if (g->rank == c->root && src != dst) ex->dev->copy(ex->dev, (char *)dst, (const char *)src, n * 4);
   g->broadcast(g, dst, n, c->root);
 }
 
-static void comm_reduce(Executor *ex, Comm *g, const float *src, float *dst, const RtComm *c) {
+static void comm_reduce(Executor *ex, Comm *g, const float *src, float *dst, const IsaComm *c) {
   g->reduce(g, src, dst, c->outer * c->n * c->inner, COMM_SUM, c->root);
 }
 
 /* The group of a "comm": tp (of the mesh's size), dp, or one of this stage's groups. */
-static Comm *comm_group(Executor *ex, const RtComm *c) {
+static Comm *comm_group(Executor *ex, const IsaComm *c) {
   Comm *g = c->group == ISA_GROUP_TP   ? ex->ctx.tp
             : c->group == ISA_GROUP_DP ? ex->ctx.dp
             : ex->ctx.stage_groups     ? ex->ctx.stage_groups[c->stage_group]
                                        : NULL;
-  if (!g || (c->group == ISA_GROUP_TP && g->size != ex->prog->mesh.tp))
-    exec_missing(c->group == ISA_GROUP_TP ? "a tensor-parallel group of the mesh's tp size "
-                                            "(\"comm\")"
+  if (!g || (c->group == ISA_GROUP_TP && g->size != ex->prog->s->tp))
+    exec_missing(c->group == ISA_GROUP_TP ? "a tensor-parallel group of the mesh's tp size (\"comm\")"
                                           : "the data-parallel or stage group of a \"comm\"");
   return g;
 }
 
-Comm *exec_fork(Executor *ex, const RtInstr *in) {
+Comm *exec_fork(Executor *ex, const IsaInstr *in) {
   if (!in->overlap || !ex->ctx.dp_overlap || !ex->dev->fork) return NULL;
   ex->dev->fork(ex->dev);
   ex->forked = 1;
   return ex->ctx.dp_overlap;
 }
 
-static int exec_comm(Executor *ex, const RtInstr *in, const float *scalars) {
-  typedef void (*CommFn)(Executor *, Comm *, const float *, float *, const RtComm *);
+static int exec_comm(Executor *ex, const IsaInstr *in, int64_t iter) {
+  typedef void (*CommFn)(Executor *, Comm *, const float *, float *, const IsaComm *);
   static const CommFn fns[ISA_COMM_NKINDS] = {
       [ISA_COMM_ALL_REDUCE] = comm_all_reduce,         [ISA_COMM_ALL_GATHER] = comm_all_gather,
       [ISA_COMM_REDUCE_SCATTER] = comm_reduce_scatter, [ISA_COMM_SPLIT] = comm_split,
       [ISA_COMM_BROADCAST] = comm_broadcast,           [ISA_COMM_REDUCE] = comm_reduce};
-  const RtComm *c = &in->comm;
+  const IsaComm *c = &in->comm;
   Comm *g = comm_group(ex, c);
-  float *src = exec_at(ex, c->tier[0], c->offset[0]), *dst = exec_at(ex, c->tier[1], c->offset[1]);
+  float *src = exec_at(ex, c->tier[0], c->off[0]), *dst = exec_at(ex, c->tier[1], c->off[1]);
   if (g->size == 1 && src == dst) /* in place over one rank: the identity */
     return 0;
   Comm *aside = exec_fork(ex, in); /* after what wrote its bytes; a join waits for it */
@@ -404,29 +392,103 @@ static int exec_comm(Executor *ex, const RtInstr *in, const float *scalars) {
 }
 
 /* move and drop are queued on the copy thread; wait blocks for them (offload.h). */
-static int exec_move(Executor *ex, const RtInstr *in, const float *scalars) {
-  offload_issue(exec_off(ex), in, ex->list->name, (int)(in - ex->list->instr));
+static int exec_move(Executor *ex, const IsaInstr *in, int64_t iter) {
+  offload_issue(exec_off(ex), in, prog_str(ex->prog, ex->list->name), (int)(in - &ex->prog->instrs[ex->list->first]));
   return 0;
 }
 
-static int exec_wait(Executor *ex, const RtInstr *in, const float *scalars) {
-  return offload_wait(exec_off(ex), in->chunk, in->part);
+static int exec_wait(Executor *ex, const IsaInstr *in, int64_t iter) {
+  return offload_wait(exec_off(ex), in->move.chunk, in->move.part);
 }
 
 /* zero_gather, zero_release, zero_grad, zero_reduce: to the ZeRO state's hook. No wait
  * for the device: its collectives are ordered with the kernels (comm.h), a commit adds
  * memory no queued work uses, and a decommit waits for the device itself
  * (exec_decommit). */
-static int exec_zero_param(Executor *ex, const RtInstr *in, const float *scalars) {
+static int exec_zero_param(Executor *ex, const IsaInstr *in, int64_t iter) {
   if (!ex->ctx.zero) exec_missing("the ZeRO state (\"zero_gather\", \"zero_grad\", ...)");
   ex->ctx.zero(ex->ctx.zero_arg, ex, in);
   return 0;
 }
 
 /* join: what follows waits for the overlapped collectives issued so far. */
-static int exec_join(Executor *ex, const RtInstr *in, const float *scalars) {
+static int exec_join(Executor *ex, const IsaInstr *in, int64_t iter) {
   if (ex->forked) ex->dev->join(ex->dev);
   ex->forked = 0;
+  return 0;
+}
+
+static void run_list(Executor *ex, const ProgList *list, int last);
+
+static int exec_call(Executor *ex, const IsaInstr *in, int64_t iter) { return 0; /* run_range */ }
+static int exec_loop(Executor *ex, const IsaInstr *in, int64_t iter) { return 0; /* run_range */ }
+
+/* ---- the step's scalars ---------------------------------------------------------- */
+
+double exec_lr(const ExecHp *hp, int64_t t, int64_t steps) {
+  if (hp->warmup > 0 && t <= hp->warmup) return hp->lr * (double)t / (double)hp->warmup;
+  if (hp->schedule == PROG_SCHED_CONSTANT || steps <= hp->warmup) return hp->lr;
+  double progress = (double)(t - hp->warmup) / (double)(steps - hp->warmup);
+  if (progress > 1) progress = 1;
+  return hp->min_lr + 0.5 * (hp->lr - hp->min_lr) * (1 + cos(M_PI * progress));
+}
+
+void exec_scalars(Executor *ex, double lr, int64_t t, double gscale) {
+  const ExecHp *hp = &ex->step.hp;
+  float *sc = ex->step.sc;
+  sc[SC_LR] = (float)lr;
+  sc[SC_BC1] = (float)(1.0 / (1.0 - pow(hp->beta1, (double)t)));
+  sc[SC_BC2] = (float)(1.0 / (1.0 - pow(hp->beta2, (double)t)));
+  sc[SC_GSCALE] = (float)gscale;
+  sc[SC_STEP] = (float)t;
+  sc[SC_BETA1] = (float)hp->beta1;
+  sc[SC_BETA2] = (float)hp->beta2;
+  sc[SC_EPS] = (float)hp->eps;
+  sc[SC_WD] = (float)hp->weight_decay;
+  sc[SC_MOMENTUM] = (float)hp->momentum;
+  sc[SC_LOSS_SCALE] = 1.0f;
+  sc[SC_APPLY] = 1.0f;
+}
+
+void exec_begin_step(Executor *ex, int64_t k) {
+  ExecStep *st = &ex->step;
+  st->step = k;
+  st->lr = exec_lr(&st->hp, k, st->steps);
+  exec_scalars(ex, st->lr, k, 1.0);
+  st->scale = st->hp.loss_scaling ? st->loss_scale : 1.0; /* fp16: gradients come scaled */
+  st->sc[SC_LOSS_SCALE] = (float)st->scale;
+}
+
+/* norm: the loss, the norm's square and the failure flag summed over every rank; a
+ * rank's failure stops the list everywhere (its message is its own; the others' empty).
+ * Then the update's scalars: fp16 skips a step whose norm is not finite (the update
+ * keeps every value, its list still runs for its moves) and moves its loss scale; else
+ * the gradients' sum becomes the mean, clipped, unscaled, and Adam's bias corrections
+ * count the updates made. */
+static int exec_norm(Executor *ex, const IsaInstr *in, int64_t iter) {
+  ExecStep *st = &ex->step;
+  const IsaNorm *n = &in->norm;
+  exec_read(ex, TIER_WORK, n->offset, ex->norm_parts, n->count * 4);
+  double v[3] = {st->loss, 0, st->failed || ex->stop};
+  for (int64_t i = 0; i < n->count; i++) v[1] += ex->norm_parts[i];
+  ex->ctx.world->host_all_reduce(ex->ctx.world, v, 3, COMM_SUM);
+  if (v[2] > 0) return -1;
+  st->mem = ex->total_peak;
+  double parts = (double)ex->ctx.dp_size * (double)n->microbatches; /* the gradients summed over these */
+  st->mean_loss = (float)(v[0] / parts);
+  st->norm = sqrt(v[1]) / parts / st->scale;
+  st->skip = st->hp.loss_scaling && !isfinite(st->norm);
+  if (st->skip) {
+    st->loss_scale *= st->hp.scale_backoff, st->good_steps = 0;
+    exec_scalars(ex, st->lr, st->step - st->skipped, 0.0);
+    st->sc[SC_APPLY] = 0.0f;
+  } else {
+    double gscale = st->hp.clip > 0 ? fmin(1.0, st->hp.clip / (st->norm + 1e-6)) : 1.0;
+    exec_scalars(ex, st->lr, st->step - st->skipped, gscale / parts / st->scale);
+    if (st->hp.loss_scaling && ++st->good_steps == st->hp.scale_interval)
+      st->loss_scale *= st->hp.scale_growth, st->good_steps = 0;
+  }
+  st->skipped += st->skip;
   return 0;
 }
 
@@ -446,40 +508,67 @@ static const ExecFn exec_fns[ISA_NOPS] = {[ISA_KERNEL] = exec_kernel,
                                           [ISA_ZERO_RELEASE] = exec_zero_param,
                                           [ISA_ZERO_GRAD] = exec_zero_param,
                                           [ISA_ZERO_REDUCE] = exec_zero_param,
-                                          [ISA_JOIN] = exec_join};
+                                          [ISA_JOIN] = exec_join,
+                                          [ISA_LOOP] = exec_loop,
+                                          [ISA_CALL] = exec_call,
+                                          [ISA_NORM] = exec_norm};
 
-int exec_run(Executor *ex, const RtList *list, const float *scalars) {
-  int rc = ex->off && offload_failed(ex->off) ? -1 : 0;
-  ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK];
-  ex->list = list;
-  for (int i = 0; rc == 0 && i < list->n; i++) {
-    const RtInstr *in = &list->instr[i];
-    if ((in->dp_rank < 0 || in->dp_rank == ex->ctx.dp_rank) && (in->tp_rank < 0 || in->tp_rank == ex->ctx.tp_rank) &&
-        (!in->last_mb || ex->ctx.last_mb))
-      rc = exec_fns[in->op](ex, in, scalars);
+/* Instructions [from, to) of list: loops run their bodies, calls their lists; last: a
+ * final loop's last iteration is running (the "last" instructions run). After an
+ * instruction fails (the offload's copy thread did) the list runs nothing but its "norm",
+ * where every rank learns of it and stops. */
+static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t to, int64_t iter, int last) {
+  const IsaInstr *v = &ex->prog->instrs[list->first];
+  for (int64_t i = from; i < to; i++) {
+    const IsaInstr *in = &v[i];
+    if ((in->dp_rank >= 0 && in->dp_rank != ex->ctx.dp_rank) || (in->tp_rank >= 0 && in->tp_rank != ex->ctx.tp_rank) ||
+        (in->last && !last) || (ex->stop && in->op != ISA_NORM && in->op != ISA_LOOP && in->op != ISA_CALL))
+      continue;
+    if (in->op == ISA_LOOP) {
+      for (int64_t k = 0; k < in->loop.count; k++)
+        run_range(ex, list, i + 1, i + 1 + in->loop.body, k, in->loop.final && k == in->loop.count - 1);
+      i += in->loop.body;
+    } else if (in->op == ISA_CALL) {
+      run_list(ex, &ex->prog->lists[in->call.list], last);
+      ex->list = list;
+    } else if (exec_fns[in->op](ex, in, iter) != 0) {
+      ex->stop = in->op == ISA_NORM ? 2 : ex->stop ? ex->stop : 1;
+    }
+    if (ex->stop == 2) return;
   }
-  exec_join(ex, NULL, scalars); /* the list's end waits for what it overlapped */
-  ex->run[RT_TIER_WORK] = ex->tiers[RT_TIER_WORK];
+}
+
+/* A list's end waits for what it overlapped. */
+static void run_list(Executor *ex, const ProgList *list, int last) {
+  ex->list = list;
+  run_range(ex, list, 0, list->n, 0, last);
+  exec_join(ex, NULL, 0);
+}
+
+int exec_run(Executor *ex, const ProgList *list) {
+  ex->stop = ex->off && offload_failed(ex->off);
+  ex->run[TIER_WORK] = ex->tiers[TIER_WORK];
+  run_list(ex, list, 1);
+  ex->run[TIER_WORK] = ex->tiers[TIER_WORK];
   ex->list = NULL;
   if (list->sends) exec_pp(ex)->wait_sends(exec_pp(ex));
+  int rc = ex->stop ? -1 : 0;
+  ex->stop = 0;
   return rc;
 }
 
-/* The committed granules of a reserved tier, in maximal runs. */
-static void zero_committed(Executor *ex, int tier) {
-  int64_t g = ex->dev->granule, n = reserved_bytes(ex, tier) / g;
+/* The committed granules of [offset, offset + bytes) of a reserved tier, in maximal runs. */
+static void zero_committed(Executor *ex, int tier, int64_t offset, int64_t bytes) {
+  int64_t g = ex->dev->granule, g0, g1;
+  granule_span(ex, offset, bytes, &g0, &g1);
   pthread_mutex_lock(&ex->lock);
-  for (int64_t i = 0, j; i < n; i = j + 1) {
-    for (j = i; j < n && ex->commits[tier][j] > 0; j++)
+  for (int64_t i = g0, j; i < g1; i = j + 1) {
+    for (j = i; j < g1 && ex->commits[tier][j] > 0; j++)
       ;
-    if (j > i) ex->dev->zero(ex->dev, ex->tiers[tier], i * g, (j - i) * g);
+    int64_t lo = i * g > offset ? i * g : offset, hi = j * g < offset + bytes ? j * g : offset + bytes;
+    if (j > i) ex->dev->zero(ex->dev, ex->tiers[tier], lo, hi - lo);
   }
   pthread_mutex_unlock(&ex->lock);
-}
-
-void exec_zero_tier(Executor *ex, int tier) {
-  if (ex->prog->tiers[tier] > 0 && ex->commits[tier]) zero_committed(ex, tier);
-  else if (ex->prog->tiers[tier] > 0) ex->dev->zero(ex->dev, ex->tiers[tier], 0, exec_tier_bytes(ex, tier));
 }
 
 /* [offset, offset+bytes) of a tier in runs that are all committed (*has 1) or all not

@@ -1,55 +1,46 @@
-/* executor: runs the instruction lists of a loaded program (train_program.h) on a
- * Device, and owns the program's four memory tiers.
+/* executor: runs the lists of a program (program/program.h) on a Device, and owns the
+ * program's four memory tiers.
  *
- * Device is the backend seam (STYLE.md habit 6): a struct of function pointers
- * the executor calls without knowing which backend it drives. The CPU device
- * (train_device_cpu.c) runs kernels on a persistent thread pool, static
- * contiguous chunks of [0, extent), and GEMMs through OpenBLAS on the calling
- * thread (OpenBLAS uses its own threads, set to the same count); a CUDA device
- * will launch NVRTC-compiled kernels and cuBLASLt on a stream.
+ * Device is the backend seam (STYLE.md habit 6): a struct of function pointers the
+ * executor calls without knowing which backend it drives: the CPU device
+ * (device/cpu.c: kernels on a thread pool, GEMMs on OpenBLAS) and the CUDA device
+ * (device/cuda.c: NVRTC kernels, cuBLASLt, NCCL, on streams).
+ *
+ * Running a list (exec_run): its instructions in order, each by the function of its
+ * opcode in exec_fns; a "loop" runs its body count times (iteration i: the slot and input
+ * instructions' micro-batch mb + step * i; the body's "last" instructions in the last
+ * iteration of a final loop only), a "call" runs the list it names, whose end (like every
+ * list's) waits for the collectives it overlapped; an instruction with a rank condition
+ * runs only where ExecCtx's coordinates match it. "norm" is the step's one host
+ * reduction over every rank: the loss, the gradient norm and whether a rank failed,
+ * then the update's scalars (ExecStep). Kernels get ExecStep.sc.
  *
  * Memory: exec_init allocates each tier once, 64-byte aligned and zeroed (WORK as
- * prog->slots slots; a "slot" instruction moves the WORK base the following
- * instructions see), and a staging buffer for the reorders of "comm" instructions
- * whose outer dimension is above 1; nothing is allocated afterwards.
+ * `slots` slots; a "slot" instruction moves the WORK base the following instructions
+ * see), and the program's staging buffer for the reorders of "comm" instructions whose
+ * outer dimension is above 1; nothing is allocated afterwards. Tier base pointers are
+ * device addresses: the host reads and writes them only through exec_read/exec_write, or
+ * directly through exec_host_tier when the device's memory is host memory.
  *
- * An instruction with a rank condition ("dp_rank", "tp_rank") runs only where
- * ExecCtx's coordinates match it.
- * Parallel instructions (program.h) go through ExecCtx: "comm" to its group's
- * collectives (all_gather and reduce_scatter of an A x N x I tensor split along N
- * are one collective on the staging buffer plus A x T device copies), "send" and
- * "recv" to the pp group's isend/recv_tag, "input" uploads rows of one of ctx.inputs,
- * "loss" reads one f32 back and adds it to ctx.loss, and the ZeRO
- * instructions ("zero_gather", "zero_release", "zero_grad", "zero_reduce") go to
- * the ctx.zero hook (train_zero.h commits, decommits and
- * communicates). Tier base pointers are device addresses: the host
- * reads and writes them only through exec_read/exec_write, or directly through
- * exec_host_tier when the device's memory is host memory (the CPU device).
+ * Reserved tiers (ZeRO, train_zero.h; offload): exec_init_reserved makes chosen tiers
+ * address space only, at the same offsets, when the device can reserve; exec_commit puts
+ * memory behind parts of them and exec_decommit takes it back. Commitment is counted per
+ * granule (the device's unit: the page on the CPU), so ranges that share a granule at
+ * their ends may be committed and decommitted independently; a range's memory is zero the
+ * first time it is committed; "zero" of a reserved tier zeroes what has memory behind
+ * it. peak[] records the most each tier held since exec_init or exec_peak_reset. The
+ * commit counts are guarded by ex->lock: an offload program's copy thread (offload.h)
+ * commits and decommits while the main thread runs kernels.
  *
- * Reserved tiers (ZeRO, train_zero.h): exec_init_reserved makes chosen tiers address
- * space only, at the same offsets, when the device can reserve; exec_commit puts
- * memory behind parts of them (the shards a rank owns, or parameters gathered for a
- * step) and exec_decommit takes it back. Commitment is counted per granule (the
- * device's unit: the page on the CPU), so ranges that share a granule at their ends
- * may be committed and decommitted independently; a range's memory is zero the first
- * time it is committed. peak[] records the most each tier held since exec_init or
- * exec_peak_reset. The compiled kernels address every tier at fixed offsets,
- * which is why a shard is a committed part of the whole tier's address space rather
- * than a smaller buffer. A device without `reserve` gets whole tiers (commits are
- * then no-ops), and exec_committed tells the truth either way. The commit counts are
- * guarded by ex->lock: an offload program's copy thread (offload.h) commits and
- * decommits while the main thread runs kernels.
- *
- * Offload (program.h, "Memory tiers and offload"): an offload program's PARAMS,
- * GRADS and OPT are reserved, and offload_init (offload.h) hangs the other two
- * locations and the copy thread on ex->off; exec_run queues "move" and "drop" there,
- * blocks on "wait", and runs kernels "on": "host" with the host location's bases.
+ * Offload: offload_init (offload.h) hangs the host and NVMe locations and the copy thread
+ * on ex->off; exec_run queues "move" and "drop" there, blocks on "wait", and runs the
+ * kernels marked on_host with the host location's bases.
  */
 #ifndef COLOSSALC_RUNTIME_EXECUTOR_H
 #define COLOSSALC_RUNTIME_EXECUTOR_H
 
 #include "runtime/comm.h"
-#include "runtime/train_program.h"
+#include "program/program.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -63,11 +54,11 @@ struct Device {
   /* A zeroed buffer of bytes (> 0), aligned to 64; NULL when out of memory. */
   char *(*alloc)(Device *dev, int64_t bytes);
   void (*free)(Device *dev, char *buf);
-  /* kernel id over [0, extent) with the address of each of its buffers (program.h,
-   * "args") and the scalars. */
+  /* kernel code `id` (ProgCode) over [0, extent) with the address of each of its
+   * buffers (ProgArg) and the scalars. */
   void (*kernel)(Device *dev, int id, int64_t extent, char *const *bufs, const float *scalars);
   void (*zero)(Device *dev, char *base, int64_t offset, int64_t bytes);
-  void (*gemm)(Device *dev, const RtGemm *g, char *const *tiers);
+  void (*gemm)(Device *dev, const IsaGemm *g, char *const *tiers);
   void (*upload)(Device *dev, char *base, int64_t offset, const void *src, int64_t bytes);
   /* bytes from device address src to dst (the ranges do not overlap). */
   void (*copy)(Device *dev, char *dst, const char *src, int64_t bytes);
@@ -134,7 +125,7 @@ enum { XFER_IN, XFER_OUT, XFER_ZERO };
 enum { DEVICE_MARKS = 2048 };
 
 /* The CPU device: `threads` threads for kernels and for OpenBLAS. */
-Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, char *err, size_t errlen);
+Device *device_cpu_new(const ProgKernelFn *kernels, int nkernels, int threads, char *err, size_t errlen);
 
 /* Before its first reserve: the CPU device's reserved memory is pinned through gpu
  * (Device.host_pin) while resident, one registration per run of resident pages within
@@ -148,58 +139,89 @@ void device_cpu_pin_through(Device *cpu, Device *gpu, int64_t budget);
 typedef struct Executor Executor;
 /* Runs one ZeRO instruction (zero_gather, zero_release, zero_grad, zero_reduce) with
  * the state it was given as arg (train_zero.h's zero_exec_instr). */
-typedef void (*ExecZeroFn)(void *arg, Executor *ex, const RtInstr *in);
+typedef void (*ExecZeroFn)(void *arg, Executor *ex, const IsaInstr *in);
 
-/* What the parallel instructions of program.h use beyond the tiers, set by the
- * caller before exec_run: the groups they talk to, this step's rows for "input",
- * the sum the "loss" instructions add to, and the hook the ZeRO instructions of a
- * zero_scheduled program go to. */
+/* The optimizer's settings: the program's (ProgStage), after train's flags. */
+typedef struct ExecHp {
+  ProgOptimizer optimizer;
+  ProgSchedule schedule;
+  double lr, beta1, beta2, eps, weight_decay, momentum, clip, min_lr;
+  int64_t warmup;
+  int loss_scaling; /* fp16: dynamic loss scaling (program/program.h) */
+  double scale_init, scale_growth, scale_backoff;
+  int64_t scale_interval;
+} ExecHp;
+
+/* The run's state the scalars come from, and what a step's "norm" found. */
+typedef struct ExecStep {
+  ExecHp hp;
+  int64_t steps;      /* of the run (the learning rate's schedule ends there) */
+  int64_t step;       /* the step running, from 1 */
+  double loss_scale;  /* fp16: the scale of this step's gradients (1 otherwise) */
+  int64_t good_steps; /* fp16: finite steps since the scale last changed */
+  int64_t skipped;    /* fp16: steps skipped for an inf or NaN gradient */
+  int failed;         /* this rank's batch could not be read: "norm" stops every rank */
+  double loss;        /* the sum of the "loss" instructions' values (zeroed by the caller) */
+  float sc[SC_COUNT]; /* what every kernel gets (program/program.h, "Scalars") */
+  /* found by "norm": */
+  float mean_loss; /* over the micro-batches and the dp ranks */
+  double lr, norm; /* the step's learning rate; the norm of the mean gradient */
+  double scale;    /* the loss scale the step ran with */
+  int skip;        /* fp16: an inf or NaN gradient, no update */
+  int64_t mem;     /* device memory held at the norm (the step's gathers done) */
+} ExecStep;
+
+/* What the instructions use beyond the tiers, set by the caller before exec_run: the
+ * groups they talk to, this step's rows for "input", and the hook of the ZeRO
+ * instructions. */
 typedef struct ExecCtx {
+  Comm *world;          /* "norm": every rank */
+  int dp_size;          /* the mesh's dp: "norm" averages over dp x microbatches */
   Comm *tp;             /* "comm": the tensor-parallel group (size mesh.tp) */
-  Comm *dp;             /* "comm" "group": "dp": the data-parallel group */
-  Comm **stage_groups;  /* [prog->nstage_groups] "group": "stages": this stage's groups
-                           of stages (NULL where it is not in one) */
+  Comm *dp;             /* "comm" group dp: the data-parallel group */
+  Comm **stage_groups;  /* [ngroups] group stages: this stage's groups of stages (NULL
+                           where it is not in one) */
   Comm *dp_overlap;     /* "overlap" collectives: the dp group on the device's
                            communication stream (Device.fork), or NULL: ctx.dp */
-  int dp_rank, tp_rank; /* this rank's coordinates: "dp_rank"/"tp_rank" conditions */
-  int last_mb;          /* this run of `step` is the step's last micro-batch */
+  int dp_rank, tp_rank; /* this rank's coordinates: the rank conditions */
   Comm *pp;             /* "send", "recv": the pipeline group, rank = stage */
-  char *const *inputs;  /* [prog->ninputs] this rank's rows of the step, each
+  char *const *inputs;  /* [ninputs] this rank's rows of the step, each
                            [microbatches * batch * row_elems] 4-byte values */
-  double loss;          /* += each "loss" value (the caller zeroes it) */
   ExecZeroFn zero;      /* "zero_gather", ...: the ZeRO state's hook, or NULL */
   void *zero_arg;
 } ExecCtx;
 
 struct Executor {
-  const RtProgram *prog;
+  const Prog *prog;
   Device *dev;
-  char *tiers[RT_TIERS];       /* device base of each tier, prog->tiers[i] bytes (WORK:
-                                  prog->slots slots of prog->tiers[RT_TIER_WORK]) */
-  char *run[RT_TIERS];         /* the bases instructions see: WORK at the current slot */
-  uint32_t *commits[RT_TIERS]; /* reserved tiers: commit count per granule, else NULL */
-  int64_t committed[RT_TIERS]; /* bytes of memory behind each tier */
-  int64_t peak[RT_TIERS];      /* the most committed[] since exec_init or exec_peak_reset */
-  int64_t total_peak;          /* the most device memory held at once (all tiers, staging
-                                  and the device's own bytes) since the same */
-  char *staging;               /* [staging_bytes] device scratch of "comm" reorders */
-  int64_t staging_bytes;
+  char *tiers[TIERS];       /* device base of each tier (WORK: slots slots) */
+  char *run[TIERS];         /* the bases instructions see: WORK at the current slot */
+  uint32_t *commits[TIERS]; /* reserved tiers: commit count per granule, else NULL */
+  int64_t committed[TIERS]; /* bytes of memory behind each tier */
+  int64_t peak[TIERS];      /* the most committed[] since exec_init or exec_peak_reset */
+  int64_t total_peak;       /* the most device memory held at once (all tiers, staging
+                               and the device's own bytes) since the same */
+  char *staging;            /* [staging] device scratch of "comm" reorders */
+  float *norm_parts;        /* [norm_parts] host: "norm"'s partial sums */
   ExecCtx ctx;
+  ExecStep step;
   Offload *off;         /* an offload program's locations and copy thread
                            (offload.h, set by offload_init), else NULL */
-  const RtList *list;   /* the list exec_run is running (messages) */
+  const ProgList *list; /* the list running (messages) */
   int forked;           /* an "overlap" collective is on the communication stream */
+  int stop;             /* exec_run: 1 an instruction failed (the list runs its "norm"
+                           alone), 2 "norm" found a rank that failed (the list stops) */
   pthread_mutex_t lock; /* commits[], committed[] and peak[]: the copy thread
                            commits too */
   int lock_init;
 };
 
-/* Allocates the tiers of prog on dev. 0, or -1 with a message. */
-int exec_init(Executor *ex, const RtProgram *prog, Device *dev, char *err, size_t errlen);
+/* Allocates the tiers of prog (a stage's view, kept by the caller) on dev. 0, or -1
+ * with a message. */
+int exec_init(Executor *ex, const Prog *prog, Device *dev, char *err, size_t errlen);
 /* The same, with the tiers whose bit (1 << tier) is in reserve_mask reserved rather
  * than allocated when the device can (see above). */
-int exec_init_reserved(Executor *ex, const RtProgram *prog, Device *dev, unsigned reserve_mask, char *err,
-                       size_t errlen);
+int exec_init_reserved(Executor *ex, const Prog *prog, Device *dev, unsigned reserve_mask, char *err, size_t errlen);
 void exec_free(Executor *ex);
 
 /* Memory behind [offset, offset+bytes) of a tier (nothing to do unless reserved);
@@ -221,19 +243,21 @@ void exec_peak_reset(Executor *ex);
  * device's own bytes. */
 int64_t exec_in_use(Executor *ex);
 
-/* Runs list in order with scalars[TRAIN_SCALARS], from slot 0; a list that sends
- * returns after every send completed (ex->ctx.pp's wait_sends). "move" and "drop"
- * go to the copy thread of ex->off, "wait" blocks on it (offload.h). 0, or -1 when
- * the offload's copy thread failed (a move beyond the device capacity, an NVMe
- * error): the list stops at its next "wait" (a list run after the failure runs
- * nothing) and offload_drain gives the message. */
-int exec_run(Executor *ex, const RtList *list, const float *scalars);
+/* Runs list from slot 0 (above); a list that sends returns after every send completed
+ * (ex->ctx.pp's wait_sends). 0, or -1 when "norm" found that a rank failed
+ * (ex->step.failed somewhere) or the offload's copy thread failed: the list stops there
+ * (offload_drain gives the copy thread's message). */
+int exec_run(Executor *ex, const ProgList *list);
+/* The learning rate of step t (from 1) of hp's schedule over `steps`. */
+double exec_lr(const ExecHp *hp, int64_t t, int64_t steps);
+/* ex->step.sc for learning rate lr, update count t and gradient scale gscale (the loss
+ * scale 1, the update applied). */
+void exec_scalars(Executor *ex, double lr, int64_t t, double gscale);
+/* A training step k's scalars before its "norm": its learning rate and loss scale. */
+void exec_begin_step(Executor *ex, int64_t k);
 /* Bytes of the whole tier (WORK: all its slots). */
 int64_t exec_tier_bytes(const Executor *ex, int tier);
 
-/* Zeroes a whole tier; of a reserved tier, the granules with memory behind them
- * (what is not committed reads as zero when it is). */
-void exec_zero_tier(Executor *ex, int tier);
 /* Host bytes to / from a tier through the device. Of a reserved tier, only what has
  * memory behind it is written, and the rest reads as zeros. */
 void exec_write(Executor *ex, int tier, int64_t offset, const void *src, int64_t bytes);
@@ -244,7 +268,7 @@ char *exec_host_tier(Executor *ex, int tier);
  * to wait for the work queued so far, and the Comm whose collectives run on it
  * (ExecCtx.dp_overlap); a "join" or the list's end waits for them. NULL otherwise: run
  * it in order. */
-Comm *exec_fork(Executor *ex, const RtInstr *in);
+Comm *exec_fork(Executor *ex, const IsaInstr *in);
 /* bytes of the device's staging host memory (Device.host_alloc, else malloc), and back. */
 void *exec_host_alloc(Device *dev, int64_t bytes);
 void exec_host_free(Device *dev, void *p);

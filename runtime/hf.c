@@ -379,63 +379,6 @@ HfSource *hf_source_open(const char *path, char *err, size_t errlen) {
   return s;
 }
 
-/* ---- the program's "arch" ------------------------------------------------------- */
-
-typedef struct HfArch {
-  int64_t heads;                 /* 0: no attention, -1: the attention ops differ */
-  int causal;                    /* 1: every attention causal */
-  int scaled;                    /* some attention has its own scale */
-  char norm[16], activation[16]; /* "" when none */
-  double norm_eps, rope_theta;   /* 0: none, -1: the ops differ */
-} HfArch;
-
-static int arch_num(const cJSON *o, const char *key, double *out, const char *text, char *err, size_t errlen) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (v && !cJSON_IsNumber(v)) return file_set_error(err, errlen, "arch %s: \"%s\" is not a number", text, key);
-  *out = v ? v->valuedouble : 0;
-  return 0;
-}
-
-static int arch_str(const cJSON *o, const char *key, char *out, size_t len, const char *text, char *err,
-                    size_t errlen) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (v && (!cJSON_IsString(v) || strlen(v->valuestring) >= len))
-    return file_set_error(err, errlen, "arch %s: \"%s\" is not a short string", text, key);
-  snprintf(out, len, "%s", v ? v->valuestring : "");
-  return 0;
-}
-
-static int arch_fields(const cJSON *o, HfArch *a, const char *text, char *err, size_t errlen) {
-  double heads = 0, causal = 0;
-  const cJSON *sc = cJSON_GetObjectItemCaseSensitive(o, "attention_scale");
-  if (arch_num(o, "heads", &heads, text, err, errlen) || arch_num(o, "causal", &causal, text, err, errlen) ||
-      arch_num(o, "norm_eps", &a->norm_eps, text, err, errlen) ||
-      arch_num(o, "rope_theta", &a->rope_theta, text, err, errlen) ||
-      arch_str(o, "norm", a->norm, sizeof a->norm, text, err, errlen) ||
-      arch_str(o, "activation", a->activation, sizeof a->activation, text, err, errlen))
-    return -1;
-  if (sc && !cJSON_IsBool(sc))
-    return file_set_error(err, errlen, "arch %s: \"attention_scale\" is not a boolean", text);
-  if (heads < -1 || heads > (1 << 20) || heads != (int64_t)heads)
-    return file_set_error(err, errlen, "arch %s: \"heads\" is not a count", text);
-  a->heads = (int64_t)heads, a->causal = causal == 1, a->scaled = cJSON_IsTrue(sc);
-  return 0;
-}
-
-static int arch_parse(const char *text, HfArch *a, char *err, size_t errlen) {
-  memset(a, 0, sizeof *a);
-  cJSON *o = text ? cJSON_Parse(text) : NULL;
-  int rc = cJSON_IsObject(o) ? arch_fields(o, a, text, err, errlen)
-                             : file_set_error(err, errlen, "arch %s: not a JSON object", text ? text : "(none)");
-  cJSON_Delete(o);
-  return rc;
-}
-
-int hf_arch_check(const char *arch_json, char *err, size_t errlen) {
-  HfArch a;
-  return arch_parse(arch_json, &a, err, errlen);
-}
-
 /* What transformers computes for the family, against what the program computes. */
 static int arch_fits(const HfFamily *f, const HfArch *a, char *err, size_t errlen) {
   char why[160];
@@ -602,17 +545,15 @@ static int family_for_save(const HfParam *ps, int n, const HfFamily **f, char *e
   return 0;
 }
 
-int hf_save(const char *dir, const HfParam *ps, int n, const char *arch_json, int64_t seq, char *err, size_t errlen) {
+int hf_save(const char *dir, const HfParam *ps, int n, const HfArch *arch, int64_t seq, char *err, size_t errlen) {
   const HfFamily *f;
-  HfArch a;
   HfBind b = {0};
-  if (!arch_json)
+  if (!arch)
     return file_set_error(err, errlen,
                           "the program does not say its architecture (no \"arch\": compiled "
                           "by an older colossalc)");
-  if (family_for_save(ps, n, &f, err, errlen) || arch_parse(arch_json, &a, err, errlen) ||
-      arch_fits(f, &a, err, errlen))
-    return -1;
+  HfArch a = *arch;
+  if (family_for_save(ps, n, &f, err, errlen) || arch_fits(f, &a, err, errlen)) return -1;
   int rc = bind_all(f, &b, ps, n, err, errlen);
   free(b.count);
   b.sym['H' - 'A'] = a.heads, b.sym['S' - 'A'] = seq, b.sym['L' - 'A'] = b.layers;

@@ -26,7 +26,7 @@
  * transformers writes) and DIR/config.json for GPT2LMHeadModel or LlamaForCausalLM.
  * The sizes come from the parameters' shapes (matched against the family's table:
  * a parameter the family does not have, or one whose shape disagrees, is an error),
- * the rest from the program's "arch" (runtime/program.h: heads, norm eps, rotary
+ * the rest from the program's "arch" (program/program.h: heads, norm eps, rotary
  * base, checked against what the family computes: GPT-2 is layernorm with tanh GELU,
  * LLaMA rmsnorm with SiLU and rotary, both causal with the default scale) and seq
  * (LLaMA's max_position_embeddings).
@@ -82,13 +82,19 @@ typedef struct HfParam {
   const float *data;    /* [product of shape]; NULL: check only */
 } HfParam;
 
-/* Checks that the parameters and arch (the program's "arch" as JSON text) make a
- * transformers model, then (data given) writes DIR/model.safetensors and
- * DIR/config.json, atomically, creating DIR. seq: the program's sequence length. */
-int hf_save(const char *dir, const HfParam *params, int n, const char *arch_json, int64_t seq, char *err,
-            size_t errlen);
+/* What the model's ops say (the program's arch fields, ProgStage; or a file's "arch"
+ * metadata, tools/export.c). */
+typedef struct HfArch {
+  int64_t heads;                 /* 0: no attention, -1: the attention ops differ */
+  int causal;                    /* 1: every attention causal */
+  int scaled;                    /* some attention has its own scale */
+  char norm[16], activation[16]; /* "" when none */
+  double norm_eps, rope_theta;   /* 0: none, -1: the ops differ */
+} HfArch;
 
-/* Validates the "arch" object of a program (JSON text). */
-int hf_arch_check(const char *arch_json, char *err, size_t errlen);
+/* Checks that the parameters and arch (NULL: unknown) make a transformers model, then
+ * (data given) writes DIR/model.safetensors and DIR/config.json, atomically, creating
+ * DIR. seq: the program's sequence length. */
+int hf_save(const char *dir, const HfParam *params, int n, const HfArch *arch, int64_t seq, char *err, size_t errlen);
 
 #endif

@@ -1,6 +1,6 @@
 /* offload: locations, the copy thread and the plan checks (see the header). A part
- * is chunk c's params, grads or opt (item c * RT_PARTS + part); `where` holds, per
- * item, one bit per location holding it (1 << RtLoc). The copy thread owns `where`,
+ * is chunk c's params, grads or opt (item c * PART_COUNT + part); `where` holds, per
+ * item, one bit per location holding it (1 << IsaLoc). The copy thread owns `where`,
  * the NVMe page counts and the statistics while jobs are queued; the main thread
  * reads them only once the queue is empty (done == issued, seen under the mutex).
  */
@@ -27,7 +27,7 @@ enum { OFF_MSG = 1024 };
 typedef struct OffJob {
   int drop; /* a drop (at = from), else a move */
   int chunk, part;
-  RtLoc from, to;
+  IsaLoc from, to;
   int keep;
   const char *list; /* "step", ... or the runtime's reason */
   int index;        /* in the list, -1 for the runtime's own jobs */
@@ -37,19 +37,19 @@ typedef struct OffJob {
 
 struct Offload {
   Executor *ex;
-  const RtProgram *p;
+  const Prog *p;
   Executor host; /* the host location: PARAMS, GRADS, OPT (WORK never committed) */
   int host_ready;
   const char *nvme_dir;
-  int fd[RT_PARTS]; /* NVMe file per tier, -1 when none */
-  char *path[RT_PARTS];
-  uint32_t *nv[RT_PARTS]; /* parts holding each NVMe page of the tier */
-  int64_t nv_bytes;       /* NVMe pages held, bytes */
+  int fd[PART_COUNT]; /* NVMe file per tier, -1 when none */
+  char *path[PART_COUNT];
+  uint32_t *nv[PART_COUNT]; /* parts holding each NVMe page of the tier */
+  int64_t nv_bytes;         /* NVMe pages held, bytes */
   int64_t granule;
-  int rank;             /* the dp rank: which chunks it holds (RtChunk.owner) */
+  int rank;             /* the dp rank: which chunks it holds (ProgChunk.owner) */
   int64_t dev_base;     /* WORK (and staging) on the device, granules */
-  unsigned char *where; /* [nchunks * RT_PARTS] */
-  uint64_t *last;       /* [nchunks * RT_PARTS] queue position after the part's last job */
+  unsigned char *where; /* [nchunks * PART_COUNT] */
+  uint64_t *last;       /* [nchunks * PART_COUNT] queue position after the part's last job */
   char *zeros;          /* [OFF_BLOCK] */
   Device *xdev;         /* the device, whose memory the copy thread reaches through
                            its copy stream (Device.xfer) */
@@ -73,17 +73,16 @@ static double off_now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static unsigned loc_bit(RtLoc l) { return 1u << l; }
+static unsigned loc_bit(IsaLoc l) { return 1u << l; }
 
 /* ---- bytes in use -------------------------------------------------------------- */
 
 static int64_t device_in_use(const Offload *o) {
-  return o->dev_base + o->ex->committed[RT_TIER_PARAMS] + o->ex->committed[RT_TIER_GRADS] +
-         o->ex->committed[RT_TIER_OPT];
+  return o->dev_base + o->ex->committed[TIER_PARAMS] + o->ex->committed[TIER_GRADS] + o->ex->committed[TIER_OPT];
 }
 
 static int64_t host_in_use(const Offload *o) {
-  return o->host.committed[RT_TIER_PARAMS] + o->host.committed[RT_TIER_GRADS] + o->host.committed[RT_TIER_OPT];
+  return o->host.committed[TIER_PARAMS] + o->host.committed[TIER_GRADS] + o->host.committed[TIER_OPT];
 }
 
 static void note_peaks(Offload *o) {
@@ -154,11 +153,11 @@ static void job_text(const OffJob *j, char *buf, size_t len) {
   char at[48] = "";
   if (j->index >= 0) snprintf(at, sizeof at, "[%d]", j->index);
   if (j->drop)
-    snprintf(buf, len, "%s%s (drop chunk %d %s at %s)", j->list ? j->list : "?", at, j->chunk, rt_part_names[j->part],
-             rt_loc_names[j->from]);
+    snprintf(buf, len, "%s%s (drop chunk %d %s at %s)", j->list ? j->list : "?", at, j->chunk, isa_part_names[j->part],
+             isa_loc_names[j->from]);
   else
     snprintf(buf, len, "%s%s (move chunk %d %s %s -> %s%s)", j->list ? j->list : "?", at, j->chunk,
-             rt_part_names[j->part], rt_loc_names[j->from], rt_loc_names[j->to], j->keep ? ", keep" : "");
+             isa_part_names[j->part], isa_loc_names[j->from], isa_loc_names[j->to], j->keep ? ", keep" : "");
 }
 
 static int plan_error(const OffJob *j, char *msg, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -173,13 +172,13 @@ static int plan_error(const OffJob *j, char *msg, const char *fmt, ...) {
 }
 
 /* Memory behind [off, off+n) of tier t at l; the device's counted against the capacity. */
-static int commit_at(Offload *o, const OffJob *j, RtLoc l, int t, int64_t off, int64_t n, char *msg) {
+static int commit_at(Offload *o, const OffJob *j, IsaLoc l, int t, int64_t off, int64_t n, char *msg) {
   char err[256];
-  if (l == RT_LOC_NVME) {
+  if (l == LOC_NVME) {
     nv_count(o, t, off, n, 1);
     return 0;
   }
-  if (l == RT_LOC_DEVICE) {
+  if (l == LOC_DEVICE) {
     int64_t more = exec_uncommitted(o->ex, t, off, n), now = device_in_use(o);
     if (now + more > o->st.capacity)
       return plan_error(j, msg,
@@ -187,14 +186,14 @@ static int commit_at(Offload *o, const OffJob *j, RtLoc l, int t, int64_t off, i
                         "the plan's device_capacity of %" PRId64 " bytes",
                         now + more, (double)(now + more) / (1 << 20), o->st.capacity);
   }
-  if (exec_commit(l == RT_LOC_DEVICE ? o->ex : &o->host, t, off, n, err, sizeof err) != 0)
-    return file_set_error(msg, OFF_MSG, "offload: %s memory: %s", rt_loc_names[l], err);
+  if (exec_commit(l == LOC_DEVICE ? o->ex : &o->host, t, off, n, err, sizeof err) != 0)
+    return file_set_error(msg, OFF_MSG, "offload: %s memory: %s", isa_loc_names[l], err);
   return 0;
 }
 
-static void release_at(Offload *o, RtLoc l, int t, int64_t off, int64_t n) {
-  if (l == RT_LOC_NVME) nv_count(o, t, off, n, 0);
-  else exec_decommit_idle(l == RT_LOC_DEVICE ? o->ex : &o->host, t, off, n); /* after the job's mark */
+static void release_at(Offload *o, IsaLoc l, int t, int64_t off, int64_t n) {
+  if (l == LOC_NVME) nv_count(o, t, off, n, 0);
+  else exec_decommit_idle(l == LOC_DEVICE ? o->ex : &o->host, t, off, n); /* after the job's mark */
 }
 
 /* The device location's bytes [off, off+n) of tier t <-> host memory at buf, on the
@@ -220,43 +219,43 @@ static int dev_nvme(Offload *o, int to_dev, int t, int64_t off, int64_t n, char 
 }
 
 /* The bytes of [off, off+n) of tier t from `from` (or zeros) to `to`. */
-static int copy_range(Offload *o, RtLoc from, RtLoc to, int t, int64_t off, int64_t n, char *msg) {
-  if (from == RT_LOC_ZERO && to == RT_LOC_NVME) return nv_zero(o, t, off, n, msg);
-  if (from == RT_LOC_ZERO && to == RT_LOC_DEVICE) {
+static int copy_range(Offload *o, IsaLoc from, IsaLoc to, int t, int64_t off, int64_t n, char *msg) {
+  if (from == LOC_ZERO && to == LOC_NVME) return nv_zero(o, t, off, n, msg);
+  if (from == LOC_ZERO && to == LOC_DEVICE) {
     o->xdev->xfer(o->xdev, XFER_ZERO, o->ex->tiers[t] + off, NULL, n);
     return 0;
   }
-  if (from == RT_LOC_ZERO) {
+  if (from == LOC_ZERO) {
     memset(host_base(o, t) + off, 0, (size_t)n);
     return 0;
   }
-  if (from == RT_LOC_DEVICE || to == RT_LOC_DEVICE) {
-    RtLoc other = from == RT_LOC_DEVICE ? to : from;
-    if (other == RT_LOC_NVME) return dev_nvme(o, to == RT_LOC_DEVICE, t, off, n, msg);
+  if (from == LOC_DEVICE || to == LOC_DEVICE) {
+    IsaLoc other = from == LOC_DEVICE ? to : from;
+    if (other == LOC_NVME) return dev_nvme(o, to == LOC_DEVICE, t, off, n, msg);
     /* within one pinned block of the host location at a time (device_cpu_pin_through):
      * DMA from and to one registration */
     for (int64_t at = off, next; at < off + n; at = next) {
       next = (at / CPU_PIN_BLOCK + 1) * CPU_PIN_BLOCK;
       next = next < off + n ? next : off + n;
-      if (to == RT_LOC_DEVICE) dev_put(o, t, at, host_base(o, t) + at, next - at);
+      if (to == LOC_DEVICE) dev_put(o, t, at, host_base(o, t) + at, next - at);
       else dev_get(o, t, at, host_base(o, t) + at, next - at);
     }
     return 0;
   }
   /* host <-> NVMe */
-  if (from == RT_LOC_NVME) return nv_read(o, t, host_base(o, t) + off, off, n, msg);
+  if (from == LOC_NVME) return nv_read(o, t, host_base(o, t) + off, off, n, msg);
   return nv_write(o, t, host_base(o, t) + off, off, n, msg);
 }
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
 static int run_move(Offload *o, const OffJob *j, char *msg) {
-  unsigned char *w = &o->where[j->chunk * RT_PARTS + j->part];
-  int64_t off[2], n = o->p->offload.chunks[j->chunk].end - o->p->offload.chunks[j->chunk].start;
-  int nr = program_part_ranges(o->p, j->chunk, j->part, off);
-  if (j->from != RT_LOC_ZERO && !(*w & loc_bit(j->from)))
-    return plan_error(j, msg, "the part is not at %s", rt_loc_names[j->from]);
-  if (*w & loc_bit(j->to)) return plan_error(j, msg, "the part is already at %s", rt_loc_names[j->to]);
+  unsigned char *w = &o->where[j->chunk * PART_COUNT + j->part];
+  int64_t off[2], n = o->p->chunks[j->chunk].end - o->p->chunks[j->chunk].start;
+  int nr = prog_part_ranges(o->p, &o->p->chunks[j->chunk], j->part, off);
+  if (j->from != LOC_ZERO && !(*w & loc_bit(j->from)))
+    return plan_error(j, msg, "the part is not at %s", isa_loc_names[j->from]);
+  if (*w & loc_bit(j->to)) return plan_error(j, msg, "the part is already at %s", isa_loc_names[j->to]);
   for (int k = 0; k < nr; k++)
     if (commit_at(o, j, j->to, j->part, off[k], n, msg) != 0) return -1;
   *w |= (unsigned char)loc_bit(j->to);
@@ -269,19 +268,19 @@ static int run_move(Offload *o, const OffJob *j, char *msg) {
       snprintf(msg + len, OFF_MSG - len, " (%s)", what);
       return -1;
     }
-  *(j->index >= 0 ? &o->st.moved : &o->st.moved_runtime) += j->from == RT_LOC_ZERO ? 0 : nr * n;
+  *(j->index >= 0 ? &o->st.moved : &o->st.moved_runtime) += j->from == LOC_ZERO ? 0 : nr * n;
   o->st.moves++;
-  if (j->keep || j->from == RT_LOC_ZERO) return 0;
+  if (j->keep || j->from == LOC_ZERO) return 0;
   for (int k = 0; k < nr; k++) release_at(o, j->from, j->part, off[k], n);
   *w &= (unsigned char)~loc_bit(j->from);
   return 0;
 }
 
 static int run_drop(Offload *o, const OffJob *j, char *msg) {
-  unsigned char *w = &o->where[j->chunk * RT_PARTS + j->part];
-  int64_t off[2], n = o->p->offload.chunks[j->chunk].end - o->p->offload.chunks[j->chunk].start;
-  int nr = program_part_ranges(o->p, j->chunk, j->part, off);
-  if (!(*w & loc_bit(j->from))) return plan_error(j, msg, "the part is not at %s", rt_loc_names[j->from]);
+  unsigned char *w = &o->where[j->chunk * PART_COUNT + j->part];
+  int64_t off[2], n = o->p->chunks[j->chunk].end - o->p->chunks[j->chunk].start;
+  int nr = prog_part_ranges(o->p, &o->p->chunks[j->chunk], j->part, off);
+  if (!(*w & loc_bit(j->from))) return plan_error(j, msg, "the part is not at %s", isa_loc_names[j->from]);
   for (int k = 0; k < nr; k++) release_at(o, j->from, j->part, off[k], n);
   *w &= (unsigned char)~loc_bit(j->from);
   o->st.drops++;
@@ -320,13 +319,14 @@ static void off_queue(Offload *o, const OffJob *j) {
   /* at most OFFLOAD_QUEUE < DEVICE_MARKS marks are outstanding */
   o->ring[o->issued % OFFLOAD_QUEUE].mark = o->xdev->mark(o->xdev);
   o->issued++;
-  o->last[j->chunk * RT_PARTS + j->part] = o->issued;
+  o->last[j->chunk * PART_COUNT + j->part] = o->issued;
   pthread_cond_signal(&o->work);
   pthread_mutex_unlock(&o->mu);
 }
 
-void offload_issue(Offload *o, const RtInstr *in, const char *list, int index) {
-  OffJob j = {in->op == ISA_DROP, in->chunk, in->part, in->from, in->to, in->keep, list, index, 0};
+void offload_issue(Offload *o, const IsaInstr *in, const char *list, int index) {
+  const IsaMove *m = &in->move;
+  OffJob j = {in->op == ISA_DROP, m->chunk, m->part, m->from, m->to, m->keep, list, index, 0};
   off_queue(o, &j);
 }
 
@@ -345,7 +345,7 @@ static int off_wait_for(Offload *o, uint64_t upto) {
 
 int offload_wait(Offload *o, int chunk, int part) {
   pthread_mutex_lock(&o->mu);
-  uint64_t upto = o->last[chunk * RT_PARTS + part];
+  uint64_t upto = o->last[chunk * PART_COUNT + part];
   pthread_mutex_unlock(&o->mu);
   return off_wait_for(o, upto);
 }
@@ -364,20 +364,6 @@ char *offload_host_work(Offload *o, int64_t *bytes) {
   return o->host_work;
 }
 
-/* The most WORK bytes one "on": "host" kernel passes (its WORK args together). */
-static int64_t host_work_bytes(const RtProgram *p) {
-  const RtList *lists[3] = {&p->step, &p->gradnorm, &p->update};
-  int64_t most = 0;
-  for (int l = 0; l < 3; l++)
-    for (int i = 0; i < lists[l]->n; i++) {
-      const RtInstr *in = &lists[l]->instr[i];
-      int64_t n = 0;
-      for (int a = 0; in->on_host && a < in->nargs; a++) n += in->args[a].tier == RT_TIER_WORK ? in->args[a].bytes : 0;
-      most = n > most ? n : most;
-    }
-  return most;
-}
-
 char *offload_host_tier(Offload *o, int t) { return o->host.tiers[t]; }
 
 int offload_drain(Offload *o, char *err, size_t errlen) {
@@ -391,56 +377,28 @@ int offload_drain(Offload *o, char *err, size_t errlen) {
 /* ---- between steps --------------------------------------------------------------- */
 
 /* Whether this rank holds chunk c between steps (ZeRO-3: it owns it). */
-static int held(const Offload *o, int c) {
-  return o->p->offload.chunks[c].owner < 0 || o->p->offload.chunks[c].owner == o->rank;
-}
+static int held(const Offload *o, int c) { return o->p->chunks[c].owner < 0 || o->p->chunks[c].owner == o->rank; }
 
 static unsigned home_bits(const Offload *o, int c, int part) {
-  RtLoc h = o->p->offload.chunks[c].home[part];
-  return h == RT_LOC_NONE || !held(o, c) ? 0 : loc_bit(h);
-}
-
-static void where_text(unsigned w, char *buf, size_t len) {
-  size_t at = 0;
-  buf[0] = 0;
-  for (int l = RT_LOC_DEVICE; l <= RT_LOC_NVME; l++)
-    if (w & loc_bit((RtLoc)l) && at < len)
-      at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? " and " : "", rt_loc_names[l]);
-  if (!w) snprintf(buf, len, "nowhere");
-}
-
-int offload_end_step(Offload *o, char *err, size_t errlen) {
-  char now[48];
-  if (offload_drain(o, err, errlen) != 0) return -1;
-  for (int c = 0; c < o->p->offload.nchunks; c++)
-    for (int part = 0; part < RT_PARTS; part++) {
-      unsigned w = o->where[c * RT_PARTS + part];
-      if (w == home_bits(o, c, part)) continue;
-      where_text(w, now, sizeof now);
-      return file_set_error(err, errlen,
-                            "internal error: offload: after `update`, chunk %d's "
-                            "%s is at %s, its home is %s: the plan does not bring every "
-                            "part home by the end of the step",
-                            c, rt_part_names[part], now, rt_loc_names[o->p->offload.chunks[c].home[part]]);
-    }
-  return 0;
+  IsaLoc h = o->p->chunks[c].home[part];
+  return h == LOC_NONE || !held(o, c) ? 0 : loc_bit(h);
 }
 
 /* Jobs that leave part (c, part) at home only; -1 when its data is nowhere. */
 static int queue_home(Offload *o, int c, int part, const char *why) {
-  unsigned w = o->where[c * RT_PARTS + part], home = home_bits(o, c, part);
-  OffJob j = {0, c, part, RT_LOC_DEVICE, RT_LOC_DEVICE, 0, why, -1, 0};
+  unsigned w = o->where[c * PART_COUNT + part], home = home_bits(o, c, part);
+  OffJob j = {0, c, part, LOC_DEVICE, LOC_DEVICE, 0, why, -1, 0};
   if (home && !(w & home)) {
     if (!w) return -1;
-    for (int l = RT_LOC_DEVICE; !(w & loc_bit((RtLoc)l)); l++) j.from = (RtLoc)(l + 1);
-    j.to = o->p->offload.chunks[c].home[part];
+    for (int l = LOC_DEVICE; !(w & loc_bit((IsaLoc)l)); l++) j.from = (IsaLoc)(l + 1);
+    j.to = o->p->chunks[c].home[part];
     off_queue(o, &j);
     w = (w & ~loc_bit(j.from)) | home;
   }
   j.drop = 1;
-  for (int l = RT_LOC_DEVICE; l <= RT_LOC_NVME; l++)
-    if (w & loc_bit((RtLoc)l) & ~home) {
-      j.from = (RtLoc)l;
+  for (int l = LOC_DEVICE; l <= LOC_NVME; l++)
+    if (w & loc_bit((IsaLoc)l) & ~home) {
+      j.from = (IsaLoc)l;
       off_queue(o, &j);
     }
   return 0;
@@ -448,45 +406,44 @@ static int queue_home(Offload *o, int c, int part, const char *why) {
 
 int offload_home(Offload *o, const char *why, char *err, size_t errlen) {
   if (offload_drain(o, err, errlen) != 0) return -1;
-  for (int c = 0; c < o->p->offload.nchunks; c++)
-    for (int part = 0; part < RT_PARTS; part++)
+  for (int c = 0; c < o->p->s->nchunks; c++)
+    for (int part = 0; part < PART_COUNT; part++)
       if (queue_home(o, c, part, why) != 0)
         return file_set_error(err, errlen,
                               "internal error: offload: %s: chunk %d's %s "
                               "is nowhere (its data was dropped)",
-                              why, c, rt_part_names[part]);
-  return offload_end_step(o, err, errlen);
+                              why, c, isa_part_names[part]);
+  return offload_drain(o, err, errlen);
 }
 
 int offload_params_to_device(Offload *o, char *err, size_t errlen) {
   if (offload_drain(o, err, errlen) != 0) return -1;
-  for (int c = 0; c < o->p->offload.nchunks; c++) {
-    OffJob j = {0,  c, RT_TIER_PARAMS, o->p->offload.chunks[c].home[RT_TIER_PARAMS], RT_LOC_DEVICE, 1, "sampling",
-                -1, 0};
-    if (held(o, c) && !(o->where[c * RT_PARTS + RT_TIER_PARAMS] & loc_bit(RT_LOC_DEVICE))) off_queue(o, &j);
+  for (int c = 0; c < o->p->s->nchunks; c++) {
+    OffJob j = {0, c, TIER_PARAMS, o->p->chunks[c].home[TIER_PARAMS], LOC_DEVICE, 1, "sampling", -1, 0};
+    if (held(o, c) && !(o->where[c * PART_COUNT + TIER_PARAMS] & loc_bit(LOC_DEVICE))) off_queue(o, &j);
   }
   return offload_drain(o, err, errlen);
 }
 
 int64_t offload_sample_bytes(const Offload *o) {
   int64_t g = o->granule;
-  return o->dev_base + (o->p->tiers[RT_TIER_PARAMS] + g - 1) / g * g;
+  return o->dev_base + (o->p->s->tiers[TIER_PARAMS] + g - 1) / g * g;
 }
 
 /* Part ranges of every chunk's params (to_opt 0) or opt at home <-> buf. */
 static int state_io(Offload *o, int part, char *buf, int to_home, char *err, size_t errlen) {
   char msg[OFF_MSG];
-  for (int c = 0; c < o->p->offload.nchunks; c++) {
-    RtLoc h = o->p->offload.chunks[c].home[part];
-    int64_t off[2], n = o->p->offload.chunks[c].end - o->p->offload.chunks[c].start;
-    int nr = program_part_ranges(o->p, c, part, off);
+  for (int c = 0; c < o->p->s->nchunks; c++) {
+    IsaLoc h = o->p->chunks[c].home[part];
+    int64_t off[2], n = o->p->chunks[c].end - o->p->chunks[c].start;
+    int nr = prog_part_ranges(o->p, &o->p->chunks[c], part, off);
     for (int k = 0; k < nr; k++) {
       int rc = 0;
       if (!held(o, c)) continue;
-      if (h == RT_LOC_NVME)
+      if (h == LOC_NVME)
         rc = to_home ? nv_write(o, part, buf + off[k], off[k], n, msg) : nv_read(o, part, buf + off[k], off[k], n, msg);
-      else if (h == RT_LOC_DEVICE && to_home) dev_put(o, part, off[k], buf + off[k], n);
-      else if (h == RT_LOC_DEVICE) dev_get(o, part, off[k], buf + off[k], n);
+      else if (h == LOC_DEVICE && to_home) dev_put(o, part, off[k], buf + off[k], n);
+      else if (h == LOC_DEVICE) dev_get(o, part, off[k], buf + off[k], n);
       else if (to_home) memcpy(host_base(o, part) + off[k], buf + off[k], (size_t)n);
       else memcpy(buf + off[k], host_base(o, part) + off[k], (size_t)n);
       if (rc != 0) return file_set_error(err, errlen, "%s", msg);
@@ -497,15 +454,13 @@ static int state_io(Offload *o, int part, char *buf, int to_home, char *err, siz
 
 int offload_pull(Offload *o, char *params, char *opt, char *err, size_t errlen) {
   if (offload_drain(o, err, errlen) != 0) return -1;
-  return state_io(o, RT_TIER_PARAMS, params, 0, err, errlen) || (opt && state_io(o, RT_TIER_OPT, opt, 0, err, errlen))
-             ? -1
-             : 0;
+  return state_io(o, TIER_PARAMS, params, 0, err, errlen) || (opt && state_io(o, TIER_OPT, opt, 0, err, errlen)) ? -1
+                                                                                                                 : 0;
 }
 
 int offload_push(Offload *o, const char *params, const char *opt, char *err, size_t errlen) {
   if (offload_drain(o, err, errlen) != 0) return -1;
-  return state_io(o, RT_TIER_PARAMS, (char *)params, 1, err, errlen) ||
-                 state_io(o, RT_TIER_OPT, (char *)opt, 1, err, errlen)
+  return state_io(o, TIER_PARAMS, (char *)params, 1, err, errlen) || state_io(o, TIER_OPT, (char *)opt, 1, err, errlen)
              ? -1
              : 0;
 }
@@ -520,29 +475,13 @@ const char *offload_nvme_dir(const Offload *o) { return o->nvme_dir; }
 
 /* ---- set-up ---------------------------------------------------------------------- */
 
-static int list_uses_nvme(const RtList *l) {
-  for (int i = 0; i < l->n; i++) {
-    const RtInstr *in = &l->instr[i];
-    int mv = in->op == ISA_MOVE || in->op == ISA_DROP;
-    if (mv && (in->from == RT_LOC_NVME || (in->op == ISA_MOVE && in->to == RT_LOC_NVME))) return 1;
-  }
-  return 0;
-}
-
-int offload_uses_nvme(const RtProgram *p) {
-  for (int c = 0; c < p->offload.nchunks; c++)
-    for (int part = 0; part < RT_PARTS; part++)
-      if (p->offload.chunks[c].home[part] == RT_LOC_NVME) return 1;
-  return list_uses_nvme(&p->step) || list_uses_nvme(&p->gradnorm) || list_uses_nvme(&p->update);
-}
-
 static int open_nvme(Offload *o, const char *dir, char *err, size_t errlen) {
   struct stat sb;
   if (stat(dir, &sb) != 0) return file_set_error(err, errlen, "--nvme-dir %s: %s", dir, strerror(errno));
   if (!S_ISDIR(sb.st_mode)) return file_set_error(err, errlen, "--nvme-dir %s: not a directory", dir);
-  for (int t = 0; t < RT_PARTS; t++) {
-    int64_t pages = (o->p->tiers[t] + o->granule - 1) / o->granule;
-    if (asprintf(&o->path[t], "%s/colossalc-%ld-%s.nvme", dir, (long)getpid(), rt_part_names[t]) < 0) {
+  for (int t = 0; t < PART_COUNT; t++) {
+    int64_t pages = (o->p->s->tiers[t] + o->granule - 1) / o->granule;
+    if (asprintf(&o->path[t], "%s/colossalc-%ld-%s.nvme", dir, (long)getpid(), isa_part_names[t]) < 0) {
       o->path[t] = NULL;
       return file_set_error(err, errlen, "out of memory");
     }
@@ -558,29 +497,29 @@ static int open_nvme(Offload *o, const char *dir, char *err, size_t errlen) {
 /* Every part committed (counted) at its home; grads nowhere. */
 static int place_homes(Offload *o, char *err, size_t errlen) {
   char msg[OFF_MSG];
-  for (int c = 0; c < o->p->offload.nchunks; c++)
-    for (int part = 0; part < RT_PARTS; part++) {
-      RtLoc h = o->p->offload.chunks[c].home[part];
-      OffJob j = {0, c, part, RT_LOC_ZERO, h, 0, "start-up", -1, 0};
-      int64_t off[2], n = o->p->offload.chunks[c].end - o->p->offload.chunks[c].start;
-      int nr = program_part_ranges(o->p, c, part, off);
-      for (int k = 0; h != RT_LOC_NONE && held(o, c) && k < nr; k++)
+  for (int c = 0; c < o->p->s->nchunks; c++)
+    for (int part = 0; part < PART_COUNT; part++) {
+      IsaLoc h = o->p->chunks[c].home[part];
+      OffJob j = {0, c, part, LOC_ZERO, h, 0, "start-up", -1, 0};
+      int64_t off[2], n = o->p->chunks[c].end - o->p->chunks[c].start;
+      int nr = prog_part_ranges(o->p, &o->p->chunks[c], part, off);
+      for (int k = 0; h != LOC_NONE && held(o, c) && k < nr; k++)
         if (commit_at(o, &j, h, part, off[k], n, msg) != 0) return file_set_error(err, errlen, "%s", msg);
-      o->where[c * RT_PARTS + part] = (unsigned char)home_bits(o, c, part);
+      o->where[c * PART_COUNT + part] = (unsigned char)home_bits(o, c, part);
     }
   note_peaks(o);
   return 0;
 }
 
 static int offload_setup(Offload *o, Device *host_dev, const char *nvme_dir, char *err, size_t errlen) {
-  const RtProgram *p = o->p;
-  size_t items = (size_t)p->offload.nchunks * RT_PARTS;
-  for (int t = RT_TIER_PARAMS; t <= RT_TIER_OPT; t++)
-    if (p->tiers[t] > 0 && !exec_reserved(o->ex, t))
+  const Prog *p = o->p;
+  size_t items = (size_t)p->s->nchunks * PART_COUNT;
+  for (int t = TIER_PARAMS; t <= TIER_OPT; t++)
+    if (p->s->tiers[t] > 0 && !exec_reserved(o->ex, t))
       return file_set_error(err, errlen,
                             "offload: the %s device cannot reserve address "
                             "space for the %s tier",
-                            o->ex->dev->name, rt_part_names[t]);
+                            o->ex->dev->name, isa_part_names[t]);
   Device *d = o->ex->dev;
   if (!(d->xfer && d->mark && d->await))
     return file_set_error(err, errlen,
@@ -590,23 +529,23 @@ static int offload_setup(Offload *o, Device *host_dev, const char *nvme_dir, cha
   o->xdev = d;
   if (!(o->stage = exec_host_alloc(d, OFF_BLOCK))) /* pinned on a GPU: its copies are DMA */
     return file_set_error(err, errlen, "out of memory");
-  if (host_dev != d && !exec_host_tier(o->ex, RT_TIER_PARAMS)) {
-    o->host_work_bytes = host_work_bytes(p);
+  if (host_dev != d && !exec_host_tier(o->ex, TIER_PARAMS)) {
+    o->host_work_bytes = p->s->host_work;
     if (!(o->host_work = exec_host_alloc(d, o->host_work_bytes + 1)))
       return file_set_error(err, errlen, "out of memory");
   }
-  if (offload_uses_nvme(p) && !nvme_dir)
+  if (p->s->nvme && !nvme_dir)
     return file_set_error(err, errlen,
                           "this program keeps parameters or optimizer state on "
                           "NVMe (its offload plan): give --nvme-dir DIR, a directory on a "
                           "fast disk with room for them");
-  if (exec_init_reserved(&o->host, p, host_dev, (1u << RT_TIERS) - 1, err, errlen) != 0) return -1;
+  if (exec_init_reserved(&o->host, p, host_dev, (1u << TIERS) - 1, err, errlen) != 0) return -1;
   o->host_ready = 1;
   o->where = calloc(items, 1);
   o->last = calloc(items, sizeof *o->last);
   o->zeros = calloc(1, OFF_BLOCK);
   if (!o->where || !o->last || !o->zeros) return file_set_error(err, errlen, "out of memory");
-  if (nvme_dir && offload_uses_nvme(p) && open_nvme(o, nvme_dir, err, errlen) != 0) return -1;
+  if (nvme_dir && p->s->nvme && open_nvme(o, nvme_dir, err, errlen) != 0) return -1;
   return place_homes(o, err, errlen);
 }
 
@@ -615,9 +554,9 @@ int offload_init(Executor *ex, Device *host_dev, const char *nvme_dir, int dp_ra
   if (!o) return file_set_error(err, errlen, "out of memory");
   int64_t g = ex->dev->granule > 0 ? ex->dev->granule : 64;
   o->ex = ex, o->p = ex->prog, o->granule = g, o->rank = dp_rank;
-  o->st.capacity = ex->prog->offload.device_capacity;
-  o->dev_base = (exec_tier_bytes(ex, RT_TIER_WORK) + g - 1) / g * g + (ex->staging_bytes + g - 1) / g * g;
-  for (int t = 0; t < RT_PARTS; t++) o->fd[t] = -1;
+  o->st.capacity = ex->prog->s->capacity;
+  o->dev_base = (exec_tier_bytes(ex, TIER_WORK) + g - 1) / g * g + (ex->prog->s->staging + g - 1) / g * g;
+  for (int t = 0; t < PART_COUNT; t++) o->fd[t] = -1;
   pthread_mutex_init(&o->mu, NULL);
   pthread_cond_init(&o->work, NULL);
   pthread_cond_init(&o->progress, NULL);
@@ -639,7 +578,7 @@ void offload_free(Offload *o) {
     pthread_join(o->thread, NULL);
   }
   if (o->host_ready) exec_free(&o->host);
-  for (int t = 0; t < RT_PARTS; t++) {
+  for (int t = 0; t < PART_COUNT; t++) {
     if (o->fd[t] >= 0) {
       close(o->fd[t]);
       unlink(o->path[t]);

@@ -1,4 +1,4 @@
-/* offload: the runtime side of program.h's "Memory tiers and offload": the three
+/* offload: the runtime side of an offload plan (codegen/offload.h): the three
  * locations of an offload program's chunk parts, the copy thread that moves them,
  * and what the run measured.
  *
@@ -25,12 +25,12 @@
  * thread: commit at the destination (counted), copy (or zero), release the source
  * unless kept. "wait" blocks until every job issued for that part is done. The
  * copy thread also checks the plan as it goes: a move whose source does not hold the
- * part, a move to a location that already holds it, a drop where the part is not,
- * and (offload_end_step) a step that does not end with every part at its home, are
- * internal errors naming the instruction. After a failure the copy thread skips
+ * part, a move to a location that already holds it, a drop where the part is not, are
+ * internal errors naming the instruction (that every step ends with each part at its
+ * home is the compiler's to verify, codegen/verify.c). After a failure the copy thread skips
  * every later job; waits return -1 and exec_run stops (executor.h).
  *
- * Between steps (after offload_end_step) the queue is empty and every part is at its
+ * Between steps (after offload_drain) the queue is empty and every part is at its
  * home; offload_pull and offload_push then read and write the state at the homes
  * (checkpoints, --save, initialisation), and offload_home puts parts back there after
  * a list that was not followed by the rest of the step (validation runs `step` alone).
@@ -68,9 +68,6 @@ typedef struct OffloadStats {
   double wait_ms; /* time the main thread blocked on moves (waits, step ends) */
 } OffloadStats;
 
-/* 1 when a home or a move or drop of p uses "nvme". */
-int offload_uses_nvme(const RtProgram *p);
-
 /* Sets up ex->off for ex's offload program (PARAMS, GRADS and OPT reserved by
  * exec_init_reserved) on data-parallel rank dp_rank: the host location on host_dev, the
  * NVMe files under nvme_dir (required when offload_uses_nvme), every part this rank
@@ -84,7 +81,7 @@ void offload_free(Offload *o);
 
 /* The instructions, from exec_run: queue a move or drop (list and index name it in
  * messages), wait for a part's jobs (0, or -1 after a failure). */
-void offload_issue(Offload *o, const RtInstr *in, const char *list, int index);
+void offload_issue(Offload *o, const IsaInstr *in, const char *list, int index);
 int offload_wait(Offload *o, int chunk, int part);
 int offload_failed(Offload *o);
 /* The host location's base of tier t (PARAMS, GRADS or OPT). */
@@ -98,9 +95,6 @@ char *offload_host_work(Offload *o, int64_t *bytes);
 
 /* Waits for every queued job; 0, or -1 with the copy thread's message. */
 int offload_drain(Offload *o, char *err, size_t errlen);
-/* After `update`: drains, then checks that every part is at its home and nowhere
- * else (grads nowhere); an internal error otherwise. */
-int offload_end_step(Offload *o, char *err, size_t errlen);
 /* Drains, then moves every part home (grads dropped, other copies dropped), as jobs
  * named `why`; for a step list run alone. 0, or -1 with a message. */
 int offload_home(Offload *o, const char *why, char *err, size_t errlen);

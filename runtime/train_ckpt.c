@@ -44,11 +44,11 @@ typedef struct CkptFile {
 } CkptFile;
 
 typedef struct CkptEntry {
-  char *name;           /* "param/wte.weight", or the plain name */
-  const RtParam *param; /* shape */
-  float *data;          /* [param->numel], host */
-  int skip;             /* checked in the file but not read */
-  const CkptSrc *src;   /* where it is read from (set_bind), or NULL: missing */
+  char *name;             /* "param/wte.weight", or the plain name */
+  const ProgParam *param; /* shape */
+  float *data;            /* [param->numel], host */
+  int skip;               /* checked in the file but not read */
+  const CkptSrc *src;     /* where it is read from (set_bind), or NULL: missing */
 } CkptEntry;
 
 typedef struct CkptSet {
@@ -62,20 +62,50 @@ static void init_fill(float *dst, int64_t n, float v) {
   for (int64_t i = 0; i < n; i++) dst[i] = v;
 }
 
-void ckpt_init_params(const RtProgram *p, char *params, uint64_t seed, const unsigned char *held) {
-  for (int i = 0; i < p->nparams; i++) {
-    const RtParam *q = &p->params[i];
+void ckpt_init_params(const Prog *p, char *params, uint64_t seed, const unsigned char *held) {
+  for (int i = 0; i < p->s->nparams; i++) {
+    const ProgParam *q = &p->params[i];
+    const char *name = prog_str(p, q->name);
     if (held && !held[i]) continue;
     float *dst = (float *)(params + q->offset);
     size_t n = (size_t)q->numel;
-    switch (q->init) {
-    case RT_INIT_NORMAL: philox_fill_normal(dst, n, 0, seed, q->name, (float)q->b, (float)q->a); break;
-    case RT_INIT_UNIFORM: philox_fill_uniform(dst, n, 0, seed, q->name, (float)q->a, (float)q->b); break;
-    case RT_INIT_ZEROS: init_fill(dst, q->numel, 0.0f); break;
-    case RT_INIT_ONES: init_fill(dst, q->numel, 1.0f); break;
-    case RT_INIT_CONSTANT: init_fill(dst, q->numel, (float)q->a); break;
+    switch ((ProgInit)q->init) {
+    case PROG_INIT_NORMAL: philox_fill_normal(dst, n, 0, seed, name, (float)q->b, (float)q->a); break;
+    case PROG_INIT_UNIFORM: philox_fill_uniform(dst, n, 0, seed, name, (float)q->a, (float)q->b); break;
+    case PROG_INIT_ZEROS: init_fill(dst, q->numel, 0.0f); break;
+    case PROG_INIT_ONES: init_fill(dst, q->numel, 1.0f); break;
+    case PROG_INIT_CONSTANT: init_fill(dst, q->numel, (float)q->a); break;
     }
   }
+}
+
+/* What the model's ops say (ProgStage arch) as hf_save takes it; NULL when the program
+ * does not say. */
+static const HfArch *arch_of(const Prog *p, HfArch *a) {
+  const ProgStage *s = p->s;
+  if (!s->arch) return NULL;
+  *a = (HfArch){s->heads, s->causal == 1, (int)s->attention_scale, "", "", s->norm_eps, s->rope_theta};
+  if (s->norm != PROG_ARCH_NONE) snprintf(a->norm, sizeof a->norm, "%s", prog_archkind_names[s->norm]);
+  if (s->activation != PROG_ARCH_NONE)
+    snprintf(a->activation, sizeof a->activation, "%s", prog_archkind_names[s->activation]);
+  return a;
+}
+
+/* The same as the JSON text files carry in their metadata (colossalc-export reads it
+ * back), into buf; NULL when the program does not say. */
+static const char *arch_text(const Prog *p, char *buf, size_t len) {
+  HfArch a;
+  if (!arch_of(p, &a)) return NULL;
+  size_t at = (size_t)snprintf(buf, len, "{");
+  if (a.heads != 0)
+    at += (size_t)snprintf(buf + at, len - at, "\"heads\":%" PRId64 ",\"causal\":%" PRId64 ",\"attention_scale\":%s,",
+                           a.heads, p->s->causal, a.scaled ? "true" : "false");
+  if (a.norm[0] && at < len)
+    at += (size_t)snprintf(buf + at, len - at, "\"norm\":\"%s\",\"norm_eps\":%.17g,", a.norm, a.norm_eps);
+  if (a.activation[0] && at < len) at += (size_t)snprintf(buf + at, len - at, "\"activation\":\"%s\",", a.activation);
+  if (a.rope_theta != 0 && at < len) at += (size_t)snprintf(buf + at, len - at, "\"rope_theta\":%.17g,", a.rope_theta);
+  if (at < len) snprintf(buf + at - (at > 1), len - at + (at > 1), "}");
+  return buf;
 }
 
 /* ---- tensor sets --------------------------------------------------------------- */
@@ -87,17 +117,18 @@ static void set_free(CkptSet *s) {
 }
 
 /* groups bases[g] with name prefixes[g]: one entry per parameter per group. */
-static int set_build(const RtProgram *p, int ngroups, const char *const prefixes[], char *const bases[], CkptSet *s,
+static int set_build(const Prog *p, int ngroups, const char *const prefixes[], char *const bases[], CkptSet *s,
                      char *err, size_t errlen) {
   s->n = 0;
-  if (!(s->e = calloc((size_t)ngroups * p->nparams, sizeof *s->e))) return file_set_error(err, errlen, "out of memory");
+  if (!(s->e = calloc((size_t)ngroups * p->s->nparams, sizeof *s->e)))
+    return file_set_error(err, errlen, "out of memory");
   for (int g = 0; g < ngroups; g++)
-    for (int i = 0; i < p->nparams; i++) {
+    for (int i = 0; i < p->s->nparams; i++) {
       CkptEntry *e = &s->e[s->n++];
-      const RtParam *q = &p->params[i];
+      const ProgParam *q = &p->params[i];
       e->param = q;
       e->data = (float *)(bases[g] + q->offset);
-      if (asprintf(&e->name, "%s%s", prefixes[g], q->name) < 0) {
+      if (asprintf(&e->name, "%s%s", prefixes[g], prog_str(p, q->name)) < 0) {
         e->name = NULL;
         set_free(s);
         return file_set_error(err, errlen, "out of memory");
@@ -106,16 +137,16 @@ static int set_build(const RtProgram *p, int ngroups, const char *const prefixes
   return 0;
 }
 
-static int set_params(const RtProgram *p, char *params, CkptSet *s, char *err, size_t errlen) {
+static int set_params(const Prog *p, char *params, CkptSet *s, char *err, size_t errlen) {
   const char *const prefixes[1] = {""};
   char *const bases[1] = {params};
   return set_build(p, 1, prefixes, bases, s, err, errlen);
 }
 
-static int set_ckpt(const RtProgram *p, char *params, char *opt, CkptSet *s, char *err, size_t errlen) {
+static int set_ckpt(const Prog *p, char *params, char *opt, CkptSet *s, char *err, size_t errlen) {
   const char *const prefixes[3] = {"param/", "opt_m/", "opt_v/"};
-  char *const bases[3] = {params, opt, opt + p->opt_v_offset};
-  int groups = p->train.optimizer == RT_OPT_ADAMW ? 3 : 2;
+  char *const bases[3] = {params, opt, opt + p->s->opt_v_offset};
+  int groups = p->s->optimizer == PROG_OPT_ADAMW ? 3 : 2;
   return set_build(p, groups, prefixes, bases, s, err, errlen);
 }
 
@@ -144,7 +175,7 @@ static void list_add(NameList *l, const char *fmt, ...) {
   if (l->len > sizeof l->text - 1) l->len = sizeof l->text - 1;
 }
 
-static int shape_equal(const SafeTensor *t, const RtParam *q) {
+static int shape_equal(const SafeTensor *t, const ProgParam *q) {
   if (t->ndim != q->ndim) return 0;
   for (int d = 0; d < q->ndim; d++)
     if (t->shape[d] != q->shape[d]) return 0;
@@ -152,13 +183,13 @@ static int shape_equal(const SafeTensor *t, const RtParam *q) {
 }
 
 /* A 2-D tensor stored the other way round ([in, out] for [out, in]). */
-static int shape_transposed(const SafeTensor *t, const RtParam *q) {
+static int shape_transposed(const SafeTensor *t, const ProgParam *q) {
   return t->ndim == 2 && q->ndim == 2 && t->shape[0] == q->shape[1] && t->shape[1] == q->shape[0];
 }
 
 static int dtype_loads(StDtype dt) { return dt == ST_DTYPE_F32 || dt == ST_DTYPE_F16 || dt == ST_DTYPE_BF16; }
 
-static void list_shape(NameList *l, const char *name, const SafeTensor *t, const RtParam *q) {
+static void list_shape(NameList *l, const char *name, const SafeTensor *t, const ProgParam *q) {
   char fs[128], ms[128];
   safetensors_shape_text(fs, sizeof fs, t->ndim, t->shape);
   safetensors_shape_text(ms, sizeof ms, q->ndim, q->shape);
@@ -327,10 +358,10 @@ static int set_write(const CkptSet *s, const SafeTensorOut *extra, const char *p
 /* ---- parameter files ----------------------------------------------------------- */
 
 /* The Hugging Face family of the program's parameter names, or NULL. */
-static const HfFamily *program_family(const RtProgram *p) {
-  const char **names = calloc((size_t)p->nparams + 1, sizeof *names);
-  for (int i = 0; names && i < p->nparams; i++) names[i] = p->params[i].name;
-  const HfFamily *f = names ? hf_family_of(names, p->nparams) : NULL;
+static const HfFamily *program_family(const Prog *p) {
+  const char **names = calloc((size_t)p->s->nparams + 1, sizeof *names);
+  for (int i = 0; names && i < p->s->nparams; i++) names[i] = prog_str(p, p->params[i].name);
+  const HfFamily *f = names ? hf_family_of(names, (int)p->s->nparams) : NULL;
   free(names);
   return f;
 }
@@ -349,7 +380,7 @@ static void note_text(char *note, size_t len, const char *path, const HfFamily *
   if (tied->count && at < len) snprintf(note + at, len - at, "; %s", tied->text);
 }
 
-int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *note, size_t notelen, char *err,
+int ckpt_load_params(const Prog *p, const char *path, char *params, char *note, size_t notelen, char *err,
                      size_t errlen) {
   static NameList skipped, tied; /* large: kept off the stack, single-threaded use */
   memset(&skipped, 0, sizeof skipped), memset(&tied, 0, sizeof tied);
@@ -371,32 +402,34 @@ int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *n
   return rc;
 }
 
-int ckpt_save_params(const RtProgram *p, const char *path, const char *params, char *err, size_t errlen) {
+int ckpt_save_params(const Prog *p, const char *path, const char *params, char *err, size_t errlen) {
   static const char *const keys[4] = {"format", "model", "arch", "seq"};
-  char seq[32];
-  snprintf(seq, sizeof seq, "%" PRId64, p->seq);
-  const char *const vals[4] = {"pt", p->model, p->arch, seq};
+  char seq[32], arch[512];
+  snprintf(seq, sizeof seq, "%" PRId64, p->s->seq);
+  const char *const vals[4] = {"pt", prog_str(p, p->s->model), arch_text(p, arch, sizeof arch), seq};
   CkptSet s;
   if (set_params(p, (char *)params, &s, err, errlen) != 0) return -1;
-  int rc = set_write(&s, NULL, path, keys, vals, p->arch ? 4 : 2, err, errlen);
+  int rc = set_write(&s, NULL, path, keys, vals, vals[2] ? 4 : 2, err, errlen);
   set_free(&s);
   return rc;
 }
 
 /* The parameters as hf.h takes them; data NULL: a check only. */
-static int ckpt_hf(const RtProgram *p, const char *dir, const char *params, char *err, size_t errlen) {
-  HfParam *ps = calloc((size_t)p->nparams + 1, sizeof *ps);
+static int ckpt_hf(const Prog *p, const char *dir, const char *params, char *err, size_t errlen) {
+  HfParam *ps = calloc((size_t)p->s->nparams + 1, sizeof *ps);
+  HfArch arch;
   if (!ps) return file_set_error(err, errlen, "out of memory");
-  for (int i = 0; i < p->nparams; i++) {
-    const RtParam *q = &p->params[i];
-    ps[i] = (HfParam){q->name, q->ndim, q->shape, params ? (const float *)(params + q->offset) : NULL};
+  for (int i = 0; i < p->s->nparams; i++) {
+    const ProgParam *q = &p->params[i];
+    ps[i] =
+        (HfParam){prog_str(p, q->name), (int)q->ndim, q->shape, params ? (const float *)(params + q->offset) : NULL};
   }
-  int rc = hf_save(dir, ps, p->nparams, p->arch, p->seq, err, errlen);
+  int rc = hf_save(dir, ps, (int)p->s->nparams, arch_of(p, &arch), p->s->seq, err, errlen);
   free(ps);
   return rc;
 }
 
-int ckpt_save_hf(const RtProgram *p, const char *dir, const char *params, char *err, size_t errlen) {
+int ckpt_save_hf(const Prog *p, const char *dir, const char *params, char *err, size_t errlen) {
   char why[1024];
   if (ckpt_hf(p, dir, params, why, sizeof why) != 0) return file_set_error(err, errlen, "--save-hf %s: %s", dir, why);
   return 0;
@@ -430,7 +463,7 @@ static int prepare_dir(const char *flag, const char *dir, char *err, size_t errl
 
 int ckpt_prepare_dir(const char *dir, char *err, size_t errlen) { return prepare_dir("--ckpt-dir", dir, err, errlen); }
 
-int ckpt_check_save_hf(const RtProgram *p, const char *dir, char *err, size_t errlen) {
+int ckpt_check_save_hf(const Prog *p, const char *dir, char *err, size_t errlen) {
   return ckpt_save_hf(p, dir, NULL, err, errlen) || prepare_dir("--save-hf", dir, err, errlen) ? -1 : 0;
 }
 
@@ -453,11 +486,12 @@ static int ckpt_write_latest(const char *dir, const char *name, char *err, size_
   return file_write_atomic(path, chunks, lens, 1, err, errlen);
 }
 
-int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params, const char *opt, char *err,
+int ckpt_save(const Prog *p, const char *dir, const CkptMeta *m, const char *params, const char *opt, char *err,
               size_t errlen) {
   const char *keys[13] = {"format", "version", "model",        "optimizer",  "step",         "data_step",
                           "seed",   "threads", "global_batch", "loss_scale", "skipped_steps"};
   char step[32], data_step[32], seed[32], threads[32], gb[32], ls[40], skipped[32], name[64], path[4096], seq[32];
+  char arch[512];
   snprintf(step, sizeof step, "%" PRId64, m->step);
   snprintf(data_step, sizeof data_step, "%" PRId64, m->data_step);
   snprintf(seed, sizeof seed, "%" PRIu64, m->seed);
@@ -465,18 +499,26 @@ int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char
   snprintf(gb, sizeof gb, "%" PRId64, m->global_batch);
   snprintf(ls, sizeof ls, "%.17g", m->loss_scale);
   snprintf(skipped, sizeof skipped, "%" PRId64, m->skipped);
-  snprintf(seq, sizeof seq, "%" PRId64, p->seq);
-  const char *vals[13] = {CKPT_FORMAT, "1",       p->model, p->train.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd",
-                          step,        data_step, seed,     threads,
-                          gb,          ls,        skipped};
+  snprintf(seq, sizeof seq, "%" PRId64, p->s->seq);
+  const char *vals[13] = {CKPT_FORMAT,
+                          "1",
+                          prog_str(p, p->s->model),
+                          prog_opt_names[p->s->optimizer],
+                          step,
+                          data_step,
+                          seed,
+                          threads,
+                          gb,
+                          ls,
+                          skipped};
   snprintf(name, sizeof name, "ckpt-%" PRId64 ".safetensors", m->step);
   snprintf(path, sizeof path, "%s/%s", dir, name);
   CkptSet s;
   if (set_ckpt(p, (char *)params, (char *)opt, &s, err, errlen) != 0) return -1;
   /* global_batch when known; fp16's loss scale and skipped steps (they need global_batch) */
-  int nkeys = m->global_batch > 0 ? (p->train.loss_scaling ? 11 : 9) : 8;
-  if (p->arch) /* for colossalc-export */
-    keys[nkeys] = "arch", vals[nkeys++] = p->arch, keys[nkeys] = "seq", vals[nkeys++] = seq;
+  int nkeys = m->global_batch > 0 ? (p->s->loss_scaling ? 11 : 9) : 8;
+  if (arch_text(p, arch, sizeof arch)) /* for colossalc-export */
+    keys[nkeys] = "arch", vals[nkeys++] = arch, keys[nkeys] = "seq", vals[nkeys++] = seq;
   int64_t fp8_shape[2] = {m->fp8_rows, m->fp8_width};
   SafeTensorOut fp8 = {CKPT_FP8, 2, fp8_shape, m->fp8};
   int rc = set_write(&s, m->fp8 ? &fp8 : NULL, path, keys, vals, nkeys, err, errlen);
@@ -510,15 +552,16 @@ static int meta_u64(const SafeTensors *st, const char *path, const char *key, ui
   return 0;
 }
 
-static int ckpt_check_meta(const RtProgram *p, const SafeTensors *st, const char *path, CkptMeta *m, char *err,
+static int ckpt_check_meta(const Prog *p, const SafeTensors *st, const char *path, CkptMeta *m, char *err,
                            size_t errlen) {
   const char *fmt = safetensors_metadata(st, "format");
   const char *model = safetensors_metadata(st, "model");
   uint64_t step, data_step, threads;
   if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
     return file_set_error(err, errlen, "%s: not a colossalc checkpoint (metadata format)", path);
-  if (!model || strcmp(model, p->model) != 0)
-    return file_set_error(err, errlen, "%s: a checkpoint of model '%s', not '%s'", path, model ? model : "?", p->model);
+  if (!model || strcmp(model, prog_str(p, p->s->model)) != 0)
+    return file_set_error(err, errlen, "%s: a checkpoint of model '%s', not '%s'", path, model ? model : "?",
+                          prog_str(p, p->s->model));
   if (meta_u64(st, path, "step", &step, err, errlen) || meta_u64(st, path, "data_step", &data_step, err, errlen) ||
       meta_u64(st, path, "seed", &m->seed, err, errlen) || meta_u64(st, path, "threads", &threads, err, errlen))
     return -1;
@@ -552,7 +595,7 @@ static void set_skip_opt(CkptSet *s, int nparams, const unsigned char *held) {
   for (int i = nparams; held && i < s->n; i++) s->e[i].skip = !held[i % nparams];
 }
 
-int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *params, char *opt,
+int ckpt_load_latest(const Prog *p, const char *dir, CkptMeta *m, char *params, char *opt,
                      const unsigned char *opt_held, char *err, size_t errlen) {
   char name[256], path[4096];
   if (ckpt_read_latest(dir, name, sizeof name, err, errlen) != 0) return -1;
@@ -565,7 +608,7 @@ int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *par
   if (rc == 0) rc = set_ckpt(p, params, opt, &s, err, errlen);
   if (rc == 0) rc = file_of_safetensors(&f, path, st, err, errlen);
   if (rc == 0) {
-    set_skip_opt(&s, p->nparams, opt_held);
+    set_skip_opt(&s, (int)p->s->nparams, opt_held);
     set_bind(&s, &f, NULL);
     CkptSrc *fp8 = file_find(&f, CKPT_FP8); /* optional: not an unexpected tensor */
     if (fp8) fp8->used = 1;

@@ -1,7 +1,7 @@
 /* train_ckpt: parameters and checkpoints on disk, as safetensors (safetensors.h).
  *
  * Host views: every function takes the PARAMS tier (and the OPT tier) as host
- * memory laid out as in the program (parameter at RtParam.offset; AdamW m at
+ * memory laid out as in the program (parameter at ProgParam.offset; AdamW m at
  * offset, v at opt_v_offset + offset).
  *
  * Parameter files (--init-from, --save): one tensor per parameter, named as in
@@ -30,7 +30,7 @@
 #ifndef COLOSSALC_RUNTIME_TRAIN_CKPT_H
 #define COLOSSALC_RUNTIME_TRAIN_CKPT_H
 
-#include "runtime/train_program.h"
+#include "program/program.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -43,7 +43,7 @@ typedef struct CkptMeta {
   int64_t global_batch; /* 0: not recorded */
   double loss_scale;    /* fp16: the next step's loss scale (0: not recorded) */
   int64_t skipped;      /* fp16: steps skipped for an inf or NaN gradient */
-  /* fp8 (RtProgram.fp8): the scaling states, fp8_rows x fp8_width f32 on the host, or
+  /* fp8 (ProgStage fp8_*): the scaling states, fp8_rows x fp8_width f32 on the host, or
    * NULL. Saved as "fp8/state"; a resume fills them and sets fp8_restored when the file
    * holds states of that shape (a file without them, or of another history, leaves
    * them alone: the caller says the scales start again). */
@@ -55,28 +55,28 @@ typedef struct CkptMeta {
 /* Fills every parameter (held: those with held[i], NULL: all) by its init rule, Philox
  * keyed by (seed, name) (philox.h): normal(std a, mean b), uniform [a, b), zeros, ones,
  * constant a. */
-void ckpt_init_params(const RtProgram *p, char *params, uint64_t seed, const unsigned char *held);
+void ckpt_init_params(const Prog *p, char *params, uint64_t seed, const unsigned char *held);
 
 /* note (notelen bytes, may be NULL): "" or one line saying what was skipped or tied. */
-int ckpt_load_params(const RtProgram *p, const char *path, char *params, char *note, size_t notelen, char *err,
+int ckpt_load_params(const Prog *p, const char *path, char *params, char *note, size_t notelen, char *err,
                      size_t errlen);
-int ckpt_save_params(const RtProgram *p, const char *path, const char *params, char *err, size_t errlen);
+int ckpt_save_params(const Prog *p, const char *path, const char *params, char *err, size_t errlen);
 /* DIR/model.safetensors and DIR/config.json (hf.h); params NULL: only the checks. */
-int ckpt_save_hf(const RtProgram *p, const char *dir, const char *params, char *err, size_t errlen);
+int ckpt_save_hf(const Prog *p, const char *dir, const char *params, char *err, size_t errlen);
 /* Before training: the model makes a transformers model, and DIR can be written. */
-int ckpt_check_save_hf(const RtProgram *p, const char *dir, char *err, size_t errlen);
+int ckpt_check_save_hf(const Prog *p, const char *dir, char *err, size_t errlen);
 
 /* Creates DIR if missing and checks that a file can be created in it. */
 int ckpt_prepare_dir(const char *dir, char *err, size_t errlen);
 /* Checks that a file can be created beside path (--save), before training. */
 int ckpt_check_save_path(const char *path, char *err, size_t errlen);
 
-int ckpt_save(const RtProgram *p, const char *dir, const CkptMeta *m, const char *params, const char *opt, char *err,
+int ckpt_save(const Prog *p, const char *dir, const CkptMeta *m, const char *params, const char *opt, char *err,
               size_t errlen);
 /* Restores the checkpoint DIR/latest names into params, opt and *m; the optimizer
  * state of parameter i only where opt_held[i] (NULL: every parameter; ZeRO ranks
  * read their own shard), though the file must hold all of it. */
-int ckpt_load_latest(const RtProgram *p, const char *dir, CkptMeta *m, char *params, char *opt,
+int ckpt_load_latest(const Prog *p, const char *dir, CkptMeta *m, char *params, char *opt,
                      const unsigned char *opt_held, char *err, size_t errlen);
 
 #endif

@@ -38,7 +38,7 @@ typedef struct CpuPinned {
 typedef struct CpuDevice {
   Device dev;
   ThreadPool *pool;
-  const RtKernelFn *kernels; /* [nkernels] */
+  const ProgKernelFn *kernels; /* [nkernels] */
   int nkernels;
   Device *pin;            /* pins reserved memory, or NULL */
   int64_t pin_budget;     /* bytes of resident pages beyond which kept ones go */
@@ -51,8 +51,8 @@ typedef struct CpuDevice {
 } CpuDevice;
 
 typedef struct CpuKernelJob {
-  RtKernelFn fn;
-  char *const *bufs; /* the kernel's buffers (program.h, "args") */
+  ProgKernelFn fn;
+  char *const *bufs; /* the kernel's buffers (ProgArg) */
   const float *scalars;
 } CpuKernelJob;
 
@@ -97,8 +97,8 @@ static void cpu_zero(Device *dev, char *base, int64_t offset, int64_t bytes) {
   else pool_run(cpu->pool, (bytes + CPU_ZERO_BLOCK - 1) / CPU_ZERO_BLOCK, cpu_zero_chunk, &job);
 }
 
-static float *gemm_operand(const RtGemm *g, char *const *tiers, int w, int64_t i, int64_t j) {
-  float *base = (float *)(tiers[g->tier[w]] + g->offset[w]);
+static float *gemm_operand(const IsaGemm *g, char *const *tiers, int w, int64_t i, int64_t j) {
+  float *base = (float *)(tiers[g->tier[w]] + g->off[w]);
   return base + i * g->stride[w][0] + j * g->stride[w][1];
 }
 
@@ -143,7 +143,7 @@ static void convert(CpuDevice *cpu, IsaDtype t, char *h, int64_t rows, int64_t c
 
 /* A GEMM of 16- or 8-bit operands: each batch's A and B widened to f32 (exact), the
  * product summed in f32 (into C if it is f32, else into scratch and rounded once into C). */
-static void cpu_gemm_half(CpuDevice *cpu, const RtGemm *g, char *const *tiers) {
+static void cpu_gemm_half(CpuDevice *cpu, const IsaGemm *g, char *const *tiers) {
   int64_t ra = g->ta ? g->k : g->m, ca = g->ta ? g->m : g->k, rb = g->tb ? g->n : g->k, cb = g->tb ? g->k : g->n;
   int64_t need = ra * ca + rb * cb + g->m * g->n;
   if (need > cpu->scratch_floats) {
@@ -155,13 +155,13 @@ static void cpu_gemm_half(CpuDevice *cpu, const RtGemm *g, char *const *tiers) {
     cpu->scratch = v, cpu->scratch_floats = need;
   }
   float *a = cpu->scratch, *b = a + ra * ca, *c32 = b + rb * cb;
-  const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_offset) : NULL;
+  const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_off) : NULL;
   for (int64_t i = 0; i < g->batch[0]; i++)
     for (int64_t j = 0; j < g->batch[1]; j++) {
       char *ops[3];
       for (int w = 0; w < 3; w++)
         ops[w] =
-            tiers[g->tier[w]] + g->offset[w] + (i * g->stride[w][0] + j * g->stride[w][1]) * isa_dtype_bytes(g->dt[w]);
+            tiers[g->tier[w]] + g->off[w] + (i * g->stride[w][0] + j * g->stride[w][1]) * isa_dtype_bytes(g->dt[w]);
       convert(cpu, g->dt[0], ops[0], ra, ca, g->lda, a, 0);
       convert(cpu, g->dt[1], ops[1], rb, cb, g->ldb, b, 0);
       int f32 = g->dt[2] == ISA_F32;
@@ -178,17 +178,17 @@ static void cpu_gemm_half(CpuDevice *cpu, const RtGemm *g, char *const *tiers) {
 /* A bias epilogue (beta 0): C starts as the bias in every row, and the product adds to it.
  * A "gelu" GEMM leaves GELU's input, in aux if given, for the "epilogue" kernel after it
  * (a compiled kernel, vectorized, the unfused GELU's code). */
-static void cpu_gemm(Device *dev, const RtGemm *g, char *const *tiers) {
+static void cpu_gemm(Device *dev, const IsaGemm *g, char *const *tiers) {
   enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
-  const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_offset) : NULL;
+  const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_off) : NULL;
   if (g->dt[0] != ISA_F32 || g->dt[2] != ISA_F32) {
     cpu_gemm_half((CpuDevice *)dev, g, tiers);
     return;
   }
   for (int64_t i = 0; i < g->batch[0]; i++)
     for (int64_t j = 0; j < g->batch[1]; j++) {
-      float *c = g->aux ? (float *)(tiers[g->aux_tier] + g->aux_offset) : gemm_operand(g, tiers, 2, i, j);
+      float *c = g->aux ? (float *)(tiers[g->aux_tier] + g->aux_off) : gemm_operand(g, tiers, 2, i, j);
       for (int64_t r = 0; bias && r < g->m; r++) memcpy(c + r * g->ldc, bias, (size_t)g->n * sizeof *bias);
       cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, gemm_operand(g, tiers, 0, i, j),
                   (int)g->lda, gemm_operand(g, tiers, 1, i, j), (int)g->ldb, bias ? 1.0f : g->beta, c, (int)g->ldc);
@@ -378,7 +378,7 @@ static void cpu_destroy(Device *dev) {
   free(cpu);
 }
 
-Device *device_cpu_new(const RtKernelFn *kernels, int nkernels, int threads, char *err, size_t errlen) {
+Device *device_cpu_new(const ProgKernelFn *kernels, int nkernels, int threads, char *err, size_t errlen) {
   CpuDevice *cpu = calloc(1, sizeof *cpu);
   if (!cpu) {
     file_set_error(err, errlen, "out of memory");

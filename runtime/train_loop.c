@@ -23,31 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- schedule and scalars ------------------------------------------------------ */
-
-double train_lr(const RtTrain *hp, int64_t t, int64_t steps) {
-  if (hp->warmup > 0 && t <= hp->warmup) return hp->lr * (double)t / (double)hp->warmup;
-  if (hp->schedule == RT_SCHED_CONSTANT || steps <= hp->warmup) return hp->lr;
-  double progress = (double)(t - hp->warmup) / (double)(steps - hp->warmup);
-  if (progress > 1) progress = 1;
-  return hp->min_lr + 0.5 * (hp->lr - hp->min_lr) * (1 + cos(M_PI * progress));
-}
-
-void train_scalars(const RtTrain *hp, double lr, int64_t t, double gscale, float *sc) {
-  sc[RT_SC_LR] = (float)lr;
-  sc[RT_SC_BC1] = (float)(1.0 / (1.0 - pow(hp->beta1, (double)t)));
-  sc[RT_SC_BC2] = (float)(1.0 / (1.0 - pow(hp->beta2, (double)t)));
-  sc[RT_SC_GSCALE] = (float)gscale;
-  sc[RT_SC_STEP] = (float)t;
-  sc[TRAIN_SC_BETA1] = (float)hp->beta1;
-  sc[TRAIN_SC_BETA2] = (float)hp->beta2;
-  sc[TRAIN_SC_EPS] = (float)hp->eps;
-  sc[TRAIN_SC_WD] = (float)hp->weight_decay;
-  sc[TRAIN_SC_MOMENTUM] = (float)hp->momentum;
-  sc[TRAIN_SC_LOSS_SCALE] = 1.0f; /* a step of an fp16 program sets its loss scale */
-  sc[TRAIN_SC_APPLY] = 1.0f;
-}
-
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -56,38 +31,26 @@ static double now_ms(void) {
 
 /* ---- start-up ------------------------------------------------------------------ */
 
-/* One optimizer hyperparameter: the override, if any, after checking that the
- * program's kernels read it (program "scalars": 12) or that it equals theirs. */
-static int override_kernel_hp(const RtProgram *p, const char *flag, double given, double *value, char *err,
-                              size_t errlen) {
-  if (isnan(given) || given == *value) return 0;
-  if (p->nscalars < TRAIN_SCALARS)
-    return file_set_error(err, errlen,
-                          "%s %g: this program's update kernels were compiled with %g and "
-                          "do not read it at run time; compile the model with the new value",
-                          flag, given, *value);
-  *value = given;
-  return 0;
-}
-
+/* The program's optimizer settings with the flags' overrides. */
 static int trainer_apply_overrides(Trainer *t, const TrainOpts *o, char *err, size_t errlen) {
-  RtTrain *hp = &t->hp;
-  *hp = t->prog->train;
-  hp->lr = isnan(o->lr) ? hp->lr : o->lr;
-  hp->min_lr = isnan(o->min_lr) ? hp->min_lr : o->min_lr;
-  hp->clip = isnan(o->clip) ? hp->clip : o->clip;
+  const ProgStage *s = t->prog->s;
+  ExecHp *hp = &t->hp;
+  ExecHp from = {s->optimizer,     s->schedule,     s->lr,         s->beta1,        s->beta2,
+                 s->eps,           s->weight_decay, s->momentum,   s->clip,         s->min_lr,
+                 s->warmup,        s->loss_scaling, s->scale_init, s->scale_growth, s->scale_backoff,
+                 s->scale_interval};
+  *hp = from;
+  double *over[7] = {&hp->lr, &hp->min_lr, &hp->clip, &hp->weight_decay, &hp->beta1, &hp->beta2, &hp->eps};
+  const double given[7] = {o->lr, o->min_lr, o->clip, o->weight_decay, o->beta1, o->beta2, o->eps};
+  for (int i = 0; i < 7; i++) *over[i] = isnan(given[i]) ? *over[i] : given[i];
   hp->warmup = o->warmup >= 0 ? o->warmup : hp->warmup;
-  hp->schedule = o->schedule >= 0 ? (RtSchedule)o->schedule : hp->schedule;
+  hp->schedule = o->schedule >= 0 ? (ProgSchedule)o->schedule : hp->schedule;
   if (!isnan(o->loss_scale) && !hp->loss_scaling)
     return file_set_error(err, errlen,
                           "--loss-scale: this program does not scale its loss "
                           "(only fp16 programs do: colossalc --precision fp16)");
   hp->scale_init = isnan(o->loss_scale) ? hp->scale_init : o->loss_scale;
-  t->loss_scale = hp->scale_init, t->good_steps = t->skipped = 0;
-  return override_kernel_hp(t->prog, "--weight-decay", o->weight_decay, &hp->weight_decay, err, errlen) ||
-         override_kernel_hp(t->prog, "--beta1", o->beta1, &hp->beta1, err, errlen) ||
-         override_kernel_hp(t->prog, "--beta2", o->beta2, &hp->beta2, err, errlen) ||
-         override_kernel_hp(t->prog, "--eps", o->eps, &hp->eps, err, errlen);
+  return 0;
 }
 
 static int trainer_open_data(Trainer *t, const char *path, DataFile **df, char *err, size_t errlen) {
@@ -96,22 +59,26 @@ static int trainer_open_data(Trainer *t, const char *path, DataFile **df, char *
   return *df ? 0 : -1;
 }
 
+/* The bytes of input i's rows of a step. */
+static int64_t rows_bytes(const Prog *p, int i) {
+  return p->s->batch * p->s->microbatches * p->inputs[i].row_elems * 4;
+}
+
 static int trainer_alloc_host(Trainer *t, char *err, size_t errlen) {
-  const RtProgram *p = t->prog;
+  const Prog *p = t->prog;
   int ok = 1;
-  for (int i = 0; i < p->ninputs; i++) /* this rank's rows of a step, uploaded every
-                                        * micro-batch: the device's staging memory */
-    ok &= (t->rows[i] = exec_host_alloc(t->dev, p->batch * p->microbatches * p->inputs[i].row_elems * 4)) != NULL;
-  t->gnorm_parts = calloc((size_t)p->gradnorm_parts, sizeof *t->gnorm_parts);
-  t->logits_row = calloc((size_t)p->vocab, sizeof *t->logits_row);
-  t->context = calloc((size_t)p->seq, sizeof *t->context);
-  ok &= t->gnorm_parts && t->logits_row && t->context;
-  for (int tier = RT_TIER_PARAMS; ok && tier <= RT_TIER_OPT; tier += RT_TIER_OPT) {
+  for (int i = 0; i < p->s->ninputs; i++) /* this rank's rows of a step, uploaded every
+                                           * micro-batch: the device's staging memory */
+    ok &= (t->rows[i] = exec_host_alloc(t->dev, rows_bytes(p, i))) != NULL;
+  t->logits_row = calloc((size_t)p->s->vocab, sizeof *t->logits_row);
+  t->context = calloc((size_t)p->s->seq, sizeof *t->context);
+  ok &= t->logits_row && t->context;
+  for (int tier = TIER_PARAMS; ok && tier <= TIER_OPT; tier += TIER_OPT) {
     /* offload: the state is at its homes, gathered here for file I/O */
-    t->host[tier] = p->offload.on ? NULL : exec_host_tier(&t->ex, tier);
+    t->host[tier] = p->s->offload ? NULL : exec_host_tier(&t->ex, tier);
     if (!t->host[tier]) { /* device memory: a host copy for file I/O */
       t->staged = 1;
-      ok = (t->host[tier] = calloc((size_t)p->tiers[tier] + 1, 1)) != NULL;
+      ok = (t->host[tier] = calloc((size_t)p->s->tiers[tier] + 1, 1)) != NULL;
     }
   }
   return ok ? 0 : file_set_error(err, errlen, "out of memory for host buffers");
@@ -120,10 +87,10 @@ static int trainer_alloc_host(Trainer *t, char *err, size_t errlen) {
 /* Host copies of PARAMS and OPT ← device (before a file write) or → (after a read);
  * of an offload program ← / → each part's home (an NVMe error fails). */
 static int trainer_host_pull(Trainer *t, char *err, size_t errlen) {
-  if (t->ex.off) return offload_pull(t->ex.off, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], err, errlen);
+  if (t->ex.off) return offload_pull(t->ex.off, t->host[TIER_PARAMS], t->host[TIER_OPT], err, errlen);
   if (t->staged)
-    for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
-      exec_read(&t->ex, tier, 0, t->host[tier], t->prog->tiers[tier]);
+    for (int tier = TIER_PARAMS; tier <= TIER_OPT; tier += TIER_OPT)
+      exec_read(&t->ex, tier, 0, t->host[tier], t->prog->s->tiers[tier]);
   return 0;
 }
 
@@ -131,15 +98,15 @@ static int trainer_host_pull(Trainer *t, char *err, size_t errlen) {
  * copies is touched); the owners send theirs to dp rank 0, chunk by chunk, which then
  * holds the whole state and writes the files. */
 static void trainer_assemble(Trainer *t, int opt) {
-  const RtProgram *p = t->prog;
+  const Prog *p = t->prog;
   Comm *c = t->mesh.dp_comm;
-  int parts[2] = {RT_TIER_PARAMS, RT_TIER_OPT};
-  if (!t->ex.off || p->zero_stage != 3 || c->size == 1) return;
-  for (int ch = 0; ch < p->offload.nchunks; ch++) {
-    const RtChunk *k = &p->offload.chunks[ch];
+  int parts[2] = {TIER_PARAMS, TIER_OPT};
+  if (!t->ex.off || p->s->zero_stage != 3 || c->size == 1) return;
+  for (int ch = 0; ch < p->s->nchunks; ch++) {
+    const ProgChunk *k = &p->chunks[ch];
     for (int j = 0; j < (opt ? 2 : 1) && k->owner != 0; j++) {
       int64_t off[2];
-      int n = program_part_ranges(p, ch, parts[j], off);
+      int n = prog_part_ranges(p, k, parts[j], off);
       for (int r = 0; r < n; r++) {
         float *at = (float *)(t->host[parts[j]] + off[r]);
         if (c->rank == k->owner) c->host_send(c, at, (k->end - k->start) / 4, 0);
@@ -154,9 +121,9 @@ static void trainer_assemble(Trainer *t, int opt) {
  * host holds the state once, not twice. */
 static void trainer_release_staging(Trainer *t) {
   long page = sysconf(_SC_PAGESIZE);
-  for (int tier = RT_TIER_PARAMS; t->ex.off && page > 0 && tier <= RT_TIER_OPT; tier += RT_TIER_OPT) {
+  for (int tier = TIER_PARAMS; t->ex.off && page > 0 && tier <= TIER_OPT; tier += TIER_OPT) {
     uintptr_t lo = ((uintptr_t)t->host[tier] + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
-    uintptr_t hi = ((uintptr_t)t->host[tier] + (uintptr_t)t->prog->tiers[tier]) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t hi = ((uintptr_t)t->host[tier] + (uintptr_t)t->prog->s->tiers[tier]) / (uintptr_t)page * (uintptr_t)page;
     if (t->host[tier] && hi > lo)
       madvise((void *)lo, hi - lo, MADV_DONTNEED); /* reads back as zeros; pull rewrites it */
   }
@@ -164,24 +131,24 @@ static void trainer_release_staging(Trainer *t) {
 
 static int trainer_host_push(Trainer *t, char *err, size_t errlen) {
   if (t->ex.off) {
-    int rc = offload_push(t->ex.off, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], err, errlen);
+    int rc = offload_push(t->ex.off, t->host[TIER_PARAMS], t->host[TIER_OPT], err, errlen);
     trainer_release_staging(t);
     return rc;
   }
   if (t->staged)
-    for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT)
-      exec_write(&t->ex, tier, 0, t->host[tier], t->prog->tiers[tier]);
+    for (int tier = TIER_PARAMS; tier <= TIER_OPT; tier += TIER_OPT)
+      exec_write(&t->ex, tier, 0, t->host[tier], t->prog->s->tiers[tier]);
   return 0;
 }
 
 /* The global PARAMS and OPT buffers of a non-trivial mesh: every rank for start-up,
  * world rank 0 for the whole run when it saves. */
 static int trainer_alloc_global(Trainer *t, char *err, size_t errlen) {
-  const RtProgram *g = &t->mesh.global;
+  const ProgStage *g = t->mesh.global.s;
   for (int k = 0; k < 2; k++)
-    if (!(t->gstate[k] = calloc((size_t)g->tiers[k ? RT_TIER_OPT : RT_TIER_PARAMS] + 1, 1)))
+    if (!(t->gstate[k] = calloc((size_t)g->tiers[k ? TIER_OPT : TIER_PARAMS] + 1, 1)))
       return file_set_error(err, errlen, "out of memory for the global parameters (%" PRId64 " bytes)",
-                            g->tiers[RT_TIER_PARAMS]);
+                            g->tiers[TIER_PARAMS]);
   return 0;
 }
 
@@ -191,20 +158,20 @@ static int trainer_saves_params(const TrainOpts *o) { return o->save || o->save_
 /* The global state every rank reads at start-up, then its slices. */
 static int trainer_init_global(Trainer *t, CkptMeta *m, char *note, size_t notelen, char *err, size_t errlen) {
   const TrainOpts *o = t->opts;
-  const RtProgram *g = &t->mesh.global;
-  const RtProgram *p = t->prog;
-  unsigned char *held = calloc((size_t)g->nparams + 1, 1);
+  const Prog *g = &t->mesh.global;
+  const Prog *p = t->prog;
+  unsigned char *held = calloc((size_t)g->s->nparams + 1, 1);
   if (!held || trainer_alloc_global(t, err, errlen) != 0) {
     free(held);
     return held ? -1 : file_set_error(err, errlen, "out of memory");
   }
-  for (int i = 0; i < p->nparams; i++) held[t->mesh.gindex[i]] |= t->zero.owned[i];
+  for (int i = 0; i < p->s->nparams; i++) held[p->params[i].global] |= t->zero.owned[i];
   int rc = o->resume      ? ckpt_load_latest(g, o->ckpt_dir, m, t->gstate[0], t->gstate[1], held, err, errlen)
            : o->init_from ? ckpt_load_params(g, o->init_from, t->gstate[0], note, notelen, err, errlen)
                           : (ckpt_init_params(g, t->gstate[0], t->seed, NULL), 0);
   free(held);
   if (rc == 0)
-    mesh_scatter(&t->mesh, t->gstate[0], o->resume ? t->gstate[1] : NULL, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT],
+    mesh_scatter(&t->mesh, t->gstate[0], o->resume ? t->gstate[1] : NULL, t->host[TIER_PARAMS], t->host[TIER_OPT],
                  t->zero.owned);
   if (t->comm->rank != 0 || !(trainer_saves_params(o) || o->ckpt_dir)) { /* the writer's */
     free(t->gstate[0]), free(t->gstate[1]);
@@ -217,28 +184,25 @@ static int trainer_init_global(Trainer *t, CkptMeta *m, char *note, size_t notel
  * with a one-rank layout (tp and pp 1), through the global view otherwise. */
 static int trainer_load_state(Trainer *t, CkptMeta *m, char *note, size_t notelen, char *err, size_t errlen) {
   const TrainOpts *o = t->opts;
-  const RtProgram *p = t->prog;
+  const Prog *p = t->prog;
   if (!t->mesh.trivial) return trainer_init_global(t, m, note, notelen, err, errlen);
   if (o->resume)
-    return ckpt_load_latest(p, o->ckpt_dir, m, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], t->zero.owned, err,
-                            errlen);
-  if (o->init_from) return ckpt_load_params(p, o->init_from, t->host[RT_TIER_PARAMS], note, notelen, err, errlen);
+    return ckpt_load_latest(p, o->ckpt_dir, m, t->host[TIER_PARAMS], t->host[TIER_OPT], t->zero.owned, err, errlen);
+  if (o->init_from) return ckpt_load_params(p, o->init_from, t->host[TIER_PARAMS], note, notelen, err, errlen);
   /* ZeRO-3 with offload: each rank keeps only its own chunks (offload_push) */
-  ckpt_init_params(p, t->host[RT_TIER_PARAMS], t->seed, t->ex.off && t->zero.stage == 3 ? t->zero.owned : NULL);
+  ckpt_init_params(p, t->host[TIER_PARAMS], t->seed, t->ex.off && t->zero.stage == 3 ? t->zero.owned : NULL);
   return 0;
 }
 
 /* The model's fp8 scaling states (every stage's): rows and width, 0 without. */
 static void fp8_shape(const Trainer *t, int64_t *rows, int64_t *width) {
-  *rows = *width = 0;
-  for (int s = 0; s < t->mesh.pp; s++)
-    if (t->mesh.stages[s].fp8.rows) *rows = t->mesh.stages[s].fp8.total, *width = t->mesh.stages[s].fp8.width;
+  *rows = t->mesh.global.s->fp8_total, *width = t->mesh.global.s->fp8_width;
 }
 
 /* Parameters from the latest checkpoint, --init-from, or the init rules. */
 static int trainer_init_state(Trainer *t, char *err, size_t errlen) {
   const TrainOpts *o = t->opts;
-  const RtProgram *p = t->prog;
+  const Prog *p = t->prog;
   int rank0 = t->comm->rank == 0;
   CkptMeta m = {0};
   char note[2048] = "";
@@ -246,14 +210,14 @@ static int trainer_init_state(Trainer *t, char *err, size_t errlen) {
   fp8_shape(t, &m.fp8_rows, &m.fp8_width);
   if (o->resume && m.fp8_rows &&
       (!(m.fp8 = malloc((size_t)(m.fp8_rows * m.fp8_width) * sizeof *m.fp8)) ||
-       !(fp8 = malloc((size_t)(p->fp8.rows * p->fp8.width + 1) * sizeof *fp8)))) {
+       !(fp8 = malloc((size_t)(p->s->fp8_rows * m.fp8_width + 1) * sizeof *fp8)))) {
     free(m.fp8);
     return file_set_error(err, errlen, "out of memory");
   }
   int rc = trainer_load_state(t, &m, note, sizeof note, err, errlen);
-  if (rc == 0 && m.fp8 && m.fp8_restored && p->fp8.rows) { /* every rank its stage's */
+  if (rc == 0 && m.fp8 && m.fp8_restored && p->s->fp8_rows) { /* every rank its stage's */
     mesh_fp8_scatter(&t->mesh, m.fp8, fp8);
-    exec_write(&t->ex, RT_TIER_WORK, p->fp8.offset, fp8, p->fp8.rows * p->fp8.width * 4);
+    exec_write(&t->ex, TIER_WORK, p->s->fp8_offset, fp8, p->s->fp8_rows * m.fp8_width * 4);
   } else if (rc == 0 && m.fp8 && !m.fp8_restored && rank0) {
     fprintf(stderr,
             "train: note: the checkpoint holds no fp8 scaling states of this program's "
@@ -271,14 +235,14 @@ static int trainer_init_state(Trainer *t, char *err, size_t errlen) {
                             " rows, this run's is %" PRId64 " (%d data-parallel "
                             "rank%s x %" PRId64 " micro-batch%s x batch %" PRId64 "): "
                             "compile for the batch that makes them equal",
-                            m.global_batch, t->global_batch, t->mesh.dp, t->mesh.dp == 1 ? "" : "s", p->microbatches,
-                            p->microbatches == 1 ? "" : "es", p->batch);
+                            m.global_batch, t->global_batch, t->mesh.dp, t->mesh.dp == 1 ? "" : "s", p->s->microbatches,
+                            p->s->microbatches == 1 ? "" : "es", p->s->batch);
     if (rank0 && o->seed_given && o->seed != m.seed)
       fprintf(stderr, "train: note: --seed %" PRIu64 " ignored: the checkpoint's seed is %" PRIu64 "\n", o->seed,
               m.seed);
     t->step = t->last_ckpt = m.step, t->data_step = m.data_step, t->seed = m.seed;
     if (m.loss_scale > 0) /* fp16: the scale and the count of updates go on */
-      t->loss_scale = m.loss_scale, t->skipped = m.skipped;
+      t->ex.step.loss_scale = m.loss_scale, t->ex.step.skipped = m.skipped;
     if (rank0) printf("resumed from %s at step %" PRId64 "\n", o->ckpt_dir, m.step);
   }
   if (trainer_host_push(t, err, errlen) != 0) return -1;
@@ -287,19 +251,19 @@ static int trainer_init_state(Trainer *t, char *err, size_t errlen) {
 }
 
 /* Memory behind each tier on the largest rank, in MiB. */
-static void trainer_memory(Trainer *t, double mib[RT_TIERS]) {
-  for (int tier = 0; tier < RT_TIERS; tier++) mib[tier] = (double)t->ex.committed[tier] / (1 << 20);
-  t->comm->host_all_reduce(t->comm, mib, RT_TIERS, COMM_MAX);
+static void trainer_memory(Trainer *t, double mib[TIERS]) {
+  for (int tier = 0; tier < TIERS; tier++) mib[tier] = (double)t->ex.committed[tier] / (1 << 20);
+  t->comm->host_all_reduce(t->comm, mib, TIERS, COMM_MAX);
 }
 
 /* "params host" when every chunk's home agrees, else "params host 2, nvme 1". */
-static void print_homes(const RtProgram *p, int part) {
-  int count[RT_LOCS] = {0}, kinds = 0;
-  for (int c = 0; c < p->offload.nchunks; c++) kinds += count[p->offload.chunks[c].home[part]]++ == 0;
-  printf("%s", rt_part_names[part]);
-  for (int l = RT_LOC_DEVICE, first = 1; l <= RT_LOC_NVME; l++)
+static void print_homes(const Prog *p, int part) {
+  int count[LOC_COUNT] = {0}, kinds = 0;
+  for (int c = 0; c < p->s->nchunks; c++) kinds += count[p->chunks[c].home[part]]++ == 0;
+  printf("%s", isa_part_names[part]);
+  for (int l = LOC_DEVICE, first = 1; l <= LOC_NVME; l++)
     if (count[l]) {
-      printf("%s %s", first ? "" : ",", rt_loc_names[l]);
+      printf("%s %s", first ? "" : ",", isa_loc_names[l]);
       if (kinds > 1) printf(" %d", count[l]);
       first = 0;
     }
@@ -307,74 +271,50 @@ static void print_homes(const RtProgram *p, int part) {
 
 /* offload: device 1.25 MiB (capacity), params host 2, nvme 1, device 1; opt nvme; 4 chunks */
 static void trainer_offload_banner(Trainer *t) {
-  const RtProgram *p = t->prog;
+  const Prog *p = t->prog;
   const char *dir = offload_nvme_dir(t->ex.off);
-  printf("offload: device %.2f MiB (capacity), ", (double)p->offload.device_capacity / (1 << 20));
-  print_homes(p, RT_TIER_PARAMS);
+  printf("offload: device %.2f MiB (capacity), ", (double)p->s->capacity / (1 << 20));
+  print_homes(p, TIER_PARAMS);
   printf("; ");
-  print_homes(p, RT_TIER_OPT);
-  printf("; %d chunk%s%s%s%s\n", p->offload.nchunks, p->offload.nchunks == 1 ? "" : "s", dir ? "; nvme files in " : "",
+  print_homes(p, TIER_OPT);
+  printf("; %d chunk%s%s%s%s\n", (int)p->s->nchunks, p->s->nchunks == 1 ? "" : "s", dir ? "; nvme files in " : "",
          dir ? t->opts->nvme_dir : "", dir && t->comm->size > 1 ? "/rank-R (one folder per rank)" : "");
 }
 
 /* One line, and for several ranks or ZeRO a second with the sharding and the
  * memory it really leaves behind each tier ("of" the whole tier where reserved). */
 static void trainer_banner(Trainer *t) {
-  static const char *const names[3] = {"params", "grads", "opt"};
-  const RtProgram *p = t->prog;
-  double mib[RT_TIERS];
+  const Prog *p = t->prog;
+  const ProgStage *s = p->s;
+  double mib[TIERS];
   int many = t->comm->size > 1 || t->zero.stage > 0;
   if (many) trainer_memory(t, mib);
   if (t->comm->rank != 0) return;
-  printf("model %s | %" PRId64 " parameters | batch %" PRId64, p->model, t->mesh.global.param_elems, p->batch);
-  if (p->seq > 1) printf(" x %" PRId64 " tokens | vocab %" PRId64, p->seq, p->vocab);
-  else printf(" samples | %" PRId64 " classes", p->vocab);
-  printf(" | %s, %d threads | %s lr %.2e\n", t->dev->name, t->threads,
-         t->hp.optimizer == RT_OPT_ADAMW ? "adamw" : "sgd", t->hp.lr);
-  if (p->offload.on) trainer_offload_banner(t);
+  printf("model %s | %" PRId64 " parameters | batch %" PRId64, prog_str(p, s->model), t->mesh.global.s->param_elems,
+         s->batch);
+  if (s->seq > 1) printf(" x %" PRId64 " tokens | vocab %" PRId64, s->seq, s->vocab);
+  else printf(" samples | %" PRId64 " classes", s->vocab);
+  printf(" | %s, %d threads | %s lr %.2e\n", t->dev->name, t->threads, prog_opt_names[t->hp.optimizer], t->hp.lr);
+  if (s->offload) trainer_offload_banner(t);
   if (!many) return;
   /* the device's groups: NCCL over the world's MPI on the CUDA device */
   const char *via = strcmp(t->dev->name, "cuda") ? t->comm->name : "nccl over mpi";
   if (!t->mesh.trivial)
-    printf("mesh dp %d x tp %d x pp %d: %d ranks (%s) | %s pipeline of %" PRId64 " micro-batch%s\n", t->mesh.dp,
-           t->mesh.tp, t->mesh.pp, t->comm->size, via, p->scheduled ? "scheduled" : "unscheduled", p->microbatches,
-           p->microbatches == 1 ? "" : "es");
+    printf("mesh dp %d x tp %d x pp %d: %d ranks (%s) | %" PRId64 " micro-batch%s a step\n", t->mesh.dp, t->mesh.tp,
+           t->mesh.pp, t->comm->size, via, s->microbatches, s->microbatches == 1 ? "" : "es");
   printf("data parallel: %d ranks (%s) | global batch %" PRId64 " x %" PRId64 " | zero %d", t->mesh.dp, via,
-         t->global_batch, p->seq, t->zero.stage);
-  if (p->offload.on) { /* the state is at its homes: the offload line says where */
+         t->global_batch, s->seq, t->zero.stage);
+  if (s->offload) { /* the state is at its homes: the offload line says where */
     printf(" | %s\n", t->zero.stage == 3 ? "each rank holds its own chunks at their homes"
                                          : "every rank holds the whole state at its homes");
     return;
   }
   printf(" | memory of the largest rank:");
-  for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier++) {
-    printf("%s %s %.2f MiB", tier ? "," : "", names[tier], mib[tier]);
-    if (exec_reserved(&t->ex, tier)) printf(" of %.2f MiB", (double)p->tiers[tier] / (1 << 20));
+  for (int tier = TIER_PARAMS; tier <= TIER_OPT; tier++) {
+    printf("%s %s %.2f MiB", tier ? "," : "", isa_tier_names[tier], mib[tier]);
+    if (exec_reserved(&t->ex, tier)) printf(" of %.2f MiB", (double)s->tiers[tier] / (1 << 20));
   }
   printf("\n");
-}
-
-/* Every rank learns whether any failed (failed: this one did, its message in err).
- * 0, or -1 with err kept on the lowest failing rank and emptied on the others. */
-static int trainer_agree(Trainer *t, int failed, char *err, size_t errlen) {
-  int first;
-  if (comm_agree(t->comm, failed, &first) == 0) return 0;
-  if (t->comm->rank != first && errlen > 0) err[0] = 0;
-  return -1;
-}
-
-/* What offload runs with (program.h): data parallelism, each rank holding the whole
- * state at its homes (ZeRO 0) or its own chunks (ZeRO 3). */
-static int trainer_check_offload(Trainer *t, char *err, size_t errlen) {
-  int z = (int)t->prog->zero_stage;
-  if (z != 0 && z != 3) return file_set_error(err, errlen, "internal error: an offload program at ZeRO stage %d", z);
-  if (z == 3 && t->opts->sample > 0)
-    return file_set_error(err, errlen,
-                          "--sample: this program keeps each rank's share of the "
-                          "parameters at its homes (ZeRO-3 with offload), and `forward` needs "
-                          "them all on one device; sample from the saved parameters with a "
-                          "program compiled without offload");
-  return 0;
 }
 
 /* Several ranks keep their NVMe files apart: DIR/rank-R, made here and removed when empty
@@ -395,39 +335,38 @@ static const char *trainer_nvme_dir(Trainer *t, char *err, size_t errlen) {
 }
 
 /* The host and NVMe locations and the copy thread; sampling must fit the device. */
-static int trainer_init_offload(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen) {
-  const RtProgram *p = t->prog;
+static int trainer_init_offload(Trainer *t, const ProgKernelFn *kernels, char *err, size_t errlen) {
+  const Prog *p = t->prog;
   Device *host = t->dev;
-  if (!t->dev->host_view && !(host = t->host_dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen)))
-    return -1;
-  const RtOffload *f = &p->offload;
-  int64_t keep = f->has_predicted ? f->predicted[f->npredicted > 1 ? t->mesh.dp_rank : 0][1] : 0;
+  int ncodes = (int)p->count[PROG_SEC_CODES];
+  if (!t->dev->host_view && !(host = t->host_dev = device_cpu_new(kernels, ncodes, t->threads, err, errlen))) return -1;
+  /* the plan's host peak of this rank (ProgStage predicted) */
+  int64_t keep = p->ints[p->s->predicted + 1 + 3 * (p->s->npredicted > 1 ? t->mesh.dp_rank : 0)];
   if (host != t->dev) /* the host location's memory, pinned for the GPU's copies and kept
                        * pinned up to the plan's host peak */
     device_cpu_pin_through(host, t->dev, keep);
   const char *nvme = trainer_nvme_dir(t, err, errlen);
   if ((t->opts->nvme_dir && !nvme) || offload_init(&t->ex, host, nvme, t->mesh.dp_rank, err, errlen) != 0) return -1;
   int64_t need = offload_sample_bytes(t->ex.off);
-  if (t->opts->sample > 0 && need > p->offload.device_capacity)
+  if (t->opts->sample > 0 && need > p->s->capacity)
     return file_set_error(err, errlen,
                           "--sample: sampling runs `forward` with every parameter "
                           "on the device, %.2f MiB with the work tier, and this program's "
                           "plan gives the device %.2f MiB; sample from the saved "
                           "parameters with a program compiled without offload",
-                          (double)need / (1 << 20), (double)p->offload.device_capacity / (1 << 20));
+                          (double)need / (1 << 20), (double)p->s->capacity / (1 << 20));
   return 0;
 }
 
 /* The device --device asks for: cuda by default when the program carries CUDA kernels
  * and a GPU is visible here. Each rank takes the GPU of its local rank. */
-static int trainer_open_device(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen) {
+static int trainer_open_device(Trainer *t, const ProgKernelFn *kernels, char *err, size_t errlen) {
   const TrainOpts *o = t->opts;
-  const RtProgram *p = t->prog;
-  const char *cuda = colossalc_cuda_source;
+  const Prog *p = t->prog;
   int want = o->device;
 #ifdef COLOSSALC_HAVE_CUDA
-  if (want == TRAIN_DEVICE_AUTO)
-    want = cuda && p->cuda_launch && device_cuda_available() ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
+  const char *cuda = colossalc_cuda_source;
+  if (want == TRAIN_DEVICE_AUTO) want = cuda && device_cuda_available() ? TRAIN_DEVICE_CUDA : TRAIN_DEVICE_CPU;
   if (want == TRAIN_DEVICE_CUDA) {
     CudaOptions co = {.ordinal = t->comm->local_rank,
                       .local_ranks = t->comm->local_size,
@@ -445,44 +384,21 @@ static int trainer_open_device(Trainer *t, const RtKernelFn *kernels, char *err,
                           "--device cuda: this train was built without the CUDA device (no CUDA "
                           "toolkit where colossalc was built)");
 #endif
-  t->dev = device_cpu_new(kernels, p->nkernels, t->threads, err, errlen);
+  t->dev = device_cpu_new(kernels, (int)p->count[PROG_SEC_CODES], t->threads, err, errlen);
   return t->dev ? 0 : -1;
 }
 
 /* Everything of trainer_init that needs no other rank. */
-static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen) {
+static int trainer_init_local(Trainer *t, const Prog *all, const ProgKernelFn *kernels, char *err, size_t errlen) {
   const TrainOpts *o = t->opts;
   int rank0 = t->comm->rank == 0;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN) / t->comm->local_size; /* shared by the ranks */
   t->threads = o->threads > 0 ? (int)o->threads : cpus > 0 ? (int)(cpus < 1024 ? cpus : 1024) : 1;
   /* first: its group splits are collectives every rank must reach */
-  if (mesh_init(&t->mesh, t->stages, t->nstages, t->comm, err, errlen) != 0) return -1;
-  const RtProgram *p = t->prog = t->mesh.prog;
-  if (p->offload.on && trainer_check_offload(t, err, errlen) != 0) return -1;
-  if (!t->mesh.trivial && o->sample > 0)
-    return file_set_error(err, errlen,
-                          "--sample: sampling runs `forward` on one rank, and this program is "
-                          "split over the mesh dp %d x tp %d x pp %d; it needs a one-stage, "
-                          "unsplit program: train with --save FILE, then sample with the model "
-                          "compiled for one rank (`colossalc MODEL -o train1`, then `./train1 "
-                          "--init-from FILE --steps 0 --sample N`)",
-                          t->mesh.dp, t->mesh.tp, t->mesh.pp);
-  for (int i = 0; i < p->ninputs && o->sample > 0; i++)
-    if (p->inputs[i].role == RT_ROLE_DATA)
-      return file_set_error(err, errlen,
-                            "--sample: sampling feeds `forward` the tokens of a "
-                            "language model alone, and this program's input %s is not them "
-                            "nor their targets",
-                            p->inputs[i].name);
-  if (p->tokens < 0 && o->sample > 0)
-    return file_set_error(err, errlen, "--sample: this program reads no tokens to sample from");
-  if (p->logits_offset < 0 && o->sample > 0)
-    return file_set_error(err, errlen,
-                          "--sample: this program computes the classifier and its loss a chunk "
-                          "of rows at a time (colossalc --classifier fused) and never holds the "
-                          "logits `forward` samples from; compile with --classifier materialized "
-                          "to sample");
-  t->global_batch = p->batch * p->microbatches * t->mesh.dp;
+  if (mesh_init(&t->mesh, all, t->comm, err, errlen) != 0) return -1;
+  const Prog *p = t->prog = &t->mesh.prog;
+  if (o->sample > 0 && p->s->no_sample >= 0) return file_set_error(err, errlen, "%s", prog_str(p, p->s->no_sample));
+  t->global_batch = p->s->batch * p->s->microbatches * t->mesh.dp;
   if (t->global_batch > INT32_MAX)
     return file_set_error(err, errlen, "global batch of %" PRId64 " rows is too large", t->global_batch);
   if (trainer_apply_overrides(t, o, err, errlen) != 0) return -1;
@@ -501,31 +417,23 @@ static int trainer_init_local(Trainer *t, const RtKernelFn *kernels, char *err, 
 static Comm *wrap_cuda(void *dev, Comm *host, int own) { return device_cuda_comm(dev, host, own); }
 #endif
 
-/* The program overlaps some of its collectives with compute (codegen/compose.h). */
-static int program_overlaps(const RtProgram *p) {
-  for (int i = 0; i < p->step.n; i++)
-    if (p->step.instr[i].overlap) return 1;
-  return 0;
-}
-
 /* The rest of trainer_init, once every rank has its device: the groups that carry
  * device buffers (collectives to make them), then memory and state. */
-static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err, size_t errlen) {
-  const RtProgram *p = t->prog;
+static int trainer_init_memory(Trainer *t, const ProgKernelFn *kernels, char *err, size_t errlen) {
+  const Prog *p = t->prog;
   MeshWrapFn wrap = NULL;
 #ifdef COLOSSALC_HAVE_CUDA
   if (!strcmp(t->dev->name, "cuda") && t->comm->size > 1) wrap = wrap_cuda;
 #endif
   /* the step's model FLOPs and the devices' peak, over every rank (an unknown peak
    * anywhere leaves the MFU unknown) */
-  double f[3] = {t->prog->flops_per_step * (double)t->prog->microbatches, t->dev->peak_flops,
-                 t->dev->peak_flops > 0 ? 0 : 1};
+  double f[3] = {p->s->flops_per_step * (double)p->s->microbatches, t->dev->peak_flops, t->dev->peak_flops > 0 ? 0 : 1};
   t->comm->host_all_reduce(t->comm, f, 3, COMM_SUM);
   t->step_flops = f[0], t->peak_flops = f[2] > 0 ? 0 : f[1];
   /* the compiler's figure for this rank's step memory, the largest over the ranks
    * (unknown, -1, if any rank's program lacks it) */
-  int k = p->npredicted_mem > 1 ? t->mesh.dp_rank : 0;
-  double plan[2] = {k < p->npredicted_mem ? (double)(p->predicted_mem[k] + t->dev->own_bytes) : -1, 0};
+  int k = p->s->nmemory > 1 ? t->mesh.dp_rank : 0;
+  double plan[2] = {k < p->s->nmemory ? (double)(p->ints[p->s->memory + k] + t->dev->own_bytes) : -1, 0};
   plan[1] = -plan[0];
   t->comm->host_all_reduce(t->comm, plan, 2, COMM_MAX);
   t->plan_mem = -plan[1] < 0 ? -1 : plan[0];
@@ -533,20 +441,20 @@ static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err,
       zero_init(&t->zero, p, t->mesh.dp_comm, err, errlen) != 0)
     return -1;
 #ifdef COLOSSALC_HAVE_CUDA
-  if (wrap && t->dev->fork && program_overlaps(p) && t->mesh.dp_comm->size > 1)
+  if (wrap && t->dev->fork && p->s->overlaps && t->mesh.dp_comm->size > 1)
     t->dp_overlap = device_cuda_overlap_comm(t->dev, t->mesh.dp_comm);
 #endif
-  /* Shards are reserved where the device can (exec_init_reserved: otherwise the
-   * tiers are whole); an offload program's PARAMS, GRADS and OPT always
-   * (offload_init checks). */
-  unsigned reserve = zero_reserve_mask(&t->zero);
-  reserve |= p->offload.on ? 1u << RT_TIER_PARAMS | 1u << RT_TIER_GRADS | 1u << RT_TIER_OPT : 0;
-  if (exec_init_reserved(&t->ex, p, t->dev, reserve, err, errlen) != 0 ||
-      (p->offload.on ? trainer_init_offload(t, kernels, err, errlen) != 0 /* commits the homes */
+  /* The tiers the program holds in part are reserved where the device can
+   * (exec_init_reserved: otherwise the tiers are whole; offload_init checks). */
+  if (exec_init_reserved(&t->ex, p, t->dev, (unsigned)p->s->reserved, err, errlen) != 0 ||
+      (p->s->offload ? trainer_init_offload(t, kernels, err, errlen) != 0 /* commits the homes */
                      : zero_commit_owned(&t->zero, &t->ex, err, errlen) != 0) ||
       trainer_alloc_host(t, err, errlen) != 0)
     return -1;
-  t->ex.ctx = (ExecCtx){.tp = t->mesh.tp_comm,
+  t->ex.step.hp = t->hp, t->ex.step.steps = t->opts->steps, t->ex.step.loss_scale = t->hp.scale_init;
+  t->ex.ctx = (ExecCtx){.world = t->comm,
+                        .dp_size = t->mesh.dp,
+                        .tp = t->mesh.tp_comm,
                         .dp = t->mesh.dp_comm,
                         .dp_overlap = t->dp_overlap,
                         .stage_groups = t->mesh.stage_comms,
@@ -559,41 +467,31 @@ static int trainer_init_memory(Trainer *t, const RtKernelFn *kernels, char *err,
   return trainer_init_state(t, err, errlen);
 }
 
-int trainer_init_stages(Trainer *t, const RtProgram *stages, int nstages, const RtKernelFn *kernels, const TrainOpts *o,
-                        Comm *comm, char *err, size_t errlen) {
+int trainer_init(Trainer *t, const Prog *all, const ProgKernelFn *kernels, const TrainOpts *o, Comm *comm, char *err,
+                 size_t errlen) {
   memset(t, 0, sizeof *t);
-  t->prog = t->stages = stages, t->nstages = nstages, t->opts = o, t->seed = o->seed;
+  t->opts = o, t->seed = o->seed;
   t->last_val = t->last_ckpt = -1;
   t->comm = comm;
   if (!comm && !(t->comm = comm_self_new())) return file_set_error(err, errlen, "out of memory");
   t->own_comm = !comm;
-  int failed = trainer_init_local(t, kernels, err, errlen) != 0;
-  if (trainer_agree(t, failed, err, errlen) != 0) return -1;
+  int failed = trainer_init_local(t, all, kernels, err, errlen) != 0;
+  if (comm_agree(t->comm, failed, err) != 0) return -1;
   failed = trainer_init_memory(t, kernels, err, errlen) != 0;
-  if (trainer_agree(t, failed, err, errlen) != 0) return -1;
+  if (comm_agree(t->comm, failed, err) != 0) return -1;
   trainer_banner(t);
   return 0;
 }
 
-int trainer_init_comm(Trainer *t, const RtProgram *p, const RtKernelFn *kernels, const TrainOpts *o, Comm *comm,
-                      char *err, size_t errlen) {
-  return trainer_init_stages(t, p, 1, kernels, o, comm, err, errlen);
-}
-
-int trainer_init(Trainer *t, const RtProgram *p, const RtKernelFn *kernels, const TrainOpts *o, char *err,
-                 size_t errlen) {
-  return trainer_init_comm(t, p, kernels, o, NULL, err, errlen);
-}
-
 void trainer_free(Trainer *t) {
   if (t->staged)
-    for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier += RT_TIER_OPT) free(t->host[tier]);
+    for (int tier = TIER_PARAMS; tier <= TIER_OPT; tier += TIER_OPT) free(t->host[tier]);
   if (t->dev) exec_free(&t->ex);
   zero_free(&t->zero);
   if (t->dp_overlap) t->dp_overlap->destroy(t->dp_overlap);
   mesh_free(&t->mesh); /* its groups may live on the device (NCCL) */
   if (t->dev) {        /* the staging memory belongs to the device */
-    for (int i = 0; i < RT_MAX_INPUTS; i++) exec_host_free(t->dev, t->rows[i]);
+    for (int i = 0; i < PROG_MAX_INPUTS; i++) exec_host_free(t->dev, t->rows[i]);
     t->dev->destroy(t->dev);
   }
   if (t->host_dev) t->host_dev->destroy(t->host_dev);
@@ -602,7 +500,6 @@ void trainer_free(Trainer *t) {
   if (t->log) fclose(t->log);
   data_close(t->data);
   data_close(t->val);
-  free(t->gnorm_parts);
   free(t->logits_row), free(t->context);
   free(t->gstate[0]), free(t->gstate[1]);
   if (t->own_comm) t->comm->destroy(t->comm);
@@ -612,44 +509,16 @@ void trainer_free(Trainer *t) {
 /* ---- one step ------------------------------------------------------------------ */
 
 int trainer_load_batch(Trainer *t, DataFile *df, int64_t index, char *err, size_t errlen) {
-  const RtProgram *p = t->prog;
+  const Prog *p = t->prog;
   uint32_t key[2]; /* --shuffle: the training data's order (never validation's) */
   int shuffled = t->opts->shuffle && df == t->data;
   if (shuffled) philox_key_derive(t->seed, "shuffle", key);
   if (data_read(df, index, t->mesh.dp_rank, shuffled ? key : NULL, t->rows, err, errlen) != 0) {
     /* the step still runs (the ranks meet in its collectives): on zeros, harmlessly */
-    for (int i = 0; i < p->ninputs; i++)
-      memset(t->rows[i], 0, (size_t)(p->batch * p->microbatches * p->inputs[i].row_elems * 4));
+    for (int i = 0; i < p->s->ninputs; i++) memset(t->rows[i], 0, (size_t)rows_bytes(p, i));
     return -1;
   }
   return 0;
-}
-
-/* Runs `step` on each micro-batch of the loaded rows (a scheduled `step` once on
- * all of them), the gradients adding up in their tier; returns the mean loss. The gradients are the micro-batches' sum:
- * the update's gradient scale divides by their number. */
-static float trainer_forward_backward(Trainer *t, const float *sc, int training) {
-  const RtProgram *p = t->prog;
-  double sum = 0;
-  if (!p->offload.on) /* offload: its moves from "zero" create the gradients */
-    exec_zero_tier(&t->ex, RT_TIER_GRADS);
-  if (p->scheduled) { /* the list walks the micro-batches; "loss" adds them up */
-    t->ex.ctx.loss = 0;
-    exec_run(&t->ex, &p->step, sc);
-    return (float)(t->ex.ctx.loss / (double)p->microbatches);
-  }
-  for (int64_t i = 0; i < p->microbatches; i++) {
-    float loss;
-    t->ex.ctx.last_mb = training && i == p->microbatches - 1; /* the step's reductions */
-    for (int k = 0; k < p->ninputs; k++) {
-      int64_t bytes = p->batch * p->inputs[k].row_elems * 4;
-      exec_write(&t->ex, RT_TIER_WORK, p->inputs[k].offset, t->rows[k] + i * bytes, bytes);
-    }
-    exec_run(&t->ex, &p->step, sc);
-    exec_read(&t->ex, RT_TIER_WORK, p->loss_offset, &loss, sizeof loss);
-    sum += loss;
-  }
-  return (float)(sum / (double)p->microbatches);
 }
 
 typedef struct StepStats {
@@ -662,16 +531,12 @@ typedef struct StepStats {
   int skipped;               /* fp16: an inf or NaN gradient, no update */
 } StepStats;
 
-/* After a step's host reduction reported a failure: -1, err kept where it happened. */
-static int trainer_stopped(int failed_here, char *err, size_t errlen) {
+/* After a list stopped: -1, err kept where it happened (a batch this rank could not
+ * read, the offload's copy thread), empty on the ranks that stopped with it. */
+static int trainer_stopped(Trainer *t, int failed_here, char *err, size_t errlen) {
+  if (t->ex.off && offload_failed(t->ex.off)) return offload_drain(t->ex.off, err, errlen);
   if (!failed_here && errlen > 0) err[0] = 0;
   return -1;
-}
-
-/* This rank's share of the logged loss (summed over the world, then / dp): the
- * last stage's tp rank 0 reports it. */
-static double trainer_loss_part(const Trainer *t, double loss) {
-  return t->mesh.pp_rank == t->mesh.pp - 1 && t->mesh.tp_rank == 0 ? loss : 0;
 }
 
 /* Bytes the offload program's moves copied so far (0 without offload). */
@@ -682,9 +547,9 @@ static int64_t trainer_offload_moved(Trainer *t) {
   return s.moved;
 }
 
-/* Every part home after `update` (or the copy thread's error); counts the step. */
+/* The step's moves done (or the copy thread's error); counts the step. */
 static int trainer_offload_step_end(Trainer *t, int64_t moved0, char *err, size_t errlen) {
-  if (offload_end_step(t->ex.off, err, errlen) != 0) return -1;
+  if (offload_drain(t->ex.off, err, errlen) != 0) return -1;
   t->off_steps++;
   t->off_moved += trainer_offload_moved(t) - moved0;
   return 0;
@@ -692,70 +557,35 @@ static int trainer_offload_step_end(Trainer *t, int64_t moved0, char *err, size_
 
 /* The tiers' peaks since exec_peak_reset join those of the steps before. */
 static void trainer_note_peak(Trainer *t) {
-  for (int tier = 0; tier < RT_TIERS; tier++)
+  for (int tier = 0; tier < TIERS; tier++)
     t->step_peak[tier] = t->ex.peak[tier] > t->step_peak[tier] ? t->ex.peak[tier] : t->step_peak[tier];
   t->peak_runs++;
 }
 
-/* A rank whose batch is bad still takes part in the step's collectives (on its
- * previous, valid inputs) and raises the failure flag of the one host reduction;
- * every rank then stops before the update. */
+/* The program's `train` on this step's batch. A rank whose batch is bad still runs the
+ * list (on zeros) to its "norm", whose failure flag stops every rank before the update. */
 static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen) {
-  const RtProgram *p = t->prog;
-  float sc[TRAIN_SCALARS];
-  int64_t k = t->step + 1;
+  ExecStep *st = &t->ex.step;
   double t0 = now_ms();
   int64_t moved0 = trainer_offload_moved(t);
-  int failed = trainer_load_batch(t, t->data, t->data_step, err, errlen) != 0;
-  s->lr = train_lr(&t->hp, k, t->opts->steps);
-  train_scalars(&t->hp, s->lr, k, 1.0, sc);
-  double scale = t->hp.loss_scaling ? t->loss_scale : 1.0; /* fp16: gradients come scaled */
-  sc[TRAIN_SC_LOSS_SCALE] = (float)scale;
+  st->failed = trainer_load_batch(t, t->data, t->data_step, err, errlen) != 0;
+  exec_begin_step(&t->ex, t->step + 1);
+  st->loss = 0;
   exec_peak_reset(&t->ex); /* ZeRO-3's step gathers each parameter where it is used */
-  float loss = trainer_forward_backward(t, sc, 1);
-  exec_run(&t->ex, &p->sync, sc); /* the gradients summed (codegen/compose.h) */
-  exec_run(&t->ex, &p->gradnorm, sc);
-  exec_read(&t->ex, RT_TIER_WORK, p->gradnorm_offset, t->gnorm_parts, p->gradnorm_parts * 4);
-  double sumsq = 0; /* this rank's share of the norm's square: the world's sum is it */
-  for (int64_t i = 0; i < p->gradnorm_parts; i++) sumsq += t->gnorm_parts[i];
-  double v[3] = {trainer_loss_part(t, loss), sumsq, failed};
-  t->comm->host_all_reduce(t->comm, v, 3, COMM_SUM);
-  if (v[2] > 0) return trainer_stopped(failed, err, errlen);
-  s->mem = (double)t->ex.total_peak;                           /* gathers and reductions are done: the step's peak */
-  double parts = (double)t->mesh.dp * (double)p->microbatches; /* gradients summed over these */
-  s->loss = (float)(v[0] / t->mesh.dp);
-  s->norm = sqrt(v[1]) / parts / scale; /* of the mean gradient, unscaled */
-  s->scale = scale, s->skipped = t->hp.loss_scaling && !isfinite(s->norm);
-  if (s->skipped) { /* an inf or NaN gradient (the same norm on every rank): no update */
-    t->loss_scale *= t->hp.scale_backoff, t->good_steps = 0;
-    /* the update list still runs for its moves (offload), its kernels keeping every
-     * value (they select the old one when the scalar says 0: codegen/lower.c) */
-    train_scalars(&t->hp, s->lr, k - t->skipped, 0.0, sc);
-    sc[TRAIN_SC_APPLY] = 0.0f;
-    exec_run(&t->ex, &p->update, sc);
-  } else {
-    double gscale = t->hp.clip > 0 ? fmin(1.0, t->hp.clip / (s->norm + 1e-6)) : 1.0;
-    /* the sum becomes the mean, unscaled; Adam's bias corrections count the updates made */
-    train_scalars(&t->hp, s->lr, k - t->skipped, gscale / parts / scale, sc);
-    exec_run(&t->ex, &p->update, sc);
-    if (t->hp.loss_scaling && ++t->good_steps == t->hp.scale_interval)
-      t->loss_scale *= t->hp.scale_growth, t->good_steps = 0;
-  }
-  t->skipped += s->skipped;
-  zero_release_params(&t->zero, &t->ex); /* stage 3: what start-up or validation gathered */
+  if (exec_run(&t->ex, prog_list(t->prog, PROG_LIST_TRAIN)) != 0) return trainer_stopped(t, st->failed, err, errlen);
+  *s = (StepStats){.loss = st->mean_loss, .lr = st->lr, .norm = st->norm, .scale = st->scale, .skipped = st->skip};
   t->dev->sync(t->dev);
-  s->comm_ms = s->hidden_ms = 0;
   if (t->dev->overlap_ms) {
     double waited;
     t->dev->overlap_ms(t->dev, &s->comm_ms, &waited);
     s->hidden_ms = s->comm_ms > waited ? s->comm_ms - waited : 0;
   }
   trainer_note_peak(t);
-  s->mem = (double)t->ex.total_peak > s->mem ? (double)t->ex.total_peak : s->mem;
+  s->mem = (double)(t->ex.total_peak > st->mem ? t->ex.total_peak : st->mem);
   if (t->comm->size > 1) t->comm->host_all_reduce(t->comm, &s->mem, 1, COMM_MAX);
   if (t->ex.off && trainer_offload_step_end(t, moved0, err, errlen) != 0)
     return -1; /* one rank: nobody to agree with */
-  t->step = k, t->data_step++;
+  t->step = st->step, t->data_step++;
   s->ms = now_ms() - t0;
   return 0;
 }
@@ -770,16 +600,16 @@ static void json_num(FILE *f, const char *key, double v, const char *fmt) {
 }
 
 static void trainer_log_step(Trainer *t, const StepStats *s) {
-  const RtProgram *p = t->prog;
-  double tps = s->ms > 0 ? (double)(t->global_batch * p->seq) / (s->ms / 1e3) : 0;
-  const char *unit = p->seq > 1 ? "tok" : "samples"; /* token sequences, or other rows */
+  int64_t seq = t->prog->s->seq;
+  double tps = s->ms > 0 ? (double)(t->global_batch * seq) / (s->ms / 1e3) : 0;
+  const char *unit = seq > 1 ? "tok" : "samples"; /* token sequences, or other rows */
   /* model FLOPs of the step over every rank's peak; NaN where a peak is unknown */
   double mfu = t->peak_flops > 0 && s->ms > 0 ? t->step_flops / (s->ms / 1e3) / t->peak_flops : NAN;
   if (t->comm->rank != 0) return;
   printf("step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f %s/s | mem %.1f MiB", t->step,
          t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps, unit, s->mem / (1 << 20));
   if (t->plan_mem >= 0) printf(" (plan %.1f MiB)", t->plan_mem / (1 << 20));
-  if (s->skipped) printf(" | skipped: inf/NaN gradient at loss scale %g, now %g", s->scale, t->loss_scale);
+  if (s->skipped) printf(" | skipped: inf/NaN gradient at loss scale %g, now %g", s->scale, t->ex.step.loss_scale);
   if (isfinite(mfu)) printf(" | MFU %.1f%%", 100 * mfu);
   if (s->comm_ms > 0) printf(" | comm %.1f ms, %.0f%% hidden", s->comm_ms, 100 * s->hidden_ms / s->comm_ms);
   printf("\n");
@@ -790,7 +620,7 @@ static void trainer_log_step(Trainer *t, const StepStats *s) {
   json_num(t->log, "lr", s->lr, "%.9g");
   json_num(t->log, "grad_norm", s->norm, "%.9g");
   json_num(t->log, "ms", s->ms, "%.3f");
-  json_num(t->log, p->seq > 1 ? "tokens_per_s" : "samples_per_s", tps, "%.1f");
+  json_num(t->log, seq > 1 ? "tokens_per_s" : "samples_per_s", tps, "%.1f");
   json_num(t->log, "device_memory_peak", s->mem, "%.0f");
   json_num(t->log, "device_memory_plan", t->plan_mem >= 0 ? t->plan_mem : NAN, "%.0f");
   json_num(t->log, "mfu", mfu, "%.4f");
@@ -809,26 +639,31 @@ static void trainer_log_step(Trainer *t, const StepStats *s) {
 /* ---- validation and checkpoints ------------------------------------------------ */
 
 int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen) {
-  float sc[TRAIN_SCALARS];
   double v[2] = {0, 0}; /* sum of losses, failed */
-  train_scalars(&t->hp, 0.0, t->step > 0 ? t->step : 1, 1.0, sc);
+  exec_scalars(&t->ex, 0.0, t->step > 0 ? t->step : 1, 1.0);
   exec_peak_reset(&t->ex);
   for (int b = 0; b < TRAIN_VAL_BATCHES; b++) {
     if (trainer_load_batch(t, t->val, b, err, errlen) != 0) {
       v[1] = 1;
       break;
     }
-    v[0] += trainer_loss_part(t, trainer_forward_backward(t, sc, 0));
-    /* `step` alone leaves an offload program's parts mid-step: back home */
-    if (t->ex.off && offload_home(t->ex.off, "validation", err, errlen) != 0) {
+    t->ex.step.loss = 0;
+    /* `eval` alone leaves an offload program's parts mid-step: back home */
+    if (exec_run(&t->ex, prog_list(t->prog, PROG_LIST_EVAL)) != 0 ||
+        (t->ex.off && offload_home(t->ex.off, "validation", err, errlen) != 0)) {
+      if (t->ex.off) offload_drain(t->ex.off, err, errlen);
       v[1] = 1;
       break;
     }
+    v[0] += t->ex.step.loss / (double)t->prog->s->microbatches;
   }
   int failed = v[1] > 0;
   trainer_note_peak(t);
   t->comm->host_all_reduce(t->comm, v, 2, COMM_SUM);
-  if (v[1] > 0) return trainer_stopped(failed, err, errlen);
+  if (v[1] > 0) {
+    if (!failed && errlen > 0) err[0] = 0;
+    return -1;
+  }
   *loss = v[0] / t->mesh.dp / TRAIN_VAL_BATCHES;
   return 0;
 }
@@ -851,42 +686,43 @@ static int trainer_run_val(Trainer *t, char *err, size_t errlen) {
 /* Rank 0 writes the whole state, gathered from the owners under ZeRO and from the
  * holders over the mesh (global tensors). */
 static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen) {
-  const RtProgram *p = t->prog;
-  CkptMeta m = {t->step, t->data_step, t->seed, t->threads, t->global_batch, t->loss_scale, t->skipped, NULL, 0, 0, 0};
+  const Prog *p = t->prog;
+  const ExecStep *st = &t->ex.step;
+  CkptMeta m = {t->step, t->data_step, t->seed, t->threads, t->global_batch, st->loss_scale, st->skipped, NULL, 0, 0,
+                0};
   int rc = 0, rank0 = t->comm->rank == 0;
   fp8_shape(t, &m.fp8_rows, &m.fp8_width);
   if (m.fp8_rows) { /* fp8's scaling states: each stage's, in the model's order on rank 0 */
-    int64_t n = p->fp8.rows * p->fp8.width;
+    int64_t n = p->s->fp8_rows * m.fp8_width;
     float *local = malloc((size_t)(n + 1) * sizeof *local);
     if (rank0) m.fp8 = malloc((size_t)(m.fp8_rows * m.fp8_width) * sizeof *m.fp8);
     if (!local || (rank0 && !m.fp8)) rc = file_set_error(err, errlen, "out of memory");
-    if (trainer_agree(t, rc != 0, err, errlen) != 0) {
+    if (comm_agree(t->comm, rc != 0, err) != 0) {
       free(local), free(m.fp8);
       return -1;
     }
-    if (n) exec_read(&t->ex, RT_TIER_WORK, p->fp8.offset, local, n * 4);
+    if (n) exec_read(&t->ex, TIER_WORK, p->s->fp8_offset, local, n * 4);
     mesh_fp8_gather(&t->mesh, local, m.fp8);
     free(local);
   }
   zero_gather_params(&t->zero, &t->ex);
   zero_gather_opt(&t->zero, &t->ex);
   rc = trainer_host_pull(t, err, errlen); /* one rank when it fails (offload) */
-  if (trainer_agree(t, rc != 0, err, errlen) != 0) {
+  if (comm_agree(t->comm, rc != 0, err) != 0) {
     free(m.fp8);
     return -1;
   }
   trainer_assemble(t, 1);
-  if (!t->mesh.trivial)
-    mesh_gather(&t->mesh, t->gstate[0], t->gstate[1], t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], 1);
+  if (!t->mesh.trivial) mesh_gather(&t->mesh, t->gstate[0], t->gstate[1], t->host[TIER_PARAMS], t->host[TIER_OPT], 1);
   if (rank0)
     rc = t->mesh.trivial
-             ? ckpt_save(t->prog, t->opts->ckpt_dir, &m, t->host[RT_TIER_PARAMS], t->host[RT_TIER_OPT], err, errlen)
+             ? ckpt_save(t->prog, t->opts->ckpt_dir, &m, t->host[TIER_PARAMS], t->host[TIER_OPT], err, errlen)
              : ckpt_save(&t->mesh.global, t->opts->ckpt_dir, &m, t->gstate[0], t->gstate[1], err, errlen);
   free(m.fp8);
   trainer_release_staging(t);
   zero_release_opt(&t->zero, &t->ex);
   zero_release_params(&t->zero, &t->ex); /* the step gathers what it needs itself */
-  if (trainer_agree(t, rc != 0, err, errlen) != 0) return -1;
+  if (comm_agree(t->comm, rc != 0, err) != 0) return -1;
   t->last_ckpt = t->step;
   if (rank0) printf("checkpoint %s/ckpt-%" PRId64 ".safetensors\n", t->opts->ckpt_dir, t->step);
   return 0;
@@ -917,16 +753,16 @@ int trainer_run(Trainer *t, char *err, size_t errlen) {
 }
 
 static void report_one(const char *what, int64_t got, const int64_t *pred, int k) {
-  printf(" | %s %.2f MiB", what, (double)got / (1 << 20));
-  if (pred) printf(" (predicted %.2f MiB)", (double)pred[k] / (1 << 20));
+  printf(" | %s %.2f MiB (predicted %.2f MiB)", what, (double)got / (1 << 20), (double)pred[k] / (1 << 20));
 }
 
 /* The measured peaks, bytes moved and time waited, beside the plan's prediction:
  * one line, and a last --log record {"step": N, "offload": {...}}. */
 static void trainer_offload_report(Trainer *t) {
   static const char *const keys[4] = {"device_peak", "host_peak", "nvme_peak", "transfer_bytes"};
-  const RtOffload *f = &t->prog->offload;
-  const int64_t *pred = f->has_predicted ? f->predicted[f->npredicted > 1 ? t->mesh.dp_rank : 0] : NULL;
+  const ProgStage *ps = t->prog->s;
+  const int64_t *rank = &t->prog->ints[ps->predicted + 1 + 3 * (ps->npredicted > 1 ? t->mesh.dp_rank : 0)];
+  const int64_t pred[4] = {t->prog->ints[ps->predicted], rank[0], rank[1], rank[2]}; /* the plan's */
   OffloadStats s;
   offload_stats(t->ex.off, &s);
   int64_t per_step = t->off_steps > 0 ? t->off_moved / t->off_steps : 0;
@@ -935,7 +771,7 @@ static void trainer_offload_report(Trainer *t) {
     printf("rank %d: ", t->comm->rank);
   printf("offload: device peak %.2f MiB of %.2f MiB capacity", (double)got[0] / (1 << 20),
          (double)s.capacity / (1 << 20));
-  if (pred) printf(" (predicted %.2f MiB)", (double)pred[0] / (1 << 20));
+  printf(" (predicted %.2f MiB)", (double)pred[0] / (1 << 20));
   report_one("host peak", got[1], pred, 1);
   report_one("nvme peak", got[2], pred, 2);
   report_one("moved per step", got[3], pred, 3);
@@ -944,7 +780,7 @@ static void trainer_offload_report(Trainer *t) {
   if (!t->log) return;
   fprintf(t->log, "{\"step\": %" PRId64 ", \"offload\": {\"device_capacity\": %" PRId64, t->step, s.capacity);
   for (int k = 0; k < 4; k++) fprintf(t->log, ", \"%s\": %" PRId64, keys[k], got[k]);
-  for (int k = 0; k < 4 && pred; k++) fprintf(t->log, ", \"predicted_%s\": %" PRId64, keys[k], pred[k]);
+  for (int k = 0; k < 4; k++) fprintf(t->log, ", \"predicted_%s\": %" PRId64, keys[k], pred[k]);
   fprintf(t->log, ", \"steps\": %" PRId64 ", \"moved_bytes\": %" PRId64 ", \"moves\": %" PRId64 ", \"drops\": %" PRId64,
           t->off_steps, s.moved + s.moved_runtime, s.moves, s.drops);
   json_num(t->log, "wait_ms", s.wait_ms, "%.3f");
@@ -956,8 +792,8 @@ static void trainer_offload_report(Trainer *t) {
 static int trainer_finish_rank0(Trainer *t, char *err, size_t errlen) {
   const TrainOpts *o = t->opts;
   /* the whole parameters: this rank's with a one-rank layout, else the gathered ones */
-  const RtProgram *p = t->mesh.trivial ? t->prog : &t->mesh.global;
-  const char *params = t->mesh.trivial ? t->host[RT_TIER_PARAMS] : t->gstate[0];
+  const Prog *p = t->mesh.trivial ? t->prog : &t->mesh.global;
+  const char *params = t->mesh.trivial ? t->host[TIER_PARAMS] : t->gstate[0];
   if (o->save && ckpt_save_params(p, o->save, params, err, errlen) != 0) return -1;
   if (o->save) printf("saved parameters to %s\n", o->save);
   if (o->save_hf && ckpt_save_hf(p, o->save_hf, params, err, errlen) != 0) return -1;
@@ -971,21 +807,21 @@ static int trainer_finish_rank0(Trainer *t, char *err, size_t errlen) {
 /* The peaks of trainer_note_peak on the largest rank: one line and a --log record
  * (train_loop.h), for several ranks or ZeRO, when a step or validation ran. */
 static void trainer_peak_report(Trainer *t) {
-  static const char *const names[RT_TIERS] = {"params", "grads", "opt", "work"};
-  double peak[RT_TIERS];
+  const char *const *names = isa_tier_names;
+  double peak[TIERS];
   if ((t->comm->size == 1 && t->zero.stage == 0) || t->peak_runs == 0) return;
-  for (int tier = 0; tier < RT_TIERS; tier++) peak[tier] = (double)t->step_peak[tier];
-  t->comm->host_all_reduce(t->comm, peak, RT_TIERS, COMM_MAX);
+  for (int tier = 0; tier < TIERS; tier++) peak[tier] = (double)t->step_peak[tier];
+  t->comm->host_all_reduce(t->comm, peak, TIERS, COMM_MAX);
   if (t->comm->rank != 0) return;
   printf("peak memory of the largest rank in the steps:");
-  for (int tier = RT_TIER_PARAMS; tier <= RT_TIER_OPT; tier++)
-    printf(" %s %.2f MiB of %.2f MiB,", names[tier], peak[tier] / (1 << 20), (double)t->prog->tiers[tier] / (1 << 20));
-  printf(" work %.2f MiB\n", peak[RT_TIER_WORK] / (1 << 20));
+  for (int tier = TIER_PARAMS; tier <= TIER_OPT; tier++)
+    printf(" %s %.2f MiB of %.2f MiB,", names[tier], peak[tier] / (1 << 20),
+           (double)t->prog->s->tiers[tier] / (1 << 20));
+  printf(" work %.2f MiB\n", peak[TIER_WORK] / (1 << 20));
   fflush(stdout);
   if (!t->log) return;
   fprintf(t->log, "{\"step\": %" PRId64 ", \"memory_peak\": {", t->step);
-  for (int tier = 0; tier < RT_TIERS; tier++)
-    fprintf(t->log, "%s\"%s\": %.0f", tier ? ", " : "", names[tier], peak[tier]);
+  for (int tier = 0; tier < TIERS; tier++) fprintf(t->log, "%s\"%s\": %.0f", tier ? ", " : "", names[tier], peak[tier]);
   fputs("}}\n", t->log);
   fflush(t->log);
 }
@@ -997,17 +833,17 @@ int trainer_finish(Trainer *t, char *err, size_t errlen) {
    * only to save them, there are no replicas to compare) */
   int bad =
       t->ex.off && (t->zero.stage != 3 || trainer_saves_params(t->opts)) && trainer_host_pull(t, err, errlen) != 0;
-  if (trainer_agree(t, bad, err, errlen) != 0) return -1;
-  bad = zero_check_replicas(&t->zero, &t->ex, t->ex.off ? t->host[RT_TIER_PARAMS] : NULL, err, errlen) !=
+  if (comm_agree(t->comm, bad, err) != 0) return -1;
+  bad = zero_check_replicas(&t->zero, &t->ex, t->ex.off ? t->host[TIER_PARAMS] : NULL, err, errlen) !=
         0; /* within each dp group */
-  if (trainer_agree(t, bad, err, errlen) != 0) return -1;
+  if (comm_agree(t->comm, bad, err) != 0) return -1;
   if (trainer_saves_params(t->opts)) {
     bad = !t->ex.off && trainer_host_pull(t, err, errlen) != 0;
-    if (trainer_agree(t, bad, err, errlen) != 0) return -1;
+    if (comm_agree(t->comm, bad, err) != 0) return -1;
     trainer_assemble(t, 0);
-    if (!t->mesh.trivial) mesh_gather(&t->mesh, t->gstate[0], NULL, t->host[RT_TIER_PARAMS], NULL, 0);
+    if (!t->mesh.trivial) mesh_gather(&t->mesh, t->gstate[0], NULL, t->host[TIER_PARAMS], NULL, 0);
   }
   if (t->ex.off) trainer_offload_report(t);
   int rc = t->comm->rank == 0 ? trainer_finish_rank0(t, err, errlen) : 0;
-  return trainer_agree(t, rc != 0, err, errlen);
+  return comm_agree(t->comm, rc != 0, err);
 }

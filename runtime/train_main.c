@@ -1,25 +1,24 @@
 /* train_main: main() of the `train` executable. The compiler links the object that
- * defines colossalc_program_json, colossalc_kernels and colossalc_nkernels
- * (program.h) with this library; main opens the communicator (comm.h: MPI under
- * mpirun, a single rank otherwise), parses the flags, loads and validates the
- * program (every pipeline stage's, program_load_stages), and hands over to the
- * trainer (train_loop.h), which runs this rank's stage.
+ * defines colossalc_program, colossalc_kernels and colossalc_nkernels
+ * (program/program.h) with this library; main opens the communicator (comm.h: MPI under
+ * mpirun, a single rank otherwise), parses the flags, opens the program (prog_open:
+ * its version, layout, size and hash), and hands over to the trainer (train_loop.h),
+ * which runs this rank's stage. --dump-program prints the program instead.
  *
  * Exit status: 0 on success; 1 for any error, after one line "train: ..." on
  * stderr (bad flags, unreadable or invalid files, a failed write) or "train:
- * internal error: ..." when the embedded program itself is malformed. Under
- * mpirun every rank exits with the same status, and the message is printed by the
- * rank it concerns (the lowest one when all ranks fail alike, as with a bad flag).
+ * internal error: ..." when the embedded program is damaged or of another version.
+ * Under mpirun every rank exits with the same status, and the message is printed by
+ * the rank it concerns (the lowest one when all ranks fail alike, as with a bad flag).
  */
 #include "runtime/comm.h"
 #ifdef COLOSSALC_HAVE_CUDA
 #include "runtime/device_cuda.h"
 #endif
 #include "runtime/fileio.h"
-#include "runtime/program.h"
+#include "program/program.h"
 #include "runtime/train_loop.h"
 #include "runtime/train_opts.h"
-#include "runtime/train_program.h"
 
 #include <stdio.h>
 #include <unistd.h>
@@ -31,60 +30,57 @@ static int train_fail(const char *prefix, const char *msg) {
   return 1;
 }
 
-/* Whether any rank failed; the lowest failing rank keeps its message. */
-static int train_agree(Comm *comm, int failed, char *err) {
-  int first;
-  if (comm_agree(comm, failed, &first) == 0) return 0;
-  if (comm->rank != first) err[0] = 0;
-  return -1;
-}
-
 /* --compile-kernels ARCH: the CUDA kernels into the kernel cache, on rank 0, with
  * NVRTC only (no GPU, no driver). */
-static int train_compile_kernels(Comm *comm, const RtProgram *stages, const TrainOpts *o, char *err, size_t errlen) {
+static int train_compile_kernels(Comm *comm, const Prog *p, const TrainOpts *o, char *err, size_t errlen) {
 #ifdef COLOSSALC_HAVE_CUDA
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   CudaOptions co = {.kernel_cache = o->kernel_cache,
                     .threads = o->threads > 0 ? (int)o->threads
                                : cpus > 0     ? (int)cpus
                                               : 1};
-  int bad = comm->rank == 0 &&
-            device_cuda_precompile(&stages[0], colossalc_cuda_source, o->compile_kernels, &co, err, errlen) != 0;
-  return train_agree(comm, bad, err);
+  int bad =
+      comm->rank == 0 && device_cuda_precompile(p, colossalc_cuda_source, o->compile_kernels, &co, err, errlen) != 0;
+  return comm_agree(comm, bad, err);
 #else
-  (void)comm, (void)stages, (void)o;
+  (void)comm, (void)p, (void)o;
   return file_set_error(err, errlen,
                         "--compile-kernels: this train was built without the CUDA device (no CUDA "
                         "toolkit where colossalc was built)");
 #endif
 }
 
+/* The program this executable carries: its format checked, its kernels counted. */
+static int train_open(Prog *p, char *err, size_t errlen) {
+  if (prog_open(colossalc_program, colossalc_program_bytes, p, err, errlen) != 0) return -1;
+  if (p->count[PROG_SEC_CODES] != colossalc_nkernels)
+    return snprintf(err, errlen, "the program has %lld kernel codes and this executable %d",
+                    (long long)p->count[PROG_SEC_CODES], colossalc_nkernels),
+           -1;
+  return 0;
+}
+
 static int train_main(Comm *comm, int argc, char **argv) {
   static char err[8192];
   TrainOpts opts;
-  RtProgram *stages = NULL;
-  int nstages = 0;
+  Prog prog;
   Trainer tr;
   int bad = train_opts_parse(argc, argv, &opts, err, sizeof err) != 0;
-  if (train_agree(comm, bad, err) != 0) return train_fail("", err);
+  if (comm_agree(comm, bad, err) != 0) return train_fail("", err);
   if (opts.help) {
     if (comm->rank == 0) train_opts_help(stdout);
     return 0;
   }
-  bad = program_load_stages(colossalc_program_json, colossalc_nkernels, &stages, &nstages, err, sizeof err) != 0;
-  if (train_agree(comm, bad, err) != 0) {
-    if (!bad) program_free_stages(stages, nstages);
-    return train_fail("internal error: ", err);
+  bad = train_open(&prog, err, sizeof err) != 0;
+  if (comm_agree(comm, bad, err) != 0) return train_fail("internal error: ", err);
+  if (opts.dump_program) {
+    if (comm->rank == 0) prog_print(stdout, &prog);
+    return fflush(stdout) == 0 ? 0 : train_fail("", "--dump-program: write failed");
   }
-  if (opts.compile_kernels) {
-    int rc = train_compile_kernels(comm, stages, &opts, err, sizeof err);
-    program_free_stages(stages, nstages);
-    return rc ? train_fail("", err) : 0;
-  }
-  int rc = trainer_init_stages(&tr, stages, nstages, colossalc_kernels, &opts, comm, err, sizeof err) ||
+  if (opts.compile_kernels) return train_compile_kernels(comm, &prog, &opts, err, sizeof err) ? train_fail("", err) : 0;
+  int rc = trainer_init(&tr, &prog, colossalc_kernels, &opts, comm, err, sizeof err) ||
            trainer_run(&tr, err, sizeof err) || trainer_finish(&tr, err, sizeof err);
   trainer_free(&tr);
-  program_free_stages(stages, nstages);
   return rc ? train_fail("", err) : 0;
 }
 

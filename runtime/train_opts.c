@@ -3,8 +3,8 @@
  */
 #include "train_opts.h"
 
+#include "program/program.h"
 #include "runtime/fileio.h"
-#include "runtime/train_program.h"
 
 #include <errno.h>
 #include <math.h>
@@ -56,6 +56,8 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG,
     "offload programs: the files of the NVMe location (scratch, removed at exit)")                                    \
   X("--log", OPT_STR, log, 0, 0, "FILE", "metrics as JSON lines (appended to with --resume)")                         \
   X("--sample", OPT_INT, sample, 0, 1e9, "N", "after training, print N tokens sampled from the model")                \
+  X("--dump-program", OPT_FLAG, dump_program, 0, 0, "",                                                               \
+    "print the program this train carries (its lists, one instruction a line) and exit")                              \
   X("--help", OPT_FLAG, help, 0, 0, "", "print this help")
 
 typedef struct OptSpec {
@@ -136,7 +138,7 @@ static int opts_set(const OptSpec *s, const char *v, TrainOpts *o, char *err, si
   case OPT_SCHED:
     if (strcmp(v, "cosine") != 0 && strcmp(v, "constant") != 0)
       return opts_bad(s, v, "cosine or constant", err, errlen);
-    *(int *)field = strcmp(v, "cosine") == 0 ? RT_SCHED_COSINE : RT_SCHED_CONSTANT;
+    *(int *)field = strcmp(v, "cosine") == 0 ? PROG_SCHED_COSINE : PROG_SCHED_CONSTANT;
     return 0;
   case OPT_FLAG: *(int *)field = 1; return 0;
   case OPT_DEVICE:
@@ -169,7 +171,7 @@ static int opts_one(int argc, char **argv, int *i, TrainOpts *o, char *err, size
 
 /* Combinations the table cannot express. */
 static int opts_check(const TrainOpts *o, char *err, size_t errlen) {
-  if (o->help) return 0;
+  if (o->help || o->dump_program) return 0;
   if (o->compile_kernels)
     return strncmp(o->compile_kernels, "sm_", 3) == 0
                ? 0

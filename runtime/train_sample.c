@@ -31,21 +31,21 @@ static int64_t sample_softmax(const float *logits, int64_t n, double u) {
   return n - 1; /* rounding left acc just below 1 */
 }
 
-/* Logits of the next token after context[0..len). */
+/* Logits of the next token after context[0..len): the context in row 0 of the token
+ * input's first micro-batch, the rest zeros, the program's `forward`. */
 static void sample_logits(Trainer *t, int64_t len) {
-  const RtProgram *p = t->prog;
-  float sc[TRAIN_SCALARS];
-  char *tokens = t->rows[p->tokens]; /* a language model's alone (trainer_init checks) */
-  memset(tokens, 0, (size_t)(p->batch * p->seq) * 4);
+  const Prog *p = t->prog;
+  const ProgStage *s = p->s;
+  char *tokens = t->rows[s->tokens]; /* a language model's alone (trainer_init checks) */
+  memset(tokens, 0, (size_t)(s->batch * s->seq) * 4);
   memcpy(tokens, t->context, (size_t)len * sizeof *t->context);
-  exec_write(&t->ex, RT_TIER_WORK, p->inputs[p->tokens].offset, tokens, p->batch * p->seq * 4);
-  train_scalars(&t->hp, 0.0, 1, 1.0, sc);
-  exec_run(&t->ex, &p->forward, sc);
-  int size = isa_dtype_bytes(p->logits_dtype);
-  exec_read(&t->ex, RT_TIER_WORK, p->logits_offset + (len - 1) * p->vocab * size, t->logits_row, p->vocab * size);
+  exec_scalars(&t->ex, 0.0, 1, 1.0);
+  exec_run(&t->ex, prog_list(p, PROG_LIST_FORWARD));
+  int size = isa_dtype_bytes((IsaDtype)s->logits_dtype);
+  exec_read(&t->ex, TIER_WORK, s->logits_offset + (len - 1) * s->vocab * size, t->logits_row, s->vocab * size);
   if (size == 2) { /* 16-bit logits, widened in place from the end (element i's bytes come after i's float) */
     const unsigned short *h = (const unsigned short *)t->logits_row;
-    for (int64_t i = p->vocab - 1; i >= 0; i--) t->logits_row[i] = isa_to_f32(p->logits_dtype, h[i]);
+    for (int64_t i = s->vocab - 1; i >= 0; i--) t->logits_row[i] = isa_to_f32((IsaDtype)s->logits_dtype, h[i]);
   }
 }
 
@@ -66,7 +66,7 @@ int trainer_sample(Trainer *t, int64_t n, FILE *out, char *err, size_t errlen) {
 }
 
 static int sample_tokens(Trainer *t, int64_t n, FILE *out) {
-  const RtProgram *p = t->prog;
+  const ProgStage *p = t->prog->s;
   uint32_t key[2];
   int64_t len = 1;
   int32_t first = t->data ? data_first_token(t->data) : 0;

@@ -13,16 +13,16 @@
 
 /* Parameter i's owning rank: the program's (every rank at stage 0 has it all; rank 0
  * stands for them). */
-static int owner(const Zero *z, int i) { return z->stage > 0 ? z->prog->params[i].owner : 0; }
+static int owner(const Zero *z, int i) { return z->stage > 0 ? (int)z->prog->params[i].owner : 0; }
 
-int zero_init(Zero *z, const RtProgram *p, Comm *c, char *err, size_t errlen) {
+int zero_init(Zero *z, const Prog *p, Comm *c, char *err, size_t errlen) {
   memset(z, 0, sizeof *z);
-  z->prog = p, z->comm = c, z->stage = (int)p->zero_stage;
-  if (!(z->owned = calloc((size_t)p->nparams + 1, sizeof *z->owned)))
+  z->prog = p, z->comm = c, z->stage = (int)p->s->zero_stage;
+  if (!(z->owned = calloc((size_t)p->s->nparams + 1, sizeof *z->owned)))
     return file_set_error(err, errlen, "out of memory");
-  for (int i = 0; i < p->nparams; i++) z->owned[i] = z->stage == 0 || p->params[i].owner == c->rank;
-  z->scheduled = p->zero_scheduled;
-  z->offload = p->offload.on;
+  for (int i = 0; i < p->s->nparams; i++) z->owned[i] = z->stage == 0 || p->params[i].owner == c->rank;
+  z->offload = (int)p->s->offload;
+  z->scheduled = !z->offload && (p->s->reserved & 1 << TIER_GRADS); /* ZeRO-2 and 3 in the step */
   return 0;
 }
 
@@ -31,42 +31,37 @@ void zero_free(Zero *z) {
   memset(z, 0, sizeof *z);
 }
 
-unsigned zero_reserve_mask(const Zero *z) {
-  return (z->stage >= 1 ? 1u << RT_TIER_OPT : 0) | (z->stage >= 3 ? 1u << RT_TIER_PARAMS : 0) |
-         (z->scheduled ? 1u << RT_TIER_GRADS : 0);
-}
-
 /* ---- shards -------------------------------------------------------------------- */
 
 /* The byte ranges of parameter i's optimizer state: m, and v for AdamW. */
-static int opt_ranges(const RtProgram *p, int i, int64_t off[2]) {
-  if (p->tiers[RT_TIER_OPT] == 0) return 0;
+static int opt_ranges(const Prog *p, int i, int64_t off[2]) {
+  if (p->s->tiers[TIER_OPT] == 0) return 0;
   off[0] = p->params[i].offset;
-  off[1] = p->opt_v_offset + p->params[i].offset;
-  return p->train.optimizer == RT_OPT_ADAMW ? 2 : 1;
+  off[1] = p->s->opt_v_offset + p->params[i].offset;
+  return p->s->optimizer == PROG_OPT_ADAMW ? 2 : 1;
 }
 
-static int commit_opt(Executor *ex, const RtProgram *p, int i, char *err, size_t errlen) {
+static int commit_opt(Executor *ex, const Prog *p, int i, char *err, size_t errlen) {
   int64_t off[2];
   int n = opt_ranges(p, i, off);
   for (int k = 0; k < n; k++)
-    if (exec_commit(ex, RT_TIER_OPT, off[k], p->params[i].numel * 4, err, errlen) != 0) return -1;
+    if (exec_commit(ex, TIER_OPT, off[k], p->params[i].numel * 4, err, errlen) != 0) return -1;
   return 0;
 }
 
-static void decommit_opt(Executor *ex, const RtProgram *p, int i) {
+static void decommit_opt(Executor *ex, const Prog *p, int i) {
   int64_t off[2];
   int n = opt_ranges(p, i, off);
-  for (int k = 0; k < n; k++) exec_decommit(ex, RT_TIER_OPT, off[k], p->params[i].numel * 4);
+  for (int k = 0; k < n; k++) exec_decommit(ex, TIER_OPT, off[k], p->params[i].numel * 4);
 }
 
 int zero_commit_owned(Zero *z, Executor *ex, char *err, size_t errlen) {
-  const RtProgram *p = z->prog;
-  for (int i = 0; i < p->nparams; i++) {
-    const RtParam *q = &p->params[i];
+  const Prog *p = z->prog;
+  for (int i = 0; i < p->s->nparams; i++) {
+    const ProgParam *q = &p->params[i];
     if (z->owned[i] && commit_opt(ex, p, i, err, errlen) != 0) return -1;
-    if (exec_commit(ex, RT_TIER_PARAMS, q->offset, q->numel * 4, err, errlen) != 0) return -1;
-    if (z->owned[i] && z->scheduled && exec_commit(ex, RT_TIER_GRADS, q->offset, q->numel * 4, err, errlen) != 0)
+    if (exec_commit(ex, TIER_PARAMS, q->offset, q->numel * 4, err, errlen) != 0) return -1;
+    if (z->owned[i] && z->scheduled && exec_commit(ex, TIER_GRADS, q->offset, q->numel * 4, err, errlen) != 0)
       return -1;
   }
   z->gathered = 1;
@@ -85,21 +80,14 @@ static void commit_or_abort(Zero *z, Executor *ex, int tier, int64_t off, int64_
 static float *tier_floats(Executor *ex, int tier, int64_t offset) { return (float *)(ex->tiers[tier] + offset); }
 
 void zero_gather_params(Zero *z, Executor *ex) {
-  const RtProgram *p = z->prog;
   if (z->stage < 3 || z->gathered || z->offload) return;
-  for (int i = 0; i < p->nparams; i++) {
-    const RtParam *q = &p->params[i];
-    if (!z->owned[i]) commit_or_abort(z, ex, RT_TIER_PARAMS, q->offset, q->numel * 4);
-    z->comm->broadcast(z->comm, tier_floats(ex, RT_TIER_PARAMS, q->offset), q->numel, owner(z, i));
-  }
+  exec_run(ex, prog_list(z->prog, PROG_LIST_GATHER));
   z->gathered = 1;
 }
 
 void zero_release_params(Zero *z, Executor *ex) {
-  const RtProgram *p = z->prog;
   if (z->stage < 3 || !z->gathered) return;
-  for (int i = 0; i < p->nparams; i++)
-    if (!z->owned[i]) exec_decommit(ex, RT_TIER_PARAMS, p->params[i].offset, p->params[i].numel * 4);
+  exec_run(ex, prog_list(z->prog, PROG_LIST_RELEASE));
   z->gathered = 0;
 }
 
@@ -107,76 +95,75 @@ void zero_release_params(Zero *z, Executor *ex) {
 
 /* An "overlap" gather on a device with a communication stream goes there, after the
  * compute queued so far (its memory is fresh: nothing queued uses it). */
-static void zero_gather_one(Zero *z, Executor *ex, const RtInstr *in, int i) {
-  const RtParam *q = &z->prog->params[i];
-  if (!z->owned[i]) commit_or_abort(z, ex, RT_TIER_PARAMS, q->offset, q->numel * 4);
+static void zero_gather_one(Zero *z, Executor *ex, const IsaInstr *in, int i) {
+  const ProgParam *q = &z->prog->params[i];
+  if (!z->owned[i]) commit_or_abort(z, ex, TIER_PARAMS, q->offset, q->numel * 4);
   Comm *aside = exec_fork(ex, in), *c = aside ? aside : z->comm;
-  c->broadcast(c, tier_floats(ex, RT_TIER_PARAMS, q->offset), q->numel, owner(z, i));
+  c->broadcast(c, tier_floats(ex, TIER_PARAMS, q->offset), q->numel, owner(z, i));
 }
 
-static void zero_release_one(Zero *z, Executor *ex, const RtInstr *in, int i) {
-  const RtParam *q = &z->prog->params[i];
-  if (!z->owned[i]) exec_decommit(ex, RT_TIER_PARAMS, q->offset, q->numel * 4);
+static void zero_release_one(Zero *z, Executor *ex, const IsaInstr *in, int i) {
+  const ProgParam *q = &z->prog->params[i];
+  if (!z->owned[i]) exec_decommit(ex, TIER_PARAMS, q->offset, q->numel * 4);
 }
 
 /* A granule the gradient shares with a neighbour may hold an earlier micro-batch's
  * values: zeroed here, not only by the first commit. */
-static void zero_grad_one(Zero *z, Executor *ex, const RtInstr *in, int i) {
-  const RtParam *q = &z->prog->params[i];
+static void zero_grad_one(Zero *z, Executor *ex, const IsaInstr *in, int i) {
+  const ProgParam *q = &z->prog->params[i];
   if (z->owned[i]) return;
-  commit_or_abort(z, ex, RT_TIER_GRADS, q->offset, q->numel * 4);
-  ex->dev->zero(ex->dev, ex->tiers[RT_TIER_GRADS], q->offset, q->numel * 4);
+  commit_or_abort(z, ex, TIER_GRADS, q->offset, q->numel * 4);
+  ex->dev->zero(ex->dev, ex->tiers[TIER_GRADS], q->offset, q->numel * 4);
 }
 
-static void zero_reduce_one(Zero *z, Executor *ex, const RtInstr *in, int i) {
-  const RtParam *q = &z->prog->params[i];
-  float *g = tier_floats(ex, RT_TIER_GRADS, q->offset);
+static void zero_reduce_one(Zero *z, Executor *ex, const IsaInstr *in, int i) {
+  const ProgParam *q = &z->prog->params[i];
+  float *g = tier_floats(ex, TIER_GRADS, q->offset);
   if (z->comm->size > 1) z->comm->reduce(z->comm, g, g, q->numel, COMM_SUM, owner(z, i));
-  if (!z->owned[i]) exec_decommit(ex, RT_TIER_GRADS, q->offset, q->numel * 4);
+  if (!z->owned[i]) exec_decommit(ex, TIER_GRADS, q->offset, q->numel * 4);
 }
 
-void zero_exec_instr(void *arg, Executor *ex, const RtInstr *in) {
-  typedef void (*ZeroFn)(Zero *, Executor *, const RtInstr *, int);
-  static const ZeroFn fns[RT_ZERO_OPS] = {zero_gather_one, zero_release_one, zero_grad_one, zero_reduce_one};
-  fns[in->op - ISA_ZERO_GATHER](arg, ex, in, in->param);
+void zero_exec_instr(void *arg, Executor *ex, const IsaInstr *in) {
+  typedef void (*ZeroFn)(Zero *, Executor *, const IsaInstr *, int);
+  static const ZeroFn fns[ISA_ZERO_REDUCE - ISA_ZERO_GATHER + 1] = {zero_gather_one, zero_release_one, zero_grad_one,
+                                                                    zero_reduce_one};
+  fns[in->op - ISA_ZERO_GATHER](arg, ex, in, in->param.index);
 }
 
 /* ---- checkpoints --------------------------------------------------------------- */
 
 void zero_gather_opt(Zero *z, Executor *ex) {
-  const RtProgram *p = z->prog;
+  const Prog *p = z->prog;
   Comm *c = z->comm;
   int64_t off[2];
   if (z->stage == 0 || z->opt_gathered || z->offload) return;
-  for (int i = 0; i < p->nparams; i++) {
+  for (int i = 0; i < p->s->nparams; i++) {
     int n = opt_ranges(p, i, off), from = owner(z, i);
     if (from == 0) continue;
     if (c->rank == 0)
-      for (int k = 0; k < n; k++) commit_or_abort(z, ex, RT_TIER_OPT, off[k], p->params[i].numel * 4);
-    for (int k = 0; k < n && c->rank == 0; k++)
-      c->recv(c, tier_floats(ex, RT_TIER_OPT, off[k]), p->params[i].numel, from);
-    for (int k = 0; k < n && c->rank == from; k++)
-      c->send(c, tier_floats(ex, RT_TIER_OPT, off[k]), p->params[i].numel, 0);
+      for (int k = 0; k < n; k++) commit_or_abort(z, ex, TIER_OPT, off[k], p->params[i].numel * 4);
+    for (int k = 0; k < n && c->rank == 0; k++) c->recv(c, tier_floats(ex, TIER_OPT, off[k]), p->params[i].numel, from);
+    for (int k = 0; k < n && c->rank == from; k++) c->send(c, tier_floats(ex, TIER_OPT, off[k]), p->params[i].numel, 0);
   }
   z->opt_gathered = 1;
 }
 
 void zero_release_opt(Zero *z, Executor *ex) {
-  const RtProgram *p = z->prog;
+  const Prog *p = z->prog;
   if (!z->opt_gathered) return;
-  for (int i = 0; i < p->nparams; i++)
+  for (int i = 0; i < p->s->nparams; i++)
     if (z->comm->rank == 0 && owner(z, i) != 0) decommit_opt(ex, p, i);
   z->opt_gathered = 0;
 }
 
 /* FNV-1a over the parameters' 32-bit words. */
 /* Of a device the host does not see, each parameter read back through buf. */
-static uint64_t params_hash(const RtProgram *p, Executor *ex, const char *base, uint32_t *buf) {
+static uint64_t params_hash(const Prog *p, Executor *ex, const char *base, uint32_t *buf) {
   uint64_t h = 1469598103934665603ull;
-  for (int i = 0; i < p->nparams; i++) {
+  for (int i = 0; i < p->s->nparams; i++) {
     const uint32_t *w = buf;
     if (base) w = (const uint32_t *)(base + p->params[i].offset);
-    else exec_read(ex, RT_TIER_PARAMS, p->params[i].offset, buf, p->params[i].numel * 4);
+    else exec_read(ex, TIER_PARAMS, p->params[i].offset, buf, p->params[i].numel * 4);
     for (int64_t k = 0; k < p->params[i].numel; k++) h = (h ^ w[k]) * 1099511628211ull;
   }
   return h;
@@ -185,8 +172,9 @@ static uint64_t params_hash(const RtProgram *p, Executor *ex, const char *base, 
 int zero_check_replicas(Zero *z, Executor *ex, const char *params, char *err, size_t errlen) {
   int64_t most = 1;
   if (z->offload && z->stage == 3) return 0;
-  const char *base = params ? params : exec_host_tier(ex, RT_TIER_PARAMS);
-  for (int i = 0; i < z->prog->nparams; i++) most = z->prog->params[i].numel > most ? z->prog->params[i].numel : most;
+  const char *base = params ? params : exec_host_tier(ex, TIER_PARAMS);
+  for (int i = 0; i < z->prog->s->nparams; i++)
+    most = z->prog->params[i].numel > most ? z->prog->params[i].numel : most;
   uint32_t *buf = base ? NULL : malloc((size_t)most * 4);
   int failed = !base && !buf;
   if (z->comm->size == 1 || comm_agree(z->comm, failed, NULL) != 0) {

@@ -10,6 +10,7 @@
 #include "runtime/hf.h"
 #include "runtime/safetensors.h"
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,50 @@ static int export_seq(const SafeTensors *st, const char *path, int64_t *seq, cha
   return 0;
 }
 
+/* ---- the file's "arch" metadata (what train's checkpoints carry, runtime/train_ckpt.c) */
+
+static int arch_num(const cJSON *o, const char *key, double *out, const char *text, char *err, size_t errlen) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (v && !cJSON_IsNumber(v)) return file_set_error(err, errlen, "arch %s: \"%s\" is not a number", text, key);
+  *out = v ? v->valuedouble : 0;
+  return 0;
+}
+
+static int arch_str(const cJSON *o, const char *key, char *out, size_t len, const char *text, char *err,
+                    size_t errlen) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (v && (!cJSON_IsString(v) || strlen(v->valuestring) >= len))
+    return file_set_error(err, errlen, "arch %s: \"%s\" is not a short string", text, key);
+  snprintf(out, len, "%s", v ? v->valuestring : "");
+  return 0;
+}
+
+static int arch_fields(const cJSON *o, HfArch *a, const char *text, char *err, size_t errlen) {
+  double heads = 0, causal = 0;
+  const cJSON *sc = cJSON_GetObjectItemCaseSensitive(o, "attention_scale");
+  if (arch_num(o, "heads", &heads, text, err, errlen) || arch_num(o, "causal", &causal, text, err, errlen) ||
+      arch_num(o, "norm_eps", &a->norm_eps, text, err, errlen) ||
+      arch_num(o, "rope_theta", &a->rope_theta, text, err, errlen) ||
+      arch_str(o, "norm", a->norm, sizeof a->norm, text, err, errlen) ||
+      arch_str(o, "activation", a->activation, sizeof a->activation, text, err, errlen))
+    return -1;
+  if (sc && !cJSON_IsBool(sc))
+    return file_set_error(err, errlen, "arch %s: \"attention_scale\" is not a boolean", text);
+  if (heads < -1 || heads > (1 << 20) || heads != (int64_t)heads)
+    return file_set_error(err, errlen, "arch %s: \"heads\" is not a count", text);
+  a->heads = (int64_t)heads, a->causal = causal == 1, a->scaled = cJSON_IsTrue(sc);
+  return 0;
+}
+
+static int arch_parse(const char *text, HfArch *a, char *err, size_t errlen) {
+  memset(a, 0, sizeof *a);
+  cJSON *o = cJSON_Parse(text);
+  int rc = cJSON_IsObject(o) ? arch_fields(o, a, text, err, errlen)
+                             : file_set_error(err, errlen, "arch %s: not a JSON object", text);
+  cJSON_Delete(o);
+  return rc;
+}
+
 static int export_run(const char *in, const char *out, char *err, size_t errlen) {
   SafeTensors *st = safetensors_open(in, err, errlen);
   if (!st) return -1;
@@ -64,8 +109,10 @@ static int export_run(const char *in, const char *out, char *err, size_t errlen)
                                    "and --steps 0 --save-hf instead)",
                                    in)
                   : export_collect(st, ps, err, errlen);
+  HfArch a;
   int rc = n < 0 ? -1 : export_seq(st, in, &seq, err, errlen);
-  if (rc == 0) rc = hf_save(out, ps, n, arch, seq, err, errlen);
+  if (rc == 0) rc = arch_parse(arch, &a, err, errlen);
+  if (rc == 0) rc = hf_save(out, ps, n, &a, seq, err, errlen);
   for (int i = 0; ps && ps[i].name; i++) free((float *)ps[i].data);
   free(ps);
   safetensors_close(st);

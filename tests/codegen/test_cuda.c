@@ -47,7 +47,7 @@
 #include "codegen/lower.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
-#include "runtime/program.h"
+#include "program/program.h"
 #include "tests/common/lowered.h"
 
 #ifndef COLOSSALC_HOST_CXX
@@ -74,7 +74,7 @@ enum { MAX_CASES = 32 };
 typedef struct Case {
   Kernel *k;
   CudaMapping want;                                        /* the mapping the emitter should pick */
-  int64_t tier_bytes[RT_TIERS];                            /* bytes of each tier this case uses */
+  int64_t tier_bytes[TIERS];                               /* bytes of each tier this case uses */
   float lo[K_MAX_BUFS], hi[K_MAX_BUFS];                    /* fill: uniform f32, or i32 integers in [lo, hi) */
   bool half_steps[K_MAX_BUFS];                             /* f32 fill in multiples of 0.5 (ties for EQ, LE, FLOOR) */
   void (*fixup)(const struct Case *c, char *const *tiers); /* values the fill must contain */
@@ -84,14 +84,14 @@ typedef struct Case {
 static Arena *A;
 static Case cases[MAX_CASES];
 static int ncases;
-static const float scalars[RT_SCALARS] = {0.01f, 1.25f, 1.5f, 0.75f, 3.0f};
+static const float scalars[SC_BETA1] = {0.01f, 1.25f, 1.5f, 0.75f, 3.0f};
 
 static Case *case_new(const char *name, KPar par, CudaMapping want, int row_dims, int ndims, const int64_t *dims) {
   ir_assert(ncases < MAX_CASES);
   Case *c = &cases[ncases++];
   c->k = kernel_new(A, name, par, dims, ndims, row_dims);
   c->want = want;
-  for (int t = 0; t < RT_TIERS; t++) c->tier_bytes[t] = 64 + 4 * t; /* offsets not all 16-byte aligned */
+  for (int t = 0; t < TIERS; t++) c->tier_bytes[t] = 64 + 4 * t; /* offsets not all 16-byte aligned */
   return c;
 }
 #define NEW(name, par, want, row_dims, ...)                                                      \
@@ -138,10 +138,10 @@ static KExpr *sel(Case *c, KExpr *x, KExpr *y, KExpr *z) { return kx_select(A, c
 /* y = x * w[c] * s3 + bias[a, c]; z += tanh(y) / 2 (reads y where it was just written). */
 static void case_elementwise(void) {
   Case *c = NEW("k_ew_bcast", KP_ROWS, CM_FLAT, 2, 6, 10, 70);
-  int x = buf(c, "x", RT_TIER_WORK, 4200, DT_F32, -1, 1), w = buf(c, "w", RT_TIER_PARAMS, 70, DT_F32, -1, 1);
-  int bias = buf(c, "bias", RT_TIER_PARAMS, 420, DT_F32, -1, 1), y = buf(c, "y", RT_TIER_WORK, 4200, DT_F32, 0, 0);
-  int z = buf(c, "z", RT_TIER_WORK, 4200, DT_F32, -1, 1);
-  KExpr *e = mul(c, mul(c, ld(c, x, contig(c)), ld(c, w, VIEW(c, 0, 0, 0, 1))), sc(c, RT_SC_GSCALE));
+  int x = buf(c, "x", TIER_WORK, 4200, DT_F32, -1, 1), w = buf(c, "w", TIER_PARAMS, 70, DT_F32, -1, 1);
+  int bias = buf(c, "bias", TIER_PARAMS, 420, DT_F32, -1, 1), y = buf(c, "y", TIER_WORK, 4200, DT_F32, 0, 0);
+  int z = buf(c, "z", TIER_WORK, 4200, DT_F32, -1, 1);
+  KExpr *e = mul(c, mul(c, ld(c, x, contig(c)), ld(c, w, VIEW(c, 0, 0, 0, 1))), sc(c, SC_GSCALE));
   kernel_map(c->k, y, contig(c), KS_SET, add(c, e, ld(c, bias, VIEW(c, 0, 70, 0, 1))));
   kernel_map(c->k, z, contig(c), KS_ADD, mul(c, un(c, KU_TANH, ld(c, y, contig(c))), cst(c, 0.5f)));
 }
@@ -149,9 +149,9 @@ static void case_elementwise(void) {
 /* llm.c's layernorm forward: mean, then variance about it, then y, mean and rstd. */
 static void case_layernorm(void) {
   Case *c = NEW("k_layernorm", KP_ROWS, CM_BLOCK_ROW, 2, 4, 3, 700);
-  int x = buf(c, "x", RT_TIER_WORK, 8400, DT_F32, -2, 2), w = buf(c, "ln.w", RT_TIER_PARAMS, 700, DT_F32, 0.5f, 1.5f);
-  int b = buf(c, "ln.b", RT_TIER_PARAMS, 700, DT_F32, -1, 1), y = buf(c, "y", RT_TIER_WORK, 8400, DT_F32, 0, 0);
-  int mean = buf(c, "mean", RT_TIER_WORK, 12, DT_F32, 0, 0), rstd = buf(c, "rstd", RT_TIER_WORK, 12, DT_F32, 1, 2);
+  int x = buf(c, "x", TIER_WORK, 8400, DT_F32, -2, 2), w = buf(c, "ln.w", TIER_PARAMS, 700, DT_F32, 0.5f, 1.5f);
+  int b = buf(c, "ln.b", TIER_PARAMS, 700, DT_F32, -1, 1), y = buf(c, "y", TIER_WORK, 8400, DT_F32, 0, 0);
+  int mean = buf(c, "mean", TIER_WORK, 12, DT_F32, 0, 0), rstd = buf(c, "rstd", TIER_WORK, 12, DT_F32, 1, 2);
   KExpr *X = ld(c, x, contig(c));
   KExpr *mu = mul(c, acc(c, kernel_reduce(c->k, KR_SUM, X)), cst(c, 1.0f / 700));
   KExpr *d = sub(c, X, mu);
@@ -166,7 +166,7 @@ static void case_layernorm(void) {
 /* sum x and sum x^2 in one pass (independent reductions share a loop). */
 static void case_layernorm_grouped(void) {
   Case *c = NEW("k_layernorm_grouped", KP_ROWS, CM_BLOCK_ROW, 1, 6, 100);
-  int x = buf(c, "x", RT_TIER_WORK, 600, DT_F32, -1, 3), y = buf(c, "y", RT_TIER_WORK, 600, DT_F32, 0, 0);
+  int x = buf(c, "x", TIER_WORK, 600, DT_F32, -1, 3), y = buf(c, "y", TIER_WORK, 600, DT_F32, 0, 0);
   KExpr *X = ld(c, x, contig(c));
   KExpr *mu = mul(c, acc(c, kernel_reduce(c->k, KR_SUM, X)), cst(c, 0.01f));
   KExpr *ms = mul(c, acc(c, kernel_reduce(c->k, KR_SUM, mul(c, X, X))), cst(c, 0.01f));
@@ -177,7 +177,7 @@ static void case_layernorm_grouped(void) {
 /* MAX and SUM of the same row in one pass. */
 static void case_max_sum(void) {
   Case *c = NEW("k_max_sum", KP_ROWS, CM_BLOCK_ROW, 1, 7, 96);
-  int x = buf(c, "x", RT_TIER_WORK, 672, DT_F32, -5, 5), y = buf(c, "y", RT_TIER_WORK, 672, DT_F32, 0, 0);
+  int x = buf(c, "x", TIER_WORK, 672, DT_F32, -5, 5), y = buf(c, "y", TIER_WORK, 672, DT_F32, 0, 0);
   KExpr *X = ld(c, x, contig(c));
   int amax = kernel_reduce(c->k, KR_MAX, X), asum = kernel_reduce(c->k, KR_SUM, X);
   kernel_map(c->k, y, contig(c), KS_SET, add(c, sub(c, X, acc(c, amax)), mul(c, acc(c, asum), cst(c, 1.0f / 96))));
@@ -187,9 +187,9 @@ static void case_max_sum(void) {
  * select's branch (evaluated only where the mask is open). */
 static void case_softmax_causal(void) {
   Case *c = NEW("k_softmax_causal", KP_ROWS, CM_BLOCK_ROW, 3, 2, 2, 40, 40);
-  int x = buf(c, "att", RT_TIER_WORK, 6400, DT_F32, -3, 3), y = buf(c, "probs", RT_TIER_WORK, 6400, DT_F32, 0, 0);
+  int x = buf(c, "att", TIER_WORK, 6400, DT_F32, -3, 3), y = buf(c, "probs", TIER_WORK, 6400, DT_F32, 0, 0);
   KExpr *open = bi(c, KB_LE, co(c, 3), co(c, 2));
-  KExpr *att = sel(c, open, mul(c, ld(c, x, contig(c)), sc(c, RT_SC_GSCALE)), cst(c, -INFINITY));
+  KExpr *att = sel(c, open, mul(c, ld(c, x, contig(c)), sc(c, SC_GSCALE)), cst(c, -INFINITY));
   int amax = kernel_reduce(c->k, KR_MAX, att);
   KExpr *ex = un(c, KU_EXP, sub(c, att, acc(c, amax)));
   int asum = kernel_reduce(c->k, KR_SUM, ex);
@@ -199,7 +199,7 @@ static void case_softmax_causal(void) {
 /* A wide softmax, in place: the buffer is read and written, so no __ldg. */
 static void case_softmax_inplace(void) {
   Case *c = NEW("k_softmax_inplace", KP_ROWS, CM_BLOCK_ROW, 1, 3, 1000);
-  int x = buf(c, "logits", RT_TIER_WORK, 3000, DT_F32, -4, 4);
+  int x = buf(c, "logits", TIER_WORK, 3000, DT_F32, -4, 4);
   KExpr *X = ld(c, x, contig(c));
   int amax = kernel_reduce(c->k, KR_MAX, X);
   KExpr *ex = un(c, KU_EXP, sub(c, X, acc(c, amax)));
@@ -216,8 +216,8 @@ static void ce_fixup(const Case *c, char *const *tiers) {
  * skipped where the target is -1) and dlogits = (softmax - onehot) * scale. */
 static void case_cross_entropy(void) {
   Case *c = NEW("k_cross_entropy", KP_ROWS, CM_BLOCK_ROW, 2, 2, 6, 50);
-  int lg = buf(c, "logits", RT_TIER_WORK, 600, DT_F32, -2, 2), tg = buf(c, "targets", RT_TIER_WORK, 12, DT_I32, -1, 50);
-  int loss = buf(c, "losses", RT_TIER_WORK, 12, DT_F32, 0, 0), dl = buf(c, "dlogits", RT_TIER_WORK, 600, DT_F32, 0, 0);
+  int lg = buf(c, "logits", TIER_WORK, 600, DT_F32, -2, 2), tg = buf(c, "targets", TIER_WORK, 12, DT_I32, -1, 50);
+  int loss = buf(c, "losses", TIER_WORK, 12, DT_F32, 0, 0), dl = buf(c, "dlogits", TIER_WORK, 600, DT_F32, 0, 0);
   c->fixup = ce_fixup;
   KExpr *L = ld(c, lg, contig(c)), *T = ld(c, tg, VIEW(c, 0, 6, 1, 0));
   int amax = kernel_reduce(c->k, KR_MAX, L);
@@ -227,15 +227,15 @@ static void case_cross_entropy(void) {
   KExpr *lse = add(c, un(c, KU_LOG, acc(c, asum)), acc(c, amax));
   kernel_row(c->k, loss, VIEW(c, 0, 6, 1, 0), KS_SET, sel(c, ignored, cst(c, 0), sub(c, lse, picked)));
   KExpr *p = mul(c, un(c, KU_EXP, sub(c, L, acc(c, amax))), un(c, KU_RECIP, acc(c, asum)));
-  KExpr *g = mul(c, sub(c, p, bi(c, KB_EQ, co(c, 2), T)), sc(c, RT_SC_LR));
+  KExpr *g = mul(c, sub(c, p, bi(c, KB_EQ, co(c, 2), T)), sc(c, SC_LR));
   kernel_map(c->k, dl, contig(c), KS_SET, sel(c, ignored, cst(c, 0), g));
 }
 
 /* out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :] */
 static void case_embedding(void) {
   Case *c = NEW("k_embedding", KP_ROWS, CM_FLAT, 2, 2, 8, 24);
-  int tok = buf(c, "tokens", RT_TIER_WORK, 16, DT_I32, 0, 30), wte = buf(c, "wte", RT_TIER_PARAMS, 720, DT_F32, -1, 1);
-  int wpe = buf(c, "wpe", RT_TIER_PARAMS, 192, DT_F32, -1, 1), out = buf(c, "x0", RT_TIER_WORK, 384, DT_F32, 0, 0);
+  int tok = buf(c, "tokens", TIER_WORK, 16, DT_I32, 0, 30), wte = buf(c, "wte", TIER_PARAMS, 720, DT_F32, -1, 1);
+  int wpe = buf(c, "wpe", TIER_PARAMS, 192, DT_F32, -1, 1), out = buf(c, "x0", TIER_WORK, 384, DT_F32, 0, 0);
   KExpr *T = ld(c, tok, VIEW(c, 0, 8, 1, 0));
   KExpr *e = add(c, ld(c, wte, gathered(VIEW(c, 0, 0, 0, 1), T, 24)), ld(c, wpe, VIEW(c, 0, 0, 24, 1)));
   kernel_map(c->k, out, contig(c), KS_SET, e);
@@ -245,12 +245,12 @@ static void case_embedding(void) {
  * view, tokens repeat) and dwpe[t, :] += dout[b, t, :] * s3; rows in order. */
 static void case_embedding_backward(void) {
   Case *c = NEW("k_embedding_bwd", KP_COLS, CM_COLS, 2, 2, 8, 24);
-  int tok = buf(c, "tokens", RT_TIER_WORK, 16, DT_I32, 0, 5), dout = buf(c, "dx0", RT_TIER_WORK, 384, DT_F32, -1, 1);
-  int dwte = buf(c, "wte.grad", RT_TIER_GRADS, 120, DT_F32, -0.5f, 0.5f);
-  int dwpe = buf(c, "wpe.grad", RT_TIER_GRADS, 192, DT_F32, -0.5f, 0.5f);
+  int tok = buf(c, "tokens", TIER_WORK, 16, DT_I32, 0, 5), dout = buf(c, "dx0", TIER_WORK, 384, DT_F32, -1, 1);
+  int dwte = buf(c, "wte.grad", TIER_GRADS, 120, DT_F32, -0.5f, 0.5f);
+  int dwpe = buf(c, "wpe.grad", TIER_GRADS, 192, DT_F32, -0.5f, 0.5f);
   KExpr *T = ld(c, tok, VIEW(c, 0, 8, 1, 0)), *D = ld(c, dout, contig(c));
   kernel_map(c->k, dwte, gathered(VIEW(c, 0, 0, 0, 1), T, 24), KS_ADD, D);
-  kernel_map(c->k, dwpe, VIEW(c, 0, 0, 24, 1), KS_ADD, mul(c, D, sc(c, RT_SC_GSCALE)));
+  kernel_map(c->k, dwpe, VIEW(c, 0, 0, 24, 1), KS_ADD, mul(c, D, sc(c, SC_GSCALE)));
 }
 
 /* The token embedding's gradient alone, over enough rows to split them by owner
@@ -259,8 +259,8 @@ static void case_embedding_backward(void) {
  * worth of the test's launches (32 threads) and, in a 48-float row, fewer than a row. */
 static void case_embedding_backward_owned(void) {
   Case *c = NEW("k_embedding_bwd_owned", KP_COLS, CM_COLS_OWNED, 2, 3, 100, 40);
-  int tok = buf(c, "tokens", RT_TIER_WORK, 300, DT_I32, 0, 7), dout = buf(c, "dx0", RT_TIER_WORK, 12000, DT_F32, -1, 1);
-  int dwte = buf(c, "wte.grad", RT_TIER_GRADS, 7 * 48, DT_F32, -0.5f, 0.5f);
+  int tok = buf(c, "tokens", TIER_WORK, 300, DT_I32, 0, 7), dout = buf(c, "dx0", TIER_WORK, 12000, DT_F32, -1, 1);
+  int dwte = buf(c, "wte.grad", TIER_GRADS, 7 * 48, DT_F32, -0.5f, 0.5f);
   KExpr *T = ld(c, tok, VIEW(c, 0, 100, 1, 0)), *D = ld(c, dout, contig(c));
   kernel_map(c->k, dwte, gathered(VIEW(c, 0, 0, 0, 1), T, 48), KS_ADD, D);
 }
@@ -268,28 +268,28 @@ static void case_embedding_backward_owned(void) {
 /* Bias gradient: a column reduction over [b, t] rows, and a sum of squares. */
 static void case_bias_grad(void) {
   Case *c = NEW("k_bias_grad", KP_COLS, CM_COLS, 2, 3, 7, 33);
-  int dout = buf(c, "dy", RT_TIER_WORK, 693, DT_F32, -1, 1), db = buf(c, "b.grad", RT_TIER_GRADS, 33, DT_F32, 0, 0);
-  int sq = buf(c, "sq", RT_TIER_WORK, 33, DT_F32, 0, 0);
+  int dout = buf(c, "dy", TIER_WORK, 693, DT_F32, -1, 1), db = buf(c, "b.grad", TIER_GRADS, 33, DT_F32, 0, 0);
+  int sq = buf(c, "sq", TIER_WORK, 33, DT_F32, 0, 0);
   KExpr *D = ld(c, dout, contig(c));
   kernel_map(c->k, db, VIEW(c, 0, 0, 0, 1), KS_ADD, D);
-  kernel_map(c->k, sq, VIEW(c, 0, 0, 0, 1), KS_ADD, mul(c, mul(c, D, D), sc(c, RT_SC_STEP)));
+  kernel_map(c->k, sq, VIEW(c, 0, 0, 0, 1), KS_ADD, mul(c, mul(c, D, D), sc(c, SC_STEP)));
 }
 
 /* AdamW: m and v updated in place, then read back (same element) by the update of p;
  * weight decay only for row 0. */
 static void case_adamw(void) {
   Case *c = NEW("k_adamw", KP_ROWS, CM_FLAT, 1, 2, 50);
-  int p = buf(c, "p", RT_TIER_PARAMS, 100, DT_F32, -1, 1), g = buf(c, "p.grad", RT_TIER_GRADS, 100, DT_F32, -1, 1);
-  int m = buf(c, "p.m", RT_TIER_OPT, 100, DT_F32, -0.1f, 0.1f), v = buf(c, "p.v", RT_TIER_OPT, 100, DT_F32, 0, 0.1f);
+  int p = buf(c, "p", TIER_PARAMS, 100, DT_F32, -1, 1), g = buf(c, "p.grad", TIER_GRADS, 100, DT_F32, -1, 1);
+  int m = buf(c, "p.m", TIER_OPT, 100, DT_F32, -0.1f, 0.1f), v = buf(c, "p.v", TIER_OPT, 100, DT_F32, 0, 0.1f);
   KView cv = contig(c);
-  KExpr *G = mul(c, ld(c, g, cv), sc(c, RT_SC_GSCALE));
+  KExpr *G = mul(c, ld(c, g, cv), sc(c, SC_GSCALE));
   kernel_map(c->k, m, cv, KS_SET, add(c, mul(c, cst(c, 0.9f), ld(c, m, cv)), mul(c, cst(c, 0.1f), G)));
   kernel_map(c->k, v, cv, KS_SET, add(c, mul(c, cst(c, 0.95f), ld(c, v, cv)), mul(c, cst(c, 0.05f), mul(c, G, G))));
-  KExpr *mh = mul(c, ld(c, m, cv), sc(c, RT_SC_BC1)), *vh = mul(c, ld(c, v, cv), sc(c, RT_SC_BC2));
+  KExpr *mh = mul(c, ld(c, m, cv), sc(c, SC_BC1)), *vh = mul(c, ld(c, v, cv), sc(c, SC_BC2));
   KExpr *wd = sel(c, bi(c, KB_EQ, co(c, 0), cst(c, 0)), cst(c, 0.1f), cst(c, 0));
   KExpr *P = ld(c, p, cv);
   KExpr *step = add(c, bi(c, KB_DIV, mh, add(c, un(c, KU_SQRT, vh), cst(c, 1e-8f))), mul(c, wd, P));
-  kernel_map(c->k, p, cv, KS_SET, sub(c, P, mul(c, sc(c, RT_SC_LR), step)));
+  kernel_map(c->k, p, cv, KS_SET, sub(c, P, mul(c, sc(c, SC_LR), step)));
 }
 
 /* Every unary op: row r applies op r (a select chain: conditional, inline), and the
@@ -297,10 +297,9 @@ static void case_adamw(void) {
  * everywhere on x - 1.4. */
 static void case_unary_ops(void) {
   Case *c = NEW("k_unary_ops", KP_ROWS, CM_FLAT, 1, KU_COUNT, 16);
-  int x = buf(c, "x", RT_TIER_WORK, KU_COUNT * 16, DT_F32, 0.3f, 2.5f);
-  int y = buf(c, "y", RT_TIER_WORK, KU_COUNT * 16, DT_F32, 0, 0),
-      z = buf(c, "z", RT_TIER_WORK, KU_COUNT * 16, DT_F32, 0, 0);
-  int w = buf(c, "w", RT_TIER_WORK, KU_COUNT * 16, DT_F32, 0, 0);
+  int x = buf(c, "x", TIER_WORK, KU_COUNT * 16, DT_F32, 0.3f, 2.5f);
+  int y = buf(c, "y", TIER_WORK, KU_COUNT * 16, DT_F32, 0, 0), z = buf(c, "z", TIER_WORK, KU_COUNT * 16, DT_F32, 0, 0);
+  int w = buf(c, "w", TIER_WORK, KU_COUNT * 16, DT_F32, 0, 0);
   KExpr *X = ld(c, x, contig(c)), *Xn = sub(c, X, cst(c, 1.4f)), *chain = cst(c, 0), *sum = cst(c, 0),
         *sum2 = cst(c, 0);
   for (int op = KU_COUNT - 1; op >= 0; op--) {
@@ -317,10 +316,10 @@ static void case_unary_ops(void) {
 /* Every binary op, the same way, on values in steps of 0.5 (LE and EQ see ties). */
 static void case_binary_ops(void) {
   Case *c = NEW("k_binary_ops", KP_ROWS, CM_FLAT, 1, KB_COUNT, 24);
-  int x = buf(c, "x", RT_TIER_WORK, KB_COUNT * 24, DT_F32, 0.5f, 3),
-      yb = buf(c, "y", RT_TIER_WORK, KB_COUNT * 24, DT_F32, 0.5f, 3);
-  int o1 = buf(c, "o1", RT_TIER_WORK, KB_COUNT * 24, DT_F32, 0, 0),
-      o2 = buf(c, "o2", RT_TIER_WORK, KB_COUNT * 24, DT_F32, 0, 0);
+  int x = buf(c, "x", TIER_WORK, KB_COUNT * 24, DT_F32, 0.5f, 3),
+      yb = buf(c, "y", TIER_WORK, KB_COUNT * 24, DT_F32, 0.5f, 3);
+  int o1 = buf(c, "o1", TIER_WORK, KB_COUNT * 24, DT_F32, 0, 0),
+      o2 = buf(c, "o2", TIER_WORK, KB_COUNT * 24, DT_F32, 0, 0);
   c->half_steps[x] = c->half_steps[yb] = true;
   KExpr *X = ld(c, x, contig(c)), *Y = ld(c, yb, contig(c)), *chain = cst(c, 0), *sum = cst(c, 0);
   for (int op = KB_COUNT - 1; op >= 0; op--) {
@@ -334,7 +333,7 @@ static void case_binary_ops(void) {
 /* out[i, j] = in[j, i] */
 static void case_transpose(void) {
   Case *c = NEW("k_transpose", KP_ROWS, CM_FLAT, 1, 12, 20);
-  int in = buf(c, "in", RT_TIER_WORK, 240, DT_F32, -1, 1), out = buf(c, "out", RT_TIER_WORK, 240, DT_F32, 0, 0);
+  int in = buf(c, "in", TIER_WORK, 240, DT_F32, -1, 1), out = buf(c, "out", TIER_WORK, 240, DT_F32, 0, 0);
   kernel_map(c->k, out, contig(c), KS_SET, ld(c, in, VIEW(c, 0, 1, 12)));
 }
 
@@ -343,8 +342,8 @@ static void case_transpose(void) {
  * a permuted store. */
 static void case_permute(void) {
   Case *c = NEW("k_permute", KP_ROWS, CM_FLAT, 2, 2, 3, 4, 5);
-  int in = buf(c, "in", RT_TIER_WORK, 120, DT_F32, -1, 1), o1 = buf(c, "o1", RT_TIER_WORK, 120, DT_F32, 0, 0);
-  int o2 = buf(c, "o2", RT_TIER_WORK, 120, DT_F32, 0, 0), o3 = buf(c, "o3", RT_TIER_WORK, 120, DT_F32, 0, 0);
+  int in = buf(c, "in", TIER_WORK, 120, DT_F32, -1, 1), o1 = buf(c, "o1", TIER_WORK, 120, DT_F32, 0, 0);
+  int o2 = buf(c, "o2", TIER_WORK, 120, DT_F32, 0, 0), o3 = buf(c, "o3", TIER_WORK, 120, DT_F32, 0, 0);
   kernel_map(c->k, o1, contig(c), KS_SET, ld(c, in, VIEW(c, 0, 60, 5, 15, 1)));
   kernel_map(c->k, o2, contig(c), KS_SET, ld(c, in, VIEW(c, 119, -60, -20, -5, -1)));
   kernel_map(c->k, o3, VIEW(c, 0, 60, 5, 15, 1), KS_SET, mul(c, ld(c, in, contig(c)), cst(c, 3)));
@@ -353,8 +352,8 @@ static void case_permute(void) {
 /* i32 values as data, coordinates as values, and a row selected by a coordinate. */
 static void case_i32_coords(void) {
   Case *c = NEW("k_i32_coords", KP_ROWS, CM_FLAT, 1, 4, 3, 10);
-  int ids = buf(c, "ids", RT_TIER_WORK, 120, DT_I32, -100, 100), tab = buf(c, "tab", RT_TIER_PARAMS, 30, DT_F32, -1, 1);
-  int out = buf(c, "out", RT_TIER_WORK, 120, DT_F32, 0, 0);
+  int ids = buf(c, "ids", TIER_WORK, 120, DT_I32, -100, 100), tab = buf(c, "tab", TIER_PARAMS, 30, DT_F32, -1, 1);
+  int out = buf(c, "out", TIER_WORK, 120, DT_F32, 0, 0);
   KExpr *pos = add(c, mul(c, co(c, 0), cst(c, 100)), add(c, mul(c, co(c, 1), cst(c, 10)), co(c, 2)));
   KExpr *row = ld(c, tab, gathered(VIEW(c, 0, 0, 0, 1), co(c, 1), 10));
   kernel_map(c->k, out, contig(c), KS_SET, add(c, add(c, mul(c, ld(c, ids, contig(c)), cst(c, 0.5f)), pos), row));
@@ -364,9 +363,9 @@ static void case_i32_coords(void) {
  * row and a barrier before each of the last three phases. */
 static void case_rows_hazard(void) {
   Case *c = NEW("k_rows_hazard", KP_ROWS, CM_BLOCK_ROW, 1, 5, 64);
-  int x = buf(c, "x", RT_TIER_WORK, 320, DT_F32, -1, 1), tmp = buf(c, "tmp", RT_TIER_WORK, 320, DT_F32, 0, 0);
-  int y = buf(c, "y", RT_TIER_WORK, 320, DT_F32, 0, 0), s = buf(c, "s", RT_TIER_WORK, 5, DT_F32, 0, 0);
-  int z = buf(c, "z", RT_TIER_WORK, 320, DT_F32, 0, 0);
+  int x = buf(c, "x", TIER_WORK, 320, DT_F32, -1, 1), tmp = buf(c, "tmp", TIER_WORK, 320, DT_F32, 0, 0);
+  int y = buf(c, "y", TIER_WORK, 320, DT_F32, 0, 0), s = buf(c, "s", TIER_WORK, 5, DT_F32, 0, 0);
+  int z = buf(c, "z", TIER_WORK, 320, DT_F32, 0, 0);
   KExpr *X = ld(c, x, contig(c));
   kernel_map(c->k, tmp, contig(c), KS_SET, mul(c, X, cst(c, 2)));
   kernel_map(c->k, y, contig(c), KS_SET, add(c, ld(c, tmp, VIEW(c, 63, 64, -1)), X));
@@ -377,8 +376,8 @@ static void case_rows_hazard(void) {
 /* Elementwise with an independent ROW phase: stays flat, the row in the j == 0 thread. */
 static void case_flat_row(void) {
   Case *c = NEW("k_flat_row", KP_ROWS, CM_FLAT, 1, 9, 33);
-  int x = buf(c, "x", RT_TIER_WORK, 297, DT_F32, -1, 1), y = buf(c, "y", RT_TIER_WORK, 297, DT_F32, 0, 0);
-  int rs = buf(c, "ends", RT_TIER_WORK, 9, DT_F32, 1, 2);
+  int x = buf(c, "x", TIER_WORK, 297, DT_F32, -1, 1), y = buf(c, "y", TIER_WORK, 297, DT_F32, 0, 0);
+  int rs = buf(c, "ends", TIER_WORK, 9, DT_F32, 1, 2);
   kernel_map(c->k, y, contig(c), KS_SET, mul(c, ld(c, x, contig(c)), cst(c, 2)));
   kernel_row(c->k, rs, VIEW(c, 0, 1, 0), KS_ADD, add(c, ld(c, x, VIEW(c, 0, 33, 0)), ld(c, x, VIEW(c, 32, 33, 0))));
 }
@@ -386,8 +385,8 @@ static void case_flat_row(void) {
 /* Narrow rows: one thread per row. */
 static void case_thread_row(void) {
   Case *c = NEW("k_rownorm", KP_ROWS, CM_THREAD_ROW, 1, 300, 5);
-  int x = buf(c, "x", RT_TIER_WORK, 1500, DT_F32, -1, 1), y = buf(c, "y", RT_TIER_WORK, 1500, DT_F32, 0, 0);
-  int nrm = buf(c, "norm", RT_TIER_WORK, 300, DT_F32, 0, 0);
+  int x = buf(c, "x", TIER_WORK, 1500, DT_F32, -1, 1), y = buf(c, "y", TIER_WORK, 1500, DT_F32, 0, 0);
+  int nrm = buf(c, "norm", TIER_WORK, 300, DT_F32, 0, 0);
   KExpr *X = ld(c, x, contig(c));
   int a = kernel_reduce(c->k, KR_SUM, mul(c, X, X));
   kernel_map(c->k, y, contig(c), KS_SET, mul(c, X, un(c, KU_RSQRT, add(c, acc(c, a), cst(c, 1e-6f)))));
@@ -399,7 +398,7 @@ static void case_thread_row(void) {
 static void case_empty_cols(void) {
   Case *c = NEW("k_empty_cols", KP_ROWS, CM_THREAD_ROW, 1, 4, 0);
   c->no_eval = true;
-  int x = buf(c, "x", RT_TIER_WORK, 0, DT_F32, 0, 0), out = buf(c, "out", RT_TIER_WORK, 4, DT_F32, 0, 0);
+  int x = buf(c, "x", TIER_WORK, 0, DT_F32, 0, 0), out = buf(c, "out", TIER_WORK, 4, DT_F32, 0, 0);
   KExpr *X = ld(c, x, contig(c));
   int s = kernel_reduce(c->k, KR_SUM, X), m = kernel_reduce(c->k, KR_MAX, X);
   KExpr *e = add(c, add(c, acc(c, s), cst(c, 1)), bi(c, KB_LT, acc(c, m), cst(c, 0)));
@@ -419,9 +418,9 @@ static void half_fixup(const Case *c, char *const *tiers) {
 
 static void case_half(DType t) {
   Case *c = NEW(t == DT_BF16 ? "k_bf16" : "k_f16", KP_ROWS, CM_FLAT, 1, 16, 64);
-  int x = buf(c, "x", RT_TIER_WORK, 1024, DT_F32, 0, 0), h = buf(c, "h", RT_TIER_WORK, 1024, t, 0, 0);
-  int w = buf(c, "w", RT_TIER_GRADS, 1024, DT_F32, 0, 0), acc = buf(c, "acc", RT_TIER_OPT, 1024, t, 0, 0);
-  int in = buf(c, "in", RT_TIER_PARAMS, 1024, t, 0, 0), r = buf(c, "r", RT_TIER_WORK, 1024, DT_F32, 0, 0);
+  int x = buf(c, "x", TIER_WORK, 1024, DT_F32, 0, 0), h = buf(c, "h", TIER_WORK, 1024, t, 0, 0);
+  int w = buf(c, "w", TIER_GRADS, 1024, DT_F32, 0, 0), acc = buf(c, "acc", TIER_OPT, 1024, t, 0, 0);
+  int in = buf(c, "in", TIER_PARAMS, 1024, t, 0, 0), r = buf(c, "r", TIER_WORK, 1024, DT_F32, 0, 0);
   c->fixup = half_fixup;
   kernel_map(c->k, h, contig(c), KS_SET, ld(c, x, contig(c)));
   kernel_map(c->k, r, contig(c), KS_SET, un(c, t == DT_BF16 ? KU_RBF16 : KU_RF16, ld(c, x, contig(c))));
@@ -732,7 +731,7 @@ static uint32_t rng_next(void) {
 /* Tiers for one case, filled from a seed the same way every time. */
 static void tiers_fill(const Case *c, char **tiers) {
   rng_state = 0x9e3779b97f4a7c15ull ^ (uint64_t)(c - cases);
-  for (int t = 0; t < RT_TIERS; t++) {
+  for (int t = 0; t < TIERS; t++) {
     tiers[t] = calloc((size_t)c->tier_bytes[t], 1);
     ir_assert(tiers[t]);
   }
@@ -752,7 +751,7 @@ static void tiers_fill(const Case *c, char **tiers) {
 }
 
 static void tiers_free(char **tiers) {
-  for (int t = 0; t < RT_TIERS; t++) free(tiers[t]);
+  for (int t = 0; t < TIERS; t++) free(tiers[t]);
 }
 
 /* exact: the same operations in the same order (bit for bit, NaN for NaN). */
@@ -807,7 +806,7 @@ static void run_case(const Case *c, LaunchFn *launch, void *ctx, const char *whe
   unsigned shapes[4][2] = {
       {(unsigned)grid, (unsigned)bs}, {grid < 2 ? 1u : 2u, (unsigned)bs}, {(unsigned)grid, 32}, {(unsigned)grid, 64}};
   int nshapes = c->want == CM_BLOCK_ROW ? 4 : 2; /* reductions must not depend on the block size */
-  char *want[RT_TIERS], *got[RT_TIERS];
+  char *want[TIERS], *got[TIERS];
   tiers_fill(c, want);
   kernel_eval(k, want, scalars);
   double maxdiff = 0;
@@ -926,7 +925,7 @@ static int mode_host(void) {
 typedef struct LRun {
   const Program *p;
   HostCtx *h;
-  char *ref[RT_TIERS], *got[RT_TIERS];
+  char *ref[TIERS], *got[TIERS];
   double *worst; /* per kernel: max |got - want| / max |want| over what it wrote */
   float scalars[16];
 } LRun;
@@ -936,36 +935,37 @@ typedef struct LRun {
  * evaluator's order (thread per row) match exactly. */
 static double lowered_tolerance(const Kernel *k) { return cuda_kernel_mapping(k) == CM_BLOCK_ROW ? 1e-4 : 0; }
 
-static void lowered_kernel(LRun *r, const PInstr *in, char **before) {
-  const Kernel *k = r->p->kernels[in->kernel];
-  void *fn = dlsym(r->h->so, r->p->code[r->p->code_of[in->kernel]]->name); /* the code it shares */
+static void lowered_kernel(LRun *r, const IsaInstr *in, char **before) {
+  int id = in->kernel.id;
+  const Kernel *k = r->p->kernels[id];
+  void *fn = dlsym(r->h->so, r->p->code[r->p->code_of[id]]->name); /* the code it shares */
   char *bufs[K_MAX_BUFS] = {0};
   kernel_bind(k, r->got, bufs);
-  for (int t = 0; t < RT_TIERS; t++) {
+  for (int t = 0; t < TIERS; t++) {
     memcpy(before[t], r->ref[t], (size_t)r->p->tiers[t]);
     memcpy(r->got[t], r->ref[t], (size_t)r->p->tiers[t]);
   }
   /* At most 8 blocks of 32 threads (grid-stride loops and blockDim-strided rows do
    * the rest): each barrier of the shim is then 32 OS threads. The hand-made kernels
    * run at their full launch sizes. */
-  int64_t grid = cuda_kernel_grid_size(k, in->extent);
-  if (!fn || r->h->launch(fn, grid < 8 ? (unsigned)grid : 8u, 32, bufs, in->extent, r->scalars)) {
+  int64_t grid = cuda_kernel_grid_size(k, in->kernel.extent);
+  if (!fn || r->h->launch(fn, grid < 8 ? (unsigned)grid : 8u, 32, bufs, in->kernel.extent, r->scalars)) {
     fprintf(stderr, "%s: cannot launch\n", k->name);
-    r->worst[in->kernel] = INFINITY;
+    r->worst[id] = INFINITY;
     return;
   }
   kernel_eval(k, r->ref, r->scalars);
   double e = lowered_written_error(r->p, r->ref, r->got, before), tol = lowered_tolerance(k);
-  if (e > tol && !(r->worst[in->kernel] > tol)) kernel_print(stdout, k); /* the first failure, as a bug report */
-  if (!(e <= r->worst[in->kernel])) r->worst[in->kernel] = e;
+  if (e > tol && !(r->worst[id] > tol)) kernel_print(stdout, k); /* the first failure, as a bug report */
+  if (!(e <= r->worst[id])) r->worst[id] = e;
 }
 
 static void lowered_seq(LRun *r, const PSeq *s, char **before) {
   for (int i = 0; i < s->n; i++) {
-    const PInstr *in = &s->v[i];
-    if (in->kind == ISA_KERNEL) lowered_kernel(r, in, before);
-    else if (in->kind == ISA_GEMM) lowered_gemm_ref(&in->gemm, r->ref);
-    else memset(r->ref[in->tier] + in->offset, 0, (size_t)in->bytes);
+    const IsaInstr *in = &s->v[i];
+    if (in->op == ISA_KERNEL) lowered_kernel(r, in, before);
+    else if (in->op == ISA_GEMM) lowered_gemm_ref(&in->gemm, r->ref);
+    else memset(r->ref[in->zero.tier] + in->zero.offset, 0, (size_t)in->zero.bytes);
   }
 }
 
@@ -994,9 +994,9 @@ static int mode_lowered(int argc, char **argv) {
   HostCtx h = {0};
   if (host_build(src, dir, &h)) return 1;
   LRun r = {.p = p, .h = &h, .scalars = {1e-2f, 10.0f, 20.0f, 0.75f, 1, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, 1.0f}};
-  char *before[RT_TIERS];
+  char *before[TIERS];
   r.worst = calloc((size_t)p->nkernels + 1, sizeof *r.worst);
-  for (int t = 0; t < RT_TIERS; t++) {
+  for (int t = 0; t < TIERS; t++) {
     r.ref[t] = calloc(1, (size_t)p->tiers[t] + 64);
     r.got[t] = malloc((size_t)p->tiers[t] + 64);
     before[t] = malloc((size_t)p->tiers[t] + 64);
@@ -1016,7 +1016,7 @@ static int mode_lowered(int argc, char **argv) {
   printf("%s: %d kernels, %d failed\n", p->g->name, p->nkernels, bad);
   failures += bad;
   host_close(&h, dir);
-  for (int t = 0; t < RT_TIERS; t++) {
+  for (int t = 0; t < TIERS; t++) {
     free(r.ref[t]);
     free(r.got[t]);
     free(before[t]);
@@ -1087,9 +1087,9 @@ static bool cu_load(Cu *cu, void *lib) {
 static int gpu_launch(void *ctx, const Case *c, unsigned grid, unsigned block, char **tiers) {
   Cu *cu = ctx;
   CUfunction fn;
-  CUdeviceptr dt[RT_TIERS] = {0}, dsc;
+  CUdeviceptr dt[TIERS] = {0}, dsc;
   CU_CHECK(cu->ModuleGetFunction(&fn, cu->module, c->k->name));
-  for (int t = 0; t < RT_TIERS; t++) {
+  for (int t = 0; t < TIERS; t++) {
     CU_CHECK(cu->MemAlloc(&dt[t], (size_t)c->tier_bytes[t]));
     CU_CHECK(cu->MemcpyHtoD(dt[t], tiers[t], (size_t)c->tier_bytes[t]));
   }
@@ -1103,7 +1103,7 @@ static int gpu_launch(void *ctx, const Case *c, unsigned grid, unsigned block, c
   void *params[] = {&bufs, &n, &dsc};
   CU_CHECK(cu->LaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, NULL, params, NULL));
   CU_CHECK(cu->CtxSynchronize());
-  for (int t = 0; t < RT_TIERS; t++) {
+  for (int t = 0; t < TIERS; t++) {
     CU_CHECK(cu->MemcpyDtoH(tiers[t], dt[t], (size_t)c->tier_bytes[t]));
     CU_CHECK(cu->MemFree(dt[t]));
   }

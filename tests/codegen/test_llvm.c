@@ -35,11 +35,12 @@
 #include <string.h>
 #include <unistd.h>
 #include "codegen/kernel.h"
+#include "codegen/compose.h"
 #include "codegen/llvm.h"
 #include "codegen/lower.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
-#include "runtime/program.h"
+#include "program/program.h"
 #include "tests/common/lowered.h"
 
 enum { MAX_CASES = 64, TIER_BYTES = 1 << 20 };
@@ -60,7 +61,7 @@ typedef struct Case {
   double err_floor; /* error denominator: max(|want|, err_floor); < 0: the same bytes */
   Fill fills[K_MAX_BUFS];
   int nfills;
-  int64_t used[RT_TIERS]; /* bytes of each tier the case uses */
+  int64_t used[TIERS]; /* bytes of each tier the case uses */
 } Case;
 
 static Case cases[MAX_CASES];
@@ -138,9 +139,8 @@ static int buf16(T *t, const char *name, int tier, int64_t n, DType dt) {
 /* out = x * w[j] + b[r]: the kernel the IR test checks for vector instructions */
 static void case_ew_simple(Arena *a) {
   BEGIN("ew_simple", KP_ROWS, 1, 0, 29, 1000);
-  int x = buf(t, "x", RT_TIER_WORK, 29 * 1000, F_UNIFORM, -1, 1),
-      w = buf(t, "w", RT_TIER_PARAMS, 1000, F_UNIFORM, -1, 1);
-  int b = buf(t, "b", RT_TIER_PARAMS, 29, F_UNIFORM, -1, 1), out = OUT("out", RT_TIER_WORK, 29 * 1000);
+  int x = buf(t, "x", TIER_WORK, 29 * 1000, F_UNIFORM, -1, 1), w = buf(t, "w", TIER_PARAMS, 1000, F_UNIFORM, -1, 1);
+  int b = buf(t, "b", TIER_PARAMS, 29, F_UNIFORM, -1, 1), out = OUT("out", TIER_WORK, 29 * 1000);
   kernel_map(t->k, out, V(0, 1000, 1), KS_SET,
              B(ADD, B(MUL, LOAD(x, V(0, 1000, 1)), LOAD(w, V(0, 0, 1))), LOAD(b, V(0, 1, 0))));
 }
@@ -149,9 +149,9 @@ static void case_ew_simple(Arena *a) {
  * The result can cancel (terms up to e^2), so errors are relative to max(|want|, 1). */
 static void case_ew_bcast(Arena *a) {
   BEGIN("ew_bcast", KP_ROWS, 1, 1.0, 7, 3, 53);
-  int x = buf(t, "x", RT_TIER_WORK, 7 * 159, F_UNIFORM, -2, 2), w = buf(t, "w", RT_TIER_PARAMS, 53, F_UNIFORM, -1, 1);
-  int bb = buf(t, "bb", RT_TIER_PARAMS, 159, F_UNIFORM, -1, 1), s = buf(t, "s", RT_TIER_OPT, 7, F_UNIFORM, -1, 1);
-  int out = OUT("out", RT_TIER_WORK, 7 * 159), out2 = OUT("out2", RT_TIER_GRADS, 7 * 159);
+  int x = buf(t, "x", TIER_WORK, 7 * 159, F_UNIFORM, -2, 2), w = buf(t, "w", TIER_PARAMS, 53, F_UNIFORM, -1, 1);
+  int bb = buf(t, "bb", TIER_PARAMS, 159, F_UNIFORM, -1, 1), s = buf(t, "s", TIER_OPT, 7, F_UNIFORM, -1, 1);
+  int out = OUT("out", TIER_WORK, 7 * 159), out2 = OUT("out2", TIER_GRADS, 7 * 159);
   KExpr *xv = LOAD(x, V(0, 159, 53, 1));
   KExpr *e = B(SUB, B(ADD, B(MUL, xv, LOAD(w, V(0, 0, 0, 1))), LOAD(bb, V(0, 0, 53, 1))),
                B(MUL, LOAD(s, V(0, 1, 0, 0)), U(EXP, xv)));
@@ -163,9 +163,9 @@ static void case_ew_bcast(Arena *a) {
 static void case_layernorm(Arena *a) {
   enum { R = 19, N = 77 };
   BEGIN("layernorm", KP_ROWS, 1, 1.0, R, N);
-  int x = buf(t, "x", RT_TIER_WORK, R * N, F_UNIFORM, -1, 1), g = buf(t, "g", RT_TIER_PARAMS, N, F_UNIFORM, 0.5, 1.5);
-  int bt = buf(t, "beta", RT_TIER_PARAMS, N, F_UNIFORM, -1, 1), out = OUT("out", RT_TIER_WORK, R * N);
-  int mean = OUT("mean", RT_TIER_WORK, R), rstd = OUT("rstd", RT_TIER_WORK, R);
+  int x = buf(t, "x", TIER_WORK, R * N, F_UNIFORM, -1, 1), g = buf(t, "g", TIER_PARAMS, N, F_UNIFORM, 0.5, 1.5);
+  int bt = buf(t, "beta", TIER_PARAMS, N, F_UNIFORM, -1, 1), out = OUT("out", TIER_WORK, R * N);
+  int mean = OUT("mean", TIER_WORK, R), rstd = OUT("rstd", TIER_WORK, R);
   KExpr *xv = LOAD(x, V(0, N, 1));
   KExpr *mu = B(MUL, ACC(kernel_reduce(t->k, KR_SUM, xv)), C(1.0 / N)), *d = B(SUB, xv, mu);
   KExpr *rs = U(RSQRT, B(ADD, B(DIV, ACC(kernel_reduce(t->k, KR_SUM, B(MUL, d, d))), C(N)), C(1e-5)));
@@ -178,7 +178,7 @@ static void case_layernorm(Arena *a) {
 static void case_softmax(Arena *a) {
   enum { NB = 2, NH = 3, NT = 21, ALL = NB * NH * NT * NT };
   BEGIN("softmax_causal", KP_ROWS, 3, 0, NB, NH, NT, NT);
-  int x = buf(t, "x", RT_TIER_WORK, ALL, F_UNIFORM, -4, 4), out = OUT("p", RT_TIER_WORK, ALL);
+  int x = buf(t, "x", TIER_WORK, ALL, F_UNIFORM, -4, 4), out = OUT("p", TIER_WORK, ALL);
   KView cv = V(0, NH * NT * NT, NT * NT, NT, 1);
   KExpr *s = SEL(B(LE, COORD(3), COORD(2)), B(MUL, LOAD(x, cv), C(0.37)), C(-INFINITY));
   KExpr *mx = ACC(kernel_reduce(t->k, KR_MAX, s)), *ex = U(EXP, B(SUB, s, mx));
@@ -191,9 +191,9 @@ static void case_softmax(Arena *a) {
 static void case_xent(Arena *a) {
   enum { N = 13, NV = 301 };
   BEGIN("xent", KP_ROWS, 1, 1.0, N, NV);
-  int x = buf(t, "logits", RT_TIER_WORK, N * NV, F_UNIFORM, -3, 3),
-      tg = buf(t, "targets", RT_TIER_WORK, N, F_TARGETS, 0, NV - 1);
-  int loss = OUT("loss", RT_TIER_WORK, N), dx = OUT("dlogits", RT_TIER_GRADS, N * NV);
+  int x = buf(t, "logits", TIER_WORK, N * NV, F_UNIFORM, -3, 3),
+      tg = buf(t, "targets", TIER_WORK, N, F_TARGETS, 0, NV - 1);
+  int loss = OUT("loss", TIER_WORK, N), dx = OUT("dlogits", TIER_GRADS, N * NV);
   KExpr *xv = LOAD(x, V(0, NV, 1)), *tv = LOAD(tg, V(0, 1, 0));
   KExpr *valid = B(SUB, C(1), B(EQ, tv, C(-100)));
   KExpr *mx = ACC(kernel_reduce(t->k, KR_MAX, xv)), *ex = U(EXP, B(SUB, xv, mx));
@@ -206,7 +206,7 @@ static void case_xent(Arena *a) {
 /* a count over one row (ce_count): a REDUCE of i32 loads, stored by a ROW phase */
 static void case_count(Arena *a) {
   BEGIN("count", KP_ROWS, 1, 0, 1, 300);
-  int tg = buf(t, "targets", RT_TIER_WORK, 300, F_TARGETS, 0, 9), out = OUT("count", RT_TIER_WORK, 1);
+  int tg = buf(t, "targets", TIER_WORK, 300, F_TARGETS, 0, 9), out = OUT("count", TIER_WORK, 1);
   KExpr *valid = B(SUB, C(1), B(EQ, LOAD(tg, V(0, 0, 1)), C(-100)));
   kernel_row(t->k, out, V(0, 0, 0), KS_SET, ACC(kernel_reduce(t->k, KR_SUM, valid)));
 }
@@ -215,9 +215,9 @@ static void case_count(Arena *a) {
 static void case_embedding(Arena *a) {
   enum { NB = 4, NT = 6, D = 40, NV = 11 };
   BEGIN("embedding", KP_ROWS, 2, 0, NB, NT, D);
-  int wte = buf(t, "wte", RT_TIER_PARAMS, NV * D, F_UNIFORM, -1, 1),
-      wpe = buf(t, "wpe", RT_TIER_PARAMS, NT * D, F_UNIFORM, -1, 1);
-  int idx = buf(t, "tokens", RT_TIER_WORK, NB * NT, F_INDEX, 0, NV - 1), out = OUT("x", RT_TIER_WORK, NB * NT * D);
+  int wte = buf(t, "wte", TIER_PARAMS, NV * D, F_UNIFORM, -1, 1),
+      wpe = buf(t, "wpe", TIER_PARAMS, NT * D, F_UNIFORM, -1, 1);
+  int idx = buf(t, "tokens", TIER_WORK, NB * NT, F_INDEX, 0, NV - 1), out = OUT("x", TIER_WORK, NB * NT * D);
   KExpr *tok = LOAD(idx, V(0, NT, 1, 0));
   kernel_map(t->k, out, V(0, NT * D, D, 1), KS_SET,
              B(ADD, LOAD(wte, gathered(V(0, 0, 0, 1), tok, D)), LOAD(wpe, V(0, 0, D, 1))));
@@ -227,8 +227,8 @@ static void case_embedding(Arena *a) {
 static void case_scatter_add(Arena *a) {
   enum { N = 30, D = 24, NV = 7 };
   BEGIN("scatter_add", KP_COLS, 1, 0, N, D);
-  int g = buf(t, "g", RT_TIER_WORK, N * D, F_UNIFORM, -1, 1), idx = buf(t, "idx", RT_TIER_WORK, N, F_INDEX, 0, NV - 1);
-  int out = OUT("dwte", RT_TIER_GRADS, NV * D);
+  int g = buf(t, "g", TIER_WORK, N * D, F_UNIFORM, -1, 1), idx = buf(t, "idx", TIER_WORK, N, F_INDEX, 0, NV - 1);
+  int out = OUT("dwte", TIER_GRADS, NV * D);
   kernel_map(t->k, out, gathered(V(0, 0, 1), LOAD(idx, V(0, 1, 0)), D), KS_ADD, LOAD(g, V(0, D, 1)));
 }
 
@@ -236,7 +236,7 @@ static void case_scatter_add(Arena *a) {
 static void case_bias_grad(Arena *a) {
   enum { N = 50, D = 37 };
   BEGIN("bias_grad", KP_COLS, 1, 0, N, D);
-  int dy = buf(t, "dy", RT_TIER_WORK, N * D, F_UNIFORM, -1, 1), db = OUT("db", RT_TIER_GRADS, D);
+  int dy = buf(t, "dy", TIER_WORK, N * D, F_UNIFORM, -1, 1), db = OUT("db", TIER_GRADS, D);
   kernel_map(t->k, db, V(0, 0, 1), KS_ADD, LOAD(dy, V(0, D, 1)));
 }
 
@@ -244,14 +244,14 @@ static void case_bias_grad(Arena *a) {
 static void case_adamw(Arena *a) {
   enum { R = 10, N = 100 };
   BEGIN("adamw", KP_ROWS, 1, 0, R, N);
-  int p = buf(t, "p", RT_TIER_PARAMS, R * N, F_UNIFORM, -1, 1), g = buf(t, "g", RT_TIER_GRADS, R * N, F_UNIFORM, -1, 1);
-  int m = buf(t, "m", RT_TIER_OPT, R * N, F_UNIFORM, -0.1, 0.1), v = buf(t, "v", RT_TIER_OPT, R * N, F_UNIFORM, 0, 0.1);
+  int p = buf(t, "p", TIER_PARAMS, R * N, F_UNIFORM, -1, 1), g = buf(t, "g", TIER_GRADS, R * N, F_UNIFORM, -1, 1);
+  int m = buf(t, "m", TIER_OPT, R * N, F_UNIFORM, -0.1, 0.1), v = buf(t, "v", TIER_OPT, R * N, F_UNIFORM, 0, 0.1);
   KView cv = V(0, N, 1);
-  KExpr *gs = B(MUL, LOAD(g, cv), SCALAR(RT_SC_GSCALE)), *pv = LOAD(p, cv);
+  KExpr *gs = B(MUL, LOAD(g, cv), SCALAR(SC_GSCALE)), *pv = LOAD(p, cv);
   KExpr *m1 = B(ADD, B(MUL, C(0.9), LOAD(m, cv)), B(MUL, C(0.1), gs));
   KExpr *v1 = B(ADD, B(MUL, C(0.95), LOAD(v, cv)), B(MUL, C(0.05), B(MUL, gs, gs)));
-  KExpr *step = B(DIV, B(MUL, m1, SCALAR(RT_SC_BC1)), B(ADD, U(SQRT, B(MUL, v1, SCALAR(RT_SC_BC2))), C(1e-8)));
-  kernel_map(t->k, p, cv, KS_SET, B(SUB, pv, B(MUL, SCALAR(RT_SC_LR), B(ADD, step, B(MUL, C(0.1), pv)))));
+  KExpr *step = B(DIV, B(MUL, m1, SCALAR(SC_BC1)), B(ADD, U(SQRT, B(MUL, v1, SCALAR(SC_BC2))), C(1e-8)));
+  kernel_map(t->k, p, cv, KS_SET, B(SUB, pv, B(MUL, SCALAR(SC_LR), B(ADD, step, B(MUL, C(0.1), pv)))));
   kernel_map(t->k, m, cv, KS_SET, m1);
   kernel_map(t->k, v, cv, KS_SET, v1);
 }
@@ -261,15 +261,15 @@ static void case_adamw(Arena *a) {
 static void case_adamw_short(Arena *a) {
   enum { R = 768, N = 8 };
   BEGIN("adamw_short_rows", KP_ROWS, 1, 0, R, N);
-  int p = buf(t, "p", RT_TIER_PARAMS, R * N, F_UNIFORM, -1, 1), g = buf(t, "g", RT_TIER_GRADS, R * N, F_UNIFORM, -1, 1);
-  int m = buf(t, "m", RT_TIER_OPT, R * N, F_UNIFORM, 0, 0), v = buf(t, "v", RT_TIER_OPT, R * N, F_UNIFORM, 0, 0);
+  int p = buf(t, "p", TIER_PARAMS, R * N, F_UNIFORM, -1, 1), g = buf(t, "g", TIER_GRADS, R * N, F_UNIFORM, -1, 1);
+  int m = buf(t, "m", TIER_OPT, R * N, F_UNIFORM, 0, 0), v = buf(t, "v", TIER_OPT, R * N, F_UNIFORM, 0, 0);
   KView cv = V(0, N, 1);
-  KExpr *gs = B(MUL, LOAD(g, cv), SCALAR(RT_SC_GSCALE));
+  KExpr *gs = B(MUL, LOAD(g, cv), SCALAR(SC_GSCALE));
   kernel_map(t->k, m, cv, KS_SET, B(ADD, B(MUL, C(0.9), LOAD(m, cv)), B(MUL, C(0.1), gs)));
   kernel_map(t->k, v, cv, KS_SET, B(ADD, B(MUL, C(0.999), LOAD(v, cv)), B(MUL, C(0.001), B(MUL, gs, gs))));
-  KExpr *step = B(DIV, B(MUL, B(MUL, SCALAR(RT_SC_LR), SCALAR(RT_SC_BC1)), LOAD(m, cv)),
-                  B(ADD, U(SQRT, B(MUL, LOAD(v, cv), SCALAR(RT_SC_BC2))), C(1e-8)));
-  kernel_map(t->k, p, cv, KS_SET, B(SUB, B(MUL, LOAD(p, cv), B(SUB, C(1), B(MUL, SCALAR(RT_SC_LR), C(0.3)))), step));
+  KExpr *step = B(DIV, B(MUL, B(MUL, SCALAR(SC_LR), SCALAR(SC_BC1)), LOAD(m, cv)),
+                  B(ADD, U(SQRT, B(MUL, LOAD(v, cv), SCALAR(SC_BC2))), C(1e-8)));
+  kernel_map(t->k, p, cv, KS_SET, B(SUB, B(MUL, LOAD(p, cv), B(SUB, C(1), B(MUL, SCALAR(SC_LR), C(0.3)))), step));
 }
 
 /* every unary op, on a strided view (every other element) */
@@ -279,8 +279,7 @@ static void case_unary(Arena *a, KUnary op, const char *name) {
   snprintf(kname, sizeof kname, "unary_%s", name);
   BEGIN(kname, KP_ROWS, 1, 0, R, N);
   bool pos = op == KU_LOG || op == KU_SQRT || op == KU_RSQRT || op == KU_RECIP;
-  int x = buf(t, "x", RT_TIER_WORK, R * N * 2, F_UNIFORM, pos ? 0.05 : -8, pos ? 4 : 8),
-      out = OUT("y", RT_TIER_WORK, R * N);
+  int x = buf(t, "x", TIER_WORK, R * N * 2, F_UNIFORM, pos ? 0.05 : -8, pos ? 4 : 8), out = OUT("y", TIER_WORK, R * N);
   kernel_map(t->k, out, V(0, N, 1), KS_SET, kx_unary(a, t->k, op, LOAD(x, V(0, 2 * N, 2))));
 }
 
@@ -288,7 +287,7 @@ static void case_unary(Arena *a, KUnary op, const char *name) {
  * denormal results are compared against FLT_MIN, not relatively */
 static void case_exp_range(Arena *a) {
   BEGIN("exp_range", KP_ROWS, 1, FLT_MIN, 4, 250);
-  int x = buf(t, "x", RT_TIER_WORK, 1000, F_UNIFORM, -120, 5), out = OUT("y", RT_TIER_WORK, 1000);
+  int x = buf(t, "x", TIER_WORK, 1000, F_UNIFORM, -120, 5), out = OUT("y", TIER_WORK, 1000);
   kernel_map(t->k, out, V(0, 250, 1), KS_SET, U(EXP, LOAD(x, V(0, 250, 1))));
 }
 
@@ -301,8 +300,8 @@ static void case_binary(Arena *a, KBinary op, const char *name) {
   bool cmp = op == KB_LT || op == KB_LE || op == KB_EQ || op == KB_MAX || op == KB_MIN;
   FillKind fk = cmp ? F_INTS : F_UNIFORM;
   double lo = op == KB_POW ? 0.1 : -2, hi = op == KB_POW ? 3 : 2;
-  int x = buf(t, "x", RT_TIER_WORK, R * NA * ND, fk, lo, hi), y = buf(t, "y", RT_TIER_OPT, R * NA * ND, fk, -2, 2);
-  int out = OUT("z", RT_TIER_WORK, R * NA * ND);
+  int x = buf(t, "x", TIER_WORK, R * NA * ND, fk, lo, hi), y = buf(t, "y", TIER_OPT, R * NA * ND, fk, -2, 2);
+  int out = OUT("z", TIER_WORK, R * NA * ND);
   KExpr *e = kx_binary(a, t->k, op, LOAD(x, V(0, NA * ND, ND, 1)), LOAD(y, V(0, 1, R, R * NA)));
   kernel_map(t->k, out, V(0, NA * ND, ND, 1), KS_SET, e);
 }
@@ -311,8 +310,8 @@ static void case_binary(Arena *a, KBinary op, const char *name) {
 static void case_transposed(Arena *a) {
   enum { NA = 9, NB = 7, NC = 11, ND = 5, ALL = NA * NB * NC * ND };
   BEGIN("transposed", KP_ROWS, 2, 0, NA, NB, NC, ND);
-  int x = buf(t, "x", RT_TIER_WORK, ALL, F_UNIFORM, -1, 1), y = buf(t, "y", RT_TIER_WORK, ALL, F_UNIFORM, -1, 1);
-  int out = OUT("out", RT_TIER_GRADS, ALL);
+  int x = buf(t, "x", TIER_WORK, ALL, F_UNIFORM, -1, 1), y = buf(t, "y", TIER_WORK, ALL, F_UNIFORM, -1, 1);
+  int out = OUT("out", TIER_GRADS, ALL);
   KExpr *xr = LOAD(x, V(ALL - 1, -NB * NC * ND, -NC * ND, -ND, -1));
   KExpr *ym = LOAD(y, V(ND - 1, NB * NC * ND, NC * ND, ND, -1));
   kernel_map(t->k, out, V(0, 1, NA, NA * NB, NA * NB * NC), KS_SET, B(SUB, B(MUL, xr, C(3)), ym));
@@ -321,7 +320,7 @@ static void case_transposed(Arena *a) {
 /* i32 loads and coordinates on row and column axes */
 static void case_i32_coords(Arena *a) {
   BEGIN("i32_coords", KP_ROWS, 2, 0, 3, 4, 17);
-  int ids = buf(t, "ids", RT_TIER_WORK, 3 * 4 * 17, F_INDEX, 0, 999), out = OUT("out", RT_TIER_WORK, 3 * 4 * 17);
+  int ids = buf(t, "ids", TIER_WORK, 3 * 4 * 17, F_INDEX, 0, 999), out = OUT("out", TIER_WORK, 3 * 4 * 17);
   KExpr *e = B(SUB, B(ADD, B(MUL, LOAD(ids, V(0, 68, 17, 1)), C(0.5)), B(MUL, COORD(0), COORD(1))), COORD(2));
   kernel_map(t->k, out, V(0, 68, 17, 1), KS_SET, e);
 }
@@ -331,7 +330,7 @@ static void case_i32_coords(Arena *a) {
 static void case_pad(Arena *a) {
   enum { R = 8, N = 40, BEFORE = 5, W = N + 10 };
   BEGIN("pad", KP_ROWS, 1, 0, R, W);
-  int x = buf(t, "x", RT_TIER_WORK, R * N, F_UNIFORM, -1, 1), out = OUT("out", RT_TIER_WORK, R * W);
+  int x = buf(t, "x", TIER_WORK, R * N, F_UNIFORM, -1, 1), out = OUT("out", TIER_WORK, R * W);
   KExpr *c = COORD(1), *inside = B(MUL, B(LE, C(BEFORE), c), B(LT, c, C(BEFORE + N)));
   KExpr *xv = LOAD(x, gathered(V(0, N, 0), B(MUL, inside, B(SUB, c, C(BEFORE))), 1));
   kernel_map(t->k, out, V(0, W, 1), KS_SET, SEL(inside, xv, C(0)));
@@ -340,8 +339,7 @@ static void case_pad(Arena *a) {
 /* one column: reductions of one element, a coordinate, KS_ADD rows */
 static void case_tiny(Arena *a) {
   BEGIN("tiny", KP_ROWS, 1, 1.0, 5, 1);
-  int x = buf(t, "x", RT_TIER_WORK, 5, F_UNIFORM, -1, 1), out = OUT("out", RT_TIER_WORK, 5),
-      s = OUT("s", RT_TIER_WORK, 5);
+  int x = buf(t, "x", TIER_WORK, 5, F_UNIFORM, -1, 1), out = OUT("out", TIER_WORK, 5), s = OUT("s", TIER_WORK, 5);
   KExpr *xv = LOAD(x, V(0, 1, 1));
   KExpr *mx = ACC(kernel_reduce(t->k, KR_MAX, xv)), *sum = ACC(kernel_reduce(t->k, KR_SUM, xv));
   kernel_map(t->k, out, V(0, 1, 1), KS_ADD, B(ADD, B(ADD, xv, COORD(0)), mx));
@@ -352,9 +350,9 @@ static void case_tiny(Arena *a) {
  * widened into w, an add in f32 rounded back into acc; the same bits as kernel_eval. */
 static void case_half(Arena *a, DType dt) {
   BEGIN(dt == DT_BF16 ? "half_bf16" : "half_f16", KP_ROWS, 1, -1, 64, 256);
-  int x = buf(t, "x", RT_TIER_WORK, 64 * 256, F_BITS32, 0, 0), h = buf16(t, "h", RT_TIER_WORK, 64 * 256, dt);
-  int in = buf16(t, "in", RT_TIER_PARAMS, 64 * 256, dt), w = OUT("w", RT_TIER_GRADS, 64 * 256);
-  int acc = buf16(t, "acc", RT_TIER_OPT, 64 * 256, dt), r = OUT("r", RT_TIER_WORK, 64 * 256);
+  int x = buf(t, "x", TIER_WORK, 64 * 256, F_BITS32, 0, 0), h = buf16(t, "h", TIER_WORK, 64 * 256, dt);
+  int in = buf16(t, "in", TIER_PARAMS, 64 * 256, dt), w = OUT("w", TIER_GRADS, 64 * 256);
+  int acc = buf16(t, "acc", TIER_OPT, 64 * 256, dt), r = OUT("r", TIER_WORK, 64 * 256);
   kernel_map(t->k, h, V(0, 256, 1), KS_SET, LOAD(x, V(0, 256, 1)));
   kernel_map(t->k, r, V(0, 256, 1), KS_SET,
              kx_unary(t->a, t->k, dt == DT_BF16 ? KU_RBF16 : KU_RF16, LOAD(x, V(0, 256, 1))));
@@ -401,7 +399,7 @@ static double urand(void) {
 
 static void fill_tiers(const Case *c, int seed, char **tiers) {
   rng_state = 88172645463325252ull + (uint64_t)seed * 7919;
-  for (int i = 0; i < RT_TIERS; i++) memset(tiers[i], 0, TIER_BYTES);
+  for (int i = 0; i < TIERS; i++) memset(tiers[i], 0, TIER_BYTES);
   for (int i = 0; i < c->nfills; i++) {
     const Fill *f = &c->fills[i];
     for (int64_t e = 0; e < f->n; e++) {
@@ -440,7 +438,7 @@ static double max_error(const Case *c, char **want, char **got) {
     }
     return 0;
   }
-  for (int tr = 0; tr < RT_TIERS; tr++) {
+  for (int tr = 0; tr < TIERS; tr++) {
     const float *w = (const float *)want[tr], *g = (const float *)got[tr];
     for (int64_t i = 0; i < c->used[tr] / 4; i++) {
       if (!memcmp(&w[i], &g[i], 4) || (isnan(w[i]) && isnan(g[i]))) continue;
@@ -452,14 +450,14 @@ static double max_error(const Case *c, char **want, char **got) {
 }
 
 typedef struct Images {
-  char *init[RT_TIERS], *want[RT_TIERS], *got[RT_TIERS];
+  char *init[TIERS], *want[TIERS], *got[TIERS];
 } Images;
 
 static void copy_tiers(char **dst, char **src) {
-  for (int i = 0; i < RT_TIERS; i++) memcpy(dst[i], src[i], TIER_BYTES);
+  for (int i = 0; i < TIERS; i++) memcpy(dst[i], src[i], TIER_BYTES);
 }
 
-static void check_case(const Case *c, RtKernelFn fn, Images *im, const float *scalars) {
+static void check_case(const Case *c, ProgKernelFn fn, Images *im, const float *scalars) {
   const Kernel *k = c->k;
   int64_t n = k->par == KP_ROWS ? k->rows : k->cols;
   fill_tiers(c, (int)(c - cases), im->init);
@@ -502,11 +500,15 @@ static const char *scratch_path(const char *name) {
   return p;
 }
 
-static LlvmModule *compile(const char *json) {
+/* The bytes the module carries as its program (any bytes: the table holds them as they
+ * are; a zero byte, high bytes and an odd length included). */
+static const unsigned char test_program[] = {'c', 'o', 'l', 0, 0xe9, 0xff, 1, 2, 3};
+
+static LlvmModule *compile(void) {
   const Kernel *ks[MAX_CASES];
   for (int i = 0; i < ncases; i++) ks[i] = cases[i].k;
   LlvmModule *m = llvm_module_new("test_llvm");
-  llvm_emit_program(m, ks, ncases, json);
+  llvm_emit_program(m, ks, ncases, test_program, sizeof test_program);
   if (llvm_optimize(m, 3)) {
     fprintf(stderr, "llvm_optimize failed\n");
     exit(1);
@@ -536,34 +538,35 @@ static void *build_library(LlvmModule *m) {
   return lib;
 }
 
-static int check_symbols(void *lib, const char *json) {
+static int check_symbols(void *lib) {
   const int *n = dlsym(lib, "colossalc_nkernels");
-  const RtKernelFn *fns = dlsym(lib, "colossalc_kernels");
-  const char *js = dlsym(lib, "colossalc_program_json");
-  int bad = !n || !fns || !js || *n != ncases || strcmp(js, json) != 0;
+  const ProgKernelFn *fns = dlsym(lib, "colossalc_kernels");
+  const unsigned char *prog = dlsym(lib, "colossalc_program");
+  const int64_t *bytes = dlsym(lib, "colossalc_program_bytes");
+  int bad = !n || !fns || !prog || !bytes || *n != ncases || *bytes != (int64_t)sizeof test_program ||
+            memcmp(prog, test_program, sizeof test_program) != 0 || (uintptr_t)prog % 64 != 0;
   for (int i = 0; !bad && i < ncases; i++) {
     void *f = dlsym(lib, cases[i].k->name);
     bad |= !f || memcmp(&f, &fns[i], sizeof f) != 0;
   }
-  printf("%-4s colossalc_nkernels = %d, colossalc_kernels[], colossalc_program_json\n", bad ? "FAIL" : "ok",
-         n ? *n : -1);
+  printf("%-4s colossalc_nkernels = %d, colossalc_kernels[], colossalc_program (64-byte aligned)\n",
+         bad ? "FAIL" : "ok", n ? *n : -1);
   return bad;
 }
 
-static int run_numerics(LlvmModule *m, const char *json) {
+static int run_numerics(LlvmModule *m) {
   void *lib = build_library(m);
-  failures += check_symbols(lib, json);
-  const RtKernelFn *fns = dlsym(lib, "colossalc_kernels");
+  failures += check_symbols(lib);
+  const ProgKernelFn *fns = dlsym(lib, "colossalc_kernels");
   Images im;
-  for (int i = 0; i < RT_TIERS; i++) {
+  for (int i = 0; i < TIERS; i++) {
     im.init[i] = malloc(TIER_BYTES);
     im.want[i] = malloc(TIER_BYTES);
     im.got[i] = malloc(TIER_BYTES);
   }
-  float scalars[16] = {
-      [RT_SC_LR] = 1e-2f, [RT_SC_BC1] = 10.0f, [RT_SC_BC2] = 20.0f, [RT_SC_GSCALE] = 0.75f, [RT_SC_STEP] = 1};
+  float scalars[16] = {[SC_LR] = 1e-2f, [SC_BC1] = 10.0f, [SC_BC2] = 20.0f, [SC_GSCALE] = 0.75f, [SC_STEP] = 1};
   for (int i = 0; fns && i < ncases; i++) check_case(&cases[i], fns[i], &im, scalars);
-  for (int i = 0; i < RT_TIERS; i++) {
+  for (int i = 0; i < TIERS; i++) {
     free(im.init[i]);
     free(im.want[i]);
     free(im.got[i]);
@@ -652,36 +655,36 @@ static int run_ir(LlvmModule *m) {
 
 typedef struct Run {
   const Program *p;
-  const RtKernelFn *fns;
-  char *ref[RT_TIERS], *before[RT_TIERS], *got[RT_TIERS];
+  const ProgKernelFn *fns;
+  char *ref[TIERS], *before[TIERS], *got[TIERS];
   double *worst; /* per kernel */
   const float *scalars;
 } Run;
 
-static void run_kernel(Run *r, const PInstr *in) {
-  const Kernel *k = r->p->kernels[in->kernel];
-  ir_assert(in->extent == (k->par == KP_ROWS ? k->rows : k->cols));
-  for (int t = 0; t < RT_TIERS; t++) {
+static void run_kernel(Run *r, const IsaInstr *in) {
+  const Kernel *k = r->p->kernels[in->kernel.id];
+  ir_assert(in->kernel.extent == (k->par == KP_ROWS ? k->rows : k->cols));
+  for (int t = 0; t < TIERS; t++) {
     memcpy(r->before[t], r->ref[t], r->p->tiers[t]);
     memcpy(r->got[t], r->ref[t], r->p->tiers[t]);
   }
-  int64_t n = in->extent, cuts[] = {0, n / 3, (2 * n) / 3, n};
+  int64_t n = in->kernel.extent, cuts[] = {0, n / 3, (2 * n) / 3, n};
   char *bufs[K_MAX_BUFS];
   kernel_bind(k, r->got, bufs); /* the shared code, with this kernel's buffers */
   for (int i = 0; i < 3; i++)
-    if (cuts[i] < cuts[i + 1]) r->fns[r->p->code_of[in->kernel]](bufs, cuts[i], cuts[i + 1], r->scalars);
+    if (cuts[i] < cuts[i + 1]) r->fns[r->p->code_of[in->kernel.id]](bufs, cuts[i], cuts[i + 1], r->scalars);
   kernel_eval(k, r->ref, r->scalars);
   double e = lowered_written_error(r->p, r->ref, r->got, r->before);
-  if (e > TOL && !(r->worst[in->kernel] > TOL)) kernel_print(stdout, k); /* the first failure, as a bug report */
-  if (!(e <= r->worst[in->kernel])) r->worst[in->kernel] = e;
+  if (e > TOL && !(r->worst[in->kernel.id] > TOL)) kernel_print(stdout, k); /* the first failure, as a bug report */
+  if (!(e <= r->worst[in->kernel.id])) r->worst[in->kernel.id] = e;
 }
 
 static void run_seq(Run *r, const PSeq *s) {
   for (int i = 0; i < s->n; i++) {
-    const PInstr *in = &s->v[i];
-    if (in->kind == ISA_KERNEL) run_kernel(r, in);
-    else if (in->kind == ISA_GEMM) lowered_gemm_ref(&in->gemm, r->ref);
-    else memset(r->ref[in->tier] + in->offset, 0, (size_t)in->bytes);
+    const IsaInstr *in = &s->v[i];
+    if (in->op == ISA_KERNEL) run_kernel(r, in);
+    else if (in->op == ISA_GEMM) lowered_gemm_ref(&in->gemm, r->ref);
+    else memset(r->ref[in->zero.tier] + in->zero.offset, 0, (size_t)in->zero.bytes);
   }
 }
 
@@ -692,16 +695,19 @@ static int run_lowered(int argc, char **argv) {
     arena_free(a);
     return 1;
   }
-  char *json = program_to_json(p); /* shares the kernels' code (p->code) */
+  program_share_kernels(p); /* the kernels' code (p->code), as train carries it */
+  compose_lists(&p, 1);
+  int64_t bytes;
+  void *prog = program_write(&p, 1, &bytes);
   LlvmModule *m = llvm_module_new(p->g->name);
-  llvm_emit_program(m, (const Kernel *const *)p->code, p->ncode, json);
-  free(json);
+  llvm_emit_program(m, (const Kernel *const *)p->code, p->ncode, prog, bytes);
+  free(prog);
   if (llvm_optimize(m, 3)) return 1;
   void *lib = build_library(m);
   float scalars[16] = {1e-2f, 10.0f, 20.0f, 0.75f, 1, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, 1.0f};
   Run r = {.p = p, .fns = dlsym(lib, "colossalc_kernels"), .scalars = scalars};
   r.worst = calloc((size_t)p->nkernels + 1, sizeof *r.worst);
-  for (int t = 0; t < RT_TIERS; t++) {
+  for (int t = 0; t < TIERS; t++) {
     r.ref[t] = calloc(1, (size_t)p->tiers[t] + 64);
     r.before[t] = malloc((size_t)p->tiers[t] + 64);
     r.got[t] = malloc((size_t)p->tiers[t] + 64);
@@ -718,7 +724,7 @@ static int run_lowered(int argc, char **argv) {
     printf("%-4s %-40s max error %.3g\n", ok ? "ok" : "FAIL", p->kernels[i]->name, r.worst[i]);
   }
   printf("%s: %d kernels (%d codes), %d failed\n", p->g->name, p->nkernels, p->ncode, bad);
-  for (int t = 0; t < RT_TIERS; t++) {
+  for (int t = 0; t < TIERS; t++) {
     free(r.ref[t]);
     free(r.before[t]);
     free(r.got[t]);
@@ -754,9 +760,8 @@ int main(int argc, char **argv) {
   }
   Arena *a = arena_new();
   build_cases(a);
-  const char *json = "{\"version\": 1, \"model\": \"test_llvm\", \"kernels\": [\"\\u00e9\"]}";
-  LlvmModule *m = compile(json);
-  int bad = strcmp(mode, "ir") == 0 ? run_ir(m) : run_numerics(m, json);
+  LlvmModule *m = compile();
+  int bad = strcmp(mode, "ir") == 0 ? run_ir(m) : run_numerics(m);
   llvm_module_free(m);
   arena_free(a);
   remove_scratch();

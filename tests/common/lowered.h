@@ -12,7 +12,7 @@
 #include "codegen/lower.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
-#include "runtime/program.h"
+#include "program/program.h"
 
 /* MODEL [NAME=VALUE ...] -> Program (decompose, autodiff, verify, lower); NULL after
  * reporting an error. Modifies the NAME=VALUE strings in place. */
@@ -81,7 +81,7 @@ static inline void lowered_init(const Program *p, char **tiers, uint64_t seed) {
   const Graph *g = p->g;
   for (int i = 0; i < p->nparams; i++) {
     const Node *n = p->params[i].node;
-    float *dst = (float *)(tiers[RT_TIER_PARAMS] + p->params[i].offset);
+    float *dst = (float *)(tiers[TIER_PARAMS] + p->params[i].offset);
     for (int64_t e = 0; e < shape_numel(&n->shape); e++)
       dst[e] = (float)(n->init.kind == INIT_ONES ? 1 + 0.1 * (lowered_urand(&seed) - 0.5)
                                                  : 0.2 * (lowered_urand(&seed) - 0.5));
@@ -89,7 +89,7 @@ static inline void lowered_init(const Program *p, char **tiers, uint64_t seed) {
   for (int i = 0; i < p->ninputs; i++) {
     const Node *n = p->inputs[i].node;
     int64_t range = lowered_index_range(p, n);
-    void *dst = tiers[RT_TIER_WORK] + p->inputs[i].offset;
+    void *dst = tiers[TIER_WORK] + p->inputs[i].offset;
     for (int64_t e = 0; e < shape_numel(&n->shape); e++) {
       if (n->dtype != DT_I32) {
         ((float *)dst)[e] = (float)lowered_urand(&seed);
@@ -121,7 +121,7 @@ static inline float lowered_elem(const char *base, DType t, int64_t i) {
   return ((const float *)base)[i];
 }
 
-static inline void lowered_gemm_ref(const PGemm *g, char *const *tiers) {
+static inline void lowered_gemm_ref(const IsaGemm *g, char *const *tiers) {
   for (int64_t b0 = 0; b0 < g->batch[0]; b0++)
     for (int64_t b1 = 0; b1 < g->batch[1]; b1++) {
       const char *ma = tiers[g->tier[0]] + g->off[0], *mb = tiers[g->tier[1]] + g->off[1];
@@ -132,15 +132,15 @@ static inline void lowered_gemm_ref(const PGemm *g, char *const *tiers) {
         for (int64_t j = 0; j < g->n; j++) {
           double s = 0;
           for (int64_t q = 0; q < g->k; q++)
-            s += (double)lowered_elem(ma, g->dt[0], sa + (g->ta ? q * g->lda + i : i * g->lda + q)) *
-                 lowered_elem(mb, g->dt[1], sb + (g->tb ? j * g->ldb + q : q * g->ldb + j));
+            s += (double)lowered_elem(ma, (DType)g->dt[0], sa + (g->ta ? q * g->lda + i : i * g->lda + q)) *
+                 lowered_elem(mb, (DType)g->dt[1], sb + (g->tb ? j * g->ldb + q : q * g->ldb + j));
           double bias = g->bias ? ((const float *)(tiers[g->bias_tier] + g->bias_off))[j] : 0;
-          double x =
-              g->alpha * s + (g->beta != 0 ? g->beta * lowered_elem(mc, g->dt[2], sc + i * g->ldc + j) : 0) + bias;
+          double x = g->alpha * s +
+                     (g->beta != 0 ? g->beta * lowered_elem(mc, (DType)g->dt[2], sc + i * g->ldc + j) : 0) + bias;
           if (g->aux) { /* GELU's input, for its epilogue kernel (f32 only) */
             ((float *)(tiers[g->aux_tier] + g->aux_off))[i * g->ldc + j] = (float)x;
-          } else if (g->dt[2] == DT_BF16 || g->dt[2] == DT_F16) {
-            ((uint16_t *)mc)[sc + i * g->ldc + j] = kx_from_f32(g->dt[2], (float)x);
+          } else if (g->dt[2] == ISA_BF16 || g->dt[2] == ISA_F16) {
+            ((uint16_t *)mc)[sc + i * g->ldc + j] = kx_from_f32((DType)g->dt[2], (float)x);
           } else {
             ((float *)mc)[sc + i * g->ldc + j] = (float)x;
           }
@@ -152,7 +152,7 @@ static inline void lowered_gemm_ref(const PGemm *g, char *const *tiers) {
  * max |got - ref| / max |ref| over the elements either run changed, in every tier. */
 static inline double lowered_written_error(const Program *p, char *const *ref, char *const *got, char *const *before) {
   double diff = 0, scale = 0;
-  for (int t = 0; t < RT_TIERS; t++) {
+  for (int t = 0; t < TIERS; t++) {
     const float *w = (const float *)ref[t], *g = (const float *)got[t], *b = (const float *)before[t];
     for (int64_t i = 0; i < p->tiers[t] / 4; i++) {
       bool same = !memcmp(&w[i], &g[i], 4) || (isnan(w[i]) && isnan(g[i]));

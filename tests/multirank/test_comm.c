@@ -198,11 +198,12 @@ static void test_host_and_agree(void) {
   c->host_all_reduce(c, w, 1, COMM_MAX);
   c->host_all_reduce(c, w + 1, 1, COMM_MIN);
   check(w[0] == c->size - 1 && w[1] == 0, "host_all_reduce max, min");
-  int first = 7;
-  check(comm_agree(c, 0, &first) == 0 && first == -1, "agree: nobody failed");
+  char msg[8] = "failed";
+  check(comm_agree(c, 0, msg) == 0 && msg[0], "agree: nobody failed");
   int fails = c->rank == c->size - 1 || (c->size > 2 && c->rank == 1);
   int lowest = c->size > 2 ? 1 : c->size - 1;
-  check(comm_agree(c, fails, &first) == -1 && first == lowest, "agree: lowest failing rank");
+  check(comm_agree(c, fails, msg) == -1 && (msg[0] != 0) == (c->rank == lowest),
+        "agree: the lowest failing rank's message kept, the others' emptied");
   c->barrier(c);
 }
 

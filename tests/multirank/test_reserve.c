@@ -39,50 +39,50 @@ static int write_faults(char *base, int64_t at) {
   return WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
 }
 
-static void test_counts(Device *dev, RtProgram *prog) {
+static void test_counts(Device *dev, Prog *prog) {
   char err[256];
   Executor ex;
   int64_t g = dev->granule;
-  CHECK(exec_init_reserved(&ex, prog, dev, 1u << RT_TIER_OPT, err, sizeof err) == 0);
-  CHECK(exec_reserved(&ex, RT_TIER_OPT) && !exec_reserved(&ex, RT_TIER_PARAMS));
-  CHECK(ex.committed[RT_TIER_OPT] == 0 && ex.committed[RT_TIER_PARAMS] == prog->tiers[0]);
-  char *opt = ex.tiers[RT_TIER_OPT];
-  CHECK(exec_commit(&ex, RT_TIER_OPT, 100, g, err, sizeof err) == 0); /* granules 0, 1 */
-  CHECK(ex.committed[RT_TIER_OPT] == 2 * g);
+  CHECK(exec_init_reserved(&ex, prog, dev, 1u << TIER_OPT, err, sizeof err) == 0);
+  CHECK(exec_reserved(&ex, TIER_OPT) && !exec_reserved(&ex, TIER_PARAMS));
+  CHECK(ex.committed[TIER_OPT] == 0 && ex.committed[TIER_PARAMS] == prog->s->tiers[0]);
+  char *opt = ex.tiers[TIER_OPT];
+  CHECK(exec_commit(&ex, TIER_OPT, 100, g, err, sizeof err) == 0); /* granules 0, 1 */
+  CHECK(ex.committed[TIER_OPT] == 2 * g);
   memset(opt + 100, 7, (size_t)g);
-  CHECK(exec_commit(&ex, RT_TIER_OPT, g + 200, 100, err, sizeof err) == 0); /* granule 1 */
-  CHECK(ex.committed[RT_TIER_OPT] == 2 * g);
+  CHECK(exec_commit(&ex, TIER_OPT, g + 200, 100, err, sizeof err) == 0); /* granule 1 */
+  CHECK(ex.committed[TIER_OPT] == 2 * g);
   opt[g + 200] = 9;
-  exec_decommit(&ex, RT_TIER_OPT, 100, g);
-  CHECK(ex.committed[RT_TIER_OPT] == g);
+  exec_decommit(&ex, TIER_OPT, 100, g);
+  CHECK(ex.committed[TIER_OPT] == g);
   CHECK(opt[g + 200] == 9 && opt[g + 99] == 7); /* granule 1 kept its bytes */
   CHECK(write_faults(opt, 50));                 /* granule 0 is gone */
-  CHECK(exec_commit(&ex, RT_TIER_OPT, 0, 10, err, sizeof err) == 0);
-  CHECK(opt[50] == 0 && ex.committed[RT_TIER_OPT] == 2 * g); /* zero again */
-  int64_t end = prog->tiers[RT_TIER_OPT];
-  CHECK(exec_commit(&ex, RT_TIER_OPT, end - 4, 4, err, sizeof err) == 0); /* last, partial */
-  CHECK(ex.committed[RT_TIER_OPT] == 3 * g);
+  CHECK(exec_commit(&ex, TIER_OPT, 0, 10, err, sizeof err) == 0);
+  CHECK(opt[50] == 0 && ex.committed[TIER_OPT] == 2 * g); /* zero again */
+  int64_t end = prog->s->tiers[TIER_OPT];
+  CHECK(exec_commit(&ex, TIER_OPT, end - 4, 4, err, sizeof err) == 0); /* last, partial */
+  CHECK(ex.committed[TIER_OPT] == 3 * g);
   opt[end - 1] = 3;
-  exec_decommit(&ex, RT_TIER_OPT, end - 4, 4);
-  exec_decommit(&ex, RT_TIER_OPT, 0, 10);
-  exec_decommit(&ex, RT_TIER_OPT, g + 200, 100);
-  CHECK(ex.committed[RT_TIER_OPT] == 0);
+  exec_decommit(&ex, TIER_OPT, end - 4, 4);
+  exec_decommit(&ex, TIER_OPT, 0, 10);
+  exec_decommit(&ex, TIER_OPT, g + 200, 100);
+  CHECK(ex.committed[TIER_OPT] == 0);
   exec_free(&ex);
 }
 
 /* Without reserve the tier is allocated whole and commits change nothing. */
-static void test_no_reserve(Device *dev, RtProgram *prog) {
+static void test_no_reserve(Device *dev, Prog *prog) {
   char err[256];
   Executor ex;
   char *(*reserve)(Device *, int64_t) = dev->reserve;
   dev->reserve = NULL;
-  CHECK(exec_init_reserved(&ex, prog, dev, 1u << RT_TIER_OPT, err, sizeof err) == 0);
-  CHECK(!exec_reserved(&ex, RT_TIER_OPT));
-  CHECK(ex.committed[RT_TIER_OPT] == prog->tiers[RT_TIER_OPT]);
-  CHECK(exec_commit(&ex, RT_TIER_OPT, 0, 10, err, sizeof err) == 0);
-  exec_decommit(&ex, RT_TIER_OPT, 0, 10);
-  ex.tiers[RT_TIER_OPT][prog->tiers[RT_TIER_OPT] - 1] = 1;
-  CHECK(ex.committed[RT_TIER_OPT] == prog->tiers[RT_TIER_OPT]);
+  CHECK(exec_init_reserved(&ex, prog, dev, 1u << TIER_OPT, err, sizeof err) == 0);
+  CHECK(!exec_reserved(&ex, TIER_OPT));
+  CHECK(ex.committed[TIER_OPT] == prog->s->tiers[TIER_OPT]);
+  CHECK(exec_commit(&ex, TIER_OPT, 0, 10, err, sizeof err) == 0);
+  exec_decommit(&ex, TIER_OPT, 0, 10);
+  ex.tiers[TIER_OPT][prog->s->tiers[TIER_OPT] - 1] = 1;
+  CHECK(ex.committed[TIER_OPT] == prog->s->tiers[TIER_OPT]);
   exec_free(&ex);
   dev->reserve = reserve;
 }
@@ -95,11 +95,11 @@ int main(void) {
     return 1;
   }
   CHECK(dev->granule > 0 && dev->reserve && dev->commit && dev->decommit);
-  RtProgram prog;
-  memset(&prog, 0, sizeof prog);
-  prog.tiers[RT_TIER_PARAMS] = prog.tiers[RT_TIER_GRADS] = 4096;
-  prog.tiers[RT_TIER_OPT] = 10 * dev->granule + 100;
-  prog.tiers[RT_TIER_WORK] = 64;
+  ProgStage st = {.slots = 1}; /* a stage's view with its tiers alone */
+  Prog prog = {.s = &st};
+  st.tiers[TIER_PARAMS] = st.tiers[TIER_GRADS] = 4096;
+  st.tiers[TIER_OPT] = 10 * dev->granule + 100;
+  st.tiers[TIER_WORK] = 64;
   test_counts(dev, &prog);
   test_no_reserve(dev, &prog);
   dev->destroy(dev);

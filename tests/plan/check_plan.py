@@ -15,6 +15,8 @@ import sys
 import tempfile
 import xml.dom.minidom
 
+import progtext
+
 GPT3 = ["models/gpt3.model", "--gpus", "1024", "--gpus-per-node", "8", "--gpu", "a100-80g"]
 GPT2 = ["models/gpt2.model", "--gpus", "8"]
 CLUSTERS = "tests/plan/clusters"
@@ -290,15 +292,18 @@ def determinism():
 
 
 def compiled_programs(args, tmp):
-    """Compiles args with -o, also writing the kernels and the program: the plan printed
-    on stderr, and the programs' JSON (one per pipeline stage)."""
-    kern = os.path.join(tmp, "kernels.txt")
-    r = run(args + ["-o", os.path.join(tmp, "train"), "--emit-kernels", kern])
+    """Compiles args with -o, also writing the program (--emit-program, read by
+    tests/plan/progtext.py): the plan printed on stderr, and each pipeline stage's
+    fields with "codes" (the kernels' names), "memory" (its predicted peaks) and "runs"
+    (what one training step executes, loops and calls expanded)."""
+    r, prog = progtext.compile(COLOSSALC, args, tmp, check=False)
+    if r.returncode != 0:
+        fail("colossalc %s: exit %d\n%s" % (" ".join(args), r.returncode, r.stderr))
     if not os.access(os.path.join(tmp, "train"), os.X_OK):
         fail("no executable written")
-    with open(kern) as f:
-        prog = json.loads(f.read().split("\nprogram ", 1)[1])
-    return r.stderr, prog if isinstance(prog, list) else [prog]
+    codes = [c["name"] for c in prog["codes"]]
+    return r.stderr, [dict(st, codes=codes, memory=st["ints"]["memory"], runs=progtext.runs(prog, s))
+                      for s, st in enumerate(prog["stages"])]
 
 
 def compiled_program(args, tmp):
@@ -324,14 +329,14 @@ def compile_plan():
                 "" if d["microbatches"] == 1 else "es", d["microbatch_size"], d["recompute"])
             if want not in err:
                 fail("-o printed a plan other than --dump-plan's %r:\n%s" % (want, err))
-            mesh = prog.get("mesh", {"dp": prog.get("dp"), "tp": 1, "pp": 1})
+            mesh = {k: prog[k] for k in ("dp", "tp", "pp")}
             if (mesh["dp"], mesh["tp"], mesh["pp"], prog["zero_stage"], prog["microbatches"]) != (
                     m["dp"], m["tp"], m["pp"], d["zero_stage"], d["microbatches"]):
                 fail("the compiled program is not the plan: %r, zero %r, %r micro-batches" %
                      (mesh, prog["zero_stage"], prog["microbatches"]))
             if "priced in fp32 with attention fused" not in err or "wrote" not in err:
                 fail("-o does not say what it compiled:\n" + err)
-            if not any("flash_attention" in k for k in prog["kernels"]):
+            if not any("flash_attention" in k for k in prog["codes"]):
                 fail("the plan prices fused attention and the program has no fused attention kernel")
             print("ok   %s -o compiles the plan --dump-plan shows: %s" % (" ".join(extra), want))
         plan = os.path.join(tmp, "plan.json")
@@ -340,8 +345,9 @@ def compile_plan():
                                  "--schedule", "interleaved", "--dump-plan=json"]).stdout)
         saved = json.load(open(plan))
         err, prog = compiled_program(tiny4 + ["--gpus", "8", "--plan", plan], tmp)
-        if prog["mesh"] != {"dp": 2, "tp": 2, "pp": 2} or prog["microbatches"] != saved["microbatches"]:
-            fail("--plan FILE -o compiled %r with %r micro-batches" % (prog["mesh"], prog["microbatches"]))
+        mesh = {k: prog[k] for k in ("dp", "tp", "pp")}
+        if mesh != {"dp": 2, "tp": 2, "pp": 2} or prog["microbatches"] != saved["microbatches"]:
+            fail("--plan FILE -o compiled %r with %r micro-batches" % (mesh, prog["microbatches"]))
         if "dp 2 x tp 2 x pp 2" not in err:
             fail("--plan FILE -o printed another plan:\n" + err)
         print("ok   --plan FILE -o compiles the saved plan (dp 2 x tp 2 x pp 2, interleaved)")
@@ -360,7 +366,8 @@ def compile_plan():
     expect_error(["models/gpt3.model", "--gpus", "8", "--host-memory", "100G", "--nvme", "100G", "-o", never],
                  "no plan fits", "  1. ", "  2. ", "  3. ", "over by", "the training state alone", "616.0 GiB usable",
                  "100.0 GiB of NVMe")
-    passes = ["partition", "decompose", "autodiff", "recompute", "lower", "zero", "compose", "offload", "share"]
+    passes = ["partition", "decompose", "autodiff", "recompute", "lower", "zero", "compose", "offload", "lists",
+              "share"]
     for extra in ([], ["--gpus", "4", "--tp", "2", "--pp", "2"]):
         for p in passes:
             out = run(tiny + extra + ["--dump-after=" + p]).stdout
@@ -386,7 +393,7 @@ def memory_compiled():
     with tempfile.TemporaryDirectory() as tmp:
         for args in configs:
             priced = plan_json(args)["memory"]["peak_bytes_per_device"]
-            compiled = max(max(p["predicted_memory"]) for p in compiled_programs(args, tmp)[1])
+            compiled = max(max(p["memory"]) for p in compiled_programs(args, tmp)[1])
             ratio = compiled / priced
             if not 1 / 1.12 <= ratio <= 1.12:
                 fail("%s: the plan prices %.1f MiB per device, the compiled program needs %.1f MiB (ratio %.3f)" %
@@ -414,22 +421,20 @@ def collectives_compiled():
             priced = sum(c["count_per_step"] for c in d["collectives"]
                          if c["axis"] == "tp" and c["kind"] == "reduce-scatter")
             progs = compiled_programs(args, tmp)[1]
-            step = progs[0]["step"]
-            compiled = sum(i["op"] == "comm" and i["kind"] == "reduce_scatter" for i in step) * (
-                1 if progs[0].get("scheduled") else progs[0]["microbatches"])  # an unscheduled step: a micro-batch
+            # what a step of the first stage runs (loops and calls expanded)
+            compiled = sum(i["op"] == "comm" and i["kind"] == "reduce_scatter" for i in progs[0]["runs"])
             # the gradients of weights replicated over the tensor-parallel ranks (partial
-            # sums there) are all-reduced over tp once a step, after the micro-batches
-            # (`sync`), those read by other ops too in each micro-batch's backward: the plan
-            # lists the bytes a step of its slowest stage (f32 here)
+            # sums there) are all-reduced over tp once a step, after the micro-batches,
+            # those read by other ops too in each micro-batch's backward: the plan lists
+            # the bytes a step of its slowest stage (f32 here)
             crit = progs[d["predicted"]["critical_stage"]]
-            times = 1 if crit.get("scheduled") else crit["microbatches"]  # an unscheduled step is a micro-batch's
 
             def ar_bytes(seq):
                 return sum(4 * i["outer"] * i["n"] * i["inner"] for i in seq
-                           if i["op"] == "comm" and i["kind"] == "all_reduce" and i.get("group", "tp") == "tp")
+                           if i["op"] == "comm" and i["kind"] == "all_reduce" and i["group"] == "tp")
             ar_priced = sum(c["bytes"] * c["count_per_step"] for c in d["collectives"]
                             if c["axis"] == "tp" and c["kind"] == "all-reduce")
-            ar_compiled = times * ar_bytes(crit["step"]) + ar_bytes(crit["sync"])
+            ar_compiled = ar_bytes(crit["runs"])
             if not ar_compiled or abs(ar_priced - ar_compiled) > 1e-6 * ar_compiled:
                 fail("%s: the plan lists %d bytes of tensor-parallel all-reduce a step, the program runs %d" %
                      (" ".join(args), ar_priced, ar_compiled))

@@ -1,4 +1,5 @@
-/* test_data: train's data path (runtime/data.h) against programs written here: a record
+/* test_data: train's data path (runtime/data.h) against programs written here (a
+ * stage's view, program/program.h, over structs of this file): a record
  * file fills each input from its field, each dp rank its rows of the step (in order and
  * shuffled, the ranks' rows making up the one-rank batch); a token file fills tokens and
  * targets, as tokens_read_batch reads them; i32 values outside an input's range are
@@ -17,13 +18,29 @@ static char err[1024];
 
 enum { NREC = 50, B = 4 };
 
-/* Input i of p: name, role, dtype, shape [B, dims...]. */
-static void set_input(RtProgram *p, int i, const char *name, RtRole role, RtDtype dt, int ndim, const int64_t *dims) {
-  RtInput *in = &p->inputs[i];
-  *in = (RtInput){.name = (char *)name, .role = role, .dtype = dt, .ndim = ndim + 1, .row_elems = 1};
+/* A stage's view of its own: its record, inputs and strings (the names below). */
+typedef struct TestProg {
+  Prog p;
+  ProgStage s;
+  ProgInput in[PROG_MAX_INPUTS];
+} TestProg;
+static const char names[] = "\0x\0y\0z\0tokens\0targets";
+enum { N_X = 1, N_Y = 3, N_Z = 5, N_TOKENS = 7, N_TARGETS = 14 };
+
+static Prog *test_prog(TestProg *t, int64_t seq, int64_t vocab, int64_t tokens, int64_t targets) {
+  memset(t, 0, sizeof *t);
+  t->s = (ProgStage){.batch = B, .microbatches = 1, .seq = seq, .vocab = vocab, .tokens = tokens, .targets = targets};
+  t->p = (Prog){.s = &t->s, .inputs = t->in, .strings = names};
+  return &t->p;
+}
+
+/* Input i of t: name (an offset into names), role, f32 or i32, shape [B, dims...]. */
+static void set_input(TestProg *t, int i, int64_t name, ProgRole role, int is_f32, int ndim, const int64_t *dims) {
+  ProgInput *in = &t->in[i];
+  *in = (ProgInput){.name = name, .role = role, .is_f32 = is_f32, .ndim = ndim + 1, .row_elems = 1};
   in->shape[0] = B;
   for (int d = 0; d < ndim; d++) in->shape[d + 1] = dims[d], in->row_elems *= dims[d];
-  p->ninputs = i + 1;
+  t->s.ninputs = i + 1;
 }
 
 /* x f32 [2, 3] = r + k / 10 and y i32 [] = 7 r - 100 for record r. */
@@ -40,13 +57,13 @@ static void write_records(void) {
 }
 
 /* The record program: x, then y with values in [-100, 244). */
-static void record_program(RtProgram *p, RtInput *inputs) {
+static Prog *record_program(TestProg *t) {
   static const int64_t xd[2] = {2, 3};
-  memset(p, 0, sizeof *p);
-  p->inputs = inputs, p->batch = B, p->seq = 1, p->vocab = 10, p->tokens = p->targets = -1;
-  set_input(p, 0, "x", RT_ROLE_DATA, RT_F32, 2, xd);
-  set_input(p, 1, "y", RT_ROLE_DATA, RT_I32, 0, NULL);
-  p->inputs[1].ranged = 1, p->inputs[1].lo = -100, p->inputs[1].hi = 244;
+  Prog *p = test_prog(t, 1, 10, -1, -1);
+  set_input(t, 0, N_X, PROG_ROLE_DATA, 1, 2, xd);
+  set_input(t, 1, N_Y, PROG_ROLE_DATA, 0, 0, NULL);
+  t->in[1].ranged = 1, t->in[1].lo = -100, t->in[1].hi = 244;
+  return p;
 }
 
 /* Step k over `world` ranks, each rank's rows against the records they name. */
@@ -68,14 +85,14 @@ static void check_record_step(const DataFile *df, int64_t k, int world, const ui
 }
 
 static void test_records(void) {
-  RtProgram p;
-  RtInput in[RT_MAX_INPUTS];
+  TestProg t;
+  ProgInput *in = t.in;
   write_records();
-  record_program(&p, in);
+  Prog *p = record_program(&t);
   uint32_t key[2];
   philox_key_derive(9, "shuffle", key);
   for (int world = 1; world <= 4; world *= 2) {
-    DataFile *df = data_open(rt_path("rec.bin"), &p, B, world, err, sizeof err);
+    DataFile *df = data_open(rt_path("rec.bin"), p, B, world, err, sizeof err);
     CHECK(df != NULL);
     for (int64_t k = 0; df && k < 30; k++) {
       check_record_step(df, k, world, NULL);
@@ -84,7 +101,7 @@ static void test_records(void) {
     data_close(df);
   }
   in[1].lo = 0; /* records 0..14 hold negative values */
-  DataFile *df = data_open(rt_path("rec.bin"), &p, B, 2, err, sizeof err);
+  DataFile *df = data_open(rt_path("rec.bin"), p, B, 2, err, sizeof err);
   float x[B * 6];
   int32_t y[B];
   char *rows[2] = {(char *)x, (char *)y};
@@ -95,7 +112,7 @@ static void test_records(void) {
   data_close(df);
 }
 
-static void expect_open_error(const RtProgram *p, const char *name, int64_t batch, const char *want) {
+static void expect_open_error(const Prog *p, const char *name, int64_t batch, const char *want) {
   DataFile *df = data_open(rt_path(name), p, batch, 1, err, sizeof err);
   CHECK(df == NULL);
   data_close(df);
@@ -103,25 +120,25 @@ static void expect_open_error(const RtProgram *p, const char *name, int64_t batc
 }
 
 static void test_mismatch(void) {
-  RtProgram p;
-  RtInput in[RT_MAX_INPUTS];
-  record_program(&p, in);
-  in[1].name = "z";
-  expect_open_error(&p, "rec.bin", B, "rec.bin: no field 'z' for the program's input of that name");
-  record_program(&p, in);
+  TestProg t;
+  ProgInput *in = t.in;
+  Prog *p = record_program(&t);
+  in[1].name = N_Z;
+  expect_open_error(p, "rec.bin", B, "rec.bin: no field 'z' for the program's input of that name");
+  p = record_program(&t);
   in[0].shape[1] = 3, in[0].shape[2] = 2;
-  expect_open_error(&p, "rec.bin", B, "field 'x' is not what input x reads a row of: f32 [3, 2]");
-  record_program(&p, in);
-  in[1].dtype = RT_F32;
-  expect_open_error(&p, "rec.bin", B, "field 'y' is not what input y reads a row of: f32 []");
-  record_program(&p, in);
-  expect_open_error(&p, "rec.bin", 64, "50 records, but one step of batch 64 needs 64");
+  expect_open_error(p, "rec.bin", B, "field 'x' is not what input x reads a row of: f32 [3, 2]");
+  p = record_program(&t);
+  in[1].is_f32 = 1;
+  expect_open_error(p, "rec.bin", B, "field 'y' is not what input y reads a row of: f32 []");
+  p = record_program(&t);
+  expect_open_error(p, "rec.bin", 64, "50 records, but one step of batch 64 needs 64");
   uint16_t toks[200] = {0};
   CHECK(tokens_write_file(rt_path("tok.bin"), toks, 200, err, sizeof err) == 0);
-  expect_open_error(&p, "tok.bin", B, "input 'x' is not them nor their targets: give a record file");
+  expect_open_error(p, "tok.bin", B, "input 'x' is not them nor their targets: give a record file");
   int32_t junk[256] = {77};
   rt_write_raw(rt_path("junk.bin"), junk, sizeof junk);
-  expect_open_error(&p, "junk.bin", B, "bad magic 77: neither an llm.c token file");
+  expect_open_error(p, "junk.bin", B, "bad magic 77: neither an llm.c token file");
 }
 
 /* Tokens and targets from a token file, as tokens_read_batch reads them, with the
@@ -131,13 +148,12 @@ static void test_tokens(void) {
   static uint16_t toks[500];
   for (int i = 0; i < 500; i++) toks[i] = (uint16_t)(i * 37 % 100);
   CHECK(tokens_write_file(rt_path("lm.bin"), toks, 500, err, sizeof err) == 0);
-  RtProgram p = {.batch = B, .seq = 8, .vocab = 100, .tokens = 0, .targets = 1};
-  RtInput in[RT_MAX_INPUTS];
-  p.inputs = in;
-  set_input(&p, 0, "tokens", RT_ROLE_TOKENS, RT_I32, 1, seq);
-  set_input(&p, 1, "targets", RT_ROLE_TARGETS, RT_I32, 1, seq);
+  TestProg t;
+  Prog *p = test_prog(&t, 8, 100, 0, 1);
+  set_input(&t, 0, N_TOKENS, PROG_ROLE_TOKENS, 0, 1, seq);
+  set_input(&t, 1, N_TARGETS, PROG_ROLE_TARGETS, 0, 1, seq);
   TokenFile *tf = tokens_open(rt_path("lm.bin"), err, sizeof err);
-  DataFile *df = data_open(rt_path("lm.bin"), &p, B, 2, err, sizeof err);
+  DataFile *df = data_open(rt_path("lm.bin"), p, B, 2, err, sizeof err);
   CHECK(tf && df);
   int32_t a[16], b[16], c[16], d[16];
   char *rows[2] = {(char *)a, (char *)b};
@@ -149,8 +165,8 @@ static void test_tokens(void) {
     CHECK(memcmp(a, c, sizeof a) == 0 && memcmp(b, d, sizeof b) == 0);
   }
   data_close(df);
-  p.vocab = 50;
-  df = data_open(rt_path("lm.bin"), &p, B, 1, err, sizeof err);
+  t.s.vocab = 50;
+  df = data_open(rt_path("lm.bin"), p, B, 1, err, sizeof err);
   int32_t e[32], f[32];
   char *rows1[2] = {(char *)e, (char *)f};
   CHECK(df && data_read(df, 0, 0, NULL, rows1, err, sizeof err) == -1);

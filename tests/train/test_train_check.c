@@ -20,11 +20,15 @@
  *                     the same for the same seed
  *   val               --val/--val-every: val_loss lines at steps 2 and 4; --steps 0
  *                     --val evaluates once
- *   bad_*             exit status 1 and a "train: ..." message naming the problem
+ *   bad_*             exit status 1 and a "train: ..." message naming the problem;
+ *                     bad_program: a copy of train with its embedded program of
+ *                     another format version or struct layout, damaged, or of another
+ *                     size, refused in one line
  *   pyref DIR         train with DIR/args.txt (bigram_ref.py): losses within 1e-5
  *                     relative of DIR/ref_losses.txt, parameters after the last
  *                     update within 1e-5 of DIR/final.safetensors
  */
+#include "program/program.h"
 #include "runtime/fileio.h"
 #include "runtime/philox.h"
 #include "runtime/safetensors.h"
@@ -407,6 +411,45 @@ static void test_bad_magic(void) {
   expect_fail(run_train("--data", rt_path("short.bin"), NULL), "short.bin");
 }
 
+/* A copy of train with its embedded program edited: `size` bytes of value at `at`
+ * bytes from the program's header (program/program.h), found by its magic and format
+ * version; run, it is refused in one line naming want. */
+static void bad_program_case(const char *name, int64_t at, uint64_t value, size_t size, const char *want) {
+  FILE *f = fopen(train_bin, "rb");
+  static unsigned char bin[64 << 20];
+  size_t len = f ? fread(bin, 1, sizeof bin, f) : 0;
+  if (f) fclose(f);
+  unsigned char magic[12] = "colossal";
+  uint32_t version = PROG_VERSION;
+  memcpy(magic + 8, &version, 4);
+  size_t h = 0;
+  while (h + sizeof magic <= len && memcmp(bin + h, magic, sizeof magic)) h += 8; /* the header is 64-aligned */
+  if (h + sizeof magic > len) {
+    fprintf(stderr, "%s: no program header in %s\n", name, train_bin);
+    rt_failures++;
+    return;
+  }
+  memcpy(bin + h + at, &value, size);
+  const char *path = rt_path(name);
+  rt_write_raw(path, bin, len);
+  chmod(path, 0755);
+  char *argv[] = {(char *)path, "--data", (char *)tokens_path, "--steps", "1", NULL};
+  Run r = run_argv(argv);
+  if (strchr(r.err, '\n') != strrchr(r.err, '\n')) {
+    fprintf(stderr, "%s: the refusal takes more than one line:\n%s", name, r.err);
+    rt_failures++;
+  }
+  expect_fail(r, want);
+}
+
+static void test_bad_program(void) {
+  const ProgHeader *h = NULL;
+  bad_program_case("version", (int64_t)sizeof h->magic, PROG_VERSION + 1, 4, "format version 3");
+  bad_program_case("layout", (int64_t)offsetof(ProgHeader, layout), 0x12345678, 4, "are not this runtime's");
+  bad_program_case("damaged", (int64_t)sizeof(ProgHeader) + 40, 0x5a5a5a5a, 4, "the program is damaged");
+  bad_program_case("size", (int64_t)offsetof(ProgHeader, bytes), 1 << 30, 8, "its header says");
+}
+
 /* wte.weight ([256,128] when bad_shape), then bias and junk as asked. */
 static void write_params(const char *path, int with_bias, int extra, int bad_shape) {
   static float w[256 * 256], bias[256];
@@ -583,6 +626,7 @@ static const struct Scenario {
     {"bad_resume_empty", test_bad_resume_empty},
     {"bad_token_range", test_bad_token_range},
     {"bad_values", test_bad_values},
+    {"bad_program", test_bad_program},
 };
 
 int main(int argc, char **argv) {

@@ -12,7 +12,7 @@
 #include "frontend/frontend.h"
 #include "ir/interp.h"
 #include "passes/passes.h"
-#include "runtime/program.h"
+#include "program/program.h"
 #include "tests/common/lowered.h"
 
 static uint64_t rng = 88172645463325252ull;
@@ -25,10 +25,10 @@ static double urand(void) {
 
 static void run_seq(const Program *p, const PSeq *s, char *const *tiers, const float *scalars) {
   for (int i = 0; i < s->n; i++) {
-    const PInstr *in = &s->v[i];
-    if (in->kind == ISA_KERNEL) kernel_eval(p->kernels[in->kernel], tiers, scalars);
-    else if (in->kind == ISA_GEMM) lowered_gemm_ref(&in->gemm, tiers);
-    else memset(tiers[in->tier] + in->offset, 0, in->bytes);
+    const IsaInstr *in = &s->v[i];
+    if (in->op == ISA_KERNEL) kernel_eval(p->kernels[in->kernel.id], tiers, scalars);
+    else if (in->op == ISA_GEMM) lowered_gemm_ref(&in->gemm, tiers);
+    else memset(tiers[in->zero.tier] + in->zero.offset, 0, in->zero.bytes);
   }
 }
 
@@ -65,14 +65,14 @@ static const Node *grad_of(const Graph *g, const PParam *q) {
  * left zero, a skipped fp16 step keeping every value; the gradient norm's partial sums the
  * same bits (when the program's norm has rows that runs share). */
 static void check_runs(Program *p, char *const *tiers, float *scalars) {
-  int64_t pb = p->tiers[RT_TIER_PARAMS], ob = p->tiers[RT_TIER_OPT];
+  int64_t pb = p->tiers[TIER_PARAMS], ob = p->tiers[TIER_OPT];
   char *p0 = malloc(pb + 1), *o0 = malloc(ob + 1), *p1 = malloc(pb + 1), *o1 = malloc(ob + 1);
-  memcpy(p0, tiers[RT_TIER_PARAMS], pb), memcpy(o0, tiers[RT_TIER_OPT], ob);
+  memcpy(p0, tiers[TIER_PARAMS], pb), memcpy(o0, tiers[TIER_OPT], ob);
   run_seq(p, &p->update, tiers, scalars);
-  memcpy(p1, tiers[RT_TIER_PARAMS], pb), memcpy(o1, tiers[RT_TIER_OPT], ob);
+  memcpy(p1, tiers[TIER_PARAMS], pb), memcpy(o1, tiers[TIER_OPT], ob);
   for (int apply = 1; apply >= 0; apply -= p->g->train.loss_scaling ? 1 : 2) {
-    memcpy(tiers[RT_TIER_PARAMS], p0, pb), memcpy(tiers[RT_TIER_OPT], o0, ob);
-    scalars[RT_SC_APPLY] = (float)apply;
+    memcpy(tiers[TIER_PARAMS], p0, pb), memcpy(tiers[TIER_OPT], o0, ob);
+    scalars[SC_APPLY] = (float)apply;
     int kernels = 0;
     for (int lo = 0, hi; lo < p->nparams; lo = hi, kernels++) {
       hi = lower_update_end(p, lo, p->nparams);
@@ -83,9 +83,9 @@ static void check_runs(Program *p, char *const *tiers, float *scalars) {
       int64_t off = p->params[k].offset, b = pparam_bytes(&p->params[k]),
               end = k + 1 < p->nparams ? p->params[k + 1].offset : pb;
       for (int64_t t = 0; t <= ob; t += pb) { /* PARAMS; OPT's m at 0, AdamW's v at pb */
-        char *got = t ? tiers[RT_TIER_OPT] + t - pb : tiers[RT_TIER_PARAMS], *want = t ? (apply ? o1 : o0) + t - pb
-                                                                                     : apply ? p1
-                                                                                             : p0;
+        char *got = t ? tiers[TIER_OPT] + t - pb : tiers[TIER_PARAMS], *want = t       ? (apply ? o1 : o0) + t - pb
+                                                                               : apply ? p1
+                                                                                       : p0;
         same &= !memcmp(got + off, want + off, b);
         for (int64_t i = off + b; i < end; i++) zero &= got[i] == 0;
       }
@@ -97,17 +97,17 @@ static void check_runs(Program *p, char *const *tiers, float *scalars) {
              same ? "the padding changed" : "not the bits of one kernel per parameter");
     }
   }
-  scalars[RT_SC_APPLY] = 1;
-  memcpy(tiers[RT_TIER_PARAMS], p1, pb), memcpy(tiers[RT_TIER_OPT], o1, ob);
+  scalars[SC_APPLY] = 1;
+  memcpy(tiers[TIER_PARAMS], p1, pb), memcpy(tiers[TIER_OPT], o1, ob);
   free(p0), free(o0), free(p1), free(o1);
   if (!p->norm_row) return;
   float *parts[2];
   for (int run = 0; run < 2; run++) {
-    memset(tiers[RT_TIER_WORK] + p->gradnorm_offset, 0, p->gradnorm_parts * 4);
+    memset(tiers[TIER_WORK] + p->gradnorm_offset, 0, p->gradnorm_parts * 4);
     if (run) kernel_eval(lower_norm_kernel(p, 0, p->nparams, p->nkernels), tiers, scalars);
     else run_seq(p, &p->gradnorm, tiers, scalars);
     parts[run] = malloc(p->gradnorm_parts * 4);
-    memcpy(parts[run], tiers[RT_TIER_WORK] + p->gradnorm_offset, p->gradnorm_parts * 4);
+    memcpy(parts[run], tiers[TIER_WORK] + p->gradnorm_offset, p->gradnorm_parts * 4);
   }
   checks++;
   if (memcmp(parts[0], parts[1], p->gradnorm_parts * 4)) {
@@ -165,14 +165,14 @@ int main(int argc, char **argv) {
   Program *p = lower_program(g);
   diag_pop(&j);
 
-  char *tiers[RT_TIERS];
-  for (int t = 0; t < RT_TIERS; t++) tiers[t] = calloc(1, p->tiers[t] + 64);
+  char *tiers[TIERS];
+  for (int t = 0; t < TIERS; t++) tiers[t] = calloc(1, p->tiers[t] + 64);
   double **vals = calloc(g->n, sizeof *vals);
   for (int k = 0; k < p->nparams; k++) { /* random parameters, the same in both */
     const Node *n = p->params[k].node;
     int64_t cnt = shape_numel(&n->shape);
     vals[n->id] = malloc(cnt * sizeof(double));
-    float *dst = (float *)(tiers[RT_TIER_PARAMS] + p->params[k].offset);
+    float *dst = (float *)(tiers[TIER_PARAMS] + p->params[k].offset);
     for (int64_t i = 0; i < cnt; i++) {
       dst[i] = (float)(n->init.kind == INIT_ONES ? 1 + 0.1 * (urand() - 0.5) : 0.2 * (urand() - 0.5));
       vals[n->id][i] = dst[i];
@@ -188,7 +188,7 @@ int main(int argc, char **argv) {
     vals[n->id] = malloc(cnt * sizeof(double));
     int64_t range = lowered_index_range(p, n); /* indices must fit every table they select rows of */
     for (int64_t e = 0; e < cnt; e++) {
-      void *dst = tiers[RT_TIER_WORK] + p->inputs[i].offset;
+      void *dst = tiers[TIER_WORK] + p->inputs[i].offset;
       if (n->dtype == DT_I32) {
         int32_t v = (int32_t)(urand() * range);
         if (p->inputs[i].role == PIN_TARGETS && e % 7 == 3 && n->shape.ndim) v = ignored; /* ignored targets too */
@@ -202,21 +202,21 @@ int main(int argc, char **argv) {
   }
 
   const TrainSpec *ts = &g->train;
-  float scalars[RT_SCALARS_ALL] = {1e-2f,
-                                   1 / (1 - (float)ts->beta1),
-                                   1 / (1 - (float)ts->beta2),
-                                   1.0f,
-                                   1,
-                                   (float)ts->beta1,
-                                   (float)ts->beta2,
-                                   (float)ts->eps,
-                                   (float)ts->weight_decay,
-                                   (float)ts->momentum,
-                                   1.0f /* the loss scale */,
-                                   1.0f /* the update applies */};
+  float scalars[SC_COUNT] = {1e-2f,
+                             1 / (1 - (float)ts->beta1),
+                             1 / (1 - (float)ts->beta2),
+                             1.0f,
+                             1,
+                             (float)ts->beta1,
+                             (float)ts->beta2,
+                             (float)ts->eps,
+                             (float)ts->weight_decay,
+                             (float)ts->momentum,
+                             1.0f /* the loss scale */,
+                             1.0f /* the update applies */};
   run_seq(p, &p->step, tiers, scalars);
-  interp_run(g, vals, (int64_t)scalars[RT_SC_STEP]); /* the same dropout masks */
-  float loss = *(float *)(tiers[RT_TIER_WORK] + p->loss_offset);
+  interp_run(g, vals, (int64_t)scalars[SC_STEP]); /* the same dropout masks */
+  float loss = *(float *)(tiers[TIER_WORK] + p->loss_offset);
   compare("loss", &loss, vals[g->loss->id], 1, 1e-5);
   printf("loss %.7f (reference %.7f)\n", loss, vals[g->loss->id][0]);
   for (int k = 0; k < p->nparams; k++) {
@@ -224,7 +224,7 @@ int main(int argc, char **argv) {
     if (!gn) continue;
     char what[256];
     snprintf(what, sizeof what, "gradient of %s", p->params[k].node->name);
-    compare(what, (float *)(tiers[RT_TIER_GRADS] + p->params[k].offset), vals[gn->id], shape_numel(&gn->shape), 2e-4);
+    compare(what, (float *)(tiers[TIER_GRADS] + p->params[k].offset), vals[gn->id], shape_numel(&gn->shape), 2e-4);
   }
   /* the forward program alone reproduces the logits (stored 16-bit under mixed
    * precision, where the loss reads them widened) */
@@ -232,8 +232,8 @@ int main(int argc, char **argv) {
     const Node *logits = g->loss->in[0];
     int64_t nl = shape_numel(&logits->shape);
     int size = isa_dtype_bytes(p->logits_dtype);
-    memset(tiers[RT_TIER_GRADS], 0, p->tiers[RT_TIER_GRADS]);
-    char *lg = tiers[RT_TIER_WORK] + p->logits_offset;
+    memset(tiers[TIER_GRADS], 0, p->tiers[TIER_GRADS]);
+    char *lg = tiers[TIER_WORK] + p->logits_offset;
     memset(lg, 0, nl * size);
     run_seq(p, &p->forward, tiers, scalars);
     float *wide = malloc(nl * sizeof *wide);
@@ -246,8 +246,8 @@ int main(int argc, char **argv) {
   /* one AdamW step (t = 1) against the formula in double, from the program's own f32
    * gradients (Adam's first step is about sign(g): a tiny gradient's rounding moves it) */
   if (g->train.opt == OPT_ADAMW) {
-    float *before = malloc(p->tiers[RT_TIER_PARAMS]);
-    memcpy(before, tiers[RT_TIER_PARAMS], p->tiers[RT_TIER_PARAMS]);
+    float *before = malloc(p->tiers[TIER_PARAMS]);
+    memcpy(before, tiers[TIER_PARAMS], p->tiers[TIER_PARAMS]);
     run_seq(p, &p->update, tiers, scalars);
     const TrainSpec *t = &g->train;
     for (int k = 0; k < p->nparams; k++) {
@@ -255,24 +255,24 @@ int main(int argc, char **argv) {
       int64_t cnt = shape_numel(&n->shape);
       double *want = malloc(cnt * sizeof *want), wd = p->params[k].decay ? t->weight_decay : 0, lr = scalars[0];
       for (int64_t i = 0; i < cnt; i++) {
-        double gr = gn ? ((float *)(tiers[RT_TIER_GRADS] + p->params[k].offset))[i] : 0, m = (1 - t->beta1) * gr,
+        double gr = gn ? ((float *)(tiers[TIER_GRADS] + p->params[k].offset))[i] : 0, m = (1 - t->beta1) * gr,
                v = (1 - t->beta2) * gr * gr;
         want[i] = ((float *)((char *)before + p->params[k].offset))[i] * (1 - lr * wd) -
                   lr * scalars[1] * m / (sqrt(v * scalars[2]) + t->eps);
       }
-      compare("adamw update", (float *)(tiers[RT_TIER_PARAMS] + p->params[k].offset), want, cnt, 1e-4);
+      compare("adamw update", (float *)(tiers[TIER_PARAMS] + p->params[k].offset), want, cnt, 1e-4);
       free(want);
     }
     free(before);
   }
   if (p->nparams > 1) check_runs(p, tiers, scalars);
   printf("%d kernels, %d step instructions, work tier %lld bytes: %d passed, %d failed\n", p->nkernels, p->step.n,
-         (long long)p->tiers[RT_TIER_WORK], checks - failures, failures);
+         (long long)p->tiers[TIER_WORK], checks - failures, failures);
   interp_release(g, vals);
   for (int i = 0; i < g->n; i++)
     if (g->nodes[i]->op == OP_INPUT || g->nodes[i]->op == OP_PARAM) free(vals[i]);
   free(vals);
-  for (int t = 0; t < RT_TIERS; t++) free(tiers[t]);
+  for (int t = 0; t < TIERS; t++) free(tiers[t]);
   arena_free(a);
   return failures != 0;
 }

@@ -58,10 +58,7 @@ static void account(W *w, const char *where) {
 
 /* The parts whose bytes [lo, hi) of tier touch, checked present where they must be. */
 static void check_touch(W *w, int tier, int64_t lo, int64_t hi, bool on_host, const char *where) {
-  int part = tier == RT_TIER_PARAMS  ? PART_PARAMS
-             : tier == RT_TIER_GRADS ? PART_GRADS
-             : tier == RT_TIER_OPT   ? PART_OPT
-                                     : -1;
+  int part = tier == TIER_PARAMS ? PART_PARAMS : tier == TIER_GRADS ? PART_GRADS : tier == TIER_OPT ? PART_OPT : -1;
   if (part < 0) return;
   if (part == PART_OPT && lo >= w->p->opt_v_offset) lo -= w->p->opt_v_offset, hi -= w->p->opt_v_offset;
   for (int c = 0; c < w->op->nchunks; c++) {
@@ -70,7 +67,7 @@ static void check_touch(W *w, int tier, int64_t lo, int64_t hi, bool on_host, co
     int it = c * 3 + part;
     bool ok = (on_host ? w->host[it] : w->dev[it]) && !w->busy[it];
     if (!ok)
-      printf("FAIL %s: chunk %d %s not on the %s (or in flight)\n", where, c, part_names[part],
+      printf("FAIL %s: chunk %d %s not on the %s (or in flight)\n", where, c, isa_part_names[part],
              on_host ? "host" : "device"),
           w->fails++;
   }
@@ -79,35 +76,36 @@ static void check_touch(W *w, int tier, int64_t lo, int64_t hi, bool on_host, co
 static void walk(W *w, const PSeq *s, const char *list) {
   char where[96];
   for (int i = 0; i < s->n; i++) {
-    const PInstr *in = &s->v[i];
+    const IsaInstr *in = &s->v[i];
+    const IsaMove *m = &in->move;
     snprintf(where, sizeof where, "%s[%d]", list, i);
-    int it = in->chunk * 3 + in->part;
-    if (in->kind == ISA_MOVE) {
-      if (in->to == LOC_DEVICE) w->dev[it] = true;
-      if (in->to == LOC_HOST) w->host[it] = true;
+    int it = m->chunk * 3 + m->part;
+    if (in->op == ISA_MOVE) {
+      if (m->to == LOC_DEVICE) w->dev[it] = true;
+      if (m->to == LOC_HOST) w->host[it] = true;
       account(w, where);
-      if (!in->keep && in->from == LOC_DEVICE) w->dev[it] = false;
-      if (!in->keep && in->from == LOC_HOST) w->host[it] = false;
+      if (!m->keep && m->from == LOC_DEVICE) w->dev[it] = false;
+      if (!m->keep && m->from == LOC_HOST) w->host[it] = false;
       w->busy[it] = true;
-    } else if (in->kind == ISA_DROP) {
-      if (in->from == LOC_DEVICE) w->dev[it] = false;
-      if (in->from == LOC_HOST) w->host[it] = false;
+    } else if (in->op == ISA_DROP) {
+      if (m->from == LOC_DEVICE) w->dev[it] = false;
+      if (m->from == LOC_HOST) w->host[it] = false;
       w->busy[it] = true;
-    } else if (in->kind == ISA_WAIT) {
+    } else if (in->op == ISA_WAIT) {
       w->busy[it] = false;
-    } else if (in->kind == ISA_KERNEL) {
-      const Kernel *k = w->p->kernels[in->kernel];
+    } else if (in->op == ISA_KERNEL) {
+      const Kernel *k = w->p->kernels[in->kernel.id];
       for (int b = 0; b < k->nbufs; b++)
-        check_touch(w, k->bufs[b].tier, k->bufs[b].offset, k->bufs[b].offset + k->bufs[b].numel * 4, in->on_host,
+        check_touch(w, k->bufs[b].tier, k->bufs[b].offset, k->bufs[b].offset + k->bufs[b].numel * 4, in->kernel.on_host,
                     where);
-    } else if (in->kind == ISA_GEMM) {
-      const PGemm *g = &in->gemm;
+    } else if (in->op == ISA_GEMM) {
+      const IsaGemm *g = &in->gemm;
       for (int j = 0; j < 3; j++)
         check_touch(w, g->tier[j], g->off[j], g->off[j] + 4, false, where); /* its first element */
       if (g->bias) check_touch(w, g->bias_tier, g->bias_off, g->bias_off + 4, false, where);
       if (g->aux) check_touch(w, g->aux_tier, g->aux_off, g->aux_off + 4, true, where);
-    } else if (in->kind == ISA_ZERO) {
-      check_touch(w, in->tier, in->offset, in->offset + in->bytes, false, where);
+    } else if (in->op == ISA_ZERO) {
+      check_touch(w, in->zero.tier, in->zero.offset, in->zero.offset + in->zero.bytes, false, where);
     }
   }
 }
@@ -118,12 +116,11 @@ static int one(int argc, char **argv, double frac, int64_t host_limit, bool expe
   for (int i = 0; i < argc && i < 32; i++) args[i] = strdup(argv[i]);
   Program *p = lowered_model(a, argc, args);
   if (!p) return 1;
-  int64_t state = up(p->tiers[RT_TIER_PARAMS]) + up(p->tiers[RT_TIER_GRADS]) + up(p->tiers[RT_TIER_OPT]);
+  int64_t state = up(p->tiers[TIER_PARAMS]) + up(p->tiers[TIER_GRADS]) + up(p->tiers[TIER_OPT]);
   Cluster cl;
   cluster_from_profile(&cl, "cpu", 1, 1);
-  OffloadOptions o = {.device_memory = up(p->tiers[RT_TIER_WORK]) + (int64_t)(frac * (double)state),
-                      .host_memory = host_limit,
-                      .cl = &cl};
+  OffloadOptions o = {
+      .device_memory = up(p->tiers[TIER_WORK]) + (int64_t)(frac * (double)state), .host_memory = host_limit, .cl = &cl};
   int nstep = p->step.n;
   OffloadPlan *op = offload_chunks(p, &o);
   if (op) offload_plan(p, op, &o);
@@ -150,7 +147,8 @@ static int one(int argc, char **argv, double frac, int64_t host_limit, bool expe
       int it = c * 3 + k;
       bool home_host = op->chunk[c].home[k] == LOC_HOST;
       if (w.dev[it] || w.busy[it] || w.host[it] != home_host)
-        printf("FAIL end: chunk %d %s not (only) at its home %s\n", c, part_names[k], loc_names[op->chunk[c].home[k]]),
+        printf("FAIL end: chunk %d %s not (only) at its home %s\n", c, isa_part_names[k],
+               isa_loc_names[op->chunk[c].home[k]]),
             w.fails++;
     }
   if (w.dev_peak != op->device_peak || w.host_peak != op->host_peak)
@@ -158,10 +156,10 @@ static int one(int argc, char **argv, double frac, int64_t host_limit, bool expe
            (long long)op->host_peak, (long long)w.dev_peak, (long long)w.host_peak),
         w.fails++;
   int moves = 0;
-  for (int i = 0; i < p->step.n; i++) moves += p->step.v[i].kind == ISA_MOVE;
+  for (int i = 0; i < p->step.n; i++) moves += p->step.v[i].op == ISA_MOVE;
   printf("%s budget %.2f of the state (%.2f MiB of %.2f MiB, work %.2f MiB): %d chunks of %.2f MiB, step %d -> %d "
          "instructions (%d moves), peak device %.2f host %.2f nvme %.2f MiB, %.2f MiB moved, %.4f s exposed\n",
-         argv[0], frac, o.device_memory / 1048576.0, state / 1048576.0, p->tiers[RT_TIER_WORK] / 1048576.0, op->nchunks,
+         argv[0], frac, o.device_memory / 1048576.0, state / 1048576.0, p->tiers[TIER_WORK] / 1048576.0, op->nchunks,
          op->chunk_bytes / 1048576.0, nstep, p->step.n, moves, op->device_peak / 1048576.0, op->host_peak / 1048576.0,
          op->nvme_peak / 1048576.0, op->transfer_bytes / 1048576.0, op->exposed_s);
   free(w.dev), free(w.host), free(w.busy);
@@ -185,7 +183,7 @@ static int refused(int argc, char **argv) {
     bad = !strstr(diag_last, "device memory");
     printf("a budget of the work tier and one page is refused: %s\n", diag_last);
   } else {
-    OffloadOptions o = {.device_memory = up(p->tiers[RT_TIER_WORK]) + G};
+    OffloadOptions o = {.device_memory = up(p->tiers[TIER_WORK]) + G};
     offload_chunks(p, &o);
     printf("FAIL: a budget of the work tier and one page was accepted\n");
   }

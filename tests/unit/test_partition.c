@@ -4,7 +4,7 @@
  * side by side, the collectives computed across the ranks' values and the boundary
  * values handed from chunk to chunk (forward in model order, gradients back in reverse).
  * The loss of every rank and every parameter's gradient, assembled from the ranks'
- * parts (the block layout of runtime/program.h) and summed over the chunks that hold
+ * parts (the block layout of program/program.h) and summed over the chunks that hold
  * a tied one, must equal the unpartitioned graph's to 1e-9 of the largest gradient of
  * that parameter.
  *

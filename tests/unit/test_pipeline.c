@@ -85,12 +85,12 @@ int main(void) {
   for (int c = 0; c < 3; c++) {
     p0.step = p1.step = (PSeq){0};
     for (int t = 0; t < 2; t++) {
-      PInstr *snd = pseq_push(a, &p0.step, ISA_SEND);
-      snd->index = 1, snd->tag = t + 1, snd->bytes = 64;
+      IsaInstr *snd = pseq_push(a, &p0.step, ISA_SEND);
+      snd->p2p = (IsaP2P){.peer = 1, .tag = t + 1, .count = 16};
       pseq_push(a, &p0.step, ISA_KERNEL);
       if (order[c][t] < 0) continue;
-      PInstr *rcv = pseq_push(a, &p1.step, ISA_RECV);
-      rcv->index = 0, rcv->tag = order[c][t], rcv->bytes = 64;
+      IsaInstr *rcv = pseq_push(a, &p1.step, ISA_RECV);
+      rcv->p2p = (IsaP2P){.peer = 0, .tag = order[c][t], .count = 16};
     }
     err[0] = 0;
     int rc = pipe_check_order(ps, 2, err, sizeof err);

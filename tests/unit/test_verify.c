@@ -1,15 +1,16 @@
 /* The program verifier (codegen/verify.h): a lowered model and its offload plan pass,
  * and each kind of wrong program is refused with its place and reason: a kernel buffer
  * beyond its tier, a slot outside `step`, an input in an unscheduled program, a ZeRO
- * owner outside the dp group, and in an offload plan a kernel that runs before the
- * wait of the move bringing its part, a move from where the part is not, and a step
- * that ends with a part away from home. (Messages out of order between pipeline
- * stages: tests/unit/test_pipeline.c.)
+ * owner outside the dp group, in the lists the program carries a loop past its list's
+ * end, a call of a list that is not one to call and a norm outside train, and in an offload plan a kernel that runs
+ * before the wait of the move bringing its part, a move from where the part is not, and a step that ends with a part
+ * away from home. (Messages out of order between pipeline stages: tests/unit/test_pipeline.c.)
  *
  * Usage: test_verify MODEL [NAME=VALUE ...] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "codegen/compose.h"
 #include "codegen/offload.h"
 #include "codegen/verify.h"
 #include "tests/common/lowered.h"
@@ -39,10 +40,33 @@ static void expect(Program *p, const char *name, const char *want) {
   printf("%-26s %s\n", name, rc ? err : "passes");
 }
 
-static int first_of(const PSeq *s, PInstrKind kind) {
+static int first_of(const PSeq *s, IsaOp op) {
   for (int i = 0; i < s->n; i++)
-    if (s->v[i].kind == kind) return i;
+    if (s->v[i].op == op) return i;
   return -1;
+}
+
+/* The lists the program carries (codegen/compose.h, compose_lists): they pass, and a
+ * loop past its list's end, a call of a list that is not one to call, and a "norm"
+ * outside train are refused. */
+static void check_lists(Arena *a, Program *p) {
+  compose_lists(&p, 1);
+  expect(p, "lists", NULL);
+  PSeq *train = &p->lists[p->named[PROG_LIST_TRAIN]].seq, *eval = &p->lists[p->named[PROG_LIST_EVAL]].seq;
+  int l = first_of(train, ISA_LOOP), c = first_of(train, ISA_CALL), n = first_of(train, ISA_NORM);
+  CHECK(l >= 0 && c >= 0 && n >= 0, "train without a loop, a call or a norm");
+  if (l < 0 || c < 0 || n < 0) return;
+  int64_t body = train->v[l].loop.body;
+  train->v[l].loop.body = train->n;
+  expect(p, "loop past its list", "past its list");
+  train->v[l].loop.body = body;
+  int callee = train->v[c].call.list;
+  train->v[c].call.list = p->named[PROG_LIST_EVAL];
+  expect(p, "call of a named list", "not one to call");
+  train->v[c].call.list = callee;
+  *pseq_push(a, eval, ISA_NORM) = train->v[n];
+  expect(p, "norm in eval", "norm only in train");
+  eval->n--;
 }
 
 int main(int argc, char **argv) {
@@ -52,7 +76,7 @@ int main(int argc, char **argv) {
   if (!p) return 1;
   expect(p, "lowered", NULL);
 
-  Kernel *k = p->kernels[p->step.v[first_of(&p->step, ISA_KERNEL)].kernel];
+  Kernel *k = p->kernels[p->step.v[first_of(&p->step, ISA_KERNEL)].kernel.id];
   int64_t off = k->bufs[0].offset;
   k->bufs[0].offset = p->tiers[k->bufs[0].tier];
   expect(p, "buffer beyond its tier", "outside the");
@@ -60,15 +84,15 @@ int main(int argc, char **argv) {
 
   PSeq keep = p->gradnorm;
   p->gradnorm = (PSeq){0};
-  for (int i = 0; i < keep.n; i++) *pseq_push(a, &p->gradnorm, keep.v[i].kind) = keep.v[i];
-  pseq_push(a, &p->gradnorm, ISA_SLOT)->index = 0;
+  for (int i = 0; i < keep.n; i++) *pseq_push(a, &p->gradnorm, (IsaOp)keep.v[i].op) = keep.v[i];
+  pseq_push(a, &p->gradnorm, ISA_SLOT);
   expect(p, "slot in gradnorm", "gradnorm[");
   p->gradnorm = keep;
 
   PSeq step = p->step;
   p->step = (PSeq){0};
-  pseq_push(a, &p->step, ISA_INPUT)->index = 0;
-  expect(p, "input, unscheduled", "only in `step` of a scheduled program");
+  pseq_push(a, &p->step, ISA_INPUT);
+  expect(p, "input, unscheduled", "input only in a step's schedule");
   p->step = step;
 
   p->zero_stage = 1, p->dp = 2;
@@ -77,13 +101,14 @@ int main(int argc, char **argv) {
   p->params[1].owner = 2;
   expect(p, "owner outside dp", "is not a rank of the 2");
   p->zero_stage = 0, p->dp = 0;
+  check_lists(a, p);
 
   /* an offload plan at a third of the state */
   Program *q = lowered(a, argc - 1, argv + 1);
   Cluster cl;
   cluster_from_profile(&cl, "cpu", 1, 1);
-  int64_t state = q->tiers[RT_TIER_PARAMS] + q->tiers[RT_TIER_GRADS] + q->tiers[RT_TIER_OPT];
-  OffloadOptions o = {.device_memory = q->tiers[RT_TIER_WORK] + state / 3 + (1 << 16), .cl = &cl};
+  int64_t state = q->tiers[TIER_PARAMS] + q->tiers[TIER_GRADS] + q->tiers[TIER_OPT];
+  OffloadOptions o = {.device_memory = q->tiers[TIER_WORK] + state / 3 + (1 << 16), .cl = &cl};
   OffloadPlan *op = offload_chunks(q, &o);
   CHECK(op != NULL, "no offload plan at a third of the state");
   if (!op) return 1;
@@ -91,20 +116,20 @@ int main(int argc, char **argv) {
   expect(q, "offload plan", NULL);
   int w = first_of(&q->step, ISA_WAIT);
   CHECK(w >= 0, "the plan's step has no wait");
-  PInstrKind was = q->step.v[w].kind;
-  q->step.v[w].kind = ISA_SLOT; /* the wait gone (a slot 0 in its place) */
+  uint8_t was = q->step.v[w].op;
+  q->step.v[w].op = ISA_JOIN; /* the wait gone (a join in its place) */
   expect(q, "no wait before use", "in flight");
-  q->step.v[w].kind = was;
+  q->step.v[w].op = was;
   int m = first_of(&q->step, ISA_MOVE);
-  Loc from = q->step.v[m].from;
-  q->step.v[m].from = from == LOC_HOST ? LOC_NVME : LOC_HOST;
+  Loc from = q->step.v[m].move.from;
+  q->step.v[m].move.from = from == LOC_HOST ? LOC_NVME : LOC_HOST;
   expect(q, "move from elsewhere", "where it is not");
-  q->step.v[m].from = from;
+  q->step.v[m].move.from = from;
   int last = -1;
   for (int i = 0; i < q->update.n; i++)
-    if (q->update.v[i].kind == ISA_MOVE || q->update.v[i].kind == ISA_DROP) last = i;
+    if (q->update.v[i].op == ISA_MOVE || q->update.v[i].op == ISA_DROP) last = i;
   if (last >= 0) {
-    q->update.v[last].kind = ISA_WAIT; /* the last move or drop home gone */
+    q->update.v[last].op = ISA_WAIT; /* the last move or drop home gone */
     expect(q, "not home after update", "is not at its home");
   }
   arena_free(a);

@@ -7,6 +7,11 @@ foreach(t shapes frontend gradcheck interp_torch pipeline half)
   endif()
 endforeach()
 
+# The program format (program/program.h): written, read, printed, and refused damaged.
+add_executable(test_program ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_program.c)
+target_link_libraries(test_program PRIVATE colossalc_program)
+add_test(NAME unit_program COMMAND test_program)
+
 # Lowering (fusion, views, memory plan, every kernel rule) against the interpreter.
 add_executable(test_lower ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_lower.c)
 target_link_libraries(test_lower PRIVATE colossalc_core)
