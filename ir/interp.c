@@ -1,5 +1,7 @@
 /* The reference interpreter (ir/interp.h, where each op's meaning is written): one
- * plain loop nest per op in double precision, written for obviousness, not speed.
+ * function per op, run_<name>, found by name from ir/ops.def like the other per-op
+ * functions, each a plain loop nest in double precision, written for obviousness,
+ * not speed.
  * Generated kernels are checked against it, and tests/unit/test_gradcheck.c checks
  * every op's gradient rule with it against finite differences. */
 #include "ir/interp.h"
@@ -85,44 +87,94 @@ static double gelu_erf_d(double x) {
   return 0.5 * (1 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
 }
 
-/* ---- elementwise ----------------------------------------------------------------- */
+/* ---- per-op evaluation: run_<name>, found by name from ir/ops.def ---------------- */
 
-static double binop(OpKind op, double a, double b) {
-  return op == OP_ADD ? a + b : op == OP_SUB ? a - b : op == OP_MUL ? a * b : a / b;
+/* Each run_<name> computes out (numel of n) from in[0..n->nin) (numel of each input);
+ * step feeds dropout's key. interp_eval calls them through run_rules. */
+
+/* An op the interpreter does not compute: an internal error naming the node and op. */
+static _Noreturn void not_computed(const Node *n, const char *why) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "interp: %%%d %s: %s", n->id, op_info(n->op)->name, why);
+  diag_internal(__FILE__, __LINE__, msg);
 }
 
-static void run_binary(const Node *n, const double *a, const double *b, double *out) {
+/* out = x, element for element (reshape, and collectives over one rank). */
+static void copy_input(const Node *n, const double *x, double *out) { memcpy(out, x, numel(n) * sizeof *out); }
+
+/* ---- sources ---------------------------------------------------------------------- */
+
+static void run_input(const Node *n, const double *const *in, double *out, int64_t step) {
+  not_computed(n, "inputs and parameters are given");
+}
+static void run_param(const Node *n, const double *const *in, double *out, int64_t step) {
+  not_computed(n, "inputs and parameters are given");
+}
+static void run_const(const Node *n, const double *const *in, double *out, int64_t step) {
+  out[0] = attr_float(n, "value");
+}
+static void run_arange(const Node *n, const double *const *in, double *out, int64_t step) {
+  for (int64_t i = 0; i < numel(n); i++) out[i] = (double)i;
+}
+/* the interpreter's gradients are unscaled */
+static void run_loss_scale(const Node *n, const double *const *in, double *out, int64_t step) { out[0] = 1; }
+
+/* ---- elementwise ----------------------------------------------------------------- */
+
+static double plus(double a, double b) { return a + b; }
+static double minus(double a, double b) { return a - b; }
+static double times(double a, double b) { return a * b; }
+static double over(double a, double b) { return a / b; }
+
+/* out = f(a, b), a and b broadcast to out's shape. */
+static void binary(const Node *n, const double *const *in, double *out, double (*f)(double, double)) {
   int64_t sa[MAX_DIMS], sb[MAX_DIMS], N = numel(n);
   bcast_strides(&n->in[0]->shape, &n->shape, sa);
   bcast_strides(&n->in[1]->shape, &n->shape, sb);
-  for (int64_t i = 0; i < N; i++) out[i] = binop(n->op, a[offset_of(i, &n->shape, sa)], b[offset_of(i, &n->shape, sb)]);
+  for (int64_t i = 0; i < N; i++) out[i] = f(in[0][offset_of(i, &n->shape, sa)], in[1][offset_of(i, &n->shape, sb)]);
+}
+static void run_add(const Node *n, const double *const *in, double *out, int64_t step) { binary(n, in, out, plus); }
+static void run_sub(const Node *n, const double *const *in, double *out, int64_t step) { binary(n, in, out, minus); }
+static void run_mul(const Node *n, const double *const *in, double *out, int64_t step) { binary(n, in, out, times); }
+static void run_div(const Node *n, const double *const *in, double *out, int64_t step) { binary(n, in, out, over); }
+
+static double negate(double x) { return -x; }
+static double silu(double x) { return x * sigmoid(x); }
+static double relu(double x) { return x > 0 ? x : 0; }
+
+/* out = f(x), element for element. */
+static void unary(const Node *n, const double *const *in, double *out, double (*f)(double)) {
+  for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = f(in[0][i]);
+}
+static void run_neg(const Node *n, const double *const *in, double *out, int64_t step) { unary(n, in, out, negate); }
+static void run_gelu(const Node *n, const double *const *in, double *out, int64_t step) { unary(n, in, out, gelu); }
+static void run_gelu_erf(const Node *n, const double *const *in, double *out, int64_t step) {
+  unary(n, in, out, gelu_erf);
+}
+static void run_silu(const Node *n, const double *const *in, double *out, int64_t step) { unary(n, in, out, silu); }
+static void run_relu(const Node *n, const double *const *in, double *out, int64_t step) { unary(n, in, out, relu); }
+
+static double relu_d(double x) { return x > 0; }
+
+/* An activation's gradient op (x, g): g f'(x), d being f'. */
+static void act_grad(const Node *n, const double *const *in, double *out, double (*d)(double)) {
+  for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = in[1][i] * d(in[0][i]);
+}
+static void run_gelu_grad(const Node *n, const double *const *in, double *out, int64_t step) {
+  act_grad(n, in, out, gelu_d);
+}
+static void run_gelu_erf_grad(const Node *n, const double *const *in, double *out, int64_t step) {
+  act_grad(n, in, out, gelu_erf_d);
+}
+static void run_silu_grad(const Node *n, const double *const *in, double *out, int64_t step) {
+  act_grad(n, in, out, silu_d);
+}
+static void run_relu_grad(const Node *n, const double *const *in, double *out, int64_t step) {
+  act_grad(n, in, out, relu_d);
 }
 
-static double unop(OpKind op, double x) {
-  return op == OP_NEG        ? -x
-         : op == OP_GELU     ? gelu(x)
-         : op == OP_GELU_ERF ? gelu_erf(x)
-         : op == OP_SILU     ? x * sigmoid(x)
-         : x > 0             ? x
-                             : 0;
-}
-
-static void run_unary(const Node *n, const double *x, double *out) {
-  for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = unop(n->op, x[i]);
-}
-
-/* gelu_grad, gelu_erf_grad, silu_grad, relu_grad (x, g). */
-static void run_act_grad(const Node *n, const double *x, const double *g, double *out) {
-  for (int64_t i = 0, N = numel(n); i < N; i++) {
-    double d = n->op == OP_GELU_GRAD       ? gelu_d(x[i])
-               : n->op == OP_GELU_ERF_GRAD ? gelu_erf_d(x[i])
-               : n->op == OP_SILU_GRAD     ? silu_d(x[i])
-                                           : x[i] > 0;
-    out[i] = g[i] * d;
-  }
-}
-
-static void run_dropout(const Node *n, const double *x, double *out, int64_t step) {
+static void run_dropout(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0];
   double p = attr_float(n, "p");
   int64_t seed = attr_int(n, "seed");
   for (int64_t i = 0, N = numel(n); i < N; i++)
@@ -157,13 +209,15 @@ double interp_round(double x, DType t) {
   unreachable();
 }
 
-static void run_cast(const Node *n, const double *x, double *out) {
+static void run_cast(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0];
   DType to = (DType)attr_int(n, "dtype");
   for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = to == n->in[0]->dtype ? x[i] : interp_round(x[i], to);
 }
 
 /* x [..., S, H*hd]: each head's halves rotated by the position angle. */
-static void run_rotary(const Node *n, const double *x, double *out) {
+static void run_rotary(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0];
   const Shape *s = &n->shape;
   int64_t D = last(s), S = s->d[s->ndim - 2], H = attr_int(n, "heads"), hd = D / H, half = hd / 2;
   double theta = attr_float(n, "theta"), sign = attr_int(n, "inverse") ? -1 : 1;
@@ -181,7 +235,8 @@ static void run_rotary(const Node *n, const double *x, double *out) {
 
 /* ---- gathers and contractions ---------------------------------------------------- */
 
-static void run_embedding(const Node *n, const double *table, const double *idx, double *out) {
+static void run_embedding(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *table = in[0], *idx = in[1];
   int64_t V = n->in[0]->shape.d[0], D = n->in[0]->shape.d[1];
   for (int64_t r = 0, R = numel(n->in[1]); r < R; r++) {
     int64_t row = index_in(n, "index", idx[r], V);
@@ -189,7 +244,8 @@ static void run_embedding(const Node *n, const double *table, const double *idx,
   }
 }
 
-static void run_embedding_grad(const Node *n, const double *idx, const double *g, double *out) {
+static void run_embedding_grad(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *idx = in[0], *g = in[1];
   int64_t V = attr_int(n, "rows"), D = last(&n->in[1]->shape);
   memset(out, 0, V * D * sizeof *out);
   for (int64_t r = 0, R = numel(n->in[0]); r < R; r++) {
@@ -208,7 +264,8 @@ static void gemm(const double *A, const double *B, double *C, int64_t m, int64_t
     }
 }
 
-static void run_matmul(const Node *n, const double *a, const double *b, double *out) {
+static void run_matmul(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *a = in[0], *b = in[1];
   const Shape *sa = &n->in[0]->shape, *sb = &n->in[1]->shape;
   bool ta = attr_int(n, "transpose_a"), tb = attr_int(n, "transpose_b");
   int64_t m = n->shape.d[n->shape.ndim - 2], nn = last(&n->shape), k = sa->d[sa->ndim - (ta ? 2 : 1)];
@@ -231,7 +288,13 @@ static double fp8_scale(const double *state, DType t, int64_t margin) {
   return state[0] > 0 ? (t == DT_E4M3 ? 448.0 : 57344.0) / state[0] / ldexp(1, (int)margin) : 1;
 }
 
-static void run_fp8_quantize(const Node *n, const double *x, const double *state, double *out) {
+/* a first step's state: scale 1 */
+static void run_fp8_state(const Node *n, const double *const *in, double *out, int64_t step) {
+  memset(out, 0, numel(n) * sizeof *out);
+}
+
+static void run_fp8_quantize(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0], *state = in[1];
   DType t = n->dtype;
   double s = fp8_scale(state, t, attr_int(n, "margin")), maxv = t == DT_E4M3 ? 448 : 57344;
   for (int64_t i = 0, N = numel(n); i < N; i++) {
@@ -241,8 +304,8 @@ static void run_fp8_quantize(const Node *n, const double *x, const double *state
 }
 
 /* The product of the values (q / s each), rounded to dtype. */
-static void run_scaled_matmul(const Node *n, const double *a, const double *b, double *out) {
-  run_matmul(n, a, b, out);
+static void run_scaled_matmul(const Node *n, const double *const *in, double *out, int64_t step) {
+  run_matmul(n, in, out, step);
   for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = interp_round(out[i], n->dtype);
 }
 
@@ -264,7 +327,8 @@ static double row_rrms(const double *x, int64_t D, double eps) {
   return 1 / sqrt(s / (double)D + eps);
 }
 
-static void run_layernorm(const Node *n, const double *x, const double *w, const double *b, double *out) {
+static void run_layernorm(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0], *w = in[1], *b = in[2];
   int64_t D = last(&n->shape);
   for (int64_t r = 0, R = numel(n) / D; r < R; r++) {
     double mean, rstd;
@@ -273,7 +337,8 @@ static void run_layernorm(const Node *n, const double *x, const double *w, const
   }
 }
 
-static void run_rmsnorm(const Node *n, const double *x, const double *w, double *out) {
+static void run_rmsnorm(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0], *w = in[1];
   int64_t D = last(&n->shape);
   for (int64_t r = 0, R = numel(n) / D; r < R; r++) {
     double rr = row_rrms(x + r * D, D, attr_float(n, "eps"));
@@ -294,7 +359,8 @@ static void layernorm_dx_row(const double *x, const double *w, const double *g, 
   for (int64_t j = 0; j < D; j++) dx[j] = rstd * (g[j] * w[j] - a - (x[j] - mean) * rstd * b);
 }
 
-static void run_layernorm_grad(const Node *n, const double *x, const double *w, const double *g, double *out) {
+static void run_layernorm_grad(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0], *w = in[1], *g = in[2];
   int64_t D = last(&n->in[0]->shape), R = numel(n->in[0]) / D, which = attr_int(n, "which");
   double eps = attr_float(n, "eps");
   if (which != 0) memset(out, 0, D * sizeof *out);
@@ -318,7 +384,8 @@ static void rmsnorm_dx_row(const double *x, const double *w, const double *g, do
   for (int64_t j = 0; j < D; j++) dx[j] = rr * g[j] * w[j] - x[j] * rr * rr * rr * s;
 }
 
-static void run_rmsnorm_grad(const Node *n, const double *x, const double *w, const double *g, double *out) {
+static void run_rmsnorm_grad(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0], *w = in[1], *g = in[2];
   int64_t D = last(&n->in[0]->shape), R = numel(n->in[0]) / D, which = attr_int(n, "which");
   double eps = attr_float(n, "eps");
   if (which != 0) memset(out, 0, D * sizeof *out);
@@ -344,7 +411,8 @@ static void softmax_line(const double *x, double *out, int64_t st, int64_t len, 
 /* The entries of row i of [..., S, T] a causal mask keeps: j <= i + (T - S). */
 static int64_t causal_len(int64_t i, int64_t S, int64_t T) { return i + (T - S) + 1; }
 
-static void run_softmax(const Node *n, const double *x, double *out) {
+static void run_softmax(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0];
   const Shape *s = &n->shape;
   int a = axis_of(n, "axis", s->ndim);
   bool causal = attr_int(n, "causal");
@@ -358,7 +426,8 @@ static void run_softmax(const Node *n, const double *x, double *out) {
     }
 }
 
-static void run_softmax_grad(const Node *n, const double *y, const double *g, double *out) {
+static void run_softmax_grad(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *y = in[0], *g = in[1];
   int64_t outer, len, inner;
   split_at(&n->shape, axis_of(n, "axis", n->shape.ndim), &outer, &len, &inner);
   for (int64_t o = 0; o < outer; o++)
@@ -370,7 +439,8 @@ static void run_softmax_grad(const Node *n, const double *y, const double *g, do
     }
 }
 
-static void run_reduce(const Node *n, const double *x, double *out) {
+/* sum, and with `mean` mean, over axis (all axes when it is unset). */
+static void reduce(const Node *n, const double *x, double *out, bool mean) {
   const Shape *s = &n->in[0]->shape;
   int64_t outer = 1, len = shape_numel(s), inner = 1;
   if (attr_get(n, "axis")->set) split_at(s, axis_of(n, "axis", s->ndim), &outer, &len, &inner);
@@ -378,9 +448,11 @@ static void run_reduce(const Node *n, const double *x, double *out) {
     for (int64_t k = 0; k < inner; k++) {
       double acc = 0;
       for (int64_t j = 0; j < len; j++) acc += x[(o * len + j) * inner + k];
-      out[o * inner + k] = n->op == OP_MEAN ? acc / (double)len : acc;
+      out[o * inner + k] = mean ? acc / (double)len : acc;
     }
 }
+static void run_sum(const Node *n, const double *const *in, double *out, int64_t step) { reduce(n, in[0], out, false); }
+static void run_mean(const Node *n, const double *const *in, double *out, int64_t step) { reduce(n, in[0], out, true); }
 
 /* logsumexp of a row of V. */
 static double row_lse(const double *x, int64_t V) {
@@ -397,7 +469,12 @@ static int64_t ce_count(const Node *n, const Node *t, const double *tg) {
   return c;
 }
 
-static void run_cross_entropy(const Node *n, const double *x, const double *tg, double *out) {
+static void run_ce_count(const Node *n, const double *const *in, double *out, int64_t step) {
+  out[0] = (double)ce_count(n, n->in[0], in[0]);
+}
+
+static void run_cross_entropy(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0], *tg = in[1];
   int64_t V = last(&n->in[0]->shape), ignore = attr_int(n, "ignore_index"), count = ce_count(n, n->in[1], tg);
   double total = 0;
   for (int64_t r = 0, R = numel(n->in[1]); r < R; r++) {
@@ -408,7 +485,8 @@ static void run_cross_entropy(const Node *n, const double *x, const double *tg, 
   out[0] = count ? total / (double)count : 0;
 }
 
-static void run_cross_entropy_grad(const Node *n, const double *x, const double *tg, const double *g, double *out) {
+static void run_cross_entropy_grad(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0], *tg = in[1], *g = in[2];
   int64_t V = last(&n->in[0]->shape), ignore = attr_int(n, "ignore_index"), count = ce_count(n, n->in[1], tg);
   for (int64_t r = 0, R = numel(n->in[1]); r < R; r++) {
     double *o = out + r * V;
@@ -439,7 +517,8 @@ static double *classifier_logits(const Node *n, const double *x, const double *w
   return lg;
 }
 
-static void run_classifier_ce(const Node *n, const double *x, const double *w, const double *tg, double *out) {
+static void run_classifier_ce(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0], *w = in[1], *tg = in[2];
   int64_t R, V, ignore = attr_int(n, "ignore_index"), count = 0;
   double *lg = classifier_logits(n, x, w, &R, &V), total = 0;
   for (int64_t r = 0; r < R; r++) {
@@ -452,7 +531,7 @@ static void run_classifier_ce(const Node *n, const double *x, const double *w, c
 }
 
 /* dlogits = g (softmax - onehot) / count on the counted rows; dx = dlogits w', dw from dlogitsᵀ x. */
-static void run_classifier_ce_grad(const Node *n, const double *const *in, double *out) {
+static void run_classifier_ce_grad(const Node *n, const double *const *in, double *out, int64_t step) {
   const double *x = in[0], *tg = in[2], *w = in[1], g = in[3][0];
   bool tb = attr_int(n, "transpose_b");
   int64_t R, V, d = last(&n->in[0]->shape), ignore = attr_int(n, "ignore_index"), count = 0;
@@ -490,7 +569,8 @@ static void attend_row(const double *q, const double *k, const double *v, double
   }
 }
 
-static void run_attention(const Node *n, const double *q, const double *k, const double *v, double *out) {
+static void run_attention(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *q = in[0], *k = in[1], *v = in[2];
   int64_t B = n->shape.d[0], S = n->shape.d[1], F = n->shape.d[2], T = n->in[1]->shape.d[1];
   int64_t H = attr_int(n, "heads"), hd = F / H;
   const AttrVal *sc = attr_get(n, "scale");
@@ -531,7 +611,8 @@ static double flash_score(const Flash *f, const double *q, const double *k, int6
   return s * f->scale;
 }
 
-static void run_flash_attention(const Node *n, const double *q, const double *k, const double *v, double *out) {
+static void run_flash_attention(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *q = in[0], *k = in[1], *v = in[2];
   Flash f = flash_of(n);
   int64_t W = f.F + f.H;
   for (int64_t b = 0; b < f.B; b++)
@@ -552,7 +633,7 @@ static void run_flash_attention(const Node *n, const double *q, const double *k,
 }
 
 /* dS = P (dP - delta), dP = dO vᵀ: dq = scale dS k, dk = scale dSᵀ q, dv = Pᵀ dO. */
-static void run_flash_attention_grad(const Node *n, const double *const *in, double *out) {
+static void run_flash_attention_grad(const Node *n, const double *const *in, double *out, int64_t step) {
   Flash f = flash_of(n);
   const double *q = in[0], *k = in[1], *v = in[2], *o = in[3], *g = in[4], *delta = in[5];
   int64_t W = f.F + f.H, which = attr_int(n, "which");
@@ -578,7 +659,12 @@ static void run_flash_attention_grad(const Node *n, const double *const *in, dou
 
 /* ---- data movement ------------------------------------------------------------------- */
 
-static void run_transpose(const Node *n, const double *x, double *out) {
+static void run_reshape(const Node *n, const double *const *in, double *out, int64_t step) {
+  copy_input(n, in[0], out);
+}
+
+static void run_transpose(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0];
   const AttrVal *p = attr_get(n, "perm");
   int64_t xs[MAX_DIMS], st[MAX_DIMS];
   contig_strides(&n->in[0]->shape, xs);
@@ -586,13 +672,15 @@ static void run_transpose(const Node *n, const double *x, double *out) {
   for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = x[offset_of(i, &n->shape, st)];
 }
 
-static void run_broadcast(const Node *n, const double *x, double *out) {
+static void run_broadcast(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0];
   int64_t st[MAX_DIMS];
   bcast_strides(&n->in[0]->shape, &n->shape, st);
   for (int64_t i = 0, N = numel(n); i < N; i++) out[i] = x[offset_of(i, &n->shape, st)];
 }
 
-static void run_sum_to(const Node *n, const double *x, double *out) {
+static void run_sum_to(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0];
   const Shape *xs = &n->in[0]->shape;
   int64_t st[MAX_DIMS];
   bcast_strides(&n->shape, xs, st);
@@ -608,14 +696,16 @@ static void copy_band(const double *x, double *out, int64_t outer, int64_t inner
     memcpy(out + (o * olen + at) * inner, x + (o * xlen + from) * inner, len * inner * sizeof *out);
 }
 
-static void run_slice(const Node *n, const double *x, double *out) {
+static void run_slice(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0];
   int a = axis_of(n, "axis", n->shape.ndim);
   int64_t outer, len, inner, start = attr_int(n, "start");
   split_at(&n->in[0]->shape, a, &outer, &len, &inner);
   copy_band(x, out, outer, inner, len, start, n->shape.d[a], 0, n->shape.d[a]);
 }
 
-static void run_pad(const Node *n, const double *x, double *out) {
+static void run_pad(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *x = in[0];
   int a = axis_of(n, "axis", n->shape.ndim);
   int64_t outer, len, inner;
   split_at(&n->in[0]->shape, a, &outer, &len, &inner);
@@ -623,7 +713,7 @@ static void run_pad(const Node *n, const double *x, double *out) {
   copy_band(x, out, outer, inner, len, 0, n->shape.d[a], attr_int(n, "before"), len);
 }
 
-static void run_concat(const Node *n, const double *const *in, double *out) {
+static void run_concat(const Node *n, const double *const *in, double *out, int64_t step) {
   int a = axis_of(n, "axis", n->shape.ndim);
   int64_t outer, olen, inner, at = 0;
   split_at(&n->shape, a, &outer, &olen, &inner);
@@ -634,72 +724,32 @@ static void run_concat(const Node *n, const double *const *in, double *out) {
   }
 }
 
+/* ---- collectives -------------------------------------------------------------------------- */
+
+/* Over one rank every collective is the identity; over several the interpreter has no peers. */
+static void one_rank(const Node *n, const double *const *in, double *out) {
+  if (attr_int(n, "ranks") != 1) not_computed(n, "a collective over several ranks");
+  copy_input(n, in[0], out);
+}
+static void run_all_reduce(const Node *n, const double *const *in, double *out, int64_t step) { one_rank(n, in, out); }
+static void run_all_gather(const Node *n, const double *const *in, double *out, int64_t step) { one_rank(n, in, out); }
+static void run_reduce_scatter(const Node *n, const double *const *in, double *out, int64_t step) {
+  one_rank(n, in, out);
+}
+static void run_split(const Node *n, const double *const *in, double *out, int64_t step) { one_rank(n, in, out); }
+static void run_tp_copy(const Node *n, const double *const *in, double *out, int64_t step) { one_rank(n, in, out); }
+
 /* ---- the interpreter --------------------------------------------------------------------- */
 
+static void (*const run_rules[OP_COUNT])(const Node *, const double *const *, double *, int64_t) = {
+#define OP(id, name, nin, cls, flags, attrs) [OP_##id] = run_##name,
+#include "ir/ops.def"
+#undef OP
+};
+
 void interp_eval(const Node *n, const double *const *in, double *out, int64_t step) {
-  switch (n->op) {
-  case OP_INPUT:
-  case OP_PARAM: diag_internal(__FILE__, __LINE__, "interp: inputs and parameters are given");
-  case OP_CONST: out[0] = attr_float(n, "value"); break;
-  case OP_LOSS_SCALE: out[0] = 1; break; /* the interpreter's gradients are unscaled */
-  case OP_ARANGE:
-    for (int64_t i = 0; i < numel(n); i++) out[i] = (double)i;
-    break;
-  case OP_EMBEDDING: run_embedding(n, in[0], in[1], out); break;
-  case OP_MATMUL: run_matmul(n, in[0], in[1], out); break;
-  case OP_ADD:
-  case OP_SUB:
-  case OP_MUL:
-  case OP_DIV: run_binary(n, in[0], in[1], out); break;
-  case OP_NEG:
-  case OP_GELU:
-  case OP_GELU_ERF:
-  case OP_SILU:
-  case OP_RELU: run_unary(n, in[0], out); break;
-  case OP_DROPOUT: run_dropout(n, in[0], out, step); break;
-  case OP_CAST: run_cast(n, in[0], out); break;
-  case OP_ROTARY: run_rotary(n, in[0], out); break;
-  case OP_LAYERNORM: run_layernorm(n, in[0], in[1], in[2], out); break;
-  case OP_RMSNORM: run_rmsnorm(n, in[0], in[1], out); break;
-  case OP_SOFTMAX: run_softmax(n, in[0], out); break;
-  case OP_SUM:
-  case OP_MEAN: run_reduce(n, in[0], out); break;
-  case OP_CROSS_ENTROPY: run_cross_entropy(n, in[0], in[1], out); break;
-  case OP_CE_COUNT: out[0] = (double)ce_count(n, n->in[0], in[0]); break;
-  case OP_ATTENTION: run_attention(n, in[0], in[1], in[2], out); break;
-  case OP_CLASSIFIER_CE: run_classifier_ce(n, in[0], in[1], in[2], out); break;
-  case OP_CLASSIFIER_CE_GRAD: run_classifier_ce_grad(n, in, out); break;
-  case OP_FLASH_ATTENTION: run_flash_attention(n, in[0], in[1], in[2], out); break;
-  case OP_FLASH_ATTENTION_GRAD: run_flash_attention_grad(n, in, out); break;
-  case OP_RESHAPE: memcpy(out, in[0], numel(n) * sizeof *out); break;
-  case OP_TRANSPOSE: run_transpose(n, in[0], out); break;
-  case OP_SLICE: run_slice(n, in[0], out); break;
-  case OP_CONCAT: run_concat(n, in, out); break;
-  case OP_BROADCAST: run_broadcast(n, in[0], out); break;
-  case OP_SUM_TO: run_sum_to(n, in[0], out); break;
-  case OP_GELU_GRAD:
-  case OP_GELU_ERF_GRAD:
-  case OP_SILU_GRAD:
-  case OP_RELU_GRAD: run_act_grad(n, in[0], in[1], out); break;
-  case OP_LAYERNORM_GRAD: run_layernorm_grad(n, in[0], in[1], in[2], out); break;
-  case OP_RMSNORM_GRAD: run_rmsnorm_grad(n, in[0], in[1], in[2], out); break;
-  case OP_SOFTMAX_GRAD: run_softmax_grad(n, in[0], in[1], out); break;
-  case OP_CROSS_ENTROPY_GRAD: run_cross_entropy_grad(n, in[0], in[1], in[2], out); break;
-  case OP_EMBEDDING_GRAD: run_embedding_grad(n, in[0], in[1], out); break;
-  case OP_PAD: run_pad(n, in[0], out); break;
-  case OP_FP8_STATE: memset(out, 0, numel(n) * sizeof *out); break; /* a first step's: scale 1 */
-  case OP_FP8_QUANTIZE: run_fp8_quantize(n, in[0], in[1], out); break;
-  case OP_SCALED_MATMUL: run_scaled_matmul(n, in[0], in[1], out); break;
-  case OP_ALL_REDUCE:
-  case OP_ALL_GATHER:
-  case OP_REDUCE_SCATTER:
-  case OP_SPLIT:
-  case OP_TP_COPY:
-    if (attr_int(n, "ranks") != 1) diag_internal(__FILE__, __LINE__, "interp: a collective over several ranks");
-    memcpy(out, in[0], numel(n) * sizeof *out); /* over one rank, every collective is the identity */
-    break;
-  case OP_COUNT: unreachable();
-  }
+  ir_assert((unsigned)n->op < OP_COUNT);
+  run_rules[n->op](n, in, out, step);
 }
 
 static bool given(const Node *n) { return n->op == OP_INPUT || n->op == OP_PARAM; }

@@ -87,7 +87,9 @@ void interp_run(const Graph *g, double **vals, int64_t step);
  * and sets them to NULL. */
 void interp_release(const Graph *g, double **vals);
 
-/* One node: out (numel of n) from in[0..n->nin) (numel of each input). */
+/* One node: out (numel of n) from in[0..n->nin) (numel of each input), by its op's
+ * run_<name> (ir/interp.c). input and param are an internal error, as is a
+ * collective over more than one rank. */
 void interp_eval(const Node *n, const double *const *in, double *out, int64_t step);
 
 /* x rounded to dtype t, as cast does. */

@@ -1,8 +1,8 @@
 /* Intra-op sharding (plan/shard.h): the model analysis the plan needs (batch
- * dimensions, consumers, saved tensors, segments and their signatures), the legal
- * strategies of each op (its rule shard_<name>, found by name from ir/ops.def, in a
- * table like the other per-op functions), their prices, and the dynamic program that
- * picks one strategy per op. */
+ * dimensions, each op's from bdim_<name>; consumers, saved tensors, segments and their
+ * signatures), the legal strategies of each op (its rule shard_<name>), their prices,
+ * and the dynamic program that picks one strategy per op. Both per-op functions are
+ * found by name from ir/ops.def, in tables like the other per-op functions. */
 #include "plan/shard.h"
 #include <math.h>
 #include <stdlib.h>
@@ -54,6 +54,61 @@ static int reduce_axis(const Node *n) { /* -1: all axes */
   return a && a->set ? norm_axis(a->i, n->in[0]->shape.ndim) : -1;
 }
 
+/* ---- batch dimensions: bdim_<name>, found by name from ir/ops.def --------------- */
+
+/* Each bdim_<name> says where the batch dimension of n is, from its inputs', or -1: data
+ * inputs carry it in dimension 0 and ops carry it through. Nodes are analysed in
+ * order, so pm->bdim holds every input's. analyse_nodes calls them through bdim_rules. */
+
+/* The first input of n that has a batch dimension, or NULL. */
+static const Node *batched_input(const PlanModel *pm, const Node *n) {
+  for (int i = 0; i < n->nin; i++)
+    if (pm->bdim[n->in[i]->id] >= 0) return n->in[i];
+  return NULL;
+}
+
+/* The batch dimension of that input, or -1. */
+static int first_bdim(const PlanModel *pm, const Node *n) {
+  const Node *in = batched_input(pm, n);
+  return in ? pm->bdim[in->id] : -1;
+}
+
+/* No batch dimension: sources other than inputs, the scalar losses, and those of the
+ * ops decompose, autocast and autodiff make after planning that the aliases below name. */
+static int bdim_none(const PlanModel *pm, const Node *n) { return -1; }
+
+/* The first batched input's, unchanged (the collectives). */
+static int bdim_first(const PlanModel *pm, const Node *n) { return first_bdim(pm, n); }
+
+/* The first batched input's, where it lands when shapes align to the right
+ * (elementwise ops, norms, softmax, attention and their gradients). */
+static int bdim_aligned(const PlanModel *pm, const Node *n) {
+  const Node *in = batched_input(pm, n);
+  return in ? aligned(n, in, pm->bdim[in->id]) : -1;
+}
+
+/* slice, pad, concat: the input's, unless the op works along it. */
+static int bdim_along_axis(const PlanModel *pm, const Node *n) {
+  int b = first_bdim(pm, n);
+  return b >= 0 && norm_axis(attr_int(n, "axis"), n->shape.ndim) != b ? b : -1;
+}
+
+/* sum, mean: gone when reduced, one lower past the reduced axis unless kept. */
+static int bdim_reduce(const PlanModel *pm, const Node *n) {
+  int b = first_bdim(pm, n), ax = reduce_axis(n);
+  if (b < 0 || ax < 0 || ax == b) return -1;
+  return attr_int(n, "keepdim") || b < ax ? b : b - 1;
+}
+
+/* Dimension 0 of a data input whose size is the batch. */
+static int bdim_input(const PlanModel *pm, const Node *n) {
+  return n->shape.ndim >= 1 && n->shape.d[0] == pm->batch ? 0 : -1;
+}
+
+/* The index's: the table has none. */
+static int bdim_embedding(const PlanModel *pm, const Node *n) { return pm->bdim[n->in[1]->id]; }
+
+/* a's rows or batch axes, or b's columns. */
 static int bdim_matmul(const PlanModel *pm, const Node *n) {
   const Node *a = n->in[0], *b = n->in[1];
   int na = a->shape.ndim, no = n->shape.ndim, ba = pm->bdim[a->id], bb = pm->bdim[b->id];
@@ -64,91 +119,86 @@ static int bdim_matmul(const PlanModel *pm, const Node *n) {
   return -1;
 }
 
-/* Where the batch dimension of n is, from its inputs (heuristics documented in
- * docs/plan.md: inputs carry it in dimension 0, ops carry it through). */
-static int bdim_of(const PlanModel *pm, const Node *n) {
-  int first = -1;
-  for (int i = 0; i < n->nin && first < 0; i++)
-    if (pm->bdim[n->in[i]->id] >= 0) first = i;
-  const Node *in = first >= 0 ? n->in[first] : NULL;
-  int b = in ? pm->bdim[in->id] : -1;
-  switch (n->op) {
-  case OP_INPUT: return n->shape.ndim >= 1 && n->shape.d[0] == pm->batch ? 0 : -1;
-  case OP_PARAM:
-  case OP_CONST:
-  case OP_ARANGE:
-  case OP_LOSS_SCALE: return -1;
-  case OP_EMBEDDING: return pm->bdim[n->in[1]->id];
-  case OP_MATMUL: return bdim_matmul(pm, n);
-  case OP_SUM:
-  case OP_MEAN: {
-    int ax = reduce_axis(n);
-    if (b < 0 || ax < 0 || ax == b) return -1;
-    return attr_int(n, "keepdim") || b < ax ? b : b - 1;
-  }
-  case OP_RESHAPE: {
-    int o = b >= 0 ? reshape_dim(n, b) : -1;
-    return o >= 0 && n->shape.d[o] % pm->batch == 0 ? o : -1;
-  }
-  case OP_TRANSPOSE: {
-    const AttrVal *perm = attr_get(n, "perm");
-    for (int j = 0; b >= 0 && j < perm->n; j++)
-      if (perm->v[j] == b) return j;
-    return -1;
-  }
-  case OP_SLICE:
-  case OP_PAD:
-  case OP_CONCAT: return b >= 0 && norm_axis(attr_int(n, "axis"), n->shape.ndim) != b ? b : -1;
-  case OP_BROADCAST:
-    if (b >= 0) return aligned(n, in, b);
-    return n->shape.ndim >= 1 && n->shape.d[0] == pm->batch && pm->batch > 1 &&
-                   (n->in[0]->shape.ndim < n->shape.ndim || n->in[0]->shape.d[0] == 1)
-               ? 0
-               : -1;
-  case OP_CROSS_ENTROPY:
-  case OP_CE_COUNT:
-  case OP_SUM_TO:
-  case OP_EMBEDDING_GRAD:
-  case OP_CROSS_ENTROPY_GRAD:
-  case OP_FLASH_ATTENTION:
-  case OP_FLASH_ATTENTION_GRAD:
-  case OP_CLASSIFIER_CE:
-  case OP_CLASSIFIER_CE_GRAD:
-  case OP_FP8_STATE:
-  case OP_FP8_QUANTIZE:
-  case OP_SCALED_MATMUL: return -1; /* (made by decompose, autocast and autodiff, after planning) */
-  case OP_ALL_REDUCE:
-  case OP_ALL_GATHER:
-  case OP_REDUCE_SCATTER:
-  case OP_SPLIT:
-  case OP_TP_COPY: return b;
-  case OP_ADD:
-  case OP_SUB:
-  case OP_MUL:
-  case OP_DIV:
-  case OP_NEG:
-  case OP_GELU:
-  case OP_GELU_ERF:
-  case OP_SILU:
-  case OP_RELU:
-  case OP_DROPOUT:
-  case OP_CAST:
-  case OP_ROTARY:
-  case OP_LAYERNORM:
-  case OP_RMSNORM:
-  case OP_SOFTMAX:
-  case OP_ATTENTION:
-  case OP_GELU_GRAD:
-  case OP_GELU_ERF_GRAD:
-  case OP_SILU_GRAD:
-  case OP_RELU_GRAD:
-  case OP_LAYERNORM_GRAD:
-  case OP_RMSNORM_GRAD:
-  case OP_SOFTMAX_GRAD: return b >= 0 ? aligned(n, in, b) : -1;
-  case OP_COUNT: break;
-  }
+/* The output dimension the input's maps to whole, if it still divides by the batch. */
+static int bdim_reshape(const PlanModel *pm, const Node *n) {
+  int b = first_bdim(pm, n), o = b >= 0 ? reshape_dim(n, b) : -1;
+  return o >= 0 && n->shape.d[o] % pm->batch == 0 ? o : -1;
+}
+
+static int bdim_transpose(const PlanModel *pm, const Node *n) {
+  int b = first_bdim(pm, n);
+  const AttrVal *perm = attr_get(n, "perm");
+  for (int j = 0; b >= 0 && j < perm->n; j++)
+    if (perm->v[j] == b) return j;
   return -1;
 }
+
+/* The input's, aligned; from an unbatched input, dimension 0 where the new leading
+ * axes (or a size-1 one) grow to the batch. */
+static int bdim_broadcast(const PlanModel *pm, const Node *n) {
+  const Node *in = batched_input(pm, n);
+  if (in) return aligned(n, in, pm->bdim[in->id]);
+  return n->shape.ndim >= 1 && n->shape.d[0] == pm->batch && pm->batch > 1 &&
+                 (n->in[0]->shape.ndim < n->shape.ndim || n->in[0]->shape.d[0] == 1)
+             ? 0
+             : -1;
+}
+
+#define bdim_param bdim_none
+#define bdim_const bdim_none
+#define bdim_arange bdim_none
+#define bdim_loss_scale bdim_none
+#define bdim_add bdim_aligned
+#define bdim_sub bdim_aligned
+#define bdim_mul bdim_aligned
+#define bdim_div bdim_aligned
+#define bdim_neg bdim_aligned
+#define bdim_gelu bdim_aligned
+#define bdim_silu bdim_aligned
+#define bdim_gelu_erf bdim_aligned
+#define bdim_relu bdim_aligned
+#define bdim_dropout bdim_aligned
+#define bdim_cast bdim_aligned
+#define bdim_rotary bdim_aligned
+#define bdim_layernorm bdim_aligned
+#define bdim_rmsnorm bdim_aligned
+#define bdim_softmax bdim_aligned
+#define bdim_sum bdim_reduce
+#define bdim_mean bdim_reduce
+#define bdim_cross_entropy bdim_none /* a scalar */
+#define bdim_ce_count bdim_none      /* a scalar */
+#define bdim_classifier_ce bdim_none
+#define bdim_attention bdim_aligned
+#define bdim_flash_attention bdim_none
+#define bdim_slice bdim_along_axis
+#define bdim_concat bdim_along_axis
+#define bdim_sum_to bdim_none
+#define bdim_gelu_grad bdim_aligned
+#define bdim_silu_grad bdim_aligned
+#define bdim_gelu_erf_grad bdim_aligned
+#define bdim_relu_grad bdim_aligned
+#define bdim_layernorm_grad bdim_aligned
+#define bdim_rmsnorm_grad bdim_aligned
+#define bdim_softmax_grad bdim_aligned
+#define bdim_cross_entropy_grad bdim_none
+#define bdim_embedding_grad bdim_none
+#define bdim_classifier_ce_grad bdim_none
+#define bdim_flash_attention_grad bdim_none
+#define bdim_pad bdim_along_axis
+#define bdim_fp8_state bdim_none
+#define bdim_fp8_quantize bdim_none
+#define bdim_scaled_matmul bdim_none
+#define bdim_all_reduce bdim_first
+#define bdim_all_gather bdim_first
+#define bdim_reduce_scatter bdim_first
+#define bdim_split bdim_first
+#define bdim_tp_copy bdim_first
+
+static int (*const bdim_rules[OP_COUNT])(const PlanModel *, const Node *) = {
+#define OP(id, name, nin, cls, flags, attrs) [OP_##id] = bdim_##name,
+#include "ir/ops.def"
+#undef OP
+};
 
 /* Tensors an op's backward reads (STYLE: one switch on the op kind). */
 static bool saves_output(OpKind op) { return op == OP_SOFTMAX || op == OP_ATTENTION; }
@@ -168,7 +218,7 @@ static void analyse_nodes(Arena *a, PlanModel *pm) {
   pm->saver = arena_array(a, g->n, sizeof *pm->saver);
   for (int i = 0; i < g->n; i++) {
     const Node *n = g->nodes[i];
-    pm->bdim[i] = bdim_of(pm, n);
+    pm->bdim[i] = bdim_rules[n->op](pm, n);
     pm->bdep[i] = pm->bdim[i] >= 0;
     for (int k = 0; k < n->nin; k++) {
       pm->bdep[i] |= pm->bdep[n->in[k]->id];
