@@ -9,9 +9,11 @@ foreach(model ${COLOSSALC_BAD_MODELS})
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_bad.py ${COLOSSALC_BIN} ${name}
            WORKING_DIRECTORY ${CMAKE_CURRENT_LIST_DIR})
   set_tests_properties(bad_${stem} PROPERTIES LABELS bad TIMEOUT 60)
+  colossalc_label(fast bad_${stem})
 endforeach()
 
 # Command-line mistakes: one line each, exit status 1 (check_cli.py).
 add_test(NAME bad_command_line COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_cli.py ${COLOSSALC_BIN}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(bad_command_line PROPERTIES LABELS bad TIMEOUT 120)
+colossalc_label(fast bad_command_line)

@@ -30,6 +30,8 @@ add_test(NAME codegen_cuda_host COMMAND test_codegen_cuda host WORKING_DIRECTORY
 add_test(NAME codegen_cuda_gpu COMMAND test_codegen_cuda gpu)
 set_tests_properties(codegen_cuda_host PROPERTIES TIMEOUT 900)
 set_tests_properties(codegen_cuda_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+colossalc_label(fast codegen_cuda_emit codegen_cuda_nvrtc_sm80 codegen_cuda_nvrtc_sm90 codegen_cuda_nvrtc_compute90
+                codegen_cuda_nvrtc_report codegen_cuda_host codegen_cuda_gpu)
 
 # Every kernel lowering makes of small configurations of the model zoo: NVRTC compiles
 # them, the host shim runs the whole step against kernel_eval.
@@ -43,6 +45,7 @@ foreach(entry ${COLOSSALC_TINY_MODELS})
            COMMAND test_codegen_cuda lowered ${tiny_model} --attention=fused --classifier=fused ${tiny_config}
            WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(codegen_cuda_lowered_${tiny_name}_fused PROPERTIES TIMEOUT 900)
+  colossalc_label(fast codegen_cuda_lowered_${tiny_name} codegen_cuda_lowered_${tiny_name}_fused) # 1 to 3 s
 endforeach()
 # and gpt2-tiny in bf16 mixed precision (16-bit buffers, GEMM operands and roundings)
 add_test(NAME codegen_cuda_lowered_gpt2_tiny_bf16
@@ -55,11 +58,13 @@ add_test(NAME codegen_cuda_lowered_gpt2_tiny_bf16_fused
                  --classifier=fused batch=2 seq=40 layers=2
          WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 set_tests_properties(codegen_cuda_lowered_gpt2_tiny_bf16_fused PROPERTIES TIMEOUT 900)
+colossalc_label(fast codegen_cuda_lowered_gpt2_tiny_bf16 codegen_cuda_lowered_gpt2_tiny_bf16_fused)
 add_test(NAME codegen_cuda_lowered_gpt2_tiny_fp8
          COMMAND test_codegen_cuda lowered ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model --precision=fp8 --attention=fused
                  batch=2 seq=16 layers=2
          WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 set_tests_properties(codegen_cuda_lowered_gpt2_tiny_fp8 PROPERTIES TIMEOUT 900)
+colossalc_label(cuda_emul codegen_cuda_lowered_gpt2_tiny_fp8) # about 5 s
 # fused attention's warp per row where a head is not a whole number of warps (40
 # columns: lanes past the head idle) and the keys are three blocks of 32, the last partial
 add_test(NAME codegen_cuda_lowered_gpt2_attn_blocks
@@ -67,11 +72,13 @@ add_test(NAME codegen_cuda_lowered_gpt2_attn_blocks
                  d=80 heads=2 batch=2 seq=70 layers=1
          WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 set_tests_properties(codegen_cuda_lowered_gpt2_attn_blocks PROPERTIES TIMEOUT 900)
+colossalc_label(fast codegen_cuda_lowered_gpt2_attn_blocks)
 
 # The CUDA source of every kernel of every model in models/, at its real size, compiles
 # through NVRTC for sm_80 and sm_90; for sm_90 no kernel uses local memory (no stack
 # frame, no spills) or more than 64 registers (at most 1,024 resident threads of 2,048
-# an SM holds), from ptxas's report.
+# an SM holds), from ptxas's report. The sm_90 checks compile twice (the second time for
+# that report), 2 to 6 s a model: not in the fast tier.
 add_executable(nvrtc_check ${CMAKE_CURRENT_LIST_DIR}/nvrtc_check.c)
 target_link_libraries(nvrtc_check PRIVATE ${CUDA_nvrtc_LIBRARY})
 target_include_directories(nvrtc_check PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
@@ -84,6 +91,8 @@ foreach(model ${nvrtc_models})
   add_test(NAME nvrtc_${stem}_sm_80 COMMAND nvrtc_check ${dir}/kernels.cu sm_80)
   add_test(NAME nvrtc_${stem}_sm_90 COMMAND nvrtc_check ${dir}/kernels.cu sm_90 64)
   set_tests_properties(nvrtc_${stem}_sm_80 nvrtc_${stem}_sm_90 PROPERTIES FIXTURES_REQUIRED cuda_${stem} TIMEOUT 900)
+  colossalc_label(fast nvrtc_emit_${stem} nvrtc_${stem}_sm_80)
+  colossalc_label(cuda_emul nvrtc_${stem}_sm_90)
 endforeach()
 # GPT-2's bf16 and fp16 programs (their 16-bit loads, stores and roundings) and fp8
 # program (its 8-bit stores and loads: the quantizing and descaling kernels)
@@ -96,4 +105,6 @@ foreach(prec bf16 fp16 fp8)
   add_test(NAME nvrtc_gpt2_${prec}_sm_90 COMMAND nvrtc_check ${cu} sm_90 64)
   set_tests_properties(nvrtc_gpt2_${prec}_sm_80 nvrtc_gpt2_${prec}_sm_90 PROPERTIES FIXTURES_REQUIRED cuda_gpt2_${prec}
                        TIMEOUT 900)
+  colossalc_label(fast nvrtc_emit_gpt2_${prec} nvrtc_gpt2_${prec}_sm_80)
+  colossalc_label(cuda_emul nvrtc_gpt2_${prec}_sm_90)
 endforeach()

@@ -5,6 +5,7 @@ set(CODEGEN_TEST_WORK ${CMAKE_CURRENT_BINARY_DIR}/codegen-work)
 file(MAKE_DIRECTORY ${CODEGEN_TEST_WORK})
 add_test(NAME codegen_llvm_numerics COMMAND test_llvm numerics WORKING_DIRECTORY ${CODEGEN_TEST_WORK})
 add_test(NAME codegen_llvm_ir COMMAND test_llvm ir WORKING_DIRECTORY ${CODEGEN_TEST_WORK})
+colossalc_label(fast codegen_llvm_numerics codegen_llvm_ir)
 # Every kernel of small configurations of the model zoo, compiled, against kernel_eval.
 foreach(entry ${COLOSSALC_TINY_MODELS})
   colossalc_tiny_model("${entry}")
@@ -12,6 +13,7 @@ foreach(entry ${COLOSSALC_TINY_MODELS})
            WORKING_DIRECTORY ${CODEGEN_TEST_WORK})
   add_test(NAME codegen_llvm_lowered_${tiny_name}_fused COMMAND test_llvm lowered ${tiny_model} --attention=fused
            --classifier=fused ${tiny_config} WORKING_DIRECTORY ${CODEGEN_TEST_WORK})
+  colossalc_label(fast codegen_llvm_lowered_${tiny_name} codegen_llvm_lowered_${tiny_name}_fused)
 endforeach()
 # and gpt2-tiny in bf16 mixed precision
 add_test(NAME codegen_llvm_lowered_gpt2_tiny_bf16 COMMAND test_llvm lowered ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model
@@ -23,3 +25,5 @@ add_test(NAME codegen_llvm_lowered_gpt2_tiny_bf16_fused COMMAND test_llvm lowere
 # scaling states' update)
 add_test(NAME codegen_llvm_lowered_gpt2_tiny_fp8 COMMAND test_llvm lowered ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model
          --precision=fp8 --attention=fused batch=2 seq=16 layers=2 WORKING_DIRECTORY ${CODEGEN_TEST_WORK})
+colossalc_label(fast codegen_llvm_lowered_gpt2_tiny_bf16 codegen_llvm_lowered_gpt2_tiny_bf16_fused
+                codegen_llvm_lowered_gpt2_tiny_fp8)

@@ -3,6 +3,7 @@
 # LD_LIBRARY_PATH, so the real `train` runs --device cuda on this machine (driver.c,
 # nvrtc.c, cublaslt.c, nccl.c). And real NVRTC: the kernels compiled for sm_80 and sm_90 at
 # start-up, into the kernel cache (train --compile-kernels needs no GPU).
+# Labels (tests/labels.cmake): all cuda_emul, none fast (each compiles and runs a train).
 set(CUDA_EMUL_LIB ${CMAKE_BINARY_DIR}/cuda-emul/lib)
 file(MAKE_DIRECTORY ${CUDA_EMUL_LIB})
 foreach(lib cuda:driver:1 nvrtc:nvrtc:13 cublasLt:cublaslt:13)
@@ -50,6 +51,8 @@ add_test(NAME cuda_gpu_fails COMMAND ${cuda_run} gpu_fails)
 set_tests_properties(cuda_too_few_gpus cuda_gpu_fails
                      PROPERTIES ENVIRONMENT "MPIRUN=${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS}" TIMEOUT 300)
 set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache cuda_no_gpu PROPERTIES TIMEOUT 900)
+colossalc_label(cuda_emul cuda_emul_one_rank cuda_emul_bf16 cuda_emul_fused cuda_emul_fp8 cuda_nvrtc_cache
+                cuda_no_gpu cuda_too_few_gpus cuda_gpu_fails)
 if(COLOSSALC_SANITIZE)
   set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache PROPERTIES ENVIRONMENT
     "ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS};LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0")
@@ -108,6 +111,7 @@ if(COLOSSALC_SANITIZE)
 endif()
 set_tests_properties(${cuda_mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 900
                      ENVIRONMENT "${cuda_mr_env}")
+colossalc_label(cuda_emul ${cuda_mr_tests})
 # The stream ordering is what makes those equal: the emulated streams are threads, and
 # with the runtime's cross-stream waits taken out (the emulated cuStreamWaitEvent doing
 # nothing), the pipeline's sends go out before the compute stream has copied their data
@@ -122,6 +126,7 @@ add_test(NAME cuda_emul_stream_hazard COMMAND ${mr_mesh} pp2_hazard 1 1 2 --micr
 add_test(NAME cuda_emul_overlap_hazard COMMAND ${mr_mesh} dp2_overlap_hazard 2 1 1 --microbatch-size 2)
 set_tests_properties(cuda_emul_stream_hazard cuda_emul_overlap_hazard PROPERTIES FIXTURES_REQUIRED multirank_bins
                      TIMEOUT 900 ENVIRONMENT "${cuda_mr_env};COLOSSALC_EMUL_DROP_WAITS=1;EXPECT_DIFFER=1")
+colossalc_label(cuda_emul cuda_emul_stream_hazard cuda_emul_overlap_hazard)
 endif()
 
 # Offload under device budgets on the emulated CUDA device: its moves on the copy
@@ -142,3 +147,4 @@ add_test(NAME cuda_emul_offload_hazard
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${CUDA_WORK}/offload-hazard ${COLOSSALC_TORCH_PYTHON})
 set_tests_properties(cuda_emul_offload_hazard PROPERTIES TIMEOUT 900
                      ENVIRONMENT "${cuda_off_env};COLOSSALC_EMUL_DROP_WAITS=1;EXPECT_DIFFER=1")
+colossalc_label(cuda_emul cuda_emul_offload cuda_emul_offload_hazard)

@@ -1,4 +1,6 @@
 # End-to-end: `colossalc -o train`, then train against PyTorch and across a resume.
+# Labels (tests/labels.cmake): e2e, or reference where PyTorch is the check. Only
+# e2e_emit_llvm is fast: the others compile and link a train, and most start torch.
 set(E2E_WORK ${CMAKE_BINARY_DIR}/e2e-work)
 file(MAKE_DIRECTORY ${E2E_WORK})
 add_test(NAME e2e_gpt2_vs_torch
@@ -22,6 +24,8 @@ add_test(NAME e2e_gpt2_vs_torch_fp8_classifier
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_vs_torch.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
                  ${E2E_WORK}/torch-fp8-classifier fp8 --fp8-classifier)
+colossalc_label(reference e2e_gpt2_vs_torch e2e_gpt2_vs_torch_fused_classifier e2e_gpt2_vs_torch_bf16
+                e2e_gpt2_vs_torch_fp8 e2e_gpt2_vs_torch_fp8_classifier)
 # training quality: 2,000 steps of gpt2-tiny in bf16 within 2 % of fp32's final loss, fp8
 # within 4 % (about 4 minutes; not under the sanitizers, where it would take several times that)
 if(NOT COLOSSALC_SANITIZE)
@@ -29,11 +33,13 @@ if(NOT COLOSSALC_SANITIZE)
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_quality.sh $<TARGET_FILE:colossalc>
                    $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/quality)
   set_tests_properties(e2e_quality_mixed PROPERTIES TIMEOUT 1200)
+  colossalc_label(e2e e2e_quality_mixed)
 endif()
 # fp16 with dynamic loss scaling, from a scale that overflows at first
 add_test(NAME e2e_gpt2_vs_torch_fp16
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_vs_torch.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/torch-fp16 fp16)
+colossalc_label(reference e2e_gpt2_vs_torch_fp16)
 # fused kernels equal the materialized ones: the loss and every gradient of one SGD step, to
 # 1e-5; attention causal and not, head sizes 32 to 128, sequence lengths off and on the key
 # block; the classifier with w [d, V] and tied [V, d], rows the chunk does not divide
@@ -42,6 +48,7 @@ foreach(what attention classifier)
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_fused.sh ${what} $<TARGET_FILE:colossalc>
                    $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/fused-${what})
 endforeach()
+colossalc_label(e2e e2e_fused_attention e2e_fused_classifier)
 # bert, vit (from record files) and llama against their PyTorch references (zoo_reference.py):
 # 5 AdamW steps, each loss and every final parameter to a relative 1e-4
 foreach(what bert vit llama)
@@ -49,6 +56,7 @@ foreach(what bert vit llama)
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_zoo_vs_torch.sh $<TARGET_FILE:colossalc>
                    $<TARGET_FILE:colossalc-mkdata> $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON}
                    ${CMAKE_SOURCE_DIR} ${E2E_WORK}/torch-${what} ${what})
+  colossalc_label(reference e2e_${what}_vs_torch)
 endforeach()
 # The zoo trains from its data files: bert and vit from record files (colossalc-mkdata),
 # a vocabulary of 70,001 from a uint32 token file
@@ -57,6 +65,7 @@ foreach(what bert vit gpt2-u32)
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_zoo_train.sh $<TARGET_FILE:colossalc>
                    $<TARGET_FILE:colossalc-mkdata> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
                    ${E2E_WORK}/zoo-train-${what} ${what})
+  colossalc_label(e2e e2e_zoo_train_${what})
 endforeach()
 add_test(NAME e2e_resume
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_resume.sh $<TARGET_FILE:colossalc>
@@ -67,6 +76,7 @@ add_test(NAME e2e_resume_fp16 # the loss scale and the skipped steps carried ove
 add_test(NAME e2e_resume_fp8 # the scaling states carried over
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_resume.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/resume-fp8 fp8)
+colossalc_label(e2e e2e_resume e2e_resume_fp16 e2e_resume_fp8)
 # recompute: values bit for bit as without, one rank and (under mpirun) tp 2 and pp 2
 set(rc_mpirun "")
 if(MPIEXEC_EXECUTABLE)
@@ -90,6 +100,7 @@ add_test(NAME e2e_offload_fp8
                  $<TARGET_FILE:colossalc> $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/offload-fp8
                  ${COLOSSALC_TORCH_PYTHON})
 set_tests_properties(e2e_gpt2_vs_torch e2e_resume e2e_recompute e2e_offload e2e_offload_fp16 e2e_offload_fp8 PROPERTIES TIMEOUT 600)
+colossalc_label(e2e e2e_recompute e2e_offload e2e_offload_fp16 e2e_offload_fp8)
 # e2e_recompute runs mpirun: under the sanitizers, Open MPI's own leaks are suppressed
 # as for the multi-rank tests (tests/multirank/lsan.supp says how)
 if(COLOSSALC_SANITIZE)
@@ -100,3 +111,4 @@ endif()
 add_test(NAME e2e_emit_llvm
          COMMAND sh -c "$0 $1 --emit-llvm $2 && grep -c '^define void @k' $2 && grep -q '<[0-9]* x float>' $2"
                  $<TARGET_FILE:colossalc> ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model ${E2E_WORK}/gpt2-tiny.ll)
+colossalc_label("fast;e2e" e2e_emit_llvm) # no train: the LLVM module only

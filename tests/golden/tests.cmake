@@ -9,4 +9,5 @@ foreach(model ${golden_models})
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_dump.sh $<TARGET_FILE:colossalc> ${model} ${golden}
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   add_test(NAME irparse_${stem} COMMAND test_irparse ${golden})
+  colossalc_label(fast golden_${stem} irparse_${stem})
 endforeach()

@@ -26,11 +26,13 @@ foreach(case ${HF_CASES})
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/hf/run_hf.sh $<TARGET_FILE:colossalc>
                    $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
                    ${HF_WORK}/${name} ${args})
+  colossalc_label(reference hf_${name}) # 3 to 5 s: transformers is slow to import
 endforeach()
 # damaged checkpoints and models that are not transformers models: one message, exit 1
 add_test(NAME hf_errors
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/hf/run_hf_errors.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-export> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${HF_WORK}/errors)
+colossalc_label(reference hf_errors)
 # the same on a mesh of CPU ranks under mpirun: every rank reads the checkpoint and
 # takes its slices, --save-hf gathers the split and staged parameters (GPT-2's tied
 # embedding held by the first and last stage)
@@ -48,6 +50,7 @@ if(MPIEXEC_EXECUTABLE)
                      sh ${CMAKE_CURRENT_SOURCE_DIR}/hf/run_hf.sh $<TARGET_FILE:colossalc>
                      $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
                      ${HF_WORK}/${name} ${args})
+    colossalc_label(reference hf_${name})
     if(COLOSSALC_SANITIZE) # Open MPI's own leaks, as for the multi-rank tests
       set_tests_properties(hf_${name} PROPERTIES ENVIRONMENT
         "OMPI_MCA_mca_base_component_disable_dlclose=1;ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS}:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/multirank/lsan.supp:print_suppressions=0")

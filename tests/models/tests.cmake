@@ -5,3 +5,4 @@ add_test(NAME models_param_reference
          COMMAND ${COLOSSALC_TORCH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/models/param_reference.py
                  --check $<TARGET_FILE:colossalc>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+colossalc_label("fast;reference" models_param_reference) # about 1.5 s

@@ -19,6 +19,8 @@ set_tests_properties(multirank_comm_self multirank_comm_np3 multirank_comm_np3_c
 # The executor's reserved tiers, which hold the shards (one process, no MPI).
 add_test(NAME multirank_reserve COMMAND test_reserve)
 set_tests_properties(multirank_reserve PROPERTIES TIMEOUT 120)
+# these take under a second (tests/labels.cmake); the rest below train compiled programs
+colossalc_label("fast;multirank" multirank_comm_self multirank_comm_np3 multirank_comm_np3_chunked multirank_reserve)
 
 add_test(NAME multirank_build
          COMMAND sh ${MR_DIR}/build.sh $<TARGET_FILE:colossalc> $<TARGET_FILE:colossalc-mktokens>
@@ -154,6 +156,9 @@ list(APPEND mr_tests multirank_tp2 multirank_tp2_search multirank_pp2_1f1b multi
      multirank_pp2_interleaved_bf16 multirank_dp2_tp2_pp2_bf16 multirank_tp2_fp8 multirank_dp2_tp2_fp8 multirank_dp2_fp8
      multirank_dp2_tp2_pp2_fp8 multirank_pp2_fp8 multirank_pp2_interleaved_fp8)
 set_tests_properties(${mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 600)
+# 1 to 8 s each on an idle machine, several times that when other runs share its two
+# cores (their ranks outnumber the cores): not fast
+colossalc_label(multirank multirank_build ${mr_tests})
 
 # Under the sanitizers, Open MPI's own leaks are suppressed (lsan.supp says how);
 # mpirun passes its environment on to the ranks it starts on this machine.

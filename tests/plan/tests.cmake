@@ -3,6 +3,7 @@ foreach(t plan_cost plan_published)
   add_executable(test_${t} ${CMAKE_CURRENT_SOURCE_DIR}/plan/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE colossalc_core)
   add_test(NAME ${t} COMMAND test_${t} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  colossalc_label(fast ${t})
 endforeach()
 set(COLOSSALC_PLAN_PYTHON /usr/bin/python3 CACHE FILEPATH "Python for the plan command-line tests")
 foreach(t acceptance text_svg forced infeasible cluster_files from_file determinism offload offload_state compile
@@ -14,3 +15,7 @@ endforeach()
 add_test(NAME plan_compose
          COMMAND ${COLOSSALC_PLAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/check_compose.py $<TARGET_FILE:colossalc>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+colossalc_label(fast plan_acceptance plan_text_svg plan_forced plan_infeasible plan_cluster_files plan_from_file
+                plan_determinism plan_offload plan_offload_state plan_compile plan_collectives_compiled plan_compose)
+# compiles and links eleven programs (-o train): about 10 s
+colossalc_label(e2e plan_memory_compiled)

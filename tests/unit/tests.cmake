@@ -4,6 +4,7 @@ foreach(t shapes frontend gradcheck interp_torch pipeline half)
     add_executable(test_${t} ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_${t}.c)
     target_link_libraries(test_${t} PRIVATE colossalc_core)
     add_test(NAME unit_${t} COMMAND test_${t})
+    colossalc_label(fast unit_${t})
   endif()
 endforeach()
 
@@ -27,9 +28,12 @@ foreach(entry ${COLOSSALC_TINY_MODELS})
            ${tiny_config})
   add_test(NAME lower_${tiny_name}_fused_bf16 COMMAND test_lower ${tiny_model} --precision=bf16 --attention=fused
            --classifier=fused ${tiny_config})
+  colossalc_label(fast lower_${tiny_name} lower_${tiny_name}_bf16 lower_${tiny_name}_fused
+                  lower_${tiny_name}_fused_bf16)
 endforeach()
 add_test(NAME lower_gpt2_tiny_fp16 COMMAND test_lower ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model --precision=fp16
          batch=2 seq=16 layers=2)
+colossalc_label(fast lower_gpt2_tiny_fp16)
 
 # The partition pass in exact arithmetic: every rank of a tensor-/pipeline-parallel
 # plan interpreted side by side against the whole graph (test_partition.c says how).
@@ -58,6 +62,7 @@ foreach(c ${part_cases})
   set(config ${part_${model}})
   list(REMOVE_AT config 0)
   add_test(NAME partition_${name} COMMAND test_partition ${file} ${args} ${config})
+  colossalc_label(fast partition_${name})
 endforeach()
 
 # Recompute: bit-exact values, lower work peaks, clone FLOPs against the plan's cost
@@ -67,10 +72,12 @@ target_link_libraries(test_recompute PRIVATE colossalc_core)
 foreach(entry ${COLOSSALC_TINY_MODELS})
   colossalc_tiny_model("${entry}")
   add_test(NAME recompute_${tiny_name} COMMAND test_recompute ${tiny_model} ${tiny_config})
+  colossalc_label(fast recompute_${tiny_name})
 endforeach()
 # six layers (brute force over 3^6 choices); attention scores dominate the activations
 add_test(NAME recompute_gpt2_scores COMMAND test_recompute --selective-drops ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model
          layers=6 d=32 heads=8 seq=128 ctx=128 batch=2 vocab=64)
+colossalc_label(fast recompute_gpt2_scores)
 
 # Offload plans walked independently: parts where kernels need them, the device under
 # its capacity, every part home at the end, predicted peaks equal to the walk's.
@@ -82,3 +89,4 @@ target_link_libraries(test_offload PRIVATE colossalc_core)
 add_test(NAME offload_gpt2_tiny COMMAND test_offload ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model batch=2 seq=32)
 add_test(NAME offload_llama_tiny COMMAND test_offload ${CMAKE_SOURCE_DIR}/models/llama.model
          vocab=512 d=128 heads=4 layers=4 ffn=344 batch=2 seq=16)
+colossalc_label(fast verify_program_gpt2_tiny offload_gpt2_tiny offload_llama_tiny)

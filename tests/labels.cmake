@@ -1,0 +1,26 @@
+# Test tiers: every CTest test is labelled by what it costs.
+#   fast       seconds at most, also while other runs share the machine's cores:
+#              unit, IR, passes, plan, lowering, golden and bad-input tests, the
+#              runtime's pieces (its hand-written programs, under mpirun too), and
+#              the few quick tests of the areas below. Most of those compile a model,
+#              link a `train` and run it, under mpirun or beside torch: a second or two
+#              alone, several times that on a busy machine, so not fast. `ctest -L fast`
+#              (scripts/test.sh --fast) runs the tier in a few minutes.
+# A test that is not fast carries exactly one of these; a fast one may carry its
+# area's too (`fast;reference`), so that `ctest -L AREA` runs the whole area:
+#   e2e        `colossalc -o train`, then train, against its own runs (resume,
+#              recompute, offload, the loss after training)
+#   multirank  train under mpirun against one rank; the Comm interface
+#   cuda_emul  the CUDA path without a GPU: NVRTC at full size, the emitter's host
+#              shim, `train --device cuda` on the emulated driver, NVRTC, cuBLASLt, NCCL
+#   reference  against PyTorch, onnxruntime or transformers
+#   fuzz       the fuzz targets over their corpora, random inputs
+# The older area labels stay beside these: bad, onnx, gpu.
+#
+# colossalc_label(LABELS TEST...) adds LABELS (one label, or a list such as
+# "fast;reference") to each TEST. Call it in the directory that added the tests
+# (tests/ or runtime/): set_property(TEST) sees no other directory's.
+include_guard(GLOBAL)
+function(colossalc_label labels)
+  set_property(TEST ${ARGN} APPEND PROPERTY LABELS ${labels})
+endfunction()
