@@ -23,6 +23,7 @@
 #include "passes/recompute.h"
 #include "passes/summary.h"
 #include "plan/dump.h"
+#include "plan/policy.h"
 #include "plan/search.h"
 
 static void usage(FILE *f) {
@@ -798,20 +799,12 @@ static Graph *apply_recompute(Graph *g, const Build *b) {
   return pass_recompute(g, mode);
 }
 
-/* With --device-memory and no --recompute: the activations get what the chunks leave
- * when the offload plan takes the least room it can (a quarter of it for the largest
- * parameter's chunk with its gradient and the next in flight, codegen/offload.c); when
- * the work tier does not fit that, recompute auto chooses the layers under it. */
+/* --device-memory without --recompute: the layers plan/policy.h says to recompute so
+ * that the activations fit beside offload's chunks, reported on standard error. */
 static Graph *recompute_for_device(Graph *g, const Options *o) {
-  int64_t largest = 0;
-  for (int k = 0; k < g->nparams; k++) {
-    int64_t b = (shape_numel(&g->params[k]->shape) * 4 + 63) / 64 * 64;
-    if (b > largest) largest = b;
-  }
-  int64_t budget = o->device_memory - 4 * (largest + 2 * 4096) - 4096;
-  if (budget <= 0 || (measure_work_peak(g, NULL) + 4095) / 4096 * 4096 <= budget) return g;
   RecomputeChoice c;
-  recompute_choose(g, budget, measure_work_peak, NULL, &c);
+  int64_t budget;
+  if (!policy_recompute_for_device(g, o->device_memory, measure_work_peak, NULL, &c, &budget)) return g;
   recompute_set = recompute_describe(g->arena, g, c.mode);
   fprintf(stderr,
           "colossalc: recompute for --device-memory (%s): %.4g forward FLOPs recomputed, work peak %.1f MiB of "
@@ -855,20 +848,16 @@ static void schedule_zero(Build *b) {
   if (b->nps == 1 && p->zero_stage >= 2 && !p->scheduled && !b->offload) zero_schedule(p);
 }
 
-/* What offload plans for: --device-memory, or the usable memory of the plan's devices
- * when the plan offloads the state; the host memory of --host-memory, else the plan's
- * node's, else 80% of this machine's. */
+/* What offload plans for (plan/policy.h) and on which cluster: the plan's, else the one
+ * device of --cluster or --gpu (cpu by default). */
 static OffloadOptions offload_options(const Build *b, Cluster *cl) {
   const Options *o = b->o;
   if (b->r) *cl = *b->r->cl;
   else if (o->cluster) cluster_load_json(cl, o->cluster, 1, 1);
   else cluster_from_profile(cl, o->gpu ? o->gpu : "cpu", 1, 1);
-  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-  int64_t host = o->host_memory ? o->host_memory : pages > 0 && psize > 0 ? (int64_t)pages * psize / 10 * 8 : 0;
-  if (b->planned_offload && !o->host_memory) host = (int64_t)cl->host_memory; /* the node's, as the plan priced it */
-  int64_t device = o->device_memory ? o->device_memory : b->r ? (int64_t)b->r->usable : 0;
+  OffloadBudget ob = policy_offload_budget(b->r, cl, o->device_memory, o->host_memory);
   return (OffloadOptions){
-      .device_memory = device, .host_memory = host, .cl = cl, .ranks_per_node = b->r ? cl->gpus_per_node : 1};
+      .device_memory = ob.device, .host_memory = ob.host, .cl = cl, .ranks_per_node = ob.ranks_per_node};
 }
 
 /* After lowering: each stage's offload chunks (and under ZeRO-3 their owners, which
@@ -876,8 +865,8 @@ static OffloadOptions offload_options(const Build *b, Cluster *cl) {
  * unscheduled micro-batches are unrolled into `step`, so that the offload plan sees the
  * whole step. */
 static void decide_offload(Build *b) {
-  b->planned_offload = b->r && b->ch.offload == OFFLOAD_STATE;
-  if (!b->o->device_memory && !b->planned_offload) return;
+  b->planned_offload = policy_offload_planned(b->r);
+  if (!policy_offload_wanted(b->r, b->o->device_memory)) return;
   b->off = offload_options(b, &b->off_cl);
   b->ops = arena_array(b->ps[0]->arena, b->nps, sizeof *b->ops);
   for (int s = 0; s < b->nps; s++) b->offload |= (b->ops[s] = offload_chunks(b->ps[s], &b->off)) != NULL;
