@@ -1,5 +1,7 @@
 /* colossalc: the command line. Reads a model, runs the pass pipeline, and prints
- * what was asked for. The pipeline is this one flat function (STYLE.md habit 3). */
+ * what was asked for. The pipeline is `passes`, one flat list of {name, function} run
+ * in order, from which --dump-after and the verifier after each pass come (STYLE.md
+ * habit 3). What to recompute and offload under a budget is plan/policy.h's to decide. */
 #include <errno.h>
 #include <getopt.h>
 #include <spawn.h>
@@ -149,8 +151,8 @@ typedef struct Options {
 
 enum { RC_AUTO = RC_COUNT };
 
-/* The passes after the front end and the plan, in the order run_passes runs them; the
- * first five rewrite the IR, the others the program (--dump-after). */
+static void pass_check_name(const char *name);
+
 /* -o PATH can be written (its folder exists and takes files; PATH is not a folder),
  * checked before a compile that may take a while. */
 static void check_output(const char *path) {
@@ -164,10 +166,6 @@ static void check_output(const char *path) {
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) error_plain("-o %s: is not a regular file", path);
   free(dir);
 }
-
-static const char *const pass_names[] = {"partition", "decompose", "autocast", "autodiff", "recompute",
-                                         "lower",     "zero",      "compose",  "offload",  "share"};
-enum { NPASSES = sizeof pass_names / sizeof *pass_names };
 
 static const char *const rc_option_names[RC_COUNT + 1] = {"none", "selective", "full", "auto"};
 
@@ -460,7 +458,7 @@ static void parse_options(int argc, char **argv, Options *o) {
                                : "more than one model file given: %s and %s",
                 argv[optind], optind + 1 < argc ? argv[optind + 1] : "");
   o->file = argv[optind];
-  if (o->dump_after) parse_choice("--dump-after", o->dump_after, pass_names, NPASSES);
+  if (o->dump_after) pass_check_name(o->dump_after);
   if (o->act_mem && o->rc < 0) o->rc = RC_AUTO;
   if (o->rc == RC_AUTO && !o->act_mem && !o->plan) {
     fprintf(stderr, "colossalc: --recompute auto needs --activation-memory SIZE (or a plan: --gpus N ...)\n");
@@ -723,6 +721,7 @@ typedef struct Build {
   Options *o;
   const PlanResult *r; /* the plan searched (or read), or NULL: one rank, one micro-batch */
   PlanChoice ch;       /* the plan compiled: r->best.ch, or the one-rank plan */
+  Graph *g;            /* the verified forward graph (of the plan's micro-batch) that partition cuts */
   Partition *part;     /* the chunks, one per pipeline chunk (one for pp 1) */
   Program **ps;        /* [nps] one program, or one per pipeline stage */
   int nps;
@@ -841,13 +840,6 @@ static void lower(Build *b) {
   for (int s = 0; s < b->nps; s++) b->ps[s]->arch = &b->arch;
 }
 
-/* ZeRO-2/3 of one unscheduled program without offload: the gathers and reductions go
- * into its step (codegen/zero.h), so the runtime's peak falls with the dp ranks. */
-static void schedule_zero(Build *b) {
-  Program *p = b->ps[0];
-  if (b->nps == 1 && p->zero_stage >= 2 && !p->scheduled && !b->offload) zero_schedule(p);
-}
-
 /* What offload plans for (plan/policy.h) and on which cluster: the plan's, else the one
  * device of --cluster or --gpu (cpu by default). */
 static OffloadOptions offload_options(const Build *b, Cluster *cl) {
@@ -881,9 +873,72 @@ static void decide_offload(Build *b) {
     if (b->ps[s]->microbatches > 1 && !b->ps[s]->scheduled) pipe_unroll_microbatches(b->ps[s]);
 }
 
+/* ---- the pass pipeline --------------------------------------------------------------- */
+
+/* Each pass takes the compilation and rewrites its chunk graphs (b->part) or, from
+ * lower on, its programs (b->ps); `passes` below runs them in order. */
+
+/* requires: the verified forward graph of the plan's micro-batch (b->g), the plan (b->r) */
+static void run_partition(Build *b) {
+  graph_arch(b->g, &b->arch); /* the whole model's, before it is cut */
+  b->part = pass_partition(b->g, b->r, b->r ? &b->r->best : NULL);
+}
+
+/* requires: partition */
+static void run_decompose(Build *b) {
+  unsigned fuse = (b->ch.attn == ATTN_FUSED ? FUSE_ATTENTION : 0) | (b->o->classifier_fused ? FUSE_CLASSIFIER : 0);
+  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k], fuse);
+}
+
+static bool mixed_precision(const Build *b) { return b->o->precision != DT_F32; }
+
+/* Mixed precision, chunk by chunk (only when mixed_precision).
+ * requires: decompose */
+static void run_autocast(Build *b) {
+  const Options *o = b->o;
+  for (int k = 0; k < b->part->nchunks; k++) {
+    Graph *g = b->part->chunk[k];
+    b->part->chunk[k] = o->precision == DT_E4M3 ? pass_autocast_fp8(g, o->fp8_history, o->fp8_margin, o->fp8_classifier)
+                                                : pass_autocast(g, (DType)o->precision);
+  }
+}
+
+/* requires: decompose (autocast) */
+static void run_autodiff(Build *b) {
+  /* replicated weights' partial gradients summed over tp once a step as the plan prices
+   * it (--device-memory offloads too, which places every sum) */
+  bool tp_after = b->ch.tp > 1 && plan_tp_sums_once(&b->ch) && !b->o->device_memory;
+  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k]->tp_sums_after_step = tp_after;
+  partition_autodiff(b->part);
+}
+
+/* requires: autodiff */
+static void run_recompute(Build *b) {
+  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = recompute_chunk(b->part->chunk[k], b);
+}
+
+/* requires: autodiff (recompute) */
+static void run_lower(Build *b) {
+  progress("lowering to kernels");
+  lower(b);
+  decide_offload(b);
+}
+
+/* ZeRO-2/3 of one unscheduled program without offload: the gathers and reductions go
+ * into its step (codegen/zero.h), so the runtime's peak falls with the dp ranks.
+ * requires: lower; not offloaded (ZeRO-3 offload places its own) */
+static void run_zero(Build *b) {
+  Program *p = b->ps[0];
+  if (b->nps == 1 && p->zero_stage >= 2 && !p->scheduled && !b->offload) zero_schedule(p);
+}
+
+/* requires: the plan, zero */
+static void run_compose(Build *b) { compose_step(b->ps, b->nps, b->offload); }
+
 /* Offload (codegen/offload.h), each stage's program; --dump-plan shows the plans (the SVG
- * form draws memory per tier over the step). */
-static void plan_offload(Build *b) {
+ * form draws memory per tier over the step).
+ * requires: compose */
+static void run_offload(Build *b) {
   if (!b->offload) return;
   const Options *o = b->o;
   for (int s = 0; s < b->nps; s++) {
@@ -903,50 +958,74 @@ static void plan_offload(Build *b) {
   }
 }
 
-/* The pass pipeline of every compilation, one rank or a plan (STYLE.md habit 3): each
- * pass in order, the verifier after those that rewrite the IR, --dump-after=PASS
- * printing the IR (or, from lower on, the kernels and the program) after it. Lowering
- * and what follows it run when a program is wanted. */
-static void run_passes(Build *b, Graph *g, bool lowering) {
-  progress("front end done; partition, autodiff, recompute");
-  graph_arch(g, &b->arch); /* requires: the whole forward graph */
-  b->part = pass_partition(g, b->r,
-                           b->r ? &b->r->best : NULL); /* requires: verified forward graph of the plan's micro-batch */
-  after_ir(b, "partition");
-  unsigned fuse = (b->ch.attn == ATTN_FUSED ? FUSE_ATTENTION : 0) | (b->o->classifier_fused ? FUSE_CLASSIFIER : 0);
-  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k], fuse);
-  after_ir(b, "decompose");
-  if (b->o->precision != DT_F32) { /* mixed precision, chunk by chunk */
-    for (int k = 0; k < b->part->nchunks; k++)
-      b->part->chunk[k] = b->o->precision == DT_E4M3 ? pass_autocast_fp8(b->part->chunk[k], b->o->fp8_history,
-                                                                         b->o->fp8_margin, b->o->fp8_classifier)
-                                                     : pass_autocast(b->part->chunk[k], (DType)b->o->precision);
-    after_ir(b, "autocast");
-  }
-  /* replicated weights' partial gradients summed over tp once a step as the plan prices
-   * it (--device-memory offloads too, which places every sum) */
-  bool tp_after = b->ch.tp > 1 && plan_tp_sums_once(&b->ch) && !b->o->device_memory;
-  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k]->tp_sums_after_step = tp_after;
-  partition_autodiff(b->part); /* requires: decompose */
-  after_ir(b, "autodiff");
-  for (int k = 0; k < b->part->nchunks; k++)
-    b->part->chunk[k] = recompute_chunk(b->part->chunk[k], b); /* requires: autodiff */
-  after_ir(b, "recompute");
-  if (!lowering) return;
-  progress("lowering to kernels");
-  lower(b); /* requires: autodiff */
-  decide_offload(b);
-  after_program(b, "lower");
-  schedule_zero(b); /* requires: lower; not offloaded (ZeRO-3 offload places its own) */
-  after_program(b, "zero");
-  compose_step(b->ps, b->nps, b->offload); /* requires: the plan, zero */
-  after_program(b, "compose");
-  plan_offload(b); /* requires: compose */
-  after_program(b, "offload");
-  program_share_kernels(b->ps[0]); /* requires: every pass that adds kernels */
+/* requires: every pass that adds kernels */
+static void run_share(Build *b) {
+  program_share_kernels(b->ps[0]);
   for (int s = 1; s < b->nps; s++) /* the stages have one kernel table */
     b->ps[s]->code = b->ps[0]->code, b->ps[s]->ncode = b->ps[0]->ncode, b->ps[s]->code_of = b->ps[0]->code_of;
-  after_program(b, "share");
+}
+
+typedef enum { PASS_IR, PASS_PROGRAM } PassWrites;
+
+typedef struct Pass {
+  const char *name; /* --dump-after=NAME */
+  void (*run)(Build *b);
+  PassWrites writes;            /* the chunk graphs (after_ir follows) or the programs (after_program) */
+  bool (*when)(const Build *b); /* NULL: always */
+} Pass;
+
+/* The pipeline of every compilation, one rank or a plan, in order. */
+static const Pass passes[] = {
+    {"partition", run_partition, PASS_IR, NULL},
+    {"decompose", run_decompose, PASS_IR, NULL},
+    {"autocast", run_autocast, PASS_IR, mixed_precision},
+    {"autodiff", run_autodiff, PASS_IR, NULL},
+    {"recompute", run_recompute, PASS_IR, NULL},
+    {"lower", run_lower, PASS_PROGRAM, NULL},
+    {"zero", run_zero, PASS_PROGRAM, NULL},
+    {"compose", run_compose, PASS_PROGRAM, NULL},
+    {"offload", run_offload, PASS_PROGRAM, NULL},
+    {"share", run_share, PASS_PROGRAM, NULL},
+};
+enum { NPASSES = sizeof passes / sizeof *passes };
+
+static const Pass *pass_find(const char *name) {
+  for (int i = 0; i < NPASSES; i++)
+    if (!strcmp(passes[i].name, name)) return &passes[i];
+  return NULL;
+}
+
+/* --dump-after's PASS: one of the passes, or exit 1 naming them. */
+static void pass_check_name(const char *name) {
+  const char *names[NPASSES];
+  for (int i = 0; i < NPASSES; i++) names[i] = passes[i].name;
+  parse_choice("--dump-after", name, names, NPASSES);
+}
+
+/* The end of --help: the passes in order, by what --dump-after prints after them. */
+static void passes_print(FILE *f) {
+  fputs("\npasses, in the order they run, and what --dump-after=PASS prints after them:\n", f);
+  for (PassWrites w = PASS_IR; w <= PASS_PROGRAM; w++) {
+    fprintf(f, "  %-23s", w == PASS_IR ? "the IR" : "the kernels and program");
+    for (int i = 0; i < NPASSES; i++)
+      if (passes[i].writes == w) fprintf(f, " %s", passes[i].name);
+    fputc('\n', f);
+  }
+}
+
+/* The pass pipeline (STYLE.md habit 3): each pass of `passes` in order, then the
+ * verifier of what it rewrote, --dump-after=PASS printing the IR (or, from lower on, the
+ * kernels and the program) after it. The program passes run when a program is wanted
+ * (lowering). */
+static void run_passes(Build *b, bool lowering) {
+  progress("front end done; partition, autodiff, recompute");
+  for (const Pass *p = passes; p < passes + NPASSES; p++) {
+    if (p->writes == PASS_PROGRAM && !lowering) return;
+    if (p->when && !p->when(b)) continue;
+    p->run(b);
+    if (p->writes == PASS_IR) after_ir(b, p->name);
+    else after_program(b, p->name);
+  }
 }
 
 /* What was asked for: the kernels' text, the CUDA C, the LLVM IR, `train`. */
@@ -1004,6 +1083,26 @@ static void print_summary(const Options *o, const Graph *g, const Program *p, co
   if (r && !o->dump_plan) plan_dump_brief(stdout, r);
 }
 
+/* The one-rank plan: one micro-batch, the attention asked (fused by default). */
+static Build build_one_rank(Options *o) {
+  AttnKernel attn = o->force.attn >= 0 ? (AttnKernel)o->force.attn : ATTN_FUSED;
+  return (Build){.o = o, .ch = {.dp = 1, .tp = 1, .pp = 1, .m = 1, .v = 1, .rc = RC_NONE, .attn = attn}};
+}
+
+/* --summary with the memory plan of the model's own program, one rank (b->r NULL); a
+ * model that cannot be lowered still summarises. */
+static void summarise(Build *b, const PlanResult *shown) {
+  FILE *saved = diag_stream;
+  DiagJump j;
+  diag_stream = NULL;
+  diag_push(&j);
+  if (!setjmp(j.jb)) run_passes(b, true);
+  else b->ps = NULL;
+  diag_pop(&j);
+  diag_stream = saved;
+  print_summary(b->o, b->g, b->ps ? b->ps[0] : NULL, shown);
+}
+
 int main(int argc, char **argv) {
   t_start = now_s();
   tty = isatty(STDERR_FILENO);
@@ -1021,20 +1120,12 @@ int main(int argc, char **argv) {
   Graph *volatile g = frontend_compile(arena, o.file, text, len, o.ov, o.nov); /* parse, elaborate, verify */
   if (!g || !apply_train_options(arena, &o.train, g)) return fail(arena, &o);
   if (o.dump_ir) ir_print(stdout, g);
-  bool program_dump = false;
-  for (int i = 5; i < NPASSES && o.dump_after; i++) program_dump |= !strcmp(o.dump_after, pass_names[i]);
+  bool program_dump = o.dump_after && pass_find(o.dump_after)->writes == PASS_PROGRAM;
   volatile bool lowering = o.emit_kernels || o.out || o.emit_llvm || o.emit_cuda || o.device_memory || program_dump;
   volatile bool compiling = lowering || o.dump_after;
   /* --device-memory alone (no cluster): --dump-plan shows the offload plan, not a parallel one */
   if (o.device_memory && !o.gpus_set && !o.cluster) o.plan = false;
-  Build b = {.o = &o,
-             .ch = {.dp = 1,
-                    .tp = 1,
-                    .pp = 1,
-                    .m = 1,
-                    .v = 1,
-                    .rc = RC_NONE,
-                    .attn = o.force.attn >= 0 ? (AttnKernel)o.force.attn : ATTN_FUSED}};
+  Build b = build_one_rank(&o);
   const PlanResult *volatile shown = NULL; /* the plan printed under the summary */
   Cluster cl;                              /* the plan's (PlanResult.cl), for the passes too */
   if (o.plan) {                            /* requires: verified forward graph */
@@ -1053,22 +1144,16 @@ int main(int argc, char **argv) {
     }
     diag_pop(&j);
   }
+  b.g = g;
   if (compiling) {
     diag_push(&j);
     if (setjmp(j.jb)) return progress_end(), fail(arena, &o);
     check_fp8_classifier(&o);
-    run_passes(&b, g, lowering);
+    run_passes(&b, lowering);
     if (lowering) emit(&b);
     diag_pop(&j);
-  } else if (o.summary) { /* the memory plan for the summary; a model that cannot be lowered still summarises */
-    FILE *saved = diag_stream;
-    diag_stream = NULL;
-    diag_push(&j); /* the memory plan is the model's own, one rank (b.r NULL) */
-    if (!setjmp(j.jb)) run_passes(&b, g, true);
-    else b.ps = NULL;
-    diag_pop(&j);
-    diag_stream = saved;
-    print_summary(&o, g, b.ps ? b.ps[0] : NULL, shown);
+  } else if (o.summary) {
+    summarise(&b, shown);
   }
   progress_end();
   arena_free(arena);
