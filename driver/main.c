@@ -1,9 +1,16 @@
-/* colossalc: the command line. Reads a model, runs the pass pipeline, and prints
- * what was asked for. The pipeline is this one flat function (STYLE.md habit 3). */
+/* colossalc: the command line. Reads a model, runs the pass pipeline, and prints what
+ * was asked for. Two tables drive it: CLI_OPTIONS, every option once with its help text,
+ * from which the parser, the value checks and --help are all driven (as
+ * runtime/train_opts.c does for `train`); and `passes`, the pipeline as one flat list of
+ * {name, function} run in order, from which --dump-after and the verifier after each
+ * pass come (STYLE.md habit 3). What to recompute and offload under a budget is
+ * plan/policy.h's to decide. */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,134 +30,52 @@
 #include "passes/recompute.h"
 #include "passes/summary.h"
 #include "plan/dump.h"
+#include "plan/policy.h"
 #include "plan/search.h"
-
-static void usage(FILE *f) {
-  fputs("usage: colossalc FILE [options]\n"
-        "\n"
-        "Compiles a model (the colossalc model language, see docs/language.md, or an ONNX\n"
-        "file, docs/onnx.md) into a training program.\n"
-        "\n"
-        "options:\n"
-        "  -o FILE           compile the training program into the executable FILE\n"
-        "                    (run it with FILE --help); with --gpus N, the plan's program\n"
-        "                    for N ranks (mpirun -np N FILE), its plan printed first\n"
-        "  -j, --jobs N      threads for the CPU code generator (default: every core)\n"
-        "  --emit-llvm FILE  write the CPU kernels as LLVM IR (after optimisation)\n"
-        "  --emit-cuda DIR   write the CUDA C source of every kernel to DIR/kernels.cu\n"
-        "  --set NAME=VALUE  override a config constant of the model (repeatable)\n"
-        "  --gpus N          number of GPUs of the target cluster: search the parallel plan\n"
-        "                    for them (without it: one rank, no plan)\n"
-        "  --gpus-per-node K GPUs in one node (default: the profile's node, 8 for data-centre GPUs)\n"
-        "  --gpu PROFILE     a100-80g (default), a100-40g, h100-sxm, h200, rtx3090 or cpu\n"
-        "  --cluster FILE    describe the cluster in a JSON file instead (docs/plan.md)\n"
-        "  --dump-plan[=F]   search the parallel plan and print it: text (default), json or svg\n"
-        "  --plan-out FILE   write the --dump-plan output to FILE instead of standard output\n"
-        "  --plan FILE       force a plan (or parts of one) from a --dump-plan=json file\n"
-        "  --dp N, --tp N, --pp N   force the data, tensor and pipeline parallel degrees\n"
-        "  --zero S          force the ZeRO stage (0-3)\n"
-        "  --microbatch-size N      force the micro-batch size (sequences)\n"
-        "  --schedule S      force the pipeline schedule: 1f1b or interleaved\n"
-        "  --virtual-stages V       force the model chunks per stage of the interleaved schedule\n"
-        "  --recompute R     activation recompute: none, selective (the attention core of\n"
-        "                    every layer), full (every layer) or auto (the layers that fit\n"
-        "                    --activation-memory with the fewest recomputed FLOPs; with a\n"
-        "                    plan and no budget, the plan's choice)\n"
-        "  --activation-memory SIZE  budget of the work tier (activations and workspace) for\n"
-        "                    --recompute auto: bytes, or 512K, 512M, 2G, 1.5GiB (binary), 2GB (decimal)\n"
-        "  --attention K     fused (default: flash_attention kernels, no scores stored) or\n"
-        "                    materialized (GEMMs and a softmax, the scores in memory)\n"
-        "  --classifier K    materialized (default: the logits in memory) or fused (the classifier's\n"
-        "                    GEMM and cross-entropy a chunk of rows at a time; no sampling)\n"
-        "  --precision P     fp32, bf16, fp16 or fp8 (default: a --plan file's; bf16 when --gpus,\n"
-        "                    --gpu or --cluster asks for GPUs; else fp32): GEMMs on 16-bit copies of their\n"
-        "                    inputs with f32 sums, normalisations, softmax and the loss in f32, f32\n"
-        "                    master weights and optimizer state (torch.autocast's policy); fp16 adds\n"
-        "                    dynamic loss scaling (train --loss-scale); fp8 is bf16 with the linear\n"
-        "                    layers' GEMMs on e4m3 inputs (e5m2 gradients) scaled per tensor from an\n"
-        "                    amax history (Transformer Engine's delayed scaling); meshes exchange\n"
-        "                    f32 (collectives, pipeline messages)\n"
-        "  --fp8-history N   fp8: the steps of amax history a scale comes from (default 1024)\n"
-        "  --fp8-margin M    fp8: scales divided by 2^M (default 0)\n"
-        "  --fp8-classifier  fp8: the classifier's GEMM (the logits) in fp8 too (default: bf16)\n"
-        "  --offload O       force the plan's offload: none; optimizer (its state on the host,\n"
-        "                    AdamW on the CPU); or state (every rank's ZeRO-3 shard of parameters,\n"
-        "                    gradients and optimizer state on its node's host memory and NVMe);\n"
-        "                    optimizer is --what-if only, state compiles\n"
-        "  --nvme SIZE       NVMe per node the plan may use for offloaded state (default: the\n"
-        "                    profile's drives); --host-memory SIZE also caps the host memory\n"
-        "                    per node the plan may use\n"
-        "  --what-if         search plans the code generators cannot compile yet too (optimizer\n"
-        "                    offload, vocabulary-parallel embedding and loss, query-split causal\n"
-        "                    attention); without it --dump-plan shows the plan -o compiles\n"
-        "  --device-memory SIZE  the device memory the program must fit: parameters, gradients and\n"
-        "                    optimizer state are offloaded in chunks to the host (and NVMe), planned\n"
-        "                    instruction by instruction (docs/memory.md); with -o\n"
-        "  --host-memory SIZE    what the host may hold of the training state (default: 80% of\n"
-        "                    this machine's memory); the rest goes to NVMe files (train --nvme-dir)\n"
-        "  --optimizer O     adamw or sgd, with PyTorch's defaults (overrides the model's train\n"
-        "                    directive; an ONNX file's is adamw's defaults)\n"
-        "  --lr X, --beta1 X, --beta2 X, --eps X, --weight-decay X, --momentum X, --clip X,\n"
-        "  --warmup N, --min-lr X, --lr-schedule cosine|constant   one optimizer setting\n"
-        "  --train-file FILE the training directive from a file that holds only it\n"
-        "                    (train loss with adamw(lr = 6e-4, ...);), for an ONNX file\n"
-        "  --summary         print parameters, FLOPs per step and a per-layer table\n"
-        "                    (the default when nothing else is asked for)\n"
-        "  --dump-ir         print the verified IR, one op per line with its shape\n"
-        "  --dump-after=PASS print the IR after a pass: partition, decompose, autocast, autodiff or\n"
-        "                    recompute; or the kernels and the program after lower, zero,\n"
-        "                    compose, offload, lists or share\n"
-        "  --emit-kernels F  write the generated kernels (kernel form) and the program to F\n"
-        "  --emit-program F  write the program train carries (its lists, one instruction a line) to F\n"
-        "  -h, --help        print this help\n"
-        "  --version         print the version\n",
-        f);
-}
 
 /* Training settings of the command line, over the model's train directive (an ONNX
  * file's: adamw's defaults): --train-file, then --optimizer (its defaults), then each
- * setting given (bit i of set: value[i], in train_fields' order). */
+ * setting given (NAN: not given). */
 typedef struct TrainOptions {
   const char *file;
   int opt;      /* an OptKind, or -1 */
   int schedule; /* a SchedKind, or -1 */
-  unsigned set;
-  double value[9];
+  double lr, beta1, beta2, eps, weight_decay, momentum, clip, min_lr, warmup;
 } TrainOptions;
-
-static const char *const train_fields[] = {"lr",       "beta1", "beta2",  "eps",   "weight-decay",
-                                           "momentum", "clip",  "min-lr", "warmup"};
 
 typedef struct Options {
   const char *file;
   ConfigOverride *ov;
   int nov;
-  long gpus, gpus_per_node;
-  long jobs; /* -j: threads for LLVM (0: every core) */
-  bool summary, dump_ir, gpus_set;
+  int gpus;          /* --gpus: GPUs of the target cluster (0: not given) */
+  int gpus_per_node; /* --gpus-per-node (0: the profile's or the file's) */
+  int jobs;          /* -j: threads for LLVM (0: every core) */
+  bool summary, dump_ir;
   bool what_if; /* --what-if: plans the code generators cannot compile yet too */
   const char *dump_after, *emit_kernels, *emit_program, *out, *emit_llvm, *emit_cuda;
   const char *gpu, *cluster, *dump_plan, *plan_out, *plan_file;
   int64_t device_memory; /* --device-memory: plan offload to fit it (0: no budget) */
   int64_t host_memory;   /* --host-memory: what the host may hold of the state (0: this machine's) */
-  int64_t nvme;          /* --nvme: NVMe per node a plan may use (with nvme_set) */
-  bool nvme_set;
+  int64_t nvme;          /* --nvme: NVMe per node a plan may use (0: the profile's) */
   PlanForce force;
-  bool plan;                   /* search a plan: --gpus, --cluster, --dump-plan or any option that forces part of one */
+  bool plan;                   /* search a plan: an option of CLI_OPTIONS marked CF_PLAN was given */
   int rc;                      /* --recompute: -1 unset, a Recompute, or RC_AUTO */
   int64_t act_mem;             /* --activation-memory bytes, 0 unset */
-  int precision;               /* --precision: a DType (DT_F32 unless asked; DT_E4M3: fp8) */
+  int precision;               /* --precision: a DType (DT_E4M3: fp8); -1 until asked or decided (search_plan, main) */
   int fp8_history, fp8_margin; /* --fp8-history, --fp8-margin */
   bool fp8_classifier;         /* --fp8-classifier: the logits' GEMM in fp8 too */
-  bool precision_set;          /* --precision given (else: a plan file's, bf16 on a GPU profile, fp32) */
-  bool classifier_fused;       /* --classifier fused: classifier_ce (passes/decompose.c) */
+  int classifier_fused;        /* --classifier fused (1): classifier_ce (passes/decompose.c) */
   TrainOptions train;          /* --train-file, --optimizer, --lr, ... */
 } Options;
 
 enum { RC_AUTO = RC_COUNT };
 
-/* The passes after the front end and the plan, in the order run_passes runs them; the
- * first five rewrite the IR, the others the program (--dump-after). */
+static void usage(FILE *f);
+static void passes_print(FILE *f);
+static void pass_check_name(const char *name);
+
+/* ---- reading values ------------------------------------------------------------------ */
+
 /* -o PATH can be written (its folder exists and takes files; PATH is not a folder),
  * checked before a compile that may take a while. */
 static void check_output(const char *path) {
@@ -165,19 +90,14 @@ static void check_output(const char *path) {
   free(dir);
 }
 
-static const char *const pass_names[] = {"partition", "decompose", "autocast", "autodiff", "recompute", "lower",
-                                         "zero",      "compose",   "offload",  "lists",    "share"};
-enum { NPASSES = sizeof pass_names / sizeof *pass_names };
-
-static const char *const rc_option_names[RC_COUNT + 1] = {"none", "selective", "full", "auto"};
-
+/* --set NAME=VALUE: a NAME given again takes the later value, as for other flags. */
 static void add_override(Options *o, const char *arg) {
   const char *eq = strchr(arg, '=');
   if (!eq || eq == arg || !eq[1]) {
     fprintf(stderr, "colossalc: --set takes NAME=VALUE, got '%s'\n", arg);
     exit(1);
   }
-  for (int i = 0; i < o->nov; i++) /* given again: the later value wins, as for other flags */
+  for (int i = 0; i < o->nov; i++)
     if (strlen(o->ov[i].name) == (size_t)(eq - arg) && !strncmp(o->ov[i].name, arg, eq - arg)) {
       o->ov[i].value = eq + 1;
       return;
@@ -188,8 +108,8 @@ static void add_override(Options *o, const char *arg) {
 }
 
 /* A byte count: a number with an optional suffix K, M, G, T (or KiB ... TiB: powers of
- * 1024) or KB, MB, GB, TB (powers of 1000), and an optional B. */
-static int64_t parse_size(const char *flag, const char *arg) {
+ * 1024) or KB, MB, GB, TB (powers of 1000), and an optional B; -1 if arg is none. */
+static int64_t parse_size(const char *arg) {
   static const char *const suffix[] = {"", "B", "K", "KiB", "KB", "M", "MiB", "MB", "G", "GiB", "GB", "T", "TiB", "TB"};
   static const double scale[] = {1,   1,      0x1p10, 0x1p10, 1e3,    0x1p20, 0x1p20,
                                  1e6, 0x1p30, 0x1p30, 1e9,    0x1p40, 0x1p40, 1e12};
@@ -197,8 +117,7 @@ static int64_t parse_size(const char *flag, const char *arg) {
   double v = strtod(arg, &end);
   for (int i = 0; end != arg && i < (int)(sizeof suffix / sizeof *suffix); i++)
     if (!strcmp(end, suffix[i]) && v * scale[i] >= 1 && v * scale[i] < 0x1p60) return (int64_t)(v * scale[i]);
-  fprintf(stderr, "colossalc: %s takes a size such as 512M, 2G or 1.5GiB, got '%s'\n", flag, arg);
-  exit(1);
+  return -1;
 }
 
 static long parse_positive(const char *flag, const char *arg) {
@@ -221,249 +140,351 @@ static int parse_choice(const char *flag, const char *arg, const char *const *na
   exit(1);
 }
 
-enum {
-  O_SET = 256,
-  O_GPUS,
-  O_SUMMARY,
-  O_DUMP_IR,
-  O_VERSION,
-  O_DUMP_AFTER,
-  O_EMIT_KERNELS,
-  O_EMIT_PROGRAM,
-  O_EMIT_LLVM,
-  O_EMIT_CUDA,
-  O_GPN,
-  O_GPU,
-  O_CLUSTER,
-  O_DUMP_PLAN,
-  O_PLAN_OUT,
-  O_PLAN,
-  O_DP,
-  O_TP,
-  O_PP,
-  O_ZERO,
-  O_MBS,
-  O_SCHEDULE,
-  O_VSTAGES,
-  O_RECOMPUTE,
-  O_ATTENTION,
-  O_ACT_MEM,
-  O_DEV_MEM,
-  O_HOST_MEM,
-  O_OFFLOAD,
-  O_WHAT_IF,
-  O_NVME,
-  O_PRECISION,
-  O_CLASSIFIER,
-  O_FP8_HISTORY,
-  O_FP8_MARGIN,
-  O_FP8_CLASSIFIER,
-  O_OPTIMIZER,
-  O_LR_SCHEDULE,
-  O_TRAIN_FILE,
-  O_TRAIN_FIELD
-};
+/* ---- the options, one table ---------------------------------------------------------- */
 
-/* The options that describe the cluster or force part of the plan. */
-static bool parse_plan_option(int c, const char *arg, Options *o) {
-  static const char *const zero[] = {"0", "1", "2", "3"};
-  PlanForce *f = &o->force;
-  switch (c) {
-  case O_GPN: o->gpus_per_node = parse_positive("--gpus-per-node", arg); break;
-  case O_GPU: o->gpu = arg; break;
-  case O_CLUSTER: o->cluster = arg; break;
-  case O_WHAT_IF: o->what_if = true; break;
-  case O_PLAN_OUT: o->plan_out = arg; break;
-  case O_PLAN: o->plan_file = arg; break;
-  case O_DP: f->dp = (int)parse_positive("--dp", arg); break;
-  case O_TP: f->tp = (int)parse_positive("--tp", arg); break;
-  case O_PP: f->pp = (int)parse_positive("--pp", arg); break;
-  case O_ZERO: f->zero = parse_choice("--zero", arg, zero, 4); break;
-  case O_MBS: f->mbs = (int)parse_positive("--microbatch-size", arg); break;
-  case O_VSTAGES: f->v = (int)parse_positive("--virtual-stages", arg); break;
-  case O_SCHEDULE: f->schedule = parse_choice("--schedule", arg, schedule_names, 2); break;
-  case O_ATTENTION: f->attn = parse_choice("--attention", arg, attn_kernel_names, 2); break;
-  case O_OFFLOAD: {
-    f->offload = parse_choice("--offload", arg, offload_names, OFFLOAD_KINDS);
-    break;
-  }
-  case O_DUMP_PLAN: {
-    static const char *const fmts[] = {"text", "json", "svg"};
-    o->dump_plan = fmts[arg ? parse_choice("--dump-plan", arg, fmts, 3) : 0];
-    break;
-  }
-  default: return false;
-  }
-  o->plan = true;
-  return true;
+/* How an option's value is read: the kind column of CLI_OPTIONS, each kind one setter
+ * (cli_setters). A bad value exits 1 with one line, "colossalc: FLAG takes WHAT, got
+ * 'VALUE'", FLAG being the option's short form if it has one. */
+typedef enum CliKind {
+  CK_FLAG,   /* no value: the bool field becomes true */
+  CK_STR,    /* the value itself (const char *) */
+  CK_POS,    /* an int: a positive integer, at most 2^24 */
+  CK_SIZE,   /* an int64_t: bytes, or 512K, 512M, 2G, 1.5GiB (binary), 2GB (decimal) */
+  CK_CHOICE, /* an int: the value (or index) of one of the row's choices */
+  CK_WORD,   /* a const char *: one of the row's choices, the first when no value is given */
+  CK_RATE,   /* a double: a positive number */
+  CK_UNIT,   /* a double: a number in [0, 1) */
+  CK_NONNEG, /* a double: a number >= 0 */
+  CK_STEPS,  /* a double: a whole number >= 0 */
+  CK_CALL,   /* the row's function takes the value (and reports a bad one) */
+  CK_COUNT
+} CliKind;
+
+typedef struct Choices {
+  int n;
+  const char *const *names; /* [n] as the command line spells them */
+  const int *values;        /* [n] what each sets, or NULL: its index */
+} Choices;
+
+typedef struct CliOpt {
+  const char *spelling; /* "-o", "-j, --jobs", "--gpus": the short form, the long one or both */
+  const char *metavar;  /* the value as --help writes it: " N", "=PASS", "[=F]" (optional), "" (none) */
+  CliKind kind;
+  size_t off;                                /* the Options field set (not CK_CALL) */
+  void (*call)(Options *o, const char *arg); /* CK_CALL */
+  const Choices *choices;                    /* CK_CHOICE, CK_WORD */
+  unsigned flags;                            /* CF_PLAN */
+  const char *help;
+} CliOpt;
+
+enum { CF_PLAN = 1 }; /* the option describes the cluster or forces part of the plan: a plan is searched */
+
+/* CK_CALL's functions. */
+static void set_fp8_history(Options *o, const char *arg) {
+  o->fp8_history = (int)parse_positive("--fp8-history", arg);
+  if (o->fp8_history > 1 << 20) error_plain("--fp8-history: at most 1048576 steps");
 }
 
-/* --lr, --beta1, ...: a number >= 0 (betas below 1, lr above 0, warmup whole). */
-static double parse_train_value(int field, const char *arg) {
+static void set_fp8_margin(Options *o, const char *arg) {
+  char *end;
+  long v = strtol(arg, &end, 10);
+  if (*end || end == arg || v < 0 || v > 64) error_plain("--fp8-margin: an integer in [0, 64], got '%s'", arg);
+  o->fp8_margin = (int)v;
+}
+
+static void show_help(Options *o, const char *arg) {
+  usage(stdout);
+  exit(0);
+}
+
+static void show_version(Options *o, const char *arg) {
+  printf("colossalc %s\n", COLOSSALC_VERSION);
+  exit(0);
+}
+
+static const Choices plan_formats = {3, (const char *const[]){"text", "json", "svg"}, NULL};
+static const Choices zero_stages = {4, (const char *const[]){"0", "1", "2", "3"}, NULL};
+static const Choices pipe_schedules = {2, schedule_names, NULL};
+static const Choices recompute_modes = {RC_COUNT + 1, (const char *const[]){"none", "selective", "full", "auto"}, NULL};
+static const Choices attention_kernels = {2, attn_kernel_names, NULL};
+static const Choices classifier_kernels = {2, (const char *const[]){"materialized", "fused"}, NULL};
+static const Choices offload_kinds = {OFFLOAD_KINDS, offload_names, NULL};
+static const Choices precisions = {4, (const char *const[]){"fp32", "bf16", "fp16", "fp8"},
+                                   (const int[]){DT_F32, DT_BF16, DT_F16, DT_E4M3}};
+static const Choices optimizers = {2, (const char *const[]){"adamw", "sgd"}, (const int[]){OPT_ADAMW, OPT_SGD}};
+static const Choices lr_schedules = {2, (const char *const[]){"cosine", "constant"},
+                                     (const int[]){SCHED_COSINE, SCHED_CONSTANT}};
+
+/* Where a row's value goes: an Options field, a field set from choices, or a function. */
+#define FIELD(f) offsetof(Options, f), NULL, NULL
+#define CHOOSE(f, choices) offsetof(Options, f), NULL, &choices
+#define CALL(fn) 0, fn, NULL
+
+/* X(spelling, metavar, kind, target, flags, help), in the order --help lists them. The
+ * metavar also says whether the option takes a value: "" none, "[...]" optional. */
+#define CLI_OPTIONS(X)                                                                                                \
+  X("-o", " FILE", CK_STR, FIELD(out), 0,                                                                             \
+    "compile the training program into the executable FILE (run it with FILE --help); with --gpus N, the plan's "     \
+    "program for N ranks (mpirun -np N FILE), its plan printed first")                                                \
+  X("-j, --jobs", " N", CK_POS, FIELD(jobs), 0, "threads for the CPU code generator (default: every core)")           \
+  X("--emit-llvm", " FILE", CK_STR, FIELD(emit_llvm), 0, "write the CPU kernels as LLVM IR (after optimisation)")     \
+  X("--emit-cuda", " DIR", CK_STR, FIELD(emit_cuda), 0, "write the CUDA C source of every kernel to DIR/kernels.cu")  \
+  X("--emit-kernels", " FILE", CK_STR, FIELD(emit_kernels), 0,                                                        \
+    "write the generated kernels (kernel form) and the program to FILE")                                              \
+  X("--emit-program", " FILE", CK_STR, FIELD(emit_program), 0,                                                        \
+    "write the program train carries to FILE as people read it (train --dump-program prints the same)")               \
+  X("--set", " NAME=VALUE", CK_CALL, CALL(add_override), 0,                                                           \
+    "override a config constant of the model (repeatable; a NAME given twice takes the later VALUE)")                 \
+  X("--summary", "", CK_FLAG, FIELD(summary), 0,                                                                      \
+    "print parameters, FLOPs per step and a per-layer table (the default when nothing else is asked for)")            \
+  X("--dump-ir", "", CK_FLAG, FIELD(dump_ir), 0, "print the verified IR, one op per line with its shape")             \
+  X("--dump-after", "=PASS", CK_STR, FIELD(dump_after), 0,                                                            \
+    "print the IR after PASS, one of the passes listed below; after lower and the passes that follow it, the "        \
+    "kernels and the program (the program as JSON)")                                                                  \
+  X("--gpus", " N", CK_POS, FIELD(gpus), CF_PLAN,                                                                     \
+    "number of GPUs of the target cluster: search the parallel plan for them (without it: one rank, no plan)")        \
+  X("--gpus-per-node", " K", CK_POS, FIELD(gpus_per_node), CF_PLAN,                                                   \
+    "GPUs in one node (default: the profile's node, 8 for data-centre GPUs)")                                         \
+  X("--gpu", " PROFILE", CK_STR, FIELD(gpu), CF_PLAN, "a100-80g (default), a100-40g, h100-sxm, h200, rtx3090 or cpu") \
+  X("--cluster", " FILE", CK_STR, FIELD(cluster), CF_PLAN,                                                            \
+    "describe the cluster in a JSON file instead (docs/plan.md)")                                                     \
+  X("--what-if", "", CK_FLAG, FIELD(what_if), CF_PLAN,                                                                \
+    "search plans the code generators cannot compile yet too (optimizer offload, vocabulary-parallel embedding and "  \
+    "loss, query-split causal attention); without it --dump-plan shows the plan -o compiles")                         \
+  X("--dump-plan", "[=F]", CK_WORD, CHOOSE(dump_plan, plan_formats), CF_PLAN,                                         \
+    "search the parallel plan and print it: text (default), json or svg")                                             \
+  X("--plan-out", " FILE", CK_STR, FIELD(plan_out), CF_PLAN,                                                          \
+    "write the --dump-plan output to FILE instead of standard output")                                                \
+  X("--plan", " FILE", CK_STR, FIELD(plan_file), CF_PLAN,                                                             \
+    "force a plan (or parts of one) from a --dump-plan=json file")                                                    \
+  X("--dp", " N", CK_POS, FIELD(force.dp), CF_PLAN, "force the data-parallel degree")                                 \
+  X("--tp", " N", CK_POS, FIELD(force.tp), CF_PLAN, "force the tensor-parallel degree")                               \
+  X("--pp", " N", CK_POS, FIELD(force.pp), CF_PLAN, "force the pipeline-parallel degree")                             \
+  X("--zero", " S", CK_CHOICE, CHOOSE(force.zero, zero_stages), CF_PLAN, "force the ZeRO stage (0-3)")                \
+  X("--microbatch-size", " N", CK_POS, FIELD(force.mbs), CF_PLAN, "force the micro-batch size (sequences)")           \
+  X("--schedule", " S", CK_CHOICE, CHOOSE(force.schedule, pipe_schedules), CF_PLAN,                                   \
+    "force the pipeline schedule: 1f1b or interleaved")                                                               \
+  X("--virtual-stages", " V", CK_POS, FIELD(force.v), CF_PLAN,                                                        \
+    "force the model chunks per stage of the interleaved schedule")                                                   \
+  X("--offload", " O", CK_CHOICE, CHOOSE(force.offload, offload_kinds), CF_PLAN,                                      \
+    "force the plan's offload: none; optimizer (its state on the host, AdamW on the CPU); or state (every rank's "    \
+    "ZeRO-3 shard of parameters, gradients and optimizer state on its node's host memory and NVMe); optimizer is "    \
+    "--what-if only, state compiles")                                                                                 \
+  X("--nvme", " SIZE", CK_SIZE, FIELD(nvme), 0,                                                                       \
+    "NVMe per node the plan may use for offloaded state (default: the profile's drives)")                             \
+  X("--attention", " K", CK_CHOICE, CHOOSE(force.attn, attention_kernels), CF_PLAN,                                   \
+    "fused (default: flash_attention kernels, no scores stored) or materialized (GEMMs and a softmax, the scores in " \
+    "memory)")                                                                                                        \
+  X("--classifier", " K", CK_CHOICE, CHOOSE(classifier_fused, classifier_kernels), 0,                                 \
+    "materialized (default: the logits in memory) or fused (the classifier's GEMM and cross-entropy a chunk of rows " \
+    "at a time; no sampling)")                                                                                        \
+  X("--recompute", " R", CK_CHOICE, CHOOSE(rc, recompute_modes), 0,                                                   \
+    "activation recompute: none, selective (the attention core of every layer), full (every layer) or auto (the "     \
+    "layers that fit --activation-memory with the fewest recomputed FLOPs; with a plan and no budget, the plan's "    \
+    "choice)")                                                                                                        \
+  X("--activation-memory", " SIZE", CK_SIZE, FIELD(act_mem), 0,                                                       \
+    "budget of the work tier (activations and workspace) for --recompute auto: bytes, or 512K, 512M, 2G, 1.5GiB "     \
+    "(binary), 2GB (decimal)")                                                                                        \
+  X("--device-memory", " SIZE", CK_SIZE, FIELD(device_memory), 0,                                                     \
+    "the device memory the program must fit: parameters, gradients and optimizer state are offloaded in chunks to "   \
+    "the host (and NVMe), planned instruction by instruction (docs/memory.md); with -o")                              \
+  X("--host-memory", " SIZE", CK_SIZE, FIELD(host_memory), 0,                                                         \
+    "what the host may hold of the training state (default: 80% of this machine's memory); the rest goes to NVMe "    \
+    "files (train --nvme-dir); with a plan search, it also caps the host memory per node the plan may use")           \
+  X("--precision", " P", CK_CHOICE, CHOOSE(precision, precisions), 0,                                                 \
+    "fp32, bf16, fp16 or fp8 (default: a --plan file's; bf16 when --gpus, --gpu or --cluster asks for GPUs; else "    \
+    "fp32): GEMMs on 16-bit copies of their inputs with f32 sums, normalisations, softmax and the loss in f32, f32 "  \
+    "master weights and optimizer state (torch.autocast's policy); fp16 adds dynamic loss scaling (train "            \
+    "--loss-scale); fp8 is bf16 with the linear layers' GEMMs on e4m3 inputs (e5m2 gradients) scaled per tensor "     \
+    "from an amax history (Transformer Engine's delayed scaling); meshes exchange f32 (collectives, pipeline "        \
+    "messages)")                                                                                                      \
+  X("--fp8-history", " N", CK_CALL, CALL(set_fp8_history), 0,                                                         \
+    "fp8: the steps of amax history a scale comes from (default 1024, at most 1048576)")                              \
+  X("--fp8-margin", " M", CK_CALL, CALL(set_fp8_margin), 0, "fp8: scales divided by 2^M, M in [0, 64] (default 0)")   \
+  X("--fp8-classifier", "", CK_FLAG, FIELD(fp8_classifier), 0,                                                        \
+    "fp8: the classifier's GEMM (the logits) in fp8 too (default: bf16)")                                             \
+  X("--train-file", " FILE", CK_STR, FIELD(train.file), 0,                                                            \
+    "the training directive from a file that holds only it (train loss with adamw(lr = 6e-4, ...);), for an ONNX "    \
+    "file")                                                                                                           \
+  X("--optimizer", " O", CK_CHOICE, CHOOSE(train.opt, optimizers), 0,                                                 \
+    "adamw or sgd, with PyTorch's defaults (overrides the model's train directive; an ONNX file's is adamw's "        \
+    "defaults)")                                                                                                      \
+  X("--lr", " X", CK_RATE, FIELD(train.lr), 0, "one optimizer setting: the peak learning rate (> 0)")                 \
+  X("--beta1", " X", CK_UNIT, FIELD(train.beta1), 0, "one optimizer setting: AdamW's beta1, in [0, 1)")               \
+  X("--beta2", " X", CK_UNIT, FIELD(train.beta2), 0, "one optimizer setting: AdamW's beta2, in [0, 1)")               \
+  X("--eps", " X", CK_NONNEG, FIELD(train.eps), 0, "one optimizer setting: AdamW's epsilon")                          \
+  X("--weight-decay", " X", CK_NONNEG, FIELD(train.weight_decay), 0, "one optimizer setting: decoupled weight decay") \
+  X("--momentum", " X", CK_NONNEG, FIELD(train.momentum), 0, "one optimizer setting: SGD's momentum")                 \
+  X("--clip", " X", CK_NONNEG, FIELD(train.clip), 0,                                                                  \
+    "one optimizer setting: clip the global gradient norm to X (0: off)")                                             \
+  X("--warmup", " N", CK_STEPS, FIELD(train.warmup), 0, "one optimizer setting: linear warm-up steps")                \
+  X("--min-lr", " X", CK_NONNEG, FIELD(train.min_lr), 0,                                                              \
+    "one optimizer setting: the learning rate at the last step (cosine)")                                             \
+  X("--lr-schedule", " cosine|constant", CK_CHOICE, CHOOSE(train.schedule, lr_schedules), 0,                          \
+    "one optimizer setting: after warm-up, cosine from lr to min-lr by the last step, or constant lr")                \
+  X("-h, --help", "", CK_CALL, CALL(show_help), 0, "print this help")                                                 \
+  X("--version", "", CK_CALL, CALL(show_version), 0, "print the version")
+
+static const CliOpt cli_opts[] = {
+#define CLI_ROW(spelling, metavar, kind, target, flags, help) {spelling, metavar, kind, target, flags, help},
+    CLI_OPTIONS(CLI_ROW)
+#undef CLI_ROW
+};
+#undef FIELD
+#undef CHOOSE
+#undef CALL
+enum { NCLI = sizeof cli_opts / sizeof *cli_opts, CLI_LONG = 256 /* getopt_long's value for row i: CLI_LONG + i */ };
+
+static char cli_letter(const CliOpt *c) { return c->spelling[1] != '-' ? c->spelling[1] : 0; }
+
+static const char *cli_long(const CliOpt *c) {
+  const char *l = strstr(c->spelling, "--");
+  return l ? l + 2 : NULL;
+}
+
+static int cli_has_arg(const CliOpt *c) {
+  return !*c->metavar ? no_argument : *c->metavar == '[' ? optional_argument : required_argument;
+}
+
+/* How an error names the option: its first spelling ("-j" of "-j, --jobs"). */
+static const char *cli_name(const CliOpt *c, char *buf, size_t len) {
+  snprintf(buf, len, "%.*s", (int)strcspn(c->spelling, ","), c->spelling);
+  return buf;
+}
+
+static _Noreturn void cli_bad(const CliOpt *c, const char *what, const char *arg) {
+  char name[32];
+  fprintf(stderr, "colossalc: %s takes %s, got '%s'\n", cli_name(c, name, sizeof name), what, arg);
+  exit(1);
+}
+
+static void *cli_field(Options *o, const CliOpt *c) { return (char *)o + c->off; }
+
+static void set_flag(Options *o, const CliOpt *c, const char *arg) { *(bool *)cli_field(o, c) = true; }
+static void set_str(Options *o, const CliOpt *c, const char *arg) { *(const char **)cli_field(o, c) = arg; }
+
+static void set_positive(Options *o, const CliOpt *c, const char *arg) {
+  char name[32];
+  *(int *)cli_field(o, c) = (int)parse_positive(cli_name(c, name, sizeof name), arg);
+}
+
+static void set_size(Options *o, const CliOpt *c, const char *arg) {
+  int64_t v = parse_size(arg);
+  if (v < 0) cli_bad(c, "a size such as 512M, 2G or 1.5GiB", arg);
+  *(int64_t *)cli_field(o, c) = v;
+}
+
+static int choice_index(const CliOpt *c, const char *arg) {
+  char name[32];
+  return parse_choice(cli_name(c, name, sizeof name), arg, c->choices->names, c->choices->n);
+}
+
+static void set_choice(Options *o, const CliOpt *c, const char *arg) {
+  int i = choice_index(c, arg);
+  *(int *)cli_field(o, c) = c->choices->values ? c->choices->values[i] : i;
+}
+
+static void set_word(Options *o, const CliOpt *c, const char *arg) {
+  *(const char **)cli_field(o, c) = c->choices->names[arg ? choice_index(c, arg) : 0];
+}
+
+/* The training directive's numbers: >= 0 and below 1e30, each kind with its own bound. */
+static void set_real(Options *o, const CliOpt *c, const char *arg) {
+  static const char *const what[CK_COUNT] = {[CK_RATE] = "a positive number",
+                                             [CK_UNIT] = "a number in [0, 1)",
+                                             [CK_NONNEG] = "a number >= 0",
+                                             [CK_STEPS] = "a whole number of steps"};
   char *end;
   double v = strtod(arg, &end);
   bool ok = end != arg && !*end && v >= 0 && v < 1e30;
-  if (field == 0) ok &= v > 0;
-  if (field == 1 || field == 2) ok &= v < 1;
-  if (field == 8) ok &= v == (double)(int64_t)v;
-  if (!ok) {
-    fprintf(stderr, "colossalc: --%s takes %s, got '%s'\n", train_fields[field],
-            field == 0   ? "a positive number"
-            : field <= 2 ? "a number in [0, 1)"
-            : field == 8 ? "a whole number of steps"
-                         : "a number >= 0",
-            arg);
-    exit(1);
-  }
-  return v;
+  if (c->kind == CK_RATE) ok &= v > 0;
+  if (c->kind == CK_UNIT) ok &= v < 1;
+  if (c->kind == CK_STEPS) ok &= v == (double)(int64_t)v;
+  if (!ok) cli_bad(c, what[c->kind], arg);
+  *(double *)cli_field(o, c) = v;
 }
 
-static bool parse_train_option(int c, const char *arg, TrainOptions *t) {
-  static const char *const opts[] = {"adamw", "sgd"}, *const scheds[] = {"cosine", "constant"};
-  if (c == O_OPTIMIZER) t->opt = parse_choice("--optimizer", arg, opts, 2) ? OPT_SGD : OPT_ADAMW;
-  else if (c == O_LR_SCHEDULE)
-    t->schedule = parse_choice("--lr-schedule", arg, scheds, 2) ? SCHED_CONSTANT : SCHED_COSINE;
-  else if (c == O_TRAIN_FILE) t->file = arg;
-  else if (c >= O_TRAIN_FIELD && c < O_TRAIN_FIELD + 9) {
-    t->value[c - O_TRAIN_FIELD] = parse_train_value(c - O_TRAIN_FIELD, arg);
-    t->set |= 1u << (c - O_TRAIN_FIELD);
-  } else {
-    return false;
+static void set_call(Options *o, const CliOpt *c, const char *arg) { c->call(o, arg); }
+
+static void (*const cli_setters[CK_COUNT])(Options *o, const CliOpt *c, const char *arg) = {
+    [CK_FLAG] = set_flag,     [CK_STR] = set_str,    [CK_POS] = set_positive, [CK_SIZE] = set_size,
+    [CK_CHOICE] = set_choice, [CK_WORD] = set_word,  [CK_RATE] = set_real,    [CK_UNIT] = set_real,
+    [CK_NONNEG] = set_real,   [CK_STEPS] = set_real, [CK_CALL] = set_call};
+
+/* getopt_long's tables from the rows: a long form returns CLI_LONG + its row, a short
+ * one its letter; a missing value returns ':'. */
+static void cli_getopt_tables(struct option *longs, char *shorts) {
+  int n = 0;
+  *shorts++ = ':';
+  for (int i = 0; i < NCLI; i++) {
+    const CliOpt *c = &cli_opts[i];
+    if (cli_long(c)) longs[n++] = (struct option){cli_long(c), cli_has_arg(c), NULL, CLI_LONG + i};
+    if (!cli_letter(c)) continue;
+    *shorts++ = cli_letter(c);
+    for (int k = no_argument; k < cli_has_arg(c); k++) *shorts++ = ':'; /* "o:" required, "o::" optional */
   }
-  return true;
+  *shorts = 0;
+  longs[n] = (struct option){0};
 }
 
-/* The command line's training settings over g's directive; false after a reported
- * error (in the training file). */
-static bool apply_train_options(Arena *a, const TrainOptions *o, Graph *g) {
-  if (o->file && !frontend_train_file(a, o->file, g)) return false;
-  TrainSpec *t = &g->train;
-  if (o->opt >= 0 && (int)t->opt != o->opt) {
-    SrcLoc loc = t->loc;
-    frontend_train_defaults(t, (OptKind)o->opt);
-    t->loc = loc;
-  }
-  double *field[] = {&t->lr, &t->beta1, &t->beta2, &t->eps, &t->weight_decay, &t->momentum, &t->clip, &t->min_lr};
-  for (int i = 0; i < 8; i++)
-    if (o->set >> i & 1) *field[i] = o->value[i];
-  if (o->set >> 8 & 1) t->warmup = (int64_t)o->value[8];
-  if (o->schedule >= 0) t->schedule = (SchedKind)o->schedule;
-  return true;
+/* The row of getopt_long's answer c, or NULL ('?': an unknown option). */
+static const CliOpt *cli_find(int c) {
+  if (c >= CLI_LONG) return &cli_opts[c - CLI_LONG];
+  for (int i = 0; i < NCLI; i++)
+    if (cli_letter(&cli_opts[i]) == c) return &cli_opts[i];
+  return NULL;
 }
 
-static void parse_options(int argc, char **argv, Options *o) {
-  static const struct option longs[] = {{"set", required_argument, 0, O_SET},
-                                        {"gpus", required_argument, 0, O_GPUS},
-                                        {"summary", no_argument, 0, O_SUMMARY},
-                                        {"dump-ir", no_argument, 0, O_DUMP_IR},
-                                        {"dump-after", required_argument, 0, O_DUMP_AFTER},
-                                        {"emit-kernels", required_argument, 0, O_EMIT_KERNELS},
-                                        {"emit-program", required_argument, 0, O_EMIT_PROGRAM},
-                                        {"emit-llvm", required_argument, 0, O_EMIT_LLVM},
-                                        {"emit-cuda", required_argument, 0, O_EMIT_CUDA},
-                                        {"gpus-per-node", required_argument, 0, O_GPN},
-                                        {"gpu", required_argument, 0, O_GPU},
-                                        {"cluster", required_argument, 0, O_CLUSTER},
-                                        {"dump-plan", optional_argument, 0, O_DUMP_PLAN},
-                                        {"plan-out", required_argument, 0, O_PLAN_OUT},
-                                        {"plan", required_argument, 0, O_PLAN},
-                                        {"dp", required_argument, 0, O_DP},
-                                        {"tp", required_argument, 0, O_TP},
-                                        {"pp", required_argument, 0, O_PP},
-                                        {"zero", required_argument, 0, O_ZERO},
-                                        {"microbatch-size", required_argument, 0, O_MBS},
-                                        {"schedule", required_argument, 0, O_SCHEDULE},
-                                        {"virtual-stages", required_argument, 0, O_VSTAGES},
-                                        {"recompute", required_argument, 0, O_RECOMPUTE},
-                                        {"attention", required_argument, 0, O_ATTENTION},
-                                        {"activation-memory", required_argument, 0, O_ACT_MEM},
-                                        {"device-memory", required_argument, 0, O_DEV_MEM},
-                                        {"host-memory", required_argument, 0, O_HOST_MEM},
-                                        {"nvme", required_argument, 0, O_NVME},
-                                        {"offload", required_argument, 0, O_OFFLOAD},
-                                        {"jobs", required_argument, 0, 'j'},
-                                        {"what-if", no_argument, 0, O_WHAT_IF},
-                                        {"precision", required_argument, 0, O_PRECISION},
-                                        {"classifier", required_argument, 0, O_CLASSIFIER},
-                                        {"fp8-history", required_argument, 0, O_FP8_HISTORY},
-                                        {"fp8-margin", required_argument, 0, O_FP8_MARGIN},
-                                        {"fp8-classifier", no_argument, 0, O_FP8_CLASSIFIER},
-                                        {"optimizer", required_argument, 0, O_OPTIMIZER},
-                                        {"lr-schedule", required_argument, 0, O_LR_SCHEDULE},
-                                        {"train-file", required_argument, 0, O_TRAIN_FILE},
-                                        {"lr", required_argument, 0, O_TRAIN_FIELD + 0},
-                                        {"beta1", required_argument, 0, O_TRAIN_FIELD + 1},
-                                        {"beta2", required_argument, 0, O_TRAIN_FIELD + 2},
-                                        {"eps", required_argument, 0, O_TRAIN_FIELD + 3},
-                                        {"weight-decay", required_argument, 0, O_TRAIN_FIELD + 4},
-                                        {"momentum", required_argument, 0, O_TRAIN_FIELD + 5},
-                                        {"clip", required_argument, 0, O_TRAIN_FIELD + 6},
-                                        {"min-lr", required_argument, 0, O_TRAIN_FIELD + 7},
-                                        {"warmup", required_argument, 0, O_TRAIN_FIELD + 8},
-                                        {"help", no_argument, 0, 'h'},
-                                        {"version", no_argument, 0, O_VERSION},
-                                        {0, 0, 0, 0}};
-  *o = (Options){.gpus = 1, .rc = -1, .precision = DT_F32, .fp8_history = 1024, .train = {.opt = -1, .schedule = -1}};
+/* text from column col on, broken at spaces before column 100, the rest from column 26. */
+static void print_wrapped(FILE *f, int col, const char *text) {
+  while (*text) {
+    int n = (int)strlen(text), room = 100 - col;
+    if (n > room) {
+      n = room;
+      while (n > 0 && text[n] != ' ') n--;
+      if (n == 0) n = (int)strcspn(text, " ");
+    }
+    fprintf(f, "%.*s\n", n, text);
+    for (text += n; *text == ' ';) text++;
+    if (*text) col = fprintf(f, "%25s ", "");
+  }
+}
+
+static void usage(FILE *f) {
+  fputs("usage: colossalc FILE [options]\n"
+        "\n"
+        "Compiles a model (the colossalc model language, see docs/language.md, or an ONNX\n"
+        "file, docs/onnx.md) into a training program.\n"
+        "\n"
+        "options:\n",
+        f);
+  for (int i = 0; i < NCLI; i++) {
+    char lhs[64];
+    snprintf(lhs, sizeof lhs, "%s%s", cli_opts[i].spelling, cli_opts[i].metavar);
+    if (strlen(lhs) <= 23) fprintf(f, "  %-23s ", lhs);
+    else fprintf(f, "  %s\n%26s", lhs, ""); /* a long spelling: its help on the next line */
+    print_wrapped(f, 26, cli_opts[i].help);
+  }
+  passes_print(f);
+}
+
+static void options_init(Options *o) {
+  *o = (Options){.rc = -1, .precision = -1, .fp8_history = 1024, .train = {.opt = -1, .schedule = -1}};
+  TrainOptions *t = &o->train;
+  t->lr = t->beta1 = t->beta2 = t->eps = t->weight_decay = t->momentum = t->clip = t->min_lr = t->warmup = NAN;
   plan_force_init(&o->force);
   o->force.attn = -1; /* not asked: the plan file's, else what the plan may use */
-  int c;
-  opterr = 0; /* one line of our own for a bad option */
-  while ((c = getopt_long(argc, argv, ":ho:j:", longs, NULL)) != -1) {
-    if (parse_plan_option(c, optarg, o) || parse_train_option(c, optarg, &o->train)) continue;
-    switch (c) {
-    case O_SET: add_override(o, optarg); break;
-    case O_GPUS: o->gpus = parse_positive("--gpus", optarg), o->gpus_set = o->plan = true; break;
-    case 'j': o->jobs = parse_positive("-j", optarg); break;
-    case O_SUMMARY: o->summary = true; break;
-    case O_DUMP_IR: o->dump_ir = true; break;
-    case O_DUMP_AFTER: o->dump_after = optarg; break;
-    case O_EMIT_KERNELS: o->emit_kernels = optarg; break;
-    case O_EMIT_PROGRAM: o->emit_program = optarg; break;
-    case O_EMIT_LLVM: o->emit_llvm = optarg; break;
-    case O_EMIT_CUDA: o->emit_cuda = optarg; break;
-    case O_RECOMPUTE: o->rc = parse_choice("--recompute", optarg, rc_option_names, RC_COUNT + 1); break;
-    case O_ACT_MEM: o->act_mem = parse_size("--activation-memory", optarg); break;
-    case O_DEV_MEM: o->device_memory = parse_size("--device-memory", optarg); break;
-    case O_HOST_MEM: o->host_memory = parse_size("--host-memory", optarg); break;
-    case O_NVME: o->nvme = parse_size("--nvme", optarg), o->nvme_set = true; break;
-    case O_PRECISION: {
-      static const char *const names[] = {"fp32", "bf16", "fp16", "fp8"};
-      static const int dts[] = {DT_F32, DT_BF16, DT_F16, DT_E4M3};
-      o->precision = dts[parse_choice("--precision", optarg, names, 4)];
-      o->precision_set = true;
-      break;
-    }
-    case O_FP8_HISTORY:
-      o->fp8_history = parse_positive("--fp8-history", optarg);
-      if (o->fp8_history > 1 << 20) error_plain("--fp8-history: at most 1048576 steps");
-      break;
-    case O_FP8_MARGIN: {
-      char *end;
-      long v = strtol(optarg, &end, 10);
-      if (*end || end == optarg || v < 0 || v > 64)
-        error_plain("--fp8-margin: an integer in [0, 64], got '%s'", optarg);
-      o->fp8_margin = (int)v;
-      break;
-    }
-    case O_FP8_CLASSIFIER: o->fp8_classifier = true; break;
-    case O_CLASSIFIER: {
-      static const char *const names[] = {"materialized", "fused"};
-      o->classifier_fused = parse_choice("--classifier", optarg, names, 2) == 1;
-      break;
-    }
-    case 'o': o->out = optarg; break;
-    case 'h': usage(stdout); exit(0);
-    case O_VERSION: printf("colossalc %s\n", COLOSSALC_VERSION); exit(0);
-    case ':': error_plain("%s needs a value (see colossalc --help)", argv[optind - 1]);
-    default: error_plain("unknown option '%s' (see colossalc --help)", argv[optind - 1]);
-    }
-  }
+}
+
+/* What no one option can check: the model file, and options that need or exclude
+ * others. */
+static void check_options(int argc, char **argv, Options *o) {
   if (optind != argc - 1)
     error_plain(optind >= argc ? "no model file given (usage: colossalc FILE [options]; see colossalc --help)"
                                : "more than one model file given: %s and %s",
                 argv[optind], optind + 1 < argc ? argv[optind + 1] : "");
   o->file = argv[optind];
-  if (o->dump_after) parse_choice("--dump-after", o->dump_after, pass_names, NPASSES);
+  if (o->dump_after) pass_check_name(o->dump_after);
   if (o->act_mem && o->rc < 0) o->rc = RC_AUTO;
   if (o->rc == RC_AUTO && !o->act_mem && !o->plan) {
     fprintf(stderr, "colossalc: --recompute auto needs --activation-memory SIZE (or a plan: --gpus N ...)\n");
@@ -471,7 +492,7 @@ static void parse_options(int argc, char **argv, Options *o) {
   }
   if (o->act_mem && o->rc != RC_AUTO) {
     fprintf(stderr, "colossalc: --activation-memory is the budget of --recompute auto, not of --recompute %s\n",
-            rc_option_names[o->rc]);
+            recompute_modes.names[o->rc]);
     exit(1);
   }
   if (o->plan_out && !o->dump_plan) {
@@ -488,6 +509,42 @@ static void parse_options(int argc, char **argv, Options *o) {
   if (o->out) check_output(o->out);
 }
 
+static void parse_options(int argc, char **argv, Options *o) {
+  struct option longs[NCLI + 1];
+  char shorts[3 * NCLI + 2];
+  cli_getopt_tables(longs, shorts);
+  options_init(o);
+  int c;
+  opterr = 0; /* one line of our own for a bad option */
+  while ((c = getopt_long(argc, argv, shorts, longs, NULL)) != -1) {
+    if (c == ':') error_plain("%s needs a value (see colossalc --help)", argv[optind - 1]);
+    const CliOpt *opt = cli_find(c);
+    if (!opt) error_plain("unknown option '%s' (see colossalc --help)", argv[optind - 1]);
+    cli_setters[opt->kind](o, opt, optarg);
+    if (opt->flags & CF_PLAN) o->plan = true;
+  }
+  check_options(argc, argv, o);
+}
+
+/* The command line's training settings over g's directive; false after a reported
+ * error (in the training file). */
+static bool apply_train_options(Arena *a, const TrainOptions *o, Graph *g) {
+  if (o->file && !frontend_train_file(a, o->file, g)) return false;
+  TrainSpec *t = &g->train;
+  if (o->opt >= 0 && (int)t->opt != o->opt) {
+    SrcLoc loc = t->loc;
+    frontend_train_defaults(t, (OptKind)o->opt);
+    t->loc = loc;
+  }
+  double *field[] = {&t->lr, &t->beta1, &t->beta2, &t->eps, &t->weight_decay, &t->momentum, &t->clip, &t->min_lr};
+  const double given[] = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->momentum, o->clip, o->min_lr};
+  for (int i = 0; i < 8; i++)
+    if (!isnan(given[i])) *field[i] = given[i];
+  if (!isnan(o->warmup)) t->warmup = (int64_t)o->warmup;
+  if (o->schedule >= 0) t->schedule = (SchedKind)o->schedule;
+  return true;
+}
+
 /* --fp8-classifier asks for fp8, and for a classifier whose GEMM is a matmul. */
 static void check_fp8_classifier(const Options *o) {
   if (o->fp8_classifier && o->precision != DT_E4M3)
@@ -499,9 +556,9 @@ static void check_fp8_classifier(const Options *o) {
 
 /* The cluster of --gpu (or --cluster), the forced parts, the search. */
 static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster *cl) {
-  int gpus = o->gpus_set || !o->cluster ? (int)o->gpus : 0;
-  if (o->cluster) cluster_load_json(cl, o->cluster, gpus, (int)o->gpus_per_node);
-  else cluster_from_profile(cl, o->gpu ? o->gpu : "a100-80g", gpus, (int)o->gpus_per_node);
+  int gpus = o->gpus ? o->gpus : o->cluster ? 0 : 1; /* a cluster file's own without --gpus */
+  if (o->cluster) cluster_load_json(cl, o->cluster, gpus, o->gpus_per_node);
+  else cluster_from_profile(cl, o->gpu ? o->gpu : "a100-80g", gpus, o->gpus_per_node);
   PlanForce f;
   plan_force_init(&f);
   if (o->plan_file) plan_read_json(arena, o->plan_file, g, &f);
@@ -529,12 +586,12 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
     error_plain("offloading the optimizer state alone is priced, not compiled yet: add --what-if to explore it, or "
                 "--offload state to compile the whole state's offload (ZeRO-3, data parallelism)");
   if (o->host_memory) cl->host_memory = (double)o->host_memory; /* what the state may use of a node's */
-  if (o->nvme_set) cl->nvme = (double)o->nvme;
+  if (o->nvme) cl->nvme = (double)o->nvme;
   /* the precision: --precision, else the plan file's, else bf16 where --gpus, --gpu,
    * --cluster or --what-if asks for GPUs, else fp32 (a plan option alone, the cpu
    * profile); 16-bit programs exchange f32 (tensor-parallel collectives, pipeline sends) */
-  bool on_gpus = (o->gpus_set || o->gpu || o->cluster || o->what_if) && !cl->dev.fp32_only;
-  if (!o->precision_set) o->precision = f.precision >= 0 ? f.precision : on_gpus ? DT_BF16 : DT_F32;
+  bool on_gpus = (o->gpus || o->gpu || o->cluster || o->what_if) && !cl->dev.fp32_only;
+  if (o->precision < 0) o->precision = f.precision >= 0 ? f.precision : on_gpus ? DT_BF16 : DT_F32;
   f.precision = o->precision;
   f.lowp = o->precision != DT_F32;
   f.fp8 = o->precision == DT_E4M3;
@@ -602,8 +659,7 @@ static void write_program(FILE *f, Program **ps, int nps) {
   free(blob);
 }
 
-/* The kernels (their text form), then the program as people read it (program/program.h,
- * prog_print). */
+/* The kernels (their text form), then the program as people read it. */
 static void write_kernels(FILE *f, Program **ps, int nps) {
   const Program *p = ps[0];
   if (p->code) {
@@ -739,6 +795,7 @@ typedef struct Build {
   Options *o;
   const PlanResult *r; /* the plan searched (or read), or NULL: one rank, one micro-batch */
   PlanChoice ch;       /* the plan compiled: r->best.ch, or the one-rank plan */
+  Graph *g;            /* the verified forward graph (of the plan's micro-batch) that partition cuts */
   Partition *part;     /* the chunks, one per pipeline chunk (one for pp 1) */
   Program **ps;        /* [nps] one program, or one per pipeline stage */
   int nps;
@@ -811,20 +868,12 @@ static Graph *apply_recompute(Graph *g, const Build *b) {
   return pass_recompute(g, mode);
 }
 
-/* With --device-memory and no --recompute: the activations get what the chunks leave
- * when the offload plan takes the least room it can (a quarter of it for the largest
- * parameter's chunk with its gradient and the next in flight, codegen/offload.c); when
- * the work tier does not fit that, recompute auto chooses the layers under it. */
+/* --device-memory without --recompute: the layers plan/policy.h says to recompute so
+ * that the activations fit beside offload's chunks, reported on standard error. */
 static Graph *recompute_for_device(Graph *g, const Options *o) {
-  int64_t largest = 0;
-  for (int k = 0; k < g->nparams; k++) {
-    int64_t b = (shape_numel(&g->params[k]->shape) * 4 + 63) / 64 * 64;
-    if (b > largest) largest = b;
-  }
-  int64_t budget = o->device_memory - 4 * (largest + 2 * 4096) - 4096;
-  if (budget <= 0 || (measure_work_peak(g, NULL) + 4095) / 4096 * 4096 <= budget) return g;
   RecomputeChoice c;
-  recompute_choose(g, budget, measure_work_peak, NULL, &c);
+  int64_t budget;
+  if (!policy_recompute_for_device(g, o->device_memory, measure_work_peak, NULL, &c, &budget)) return g;
   recompute_set = recompute_describe(g->arena, g, c.mode);
   fprintf(stderr,
           "colossalc: recompute for --device-memory (%s): %.4g forward FLOPs recomputed, work peak %.1f MiB of "
@@ -861,27 +910,16 @@ static void lower(Build *b) {
   for (int s = 0; s < b->nps; s++) b->ps[s]->arch = &b->arch;
 }
 
-/* ZeRO-2/3 of one unscheduled program without offload: the gathers and reductions go
- * into its step (codegen/zero.h), so the runtime's peak falls with the dp ranks. */
-static void schedule_zero(Build *b) {
-  Program *p = b->ps[0];
-  if (b->nps == 1 && p->zero_stage >= 2 && !p->scheduled && !b->offload) zero_schedule(p);
-}
-
-/* What offload plans for: --device-memory, or the usable memory of the plan's devices
- * when the plan offloads the state; the host memory of --host-memory, else the plan's
- * node's, else 80% of this machine's. */
+/* What offload plans for (plan/policy.h) and on which cluster: the plan's, else the one
+ * device of --cluster or --gpu (cpu by default). */
 static OffloadOptions offload_options(const Build *b, Cluster *cl) {
   const Options *o = b->o;
   if (b->r) *cl = *b->r->cl;
   else if (o->cluster) cluster_load_json(cl, o->cluster, 1, 1);
   else cluster_from_profile(cl, o->gpu ? o->gpu : "cpu", 1, 1);
-  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-  int64_t host = o->host_memory ? o->host_memory : pages > 0 && psize > 0 ? (int64_t)pages * psize / 10 * 8 : 0;
-  if (b->planned_offload && !o->host_memory) host = (int64_t)cl->host_memory; /* the node's, as the plan priced it */
-  int64_t device = o->device_memory ? o->device_memory : b->r ? (int64_t)b->r->usable : 0;
+  OffloadBudget ob = policy_offload_budget(b->r, cl, o->device_memory, o->host_memory);
   return (OffloadOptions){
-      .device_memory = device, .host_memory = host, .cl = cl, .ranks_per_node = b->r ? cl->gpus_per_node : 1};
+      .device_memory = ob.device, .host_memory = ob.host, .cl = cl, .ranks_per_node = ob.ranks_per_node};
 }
 
 /* After lowering: each stage's offload chunks (and under ZeRO-3 their owners, which
@@ -889,8 +927,8 @@ static OffloadOptions offload_options(const Build *b, Cluster *cl) {
  * unscheduled micro-batches are unrolled into `step`, so that the offload plan sees the
  * whole step. */
 static void decide_offload(Build *b) {
-  b->planned_offload = b->r && b->ch.offload == OFFLOAD_STATE;
-  if (!b->o->device_memory && !b->planned_offload) return;
+  b->planned_offload = policy_offload_planned(b->r);
+  if (!policy_offload_wanted(b->r, b->o->device_memory)) return;
   b->off = offload_options(b, &b->off_cl);
   b->ops = arena_array(b->ps[0]->arena, b->nps, sizeof *b->ops);
   for (int s = 0; s < b->nps; s++) b->offload |= (b->ops[s] = offload_chunks(b->ps[s], &b->off)) != NULL;
@@ -907,9 +945,72 @@ static void decide_offload(Build *b) {
   }
 }
 
+/* ---- the pass pipeline --------------------------------------------------------------- */
+
+/* Each pass takes the compilation and rewrites its chunk graphs (b->part) or, from
+ * lower on, its programs (b->ps); `passes` below runs them in order. */
+
+/* requires: the verified forward graph of the plan's micro-batch (b->g), the plan (b->r) */
+static void run_partition(Build *b) {
+  graph_arch(b->g, &b->arch); /* the whole model's, before it is cut */
+  b->part = pass_partition(b->g, b->r, b->r ? &b->r->best : NULL);
+}
+
+/* requires: partition */
+static void run_decompose(Build *b) {
+  unsigned fuse = (b->ch.attn == ATTN_FUSED ? FUSE_ATTENTION : 0) | (b->o->classifier_fused ? FUSE_CLASSIFIER : 0);
+  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k], fuse);
+}
+
+static bool mixed_precision(const Build *b) { return b->o->precision != DT_F32; }
+
+/* Mixed precision, chunk by chunk (only when mixed_precision).
+ * requires: decompose */
+static void run_autocast(Build *b) {
+  const Options *o = b->o;
+  for (int k = 0; k < b->part->nchunks; k++) {
+    Graph *g = b->part->chunk[k];
+    b->part->chunk[k] = o->precision == DT_E4M3 ? pass_autocast_fp8(g, o->fp8_history, o->fp8_margin, o->fp8_classifier)
+                                                : pass_autocast(g, (DType)o->precision);
+  }
+}
+
+/* requires: decompose (autocast) */
+static void run_autodiff(Build *b) {
+  /* replicated weights' partial gradients summed over tp once a step as the plan prices
+   * it (--device-memory offloads too, which places every sum) */
+  bool tp_after = b->ch.tp > 1 && plan_tp_sums_once(&b->ch) && !b->o->device_memory;
+  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k]->tp_sums_after_step = tp_after;
+  partition_autodiff(b->part);
+}
+
+/* requires: autodiff */
+static void run_recompute(Build *b) {
+  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = recompute_chunk(b->part->chunk[k], b);
+}
+
+/* requires: autodiff (recompute) */
+static void run_lower(Build *b) {
+  progress("lowering to kernels");
+  lower(b);
+  decide_offload(b);
+}
+
+/* ZeRO-2/3 of one unscheduled program without offload: the gathers and reductions go
+ * into its step (codegen/zero.h), so the runtime's peak falls with the dp ranks.
+ * requires: lower; not offloaded (ZeRO-3 offload places its own) */
+static void run_zero(Build *b) {
+  Program *p = b->ps[0];
+  if (b->nps == 1 && p->zero_stage >= 2 && !p->scheduled && !b->offload) zero_schedule(p);
+}
+
+/* requires: the plan, zero */
+static void run_compose(Build *b) { compose_step(b->ps, b->nps, b->offload); }
+
 /* Offload (codegen/offload.h), each stage's program; --dump-plan shows the plans (the SVG
- * form draws memory per tier over the step). */
-static void plan_offload(Build *b) {
+ * form draws memory per tier over the step).
+ * requires: compose */
+static void run_offload(Build *b) {
   if (!b->offload) return;
   const Options *o = b->o;
   for (int s = 0; s < b->nps; s++) {
@@ -929,52 +1030,80 @@ static void plan_offload(Build *b) {
   }
 }
 
-/* The pass pipeline of every compilation, one rank or a plan (STYLE.md habit 3): each
- * pass in order, the verifier after those that rewrite the IR, --dump-after=PASS
- * printing the IR (or, from lower on, the kernels and the program) after it. Lowering
- * and what follows it run when a program is wanted. */
-static void run_passes(Build *b, Graph *g, bool lowering) {
-  progress("front end done; partition, autodiff, recompute");
-  graph_arch(g, &b->arch); /* requires: the whole forward graph */
-  b->part = pass_partition(g, b->r,
-                           b->r ? &b->r->best : NULL); /* requires: verified forward graph of the plan's micro-batch */
-  after_ir(b, "partition");
-  unsigned fuse = (b->ch.attn == ATTN_FUSED ? FUSE_ATTENTION : 0) | (b->o->classifier_fused ? FUSE_CLASSIFIER : 0);
-  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k] = pass_decompose(b->part->chunk[k], fuse);
-  after_ir(b, "decompose");
-  if (b->o->precision != DT_F32) { /* mixed precision, chunk by chunk */
-    for (int k = 0; k < b->part->nchunks; k++)
-      b->part->chunk[k] = b->o->precision == DT_E4M3 ? pass_autocast_fp8(b->part->chunk[k], b->o->fp8_history,
-                                                                         b->o->fp8_margin, b->o->fp8_classifier)
-                                                     : pass_autocast(b->part->chunk[k], (DType)b->o->precision);
-    after_ir(b, "autocast");
-  }
-  /* replicated weights' partial gradients summed over tp once a step as the plan prices
-   * it (--device-memory offloads too, which places every sum) */
-  bool tp_after = b->ch.tp > 1 && plan_tp_sums_once(&b->ch) && !b->o->device_memory;
-  for (int k = 0; k < b->part->nchunks; k++) b->part->chunk[k]->tp_sums_after_step = tp_after;
-  partition_autodiff(b->part); /* requires: decompose */
-  after_ir(b, "autodiff");
-  for (int k = 0; k < b->part->nchunks; k++)
-    b->part->chunk[k] = recompute_chunk(b->part->chunk[k], b); /* requires: autodiff */
-  after_ir(b, "recompute");
-  if (!lowering) return;
-  progress("lowering to kernels");
-  lower(b); /* requires: autodiff */
-  decide_offload(b);
-  after_program(b, "lower");
-  schedule_zero(b); /* requires: lower; not offloaded (ZeRO-3 offload places its own) */
-  after_program(b, "zero");
-  compose_step(b->ps, b->nps, b->offload); /* requires: the plan, zero */
-  after_program(b, "compose");
-  plan_offload(b); /* requires: compose */
-  after_program(b, "offload");
-  compose_lists(b->ps, b->nps); /* requires: every pass that writes the step */
-  after_program(b, "lists");
-  program_share_kernels(b->ps[0]); /* requires: every pass that adds kernels */
+/* The lists train carries (codegen/compose.h: train, eval, forward, ZeRO-3's gather
+ * and release) from the step's parts.
+ * requires: every pass that writes the step */
+static void run_lists(Build *b) { compose_lists(b->ps, b->nps); }
+
+/* requires: every pass that adds kernels */
+static void run_share(Build *b) {
+  program_share_kernels(b->ps[0]);
   for (int s = 1; s < b->nps; s++) /* the stages have one kernel table */
     b->ps[s]->code = b->ps[0]->code, b->ps[s]->ncode = b->ps[0]->ncode, b->ps[s]->code_of = b->ps[0]->code_of;
-  after_program(b, "share");
+}
+
+typedef enum { PASS_IR, PASS_PROGRAM } PassWrites;
+
+typedef struct Pass {
+  const char *name; /* --dump-after=NAME */
+  void (*run)(Build *b);
+  PassWrites writes;            /* the chunk graphs (after_ir follows) or the programs (after_program) */
+  bool (*when)(const Build *b); /* NULL: always */
+} Pass;
+
+/* The pipeline of every compilation, one rank or a plan, in order. */
+static const Pass passes[] = {
+    {"partition", run_partition, PASS_IR, NULL},
+    {"decompose", run_decompose, PASS_IR, NULL},
+    {"autocast", run_autocast, PASS_IR, mixed_precision},
+    {"autodiff", run_autodiff, PASS_IR, NULL},
+    {"recompute", run_recompute, PASS_IR, NULL},
+    {"lower", run_lower, PASS_PROGRAM, NULL},
+    {"zero", run_zero, PASS_PROGRAM, NULL},
+    {"compose", run_compose, PASS_PROGRAM, NULL},
+    {"offload", run_offload, PASS_PROGRAM, NULL},
+    {"lists", run_lists, PASS_PROGRAM, NULL},
+    {"share", run_share, PASS_PROGRAM, NULL},
+};
+enum { NPASSES = sizeof passes / sizeof *passes };
+
+static const Pass *pass_find(const char *name) {
+  for (int i = 0; i < NPASSES; i++)
+    if (!strcmp(passes[i].name, name)) return &passes[i];
+  return NULL;
+}
+
+/* --dump-after's PASS: one of the passes, or exit 1 naming them. */
+static void pass_check_name(const char *name) {
+  const char *names[NPASSES];
+  for (int i = 0; i < NPASSES; i++) names[i] = passes[i].name;
+  parse_choice("--dump-after", name, names, NPASSES);
+}
+
+/* The end of --help: the passes in order, by what --dump-after prints after them. */
+static void passes_print(FILE *f) {
+  fputs("\npasses, in the order they run, and what --dump-after=PASS prints after them:\n", f);
+  for (PassWrites w = PASS_IR; w <= PASS_PROGRAM; w++) {
+    fprintf(f, "  %-23s", w == PASS_IR ? "the IR" : "the kernels and program");
+    for (int i = 0; i < NPASSES; i++)
+      if (passes[i].writes == w) fprintf(f, " %s", passes[i].name);
+    fputc('\n', f);
+  }
+}
+
+/* The pass pipeline (STYLE.md habit 3): each pass of `passes` in order, then the
+ * verifier of what it rewrote, --dump-after=PASS printing the IR (or, from lower on, the
+ * kernels and the program) after it. The program passes run when a program is wanted
+ * (lowering). */
+static void run_passes(Build *b, bool lowering) {
+  progress("front end done; partition, autodiff, recompute");
+  for (const Pass *p = passes; p < passes + NPASSES; p++) {
+    if (p->writes == PASS_PROGRAM && !lowering) return;
+    if (p->when && !p->when(b)) continue;
+    p->run(b);
+    if (p->writes == PASS_IR) after_ir(b, p->name);
+    else after_program(b, p->name);
+  }
 }
 
 /* What was asked for: the kernels' text, the CUDA C, the LLVM IR, `train`. */
@@ -1043,6 +1172,26 @@ static void print_summary(const Options *o, const Graph *g, const Program *p, co
   if (r && !o->dump_plan) plan_dump_brief(stdout, r);
 }
 
+/* The one-rank plan: one micro-batch, the attention asked (fused by default). */
+static Build build_one_rank(Options *o) {
+  AttnKernel attn = o->force.attn >= 0 ? (AttnKernel)o->force.attn : ATTN_FUSED;
+  return (Build){.o = o, .ch = {.dp = 1, .tp = 1, .pp = 1, .m = 1, .v = 1, .rc = RC_NONE, .attn = attn}};
+}
+
+/* --summary with the memory plan of the model's own program, one rank (b->r NULL); a
+ * model that cannot be lowered still summarises. */
+static void summarise(Build *b, const PlanResult *shown) {
+  FILE *saved = diag_stream;
+  DiagJump j;
+  diag_stream = NULL;
+  diag_push(&j);
+  if (!setjmp(j.jb)) run_passes(b, true);
+  else b->ps = NULL;
+  diag_pop(&j);
+  diag_stream = saved;
+  print_summary(b->o, b->g, b->ps ? b->ps[0] : NULL, shown);
+}
+
 int main(int argc, char **argv) {
   t_start = now_s();
   tty = isatty(STDERR_FILENO);
@@ -1060,21 +1209,13 @@ int main(int argc, char **argv) {
   Graph *volatile g = frontend_compile(arena, o.file, text, len, o.ov, o.nov); /* parse, elaborate, verify */
   if (!g || !apply_train_options(arena, &o.train, g)) return fail(arena, &o);
   if (o.dump_ir) ir_print(stdout, g);
-  bool program_dump = false;
-  for (int i = 5; i < NPASSES && o.dump_after; i++) program_dump |= !strcmp(o.dump_after, pass_names[i]);
+  bool program_dump = o.dump_after && pass_find(o.dump_after)->writes == PASS_PROGRAM;
   volatile bool lowering =
       o.emit_kernels || o.emit_program || o.out || o.emit_llvm || o.emit_cuda || o.device_memory || program_dump;
   volatile bool compiling = lowering || o.dump_after;
   /* --device-memory alone (no cluster): --dump-plan shows the offload plan, not a parallel one */
-  if (o.device_memory && !o.gpus_set && !o.cluster) o.plan = false;
-  Build b = {.o = &o,
-             .ch = {.dp = 1,
-                    .tp = 1,
-                    .pp = 1,
-                    .m = 1,
-                    .v = 1,
-                    .rc = RC_NONE,
-                    .attn = o.force.attn >= 0 ? (AttnKernel)o.force.attn : ATTN_FUSED}};
+  if (o.device_memory && !o.gpus && !o.cluster) o.plan = false;
+  Build b = build_one_rank(&o);
   const PlanResult *volatile shown = NULL; /* the plan printed under the summary */
   Cluster cl;                              /* the plan's (PlanResult.cl), for the passes too */
   if (o.plan) {                            /* requires: verified forward graph */
@@ -1093,22 +1234,17 @@ int main(int argc, char **argv) {
     }
     diag_pop(&j);
   }
+  if (o.precision < 0) o.precision = DT_F32; /* no plan searched: fp32 unless --precision asks */
+  b.g = g;
   if (compiling) {
     diag_push(&j);
     if (setjmp(j.jb)) return progress_end(), fail(arena, &o);
     check_fp8_classifier(&o);
-    run_passes(&b, g, lowering);
+    run_passes(&b, lowering);
     if (lowering) emit(&b);
     diag_pop(&j);
-  } else if (o.summary) { /* the memory plan for the summary; a model that cannot be lowered still summarises */
-    FILE *saved = diag_stream;
-    diag_stream = NULL;
-    diag_push(&j); /* the memory plan is the model's own, one rank (b.r NULL) */
-    if (!setjmp(j.jb)) run_passes(&b, g, true);
-    else b.ps = NULL;
-    diag_pop(&j);
-    diag_stream = saved;
-    print_summary(&o, g, b.ps ? b.ps[0] : NULL, shown);
+  } else if (o.summary) {
+    summarise(&b, shown);
   }
   progress_end();
   arena_free(arena);
