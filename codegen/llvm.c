@@ -1464,7 +1464,9 @@ int llvm_optimize(LlvmModule *m, int opt_level) {
 }
 
 static int report(const char *path, char *msg, char *err, size_t errlen) {
-  if (err && errlen) snprintf(err, errlen, "cannot write %s: %s", path, msg ? msg : "unknown LLVM error");
+  /* a path too long for err is cut (the return value used: no -Wformat-truncation) */
+  if (err && errlen && snprintf(err, errlen, "cannot write %s: %s", path, msg ? msg : "unknown LLVM error") < 0)
+    err[0] = 0;
   LLVMDisposeMessage(msg);
   return -1;
 }

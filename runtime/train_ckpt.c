@@ -556,7 +556,7 @@ static int ckpt_check_meta(const Prog *p, const SafeTensors *st, const char *pat
                            size_t errlen) {
   const char *fmt = safetensors_metadata(st, "format");
   const char *model = safetensors_metadata(st, "model");
-  uint64_t step, data_step, threads;
+  uint64_t step = 0, data_step = 0, threads = 0;
   if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
     return file_set_error(err, errlen, "%s: not a colossalc checkpoint (metadata format)", path);
   if (!model || strcmp(model, prog_str(p, p->s->model)) != 0)
@@ -570,14 +570,14 @@ static int ckpt_check_meta(const Prog *p, const SafeTensors *st, const char *pat
   m->step = (int64_t)step, m->data_step = (int64_t)data_step, m->threads = (int64_t)threads;
   m->global_batch = 0;
   if (safetensors_metadata(st, "global_batch")) {
-    uint64_t gb;
+    uint64_t gb = 0;
     if (meta_u64(st, path, "global_batch", &gb, err, errlen) != 0) return -1;
     m->global_batch = gb < INT64_MAX / 2 ? (int64_t)gb : 0;
   }
   m->loss_scale = 0, m->skipped = 0;
   const char *ls = safetensors_metadata(st, "loss_scale");
   if (ls) {
-    uint64_t sk;
+    uint64_t sk = 0;
     char *end;
     m->loss_scale = strtod(ls, &end);
     if (*end || !(m->loss_scale > 0) || meta_u64(st, path, "skipped_steps", &sk, err, errlen) || sk > step)

@@ -12,6 +12,7 @@ endforeach()
 add_executable(test_program ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_program.c)
 target_link_libraries(test_program PRIVATE colossalc_program)
 add_test(NAME unit_program COMMAND test_program)
+colossalc_label(fast unit_program)
 
 # Lowering (fusion, views, memory plan, every kernel rule) against the interpreter.
 add_executable(test_lower ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_lower.c)
