@@ -75,7 +75,7 @@ echo "== gpt2-tiny at seq 4096 (batch 1): measured peak with fused attention, pr
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 long=(models/gpt2-tiny.model --set seq=4096 --set ctx=4096 --set batch=1)
-"$build/runtime/colossalc-mktokens" data/genesis.txt "$work/g.bin" > /dev/null
+"$build/tools/colossalc-mktokens" data/genesis.txt "$work/g.bin" > /dev/null
 predicted() { # attention -> the program's predicted bytes
   "$cc" "${long[@]}" --attention "$1" --emit-kernels "$work/k-$1.txt" -o "$work/train-$1" 2> /dev/null
   python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().split("\nprogram ", 1)[1])["predicted_memory"][0])' \

@@ -31,7 +31,7 @@ nvme=${NVME_DIR:-$work/nvme}
 mkdir -p "$nvme"
 trap 'rm -rf "$work"' EXIT
 cc=$build/colossalc
-"$build/runtime/colossalc-mktokens" data/genesis.txt "$work/genesis.bin" > /dev/null
+"$build/tools/colossalc-mktokens" data/genesis.txt "$work/genesis.bin" > /dev/null
 host_kib=$(awk '/MemTotal/ {print $2}' /proc/meminfo)
 echo "machine: $(nproc) cores, $((host_kib / 1024)) MiB of host memory, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 

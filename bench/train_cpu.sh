@@ -13,7 +13,7 @@ steps=${2:-6}
 threads=$(nproc)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$build/runtime/colossalc-mktokens" data/genesis.txt "$work/genesis.bin" > /dev/null
+"$build/tools/colossalc-mktokens" data/genesis.txt "$work/genesis.bin" > /dev/null
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 printf '%-22s %10s %10s %10s %10s %10s %10s\n' model ms/step tok/s GFLOP/s peak_MiB torch_ms speedup
 

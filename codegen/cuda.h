@@ -67,7 +67,7 @@ char *cuda_emit_source(const Kernel *const *kernels, int n);
 void cuda_emit_prelude(FILE *f, int nkernels);
 void cuda_emit_kernel(FILE *f, const Kernel *k); /* needs the prelude before it */
 
-/* The same text as units for `train` to compile in parts (runtime/cuda_kernels.h): the
+/* The same text as units for `train` to compile in parts (runtime/device/cuda_kernels.h): the
  * prelude, then each kernel, each unit after the first preceded by a form feed ('\f',
  * which the generated C never holds); unit i + 1 defines kernels[i]. malloc'd. */
 char *cuda_emit_units(const Kernel *const *kernels, int n);

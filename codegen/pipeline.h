@@ -31,7 +31,7 @@ int pipe_check(const Partition *part, int m, bool interleaved, char *err, size_t
 /* 0 when, between every two stages and in each direction, the k-th send of one
  * stage's `step` and the k-th receive of the other's have the same tag and count (so
  * messages are received in the order sent whatever their tags, as NCCL matches them:
- * runtime/comm_nccl.h), else -1 with the first message out of order in err. */
+ * runtime/comm/nccl.h), else -1 with the first message out of order in err. */
 int pipe_check_order(Program *const *ps, int pp, char *err, size_t errlen);
 
 /* The stages' programs (pp of them), their kernels in one table: every program's

@@ -17,7 +17,7 @@ void graph_stats(const Graph *g, GraphStats *s);
 
 /* What a model's ops say about its architecture, for the checkpoint formats of other
  * frameworks (the program's "arch", program/program.h; Hugging Face configs,
- * runtime/hf.h): a fact is kept when every op that states it agrees. */
+ * runtime/io/hf.h): a fact is kept when every op that states it agrees. */
 typedef enum { ARCH_NONE, ARCH_MIXED, ARCH_LAYERNORM, ARCH_RMSNORM, ARCH_GELU_TANH, ARCH_SILU, ARCH_RELU } ArchKind;
 typedef struct GraphArch {
   int64_t heads;     /* the attention ops' heads; 0: none, -1: they differ */

@@ -3,9 +3,9 @@
  * tiers keep one commit count per granule; a granule has memory behind it while
  * its count is above zero.
  */
-#include "executor.h"
+#include "runtime/executor.h"
 
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 #include "runtime/offload.h"
 
 #include <math.h>

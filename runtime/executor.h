@@ -39,7 +39,7 @@
 #ifndef COLOSSALC_RUNTIME_EXECUTOR_H
 #define COLOSSALC_RUNTIME_EXECUTOR_H
 
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 #include "program/program.h"
 
 #include <pthread.h>

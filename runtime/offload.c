@@ -5,9 +5,9 @@
  * reads them only once the queue is empty (done == issued, seen under the mutex).
  */
 /* fallocate needs _GNU_SOURCE, which the build defines */
-#include "offload.h"
+#include "runtime/offload.h"
 
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>

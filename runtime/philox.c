@@ -3,7 +3,7 @@
  * counter words 0 and 2 by M0 and M1, mixes the high halves with the other words
  * and the key, and the key is bumped by the Weyl constants W0, W1 between rounds.
  */
-#include "philox.h"
+#include "runtime/philox.h"
 
 #include <math.h>
 

@@ -3,15 +3,15 @@
  * touches (batch, read-backs, host views of the tiers) exists by then; ZeRO-3 and
  * checkpoints under ZeRO commit memory inside tiers reserved at start-up.
  */
-#include "train_loop.h"
+#include "runtime/train_loop.h"
 
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 #include "runtime/offload.h"
 #include "runtime/philox.h"
 #ifdef COLOSSALC_HAVE_CUDA
-#include "runtime/device_cuda.h"
+#include "runtime/device/cuda.h"
 #endif
-#include "runtime/train_ckpt.h"
+#include "runtime/io/ckpt.h"
 
 #include <errno.h>
 #include <inttypes.h>

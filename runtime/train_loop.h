@@ -31,8 +31,8 @@
 #ifndef COLOSSALC_RUNTIME_TRAIN_LOOP_H
 #define COLOSSALC_RUNTIME_TRAIN_LOOP_H
 
-#include "runtime/comm.h"
-#include "runtime/data.h"
+#include "runtime/comm/comm.h"
+#include "runtime/io/data.h"
 #include "runtime/executor.h"
 #include "runtime/train_mesh.h"
 #include "runtime/train_opts.h"

@@ -11,11 +11,11 @@
  * Under mpirun every rank exits with the same status, and the message is printed by
  * the rank it concerns (the lowest one when all ranks fail alike, as with a bad flag).
  */
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 #ifdef COLOSSALC_HAVE_CUDA
-#include "runtime/device_cuda.h"
+#include "runtime/device/cuda.h"
 #endif
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 #include "program/program.h"
 #include "runtime/train_loop.h"
 #include "runtime/train_opts.h"

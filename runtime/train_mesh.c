@@ -3,9 +3,9 @@
  * Comm (blocking send/recv, tag 0 of its own communicator), so it never meets the
  * program's pipeline messages.
  */
-#include "train_mesh.h"
+#include "runtime/train_mesh.h"
 
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 
 #include <inttypes.h>
 #include <stdio.h>

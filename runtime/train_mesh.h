@@ -8,7 +8,7 @@
  * dp is the world, tp and pp are self Comms.
  *
  * The global view is the program's model record (program/program.h: every parameter
- * once, its global shape, packed), which the checkpoint code (train_ckpt.h) reads and
+ * once, its global shape, packed), which the checkpoint code (io/ckpt.h) reads and
  * writes as it does a one-rank program, so files hold global tensors named as in the
  * model. mesh_slice copies one parameter between the global layout and this rank's part
  * (the block layout along the tp dimension).
@@ -31,7 +31,7 @@
 #define COLOSSALC_RUNTIME_TRAIN_MESH_H
 
 #include "program/program.h"
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,10 +1,10 @@
 /* train_opts: `train`'s flags as one table: name, value kind, field, range, help.
  * The parser, the range checks and --help are all driven from TRAIN_FLAGS.
  */
-#include "train_opts.h"
+#include "runtime/train_opts.h"
 
 #include "program/program.h"
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 
 #include <errno.h>
 #include <math.h>

@@ -10,7 +10,7 @@
  * any other prints ids separated by spaces. Output: a line
  * "--- sample (N tokens) ---", the N tokens, a newline.
  */
-#include "train_loop.h"
+#include "runtime/train_loop.h"
 
 #include "runtime/offload.h"
 #include "runtime/philox.h"

@@ -3,9 +3,9 @@
  * contiguous in every tier, and parameters of different owners interleave), and one
  * call over the whole GRADS tier where it does not.
  */
-#include "train_zero.h"
+#include "runtime/train_zero.h"
 
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -22,7 +22,7 @@
 #ifndef COLOSSALC_RUNTIME_TRAIN_ZERO_H
 #define COLOSSALC_RUNTIME_TRAIN_ZERO_H
 
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 #include "runtime/executor.h"
 #include "program/program.h"
 

@@ -14,7 +14,7 @@ echo "== the model"
 ./build/colossalc models/gpt2-tiny.model --summary | sed -n '1,8p'
 echo "== compiling models/gpt2-tiny.model into out/train"
 ./build/colossalc models/gpt2-tiny.model -o out/train
-./build/runtime/colossalc-mktokens data/genesis.txt out/genesis.bin
+./build/tools/colossalc-mktokens data/genesis.txt out/genesis.bin
 echo "== training"
 ./out/train --data out/genesis.bin --steps "${STEPS:-5000}" --lr-schedule cosine --warmup 100 \
             --log out/train.jsonl --save out/gpt2-tiny.safetensors --sample 400 |

@@ -1,5 +1,5 @@
 /* A host emulation of the CUDA driver (libcuda.so.1), for tests only: the entry points
- * runtime/cuda_api.c opens, so that the real `train` runs its CUDA device on a machine
+ * runtime/device/cuda_api.c opens, so that the real `train` runs its CUDA device on a machine
  * without a GPU (README in tests/cuda_emul/run_equal.sh).
  *
  * One emulated GPU, compute capability 9.0. Device memory is host memory (a

@@ -1,5 +1,5 @@
 /* A host emulation of NCCL (libnccl.so.2), for tests only: the entry points
- * runtime/cuda_api.c opens, so that `train --device cuda` under mpirun runs its NCCL
+ * runtime/device/cuda_api.c opens, so that `train --device cuda` under mpirun runs its NCCL
  * communication on a machine without GPUs (tests/cuda_emul/tests.cmake).
  *
  * Device memory is host memory in this emulation (driver.c), so each call is the MPI

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Training data for the zoo models that do not read one token stream, as numpy arrays
-that colossalc-mkdata turns into a record file (runtime/records.h):
+that colossalc-mkdata turns into a record file (runtime/io/records.h):
 
   bert OUTDIR TEXT RECORDS SEQ    masked-LM records from the bytes of TEXT (vocabulary
                                   260: bytes 0-255, [MASK] 256, [CLS] 257, [SEP] 258):

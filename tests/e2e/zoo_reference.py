@@ -211,7 +211,7 @@ def llama_forward(p, batch, heads, layers):
 # ---- data and training ------------------------------------------------------------------
 
 def record_batches(arrays, B):
-    """Step k's rows k*B .. k*B+B-1, modulo the records (runtime/records.h, in order)."""
+    """Step k's rows k*B .. k*B+B-1, modulo the records (runtime/io/records.h, in order)."""
     n = len(arrays[0])
     def batch(k):
         rows = [(k * B + b) % n for b in range(B)]
@@ -221,7 +221,7 @@ def record_batches(arrays, B):
 
 
 def token_batches(tokens, B, T):
-    """Step k's B*T+1 tokens from k*B*T, wrapping (runtime/tokens.h, in order)."""
+    """Step k's B*T+1 tokens from k*B*T, wrapping (runtime/io/tokens.h, in order)."""
     n = len(tokens)
     def batch(k):
         chunk = torch.tensor([tokens[(k * B * T + i) % n] for i in range(B * T + 1)])

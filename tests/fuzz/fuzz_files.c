@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "runtime/hf.h"
-#include "runtime/records.h"
-#include "runtime/safetensors.h"
-#include "runtime/tokens.h"
+#include "runtime/io/hf.h"
+#include "runtime/io/records.h"
+#include "runtime/io/safetensors.h"
+#include "runtime/io/tokens.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

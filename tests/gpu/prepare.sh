@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.."
 build=${1:-build}
 carry=gpu-carry
 rm -rf "$carry" && mkdir -p "$carry/lib"
-"$build/runtime/colossalc-mktokens" data/genesis.txt "$carry/genesis.bin" > /dev/null
+"$build/tools/colossalc-mktokens" data/genesis.txt "$carry/genesis.bin" > /dev/null
 "$build/colossalc" models/gpt2-tiny.model --set batch=4 --set seq=64 -o "$carry/train-tiny"
 "$build/colossalc" models/gpt2-tiny.model --set batch=4 --set seq=64 --device-memory 6M -o "$carry/train-tiny-off"
 "$build/colossalc" models/gpt2.model --set batch=16 --set seq=1024 -o "$carry/train-gpt2"

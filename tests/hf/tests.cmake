@@ -1,4 +1,4 @@
-# transformers checkpoints both ways (runtime/hf.h), against transformers from PyPI
+# transformers checkpoints both ways (runtime/io/hf.h), against transformers from PyPI
 # (scripts/setup.sh pins it for Debian's torch): `train --init-from` what
 # save_pretrained writes (one file, shards, F16 and BF16) and what the hub holds (no
 # prefix, buffers), 3 AdamW steps, `--save-hf` loaded back by from_pretrained; the

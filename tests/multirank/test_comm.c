@@ -1,4 +1,4 @@
-/* test_comm: every function of the Comm interface (runtime/comm.h) on the backend
+/* test_comm: every function of the Comm interface (runtime/comm/comm.h) on the backend
  * comm_open picks: self when run alone, MPI under mpirun (any number of ranks; the
  * tests run 3, so blocks and roots are not symmetric). Rank r contributes
  * f(r, i) = 1000 r + i, so every sum, maximum and minimum is an exact float and each
@@ -8,7 +8,7 @@
  * of three elements, which reaches its split paths. Each rank counts its failures; rank 0 prints "N passed, M failed"
  * for all ranks together, and the exit status is 1 on every rank when any check failed anywhere.
  */
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>

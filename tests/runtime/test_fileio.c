@@ -5,7 +5,7 @@
  * behind and keep an existing file intact; file_read_all reads exactly and
  * reports missing files and directories.
  */
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 
 #include "rt_test.h"
 

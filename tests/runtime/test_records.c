@@ -7,9 +7,9 @@
  *   test_records mkdata-check FILE N     FILE (made by colossalc-mkdata from
  *                                        tests/runtime/make_npy.py's arrays) holds them
  */
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 #include "runtime/philox.h"
-#include "runtime/records.h"
+#include "runtime/io/records.h"
 
 #include "rt_test.h"
 

@@ -9,7 +9,7 @@
  *                                (F32, BF16, F16, ...) read and compared, bit for
  *                                bit, with the f32 values in DIR/ref.json
  */
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 
 #include "rt_test.h"
 
@@ -17,7 +17,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 
 static char err[1024];
 

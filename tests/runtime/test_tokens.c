@@ -11,9 +11,9 @@
  *   test_tokens mktokens-check IN OUT  OUT (made by colossalc-mktokens) holds the
  *                                      bytes of IN as tokens
  */
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 #include "runtime/philox.h"
-#include "runtime/tokens.h"
+#include "runtime/io/tokens.h"
 
 #include "rt_test.h"
 

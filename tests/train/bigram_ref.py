@@ -36,7 +36,7 @@ def read_tokens(path):
 
 
 def batch(toks, k):
-    """Step k (from 0): the B*T+1 tokens at k*B*T, wrapping (runtime/tokens.h)."""
+    """Step k (from 0): the B*T+1 tokens at k*B*T, wrapping (runtime/io/tokens.h)."""
     idx = (k * B * T + np.arange(B * T + 1)) % len(toks)
     w = torch.from_numpy(toks[idx])
     return w[:-1].reshape(B, T), w[1:].reshape(B, T)

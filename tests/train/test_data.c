@@ -1,4 +1,4 @@
-/* test_data: train's data path (runtime/data.h) against programs written here (a
+/* test_data: train's data path (runtime/io/data.h) against programs written here (a
  * stage's view, program/program.h, over structs of this file): a record
  * file fills each input from its field, each dp rank its rows of the step (in order and
  * shuffled, the ranks' rows making up the one-rank batch); a token file fills tokens and
@@ -7,10 +7,10 @@
  * program (a missing field, another shape or dtype, too few records, a token file for
  * data inputs, an unknown magic) is refused when opened.
  */
-#include "runtime/data.h"
+#include "runtime/io/data.h"
 #include "runtime/philox.h"
-#include "runtime/records.h"
-#include "runtime/tokens.h"
+#include "runtime/io/records.h"
+#include "runtime/io/tokens.h"
 
 #include "rt_test.h"
 

@@ -7,7 +7,7 @@
  * halves, so every sum is exact and each result is checked element by element against
  * a plain loop. Rank 0 prints "N passed, M failed" for all ranks together.
  */
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 #include "runtime/executor.h"
 
 #include <stdio.h>

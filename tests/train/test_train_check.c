@@ -29,10 +29,10 @@
  *                     update within 1e-5 of DIR/final.safetensors
  */
 #include "program/program.h"
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 #include "runtime/philox.h"
-#include "runtime/safetensors.h"
-#include "runtime/tokens.h"
+#include "runtime/io/safetensors.h"
+#include "runtime/io/tokens.h"
 
 #include "rt_test.h"
 

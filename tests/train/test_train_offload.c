@@ -20,7 +20,7 @@
  *              instruction; no --nvme-dir: a clear error
  *   load       the plan's program opens and reads as written (its chunks, homes, moves)
  */
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 #include "program/program.h"
 
 #include "rt_test.h"

@@ -15,8 +15,8 @@
  */
 #include "runtime/executor.h"
 #include "runtime/philox.h"
-#include "runtime/threadpool.h"
-#include "runtime/train_ckpt.h"
+#include "runtime/device/threadpool.h"
+#include "runtime/io/ckpt.h"
 #include "runtime/train_loop.h"
 
 #include "rt_test.h"

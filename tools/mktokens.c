@@ -5,8 +5,8 @@
  *
  *     colossalc-mktokens input.txt tokens.bin
  */
-#include "runtime/fileio.h"
-#include "runtime/tokens.h"
+#include "runtime/io/fileio.h"
+#include "runtime/io/tokens.h"
 
 #include <stdint.h>
 #include <stdio.h>

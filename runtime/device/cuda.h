@@ -44,7 +44,7 @@ typedef struct CudaOptions {
  * kernels in the program, a kernel that does not compile. */
 Device *device_cuda_new(const Prog *p, const char *source, const CudaOptions *o, char *err, size_t errlen);
 
-/* The collectives of host's ranks on this device (comm_nccl.h: NCCL on the device's
+/* The collectives of host's ranks on this device (comm/nccl.h: NCCL on the device's
  * stream), for a device made with nccl set. Every rank of host calls it; own_host:
  * the Comm frees host. */
 Comm *device_cuda_comm(Device *dev, Comm *host, int own_host);

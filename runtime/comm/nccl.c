@@ -1,5 +1,5 @@
-/* comm_nccl: the NCCL backend of Comm (comm_nccl.h). */
-#include "runtime/comm_nccl.h"
+/* comm/nccl: the NCCL backend of Comm (nccl.h). */
+#include "runtime/comm/nccl.h"
 
 #include <stdint.h>
 #include <stdio.h>

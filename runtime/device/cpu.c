@@ -1,4 +1,4 @@
-/* train_device_cpu: the CPU Device (executor.h). Kernels run on a thread pool
+/* device/cpu: the CPU Device (executor.h). Kernels run on a thread pool
  * (threadpool.h) in static chunks; GEMMs go to OpenBLAS's cblas_sgemm, row-major,
  * once per batch pair (i, j), on the calling thread, with OpenBLAS's own threads
  * set to the same count (never inside the pool's workers); large memsets are
@@ -8,11 +8,11 @@
  * first touched), decommitted by MADV_DONTNEED and PROT_NONE again, so a stray
  * access to a shard this rank does not hold faults instead of reading stale data.
  */
-#include "executor.h"
-#include "threadpool.h"
+#include "runtime/executor.h"
+#include "runtime/device/threadpool.h"
 
-#include "runtime/comm.h"
-#include "runtime/fileio.h"
+#include "runtime/comm/comm.h"
+#include "runtime/io/fileio.h"
 
 #include <cblas.h>
 #include <pthread.h>

@@ -4,7 +4,7 @@
  * at the final path; the maps are how train reads its data files (tokens.c, records.c).
  * Nothing here exits or prints: every failure is returned with a message.
  */
-#include "fileio.h"
+#include "runtime/io/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>

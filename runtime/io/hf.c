@@ -4,9 +4,9 @@
  * layer numbers, the "arch" and the program), and config.json's keys. Reading binds
  * a file's tensors to names; writing binds the symbols and prints the config.
  */
-#include "hf.h"
+#include "runtime/io/hf.h"
 
-#include "fileio.h"
+#include "runtime/io/fileio.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>

@@ -1,8 +1,8 @@
 /* cuda_kernels: NVRTC compiles of the program's kernel units, cached on disk
  * (cuda_kernels.h). */
-#include "runtime/cuda_kernels.h"
+#include "runtime/device/cuda_kernels.h"
 
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -4,10 +4,10 @@
  * and files larger than memory work. Header words and tokens are decoded byte by
  * byte as little-endian, so the code does not depend on the host's byte order.
  */
-#include "tokens.h"
+#include "runtime/io/tokens.h"
 
-#include "fileio.h"
-#include "philox.h"
+#include "runtime/io/fileio.h"
+#include "runtime/philox.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* train_ckpt: parameters and checkpoints on disk, as safetensors (safetensors.h).
+/* io/ckpt: parameters and checkpoints on disk, as safetensors (safetensors.h).
  *
  * Host views: every function takes the PARAMS tier (and the OPT tier) as host
  * memory laid out as in the program (parameter at ProgParam.offset; AdamW m at
@@ -9,7 +9,7 @@
  * and seq, which colossalc-export reads). Loading requires exactly the program's set:
  * missing, unexpected and mis-shaped tensors and dtypes that do not load are all
  * listed in one message; F32, BF16 and F16 load. --init-from also takes what
- * transformers writes (runtime/hf.h): a directory, an index and its shards or one
+ * transformers writes (runtime/io/hf.h): a directory, an index and its shards or one
  * file; for a model of a known family (gpt2, llama) with transformers' names, the
  * buffers that are not parameters skipped, and an output head tied or not.
  *

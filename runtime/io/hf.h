@@ -36,7 +36,7 @@
 #ifndef COLOSSALC_RUNTIME_HF_H
 #define COLOSSALC_RUNTIME_HF_H
 
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 
 #include <stddef.h>
 #include <stdint.h>

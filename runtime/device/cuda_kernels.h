@@ -17,7 +17,7 @@
 #ifndef COLOSSALC_RUNTIME_CUDA_KERNELS_H
 #define COLOSSALC_RUNTIME_CUDA_KERNELS_H
 
-#include "runtime/cuda_api.h"
+#include "runtime/device/cuda_api.h"
 
 #include <stddef.h>
 

@@ -1,14 +1,14 @@
-/* train_ckpt: parameter files and checkpoints (see the header). A "set" is the list
+/* io/ckpt: parameter files and checkpoints (see the header). A "set" is the list
  * of tensors a file must hold, each with its host buffer; loading checks the file
  * against the set as a whole before reading anything, so a mismatch is reported
  * in one message and leaves memory untouched.
  */
-#include "train_ckpt.h"
+#include "runtime/io/ckpt.h"
 
-#include "runtime/fileio.h"
-#include "runtime/hf.h"
+#include "runtime/io/fileio.h"
+#include "runtime/io/hf.h"
 #include "runtime/philox.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>

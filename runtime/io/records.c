@@ -3,10 +3,10 @@
  * (file_map): a batch read is a copy out of the page cache with no allocation, and
  * files larger than memory work. Words and values are decoded as little-endian.
  */
-#include "records.h"
+#include "runtime/io/records.h"
 
-#include "fileio.h"
-#include "philox.h"
+#include "runtime/io/fileio.h"
+#include "runtime/philox.h"
 
 #include <stdlib.h>
 #include <string.h>

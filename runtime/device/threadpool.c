@@ -7,9 +7,9 @@
  * caller runs chunk 0 meanwhile, then spins and finally sleeps until `pending`
  * is 0. Both sleeps re-check their condition under the mutex, so no wake-up is lost.
  */
-#include "threadpool.h"
+#include "runtime/device/threadpool.h"
 
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

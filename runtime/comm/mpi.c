@@ -1,4 +1,4 @@
-/* comm_mpi: the MPI backend of Comm (comm.h) over MPI_COMM_WORLD.
+/* comm/mpi: the MPI backend of Comm (comm.h) over MPI_COMM_WORLD.
  *
  * Every call but isend blocks until its buffers may be reused; isend copies into a
  * pooled buffer and MPI_Isend's from it (wait_sends completes them). A Comm from
@@ -14,9 +14,9 @@
  * Errors: MPI_COMM_WORLD returns errors (MPI_ERRORS_RETURN) to MPI_CHECK, which
  * prints the call, file, line and MPI's message, then aborts every rank.
  */
-#include "comm.h"
+#include "runtime/comm/comm.h"
 
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 
 #include <limits.h>
 #include <mpi.h>

@@ -1,7 +1,7 @@
 /* cuda_api: the vendor libraries opened with dlopen (cuda_api.h). */
-#include "runtime/cuda_api.h"
+#include "runtime/device/cuda_api.h"
 
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* records: record files, the data format of `train` for models whose inputs are not
  * one token stream (BERT's masked tokens, token types and labels; ViT's images and
  * classes). Each record holds one row of every input; colossalc-mkdata writes the file
- * from numpy arrays (runtime/tools/mkdata.c).
+ * from numpy arrays (tools/mkdata.c).
  *
  * Format (all little-endian), a header of 256 int32 as llm.c's token files have:
  *   [0] magic 20250601, [1] version 1, [2] N: the records, [3] F: the fields (1 to 12);

@@ -5,9 +5,9 @@
  * Backends:
  *   self  one rank; every collective is a copy or nothing, a tagged send to itself is
  *         queued for its own recv_tag (comm.c)
- *   mpi   MPI_COMM_WORLD (comm_mpi.c), or a group split from it; `mpirun -np N
+ *   mpi   MPI_COMM_WORLD (comm/mpi.c), or a group split from it; `mpirun -np N
  *         ./train` on one machine or many
- *   nccl  NCCL on the CUDA device's stream (comm_nccl.h), over the buffers of the device,
+ *   nccl  NCCL on the CUDA device's stream (comm/nccl.h), over the buffers of the device,
  *         bootstrapped over an MPI group, which also carries its host_all_reduce
  *
  * Buffers. The float buffers of the collectives are device addresses of the Device the
@@ -105,7 +105,7 @@ Comm *comm_open(int *argc, char ***argv, char *err, size_t errlen);
  * comm_mpi_new has run: a launcher that does not kill the others, as srun by default,
  * would leave them waiting in their next collective), else exits with code. */
 _Noreturn void comm_fatal(int code);
-extern void (*comm_fatal_hook)(int code); /* what a backend runs there (comm_mpi.c) */
+extern void (*comm_fatal_hook)(int code); /* what a backend runs there (comm/mpi.c) */
 
 /* Agreement on an error: every rank passes whether it failed (the only collective a
  * rank may reach in a failed state). Returns 0 when no rank failed; otherwise -1, with

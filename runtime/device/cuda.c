@@ -1,10 +1,10 @@
-/* device_cuda: the CUDA device (device_cuda.h). */
-#include "runtime/device_cuda.h"
+/* device/cuda: the CUDA device (cuda.h). */
+#include "runtime/device/cuda.h"
 
-#include "runtime/comm_nccl.h"
-#include "runtime/cuda_api.h"
-#include "runtime/cuda_kernels.h"
-#include "runtime/fileio.h"
+#include "runtime/comm/nccl.h"
+#include "runtime/device/cuda_api.h"
+#include "runtime/device/cuda_kernels.h"
+#include "runtime/io/fileio.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -7,9 +7,9 @@
  * cJSON (integers as raw JSON text, so large offsets are never printed in
  * exponent form) and writes through file_write_atomic.
  */
-#include "safetensors.h"
+#include "runtime/io/safetensors.h"
 
-#include "fileio.h"
+#include "runtime/io/fileio.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

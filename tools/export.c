@@ -2,13 +2,13 @@
  * `train --save-hf` writes) from parameters `train` saved before: a `--save` file, or
  * a `--ckpt-dir` checkpoint (its param/ tensors). The architecture comes from the
  * file's metadata ("arch" and "seq", which `train` writes from its program), the
- * sizes from the tensors' shapes (runtime/hf.h).
+ * sizes from the tensors' shapes (runtime/io/hf.h).
  *
  *     colossalc-export final.safetensors gpt2-hf/
  */
-#include "runtime/fileio.h"
-#include "runtime/hf.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/fileio.h"
+#include "runtime/io/hf.h"
+#include "runtime/io/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -52,7 +52,7 @@ static int export_seq(const SafeTensors *st, const char *path, int64_t *seq, cha
   return 0;
 }
 
-/* ---- the file's "arch" metadata (what train's checkpoints carry, runtime/train_ckpt.c) */
+/* ---- the file's "arch" metadata (what train's checkpoints carry, runtime/io/ckpt.c) */
 
 static int arch_num(const cJSON *o, const char *key, double *out, const char *text, char *err, size_t errlen) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);

@@ -2,21 +2,21 @@
  * files of `train`:
  *
  *     colossalc-mkdata OUT.bin NAME=ARRAY.npy [NAME=ARRAY.npy ...]
- *         a record file (runtime/records.h): field NAME holds ARRAY, whose first
+ *         a record file (runtime/io/records.h): field NAME holds ARRAY, whose first
  *         dimension is the records (the same in every array) and whose other
  *         dimensions are one record's value; integer and boolean arrays become i32
  *         (each value must fit), floating ones f32
  *     colossalc-mkdata --tokens ARRAY.npy OUT.bin
- *         an llm.c token file (runtime/tokens.h) from a 1-D integer array of token ids:
+ *         an llm.c token file (runtime/io/tokens.h) from a 1-D integer array of token ids:
  *         uint16 tokens (magic 20240520) when every id is below 65,536, else uint32
  *         (magic 20240801)
  *
  * .npy: format versions 1 to 3, C order, little-endian (or one-byte) integers, unsigned
  * integers, booleans and floats of 2, 4 or 8 bytes.
  */
-#include "runtime/fileio.h"
-#include "runtime/records.h"
-#include "runtime/tokens.h"
+#include "runtime/io/fileio.h"
+#include "runtime/io/records.h"
+#include "runtime/io/tokens.h"
 
 #include <math.h>
 #include <stdarg.h>

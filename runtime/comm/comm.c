@@ -5,9 +5,9 @@
  * (oldest first per tag); a recv_tag with nothing queued could never complete, so
  * it is an internal error.
  */
-#include "comm.h"
+#include "runtime/comm/comm.h"
 
-#include "runtime/fileio.h"
+#include "runtime/io/fileio.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
-/* cuda_api: everything the CUDA device (device_cuda.c) and its communication
- * (comm_nccl.c) ask of the vendor libraries, as one table of functions: the driver
+/* cuda_api: everything the CUDA device (device/cuda.c) and its communication
+ * (comm/nccl.c) ask of the vendor libraries, as one table of functions: the driver
  * (libcuda.so.1), NVRTC, cuBLASLt and, for runs of several ranks, NCCL. `train`
  * links none of them: cuda_api_load opens them with dlopen when a GPU run is asked
  * for, so the same executable starts on machines without them and says in one line

@@ -3,11 +3,11 @@
  * scratch for a pipeline stage that holds the tokens but not the targets (or the other
  * way round), which a token file's read fills together.
  */
-#include "data.h"
+#include "runtime/io/data.h"
 
-#include "runtime/fileio.h"
-#include "runtime/records.h"
-#include "runtime/tokens.h"
+#include "runtime/io/fileio.h"
+#include "runtime/io/records.h"
+#include "runtime/io/tokens.h"
 
 #include <inttypes.h>
 #include <stdio.h>

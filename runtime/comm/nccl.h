@@ -1,4 +1,4 @@
-/* comm_nccl: the NCCL backend of Comm (comm.h), for ranks that run the CUDA device.
+/* comm/nccl: the NCCL backend of Comm (comm.h), for ranks that run the CUDA device.
  *
  * A NCCL Comm wraps a host Comm (an MPI group, or the world) of the same ranks: the
  * host one bootstraps it (rank 0's ncclUniqueId broadcast over it) and carries what is
@@ -23,8 +23,8 @@
 #ifndef COLOSSALC_RUNTIME_COMM_NCCL_H
 #define COLOSSALC_RUNTIME_COMM_NCCL_H
 
-#include "runtime/comm.h"
-#include "runtime/cuda_api.h"
+#include "runtime/comm/comm.h"
+#include "runtime/device/cuda_api.h"
 
 /* NCCL over the ranks of host, on stream, with api's NCCL and driver functions (both
  * outlive the Comm). Every rank of host calls it. own_host: destroy frees host too. A
