@@ -363,13 +363,13 @@ static void put_seq(Program *p, PSeq *s, const PSeq *from) {
   for (int i = 0; i < from->n; i++) *pseq_push(p->arena, s, (IsaOp)from->v[i].op) = from->v[i];
 }
 
-/* The step's micro-batches: a scheduled step as it is (its schedule, or an offload
- * program's micro-batches written out); else a loop over them, each its inputs, a call
- * of the step (list body) and its loss, the step's last-micro-batch instructions run in
- * the last iteration only where final (training; validation leaves them). */
+/* The step's micro-batches: a scheduled step's list body (its schedule, or an offload
+ * program's micro-batches written out), called; else a loop over them, each its inputs,
+ * a call of the step (list body) and its loss, the step's last-micro-batch instructions
+ * run in the last iteration only where final (training; validation leaves them). */
 static void put_microbatches(Program *p, PSeq *s, int body, bool final) {
   if (p->scheduled) {
-    put_seq(p, s, &p->step);
+    pseq_push(p->arena, s, ISA_CALL)->call.list = body;
     return;
   }
   int at = s->n;
@@ -440,8 +440,10 @@ int64_t program_staging(const Program *p) {
 void compose_lists(Program **ps, int n) {
   for (int s = 0; s < n; s++) {
     Program *p = ps[s];
-    int body = -1;
-    if (!p->scheduled) body = program_add_list(p, "step", true), p->lists[body].seq = p->step;
+    /* the step's part that train and eval share: the step of one micro-batch, or the
+     * schedule (which calls the chunks' lists) */
+    int body = program_add_list(p, p->scheduled ? "schedule" : "step", true);
+    p->lists[body].seq = p->step;
     compose_train(p, body);
     PSeq *e = named(p, PROG_LIST_EVAL);
     put_zero_grads(p, e);

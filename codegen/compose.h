@@ -1,7 +1,9 @@
 /* Composing the training step: what happens between the backward pass and the next
  * step's forward pass, decided here for every rank so that the runtime only runs it.
  *
- * After the micro-batches, the list `sync` sums the gradients:
+ * What the passes make of the step comes in parts (Program: step, sync, gradnorm, update;
+ * compose_lists then writes them into the lists the program carries). After the
+ * micro-batches, the part `sync` sums the gradients:
  *   - first, the gradients left as partial sums over the tensor-parallel ranks
  *     (PParam.tp_partial: replicated weights read only by ops whose work the ranks
  *     divide, passes/autodiff.c) are all-reduced over the tp group, adjacent ones
@@ -18,7 +20,7 @@
  *     an all-reduce's traffic: only the owner updates it).
  *     In a program of one tp rank and one unscheduled stage these go into `step`
  *     instead, each right after the last instruction that touches its gradients, marked
- *     to run on the step's last micro-batch only ("last_microbatch") and to overlap the
+ *     to run on the step's last micro-batch only (IsaInstr.last) and to overlap the
  *     instructions after it ("overlap": a device with a communication stream runs it
  *     there while the rest of backward computes, and the list's end waits for it). That
  *     is the cost model's rule too (plan/search.c: the end-of-step reduction overlaps
@@ -32,7 +34,7 @@
  * is its share and the world's sum is the norm's square. `update` runs parameter i's
  * kernel on its owner only from ZeRO stage 1, and at stages 1 and 2 ends with each
  * parameter broadcast from its owner over the dp group (at stage 3 a rank keeps only
- * what it owns). Then in both lists each run of consecutive parameters whose kernels
+ * what it owns). Then in both parts each run of consecutive parameters whose kernels
  * run on the same ranks becomes one multi-tensor kernel over the run's bytes
  * (lower_norm_kernel, lower_update_kernel: codegen/lower.h), keeping their conditions,
  * and the table drops the kernels they replaced: a program of one rank, or of plain data,
@@ -63,13 +65,14 @@
  * program_share_kernels. */
 void compose_step(Program **ps, int n, bool offload);
 
-/* The lists each program carries (program/program.h, "Lists"), into p->lists and
+/* The lists each program carries (ProgListKind, program/program.h), into p->lists and
  * p->named, from what the passes made of its step, sync, gradnorm, update and forward:
  *   train    the gradients zeroed (not in an offload program: its moves from "zero"
  *            create them); the micro-batches (an unscheduled program's a loop whose
  *            iterations write each micro-batch's inputs, call `step` (a list of its own)
- *            and read its loss; a scheduled one's its schedule as it is); a pipeline
- *            stage's fp8 tail in slot 0; sync; gradnorm; "norm"; update
+ *            and read its loss; a scheduled one's a call of `schedule`, a list of its
+ *            own that calls the chunks' lists); slot 0 after a schedule's slots; the fp8
+ *            tail; sync; gradnorm; "norm"; update
  *   eval     the gradients zeroed and the micro-batches, the step's last-micro-batch
  *            instructions left out (validation)
  *   forward  the token inputs, then `forward` (programs that sample)

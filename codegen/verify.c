@@ -10,12 +10,24 @@
 
 /* Where an instruction is: the kind of list (a component of the step before compose_lists
  * assembles the lists, or one of the lists the program carries). */
-typedef enum { AT_STEP, AT_SYNC, AT_GRADNORM, AT_UPDATE, AT_FORWARD, AT_PROC, AT_TRAIN, AT_EVAL, AT_GATHER } At;
+typedef enum {
+  AT_STEP,
+  AT_SYNC,
+  AT_GRADNORM,
+  AT_UPDATE,
+  AT_FORWARD,
+  AT_PROC,
+  AT_TRAIN,
+  AT_EVAL,
+  AT_GATHER,
+  AT_SCHEDULE
+} At;
 
 typedef struct V {
   const Program *p;
   const char *list; /* "step", ... */
   At kind;
+  int index; /* the list's index in the program's lists (nlists: a pass's sequence) */
   int stage, nstages;
   char *err;
   size_t errlen;
@@ -90,7 +102,9 @@ static int check_comm(V *v, const IsaComm *c) {
 
 /* A list that runs micro-batches: the step (its component, or the lists train and eval
  * made of it, or a pipeline chunk's lists). */
-static bool in_step(const V *v) { return v->kind == AT_STEP || v->kind == AT_TRAIN || v->kind == AT_EVAL; }
+static bool in_step(const V *v) {
+  return v->kind == AT_STEP || v->kind == AT_TRAIN || v->kind == AT_EVAL || v->kind == AT_SCHEDULE;
+}
 
 /* The fields every instruction has: rank conditions, last, overlap. */
 static int check_common(V *v, const IsaInstr *in) {
@@ -169,8 +183,8 @@ static int check_move(V *v, IsaOp op, const IsaMove *m) {
   return 0;
 }
 
-/* A loop within its list (and the loop around it), a call of a list the program
- * carries that calls nothing itself. */
+/* A loop within its list (and the loop around it), a call of a list to call that comes
+ * before this one (so no list calls itself, however indirectly). */
 static int check_flow(V *v, const IsaInstr *in, int n, int end) {
   const Program *p = v->p;
   if (in->op == ISA_LOOP && (in->loop.count < 1 || in->loop.body < 1 || v->at + in->loop.body >= end))
@@ -178,10 +192,8 @@ static int check_flow(V *v, const IsaInstr *in, int n, int end) {
                 (long long)in->loop.count, (long long)in->loop.body, end, n);
   if (in->op != ISA_CALL) return 0;
   int l = in->call.list;
-  if (l < 0 || l >= p->nlists || !p->lists[l].proc)
-    return fail(v, "call of list %d (of %d), not one to call", l, p->nlists);
-  for (int i = 0; i < p->lists[l].seq.n; i++)
-    if (p->lists[l].seq.v[i].op == ISA_CALL) return fail(v, "call of list %d, which calls another", l);
+  if (l < 0 || l >= v->index || !p->lists[l].proc)
+    return fail(v, "call of list %d from list %d: only a list to call, before this one", l, v->index);
   return 0;
 }
 
@@ -428,12 +440,13 @@ static int verify_lists(V *v) {
   const PSeq *parts[5] = {&p->step, &p->sync, &p->gradnorm, &p->update, &p->forward};
   const char *names[5] = {"step", "sync", "gradnorm", "update", "forward"};
   for (int l = 0; l < 5 && p->named[PROG_LIST_TRAIN] < 0; l++) {
-    v->list = names[l], v->kind = (At)l;
+    v->list = names[l], v->kind = (At)l, v->index = p->nlists;
     if (check_list(v, parts[l]) || check_overlap(v, parts[l]) || check_epilogues(v, parts[l])) return -1;
   }
   static const At kinds[PROG_NLISTS] = {AT_TRAIN, AT_EVAL, AT_FORWARD, AT_GATHER, AT_GATHER};
   for (int l = 0; l < p->nlists; l++) {
-    v->list = p->lists[l].name, v->kind = AT_PROC;
+    v->list = p->lists[l].name, v->index = l;
+    v->kind = !strcmp(v->list, "schedule") ? AT_SCHEDULE : AT_PROC;
     for (int k = 0; k < PROG_NLISTS; k++)
       if (p->named[k] == l) v->kind = kinds[k];
     if (check_list(v, &p->lists[l].seq) || check_overlap(v, &p->lists[l].seq) || check_epilogues(v, &p->lists[l].seq))
@@ -456,7 +469,7 @@ static int verify_one(V *v) {
 
 int program_verify(Program *const *ps, int nps, char *err, size_t errlen) {
   for (int s = 0; s < nps; s++) {
-    V v = {ps[s], "", AT_STEP, s, nps, err, errlen, -1, 1};
+    V v = {ps[s], "", AT_STEP, ps[s]->nlists, s, nps, err, errlen, -1, 1};
     if (verify_one(&v)) return -1;
   }
   if (nps > 1 && pipe_check_order(ps, nps, err, errlen)) return -1;

@@ -2,13 +2,15 @@
  * pass that writes or rewrites them (driver/main.c, as ir_verify after the IR's), so
  * that a wrong program is an internal error naming the pass, not a fault in `train`.
  *
- * Of every list of every stage (step, gradnorm, update, forward), each instruction:
+ * Of every list of every stage (before the pass `lists`, the parts step, sync,
+ * gradnorm, update and forward; then the lists the program carries), each instruction:
  *   - the bytes it touches (kernels' buffers, GEMM operands, zeroing, collectives,
  *     sends and receives) lie in their tiers (WORK: one slot);
  *   - it is where it may be: input, loss and slots in `step` (input and loss of a
  *     scheduled program), sends and receives in `step` to another stage with a tag
- *     below RT_TAG_LIMIT, ZeRO's instructions in the `step` of a zero_scheduled
- *     program (gathers and releases at stage 3) naming a parameter, offload's in an
+ *     below ISA_TAG_LIMIT, ZeRO's instructions in the `step` of a program whose step
+ *     ZeRO schedules (gathers and releases at stage 3) naming a parameter, "norm" in
+ *     train only, loops within their list, calls of an earlier list to call, offload's in an
  *     offload program naming a chunk and part; a collective splits evenly over tp;
  * and of the whole:
  *   - ZeRO: a stage above 0 has a fixed dp and every parameter an owner in it;
@@ -17,7 +19,7 @@
  *   - offload: walking step, gradnorm and update in order, a move's source holds the
  *     part and its destination does not, a drop's location holds it, every kernel,
  *     GEMM and zeroing finds the parts of PARAMS, GRADS and OPT it touches on the
- *     device (the host for "on": "host") with no move or drop of them in flight (not
+ *     device (the host for a kernel on_host) with no move or drop of them in flight (not
  *     yet waited for), and the step ends with every part at its home only (gradients
  *     nowhere). */
 #ifndef COLOSSALC_VERIFY_PROGRAM_H

@@ -240,7 +240,7 @@ static const Choices lr_schedules = {2, (const char *const[]){"cosine", "constan
   X("--dump-ir", "", CK_FLAG, FIELD(dump_ir), 0, "print the verified IR, one op per line with its shape")             \
   X("--dump-after", "=PASS", CK_STR, FIELD(dump_after), 0,                                                            \
     "print the IR after PASS, one of the passes listed below; after lower and the passes that follow it, the "        \
-    "kernels and the program (the program as JSON)")                                                                  \
+    "kernels and the program (as --emit-program prints it)")                                                          \
   X("--gpus", " N", CK_POS, FIELD(gpus), CF_PLAN,                                                                     \
     "number of GPUs of the target cluster: search the parallel plan for them (without it: one rank, no plan)")        \
   X("--gpus-per-node", " K", CK_POS, FIELD(gpus_per_node), CF_PLAN,                                                   \

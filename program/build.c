@@ -1,5 +1,5 @@
 /* Writing a program (program/program.h, prog_build_*): sections grown record by record,
- * then laid out after the header, 8-byte aligned, and hashed. */
+ * then laid out after the header, 8-byte aligned, and hashed (prog_hash). */
 #include "program/program.h"
 
 #include <inttypes.h>
@@ -60,18 +60,6 @@ void *prog_build_at(ProgBuild *b, ProgSectionKind s, int64_t index) {
 
 int64_t prog_build_count(const ProgBuild *b, ProgSectionKind s) { return b->sec[s].n; }
 
-/* FNV-1a over 64-bit words, as program/program.c checks it. */
-static uint64_t hash_words(const void *data, size_t n) {
-  const unsigned char *p = data;
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t w = 0;
-    memcpy(&w, p + i, n - i < 8 ? n - i : 8);
-    h = (h ^ w) * 1099511628211ull;
-  }
-  return h;
-}
-
 void *prog_build_finish(ProgBuild *b, int64_t *bytes) {
   ProgHeader h = {.magic = {'c', 'o', 'l', 'o', 's', 's', 'a', 'l'}, .version = PROG_VERSION};
   h.layout = prog_layout();
@@ -84,7 +72,7 @@ void *prog_build_finish(ProgBuild *b, int64_t *bytes) {
   for (int s = 0; blob && s < PROG_NSECTIONS; s++)
     if (b->sec[s].n) memcpy(blob + h.sec[s].offset, b->sec[s].v, (size_t)b->sec[s].n * section_size[s]);
   h.bytes = at;
-  if (blob) h.hash = hash_words(blob + sizeof h, (size_t)(at - (int64_t)sizeof h)), memcpy(blob, &h, sizeof h);
+  if (blob) memcpy(blob, &h, sizeof h), h.hash = prog_hash(blob, at), memcpy(blob, &h, sizeof h);
   prog_build_free(b);
   *bytes = blob ? at : 0;
   return blob;

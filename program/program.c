@@ -77,6 +77,14 @@ static const char *const section_names[PROG_NSECTIONS] = {
 };
 
 static int refuse(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+uint64_t prog_hash(const void *blob, int64_t bytes) {
+  ProgHeader h;
+  memcpy(&h, blob, sizeof h);
+  h.hash = 0;
+  uint64_t x = fnv_words(1469598103934665603ull, &h, sizeof h);
+  return fnv_words(x, (const char *)blob + sizeof h, (size_t)(bytes - (int64_t)sizeof h));
+}
+
 static int refuse(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -98,7 +106,7 @@ static int check_header(const ProgHeader *h, int64_t bytes, char *err, size_t er
   if (h->bytes != bytes)
     return refuse(err, errlen, "the program is %" PRId64 " bytes and its header says %" PRId64 ": it is damaged", bytes,
                   h->bytes);
-  uint64_t hash = fnv_words(1469598103934665603ull, (const char *)h + sizeof *h, (size_t)(bytes - sizeof *h));
+  uint64_t hash = prog_hash(h, bytes);
   if (hash != h->hash)
     return refuse(err, errlen, "the program is damaged: its bytes hash to %016" PRIx64 ", its header says %016" PRIx64,
                   hash, h->hash);

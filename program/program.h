@@ -314,7 +314,7 @@ typedef struct ProgHeader {
   uint32_t version; /* PROG_VERSION */
   uint32_t layout;  /* prog_layout(): the structs' sizes and fields */
   int64_t bytes;    /* the whole blob */
-  uint64_t hash;    /* FNV-1a (64-bit) of bytes [sizeof header, bytes) */
+  uint64_t hash;    /* prog_hash: FNV-1a (64-bit) of the whole blob, this field as 0 */
   ProgSection sec[PROG_NSECTIONS];
 } ProgHeader;
 
@@ -339,6 +339,8 @@ typedef struct Prog {
   int64_t count[PROG_NSECTIONS]; /* records of each section */
 } Prog;
 
+/* FNV-1a over the blob's 64-bit words, the header's hash as 0 (ProgHeader.hash). */
+uint64_t prog_hash(const void *blob, int64_t bytes);
 /* The hash of every struct's layout: sizes, field names, types and offsets. */
 uint32_t prog_layout(void);
 /* Checks blob (bytes long): magic, version, layout, size, hash, each section within the

@@ -13,6 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Each opcode's function (exec_fns, with the instructions below); iter: the innermost
+ * loop's iteration (the micro-batch of "slot" and "input"). */
+typedef int (*ExecFn)(Executor *ex, const IsaInstr *in, int64_t iter);
+static const ExecFn exec_fns[ISA_NOPS];
+
 int64_t exec_tier_bytes(const Executor *ex, int tier) {
   return ex->prog->s->tiers[tier] * (tier == TIER_WORK ? ex->prog->s->slots : 1);
 }
@@ -55,6 +60,9 @@ int exec_init_reserved(Executor *ex, const Prog *prog, Device *dev, unsigned res
   ex->lock_init = 1;
   ex->prog = prog;
   ex->dev = dev;
+  for (int op = 0; op < ISA_NOPS; op++) /* an opcode added without its function */
+    if (!exec_fns[op])
+      return file_set_error(err, errlen, "internal error: the executor has no function for \"%s\"", isa_op_names[op]);
   int can_reserve = dev->reserve && dev->granule > 0;
   const int64_t *tiers = prog->s->tiers;
   for (int t = 0; t < TIERS; t++) {
@@ -194,9 +202,6 @@ void exec_decommit_idle(Executor *ex, int tier, int64_t offset, int64_t bytes) {
 }
 
 /* ---- instructions -------------------------------------------------------------- */
-
-/* iter: the innermost loop's iteration (the micro-batch of "slot" and "input"). */
-typedef int (*ExecFn)(Executor *ex, const IsaInstr *in, int64_t iter);
 
 static void exec_missing(const char *what) __attribute__((noreturn));
 static void exec_missing(const char *what) {
@@ -513,8 +518,9 @@ static const ExecFn exec_fns[ISA_NOPS] = {[ISA_KERNEL] = exec_kernel,
                                           [ISA_CALL] = exec_call,
                                           [ISA_NORM] = exec_norm};
 
-/* Instructions [from, to) of list: loops run their bodies, calls their lists; last: a
- * final loop's last iteration is running (the "last" instructions run). After an
+/* Instructions [from, to) of list: loops run their bodies, calls their lists; last: the
+ * "last" instructions run (the list's caller's last, and in a loop its final iteration
+ * of a final loop). After an
  * instruction fails (the offload's copy thread did) the list runs nothing but its "norm",
  * where every rank learns of it and stops. */
 static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t to, int64_t iter, int last) {
@@ -526,7 +532,7 @@ static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t 
       continue;
     if (in->op == ISA_LOOP) {
       for (int64_t k = 0; k < in->loop.count; k++)
-        run_range(ex, list, i + 1, i + 1 + in->loop.body, k, in->loop.final && k == in->loop.count - 1);
+        run_range(ex, list, i + 1, i + 1 + in->loop.body, k, last && in->loop.final && k == in->loop.count - 1);
       i += in->loop.body;
     } else if (in->op == ISA_CALL) {
       run_list(ex, &ex->prog->lists[in->call.list], last);

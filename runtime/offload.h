@@ -8,7 +8,7 @@
  *           part on the device is a committed range. WORK is whole, for the whole run.
  *   host    a second reserved address space per tier on the host device (a second
  *           Executor, `host`, whose WORK is reserved and never committed); kernels
- *           "on": "host" run with its PARAMS, GRADS and OPT bases.
+ *           on_host run with its PARAMS, GRADS and OPT bases.
  *   nvme    one file per tier under --nvme-dir (DIR/colossalc-PID-params.nvme,
  *           -grads, -opt), written with pwrite and read with pread at the same
  *           offsets, removed when the run ends; a page no part holds any more is
@@ -33,7 +33,8 @@
  * Between steps (after offload_drain) the queue is empty and every part is at its
  * home; offload_pull and offload_push then read and write the state at the homes
  * (checkpoints, --save, initialisation), and offload_home puts parts back there after
- * a list that was not followed by the rest of the step (validation runs `step` alone).
+ * a list that was not followed by the rest of the step (validation runs `eval`, which
+ * has no update).
  * The main thread reads where parts are only when the queue is empty.
  *
  * The copy thread reaches the device's memory through the device's copy stream
@@ -44,7 +45,7 @@
  * device run on the copy stream while the compute stream goes on, NVMe's through a
  * host block. On the CPU device a mark is reached when it is taken (kernels are done
  * when their call returns) and a copy is a memcpy. A device whose memory the host does
- * not see (the CUDA device) runs its "on": "host" kernels on the host location's
+ * not see (the CUDA device) runs its on_host kernels on the host location's
  * device (the CPU), their WORK buffers copied into a host buffer before and back after.
  */
 #ifndef COLOSSALC_RUNTIME_OFFLOAD_H
@@ -86,7 +87,7 @@ int offload_wait(Offload *o, int chunk, int part);
 int offload_failed(Offload *o);
 /* The host location's base of tier t (PARAMS, GRADS or OPT). */
 char *offload_host_tier(Offload *o, int t);
-/* The device "on": "host" kernels run on (the host location's), and, when that is not
+/* The device on_host kernels run on (the host location's), and, when that is not
  * the executor's device (whose memory the host then does not see), a host buffer of
  * *bytes that holds such a kernel's WORK buffers for the time it runs (NULL
  * otherwise). */

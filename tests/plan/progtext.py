@@ -90,21 +90,23 @@ def stage_list(prog, s, kind):
     return None if at < 0 else prog["lists"][at]["instrs"]
 
 
-def expand(prog, instrs, final=True):
-    """The instructions a list executes, in order: loops repeated (an instruction marked
-    last only in the final iteration of a final loop), calls replaced by their lists."""
+def expand(prog, instrs, last=True):
+    """The instructions a list executes, in order: loops repeated, calls replaced by
+    their lists; an instruction marked last runs only where last holds: at the top, and
+    in a final loop's last iteration (runtime/executor.c, run_range)."""
     out, i = [], 0
     while i < len(instrs):
         x = instrs[i]
         if x["op"] == "loop":
             body = instrs[i + 1:i + 1 + x["body"]]
             for it in range(x["count"]):
-                last = bool(x["final"]) and it == x["count"] - 1
-                out += expand(prog, [b for b in body if last or not b.get("last")], final)
+                out += expand(prog, body, last and bool(x["final"]) and it == x["count"] - 1)
             i += 1 + x["body"]
             continue
-        if x["op"] == "call":
-            out += expand(prog, prog["lists"][x["list"]]["instrs"], final)
+        if x.get("last") and not last:
+            pass
+        elif x["op"] == "call":
+            out += expand(prog, prog["lists"][x["list"]]["instrs"], last)
         else:
             out.append(x)
         i += 1
@@ -118,8 +120,8 @@ def runs(prog, s, kind="train"):
 
 def phases(prog, s):
     """The train list of stage s cut where the step's parts meet: "step" (the
-    micro-batches: an unscheduled step's called list, or the schedule's chunks' lists,
-    all calls expanded once), "sync" (the collectives after the micro-batches),
+    micro-batches: the lists they call, each once: an unscheduled step's list, or the
+    schedule and its chunks' lists, without the calls), "sync" (the collectives after the micro-batches),
     "gradnorm" (what follows, to the norm), "norm" (the
     instruction) and "update" (after it)."""
     train = stage_list(prog, s, "train")
@@ -133,7 +135,13 @@ def phases(prog, s):
     gn = end
     while train[gn]["op"] == "comm":
         gn += 1
-    called = [x["list"] for x in train[:end] if x["op"] == "call"]
-    called = sorted(set(called), key=called.index)
-    step = [y for c in called for y in prog["lists"][c]["instrs"]]
+    called = []  # the lists the micro-batches call, each once, in the order first called
+
+    def visit(instrs):
+        for x in instrs:
+            if x["op"] == "call" and x["list"] not in called:
+                called.append(x["list"])
+                visit(prog["lists"][x["list"]]["instrs"])
+    visit(train[:end])
+    step = [y for c in called for y in prog["lists"][c]["instrs"] if y["op"] != "call"]
     return {"step": step, "sync": train[end:gn], "gradnorm": train[gn:norm], "norm": train[norm], "update": train[norm + 1:]}

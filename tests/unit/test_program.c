@@ -101,11 +101,17 @@ int main(void) {
   refused(blob, bytes, "truncated", -2, 0, 0, "its header says");
   refused(blob, bytes, "a byte changed", bytes - 3, ((const unsigned char *)blob)[bytes - 3] ^ 0x10, 1,
           "the program is damaged");
-  /* a section past the end, its bytes rehashed so that only the bounds fail */
+  /* the section table is hashed too: a changed count is damage */
   ProgHeader bad = *h;
-  bad.sec[PROG_SEC_INSTRS].count = bytes;
+  bad.sec[PROG_SEC_INSTRS].count = 1;
   unsigned char *copy = malloc((size_t)bytes);
   memcpy(copy, blob, (size_t)bytes);
+  memcpy(copy, &bad, sizeof bad);
+  refused(copy, bytes, "section table changed", -1, 0, 0, "the program is damaged");
+  /* a section past the end, rehashed so that only the bounds fail */
+  bad.sec[PROG_SEC_INSTRS].count = bytes;
+  memcpy(copy, &bad, sizeof bad);
+  bad.hash = prog_hash(copy, bytes);
   memcpy(copy, &bad, sizeof bad);
   refused(copy, bytes, "section out of bounds", -1, 0, 0, "section INSTRS");
   free(copy);

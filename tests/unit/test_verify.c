@@ -2,8 +2,9 @@
  * and each kind of wrong program is refused with its place and reason: a kernel buffer
  * beyond its tier, a slot outside `step`, an input in an unscheduled program, a ZeRO
  * owner outside the dp group, in the lists the program carries a loop past its list's
- * end, a call of a list that is not one to call and a norm outside train, and in an offload plan a kernel that runs
- * before the wait of the move bringing its part, a move from where the part is not, and a step that ends with a part
+ * end, a call of a list that is not one to call or of itself and a norm outside train,
+ * and in an offload plan a kernel that runs before the wait of the move bringing its
+ * part, a move from where the part is not, and a step that ends with a part
  * away from home. (Messages out of order between pipeline stages: tests/unit/test_pipeline.c.)
  *
  * Usage: test_verify MODEL [NAME=VALUE ...] */
@@ -47,8 +48,8 @@ static int first_of(const PSeq *s, IsaOp op) {
 }
 
 /* The lists the program carries (codegen/compose.h, compose_lists): they pass, and a
- * loop past its list's end, a call of a list that is not one to call, and a "norm"
- * outside train are refused. */
+ * loop past its list's end, a call of a list that is not one to call or of itself,
+ * and a "norm" outside train are refused. */
 static void check_lists(Arena *a, Program *p) {
   compose_lists(&p, 1);
   expect(p, "lists", NULL);
@@ -62,8 +63,12 @@ static void check_lists(Arena *a, Program *p) {
   train->v[l].loop.body = body;
   int callee = train->v[c].call.list;
   train->v[c].call.list = p->named[PROG_LIST_EVAL];
-  expect(p, "call of a named list", "not one to call");
+  expect(p, "call of a named list", "only a list to call");
   train->v[c].call.list = callee;
+  PSeq *step = &p->lists[callee].seq; /* a list calling itself: no recursion */
+  pseq_push(a, step, ISA_CALL)->call.list = callee;
+  expect(p, "a list calling itself", "before this one");
+  step->n--;
   *pseq_push(a, eval, ISA_NORM) = train->v[n];
   expect(p, "norm in eval", "norm only in train");
   eval->n--;
