@@ -75,9 +75,9 @@ static int64_t staging(const TpStage *t) {
   for (int l = 0; l < t->nlists; l++)
     for (int i = 0; i < t->lists[l].n; i++) {
       const IsaComm *c = &t->lists[l].v[i].comm;
-      int64_t b = c->outer * c->n * c->inner * 4;
+      if (t->lists[l].v[i].op != ISA_COMM) continue; /* another payload in the union */
       int reorder = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER;
-      if (t->lists[l].v[i].op == ISA_COMM && reorder && c->outer > 1 && b > most) most = b;
+      if (reorder && c->outer > 1 && c->outer * c->n * c->inner * 4 > most) most = c->outer * c->n * c->inner * 4;
     }
   return most;
 }
