@@ -428,11 +428,8 @@ int64_t program_staging(const Program *p) {
   int64_t most = 0;
   for (int l = 0; l < p->nlists; l++)
     for (int i = 0; i < p->lists[l].seq.n; i++) {
-      const IsaInstr *in = &p->lists[l].seq.v[i];
-      const IsaComm *c = &in->comm;
-      bool reorder = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER;
-      if (in->op == ISA_COMM && reorder && c->outer > 1 && c->outer * c->n * c->inner * 4 > most)
-        most = c->outer * c->n * c->inner * 4;
+      int64_t b = isa_staging_bytes(&p->lists[l].seq.v[i]);
+      most = b > most ? b : most;
     }
   return most;
 }

@@ -292,10 +292,7 @@ static const char *no_sample(const Program *p, const ProgStage *s) {
 static void write_run_facts(W *w, const Program *p, ProgStage *s) {
   for (int l = 0; l < p->nlists && !s->overlaps; l++)
     for (int i = 0; i < p->lists[l].seq.n; i++) s->overlaps |= p->lists[l].seq.v[i].overlap;
-  if (p->offload) s->reserved = 1 << TIER_PARAMS | 1 << TIER_GRADS | 1 << TIER_OPT;
-  else
-    s->reserved = (p->zero_stage >= 1 ? 1 << TIER_OPT : 0) | (p->zero_stage >= 2 ? 1 << TIER_GRADS : 0) |
-                  (p->zero_stage >= 3 ? 1 << TIER_PARAMS : 0);
+  s->reserved = prog_reserved_tiers(p->zero_stage, p->offload != NULL);
   const char *why = no_sample(p, s);
   s->no_sample = why ? prog_build_str(w->b, why) : -1;
 }

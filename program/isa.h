@@ -403,6 +403,15 @@ static inline void isa_comm_bytes(const IsaComm *c, int64_t tp, int64_t out[2]) 
   out[1] = isa_comm_splits(c->kind) && c->kind != ISA_COMM_ALL_GATHER ? part : whole;
 }
 
+/* The device scratch an instruction reorders its tensor through, 0 for none: an
+ * all_gather or reduce_scatter over an outer dimension above 1, the whole tensor. A
+ * stage's staging (ProgStage) is the most of its instructions'. */
+static inline int64_t isa_staging_bytes(const IsaInstr *in) {
+  const IsaComm *c = &in->comm;
+  int reorder = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER;
+  return in->op == ISA_COMM && reorder && c->outer > 1 ? c->outer * c->n * c->inner * 4 : 0;
+}
+
 /* A blank instruction of kind op: every rank, no node. */
 static inline IsaInstr isa_instr(IsaOp op) {
   IsaInstr in = {0};

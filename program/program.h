@@ -339,6 +339,16 @@ typedef struct Prog {
   int64_t count[PROG_NSECTIONS]; /* records of each section */
 } Prog;
 
+/* The tiers (bit 1 << tier) a stage holds in part, which the runtime reserves as
+ * address space (ProgStage.reserved, written by the compiler): an offload program's
+ * PARAMS, GRADS and OPT (at their homes); else ZeRO's OPT from stage 1, GRADS from 2
+ * (the step creates and reduces the others' gradients), PARAMS at 3. */
+static inline int64_t prog_reserved_tiers(int64_t zero_stage, int offload) {
+  if (offload) return 1 << TIER_PARAMS | 1 << TIER_GRADS | 1 << TIER_OPT;
+  return (zero_stage >= 1 ? 1 << TIER_OPT : 0) | (zero_stage >= 2 ? 1 << TIER_GRADS : 0) |
+         (zero_stage >= 3 ? 1 << TIER_PARAMS : 0);
+}
+
 /* FNV-1a over the blob's 64-bit words, the header's hash as 0 (ProgHeader.hash). */
 uint64_t prog_hash(const void *blob, int64_t bytes);
 /* The hash of every struct's layout: sizes, field names, types and offsets. */

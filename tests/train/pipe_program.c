@@ -7,13 +7,14 @@
  *   stage 1: receive h; logits = h E^T; loss; dh = dlogits E; dE += dlogits^T h;
  *            send dh back
  * E (wte.weight) is tied: held by both stages. The schedule: two micro-batches in two
- * WORK slots, all forwards then all backwards (GPipe), with "input", "loss" (tp rank 0
- * counts it), "send", "recv", "slot" and "comm" instructions; then the sums (the tied E
- * over the stages, the gradients over dp); the norm counts E on stage 0's tp rank 0 and
- * W on every tp rank, dp rank 0 only (as codegen/compose.h composes a step); "norm";
- * the update, one kernel per parameter. `train` is all of it after zeroing the
- * gradients, `eval` the schedule alone. pipe_ref_program.c is the same model as one
- * unsplit stage; the multi-rank tests check that both train the same model.
+ * WORK slots, all forwards then all backwards (GPipe), each phase a loop over the
+ * micro-batches, with "input", "loss" (tp rank 0 counts it), "send", "recv", "slot" and
+ * "comm" instructions; then the sums (the tied E over the stages, the gradients over
+ * dp); the norm counts E on stage 0's tp rank 0 and W on every tp rank, dp rank 0 only
+ * (as codegen/compose.h composes a step); "norm"; the update, one kernel per parameter.
+ * `train` is all of it after zeroing the gradients, `eval` the schedule alone.
+ * pipe_ref_program.c is the same model as one unsplit stage; the multi-rank tests check
+ * that both train the same model.
  *   stage 0 WORK (per slot): tok 0, tgt 32, x 64, h_local 320, h 448, dh 704,
  *     dh_local 960, dx partial 1088, dx 1344, loss 1600, gradnorm 1616 (24 parts);
  *     PARAMS E 0, W_local [8, 4] 512; OPT v at 640
@@ -25,33 +26,17 @@
 
 /* stage 0 */
 static const IsaInstr s0_step[] = {
-    SLOT(0, 0),
-    INPUT(0, 0, 0, 0),
+    LOOP(2, 6, 1), /* the forwards, micro-batch i in slot i */
+    SLOT(0, 1),
+    INPUT(0, 0, 1, 0),
     KERNEL(0, 8),
     GEMM(.m = 8, .n = 4, .k = 8, .lda = 8, .ldb = 4, .ldc = 4, .tier = {TIER_WORK, TIER_PARAMS, TIER_WORK},
          .off = {64, 512, 320}),
     COMM(.kind = ISA_COMM_ALL_GATHER, .tier = {TIER_WORK, TIER_WORK}, .off = {320, 448}, .outer = 8, .n = 8,
          .inner = 1),
     SEND(1, 0, 448, 64),
-    SLOT(1, 0),
-    INPUT(0, 1, 0, 0),
-    KERNEL(0, 8),
-    GEMM(.m = 8, .n = 4, .k = 8, .lda = 8, .ldb = 4, .ldc = 4, .tier = {TIER_WORK, TIER_PARAMS, TIER_WORK},
-         .off = {64, 512, 320}),
-    COMM(.kind = ISA_COMM_ALL_GATHER, .tier = {TIER_WORK, TIER_WORK}, .off = {320, 448}, .outer = 8, .n = 8,
-         .inner = 1),
-    SEND(1, 0, 448, 64),
-    SLOT(0, 0),
-    RECV(1, 1, 704, 64),
-    COMM(.kind = ISA_COMM_SPLIT, .tier = {TIER_WORK, TIER_WORK}, .off = {704, 960}, .outer = 8, .n = 8, .inner = 1),
-    GEMM(.ta = 1, .m = 8, .n = 4, .k = 8, .lda = 8, .ldb = 4, .ldc = 4, .beta = 1,
-         .tier = {TIER_WORK, TIER_WORK, TIER_GRADS}, .off = {64, 960, 512}),
-    GEMM(.tb = 1, .m = 8, .n = 8, .k = 4, .lda = 4, .ldb = 4, .ldc = 8, .tier = {TIER_WORK, TIER_PARAMS, TIER_WORK},
-         .off = {960, 512, 1088}),
-    COMM(.kind = ISA_COMM_ALL_REDUCE, .tier = {TIER_WORK, TIER_WORK}, .off = {1088, 1344}, .outer = 1, .n = 64,
-         .inner = 1),
-    KERNEL(1, 1),
-    SLOT(1, 0),
+    LOOP(2, 7, 1), /* the backwards */
+    SLOT(0, 1),
     RECV(1, 1, 704, 64),
     COMM(.kind = ISA_COMM_SPLIT, .tier = {TIER_WORK, TIER_WORK}, .off = {704, 960}, .outer = 8, .n = 8, .inner = 1),
     GEMM(.ta = 1, .m = 8, .n = 4, .k = 8, .lda = 8, .ldb = 4, .ldc = 4, .beta = 1,
@@ -85,20 +70,9 @@ static const IsaInstr s0_update[] = {
 
 /* stage 1 */
 static const IsaInstr s1_step[] = {
-    SLOT(0, 0),
-    INPUT(1, 0, 0, 32),
-    RECV(0, 0, 64, 64),
-    GEMM(.tb = 1, .m = 8, .n = 16, .k = 8, .lda = 8, .ldb = 8, .ldc = 16, .tier = {TIER_WORK, TIER_PARAMS, TIER_WORK},
-         .off = {64, 0, 320}),
-    KERNEL(6, 1),
-    LOSS_ON(1632, -1, 0),
-    GEMM(.m = 8, .n = 8, .k = 16, .lda = 16, .ldb = 8, .ldc = 8, .tier = {TIER_WORK, TIER_PARAMS, TIER_WORK},
-         .off = {832, 0, 1344}),
-    GEMM(.ta = 1, .m = 16, .n = 8, .k = 8, .lda = 16, .ldb = 8, .ldc = 8, .beta = 1,
-         .tier = {TIER_WORK, TIER_WORK, TIER_GRADS}, .off = {832, 64, 0}),
-    SEND(0, 1, 1344, 64),
-    SLOT(1, 0),
-    INPUT(1, 1, 0, 32),
+    LOOP(2, 9, 1), /* micro-batch i in slot i, forward and backward */
+    SLOT(0, 1),
+    INPUT(1, 0, 1, 32),
     RECV(0, 0, 64, 64),
     GEMM(.tb = 1, .m = 8, .n = 16, .k = 8, .lda = 8, .ldb = 8, .ldc = 16, .tier = {TIER_WORK, TIER_PARAMS, TIER_WORK},
          .off = {64, 0, 320}),
@@ -157,16 +131,7 @@ void tp_program(ProgBuild *b) {
                  .microbatches = 2,
                  .tp = 2,
                  .pp = 2,
-                 .optimizer = PROG_OPT_ADAMW,
-                 .schedule = PROG_SCHED_COSINE,
-                 .lr = 0.05,
-                 .beta1 = 0.9,
-                 .beta2 = 0.95,
-                 .eps = 1e-8,
-                 .weight_decay = 0.1,
-                 .clip = 1.0,
-                 .min_lr = 0.005,
-                 .warmup = 1,
+                 TP_ADAMW(1),
                  .slots = 2,
                  .logits_offset = -1,
                  .flops_per_step = 1000};

@@ -68,16 +68,14 @@ static void write_lists(ProgBuild *b, const TpStage *t, ProgStage *s) {
   }
 }
 
-/* The collectives' staging: the largest all_gather or reduce_scatter with an outer
- * dimension above 1 (codegen/compose.c, program_staging). */
+/* The collectives' staging: the most of any instruction (isa_staging_bytes), as
+ * codegen/compose.c's program_staging. */
 static int64_t staging(const TpStage *t) {
   int64_t most = 0;
   for (int l = 0; l < t->nlists; l++)
     for (int i = 0; i < t->lists[l].n; i++) {
-      const IsaComm *c = &t->lists[l].v[i].comm;
-      if (t->lists[l].v[i].op != ISA_COMM) continue; /* another payload in the union */
-      int reorder = c->kind == ISA_COMM_ALL_GATHER || c->kind == ISA_COMM_REDUCE_SCATTER;
-      if (reorder && c->outer > 1 && c->outer * c->n * c->inner * 4 > most) most = c->outer * c->n * c->inner * 4;
+      int64_t b = isa_staging_bytes(&t->lists[l].v[i]);
+      most = b > most ? b : most;
     }
   return most;
 }
@@ -128,10 +126,7 @@ static void write_stage(ProgBuild *b, const TpStage *t, const ProgStage *model, 
   /* what the compiler decides for the runtime (codegen/program.c, write_run_facts) */
   for (int l = 0; l < t->nlists; l++)
     for (int i = 0; i < t->lists[l].n; i++) s.overlaps |= t->lists[l].v[i].overlap;
-  if (s.offload) s.reserved = 1 << TIER_PARAMS | 1 << TIER_GRADS | 1 << TIER_OPT;
-  else
-    s.reserved = (s.zero_stage >= 1 ? 1 << TIER_OPT : 0) | (s.zero_stage >= 2 ? 1 << TIER_GRADS : 0) |
-                 (s.zero_stage >= 3 ? 1 << TIER_PARAMS : 0);
+  s.reserved = prog_reserved_tiers(s.zero_stage, s.offload != 0);
   int sample = s.tp == 1 && s.pp == 1 && s.tokens >= 0 && s.logits_offset >= 0 && s.list[PROG_LIST_FORWARD] >= 0;
   s.no_sample = sample ? -1 : prog_build_str(b, "--sample: this test program cannot sample");
   prog_build_add(b, PROG_SEC_STAGES, &s, 1);

@@ -35,6 +35,14 @@
 #define ZERO(t, off, n) TP_I(ISA_ZERO, zero, (t), (off), (n))
 #define GEMM(...) TP_I(ISA_GEMM, gemm, .alpha = 1, .batch = {1, 1}, __VA_ARGS__)
 #define GEMM_BATCHED(...) TP_I(ISA_GEMM, gemm, .alpha = 1, __VA_ARGS__)
+/* The optimizer every hand-written program trains with (train's flags may override it),
+ * as ProgStage fields: AdamW (betas 0.9 and 0.95, eps 1e-8, weight decay 0.1), the
+ * gradient clipped at norm 1, the rate from 0.05 down to 0.005 on a cosine after
+ * `warmup` steps. */
+#define TP_ADAMW(warmup_)                                                                                           \
+  .optimizer = PROG_OPT_ADAMW, .schedule = PROG_SCHED_COSINE, .lr = 0.05, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, \
+  .weight_decay = 0.1, .clip = 1.0, .min_lr = 0.005, .warmup = (warmup_)
+
 #define SLOT(mb, step) TP_I(ISA_SLOT, slot, (mb), (step))
 #define INPUT(i, mb, step, off) TP_I(ISA_INPUT, input, (i), (mb), (step), (off))
 #define LOSS(off) TP_I(ISA_LOSS, loss, (off))
