@@ -15,6 +15,10 @@
 #              shim, `train --device cuda` on the emulated driver, NVRTC, cuBLASLt, NCCL
 #   reference  against PyTorch, onnxruntime or transformers
 #   fuzz       the fuzz targets over their corpora, random inputs
+#   faults     train under injected faults: killed and stopped ranks, signals, damaged
+#              and full disks, NaN (tests/faults)
+# And one beside the area: slow, on the long fault runs (the soak, 8-rank kills, the
+# resharding matrix), which the sanitizer pass of scripts/test.sh skips (-LE slow).
 # The older area labels stay beside these: bad, onnx, gpu.
 #
 # colossalc_label(LABELS TEST...) adds LABELS (one label, or a list such as
