@@ -60,46 +60,93 @@ static int dir_sync_parent(const char *path, char *err, size_t errlen) {
   return rc;
 }
 
-/* Writes all chunks to an open fd, then fsyncs and closes it (closing always). */
-static int fd_write_chunks(int fd, const char *tmp, const void *chunks[], const size_t lens[], int n, char *err,
-                           size_t errlen) {
-  for (int i = 0; i < n; i++) {
-    if (lens[i] && fd_write_full(fd, chunks[i], lens[i]) != 0) {
-      int e = errno;
-      close(fd);
-      return file_set_error(err, errlen, "%s: write failed: %s", tmp, strerror(e));
+int file_temp_open(FileTemp *f, const char *path, char *err, size_t errlen) {
+  memset(f, 0, sizeof *f);
+  f->fd = -1;
+  if (!path || !*path) return file_set_error(err, errlen, "file_temp_open: no path");
+  size_t tlen = strlen(path) + 32;
+  if (!(f->path = strdup(path)) || !(f->tmp = malloc(tlen))) {
+    file_temp_abandon(f);
+    return file_set_error(err, errlen, "%s: out of memory", path);
+  }
+  snprintf(f->tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+  f->fd = open(f->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (f->fd < 0) {
+    file_set_error(err, errlen, "%s: cannot create temporary file %s: %s", path, f->tmp, strerror(errno));
+    file_temp_abandon(f);
+    return -1;
+  }
+  return 0;
+}
+
+void file_temp_abandon(FileTemp *f) {
+  if (f->fd >= 0) close(f->fd);
+  if (f->tmp) unlink(f->tmp);
+  free(f->path), free(f->tmp);
+  memset(f, 0, sizeof *f);
+  f->fd = -1;
+}
+
+int file_temp_commit(FileTemp *f, char *err, size_t errlen) {
+  int rc = 0;
+  if (fsync(f->fd) != 0) rc = file_set_error(err, errlen, "%s: fsync failed: %s", f->tmp, strerror(errno));
+  if (close(f->fd) != 0 && rc == 0) rc = file_set_error(err, errlen, "%s: close failed: %s", f->tmp, strerror(errno));
+  f->fd = -1;
+  if (rc == 0 && rename(f->tmp, f->path) != 0)
+    rc = file_set_error(err, errlen, "%s: rename from %s failed: %s", f->path, f->tmp, strerror(errno));
+  if (rc == 0) {
+    free(f->tmp); /* renamed: nothing left to remove */
+    f->tmp = NULL;
+    rc = dir_sync_parent(f->path, err, errlen);
+  }
+  file_temp_abandon(f);
+  return rc;
+}
+
+int file_pwrite_full(int fd, const void *buf, size_t len, uint64_t off) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t w = pwrite(fd, p, len, (off_t)off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -1;
+    if (w == 0) {
+      errno = EIO;
+      return -1;
     }
+    p += w, off += (uint64_t)w;
+    len -= (size_t)w;
   }
-  if (fsync(fd) != 0) {
-    int e = errno;
-    close(fd);
-    return file_set_error(err, errlen, "%s: fsync failed: %s", tmp, strerror(e));
+  return 0;
+}
+
+int file_pread_full(int fd, void *buf, size_t len, uint64_t off) {
+  char *p = buf;
+  while (len > 0) {
+    ssize_t r = pread(fd, p, len, (off_t)off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) {
+      errno = EIO; /* shorter than it said */
+      return -1;
+    }
+    p += r, off += (uint64_t)r;
+    len -= (size_t)r;
   }
-  if (close(fd) != 0) return file_set_error(err, errlen, "%s: close failed: %s", tmp, strerror(errno));
   return 0;
 }
 
 int file_write_atomic(const char *path, const void *chunks[], const size_t lens[], int n, char *err, size_t errlen) {
   if (!path || !*path || n < 0 || (n > 0 && (!chunks || !lens)))
     return file_set_error(err, errlen, "file_write_atomic: invalid arguments");
-  size_t tlen = strlen(path) + 32;
-  char *tmp = malloc(tlen);
-  if (!tmp) return file_set_error(err, errlen, "%s: out of memory", path);
-  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-  int rc = -1;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    file_set_error(err, errlen, "%s: cannot create temporary file %s: %s", path, tmp, strerror(errno));
-  } else if (fd_write_chunks(fd, tmp, chunks, lens, n, err, errlen) != 0) {
-    unlink(tmp);
-  } else if (rename(tmp, path) != 0) {
-    file_set_error(err, errlen, "%s: rename from %s failed: %s", path, tmp, strerror(errno));
-    unlink(tmp);
-  } else {
-    rc = dir_sync_parent(path, err, errlen);
-  }
-  free(tmp);
-  return rc;
+  FileTemp f;
+  if (file_temp_open(&f, path, err, errlen) != 0) return -1;
+  for (int i = 0; i < n; i++)
+    if (lens[i] && fd_write_full(f.fd, chunks[i], lens[i]) != 0) {
+      file_set_error(err, errlen, "%s: write failed: %s", f.tmp, strerror(errno));
+      file_temp_abandon(&f);
+      return -1;
+    }
+  return file_temp_commit(&f, err, errlen);
 }
 
 /* Reads exactly len bytes from fd into buf. Returns 0, or -1 (errno set; EIO when

@@ -19,6 +19,23 @@
  * atomically as described above. Returns 0, or -1 with a message in err. */
 int file_write_atomic(const char *path, const void *chunks[], const size_t lens[], int n, char *err, size_t errlen);
 
+/* The same for a file written in place (pwrite) before it appears: file_temp_open
+ * creates "<path>.tmp.<pid>" (fd, read-write); file_temp_commit fsyncs, closes and renames
+ * it over path and syncs the directory; file_temp_abandon (or a failed commit) removes
+ * it. 0, or -1 with a message. */
+typedef struct FileTemp {
+  int fd;
+  char *path, *tmp;
+} FileTemp;
+int file_temp_open(FileTemp *f, const char *path, char *err, size_t errlen);
+int file_temp_commit(FileTemp *f, char *err, size_t errlen);
+void file_temp_abandon(FileTemp *f);
+
+/* pwrite / pread of exactly len bytes at off, retrying short calls and EINTR. 0, or -1
+ * with errno set (EIO: the file ended first). */
+int file_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
+int file_pread_full(int fd, void *buf, size_t len, uint64_t off);
+
 /* Reads a whole file into a malloc'd buffer (one extra NUL byte after the data,
  * not counted in *len). Returns the buffer (caller frees), or NULL with a message. */
 void *file_read_all(const char *path, size_t *len, char *err, size_t errlen);

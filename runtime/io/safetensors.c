@@ -9,6 +9,7 @@
  */
 #include "runtime/io/safetensors.h"
 
+#include "runtime/io/crc32c.h"
 #include "runtime/io/fileio.h"
 
 #include <cjson/cJSON.h>
@@ -226,6 +227,28 @@ static int st_check_overlaps(const SafeTensors *st, char *err, size_t errlen) {
   return rc;
 }
 
+static int st_hex_ok(const char *v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!((v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'f'))) return 0;
+  return 1;
+}
+
+/* Each metadata "crc32c:NAME" to tensor NAME's crc: one 8-digit hex CRC-32C per block. */
+static int st_attach_crcs(SafeTensors *st, char *err, size_t errlen) {
+  for (int i = 0; i < st->nmeta; i++) {
+    const char *k = st->meta[2 * i], *v = st->meta[2 * i + 1];
+    if (strncmp(k, ST_CRC_KEY, strlen(ST_CRC_KEY)) != 0) continue;
+    SafeTensor *t = (SafeTensor *)safetensors_find(st, k + strlen(ST_CRC_KEY));
+    if (!t) return file_set_error(err, errlen, "%s: checksum of '%s', which the file does not hold", st->path, k + 7);
+    uint64_t blocks = (t->end - t->begin + ST_CRC_BLOCK - 1) / ST_CRC_BLOCK;
+    if (strlen(v) != blocks * 8 || !st_hex_ok(v, strlen(v)))
+      return file_set_error(err, errlen, "%s: tensor '%s': its checksum metadata is not %" PRIu64 " CRC-32C values",
+                            st->path, t->name, blocks);
+    t->crc = v;
+  }
+  return 0;
+}
+
 /* Fills st->tensors from the parsed header object. */
 static int st_parse_tensors(SafeTensors *st, const cJSON *root, char *err, size_t errlen) {
   int n = cJSON_GetArraySize(root);
@@ -247,7 +270,8 @@ static int st_parse_tensors(SafeTensors *st, const cJSON *root, char *err, size_
     if (st_parse_entry(st, e, t, err, errlen) != 0) return -1;
   }
   if (st_check_duplicates(st, err, errlen) != 0) return -1;
-  return st_check_overlaps(st, err, errlen);
+  if (st_check_overlaps(st, err, errlen) != 0) return -1;
+  return st_attach_crcs(st, err, errlen);
 }
 
 static int st_is_blank(const char *p, const char *end) {
@@ -371,6 +395,45 @@ const SafeTensor *safetensors_find(const SafeTensors *st, const char *name) {
 
 const void *safetensors_raw(const SafeTensors *st, const SafeTensor *t) { return st->data + t->begin; }
 
+const char *safetensors_path(const SafeTensors *st) { return st->path; }
+
+uint64_t safetensors_data_offset(const SafeTensors *st) { return (uint64_t)(st->data - st->map); }
+
+uint32_t safetensors_block_crc(const SafeTensor *t, int64_t b) {
+  uint32_t v = 0;
+  for (int i = 0; i < 8; i++) {
+    char c = t->crc[8 * b + i];
+    v = v << 4 | (uint32_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  return v;
+}
+
+int safetensors_check_block(const char *path, const SafeTensor *t, int64_t b, const void *bytes, char *err,
+                            size_t errlen) {
+  if (!t->crc) return 0;
+  uint64_t lo = (uint64_t)b * ST_CRC_BLOCK, len = t->end - t->begin - lo;
+  len = len < ST_CRC_BLOCK ? len : ST_CRC_BLOCK;
+  uint32_t want = safetensors_block_crc(t, b), got = crc32c(0, bytes, (size_t)len);
+  if (want == got) return 0;
+  return file_set_error(err, errlen,
+                        "%s: tensor '%s': checksum mismatch in bytes [%" PRIu64 ", %" PRIu64 ") (CRC-32C %08x, "
+                        "written %08x): the file is damaged",
+                        path, t->name, lo, lo + len, got, want);
+}
+
+/* The blocks of t covering its bytes [lo, hi), checked in the mapped data. */
+static int st_verify_range(const SafeTensors *st, const SafeTensor *t, uint64_t lo, uint64_t hi, char *err,
+                           size_t errlen) {
+  for (uint64_t b = lo / ST_CRC_BLOCK; t->crc && b * ST_CRC_BLOCK < hi; b++)
+    if (safetensors_check_block(st->path, t, (int64_t)b, st->data + t->begin + b * ST_CRC_BLOCK, err, errlen) != 0)
+      return -1;
+  return 0;
+}
+
+int safetensors_verify(const SafeTensors *st, const SafeTensor *t, char *err, size_t errlen) {
+  return st_verify_range(st, t, 0, t->end - t->begin, err, errlen);
+}
+
 const char *safetensors_metadata(const SafeTensors *st, const char *key) {
   for (int i = 0; i < st->nmeta; i++)
     if (strcmp(st->meta[2 * i], key) == 0) return st->meta[2 * i + 1];
@@ -427,6 +490,8 @@ int safetensors_read_f32_range(const SafeTensors *st, const SafeTensor *t, int64
                           "%lld elements",
                           st->path, t->name, (long long)first, (long long)first, (long long)n, (long long)t->numel);
   int size = safetensors_dtype_size(t->dtype);
+  if (n > 0 && st_verify_range(st, t, (uint64_t)first * size, (uint64_t)(first + n) * size, err, errlen) != 0)
+    return -1;
   st_convert(t->dtype, st->data + t->begin + (uint64_t)first * size, n, dst);
   return 0;
 }
@@ -510,41 +575,135 @@ static char *st_header_build(const char *path, const SafeTensorOut *ts, int n, c
   return text;
 }
 
-/* Pads the header with spaces to a multiple of 8 and writes all chunks. */
-static int st_write_chunks(const char *path, const char *hdr, const SafeTensorOut *ts, int n, const uint64_t *bytes,
-                           char *err, size_t errlen) {
+/* The header as written: the length, the JSON padded with spaces to a multiple of 8. */
+static unsigned char *st_header_bytes(const char *hdr, size_t *len) {
   size_t hlen = strlen(hdr), padded = (hlen + 7) & ~(size_t)7;
-  char *h = malloc(padded + 1);
-  const void **chunks = calloc((size_t)n + 2, sizeof *chunks);
-  size_t *lens = calloc((size_t)n + 2, sizeof *lens);
-  int rc = -1;
-  if (!h || !chunks || !lens) {
-    file_set_error(err, errlen, "%s: out of memory", path);
-  } else {
-    memcpy(h, hdr, hlen);
-    memset(h + hlen, ' ', padded - hlen);
-    unsigned char len8[8];
-    for (int b = 0; b < 8; b++) len8[b] = (unsigned char)((uint64_t)padded >> (8 * b));
-    chunks[0] = len8, lens[0] = 8;
-    chunks[1] = h, lens[1] = padded;
-    for (int i = 0; i < n; i++) chunks[i + 2] = ts[i].data, lens[i + 2] = (size_t)bytes[i];
-    rc = file_write_atomic(path, chunks, lens, n + 2, err, errlen);
+  unsigned char *h = malloc(padded + 8);
+  if (!h) return NULL;
+  for (int b = 0; b < 8; b++) h[b] = (unsigned char)((uint64_t)padded >> (8 * b));
+  memcpy(h + 8, hdr, hlen);
+  memset(h + 8 + hlen, ' ', padded - hlen);
+  *len = padded + 8;
+  return h;
+}
+
+/* The metadata: the caller's pairs, then "crc32c:NAME" of every tensor with data,
+ * its text from crcs (8 hex digits a block; zeros before the data is known). */
+typedef struct StMeta {
+  const char **keys, **vals;
+  char **owned; /* [2 * ntensors] */
+  int n;
+} StMeta;
+
+static void st_meta_free(StMeta *m, int ntensors) {
+  for (int i = 0; m->owned && i < 2 * ntensors; i++) free(m->owned[i]);
+  free(m->keys), free(m->vals), free(m->owned);
+}
+
+static int st_meta_build(StMeta *m, const SafeTensorOut *ts, int n, const uint64_t *bytes, const char *const keys[],
+                         const char *const vals[], int nmeta) {
+  memset(m, 0, sizeof *m);
+  m->keys = calloc((size_t)(nmeta + n) + 1, sizeof *m->keys);
+  m->vals = calloc((size_t)(nmeta + n) + 1, sizeof *m->vals);
+  m->owned = calloc(2 * (size_t)n + 1, sizeof *m->owned);
+  if (!m->keys || !m->vals || !m->owned) return -1;
+  for (int i = 0; i < nmeta; i++) m->keys[m->n] = keys[i], m->vals[m->n++] = vals[i];
+  for (int i = 0; i < n; i++) {
+    uint64_t blocks = (bytes[i] + ST_CRC_BLOCK - 1) / ST_CRC_BLOCK;
+    if (!blocks) continue;
+    if (asprintf(&m->owned[2 * i], "%s%s", ST_CRC_KEY, ts[i].name) < 0 || !(m->owned[2 * i + 1] = malloc(blocks * 8 + 1)))
+      return m->owned[2 * i] = NULL, -1;
+    memset(m->owned[2 * i + 1], '0', blocks * 8);
+    m->owned[2 * i + 1][blocks * 8] = 0;
+    m->keys[m->n] = m->owned[2 * i], m->vals[m->n++] = m->owned[2 * i + 1];
   }
-  free(h);
-  free(chunks);
-  free(lens);
+  return 0;
+}
+
+/* Copies elements [first, first + n) of tensor i from its data. */
+static int st_fill_data(void *arg, int i, int64_t first, int64_t n, float *dst, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  memcpy(dst, ((const SafeTensorOut *)arg)[i].data + first, (size_t)n * sizeof *dst);
+  return 0;
+}
+
+/* Tensor i's bytes at off, from fill through buf (or straight from its data), CRC per block. */
+static int st_write_tensor(FileTemp *f, const SafeTensorOut *t, int i, uint64_t bytes, uint64_t off, char *crc_text,
+                           SafeTensorFill fill, void *arg, float *buf, size_t buf_bytes, char *err, size_t errlen) {
+  for (uint64_t at = 0; at < bytes; at += buf_bytes) {
+    size_t len = (size_t)(bytes - at < buf_bytes ? bytes - at : buf_bytes);
+    const float *src = t->data ? t->data + at / 4 : buf;
+    if (!t->data && fill(arg, i, (int64_t)(at / 4), (int64_t)(len / 4), buf, err, errlen) != 0) return -1;
+    for (size_t b = 0; b < len; b += ST_CRC_BLOCK) {
+      size_t blen = len - b < ST_CRC_BLOCK ? len - b : ST_CRC_BLOCK;
+      char hex[9];
+      snprintf(hex, sizeof hex, "%08x", crc32c(0, (const char *)src + b, blen));
+      memcpy(crc_text + (at + b) / ST_CRC_BLOCK * 8, hex, 8);
+    }
+    if (file_pwrite_full(f->fd, src, len, off + at) != 0)
+      return file_set_error(err, errlen, "%s: write failed: %s", f->path, strerror(errno));
+  }
+  return 0;
+}
+
+int safetensors_write_stream(const char *path, const SafeTensorOut *ts, int n, const char *const meta_keys[],
+                             const char *const meta_values[], int nmeta, SafeTensorFill fill, void *arg,
+                             size_t buf_bytes, char *err, size_t errlen) {
+  if (n < 0 || (n > 0 && !ts) || nmeta < 0 || (nmeta > 0 && (!meta_keys || !meta_values)))
+    return file_set_error(err, errlen, "%s: safetensors_write: invalid arguments", path);
+  buf_bytes = buf_bytes < ST_CRC_BLOCK ? ST_CRC_BLOCK : buf_bytes / ST_CRC_BLOCK * ST_CRC_BLOCK;
+  uint64_t *bytes = calloc((size_t)n + 1, sizeof *bytes);
+  SafeTensorOut *outs = calloc((size_t)n + 1, sizeof *outs);
+  StMeta m = {0};
+  FileTemp f = {.fd = -1};
+  char *hdr = NULL;
+  unsigned char *head = NULL;
+  float *buf = NULL;
+  size_t hlen = 0, hlen2 = 0;
+  int rc = -1;
+  if (!bytes || !outs) goto oom;
+  for (int i = 0; i < n; i++) /* the header's checks want data: a stand-in when filled */
+    outs[i] = ts[i], outs[i].data = ts[i].data || !fill ? ts[i].data : (const float *)outs;
+  /* sizes and placeholders first: the real checksums have the same length */
+  if (!(hdr = st_header_build(path, outs, n, meta_keys, meta_values, 0, bytes, err, errlen))) goto out;
+  free(hdr);
+  if (st_meta_build(&m, ts, n, bytes, meta_keys, meta_values, nmeta) != 0) goto oom;
+  if (!(hdr = st_header_build(path, outs, n, m.keys, m.vals, m.n, bytes, err, errlen))) goto out;
+  if (!(head = st_header_bytes(hdr, &hlen))) goto oom;
+  if (!(buf = malloc(buf_bytes))) goto oom;
+  if (file_temp_open(&f, path, err, errlen) != 0) goto out;
+  uint64_t off = hlen;
+  for (int i = 0; i < n; i++) {
+    if (st_write_tensor(&f, &ts[i], i, bytes[i], off, m.owned[2 * i + 1], fill ? fill : st_fill_data,
+                        fill ? arg : (void *)ts, buf, buf_bytes, err, errlen) != 0)
+      goto out;
+    off += bytes[i];
+  }
+  free(hdr), free(head);
+  head = NULL;
+  if (!(hdr = st_header_build(path, outs, n, m.keys, m.vals, m.n, bytes, err, errlen))) goto out;
+  if (!(head = st_header_bytes(hdr, &hlen2))) goto oom;
+  if (hlen2 != hlen) { /* cannot happen: fixed-width checksums */
+    file_set_error(err, errlen, "%s: the header changed size", path);
+    goto out;
+  }
+  if (file_pwrite_full(f.fd, head, hlen, 0) != 0) {
+    file_set_error(err, errlen, "%s: write failed: %s", f.tmp, strerror(errno));
+    goto out;
+  }
+  rc = file_temp_commit(&f, err, errlen);
+  goto out;
+oom:
+  file_set_error(err, errlen, "%s: out of memory", path);
+out:
+  if (f.fd >= 0) file_temp_abandon(&f);
+  st_meta_free(&m, n);
+  free(hdr), free(head), free(buf), free(bytes), free(outs);
   return rc;
 }
 
 int safetensors_write(const char *path, const SafeTensorOut *tensors, int n, const char *const meta_keys[],
                       const char *const meta_values[], int nmeta, char *err, size_t errlen) {
-  if (n < 0 || (n > 0 && !tensors) || nmeta < 0 || (nmeta > 0 && (!meta_keys || !meta_values)))
-    return file_set_error(err, errlen, "%s: safetensors_write: invalid arguments", path);
-  uint64_t *bytes = calloc((size_t)n + 1, sizeof *bytes);
-  if (!bytes) return file_set_error(err, errlen, "%s: out of memory", path);
-  char *hdr = st_header_build(path, tensors, n, meta_keys, meta_values, nmeta, bytes, err, errlen);
-  int rc = hdr ? st_write_chunks(path, hdr, tensors, n, bytes, err, errlen) : -1;
-  free(hdr);
-  free(bytes);
-  return rc;
+  return safetensors_write_stream(path, tensors, n, meta_keys, meta_values, nmeta, NULL, NULL, ST_WRITE_BUFFER, err,
+                                  errlen);
 }

@@ -52,6 +52,16 @@ typedef enum StDtype {
 
 #define ST_MAX_DIMS 8
 
+/* Checksums: every file the writers below write carries, for each tensor with data,
+ * metadata "crc32c:NAME" = the CRC-32C (crc32c.h) of each ST_CRC_BLOCK bytes of its data
+ * in order (the last block shorter), as 8 lowercase hex digits each. Readers check the
+ * blocks they read (safetensors_read_f32*, safetensors_verify); files without the
+ * metadata (written by other tools) read unchecked. */
+#define ST_CRC_KEY "crc32c:"
+#define ST_CRC_BLOCK ((uint64_t)1 << 20)
+/* The writers' buffer when the data comes from a fill function (bytes). */
+#define ST_WRITE_BUFFER ((size_t)64 << 20)
+
 typedef struct SafeTensor {
   const char *name;
   StDtype dtype;
@@ -59,6 +69,7 @@ typedef struct SafeTensor {
   int64_t shape[ST_MAX_DIMS]; /* [ndim] */
   int64_t numel;              /* product of shape (1 for a scalar, shape []) */
   uint64_t begin, end;        /* byte range in the data section */
+  const char *crc;            /* its checksums' hex text, or NULL (none in the file) */
 } SafeTensor;
 
 typedef struct SafeTensors SafeTensors;
@@ -88,6 +99,19 @@ const SafeTensor *safetensors_find(const SafeTensors *st, const char *name);
 /* The raw little-endian bytes of t (t->end - t->begin of them). */
 const void *safetensors_raw(const SafeTensors *st, const SafeTensor *t);
 
+const char *safetensors_path(const SafeTensors *st);
+/* Where the data section starts in the file (8 + the header's length): a tensor's
+ * bytes are at this + t->begin, for pread. */
+uint64_t safetensors_data_offset(const SafeTensors *st);
+/* Block b's recorded CRC (t->crc not NULL); and a check of block b's bytes (the block's
+ * length of them) against it: 0, or -1 with "PATH: tensor 'NAME': checksum mismatch
+ * in bytes [lo, hi) ...". No checksum recorded: 0. */
+uint32_t safetensors_block_crc(const SafeTensor *t, int64_t b);
+int safetensors_check_block(const char *path, const SafeTensor *t, int64_t b, const void *bytes, char *err,
+                            size_t errlen);
+/* Every block of t checked. */
+int safetensors_verify(const SafeTensors *st, const SafeTensor *t, char *err, size_t errlen);
+
 /* Metadata: value of key or NULL; and the i-th pair, i in [0, count). */
 const char *safetensors_metadata(const SafeTensors *st, const char *key);
 int safetensors_metadata_count(const SafeTensors *st);
@@ -101,8 +125,18 @@ int safetensors_read_f32_range(const SafeTensors *st, const SafeTensor *t, int64
 int safetensors_read_f32(const SafeTensors *st, const SafeTensor *t, float *dst, int64_t n, char *err, size_t errlen);
 
 /* Writes n F32 tensors (in that order, header padded to 8 bytes) and nmeta
- * metadata pairs to path, atomically (see fileio.h). 0 or -1 with a message. */
+ * metadata pairs, with their checksums, to path, atomically (see fileio.h). 0 or -1
+ * with a message. */
 int safetensors_write(const char *path, const SafeTensorOut *tensors, int n, const char *const meta_keys[],
                       const char *const meta_values[], int nmeta, char *err, size_t errlen);
+
+/* The same, streamed: tensors whose data is NULL come from fill, a part at a time
+ * (elements [first, first + n) of tensor i into dst, n at most buf_bytes / 4; 0, or -1
+ * with a message), through one buffer of buf_bytes (rounded to whole checksum blocks):
+ * the whole file never sits in memory. */
+typedef int (*SafeTensorFill)(void *arg, int i, int64_t first, int64_t n, float *dst, char *err, size_t errlen);
+int safetensors_write_stream(const char *path, const SafeTensorOut *tensors, int n, const char *const meta_keys[],
+                             const char *const meta_values[], int nmeta, SafeTensorFill fill, void *arg,
+                             size_t buf_bytes, char *err, size_t errlen);
 
 #endif

@@ -77,7 +77,7 @@ static void check_roundtrip_file(const char *path) {
   CHECK(safetensors_count(st) == NT);
   for (int i = 0; i < NT; i++) check_tensor_back(st, i);
   CHECK(safetensors_find(st, "nope") == NULL);
-  CHECK(safetensors_metadata_count(st) == 2);
+  CHECK(safetensors_metadata_count(st) == 2 + NT - 1); /* and a checksum of each tensor with data */
   CHECK(safetensors_metadata(st, "format") && !strcmp(safetensors_metadata(st, "format"), "pt"));
   CHECK(safetensors_metadata(st, "step") && !strcmp(safetensors_metadata(st, "step"), "100"));
   CHECK(safetensors_metadata(st, "missing") == NULL);
@@ -89,7 +89,30 @@ static void check_roundtrip_file(const char *path) {
   CHECK_ERR(err, "elements [20, 20+5) out of range for 24 elements");
   CHECK(safetensors_read_f32(st, t, part, 5, err, sizeof err) == -1);
   CHECK_ERR(err, "has 24 elements but the buffer holds 5");
+  CHECK(t && t->crc && strlen(t->crc) == 8 && safetensors_verify(st, t, err, sizeof err) == 0);
+  CHECK(safetensors_find(st, "empty")->crc == NULL);
   safetensors_close(st);
+}
+
+/* One bit flipped in a tensor's data: its checksum refuses it, the others still read. */
+static void check_flipped(const char *path) {
+  size_t n = 0;
+  unsigned char *b = file_read_all(path, &n, err, sizeof err);
+  CHECK(b && n > 20);
+  if (!b) return;
+  b[n - 5] ^= 0x10; /* inside ln_f.bias, the last tensor */
+  rt_write_raw(rt_path("flip.safetensors"), b, n);
+  free(b);
+  SafeTensors *st = open_ok(rt_path("flip.safetensors"));
+  if (!st) return;
+  float got[24];
+  const SafeTensor *t = safetensors_find(st, "ln_f.bias");
+  CHECK(safetensors_read_f32(st, t, got, 7, err, sizeof err) == -1);
+  CHECK_ERR(err, "tensor 'ln_f.bias': checksum mismatch in bytes [0, 28)");
+  CHECK(safetensors_verify(st, t, err, sizeof err) == -1);
+  CHECK(safetensors_read_f32(st, safetensors_find(st, "wte"), got, 15, err, sizeof err) == 0);
+  safetensors_close(st);
+  unlink(rt_path("flip.safetensors"));
 }
 
 static void check_padding(const char *path) {
@@ -110,6 +133,7 @@ static void test_roundtrip(void) {
   CHECK(safetensors_write(rt_path("w.safetensors"), out, NT, keys, vals, 2, err, sizeof err) == 0);
   check_roundtrip_file(rt_path("w.safetensors"));
   check_padding(rt_path("w.safetensors"));
+  check_flipped(rt_path("w.safetensors"));
   rt_data[3][0] = 42.0f; /* overwrite in place */
   CHECK(safetensors_write(rt_path("w.safetensors"), out, NT, keys, vals, 2, err, sizeof err) == 0);
   check_roundtrip_file(rt_path("w.safetensors"));
