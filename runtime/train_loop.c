@@ -13,6 +13,7 @@
 #endif
 #include "runtime/io/ckpt.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -94,28 +95,6 @@ static int trainer_host_pull(Trainer *t, char *err, size_t errlen) {
   return 0;
 }
 
-/* ZeRO-3 with offload: each rank pulled the chunks it owns (nothing else of its host
- * copies is touched); the owners send theirs to dp rank 0, chunk by chunk, which then
- * holds the whole state and writes the files. */
-static void trainer_assemble(Trainer *t, int opt) {
-  const Prog *p = t->prog;
-  Comm *c = t->mesh.dp_comm;
-  int parts[2] = {TIER_PARAMS, TIER_OPT};
-  if (!t->ex.off || p->s->zero_stage != 3 || c->size == 1) return;
-  for (int ch = 0; ch < p->s->nchunks; ch++) {
-    const ProgChunk *k = &p->chunks[ch];
-    for (int j = 0; j < (opt ? 2 : 1) && k->owner != 0; j++) {
-      int64_t off[2];
-      int n = prog_part_ranges(p, k, parts[j], off);
-      for (int r = 0; r < n; r++) {
-        float *at = (float *)(t->host[parts[j]] + off[r]);
-        if (c->rank == k->owner) c->host_send(c, at, (k->end - k->start) / 4, 0);
-        else if (c->rank == 0) c->host_recv(c, at, (k->end - k->start) / 4, k->owner);
-      }
-    }
-  }
-}
-
 /* Offload keeps the state at its homes; the whole-state host copies for file I/O
  * (calloc'd, so mapped on demand) give their memory back between uses, so that the
  * host holds the state once, not twice. */
@@ -141,57 +120,86 @@ static int trainer_host_push(Trainer *t, char *err, size_t errlen) {
   return 0;
 }
 
-/* The global PARAMS and OPT buffers of a non-trivial mesh: every rank for start-up,
- * world rank 0 for the whole run when it saves. */
-static int trainer_alloc_global(Trainer *t, char *err, size_t errlen) {
-  const ProgStage *g = t->mesh.global.s;
-  for (int k = 0; k < 2; k++)
-    if (!(t->gstate[k] = calloc((size_t)g->tiers[k ? TIER_OPT : TIER_PARAMS] + 1, 1)))
-      return file_set_error(err, errlen, "out of memory for the global parameters (%" PRId64 " bytes)",
-                            g->tiers[TIER_PARAMS]);
-  return 0;
-}
-
 /* --save or --save-hf: the parameters are written at the end. */
 static int trainer_saves_params(const TrainOpts *o) { return o->save || o->save_hf; }
 
-/* The global state every rank reads at start-up, then its slices. */
-static int trainer_init_global(Trainer *t, CkptMeta *m, char *note, size_t notelen, char *err, size_t errlen) {
-  const TrainOpts *o = t->opts;
+/* This rank's pieces of the state (train_mesh.h): those it writes of a checkpoint
+ * (writing), or those it holds (parameters only unless opt). */
+static int trainer_pieces(Trainer *t, int writing, int opt, const char *prefix, MeshPieces *mp, char *err,
+                          size_t errlen) {
+  MeshPieceRule r = {.writing = writing,
+                     .params = 1,
+                     .opt = opt,
+                     .zero_stage = t->zero.stage,
+                     .params_owned_only = t->ex.off && t->zero.stage == 3, /* offload keeps its own chunks */
+                     .params_prefix = prefix,
+                     .owned = t->zero.owned};
+  if (mesh_pieces(&t->mesh, &r, t->host[TIER_PARAMS], t->host[TIER_OPT], mp) != 0)
+    return file_set_error(err, errlen, "out of memory");
+  return 0;
+}
+
+/* --init-from on a mesh: the whole file on every rank, then its slices. */
+static int trainer_init_from_global(Trainer *t, char *note, size_t notelen, char *err, size_t errlen) {
   const Prog *g = &t->mesh.global;
-  const Prog *p = t->prog;
-  unsigned char *held = calloc((size_t)g->s->nparams + 1, 1);
-  if (!held || trainer_alloc_global(t, err, errlen) != 0) {
-    free(held);
-    return held ? -1 : file_set_error(err, errlen, "out of memory");
-  }
-  for (int i = 0; i < p->s->nparams; i++) held[p->params[i].global] |= t->zero.owned[i];
-  int rc = o->resume      ? ckpt_load_latest(g, o->ckpt_dir, m, t->gstate[0], t->gstate[1], held, err, errlen)
-           : o->init_from ? ckpt_load_params(g, o->init_from, t->gstate[0], note, notelen, err, errlen)
-                          : (ckpt_init_params(g, t->gstate[0], t->seed, NULL), 0);
-  free(held);
-  if (rc == 0)
-    mesh_scatter(&t->mesh, t->gstate[0], o->resume ? t->gstate[1] : NULL, t->host[TIER_PARAMS], t->host[TIER_OPT],
-                 t->zero.owned);
-  if (t->comm->rank != 0 || !(trainer_saves_params(o) || o->ckpt_dir)) { /* the writer's */
-    free(t->gstate[0]), free(t->gstate[1]);
-    t->gstate[0] = t->gstate[1] = NULL;
-  }
+  char *gparams = calloc((size_t)g->s->tiers[TIER_PARAMS] + 1, 1);
+  if (!gparams) return file_set_error(err, errlen, "out of memory for the global parameters");
+  int rc = ckpt_load_params(g, t->opts->init_from, gparams, note, notelen, err, errlen);
+  if (rc == 0) mesh_scatter(&t->mesh, gparams, t->host[TIER_PARAMS]);
+  free(gparams);
   return rc;
 }
 
-/* The local state from the checkpoint, --init-from or the init rules: directly
- * with a one-rank layout (tp and pp 1), through the global view otherwise. */
+/* The parameters by their init rules, each rank its own elements. */
+static int trainer_init_rules(Trainer *t, char *err, size_t errlen) {
+  MeshPieces mp;
+  if (trainer_pieces(t, 0, 0, "", &mp, err, errlen) != 0) return -1;
+  for (int i = 0; i < mp.n; i++) ckpt_init_piece(&t->mesh.global.params[mp.global[i]], mp.p[i].key, &mp.p[i], t->seed);
+  mesh_pieces_free(&mp);
+  return 0;
+}
+
+/* One checkpoint read into this rank's pieces; -1 with a message when this rank could
+ * not (another rank's failure is agreed on by the caller). */
+static int trainer_read_ckpt(Trainer *t, const char *name, CkptMeta *m, char *err, size_t errlen) {
+  MeshPieces mp;
+  ShardSet *s = ckpt_open(&t->mesh.global, t->opts->ckpt_dir, name, m, err, errlen);
+  if (!s) return -1;
+  int rc = trainer_pieces(t, 0, 1, "param/", &mp, err, errlen);
+  for (int i = 0; rc == 0 && i < mp.n; i++) rc = shards_read(s, &mp.p[i], err, errlen);
+  if (rc == 0) rc = ckpt_read_fp8(s, m, err, errlen);
+  if (rc == 0) mesh_pieces_free(&mp);
+  shards_close(s);
+  return rc;
+}
+
+/* --resume: the checkpoint DIR/latest names, or when it cannot be read (on any rank)
+ * the newest one that can, saying so. */
+static int trainer_resume(Trainer *t, CkptMeta *m, char *err, size_t errlen) {
+  char names[16][64], why[1024] = "";
+  int n = ckpt_candidates(t->opts->ckpt_dir, names, 16, err, errlen);
+  if (comm_agree(t->comm, n < 0, err) != 0) return -1;
+  for (int i = 0; i < n; i++) {
+    int bad = trainer_read_ckpt(t, names[i], m, why, sizeof why) != 0;
+    if (comm_agree(t->comm, bad, why) == 0) {
+      if (i > 0 && t->comm->rank == 0)
+        fprintf(stderr, "train: note: resuming from %s/%s, the newest checkpoint that reads whole\n", t->opts->ckpt_dir,
+                names[i]);
+      return 0;
+    }
+    if (why[0]) /* the lowest failing rank says why */
+      fprintf(stderr, "train: note: cannot resume from %s/%s: %s\n", t->opts->ckpt_dir, names[i], why);
+  }
+  return file_set_error(err, errlen, "--resume: no checkpoint in %s reads whole (%d tried)", t->opts->ckpt_dir, n);
+}
+
+/* The local state from the checkpoint, --init-from or the init rules. */
 static int trainer_load_state(Trainer *t, CkptMeta *m, char *note, size_t notelen, char *err, size_t errlen) {
   const TrainOpts *o = t->opts;
-  const Prog *p = t->prog;
-  if (!t->mesh.trivial) return trainer_init_global(t, m, note, notelen, err, errlen);
-  if (o->resume)
-    return ckpt_load_latest(p, o->ckpt_dir, m, t->host[TIER_PARAMS], t->host[TIER_OPT], t->zero.owned, err, errlen);
-  if (o->init_from) return ckpt_load_params(p, o->init_from, t->host[TIER_PARAMS], note, notelen, err, errlen);
-  /* ZeRO-3 with offload: each rank keeps only its own chunks (offload_push) */
-  ckpt_init_params(p, t->host[TIER_PARAMS], t->seed, t->ex.off && t->zero.stage == 3 ? t->zero.owned : NULL);
-  return 0;
+  if (o->resume) return trainer_resume(t, m, err, errlen);
+  if (o->init_from && !t->mesh.trivial) return trainer_init_from_global(t, note, notelen, err, errlen);
+  if (o->init_from) return ckpt_load_params(t->prog, o->init_from, t->host[TIER_PARAMS], note, notelen, err, errlen);
+  return trainer_init_rules(t, err, errlen);
 }
 
 /* The model's fp8 scaling states (every stage's): rows and width, 0 without. */
@@ -501,7 +509,6 @@ void trainer_free(Trainer *t) {
   data_close(t->data);
   data_close(t->val);
   free(t->logits_row), free(t->context);
-  free(t->gstate[0]), free(t->gstate[1]);
   if (t->own_comm) t->comm->destroy(t->comm);
   memset(t, 0, sizeof *t);
 }
@@ -683,48 +690,67 @@ static int trainer_run_val(Trainer *t, char *err, size_t errlen) {
   return 0;
 }
 
-/* Rank 0 writes the whole state, gathered from the owners under ZeRO and from the
- * holders over the mesh (global tensors). */
-static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen) {
+/* fp8's scaling states of every stage in the model's order, on rank 0 (m->fp8). */
+static int trainer_fp8_gather(Trainer *t, CkptMeta *m, char *err, size_t errlen) {
   const Prog *p = t->prog;
-  const ExecStep *st = &t->ex.step;
-  CkptMeta m = {t->step, t->data_step, t->seed, t->threads, t->global_batch, st->loss_scale, st->skipped, NULL, 0, 0,
-                0};
   int rc = 0, rank0 = t->comm->rank == 0;
-  fp8_shape(t, &m.fp8_rows, &m.fp8_width);
-  if (m.fp8_rows) { /* fp8's scaling states: each stage's, in the model's order on rank 0 */
-    int64_t n = p->s->fp8_rows * m.fp8_width;
-    float *local = malloc((size_t)(n + 1) * sizeof *local);
-    if (rank0) m.fp8 = malloc((size_t)(m.fp8_rows * m.fp8_width) * sizeof *m.fp8);
-    if (!local || (rank0 && !m.fp8)) rc = file_set_error(err, errlen, "out of memory");
-    if (comm_agree(t->comm, rc != 0, err) != 0) {
-      free(local), free(m.fp8);
-      return -1;
-    }
-    if (n) exec_read(&t->ex, TIER_WORK, p->s->fp8_offset, local, n * 4);
-    mesh_fp8_gather(&t->mesh, local, m.fp8);
-    free(local);
-  }
-  zero_gather_params(&t->zero, &t->ex);
-  zero_gather_opt(&t->zero, &t->ex);
-  rc = trainer_host_pull(t, err, errlen); /* one rank when it fails (offload) */
+  int64_t n = p->s->fp8_rows * m->fp8_width;
+  float *local = malloc((size_t)(n + 1) * sizeof *local);
+  if (rank0) m->fp8 = malloc((size_t)(m->fp8_rows * m->fp8_width) * sizeof *m->fp8);
+  if (!local || (rank0 && !m->fp8)) rc = file_set_error(err, errlen, "out of memory");
   if (comm_agree(t->comm, rc != 0, err) != 0) {
-    free(m.fp8);
+    free(local);
     return -1;
   }
-  trainer_assemble(t, 1);
-  if (!t->mesh.trivial) mesh_gather(&t->mesh, t->gstate[0], t->gstate[1], t->host[TIER_PARAMS], t->host[TIER_OPT], 1);
-  if (rank0)
-    rc = t->mesh.trivial
-             ? ckpt_save(t->prog, t->opts->ckpt_dir, &m, t->host[TIER_PARAMS], t->host[TIER_OPT], err, errlen)
-             : ckpt_save(&t->mesh.global, t->opts->ckpt_dir, &m, t->gstate[0], t->gstate[1], err, errlen);
+  if (n) exec_read(&t->ex, TIER_WORK, p->s->fp8_offset, local, n * 4);
+  mesh_fp8_gather(&t->mesh, local, m->fp8);
+  free(local);
+  return 0;
+}
+
+/* Every rank writes its own shard of the state (its pieces, read back and checked);
+ * once all have, rank 0 writes the index and `latest`, which make the checkpoint. */
+static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen) {
+  const ExecStep *st = &t->ex.step;
+  CkptMeta m = {.step = t->step,
+                .data_step = t->data_step,
+                .seed = t->seed,
+                .threads = t->threads,
+                .global_batch = t->global_batch,
+                .loss_scale = st->loss_scale,
+                .skipped = st->skipped,
+                .ranks = t->comm->size};
+  MeshPieces mp = {0};
+  double t0 = now_ms();
+  fp8_shape(t, &m.fp8_rows, &m.fp8_width);
+  if (m.fp8_rows && trainer_fp8_gather(t, &m, err, errlen) != 0) return -1;
+  int rc = trainer_host_pull(t, err, errlen); /* one rank when it fails (offload) */
+  if (rc == 0) rc = trainer_pieces(t, 1, 1, "param/", &mp, err, errlen);
+  if (rc == 0 && m.fp8) { /* rank 0's: the whole states */
+    ShardPiece *q = realloc(mp.p, (size_t)(mp.n + 1) * sizeof *q);
+    char *key = strdup(CKPT_FP8);
+    if (q) mp.p = q;
+    if (!q || !key) {
+      free(key);
+      rc = file_set_error(err, errlen, "out of memory");
+    } else {
+      static int64_t shape[2];
+      shape[0] = m.fp8_rows, shape[1] = m.fp8_width;
+      mp.p[mp.n++] = (ShardPiece){.key = key, .ndim = 2, .gshape = shape, .count = {shape[0], shape[1]}, .data = m.fp8};
+    }
+  }
+  if (rc == 0)
+    rc = ckpt_save_shard(t->opts->ckpt_dir, t->step, t->comm->rank, t->comm->size, mp.p, mp.n, 1, err, errlen);
+  mesh_pieces_free(&mp);
   free(m.fp8);
   trainer_release_staging(t);
-  zero_release_opt(&t->zero, &t->ex);
-  zero_release_params(&t->zero, &t->ex); /* the step gathers what it needs itself */
+  if (comm_agree(t->comm, rc != 0, err) != 0) return -1;
+  rc = t->comm->rank == 0 ? ckpt_commit(&t->mesh.global, t->opts->ckpt_dir, &m, t->opts->keep_ckpts, err, errlen) : 0;
   if (comm_agree(t->comm, rc != 0, err) != 0) return -1;
   t->last_ckpt = t->step;
-  if (rank0) printf("checkpoint %s/ckpt-%" PRId64 ".safetensors\n", t->opts->ckpt_dir, t->step);
+  if (t->comm->rank == 0)
+    printf("checkpoint %s/ckpt-%" PRId64 " (%d shard%s, %.0f ms)\n", t->opts->ckpt_dir, t->step, t->comm->size,
+           t->comm->size == 1 ? "" : "s", now_ms() - t0);
   return 0;
 }
 
@@ -788,20 +814,64 @@ static void trainer_offload_report(Trainer *t) {
   fflush(t->log);
 }
 
-/* Rank 0's part of the end: --save, --sample, the log. */
-static int trainer_finish_rank0(Trainer *t, char *err, size_t errlen) {
+/* Rank 0's part of the end: --save and --save-hf from the parameters' shards in
+ * parts (a set every rank wrote), --sample, the log. */
+static int trainer_finish_rank0(Trainer *t, const char *parts, char *err, size_t errlen) {
   const TrainOpts *o = t->opts;
-  /* the whole parameters: this rank's with a one-rank layout, else the gathered ones */
-  const Prog *p = t->mesh.trivial ? t->prog : &t->mesh.global;
-  const char *params = t->mesh.trivial ? t->host[TIER_PARAMS] : t->gstate[0];
-  if (o->save && ckpt_save_params(p, o->save, params, err, errlen) != 0) return -1;
-  if (o->save) printf("saved parameters to %s\n", o->save);
-  if (o->save_hf && ckpt_save_hf(p, o->save_hf, params, err, errlen) != 0) return -1;
-  if (o->save_hf) printf("saved a transformers model to %s\n", o->save_hf);
+  const Prog *g = &t->mesh.global;
+  ShardSet *s = parts ? shards_open(parts, err, errlen) : NULL;
+  if (parts && !s) return -1;
+  int rc = 0;
+  if (o->save && (rc = ckpt_save_params_set(g, o->save, s, err, errlen)) == 0)
+    printf("saved parameters to %s\n", o->save);
+  if (rc == 0 && o->save_hf && (rc = ckpt_save_hf_set(g, o->save_hf, s, err, errlen)) == 0)
+    printf("saved a transformers model to %s\n", o->save_hf);
+  shards_close(s);
+  if (rc != 0) return -1;
   if (o->sample > 0 && trainer_sample(t, o->sample, stdout, err, errlen) != 0) return -1;
   if (t->log && (ferror(t->log) || fflush(t->log) != 0))
     return file_set_error(err, errlen, "--log %s: write failed", o->log);
   return 0;
+}
+
+/* The parameters' shards for --save and --save-hf: every rank writes its pieces into
+ * the folder parts (beside the first target), rank 0 the index. */
+static int trainer_write_parts(Trainer *t, const char *parts, char *err, size_t errlen) {
+  char path[4200];
+  int rank0 = t->comm->rank == 0;
+  int rc = rank0 && mkdir(parts, 0777) != 0 && errno != EEXIST
+               ? file_set_error(err, errlen, "cannot create %s: %s", parts, strerror(errno))
+               : 0;
+  if (comm_agree(t->comm, rc != 0, err) != 0) return -1;
+  MeshPieces mp = {0};
+  snprintf(path, sizeof path, "%s/" CKPT_SHARD_FMT, parts, t->comm->rank, t->comm->size);
+  rc = trainer_pieces(t, 1, 0, "", &mp, err, errlen);
+  if (rc == 0) rc = shards_write(path, mp.p, mp.n, NULL, NULL, 0, shards_buffer_bytes(), err, errlen);
+  mesh_pieces_free(&mp);
+  if (comm_agree(t->comm, rc != 0, err) != 0) return -1;
+  if (!rank0) return 0;
+  char **names = calloc((size_t)t->comm->size + 1, sizeof *names);
+  for (int r = 0; names && r < t->comm->size; r++)
+    if (asprintf(&names[r], CKPT_SHARD_FMT, r, t->comm->size) < 0) names[r] = NULL;
+  rc = names ? shards_write_index(parts, (const char *const *)names, t->comm->size, "colossalc-parameters", NULL, NULL,
+                                  0, err, errlen)
+             : file_set_error(err, errlen, "out of memory");
+  for (int r = 0; names && r < t->comm->size; r++) free(names[r]);
+  free(names);
+  return rc;
+}
+
+/* Removes the parts folder and its files. */
+static void remove_parts(const char *parts) {
+  DIR *d = opendir(parts);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char f[4400];
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(f, sizeof f, "%s/%s", parts, e->d_name);
+    unlink(f);
+  }
+  if (d) closedir(d);
+  rmdir(parts);
 }
 
 /* The peaks of trainer_note_peak on the largest rank: one line and a --log record
@@ -827,23 +897,30 @@ static void trainer_peak_report(Trainer *t) {
 }
 
 int trainer_finish(Trainer *t, char *err, size_t errlen) {
+  const TrainOpts *o = t->opts;
   trainer_peak_report(t);
   zero_gather_params(&t->zero, &t->ex);
   /* an offload program's parameters are at their homes: read them all first (ZeRO-3:
    * only to save them, there are no replicas to compare) */
-  int bad =
-      t->ex.off && (t->zero.stage != 3 || trainer_saves_params(t->opts)) && trainer_host_pull(t, err, errlen) != 0;
+  int bad = t->ex.off && (t->zero.stage != 3 || trainer_saves_params(o)) && trainer_host_pull(t, err, errlen) != 0;
   if (comm_agree(t->comm, bad, err) != 0) return -1;
   bad = zero_check_replicas(&t->zero, &t->ex, t->ex.off ? t->host[TIER_PARAMS] : NULL, err, errlen) !=
         0; /* within each dp group */
   if (comm_agree(t->comm, bad, err) != 0) return -1;
-  if (trainer_saves_params(t->opts)) {
+  char parts[4200] = "";
+  if (trainer_saves_params(o)) {
+    const char *target = o->save ? o->save : o->save_hf;
+    size_t n = strlen(target);
+    while (n > 1 && target[n - 1] == '/') n--;
+    snprintf(parts, sizeof parts, "%.*s.parts", (int)n, target);
     bad = !t->ex.off && trainer_host_pull(t, err, errlen) != 0;
-    if (comm_agree(t->comm, bad, err) != 0) return -1;
-    trainer_assemble(t, 0);
-    if (!t->mesh.trivial) mesh_gather(&t->mesh, t->gstate[0], NULL, t->host[TIER_PARAMS], NULL, 0);
+    if (comm_agree(t->comm, bad, err) != 0 || trainer_write_parts(t, parts, err, errlen) != 0) {
+      if (t->comm->rank == 0) remove_parts(parts);
+      return -1;
+    }
   }
   if (t->ex.off) trainer_offload_report(t);
-  int rc = t->comm->rank == 0 ? trainer_finish_rank0(t, err, errlen) : 0;
+  int rc = t->comm->rank == 0 ? trainer_finish_rank0(t, parts[0] ? parts : NULL, err, errlen) : 0;
+  if (parts[0] && t->comm->rank == 0) remove_parts(parts);
   return comm_agree(t->comm, rc != 0, err);
 }

@@ -57,8 +57,6 @@ typedef struct Trainer {
   Mesh mesh;            /* coordinates, groups, the global parameter view */
   Zero zero;            /* ownership and sharded state (--zero), over mesh.dp_comm */
   int64_t global_batch; /* rows per step over all ranks: dp x microbatches x batch */
-  char *gstate[2];      /* non-trivial mesh: global PARAMS and OPT (mesh.global's
-                           layout) on world rank 0 for --save and checkpoints */
   DataFile *data, *val;
   char *rows[PROG_MAX_INPUTS]; /* [batch * microbatches * row_elems] 4-byte values of each
                                   input, host (the device's staging memory) */

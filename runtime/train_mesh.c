@@ -1,7 +1,5 @@
 /* train_mesh: mesh coordinates and groups, the global parameter view and the checkpoint
- * gathers (see the header). Point-to-point traffic of the gathers goes over the world
- * Comm (blocking send/recv, tag 0 of its own communicator), so it never meets the
- * program's pipeline messages.
+ * pieces (see the header).
  */
 #include "runtime/train_mesh.h"
 
@@ -79,13 +77,6 @@ static int global_index(Mesh *m) {
   return 0;
 }
 
-/* The checkpoint gathers' scratch buffer: the largest local parameter. */
-static int mesh_scratch(Mesh *m) {
-  int64_t most = 1;
-  for (int i = 0; i < m->prog.s->nparams; i++) most = m->prog.params[i].numel > most ? m->prog.params[i].numel : most;
-  return (m->scratch = calloc((size_t)most, sizeof *m->scratch)) ? 0 : -1;
-}
-
 int mesh_init(Mesh *m, const Prog *all, Comm *world, char *err, size_t errlen) {
   memset(m, 0, sizeof *m);
   m->world = world, m->all = *all, m->global = prog_stage(all, -1);
@@ -93,7 +84,7 @@ int mesh_init(Mesh *m, const Prog *all, Comm *world, char *err, size_t errlen) {
   m->trivial = m->tp == 1 && m->pp == 1;
   if (mesh_groups(m, world) != 0) return file_set_error(err, errlen, "out of memory");
   m->prog = prog_stage(all, m->pp_rank);
-  if (global_index(m) != 0 || mesh_scratch(m) != 0) return file_set_error(err, errlen, "out of memory");
+  if (global_index(m) != 0) return file_set_error(err, errlen, "out of memory");
   return 0;
 }
 
@@ -104,7 +95,7 @@ void mesh_free(Mesh *m) {
   if (m->tp_comm) m->tp_comm->destroy(m->tp_comm);
   if (m->pp_comm) m->pp_comm->destroy(m->pp_comm);
   if (m->dp_comm && m->dp_comm != m->world) m->dp_comm->destroy(m->dp_comm);
-  free(m->local_of), free(m->source), free(m->scratch);
+  free(m->local_of), free(m->source);
   memset(m, 0, sizeof *m);
 }
 
@@ -126,56 +117,73 @@ void mesh_slice(const Mesh *m, const ProgParam *l, float *local, const ProgParam
     }
 }
 
-void mesh_scatter(const Mesh *m, const char *gparams, const char *gopt, char *params, char *opt,
-                  const unsigned char *opt_held) {
+void mesh_scatter(const Mesh *m, const char *gparams, char *params) {
   const Prog *p = &m->prog;
   for (int i = 0; i < p->s->nparams; i++) {
     const ProgParam *l = &p->params[i], *g = &m->global.params[l->global];
     mesh_slice(m, l, (float *)(params + l->offset), g, (float *)(gparams + g->offset), 0);
-    if (!gopt || (opt_held && !opt_held[i]) || p->s->tiers[TIER_OPT] == 0) continue;
-    mesh_slice(m, l, (float *)(opt + l->offset), g, (float *)(gopt + g->offset), 0);
-    if (p->s->optimizer == PROG_OPT_ADAMW)
-      mesh_slice(m, l, (float *)(opt + p->s->opt_v_offset + l->offset), g,
-                 (float *)(gopt + m->global.s->opt_v_offset + g->offset), 0);
   }
 }
 
-/* One local tensor of stage s, tp rank t (at local offset off of its tier, global
- * offset goff): sent by its holder, received into world rank 0's global buffer. */
-static void gather_one(Mesh *m, int s, int t, const ProgParam *l, const ProgParam *g, const char *base, int64_t off,
-                       char *gbase, int64_t goff) {
-  Comm *w = m->world;
-  int from = s * m->dp * m->tp + t; /* dp rank 0 */
-  Mesh view = *m;
-  view.tp_rank = t; /* the sender's block positions */
-  if (w->rank == from && from == 0) {
-    mesh_slice(&view, l, (float *)(base + off), g, (float *)(gbase + goff), 1);
-  } else if (w->rank == from) {
-    w->send(w, (const float *)(base + off), l->numel, 0);
-  } else if (w->rank == 0) {
-    w->recv(w, m->scratch, l->numel, from);
-    mesh_slice(&view, l, m->scratch, g, (float *)(gbase + goff), 1);
-  }
+/* ---- checkpoint pieces --------------------------------------------------------- */
+
+void mesh_pieces_free(MeshPieces *mp) {
+  for (int i = 0; i < mp->n; i++) free((char *)mp->p[i].key);
+  free(mp->p), free(mp->global);
+  memset(mp, 0, sizeof *mp);
 }
 
-void mesh_gather(Mesh *m, char *gparams, char *gopt, const char *params, const char *opt, int opt_too) {
-  const Prog *G = &m->global;
-  int gn = (int)G->s->nparams;
-  if (m->dp_rank != 0) return;
-  for (int gi = 0; gi < gn; gi++) {
-    int s = m->source[gi];
-    Prog st = prog_stage(&m->all, s);
-    const ProgParam *g = &G->params[gi], *l = &st.params[m->local_of[s * gn + gi]];
-    int mine = s == m->pp_rank || m->world->rank == 0;
-    int nt = l->tp_dim >= 0 ? m->tp : 1;
-    for (int t = 0; t < nt && mine; t++) {
-      gather_one(m, s, t, l, g, params, l->offset, gparams, g->offset);
-      if (!opt_too || st.s->tiers[TIER_OPT] == 0) continue;
-      gather_one(m, s, t, l, g, opt, l->offset, gopt, g->offset);
-      if (st.s->optimizer == PROG_OPT_ADAMW)
-        gather_one(m, s, t, l, g, opt, st.s->opt_v_offset + l->offset, gopt, G->s->opt_v_offset + g->offset);
+/* Adds local parameter l's blocks in one array (key prefix + name). */
+static int add_blocks(MeshPieces *mp, const Mesh *m, const ProgParam *l, const ProgParam *g, const char *prefix,
+                      char *base, int *cap) {
+  int nb = l->tp_dim >= 0 ? (int)l->tp_blocks : 1;
+  for (int k = 0; k < nb; k++) {
+    if (mp->n == *cap) {
+      *cap = 2 * *cap + 8;
+      ShardPiece *q = realloc(mp->p, (size_t)*cap * sizeof *q);
+      if (q) mp->p = q;
+      int *gl = q ? realloc(mp->global, (size_t)*cap * sizeof *gl) : NULL;
+      if (!gl) return -1;
+      mp->global = gl;
+    }
+    ShardPiece *w = &mp->p[mp->n];
+    memset(w, 0, sizeof *w);
+    if (asprintf((char **)&w->key, "%s%s", prefix, prog_str(&m->global, g->name)) < 0) return -1;
+    mp->global[mp->n++] = (int)l->global;
+    w->ndim = (int)l->ndim, w->gshape = g->shape, w->ashape = l->shape, w->data = (float *)(base + l->offset);
+    for (int d = 0; d < w->ndim; d++) w->count[d] = l->shape[d];
+    if (l->tp_dim >= 0) {
+      int64_t c = l->shape[l->tp_dim] / l->tp_blocks;
+      w->count[l->tp_dim] = c, w->astart[l->tp_dim] = k * c;
+      w->gstart[l->tp_dim] = k * c * m->tp + m->tp_rank * c;
     }
   }
+  return 0;
+}
+
+int mesh_pieces(const Mesh *m, const MeshPieceRule *r, char *params, char *opt, MeshPieces *mp) {
+  const Prog *p = &m->prog;
+  int cap = 0, adamw = p->s->optimizer == PROG_OPT_ADAMW, has_opt = r->opt && p->s->tiers[TIER_OPT] > 0;
+  memset(mp, 0, sizeof *mp);
+  for (int i = 0; i < p->s->nparams; i++) {
+    const ProgParam *l = &p->params[i], *g = &m->global.params[l->global];
+    int gi = (int)l->global, param, state;
+    if (r->writing) { /* each element once: the lowest stage, one tp rank of a replica, one dp rank */
+      int here = m->source[gi] == m->pp_rank && (l->tp_dim >= 0 || m->tp_rank == gi % m->tp);
+      param = here && (r->zero_stage == 3 ? r->owned[i] : m->dp_rank == gi % m->dp);
+      state = here && (r->zero_stage >= 1 ? r->owned[i] : m->dp_rank == gi % m->dp);
+    } else {
+      param = r->params_owned_only ? r->owned[i] : 1;
+      state = r->owned[i];
+    }
+    if ((param && r->params && add_blocks(mp, m, l, g, r->params_prefix, params, &cap) != 0) ||
+        (state && has_opt && add_blocks(mp, m, l, g, "opt_m/", opt, &cap) != 0) ||
+        (state && has_opt && adamw && add_blocks(mp, m, l, g, "opt_v/", opt + p->s->opt_v_offset, &cap) != 0)) {
+      mesh_pieces_free(mp);
+      return -1;
+    }
+  }
+  return 0;
 }
 
 /* Stage st's fp8 states between its layout (fp8_rows x width) and the model's

@@ -21,17 +21,20 @@
  * lists exchange messages with (comm.h, connect). The world stays the host Comm: the
  * checkpoint gathers below move host memory.
  *
- * Checkpoints. mesh_gather sends every parameter's local parts (and, with opt, its
- * optimizer state) from the dp rank 0 holders (lowest stage, each tp rank) to world rank
- * 0's global buffers; every rank of dp rank 0 calls it (the others return at once).
- * mesh_scatter fills this rank's local tiers from global buffers every rank holds
- * (start-up: initialisation, --init-from, --resume).
+ * Checkpoints. Every rank writes and reads its own pieces of the model's global
+ * tensors (io/shards.h), so no rank ever holds more of the state than its own:
+ * mesh_pieces lists them, each block of a tp-split parameter a box of the global tensor.
+ * Writing, each element is written once (the lowest stage of a tied parameter, one tp
+ * rank of a replicated one, one dp rank: the ZeRO owner, else dp rank = index mod dp).
+ * mesh_scatter fills this rank's local parameters from global buffers every rank holds
+ * (--init-from).
  */
 #ifndef COLOSSALC_RUNTIME_TRAIN_MESH_H
 #define COLOSSALC_RUNTIME_TRAIN_MESH_H
 
 #include "program/program.h"
 #include "runtime/comm/comm.h"
+#include "runtime/io/shards.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -48,7 +51,6 @@ typedef struct Mesh {
   int *source;        /* [global.nparams] the lowest stage holding it */
   Comm **stage_comms; /* [prog.s->ngroups] the program's groups of stages this stage is in,
                          else NULL */
-  float *scratch;     /* [most local numel] checkpoint gathers */
 } Mesh;
 
 /* A device's Comm over the ranks of host (own: it frees host). */
@@ -61,12 +63,29 @@ void mesh_free(Mesh *m);
 
 /* One parameter: global g (global layout) <-> local l (this rank's part). */
 void mesh_slice(const Mesh *m, const ProgParam *l, float *local, const ProgParam *g, float *global, int to_global);
-/* Every local parameter from gparams (and, where opt_held[i] (NULL: all), the
- * optimizer state from gopt when it is not NULL) into the local host tiers. */
-void mesh_scatter(const Mesh *m, const char *gparams, const char *gopt, char *params, char *opt,
-                  const unsigned char *opt_held);
-/* World rank 0's gparams (and gopt when opt_too) from the holders' host tiers. */
-void mesh_gather(Mesh *m, char *gparams, char *gopt, const char *params, const char *opt, int opt_too);
+/* Every local parameter from gparams (the model's layout). */
+void mesh_scatter(const Mesh *m, const char *gparams, char *params);
+
+/* Which pieces mesh_pieces lists: writing (each element once over the ranks) or reading
+ * (what this rank holds); the parameters under params_prefix ("param/" for checkpoints,
+ * "" for parameter files) when params, the optimizer state ("opt_m/", "opt_v/") when
+ * opt; owned[i]: this rank owns local parameter i's state (ZeRO; all at stage 0). */
+typedef struct MeshPieceRule {
+  int writing, params, opt, zero_stage;
+  int params_owned_only; /* reading: only the owned parameters (ZeRO-3 with offload) */
+  const char *params_prefix;
+  const unsigned char *owned;
+} MeshPieceRule;
+typedef struct MeshPieces {
+  ShardPiece *p; /* keys owned */
+  int *global;   /* [n] each piece's parameter among the model's */
+  int n;
+} MeshPieces;
+/* This rank's pieces in the host tiers params and opt (the program's layout). 0, or -1
+ * when out of memory. */
+int mesh_pieces(const Mesh *m, const MeshPieceRule *r, char *params, char *opt, MeshPieces *mp);
+void mesh_pieces_free(MeshPieces *mp);
+
 /* fp8's scaling states, the same on every rank of a stage (their amaxes are reduced over
  * its tp and dp groups): mesh_fp8_gather sends each stage's (fp8_rows x fp8_width, local)
  * from its rank of dp 0 and tp 0 to world rank 0, run by run into their places in the

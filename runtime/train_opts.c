@@ -49,8 +49,10 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG,
   X("--save", OPT_STR, save, 0, 0, "FILE", "write the parameters at the end (safetensors, F32)")                      \
   X("--save-hf", OPT_STR, save_hf, 0, 0, "DIR",                                                                       \
     "write the parameters at the end as a transformers model (model.safetensors, config.json)")                       \
-  X("--ckpt-dir", OPT_STR, ckpt_dir, 0, 0, "DIR", "checkpoints: DIR/ckpt-STEP.safetensors, DIR/latest")               \
+  X("--ckpt-dir", OPT_STR, ckpt_dir, 0, 0, "DIR", "checkpoints: DIR/ckpt-STEP/ (a shard per rank), DIR/latest")       \
   X("--ckpt-every", OPT_INT, ckpt_every, 1, 1e15, "N", "checkpoint every N steps (default: after the last step)")     \
+  X("--keep-ckpts", OPT_INT, keep_ckpts, 1, 1e9, "N",                                                                 \
+    "keep the newest N checkpoints, deleting older ones once a new one is complete (default: all)")                   \
   X("--resume", OPT_FLAG, resume, 0, 0, "", "continue from the checkpoint DIR/latest names")                          \
   X("--nvme-dir", OPT_STR, nvme_dir, 0, 0, "DIR",                                                                     \
     "offload programs: the files of the NVMe location (scratch, removed at exit)")                                    \
@@ -78,7 +80,7 @@ enum { OPT_COUNT = sizeof opt_table / sizeof opt_table[0] };
 static void opts_defaults(TrainOpts *o) {
   memset(o, 0, sizeof *o);
   o->steps = 10;
-  o->val_every = o->ckpt_every = o->threads = o->warmup = -1;
+  o->val_every = o->ckpt_every = o->keep_ckpts = o->threads = o->warmup = -1;
   o->seed = 1337;
   o->lr = o->min_lr = o->weight_decay = o->beta1 = o->beta2 = o->eps = o->clip = o->loss_scale = NAN;
   o->schedule = -1;
@@ -207,8 +209,9 @@ void train_opts_help(FILE *f) {
              "  after the end with token 0; the next token is drawn from softmax(logits) at\n"
              "  the last filled position (temperature 1) with a Philox uniform keyed by the\n"
              "  seed. A vocabulary of 256 prints bytes as text, others print token ids.\n"
-             "checkpoints: DIR/ckpt-STEP.safetensors holds param/NAME, opt_m/NAME and\n"
-             "  opt_v/NAME (F32) and metadata step, data_step, seed; DIR/latest names it.\n"
+             "checkpoints: DIR/ckpt-STEP/ holds a shard per rank (param/NAME, opt_m/NAME,\n"
+             "  opt_v/NAME, F32 pieces with checksums) and index.json (step, data_step, seed,\n"
+             "  ...); DIR/latest names it. Any plan of the model resumes it.\n"
              "  A resumed run repeats the uninterrupted run's losses bit for bit (same\n"
              "  --threads).\n"
              "ranks: `mpirun -np N train ...` trains N data-parallel ranks of this program\n"

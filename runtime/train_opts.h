@@ -22,6 +22,7 @@ typedef struct TrainOpts {
   int64_t steps;        /* default 10 */
   int64_t val_every;    /* -1: only after the last step */
   int64_t ckpt_every;   /* -1: only after the last step (with --ckpt-dir) */
+  int64_t keep_ckpts;   /* -1: keep every checkpoint */
   int64_t sample;       /* tokens to sample after training, 0: none */
   int64_t threads;      /* -1: the number of online CPUs */
   int64_t warmup;       /* -1: the program's */

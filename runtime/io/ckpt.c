@@ -9,7 +9,9 @@
 #include "runtime/io/hf.h"
 #include "runtime/philox.h"
 #include "runtime/io/safetensors.h"
+#include "runtime/io/shards.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -21,9 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CKPT_FORMAT "colossalc-checkpoint"
-#define CKPT_LIST_MAX 8      /* names shown per kind of mismatch */
-#define CKPT_FP8 "fp8/state" /* fp8's scaling states (CkptMeta) */
+#define CKPT_LIST_MAX 8 /* names shown per kind of mismatch */
 
 /* One tensor a file offers, under the model's name for it. */
 typedef struct CkptSrc {
@@ -143,13 +143,6 @@ static int set_params(const Prog *p, char *params, CkptSet *s, char *err, size_t
   return set_build(p, 1, prefixes, bases, s, err, errlen);
 }
 
-static int set_ckpt(const Prog *p, char *params, char *opt, CkptSet *s, char *err, size_t errlen) {
-  const char *const prefixes[3] = {"param/", "opt_m/", "opt_v/"};
-  char *const bases[3] = {params, opt, opt + p->s->opt_v_offset};
-  int groups = p->s->optimizer == PROG_OPT_ADAMW ? 3 : 2;
-  return set_build(p, groups, prefixes, bases, s, err, errlen);
-}
-
 static const CkptEntry *set_find(const CkptSet *s, const char *name) {
   for (int i = 0; i < s->n; i++)
     if (strcmp(s->e[i].name, name) == 0) return &s->e[i];
@@ -238,17 +231,6 @@ static int file_add(CkptFile *f, const char *name, const SafeTensor *t, const Sa
   c->file_name = t->name, c->t = t, c->st = st;
   f->n++;
   return 0;
-}
-
-/* A checkpoint's tensors under their own names. */
-static int file_of_safetensors(CkptFile *f, const char *path, const SafeTensors *st, char *err, size_t errlen) {
-  int n = safetensors_count(st);
-  *f = (CkptFile){.path = path};
-  if (!(f->src = calloc((size_t)n + 1, sizeof *f->src))) return file_set_error(err, errlen, "%s: out of memory", path);
-  for (int i = 0; i < n; i++)
-    if (file_add(f, safetensors_get(st, i)->name, safetensors_get(st, i), st) != 0)
-      return file_set_error(err, errlen, "%s: out of memory", path);
-  return file_sort(f, err, errlen);
 }
 
 /* --init-from's tensors under the model's names (its family's, hf.h); the buffers
@@ -402,6 +384,49 @@ int ckpt_load_params(const Prog *p, const char *path, char *params, char *note, 
   return rc;
 }
 
+/* The model's parameter names, as keys of a set of them. */
+static const char **param_keys(const Prog *p) {
+  const char **k = calloc((size_t)p->s->nparams + 1, sizeof *k);
+  for (int i = 0; k && i < p->s->nparams; i++) k[i] = prog_str(p, p->params[i].name);
+  return k;
+}
+
+int ckpt_save_params_set(const Prog *p, const char *path, ShardSet *s, char *err, size_t errlen) {
+  static const char *const keys[4] = {"format", "model", "arch", "seq"};
+  char seq[32], arch[512];
+  snprintf(seq, sizeof seq, "%" PRId64, p->s->seq);
+  const char *const vals[4] = {"pt", prog_str(p, p->s->model), arch_text(p, arch, sizeof arch), seq};
+  const char **names = param_keys(p);
+  SafeTensorOut *out = calloc((size_t)p->s->nparams + 1, sizeof *out);
+  int rc = names && out ? 0 : file_set_error(err, errlen, "out of memory");
+  for (int i = 0; rc == 0 && i < p->s->nparams; i++)
+    out[i] = (SafeTensorOut){names[i], (int)p->params[i].ndim, p->params[i].shape, NULL};
+  ShardFill f = {.set = s, .keys = names, .tensor = -1};
+  if (rc == 0)
+    rc = safetensors_write_stream(path, out, (int)p->s->nparams, keys, vals, vals[2] ? 4 : 2, shards_fill, &f,
+                                  shards_buffer_bytes(), err, errlen);
+  shards_fill_free(&f);
+  free(names), free(out);
+  return rc;
+}
+
+int ckpt_save_hf_set(const Prog *p, const char *dir, ShardSet *s, char *err, size_t errlen) {
+  char why[1024];
+  HfArch arch;
+  const char **names = param_keys(p);
+  HfParam *ps = calloc((size_t)p->s->nparams + 1, sizeof *ps);
+  if (!ps || !names) {
+    free(ps), free(names);
+    return file_set_error(err, errlen, "out of memory");
+  }
+  for (int i = 0; i < p->s->nparams; i++) ps[i] = (HfParam){names[i], (int)p->params[i].ndim, p->params[i].shape, NULL};
+  ShardFill f = {.set = s, .keys = names, .tensor = -1};
+  int rc = hf_save_stream(dir, ps, (int)p->s->nparams, arch_of(p, &arch), p->s->seq, shards_fill, &f, why, sizeof why);
+  shards_fill_free(&f);
+  free(ps), free(names);
+  return rc ? file_set_error(err, errlen, "--save-hf %s: %s", dir, why) : 0;
+}
+
 int ckpt_save_params(const Prog *p, const char *path, const char *params, char *err, size_t errlen) {
   static const char *const keys[4] = {"format", "model", "arch", "seq"};
   char seq[32], arch[512];
@@ -486,44 +511,138 @@ static int ckpt_write_latest(const char *dir, const char *name, char *err, size_
   return file_write_atomic(path, chunks, lens, 1, err, errlen);
 }
 
-int ckpt_save(const Prog *p, const char *dir, const CkptMeta *m, const char *params, const char *opt, char *err,
-              size_t errlen) {
-  const char *keys[13] = {"format", "version", "model",        "optimizer",  "step",         "data_step",
-                          "seed",   "threads", "global_batch", "loss_scale", "skipped_steps"};
-  char step[32], data_step[32], seed[32], threads[32], gb[32], ls[40], skipped[32], name[64], path[4096], seq[32];
-  char arch[512];
-  snprintf(step, sizeof step, "%" PRId64, m->step);
-  snprintf(data_step, sizeof data_step, "%" PRId64, m->data_step);
-  snprintf(seed, sizeof seed, "%" PRIu64, m->seed);
-  snprintf(threads, sizeof threads, "%" PRId64, m->threads);
-  snprintf(gb, sizeof gb, "%" PRId64, m->global_batch);
-  snprintf(ls, sizeof ls, "%.17g", m->loss_scale);
-  snprintf(skipped, sizeof skipped, "%" PRId64, m->skipped);
-  snprintf(seq, sizeof seq, "%" PRId64, p->s->seq);
-  const char *vals[13] = {CKPT_FORMAT,
-                          "1",
-                          prog_str(p, p->s->model),
-                          prog_opt_names[p->s->optimizer],
-                          step,
-                          data_step,
-                          seed,
-                          threads,
-                          gb,
-                          ls,
-                          skipped};
-  snprintf(name, sizeof name, "ckpt-%" PRId64 ".safetensors", m->step);
+void ckpt_init_piece(const ProgParam *g, const char *name, const ShardPiece *w, uint64_t seed) {
+  int64_t len = w->ndim ? w->count[w->ndim - 1] : 1, lines = shards_numel(w) / (len ? len : 1);
+  int64_t gst[ST_MAX_DIMS], ast[ST_MAX_DIMS], s = 1, a = 1;
+  for (int d = w->ndim - 1; d >= 0; d--) gst[d] = s, s *= w->gshape[d], ast[d] = a, a *= w->ashape[d];
+  for (int64_t j = 0; len && j < lines; j++) {
+    int64_t rest = j, goff = 0, aoff = 0;
+    for (int d = w->ndim - 1; d >= 0; d--) {
+      int64_t i = d == w->ndim - 1 ? 0 : rest % w->count[d];
+      if (d != w->ndim - 1) rest /= w->count[d];
+      goff += (w->gstart[d] + i) * gst[d], aoff += (w->astart[d] + i) * ast[d];
+    }
+    float *dst = w->data + aoff;
+    switch ((ProgInit)g->init) {
+    case PROG_INIT_NORMAL:
+      philox_fill_normal(dst, (size_t)len, (uint64_t)goff, seed, name, (float)g->b, (float)g->a);
+      break;
+    case PROG_INIT_UNIFORM:
+      philox_fill_uniform(dst, (size_t)len, (uint64_t)goff, seed, name, (float)g->a, (float)g->b);
+      break;
+    case PROG_INIT_ZEROS: init_fill(dst, len, 0.0f); break;
+    case PROG_INIT_ONES: init_fill(dst, len, 1.0f); break;
+    case PROG_INIT_CONSTANT: init_fill(dst, len, (float)g->a); break;
+    }
+  }
+}
+
+/* The metadata of a checkpoint of model p: keys and values into k and v (their texts in
+ * buf). Returns the count. */
+static int ckpt_meta_pairs(const Prog *p, const CkptMeta *m, const char **k, const char **v, char buf[][48], char *arch,
+                           size_t archlen) {
+  int n = 0;
+#define META(key, fmt, val) (k[n] = key, snprintf(buf[n], 48, fmt, val), v[n] = buf[n], n++)
+  k[n] = "version", v[n++] = "2";
+  k[n] = "model", v[n++] = prog_str(p, p->s->model);
+  k[n] = "optimizer", v[n++] = prog_opt_names[p->s->optimizer];
+  META("step", "%" PRId64, m->step);
+  META("data_step", "%" PRId64, m->data_step);
+  META("seed", "%" PRIu64, m->seed);
+  META("threads", "%" PRId64, m->threads);
+  META("global_batch", "%" PRId64, m->global_batch);
+  META("bad_steps", "%" PRId64, m->bad_steps);
+  if (p->s->loss_scaling) {
+    META("loss_scale", "%.17g", m->loss_scale);
+    META("skipped_steps", "%" PRId64, m->skipped);
+  }
+  META("ranks", "%d", m->ranks);
+  META("seq", "%" PRId64, p->s->seq);
+#undef META
+  if (arch_text(p, arch, archlen)) k[n] = "arch", v[n++] = arch; /* for colossalc-export */
+  return n;
+}
+
+void ckpt_name(char *buf, size_t len, int64_t step) { snprintf(buf, len, "ckpt-%" PRId64, step); }
+
+int ckpt_save_shard(const char *dir, int64_t step, int rank, int ranks, const ShardPiece *ps, int n, int verify,
+                    char *err, size_t errlen) {
+  char name[64], sub[4096], path[4200];
+  ckpt_name(name, sizeof name, step);
+  snprintf(sub, sizeof sub, "%s/%s", dir, name);
+  if (mkdir(sub, 0777) != 0 && errno != EEXIST)
+    return file_set_error(err, errlen, "cannot create %s: %s", sub, strerror(errno));
+  snprintf(path, sizeof path, "%s/" CKPT_SHARD_FMT, sub, rank, ranks);
+  static const char *const keys[1] = {"format"}, *const vals[1] = {CKPT_FORMAT "-shard"};
+  if (shards_write(path, ps, n, keys, vals, 1, shards_buffer_bytes(), err, errlen) != 0) return -1;
+  if (!verify) return 0;
+  ShardSet *s = shards_open(path, err, errlen); /* read back what was written */
+  int rc = s ? shards_verify(s, err, errlen) : -1;
+  shards_close(s);
+  return rc;
+}
+
+/* The checkpoints in dir by step, newest first: names (ckpt-N, or ckpt-N.safetensors of
+ * older runs) into out; returns the count (at most max). */
+static int ckpt_list(const char *dir, char out[][64], int64_t *steps, int max) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char *end;
+    if (strncmp(e->d_name, "ckpt-", 5) != 0) continue;
+    errno = 0;
+    long long st = strtoll(e->d_name + 5, &end, 10);
+    if (end == e->d_name + 5 || errno || st < 0 || (*end && strcmp(end, ".safetensors") != 0) ||
+        strlen(e->d_name) >= 64)
+      continue;
+    int at = n < max ? n++ : max - 1; /* insertion by step, newest first */
+    if (at == max - 1 && n == max && steps[at] >= st) continue;
+    while (at > 0 && steps[at - 1] < st) steps[at] = steps[at - 1], memcpy(out[at], out[at - 1], 64), at--;
+    steps[at] = st, snprintf(out[at], 64, "%s", e->d_name);
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* Removes DIR/NAME: a checkpoint directory and its files, or a file. */
+static void ckpt_remove(const char *dir, const char *name) {
+  char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  CkptSet s;
-  if (set_ckpt(p, (char *)params, (char *)opt, &s, err, errlen) != 0) return -1;
-  /* global_batch when known; fp16's loss scale and skipped steps (they need global_batch) */
-  int nkeys = m->global_batch > 0 ? (p->s->loss_scaling ? 11 : 9) : 8;
-  if (arch_text(p, arch, sizeof arch)) /* for colossalc-export */
-    keys[nkeys] = "arch", vals[nkeys++] = arch, keys[nkeys] = "seq", vals[nkeys++] = seq;
-  int64_t fp8_shape[2] = {m->fp8_rows, m->fp8_width};
-  SafeTensorOut fp8 = {CKPT_FP8, 2, fp8_shape, m->fp8};
-  int rc = set_write(&s, m->fp8 ? &fp8 : NULL, path, keys, vals, nkeys, err, errlen);
-  set_free(&s);
-  return rc ? rc : ckpt_write_latest(dir, name, err, errlen);
+  DIR *d = opendir(path);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char f[4400];
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+    unlink(f);
+  }
+  if (d) closedir(d), rmdir(path);
+  else unlink(path);
+}
+
+int ckpt_commit(const Prog *p, const char *dir, const CkptMeta *m, int keep, char *err, size_t errlen) {
+  char name[64], sub[4096], buf[16][48], arch[512];
+  const char *k[16], *v[16];
+  ckpt_name(name, sizeof name, m->step);
+  snprintf(sub, sizeof sub, "%s/%s", dir, name);
+  char **shards = calloc((size_t)m->ranks + 1, sizeof *shards);
+  if (!shards) return file_set_error(err, errlen, "out of memory");
+  int rc = 0;
+  for (int r = 0; r < m->ranks && rc == 0; r++)
+    if (asprintf(&shards[r], CKPT_SHARD_FMT, r, m->ranks) < 0)
+      shards[r] = NULL, rc = file_set_error(err, errlen, "out of memory");
+  int nmeta = ckpt_meta_pairs(p, m, k, v, buf, arch, sizeof arch);
+  if (rc == 0)
+    rc = shards_write_index(sub, (const char *const *)shards, m->ranks, CKPT_FORMAT, k, v, nmeta, err, errlen);
+  for (int r = 0; r < m->ranks; r++) free(shards[r]);
+  free(shards);
+  if (rc == 0) rc = ckpt_write_latest(dir, name, err, errlen);
+  if (rc != 0 || keep <= 0) return rc;
+  char names[256][64]; /* the newest `keep` stay; older ones go, the one just written never */
+  int64_t steps[256];
+  int n = ckpt_list(dir, names, steps, 256);
+  for (int i = keep; i < n; i++)
+    if (steps[i] < m->step) ckpt_remove(dir, names[i]);
+  return 0;
 }
 
 /* The file name DIR/latest holds, checked to be a plain name, into name. */
@@ -541,8 +660,22 @@ static int ckpt_read_latest(const char *dir, char *name, size_t len, char *err, 
   return 0;
 }
 
-static int meta_u64(const SafeTensors *st, const char *path, const char *key, uint64_t *out, char *err, size_t errlen) {
-  const char *v = safetensors_metadata(st, key);
+int ckpt_candidates(const char *dir, char out[][64], int max, char *err, size_t errlen) {
+  char latest[64] = "";
+  int64_t steps[256];
+  char found[256][64];
+  int have_latest = ckpt_read_latest(dir, latest, sizeof latest, err, errlen) == 0;
+  int n = ckpt_list(dir, found, steps, 256), k = 0;
+  if (have_latest) snprintf(out[k++], 64, "%s", latest);
+  for (int i = 0; i < n && k < max; i++)
+    if (strcmp(found[i], latest) != 0) snprintf(out[k++], 64, "%s", found[i]);
+  if (k == 0 && !have_latest) return -1; /* err says why: no latest */
+  if (k == 0) return file_set_error(err, errlen, "--resume: %s holds no checkpoint", dir);
+  return k;
+}
+
+static int meta_u64(const ShardSet *st, const char *path, const char *key, uint64_t *out, char *err, size_t errlen) {
+  const char *v = shards_meta(st, key);
   char *end;
   errno = 0;
   unsigned long long x = v ? strtoull(v, &end, 10) : 0;
@@ -552,10 +685,9 @@ static int meta_u64(const SafeTensors *st, const char *path, const char *key, ui
   return 0;
 }
 
-static int ckpt_check_meta(const Prog *p, const SafeTensors *st, const char *path, CkptMeta *m, char *err,
-                           size_t errlen) {
-  const char *fmt = safetensors_metadata(st, "format");
-  const char *model = safetensors_metadata(st, "model");
+int ckpt_check_meta(const Prog *p, const ShardSet *st, const char *path, CkptMeta *m, char *err, size_t errlen) {
+  const char *fmt = shards_meta(st, "format");
+  const char *model = shards_meta(st, "model");
   uint64_t step = 0, data_step = 0, threads = 0;
   if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
     return file_set_error(err, errlen, "%s: not a colossalc checkpoint (metadata format)", path);
@@ -568,14 +700,19 @@ static int ckpt_check_meta(const Prog *p, const SafeTensors *st, const char *pat
   if (step > INT64_MAX / 2 || data_step > INT64_MAX / 2)
     return file_set_error(err, errlen, "%s: step out of range", path);
   m->step = (int64_t)step, m->data_step = (int64_t)data_step, m->threads = (int64_t)threads;
-  m->global_batch = 0;
-  if (safetensors_metadata(st, "global_batch")) {
+  m->global_batch = 0, m->bad_steps = 0;
+  if (shards_meta(st, "global_batch")) {
     uint64_t gb = 0;
     if (meta_u64(st, path, "global_batch", &gb, err, errlen) != 0) return -1;
     m->global_batch = gb < INT64_MAX / 2 ? (int64_t)gb : 0;
   }
+  if (shards_meta(st, "bad_steps")) {
+    uint64_t b = 0;
+    if (meta_u64(st, path, "bad_steps", &b, err, errlen) != 0) return -1;
+    m->bad_steps = b < INT64_MAX / 2 ? (int64_t)b : 0;
+  }
   m->loss_scale = 0, m->skipped = 0;
-  const char *ls = safetensors_metadata(st, "loss_scale");
+  const char *ls = shards_meta(st, "loss_scale");
   if (ls) {
     uint64_t sk = 0;
     char *end;
@@ -590,38 +727,27 @@ static int ckpt_check_meta(const Prog *p, const SafeTensors *st, const char *pat
   return 0;
 }
 
-/* Optimizer entries (after the nparams parameter entries) of parameters not held. */
-static void set_skip_opt(CkptSet *s, int nparams, const unsigned char *held) {
-  for (int i = nparams; held && i < s->n; i++) s->e[i].skip = !held[i % nparams];
+ShardSet *ckpt_open(const Prog *p, const char *dir, const char *name, CkptMeta *m, char *err, size_t errlen) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  ShardSet *s = shards_open(path, err, errlen);
+  if (s && ckpt_check_meta(p, s, path, m, err, errlen) != 0) {
+    shards_close(s);
+    return NULL;
+  }
+  return s;
 }
 
-int ckpt_load_latest(const Prog *p, const char *dir, CkptMeta *m, char *params, char *opt,
-                     const unsigned char *opt_held, char *err, size_t errlen) {
-  char name[256], path[4096];
-  if (ckpt_read_latest(dir, name, sizeof name, err, errlen) != 0) return -1;
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  SafeTensors *st = safetensors_open(path, err, errlen);
-  if (!st) return -1;
-  CkptSet s = {0};
-  CkptFile f = {0};
-  int rc = ckpt_check_meta(p, st, path, m, err, errlen);
-  if (rc == 0) rc = set_ckpt(p, params, opt, &s, err, errlen);
-  if (rc == 0) rc = file_of_safetensors(&f, path, st, err, errlen);
-  if (rc == 0) {
-    set_skip_opt(&s, (int)p->s->nparams, opt_held);
-    set_bind(&s, &f, NULL);
-    CkptSrc *fp8 = file_find(&f, CKPT_FP8); /* optional: not an unexpected tensor */
-    if (fp8) fp8->used = 1;
-    rc = set_read(&s, &f, err, errlen);
-    m->fp8_restored = 0;
-    if (rc == 0 && fp8 && m->fp8 && fp8->t->ndim == 2 && fp8->t->shape[0] == m->fp8_rows &&
-        fp8->t->shape[1] == m->fp8_width) {
-      rc = safetensors_read_f32(fp8->st, fp8->t, m->fp8, m->fp8_rows * m->fp8_width, err, errlen);
-      m->fp8_restored = rc == 0;
-    }
-  }
-  file_free(&f);
-  set_free(&s);
-  safetensors_close(st);
-  return rc;
+int ckpt_read_fp8(ShardSet *s, CkptMeta *m, char *err, size_t errlen) {
+  int ndim = 0;
+  const int64_t *shape = NULL;
+  int i = shards_find(s, CKPT_FP8);
+  m->fp8_restored = 0;
+  if (i < 0 || !m->fp8) return 0;
+  shards_key(s, i, &ndim, &shape);
+  if (ndim != 2 || shape[0] != m->fp8_rows || shape[1] != m->fp8_width) return 0; /* another history */
+  ShardPiece w = {.key = CKPT_FP8, .ndim = 2, .gshape = shape, .count = {shape[0], shape[1]}, .data = m->fp8};
+  if (shards_read(s, &w, err, errlen) != 0) return -1;
+  m->fp8_restored = 1;
+  return 0;
 }

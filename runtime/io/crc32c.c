@@ -18,7 +18,8 @@ static void crc_init(void) {
     crc_table[0][i] = c;
   }
   for (int t = 1; t < 8; t++)
-    for (int i = 0; i < 256; i++) crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+    for (int i = 0; i < 256; i++)
+      crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
 #if defined(__x86_64__)
   __builtin_cpu_init();
   crc_hw = __builtin_cpu_supports("sse4.2");

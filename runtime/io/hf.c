@@ -502,7 +502,8 @@ static int write_config(const char *dir, const HfFamily *f, const HfBind *b, con
 }
 
 /* The names transformers writes: the base model's prefix on all but the head. */
-static int write_weights(const char *dir, const HfFamily *f, const HfParam *ps, int n, char *err, size_t errlen) {
+static int write_weights(const char *dir, const HfFamily *f, const HfParam *ps, int n, SafeTensorFill fill, void *arg,
+                         char *err, size_t errlen) {
   static const char *const keys[1] = {"format"}, *const vals[1] = {"pt"};
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, HF_WEIGHTS);
@@ -515,7 +516,7 @@ static int write_weights(const char *dir, const HfFamily *f, const HfParam *ps, 
       names[i] = NULL, rc = file_set_error(err, errlen, "%s: out of memory", path);
     out[i] = (SafeTensorOut){names[i], ps[i].ndim, ps[i].shape, ps[i].data};
   }
-  if (rc == 0) rc = safetensors_write(path, out, n, keys, vals, 1, err, errlen);
+  if (rc == 0) rc = safetensors_write_stream(path, out, n, keys, vals, 1, fill, arg, ST_WRITE_BUFFER, err, errlen);
   for (int i = 0; names && i < n; i++) free(names[i]);
   free(names);
   free(out);
@@ -546,6 +547,11 @@ static int family_for_save(const HfParam *ps, int n, const HfFamily **f, char *e
 }
 
 int hf_save(const char *dir, const HfParam *ps, int n, const HfArch *arch, int64_t seq, char *err, size_t errlen) {
+  return hf_save_stream(dir, ps, n, arch, seq, NULL, NULL, err, errlen);
+}
+
+int hf_save_stream(const char *dir, const HfParam *ps, int n, const HfArch *arch, int64_t seq, SafeTensorFill fill,
+                   void *arg, char *err, size_t errlen) {
   const HfFamily *f;
   HfBind b = {0};
   if (!arch)
@@ -560,7 +566,7 @@ int hf_save(const char *dir, const HfParam *ps, int n, const HfArch *arch, int64
   if (rc == 0 && b.sym['D' - 'A'] % a.heads != 0)
     rc = file_set_error(err, errlen, "the width %" PRId64 " is not a multiple of %" PRId64 " heads", b.sym['D' - 'A'],
                         a.heads);
-  if (rc != 0 || !ps[0].data) return rc;
-  if (make_dir(dir, err, errlen) || write_weights(dir, f, ps, n, err, errlen)) return -1;
+  if (rc != 0 || (!ps[0].data && !fill)) return rc;
+  if (make_dir(dir, err, errlen) || write_weights(dir, f, ps, n, fill, arg, err, errlen)) return -1;
   return write_config(dir, f, &b, &a, err, errlen);
 }

@@ -96,5 +96,8 @@ typedef struct HfArch {
  * (data given) writes DIR/model.safetensors and DIR/config.json, atomically, creating
  * DIR. seq: the program's sequence length. */
 int hf_save(const char *dir, const HfParam *params, int n, const HfArch *arch, int64_t seq, char *err, size_t errlen);
+/* The same with the data from fill (safetensors.h: params[i]'s elements), a part at a time. */
+int hf_save_stream(const char *dir, const HfParam *params, int n, const HfArch *arch, int64_t seq, SafeTensorFill fill,
+                   void *arg, char *err, size_t errlen);
 
 #endif

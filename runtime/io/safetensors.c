@@ -611,7 +611,8 @@ static int st_meta_build(StMeta *m, const SafeTensorOut *ts, int n, const uint64
   for (int i = 0; i < n; i++) {
     uint64_t blocks = (bytes[i] + ST_CRC_BLOCK - 1) / ST_CRC_BLOCK;
     if (!blocks) continue;
-    if (asprintf(&m->owned[2 * i], "%s%s", ST_CRC_KEY, ts[i].name) < 0 || !(m->owned[2 * i + 1] = malloc(blocks * 8 + 1)))
+    if (asprintf(&m->owned[2 * i], "%s%s", ST_CRC_KEY, ts[i].name) < 0 ||
+        !(m->owned[2 * i + 1] = malloc(blocks * 8 + 1)))
       return m->owned[2 * i] = NULL, -1;
     memset(m->owned[2 * i + 1], '0', blocks * 8);
     m->owned[2 * i + 1][blocks * 8] = 0;

@@ -32,6 +32,7 @@
 #include "runtime/io/fileio.h"
 #include "runtime/philox.h"
 #include "runtime/io/safetensors.h"
+#include "runtime/io/shards.h"
 #include "runtime/io/tokens.h"
 
 #include "rt_test.h"
@@ -270,17 +271,20 @@ static char *read_or_die(const char *path, size_t *len) {
   return t;
 }
 
+/* A checkpoint (a set of shards, runtime/io/shards.h) of the linear model at step 6. */
 static void check_ckpt_meta(const char *path) {
-  SafeTensors *st = open_st(path);
+  ShardSet *st = shards_open(path, err, sizeof err);
+  CHECK(st != NULL);
   if (!st) return;
-  CHECK(safetensors_find(st, "param/wte.weight") && safetensors_find(st, "opt_m/bias") &&
-        safetensors_find(st, "opt_v/wte.weight") && safetensors_count(st) == 6);
-  const char *step = safetensors_metadata(st, "step");
-  const char *ds = safetensors_metadata(st, "data_step");
-  const char *seed = safetensors_metadata(st, "seed");
+  CHECK(shards_find(st, "param/wte.weight") >= 0 && shards_find(st, "opt_m/bias") >= 0 &&
+        shards_find(st, "opt_v/wte.weight") >= 0 && shards_count(st) == 6);
+  const char *step = shards_meta(st, "step");
+  const char *ds = shards_meta(st, "data_step");
+  const char *seed = shards_meta(st, "seed");
   CHECK(step && strcmp(step, "6") == 0 && ds && strcmp(ds, "6") == 0);
   CHECK(seed && strcmp(seed, "1337") == 0);
-  safetensors_close(st);
+  CHECK(shards_verify(st, err, sizeof err) == 0);
+  shards_close(st);
 }
 
 static void rewrite_latest(const char *dir, const char *name) {
@@ -291,9 +295,10 @@ static void rewrite_latest(const char *dir, const char *name) {
 
 static void test_resume(void) {
   static LogLine a[LOG_MAX], b[LOG_MAX];
-  char dir[512], ck6[600], latest[600];
+  char dir[512], ck6[600], latest[600], shard6[700];
   snprintf(dir, sizeof dir, "%s", rt_path("ckpt"));
-  snprintf(ck6, sizeof ck6, "%s/ckpt-6.safetensors", dir);
+  snprintf(ck6, sizeof ck6, "%s/ckpt-6", dir);
+  snprintf(shard6, sizeof shard6, "%s/shard-00000-of-00001.safetensors", ck6);
   snprintf(latest, sizeof latest, "%s/latest", dir);
   Run r = run_train("--data", tokens_path, "--steps", "6", "--ckpt-dir", dir, "--ckpt-every", "3", "--threads", "2",
                     "--log", rt_path("a.jsonl"), NULL);
@@ -301,10 +306,10 @@ static void test_resume(void) {
   run_free(&r);
   if (!ok) return;
   size_t l6, ll, l6b;
-  char *full6 = read_or_die(ck6, &l6), *lat = read_or_die(latest, &ll);
-  CHECK(strcmp(lat, "ckpt-6.safetensors\n") == 0);
+  char *full6 = read_or_die(shard6, &l6), *lat = read_or_die(latest, &ll);
+  CHECK(strcmp(lat, "ckpt-6\n") == 0);
   check_ckpt_meta(ck6);
-  rewrite_latest(dir, "ckpt-3.safetensors\n");
+  rewrite_latest(dir, "ckpt-3\n");
   r = run_train("--data", tokens_path, "--steps", "6", "--ckpt-dir", dir, "--ckpt-every", "3", "--threads", "2",
                 "--resume", "--log", rt_path("b.jsonl"), NULL);
   if (expect_ok(&r, "resume: resumed run")) {
@@ -312,7 +317,7 @@ static void test_resume(void) {
     int na = log_read(rt_path("a.jsonl"), a, 1), nb = log_read(rt_path("b.jsonl"), b, 1);
     CHECK(na == 6 && nb == 3);
     check_same_steps(a, na, b, nb, 4, 4, 6);
-    char *again6 = read_or_die(ck6, &l6b);
+    char *again6 = read_or_die(shard6, &l6b);
     CHECK(l6 == l6b && memcmp(full6, again6, l6) == 0);
     free(again6);
   }

@@ -239,8 +239,8 @@ static void test_ckpt(void) {
   snprintf(od, sizeof od, "%s", rt_path("off-ckpt"));
   snprintf(nv, sizeof nv, "%s", rt_path("nvme"));
   mkdir(nv, 0755);
-  snprintf(r4, sizeof r4, "%s/ckpt-4.safetensors", rd);
-  snprintf(o4, sizeof o4, "%s/ckpt-4.safetensors", od);
+  snprintf(r4, sizeof r4, "%s/ckpt-4/shard-00000-of-00001.safetensors", rd);
+  snprintf(o4, sizeof o4, "%s/ckpt-4/shard-00000-of-00001.safetensors", od);
   snprintf(latest, sizeof latest, "%s/latest", od);
   Run a = run(ref_bin, "--data", tokens_path, "--steps", "4", "--ckpt-dir", rd, "--ckpt-every", "2", "--threads", "2",
               NULL);
@@ -250,7 +250,7 @@ static void test_ckpt(void) {
     CHECK(same_file(r4, o4));
     size_t l4;
     char *first = slurp(o4, &l4);
-    rt_write_raw(latest, "ckpt-2.safetensors\n", 19);
+    rt_write_raw(latest, "ckpt-2\n", 7);
     Run c = run(plan_bin, "--data", tokens_path, "--steps", "4", "--ckpt-dir", od, "--ckpt-every", "2", "--threads",
                 "2", "--nvme-dir", nv, "--resume", "--log", rt_path("b.jsonl"), NULL);
     if (expect_ok(&c, "resumed offload plan")) {
@@ -272,8 +272,8 @@ static void test_ckpt(void) {
  * checkpoints alone. */
 static void full_case(const char *dir, const char *nv, long fsize, const char *why) {
   char c2[600], latest[600], c3[600];
-  snprintf(c2, sizeof c2, "%s/ckpt-2.safetensors", dir);
-  snprintf(c3, sizeof c3, "%s/ckpt-3.safetensors", dir);
+  snprintf(c2, sizeof c2, "%s/ckpt-2/shard-00000-of-00001.safetensors", dir);
+  snprintf(c3, sizeof c3, "%s/ckpt-3", dir);
   snprintf(latest, sizeof latest, "%s/latest", dir);
   size_t l2, ll;
   char *before = slurp(c2, &l2), *lat = slurp(latest, &ll);
@@ -287,7 +287,7 @@ static void full_case(const char *dir, const char *nv, long fsize, const char *w
   size_t l2b, llb;
   char *after = slurp(c2, &l2b), *lat2 = slurp(latest, &llb);
   CHECK(before && after && l2 == l2b && memcmp(before, after, l2) == 0);
-  CHECK(lat && lat2 && strcmp(lat, lat2) == 0 && strcmp(lat, "ckpt-2.safetensors\n") == 0);
+  CHECK(lat && lat2 && strcmp(lat, lat2) == 0 && strcmp(lat, "ckpt-2\n") == 0);
   CHECK(access(c3, F_OK) != 0);
   free(before), free(after), free(lat), free(lat2);
   run_free(&r);
