@@ -214,8 +214,8 @@ int shards_write_index(const char *dir, const char *const shards[], int nshards,
 /* ---- reading ------------------------------------------------------------------- */
 
 typedef struct StoredPiece {
-  int file;                  /* index in files */
-  char *name;                /* the tensor's name in that file */
+  int file;   /* index in files */
+  char *name; /* the tensor's name in that file */
   int64_t start[ST_MAX_DIMS], count[ST_MAX_DIMS];
 } StoredPiece;
 
@@ -316,8 +316,7 @@ static int open_index_piece(ShardSet *s, StoredTensor *t, const cJSON *pc, const
   int n1 = -1, n2 = -1;
   char *t1 = start ? cJSON_PrintUnformatted(start) : NULL, *t2 = shape ? cJSON_PrintUnformatted(shape) : NULL;
   int bad = !cJSON_IsString(file) || !plain_name(file->valuestring) || !t1 || !t2 ||
-            parse_shape_text(t1, &n1, st) != 0 || parse_shape_text(t2, &n2, ct) != 0 || n1 != t->ndim ||
-            n2 != t->ndim;
+            parse_shape_text(t1, &n1, st) != 0 || parse_shape_text(t2, &n2, ct) != 0 || n1 != t->ndim || n2 != t->ndim;
   free(t1), free(t2);
   for (int d = 0; !bad && d < t->ndim; d++) bad = st[d] + ct[d] > t->shape[d];
   if (bad) return file_set_error(err, errlen, "%s: bad index: a piece of '%s' is malformed", s->path, t->key);
@@ -514,8 +513,8 @@ static int read_stored(ShardSet *s, const StoredPiece *p, const ShardPiece *w, i
   int64_t vol = 1;
   for (int d = 0; d < w->ndim; d++) {
     int64_t lo = p->start[d] > w->gstart[d] ? p->start[d] : w->gstart[d];
-    int64_t hi = p->start[d] + p->count[d] < w->gstart[d] + w->count[d] ? p->start[d] + p->count[d]
-                                                                        : w->gstart[d] + w->count[d];
+    int64_t hi =
+        p->start[d] + p->count[d] < w->gstart[d] + w->count[d] ? p->start[d] + p->count[d] : w->gstart[d] + w->count[d];
     if (hi <= lo) return 0;
     L.lo[d] = lo, L.cnt[d] = hi - lo, vol *= hi - lo;
   }

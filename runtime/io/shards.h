@@ -40,12 +40,12 @@
 typedef struct ShardPiece {
   const char *key; /* the tensor: "param/wte.weight" */
   int ndim;
-  const int64_t *gshape;        /* [ndim] the whole tensor's */
-  int64_t gstart[ST_MAX_DIMS];  /* the box in the whole tensor */
-  int64_t count[ST_MAX_DIMS];   /* its shape */
-  float *data;                  /* the host array holding the box */
-  const int64_t *ashape;        /* [ndim] the array's shape (NULL: count) */
-  int64_t astart[ST_MAX_DIMS];  /* where the box starts in the array */
+  const int64_t *gshape;       /* [ndim] the whole tensor's */
+  int64_t gstart[ST_MAX_DIMS]; /* the box in the whole tensor */
+  int64_t count[ST_MAX_DIMS];  /* its shape */
+  float *data;                 /* the host array holding the box */
+  const int64_t *ashape;       /* [ndim] the array's shape (NULL: count) */
+  int64_t astart[ST_MAX_DIMS]; /* where the box starts in the array */
 } ShardPiece;
 
 /* Elements of a piece. */

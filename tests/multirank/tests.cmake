@@ -36,7 +36,7 @@ foreach(z 0 1 2 3)
 endforeach()
 add_test(NAME multirank_resume_zero2
          COMMAND sh ${MR_DIR}/run_resume.sh ${MR_WORK} ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
-                 "${MR_MPIRUN}")
+                 "${MR_MPIRUN}" $<TARGET_FILE:colossalc-export>)
 add_test(NAME multirank_errors COMMAND sh ${MR_DIR}/run_errors.sh ${MR_WORK} "${MR_MPIRUN}")
 add_test(NAME multirank_singleton COMMAND sh ${MR_DIR}/run_singleton.sh ${MR_WORK})
 add_test(NAME multirank_plan_dp2_microbatches
