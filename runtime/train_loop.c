@@ -744,7 +744,10 @@ static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen) {
   mesh_pieces_free(&mp);
   free(m.fp8);
   trainer_release_staging(t);
-  if (comm_agree(t->comm, rc != 0, err) != 0) return -1;
+  if (comm_agree(t->comm, rc != 0, err) != 0) {
+    if (t->comm->rank == 0) ckpt_discard(t->opts->ckpt_dir, t->step); /* the previous ones stay */
+    return -1;
+  }
   rc = t->comm->rank == 0 ? ckpt_commit(&t->mesh.global, t->opts->ckpt_dir, &m, t->opts->keep_ckpts, err, errlen) : 0;
   if (comm_agree(t->comm, rc != 0, err) != 0) return -1;
   t->last_ckpt = t->step;

@@ -619,6 +619,12 @@ static void ckpt_remove(const char *dir, const char *name) {
   else unlink(path);
 }
 
+void ckpt_discard(const char *dir, int64_t step) {
+  char name[64];
+  ckpt_name(name, sizeof name, step);
+  ckpt_remove(dir, name);
+}
+
 int ckpt_commit(const Prog *p, const char *dir, const CkptMeta *m, int keep, char *err, size_t errlen) {
   char name[64], sub[4096], buf[16][48], arch[512];
   const char *k[16], *v[16];

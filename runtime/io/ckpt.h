@@ -99,6 +99,8 @@ int ckpt_save_shard(const char *dir, int64_t step, int rank, int ranks, const Sh
  * m->ranks shards), then DIR/latest; then, keep > 0, removes all but the newest keep
  * checkpoints. */
 int ckpt_commit(const Prog *p, const char *dir, const CkptMeta *m, int keep, char *err, size_t errlen);
+/* Removes what was written of checkpoint STEP (a save that failed on some rank). */
+void ckpt_discard(const char *dir, int64_t step);
 /* The checkpoints to try, best first: the one DIR/latest names, then the others newest
  * first (names into out, at most max). The count, or -1 with a message (none). */
 int ckpt_candidates(const char *dir, char out[][64], int max, char *err, size_t errlen);

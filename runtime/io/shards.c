@@ -545,7 +545,8 @@ static int read_stored(ShardSet *s, const StoredPiece *p, const ShardPiece *w, i
 
 int shards_read(ShardSet *s, const ShardPiece *w, char *err, size_t errlen) {
   int i = shards_find(s, w->key);
-  if (i < 0) return file_set_error(err, errlen, "%s: holds no tensor '%s'", s->path, w->key);
+  if (i < 0)
+    return file_set_error(err, errlen, "%s: holds no tensor '%s': a checkpoint of another model", s->path, w->key);
   const StoredTensor *T = &s->t[i];
   int same = T->ndim == w->ndim;
   for (int d = 0; same && d < w->ndim; d++) same = T->shape[d] == w->gshape[d];
