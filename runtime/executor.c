@@ -473,6 +473,7 @@ void exec_begin_step(Executor *ex, int64_t k) {
 static int exec_norm(Executor *ex, const IsaInstr *in, int64_t iter) {
   ExecStep *st = &ex->step;
   const IsaNorm *n = &in->norm;
+  if (ex->ctx.before_update) ex->ctx.before_update(ex->ctx.update_arg);
   exec_read(ex, TIER_WORK, n->offset, ex->norm_parts, n->count * 4);
   double v[3] = {st->loss, 0, st->failed || ex->stop};
   for (int64_t i = 0; i < n->count; i++) v[1] += ex->norm_parts[i];

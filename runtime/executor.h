@@ -189,6 +189,9 @@ typedef struct ExecCtx {
                            [microbatches * batch * row_elems] 4-byte values */
   ExecZeroFn zero;      /* "zero_gather", ...: the ZeRO state's hook, or NULL */
   void *zero_arg;
+  void (*before_update)(void *arg); /* "norm", first: what must finish before the state
+                                       changes (a checkpoint written from it), or NULL */
+  void *update_arg;
 } ExecCtx;
 
 struct Executor {

@@ -30,6 +30,9 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+static void ckpt_join(CkptJob *j);
+static void ckpt_before_update(void *arg);
+
 /* ---- start-up ------------------------------------------------------------------ */
 
 /* The program's optimizer settings with the flags' overrides. */
@@ -471,7 +474,9 @@ static int trainer_init_memory(Trainer *t, const ProgKernelFn *kernels, char *er
                         .pp = t->mesh.pp_comm,
                         .inputs = t->rows,
                         .zero = zero_exec_instr,
-                        .zero_arg = &t->zero};
+                        .zero_arg = &t->zero,
+                        .before_update = ckpt_before_update,
+                        .update_arg = t};
   return trainer_init_state(t, err, errlen);
 }
 
@@ -492,6 +497,11 @@ int trainer_init(Trainer *t, const Prog *all, const ProgKernelFn *kernels, const
 }
 
 void trainer_free(Trainer *t) {
+  if (t->job.running) { /* a run that stopped with a checkpoint in flight: not committed */
+    ckpt_join(&t->job);
+    mesh_pieces_free(&t->job.mp);
+    free(t->job.m.fp8);
+  }
   if (t->staged)
     for (int tier = TIER_PARAMS; tier <= TIER_OPT; tier += TIER_OPT) free(t->host[tier]);
   if (t->dev) exec_free(&t->ex);
@@ -708,53 +718,120 @@ static int trainer_fp8_gather(Trainer *t, CkptMeta *m, char *err, size_t errlen)
   return 0;
 }
 
-/* Every rank writes its own shard of the state (its pieces, read back and checked);
- * once all have, rank 0 writes the index and `latest`, which make the checkpoint. */
-static int trainer_run_ckpt(Trainer *t, char *err, size_t errlen) {
-  const ExecStep *st = &t->ex.step;
-  CkptMeta m = {.step = t->step,
-                .data_step = t->data_step,
-                .seed = t->seed,
-                .threads = t->threads,
-                .global_batch = t->global_batch,
-                .loss_scale = st->loss_scale,
-                .skipped = st->skipped,
-                .ranks = t->comm->size};
-  MeshPieces mp = {0};
+/* The writing thread: this rank's shard, read back and checked. */
+static void *ckpt_writer(void *arg) {
+  CkptJob *j = arg;
+  j->rc = ckpt_save_shard(j->dir, j->m.step, j->rank, j->ranks, j->mp.p, j->mp.n, 1, j->err, sizeof j->err);
+  __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void ckpt_join(CkptJob *j) {
+  if (j->running && !j->joined) pthread_join(j->thread, NULL);
+  j->joined = 1;
+}
+
+/* The executor's before_update: the state a checkpoint is written from stays as it was
+ * until the write is done (the step waits, counted as blocked). */
+static void ckpt_before_update(void *arg) {
+  Trainer *t = arg;
+  CkptJob *j = &t->job;
+  if (!j->running || !j->live || j->joined) return;
   double t0 = now_ms();
-  fp8_shape(t, &m.fp8_rows, &m.fp8_width);
-  if (m.fp8_rows && trainer_fp8_gather(t, &m, err, errlen) != 0) return -1;
+  ckpt_join(j);
+  j->blocked_ms += now_ms() - t0;
+}
+
+/* Waits for the write in flight, then (every rank's shard written) rank 0 writes the
+ * index and `latest`, which make the checkpoint; a failed shard anywhere discards it. */
+static int trainer_ckpt_complete(Trainer *t, char *err, size_t errlen) {
+  CkptJob *j = &t->job;
+  if (!j->running) return 0;
+  double t0 = now_ms();
+  ckpt_join(j);
+  j->blocked_ms += now_ms() - t0;
+  mesh_pieces_free(&j->mp);
+  trainer_release_staging(t);
+  j->running = 0;
+  int rc = j->rc, rank0 = t->comm->rank == 0;
+  if (rc != 0) snprintf(err, errlen, "%s", j->err);
+  if (comm_agree(t->comm, rc != 0, err) != 0) {
+    if (rank0) ckpt_discard(j->dir, j->m.step); /* the previous ones stay */
+    free(j->m.fp8), j->m.fp8 = NULL;
+    return -1;
+  }
+  rc = rank0 ? ckpt_commit(&t->mesh.global, j->dir, &j->m, t->opts->keep_ckpts, err, errlen) : 0;
+  free(j->m.fp8), j->m.fp8 = NULL;
+  if (comm_agree(t->comm, rc != 0, err) != 0) return -1;
+  t->last_ckpt = j->m.step;
+  if (t->comm->rank == 0)
+    printf("checkpoint %s/ckpt-%" PRId64 " (%d shard%s): the steps were blocked %.1f ms, the rest written in the "
+           "background (%.0f ms in all)\n",
+           j->dir, j->m.step, j->ranks, j->ranks == 1 ? "" : "s", j->blocked_ms, now_ms() - j->t0);
+  fflush(stdout);
+  return 0;
+}
+
+/* After a step with a checkpoint in flight: committed once every rank's shard is. */
+static int trainer_ckpt_poll(Trainer *t, char *err, size_t errlen) {
+  if (!t->job.running) return 0;
+  double done = __atomic_load_n(&t->job.done, __ATOMIC_ACQUIRE);
+  if (t->comm->size > 1) t->comm->host_all_reduce(t->comm, &done, 1, COMM_MIN);
+  return done > 0 ? trainer_ckpt_complete(t, err, errlen) : 0;
+}
+
+/* A checkpoint of the state after this step: the step blocks while the state is brought
+ * to host memory this rank writes from (the device's copies, or the homes of an offload
+ * program; nothing for the CPU device's own tiers), and each rank's shard is written on
+ * a thread while training goes on (its tiers stay as they are until then: the next
+ * update waits, ckpt_before_update). wait: commit it before returning. */
+static int trainer_run_ckpt(Trainer *t, int wait, char *err, size_t errlen) {
+  CkptJob *j = &t->job;
+  if (trainer_ckpt_complete(t, err, errlen) != 0) return -1; /* the one before */
+  const ExecStep *st = &t->ex.step;
+  memset(j, 0, sizeof *j);
+  j->t0 = now_ms();
+  j->m = (CkptMeta){.step = t->step,
+                    .data_step = t->data_step,
+                    .seed = t->seed,
+                    .threads = t->threads,
+                    .global_batch = t->global_batch,
+                    .loss_scale = st->loss_scale,
+                    .skipped = st->skipped,
+                    .ranks = t->comm->size};
+  j->dir = t->opts->ckpt_dir, j->rank = t->comm->rank, j->ranks = t->comm->size;
+  fp8_shape(t, &j->m.fp8_rows, &j->m.fp8_width);
+  if (j->m.fp8_rows && trainer_fp8_gather(t, &j->m, err, errlen) != 0) return -1;
   int rc = trainer_host_pull(t, err, errlen); /* one rank when it fails (offload) */
-  if (rc == 0) rc = trainer_pieces(t, 1, 1, "param/", &mp, err, errlen);
-  if (rc == 0 && m.fp8) { /* rank 0's: the whole states */
-    ShardPiece *q = realloc(mp.p, (size_t)(mp.n + 1) * sizeof *q);
+  if (rc == 0) rc = trainer_pieces(t, 1, 1, "param/", &j->mp, err, errlen);
+  if (rc == 0 && j->m.fp8) { /* rank 0's: the whole states */
+    ShardPiece *q = realloc(j->mp.p, (size_t)(j->mp.n + 1) * sizeof *q);
     char *key = strdup(CKPT_FP8);
-    if (q) mp.p = q;
+    if (q) j->mp.p = q;
     if (!q || !key) {
       free(key);
       rc = file_set_error(err, errlen, "out of memory");
     } else {
       static int64_t shape[2];
-      shape[0] = m.fp8_rows, shape[1] = m.fp8_width;
-      mp.p[mp.n++] = (ShardPiece){.key = key, .ndim = 2, .gshape = shape, .count = {shape[0], shape[1]}, .data = m.fp8};
+      shape[0] = j->m.fp8_rows, shape[1] = j->m.fp8_width;
+      j->mp.p[j->mp.n++] =
+          (ShardPiece){.key = key, .ndim = 2, .gshape = shape, .count = {shape[0], shape[1]}, .data = j->m.fp8};
     }
   }
-  if (rc == 0)
-    rc = ckpt_save_shard(t->opts->ckpt_dir, t->step, t->comm->rank, t->comm->size, mp.p, mp.n, 1, err, errlen);
-  mesh_pieces_free(&mp);
-  free(m.fp8);
-  trainer_release_staging(t);
   if (comm_agree(t->comm, rc != 0, err) != 0) {
-    if (t->comm->rank == 0) ckpt_discard(t->opts->ckpt_dir, t->step); /* the previous ones stay */
+    mesh_pieces_free(&j->mp);
+    free(j->m.fp8), j->m.fp8 = NULL;
+    trainer_release_staging(t);
     return -1;
   }
-  rc = t->comm->rank == 0 ? ckpt_commit(&t->mesh.global, t->opts->ckpt_dir, &m, t->opts->keep_ckpts, err, errlen) : 0;
-  if (comm_agree(t->comm, rc != 0, err) != 0) return -1;
-  t->last_ckpt = t->step;
-  if (t->comm->rank == 0)
-    printf("checkpoint %s/ckpt-%" PRId64 " (%d shard%s, %.0f ms)\n", t->opts->ckpt_dir, t->step, t->comm->size,
-           t->comm->size == 1 ? "" : "s", now_ms() - t0);
-  return 0;
+  j->live = !t->staged && !t->ex.off; /* else host[] are copies only the next pull rewrites */
+  j->running = 1;
+  if (wait || pthread_create(&j->thread, NULL, ckpt_writer, j) != 0) {
+    ckpt_writer(j); /* here and now */
+    j->joined = 1;
+  }
+  j->blocked_ms = now_ms() - j->t0;
+  return wait ? trainer_ckpt_complete(t, err, errlen) : 0;
 }
 
 /* After a step: validation and checkpoint when due (every N, and after the last). */
@@ -763,8 +840,9 @@ static int trainer_after_step(Trainer *t, char *err, size_t errlen) {
   int last = t->step == o->steps;
   if (o->val && ((o->val_every > 0 && t->step % o->val_every == 0) || last) && trainer_run_val(t, err, errlen) != 0)
     return -1;
+  if (trainer_ckpt_poll(t, err, errlen) != 0) return -1;
   if (o->ckpt_dir && ((o->ckpt_every > 0 && t->step % o->ckpt_every == 0) || last) &&
-      trainer_run_ckpt(t, err, errlen) != 0)
+      trainer_run_ckpt(t, 0, err, errlen) != 0)
     return -1;
   return 0;
 }
@@ -776,7 +854,8 @@ int trainer_run(Trainer *t, char *err, size_t errlen) {
     trainer_log_step(t, &s);
     if (trainer_after_step(t, err, errlen) != 0) return -1;
   }
-  if (t->opts->val && t->last_val != t->step) /* e.g. --steps 0: evaluate the model */
+  if (trainer_ckpt_complete(t, err, errlen) != 0) return -1; /* the last one written */
+  if (t->opts->val && t->last_val != t->step)                /* e.g. --steps 0: evaluate the model */
     return trainer_run_val(t, err, errlen);
   return 0;
 }

@@ -34,12 +34,30 @@
 #include "runtime/comm/comm.h"
 #include "runtime/io/data.h"
 #include "runtime/executor.h"
+#include "runtime/io/ckpt.h"
 #include "runtime/train_mesh.h"
 #include "runtime/train_opts.h"
 #include "runtime/train_zero.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+
+/* A checkpoint being written: this rank's shard on a thread of its own (train_loop.c),
+ * committed once every rank's is. */
+typedef struct CkptJob {
+  pthread_t thread;
+  int running, joined; /* a write started and not committed; its thread joined */
+  int done;            /* set by the thread when the shard is written (atomic) */
+  int live;            /* the pieces are the live tiers: the next update waits for it */
+  int rc;
+  char err[1024];
+  MeshPieces mp;
+  CkptMeta m;            /* the state's step, data position, seed, ...; m.fp8 rank 0's */
+  double t0, blocked_ms; /* when it started; how long the steps waited for it */
+  const char *dir;
+  int rank, ranks;
+} CkptJob;
 
 typedef struct Trainer {
   const Prog *prog; /* this rank's stage (mesh.prog) */
@@ -78,6 +96,7 @@ typedef struct Trainer {
                                    own bytes, -1 when unknown */
   int64_t data_step;            /* next training batch */
   int64_t last_val, last_ckpt;  /* steps at which they last ran (-1: never) */
+  CkptJob job;                  /* the checkpoint being written, if any */
 } Trainer;
 
 /* All of these return 0, or -1 with a message (without "train: ") in err, empty
