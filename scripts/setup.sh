@@ -13,6 +13,7 @@ PKGS=(
   libcjson-dev                              # safetensors headers, plan files
   libopenblas-dev                           # GEMMs on the CPU backend
   libopenmpi-dev openmpi-bin                # multi-rank runs on the CPU backend
+  time                                      # /usr/bin/time: each rank's peak memory (bench/ckpt.sh)
   python3 python3-torch python3-numpy       # reference tests (run by /usr/bin/python3)
   libprotobuf-c-dev protobuf-c-compiler     # ONNX files (frontend/onnx.c; C generated from third_party/onnx)
   python3-pip python3-protobuf              # the PyPI modules below; onnx's protobuf
