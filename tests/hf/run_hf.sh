@@ -46,7 +46,7 @@ first=""
 "$py" "$src/tests/hf/hf_reference.py" check . tokens.bin log.jsonl hf $first
 [ -z "$export" ] && exit 0
 "$export" final.safetensors exported
-"$export" ck/ckpt-$steps.safetensors exported-ckpt
+"$export" ck/ckpt-$steps exported-ckpt
 for f in model.safetensors config.json; do
   cmp hf/$f exported/$f
   cmp hf/$f exported-ckpt/$f
