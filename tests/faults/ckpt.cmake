@@ -1,6 +1,5 @@
 # Damaged checkpoints, resharding and the soak (tests/faults/run_damage.sh, run_reshard.sh,
-# run_soak.sh): the
-# checkpoint half of the fault tests, included by tests/faults/tests.cmake.
+# run_soak.sh): the checkpoint half of the fault tests, included by tests/faults/tests.cmake.
 add_test(NAME faults_ckpt_damage
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/faults/run_damage.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/faults-work)
