@@ -476,11 +476,8 @@ static int probe_dir(const char *dir) {
 /* Creates dir if missing and checks that a file can be created in it (flag: for
  * messages). */
 static int prepare_dir(const char *flag, const char *dir, char *err, size_t errlen) {
-  struct stat sb;
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-    return file_set_error(err, errlen, "%s %s: cannot create: %s", flag, dir, strerror(errno));
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return file_set_error(err, errlen, "%s %s: not a directory", flag, dir);
+  char why[1024];
+  if (file_make_dirs(dir, why, sizeof why) != 0) return file_set_error(err, errlen, "%s %s: %s", flag, dir, why);
   if (probe_dir(dir) != 0)
     return file_set_error(err, errlen, "%s %s: cannot write there: %s", flag, dir, strerror(errno));
   return 0;

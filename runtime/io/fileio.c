@@ -103,6 +103,24 @@ int file_temp_commit(FileTemp *f, char *err, size_t errlen) {
   return rc;
 }
 
+int file_make_dirs(const char *dir, char *err, size_t errlen) {
+  char *p = strdup(dir);
+  if (!p) return file_set_error(err, errlen, "out of memory");
+  int rc = 0;
+  for (char *s = p + 1; rc == 0; s++) { /* each prefix ending at a '/', then the whole */
+    if (*s && *s != '/') continue;
+    char c = *s;
+    *s = 0;
+    struct stat sb;
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) rc = file_set_error(err, errlen, "cannot create %s: %s", p, strerror(errno));
+    else if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) rc = file_set_error(err, errlen, "%s: not a directory", p);
+    *s = c;
+    if (!c) break;
+  }
+  free(p);
+  return rc;
+}
+
 int file_pwrite_full(int fd, const void *buf, size_t len, uint64_t off) {
   const char *p = buf;
   while (len > 0) {

@@ -31,6 +31,10 @@ int file_temp_open(FileTemp *f, const char *path, char *err, size_t errlen);
 int file_temp_commit(FileTemp *f, char *err, size_t errlen);
 void file_temp_abandon(FileTemp *f);
 
+/* Creates dir and every missing folder above it (mkdir -p). 0, or -1 with "cannot
+ * create PATH: reason" naming the first that could not be made. */
+int file_make_dirs(const char *dir, char *err, size_t errlen);
+
 /* pwrite / pread of exactly len bytes at off, retrying short calls and EINTR. 0, or -1
  * with errno set (EIO: the file ended first). */
 int file_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);

@@ -523,13 +523,7 @@ static int write_weights(const char *dir, const HfFamily *f, const HfParam *ps, 
   return rc;
 }
 
-static int make_dir(const char *dir, char *err, size_t errlen) {
-  struct stat sb;
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-    return file_set_error(err, errlen, "%s: cannot create: %s", dir, strerror(errno));
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return file_set_error(err, errlen, "%s: not a directory", dir);
-  return 0;
-}
+static int make_dir(const char *dir, char *err, size_t errlen) { return file_make_dirs(dir, err, errlen); }
 
 static int family_for_save(const HfParam *ps, int n, const HfFamily **f, char *err, size_t errlen) {
   const char **names = calloc((size_t)n + 1, sizeof *names);

@@ -491,9 +491,14 @@ static void test_bad_ckpt_dir(void) {
   char under_file[600];
   rt_write_raw(rt_path("plain"), "x", 1);
   snprintf(under_file, sizeof under_file, "%s/ckpt", rt_path("plain"));
-  expect_fail(run_train("--data", tokens_path, "--ckpt-dir", under_file, NULL), "cannot create: Not a directory");
-  expect_fail(run_train("--data", tokens_path, "--ckpt-dir", "/nonexistent-colossalc/a/b", NULL),
-              "cannot create: No such file or directory");
+  expect_fail(run_train("--data", tokens_path, "--ckpt-dir", under_file, NULL), "plain: not a directory");
+  char deep[600], shard[700]; /* missing folders are made, as mkdir -p does */
+  snprintf(deep, sizeof deep, "%s/a/b", rt_path("deep"));
+  Run r = run_train("--data", tokens_path, "--steps", "1", "--ckpt-dir", deep, NULL);
+  expect_ok(&r, "--ckpt-dir with missing parents");
+  run_free(&r);
+  snprintf(shard, sizeof shard, "%s/ckpt-1/shard-00000-of-00001.safetensors", deep);
+  CHECK(access(shard, F_OK) == 0);
   expect_fail(run_train("--data", tokens_path, "--ckpt-every", "2", NULL), "--ckpt-every needs --ckpt-dir");
   expect_fail(run_train("--data", tokens_path, "--save", "/nonexistent-colossalc/p.st", NULL),
               "--save /nonexistent-colossalc/p.st: cannot write in /nonexistent-colossalc");
