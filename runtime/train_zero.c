@@ -49,12 +49,6 @@ static int commit_opt(Executor *ex, const Prog *p, int i, char *err, size_t errl
   return 0;
 }
 
-static void decommit_opt(Executor *ex, const Prog *p, int i) {
-  int64_t off[2];
-  int n = opt_ranges(p, i, off);
-  for (int k = 0; k < n; k++) exec_decommit(ex, TIER_OPT, off[k], p->params[i].numel * 4);
-}
-
 int zero_commit_owned(Zero *z, Executor *ex, char *err, size_t errlen) {
   const Prog *p = z->prog;
   for (int i = 0; i < p->s->nparams; i++) {
@@ -130,31 +124,7 @@ void zero_exec_instr(void *arg, Executor *ex, const IsaInstr *in) {
   fns[in->op - ISA_ZERO_GATHER](arg, ex, in, in->param.index);
 }
 
-/* ---- checkpoints --------------------------------------------------------------- */
-
-void zero_gather_opt(Zero *z, Executor *ex) {
-  const Prog *p = z->prog;
-  Comm *c = z->comm;
-  int64_t off[2];
-  if (z->stage == 0 || z->opt_gathered || z->offload) return;
-  for (int i = 0; i < p->s->nparams; i++) {
-    int n = opt_ranges(p, i, off), from = owner(z, i);
-    if (from == 0) continue;
-    if (c->rank == 0)
-      for (int k = 0; k < n; k++) commit_or_abort(z, ex, TIER_OPT, off[k], p->params[i].numel * 4);
-    for (int k = 0; k < n && c->rank == 0; k++) c->recv(c, tier_floats(ex, TIER_OPT, off[k]), p->params[i].numel, from);
-    for (int k = 0; k < n && c->rank == from; k++) c->send(c, tier_floats(ex, TIER_OPT, off[k]), p->params[i].numel, 0);
-  }
-  z->opt_gathered = 1;
-}
-
-void zero_release_opt(Zero *z, Executor *ex) {
-  const Prog *p = z->prog;
-  if (!z->opt_gathered) return;
-  for (int i = 0; i < p->s->nparams; i++)
-    if (z->comm->rank == 0 && owner(z, i) != 0) decommit_opt(ex, p, i);
-  z->opt_gathered = 0;
-}
+/* ---- replicas ------------------------------------------------------------------ */
 
 /* FNV-1a over the parameters' 32-bit words. */
 /* Of a device the host does not see, each parameter read back through buf. */

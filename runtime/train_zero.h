@@ -15,7 +15,8 @@
  *     the owner's and decommits the others'. The owner's gradient, zeroed at the step's
  *     start ("zero" of a reserved tier zeroes what is committed), collects its own
  *     micro-batches in place, so accumulation stays exact;
- *   - gather every optimizer state on rank 0 for a checkpoint, and compare replicas.
+ *   - compare replicas. Checkpoints need nothing here: each owner writes its own shard
+ *     (train_mesh.h, mesh_pieces).
  * An offload program's state is offload's (runtime/offload.h): nothing is committed,
  * gathered or released here, and checkpoints come from the homes (offload_pull).
  */
@@ -37,7 +38,6 @@ typedef struct Zero {
   int gathered;         /* stage 3: the non-owned parameters are in PARAMS (whole-tier
                            gather; the step's own gathers are counted commits) */
   int scheduled;        /* the step runs the ZeRO instructions (GRADS reserved) */
-  int opt_gathered;     /* rank 0 holds every parameter's optimizer state */
   int offload;          /* an offload program: its state is offload's (no-ops here) */
 } Zero;
 
@@ -63,11 +63,6 @@ void zero_release_params(Zero *z, Executor *ex);
  *                 a non-owner decommits its own
  * Out of memory on one rank stops them all (the step cannot go on without it). */
 void zero_exec_instr(void *arg, Executor *ex, const IsaInstr *in);
-
-/* Rank 0 receives every parameter's optimizer state from its owner (all ranks call);
- * zero_release_opt gives back what rank 0 does not own. */
-void zero_gather_opt(Zero *z, Executor *ex);
-void zero_release_opt(Zero *z, Executor *ex);
 
 /* All ranks: 0 when every rank holds the same parameters (bit for bit), else -1
  * with a message. Parameters must be gathered; params, when not NULL, is a host copy

@@ -112,7 +112,8 @@ int file_make_dirs(const char *dir, char *err, size_t errlen) {
     char c = *s;
     *s = 0;
     struct stat sb;
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) rc = file_set_error(err, errlen, "cannot create %s: %s", p, strerror(errno));
+    if (mkdir(p, 0777) != 0 && errno != EEXIST)
+      rc = file_set_error(err, errlen, "cannot create %s: %s", p, strerror(errno));
     else if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) rc = file_set_error(err, errlen, "%s: not a directory", p);
     *s = c;
     if (!c) break;
