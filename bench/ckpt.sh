@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoints at scale: GPT-2 124M (models/gpt2.model at seq 64, one row a rank) on 1, 2,
 # 4 and 8 CPU ranks, as ZeRO-3 over data parallelism and as a dp x tp x pp mesh (tp 2;
-# dp 2 x tp 2; dp 2 x tp 2 x pp 2, Megatron's sharding). Three runs of each plan: 2
+# tp 2 x pp 2; dp 2 x tp 2 x pp 2 with ZeRO-1, Megatron's sharding). Three runs of each plan: 2
 # steps without checkpoints (the baseline), 2 steps with a checkpoint after each
 # (--ckpt-every 1: every rank writes its own shard, the first one in the background of
 # step 2), and a resume of the last checkpoint under the same plan for a third step. For
@@ -69,8 +69,8 @@ for kind in zero3 mesh; do
       zero3/*) compile p "$np" "$np" 1 1 3 ;;
       mesh/1) continue ;;
       mesh/2) compile p 2 1 2 1 0 $megatron ;;
-      mesh/4) compile p 4 2 2 1 0 $megatron ;;
-      mesh/8) compile p 8 2 2 2 0 $megatron ;;
+      mesh/4) compile p 4 1 2 2 0 $megatron ;;
+      mesh/8) compile p 8 2 2 2 1 $megatron ;;
       *) continue ;;
     esac
     rm -rf ck rss.*

@@ -812,7 +812,7 @@ static int trainer_run_ckpt(Trainer *t, int wait, char *err, size_t errlen) {
       free(key);
       rc = file_set_error(err, errlen, "out of memory");
     } else {
-      static int64_t shape[2];
+      int64_t *shape = j->fp8_shape;
       shape[0] = j->m.fp8_rows, shape[1] = j->m.fp8_width;
       j->mp.p[j->mp.n++] =
           (ShardPiece){.key = key, .ndim = 2, .gshape = shape, .count = {shape[0], shape[1]}, .data = j->m.fp8};

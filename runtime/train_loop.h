@@ -12,8 +12,9 @@
  *
  * Ranks (`mpirun -np N train`, comm.h): the mesh dp x tp x pp of the program
  * (train_mesh.h); every rank reads its dp rank's rows of the global batch
- * (dp x microbatches x batch). Rank 0 alone prints, writes --log, --save and
- * checkpoints. Errors are agreed on (comm_agree, or the failure flag of the step's
+ * (dp x microbatches x batch). Rank 0 alone prints and writes --log; every rank writes
+ * its own shard of checkpoints and of --save (io/ckpt.h, io/shards.h), which rank 0
+ * then indexes (and for --save, --save-hf streams into one file). Errors are agreed on (comm_agree, or the failure flag of the step's
  * "norm"), so every rank stops together; the failing rank's message is the one printed,
  * and a function that fails only because another rank did leaves err empty.
  *
@@ -22,10 +23,14 @@
  * Offload programs (offload.h): the state is written to and read from the parts' homes
  * through the host buffers host[] (staged); each validation brings the parts home
  * after `eval`; the end prints and logs the measured peaks beside the prediction.
+ * Checkpoints (--ckpt-dir): the step blocks while the state reaches host memory; each
+ * rank's shard is written on a thread (CkptJob) while training goes on, the next
+ * update waiting for it where it reads the live tiers; once every rank's is written
+ * (checked after each step), rank 0 writes the index and `latest`.
  * Memory (several ranks or ZeRO): the start-up line gives what each tier holds on the
  * largest rank between steps; the end, before --save, a line with the peak of each tier
- * on the largest rank during the steps and validations (checkpoints, --save and
- * sampling gather whole tiers and are not counted), and a --log record {"step": N,
+ * on the largest rank during the steps and validations (--save and sampling gather
+ * whole tiers under ZeRO-3 and are not counted), and a --log record {"step": N,
  * "memory_peak": {"params": B, "grads": B, "opt": B, "work": B}}.
  */
 #ifndef COLOSSALC_RUNTIME_TRAIN_LOOP_H
@@ -54,6 +59,7 @@ typedef struct CkptJob {
   char err[1024];
   MeshPieces mp;
   CkptMeta m;            /* the state's step, data position, seed, ...; m.fp8 rank 0's */
+  int64_t fp8_shape[2];  /* its shape, as the piece takes it */
   double t0, blocked_ms; /* when it started; how long the steps waited for it */
   const char *dir;
   int rank, ranks;

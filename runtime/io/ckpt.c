@@ -65,17 +65,11 @@ static void init_fill(float *dst, int64_t n, float v) {
 void ckpt_init_params(const Prog *p, char *params, uint64_t seed, const unsigned char *held) {
   for (int i = 0; i < p->s->nparams; i++) {
     const ProgParam *q = &p->params[i];
-    const char *name = prog_str(p, q->name);
     if (held && !held[i]) continue;
-    float *dst = (float *)(params + q->offset);
-    size_t n = (size_t)q->numel;
-    switch ((ProgInit)q->init) {
-    case PROG_INIT_NORMAL: philox_fill_normal(dst, n, 0, seed, name, (float)q->b, (float)q->a); break;
-    case PROG_INIT_UNIFORM: philox_fill_uniform(dst, n, 0, seed, name, (float)q->a, (float)q->b); break;
-    case PROG_INIT_ZEROS: init_fill(dst, q->numel, 0.0f); break;
-    case PROG_INIT_ONES: init_fill(dst, q->numel, 1.0f); break;
-    case PROG_INIT_CONSTANT: init_fill(dst, q->numel, (float)q->a); break;
-    }
+    ShardPiece w = {.key = prog_str(p, q->name), .ndim = (int)q->ndim, .gshape = q->shape, .ashape = q->shape,
+                    .data = (float *)(params + q->offset)};
+    for (int d = 0; d < w.ndim; d++) w.count[d] = q->shape[d];
+    ckpt_init_piece(q, w.key, &w, seed);
   }
 }
 
