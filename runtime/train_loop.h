@@ -80,6 +80,9 @@ typedef struct Trainer {
                                    own bytes, -1 when unknown */
   int64_t data_step;            /* next training batch */
   int64_t last_val, last_ckpt;  /* steps at which they last ran (-1: never) */
+  int64_t bad_run, bad_total;   /* steps with a numerical fault: in a row, in all */
+  int halted;                   /* trainer_run stopped early on a signal: no trainer_finish */
+  int exit_status;              /* then the process's status (0: checkpoint written) */
 } Trainer;
 
 /* All of these return 0, or -1 with a message (without "train: ") in err, empty
@@ -88,7 +91,13 @@ typedef struct Trainer {
  * not freed by trainer_free): this rank runs the stage of its pp coordinate. */
 int trainer_init(Trainer *t, const Prog *all, const ProgKernelFn *kernels, const TrainOpts *o, Comm *comm, char *err,
                  size_t errlen);
+/* The steps. A SIGTERM or SIGINT (trainer_catch_signals) on any rank ends the step in
+ * flight on every rank, then the run: a checkpoint with --ckpt-dir, one line on stderr,
+ * halted set with exit_status (0 saved, else 128 + the signal), and 0 returned. A
+ * numerical stop (--on-nan stop, --max-bad-steps) returns -1 with its message. */
 int trainer_run(Trainer *t, char *err, size_t errlen);
+/* SIGTERM and SIGINT noted for trainer_run; a second one exits at once (128 + it). */
+void trainer_catch_signals(void);
 int trainer_finish(Trainer *t, char *err, size_t errlen);
 void trainer_free(Trainer *t);
 

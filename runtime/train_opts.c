@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG, OPT_DEVICE } OptKind;
+typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG, OPT_DEVICE, OPT_ONNAN } OptKind;
 
 /* X(flag, kind, field, min, max, metavar, help); min/max bound INT and REAL values. */
 #define TRAIN_FLAGS(X)                                                                                                \
@@ -54,6 +54,12 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG,
   X("--resume", OPT_FLAG, resume, 0, 0, "", "continue from the checkpoint DIR/latest names")                          \
   X("--nvme-dir", OPT_STR, nvme_dir, 0, 0, "DIR",                                                                     \
     "offload programs: the files of the NVMe location (scratch, removed at exit)")                                    \
+  X("--collective-timeout", OPT_REAL, collective_timeout, 0, 1e9, "S",                                                \
+    "several ranks: end the job when a rank makes no progress in a step for S s (default 600; 0: never)")             \
+  X("--on-nan", OPT_ONNAN, on_nan, 0, 0, "skip|stop",                                                                 \
+    "a step with a non-finite loss or gradient norm: skip its update (default), or checkpoint and stop")              \
+  X("--max-bad-steps", OPT_INT, max_bad_steps, 0, 1e15, "N",                                                          \
+    "stop after N consecutive steps with a non-finite loss or gradient norm (default 10; 0: never)")                  \
   X("--log", OPT_STR, log, 0, 0, "FILE", "metrics as JSON lines (appended to with --resume)")                         \
   X("--sample", OPT_INT, sample, 0, 1e9, "N", "after training, print N tokens sampled from the model")                \
   X("--dump-program", OPT_FLAG, dump_program, 0, 0, "",                                                               \
@@ -83,6 +89,9 @@ static void opts_defaults(TrainOpts *o) {
   o->lr = o->min_lr = o->weight_decay = o->beta1 = o->beta2 = o->eps = o->clip = o->loss_scale = NAN;
   o->schedule = -1;
   o->device = TRAIN_DEVICE_AUTO;
+  o->collective_timeout = 600;
+  o->on_nan = TRAIN_NAN_SKIP;
+  o->max_bad_steps = 10;
 }
 
 static const OptSpec *opts_find(const char *arg, size_t len) {
@@ -144,6 +153,10 @@ static int opts_set(const OptSpec *s, const char *v, TrainOpts *o, char *err, si
   case OPT_DEVICE:
     if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) return opts_bad(s, v, "cpu or cuda", err, errlen);
     *(int *)field = strcmp(v, "cpu") == 0 ? TRAIN_DEVICE_CPU : TRAIN_DEVICE_CUDA;
+    return 0;
+  case OPT_ONNAN:
+    if (strcmp(v, "skip") != 0 && strcmp(v, "stop") != 0) return opts_bad(s, v, "skip or stop", err, errlen);
+    *(int *)field = strcmp(v, "skip") == 0 ? TRAIN_NAN_SKIP : TRAIN_NAN_STOP;
     return 0;
   }
   return -1;

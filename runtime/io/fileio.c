@@ -185,3 +185,19 @@ uint32_t file_le32(const unsigned char *p) {
 void file_put_le32(unsigned char *p, uint32_t v) {
   for (int b = 0; b < 4; b++) p[b] = (unsigned char)(v >> 8 * b);
 }
+
+int file_make_dirs(const char *path, const char *what, char *err, size_t errlen) {
+  char *buf = strdup(path);
+  int rc = buf ? 0 : file_set_error(err, errlen, "out of memory");
+  for (char *p = buf ? buf + 1 : NULL; p && *p && rc == 0; p++)
+    if (*p == '/' && p[-1] != '/') {
+      *p = 0;
+      if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        rc = file_set_error(err, errlen, "%s: cannot create %s: %s", what, buf, strerror(errno));
+      *p = '/';
+    }
+  if (rc == 0 && mkdir(path, 0777) != 0 && errno != EEXIST)
+    rc = file_set_error(err, errlen, "%s: cannot create %s: %s", what, path, strerror(errno));
+  free(buf);
+  return rc;
+}

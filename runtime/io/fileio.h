@@ -40,6 +40,10 @@ void file_unmap(FileMap *m);
 uint32_t file_le32(const unsigned char *p);
 void file_put_le32(unsigned char *p, uint32_t v);
 
+/* mkdir -p: path and its missing parents (mode 0777 less the umask). 0, or -1 with
+ * "what: cannot create DIR: reason" in err. */
+int file_make_dirs(const char *path, const char *what, char *err, size_t errlen);
+
 /* Formats a message into err (if err and errlen are non-zero); returns -1 so
  * callers can write `return file_set_error(err, errlen, ...)`. */
 int file_set_error(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
