@@ -503,12 +503,15 @@ static int exec_norm(Executor *ex, const IsaInstr *in, int64_t iter) {
   return 0;
 }
 
-/* The WORK offset and bytes of the norm's partial sums (this stage's "norm"). */
+/* The WORK offset and bytes of the norm's partial sums (the "norm" of this stage's
+ * list `train`). */
 static void norm_parts_at(const Executor *ex, int64_t *off, int64_t *bytes) {
+  const ProgList *train = prog_list(ex->prog, PROG_LIST_TRAIN);
   *off = *bytes = -1;
-  for (int64_t i = 0; i < ex->prog->count[PROG_SEC_INSTRS]; i++)
-    if (ex->prog->instrs[i].op == ISA_NORM)
-      *off = ex->prog->instrs[i].norm.offset, *bytes = 4 * ex->prog->instrs[i].norm.count;
+  for (int64_t i = 0; train && i < train->n; i++) {
+    const IsaInstr *in = &ex->prog->instrs[train->first + i];
+    if (in->op == ISA_NORM) *off = in->norm.offset, *bytes = 4 * in->norm.count;
+  }
 }
 
 /* Test only (COLOSSALC_FAULT_NAN, train_loop.c): before the first kernel of the step that
@@ -531,7 +534,7 @@ static void exec_fault_nan(Executor *ex, const IsaInstr *in) {
   else exec_write(ex, TIER_GRADS, grad, &nan, sizeof nan);
   fprintf(stderr, "train: test fault (COLOSSALC_FAULT_NAN): a NaN in a gradient at step %" PRId64 " on rank %d\n",
           ex->step.step, ex->ctx.world->rank);
-  ex->fault_nan = 0;
+  ex->fault_done = ex->step.step;
 }
 
 /* Instructions that wait for other ranks (the watchdog's "in a collective"). */
@@ -583,7 +586,9 @@ static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t 
     } else if (ex->skip_update && (in->op == ISA_KERNEL || in->op == ISA_GEMM)) {
       continue; /* the update of a skipped step */
     } else {
-      if (ex->fault_nan == ex->step.step && in->op == ISA_KERNEL) exec_fault_nan(ex, in);
+      if (in->op == ISA_KERNEL && ex->step.step >= ex->fault_nan[0] && ex->step.step <= ex->fault_nan[1] &&
+          ex->fault_done != ex->step.step)
+        exec_fault_nan(ex, in);
       watchdog_enter(exec_waits((IsaOp)in->op));
       int rc = exec_fns[in->op](ex, in, iter);
       watchdog_leave();

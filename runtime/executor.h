@@ -214,8 +214,10 @@ struct Executor {
   const ProgList *list; /* the list running (messages) */
   int forked;           /* an "overlap" collective is on the communication stream */
   int skip_update;      /* "norm" skipped the update: the list's kernels after it do not run */
-  int64_t fault_nan;    /* test only: on this step (0: never) a NaN is written into the first
-                           gradient element the first "gradnorm" kernel of this rank reads */
+  int64_t fault_nan[2]; /* test only: on the steps [first, last] (0: never) a NaN is written
+                           into the first gradient element that the first "gradnorm" kernel
+                           of this rank reads */
+  int64_t fault_done;   /* the last step it was written at */
   int stop;             /* exec_run: 1 an instruction failed (the list runs its "norm"
                            alone), 2 "norm" found a rank that failed (the list stops) */
   pthread_mutex_t lock; /* commits[], committed[] and peak[]: the copy thread

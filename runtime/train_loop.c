@@ -484,19 +484,22 @@ static int trainer_init_memory(Trainer *t, const ProgKernelFn *kernels, char *er
   return trainer_init_state(t, err, errlen);
 }
 
-/* Test only: COLOSSALC_FAULT_NAN=STEP[:RANK] writes a NaN into a gradient of STEP on
- * world rank RANK (every rank without it) before the norm (executor.h, fault_nan). */
+/* Test only: COLOSSALC_FAULT_NAN=FIRST[-LAST][:RANK] writes a NaN into a gradient of each
+ * step in [FIRST, LAST] on world rank RANK (every rank without it) before the norm
+ * (executor.h, fault_nan). */
 static void trainer_fault_env(Trainer *t) {
   const char *v = getenv("COLOSSALC_FAULT_NAN");
   char *end;
   if (!v || !v[0]) return;
-  long long step = strtoll(v, &end, 10), rank = -1;
+  long long first = strtoll(v, &end, 10), last = first, rank = -1;
+  if (*end == '-') last = strtoll(end + 1, &end, 10);
   if (*end == ':') rank = strtoll(end + 1, &end, 10);
-  if (*end || step <= 0) {
-    if (t->comm->rank == 0) fprintf(stderr, "train: note: COLOSSALC_FAULT_NAN=%s ignored: expected STEP[:RANK]\n", v);
+  if (*end || first <= 0 || last < first) {
+    if (t->comm->rank == 0)
+      fprintf(stderr, "train: note: COLOSSALC_FAULT_NAN=%s ignored: expected FIRST[-LAST][:RANK]\n", v);
     return;
   }
-  if (rank < 0 || rank == t->comm->rank) t->ex.fault_nan = step;
+  if (rank < 0 || rank == t->comm->rank) t->ex.fault_nan[0] = first, t->ex.fault_nan[1] = last;
 }
 
 int trainer_init(Trainer *t, const Prog *all, const ProgKernelFn *kernels, const TrainOpts *o, Comm *comm, char *err,
@@ -833,22 +836,22 @@ static int trainer_preempted(Trainer *t, int sig, char *err, size_t errlen) {
 static int trainer_numerical_stop(Trainer *t, const StepStats *s, char *err, size_t errlen) {
   const TrainOpts *o = t->opts;
   int stop = s->bad && o->on_nan == TRAIN_NAN_STOP, many = o->max_bad_steps > 0 && t->bad_run >= o->max_bad_steps;
-  char why[160], saved[4200] = "";
+  char why[200], saved[4200] = "; no --ckpt-dir: nothing saved";
   if (!stop && !many) return 0;
   if (o->ckpt_dir && trainer_ckpt_now(t, err, errlen) != 0) return -1;
   if (o->ckpt_dir)
-    snprintf(saved, sizeof saved,
-             "; the last good state (updates of %" PRId64 " steps) is in %s/ckpt-%" PRId64 ".safetensors",
+    snprintf(saved, sizeof saved, "; the last good state (%" PRId64 " updates) is in %s/ckpt-%" PRId64 ".safetensors",
              t->step - t->ex.step.skipped, o->ckpt_dir, t->step);
   if (stop)
-    snprintf(why, sizeof why, "a non-finite %s at step %" PRId64 " (--on-nan stop)",
-             isfinite(s->loss) ? "gradient norm" : "loss", t->step);
+    snprintf(why, sizeof why, "step %" PRId64 ": non-finite %s (--on-nan stop): its update was skipped", t->step,
+             isfinite(s->loss) ? "gradient norm" : "loss");
   else
     snprintf(why, sizeof why,
-             "%" PRId64 " consecutive steps with a non-finite loss or gradient norm (--max-bad-steps %" PRId64 ")",
-             t->bad_run, o->max_bad_steps);
+             "steps %" PRId64 "-%" PRId64 ": %" PRId64 " consecutive steps with a non-finite loss or gradient norm "
+             "(--max-bad-steps %" PRId64 "): their updates were skipped",
+             t->step - t->bad_run + 1, t->step, t->bad_run, o->max_bad_steps);
   if (t->comm->rank != 0) return err[0] = 0, -1;
-  return file_set_error(err, errlen, "stopping at step %" PRId64 ": %s; its update was skipped%s", t->step, why, saved);
+  return file_set_error(err, errlen, "%s%s; stopping", why, saved);
 }
 
 /* One step under the watchdog's timeout, its bad steps counted. */

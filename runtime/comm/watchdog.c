@@ -38,11 +38,11 @@ typedef struct WdMsg {
 } WdMsg;
 
 typedef struct WdPeer {
-  int fd;                   /* -1: rank 0's own entry, or closed */
-  int bye;                  /* ended normally: not judged */
-  char buf[sizeof(WdMsg)];  /* a message being read */
+  int fd;                  /* -1: rank 0's own entry, or closed */
+  int bye;                 /* ended normally: not judged */
+  char buf[sizeof(WdMsg)]; /* a message being read */
   size_t have;
-  WdMsg last;               /* its last beat */
+  WdMsg last;                /* its last beat */
   double beat_ms, change_ms; /* when it last beat, when its count last changed */
 } WdPeer;
 
@@ -73,7 +73,7 @@ static void wd_send(WdPeer *p, const WdMsg *m) {
   pthread_mutex_lock(&wd_send_lock);
   int fd = p->bye ? -1 : p->fd;
   ssize_t n = fd >= 0 ? send(fd, m, sizeof *m, MSG_DONTWAIT | MSG_NOSIGNAL) : -1;
-  for (size_t done = n > 0 ? (size_t)n : 0; n > 0 && done < sizeof *m; done += n > 0 ? (size_t)n : 0) {
+  for (size_t done = n > 0 ? (size_t)n : 0; n > 0 && done<sizeof *m; done += n> 0 ? (size_t)n : 0) {
     struct pollfd w = {fd, POLLOUT, 0};
     if (poll(&w, 1, 1000) <= 0) break;
     n = send(fd, (const char *)m + done, sizeof *m - done, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -96,12 +96,12 @@ static WdMsg wd_self(int kind) {
 /* Prints the verdict's line and ends this process (the main thread may be in MPI). */
 _Noreturn static void wd_die(const WdMsg *v) {
   char line[256];
-  int n = v->kind == WD_DIED
-              ? snprintf(line, sizeof line, "train: rank %d died at step %" PRId64 "; stopping\n", (int)v->rank, v->step)
-              : snprintf(line, sizeof line,
-                         "train: rank %d stalled at step %" PRId64
-                         ": no progress for %" PRIu64 " s (--collective-timeout)\n",
-                         (int)v->rank, v->step, v->count);
+  int n = v->kind == WD_DIED ? snprintf(line, sizeof line, "train: rank %d died at step %" PRId64 "; stopping\n",
+                                        (int)v->rank, v->step)
+                             : snprintf(line, sizeof line,
+                                        "train: rank %d stalled at step %" PRId64 ": no progress for %" PRIu64
+                                        " s (--collective-timeout)\n",
+                                        (int)v->rank, v->step, v->count);
   (void)!write(2, line, (size_t)n);
   _exit(1);
 }
@@ -152,8 +152,7 @@ static int wd_read(WdPeer *p, double now) {
 /* This rank's beat to rank 0 (rank 0's: to every rank). */
 static void wd_beat_all(void) {
   WdMsg me = wd_self(WD_BEAT);
-  for (int r = 0; r < (wd.rank == 0 ? wd.size : 1); r++)
-    wd_send(&wd.peers[r], &me);
+  for (int r = 0; r < (wd.rank == 0 ? wd.size : 1); r++) wd_send(&wd.peers[r], &me);
 }
 
 /* The thread's beat, when a beat's interval passed. */
@@ -175,7 +174,8 @@ static int wd_blame(double now) {
     double quiet = r ? now - p->beat_ms : 0, still = now - p->change_ms;
     any |= quiet > t || (p->last.timed && still > t);
     int cls = quiet > 2.5 * WATCHDOG_BEAT_MS ? 3 : p->last.timed ? 2 - p->last.in_comm : 0;
-    if (cls > best_cls || (cls > 0 && cls == best_cls && still > best_still)) best = r, best_cls = cls, best_still = still;
+    if (cls > best_cls || (cls > 0 && cls == best_cls && still > best_still))
+      best = r, best_cls = cls, best_still = still;
   }
   return any ? best : -1;
 }
@@ -294,9 +294,8 @@ static int wd_accept(int lfd, char *err, size_t errlen) {
 
 /* The others: a connection to rank 0 at where (retried while it starts listening). */
 static int wd_connect(const double where[2], char *err, size_t errlen) {
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)where[1]),
-                          .sin_addr.s_addr = htonl((uint32_t)where[0])};
+  struct sockaddr_in a = {
+      .sin_family = AF_INET, .sin_port = htons((uint16_t)where[1]), .sin_addr.s_addr = htonl((uint32_t)where[0])};
   double until = wd_now() + WD_CONNECT_MS;
   for (;;) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

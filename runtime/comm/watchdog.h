@@ -41,10 +41,10 @@ enum { WATCHDOG_BEAT_MS = 1000 };
 
 /* What the main thread publishes (relaxed atomics: the thread reads snapshots). */
 typedef struct WatchdogProgress {
-  _Atomic int64_t step;      /* the step running, from 1 (0: none yet) */
-  _Atomic uint64_t count;    /* bumped at every instruction's start and end */
-  _Atomic int in_comm;       /* the main thread waits in a collective or a transfer */
-  _Atomic int timed;         /* a region the timeout applies to */
+  _Atomic int64_t step;   /* the step running, from 1 (0: none yet) */
+  _Atomic uint64_t count; /* bumped at every instruction's start and end */
+  _Atomic int in_comm;    /* the main thread waits in a collective or a transfer */
+  _Atomic int timed;      /* a region the timeout applies to */
 } WatchdogProgress;
 extern WatchdogProgress watchdog_progress;
 
