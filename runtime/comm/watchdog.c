@@ -103,6 +103,10 @@ _Noreturn static void wd_die(const WdMsg *v) {
                                         " s (--collective-timeout)\n",
                                         (int)v->rank, v->step, v->count);
   (void)!write(2, line, (size_t)n);
+  if (wd.rank != 0) { /* rank 0, if it runs again (SIGCONT), is not to report this one */
+    WdMsg bye = wd_self(WD_BYE);
+    wd_send(&wd.peers[0], &bye);
+  }
   _exit(1);
 }
 
@@ -116,8 +120,8 @@ static int64_t wd_step_of(const WdPeer *p) {
 /* Rank 0: every rank told, then this one ends. */
 _Noreturn static void wd_judge(int kind, int rank) {
   WdMsg v = {kind, rank, wd_step_of(&wd.peers[rank]), (uint64_t)(wd.timeout_ms / 1e3 + 0.5), 0, 0};
-  for (int r = 1; r < wd.size; r++)
-    if (r != rank) wd_send(&wd.peers[r], &v);
+  for (int r = 1; r < wd.size; r++) /* the failed rank too: were it to run again, it stops */
+    wd_send(&wd.peers[r], &v);
   wd_die(&v);
 }
 
