@@ -394,16 +394,6 @@ static int trainer_open_device(Trainer *t, const ProgKernelFn *kernels, char *er
   return t->dev ? 0 : -1;
 }
 
-/* The folder of --log FILE, made with its parents when missing. */
-static int trainer_log_dir(const char *log, char *err, size_t errlen) {
-  const char *slash = strrchr(log, '/');
-  char dir[4096];
-  if (!slash || slash == log || slash - log >= (ptrdiff_t)sizeof dir) return 0;
-  memcpy(dir, log, (size_t)(slash - log));
-  dir[slash - log] = 0;
-  return file_make_dirs(dir, "--log", err, errlen);
-}
-
 /* Everything of trainer_init that needs no other rank. */
 static int trainer_init_local(Trainer *t, const Prog *all, const ProgKernelFn *kernels, char *err, size_t errlen) {
   const TrainOpts *o = t->opts;
@@ -424,7 +414,6 @@ static int trainer_init_local(Trainer *t, const Prog *all, const ProgKernelFn *k
                 (o->save && ckpt_check_save_path(o->save, err, errlen) != 0) ||
                 (o->save_hf && ckpt_check_save_hf(&t->mesh.global, o->save_hf, err, errlen))))
     return -1;
-  if (rank0 && o->log && trainer_log_dir(o->log, err, errlen) != 0) return -1;
   if (rank0 && o->log && !(t->log = fopen(o->log, o->resume ? "a" : "w")))
     return file_set_error(err, errlen, "--log %s: cannot open: %s", o->log, strerror(errno));
   return trainer_open_device(t, kernels, err, errlen);

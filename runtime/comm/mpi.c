@@ -49,7 +49,7 @@ static void mpi_fail(int rc, const char *call, const char *file, int line) {
   int len = 0;
   if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error code %d", rc);
   watchdog_grace(3.0); /* often a peer died: the watchdog's verdict names it */
-  watchdog_stop();
+  watchdog_quit();
   fflush(stdout);
   fprintf(stderr, "train: MPI error at %s:%d: %s: %s\n", file, line, call, msg);
   MPI_Abort(MPI_COMM_WORLD, 1);

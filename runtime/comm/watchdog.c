@@ -53,6 +53,7 @@ typedef struct Watchdog {
   int wake[2];       /* watchdog_stop writes to wake[1] */
   pthread_t thread;
   int running;
+  _Atomic int quiet; /* watchdog_quit: this rank fails by itself, the thread judges no more */
   double sent_ms;
 } Watchdog;
 
@@ -219,7 +220,7 @@ static void *wd_main(void *arg) {
     fds[k++] = (struct pollfd){wd.wake[0], POLLIN, 0};
     for (int r = 0; r < n; r++) fds[k++] = (struct pollfd){wd.peers[r].fd, POLLIN, 0};
     if (poll(fds, (nfds_t)k, WD_POLL_MS) < 0 && errno != EINTR) break;
-    if (fds[0].revents) break;
+    if (fds[0].revents || atomic_load(&wd.quiet)) break;
     double now = wd_now();
     for (int r = 0; r < n; r++) {
       WdPeer *p = &wd.peers[r];
@@ -371,6 +372,12 @@ void watchdog_stop(void) {
     if (wd.wake[i] >= 0) close(wd.wake[i]);
   free(wd.peers);
   wd = (Watchdog){.wake = {-1, -1}};
+}
+
+void watchdog_quit(void) {
+  if (!wd.running || atomic_exchange(&wd.quiet, 1)) return;
+  WdMsg bye = wd_self(WD_BYE);
+  for (int r = 0; r < (wd.rank == 0 ? wd.size : 1); r++) wd_send(&wd.peers[r], &bye);
 }
 
 void watchdog_grace(double seconds) {

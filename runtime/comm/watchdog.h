@@ -68,6 +68,11 @@ int watchdog_start(Comm *world, double timeout_s, char *err, size_t errlen);
  * from rank 0 to every rank), the thread stopped. Safe when none was started. */
 void watchdog_stop(void);
 
+/* This process fails by itself and says why (comm_fatal), from any thread: a goodbye to
+ * rank 0 (rank 0's to every rank), so that no rank reports it as dead, and the thread
+ * judges no more. */
+void watchdog_quit(void);
+
 /* A fatal error of this process (an MPI call failed, often because a peer died): waits
  * up to seconds for rank 0's verdict on a failed rank, which then ends this process
  * with its message; returns when none came. */
