@@ -12,14 +12,12 @@
 #include "runtime/device/cuda.h"
 #endif
 #include "runtime/io/ckpt.h"
-
 #include "runtime/comm/watchdog.h"
 
 #include <errno.h>
-#include <signal.h>
-#include <stddef.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -322,11 +320,10 @@ static void trainer_banner(Trainer *t) {
 }
 
 /* DIR made (with its parents) when missing. Several ranks keep their NVMe files apart:
- * DIR/rank-R, made here and removed when empty
- * at the end. NULL: no --nvme-dir. */
+ * DIR/rank-R, made here and removed when empty at the end. NULL: no --nvme-dir. */
 static const char *trainer_nvme_dir(Trainer *t, char *err, size_t errlen) {
   const char *dir = t->opts->nvme_dir;
-  if (dir && file_make_dirs(dir, "--nvme-dir", err, errlen) != 0) return NULL; /* and its parents */
+  if (dir && file_make_dirs(dir, "--nvme-dir", err, errlen) != 0) return NULL;
   if (!dir || t->comm->size == 1) return dir;
   if (asprintf(&t->nvme_rank_dir, "%s/rank-%d", dir, t->comm->rank) < 0) {
     t->nvme_rank_dir = NULL;

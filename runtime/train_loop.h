@@ -17,6 +17,12 @@
  * "norm"), so every rank stops together; the failing rank's message is the one printed,
  * and a function that fails only because another rank did leaves err empty.
  *
+ * Faults (docs/faults.md): a SIGTERM or SIGINT on any rank is agreed on at the step's
+ * end (with the memory figure), so every rank stops after the same step and checkpoints
+ * it; a step whose loss or gradient norm is not finite skips its update (ExecStep.skip),
+ * counted in bad_run for --on-nan and --max-bad-steps; the steps and validations are the
+ * watchdog's timed regions (comm/watchdog.h).
+ *
  * Validation (--val): the mean loss of the list `eval` over TRAIN_VAL_BATCHES fixed
  * batches (0, 1, ... of the file), after every --val-every steps and after the last.
  * Offload programs (offload.h): the state is written to and read from the parts' homes
