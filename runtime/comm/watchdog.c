@@ -130,7 +130,9 @@ _Noreturn static void wd_judge(int kind, int rank) {
 static void wd_take(WdPeer *p, const WdMsg *m, double now) {
   if (m->kind == WD_DIED || m->kind == WD_STALLED) wd_die(m);
   if (m->kind == WD_BYE) {
+    pthread_mutex_lock(&wd_send_lock); /* wd_send reads it on the main thread */
     p->bye = 1;
+    pthread_mutex_unlock(&wd_send_lock);
     return;
   }
   if (m->kind != WD_BEAT) return;

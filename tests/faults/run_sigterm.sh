@@ -3,7 +3,9 @@
 # under mpirun: the step finishes, a checkpoint of it is written, train says so and exits
 # 0 without --save; resumed, the run ends with the uninterrupted run's parameters, bit for
 # bit. SIGTERM to one of the 2 ranks stops both at the same step. Without --ckpt-dir:
-# status 143 (SIGINT: 130) and a line saying that nothing could be saved.
+# status 143 (SIGINT: 130) and a line saying that nothing could be saved. A second signal
+# (SIGINT and SIGTERM delivered together to a stopped process) exits at once, with no
+# line and no checkpoint of its own, and the last checkpoint of --ckpt-every resumes.
 # Usage: run_sigterm.sh WORKDIR "MPIRUN"
 set -eu
 work=$1 mpirun=$2
@@ -72,6 +74,24 @@ prog=train-b2 TRAIN_NAME=$prog
 saved 1 one ""
 unsaved 1 one-nockpt TERM 143
 unsaved 1 one-int INT 130
+
+# SIGINT then SIGTERM, pending together while the process is stopped
+prog=train-b2
+launch 1 twice --ckpt-dir ck-twice --ckpt-every 5
+wait_steps twice.out $((7 + $(random_below 20))) 120
+kill -STOP $job
+kill -INT $job
+kill -TERM $job
+kill -CONT $job
+wait_bounded $job 60
+cat twice.err
+[ "$status" -eq 143 ] || [ "$status" -eq 130 ] || fail "twice: status $status after two signals"
+if grep 'train: SIG' twice.err; then fail "twice: the second signal did not end train at once"; fi
+latest=$(cat ck-twice/latest)
+"$work/$prog" $args --ckpt-dir ck-twice --resume --save twice.safetensors > twice-resumed.out
+grep -q "^resumed from ck-twice at step" twice-resumed.out || fail "twice: $latest did not resume"
+cmp "full-$prog.safetensors" twice.safetensors || fail "twice: the resumed run differs from the uninterrupted one"
+echo "twice: two signals ended train at once (status $status); $latest resumed to the uninterrupted run's parameters"
 
 prog=train-dp2 TRAIN_NAME=$prog
 $mpirun -np 2 "$work/$prog" $args --save "full-$prog.safetensors" > "full-$prog.out"
