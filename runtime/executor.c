@@ -5,9 +5,11 @@
  */
 #include "runtime/executor.h"
 
+#include "runtime/comm/watchdog.h"
 #include "runtime/io/fileio.h"
 #include "runtime/offload.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -466,10 +468,12 @@ void exec_begin_step(Executor *ex, int64_t k) {
 
 /* norm: the loss, the norm's square and the failure flag summed over every rank; a
  * rank's failure stops the list everywhere (its message is its own; the others' empty).
- * Then the update's scalars: fp16 skips a step whose norm is not finite (the update
- * keeps every value, its list still runs for its moves) and moves its loss scale; else
- * the gradients' sum becomes the mean, clipped, unscaled, and Adam's bias corrections
- * count the updates made. */
+ * Then the update's scalars. A step whose loss or norm is not finite (every rank sees the
+ * same sums) skips its update: under fp16's loss scaling the update kernels keep every
+ * value (their list still runs for its moves) and the loss scale backs off when the norm
+ * overflowed; otherwise the kernels after "norm" do not run (skip_update). Else the
+ * gradients' sum becomes the mean, clipped, unscaled, and Adam's bias corrections count
+ * the updates made. */
 static int exec_norm(Executor *ex, const IsaInstr *in, int64_t iter) {
   ExecStep *st = &ex->step;
   const IsaNorm *n = &in->norm;
@@ -483,11 +487,13 @@ static int exec_norm(Executor *ex, const IsaInstr *in, int64_t iter) {
   double parts = (double)ex->ctx.dp_size * (double)n->microbatches; /* the gradients summed over these */
   st->mean_loss = (float)(v[0] / parts);
   st->norm = sqrt(v[1]) / parts / st->scale;
-  st->skip = st->hp.loss_scaling && !isfinite(st->norm);
+  st->skip = !isfinite(st->norm) || !isfinite(st->mean_loss);
+  st->bad = !isfinite(st->mean_loss) || (!isfinite(st->norm) && !st->hp.loss_scaling);
   if (st->skip) {
-    st->loss_scale *= st->hp.scale_backoff, st->good_steps = 0;
+    if (st->hp.loss_scaling && !isfinite(st->norm)) st->loss_scale *= st->hp.scale_backoff, st->good_steps = 0;
     exec_scalars(ex, st->lr, st->step - st->skipped, 0.0);
     st->sc[SC_APPLY] = 0.0f;
+    ex->skip_update = !st->hp.loss_scaling;
   } else {
     double gscale = st->hp.clip > 0 ? fmin(1.0, st->hp.clip / (st->norm + 1e-6)) : 1.0;
     exec_scalars(ex, st->lr, st->step - st->skipped, gscale / parts / st->scale);
@@ -496,6 +502,46 @@ static int exec_norm(Executor *ex, const IsaInstr *in, int64_t iter) {
   }
   st->skipped += st->skip;
   return 0;
+}
+
+/* The WORK offset and bytes of the norm's partial sums (the "norm" of this stage's
+ * list `train`). */
+static void norm_parts_at(const Executor *ex, int64_t *off, int64_t *bytes) {
+  const ProgList *train = prog_list(ex->prog, PROG_LIST_TRAIN);
+  *off = *bytes = -1;
+  for (int64_t i = 0; train && i < train->n; i++) {
+    const IsaInstr *in = &ex->prog->instrs[train->first + i];
+    if (in->op == ISA_NORM) *off = in->norm.offset, *bytes = 4 * in->norm.count;
+  }
+}
+
+/* Test only (COLOSSALC_FAULT_NAN, train_loop.c): before the first kernel of the step that
+ * writes the norm's partial sums from GRADS (a "gradnorm" kernel: the gradients are final
+ * there), a NaN into the first gradient element it reads, which the update reads too. */
+static void exec_fault_nan(Executor *ex, const IsaInstr *in) {
+  const ProgKernel *k = &ex->prog->kernels[in->kernel.id];
+  const ProgArg *args = &ex->prog->args[k->arg0];
+  int64_t off, bytes, grad = -1;
+  int parts = 0;
+  norm_parts_at(ex, &off, &bytes);
+  for (int i = 0; i < k->nargs; i++) {
+    parts |= args[i].tier == TIER_WORK && args[i].offset >= off && args[i].offset < off + bytes;
+    if (args[i].tier == TIER_GRADS && grad < 0) grad = args[i].offset;
+  }
+  if (!parts || grad < 0) return;
+  const float nan = NAN;
+  ex->dev->sync(ex->dev);
+  if (in->kernel.on_host) memcpy(offload_host_tier(exec_off(ex), TIER_GRADS) + grad, &nan, sizeof nan);
+  else exec_write(ex, TIER_GRADS, grad, &nan, sizeof nan);
+  fprintf(stderr, "train: test fault (COLOSSALC_FAULT_NAN): a NaN in a gradient at step %" PRId64 " on rank %d\n",
+          ex->step.step, ex->ctx.world->rank);
+  ex->fault_done = ex->step.step;
+}
+
+/* Instructions that wait for other ranks (the watchdog's "in a collective"). */
+static int exec_waits(IsaOp op) {
+  return op == ISA_COMM || op == ISA_SEND || op == ISA_RECV || op == ISA_NORM ||
+         (op >= ISA_ZERO_GATHER && op <= ISA_ZERO_REDUCE);
 }
 
 static const ExecFn exec_fns[ISA_NOPS] = {[ISA_KERNEL] = exec_kernel,
@@ -538,8 +584,16 @@ static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t 
     } else if (in->op == ISA_CALL) {
       run_list(ex, &ex->prog->lists[in->call.list], last);
       ex->list = list;
-    } else if (exec_fns[in->op](ex, in, iter) != 0) {
-      ex->stop = in->op == ISA_NORM ? 2 : ex->stop ? ex->stop : 1;
+    } else if (ex->skip_update && (in->op == ISA_KERNEL || in->op == ISA_GEMM)) {
+      continue; /* the update of a skipped step */
+    } else {
+      if (in->op == ISA_KERNEL && ex->step.step >= ex->fault_nan[0] && ex->step.step <= ex->fault_nan[1] &&
+          ex->fault_done != ex->step.step)
+        exec_fault_nan(ex, in);
+      watchdog_enter(exec_waits((IsaOp)in->op));
+      int rc = exec_fns[in->op](ex, in, iter);
+      watchdog_leave();
+      if (rc != 0) ex->stop = in->op == ISA_NORM ? 2 : ex->stop ? ex->stop : 1;
     }
     if (ex->stop == 2) return;
   }
@@ -554,6 +608,7 @@ static void run_list(Executor *ex, const ProgList *list, int last) {
 
 int exec_run(Executor *ex, const ProgList *list) {
   ex->stop = ex->off && offload_failed(ex->off);
+  ex->skip_update = 0;
   ex->run[TIER_WORK] = ex->tiers[TIER_WORK];
   run_list(ex, list, 1);
   ex->run[TIER_WORK] = ex->tiers[TIER_WORK];

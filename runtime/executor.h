@@ -159,7 +159,8 @@ typedef struct ExecStep {
   int64_t step;       /* the step running, from 1 */
   double loss_scale;  /* fp16: the scale of this step's gradients (1 otherwise) */
   int64_t good_steps; /* fp16: finite steps since the scale last changed */
-  int64_t skipped;    /* fp16: steps skipped for an inf or NaN gradient */
+  int64_t skipped;    /* updates skipped for an inf or NaN loss or gradient norm (Adam's
+                         bias corrections count the updates made) */
   int failed;         /* this rank's batch could not be read: "norm" stops every rank */
   double loss;        /* the sum of the "loss" instructions' values (zeroed by the caller) */
   float sc[SC_COUNT]; /* what every kernel gets (program/program.h, "Scalars") */
@@ -167,7 +168,10 @@ typedef struct ExecStep {
   float mean_loss; /* over the micro-batches and the dp ranks */
   double lr, norm; /* the step's learning rate; the norm of the mean gradient */
   double scale;    /* the loss scale the step ran with */
-  int skip;        /* fp16: an inf or NaN gradient, no update */
+  int skip;        /* an inf or NaN loss or gradient norm: no update (fp16: the update
+                      kernels keep every value; otherwise they do not run) */
+  int bad;         /* a numerical fault: a non-finite loss, or a non-finite norm without
+                      fp16's loss scaling (whose overflows are its normal back-off) */
   int64_t mem;     /* device memory held at the norm (the step's gathers done) */
 } ExecStep;
 
@@ -212,6 +216,11 @@ struct Executor {
                            (offload.h, set by offload_init), else NULL */
   const ProgList *list; /* the list running (messages) */
   int forked;           /* an "overlap" collective is on the communication stream */
+  int skip_update;      /* "norm" skipped the update: the list's kernels after it do not run */
+  int64_t fault_nan[2]; /* test only: on the steps [first, last] (0: never) a NaN is written
+                           into the first gradient element that the first "gradnorm" kernel
+                           of this rank reads */
+  int64_t fault_done;   /* the last step it was written at */
   int stop;             /* exec_run: 1 an instruction failed (the list runs its "norm"
                            alone), 2 "norm" found a rank that failed (the list stops) */
   pthread_mutex_t lock; /* commits[], committed[] and peak[]: the copy thread

@@ -12,11 +12,13 @@
 #include "runtime/device/cuda.h"
 #endif
 #include "runtime/io/ckpt.h"
+#include "runtime/comm/watchdog.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -328,10 +330,15 @@ static void trainer_banner(Trainer *t) {
   printf("\n");
 }
 
-/* Several ranks keep their NVMe files apart: DIR/rank-R, made here and removed when empty
- * at the end. NULL: no --nvme-dir. */
+/* DIR made (with its parents) when missing. Several ranks keep their NVMe files apart:
+ * DIR/rank-R, made here and removed when empty at the end. NULL: no --nvme-dir. */
 static const char *trainer_nvme_dir(Trainer *t, char *err, size_t errlen) {
   const char *dir = t->opts->nvme_dir;
+  char why[1024];
+  if (dir && file_make_dirs(dir, why, sizeof why) != 0) {
+    file_set_error(err, errlen, "--nvme-dir: %s", why);
+    return NULL;
+  }
   if (!dir || t->comm->size == 1) return dir;
   if (asprintf(&t->nvme_rank_dir, "%s/rank-%d", dir, t->comm->rank) < 0) {
     t->nvme_rank_dir = NULL;
@@ -480,6 +487,24 @@ static int trainer_init_memory(Trainer *t, const ProgKernelFn *kernels, char *er
   return trainer_init_state(t, err, errlen);
 }
 
+/* Test only: COLOSSALC_FAULT_NAN=FIRST[-LAST][:RANK] writes a NaN into a gradient of each
+ * step in [FIRST, LAST] on world rank RANK (every rank without it) before the norm
+ * (executor.h, fault_nan). */
+static void trainer_fault_env(Trainer *t) {
+  const char *v = getenv("COLOSSALC_FAULT_NAN");
+  char *end;
+  if (!v || !v[0]) return;
+  long long first = strtoll(v, &end, 10), last = first, rank = -1;
+  if (*end == '-') last = strtoll(end + 1, &end, 10);
+  if (*end == ':') rank = strtoll(end + 1, &end, 10);
+  if (*end || first <= 0 || last < first) {
+    if (t->comm->rank == 0)
+      fprintf(stderr, "train: note: COLOSSALC_FAULT_NAN=%s ignored: expected FIRST[-LAST][:RANK]\n", v);
+    return;
+  }
+  if (rank < 0 || rank == t->comm->rank) t->ex.fault_nan[0] = first, t->ex.fault_nan[1] = last;
+}
+
 int trainer_init(Trainer *t, const Prog *all, const ProgKernelFn *kernels, const TrainOpts *o, Comm *comm, char *err,
                  size_t errlen) {
   memset(t, 0, sizeof *t);
@@ -492,6 +517,7 @@ int trainer_init(Trainer *t, const Prog *all, const ProgKernelFn *kernels, const
   if (comm_agree(t->comm, failed, err) != 0) return -1;
   failed = trainer_init_memory(t, kernels, err, errlen) != 0;
   if (comm_agree(t->comm, failed, err) != 0) return -1;
+  trainer_fault_env(t);
   trainer_banner(t);
   return 0;
 }
@@ -545,8 +571,32 @@ typedef struct StepStats {
                                 compute went on beside (a device with a communication stream) */
   double mem;                /* the most device memory one rank held during the step, bytes */
   double scale;              /* fp16: the loss scale the step ran with */
-  int skipped;               /* fp16: an inf or NaN gradient, no update */
+  int skipped;               /* an inf or NaN loss or gradient norm: no update */
+  int bad;                   /* a numerical fault (ExecStep.bad) */
+  int signal;                /* SIGTERM or SIGINT reached a rank by the step's end, or 0 */
 } StepStats;
+
+/* ---- signals ------------------------------------------------------------------- */
+
+static volatile sig_atomic_t trainer_signal; /* the first SIGTERM or SIGINT, or 0 */
+
+/* The first SIGTERM or SIGINT is noted for the end of the step in flight; a second ends
+ * the process at once with 128 + its number (files are written atomically: the last
+ * complete checkpoint stays as it was). */
+static void trainer_on_signal(int sig) {
+  if (trainer_signal) _exit(128 + sig);
+  trainer_signal = sig;
+}
+
+void trainer_catch_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = trainer_on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART; /* file I/O and MPI's calls go on */
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+}
 
 /* After a list stopped: -1, err kept where it happened (a batch this rank could not
  * read, the offload's copy thread), empty on the ranks that stopped with it. */
@@ -590,7 +640,8 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen) {
   st->loss = 0;
   exec_peak_reset(&t->ex); /* ZeRO-3's step gathers each parameter where it is used */
   if (exec_run(&t->ex, prog_list(t->prog, PROG_LIST_TRAIN)) != 0) return trainer_stopped(t, st->failed, err, errlen);
-  *s = (StepStats){.loss = st->mean_loss, .lr = st->lr, .norm = st->norm, .scale = st->scale, .skipped = st->skip};
+  *s = (StepStats){
+      .loss = st->mean_loss, .lr = st->lr, .norm = st->norm, .scale = st->scale, .skipped = st->skip, .bad = st->bad};
   t->dev->sync(t->dev);
   if (t->dev->overlap_ms) {
     double waited;
@@ -598,8 +649,10 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen) {
     s->hidden_ms = s->comm_ms > waited ? s->comm_ms - waited : 0;
   }
   trainer_note_peak(t);
-  s->mem = (double)(t->ex.total_peak > st->mem ? t->ex.total_peak : st->mem);
-  if (t->comm->size > 1) t->comm->host_all_reduce(t->comm, &s->mem, 1, COMM_MAX);
+  /* the memory figure and a signal, agreed on so that every rank stops after this step */
+  double agreed[2] = {(double)(t->ex.total_peak > st->mem ? t->ex.total_peak : st->mem), trainer_signal};
+  if (t->comm->size > 1) t->comm->host_all_reduce(t->comm, agreed, 2, COMM_MAX);
+  s->mem = agreed[0], s->signal = (int)agreed[1];
   if (t->ex.off && trainer_offload_step_end(t, moved0, err, errlen) != 0)
     return -1; /* one rank: nobody to agree with */
   t->step = st->step, t->data_step++;
@@ -626,7 +679,11 @@ static void trainer_log_step(Trainer *t, const StepStats *s) {
   printf("step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f %s/s | mem %.1f MiB", t->step,
          t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps, unit, s->mem / (1 << 20));
   if (t->plan_mem >= 0) printf(" (plan %.1f MiB)", t->plan_mem / (1 << 20));
-  if (s->skipped) printf(" | skipped: inf/NaN gradient at loss scale %g, now %g", s->scale, t->ex.step.loss_scale);
+  if (s->skipped && t->hp.loss_scaling && isfinite(s->loss))
+    printf(" | skipped: inf/NaN gradient at loss scale %g, now %g", s->scale, t->ex.step.loss_scale);
+  else if (s->skipped)
+    printf(" | skipped: non-finite %s (bad step %" PRId64 " in a row, %" PRId64 " in all)",
+           isfinite(s->loss) ? "gradient norm" : "loss", t->bad_run, t->bad_total);
   if (isfinite(mfu)) printf(" | MFU %.1f%%", 100 * mfu);
   if (s->comm_ms > 0) printf(" | comm %.1f ms, %.0f%% hidden", s->comm_ms, 100 * s->hidden_ms / s->comm_ms);
   printf("\n");
@@ -641,10 +698,9 @@ static void trainer_log_step(Trainer *t, const StepStats *s) {
   json_num(t->log, "device_memory_peak", s->mem, "%.0f");
   json_num(t->log, "device_memory_plan", t->plan_mem >= 0 ? t->plan_mem : NAN, "%.0f");
   json_num(t->log, "mfu", mfu, "%.4f");
-  if (t->hp.loss_scaling) {
-    json_num(t->log, "loss_scale", s->scale, "%.9g");
-    fprintf(t->log, ", \"skipped\": %s", s->skipped ? "true" : "false");
-  }
+  if (t->hp.loss_scaling) json_num(t->log, "loss_scale", s->scale, "%.9g");
+  fprintf(t->log, ", \"skipped\": %s", s->skipped ? "true" : "false");
+  if (s->bad) fprintf(t->log, ", \"bad_steps_in_a_row\": %" PRId64, t->bad_run);
   if (t->dev->overlap_ms) {
     json_num(t->log, "comm_overlap_ms", s->comm_ms, "%.3f");
     json_num(t->log, "comm_hidden_ms", s->hidden_ms, "%.3f");
@@ -687,7 +743,10 @@ int trainer_validate(Trainer *t, double *loss, char *err, size_t errlen) {
 
 static int trainer_run_val(Trainer *t, char *err, size_t errlen) {
   double loss;
-  if (trainer_validate(t, &loss, err, errlen) != 0) return -1;
+  watchdog_timed(1);
+  int rc = trainer_validate(t, &loss, err, errlen);
+  watchdog_timed(0);
+  if (rc != 0) return -1;
   t->last_val = t->step;
   if (t->comm->rank != 0) return 0;
   printf("val %" PRId64 " | loss %.4f (%d batches)\n", t->step, loss, TRAIN_VAL_BATCHES);
@@ -738,7 +797,9 @@ static void ckpt_before_update(void *arg) {
   CkptJob *j = &t->job;
   if (!j->running || !j->live || j->joined) return;
   double t0 = now_ms();
+  watchdog_timed(0); /* checkpoint writing: not cut short by --collective-timeout */
   ckpt_join(j);
+  watchdog_timed(1);
   j->blocked_ms += now_ms() - t0;
 }
 
@@ -847,11 +908,71 @@ static int trainer_after_step(Trainer *t, char *err, size_t errlen) {
   return 0;
 }
 
+/* A checkpoint of this step unless the last one is of it: 0, or -1 (err). */
+static int trainer_ckpt_now(Trainer *t, char *err, size_t errlen) {
+  if (trainer_ckpt_complete(t, err, errlen) != 0) return -1; /* one in flight, committed */
+  return t->last_ckpt == t->step ? 0 : trainer_run_ckpt(t, 1, err, errlen);
+}
+
+/* SIGTERM or SIGINT after the step in flight: a checkpoint with --ckpt-dir (status 0),
+ * else nothing saved (128 + the signal); --save, --save-hf and --sample are not done. */
+static int trainer_preempted(Trainer *t, int sig, char *err, size_t errlen) {
+  const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+  if (t->opts->ckpt_dir && trainer_ckpt_now(t, err, errlen) != 0) return -1;
+  t->halted = 1, t->exit_status = t->opts->ckpt_dir ? 0 : 128 + sig;
+  if (t->comm->rank != 0) return 0;
+  fflush(stdout);
+  if (t->opts->ckpt_dir)
+    fprintf(stderr, "train: %s at step %" PRId64 ": checkpoint written to %s, exiting\n", name, t->step,
+            t->opts->ckpt_dir);
+  else
+    fprintf(stderr, "train: %s at step %" PRId64 ": nothing could be saved (no --ckpt-dir), exiting\n", name, t->step);
+  return 0;
+}
+
+/* --on-nan stop on a bad step, or --max-bad-steps of them in a row: the state is the last
+ * good one (the bad updates were skipped), checkpointed with --ckpt-dir; -1 with the
+ * message. 0: train on. */
+static int trainer_numerical_stop(Trainer *t, const StepStats *s, char *err, size_t errlen) {
+  const TrainOpts *o = t->opts;
+  int stop = s->bad && o->on_nan == TRAIN_NAN_STOP, many = o->max_bad_steps > 0 && t->bad_run >= o->max_bad_steps;
+  char why[200], saved[4200] = "; no --ckpt-dir: nothing saved";
+  if (!stop && !many) return 0;
+  if (o->ckpt_dir && trainer_ckpt_now(t, err, errlen) != 0) return -1;
+  if (o->ckpt_dir)
+    snprintf(saved, sizeof saved, "; the last good state (%" PRId64 " updates) is in %s/ckpt-%" PRId64,
+             t->step - t->ex.step.skipped, o->ckpt_dir, t->step);
+  if (stop)
+    snprintf(why, sizeof why, "step %" PRId64 ": non-finite %s (--on-nan stop): its update was skipped", t->step,
+             isfinite(s->loss) ? "gradient norm" : "loss");
+  else
+    snprintf(why, sizeof why,
+             "steps %" PRId64 "-%" PRId64 ": %" PRId64 " consecutive steps with a non-finite loss or gradient norm "
+             "(--max-bad-steps %" PRId64 "): their updates were skipped",
+             t->step - t->bad_run + 1, t->step, t->bad_run, o->max_bad_steps);
+  if (t->comm->rank != 0) return err[0] = 0, -1;
+  return file_set_error(err, errlen, "%s%s; stopping", why, saved);
+}
+
+/* One step under the watchdog's timeout, its bad steps counted. */
+static int trainer_timed_step(Trainer *t, StepStats *s, char *err, size_t errlen) {
+  watchdog_step(t->step + 1);
+  watchdog_timed(1);
+  int rc = trainer_step(t, s, err, errlen);
+  watchdog_timed(0);
+  if (rc != 0) return -1;
+  if (s->bad) t->bad_run++, t->bad_total++;
+  else if (!s->skipped) t->bad_run = 0; /* fp16's overflow skips neither count nor reset */
+  return 0;
+}
+
 int trainer_run(Trainer *t, char *err, size_t errlen) {
   StepStats s;
   while (t->step < t->opts->steps) {
-    if (trainer_step(t, &s, err, errlen) != 0) return -1;
+    if (trainer_timed_step(t, &s, err, errlen) != 0) return -1;
     trainer_log_step(t, &s);
+    if (s.signal) return trainer_preempted(t, s.signal, err, errlen);
+    if (trainer_numerical_stop(t, &s, err, errlen) != 0) return -1;
     if (trainer_after_step(t, err, errlen) != 0) return -1;
   }
   if (trainer_ckpt_complete(t, err, errlen) != 0) return -1; /* the last one written */

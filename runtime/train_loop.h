@@ -14,9 +14,15 @@
  * (train_mesh.h); every rank reads its dp rank's rows of the global batch
  * (dp x microbatches x batch). Rank 0 alone prints and writes --log; every rank writes
  * its own shard of checkpoints and of --save (io/ckpt.h, io/shards.h), which rank 0
- * then indexes (and for --save, --save-hf streams into one file). Errors are agreed on (comm_agree, or the failure flag of the step's
- * "norm"), so every rank stops together; the failing rank's message is the one printed,
- * and a function that fails only because another rank did leaves err empty.
+ * then indexes (and for --save, --save-hf streams into one file). Errors are agreed on (comm_agree, or the failure flag
+ * of the step's "norm"), so every rank stops together; the failing rank's message is the one printed, and a function
+ * that fails only because another rank did leaves err empty.
+ *
+ * Faults (docs/faults.md): a SIGTERM or SIGINT on any rank is agreed on at the step's
+ * end (with the memory figure), so every rank stops after the same step and checkpoints
+ * it; a step whose loss or gradient norm is not finite skips its update (ExecStep.skip),
+ * counted in bad_run for --on-nan and --max-bad-steps; the steps and validations are the
+ * watchdog's timed regions (comm/watchdog.h).
  *
  * Validation (--val): the mean loss of the list `eval` over TRAIN_VAL_BATCHES fixed
  * batches (0, 1, ... of the file), after every --val-every steps and after the last.
@@ -103,6 +109,9 @@ typedef struct Trainer {
   int64_t data_step;            /* next training batch */
   int64_t last_val, last_ckpt;  /* steps at which they last ran (-1: never) */
   CkptJob job;                  /* the checkpoint being written, if any */
+  int64_t bad_run, bad_total;   /* steps with a numerical fault: in a row, in all */
+  int halted;                   /* trainer_run stopped early on a signal: no trainer_finish */
+  int exit_status;              /* then the process's status (0: checkpoint written) */
 } Trainer;
 
 /* All of these return 0, or -1 with a message (without "train: ") in err, empty
@@ -111,7 +120,13 @@ typedef struct Trainer {
  * not freed by trainer_free): this rank runs the stage of its pp coordinate. */
 int trainer_init(Trainer *t, const Prog *all, const ProgKernelFn *kernels, const TrainOpts *o, Comm *comm, char *err,
                  size_t errlen);
+/* The steps. A SIGTERM or SIGINT (trainer_catch_signals) on any rank ends the step in
+ * flight on every rank, then the run: a checkpoint with --ckpt-dir, one line on stderr,
+ * halted set with exit_status (0 saved, else 128 + the signal), and 0 returned. A
+ * numerical stop (--on-nan stop, --max-bad-steps) returns -1 with its message. */
 int trainer_run(Trainer *t, char *err, size_t errlen);
+/* SIGTERM and SIGINT noted for trainer_run; a second one exits at once (128 + it). */
+void trainer_catch_signals(void);
 int trainer_finish(Trainer *t, char *err, size_t errlen);
 void trainer_free(Trainer *t);
 

@@ -5,13 +5,17 @@
  * its version, layout, size and hash), and hands over to the trainer (train_loop.h),
  * which runs this rank's stage. --dump-program prints the program instead.
  *
- * Exit status: 0 on success; 1 for any error, after one line "train: ..." on
- * stderr (bad flags, unreadable or invalid files, a failed write) or "train:
- * internal error: ..." when the embedded program is damaged or of another version.
+ * Exit status: 0 on success, and after SIGTERM or SIGINT once a checkpoint is written
+ * (train_loop.h); 128 + the signal's number after one when nothing could be saved (no
+ * --ckpt-dir) or after a second one; 1 for any error, after one line "train: ..." on
+ * stderr (bad flags, unreadable or invalid files, a failed write, a numerical stop, a
+ * rank that died or stalled: watchdog.h) or "train: internal error: ..." when the
+ * embedded program is damaged or of another version.
  * Under mpirun every rank exits with the same status, and the message is printed by
  * the rank it concerns (the lowest one when all ranks fail alike, as with a bad flag).
  */
 #include "runtime/comm/comm.h"
+#include "runtime/comm/watchdog.h"
 #ifdef COLOSSALC_HAVE_CUDA
 #include "runtime/device/cuda.h"
 #endif
@@ -78,10 +82,14 @@ static int train_main(Comm *comm, int argc, char **argv) {
     return fflush(stdout) == 0 ? 0 : train_fail("", "--dump-program: write failed");
   }
   if (opts.compile_kernels) return train_compile_kernels(comm, &prog, &opts, err, sizeof err) ? train_fail("", err) : 0;
+  trainer_catch_signals();
+  if (watchdog_start(comm, opts.collective_timeout, err, sizeof err) != 0) return train_fail("", err);
   int rc = trainer_init(&tr, &prog, colossalc_kernels, &opts, comm, err, sizeof err) ||
-           trainer_run(&tr, err, sizeof err) || trainer_finish(&tr, err, sizeof err);
+           trainer_run(&tr, err, sizeof err) || (!tr.halted && trainer_finish(&tr, err, sizeof err));
+  int status = tr.halted ? tr.exit_status : 0;
   trainer_free(&tr);
-  return rc ? train_fail("", err) : 0;
+  watchdog_stop(); /* the run ended on every rank alike: no death to report */
+  return rc ? train_fail("", err) : status;
 }
 
 int main(int argc, char **argv) {

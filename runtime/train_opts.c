@@ -12,54 +12,60 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG, OPT_DEVICE } OptKind;
+typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG, OPT_DEVICE, OPT_ONNAN } OptKind;
 
 /* X(flag, kind, field, min, max, metavar, help); min/max bound INT and REAL values. */
-#define TRAIN_FLAGS(X)                                                                                                \
-  X("--data", OPT_STR, data, 0, 0, "FILE", "training data, an llm.c token file or a record file (required to train)") \
-  X("--val", OPT_STR, val, 0, 0, "FILE", "validation data: mean loss over 4 fixed batches")                           \
-  X("--val-every", OPT_INT, val_every, 1, 1e15, "N", "validate every N steps (default: after the last step)")         \
-  X("--steps", OPT_INT, steps, 0, 1e15, "N", "training steps (default 10)")                                           \
-  X("--lr", OPT_REAL, lr, 0, 1e9, "X", "peak learning rate")                                                          \
-  X("--warmup", OPT_INT, warmup, 0, 1e15, "N", "linear warm-up steps: lr*t/N for t <= N")                             \
-  X("--min-lr", OPT_REAL, min_lr, 0, 1e9, "X", "learning rate at the last step (cosine)")                             \
-  X("--lr-schedule", OPT_SCHED, schedule, 0, 0, "cosine|constant",                                                    \
-    "after warm-up: cosine from lr to min-lr by the last step, or constant lr")                                       \
-  X("--seed", OPT_U64, seed, 0, 0, "S", "initialisation, shuffling and sampling seed (default 1337)")                 \
-  X("--shuffle", OPT_FLAG, shuffle, 0, 0, "",                                                                         \
-    "read --data's sequences (or records) in an order shuffled by the seed, each epoch anew")                         \
-  X("--weight-decay", OPT_REAL, weight_decay, 0, 1e9, "X", "decoupled weight decay (parameters marked decay)")        \
-  X("--beta1", OPT_REAL, beta1, 0, 0.999999999, "X", "AdamW beta1, in [0, 1)")                                        \
-  X("--beta2", OPT_REAL, beta2, 0, 0.999999999, "X", "AdamW beta2, in [0, 1)")                                        \
-  X("--eps", OPT_REAL, eps, 1e-30, 1e9, "X", "AdamW epsilon (> 0)")                                                   \
-  X("--clip", OPT_REAL, clip, 0, 1e30, "X", "clip the global gradient norm to X (0: off)")                            \
-  X("--loss-scale", OPT_REAL, loss_scale, 1e-30, 1e30, "X",                                                           \
-    "fp16 programs: the initial loss scale (default the program's, 65536)")                                           \
-  X("--threads", OPT_INT, threads, 1, 1024, "N",                                                                      \
-    "CPU threads for kernels and OpenBLAS (default: online CPUs / ranks here)")                                       \
-  X("--device", OPT_DEVICE, device, 0, 0, "cpu|cuda",                                                                 \
-    "where to run (default: cuda when the program has CUDA kernels and a GPU is visible)")                            \
-  X("--kernel-cache", OPT_STR, kernel_cache, 0, 0, "DIR",                                                             \
-    "CUDA kernels compiled by NVRTC (default $XDG_CACHE_HOME/colossalc or ~/.cache/colossalc)")                       \
-  X("--compile-kernels", OPT_STR, compile_kernels, 0, 0, "ARCH",                                                      \
-    "compile the CUDA kernels for ARCH (sm_90) into the kernel cache and exit; no GPU needed")                        \
-  X("--tf32", OPT_FLAG, tf32, 0, 0, "", "CUDA: GEMMs on TF32 tensor cores (f32 inputs rounded to 10-bit mantissas)")  \
-  X("--init-from", OPT_STR, init_from, 0, 0, "PATH",                                                                  \
-    "initial parameters (F32, BF16, F16): safetensors, or a transformers directory or index")                         \
-  X("--save", OPT_STR, save, 0, 0, "FILE", "write the parameters at the end (safetensors, F32)")                      \
-  X("--save-hf", OPT_STR, save_hf, 0, 0, "DIR",                                                                       \
-    "write the parameters at the end as a transformers model (model.safetensors, config.json)")                       \
-  X("--ckpt-dir", OPT_STR, ckpt_dir, 0, 0, "DIR", "checkpoints: DIR/ckpt-STEP/ (a shard per rank), DIR/latest")       \
-  X("--ckpt-every", OPT_INT, ckpt_every, 1, 1e15, "N", "checkpoint every N steps (default: after the last step)")     \
-  X("--keep-ckpts", OPT_INT, keep_ckpts, 1, 1e9, "N",                                                                 \
-    "keep the newest N checkpoints, deleting older ones once a new one is complete (default: all)")                   \
-  X("--resume", OPT_FLAG, resume, 0, 0, "", "continue from the checkpoint DIR/latest names")                          \
-  X("--nvme-dir", OPT_STR, nvme_dir, 0, 0, "DIR",                                                                     \
-    "offload programs: the files of the NVMe location (scratch, removed at exit)")                                    \
-  X("--log", OPT_STR, log, 0, 0, "FILE", "metrics as JSON lines (appended to with --resume)")                         \
-  X("--sample", OPT_INT, sample, 0, 1e9, "N", "after training, print N tokens sampled from the model")                \
-  X("--dump-program", OPT_FLAG, dump_program, 0, 0, "",                                                               \
-    "print the program this train carries (its lists, one instruction a line) and exit")                              \
+#define TRAIN_FLAGS(X)                                                                                                   \
+  X("--data", OPT_STR, data, 0, 0, "FILE", "training data, an llm.c token file or a record file (required to train)")    \
+  X("--val", OPT_STR, val, 0, 0, "FILE", "validation data: mean loss over 4 fixed batches")                              \
+  X("--val-every", OPT_INT, val_every, 1, 1e15, "N", "validate every N steps (default: after the last step)")            \
+  X("--steps", OPT_INT, steps, 0, 1e15, "N", "training steps (default 10)")                                              \
+  X("--lr", OPT_REAL, lr, 0, 1e9, "X", "peak learning rate")                                                             \
+  X("--warmup", OPT_INT, warmup, 0, 1e15, "N", "linear warm-up steps: lr*t/N for t <= N")                                \
+  X("--min-lr", OPT_REAL, min_lr, 0, 1e9, "X", "learning rate at the last step (cosine)")                                \
+  X("--lr-schedule", OPT_SCHED, schedule, 0, 0, "cosine|constant",                                                       \
+    "after warm-up: cosine from lr to min-lr by the last step, or constant lr")                                          \
+  X("--seed", OPT_U64, seed, 0, 0, "S", "initialisation, shuffling and sampling seed (default 1337)")                    \
+  X("--shuffle", OPT_FLAG, shuffle, 0, 0, "",                                                                            \
+    "read --data's sequences (or records) in an order shuffled by the seed, each epoch anew")                            \
+  X("--weight-decay", OPT_REAL, weight_decay, 0, 1e9, "X", "decoupled weight decay (parameters marked decay)")           \
+  X("--beta1", OPT_REAL, beta1, 0, 0.999999999, "X", "AdamW beta1, in [0, 1)")                                           \
+  X("--beta2", OPT_REAL, beta2, 0, 0.999999999, "X", "AdamW beta2, in [0, 1)")                                           \
+  X("--eps", OPT_REAL, eps, 1e-30, 1e9, "X", "AdamW epsilon (> 0)")                                                      \
+  X("--clip", OPT_REAL, clip, 0, 1e30, "X", "clip the global gradient norm to X (0: off)")                               \
+  X("--loss-scale", OPT_REAL, loss_scale, 1e-30, 1e30, "X",                                                              \
+    "fp16 programs: the initial loss scale (default the program's, 65536)")                                              \
+  X("--threads", OPT_INT, threads, 1, 1024, "N",                                                                         \
+    "CPU threads for kernels and OpenBLAS (default: online CPUs / ranks here)")                                          \
+  X("--device", OPT_DEVICE, device, 0, 0, "cpu|cuda",                                                                    \
+    "where to run (default: cuda when the program has CUDA kernels and a GPU is visible)")                               \
+  X("--kernel-cache", OPT_STR, kernel_cache, 0, 0, "DIR",                                                                \
+    "CUDA kernels compiled by NVRTC (default $XDG_CACHE_HOME/colossalc or ~/.cache/colossalc)")                          \
+  X("--compile-kernels", OPT_STR, compile_kernels, 0, 0, "ARCH",                                                         \
+    "compile the CUDA kernels for ARCH (sm_90) into the kernel cache and exit; no GPU needed")                           \
+  X("--tf32", OPT_FLAG, tf32, 0, 0, "", "CUDA: GEMMs on TF32 tensor cores (f32 inputs rounded to 10-bit mantissas)")     \
+  X("--init-from", OPT_STR, init_from, 0, 0, "PATH",                                                                     \
+    "initial parameters (F32, BF16, F16): safetensors, or a transformers directory or index")                            \
+  X("--save", OPT_STR, save, 0, 0, "FILE", "write the parameters at the end (safetensors, F32)")                         \
+  X("--save-hf", OPT_STR, save_hf, 0, 0, "DIR",                                                                          \
+    "write the parameters at the end as a transformers model (model.safetensors, config.json)")                          \
+  X("--ckpt-dir", OPT_STR, ckpt_dir, 0, 0, "DIR", "checkpoints: DIR/ckpt-STEP/ (a shard per rank), DIR/latest")          \
+  X("--ckpt-every", OPT_INT, ckpt_every, 1, 1e15, "N", "checkpoint every N steps (default: after the last step)")        \
+  X("--keep-ckpts", OPT_INT, keep_ckpts, 1, 1e9, "N",                                                                    \
+    "keep the newest N checkpoints, deleting older ones once a new one is complete (default: all)")                      \
+  X("--resume", OPT_FLAG, resume, 0, 0, "", "continue from the checkpoint DIR/latest names")                             \
+  X("--nvme-dir", OPT_STR, nvme_dir, 0, 0, "DIR",                                                                        \
+    "offload programs: the folder of the NVMe location's files (made when missing; scratch, removed at exit)")           \
+  X("--collective-timeout", OPT_REAL, collective_timeout, 0, 1e9, "S",                                                   \
+    "several ranks: end the job when a rank makes no progress in a step for S s (default 600; 0: never)")                \
+  X("--on-nan", OPT_ONNAN, on_nan, 0, 0, "skip|stop",                                                                    \
+    "a step with a non-finite loss or gradient norm: skip its update (default), or stop (checkpointed with --ckpt-dir)") \
+  X("--max-bad-steps", OPT_INT, max_bad_steps, 0, 1e15, "N",                                                             \
+    "stop after N consecutive steps with a non-finite loss or gradient norm (default 10; 0: never)")                     \
+  X("--log", OPT_STR, log, 0, 0, "FILE", "metrics as JSON lines (appended to with --resume)")                            \
+  X("--sample", OPT_INT, sample, 0, 1e9, "N", "after training, print N tokens sampled from the model")                   \
+  X("--dump-program", OPT_FLAG, dump_program, 0, 0, "",                                                                  \
+    "print the program this train carries (its lists, one instruction a line) and exit")                                 \
   X("--help", OPT_FLAG, help, 0, 0, "", "print this help")
 
 typedef struct OptSpec {
@@ -85,6 +91,9 @@ static void opts_defaults(TrainOpts *o) {
   o->lr = o->min_lr = o->weight_decay = o->beta1 = o->beta2 = o->eps = o->clip = o->loss_scale = NAN;
   o->schedule = -1;
   o->device = TRAIN_DEVICE_AUTO;
+  o->collective_timeout = 600;
+  o->on_nan = TRAIN_NAN_SKIP;
+  o->max_bad_steps = 10;
 }
 
 static const OptSpec *opts_find(const char *arg, size_t len) {
@@ -146,6 +155,10 @@ static int opts_set(const OptSpec *s, const char *v, TrainOpts *o, char *err, si
   case OPT_DEVICE:
     if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) return opts_bad(s, v, "cpu or cuda", err, errlen);
     *(int *)field = strcmp(v, "cpu") == 0 ? TRAIN_DEVICE_CPU : TRAIN_DEVICE_CUDA;
+    return 0;
+  case OPT_ONNAN:
+    if (strcmp(v, "skip") != 0 && strcmp(v, "stop") != 0) return opts_bad(s, v, "skip or stop", err, errlen);
+    *(int *)field = strcmp(v, "skip") == 0 ? TRAIN_NAN_SKIP : TRAIN_NAN_STOP;
     return 0;
   }
   return -1;

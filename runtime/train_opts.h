@@ -36,9 +36,13 @@ typedef struct TrainOpts {
   const char *kernel_cache;    /* CUDA kernels compiled by NVRTC, or NULL: the default */
   const char *compile_kernels; /* compile the CUDA kernels for this architecture and exit */
   int tf32;                    /* CUDA GEMMs on TF32 */
+  double collective_timeout;   /* seconds a rank may make no progress in a step (0: never) */
+  int on_nan;                  /* TRAIN_NAN_*: a step with a non-finite loss or norm */
+  int64_t max_bad_steps;       /* consecutive such steps that stop the run (0: never) */
 } TrainOpts;
 
 enum { TRAIN_DEVICE_AUTO = -1, TRAIN_DEVICE_CPU, TRAIN_DEVICE_CUDA };
+enum { TRAIN_NAN_SKIP, TRAIN_NAN_STOP };
 
 /* Parses argv into *o (defaults first). 0, or -1 with a message (no "train: "). */
 int train_opts_parse(int argc, char **argv, TrainOpts *o, char *err, size_t errlen);

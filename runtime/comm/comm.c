@@ -6,6 +6,7 @@
  * it is an internal error.
  */
 #include "runtime/comm/comm.h"
+#include "runtime/comm/watchdog.h"
 
 #include "runtime/io/fileio.h"
 
@@ -182,6 +183,7 @@ Comm *comm_open(int *argc, char ***argv, char *err, size_t errlen) {
 void (*comm_fatal_hook)(int code);
 
 void comm_fatal(int code) {
+  watchdog_quit(); /* this rank's own failure, said by the caller: not a death to report */
   fflush(stdout);
   fflush(stderr);
   if (comm_fatal_hook) comm_fatal_hook(code);

@@ -15,6 +15,7 @@
  * prints the call, file, line and MPI's message, then aborts every rank.
  */
 #include "runtime/comm/comm.h"
+#include "runtime/comm/watchdog.h"
 
 #include "runtime/io/fileio.h"
 
@@ -47,6 +48,8 @@ static void mpi_fail(int rc, const char *call, const char *file, int line) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error code %d", rc);
+  watchdog_grace(3.0); /* often a peer died: the watchdog's verdict names it */
+  watchdog_quit();
   fflush(stdout);
   fprintf(stderr, "train: MPI error at %s:%d: %s: %s\n", file, line, call, msg);
   MPI_Abort(MPI_COMM_WORLD, 1);

@@ -66,7 +66,10 @@ void ckpt_init_params(const Prog *p, char *params, uint64_t seed, const unsigned
   for (int i = 0; i < p->s->nparams; i++) {
     const ProgParam *q = &p->params[i];
     if (held && !held[i]) continue;
-    ShardPiece w = {.key = prog_str(p, q->name), .ndim = (int)q->ndim, .gshape = q->shape, .ashape = q->shape,
+    ShardPiece w = {.key = prog_str(p, q->name),
+                    .ndim = (int)q->ndim,
+                    .gshape = q->shape,
+                    .ashape = q->shape,
                     .data = (float *)(params + q->offset)};
     for (int d = 0; d < w.ndim; d++) w.count[d] = q->shape[d];
     ckpt_init_piece(q, w.key, &w, seed);

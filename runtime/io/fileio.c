@@ -108,13 +108,14 @@ int file_make_dirs(const char *dir, char *err, size_t errlen) {
   if (!p) return file_set_error(err, errlen, "out of memory");
   int rc = 0;
   for (char *s = p + 1; rc == 0; s++) { /* each prefix ending at a '/', then the whole */
-    if (*s && *s != '/') continue;
+    if (*s && (*s != '/' || s[-1] == '/')) continue;
     char c = *s;
     *s = 0;
     struct stat sb;
     if (mkdir(p, 0777) != 0 && errno != EEXIST)
       rc = file_set_error(err, errlen, "cannot create %s: %s", p, strerror(errno));
-    else if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) rc = file_set_error(err, errlen, "%s: not a directory", p);
+    else if (!c && (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+      rc = file_set_error(err, errlen, "%s: not a directory", p);
     *s = c;
     if (!c) break;
   }

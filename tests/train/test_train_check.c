@@ -491,7 +491,7 @@ static void test_bad_ckpt_dir(void) {
   char under_file[600];
   rt_write_raw(rt_path("plain"), "x", 1);
   snprintf(under_file, sizeof under_file, "%s/ckpt", rt_path("plain"));
-  expect_fail(run_train("--data", tokens_path, "--ckpt-dir", under_file, NULL), "plain: not a directory");
+  expect_fail(run_train("--data", tokens_path, "--ckpt-dir", under_file, NULL), "ckpt: Not a directory");
   char deep[600], shard[700]; /* missing folders are made, as mkdir -p does */
   snprintf(deep, sizeof deep, "%s/a/b", rt_path("deep"));
   Run r = run_train("--data", tokens_path, "--steps", "1", "--ckpt-dir", deep, NULL);

@@ -330,8 +330,21 @@ static void test_bug(void) {
   r = run(plan_bin, "--data", tokens_path, "--steps", "2", NULL);
   expect_fail(&r, "no --nvme-dir", "give --nvme-dir DIR", NULL);
   run_free(&r);
-  r = run(plan_bin, "--data", tokens_path, "--steps", "2", "--nvme-dir", rt_path("nothere"), NULL);
-  expect_fail(&r, "missing --nvme-dir", "--nvme-dir", "nothere: No such file or directory", NULL);
+  /* a --nvme-dir that does not exist yet is made, parents too; under a file it cannot be */
+  char missing[600];
+  snprintf(missing, sizeof missing, "%s/a/b", rt_path("nothere"));
+  char parent[600];
+  snprintf(parent, sizeof parent, "%s/a", rt_path("nothere"));
+  rmdir(missing), rmdir(parent), rmdir(rt_path("nothere")); /* left by an earlier run */
+  r = run(plan_bin, "--data", tokens_path, "--steps", "2", "--nvme-dir", missing, NULL);
+  struct stat sb;
+  if (expect_ok(&r, "missing --nvme-dir")) CHECK(stat(missing, &sb) == 0 && S_ISDIR(sb.st_mode));
+  run_free(&r);
+  FILE *f = fopen(rt_path("afile"), "w");
+  CHECK(f && fclose(f) == 0);
+  snprintf(missing, sizeof missing, "%s/sub", rt_path("afile"));
+  r = run(plan_bin, "--data", tokens_path, "--steps", "2", "--nvme-dir", missing, NULL);
+  expect_fail(&r, "--nvme-dir under a file", "train: --nvme-dir: cannot create", "afile/sub: Not a directory", NULL);
   run_free(&r);
 }
 
