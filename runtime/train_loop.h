@@ -18,7 +18,7 @@
  * of the step's "norm"), so every rank stops together; the failing rank's message is the one printed, and a function
  * that fails only because another rank did leaves err empty.
  *
- * Faults (docs/faults.md): a SIGTERM or SIGINT on any rank is agreed on at the step's
+ * Faults (docs/train.md, "Checkpoints and faults"): a SIGTERM or SIGINT on any rank is agreed on at the step's
  * end (with the memory figure), so every rank stops after the same step and checkpoints
  * it; a step whose loss or gradient norm is not finite skips its update (ExecStep.skip),
  * counted in bad_run for --on-nan and --max-bad-steps; the steps and validations are the
