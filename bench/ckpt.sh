@@ -13,7 +13,7 @@
 # ranks grow, within each kind of plan; rank 0's peak is within 1.3x of every other
 # rank's, or, where the plan itself gives ranks different memory (a pipeline's stages
 # hold different layers), within 1.3x of what the baseline's rank 0 holds over the others.
-# Usage: bench/ckpt.sh [BUILD_DIR] [RANKS...]   (default: 1 2 4 8)
+# Usage: [KINDS="zero3 mesh"] bench/ckpt.sh [BUILD_DIR] [RANKS...]   (default: 1 2 4 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
@@ -61,7 +61,7 @@ summary() { # LABEL NP: one line from rss.*, and bounds
 verdict=0
 ratio0() { awk 'FNR == 1 { r = FILENAME; sub(/.*rss\./, "", r); v[r] = $1; n++ }
   END { o = 1e30; for (r in v) if (r != 0 && v[r] < o) o = v[r]; printf "%.4f", n == 1 ? 1 : v[0] / o }' rss.*; }
-for kind in zero3 mesh; do
+for kind in ${KINDS:-zero3 mesh}; do
   prev=""
   for np in $ranks; do
     case $kind/$np in
