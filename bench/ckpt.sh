@@ -76,7 +76,7 @@ for kind in ${KINDS:-zero3 mesh}; do
     rm -rf ck rss.*
     args="--data tokens.bin --threads 1"
     runp "$np" ./p $args --steps 2 > base.out 2>&1 || { tail base.out; exit 1; }
-    summary "$kind no checkpoint" "$np" "-" > line && cat line
+    summary "$kind no checkpoint" "$np" "-" | sed 's/ \(PASS\|FAIL\) / (baseline) /' > line && cat line
     base0=$(ratio0)
     rm -f rss.*
     runp "$np" ./p $args --steps 2 --ckpt-dir ck --ckpt-every 1 > save.out 2>&1 || { tail save.out; exit 1; }

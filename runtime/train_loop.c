@@ -254,8 +254,8 @@ static int trainer_init_state(Trainer *t, char *err, size_t errlen) {
       fprintf(stderr, "train: note: --seed %" PRIu64 " ignored: the checkpoint's seed is %" PRIu64 "\n", o->seed,
               m.seed);
     t->step = t->last_ckpt = m.step, t->data_step = m.data_step, t->seed = m.seed;
-    if (m.loss_scale > 0) /* fp16: the scale and the count of updates go on */
-      t->ex.step.loss_scale = m.loss_scale, t->ex.step.skipped = m.skipped;
+    if (m.loss_scale > 0) t->ex.step.loss_scale = m.loss_scale; /* fp16: the scale goes on */
+    t->ex.step.skipped = m.skipped, t->bad_run = m.bad_steps;   /* and the count of updates */
     if (rank0) printf("resumed from %s at step %" PRId64 "\n", o->ckpt_dir, m.step);
   }
   if (trainer_host_push(t, err, errlen) != 0) return -1;
@@ -859,6 +859,7 @@ static int trainer_run_ckpt(Trainer *t, int wait, char *err, size_t errlen) {
                     .global_batch = t->global_batch,
                     .loss_scale = st->loss_scale,
                     .skipped = st->skipped,
+                    .bad_steps = t->bad_run,
                     .ranks = t->comm->size};
   j->dir = t->opts->ckpt_dir, j->rank = t->comm->rank, j->ranks = t->comm->size;
   fp8_shape(t, &j->m.fp8_rows, &j->m.fp8_width);

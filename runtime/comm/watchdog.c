@@ -118,9 +118,9 @@ static int64_t wd_step_of(const WdPeer *p) {
   return p->last.step > mine ? p->last.step : mine;
 }
 
-/* Rank 0: every rank told, then this one ends. */
-_Noreturn static void wd_judge(int kind, int rank) {
-  WdMsg v = {kind, rank, wd_step_of(&wd.peers[rank]), (uint64_t)(wd.timeout_ms / 1e3 + 0.5), 0, 0};
+/* Rank 0: every rank told (secs: of no progress, for a stall), then this one ends. */
+_Noreturn static void wd_judge(int kind, int rank, double secs) {
+  WdMsg v = {kind, rank, wd_step_of(&wd.peers[rank]), (uint64_t)(secs + 0.5), 0, 0};
   for (int r = 1; r < wd.size; r++) /* the failed rank too: were it to run again, it stops */
     wd_send(&wd.peers[r], &v);
   wd_die(&v);
@@ -199,7 +199,7 @@ static void wd_round_root(double now) {
   me->last = m;
   if (wd.timeout_ms > 0) {
     int r = wd_blame(now);
-    if (r >= 0) wd_judge(WD_STALLED, r);
+    if (r >= 0) wd_judge(WD_STALLED, r, wd.timeout_ms / 1e3);
   }
 }
 
@@ -233,8 +233,11 @@ static void *wd_main(void *arg) {
       WdPeer *p = &wd.peers[r];
       if (p->fd < 0 || !(fds[r + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       if (wd_read(p, now) && !p->bye) { /* closed without a goodbye: it died */
-        WdMsg v = {WD_DIED, 0, wd_step_of(p), 0, 0, 0};
-        if (wd.rank == 0) wd_judge(WD_DIED, r);
+        /* silent before (a stopped process the launcher then killed): it stalled */
+        double quiet = now - p->beat_ms;
+        int kind = wd.timeout_ms > 0 && quiet > 2.5 * WATCHDOG_BEAT_MS ? WD_STALLED : WD_DIED;
+        WdMsg v = {kind, 0, wd_step_of(p), (uint64_t)(quiet / 1e3 + 0.5), 0, 0};
+        if (wd.rank == 0) wd_judge(kind, r, quiet / 1e3);
         wd_die(&v);
       }
       if (p->bye) {

@@ -546,10 +546,8 @@ static int ckpt_meta_pairs(const Prog *p, const CkptMeta *m, const char **k, con
   META("threads", "%" PRId64, m->threads);
   META("global_batch", "%" PRId64, m->global_batch);
   META("bad_steps", "%" PRId64, m->bad_steps);
-  if (p->s->loss_scaling) {
-    META("loss_scale", "%.17g", m->loss_scale);
-    META("skipped_steps", "%" PRId64, m->skipped);
-  }
+  if (p->s->loss_scaling) META("loss_scale", "%.17g", m->loss_scale);
+  META("skipped_steps", "%" PRId64, m->skipped); /* updates skipped: Adam counts the others */
   META("ranks", "%d", m->ranks);
   META("seq", "%" PRId64, p->s->seq);
 #undef META
@@ -713,17 +711,16 @@ int ckpt_check_meta(const Prog *p, const ShardSet *st, const char *path, CkptMet
   }
   m->loss_scale = 0, m->skipped = 0;
   const char *ls = shards_meta(st, "loss_scale");
-  if (ls) {
-    uint64_t sk = 0;
-    char *end;
-    m->loss_scale = strtod(ls, &end);
-    if (*end || !(m->loss_scale > 0) || meta_u64(st, path, "skipped_steps", &sk, err, errlen) || sk > step)
-      return file_set_error(err, errlen,
-                            "%s: metadata \"loss_scale\" or \"skipped_steps\" is "
-                            "not a positive scale and a count of steps",
-                            path);
-    m->skipped = (int64_t)sk;
-  }
+  uint64_t sk = 0;
+  char *end = NULL;
+  if (ls) m->loss_scale = strtod(ls, &end);
+  if ((ls && (*end || !(m->loss_scale > 0))) || ((ls || shards_meta(st, "skipped_steps")) &&
+                                                 (meta_u64(st, path, "skipped_steps", &sk, err, errlen) || sk > step)))
+    return file_set_error(err, errlen,
+                          "%s: metadata \"loss_scale\" or \"skipped_steps\" is "
+                          "not a positive scale and a count of steps",
+                          path);
+  m->skipped = (int64_t)sk;
   return 0;
 }
 

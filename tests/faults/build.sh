@@ -1,6 +1,6 @@
 #!/bin/sh
 # Builds the programs of the fault tests (tests/faults/tests.cmake) in WORKDIR: gpt2-tiny
-# (2 layers, seq 32) for one rank (train-b2, and in bf16 train-bf16), 2 data-parallel
+# (2 layers, seq 32) for one rank (train-b2, and in bf16 and fp16 train-bf16, train-fp16), 2 data-parallel
 # ranks (train-dp2), 2 with ZeRO-2 (train-dp2-zero2), 4 (train-dp4), 2 pipeline stages
 # (train-pp2), dp2 x tp2 x pp2 on 4 layers (train-mesh8, Megatron's sharding), an
 # offload program with state on NVMe (train-nvme), and the token file of data/genesis.txt.
@@ -13,6 +13,7 @@ tiny="--set layers=2 --set seq=32"
 mesh() { "$cc" "$m" --gpu cpu --tp 1 "$@" 2> /dev/null; }
 "$cc" "$m" $tiny --set batch=2 -o train-b2
 "$cc" "$m" $tiny --set batch=2 --precision bf16 -o train-bf16
+"$cc" "$m" $tiny --set batch=2 --precision fp16 -o train-fp16
 mesh $tiny --set batch=4 --gpus 2 --dp 2 --pp 1 --microbatch-size 2 -o train-dp2
 mesh $tiny --set batch=4 --gpus 2 --dp 2 --pp 1 --zero 2 --microbatch-size 2 -o train-dp2-zero2
 mesh $tiny --set batch=8 --gpus 4 --dp 4 --pp 1 --microbatch-size 2 -o train-dp4

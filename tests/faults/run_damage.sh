@@ -8,7 +8,10 @@
 # A checkpoint of another model (3 layers) is refused, naming the shapes. --keep-ckpts 2
 # leaves the newest two. A disk that fills up while checkpointing (a tmpfs of 1.5 shards, or a
 # file-size limit where mounting is not allowed) fails the run and leaves the previous
-# checkpoint whole: a resume from it equals the reference.
+# checkpoint whole: a resume from it equals the reference. A run whose step 3 was skipped
+# for a NaN (COLOSSALC_FAULT_NAN) and checkpointed after step 4 resumes to the
+# uninterrupted run's parameters bit for bit (the checkpoint keeps the count of skipped
+# updates, which Adam's bias corrections leave out, in every precision).
 # Usage: run_damage.sh COLOSSALC MKTOKENS SRCDIR WORKDIR
 set -eu
 cc=$1 mk=$2 src=$3 work=$4/damage
@@ -102,3 +105,12 @@ mkdir -p again && cp -r full/ckpt-2 full/latest again/
 ./train $args --steps 4 --ckpt-dir again --resume --save again.safetensors > again.out
 cmp ref.safetensors again.safetensors || fail "disk full: resuming the kept checkpoint differs"
 echo "ok: disk full ($how): $(grep 'train:' full.err | head -1 | cut -c1-160); ckpt-2 intact and resumes"
+
+# a skipped update before the checkpoint: the resumed run goes on as the uninterrupted one
+COLOSSALC_FAULT_NAN=3 ./train $args --steps 6 --save nan-full.safetensors > nan-full.out 2>&1
+grep -q "skipped: non-finite" nan-full.out || fail "the NaN step was not skipped"
+COLOSSALC_FAULT_NAN=3 ./train $args --steps 6 --ckpt-dir nanck --ckpt-every 4 > nan-part.out 2>&1
+printf 'ckpt-4\n' > nanck/latest
+./train $args --steps 6 --ckpt-dir nanck --resume --save nan-resumed.safetensors > nan-resumed.out
+cmp nan-full.safetensors nan-resumed.safetensors || fail "a resume after a skipped update differs"
+echo "ok: a checkpoint after a skipped update resumes bit for bit"

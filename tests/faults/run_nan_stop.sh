@@ -3,7 +3,7 @@
 # run_nan.sh): --on-nan stop checkpoints the last good state at the bad step and stops
 # with status 1 and a line naming the step; the checkpoint resumes. --max-bad-steps 2 stops
 # at the second of NaN steps 3-6; the default (10) skips three bad steps in a row and goes
-# on; a bad --on-nan value is refused.
+# on; a bad --on-nan value is refused. fp16's overflow skips are not bad steps.
 # Usage: run_nan_stop.sh WORKDIR "MPIRUN"
 set -eu
 work=$1 mpirun=$2
@@ -46,6 +46,14 @@ for case in "1 train-b2" "2 train-dp2-zero2"; do
   /usr/bin/python3 "$here/finite.py" "skip-$prog.safetensors"
   echo "$prog on $np rank(s): --on-nan stop, --max-bad-steps 2 and the default behave"
 done
+# fp16: a NaN gradient with a finite loss is an overflow of the loss scale, skipped and
+# backed off as ever, and not a bad step (neither --on-nan stop nor --max-bad-steps 1 stop)
+np=1 prog=train-fp16
+COLOSSALC_FAULT_NAN=3 train --steps 5 --on-nan stop --max-bad-steps 1 --loss-scale 1024 > fp16.out 2> fp16.err
+grep -q '^step 3/5 .*| skipped: inf/NaN gradient at loss scale 1024, now 512$' fp16.out ||
+  fail "fp16: step 3 is not an overflow skip"
+[ "$(steps_done fp16.out)" -eq 5 ] || fail "fp16: an overflow skip stopped the run"
+echo "fp16: a NaN gradient is a loss-scale overflow, not a bad step"
 st=0
 "$work/train-b2" --data "$work/genesis.bin" --on-nan panic > bad.out 2> bad.err || st=$?
 [ "$st" -eq 1 ] && grep -q "^train: --on-nan: expected skip or stop, got 'panic'$" bad.err || fail "--on-nan panic accepted"

@@ -1,8 +1,8 @@
 #!/bin/sh
 # A rank stopped with SIGSTOP at a random step of a run of NP ranks with
 # --collective-timeout 5 ends the job within the timeout and 20 s: the job's status is not
-# 0, no rank is left (the stopped one included), and the survivors' line names the rank
-# and its step and the timeout.
+# 0, no rank is left (the stopped one included), a survivor's line names the rank, its
+# step and the timeout, and no line names another rank or calls it dead.
 # Usage: run_stop.sh WORKDIR "MPIRUN" NP PROGRAM (a program of build.sh)
 set -eu
 work=$1 mpirun=$2 np=$3 prog=$4
@@ -31,5 +31,7 @@ line=$(grep -m1 "$want" err) || fail "no line '$want'"
 s=$(echo "$line" | sed 's/^train: rank [0-9]* stalled at step \([0-9]*\).*/\1/')
 [ "$s" -ge "$seen" ] && [ "$s" -le $((last + 1)) ] ||
   fail "rank $victim was stopped after rank 0 printed step $seen (its last: $last); the message says step $s"
+# the others may have seen the stopped rank killed by the launcher after the first line: a
+# stall too, of less than the timeout
 if grep 'stalled at step\|died at step' err | grep -v "^train: rank $victim stalled"; then fail "another rank named"; fi
 echo "rank $victim of $np stopped after step $seen: '$line'; the job ended in ${waited} s (status $status)"
