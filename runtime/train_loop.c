@@ -14,7 +14,6 @@
 #include "runtime/io/ckpt.h"
 #include "runtime/comm/watchdog.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -1065,19 +1064,6 @@ static int trainer_write_parts(Trainer *t, const char *parts, char *err, size_t 
   return rc;
 }
 
-/* Removes the parts folder and its files. */
-static void remove_parts(const char *parts) {
-  DIR *d = opendir(parts);
-  for (struct dirent *e; d && (e = readdir(d));) {
-    char f[4400];
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    snprintf(f, sizeof f, "%s/%s", parts, e->d_name);
-    unlink(f);
-  }
-  if (d) closedir(d);
-  rmdir(parts);
-}
-
 /* The peaks of trainer_note_peak on the largest rank: one line and a --log record
  * (train_loop.h), for several ranks or ZeRO, when a step or validation ran. */
 static void trainer_peak_report(Trainer *t) {
@@ -1119,12 +1105,12 @@ int trainer_finish(Trainer *t, char *err, size_t errlen) {
     snprintf(parts, sizeof parts, "%.*s.parts", (int)n, target);
     bad = !t->ex.off && trainer_host_pull(t, err, errlen) != 0;
     if (comm_agree(t->comm, bad, err) != 0 || trainer_write_parts(t, parts, err, errlen) != 0) {
-      if (t->comm->rank == 0) remove_parts(parts);
+      if (t->comm->rank == 0) file_remove_dir(parts);
       return -1;
     }
   }
   if (t->ex.off) trainer_offload_report(t);
   int rc = t->comm->rank == 0 ? trainer_finish_rank0(t, parts[0] ? parts : NULL, err, errlen) : 0;
-  if (parts[0] && t->comm->rank == 0) remove_parts(parts);
+  if (parts[0] && t->comm->rank == 0) file_remove_dir(parts);
   return comm_agree(t->comm, rc != 0, err);
 }

@@ -600,15 +600,7 @@ static int ckpt_list(const char *dir, char out[][64], int64_t *steps, int max) {
 static void ckpt_remove(const char *dir, const char *name) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  DIR *d = opendir(path);
-  for (struct dirent *e; d && (e = readdir(d));) {
-    char f[4400];
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    snprintf(f, sizeof f, "%s/%s", path, e->d_name);
-    unlink(f);
-  }
-  if (d) closedir(d), rmdir(path);
-  else unlink(path);
+  file_remove_dir(path);
 }
 
 void ckpt_discard(const char *dir, int64_t step) {

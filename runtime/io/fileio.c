@@ -6,6 +6,7 @@
  */
 #include "runtime/io/fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -121,6 +122,18 @@ int file_make_dirs(const char *dir, char *err, size_t errlen) {
   }
   free(p);
   return rc;
+}
+
+void file_remove_dir(const char *path) {
+  DIR *d = opendir(path);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char *f;
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || asprintf(&f, "%s/%s", path, e->d_name) < 0) continue;
+    unlink(f);
+    free(f);
+  }
+  if (d) closedir(d), rmdir(path);
+  else unlink(path);
 }
 
 int file_pwrite_full(int fd, const void *buf, size_t len, uint64_t off) {

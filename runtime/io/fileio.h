@@ -35,6 +35,10 @@ void file_temp_abandon(FileTemp *f);
  * create PATH: reason" naming the first that could not be made. */
 int file_make_dirs(const char *dir, char *err, size_t errlen);
 
+/* Removes a folder and the files in it (one level: a checkpoint's shards), or the file
+ * at path; what cannot be removed stays. */
+void file_remove_dir(const char *path);
+
 /* pwrite / pread of exactly len bytes at off, retrying short calls and EINTR. 0, or -1
  * with errno set (EIO: the file ended first). */
 int file_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
