@@ -135,7 +135,7 @@ static int trainer_pieces(Trainer *t, int writing, int opt, const char *prefix, 
                      .params = 1,
                      .opt = opt,
                      .zero_stage = t->zero.stage,
-                     .params_owned_only = t->ex.off && t->zero.stage == 3, /* offload keeps its own chunks */
+                     .params_owned_only = t->zero.stage == 3, /* ZeRO-3: each rank its own parameters */
                      .params_prefix = prefix,
                      .owned = t->zero.owned};
   if (mesh_pieces(&t->mesh, &r, t->host[TIER_PARAMS], t->host[TIER_OPT], mp) != 0)
@@ -465,7 +465,7 @@ static int trainer_init_memory(Trainer *t, const ProgKernelFn *kernels, char *er
    * (exec_init_reserved: otherwise the tiers are whole; offload_init checks). */
   if (exec_init_reserved(&t->ex, p, t->dev, (unsigned)p->s->reserved, err, errlen) != 0 ||
       (p->s->offload ? trainer_init_offload(t, kernels, err, errlen) != 0 /* commits the homes */
-                     : zero_commit_owned(&t->zero, &t->ex, err, errlen) != 0) ||
+                     : zero_commit_owned(&t->zero, &t->ex, t->opts->init_from != NULL, err, errlen) != 0) ||
       trainer_alloc_host(t, err, errlen) != 0)
     return -1;
   t->ex.step.hp = t->hp, t->ex.step.steps = t->opts->steps, t->ex.step.loss_scale = t->hp.scale_init;

@@ -49,16 +49,18 @@ static int commit_opt(Executor *ex, const Prog *p, int i, char *err, size_t errl
   return 0;
 }
 
-int zero_commit_owned(Zero *z, Executor *ex, char *err, size_t errlen) {
+int zero_commit_owned(Zero *z, Executor *ex, int all_params, char *err, size_t errlen) {
   const Prog *p = z->prog;
   for (int i = 0; i < p->s->nparams; i++) {
     const ProgParam *q = &p->params[i];
     if (z->owned[i] && commit_opt(ex, p, i, err, errlen) != 0) return -1;
-    if (exec_commit(ex, TIER_PARAMS, q->offset, q->numel * 4, err, errlen) != 0) return -1;
+    if ((z->owned[i] || all_params || z->stage < 3) &&
+        exec_commit(ex, TIER_PARAMS, q->offset, q->numel * 4, err, errlen) != 0)
+      return -1;
     if (z->owned[i] && z->scheduled && exec_commit(ex, TIER_GRADS, q->offset, q->numel * 4, err, errlen) != 0)
       return -1;
   }
-  z->gathered = 1;
+  z->gathered = all_params || z->stage < 3;
   return 0;
 }
 

@@ -46,9 +46,9 @@ typedef struct Zero {
 int zero_init(Zero *z, const Prog *p, Comm *c, char *err, size_t errlen);
 void zero_free(Zero *z);
 /* Commits the owned shards of the reserved tiers (the owned gradients too when GRADS
- * is reserved), and at stage 3 the other parameters too (gathered: initialisation
- * fills them all). 0, or -1 with a message. */
-int zero_commit_owned(Zero *z, Executor *ex, char *err, size_t errlen);
+ * is reserved); at stage 3 the owned parameters, or (all_params: a file of whole
+ * parameters to read, --init-from) every parameter (gathered). 0, or -1 with a message. */
+int zero_commit_owned(Zero *z, Executor *ex, int all_params, char *err, size_t errlen);
 
 /* Stage 3 (no-ops otherwise): every parameter in PARAMS / only the owned ones, by the
  * program's compiled lists gather and release. */
