@@ -590,7 +590,8 @@ static int ckpt_list(const char *dir, char out[][64], int64_t *steps, int max) {
     int at = n < max ? n++ : max - 1; /* insertion by step, newest first */
     if (at == max - 1 && n == max && steps[at] >= st) continue;
     while (at > 0 && steps[at - 1] < st) steps[at] = steps[at - 1], memcpy(out[at], out[at - 1], 64), at--;
-    steps[at] = st, snprintf(out[at], 64, "%s", e->d_name);
+    steps[at] = st;
+    memcpy(out[at], e->d_name, strlen(e->d_name) + 1); /* shorter than 64: checked above */
   }
   if (d) closedir(d);
   return n;
