@@ -166,13 +166,13 @@ static int trainer_init_rules(Trainer *t, char *err, size_t errlen) {
 /* One checkpoint read into this rank's pieces; -1 with a message when this rank could
  * not (another rank's failure is agreed on by the caller). */
 static int trainer_read_ckpt(Trainer *t, const char *name, CkptMeta *m, char *err, size_t errlen) {
-  MeshPieces mp;
+  MeshPieces mp = {0};
   ShardSet *s = ckpt_open(&t->mesh.global, t->opts->ckpt_dir, name, m, err, errlen);
   if (!s) return -1;
   int rc = trainer_pieces(t, 0, 1, "param/", &mp, err, errlen);
   for (int i = 0; rc == 0 && i < mp.n; i++) rc = shards_read(s, &mp.p[i], err, errlen);
   if (rc == 0) rc = ckpt_read_fp8(s, m, err, errlen);
-  if (rc == 0) mesh_pieces_free(&mp);
+  mesh_pieces_free(&mp);
   shards_close(s);
   return rc;
 }

@@ -51,3 +51,10 @@ colossalc_label(slow faults_kill_dp2_tp2_pp2)
 
 # damaged checkpoints, resharding, the soak
 include(${CMAKE_CURRENT_SOURCE_DIR}/faults/ckpt.cmake)
+
+# Under the sanitizers, Open MPI's own leaks are suppressed as in the multi-rank tests
+# (tests/multirank/lsan.supp); the slow ones do not run there (scripts/test.sh).
+if(COLOSSALC_SANITIZE)
+  set_tests_properties(${ft_tests} faults_ckpt_damage PROPERTIES ENVIRONMENT
+    "OMPI_MCA_mca_base_component_disable_dlclose=1;ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS}:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${MR_DIR}/lsan.supp:print_suppressions=0")
+endif()
