@@ -1040,28 +1040,17 @@ static int trainer_finish_rank0(Trainer *t, const char *parts, char *err, size_t
 /* The parameters' shards for --save and --save-hf: every rank writes its pieces into
  * the folder parts (beside the first target), rank 0 the index. */
 static int trainer_write_parts(Trainer *t, const char *parts, char *err, size_t errlen) {
-  char path[4200];
   int rank0 = t->comm->rank == 0;
   int rc = rank0 && mkdir(parts, 0777) != 0 && errno != EEXIST
                ? file_set_error(err, errlen, "cannot create %s: %s", parts, strerror(errno))
                : 0;
   if (comm_agree(t->comm, rc != 0, err) != 0) return -1;
   MeshPieces mp = {0};
-  snprintf(path, sizeof path, "%s/" CKPT_SHARD_FMT, parts, t->comm->rank, t->comm->size);
   rc = trainer_pieces(t, 1, 0, "", &mp, err, errlen);
-  if (rc == 0) rc = shards_write(path, mp.p, mp.n, NULL, NULL, 0, shards_buffer_bytes(), err, errlen);
+  if (rc == 0) rc = ckpt_write_shard(parts, t->comm->rank, t->comm->size, mp.p, mp.n, 0, err, errlen);
   mesh_pieces_free(&mp);
   if (comm_agree(t->comm, rc != 0, err) != 0) return -1;
-  if (!rank0) return 0;
-  char **names = calloc((size_t)t->comm->size + 1, sizeof *names);
-  for (int r = 0; names && r < t->comm->size; r++)
-    if (asprintf(&names[r], CKPT_SHARD_FMT, r, t->comm->size) < 0) names[r] = NULL;
-  rc = names ? shards_write_index(parts, (const char *const *)names, t->comm->size, "colossalc-parameters", NULL, NULL,
-                                  0, err, errlen)
-             : file_set_error(err, errlen, "out of memory");
-  for (int r = 0; names && r < t->comm->size; r++) free(names[r]);
-  free(names);
-  return rc;
+  return rank0 ? ckpt_write_index(parts, t->comm->size, "colossalc-parameters", NULL, NULL, 0, err, errlen) : 0;
 }
 
 /* The peaks of trainer_note_peak on the largest rank: one line and a --log record

@@ -125,7 +125,7 @@ static int export_run(const char *in, const char *out, char *err, size_t errlen)
   int rc = n < 0 ? -1 : export_seq(st, in, &seq, err, errlen);
   if (rc == 0) rc = arch_parse(arch, &a, err, errlen);
   ShardFill f = {.set = st, .keys = keys, .tensor = -1};
-  if (rc == 0) rc = hf_save_stream(out, ps, n, &a, seq, shards_fill, &f, err, errlen);
+  if (rc == 0) rc = hf_save(out, ps, n, &a, seq, shards_fill, &f, err, errlen);
   shards_fill_free(&f);
   free(ps), free(keys);
   shards_close(st);

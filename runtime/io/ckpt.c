@@ -321,19 +321,6 @@ static int set_read(const CkptSet *s, const CkptFile *f, char *err, size_t errle
   return f->tied ? tied_check(s, f, err, errlen) : 0;
 }
 
-/* The set's tensors and, when extra is given, that one after them. */
-static int set_write(const CkptSet *s, const SafeTensorOut *extra, const char *path, const char *const keys[],
-                     const char *const vals[], int nmeta, char *err, size_t errlen) {
-  SafeTensorOut *out = calloc((size_t)s->n + 1, sizeof *out);
-  if (!out) return file_set_error(err, errlen, "%s: out of memory", path);
-  for (int i = 0; i < s->n; i++)
-    out[i] = (SafeTensorOut){s->e[i].name, s->e[i].param->ndim, s->e[i].param->shape, s->e[i].data};
-  if (extra) out[s->n] = *extra;
-  int rc = safetensors_write(path, out, s->n + (extra != NULL), keys, vals, nmeta, err, errlen);
-  free(out);
-  return rc;
-}
-
 /* ---- parameter files ----------------------------------------------------------- */
 
 /* The Hugging Face family of the program's parameter names, or NULL. */
@@ -407,54 +394,28 @@ int ckpt_save_params_set(const Prog *p, const char *path, ShardSet *s, char *err
   return rc;
 }
 
-int ckpt_save_hf_set(const Prog *p, const char *dir, ShardSet *s, char *err, size_t errlen) {
+/* The parameters as hf.h takes them, written with the data from fill (arg), or (fill
+ * NULL) only checked; errors start "--save-hf DIR: ". */
+static int ckpt_hf(const Prog *p, const char *dir, SafeTensorFill fill, void *arg, char *err, size_t errlen) {
   char why[1024];
   HfArch arch;
-  const char **names = param_keys(p);
   HfParam *ps = calloc((size_t)p->s->nparams + 1, sizeof *ps);
-  if (!ps || !names) {
-    free(ps), free(names);
-    return file_set_error(err, errlen, "out of memory");
-  }
-  for (int i = 0; i < p->s->nparams; i++) ps[i] = (HfParam){names[i], (int)p->params[i].ndim, p->params[i].shape, NULL};
-  ShardFill f = {.set = s, .keys = names, .tensor = -1};
-  int rc = hf_save_stream(dir, ps, (int)p->s->nparams, arch_of(p, &arch), p->s->seq, shards_fill, &f, why, sizeof why);
-  shards_fill_free(&f);
-  free(ps), free(names);
+  if (!ps) return file_set_error(err, errlen, "out of memory");
+  for (int i = 0; i < p->s->nparams; i++)
+    ps[i] = (HfParam){prog_str(p, p->params[i].name), (int)p->params[i].ndim, p->params[i].shape, NULL};
+  int rc = hf_save(dir, ps, (int)p->s->nparams, arch_of(p, &arch), p->s->seq, fill, arg, why, sizeof why);
+  free(ps);
   return rc ? file_set_error(err, errlen, "--save-hf %s: %s", dir, why) : 0;
 }
 
-int ckpt_save_params(const Prog *p, const char *path, const char *params, char *err, size_t errlen) {
-  static const char *const keys[4] = {"format", "model", "arch", "seq"};
-  char seq[32], arch[512];
-  snprintf(seq, sizeof seq, "%" PRId64, p->s->seq);
-  const char *const vals[4] = {"pt", prog_str(p, p->s->model), arch_text(p, arch, sizeof arch), seq};
-  CkptSet s;
-  if (set_params(p, (char *)params, &s, err, errlen) != 0) return -1;
-  int rc = set_write(&s, NULL, path, keys, vals, vals[2] ? 4 : 2, err, errlen);
-  set_free(&s);
+int ckpt_save_hf_set(const Prog *p, const char *dir, ShardSet *s, char *err, size_t errlen) {
+  const char **names = param_keys(p);
+  if (!names) return file_set_error(err, errlen, "out of memory");
+  ShardFill f = {.set = s, .keys = names, .tensor = -1};
+  int rc = ckpt_hf(p, dir, shards_fill, &f, err, errlen);
+  shards_fill_free(&f);
+  free(names);
   return rc;
-}
-
-/* The parameters as hf.h takes them; data NULL: a check only. */
-static int ckpt_hf(const Prog *p, const char *dir, const char *params, char *err, size_t errlen) {
-  HfParam *ps = calloc((size_t)p->s->nparams + 1, sizeof *ps);
-  HfArch arch;
-  if (!ps) return file_set_error(err, errlen, "out of memory");
-  for (int i = 0; i < p->s->nparams; i++) {
-    const ProgParam *q = &p->params[i];
-    ps[i] =
-        (HfParam){prog_str(p, q->name), (int)q->ndim, q->shape, params ? (const float *)(params + q->offset) : NULL};
-  }
-  int rc = hf_save(dir, ps, (int)p->s->nparams, arch_of(p, &arch), p->s->seq, err, errlen);
-  free(ps);
-  return rc;
-}
-
-int ckpt_save_hf(const Prog *p, const char *dir, const char *params, char *err, size_t errlen) {
-  char why[1024];
-  if (ckpt_hf(p, dir, params, why, sizeof why) != 0) return file_set_error(err, errlen, "--save-hf %s: %s", dir, why);
-  return 0;
 }
 
 /* ---- checkpoints --------------------------------------------------------------- */
@@ -483,7 +444,7 @@ static int prepare_dir(const char *flag, const char *dir, char *err, size_t errl
 int ckpt_prepare_dir(const char *dir, char *err, size_t errlen) { return prepare_dir("--ckpt-dir", dir, err, errlen); }
 
 int ckpt_check_save_hf(const Prog *p, const char *dir, char *err, size_t errlen) {
-  return ckpt_save_hf(p, dir, NULL, err, errlen) || prepare_dir("--save-hf", dir, err, errlen) ? -1 : 0;
+  return ckpt_hf(p, dir, NULL, NULL, err, errlen) || prepare_dir("--save-hf", dir, err, errlen) ? -1 : 0;
 }
 
 int ckpt_check_save_path(const char *path, char *err, size_t errlen) {
@@ -505,30 +466,32 @@ static int ckpt_write_latest(const char *dir, const char *name, char *err, size_
   return file_write_atomic(path, chunks, lens, 1, err, errlen);
 }
 
-void ckpt_init_piece(const ProgParam *g, const char *name, const ShardPiece *w, uint64_t seed) {
-  int64_t len = w->ndim ? w->count[w->ndim - 1] : 1, lines = shards_numel(w) / (len ? len : 1);
-  int64_t gst[ST_MAX_DIMS], ast[ST_MAX_DIMS], s = 1, a = 1;
-  for (int d = w->ndim - 1; d >= 0; d--) gst[d] = s, s *= w->gshape[d], ast[d] = a, a *= w->ashape[d];
-  for (int64_t j = 0; len && j < lines; j++) {
-    int64_t rest = j, goff = 0, aoff = 0;
-    for (int d = w->ndim - 1; d >= 0; d--) {
-      int64_t i = d == w->ndim - 1 ? 0 : rest % w->count[d];
-      if (d != w->ndim - 1) rest /= w->count[d];
-      goff += (w->gstart[d] + i) * gst[d], aoff += (w->astart[d] + i) * ast[d];
-    }
-    float *dst = w->data + aoff;
-    switch ((ProgInit)g->init) {
-    case PROG_INIT_NORMAL:
-      philox_fill_normal(dst, (size_t)len, (uint64_t)goff, seed, name, (float)g->b, (float)g->a);
-      break;
-    case PROG_INIT_UNIFORM:
-      philox_fill_uniform(dst, (size_t)len, (uint64_t)goff, seed, name, (float)g->a, (float)g->b);
-      break;
-    case PROG_INIT_ZEROS: init_fill(dst, len, 0.0f); break;
-    case PROG_INIT_ONES: init_fill(dst, len, 1.0f); break;
-    case PROG_INIT_CONSTANT: init_fill(dst, len, (float)g->a); break;
-    }
+typedef struct InitLine {
+  const ProgParam *g;
+  const char *name;
+  uint64_t seed;
+} InitLine;
+
+/* One line of a piece by its parameter's init rule, Philox at the elements' global index. */
+static void init_line(void *arg, float *dst, int64_t gindex, int64_t len) {
+  const InitLine *l = arg;
+  const ProgParam *g = l->g;
+  switch ((ProgInit)g->init) {
+  case PROG_INIT_NORMAL:
+    philox_fill_normal(dst, (size_t)len, (uint64_t)gindex, l->seed, l->name, (float)g->b, (float)g->a);
+    break;
+  case PROG_INIT_UNIFORM:
+    philox_fill_uniform(dst, (size_t)len, (uint64_t)gindex, l->seed, l->name, (float)g->a, (float)g->b);
+    break;
+  case PROG_INIT_ZEROS: init_fill(dst, len, 0.0f); break;
+  case PROG_INIT_ONES: init_fill(dst, len, 1.0f); break;
+  case PROG_INIT_CONSTANT: init_fill(dst, len, (float)g->a); break;
   }
+}
+
+void ckpt_init_piece(const ProgParam *g, const char *name, const ShardPiece *w, uint64_t seed) {
+  InitLine l = {g, name, seed};
+  shards_lines(w, init_line, &l);
 }
 
 /* The metadata of a checkpoint of model p: keys and values into k and v (their texts in
@@ -557,14 +520,10 @@ static int ckpt_meta_pairs(const Prog *p, const CkptMeta *m, const char **k, con
 
 void ckpt_name(char *buf, size_t len, int64_t step) { snprintf(buf, len, "ckpt-%" PRId64, step); }
 
-int ckpt_save_shard(const char *dir, int64_t step, int rank, int ranks, const ShardPiece *ps, int n, int verify,
-                    char *err, size_t errlen) {
-  char name[64], sub[4096], path[4200];
-  ckpt_name(name, sizeof name, step);
-  snprintf(sub, sizeof sub, "%s/%s", dir, name);
-  if (mkdir(sub, 0777) != 0 && errno != EEXIST)
-    return file_set_error(err, errlen, "cannot create %s: %s", sub, strerror(errno));
-  snprintf(path, sizeof path, "%s/" CKPT_SHARD_FMT, sub, rank, ranks);
+int ckpt_write_shard(const char *folder, int rank, int ranks, const ShardPiece *ps, int n, int verify, char *err,
+                     size_t errlen) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/" CKPT_SHARD_FMT, folder, rank, ranks);
   static const char *const keys[1] = {"format"}, *const vals[1] = {CKPT_FORMAT "-shard"};
   if (shards_write(path, ps, n, keys, vals, 1, shards_buffer_bytes(), err, errlen) != 0) return -1;
   if (!verify) return 0;
@@ -572,6 +531,29 @@ int ckpt_save_shard(const char *dir, int64_t step, int rank, int ranks, const Sh
   int rc = s ? shards_verify(s, err, errlen) : -1;
   shards_close(s);
   return rc;
+}
+
+int ckpt_write_index(const char *folder, int ranks, const char *fmt, const char *const keys[], const char *const vals[],
+                     int nmeta, char *err, size_t errlen) {
+  char **shards = calloc((size_t)ranks + 1, sizeof *shards);
+  int rc = shards ? 0 : file_set_error(err, errlen, "out of memory");
+  for (int r = 0; r < ranks && rc == 0; r++)
+    if (asprintf(&shards[r], CKPT_SHARD_FMT, r, ranks) < 0)
+      shards[r] = NULL, rc = file_set_error(err, errlen, "out of memory");
+  if (rc == 0) rc = shards_write_index(folder, (const char *const *)shards, ranks, fmt, keys, vals, nmeta, err, errlen);
+  for (int r = 0; shards && r < ranks; r++) free(shards[r]);
+  free(shards);
+  return rc;
+}
+
+int ckpt_save_shard(const char *dir, int64_t step, int rank, int ranks, const ShardPiece *ps, int n, int verify,
+                    char *err, size_t errlen) {
+  char name[64], sub[4096];
+  ckpt_name(name, sizeof name, step);
+  snprintf(sub, sizeof sub, "%s/%s", dir, name);
+  if (mkdir(sub, 0777) != 0 && errno != EEXIST)
+    return file_set_error(err, errlen, "cannot create %s: %s", sub, strerror(errno));
+  return ckpt_write_shard(sub, rank, ranks, ps, n, verify, err, errlen);
 }
 
 /* The checkpoints in dir by step, newest first: names (ckpt-N, or ckpt-N.safetensors of
@@ -615,17 +597,8 @@ int ckpt_commit(const Prog *p, const char *dir, const CkptMeta *m, int keep, cha
   const char *k[16], *v[16];
   ckpt_name(name, sizeof name, m->step);
   snprintf(sub, sizeof sub, "%s/%s", dir, name);
-  char **shards = calloc((size_t)m->ranks + 1, sizeof *shards);
-  if (!shards) return file_set_error(err, errlen, "out of memory");
-  int rc = 0;
-  for (int r = 0; r < m->ranks && rc == 0; r++)
-    if (asprintf(&shards[r], CKPT_SHARD_FMT, r, m->ranks) < 0)
-      shards[r] = NULL, rc = file_set_error(err, errlen, "out of memory");
   int nmeta = ckpt_meta_pairs(p, m, k, v, buf, arch, sizeof arch);
-  if (rc == 0)
-    rc = shards_write_index(sub, (const char *const *)shards, m->ranks, CKPT_FORMAT, k, v, nmeta, err, errlen);
-  for (int r = 0; r < m->ranks; r++) free(shards[r]);
-  free(shards);
+  int rc = ckpt_write_index(sub, m->ranks, CKPT_FORMAT, k, v, nmeta, err, errlen);
   if (rc == 0) rc = ckpt_write_latest(dir, name, err, errlen);
   if (rc != 0 || keep <= 0) return rc;
   char names[256][64]; /* the newest `keep` stay; older ones go, the one just written never */

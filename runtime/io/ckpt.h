@@ -67,13 +67,11 @@ void ckpt_init_params(const Prog *p, char *params, uint64_t seed, const unsigned
 /* note (notelen bytes, may be NULL): "" or one line saying what was skipped or tied. */
 int ckpt_load_params(const Prog *p, const char *path, char *params, char *note, size_t notelen, char *err,
                      size_t errlen);
-int ckpt_save_params(const Prog *p, const char *path, const char *params, char *err, size_t errlen);
-/* The same from a set of the model's parameters (shards.h, keys the parameters' names),
- * streamed tensor by tensor, a slab of rows at a time. */
+/* --save's file, and --save-hf's DIR/model.safetensors and DIR/config.json (hf.h), from
+ * a set of the model's parameters (shards.h, keys the parameters' names), streamed
+ * tensor by tensor, a slab of rows at a time. */
 int ckpt_save_params_set(const Prog *p, const char *path, ShardSet *s, char *err, size_t errlen);
 int ckpt_save_hf_set(const Prog *p, const char *dir, ShardSet *s, char *err, size_t errlen);
-/* DIR/model.safetensors and DIR/config.json (hf.h); params NULL: only the checks. */
-int ckpt_save_hf(const Prog *p, const char *dir, const char *params, char *err, size_t errlen);
 /* Before training: the model makes a transformers model, and DIR can be written. */
 int ckpt_check_save_hf(const Prog *p, const char *dir, char *err, size_t errlen);
 
@@ -91,6 +89,13 @@ void ckpt_name(char *buf, size_t len, int64_t step);
 /* A parameter's piece w filled by its init rule g->init (as ckpt_init_params, by the
  * global index of each element). */
 void ckpt_init_piece(const ProgParam *g, const char *name, const ShardPiece *w, uint64_t seed);
+/* A set's shard of rank (folder/shard-RRRRR-of-NNNNN.safetensors), then (verify) read
+ * back and checked against its checksums; and the set's index of its ranks' shards,
+ * format fmt (shards.h). */
+int ckpt_write_shard(const char *folder, int rank, int ranks, const ShardPiece *ps, int n, int verify, char *err,
+                     size_t errlen);
+int ckpt_write_index(const char *folder, int ranks, const char *fmt, const char *const keys[], const char *const vals[],
+                     int nmeta, char *err, size_t errlen);
 /* This rank's shard of checkpoint STEP (DIR/ckpt-STEP/, created), then (verify) read back
  * and checked against its checksums. */
 int ckpt_save_shard(const char *dir, int64_t step, int rank, int ranks, const ShardPiece *ps, int n, int verify,

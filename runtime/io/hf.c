@@ -540,12 +540,8 @@ static int family_for_save(const HfParam *ps, int n, const HfFamily **f, char *e
   return 0;
 }
 
-int hf_save(const char *dir, const HfParam *ps, int n, const HfArch *arch, int64_t seq, char *err, size_t errlen) {
-  return hf_save_stream(dir, ps, n, arch, seq, NULL, NULL, err, errlen);
-}
-
-int hf_save_stream(const char *dir, const HfParam *ps, int n, const HfArch *arch, int64_t seq, SafeTensorFill fill,
-                   void *arg, char *err, size_t errlen) {
+int hf_save(const char *dir, const HfParam *ps, int n, const HfArch *arch, int64_t seq, SafeTensorFill fill, void *arg,
+            char *err, size_t errlen) {
   const HfFamily *f;
   HfBind b = {0};
   if (!arch)

@@ -79,7 +79,7 @@ typedef struct HfParam {
   const char *name;
   int ndim;
   const int64_t *shape; /* [ndim] */
-  const float *data;    /* [product of shape]; NULL: check only */
+  const float *data;    /* [product of shape], or NULL (hf_save's fill, or a check only) */
 } HfParam;
 
 /* What the model's ops say (the program's arch fields, ProgStage; or a file's "arch"
@@ -93,11 +93,11 @@ typedef struct HfArch {
 } HfArch;
 
 /* Checks that the parameters and arch (NULL: unknown) make a transformers model, then
- * (data given) writes DIR/model.safetensors and DIR/config.json, atomically, creating
- * DIR. seq: the program's sequence length. */
-int hf_save(const char *dir, const HfParam *params, int n, const HfArch *arch, int64_t seq, char *err, size_t errlen);
-/* The same with the data from fill (safetensors.h: params[i]'s elements), a part at a time. */
-int hf_save_stream(const char *dir, const HfParam *params, int n, const HfArch *arch, int64_t seq, SafeTensorFill fill,
-                   void *arg, char *err, size_t errlen);
+ * (fill given, or the parameters' data) writes DIR/model.safetensors and DIR/config.json,
+ * atomically, creating DIR: each tensor's data from fill (safetensors.h: params[i]'s
+ * elements, a part at a time) or from params[i].data. seq: the program's sequence
+ * length. */
+int hf_save(const char *dir, const HfParam *params, int n, const HfArch *arch, int64_t seq, SafeTensorFill fill,
+            void *arg, char *err, size_t errlen);
 
 #endif

@@ -395,8 +395,6 @@ const SafeTensor *safetensors_find(const SafeTensors *st, const char *name) {
 
 const void *safetensors_raw(const SafeTensors *st, const SafeTensor *t) { return st->data + t->begin; }
 
-const char *safetensors_path(const SafeTensors *st) { return st->path; }
-
 uint64_t safetensors_data_offset(const SafeTensors *st) { return (uint64_t)(st->data - st->map); }
 
 uint32_t safetensors_block_crc(const SafeTensor *t, int64_t b) {
@@ -665,13 +663,12 @@ int safetensors_write_stream(const char *path, const SafeTensorOut *ts, int n, c
   if (!bytes || !outs) goto oom;
   for (int i = 0; i < n; i++) /* the header's checks want data: a stand-in when filled */
     outs[i] = ts[i], outs[i].data = ts[i].data || !fill ? ts[i].data : (const float *)outs;
-  /* sizes and placeholders first: the real checksums have the same length */
-  if (!(hdr = st_header_build(path, outs, n, meta_keys, meta_values, 0, bytes, err, errlen))) goto out;
-  free(hdr);
+  for (int i = 0; i < n; i++) /* sizes, then the header with placeholder checksums: the real ones are as long */
+    if (st_check_out(path, &outs[i], &bytes[i], err, errlen) != 0) goto out;
   if (st_meta_build(&m, ts, n, bytes, meta_keys, meta_values, nmeta) != 0) goto oom;
   if (!(hdr = st_header_build(path, outs, n, m.keys, m.vals, m.n, bytes, err, errlen))) goto out;
   if (!(head = st_header_bytes(hdr, &hlen))) goto oom;
-  if (!(buf = malloc(buf_bytes))) goto oom;
+  if (fill && !(buf = malloc(buf_bytes))) goto oom; /* only filled tensors pass through it */
   if (file_temp_open(&f, path, err, errlen) != 0) goto out;
   uint64_t off = hlen;
   for (int i = 0; i < n; i++) {

@@ -99,7 +99,6 @@ const SafeTensor *safetensors_find(const SafeTensors *st, const char *name);
 /* The raw little-endian bytes of t (t->end - t->begin of them). */
 const void *safetensors_raw(const SafeTensors *st, const SafeTensor *t);
 
-const char *safetensors_path(const SafeTensors *st);
 /* Where the data section starts in the file (8 + the header's length): a tensor's
  * bytes are at this + t->begin, for pread. */
 uint64_t safetensors_data_offset(const SafeTensors *st);

@@ -53,6 +53,17 @@ static int64_t array_at(const ShardPiece *p, const int64_t *idx) {
   return off;
 }
 
+void shards_lines(const ShardPiece *p, void (*fn)(void *arg, float *dst, int64_t gindex, int64_t len), void *arg) {
+  int64_t len = p->ndim ? p->count[p->ndim - 1] : 1, n = shards_numel(p), idx[ST_MAX_DIMS], gst[ST_MAX_DIMS];
+  strides_of(p->ndim, p->gshape, gst);
+  for (int64_t j = 0; len && j < n / len; j++) {
+    int64_t g = 0;
+    line_index(p->ndim, p->count, j, idx);
+    for (int d = 0; d < p->ndim; d++) g += (p->gstart[d] + idx[d]) * gst[d];
+    fn(arg, p->data + array_at(p, idx), g, len);
+  }
+}
+
 /* Elements [first, first + n) of piece i's box, row-major, out of its array. */
 static int fill_piece(void *arg, int i, int64_t first, int64_t n, float *dst, char *err, size_t errlen) {
   (void)err, (void)errlen;

@@ -50,6 +50,9 @@ typedef struct ShardPiece {
 
 /* Elements of a piece. */
 int64_t shards_numel(const ShardPiece *p);
+/* fn for each line of p's box (its innermost dimension, in order): where the line starts
+ * in p's array, the global row-major index of its first element, its length. */
+void shards_lines(const ShardPiece *p, void (*fn)(void *arg, float *dst, int64_t gindex, int64_t len), void *arg);
 
 /* Writes one shard: the pieces, metadata "shape:KEY" of their tensors and the caller's
  * nmeta pairs, streamed through a buffer of buf_bytes. 0, or -1 with a message. */
