@@ -16,7 +16,8 @@ static IsaInstr *push_comm(Program *p, PSeq *s, IsaCommKind kind, IsaGroup group
 /* The holders of each parameter name, in global order (stage, then position). */
 typedef struct Tied {
   const char *name;
-  int *at; /* [n] index in stage s, or -1 */
+  int64_t start; /* a piece's (PParam.start): the stages hold it whole, pieces only with pp 1 */
+  int *at;       /* [n] index in stage s, or -1 */
   int holders;
 } Tied;
 
@@ -42,10 +43,11 @@ static void compose_tied(Program **ps, int n, bool **lowest) {
   for (int s = 0; s < n; s++)
     for (int i = 0; i < ps[s]->nparams; i++) {
       const char *name = ps[s]->params[i].node->name;
+      int64_t start = ps[s]->params[i].start;
       int e = 0;
-      while (e < nt && strcmp(t[e].name, name)) e++;
+      while (e < nt && (strcmp(t[e].name, name) || t[e].start != start)) e++;
       if (e == nt) {
-        t[nt] = (Tied){name, arena_array(a, n, sizeof(int)), 0};
+        t[nt] = (Tied){name, start, arena_array(a, n, sizeof(int)), 0};
         for (int r = 0; r < n; r++) t[nt].at[r] = -1;
         nt++;
         lowest[s][i] = true;

@@ -1649,7 +1649,7 @@ PInput *model_inputs(Graph *const *gs, int ng, int *n) {
 static int64_t param_cols(const PParam *q) {
   return q->node->shape.ndim ? q->node->shape.d[q->node->shape.ndim - 1] : 1;
 }
-static int64_t param_rows(const PParam *q) { return shape_numel(&q->node->shape) / param_cols(q); }
+static int64_t param_rows(const PParam *q) { return q->numel / param_cols(q); }
 
 /* Where parameter k's padding ends: the next one's offset. */
 static int64_t param_end(const Program *p, int k) {
@@ -1841,6 +1841,75 @@ Kernel *lower_update_kernel(Program *p, int lo, int hi, int index) {
   return k;
 }
 
+/* ---- pieces ------------------------------------------------------------------------------ */
+
+/* The elements a piece of parameter q holds a multiple of: whole rows of its first dimension
+ * (a checkpoint writes a piece as a box of them), 16 floats (every parameter starts an
+ * update run's row) and the norm's row, so that a piece's slots of the norm are those of
+ * its rows in the whole parameter. */
+static int64_t piece_unit(const Program *p, const PParam *q) {
+  int64_t u = q->node->shape.ndim ? q->numel / q->node->shape.d[0] : q->numel, w[2] = {16, p->norm_row};
+  for (int i = 0; i < 2; i++) {
+    int64_t a = u, b = w[i];
+    while (b) { /* u = lcm(u, w[i]) */
+      int64_t r = a % b;
+      a = b, b = r;
+    }
+    u = w[i] ? u / a * w[i] : u;
+  }
+  return u;
+}
+
+/* l's list s with its k-th kernel (parameter k's, of the parameters before the split)
+ * replaced by the kernels of that parameter's pieces [first[k], first[k + 1]). */
+static void repiece_list(L *l, PSeq *s, const int *first, int nold, bool norm) {
+  Program *p = l->p;
+  PSeq old = *s;
+  *s = (PSeq){0};
+  for (int i = 0, k = 0; i < old.n; i++) {
+    if (old.v[i].op != ISA_KERNEL) {
+      *pseq_push(l->a, s, (IsaOp)old.v[i].op) = old.v[i];
+      continue;
+    }
+    ir_assert(k < nold);
+    for (int j = first[k]; j < first[k + 1]; j++) {
+      Kernel *kn = norm ? norm_kernel(l, j, j + 1, p->nkernels, TIER_WORK, p->gradnorm_offset)
+                        : update_kernel(l, j, j + 1, p->nkernels);
+      kernel_narrow(kn);
+      kfinish(l, s, kn);
+      s->v[s->n - 1].node = old.v[i].node;
+    }
+    k++;
+  }
+}
+
+void lower_split_params(Program *p, const int *pieces) {
+  ir_assert(!p->scheduled && !p->offload && p->pp <= 1);
+  int n = 0, nold = p->nparams, *first = arena_array(p->arena, nold + 1, sizeof *first);
+  for (int k = 0; k < nold; k++) n += pieces[k] > 1 ? pieces[k] : 1;
+  PParam *v = arena_array(p->arena, n ? n : 1, sizeof *v);
+  n = 0;
+  for (int k = 0; k < nold; k++) {
+    const PParam *q = &p->params[k];
+    int64_t unit = piece_unit(p, q), units = q->numel / unit;
+    int64_t parts = pieces[k] < units ? pieces[k] : units;
+    first[k] = n;
+    if (parts < 2 || q->start || q->numel != shape_numel(&q->node->shape)) parts = 1;
+    for (int64_t j = 0; j < parts; j++) { /* [j units / parts, (j + 1) units / parts), the last to the end */
+      int64_t s = j * units / parts * unit, e = j + 1 == parts ? q->numel : (j + 1) * units / parts * unit;
+      v[n] = *q;
+      v[n].start = s, v[n].numel = e - s, v[n].offset = q->offset + s * 4;
+      n++;
+    }
+  }
+  first[nold] = n;
+  p->params = v, p->nparams = n;
+  if (n == nold) return;
+  L l = opt_context(p);
+  repiece_list(&l, &p->gradnorm, first, nold, true);
+  repiece_list(&l, &p->update, first, nold, false);
+}
+
 /* ---- memory plan ------------------------------------------------------------------------- */
 
 static int by_size(const void *a, const void *b) {
@@ -2025,7 +2094,7 @@ static void layout_params(Program *p, Graph **gs, int n, L **ls) {
         int j = 0;
         while (j < p->nparams && strcmp(p->params[j].node->name, nd->name)) j++;
         if (j == p->nparams) {
-          p->params[p->nparams++] = (PParam){nd, off, decay, 0, partial};
+          p->params[p->nparams++] = (PParam){nd, off, decay, 0, partial, 0, shape_numel(&nd->shape)};
           off += (bytes_of(nd) + 63) & ~(int64_t)63;
         } else if (!shape_eq(&p->params[j].node->shape, &nd->shape)) {
           diag_internal(__FILE__, __LINE__, "a parameter held by two chunks with two shapes");

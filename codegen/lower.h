@@ -51,9 +51,11 @@ typedef struct PParam {
   bool decay;
   int owner;       /* ZeRO: the data-parallel rank that owns it (codegen/zero.h) */
   bool tp_partial; /* its gradient is a tp partial sum until the step's sync (Graph.grad_tp_partial) */
+  int64_t start;   /* a piece of node's tensor (lower_split_params): its elements [start, */
+  int64_t numel;   /* start + numel); the whole tensor: 0 and all of them */
 } PParam;
 /* A parameter's bytes in PARAMS (f32), and so in GRADS. */
-static inline int64_t pparam_bytes(const PParam *q) { return shape_numel(&q->node->shape) * 4; }
+static inline int64_t pparam_bytes(const PParam *q) { return q->numel * 4; }
 /* What train fills an input with (program/program.h, "inputs"): from a token file, the
  * language model's tokens and its targets (the tokens shifted by one); from a record file
  * every input by its name (PIN_OTHER: only from one). */
@@ -173,6 +175,15 @@ PInput *model_inputs(Graph *const *gs, int ng, int *n);
 Kernel *lower_norm_kernel(Program *p, int lo, int hi, int index);
 Kernel *lower_update_kernel(Program *p, int lo, int hi, int index);
 int lower_update_end(const Program *p, int lo, int hi);
+
+/* Parameter k of p made pieces[k] pieces (at most; 1 or less: left whole) of about equal
+ * size: consecutive parameters of the one node, each a range of its elements, [start,
+ * start + numel), of whole rows of its first dimension (so that ZeRO can deal a parameter
+ * larger than a rank's share to several owners: codegen/zero.h); the gradient norm's and
+ * the update's kernels made again, one per piece, the same values bit for bit.
+ * requires: lower_program, one unscheduled program without offload (no pipeline), its
+ * parameters whole. */
+void lower_split_params(Program *p, const int *pieces);
 
 /* Kernels that differ only in their buffers' bindings (tier and offset) share one
  * code (codegen/share.c): p->code, p->ncode and p->code_of, which the emitters and the

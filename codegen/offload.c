@@ -11,7 +11,7 @@ static const double INF = 1e300;
 
 static int64_t up(int64_t x, int64_t g) { return (x + g - 1) / g * g; }
 static int64_t down(int64_t x, int64_t g) { return x / g * g; }
-static int64_t pbytes(const Program *p, int k) { return up(shape_numel(&p->params[k].node->shape) * 4, 64); }
+static int64_t pbytes(const Program *p, int k) { return up(pparam_bytes(&p->params[k]), 64); }
 
 /* ---- chunks ------------------------------------------------------------------------------ */
 

@@ -279,7 +279,7 @@ static int check_overlap(V *v, const PSeq *s) {
     if (!in->overlap) continue;
     if (in->op == ISA_ZERO_GATHER) {
       const PParam *q = &p->params[in->param.index];
-      c[1] = (Touch){TIER_PARAMS, q->offset, q->offset + shape_numel(&q->node->shape) * 4, true};
+      c[1] = (Touch){TIER_PARAMS, q->offset, q->offset + pparam_bytes(q), true};
     } else {
       instr_touch(p, in, c);
     }

@@ -20,7 +20,7 @@ static void widen(Span *s, int i) {
  * may cover several parameters: a GEMM operand's span is an upper bound). */
 static void mark(const Program *p, Span (*use)[USES], int u, int64_t lo, int64_t hi, int i) {
   for (int k = 0; k < p->nparams; k++) {
-    int64_t s = p->params[k].offset, e = s + shape_numel(&p->params[k].node->shape) * 4;
+    int64_t s = p->params[k].offset, e = s + pparam_bytes(&p->params[k]);
     if (s < hi && lo < e) widen(&use[k][u], i);
   }
 }
@@ -68,7 +68,7 @@ void zero_assign_owners(Program *p) {
   int np = p->nparams, dp = (int)p->dp;
   OwnItem *items = arena_array(p->arena, np ? np : 1, sizeof *items);
   int64_t *load = arena_array(p->arena, dp, sizeof *load);
-  for (int i = 0; i < np; i++) items[i] = (OwnItem){shape_numel(&p->params[i].node->shape), i};
+  for (int i = 0; i < np; i++) items[i] = (OwnItem){p->params[i].numel, i};
   qsort(items, np, sizeof *items, own_cmp);
   for (int k = 0; k < np; k++) {
     int best = 0;
@@ -76,6 +76,15 @@ void zero_assign_owners(Program *p) {
     p->params[items[k].index].owner = best;
     load[best] += items[k].numel;
   }
+}
+
+void zero_split_params(Program *p) {
+  ir_assert(p->zero_stage >= 1 && p->dp > 0);
+  int np = p->nparams, *pieces = arena_array(p->arena, np + 1, sizeof *pieces);
+  int64_t total = 0;
+  for (int k = 0; k < np; k++) total += p->params[k].numel;
+  for (int k = 0; k < np; k++) pieces[k] = p->params[k].numel * 2 * p->dp > total ? (int)p->dp : 1;
+  if (p->dp > 1) lower_split_params(p, pieces);
 }
 
 /* Whether the gather of parameter k's use j is issued ahead, at instruction at (the

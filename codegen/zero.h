@@ -28,11 +28,20 @@
 #define COLOSSALC_ZERO_H
 #include "codegen/lower.h"
 
-/* ZeRO's ownership (p->zero_stage >= 1): every parameter dealt to one of the p->dp
+/* ZeRO's ownership (p->zero_stage >= 1): every parameter (a piece, after
+ * zero_split_params, is one) dealt to one of the p->dp
  * ranks of its data-parallel group, largest first (ties: lower index), each to the rank
  * with the fewest elements so far (ties: lower rank), into p->params[].owner, which the
  * program carries ("owner"); the runtime shards by it. requires: the plan set (dp > 0). */
 void zero_assign_owners(Program *p);
+
+/* Before the owners are dealt: every parameter larger than half a rank's share of the
+ * elements (all of them over p->dp) made p->dp pieces (lower_split_params), so that no rank
+ * owns much more than its share (GPT-2's token embedding alone is 31 % of the model: a
+ * quarter of it on each of 4 ranks, not all of it on one). requires: lower_program, the
+ * plan set (p->zero_stage >= 1, p->dp > 0), one unscheduled program without offload (no
+ * pipeline). */
+void zero_split_params(Program *p);
 
 /* The device memory one training step holds at its peak on data-parallel rank r, as
  * the runtime counts it (runtime/executor.h): every tier it does not reserve whole

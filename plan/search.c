@@ -427,9 +427,12 @@ static double stage_inflight(Search *S, const PlanChoice *ch, int i) {
 static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums *q, double shared, StageCost *st) {
   const PlanResult *r = S->r;
   double e = q->dp + q->dptp + q->dptp_mb + shared, dp = ch->dp;
-  /* a compiled program's ZeRO shards whole parameters (codegen/zero.c: the largest
-   * first, each to the least loaded rank), so a rank owns at least the largest */
-  if (S->f->exec && ch->zero >= 1 && q->max_param * dp > e) dp = e / q->max_param;
+  /* a compiled program's ZeRO deals parameters whole (codegen/zero.c: the largest first,
+   * each to the least loaded rank), so a rank owns at least the largest, except in one
+   * stage without offload, where those above half a share are dealt in dp pieces
+   * (codegen/zero.h: zero_split_params) */
+  bool pieces = ch->pp == 1 && ch->offload != OFFLOAD_STATE;
+  if (S->f->exec && ch->zero >= 1 && !pieces && q->max_param * dp > e) dp = e / q->max_param;
   ModelStates ms = cost_zero_states(e, ch->zero, dp, r->w_bytes, r->g_bytes, r->o_bytes);
   st->params = e;
   st->weights = ms.weights, st->grads = ms.grads, st->optimizer = ms.optimizer;

@@ -80,7 +80,7 @@
 #include <stdio.h>
 #include "program/isa.h"
 
-enum { PROG_VERSION = 2 };
+enum { PROG_VERSION = 3 };
 enum { PROG_MAX_DIMS = 8, PROG_MAX_INPUTS = 16, PROG_MAX_ARGS = 16 };
 
 /* The scalars' indices (above). */
@@ -229,7 +229,8 @@ extern const char *const prog_list_names[];
   F(S, STR, name, , 1)                                                                              \
   F(S, I64, ndim, , 1)                                                                              \
   F(S, I64, shape, [PROG_MAX_DIMS], PROG_MAX_DIMS) /* this stage's part; the model: global */      \
-  F(S, I64, numel, , 1)                                                                             \
+  F(S, I64, numel, , 1)                            /* a piece's: elements [start, start + numel) */ \
+  F(S, I64, start, , 1)                            /* of shape's, whole rows of dimension 0 */      \
   F(S, I64, offset, , 1)                                                                            \
   F(S, I64, decay, , 1)                            /* weight decay applies */                       \
   F(S, INIT, init, , 1)                                                                             \

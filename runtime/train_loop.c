@@ -197,11 +197,19 @@ static int trainer_resume(Trainer *t, CkptMeta *m, char *err, size_t errlen) {
   return file_set_error(err, errlen, "--resume: no checkpoint in %s reads whole (%d tried)", t->opts->ckpt_dir, n);
 }
 
+/* Whether p holds a parameter in pieces (ZeRO's, ProgParam.start). */
+static int has_pieces(const Prog *p) {
+  for (int i = 0; i < p->s->nparams; i++)
+    if (p->params[i].start) return 1;
+  return 0;
+}
+
 /* The local state from the checkpoint, --init-from or the init rules. */
 static int trainer_load_state(Trainer *t, CkptMeta *m, char *note, size_t notelen, char *err, size_t errlen) {
   const TrainOpts *o = t->opts;
   if (o->resume) return trainer_resume(t, m, err, errlen);
-  if (o->init_from && !t->mesh.trivial) return trainer_init_from_global(t, note, notelen, err, errlen);
+  if (o->init_from && (!t->mesh.trivial || has_pieces(t->prog)))
+    return trainer_init_from_global(t, note, notelen, err, errlen);
   if (o->init_from) return ckpt_load_params(t->prog, o->init_from, t->host[TIER_PARAMS], note, notelen, err, errlen);
   return trainer_init_rules(t, err, errlen);
 }

@@ -120,8 +120,11 @@ void mesh_slice(const Mesh *m, const ProgParam *l, float *local, const ProgParam
 void mesh_scatter(const Mesh *m, const char *gparams, char *params) {
   const Prog *p = &m->prog;
   for (int i = 0; i < p->s->nparams; i++) {
-    const ProgParam *l = &p->params[i], *g = &m->global.params[l->global];
-    mesh_slice(m, l, (float *)(params + l->offset), g, (float *)(gparams + g->offset), 0);
+    const ProgParam *g = &m->global.params[p->params[i].global];
+    ProgParam l = p->params[i]; /* a piece: its whole tensor, once (host memory holds it all) */
+    if (l.start) continue;
+    for (int d = 0; d < l.ndim; d++) l.numel = d ? l.numel * l.shape[d] : l.shape[d];
+    mesh_slice(m, &l, (float *)(params + l.offset), g, (float *)(gparams + g->offset), 0);
   }
 }
 
@@ -133,11 +136,24 @@ void mesh_pieces_free(MeshPieces *mp) {
   memset(mp, 0, sizeof *mp);
 }
 
-/* Adds local parameter l's blocks in one array (key prefix + name). */
+/* The rows [*a, *b) of dimension 0 that local parameter l (a piece: ProgParam.start) holds. */
+static void piece_rows(const ProgParam *l, int64_t *a, int64_t *b) {
+  int64_t inner = 1;
+  for (int d = 1; d < l->ndim; d++) inner *= l->shape[d];
+  *a = l->ndim ? l->start / inner : 0, *b = l->ndim ? (l->start + l->numel) / inner : 1;
+}
+
+/* Adds local parameter l's blocks in one array (key prefix + name): of a piece, the part of
+ * each block among its rows. */
 static int add_blocks(MeshPieces *mp, const Mesh *m, const ProgParam *l, const ProgParam *g, const char *prefix,
                       char *base, int *cap) {
   int nb = l->tp_dim >= 0 ? (int)l->tp_blocks : 1;
+  int64_t a, b;
+  piece_rows(l, &a, &b);
   for (int k = 0; k < nb; k++) {
+    int64_t lo = a, hi = b, c = l->tp_dim >= 0 ? l->shape[l->tp_dim] / l->tp_blocks : 0;
+    if (l->tp_dim == 0) lo = lo > k * c ? lo : k * c, hi = hi < (k + 1) * c ? hi : (k + 1) * c;
+    if (lo >= hi) continue;
     if (mp->n == *cap) {
       *cap = 2 * *cap + 8;
       ShardPiece *q = realloc(mp->p, (size_t)*cap * sizeof *q);
@@ -150,13 +166,15 @@ static int add_blocks(MeshPieces *mp, const Mesh *m, const ProgParam *l, const P
     memset(w, 0, sizeof *w);
     if (asprintf((char **)&w->key, "%s%s", prefix, prog_str(&m->global, g->name)) < 0) return -1;
     mp->global[mp->n++] = (int)l->global;
-    w->ndim = (int)l->ndim, w->gshape = g->shape, w->ashape = l->shape, w->data = (float *)(base + l->offset);
+    w->ndim = (int)l->ndim, w->gshape = g->shape, w->ashape = l->shape;
+    w->data = (float *)(base + l->offset - l->start * 4); /* the whole tensor's (the piece's rows are read) */
     for (int d = 0; d < w->ndim; d++) w->count[d] = l->shape[d];
     if (l->tp_dim >= 0) {
-      int64_t c = l->shape[l->tp_dim] / l->tp_blocks;
       w->count[l->tp_dim] = c, w->astart[l->tp_dim] = k * c;
       w->gstart[l->tp_dim] = k * c * m->tp + m->tp_rank * c;
     }
+    if (w->ndim) /* the piece's rows of the block */
+      w->count[0] = hi - lo, w->gstart[0] += lo - w->astart[0], w->astart[0] = lo;
   }
   return 0;
 }

@@ -12,12 +12,17 @@
  *   gemm      the CPU device's GEMM (transposes, batch strides, alpha, beta) equals
  *             a naive loop
  *   forward   the executor runs the program's `forward`: logits = W[token] + b
+ *   pieces    a checkpoint's boxes of a parameter that ZeRO holds in pieces
+ *             (ProgParam.start), split over tp along its rows in two blocks: over
+ *             the 2 x 2 ranks every element of the global tensor written once, from
+ *             where the rank's layout holds it
  */
 #include "runtime/executor.h"
 #include "runtime/philox.h"
 #include "runtime/device/threadpool.h"
 #include "runtime/io/ckpt.h"
 #include "runtime/train_loop.h"
+#include "runtime/train_mesh.h"
 
 #include "rt_test.h"
 
@@ -397,6 +402,61 @@ static void test_forward(void) {
   dev->destroy(dev);
 }
 
+/* ---- pieces -------------------------------------------------------------------- */
+
+typedef struct Cover {
+  int *count;        /* [global elements] times written */
+  const float *base; /* the rank's array */
+  int bad;           /* a line whose values are not the global elements it claims */
+} Cover;
+
+/* The rank's array holds global index g's value g (see test_mesh_pieces). */
+static void cover_line(void *arg, float *dst, int64_t gindex, int64_t len) {
+  Cover *c = arg;
+  for (int64_t i = 0; i < len; i++) c->count[gindex + i]++, c->bad |= dst[i] != (float)(gindex + i);
+}
+
+/* Global w [8, 4] split over tp 2 along dimension 0 in 2 blocks of 2 rows (tp rank t:
+ * global rows 2t, 2t+1 and 4+2t, 5+2t), its local [4, 4] in two pieces, rows [0, 1)
+ * (owned by dp rank 0) and [1, 4) (dp rank 1): the second crosses the blocks. */
+static void test_mesh_pieces(void) {
+  static const char names[] = "w";
+  int64_t gshape[2] = {8, 4};
+  ProgParam gp = {.ndim = 2, .numel = 32, .tp_dim = 0, .tp_blocks = 2, .owner = -1};
+  gp.shape[0] = 8, gp.shape[1] = 4;
+  ProgParam lp[2];
+  for (int i = 0; i < 2; i++) {
+    lp[i] = gp;
+    lp[i].shape[0] = 4, lp[i].start = i ? 4 : 0, lp[i].numel = i ? 12 : 4, lp[i].offset = lp[i].start * 4;
+    lp[i].owner = i;
+  }
+  ProgStage gs = {.nparams = 1, .optimizer = PROG_OPT_SGD}, ls = {.nparams = 2, .optimizer = PROG_OPT_SGD};
+  int source[1] = {0}, count[32] = {0};
+  Cover c = {count, NULL, 0};
+  for (int t = 0; t < 2; t++)
+    for (int d = 0; d < 2; d++) {
+      Mesh m = {.dp = 2, .tp = 2, .pp = 1, .dp_rank = d, .tp_rank = t, .source = source};
+      m.global = (Prog){.s = &gs, .params = &gp, .strings = names};
+      m.prog = (Prog){.s = &ls, .params = lp, .strings = names};
+      unsigned char owned[2] = {d == 0, d == 1};
+      MeshPieceRule r = {.writing = 1, .params = 1, .zero_stage = 3, .params_prefix = "param/", .owned = owned};
+      float local[16];
+      for (int row = 0; row < 4; row++) /* local row -> global row (the block layout) */
+        for (int k = 0; k < 4; k++) local[row * 4 + k] = (float)(((row / 2) * 4 + t * 2 + row % 2) * 4 + k);
+      MeshPieces mp;
+      CHECK(mesh_pieces(&m, &r, (char *)local, NULL, &mp) == 0);
+      CHECK(mp.n == (d == 0 ? 1 : 2)); /* piece [1, 4) meets both blocks */
+      for (int i = 0; i < mp.n; i++) {
+        CHECK(strcmp(mp.p[i].key, "param/w") == 0 && mp.p[i].gshape[0] == gshape[0] && mp.global[i] == 0);
+        shards_lines(&mp.p[i], cover_line, &c);
+      }
+      mesh_pieces_free(&mp);
+    }
+  int once = 1;
+  for (int i = 0; i < 32; i++) once &= count[i] == 1;
+  CHECK(once && !c.bad);
+}
+
 int main(void) {
   rt_mkdir_scratch("units");
   test_program_ok();
@@ -407,5 +467,6 @@ int main(void) {
   test_gemm();
   test_pinned_reserve();
   test_forward();
+  test_mesh_pieces();
   return rt_finish("test_train_units");
 }
