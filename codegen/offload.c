@@ -529,8 +529,24 @@ static void deal_chunks(Program *p, OffloadPlan *op, int ranks) {
   }
 }
 
-/* The work tier (every slot of a pipeline stage) and the state, at granules. */
-static int64_t work_of(const Program *p) { return up(p->tiers[TIER_WORK] * (p->slots > 0 ? p->slots : 1), GRANULE); }
+/* The collectives' staging buffer (isa_staging_bytes: a tp all-gather or reduce-scatter
+ * that reorders blocks), which the runtime holds on the device beside the work tier: the
+ * most of any instruction of the lowered lists (compose adds no such collective). */
+static int64_t staging_of(const Program *p) {
+  const PSeq *seqs[5] = {&p->step, &p->sync, &p->gradnorm, &p->update, &p->forward};
+  int64_t most = 0;
+  for (int l = 0; l < 5 + p->nlists; l++) {
+    const PSeq *s = l < 5 ? seqs[l] : &p->lists[l - 5].seq;
+    for (int i = 0; i < s->n; i++) most = isa_staging_bytes(&s->v[i]) > most ? isa_staging_bytes(&s->v[i]) : most;
+  }
+  return most;
+}
+
+/* The work tier (every slot of a pipeline stage) with the staging buffer, and the state,
+ * at granules, as the runtime holds them. */
+static int64_t work_of(const Program *p) {
+  return up(p->tiers[TIER_WORK] * (p->slots > 0 ? p->slots : 1), GRANULE) + up(staging_of(p), GRANULE);
+}
 static int64_t state_of(const Program *p) {
   return up(p->tiers[TIER_PARAMS], GRANULE) + up(p->tiers[TIER_GRADS], GRANULE) + up(p->tiers[TIER_OPT], GRANULE);
 }
@@ -548,9 +564,10 @@ OffloadPlan *offload_chunks(Program *p, const OffloadOptions *o) {
   if (work + state <= o->device_memory) return NULL;
   int64_t room = o->device_memory - work;
   if (room <= 0)
-    error_plain("the device memory (%.1f MiB) does not hold the activations alone: the work tier needs %.1f MiB "
-                "(recompute or a smaller micro-batch lowers it)",
-                o->device_memory / 1048576.0, work / 1048576.0);
+    error_plain(
+        "the device memory (%.1f MiB) does not hold the activations alone: the work tier (and staging) needs %.1f MiB "
+        "(recompute or a smaller micro-batch lowers it)",
+        o->device_memory / 1048576.0, work / 1048576.0);
   OffloadPlan *op = arena_alloc(a, sizeof *op);
   *op = (OffloadPlan){.capacity = o->device_memory, .work_bytes = work, .state_bytes = state, .granule = GRANULE};
   /* a chunk's parameters and gradients, and the next chunk's in flight, must fit; under
@@ -560,10 +577,11 @@ OffloadPlan *offload_chunks(Program *p, const OffloadOptions *o) {
   if (ranks > 1 && share >= largest && share < most) most = share;
   op->chunk_bytes = choose_chunk(p, most, &op->waste);
   if (op->chunk_bytes < 0) {
-    error_plain("the device memory (%.1f MiB) is too small: beside %.1f MiB of activations it must hold the largest "
-                "parameter (%.1f MiB) with its gradient, and the next ones in flight: at least %.1f MiB",
-                o->device_memory / 1048576.0, work / 1048576.0, largest / 1048576.0,
-                (work + 4 * (largest + 2 * GRANULE)) / 1048576.0);
+    error_plain(
+        "the device memory (%.1f MiB) is too small: beside %.1f MiB of activations (and staging) it must hold the largest "
+        "parameter (%.1f MiB) with its gradient, and the next ones in flight: at least %.1f MiB",
+        o->device_memory / 1048576.0, work / 1048576.0, largest / 1048576.0,
+        (work + 4 * (largest + 2 * GRANULE)) / 1048576.0);
   }
   op->chunk = arena_array(a, p->nparams + 1, sizeof *op->chunk);
   op->nchunks = pack(p, op->chunk_bytes, op->chunk, &op->waste);

@@ -42,8 +42,8 @@
  * After each instruction, parts not used again leave at once, and the parts of the
  * next instructions are prefetched into the free room, so their copies overlap the
  * kernels that run meanwhile (one copy thread in order). The device holds the work
- * tier (activations: the memory plan's peak) for the whole step, so the room for
- * chunks is the capacity less the work tier. The optimizer runs on the host (as
+ * tier (activations: the memory plan's peak) and the collectives' staging buffer for the
+ * whole step, so the room for chunks is the capacity less those (work_bytes). The optimizer runs on the host (as
  * CPUAdam does) for every chunk, after the gradient norm, also on the host: chunk by
  * chunk, its optimizer state (and parameters) brought from NVMe first when that is
  * their home and written back after, the next chunk's read overlapping this chunk's

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "codegen/compose.h"
 #include "codegen/offload.h"
 #include "codegen/pipeline.h"
 #include "program/program.h"
@@ -414,6 +415,10 @@ static int check_offload(V *v) {
       if (op->chunk[c].owner < 0 || p->params[k].owner != op->chunk[c].owner)
         return fail(v, "chunk %d (owner %d) holds parameter %s of owner %d", c, op->chunk[c].owner,
                     p->params[k].node->name, p->params[k].owner);
+  int64_t g = op->granule, staging = (program_staging(p) + g - 1) / g * g;
+  if ((p->tiers[TIER_WORK] * (p->slots > 0 ? p->slots : 1) + g - 1) / g * g + staging > op->work_bytes)
+    return fail(v, "the work tier and the staging buffer (%lld bytes) exceed the %lld the offload plan keeps for them",
+                (long long)staging, (long long)op->work_bytes);
   Where w = {calloc(n + 1, 1), calloc(n + 1, sizeof(bool))};
   if (!w.at || !w.busy) rc = fail(v, "out of memory");
   for (int r = owners ? 0 : -1; !rc && r < (owners ? p->dp : 0); r++) {

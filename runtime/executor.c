@@ -565,11 +565,25 @@ static const ExecFn exec_fns[ISA_NOPS] = {[ISA_KERNEL] = exec_kernel,
                                           [ISA_CALL] = exec_call,
                                           [ISA_NORM] = exec_norm};
 
+/* A failed instruction in a pipeline stage: the stages after it would wait for messages
+ * this one no longer sends, and never reach the "norm" where the ranks learn of it, so
+ * this rank says why and ends the job. */
+static void exec_fail_pipeline(Executor *ex, const IsaInstr *in) {
+  char why[1024] = "";
+  if (!ex->off || !offload_failed(ex->off) || offload_drain(ex->off, why, sizeof why) == 0)
+    snprintf(why, sizeof why, "%s failed", isa_op_names[in->op]);
+  fflush(stdout);
+  fprintf(stderr, "train: rank %d (pipeline stage %" PRId64 "): %s; ending the job\n", ex->ctx.world->rank,
+          ex->prog->s->stage, why);
+  ex->ctx.world->abort(ex->ctx.world, 1);
+}
+
 /* Instructions [from, to) of list: loops run their bodies, calls their lists; last: the
  * "last" instructions run (the list's caller's last, and in a loop its final iteration
  * of a final loop). After an
  * instruction fails (the offload's copy thread did) the list runs nothing but its "norm",
- * where every rank learns of it and stops. */
+ * where every rank learns of it and stops; in a pipeline stage the rank ends the job
+ * (exec_fail_pipeline). */
 static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t to, int64_t iter, int last) {
   const IsaInstr *v = &ex->prog->instrs[list->first];
   for (int64_t i = from; i < to; i++) {
@@ -593,6 +607,7 @@ static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t 
       watchdog_enter(exec_waits((IsaOp)in->op));
       int rc = exec_fns[in->op](ex, in, iter);
       watchdog_leave();
+      if (rc != 0 && in->op != ISA_NORM && ex->prog->s->npeers > 0) exec_fail_pipeline(ex, in);
       if (rc != 0) ex->stop = in->op == ISA_NORM ? 2 : ex->stop ? ex->stop : 1;
     }
     if (ex->stop == 2) return;

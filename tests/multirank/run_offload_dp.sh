@@ -12,7 +12,13 @@
 # and the offload plan keeps the gradients across them), against one rank of 2 NP rows.
 # With tp2 or pp2, a plan of NP/2 data-parallel ranks by 2 tensor-parallel ranks or 2
 # pipeline stages (each stage its own offload plan; the tied embedding's gradients come
-# back to the device for their sum over the stages), against one rank of NP/2 rows.
+# back to the device for their sum over the stages), against one rank of NP/2 rows; with
+# tp2pp2, NP/4 by 2 by 2. These meshes train a vocabulary of 2,048 at seq 64 (the tp
+# gather of the logits reorders 0.5 MiB through the collectives' staging buffer) under a
+# tight budget: 5% above the least the compiler accepts (after its refusals of smaller
+# ones, which say "needs N MiB" or "at least N MiB", a stage at a time), so that
+# the device is full and whatever the plan does not count shows (the staging buffer did:
+# "the device would hold ... above the plan's device_capacity").
 # With planned, no --device-memory: the plan search itself, for NP devices of 16 MiB
 # (a cluster file on the cpu profile), finds that only ZeRO-3 with the state offloaded
 # fits, and -o compiles that plan for the devices' memory.
@@ -20,7 +26,7 @@
 # each holding only its own at its homes (codegen/offload.h), and the run also saves a
 # checkpoint after 2 steps and resumes from it to step 4, again equal to one rank.
 # DEVICE=cuda EMUL=DIR (device.sh): the ranks run the emulated CUDA device.
-# Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [host|nvme|mb2|tp2|pp2|planned] [ZERO]
+# Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [host|nvme|mb2|tp2|pp2|tp2pp2|planned] [ZERO]
 set -eu
 cc=$1 work=$2 py=$3 src=$4 mpirun=$5 np=$6 mode=${7:-host} zero=${8:-0}
 [ "$mode" = planned ] && zero=3 # what the search chooses (checked below)
@@ -30,10 +36,11 @@ model="$src/models/gpt2-tiny.model"
 cfg="--set seq=16 --set d=256 --set layers=4"
 args="--data $work/genesis.bin --steps 4 --threads 1 --eps 1e-6"
 dp=$np tp=1 pp=1 cplan="--set batch=1"
-case $mode in tp2) dp=$((np / 2)) tp=2 ;; pp2) dp=$((np / 2)) pp=2 ;; esac
+case $mode in tp2) dp=$((np / 2)) tp=2 ;; pp2) dp=$((np / 2)) pp=2 ;; tp2pp2) dp=$((np / 4)) tp=2 pp=2 ;; esac
+[ $((tp * pp)) -gt 1 ] && cfg="$cfg --set vocab=2048 --set seq=64"
 rows=$dp
 [ "$mode" = mb2 ] && rows=$((2 * dp))
-if [ "$mode" = mb2 ] || [ "$mode" = tp2 ] || [ "$mode" = pp2 ] || [ "$zero" != 0 ]; then
+if [ "$mode" = mb2 ] || [ $((tp * pp)) -gt 1 ] || [ "$zero" != 0 ]; then
   cplan="--set batch=$rows --gpus $np --gpu cpu --dp $dp --tp $tp --pp $pp --zero $zero --microbatch-size 1"
 fi
 "$cc" "$model" $cfg --set batch="$rows" -o train-ref 2> /dev/null
@@ -42,6 +49,17 @@ cflags="--device-memory 12M" tflags=""
 if [ "$mode" = nvme ]; then
   mkdir -p nvme
   cflags="$cflags --host-memory 1M" tflags="--nvme-dir nvme"
+fi
+if [ $((tp * pp)) -gt 1 ]; then # the tight budget, from the compiler's refusals of smaller ones
+  b=1 least=""
+  for try in 1 2 3 4 5 6; do
+    if msg=$("$cc" "$model" $cfg $cplan --device-memory ${b}M -o tight-probe 2>&1); then least=$b && break; fi
+    b=$(echo "$msg" | sed -n 's/.*\(needs\|at least\) \([0-9.]*\) MiB.*/\2/p' | awk '{ printf "%.2f", $1 + 0.1 }')
+    [ -n "$b" ] || { echo "$msg"; echo "no least budget in the compiler's refusal"; exit 1; }
+  done
+  [ -n "$least" ] || { echo "$msg"; echo "the compiler refused every budget tried"; exit 1; }
+  cflags="--device-memory $(awk -v m="$least" 'BEGIN { printf "%.2f", 1.05 * m }')M"
+  echo "budget: $cflags (the compiler's least: $least MiB)"
 fi
 if [ "$mode" = planned ]; then
   printf '{"base": "cpu", "gpus": %d, "gpus_per_node": %d, "device": {"memory_gib": 0.015625, "reserved_gib": 0}}\n' \

@@ -142,15 +142,17 @@ add_test(NAME multirank_offload_dp2_mb2 COMMAND ${mr_offload} 2 mb2)
 add_test(NAME multirank_offload_dp2_zero3 COMMAND ${mr_offload} 2 host 3)
 add_test(NAME multirank_offload_dp4_zero3_nvme COMMAND ${mr_offload} 4 nvme 3)
 add_test(NAME multirank_offload_dp2_zero3_mb2 COMMAND ${mr_offload} 2 mb2 3)
-# dp x tp and dp x pp with offload, at ZeRO 0 and (dp x tp) 3
+# dp x tp, dp x pp and tp x pp with offload under tight budgets, at ZeRO 0 and (dp x tp) 3
 add_test(NAME multirank_offload_dp2_tp2 COMMAND ${mr_offload} 4 tp2)
 add_test(NAME multirank_offload_dp2_tp2_zero3 COMMAND ${mr_offload} 4 tp2 3)
 add_test(NAME multirank_offload_dp2_pp2 COMMAND ${mr_offload} 4 pp2)
+add_test(NAME multirank_offload_tp2_pp2 COMMAND ${mr_offload} 4 tp2pp2)
 # no budget given: the search offloads the state for 16 MiB devices, -o compiles it
 add_test(NAME multirank_offload_planned COMMAND ${mr_offload} 2 planned)
 list(APPEND mr_tests multirank_offload_dp2 multirank_offload_dp4_nvme multirank_offload_dp2_mb2
      multirank_offload_dp2_zero3 multirank_offload_dp4_zero3_nvme multirank_offload_dp2_zero3_mb2
-     multirank_offload_dp2_tp2 multirank_offload_dp2_tp2_zero3 multirank_offload_dp2_pp2 multirank_offload_planned)
+     multirank_offload_dp2_tp2 multirank_offload_dp2_tp2_zero3 multirank_offload_dp2_pp2 multirank_offload_tp2_pp2
+     multirank_offload_planned)
 list(APPEND mr_tests multirank_tp2 multirank_tp2_search multirank_pp2_1f1b multirank_pp2_interleaved multirank_dp2_tp2
      multirank_dp2_pp2 multirank_tp2_pp2 multirank_dp2_tp2_pp2 multirank_tp2_bf16 multirank_pp2_bf16
      multirank_pp2_interleaved_bf16 multirank_dp2_tp2_pp2_bf16 multirank_tp2_fp8 multirank_dp2_tp2_fp8 multirank_dp2_fp8
