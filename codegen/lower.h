@@ -141,8 +141,10 @@ typedef struct Program {
                           * procedures (lower_pipeline), then the lists compose_lists makes
                           * of step, sync, gradnorm, update and forward (codegen/compose.h) */
   int nlists, lists_cap;
-  int named[PROG_NLISTS]; /* each named list's index in lists, -1 until made */
-  int64_t staging;        /* device scratch of the collectives' reorders (compose_lists) */
+  int named[PROG_NLISTS];   /* each named list's index in lists, -1 until made */
+  int64_t staging;          /* device scratch of the collectives' reorders (compose_lists) */
+  double plan_step;         /* the plan's predicted step time (s), 0 without a plan */
+  const char *plan_cluster; /* and the cluster it was planned for, else NULL */
 } Program;
 
 /* requires: pass_decompose, pass_autodiff. Errors (an op the code generators do

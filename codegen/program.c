@@ -56,7 +56,9 @@ static ProgStage model_values(W *w) {
                  .logits_offset = -1,
                  .tokens = -1,
                  .targets = -1,
-                 .no_sample = -1};
+                 .no_sample = -1,
+                 .plan_step_s = p->plan_step,
+                 .plan_cluster = p->plan_cluster ? prog_build_str(w->b, p->plan_cluster) : -1};
   for (int k = 0; k < PROG_NLISTS; k++) s.list[k] = -1;
   const GraphArch *a = p->arch;
   if (a)

@@ -905,6 +905,7 @@ static void lower(Build *b) {
   for (int s = 0; s < b->nps && b->r; s++) {
     Program *p = b->ps[s];
     p->microbatches = ch->m, p->dp = ch->dp, p->zero_stage = ch->zero, p->tp = ch->tp, p->pp = ch->pp, p->stage = s;
+    p->plan_step = b->r->best.pr.step, p->plan_cluster = b->r->cl->name;
     if (p->zero_stage > 0 && b->nps == 1 && !policy_offload_wanted(b->r, b->o->device_memory)) zero_split_params(p);
     if (p->zero_stage > 0) zero_assign_owners(p);
   }

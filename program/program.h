@@ -222,7 +222,9 @@ extern const char *const prog_list_names[];
   F(S, I64, nmemory, , 1)            /* nmemory dp ranks (one: all), 0: not predicted */                       \
   F(S, STR, no_sample, , 1)          /* why `train --sample` cannot run it (-1: it can) */                      \
   F(S, I64, overlaps, , 1)           /* 1: a collective overlaps compute ("overlap") */                         \
-  F(S, I64, reserved, , 1)           /* the tiers (1 << tier) held in part: ZeRO's, offload's */
+  F(S, I64, reserved, , 1)           /* the tiers (1 << tier) held in part: ZeRO's, offload's */               \
+  F(S, F64, plan_step_s, , 1)        /* the plan's predicted step time (s), 0: compiled without a plan */       \
+  F(S, STR, plan_cluster, , 1)       /* the cluster it was planned for (-1: none) */
 
 /* A parameter of a stage (at its offset in PARAMS, GRADS, OPT) or of the model. */
 #define PROG_PARAM_FIELDS(F, S)                                                                     \

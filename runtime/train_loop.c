@@ -462,6 +462,7 @@ static int trainer_init_memory(Trainer *t, const ProgKernelFn *kernels, char *er
   plan[1] = -plan[0];
   t->comm->host_all_reduce(t->comm, plan, 2, COMM_MAX);
   t->plan_mem = -plan[1] < 0 ? -1 : plan[0];
+  t->plan_ms = p->s->plan_step_s * 1e3;
   if (mesh_device_groups(&t->mesh, wrap, t->dev, err, errlen) != 0 ||
       zero_init(&t->zero, p, t->mesh.dp_comm, err, errlen) != 0)
     return -1;
@@ -676,6 +677,32 @@ static void json_num(FILE *f, const char *key, double v, const char *fmt) {
   else fputs("null", f);
 }
 
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The plan's claim held to the run: after TRAIN_APART_STEPS steps in a row more than
+ * TRAIN_APART from the plan's step time, one warning (rank 0). */
+static void trainer_check_plan_time(Trainer *t, const StepStats *s) {
+  if (t->plan_ms <= 0 || t->apart_warned) return;
+  if (fabs(s->ms / t->plan_ms - 1) <= TRAIN_APART) {
+    t->apart_run = 0;
+    return;
+  }
+  t->apart_ms[t->apart_run++] = s->ms;
+  if (t->apart_run < TRAIN_APART_STEPS) return;
+  qsort(t->apart_ms, TRAIN_APART_STEPS, sizeof *t->apart_ms, by_value);
+  double med = t->apart_ms[TRAIN_APART_STEPS / 2];
+  const char *cl = t->prog->s->plan_cluster >= 0 ? prog_str(t->prog, t->prog->s->plan_cluster) : "?";
+  fflush(stdout);
+  fprintf(stderr,
+          "train: warning: %d steps in a row took %.3g ms (median) where the plan predicts %.3g ms (%+.0f%%): "
+          "this machine is not the cluster the plan was made for (%s), or the cost model is off\n",
+          TRAIN_APART_STEPS, med, t->plan_ms, 100 * (med / t->plan_ms - 1), cl);
+  t->apart_warned = 1;
+}
+
 static void trainer_log_step(Trainer *t, const StepStats *s) {
   int64_t seq = t->prog->s->seq;
   double tps = s->ms > 0 ? (double)(t->global_batch * seq) / (s->ms / 1e3) : 0;
@@ -683,8 +710,11 @@ static void trainer_log_step(Trainer *t, const StepStats *s) {
   /* model FLOPs of the step over every rank's peak; NaN where a peak is unknown */
   double mfu = t->peak_flops > 0 && s->ms > 0 ? t->step_flops / (s->ms / 1e3) / t->peak_flops : NAN;
   if (t->comm->rank != 0) return;
-  printf("step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f %s/s | mem %.1f MiB", t->step,
-         t->opts->steps, s->loss, s->lr, s->norm, s->ms, tps, unit, s->mem / (1 << 20));
+  trainer_check_plan_time(t, s);
+  printf("step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.2e | norm %.3f | %.1f ms", t->step, t->opts->steps, s->loss,
+         s->lr, s->norm, s->ms);
+  if (t->plan_ms > 0) printf(" (plan %.3g ms)", t->plan_ms);
+  printf(" | %.0f %s/s | mem %.1f MiB", tps, unit, s->mem / (1 << 20));
   if (t->plan_mem >= 0) printf(" (plan %.1f MiB)", t->plan_mem / (1 << 20));
   if (s->skipped && t->hp.loss_scaling && isfinite(s->loss))
     printf(" | skipped: inf/NaN gradient at loss scale %g, now %g", s->scale, t->ex.step.loss_scale);
@@ -701,6 +731,7 @@ static void trainer_log_step(Trainer *t, const StepStats *s) {
   json_num(t->log, "lr", s->lr, "%.9g");
   json_num(t->log, "grad_norm", s->norm, "%.9g");
   json_num(t->log, "ms", s->ms, "%.3f");
+  json_num(t->log, "predicted_ms", t->plan_ms > 0 ? t->plan_ms : NAN, "%.4g");
   json_num(t->log, seq > 1 ? "tokens_per_s" : "samples_per_s", tps, "%.1f");
   json_num(t->log, "device_memory_peak", s->mem, "%.0f");
   json_num(t->log, "device_memory_plan", t->plan_mem >= 0 ? t->plan_mem : NAN, "%.0f");

@@ -38,6 +38,10 @@
  * on the largest rank during the steps and validations (--save and sampling gather
  * whole tiers under ZeRO-3 and are not counted), and a --log record {"step": N,
  * "memory_peak": {"params": B, "grads": B, "opt": B, "work": B}}.
+ * The plan's step time (a program compiled with a plan: ProgStage.plan_step_s) stands in
+ * every step line beside the measured one, and in the log ("predicted_ms"); after
+ * TRAIN_APART_STEPS steps in a row that part from it by more than TRAIN_APART (a
+ * fraction), rank 0 warns once, with their median.
  */
 #ifndef COLOSSALC_RUNTIME_TRAIN_LOOP_H
 #define COLOSSALC_RUNTIME_TRAIN_LOOP_H
@@ -53,6 +57,9 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+
+enum { TRAIN_APART_STEPS = 20 };
+#define TRAIN_APART 0.25
 
 /* A checkpoint being written: this rank's shard on a thread of its own (train_loop.c),
  * committed once every rank's is. */
@@ -97,21 +104,24 @@ typedef struct Trainer {
   FILE *log;
   int threads;
   uint64_t seed;
-  int64_t step;                 /* training steps done (updates, and fp16's skipped steps) */
-  int64_t off_steps, off_moved; /* offload: training steps run here, bytes they moved */
-  int64_t step_peak[TIERS];     /* the most bytes behind each tier during a step or a
-                                   validation (checkpoints, --save, sampling not counted) */
-  int64_t peak_runs;            /* steps and validations measured */
-  double step_flops;            /* model FLOPs of one training step over all ranks */
-  double peak_flops;            /* the ranks' devices' peak FLOP/s together, 0 if any is unknown */
-  double plan_mem;              /* the compiler's step memory of the largest rank with the device's
-                                   own bytes, -1 when unknown */
-  int64_t data_step;            /* next training batch */
-  int64_t last_val, last_ckpt;  /* steps at which they last ran (-1: never) */
-  CkptJob job;                  /* the checkpoint being written, if any */
-  int64_t bad_run, bad_total;   /* steps with a numerical fault: in a row, in all */
-  int halted;                   /* trainer_run stopped early on a signal: no trainer_finish */
-  int exit_status;              /* then the process's status (0: checkpoint written) */
+  int64_t step;                       /* training steps done (updates, and fp16's skipped steps) */
+  int64_t off_steps, off_moved;       /* offload: training steps run here, bytes they moved */
+  int64_t step_peak[TIERS];           /* the most bytes behind each tier during a step or a
+                                         validation (checkpoints, --save, sampling not counted) */
+  int64_t peak_runs;                  /* steps and validations measured */
+  double step_flops;                  /* model FLOPs of one training step over all ranks */
+  double peak_flops;                  /* the ranks' devices' peak FLOP/s together, 0 if any is unknown */
+  double plan_mem;                    /* the compiler's step memory of the largest rank with the device's
+                                         own bytes, -1 when unknown */
+  double plan_ms;                     /* the plan's step time (ProgStage.plan_step_s), 0: no plan */
+  double apart_ms[TRAIN_APART_STEPS]; /* the last steps' times while they part from plan_ms */
+  int apart_run, apart_warned;        /* such steps in a row; the warning given */
+  int64_t data_step;                  /* next training batch */
+  int64_t last_val, last_ckpt;        /* steps at which they last ran (-1: never) */
+  CkptJob job;                        /* the checkpoint being written, if any */
+  int64_t bad_run, bad_total;         /* steps with a numerical fault: in a row, in all */
+  int halted;                         /* trainer_run stopped early on a signal: no trainer_finish */
+  int exit_status;                    /* then the process's status (0: checkpoint written) */
 } Trainer;
 
 /* All of these return 0, or -1 with a message (without "train: ") in err, empty

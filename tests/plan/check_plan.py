@@ -5,7 +5,7 @@
 
 CHECK is one of: acceptance, text_svg, forced, infeasible, cluster_files,
 from_file, determinism, offload, offload_state, compile, memory_compiled,
-collectives_compiled. Run from the repository root. Prints what it checked; exit
+collectives_compiled, time_reported. Run from the repository root. Prints what it checked; exit
 status 1 on the first failure."""
 import json
 import os
@@ -472,6 +472,53 @@ def collectives_compiled():
             print("ok   %-66s the backward pass gathers %d activations again" % (" ".join(args[1:]), regathered))
 
 
+def time_reported():
+    """train holds the plan's step time to the run: a program compiled with a plan logs
+    it in every record ("predicted_ms", the compiler's "s a step") and prints it in every
+    step line beside the measured time; 20 steps in a row more than 25% apart give one
+    warning naming the cluster planned for (an A100 plan run on this CPU: far apart). A
+    program compiled without a plan logs null and prints nothing of the kind."""
+    mk = os.path.join(os.path.dirname(COLOSSALC), "tools", "colossalc-mktokens")
+    tiny = ["models/gpt2-tiny.model", "--set", "layers=2", "--set", "seq=32"]
+    step_time = re.compile(r"^step [0-9]+/[0-9]+ .*\| [0-9.]+ ms \(plan ([0-9.e+-]+) ms\) \|")
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "g.bin")
+        subprocess.run([mk, "data/genesis.txt", data], check=True, capture_output=True)
+        r = run(tiny + ["--gpus", "1", "--gpu", "a100-80g", "-o", os.path.join(tmp, "planned")])
+        m = re.search(r": ([0-9.e+-]+) s a step", r.stderr)
+        if not m:
+            fail("no step time in the compiler's plan:\n" + r.stderr)
+        want = 1e3 * float(m.group(1))
+        for name, steps in (("planned", 22), ("plain", 3)):
+            if name == "plain":
+                run(tiny + ["-o", os.path.join(tmp, name)])
+            log = os.path.join(tmp, name + ".jsonl")
+            t = subprocess.run([os.path.join(tmp, name), "--data", data, "--steps", str(steps), "--threads", "1",
+                                "--log", log], capture_output=True, text=True)
+            if t.returncode != 0:
+                fail("%s: exit %d\n%s" % (name, t.returncode, t.stderr))
+            recs = [json.loads(line) for line in open(log) if '"ms"' in line]
+            lines = [line for line in t.stdout.splitlines() if line.startswith("step ")]
+            warns = [line for line in t.stderr.splitlines() if "steps in a row" in line]
+            if len(recs) != steps or len(lines) != steps:
+                fail("%s: %d records and %d step lines for %d steps" % (name, len(recs), len(lines), steps))
+            if name == "plain":
+                if any(rec["predicted_ms"] is not None for rec in recs) or any(step_time.match(x) for x in lines) or warns:
+                    fail("a program without a plan reports a predicted time:\n" + "\n".join(lines + warns))
+                continue
+            for rec in recs:
+                if rec["predicted_ms"] is None or abs(rec["predicted_ms"] / want - 1) > 1e-3:
+                    fail("step %d logs predicted_ms %s, the plan %.4g" % (rec["step"], rec["predicted_ms"], want))
+            for line in lines:
+                s = step_time.match(line)
+                if not s or abs(float(s.group(1)) / want - 1) > 5e-3:
+                    fail("a step line without the plan's %.3g ms: %s" % (want, line))
+            if len(warns) != 1 or "20 steps in a row" not in warns[0] or "a100-80g" not in warns[0]:
+                fail("want one warning after 20 steps far from the plan, got:\n" + t.stderr)
+            print("ok   %d steps log and print the plan's %.3g ms; one warning: %s" % (steps, want, warns[0][:150]))
+    print("ok   a program without a plan logs predicted_ms null and prints no plan time")
+
+
 def offload_state():
     """GPT-3 on 8 A100-80GB: its 16 bytes a parameter (2.6 TB) do not fit the devices
     (616 GiB); the search finds a ZeRO-3 plan whose shards live on the node's host memory
@@ -528,5 +575,6 @@ if __name__ == "__main__":
     {"acceptance": acceptance, "text_svg": text_svg, "forced": forced, "infeasible": infeasible,
      "cluster_files": cluster_files, "from_file": plan_file, "determinism": determinism,
      "offload": offload, "offload_state": offload_state, "compile": compile_plan,
-     "memory_compiled": memory_compiled, "collectives_compiled": collectives_compiled}[sys.argv[1]]()
+     "memory_compiled": memory_compiled, "collectives_compiled": collectives_compiled,
+     "time_reported": time_reported}[sys.argv[1]]()
     print("ok")
