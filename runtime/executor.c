@@ -400,6 +400,14 @@ static int exec_comm(Executor *ex, const IsaInstr *in, int64_t iter) {
 
 /* move and drop are queued on the copy thread; wait blocks for them (offload.h). */
 static int exec_move(Executor *ex, const IsaInstr *in, int64_t iter) {
+  if (ex->fault_move && ex->step.step == ex->fault_move) { /* test only (COLOSSALC_FAULT_MOVE) */
+    char msg[128];
+    snprintf(msg, sizeof msg, "test fault (COLOSSALC_FAULT_MOVE): a move failed at step %" PRId64 " on rank %d",
+             ex->step.step, ex->ctx.world->rank);
+    offload_fail(exec_off(ex), msg);
+    ex->fault_move = 0;
+    return -1;
+  }
   offload_issue(exec_off(ex), in, prog_str(ex->prog, ex->list->name), (int)(in - &ex->prog->instrs[ex->list->first]));
   return 0;
 }
@@ -565,16 +573,17 @@ static const ExecFn exec_fns[ISA_NOPS] = {[ISA_KERNEL] = exec_kernel,
                                           [ISA_CALL] = exec_call,
                                           [ISA_NORM] = exec_norm};
 
-/* A failed instruction in a pipeline stage: the stages after it would wait for messages
- * this one no longer sends, and never reach the "norm" where the ranks learn of it, so
- * this rank says why and ends the job. */
-static void exec_fail_pipeline(Executor *ex, const IsaInstr *in) {
-  char why[1024] = "";
+/* A failed instruction (in, or NULL: the copy thread failed before the list) on one of
+ * several ranks: the others would wait for it in the collectives and messages after it
+ * and never reach the "norm" where they would learn of it, so this rank says why and
+ * ends the job. */
+static void exec_fail_ranks(Executor *ex, const IsaInstr *in) {
+  char why[1024] = "", stage[48] = "";
   if (!ex->off || !offload_failed(ex->off) || offload_drain(ex->off, why, sizeof why) == 0)
-    snprintf(why, sizeof why, "%s failed", isa_op_names[in->op]);
+    snprintf(why, sizeof why, "%s failed", in ? isa_op_names[in->op] : "an offload move");
+  if (ex->prog->s->npeers > 0) snprintf(stage, sizeof stage, " (pipeline stage %" PRId64 ")", ex->prog->s->stage);
   fflush(stdout);
-  fprintf(stderr, "train: rank %d (pipeline stage %" PRId64 "): %s; ending the job\n", ex->ctx.world->rank,
-          ex->prog->s->stage, why);
+  fprintf(stderr, "train: rank %d%s: %s; ending the job\n", ex->ctx.world->rank, stage, why);
   ex->ctx.world->abort(ex->ctx.world, 1);
 }
 
@@ -582,8 +591,8 @@ static void exec_fail_pipeline(Executor *ex, const IsaInstr *in) {
  * "last" instructions run (the list's caller's last, and in a loop its final iteration
  * of a final loop). After an
  * instruction fails (the offload's copy thread did) the list runs nothing but its "norm",
- * where every rank learns of it and stops; in a pipeline stage the rank ends the job
- * (exec_fail_pipeline). */
+ * where the run learns of it and stops: on one rank; of several, the rank ends the job
+ * (exec_fail_ranks). */
 static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t to, int64_t iter, int last) {
   const IsaInstr *v = &ex->prog->instrs[list->first];
   for (int64_t i = from; i < to; i++) {
@@ -607,7 +616,7 @@ static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t 
       watchdog_enter(exec_waits((IsaOp)in->op));
       int rc = exec_fns[in->op](ex, in, iter);
       watchdog_leave();
-      if (rc != 0 && in->op != ISA_NORM && ex->prog->s->npeers > 0) exec_fail_pipeline(ex, in);
+      if (rc != 0 && in->op != ISA_NORM && ex->ctx.world->size > 1) exec_fail_ranks(ex, in);
       if (rc != 0) ex->stop = in->op == ISA_NORM ? 2 : ex->stop ? ex->stop : 1;
     }
     if (ex->stop == 2) return;
@@ -623,6 +632,7 @@ static void run_list(Executor *ex, const ProgList *list, int last) {
 
 int exec_run(Executor *ex, const ProgList *list) {
   ex->stop = ex->off && offload_failed(ex->off);
+  if (ex->stop && ex->ctx.world->size > 1) exec_fail_ranks(ex, NULL);
   ex->skip_update = 0;
   ex->run[TIER_WORK] = ex->tiers[TIER_WORK];
   run_list(ex, list, 1);

@@ -221,6 +221,8 @@ struct Executor {
                            into the first gradient element that the first "gradnorm" kernel
                            of this rank reads */
   int64_t fault_done;   /* the last step it was written at */
+  int64_t fault_move;   /* test only: at this step (0: never) the first move of this rank fails
+                           as a failed copy would (offload_fail) */
   int stop;             /* exec_run: 1 an instruction failed (the list runs its "norm"
                            alone), 2 "norm" found a rank that failed (the list stops) */
   pthread_mutex_t lock; /* commits[], committed[] and peak[]: the copy thread

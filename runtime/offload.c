@@ -350,6 +350,12 @@ int offload_wait(Offload *o, int chunk, int part) {
   return off_wait_for(o, upto);
 }
 
+void offload_fail(Offload *o, const char *msg) {
+  pthread_mutex_lock(&o->mu);
+  if (!o->failed) o->failed = 1, snprintf(o->msg, sizeof o->msg, "%s", msg);
+  pthread_mutex_unlock(&o->mu);
+}
+
 int offload_failed(Offload *o) {
   pthread_mutex_lock(&o->mu);
   int f = o->failed;

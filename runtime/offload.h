@@ -85,6 +85,8 @@ void offload_free(Offload *o);
 void offload_issue(Offload *o, const IsaInstr *in, const char *list, int index);
 int offload_wait(Offload *o, int chunk, int part);
 int offload_failed(Offload *o);
+/* The copy thread's failure, as if a job had failed with msg (test faults: executor.h). */
+void offload_fail(Offload *o, const char *msg);
 /* The host location's base of tier t (PARAMS, GRADS or OPT). */
 char *offload_host_tier(Offload *o, int t);
 /* The device on_host kernels run on (the host location's), and, when that is not

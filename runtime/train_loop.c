@@ -495,22 +495,31 @@ static int trainer_init_memory(Trainer *t, const ProgKernelFn *kernels, char *er
   return trainer_init_state(t, err, errlen);
 }
 
-/* Test only: COLOSSALC_FAULT_NAN=FIRST[-LAST][:RANK] writes a NaN into a gradient of each
- * step in [FIRST, LAST] on world rank RANK (every rank without it) before the norm
- * (executor.h, fault_nan). */
-static void trainer_fault_env(Trainer *t) {
-  const char *v = getenv("COLOSSALC_FAULT_NAN");
+/* Test only: the steps [range[0], range[1]] of variable name, FIRST[-LAST][:RANK], when
+ * they are this rank's (every rank's without RANK); 0, or -1 when unset or malformed. */
+static int fault_steps(const Trainer *t, const char *name, int64_t range[2]) {
+  const char *v = getenv(name);
   char *end;
-  if (!v || !v[0]) return;
+  if (!v || !v[0]) return -1;
   long long first = strtoll(v, &end, 10), last = first, rank = -1;
   if (*end == '-') last = strtoll(end + 1, &end, 10);
   if (*end == ':') rank = strtoll(end + 1, &end, 10);
   if (*end || first <= 0 || last < first) {
-    if (t->comm->rank == 0)
-      fprintf(stderr, "train: note: COLOSSALC_FAULT_NAN=%s ignored: expected FIRST[-LAST][:RANK]\n", v);
-    return;
+    if (t->comm->rank == 0) fprintf(stderr, "train: note: %s=%s ignored: expected FIRST[-LAST][:RANK]\n", name, v);
+    return -1;
   }
-  if (rank < 0 || rank == t->comm->rank) t->ex.fault_nan[0] = first, t->ex.fault_nan[1] = last;
+  range[0] = first, range[1] = last;
+  return rank < 0 || rank == t->comm->rank ? 0 : -1;
+}
+
+/* Test only: COLOSSALC_FAULT_NAN=FIRST[-LAST][:RANK] writes a NaN into a gradient of each
+ * step in [FIRST, LAST] on world rank RANK (every rank without it) before the norm
+ * (executor.h, fault_nan); COLOSSALC_FAULT_MOVE=STEP[:RANK] fails the first offload move
+ * of that step (fault_move). */
+static void trainer_fault_env(Trainer *t) {
+  int64_t r[2];
+  if (fault_steps(t, "COLOSSALC_FAULT_NAN", r) == 0) t->ex.fault_nan[0] = r[0], t->ex.fault_nan[1] = r[1];
+  if (fault_steps(t, "COLOSSALC_FAULT_MOVE", r) == 0) t->ex.fault_move = r[0];
 }
 
 int trainer_init(Trainer *t, const Prog *all, const ProgKernelFn *kernels, const TrainOpts *o, Comm *comm, char *err,

@@ -1,6 +1,7 @@
 # Faults: train under injected faults (tests/labels.cmake, "faults"): ranks killed
 # (SIGKILL) and stopped (SIGSTOP) under mpirun, SIGTERM and SIGINT during a step, NaN
-# written into a gradient (COLOSSALC_FAULT_NAN), folders that do not exist yet. The
+# written into a gradient (COLOSSALC_FAULT_NAN), an offload move that fails
+# (COLOSSALC_FAULT_MOVE), folders that do not exist yet. The
 # programs are small (build.sh), so that each test takes seconds; the 8-rank kill is
 # labelled slow too.
 set(FT_WORK ${CMAKE_BINARY_DIR}/faults-work)
@@ -28,6 +29,10 @@ add_test(NAME faults_nan_pp2_stage0 COMMAND ${ft_nan} 2 train-pp2 0)
 add_test(NAME faults_nan_pp2_stage1 COMMAND ${ft_nan} 2 train-pp2 1)
 add_test(NAME faults_nan_stop COMMAND sh ${FT_DIR}/run_nan_stop.sh ${FT_WORK} "${FT_MPIRUN}")
 add_test(NAME faults_dirs COMMAND sh ${FT_DIR}/run_dirs.sh ${FT_WORK})
+# an offload move that fails on one rank: in a pipeline stage (either) and across dp ranks
+add_test(NAME faults_move_pp2_stage0 COMMAND sh ${FT_DIR}/run_move.sh ${FT_WORK} "${FT_MPIRUN}" train-pp2-off 0)
+add_test(NAME faults_move_pp2_stage1 COMMAND sh ${FT_DIR}/run_move.sh ${FT_WORK} "${FT_MPIRUN}" train-pp2-off 1)
+add_test(NAME faults_move_dp2 COMMAND sh ${FT_DIR}/run_move.sh ${FT_WORK} "${FT_MPIRUN}" train-dp2-off 1)
 set(ft_tests
     faults_kill_dp4
     faults_kill_dp2_tp2_pp2
@@ -40,7 +45,10 @@ set(ft_tests
     faults_nan_pp2_stage0
     faults_nan_pp2_stage1
     faults_nan_stop
-    faults_dirs)
+    faults_dirs
+    faults_move_pp2_stage0
+    faults_move_pp2_stage1
+    faults_move_dp2)
 set_tests_properties(${ft_tests} PROPERTIES FIXTURES_REQUIRED faults_bins TIMEOUT 300)
 # the new flags are in train --help (the table of train_opts.c)
 add_test(NAME faults_help COMMAND ${FT_WORK}/train-b2 --help)
