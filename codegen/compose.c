@@ -427,12 +427,12 @@ static void compose_gather(Program *p) {
 }
 
 int64_t program_staging(const Program *p) {
+  const PSeq *seqs[5] = {&p->step, &p->sync, &p->gradnorm, &p->update, &p->forward};
   int64_t most = 0;
-  for (int l = 0; l < p->nlists; l++)
-    for (int i = 0; i < p->lists[l].seq.n; i++) {
-      int64_t b = isa_staging_bytes(&p->lists[l].seq.v[i]);
-      most = b > most ? b : most;
-    }
+  for (int l = 0; l < 5 + p->nlists; l++) {
+    const PSeq *s = l < 5 ? seqs[l] : &p->lists[l - 5].seq;
+    for (int i = 0; i < s->n; i++) most = isa_staging_bytes(&s->v[i]) > most ? isa_staging_bytes(&s->v[i]) : most;
+  }
   return most;
 }
 

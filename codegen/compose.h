@@ -82,7 +82,9 @@ void compose_step(Program **ps, int n, bool offload);
 void compose_lists(Program **ps, int n);
 
 /* The device scratch the collectives of p's lists reorder through: the largest
- * all_gather or reduce_scatter with an outer dimension above 1. */
+ * all_gather or reduce_scatter with an outer dimension above 1, in the lowered lists
+ * (step, sync, gradnorm, update, forward) and the lists made of them, so that it holds
+ * before compose_lists too (the offload plan keeps room for it). */
 int64_t program_staging(const Program *p);
 
 #endif

@@ -1651,6 +1651,14 @@ static int64_t param_cols(const PParam *q) {
 }
 static int64_t param_rows(const PParam *q) { return q->numel / param_cols(q); }
 
+static int64_t gcd(int64_t a, int64_t b) {
+  while (b) {
+    int64_t r = a % b;
+    a = b, b = r;
+  }
+  return a;
+}
+
 /* Where parameter k's padding ends: the next one's offset. */
 static int64_t param_end(const Program *p, int k) {
   return p->params[k].offset + ((pparam_bytes(&p->params[k]) + 63) & ~(int64_t)63);
@@ -1683,11 +1691,7 @@ enum { NORM_ROW_MIN = 64 };
 static int64_t norm_row(const Program *p) {
   int64_t g = 0, most = 1;
   for (int k = 0; k < p->nparams; k++) {
-    int64_t a = (param_end(p, k) - p->params[k].offset) / 4; /* g = gcd(g, a) */
-    while (a) {
-      int64_t r = g % a;
-      g = a, a = r;
-    }
+    g = gcd(g, (param_end(p, k) - p->params[k].offset) / 4);
     if (param_cols(&p->params[k]) > most) most = param_cols(&p->params[k]);
   }
   for (int64_t w = most < g ? most : g; w >= NORM_ROW_MIN; w--)
@@ -1849,14 +1853,7 @@ Kernel *lower_update_kernel(Program *p, int lo, int hi, int index) {
  * its rows in the whole parameter. */
 static int64_t piece_unit(const Program *p, const PParam *q) {
   int64_t u = q->node->shape.ndim ? q->numel / q->node->shape.d[0] : q->numel, w[2] = {16, p->norm_row};
-  for (int i = 0; i < 2; i++) {
-    int64_t a = u, b = w[i];
-    while (b) { /* u = lcm(u, w[i]) */
-      int64_t r = a % b;
-      a = b, b = r;
-    }
-    u = w[i] ? u / a * w[i] : u;
-  }
+  for (int i = 0; i < 2; i++) u = w[i] ? u / gcd(u, w[i]) * w[i] : u; /* lcm */
   return u;
 }
 
@@ -1893,8 +1890,9 @@ void lower_split_params(Program *p, const int *pieces) {
     const PParam *q = &p->params[k];
     int64_t unit = piece_unit(p, q), units = q->numel / unit;
     int64_t parts = pieces[k] < units ? pieces[k] : units;
+    ir_assert(!q->start && q->numel == shape_numel(&q->node->shape)); /* whole */
     first[k] = n;
-    if (parts < 2 || q->start || q->numel != shape_numel(&q->node->shape)) parts = 1;
+    if (parts < 2) parts = 1;
     for (int64_t j = 0; j < parts; j++) { /* [j units / parts, (j + 1) units / parts), the last to the end */
       int64_t s = j * units / parts * unit, e = j + 1 == parts ? q->numel : (j + 1) * units / parts * unit;
       v[n] = *q;

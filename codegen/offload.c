@@ -1,5 +1,6 @@
 /* Offload planning (codegen/offload.h). */
 #include "codegen/offload.h"
+#include "codegen/compose.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -529,23 +530,11 @@ static void deal_chunks(Program *p, OffloadPlan *op, int ranks) {
   }
 }
 
-/* The collectives' staging buffer (isa_staging_bytes: a tp all-gather or reduce-scatter
- * that reorders blocks), which the runtime holds on the device beside the work tier: the
- * most of any instruction of the lowered lists (compose adds no such collective). */
-static int64_t staging_of(const Program *p) {
-  const PSeq *seqs[5] = {&p->step, &p->sync, &p->gradnorm, &p->update, &p->forward};
-  int64_t most = 0;
-  for (int l = 0; l < 5 + p->nlists; l++) {
-    const PSeq *s = l < 5 ? seqs[l] : &p->lists[l - 5].seq;
-    for (int i = 0; i < s->n; i++) most = isa_staging_bytes(&s->v[i]) > most ? isa_staging_bytes(&s->v[i]) : most;
-  }
-  return most;
-}
-
-/* The work tier (every slot of a pipeline stage) with the staging buffer, and the state,
- * at granules, as the runtime holds them. */
+/* The work tier (every slot of a pipeline stage) with the collectives' staging buffer
+ * (program_staging; compose adds no collective that reorders), and the state, at granules,
+ * as the runtime holds them. */
 static int64_t work_of(const Program *p) {
-  return up(p->tiers[TIER_WORK] * (p->slots > 0 ? p->slots : 1), GRANULE) + up(staging_of(p), GRANULE);
+  return up(p->tiers[TIER_WORK] * (p->slots > 0 ? p->slots : 1), GRANULE) + up(program_staging(p), GRANULE);
 }
 static int64_t state_of(const Program *p) {
   return up(p->tiers[TIER_PARAMS], GRANULE) + up(p->tiers[TIER_GRADS], GRANULE) + up(p->tiers[TIER_OPT], GRANULE);
