@@ -319,7 +319,7 @@ static void compose_fp8(Program *p, PSeq *s) {
     const IsaInstr *in = &old.v[i];
     for (int g = 0; g < 2 && in->op == ISA_KERNEL && in->kernel.id == p->fp8.update; g++) {
       if (g == 0 ? p->tp <= 1 : p->dp == 1) continue;
-      IsaInstr *c = push_comm(p, s, ISA_COMM_ALL_REDUCE, g ? ISA_GROUP_DP : ISA_GROUP_TP, TIER_WORK, p->fp8.amax,
+      IsaInstr *c = push_comm(p, s, ISA_COMM_ALL_REDUCE, g ? ISA_GROUP_DP : ISA_GROUP_TP, TIER_SHARED, p->fp8.amax,
                               p->fp8.rows * 4);
       c->comm.red = ISA_RED_MAX, c->last = in->last;
     }

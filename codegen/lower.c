@@ -25,6 +25,7 @@ typedef struct LBuf {
   int64_t bytes, offset;
   int first, last;
   bool pinned, placed, shared;
+  bool scratch; /* a pipeline chunk's, alive within one of its passes (lower_stage: the working set) */
 } LBuf;
 
 typedef enum { V_NONE, V_EXPR, V_LAYOUT } VKind;
@@ -43,6 +44,7 @@ typedef struct L {
   int *uses;         /* [g->n] */
   const Node **user; /* [g->n] a node that reads it (the only one when uses is 1) */
   bool *fused;       /* [g->n] computed by another node's instruction (a GEMM's epilogue) */
+  bool *summed;      /* [g->n] a parameter's gradient summed in its slot by its terms (slot_terms) */
   const Node **gelu; /* [g->n] its only GELU reader (&several_gelus: more than one), or NULL */
   bool *need_layout; /* [g->n] */
   int *grad_of;      /* [g->n] the param index whose gradient this node is, or -1 */
@@ -68,7 +70,7 @@ static int lbuf_new(L *l, int tier, int64_t bytes) {
     l->bufs = b;
     l->bufs_cap = cap;
   }
-  l->bufs[l->nbufs] = (LBuf){tier, (bytes + 63) & ~(int64_t)63, 0, -1, -1, false, false, false};
+  l->bufs[l->nbufs] = (LBuf){.tier = tier, .bytes = (bytes + 63) & ~(int64_t)63, .first = -1, .last = -1};
   return l->nbufs++;
 }
 
@@ -419,7 +421,8 @@ static int grad_slot(L *l, int pi, const Node *n) {
 
 static int out_buf(L *l, const Node *n) {
   int pi = l->grad_of[n->id];
-  if (pi >= 0 && !l->slot_used[pi] && !l->uses[n->id]) return grad_slot(l, pi, n); /* read by nothing else */
+  bool term = l->uses[n->id] == 1 && l->user[n->id] && l->summed[l->user[n->id]->id]; /* added into the slot */
+  if (pi >= 0 && (term || (!l->slot_used[pi] && !l->uses[n->id]))) return grad_slot(l, pi, n); /* read by nothing else */
   return lbuf_new(l, TIER_WORK, bytes_of(n));
 }
 
@@ -635,10 +638,22 @@ static AxMap last_axis(const Kernel *k) {
   return m;
 }
 
+/* The cast to 16 bits that is the only reader of f32 node n, if any: n's kernel then
+ * stores n rounded, as the cast's value (the rounding a 16-bit activation takes, done
+ * where it is computed, so that no f32 copy is stored: a normalisation's output, the
+ * logits' gradient). */
+static const Node *narrowed_by(L *l, const Node *n) {
+  const Node *u = l->user[n->id];
+  if (l->uses[n->id] != 1 || n->dtype != DT_F32 || l->grad_of[n->id] >= 0 || n == l->g->loss) return NULL;
+  return u->op == OP_CAST && (u->dtype == DT_BF16 || u->dtype == DT_F16) ? u : NULL;
+}
+
 static void store_out(L *l, Kernel *k, const Node *n, KExpr *e) {
-  int b = out_buf(l, n);
-  l->val[n->id] = layout_of(b, &n->shape);
-  kernel_map(k, kbuf(l, k, b, n->dtype), kview_contig(k, 0), store_mode(l, b), e);
+  const Node *c = narrowed_by(l, n), *o = c ? c : n;
+  int b = out_buf(l, o);
+  l->val[n->id] = l->val[o->id] = layout_of(b, &n->shape);
+  if (c) l->fused[c->id] = true;
+  kernel_map(k, kbuf(l, k, b, o->dtype), kview_contig(k, 0), store_mode(l, b), e);
   kfinish(l, l->seq, k);
 }
 
@@ -1417,6 +1432,30 @@ static void check_supported(const Node *n) {
   if (n->op == OP_ATTENTION) error_at(n->loc, "attention must be decomposed before lowering");
 }
 
+/* A term of a sum that only that sum reads, computed by an instruction of its own. */
+static bool own_term(const L *l, const Node *t, const Node *sum) {
+  OpClass c = op_info(t->op)->cls;
+  return l->uses[t->id] == 1 && l->grad_of[t->id] < 0 && t->dtype == DT_F32 && shape_eq(&t->shape, &sum->shape) &&
+         c != CLS_SOURCE && c != CLS_MOVE && c != CLS_COMM;
+}
+
+/* Parameter k's gradient n as a sum of terms (a tied weight's uses, a weight shared
+ * by micro-batches): each term is added into the slot as soon as it is computed, as
+ * autograd accumulates .grad, rather than kept until the last one (a classifier's
+ * weight gradient would stay from the start of the backward pass to its end). The
+ * slot starts the step zeroed; the sum's rounding is the same. */
+static void slot_terms(L *l, const Node *n, int k) {
+  if (n->op != OP_ADD || n->dtype != DT_F32 || !own_term(l, n->in[0], n) || !own_term(l, n->in[1], n) ||
+      n->in[0] == n->in[1])
+    return;
+  l->summed[n->id] = true;
+  for (int i = 0; i < 2; i++) {
+    l->grad_of[n->in[i]->id] = k;
+    l->need_layout[n->in[i]->id] = true;
+    slot_terms(l, n->in[i], k);
+  }
+}
+
 static void analyse(L *l) {
   Graph *g = l->g;
   for (int i = 0; i < g->n; i++) {
@@ -1435,7 +1474,10 @@ static void analyse(L *l) {
   for (int k = 0; k < g->nparams; k++)
     if (g->param_grads[k]) {
       l->need_layout[g->param_grads[k]->id] = true;
-      if (l->grad_of[g->param_grads[k]->id] < 0) l->grad_of[g->param_grads[k]->id] = k;
+      if (l->grad_of[g->param_grads[k]->id] < 0) {
+        l->grad_of[g->param_grads[k]->id] = k;
+        slot_terms(l, g->param_grads[k], k);
+      }
     }
 }
 
@@ -1456,12 +1498,19 @@ static void lower_input(L *l, const Node *n) {
     if (l->p->inputs[i].node == n) l->p->inputs[i].offset = b; /* a buffer index until placed */
 }
 
+/* A load and a conversion: a widening of a value in memory, a rounding of an input
+ * (kept whole anyway: a received activation), or a cast of either. */
+static bool cheap_cast(const L *l, const Node *n) {
+  if (n->op != OP_CAST) return false;
+  const Node *x = n->in[0];
+  return (widening(n) && l->val[x->id].kind == V_LAYOUT) || x->op == OP_INPUT || cheap_cast(l, x);
+}
+
 /* An expression: computed where it is read, unless it must be in memory or is read
  * more than once (constants and positions are always recomputed). */
 static void lower_expr_node(L *l, const Node *n) {
   l->val[n->id].kind = V_EXPR;
-  bool cheap = n->op == OP_CONST || n->op == OP_ARANGE || n->op == OP_LOSS_SCALE ||
-               (widening(n) && l->val[n->in[0]->id].kind == V_LAYOUT); /* a load, widened */
+  bool cheap = n->op == OP_CONST || n->op == OP_ARANGE || n->op == OP_LOSS_SCALE || cheap_cast(l, n);
   if (l->need_layout[n->id] || (l->uses[n->id] > 1 && !cheap)) l->val[n->id] = materialize(l, n, out_buf(l, n));
 }
 
@@ -1515,7 +1564,10 @@ static void (*const lower_rules[OP_COUNT])(L *, const Node *) = {
 };
 
 static void lower_node(L *l, const Node *n) {
-  if (!l->fused[n->id]) lower_rules[n->op](l, n);
+  if (l->summed[n->id]) { /* its terms are in the slot */
+    int pi = l->grad_of[n->id];
+    l->val[n->id] = layout_of(grad_slot(l, pi, n), &n->shape);
+  } else if (!l->fused[n->id]) lower_rules[n->op](l, n);
 }
 
 /* Gradients that did not land in their parameter's slot are copied there. */
@@ -1937,13 +1989,13 @@ static int64_t first_fit(LBuf *b, LBuf **placed, int n, LBuf **live) {
 /* Greedy best-fit by size over the interval graph of lifetimes; pinned buffers
  * (inputs, the loss, the gradient-norm parts, pipeline boundary values) live through
  * the whole list. Offsets start at base; returns the bytes used above it. */
-static int64_t plan_memory(L *l, int64_t base) {
+static int64_t plan_buffers(L *l, int64_t base, bool scratch) {
   int end = l->seq->n + 1;
   LBuf **work = arena_array(l->a, l->nbufs ? l->nbufs : 1, sizeof *work);
   int n = 0;
   for (int i = 0; i < l->nbufs; i++) {
     LBuf *b = &l->bufs[i];
-    if (b->tier != TIER_WORK || b->shared) continue;
+    if (b->tier != TIER_WORK || b->shared || b->scratch != scratch) continue;
     if (b->pinned || b->first < 0) {
       b->first = 0;
       b->last = end;
@@ -1964,20 +2016,22 @@ static int64_t plan_memory(L *l, int64_t base) {
   return peak;
 }
 
+static int64_t plan_memory(L *l, int64_t base) { return plan_buffers(l, base, false); }
+
 static void patch_kernel(L *l, Kernel *k) {
   for (int i = 0; i < k->nbufs; i++)
     if (k->bufs[i].tier >= PENDING) {
       LBuf *b = &l->bufs[k->bufs[i].tier - PENDING];
       k->bufs[i].tier = b->tier;
       k->bufs[i].offset += b->offset;
-      k->bufs[i].shared = b->shared;
+      k->bufs[i].shared = b->shared || b->scratch;
     }
 }
 
 static void patch_loc(L *l, int *tier, int64_t *off) {
   if (*tier < PENDING) return;
   LBuf *b = &l->bufs[*tier - PENDING];
-  *tier = b->tier;
+  *tier = b->shared || b->scratch ? TIER_SHARED : b->tier;
   *off += b->offset;
 }
 
@@ -2020,6 +2074,7 @@ static L *l_new(Program *p, Graph *g, PSeq *seq) {
   l->uses = arena_array(a, g->n, sizeof *l->uses);
   l->user = arena_array(a, g->n, sizeof *l->user);
   l->fused = arena_array(a, g->n, sizeof *l->fused);
+  l->summed = arena_array(a, g->n, sizeof *l->summed);
   l->gelu = arena_array(a, g->n, sizeof *l->gelu);
   l->need_layout = arena_array(a, g->n, sizeof *l->need_layout);
   l->grad_of = arena_array(a, g->n, sizeof *l->grad_of);
@@ -2129,12 +2184,17 @@ int program_add_list(Program *p, const char *name, bool proc) {
   return p->nlists++;
 }
 
+/* Patches l's instructions and kernels [k0, k1) with its placed buffers. */
+static void patch(L *l, int k0, int k1, PSeq *const *seqs, int nseqs) {
+  for (int i = k0; i < k1; i++) patch_kernel(l, l->p->kernels[i]);
+  for (int i = 0; i < nseqs; i++) patch_seq(l, seqs[i]);
+}
+
 /* Places l's work buffers from base and patches its instructions and kernels
  * [k0, nkernels). Returns the bytes it used. */
 static int64_t place_and_patch(L *l, int64_t base, int k0, PSeq *const *seqs, int nseqs) {
   int64_t used = plan_memory(l, base);
-  for (int i = k0; i < l->p->nkernels; i++) patch_kernel(l, l->p->kernels[i]);
-  for (int i = 0; i < nseqs; i++) patch_seq(l, seqs[i]);
+  patch(l, k0, l->p->nkernels, seqs, nseqs);
   return used;
 }
 
@@ -2224,7 +2284,7 @@ static int64_t *offsets(Arena *a, int n) {
   return v;
 }
 
-/* A WORK buffer at offset off of slot 0, for every slot (LBuf.shared). */
+/* A WORK buffer at offset off of the region the slots share (LBuf.shared). */
 static int shared_buf(L *l, int64_t off, int64_t bytes) {
   int b = lbuf_new(l, TIER_WORK, bytes);
   l->bufs[b].offset = off;
@@ -2234,8 +2294,8 @@ static int shared_buf(L *l, int64_t off, int64_t bytes) {
 
 /* fp8 in a pipeline stage: the micro-batches' work memory rotates through slots, so the
  * stage's scaling states (its chunks' in order) and their gathered amaxes lie at the
- * start of slot 0, which the chunks' kernels address whatever slot they run in
- * (KBuf.shared); the chunks' regions start after them (the bytes returned). */
+ * start of the region the slots share, which the chunks' kernels address whatever slot
+ * they run in (KBuf.shared); the working set follows them (the bytes returned). */
 static int64_t stage_fp8(Program *p, Graph **gs, int n, L **ls) {
   int64_t rows = 0, w = 0;
   for (int c = 0; c < n; c++)
@@ -2251,7 +2311,43 @@ static int64_t stage_fp8(Program *p, Graph **gs, int n, L **ls) {
   return states + amax;
 }
 
-Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, int nmodel) {
+/* The buffers of chunk l that live within one of its passes, forward or backward
+ * (all: its instructions, the forward's first), not pinned: the stage runs one pass of
+ * one chunk at a time, so these are its working set, which the chunks and the
+ * micro-batches in flight may share; what outlives a micro-batch's forward (its stash,
+ * the values exchanged) is its slot's. None when the passes interleave or a collective
+ * runs beside what follows. */
+static void mark_scratch(L *l, const PSeq *all) {
+  int nf = 0;
+  while (nf < all->n && all->v[nf].node < l->g->n_forward) nf++;
+  for (int i = 0; i < all->n; i++)
+    if ((i >= nf && all->v[i].node < l->g->n_forward) || all->v[i].overlap) return;
+  for (int i = 0; i < l->nbufs; i++) {
+    LBuf *b = &l->bufs[i];
+    b->scratch = b->tier == TIER_WORK && !b->shared && !b->pinned && b->first >= 0 && (b->last < nf || b->first >= nf);
+  }
+}
+
+/* The chunks' work buffers placed: a region per chunk in each slot from 0, and, when
+ * `split`, the working sets (scratch) in the shared region from shared0 (the bytes they
+ * take there to *work). Returns a slot's bytes. */
+static int64_t place_chunks(L **ls, int n, bool split, int64_t shared0, int64_t *work) {
+  int64_t slot = 0;
+  *work = 0;
+  for (int c = 0; c < n; c++) {
+    bool *was = arena_array(ls[c]->a, ls[c]->nbufs + 1, sizeof *was);
+    for (int i = 0; i < ls[c]->nbufs; i++) was[i] = ls[c]->bufs[i].scratch, ls[c]->bufs[i].scratch &= split;
+    slot += plan_buffers(ls[c], slot, false);
+    if (split) {
+      int64_t u = plan_buffers(ls[c], shared0, true);
+      if (u > *work) *work = u;
+    }
+    for (int i = 0; i < ls[c]->nbufs; i++) ls[c]->bufs[i].scratch = was[i];
+  }
+  return slot;
+}
+
+Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, int nmodel, int64_t slots) {
   Program *p = program_new(gs[0]);
   Arena *a = p->arena;
   p->chunks = arena_array(a, n, sizeof *p->chunks);
@@ -2260,7 +2356,9 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
   for (int c = 0; c < n; c++) ls[c] = l_new(p, gs[c], &p->step);
   layout_params(p, gs, n, ls);
   stage_inputs(p, gs, n, model, nmodel);
-  int64_t base = stage_fp8(p, gs, n, ls);
+  int64_t shared = stage_fp8(p, gs, n, ls), base, work;
+  PSeq *all = arena_array(a, n, sizeof *all);
+  int *k0 = arena_array(a, n + 1, sizeof *k0);
   for (int c = 0; c < n; c++) {
     Graph *g = gs[c];
     L *l = ls[c];
@@ -2268,15 +2366,28 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
     *ch = (PChunk){.g = g, .index = index[c], .loss = -1};
     ch->wrt = offsets(a, g->nwrt), ch->wrt_grad = offsets(a, g->nwrt);
     ch->out = offsets(a, g->nouts), ch->seed = offsets(a, g->nseeds);
-    PSeq all = {0};
-    l->seq = &all;
-    int k0 = p->nkernels;
+    l->seq = &all[c];
+    k0[c] = p->nkernels;
     lower_nodes(l, ch);
     if (c + 1 < n && l->fp8_buf >= 0) ls[c + 1]->fp8_rows = l->fp8_rows; /* the next chunk's states follow */
-    for (int i = 0; i < all.n; i++)
-      *emit(l, all.v[i].node < g->n_forward ? &ch->fwd : &ch->bwd, all.v[i].op) = all.v[i];
-    PSeq *seqs[3] = {&all, &ch->fwd, &ch->bwd};
-    base += place_and_patch(l, base, k0, seqs, 3);
+    for (int i = 0; i < all[c].n; i++)
+      *emit(l, all[c].v[i].node < g->n_forward ? &ch->fwd : &ch->bwd, all[c].v[i].op) = all[c].v[i];
+    mark_scratch(l, &all[c]);
+  }
+  k0[n] = p->nkernels;
+  /* the layout of less memory: the working set shared, or a region per chunk in every slot */
+  int64_t whole = place_chunks(ls, n, false, shared, &work);
+  base = place_chunks(ls, n, true, shared, &work);
+  bool split = base * slots + work < whole * slots;
+  if (split) shared += work;
+  else base = place_chunks(ls, n, false, shared, &work);
+  for (int c = 0; c < n; c++) {
+    Graph *g = gs[c];
+    L *l = ls[c];
+    PChunk *ch = &p->chunks[c];
+    for (int i = 0; !split && i < l->nbufs; i++) l->bufs[i].scratch = false;
+    PSeq *seqs[3] = {&all[c], &ch->fwd, &ch->bwd};
+    patch(l, k0[c], k0[c + 1], seqs, 3);
     for (int k = 0; k < g->nouts; k++) ch->out[k] = l->bufs[ch->out[k]].offset;
     for (int k = 0; k < g->nwrt; k++) {
       if (ch->wrt_grad[k] >= 0) ch->wrt_grad[k] = l->bufs[ch->wrt_grad[k]].offset;
@@ -2289,6 +2400,7 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
       p->vocab = loss_classes(loss_op(g));
     }
   }
+  p->work_shared = (shared + 63) & ~(int64_t)63;
   /* the optimizer, over the merged parameters, with the gradient-norm parts after the chunks */
   PSeq none = {0};
   L *lo = l_new(p, gs[0], &none);
@@ -2299,10 +2411,10 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
     L *lf = l_new(p, gs[0], &p->fp8.tail);
     lf->fp8_buf = shared_buf(lf, 0, p->fp8.rows * p->fp8.width * 4), lf->fp8_width = p->fp8.width;
     lf->fp8_amax = shared_buf(lf, p->fp8.amax, p->fp8.rows * 4), lf->fp8_rows = (int)p->fp8.rows;
-    int k0 = p->nkernels;
+    int kf = p->nkernels;
     emit_fp8_update(lf, false);
     PSeq *tail[1] = {&p->fp8.tail};
-    place_and_patch(lf, base, k0, tail, 1);
+    place_and_patch(lf, base, kf, tail, 1);
   }
   p->gradnorm_offset = lo->bufs[p->gradnorm_offset].offset;
   p->tiers[TIER_WORK] = p->work_peak = base + used;

@@ -126,6 +126,7 @@ typedef struct Program {
   int nchunks;
   bool scheduled;              /* `step` walks every micro-batch (program/program.h) */
   int64_t slots;               /* work-tier slots, one per micro-batch in flight */
+  int64_t work_shared;         /* work-tier bytes before the slots, which they share (TIER_SHARED) */
   struct OffloadPlan *offload; /* where the state lives, instruction by instruction, or NULL */
   bool zero_scheduled;         /* ZeRO's gathers and reductions are in `step` (codegen/zero.h) */
   Kernel **code;               /* [ncode] the kernels' shared codes (program_share_kernels), or NULL */
@@ -153,10 +154,17 @@ Program *lower_program(Graph *g);
 
 /* The chunks of one pipeline stage lowered into one program: their parameters
  * merged by name (a tied parameter is one), each chunk's instructions split into
- * forward and backward (PChunk) with its own region of the work tier; `step` is left
- * for the schedule (codegen/pipeline.h); its inputs are those of the model's (model_inputs)
- * that its chunks read. requires: each graph differentiated. */
-Program *lower_stage(Graph **chunks, const int *index, int n, const PInput *model, int nmodel);
+ * forward and backward (PChunk) with its own region of each of the `slots` slots of the
+ * work tier, and the working set of their passes in the region the slots share
+ * (program/program.h), unless one region per chunk in each slot takes less; `step` is
+ * left for the schedule (codegen/pipeline.h); its inputs are those of the model's
+ * (model_inputs) that its chunks read. requires: each graph differentiated. */
+Program *lower_stage(Graph **chunks, const int *index, int n, const PInput *model, int nmodel, int64_t slots);
+
+/* The work tier's bytes: its slots and the region they share. */
+static inline int64_t program_work_bytes(const Program *p) {
+  return p->tiers[TIER_WORK] * (p->slots > 0 ? p->slots : 1) + p->work_shared;
+}
 
 /* Every input of the model whose chunks (all of them, of every stage) are gs, once, as
  * train feeds it: dtype i32 or f32, the batch its first dimension (errors otherwise, at

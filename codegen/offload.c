@@ -534,7 +534,7 @@ static void deal_chunks(Program *p, OffloadPlan *op, int ranks) {
  * (program_staging; compose adds no collective that reorders), and the state, at granules,
  * as the runtime holds them. */
 static int64_t work_of(const Program *p) {
-  return up(p->tiers[TIER_WORK] * (p->slots > 0 ? p->slots : 1), GRANULE) + up(program_staging(p), GRANULE);
+  return up(program_work_bytes(p), GRANULE) + up(program_staging(p), GRANULE);
 }
 static int64_t state_of(const Program *p) {
   return up(p->tiers[TIER_PARAMS], GRANULE) + up(p->tiers[TIER_GRADS], GRANULE) + up(p->tiers[TIER_OPT], GRANULE);

@@ -309,7 +309,7 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
     Graph **gs = arena_array(a, part->v, sizeof *gs);
     int *idx = arena_array(a, part->v, sizeof *idx), n = 0;
     for (int k = s; k < part->nchunks; k += pp) gs[n] = part->chunk[k], idx[n++] = k;
-    Program *p = ps[s] = lower_stage(gs, idx, n, model, nmodel);
+    Program *p = ps[s] = lower_stage(gs, idx, n, model, nmodel, pipe_slots(pp, part->v, m, interleaved, s));
     p->tp = part->tp, p->pp = pp, p->stage = s, p->microbatches = m;
     compose(p, part, m, interleaved, s);
     total += p->nkernels;

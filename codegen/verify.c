@@ -51,11 +51,14 @@ static int fail(V *v, const char *fmt, ...) {
   return -1;
 }
 
-/* The bytes a tier holds (WORK: one slot, which every WORK offset is relative to). */
-static int64_t tier_bytes(const Program *p, int tier) { return p->tiers[tier]; }
+/* The bytes a tier holds (WORK: one slot, which every WORK offset is relative to;
+ * TIER_SHARED: the region the slots share, or where there is none, WORK's start, slot 0). */
+static int64_t tier_bytes(const Program *p, int tier) {
+  return tier == TIER_SHARED ? (p->work_shared ? p->work_shared : p->tiers[TIER_WORK]) : p->tiers[tier];
+}
 
 static int range_in(V *v, int tier, int64_t lo, int64_t hi, const char *what) {
-  if (tier < 0 || tier >= TIERS) return fail(v, "%s: tier %d out of range", what, tier);
+  if (tier < 0 || tier > TIER_SHARED) return fail(v, "%s: tier %d out of range", what, tier);
   if (lo < 0 || hi < lo || hi > tier_bytes(v->p, tier))
     return fail(v, "%s: bytes [%lld, %lld) outside the %lld of tier %d", what, (long long)lo, (long long)hi,
                 (long long)tier_bytes(v->p, tier), tier);
@@ -416,7 +419,7 @@ static int check_offload(V *v) {
         return fail(v, "chunk %d (owner %d) holds parameter %s of owner %d", c, op->chunk[c].owner,
                     p->params[k].node->name, p->params[k].owner);
   int64_t g = op->granule, staging = (program_staging(p) + g - 1) / g * g;
-  if ((p->tiers[TIER_WORK] * (p->slots > 0 ? p->slots : 1) + g - 1) / g * g + staging > op->work_bytes)
+  if ((program_work_bytes(p) + g - 1) / g * g + staging > op->work_bytes)
     return fail(v, "the work tier and the staging buffer (%lld bytes) exceed the %lld the offload plan keeps for them",
                 (long long)staging, (long long)op->work_bytes);
   Where w = {calloc(n + 1, 1), calloc(n + 1, sizeof(bool))};

@@ -184,7 +184,7 @@ void zero_predict_memory(const Program *p, int64_t *out, int n) {
   Pages m = {{0}, 0};
   int64_t whole = program_staging(p);
   for (int t = 0; t < 4; t++) {
-    int64_t bytes = t == TIER_WORK ? p->tiers[t] * (p->slots > 0 ? p->slots : 1) : p->tiers[t];
+    int64_t bytes = t == TIER_WORK ? program_work_bytes(p) : p->tiers[t];
     if (bytes <= 0) continue;
     /* malloc'd once for every rank (each rank's counts return to zero after it) */
     if (reserved[t] && !(m.count[t] = calloc((size_t)(bytes / PAGE + 2), sizeof(int))))

@@ -46,8 +46,10 @@ typedef enum {
 } OpClass;
 /* OPF_DSL: callable from the model language. Mixed precision (passes/autocast.c):
  * OPF_LOWP, the op's float inputs are cast to the low precision (its result is low:
- * GEMMs); OPF_F32, to f32 (statistics: normalisations, softmax, losses, sums). */
-enum { OPF_DSL = 1, OPF_LOWP = 2, OPF_F32 = 4 };
+ * GEMMs); OPF_F32, to f32 (normalisations, softmax, losses, sums); OPF_LOWOUT, its
+ * result is an activation, rounded to the low precision (normalisations, softmax,
+ * embeddings: only the statistics and losses stay f32). */
+enum { OPF_DSL = 1, OPF_LOWP = 2, OPF_F32 = 4, OPF_LOWOUT = 8 };
 
 typedef enum { AK_INT, AK_FLOAT, AK_BOOL, AK_INTS, AK_DTYPE, AK_STR } AttrKind;
 

@@ -1,20 +1,28 @@
-/* Mixed precision: the casts of torch.autocast's CUDA policy, written into the forward
- * graph before autodiff, so that every rounding point is a node (the lowering rounds
- * a 16-bit node where it is stored or, fused, where it is computed) and the gradients
- * autodiff builds follow them as autograd's do:
+/* Mixed precision: the casts of a 16-bit program, written into the forward graph
+ * before autodiff, so that every rounding point is a node (the lowering rounds a
+ * 16-bit node where it is stored or, fused, where it is computed) and the gradients
+ * autodiff builds follow them as autograd's do. The activations are 16-bit, as
+ * Megatron-LM keeps them (and PyTorch under autocast, mostly); the statistics, the
+ * losses and the training state are f32:
  *
  *   - OPF_LOWP ops (GEMMs) take their float inputs cast to the low precision, and
  *     their result is low: f32 accumulation, rounded once;
- *   - OPF_F32 ops (normalisations, softmax, losses, sums) take them cast to f32;
- *   - any other op with float inputs of different precisions computes in f32, the low
- *     ones cast up (type promotion), except that a 0-d constant does not promote a
- *     tensor (as a Python scalar does not): then the op computes in f32 and its result
- *     is rounded back to the tensor's precision;
- *   - the rest (embeddings, elementwise ops of one input) keep their input's precision.
+ *   - OPF_F32 ops (normalisations, softmax, losses, sums) take them cast to f32 (a
+ *     widening the kernels do as they load a 16-bit buffer);
+ *   - OPF_LOWOUT ops (normalisations, softmax, embeddings) have their result rounded
+ *     to the low precision: an activation, stored in 16 bits;
+ *   - any other op with float inputs of different precisions computes in f32 (the
+ *     low ones cast up) and its result is rounded to the low precision when one of
+ *     the activations it reads is low: neither a parameter (a bias) nor a 0-d constant
+ *     nor an f32 activation (a collective's result) widens the stream it joins;
+ *   - the rest (elementwise ops of one input, views) keep their input's precision;
+ *   - a float input (a batch's values, or what another pipeline chunk sent) is read
+ *     in the low precision.
  *
  * Parameters stay f32 (the master weights; a cast feeds each GEMM a 16-bit copy) and
  * so do their gradients, summed in f32 after each cast back. What pipeline chunks
- * exchange is f32: the values a chunk sends are cast up (inputs stay f32).
+ * exchange is f32: the values a chunk sends are cast up, exactly, and the receiver
+ * rounds them back.
  *
  * fp8 (pass_autocast_fp8) is bf16 but for the linear layers' GEMMs (a matmul with a
  * parameter operand, not the classifier's, whose logits a loss reads), which become
@@ -38,18 +46,18 @@ static Node *cast(Ctx *c, Node *x, DType t) {
 }
 
 /* The precision a promoting op computes in and the one its result takes: f32 when its
- * float inputs differ (*back: the tensors' low precision when only 0-d constants are
- * wider), else their precision. */
-static DType promote(Node **in, int nin, DType *back) {
-  DType t = DT_COUNT, tensors = DT_COUNT;
-  bool mixed = false;
+ * float inputs differ (*back: low when an activation it reads, an input that
+ * `varies` with the batch, is low), else their precision. */
+static DType promote(Node **in, const bool *varies, int nin, DType low, DType *back) {
+  DType t = DT_COUNT;
+  bool mixed = false, low_act = false;
   for (int k = 0; k < nin; k++) {
     if (!dtype_is_float(in[k]->dtype)) continue;
     mixed |= t != DT_COUNT && in[k]->dtype != t;
     t = t == DT_COUNT || in[k]->dtype == DT_F32 ? in[k]->dtype : t;
-    if (in[k]->op != OP_CONST) tensors = tensors == DT_COUNT || tensors == in[k]->dtype ? in[k]->dtype : DT_F32;
+    low_act |= varies[k] && in[k]->dtype == low;
   }
-  *back = mixed && tensors != DT_COUNT && tensors != DT_F32 ? tensors : DT_COUNT;
+  *back = mixed && low_act ? low : DT_COUNT;
   return mixed ? DT_F32 : t;
 }
 
@@ -97,26 +105,35 @@ static Graph *autocast(Graph *g, DType low, int fp8_history, int fp8_margin, boo
   Graph *h = graph_new_like(g);
   bool *logits = !fp8_history ? NULL : fp8_classifier ? arena_array(g->arena, g->n, sizeof *logits) : loss_logits(g);
   h->train.loss_scaling = low == DT_F16; /* f16's narrow range: the gradients scaled (autodiff) */
-  Node **map = arena_array(g->arena, g->n, sizeof *map);
+  Node **map = arena_array(g->arena, g->n, sizeof *map);   /* the value its readers read */
+  Node **self = arena_array(g->arena, g->n, sizeof *self); /* the node itself (an input, not its cast) */
   Node **in = arena_array(g->arena, 64, sizeof *in);
+  bool *varies = arena_array(g->arena, g->n, sizeof *varies), vin[64];
   for (int i = 0; i < g->n; i++) {
     const Node *n = g->nodes[i];
     Ctx c = {h, n};
     ir_assert(n->nin <= 64);
-    for (int k = 0; k < n->nin; k++) in[k] = map[n->in[k]->id];
+    varies[i] = n->op == OP_INPUT;
+    for (int k = 0; k < n->nin; k++) {
+      in[k] = map[n->in[k]->id];
+      vin[k] = varies[n->in[k]->id];
+      varies[i] |= vin[k];
+    }
     unsigned f = op_info(n->op)->flags;
     if (logits && n->op == OP_MATMUL && !logits[n->id] && (n->in[0]->op == OP_PARAM || n->in[1]->op == OP_PARAM)) {
-      map[i] = fp8_linear(&c, n, in[0], in[1], fp8_history, fp8_margin);
+      map[i] = self[i] = fp8_linear(&c, n, in[0], in[1], fp8_history, fp8_margin);
       continue;
     }
     DType to = DT_COUNT, back = DT_COUNT;
     if (f & OPF_LOWP) to = low;
     else if (f & OPF_F32) to = DT_F32;
-    else if (n->nin > 1) to = promote(in, n->nin, &back);
+    else if (n->nin > 1) to = promote(in, vin, n->nin, low, &back);
+    if (f & OPF_LOWOUT) back = low;
     for (int k = 0; k < n->nin && to != DT_COUNT; k++) in[k] = cast(&c, in[k], to);
     Node *m = graph_clone_node(h, n, in);
     if (n->nin > 0) node_infer(m);
-    map[i] = back != DT_COUNT ? cast(&c, m, back) : m;
+    self[i] = m;
+    map[i] = back != DT_COUNT ? cast(&c, m, back) : n->op == OP_INPUT ? cast(&c, m, low) : m;
   }
   if (g->loss) h->loss = map[g->loss->id];
   ir_assert(g->nseeds == 0); /* before autodiff */
@@ -130,7 +147,7 @@ static Graph *autocast(Graph *g, DType low, int fp8_history, int fp8_margin, boo
   }
   h->nwrt = g->nwrt;
   h->wrt = arena_array(g->arena, g->nwrt + 1, sizeof(Node *));
-  for (int k = 0; k < g->nwrt; k++) h->wrt[k] = map[g->wrt[k]->id];
+  for (int k = 0; k < g->nwrt; k++) h->wrt[k] = self[g->wrt[k]->id];
   return h;
 }
 

@@ -23,13 +23,24 @@ static bool gathered(const Node *n) {
   return n->op == OP_ALL_GATHER;
 }
 
+/* A copy of a parameter: its 16-bit copy (autocast's cast of a GEMM's weight), its
+ * views, its tensor-parallel copy or part (tp_copy, split), whatever combination. */
+static bool param_copy(const Node *n) {
+  while (is_view(n) || n->op == OP_CAST || n->op == OP_TP_COPY || n->op == OP_SPLIT) n = n->in[0];
+  return n->op == OP_PARAM;
+}
+
 /* cand[i]: forward node i may be recomputed under its layer's mode. Every mode
  * gathers a sharded activation again for the backward pass rather than keep it whole
  * (Megatron-LM's sequence parallelism does; the plan prices it so, plan/shard.c):
- * the shard stays, a tensor-parallel group's size times smaller. */
+ * the shard stays, a tensor-parallel group's size times smaller. And every mode casts
+ * a layer's weights to 16 bits again for its backward rather than keep the copies
+ * from the forward pass: a pass over the weights, where keeping them would hold a
+ * 16-bit copy of every layer's weights at the start of the backward pass. */
 static void mark_candidates(const Graph *g, const RcLayer *mode, bool *cand) {
   for (int i = 0; i < g->n_forward; i++) {
     const Node *n = g->nodes[i];
+    if (computed(n) && param_copy(n)) cand[i] = true; /* in any layer, or none (the classifier's) */
     if (n->layer < 0 || !computed(n)) continue;
     if (mode[n->layer] == RCL_FULL || gathered(n)) cand[i] = true;
     const Node *core[8];
@@ -108,13 +119,26 @@ static void emit_clones(Rebuild *r, int l) {
   }
 }
 
+/* The clone of a recomputed value outside the layers (a 16-bit copy of a parameter:
+ * computed from parameters alone), made where the backward pass first reads it. */
+static Node *clone_outside(Rebuild *r, const Node *y) {
+  if (r->clone[y->id]) return r->clone[y->id];
+  Node *in[MAX_DIMS];
+  ir_assert(y->nin <= MAX_DIMS);
+  for (int k = 0; k < y->nin; k++) {
+    const Node *x = y->in[k];
+    in[k] = x->id < r->g->n_forward && r->rc[x->id] ? clone_outside(r, x) : r->map[x->id];
+  }
+  return r->clone[y->id] = graph_clone_node(r->h, y, in);
+}
+
 /* A backward node on the clones of its own layer's values. */
 static Node *copy_backward(Rebuild *r, const Node *b) {
   Node **in = inputs(r, b);
   for (int k = 0; k < b->nin; k++) {
     const Node *y = b->in[k];
     bool cl = y->id < r->g->n_forward && r->rc[y->id] && y->layer == b->layer;
-    in[k] = cl ? r->clone[y->id] : r->map[y->id];
+    in[k] = !cl ? r->map[y->id] : y->layer < 0 ? clone_outside(r, y) : r->clone[y->id];
   }
   return graph_clone_node(r->h, b, in);
 }
@@ -149,7 +173,10 @@ Graph *pass_recompute(Graph *g, const RcLayer *mode) {
   recompute_mark(g, mode, rc);
   bool *marked = arena_array(a, g->nlayers + 1, sizeof *marked), any = false; /* layers with clones */
   for (int i = 0; i < g->n_forward; i++)
-    if (rc[i]) marked[g->nodes[i]->layer] = any = true;
+    if (rc[i]) {
+      any = true;
+      if (g->nodes[i]->layer >= 0) marked[g->nodes[i]->layer] = true;
+    }
   if (!any) return g;
   Rebuild r = {g,
                graph_new_like(g),

@@ -37,11 +37,13 @@ void plan_force_init(PlanForce *f) {
                    .precision = -1};
 }
 
-/* Bytes of an activation element as priced: 2 under --what-if's mixed precision; 4 in
- * fp32 and in compiled mixed precision, whose autocast keeps normalisations, residual
- * sums and losses in f32 beside the 16-bit GEMM copies and whose collectives and
- * pipeline messages are f32 (passes/autocast.c, ir/ops.def). */
-static double act_bytes(const PlanResult *r, const PlanForce *f) { return r->mixed && !f->exec ? 2 : 4; }
+/* Bytes of an activation element as priced: 2 under mixed precision (the autocast
+ * pass stores activations in 16 bits), 4 in fp32. And of an element of a collective
+ * or a pipeline message: 4 but under --what-if's mixed precision, as the autocast pass
+ * casts what tensor-parallel collectives and pipeline chunks exchange to f32
+ * (passes/autocast.c, ir/ops.def). */
+static double act_bytes(const PlanResult *r) { return r->mixed ? 2 : 4; }
+static double comm_bytes(const PlanResult *r, const PlanForce *f) { return r->mixed && !f->exec ? 2 : 4; }
 
 /* ---- sharding candidates, cached per (tp, mbs, recompute) ------------------------- */
 
@@ -147,7 +149,8 @@ static CandSet *get_set(Search *S, int tp, int mbs, Recompute rc) {
                 .mbs = mbs,
                 .rc = rc,
                 .attn = (AttnKernel)S->f->attn,
-                .act_bytes = act_bytes(r, S->f),
+                .act_bytes = act_bytes(r),
+                .comm_bytes = comm_bytes(r, S->f),
                 .peak = r->peak,
                 .peak_fp8 = r->fp8 ? r->cl->dev.peak_fp8 : 0,
                 .fp8_classifier = S->f->fp8_classifier,
@@ -280,6 +283,27 @@ static bool held_whole(const Search *S, const CandSet *cs, int ci, int node, int
   return false;
 }
 
+/* Elements of the weights the stage holds whole (held_whole) and splits for a use: a
+ * compiled program all-gathers such a weight's gradient whole at the end of its
+ * backward pass, through the collectives' staging buffer (program/isa.h): twice its
+ * bytes. */
+static double stage_split_whole(const Search *S, const CandSet *cs, int ci, const int *segs, int n) {
+  double e = 0;
+  int seen[16], ns = 0;
+  for (int a = 0; a < n; a++) {
+    const SegParams *sp = &cs->sp[ci][segs[a]];
+    for (int u = 0; u < sp->nshared; u++) {
+      const ParamUse *pu = &sp->shared[u];
+      int w = 0;
+      while (w < ns && seen[w] != pu->node) w++;
+      if (w < ns || pu->pl < PL_S0 || !held_whole(S, cs, ci, pu->node, pu->pl)) continue;
+      if (ns < 16) seen[ns++] = pu->node;
+      e += (double)shape_numel(&S->r->g->nodes[pu->node]->shape);
+    }
+  }
+  return e;
+}
+
 /* Parameters used by several segments (tied embeddings), counted once per stage;
  * *tie gets the elements also held by another stage, whose gradients those stages
  * all-reduce; *dptp and *dptp_mb those whose gradients are tensor-parallel partial
@@ -370,6 +394,9 @@ typedef struct StageSums {
   double stash, work, dp, dptp, dptp_mb, maxp, flops_rc;
   double max_param; /* the stage's largest parameter */
   double max_pair;  /* the most parameters of two consecutive segments (one in use, the next gathered ahead) */
+  double work_apart;  /* work with the weight's 16-bit copy, where no stash makes room for it */
+  double split_whole; /* stage_split_whole */
+  double exchange;    /* stage_exchange */
 } StageSums;
 
 static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int n, StageCost *st, StageSums *q) {
@@ -383,6 +410,7 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
     st->t_fwd += s->t_fwd, st->t_bwd += s->t_bwd, st->tp_comm += s->c_fwd + s->c_bwd, st->t_rc += s->t_rc;
     q->stash += s->stash;
     if (s->stash + s->transient > q->work) q->work = s->stash + s->transient;
+    if (s->stash + s->transient + s->wcopy > q->work_apart) q->work_apart = s->stash + s->transient + s->wcopy;
     q->dp += sp->dp, q->dptp += sp->dptp, q->dptp_mb += sp->dptp_mb, q->flops_rc += s->flops_rc;
     if (sp->max_seg > q->maxp) q->maxp = sp->max_seg;
     double pair = sp->max_seg + (a > 0 ? cs->sp[ci][segs[a - 1]].max_seg : 0);
@@ -407,6 +435,24 @@ static double stage_p2p(const Search *S, const ShardCand *c, const int *start, c
     t += 2 * xfer_time(S, last, ch->tp, same_node(S, i, (i + 1) % p, ch->dp, ch->tp));
   }
   return t;
+}
+
+/* Bytes a compiled stage i keeps in each slot for its chunks' exchanges beside their
+ * stash (codegen/lower.c: pinned, f32): the gradients of each chunk's input and output
+ * and, under mixed precision, the f32 values themselves beside the 16-bit activations. */
+static double stage_exchange(const Search *S, const ShardCand *c, const int *start, const PlanChoice *ch, int i) {
+  int p = ch->pp, K = p * ch->v;
+  double b = 0, copies = S->r->mixed ? 2 : 1;
+  if (!S->f->exec || p == 1) return 0;
+  for (int j = 0; j < ch->v; j++) {
+    int k = i + j * p;
+    for (int e = k - 1; e <= k; e++) /* the boundary before the chunk and after it */
+      if (e >= 0 && e < K - 1) {
+        const SegCost *last = &c->seg[S->r->pm->first_layer_seg + start[e + 1] - 1];
+        b += copies * (last->xfer_split + last->xfer_whole);
+      }
+  }
+  return b;
 }
 
 /* The micro-batches whose activations stage i holds at once. A compiled program gives
@@ -444,10 +490,19 @@ static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums
     st->grads = q->maxp * r->g_bytes;
   }
   double held = stage_inflight(S, ch, i);
-  st->activations = q->stash * held;
-  /* one layer's backward working set (in each slot, compiled); ZeRO-3 also holds the
-   * gathered weights of a segment and of the next, gathered ahead (codegen/zero.c) */
-  st->buffers = q->work * (S->f->exec ? held : 1) + (ch->zero == 3 ? q->max_pair * r->w_bytes : 0);
+  st->activations = (q->stash + q->exchange) * held;
+  /* one layer's backward working set, which the micro-batches in flight share (a compiled
+   * pipeline stage keeps its passes' working set, with the 16-bit copies of its weights,
+   * in the region its slots share, codegen/lower.c, lower_stage, and its stash in
+   * theirs; one program's copy reuses what the stash no longer holds); ZeRO-3 also holds the
+   * gathered weights of a segment and of the next, gathered ahead (codegen/zero.c);
+   * ZeRO-2 the whole gradient of a weight the stage uses at both ends (a tied
+   * embedding: its classifier's part from the start of the backward pass, its
+   * embedding's at the end), which ZeRO-3's gathered pair (an overestimate for
+   * weights dealt in pieces) covers */
+  double work = S->f->exec && ch->pp > 1 ? q->work_apart : q->work;
+  st->buffers = work + (ch->zero == 3 ? q->max_pair * r->w_bytes : 0) +
+                (ch->zero == 2 ? shared * r->g_bytes * (dp - 1) / dp : 0) + 2 * q->split_whole * r->g_bytes;
   st->total = st->weights + st->grads + st->optimizer + st->activations + st->buffers;
 }
 
@@ -469,6 +524,8 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
   double shared = stage_shared(S, cs, ci, S->segbuf, n, i, S->seg_stage, &tie, &sdptp, &sdptp_mb, &tie_tp);
   st->p2p = stage_p2p(S, &cs->c[ci], start, ch, i);
   st->time = st->t_fwd + st->t_bwd + st->tp_comm + st->t_rc + st->p2p;
+  q.split_whole = stage_split_whole(S, cs, ci, S->segbuf, n);
+  q.exchange = stage_exchange(S, &cs->c[ci], start, ch, i);
   stage_memory(S, ch, i, &q, shared, st);
   st->params_dptp = q.dptp + sdptp, st->params_dptp_mb = q.dptp_mb + sdptp_mb;
   double d = stage_dp_time(S, ch, st, i, q.dp + shared - tie - (sdptp + sdptp_mb - tie_tp), st->params_dptp,

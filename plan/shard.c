@@ -436,6 +436,11 @@ static double numel_micro(const ShardCtx *x, const Node *n) {
 /* Bytes of the whole tensor (all ranks' parts together) in one micro-batch. */
 static double tensor_bytes(const ShardCtx *x, const Node *n) { return numel_micro(x, n) * elem_bytes(x, n); }
 
+/* ... as a collective or a pipeline message carries it. */
+static double comm_tensor_bytes(const ShardCtx *x, const Node *n) {
+  return dtype_is_float(n->dtype) ? numel_micro(x, n) * x->comm_bytes : tensor_bytes(x, n);
+}
+
 static double split(const ShardCtx *x, int pl) { return pl >= PL_S0 ? x->t : 1; }
 
 static bool legal(const ShardCtx *x, const Node *n, int pl) {
@@ -871,8 +876,8 @@ static void price_strategy(const ShardCtx *x, const Node *n, Strat *s) {
     Cost mc;
     node_cost(n->in[0], &mc);
     s->t_bwd += cost_kernel(cl, mc.fwd_flops * sc, x->peak, cl->dev.gemm_eff, 0);
-  } else if (n->op == OP_CROSS_ENTROPY) { /* the softmax of the logits, kept in fp32 */
-    s->stash_extra = numel_micro(x, n->in[0]) * 4 / split(x, s->in[0]);
+  } else if (n->op == OP_CROSS_ENTROPY) { /* the logits, kept for the gradient, 16-bit under mixed precision */
+    s->stash_extra = numel_micro(x, n->in[0]) * x->act_bytes / split(x, s->in[0]);
   }
   if (n->op == OP_CROSS_ENTROPY) {
     /* vocab-parallel: all-reduces of the rows' max, sum and target logit; by rows: of
@@ -915,6 +920,7 @@ int shard_grad_placement(const Node *n, const Strat *s, int i) {
 /* Per micro-batch sums of a walk over ops. */
 typedef struct Walk {
   double t_fwd, t_bwd, c_fwd, c_bwd, t_rc, stash, transient, params;
+  double wcopy; /* the largest 16-bit copy of a GEMM's weight (SegCost.wcopy) */
 } Walk;
 
 static double walk_time(const Walk *w) { return w->t_fwd + w->t_bwd + w->c_fwd + w->c_bwd + w->t_rc; }
@@ -947,6 +953,7 @@ static bool step_inputs(const ShardCtx *x, const Node *n, const Strat *s, const 
     if (in->op == OP_PARAM) {
       double elems = (double)shape_numel(&in->shape) / split(x, req);
       w->params += elems * x->state_bytes;
+      if (n->op == OP_MATMUL && x->act_bytes < 4 && elems * x->act_bytes > w->wcopy) w->wcopy = elems * x->act_bytes;
       if (acc)
         acc->param[acc->nparam++] =
             (ParamUse){in->id, (uint8_t)req, elems, req == PL_R && shard_grad_placement(n, s, i) == PL_P};
@@ -954,7 +961,7 @@ static bool step_inputs(const ShardCtx *x, const Node *n, const Strat *s, const 
     }
     if (slot[i] < 0) continue; /* data inputs and constants: each rank reads its part */
     int cur = pl[slot[i]], g = shard_grad_placement(n, s, i), need = cur == PL_P ? PL_R : cur;
-    double bytes = tensor_bytes(x, in), f = reshard_rec(x, cur, req, bytes, acc);
+    double bytes = comm_tensor_bytes(x, in), f = reshard_rec(x, cur, req, bytes, acc);
     if (!isfinite(f)) return false;
     w->c_fwd += f;
     if (g != PL_P) w->c_bwd += reshard_rec(x, g, need, bytes, acc);
@@ -963,7 +970,7 @@ static bool step_inputs(const ShardCtx *x, const Node *n, const Strat *s, const 
       pb[slot[i]] = 1;
     }
     if (pm->saver[in->id] == n->id) {
-      w->stash += bytes / (cur >= PL_S0 || req >= PL_S0 ? x->t : 1);
+      w->stash += tensor_bytes(x, in) / (cur >= PL_S0 || req >= PL_S0 ? x->t : 1);
       if (cur >= PL_S0 && req != cur) w->c_bwd += reshard_rec(x, cur, req, bytes, acc); /* gathered again */
     }
   }
@@ -979,6 +986,7 @@ static bool step_cost(const ShardCtx *x, Recompute rc, const Node *n, const Stra
   double out_stash = x->pm->saver[n->id] == n->id ? tensor_bytes(x, n) / split(x, s->out) : 0;
   double extra = s->stash_extra;
   w->params += in.params;
+  if (in.wcopy > w->wcopy) w->wcopy = in.wcopy;
   w->t_fwd += s->t_fwd, w->t_bwd += s->t_bwd;
   w->c_fwd += in.c_fwd + s->c_intr, w->c_bwd += in.c_bwd;
   for (int r = 0; acc && s->c_intr > 0 && r < s->n_intr; r++)
@@ -1239,7 +1247,7 @@ static int out_state(const PlanModel *pm, const Segment *s, const Layout *L, uin
 
 static double boundary_stash(const ShardCtx *x, const Segment *s, const uint8_t *pl) {
   double b = 0;
-  for (int i = 0; i < s->nin; i++) b += tensor_bytes(x, x->pm->g->nodes[s->in[i]]) / split(x, pl[i]);
+  for (int i = 0; i < s->nin; i++) b += comm_tensor_bytes(x, x->pm->g->nodes[s->in[i]]) / split(x, pl[i]);
   return b;
 }
 
@@ -1311,9 +1319,10 @@ static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegS
   out->t_fwd = w.t_fwd, out->t_bwd = w.t_bwd, out->c_fwd = w.c_fwd, out->c_bwd = w.c_bwd, out->t_rc = w.t_rc;
   out->stash = w.stash + (ss->rc == RC_FULL ? boundary_stash(x, s, pl0) : 0);
   out->transient = w.transient;
+  out->wcopy = w.wcopy;
   for (int q = 0; q < s->nout; q++) { /* s's q-th output is rep's q-th, in rep's layout */
     int j = find_slot(L->live[s->nops], L->nlive[s->nops], ss->rep->out[q]);
-    double b = tensor_bytes(x, pm->g->nodes[s->out[q]]);
+    double b = comm_tensor_bytes(x, pm->g->nodes[s->out[q]]);
     if (j >= 0 && pl[j] >= PL_S0) out->xfer_split += b / x->t;
     else out->xfer_whole += b;
   }

@@ -75,6 +75,7 @@ typedef struct ShardCtx {
   Recompute rc;
   AttnKernel attn;
   double act_bytes;         /* bytes of an activation element: 2 (bf16) or 4 (fp32) */
+  double comm_bytes;        /* ... of a collective's or a pipeline message's: 2 or 4 */
   double peak;              /* FLOP/s of GEMMs and attention in the plan's precision */
   double peak_fp8;          /* FLOP/s of the linear layers' GEMMs under fp8; 0: at peak */
   bool fp8_classifier;      /* ... the classifier's GEMM among them (--fp8-classifier) */
@@ -106,6 +107,8 @@ typedef struct SegCost {
   double t_rc;         /* recompute (compute and its communication), s */
   double stash;        /* activation bytes kept from forward to backward */
   double transient;    /* bytes alive only while the segment runs (full recompute) */
+  double wcopy;        /* mixed precision: the largest 16-bit copy of a weight its GEMMs read
+                          (cast for the forward pass and again for the backward, codegen) */
   double xfer_split;   /* bytes per device of split tensors passed to the next segment */
   double xfer_whole;   /* bytes of replicated (or partial) ones: Megatron scatters them */
   double flops_rc;     /* FLOPs recomputed per device */

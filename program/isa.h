@@ -141,6 +141,10 @@ typedef enum IsaTier { ISA_TIERS(ISA_ENUM) } IsaTier;
 #define ISA_COUNT(name, text) +1
 enum { TIERS = 0 ISA_TIERS(ISA_COUNT) };
 #undef ISA_COUNT
+/* An operand's place beyond the four tiers: WORK's region that a pipeline stage's slots
+ * share, before them (ProgStage.work_shared): the working set of its chunks' passes and
+ * fp8's scaling states. Its bytes are WORK's: no tier of its own. */
+enum { TIER_SHARED = TIERS };
 #undef ISA_ENUM
 
 /* "comm": a collective over one of the rank's groups (IsaGroup). broadcast and reduce

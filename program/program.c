@@ -9,7 +9,7 @@
 
 #define NAME(name, text) text,
 const char *const isa_dtype_names[] = {ISA_DTYPES(NAME) 0};
-const char *const isa_tier_names[] = {ISA_TIERS(NAME) 0};
+const char *const isa_tier_names[] = {ISA_TIERS(NAME) "shared", 0};
 const char *const isa_comm_names[] = {ISA_COMM_KINDS(NAME) 0};
 const char *const isa_group_names[] = {ISA_GROUPS(NAME) 0};
 const char *const isa_red_names[] = {ISA_REDUCTIONS(NAME) 0};

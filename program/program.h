@@ -23,16 +23,20 @@
  * A rank runs its stage's lists; every stage's record repeats the model's values
  * (batch, seq, the mesh, the optimizer's settings).
  *
- * Memory. Four tiers, each one allocation made once at start-up (WORK: `slots` slots
- * of tiers[TIER_WORK] bytes) and zeroed, nothing allocated in the step:
+ * Memory. Four tiers, each one allocation made once at start-up (WORK: work_shared
+ * bytes that every slot shares, then `slots` slots of tiers[TIER_WORK] bytes) and
+ * zeroed, nothing allocated in the step:
  *     TIER_PARAMS   every parameter, f32, at ProgParam.offset
  *     TIER_GRADS    every parameter's gradient, f32, at the same offset
  *     TIER_OPT      optimizer state: AdamW's m at the parameter's offset and v at
  *                   opt_v_offset + it (SGD's momentum at the offset)
  *     TIER_WORK     inputs, activations and scratch, at offsets from the memory plan
  * A kernel's buffer or an operand names a tier and a byte offset (WORK's relative to the
- * slot a "slot" instruction chose, slot 0 at a list's start; a kernel buffer marked
- * shared is slot 0's whatever the slot).
+ * slot a "slot" instruction chose, slot 0 at a list's start; an operand of TIER_SHARED,
+ * or a kernel buffer marked shared, relative to the shared region whatever the slot).
+ * A pipeline stage keeps in a micro-batch's slot what outlives its forward pass (the
+ * stash, the values exchanged) and in the shared region the working set of one pass,
+ * as it runs one at a time (codegen/lower.c, lower_stage).
  *
  * Lists. A stage's named lists (ProgStage.list[], PROG_LIST_*), each run whole by the
  * runtime (runtime/executor.h), with the instructions of program/isa.h:
@@ -80,7 +84,7 @@
 #include <stdio.h>
 #include "program/isa.h"
 
-enum { PROG_VERSION = 3 };
+enum { PROG_VERSION = 4 };
 enum { PROG_MAX_DIMS = 8, PROG_MAX_INPUTS = 16, PROG_MAX_ARGS = 16 };
 
 /* The scalars' indices (above). */
@@ -189,6 +193,7 @@ extern const char *const prog_list_names[];
   F(S, I64, tiers, [TIERS], TIERS)   /* bytes (WORK: one slot) */                                               \
   F(S, I64, opt_v_offset, , 1)                                                                                  \
   F(S, I64, slots, , 1)              /* WORK slots, one per micro-batch in flight */                            \
+  F(S, I64, work_shared, , 1)        /* WORK's bytes before the slots, which they share */                      \
   F(S, I64, staging, , 1)            /* device scratch of the collectives' reorders */                          \
   F(S, I64, norm_parts, , 1)         /* the gradient norm's partial sums ("norm") */                            \
   F(S, I64, param0, , 1)             /* params: PARAMS[param0, param0 + nparams) */                             \
@@ -201,7 +206,7 @@ extern const char *const prog_list_names[];
   F(S, I64, logits_offset, , 1)      /* forward's logits, batch x seq x vocab at WORK */                        \
   F(S, DTYPE, logits_dtype, , 1)                                                                                \
   F(S, I64, list, [PROG_NLISTS], PROG_NLISTS) /* the named lists (LISTS index, -1) */                          \
-  F(S, I64, fp8_offset, , 1)         /* fp8: this stage's fp8_rows states at WORK */                            \
+  F(S, I64, fp8_offset, , 1)         /* fp8: this stage's fp8_rows states at TIER_SHARED */                     \
   F(S, I64, fp8_rows, , 1)           /* (slot 0); INTS[fp8_runs]: fp8_nruns triples */                          \
   F(S, I64, fp8_runs, , 1)           /* {the model's row, this stage's, count} */                               \
   F(S, I64, fp8_nruns, , 1)                                                                                     \

@@ -21,7 +21,15 @@ typedef int (*ExecFn)(Executor *ex, const IsaInstr *in, int64_t iter);
 static const ExecFn exec_fns[ISA_NOPS];
 
 int64_t exec_tier_bytes(const Executor *ex, int tier) {
-  return ex->prog->s->tiers[tier] * (tier == TIER_WORK ? ex->prog->s->slots : 1);
+  const ProgStage *s = ex->prog->s;
+  return tier == TIER_WORK ? s->work_shared + s->tiers[tier] * s->slots : s->tiers[tier];
+}
+
+/* WORK's slot k as the instructions' base, and its shared region (program/program.h). */
+static void exec_slot_base(Executor *ex, int64_t k) {
+  const ProgStage *s = ex->prog->s;
+  ex->run[TIER_WORK] = ex->tiers[TIER_WORK] + s->work_shared + k * s->tiers[TIER_WORK];
+  ex->run[TIER_SHARED] = ex->tiers[TIER_WORK];
 }
 
 /* Tier t's bytes rounded up to the device's granule. */
@@ -77,7 +85,8 @@ int exec_init_reserved(Executor *ex, const Prog *prog, Device *dev, unsigned res
     }
     ex->committed[t] = ex->peak[t] = reserve ? 0 : exec_tier_bytes(ex, t);
   }
-  memcpy(ex->run, ex->tiers, sizeof ex->run);
+  memcpy(ex->run, ex->tiers, sizeof ex->tiers);
+  exec_slot_base(ex, 0);
   if (exec_alloc_scratch(ex) != 0) {
     exec_free(ex);
     return file_set_error(err, errlen, "out of memory for the comm staging buffer (%lld bytes)",
@@ -272,8 +281,7 @@ static int exec_gemm(Executor *ex, const IsaInstr *in, int64_t iter) {
 }
 
 static int exec_slot(Executor *ex, const IsaInstr *in, int64_t iter) {
-  int64_t slot = (in->slot.mb + in->slot.step * iter) % ex->prog->s->slots;
-  ex->run[TIER_WORK] = ex->tiers[TIER_WORK] + slot * ex->prog->s->tiers[TIER_WORK];
+  exec_slot_base(ex, (in->slot.mb + in->slot.step * iter) % ex->prog->s->slots);
   return 0;
 }
 
@@ -634,9 +642,9 @@ int exec_run(Executor *ex, const ProgList *list) {
   ex->stop = ex->off && offload_failed(ex->off);
   if (ex->stop && ex->ctx.world->size > 1) exec_fail_ranks(ex, NULL);
   ex->skip_update = 0;
-  ex->run[TIER_WORK] = ex->tiers[TIER_WORK];
+  exec_slot_base(ex, 0);
   run_list(ex, list, 1);
-  ex->run[TIER_WORK] = ex->tiers[TIER_WORK];
+  exec_slot_base(ex, 0);
   ex->list = NULL;
   if (list->sends) exec_pp(ex)->wait_sends(exec_pp(ex));
   int rc = ex->stop ? -1 : 0;
@@ -671,8 +679,15 @@ static int64_t committed_run(Executor *ex, int tier, int64_t offset, int64_t byt
   return ((i + 1) * g < end ? (i + 1) * g : end) - offset;
 }
 
+/* WORK's offsets are slot 0's, TIER_SHARED's the shared region's: both into WORK. */
+static void work_at(const Executor *ex, int *tier, int64_t *offset) {
+  if (*tier == TIER_WORK) *offset += ex->prog->s->work_shared;
+  if (*tier == TIER_SHARED) *tier = TIER_WORK;
+}
+
 /* Reserved tiers: what has no memory behind it is not written, and reads as zeros. */
 void exec_write(Executor *ex, int tier, int64_t offset, const void *src, int64_t bytes) {
+  work_at(ex, &tier, &offset);
   pthread_mutex_lock(&ex->lock);
   for (int64_t done = 0, n; done < bytes; done += n) {
     int has;
@@ -683,6 +698,7 @@ void exec_write(Executor *ex, int tier, int64_t offset, const void *src, int64_t
 }
 
 void exec_read(Executor *ex, int tier, int64_t offset, void *dst, int64_t bytes) {
+  work_at(ex, &tier, &offset);
   pthread_mutex_lock(&ex->lock);
   for (int64_t done = 0, n; done < bytes; done += n) {
     int has;

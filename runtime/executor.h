@@ -202,7 +202,8 @@ struct Executor {
   const Prog *prog;
   Device *dev;
   char *tiers[TIERS];       /* device base of each tier (WORK: slots slots) */
-  char *run[TIERS];         /* the bases instructions see: WORK at the current slot */
+  char *run[TIERS + 1];     /* the bases instructions see: WORK at the current slot, and
+                               TIER_SHARED at the region WORK's slots share */
   uint32_t *commits[TIERS]; /* reserved tiers: commit count per granule, else NULL */
   int64_t committed[TIERS]; /* bytes of memory behind each tier */
   int64_t peak[TIERS];      /* the most committed[] since exec_init or exec_peak_reset */

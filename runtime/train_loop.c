@@ -237,7 +237,7 @@ static int trainer_init_state(Trainer *t, char *err, size_t errlen) {
   int rc = trainer_load_state(t, &m, note, sizeof note, err, errlen);
   if (rc == 0 && m.fp8 && m.fp8_restored && p->s->fp8_rows) { /* every rank its stage's */
     mesh_fp8_scatter(&t->mesh, m.fp8, fp8);
-    exec_write(&t->ex, TIER_WORK, p->s->fp8_offset, fp8, p->s->fp8_rows * m.fp8_width * 4);
+    exec_write(&t->ex, TIER_SHARED, p->s->fp8_offset, fp8, p->s->fp8_rows * m.fp8_width * 4);
   } else if (rc == 0 && m.fp8 && !m.fp8_restored && rank0) {
     fprintf(stderr,
             "train: note: the checkpoint holds no fp8 scaling states of this program's "
@@ -818,7 +818,7 @@ static int trainer_fp8_gather(Trainer *t, CkptMeta *m, char *err, size_t errlen)
     free(local);
     return -1;
   }
-  if (n) exec_read(&t->ex, TIER_WORK, p->s->fp8_offset, local, n * 4);
+  if (n) exec_read(&t->ex, TIER_SHARED, p->s->fp8_offset, local, n * 4);
   mesh_fp8_gather(&t->mesh, local, m->fp8);
   free(local);
   return 0;

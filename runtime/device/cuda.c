@@ -64,6 +64,7 @@ typedef struct CudaDevice {
   GemmPlan *gemm;
   int ngemm, gemm_cap;
   int64_t work_slot;        /* bytes from one slot of the work tier to the next (several slots), else 0 */
+  int64_t work_shared;      /* bytes of the region before the slots */
   CUmemAllocationProp prop; /* reserved address space: device memory of this GPU */
   CUmemAccessDesc access;
   CudaReserved *res; /* [nres] */
@@ -428,7 +429,7 @@ static void setup_reserve(CudaDevice *c) {
  * at most 256, what cuBLASLt may assume of the pointers (MIN_ALIGNMENT_*_BYTES). */
 static int64_t gemm_align(const CudaDevice *c, const IsaGemm *g, int w) {
   uint64_t e = (uint64_t)isa_dtype_bytes(g->dt[w]), x = (uint64_t)g->off[w] | 256;
-  if (g->tier[w] == TIER_WORK) x |= (uint64_t)c->work_slot;
+  if (g->tier[w] == TIER_WORK) x |= (uint64_t)c->work_slot | (uint64_t)c->work_shared;
   for (int b = 0; b < 2; b++)
     if (g->batch[b] > 1) x |= (uint64_t)g->stride[w][b] * e;
   return (int64_t)(x & (~x + 1));
@@ -642,6 +643,7 @@ static int load_kernels(CudaDevice *c, const Prog *p, const CudaBuild *b, char *
 /* Every GEMM of the program planned ahead (its instructions, whichever list runs them). */
 static int plan_gemms(CudaDevice *c, const Prog *p, char *err, size_t errlen) {
   c->work_slot = p->s->slots > 1 ? p->s->tiers[TIER_WORK] : 0;
+  c->work_shared = p->s->work_shared;
   for (int64_t i = 0; i < p->count[PROG_SEC_INSTRS]; i++)
     if (p->instrs[i].op == ISA_GEMM && plan_gemm(c, &p->instrs[i].gemm, err, errlen) != 0) return -1;
   return 0;

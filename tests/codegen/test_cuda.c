@@ -933,7 +933,9 @@ typedef struct LRun {
 /* Bit for bit, except after block reductions (tree order): there 1e-4 of the largest
  * value, as layernorm's backward subtracts nearly equal sums. The same kernels in the
  * evaluator's order (thread per row) match exactly. */
-static double lowered_tolerance(const Kernel *k) { return cuda_kernel_mapping(k) == CM_BLOCK_ROW ? 1e-4 : 0; }
+static double lowered_tolerance(const Kernel *k) {
+  return lowered_store_tolerance(k, cuda_kernel_mapping(k) == CM_BLOCK_ROW ? 1e-4 : 0);
+}
 
 static void lowered_kernel(LRun *r, const IsaInstr *in, char **before) {
   int id = in->kernel.id;

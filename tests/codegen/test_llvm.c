@@ -674,8 +674,8 @@ static void run_kernel(Run *r, const IsaInstr *in) {
   for (int i = 0; i < 3; i++)
     if (cuts[i] < cuts[i + 1]) r->fns[r->p->code_of[in->kernel.id]](bufs, cuts[i], cuts[i + 1], r->scalars);
   kernel_eval(k, r->ref, r->scalars);
-  double e = lowered_written_error(r->p, r->ref, r->got, r->before);
-  if (e > TOL && !(r->worst[in->kernel.id] > TOL)) kernel_print(stdout, k); /* the first failure, as a bug report */
+  double e = lowered_written_error(r->p, r->ref, r->got, r->before), tol = lowered_store_tolerance(k, TOL);
+  if (e > tol && !(r->worst[in->kernel.id] > tol)) kernel_print(stdout, k); /* the first failure, as a bug report */
   if (!(e <= r->worst[in->kernel.id])) r->worst[in->kernel.id] = e;
 }
 
@@ -719,7 +719,7 @@ static int run_lowered(int argc, char **argv) {
   run_seq(&r, &p->update);
   int bad = 0;
   for (int i = 0; i < p->nkernels; i++) {
-    bool ok = r.worst[i] <= TOL;
+    bool ok = r.worst[i] <= lowered_store_tolerance(p->kernels[i], TOL);
     bad += !ok;
     printf("%-4s %-40s max error %.3g\n", ok ? "ok" : "FAIL", p->kernels[i]->name, r.worst[i]);
   }

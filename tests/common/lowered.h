@@ -165,4 +165,23 @@ static inline double lowered_written_error(const Program *p, char *const *ref, c
   return diff / (scale > 0 ? scale : 1);
 }
 
+/* What a kernel's result may differ by beyond tol: where it sums (a reduction phase,
+ * attention) and stores a 16-bit value, two f32 sums that differ in their last bits
+ * (vector lanes, another order) may round to neighbouring 16-bit values, one unit in
+ * the last place apart (relative 2^-7 for bf16, 2^-10 for f16, of the largest value
+ * written, as lowered_written_error measures). */
+static inline double lowered_store_tolerance(const Kernel *k, double tol) {
+  bool sums = k->attn != NULL;
+  for (int i = 0; i < k->nphases; i++) sums |= k->phases[i].kind == KPH_REDUCE;
+  double t = tol;
+  for (int i = 0; sums && i < k->nphases + (k->attn != NULL); i++) {
+    int b = i < k->nphases ? k->phases[i].buf : k->attn->res.buf;
+    if (i < k->nphases && k->phases[i].kind == KPH_REDUCE) continue;
+    DType d = k->bufs[b].dtype;
+    double u = d == DT_BF16 ? 0x1p-7 : d == DT_F16 ? 0x1p-10 : 0;
+    if (u > t) t = u;
+  }
+  return t;
+}
+
 #endif

@@ -56,10 +56,11 @@ def make_params(vocab, ctx, d, layers, gen):
     return {k: v.float().requires_grad_(True) for k, v in p.items()}
 
 
-# Mixed precision (--bf16): torch.autocast's CUDA policy written out, as colossalc's
-# autocast pass applies it (CPU autocast's op lists differ): GEMMs on bf16 copies of
-# their inputs with a bf16 result, layer norm, softmax and the loss on f32 inputs, and
-# type promotion elsewhere (a bf16 product plus an f32 bias is f32).
+# Mixed precision (--bf16): colossalc's autocast pass written out: GEMMs on bf16 copies
+# of their inputs with a bf16 result; the activations stored in bf16 (embeddings, layer
+# norms computed in f32 from the widened input and rounded, a product plus its f32 bias
+# added in f32 and rounded, the residual sums in bf16); attention as the fused kernel
+# computes it, in f32 on the bf16 q, k and v, its output f32; the loss in f32.
 LOW = None
 
 
@@ -71,6 +72,11 @@ def mm(a, b):
 
 def f32(x):
     return x.float() if LOW else x
+
+
+def low(x):
+    """An activation stored in 16 bits."""
+    return x.to(LOW) if LOW else x
 
 
 # fp8 (--fp8 HISTORY): bf16 as above but for the linear layers' GEMMs, Transformer
@@ -142,23 +148,23 @@ def linear(x, w, name):
 def forward(p, tokens, targets, heads, layers):
     B, T = tokens.shape
     d = p["wte.weight"].shape[1]
-    x = p["wte.weight"][tokens] + p["wpe.weight"][torch.arange(T)]
+    x = low(p["wte.weight"][tokens]) + low(p["wpe.weight"][torch.arange(T)])
     mask = torch.ones(T, T, dtype=torch.bool).tril()
     for i in range(layers):
         h = f"h.{i}."
-        y = F.layer_norm(f32(x), (d,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
-        qkv = linear(y, p[h + "attn.c_attn.weight"], h + "c_attn") + p[h + "attn.c_attn.bias"]
+        y = low(F.layer_norm(f32(x), (d,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5))
+        qkv = low(linear(y, p[h + "attn.c_attn.weight"], h + "c_attn") + p[h + "attn.c_attn.bias"])
         q, k, v = qkv.split(d, dim=2)
-        q, k, v = (t.view(B, T, heads, d // heads).transpose(1, 2) for t in (q, k, v))
-        amm = (lambda a, b: a @ b) if FP8 else mm  # fp8: attention in f32, as the fused kernel
-        s = amm(q, k.transpose(-2, -1)) / math.sqrt(d // heads)
+        q, k, v = (f32(t).view(B, T, heads, d // heads).transpose(1, 2) for t in (q, k, v))
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(d // heads)
         s = s.masked_fill(~mask, float("-inf"))
-        y = amm(f32(s).softmax(-1), v).transpose(1, 2).reshape(B, T, d)
-        x = x + (linear(y, p[h + "attn.c_proj.weight"], h + "attn.c_proj") + p[h + "attn.c_proj.bias"])
-        y = F.layer_norm(f32(x), (d,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
-        y = F.gelu(linear(y, p[h + "mlp.c_fc.weight"], h + "c_fc") + p[h + "mlp.c_fc.bias"], approximate="tanh")
-        x = x + (linear(y, p[h + "mlp.c_proj.weight"], h + "mlp.c_proj") + p[h + "mlp.c_proj.bias"])
-    x = F.layer_norm(f32(x), (d,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
+        y = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, d)
+        x = x + low(linear(y, p[h + "attn.c_proj.weight"], h + "attn.c_proj") + p[h + "attn.c_proj.bias"])
+        y = low(F.layer_norm(f32(x), (d,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5))
+        y = low(linear(y, p[h + "mlp.c_fc.weight"], h + "c_fc") + p[h + "mlp.c_fc.bias"])
+        y = low(F.gelu(f32(y), approximate="tanh"))  # computed in f32, as the kernels do
+        x = x + low(linear(y, p[h + "mlp.c_proj.weight"], h + "mlp.c_proj") + p[h + "mlp.c_proj.bias"])
+    x = low(F.layer_norm(f32(x), (d,), p["ln_f.weight"], p["ln_f.bias"], 1e-5))
     logits = linear(x, p["wte.weight"].t(), "lm_head") if FP8_HEAD else mm(x, p["wte.weight"].t())
     return F.cross_entropy(f32(logits).view(-1, logits.shape[-1]), targets.reshape(-1))
 

@@ -268,8 +268,9 @@ def offload():
     with tempfile.TemporaryDirectory() as tmp:
         expect_error(["models/gpt2-tiny.model", "--gpus", "1", "--gpu", "rtx3090", "--offload", "optimizer",
                       "--dump-plan"], "priced, not compiled yet", "--what-if")
-        expect_error(one[:-1] + ["--attention", "materialized", "--dump-plan"], "no plan fits",
-                     "state on the host and NVMe", "--what-if also weighs")
+        # sequences of 16K tokens: the materialized scores of one layer are 16 GiB
+        expect_error(one[:-1] + ["--set", "ctx=16384", "--set", "seq=16384", "--attention", "materialized",
+                                 "--dump-plan"], "no plan fits", "offloaded, it has", "--what-if also weighs")
         compiled = plan_json(one[:-1])
         if (compiled["offload"], compiled["attention"]) != ("state", "fused"):
             fail("llama on one A100-80GB as compiled: offload %r, attention %r, expected the state offloaded and "
@@ -381,8 +382,9 @@ def compile_plan():
 def memory_compiled():
     """The memory a plan prices per device is what its compiled program needs (the
     programs' predicted_memory, the figure train reports beside the measured peak),
-    within 12 %: f32 weights and gradients under mixed precision, ZeRO owning whole
-    parameters, a pipeline stage's work-tier slots."""
+    within 5 %: f32 weights and gradients and 16-bit activations under mixed precision,
+    ZeRO's pieces, a pipeline stage's slots (each micro-batch's stash and exchanges) and
+    the one working set they share."""
     configs = [GPT2, GPT2 + ["--precision", "fp32"], GPT2 + ["--zero", "2"], GPT2 + ["--zero", "3"],
                GPT2 + ["--dp", "2", "--tp", "2", "--pp", "2"], GPT2 + ["--dp", "2", "--tp", "2", "--pp", "2",
                "--schedule", "1f1b"], GPT2 + ["--dp", "1", "--tp", "8", "--pp", "1"],
@@ -395,7 +397,7 @@ def memory_compiled():
             priced = plan_json(args)["memory"]["peak_bytes_per_device"]
             compiled = max(max(p["memory"]) for p in compiled_programs(args, tmp)[1])
             ratio = compiled / priced
-            if not 1 / 1.12 <= ratio <= 1.12:
+            if not 1 / 1.05 <= ratio <= 1.05:
                 fail("%s: the plan prices %.1f MiB per device, the compiled program needs %.1f MiB (ratio %.3f)" %
                      (" ".join(args), priced / 2**20, compiled / 2**20, ratio))
             print("ok   %-66s priced %8.1f MiB, compiled %8.1f MiB (%.3f)" %

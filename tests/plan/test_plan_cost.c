@@ -55,6 +55,7 @@ static double layer_stash(const Graph *g, int t, AttnKernel attn, Recompute rc, 
                 .rc = rc,
                 .attn = attn,
                 .act_bytes = 2,
+                .comm_bytes = 2,
                 .peak = cluster_peak(&cl),
                 .state_bytes = 16,
                 .force = force};

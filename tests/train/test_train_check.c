@@ -449,7 +449,9 @@ static void bad_program_case(const char *name, int64_t at, uint64_t value, size_
 
 static void test_bad_program(void) {
   const ProgHeader *h = NULL;
-  bad_program_case("version", (int64_t)sizeof h->magic, PROG_VERSION + 1, 4, "format version 4");
+  char newer[64];
+  snprintf(newer, sizeof newer, "format version %d and this runtime reads version %d", PROG_VERSION + 1, PROG_VERSION);
+  bad_program_case("version", (int64_t)sizeof h->magic, PROG_VERSION + 1, 4, newer);
   bad_program_case("layout", (int64_t)offsetof(ProgHeader, layout), 0x12345678, 4, "are not this runtime's");
   bad_program_case("damaged", (int64_t)sizeof(ProgHeader) + 40, 0x5a5a5a5a, 4, "the program is damaged");
   bad_program_case("size", (int64_t)offsetof(ProgHeader, bytes), 1 << 30, 8, "its header says");

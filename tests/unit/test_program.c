@@ -96,7 +96,9 @@ int main(void) {
   test_reads(blob, bytes);
   const ProgHeader *h = blob;
   refused(blob, bytes, "magic", 0, 0x6c616d6f6c6f63, 8, "not a colossalc program");
-  refused(blob, bytes, "version", offsetof(ProgHeader, version), PROG_VERSION + 1, 4, "format version 4");
+  char newer[64];
+  snprintf(newer, sizeof newer, "format version %d and this runtime reads version %d", PROG_VERSION + 1, PROG_VERSION);
+  refused(blob, bytes, "version", offsetof(ProgHeader, version), PROG_VERSION + 1, 4, newer);
   refused(blob, bytes, "layout", offsetof(ProgHeader, layout), h->layout ^ 1, 4, "are not this runtime's");
   refused(blob, bytes, "truncated", -2, 0, 0, "its header says");
   refused(blob, bytes, "a byte changed", bytes - 3, ((const unsigned char *)blob)[bytes - 3] ^ 0x10, 1,
