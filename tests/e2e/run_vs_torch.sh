@@ -4,7 +4,7 @@
 # (gpt2_reference.py), run the same 5 steps with `train --init-from`, and compare
 # each step's loss and the final parameters to a relative 1e-4.
 # With PRECISION bf16, fp16 or fp8: compiled with --precision, 20 steps against the
-# reference with the same casts (gpt2_reference.py --bf16, --fp16, --fp8), to a relative 1e-2 (the losses,
+# reference with the same casts (gpt2_reference.py --bf16, --fp16, --fp8), to a relative 1e-2 (fp8: 3e-2; the losses,
 # and every parameter tensor but the key biases, whose gradient is rounding noise); fp16
 # from a loss scale of 2^20, its first steps skipped (the same ones as GradScaler).
 # FLAGS (one word, commas for spaces) go to colossalc: --classifier,fused checks the fused
@@ -23,8 +23,10 @@ steps=5 tol=1e-4 ref="" noise=""
 [ "$prec" = fp16 ] && steps=20 tol=1e-2 ref="--fp16 --scale 1048576" noise="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256:0.02"
 # fp8: the same against the reference's delayed scaling (--fp8 HISTORY), a history of 4
 # steps so that the run rolls it over; 12 steps, as a flipped e4m3 rounding (an eighth of
-# a value) grows faster than a bf16 one
-[ "$prec" = fp8 ] && steps=12 tol=1e-2 ref="--fp8 4" noise="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256:0.02" \
+# a value) grows faster than a bf16 one, to 3e-2: the GEMMs' inputs are 16-bit
+# activations, so a last-bit difference of an f32 sum (another order than PyTorch's)
+# becomes a bf16 unit before it meets the e4m3 grid (the closer-than checks below hold)
+[ "$prec" = fp8 ] && steps=12 tol=3e-2 ref="--fp8 4" noise="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256:0.02" \
   flags="$flags --fp8-history 4"
 case " $flags " in *" --fp8-classifier "*) ref="$ref --fp8-head" ;; esac # the classifier's GEMM in fp8 too
 scale=""
