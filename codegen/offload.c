@@ -90,7 +90,7 @@ int instr_touch(const Program *p, const IsaInstr *in, Touch *t) {
   if (in->op != ISA_KERNEL) return 0;
   const Kernel *k = p->kernels[in->kernel.id];
   for (int i = 0; i < k->nbufs; i++)
-    t[i] = (Touch){k->bufs[i].tier, k->bufs[i].offset,
+    t[i] = (Touch){k->bufs[i].shared ? TIER_SHARED : k->bufs[i].tier, k->bufs[i].offset,
                    k->bufs[i].offset + k->bufs[i].numel * kbuf_elem_bytes(&k->bufs[i]), k->bufs[i].tier != TIER_PARAMS};
   return k->nbufs;
 }

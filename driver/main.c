@@ -293,8 +293,8 @@ static const Choices lr_schedules = {2, (const char *const[]){"cosine", "constan
     "files (train --nvme-dir); with a plan search, it also caps the host memory per node the plan may use")           \
   X("--precision", " P", CK_CHOICE, CHOOSE(precision, precisions), 0,                                                 \
     "fp32, bf16, fp16 or fp8 (default: a --plan file's; bf16 when --gpus, --gpu or --cluster asks for GPUs; else "    \
-    "fp32): GEMMs on 16-bit copies of their inputs with f32 sums, normalisations, softmax and the loss in f32, f32 "  \
-    "master weights and optimizer state (torch.autocast's policy); fp16 adds dynamic loss scaling (train "            \
+    "fp32): GEMMs on 16-bit copies of their inputs with f32 sums, activations stored in 16 bits, statistics and "     \
+    "the loss in f32, f32 master weights and optimizer state; fp16 adds dynamic loss scaling (train "                 \
     "--loss-scale); fp8 is bf16 with the linear layers' GEMMs on e4m3 inputs (e5m2 gradients) scaled per tensor "     \
     "from an amax history (Transformer Engine's delayed scaling); meshes exchange f32 (collectives, pipeline "        \
     "messages)")                                                                                                      \

@@ -204,7 +204,8 @@ struct Executor {
   char *tiers[TIERS];       /* device base of each tier (WORK: slots slots) */
   char *run[TIERS + 1];     /* the bases instructions see: WORK at the current slot, and
                                TIER_SHARED at the region WORK's slots share */
-  uint32_t *commits[TIERS]; /* reserved tiers: commit count per granule, else NULL */
+  uint32_t *commits[TIERS + 1]; /* reserved tiers: commit count per granule, else NULL (TIER_SHARED's:
+                                   WORK is not reserved) */
   int64_t committed[TIERS]; /* bytes of memory behind each tier */
   int64_t peak[TIERS];      /* the most committed[] since exec_init or exec_peak_reset */
   int64_t total_peak;       /* the most device memory held at once (all tiers, staging

@@ -13,8 +13,10 @@
 # must differ from one rank, or fail (its check that the replicas agree), as the stream
 # hazard tests want. PRECISION=bf16 (or fp16) compiles both the plan and the one-rank
 # reference in that precision: a rank's partial GEMM results round to 16 bits before
-# the f32 all-reduce sums them, where one rank rounds the whole sum once, so to a
-# relative 1e-2, the key biases (zero gradient: rounding noise) left out. PRECISION=fp8:
+# the f32 all-reduce sums them, where one rank rounds the whole sum once, and the
+# activations and their gradients are 16-bit, so such a difference is a 16-bit unit
+# (4e-3) of what the next layer reads; to a relative 3e-2 (a bias summed from those
+# gradients moves by them), the key biases (zero gradient: rounding noise) left out. PRECISION=fp8:
 # the losses to a relative 2e-3, not the parameters: besides the roundings of partial
 # sums, the first step quantizes at scale 1, where the gradients of a micro-batch of
 # fewer rows are larger and fewer of them fall below e5m2's range, and a rounding that
@@ -49,7 +51,7 @@ if [ -n "${ONE_MICROBATCH:-}" ]; then
   one=./train-one
 elif [ "$prec" != fp32 ]; then
   "$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 --precision "$prec" -o train-one 2> /dev/null
-  one=./train-one tol=1e-2 skip="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256"
+  one=./train-one tol=3e-2 skip="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256"
 fi
 args="--data $work/genesis.bin --steps 5 --threads 1 --eps 1e-6"
 if [ "${SHUFFLE:-0}" = 1 ]; then
