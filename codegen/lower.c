@@ -422,7 +422,8 @@ static int grad_slot(L *l, int pi, const Node *n) {
 static int out_buf(L *l, const Node *n) {
   int pi = l->grad_of[n->id];
   bool term = l->uses[n->id] == 1 && l->user[n->id] && l->summed[l->user[n->id]->id]; /* added into the slot */
-  if (pi >= 0 && (term || (!l->slot_used[pi] && !l->uses[n->id]))) return grad_slot(l, pi, n); /* read by nothing else */
+  if (pi >= 0 && (term || (!l->slot_used[pi] && !l->uses[n->id])))
+    return grad_slot(l, pi, n); /* read by nothing else */
   return lbuf_new(l, TIER_WORK, bytes_of(n));
 }
 

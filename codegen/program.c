@@ -304,7 +304,8 @@ static void write_stage(W *w, const Program *p) {
   ProgStage s = model_values(w);
   s.stage = p->stage;
   memcpy(s.tiers, p->tiers, sizeof s.tiers);
-  s.opt_v_offset = p->opt_v_offset, s.slots = p->slots, s.work_shared = p->work_shared, s.staging = p->staging, s.norm_parts = p->gradnorm_parts;
+  s.opt_v_offset = p->opt_v_offset, s.slots = p->slots, s.work_shared = p->work_shared;
+  s.staging = p->staging, s.norm_parts = p->gradnorm_parts;
   s.logits_offset = p->logits_offset, s.logits_dtype = p->logits_dtype, s.flops_per_step = p->flops_per_step;
   write_params_inputs(w, p, &s);
   if (p->fp8.rows) {

@@ -104,7 +104,7 @@ static Node *fp8_linear(Ctx *c, const Node *mm, Node *a, Node *b, int history, i
 static Graph *autocast(Graph *g, DType low, int fp8_history, int fp8_margin, bool fp8_classifier) {
   Graph *h = graph_new_like(g);
   bool *logits = !fp8_history ? NULL : fp8_classifier ? arena_array(g->arena, g->n, sizeof *logits) : loss_logits(g);
-  h->train.loss_scaling = low == DT_F16; /* f16's narrow range: the gradients scaled (autodiff) */
+  h->train.loss_scaling = low == DT_F16;                   /* f16's narrow range: the gradients scaled (autodiff) */
   Node **map = arena_array(g->arena, g->n, sizeof *map);   /* the value its readers read */
   Node **self = arena_array(g->arena, g->n, sizeof *self); /* the node itself (an input, not its cast) */
   Node **in = arena_array(g->arena, 64, sizeof *in);

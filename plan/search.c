@@ -392,8 +392,8 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
 
 typedef struct StageSums {
   double stash, work, dp, dptp, dptp_mb, maxp, flops_rc;
-  double max_param; /* the stage's largest parameter */
-  double max_pair;  /* the most parameters of two consecutive segments (one in use, the next gathered ahead) */
+  double max_param;   /* the stage's largest parameter */
+  double max_pair;    /* the most parameters of two consecutive segments (one in use, the next gathered ahead) */
   double work_apart;  /* work with the weight's 16-bit copy, where no stash makes room for it */
   double split_whole; /* stage_split_whole */
   double exchange;    /* stage_exchange */

@@ -201,17 +201,17 @@ typedef struct ExecCtx {
 struct Executor {
   const Prog *prog;
   Device *dev;
-  char *tiers[TIERS];       /* device base of each tier (WORK: slots slots) */
-  char *run[TIERS + 1];     /* the bases instructions see: WORK at the current slot, and
-                               TIER_SHARED at the region WORK's slots share */
+  char *tiers[TIERS];           /* device base of each tier (WORK: slots slots) */
+  char *run[TIERS + 1];         /* the bases instructions see: WORK at the current slot, and
+                                   TIER_SHARED at the region WORK's slots share */
   uint32_t *commits[TIERS + 1]; /* reserved tiers: commit count per granule, else NULL (TIER_SHARED's:
                                    WORK is not reserved) */
-  int64_t committed[TIERS]; /* bytes of memory behind each tier */
-  int64_t peak[TIERS];      /* the most committed[] since exec_init or exec_peak_reset */
-  int64_t total_peak;       /* the most device memory held at once (all tiers, staging
-                               and the device's own bytes) since the same */
-  char *staging;            /* [staging] device scratch of "comm" reorders */
-  float *norm_parts;        /* [norm_parts] host: "norm"'s partial sums */
+  int64_t committed[TIERS];     /* bytes of memory behind each tier */
+  int64_t peak[TIERS];          /* the most committed[] since exec_init or exec_peak_reset */
+  int64_t total_peak;           /* the most device memory held at once (all tiers, staging
+                                   and the device's own bytes) since the same */
+  char *staging;                /* [staging] device scratch of "comm" reorders */
+  float *norm_parts;            /* [norm_parts] host: "norm"'s partial sums */
   ExecCtx ctx;
   ExecStep step;
   Offload *off;         /* an offload program's locations and copy thread
