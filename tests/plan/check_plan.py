@@ -395,7 +395,15 @@ def memory_compiled():
     with tempfile.TemporaryDirectory() as tmp:
         for args in configs:
             priced = plan_json(args)["memory"]["peak_bytes_per_device"]
-            compiled = max(max(p["memory"]) for p in compiled_programs(args, tmp)[1])
+            progs = compiled_programs(args, tmp)[1]
+            compiled = max(max(p["memory"]) for p in progs)
+            # an interleaved stage runs one pass of its chunks at a time: their working set
+            # is in the region its slots share, not in each slot
+            if "--pp" in args and "1f1b" not in args and args[args.index("--pp") + 1] != "1":
+                for s, p in enumerate(progs):
+                    if p["slots"] > 1 and p["work_shared"] <= 0:
+                        fail("%s: stage %d holds %d slots and no shared working set" %
+                             (" ".join(args), s, p["slots"]))
             ratio = compiled / priced
             if not 1 / 1.05 <= ratio <= 1.05:
                 fail("%s: the plan prices %.1f MiB per device, the compiled program needs %.1f MiB (ratio %.3f)" %
