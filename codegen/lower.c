@@ -645,7 +645,7 @@ static AxMap last_axis(const Kernel *k) {
  * logits' gradient). */
 static const Node *narrowed_by(L *l, const Node *n) {
   const Node *u = l->user[n->id];
-  if (l->uses[n->id] != 1 || n->dtype != DT_F32 || l->grad_of[n->id] >= 0 || n == l->g->loss) return NULL;
+  if (!u || l->uses[n->id] != 1 || n->dtype != DT_F32 || l->grad_of[n->id] >= 0 || n == l->g->loss) return NULL;
   return u->op == OP_CAST && (u->dtype == DT_BF16 || u->dtype == DT_F16) ? u : NULL;
 }
 
