@@ -51,7 +51,8 @@ typedef struct Options {
   int gpus_per_node; /* --gpus-per-node (0: the profile's or the file's) */
   int jobs;          /* -j: threads for LLVM (0: every core) */
   bool summary, dump_ir;
-  bool what_if; /* --what-if: plans the code generators cannot compile yet too */
+  bool calibrate; /* --calibrate: measure this machine into -o FILE (no model) */
+  bool what_if;   /* --what-if: plans the code generators cannot compile yet too */
   const char *dump_after, *emit_kernels, *emit_program, *out, *emit_llvm, *emit_cuda;
   const char *gpu, *cluster, *dump_plan, *plan_out, *plan_file;
   int64_t device_memory; /* --device-memory: plan offload to fit it (0: no budget) */
@@ -322,6 +323,10 @@ static const Choices lr_schedules = {2, (const char *const[]){"cosine", "constan
     "one optimizer setting: the learning rate at the last step (cosine)")                                             \
   X("--lr-schedule", " cosine|constant", CK_CHOICE, CHOOSE(train.schedule, lr_schedules), 0,                          \
     "one optimizer setting: after warm-up, cosine from lr to min-lr by the last step, or constant lr")                \
+  X("--calibrate", "", CK_FLAG, FIELD(calibrate), 0,                                                                  \
+    "measure this machine (GEMMs by shape, memory bandwidth, kernel launches, all-reduce among local MPI ranks, "     \
+    "host-to-device and file bandwidth, threads) and write it as a CPU cluster file to -o FILE (no model file; "      \
+    "a few seconds); --cluster FILE --gpus N then plans for N ranks sharing this machine (docs/plan.md)")             \
   X("-h, --help", "", CK_CALL, CALL(show_help), 0, "print this help")                                                 \
   X("--version", "", CK_CALL, CALL(show_version), 0, "print the version")
 
@@ -479,6 +484,11 @@ static void options_init(Options *o) {
 /* What no one option can check: the model file, and options that need or exclude
  * others. */
 static void check_options(int argc, char **argv, Options *o) {
+  if (o->calibrate) {
+    if (optind != argc) error_plain("--calibrate measures this machine: it takes no model file (got %s)", argv[optind]);
+    if (!o->out) error_plain("--calibrate needs -o FILE, the cluster file it writes");
+    return;
+  }
   if (optind != argc - 1)
     error_plain(optind >= argc ? "no model file given (usage: colossalc FILE [options]; see colossalc --help)"
                                : "more than one model file given: %s and %s",
@@ -1194,12 +1204,24 @@ static void summarise(Build *b, const PlanResult *shown) {
   print_summary(b->o, b->g, b->ps ? b->ps[0] : NULL, shown);
 }
 
+/* --calibrate: this build's colossalc-calibrate (runtime/calibrate.c), which starts its
+ * MPI ranks with this build's mpirun; its exit status. */
+static int calibrate(const char *out) {
+  const char *tmp = getenv("TMPDIR");
+  char *argv[] = {COLOSSALC_CALIBRATE,          "-o", (char *)out, "--mpirun", COLOSSALC_MPIRUN, "--dir",
+                  (char *)(tmp ? tmp : "/tmp"), NULL};
+  execv(argv[0], argv);
+  fprintf(stderr, "colossalc: cannot run %s: %s\n", argv[0], strerror(errno));
+  return 1;
+}
+
 int main(int argc, char **argv) {
   t_start = now_s();
   tty = isatty(STDERR_FILENO);
   Options o;
   diag_stream = stderr;
   parse_options(argc, argv, &o);
+  if (o.calibrate) return calibrate(o.out);
   Arena *arena = arena_new();
   size_t len = 0;
   const char *text = NULL;

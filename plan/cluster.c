@@ -38,10 +38,11 @@ typedef struct Profile {
 } Profile;
 
 /* dev: name, part, bf16, fp16, fp32, memory, memory_bw, reserved, gemm_eff, attn_eff, mem_eff, kernel_overhead,
- * fp32_only, fp8 (dense, NVIDIA's H100 and H200 datasheets: 1,979 TFLOP/s, twice bf16's) */
+ * fp32_only, fp8 (dense, NVIDIA's H100 and H200 datasheets: 1,979 TFLOP/s, twice bf16's), gemm_half_dim,
+ * shares_host */
 static const Profile profiles[] = {
     {{"a100-80g", "NVIDIA A100 SXM4 80GB", 312 * T12, 312 * T12, 19.5 * T12, 80 * GIB, 2039 * G9, 3 * GIB, 0.7, 0.55,
-      0.8, 4 * US, false, 0},
+      0.8, 4 * US, false, 0, 128, false},
      {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
      {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85},
      2e12,
@@ -51,7 +52,7 @@ static const Profile profiles[] = {
      DGX_NVME_BW,
      DGX_NVME},
     {{"a100-40g", "NVIDIA A100 SXM4 40GB", 312 * T12, 312 * T12, 19.5 * T12, 40 * GIB, 1555 * G9, 2 * GIB, 0.7, 0.55,
-      0.8, 4 * US, false, 0},
+      0.8, 4 * US, false, 0, 128, false},
      {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
      {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85},
      1e12,
@@ -61,7 +62,7 @@ static const Profile profiles[] = {
      DGX_NVME_BW,
      DGX_NVME / 2},
     {{"h100-sxm", "NVIDIA H100 SXM5 80GB", 989 * T12, 989 * T12, 67 * T12, 80 * GIB, 3350 * G9, 3 * GIB, 0.65, 0.5, 0.8,
-      4 * US, false, 1979 * T12},
+      4 * US, false, 1979 * T12, 128, false},
      {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
      {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85},
      2e12,
@@ -71,7 +72,7 @@ static const Profile profiles[] = {
      DGX_NVME_BW,
      DGX_NVME},
     {{"h200", "NVIDIA H200 SXM 141GB", 989 * T12, 989 * T12, 67 * T12, 141e9, 4800 * G9, 3 * GIB, 0.65, 0.5, 0.8,
-      4 * US, false, 1979 * T12},
+      4 * US, false, 1979 * T12, 128, false},
      {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
      {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85},
      2e12,
@@ -81,7 +82,7 @@ static const Profile profiles[] = {
      DGX_NVME_BW,
      DGX_NVME},
     {{"rtx3090", "NVIDIA GeForce RTX 3090", 71 * T12, 71 * T12, 35.6 * T12, 24 * GIB, 936 * G9, 1.5 * GIB, 0.75, 0.5,
-      0.8, 5 * US, false, 0},
+      0.8, 5 * US, false, 0, 128, false},
      {"PCIe 4.0 x16 peer-to-peer", 32 * G9, 10 * US, 0.75},
      {"100 Gb/s Ethernet per node", 12.5 * G9, 15 * US, 0.8},
      128 * GIB,
@@ -91,7 +92,7 @@ static const Profile profiles[] = {
      NVME_BW,
      NVME_TB},
     {{"cpu", "AMD EPYC 7763 socket (64 cores)", 5.0176 * T12, 5.0176 * T12, 5.0176 * T12, 256 * GIB, 204.8 * G9,
-      1 * GIB, 0.7, 0.4, 0.7, 2 * US, true, 0},
+      1 * GIB, 0.7, 0.4, 0.7, 2 * US, true, 0, 128, false},
      {"socket-to-socket shared memory (MPI)", 50 * G9, 1 * US, 0.6},
      {"100 Gb/s Ethernet per node", 12.5 * G9, 10 * US, 0.8},
      512 * GIB,
@@ -254,14 +255,18 @@ static void read_device(Reader *r, const cJSON *o, DeviceSpec *d) {
                      {"memory_bandwidth_gbs", G9, &d->memory_bw}, {"reserved_gib", GIB, &d->reserved},
                      {"gemm_efficiency", 1, &d->gemm_eff},        {"attention_efficiency", 1, &d->attn_eff},
                      {"memory_efficiency", 1, &d->mem_eff},       {"kernel_overhead_us", US, &d->kernel_overhead},
-                     {"peak_fp8_tflops", T12, &d->peak_fp8}};
-  static const char *const other[] = {"part", "fp32_only", NULL};
+                     {"peak_fp8_tflops", T12, &d->peak_fp8},      {"gemm_half_dim", 1, &d->gemm_half_dim}};
+  static const char *const other[] = {"part", "fp32_only", "shares_host", NULL};
   read_fields(r, o, "device", f, sizeof f / sizeof f[0], other);
   if (!cJSON_IsObject(o)) return;
   read_string(r, o, "part", d->part, sizeof d->part, "device");
-  const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "fp32_only");
-  if (b && !cJSON_IsBool(b)) rd_fail(r, "%s: %s.%s must be true or false", "device", "fp32_only");
-  else if (b) d->fp32_only = cJSON_IsTrue(b);
+  const char *flags[2] = {"fp32_only", "shares_host"};
+  bool *dst[2] = {&d->fp32_only, &d->shares_host};
+  for (int i = 0; i < 2; i++) {
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, flags[i]);
+    if (b && !cJSON_IsBool(b)) rd_fail(r, "%s: %s.%s must be true or false", "device", flags[i]);
+    else if (b) *dst[i] = cJSON_IsTrue(b);
+  }
 }
 
 static void read_link(Reader *r, const cJSON *o, LinkSpec *l, const char *oname) {
@@ -355,6 +360,18 @@ static void read_cluster(Reader *r, const cJSON *root, Cluster *c, int *node) {
   c->gpus_per_node = read_count(r, root, "gpus_per_node");
 }
 
+/* A device that is a whole machine (DeviceSpec.shares_host): its ranks, all of them
+ * unless the nodes are given, split its compute, memory and bandwidth, as train gives
+ * the ranks of a machine its threads in equal shares. */
+static void share_host(Cluster *c, bool node_given) {
+  if (!node_given) c->gpus_per_node = c->gpus;
+  double r = c->gpus_per_node;
+  DeviceSpec *d = &c->dev;
+  d->peak_fp32 /= r, d->peak_bf16 /= r, d->peak_fp16 /= r, d->peak_fp8 /= r;
+  d->memory /= r, d->reserved /= r, d->memory_bw /= r;
+  c->host_link_bw /= r;
+}
+
 void cluster_load_json(Cluster *c, const char *path, int gpus, int gpus_per_node) {
   FILE *f = fopen(path, "rb");
   if (!f) error_plain("cannot read cluster file %s", path);
@@ -386,6 +403,8 @@ void cluster_load_json(Cluster *c, const char *path, int gpus, int gpus_per_node
   if (r.err[0]) error_plain("%s", r.err);
   if (!c->name[0]) snprintf(c->name, sizeof c->name, "%s", path);
   if (!c->gpus && gpus <= 0) c->gpus = 1;
+  bool node_given = c->gpus_per_node > 0 || gpus_per_node > 0;
   set_counts(c, gpus, gpus_per_node, node, path);
+  if (c->dev.shares_host) share_host(c, node_given);
   cluster_validate(c, path);
 }

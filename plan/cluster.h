@@ -33,6 +33,9 @@ typedef struct DeviceSpec {
   double kernel_overhead; /* s per kernel launch */
   bool fp32_only;         /* no low-precision tensor units: plans train in fp32 */
   double peak_fp8;        /* FLOP/s, dense tensor-core fp8 (e4m3); 0: none (before Hopper and Ada) */
+  double gemm_half_dim;   /* h of the GEMM's shape curve x / (x + h) (plan/cost.c); 0: 128 */
+  bool shares_host;       /* the figures are a whole machine's, which the ranks on it share
+                             (a calibrated CPU, colossalc --calibrate): each rank gets its share */
 } DeviceSpec;
 
 typedef struct Cluster {

@@ -51,10 +51,11 @@ double cost_kernel(const Cluster *c, double flops, double peak, double eff, doub
   return (tc > tm ? tc : tm) + c->dev.kernel_overhead;
 }
 
-static double dim_eff(double x) { return x / (x + 128); }
+static double dim_eff(double x, double h) { return x / (x + h); }
 
 double cost_gemm_eff(const Cluster *c, double m, double n, double k) {
-  return c->dev.gemm_eff * dim_eff(m) * dim_eff(n) * dim_eff(k);
+  double h = c->dev.gemm_half_dim > 0 ? c->dev.gemm_half_dim : 128;
+  return c->dev.gemm_eff * dim_eff(m, h) * dim_eff(n, h) * dim_eff(k, h);
 }
 
 ModelStates cost_zero_states(double params, int stage, double dp, double w, double g, double o) {

@@ -4,7 +4,7 @@
     check_plan.py CHECK COLOSSALC
 
 CHECK is one of: acceptance, text_svg, forced, infeasible, cluster_files,
-from_file, determinism, offload, offload_state, compile, memory_compiled,
+from_file, determinism, offload, offload_state, compile, memory_compiled, calibrate,
 collectives_compiled, time_reported. Run from the repository root. Prints what it checked; exit
 status 1 on the first failure."""
 import json
@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import xml.dom.minidom
 
 import progtext
@@ -482,6 +483,41 @@ def collectives_compiled():
             print("ok   %-66s the backward pass gathers %d activations again" % (" ".join(args[1:]), regathered))
 
 
+def calibrate():
+    """colossalc --calibrate measures this machine (GEMMs, memory bandwidth, kernel
+    launches, all-reduce among MPI ranks it starts itself, copies, a file) into a
+    cluster file that --cluster reads: a CPU whose figures the ranks on it share, so a
+    rank of two has half the peak, memory bandwidth and memory of one."""
+    expect_error(["--calibrate"], "--calibrate needs -o FILE")
+    expect_error(["models/gpt2-tiny.model", "--calibrate", "-o", "x.json"], "it takes no model file")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "machine.json")
+        t0 = time.time()
+        r = run(["--calibrate", "-o", path])
+        took = time.time() - t0
+        if took > 300:
+            fail("--calibrate took %.0f s, more than 5 minutes" % took)
+        with open(path) as f:
+            c = json.load(f)
+        dev = c["device"]
+        if not (dev["shares_host"] and dev["fp32_only"] and dev["peak_fp32_tflops"] > 0 and
+                dev["memory_bandwidth_gbs"] > 0 and dev["gemm_half_dim"] > 0 and c["intra_node"]["bandwidth_gbs"] > 0
+                and c["host"]["nvme_bandwidth_gbs"] > 0):
+            fail("a calibrated figure is missing or not positive: %s" % json.dumps(c))
+        for what in ("gemm ", "streaming kernel", "all-reduce over", "file in"):
+            if what not in r.stderr:
+                fail("--calibrate does not report %r:\n%s" % (what, r.stderr))
+        one = plan_json(["models/gpt2-tiny.model", "--cluster", path, "--gpus", "1"])
+        two = plan_json(["models/gpt2-tiny.model", "--cluster", path, "--gpus", "2"])
+        p1, p2 = one["cluster"]["peak_tflops"], two["cluster"]["peak_tflops"]
+        if abs(p1 - dev["peak_fp32_tflops"]) > 1e-3 * p1 or abs(p2 - p1 / 2) > 1e-3 * p1:
+            fail("peaks per rank: one rank %g, two %g TFLOP/s, of the machine's %g" % (p1, p2, dev["peak_fp32_tflops"]))
+        if two["cluster"]["gpus_per_node"] != 2:
+            fail("two ranks of a calibrated machine are on one node, got %r" % two["cluster"])
+    print("ok   --calibrate in %.0f s: %.0f GFLOP/s, %.1f GB/s, all-reduce %.1f GB/s; a rank of two has half" %
+          (took, dev["peak_fp32_tflops"] * 1e3, dev["memory_bandwidth_gbs"], c["intra_node"]["bandwidth_gbs"]))
+
+
 def time_reported():
     """train holds the plan's step time to the run: a program compiled with a plan logs
     it in every record ("predicted_ms", the compiler's "s a step") and prints it in every
@@ -586,5 +622,5 @@ if __name__ == "__main__":
      "cluster_files": cluster_files, "from_file": plan_file, "determinism": determinism,
      "offload": offload, "offload_state": offload_state, "compile": compile_plan,
      "memory_compiled": memory_compiled, "collectives_compiled": collectives_compiled,
-     "time_reported": time_reported}[sys.argv[1]]()
+     "time_reported": time_reported, "calibrate": calibrate}[sys.argv[1]]()
     print("ok")

@@ -7,7 +7,7 @@ foreach(t plan_cost plan_published)
 endforeach()
 set(COLOSSALC_PLAN_PYTHON /usr/bin/python3 CACHE FILEPATH "Python for the plan command-line tests")
 foreach(t acceptance text_svg forced infeasible cluster_files from_file determinism offload offload_state compile
-          memory_compiled collectives_compiled time_reported)
+          memory_compiled collectives_compiled time_reported calibrate)
   add_test(NAME plan_${t}
            COMMAND ${COLOSSALC_PLAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/check_plan.py ${t} $<TARGET_FILE:colossalc>
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
@@ -21,3 +21,5 @@ colossalc_label(fast plan_acceptance plan_text_svg plan_forced plan_infeasible p
 colossalc_label(e2e plan_memory_compiled)
 # compiles two programs and trains 25 steps: about 5 s
 colossalc_label(e2e plan_time_reported)
+# measures the machine (MPI ranks, a 256 MiB file): about 5 s
+colossalc_label(e2e plan_calibrate)
