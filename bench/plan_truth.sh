@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The plan against colossalc's own runs: this machine calibrated (colossalc --calibrate),
+# then gpt2-tiny at a larger configuration and GPT-2 124M at a small batch compiled for
+# it (--cluster) on 1, 2, 4 and 8 ranks (dp, tp, pp with 1F1B and interleaved, ZeRO-1
+# and 3, recompute, offload under a device budget) and trained. Each row: the plan,
+# its predicted step time, the measured median of the timed steps (train's log: "ms"
+# beside "predicted_ms"), the error, and the device memory the plan predicts per rank
+# against the largest rank's measured peak (the log's "device_memory_peak").
+# Bounds (docs/plan.md, "Calibration"): time within 10 % where the ranks are no more
+# than the cores (the others are reported), memory within 5 % on every row. Prints
+# PASS or FAIL per row and a last line with the count of rows out of their bounds.
+# Usage: bench/plan_truth.sh [BUILD_DIR] [STEPS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+steps=${2:-12}
+cc=$build/colossalc
+cores=$(nproc)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mpirun=$(grep -m1 '^MPIEXEC_EXECUTABLE:' "$build/CMakeCache.txt" | cut -d= -f2)
+flags=$(grep -m1 '^COLOSSALC_MPIEXEC_FLAGS:' "$build/CMakeCache.txt" | cut -d= -f2)
+"$build/tools/colossalc-mktokens" data/genesis.txt "$work/genesis.bin" > /dev/null
+echo "machine: $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+"$cc" --calibrate -o "$work/machine.json" 2> "$work/calibrate.txt"
+grep -E 'GEMM fit|streaming|all-reduce:' "$work/calibrate.txt"
+
+TINY="models/gpt2-tiny.model --set d=256 --set heads=4 --set layers=4 --set seq=128 --set batch=16"
+GPT2="models/gpt2.model --set batch=4 --set seq=64"
+printf '%-8s %-34s %-5s %10s %10s %8s %6s %10s %10s %8s %6s\n' model plan ranks pred_ms meas_ms err time \
+  pred_MiB meas_MiB err mem
+bad=0 rows=0
+row() { # name ranks model-args... -- plan-args...
+  local name=$1 np=$2
+  shift 2
+  local args=() plan=()
+  while [ "$1" != -- ]; do args+=("$1"); shift; done
+  shift
+  plan=("$@")
+  local dir=$work/$rows && mkdir -p "$dir"
+  local json
+  json=$("$cc" "${args[@]}" --cluster "$work/machine.json" --gpus "$np" "${plan[@]}" --dump-plan=json 2> "$dir/err") ||
+    { printf '%-8s %-34s %-5s %s\n' "$name" "${plan[*]}" "$np" "no plan: $(head -1 "$dir/err")"; bad=$((bad + 1)); return; }
+  "$cc" "${args[@]}" --cluster "$work/machine.json" --gpus "$np" "${plan[@]}" -o "$dir/train" > /dev/null 2>&1
+  local launch=()
+  [ "$np" -gt 1 ] && launch=($mpirun $flags -np "$np")
+  (cd "$dir" && "${launch[@]}" ./train --data "$work/genesis.bin" --steps $((steps + 3)) --log log.jsonl \
+    --nvme-dir "$dir" > out.txt 2>&1) || { echo "$name ${plan[*]}: train failed"; tail -3 "$dir/out.txt"; bad=$((bad + 1)); return; }
+  python3 - "$json" "$dir/log.jsonl" "$name" "${plan[*]}" "$np" "$cores" "$steps" <<'EOF'
+import json, sys
+plan = json.loads(sys.argv[1])
+recs = [r for r in (json.loads(l) for l in open(sys.argv[2])) if "ms" in r and "step" in r]
+name, desc, np, cores, steps = sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+ms = sorted(r["ms"] for r in recs[-steps:])
+meas = ms[len(ms) // 2]
+pred = plan["predicted"]["step_time_s"] * 1e3
+mem_pred = plan["memory"]["peak_bytes_per_device"] / 2**20
+mem_meas = max(r["device_memory_peak"] for r in recs) / 2**20
+et, em = pred / meas - 1, mem_pred / mem_meas - 1
+tok = "PASS" if abs(et) <= 0.10 else ("report" if np > cores else "FAIL")
+mok = "PASS" if abs(em) <= 0.05 else "FAIL"
+print("%-8s %-34s %-5d %10.2f %10.2f %+7.1f%% %6s %10.1f %10.1f %+7.1f%% %6s" %
+      (name, desc[:34], np, pred, meas, 100 * et, tok, mem_pred, mem_meas, 100 * em, mok))
+sys.exit((tok == "FAIL") + (mok == "FAIL"))
+EOF
+  local rc=$?
+  [ $rc -eq 0 ] || bad=$((bad + 1))
+  rows=$((rows + 1))
+}
+set +e
+row tiny 1 $TINY -- --dp 1
+row tiny 1 $TINY -- --dp 1 --recompute full
+row gpt2 1 $GPT2 -- --dp 1
+row tiny 2 $TINY -- --dp 2 --tp 1 --pp 1
+row tiny 2 $TINY -- --dp 2 --tp 1 --pp 1 --zero 1
+row tiny 2 $TINY -- --dp 2 --tp 1 --pp 1 --zero 3
+row tiny 2 $TINY -- --dp 1 --tp 2 --pp 1
+row tiny 2 $TINY -- --dp 1 --tp 1 --pp 2 --schedule 1f1b --microbatch-size 4
+row tiny 2 $TINY -- --dp 1 --tp 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatch-size 4
+row gpt2 2 $GPT2 -- --dp 2 --tp 1 --pp 1
+row tiny 4 $TINY -- --dp 2 --tp 2 --pp 1
+row tiny 4 $TINY -- --dp 4 --tp 1 --pp 1 --zero 3
+row tiny 4 $TINY -- --dp 1 --tp 2 --pp 2 --microbatch-size 4
+row tiny 8 $TINY -- --dp 2 --tp 2 --pp 2 --microbatch-size 4
+row tiny 2 $TINY -- --dp 2 --tp 1 --pp 1 --offload state
+echo "$bad of $rows rows out of their bounds"
