@@ -21,5 +21,10 @@ colossalc_label(fast plan_acceptance plan_text_svg plan_forced plan_infeasible p
 colossalc_label(e2e plan_memory_compiled)
 # compiles two programs and trains 25 steps: about 5 s
 colossalc_label(e2e plan_time_reported)
-# measures the machine (MPI ranks, a 256 MiB file): about 5 s
+# measures the machine (MPI ranks, a 256 MiB file): about 5 s; under the sanitizers Open
+# MPI's own leaks are suppressed as for the multi-rank tests (tests/multirank/lsan.supp)
 colossalc_label(e2e plan_calibrate)
+if(COLOSSALC_SANITIZE)
+  set_tests_properties(plan_calibrate PROPERTIES ENVIRONMENT
+    "OMPI_MCA_mca_base_component_disable_dlclose=1;ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS}:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/multirank/lsan.supp:print_suppressions=0")
+endif()
