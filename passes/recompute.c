@@ -119,17 +119,15 @@ static void emit_clones(Rebuild *r, int l) {
   }
 }
 
-/* The clone of a recomputed value outside the layers (a 16-bit copy of a parameter:
- * computed from parameters alone), made where the backward pass first reads it. */
+/* The clone of a recomputed value outside the layers (a copy of a parameter,
+ * param_copy: a chain of one-input ops from it), made where the backward pass first
+ * reads it. */
 static Node *clone_outside(Rebuild *r, const Node *y) {
   if (r->clone[y->id]) return r->clone[y->id];
-  Node *in[MAX_DIMS];
-  ir_assert(y->nin <= MAX_DIMS);
-  for (int k = 0; k < y->nin; k++) {
-    const Node *x = y->in[k];
-    in[k] = x->id < r->g->n_forward && r->rc[x->id] ? clone_outside(r, x) : r->map[x->id];
-  }
-  return r->clone[y->id] = graph_clone_node(r->h, y, in);
+  ir_assert(y->nin == 1);
+  const Node *x = y->in[0];
+  Node *in = x->id < r->g->n_forward && r->rc[x->id] ? clone_outside(r, x) : r->map[x->id];
+  return r->clone[y->id] = graph_clone_node(r->h, y, &in);
 }
 
 /* A backward node on the clones of its own layer's values. */

@@ -288,16 +288,17 @@ static bool held_whole(const Search *S, const CandSet *cs, int ci, int node, int
  * backward pass, through the collectives' staging buffer (program/isa.h): twice its
  * bytes. */
 static double stage_split_whole(const Search *S, const CandSet *cs, int ci, const int *segs, int n) {
+  ParamUse *seen = S->shared_buf; /* stage_shared's scratch, free again */
+  int ns = 0;
   double e = 0;
-  int seen[16], ns = 0;
   for (int a = 0; a < n; a++) {
     const SegParams *sp = &cs->sp[ci][segs[a]];
     for (int u = 0; u < sp->nshared; u++) {
       const ParamUse *pu = &sp->shared[u];
       int w = 0;
-      while (w < ns && seen[w] != pu->node) w++;
-      if (w < ns || pu->pl < PL_S0 || !held_whole(S, cs, ci, pu->node, pu->pl)) continue;
-      if (ns < 16) seen[ns++] = pu->node;
+      while (w < ns && seen[w].node != pu->node) w++;
+      if (w < ns || ns == S->shared_cap || pu->pl < PL_S0 || !held_whole(S, cs, ci, pu->node, pu->pl)) continue;
+      seen[ns++] = *pu;
       e += (double)shape_numel(&S->r->g->nodes[pu->node]->shape);
     }
   }

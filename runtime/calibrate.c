@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +36,14 @@ static double now(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void die(const char *fmt, const char *arg) {
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
   fprintf(stderr, "colossalc-calibrate: ");
-  fprintf(stderr, fmt, arg);
+  vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
+  va_end(ap);
   exit(1);
 }
 
@@ -153,7 +158,6 @@ typedef struct Figures {
   int threads;
   double ram;
   Fit gemm;
-  double gemm_best; /* the highest rate measured */
   double stream_bw, launch, upload_bw;
   double nvme_write, nvme_read, nvme_free;
   double ar_bw, ar_lat;
@@ -168,9 +172,8 @@ static void measure_device(Figures *f) {
   GemmRun gr = {.dev = dev};
   int64_t most = 4096 * 3072;
   for (int i = 0; i < 3; i++)
-    if (!(gr.tiers[i] = dev->alloc(dev, most * 4))) die("out of memory for the GEMMs%s", "");
+    if (!(gr.tiers[i] = dev->alloc(dev, most * 4))) die("out of memory for the GEMMs");
   double rate[NSHAPES];
-  f->gemm_best = 0;
   for (int i = 0; i < NSHAPES; i++) {
     int64_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
     gr.g = (IsaGemm){.m = m,
@@ -184,7 +187,6 @@ static void measure_device(Figures *f) {
                      .batch = {1, 1},
                      .dt = {ISA_F32, ISA_F32, ISA_F32}};
     rate[i] = 2.0 * (double)m * (double)n * (double)k / timed(run_gemm, &gr, 0.15);
-    if (rate[i] > f->gemm_best) f->gemm_best = rate[i];
     fprintf(stderr, "  gemm %5lld x %5lld x %5lld   %8.1f GFLOP/s\n", (long long)m, (long long)n, (long long)k,
             rate[i] / 1e9);
   }
@@ -194,12 +196,12 @@ static void measure_device(Figures *f) {
   int64_t elems = 32 << 20; /* 3 x 128 MiB: beyond the caches */
   KernelRun kr = {.dev = dev, .id = 0, .extent = elems};
   for (int i = 0; i < 3; i++)
-    if (!(kr.bufs[i] = dev->alloc(dev, elems * 4))) die("out of memory for the streaming kernel%s", "");
+    if (!(kr.bufs[i] = dev->alloc(dev, elems * 4))) die("out of memory for the streaming kernel");
   f->stream_bw = 3.0 * 4 * (double)elems / timed(run_kernel, &kr, 0.3);
   KernelRun er = {.dev = dev, .id = 1, .extent = 1 << 16, .bufs = {kr.bufs[0], kr.bufs[1], kr.bufs[2]}};
   f->launch = timed(run_kernel, &er, 0.1);
   char *host = malloc((size_t)elems * 4);
-  if (!host) die("out of memory for the copies%s", "");
+  if (!host) die("out of memory for the copies");
   memset(host, 1, (size_t)elems * 4);
   CopyRun cr = {dev, kr.bufs[0], host, elems * 4};
   f->upload_bw = (double)cr.bytes / timed(run_upload, &cr, 0.2);
@@ -217,7 +219,7 @@ static void measure_file(Figures *f, const char *dir) {
   snprintf(path, sizeof path, "%s/colossalc-calibrate.%d", dir, (int)getpid());
   int64_t bytes = 256 << 20, chunk = 8 << 20;
   char *buf = malloc((size_t)chunk);
-  if (!buf) die("out of memory for the file%s", "");
+  if (!buf) die("out of memory for the file");
   memset(buf, 7, (size_t)chunk);
   int fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0600);
   if (fd < 0) die("cannot write in %s (--dir)", dir);
@@ -253,7 +255,7 @@ static int comm_rank(int argc, char **argv, const char *out) {
   Comm *c = comm_open(&argc, &argv, err, sizeof err);
   if (!c) die("%s", err);
   float *buf = calloc((size_t)ar_sizes[NSIZES - 1], sizeof *buf);
-  if (!buf) die("out of memory for the all-reduce%s", "");
+  if (!buf) die("out of memory for the all-reduce");
   double t[NSIZES];
   for (int i = 0; i < NSIZES; i++) { /* every rank makes the same calls: a count fixed by the size */
     int reps = ar_sizes[i] >= 1 << 20 ? 10 : 100;
@@ -355,7 +357,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) ranks = atoi(argv[++i]);
     else die("usage: colossalc-calibrate -o FILE [--dir DIR] [--mpirun \"CMD\"] [--ranks N] (got '%s')", argv[i]);
   }
-  if (!out) die("-o FILE is needed%s", "");
+  if (!out) die("-o FILE is needed");
   Figures f = {.threads = (int)sysconf(_SC_NPROCESSORS_ONLN)};
   f.ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
   f.ranks = ranks > 1 ? ranks : f.threads > 1 ? (f.threads < 8 ? f.threads : 8) : 2;
@@ -368,7 +370,7 @@ int main(int argc, char **argv) {
   measure_file(&f, dir);
   char self[4096];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len <= 0) die("cannot find this executable%s", "");
+  if (len <= 0) die("cannot find this executable");
   self[len] = 0;
   measure_comm(&f, self, mpirun);
   fprintf(stderr, "  all-reduce: %.2f GB/s a rank, %.1f us a ring step\n", f.ar_bw / 1e9, f.ar_lat * 1e6);
