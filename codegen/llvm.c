@@ -58,6 +58,7 @@
  * libmvec declarations are kept alive through O3 by a temporary @llvm.compiler.used.
  */
 #include "codegen/llvm.h"
+#include "program/cpu.h"
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
@@ -96,7 +97,8 @@ struct LlvmModule {
   LLVMContextRef ctx;
   LLVMModuleRef mod;
   LLVMTargetMachineRef tm;
-  char *cpu, *features;                        /* the host's, for target-cpu/target-features */
+  char *cpu, *features, *tune;                 /* target-cpu, target-features, tune-cpu */
+  char suffix[32];                             /* appended to every kernel's symbol */
   LLVMTypeRef f32, i1, i8, i16, i32, i64, kfn; /* kfn: the kernel function type */
   unsigned md_scope, md_noalias, md_loop;
   int vec_mask[MF_COUNT];                      /* bit i: vec_isas[i] variant usable for that function */
@@ -148,7 +150,10 @@ static void detect_libmvec(LlvmModule *m, const char *triple) {
   dlclose(lib);
 }
 
-static void init_target(LlvmModule *m) {
+/* The target: the host's CPU and features, or (cpu given, on an architecture whose
+ * features program/cpu.h checks) the generic CPU with exactly cpu's features, tuned for
+ * the host unless it is the portable build. */
+static void init_target(LlvmModule *m, const LlvmCpu *cpu) {
   static bool initialised;
   if (!initialised) {
     if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter())
@@ -158,8 +163,18 @@ static void init_target(LlvmModule *m) {
   char *triple = LLVMGetDefaultTargetTriple(), *msg = NULL;
   LLVMTargetRef t;
   if (LLVMGetTargetFromTriple(triple, &t, &msg)) llvm_fail(triple, msg);
-  m->cpu = LLVMGetHostCPUName();
-  m->features = LLVMGetHostCPUFeatures();
+  char *host = LLVMGetHostCPUName(), *host_features = LLVMGetHostCPUFeatures();
+  if (cpu && cpu->features && cpu_table_known()) {
+    char f[CPU_FEATURES_MAX * 2];
+    cpu_to_llvm(cpu->features, f, sizeof f);
+    m->cpu = strdup("x86-64"), m->features = strdup(f), m->tune = strdup(cpu->tune ? cpu->tune : host);
+  } else {
+    m->cpu = strdup(host), m->features = strdup(host_features), m->tune = strdup(host);
+  }
+  ir_assert(m->cpu && m->features && m->tune);
+  LLVMDisposeMessage(host);
+  LLVMDisposeMessage(host_features);
+  if (cpu && cpu->suffix) snprintf(m->suffix, sizeof m->suffix, "%s", cpu->suffix);
   m->tm = LLVMCreateTargetMachine(t, triple, m->cpu, m->features, LLVMCodeGenLevelAggressive, LLVMRelocPIC,
                                   LLVMCodeModelDefault);
   if (!m->tm) llvm_fail("no target machine for", triple);
@@ -171,7 +186,9 @@ static void init_target(LlvmModule *m) {
   LLVMDisposeMessage(triple);
 }
 
-LlvmModule *llvm_module_new(const char *name) {
+LlvmModule *llvm_module_new(const char *name) { return llvm_module_new_for(name, NULL); }
+
+LlvmModule *llvm_module_new_for(const char *name, const LlvmCpu *cpu) {
   LlvmModule *m = calloc(1, sizeof *m);
   ir_assert(m);
   m->ctx = LLVMContextCreate();
@@ -188,7 +205,7 @@ LlvmModule *llvm_module_new(const char *name) {
   m->md_scope = LLVMGetMDKindIDInContext(m->ctx, "alias.scope", 11);
   m->md_noalias = LLVMGetMDKindIDInContext(m->ctx, "noalias", 7);
   m->md_loop = LLVMGetMDKindIDInContext(m->ctx, "llvm.loop", 9);
-  init_target(m);
+  init_target(m, cpu);
   return m;
 }
 
@@ -197,9 +214,18 @@ void llvm_module_free(LlvmModule *m) {
   LLVMDisposeModule(m->mod);
   LLVMDisposeTargetMachine(m->tm);
   LLVMContextDispose(m->ctx);
-  LLVMDisposeMessage(m->cpu);
-  LLVMDisposeMessage(m->features);
+  free(m->cpu);
+  free(m->features);
+  free(m->tune);
   free(m);
+}
+
+void llvm_host(char *cpu, size_t cpulen, char *features, size_t featlen) {
+  char *name = LLVMGetHostCPUName(), *f = LLVMGetHostCPUFeatures();
+  snprintf(cpu, cpulen, "%s", name);
+  cpu_from_llvm(f, features, featlen);
+  LLVMDisposeMessage(name);
+  LLVMDisposeMessage(f);
 }
 
 const char *llvm_link_libs(const LlvmModule *m) {
@@ -1306,21 +1332,29 @@ static void alias_scopes(Emit *e) {
   }
 }
 
+/* The symbol of kernel k in m's build: its name and the build's suffix. */
+static void kernel_symbol(const LlvmModule *m, const Kernel *k, char *buf, size_t n) {
+  snprintf(buf, n, "%s%s", k->name, m->suffix);
+}
+
 static LLVMValueRef kernel_function(LlvmModule *m, const Kernel *k) {
-  if (LLVMGetNamedFunction(m->mod, k->name)) {
-    char msg[256];
-    snprintf(msg, sizeof msg, "kernel %s emitted twice", k->name);
+  char sym[256];
+  kernel_symbol(m, k, sym, sizeof sym);
+  if (LLVMGetNamedFunction(m->mod, sym)) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "kernel %s emitted twice", sym);
     diag_internal(__FILE__, __LINE__, msg);
   }
-  LLVMValueRef fn = LLVMAddFunction(m->mod, k->name, m->kfn);
+  LLVMValueRef fn = LLVMAddFunction(m->mod, sym, m->kfn);
   add_fn_attr(m->ctx, fn, "nounwind");
   const char *attrs[][2] = {{"target-cpu", m->cpu},
                             {"target-features", m->features},
+                            {"tune-cpu", m->tune},
                             {"no-nans-fp-math", "true"},
                             {"no-signed-zeros-fp-math", "true"}};
   bool fmax = false;
   for (int i = 0; i < k->nphases; i++) fmax |= k->phases[i].kind == KPH_REDUCE && k->phases[i].reduce == KR_MAX;
-  for (int i = 0; i < (fmax ? 4 : 2); i++)
+  for (int i = 0; i < (fmax ? 5 : 3); i++)
     LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
                             LLVMCreateStringAttribute(m->ctx, attrs[i][0], (unsigned)strlen(attrs[i][0]), attrs[i][1],
                                                       (unsigned)strlen(attrs[i][1])));
@@ -1396,12 +1430,39 @@ static LLVMValueRef add_constant(LlvmModule *m, const char *name, LLVMValueRef i
   return g;
 }
 
-/* The kernel table (of fns), its length, the program (its bytes, 64-byte aligned, and
- * their count) and, when given, the CUDA C of the same kernels. */
-static void emit_table(LlvmModule *m, LLVMValueRef *fns, int n, const void *prog, int64_t prog_bytes,
-                       const char *cuda) {
-  LLVMTypeRef fp = LLVMPointerType(m->kfn, 0);
-  LLVMSetAlignment(add_constant(m, "colossalc_kernels", LLVMConstArray(fp, fns, (unsigned)n)), 8);
+/* A NUL-terminated string constant, as an i8 pointer. */
+static LLVMValueRef string_constant(LlvmModule *m, const char *name, const char *text) {
+  LLVMValueRef g = add_constant(m, name, LLVMConstStringInContext(m->ctx, text, (unsigned)strlen(text), 0));
+  LLVMSetLinkage(g, LLVMPrivateLinkage);
+  return LLVMConstBitCast(g, LLVMPointerType(m->i8, 0));
+}
+
+/* The builds' kernel tables (fns: nb tables of n, best build first) with their names
+ * and features (program/program.h's ProgCpuBuild), the kernel count, the program (its
+ * bytes, 64-byte aligned, and their count) and, when given, the CUDA C of the same
+ * kernels. */
+static void emit_table(LlvmModule *m, LLVMValueRef *fns, int n, const LlvmCpu *cpus, int nb, const void *prog,
+                       int64_t prog_bytes, const char *cuda) {
+  LLVMTypeRef fp = LLVMPointerType(m->kfn, 0), i8p = LLVMPointerType(m->i8, 0);
+  LLVMTypeRef fields[3] = {i8p, i8p, LLVMPointerType(fp, 0)};
+  LLVMTypeRef build = LLVMStructTypeInContext(m->ctx, fields, 3, 0);
+  LLVMValueRef *rows = calloc((size_t)nb + 1, sizeof *rows);
+  ir_assert(rows);
+  for (int b = 0; b < nb; b++) {
+    char name[64];
+    snprintf(name, sizeof name, "colossalc_kernels.%d", b);
+    LLVMValueRef table = add_constant(m, name, LLVMConstArray(fp, fns + (size_t)b * n, (unsigned)n));
+    LLVMSetAlignment(table, 8);
+    LLVMSetLinkage(table, LLVMPrivateLinkage);
+    snprintf(name, sizeof name, "colossalc_cpu_name.%d", b);
+    LLVMValueRef v[3] = {string_constant(m, name, cpus[b].name), NULL, LLVMConstBitCast(table, fields[2])};
+    snprintf(name, sizeof name, "colossalc_cpu_features.%d", b);
+    v[1] = string_constant(m, name, cpus[b].features ? cpus[b].features : "");
+    rows[b] = LLVMConstNamedStruct(build, v, 3);
+  }
+  LLVMSetAlignment(add_constant(m, "colossalc_cpu_builds", LLVMConstArray(build, rows, (unsigned)nb)), 8);
+  free(rows);
+  add_constant(m, "colossalc_ncpu_builds", LLVMConstInt(m->i32, (unsigned long long)nb, 1));
   add_constant(m, "colossalc_nkernels", LLVMConstInt(m->i32, (unsigned long long)n, 1));
   LLVMValueRef blob = LLVMConstStringInContext(m->ctx, prog, (unsigned)prog_bytes, 1);
   LLVMSetAlignment(add_constant(m, "colossalc_program", blob), 64);
@@ -1415,9 +1476,14 @@ void llvm_emit_program(LlvmModule *m, const Kernel *const *kernels, int n, const
   ir_assert(fns);
   for (int i = 0; i < n; i++) {
     llvm_emit_kernel(m, kernels[i]);
-    fns[i] = LLVMGetNamedFunction(m->mod, kernels[i]->name);
+    char sym[256];
+    kernel_symbol(m, kernels[i], sym, sizeof sym);
+    fns[i] = LLVMGetNamedFunction(m->mod, sym);
   }
-  emit_table(m, fns, n, prog, prog_bytes, NULL);
+  char features[CPU_FEATURES_MAX];
+  cpu_from_llvm(m->features, features, sizeof features);
+  LlvmCpu host = {.name = m->tune, .features = features};
+  emit_table(m, fns, n, &host, 1, prog, prog_bytes, NULL);
   free(fns);
   char *msg = NULL;
   if (LLVMVerifyModule(m->mod, LLVMReturnStatusAction, &msg)) llvm_fail("module verifier", msg);
@@ -1492,12 +1558,13 @@ int llvm_write_ir(LlvmModule *m, const char *path, char *err, size_t errlen) {
 int llvm_kernel_opt_level(const Kernel *k) { return k->attn || k->cols >= 8 || (k->par == KP_COLS) ? 3 : 2; }
 
 typedef struct Part {
-  int level, first, n;
+  int level, first, n, cpu;
   char path[4200];
 } Part;
 
 typedef struct Build {
   const Kernel *const *kernels;
+  const LlvmCpu *cpus;
   int *order; /* kernel indices grouped by level */
   Part *parts;
   int nparts, next, done, total, failed;
@@ -1508,7 +1575,7 @@ typedef struct Build {
 } Build;
 
 static int compile_part(Build *b, Part *p) {
-  LlvmModule *m = llvm_module_new("colossalc_kernels");
+  LlvmModule *m = llvm_module_new_for("colossalc_kernels", &b->cpus[p->cpu]);
   for (int i = 0; i < p->n; i++) llvm_emit_kernel(m, b->kernels[b->order[p->first + i]]);
   char err[512] = "";
   int rc = llvm_optimize(m, p->level) || llvm_write_object(m, p->path, err, sizeof err);
@@ -1536,51 +1603,63 @@ static void *build_worker(void *arg) {
   }
 }
 
-/* The parts: kernels of one level, at most 8 in a part (small parts keep every thread
- * busy to the end and the progress fine-grained). */
-static void plan_parts(Build *b, int n, const char *prefix) {
+/* The parts: kernels of one level and one build, at most 8 in a part (small parts
+ * keep every thread busy to the end and the progress fine-grained). */
+static void plan_parts(Build *b, int n, int nb, const char *prefix) {
   b->order = calloc((size_t)n + 1, sizeof *b->order);
-  b->parts = calloc((size_t)n + 1, sizeof *b->parts);
+  b->parts = calloc((size_t)n * nb + 1, sizeof *b->parts);
   ir_assert(b->order && b->parts);
   int k = 0;
   for (int level = 3; level >= 0; level--) {
     int first = k;
     for (int i = 0; i < n; i++)
       if (llvm_kernel_opt_level(b->kernels[i]) == level) b->order[k++] = i;
-    for (int at = first; at < k; at += 8) {
-      Part *p = &b->parts[b->nparts];
-      *p = (Part){.level = level, .first = at, .n = k - at < 8 ? k - at : 8};
-      snprintf(p->path, sizeof p->path, "%s.%d.o", prefix, b->nparts);
-      b->nparts++;
-    }
+    for (int cpu = 0; cpu < nb; cpu++)
+      for (int at = first; at < k; at += 8) {
+        Part *p = &b->parts[b->nparts];
+        *p = (Part){.level = level, .first = at, .n = k - at < 8 ? k - at : 8, .cpu = cpu};
+        snprintf(p->path, sizeof p->path, "%s.%d.o", prefix, b->nparts);
+        b->nparts++;
+      }
   }
 }
 
-/* The module with the kernel table (declarations of every kernel) and the program. */
-static int compile_table(const Kernel *const *kernels, int n, const void *prog, int64_t prog_bytes, const char *cuda,
-                         const char *path, char *libs, size_t libslen, char *err, size_t errlen) {
+/* The module with the builds' kernel tables (declarations of every kernel of every
+ * build) and the program; libs: what any build's kernels need at link time. */
+static int compile_table(const Kernel *const *kernels, int n, const LlvmCpu *cpus, int nb, const void *prog,
+                         int64_t prog_bytes, const char *cuda, const char *path, char *libs, size_t libslen, char *err,
+                         size_t errlen) {
   LlvmModule *m = llvm_module_new("colossalc_program");
-  LLVMValueRef *fns = calloc((size_t)n + 1, sizeof *fns);
+  LLVMValueRef *fns = calloc((size_t)n * nb + 1, sizeof *fns);
   ir_assert(fns);
-  for (int i = 0; i < n; i++) fns[i] = LLVMAddFunction(m->mod, kernels[i]->name, m->kfn);
-  emit_table(m, fns, n, prog, prog_bytes, cuda);
+  libs[0] = 0;
+  for (int b = 0; b < nb; b++) {
+    LlvmModule *mb = llvm_module_new_for("colossalc_build", &cpus[b]);
+    for (int i = 0; i < n; i++) {
+      char sym[256];
+      kernel_symbol(mb, kernels[i], sym, sizeof sym);
+      fns[(size_t)b * n + i] = LLVMAddFunction(m->mod, sym, m->kfn);
+    }
+    if (strlen(llvm_link_libs(mb)) > strlen(libs)) snprintf(libs, libslen, "%s", llvm_link_libs(mb));
+    llvm_module_free(mb);
+  }
+  emit_table(m, fns, n, cpus, nb, prog, prog_bytes, cuda);
   free(fns);
   int rc = llvm_write_object(m, path, err, errlen);
-  snprintf(libs, libslen, "%s", llvm_link_libs(m));
   llvm_module_free(m);
   return rc;
 }
 
-int llvm_compile_program(const Kernel *const *kernels, int n, const void *prog, int64_t prog_bytes, const char *cuda,
-                         int threads, const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *libs,
-                         size_t libslen, char *err, size_t errlen) {
-  Build b = {.kernels = kernels, .total = n, .progress = progress, .ctx = ctx};
+int llvm_compile_program(const Kernel *const *kernels, int n, const LlvmCpu *cpus, int ncpus, const void *prog,
+                         int64_t prog_bytes, const char *cuda, int threads, const char *prefix, LlvmProgress progress,
+                         void *ctx, char ***objs, char *libs, size_t libslen, char *err, size_t errlen) {
+  Build b = {.kernels = kernels, .cpus = cpus, .total = n * ncpus, .progress = progress, .ctx = ctx};
   pthread_mutex_init(&b.lock, NULL);
-  plan_parts(&b, n, prefix);
+  plan_parts(&b, n, ncpus, prefix);
   char **paths = calloc((size_t)b.nparts + 2, sizeof *paths);
   ir_assert(paths);
   snprintf(b.parts[b.nparts].path, sizeof b.parts[b.nparts].path, "%s.table.o", prefix);
-  int rc = compile_table(kernels, n, prog, prog_bytes, cuda, b.parts[b.nparts].path, libs, libslen, err,
+  int rc = compile_table(kernels, n, cpus, ncpus, prog, prog_bytes, cuda, b.parts[b.nparts].path, libs, libslen, err,
                          errlen); /* initialises LLVM */
   if (threads < 1) threads = 1;
   if (threads > b.nparts) threads = b.nparts;

@@ -7,9 +7,10 @@
  *   llvm_write_object(m, "train.o", err, sizeof err);
  *   llvm_module_free(m);
  *
- * The object targets the host CPU (LLVMGetHostCPUName/Features): `train` runs on the
- * same kind of machine as the compiler. It is position independent, so it links into
- * a PIE executable or a shared library. It may call glibc's vector math library
+ * A module targets the host CPU (LLVMGetHostCPUName/Features), or a build of the CPU
+ * kernels (LlvmCpu: exactly the features it names, program/cpu.h, which `train` checks
+ * before it calls them). Objects are position independent, so they link into a PIE
+ * executable or a shared library. It may call glibc's vector math library
  * (libmvec) for exp, log, tanh, pow, sin and cos: link it with llvm_link_libs(m).
  * Each kernel is an external function with the runtime ABI of program/program.h:
  *     void NAME(char *const *bufs, int64_t lo, int64_t hi, const float *scalars)
@@ -23,7 +24,16 @@
 
 typedef struct LlvmModule LlvmModule;
 
-LlvmModule *llvm_module_new(const char *name);
+/* One build of the CPU kernels: its name for people ("portable (x86-64-v3)"), the
+ * features it may use (program/cpu.h's names, comma-separated; NULL: the host's own CPU
+ * and features), the CPU it is tuned for (NULL: the host's), and the suffix its kernels'
+ * symbols carry ("" for one build). */
+typedef struct LlvmCpu {
+  const char *name, *features, *tune, *suffix;
+} LlvmCpu;
+
+LlvmModule *llvm_module_new(const char *name); /* for the host */
+LlvmModule *llvm_module_new_for(const char *name, const LlvmCpu *cpu);
 void llvm_module_free(LlvmModule *m);
 
 /* Defines the function k->name; an internal error (naming the kernel) if LLVM's
@@ -31,7 +41,8 @@ void llvm_module_free(LlvmModule *m);
 void llvm_emit_kernel(LlvmModule *m, const Kernel *k);
 
 /* Emits every kernel, then defines (as program/program.h declares them)
- *     const ProgKernelFn colossalc_kernels[n];   the kernels, in order
+ *     const ProgCpuBuild colossalc_cpu_builds[1]; the module's build: the kernels, in order
+ *     const int colossalc_ncpu_builds;           1
  *     const int colossalc_nkernels;              n
  *     const unsigned char colossalc_program[];   the program's bytes (64-byte aligned)
  *     const int64_t colossalc_program_bytes;     prog_bytes */
@@ -53,17 +64,21 @@ int llvm_kernel_opt_level(const Kernel *k);
 /* Reports kernels compiled so far of total (called with a lock held, from any thread). */
 typedef void (*LlvmProgress)(int done, int total, void *ctx);
 
-/* The whole program as object files for `train`, on `threads` threads: the kernels in
+/* The whole program as object files for `train`, on `threads` threads: the kernels of
+ * each of the ncpus builds (best first: the runtime calls the first its CPU runs) in
  * parts of a few kernels of one optimisation level (llvm_kernel_opt_level), each part
- * its own module and LLVM context, written to PREFIX.N.o; and the kernel table with the
- * program (the symbols of llvm_emit_program) and, when cuda is not NULL,
+ * its own module and LLVM context, written to PREFIX.N.o; and the builds' kernel tables
+ * with the program (the symbols of llvm_emit_program) and, when cuda is not NULL,
  *     const char colossalc_cuda_source[];        the CUDA C of the same kernels
  * in PREFIX.table.o. *objs (malloc'd, each path malloc'd, NULL-terminated) names every
  * object written or attempted; the caller links them (with the libraries llvm_link_libs
  * names, written to libs) and removes them. Returns 0, or -1 with the message in err. */
-int llvm_compile_program(const Kernel *const *kernels, int n, const void *prog, int64_t prog_bytes, const char *cuda,
-                         int threads, const char *prefix, LlvmProgress progress, void *ctx, char ***objs, char *libs,
-                         size_t libslen, char *err, size_t errlen);
+int llvm_compile_program(const Kernel *const *kernels, int n, const LlvmCpu *cpus, int ncpus, const void *prog,
+                         int64_t prog_bytes, const char *cuda, int threads, const char *prefix, LlvmProgress progress,
+                         void *ctx, char ***objs, char *libs, size_t libslen, char *err, size_t errlen);
+
+/* The host's CPU name (LLVM's) and its features that program/cpu.h knows. */
+void llvm_host(char *cpu, size_t cpulen, char *features, size_t featlen);
 
 /* Libraries the object needs at link time, as linker flags: "-lmvec -lm" when the
  * kernels may call libmvec, else "-lm". */

@@ -5,6 +5,7 @@
  * {name, function} run in order, from which --dump-after and the verifier after each
  * pass come (STYLE.md habit 3). What to recompute and offload under a budget is
  * plan/policy.h's to decide. */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -25,6 +26,7 @@
 #include "codegen/pipeline.h"
 #include "codegen/verify.h"
 #include "codegen/zero.h"
+#include "program/cpu.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "passes/recompute.h"
@@ -55,6 +57,7 @@ typedef struct Options {
   bool what_if;   /* --what-if: plans the code generators cannot compile yet too */
   const char *dump_after, *emit_kernels, *emit_program, *out, *emit_llvm, *emit_cuda;
   const char *gpu, *cluster, *dump_plan, *plan_out, *plan_file;
+  const char *cpu;       /* --cpu: the one build of the CPU kernels (NULL: native and portable) */
   int64_t device_memory; /* --device-memory: plan offload to fit it (0: no budget) */
   int64_t host_memory;   /* --host-memory: what the host may hold of the state (0: this machine's) */
   int64_t nvme;          /* --nvme: NVMe per node a plan may use (0: the profile's) */
@@ -228,6 +231,10 @@ static const Choices lr_schedules = {2, (const char *const[]){"cosine", "constan
     "compile the training program into the executable FILE (run it with FILE --help); with --gpus N, the plan's "     \
     "program for N ranks (mpirun -np N FILE), its plan printed first")                                                \
   X("-j, --jobs", " N", CK_POS, FIELD(jobs), 0, "threads for the CPU code generator (default: every core)")           \
+  X("--cpu", " NAME", CK_STR, FIELD(cpu), 0,                                                                          \
+    "build the CPU kernels for NAME only: portable (x86-64-v3: AVX2 and FMA), native (this machine's CPU), "          \
+    "x86-64-v2, x86-64-v4, or a CPU the C compiler's -march knows (skylake-avx512, znver3...); by default train "     \
+    "carries native and portable builds and runs the best its CPU has")                                               \
   X("--emit-llvm", " FILE", CK_STR, FIELD(emit_llvm), 0, "write the CPU kernels as LLVM IR (after optimisation)")     \
   X("--emit-cuda", " DIR", CK_STR, FIELD(emit_cuda), 0, "write the CUDA C source of every kernel to DIR/kernels.cu")  \
   X("--emit-kernels", " FILE", CK_STR, FIELD(emit_kernels), 0,                                                        \
@@ -736,6 +743,87 @@ static int jobs(const Options *o) {
   return n < 1 ? 1 : n > 256 ? 256 : (int)n;
 }
 
+/* ---- the builds of the CPU kernels ------------------------------------------------- */
+
+typedef struct CpuBuild {
+  char name[160], features[CPU_FEATURES_MAX], tune[64];
+  int nfeat;
+} CpuBuild;
+
+static int count_features(const char *f) {
+  int n = *f != 0;
+  for (; *f; f++) n += *f == ',';
+  return n;
+}
+
+/* The features of a CPU the C compiler knows: the macros `cc -march=NAME -dM -E` defines,
+ * with x86-64's own. */
+static void named_cpu(const char *name, CpuBuild *b) {
+  for (const char *c = name; *c; c++)
+    if (!isalnum((unsigned char)*c) && *c != '-' && *c != '_' && *c != '.')
+      error_plain("--cpu %s: not a CPU name", name);
+  char cmd[512], line[256], one[64];
+  snprintf(cmd, sizeof cmd, "%s -march=%s -dM -E -x c /dev/null 2>/dev/null", COLOSSALC_LINK_CC, name);
+  FILE *p = popen(cmd, "r");
+  if (!p) error_plain("--cpu %s: cannot run %s: %s", name, COLOSSALC_LINK_CC, strerror(errno));
+  cpu_level_features("x86-64", b->features, sizeof b->features);
+  while (fgets(line, sizeof line, p)) {
+    char macro[128];
+    const char *f;
+    if (sscanf(line, "#define %127s", macro) != 1 || !(f = cpu_feature_of_macro(macro))) continue;
+    snprintf(one, sizeof one, ",%s,", f);
+    char have[CPU_FEATURES_MAX + 2];
+    snprintf(have, sizeof have, ",%s,", b->features);
+    if (!strstr(have, one))
+      snprintf(b->features + strlen(b->features), sizeof b->features - strlen(b->features), ",%s", f);
+  }
+  if (pclose(p) != 0)
+    error_plain("--cpu %s: the C compiler (%s) knows no such -march CPU (use portable, native, x86-64-v2, x86-64-v3, "
+                "x86-64-v4, or one of `%s --help=target`'s)",
+                name, COLOSSALC_LINK_CC, COLOSSALC_LINK_CC);
+  snprintf(b->name, sizeof b->name, "%s", name);
+  snprintf(b->tune, sizeof b->tune, "%s", name);
+}
+
+/* The builds train carries, best (most features) first: --cpu's one, or the build
+ * host's CPU and the portable baseline, one when they have the same features. On an
+ * architecture whose features program/cpu.h does not know, one build for the host. */
+static int cpu_builds(const Options *o, CpuBuild b[2]) {
+  char host[64], host_f[CPU_FEATURES_MAX];
+  llvm_host(host, sizeof host, host_f, sizeof host_f);
+  memset(b, 0, 2 * sizeof *b);
+  if (!cpu_table_known()) {
+    if (o->cpu && strcmp(o->cpu, "native"))
+      error_plain("--cpu %s: only native on this architecture (colossalc checks CPU features on x86-64)", o->cpu);
+    snprintf(b[0].name, sizeof b[0].name, "%s (native)", host);
+    return 1;
+  }
+  const char *want[2] = {"native", "portable"};
+  int n = o->cpu ? 1 : 2;
+  if (o->cpu) want[0] = o->cpu;
+  for (int i = 0; i < n; i++) {
+    if (!strcmp(want[i], "native")) {
+      snprintf(b[i].name, sizeof b[i].name, "%s (native)", host);
+      snprintf(b[i].features, sizeof b[i].features, "%s", host_f);
+      snprintf(b[i].tune, sizeof b[i].tune, "%s", host);
+    } else if (!strcmp(want[i], "portable") || !cpu_level_features(want[i], b[i].features, sizeof b[i].features)) {
+      bool portable = !strcmp(want[i], "portable");
+      if (portable) cpu_level_features("x86-64-v3", b[i].features, sizeof b[i].features);
+      snprintf(b[i].name, sizeof b[i].name, "%s", portable ? "x86-64-v3 (portable)" : want[i]);
+      snprintf(b[i].tune, sizeof b[i].tune, "generic");
+    } else {
+      named_cpu(want[i], &b[i]);
+    }
+    b[i].nfeat = count_features(b[i].features);
+  }
+  if (n == 2 && !strcmp(b[0].features, b[1].features)) n = 1; /* this host is the baseline */
+  if (n == 2 && b[1].nfeat > b[0].nfeat) {
+    CpuBuild t = b[0];
+    b[0] = b[1], b[1] = t;
+  }
+  return n;
+}
+
 /* `train` from the shared kernel codes and the program (freed here): the codes
  * compiled by LLVM on every core (codegen/llvm.h), their CUDA C carried beside them,
  * the objects linked with the runtime. */
@@ -744,8 +832,14 @@ static void build_train(const Options *o, const Program *p, void *prog, int64_t 
   snprintf(prefix, sizeof prefix, "%s.tmp%d", o->out, (int)getpid());
   char **objs = NULL, libs[64];
   char *cuda = cuda_emit_units((const Kernel *const *)p->code, p->ncode); /* for NVRTC when train starts on a GPU */
-  int rc = llvm_compile_program((const Kernel *const *)p->code, p->ncode, prog, prog_bytes, cuda, jobs(o), prefix,
-                                llvm_progress, NULL, &objs, libs, sizeof libs, err, sizeof err);
+  CpuBuild cb[2];
+  int nb = cpu_builds(o, cb);
+  LlvmCpu cpus[2];
+  for (int i = 0; i < nb; i++)
+    cpus[i] = (LlvmCpu){cb[i].name, cpu_table_known() ? cb[i].features : NULL, cb[i].tune[0] ? cb[i].tune : NULL,
+                        i ? ".b1" : ""};
+  int rc = llvm_compile_program((const Kernel *const *)p->code, p->ncode, cpus, nb, prog, prog_bytes, cuda, jobs(o),
+                                prefix, llvm_progress, NULL, &objs, libs, sizeof libs, err, sizeof err);
   free(prog);
   free(cuda);
   if (!rc) {

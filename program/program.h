@@ -3,8 +3,9 @@
  * file that `train` is linked from, as one constant blob:
  *     const unsigned char colossalc_program[];   the blob, 64-byte aligned
  *     const int64_t colossalc_program_bytes;     its size
- *     const ProgKernelFn colossalc_kernels[];     the CPU kernels, by code (ProgCode)
- *     const int colossalc_nkernels;
+ *     const ProgCpuBuild colossalc_cpu_builds[];  builds of the CPU kernels, best first
+ *     const int colossalc_ncpu_builds;
+ *     const int colossalc_nkernels;               kernels in each build, by code (ProgCode)
  *     const char colossalc_cuda_source[];         the CUDA C of the same codes (optional)
  * The runtime reads the structs below where they lie in the blob (prog_open): it checks
  * the format's version, the structs' layout (a hash of every field table), the blob's
@@ -401,10 +402,19 @@ void prog_build_free(ProgBuild *b);
  * programs written by hand in tests). 0, or -1 when the write fails. */
 int prog_write_c(FILE *f, const void *blob, int64_t bytes);
 
+/* One build of the CPU kernels: its name for people, the CPU features it uses
+ * (program/cpu.h's names, comma-separated; "": any CPU of the architecture), and its
+ * kernels, by code. `train` calls the first build whose features its CPU has. */
+typedef struct ProgCpuBuild {
+  const char *name, *features;
+  const ProgKernelFn *kernels;
+} ProgCpuBuild;
+
 /* The symbols `train` is linked with (above). */
 extern const unsigned char colossalc_program[];
 extern const int64_t colossalc_program_bytes;
-extern const ProgKernelFn colossalc_kernels[];
+extern const ProgCpuBuild colossalc_cpu_builds[];
+extern const int colossalc_ncpu_builds;
 extern const int colossalc_nkernels;
 extern const char colossalc_cuda_source[] __attribute__((weak));
 

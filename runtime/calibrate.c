@@ -349,6 +349,7 @@ static void write_file(const Figures *f, const char *path) {
 int main(int argc, char **argv) {
   const char *out = NULL, *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", *mpirun = "mpirun";
   int ranks = 0;
+  cpu_blas_pick(argv); /* the GEMMs measured are the ones train runs */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--comm") && i + 1 < argc) return comm_rank(argc, argv, argv[i + 1]);
     if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];

@@ -127,6 +127,16 @@ enum { DEVICE_MARKS = 2048 };
 /* The CPU device: `threads` threads for kernels and for OpenBLAS. */
 Device *device_cpu_new(const ProgKernelFn *kernels, int nkernels, int threads, char *err, size_t errlen);
 
+/* OpenBLAS picks its kernels when it loads, from the CPU's model: on a CPU it does not
+ * know (a hypervisor's) it falls back to SSE kernels, several times slower than the
+ * CPU's features allow. Called first thing in main: where the library's core type is
+ * below what this CPU's features allow (AVX, AVX2 and FMA, AVX-512) and the user set
+ * no OPENBLAS_CORETYPE, sets it and executes argv again (no return); else 0 (-1 when
+ * the exec failed: the run goes on with the library's choice). */
+int cpu_blas_pick(char **argv);
+/* The core type OpenBLAS runs ("SkylakeX"). */
+const char *cpu_blas_core(void);
+
 /* Before its first reserve: the CPU device's reserved memory is pinned through gpu
  * (Device.host_pin) while resident, one registration per run of resident pages within
  * a CPU_PIN_BLOCK-aligned block of the reserved range, so that a copy within one block

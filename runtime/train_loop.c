@@ -314,7 +314,8 @@ static void trainer_banner(Trainer *t) {
          s->batch);
   if (s->seq > 1) printf(" x %" PRId64 " tokens | vocab %" PRId64, s->seq, s->vocab);
   else printf(" samples | %" PRId64 " classes", s->vocab);
-  printf(" | %s, %d threads | %s lr %.2e\n", t->dev->name, t->threads, prog_opt_names[t->hp.optimizer], t->hp.lr);
+  printf(" | %s, %d threads | %s lr %.2e | cpu kernels for %s, OpenBLAS %s\n", t->dev->name, t->threads,
+         prog_opt_names[t->hp.optimizer], t->hp.lr, t->cpu->name, cpu_blas_core());
   if (s->offload) trainer_offload_banner(t);
   if (!many) return;
   /* the device's groups: NCCL over the world's MPI on the CUDA device */
@@ -522,9 +523,11 @@ static void trainer_fault_env(Trainer *t) {
   if (fault_steps(t, "COLOSSALC_FAULT_MOVE", r) == 0) t->ex.fault_move = r[0];
 }
 
-int trainer_init(Trainer *t, const Prog *all, const ProgKernelFn *kernels, const TrainOpts *o, Comm *comm, char *err,
+int trainer_init(Trainer *t, const Prog *all, const ProgCpuBuild *cpu, const TrainOpts *o, Comm *comm, char *err,
                  size_t errlen) {
+  const ProgKernelFn *kernels = cpu->kernels;
   memset(t, 0, sizeof *t);
+  t->cpu = cpu;
   t->opts = o, t->seed = o->seed;
   t->last_val = t->last_ckpt = -1;
   t->comm = comm;

@@ -82,12 +82,13 @@ typedef struct Trainer {
   const Prog *prog; /* this rank's stage (mesh.prog) */
   const TrainOpts *opts;
   Device *dev;
-  char *nvme_rank_dir; /* several ranks: this rank's folder under --nvme-dir, or NULL */
-  Comm *dp_overlap;    /* the dp group on the device's communication stream, for the
-                          program's "overlap" collectives (NULL: none, or the CPU) */
-  Device *host_dev;    /* offload on a device the host does not see: the CPU device of
-                          the host location (its memory, its on_host kernels) */
-  ExecHp hp;           /* the program's optimizer settings, the flags applied (ex.step.hp) */
+  const ProgCpuBuild *cpu; /* the build of the CPU kernels this CPU runs (train_main) */
+  char *nvme_rank_dir;     /* several ranks: this rank's folder under --nvme-dir, or NULL */
+  Comm *dp_overlap;        /* the dp group on the device's communication stream, for the
+                              program's "overlap" collectives (NULL: none, or the CPU) */
+  Device *host_dev;        /* offload on a device the host does not see: the CPU device of
+                              the host location (its memory, its on_host kernels) */
+  ExecHp hp;               /* the program's optimizer settings, the flags applied (ex.step.hp) */
   Executor ex;
   Comm *comm;           /* the ranks (the world) */
   int own_comm;         /* comm was made by trainer_init (self) */
@@ -128,7 +129,7 @@ typedef struct Trainer {
  * when another rank failed. */
 /* The program all (its model's view, prog_open) over comm (NULL: one rank of its own;
  * not freed by trainer_free): this rank runs the stage of its pp coordinate. */
-int trainer_init(Trainer *t, const Prog *all, const ProgKernelFn *kernels, const TrainOpts *o, Comm *comm, char *err,
+int trainer_init(Trainer *t, const Prog *all, const ProgCpuBuild *cpu, const TrainOpts *o, Comm *comm, char *err,
                  size_t errlen);
 /* The steps. A SIGTERM or SIGINT (trainer_catch_signals) on any rank ends the step in
  * flight on every rank, then the run: a checkpoint with --ckpt-dir, one line on stderr,

@@ -1,9 +1,11 @@
 /* train_main: main() of the `train` executable. The compiler links the object that
- * defines colossalc_program, colossalc_kernels and colossalc_nkernels
+ * defines colossalc_program, colossalc_cpu_builds and colossalc_nkernels
  * (program/program.h) with this library; main opens the communicator (comm.h: MPI under
  * mpirun, a single rank otherwise), parses the flags, opens the program (prog_open:
- * its version, layout, size and hash), and hands over to the trainer (train_loop.h),
- * which runs this rank's stage. --dump-program prints the program instead.
+ * its version, layout, size and hash), picks the first build of the CPU kernels this
+ * CPU runs (program/cpu.h: none is an error naming what the CPU lacks, never an
+ * illegal instruction), and hands over to the trainer (train_loop.h), which runs this
+ * rank's stage. --dump-program prints the program instead.
  *
  * Exit status: 0 on success, and after SIGTERM or SIGINT once a checkpoint is written
  * (train_loop.h); 128 + the signal's number after one when nothing could be saved (no
@@ -16,10 +18,12 @@
  */
 #include "runtime/comm/comm.h"
 #include "runtime/comm/watchdog.h"
+#include "runtime/executor.h"
 #ifdef COLOSSALC_HAVE_CUDA
 #include "runtime/device/cuda.h"
 #endif
 #include "runtime/io/fileio.h"
+#include "program/cpu.h"
 #include "program/program.h"
 #include "runtime/train_loop.h"
 #include "runtime/train_opts.h"
@@ -64,6 +68,22 @@ static int train_open(Prog *p, char *err, size_t errlen) {
   return 0;
 }
 
+/* The first build of the CPU kernels this CPU runs, or NULL with what each lacks. */
+static const ProgCpuBuild *train_cpu_build(char *err, size_t errlen) {
+  int n = snprintf(err, errlen, "this CPU cannot run the CPU kernels train was compiled with:");
+  for (int i = 0; i < colossalc_ncpu_builds; i++) {
+    char missing[512];
+    if (cpu_runs(colossalc_cpu_builds[i].features, missing, sizeof missing)) return &colossalc_cpu_builds[i];
+    if (n >= 0 && (size_t)n < errlen)
+      n += snprintf(err + n, errlen - (size_t)n, "%s the build for %s needs %s", i ? ";" : "",
+                    colossalc_cpu_builds[i].name, missing);
+  }
+  if (n >= 0 && (size_t)n < errlen)
+    snprintf(err + n, errlen - (size_t)n,
+             " (compile it for this CPU: colossalc --cpu x86-64-v2, or --cpu with the CPU's -march name)");
+  return NULL;
+}
+
 static int train_main(Comm *comm, int argc, char **argv) {
   static char err[8192];
   TrainOpts opts;
@@ -82,10 +102,12 @@ static int train_main(Comm *comm, int argc, char **argv) {
     return fflush(stdout) == 0 ? 0 : train_fail("", "--dump-program: write failed");
   }
   if (opts.compile_kernels) return train_compile_kernels(comm, &prog, &opts, err, sizeof err) ? train_fail("", err) : 0;
+  const ProgCpuBuild *cpu = train_cpu_build(err, sizeof err);
+  if (comm_agree(comm, !cpu, err) != 0) return train_fail("", err);
   trainer_catch_signals();
   if (watchdog_start(comm, opts.collective_timeout, err, sizeof err) != 0) return train_fail("", err);
-  int rc = trainer_init(&tr, &prog, colossalc_kernels, &opts, comm, err, sizeof err) ||
-           trainer_run(&tr, err, sizeof err) || (!tr.halted && trainer_finish(&tr, err, sizeof err));
+  int rc = trainer_init(&tr, &prog, cpu, &opts, comm, err, sizeof err) || trainer_run(&tr, err, sizeof err) ||
+           (!tr.halted && trainer_finish(&tr, err, sizeof err));
   int status = tr.halted ? tr.exit_status : 0;
   trainer_free(&tr);
   watchdog_stop(); /* the run ended on every rank alike: no death to report */
@@ -94,6 +116,7 @@ static int train_main(Comm *comm, int argc, char **argv) {
 
 int main(int argc, char **argv) {
   static char err[1024];
+  cpu_blas_pick(argv); /* before MPI: it may start this process again */
   Comm *comm = comm_open(&argc, &argv, err, sizeof err);
   if (!comm) return train_fail("", err);
   int rc = train_main(comm, argc, argv);

@@ -14,6 +14,7 @@ PKGS=(
   libopenblas-dev                           # GEMMs on the CPU backend
   libopenmpi-dev openmpi-bin                # multi-rank runs on the CPU backend
   time                                      # /usr/bin/time: each rank's peak memory (bench/ckpt.sh)
+  qemu-user                                 # train on older x86-64 CPUs (tests/e2e/run_cpu_builds.sh)
   python3 python3-torch python3-numpy       # reference tests (run by /usr/bin/python3)
   libprotobuf-c-dev protobuf-c-compiler     # ONNX files (frontend/onnx.c; C generated from third_party/onnx)
   python3-pip python3-protobuf              # the PyPI modules below; onnx's protobuf

@@ -13,8 +13,10 @@
 
 #include "runtime/comm/comm.h"
 #include "runtime/io/fileio.h"
+#include "program/cpu.h"
 
 #include <cblas.h>
+#include <strings.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,51 @@
 #include <unistd.h>
 
 void openblas_set_num_threads(int num_threads); /* also in OpenBLAS's cblas.h */
+char *openblas_get_corename(void);
+
+/* ---- OpenBLAS's kernels for this CPU ------------------------------------------------ */
+
+/* OpenBLAS's x86-64 core types by the vector ISA their sgemm kernels use (1: SSE,
+ * 2: AVX, 3: AVX2 and FMA, 4: AVX-512), and the core type to ask for at each level. */
+static const struct {
+  const char *core;
+  int level;
+} blas_cores[] = {
+    {"Prescott", 1}, {"Core2", 1},       {"Penryn", 1},         {"Dunnington", 1},
+    {"Nehalem", 1},  {"Atom", 1},        {"Opteron", 1},        {"Barcelona", 1},
+    {"Bobcat", 1},   {"Sandybridge", 2}, {"Bulldozer", 2},      {"Piledriver", 2},
+    {"Haswell", 3},  {"Zen", 3},         {"Steamroller", 3},    {"Excavator", 3},
+    {"SkylakeX", 4}, {"Cooperlake", 4},  {"SapphireRapids", 4},
+};
+static const char *const blas_level_core[5] = {NULL, NULL, "Sandybridge", "Haswell", "SkylakeX"};
+
+static int blas_level(const char *core) {
+  for (size_t i = 0; core && i < sizeof blas_cores / sizeof blas_cores[0]; i++)
+    if (!strcasecmp(blas_cores[i].core, core)) return blas_cores[i].level;
+  return 0; /* a core this table does not know: left as the library chose */
+}
+
+/* The level this CPU's features allow (program/cpu.h). */
+static int cpu_level(void) {
+  if (cpu_runs("avx512f,avx512bw,avx512cd,avx512dq,avx512vl", NULL, 0)) return 4;
+  if (cpu_runs("avx2,fma", NULL, 0)) return 3;
+  if (cpu_runs("avx", NULL, 0)) return 2;
+  return 1;
+}
+
+int cpu_blas_pick(char **argv) {
+  if (!cpu_table_known() || getenv("OPENBLAS_CORETYPE")) return 0; /* the user's choice stands */
+  const char *core = openblas_get_corename();
+  int have = blas_level(core), can = cpu_level();
+  if (!have || have >= can || !blas_level_core[can]) return 0;
+  /* the library reads OPENBLAS_CORETYPE when it loads, before main: start again with it */
+  if (setenv("OPENBLAS_CORETYPE", blas_level_core[can], 1) != 0) return 0;
+  execv("/proc/self/exe", argv);
+  unsetenv("OPENBLAS_CORETYPE"); /* no exec: go on with the library's choice */
+  return -1;
+}
+
+const char *cpu_blas_core(void) { return openblas_get_corename(); }
 
 /* A reserved range pinned through a GPU (device_cpu_pin_through): its resident pages
  * are pinned, the committed ones and, up to the budget, pages decommitted since, kept

@@ -13,7 +13,7 @@
  *                        where floor is 0 for elementwise kernels (a relative error)
  *                        and the scale of the terms for kernels whose outputs come
  *                        from sums (LLVM reassociates them) or may cancel. Also
- *                        colossalc_nkernels, colossalc_kernels[] and the program JSON.
+ *                        colossalc_nkernels, colossalc_cpu_builds[] and the program JSON.
  *   test_llvm ir         the optimised IR (--emit-llvm) defines every kernel, and the
  *                        elementwise kernel is vectorized (<4|8|16 x float>); with
  *                        libmvec, exp and log loops call its vector versions.
@@ -538,9 +538,16 @@ static void *build_library(LlvmModule *m) {
   return lib;
 }
 
+/* The kernels of the library's one build (llvm_emit_program writes one), or NULL. */
+static const ProgKernelFn *lib_kernels(void *lib) {
+  const ProgCpuBuild *b = dlsym(lib, "colossalc_cpu_builds");
+  const int *nb = dlsym(lib, "colossalc_ncpu_builds");
+  return b && nb && *nb == 1 ? b[0].kernels : NULL;
+}
+
 static int check_symbols(void *lib) {
   const int *n = dlsym(lib, "colossalc_nkernels");
-  const ProgKernelFn *fns = dlsym(lib, "colossalc_kernels");
+  const ProgKernelFn *fns = lib_kernels(lib);
   const unsigned char *prog = dlsym(lib, "colossalc_program");
   const int64_t *bytes = dlsym(lib, "colossalc_program_bytes");
   int bad = !n || !fns || !prog || !bytes || *n != ncases || *bytes != (int64_t)sizeof test_program ||
@@ -549,7 +556,7 @@ static int check_symbols(void *lib) {
     void *f = dlsym(lib, cases[i].k->name);
     bad |= !f || memcmp(&f, &fns[i], sizeof f) != 0;
   }
-  printf("%-4s colossalc_nkernels = %d, colossalc_kernels[], colossalc_program (64-byte aligned)\n",
+  printf("%-4s colossalc_nkernels = %d, colossalc_cpu_builds[1], colossalc_program (64-byte aligned)\n",
          bad ? "FAIL" : "ok", n ? *n : -1);
   return bad;
 }
@@ -557,7 +564,7 @@ static int check_symbols(void *lib) {
 static int run_numerics(LlvmModule *m) {
   void *lib = build_library(m);
   failures += check_symbols(lib);
-  const ProgKernelFn *fns = dlsym(lib, "colossalc_kernels");
+  const ProgKernelFn *fns = lib_kernels(lib);
   Images im;
   for (int i = 0; i < TIERS; i++) {
     im.init[i] = malloc(TIER_BYTES);
@@ -705,7 +712,7 @@ static int run_lowered(int argc, char **argv) {
   if (llvm_optimize(m, 3)) return 1;
   void *lib = build_library(m);
   float scalars[16] = {1e-2f, 10.0f, 20.0f, 0.75f, 1, 0.9f, 0.95f, 1e-8f, 0.1f, 0.9f, 1.0f, 1.0f};
-  Run r = {.p = p, .fns = dlsym(lib, "colossalc_kernels"), .scalars = scalars};
+  Run r = {.p = p, .fns = lib_kernels(lib), .scalars = scalars};
   r.worst = calloc((size_t)p->nkernels + 1, sizeof *r.worst);
   for (int t = 0; t < TIERS; t++) {
     r.ref[t] = calloc(1, (size_t)p->tiers[t] + 64);

@@ -112,3 +112,13 @@ add_test(NAME e2e_emit_llvm
          COMMAND sh -c "$0 $1 --emit-llvm $2 && grep -c '^define void @k' $2 && grep -q '<[0-9]* x float>' $2"
                  $<TARGET_FILE:colossalc> ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model ${E2E_WORK}/gpt2-tiny.ll)
 colossalc_label("fast;e2e" e2e_emit_llvm) # no train: the LLVM module only
+# the CPU kernels' builds: a train compiled here runs on older x86-64 CPUs (qemu-x86_64
+# -cpu Haswell: the portable build; -cpu Nehalem: refused in one line, or --cpu x86-64-v2);
+# not under the sanitizers, whose shadow memory the emulator cannot map
+if(NOT COLOSSALC_SANITIZE)
+  add_test(NAME e2e_cpu_builds
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_cpu_builds.sh $<TARGET_FILE:colossalc>
+                   $<TARGET_FILE:colossalc-mktokens> ${CMAKE_SOURCE_DIR} ${E2E_WORK}/cpu-builds)
+  set_tests_properties(e2e_cpu_builds PROPERTIES SKIP_RETURN_CODE 77)
+  colossalc_label(e2e e2e_cpu_builds)
+endif()

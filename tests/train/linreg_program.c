@@ -174,6 +174,8 @@ static void k7_adamw_b(char *const *tiers, int64_t lo, int64_t hi, const float *
   adamw(tiers, P_B, 0, lo, hi, sc);
 }
 
-const ProgKernelFn colossalc_kernels[] = {k0_onehot,    k1_add_bias, k2_xent,    k3_loss_mean,
-                                          k4_bias_grad, k5_gradnorm, k6_adamw_w, k7_adamw_b};
-const int colossalc_nkernels = sizeof colossalc_kernels / sizeof colossalc_kernels[0];
+static const ProgKernelFn kernels[] = {k0_onehot,    k1_add_bias, k2_xent,    k3_loss_mean,
+                                       k4_bias_grad, k5_gradnorm, k6_adamw_w, k7_adamw_b};
+const ProgCpuBuild colossalc_cpu_builds[] = {{"any (written by hand)", "", kernels}};
+const int colossalc_ncpu_builds = 1;
+const int colossalc_nkernels = sizeof kernels / sizeof kernels[0];

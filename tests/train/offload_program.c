@@ -285,7 +285,9 @@ PER_CHUNK(1)
 PER_CHUNK(2)
 PER_CHUNK(3)
 
-const ProgKernelFn colossalc_kernels[] = {k_bias_fwd,  k_fwd0,   k_fwd1,   k_fwd2,   k_fwd3,   k_xent,  k_loss_mean,
-                                          k_bias_grad, k_wgrad0, k_wgrad1, k_wgrad2, k_wgrad3, k_gn0,   k_gn1,
-                                          k_gn2,       k_gn3,    k_adamw0, k_adamw1, k_adamw2, k_adamw3};
-const int colossalc_nkernels = sizeof colossalc_kernels / sizeof colossalc_kernels[0];
+static const ProgKernelFn kernels[] = {k_bias_fwd,  k_fwd0,   k_fwd1,   k_fwd2,   k_fwd3,   k_xent,  k_loss_mean,
+                                       k_bias_grad, k_wgrad0, k_wgrad1, k_wgrad2, k_wgrad3, k_gn0,   k_gn1,
+                                       k_gn2,       k_gn3,    k_adamw0, k_adamw1, k_adamw2, k_adamw3};
+const ProgCpuBuild colossalc_cpu_builds[] = {{"any (written by hand)", "", kernels}};
+const int colossalc_ncpu_builds = 1;
+const int colossalc_nkernels = sizeof kernels / sizeof kernels[0];

@@ -196,6 +196,8 @@ static void s1_adam_e(char *const *tiers, int64_t lo, int64_t hi, const float *s
   pk_adamw(tiers, 0, PH, 512, lo, hi, sc);
 }
 
-const ProgKernelFn colossalc_kernels[] = {s0_embed,  s0_embed_back, s0_gn_e, s0_gn_w,  s0_adam_e,
-                                          s0_adam_w, s1_xent,       s1_gn_e, s1_adam_e};
-const int colossalc_nkernels = sizeof colossalc_kernels / sizeof colossalc_kernels[0];
+static const ProgKernelFn kernels[] = {s0_embed,  s0_embed_back, s0_gn_e, s0_gn_w,  s0_adam_e,
+                                       s0_adam_w, s1_xent,       s1_gn_e, s1_adam_e};
+const ProgCpuBuild colossalc_cpu_builds[] = {{"any (written by hand)", "", kernels}};
+const int colossalc_ncpu_builds = 1;
+const int colossalc_nkernels = sizeof kernels / sizeof kernels[0];

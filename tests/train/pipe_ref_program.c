@@ -89,5 +89,7 @@ static void r_adam_w(char *const *tiers, int64_t lo, int64_t hi, const float *sc
   pk_adamw(tiers, 512, PH, 768, lo, hi, sc);
 }
 
-const ProgKernelFn colossalc_kernels[] = {r_embed, r_xent, r_embed_back, r_gn_e, r_gn_w, r_adam_e, r_adam_w};
-const int colossalc_nkernels = sizeof colossalc_kernels / sizeof colossalc_kernels[0];
+static const ProgKernelFn kernels[] = {r_embed, r_xent, r_embed_back, r_gn_e, r_gn_w, r_adam_e, r_adam_w};
+const ProgCpuBuild colossalc_cpu_builds[] = {{"any (written by hand)", "", kernels}};
+const int colossalc_ncpu_builds = 1;
+const int colossalc_nkernels = sizeof kernels / sizeof kernels[0];

@@ -127,7 +127,7 @@ static int init_with(const char *flag, const char *value, ExecHp *used) {
   int rc = train_opts_parse(5, argv, &o, err, sizeof err);
   CHECK(rc == 0);
   CHECK(prog_open(colossalc_program, colossalc_program_bytes, &p, err, sizeof err) == 0);
-  rc = trainer_init(&t, &p, colossalc_kernels, &o, NULL, err, sizeof err);
+  rc = trainer_init(&t, &p, &colossalc_cpu_builds[0], &o, NULL, err, sizeof err);
   *used = t.ex.step.hp;
   trainer_free(&t);
   return rc;
@@ -387,7 +387,7 @@ static void test_forward(void) {
   Executor ex;
   int32_t tok[64];
   char *rows[2] = {(char *)tok, NULL};
-  Device *dev = device_cpu_new(colossalc_kernels, colossalc_nkernels, 3, err, sizeof err);
+  Device *dev = device_cpu_new(colossalc_cpu_builds[0].kernels, colossalc_nkernels, 3, err, sizeof err);
   CHECK(dev);
   CHECK(prog_open(colossalc_program, colossalc_program_bytes, &all, err, sizeof err) == 0);
   p = prog_stage(&all, 0);
