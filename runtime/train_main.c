@@ -95,6 +95,16 @@ static int train_main(Comm *comm, int argc, char **argv) {
     if (comm->rank == 0) train_opts_help(stdout);
     return 0;
   }
+  if (opts.device_info) {
+    if (comm->rank == 0) {
+#ifdef COLOSSALC_HAVE_CUDA
+      device_cuda_info(stdout);
+#else
+      printf("this train was built without the CUDA device (no CUDA toolkit where colossalc was built)\n");
+#endif
+    }
+    return fflush(stdout) == 0 ? 0 : train_fail("", "--device-info: write failed");
+  }
   bad = train_open(&prog, err, sizeof err) != 0;
   if (comm_agree(comm, bad, err) != 0) return train_fail("internal error: ", err);
   if (opts.dump_program) {

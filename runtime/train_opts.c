@@ -64,6 +64,9 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG,
     "stop after N consecutive steps with a non-finite loss or gradient norm (default 10; 0: never)")                     \
   X("--log", OPT_STR, log, 0, 0, "FILE", "metrics as JSON lines (appended to with --resume)")                            \
   X("--sample", OPT_INT, sample, 0, 1e9, "N", "after training, print N tokens sampled from the model")                   \
+  X("--device-info", OPT_FLAG, device_info, 0, 0, "",                                                                    \
+    "print the GPU libraries this train finds (driver, NVRTC, cuBLASLt, NCCL: where, which version, or where it "        \
+    "looked) and the GPUs, and exit")                                                                                    \
   X("--dump-program", OPT_FLAG, dump_program, 0, 0, "",                                                                  \
     "print the program this train carries (its lists, one instruction a line) and exit")                                 \
   X("--help", OPT_FLAG, help, 0, 0, "", "print this help")
@@ -186,7 +189,7 @@ static int opts_one(int argc, char **argv, int *i, TrainOpts *o, char *err, size
 
 /* Combinations the table cannot express. */
 static int opts_check(const TrainOpts *o, char *err, size_t errlen) {
-  if (o->help || o->dump_program) return 0;
+  if (o->help || o->dump_program || o->device_info) return 0;
   if (o->compile_kernels)
     return strncmp(o->compile_kernels, "sm_", 3) == 0
                ? 0

@@ -6,6 +6,7 @@
 #include "runtime/device/cuda_kernels.h"
 #include "runtime/io/fileio.h"
 
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -773,6 +774,54 @@ int device_cuda_available(void) {
   int ok = api.Init(0) == CUDA_SUCCESS && api.DeviceGetCount(&n) == CUDA_SUCCESS && n > 0;
   cuda_api_close(&api);
   return ok;
+}
+
+void device_cuda_info(FILE *f) {
+  CudaApi api;
+  char err[4096];
+  memset(&api, 0, sizeof api);
+  static const struct {
+    const char *name;
+    unsigned which;
+  } libs[] = {
+      {"driver", CUDA_LIB_DRIVER}, {"NVRTC", CUDA_LIB_NVRTC}, {"cuBLASLt", CUDA_LIB_CUBLASLT}, {"NCCL", CUDA_LIB_NCCL}};
+  for (int i = 0; i < 4; i++) {
+    if (cuda_api_add(&api, libs[i].which, err, sizeof err) != 0) {
+      const char *why = strstr(err, "--device cuda: ");
+      fprintf(f, "%-9s not found: %s\n", libs[i].name, why ? why + 15 : err);
+      continue;
+    }
+    int a = 0, b = 0;
+    fprintf(f, "%-9s %s, ", libs[i].name, api.path[i]);
+    if (i == 0 && api.DriverGetVersion(&a) == CUDA_SUCCESS) fprintf(f, "CUDA %d.%d\n", a / 1000, a % 1000 / 10);
+    else if (i == 1 && api.nvrtcVersion(&a, &b) == NVRTC_SUCCESS) fprintf(f, "version %d.%d\n", a, b);
+    else if (i == 2) {
+      size_t (*version)(void) = (size_t(*)(void))dlsym(api.lib[2], "cublasLtGetVersion");
+      size_t v = version ? version() : 0; /* major * 10000 + minor * 100 + patch */
+      fprintf(f, "version %zu.%zu.%zu\n", v / 10000, v / 100 % 100, v % 100);
+    } else if (i == 3 && api.ncclGetVersion(&a) == ncclSuccess)
+      fprintf(f, "version %d.%d.%d\n", a / 10000, a / 100 % 100, a % 100);
+    else fprintf(f, "version unknown\n");
+  }
+  int n = 0;
+  if (!api.lib[0]) fprintf(f, "GPUs      none (no driver)\n");
+  else if (api.Init(0) != CUDA_SUCCESS || api.DeviceGetCount(&n) != CUDA_SUCCESS || n == 0)
+    fprintf(f, "GPUs      none (the driver sees no GPU)\n");
+  for (int d = 0; d < n; d++) {
+    CUdevice dev;
+    char name[256] = "?";
+    size_t mem = 0;
+    int major = 0, minor = 0, sms = 0;
+    if (api.DeviceGet(&dev, d) != CUDA_SUCCESS) continue;
+    api.DeviceGetName(name, sizeof name, dev);
+    api.DeviceTotalMem(&mem, dev);
+    api.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    api.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    api.DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    fprintf(f, "GPU %-5d %s, %.1f GiB, compute capability %d.%d, %d SMs\n", d, name, mem / 1073741824.0, major, minor,
+            sms);
+  }
+  cuda_api_close(&api);
 }
 
 int device_cuda_precompile(const Prog *p, const char *source, const char *arch, const CudaOptions *o, char *err,

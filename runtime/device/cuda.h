@@ -57,6 +57,11 @@ Comm *device_cuda_overlap_comm(Device *dev, Comm *c);
 /* Whether a CUDA GPU is usable here: the driver loads and sees one. */
 int device_cuda_available(void);
 
+/* train --device-info: the driver, NVRTC, cuBLASLt and NCCL (each: where it was found
+ * and its version, or "not found" and every place looked in) and the GPUs, to f; on a
+ * machine with no GPU and no driver too. */
+void device_cuda_info(FILE *f);
+
 /* Compiles the program's kernels for arch ("sm_90") into the kernel cache, with no
  * GPU and no driver (NVRTC only): train --compile-kernels. Prints what it did. 0, or
  * -1 with a message. */

@@ -127,7 +127,8 @@ typedef struct CudaApi {
                                 cudaStream_t s);
   ncclResult_t (*ncclSend)(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s);
   ncclResult_t (*ncclRecv)(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s);
-  void *lib[4]; /* the dlopen handles: driver, NVRTC, cuBLASLt, NCCL */
+  void *lib[4];       /* the dlopen handles: driver, NVRTC, cuBLASLt, NCCL */
+  char path[4][1024]; /* where each was found (the loader's choice: the file it opened) */
 } CudaApi;
 
 /* Which libraries cuda_api_load opens. The NVRTC-only table compiles kernels without a
@@ -136,8 +137,18 @@ typedef struct CudaApi {
 enum { CUDA_LIB_DRIVER = 1, CUDA_LIB_NVRTC = 2, CUDA_LIB_CUBLASLT = 4, CUDA_LIB_ALL = 7, CUDA_LIB_NCCL = 8 };
 
 /* Opens the libraries of `which` and fills the table. 0, or -1 with one line in err
- * naming the library that is missing (and what that means) or the symbol it lacks. */
+ * naming the library that is missing (and what that means, and every place looked in)
+ * or the symbol it lacks. A toolkit library (NVRTC, cuBLASLt, NCCL) is looked for in
+ * LD_LIBRARY_PATH's folders, CUDA_HOME and CUDA_PATH (lib64, lib, targets/ARCH/lib), the
+ * active Python environment's NVIDIA wheels (VIRTUAL_ENV, CONDA_PREFIX:
+ * lib/python3.X/site-packages/nvidia/PKG/lib; CONDA_PREFIX/lib), the loader's own path,
+ * /usr/local/cuda and /usr/local/cuda-* (the newest first), then the wheels of ~/.local,
+ * /usr/local and /usr; the driver in LD_LIBRARY_PATH, the loader's path and where
+ * drivers put it (WSL, /usr/lib64/nvidia, Debian's nvidia/current, CUDA's compat). */
 int cuda_api_load(CudaApi *api, unsigned which, char *err, size_t errlen);
+/* The same into a table already (partly) loaded, which a failure leaves as it was but
+ * for the library that failed (train --device-info: each library on its own). */
+int cuda_api_add(CudaApi *api, unsigned which, char *err, size_t errlen);
 /* Forgets the table; the libraries stay loaded until the process ends. */
 void cuda_api_close(CudaApi *api);
 

@@ -29,6 +29,13 @@
 #                sm_90, every unit compiled, then every unit from the cache, then one
 #                damaged entry rebuilt
 #   no_gpu       --device cuda where no driver is: one line naming libcuda.so.1, exit 1
+#   libsearch    the libraries found where users have them: the emulated driver through
+#                LD_LIBRARY_PATH, NVRTC in CUDA_HOME/lib64, cuBLASLt and NCCL in an
+#                active Python environment's NVIDIA wheels (VIRTUAL_ENV/lib/python3.X/
+#                site-packages/nvidia/PKG/lib): train --device-info names each file and the
+#                emulated GPU, and a run on the emulated device from there equals the
+#                CPU device; without the driver, --device-info says so with every place
+#                it looked and still lists the libraries
 #   too_few_gpus 2 ranks (\$MPIRUN) on a node whose driver shows 1 GPU: refused in one line
 #                before NCCL starts (it cannot put two ranks of a communicator on one GPU)
 #   gpu_fails    2 ranks, rank 1's 20th kernel launch fails: its CUDA error is printed and
@@ -118,6 +125,33 @@ no_gpu)
   grep -q "libcuda.so.1" err || fail "the line does not name libcuda.so.1"
   ./train $args > auto.out   # the default: the CPU, as no GPU is visible
   grep -q "| cpu," auto.out || fail "the default device is not the CPU here"
+  ;;
+libsearch)
+  mkdir -p drv home/lib64 venv/lib/python3.11/site-packages/nvidia/cublas/lib \
+    venv/lib/python3.11/site-packages/nvidia/nccl/lib
+  cp "$emul/libcuda.so.1" drv/
+  cp "$emul/libnvrtc.so.13" home/lib64/
+  cp "$emul/libcublasLt.so.13" venv/lib/python3.11/site-packages/nvidia/cublas/lib/
+  cp "$emul/libnccl.so.2" venv/lib/python3.11/site-packages/nvidia/nccl/lib/
+  placed="LD_LIBRARY_PATH=$run/drv CUDA_HOME=$run/home VIRTUAL_ENV=$run/venv"
+  env $placed ./train --device-info > info.out
+  cat info.out
+  grep -q "^driver  *$run/drv/libcuda.so.1, CUDA " info.out || fail "the driver not from LD_LIBRARY_PATH"
+  grep -q "^NVRTC  *$run/home/lib64/libnvrtc.so.13, " info.out || fail "NVRTC not from CUDA_HOME"
+  grep -q "^cuBLASLt  *$run/venv/lib/python3.11/site-packages/nvidia/cublas/lib/libcublasLt.so.13, " info.out ||
+    fail "cuBLASLt not from VIRTUAL_ENV's wheels"
+  grep -q "^NCCL  *$run/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2, " info.out ||
+    fail "NCCL not from VIRTUAL_ENV's wheels"
+  grep -q "^GPU 0 .*compute capability [0-9]" info.out || fail "no emulated GPU listed"
+  ./train $args --device cpu --log cpu.jsonl --save cpu.safetensors > cpu.out
+  env $placed ./train $args --device cuda --kernel-cache kc --log cuda.jsonl --save cuda.safetensors > cuda.out
+  "$py" "$src/tests/multirank/compare_runs.py" 1e-5 cpu.jsonl cuda.jsonl cpu.safetensors cuda.safetensors
+  env -u LD_LIBRARY_PATH CUDA_HOME=/nonexistent/cuda ./train --device-info > nodrv.out
+  cat nodrv.out
+  grep -q "^driver  *not found: libcuda.so.1 not found: .*looked in LD_LIBRARY_PATH (unset), the loader's path, " \
+    nodrv.out || fail "no driver: not said with the places looked in"
+  grep -q "^GPUs  *none (no driver)" nodrv.out || fail "no driver: the GPUs not said"
+  [ "$(grep -c '^NVRTC\|^cuBLASLt\|^NCCL' nodrv.out)" = 3 ] || fail "no driver: the libraries not all listed"
   ;;
 too_few_gpus)
   status=0

@@ -44,6 +44,9 @@ add_test(NAME cuda_emul_fp8 COMMAND ${cuda_run} fp8) # fp8: 8-bit cuBLASLt layou
 add_test(NAME cuda_nvrtc_cache COMMAND ${cuda_run} nvrtc_cache)
 # Without a GPU, --device cuda is one clear line and exit status 1.
 add_test(NAME cuda_no_gpu COMMAND ${cuda_run} no_gpu)
+# The libraries where users have them (CUDA_HOME, a Python environment's NVIDIA wheels),
+# train --device-info, and a run from there.
+add_test(NAME cuda_emul_libsearch COMMAND ${cuda_run} libsearch)
 # More ranks on a node than GPUs: one clear line, not NCCL's failure.
 add_test(NAME cuda_too_few_gpus COMMAND ${cuda_run} too_few_gpus)
 # A GPU that fails on one rank of two: its error, and every rank ended.
@@ -52,9 +55,9 @@ set_tests_properties(cuda_too_few_gpus cuda_gpu_fails
                      PROPERTIES ENVIRONMENT "MPIRUN=${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS}" TIMEOUT 300)
 set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache cuda_no_gpu PROPERTIES TIMEOUT 900)
 colossalc_label(cuda_emul cuda_emul_one_rank cuda_emul_bf16 cuda_emul_fused cuda_emul_fp8 cuda_nvrtc_cache
-                cuda_no_gpu cuda_too_few_gpus cuda_gpu_fails)
+                cuda_no_gpu cuda_too_few_gpus cuda_gpu_fails cuda_emul_libsearch)
 if(COLOSSALC_SANITIZE)
-  set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache PROPERTIES ENVIRONMENT
+  set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache cuda_emul_libsearch PROPERTIES ENVIRONMENT
     "ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS};LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_LIST_DIR}/lsan.supp:print_suppressions=0")
 endif()
 
