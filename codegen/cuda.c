@@ -547,7 +547,7 @@ static void load_text(Emit *E, Str *o, const KExpr *e) {
   E->use_buf[e->buf] = true;
   if (b->dtype == DT_I32) put(o, "(float)");
   if (half_buf(b)) put(o, "cc_%s2f(", half_name(b));
-  put(o, E->ro[e->buf] ? "__ldg(b%d + CC_IX(" : "b%d[CC_IX(", e->buf);
+  put(o, E->ro[e->buf] ? "__ldg(b%d + CC_RO(b%d, " : "b%d[CC_RD(b%d, ", e->buf, e->buf);
   addr_text(E, o, &e->view);
   put(o, ", %lldLL)%s%s", (long long)b->numel, E->ro[e->buf] ? ")" : "]", half_buf(b) ? ")" : "");
 }
@@ -714,7 +714,7 @@ static void emit_store(Emit *E, Str *o, int ind, const KPhase *p) {
   const KBuf *b = &E->k->bufs[p->buf];
   if (half_buf(b)) { /* 16 bits: rounded from f32 (an add in f32 first) */
     const char *h = half_name(b);
-    put(o, "{ const long long a_ = CC_IX(");
+    put(o, "{ const long long a_ = CC_WR(b%d, ", p->buf);
     addr_text(E, o, &p->view);
     put(o, ", %lldLL); b%d[a_] = cc_f2%s(", (long long)b->numel, p->buf, h);
     if (p->store == KS_ADD) put(o, "cc_%s2f(b%d[a_]) + ", h, p->buf);
@@ -722,7 +722,7 @@ static void emit_store(Emit *E, Str *o, int ind, const KPhase *p) {
     put(o, "); }\n");
     return;
   }
-  put(o, "b%d[CC_IX(", p->buf);
+  put(o, "b%d[CC_WR(b%d, ", p->buf, p->buf);
   addr_text(E, o, &p->view);
   put(o, ", %lldLL)] %s ", (long long)b->numel, p->store == KS_ADD ? "+=" : "=");
   expr_ref(E, o, p->expr);
@@ -1054,8 +1054,12 @@ _Static_assert(KA_BLOCK == 32, "a key block of the fused attention is one warp's
 /* `x` as an f32 expression: element idx of operand x. */
 static void attn_load(Str *o, const Kernel *k, const KOperand *x, const char *idx) {
   const KBuf *b = &k->bufs[x->buf];
-  if (half_buf(b)) put(o, "cc_%s2f(b%d[CC_IX(%s, %lldLL)])", half_name(b), x->buf, idx, (long long)b->numel);
-  else put(o, "%sb%d[CC_IX(%s, %lldLL)]", b->dtype == DT_I32 ? "(float)" : "", x->buf, idx, (long long)b->numel);
+  const char *rd = bufs_overlap(k, k->attn->res.buf, x->buf) ? "CC_RD" : "CC_RO";
+  if (half_buf(b))
+    put(o, "cc_%s2f(b%d[%s(b%d, %s, %lldLL)])", half_name(b), x->buf, rd, x->buf, idx, (long long)b->numel);
+  else
+    put(o, "%sb%d[%s(b%d, %s, %lldLL)]", b->dtype == DT_I32 ? "(float)" : "", x->buf, rd, x->buf, idx,
+        (long long)b->numel);
 }
 
 /* `long long name = offset + b*sb + s*ss;` the element offset of row (b, s). */
@@ -1098,7 +1102,7 @@ static void attn_store(Str *o, int ind, const Kernel *k, const char *idx, const 
   const KBuf *b = &k->bufs[A->res.buf];
   int n = A->res.buf;
   put_ind(o, ind);
-  put(o, "{ const long long a_ = CC_IX(%s, %lldLL); ", idx, (long long)b->numel);
+  put(o, "{ const long long a_ = CC_WR(b%d, %s, %lldLL); ", n, idx, (long long)b->numel);
   if (half_buf(b)) {
     const char *h = half_name(b);
     if (A->store == KS_ADD) put(o, "b%d[a_] = cc_f2%s(cc_%s2f(b%d[a_]) + (%s)); }\n", n, h, h, n, v);
@@ -1290,6 +1294,11 @@ static const char prelude[] =
     "#else\n"
     "#define CC_IX(a, n) (a)\n"
     "#endif\n"
+    "#ifndef CC_RD   /* the index of a read, a write and a read of a buffer the kernel never writes, */\n"
+    "#define CC_RD(b, a, n) CC_IX(a, n)   /* of b: a test harness may watch them */\n"
+    "#define CC_WR(b, a, n) CC_IX(a, n)\n"
+    "#define CC_RO(b, a, n) CC_IX(a, n)\n"
+    "#endif\n"
     "/* dropout_uniform of ir/rand.h */\n"
     "__device__ __forceinline__ float cc_rand(long long seed, long long step, long long index) {\n"
     "  unsigned long long z = (unsigned long long)index + (unsigned long long)seed * 0x9E3779B97F4A7C15ull +\n"
@@ -1363,17 +1372,17 @@ static const char prelude[] =
     "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
     "  v = cc_warp_sum(v);\n"
     "  __syncthreads();   /* the previous reduction is done reading sh */\n"
-    "  if (lane == 0) sh[warp] = v;\n"
+    "  if (lane == 0) sh[CC_WR(sh, warp, 32)] = v;\n"
     "  __syncthreads();\n"
-    "  return cc_warp_sum(lane < nw ? sh[lane] : 0.0f);\n"
+    "  return cc_warp_sum(lane < nw ? sh[CC_RD(sh, lane, 32)] : 0.0f);\n"
     "}\n"
     "__device__ __forceinline__ float cc_block_max(float v, float *sh) {\n"
     "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
     "  v = cc_warp_max(v);\n"
     "  __syncthreads();\n"
-    "  if (lane == 0) sh[warp] = v;\n"
+    "  if (lane == 0) sh[CC_WR(sh, warp, 32)] = v;\n"
     "  __syncthreads();\n"
-    "  return cc_warp_max(lane < nw ? sh[lane] : -CC_INF);\n"
+    "  return cc_warp_max(lane < nw ? sh[CC_RD(sh, lane, 32)] : -CC_INF);\n"
     "}\n"
     "#endif\n";
 

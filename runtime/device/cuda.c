@@ -675,20 +675,30 @@ static void report_build(const CudaBuild *b, const char *arch) {
   printf(b->cache_dir[0] ? " (cache %s)\n" : " (no cache)\n", b->cache_dir);
 }
 
-/* The GPU's peak FLOP/s for f32 GEMMs: the CUDA cores' FMAs, or with TF32 the tensor
- * cores' dense rate, per SM and clock by architecture (the vendors' data sheets: A100
- * 19.5 and 156 TFLOP/s, H100 SXM 67 and 495), times SMs and the boost clock. 0 for an
+/* The GPU's peak FLOP/s at the precision of the program's GEMMs (their narrowest
+ * input): f32 on the CUDA cores' FMAs, or with TF32 the tensor cores' dense rate; bf16
+ * and fp16 on the tensor cores at twice TF32's; fp8 (Hopper) at twice that. Per SM and
+ * clock by architecture (the vendors' data sheets: A100 19.5, 156 and 312 TFLOP/s, H100
+ * SXM 67, 495 and 989 at its tensor clock), times SMs and the reported clock. 0 for an
  * architecture not listed. */
-static double peak_flops(CudaDevice *c) {
+static double peak_flops(CudaDevice *c, const Prog *p) {
   int major = 0, minor = 0, sms = 0, khz = 0;
   if (c->api.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->cu) != CUDA_SUCCESS ||
       c->api.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->cu) != CUDA_SUCCESS ||
       c->api.DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->cu) != CUDA_SUCCESS ||
       c->api.DeviceGetAttribute(&khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, c->cu) != CUDA_SUCCESS)
     return 0;
+  int bits = 32;
+  for (int64_t i = 0; i < p->count[PROG_SEC_INSTRS]; i++)
+    if (p->instrs[i].op == ISA_GEMM)
+      for (int k = 0; k < 2; k++) {
+        int dt = p->instrs[i].gemm.dt[k], b = dt == ISA_E4M3 || dt == ISA_E5M2 ? 8 : dt == ISA_F32 ? 32 : 16;
+        if (b < bits) bits = b;
+      }
   double fma = major == 8 && minor == 0 ? 64 : major >= 8 ? 128 : major == 7 ? 64 : 0; /* f32 lanes */
-  double tensor = major == 8 && minor == 0 ? 1024 : major == 8 ? 512 : major >= 9 ? 2048 : 0;
-  return (c->tf32 ? tensor : 2 * fma) * sms * khz * 1e3;
+  double tf32 = major == 8 && minor == 0 ? 1024 : major == 8 ? 512 : major >= 9 ? 2048 : 0;
+  double per_clock = bits == 32 ? (c->tf32 ? tf32 : 2 * fma) : bits == 16 || major < 9 ? 2 * tf32 : 4 * tf32;
+  return per_clock * sms * khz * 1e3;
 }
 
 static int cuda_setup(CudaDevice *c, const Prog *p, const char *source, const CudaOptions *o, char *err,
@@ -714,7 +724,7 @@ static int cuda_setup(CudaDevice *c, const Prog *p, const char *source, const Cu
     return file_set_error(err, errlen, "--device cuda: cublasLtCreate failed");
   setup_reserve(c);
   c->dev.own_bytes = WORKSPACE + SCALARS_MAX * (int64_t)sizeof(float);
-  c->dev.peak_flops = peak_flops(c);
+  c->dev.peak_flops = peak_flops(c, p);
   return plan_gemms(c, p, err, errlen);
 }
 

@@ -2,18 +2,19 @@
  * runtime/device/cuda_api.c opens, so that the real `train` runs its CUDA device on a machine
  * without a GPU (README in tests/cuda_emul/run_equal.sh).
  *
- * One emulated GPU, compute capability 9.0. Device memory is host memory (a
+ * Emulated GPUs (8, or $COLOSSALC_EMUL_GPUS) with an H100's attributes (an A100's with
+ * COLOSSALC_EMUL_GPU=a100). Device memory is host memory (a
  * CUdeviceptr is the address). A module is a shared object that the emulated NVRTC
  * (nvrtc.c) built from the generated CUDA C behind the thread-per-GPU-thread shim
  * (host_shim.h); its image is EMUL_MAGIC followed by the object's bytes, which
- * cuModuleLoadData writes to a scratch file and opens. cuLaunchKernel runs the kernel
- * through the module's cc_host_launch with at most EMUL_BLOCKS blocks of 32 threads:
- * the generated kernels are grid-stride loops over their range and need blocks of a
- * power of two of at least 32, so the result is the GPU's at any launch size. Streams
- * are threads (below). */
+ * cuModuleLoadData writes to a scratch file and opens. cuLaunchKernel checks the launch
+ * against a real GPU's limits (the attributes of an H100 or an A100, below) and runs the
+ * kernel through the module's cc_host_launch at its real grid and block shape, every
+ * block in turn, each GPU thread a fiber. Streams are threads (below). */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +24,6 @@
 #include <unistd.h>
 
 #include "tests/cuda_emul/emul.h"
-
-enum { EMUL_BLOCKS = 1 };
 
 typedef int HostLaunch(void *kernel, unsigned grid, unsigned block, char *const *bufs, long long n,
                        const float *scalars);
@@ -69,26 +68,80 @@ CUresult cuDeviceGet(CUdevice *d, int ordinal) {
   return ordinal >= 0 && ordinal < emul_gpus() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
+/* The emulated GPU's attributes: an H100 SXM5 80GB's (the default) or, with
+ * COLOSSALC_EMUL_GPU=a100, an A100 SXM4 80GB's, as cuDeviceGetAttribute reports them
+ * on those GPUs; attributes not listed are 0. The launch limits below are these. */
+typedef struct Gpu {
+  const char *name;
+  int cc_major, cc_minor, sms, clock_khz, mem_clock_khz, bus_bits, l2_bytes, shared_block, shared_optin, shared_sm;
+  size_t memory;
+} Gpu;
+static const Gpu gpus[] = {
+    {"NVIDIA H100 80GB HBM3 (colossalc host emulation)", 9, 0, 132, 1980000, 2619000, 5120, 52428800, 49152, 232448,
+     233472, (size_t)81559 << 20},
+    {"NVIDIA A100-SXM4-80GB (colossalc host emulation)", 8, 0, 108, 1410000, 1593000, 5120, 41943040, 49152, 166912,
+     167936, (size_t)81920 << 20},
+};
+static const Gpu *gpu(void) {
+  const char *s = getenv("COLOSSALC_EMUL_GPU");
+  return &gpus[s && !strcmp(s, "a100")];
+}
+enum { MAX_BLOCK = 1024, MAX_GRID_X = 2147483647, MAX_GRID_YZ = 65535 };
+
 CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
-  (void)d;
-  /* no SMs nor clock to speak of: the device's peak FLOP/s (and so the MFU) is unknown */
-  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9 : 0;
+  const Gpu *g = gpu();
+  if (d < 0 || d >= emul_gpus()) return CUDA_ERROR_INVALID_DEVICE;
+  const struct {
+    CUdevice_attribute a;
+    int v;
+  } attrs[] = {
+      {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, g->cc_major},
+      {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, g->cc_minor},
+      {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, g->sms},
+      {CU_DEVICE_ATTRIBUTE_CLOCK_RATE, g->clock_khz},
+      {CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, g->mem_clock_khz},
+      {CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, g->bus_bits},
+      {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, g->l2_bytes},
+      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, MAX_BLOCK},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, MAX_BLOCK},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, MAX_BLOCK},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, 64},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, MAX_GRID_X},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, MAX_GRID_YZ},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, MAX_GRID_YZ},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, g->shared_block},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, g->shared_optin},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, g->shared_sm},
+      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 2048},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 32},
+      {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536},
+      {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, 65536},
+      {CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32},
+      {CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, 65536},
+      {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1},
+      {CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1},
+      {CU_DEVICE_ATTRIBUTE_ECC_ENABLED, 1},
+      {CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, g->cc_major >= 9 ? 3 : 2},
+  };
+  *v = 0;
+  for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
+    if (attrs[i].a == a) *v = attrs[i].v;
   return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
   (void)d;
-  snprintf(name, (size_t)len, "colossalc host emulation");
+  snprintf(name, (size_t)len, "%s", gpu()->name);
   return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d) {
   (void)d;
-  *bytes = (size_t)8 << 30;
+  *bytes = gpu()->memory;
   return CUDA_SUCCESS;
 }
 CUresult cuMemGetInfo(size_t *free_bytes, size_t *total) {
-  *free_bytes = *total = (size_t)8 << 30;
+  *free_bytes = *total = gpu()->memory; /* what is allocated is the host's: not counted */
   return CUDA_SUCCESS;
 }
 CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
@@ -102,17 +155,88 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice d) {
 }
 CUresult cuCtxSetCurrent(CUcontext c) { return c ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
 
+/* ---- cuMemAlloc: each allocation ends at an inaccessible guard page -----------------
+ * (its size rounded up to 256 bytes, the alignment a GPU's allocations have), with one
+ * before it too, so that an access past either end faults; the fault is reported as an
+ * access out of the allocation it is nearest to, and the process ends, as a GPU's
+ * context does on an illegal address. */
+typedef struct Alloc {
+  char *map, *data;
+  size_t map_len, bytes;
+} Alloc;
+static Alloc *allocs;
+static int nallocs, cap_allocs;
+static pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_fault(int sig, siginfo_t *si, void *ctx) {
+  (void)ctx;
+  const char *a = si->si_addr;
+  char msg[256];
+  int n = snprintf(msg, sizeof msg, "cuda emulation: an illegal address %p", (const void *)a);
+  for (int i = 0; i < nallocs; i++) /* no lock: the process is ending */
+    if (a >= allocs[i].map && a < allocs[i].map + allocs[i].map_len) {
+      const char *end = allocs[i].data + allocs[i].bytes;
+      n += snprintf(msg + n, sizeof msg - (size_t)n, a >= end ? ", %zu bytes past the end of" : ", %zu bytes before",
+                    a >= end ? (size_t)(a - end) : (size_t)(allocs[i].data - a));
+      n += snprintf(msg + n, sizeof msg - (size_t)n, " the allocation of %zu bytes at %p", allocs[i].bytes,
+                    (void *)allocs[i].data);
+      break;
+    }
+  snprintf(msg + n, sizeof msg - (size_t)n, "\n");
+  if (write(2, msg, strlen(msg)) < 0) { /* nothing more to say */
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes) {
-  void *m = aligned_alloc(256, (bytes + 255) / 256 * 256);
-  if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
-  memset(m, 0xa5, bytes); /* not zero: the runtime must zero what it needs zeroed */
+  static int handler;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), r = (bytes + 255) / 256 * 256, body = (r + page - 1) / page * page;
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  char *map = mmap(NULL, body + 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (map == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (mprotect(map + page, body, PROT_READ | PROT_WRITE) != 0) {
+    munmap(map, body + 2 * page);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  char *m = map + page + (body - r); /* the 256-byte-rounded end meets the guard page */
+  memset(m, 0xa5, r);                /* not zero: the runtime must zero what it needs zeroed */
+  pthread_mutex_lock(&alloc_mu);
+  if (!handler) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, NULL);
+    handler = 1;
+  }
+  if (nallocs == cap_allocs) {
+    Alloc *v = realloc(allocs, (size_t)(cap_allocs ? 2 * cap_allocs : 64) * sizeof *v);
+    if (!v) {
+      pthread_mutex_unlock(&alloc_mu);
+      munmap(map, body + 2 * page);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    allocs = v, cap_allocs = cap_allocs ? 2 * cap_allocs : 64;
+  }
+  allocs[nallocs++] = (Alloc){map, m, body + 2 * page, bytes};
+  pthread_mutex_unlock(&alloc_mu);
   *p = (CUdeviceptr)(uintptr_t)m;
   return CUDA_SUCCESS;
 }
 
 CUresult cuMemFree(CUdeviceptr p) {
-  free((void *)(uintptr_t)p);
-  return CUDA_SUCCESS;
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&alloc_mu);
+  for (int i = 0; i < nallocs; i++)
+    if (allocs[i].data == (char *)(uintptr_t)p) {
+      munmap(allocs[i].map, allocs[i].map_len);
+      allocs[i] = allocs[--nallocs];
+      r = CUDA_SUCCESS;
+      break;
+    }
+  pthread_mutex_unlock(&alloc_mu);
+  return r;
 }
 
 /* ---- pinned host memory ------------------------------------------------------------
@@ -599,7 +723,7 @@ CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
 
 typedef struct LaunchOp {
   CUfunction f;
-  unsigned grid;
+  unsigned grid, block;
   char *bufs[16];
   long long n;
   const float *scalars;
@@ -608,7 +732,7 @@ typedef struct LaunchOp {
 
 static void run_launch(void *arg) {
   LaunchOp *l = arg;
-  if (l->f->launch(l->f->fn, l->grid, 32, l->bufs, l->n, l->scalars)) {
+  if (l->f->launch(l->f->fn, l->grid, l->block, l->bufs, l->n, l->scalars)) {
     pthread_mutex_lock(&l->s->mu);
     l->s->error = CUDA_ERROR_LAUNCH_FAILED;
     pthread_mutex_unlock(&l->s->mu);
@@ -629,13 +753,18 @@ static int launch_fails(void) {
 
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream s, void **params, void **extra) {
-  if (!f || !params || extra || gy != 1 || gz != 1 || by != 1 || bz != 1 || shared || bx % 32 || bx > 1024 || !gx)
+  /* a real GPU's limits (its attributes above): a launch past them fails on a GPU */
+  if (!gx || !bx || !gy || !by || !gz || !bz || bx > MAX_BLOCK || by > MAX_BLOCK || bz > 64 ||
+      (unsigned long long)bx * by * bz > MAX_BLOCK || gx > MAX_GRID_X || gy > MAX_GRID_YZ || gz > MAX_GRID_YZ ||
+      shared > (unsigned)gpu()->shared_block)
     return CUDA_ERROR_INVALID_VALUE;
+  /* what the shim runs: one-dimensional launches of whole warps, no dynamic shared memory
+   * (the generated kernels' own) */
+  if (!f || !params || extra || gy != 1 || gz != 1 || by != 1 || bz != 1 || shared || bx % 32)
+    return CUDA_ERROR_NOT_SUPPORTED;
   if (launch_fails()) return CUDA_ERROR_LAUNCH_FAILED;
   const uint64_t *bufs = params[0]; /* cc_bufs: the buffers' addresses, by value */
-  LaunchOp l = {
-      f, gx < EMUL_BLOCKS ? gx : EMUL_BLOCKS, {0}, *(const long long *)params[1], host(*(const CUdeviceptr *)params[2]),
-      s};
+  LaunchOp l = {f, gx, bx, {0}, *(const long long *)params[1], host(*(const CUdeviceptr *)params[2]), s};
   for (int i = 0; i < 16; i++) l.bufs[i] = (char *)(uintptr_t)bufs[i];
   return enqueue_copy(s, run_launch, &l, sizeof l);
 }

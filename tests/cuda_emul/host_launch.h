@@ -11,6 +11,19 @@ static struct {
   const float *scalars;
 } cc_job;
 
+// The running access, for the race checker of host_shim.h.
+static cc_acc cc_now() {
+  unsigned t = cc_cur;
+  return cc_acc{cc_fib[t].block, t, (unsigned)cc_block_barrier.gen, (unsigned)cc_warp_barrier[t >> 5].gen};
+}
+
+// The kernel running, by its symbol's name.
+static void cc_report_kernel(FILE *f) {
+  Dl_info info;
+  if (dladdr(cc_cur_kernel, &info) && info.dli_sname) fputs(info.dli_sname, f);
+  else fprintf(f, "kernel %p", cc_cur_kernel);
+}
+
 // A fiber's life: every block of each launch in turn, the block barrier between them.
 static void cc_fiber_main() {
   unsigned t = cc_cur;
@@ -82,6 +95,8 @@ extern "C" int cc_host_launch(void *kernel, unsigned grid, unsigned block, char 
   gridDim = cc_uint3{grid, 1, 1};
   blockDim = cc_uint3{block, 1, 1};
   cc_job.fn = (cc_kernel_fn)kernel;
+  cc_cur_kernel = kernel;
+  cc_launch_id++, cc_raced = false, cc_nwords_used = 0; // the words of earlier launches are stale
   memcpy(cc_job.bufs.p, bufs, sizeof cc_job.bufs.p);
   cc_job.n = n;
   cc_job.scalars = scalars;
@@ -94,5 +109,5 @@ extern "C" int cc_host_launch(void *kernel, unsigned grid, unsigned block, char 
     for (unsigned i = 0; i < block; i++)
       if (!cc_fib[i].done) cc_switch_to(i), running = true;
   }
-  return 0;
+  return cc_raced ? -1 : 0;
 }

@@ -11,7 +11,16 @@
 // after another, __syncthreads() is a barrier of the block's fibers,
 // __shfl_xor_sync() and __shfl_sync() exchange through memory between two barriers of
 // the warp, shared memory is a static (blocks do not overlap), NaN before each block.
+// Every access the kernels make through CC_RD and CC_WR (the generated code's every
+// read and write of a buffer and of shared memory) is checked: its index against the
+// buffer's size (out of bounds: the kernel, the index and the size, then abort, as a
+// GPU's trap ends the context), and for races within the launch (cc_race below): two
+// threads of a block touching a word with no barrier of the block (or of their warp)
+// between, one writing; two blocks touching a word, one writing. A race fails the
+// launch after printing both accesses.
+#include <dlfcn.h>
 #include <math.h>
+#include <stdint.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +109,107 @@ static void cc_barrier_wait(cc_barrier *b, unsigned count) {
   unsigned long gen = b->gen;
   while (b->gen == gen) cc_yield();
 }
+
+// ---- the race checker: the last write and a few reads of each word since, per launch ----
+// An access is ordered before a later one in the same launch when both are of one
+// block and made by one thread, or with a barrier of the block between (its
+// generation grew), or both of one warp with a barrier of the warp between; accesses
+// of two blocks are never ordered (blocks run in any order, and at once, on a GPU).
+struct cc_acc {
+  unsigned block, tid, bgen, wgen;
+};
+struct cc_word {
+  const void *addr;
+  unsigned launch, nreads;
+  cc_acc w, r[4]; // w.tid == ~0u: no write yet
+};
+static cc_word *cc_words;
+static size_t cc_nwords_cap, cc_nwords_used;
+static unsigned cc_launch_id;
+static bool cc_raced;
+static void *cc_cur_kernel;
+static void cc_report_kernel(FILE *f);
+static cc_acc cc_now();
+static bool cc_ordered(const cc_acc &a, const cc_acc &b) {
+  return a.block == b.block &&
+         (a.tid == b.tid || a.bgen != b.bgen || ((a.tid >> 5) == (b.tid >> 5) && a.wgen != b.wgen));
+}
+static cc_word *cc_word_of(const void *addr) {
+  if (2 * (cc_nwords_used + 1) > cc_nwords_cap) { // grow: rehash this launch's words
+    size_t cap = cc_nwords_cap ? 2 * cc_nwords_cap : 1 << 16;
+    cc_word *old = cc_words, *nw = (cc_word *)calloc(cap, sizeof *nw);
+    if (!nw) abort();
+    size_t oldcap = cc_nwords_cap;
+    cc_words = nw, cc_nwords_cap = cap, cc_nwords_used = 0;
+    for (size_t i = 0; i < oldcap; i++)
+      if (old[i].addr && old[i].launch == cc_launch_id) *cc_word_of(old[i].addr) = old[i];
+    free(old);
+  }
+  size_t h = ((size_t)(uintptr_t)addr * 0x9E3779B97F4A7C15ull) >> 20;
+  for (size_t i = h & (cc_nwords_cap - 1);; i = (i + 1) & (cc_nwords_cap - 1)) {
+    cc_word *w = &cc_words[i];
+    if (w->addr == addr && w->launch == cc_launch_id) return w;
+    if (!w->addr || w->launch != cc_launch_id) { // free, or a word of an earlier launch
+      *w = cc_word{addr, cc_launch_id, 0, cc_acc{0, ~0u, 0, 0}, {}};
+      cc_nwords_used++;
+      return w;
+    }
+  }
+}
+static void cc_race(const void *addr, const cc_acc &a, bool aw, const cc_acc &b, bool bw) {
+  if (cc_raced) return; // the first race of a launch
+  cc_raced = true;
+  fprintf(stderr, "cuda emulation: race in ");
+  cc_report_kernel(stderr);
+  fprintf(stderr, ": block %u thread %u %s %p and block %u thread %u %s it, with no barrier between\n", a.block, a.tid,
+          aw ? "writes" : "reads", addr, b.block, b.tid, bw ? "writes" : "reads");
+}
+// Shared memory is each block's own (the shim's is one static the blocks take in turn):
+// its words are told apart by block.
+static const void *cc_word_key(const void *addr, unsigned block) {
+  for (int i = 0; i < cc_nshared; i++)
+    if ((const char *)addr >= (const char *)cc_shared_ptr[i] &&
+        (const char *)addr < (const char *)cc_shared_ptr[i] + cc_shared_size[i])
+      return (const void *)((uintptr_t)addr ^ ((uintptr_t)(block + 1) << 47));
+  return addr;
+}
+static void cc_watch(const void *addr, bool write) {
+  cc_acc now = cc_now();
+  cc_word *w = cc_word_of(cc_word_key(addr, now.block));
+  if (w->w.tid != ~0u && !cc_ordered(w->w, now)) cc_race(addr, w->w, true, now, write);
+  if (write) {
+    for (unsigned i = 0; i < w->nreads && i < 4; i++)
+      if (!cc_ordered(w->r[i], now)) cc_race(addr, w->r[i], false, now, true);
+    w->w = now, w->nreads = 0;
+  } else if (w->nreads < 4) { // more readers than that: the first four are kept
+    w->r[w->nreads++] = now;
+  }
+}
+static void cc_out_of_bounds(long long a, long long n, bool write) {
+  fprintf(stderr, "cuda emulation: out of bounds in ");
+  cc_report_kernel(stderr);
+  fprintf(stderr, ": block %u thread %u %s element %lld of a buffer of %lld\n", blockIdx.x, threadIdx.x,
+          write ? "writes" : "reads", a, n);
+  abort();
+}
+template <class T> static inline long long cc_rd(const T *b, long long a, long long n) {
+  if (a < 0 || a >= n) cc_out_of_bounds(a, n, false);
+  cc_watch(b + a, false);
+  return a;
+}
+template <class T> static inline long long cc_wr(const T *b, long long a, long long n) {
+  if (a < 0 || a >= n) cc_out_of_bounds(a, n, true);
+  cc_watch(b + a, true);
+  return a;
+}
+// a buffer the kernel never writes cannot race within the launch: bounds only
+template <class T> static inline long long cc_ro(const T *, long long a, long long n) {
+  if (a < 0 || a >= n) cc_out_of_bounds(a, n, false);
+  return a;
+}
+#define CC_RD(b, a, n) cc_rd((b), (a), (n))
+#define CC_WR(b, a, n) cc_wr((b), (a), (n))
+#define CC_RO(b, a, n) cc_ro((b), (a), (n))
 
 static float cc_shfl_slot[2][CC_MAX_THREADS];
 static inline void __syncthreads() { cc_barrier_wait(&cc_block_barrier, blockDim.x); }

@@ -34,7 +34,9 @@
 #                active Python environment's NVIDIA wheels (VIRTUAL_ENV/lib/python3.X/
 #                site-packages/nvidia/PKG/lib): train --device-info names each file and the
 #                emulated GPU, and a run on the emulated device from there equals the
-#                CPU device; without the driver, --device-info says so with every place
+#                CPU device (the step line's MFU against the emulated H100's peak); an
+#                A100 with COLOSSALC_EMUL_GPU=a100; without the driver, --device-info says
+#                so with every place
 #                it looked and still lists the libraries
 #   too_few_gpus 2 ranks (\$MPIRUN) on a node whose driver shows 1 GPU: refused in one line
 #                before NCCL starts (it cannot put two ranks of a communicator on one GPU)
@@ -142,10 +144,14 @@ libsearch)
     fail "cuBLASLt not from VIRTUAL_ENV's wheels"
   grep -q "^NCCL  *$run/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2, " info.out ||
     fail "NCCL not from VIRTUAL_ENV's wheels"
-  grep -q "^GPU 0 .*compute capability [0-9]" info.out || fail "no emulated GPU listed"
+  grep -q "^GPU 0  *NVIDIA H100 80GB HBM3 .*, 79.6 GiB, compute capability 9.0, 132 SMs" info.out ||
+    fail "the emulated H100 not listed with its attributes"
+  env $placed COLOSSALC_EMUL_GPU=a100 ./train --device-info | grep -q "^GPU 0 .*A100.*compute capability 8.0, 108 SMs" ||
+    fail "COLOSSALC_EMUL_GPU=a100: no A100"
   ./train $args --device cpu --log cpu.jsonl --save cpu.safetensors > cpu.out
   env $placed ./train $args --device cuda --kernel-cache kc --log cuda.jsonl --save cuda.safetensors > cuda.out
   "$py" "$src/tests/multirank/compare_runs.py" 1e-5 cpu.jsonl cuda.jsonl cpu.safetensors cuda.safetensors
+  grep -q "^step 5/5 .*| MFU [0-9.]*%" cuda.out || fail "no MFU in the step line (the H100's peak unknown?)"
   env -u LD_LIBRARY_PATH CUDA_HOME=/nonexistent/cuda ./train --device-info > nodrv.out
   cat nodrv.out
   grep -q "^driver  *not found: libcuda.so.1 not found: .*looked in LD_LIBRARY_PATH (unset), the loader's path, " \

@@ -29,6 +29,16 @@ set_target_properties(cuda_emul_nccl PROPERTIES OUTPUT_NAME nccl SOVERSION 2 LIB
 target_include_directories(cuda_emul_nccl SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 target_link_libraries(cuda_emul_nccl PRIVATE MPI::MPI_C ${CMAKE_DL_LIBS})
 
+# Bugs seeded in test kernels: races (shared memory, a block's threads, two blocks), a
+# write out of bounds, launches past a GPU's limits; the emulation catches each.
+add_executable(cuda_emul_seeded ${CMAKE_CURRENT_LIST_DIR}/seeded.c)
+target_link_libraries(cuda_emul_seeded PRIVATE colossalc_train colossalc_core ${CMAKE_DL_LIBS})
+target_include_directories(cuda_emul_seeded SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+add_test(NAME cuda_emul_seeded COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_seeded.sh $<TARGET_FILE:cuda_emul_seeded>
+                                       ${CUDA_EMUL_LIB} ${CMAKE_BINARY_DIR}/cuda-work/seeded)
+add_dependencies(cuda_emul_seeded cuda_emul_driver cuda_emul_nvrtc)
+colossalc_label(cuda_emul cuda_emul_seeded)
+
 set(CUDA_WORK ${CMAKE_BINARY_DIR}/cuda-work)
 file(MAKE_DIRECTORY ${CUDA_WORK})
 set(cuda_run sh ${CMAKE_CURRENT_LIST_DIR}/run_cuda.sh $<TARGET_FILE:colossalc> $<TARGET_FILE:colossalc-mktokens>
