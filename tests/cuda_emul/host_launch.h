@@ -64,11 +64,12 @@ __attribute__((noinline)) static void cc_switch_to(unsigned i) {
 #endif
 }
 
-// The fibers' stacks go when the object is unloaded (or the process ends): every
-// fiber is parked then, between launches.
+// The fibers' stacks and the race checker's words go when the object is unloaded (or
+// the process ends): every fiber is parked then, between launches.
 static struct cc_fiber_reaper {
   ~cc_fiber_reaper() {
     for (unsigned i = 0; i < CC_MAX_THREADS; i++) free(cc_fib[i].stack), cc_fib[i].stack = nullptr;
+    free(cc_words), cc_words = nullptr, cc_nwords_cap = 0;
   }
 } cc_reaper;
 

@@ -96,6 +96,8 @@ int main(int argc, char **argv) {
     die("the seeded kernels do not compile");
   char *bin = malloc(bin_len);
   if (!bin || api.nvrtcGetCUBIN(prog, bin) != NVRTC_SUCCESS) die("no CUBIN");
+  api.nvrtcDestroyProgram(&prog);
+  free(src);
   CUcontext ctx;
   CUdevice dev;
   CUmodule mod;
@@ -120,14 +122,16 @@ int main(int argc, char **argv) {
   if (r != CUDA_SUCCESS) api.GetErrorString(r, &msg);
   if (r == CUDA_SUCCESS) printf("launch: OK\n");
   else printf("launch: error %d (%s)\n", (int)r, msg);
-  if (r != CUDA_SUCCESS) return 1;
+  int bad = r != CUDA_SUCCESS;
   float v[N];
-  if (api.MemcpyDtoH(v, out, sizeof v) != CUDA_SUCCESS) die("no values back");
-  int bad = 0;
-  for (int b = 0; b < BLOCKS; b++) /* seed_ok: each thread the value its block's mirror thread wrote */
+  if (!bad && api.MemcpyDtoH(v, out, sizeof v) != CUDA_SUCCESS) die("no values back");
+  for (int b = 0; !bad && b < BLOCKS; b++) /* seed_ok: each thread the value its block's mirror thread wrote */
     for (int t = 0; t < THREADS; t++) bad += v[b * THREADS + t] != (float)(b * 100 + THREADS - 1 - t);
-  printf("values: %s\n", bad ? "WRONG" : "as on a GPU");
+  if (r == CUDA_SUCCESS) printf("values: %s\n", bad ? "WRONG" : "as on a GPU");
+  api.MemFree(out), api.MemFree(scalars);
+  api.StreamDestroy(s);
+  api.ModuleUnload(mod);
+  api.DevicePrimaryCtxRelease(dev);
   free(bin);
-  free(src);
   return bad != 0;
 }
