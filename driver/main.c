@@ -786,11 +786,14 @@ static void named_cpu(const char *name, CpuBuild *b) {
 }
 
 /* The builds train carries, best (most features) first: --cpu's one, or the build
- * host's CPU and the portable baseline, one when they have the same features. On an
- * architecture whose features program/cpu.h does not know, one build for the host. */
+ * host's CPU (the --cluster file's host.cpu where it names one) and the portable
+ * baseline, one when they have the same features. On an architecture whose features
+ * program/cpu.h does not know, one build for the host. */
 static int cpu_builds(const Options *o, CpuBuild b[2]) {
   char host[64], host_f[CPU_FEATURES_MAX];
   llvm_host(host, sizeof host, host_f, sizeof host_f);
+  Cluster cl;
+  if (o->cluster && !o->cpu) cluster_load_json(&cl, o->cluster, 1, 1);
   memset(b, 0, 2 * sizeof *b);
   if (!cpu_table_known()) {
     if (o->cpu && strcmp(o->cpu, "native"))
@@ -801,6 +804,7 @@ static int cpu_builds(const Options *o, CpuBuild b[2]) {
   const char *want[2] = {"native", "portable"};
   int n = o->cpu ? 1 : 2;
   if (o->cpu) want[0] = o->cpu;
+  else if (o->cluster && cl.cpu[0]) want[0] = cl.cpu;
   for (int i = 0; i < n; i++) {
     if (!strcmp(want[i], "native")) {
       snprintf(b[i].name, sizeof b[i].name, "%s (native)", host);

@@ -283,7 +283,9 @@ static void read_host(Reader *r, const cJSON *o, Cluster *c) {
                      {"nvme_bandwidth_gbs", G9, &c->nvme_bw},
                      {"memory_bandwidth_gbs", G9, &c->host_mem_bw},
                      {"nvme_gib", GIB, &c->nvme}};
-  read_fields(r, o, "host", f, 5, NULL);
+  static const char *const other[] = {"cpu", NULL};
+  read_fields(r, o, "host", f, 5, other);
+  if (cJSON_IsObject(o)) read_string(r, o, "cpu", c->cpu, sizeof c->cpu, "host");
 }
 
 static int read_count(Reader *r, const cJSON *root, const char *key) {

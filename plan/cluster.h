@@ -48,6 +48,8 @@ typedef struct Cluster {
   double nvme_bw;      /* bytes/s of a node's NVMe drives (offload), one direction */
   double nvme;         /* bytes of a node's NVMe drives the training state may use */
   double host_mem_bw;  /* bytes/s of a node's host memory (the CPU optimizer of an offloaded plan) */
+  char cpu[64];        /* the nodes' CPU as the C compiler's -march names it ("" unknown): train's
+                          CPU kernels are built for it and for the portable baseline */
 } Cluster;
 
 /* Names of the built-in profiles, NULL-terminated. */

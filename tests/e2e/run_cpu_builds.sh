@@ -5,7 +5,7 @@
 # build, with the first losses of the native run to 1e-4 (the builds vectorize the sums
 # differently); under -cpu Nehalem (no AVX) it refuses in one line naming what is
 # missing, exit 1, no illegal instruction; `--cpu x86-64-v2` builds what Nehalem runs and
-# `--cpu haswell` what Haswell runs;
+# `--cpu haswell` (or a --cluster file's host.cpu) what Haswell runs;
 # an unknown --cpu is refused by colossalc; OpenBLAS runs kernels for the CPU's features
 # where its own detection falls short. Exit 77 (skipped) without qemu-x86_64 or
 # off x86-64.
@@ -22,6 +22,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$cc" "$m" $small -o train 2> /dev/null
 "$cc" "$m" $small --cpu x86-64-v2 -o train-v2 2> /dev/null
 "$cc" "$m" $small --cpu haswell -o train-haswell 2> /dev/null
+echo '{"name": "haswell nodes", "base": "cpu", "host": {"cpu": "haswell"}}' > nodes.json
+"$cc" "$m" $small --cluster nodes.json -o train-nodes 2> /dev/null
 ./train $run > native.out
 # the emulator warns of host features it does not model (invpcid, rtm): not ours
 qemu-x86_64 -cpu Haswell ./train $run > haswell.out 2> haswell.err || { cat haswell.err; fail "train under -cpu Haswell"; }
@@ -45,6 +47,9 @@ echo "ok: --cpu x86-64-v2 runs under -cpu Nehalem"
 qemu-x86_64 -cpu Haswell ./train-haswell $run > hw.out 2> hw.err || { cat hw.err; fail "--cpu haswell under -cpu Haswell"; }
 grep -q "cpu kernels for haswell" hw.out || fail "--cpu haswell not named"
 echo "ok: --cpu haswell (the C compiler's -march features) runs under -cpu Haswell"
+./train-nodes $run > nodes.out
+grep -q "cpu kernels for haswell" nodes.out || { head -1 nodes.out; fail "the cluster file's host.cpu not built"; }
+echo "ok: a cluster file's host.cpu (haswell) is the build beside the portable one"
 # OpenBLAS's own choice under -cpu max (a CPU model it does not know) is an SSE core
 # (Opteron); train sets OPENBLAS_CORETYPE by the features (AVX2 and FMA: Haswell) and
 # starts again (natively: the emulator does not follow an exec); a value the user set stays
