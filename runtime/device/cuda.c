@@ -797,8 +797,9 @@ void device_cuda_info(FILE *f) {
       {"driver", CUDA_LIB_DRIVER}, {"NVRTC", CUDA_LIB_NVRTC}, {"cuBLASLt", CUDA_LIB_CUBLASLT}, {"NCCL", CUDA_LIB_NCCL}};
   for (int i = 0; i < 4; i++) {
     if (cuda_api_add(&api, libs[i].which, err, sizeof err) != 0) {
-      const char *why = strstr(err, "--device cuda: ");
-      fprintf(f, "%-9s not found: %s\n", libs[i].name, why ? why + 15 : err);
+      static const char prefix[] = "--device cuda: ";
+      const char *why = strstr(err, prefix);
+      fprintf(f, "%-9s not found: %s\n", libs[i].name, why ? why + strlen(prefix) : err);
       continue;
     }
     int a = 0, b = 0;

@@ -48,12 +48,15 @@ static void *open_in(const char *dir, const char *const *names, char *path, size
   return NULL;
 }
 
-/* Every directory a glob pattern matches (newest CUDA first: reverse order). */
-static void *open_glob(const char *pattern, const char *const *names, char *path, size_t pathlen) {
+typedef void *OpenIn(const char *dir, const char *const *names, char *path, size_t pathlen);
+
+/* open_dir on every directory a glob pattern matches, in reverse order (the newest
+ * CUDA first). */
+static void *open_glob(const char *pattern, OpenIn *open_dir, const char *const *names, char *path, size_t pathlen) {
   glob_t g;
   void *h = NULL;
   if (glob(pattern, GLOB_ONLYDIR, NULL, &g) != 0) return NULL;
-  for (size_t i = g.gl_pathc; !h && i-- > 0;) h = open_in(g.gl_pathv[i], names, path, pathlen);
+  for (size_t i = g.gl_pathc; !h && i-- > 0;) h = open_dir(g.gl_pathv[i], names, path, pathlen);
   globfree(&g);
   return h;
 }
@@ -76,9 +79,9 @@ static void *open_wheels(const char *prefix, const char *const *names, char *pat
   void *h = NULL;
   for (int i = 0; !h && kinds[i]; i++)
     if (snprintf(pat, sizeof pat, "%s/lib/python3*/%s/nvidia/*/lib", prefix, kinds[i]) < (int)sizeof pat)
-      h = open_glob(pat, names, path, pathlen);
+      h = open_glob(pat, open_in, names, path, pathlen);
   if (!h && snprintf(pat, sizeof pat, "%s/lib/python3/dist-packages/nvidia/*/lib", prefix) < (int)sizeof pat)
-    h = open_glob(pat, names, path, pathlen); /* Debian's python3 packages */
+    h = open_glob(pat, open_in, names, path, pathlen); /* Debian's python3 packages */
   return h;
 }
 
@@ -128,12 +131,7 @@ static void *find_lib(const char *const *names, bool toolkit, char *path, size_t
   looked_add(looked, lookedlen, "the loader's path");
   if (toolkit) {
     if (!h) h = open_cuda_root("/usr/local/cuda", names, path, pathlen);
-    for (int i = 0; !h && i < 3; i++) {
-      static const char *const subs[] = {"lib64", "lib", "targets/" COLOSSALC_CUDA_TARGET "/lib"};
-      char pat[128];
-      snprintf(pat, sizeof pat, "/usr/local/cuda-*/%s", subs[i]);
-      h = open_glob(pat, names, path, pathlen);
-    }
+    if (!h) h = open_glob("/usr/local/cuda-*", open_cuda_root, names, path, pathlen);
     looked_add(looked, lookedlen, "/usr/local/cuda and /usr/local/cuda-*");
     const char *home = getenv("HOME");
     char local[PATH_MAX];
