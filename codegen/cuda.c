@@ -37,6 +37,9 @@ enum {
   CUDA_THREAD_ROW_COLS = 32, /* below this many columns a row is one thread's work */
   CUDA_OWNERS_MAX = 128,     /* CM_COLS_OWNED: owner classes of the scattered rows, at most */
   CUDA_OWNER_ROWS = 64,      /* CM_COLS_OWNED: aim at this many rows per owner class */
+  CUDA_MMA_BLOCK = 128,      /* CM_MMA_TILE: four warps of 16 rows, two blocks an SM (launch bounds) */
+  CUDA_MMA_BC = 32,          /* CM_MMA_TILE: the other side's rows per step */
+  CUDA_MMA_MAX_HD = 128,     /* CM_MMA_TILE: the widest head (three [32][hd] 16-bit tiles) */
 };
 #define CUDA_GRID_MAX ((int64_t)1 << 16)
 
@@ -227,8 +230,10 @@ int64_t cuda_kernel_owners(const Kernel *k) {
   return nb;
 }
 
+static DType attn_mma_type(const Kernel *k);
+
 CudaMapping cuda_kernel_mapping(const Kernel *k) {
-  if (k->attn) return CM_WARP_ROW;
+  if (k->attn) return attn_mma_type(k) != DT_F32 ? CM_MMA_TILE : CM_WARP_ROW;
   if (k->par == KP_COLS) return cuda_kernel_owners(k) > 1 ? CM_COLS_OWNED : CM_COLS;
   if (!has_reduce(k) && k->cols > 0 && !phases_conflict(k)) return CM_FLAT;
   return k->cols < CUDA_THREAD_ROW_COLS ? CM_THREAD_ROW : CM_BLOCK_ROW;
@@ -240,6 +245,7 @@ const char *cuda_mapping_name(CudaMapping m) {
   case CM_BLOCK_ROW: return "block-per-row";
   case CM_THREAD_ROW: return "thread-per-row";
   case CM_WARP_ROW: return "warp-per-row";
+  case CM_MMA_TILE: return "tensor-core-tile";
   case CM_COLS: return "thread-per-column";
   case CM_COLS_OWNED: return "thread-per-column-owner";
   }
@@ -247,6 +253,7 @@ const char *cuda_mapping_name(CudaMapping m) {
 }
 
 int cuda_kernel_block_size(const Kernel *k) {
+  if (cuda_kernel_mapping(k) == CM_MMA_TILE) return CUDA_MMA_BLOCK;
   if (cuda_kernel_mapping(k) != CM_BLOCK_ROW) return CUDA_BLOCK;
   int64_t want = (k->cols + CUDA_ROW_PER_THREAD - 1) / CUDA_ROW_PER_THREAD;
   int b = CUDA_ROW_BLOCK_MIN;
@@ -266,6 +273,12 @@ int64_t cuda_kernel_grid_size(const Kernel *k, int64_t extent) {
     work = extent > INT64_MAX / 32 ? INT64_MAX : extent * 32;
     work = work / bs + (work % bs != 0);
     break;
+  case CM_MMA_TILE: { /* a block per bs / 2 rows of one batch element and head */
+    const KAttn *A = k->attn;
+    int64_t len = A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk, br = bs / 2;
+    work = extent / len * ((len + br - 1) / br);
+    break;
+  }
   case CM_THREAD_ROW:
   case CM_COLS: work = work / bs + (work % bs != 0); break;
   case CM_COLS_OWNED: work = cuda_kernel_owners(k) * (work / bs + (work % bs != 0)); break;
@@ -1222,6 +1235,251 @@ static void emit_attn(Str *o, const Kernel *k) {
   put(o, "  }\n");
 }
 
+/* ---- fused attention on tensor cores (CM_MMA_TILE) ---------------------------------- */
+
+/* The 16-bit type the tensor cores take for a fused attention kernel: its queries' (a
+ * bf16 or f16 program's), where the head is whole 16-column steps of mma.m16n8k16 and
+ * fits the tiles in shared memory; DT_F32 (the exact warp-per-row path) else. */
+static DType attn_mma_type(const Kernel *k) {
+  const KAttn *A = k->attn;
+  if (!A) return DT_F32;
+  DType t = k->bufs[A->q.buf].dtype;
+  if (t != DT_BF16 && t != DT_F16) return DT_F32;
+  return A->hd % 16 == 0 && A->hd <= CUDA_MMA_MAX_HD ? t : DT_F32;
+}
+
+/* A pass in the tile form (emit_attn_mma): a1, a2 the rows' own operands (the A
+ * fragments of the score products), b1, b2 the other side's rows they meet (the B
+ * fragments), z what the coefficients multiply; a2 and b2 NULL where one score does. */
+typedef struct MmaOps {
+  const KOperand *a1, *a2, *b1, *b2, *z;
+} MmaOps;
+
+static MmaOps mma_ops(const KAttn *A) {
+  switch (A->pass) {
+  case KA_FWD: return (MmaOps){&A->q, NULL, &A->k, NULL, &A->v};
+  case KA_DQ: return (MmaOps){&A->q, &A->g, &A->k, &A->v, &A->k};
+  case KA_DK: return (MmaOps){&A->k, &A->v, &A->q, &A->g, &A->q};
+  case KA_DV: return (MmaOps){&A->k, NULL, &A->q, NULL, &A->g};
+  }
+  unreachable();
+}
+
+/* `lhs = cond ? <x's element (row, ho + col) as f32> : 0.0f;` */
+static void mma_elem(Str *o, int ind, const Kernel *k, const char *lhs, const KOperand *x, const char *row,
+                     const char *col, const char *cond) {
+  char idx[200];
+  snprintf(idx, sizeof idx, "%lldLL + b * %lldLL + (%s) * %lldLL + ho + (%s)", (long long)x->offset, (long long)x->sb,
+           row, (long long)x->ss, col);
+  put_ind(o, ind);
+  put(o, "%s = (%s) ? ", lhs, cond);
+  attn_load(o, k, x, idx);
+  put(o, " : 0.0f;\n");
+}
+
+/* A warp's A fragments of operand x for its 16 rows (PTX ISA, "Matrix Fragments for
+ * mma.m16n8k16 with floating point type"): register i of step kk holds row
+ * xa + 8 (i & 1), columns kk * 16 + 2 t4 + 8 (i >> 1) and the next (the lower in the low
+ * half); rows past the pass's `len` are zeros. */
+static void mma_a_frags(Str *o, const Kernel *k, const char *name, const KOperand *x, const char *ty, long long len) {
+  long long kd = k->attn->hd / 16;
+  char cond[64];
+  snprintf(cond, sizeof cond, "x < %lldLL", len);
+  put(o, "    unsigned %s[%lld][4];\n", name, kd);
+  put(o, "CC_UNROLL\n    for (int kk = 0; kk < %lld; kk++) {\nCC_UNROLL\n", kd);
+  put(o, "      for (int i = 0; i < 4; i++) {\n");
+  put(o,
+      "        const long long x = xa + (i & 1) * 8;\n        const int d = kk * 16 + (int)t4 * 2 + (i >> 1) * 8;\n");
+  put(o, "        float v0, v1;\n");
+  mma_elem(o, 4, k, "v0", x, "x", "d", cond);
+  mma_elem(o, 4, k, "v1", x, "x", "d + 1", cond);
+  put(o, "        %s[kk][i] = cc_pack_%s(v0, v1);\n      }\n    }\n", name, ty);
+}
+
+/* out[t][4] = (A fragments a) x (the other side's rows in shared array sh, [BC][hd])^T
+ * for the BC / 8 tiles t of 8 rows: the B fragment's register 0 holds k = 2 t4 and the
+ * next of column (row of sh) g, register 1 the same 8 further. */
+static void mma_scores(Str *o, const Kernel *k, const char *out, const char *a, const char *sh, const char *mma) {
+  long long hd = k->attn->hd;
+  put(o, "      float %s[%d][4];\n", out, CUDA_MMA_BC / 8);
+  put(o, "CC_UNROLL\n      for (int t = 0; t < %d; t++) {\n", CUDA_MMA_BC / 8);
+  put(o, "        %s[t][0] = %s[t][1] = %s[t][2] = %s[t][3] = 0.0f;\n", out, out, out, out);
+  put(o, "CC_UNROLL\n        for (int kk = 0; kk < %lld; kk++) {\n", hd / 16);
+  put(o, "          const int e = (t * 8 + (int)g) * %lld + kk * 16 + (int)t4 * 2;\n", hd);
+  put(o, "          const unsigned fb[2] = {CC_SH_PAIR(%s, e, %lld), CC_SH_PAIR(%s, e + 8, %lld)};\n", sh,
+      hd * CUDA_MMA_BC, sh, hd * CUDA_MMA_BC);
+  put(o, "          %s(%s[t], %s[kk], fb);\n        }\n      }\n", mma, out, a);
+}
+
+/* The pass on tensor cores, FlashAttention-2's structure: a block takes 16 rows of the
+ * pass (query rows forward and for dQ, key rows for dK and dV) per warp, of one batch
+ * element and head; its warps hold their rows' operands as mma A fragments and walk the
+ * other side in blocks of BC rows, staged in shared memory as the mma type (the rows the
+ * scores meet as they are, the operand the coefficients multiply transposed, so both B
+ * fragments read pairs of neighbours). Per block: the scores S = A B^T on tensor cores
+ * (f32 accumulators), masked (causal, past the end) and turned into the pass's
+ * coefficients (forward: the online softmax, its row max and sum over the quad of lanes
+ * that hold a row; backward: P = exp(S scale - lse), dS = P (dP - delta)), then acc +=
+ * C Z with C rounded to the mma type (the C fragments of two score tiles are the A
+ * fragment of one step: FlashAttention-2's register reuse). Causal blocks wholly
+ * masked are skipped by the loop's bounds. Every thread of the block reaches every
+ * barrier and shuffle (the bounds are the block's). */
+static void emit_attn_mma(Str *o, const Kernel *k) {
+  const KAttn *A = k->attn;
+  const MmaOps M = mma_ops(A);
+  const char *ty = k->bufs[A->q.buf].dtype == DT_BF16 ? "bf" : "h";
+  const char *mma = k->bufs[A->q.buf].dtype == DT_BF16 ? "cc_mma_bf16" : "cc_mma_f16";
+  long long hd = A->hd, F = A->heads * hd, shift = A->sk - A->sq, BC = CUDA_MMA_BC, SZ = BC * hd;
+  bool by_query = A->pass == KA_FWD || A->pass == KA_DQ;
+  long long len = by_query ? A->sq : A->sk, other = by_query ? A->sk : A->sq;
+  put(o, "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3u;\n");
+  put(o, "  const long long br = 16LL * (blockDim.x >> 5), tpl = (%lldLL + br - 1) / br;\n", len);
+  put(o, "  CC_SHARED(unsigned short, cc_yb, %lld);   /* the other side's rows the scores meet, [%lld][%lld] */\n", SZ,
+      BC, hd);
+  if (M.b2) put(o, "  CC_SHARED(unsigned short, cc_yb2, %lld);  /* the second score's */\n", SZ);
+  put(o, "  CC_SHARED(unsigned short, cc_zt, %lld);   /* what the coefficients multiply, transposed: [%lld][%lld] */\n",
+      SZ, hd, BC);
+  if (!by_query) put(o, "  CC_SHARED(float, cc_ys, %lld);   /* the queries' lse, then delta */\n", 2 * BC);
+  put(o, "  for (long long tile = blockIdx.x; tile < n / %lldLL * tpl; tile += gridDim.x) {\n", len);
+  put(o,
+      "    const long long bh = tile / tpl, x0 = tile %% tpl * br, b = bh / %lldLL, h = bh %% %lldLL, ho = h * %lldLL;\n",
+      (long long)A->heads, (long long)A->heads, hd);
+  put(o, "    const long long xa = x0 + 16 * warp + g;\n");
+  if (by_query && A->causal) put(o, "    const long long xe = x0 + br < %lldLL ? x0 + br : %lldLL;\n", len, len);
+  mma_a_frags(o, k, "fa", M.a1, ty, len);
+  if (M.a2) mma_a_frags(o, k, "fa2", M.a2, ty, len);
+  put(o, "    float acc[%lld][4];\n", hd / 8);
+  put(o, "CC_UNROLL\n    for (int t = 0; t < %lld; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;\n",
+      hd / 8);
+  if (A->pass == KA_FWD) put(o, "    float m[2] = {-CC_INF, -CC_INF}, l[2] = {0.0f, 0.0f};\n");
+  if (A->pass == KA_DQ) { /* the rows' lse and delta */
+    put(o, "    float lse[2], dl[2];\n");
+    put(o, "CC_UNROLL\n    for (int r = 0; r < 2; r++) {\n      const long long x = xa + 8 * r;\n");
+    char lcol[64], cond[64];
+    snprintf(lcol, sizeof lcol, "%lldLL + h - ho", F);
+    snprintf(cond, sizeof cond, "x < %lldLL", len);
+    mma_elem(o, 3, k, "lse[r]", &A->out, "x", lcol, cond);
+    mma_elem(o, 3, k, "dl[r]", &A->delta, "x", "h - ho", cond);
+    put(o, "    }\n");
+  }
+  if (by_query) {
+    put(o, "    const long long lo = 0, hi = ");
+    if (A->causal) put(o, "xe + %lldLL < %lldLL ? xe + %lldLL : %lldLL;\n", shift, other, shift, other);
+    else put(o, "%lldLL;\n", other);
+  } else {
+    put(o, "    const long long lo = ");
+    if (A->causal) put(o, "x0 - %lldLL > 0 ? x0 - %lldLL : 0", shift, shift);
+    else put(o, "0");
+    put(o, ", hi = %lldLL;\n", other);
+  }
+  put(o, "    for (long long y0 = lo; y0 < hi; y0 += %lld) {\n", BC);
+  put(o, "      __syncthreads();   /* the last block's tiles are read */\n");
+  put(o, "      for (int e = (int)threadIdx.x; e < %lld; e += (int)blockDim.x) {\n", SZ);
+  put(o, "        const int yy = e / %lld, d = e %% %lld;\n        const long long y = y0 + yy;\n", hd, hd);
+  put(o, "        float v;\n");
+  mma_elem(o, 4, k, "v", M.b1, "y", "d", "y < hi");
+  put(o, "        cc_yb[CC_WR(cc_yb, e, %lld)] = cc_f2%s(v);\n", SZ, ty);
+  if (M.b2) {
+    mma_elem(o, 4, k, "v", M.b2, "y", "d", "y < hi");
+    put(o, "        cc_yb2[CC_WR(cc_yb2, e, %lld)] = cc_f2%s(v);\n", SZ, ty);
+  }
+  mma_elem(o, 4, k, "v", M.z, "y", "d", "y < hi");
+  put(o, "        cc_zt[CC_WR(cc_zt, d * %lld + yy, %lld)] = cc_f2%s(v);\n      }\n", BC, SZ, ty);
+  if (!by_query) {
+    char lcol[64];
+    snprintf(lcol, sizeof lcol, "%lldLL + h - ho", F);
+    put(o, "      for (int e = (int)threadIdx.x; e < %lld; e += (int)blockDim.x) {\n", BC);
+    put(o, "        const long long y = y0 + e;\n        float v;\n");
+    mma_elem(o, 4, k, "v", &A->out, "y", lcol, "y < hi");
+    put(o, "        cc_ys[CC_WR(cc_ys, e, %lld)] = v;\n", 2 * BC);
+    if (A->pass == KA_DK) {
+      mma_elem(o, 4, k, "v", &A->delta, "y", "h - ho", "y < hi");
+      put(o, "        cc_ys[CC_WR(cc_ys, %lld + e, %lld)] = v;\n", BC, 2 * BC);
+    }
+    put(o, "      }\n");
+  }
+  put(o, "      __syncthreads();\n");
+  mma_scores(o, k, "s", "fa", "cc_yb", mma);
+  if (M.b2) mma_scores(o, k, "dp", "fa2", "cc_yb2", mma);
+  /* element c of tile t: row xa + 8 (c >> 1), column y0 + 8 t + 2 t4 + (c & 1) */
+  put(o, "CC_UNROLL\n      for (int t = 0; t < %lld; t++)\nCC_UNROLL\n", BC / 8);
+  put(o, "        for (int c = 0; c < 4; c++) {\n");
+  if (A->causal) put(o, "          const long long x = xa + 8 * (c >> 1);\n");
+  put(o, "          const int yy = t * 8 + (int)t4 * 2 + (c & 1);\n");
+  put(o, "          const long long y = y0 + yy;\n          const bool in = y < hi");
+  if (A->causal) {
+    if (by_query) put(o, " && y <= x + %lldLL", shift);
+    else put(o, " && x <= y + %lldLL", shift);
+  }
+  put(o, ";\n");
+  put(o, "          const float sc = s[t][c] * ");
+  put_float(o, A->scale);
+  put(o, ";\n");
+  switch (A->pass) {
+  case KA_FWD: put(o, "          s[t][c] = in ? sc : -CC_INF;\n"); break;
+  case KA_DQ: put(o, "          s[t][c] = in ? expf(sc - lse[c >> 1]) * (dp[t][c] - dl[c >> 1]) : 0.0f;\n"); break;
+  case KA_DK:
+    put(o,
+        "          s[t][c] = in ? expf(sc - cc_ys[CC_RD(cc_ys, yy, %lld)]) * (dp[t][c] - cc_ys[CC_RD(cc_ys, %lld + yy, "
+        "%lld)]) : 0.0f;\n",
+        2 * BC, BC, 2 * BC);
+    break;
+  case KA_DV: put(o, "          s[t][c] = in ? expf(sc - cc_ys[CC_RD(cc_ys, yy, %lld)]) : 0.0f;\n", 2 * BC); break;
+  }
+  put(o, "        }\n");
+  if (A->pass == KA_FWD) { /* the online softmax, per row half r; a row's 4 lanes share it */
+    put(o, "CC_UNROLL\n      for (int r = 0; r < 2; r++) {\n        float mx = -CC_INF;\n");
+    put(o, "CC_UNROLL\n        for (int t = 0; t < %lld; t++) mx = fmaxf(mx, fmaxf(s[t][2 * r], s[t][2 * r + 1]));\n",
+        BC / 8);
+    put(o, "        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));\n");
+    put(o, "        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));\n");
+    put(o, "        const float mn = fmaxf(m[r], mx), ms = mn == -CC_INF ? 0.0f : mn, cr = expf(m[r] - ms);\n");
+    put(o, "        float sum = 0.0f;\n");
+    put(o, "CC_UNROLL\n        for (int t = 0; t < %lld; t++)\nCC_UNROLL\n", BC / 8);
+    put(o, "          for (int c = 2 * r; c < 2 * r + 2; c++) s[t][c] = expf(s[t][c] - ms), sum += s[t][c];\n");
+    put(o, "        sum += __shfl_xor_sync(0xffffffffu, sum, 1);\n");
+    put(o, "        sum += __shfl_xor_sync(0xffffffffu, sum, 2);\n");
+    put(o, "        l[r] = l[r] * cr + sum;\n        m[r] = mn;\n");
+    put(o, "CC_UNROLL\n        for (int t = 0; t < %lld; t++) acc[t][2 * r] *= cr, acc[t][2 * r + 1] *= cr;\n", hd / 8);
+    put(o, "      }\n");
+  }
+  /* acc += C Z: step ks takes score tiles 2 ks and 2 ks + 1 as its A fragment */
+  put(o, "CC_UNROLL\n      for (int ks = 0; ks < %lld; ks++) {\n", BC / 16);
+  put(o,
+      "        const unsigned fp[4] = {cc_pack_%s(s[2 * ks][0], s[2 * ks][1]), cc_pack_%s(s[2 * ks][2], s[2 * ks][3]),\n",
+      ty, ty);
+  put(o,
+      "                                cc_pack_%s(s[2 * ks + 1][0], s[2 * ks + 1][1]), cc_pack_%s(s[2 * ks + 1][2], "
+      "s[2 * ks + 1][3])};\n",
+      ty, ty);
+  put(o, "CC_UNROLL\n        for (int t = 0; t < %lld; t++) {\n", hd / 8);
+  put(o, "          const int e = (t * 8 + (int)g) * %lld + ks * 16 + (int)t4 * 2;\n", BC);
+  put(o, "          const unsigned fb[2] = {CC_SH_PAIR(cc_zt, e, %lld), CC_SH_PAIR(cc_zt, e + 8, %lld)};\n", SZ, SZ);
+  put(o, "          %s(acc[t], fp, fb);\n        }\n      }\n    }\n", mma);
+  /* the rows' results: element c of tile t is row xa + 8 (c >> 1), column 8 t + 2 t4 + (c & 1) */
+  put(o, "CC_UNROLL\n    for (int r = 0; r < 2; r++) {\n      const long long x = xa + 8 * r;\n");
+  put(o, "      if (x >= %lldLL) continue;\n", len);
+  attn_row(o, 3, "rrow", &A->res, "x");
+  Str v = {0};
+  if (A->pass == KA_FWD) put(&v, "acc[t][2 * r + c] / l[r]");
+  else {
+    put(&v, "acc[t][2 * r + c] * ");
+    put_float(&v, A->pass == KA_DV ? 1.0f : A->scale);
+  }
+  put(o, "CC_UNROLL\n      for (int t = 0; t < %lld; t++)\nCC_UNROLL\n", hd / 8);
+  put(o, "        for (int c = 0; c < 2; c++) {\n          const int d = t * 8 + (int)t4 * 2 + c;\n");
+  attn_store(o, 5, k, "rrow + ho + d", v.s);
+  put(o, "        }\n");
+  str_free(&v);
+  if (A->pass == KA_FWD) {
+    char idx[64];
+    snprintf(idx, sizeof idx, "rrow + %lldLL + h", F);
+    put(o, "      if (t4 == 0)\n");
+    attn_store(o, 4, k, idx, "m[r] + logf(l[r])");
+  }
+  put(o, "    }\n  }\n");
+}
+
 /* ---- kernels and the translation unit --------------------------------------------- */
 
 /* The kernel's text form, as // lines (a backslash could continue a // comment). */
@@ -1251,7 +1509,9 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
   case CM_COLS:
   case CM_COLS_OWNED: emit_cols(&E, &body); break;
   case CM_WARP_ROW:
-    emit_attn(&body, k);
+  case CM_MMA_TILE:
+    if (E.map == CM_MMA_TILE) emit_attn_mma(&body, k);
+    else emit_attn(&body, k);
     for (int b = 0; b < k->nbufs; b++) E.use_buf[b] = true;
     break;
   }
@@ -1263,8 +1523,8 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
   emit_comment_kernel(f, k);
   fprintf(
       f,
-      "extern \"C\" __global__ void __launch_bounds__(%d) %s(const cc_bufs bufs, long long n, const float *scalars) {\n",
-      bs, k->name);
+      "extern \"C\" __global__ void __launch_bounds__(%d%s) %s(const cc_bufs bufs, long long n, const float *scalars) {\n",
+      bs, E.map == CM_MMA_TILE ? ", 2" : "", k->name);
   fprintf(f, "%s%s}\n", head.s ? head.s : "", body.s ? body.s : "");
   str_free(&body);
   str_free(&head);
@@ -1357,6 +1617,33 @@ static const char prelude[] =
     "}\n"
     "__device__ __forceinline__ unsigned char cc_f2e4(float f) { return cc_f2fp8(f, 3, -6, 7, 448.0f, 0x7fu); }\n"
     "__device__ __forceinline__ unsigned char cc_f2e5(float f) { return cc_f2fp8(f, 2, -14, 15, 57344.0f, 0x7eu); }\n"
+    "/* tensor cores (CM_MMA_TILE): two values rounded into the halves of an mma register (the\n"
+    "   first in the low half), a pair of neighbours of a 16-bit shared array as one, and\n"
+    "   mma.sync.aligned.m16n8k16 with f32 accumulators, d += a b (a test harness may define\n"
+    "   its own, CC_MMA) */\n"
+    "__device__ __forceinline__ unsigned cc_pack_bf(float lo, float hi) {\n"
+    "  return (unsigned)cc_f2bf(lo) | (unsigned)cc_f2bf(hi) << 16;\n"
+    "}\n"
+    "__device__ __forceinline__ unsigned cc_pack_h(float lo, float hi) {\n"
+    "  return (unsigned)cc_f2h(lo) | (unsigned)cc_f2h(hi) << 16;\n"
+    "}\n"
+    "#ifdef __CUDACC__   /* NVRTC; not where a harness compiles the source for the host */\n"
+    "#define CC_UNROLL _Pragma(\"unroll\")\n"
+    "#else\n"
+    "#define CC_UNROLL\n"
+    "#endif\n"
+    "#define CC_SH_PAIR(sh, e, n) ((unsigned)sh[CC_RD(sh, e, n)] | (unsigned)sh[CC_RD(sh, (e) + 1, n)] << 16)\n"
+    "#ifndef CC_MMA\n"
+    "#define CC_MMA(name, ty)                                                                       \\\n"
+    "  __device__ __forceinline__ void name(float *d, const unsigned *a, const unsigned *b) {          \\\n"
+    "    asm(\"mma.sync.aligned.m16n8k16.row.col.f32.\" ty \".\" ty \".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, \" \\\n"
+    "        \"{%8, %9}, {%0, %1, %2, %3};\"                                                        \\\n"
+    "        : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])                                 \\\n"
+    "        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));               \\\n"
+    "  }\n"
+    "#endif\n"
+    "CC_MMA(cc_mma_bf16, \"bf16\")\n"
+    "CC_MMA(cc_mma_f16, \"f16\")\n"
     "__device__ __forceinline__ float cc_max(float x, float y) { return x > y ? x : y; }\n"
     "__device__ __forceinline__ float cc_min(float x, float y) { return x < y ? x : y; }\n"
     "__device__ __forceinline__ float cc_warp_sum(float v) {\n"

@@ -35,7 +35,14 @@
  *   CM_WARP_ROW    a fused attention kernel (KAttn): one warp per row of the pass (a
  *                  query row forward and for dQ, a key row for dK and dV), one score
  *                  of a 32-row block per lane, the head's columns spread over the
- *                  lanes; every sum in the evaluator's order.
+ *                  lanes; every sum in the evaluator's order. A float32 program's.
+ *   CM_MMA_TILE    a fused attention kernel of a bf16 or f16 program (queries of that
+ *                  type, a head of 16 to 128 columns in steps of 16): on tensor cores,
+ *                  FlashAttention-2's tiling, 16 rows of the pass per warp (128 threads a
+ *                  block), the other side in blocks of 32 rows through shared memory,
+ *                  mma.sync m16n8k16 with f32 accumulation, the probabilities (dS in the
+ *                  backward passes) rounded to the 16-bit type before they multiply. Its
+ *                  launch bounds ask for two resident blocks per SM.
  *
  * Within a phase the elements of a row are assumed independent (as the CPU backend
  * assumes), and rows are independent for KP_ROWS, columns for KP_COLS.
@@ -53,7 +60,7 @@
 #include <stdio.h>
 #include "codegen/kernel.h"
 
-typedef enum { CM_FLAT, CM_BLOCK_ROW, CM_THREAD_ROW, CM_COLS, CM_WARP_ROW, CM_COLS_OWNED } CudaMapping;
+typedef enum { CM_FLAT, CM_BLOCK_ROW, CM_THREAD_ROW, CM_COLS, CM_WARP_ROW, CM_COLS_OWNED, CM_MMA_TILE } CudaMapping;
 
 CudaMapping cuda_kernel_mapping(const Kernel *k);
 const char *cuda_mapping_name(CudaMapping m);

@@ -58,7 +58,21 @@ add_test(NAME codegen_cuda_lowered_gpt2_tiny_bf16_fused
                  --classifier=fused batch=2 seq=40 layers=2
          WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 set_tests_properties(codegen_cuda_lowered_gpt2_tiny_bf16_fused PROPERTIES TIMEOUT 900)
-colossalc_label(fast codegen_cuda_lowered_gpt2_tiny_bf16 codegen_cuda_lowered_gpt2_tiny_bf16_fused)
+# attention on tensor cores where the emulation can tell a wrong fragment: bf16 with a
+# head of 64 (four k steps), 70 rows (a block's tail; three key blocks, the last partial);
+# BERT's in f16, not causal, a head of 16 (one k step)
+add_test(NAME codegen_cuda_lowered_gpt2_tiny_bf16_mma
+         COMMAND test_codegen_cuda lowered ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model --precision=bf16 --attention=fused
+                 d=128 heads=2 batch=2 seq=70 layers=1
+         WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+add_test(NAME codegen_cuda_lowered_bert_f16_mma
+         COMMAND test_codegen_cuda lowered ${CMAKE_SOURCE_DIR}/models/bert.model --precision=fp16 --attention=fused
+                 vocab=64 ctx=40 d=64 heads=4 layers=1 ffn=48 batch=2 seq=36
+         WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+set_tests_properties(codegen_cuda_lowered_gpt2_tiny_bf16 codegen_cuda_lowered_gpt2_tiny_bf16_mma
+                     codegen_cuda_lowered_bert_f16_mma PROPERTIES TIMEOUT 900)
+colossalc_label(fast codegen_cuda_lowered_gpt2_tiny_bf16 codegen_cuda_lowered_gpt2_tiny_bf16_fused
+                codegen_cuda_lowered_gpt2_tiny_bf16_mma codegen_cuda_lowered_bert_f16_mma)
 add_test(NAME codegen_cuda_lowered_gpt2_tiny_fp8
          COMMAND test_codegen_cuda lowered ${CMAKE_SOURCE_DIR}/models/gpt2-tiny.model --precision=fp8 --attention=fused
                  batch=2 seq=16 layers=2
@@ -94,17 +108,32 @@ foreach(model ${nvrtc_models})
   colossalc_label(fast nvrtc_emit_${stem} nvrtc_${stem}_sm_80)
   colossalc_label(cuda_emul nvrtc_${stem}_sm_90)
 endforeach()
-# GPT-2's bf16 and fp16 programs (their 16-bit loads, stores and roundings) and fp8
-# program (its 8-bit stores and loads: the quantizing and descaling kernels)
+# GPT-2's bf16 and fp16 programs (their 16-bit loads, stores and roundings; attention on
+# tensor cores: mma.sync in every attention kernel's PTX, registers and shared memory within
+# the two resident blocks its launch bounds ask for, no spills) and fp8 program (its 8-bit
+# stores and loads: the quantizing and descaling kernels)
 foreach(prec bf16 fp16 fp8)
   add_test(NAME nvrtc_emit_gpt2_${prec} COMMAND colossalc ${CMAKE_SOURCE_DIR}/models/gpt2.model --precision ${prec}
            --emit-cuda ${CMAKE_CURRENT_BINARY_DIR}/cuda-gpt2-${prec})
   set_tests_properties(nvrtc_emit_gpt2_${prec} PROPERTIES FIXTURES_SETUP cuda_gpt2_${prec})
   set(cu ${CMAKE_CURRENT_BINARY_DIR}/cuda-gpt2-${prec}/kernels.cu)
-  add_test(NAME nvrtc_gpt2_${prec}_sm_80 COMMAND nvrtc_check ${cu} sm_80)
-  add_test(NAME nvrtc_gpt2_${prec}_sm_90 COMMAND nvrtc_check ${cu} sm_90 64)
+  set(mma "")
+  if(NOT prec STREQUAL "fp8")
+    set(mma --mma) # attention on tensor cores (bf16, f16)
+  endif()
+  add_test(NAME nvrtc_gpt2_${prec}_sm_80 COMMAND nvrtc_check ${cu} sm_80 64 ${mma})
+  add_test(NAME nvrtc_gpt2_${prec}_sm_90 COMMAND nvrtc_check ${cu} sm_90 64 ${mma})
   set_tests_properties(nvrtc_gpt2_${prec}_sm_80 nvrtc_gpt2_${prec}_sm_90 PROPERTIES FIXTURES_REQUIRED cuda_gpt2_${prec}
                        TIMEOUT 900)
   colossalc_label(fast nvrtc_emit_gpt2_${prec} nvrtc_gpt2_${prec}_sm_80)
   colossalc_label(cuda_emul nvrtc_gpt2_${prec}_sm_90)
 endforeach()
+# LLaMA's head of 128 in bf16: the widest tiles and the most registers of the tensor-core
+# attention (three [32][128] tiles, the A fragments of two operands), still no spills
+add_test(NAME nvrtc_emit_llama_bf16 COMMAND colossalc ${CMAKE_SOURCE_DIR}/models/llama.model --precision bf16
+         --emit-cuda ${CMAKE_CURRENT_BINARY_DIR}/cuda-llama-bf16)
+set_tests_properties(nvrtc_emit_llama_bf16 PROPERTIES FIXTURES_SETUP cuda_llama_bf16)
+add_test(NAME nvrtc_llama_bf16_sm_90 COMMAND nvrtc_check ${CMAKE_CURRENT_BINARY_DIR}/cuda-llama-bf16/kernels.cu sm_90 64
+                                             --mma)
+set_tests_properties(nvrtc_llama_bf16_sm_90 PROPERTIES FIXTURES_REQUIRED cuda_llama_bf16 TIMEOUT 900)
+colossalc_label(cuda_emul nvrtc_emit_llama_bf16 nvrtc_llama_bf16_sm_90)

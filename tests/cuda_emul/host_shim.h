@@ -62,7 +62,7 @@ struct cc_shared_reg {
 #define CC_SHARED(type, name, n) \
   static type name[n];           \
   static cc_shared_reg name##_reg(name, sizeof name)
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 
 // ---- fibers: one per GPU thread, and the scheduler that runs them in turn ----
 struct cc_fiber {
@@ -231,6 +231,48 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
 static inline float __shfl_sync(unsigned mask, float v, int src_lane) {
   return cc_shfl_exchange(mask, v)[(unsigned)src_lane & 31u];
 }
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.f32 as the PTX ISA lays out its
+// fragments ("Matrix Fragments for mma.m16n8k16 with floating point type"): every lane
+// of the warp gives its A registers (4, two 16-bit values each, the lower index in the low
+// half) and B registers (2); lane l = 4 g + t4 holds A(g + 8 (i & 1), 2 t4 + 8 (i >> 1) + h)
+// in half h of register i, B(2 t4 + 8 i + h, g) in half h of register i, and receives
+// D(g + 8 (i >> 1), 2 t4 + (i & 1)) in d[i]. The exchange is a warp's, through the slots of
+// the shuffles' rounds: a kernel that indexes its fragments otherwise gets other products.
+// Products exact in f32 (16-bit operands), summed in k order onto the accumulator.
+#define CC_MMA(name, ty)
+static unsigned cc_mma_slot[2][CC_MAX_THREADS][6];
+static inline float cc_mma_half(unsigned reg, int hi, bool bf16) {
+  const unsigned v = hi ? reg >> 16 : reg & 0xffffu;
+  float f;
+  if (bf16) {
+    const unsigned u = v << 16;
+    memcpy(&f, &u, sizeof f);
+    return f;
+  }
+  const unsigned e = v >> 10 & 31u, m = v & 1023u;
+  f = e == 31u ? (m ? NAN : INFINITY) : e ? ldexpf((float)(m | 1024u), (int)e - 25) : ldexpf((float)m, -24);
+  return v >> 15 ? -f : f;
+}
+static inline void cc_mma(float *d, const unsigned *a, const unsigned *b, bool bf16) {
+  const unsigned t = threadIdx.x, lane = t & 31u, g = lane >> 2, t4 = lane & 3u;
+  unsigned(*slot)[6] = cc_mma_slot[cc_fib[t].shfl_round++ & 1];
+  for (int i = 0; i < 4; i++) slot[t][i] = a[i];
+  slot[t][4] = b[0], slot[t][5] = b[1];
+  cc_barrier_wait(&cc_warp_barrier[t >> 5], 32);
+  const unsigned(*w)[6] = slot + (t & ~31u);
+  for (int i = 0; i < 4; i++) {
+    const unsigned row = g + 8 * (unsigned)(i >> 1), col = 2 * t4 + (unsigned)(i & 1);
+    float s = d[i];
+    for (unsigned k = 0; k < 16; k++) {
+      const unsigned al = (row & 7u) * 4 + (k & 7u) / 2, ar = (row >> 3) + 2 * (k >> 3);
+      const unsigned bl = col * 4 + (k & 7u) / 2, br = 4 + (k >> 3);
+      s += cc_mma_half(w[al][ar], (int)(k & 1u), bf16) * cc_mma_half(w[bl][br], (int)(k & 1u), bf16);
+    }
+    d[i] = s;
+  }
+}
+static inline void cc_mma_bf16(float *d, const unsigned *a, const unsigned *b) { cc_mma(d, a, b, true); }
+static inline void cc_mma_f16(float *d, const unsigned *a, const unsigned *b) { cc_mma(d, a, b, false); }
 template <class T> static inline T __ldg(const T *p) { return *p; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
