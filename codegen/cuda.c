@@ -232,8 +232,38 @@ int64_t cuda_kernel_owners(const Kernel *k) {
 
 static DType attn_mma_type(const Kernel *k);
 
+/* A reduction down columns: REDUCE and ROW phases only, rows in memory next to each other
+ * in every reduced load (unit stride on the last row axis) and columns not (a bias's
+ * gradient, sum over tokens of dY[token, feature], as a row per feature), no phase
+ * touching what another writes, enough rows and columns for a block of 32 x 8. A block
+ * per row would read its row's elements a row of memory apart; 32 rows across a warp's
+ * lanes read neighbours. */
+static bool column_reduction(const Kernel *k) {
+  if (k->par != KP_ROWS || k->row_dims < 1 || k->rows < 32 || k->cols < 32 || !has_reduce(k) || phases_conflict(k))
+    return false;
+  Access *xs = malloc(sizeof *xs * ((size_t)k->nexprs + 1));
+  ir_assert(xs);
+  bool ok = true;
+  for (int p = 0; p < k->nphases && ok; p++) {
+    const KPhase *ph = &k->phases[p];
+    if (ph->kind == KPH_MAP) ok = false;
+    if (ph->kind != KPH_REDUCE) continue;
+    int n = phase_accesses(k, ph, xs);
+    for (int i = 0; i < n && ok; i++) {
+      const KView *v = xs[i].view;
+      bool rows_next = v->strides[k->row_dims - 1] == 1 || k->dims[k->row_dims - 1] == 1;
+      bool cols_next = false;
+      for (int d = k->row_dims; d < k->ndims; d++) cols_next |= v->strides[d] == 1 && k->dims[d] > 1;
+      ok = !v->gather && rows_next && !cols_next;
+    }
+  }
+  free(xs);
+  return ok;
+}
+
 CudaMapping cuda_kernel_mapping(const Kernel *k) {
   if (k->attn) return attn_mma_type(k) != DT_F32 ? CM_MMA_TILE : CM_WARP_ROW;
+  if (column_reduction(k)) return CM_LANE_ROW;
   if (k->par == KP_COLS) return cuda_kernel_owners(k) > 1 ? CM_COLS_OWNED : CM_COLS;
   if (!has_reduce(k) && k->cols > 0 && !phases_conflict(k)) return CM_FLAT;
   return k->cols < CUDA_THREAD_ROW_COLS ? CM_THREAD_ROW : CM_BLOCK_ROW;
@@ -246,6 +276,7 @@ const char *cuda_mapping_name(CudaMapping m) {
   case CM_THREAD_ROW: return "thread-per-row";
   case CM_WARP_ROW: return "warp-per-row";
   case CM_MMA_TILE: return "tensor-core-tile";
+  case CM_LANE_ROW: return "lane-per-row";
   case CM_COLS: return "thread-per-column";
   case CM_COLS_OWNED: return "thread-per-column-owner";
   }
@@ -269,6 +300,7 @@ int64_t cuda_kernel_grid_size(const Kernel *k, int64_t extent) {
     work = work / bs + (work % bs != 0);
     break;
   case CM_BLOCK_ROW: break;
+  case CM_LANE_ROW: work = work / 32 + (work % 32 != 0); break;
   case CM_WARP_ROW:
     work = extent > INT64_MAX / 32 ? INT64_MAX : extent * 32;
     work = work / bs + (work % bs != 0);
@@ -304,6 +336,7 @@ typedef struct Emit {
   int stamps;                /* stamps handed out (both kinds): a new one never repeats */
   int *stack, nstack, depth; /* ids with visible temps, innermost last */
   bool row_phase;            /* emitting a KPH_ROW phase: j is 0 */
+  bool lanes;                /* CM_LANE_ROW: a row per lane, its columns over the block's warps */
   bool use_r, use_j, use_sh, use_rc[K_MAX_DIMS], use_cc[K_MAX_DIMS], use_buf[K_MAX_BUFS], use_acc[K_MAX_ACCS];
   bool *use_sc;
   int nsc;
@@ -813,7 +846,9 @@ static const char *index_type(int64_t extent) { return extent <= INT32_MAX - 102
 static void loop_open(Emit *E, Str *o, int ind, bool block) {
   const char *ty = index_type(E->k->cols);
   put_ind(o, ind);
-  if (block) put(o, "for (%s j = threadIdx.x; j < %lldLL; j += blockDim.x) {\n", ty, (long long)E->k->cols);
+  if (E->lanes)
+    put(o, "for (%s j = threadIdx.x >> 5; j < %lldLL; j += blockDim.x >> 5) {\n", ty, (long long)E->k->cols);
+  else if (block) put(o, "for (%s j = threadIdx.x; j < %lldLL; j += blockDim.x) {\n", ty, (long long)E->k->cols);
   else put(o, "for (%s j = 0; j < %lldLL; j++) {\n", ty, (long long)E->k->cols);
 }
 
@@ -865,8 +900,8 @@ static void emit_reduce_group(Emit *E, Str *o, int ind, int p0, int p1, bool blo
   if (k->cols > 0) emit_j_loop(E, o, ind + 1, p0, p1, block);
   for (int p = p0; p < p1 && block; p++) {
     put_ind(o, ind + 1);
-    put(o, "acc%d = cc_block_%s(pacc%d, cc_sh);\n", k->phases[p].acc, k->phases[p].reduce == KR_SUM ? "sum" : "max",
-        k->phases[p].acc);
+    put(o, "acc%d = cc_%s_%s(pacc%d, cc_sh);\n", k->phases[p].acc, E->lanes ? "lanes" : "block",
+        k->phases[p].reduce == KR_SUM ? "sum" : "max", k->phases[p].acc);
     E->use_sh = true;
   }
   scope_close(E);
@@ -935,11 +970,19 @@ static void emit_rows(Emit *E, Str *o, bool block) {
     if (block) block_sync(E, &row, 2, pend, &npend, p, end);
     if (ph->kind == KPH_REDUCE) emit_reduce_group(E, &row, 2, p, end, block);
     else if (ph->kind == KPH_MAP) emit_map(E, &row, 2, p, block);
-    else emit_row_phase(E, &row, 2, ph, block ? "if (threadIdx.x == 0) " : "");
+    else
+      emit_row_phase(E, &row, 2, ph,
+                     E->lanes ? "if (threadIdx.x < 32 && live) "
+                     : block  ? "if (threadIdx.x == 0) "
+                              : "");
     p = end;
   }
   scope_close(E);
-  if (block) put(o, "  for (long long r = blockIdx.x; r < n; r += gridDim.x) {\n");
+  if (E->lanes) { /* every thread through every barrier: a lane past the end takes the last row, stores nothing */
+    put(o, "  for (long long r0 = (long long)blockIdx.x * 32; r0 < n; r0 += (long long)gridDim.x * 32) {\n");
+    put(o, "    const bool live = r0 + (threadIdx.x & 31u) < n;\n");
+    put(o, "    const long long r = live ? r0 + (threadIdx.x & 31u) : n - 1;\n");
+  } else if (block) put(o, "  for (long long r = blockIdx.x; r < n; r += gridDim.x) {\n");
   else
     put(o, "  for (long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x; r < n;"
            " r += (long long)gridDim.x * blockDim.x) {\n");
@@ -1505,6 +1548,10 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
   switch (E.map) {
   case CM_FLAT: emit_flat(&E, &body); break;
   case CM_BLOCK_ROW: emit_rows(&E, &body, true); break;
+  case CM_LANE_ROW:
+    E.lanes = true;
+    emit_rows(&E, &body, true);
+    break;
   case CM_THREAD_ROW: emit_rows(&E, &body, false); break;
   case CM_COLS:
   case CM_COLS_OWNED: emit_cols(&E, &body); break;
@@ -1515,7 +1562,7 @@ void cuda_emit_kernel(FILE *f, const Kernel *k) {
     for (int b = 0; b < k->nbufs; b++) E.use_buf[b] = true;
     break;
   }
-  if (E.use_sh) put(&head, "  CC_SHARED(float, cc_sh, 32);\n");
+  if (E.use_sh) put(&head, "  CC_SHARED(float, cc_sh, %d);\n", E.lanes ? 32 * 32 : 32);
   decl_bases_and_scalars(&E, &head);
   int bs = cuda_kernel_block_size(k);
   fprintf(f, "\n// ---- %s: %s, %d threads per block, n = %s ----\n", k->name, cuda_mapping_name(E.map), bs,
@@ -1662,6 +1709,26 @@ static const char prelude[] =
     "  if (lane == 0) sh[CC_WR(sh, warp, 32)] = v;\n"
     "  __syncthreads();\n"
     "  return cc_warp_sum(lane < nw ? sh[CC_RD(sh, lane, 32)] : 0.0f);\n"
+    "}\n"
+    "/* Over the block's warps, lane by lane (CM_LANE_ROW: a row per lane), the warps in order,\n"
+    "   the result in every warp; sh: 32 x 32 floats of shared memory. */\n"
+    "__device__ __forceinline__ float cc_lanes_sum(float v, float *sh) {\n"
+    "  const unsigned lane = threadIdx.x & 31u, nw = blockDim.x >> 5;\n"
+    "  __syncthreads();\n"
+    "  sh[CC_WR(sh, threadIdx.x, 1024)] = v;\n"
+    "  __syncthreads();\n"
+    "  float s = 0.0f;\n"
+    "  for (unsigned w = 0; w < nw; w++) s += sh[CC_RD(sh, w * 32 + lane, 1024)];\n"
+    "  return s;\n"
+    "}\n"
+    "__device__ __forceinline__ float cc_lanes_max(float v, float *sh) {\n"
+    "  const unsigned lane = threadIdx.x & 31u, nw = blockDim.x >> 5;\n"
+    "  __syncthreads();\n"
+    "  sh[CC_WR(sh, threadIdx.x, 1024)] = v;\n"
+    "  __syncthreads();\n"
+    "  float m = -CC_INF;\n"
+    "  for (unsigned w = 0; w < nw; w++) m = fmaxf(m, sh[CC_RD(sh, w * 32 + lane, 1024)]);\n"
+    "  return m;\n"
     "}\n"
     "__device__ __forceinline__ float cc_block_max(float v, float *sh) {\n"
     "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"

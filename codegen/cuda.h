@@ -22,6 +22,11 @@
  *                  threads stride over j; reductions through warp shuffles and
  *                  shared memory, the result in every thread; ROW phases in thread 0;
  *                  __syncthreads() between phases that touch the same memory.
+ *   CM_LANE_ROW    KP_ROWS that reduce down columns (REDUCE and ROW phases, the rows
+ *                  next to each other in memory, the columns apart: a bias's gradient):
+ *                  32 rows per block, one per lane, the columns over the block's 8
+ *                  warps; the warps' partial sums added in warp order through shared
+ *                  memory; ROW phases in warp 0.
  *   CM_THREAD_ROW  the same kernels with cols < 32: one thread per row, phases in
  *                  order, exactly as the reference evaluator does.
  *   CM_COLS        KP_COLS: one thread per column, all rows in order (deterministic).
@@ -60,7 +65,16 @@
 #include <stdio.h>
 #include "codegen/kernel.h"
 
-typedef enum { CM_FLAT, CM_BLOCK_ROW, CM_THREAD_ROW, CM_COLS, CM_WARP_ROW, CM_COLS_OWNED, CM_MMA_TILE } CudaMapping;
+typedef enum {
+  CM_FLAT,
+  CM_BLOCK_ROW,
+  CM_THREAD_ROW,
+  CM_COLS,
+  CM_WARP_ROW,
+  CM_COLS_OWNED,
+  CM_MMA_TILE,
+  CM_LANE_ROW
+} CudaMapping;
 
 CudaMapping cuda_kernel_mapping(const Kernel *k);
 const char *cuda_mapping_name(CudaMapping m);

@@ -16,9 +16,12 @@
 #   fp8          gpt2-tiny with --precision fp8 (e4m3 and e5m2 GEMM operands in cuBLASLt's
 #                "TN" layouts, the emulation refusing any other) against the CPU device for
 #                5 steps: the first step's loss (the forward pass on the same weights) to a
-#                relative 1e-5 and its gradient norm (its backward pass) to 1e-4 (bf16's
+#                relative 5e-4 and its gradient norm (its backward pass) to 5e-3 (bf16's
 #                differ from fp8's by 1e-3 and 1e-2), every step's loss to 1e-3. Not
-#                tighter, nor the parameters: the
+#                tighter: the fused attention's tensor cores round P and dS to bf16
+#                where the CPU's kernel keeps f32 (2e-4 and 1.6e-3 here, an 8-bit
+#                rounding after it magnifying that; 1e-5 and 1e-4 before). Nor the
+#                parameters: the
 #                two devices' kernels differ in the last bits (libm, and the order of the
 #                CPU kernels' vector sums, which follows the CPU's vector width), and such
 #                a difference moves an 8-bit rounding now and then (an eighth of a value),
@@ -100,8 +103,8 @@ fp8)
   "$cc" "$src/models/gpt2-tiny.model" --set layers=2 --set seq=32 --set batch=4 --precision fp8 -o train8 2> train8.err
   ./train8 $args --device cpu --log cpu.jsonl > cpu.out
   LD_LIBRARY_PATH=$emul ./train8 $args --device cuda --kernel-cache kc --log cuda.jsonl > cuda.out
-  "$py" "$src/tests/multirank/compare_runs.py" --first 1 1e-5 cpu.jsonl cuda.jsonl
-  "$py" "$src/tests/multirank/compare_runs.py" --first 1 --field grad_norm 1e-4 cpu.jsonl cuda.jsonl
+  "$py" "$src/tests/multirank/compare_runs.py" --first 1 5e-4 cpu.jsonl cuda.jsonl
+  "$py" "$src/tests/multirank/compare_runs.py" --first 1 --field grad_norm 5e-3 cpu.jsonl cuda.jsonl
   "$py" "$src/tests/multirank/compare_runs.py" 1e-3 cpu.jsonl cuda.jsonl
   ;;
 nvrtc_cache)
