@@ -27,7 +27,8 @@ target_compile_definitions(cuda_emul_nvrtc PRIVATE
 target_link_libraries(cuda_emul_cublaslt PRIVATE ${COLOSSALC_OPENBLAS} ${CMAKE_DL_LIBS})
 find_package(Threads REQUIRED)
 target_link_libraries(cuda_emul_driver PRIVATE ${CMAKE_DL_LIBS} Threads::Threads)
-# NCCL on MPI (nccl.c), for `train --device cuda` under mpirun.
+# NCCL with NCCL's semantics (nccl.c; MPI makes its communicators), for `train --device cuda`
+# under mpirun.
 find_package(MPI REQUIRED COMPONENTS C)
 add_library(cuda_emul_nccl SHARED ${CMAKE_CURRENT_LIST_DIR}/nccl.c)
 set_target_properties(cuda_emul_nccl PROPERTIES OUTPUT_NAME nccl SOVERSION 2 LIBRARY_OUTPUT_DIRECTORY ${CUDA_EMUL_LIB})
@@ -43,6 +44,16 @@ add_test(NAME cuda_emul_seeded COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_seeded.s
                                        ${CUDA_EMUL_LIB} ${CMAKE_BINARY_DIR}/cuda-work/seeded)
 add_dependencies(cuda_emul_seeded cuda_emul_driver cuda_emul_nvrtc)
 colossalc_label(cuda_emul cuda_emul_seeded)
+
+# NCCL's semantics seeded with the bugs they catch: deadlocks (a rendezvous send outside a
+# group, a collective one rank leaves out), a message of another size (seeded_nccl.c)
+add_executable(cuda_emul_seeded_nccl ${CMAKE_CURRENT_LIST_DIR}/seeded_nccl.c)
+target_link_libraries(cuda_emul_seeded_nccl PRIVATE cuda_emul_driver cuda_emul_nccl MPI::MPI_C)
+target_include_directories(cuda_emul_seeded_nccl SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+add_test(NAME cuda_emul_seeded_nccl COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_seeded_nccl.sh
+                                            $<TARGET_FILE:cuda_emul_seeded_nccl> ${CUDA_EMUL_LIB}
+                                            ${CMAKE_BINARY_DIR}/cuda-work/seeded-nccl)
+colossalc_label(cuda_emul cuda_emul_seeded_nccl) # its environment: after cuda_mr_env below
 
 set(CUDA_WORK ${CMAKE_BINARY_DIR}/cuda-work)
 file(MAKE_DIRECTORY ${CUDA_WORK})
@@ -129,6 +140,8 @@ if(COLOSSALC_SANITIZE)
 endif()
 set_tests_properties(${cuda_mr_tests} PROPERTIES FIXTURES_REQUIRED multirank_bins TIMEOUT 900
                      ENVIRONMENT "${cuda_mr_env}")
+set_tests_properties(cuda_emul_seeded_nccl PROPERTIES TIMEOUT 600 ENVIRONMENT
+                     "MPIRUN=${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS};${cuda_mr_env}")
 colossalc_label(cuda_emul ${cuda_mr_tests})
 # The stream ordering is what makes those equal: the emulated streams are threads, and
 # with the runtime's cross-stream waits taken out (the emulated cuStreamWaitEvent doing
