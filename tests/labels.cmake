@@ -18,7 +18,8 @@
 #   faults     train under injected faults: killed and stopped ranks, signals, damaged
 #              and full disks, NaN (tests/faults)
 # And one beside the area: slow, on the long fault runs (the soak, 8-rank kills, the
-# resharding matrix), which the sanitizer pass of scripts/test.sh skips (-LE slow).
+# resharding matrix) and the emulated GPU's 20-step numerics (cuda_emul_gpu_bounds), which
+# the sanitizer pass of scripts/test.sh skips (-LE slow).
 # The older area labels stay beside these: bad, onnx, gpu.
 #
 # colossalc_label(LABELS TEST...) adds LABELS (one label, or a list such as

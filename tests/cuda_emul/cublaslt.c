@@ -8,7 +8,10 @@
  * in the aux matrix (ld divisible by 8 and at least D's rows, as cuBLASLt requires).
  * Pointer alignment as cuBLASLt's: the heuristic's algorithm needs A, B, C and D (and
  * each matrix of a strided batch) aligned to the preference's MIN_ALIGNMENT_*_BYTES
- * (256 unless set), and cublasLtMatmul refuses pointers that are not. */
+ * (256 unless set), and cublasLtMatmul refuses pointers that are not.
+ * COLOSSALC_EMUL_GEMM_SPLITK=S sums each product's k range in S pieces, the last piece
+ * first, as a GPU's split-K or tensor-core order would: another order than the CPU
+ * device's sgemm, for tests of the tolerances between the two. */
 #include <cblas.h>
 #include <cublasLt.h>
 #include <dlfcn.h>
@@ -225,6 +228,38 @@ static float *as_f32(const Layout *l, const char *p, int32_t i, int64_t *ld, flo
   return f;
 }
 
+static int splitk(void) {
+  static int s = -1;
+  if (s < 0) {
+    const char *v = getenv("COLOSSALC_EMUL_GEMM_SPLITK");
+    s = v ? atoi(v) : 1;
+    s = s > 1 ? s : 1;
+  }
+  return s;
+}
+
+/* d (m x n, ldd) = alpha op(A) op(B) + beta d, op(A)'s columns and op(B)'s rows taken in
+ * `pieces` ranges, each a product of its own, added last range first. */
+static void sgemm_split(int ta, int tb, uint64_t m, uint64_t n, uint64_t k, float alpha, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, float beta, float *d, int64_t ldd, int pieces) {
+  float *sum = calloc(m * n + 1, sizeof *sum), *part = malloc((m * n + 1) * sizeof *part);
+  if (!sum || !part) abort();
+  for (int p = pieces - 1; p >= 0; p--) {
+    uint64_t k0 = k * (uint64_t)p / (uint64_t)pieces, k1 = k * (uint64_t)(p + 1) / (uint64_t)pieces;
+    if (k1 == k0) continue;
+    const float *ap = ta ? a + k0 : a + k0 * (uint64_t)lda, *bp = tb ? b + k0 * (uint64_t)ldb : b + k0;
+    cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+                (int)(k1 - k0), 1.0f, ap, (int)lda, bp, (int)ldb, 0.0f, part, (int)m);
+    for (uint64_t i = 0; i < m * n; i++) sum[i] += part[i];
+  }
+  for (uint64_t col = 0; col < n; col++)
+    for (uint64_t row = 0; row < m; row++) {
+      float *v = &d[col * (uint64_t)ldd + row];
+      *v = alpha * sum[col * m + row] + (beta != 0 ? beta * *v : 0.0f);
+    }
+  free(sum), free(part);
+}
+
 /* D = alpha op(A) op(B) + beta C in f32 (16-bit operands widened), the epilogue on the
  * f32 result, then D rounded once when it is 16-bit. */
 static void run_matmul(void *arg) {
@@ -243,8 +278,11 @@ static void run_matmul(void *arg) {
     }
     if (ci != di)
       for (uint64_t col = 0; col < n; col++) memcpy(di + col * ldd, ci + col * ldc, m * sizeof(float));
-    cblas_sgemm(CblasColMajor, o->x.ta ? CblasTrans : CblasNoTrans, o->x.tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
-                (int)k, o->alpha, ai, (int)lda, bi, (int)ldb, o->beta, di, (int)ldd);
+    if (splitk() > 1 && k >= (uint64_t)splitk())
+      sgemm_split(o->x.ta, o->x.tb, m, n, k, o->alpha, ai, lda, bi, ldb, o->beta, di, ldd, splitk());
+    else
+      cblas_sgemm(CblasColMajor, o->x.ta ? CblasTrans : CblasNoTrans, o->x.tb ? CblasTrans : CblasNoTrans, (int)m,
+                  (int)n, (int)k, o->alpha, ai, (int)lda, bi, (int)ldb, o->beta, di, (int)ldd);
     for (uint64_t col = 0; o->x.bias && col < n; col++)
       for (uint64_t row = 0; row < m; row++) {
         float *v = &di[col * ldd + row];

@@ -28,6 +28,9 @@
 #                which AdamW turns into full-size steps of small tensors (1e-4 after 5
 #                steps on an AVX-512 CPU); a wrong scale or rounding point moves the loss
 #                by far more
+#   gpu_bounds   the bounds tests/gpu/run.sh holds a GPU to, against a GEMM that sums
+#                in another order than the CPU's (COLOSSALC_EMUL_GEMM_SPLITK=3): f32 for
+#                20 steps (first loss 1e-5; losses, parameters 1e-4), bf16 (losses 2^-8)
 #   nvrtc_cache  real NVRTC (no GPU, no driver): train --compile-kernels for sm_80 and
 #                sm_90, every unit compiled, then every unit from the cache, then one
 #                damaged entry rebuilt
@@ -106,6 +109,23 @@ fp8)
   "$py" "$src/tests/multirank/compare_runs.py" --first 1 5e-4 cpu.jsonl cuda.jsonl
   "$py" "$src/tests/multirank/compare_runs.py" --first 1 --field grad_norm 5e-3 cpu.jsonl cuda.jsonl
   "$py" "$src/tests/multirank/compare_runs.py" 1e-3 cpu.jsonl cuda.jsonl
+  ;;
+gpu_bounds)
+  # tests/gpu/run.sh's bounds, with the emulated cuBLASLt summing every product in 3
+  # pieces, last first (another order than the CPU's sgemm, as a GPU's): f32 for 20
+  # steps, the first loss to 1e-5, every loss and parameter to 1e-4; bf16 for 20 steps,
+  # every loss to 2^-8
+  for prec in fp32 bf16; do
+    "$cc" "$src/models/gpt2-tiny.model" --set layers=2 --set seq=32 --set batch=4 --precision $prec -o "t$prec" \
+      2> "t$prec.err"
+    a="--data genesis.bin --steps 20 --threads 2 --eps 1e-6"
+    "./t$prec" $a --device cpu --log "c$prec.jsonl" --save "c$prec.safetensors" > "c$prec.out"
+    COLOSSALC_EMUL_GEMM_SPLITK=3 LD_LIBRARY_PATH=$emul "./t$prec" $a --device cuda --kernel-cache kc \
+      --log "g$prec.jsonl" --save "g$prec.safetensors" > "g$prec.out"
+  done
+  "$py" "$src/tests/multirank/compare_runs.py" --first 1 1e-5 cfp32.jsonl gfp32.jsonl
+  "$py" "$src/tests/multirank/compare_runs.py" 1e-4 cfp32.jsonl gfp32.jsonl cfp32.safetensors gfp32.safetensors
+  "$py" "$src/tests/multirank/compare_runs.py" 0.00390625 cbf16.jsonl gbf16.jsonl
   ;;
 nvrtc_cache)
   for arch in sm_80 sm_90; do

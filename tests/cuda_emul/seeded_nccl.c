@@ -20,12 +20,12 @@
 ncclResult_t ncclGroupStart(void); /* nccl.h declares both without a prototype */
 ncclResult_t ncclGroupEnd(void);
 
-#define CK(call)                                                 \
-  do {                                                           \
-    if ((call) != 0) {                                           \
-      fprintf(stderr, "seeded_nccl: %s failed\n", #call);        \
-      exit(1);                                                   \
-    }                                                            \
+#define CK(call)                                          \
+  do {                                                    \
+    if ((call) != 0) {                                    \
+      fprintf(stderr, "seeded_nccl: %s failed\n", #call); \
+      exit(1);                                            \
+    }                                                     \
   } while (0)
 
 static int rank;

@@ -65,6 +65,10 @@ add_test(NAME cuda_emul_one_rank COMMAND ${cuda_run} one_rank)
 add_test(NAME cuda_emul_bf16 COMMAND ${cuda_run} bf16) # bf16 mixed precision: 16-bit cuBLASLt layouts
 add_test(NAME cuda_emul_fused COMMAND ${cuda_run} fused) # the fused classifier (attention: fused by default)
 add_test(NAME cuda_emul_fp8 COMMAND ${cuda_run} fp8) # fp8: 8-bit cuBLASLt layouts, TN only
+# The GPU script's tolerances against a GEMM summed in another order (tests/gpu/run.sh)
+# (slow: numerics alone, the emulated kernels not instrumented: not in the sanitizer pass)
+add_test(NAME cuda_emul_gpu_bounds COMMAND ${cuda_run} gpu_bounds)
+colossalc_label("cuda_emul;slow" cuda_emul_gpu_bounds)
 # Real NVRTC, no GPU: every kernel of the program compiles for sm_80 and sm_90, the
 # second time from the cache, a damaged entry again.
 add_test(NAME cuda_nvrtc_cache COMMAND ${cuda_run} nvrtc_cache)
