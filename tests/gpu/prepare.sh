@@ -4,7 +4,8 @@
 # what it runs is compiled here and carried in gpu-carry/ (ignored by git):
 #   train-tiny    gpt2-tiny (4 layers, batch 4, seq 64): 20 steps on the GPU against the CPU
 #   train-tiny-off  the same under a 6 MiB device budget: offload on the GPU's copy stream
-#   train-gpt2    GPT-2 124M, batch 16, seq 1024: the benchmark (bench/train_gpu.sh)
+#   train-tiny-bf16  the same in bf16 mixed precision (attention on tensor cores)
+#   train-gpt2    GPT-2 124M, batch 16, seq 1024, bf16: the benchmark (bench/train_gpu.sh)
 #   test_codegen_cuda   every emitter test kernel on the GPU against kernel_eval
 #   genesis.bin   the tokens; kc/  the kernels precompiled for sm_90 (the H200), so the
 #                 GPU's minutes go to running, not to NVRTC
@@ -20,11 +21,12 @@ rm -rf "$carry" && mkdir -p "$carry/lib"
 "$build/tools/colossalc-mktokens" data/genesis.txt "$carry/genesis.bin" > /dev/null
 "$build/colossalc" models/gpt2-tiny.model --set batch=4 --set seq=64 -o "$carry/train-tiny"
 "$build/colossalc" models/gpt2-tiny.model --set batch=4 --set seq=64 --device-memory 6M -o "$carry/train-tiny-off"
-"$build/colossalc" models/gpt2.model --set batch=16 --set seq=1024 -o "$carry/train-gpt2"
-"$build/colossalc" models/gpt2.model --set batch=16 --set seq=1024 --summary |
+"$build/colossalc" models/gpt2-tiny.model --set batch=4 --set seq=64 --precision bf16 -o "$carry/train-tiny-bf16"
+"$build/colossalc" models/gpt2.model --set batch=16 --set seq=1024 --precision bf16 -o "$carry/train-gpt2"
+"$build/colossalc" models/gpt2.model --set batch=16 --set seq=1024 --precision bf16 --summary |
   awk -F'[:(]' '/FLOPs per training step/ {print $2+0}' > "$carry/train-gpt2.flops"
 cp "$build/tests/test_codegen_cuda" "$carry/"
-for t in train-tiny train-tiny-off train-gpt2; do
+for t in train-tiny train-tiny-off train-tiny-bf16 train-gpt2; do
   "$carry/$t" --compile-kernels sm_90 --kernel-cache "$carry/kc"
 done
 for bin in "$carry/train-tiny" "$carry/train-gpt2" "$carry/test_codegen_cuda"; do

@@ -9,12 +9,19 @@
 #      a few ulps of f32 over sums of a few hundred terms), every step's loss and every
 #      parameter after the last step to a relative 1e-4 (those differences, grown by
 #      20 AdamW steps)
+#   2b. the same in bf16 (attention on tensor cores) against --device cpu in bf16: every
+#      step's loss to a relative 2^-8 (bf16's rounding unit: the devices' last-bit
+#      differences move roundings of 16-bit values by a unit; the loss, a mean over the
+#      tokens, moves by at most that); the parameters not compared (AdamW turns a
+#      gradient's rounding noise into full steps of small tensors). cuda_emul_gpu_bounds
+#      holds the emulated GPU to these bounds with its GEMMs summed in another order
 #   3. the kernel cache: a second start finds every unit there (at least one, all of
 #      them from the cache) and compiles none
 #   3b. offload: gpt2-tiny under a 6 MiB device budget (moves on the copy stream, the
 #      optimizer of host-resident chunks on the CPU) against the CPU run of 2., and its
 #      measured peaks against the plan's (train's closing offload line)
-#   4. bench/train_gpu.sh: GPT-2 124M, batch 16, seq 1024, against PyTorch on the same GPU
+#   4. bench/train_gpu.sh: GPT-2 124M, batch 16, seq 1024, bf16, against PyTorch on the same
+#      GPU (SDPA, torch.compile); fails below 0.8 of PyTorch's tokens/s
 # Everything goes to $OUT (default gpu-out/), a line per check to $OUT/summary.txt.
 # Exit status: 0 when every check passed. Usage: bash tests/gpu/run.sh
 set -uo pipefail
@@ -45,6 +52,10 @@ check tiny_equal python3 tests/multirank/compare_runs.py 1e-4 "$work/cpu.jsonl" 
 first_loss() { sed -n '1s/.*"loss": *\([0-9.e+-]*\).*/\1/p' "$1"; }
 check tiny_first_step awk -v a="$(first_loss "$work/cpu.jsonl")" -v b="$(first_loss "$work/cuda.jsonl")" \
   'BEGIN { d = a - b; if (d < 0) d = -d; printf "first loss: cpu %s, cuda %s\n", a, b; exit !(a != "" && d <= 1e-5 * a) }'
+tiny16() { (cd "$work" && "$carry/train-tiny-bf16" --data "$carry/genesis.bin" --steps 20 --eps 1e-6 "$@"); }
+check bf16_cpu tiny16 --device cpu --log cpu16.jsonl
+check bf16_cuda tiny16 --device cuda --kernel-cache "$carry/kc" --log cuda16.jsonl
+check bf16_equal python3 tests/multirank/compare_runs.py 0.00390625 "$work/cpu16.jsonl" "$work/cuda16.jsonl"
 # "cuda kernels: N units for sm_XY, M from the cache": M = N > 0, and nothing compiled
 cache_hit() {
   local line n m
