@@ -337,6 +337,10 @@ typedef struct Emit {
   int *stack, nstack, depth; /* ids with visible temps, innermost last */
   bool row_phase;            /* emitting a KPH_ROW phase: j is 0 */
   bool lanes;                /* CM_LANE_ROW: a row per lane, its columns over the block's warps */
+  int lane;                  /* CM_FLAT's vector path: the element of four being emitted, or -1 */
+  const char *jvar;          /* the column index's name in addresses: "j", or the vector's "jb" */
+  bool *vload;               /* per expr id: a load the vector path reads four at a time */
+  bool vstore[K_MAX_PHASES]; /* per phase: a store the vector path writes four at a time */
   bool use_r, use_j, use_sh, use_rc[K_MAX_DIMS], use_cc[K_MAX_DIMS], use_buf[K_MAX_BUFS], use_acc[K_MAX_ACCS];
   bool *use_sc;
   int nsc;
@@ -384,7 +388,7 @@ static unsigned view_dep(Emit *E, const KView *v) {
 
 static void emit_init(Emit *E, const Kernel *k) {
   kernel_check(k);
-  *E = (Emit){.k = k, .map = cuda_kernel_mapping(k)};
+  *E = (Emit){.k = k, .map = cuda_kernel_mapping(k), .lane = -1, .jvar = "j"};
   size_t n = (size_t)k->nexprs + 1;
   E->dep = calloc(n, sizeof *E->dep);
   E->dep_done = calloc(n, 1);
@@ -392,7 +396,8 @@ static void emit_init(Emit *E, const Kernel *k) {
   E->uncond = calloc(n, sizeof *E->uncond);
   E->seen = calloc(n, sizeof *E->seen);
   E->stack = malloc(n * sizeof *E->stack);
-  ir_assert(E->dep && E->dep_done && E->lvl && E->uncond && E->seen && E->stack);
+  E->vload = calloc(n, sizeof *E->vload);
+  ir_assert(E->dep && E->dep_done && E->lvl && E->uncond && E->seen && E->stack && E->vload);
   for (size_t i = 0; i < n; i++) E->lvl[i] = -1;
   for (int b = 0; b < k->nbufs; b++) {
     E->ro[b] = !(k->attn && bufs_overlap(k, k->attn->res.buf, b));
@@ -414,6 +419,7 @@ static void emit_free(Emit *E) {
   free(E->uncond);
   free(E->seen);
   free(E->stack);
+  free(E->vload);
   free(E->use_sc);
 }
 
@@ -558,8 +564,8 @@ static void addr_part(Emit *E, Str *o, int *n, const KView *v, bool row) {
     if (!s) return;
     term(o, n);
     *(row ? &E->use_r : &E->use_j) = true;
-    if (s == 1) put(o, "%s", row ? "r" : "j");
-    else put(o, "%s * %lldLL", row ? "r" : "j", (long long)s);
+    if (s == 1) put(o, "%s", row ? "r" : E->jvar);
+    else put(o, "%s * %lldLL", row ? "r" : E->jvar, (long long)s);
     return;
   }
   for (int d = lo; d < hi; d++) {
@@ -591,6 +597,11 @@ static void addr_text(Emit *E, Str *o, const KView *v) {
 static void load_text(Emit *E, Str *o, const KExpr *e) {
   const KBuf *b = &E->k->bufs[e->buf];
   E->use_buf[e->buf] = true;
+  if (E->lane >= 0 && E->vload[e->id]) { /* its vector's element */
+    if (half_buf(b)) put(o, "cc_%s2f(v%d.v[%d])", half_name(b), e->id, E->lane);
+    else put(o, "v%d.v[%d]", e->id, E->lane);
+    return;
+  }
   if (b->dtype == DT_I32) put(o, "(float)");
   if (half_buf(b)) put(o, "cc_%s2f(", half_name(b));
   put(o, E->ro[e->buf] ? "__ldg(b%d + CC_RO(b%d, " : "b%d[CC_RD(b%d, ", e->buf, e->buf);
@@ -757,6 +768,12 @@ static void emit_store(Emit *E, Str *o, int ind, const KPhase *p) {
   emit_phase_temps(E, o, ind, p, T_ALL);
   E->use_buf[p->buf] = true;
   put_ind(o, ind);
+  if (E->lane >= 0 && E->vstore[p - E->k->phases]) { /* its value, stored with the other three's */
+    put(o, "sv%d[%d] = ", (int)(p - E->k->phases), E->lane);
+    expr_ref(E, o, p->expr);
+    put(o, ";\n");
+    return;
+  }
   const KBuf *b = &E->k->bufs[p->buf];
   if (half_buf(b)) { /* 16 bits: rounded from f32 (an add in f32 first) */
     const char *h = half_name(b);
@@ -1010,27 +1027,205 @@ static void emit_shared_pure(Emit *E, Str *o, int ind) {
     if (k->phases[p].kind == KPH_MAP) emit_phase_temps(E, o, ind, &k->phases[p], T_PURE);
 }
 
-static void emit_flat(Emit *E, Str *o) {
+/* One element's phases at indentation ind, the element's j in scope. */
+static void emit_flat_element(Emit *E, Str *el, int ind) {
   const Kernel *k = E->k;
-  Str el = {0};
   scope_open(E);
-  emit_shared_pure(E, &el, 2);
+  emit_shared_pure(E, el, ind);
   for (int p = 0; p < k->nphases; p++) {
     const KPhase *ph = &k->phases[p];
     if (ph->kind == KPH_ROW) {
       E->use_j = true;
-      emit_row_phase(E, &el, 2, ph, "if (j == 0) ");
+      emit_row_phase(E, el, ind, ph, "if (j == 0) ");
       continue;
     }
-    put(&el, "    {\n");
+    put_ind(el, ind);
+    put(el, "{\n");
     scope_open(E);
     new_ustamp(E);
     mark_phase(E, ph);
-    emit_store(E, &el, 3, ph);
+    emit_store(E, el, ind + 1, ph);
     scope_close(E);
-    put(&el, "    }\n");
+    put_ind(el, ind);
+    put(el, "}\n");
   }
   scope_close(E);
+}
+
+/* Four neighbours of a row at once through view v of b, from any column j that is a
+ * multiple of 4 in a row of cols divisible by 4: no gather, the columns contiguous in
+ * one run (j's part of the address is j itself), the address of column 0 of every row a
+ * multiple of 4 elements; f32 or 16-bit. (The buffer's base is checked at run time.) */
+static bool vec_view(const Kernel *k, const KView *v, const KBuf *b) {
+  int64_t s;
+  if (v->gather || b->dtype == DT_I32 || kbuf_elem_bytes(b) == 1 || v->offset % 4) return false;
+  if (!linear_part(k, v, k->row_dims, k->ndims, &s) || s != 1) return false;
+  for (int d = 0; d < k->row_dims; d++)
+    if (k->dims[d] != 1 && v->strides[d] % 4) return false;
+  return true;
+}
+
+static void mark_vloads(Emit *E, const KExpr *e) {
+  if (!e) return;
+  if (e->kind == KX_LOAD && E->ro[e->buf] && vec_view(E->k, &e->view, &E->k->bufs[e->buf])) E->vload[e->id] = true;
+  if (e->kind == KX_LOAD) mark_vloads(E, e->view.gather);
+  if (e->kind == KX_UNARY || e->kind == KX_BINARY || e->kind == KX_SELECT) {
+    mark_vloads(E, e->a);
+    mark_vloads(E, e->b);
+    mark_vloads(E, e->c);
+  }
+}
+
+static const KExpr *find_expr(const KExpr *e, int id) {
+  if (!e) return NULL;
+  if (e->id == id) return e;
+  const KExpr *f = e->kind == KX_LOAD ? find_expr(e->view.gather, id) : NULL;
+  if (!f && (e->kind == KX_UNARY || e->kind == KX_BINARY || e->kind == KX_SELECT))
+    if (!(f = find_expr(e->a, id)) && !(f = find_expr(e->b, id))) f = find_expr(e->c, id);
+  return f;
+}
+
+static bool loads_buf(const Kernel *k, const KExpr *e, int buf) {
+  if (!e) return false;
+  if (e->kind == KX_LOAD && (bufs_overlap(k, e->buf, buf) || loads_buf(k, e->view.gather, buf))) return true;
+  return (e->kind == KX_UNARY || e->kind == KX_BINARY || e->kind == KX_SELECT) &&
+         (loads_buf(k, e->a, buf) || loads_buf(k, e->b, buf) || loads_buf(k, e->c, buf));
+}
+
+static bool has_trig(const KExpr *e) {
+  if (!e) return false;
+  if (e->kind == KX_UNARY && (e->uop == KU_SIN || e->uop == KU_COS)) return true;
+  return (e->kind == KX_LOAD && has_trig(e->view.gather)) ||
+         ((e->kind == KX_UNARY || e->kind == KX_BINARY || e->kind == KX_SELECT) &&
+          (has_trig(e->a) || has_trig(e->b) || has_trig(e->c)));
+}
+
+/* The vector path's loads (read-only buffers) and stores (a buffer no other phase writes
+ * and nothing reads); false when it has neither, or the rows are not whole vectors, or
+ * the kernel takes a sine or cosine (their slow path's local array, four times over,
+ * spills: rotary embeddings stay scalar). */
+static bool plan_vectors(Emit *E) {
+  const Kernel *k = E->k;
+  if (k->cols < 4 || k->cols % 4) return false;
+  for (int p = 0; p < k->nphases; p++)
+    if (has_trig(k->phases[p].expr)) return false;
+  bool any = false;
+  for (int p = 0; p < k->nphases; p++) mark_vloads(E, k->phases[p].expr);
+  for (int i = 0; i < k->nexprs; i++) any |= E->vload[i];
+  for (int p = 0; p < k->nphases; p++) {
+    const KPhase *ph = &k->phases[p];
+    bool ok = ph->kind == KPH_MAP && vec_view(k, &ph->view, &k->bufs[ph->buf]);
+    for (int q = 0; q < k->nphases && ok; q++)
+      ok = !loads_buf(k, k->phases[q].expr, ph->buf) &&
+           !(k->phases[q].kind != KPH_REDUCE && q != p && bufs_overlap(k, k->phases[q].buf, ph->buf));
+    E->vstore[p] = ok;
+    any |= ok;
+  }
+  return any;
+}
+
+/* The vector path's body: a thread takes four neighbours of a row (jb to jb + 3): each
+ * vector load once (`const cc_f4 vN`, its elements in registers), the four elements'
+ * phases one after another as the scalar path runs them (their vector stores' values
+ * kept in svP[4]), then the vector stores. */
+static void emit_flat_vec(Emit *E, Str *o, const char *align) {
+  const Kernel *k = E->k;
+  long long c4 = (long long)k->cols / 4;
+  Str lanes = {0}, loads = {0}, stores = {0};
+  bool use_rc[K_MAX_DIMS];
+  memset(E->use_rc, 0, sizeof E->use_rc);
+  for (int v = 0; v < 4; v++) {
+    Str el = {0};
+    E->lane = v;
+    E->use_j = false;
+    memset(E->use_cc, 0, sizeof E->use_cc);
+    emit_flat_element(E, &el, 4);
+    E->use_j |= any_true(E->use_cc, 0, K_MAX_DIMS);
+    put(&lanes, "      {\n");
+    if (E->use_j) put(&lanes, "        const long long j = jb + %d;\n", v);
+    coord_decls(&lanes, 4, k, E->use_cc, false);
+    put_str(&lanes, &el);
+    put(&lanes, "      }\n");
+    str_free(&el);
+  }
+  E->lane = -1;
+  E->jvar = "jb";
+  for (int i = 0; i < k->nexprs; i++) {
+    if (!E->vload[i]) continue;
+    const KExpr *e = NULL;
+    for (int p = 0; p < k->nphases && !e; p++) e = find_expr(k->phases[p].expr, i);
+    if (!e) continue;
+    const KBuf *b = &k->bufs[e->buf];
+    E->use_buf[e->buf] = true;
+    put(&loads, "      const %s v%d = *(const %s *)(b%d + CC_RO4(b%d, ", half_buf(b) ? "cc_h4" : "cc_f4", i,
+        half_buf(b) ? "cc_h4" : "cc_f4", e->buf, e->buf);
+    addr_text(E, &loads, &e->view);
+    put(&loads, ", %lldLL));\n", (long long)b->numel);
+  }
+  for (int p = 0; p < k->nphases; p++) {
+    if (!E->vstore[p]) continue;
+    const KPhase *ph = &k->phases[p];
+    const KBuf *b = &k->bufs[ph->buf];
+    const char *ty = half_buf(b) ? "cc_h4" : "cc_f4";
+    put(&loads, "      float sv%d[4];\n", p);
+    put(&stores, "      {\n        %s *q_ = (%s *)(b%d + CC_WR4(b%d, ", ty, ty, ph->buf, ph->buf);
+    addr_text(E, &stores, &ph->view);
+    put(&stores, ", %lldLL));\n", (long long)b->numel);
+    put(&stores, "        %s w_%s;\n", ty, ph->store == KS_ADD ? " = *q_" : "");
+    put(&stores, "        for (int e_ = 0; e_ < 4; e_++) w_.v[e_] = ");
+    if (half_buf(b)) {
+      const char *h = half_name(b);
+      if (ph->store == KS_ADD) put(&stores, "cc_f2%s(cc_%s2f(w_.v[e_]) + sv%d[e_]);\n", h, h, p);
+      else put(&stores, "cc_f2%s(sv%d[e_]);\n", h, p);
+    } else {
+      put(&stores, ph->store == KS_ADD ? "w_.v[e_] + sv%d[e_];\n" : "sv%d[e_];\n", p);
+    }
+    put(&stores, "        *q_ = w_;\n      }\n");
+  }
+  E->jvar = "j";
+  memcpy(use_rc, E->use_rc, sizeof use_rc);
+  put(o, "  if (%s) {   /* four elements a thread, in vectors */\n", align);
+  put(o,
+      "    for (long long i4 = (long long)blockIdx.x * blockDim.x + threadIdx.x; i4 < n * %lldLL;"
+      " i4 += (long long)gridDim.x * blockDim.x) {\n",
+      c4);
+  put(o, "      const long long r = i4 / %lldLL, jb = (i4 - r * %lldLL) * 4;\n", c4, c4);
+  coord_decls(o, 3, k, use_rc, true);
+  put_str(o, &loads);
+  put_str(o, &lanes);
+  put_str(o, &stores);
+  put(o, "    }\n    return;\n  }\n");
+  str_free(&lanes);
+  str_free(&loads);
+  str_free(&stores);
+}
+
+static void emit_flat(Emit *E, Str *o) {
+  const Kernel *k = E->k;
+  if (plan_vectors(E)) {
+    Str align = {0};
+    bool seen[K_MAX_BUFS] = {0};
+    for (int i = 0; i < k->nexprs; i++)
+      if (E->vload[i]) {
+        const KExpr *e = NULL;
+        for (int p = 0; p < k->nphases && !e; p++) e = find_expr(k->phases[p].expr, i);
+        if (e) seen[e->buf] = true;
+      }
+    for (int p = 0; p < k->nphases; p++)
+      if (E->vstore[p]) seen[k->phases[p].buf] = true;
+    for (int b = 0; b < k->nbufs; b++)
+      if (seen[b])
+        put(&align, "%s((unsigned long long)b%d & %dull) == 0", align.len ? " && " : "", b,
+            half_buf(&k->bufs[b]) ? 7 : 15);
+    emit_flat_vec(E, o, align.s);
+    str_free(&align);
+    memset(E->use_cc, 0, sizeof E->use_cc);
+    memset(E->use_rc, 0, sizeof E->use_rc);
+    E->use_r = false;
+  }
+  Str el = {0};
+  E->use_j = false;
+  emit_flat_element(E, &el, 2);
   E->use_j |= any_true(E->use_cc, 0, K_MAX_DIMS);
   E->use_r |= E->use_j || any_true(E->use_rc, 0, K_MAX_DIMS);
   put(o, "  const long long total = n * %lldLL;\n", (long long)k->cols);
@@ -1598,13 +1793,25 @@ static const char prelude[] =
     "  return a;\n"
     "}\n"
     "#define CC_IX(a, n) cc_ix((a), (n))\n"
+    "__device__ __forceinline__ long long cc_ix4(long long a, long long n) {\n"
+    "  if (a < 0 || a + 4 > n) __trap();\n"
+    "  return a;\n"
+    "}\n"
+    "#define CC_IX4(a, n) cc_ix4((a), (n))\n"
     "#else\n"
     "#define CC_IX(a, n) (a)\n"
+    "#define CC_IX4(a, n) (a)\n"
     "#endif\n"
+    "/* four neighbouring elements in one access (CM_FLAT's vector path): 128 bits of f32,\n"
+    "   64 of 16-bit values */\n"
+    "struct alignas(16) cc_f4 { float v[4]; };\n"
+    "struct alignas(8) cc_h4 { unsigned short v[4]; };\n"
     "#ifndef CC_RD   /* the index of a read, a write and a read of a buffer the kernel never writes, */\n"
     "#define CC_RD(b, a, n) CC_IX(a, n)   /* of b: a test harness may watch them */\n"
     "#define CC_WR(b, a, n) CC_IX(a, n)\n"
     "#define CC_RO(b, a, n) CC_IX(a, n)\n"
+    "#define CC_RO4(b, a, n) CC_IX4(a, n)   /* elements a to a + 3 */\n"
+    "#define CC_WR4(b, a, n) CC_IX4(a, n)\n"
     "#endif\n"
     "/* dropout_uniform of ir/rand.h */\n"
     "__device__ __forceinline__ float cc_rand(long long seed, long long step, long long index) {\n"

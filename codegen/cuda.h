@@ -16,7 +16,13 @@
  * How the iteration space maps onto threads (cuda_kernel_mapping):
  *   CM_FLAT        KP_ROWS, no REDUCE phase, no cross-element dependency between
  *                  phases: one thread per (r, j) element, flat grid-stride loop over
- *                  n*cols; ROW phases run in the thread with j == 0.
+ *                  n*cols; ROW phases run in the thread with j == 0. Where the rows
+ *                  are whole vectors of 4 and some read-only load or some store
+ *                  reads or writes 4 neighbours of a row in one run (f32 or 16-bit,
+ *                  every row starting at a multiple of 4), and the buffers' addresses
+ *                  are aligned at run time (16 bytes for f32, 8 for 16-bit), a thread
+ *                  takes 4 elements instead: those loads and stores are one 128-bit (or
+ *                  64-bit) access each, the 4 elements' phases run one after another.
  *   CM_BLOCK_ROW   KP_ROWS with REDUCE phases (or phases that read what another
  *                  element of the row wrote), cols >= 32: one thread block per row;
  *                  threads stride over j; reductions through warp shuffles and

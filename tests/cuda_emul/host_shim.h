@@ -210,6 +210,17 @@ template <class T> static inline long long cc_ro(const T *, long long a, long lo
 #define CC_RD(b, a, n) cc_rd((b), (a), (n))
 #define CC_WR(b, a, n) cc_wr((b), (a), (n))
 #define CC_RO(b, a, n) cc_ro((b), (a), (n))
+// four neighbours a to a + 3 in one access (a vector load or store): each checked
+template <class T> static inline long long cc_ro4(const T *b, long long a, long long n) {
+  for (int i = 0; i < 4; i++) cc_ro(b, a + i, n);
+  return a;
+}
+template <class T> static inline long long cc_wr4(const T *b, long long a, long long n) {
+  for (int i = 0; i < 4; i++) cc_wr(b, a + i, n);
+  return a;
+}
+#define CC_RO4(b, a, n) cc_ro4((b), (a), (n))
+#define CC_WR4(b, a, n) cc_wr4((b), (a), (n))
 
 static float cc_shfl_slot[2][CC_MAX_THREADS];
 static inline void __syncthreads() { cc_barrier_wait(&cc_block_barrier, blockDim.x); }
