@@ -341,6 +341,10 @@ typedef struct Emit {
   const char *jvar;          /* the column index's name in addresses: "j", or the vector's "jb" */
   bool *vload;               /* per expr id: a load the vector path reads four at a time */
   bool vstore[K_MAX_PHASES]; /* per phase: a store the vector path writes four at a time */
+  int vrmw[K_MAX_BUFS];      /* per buffer: 1 + the phase that writes it where the vector path
+                                reads and writes it four at a time (read and written through
+                                one view), else 0 */
+  int cur_phase;             /* the phase being emitted (CM_FLAT) */
   bool use_r, use_j, use_sh, use_rc[K_MAX_DIMS], use_cc[K_MAX_DIMS], use_buf[K_MAX_BUFS], use_acc[K_MAX_ACCS];
   bool *use_sc;
   int nsc;
@@ -600,6 +604,20 @@ static void load_text(Emit *E, Str *o, const KExpr *e) {
   if (E->lane >= 0 && E->vload[e->id]) { /* its vector's element */
     if (half_buf(b)) put(o, "cc_%s2f(v%d.v[%d])", half_name(b), e->id, E->lane);
     else put(o, "v%d.v[%d]", e->id, E->lane);
+    return;
+  }
+  if (E->lane >= 0 && E->vrmw[e->buf]) { /* read and written four at a time */
+    int w = E->vrmw[e->buf] - 1, l = E->lane;
+    char old[48];
+    if (half_buf(b)) snprintf(old, sizeof old, "cc_%s2f(x%d.v[%d])", half_name(b), e->buf, l);
+    else snprintf(old, sizeof old, "x%d.v[%d]", e->buf, l);
+    if (E->cur_phase <= w) put(o, "%s", old); /* before its phase's store: the value it had */
+    else { /* after: what the store left, rounded as stored */ bool add = E->k->phases[w].store == KS_ADD;
+      if (half_buf(b)) put(o, "cc_%s2f(cc_f2%s(", half_name(b), half_name(b));
+      if (add) put(o, "(%s + sv%d[%d])", old, w, l);
+      else put(o, "sv%d[%d]", w, l);
+      if (half_buf(b)) put(o, "))");
+    }
     return;
   }
   if (b->dtype == DT_I32) put(o, "(float)");
@@ -1034,6 +1052,7 @@ static void emit_flat_element(Emit *E, Str *el, int ind) {
   emit_shared_pure(E, el, ind);
   for (int p = 0; p < k->nphases; p++) {
     const KPhase *ph = &k->phases[p];
+    E->cur_phase = p;
     if (ph->kind == KPH_ROW) {
       E->use_j = true;
       emit_row_phase(E, el, ind, ph, "if (j == 0) ");
@@ -1085,6 +1104,24 @@ static const KExpr *find_expr(const KExpr *e, int id) {
   return f;
 }
 
+static bool same_view(const Kernel *k, const KView *a, const KView *b) {
+  if (a->gather || b->gather || a->offset != b->offset) return false;
+  for (int d = 0; d < k->ndims; d++)
+    if (a->strides[d] != b->strides[d] && k->dims[d] != 1) return false;
+  return true;
+}
+
+/* Every load of e that touches buf is of buf itself through view v (the element the
+ * thread writes). */
+static bool only_through(const Kernel *k, const KExpr *e, int buf, const KView *v) {
+  if (!e) return true;
+  if (e->kind == KX_LOAD && bufs_overlap(k, e->buf, buf) && (e->buf != buf || !same_view(k, &e->view, v))) return false;
+  if (e->kind == KX_LOAD) return only_through(k, e->view.gather, buf, v);
+  if (e->kind == KX_UNARY || e->kind == KX_BINARY || e->kind == KX_SELECT)
+    return only_through(k, e->a, buf, v) && only_through(k, e->b, buf, v) && only_through(k, e->c, buf, v);
+  return true;
+}
+
 static bool loads_buf(const Kernel *k, const KExpr *e, int buf) {
   if (!e) return false;
   if (e->kind == KX_LOAD && (bufs_overlap(k, e->buf, buf) || loads_buf(k, e->view.gather, buf))) return true;
@@ -1114,11 +1151,16 @@ static bool plan_vectors(Emit *E) {
   for (int i = 0; i < k->nexprs; i++) any |= E->vload[i];
   for (int p = 0; p < k->nphases; p++) {
     const KPhase *ph = &k->phases[p];
-    bool ok = ph->kind == KPH_MAP && vec_view(k, &ph->view, &k->bufs[ph->buf]);
-    for (int q = 0; q < k->nphases && ok; q++)
-      ok = !loads_buf(k, k->phases[q].expr, ph->buf) &&
-           !(k->phases[q].kind != KPH_REDUCE && q != p && bufs_overlap(k, k->phases[q].buf, ph->buf));
+    bool ok = ph->kind == KPH_MAP && vec_view(k, &ph->view, &k->bufs[ph->buf]), read = false, same = true;
+    for (int q = 0; q < k->nphases && ok; q++) {
+      ok = !(k->phases[q].kind != KPH_REDUCE && q != p && bufs_overlap(k, k->phases[q].buf, ph->buf));
+      read |= loads_buf(k, k->phases[q].expr, ph->buf);
+      same &= !k->phases[q].view.gather || !loads_buf(k, k->phases[q].view.gather, ph->buf);
+      same &= only_through(k, k->phases[q].expr, ph->buf, &ph->view);
+    }
+    if (ok && read && !same) ok = false; /* read elsewhere than it is written */
     E->vstore[p] = ok;
+    if (ok && read) E->vrmw[ph->buf] = p + 1;
     any |= ok;
   }
   return any;
@@ -1167,11 +1209,17 @@ static void emit_flat_vec(Emit *E, Str *o, const char *align) {
     const KPhase *ph = &k->phases[p];
     const KBuf *b = &k->bufs[ph->buf];
     const char *ty = half_buf(b) ? "cc_h4" : "cc_f4";
+    if (E->vrmw[ph->buf]) { /* the values it had, read before any phase runs */
+      put(&loads, "      const %s x%d = *(const %s *)(b%d + CC_RD4(b%d, ", ty, ph->buf, ty, ph->buf, ph->buf);
+      addr_text(E, &loads, &ph->view);
+      put(&loads, ", %lldLL));\n", (long long)b->numel);
+    }
     put(&loads, "      float sv%d[4];\n", p);
     put(&stores, "      {\n        %s *q_ = (%s *)(b%d + CC_WR4(b%d, ", ty, ty, ph->buf, ph->buf);
     addr_text(E, &stores, &ph->view);
     put(&stores, ", %lldLL));\n", (long long)b->numel);
-    put(&stores, "        %s w_%s;\n", ty, ph->store == KS_ADD ? " = *q_" : "");
+    if (ph->store == KS_ADD && E->vrmw[ph->buf]) put(&stores, "        %s w_ = x%d;\n", ty, ph->buf);
+    else put(&stores, "        %s w_%s;\n", ty, ph->store == KS_ADD ? " = *q_" : "");
     put(&stores, "        for (int e_ = 0; e_ < 4; e_++) w_.v[e_] = ");
     if (half_buf(b)) {
       const char *h = half_name(b);
@@ -1810,7 +1858,8 @@ static const char prelude[] =
     "#define CC_RD(b, a, n) CC_IX(a, n)   /* of b: a test harness may watch them */\n"
     "#define CC_WR(b, a, n) CC_IX(a, n)\n"
     "#define CC_RO(b, a, n) CC_IX(a, n)\n"
-    "#define CC_RO4(b, a, n) CC_IX4(a, n)   /* elements a to a + 3 */\n"
+    "#define CC_RD4(b, a, n) CC_IX4(a, n)   /* elements a to a + 3 */\n"
+    "#define CC_RO4(b, a, n) CC_IX4(a, n)\n"
     "#define CC_WR4(b, a, n) CC_IX4(a, n)\n"
     "#endif\n"
     "/* dropout_uniform of ir/rand.h */\n"

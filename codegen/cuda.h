@@ -22,7 +22,10 @@
  *                  every row starting at a multiple of 4), and the buffers' addresses
  *                  are aligned at run time (16 bytes for f32, 8 for 16-bit), a thread
  *                  takes 4 elements instead: those loads and stores are one 128-bit (or
- *                  64-bit) access each, the 4 elements' phases run one after another.
+ *                  64-bit) access each, the 4 elements' phases run one after another. A
+ *                  buffer read and written through one view (AdamW's moments and
+ *                  weights) is read as a vector first and written as one last, a phase
+ *                  after its store reading the value the store left.
  *   CM_BLOCK_ROW   KP_ROWS with REDUCE phases (or phases that read what another
  *                  element of the row wrote), cols >= 32: one thread block per row;
  *                  threads stride over j; reductions through warp shuffles and

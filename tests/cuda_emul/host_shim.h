@@ -215,11 +215,16 @@ template <class T> static inline long long cc_ro4(const T *b, long long a, long 
   for (int i = 0; i < 4; i++) cc_ro(b, a + i, n);
   return a;
 }
+template <class T> static inline long long cc_rd4(const T *b, long long a, long long n) {
+  for (int i = 0; i < 4; i++) cc_rd(b, a + i, n);
+  return a;
+}
 template <class T> static inline long long cc_wr4(const T *b, long long a, long long n) {
   for (int i = 0; i < 4; i++) cc_wr(b, a + i, n);
   return a;
 }
 #define CC_RO4(b, a, n) cc_ro4((b), (a), (n))
+#define CC_RD4(b, a, n) cc_rd4((b), (a), (n))
 #define CC_WR4(b, a, n) cc_wr4((b), (a), (n))
 
 static float cc_shfl_slot[2][CC_MAX_THREADS];
