@@ -345,6 +345,7 @@ typedef struct Emit {
                                 reads and writes it four at a time (read and written through
                                 one view), else 0 */
   int cur_phase;             /* the phase being emitted (CM_FLAT) */
+  bool vec;                  /* CM_BLOCK_ROW's vector path: a thread's columns in fours */
   bool use_r, use_j, use_sh, use_rc[K_MAX_DIMS], use_cc[K_MAX_DIMS], use_buf[K_MAX_BUFS], use_acc[K_MAX_ACCS];
   bool *use_sc;
   int nsc;
@@ -889,8 +890,17 @@ static void loop_open(Emit *E, Str *o, int ind, bool block) {
 
 /* The j loop of phases [p0, p1) (one MAP, or a REDUCE group): loop-invariant temps
  * before it, the rest inside, column coordinates declared in front of the body. */
+static void emit_j_loop_vec(Emit *E, Str *o, int ind, int p0, int p1);
+static void vec_accesses(Emit *E, Str *loads, Str *stores, int ind, int p0, int p1);
+static void vec_align(Emit *E, Str *o);
+static bool plan_vectors(Emit *E, bool rmw);
+
 static void emit_j_loop(Emit *E, Str *o, int ind, int p0, int p1, bool block) {
   const Kernel *k = E->k;
+  if (E->vec && block) {
+    emit_j_loop_vec(E, o, ind, p0, p1);
+    return;
+  }
   Str body = {0};
   scope_open(E);
   memset(E->use_cc, 0, sizeof E->use_cc);
@@ -915,6 +925,62 @@ static void emit_j_loop(Emit *E, Str *o, int ind, int p0, int p1, bool block) {
   put_ind(o, ind);
   put(o, "}\n");
   str_free(&body);
+}
+
+/* emit_j_loop's vector form (CM_BLOCK_ROW): a thread takes columns jb to jb + 3, jb
+ * striding by four blocks; the vector loads, then each column's phases (partial sums
+ * added column by column), then the vector stores. */
+static void emit_j_loop_vec(Emit *E, Str *o, int ind, int p0, int p1) {
+  const Kernel *k = E->k;
+  Str lanes = {0}, loads = {0}, stores = {0};
+  bool use_j = E->use_j;
+  for (int v = 0; v < 4; v++) {
+    Str body = {0};
+    E->lane = v;
+    E->use_j = false;
+    scope_open(E);
+    memset(E->use_cc, 0, sizeof E->use_cc);
+    new_wstamp(E);
+    for (int p = p0; p < p1; p++) {
+      const KPhase *ph = &k->phases[p];
+      if (ph->kind == KPH_MAP) {
+        emit_store(E, &body, ind + 2, ph);
+        continue;
+      }
+      emit_phase_temps(E, &body, ind + 2, ph, T_ALL);
+      put_ind(&body, ind + 2);
+      put(&body, "pacc%d = ", ph->acc);
+      put(&body, ph->reduce == KR_SUM ? "pacc%d + " : "fmaxf(pacc%d, ", ph->acc);
+      expr_ref(E, &body, ph->expr);
+      put(&body, ph->reduce == KR_SUM ? ";\n" : ");\n");
+    }
+    scope_close(E);
+    put_ind(&lanes, ind + 1);
+    put(&lanes, "{\n");
+    if (any_true(E->use_cc, 0, K_MAX_DIMS) || E->use_j) {
+      put_ind(&lanes, ind + 2);
+      put(&lanes, "const %s j = jb + %d;\n", index_type(k->cols), v);
+    }
+    coord_decls(&lanes, ind + 2, k, E->use_cc, false);
+    put_str(&lanes, &body);
+    put_ind(&lanes, ind + 1);
+    put(&lanes, "}\n");
+    str_free(&body);
+  }
+  E->lane = -1;
+  E->use_j = use_j;
+  vec_accesses(E, &loads, &stores, ind + 1, p0, p1);
+  put_ind(o, ind);
+  put(o, "for (%s jb = 4 * (int)threadIdx.x; jb < %lldLL; jb += 4 * (int)blockDim.x) {\n", index_type(k->cols),
+      (long long)k->cols);
+  put_str(o, &loads);
+  put_str(o, &lanes);
+  put_str(o, &stores);
+  put_ind(o, ind);
+  put(o, "}\n");
+  str_free(&lanes);
+  str_free(&loads);
+  str_free(&stores);
 }
 
 static void emit_reduce_group(Emit *E, Str *o, int ind, int p0, int p1, bool block) {
@@ -992,7 +1058,7 @@ static void block_sync(Emit *E, Str *o, int ind, Access *pend, int *npend, int p
   free(cur);
 }
 
-static void emit_rows(Emit *E, Str *o, bool block) {
+static void emit_rows_loop(Emit *E, Str *o, bool block) {
   const Kernel *k = E->k;
   Str row = {0};
   Access *pend = malloc(sizeof *pend * ((size_t)k->nexprs + 1) * (size_t)(k->nphases + 1));
@@ -1029,6 +1095,18 @@ static void emit_rows(Emit *E, Str *o, bool block) {
   put(o, "  }\n");
   str_free(&row);
   free(pend);
+}
+
+static void emit_rows(Emit *E, Str *o, bool block) {
+  if (block && !E->lanes && plan_vectors(E, false)) { /* a vector loop where aligned, else the scalar one */
+    vec_align(E, o);
+    E->vec = true;
+    emit_rows_loop(E, o, block);
+    E->vec = false;
+    put(o, "    return;\n  }\n");
+    memset(E->use_rc, 0, sizeof E->use_rc);
+  }
+  emit_rows_loop(E, o, block);
 }
 
 /* ---- CM_FLAT and CM_COLS -------------------------------------------------------- */
@@ -1138,10 +1216,10 @@ static bool has_trig(const KExpr *e) {
 }
 
 /* The vector path's loads (read-only buffers) and stores (a buffer no other phase writes
- * and nothing reads); false when it has neither, or the rows are not whole vectors, or
- * the kernel takes a sine or cosine (their slow path's local array, four times over,
- * spills: rotary embeddings stay scalar). */
-static bool plan_vectors(Emit *E) {
+ * and nothing reads, or with rmw, that only its phase's element reads); false when it has neither, or the rows are not
+ * whole vectors, or the kernel takes a sine or cosine (their slow path's local array, four times over, spills: rotary
+ * embeddings stay scalar). */
+static bool plan_vectors(Emit *E, bool rmw) {
   const Kernel *k = E->k;
   if (k->cols < 4 || k->cols % 4) return false;
   for (int p = 0; p < k->nphases; p++)
@@ -1158,7 +1236,7 @@ static bool plan_vectors(Emit *E) {
       same &= !k->phases[q].view.gather || !loads_buf(k, k->phases[q].view.gather, ph->buf);
       same &= only_through(k, k->phases[q].expr, ph->buf, &ph->view);
     }
-    if (ok && read && !same) ok = false; /* read elsewhere than it is written */
+    if (ok && read && (!same || !rmw)) ok = false; /* read elsewhere than it is written */
     E->vstore[p] = ok;
     if (ok && read) E->vrmw[ph->buf] = p + 1;
     any |= ok;
@@ -1166,11 +1244,90 @@ static bool plan_vectors(Emit *E) {
   return any;
 }
 
+/* The vector loads of phases [p0, p1) (`const cc_f4 vN`, the four elements from jb) and
+ * the old values of what they read and write (`xB`), with the arrays of their vector
+ * stores' values (`float svP[4]`), into loads; the vector stores after the four elements
+ * into stores; at indentation ind. */
+static void vec_accesses(Emit *E, Str *loads, Str *stores, int ind, int p0, int p1) {
+  const Kernel *k = E->k;
+  E->jvar = "jb";
+  for (int i = 0; i < k->nexprs; i++) {
+    if (!E->vload[i]) continue;
+    const KExpr *e = NULL;
+    for (int p = p0; p < p1 && !e; p++) e = find_expr(k->phases[p].expr, i);
+    if (!e) continue;
+    const KBuf *b = &k->bufs[e->buf];
+    const char *ty = half_buf(b) ? "cc_h4" : "cc_f4";
+    E->use_buf[e->buf] = true;
+    put_ind(loads, ind);
+    put(loads, "const %s v%d = *(const %s *)(b%d + CC_RO4(b%d, ", ty, i, ty, e->buf, e->buf);
+    addr_text(E, loads, &e->view);
+    put(loads, ", %lldLL));\n", (long long)b->numel);
+  }
+  for (int p = p0; p < p1; p++) {
+    if (!E->vstore[p]) continue;
+    const KPhase *ph = &k->phases[p];
+    const KBuf *b = &k->bufs[ph->buf];
+    const char *ty = half_buf(b) ? "cc_h4" : "cc_f4";
+    if (E->vrmw[ph->buf]) { /* the values it had, read before any phase runs */
+      put_ind(loads, ind);
+      put(loads, "const %s x%d = *(const %s *)(b%d + CC_RD4(b%d, ", ty, ph->buf, ty, ph->buf, ph->buf);
+      addr_text(E, loads, &ph->view);
+      put(loads, ", %lldLL));\n", (long long)b->numel);
+    }
+    put_ind(loads, ind);
+    put(loads, "float sv%d[4];\n", p);
+    put_ind(stores, ind);
+    put(stores, "{\n");
+    put_ind(stores, ind + 1);
+    put(stores, "%s *q_ = (%s *)(b%d + CC_WR4(b%d, ", ty, ty, ph->buf, ph->buf);
+    addr_text(E, stores, &ph->view);
+    put(stores, ", %lldLL));\n", (long long)b->numel);
+    put_ind(stores, ind + 1);
+    if (ph->store == KS_ADD && E->vrmw[ph->buf]) put(stores, "%s w_ = x%d;\n", ty, ph->buf);
+    else put(stores, "%s w_%s;\n", ty, ph->store == KS_ADD ? " = *q_" : "");
+    put_ind(stores, ind + 1);
+    put(stores, "for (int e_ = 0; e_ < 4; e_++) w_.v[e_] = ");
+    if (half_buf(b)) {
+      const char *h = half_name(b);
+      if (ph->store == KS_ADD) put(stores, "cc_f2%s(cc_%s2f(w_.v[e_]) + sv%d[e_]);\n", h, h, p);
+      else put(stores, "cc_f2%s(sv%d[e_]);\n", h, p);
+    } else {
+      put(stores, ph->store == KS_ADD ? "w_.v[e_] + sv%d[e_];\n" : "sv%d[e_];\n", p);
+    }
+    put_ind(stores, ind + 1);
+    put(stores, "*q_ = w_;\n");
+    put_ind(stores, ind);
+    put(stores, "}\n");
+  }
+  E->jvar = "j";
+}
+
+/* `if (<every vector's buffer aligned>)` for the vector path. */
+static void vec_align(Emit *E, Str *o) {
+  const Kernel *k = E->k;
+  bool seen[K_MAX_BUFS] = {0};
+  for (int i = 0; i < k->nexprs; i++)
+    if (E->vload[i]) {
+      const KExpr *e = NULL;
+      for (int p = 0; p < k->nphases && !e; p++) e = find_expr(k->phases[p].expr, i);
+      if (e) seen[e->buf] = true;
+    }
+  for (int p = 0; p < k->nphases; p++)
+    if (E->vstore[p]) seen[k->phases[p].buf] = true;
+  int n = 0;
+  put(o, "  if (");
+  for (int b = 0; b < k->nbufs; b++)
+    if (seen[b])
+      put(o, "%s((unsigned long long)b%d & %dull) == 0", n++ ? " && " : "", b, half_buf(&k->bufs[b]) ? 7 : 15);
+  put(o, ") {   /* four elements a thread, in vectors */\n");
+}
+
 /* The vector path's body: a thread takes four neighbours of a row (jb to jb + 3): each
  * vector load once (`const cc_f4 vN`, its elements in registers), the four elements'
  * phases one after another as the scalar path runs them (their vector stores' values
  * kept in svP[4]), then the vector stores. */
-static void emit_flat_vec(Emit *E, Str *o, const char *align) {
+static void emit_flat_vec(Emit *E, Str *o) {
   const Kernel *k = E->k;
   long long c4 = (long long)k->cols / 4;
   Str lanes = {0}, loads = {0}, stores = {0};
@@ -1191,48 +1348,9 @@ static void emit_flat_vec(Emit *E, Str *o, const char *align) {
     str_free(&el);
   }
   E->lane = -1;
-  E->jvar = "jb";
-  for (int i = 0; i < k->nexprs; i++) {
-    if (!E->vload[i]) continue;
-    const KExpr *e = NULL;
-    for (int p = 0; p < k->nphases && !e; p++) e = find_expr(k->phases[p].expr, i);
-    if (!e) continue;
-    const KBuf *b = &k->bufs[e->buf];
-    E->use_buf[e->buf] = true;
-    put(&loads, "      const %s v%d = *(const %s *)(b%d + CC_RO4(b%d, ", half_buf(b) ? "cc_h4" : "cc_f4", i,
-        half_buf(b) ? "cc_h4" : "cc_f4", e->buf, e->buf);
-    addr_text(E, &loads, &e->view);
-    put(&loads, ", %lldLL));\n", (long long)b->numel);
-  }
-  for (int p = 0; p < k->nphases; p++) {
-    if (!E->vstore[p]) continue;
-    const KPhase *ph = &k->phases[p];
-    const KBuf *b = &k->bufs[ph->buf];
-    const char *ty = half_buf(b) ? "cc_h4" : "cc_f4";
-    if (E->vrmw[ph->buf]) { /* the values it had, read before any phase runs */
-      put(&loads, "      const %s x%d = *(const %s *)(b%d + CC_RD4(b%d, ", ty, ph->buf, ty, ph->buf, ph->buf);
-      addr_text(E, &loads, &ph->view);
-      put(&loads, ", %lldLL));\n", (long long)b->numel);
-    }
-    put(&loads, "      float sv%d[4];\n", p);
-    put(&stores, "      {\n        %s *q_ = (%s *)(b%d + CC_WR4(b%d, ", ty, ty, ph->buf, ph->buf);
-    addr_text(E, &stores, &ph->view);
-    put(&stores, ", %lldLL));\n", (long long)b->numel);
-    if (ph->store == KS_ADD && E->vrmw[ph->buf]) put(&stores, "        %s w_ = x%d;\n", ty, ph->buf);
-    else put(&stores, "        %s w_%s;\n", ty, ph->store == KS_ADD ? " = *q_" : "");
-    put(&stores, "        for (int e_ = 0; e_ < 4; e_++) w_.v[e_] = ");
-    if (half_buf(b)) {
-      const char *h = half_name(b);
-      if (ph->store == KS_ADD) put(&stores, "cc_f2%s(cc_%s2f(w_.v[e_]) + sv%d[e_]);\n", h, h, p);
-      else put(&stores, "cc_f2%s(sv%d[e_]);\n", h, p);
-    } else {
-      put(&stores, ph->store == KS_ADD ? "w_.v[e_] + sv%d[e_];\n" : "sv%d[e_];\n", p);
-    }
-    put(&stores, "        *q_ = w_;\n      }\n");
-  }
-  E->jvar = "j";
+  vec_accesses(E, &loads, &stores, 3, 0, k->nphases);
   memcpy(use_rc, E->use_rc, sizeof use_rc);
-  put(o, "  if (%s) {   /* four elements a thread, in vectors */\n", align);
+  vec_align(E, o);
   put(o,
       "    for (long long i4 = (long long)blockIdx.x * blockDim.x + threadIdx.x; i4 < n * %lldLL;"
       " i4 += (long long)gridDim.x * blockDim.x) {\n",
@@ -1250,23 +1368,8 @@ static void emit_flat_vec(Emit *E, Str *o, const char *align) {
 
 static void emit_flat(Emit *E, Str *o) {
   const Kernel *k = E->k;
-  if (plan_vectors(E)) {
-    Str align = {0};
-    bool seen[K_MAX_BUFS] = {0};
-    for (int i = 0; i < k->nexprs; i++)
-      if (E->vload[i]) {
-        const KExpr *e = NULL;
-        for (int p = 0; p < k->nphases && !e; p++) e = find_expr(k->phases[p].expr, i);
-        if (e) seen[e->buf] = true;
-      }
-    for (int p = 0; p < k->nphases; p++)
-      if (E->vstore[p]) seen[k->phases[p].buf] = true;
-    for (int b = 0; b < k->nbufs; b++)
-      if (seen[b])
-        put(&align, "%s((unsigned long long)b%d & %dull) == 0", align.len ? " && " : "", b,
-            half_buf(&k->bufs[b]) ? 7 : 15);
-    emit_flat_vec(E, o, align.s);
-    str_free(&align);
+  if (plan_vectors(E, true)) {
+    emit_flat_vec(E, o);
     memset(E->use_cc, 0, sizeof E->use_cc);
     memset(E->use_rc, 0, sizeof E->use_rc);
     E->use_r = false;

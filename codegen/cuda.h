@@ -30,7 +30,10 @@
  *                  element of the row wrote), cols >= 32: one thread block per row;
  *                  threads stride over j; reductions through warp shuffles and
  *                  shared memory, the result in every thread; ROW phases in thread 0;
- *                  __syncthreads() between phases that touch the same memory.
+ *                  __syncthreads() between phases that touch the same memory. With
+ *                  vectors as CM_FLAT's (read-only loads, stores nothing reads), a
+ *                  thread takes four neighbouring columns at a time (a layernorm's
+ *                  input read 128 or 64 bits at once).
  *   CM_LANE_ROW    KP_ROWS that reduce down columns (REDUCE and ROW phases, the rows
  *                  next to each other in memory, the columns apart: a bias's gradient):
  *                  32 rows per block, one per lane, the columns over the block's 8
