@@ -895,6 +895,29 @@ static void vec_accesses(Emit *E, Str *loads, Str *stores, int ind, int p0, int 
 static void vec_align(Emit *E, Str *o);
 static bool plan_vectors(Emit *E, bool rmw);
 
+/* One column's phases [p0, p1) at indentation ind: MAP stores, REDUCE terms added to
+ * acc (a thread's partial pacc in a block); the column coordinates it uses in use_cc. */
+static void emit_j_body(Emit *E, Str *body, int ind, int p0, int p1, bool block) {
+  const Kernel *k = E->k;
+  scope_open(E);
+  memset(E->use_cc, 0, sizeof E->use_cc);
+  new_wstamp(E);
+  for (int p = p0; p < p1; p++) {
+    const KPhase *ph = &k->phases[p];
+    if (ph->kind == KPH_MAP) {
+      emit_store(E, body, ind, ph);
+      continue;
+    }
+    emit_phase_temps(E, body, ind, ph, T_ALL);
+    put_ind(body, ind);
+    put(body, "%s%d = ", block ? "pacc" : "acc", ph->acc);
+    put(body, ph->reduce == KR_SUM ? "%s%d + " : "fmaxf(%s%d, ", block ? "pacc" : "acc", ph->acc);
+    expr_ref(E, body, ph->expr);
+    put(body, ph->reduce == KR_SUM ? ";\n" : ");\n");
+  }
+  scope_close(E);
+}
+
 static void emit_j_loop(Emit *E, Str *o, int ind, int p0, int p1, bool block) {
   const Kernel *k = E->k;
   if (E->vec && block) {
@@ -902,23 +925,7 @@ static void emit_j_loop(Emit *E, Str *o, int ind, int p0, int p1, bool block) {
     return;
   }
   Str body = {0};
-  scope_open(E);
-  memset(E->use_cc, 0, sizeof E->use_cc);
-  new_wstamp(E);
-  for (int p = p0; p < p1; p++) {
-    const KPhase *ph = &k->phases[p];
-    if (ph->kind == KPH_MAP) {
-      emit_store(E, &body, ind + 1, ph);
-      continue;
-    }
-    emit_phase_temps(E, &body, ind + 1, ph, T_ALL);
-    put_ind(&body, ind + 1);
-    put(&body, "%s%d = ", block ? "pacc" : "acc", ph->acc);
-    put(&body, ph->reduce == KR_SUM ? "%s%d + " : "fmaxf(%s%d, ", block ? "pacc" : "acc", ph->acc);
-    expr_ref(E, &body, ph->expr);
-    put(&body, ph->reduce == KR_SUM ? ";\n" : ");\n");
-  }
-  scope_close(E);
+  emit_j_body(E, &body, ind + 1, p0, p1, block);
   loop_open(E, o, ind, block);
   coord_decls(o, ind + 1, k, E->use_cc, false);
   put_str(o, &body);
@@ -938,23 +945,7 @@ static void emit_j_loop_vec(Emit *E, Str *o, int ind, int p0, int p1) {
     Str body = {0};
     E->lane = v;
     E->use_j = false;
-    scope_open(E);
-    memset(E->use_cc, 0, sizeof E->use_cc);
-    new_wstamp(E);
-    for (int p = p0; p < p1; p++) {
-      const KPhase *ph = &k->phases[p];
-      if (ph->kind == KPH_MAP) {
-        emit_store(E, &body, ind + 2, ph);
-        continue;
-      }
-      emit_phase_temps(E, &body, ind + 2, ph, T_ALL);
-      put_ind(&body, ind + 2);
-      put(&body, "pacc%d = ", ph->acc);
-      put(&body, ph->reduce == KR_SUM ? "pacc%d + " : "fmaxf(pacc%d, ", ph->acc);
-      expr_ref(E, &body, ph->expr);
-      put(&body, ph->reduce == KR_SUM ? ";\n" : ");\n");
-    }
-    scope_close(E);
+    emit_j_body(E, &body, ind + 2, p0, p1, true);
     put_ind(&lanes, ind + 1);
     put(&lanes, "{\n");
     if (any_true(E->use_cc, 0, K_MAX_DIMS) || E->use_j) {
