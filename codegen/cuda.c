@@ -1173,31 +1173,6 @@ static const KExpr *find_expr(const KExpr *e, int id) {
   return f;
 }
 
-static bool same_view(const Kernel *k, const KView *a, const KView *b) {
-  if (a->gather || b->gather || a->offset != b->offset) return false;
-  for (int d = 0; d < k->ndims; d++)
-    if (a->strides[d] != b->strides[d] && k->dims[d] != 1) return false;
-  return true;
-}
-
-/* Every load of e that touches buf is of buf itself through view v (the element the
- * thread writes). */
-static bool only_through(const Kernel *k, const KExpr *e, int buf, const KView *v) {
-  if (!e) return true;
-  if (e->kind == KX_LOAD && bufs_overlap(k, e->buf, buf) && (e->buf != buf || !same_view(k, &e->view, v))) return false;
-  if (e->kind == KX_LOAD) return only_through(k, e->view.gather, buf, v);
-  if (e->kind == KX_UNARY || e->kind == KX_BINARY || e->kind == KX_SELECT)
-    return only_through(k, e->a, buf, v) && only_through(k, e->b, buf, v) && only_through(k, e->c, buf, v);
-  return true;
-}
-
-static bool loads_buf(const Kernel *k, const KExpr *e, int buf) {
-  if (!e) return false;
-  if (e->kind == KX_LOAD && (bufs_overlap(k, e->buf, buf) || loads_buf(k, e->view.gather, buf))) return true;
-  return (e->kind == KX_UNARY || e->kind == KX_BINARY || e->kind == KX_SELECT) &&
-         (loads_buf(k, e->a, buf) || loads_buf(k, e->b, buf) || loads_buf(k, e->c, buf));
-}
-
 static bool has_trig(const KExpr *e) {
   if (!e) return false;
   if (e->kind == KX_UNARY && (e->uop == KU_SIN || e->uop == KU_COS)) return true;
@@ -1206,10 +1181,11 @@ static bool has_trig(const KExpr *e) {
           (has_trig(e->a) || has_trig(e->b) || has_trig(e->c)));
 }
 
-/* The vector path's loads (read-only buffers) and stores (a buffer no other phase writes
- * and nothing reads, or with rmw, that only its phase's element reads); false when it has neither, or the rows are not
- * whole vectors, or the kernel takes a sine or cosine (their slow path's local array, four times over, spills: rotary
- * embeddings stay scalar). */
+/* The vector path's loads (read-only buffers) and stores: a buffer no other phase
+ * writes and nothing reads, or, with rmw, that only its own element's loads read (the
+ * same element, as phases_conflict's same_element). False when it has neither, or the
+ * rows are not whole vectors, or the kernel takes a sine or cosine (their slow path's
+ * local array, four times over, spills: rotary embeddings stay scalar). */
 static bool plan_vectors(Emit *E, bool rmw) {
   const Kernel *k = E->k;
   if (k->cols < 4 || k->cols % 4) return false;
@@ -1218,20 +1194,24 @@ static bool plan_vectors(Emit *E, bool rmw) {
   bool any = false;
   for (int p = 0; p < k->nphases; p++) mark_vloads(E, k->phases[p].expr);
   for (int i = 0; i < k->nexprs; i++) any |= E->vload[i];
+  Access *xs = malloc(sizeof *xs * ((size_t)k->nexprs + 1));
+  ir_assert(xs);
   for (int p = 0; p < k->nphases; p++) {
     const KPhase *ph = &k->phases[p];
+    const Access w = {ph->buf, &ph->view, true, false};
     bool ok = ph->kind == KPH_MAP && vec_view(k, &ph->view, &k->bufs[ph->buf]), read = false, same = true;
     for (int q = 0; q < k->nphases && ok; q++) {
       ok = !(k->phases[q].kind != KPH_REDUCE && q != p && bufs_overlap(k, k->phases[q].buf, ph->buf));
-      read |= loads_buf(k, k->phases[q].expr, ph->buf);
-      same &= !k->phases[q].view.gather || !loads_buf(k, k->phases[q].view.gather, ph->buf);
-      same &= only_through(k, k->phases[q].expr, ph->buf, &ph->view);
+      int n = phase_accesses(k, &k->phases[q], xs);
+      for (int i = 0; i < n; i++)
+        if (!xs[i].write && bufs_overlap(k, xs[i].buf, ph->buf)) read = true, same &= same_element(k, &xs[i], &w);
     }
     if (ok && read && (!same || !rmw)) ok = false; /* read elsewhere than it is written */
     E->vstore[p] = ok;
     if (ok && read) E->vrmw[ph->buf] = p + 1;
     any |= ok;
   }
+  free(xs);
   return any;
 }
 
