@@ -596,14 +596,112 @@ static void emit_gemm(L *l, const IsaGemm *g) {
   IsaInstr *in = emit(l, l->seq, ISA_GEMM);
   in->gemm = *g;
   for (int i = 0; i < 3; i++) touch(l, g->tier[i] - PENDING, l->seq->n - 1);
-  if (g->bias) touch(l, g->bias_tier - PENDING, l->seq->n - 1);
-  if (g->aux) touch(l, g->aux_tier - PENDING, l->seq->n - 1);
+  if (g->bias || g->bgrad) touch(l, g->bias_tier - PENDING, l->seq->n - 1);
+  if (g->aux || g->dgelu) touch(l, g->aux_tier - PENDING, l->seq->n - 1);
+}
+
+/* The GELU gradient that n's GEMM applies in its epilogue (cuBLASLt's DGELU): n's only
+ * reader is gelu_grad(x, n), not a gradient slot's, with x (GELU's input) in memory laid
+ * out as the GEMM's C (the aux matrix: contiguous rows of C's width, a multiple of 8
+ * elements), the three of one 32- or 16-bit type, the GEMM unbatched and of that type;
+ * NULL otherwise. *x: x's buffer, *xoff: its byte offset there. */
+static const Node *dgelu_epilogue(const L *l, const Node *n, const IsaGemm *g, int *x, int64_t *xoff) {
+  const Node *e = l->uses[n->id] == 1 ? l->user[n->id] : NULL;
+  if (!e || e->op != OP_GELU_GRAD || e->in[1] != n || e->in[0] == n || l->grad_of[e->id] >= 0 || l->grad_of[n->id] >= 0)
+    return NULL;
+  const Node *in = e->in[0];
+  const Val *v = &l->val[in->id];
+  DType t = n->dtype;
+  if ((t != DT_F32 && t != DT_BF16 && t != DT_F16) || e->dtype != t || in->dtype != t || g->dt[0] != (IsaDtype)t ||
+      g->dt[1] != (IsaDtype)t || g->batch[0] * g->batch[1] != 1 || g->n % 8 || v->kind != V_LAYOUT ||
+      !shape_eq(&in->shape, &n->shape))
+    return NULL;
+  int64_t st[MAX_DIMS];
+  contiguous(&in->shape, st);
+  for (int d = 0; d < in->shape.ndim; d++)
+    if (in->shape.d[d] != 1 && v->strides[d] != st[d]) return NULL;
+  *x = v->buf, *xoff = v->offset * (dtype_size_bits(t) / 8);
+  return e;
+}
+
+/* The bias gradient that the DGELU GEMM of e sums in its epilogue too (cuBLASLt's
+ * DGELU_BGRAD, in f32): a sum_to of e (or of e widened to f32) over every axis but the
+ * last, not yet lowered; NULL otherwise. */
+static const Node *bgrad_epilogue(const L *l, const Node *e) {
+  int nd = e->shape.ndim;
+  for (int i = e->id + 1; i < l->g->n; i++) {
+    const Node *s = l->g->nodes[i], *x = s->nin ? s->in[0] : NULL;
+    if (s->op == OP_SUM_TO && (x == e || (widening(x) && x->in[0] == e)) && s->dtype == DT_F32 && s->shape.ndim == 1 &&
+        s->shape.d[0] == e->shape.d[nd - 1] && !l->fused[s->id] && !l->summed[s->id])
+      return s;
+  }
+  return NULL;
+}
+
+/* The epilogue kernels of a DGELU GEMM (n's, into cb), for devices whose GEMMs do not
+ * apply them: C = gelu_grad(x, C) in place, then (s) the sum of C's rows into the f32
+ * vector bb. */
+static Kernel *reduce_kernel(L *l, const Node *n, const Node *x, const bool *reduced, AxMap *m);
+
+static void dgelu_kernels(L *l, const Node *e, const Node *s, int cb, int bb) {
+  Kernel *k = knew(l, "gelu_grad", KP_ROWS, e->shape.d, e->shape.ndim, e->shape.ndim - 1);
+  l->val[e->id] = (Val){.kind = V_EXPR};
+  KExpr *dx = expr(l, k, e, right_aligned(k, e->shape.ndim)); /* C, the last buffer, is stored */
+  kernel_map(k, kbuf(l, k, cb, e->dtype), kview_contig(k, 0), KS_SET, dx);
+  kfinish(l, l->seq, k);
+  l->seq->v[l->seq->n - 1].kernel.epilogue = true;
+  l->val[e->id] = layout_of(cb, &e->shape);
+  if (!s) return;
+  bool reduced[MAX_DIMS] = {0};
+  for (int d = 0; d < e->shape.ndim - 1; d++) reduced[d] = true;
+  AxMap m;
+  k = reduce_kernel(l, s, e, reduced, &m);
+  KView v = {.strides = {1}}; /* one value per row: the kernel's one row axis */
+  KExpr *sum = kx_acc(l->a, k, kernel_reduce(k, KR_SUM, load(l, k, e, m))); /* C first, the vector last */
+  kernel_row(k, kbuf(l, k, bb, DT_F32), v, KS_SET, sum);
+  kfinish(l, l->seq, k);
+  l->seq->v[l->seq->n - 1].kernel.epilogue = true;
+}
+
+/* n's GEMM with the GELU gradient of its reader e (dgelu_epilogue) applied, and the bias
+ * gradient s (bgrad_epilogue) summed, in its epilogue; on a device without it, the
+ * epilogue kernels after it. BGRAD writes its vector, so a gradient slot (which
+ * accumulates) gets it through a vector of its own and a kernel adding that in. */
+static void lower_dgelu_gemm(L *l, const Node *n, IsaGemm *g, const Node *e, int x, int64_t xoff) {
+  const Node *s = bgrad_epilogue(l, e);
+  int cb = out_buf(l, e), sb = -1, bb = -1;
+  Val out = gemm_output(l, g, 0, cb, n);
+  g->dgelu = true, g->aux_tier = PENDING + x, g->aux_off = xoff;
+  if (s) {
+    sb = out_buf(l, s);
+    bb = store_mode(l, sb) == KS_SET ? sb : lbuf_new(l, TIER_WORK, shape_numel(&s->shape) * 4);
+    g->bgrad = true, g->bias_tier = PENDING + bb, g->bias_off = 0;
+    l->fused[s->id] = true;
+  }
+  l->fused[e->id] = true;
+  emit_gemm(l, g);
+  l->val[n->id] = out;
+  dgelu_kernels(l, e, s, cb, bb);
+  if (!s) return;
+  l->val[s->id] = layout_of(sb, &s->shape);
+  if (bb == sb) return;
+  Kernel *k = knew(l, "bias_grad", KP_ROWS, s->shape.d, 1, 0);
+  kernel_map(k, kbuf(l, k, sb, DT_F32), kview_contig(k, 0), store_mode(l, sb),
+             kx_load(l->a, k, kbuf(l, k, bb, DT_F32), kview_contig(k, 0)));
+  kfinish(l, l->seq, k);
 }
 
 static void lower_matmul(L *l, const Node *n) {
   const Node *bias = NULL, *u = bias_add(l, n, &bias);
   int nb;
   IsaGemm g = gemm_of(l, n, &nb);
+  int x;
+  int64_t xoff;
+  const Node *d = u ? NULL : dgelu_epilogue(l, n, &g, &x, &xoff);
+  if (d) {
+    lower_dgelu_gemm(l, n, &g, d, x, xoff);
+    return;
+  }
   const Node *e = gelu_epilogue(l, u, &g), *res = e ? e : u ? u : n;
   int cb = out_buf(l, res);
   Val out = gemm_output(l, &g, nb, cb, n);
@@ -2042,8 +2140,8 @@ static void patch_seq(L *l, PSeq *s) {
     if (in->op == ISA_ZERO) patch_loc(l, &in->zero.tier, &in->zero.offset);
     if (in->op == ISA_GEMM)
       for (int j = 0; j < 3; j++) patch_loc(l, &in->gemm.tier[j], &in->gemm.off[j]);
-    if (in->op == ISA_GEMM && in->gemm.bias) patch_loc(l, &in->gemm.bias_tier, &in->gemm.bias_off);
-    if (in->op == ISA_GEMM && in->gemm.aux) patch_loc(l, &in->gemm.aux_tier, &in->gemm.aux_off);
+    if (in->op == ISA_GEMM && (in->gemm.bias || in->gemm.bgrad)) patch_loc(l, &in->gemm.bias_tier, &in->gemm.bias_off);
+    if (in->op == ISA_GEMM && (in->gemm.aux || in->gemm.dgelu)) patch_loc(l, &in->gemm.aux_tier, &in->gemm.aux_off);
     if (in->op == ISA_COMM)
       for (int j = 0; j < 2; j++) patch_loc(l, &in->comm.tier[j], &in->comm.off[j]);
   }

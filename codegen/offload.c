@@ -71,8 +71,10 @@ static int gemm_touch(const IsaGemm *g, Touch *t) {
     t[j] = (Touch){g->tier[j], g->off[j], g->off[j] + last * isa_dtype_bytes(g->dt[j]), j == 2};
   }
   int n = 3;
-  if (g->bias) t[n++] = (Touch){g->bias_tier, g->bias_off, g->bias_off + g->n * 4, false};
-  if (g->aux) t[n++] = (Touch){g->aux_tier, g->aux_off, g->aux_off + ((g->m - 1) * g->ldc + g->n) * 4, true};
+  if (g->bias || g->bgrad) t[n++] = (Touch){g->bias_tier, g->bias_off, g->bias_off + g->n * 4, g->bgrad};
+  if (g->aux || g->dgelu)
+    t[n++] = (Touch){g->aux_tier, g->aux_off, g->aux_off + ((g->m - 1) * g->ldc + g->n) * isa_dtype_bytes(g->dt[2]),
+                     !g->dgelu};
   return n;
 }
 

@@ -146,6 +146,12 @@ static int check_gemm(V *v, const IsaGemm *g) {
   if (g->gelu && (!g->bias || g->batch[0] * g->batch[1] != 1 || g->ldc % 8))
     return fail(v, "gemm: a GELU epilogue needs a bias, one batch and ldc a multiple of 8");
   if (g->aux && !g->gelu) return fail(v, "gemm: an aux output without the GELU epilogue");
+  bool one_type = g->dt[0] == g->dt[2] && g->dt[1] == g->dt[2] &&
+                  (g->dt[2] == ISA_F32 || g->dt[2] == ISA_BF16 || g->dt[2] == ISA_F16);
+  if (g->dgelu && (g->bias || g->gelu || g->beta != 0 || g->batch[0] * g->batch[1] != 1 || g->ldc % 8 || !one_type))
+    return fail(v, "gemm: a DGELU epilogue needs beta 0, no bias or GELU, one batch, ldc a multiple of 8 and one "
+                   "32- or 16-bit type");
+  if (g->bgrad && !g->dgelu) return fail(v, "gemm: a bias gradient epilogue without DGELU");
   return 0;
 }
 
@@ -298,35 +304,71 @@ static int check_overlap(V *v, const PSeq *s) {
   return 0;
 }
 
-/* A GELU epilogue kernel is the next kernel or GEMM after its "gelu" GEMM, over the
- * GELU's input and output, nothing between touching that output (it holds the GELU on
- * one device and its input on another), and every "gelu" GEMM has one. */
+/* The tier of a kernel's buffer as instructions name it (WORK's shared region: TIER_SHARED). */
+static int kb_tier(const KBuf *b) { return b->shared ? TIER_SHARED : b->tier; }
+
+/* Kernel k has a buffer at tier, offset, or one holding its bytes [offset, offset +
+ * bytes) (bytes > 0: a matrix at an offset into a buffer). */
+static bool has_buf(const Kernel *k, int tier, int64_t offset, int64_t bytes) {
+  for (int i = 0; i < k->nbufs; i++) {
+    const KBuf *b = &k->bufs[i];
+    if (kb_tier(b) == tier && (b->offset == offset || (bytes > 0 && b->offset <= offset &&
+                                                       offset + bytes <= b->offset + b->numel * kbuf_elem_bytes(b))))
+      return true;
+  }
+  return false;
+}
+
+/* Epilogue kernel number i of GEMM g is what its epilogue computes: of a "gelu" GEMM,
+ * one over GELU's input (aux or C) into C; of a "dgelu" one, C from X (aux) and C, then
+ * with bgrad one from C into the bias gradient's vector (it stores only there). */
+static bool epilogue_of(const IsaGemm *g, int i, const Kernel *k) {
+  const KBuf *src = &k->bufs[0], *dst = &k->bufs[k->nbufs - 1];
+  if (g->gelu)
+    return i == 0 && kb_tier(src) == (g->aux ? g->aux_tier : g->tier[2]) &&
+           src->offset == (g->aux ? g->aux_off : g->off[2]) && kb_tier(dst) == g->tier[2] && dst->offset == g->off[2];
+  int tier = i == 0 ? g->tier[2] : g->bias_tier;
+  int64_t off = i == 0 ? g->off[2] : g->bias_off;
+  for (int p = 0; p < k->nphases; p++) {
+    const KBuf *b = k->phases[p].kind == KPH_MAP || k->phases[p].kind == KPH_ROW ? &k->bufs[k->phases[p].buf] : NULL;
+    if (b && (kb_tier(b) != tier || b->offset != off)) return false;
+  }
+  int64_t c_bytes = ((g->m - 1) * g->ldc + g->n) * isa_dtype_bytes(g->dt[2]);
+  if (i == 0) return has_buf(k, g->aux_tier, g->aux_off, c_bytes) && has_buf(k, g->tier[2], g->off[2], 0);
+  return i == 1 && g->bgrad && has_buf(k, g->tier[2], g->off[2], 0) && has_buf(k, g->bias_tier, g->bias_off, 0);
+}
+
+static int epilogue_kernels(const IsaGemm *g) { return g->gelu ? 1 : g->dgelu ? 1 + g->bgrad : 0; }
+
+/* The epilogue kernels of a GEMM with a GELU, DGELU or BGRAD epilogue are the next
+ * kernels or GEMMs after it, in order (epilogue_of), nothing between touching its output
+ * (it holds the epilogue's result on one device and its input on another), and every
+ * such GEMM has them. */
 static int check_epilogues(V *v, const PSeq *s) {
   const IsaGemm *g = NULL;
+  int done = 0; /* of g's epilogue kernels */
   for (v->at = 0; v->at < s->n; v->at++) {
     const IsaInstr *in = &s->v[v->at];
     if (in->op != ISA_KERNEL && in->op != ISA_GEMM) {
       Touch t[K_MAX_BUFS];
       int n = g ? instr_touch(v->p, in, t) : 0;
-      int64_t hi = g ? g->off[2] + ((g->m - 1) * g->ldc + g->n) * 4 : 0;
+      int64_t hi = g ? g->off[2] + ((g->m - 1) * g->ldc + g->n) * isa_dtype_bytes(g->dt[2]) : 0;
       for (int i = 0; i < n; i++)
         if (t[i].tier == g->tier[2] && t[i].lo < hi && g->off[2] < t[i].hi)
-          return fail(v, "touches a \"gelu\" GEMM's output before its epilogue kernel");
+          return fail(v, "touches a GEMM's output before its epilogue kernels");
       continue;
     }
     if (in->op == ISA_KERNEL && in->kernel.epilogue) {
-      const Kernel *k = v->p->kernels[in->kernel.id];
-      const KBuf *src = &k->bufs[0], *dst = &k->bufs[k->nbufs - 1];
-      if (!g || src->tier != (g->aux ? g->aux_tier : g->tier[2]) || src->offset != (g->aux ? g->aux_off : g->off[2]) ||
-          dst->tier != g->tier[2] || dst->offset != g->off[2])
-        return fail(v, "an epilogue kernel not right after its \"gelu\" GEMM, or not over its output");
-      g = NULL;
+      if (!g || !epilogue_of(g, done, v->p->kernels[in->kernel.id]))
+        return fail(v, "an epilogue kernel not right after its GEMM, or not over its output");
+      if (++done == epilogue_kernels(g)) g = NULL;
       continue;
     }
-    if (g) return fail(v, "a \"gelu\" GEMM without its epilogue kernel after it");
-    g = in->op == ISA_GEMM && in->gemm.gelu ? &in->gemm : NULL;
+    if (g) return fail(v, "a GEMM without its epilogue kernels after it");
+    g = in->op == ISA_GEMM && epilogue_kernels(&in->gemm) ? &in->gemm : NULL;
+    done = 0;
   }
-  if (g) return fail(v, "a \"gelu\" GEMM without its epilogue kernel after it");
+  if (g) return fail(v, "a GEMM without its epilogue kernels after it");
   v->at = -1;
   return 0;
 }

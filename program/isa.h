@@ -250,12 +250,17 @@ typedef enum IsaType { ISA_TYPES(ISA_TYPE_ENUM) ISA_NTYPES } IsaType;
  * tier[i] + off[i] (bytes) for a, b, c; dt: their element types (a and b alike, f32
  * sums). bias: the epilogue C[i][j] += bias[j] (beta 0); gelu: then C = gelu(C), tanh
  * form (a bias, one batch), on a device without the epilogue left as GELU's input in aux
- * (or C) for the "epilogue" kernel after it; aux: GELU's input also written there. */
+ * (or C) for the "epilogue" kernel after it; aux: GELU's input also written there.
+ * dgelu: C = gelu'(X) * op(A) op(B), X (GELU's input) at aux_tier + aux_off laid out as C
+ * (C's type, ld ldc a multiple of 8; beta 0, no bias, one batch); bgrad (with dgelu):
+ * the sum of that C's rows written, as f32, to bias_tier + bias_off. On a device without
+ * these epilogues C is left as the product and the "epilogue" kernels after the GEMM
+ * apply them: gelu_grad in place, then the rows' sum. */
 #define ISA_GEMM_FIELDS(F, S)                                                                            \
   F(S, I32, ta, , 1) F(S, I32, tb, , 1) F(S, I64, m, , 1) F(S, I64, n, , 1) F(S, I64, k, , 1)            \
   F(S, I64, lda, , 1) F(S, I64, ldb, , 1) F(S, I64, ldc, , 1) F(S, F32, alpha, , 1) F(S, F32, beta, , 1) \
   F(S, TIER, tier, [3], 3) F(S, I64, off, [3], 3) F(S, I64, batch, [2], 2) F(S, I64, stride, [3][2], 6)  \
-  F(S, I8, bias, , 1) F(S, I8, gelu, , 1) F(S, I8, aux, , 1)                                             \
+  F(S, I8, bias, , 1) F(S, I8, gelu, , 1) F(S, I8, aux, , 1) F(S, I8, dgelu, , 1) F(S, I8, bgrad, , 1)     \
   F(S, TIER, bias_tier, , 1) F(S, I64, bias_off, , 1) F(S, TIER, aux_tier, , 1) F(S, I64, aux_off, , 1)  \
   F(S, DTYPE, dt, [3], 3)
 /* slot: the WORK tier's slot that the following instructions address: micro-batch

@@ -238,7 +238,7 @@ static int exec_kernel(Executor *ex, const IsaInstr *in, int64_t iter) {
   char *host[TIERS], *bufs[PROG_MAX_ARGS] = {0};
   Device *dev = ex->dev;
   char *work = NULL;
-  if (in->kernel.epilogue && ex->dev->gemm_gelu) return 0; /* the GEMM before it applied the GELU */
+  if (in->kernel.epilogue && ex->epilogued) return 0; /* the GEMM before it applied its epilogue */
   if (in->kernel.on_host) {
     Offload *o = exec_off(ex);
     int64_t room;
@@ -276,7 +276,7 @@ static int exec_zero(Executor *ex, const IsaInstr *in, int64_t iter) {
 }
 
 static int exec_gemm(Executor *ex, const IsaInstr *in, int64_t iter) {
-  ex->dev->gemm(ex->dev, &in->gemm, ex->run);
+  ex->epilogued = ex->dev->gemm(ex->dev, &in->gemm, ex->run);
   return 0;
 }
 

@@ -58,7 +58,9 @@ struct Device {
    * buffers (ProgArg) and the scalars. */
   void (*kernel)(Device *dev, int id, int64_t extent, char *const *bufs, const float *scalars);
   void (*zero)(Device *dev, char *base, int64_t offset, int64_t bytes);
-  void (*gemm)(Device *dev, const IsaGemm *g, char *const *tiers);
+  /* g (program/isa.h); 1 when it applied g's GELU, DGELU and BGRAD epilogues itself
+   * (the "epilogue" kernels after it are then skipped), 0 when it left them to them. */
+  int (*gemm)(Device *dev, const IsaGemm *g, char *const *tiers);
   void (*upload)(Device *dev, char *base, int64_t offset, const void *src, int64_t bytes);
   /* bytes from device address src to dst (the ranges do not overlap). */
   void (*copy)(Device *dev, char *dst, const char *src, int64_t bytes);
@@ -113,10 +115,6 @@ struct Device {
    * program's arithmetic (the MFU's denominator). */
   int64_t own_bytes;
   double peak_flops;
-  /* Its GEMMs apply a "gelu" GEMM's GELU themselves (cuBLASLt's epilogue), so the
-   * "epilogue" kernel after it is skipped; 0: the GEMM leaves GELU's input and the
-   * kernel runs. */
-  int gemm_gelu;
   uint64_t (*mark)(Device *dev);
   void (*await)(Device *dev, uint64_t mark);
   void (*xfer)(Device *dev, int kind, char *dst, const char *src, int64_t bytes);
@@ -229,6 +227,8 @@ struct Executor {
   const ProgList *list; /* the list running (messages) */
   int forked;           /* an "overlap" collective is on the communication stream */
   int skip_update;      /* "norm" skipped the update: the list's kernels after it do not run */
+  int epilogued;        /* the last GEMM applied its epilogues: the "epilogue" kernels after
+                           it do not run */
   int64_t fault_nan[2]; /* test only: on the steps [first, last] (0: never) a NaN is written
                            into the first gradient element that the first "gradnorm" kernel
                            of this rank reads */

@@ -224,14 +224,15 @@ static void cpu_gemm_half(CpuDevice *cpu, const IsaGemm *g, char *const *tiers) 
 
 /* A bias epilogue (beta 0): C starts as the bias in every row, and the product adds to it.
  * A "gelu" GEMM leaves GELU's input, in aux if given, for the "epilogue" kernel after it
- * (a compiled kernel, vectorized, the unfused GELU's code). */
-static void cpu_gemm(Device *dev, const IsaGemm *g, char *const *tiers) {
+ * (a compiled kernel, vectorized, the unfused GELU's code); a "dgelu" one leaves the
+ * product in C for its epilogue kernels (the GELU gradient, the bias gradient). */
+static int cpu_gemm(Device *dev, const IsaGemm *g, char *const *tiers) {
   enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
   enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
   const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_off) : NULL;
   if (g->dt[0] != ISA_F32 || g->dt[2] != ISA_F32) {
     cpu_gemm_half((CpuDevice *)dev, g, tiers);
-    return;
+    return 0;
   }
   for (int64_t i = 0; i < g->batch[0]; i++)
     for (int64_t j = 0; j < g->batch[1]; j++) {
@@ -240,6 +241,7 @@ static void cpu_gemm(Device *dev, const IsaGemm *g, char *const *tiers) {
       cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, gemm_operand(g, tiers, 0, i, j),
                   (int)g->lda, gemm_operand(g, tiers, 1, i, j), (int)g->ldb, bias ? 1.0f : g->beta, c, (int)g->ldc);
     }
+  return 0;
 }
 
 static void cpu_upload(Device *dev, char *base, int64_t offset, const void *src, int64_t bytes) {

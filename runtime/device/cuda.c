@@ -32,6 +32,8 @@ typedef struct GemmPlan {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc; /* of the column-major call: A' = B, B' = A */
   cublasLtMatmulAlgo_t algo;
+  int fused; /* its GELU, DGELU and BGRAD epilogues run in cuBLASLt (0: cuBLASLt had no
+                algorithm for them, so the GEMM leaves them to its epilogue kernels) */
 } GemmPlan;
 
 /* A reserved range of address space (Device.reserve). The executor commits it in
@@ -441,7 +443,7 @@ static IsaGemm gemm_key(const CudaDevice *c, const IsaGemm *g) {
   memset(&k, 0, sizeof k);
   for (int w = 0; w < 3; w++) k.off[w] = gemm_align(c, g, w);
   k.ta = g->ta, k.tb = g->tb, k.m = g->m, k.n = g->n, k.k = g->k, k.bias = g->bias;
-  k.gelu = g->gelu, k.aux = g->aux;
+  k.gelu = g->gelu, k.aux = g->aux, k.dgelu = g->dgelu, k.bgrad = g->bgrad;
   memcpy(k.dt, g->dt, sizeof k.dt);
   k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc;
   memcpy(k.batch, g->batch, sizeof k.batch);
@@ -473,39 +475,36 @@ static void layout(CudaDevice *c, cublasLtMatrixLayout_t *l, IsaDtype t, int64_t
       c, c->api.LtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
 }
 
-/* A row-major C[m, n] = op(A) op(B) is the column-major C^T[n, m] = op(B)^T op(A)^T:
- * cuBLASLt's A is our B and its B our A; batch[1] is cuBLASLt's strided batch. */
-static int plan_gemm(CudaDevice *c, const IsaGemm *g, char *err, size_t errlen) {
-  if (find_gemm(c, g)) return 0;
-  if (c->ngemm == c->gemm_cap) {
-    int cap = c->gemm_cap ? 2 * c->gemm_cap : 32;
-    GemmPlan *v = realloc(c->gemm, (size_t)cap * sizeof *v);
-    if (!v) return file_set_error(err, errlen, "out of memory");
-    c->gemm = v, c->gemm_cap = cap;
-  }
-  GemmPlan *p = &c->gemm[c->ngemm++];
-  memset(p, 0, sizeof *p);
-  p->key = gemm_key(c, g);
+/* The epilogue cuBLASLt runs for g: all of g's (fused), or its bias alone (the GELU,
+ * DGELU and BGRAD left to the epilogue kernels after it). A bias vector is per row of
+ * the column-major C^T, as is the bias gradient's sum. */
+static cublasLtEpilogue_t gemm_epilogue(const IsaGemm *g, int fused) {
+  if (fused && g->dgelu) return g->bgrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+  if (!g->bias) return CUBLASLT_EPILOGUE_DEFAULT;
+  if (!fused || !g->gelu) return CUBLASLT_EPILOGUE_BIAS;
+  return g->aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
+}
+
+/* p's descriptor for g with gemm_epilogue(g, fused), and cuBLASLt's algorithm for it;
+ * CUBLAS_STATUS_NOT_SUPPORTED where it has none or refuses the epilogue's settings (the
+ * descriptor left for the caller to destroy). */
+static cublasStatus_t plan_desc(CudaDevice *c, const IsaGemm *g, GemmPlan *p, int fused) {
   /* f32 sums; TF32 only for f32 operands when asked */
   cublasComputeType_t compute = c->tf32 && g->dt[0] == ISA_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   CUBLAS_CHECK(c, c->api.LtMatmulDescCreate(&p->desc, compute, CUDA_R_32F));
   cublasOperation_t ta = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (g->bias) { /* bias[j] of row-major C is per row of the column-major C^T: cuBLASLt's BIAS */
-    cublasLtEpilogue_t e = !g->gelu ? CUBLASLT_EPILOGUE_BIAS
-                           : g->aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                    : CUBLASLT_EPILOGUE_GELU_BIAS;
-    CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
-  }
-  if (g->aux) { /* GELU's input, laid out as C^T (ld ldc, a multiple of 8) */
-    int64_t ld = g->ldc;
-    CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
-  }
-  int64_t nb = g->batch[1];
-  layout(c, &p->la, g->dt[1], g->tb ? g->k : g->n, g->tb ? g->n : g->k, g->ldb, nb, g->stride[1][1]);
-  layout(c, &p->lb, g->dt[0], g->ta ? g->m : g->k, g->ta ? g->k : g->m, g->lda, nb, g->stride[0][1]);
-  layout(c, &p->lc, g->dt[2], g->n, g->m, g->ldc, nb, g->stride[2][1]);
+  cublasLtEpilogue_t e = gemm_epilogue(g, fused);
+  int32_t bt = CUDA_R_32F; /* the program's bias gradients are f32 */
+  int64_t ld = g->ldc;     /* GELU's input, laid out as C^T (a multiple of 8) */
+  if ((e != CUBLASLT_EPILOGUE_DEFAULT &&
+       c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e)) ||
+      (fused && g->bgrad && g->dt[2] != ISA_F32 &&
+       c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt)) ||
+      (fused && (g->aux || g->dgelu) &&
+       c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld)))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   cublasLtMatmulPreference_t pref;
   uint64_t ws = WORKSPACE;
   CUBLAS_CHECK(c, c->api.LtMatmulPreferenceCreate(&pref));
@@ -521,17 +520,47 @@ static int plan_gemm(CudaDevice *c, const IsaGemm *g, char *err, size_t errlen) 
   int found = 0;
   cublasStatus_t s = c->api.LtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
   c->api.LtMatmulPreferenceDestroy(pref);
-  if (s != CUBLAS_STATUS_SUCCESS || found < 1)
-    return file_set_error(err, errlen,
-                          "--device cuda: cuBLASLt has no algorithm for the GEMM m %lld n %lld k "
-                          "%lld (ta %d, tb %d, batch %lld x %lld)",
-                          (long long)g->m, (long long)g->n, (long long)g->k, g->ta, g->tb, (long long)g->batch[0],
-                          (long long)g->batch[1]);
+  if (s != CUBLAS_STATUS_SUCCESS || found < 1) return CUBLAS_STATUS_NOT_SUPPORTED;
   p->algo = res.algo;
-  return 0;
+  p->fused = fused;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
-static void cuda_gemm(Device *dev, const IsaGemm *g, char *const *tiers) {
+/* A row-major C[m, n] = op(A) op(B) is the column-major C^T[n, m] = op(B)^T op(A)^T:
+ * cuBLASLt's A is our B and its B our A; batch[1] is cuBLASLt's strided batch. Where
+ * cuBLASLt has no algorithm for a GELU, DGELU or BGRAD epilogue (types or shapes its
+ * kernels do not take), the GEMM runs without it and its epilogue kernels run after it,
+ * as on the CPU. */
+static int plan_gemm(CudaDevice *c, const IsaGemm *g, char *err, size_t errlen) {
+  if (find_gemm(c, g)) return 0;
+  if (c->ngemm == c->gemm_cap) {
+    int cap = c->gemm_cap ? 2 * c->gemm_cap : 32;
+    GemmPlan *v = realloc(c->gemm, (size_t)cap * sizeof *v);
+    if (!v) return file_set_error(err, errlen, "out of memory");
+    c->gemm = v, c->gemm_cap = cap;
+  }
+  GemmPlan *p = &c->gemm[c->ngemm++];
+  memset(p, 0, sizeof *p);
+  p->key = gemm_key(c, g);
+  int64_t nb = g->batch[1];
+  layout(c, &p->la, g->dt[1], g->tb ? g->k : g->n, g->tb ? g->n : g->k, g->ldb, nb, g->stride[1][1]);
+  layout(c, &p->lb, g->dt[0], g->ta ? g->m : g->k, g->ta ? g->k : g->m, g->lda, nb, g->stride[0][1]);
+  layout(c, &p->lc, g->dt[2], g->n, g->m, g->ldc, nb, g->stride[2][1]);
+  if (plan_desc(c, g, p, 1) == CUBLAS_STATUS_SUCCESS) return 0;
+  c->api.LtMatmulDescDestroy(p->desc);
+  if ((g->gelu || g->dgelu) && plan_desc(c, g, p, 0) == CUBLAS_STATUS_SUCCESS) return 0;
+  if (g->gelu || g->dgelu) c->api.LtMatmulDescDestroy(p->desc);
+  p->desc = NULL;
+  return file_set_error(err, errlen,
+                        "--device cuda: cuBLASLt has no algorithm for the GEMM m %lld n %lld k "
+                        "%lld (ta %d, tb %d, batch %lld x %lld)",
+                        (long long)g->m, (long long)g->n, (long long)g->k, g->ta, g->tb, (long long)g->batch[0],
+                        (long long)g->batch[1]);
+}
+
+/* Without its fused epilogue (GemmPlan.fused 0) a GEMM does what the CPU device's does:
+ * a "gelu" one leaves GELU's input, in aux when it has one. */
+static int cuda_gemm(Device *dev, const IsaGemm *g, char *const *tiers) {
   CudaDevice *c = (CudaDevice *)dev;
   const GemmPlan *p = find_gemm(c, g);
   if (!p) cuda_die("a GEMM", "its shape was not planned at start-up", __FILE__, __LINE__);
@@ -539,16 +568,19 @@ static void cuda_gemm(Device *dev, const IsaGemm *g, char *const *tiers) {
     const char *a = tiers[g->tier[0]] + g->off[0] + i * g->stride[0][0] * isa_dtype_bytes(g->dt[0]);
     const char *b = tiers[g->tier[1]] + g->off[1] + i * g->stride[1][0] * isa_dtype_bytes(g->dt[1]);
     char *d = tiers[g->tier[2]] + g->off[2] + i * g->stride[2][0] * isa_dtype_bytes(g->dt[2]);
-    const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_off) : NULL;
-    if (bias) /* read at the call: the same descriptor serves every GEMM of this shape */
+    /* read at the call: the same descriptor serves every GEMM of this shape */
+    void *bias = g->bias || (g->bgrad && p->fused) ? tiers[g->bias_tier] + g->bias_off : NULL;
+    if (bias)
       CUBLAS_CHECK(c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    void *aux = g->aux ? tiers[g->aux_tier] + g->aux_off : NULL;
-    if (aux)
+    char *aux = g->aux || g->dgelu ? tiers[g->aux_tier] + g->aux_off : NULL;
+    if (aux && p->fused)
       CUBLAS_CHECK(
           c, c->api.LtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    if (aux && !p->fused && g->gelu) d = aux; /* GELU's input, where its epilogue kernel reads it */
     CUBLAS_CHECK(c, c->api.LtMatmul(c->lt, p->desc, &g->alpha, b, p->la, a, p->lb, &g->beta, d, p->lc, d, p->lc,
                                     &p->algo, (void *)(uintptr_t)c->workspace, WORKSPACE, c->stream));
   }
+  return p->fused;
 }
 
 /* ---- start-up and the end -------------------------------------------------------------- */
@@ -647,6 +679,12 @@ static int plan_gemms(CudaDevice *c, const Prog *p, char *err, size_t errlen) {
   c->work_shared = p->s->work_shared;
   for (int64_t i = 0; i < p->count[PROG_SEC_INSTRS]; i++)
     if (p->instrs[i].op == ISA_GEMM && plan_gemm(c, &p->instrs[i].gemm, err, errlen) != 0) return -1;
+  int unfused = 0;
+  for (int i = 0; i < c->ngemm; i++) unfused += (c->gemm[i].key.gelu || c->gemm[i].key.dgelu) && !c->gemm[i].fused;
+  if (unfused)
+    printf("cuda gemms: cuBLASLt has no algorithm with the GELU or DGELU epilogue for %d of %d shapes; their "
+           "epilogue kernels run instead\n",
+           unfused, c->ngemm);
   return 0;
 }
 
@@ -757,7 +795,6 @@ Device *device_cuda_new(const Prog *p, const char *source, const CudaOptions *o,
                     .host_alloc = cuda_host_alloc,
                     .host_pin = cuda_host_pin,
                     .host_unpin = cuda_host_unpin,
-                    .gemm_gelu = 1,
                     .host_free = cuda_host_free};
   if (cuda_setup(c, p, source, o, err, errlen) != 0) {
     cuda_destroy(&c->dev);

@@ -5,7 +5,13 @@
  * queued on the emulated driver's stream; with the BIAS epilogue, bias[row] added to
  * every column of D (the bias pointer read at the call, as cuBLASLt does); GELU_BIAS
  * then applies GELU (the tanh form, in f32), and GELU_AUX_BIAS first keeps its input
- * in the aux matrix (ld divisible by 8 and at least D's rows, as cuBLASLt requires).
+ * in the aux matrix (ld divisible by 8 and at least D's rows, as cuBLASLt requires);
+ * DGELU multiplies the product by GELU's derivative at the aux matrix (GELU's input, of
+ * D's type) and DGELU_BGRAD also writes the sum of each of D's rows (the f32 values before
+ * D's rounding) to the bias pointer, in BIAS_DATA_TYPE (D's type unless set).
+ * COLOSSALC_EMUL_LT_EPILOGUES=bias: the heuristic has algorithms for the DEFAULT and BIAS
+ * epilogues only (a cuBLASLt without the others for these types), for tests of the
+ * CUDA device's fallback to the epilogue kernels.
  * Pointer alignment as cuBLASLt's: the heuristic's algorithm needs A, B, C and D (and
  * each matrix of a strided batch) aligned to the preference's MIN_ALIGNMENT_*_BYTES
  * (256 unless set), and cublasLtMatmul refuses pointers that are not.
@@ -28,12 +34,19 @@ static float gelu(float x) {
   return 0.5f * x * (1.0f + tanhf(u));
 }
 
+static float gelu_grad(float x) {
+  float x2 = x * x, t = tanhf(0.7978845608028654f * (x + 0.044715f * (x * x2)));
+  float du = 0.7978845608028654f * (1.0f + 3 * 0.044715f * x2);
+  return 0.5f * (1.0f + t) + 0.5f * x * ((1.0f - t * t) * du);
+}
+
 /* What the emulation keeps in the opaque descriptors' storage. */
 typedef struct Desc {
-  int ta, tb, bias, gelu, aux;
+  int ta, tb, bias, gelu, aux, dgelu, bgrad;
+  int32_t bias_type; /* -1: D's */
   int64_t aux_ld;
-  const float *bias_ptr;
-  float *aux_ptr;
+  void *bias_ptr;
+  void *aux_ptr;
 } Desc;
 typedef struct Layout {
   uint64_t rows, cols;
@@ -60,6 +73,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
   if ((c != CUBLAS_COMPUTE_32F && c != CUBLAS_COMPUTE_32F_FAST_TF32) || scale != CUDA_R_32F)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   *d = calloc(1, sizeof **d);
+  if (*d) ((Desc *)*d)->bias_type = -1;
   return *d ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
 }
 
@@ -76,11 +90,20 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     cublasLtEpilogue_t e;
     memcpy(&e, buf, sizeof e);
     if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU_BIAS &&
-        e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+        e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS && e != CUBLASLT_EPILOGUE_DGELU && e != CUBLASLT_EPILOGUE_DGELU_BGRAD)
       return CUBLAS_STATUS_NOT_SUPPORTED;
-    x->bias = e != CUBLASLT_EPILOGUE_DEFAULT;
+    x->dgelu = e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    x->bgrad = e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    x->bias = e != CUBLASLT_EPILOGUE_DEFAULT && !x->dgelu;
     x->gelu = e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     x->aux = e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (a == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE && n == sizeof x->bias_type) {
+    int32_t t;
+    memcpy(&t, buf, sizeof t);
+    if (t != CUDA_R_32F && t != CUDA_R_16BF && t != CUDA_R_16F) return CUBLAS_STATUS_INVALID_VALUE;
+    x->bias_type = t;
     return CUBLAS_STATUS_SUCCESS;
   }
   if (a == CUBLASLT_MATMUL_DESC_BIAS_POINTER && n == sizeof x->bias_ptr) {
@@ -173,8 +196,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t p, int requested,
                                               cublasLtMatmulHeuristicResult_t *results, int *returned) {
   (void)h, (void)c, (void)dl;
+  const Desc *x = (const Desc *)d;
+  const char *only = getenv("COLOSSALC_EMUL_LT_EPILOGUES");
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
-  if (!fp8_supported((const Desc *)d, (const Layout *)a, (const Layout *)b)) {
+  if (!fp8_supported(x, (const Layout *)a, (const Layout *)b) ||
+      (only && !strcmp(only, "bias") && (x->gelu || x->dgelu))) {
     *returned = 0; /* as cuBLASLt: no algorithm */
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
@@ -286,10 +312,27 @@ static void run_matmul(void *arg) {
     for (uint64_t col = 0; o->x.bias && col < n; col++)
       for (uint64_t row = 0; row < m; row++) {
         float *v = &di[col * ldd + row];
-        *v += o->x.bias_ptr[row];
-        if (o->x.aux) o->x.aux_ptr[col * o->x.aux_ld + row] = *v;
+        *v += ((const float *)o->x.bias_ptr)[row];
+        if (o->x.aux) ((float *)o->x.aux_ptr)[col * o->x.aux_ld + row] = *v;
         if (o->x.gelu) *v = gelu(*v);
       }
+    for (uint64_t col = 0; o->x.dgelu && col < n; col++) /* GELU's input: D's type */
+      for (uint64_t row = 0; row < m; row++) {
+        uint64_t at = col * (uint64_t)o->x.aux_ld + row;
+        float in = D->type == ISA_F32 ? ((const float *)o->x.aux_ptr)[at]
+                                      : isa_to_f32(D->type, ((const unsigned short *)o->x.aux_ptr)[at]);
+        di[col * ldd + row] *= gelu_grad(in);
+      }
+    IsaDtype bt = o->x.bias_type == CUDA_R_32F    ? ISA_F32
+                  : o->x.bias_type == CUDA_R_16BF ? ISA_BF16
+                  : o->x.bias_type == CUDA_R_16F  ? ISA_F16
+                                                  : D->type;
+    for (uint64_t row = 0; o->x.bgrad && row < m; row++) { /* a sum per row of D, over its columns */
+      float s = 0;
+      for (uint64_t col = 0; col < n; col++) s += di[col * ldd + row];
+      if (bt == ISA_F32) ((float *)o->x.bias_ptr)[row] = s;
+      else ((unsigned short *)o->x.bias_ptr)[row] = isa_from_f32(bt, s);
+    }
     for (uint64_t col = 0; fd && col < n; col++) /* a 16-bit D: rounded once */
       for (uint64_t row = 0; row < m; row++)
         ((unsigned short *)(o->d + (size_t)i * (size_t)D->stride * 2))[col * D->ld + row] =
@@ -313,7 +356,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   if (k != kb || C->rows != m || C->cols != n || D->rows != m || D->cols != n || A->batch != C->batch ||
       B->batch != C->batch || D->batch != C->batch || (x->bias && !x->bias_ptr) || !fp8_supported(x, A, B) ||
       C->type != D->type || esize(D) == 1 || (x->aux && D->type != ISA_F32) ||
-      (x->aux && (!x->aux_ptr || x->aux_ld % 8 || x->aux_ld < (int64_t)m || C->batch != 1)))
+      (x->aux && (!x->aux_ptr || x->aux_ld % 8 || x->aux_ld < (int64_t)m || C->batch != 1)) ||
+      (x->dgelu && (!x->aux_ptr || x->aux_ld % 8 || x->aux_ld < (int64_t)m || C->batch != 1 || esize(D) == 1)) ||
+      (x->bgrad && !x->bias_ptr))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (!algo || !aligned(A, a, algo->data[0]) || !aligned(B, b, algo->data[1]) || !aligned(C, c, algo->data[2]) ||
       !aligned(D, dst, algo->data[3])) {

@@ -3,7 +3,10 @@
 #   one_rank     gpt2-tiny (2 layers) for 5 steps on the emulated CUDA device against the
 #                CPU device: every step's loss and every parameter after the last step to
 #                a relative 1e-5 (compare_runs.py); the second start finds all kernel
-#                units in the cache; a damaged entry is found, rebuilt, and the run equal
+#                units in the cache; a damaged entry is found, rebuilt, and the run equal;
+#                with an emulated cuBLASLt that has no GELU or DGELU epilogue
+#                (COLOSSALC_EMUL_LT_EPILOGUES=bias) the 2 GEMM shapes that ask for one
+#                run without it and their epilogue kernels run: said, and the run equal
 #   bf16         gpt2-tiny compiled with --precision bf16 for 5 steps on the emulated CUDA
 #                device (bf16 GEMM layouts in cuBLASLt) against the CPU device: the kernels'
 #                libm (tanh, exp) differs in the last bits and can move a bf16 rounding, so
@@ -95,6 +98,13 @@ one_rank)
     --save damaged.safetensors > damaged.out
   expect_line damaged.out "1 damaged cache entry rebuilt"
   "$py" "$src/tests/multirank/compare_runs.py" 1e-5 cpu.jsonl damaged.jsonl cpu.safetensors damaged.safetensors
+  # a cuBLASLt without the GELU and DGELU epilogues: those GEMMs run without them, their
+  # epilogue kernels after them, and the run is the same
+  COLOSSALC_EMUL_LT_EPILOGUES=bias LD_LIBRARY_PATH=$emul ./train $args --device cuda --kernel-cache kc \
+    --log plain.jsonl --save plain.safetensors > plain.out
+  grep "^cuda gemms: cuBLASLt has no algorithm with the GELU or DGELU epilogue for 2 of " plain.out ||
+    fail "the GEMMs without their epilogues not reported"
+  "$py" "$src/tests/multirank/compare_runs.py" 1e-5 cpu.jsonl plain.jsonl cpu.safetensors plain.safetensors
   ;;
 bf16)
   cpu_vs_cuda train16 "--precision bf16" --skip "h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256" 1e-2

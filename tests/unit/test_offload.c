@@ -102,8 +102,8 @@ static void walk(W *w, const PSeq *s, const char *list) {
       const IsaGemm *g = &in->gemm;
       for (int j = 0; j < 3; j++)
         check_touch(w, g->tier[j], g->off[j], g->off[j] + 4, false, where); /* its first element */
-      if (g->bias) check_touch(w, g->bias_tier, g->bias_off, g->bias_off + 4, false, where);
-      if (g->aux) check_touch(w, g->aux_tier, g->aux_off, g->aux_off + 4, true, where);
+      if (g->bias || g->bgrad) check_touch(w, g->bias_tier, g->bias_off, g->bias_off + 4, false, where);
+      if (g->aux || g->dgelu) check_touch(w, g->aux_tier, g->aux_off, g->aux_off + 4, false, where);
     } else if (in->op == ISA_ZERO) {
       check_touch(w, in->zero.tier, in->zero.offset, in->zero.offset + in->zero.bytes, false, where);
     }

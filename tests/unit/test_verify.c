@@ -1,11 +1,11 @@
 /* The program verifier (codegen/verify.h): a lowered model and its offload plan pass,
  * and each kind of wrong program is refused with its place and reason: a kernel buffer
  * beyond its tier, a slot outside `step`, an input in an unscheduled program, a ZeRO
- * owner outside the dp group, in the lists the program carries a loop past its list's
- * end, a call of a list that is not one to call or of itself and a norm outside train,
- * and in an offload plan a kernel that runs before the wait of the move bringing its
- * part, a move from where the part is not, and a step that ends with a part
- * away from home. (Messages out of order between pipeline stages: tests/unit/test_pipeline.c.)
+ * owner outside the dp group, a GEMM's epilogue kernels missing or out of order (and a
+ * bias-gradient or DGELU epilogue on a GEMM that cannot have it), in the lists the program carries a loop past its
+ * list's end, a call of a list that is not one to call or of itself and a norm outside train, and in an offload plan a
+ * kernel that runs before the wait of the move bringing its part, a move from where the part is not, and a step that
+ * ends with a part away from home. (Messages out of order between pipeline stages: tests/unit/test_pipeline.c.)
  *
  * Usage: test_verify MODEL [NAME=VALUE ...] */
 #include <stdio.h>
@@ -74,6 +74,35 @@ static void check_lists(Arena *a, Program *p) {
   eval->n--;
 }
 
+/* The GEMMs' epilogues: the backward GEMM of an MLP's GELU applies GELU's gradient and
+ * sums the bias gradient (dgelu, bgrad), its two epilogue kernels right after it; a
+ * missing or misplaced epilogue kernel, a bias gradient without DGELU and a DGELU GEMM
+ * that accumulates (beta 1) are refused. */
+static void check_epilogues(Program *p) {
+  PSeq *s = &p->step;
+  int g = -1;
+  for (int i = 0; i < s->n && g < 0; i++)
+    if (s->v[i].op == ISA_GEMM && s->v[i].gemm.dgelu && s->v[i].gemm.bgrad) g = i;
+  CHECK(g >= 0 && g + 2 < s->n, "no GEMM with the DGELU and BGRAD epilogues");
+  if (g < 0 || g + 2 >= s->n) return;
+  IsaInstr *e0 = &s->v[g + 1], *e1 = &s->v[g + 2];
+  CHECK(e0->op == ISA_KERNEL && e0->kernel.epilogue && e1->op == ISA_KERNEL && e1->kernel.epilogue,
+        "the DGELU GEMM's epilogue kernels are not right after it");
+  IsaInstr keep = *e0;
+  e0->kernel.epilogue = false;
+  expect(p, "epilogue kernel unmarked", "without its epilogue kernels");
+  *e0 = *e1, *e1 = keep; /* the bias gradient's sum before GELU's gradient */
+  expect(p, "epilogue kernels swapped", "not right after its GEMM");
+  *e1 = *e0, *e0 = keep;
+  IsaGemm *m = &s->v[g].gemm;
+  m->dgelu = false;
+  expect(p, "bgrad without dgelu", "without DGELU");
+  m->dgelu = true, m->beta = 1;
+  expect(p, "dgelu accumulating", "DGELU epilogue needs beta 0");
+  m->beta = 0;
+  expect(p, "epilogues restored", NULL);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return fprintf(stderr, "usage: test_verify MODEL [NAME=VALUE ...]\n"), 2;
   Arena *a = arena_new();
@@ -106,6 +135,7 @@ int main(int argc, char **argv) {
   p->params[1].owner = 2;
   expect(p, "owner outside dp", "is not a rank of the 2");
   p->zero_stage = 0, p->dp = 0;
+  check_epilogues(p);
   check_lists(a, p);
 
   /* an offload plan at a third of the state */
