@@ -40,17 +40,19 @@ typedef struct L {
   Graph *g;
   Program *p;
   Arena *a;
-  Val *val;          /* [g->n] */
-  int *uses;         /* [g->n] */
-  const Node **user; /* [g->n] a node that reads it (the only one when uses is 1) */
-  bool *fused;       /* [g->n] computed by another node's instruction (a GEMM's epilogue) */
-  bool *summed;      /* [g->n] a parameter's gradient summed in its slot by its terms (slot_terms) */
-  const Node **gelu; /* [g->n] its only GELU reader (&several_gelus: more than one), or NULL */
-  bool *need_layout; /* [g->n] */
-  int *grad_of;      /* [g->n] the param index whose gradient this node is, or -1 */
-  bool *slot_used;   /* [nparams] the gradient slot already holds a result */
-  int *pidx;         /* [nparams] the program's index of each of the graph's parameters */
-  PSeq *seq;         /* where the graph's instructions go */
+  Val *val;              /* [g->n] */
+  int *uses;             /* [g->n] */
+  const Node **user;     /* [g->n] a node that reads it (the only one when uses is 1) */
+  bool *fused;           /* [g->n] computed by another node's instruction (a GEMM's epilogue) */
+  bool *summed;          /* [g->n] a parameter's gradient summed in its slot by its terms (slot_terms) */
+  const Node **gelu;     /* [g->n] its only GELU reader (&several_gelus: more than one), or NULL */
+  const Node **bgrad_of; /* [g->n] of a matmul: the bias gradient (a sum_to, deferred to it)
+                            that its GEMM sums from its B operand (bgrad_gemm), or NULL */
+  bool *need_layout;     /* [g->n] */
+  int *grad_of;          /* [g->n] the param index whose gradient this node is, or -1 */
+  bool *slot_used;       /* [nparams] the gradient slot already holds a result */
+  int *pidx;             /* [nparams] the program's index of each of the graph's parameters */
+  PSeq *seq;             /* where the graph's instructions go */
   LBuf *bufs;
   int nbufs, bufs_cap;
   const Node *at;    /* node being lowered */
@@ -663,26 +665,19 @@ static void dgelu_kernels(L *l, const Node *e, const Node *s, int cb, int bb) {
   l->seq->v[l->seq->n - 1].kernel.epilogue = true;
 }
 
-/* n's GEMM with the GELU gradient of its reader e (dgelu_epilogue) applied, and the bias
- * gradient s (bgrad_epilogue) summed, in its epilogue; on a device without it, the
- * epilogue kernels after it. BGRAD writes its vector, so a gradient slot (which
- * accumulates) gets it through a vector of its own and a kernel adding that in. */
-static void lower_dgelu_gemm(L *l, const Node *n, IsaGemm *g, const Node *e, int x, int64_t xoff) {
-  const Node *s = bgrad_epilogue(l, e);
-  int cb = out_buf(l, e), sb = -1, bb = -1;
-  Val out = gemm_output(l, g, 0, cb, n);
-  g->dgelu = true, g->aux_tier = PENDING + x, g->aux_off = xoff;
-  if (s) {
-    sb = out_buf(l, s);
-    bb = store_mode(l, sb) == KS_SET ? sb : lbuf_new(l, TIER_WORK, shape_numel(&s->shape) * 4);
-    g->bgrad = true, g->bias_tier = PENDING + bb, g->bias_off = 0;
-    l->fused[s->id] = true;
-  }
-  l->fused[e->id] = true;
-  emit_gemm(l, g);
-  l->val[n->id] = out;
-  dgelu_kernels(l, e, s, cb, bb);
-  if (!s) return;
+/* The f32 vector a GEMM's BGRAD epilogue writes bias gradient s into (kind: ISA_BGRAD_*),
+ * set in g: s's own memory, or where s goes to a gradient slot (which accumulates over
+ * micro-batches, while BGRAD writes) a vector of its own, added in by bgrad_add. *sb:
+ * s's memory. */
+static int bgrad_vector(L *l, const Node *s, IsaGemm *g, int kind, int *sb) {
+  *sb = out_buf(l, s);
+  int bb = store_mode(l, *sb) == KS_SET ? *sb : lbuf_new(l, TIER_WORK, shape_numel(&s->shape) * 4);
+  g->bgrad = (int8_t)kind, g->bias_tier = PENDING + bb, g->bias_off = 0;
+  l->fused[s->id] = true;
+  return bb;
+}
+
+static void bgrad_add(L *l, const Node *s, int sb, int bb) {
   l->val[s->id] = layout_of(sb, &s->shape);
   if (bb == sb) return;
   Kernel *k = knew(l, "bias_grad", KP_ROWS, s->shape.d, 1, 0);
@@ -691,17 +686,94 @@ static void lower_dgelu_gemm(L *l, const Node *n, IsaGemm *g, const Node *e, int
   kfinish(l, l->seq, k);
 }
 
+/* n's GEMM with the GELU gradient of its reader e (dgelu_epilogue) applied, and the bias
+ * gradient s (bgrad_epilogue) summed, in its epilogue; on a device without it, the
+ * epilogue kernels after it. */
+static void lower_dgelu_gemm(L *l, const Node *n, IsaGemm *g, const Node *e, int x, int64_t xoff) {
+  const Node *s = bgrad_epilogue(l, e);
+  int cb = out_buf(l, e), sb = -1, bb = -1;
+  Val out = gemm_output(l, g, 0, cb, n);
+  g->dgelu = true, g->aux_tier = PENDING + x, g->aux_off = xoff;
+  if (s) bb = bgrad_vector(l, s, g, ISA_BGRAD_C, &sb);
+  l->fused[e->id] = true;
+  emit_gemm(l, g);
+  l->val[n->id] = out;
+  dgelu_kernels(l, e, s, cb, bb);
+  if (s) bgrad_add(l, s, sb, bb);
+}
+
+/* n with reshapes and exact casts (16 bits widened to f32, and back) looked through:
+ * the value whose elements n's are. */
+static const Node *exact_root(const Node *n) {
+  for (;;) {
+    if (n->op == OP_RESHAPE || widening(n)) n = n->in[0];
+    else if (n->op == OP_CAST && widening(n->in[0]) && n->in[0]->in[0]->dtype == n->dtype) n = n->in[0]->in[0];
+    else return n;
+  }
+}
+
+/* Bias gradient s (a sum_to of x over every axis but the last, in f32) is what a later
+ * GEMM's B operand sums to over the GEMM's k: a matmul, its B a [K, N] matrix (not
+ * transposed) of x's elements, N x's last dimension and K the rest, and nothing reading s
+ * before it. That GEMM sums it in its epilogue (BGRAD: bgrad_of), so s is not lowered
+ * here; 0 when there is none. */
+static bool bgrad_gemm(L *l, const Node *s) {
+  const Node *x = s->in[0], *rx = exact_root(x);
+  int nd = x->shape.ndim;
+  if (s->dtype != DT_F32 || s->shape.ndim != 1 || s->shape.d[0] != x->shape.d[nd - 1] || nd < 2 || l->summed[s->id] ||
+      l->uses[s->id] > 1)
+    return false;
+  for (int i = s->id + 1; i < l->g->n; i++) {
+    const Node *m = l->g->nodes[i], *b = m->nin > 1 ? m->in[1] : NULL;
+    if (l->uses[s->id] && l->user[s->id] == m) return false;
+    if (m->op != OP_MATMUL || l->bgrad_of[m->id] || l->val[m->id].kind != V_NONE || attr_int(m, "transpose_b") ||
+        b->shape.ndim != 2 || b->shape.d[1] != s->shape.d[0] ||
+        b->shape.d[0] * b->shape.d[1] != shape_numel(&x->shape) || exact_root(b) != rx)
+      continue;
+    l->bgrad_of[m->id] = s;
+    l->fused[s->id] = true;
+    return true;
+  }
+  return false;
+}
+
+/* The epilogue kernel of a GEMM's BGRAD of its B operand (kind ISA_BGRAD_B), for
+ * devices whose GEMMs do not sum it: the sum over k of op(B) into the f32 vector bb. */
+static void bgrad_b_kernel(L *l, const Node *s, const IsaGemm *g, int bb) {
+  int64_t dims[2] = {g->n, g->k};
+  Kernel *k = knew(l, "sum_to", KP_ROWS, dims, 2, 1);
+  DType t = (DType)g->dt[1];
+  KView bv = {.offset = g->off[1] / (dtype_size_bits(t) / 8)};
+  bv.strides[0] = g->tb ? g->ldb : 1, bv.strides[1] = g->tb ? 1 : g->ldb;
+  KExpr *sum = kx_acc(l->a, k, kernel_reduce(k, KR_SUM, kx_load(l->a, k, kbuf(l, k, g->tier[1] - PENDING, t), bv)));
+  KView v = {.strides = {1}};
+  kernel_row(k, kbuf(l, k, bb, DT_F32), v, KS_SET, sum);
+  kfinish(l, l->seq, k);
+  l->seq->v[l->seq->n - 1].kernel.epilogue = true;
+}
+
+static void reduce_of(L *l, const Node *n);
+static const Node no_bgrad; /* L.bgrad_of of a matmul whose GEMM cannot sum its bias gradient */
+
 static void lower_matmul(L *l, const Node *n) {
   const Node *bias = NULL, *u = bias_add(l, n, &bias);
   int nb;
   IsaGemm g = gemm_of(l, n, &nb);
   int x;
   int64_t xoff;
-  const Node *d = u ? NULL : dgelu_epilogue(l, n, &g, &x, &xoff);
+  const Node *d = u ? NULL : dgelu_epilogue(l, n, &g, &x, &xoff), *s = l->bgrad_of[n->id];
+  if (s && (u || d || nb || g.batch[0] * g.batch[1] != 1 ||
+            (g.dt[1] != ISA_F32 && g.dt[1] != ISA_BF16 && g.dt[1] != ISA_F16))) {
+    l->bgrad_of[n->id] = &no_bgrad; /* s is summed by its own kernel after all */
+    l->fused[s->id] = false;
+    reduce_of(l, s);
+    s = NULL;
+  }
   if (d) {
     lower_dgelu_gemm(l, n, &g, d, x, xoff);
     return;
   }
+  int sb = -1, bb = s ? bgrad_vector(l, s, &g, ISA_BGRAD_B, &sb) : -1;
   const Node *e = gelu_epilogue(l, u, &g), *res = e ? e : u ? u : n;
   int cb = out_buf(l, res);
   Val out = gemm_output(l, &g, nb, cb, n);
@@ -723,6 +795,7 @@ static void lower_matmul(L *l, const Node *n) {
   l->val[n->id] = out; /* read by nothing else when the add is fused */
   if (u && !e) l->val[u->id] = out;
   if (e) l->val[e->id] = out, gelu_kernel(l, e, g.aux ? g.aux_tier - PENDING : cb, cb);
+  if (s) bgrad_b_kernel(l, s, &g, bb), bgrad_add(l, s, sb, bb);
 }
 
 /* ---- row kernels: normalisations, softmax, losses --------------------------------------- */
@@ -1021,6 +1094,11 @@ static void lower_norm_param_grad(L *l, const Node *n) {
 }
 
 static void lower_reduce(L *l, const Node *n) {
+  if (n->op == OP_SUM_TO && bgrad_gemm(l, n)) return; /* summed by a GEMM, later */
+  reduce_of(l, n);
+}
+
+static void reduce_of(L *l, const Node *n) {
   const Node *x = n->in[0];
   bool reduced[MAX_DIMS] = {0};
   if (n->op == OP_SUM_TO) {
@@ -2175,6 +2253,7 @@ static L *l_new(Program *p, Graph *g, PSeq *seq) {
   l->fused = arena_array(a, g->n, sizeof *l->fused);
   l->summed = arena_array(a, g->n, sizeof *l->summed);
   l->gelu = arena_array(a, g->n, sizeof *l->gelu);
+  l->bgrad_of = arena_array(a, g->n, sizeof *l->bgrad_of);
   l->need_layout = arena_array(a, g->n, sizeof *l->need_layout);
   l->grad_of = arena_array(a, g->n, sizeof *l->grad_of);
   l->slot_used = arena_array(a, g->nparams ? g->nparams : 1, sizeof *l->slot_used);

@@ -151,7 +151,11 @@ static int check_gemm(V *v, const IsaGemm *g) {
   if (g->dgelu && (g->bias || g->gelu || g->beta != 0 || g->batch[0] * g->batch[1] != 1 || g->ldc % 8 || !one_type))
     return fail(v, "gemm: a DGELU epilogue needs beta 0, no bias or GELU, one batch, ldc a multiple of 8 and one "
                    "32- or 16-bit type");
-  if (g->bgrad && !g->dgelu) return fail(v, "gemm: a bias gradient epilogue without DGELU");
+  if (g->bgrad == ISA_BGRAD_C && !g->dgelu) return fail(v, "gemm: a bias gradient epilogue of C without DGELU");
+  bool b_type = g->dt[1] == ISA_F32 || g->dt[1] == ISA_BF16 || g->dt[1] == ISA_F16;
+  if (g->bgrad == ISA_BGRAD_B && (g->dgelu || g->bias || g->gelu || g->batch[0] * g->batch[1] != 1 || !b_type))
+    return fail(v, "gemm: a bias gradient epilogue of B needs no other epilogue, one batch and a 32- or 16-bit B");
+  if (g->bgrad > ISA_BGRAD_B) return fail(v, "gemm: bias gradient epilogue %d", g->bgrad);
   return 0;
 }
 
@@ -321,29 +325,45 @@ static bool has_buf(const Kernel *k, int tier, int64_t offset, int64_t bytes) {
 
 /* Epilogue kernel number i of GEMM g is what its epilogue computes: of a "gelu" GEMM,
  * one over GELU's input (aux or C) into C; of a "dgelu" one, C from X (aux) and C, then
- * with bgrad one from C into the bias gradient's vector (it stores only there). */
+ * with bgrad one from C into the bias gradient's vector (it stores only there); of one
+ * with the bias gradient of B, one from B into that vector. */
 static bool epilogue_of(const IsaGemm *g, int i, const Kernel *k) {
   const KBuf *src = &k->bufs[0], *dst = &k->bufs[k->nbufs - 1];
   if (g->gelu)
     return i == 0 && kb_tier(src) == (g->aux ? g->aux_tier : g->tier[2]) &&
            src->offset == (g->aux ? g->aux_off : g->off[2]) && kb_tier(dst) == g->tier[2] && dst->offset == g->off[2];
-  int tier = i == 0 ? g->tier[2] : g->bias_tier;
-  int64_t off = i == 0 ? g->off[2] : g->bias_off;
+  bool of_b = g->bgrad == ISA_BGRAD_B;
+  int tier = i == 0 && !of_b ? g->tier[2] : g->bias_tier;
+  int64_t off = i == 0 && !of_b ? g->off[2] : g->bias_off;
   for (int p = 0; p < k->nphases; p++) {
     const KBuf *b = k->phases[p].kind == KPH_MAP || k->phases[p].kind == KPH_ROW ? &k->bufs[k->phases[p].buf] : NULL;
     if (b && (kb_tier(b) != tier || b->offset != off)) return false;
   }
   int64_t c_bytes = ((g->m - 1) * g->ldc + g->n) * isa_dtype_bytes(g->dt[2]);
+  int64_t b_bytes = ((g->tb ? g->n : g->k) - 1) * g->ldb + (g->tb ? g->k : g->n);
+  if (of_b) return i == 0 && has_buf(k, g->tier[1], g->off[1], b_bytes * isa_dtype_bytes(g->dt[1]));
   if (i == 0) return has_buf(k, g->aux_tier, g->aux_off, c_bytes) && has_buf(k, g->tier[2], g->off[2], 0);
   return i == 1 && g->bgrad && has_buf(k, g->tier[2], g->off[2], 0) && has_buf(k, g->bias_tier, g->bias_off, 0);
 }
 
-static int epilogue_kernels(const IsaGemm *g) { return g->gelu ? 1 : g->dgelu ? 1 + g->bgrad : 0; }
+static int epilogue_kernels(const IsaGemm *g) {
+  return g->gelu ? 1 : g->dgelu ? 1 + (g->bgrad == ISA_BGRAD_C) : g->bgrad == ISA_BGRAD_B;
+}
+
+/* Instruction touch t meets what lies between GEMM g and its epilogue kernels: C (a
+ * GELU's or DGELU's: on one device the result, on another its input), or with the bias
+ * gradient of B, B (the kernel reads it: no writes) and the vector. */
+static bool meets_epilogue(const IsaGemm *g, const Touch *t) {
+  int w = g->bgrad == ISA_BGRAD_B ? 1 : 2;
+  int64_t rows = w == 2 ? g->m : g->tb ? g->n : g->k, cols = w == 2 ? g->n : g->tb ? g->k : g->n;
+  int64_t ld = w == 2 ? g->ldc : g->ldb, hi = g->off[w] + ((rows - 1) * ld + cols) * isa_dtype_bytes(g->dt[w]);
+  if (t->tier == g->tier[w] && t->lo < hi && g->off[w] < t->hi && (w == 2 || t->write)) return true;
+  return g->bgrad && t->tier == g->bias_tier && t->lo < g->bias_off + g->n * 4 && g->bias_off < t->hi;
+}
 
 /* The epilogue kernels of a GEMM with a GELU, DGELU or BGRAD epilogue are the next
- * kernels or GEMMs after it, in order (epilogue_of), nothing between touching its output
- * (it holds the epilogue's result on one device and its input on another), and every
- * such GEMM has them. */
+ * kernels or GEMMs after it, in order (epilogue_of), nothing between touching what they
+ * work on (meets_epilogue), and every such GEMM has them. */
 static int check_epilogues(V *v, const PSeq *s) {
   const IsaGemm *g = NULL;
   int done = 0; /* of g's epilogue kernels */
@@ -352,10 +372,8 @@ static int check_epilogues(V *v, const PSeq *s) {
     if (in->op != ISA_KERNEL && in->op != ISA_GEMM) {
       Touch t[K_MAX_BUFS];
       int n = g ? instr_touch(v->p, in, t) : 0;
-      int64_t hi = g ? g->off[2] + ((g->m - 1) * g->ldc + g->n) * isa_dtype_bytes(g->dt[2]) : 0;
       for (int i = 0; i < n; i++)
-        if (t[i].tier == g->tier[2] && t[i].lo < hi && g->off[2] < t[i].hi)
-          return fail(v, "touches a GEMM's output before its epilogue kernels");
+        if (meets_epilogue(g, &t[i])) return fail(v, "touches a GEMM's operands before its epilogue kernels");
       continue;
     }
     if (in->op == ISA_KERNEL && in->kernel.epilogue) {

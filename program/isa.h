@@ -255,7 +255,12 @@ typedef enum IsaType { ISA_TYPES(ISA_TYPE_ENUM) ISA_NTYPES } IsaType;
  * (C's type, ld ldc a multiple of 8; beta 0, no bias, one batch); bgrad (with dgelu):
  * the sum of that C's rows written, as f32, to bias_tier + bias_off. On a device without
  * these epilogues C is left as the product and the "epilogue" kernels after the GEMM
- * apply them: gelu_grad in place, then the rows' sum. */
+ * apply them: gelu_grad in place, then the rows' sum. bgrad ISA_BGRAD_B (no other
+ * epilogue, one batch): the sum over k of op(B) (per column of C) written the same way,
+ * on such a device by the "epilogue" kernel after the GEMM. */
+/* A GEMM's bias-gradient epilogue (IsaGemm.bgrad): none, the sum of C's rows (with dgelu),
+ * the sum of op(B)'s rows. */
+enum { ISA_BGRAD_NONE, ISA_BGRAD_C, ISA_BGRAD_B };
 #define ISA_GEMM_FIELDS(F, S)                                                                            \
   F(S, I32, ta, , 1) F(S, I32, tb, , 1) F(S, I64, m, , 1) F(S, I64, n, , 1) F(S, I64, k, , 1)            \
   F(S, I64, lda, , 1) F(S, I64, ldb, , 1) F(S, I64, ldc, , 1) F(S, F32, alpha, , 1) F(S, F32, beta, , 1) \

@@ -480,6 +480,7 @@ static void layout(CudaDevice *c, cublasLtMatrixLayout_t *l, IsaDtype t, int64_t
  * the column-major C^T, as is the bias gradient's sum. */
 static cublasLtEpilogue_t gemm_epilogue(const IsaGemm *g, int fused) {
   if (fused && g->dgelu) return g->bgrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+  if (fused && g->bgrad == ISA_BGRAD_B) return CUBLASLT_EPILOGUE_BGRADA; /* cuBLASLt's A is our B */
   if (!g->bias) return CUBLASLT_EPILOGUE_DEFAULT;
   if (!fused || !g->gelu) return CUBLASLT_EPILOGUE_BIAS;
   return g->aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
@@ -548,8 +549,8 @@ static int plan_gemm(CudaDevice *c, const IsaGemm *g, char *err, size_t errlen) 
   layout(c, &p->lc, g->dt[2], g->n, g->m, g->ldc, nb, g->stride[2][1]);
   if (plan_desc(c, g, p, 1) == CUBLAS_STATUS_SUCCESS) return 0;
   c->api.LtMatmulDescDestroy(p->desc);
-  if ((g->gelu || g->dgelu) && plan_desc(c, g, p, 0) == CUBLAS_STATUS_SUCCESS) return 0;
-  if (g->gelu || g->dgelu) c->api.LtMatmulDescDestroy(p->desc);
+  if ((g->gelu || g->dgelu || g->bgrad) && plan_desc(c, g, p, 0) == CUBLAS_STATUS_SUCCESS) return 0;
+  if (g->gelu || g->dgelu || g->bgrad) c->api.LtMatmulDescDestroy(p->desc);
   p->desc = NULL;
   return file_set_error(err, errlen,
                         "--device cuda: cuBLASLt has no algorithm for the GEMM m %lld n %lld k "
@@ -680,10 +681,13 @@ static int plan_gemms(CudaDevice *c, const Prog *p, char *err, size_t errlen) {
   for (int64_t i = 0; i < p->count[PROG_SEC_INSTRS]; i++)
     if (p->instrs[i].op == ISA_GEMM && plan_gemm(c, &p->instrs[i].gemm, err, errlen) != 0) return -1;
   int unfused = 0;
-  for (int i = 0; i < c->ngemm; i++) unfused += (c->gemm[i].key.gelu || c->gemm[i].key.dgelu) && !c->gemm[i].fused;
+  for (int i = 0; i < c->ngemm; i++) {
+    const IsaGemm *k = &c->gemm[i].key;
+    unfused += (k->gelu || k->dgelu || k->bgrad) && !c->gemm[i].fused;
+  }
   if (unfused)
-    printf("cuda gemms: cuBLASLt has no algorithm with the GELU or DGELU epilogue for %d of %d shapes; their "
-           "epilogue kernels run instead\n",
+    printf("cuda gemms: cuBLASLt has no algorithm with the GELU, DGELU or BGRAD epilogue for %d of %d shapes; "
+           "their epilogue kernels run instead\n",
            unfused, c->ngemm);
   return 0;
 }

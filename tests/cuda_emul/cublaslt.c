@@ -8,7 +8,8 @@
  * in the aux matrix (ld divisible by 8 and at least D's rows, as cuBLASLt requires);
  * DGELU multiplies the product by GELU's derivative at the aux matrix (GELU's input, of
  * D's type) and DGELU_BGRAD also writes the sum of each of D's rows (the f32 values before
- * D's rounding) to the bias pointer, in BIAS_DATA_TYPE (D's type unless set).
+ * D's rounding) to the bias pointer, in BIAS_DATA_TYPE (D's type unless set); BGRADA
+ * writes there the sum over k of each row of op(A) (A's values, widened to f32).
  * COLOSSALC_EMUL_LT_EPILOGUES=bias: the heuristic has algorithms for the DEFAULT and BIAS
  * epilogues only (a cuBLASLt without the others for these types), for tests of the
  * CUDA device's fallback to the epilogue kernels.
@@ -42,7 +43,7 @@ static float gelu_grad(float x) {
 
 /* What the emulation keeps in the opaque descriptors' storage. */
 typedef struct Desc {
-  int ta, tb, bias, gelu, aux, dgelu, bgrad;
+  int ta, tb, bias, gelu, aux, dgelu, bgrad, bgrada;
   int32_t bias_type; /* -1: D's */
   int64_t aux_ld;
   void *bias_ptr;
@@ -90,11 +91,13 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     cublasLtEpilogue_t e;
     memcpy(&e, buf, sizeof e);
     if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU_BIAS &&
-        e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS && e != CUBLASLT_EPILOGUE_DGELU && e != CUBLASLT_EPILOGUE_DGELU_BGRAD)
+        e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS && e != CUBLASLT_EPILOGUE_DGELU && e != CUBLASLT_EPILOGUE_DGELU_BGRAD &&
+        e != CUBLASLT_EPILOGUE_BGRADA)
       return CUBLAS_STATUS_NOT_SUPPORTED;
+    x->bgrada = e == CUBLASLT_EPILOGUE_BGRADA;
     x->dgelu = e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
     x->bgrad = e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    x->bias = e != CUBLASLT_EPILOGUE_DEFAULT && !x->dgelu;
+    x->bias = e != CUBLASLT_EPILOGUE_DEFAULT && !x->dgelu && !x->bgrada;
     x->gelu = e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     x->aux = e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     return CUBLAS_STATUS_SUCCESS;
@@ -200,7 +203,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
   const char *only = getenv("COLOSSALC_EMUL_LT_EPILOGUES");
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
   if (!fp8_supported(x, (const Layout *)a, (const Layout *)b) ||
-      (only && !strcmp(only, "bias") && (x->gelu || x->dgelu))) {
+      (only && !strcmp(only, "bias") && (x->gelu || x->dgelu || x->bgrada))) {
     *returned = 0; /* as cuBLASLt: no algorithm */
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
@@ -327,9 +330,10 @@ static void run_matmul(void *arg) {
                   : o->x.bias_type == CUDA_R_16BF ? ISA_BF16
                   : o->x.bias_type == CUDA_R_16F  ? ISA_F16
                                                   : D->type;
-    for (uint64_t row = 0; o->x.bgrad && row < m; row++) { /* a sum per row of D, over its columns */
-      float s = 0;
-      for (uint64_t col = 0; col < n; col++) s += di[col * ldd + row];
+    for (uint64_t row = 0; (o->x.bgrad || o->x.bgrada) && row < m; row++) {
+      float s = 0; /* a sum per row of D over its columns, or of op(A) over k */
+      for (uint64_t q = 0; q < (o->x.bgrad ? n : k); q++)
+        s += o->x.bgrad ? di[q * ldd + row] : o->x.ta ? ai[row * lda + q] : ai[q * lda + row];
       if (bt == ISA_F32) ((float *)o->x.bias_ptr)[row] = s;
       else ((unsigned short *)o->x.bias_ptr)[row] = isa_from_f32(bt, s);
     }
@@ -358,7 +362,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
       C->type != D->type || esize(D) == 1 || (x->aux && D->type != ISA_F32) ||
       (x->aux && (!x->aux_ptr || x->aux_ld % 8 || x->aux_ld < (int64_t)m || C->batch != 1)) ||
       (x->dgelu && (!x->aux_ptr || x->aux_ld % 8 || x->aux_ld < (int64_t)m || C->batch != 1 || esize(D) == 1)) ||
-      (x->bgrad && !x->bias_ptr))
+      ((x->bgrad || x->bgrada) && (!x->bias_ptr || C->batch != 1)))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (!algo || !aligned(A, a, algo->data[0]) || !aligned(B, b, algo->data[1]) || !aligned(C, c, algo->data[2]) ||
       !aligned(D, dst, algo->data[3])) {

@@ -75,9 +75,10 @@ static void check_lists(Arena *a, Program *p) {
 }
 
 /* The GEMMs' epilogues: the backward GEMM of an MLP's GELU applies GELU's gradient and
- * sums the bias gradient (dgelu, bgrad), its two epilogue kernels right after it; a
- * missing or misplaced epilogue kernel, a bias gradient without DGELU and a DGELU GEMM
- * that accumulates (beta 1) are refused. */
+ * sums the bias gradient (dgelu, bgrad), its two epilogue kernels right after it, and a
+ * weight's gradient GEMM sums its bias's gradient from its B operand; a missing or
+ * misplaced epilogue kernel, a bias gradient of C without DGELU, a DGELU GEMM that
+ * accumulates (beta 1) and a batched GEMM with the bias gradient of B are refused. */
 static void check_epilogues(Program *p) {
   PSeq *s = &p->step;
   int g = -1;
@@ -101,6 +102,19 @@ static void check_epilogues(Program *p) {
   expect(p, "dgelu accumulating", "DGELU epilogue needs beta 0");
   m->beta = 0;
   expect(p, "epilogues restored", NULL);
+  int w = -1; /* a weight's gradient GEMM that sums its bias's gradient from its B operand */
+  for (int i = 0; i < s->n && w < 0; i++)
+    if (s->v[i].op == ISA_GEMM && s->v[i].gemm.bgrad == ISA_BGRAD_B) w = i;
+  CHECK(w >= 0 && w + 1 < s->n && s->v[w + 1].op == ISA_KERNEL && s->v[w + 1].kernel.epilogue,
+        "no GEMM with the bias gradient of B and its epilogue kernel after it");
+  if (w < 0 || w + 1 >= s->n) return;
+  m = &s->v[w].gemm;
+  m->batch[0] = 2; /* the same matrices twice */
+  expect(p, "bgrad of B, batched", "bias gradient epilogue of B needs");
+  m->batch[0] = 1;
+  s->v[w + 1].kernel.epilogue = false;
+  expect(p, "bgrad of B, kernel unmarked", "without its epilogue kernels");
+  s->v[w + 1].kernel.epilogue = true;
 }
 
 int main(int argc, char **argv) {
