@@ -4,8 +4,8 @@
 #                CPU device: every step's loss and every parameter after the last step to
 #                a relative 1e-5 (compare_runs.py); the second start finds all kernel
 #                units in the cache; a damaged entry is found, rebuilt, and the run equal;
-#                with an emulated cuBLASLt that has no GELU or DGELU epilogue
-#                (COLOSSALC_EMUL_LT_EPILOGUES=bias) the 2 GEMM shapes that ask for one
+#                with an emulated cuBLASLt that has no GELU, DGELU or BGRAD epilogue
+#                (COLOSSALC_EMUL_LT_EPILOGUES=bias) the GEMM shapes that ask for one
 #                run without it and their epilogue kernels run: said, and the run equal
 #   bf16         gpt2-tiny compiled with --precision bf16 for 5 steps on the emulated CUDA
 #                device (bf16 GEMM layouts in cuBLASLt) against the CPU device: the kernels'
@@ -98,7 +98,7 @@ one_rank)
     --save damaged.safetensors > damaged.out
   expect_line damaged.out "1 damaged cache entry rebuilt"
   "$py" "$src/tests/multirank/compare_runs.py" 1e-5 cpu.jsonl damaged.jsonl cpu.safetensors damaged.safetensors
-  # a cuBLASLt without the GELU and DGELU epilogues: those GEMMs run without them, their
+  # a cuBLASLt without the GELU, DGELU and BGRAD epilogues: those GEMMs run without them, their
   # epilogue kernels after them, and the run is the same
   COLOSSALC_EMUL_LT_EPILOGUES=bias LD_LIBRARY_PATH=$emul ./train $args --device cuda --kernel-cache kc \
     --log plain.jsonl --save plain.safetensors > plain.out
