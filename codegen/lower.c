@@ -648,8 +648,7 @@ static Kernel *reduce_kernel(L *l, const Node *n, const Node *x, const bool *red
 static void dgelu_kernels(L *l, const Node *e, const Node *s, int cb, int bb) {
   Kernel *k = knew(l, "gelu_grad", KP_ROWS, e->shape.d, e->shape.ndim, e->shape.ndim - 1);
   l->val[e->id] = (Val){.kind = V_EXPR};
-  KExpr *dx = expr(l, k, e, right_aligned(k, e->shape.ndim)); /* C, the last buffer, is stored */
-  kernel_map(k, kbuf(l, k, cb, e->dtype), kview_contig(k, 0), KS_SET, dx);
+  kernel_map(k, kbuf(l, k, cb, e->dtype), kview_contig(k, 0), KS_SET, expr(l, k, e, right_aligned(k, e->shape.ndim)));
   kfinish(l, l->seq, k);
   l->seq->v[l->seq->n - 1].kernel.epilogue = true;
   l->val[e->id] = layout_of(cb, &e->shape);
@@ -659,8 +658,7 @@ static void dgelu_kernels(L *l, const Node *e, const Node *s, int cb, int bb) {
   AxMap m;
   k = reduce_kernel(l, s, e, reduced, &m);
   KView v = {.strides = {1}}; /* one value per row: the kernel's one row axis */
-  KExpr *sum = kx_acc(l->a, k, kernel_reduce(k, KR_SUM, load(l, k, e, m))); /* C first, the vector last */
-  kernel_row(k, kbuf(l, k, bb, DT_F32), v, KS_SET, sum);
+  kernel_row(k, kbuf(l, k, bb, DT_F32), v, KS_SET, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, load(l, k, e, m))));
   kfinish(l, l->seq, k);
   l->seq->v[l->seq->n - 1].kernel.epilogue = true;
 }
