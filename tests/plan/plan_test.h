@@ -11,7 +11,7 @@
 static int failures;
 
 /* |got / want - 1| <= rel, reported either way. */
-static void check_rel(const char *what, double got, double want, double rel) {
+static inline void check_rel(const char *what, double got, double want, double rel) {
   double err = want != 0 ? got / want - 1 : got;
   bool ok = fabs(err) <= rel;
   printf("%-4s %-58s got %.6g want %.6g (%+.2f%%)\n", ok ? "ok" : "FAIL", what, got, want, 100 * err);
