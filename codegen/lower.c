@@ -2293,14 +2293,14 @@ static void lower_nodes(L *l, PChunk *c) {
     l->at = g->nodes[i];
     if (g->nodes[i]->op != OP_PARAM) lower_node(l, g->nodes[i]);
     if (c && i == g->n_forward - 1)
-      for (int k = 0; k < g->nouts; k++) c->out[k] = boundary(l, g->outs[k]);
+      for (int k = 0; k < g->nouts; k++) c->out[k].offset = boundary(l, g->outs[k]);
   }
   fill_grad_slots(l);
   if (g->loss) l->bufs[l->val[g->loss->id].buf].pinned = true;
   if (c)
     for (int k = 0; k < g->nwrt; k++) {
       l->at = g->wrt_grads[k];
-      c->wrt_grad[k] = g->wrt_grads[k] ? boundary(l, g->wrt_grads[k]) : -1;
+      c->wrt_grad[k].offset = g->wrt_grads[k] ? boundary(l, g->wrt_grads[k]) : -1;
     }
 }
 
@@ -2454,10 +2454,20 @@ Program *lower_program(Graph *g) {
   return p;
 }
 
-static int64_t *offsets(Arena *a, int n) {
-  int64_t *v = arena_array(a, n + 1, sizeof *v);
-  for (int i = 0; i <= n; i++) v[i] = -1;
+static PLoc *locs(Arena *a, int n) {
+  PLoc *v = arena_array(a, n + 1, sizeof *v);
+  for (int i = 0; i <= n; i++) v[i] = (PLoc){TIER_WORK, -1};
   return v;
+}
+
+/* Where buffer b's byte off lies once placed: its slot, or the region the slots share. */
+static PLoc loc_of(const L *l, int b, int64_t off) {
+  return (PLoc){l->bufs[b].scratch ? TIER_SHARED : TIER_WORK, l->bufs[b].offset + off};
+}
+
+static PLoc placed_loc(const L *l, const Node *n) {
+  const Val *v = &l->val[n->id];
+  return loc_of(l, v->buf, v->offset * 4);
 }
 
 /* A WORK buffer at offset off of the region the slots share (LBuf.shared). */
@@ -2487,17 +2497,52 @@ static int64_t stage_fp8(Program *p, Graph **gs, int n, L **ls) {
   return states + amax;
 }
 
+/* The instructions of chunk l's forward pass, which all (its instructions, the forward's
+ * first) runs before its backward pass; -1 when the passes interleave or a collective
+ * runs beside what follows, so that all's order is not the order they run in. */
+static int forward_count(const L *l, const PSeq *all) {
+  int nf = 0;
+  while (nf < all->n && all->v[nf].node < l->g->n_forward) nf++;
+  for (int i = 0; i < all->n; i++)
+    if ((i >= nf && all->v[i].node < l->g->n_forward) || all->v[i].overlap) return -1;
+  return nf;
+}
+
+/* The values chunk ch exchanges live in its passes, not through the list, where the passes
+ * run in all's order: the runtime's isend copies what it sends (runtime/comm/comm.h), so a
+ * value sent lives to its pass's end (the send follows the call), and a value received is
+ * written just before its pass (the forward's activations, the backward's gradients).
+ * Those read in no other pass become working set (mark_scratch); a received activation the
+ * backward reads again stays in its micro-batch's slot. */
+static void loosen_exchanges(L *l, const PChunk *ch, const PSeq *all) {
+  const Graph *g = l->g;
+  int nf = forward_count(l, all);
+  if (nf < 0) return;
+  for (int k = 0; k < g->nouts; k++) {
+    int b = (int)ch->out[k].offset;
+    l->bufs[b].pinned = false, touch(l, b, nf - 1);
+  }
+  for (int k = 0; k < g->nwrt; k++) {
+    int b = (int)ch->wrt_grad[k].offset;
+    if (b >= 0) l->bufs[b].pinned = false, touch(l, b, all->n - 1);
+    b = l->val[g->wrt[k]->id].buf;
+    l->bufs[b].pinned = false, touch(l, b, 0);
+  }
+  for (int k = 0; k < g->nseeds; k++) {
+    int b = l->val[g->seed_grad[k]->id].buf;
+    l->bufs[b].pinned = false, touch(l, b, nf);
+  }
+}
+
 /* The buffers of chunk l that live within one of its passes, forward or backward
  * (all: its instructions, the forward's first), not pinned: the stage runs one pass of
  * one chunk at a time, so these are its working set, which the chunks and the
  * micro-batches in flight may share; what outlives a micro-batch's forward (its stash,
- * the values exchanged) is its slot's. None when the passes interleave or a collective
- * runs beside what follows. */
+ * a received activation its backward reads) is its slot's. None when the passes
+ * interleave or a collective runs beside what follows. */
 static void mark_scratch(L *l, const PSeq *all) {
-  int nf = 0;
-  while (nf < all->n && all->v[nf].node < l->g->n_forward) nf++;
-  for (int i = 0; i < all->n; i++)
-    if ((i >= nf && all->v[i].node < l->g->n_forward) || all->v[i].overlap) return;
+  int nf = forward_count(l, all);
+  if (nf < 0) return;
   for (int i = 0; i < l->nbufs; i++) {
     LBuf *b = &l->bufs[i];
     b->scratch = b->tier == TIER_WORK && !b->shared && !b->pinned && b->first >= 0 && (b->last < nf || b->first >= nf);
@@ -2540,14 +2585,15 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
     L *l = ls[c];
     PChunk *ch = &p->chunks[c];
     *ch = (PChunk){.g = g, .index = index[c], .loss = -1};
-    ch->wrt = offsets(a, g->nwrt), ch->wrt_grad = offsets(a, g->nwrt);
-    ch->out = offsets(a, g->nouts), ch->seed = offsets(a, g->nseeds);
+    ch->wrt = locs(a, g->nwrt), ch->wrt_grad = locs(a, g->nwrt);
+    ch->out = locs(a, g->nouts), ch->seed = locs(a, g->nseeds);
     l->seq = &all[c];
     k0[c] = p->nkernels;
     lower_nodes(l, ch);
     if (c + 1 < n && l->fp8_buf >= 0) ls[c + 1]->fp8_rows = l->fp8_rows; /* the next chunk's states follow */
     for (int i = 0; i < all[c].n; i++)
       *emit(l, all[c].v[i].node < g->n_forward ? &ch->fwd : &ch->bwd, all[c].v[i].op) = all[c].v[i];
+    loosen_exchanges(l, ch, &all[c]);
     mark_scratch(l, &all[c]);
   }
   k0[n] = p->nkernels;
@@ -2564,12 +2610,12 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
     for (int i = 0; !split && i < l->nbufs; i++) l->bufs[i].scratch = false;
     PSeq *seqs[3] = {&all[c], &ch->fwd, &ch->bwd};
     patch(l, k0[c], k0[c + 1], seqs, 3);
-    for (int k = 0; k < g->nouts; k++) ch->out[k] = l->bufs[ch->out[k]].offset;
+    for (int k = 0; k < g->nouts; k++) ch->out[k] = loc_of(l, (int)ch->out[k].offset, 0);
     for (int k = 0; k < g->nwrt; k++) {
-      if (ch->wrt_grad[k] >= 0) ch->wrt_grad[k] = l->bufs[ch->wrt_grad[k]].offset;
-      ch->wrt[k] = placed(l, g->wrt[k]);
+      if (ch->wrt_grad[k].offset >= 0) ch->wrt_grad[k] = loc_of(l, (int)ch->wrt_grad[k].offset, 0);
+      ch->wrt[k] = placed_loc(l, g->wrt[k]);
     }
-    for (int k = 0; k < g->nseeds; k++) ch->seed[k] = placed(l, g->seed_grad[k]);
+    for (int k = 0; k < g->nseeds; k++) ch->seed[k] = placed_loc(l, g->seed_grad[k]);
     chunk_inputs(l, p, ch);
     if (g->loss) {
       ch->loss = p->loss_offset = placed(l, g->loss);

@@ -79,15 +79,22 @@ typedef struct PStageGroup {
   int *stages;
 } PStageGroup;
 
+/* Where a value a chunk exchanges lies: WORK (its micro-batch's slot) or TIER_SHARED
+ * (the region the slots share: a value that lives within one pass). */
+typedef struct PLoc {
+  int tier;
+  int64_t offset;
+} PLoc;
+
 typedef struct PChunk {
   const Graph *g;
   int index; /* the chunk's number in the model */
   PSeq fwd, bwd;
-  int64_t *inputs;         /* [ninputs of the stage] WORK offsets of the inputs the chunk reads,
-                            * -1 for those it does not */
-  int64_t loss;            /* offset, -1 when the chunk has none */
-  int64_t *wrt, *wrt_grad; /* [g->nwrt] received activations, their gradients (-1: none) */
-  int64_t *out, *seed;     /* [g->nouts] sent values; [g->nseeds] received gradients */
+  int64_t *inputs;      /* [ninputs of the stage] WORK offsets of the inputs the chunk reads,
+                         * -1 for those it does not */
+  int64_t loss;         /* offset, -1 when the chunk has none */
+  PLoc *wrt, *wrt_grad; /* [g->nwrt] received activations, their gradients (offset -1: none) */
+  PLoc *out, *seed;     /* [g->nouts] sent values; [g->nseeds] received gradients */
 } PChunk;
 
 /* A list the program carries (program/program.h, "Lists"): a named one (train, eval,

@@ -78,8 +78,8 @@ int pipe_check(const Partition *part, int m, bool interleaved, char *err, size_t
 
 /* ---- the stages' programs --------------------------------------------------------------- */
 
-static void put_p2p(Arena *a, PSeq *s, IsaOp op, int peer, int tag, int64_t off, int64_t count) {
-  pseq_push(a, s, op)->p2p = (IsaP2P){.peer = peer, .tag = tag, .tier = TIER_WORK, .offset = off, .count = count};
+static void put_p2p(Arena *a, PSeq *s, IsaOp op, int peer, int tag, PLoc at, int64_t count) {
+  pseq_push(a, s, op)->p2p = (IsaP2P){.peer = peer, .tag = tag, .tier = at.tier, .offset = at.offset, .count = count};
 }
 
 void pipe_put_input(Program *p, PSeq *s, int input, int64_t mb, int64_t step, int64_t off) {

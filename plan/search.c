@@ -393,11 +393,12 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
 
 typedef struct StageSums {
   double stash, work, dp, dptp, dptp_mb, maxp, flops_rc;
-  double max_param;   /* the stage's largest parameter */
-  double max_pair;    /* the most parameters of two consecutive segments (one in use, the next gathered ahead) */
-  double work_apart;  /* work with the weight's 16-bit copy, where no stash makes room for it */
-  double split_whole; /* stage_split_whole */
-  double exchange;    /* stage_exchange */
+  double max_param;     /* the stage's largest parameter */
+  double max_pair;      /* the most parameters of two consecutive segments (one in use, the next gathered ahead) */
+  double work_apart;    /* work with the weight's 16-bit copy, where no stash makes room for it */
+  double split_whole;   /* stage_split_whole */
+  double exchange;      /* stage_exchange: in each slot */
+  double exchange_work; /* ... and in the working set */
 } StageSums;
 
 static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int n, StageCost *st, StageSums *q) {
@@ -410,8 +411,11 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
     const SegParams *sp = &cs->sp[ci][segs[a]];
     st->t_fwd += s->t_fwd, st->t_bwd += s->t_bwd, st->tp_comm += s->c_fwd + s->c_bwd, st->t_rc += s->t_rc;
     q->stash += s->stash;
-    if (s->stash + s->transient > q->work) q->work = s->stash + s->transient;
-    if (s->stash + s->transient + s->wcopy > q->work_apart) q->work_apart = s->stash + s->transient + s->wcopy;
+    /* the backward working set: a recomputed segment's activations with its stash, else
+     * its gradients beside the stash already counted */
+    double ws = s->transient > 0 ? s->stash + s->transient : s->grad_work;
+    if (ws > q->work) q->work = ws;
+    if (ws + s->wcopy > q->work_apart) q->work_apart = ws + s->wcopy;
     q->dp += sp->dp, q->dptp += sp->dptp, q->dptp_mb += sp->dptp_mb, q->flops_rc += s->flops_rc;
     if (sp->max_seg > q->maxp) q->maxp = sp->max_seg;
     double pair = sp->max_seg + (a > 0 ? cs->sp[ci][segs[a - 1]].max_seg : 0);
@@ -438,20 +442,28 @@ static double stage_p2p(const Search *S, const ShardCand *c, const int *start, c
   return t;
 }
 
-/* Bytes a compiled stage i keeps in each slot for its chunks' exchanges beside their
- * stash (codegen/lower.c: pinned, f32): the gradients of each chunk's input and output
- * and, under mixed precision, the f32 values themselves beside the 16-bit activations. */
-static double stage_exchange(const Search *S, const ShardCand *c, const int *start, const PlanChoice *ch, int i) {
+/* Bytes a compiled stage i keeps for its chunks' exchanges (codegen/lower.c,
+ * loosen_exchanges): in each slot, under mixed precision, the f32 activations each chunk
+ * receives, which its backward reads again (their 16-bit rounding is recomputed where
+ * read); in its working set (*work), the gradients a chunk's backward receives and sends,
+ * which live in that pass (what a chunk sends is copied by the send). */
+static double stage_exchange(const Search *S, const ShardCand *c, const int *start, const PlanChoice *ch, int i,
+                             double *work) {
   int p = ch->pp, K = p * ch->v;
-  double b = 0, copies = S->r->mixed ? 2 : 1;
+  double b = 0;
+  *work = 0;
   if (!S->f->exec || p == 1) return 0;
   for (int j = 0; j < ch->v; j++) {
     int k = i + j * p;
+    double grads = 0;
     for (int e = k - 1; e <= k; e++) /* the boundary before the chunk and after it */
       if (e >= 0 && e < K - 1) {
         const SegCost *last = &c->seg[S->r->pm->first_layer_seg + start[e + 1] - 1];
-        b += copies * (last->xfer_split + last->xfer_whole);
+        double x = last->xfer_split + last->xfer_whole;
+        grads += x;
+        if (e == k - 1 && S->r->mixed) b += x;
       }
+    if (grads > *work) *work = grads;
   }
   return b;
 }
@@ -501,7 +513,7 @@ static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums
    * embedding: its classifier's part from the start of the backward pass, its
    * embedding's at the end), which ZeRO-3's gathered pair (an overestimate for
    * weights dealt in pieces) covers */
-  double work = S->f->exec && ch->pp > 1 ? q->work_apart : q->work;
+  double work = S->f->exec && ch->pp > 1 ? q->work_apart + q->exchange_work : q->work;
   st->buffers = work + (ch->zero == 3 ? q->max_pair * r->w_bytes : 0) +
                 (ch->zero == 2 ? shared * r->g_bytes * (dp - 1) / dp : 0) + 2 * q->split_whole * r->g_bytes;
   st->total = st->weights + st->grads + st->optimizer + st->activations + st->buffers;
@@ -526,7 +538,7 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
   st->p2p = stage_p2p(S, &cs->c[ci], start, ch, i);
   st->time = st->t_fwd + st->t_bwd + st->tp_comm + st->t_rc + st->p2p;
   q.split_whole = stage_split_whole(S, cs, ci, S->segbuf, n);
-  q.exchange = stage_exchange(S, &cs->c[ci], start, ch, i);
+  q.exchange = stage_exchange(S, &cs->c[ci], start, ch, i, &q.exchange_work);
   stage_memory(S, ch, i, &q, shared, st);
   st->params_dptp = q.dptp + sdptp, st->params_dptp_mb = q.dptp_mb + sdptp_mb;
   double d = stage_dp_time(S, ch, st, i, q.dp + shared - tie - (sdptp + sdptp_mb - tie_tp), st->params_dptp,

@@ -920,7 +920,8 @@ int shard_grad_placement(const Node *n, const Strat *s, int i) {
 /* Per micro-batch sums of a walk over ops. */
 typedef struct Walk {
   double t_fwd, t_bwd, c_fwd, c_bwd, t_rc, stash, transient, params;
-  double wcopy; /* the largest 16-bit copy of a GEMM's weight (SegCost.wcopy) */
+  double out_max; /* the largest output of an op so far */
+  double wcopy;   /* the largest 16-bit copy of a GEMM's weight (SegCost.wcopy) */
 } Walk;
 
 static double walk_time(const Walk *w) { return w->t_fwd + w->t_bwd + w->c_fwd + w->c_bwd + w->t_rc; }
@@ -998,7 +999,8 @@ static bool step_cost(const ShardCtx *x, Recompute rc, const Node *n, const Stra
     w->t_rc += s->t_sel > 0 ? s->t_sel : s->t_fwd;
     if (acc) acc->flops_rc += s->flops_fwd;
   }
-  double stash = in.stash + out_stash + extra;
+  double stash = in.stash + out_stash + extra, out = tensor_bytes(x, n) / split(x, s->out);
+  if (out > w->out_max) w->out_max = out;
   if (rc == RC_FULL) { /* what the layer's backward reads is computed again before it */
     if (x->pm->rc_full[n->id]) {
       w->t_rc += s->t_fwd + in.c_fwd + s->c_intr;
@@ -1319,6 +1321,7 @@ static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegS
   out->t_fwd = w.t_fwd, out->t_bwd = w.t_bwd, out->c_fwd = w.c_fwd, out->c_bwd = w.c_bwd, out->t_rc = w.t_rc;
   out->stash = w.stash + (ss->rc == RC_FULL ? boundary_stash(x, s, pl0) : 0);
   out->transient = w.transient;
+  out->grad_work = w.out_max + boundary_stash(x, s, pl0);
   out->wcopy = w.wcopy;
   for (int q = 0; q < s->nout; q++) { /* s's q-th output is rep's q-th, in rep's layout */
     int j = find_slot(L->live[s->nops], L->nlive[s->nops], ss->rep->out[q]);

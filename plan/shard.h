@@ -107,6 +107,9 @@ typedef struct SegCost {
   double t_rc;         /* recompute (compute and its communication), s */
   double stash;        /* activation bytes kept from forward to backward */
   double transient;    /* bytes alive only while the segment runs (full recompute) */
+  double grad_work;    /* its backward's gradients beside its stash: the gradient of its
+                          largest tensor and the one entering it (the compiled program frees
+                          each gradient and stashed tensor after its last reader) */
   double wcopy;        /* mixed precision: the largest 16-bit copy of a weight its GEMMs read
                           (cast for the forward pass and again for the backward, codegen) */
   double xfer_split;   /* bytes per device of split tensors passed to the next segment */

@@ -384,8 +384,8 @@ def memory_compiled():
     """The memory a plan prices per device is what its compiled program needs (the
     programs' predicted_memory, the figure train reports beside the measured peak),
     within 5 %: f32 weights and gradients and 16-bit activations under mixed precision,
-    ZeRO's pieces, a pipeline stage's slots (each micro-batch's stash and exchanges) and
-    the one working set they share."""
+    ZeRO's pieces, a pipeline stage's slots (each micro-batch's stash and the activations
+    it receives), the one working set they share, and a layer's backward working set."""
     configs = [GPT2, GPT2 + ["--precision", "fp32"], GPT2 + ["--zero", "2"], GPT2 + ["--zero", "3"],
                GPT2 + ["--dp", "2", "--tp", "2", "--pp", "2"], GPT2 + ["--dp", "2", "--tp", "2", "--pp", "2",
                "--schedule", "1f1b"], GPT2 + ["--dp", "1", "--tp", "8", "--pp", "1"],
@@ -393,6 +393,11 @@ def memory_compiled():
                ["models/gpt2.model", "--gpus", "8", "--gpu", "h100-sxm", "--precision", "fp8"],
                ["models/gpt2-tiny.model", "--gpu", "cpu", "--gpus", "4", "--dp", "1", "--tp", "2", "--pp", "2",
                 "--set", "batch=8"]]
+    # activations outweigh the training state: the backward's working set shows
+    tiny = ["models/gpt2-tiny.model", "--gpu", "cpu", "--set", "d=256", "--set", "heads=4", "--set", "seq=128",
+            "--set", "batch=16"]
+    configs += [tiny + ["--gpus", "1", "--dp", "1"], tiny + ["--gpus", "2", "--dp", "2", "--tp", "1", "--pp", "1"],
+                tiny + ["--gpus", "2", "--dp", "1", "--tp", "2", "--pp", "1"]]
     with tempfile.TemporaryDirectory() as tmp:
         for args in configs:
             priced = plan_json(args)["memory"]["peak_bytes_per_device"]
