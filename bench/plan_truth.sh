@@ -2,10 +2,11 @@
 # The plan against colossalc's own runs: this machine calibrated (colossalc --calibrate),
 # then gpt2-tiny at a larger configuration and GPT-2 124M at a small batch compiled for
 # it (--cluster) on 1, 2, 4 and 8 ranks (dp, tp, pp with 1F1B and interleaved, ZeRO-1
-# and 3, recompute, offload under a device budget) and trained. Each row: the plan,
-# its predicted step time, the measured median of the timed steps (train's log: "ms"
-# beside "predicted_ms"), the error, and the device memory the plan predicts per rank
-# against the largest rank's measured peak (the log's "device_memory_peak").
+# and 3, recompute, offload under a device budget: the plan's own figure) and trained.
+# Each row: the plan, its predicted step time, the measured median of the timed steps
+# (train's log: "ms" beside "predicted_ms"), the error, and the device memory the plan
+# predicts per rank against the largest rank's measured peak (the log's
+# "device_memory_peak").
 # Bounds (docs/plan.md, "Calibration"): time within 10 % where the ranks are no more
 # than the cores (the others are reported), memory within 5 % on every row. Prints
 # PASS or FAIL per row and a last line with the count of rows out of their bounds.
@@ -41,7 +42,11 @@ row() { # name ranks model-args... -- plan-args...
   local json
   json=$("$cc" "${args[@]}" --cluster "$work/machine.json" --gpus "$np" "${plan[@]}" --dump-plan=json 2> "$dir/err") ||
     { printf '%-8s %-34s %-5s %s\n' "$name" "${plan[*]}" "$np" "no plan: $(head -1 "$dir/err")"; bad=$((bad + 1)); return; }
-  "$cc" "${args[@]}" --cluster "$work/machine.json" --gpus "$np" "${plan[@]}" -o "$dir/train" > /dev/null 2>&1
+  local budget=() # an offload plan is compiled for the device memory it prices
+  case " ${plan[*]} " in *" --offload state "*)
+    budget=(--device-memory "$(python3 -c 'import json, sys; print(int(json.loads(sys.argv[1])["memory"]["peak_bytes_per_device"]))' "$json")") ;;
+  esac
+  "$cc" "${args[@]}" --cluster "$work/machine.json" --gpus "$np" "${plan[@]}" "${budget[@]}" -o "$dir/train" > /dev/null 2>&1
   local launch=()
   [ "$np" -gt 1 ] && launch=($mpirun $flags -np "$np")
   (cd "$dir" && "${launch[@]}" ./train --data "$work/genesis.bin" --steps $((steps + 3)) --log log.jsonl \
