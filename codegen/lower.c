@@ -640,11 +640,51 @@ static const Node *bgrad_epilogue(const L *l, const Node *e) {
   return NULL;
 }
 
+/* Whether a sum of x over `reduced` into `t` is a sum over x's leading axes (a bias
+ * gradient's, a norm's weight gradient's) with a column to each of at least 32 outputs:
+ * colsum_kernel's. */
+static bool leading_sum(const Node *x, const bool *reduced, DType t) {
+  int p = 0, nd = x->shape.ndim;
+  while (p < nd && reduced[p]) p++;
+  int64_t cols = 1;
+  for (int d = p; d < nd; d++) {
+    if (reduced[d]) return false;
+    cols *= x->shape.d[d];
+  }
+  return t == DT_F32 && p > 0 && p < nd && cols >= 32;
+}
+
+/* A sum over the leading axes of dims (the first rows_of of nd) as kernel.h writes
+ * reductions over rows: KP_COLS, each worker owning columns and running every row in
+ * order, so the rows stream through memory (a KP_ROWS reduce would read each output's
+ * column with the row's stride). */
+static Kernel *colsum_kernel(L *l, const char *name, const int64_t *dims, int nd, int rows_of) {
+  return knew(l, name, KP_COLS, dims, nd, rows_of);
+}
+
+/* Kernel k's column sums of v into f32 buffer b (contiguous over the columns), added to
+ * what b holds (mode KS_ADD: a gradient slot) or set: the first row's term stored, the
+ * others added to it. */
+static void colsum_store(L *l, Kernel *k, int b, KStore mode, KExpr *v) {
+  KView view = {0};
+  int64_t st = 1;
+  for (int d = k->ndims - 1; d >= k->row_dims; d--) {
+    view.strides[d] = st;
+    st *= k->dims[d];
+  }
+  int kb = kbuf(l, k, b, DT_F32);
+  if (mode == KS_SET) {
+    KExpr *first = C(0);
+    for (int d = 0; d < k->row_dims; d++) first = B(ADD, first, kx_coord(l->a, k, d));
+    v = kx_select(l->a, k, B(EQ, first, C(0)), v, B(ADD, kx_load(l->a, k, kb, view), v));
+  }
+  kernel_map(k, kb, view, mode, v);
+  kfinish(l, l->seq, k);
+}
+
 /* The epilogue kernels of a DGELU GEMM (n's, into cb), for devices whose GEMMs do not
  * apply them: C = gelu_grad(x, C) in place, then (s) the sum of C's rows into the f32
  * vector bb. */
-static Kernel *reduce_kernel(L *l, const Node *n, const Node *x, const bool *reduced, AxMap *m);
-
 static void dgelu_kernels(L *l, const Node *e, const Node *s, int cb, int bb) {
   Kernel *k = knew(l, "gelu_grad", KP_ROWS, e->shape.d, e->shape.ndim, e->shape.ndim - 1);
   l->val[e->id] = (Val){.kind = V_EXPR};
@@ -653,13 +693,8 @@ static void dgelu_kernels(L *l, const Node *e, const Node *s, int cb, int bb) {
   l->seq->v[l->seq->n - 1].kernel.epilogue = true;
   l->val[e->id] = layout_of(cb, &e->shape);
   if (!s) return;
-  bool reduced[MAX_DIMS] = {0};
-  for (int d = 0; d < e->shape.ndim - 1; d++) reduced[d] = true;
-  AxMap m;
-  k = reduce_kernel(l, s, e, reduced, &m);
-  KView v = {.strides = {1}}; /* one value per row: the kernel's one row axis */
-  kernel_row(k, kbuf(l, k, bb, DT_F32), v, KS_SET, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, load(l, k, e, m))));
-  kfinish(l, l->seq, k);
+  k = colsum_kernel(l, op_info(s->op)->name, e->shape.d, e->shape.ndim, e->shape.ndim - 1);
+  colsum_store(l, k, bb, KS_SET, load(l, k, e, right_aligned(k, e->shape.ndim)));
   l->seq->v[l->seq->n - 1].kernel.epilogue = true;
 }
 
@@ -738,15 +773,12 @@ static bool bgrad_gemm(L *l, const Node *s) {
 /* The epilogue kernel of a GEMM's BGRAD of its B operand (kind ISA_BGRAD_B), for
  * devices whose GEMMs do not sum it: the sum over k of op(B) into the f32 vector bb. */
 static void bgrad_b_kernel(L *l, const Node *s, const IsaGemm *g, int bb) {
-  int64_t dims[2] = {g->n, g->k};
-  Kernel *k = knew(l, "sum_to", KP_ROWS, dims, 2, 1);
+  int64_t dims[2] = {g->k, g->n};
+  Kernel *k = colsum_kernel(l, op_info(s->op)->name, dims, 2, 1);
   DType t = (DType)g->dt[1];
   KView bv = {.offset = g->off[1] / (dtype_size_bits(t) / 8)};
-  bv.strides[0] = g->tb ? g->ldb : 1, bv.strides[1] = g->tb ? 1 : g->ldb;
-  KExpr *sum = kx_acc(l->a, k, kernel_reduce(k, KR_SUM, kx_load(l->a, k, kbuf(l, k, g->tier[1] - PENDING, t), bv)));
-  KView v = {.strides = {1}};
-  kernel_row(k, kbuf(l, k, bb, DT_F32), v, KS_SET, sum);
-  kfinish(l, l->seq, k);
+  bv.strides[0] = g->tb ? 1 : g->ldb, bv.strides[1] = g->tb ? g->ldb : 1;
+  colsum_store(l, k, bb, KS_SET, kx_load(l->a, k, kbuf(l, k, g->tier[1] - PENDING, t), bv));
   l->seq->v[l->seq->n - 1].kernel.epilogue = true;
 }
 
@@ -1075,7 +1107,10 @@ static void lower_norm_param_grad(L *l, const Node *n) {
   bool reduced[MAX_DIMS] = {0};
   for (int d = 0; d < x->shape.ndim; d++) reduced[d] = d != x->shape.ndim - 1;
   AxMap m;
-  Kernel *k = reduce_kernel(l, n, x, reduced, &m);
+  bool cols = leading_sum(x, reduced, n->dtype);
+  Kernel *k = cols ? colsum_kernel(l, op_info(n->op)->name, x->shape.d, x->shape.ndim, x->shape.ndim - 1)
+                   : reduce_kernel(l, n, x, reduced, &m);
+  if (cols) m = right_aligned(k, x->shape.ndim);
   KExpr *e = expr(l, k, n->in[2], m);
   if (which == 1) {
     KView sv = {0};
@@ -1087,6 +1122,12 @@ static void lower_norm_param_grad(L *l, const Node *n) {
     KExpr *mean = kx_load(l->a, k, kbuf(l, k, stats[0], DT_F32), sv);
     KExpr *rstd = kx_load(l->a, k, kbuf(l, k, stats[1], DT_F32), sv);
     e = B(MUL, e, B(MUL, B(SUB, expr(l, k, x, m), mean), rstd));
+  }
+  if (cols) {
+    int b = out_buf(l, n);
+    l->val[n->id] = layout_of(b, &n->shape);
+    colsum_store(l, k, b, store_mode(l, b), e);
+    return;
   }
   store_rows(l, k, n, kx_acc(l->a, k, kernel_reduce(k, KR_SUM, e)));
 }
@@ -1107,6 +1148,14 @@ static void reduce_of(L *l, const Node *n) {
     for (int d = 0; d < x->shape.ndim; d++) reduced[d] = !ax->set || d == (ax->i < 0 ? ax->i + x->shape.ndim : ax->i);
   }
   AxMap m;
+  if (n->op != OP_MEAN && leading_sum(x, reduced, n->dtype)) {
+    int b = out_buf(l, n), p = 0;
+    while (reduced[p]) p++;
+    l->val[n->id] = layout_of(b, &n->shape);
+    Kernel *k = colsum_kernel(l, op_info(n->op)->name, x->shape.d, x->shape.ndim, p);
+    colsum_store(l, k, b, store_mode(l, b), expr(l, k, x, right_aligned(k, x->shape.ndim)));
+    return;
+  }
   Kernel *k = reduce_kernel(l, n, x, reduced, &m);
   KExpr *s = kx_acc(l->a, k, kernel_reduce(k, KR_SUM, expr(l, k, x, m)));
   if (n->op == OP_MEAN) s = B(MUL, s, C((double)shape_numel(&n->shape) / (double)shape_numel(&x->shape)));
