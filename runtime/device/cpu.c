@@ -1,8 +1,10 @@
 /* device/cpu: the CPU Device (executor.h). Kernels run on a thread pool
  * (threadpool.h) in static chunks; GEMMs go to OpenBLAS's cblas_sgemm, row-major,
- * once per batch pair (i, j), on the calling thread, with OpenBLAS's own threads
- * set to the same count (never inside the pool's workers); large memsets are
- * split over the pool too. Memory is host memory: aligned_alloc(64), zeroed once.
+ * once per batch pair (i, j), split over the pool too (pool_gemm: each worker the
+ * product's rows, or its columns, of its chunk, with OpenBLAS on one thread). OpenBLAS's
+ * own threads would spin (sched_yield) for a while after each GEMM on the cores the
+ * pool's kernels run on next: a small model's step was 1.26x slower with them on two
+ * cores. Large memsets are split over the pool too. Memory is host memory: aligned_alloc(64), zeroed once.
  * Reserved tiers (ZeRO shards) are anonymous mappings: reserved PROT_NONE (no memory,
  * no commit charge), committed by mprotect to read-write (pages appear zeroed when
  * first touched), decommitted by MADV_DONTNEED and PROT_NONE again, so a stray
@@ -149,6 +151,35 @@ static float *gemm_operand(const IsaGemm *g, char *const *tiers, int w, int64_t 
   return base + i * g->stride[w][0] + j * g->stride[w][1];
 }
 
+/* C = alpha op(A) op(B) + beta C (row-major, f32) over the pool: each worker its chunk
+ * of C's rows (of its columns where C has fewer rows than threads), one OpenBLAS call on
+ * one thread. The split is fixed by the shape and the thread count. */
+typedef struct CpuGemm {
+  enum CBLAS_TRANSPOSE ta, tb;
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  const float *a, *b, *bias;
+  float *c;
+  int rows; /* split C's rows, else its columns */
+} CpuGemm;
+
+static void cpu_gemm_chunk(void *ctx, int64_t lo, int64_t hi) {
+  const CpuGemm *g = ctx;
+  const float *a = g->a, *b = g->b;
+  float *c = g->c;
+  int64_t m = g->m, n = g->n;
+  if (g->rows) a += g->ta == CblasTrans ? lo : lo * g->lda, c += lo * g->ldc, m = hi - lo;
+  else b += g->tb == CblasTrans ? lo * g->ldb : lo, c += lo, n = hi - lo;
+  for (int64_t r = 0; g->bias && r < m; r++) memcpy(c + r * g->ldc, g->bias + (g->rows ? 0 : lo), (size_t)n * 4);
+  cblas_sgemm(CblasRowMajor, g->ta, g->tb, (int)m, (int)n, (int)g->k, g->alpha, a, (int)g->lda, b, (int)g->ldb,
+              g->bias ? 1.0f : g->beta, c, (int)g->ldc);
+}
+
+static void pool_gemm(CpuDevice *cpu, CpuGemm *g) {
+  g->rows = g->m >= pool_threads(cpu->pool) || g->m >= g->n;
+  pool_run(cpu->pool, g->rows ? g->m : g->n, cpu_gemm_chunk, g);
+}
+
 /* A rows x cols matrix of 16- or 8-bit elements (leading dimension ld) widened into
  * f32 at f (leading dimension cols), or (narrow, 16-bit) f32 rounded back into it; rows
  * split over the pool. */
@@ -215,9 +246,21 @@ static void cpu_gemm_half(CpuDevice *cpu, const IsaGemm *g, char *const *tiers) 
       float *c = f32 ? (float *)ops[2] : c32;
       int64_t ldc = f32 ? g->ldc : g->n;
       if (!f32 && g->beta != 0) convert(cpu, g->dt[2], ops[2], g->m, g->n, g->ldc, c32, 0);
-      for (int64_t r = 0; bias && r < g->m; r++) memcpy(c + r * ldc, bias, (size_t)g->n * sizeof *bias);
-      cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, (int)g->m,
-                  (int)g->n, (int)g->k, g->alpha, a, (int)ca, b, (int)cb, bias ? 1.0f : g->beta, c, (int)ldc);
+      CpuGemm cg = {.ta = g->ta ? CblasTrans : CblasNoTrans,
+                    .tb = g->tb ? CblasTrans : CblasNoTrans,
+                    .m = g->m,
+                    .n = g->n,
+                    .k = g->k,
+                    .lda = ca,
+                    .ldb = cb,
+                    .ldc = ldc,
+                    .alpha = g->alpha,
+                    .beta = g->beta,
+                    .a = a,
+                    .b = b,
+                    .bias = bias,
+                    .c = c};
+      pool_gemm(cpu, &cg);
       if (!f32) convert(cpu, g->dt[2], ops[2], g->m, g->n, g->ldc, c32, 1);
     }
 }
@@ -237,9 +280,21 @@ static int cpu_gemm(Device *dev, const IsaGemm *g, char *const *tiers) {
   for (int64_t i = 0; i < g->batch[0]; i++)
     for (int64_t j = 0; j < g->batch[1]; j++) {
       float *c = g->aux ? (float *)(tiers[g->aux_tier] + g->aux_off) : gemm_operand(g, tiers, 2, i, j);
-      for (int64_t r = 0; bias && r < g->m; r++) memcpy(c + r * g->ldc, bias, (size_t)g->n * sizeof *bias);
-      cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, gemm_operand(g, tiers, 0, i, j),
-                  (int)g->lda, gemm_operand(g, tiers, 1, i, j), (int)g->ldb, bias ? 1.0f : g->beta, c, (int)g->ldc);
+      CpuGemm cg = {.ta = ta,
+                    .tb = tb,
+                    .m = g->m,
+                    .n = g->n,
+                    .k = g->k,
+                    .lda = g->lda,
+                    .ldb = g->ldb,
+                    .ldc = g->ldc,
+                    .alpha = g->alpha,
+                    .beta = g->beta,
+                    .a = gemm_operand(g, tiers, 0, i, j),
+                    .b = gemm_operand(g, tiers, 1, i, j),
+                    .bias = bias,
+                    .c = c};
+      pool_gemm((CpuDevice *)dev, &cg);
     }
   return 0;
 }
@@ -437,7 +492,7 @@ Device *device_cpu_new(const ProgKernelFn *kernels, int nkernels, int threads, c
     free(cpu);
     return NULL;
   }
-  openblas_set_num_threads(threads);
+  openblas_set_num_threads(1); /* the pool splits each GEMM (pool_gemm) */
   pthread_mutex_init(&cpu->pin_mu, NULL);
   cpu->kernels = kernels;
   cpu->nkernels = nkernels;
