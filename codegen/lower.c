@@ -640,31 +640,26 @@ static const Node *bgrad_epilogue(const L *l, const Node *e) {
   return NULL;
 }
 
-/* Whether a sum of x over `reduced` into `t` is a sum over x's leading axes (a bias
- * gradient's, a norm's weight gradient's) with a column to each of at least 32 outputs:
- * colsum_kernel's. */
-static bool leading_sum(const Node *x, const bool *reduced, DType t) {
+/* How many of x's leading axes a sum over `reduced` into `t` sums, where it sums only
+ * those (a bias gradient, a norm's weight gradient), into f32, with a column to each of
+ * at least 32 outputs: a column kernel's sum (colsum_store); 0 otherwise. */
+static int leading_sum(const Node *x, const bool *reduced, DType t) {
   int p = 0, nd = x->shape.ndim;
   while (p < nd && reduced[p]) p++;
   int64_t cols = 1;
   for (int d = p; d < nd; d++) {
-    if (reduced[d]) return false;
+    if (reduced[d]) return 0;
     cols *= x->shape.d[d];
   }
-  return t == DT_F32 && p > 0 && p < nd && cols >= 32;
-}
-
-/* A sum over the leading axes of dims (the first rows_of of nd) as kernel.h writes
- * reductions over rows: KP_COLS, each worker owning columns and running every row in
- * order, so the rows stream through memory (a KP_ROWS reduce would read each output's
- * column with the row's stride). */
-static Kernel *colsum_kernel(L *l, const char *name, const int64_t *dims, int nd, int rows_of) {
-  return knew(l, name, KP_COLS, dims, nd, rows_of);
+  return t == DT_F32 && p < nd && cols >= 32 ? p : 0;
 }
 
 /* Kernel k's column sums of v into f32 buffer b (contiguous over the columns), added to
  * what b holds (mode KS_ADD: a gradient slot) or set: the first row's term stored, the
- * others added to it. */
+ * others added to it. k is KP_COLS over a sum's leading axes, as kernel.h writes
+ * reductions over rows: each worker owns columns and runs every row in order, so the
+ * rows stream through memory (a KP_ROWS reduce would read each output's column with the
+ * row's stride). */
 static void colsum_store(L *l, Kernel *k, int b, KStore mode, KExpr *v) {
   KView view = {0};
   int64_t st = 1;
@@ -693,7 +688,7 @@ static void dgelu_kernels(L *l, const Node *e, const Node *s, int cb, int bb) {
   l->seq->v[l->seq->n - 1].kernel.epilogue = true;
   l->val[e->id] = layout_of(cb, &e->shape);
   if (!s) return;
-  k = colsum_kernel(l, op_info(s->op)->name, e->shape.d, e->shape.ndim, e->shape.ndim - 1);
+  k = knew(l, op_info(s->op)->name, KP_COLS, e->shape.d, e->shape.ndim, e->shape.ndim - 1);
   colsum_store(l, k, bb, KS_SET, load(l, k, e, right_aligned(k, e->shape.ndim)));
   l->seq->v[l->seq->n - 1].kernel.epilogue = true;
 }
@@ -774,7 +769,7 @@ static bool bgrad_gemm(L *l, const Node *s) {
  * devices whose GEMMs do not sum it: the sum over k of op(B) into the f32 vector bb. */
 static void bgrad_b_kernel(L *l, const Node *s, const IsaGemm *g, int bb) {
   int64_t dims[2] = {g->k, g->n};
-  Kernel *k = colsum_kernel(l, op_info(s->op)->name, dims, 2, 1);
+  Kernel *k = knew(l, op_info(s->op)->name, KP_COLS, dims, 2, 1);
   DType t = (DType)g->dt[1];
   KView bv = {.offset = g->off[1] / (dtype_size_bits(t) / 8)};
   bv.strides[0] = g->tb ? 1 : g->ldb, bv.strides[1] = g->tb ? g->ldb : 1;
@@ -1107,8 +1102,8 @@ static void lower_norm_param_grad(L *l, const Node *n) {
   bool reduced[MAX_DIMS] = {0};
   for (int d = 0; d < x->shape.ndim; d++) reduced[d] = d != x->shape.ndim - 1;
   AxMap m;
-  bool cols = leading_sum(x, reduced, n->dtype);
-  Kernel *k = cols ? colsum_kernel(l, op_info(n->op)->name, x->shape.d, x->shape.ndim, x->shape.ndim - 1)
+  bool cols = leading_sum(x, reduced, n->dtype) > 0;
+  Kernel *k = cols ? knew(l, op_info(n->op)->name, KP_COLS, x->shape.d, x->shape.ndim, x->shape.ndim - 1)
                    : reduce_kernel(l, n, x, reduced, &m);
   if (cols) m = right_aligned(k, x->shape.ndim);
   KExpr *e = expr(l, k, n->in[2], m);
@@ -1148,11 +1143,11 @@ static void reduce_of(L *l, const Node *n) {
     for (int d = 0; d < x->shape.ndim; d++) reduced[d] = !ax->set || d == (ax->i < 0 ? ax->i + x->shape.ndim : ax->i);
   }
   AxMap m;
-  if (n->op != OP_MEAN && leading_sum(x, reduced, n->dtype)) {
-    int b = out_buf(l, n), p = 0;
-    while (reduced[p]) p++;
+  int p = n->op == OP_MEAN ? 0 : leading_sum(x, reduced, n->dtype);
+  if (p) {
+    int b = out_buf(l, n);
     l->val[n->id] = layout_of(b, &n->shape);
-    Kernel *k = colsum_kernel(l, op_info(n->op)->name, x->shape.d, x->shape.ndim, p);
+    Kernel *k = knew(l, op_info(n->op)->name, KP_COLS, x->shape.d, x->shape.ndim, p);
     colsum_store(l, k, b, store_mode(l, b), expr(l, k, x, right_aligned(k, x->shape.ndim)));
     return;
   }

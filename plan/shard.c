@@ -920,8 +920,7 @@ int shard_grad_placement(const Node *n, const Strat *s, int i) {
 /* Per micro-batch sums of a walk over ops. */
 typedef struct Walk {
   double t_fwd, t_bwd, c_fwd, c_bwd, t_rc, stash, transient, params;
-  double out_max; /* the largest output of an op so far */
-  double wcopy;   /* the largest 16-bit copy of a GEMM's weight (SegCost.wcopy) */
+  double wcopy; /* the largest 16-bit copy of a GEMM's weight (SegCost.wcopy) */
 } Walk;
 
 static double walk_time(const Walk *w) { return w->t_fwd + w->t_bwd + w->c_fwd + w->c_bwd + w->t_rc; }
@@ -999,8 +998,7 @@ static bool step_cost(const ShardCtx *x, Recompute rc, const Node *n, const Stra
     w->t_rc += s->t_sel > 0 ? s->t_sel : s->t_fwd;
     if (acc) acc->flops_rc += s->flops_fwd;
   }
-  double stash = in.stash + out_stash + extra, out = tensor_bytes(x, n) / split(x, s->out);
-  if (out > w->out_max) w->out_max = out;
+  double stash = in.stash + out_stash + extra;
   if (rc == RC_FULL) { /* what the layer's backward reads is computed again before it */
     if (x->pm->rc_full[n->id]) {
       w->t_rc += s->t_fwd + in.c_fwd + s->c_intr;
@@ -1309,9 +1307,13 @@ static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegS
           *npb = arena_alloc(a, m + 1);
   memcpy(pl, pl0, s->nin);
   Walk w = {0};
+  double out_max = 0; /* the largest output of an op */
   for (int k = 0; k < s->nops; k++) {
     const Strat *st = &ss->st[k][choice[k]];
-    step_cost(x, ss->rc, pm->g->nodes[s->ops[k]], st, L->inslot[k], pl, pb, &w, out);
+    const Node *n = pm->g->nodes[s->ops[k]];
+    step_cost(x, ss->rc, n, st, L->inslot[k], pl, pb, &w, out);
+    double bytes = tensor_bytes(x, n) / split(x, st->out);
+    if (bytes > out_max) out_max = bytes;
     memset(npl, 0, m + 1), memset(npb, 0, m + 1);
     for (int j = 0; j < L->nlive[k]; j++)
       if (L->map[k][j] >= 0) npl[L->map[k][j]] = pl[j], npb[L->map[k][j]] = pb[j];
@@ -1321,7 +1323,7 @@ static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegS
   out->t_fwd = w.t_fwd, out->t_bwd = w.t_bwd, out->c_fwd = w.c_fwd, out->c_bwd = w.c_bwd, out->t_rc = w.t_rc;
   out->stash = w.stash + (ss->rc == RC_FULL ? boundary_stash(x, s, pl0) : 0);
   out->transient = w.transient;
-  out->grad_work = w.out_max + boundary_stash(x, s, pl0);
+  out->grad_work = out_max + boundary_stash(x, s, pl0);
   out->wcopy = w.wcopy;
   for (int q = 0; q < s->nout; q++) { /* s's q-th output is rep's q-th, in rep's layout */
     int j = find_slot(L->live[s->nops], L->nlive[s->nops], ss->rep->out[q]);

@@ -4,7 +4,8 @@
  * product's rows, or its columns, of its chunk, with OpenBLAS on one thread). OpenBLAS's
  * own threads would spin (sched_yield) for a while after each GEMM on the cores the
  * pool's kernels run on next: a small model's step was 1.26x slower with them on two
- * cores. Large memsets are split over the pool too. Memory is host memory: aligned_alloc(64), zeroed once.
+ * cores. Large memsets are split over the pool too. Memory is host memory:
+ * aligned_alloc(64), zeroed once.
  * Reserved tiers (ZeRO shards) are anonymous mappings: reserved PROT_NONE (no memory,
  * no commit charge), committed by mprotect to read-write (pages appear zeroed when
  * first touched), decommitted by MADV_DONTNEED and PROT_NONE again, so a stray
@@ -175,9 +176,26 @@ static void cpu_gemm_chunk(void *ctx, int64_t lo, int64_t hi) {
               g->bias ? 1.0f : g->beta, c, (int)g->ldc);
 }
 
-static void pool_gemm(CpuDevice *cpu, CpuGemm *g) {
-  g->rows = g->m >= pool_threads(cpu->pool) || g->m >= g->n;
-  pool_run(cpu->pool, g->rows ? g->m : g->n, cpu_gemm_chunk, g);
+/* GEMM g's product on f32 operands a, b and c (leading dimensions lda, ldb, ldc) over
+ * the pool, C starting as the bias in every row where given. */
+static void pool_gemm(CpuDevice *cpu, const IsaGemm *g, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float *c, int64_t ldc, const float *bias) {
+  CpuGemm cg = {.ta = g->ta ? CblasTrans : CblasNoTrans,
+                .tb = g->tb ? CblasTrans : CblasNoTrans,
+                .m = g->m,
+                .n = g->n,
+                .k = g->k,
+                .lda = lda,
+                .ldb = ldb,
+                .ldc = ldc,
+                .alpha = g->alpha,
+                .beta = g->beta,
+                .a = a,
+                .b = b,
+                .bias = bias,
+                .c = c,
+                .rows = g->m >= pool_threads(cpu->pool) || g->m >= g->n};
+  pool_run(cpu->pool, cg.rows ? cg.m : cg.n, cpu_gemm_chunk, &cg);
 }
 
 /* A rows x cols matrix of 16- or 8-bit elements (leading dimension ld) widened into
@@ -246,21 +264,7 @@ static void cpu_gemm_half(CpuDevice *cpu, const IsaGemm *g, char *const *tiers) 
       float *c = f32 ? (float *)ops[2] : c32;
       int64_t ldc = f32 ? g->ldc : g->n;
       if (!f32 && g->beta != 0) convert(cpu, g->dt[2], ops[2], g->m, g->n, g->ldc, c32, 0);
-      CpuGemm cg = {.ta = g->ta ? CblasTrans : CblasNoTrans,
-                    .tb = g->tb ? CblasTrans : CblasNoTrans,
-                    .m = g->m,
-                    .n = g->n,
-                    .k = g->k,
-                    .lda = ca,
-                    .ldb = cb,
-                    .ldc = ldc,
-                    .alpha = g->alpha,
-                    .beta = g->beta,
-                    .a = a,
-                    .b = b,
-                    .bias = bias,
-                    .c = c};
-      pool_gemm(cpu, &cg);
+      pool_gemm(cpu, g, a, ca, b, cb, c, ldc, bias);
       if (!f32) convert(cpu, g->dt[2], ops[2], g->m, g->n, g->ldc, c32, 1);
     }
 }
@@ -270,8 +274,6 @@ static void cpu_gemm_half(CpuDevice *cpu, const IsaGemm *g, char *const *tiers) 
  * (a compiled kernel, vectorized, the unfused GELU's code); a "dgelu" one leaves the
  * product in C for its epilogue kernels (the GELU gradient, the bias gradient). */
 static int cpu_gemm(Device *dev, const IsaGemm *g, char *const *tiers) {
-  enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
-  enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
   const float *bias = g->bias ? (const float *)(tiers[g->bias_tier] + g->bias_off) : NULL;
   if (g->dt[0] != ISA_F32 || g->dt[2] != ISA_F32) {
     cpu_gemm_half((CpuDevice *)dev, g, tiers);
@@ -280,21 +282,8 @@ static int cpu_gemm(Device *dev, const IsaGemm *g, char *const *tiers) {
   for (int64_t i = 0; i < g->batch[0]; i++)
     for (int64_t j = 0; j < g->batch[1]; j++) {
       float *c = g->aux ? (float *)(tiers[g->aux_tier] + g->aux_off) : gemm_operand(g, tiers, 2, i, j);
-      CpuGemm cg = {.ta = ta,
-                    .tb = tb,
-                    .m = g->m,
-                    .n = g->n,
-                    .k = g->k,
-                    .lda = g->lda,
-                    .ldb = g->ldb,
-                    .ldc = g->ldc,
-                    .alpha = g->alpha,
-                    .beta = g->beta,
-                    .a = gemm_operand(g, tiers, 0, i, j),
-                    .b = gemm_operand(g, tiers, 1, i, j),
-                    .bias = bias,
-                    .c = c};
-      pool_gemm((CpuDevice *)dev, &cg);
+      pool_gemm((CpuDevice *)dev, g, gemm_operand(g, tiers, 0, i, j), g->lda, gemm_operand(g, tiers, 1, i, j), g->ldb,
+                c, g->ldc, bias);
     }
   return 0;
 }
