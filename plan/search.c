@@ -52,6 +52,8 @@ static double comm_bytes(const PlanResult *r, const PlanForce *f) { return r->mi
 typedef struct SegParams {
   double dp, dptp, dptp_mb, max_seg; /* dptp_mb: dptp whose parameter has other uses too (tp_mixed) */
   double max_param;                  /* the largest parameter (its elements on one tensor-parallel rank) */
+  double pair, first, last; /* ZeRO-3's gathers: the most of two parameters read one after the other (the one in
+                             * use, the next gathered ahead), the first and the last read */
   int nshared;
   ParamUse *shared;
 } SegParams;
@@ -125,6 +127,8 @@ static void seg_params(Search *S, const ShardCand *c, int k, SegParams *sp) {
     for (int j = 0; j < i && !dup; j++) dup = sc->param[j].node == u->node && sc->param[j].pl == u->pl;
     if (dup) continue;
     if (u->elems > sp->max_param) sp->max_param = u->elems;
+    sp->pair = fmax(sp->pair, sp->last + u->elems), sp->last = u->elems;
+    if (!sp->first) sp->first = u->elems;
     if (S->param_nseg[u->node] > 1) sp->shared[sp->nshared++] = *u;
     else if (u->dptp) *(tp_mixed(sc->param, sc->nparam, u->node) ? &sp->dptp_mb : &sp->dptp) += u->elems;
     else sp->dp += u->elems;
@@ -394,7 +398,9 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
 typedef struct StageSums {
   double stash, work, dp, dptp, dptp_mb, maxp, flops_rc;
   double max_param;     /* the stage's largest parameter */
-  double max_pair;      /* the most parameters of two consecutive segments (one in use, the next gathered ahead) */
+  double work_held[2];  /* one micro-batch's backward at its largest: a segment's working set beside the stash
+                         * of the segments before it, less the whole stash (without and with ZeRO-3's
+                         * gathered pair) */
   double work_apart;    /* work with the weight's 16-bit copy, where no stash makes room for it */
   double split_whole;   /* stage_split_whole */
   double exchange;      /* stage_exchange: in each slot */
@@ -405,6 +411,7 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
   const ShardCand *c = &cs->c[ci];
   const PlanModel *pm = S->r->pm;
   *q = (StageSums){0};
+  double held_rc[2] = {0, 0};
   st->first_layer = -1;
   for (int a = 0; a < n; a++) {
     const SegCost *s = &c->seg[segs[a]];
@@ -418,14 +425,17 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
     if (ws + s->wcopy > q->work_apart) q->work_apart = ws + s->wcopy;
     q->dp += sp->dp, q->dptp += sp->dptp, q->dptp_mb += sp->dptp_mb, q->flops_rc += s->flops_rc;
     if (sp->max_seg > q->maxp) q->maxp = sp->max_seg;
-    double pair = sp->max_seg + (a > 0 ? cs->sp[ci][segs[a - 1]].max_seg : 0);
-    if (pair > q->max_pair) q->max_pair = pair;
+    double pair = fmax(sp->pair, sp->first + (a > 0 ? cs->sp[ci][segs[a - 1]].last : 0)); /* across segments too */
+    for (int z = 0; z < 2; z++) /* beside the stash up to this segment (a recomputed one: the whole stash) */
+      if (s->transient > 0) held_rc[z] = fmax(held_rc[z], ws + z * pair * S->r->w_bytes);
+      else q->work_held[z] = fmax(q->work_held[z], q->stash + ws + z * pair * S->r->w_bytes);
     if (sp->max_param > q->max_param) q->max_param = sp->max_param;
     if (pm->seg[segs[a]].kind == SEG_LAYER) {
       if (st->first_layer < 0) st->first_layer = pm->seg[segs[a]].layer;
       st->nlayers++;
     }
   }
+  for (int z = 0; z < 2; z++) q->work_held[z] = fmax(q->work_held[z] - q->stash, held_rc[z]);
 }
 
 /* p2p time per micro-batch of stage i: each of its chunks but the last sends its
@@ -507,15 +517,14 @@ static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums
   /* one layer's backward working set, which the micro-batches in flight share (a compiled
    * pipeline stage keeps its passes' working set, with the 16-bit copies of its weights,
    * in the region its slots share, codegen/lower.c, lower_stage, and its stash in
-   * theirs; one program's copy reuses what the stash no longer holds); ZeRO-3 also holds the
-   * gathered weights of a segment and of the next, gathered ahead (codegen/zero.c);
-   * ZeRO-2 the whole gradient of a weight the stage uses at both ends (a tied
-   * embedding: its classifier's part from the start of the backward pass, its
-   * embedding's at the end), which ZeRO-3's gathered pair (an overestimate for
-   * weights dealt in pieces) covers */
-  double work = S->f->exec && ch->pp > 1 ? q->work_apart + q->exchange_work : q->work;
-  st->buffers = work + (ch->zero == 3 ? q->max_pair * r->w_bytes : 0) +
-                (ch->zero == 2 ? shared * r->g_bytes * (dp - 1) / dp : 0) + 2 * q->split_whole * r->g_bytes;
+   * theirs; one program's copy reuses what the stash no longer holds). One stage (ZeRO-2
+   * and 3 need one) holds it beside the stash of the layers before it, ZeRO-3 also
+   * beside the weights it gathered, the one in use and the next (codegen/zero.h); ZeRO-2
+   * holds the whole gradient of a weight the stage uses at both ends (a tied embedding:
+   * its classifier's part from the start of the backward pass, its embedding's at the
+   * end) */
+  double work = ch->pp == 1 ? q->work_held[ch->zero == 3] : S->f->exec ? q->work_apart + q->exchange_work : q->work;
+  st->buffers = work + (ch->zero == 2 ? shared * r->g_bytes * (dp - 1) / dp : 0) + 2 * q->split_whole * r->g_bytes;
   st->total = st->weights + st->grads + st->optimizer + st->activations + st->buffers;
 }
 

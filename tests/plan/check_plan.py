@@ -385,7 +385,9 @@ def memory_compiled():
     programs' predicted_memory, the figure train reports beside the measured peak),
     within 5 %: f32 weights and gradients and 16-bit activations under mixed precision,
     ZeRO's pieces, a pipeline stage's slots (each micro-batch's stash and the activations
-    it receives), the one working set they share, and a layer's backward working set."""
+    it receives), the one working set they share, a layer's backward working set beside the
+    stash of the layers before it, and ZeRO-3's gathered parameters (the one in use and the
+    next)."""
     configs = [GPT2, GPT2 + ["--precision", "fp32"], GPT2 + ["--zero", "2"], GPT2 + ["--zero", "3"],
                GPT2 + ["--dp", "2", "--tp", "2", "--pp", "2"], GPT2 + ["--dp", "2", "--tp", "2", "--pp", "2",
                "--schedule", "1f1b"], GPT2 + ["--dp", "1", "--tp", "8", "--pp", "1"],
@@ -397,7 +399,10 @@ def memory_compiled():
     tiny = ["models/gpt2-tiny.model", "--gpu", "cpu", "--set", "d=256", "--set", "heads=4", "--set", "seq=128",
             "--set", "batch=16"]
     configs += [tiny + ["--gpus", "1", "--dp", "1"], tiny + ["--gpus", "2", "--dp", "2", "--tp", "1", "--pp", "1"],
-                tiny + ["--gpus", "2", "--dp", "1", "--tp", "2", "--pp", "1"]]
+                tiny + ["--gpus", "2", "--dp", "1", "--tp", "2", "--pp", "1"],
+                tiny + ["--gpus", "2", "--dp", "2", "--tp", "1", "--pp", "1", "--zero", "3"],
+                tiny + ["--gpus", "4", "--dp", "4", "--tp", "1", "--pp", "1", "--zero", "3"],
+                tiny + ["--gpus", "1", "--dp", "1", "--recompute", "full"]]
     with tempfile.TemporaryDirectory() as tmp:
         for args in configs:
             priced = plan_json(args)["memory"]["peak_bytes_per_device"]
