@@ -398,9 +398,9 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
 typedef struct StageSums {
   double stash, work, dp, dptp, dptp_mb, maxp, flops_rc;
   double max_param;     /* the stage's largest parameter */
-  double work_held[2];  /* one micro-batch's backward at its largest: a segment's working set beside the stash
-                         * of the segments before it, less the whole stash (without and with ZeRO-3's
-                         * gathered pair) */
+  double work_held[3];  /* one micro-batch's backward at its largest: a segment's working set beside the stash
+                         * of the segments before it, less the whole stash; [1] with ZeRO-3's gathered
+                         * parameters, [2] with the offloaded state's two segments on the device */
   double work_apart;    /* work with the weight's 16-bit copy, where no stash makes room for it */
   double split_whole;   /* stage_split_whole */
   double exchange;      /* stage_exchange: in each slot */
@@ -411,7 +411,7 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
   const ShardCand *c = &cs->c[ci];
   const PlanModel *pm = S->r->pm;
   *q = (StageSums){0};
-  double held_rc[2] = {0, 0};
+  double held_rc[3] = {0, 0, 0};
   st->first_layer = -1;
   for (int a = 0; a < n; a++) {
     const SegCost *s = &c->seg[segs[a]];
@@ -425,17 +425,19 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
     if (ws + s->wcopy > q->work_apart) q->work_apart = ws + s->wcopy;
     q->dp += sp->dp, q->dptp += sp->dptp, q->dptp_mb += sp->dptp_mb, q->flops_rc += s->flops_rc;
     if (sp->max_seg > q->maxp) q->maxp = sp->max_seg;
-    double pair = fmax(sp->pair, sp->first + (a > 0 ? cs->sp[ci][segs[a - 1]].last : 0)); /* across segments too */
-    for (int z = 0; z < 2; z++) /* beside the stash up to this segment (a recomputed one: the whole stash) */
-      if (s->transient > 0) held_rc[z] = fmax(held_rc[z], ws + z * pair * S->r->w_bytes);
-      else q->work_held[z] = fmax(q->work_held[z], q->stash + ws + z * pair * S->r->w_bytes);
+    const SegParams *prev = a > 0 ? &cs->sp[ci][segs[a - 1]] : NULL;
+    double held[3] = {0, fmax(sp->pair, sp->first + (prev ? prev->last : 0)), /* across segments too */
+                      sp->max_seg + (prev ? prev->max_seg : 0)};
+    for (int z = 0; z < 3; z++) /* beside the stash up to this segment (a recomputed one: the whole stash) */
+      if (s->transient > 0) held_rc[z] = fmax(held_rc[z], ws + held[z] * S->r->w_bytes);
+      else q->work_held[z] = fmax(q->work_held[z], q->stash + ws + held[z] * S->r->w_bytes);
     if (sp->max_param > q->max_param) q->max_param = sp->max_param;
     if (pm->seg[segs[a]].kind == SEG_LAYER) {
       if (st->first_layer < 0) st->first_layer = pm->seg[segs[a]].layer;
       st->nlayers++;
     }
   }
-  for (int z = 0; z < 2; z++) q->work_held[z] = fmax(q->work_held[z] - q->stash, held_rc[z]);
+  for (int z = 0; z < 3; z++) q->work_held[z] = fmax(q->work_held[z] - q->stash, held_rc[z]);
 }
 
 /* p2p time per micro-batch of stage i: each of its chunks but the last sends its
@@ -519,11 +521,14 @@ static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums
    * in the region its slots share, codegen/lower.c, lower_stage, and its stash in
    * theirs; one program's copy reuses what the stash no longer holds). One stage (ZeRO-2
    * and 3 need one) holds it beside the stash of the layers before it, ZeRO-3 also
-   * beside the weights it gathered, the one in use and the next (codegen/zero.h); ZeRO-2
+   * beside the weights it gathered, the one in use and the next (codegen/zero.h), an
+   * offloaded state beside two segments' weights (one in use, the next moved ahead:
+   * codegen/offload.h); ZeRO-2
    * holds the whole gradient of a weight the stage uses at both ends (a tied embedding:
    * its classifier's part from the start of the backward pass, its embedding's at the
    * end) */
-  double work = ch->pp == 1 ? q->work_held[ch->zero == 3] : S->f->exec ? q->work_apart + q->exchange_work : q->work;
+  int gathered = ch->offload == OFFLOAD_STATE ? 2 : ch->zero == 3;
+  double work = ch->pp == 1 ? q->work_held[gathered] : S->f->exec ? q->work_apart + q->exchange_work : q->work;
   st->buffers = work + (ch->zero == 2 ? shared * r->g_bytes * (dp - 1) / dp : 0) + 2 * q->split_whole * r->g_bytes;
   st->total = st->weights + st->grads + st->optimizer + st->activations + st->buffers;
 }

@@ -63,6 +63,16 @@ static void empty_kernel(char *const *bufs, int64_t lo, int64_t hi, const float 
 
 static const ProgKernelFn kernels[] = {stream_kernel, empty_kernel};
 
+/* The median of t[0..n), which it leaves sorted. */
+static double median(double *t, int n) {
+  for (int i = 1; i < n; i++) /* insertion sort: a few values */
+    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
+      double x = t[j];
+      t[j] = t[j - 1], t[j - 1] = x;
+    }
+  return t[n / 2];
+}
+
 /* Seconds of one call of fn, run until at least `least` seconds have passed (3 calls at
  * least, after one to warm up): the median of the calls. */
 typedef void (*Work)(void *arg);
@@ -75,12 +85,7 @@ static double timed(Work fn, void *arg, double least) {
     fn(arg);
     t[n] = now() - t0;
   }
-  for (int i = 1; i < n; i++) /* insertion sort: a few values */
-    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
-      double x = t[j];
-      t[j] = t[j - 1], t[j - 1] = x;
-    }
-  return t[n / 2];
+  return median(t, n);
 }
 
 typedef struct GemmRun {
@@ -122,7 +127,7 @@ static void run_upload(void *arg) {
   r->dev->sync(r->dev);
 }
 
-enum { NSHAPES = 14 };
+enum { NSHAPES = 14, ROUNDS = 7 };
 static const int64_t shapes[NSHAPES][3] = {{2048, 2048, 2048}, {1024, 1024, 1024}, {512, 512, 512},  {256, 256, 256},
                                            {128, 128, 128},    {64, 64, 64},       {4096, 768, 768}, {4096, 3072, 768},
                                            {4096, 768, 3072},  {768, 768, 4096},   {2048, 64, 2048}, {2048, 2048, 64},
@@ -173,31 +178,41 @@ static void measure_device(Figures *f) {
   int64_t most = 4096 * 3072;
   for (int i = 0; i < 3; i++)
     if (!(gr.tiers[i] = dev->alloc(dev, most * 4))) die("out of memory for the GEMMs");
-  double rate[NSHAPES];
-  for (int i = 0; i < NSHAPES; i++) {
-    int64_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
-    gr.g = (IsaGemm){.m = m,
-                     .n = n,
-                     .k = k,
-                     .lda = k,
-                     .ldb = n,
-                     .ldc = n,
-                     .alpha = 1,
-                     .tier = {0, 1, 2},
-                     .batch = {1, 1},
-                     .dt = {ISA_F32, ISA_F32, ISA_F32}};
-    rate[i] = 2.0 * (double)m * (double)n * (double)k / timed(run_gemm, &gr, 0.15);
-    fprintf(stderr, "  gemm %5lld x %5lld x %5lld   %8.1f GFLOP/s\n", (long long)m, (long long)n, (long long)k,
-            rate[i] / 1e9);
-  }
-  f->gemm = fit_gemm(rate);
-  for (int i = 0; i < 3; i++) dev->free(dev, gr.tiers[i]);
-
   int64_t elems = 32 << 20; /* 3 x 128 MiB: beyond the caches */
   KernelRun kr = {.dev = dev, .id = 0, .extent = elems};
   for (int i = 0; i < 3; i++)
     if (!(kr.bufs[i] = dev->alloc(dev, elems * 4))) die("out of memory for the streaming kernel");
-  f->stream_bw = 3.0 * 4 * (double)elems / timed(run_kernel, &kr, 0.3);
+  /* ROUNDS rounds of every GEMM shape and the streaming kernel, each figure the median of
+   * its rounds: a machine whose speed drifts (a shared host, its neighbours' load) is
+   * measured at its usual speed, not at one moment's */
+  double rounds[NSHAPES + 1][ROUNDS];
+  for (int k = 0; k < ROUNDS; k++) {
+    for (int i = 0; i < NSHAPES; i++) {
+      int64_t m = shapes[i][0], n = shapes[i][1], kk = shapes[i][2];
+      gr.g = (IsaGemm){.m = m,
+                       .n = n,
+                       .k = kk,
+                       .lda = kk,
+                       .ldb = n,
+                       .ldc = n,
+                       .alpha = 1,
+                       .tier = {0, 1, 2},
+                       .batch = {1, 1},
+                       .dt = {ISA_F32, ISA_F32, ISA_F32}};
+      rounds[i][k] = 2.0 * (double)m * (double)n * (double)kk / timed(run_gemm, &gr, 0.05);
+    }
+    rounds[NSHAPES][k] = 3.0 * 4 * (double)elems / timed(run_kernel, &kr, 0.1);
+  }
+  double rate[NSHAPES];
+  for (int i = 0; i < NSHAPES; i++) {
+    rate[i] = median(rounds[i], ROUNDS);
+    fprintf(stderr, "  gemm %5lld x %5lld x %5lld   %8.1f GFLOP/s (rounds %.1f to %.1f)\n", (long long)shapes[i][0],
+            (long long)shapes[i][1], (long long)shapes[i][2], rate[i] / 1e9, rounds[i][0] / 1e9,
+            rounds[i][ROUNDS - 1] / 1e9);
+  }
+  f->gemm = fit_gemm(rate);
+  for (int i = 0; i < 3; i++) dev->free(dev, gr.tiers[i]);
+  f->stream_bw = median(rounds[NSHAPES], ROUNDS);
   KernelRun er = {.dev = dev, .id = 1, .extent = 1 << 16, .bufs = {kr.bufs[0], kr.bufs[1], kr.bufs[2]}};
   f->launch = timed(run_kernel, &er, 0.1);
   char *host = malloc((size_t)elems * 4);
