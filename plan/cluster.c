@@ -39,10 +39,10 @@ typedef struct Profile {
 
 /* dev: name, part, bf16, fp16, fp32, memory, memory_bw, reserved, gemm_eff, attn_eff, mem_eff, kernel_overhead,
  * fp32_only, fp8 (dense, NVIDIA's H100 and H200 datasheets: 1,979 TFLOP/s, twice bf16's), gemm_half_dim,
- * shares_host */
+ * shares_host, commit_bw (0: not measured, commits priced as free) */
 static const Profile profiles[] = {
     {{"a100-80g", "NVIDIA A100 SXM4 80GB", 312 * T12, 312 * T12, 19.5 * T12, 80 * GIB, 2039 * G9, 3 * GIB, 0.7, 0.55,
-      0.8, 4 * US, false, 0, 128, false},
+      0.8, 4 * US, false, 0, 128, false, 0},
      {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
      {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85},
      2e12,
@@ -52,7 +52,7 @@ static const Profile profiles[] = {
      DGX_NVME_BW,
      DGX_NVME},
     {{"a100-40g", "NVIDIA A100 SXM4 40GB", 312 * T12, 312 * T12, 19.5 * T12, 40 * GIB, 1555 * G9, 2 * GIB, 0.7, 0.55,
-      0.8, 4 * US, false, 0, 128, false},
+      0.8, 4 * US, false, 0, 128, false, 0},
      {"NVLink 3 + NVSwitch (12 links)", 300 * G9, 2 * US, 0.8},
      {"8x HDR InfiniBand 200 Gb/s per node", 200 * G9, 5 * US, 0.85},
      1e12,
@@ -62,7 +62,7 @@ static const Profile profiles[] = {
      DGX_NVME_BW,
      DGX_NVME / 2},
     {{"h100-sxm", "NVIDIA H100 SXM5 80GB", 989 * T12, 989 * T12, 67 * T12, 80 * GIB, 3350 * G9, 3 * GIB, 0.65, 0.5, 0.8,
-      4 * US, false, 1979 * T12, 128, false},
+      4 * US, false, 1979 * T12, 128, false, 0},
      {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
      {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85},
      2e12,
@@ -72,7 +72,7 @@ static const Profile profiles[] = {
      DGX_NVME_BW,
      DGX_NVME},
     {{"h200", "NVIDIA H200 SXM 141GB", 989 * T12, 989 * T12, 67 * T12, 141e9, 4800 * G9, 3 * GIB, 0.65, 0.5, 0.8,
-      4 * US, false, 1979 * T12, 128, false},
+      4 * US, false, 1979 * T12, 128, false, 0},
      {"NVLink 4 + NVSwitch (18 links)", 450 * G9, 2 * US, 0.8},
      {"8x NDR InfiniBand 400 Gb/s per node", 400 * G9, 5 * US, 0.85},
      2e12,
@@ -82,7 +82,7 @@ static const Profile profiles[] = {
      DGX_NVME_BW,
      DGX_NVME},
     {{"rtx3090", "NVIDIA GeForce RTX 3090", 71 * T12, 71 * T12, 35.6 * T12, 24 * GIB, 936 * G9, 1.5 * GIB, 0.75, 0.5,
-      0.8, 5 * US, false, 0, 128, false},
+      0.8, 5 * US, false, 0, 128, false, 0},
      {"PCIe 4.0 x16 peer-to-peer", 32 * G9, 10 * US, 0.75},
      {"100 Gb/s Ethernet per node", 12.5 * G9, 15 * US, 0.8},
      128 * GIB,
@@ -92,7 +92,7 @@ static const Profile profiles[] = {
      NVME_BW,
      NVME_TB},
     {{"cpu", "AMD EPYC 7763 socket (64 cores)", 5.0176 * T12, 5.0176 * T12, 5.0176 * T12, 256 * GIB, 204.8 * G9,
-      1 * GIB, 0.7, 0.4, 0.7, 2 * US, true, 0, 128, false},
+      1 * GIB, 0.7, 0.4, 0.7, 2 * US, true, 0, 128, false, 0},
      {"socket-to-socket shared memory (MPI)", 50 * G9, 1 * US, 0.6},
      {"100 Gb/s Ethernet per node", 12.5 * G9, 10 * US, 0.8},
      512 * GIB,
@@ -176,6 +176,8 @@ void cluster_validate(const Cluster *c, const char *what) {
        "device.kernel_overhead_us", d->kernel_overhead / US, "at least 0 and under a second");
   need(isfinite(d->peak_fp8) && d->peak_fp8 >= 0, what, "device.peak_fp8_tflops", d->peak_fp8 / T12,
        "at least 0 (0: no fp8 tensor cores)");
+  need(isfinite(d->commit_bw) && d->commit_bw >= 0, what, "device.commit_bandwidth_gbs", d->commit_bw / G9,
+       "at least 0 (0: commits cost nothing)");
   const LinkSpec *l[2] = {&c->intra, &c->inter};
   const char *ln[2] = {"intra_node", "inter_node"};
   char f[64];
@@ -255,7 +257,8 @@ static void read_device(Reader *r, const cJSON *o, DeviceSpec *d) {
                      {"memory_bandwidth_gbs", G9, &d->memory_bw}, {"reserved_gib", GIB, &d->reserved},
                      {"gemm_efficiency", 1, &d->gemm_eff},        {"attention_efficiency", 1, &d->attn_eff},
                      {"memory_efficiency", 1, &d->mem_eff},       {"kernel_overhead_us", US, &d->kernel_overhead},
-                     {"peak_fp8_tflops", T12, &d->peak_fp8},      {"gemm_half_dim", 1, &d->gemm_half_dim}};
+                     {"peak_fp8_tflops", T12, &d->peak_fp8},      {"gemm_half_dim", 1, &d->gemm_half_dim},
+                     {"commit_bandwidth_gbs", G9, &d->commit_bw}};
   static const char *const other[] = {"part", "fp32_only", "shares_host", NULL};
   read_fields(r, o, "device", f, sizeof f / sizeof f[0], other);
   if (!cJSON_IsObject(o)) return;
@@ -370,7 +373,7 @@ static void share_host(Cluster *c, bool node_given) {
   double r = c->gpus_per_node;
   DeviceSpec *d = &c->dev;
   d->peak_fp32 /= r, d->peak_bf16 /= r, d->peak_fp16 /= r, d->peak_fp8 /= r;
-  d->memory /= r, d->reserved /= r, d->memory_bw /= r;
+  d->memory /= r, d->reserved /= r, d->memory_bw /= r, d->commit_bw /= r;
   c->host_link_bw /= r;
 }
 

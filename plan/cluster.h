@@ -36,6 +36,9 @@ typedef struct DeviceSpec {
   double gemm_half_dim;   /* h of the GEMM's shape curve x / (x + h) (plan/cost.c); 0: 128 */
   bool shares_host;       /* the figures are a whole machine's, which the ranks on it share
                              (a calibrated CPU, colossalc --calibrate): each rank gets its share */
+  double commit_bw;       /* bytes/s of memory put behind reserved address space, first written and
+                             taken back (ZeRO-3's gathers, ZeRO-2's gradients, the offload's moves);
+                             0: free (the profiles: not measured) */
 } DeviceSpec;
 
 typedef struct Cluster {

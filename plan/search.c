@@ -15,7 +15,10 @@ const char *const schedule_names[2] = {"1f1b", "interleaved"};
 #define GIB (1024.0 * 1024.0 * 1024.0)
 enum { MAX_MBS = 64, MAX_V = 8, MAX_MESH = 512, OFFLOAD_MAX_M = 64 };
 /* Fraction of compute time that communication on its own stream can hide behind:
- * NCCL kernels take streaming multiprocessors from the compute they overlap. */
+ * NCCL kernels take streaming multiprocessors from the compute they overlap. On a
+ * device that is a share of one machine (DeviceSpec.shares_host: a calibrated CPU) it
+ * hides behind none: MPI's shared-memory copies, the offload's and the host's AdamW run
+ * on the cores the ranks compute on. */
 #define OVERLAP 0.8
 
 /* The fraction of a node's host memory bandwidth a vectorised CPU AdamW (DeepSpeed's
@@ -100,6 +103,8 @@ typedef struct Search {
   char why_none[256];     /* why no plan matched the forced parts */
   bool selective_matters; /* layers have an attention core to recompute (materialized scores, softmax) */
 } Search;
+
+static double overlap(const Search *S) { return S->r->cl->dev.shares_host ? 0 : OVERLAP; }
 
 static double now_s(void) {
   struct timespec ts;
@@ -372,7 +377,7 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
   double rs = cost_collective(cl, COLL_REDUCE_SCATTER, e_dp * gb, gd) +
               cost_collective(cl, COLL_REDUCE_SCATTER, e_dptp * gb, gdt);
   double ag = cost_collective(cl, COLL_ALL_GATHER, e * wb, gd);
-  double end = 0, per_mb = 0, in_order = 0, after = 0, hide = OVERLAP * st->t_bwd;
+  double end = 0, per_mb = 0, in_order = 0, after = 0, hide = overlap(S) * st->t_bwd;
   /* A compiled plan overlaps what its program does (codegen/compose.h, codegen/zero.h):
    * the end-of-step reduction of a data-parallel-only plan, and ZeRO-3's gathers; its
    * per-micro-batch reductions (ZeRO-2, 3) and a tensor- or pipeline-parallel plan's
@@ -382,17 +387,22 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
   else if (ch->zero == 0) end = ar;
   else if (ch->zero == 1) end = rs, after = ag;
   else if (ch->zero == 2) per_mb = rs, after = ag;
-  else per_mb = (ch->rc == RC_FULL ? 3 : 2) * ag + rs, hide = OVERLAP * (st->t_fwd + st->t_bwd + st->t_rc);
+  else per_mb = (ch->rc == RC_FULL ? 3 : 2) * ag + rs, hide = overlap(S) * (st->t_fwd + st->t_bwd + st->t_rc);
   end += tp_end;
   if (compiled && ch->zero >= 2) in_order = rs, per_mb -= rs;
   /* the end-of-step reduction overlaps the last micro-batch's backward, and later
    * stages finish their backward earlier; per-micro-batch traffic overlaps that
    * micro-batch's compute, except the first layer's share */
-  double slack = (compiled && !alone ? 0 : OVERLAP * st->t_bwd) + i * (st->t_bwd + st->t_rc);
+  double slack = (compiled && !alone ? 0 : overlap(S) * st->t_bwd) + i * (st->t_bwd + st->t_rc);
   double exposed = end > slack ? end - slack : 0;
   double first = st->nlayers > 0 ? per_mb / st->nlayers : per_mb;
   double mb = per_mb - hide > first ? per_mb - hide : first;
-  return exposed + (per_mb > 0 ? ch->m * mb : 0) + ch->m * (in_order + tp_ar) + after;
+  /* the pages of what each micro-batch gathers (ZeRO-3) and of its gradients a rank
+   * does not own (ZeRO-2, 3), committed and released by the rank's own thread */
+  double other = e * (dp - 1) / dp,
+         paged = (ch->zero == 3 ? (ch->rc == RC_FULL ? 3 : 2) * other * wb : 0) + (ch->zero >= 2 ? other * gb : 0);
+  double commit = cl->dev.commit_bw > 0 ? ch->m * paged / cl->dev.commit_bw : 0;
+  return exposed + (per_mb > 0 ? ch->m * mb : 0) + ch->m * (in_order + tp_ar) + after + commit;
 }
 
 typedef struct StageSums {
@@ -575,8 +585,9 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
      * recompute) and its gradients down (accumulated on the host); while the step's
      * compute runs, but for its first layer's */
     double link = ch->m * shard * (r->w_bytes * (ch->rc == RC_FULL ? 3 : 2) + r->g_bytes);
-    double t = link / cl->host_link_bw, compute = ch->m * (st->t_fwd + st->t_bwd + st->t_rc);
-    double first = st->nlayers > 0 ? t / st->nlayers : t, exposed = t - OVERLAP * compute;
+    double t = link / cl->host_link_bw + (cl->dev.commit_bw > 0 ? link / cl->dev.commit_bw : 0),
+           compute = ch->m * (st->t_fwd + st->t_bwd + st->t_rc);
+    double first = st->nlayers > 0 ? t / st->nlayers : t, exposed = t - overlap(S) * compute;
     opt = cpu_adam;
     if (link > sum->link_bytes) sum->link_bytes = link, sum->link_time = t;
     if (exposed < first) exposed = first;

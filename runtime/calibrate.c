@@ -127,6 +127,25 @@ static void run_upload(void *arg) {
   r->dev->sync(r->dev);
 }
 
+/* Memory put behind reserved address space, written once by a kernel and taken back:
+ * what ZeRO-3's gathers and the offload's moves do to their pages each step. */
+typedef struct CommitRun {
+  Device *dev;
+  char *base, *src;
+  int64_t bytes;
+  int commit; /* 0: the same kernel on memory already committed */
+} CommitRun;
+
+static void run_commit(void *arg) {
+  CommitRun *r = arg;
+  if (r->commit && r->dev->commit(r->dev, r->base, 0, r->bytes) != 0) die("out of memory for the commits");
+  char *bufs[3] = {r->base, r->src, r->src};
+  float sc[SC_COUNT] = {0};
+  r->dev->kernel(r->dev, 0, r->bytes / 4, bufs, sc); /* the streaming kernel: each page written first */
+  r->dev->sync(r->dev);
+  if (r->commit) r->dev->decommit(r->dev, r->base, 0, r->bytes);
+}
+
 enum { NSHAPES = 14, ROUNDS = 7 };
 static const int64_t shapes[NSHAPES][3] = {{2048, 2048, 2048}, {1024, 1024, 1024}, {512, 512, 512},  {256, 256, 256},
                                            {128, 128, 128},    {64, 64, 64},       {4096, 768, 768}, {4096, 3072, 768},
@@ -163,7 +182,7 @@ typedef struct Figures {
   int threads;
   double ram;
   Fit gemm;
-  double stream_bw, launch, upload_bw;
+  double stream_bw, launch, upload_bw, commit_bw;
   double nvme_write, nvme_read, nvme_free;
   double ar_bw, ar_lat;
   int ranks;
@@ -222,9 +241,24 @@ static void measure_device(Figures *f) {
   f->upload_bw = (double)cr.bytes / timed(run_upload, &cr, 0.2);
   free(host);
   for (int i = 0; i < 3; i++) dev->free(dev, kr.bufs[i]);
+  /* a commit's cost: the kernel on fresh pages, committed and decommitted around it, less
+   * the same kernel on pages kept (64 MiB: ZeRO-3 gathers a layer's weights at a time) */
+  CommitRun cm = {.dev = dev, .bytes = 64 << 20, .commit = 1};
+  if (!(cm.base = dev->reserve(dev, cm.bytes))) die("cannot reserve address space for the commits");
+  if (!(cm.src = dev->alloc(dev, cm.bytes))) die("out of memory for the commits");
+  double fresh = timed(run_commit, &cm, 0.3);
+  cm.commit = 0;
+  if (dev->commit(dev, cm.base, 0, cm.bytes) != 0) die("out of memory for the commits");
+  double kept = timed(run_commit, &cm, 0.3);
+  dev->decommit(dev, cm.base, 0, cm.bytes);
+  dev->unreserve(dev, cm.base, cm.bytes);
+  dev->free(dev, cm.src);
+  f->commit_bw = (double)cm.bytes / fmax(fresh - kept, 1e-9);
   dev->destroy(dev);
-  fprintf(stderr, "  streaming kernel %.1f GB/s, kernel launch %.1f us, host to device %.1f GB/s\n", f->stream_bw / 1e9,
-          f->launch * 1e6, f->upload_bw / 1e9);
+  fprintf(stderr,
+          "  streaming kernel %.1f GB/s, kernel launch %.1f us, host to device %.1f GB/s, pages committed and "
+          "released %.2f GB/s\n",
+          f->stream_bw / 1e9, f->launch * 1e6, f->upload_bw / 1e9, f->commit_bw / 1e9);
 }
 
 /* ---- a file's bandwidth ---------------------------------------------------------------- */
@@ -346,8 +380,9 @@ static void write_file(const Figures *f, const char *path) {
       "    \"peak_fp32_tflops\": %.6g, \"peak_bf16_tflops\": %.6g, \"peak_fp16_tflops\": %.6g,\n"
       "    \"gemm_efficiency\": 1, \"gemm_half_dim\": %.4g,\n"
       "    \"memory_gib\": %.4g, \"reserved_gib\": %.4g, \"memory_bandwidth_gbs\": %.4g, \"memory_efficiency\": 1,\n"
-      "    \"kernel_overhead_us\": %.4g\n  },\n",
-      f->cpu, peak, peak, peak, f->gemm.half, host_gib, host_gib * 0.1, f->stream_bw / 1e9, f->launch * 1e6);
+      "    \"kernel_overhead_us\": %.4g, \"commit_bandwidth_gbs\": %.4g\n  },\n",
+      f->cpu, peak, peak, peak, f->gemm.half, host_gib, host_gib * 0.1, f->stream_bw / 1e9, f->launch * 1e6,
+      f->commit_bw / 1e9);
   for (int i = 0; i < 2; i++)
     fprintf(o,
             "  \"%s\": {\"name\": \"shared memory (MPI, measured)\", \"bandwidth_gbs\": %.4g, \"latency_us\": %.4g, "
