@@ -972,6 +972,11 @@ static bool step_inputs(const ShardCtx *x, const Node *n, const Strat *s, const 
     if (pm->saver[in->id] == n->id) {
       w->stash += tensor_bytes(x, in) / (cur >= PL_S0 || req >= PL_S0 ? x->t : 1);
       if (cur >= PL_S0 && req != cur) w->c_bwd += reshard_rec(x, cur, req, bytes, acc); /* gathered again */
+    } else if (cur >= PL_S0 && req >= PL_S0 && req != cur && saves_input(n->op, i)) {
+      /* another op stashes the input as it was; the backward of this one reads the split
+       * it received, a view of the whole the program gathered (passes/partition.c), which
+       * stays with the stash */
+      w->stash += tensor_bytes(x, in);
     }
   }
   return true;
