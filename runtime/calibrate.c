@@ -8,8 +8,10 @@
  * device, its OpenBLAS GEMMs and thread pool, the MPI backend):
  *   - the GEMM rate over shapes, fitted to the cost model's curve
  *     rate = peak x gemm_efficiency x g(m) g(n) g(k), g(x) = x / (x + gemm_half_dim);
- *   - the memory bandwidth of a streaming kernel on every thread, and the launch
- *     overhead of a kernel on the device's thread pool;
+ *   - the memory bandwidth of a streaming kernel on every thread, the launch overhead
+ *     of a kernel on the device's thread pool, and the rate of fresh pages (memory
+ *     committed behind reserved address space, written once and decommitted);
+ *   - the GEMMs and the streaming kernel in rounds, each figure their median;
  *   - all-reduce among ranks of this machine (mpirun, started here) by size: the
  *     latency of a ring step and the bandwidth of a rank;
  *   - host-to-device copies (a memcpy on this device) and a file's write and read
