@@ -106,6 +106,11 @@ typedef struct Search {
 
 static double overlap(const Search *S) { return S->r->cl->dev.shares_host ? 0 : OVERLAP; }
 
+/* Seconds to commit, first write and release `bytes` of fresh pages (0: not measured). */
+static double commit_time(const Cluster *cl, double bytes) {
+  return cl->dev.commit_bw > 0 ? bytes / cl->dev.commit_bw : 0;
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -401,8 +406,7 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
    * does not own (ZeRO-2, 3), committed and released by the rank's own thread */
   double other = e * (dp - 1) / dp,
          paged = (ch->zero == 3 ? (ch->rc == RC_FULL ? 3 : 2) * other * wb : 0) + (ch->zero >= 2 ? other * gb : 0);
-  double commit = cl->dev.commit_bw > 0 ? ch->m * paged / cl->dev.commit_bw : 0;
-  return exposed + (per_mb > 0 ? ch->m * mb : 0) + ch->m * (in_order + tp_ar) + after + commit;
+  return exposed + (per_mb > 0 ? ch->m * mb : 0) + ch->m * (in_order + tp_ar) + after + commit_time(cl, ch->m * paged);
 }
 
 typedef struct StageSums {
@@ -533,10 +537,9 @@ static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums
    * and 3 need one) holds it beside the stash of the layers before it, ZeRO-3 also
    * beside the weights it gathered, the one in use and the next (codegen/zero.h), an
    * offloaded state beside two segments' weights (one in use, the next moved ahead:
-   * codegen/offload.h); ZeRO-2
-   * holds the whole gradient of a weight the stage uses at both ends (a tied embedding:
-   * its classifier's part from the start of the backward pass, its embedding's at the
-   * end) */
+   * codegen/offload.h); ZeRO-2 holds the whole gradient of a weight the stage uses at
+   * both ends (a tied embedding: its classifier's part from the start of the backward
+   * pass, its embedding's at the end) */
   int gathered = ch->offload == OFFLOAD_STATE ? 2 : ch->zero == 3;
   double work = ch->pp == 1 ? q->work_held[gathered] : S->f->exec ? q->work_apart + q->exchange_work : q->work;
   st->buffers = work + (ch->zero == 2 ? shared * r->g_bytes * (dp - 1) / dp : 0) + 2 * q->split_whole * r->g_bytes;
@@ -585,8 +588,7 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
      * recompute) and its gradients down (accumulated on the host); while the step's
      * compute runs, but for its first layer's */
     double link = ch->m * shard * (r->w_bytes * (ch->rc == RC_FULL ? 3 : 2) + r->g_bytes);
-    double t = link / cl->host_link_bw + (cl->dev.commit_bw > 0 ? link / cl->dev.commit_bw : 0),
-           compute = ch->m * (st->t_fwd + st->t_bwd + st->t_rc);
+    double t = link / cl->host_link_bw + commit_time(cl, link), compute = ch->m * (st->t_fwd + st->t_bwd + st->t_rc);
     double first = st->nlayers > 0 ? t / st->nlayers : t, exposed = t - overlap(S) * compute;
     opt = cpu_adam;
     if (link > sum->link_bytes) sum->link_bytes = link, sum->link_time = t;
