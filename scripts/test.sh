@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it: install what is missing; check that the C
 # sources follow .clang-format (scripts/format.sh); build with warnings as errors and
 # run every CTest test; build again with AddressSanitizer and UndefinedBehaviorSanitizer
-# and run them again but the slow ones (label slow: the long fault runs); then fuzz what colossalc and train read (scripts/fuzz.sh) for a
+# and run the fast tier and each area's sample (label sanitize, tests/labels.cmake says
+# why) under them; then fuzz what colossalc and train read (scripts/fuzz.sh) for a
 # bounded time (FUZZ_SECONDS, default 45, for each of the three fuzz targets).
 # With --fast: install what is missing, build with warnings as errors, and run only the
 # fast tier (ctest -L fast: tests/labels.cmake says what the labels mean), a few minutes.
@@ -60,7 +61,7 @@ echo "== tests under ASan+UBSan"
 # the tests that set ASAN_OPTIONS themselves start it with the same flag (CMakeLists.txt
 # says why: LeakSanitizer's tracer and dlopen'ed libraries' thread-local storage)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-intercept_tls_get_addr=0}
-run_ctest build-asan -LE slow
+run_ctest build-asan -L "^(fast|sanitize)$" -LE slow
 
 echo "== fuzzing the readers for ${FUZZ_SECONDS:-45} s"
 scripts/fuzz.sh "${FUZZ_SECONDS:-45}"

@@ -18,8 +18,14 @@
 #   faults     train under injected faults: killed and stopped ranks, signals, damaged
 #              and full disks, NaN (tests/faults)
 # And one beside the area: slow, on the long fault runs (the soak, 8-rank kills, the
-# resharding matrix) and the emulated GPU's 20-step numerics (cuda_emul_gpu_bounds), which
-# the sanitizer pass of scripts/test.sh skips (-LE slow).
+# resharding matrix) and the emulated GPU's 20-step numerics (cuda_emul_gpu_bounds).
+# The sanitizer pass of scripts/test.sh runs the fast tier and the tests labelled
+# sanitize (beside their area: tests/CMakeLists.txt names them), never slow ones. Under
+# AddressSanitizer a trained program runs 5 to 12 times slower (30 times under mpirun,
+# whose leak checks unwind every allocation), so the pass takes a sample of each area:
+# the cheapest tests that reach the runtime code the fast tier does not (ranks under
+# MPI, ZeRO, pipelines, offload, checkpoints, faults, the CUDA device on its emulation),
+# not every mesh and precision again.
 # The older area labels stay beside these: bad, onnx, gpu.
 #
 # colossalc_label(LABELS TEST...) adds LABELS (one label, or a list such as
