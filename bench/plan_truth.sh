@@ -32,7 +32,7 @@ flags=$(grep -m1 '^COLOSSALC_MPIEXEC_FLAGS:' "$build/CMakeCache.txt" | cut -d= -
 "$build/tools/colossalc-mktokens" data/genesis.txt "$work/genesis.bin" > /dev/null
 echo "machine: $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 calibrate() { # pass k's calibration, printed
-  "$cc" --calibrate -o "$work/machine$1.json" 2> "$work/calibrate$1.txt"
+  "$cc" --calibrate=cpu -o "$work/machine$1.json" 2> "$work/calibrate$1.txt"
   echo "calibration $1:"
   grep -E 'GEMM fit|streaming|all-reduce:' "$work/calibrate$1.txt"
 }

@@ -53,8 +53,8 @@ typedef struct Options {
   int gpus_per_node; /* --gpus-per-node (0: the profile's or the file's) */
   int jobs;          /* -j: threads for LLVM (0: every core) */
   bool summary, dump_ir;
-  bool calibrate; /* --calibrate: measure this machine into -o FILE (no model) */
-  bool what_if;   /* --what-if: plans the code generators cannot compile yet too */
+  const char *calibrate; /* --calibrate[=auto|cpu|cuda]: measure this machine's device into -o FILE (no model) */
+  bool what_if;          /* --what-if: plans the code generators cannot compile yet too */
   const char *dump_after, *emit_kernels, *emit_program, *out, *emit_llvm, *emit_cuda;
   const char *gpu, *cluster, *dump_plan, *plan_out, *plan_file;
   const char *cpu;       /* --cpu: the one build of the CPU kernels (NULL: native and portable) */
@@ -207,6 +207,7 @@ static void show_version(Options *o, const char *arg) {
 }
 
 static const Choices plan_formats = {3, (const char *const[]){"text", "json", "svg"}, NULL};
+static const Choices calibrate_devices = {3, (const char *const[]){"auto", "cpu", "cuda"}, NULL};
 static const Choices zero_stages = {4, (const char *const[]){"0", "1", "2", "3"}, NULL};
 static const Choices pipe_schedules = {2, schedule_names, NULL};
 static const Choices recompute_modes = {RC_COUNT + 1, (const char *const[]){"none", "selective", "full", "auto"}, NULL};
@@ -330,10 +331,11 @@ static const Choices lr_schedules = {2, (const char *const[]){"cosine", "constan
     "one optimizer setting: the learning rate at the last step (cosine)")                                             \
   X("--lr-schedule", " cosine|constant", CK_CHOICE, CHOOSE(train.schedule, lr_schedules), 0,                          \
     "one optimizer setting: after warm-up, cosine from lr to min-lr by the last step, or constant lr")                \
-  X("--calibrate", "", CK_FLAG, FIELD(calibrate), 0,                                                                  \
-    "measure this machine (GEMMs by shape, memory bandwidth, kernel launches, all-reduce among local MPI ranks, "     \
-    "host-to-device and file bandwidth, threads) and write it as a CPU cluster file to -o FILE (no model file; "      \
-    "a few seconds); --cluster FILE --gpus N then plans for N ranks sharing this machine (docs/plan.md)")             \
+  X("--calibrate", "[=D]", CK_WORD, CHOOSE(calibrate, calibrate_devices), 0,                                          \
+    "measure this machine's device, auto (the GPU where one is visible, else the CPU), cpu or cuda (GEMMs by "        \
+    "shape, memory bandwidth, kernel launches, all-reduce among its MPI ranks or GPUs, host-to-device and file "      \
+    "bandwidth) and write it as a cluster file to -o FILE (no model file; under a minute); --cluster FILE "           \
+    "--gpus N then plans for it (docs/plan.md)")                                                                      \
   X("-h, --help", "", CK_CALL, CALL(show_help), 0, "print this help")                                                 \
   X("--version", "", CK_CALL, CALL(show_version), 0, "print the version")
 
@@ -1304,10 +1306,18 @@ static void summarise(Build *b, const PlanResult *shown) {
 
 /* --calibrate: this build's colossalc-calibrate (runtime/calibrate.c), which starts its
  * MPI ranks with this build's mpirun; its exit status. */
-static int calibrate(const char *out) {
+static int calibrate(const char *device, const char *out) {
   const char *tmp = getenv("TMPDIR");
-  char *argv[] = {COLOSSALC_CALIBRATE,          "-o", (char *)out, "--mpirun", COLOSSALC_MPIRUN, "--dir",
-                  (char *)(tmp ? tmp : "/tmp"), NULL};
+  char *argv[] = {COLOSSALC_CALIBRATE,
+                  "-o",
+                  (char *)out,
+                  "--mpirun",
+                  COLOSSALC_MPIRUN,
+                  "--device",
+                  (char *)device,
+                  "--dir",
+                  (char *)(tmp ? tmp : "/tmp"),
+                  NULL};
   execv(argv[0], argv);
   fprintf(stderr, "colossalc: cannot run %s: %s\n", argv[0], strerror(errno));
   return 1;
@@ -1319,7 +1329,7 @@ int main(int argc, char **argv) {
   Options o;
   diag_stream = stderr;
   parse_options(argc, argv, &o);
-  if (o.calibrate) return calibrate(o.out);
+  if (o.calibrate) return calibrate(o.calibrate, o.out);
   Arena *arena = arena_new();
   size_t len = 0;
   const char *text = NULL;

@@ -18,7 +18,18 @@
  *     bandwidth in DIR (the NVMe of offload's --nvme-dir);
  *   - the threads and the memory.
  * The file describes the whole machine as the device with "shares_host": ranks that
- * share it split its figures (plan/cluster.h), as train splits its threads. */
+ * share it split its figures (plan/cluster.h), as train splits its threads.
+ *
+ * With --device cuda (the default where a GPU is visible) it measures the GPU the same
+ * way through the CUDA device train runs (runtime/device/cuda.h), on a program of its
+ * own (a streaming kernel, an empty one and the GEMMs' shapes, which the device plans
+ * at start-up as it does a compiled program's): the GEMM curve in f32, bf16 and fp16,
+ * the streaming kernel, a queued launch, pinned host-to-device copies, pages mapped
+ * and unmapped, and all-reduce over NCCL among this machine's GPUs (when it has two or
+ * more). The file starts from the built-in profile of the GPU ("base") for what is not
+ * measured (the network, fp8, attention's efficiency), one GPU a rank.
+ * --quick measures the same things on small buffers and shapes, in one round: a check of
+ * the mechanism (the tests, the emulated GPU), not figures to plan with. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -29,8 +40,13 @@
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
+#include "program/program.h"
 #include "runtime/comm/comm.h"
 #include "runtime/executor.h"
+#ifdef COLOSSALC_HAVE_CUDA
+#include "runtime/device/cuda.h"
+#include "runtime/device/cuda_api.h"
+#endif
 
 static double now(void) {
   struct timespec t;
@@ -64,6 +80,20 @@ static void empty_kernel(char *const *bufs, int64_t lo, int64_t hi, const float 
 }
 
 static const ProgKernelFn kernels[] = {stream_kernel, empty_kernel};
+
+/* The same two kernels for the CUDA device, as colossalc emits its kernels: a prelude,
+ * then one unit a kernel after a form feed, each over [0, n) in a grid-stride loop
+ * (cuda_kernels.h). */
+static const char cuda_source[] =
+    "struct cc_bufs { char *p[16]; };\n"
+    "\fextern \"C\" __global__ void calibrate_stream(const cc_bufs bufs, long long n, const float *scalars) {\n"
+    "  float *a = (float *)bufs.p[0];\n"
+    "  const float *b = (const float *)bufs.p[1], *c = (const float *)bufs.p[2];\n"
+    "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
+    "       i += (long long)gridDim.x * blockDim.x)\n"
+    "    a[i] = b[i] + c[i];\n"
+    "}\n"
+    "\fextern \"C\" __global__ void calibrate_empty(const cc_bufs bufs, long long n, const float *scalars) {}\n";
 
 /* The median of t[0..n), which it leaves sorted. */
 static double median(double *t, int n) {
@@ -104,15 +134,15 @@ static void run_gemm(void *arg) {
 
 typedef struct KernelRun {
   Device *dev;
-  int id;
+  int id, launches; /* launches queued before the one sync */
   int64_t extent;
-  char *bufs[3];
+  char *bufs[PROG_MAX_ARGS];
 } KernelRun;
 
 static void run_kernel(void *arg) {
   KernelRun *r = arg;
   float sc[SC_COUNT] = {0};
-  r->dev->kernel(r->dev, r->id, r->extent, r->bufs, sc);
+  for (int i = 0; i < r->launches; i++) r->dev->kernel(r->dev, r->id, r->extent, r->bufs, sc);
   r->dev->sync(r->dev);
 }
 
@@ -141,18 +171,22 @@ typedef struct CommitRun {
 static void run_commit(void *arg) {
   CommitRun *r = arg;
   if (r->commit && r->dev->commit(r->dev, r->base, 0, r->bytes) != 0) die("out of memory for the commits");
-  char *bufs[3] = {r->base, r->src, r->src};
+  char *bufs[PROG_MAX_ARGS] = {r->base, r->src, r->src};
   float sc[SC_COUNT] = {0};
   r->dev->kernel(r->dev, 0, r->bytes / 4, bufs, sc); /* the streaming kernel: each page written first */
   r->dev->sync(r->dev);
   if (r->commit) r->dev->decommit(r->dev, r->base, 0, r->bytes);
 }
 
-enum { NSHAPES = 14, ROUNDS = 7 };
+enum { NSHAPES = 14, ROUNDS = 7, NDTYPES = 3 };
 static const int64_t shapes[NSHAPES][3] = {{2048, 2048, 2048}, {1024, 1024, 1024}, {512, 512, 512},  {256, 256, 256},
                                            {128, 128, 128},    {64, 64, 64},       {4096, 768, 768}, {4096, 3072, 768},
                                            {4096, 768, 3072},  {768, 768, 4096},   {2048, 64, 2048}, {2048, 2048, 64},
                                            {32, 2048, 2048},   {8192, 128, 512}};
+/* The GEMMs' precisions: f32 on every device (without TF32: the profiles' peak_fp32),
+ * bf16 and fp16 (16-bit in and out, f32 sums, as the programs' GEMMs) on a GPU. */
+static const IsaDtype gemm_dtypes[NDTYPES] = {ISA_F32, ISA_BF16, ISA_F16};
+static const char *const dtype_names[NDTYPES] = {"f32", "bf16", "fp16"};
 
 typedef struct Fit {
   double peak, half; /* rate = peak g(m) g(n) g(k) */
@@ -161,17 +195,23 @@ typedef struct Fit {
 
 static double g_of(double x, double h) { return x / (x + h); }
 
+/* The shapes the measurement takes: the list above, or with --quick an eighth on each
+ * side (at least 8). */
+static int64_t dim(int quick, int64_t d) { return quick ? (d / 8 > 8 ? d / 8 : 8) : d; }
+
 /* The half-dimension h of g and the peak (in log space, its best for each h) closest to
  * the rates measured. */
-static Fit fit_gemm(const double *rate) {
+static Fit fit_gemm(const double *rate, int quick) {
   Fit best = {0, 0, INFINITY};
   for (double h = 1; h <= 1024; h *= 1.05) {
-    double s = 0, e = 0;
-    for (int i = 0; i < NSHAPES; i++)
-      s += log(rate[i] / (g_of(shapes[i][0], h) * g_of(shapes[i][1], h) * g_of(shapes[i][2], h)));
+    double s = 0, e = 0, g[NSHAPES];
+    for (int i = 0; i < NSHAPES; i++) {
+      g[i] = g_of(dim(quick, shapes[i][0]), h) * g_of(dim(quick, shapes[i][1]), h) * g_of(dim(quick, shapes[i][2]), h);
+      s += log(rate[i] / g[i]);
+    }
     double lp = s / NSHAPES;
     for (int i = 0; i < NSHAPES; i++) {
-      double d = lp + log(g_of(shapes[i][0], h) * g_of(shapes[i][1], h) * g_of(shapes[i][2], h)) - log(rate[i]);
+      double d = lp + log(g[i]) - log(rate[i]);
       e += d * d;
     }
     e = sqrt(e / NSHAPES);
@@ -181,86 +221,179 @@ static Fit fit_gemm(const double *rate) {
 }
 
 typedef struct Figures {
-  int threads;
+  int threads, quick, gpu; /* gpu: the CUDA device measured */
   double ram;
-  Fit gemm;
+  Fit gemm[NDTYPES]; /* by gemm_dtypes; a CPU's f32 alone */
   double stream_bw, launch, upload_bw, commit_bw;
   double nvme_write, nvme_read, nvme_free;
   double ar_bw, ar_lat;
   int ranks;
   char cpu[96];
+  /* the GPU's */
+  char gpu_name[128];
+  double gpu_memory;
+  int gpus, cc_major;
 } Figures;
 
-static void measure_device(Figures *f) {
-  char err[256];
-  Device *dev = device_cpu_new(kernels, 2, f->threads, err, sizeof err);
-  if (!dev) die("%s", err);
-  GemmRun gr = {.dev = dev};
-  int64_t most = 4096 * 3072;
-  for (int i = 0; i < 3; i++)
-    if (!(gr.tiers[i] = dev->alloc(dev, most * 4))) die("out of memory for the GEMMs");
-  int64_t elems = 32 << 20; /* 3 x 128 MiB: beyond the caches */
-  KernelRun kr = {.dev = dev, .id = 0, .extent = elems};
-  for (int i = 0; i < 3; i++)
-    if (!(kr.bufs[i] = dev->alloc(dev, elems * 4))) die("out of memory for the streaming kernel");
-  /* ROUNDS rounds of every GEMM shape and the streaming kernel, each figure the median of
-   * its rounds: a machine whose speed drifts (a shared host, its neighbours' load) is
-   * measured at its usual speed, not at one moment's */
-  double rounds[NSHAPES + 1][ROUNDS];
-  for (int k = 0; k < ROUNDS; k++) {
+#ifdef COLOSSALC_HAVE_CUDA
+/* The calibration's program for the CUDA device: its two kernels (cuda_source; grid
+ * blocks of 256 threads) and, with gemms, every GEMM it times, in f32, bf16 and fp16, on
+ * tiers 0 to 2 at offset 0 (the device plans each shape at start-up, as a compiled
+ * program's). One record, the model's: a program of no stage. The blob is malloc'd. */
+static void *calibration_program(int quick, int gemms, int64_t grid, Prog *p) {
+  ProgBuild *b = prog_build_new();
+  if (!b) die("out of memory");
+  const char *names[2] = {"calibrate_stream", "calibrate_empty"};
+  for (int i = 0; i < 2; i++) {
+    ProgCode c = {prog_build_str(b, names[i]), 256, grid};
+    ProgKernel k = {i, prog_build_count(b, PROG_SEC_ARGS), 0};
+    prog_build_add(b, PROG_SEC_CODES, &c, 1);
+    prog_build_add(b, PROG_SEC_KERNELS, &k, 1);
+  }
+  for (int d = 0; d < (gemms ? NDTYPES : 0); d++)
     for (int i = 0; i < NSHAPES; i++) {
-      int64_t m = shapes[i][0], n = shapes[i][1], kk = shapes[i][2];
-      gr.g = (IsaGemm){.m = m,
-                       .n = n,
-                       .k = kk,
-                       .lda = kk,
-                       .ldb = n,
-                       .ldc = n,
-                       .alpha = 1,
-                       .tier = {0, 1, 2},
-                       .batch = {1, 1},
-                       .dt = {ISA_F32, ISA_F32, ISA_F32}};
-      rounds[i][k] = 2.0 * (double)m * (double)n * (double)kk / timed(run_gemm, &gr, 0.05);
+      int64_t m = dim(quick, shapes[i][0]), n = dim(quick, shapes[i][1]), k = dim(quick, shapes[i][2]);
+      IsaInstr in = {.op = ISA_GEMM, .dp_rank = -1, .tp_rank = -1, .node = -1};
+      in.gemm = (IsaGemm){.m = m,
+                          .n = n,
+                          .k = k,
+                          .lda = k,
+                          .ldb = n,
+                          .ldc = n,
+                          .alpha = 1,
+                          .tier = {0, 1, 2},
+                          .batch = {1, 1},
+                          .dt = {gemm_dtypes[d], gemm_dtypes[d], gemm_dtypes[d]}};
+      prog_build_add(b, PROG_SEC_INSTRS, &in, 1);
     }
-    rounds[NSHAPES][k] = 3.0 * 4 * (double)elems / timed(run_kernel, &kr, 0.1);
+  ProgStage s = {.model = prog_build_str(b, "calibration"), .stage = -1, .slots = 1, .tokens = -1, .targets = -1};
+  for (int k = 0; k < PROG_NLISTS; k++) s.list[k] = -1;
+  s.no_sample = -1;
+  prog_build_add(b, PROG_SEC_STAGES, &s, 1);
+  int64_t bytes;
+  void *blob = prog_build_finish(b, &bytes);
+  char err[256];
+  if (!blob || prog_open(blob, bytes, p, err, sizeof err) != 0)
+    die("the calibration's program: %s", blob ? err : "out of memory");
+  return blob;
+}
+
+/* The GPU of ordinal (the local rank), NCCL loaded where ranks > 1. */
+static Device *open_cuda(const Prog *p, int ordinal, int ranks, int threads) {
+  char err[512];
+  CudaOptions o = {.ordinal = ordinal, .local_ranks = ranks, .threads = threads, .quiet = 1, .nccl = ranks > 1};
+  Device *dev = device_cuda_new(p, cuda_source, &o, err, sizeof err);
+  if (!dev) die("%s", err);
+  return dev;
+}
+#endif
+
+/* The streaming kernel's buffers (3 x 128 MiB, or 256 on a GPU: beyond the caches). */
+static int64_t stream_elems(const Figures *f) { return f->quick ? 1 << 20 : f->gpu ? 64 << 20 : 32 << 20; }
+
+/* Rounds of every GEMM shape (in each precision) and of the streaming kernel on kr's
+ * buffers, each figure the median of its rounds: a machine whose speed drifts (a shared
+ * host, its neighbours' load) is measured at its usual speed, not at one moment's. */
+static void measure_rounds(Figures *f, Device *dev, int ndt, KernelRun *kr) {
+  GemmRun gr = {.dev = dev};
+  int64_t most = dim(f->quick, 4096) * dim(f->quick, 3072);
+  for (int i = 0; i < 3; i++) {
+    if (!(gr.tiers[i] = dev->alloc(dev, most * 4))) die("out of memory for the GEMMs");
+    dev->zero(dev, gr.tiers[i], 0, most * 4); /* no NaN or denormal operands */
   }
-  double rate[NSHAPES];
-  for (int i = 0; i < NSHAPES; i++) {
-    rate[i] = median(rounds[i], ROUNDS);
-    fprintf(stderr, "  gemm %5lld x %5lld x %5lld   %8.1f GFLOP/s (rounds %.1f to %.1f)\n", (long long)shapes[i][0],
-            (long long)shapes[i][1], (long long)shapes[i][2], rate[i] / 1e9, rounds[i][0] / 1e9,
-            rounds[i][ROUNDS - 1] / 1e9);
+  int rounds = f->quick ? 1 : ROUNDS;
+  static double t[NDTYPES][NSHAPES][ROUNDS], bw[ROUNDS];
+  for (int r = 0; r < rounds; r++) {
+    bw[r] = 3.0 * 4 * (double)kr->extent / timed(run_kernel, kr, f->quick ? 0 : 0.1);
+    for (int d = 0; d < ndt; d++)
+      for (int i = 0; i < NSHAPES; i++) {
+        int64_t m = dim(f->quick, shapes[i][0]), n = dim(f->quick, shapes[i][1]), k = dim(f->quick, shapes[i][2]);
+        gr.g = (IsaGemm){.m = m,
+                         .n = n,
+                         .k = k,
+                         .lda = k,
+                         .ldb = n,
+                         .ldc = n,
+                         .alpha = 1,
+                         .tier = {0, 1, 2},
+                         .batch = {1, 1},
+                         .dt = {gemm_dtypes[d], gemm_dtypes[d], gemm_dtypes[d]}};
+        t[d][i][r] = 2.0 * (double)m * (double)n * (double)k / timed(run_gemm, &gr, f->quick ? 0 : 0.05);
+      }
   }
-  f->gemm = fit_gemm(rate);
+  f->stream_bw = median(bw, rounds);
+  for (int d = 0; d < ndt; d++) {
+    double rate[NSHAPES];
+    for (int i = 0; i < NSHAPES; i++) {
+      rate[i] = median(t[d][i], rounds);
+      fprintf(stderr, "  gemm %-4s %5lld x %5lld x %5lld %10.1f GFLOP/s (rounds %.1f to %.1f)\n", dtype_names[d],
+              (long long)dim(f->quick, shapes[i][0]), (long long)dim(f->quick, shapes[i][1]),
+              (long long)dim(f->quick, shapes[i][2]), rate[i] / 1e9, t[d][i][0] / 1e9, t[d][i][rounds - 1] / 1e9);
+    }
+    f->gemm[d] = fit_gemm(rate, f->quick);
+    fprintf(stderr, "  GEMM fit %s: %.1f GFLOP/s x g(m) g(n) g(k), g(x) = x / (x + %.0f) (rms error %.0f%%)\n",
+            dtype_names[d], f->gemm[d].peak / 1e9, f->gemm[d].half, 100 * (exp(f->gemm[d].err) - 1));
+  }
   for (int i = 0; i < 3; i++) dev->free(dev, gr.tiers[i]);
-  f->stream_bw = median(rounds[NSHAPES], ROUNDS);
-  KernelRun er = {.dev = dev, .id = 1, .extent = 1 << 16, .bufs = {kr.bufs[0], kr.bufs[1], kr.bufs[2]}};
-  f->launch = timed(run_kernel, &er, 0.1);
-  char *host = malloc((size_t)elems * 4);
+}
+
+/* A kernel's launch, host-to-device copies and fresh pages (kr: the streaming kernel on
+ * its buffers, which it frees). On the CPU device each kernel runs to its end on the
+ * thread pool, so a launch is timed with its sync; a GPU queues launches, so 64 are timed
+ * behind one sync. */
+static void measure_memory(Figures *f, Device *dev, KernelRun *kr) {
+  int64_t elems = kr->extent;
+  KernelRun er = {.dev = dev, .id = 1, .launches = f->gpu ? 64 : 1, .extent = 1 << 16};
+  memcpy(er.bufs, kr->bufs, sizeof er.bufs);
+  f->launch = timed(run_kernel, &er, f->quick ? 0 : 0.1) / er.launches;
+  char *host = exec_host_alloc(dev, elems * 4); /* pinned where the device pins */
   if (!host) die("out of memory for the copies");
   memset(host, 1, (size_t)elems * 4);
-  CopyRun cr = {dev, kr.bufs[0], host, elems * 4};
-  f->upload_bw = (double)cr.bytes / timed(run_upload, &cr, 0.2);
-  free(host);
-  for (int i = 0; i < 3; i++) dev->free(dev, kr.bufs[i]);
+  CopyRun cr = {dev, kr->bufs[0], host, elems * 4};
+  f->upload_bw = (double)cr.bytes / timed(run_upload, &cr, f->quick ? 0 : 0.2);
+  exec_host_free(dev, host);
+  for (int i = 0; i < 3; i++) dev->free(dev, kr->bufs[i]);
   /* a commit's cost: the kernel on fresh pages, committed and decommitted around it, less
    * the same kernel on pages kept (64 MiB: ZeRO-3 gathers a layer's weights at a time) */
-  CommitRun cm = {.dev = dev, .bytes = 64 << 20, .commit = 1};
+  CommitRun cm = {.dev = dev, .bytes = f->quick ? 4 << 20 : 64 << 20, .commit = 1};
   if (!(cm.base = dev->reserve(dev, cm.bytes))) die("cannot reserve address space for the commits");
   if (!(cm.src = dev->alloc(dev, cm.bytes))) die("out of memory for the commits");
-  double fresh = timed(run_commit, &cm, 0.3);
+  dev->zero(dev, cm.src, 0, cm.bytes);
+  double fresh = timed(run_commit, &cm, f->quick ? 0 : 0.3);
   cm.commit = 0;
   if (dev->commit(dev, cm.base, 0, cm.bytes) != 0) die("out of memory for the commits");
-  double kept = timed(run_commit, &cm, 0.3);
+  double kept = timed(run_commit, &cm, f->quick ? 0 : 0.3);
   dev->decommit(dev, cm.base, 0, cm.bytes);
   dev->unreserve(dev, cm.base, cm.bytes);
   dev->free(dev, cm.src);
   f->commit_bw = (double)cm.bytes / fmax(fresh - kept, 1e-9);
-  dev->destroy(dev);
   fprintf(stderr,
           "  streaming kernel %.1f GB/s, kernel launch %.1f us, host to device %.1f GB/s, pages committed and "
           "released %.2f GB/s\n",
           f->stream_bw / 1e9, f->launch * 1e6, f->upload_bw / 1e9, f->commit_bw / 1e9);
+}
+
+static void measure_device(Figures *f) {
+  char err[256];
+  Device *dev = NULL;
+  void *blob = NULL;
+#ifdef COLOSSALC_HAVE_CUDA
+  Prog p;
+  if (f->gpu) {
+    blob = calibration_program(f->quick, 1, f->quick ? 8 : 2048, &p);
+    dev = open_cuda(&p, 0, 1, f->threads);
+  }
+#endif
+  if (!dev && !(dev = device_cpu_new(kernels, 2, f->threads, err, sizeof err))) die("%s", err);
+  KernelRun kr = {.dev = dev, .id = 0, .launches = 1, .extent = stream_elems(f)};
+  for (int i = 0; i < 3; i++) {
+    if (!(kr.bufs[i] = dev->alloc(dev, kr.extent * 4))) die("out of memory for the streaming kernel");
+    dev->zero(dev, kr.bufs[i], 0, kr.extent * 4);
+  }
+  measure_rounds(f, dev, f->gpu ? NDTYPES : 1, &kr);
+  measure_memory(f, dev, &kr);
+  dev->destroy(dev);
+  free(blob);
 }
 
 /* ---- a file's bandwidth ---------------------------------------------------------------- */
@@ -268,7 +401,7 @@ static void measure_device(Figures *f) {
 static void measure_file(Figures *f, const char *dir) {
   char path[4096];
   snprintf(path, sizeof path, "%s/colossalc-calibrate.%d", dir, (int)getpid());
-  int64_t bytes = 256 << 20, chunk = 8 << 20;
+  int64_t bytes = f->quick ? 16 << 20 : 256 << 20, chunk = f->quick ? 1 << 20 : 8 << 20;
   char *buf = malloc((size_t)chunk);
   if (!buf) die("out of memory for the file");
   memset(buf, 7, (size_t)chunk);
@@ -299,21 +432,38 @@ static void measure_file(Figures *f, const char *dir) {
 enum { NSIZES = 8 };
 static const int64_t ar_sizes[NSIZES] = {1 << 8, 1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22};
 
-/* A rank of `mpirun -np N colossalc-calibrate --comm OUT`: rank 0 writes each size's
- * seconds (the ranks' slowest) to OUT. */
-static int comm_rank(int argc, char **argv, const char *out) {
+/* A rank of `mpirun -np N colossalc-calibrate --comm OUT [--device cuda]`: rank 0 writes
+ * each size's seconds (the ranks' slowest) to OUT. On GPUs the all-reduce is NCCL's on
+ * the device's stream (device_cuda_comm), each rank on the GPU of its local rank. */
+static int comm_rank(int argc, char **argv, const char *out, int gpu) {
   char err[256];
   Comm *c = comm_open(&argc, &argv, err, sizeof err);
   if (!c) die("%s", err);
-  float *buf = calloc((size_t)ar_sizes[NSIZES - 1], sizeof *buf);
+  Comm *ar = c;
+  Device *dev = NULL;
+  void *blob = NULL;
+  float *buf;
+#ifdef COLOSSALC_HAVE_CUDA
+  Prog p;
+  if (gpu) {
+    blob = calibration_program(1, 0, 8, &p);
+    dev = open_cuda(&p, c->local_rank, c->local_size, 1);
+    ar = device_cuda_comm(dev, c, 0);
+  }
+#endif
+  (void)gpu;
+  buf = dev ? (float *)dev->alloc(dev, ar_sizes[NSIZES - 1] * 4) : calloc((size_t)ar_sizes[NSIZES - 1], sizeof *buf);
   if (!buf) die("out of memory for the all-reduce");
+  if (dev) dev->zero(dev, (char *)buf, 0, ar_sizes[NSIZES - 1] * 4);
   double t[NSIZES];
   for (int i = 0; i < NSIZES; i++) { /* every rank makes the same calls: a count fixed by the size */
     int reps = ar_sizes[i] >= 1 << 20 ? 10 : 100;
-    c->all_reduce(c, buf, buf, ar_sizes[i], COMM_SUM);
+    ar->all_reduce(ar, buf, buf, ar_sizes[i], COMM_SUM);
+    if (dev) dev->sync(dev);
     c->barrier(c);
     double t0 = now();
-    for (int k = 0; k < reps; k++) c->all_reduce(c, buf, buf, ar_sizes[i], COMM_SUM);
+    for (int k = 0; k < reps; k++) ar->all_reduce(ar, buf, buf, ar_sizes[i], COMM_SUM);
+    if (dev) dev->sync(dev);
     t[i] = (now() - t0) / reps;
   }
   c->host_all_reduce(c, t, NSIZES, COMM_MAX);
@@ -323,7 +473,12 @@ static int comm_rank(int argc, char **argv, const char *out) {
     for (int i = 0; i < NSIZES; i++) fprintf(f, "%lld %.9g\n", (long long)ar_sizes[i], t[i]);
     fclose(f);
   }
-  free(buf);
+  if (dev) {
+    dev->free(dev, (char *)buf);
+    ar->destroy(ar);
+    dev->destroy(dev);
+  } else free(buf);
+  free(blob);
   c->destroy(c);
   return 0;
 }
@@ -335,7 +490,8 @@ static void measure_comm(Figures *f, const char *self, const char *mpirun) {
   char out[512], cmd[16384];
   snprintf(out, sizeof out, "/tmp/colossalc-calibrate-ar.%d", (int)getpid());
   int n = f->ranks;
-  snprintf(cmd, sizeof cmd, "%s -np %d '%s' --comm '%s' > /dev/null", mpirun, n, self, out);
+  snprintf(cmd, sizeof cmd, "%s -np %d '%s' --comm '%s'%s > /dev/null", mpirun, n, self, out,
+           f->gpu ? " --device cuda" : "");
   if (system(cmd) != 0) die("the all-reduce ranks failed: %s", cmd);
   FILE *in = fopen(out, "r");
   if (!in) die("no all-reduce times in %s", out);
@@ -345,7 +501,7 @@ static void measure_comm(Figures *f, const char *self, const char *mpirun) {
     if (fscanf(in, "%lld %lf", &sz, &y[i]) != 2) die("bad all-reduce times in %s", out);
     x[i] = 4.0 * (double)sz * 2 * (n - 1) / n;
     sx += x[i], sy += y[i], sxx += x[i] * x[i], sxy += x[i] * y[i];
-    fprintf(stderr, "  all-reduce over %d ranks %9lld floats %9.1f us\n", n, sz, y[i] * 1e6);
+    fprintf(stderr, "  all-reduce over %d %s %9lld floats %9.1f us\n", n, f->gpu ? "GPUs" : "ranks", sz, y[i] * 1e6);
   }
   fclose(in);
   unlink(out);
@@ -371,10 +527,19 @@ static void cpu_name(char *dst, size_t len) {
   if (f) fclose(f);
 }
 
-static void write_file(const Figures *f, const char *path) {
-  FILE *o = fopen(path, "w");
-  if (!o) die("cannot write %s", path);
-  double peak = f->gemm.peak / 1e12, host_gib = f->ram / (1 << 30);
+/* The built-in profile a GPU's file starts from (plan/cluster.c): by its name, else by
+ * its architecture. */
+static const char *gpu_base(const Figures *f) {
+  if (strstr(f->gpu_name, "H200")) return "h200";
+  if (strstr(f->gpu_name, "H100") || strstr(f->gpu_name, "H800")) return "h100-sxm";
+  if (strstr(f->gpu_name, "A100") || strstr(f->gpu_name, "A800"))
+    return f->gpu_memory > 48.0 * (1 << 30) ? "a100-80g" : "a100-40g";
+  if (strstr(f->gpu_name, "3090")) return "rtx3090";
+  return f->cc_major >= 9 ? "h100-sxm" : "a100-80g";
+}
+
+static void write_cpu(const Figures *f, FILE *o) {
+  double peak = f->gemm[0].peak / 1e12, host_gib = f->ram / (1 << 30);
   fprintf(o, "{\n  \"name\": \"%s, %d threads (calibrated)\",\n  \"base\": \"cpu\",\n", f->cpu, f->threads);
   fprintf(
       o,
@@ -383,7 +548,7 @@ static void write_file(const Figures *f, const char *path) {
       "    \"gemm_efficiency\": 1, \"gemm_half_dim\": %.4g,\n"
       "    \"memory_gib\": %.4g, \"reserved_gib\": %.4g, \"memory_bandwidth_gbs\": %.4g, \"memory_efficiency\": 1,\n"
       "    \"kernel_overhead_us\": %.4g, \"commit_bandwidth_gbs\": %.4g\n  },\n",
-      f->cpu, peak, peak, peak, f->gemm.half, host_gib, host_gib * 0.1, f->stream_bw / 1e9, f->launch * 1e6,
+      f->cpu, peak, peak, peak, f->gemm[0].half, host_gib, host_gib * 0.1, f->stream_bw / 1e9, f->launch * 1e6,
       f->commit_bw / 1e9);
   for (int i = 0; i < 2; i++)
     fprintf(o,
@@ -395,38 +560,116 @@ static void write_file(const Figures *f, const char *path) {
           "  \"host\": {\"memory_gib\": %.4g, \"link_bandwidth_gbs\": %.4g, \"memory_bandwidth_gbs\": %.4g,\n"
           "           \"nvme_bandwidth_gbs\": %.4g, \"nvme_gib\": %.4g}\n}\n",
           host_gib, f->upload_bw / 1e9, f->stream_bw / 1e9, nvme / 1e9, f->nvme_free / (1 << 30));
+}
+
+/* A GPU's file: its profile as the base, then what was measured. The bf16 curve's
+ * half-dimension (plans train in bf16); the link between GPUs where two or more were
+ * measured, else the profile's. */
+static void write_gpu(const Figures *f, FILE *o) {
+  fprintf(o, "{\n  \"name\": \"%s (calibrated)\",\n  \"base\": \"%s\",\n  \"gpus_per_node\": %d,\n", f->gpu_name,
+          gpu_base(f), f->gpus);
+  fprintf(o,
+          "  \"device\": {\n    \"part\": \"%s\", \"shares_host\": false, \"fp32_only\": false,\n"
+          "    \"peak_fp32_tflops\": %.6g, \"peak_bf16_tflops\": %.6g, \"peak_fp16_tflops\": %.6g,\n"
+          "    \"gemm_efficiency\": 1, \"gemm_half_dim\": %.4g,\n"
+          "    \"memory_gib\": %.4g, \"memory_bandwidth_gbs\": %.4g, \"memory_efficiency\": 1,\n"
+          "    \"kernel_overhead_us\": %.4g, \"commit_bandwidth_gbs\": %.4g\n  },\n",
+          f->gpu_name, f->gemm[0].peak / 1e12, f->gemm[1].peak / 1e12, f->gemm[2].peak / 1e12, f->gemm[1].half,
+          f->gpu_memory / (1 << 30), f->stream_bw / 1e9, f->launch * 1e6, f->commit_bw / 1e9);
+  if (f->ranks > 1)
+    fprintf(o,
+            "  \"intra_node\": {\"name\": \"NCCL among %d GPUs (measured)\", \"bandwidth_gbs\": %.4g, \"latency_us\": "
+            "%.4g, \"efficiency\": 1},\n",
+            f->ranks, f->ar_bw / 1e9, f->ar_lat * 1e6);
+  double nvme = f->nvme_write < f->nvme_read ? f->nvme_write : f->nvme_read;
+  fprintf(o,
+          "  \"host\": {\"memory_gib\": %.4g, \"link_bandwidth_gbs\": %.4g, \"nvme_bandwidth_gbs\": %.4g, "
+          "\"nvme_gib\": %.4g}\n}\n",
+          f->ram / (1 << 30), f->upload_bw / 1e9, nvme / 1e9, f->nvme_free / (1 << 30));
+}
+
+static void write_file(const Figures *f, const char *path) {
+  FILE *o = fopen(path, "w");
+  if (!o) die("cannot write %s", path);
+  (f->gpu ? write_gpu : write_cpu)(f, o);
   if (fclose(o) != 0) die("writing %s failed", path);
 }
 
+#ifdef COLOSSALC_HAVE_CUDA
+/* The GPU's name, memory, architecture and how many this machine has (the first GPU's;
+ * a calibration assumes one kind). */
+static void gpu_facts(Figures *f) {
+  char err[512];
+  CudaApi api;
+  if (cuda_api_load(&api, CUDA_LIB_DRIVER, err, sizeof err) != 0) die("%s", err);
+  CUdevice d;
+  size_t total = 0;
+  if (api.Init(0) != CUDA_SUCCESS || api.DeviceGetCount(&f->gpus) != CUDA_SUCCESS ||
+      api.DeviceGet(&d, 0) != CUDA_SUCCESS ||
+      api.DeviceGetName(f->gpu_name, (int)sizeof f->gpu_name, d) != CUDA_SUCCESS ||
+      api.DeviceTotalMem(&total, d) != CUDA_SUCCESS ||
+      api.DeviceGetAttribute(&f->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d) != CUDA_SUCCESS)
+    die("the driver does not describe its GPU");
+  f->gpu_memory = (double)total;
+  f->gpu_name[strcspn(f->gpu_name, "\"\\")] = 0; /* a JSON string */
+  cuda_api_close(&api);
+}
+#endif
+
 int main(int argc, char **argv) {
-  const char *out = NULL, *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", *mpirun = "mpirun";
-  int ranks = 0;
+  const char *out = NULL, *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", *mpirun = "mpirun", *device = "auto";
+  const char *comm_out = NULL;
+  int ranks = 0, quick = 0;
   cpu_blas_pick(argv); /* the GEMMs measured are the ones train runs */
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--comm") && i + 1 < argc) return comm_rank(argc, argv, argv[i + 1]);
-    if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+    if (!strcmp(argv[i], "--comm") && i + 1 < argc) comm_out = argv[++i];
+    else if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
     else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
     else if (!strcmp(argv[i], "--mpirun") && i + 1 < argc) mpirun = argv[++i];
     else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) ranks = atoi(argv[++i]);
-    else die("usage: colossalc-calibrate -o FILE [--dir DIR] [--mpirun \"CMD\"] [--ranks N] (got '%s')", argv[i]);
+    else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+    else if (!strcmp(argv[i], "--quick")) quick = 1;
+    else
+      die("usage: colossalc-calibrate -o FILE [--device cpu|cuda|auto] [--dir DIR] [--mpirun \"CMD\"] [--ranks N] "
+          "[--quick] (got '%s')",
+          argv[i]);
   }
+  if (strcmp(device, "cpu") && strcmp(device, "cuda") && strcmp(device, "auto"))
+    die("--device %s: cpu, cuda or auto", device);
+  int gpu = 0;
+#ifdef COLOSSALC_HAVE_CUDA
+  gpu = !strcmp(device, "cuda") || (!strcmp(device, "auto") && !comm_out && device_cuda_available());
+#else
+  if (!strcmp(device, "cuda")) die("--device cuda: this build has no CUDA device (no CUDA toolkit where it was built)");
+#endif
+  if (comm_out) return comm_rank(argc, argv, comm_out, gpu);
   if (!out) die("-o FILE is needed");
-  Figures f = {.threads = (int)sysconf(_SC_NPROCESSORS_ONLN)};
+  Figures f = {.threads = (int)sysconf(_SC_NPROCESSORS_ONLN), .quick = quick, .gpu = gpu};
   f.ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-  f.ranks = ranks > 1 ? ranks : f.threads > 1 ? (f.threads < 8 ? f.threads : 8) : 2;
   cpu_name(f.cpu, sizeof f.cpu);
   double t0 = now();
-  fprintf(stderr, "calibrating %s, %d threads, %.1f GiB\n", f.cpu, f.threads, f.ram / (1 << 30));
+#ifdef COLOSSALC_HAVE_CUDA
+  if (gpu) gpu_facts(&f);
+#endif
+  if (gpu) { /* one rank a GPU: NCCL among them, none with one GPU */
+    f.ranks = ranks > 0 ? ranks : f.gpus < 8 ? f.gpus : 8;
+    fprintf(stderr, "calibrating %s (%d on this machine, %.1f GiB each)%s\n", f.gpu_name, f.gpus,
+            f.gpu_memory / (1 << 30), quick ? ", quick" : "");
+  } else {
+    f.ranks = ranks > 1 ? ranks : f.threads > 1 ? (f.threads < 8 ? f.threads : 8) : 2;
+    fprintf(stderr, "calibrating %s, %d threads, %.1f GiB%s\n", f.cpu, f.threads, f.ram / (1 << 30),
+            quick ? ", quick" : "");
+  }
   measure_device(&f);
-  fprintf(stderr, "  GEMM fit: %.1f GFLOP/s x g(m) g(n) g(k), g(x) = x / (x + %.0f) (rms error %.0f%%)\n",
-          f.gemm.peak / 1e9, f.gemm.half, 100 * (exp(f.gemm.err) - 1));
   measure_file(&f, dir);
   char self[4096];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) die("cannot find this executable");
   self[len] = 0;
-  measure_comm(&f, self, mpirun);
-  fprintf(stderr, "  all-reduce: %.2f GB/s a rank, %.1f us a ring step\n", f.ar_bw / 1e9, f.ar_lat * 1e6);
+  if (f.ranks > 1) {
+    measure_comm(&f, self, mpirun);
+    fprintf(stderr, "  all-reduce: %.2f GB/s a rank, %.1f us a ring step\n", f.ar_bw / 1e9, f.ar_lat * 1e6);
+  } else fprintf(stderr, "  one GPU: the link between GPUs is the %s profile's\n", gpu_base(&f));
   write_file(&f, out);
   fprintf(stderr, "wrote %s in %.0f s\n", out, now() - t0);
   return 0;

@@ -83,6 +83,18 @@ add_test(NAME cuda_too_few_gpus COMMAND ${cuda_run} too_few_gpus)
 add_test(NAME cuda_gpu_fails COMMAND ${cuda_run} gpu_fails)
 set_tests_properties(cuda_too_few_gpus cuda_gpu_fails
                      PROPERTIES ENVIRONMENT "MPIRUN=${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS}" TIMEOUT 300)
+# colossalc-calibrate --device cuda on 2 emulated GPUs (NCCL's all-reduce under mpirun),
+# and the cluster file it writes planned for (run_calibrate.sh)
+add_test(NAME cuda_emul_calibrate
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_calibrate.sh $<TARGET_FILE:colossalc-calibrate>
+                 $<TARGET_FILE:colossalc> ${CMAKE_SOURCE_DIR} ${CUDA_WORK}/calibrate ${COLOSSALC_TORCH_PYTHON}
+                 ${CUDA_EMUL_LIB} "${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS}")
+set_tests_properties(cuda_emul_calibrate PROPERTIES TIMEOUT 300)
+colossalc_label(cuda_emul cuda_emul_calibrate)
+if(COLOSSALC_SANITIZE) # Open MPI's own leaks suppressed as for the multi-rank tests
+  set_tests_properties(cuda_emul_calibrate PROPERTIES ENVIRONMENT
+    "OMPI_MCA_mca_base_component_disable_dlclose=1;ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS}:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/multirank/lsan.supp:print_suppressions=0")
+endif()
 set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache cuda_no_gpu PROPERTIES TIMEOUT 900)
 colossalc_label(cuda_emul cuda_emul_one_rank cuda_emul_bf16 cuda_emul_fused cuda_emul_fp8 cuda_nvrtc_cache
                 cuda_no_gpu cuda_too_few_gpus cuda_gpu_fails cuda_emul_libsearch)
