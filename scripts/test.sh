@@ -4,7 +4,7 @@
 # run every CTest test; build again with AddressSanitizer and UndefinedBehaviorSanitizer
 # and run the fast tier and each area's sample (label sanitize, tests/labels.cmake says
 # why) under them; then fuzz what colossalc and train read (scripts/fuzz.sh) for a
-# bounded time (FUZZ_SECONDS, default 45, for each of the three fuzz targets).
+# bounded time (FUZZ_SECONDS, default 30, for each of the three fuzz targets).
 # With --fast: install what is missing, build with warnings as errors, and run only the
 # fast tier (ctest -L fast: tests/labels.cmake says what the labels mean), a few minutes.
 # Either way it ends with the time it took.
@@ -63,7 +63,7 @@ echo "== tests under ASan+UBSan"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-intercept_tls_get_addr=0}
 run_ctest build-asan -L "^(fast|sanitize)$" -LE slow
 
-echo "== fuzzing the readers for ${FUZZ_SECONDS:-45} s"
-scripts/fuzz.sh "${FUZZ_SECONDS:-45}"
+echo "== fuzzing the readers for ${FUZZ_SECONDS:-30} s"
+scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
 echo "both CTest runs and the fuzz run:"
 echo "summary: $((passed + 1)) passed, 0 failed, $skipped skipped"
