@@ -199,6 +199,21 @@ static double g_of(double x, double h) { return x / (x + h); }
  * side (at least 8). */
 static int64_t dim(int quick, int64_t d) { return quick ? (d / 8 > 8 ? d / 8 : 8) : d; }
 
+/* Shape i in precision d: C[m, n] = A[m, k] B[k, n] on tiers 0, 1 and 2 at offset 0. */
+static IsaGemm gemm_of(int quick, int d, int i) {
+  int64_t m = dim(quick, shapes[i][0]), n = dim(quick, shapes[i][1]), k = dim(quick, shapes[i][2]);
+  return (IsaGemm){.m = m,
+                   .n = n,
+                   .k = k,
+                   .lda = k,
+                   .ldb = n,
+                   .ldc = n,
+                   .alpha = 1,
+                   .tier = {0, 1, 2},
+                   .batch = {1, 1},
+                   .dt = {gemm_dtypes[d], gemm_dtypes[d], gemm_dtypes[d]}};
+}
+
 /* The half-dimension h of g and the peak (in log space, its best for each h) closest to
  * the rates measured. */
 static Fit fit_gemm(const double *rate, int quick) {
@@ -252,18 +267,7 @@ static void *calibration_program(int quick, int gemms, int64_t grid, Prog *p) {
   }
   for (int d = 0; d < (gemms ? NDTYPES : 0); d++)
     for (int i = 0; i < NSHAPES; i++) {
-      int64_t m = dim(quick, shapes[i][0]), n = dim(quick, shapes[i][1]), k = dim(quick, shapes[i][2]);
-      IsaInstr in = {.op = ISA_GEMM, .dp_rank = -1, .tp_rank = -1, .node = -1};
-      in.gemm = (IsaGemm){.m = m,
-                          .n = n,
-                          .k = k,
-                          .lda = k,
-                          .ldb = n,
-                          .ldc = n,
-                          .alpha = 1,
-                          .tier = {0, 1, 2},
-                          .batch = {1, 1},
-                          .dt = {gemm_dtypes[d], gemm_dtypes[d], gemm_dtypes[d]}};
+      IsaInstr in = {.op = ISA_GEMM, .dp_rank = -1, .tp_rank = -1, .node = -1, .gemm = gemm_of(quick, d, i)};
       prog_build_add(b, PROG_SEC_INSTRS, &in, 1);
     }
   ProgStage s = {.model = prog_build_str(b, "calibration"), .stage = -1, .slots = 1, .tokens = -1, .targets = -1};
@@ -307,18 +311,8 @@ static void measure_rounds(Figures *f, Device *dev, int ndt, KernelRun *kr) {
     bw[r] = 3.0 * 4 * (double)kr->extent / timed(run_kernel, kr, f->quick ? 0 : 0.1);
     for (int d = 0; d < ndt; d++)
       for (int i = 0; i < NSHAPES; i++) {
-        int64_t m = dim(f->quick, shapes[i][0]), n = dim(f->quick, shapes[i][1]), k = dim(f->quick, shapes[i][2]);
-        gr.g = (IsaGemm){.m = m,
-                         .n = n,
-                         .k = k,
-                         .lda = k,
-                         .ldb = n,
-                         .ldc = n,
-                         .alpha = 1,
-                         .tier = {0, 1, 2},
-                         .batch = {1, 1},
-                         .dt = {gemm_dtypes[d], gemm_dtypes[d], gemm_dtypes[d]}};
-        t[d][i][r] = 2.0 * (double)m * (double)n * (double)k / timed(run_gemm, &gr, f->quick ? 0 : 0.05);
+        gr.g = gemm_of(f->quick, d, i);
+        t[d][i][r] = 2.0 * (double)gr.g.m * (double)gr.g.n * (double)gr.g.k / timed(run_gemm, &gr, f->quick ? 0 : 0.05);
       }
   }
   f->stream_bw = median(bw, rounds);
