@@ -3,20 +3,22 @@
 # then gpt2-tiny at a larger configuration and GPT-2 124M at a small batch compiled for
 # it (--cluster) on 1, 2, 4 and 8 ranks (dp, tp, pp with 1F1B and interleaved, ZeRO-1
 # and 3, recompute, offload under a device budget: the plan's own figure) and trained.
-# Each row: the plan, its predicted step time, the measured median of the timed steps
-# (train's log: "ms" beside "predicted_ms"), the error, and the device memory the plan
-# predicts per rank against the largest rank's measured peak (the log's
-# "device_memory_peak").
+# Each row: the plan, its predicted step time, the measured step time (train's log:
+# "ms" beside "predicted_ms"), the error, and the device memory the plan predicts per
+# rank against the largest rank's measured peak (the log's "device_memory_peak").
 # Bounds (docs/plan.md, "Calibration"): time within 10 % where the ranks are no more
 # than the cores (the others are reported), memory within 5 % on every row. Prints
 # PASS or FAIL per row and a last line with the count of rows out of their bounds.
 # The rows are trained in PASSES passes over all of them, each pass after a calibration
-# of its own, for which each row's plan (saved from the first pass's, so the same plan
-# as compiled: --plan) is priced again: this shared machine's speed drifts over minutes
-# (one calibration measured 15 GB/s where others measure 21-23), and a calibration is
-# of the machine as it is then. A row's time error is the median of its passes' errors
-# (each pass's prediction against its run's median step); it prints each pass's
-# predicted/measured after its bounds, and the medians of each in its columns.
+# of its own. This machine is shared: its neighbours slow it for seconds at a time (one
+# step of the same program took 364 to 708 ms within a minute), and a calibration of
+# 20 s can fall wholly in such a time (streaming 14 GB/s against 20 uncontended). They
+# never speed it up, so both sides take the machine at its fastest: each figure of the
+# calibrations at its fastest (the calibration already takes each at its fastest round;
+# here the fastest of the passes', the GEMM curve whole from the calibration with the
+# highest peak), for which each row's plan (saved from the first pass's, so the same plan
+# as compiled: --plan) is priced, against the fast end of the row's timed steps in all
+# the passes (their 10th percentile). Each pass's fastest step follows the bounds.
 # Usage: bench/plan_truth.sh [BUILD_DIR] [STEPS] [PASSES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,21 +65,46 @@ row() { # name ranks model-args... -- plan-args...: planned and compiled now, tr
   "$cc" "${args[@]}" --cluster "$work/machine0.json" --gpus "$np" --plan "$dir/plan.json" "${budget[@]}" \
     -o "$dir/train" > /dev/null 2> "$dir/err" || echo "compile failed: $(head -1 "$dir/err")" > "$dir/failed"
 }
-train_pass() { # pass k: the machine calibrated again, each row's plan priced for it, every row trained
+train_pass() { # pass k: the machine calibrated again, every row trained
   local k=$1 i
   [ "$k" -gt 0 ] && calibrate "$k"
   for ((i = 0; i < rows; i++)); do
     local dir=$work/$i np=${nps[$i]} launch=()
     [ -e "$dir/failed" ] && continue
-    # shellcheck disable=SC2086 # the model's arguments, split as given
-    "$cc" ${models[$i]} --cluster "$work/machine$k.json" --gpus "$np" --plan "$dir/plan.json" --dump-plan=json \
-      --plan-out "$dir/pred$k.json" 2> "$dir/err" || { echo "no price: $(head -1 "$dir/err")" > "$dir/failed"; continue; }
     [ "$np" -gt 1 ] && launch=($mpirun $flags -np "$np")
     (cd "$dir" && "${launch[@]}" ./train --data "$work/genesis.bin" --steps $((steps + 3)) --log "log$k.jsonl" \
       --nvme-dir "$dir" > "out$k.txt" 2>&1) || echo "train failed: $(tail -1 "$dir/out$k.txt")" > "$dir/failed"
   done
 }
-report() { # row i: the median of its passes' medians against the plan
+fastest() { # the passes' calibrations merged, each figure at its fastest, and every row priced for it
+  python3 - "$work" "$passes" <<'EOF'
+import json, sys
+work, passes = sys.argv[1], int(sys.argv[2])
+cals = [json.load(open("%s/machine%d.json" % (work, k))) for k in range(passes)]
+best = max(cals, key=lambda c: c["device"]["peak_fp32_tflops"])  # the GEMM curve whole, from one
+fast = {("device", "memory_bandwidth_gbs"): max, ("device", "commit_bandwidth_gbs"): max,
+        ("device", "kernel_overhead_us"): min, ("intra_node", "bandwidth_gbs"): max,
+        ("intra_node", "latency_us"): min, ("inter_node", "bandwidth_gbs"): max, ("inter_node", "latency_us"): min,
+        ("host", "link_bandwidth_gbs"): max, ("host", "memory_bandwidth_gbs"): max,
+        ("host", "nvme_bandwidth_gbs"): max}
+for (part, field), fn in fast.items():
+    best[part][field] = fn(c[part][field] for c in cals)
+best["name"] = best["name"].replace("(calibrated)", "(calibrated, the fastest of %d)" % passes)
+json.dump(best, open(work + "/fastest.json", "w"), indent=1)
+d = best["device"]
+print("fastest: GEMM %.1f GFLOP/s, streaming %.1f GB/s, launch %.1f us, all-reduce %.2f GB/s a rank" %
+      (d["peak_fp32_tflops"] * 1e3, d["memory_bandwidth_gbs"], d["kernel_overhead_us"], best["intra_node"]["bandwidth_gbs"]))
+EOF
+  local i
+  for ((i = 0; i < rows; i++)); do
+    local dir=$work/$i
+    [ -e "$dir/failed" ] && continue
+    # shellcheck disable=SC2086 # the model's arguments, split as given
+    "$cc" ${models[$i]} --cluster "$work/fastest.json" --gpus "${nps[$i]}" --plan "$dir/plan.json" --dump-plan=json \
+      --plan-out "$dir/pred.json" 2> "$dir/err" || echo "no price: $(head -1 "$dir/err")" > "$dir/failed"
+  done
+}
+report() { # row i: the fast end of its steps against the plan for the fastest calibration
   local i=$1 dir=$work/$1
   if [ -e "$dir/failed" ]; then
     printf '%-8s %-34s %-5s %s\n' "${names[$i]}" "${descs[$i]:0:34}" "${nps[$i]}" "$(cat "$dir/failed")"
@@ -88,24 +115,25 @@ import json, sys
 d, name, desc = sys.argv[1], sys.argv[2], sys.argv[3]
 np, cores, steps, passes = (int(x) for x in sys.argv[4:8])
 plan = json.load(open(d + "/plan.json"))
-def median(xs):
-    return sorted(xs)[len(xs) // 2]
-meds, preds, mem_meas = [], [], 0
+steps_all, fastest, mem_meas = [], [], 0
 for k in range(passes):
     recs = [r for r in (json.loads(l) for l in open("%s/log%d.jsonl" % (d, k))) if "ms" in r and "step" in r]
-    meds.append(median([r["ms"] for r in recs[-steps:]]))
-    preds.append(json.load(open("%s/pred%d.json" % (d, k)))["predicted"]["step_time_s"] * 1e3)
+    ms = [r["ms"] for r in recs[-steps:]]
+    steps_all += ms
+    fastest.append(min(ms))
     mem_meas = max([mem_meas] + [r["device_memory_peak"] / 2**20 for r in recs])
-# each pass's prediction for the calibration taken just before it, against its run
-et = median([p / m - 1 for p, m in zip(preds, meds)])
-meas, pred = median(meds), median(preds)
+# the machine at its fastest on both sides: the fast end of every pass's steps against
+# the plan priced for the passes' calibrations at their fastest
+meas = sorted(steps_all)[len(steps_all) // 10]
+pred = json.load(open(d + "/pred.json"))["predicted"]["step_time_s"] * 1e3
+et = pred / meas - 1
 mem_pred = plan["memory"]["peak_bytes_per_device"] / 2**20
 em = mem_pred / mem_meas - 1
 tok = "PASS" if abs(et) <= 0.10 else ("report" if np > cores else "FAIL")
 mok = "PASS" if abs(em) <= 0.05 else "FAIL"
-print("%-8s %-34s %-5d %10.2f %10.2f %+7.1f%% %6s %10.1f %10.1f %+7.1f%% %6s   passes %s" %
+print("%-8s %-34s %-5d %10.2f %10.2f %+7.1f%% %6s %10.1f %10.1f %+7.1f%% %6s   fastest step of each pass %s" %
       (name, desc[:34], np, pred, meas, 100 * et, tok, mem_pred, mem_meas, 100 * em, mok,
-       " ".join("%.0f/%.0f" % pm for pm in zip(preds, meds))))
+       " ".join("%.0f" % m for m in fastest)))
 sys.exit((tok == "FAIL") + (mok == "FAIL"))
 EOF
 }
@@ -126,5 +154,6 @@ row tiny 4 $TINY -- --dp 1 --tp 2 --pp 2 --microbatch-size 4
 row tiny 8 $TINY -- --dp 2 --tp 2 --pp 2 --microbatch-size 4
 row tiny 2 $TINY -- --dp 2 --tp 1 --pp 1 --offload state
 for ((k = 0; k < passes; k++)); do train_pass $k; done
+fastest
 for ((i = 0; i < rows; i++)); do report $i || bad=$((bad + 1)); done
 echo "$bad of $rows rows out of their bounds"

@@ -11,7 +11,9 @@
  *   - the memory bandwidth of a streaming kernel on every thread, the launch overhead
  *     of a kernel on the device's thread pool, and the rate of fresh pages (memory
  *     committed behind reserved address space, written once and decommitted);
- *   - the GEMMs and the streaming kernel in rounds, each figure their median;
+ *   - the GEMMs, the streaming kernel and the launch in rounds, each figure its fastest
+ *     round's: the machine as it runs uncontended (a shared host's neighbours only slow
+ *     it, for seconds at a time);
  *   - all-reduce among ranks of this machine (mpirun, started here) by size: the
  *     latency of a ring step and the bandwidth of a rank;
  *   - host-to-device copies (a memcpy on this device) and a file's write and read
@@ -103,6 +105,19 @@ static double median(double *t, int n) {
       t[j] = t[j - 1], t[j - 1] = x;
     }
   return t[n / 2];
+}
+
+/* The least and the greatest of t[0..n). */
+static double least(const double *t, int n) {
+  double m = t[0];
+  for (int i = 1; i < n; i++) m = fmin(m, t[i]);
+  return m;
+}
+
+static double greatest(const double *t, int n) {
+  double m = t[0];
+  for (int i = 1; i < n; i++) m = fmax(m, t[i]);
+  return m;
 }
 
 /* Seconds of one call of fn, run until at least `least` seconds have passed (3 calls at
@@ -295,9 +310,13 @@ static Device *open_cuda(const Prog *p, int ordinal, int ranks, int threads) {
 /* The streaming kernel's buffers (3 x 128 MiB, or 256 on a GPU: beyond the caches). */
 static int64_t stream_elems(const Figures *f) { return f->quick ? 1 << 20 : f->gpu ? 64 << 20 : 32 << 20; }
 
-/* Rounds of every GEMM shape (in each precision) and of the streaming kernel on kr's
- * buffers, each figure the median of its rounds: a machine whose speed drifts (a shared
- * host, its neighbours' load) is measured at its usual speed, not at one moment's. */
+/* Rounds of every GEMM shape (in each precision), of the streaming kernel on kr's
+ * buffers and of an empty kernel's launch, each figure its fastest round's: a shared
+ * host's neighbours slow it for seconds at a time (one step of the same program took
+ * 364 to 708 ms within a minute here), never speed it up, so the fastest round is the
+ * machine's own speed and a median would be the neighbours' share of it. On the CPU
+ * device a kernel runs to its end on the thread pool, so a launch is timed with its
+ * sync; a GPU queues launches, so 64 are timed behind one sync. */
 static void measure_rounds(Figures *f, Device *dev, int ndt, KernelRun *kr) {
   GemmRun gr = {.dev = dev};
   int64_t most = dim(f->quick, 4096) * dim(f->quick, 3072);
@@ -306,23 +325,26 @@ static void measure_rounds(Figures *f, Device *dev, int ndt, KernelRun *kr) {
     dev->zero(dev, gr.tiers[i], 0, most * 4); /* no NaN or denormal operands */
   }
   int rounds = f->quick ? 1 : ROUNDS;
-  static double t[NDTYPES][NSHAPES][ROUNDS], bw[ROUNDS];
+  static double t[NDTYPES][NSHAPES][ROUNDS], bw[ROUNDS], launch[ROUNDS];
+  KernelRun er = {.dev = dev, .id = 1, .launches = f->gpu ? 64 : 1, .extent = 1 << 16};
+  memcpy(er.bufs, kr->bufs, sizeof er.bufs);
   for (int r = 0; r < rounds; r++) {
     bw[r] = 3.0 * 4 * (double)kr->extent / timed(run_kernel, kr, f->quick ? 0 : 0.1);
+    launch[r] = timed(run_kernel, &er, f->quick ? 0 : 0.02) / er.launches;
     for (int d = 0; d < ndt; d++)
       for (int i = 0; i < NSHAPES; i++) {
         gr.g = gemm_of(f->quick, d, i);
         t[d][i][r] = 2.0 * (double)gr.g.m * (double)gr.g.n * (double)gr.g.k / timed(run_gemm, &gr, f->quick ? 0 : 0.05);
       }
   }
-  f->stream_bw = median(bw, rounds);
+  f->stream_bw = greatest(bw, rounds), f->launch = least(launch, rounds);
   for (int d = 0; d < ndt; d++) {
     double rate[NSHAPES];
     for (int i = 0; i < NSHAPES; i++) {
-      rate[i] = median(t[d][i], rounds);
+      rate[i] = greatest(t[d][i], rounds);
       fprintf(stderr, "  gemm %-4s %5lld x %5lld x %5lld %10.1f GFLOP/s (rounds %.1f to %.1f)\n", dtype_names[d],
               (long long)dim(f->quick, shapes[i][0]), (long long)dim(f->quick, shapes[i][1]),
-              (long long)dim(f->quick, shapes[i][2]), rate[i] / 1e9, t[d][i][0] / 1e9, t[d][i][rounds - 1] / 1e9);
+              (long long)dim(f->quick, shapes[i][2]), rate[i] / 1e9, least(t[d][i], rounds) / 1e9, rate[i] / 1e9);
     }
     f->gemm[d] = fit_gemm(rate, f->quick);
     fprintf(stderr, "  GEMM fit %s: %.1f GFLOP/s x g(m) g(n) g(k), g(x) = x / (x + %.0f) (rms error %.0f%%)\n",
@@ -331,15 +353,10 @@ static void measure_rounds(Figures *f, Device *dev, int ndt, KernelRun *kr) {
   for (int i = 0; i < 3; i++) dev->free(dev, gr.tiers[i]);
 }
 
-/* A kernel's launch, host-to-device copies and fresh pages (kr: the streaming kernel on
- * its buffers, which it frees). On the CPU device each kernel runs to its end on the
- * thread pool, so a launch is timed with its sync; a GPU queues launches, so 64 are timed
- * behind one sync. */
+/* Host-to-device copies and fresh pages (kr: the streaming kernel on its buffers, which
+ * it frees). */
 static void measure_memory(Figures *f, Device *dev, KernelRun *kr) {
   int64_t elems = kr->extent;
-  KernelRun er = {.dev = dev, .id = 1, .launches = f->gpu ? 64 : 1, .extent = 1 << 16};
-  memcpy(er.bufs, kr->bufs, sizeof er.bufs);
-  f->launch = timed(run_kernel, &er, f->quick ? 0 : 0.1) / er.launches;
   char *host = exec_host_alloc(dev, elems * 4); /* pinned where the device pins */
   if (!host) die("out of memory for the copies");
   memset(host, 1, (size_t)elems * 4);
@@ -452,13 +469,17 @@ static int comm_rank(int argc, char **argv, const char *out, int gpu) {
   double t[NSIZES];
   for (int i = 0; i < NSIZES; i++) { /* every rank makes the same calls: a count fixed by the size */
     int reps = ar_sizes[i] >= 1 << 20 ? 10 : 100;
+    double round[3];
     ar->all_reduce(ar, buf, buf, ar_sizes[i], COMM_SUM);
-    if (dev) dev->sync(dev);
-    c->barrier(c);
-    double t0 = now();
-    for (int k = 0; k < reps; k++) ar->all_reduce(ar, buf, buf, ar_sizes[i], COMM_SUM);
-    if (dev) dev->sync(dev);
-    t[i] = (now() - t0) / reps;
+    for (int r = 0; r < 3; r++) { /* the fastest of 3 rounds, as measure_rounds */
+      if (dev) dev->sync(dev);
+      c->barrier(c);
+      double t0 = now();
+      for (int k = 0; k < reps; k++) ar->all_reduce(ar, buf, buf, ar_sizes[i], COMM_SUM);
+      if (dev) dev->sync(dev);
+      round[r] = (now() - t0) / reps;
+    }
+    t[i] = least(round, 3);
   }
   c->host_all_reduce(c, t, NSIZES, COMM_MAX);
   if (c->rank == 0) {
