@@ -18,6 +18,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -598,14 +599,16 @@ typedef struct StepStats {
 
 /* ---- signals ------------------------------------------------------------------- */
 
-static volatile sig_atomic_t trainer_signal; /* the first SIGTERM or SIGINT, or 0 */
+static atomic_int trainer_signal; /* the first SIGTERM or SIGINT, or 0 */
 
 /* The first SIGTERM or SIGINT is noted for the end of the step in flight; a second ends
  * the process at once with 128 + its number (files are written atomically: the last
- * complete checkpoint stays as it was). */
+ * complete checkpoint stays as it was). Two signals pending together can run their
+ * handlers at once on two of the process's threads (the thread pool's, MPI's), so the
+ * first is told from the second by one atomic exchange (lock-free: safe in a handler),
+ * not a test and a store that both could pass. */
 static void trainer_on_signal(int sig) {
-  if (trainer_signal) _exit(128 + sig);
-  trainer_signal = sig;
+  if (atomic_exchange(&trainer_signal, sig) != 0) _exit(128 + sig);
 }
 
 void trainer_catch_signals(void) {
@@ -670,7 +673,7 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen) {
   }
   trainer_note_peak(t);
   /* the memory figure and a signal, agreed on so that every rank stops after this step */
-  double agreed[2] = {(double)(t->ex.total_peak > st->mem ? t->ex.total_peak : st->mem), trainer_signal};
+  double agreed[2] = {(double)(t->ex.total_peak > st->mem ? t->ex.total_peak : st->mem), atomic_load(&trainer_signal)};
   if (t->comm->size > 1) t->comm->host_all_reduce(t->comm, agreed, 2, COMM_MAX);
   s->mem = agreed[0], s->signal = (int)agreed[1];
   if (t->ex.off && trainer_offload_step_end(t, moved0, err, errlen) != 0)
