@@ -152,6 +152,7 @@ typedef struct Program {
   int named[PROG_NLISTS];   /* each named list's index in lists, -1 until made */
   int64_t staging;          /* device scratch of the collectives' reorders (compose_lists) */
   double plan_step;         /* the plan's predicted step time (s), 0 without a plan */
+  double plan_compute;      /* the plan's compute of a step on this stage (s, ProgStage.plan_compute_s) */
   const char *plan_cluster; /* and the cluster it was planned for, else NULL */
 } Program;
 

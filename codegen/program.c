@@ -307,6 +307,7 @@ static void write_stage(W *w, const Program *p) {
   s.opt_v_offset = p->opt_v_offset, s.slots = p->slots, s.work_shared = p->work_shared;
   s.staging = p->staging, s.norm_parts = p->gradnorm_parts;
   s.logits_offset = p->logits_offset, s.logits_dtype = p->logits_dtype, s.flops_per_step = p->flops_per_step;
+  s.plan_compute_s = p->plan_compute;
   write_params_inputs(w, p, &s);
   if (p->fp8.rows) {
     s.fp8_offset = p->fp8.state, s.fp8_rows = p->fp8.rows, s.fp8_runs = prog_build_count(w->b, PROG_SEC_INTS);

@@ -230,6 +230,8 @@ extern const char *const prog_list_names[];
   F(S, I64, overlaps, , 1)           /* 1: a collective overlaps compute ("overlap") */                         \
   F(S, I64, reserved, , 1)           /* the tiers (1 << tier) held in part: ZeRO's, offload's */               \
   F(S, F64, plan_step_s, , 1)        /* the plan's predicted step time (s), 0: compiled without a plan */       \
+  F(S, F64, plan_compute_s, , 1)     /* the plan's compute of a step on this stage (s): its micro-batches' */   \
+                                     /* forward, backward and recompute, and the update; 0: no plan */          \
   F(S, STR, plan_cluster, , 1)       /* the cluster it was planned for (-1: none) */
 
 /* A parameter of a stage (at its offset in PARAMS, GRADS, OPT) or of the model. */

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Each opcode's function (exec_fns, with the instructions below); iter: the innermost
  * loop's iteration (the micro-batch of "slot" and "input"). */
@@ -581,6 +582,18 @@ static const ExecFn exec_fns[ISA_NOPS] = {[ISA_KERNEL] = exec_kernel,
                                           [ISA_CALL] = exec_call,
                                           [ISA_NORM] = exec_norm};
 
+/* --profile: the time since t0 (ms, exec_clock_ms) added to op's, the device synced first. */
+static double exec_clock_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+static void exec_profiled(Executor *ex, int op, double t0) {
+  ex->dev->sync(ex->dev);
+  ex->prof->ms[op] += exec_clock_ms() - t0;
+  ex->prof->n[op]++;
+}
+
 /* A failed instruction (in, or NULL: the copy thread failed before the list) on one of
  * several ranks: the others would wait for it in the collectives and messages after it
  * and never reach the "norm" where they would learn of it, so this rank says why and
@@ -622,7 +635,9 @@ static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t 
           ex->fault_done != ex->step.step)
         exec_fault_nan(ex, in);
       watchdog_enter(exec_waits((IsaOp)in->op));
+      double t0 = ex->prof ? exec_clock_ms() : 0;
       int rc = exec_fns[in->op](ex, in, iter);
+      if (ex->prof) exec_profiled(ex, in->op, t0);
       watchdog_leave();
       if (rc != 0 && in->op != ISA_NORM && ex->ctx.world->size > 1) exec_fail_ranks(ex, in);
       if (rc != 0) ex->stop = in->op == ISA_NORM ? 2 : ex->stop ? ex->stop : 1;
@@ -635,7 +650,9 @@ static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t 
 static void run_list(Executor *ex, const ProgList *list, int last) {
   ex->list = list;
   run_range(ex, list, 0, list->n, 0, last);
+  double t0 = ex->prof ? exec_clock_ms() : 0;
   exec_join(ex, NULL, 0);
+  if (ex->prof) exec_profiled(ex, ISA_JOIN, t0);
 }
 
 int exec_run(Executor *ex, const ProgList *list) {
@@ -646,7 +663,11 @@ int exec_run(Executor *ex, const ProgList *list) {
   run_list(ex, list, 1);
   exec_slot_base(ex, 0);
   ex->list = NULL;
-  if (list->sends) exec_pp(ex)->wait_sends(exec_pp(ex));
+  if (list->sends) {
+    double t0 = ex->prof ? exec_clock_ms() : 0;
+    exec_pp(ex)->wait_sends(exec_pp(ex));
+    if (ex->prof) exec_profiled(ex, ISA_SEND, t0);
+  }
   int rc = ex->stop ? -1 : 0;
   ex->stop = 0;
   return rc;

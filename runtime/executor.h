@@ -144,6 +144,17 @@ const char *cpu_blas_core(void);
 enum { CPU_PIN_BLOCK = 16 << 20 };
 void device_cpu_pin_through(Device *cpu, Device *gpu, int64_t budget);
 
+/* train --profile: the time of the instructions run while it is set (Executor.prof), by
+ * opcode: each leaf instruction from its start until the device is synced after it (so
+ * a GPU's queue does not hide it), in milliseconds of the host's clock, and their count.
+ * A list's end waiting for its overlapped collectives counts as ISA_JOIN, a list's
+ * wait for its sends to complete as ISA_SEND; loops and calls count only through their
+ * instructions. */
+typedef struct ExecProfile {
+  double ms[ISA_NOPS];
+  int64_t n[ISA_NOPS];
+} ExecProfile;
+
 typedef struct Executor Executor;
 /* Runs one ZeRO instruction (zero_gather, zero_release, zero_grad, zero_reduce) with
  * the state it was given as arg (train_zero.h's zero_exec_instr). */
@@ -235,6 +246,7 @@ struct Executor {
   int64_t fault_done;   /* the last step it was written at */
   int64_t fault_move;   /* test only: at this step (0: never) the first move of this rank fails
                            as a failed copy would (offload_fail) */
+  ExecProfile *prof;    /* the instructions' times are added here (train --profile), or NULL */
   int stop;             /* exec_run: 1 an instruction failed (the list runs its "norm"
                            alone), 2 "norm" found a rank that failed (the list stops) */
   pthread_mutex_t lock; /* commits[], committed[] and peak[]: the copy thread

@@ -662,7 +662,11 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen) {
   exec_begin_step(&t->ex, t->step + 1);
   st->loss = 0;
   exec_peak_reset(&t->ex); /* ZeRO-3's step gathers each parameter where it is used */
-  if (exec_run(&t->ex, prog_list(t->prog, PROG_LIST_TRAIN)) != 0) return trainer_stopped(t, st->failed, err, errlen);
+  t->ex.prof = t->opts->profile && t->steps_run++ > 0 ? &t->prof : NULL; /* the first step warms up */
+  int rc = exec_run(&t->ex, prog_list(t->prog, PROG_LIST_TRAIN));
+  ExecProfile *prof = t->ex.prof;
+  t->ex.prof = NULL;
+  if (rc != 0) return trainer_stopped(t, st->failed, err, errlen);
   *s = (StepStats){
       .loss = st->mean_loss, .lr = st->lr, .norm = st->norm, .scale = st->scale, .skipped = st->skip, .bad = st->bad};
   t->dev->sync(t->dev);
@@ -680,6 +684,7 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen) {
     return -1; /* one rank: nobody to agree with */
   t->step = st->step, t->data_step++;
   s->ms = now_ms() - t0;
+  if (prof) t->prof_ms += s->ms, t->prof_steps++;
   return 0;
 }
 
@@ -1129,9 +1134,70 @@ static void trainer_peak_report(Trainer *t) {
   fflush(t->log);
 }
 
+/* --profile: every rank's figures on rank 0, one line a rank, in milliseconds per step
+ * by opcode (those that took time on some rank) and "outside" the list (reading the
+ * batch, the ranks' agreement after the step), then the device's compute (kernels,
+ * GEMMs, zeroing) beside the plan's for the stage (ProgStage.plan_compute_s), and a
+ * --log record {"step": N, "profile": {...}}. */
+enum { PROF_STAGE, PROF_DP, PROF_TP, PROF_STEP, PROF_PLAN, PROF_OPS, PROF_ROW = PROF_OPS + ISA_NOPS };
+static void trainer_profile_report(Trainer *t) {
+  int n = t->comm->size, me = t->comm->rank;
+  if (t->prof_steps == 0) { /* alike on every rank */
+    if (me == 0) fprintf(stderr, "train: --profile: no step after the first ran: nothing to show\n");
+    return;
+  }
+  double *all = calloc((size_t)n * PROF_ROW, sizeof *all), *row = all + (size_t)me * PROF_ROW;
+  if (!all) { /* the others wait in the reduction below */
+    fprintf(stderr, "train: rank %d: --profile: out of memory; ending the job\n", me);
+    t->comm->abort(t->comm, 1);
+  }
+  double steps = (double)t->prof_steps;
+  row[PROF_STAGE] = t->mesh.pp_rank, row[PROF_DP] = t->mesh.dp_rank, row[PROF_TP] = t->mesh.tp_rank;
+  row[PROF_STEP] = t->prof_ms / steps, row[PROF_PLAN] = t->prog->s->plan_compute_s * 1e3;
+  for (int op = 0; op < ISA_NOPS; op++) row[PROF_OPS + op] = t->prof.ms[op] / steps;
+  if (n > 1) t->comm->host_all_reduce(t->comm, all, n * PROF_ROW, COMM_SUM);
+  if (me != 0) return free(all);
+  int shown[ISA_NOPS], ns = 0;
+  for (int op = 0; op < ISA_NOPS; op++) {
+    int any = 0;
+    for (int r = 0; r < n; r++) any |= all[(size_t)r * PROF_ROW + PROF_OPS + op] > 0;
+    if (any) shown[ns++] = op;
+  }
+  fflush(stdout);
+  printf("profile: ms per step over %" PRId64 " steps (the first not counted), each instruction until the device "
+         "finished it\n%5s %5s %4s %4s %9s",
+         t->prof_steps, "rank", "stage", "dp", "tp", "step");
+  for (int k = 0; k < ns; k++) printf(" %11s", isa_op_names[shown[k]]);
+  printf(" %9s %9s %9s\n", "outside", "compute", "planned");
+  if (t->log)
+    fprintf(t->log, "{\"step\": %" PRId64 ", \"profile\": {\"steps\": %" PRId64 ", \"ranks\": [", t->step,
+            t->prof_steps);
+  for (int r = 0; r < n; r++) {
+    const double *v = all + (size_t)r * PROF_ROW;
+    double outside = v[PROF_STEP], compute = v[PROF_OPS + ISA_KERNEL] + v[PROF_OPS + ISA_GEMM] + v[PROF_OPS + ISA_ZERO];
+    printf("%5d %5.0f %4.0f %4.0f %9.2f", r, v[PROF_STAGE], v[PROF_DP], v[PROF_TP], v[PROF_STEP]);
+    for (int k = 0; k < ns; k++) printf(" %11.2f", v[PROF_OPS + shown[k]]), outside -= v[PROF_OPS + shown[k]];
+    printf(" %9.2f %9.2f", outside, compute);
+    if (v[PROF_PLAN] > 0) printf(" %9.2f\n", v[PROF_PLAN]);
+    else printf(" %9s\n", "-");
+    if (!t->log) continue;
+    fprintf(t->log, "%s{\"rank\": %d, \"stage\": %.0f, \"dp\": %.0f, \"tp\": %.0f, \"step_ms\": %.4f, \"ms\": {",
+            r ? ", " : "", r, v[PROF_STAGE], v[PROF_DP], v[PROF_TP], v[PROF_STEP]);
+    for (int k = 0; k < ns; k++)
+      fprintf(t->log, "%s\"%s\": %.4f", k ? ", " : "", isa_op_names[shown[k]], v[PROF_OPS + shown[k]]);
+    fprintf(t->log, "}, \"outside_ms\": %.4f, \"compute_ms\": %.4f", outside, compute);
+    json_num(t->log, "planned_compute_ms", v[PROF_PLAN] > 0 ? v[PROF_PLAN] : NAN, "%.4f");
+    fputc('}', t->log);
+  }
+  if (t->log) fputs("]}}\n", t->log), fflush(t->log);
+  fflush(stdout);
+  free(all);
+}
+
 int trainer_finish(Trainer *t, char *err, size_t errlen) {
   const TrainOpts *o = t->opts;
   trainer_peak_report(t);
+  if (o->profile) trainer_profile_report(t);
   zero_gather_params(&t->zero, &t->ex);
   /* an offload program's parameters are at their homes: read them all first (ZeRO-3:
    * only to save them, there are no replicas to compare) */

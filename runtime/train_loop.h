@@ -121,6 +121,9 @@ typedef struct Trainer {
   int64_t last_val, last_ckpt;        /* steps at which they last ran (-1: never) */
   CkptJob job;                        /* the checkpoint being written, if any */
   int64_t bad_run, bad_total;         /* steps with a numerical fault: in a row, in all */
+  ExecProfile prof;                   /* --profile: the steps' instructions (the first step's not) */
+  double prof_ms;                     /* --profile: those steps' time */
+  int64_t prof_steps, steps_run;      /* steps profiled; steps this process ran */
   int halted;                         /* trainer_run stopped early on a signal: no trainer_finish */
   int exit_status;                    /* then the process's status (0: checkpoint written) */
 } Trainer;

@@ -63,6 +63,9 @@ typedef enum OptKind { OPT_STR, OPT_INT, OPT_U64, OPT_REAL, OPT_SCHED, OPT_FLAG,
   X("--max-bad-steps", OPT_INT, max_bad_steps, 0, 1e15, "N",                                                             \
     "stop after N consecutive steps with a non-finite loss or gradient norm (default 10; 0: never)")                     \
   X("--log", OPT_STR, log, 0, 0, "FILE", "metrics as JSON lines (appended to with --resume)")                            \
+  X("--profile", OPT_FLAG, profile, 0, 0, "",                                                                            \
+    "time every rank's instructions by kind (GEMMs, kernels, sends, receives, collectives, ...) over the steps after "   \
+    "the first, the device synced after each, and print where the step went")                                            \
   X("--sample", OPT_INT, sample, 0, 1e9, "N", "after training, print N tokens sampled from the model")                   \
   X("--device-info", OPT_FLAG, device_info, 0, 0, "",                                                                    \
     "print the GPU libraries this train finds (driver, NVRTC, cuBLASLt, NCCL: where, which version, or where it "        \

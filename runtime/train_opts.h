@@ -30,7 +30,7 @@ typedef struct TrainOpts {
   int seed_given;
   double lr, min_lr, weight_decay, beta1, beta2, eps, clip, loss_scale; /* NAN: the program's */
   int schedule;                                                         /* ProgSchedule, -1: the program's */
-  int resume, help, dump_program, device_info;
+  int resume, help, dump_program, device_info, profile;
   int shuffle;                 /* --data rows in a shuffled order keyed by the seed (tokens.h) */
   int device;                  /* TRAIN_DEVICE_* */
   const char *kernel_cache;    /* CUDA kernels compiled by NVRTC, or NULL: the default */

@@ -42,7 +42,12 @@ add_test(NAME multirank_singleton COMMAND sh ${MR_DIR}/run_singleton.sh ${MR_WOR
 add_test(NAME multirank_plan_dp2_microbatches
          COMMAND sh ${MR_DIR}/run_plan.sh $<TARGET_FILE:colossalc> ${MR_WORK} ${COLOSSALC_TORCH_PYTHON}
                  ${CMAKE_SOURCE_DIR} "${MR_MPIRUN}")
-list(APPEND mr_tests multirank_resume_zero2 multirank_errors multirank_singleton multirank_plan_dp2_microbatches)
+# train --profile on 2 pipeline stages: where each rank's step went
+add_test(NAME multirank_profile
+         COMMAND sh ${MR_DIR}/run_profile.sh $<TARGET_FILE:colossalc> ${MR_WORK} ${COLOSSALC_TORCH_PYTHON}
+                 ${CMAKE_SOURCE_DIR} "${MR_MPIRUN}")
+list(APPEND mr_tests multirank_resume_zero2 multirank_errors multirank_singleton multirank_plan_dp2_microbatches
+     multirank_profile)
 
 # Tensor and pipeline parallelism (and with data parallelism): every mesh of the
 # issue's list against one rank (run_mesh.sh). "megatron" forces Megatron-LM's
