@@ -18,7 +18,11 @@
 # here the fastest of the passes', the GEMM curve whole from the calibration with the
 # highest peak), for which each row's plan (saved from the first pass's, so the same plan
 # as compiled: --plan) is priced, against the fast end of the row's timed steps in all
-# the passes (their 10th percentile). Each pass's fastest step follows the bounds.
+# the passes (their 10th percentile). Each pass's fastest step follows the bounds, then
+# where the pass of the fastest steps spent them (train --profile, the slowest rank's):
+# its compute (kernels, GEMMs) against the plan's for the slowest stage (its
+# micro-batches' forward, backward and recompute, and the update), and the rest of the
+# step (waiting for other ranks: collectives, a pipeline's bubble) against the plan's.
 # Usage: bench/plan_truth.sh [BUILD_DIR] [STEPS] [PASSES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,7 +76,7 @@ train_pass() { # pass k: the machine calibrated again, every row trained
     local dir=$work/$i np=${nps[$i]} launch=()
     [ -e "$dir/failed" ] && continue
     [ "$np" -gt 1 ] && launch=($mpirun $flags -np "$np")
-    (cd "$dir" && "${launch[@]}" ./train --data "$work/genesis.bin" --steps $((steps + 3)) --log "log$k.jsonl" \
+    (cd "$dir" && "${launch[@]}" ./train --data "$work/genesis.bin" --steps $((steps + 3)) --log "log$k.jsonl" --profile \
       --nvme-dir "$dir" > "out$k.txt" 2>&1) || echo "train failed: $(tail -1 "$dir/out$k.txt")" > "$dir/failed"
   done
 }
@@ -131,9 +135,19 @@ mem_pred = plan["memory"]["peak_bytes_per_device"] / 2**20
 em = mem_pred / mem_meas - 1
 tok = "PASS" if abs(et) <= 0.10 else ("report" if np > cores else "FAIL")
 mok = "PASS" if abs(em) <= 0.05 else "FAIL"
-print("%-8s %-34s %-5d %10.2f %10.2f %+7.1f%% %6s %10.1f %10.1f %+7.1f%% %6s   fastest step of each pass %s" %
+# the pass of the fastest steps, as its profile splits them, against the plan's split
+profs = [r["profile"] for k in range(passes) for r in (json.loads(l) for l in open("%s/log%d.jsonl" % (d, k)))
+         if "profile" in r]
+prof = min(profs, key=lambda p: max(x["step_ms"] for x in p["ranks"]))
+p_step = max(x["step_ms"] for x in prof["ranks"])
+p_comp = max(x["compute_ms"] for x in prof["ranks"])
+pj = json.load(open(d + "/pred.json"))
+plan_comp = 1e3 * (pj["microbatches"] * max(s["forward_s"] + s["backward_s"] + s["recompute_s"] for s in pj["stages"]) +
+                   pj["predicted"]["breakdown"]["optimizer_s"])
+print("%-8s %-34s %-5d %10.2f %10.2f %+7.1f%% %6s %10.1f %10.1f %+7.1f%% %6s   fastest step of each pass %s;"
+      " compute %.0f (plan %.0f), the rest %.0f (plan %.0f)" %
       (name, desc[:34], np, pred, meas, 100 * et, tok, mem_pred, mem_meas, 100 * em, mok,
-       " ".join("%.0f" % m for m in fastest)))
+       " ".join("%.0f" % m for m in fastest), p_comp, plan_comp, p_step - p_comp, pred - plan_comp))
 sys.exit((tok == "FAIL") + (mok == "FAIL"))
 EOF
 }
