@@ -142,8 +142,7 @@ prof = min(profs, key=lambda p: max(x["step_ms"] for x in p["ranks"]))
 p_step = max(x["step_ms"] for x in prof["ranks"])
 p_comp = max(x["compute_ms"] for x in prof["ranks"])
 pj = json.load(open(d + "/pred.json"))
-plan_comp = 1e3 * (pj["microbatches"] * max(s["forward_s"] + s["backward_s"] + s["recompute_s"] for s in pj["stages"]) +
-                   pj["predicted"]["breakdown"]["optimizer_s"])
+plan_comp = 1e3 * max(s["compute_per_step_s"] for s in pj["stages"])
 print("%-8s %-34s %-5d %10.2f %10.2f %+7.1f%% %6s %10.1f %10.1f %+7.1f%% %6s   fastest step of each pass %s;"
       " compute %.0f (plan %.0f), the rest %.0f (plan %.0f)" %
       (name, desc[:34], np, pred, meas, 100 * et, tok, mem_pred, mem_meas, 100 * em, mok,

@@ -1016,8 +1016,7 @@ static void lower(Build *b) {
     Program *p = b->ps[s];
     p->microbatches = ch->m, p->dp = ch->dp, p->zero_stage = ch->zero, p->tp = ch->tp, p->pp = ch->pp, p->stage = s;
     p->plan_step = b->r->best.pr.step, p->plan_cluster = b->r->cl->name;
-    const StageCost *st = b->r->best.stage ? &b->r->best.stage[s] : NULL;
-    if (st) p->plan_compute = ch->m * (st->t_fwd + st->t_bwd + st->t_rc) + b->r->best.pr.optimizer;
+    if (b->r->best.stage) p->plan_compute = plan_stage_compute(&b->r->best, s);
     if (p->zero_stage > 0 && b->nps == 1 && !policy_offload_wanted(b->r, b->o->device_memory)) zero_split_params(p);
     if (p->zero_stage > 0) zero_assign_owners(p);
   }

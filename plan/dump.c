@@ -291,6 +291,7 @@ static void stages_json(cJSON *o, const PlanResult *r, const Plan *p) {
     cJSON_AddNumberToObject(st, "tp_comm_s", s->tp_comm);
     cJSON_AddNumberToObject(st, "recompute_s", s->t_rc);
     cJSON_AddNumberToObject(st, "p2p_s", s->p2p);
+    cJSON_AddNumberToObject(st, "compute_per_step_s", plan_stage_compute(p, i));
     cJSON_AddNumberToObject(st, "parameters_per_device", s->params);
     cJSON *m = cJSON_AddObjectToObject(st, "memory");
     cJSON_AddNumberToObject(m, "weights_bytes", s->weights);

@@ -623,6 +623,11 @@ static void price_step(const Search *S, const PlanChoice *ch, const StageCost *s
   pr->mfu = pr->tflops * 1e12 / r->peak;
 }
 
+double plan_stage_compute(const Plan *p, int i) {
+  const StageCost *s = &p->stage[i];
+  return p->ch.m * (s->t_fwd + s->t_bwd + s->t_rc) + p->pr.optimizer;
+}
+
 /* Price plan ch (sharding candidate ci of cs). With `out`, keep the stages and
  * chunks for the dump. */
 static void price_plan(Search *S, CandSet *cs, int ci, const PlanChoice *ch, Plan *out, PlanPrice *pr) {

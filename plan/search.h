@@ -124,6 +124,10 @@ typedef struct PlanColl {
   Group group;
 } PlanColl;
 int plan_collectives(const PlanResult *r, const Plan *p, PlanColl *out, int max);
+/* Stage i's compute in a step of plan p (s): its micro-batches' forward, backward and
+ * recompute, and the update (the optimizer's time of the step). What train --profile
+ * holds the stage's kernels and GEMMs to (ProgStage.plan_compute_s). */
+double plan_stage_compute(const Plan *p, int i);
 
 /* A compiled plan sums the partial gradients of weights replicated over the
  * tensor-parallel ranks once a step, after the micro-batches (codegen/compose.h):

@@ -582,16 +582,16 @@ static const ExecFn exec_fns[ISA_NOPS] = {[ISA_KERNEL] = exec_kernel,
                                           [ISA_CALL] = exec_call,
                                           [ISA_NORM] = exec_norm};
 
-/* --profile: the time since t0 (ms, exec_clock_ms) added to op's, the device synced first. */
-static double exec_clock_ms(void) {
+double exec_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
+
+/* --profile: the time since t0 (exec_now_ms) added to op's, the device synced first. */
 static void exec_profiled(Executor *ex, int op, double t0) {
   ex->dev->sync(ex->dev);
-  ex->prof->ms[op] += exec_clock_ms() - t0;
-  ex->prof->n[op]++;
+  ex->prof->ms[op] += exec_now_ms() - t0;
 }
 
 /* A failed instruction (in, or NULL: the copy thread failed before the list) on one of
@@ -635,7 +635,7 @@ static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t 
           ex->fault_done != ex->step.step)
         exec_fault_nan(ex, in);
       watchdog_enter(exec_waits((IsaOp)in->op));
-      double t0 = ex->prof ? exec_clock_ms() : 0;
+      double t0 = ex->prof ? exec_now_ms() : 0;
       int rc = exec_fns[in->op](ex, in, iter);
       if (ex->prof) exec_profiled(ex, in->op, t0);
       watchdog_leave();
@@ -650,7 +650,7 @@ static void run_range(Executor *ex, const ProgList *list, int64_t from, int64_t 
 static void run_list(Executor *ex, const ProgList *list, int last) {
   ex->list = list;
   run_range(ex, list, 0, list->n, 0, last);
-  double t0 = ex->prof ? exec_clock_ms() : 0;
+  double t0 = ex->prof ? exec_now_ms() : 0;
   exec_join(ex, NULL, 0);
   if (ex->prof) exec_profiled(ex, ISA_JOIN, t0);
 }
@@ -664,7 +664,7 @@ int exec_run(Executor *ex, const ProgList *list) {
   exec_slot_base(ex, 0);
   ex->list = NULL;
   if (list->sends) {
-    double t0 = ex->prof ? exec_clock_ms() : 0;
+    double t0 = ex->prof ? exec_now_ms() : 0;
     exec_pp(ex)->wait_sends(exec_pp(ex));
     if (ex->prof) exec_profiled(ex, ISA_SEND, t0);
   }

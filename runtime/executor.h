@@ -146,14 +146,16 @@ void device_cpu_pin_through(Device *cpu, Device *gpu, int64_t budget);
 
 /* train --profile: the time of the instructions run while it is set (Executor.prof), by
  * opcode: each leaf instruction from its start until the device is synced after it (so
- * a GPU's queue does not hide it), in milliseconds of the host's clock, and their count.
- * A list's end waiting for its overlapped collectives counts as ISA_JOIN, a list's
- * wait for its sends to complete as ISA_SEND; loops and calls count only through their
- * instructions. */
+ * a GPU's queue does not hide it), in milliseconds of exec_now_ms. A list's end waiting
+ * for its overlapped collectives counts as ISA_JOIN, a list's wait for its sends to
+ * complete as ISA_SEND; loops and calls count only through their instructions. */
 typedef struct ExecProfile {
   double ms[ISA_NOPS];
-  int64_t n[ISA_NOPS];
 } ExecProfile;
+
+/* The host's monotonic clock in milliseconds: the step's, the profile's and the
+ * offload's waits. */
+double exec_now_ms(void);
 
 typedef struct Executor Executor;
 /* Runs one ZeRO instruction (zero_gather, zero_release, zero_grad, zero_reduce) with

@@ -67,12 +67,6 @@ struct Offload {
   OffloadStats st;
 };
 
-static double off_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static unsigned loc_bit(IsaLoc l) { return 1u << l; }
 
 /* ---- bytes in use -------------------------------------------------------------- */
@@ -334,9 +328,9 @@ void offload_issue(Offload *o, const IsaInstr *in, const char *list, int index) 
 static int off_wait_for(Offload *o, uint64_t upto) {
   pthread_mutex_lock(&o->mu);
   if (o->done < upto) {
-    double t0 = off_now_ms();
+    double t0 = exec_now_ms();
     while (o->done < upto) pthread_cond_wait(&o->progress, &o->mu);
-    o->st.wait_ms += off_now_ms() - t0;
+    o->st.wait_ms += exec_now_ms() - t0;
   }
   int rc = o->failed ? -1 : 0;
   pthread_mutex_unlock(&o->mu);

@@ -26,12 +26,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static void ckpt_join(CkptJob *j);
 static void ckpt_before_update(void *arg);
 
@@ -656,7 +650,7 @@ static void trainer_note_peak(Trainer *t) {
  * list (on zeros) to its "norm", whose failure flag stops every rank before the update. */
 static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen) {
   ExecStep *st = &t->ex.step;
-  double t0 = now_ms();
+  double t0 = exec_now_ms();
   int64_t moved0 = trainer_offload_moved(t);
   st->failed = trainer_load_batch(t, t->data, t->data_step, err, errlen) != 0;
   exec_begin_step(&t->ex, t->step + 1);
@@ -683,7 +677,7 @@ static int trainer_step(Trainer *t, StepStats *s, char *err, size_t errlen) {
   if (t->ex.off && trainer_offload_step_end(t, moved0, err, errlen) != 0)
     return -1; /* one rank: nobody to agree with */
   t->step = st->step, t->data_step++;
-  s->ms = now_ms() - t0;
+  s->ms = exec_now_ms() - t0;
   if (prof) t->prof_ms += s->ms, t->prof_steps++;
   return 0;
 }
@@ -854,11 +848,11 @@ static void ckpt_before_update(void *arg) {
   Trainer *t = arg;
   CkptJob *j = &t->job;
   if (!j->running || !j->live || j->joined) return;
-  double t0 = now_ms();
+  double t0 = exec_now_ms();
   watchdog_timed(0); /* checkpoint writing: not cut short by --collective-timeout */
   ckpt_join(j);
   watchdog_timed(1);
-  j->blocked_ms += now_ms() - t0;
+  j->blocked_ms += exec_now_ms() - t0;
 }
 
 /* Waits for the write in flight, then (every rank's shard written) rank 0 writes the
@@ -866,9 +860,9 @@ static void ckpt_before_update(void *arg) {
 static int trainer_ckpt_complete(Trainer *t, char *err, size_t errlen) {
   CkptJob *j = &t->job;
   if (!j->running) return 0;
-  double t0 = now_ms();
+  double t0 = exec_now_ms();
   ckpt_join(j);
-  j->blocked_ms += now_ms() - t0;
+  j->blocked_ms += exec_now_ms() - t0;
   mesh_pieces_free(&j->mp);
   trainer_release_staging(t);
   j->running = 0;
@@ -886,7 +880,7 @@ static int trainer_ckpt_complete(Trainer *t, char *err, size_t errlen) {
   if (t->comm->rank == 0)
     printf("checkpoint %s/ckpt-%" PRId64 " (%d shard%s): the steps were blocked %.1f ms, the rest written in the "
            "background (%.0f ms in all)\n",
-           j->dir, j->m.step, j->ranks, j->ranks == 1 ? "" : "s", j->blocked_ms, now_ms() - j->t0);
+           j->dir, j->m.step, j->ranks, j->ranks == 1 ? "" : "s", j->blocked_ms, exec_now_ms() - j->t0);
   fflush(stdout);
   return 0;
 }
@@ -909,7 +903,7 @@ static int trainer_run_ckpt(Trainer *t, int wait, char *err, size_t errlen) {
   if (trainer_ckpt_complete(t, err, errlen) != 0) return -1; /* the one before */
   const ExecStep *st = &t->ex.step;
   memset(j, 0, sizeof *j);
-  j->t0 = now_ms();
+  j->t0 = exec_now_ms();
   j->m = (CkptMeta){.step = t->step,
                     .data_step = t->data_step,
                     .seed = t->seed,
@@ -950,7 +944,7 @@ static int trainer_run_ckpt(Trainer *t, int wait, char *err, size_t errlen) {
     ckpt_writer(j); /* here and now */
     j->joined = 1;
   }
-  j->blocked_ms = now_ms() - j->t0;
+  j->blocked_ms = exec_now_ms() - j->t0;
   return wait ? trainer_ckpt_complete(t, err, errlen) : 0;
 }
 

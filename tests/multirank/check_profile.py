@@ -1,9 +1,11 @@
-"""train --profile's table and --log record (run_profile.sh): OUT LOG STEPS RANKS, a
-pipeline of RANKS stages, one rank each, profiled over STEPS steps."""
+"""train --profile's table and --log record (run_profile.sh): OUT LOG STEPS RANKS PLAN, a
+pipeline of RANKS stages, one rank each, profiled over STEPS steps, compiled for the plan
+PLAN (--plan-out)."""
 import json
 import sys
 
 out, log, steps, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+plan_stages = json.load(open(sys.argv[5]))["stages"]
 
 
 def fail(msg):
@@ -50,6 +52,9 @@ for r, rec in zip(rows, recs[0]["profile"]["ranks"]):
     # compiled with a plan: the stage's compute as planned, in the line and the record
     if not (r["planned"] and r["planned"] > 0 and abs(r["planned"] - rec["planned_compute_ms"]) < 0.01 + 1e-4 * r["planned"]):
         fail("rank %d: no planned compute, or the line and the record differ: %r %r" % (r["rank"], r, rec))
+    want = 1e3 * plan_stages[int(r["stage"])]["compute_per_step_s"]
+    if abs(rec["planned_compute_ms"] - want) > 1e-4 + 1e-6 * want:  # the log keeps 4 decimals
+        fail("stage %d: planned compute %.6g ms, its plan's %.6g" % (r["stage"], rec["planned_compute_ms"], want))
     waited = sum(ops.get(k, 0) for k in ("send", "recv", "comm", "join", "norm"))
     computed = ops["gemm"] + ops["kernel"] + ops.get("zero", 0)
     print("ok   rank %d (stage %d): %.2f ms a step, computing %.2f (planned %.2f), waiting %.2f (%s)" %
