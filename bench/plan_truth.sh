@@ -40,7 +40,7 @@ echo "machine: $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2
 calibrate() { # pass k's calibration, printed
   "$cc" --calibrate=cpu -o "$work/machine$1.json" 2> "$work/calibrate$1.txt"
   echo "calibration $1:"
-  grep -E 'GEMM fit|streaming|all-reduce:' "$work/calibrate$1.txt"
+  grep -E 'GEMM fit|streaming|all-reduce fitted' "$work/calibrate$1.txt"
 }
 calibrate 0
 
@@ -93,6 +93,9 @@ fast = {("device", "memory_bandwidth_gbs"): max, ("device", "commit_bandwidth_gb
         ("host", "nvme_bandwidth_gbs"): max}
 for (part, field), fn in fast.items():
     best[part][field] = fn(c[part][field] for c in cals)
+for kind, pts in best["intra_node"]["collectives"].items():  # each size at its fastest
+    if kind != "ranks":
+        pts[:] = [[b, min(c["intra_node"]["collectives"][kind][i][1] for c in cals)] for i, (b, _) in enumerate(pts)]
 best["name"] = best["name"].replace("(calibrated)", "(calibrated, the fastest of %d)" % passes)
 json.dump(best, open(work + "/fastest.json", "w"), indent=1)
 d = best["device"]

@@ -287,14 +287,14 @@ static void chunk_comm(Sim *S, IsaCommKind kind, int item) {
                        .inner = 1,
                        .group = ISA_GROUP_DP,
                        .root = c->owner};
-  /* in order with the compute, priced as the all-gather (broadcast) or reduce-scatter
-   * (reduce) of the chunk over the dp group: (n-1)/n of its bytes over the links */
+  /* in order with the compute, priced as the broadcast or reduce of the chunk over the dp
+   * group */
   const Cluster *cl = S->o->cl;
   if (!cl || S->ranks < 2) return;
   int local = cl->gpus_per_node < S->ranks ? cl->gpus_per_node : S->ranks;
   Group g = {S->ranks, local > 0 ? local : 1};
-  double t = cost_collective(cl, kind == ISA_COMM_BROADCAST ? COLL_ALL_GATHER : COLL_REDUCE_SCATTER,
-                             (double)(end - c->start), g);
+  double t =
+      cost_collective(cl, kind == ISA_COMM_BROADCAST ? COLL_BROADCAST : COLL_REDUCE, (double)(end - c->start), g);
   S->t_main += t, S->op->comm_s += t;
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ir/diag.h"
+#include "plan/cost.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define T12 1e12
@@ -272,12 +273,55 @@ static void read_device(Reader *r, const cJSON *o, DeviceSpec *d) {
   }
 }
 
-static void read_link(Reader *r, const cJSON *o, LinkSpec *l, const char *oname) {
+/* intra_node.collectives: {"ranks": N, KIND: [[bytes, us], ...], ...} with the cost
+ * model's kind names, sizes increasing; the kinds left out keep the link's figures. */
+static void read_collectives(Reader *r, const cJSON *o, Cluster *c) {
+  const char *on = "intra_node.collectives";
+  if (!cJSON_IsObject(o)) {
+    rd_fail(r, "%s: '%s' must be an object%s", on, "");
+    return;
+  }
+  const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, "ranks");
+  if (!cJSON_IsNumber(n) || n->valuedouble != floor(n->valuedouble) || n->valuedouble < 2 || n->valuedouble > 1 << 24)
+    rd_fail(r, "%s: %s.ranks must be the number of ranks measured, at least 2%s", on, "");
+  else c->coll_ranks = (int)n->valuedouble;
+  for (const cJSON *it = o->child; it; it = it->next) {
+    if (!strcmp(it->string, "ranks")) continue;
+    int k = 0;
+    while (k < COLL_COUNT && strcmp(coll_names[k], it->string)) k++;
+    if (k == COLL_COUNT) {
+      rd_fail(r, "%s: unknown collective '%s' in intra_node.collectives (%s)", it->string,
+              "all-reduce, all-gather, reduce-scatter, all-to-all, send/recv, reduce, broadcast");
+      continue;
+    }
+    CollCurve *m = &c->coll[k];
+    int np = cJSON_GetArraySize(it);
+    bool ok = cJSON_IsArray(it) && np >= 1 && np <= COLL_POINTS;
+    m->n = 0;
+    for (const cJSON *pt = ok ? it->child : NULL; pt && ok; pt = pt->next) {
+      const cJSON *b = cJSON_GetArrayItem(pt, 0), *t = cJSON_GetArrayItem(pt, 1);
+      ok = cJSON_IsArray(pt) && cJSON_GetArraySize(pt) == 2 && cJSON_IsNumber(b) && cJSON_IsNumber(t) &&
+           isfinite(b->valuedouble) && b->valuedouble > (m->n ? m->bytes[m->n - 1] : 0) && isfinite(t->valuedouble) &&
+           t->valuedouble >= 0 && t->valuedouble < 1e6;
+      if (ok) m->bytes[m->n] = b->valuedouble, m->secs[m->n] = t->valuedouble * US, m->n++;
+    }
+    if (!ok)
+      rd_fail(r,
+              "%s: intra_node.collectives.%s must be 1 to 16 points [bytes, us], bytes increasing and times at "
+              "least 0 (under a second)%s",
+              it->string, "");
+  }
+}
+
+static void read_link(Reader *r, const cJSON *o, LinkSpec *l, const char *oname, Cluster *c) {
   const Field f[] = {
       {"bandwidth_gbs", G9, &l->bandwidth}, {"latency_us", US, &l->latency}, {"efficiency", 1, &l->efficiency}};
-  static const char *const other[] = {"name", NULL};
-  read_fields(r, o, oname, f, 3, other);
-  if (cJSON_IsObject(o)) read_string(r, o, "name", l->name, sizeof l->name, oname);
+  static const char *const other[] = {"name", "collectives", NULL}, *const plain[] = {"name", NULL};
+  read_fields(r, o, oname, f, 3, c ? other : plain);
+  if (!cJSON_IsObject(o)) return;
+  read_string(r, o, "name", l->name, sizeof l->name, oname);
+  const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "collectives");
+  if (c && m) read_collectives(r, m, c);
 }
 
 static void read_host(Reader *r, const cJSON *o, Cluster *c) {
@@ -355,8 +399,8 @@ static void read_cluster(Reader *r, const cJSON *root, Cluster *c, int *node) {
   if ((o = cJSON_GetObjectItemCaseSensitive(root, "device"))) read_device(r, o, &c->dev);
   else if (!base)
     rd_fail(r, "%s: missing object 'device' (or start from a built-in profile with \"base\")%s%s", "", "");
-  if ((o = cJSON_GetObjectItemCaseSensitive(root, "intra_node"))) read_link(r, o, &c->intra, "intra_node");
-  if ((o = cJSON_GetObjectItemCaseSensitive(root, "inter_node"))) read_link(r, o, &c->inter, "inter_node");
+  if ((o = cJSON_GetObjectItemCaseSensitive(root, "intra_node"))) read_link(r, o, &c->intra, "intra_node", c);
+  if ((o = cJSON_GetObjectItemCaseSensitive(root, "inter_node"))) read_link(r, o, &c->inter, "inter_node", NULL);
   if ((o = cJSON_GetObjectItemCaseSensitive(root, "host"))) read_host(r, o, c);
   if (isnan(c->intra.bandwidth)) rd_fail(r, "%s: missing field '%s'%s", "intra_node.bandwidth_gbs", "");
   if (isnan(c->inter.bandwidth)) rd_fail(r, "%s: missing field '%s'%s", "inter_node.bandwidth_gbs", "");

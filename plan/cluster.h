@@ -10,6 +10,34 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+/* The collectives the cost model prices (plan/cost.h), by their names in plans and
+ * cluster files: those programs issue (program/isa.h's comm kinds; send/recv between
+ * pipeline stages) and all-to-all. */
+#define COLL_KINDS(X)                 \
+  X(ALL_REDUCE, "all-reduce")         \
+  X(ALL_GATHER, "all-gather")         \
+  X(REDUCE_SCATTER, "reduce-scatter") \
+  X(ALL_TO_ALL, "all-to-all")         \
+  X(SEND_RECV, "send/recv")           \
+  X(REDUCE, "reduce")                 \
+  X(BROADCAST, "broadcast")
+
+typedef enum {
+#define X(kind, name) COLL_##kind,
+  COLL_KINDS(X)
+#undef X
+      COLL_COUNT
+} CollKind;
+
+/* One collective as measured among `ranks` ranks of one node (colossalc --calibrate): its
+ * seconds at n sizes, bytes as cost_collective counts them (plan/cost.h), increasing.
+ * n == 0: not measured. */
+enum { COLL_POINTS = 16 };
+typedef struct CollCurve {
+  int n;
+  double bytes[COLL_POINTS], secs[COLL_POINTS];
+} CollCurve;
+
 /* A link class: NVLink/NVSwitch or PCIe inside a node, the network between nodes. */
 typedef struct LinkSpec {
   char name[64];
@@ -46,13 +74,17 @@ typedef struct Cluster {
   int gpus, gpus_per_node;
   DeviceSpec dev;
   LinkSpec intra, inter;
-  double host_memory;  /* bytes per node */
-  double host_link_bw; /* bytes/s per device, one direction (PCIe) */
-  double nvme_bw;      /* bytes/s of a node's NVMe drives (offload), one direction */
-  double nvme;         /* bytes of a node's NVMe drives the training state may use */
-  double host_mem_bw;  /* bytes/s of a node's host memory (the CPU optimizer of an offloaded plan) */
-  char cpu[64];        /* the nodes' CPU as the C compiler's -march names it ("" unknown): train's
-                          CPU kernels are built for it and for the portable baseline */
+  double host_memory;         /* bytes per node */
+  double host_link_bw;        /* bytes/s per device, one direction (PCIe) */
+  double nvme_bw;             /* bytes/s of a node's NVMe drives (offload), one direction */
+  double nvme;                /* bytes of a node's NVMe drives the training state may use */
+  double host_mem_bw;         /* bytes/s of a node's host memory (the CPU optimizer of an offloaded plan) */
+  int coll_ranks;             /* the ranks coll was measured among; 0: none measured */
+  CollCurve coll[COLL_COUNT]; /* intra_node.collectives: each kind inside a node by size, where a
+                                 library's algorithms differ by kind and size more than the ring
+                                 model's factors (the cost model scales them to other group sizes) */
+  char cpu[64];               /* the nodes' CPU as the C compiler's -march names it ("" unknown): train's
+                                 CPU kernels are built for it and for the portable baseline */
 } Cluster;
 
 /* Names of the built-in profiles, NULL-terminated. */

@@ -3,42 +3,83 @@
 #include "plan/cost.h"
 #include <math.h>
 
-const char *const coll_names[COLL_COUNT] = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send/recv"};
+const char *const coll_names[COLL_COUNT] = {
+#define X(kind, name) name,
+    COLL_KINDS(X)
+#undef X
+};
 const char *const recompute_names[RC_COUNT] = {"none", "selective", "full"};
 
-/* One ring over n ranks on one link class of per-rank bandwidth bw. */
-static double ring(CollKind k, double bytes, int n, double bw, double alpha) {
-  if (n <= 1 || bytes <= 0) return 0;
-  double steps = n - 1, frac = (double)(n - 1) / n;
+/* A link class as the ring formulas read it: a rank's bandwidth, the latency of a step,
+ * and (inside a node) the cluster whose measured kinds replace them. */
+typedef struct Link {
+  double bw, alpha;
+  const Cluster *measured;
+} Link;
+
+/* The terms of kind k's ring over n ranks: frac·bytes/bw + steps·alpha. A reduce or a
+ * broadcast is pipelined along a chain of the ranks: each byte crosses every link once. */
+static void ring_terms(CollKind k, int n, double *frac, double *steps) {
+  double f = (double)(n - 1) / n, s = n - 1;
+  *frac = f, *steps = s;
   switch (k) {
-  case COLL_ALL_REDUCE: return 2 * frac * bytes / bw + 2 * steps * alpha;
+  case COLL_ALL_REDUCE: *frac = 2 * f, *steps = 2 * s; break;
+  case COLL_REDUCE:
+  case COLL_BROADCAST: *frac = 1; break;
+  case COLL_SEND_RECV: *frac = 1, *steps = 1; break;
   case COLL_ALL_GATHER:
   case COLL_REDUCE_SCATTER:
-  case COLL_ALL_TO_ALL: return frac * bytes / bw + steps * alpha;
-  case COLL_SEND_RECV: return bytes / bw + alpha;
+  case COLL_ALL_TO_ALL:
   case COLL_COUNT: break;
   }
-  return 0;
+}
+
+/* A measured curve's seconds at `bytes`: linear between its points, along its last
+ * segment beyond them, its first point's (the latency) below. */
+static double curve_at(const CollCurve *m, double bytes) {
+  if (bytes <= m->bytes[0] || m->n < 2) return m->secs[0];
+  int i = 1;
+  while (i < m->n - 1 && m->bytes[i] < bytes) i++;
+  double t =
+      m->secs[i - 1] + (m->secs[i] - m->secs[i - 1]) * (bytes - m->bytes[i - 1]) / (m->bytes[i] - m->bytes[i - 1]);
+  return t > m->secs[0] ? t : m->secs[0];
+}
+
+/* One ring over n ranks on link l. A kind measured there (Cluster.coll) is its curve among
+ * coll_ranks ranks, scaled by the ring's terms: at the bytes that cross a link on n ranks
+ * as many as `bytes` do on coll_ranks, plus the further steps' latency (the curve's first
+ * point). */
+static double ring(const Link *l, CollKind k, double bytes, int n) {
+  if (n <= 1 || bytes <= 0) return 0;
+  double frac, steps, f0, s0;
+  ring_terms(k, n, &frac, &steps);
+  const CollCurve *m = l->measured ? &l->measured->coll[k] : NULL;
+  if (!m || m->n == 0) return frac * bytes / l->bw + steps * l->alpha;
+  ring_terms(k, l->measured->coll_ranks, &f0, &s0);
+  return curve_at(m, bytes * frac / f0) + (steps / s0 - 1) * m->secs[0];
 }
 
 double cost_collective(const Cluster *c, CollKind k, double bytes, Group g) {
   if (g.n <= 1 || bytes <= 0) return 0;
-  double bw_in = c->intra.bandwidth * c->intra.efficiency;
-  /* each device's share of its node's network bandwidth */
-  double bw_out = c->inter.bandwidth * c->inter.efficiency / c->gpus_per_node;
-  double a_in = c->intra.latency, a_out = c->inter.latency;
+  /* each device's share of its node's network bandwidth between nodes */
+  Link in = {c->intra.bandwidth * c->intra.efficiency, c->intra.latency, c->coll_ranks >= 2 ? c : NULL},
+       out = {c->inter.bandwidth * c->inter.efficiency / c->gpus_per_node, c->inter.latency, NULL};
   int local = g.local < 1 ? 1 : g.local > g.n ? g.n : g.local, nodes = (g.n + local - 1) / local;
-  if (k == COLL_SEND_RECV) return local >= 2 ? ring(k, bytes, 2, bw_in, a_in) : ring(k, bytes, 2, bw_out, a_out);
-  if (nodes == 1) return ring(k, bytes, g.n, bw_in, a_in);
-  if (local == 1) return ring(k, bytes, g.n, bw_out, a_out);
+  if (k == COLL_SEND_RECV) return ring(local >= 2 ? &in : &out, k, bytes, 2);
+  if (nodes == 1) return ring(&in, k, bytes, g.n);
+  if (local == 1) return ring(&out, k, bytes, g.n);
   switch (k) {
   case COLL_ALL_REDUCE: /* reduce-scatter in the node, all-reduce across nodes on 1/local, all-gather in the node */
-    return 2 * ring(COLL_REDUCE_SCATTER, bytes, local, bw_in, a_in) +
-           ring(COLL_ALL_REDUCE, bytes / local, nodes, bw_out, a_out);
+    return ring(&in, COLL_REDUCE_SCATTER, bytes, local) + ring(&in, COLL_ALL_GATHER, bytes, local) +
+           ring(&out, COLL_ALL_REDUCE, bytes / local, nodes);
   case COLL_ALL_GATHER:
-  case COLL_REDUCE_SCATTER: return ring(k, bytes, local, bw_in, a_in) + ring(k, bytes / local, nodes, bw_out, a_out);
+  case COLL_REDUCE_SCATTER: return ring(&in, k, bytes, local) + ring(&out, k, bytes / local, nodes);
+  case COLL_REDUCE:
+  case COLL_BROADCAST: /* along the node's ranks, then the nodes' */
+    return ring(&in, k, bytes, local) + ring(&out, k, bytes, nodes);
   case COLL_ALL_TO_ALL: /* the part for other nodes crosses the network */
-    return (double)(local - 1) / g.n * bytes / bw_in + (double)(g.n - local) / g.n * bytes / bw_out + (g.n - 1) * a_out;
+    return (double)(local - 1) / g.n * bytes / in.bw + (double)(g.n - local) / g.n * bytes / out.bw +
+           (g.n - 1) * out.alpha;
   case COLL_SEND_RECV:
   case COLL_COUNT: break;
   }

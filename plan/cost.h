@@ -10,14 +10,6 @@
 #include <stdbool.h>
 #include "plan/cluster.h"
 
-typedef enum {
-  COLL_ALL_REDUCE,
-  COLL_ALL_GATHER,
-  COLL_REDUCE_SCATTER,
-  COLL_ALL_TO_ALL,
-  COLL_SEND_RECV,
-  COLL_COUNT
-} CollKind;
 extern const char *const coll_names[COLL_COUNT];
 
 typedef enum { RC_NONE, RC_SELECTIVE, RC_FULL, RC_COUNT } Recompute;
@@ -30,13 +22,17 @@ typedef struct Group {
 } Group;
 
 /* Time of one collective over a group. `bytes` is the size of the whole tensor:
- * the buffer each rank reduces (all-reduce), the gathered result (all-gather), the
- * input (reduce-scatter), each rank's buffer (all-to-all), the message (send/recv;
- * n == 2, local 2 inside a node, 1 across nodes).
+ * the buffer each rank reduces (all-reduce, reduce), the gathered result (all-gather),
+ * the input (reduce-scatter), each rank's buffer (all-to-all), the tensor sent
+ * (broadcast), the message (send/recv; n == 2, local 2 inside a node, 1 across nodes).
  *   ring, one link class:  all-reduce 2(n-1)/n·B/bw + 2(n-1)α
  *                          all-gather, reduce-scatter, all-to-all (n-1)/n·B/bw + (n-1)α
+ *                          reduce, broadcast (a pipelined chain) B/bw + (n-1)α
+ *   a kind measured inside a node (Cluster.coll, --calibrate) is its curve by size among
+ *   the ranks it was measured on, scaled by the ring's terms to n ranks;
  *   a group spanning nodes is hierarchical: inside the node over `local` ranks on
- *   NVLink, between nodes over n/local ranks on the network with B/local each. */
+ *   NVLink, between nodes over n/local ranks on the network with B/local each (a reduce
+ *   or broadcast: the node's chain, then the nodes'). */
 double cost_collective(const Cluster *c, CollKind k, double bytes, Group g);
 
 /* Kernel time by roofline: max(FLOPs / (peak·eff), bytes / (bw·mem_eff)) plus the

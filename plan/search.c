@@ -357,6 +357,15 @@ static double stage_shared(Search *S, const CandSet *cs, int ci, const int *segs
 
 bool plan_tp_sums_once(const PlanChoice *ch) { return ch->zero <= 1 && ch->offload != OFFLOAD_STATE; }
 
+/* ZeRO's two collectives: a compiled program sums each parameter's gradient onto its
+ * owner and sends the parameter from there (codegen/compose.c, codegen/zero.c: a reduce
+ * and a broadcast a parameter); a plan for other systems, a reduce-scatter and an
+ * all-gather of the whole (Rajbhandari et al. 2020). */
+static void zero_kinds(bool exec, CollKind *sum, CollKind *gather) {
+  *sum = exec ? COLL_REDUCE : COLL_REDUCE_SCATTER;
+  *gather = exec ? COLL_BROADCAST : COLL_ALL_GATHER;
+}
+
 /* Gradient synchronisation over the data-parallel ranks (and ZeRO's gathers) of
  * one stage: the time exposed after overlap with its backward. */
 static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCost *st, int i, double e_dp,
@@ -377,11 +386,12 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
   } else {
     e_dptp += e_dptp_mb;
   }
+  CollKind k_rs, k_ag;
+  zero_kinds(S->f->exec, &k_rs, &k_ag);
   double ar =
       cost_collective(cl, COLL_ALL_REDUCE, e_dp * gb, gd) + cost_collective(cl, COLL_ALL_REDUCE, e_dptp * gb, gdt);
-  double rs = cost_collective(cl, COLL_REDUCE_SCATTER, e_dp * gb, gd) +
-              cost_collective(cl, COLL_REDUCE_SCATTER, e_dptp * gb, gdt);
-  double ag = cost_collective(cl, COLL_ALL_GATHER, e * wb, gd);
+  double rs = cost_collective(cl, k_rs, e_dp * gb, gd) + cost_collective(cl, k_rs, e_dptp * gb, gdt);
+  double ag = cost_collective(cl, k_ag, e * wb, gd);
   double end = 0, per_mb = 0, in_order = 0, after = 0, hide = overlap(S) * st->t_bwd;
   /* A compiled plan overlaps what its program does (codegen/compose.h, codegen/zero.h):
    * the end-of-step reduction of a data-parallel-only plan, and ZeRO-3's gathers; its
@@ -1124,11 +1134,13 @@ int plan_collectives(const PlanResult *r, const Plan *p, PlanColl *out, int max)
   } else {
     double times = ch->zero >= 2 ? ch->m : 1, ag = ch->zero == 3 ? (ch->rc == RC_FULL ? 3.0 : 2.0) * ch->m : 1;
     double wb = st->params * r->w_bytes;
-    coll_put(out, &n, max, "dp", COLL_REDUCE_SCATTER, ed * r->g_bytes, times,
-             times * cost_collective(cl, COLL_REDUCE_SCATTER, ed * r->g_bytes, gd), gd);
-    coll_put(out, &n, max, axis_dt, COLL_REDUCE_SCATTER, et * r->g_bytes, times,
-             times * cost_collective(cl, COLL_REDUCE_SCATTER, et * r->g_bytes, gdt), gdt);
-    coll_put(out, &n, max, "dp", COLL_ALL_GATHER, wb, ag, ag * cost_collective(cl, COLL_ALL_GATHER, wb, gd), gd);
+    CollKind k_rs, k_ag;
+    zero_kinds(r->exec, &k_rs, &k_ag);
+    coll_put(out, &n, max, "dp", k_rs, ed * r->g_bytes, times, times * cost_collective(cl, k_rs, ed * r->g_bytes, gd),
+             gd);
+    coll_put(out, &n, max, axis_dt, k_rs, et * r->g_bytes, times,
+             times * cost_collective(cl, k_rs, et * r->g_bytes, gdt), gdt);
+    coll_put(out, &n, max, "dp", k_ag, wb, ag, ag * cost_collective(cl, k_ag, wb, gd), gd);
   }
   return n;
 }

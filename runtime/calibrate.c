@@ -14,8 +14,9 @@
  *   - the GEMMs, the streaming kernel and the launch in rounds, each figure its fastest
  *     round's: the machine as it runs uncontended (a shared host's neighbours only slow
  *     it, for seconds at a time);
- *   - all-reduce among ranks of this machine (mpirun, started here) by size: the
- *     latency of a ring step and the bandwidth of a rank;
+ *   - the collectives programs issue among ranks of this machine (mpirun, started here),
+ *     each kind's time by size as measured, and the all-reduce's fitted to the ring (the
+ *     latency of a step, the bandwidth of a rank) for the links' own figures;
  *   - host-to-device copies (a memcpy on this device) and a file's write and read
  *     bandwidth in DIR (the NVMe of offload's --nvme-dir);
  *   - the threads and the memory.
@@ -27,8 +28,8 @@
  * own (a streaming kernel, an empty one and the GEMMs' shapes, which the device plans
  * at start-up as it does a compiled program's): the GEMM curve in f32, bf16 and fp16,
  * the streaming kernel, a queued launch, pinned host-to-device copies, pages mapped
- * and unmapped, and all-reduce over NCCL among this machine's GPUs (when it has two or
- * more). The file starts from the built-in profile of the GPU ("base") for what is not
+ * and unmapped, and the collectives over NCCL among this machine's GPUs (when it has two
+ * or more). The file starts from the built-in profile of the GPU ("base") for what is not
  * measured (the network, fp8, attention's efficiency), one GPU a rank.
  * --quick measures the same things on small buffers and shapes, in one round: a check of
  * the mechanism (the tests, the emulated GPU), not figures to plan with. */
@@ -42,6 +43,7 @@
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
+#include "plan/cluster.h"
 #include "program/program.h"
 #include "runtime/comm/comm.h"
 #include "runtime/executor.h"
@@ -250,13 +252,27 @@ static Fit fit_gemm(const double *rate, int quick) {
   return best;
 }
 
+/* The sizes in floats: a library changes its algorithm with the size (Open MPI's reduce,
+ * reduce-scatter and all-reduce slow down several times past a few MiB), so each kind is
+ * kept as its curve (plan/cluster.h, CollCurve). */
+enum { NSIZES = 11 };
+static const int64_t comm_sizes[NSIZES] = {1 << 8,  1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18,
+                                           1 << 20, 1 << 22, 1 << 23, 1 << 24, 1 << 25};
+/* The floats a rank cycles its collectives through (two windows of the largest size's two
+ * buffers), so that each finds its data in memory rather than in the caches, as a
+ * program's do (a gradient or parameter the step has left behind it); --quick: the first
+ * QUICK_SIZES sizes on a small pool. */
+enum { POOL = 1 << 27, QUICK_POOL = 1 << 20, QUICK_SIZES = 6 };
+
 typedef struct Figures {
   int threads, quick, gpu; /* gpu: the CUDA device measured */
   double ram;
   Fit gemm[NDTYPES]; /* by gemm_dtypes; a CPU's f32 alone */
   double stream_bw, launch, upload_bw, commit_bw;
   double nvme_write, nvme_read, nvme_free;
-  double ar_bw, ar_lat;
+  double ar_bw, ar_lat;              /* the link's figures: the all-reduce's, in the ring's terms */
+  double coll_s[COLL_COUNT][NSIZES]; /* each measured kind's seconds at comm_sizes */
+  int nsizes;
   int ranks;
   char cpu[96];
   /* the GPU's */
@@ -438,59 +454,97 @@ static void measure_file(Figures *f, const char *dir) {
           f->nvme_read / 1e9, f->nvme_free / (1 << 30));
 }
 
-/* ---- all-reduce among the ranks of this machine ----------------------------------------- */
+/* ---- collectives among the ranks of this machine ----------------------------------------- */
 
-enum { NSIZES = 8 };
-static const int64_t ar_sizes[NSIZES] = {1 << 8, 1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22};
+static const char *coll_name(int k) {
+  static const char *const names[COLL_COUNT] = {
+#define X(kind, name) name,
+      COLL_KINDS(X)
+#undef X
+  };
+  return names[k];
+}
 
-/* A rank of `mpirun -np N colossalc-calibrate --comm OUT [--device cuda]`: rank 0 writes
- * each size's seconds (the ranks' slowest) to OUT. On GPUs the all-reduce is NCCL's on
- * the device's stream (device_cuda_comm), each rank on the GPU of its local rank. */
-static int comm_rank(int argc, char **argv, const char *out, int gpu) {
+/* Whether kind k is measured: what programs issue (the comm instructions of program/isa.h,
+ * send and receive between stages); all-to-all is not. */
+static int measured(CollKind k) { return k != COLL_ALL_TO_ALL; }
+
+/* One collective of kind k whose whole tensor (as plan/cost.h counts it) is n floats at
+ * buf, a second n floats after it for an output apart; the r-th of its round (the roots
+ * take turns, as the owners of a program's parameters do). Send/recv: from each even rank
+ * to the next. */
+static void run_kind(Comm *c, CollKind k, float *buf, int64_t n, int r) {
+  int64_t part = n / c->size;
+  switch (k) {
+  case COLL_ALL_REDUCE: c->all_reduce(c, buf, buf, n, COMM_SUM); break;
+  case COLL_REDUCE: c->reduce(c, buf, buf, n, COMM_SUM, r % c->size); break;
+  case COLL_BROADCAST: c->broadcast(c, buf, n, r % c->size); break;
+  case COLL_ALL_GATHER: c->all_gather(c, buf + n + c->rank * part, buf, part); break;
+  case COLL_REDUCE_SCATTER: c->reduce_scatter(c, buf, buf + n, part, COMM_SUM); break;
+  case COLL_SEND_RECV:
+    if (c->rank % 2 == 0 && c->rank + 1 < c->size) c->send(c, buf, n, c->rank + 1);
+    else if (c->rank % 2) c->recv(c, buf, n, c->rank - 1);
+    break;
+  case COLL_ALL_TO_ALL:
+  case COLL_COUNT: break;
+  }
+}
+
+/* A rank of `mpirun -np N colossalc-calibrate --comm OUT [--quick] [--device cuda]`: rank 0
+ * writes each measured kind's seconds at each size (the ranks' slowest) to OUT, a line
+ * "kind floats seconds" each. On GPUs the collectives are NCCL's on the device's stream
+ * (device_cuda_comm), each rank on the GPU of its local rank. */
+static int comm_rank(int argc, char **argv, const char *out, int gpu, int quick) {
   char err[256];
   Comm *c = comm_open(&argc, &argv, err, sizeof err);
   if (!c) die("%s", err);
-  Comm *ar = c;
+  Comm *g = c;
   Device *dev = NULL;
   void *blob = NULL;
+  int64_t pool = quick ? QUICK_POOL : POOL, nsizes = quick ? QUICK_SIZES : NSIZES;
   float *buf;
 #ifdef COLOSSALC_HAVE_CUDA
   Prog p;
   if (gpu) {
     blob = calibration_program(1, 0, 8, &p);
     dev = open_cuda(&p, c->local_rank, c->local_size, 1);
-    ar = device_cuda_comm(dev, c, 0);
+    g = device_cuda_comm(dev, c, 0);
   }
 #endif
   (void)gpu;
-  buf = dev ? (float *)dev->alloc(dev, ar_sizes[NSIZES - 1] * 4) : calloc((size_t)ar_sizes[NSIZES - 1], sizeof *buf);
-  if (!buf) die("out of memory for the all-reduce");
-  if (dev) dev->zero(dev, (char *)buf, 0, ar_sizes[NSIZES - 1] * 4);
-  double t[NSIZES];
-  for (int i = 0; i < NSIZES; i++) { /* every rank makes the same calls: a count fixed by the size */
-    int reps = ar_sizes[i] >= 1 << 20 ? 10 : 100;
-    double round[3];
-    ar->all_reduce(ar, buf, buf, ar_sizes[i], COMM_SUM);
-    for (int r = 0; r < 3; r++) { /* the fastest of 3 rounds, as measure_rounds */
-      if (dev) dev->sync(dev);
-      c->barrier(c);
-      double t0 = now();
-      for (int k = 0; k < reps; k++) ar->all_reduce(ar, buf, buf, ar_sizes[i], COMM_SUM);
-      if (dev) dev->sync(dev);
-      round[r] = (now() - t0) / reps;
+  buf = dev ? (float *)dev->alloc(dev, pool * 4) : calloc((size_t)pool, sizeof *buf);
+  if (!buf) die("out of memory for the collectives");
+  if (dev) dev->zero(dev, (char *)buf, 0, pool * 4);
+  double t[COLL_COUNT][NSIZES];
+  for (int k = 0; k < COLL_COUNT; k++)
+    for (int i = 0; i < nsizes && measured(k); i++) { /* every rank makes the same calls: counts fixed by the size */
+      int64_t n = comm_sizes[i], windows = pool / (2 * n);
+      int reps = quick ? 3 : n >= 1 << 23 ? 3 : n >= 1 << 20 ? 10 : 100, rounds = quick ? 1 : 3, at = 0;
+      double round[3];
+      run_kind(g, k, buf, n, 0);
+      for (int r = 0; r < rounds; r++) { /* the fastest round, as measure_rounds */
+        if (dev) dev->sync(dev);
+        c->barrier(c);
+        double t0 = now();
+        for (int q = 0; q < reps; q++, at = (at + 1) % windows) run_kind(g, k, buf + at * 2 * n, n, q);
+        if (dev) dev->sync(dev);
+        round[r] = (now() - t0) / reps;
+      }
+      t[k][i] = least(round, rounds);
     }
-    t[i] = least(round, 3);
-  }
-  c->host_all_reduce(c, t, NSIZES, COMM_MAX);
+  for (int k = 0; k < COLL_COUNT; k++)
+    if (measured(k)) c->host_all_reduce(c, t[k], (int)nsizes, COMM_MAX);
   if (c->rank == 0) {
     FILE *f = fopen(out, "w");
     if (!f) die("cannot write %s", out);
-    for (int i = 0; i < NSIZES; i++) fprintf(f, "%lld %.9g\n", (long long)ar_sizes[i], t[i]);
+    for (int k = 0; k < COLL_COUNT; k++)
+      for (int i = 0; i < nsizes && measured(k); i++)
+        fprintf(f, "%d %lld %.9g\n", k, (long long)comm_sizes[i], t[k][i]);
     fclose(f);
   }
   if (dev) {
     dev->free(dev, (char *)buf);
-    ar->destroy(ar);
+    g->destroy(g);
     dev->destroy(dev);
   } else free(buf);
   free(blob);
@@ -498,31 +552,47 @@ static int comm_rank(int argc, char **argv, const char *out, int gpu) {
   return 0;
 }
 
-/* The ring all-reduce the cost model prices (plan/cost.c): 2(n-1) steps of latency and
- * 2(n-1)/n of the bytes over a rank's bandwidth, fitted to the times by least squares
- * (t = a + b x bytes). */
+/* Each measured kind's seconds by size, as the cost model reads them (plan/cluster.h,
+ * CollCurve: the whole tensor's bytes), made non-decreasing (a larger collective is not
+ * faster; a smaller size's round can be the slower one on a busy machine). The link's own
+ * figures (the kinds not measured, and between nodes) are the all-reduce's fitted to the
+ * ring's terms by least squares: 2(n-1) steps of latency and 2(n-1)/n of the bytes over a
+ * rank's bandwidth. */
 static void measure_comm(Figures *f, const char *self, const char *mpirun) {
   char out[512], cmd[16384];
-  snprintf(out, sizeof out, "/tmp/colossalc-calibrate-ar.%d", (int)getpid());
+  snprintf(out, sizeof out, "/tmp/colossalc-calibrate-comm.%d", (int)getpid());
   int n = f->ranks;
-  snprintf(cmd, sizeof cmd, "%s -np %d '%s' --comm '%s'%s > /dev/null", mpirun, n, self, out,
-           f->gpu ? " --device cuda" : "");
-  if (system(cmd) != 0) die("the all-reduce ranks failed: %s", cmd);
+  f->nsizes = f->quick ? QUICK_SIZES : NSIZES;
+  snprintf(cmd, sizeof cmd, "%s -np %d '%s' --comm '%s'%s%s > /dev/null", mpirun, n, self, out,
+           f->gpu ? " --device cuda" : "", f->quick ? " --quick" : "");
+  if (system(cmd) != 0) die("the collectives' ranks failed: %s", cmd);
   FILE *in = fopen(out, "r");
-  if (!in) die("no all-reduce times in %s", out);
-  double x[NSIZES], y[NSIZES], sx = 0, sy = 0, sxx = 0, sxy = 0;
-  long long sz;
-  for (int i = 0; i < NSIZES; i++) {
-    if (fscanf(in, "%lld %lf", &sz, &y[i]) != 2) die("bad all-reduce times in %s", out);
-    x[i] = 4.0 * (double)sz * 2 * (n - 1) / n;
-    sx += x[i], sy += y[i], sxx += x[i] * x[i], sxy += x[i] * y[i];
-    fprintf(stderr, "  all-reduce over %d %s %9lld floats %9.1f us\n", n, f->gpu ? "GPUs" : "ranks", sz, y[i] * 1e6);
+  if (!in) die("no collective times in %s", out);
+  for (int k = 0; k < COLL_COUNT; k++) {
+    if (!measured(k)) continue;
+    fprintf(stderr, "  %-14s over %d %s:", coll_name(k), n, f->gpu ? "GPUs" : "ranks");
+    for (int i = 0; i < f->nsizes; i++) {
+      long long sz;
+      int kind;
+      double *y = &f->coll_s[k][i];
+      if (fscanf(in, "%d %lld %lf", &kind, &sz, y) != 3 || kind != k || sz != comm_sizes[i])
+        die("bad collective times in %s", out);
+      if (i > 0 && *y < y[-1]) *y = y[-1];
+      fprintf(stderr, "%s %lld %.0f us", i % 6 ? "," : "\n   ", sz, *y * 1e6);
+    }
+    fprintf(stderr, " (floats)\n");
   }
   fclose(in);
   unlink(out);
-  double b = (NSIZES * sxy - sx * sy) / (NSIZES * sxx - sx * sx), a = (sy - b * sx) / NSIZES;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (int i = 0; i < f->nsizes; i++) {
+    double x = 4.0 * (double)comm_sizes[i] * 2 * (n - 1) / n, y = f->coll_s[COLL_ALL_REDUCE][i];
+    sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
+  double b = (f->nsizes * sxy - sx * sy) / (f->nsizes * sxx - sx * sx), a = (sy - b * sx) / f->nsizes;
   f->ar_bw = b > 0 ? 1 / b : 1e12;
   f->ar_lat = a > 0 ? a / (2.0 * (n - 1)) : 1e-7;
+  fprintf(stderr, "  all-reduce fitted: %.2f GB/s a rank, %.1f us a ring step\n", f->ar_bw / 1e9, f->ar_lat * 1e6);
 }
 
 /* ---- the file -------------------------------------------------------------------------------- */
@@ -553,6 +623,21 @@ static const char *gpu_base(const Figures *f) {
   return f->cc_major >= 9 ? "h100-sxm" : "a100-80g";
 }
 
+/* The end of a link's object: inside a node (intra) each measured kind, as measured
+ * (plan/cluster.h, Cluster.coll). */
+static void write_coll(const Figures *f, int intra, FILE *o) {
+  if (intra && f->ranks > 1) {
+    fprintf(o, ",\n    \"collectives\": {\"ranks\": %d", f->ranks);
+    for (int k = 0; k < COLL_COUNT; k++)
+      for (int i = 0; i < f->nsizes && measured(k); i++) {
+        if (i == 0) fprintf(o, ",\n      \"%s\": [", coll_name(k));
+        fprintf(o, "[%lld, %.4g]%s", 4LL * comm_sizes[i], f->coll_s[k][i] * 1e6, i + 1 < f->nsizes ? ", " : "]");
+      }
+    fprintf(o, "}");
+  }
+  fprintf(o, "},\n");
+}
+
 static void write_cpu(const Figures *f, FILE *o) {
   double peak = f->gemm[0].peak / 1e12, host_gib = f->ram / (1 << 30);
   fprintf(o, "{\n  \"name\": \"%s, %d threads (calibrated)\",\n  \"base\": \"cpu\",\n", f->cpu, f->threads);
@@ -565,11 +650,13 @@ static void write_cpu(const Figures *f, FILE *o) {
       "    \"kernel_overhead_us\": %.4g, \"commit_bandwidth_gbs\": %.4g\n  },\n",
       f->cpu, peak, peak, peak, f->gemm[0].half, host_gib, host_gib * 0.1, f->stream_bw / 1e9, f->launch * 1e6,
       f->commit_bw / 1e9);
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2; i++) {
     fprintf(o,
             "  \"%s\": {\"name\": \"shared memory (MPI, measured)\", \"bandwidth_gbs\": %.4g, \"latency_us\": %.4g, "
-            "\"efficiency\": 1},\n",
+            "\"efficiency\": 1",
             i ? "inter_node" : "intra_node", f->ar_bw / 1e9, f->ar_lat * 1e6);
+    write_coll(f, i == 0, o);
+  }
   double nvme = f->nvme_write < f->nvme_read ? f->nvme_write : f->nvme_read;
   fprintf(o,
           "  \"host\": {\"memory_gib\": %.4g, \"link_bandwidth_gbs\": %.4g, \"memory_bandwidth_gbs\": %.4g,\n"
@@ -591,11 +678,13 @@ static void write_gpu(const Figures *f, FILE *o) {
           "    \"kernel_overhead_us\": %.4g, \"commit_bandwidth_gbs\": %.4g\n  },\n",
           f->gpu_name, f->gemm[0].peak / 1e12, f->gemm[1].peak / 1e12, f->gemm[2].peak / 1e12, f->gemm[1].half,
           f->gpu_memory / (1 << 30), f->stream_bw / 1e9, f->launch * 1e6, f->commit_bw / 1e9);
-  if (f->ranks > 1)
+  if (f->ranks > 1) {
     fprintf(o,
             "  \"intra_node\": {\"name\": \"NCCL among %d GPUs (measured)\", \"bandwidth_gbs\": %.4g, \"latency_us\": "
-            "%.4g, \"efficiency\": 1},\n",
+            "%.4g, \"efficiency\": 1",
             f->ranks, f->ar_bw / 1e9, f->ar_lat * 1e6);
+    write_coll(f, 1, o);
+  }
   double nvme = f->nvme_write < f->nvme_read ? f->nvme_write : f->nvme_read;
   fprintf(o,
           "  \"host\": {\"memory_gib\": %.4g, \"link_bandwidth_gbs\": %.4g, \"nvme_bandwidth_gbs\": %.4g, "
@@ -657,7 +746,7 @@ int main(int argc, char **argv) {
 #else
   if (!strcmp(device, "cuda")) die("--device cuda: this build has no CUDA device (no CUDA toolkit where it was built)");
 #endif
-  if (comm_out) return comm_rank(argc, argv, comm_out, gpu);
+  if (comm_out) return comm_rank(argc, argv, comm_out, gpu, quick);
   if (!out) die("-o FILE is needed");
   Figures f = {.threads = (int)sysconf(_SC_NPROCESSORS_ONLN), .quick = quick, .gpu = gpu};
   f.ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
@@ -683,7 +772,6 @@ int main(int argc, char **argv) {
   self[len] = 0;
   if (f.ranks > 1) {
     measure_comm(&f, self, mpirun);
-    fprintf(stderr, "  all-reduce: %.2f GB/s a rank, %.1f us a ring step\n", f.ar_bw / 1e9, f.ar_lat * 1e6);
   } else fprintf(stderr, "  one GPU: the link between GPUs is the %s profile's\n", gpu_base(&f));
   write_file(&f, out);
   fprintf(stderr, "wrote %s in %.0f s\n", out, now() - t0);

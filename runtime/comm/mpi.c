@@ -2,9 +2,12 @@
  *
  * Every call but isend blocks until its buffers may be reused; isend copies into a
  * pooled buffer and MPI_Isend's from it (wait_sends completes them). A Comm from
- * split wraps its own MPI communicator, so groups never see each other's messages. Counts above the chunk (2^30
- * elements; COLOSSALC_MPI_CHUNK=N in the environment sets it, so tests reach the
- * split paths with small buffers) are split into several calls (MPI counts are int).
+ * split wraps its own MPI communicator, so groups never see each other's messages. Counts above the chunk (2^20
+ * elements, 4 MiB; COLOSSALC_MPI_CHUNK=N in the environment sets it up to 2^30, so tests
+ * reach the split paths with small buffers) are split into several calls: MPI counts
+ * are int, and Open MPI's reductions over shared memory slow down 3 to 5 times a byte
+ * past 16 MiB a call (colossalc --calibrate: a 128 MiB reduce among 2 ranks takes 141 ms
+ * whole, 42 ms in 4 MiB calls).
  * Reductions map to MPI_Allreduce, MPI_Reduce, MPI_Reduce_scatter_block and
  * MPI_Allgather, broadcasts to MPI_Bcast, point to point to MPI_Send/MPI_Recv; the in-place
  * forms of comm.h that MPI lays out differently (reduce_scatter in place, whose MPI
@@ -25,7 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define COMM_MPI_CHUNK_MAX ((int64_t)1 << 30) /* elements per MPI call */
+#define COMM_MPI_CHUNK_MAX ((int64_t)1 << 30)     /* elements per MPI call, at most */
+#define COMM_MPI_CHUNK_DEFAULT ((int64_t)1 << 20) /* ... unless COLOSSALC_MPI_CHUNK says */
 
 /* One pooled send buffer and the request of the message it carries. */
 typedef struct MpiSend {
@@ -42,7 +46,7 @@ typedef struct MpiComm {
   int nsends;
 } MpiComm;
 
-static int64_t mpi_chunk = COMM_MPI_CHUNK_MAX; /* elements per call; set by comm_mpi_new */
+static int64_t mpi_chunk = COMM_MPI_CHUNK_DEFAULT; /* elements per call; set by comm_mpi_new */
 
 static void mpi_fail(int rc, const char *call, const char *file, int line) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -275,7 +279,7 @@ Comm *comm_mpi_new(int *argc, char ***argv, char *err, size_t errlen) {
   if (mpi_start(argc, argv, &finalize, err, errlen) != 0) return NULL;
   const char *chunk_env = getenv("COLOSSALC_MPI_CHUNK");
   long long n = chunk_env ? atoll(chunk_env) : 0;
-  mpi_chunk = n > 0 && n < COMM_MPI_CHUNK_MAX ? n : COMM_MPI_CHUNK_MAX;
+  mpi_chunk = n <= 0 ? COMM_MPI_CHUNK_DEFAULT : n < COMM_MPI_CHUNK_MAX ? n : COMM_MPI_CHUNK_MAX;
   MpiComm *m = mpi_wrap(MPI_COMM_WORLD);
   if (!m) {
     file_set_error(err, errlen, "out of memory");

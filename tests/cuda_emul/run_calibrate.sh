@@ -1,11 +1,11 @@
 #!/bin/sh
 # The GPU's calibration through the CUDA device, on the emulated driver, cuBLASLt and NCCL
 # (tests/cuda_emul/tests.cmake). colossalc-calibrate --device cuda --quick with 2 ranks:
-#   - it reports each GEMM in f32, bf16 and fp16, the streaming kernel, the all-reduce over
-#     the 2 GPUs (NCCL's, under mpirun) and the file;
+#   - it reports each GEMM in f32, bf16 and fp16, the streaming kernel, each collective
+#     programs issue over the 2 GPUs (NCCL's, under mpirun) and the file;
 #   - its file starts from the emulated H100's profile (h100-sxm), one GPU a rank (no
 #     shares_host), 8 GPUs a node as the emulated driver shows, its figures positive, and
-#     the link between GPUs the one measured;
+#     the link between GPUs the one measured, with each kind's curve by size;
 #   - `colossalc --cluster FILE --gpus 16 --dump-plan=json` plans for it: a rank's peak is
 #     the bf16 curve's measured peak (not split: the GPU is the rank's own), 2 nodes of 8,
 #     the network between them the profile's;
@@ -23,8 +23,9 @@ cat err
 LD_LIBRARY_PATH="$emul${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" TMPDIR="$work" \
   "$cal" --device cuda --quick --ranks 2 --mpirun "$mpirun" -o gpu.json 2> cal.err || { cat cal.err; fail "calibration failed"; }
 cat cal.err
-for what in "gemm f32" "gemm bf16" "gemm fp16" "GEMM fit bf16" "streaming kernel" "all-reduce over 2 GPUs" "file in"; do
-  grep -q "$what" cal.err || fail "the calibration does not report '$what'"
+for what in "gemm f32" "gemm bf16" "gemm fp16" "GEMM fit bf16" "streaming kernel" "all-reduce +over 2 GPUs" \
+  "reduce +over 2 GPUs" "broadcast +over 2 GPUs" "send/recv +over 2 GPUs" "all-reduce fitted" "file in"; do
+  grep -Eq "$what" cal.err || fail "the calibration does not report '$what'"
 done
 "$cc" "$src/models/gpt2-tiny.model" --cluster gpu.json --gpus 16 --dump-plan=json --plan-out plan.json 2> plan.err ||
   { cat plan.err; fail "--cluster gpu.json does not plan"; }
@@ -44,6 +45,13 @@ for k in ("peak_fp32_tflops", "peak_bf16_tflops", "peak_fp16_tflops", "gemm_half
         fail("device.%s is not positive" % k)
 if not (c["intra_node"]["bandwidth_gbs"] > 0 and "NCCL among 2 GPUs" in c["intra_node"]["name"]):
     fail("the link between GPUs is not the one measured")
+coll = c["intra_node"]["collectives"]
+kinds = ("all-reduce", "all-gather", "reduce-scatter", "send/recv", "reduce", "broadcast")
+if coll["ranks"] != 2 or sorted(k for k in coll if k != "ranks") != sorted(kinds):
+    fail("NCCL's collectives are not each measured among the 2 GPUs")
+for k in kinds:
+    if not all(b1 > b0 and t1 >= t0 > 0 for (b0, t0), (b1, t1) in zip(coll[k], coll[k][1:])):
+        fail("%s: not a curve of increasing sizes and times" % k)
 if not (c["host"]["link_bandwidth_gbs"] > 0 and c["host"]["nvme_bandwidth_gbs"] > 0):
     fail("the host's figures are not measured")
 pc = plan["cluster"]

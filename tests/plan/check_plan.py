@@ -164,15 +164,66 @@ def cluster_files():
     if d["cluster"]["gpus"] != 512 or "RoCE" not in d["cluster"]["name"]:
         fail("cluster file based on h100-sxm: %r" % d["cluster"])
     print("ok   cluster file on base h100-sxm, --gpus overrides: %s" % d["cluster"]["name"])
+    collectives_measured()
     bad = {"bad_unknown_field.json": "unknown field 'device.peak_bf16_tflop'",
            "bad_negative.json": "intra_node.bandwidth_gbs must be a positive number, got -300",
            "bad_missing.json": "missing field 'device.memory_bandwidth_gbs'",
            "bad_syntax.json": "not valid JSON", "bad_efficiency.json": "device.gemm_efficiency must be in (0, 1]",
            "bad_nodes.json": "12 GPUs do not fill nodes of 8", "bad_base.json": "base must name a built-in profile",
-           "bad_type.json": "device.memory_gib must be a number"}
+           "bad_type.json": "device.memory_gib must be a number",
+           "bad_collective_points.json": "intra_node.collectives.reduce must be 1 to 16 points [bytes, us], bytes "
+                                         "increasing",
+           "bad_collective_kind.json": "unknown collective 'allreduce' in intra_node.collectives",
+           "bad_collective_ranks.json": "intra_node.collectives.ranks must be the number of ranks measured"}
     for f, msg in sorted(bad.items()):
         expect_error(["models/gpt2.model", "--dump-plan", "--cluster", os.path.join(CLUSTERS, f)], f, msg)
     expect_error(["models/gpt2.model", "--dump-plan", "--cluster", CLUSTERS + "/none.json"], "cannot read cluster file")
+
+
+def collectives_measured():
+    """A compiled ZeRO plan's collectives are what its program issues: each parameter's
+    gradient reduced onto its owner and the parameter broadcast from there (priced for
+    another system, --what-if: a reduce-scatter and an all-gather). A kind measured in the
+    cluster file (intra_node.collectives, as --calibrate writes it) is priced by its curve:
+    linear between its points, the same on 2 ranks, on 4 with the chain's 3 steps of
+    latency (a reduce's bytes cross each link once whatever the ranks); a kind not
+    measured keeps the link's ring figures."""
+    path = CLUSTERS + "/cpu_collectives.json"
+    curves = json.load(open(path))["intra_node"]["collectives"]
+
+    def at(kind, b):
+        pts = curves[kind]
+        i = 1
+        while i < len(pts) - 1 and pts[i][0] < b:
+            i += 1
+        (b0, t0), (b1, t1) = pts[i - 1], pts[i]
+        return max(pts[0][1], t0 + (t1 - t0) * (b - b0) / (b1 - b0)) * 1e-6
+
+    tiny = ["models/gpt2-tiny.model", "--cluster", path, "--zero", "1", "--tp", "1", "--pp", "1"]
+    for n in (2, 4):
+        d = plan_json(tiny + ["--gpus", str(n), "--dp", str(n)])
+        colls = {c["kind"]: c for c in d["collectives"] if c["axis"] == "dp"}
+        if sorted(colls) != ["broadcast", "reduce"]:
+            fail("a compiled ZeRO-1 plan on %d ranks prices %s, not a reduce and a broadcast" % (n, sorted(colls)))
+        for kind in ("reduce", "broadcast"):
+            c = colls[kind]
+            want = at(kind, c["bytes"]) + (n - 2) * curves[kind][0][1] * 1e-6
+            if abs(c["time_per_step_s"] - want) > 1e-9 + 1e-9 * want:
+                fail("%s of %d bytes on %d ranks priced %g s, its curve says %g" % (kind, c["bytes"], n,
+                                                                                   c["time_per_step_s"], want))
+        print("ok   ZeRO-1 on %d ranks: reduce %.3g ms, broadcast %.3g ms of %d bytes, as measured" %
+              (n, 1e3 * colls["reduce"]["time_per_step_s"], 1e3 * colls["broadcast"]["time_per_step_s"],
+               colls["reduce"]["bytes"]))
+    w = plan_json(tiny + ["--gpus", "2", "--dp", "2", "--what-if"])
+    colls = {c["kind"]: c for c in w["collectives"] if c["axis"] == "dp"}
+    if sorted(colls) != ["all-gather", "reduce-scatter"]:
+        fail("a ZeRO-1 plan for another system (--what-if) prices %s" % sorted(colls))
+    b = colls["reduce-scatter"]["bytes"]
+    want = 0.5 * b / 4e9 + 2e-6  # the link's ring: (n-1)/n of the bytes, n-1 steps
+    if abs(colls["reduce-scatter"]["time_per_step_s"] - want) > 1e-9 * want:
+        fail("reduce-scatter not measured: %g s, the link's ring says %g" % (colls["reduce-scatter"]["time_per_step_s"],
+                                                                            want))
+    print("ok   --what-if prices ZeRO-1 as a reduce-scatter and an all-gather on the link's figures")
 
 
 def plan_file():
@@ -514,9 +565,20 @@ def calibrate():
                 dev["memory_bandwidth_gbs"] > 0 and dev["gemm_half_dim"] > 0 and c["intra_node"]["bandwidth_gbs"] > 0
                 and c["host"]["nvme_bandwidth_gbs"] > 0):
             fail("a calibrated figure is missing or not positive: %s" % json.dumps(c))
-        for what in ("gemm ", "streaming kernel", "all-reduce over", "file in"):
+        for what in ("gemm ", "streaming kernel", "all-reduce fitted", "file in"):
             if what not in r.stderr:
                 fail("--calibrate does not report %r:\n%s" % (what, r.stderr))
+        # the kinds programs issue, each by size among the ranks measured
+        coll = c["intra_node"]["collectives"]
+        kinds = ("all-reduce", "all-gather", "reduce-scatter", "send/recv", "reduce", "broadcast")
+        if coll["ranks"] < 2 or sorted(k for k in coll if k != "ranks") != sorted(kinds):
+            fail("the calibrated collectives are not the kinds programs issue: %r" % coll)
+        for k in kinds:
+            pts = coll[k]
+            if not (len(pts) >= 8 and all(b1 > b0 and t1 >= t0 > 0 for (b0, t0), (b1, t1) in zip(pts, pts[1:]))):
+                fail("%s: not a curve of increasing sizes and times: %r" % (k, pts))
+            if re.search(r"^  %s +over %d ranks:" % (re.escape(k), coll["ranks"]), r.stderr, re.M) is None:
+                fail("--calibrate does not report its %s times:\n%s" % (k, r.stderr))
         one = plan_json(["models/gpt2-tiny.model", "--cluster", path, "--gpus", "1"])
         two = plan_json(["models/gpt2-tiny.model", "--cluster", path, "--gpus", "2"])
         p1, p2 = one["cluster"]["peak_tflops"], two["cluster"]["peak_tflops"]
@@ -524,8 +586,19 @@ def calibrate():
             fail("peaks per rank: one rank %g, two %g TFLOP/s, of the machine's %g" % (p1, p2, dev["peak_fp32_tflops"]))
         if two["cluster"]["gpus_per_node"] != 2:
             fail("two ranks of a calibrated machine are on one node, got %r" % two["cluster"])
-    print("ok   --calibrate in %.0f s: %.0f GFLOP/s, %.1f GB/s, all-reduce %.1f GB/s; a rank of two has half" %
-          (took, dev["peak_fp32_tflops"] * 1e3, dev["memory_bandwidth_gbs"], c["intra_node"]["bandwidth_gbs"]))
+        # the plan prices a two-rank ZeRO-1 reduce by the measured curve, not the link's ring
+        z = plan_json(["models/gpt2-tiny.model", "--cluster", path, "--gpus", "2", "--dp", "2", "--tp", "1", "--pp",
+                       "1", "--zero", "1"])
+        red = [x for x in z["collectives"] if x["kind"] == "reduce"]
+        pts = coll["reduce"]
+        i = next((i for i in range(1, len(pts)) if pts[i][0] >= red[0]["bytes"]), len(pts) - 1)
+        (b0, t0), (b1, t1) = pts[i - 1], pts[i]
+        want = 1e-6 * max(pts[0][1], t0 + (t1 - t0) * (red[0]["bytes"] - b0) / (b1 - b0))
+        if len(red) != 1 or abs(red[0]["time_per_step_s"] - want) > 1e-3 * want:
+            fail("ZeRO-1's reduce of %r priced off its measured curve %r" % (red, pts))
+    print("ok   --calibrate in %.0f s: %.0f GFLOP/s, %.1f GB/s, all-reduce %.1f GB/s, reduce of %.1f MB %.2f ms; a rank of "
+          "two has half" % (took, dev["peak_fp32_tflops"] * 1e3, dev["memory_bandwidth_gbs"],
+                            c["intra_node"]["bandwidth_gbs"], red[0]["bytes"] / 1e6, red[0]["time_per_step_s"] * 1e3))
 
 
 def time_reported():

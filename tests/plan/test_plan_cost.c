@@ -7,7 +7,7 @@
  *  - training FLOPs per step against 72·B·s·l·h²(1 + s/6h + V/12lh) (Narayanan et
  *    al. 2021);
  *  - the 1F1B bubble (p-1)/m, interleaved (p-1)/(vm), in-flight micro-batches;
- *  - alpha-beta collectives. */
+ *  - alpha-beta collectives, and measured ones (--calibrate's curves) scaled to a group. */
 #include <string.h>
 #include "ir/analysis.h"
 #include "plan/search.h"
@@ -147,6 +147,33 @@ static void test_collectives(void) {
             2 * 7.0 / 8 * B / net + 14 * an, 1e-12);
   check_rel("hierarchical all-reduce, 64 = 8 nodes x 8", cost_collective(&c, COLL_ALL_REDUCE, B, (Group){64, 8}),
             2 * (7.0 / 8 * B / bw + 7 * a) + 2 * 7.0 / 8 * (B / 8) / net + 14 * an, 1e-12);
+  check_rel("reduce, 8 in a node: a pipelined chain, S/bw + (n-1)a", cost_collective(&c, COLL_REDUCE, B, (Group){8, 8}),
+            B / bw + 7 * a, 1e-12);
+  check_rel("broadcast over 8 nodes x 8: the node's chain, then the nodes'",
+            cost_collective(&c, COLL_BROADCAST, B, (Group){64, 8}), B / bw + 7 * a + B / net + 7 * an, 1e-12);
+
+  /* measured curves (--calibrate) among 2 ranks replace the link's figures inside a node:
+   * exact at their points, linear between them and along the last segment beyond */
+  c.coll_ranks = 2;
+  c.coll[COLL_REDUCE] = (CollCurve){3, {1e3, 1e6, 1e8}, {2e-6, 0.5e-3, 80e-3}};
+  check_rel("measured reduce at a point", cost_collective(&c, COLL_REDUCE, 1e6, (Group){2, 2}), 0.5e-3, 1e-12);
+  check_rel("measured reduce between points", cost_collective(&c, COLL_REDUCE, 5.05e7, (Group){2, 2}),
+            0.5e-3 + 0.5 * 79.5e-3, 1e-12);
+  check_rel("measured reduce beyond the last point", cost_collective(&c, COLL_REDUCE, 2e8, (Group){2, 2}),
+            80e-3 + 79.5e-3 / 99e6 * 1e8, 1e-12);
+  check_rel("measured reduce below the first point: its latency", cost_collective(&c, COLL_REDUCE, 10, (Group){2, 2}),
+            2e-6, 1e-12);
+  /* on 4 ranks a chain carries the same bytes a link and takes 3 steps, not 1 */
+  check_rel("measured reduce scaled to 4 ranks", cost_collective(&c, COLL_REDUCE, 1e6, (Group){4, 4}),
+            0.5e-3 + 2 * 2e-6, 1e-12);
+  c.coll[COLL_ALL_REDUCE] = (CollCurve){2, {1e3, 1e8}, {4e-6, 40e-3}};
+  /* all-reduce on 4: 2(n-1)/n = 1.5 of the bytes a link against 1 on 2, 6 steps against 2 */
+  check_rel("measured all-reduce scaled to 4 ranks", cost_collective(&c, COLL_ALL_REDUCE, 4e7, (Group){4, 4}),
+            4e-6 + (40e-3 - 4e-6) * (6e7 - 1e3) / (1e8 - 1e3) + 2 * 4e-6, 1e-12);
+  check_rel("a kind not measured keeps the link's figures", cost_collective(&c, COLL_ALL_GATHER, B, (Group){8, 8}),
+            7.0 / 8 * B / bw + 7 * a, 1e-12);
+  check_rel("between nodes the network's figures", cost_collective(&c, COLL_ALL_REDUCE, B, (Group){8, 1}),
+            2 * 7.0 / 8 * B / net + 14 * an, 1e-12);
 }
 
 int main(void) {
