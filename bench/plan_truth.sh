@@ -5,7 +5,13 @@
 # and 3, recompute, offload under a device budget: the plan's own figure) and trained.
 # Each row: the plan, its predicted step time, the measured step time (train's log:
 # "ms" beside "predicted_ms"), the error, and the device memory the plan predicts per
-# rank against the largest rank's measured peak (the log's "device_memory_peak").
+# rank against the largest rank's measured peak (the log's "device_memory_peak"); after
+# it the steps' median, and each tier's memory as the plan prices it on its largest
+# stage against the largest rank's peak (the log's "memory_peak": params, grads, opt, and
+# work for the activations and buffers; train logs it for several ranks or ZeRO, "-" on
+# one rank, whose tiers are whole). The tiers are where the runtime commits memory:
+# ZeRO-3's gathered parameters and the pieces of an offloaded state on the device are in
+# the params, grads and opt tiers, where the plan counts them as buffers (work).
 # Bounds (docs/plan.md, "Calibration"): time within 10 % where the ranks are no more
 # than the cores (the others are reported), memory within 5 % on every row. Prints
 # PASS or FAIL per row and a last line with the count of rows out of their bounds.
@@ -51,6 +57,7 @@ TINY="models/gpt2-tiny.model --set d=256 --set heads=4 --set layers=4 --set seq=
 GPT2="models/gpt2.model --set batch=4 --set seq=64"
 printf '%-8s %-34s %-5s %10s %10s %8s %6s %10s %10s %8s %6s\n' model plan ranks pred_ms meas_ms err time \
   pred_MiB meas_MiB err mem
+echo "(meas_ms: the 10th percentile of the timed steps of all passes; their median follows each row)"
 bad=0 rows=0
 names=() nps=() descs=() models=()
 row() { # name ranks model-args... -- plan-args...: planned and compiled now, trained by the passes below
@@ -125,13 +132,17 @@ import json, sys
 d, name, desc = sys.argv[1], sys.argv[2], sys.argv[3]
 np, cores, steps, passes = (int(x) for x in sys.argv[4:8])
 plan = json.load(open(d + "/plan.json"))
-steps_all, fastest, mem_meas = [], [], 0
+steps_all, fastest, mem_meas, tiers = [], [], 0, {}
 for k in range(passes):
-    recs = [r for r in (json.loads(l) for l in open("%s/log%d.jsonl" % (d, k))) if "ms" in r and "step" in r]
+    log = [json.loads(l) for l in open("%s/log%d.jsonl" % (d, k))]
+    recs = [r for r in log if "ms" in r and "step" in r]
     ms = [r["ms"] for r in recs[-steps:]]
     steps_all += ms
     fastest.append(min(ms))
     mem_meas = max([mem_meas] + [r["device_memory_peak"] / 2**20 for r in recs])
+    for r in log:  # each tier's peak on the largest rank
+        for t, b in r.get("memory_peak", {}).items():
+            tiers[t] = max(tiers.get(t, 0), b / 2**20)
 # the machine at its fast end on both sides: the fast end of every pass's steps against
 # the plan priced for the passes' calibrations at their median
 meas = sorted(steps_all)[len(steps_all) // 10]
@@ -149,10 +160,15 @@ p_step = max(x["step_ms"] for x in prof["ranks"])
 p_comp = max(x["compute_ms"] for x in prof["ranks"])
 pj = json.load(open(d + "/pred.json"))
 plan_comp = 1e3 * max(s["compute_per_step_s"] for s in pj["stages"])
-print("%-8s %-34s %-5d %10.2f %10.2f %+7.1f%% %6s %10.1f %10.1f %+7.1f%% %6s   fastest step of each pass %s;"
-      " compute %.0f (plan %.0f), the rest %.0f (plan %.0f)" %
+sm = plan["stages"][plan["memory"]["peak_stage"]]["memory"]
+by_tier = [("params", sm["weights_bytes"]), ("grads", sm["gradients_bytes"]), ("opt", sm["optimizer_bytes"]),
+           ("work", sm["activations_bytes"] + sm["buffers_bytes"])]
+print("%-8s %-34s %-5d %10.2f %10.2f %+7.1f%% %6s %10.1f %10.1f %+7.1f%% %6s   median %.0f; fastest step of each pass"
+      " %s; compute %.0f (plan %.0f), the rest %.0f (plan %.0f); MiB by tier, plan (run): %s" %
       (name, desc[:34], np, pred, meas, 100 * et, tok, mem_pred, mem_meas, 100 * em, mok,
-       " ".join("%.0f" % m for m in fastest), p_comp, plan_comp, p_step - p_comp, pred - plan_comp))
+       sorted(steps_all)[len(steps_all) // 2], " ".join("%.0f" % m for m in fastest), p_comp, plan_comp,
+       p_step - p_comp, pred - plan_comp,
+       ", ".join("%s %.1f (%s)" % (t, b / 2**20, "%.1f" % tiers[t] if t in tiers else "-") for t, b in by_tier)))
 sys.exit((tok == "FAIL") + (mok == "FAIL"))
 EOF
 }
