@@ -59,7 +59,6 @@ typedef struct SegParams {
                              * use, the next gathered ahead), the first and the last read */
   int nshared;
   ParamUse *shared;
-  int count; /* distinct parameters but the shared ones (stage_shared counts those) */
 } SegParams;
 
 typedef struct CandSet {
@@ -137,9 +136,6 @@ static void seg_params(Search *S, const ShardCand *c, int k, SegParams *sp) {
     bool dup = false;
     for (int j = 0; j < i && !dup; j++) dup = sc->param[j].node == u->node && sc->param[j].pl == u->pl;
     if (dup) continue;
-    bool again = false;
-    for (int j = 0; j < i && !again; j++) again = sc->param[j].node == u->node;
-    if (!again && S->param_nseg[u->node] <= 1) sp->count++;
     if (u->elems > sp->max_param) sp->max_param = u->elems;
     sp->pair = fmax(sp->pair, sp->last + u->elems), sp->last = u->elems;
     if (!sp->first) sp->first = u->elems;
@@ -323,12 +319,12 @@ static double stage_split_whole(const Search *S, const CandSet *cs, int ci, cons
   return e;
 }
 
-/* Parameters used by several segments (tied embeddings), counted once per stage (*count
- * of them); *tie gets the elements also held by another stage, whose gradients those
- * stages all-reduce; *dptp and *dptp_mb those whose gradients are tensor-parallel
- * partial sums, held by other stages too or not (*tie_tp: the former). */
+/* Parameters used by several segments (tied embeddings), counted once per stage;
+ * *tie gets the elements also held by another stage, whose gradients those stages
+ * all-reduce; *dptp and *dptp_mb those whose gradients are tensor-parallel partial
+ * sums, held by other stages too or not (*tie_tp: the former). */
 static double stage_shared(Search *S, const CandSet *cs, int ci, const int *segs, int n, int i, const int *seg_stage,
-                           double *tie, double *dptp, double *dptp_mb, double *tie_tp, int *count) {
+                           double *tie, double *dptp, double *dptp_mb, double *tie_tp) {
   ParamUse *seen = S->shared_buf, *all = S->shared_all;
   int ns = 0, na = 0;
   double elems = 0;
@@ -348,11 +344,7 @@ static double stage_shared(Search *S, const CandSet *cs, int ci, const int *segs
       seen[w].dptp |= pu->dptp; /* the uses' gradients are summed before any reduction */
     }
   }
-  *count = 0;
   for (int w = 0; w < ns; w++) {
-    bool again = false;
-    for (int x = 0; x < w && !again; x++) again = seen[x].node == seen[w].node;
-    *count += !again;
     bool other = false;
     for (int k = 0; k < S->param_nseg[seen[w].node] && !other; k++)
       other = seg_stage[S->param_segs[seen[w].node][k]] != i;
@@ -373,10 +365,6 @@ static void zero_kinds(bool exec, CollKind *sum, CollKind *gather) {
   *sum = exec ? COLL_REDUCE : COLL_REDUCE_SCATTER;
   *gather = exec ? COLL_BROADCAST : COLL_ALL_GATHER;
 }
-
-/* How many calls each of ZeRO's collectives takes: the stage's parameters in a compiled
- * program (each the average size), one over the whole for another system. */
-static double zero_calls(bool exec, const StageCost *st) { return exec && st->nparams > 0 ? st->nparams : 1; }
 
 /* Gradient synchronisation over the data-parallel ranks (and ZeRO's gathers) of
  * one stage: the time exposed after overlap with its backward. */
@@ -400,11 +388,10 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
   }
   CollKind k_rs, k_ag;
   zero_kinds(S->f->exec, &k_rs, &k_ag);
-  double np = zero_calls(S->f->exec, st); /* a compiled program's go one a parameter (e_dptp is 0 there) */
   double ar =
       cost_collective(cl, COLL_ALL_REDUCE, e_dp * gb, gd) + cost_collective(cl, COLL_ALL_REDUCE, e_dptp * gb, gdt);
-  double rs = np * cost_collective(cl, k_rs, e_dp * gb / np, gd) + cost_collective(cl, k_rs, e_dptp * gb, gdt);
-  double ag = np * cost_collective(cl, k_ag, e * wb / np, gd);
+  double rs = cost_collective(cl, k_rs, e_dp * gb, gd) + cost_collective(cl, k_rs, e_dptp * gb, gdt);
+  double ag = cost_collective(cl, k_ag, e * wb, gd);
   double end = 0, per_mb = 0, in_order = 0, after = 0, hide = overlap(S) * st->t_bwd;
   /* A compiled plan overlaps what its program does (codegen/compose.h, codegen/zero.h):
    * the end-of-step reduction of a data-parallel-only plan, and ZeRO-3's gathers; its
@@ -442,7 +429,6 @@ typedef struct StageSums {
   double split_whole;   /* stage_split_whole */
   double exchange;      /* stage_exchange: in each slot */
   double exchange_work; /* ... and in the working set */
-  int count;            /* the parameters, each once, but the shared ones */
 } StageSums;
 
 static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int n, StageCost *st, StageSums *q) {
@@ -462,7 +448,6 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
     if (ws > q->work) q->work = ws;
     if (ws + s->wcopy > q->work_apart) q->work_apart = ws + s->wcopy;
     q->dp += sp->dp, q->dptp += sp->dptp, q->dptp_mb += sp->dptp_mb, q->flops_rc += s->flops_rc;
-    q->count += sp->count;
     if (sp->max_seg > q->maxp) q->maxp = sp->max_seg;
     const SegParams *prev = a > 0 ? &cs->sp[ci][segs[a - 1]] : NULL;
     double held[3] = {0, fmax(sp->pair, sp->first + (prev ? prev->last : 0)), /* across segments too */
@@ -584,10 +569,9 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
   const Cluster *cl = r->cl;
   StageSums q;
   double tie, sdptp, sdptp_mb, tie_tp;
-  int n = stage_segments(S, start, ch->pp, ch->v, i, S->segbuf), nshared;
+  int n = stage_segments(S, start, ch->pp, ch->v, i, S->segbuf);
   stage_sum(S, cs, ci, S->segbuf, n, st, &q);
-  double shared = stage_shared(S, cs, ci, S->segbuf, n, i, S->seg_stage, &tie, &sdptp, &sdptp_mb, &tie_tp, &nshared);
-  st->nparams = q.count + nshared;
+  double shared = stage_shared(S, cs, ci, S->segbuf, n, i, S->seg_stage, &tie, &sdptp, &sdptp_mb, &tie_tp);
   st->p2p = stage_p2p(S, &cs->c[ci], start, ch, i);
   st->time = st->t_fwd + st->t_bwd + st->tp_comm + st->t_rc + st->p2p;
   q.split_whole = stage_split_whole(S, cs, ci, S->segbuf, n);
@@ -1149,13 +1133,14 @@ int plan_collectives(const PlanResult *r, const Plan *p, PlanColl *out, int max)
                cost_collective(cl, COLL_ALL_REDUCE, et * r->g_bytes, gdt), gdt);
   } else {
     double times = ch->zero >= 2 ? ch->m : 1, ag = ch->zero == 3 ? (ch->rc == RC_FULL ? 3.0 : 2.0) * ch->m : 1;
+    double wb = st->params * r->w_bytes;
     CollKind k_rs, k_ag;
     zero_kinds(r->exec, &k_rs, &k_ag);
-    double np = zero_calls(r->exec, st), wb = st->params * r->w_bytes / np, gb = ed * r->g_bytes / np;
-    coll_put(out, &n, max, "dp", k_rs, gb, times * np, times * np * cost_collective(cl, k_rs, gb, gd), gd);
+    coll_put(out, &n, max, "dp", k_rs, ed * r->g_bytes, times, times * cost_collective(cl, k_rs, ed * r->g_bytes, gd),
+             gd);
     coll_put(out, &n, max, axis_dt, k_rs, et * r->g_bytes, times,
              times * cost_collective(cl, k_rs, et * r->g_bytes, gdt), gdt);
-    coll_put(out, &n, max, "dp", k_ag, wb, ag * np, ag * np * cost_collective(cl, k_ag, wb, gd), gd);
+    coll_put(out, &n, max, "dp", k_ag, wb, ag, ag * cost_collective(cl, k_ag, wb, gd), gd);
   }
   return n;
 }

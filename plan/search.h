@@ -70,8 +70,6 @@ typedef struct StageCost {
   double weights, grads, optimizer, activations, buffers, total; /* bytes per device */
   double host;           /* bytes per device kept on the host (an offloaded optimizer) */
   double params;         /* parameter elements per device */
-  double nparams;        /* parameters (tensors), each once: a compiled program's ZeRO
-                          * collectives go one a parameter */
   double params_dptp;    /* of them, those replicated over the tensor-parallel ranks whose
                           * gradients are partial sums there (reduced over dp x tp) */
   double params_dptp_mb; /* ... and that have other uses too: a compiled program sums
