@@ -290,8 +290,10 @@ static void read_collectives(Reader *r, const cJSON *o, Cluster *c) {
     int k = 0;
     while (k < COLL_COUNT && strcmp(coll_names[k], it->string)) k++;
     if (k == COLL_COUNT) {
-      rd_fail(r, "%s: unknown collective '%s' in intra_node.collectives (%s)", it->string,
-              "all-reduce, all-gather, reduce-scatter, all-to-all, send/recv, reduce, broadcast");
+      char known[160] = ""; /* the cost model's names, as the file spells them */
+      for (int j = 0; j < COLL_COUNT; j++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", j ? ", " : "", coll_names[j]);
+      rd_fail(r, "%s: unknown collective '%s' in intra_node.collectives (%s)", it->string, known);
       continue;
     }
     CollCurve *m = &c->coll[k];
