@@ -274,16 +274,24 @@ static void prune_kernels(Program **ps, int n) {
  * (an offload program's moves and waits), which stays as it is. Each runs on the ranks
  * that count its parameter; then each run of parameters counted by the same ranks is one
  * kernel (fuse_runs). */
+/* in, parameter k's kernel of a sum over the mesh, made to run on the ranks that count k:
+ * a tensor-parallel split one on every tp rank, a replicated one on tp rank 0; over dp its
+ * owner from ZeRO stage 1, else dp rank 0 (the tied parameters' lowest stage: `lowest`).
+ * Whether some rank skips it. */
+static bool count_once(const Program *p, IsaInstr *in, int k) {
+  if (p->tp > 1 && !p->params[k].node->split) in->tp_rank = 0;
+  if (p->zero_stage >= 1) in->dp_rank = p->params[k].owner; /* its sum is the owner's only */
+  else if (p->dp != 1) in->dp_rank = 0;
+  return in->tp_rank >= 0 || in->dp_rank >= 0;
+}
+
 static void compose_norm(Program **ps, int n, Program *p, const bool *lowest) {
   ir_assert(count_kernels(&p->gradnorm) == p->nparams);
   bool partial = false, *skip = arena_array(p->arena, p->nparams + 1, sizeof *skip);
   for (int k = 0; k < p->nparams; k++) {
     IsaInstr *in = param_kernel(&p->gradnorm, k);
     skip[k] = !lowest[k];
-    if (p->tp > 1 && !p->params[k].node->split) in->tp_rank = 0;
-    if (p->zero_stage >= 1) in->dp_rank = p->params[k].owner; /* its sum is the owner's only */
-    else if (p->dp != 1) in->dp_rank = 0;
-    partial |= skip[k] || in->tp_rank >= 0 || in->dp_rank >= 0;
+    partial |= count_once(p, in, k) || skip[k];
   }
   fuse_runs(ps, n, p, &p->gradnorm, skip, true);
   if (!partial) return;
@@ -298,10 +306,32 @@ static void compose_norm(Program **ps, int n, Program *p, const bool *lowest) {
  * parameters the same ranks update one kernel, except in an offload program (whose update
  * goes chunk by chunk, the state of one brought from NVMe while the one before updates:
  * codegen/offload.h); the broadcasts from the owners at stages 1 and 2 after them. */
-static void compose_update(Program **ps, int n, Program *p, bool offload) {
+/* LAMB's update: before each parameter's "lamb" kernel (on its updating ranks), on those
+ * ranks its moments, then on the ranks that count it (count_once, `lowest`) the partial
+ * sums of its norms, from zero; then "trust", which turns them into the ratios. */
+static void compose_lamb(Program **ps, int n, Program *p, const bool *lowest) {
+  PSeq old = p->update, *s = &p->update;
+  *s = (PSeq){0};
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass) pseq_push(p->arena, s, ISA_ZERO)->zero = (IsaZero){TIER_WORK, p->trust_offset, p->trust_parts * 8};
+    for (int k = 0; k < p->nparams; k++) {
+      if (pass && !lowest[k]) continue;
+      IsaInstr *x = pseq_push(p->arena, s, ISA_KERNEL);
+      *x = *param_kernel(&old, k);
+      Kernel *kn = lower_lamb_kernel(p, k, pass, p->nkernels);
+      x->kernel.id = add_kernel(ps, n, kn), x->kernel.extent = kn->rows;
+      if (pass) count_once(p, x, k);
+    }
+  }
+  pseq_push(p->arena, s, ISA_TRUST)->trust = (IsaTrust){p->trust_offset, p->trust_parts};
+  for (int i = 0; i < old.n; i++) *pseq_push(p->arena, s, (IsaOp)old.v[i].op) = old.v[i];
+}
+
+static void compose_update(Program **ps, int n, Program *p, bool offload, const bool *lowest) {
   ir_assert(count_kernels(&p->update) == p->nparams); /* with an offload program's moves and waits between them */
   for (int k = 0; k < p->nparams && p->zero_stage >= 1; k++) param_kernel(&p->update, k)->dp_rank = p->params[k].owner;
-  if (!offload) fuse_runs(ps, n, p, &p->update, NULL, false);
+  if (p->trust_parts) compose_lamb(ps, n, p, lowest); /* per parameter: its ratio */
+  else if (!offload) fuse_runs(ps, n, p, &p->update, NULL, false);
   for (int k = 0; k < p->nparams && p->zero_stage >= 1 && p->zero_stage < 3; k++)
     push_comm(p, &p->update, ISA_COMM_BROADCAST, ISA_GROUP_DP, TIER_PARAMS, p->params[k].offset,
               pparam_bytes(&p->params[k]))
@@ -354,7 +384,7 @@ void compose_step(Program **ps, int n, bool offload) {
     else
       for (int i = 0; i < sums.n; i++) *pseq_push(p->arena, &p->sync, ISA_COMM) = sums.v[i];
     compose_norm(ps, n, p, lowest[s]);
-    compose_update(ps, n, p, offload);
+    compose_update(ps, n, p, offload, lowest[s]);
   }
   prune_kernels(ps, n);
 }

@@ -55,11 +55,12 @@ typedef struct L {
   PSeq *seq;             /* where the graph's instructions go */
   LBuf *bufs;
   int nbufs, bufs_cap;
-  const Node *at;    /* node being lowered */
-  int fp8_buf;       /* the fp8 scaling states' buffer (lower_fp8_state), -1 until one */
-  int64_t fp8_width; /* a state's elements (2 + history) */
-  int fp8_rows;      /* states placed so far (a stage's chunks: from the ones before) */
-  int fp8_amax;      /* the step's gathered amaxes (emit_fp8_update), -1 until made */
+  const Node *at;     /* node being lowered */
+  int fp8_buf;        /* the fp8 scaling states' buffer (lower_fp8_state), -1 until one */
+  int64_t fp8_width;  /* a state's elements (2 + history) */
+  int fp8_rows;       /* states placed so far (a stage's chunks: from the ones before) */
+  int fp8_amax;       /* the step's gathered amaxes (emit_fp8_update), -1 until made */
+  bool trust_pending; /* LAMB: Program.trust_offset is a work buffer's index, not yet placed */
 } L;
 
 /* ---- buffers and instructions ---------------------------------------------------- */
@@ -2032,15 +2033,26 @@ int lower_update_end(const Program *p, int lo, int hi) {
   return hi;
 }
 
-/* The update of [lo, hi), AdamW or SGD, with the tier views param, grad, m and v that it
- * touches (offload plans read them). A parameter alone in its own shape; a run as rows of
- * 16 floats (64 bytes: every parameter starts a row) from the first's offset to the end of
- * the last one's padding, where zeros stay zeros (AdamW's step is 0 / (sqrt(0) + eps) there,
- * SGD's 0; no other kernel reads the padding). Every element is computed as for its
- * parameter alone. Hyperparameters come from the scalars, so the runtime's flags override
- * the model's directive. */
+static Kernel *lamb_kernel(L *l, int pk, int index);
+
+/* An Adam moment at buffer b: beta times its value plus (1 - beta) x (the gradient, or its
+ * square), as it is stored (applied). */
+static KExpr *moment(L *l, Kernel *k, int b, KView v, KExpr *beta, KExpr *x) {
+  return applied(l, k, b, v, B(ADD, B(MUL, beta, kx_load(l->a, k, b, v)), B(MUL, B(SUB, C(1), beta), x)));
+}
+
+/* The update of [lo, hi), AdamW or SGD (LAMB's: lamb_kernel, one parameter), with the tier views param, grad, m and v
+ * that it touches (offload plans read them). A parameter alone in its own shape; a run as rows of 16 floats (64 bytes:
+ * every parameter starts a row) from the first's offset to the end of the last one's padding, where zeros stay zeros
+ * (AdamW's step is 0 / (sqrt(0) + eps) there, SGD's 0; no other kernel reads the padding). Every element is computed as
+ * for its parameter alone. Hyperparameters come from the scalars, so the runtime's flags override the model's
+ * directive. */
 static Kernel *update_kernel(L *l, int lo, int hi, int index) {
   const TrainSpec *t = &l->g->train;
+  if (t->opt == OPT_LAMB) {
+    ir_assert(hi == lo + 1);
+    return lamb_kernel(l, lo, index);
+  }
   const Program *q = l->p;
   const PParam *pp = &q->params[lo];
   int64_t dims[2] = {param_rows(pp), param_cols(pp)};
@@ -2058,11 +2070,8 @@ static Kernel *update_kernel(L *l, int lo, int hi, int index) {
   KExpr *wd = run_decay(l, k, lo, hi);
   if (t->opt == OPT_ADAMW) {
     KExpr *b1 = kx_scalar(l->a, k, SC_BETA1), *b2 = kx_scalar(l->a, k, SC_BETA2);
-    kernel_map(k, b[2], v, KS_SET,
-               applied(l, k, b[2], v, B(ADD, B(MUL, b1, kx_load(l->a, k, b[2], v)), B(MUL, B(SUB, C(1), b1), g))));
-    kernel_map(
-        k, b[3], v, KS_SET,
-        applied(l, k, b[3], v, B(ADD, B(MUL, b2, kx_load(l->a, k, b[3], v)), B(MUL, B(SUB, C(1), b2), B(MUL, g, g)))));
+    kernel_map(k, b[2], v, KS_SET, moment(l, k, b[2], v, b1, g));
+    kernel_map(k, b[3], v, KS_SET, moment(l, k, b[3], v, b2, B(MUL, g, g)));
     KExpr *m = kx_load(l->a, k, b[2], v), *vv = kx_load(l->a, k, b[3], v);
     KExpr *denom = B(ADD, U(SQRT, B(MUL, vv, kx_scalar(l->a, k, SC_BC2))), kx_scalar(l->a, k, SC_EPS));
     KExpr *step = B(DIV, B(MUL, B(MUL, lr, kx_scalar(l->a, k, SC_BC1)), m), denom);
@@ -2080,6 +2089,92 @@ static Kernel *update_kernel(L *l, int lo, int hi, int index) {
   return k;
 }
 
+/* ---- LAMB ---- */
+
+/* Parameter k's first slot of LAMB's norms: one per row of its last dimension, after the
+ * slots of the parameters before it (a piece's rows are those of its part of the whole). */
+static int64_t trust_slot(const Program *p, int k) {
+  int64_t s = 0;
+  for (int j = 0; j < k; j++) s += param_rows(&p->params[j]);
+  return s;
+}
+
+int64_t lower_trust_slot(const Program *p, int k) { return trust_slot(p, k); }
+
+/* The trust buffer as a kernel binds it: the pending work buffer while lowering places it
+ * (L.trust_buf), after that its place in WORK. */
+static int trust_buf(L *l, Kernel *k, const char *name, int64_t slot, int64_t n) {
+  int tier = l->trust_pending ? PENDING + (int)l->p->trust_offset : TIER_WORK;
+  int64_t base = l->trust_pending ? 0 : l->p->trust_offset;
+  return kernel_buf(k, name, tier, base + 4 * slot, n, DT_F32);
+}
+
+/* LAMB's direction of parameter w at view v (m and v already this step's): Adam's step
+ * with bias correction and the parameter's decay, u = m^ / (sqrt(v^) + eps) + wd w. */
+static KExpr *lamb_dir(L *l, Kernel *k, const int b[3], KView v, KExpr *wd) {
+  KExpr *m = kx_load(l->a, k, b[1], v), *vv = kx_load(l->a, k, b[2], v);
+  KExpr *denom = B(ADD, U(SQRT, B(MUL, vv, kx_scalar(l->a, k, SC_BC2))), kx_scalar(l->a, k, SC_EPS));
+  return B(ADD, B(DIV, B(MUL, m, kx_scalar(l->a, k, SC_BC1)), denom), B(MUL, wd, kx_load(l->a, k, b[0], v)));
+}
+
+/* A LAMB kernel of parameter k, of its shape, with its param, m and v bound (b[0..3)). */
+static Kernel *lamb_new(L *l, int pk, const char *what, int index, int b[3]) {
+  const PParam *q = &l->p->params[pk];
+  int64_t dims[2] = {param_rows(q), param_cols(q)}, n = dims[0] * dims[1];
+  Kernel *k = opt_kernel(l, pk, pk + 1, what, index, dims);
+  b[0] = kernel_buf(k, "param", TIER_PARAMS, q->offset, n, DT_F32);
+  b[1] = kernel_buf(k, "m", TIER_OPT, q->offset, n, DT_F32);
+  b[2] = kernel_buf(k, "v", TIER_OPT, l->p->opt_v_offset + q->offset, n, DT_F32);
+  return k;
+}
+
+static Kernel *lamb_moments_kernel(L *l, int pk, int index) {
+  const PParam *q = &l->p->params[pk];
+  int b[3];
+  Kernel *k = lamb_new(l, pk, "lambmoments", index, b);
+  int gb = kernel_buf(k, "grad", TIER_GRADS, q->offset, k->rows * k->cols, DT_F32);
+  KView v = kview_contig(k, 0);
+  KExpr *g = B(MUL, kx_load(l->a, k, gb, v), kx_scalar(l->a, k, SC_GSCALE));
+  /* Adam's moments of parameter k: m and v from this step's gradient, as AdamW's */
+  kernel_map(k, b[1], v, KS_SET, moment(l, k, b[1], v, kx_scalar(l->a, k, SC_BETA1), g));
+  kernel_map(k, b[2], v, KS_SET, moment(l, k, b[2], v, kx_scalar(l->a, k, SC_BETA2), B(MUL, g, g)));
+  kernel_check(k);
+  return k;
+}
+
+/* Parameter k's partial sums of |w|^2 and |u|^2, one per row, into the trust buffer's
+ * slots from trust_slot(k): the w half, then the u half trust_parts floats later. */
+static Kernel *lamb_norm_kernel(L *l, int pk, int index) {
+  const Program *p = l->p;
+  int b[3];
+  Kernel *k = lamb_new(l, pk, "lambnorm", index, b);
+  int64_t slot = trust_slot(p, pk);
+  int parts = trust_buf(l, k, "parts", 0, 2 * p->trust_parts);
+  KView v = kview_contig(k, 0), at = {.offset = slot};
+  at.strides[0] = 1;
+  KExpr *w = kx_load(l->a, k, b[0], v), *u = lamb_dir(l, k, b, v, run_decay(l, k, pk, pk + 1));
+  int aw = kernel_reduce(k, KR_SUM, B(MUL, w, w)), au = kernel_reduce(k, KR_SUM, B(MUL, u, u));
+  kernel_row(k, parts, at, KS_SET, kx_acc(l->a, k, aw));
+  at.offset += p->trust_parts;
+  kernel_row(k, parts, at, KS_SET, kx_acc(l->a, k, au));
+  kernel_check(k);
+  return k;
+}
+
+/* LAMB's update of parameter k: w - lr r u, with r its trust ratio, which the "trust"
+ * instruction leaves in the parameter's first slot of the buffer's w half. */
+static Kernel *lamb_kernel(L *l, int pk, int index) {
+  int b[3];
+  Kernel *k = lamb_new(l, pk, "lamb", index, b);
+  int ratio = trust_buf(l, k, "ratio", trust_slot(l->p, pk), 1);
+  KView v = kview_contig(k, 0), one = {.offset = 0}; /* strides 0: the one value everywhere */
+  KExpr *u = lamb_dir(l, k, b, v, run_decay(l, k, pk, pk + 1));
+  KExpr *step = B(MUL, B(MUL, kx_scalar(l->a, k, SC_LR), kx_load(l->a, k, ratio, one)), u);
+  kernel_map(k, b[0], v, KS_SET, applied(l, k, b[0], v, B(SUB, kx_load(l->a, k, b[0], v), step)));
+  kernel_check(k);
+  return k;
+}
+
 /* The gradient norm's parts (a pinned work buffer: the runtime reads them after the list),
  * then per parameter its norm kernel and its update kernel. */
 static void emit_optimizer(L *l) {
@@ -2091,11 +2186,18 @@ static void emit_optimizer(L *l) {
   int pb = lbuf_new(l, TIER_WORK, parts * 4);
   l->bufs[pb].pinned = true;
   p->gradnorm_parts = parts;
-  p->gradnorm_offset = pb; /* a buffer index until placed */
+  p->gradnorm_offset = pb;           /* a buffer index until placed */
+  if (l->g->train.opt == OPT_LAMB) { /* the norms' two halves (the ratios in the first) */
+    p->trust_parts = trust_slot(p, p->nparams);
+    int tb = lbuf_new(l, TIER_WORK, 2 * p->trust_parts * 4);
+    l->bufs[tb].pinned = true;
+    p->trust_offset = tb, l->trust_pending = true;
+  }
   for (int k = 0; k < p->nparams; k++) {
     kfinish(l, &p->gradnorm, norm_kernel(l, k, k + 1, p->nkernels, PENDING + pb, 0));
     kfinish(l, &p->update, update_kernel(l, k, k + 1, p->nkernels));
   }
+  l->trust_pending = false;
 }
 
 /* A lowering context for building the optimizer's kernels of a lowered program. */
@@ -2106,6 +2208,13 @@ Kernel *lower_norm_kernel(Program *p, int lo, int hi, int index) {
   Kernel *k = norm_kernel(&l, lo, hi, index, TIER_WORK, p->gradnorm_offset);
   kernel_narrow(k);
   return k;
+}
+
+Kernel *lower_lamb_kernel(Program *p, int k, bool norm, int index) {
+  L l = opt_context(p);
+  Kernel *kn = norm ? lamb_norm_kernel(&l, k, index) : lamb_moments_kernel(&l, k, index);
+  kernel_narrow(kn);
+  return kn;
 }
 
 Kernel *lower_update_kernel(Program *p, int lo, int hi, int index) {
@@ -2378,9 +2487,8 @@ static void layout_params(Program *p, Graph **gs, int n, L **ls) {
       }
   p->tiers[TIER_PARAMS] = p->tiers[TIER_GRADS] = off;
   const TrainSpec *t = &gs[0]->train;
-  bool adam = t->opt == OPT_ADAMW, mom = !adam && t->momentum > 0;
   p->opt_v_offset = off;
-  p->tiers[TIER_OPT] = adam ? 2 * off : mom ? off : 0;
+  p->tiers[TIER_OPT] = train_moments(t) * off;
 }
 
 static Program *program_new(Graph *g) {
@@ -2482,6 +2590,7 @@ Program *lower_program(Graph *g) {
   p->tiers[TIER_WORK] = p->work_peak = place_and_patch(l, 0, 0, seqs, 4);
   for (int i = 0; i < p->ninputs; i++) p->inputs[i].offset = l->bufs[p->inputs[i].offset].offset;
   p->gradnorm_offset = l->bufs[p->gradnorm_offset].offset;
+  if (p->trust_parts) p->trust_offset = l->bufs[p->trust_offset].offset;
   if (p->fp8.rows) p->fp8.state = l->bufs[p->fp8.state].offset, p->fp8.amax = l->bufs[p->fp8.amax].offset;
   p->loss_offset = placed(l, g->loss);
   if (logits) {
@@ -2683,6 +2792,7 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
     place_and_patch(lf, base, kf, tail, 1);
   }
   p->gradnorm_offset = lo->bufs[p->gradnorm_offset].offset;
+  if (p->trust_parts) p->trust_offset = lo->bufs[p->trust_offset].offset;
   p->tiers[TIER_WORK] = p->work_peak = base + used;
   p->scheduled = true;
   for (int j = 0; j < p->ninputs; j++) p->inputs[j].offset = -1; /* the "input" instructions place them */

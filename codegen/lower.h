@@ -119,10 +119,13 @@ typedef struct Program {
   PInput *inputs;
   int ninputs;
   int64_t loss_offset, logits_offset, gradnorm_offset, gradnorm_parts;
-  IsaDtype logits_dtype; /* the logits' element type at logits_offset (16-bit under mixed precision) */
-  int64_t norm_row;      /* floats per partial sum of the gradient norm, the same for every
-                          * parameter (lower_norm_kernel), or 0: a partial sum per row of
-                          * each parameter's last dimension */
+  int64_t trust_offset, trust_parts; /* LAMB: the pinned WORK buffer of its norms' partial sums
+                                      * (codegen/compose.h), trust_parts slots of each; 0 parts
+                                      * without LAMB */
+  IsaDtype logits_dtype;             /* the logits' element type at logits_offset (16-bit under mixed precision) */
+  int64_t norm_row;                  /* floats per partial sum of the gradient norm, the same for every
+                                      * parameter (lower_norm_kernel), or 0: a partial sum per row of
+                                      * each parameter's last dimension */
   int64_t batch, seq, vocab;
   int64_t microbatches;   /* runs of `step` per training step (gradient accumulation) */
   int64_t dp, zero_stage; /* the plan's data-parallel ranks (0: any) and ZeRO stage */
@@ -192,6 +195,13 @@ PInput *model_inputs(Graph *const *gs, int ng, int *n);
  * row coordinate in f32 would not place exactly). Both narrowed (kernel_narrow). */
 Kernel *lower_norm_kernel(Program *p, int lo, int hi, int index);
 Kernel *lower_update_kernel(Program *p, int lo, int hi, int index);
+/* LAMB's kernels of parameter k besides its update (whose kernel in `update` is
+ * "lamb": w - lr r u): norm false, "lambmoments" (m and v from the gradient); true,
+ * "lambnorm" (the partial sums of |w|^2 and |u|^2 by row into the trust buffer, whose
+ * "trust" instruction turns them into each parameter's ratio r; codegen/compose.h). */
+Kernel *lower_lamb_kernel(Program *p, int k, bool norm, int index);
+/* LAMB: parameter k's first slot of the trust buffer (k = nparams: the slots of all). */
+int64_t lower_trust_slot(const Program *p, int k);
 int lower_update_end(const Program *p, int lo, int hi);
 
 /* Parameter k of p made pieces[k] pieces (at most; 1 or less: left whole) of about equal

@@ -19,7 +19,7 @@ static int64_t pbytes(const Program *p, int k) { return up(pparam_bytes(&p->para
 /* Chunk c's part's bytes at granules (the optimizer part holds AdamW's m and v). */
 static int64_t part_bytes_of(const Program *p, const OffloadPlan *op, int c, int part) {
   int64_t b = up(op->chunk[c].end, GRANULE) - down(op->chunk[c].start, GRANULE);
-  return part == PART_OPT && p->g->train.opt == OPT_ADAMW ? 2 * b : b;
+  return part == PART_OPT && train_moments(&p->g->train) == 2 ? 2 * b : b;
 }
 
 /* Packs the parameters in order into chunks of at most size bytes; returns the count and
@@ -89,6 +89,8 @@ int instr_touch(const Program *p, const IsaInstr *in, Touch *t) {
   }
   if (in->op == ISA_ZERO)
     return t[0] = (Touch){in->zero.tier, in->zero.offset, in->zero.offset + in->zero.bytes, true}, 1;
+  if (in->op == ISA_TRUST) /* LAMB's norms read, its ratios written over them */
+    return t[0] = (Touch){TIER_WORK, in->trust.offset, in->trust.offset + 8 * in->trust.count, true}, 1;
   if (in->op != ISA_KERNEL) return 0;
   const Kernel *k = p->kernels[in->kernel.id];
   for (int i = 0; i < k->nbufs; i++)
@@ -161,7 +163,7 @@ static int64_t pages_at(const Sim *S, Loc at, int r) {
   int64_t lp = -1, lg = -1, lo = -1;
   int64_t total = union_pages(S, at, r, PART_PARAMS, 0, &lp) + union_pages(S, at, r, PART_GRADS, 0, &lg) +
                   union_pages(S, at, r, PART_OPT, 0, &lo);
-  if (S->p->opt_v_offset && S->p->g->train.opt == OPT_ADAMW)
+  if (S->p->opt_v_offset && train_moments(&S->p->g->train) == 2)
     total += union_pages(S, at, r, PART_OPT, S->p->opt_v_offset, &lo);
   return total;
 }
@@ -193,7 +195,7 @@ static void sample(Sim *S) {
 static int64_t copy_bytes(const Sim *S, int item) {
   const OChunk *c = &S->op->chunk[item / PART_COUNT];
   int64_t b = c->end - c->start;
-  return item % PART_COUNT == PART_OPT && S->p->g->train.opt == OPT_ADAMW ? 2 * b : b;
+  return item % PART_COUNT == PART_OPT && train_moments(&S->p->g->train) == 2 ? 2 * b : b;
 }
 
 static int owner_of(const Sim *S, int item) { return S->op->chunk[item / PART_COUNT].owner; }

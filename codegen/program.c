@@ -37,7 +37,8 @@ static ProgStage model_values(W *w) {
                  .tp = p->tp,
                  .pp = p->pp,
                  .zero_stage = p->zero_stage,
-                 .optimizer = t->opt == OPT_ADAMW ? PROG_OPT_ADAMW : PROG_OPT_SGD,
+                 .optimizer = (ProgOptimizer)t->opt, /* the same order */
+                 .trust_ends = -1,
                  .schedule = t->schedule == SCHED_COSINE ? PROG_SCHED_COSINE : PROG_SCHED_CONSTANT,
                  .lr = t->lr,
                  .beta1 = t->beta1,
@@ -118,9 +119,8 @@ static void write_model(W *w) {
     }
   s.nparams = w->ngparams;
   int64_t bytes = s.param_elems * 4;
-  bool adam = s.optimizer == PROG_OPT_ADAMW, mom = !adam && s.momentum > 0;
   s.tiers[TIER_PARAMS] = s.tiers[TIER_GRADS] = s.opt_v_offset = bytes;
-  s.tiers[TIER_OPT] = adam ? 2 * bytes : mom ? bytes : 0;
+  s.tiers[TIER_OPT] = prog_moments(&s) * bytes;
   prog_build_add(w->b, PROG_SEC_STAGES, &s, 1);
 }
 
@@ -309,6 +309,13 @@ static void write_stage(W *w, const Program *p) {
   s.logits_offset = p->logits_offset, s.logits_dtype = p->logits_dtype, s.flops_per_step = p->flops_per_step;
   s.plan_compute_s = p->plan_compute;
   write_params_inputs(w, p, &s);
+  if (p->trust_parts) { /* LAMB: the parameters' slots of "trust" */
+    s.trust_ends = prog_build_count(w->b, PROG_SEC_INTS);
+    for (int k = 0; k < p->nparams; k++) {
+      int64_t end = lower_trust_slot(p, k + 1);
+      ints(w, &end, 1);
+    }
+  }
   if (p->fp8.rows) {
     s.fp8_offset = p->fp8.state, s.fp8_rows = p->fp8.rows, s.fp8_runs = prog_build_count(w->b, PROG_SEC_INTS);
     for (int i = 0; i < p->fp8.nruns; i++) ints(w, p->fp8.runs[i], 3), s.fp8_nruns++;

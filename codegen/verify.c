@@ -258,6 +258,12 @@ static int check_instr(V *v, const IsaInstr *in) {
     if (v->kind != AT_TRAIN || in->norm.microbatches != p->microbatches)
       return fail(v, "norm only in train, over the step's %lld micro-batches", (long long)p->microbatches);
     return range_in(v, TIER_WORK, in->norm.offset, in->norm.offset + in->norm.count * 4, "norm");
+  case ISA_TRUST:
+    if ((v->kind != AT_TRAIN && v->kind != AT_UPDATE) || in->trust.offset != p->trust_offset ||
+        in->trust.count != p->trust_parts || !p->trust_parts)
+      return fail(v, "trust only in update and train, over LAMB's %lld slots at WORK %lld", (long long)p->trust_parts,
+                  (long long)p->trust_offset);
+    return range_in(v, TIER_WORK, in->trust.offset, in->trust.offset + in->trust.count * 8, "trust");
   }
   int n = instr_touch(p, in, t);
   for (int i = 0; i < n; i++)

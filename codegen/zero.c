@@ -166,7 +166,7 @@ static void pages_add(Pages *m, int tier, int64_t off, int64_t bytes, int d) {
 
 /* Adds (d 1) or takes back (d -1) rank r's owned shards between steps. */
 static void owned_pages(const Program *p, Pages *m, int r, int d) {
-  bool adamw = p->g->train.opt == OPT_ADAMW;
+  bool adamw = train_moments(&p->g->train) == 2; /* v too */
   for (int i = 0; i < p->nparams; i++) {
     int64_t off = p->params[i].offset, b = pparam_bytes(&p->params[i]);
     if (p->zero_stage > 0 && p->params[i].owner != r) continue;

@@ -216,7 +216,7 @@ static const Choices classifier_kernels = {2, (const char *const[]){"materialize
 static const Choices offload_kinds = {OFFLOAD_KINDS, offload_names, NULL};
 static const Choices precisions = {4, (const char *const[]){"fp32", "bf16", "fp16", "fp8"},
                                    (const int[]){DT_F32, DT_BF16, DT_F16, DT_E4M3}};
-static const Choices optimizers = {2, (const char *const[]){"adamw", "sgd"}, (const int[]){OPT_ADAMW, OPT_SGD}};
+static const Choices optimizers = {OPT_COUNT, opt_names, NULL};
 static const Choices lr_schedules = {2, (const char *const[]){"cosine", "constant"},
                                      (const int[]){SCHED_COSINE, SCHED_CONSTANT}};
 
@@ -316,8 +316,8 @@ static const Choices lr_schedules = {2, (const char *const[]){"cosine", "constan
     "the training directive from a file that holds only it (train loss with adamw(lr = 6e-4, ...);), for an ONNX "    \
     "file")                                                                                                           \
   X("--optimizer", " O", CK_CHOICE, CHOOSE(train.opt, optimizers), 0,                                                 \
-    "adamw or sgd, with PyTorch's defaults (overrides the model's train directive; an ONNX file's is adamw's "        \
-    "defaults)")                                                                                                      \
+    "adamw, sgd (PyTorch's defaults) or lamb (ColossalAI's) (overrides the model's train directive; an ONNX file's "  \
+    "is adamw's defaults)")                                                                                           \
   X("--lr", " X", CK_RATE, FIELD(train.lr), 0, "one optimizer setting: the peak learning rate (> 0)")                 \
   X("--beta1", " X", CK_UNIT, FIELD(train.beta1), 0, "one optimizer setting: AdamW's beta1, in [0, 1)")               \
   X("--beta2", " X", CK_UNIT, FIELD(train.beta2), 0, "one optimizer setting: AdamW's beta2, in [0, 1)")               \
@@ -604,6 +604,9 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   if (f.exec && f.offload == OFFLOAD_OPTIMIZER)
     error_plain("offloading the optimizer state alone is priced, not compiled yet: add --what-if to explore it, or "
                 "--offload state to compile the whole state's offload (ZeRO-3, data parallelism)");
+  if (f.exec && f.offload == OFFLOAD_STATE && g->train.opt == OPT_LAMB)
+    error_plain("--offload state: the state's offload is not compiled with LAMB yet (its update reads the state "
+                "twice, around the trust ratios): use adamw or sgd, or add --what-if to explore it");
   if (o->host_memory) cl->host_memory = (double)o->host_memory; /* what the state may use of a node's */
   if (o->nvme) cl->nvme = (double)o->nvme;
   /* the precision: --precision, else the plan file's, else bf16 where --gpus, --gpu,
@@ -1045,6 +1048,9 @@ static void decide_offload(Build *b) {
   b->off = offload_options(b, &b->off_cl);
   b->ops = arena_array(b->ps[0]->arena, b->nps, sizeof *b->ops);
   for (int s = 0; s < b->nps; s++) b->offload |= (b->ops[s] = offload_chunks(b->ps[s], &b->off)) != NULL;
+  if (b->offload && b->ps[0]->g->train.opt == OPT_LAMB)
+    error_plain("--device-memory: the state must be offloaded to fit, which is not compiled with LAMB yet (its "
+                "update reads the state twice, around the trust ratios): use adamw or sgd, or a larger budget");
   if (!b->offload) {
     double mib = b->off.device_memory / 1048576.0;
     if (b->o->dump_plan) printf("offload: none needed (the state and the activations fit %.1f MiB)\n", mib);

@@ -695,17 +695,21 @@ static void train_arg(Elab *E, TrainSpec *t, Arg *a) {
   }
 }
 
+/* Each optimizer's defaults: PyTorch's AdamW and SGD, ColossalAI's Lamb. */
 void frontend_train_defaults(TrainSpec *t, OptKind opt) {
   if (opt == OPT_ADAMW)
     *t = (TrainSpec){OPT_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0, 0, 0, 0, SCHED_CONSTANT, {0}, false};
+  else if (opt == OPT_LAMB)
+    *t = (TrainSpec){OPT_LAMB, 1e-3, 0.9, 0.999, 1e-6, 0, 0, 0, 0, 0, SCHED_CONSTANT, {0}, false};
   else *t = (TrainSpec){OPT_SGD, 1e-2, 0, 0, 0, 0, 0, 0, 0, 0, SCHED_CONSTANT, {0}, false};
 }
 
 /* The optimizer of a train directive: its arguments over its defaults. */
 static void train_spec(Elab *E, Stmt *s, TrainSpec *t) {
-  if (!strcmp(s->opt, "adamw")) frontend_train_defaults(t, OPT_ADAMW);
-  else if (!strcmp(s->opt, "sgd")) frontend_train_defaults(t, OPT_SGD);
-  else error_at(s->loc, "unknown optimizer '%s' (adamw or sgd)", s->opt);
+  int opt = 0;
+  while (opt < OPT_COUNT && strcmp(s->opt, opt_names[opt])) opt++;
+  if (opt == OPT_COUNT) error_at(s->loc, "unknown optimizer '%s' (adamw, sgd or lamb)", s->opt);
+  frontend_train_defaults(t, (OptKind)opt);
   t->loc = s->loc;
   for (int i = 0; i < s->nargs; i++) train_arg(E, t, &s->args[i]);
   if (!(t->lr > 0)) error_at(s->loc, "the learning rate must be positive");

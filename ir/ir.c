@@ -7,6 +7,10 @@
  * block expansion into an error instead of a hang. */
 enum { MAX_NODES = 1 << 20 };
 
+#define OPT_NAME(name, text) text,
+const char *const opt_names[OPT_COUNT] = {OPT_KINDS(OPT_NAME)};
+#undef OPT_NAME
+
 Graph *graph_new(Arena *a, const char *name) {
   op_table_init();
   Graph *g = arena_alloc(a, sizeof *g);

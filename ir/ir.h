@@ -99,7 +99,15 @@ typedef struct Layer {
   int group;
 } Layer;
 
-typedef enum { OPT_ADAMW, OPT_SGD } OptKind;
+/* The optimizers, in the order of program/program.h's PROG_OPTIMIZERS: AdamW; SGD (with
+ * momentum when given); LAMB (You et al. 2020, as ColossalAI's Lamb: Adam's moments with
+ * bias correction, u = m^/(sqrt(v^) + eps) + wd w, each parameter's step scaled by the
+ * trust ratio |w| / |u|, 1 where either is 0). */
+#define OPT_KINDS(X) X(ADAMW, "adamw") X(SGD, "sgd") X(LAMB, "lamb")
+#define OPT_ENUM(name, text) OPT_##name,
+typedef enum { OPT_KINDS(OPT_ENUM) OPT_COUNT } OptKind;
+#undef OPT_ENUM
+extern const char *const opt_names[OPT_COUNT];
 typedef enum { SCHED_COSINE, SCHED_CONSTANT } SchedKind;
 
 /* The training directive: `train loss with adamw(...)`. */
@@ -111,6 +119,10 @@ typedef struct TrainSpec {
   SrcLoc loc;
   bool loss_scaling; /* fp16: the backward pass starts from the run's loss scale (OP_LOSS_SCALE) */
 } TrainSpec;
+
+/* The moments an optimizer keeps per parameter element in TIER_OPT: 2 (AdamW, LAMB: m,
+ * then v at opt_v_offset), 1 (SGD with momentum), 0. */
+static inline int train_moments(const TrainSpec *t) { return t->opt == OPT_SGD ? t->momentum > 0 : 2; }
 
 typedef struct Graph {
   Arena *arena;

@@ -222,8 +222,10 @@ static void parse_train(Cur *c) {
   TrainSpec *t = &g->train;
   t->loc = here(c);
   char *opt = word(c, "an optimizer");
-  if (strcmp(opt, "adamw") && strcmp(opt, "sgd")) error_at(t->loc, "unknown optimizer '%s'", opt);
-  t->opt = strcmp(opt, "adamw") ? OPT_SGD : OPT_ADAMW;
+  t->opt = OPT_COUNT;
+  for (int k = 0; k < OPT_COUNT; k++)
+    if (!strcmp(opt, opt_names[k])) t->opt = (OptKind)k;
+  if (t->opt == OPT_COUNT) error_at(t->loc, "unknown optimizer '%s'", opt);
   struct {
     const char *k;
     double *v;

@@ -80,7 +80,7 @@ static void print_train(FILE *f, const TrainSpec *t, int loss_id) {
   fprintf(f,
           "train %%%d %s lr=%s beta1=%s beta2=%s eps=%s weight_decay=%s momentum=%s clip=%s min_lr=%s "
           "warmup=%" PRId64 " schedule=%s\n",
-          loss_id, t->opt == OPT_ADAMW ? "adamw" : "sgd", v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], t->warmup,
+          loss_id, opt_names[t->opt], v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], t->warmup,
           t->schedule == SCHED_COSINE ? "cosine" : "constant");
 }
 

@@ -61,15 +61,15 @@ void summary_print(FILE *f, const Graph *g) {
   human(fw, sizeof fw, s.fwd_flops, "FLOP");
   human(tr, sizeof tr, s.train_flops, "FLOP");
   /* f32 weights and gradients, plus the optimizer's state per parameter */
-  bool adam = g->train.opt == OPT_ADAMW, mom = !adam && g->train.momentum > 0;
-  human(st, sizeof st, (double)s.params * (adam ? 16 : mom ? 12 : 8), "B");
+  human(st, sizeof st, (double)s.params * (8 + 4 * train_moments(&g->train)), "B");
   int ops = 0;
   for (int i = 0; i < g->n; i++) ops += op_info(g->nodes[i]->op)->cls != CLS_SOURCE;
   fprintf(f, "model: %s (%s)\n", g->name, g->source ? g->source : "?");
   fprintf(f, "ops: %d in %d layers\n", ops, g->nlayers);
   fprintf(f, "parameters: %" PRId64 "\n", s.params);
   fprintf(f, "parameter bytes: %s\n", pb);
-  fprintf(f, "training state (f32 weights, gradients%s): %s\n", adam ? ", AdamW moments" : mom ? ", momentum" : "", st);
+  const char *moments[3] = {"", ", momentum", g->train.opt == OPT_LAMB ? ", LAMB moments" : ", AdamW moments"};
+  fprintf(f, "training state (f32 weights, gradients%s): %s\n", moments[train_moments(&g->train)], st);
   fprintf(f, "forward FLOPs: %.6e (%s)\n", s.fwd_flops, fw);
   fprintf(f, "FLOPs per training step: %.6e (%s)\n", s.train_flops, tr);
   print_layers(f, g);

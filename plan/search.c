@@ -587,7 +587,12 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
     if (t > sum->tie_time) sum->tie_time = t;
   }
   double shard = st->params / (ch->zero >= 1 ? ch->dp : 1);
-  double opt = shard * 2 * (r->w_bytes + r->g_bytes + r->o_bytes) / (cl->dev.memory_bw * cl->dev.mem_eff);
+  /* the update streams the state: AdamW and SGD read it and write it once; LAMB reads the
+   * gradient and moments and writes the moments, reads the weights and moments for its
+   * norms, then reads them again to write the weights (codegen/compose.h) */
+  double moved = r->g->train.opt == OPT_LAMB ? 3 * r->w_bytes + r->g_bytes + 4 * r->o_bytes
+                                             : 2 * (r->w_bytes + r->g_bytes + r->o_bytes);
+  double opt = shard * moved / (cl->dev.memory_bw * cl->dev.mem_eff);
   double cpu_adam =
       shard * 2 * (r->w_bytes + r->g_bytes + r->o_bytes) / (cl->host_mem_bw / cl->gpus_per_node * HOST_MEM_EFF);
   if (ch->offload ==
@@ -744,13 +749,15 @@ static void try_choice(Search *S, Mesh *mesh, CandSet *cs, int ci, PlanChoice ch
    * (over one rank too: layer by layer). Code generation compiles the whole state's
    * offload of data-parallel plans (codegen/offload.h; tensor and pipeline parallelism
    * with offload compile from forced plans) with every micro-batch written into the step,
-   * so at most OFFLOAD_MAX_M of them; the optimizer's state alone is priced only. */
+   * so at most OFFLOAD_MAX_M of them, and not with LAMB (whose update reads the state
+   * twice, around its trust ratios); the optimizer's state alone is priced only. */
   int olo = f->offload >= 0 ? f->offload : 0, ohi = f->offload >= 0 ? f->offload : OFFLOAD_STATE;
   const Cluster *cl = S->r->cl;
   for (int off = olo; off <= ohi; off++) {
     if (off == OFFLOAD_OPTIMIZER && S->r->o_bytes == 0 && f->offload < 0) continue;
     if (f->exec &&
-        (off == OFFLOAD_OPTIMIZER || (off == OFFLOAD_STATE && (ch.tp > 1 || ch.pp > 1 || ch.m > OFFLOAD_MAX_M))))
+        (off == OFFLOAD_OPTIMIZER ||
+         (off == OFFLOAD_STATE && (ch.tp > 1 || ch.pp > 1 || ch.m > OFFLOAD_MAX_M || S->r->g->train.opt == OPT_LAMB))))
       continue;
     int lo = off == OFFLOAD_STATE ? 3 : zlo, hi = off == OFFLOAD_STATE ? 3 : zhi;
     if (off == OFFLOAD_STATE && ((f->zero >= 0 && f->zero != 3) || ch.pp > 1))
@@ -957,6 +964,8 @@ static const char *offload_room(Search *S) {
   static char buf[200];
   const Cluster *cl = S->r->cl;
   if (S->f->offload == OFFLOAD_NONE) return "";
+  if (S->f->exec && S->r->g->train.opt == OPT_LAMB) /* try_choice weighs none */
+    return "; offloading it is not compiled with LAMB yet (adamw or sgd can be offloaded)";
   snprintf(buf, sizeof buf,
            "; offloaded, it has %.1f GiB of host memory (--host-memory) and %.1f GiB of NVMe "
            "(--nvme) on each of %d node%s",
@@ -1012,14 +1021,13 @@ static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) 
     error_plain("--precision fp8: the %s has no fp8 tensor cores (Hopper and Ada GPUs have them): use bf16, or a "
                 "cluster whose device.peak_fp8_tflops is set",
                 cl->dev.part);
-  bool adam = g->train.opt == OPT_ADAMW, mom = !adam && g->train.momentum > 0;
   /* The training state a parameter costs. A compiled program keeps f32 weights (the
    * masters: passes/autocast.c feeds each GEMM a 16-bit copy) and f32 gradients, and
    * reduces and gathers them in f32; --what-if prices Megatron's layout instead:
    * 16-bit weights and gradients, the f32 masters with the optimizer's moments. */
   bool megatron = r->mixed && !S->f->exec;
   r->w_bytes = megatron ? 2 : 4, r->g_bytes = megatron ? 2 : 4;
-  r->o_bytes = (megatron ? 4 : 0) + (adam ? 8 : mom ? 4 : 0);
+  r->o_bytes = (megatron ? 4 : 0) + 4 * train_moments(&g->train);
   r->usable = cl->dev.memory - cl->dev.reserved;
   S->N = cl->gpus, S->gpn = cl->gpus_per_node, S->L = r->pm->nlayer_segs, S->B = r->pm->batch;
   for (int k = 0; k < r->pm->nseg; k++)

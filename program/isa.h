@@ -310,6 +310,12 @@ enum { ISA_BGRAD_NONE, ISA_BGRAD_C, ISA_BGRAD_B };
  * the world, over dp x microbatches) and whether a rank's batch failed, one reduction
  * over every rank; then the update's scalars (program/program.h, "Scalars") */
 #define ISA_NORM_FIELDS(F, S) F(S, I64, offset, , 1) F(S, I64, count, , 1) F(S, I64, microbatches, , 1)
+/* trust: LAMB's trust ratios. At WORK offset, count f32 partial sums of |w|^2 and then
+ * count of |u|^2, a parameter's in its slots (INTS[ProgStage.trust_ends]: each parameter's
+ * end; its slots start at the one before's); each model parameter's squares are the sums
+ * over every rank of its pieces' slots (ProgParam.global), one reduction over every rank;
+ * then each parameter's ratio |w| / |u| (1 where either is 0) into its first slot */
+#define ISA_TRUST_FIELDS(F, S) F(S, I64, offset, , 1) F(S, I64, count, , 1)
 
 /* P(member, struct, fields): the payloads, each a union member of IsaInstr. */
 #define ISA_PAYLOADS(P)                          \
@@ -325,7 +331,8 @@ enum { ISA_BGRAD_NONE, ISA_BGRAD_C, ISA_BGRAD_B };
   P(param, IsaParam, ISA_PARAM_FIELDS)           \
   P(loop, IsaLoop, ISA_LOOP_FIELDS)              \
   P(call, IsaCall, ISA_CALL_FIELDS)              \
-  P(norm, IsaNorm, ISA_NORM_FIELDS)
+  P(norm, IsaNorm, ISA_NORM_FIELDS)              \
+  P(trust, IsaTrust, ISA_TRUST_FIELDS)
 
 /* X(NAME, "name", payload): the instructions, in the order of their numbers (the four
  * ZeRO ones consecutive, ISA_ZERO_GATHER .. ISA_ZERO_REDUCE); join has no fields. */
@@ -349,7 +356,8 @@ enum { ISA_BGRAD_NONE, ISA_BGRAD_C, ISA_BGRAD_B };
   X(JOIN, "join", none)                   \
   X(LOOP, "loop", loop)                   \
   X(CALL, "call", call)                   \
-  X(NORM, "norm", norm)
+  X(NORM, "norm", norm)                   \
+  X(TRUST, "trust", trust)
 
 #define ISA_ENUM(name, text, payload) ISA_##name,
 #define ISA_COUNT(name, text, payload) +1

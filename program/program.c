@@ -171,5 +171,5 @@ int prog_part_ranges(const Prog *p, const ProgChunk *c, int part, int64_t off[2]
   if (part != PART_OPT) return off[0] = c->start, 1;
   if (p->s->tiers[TIER_OPT] == 0) return 0;
   off[0] = c->start, off[1] = p->s->opt_v_offset + c->start;
-  return p->s->optimizer == PROG_OPT_ADAMW ? 2 : 1;
+  return prog_moments(p->s);
 }

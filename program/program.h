@@ -123,7 +123,7 @@ typedef enum ProgRole { PROG_ROLES(PROG_ENUM) } ProgRole;
 #define PROG_ENUM(name, text) PROG_INIT_##name,
 typedef enum ProgInit { PROG_INITS(PROG_ENUM) } ProgInit;
 #undef PROG_ENUM
-#define PROG_OPTIMIZERS(X) X(ADAMW, "adamw") X(SGD, "sgd")
+#define PROG_OPTIMIZERS(X) X(ADAMW, "adamw") X(SGD, "sgd") X(LAMB, "lamb") /* ir/ir.h's OptKind */
 #define PROG_ENUM(name, text) PROG_OPT_##name,
 typedef enum ProgOptimizer { PROG_OPTIMIZERS(PROG_ENUM) } ProgOptimizer;
 #undef PROG_ENUM
@@ -197,6 +197,8 @@ extern const char *const prog_list_names[];
   F(S, I64, work_shared, , 1)        /* WORK's bytes before the slots, which they share */                      \
   F(S, I64, staging, , 1)            /* device scratch of the collectives' reorders */                          \
   F(S, I64, norm_parts, , 1)         /* the gradient norm's partial sums ("norm") */                            \
+  F(S, I64, trust_ends, , 1)         /* LAMB: INTS[trust_ends]: each parameter's end of the slots of */         \
+                                     /* "trust" (program/isa.h), -1: no LAMB */                                 \
   F(S, I64, param0, , 1)             /* params: PARAMS[param0, param0 + nparams) */                             \
   F(S, I64, nparams, , 1)                                                                                       \
   F(S, I64, param_elems, , 1)        /* their elements */                                                       \
@@ -349,6 +351,10 @@ typedef struct Prog {
   const char *strings;
   int64_t count[PROG_NSECTIONS]; /* records of each section */
 } Prog;
+
+/* The moments a stage's optimizer keeps per element in TIER_OPT (ir/ir.h's train_moments):
+ * m, then v at opt_v_offset. */
+static inline int prog_moments(const ProgStage *s) { return s->optimizer == PROG_OPT_SGD ? s->momentum > 0 : 2; }
 
 /* The tiers (bit 1 << tier) a stage holds in part, which the runtime reserves as
  * address space (ProgStage.reserved, written by the compiler): an offload program's

@@ -521,6 +521,35 @@ static int exec_norm(Executor *ex, const IsaInstr *in, int64_t iter) {
   return 0;
 }
 
+/* trust (LAMB, program/isa.h): each parameter's |w|^2 and |u|^2 from its slots' partial
+ * sums, summed by model parameter over every rank, and its ratio into its first slot. A
+ * step that skips its update computes them too (every rank reduces alike); the update's
+ * kernels then keep every value or do not run. */
+static int exec_trust(Executor *ex, const IsaInstr *in, int64_t iter) {
+  const Prog *p = ex->prog;
+  const IsaTrust *t = &in->trust;
+  int64_t nmodel = p->stages[0].nparams;
+  float *parts = malloc((size_t)(2 * t->count + 1) * sizeof *parts);
+  double *sq = calloc((size_t)(2 * nmodel + 1), sizeof *sq);
+  if (!parts || !sq) {
+    free(parts), free(sq);
+    return -1;
+  }
+  exec_read(ex, TIER_WORK, t->offset, parts, 2 * t->count * 4);
+  const int64_t *ends = &p->ints[p->s->trust_ends];
+  for (int64_t k = 0, at = 0; k < p->s->nparams; at = ends[k++])
+    for (int64_t i = at; i < ends[k]; i++)
+      sq[2 * p->params[k].global] += parts[i], sq[2 * p->params[k].global + 1] += parts[t->count + i];
+  ex->ctx.world->host_all_reduce(ex->ctx.world, sq, (int)(2 * nmodel), COMM_SUM);
+  for (int64_t k = 0, at = 0; k < p->s->nparams; at = ends[k++]) {
+    double w = sq[2 * p->params[k].global], u = sq[2 * p->params[k].global + 1];
+    if (ends[k] > at) parts[at] = w > 0 && u > 0 ? (float)(sqrt(w) / sqrt(u)) : 1.0f;
+  }
+  exec_write(ex, TIER_WORK, t->offset, parts, t->count * 4);
+  free(parts), free(sq);
+  return 0;
+}
+
 /* The WORK offset and bytes of the norm's partial sums (the "norm" of this stage's
  * list `train`). */
 static void norm_parts_at(const Executor *ex, int64_t *off, int64_t *bytes) {
@@ -557,7 +586,7 @@ static void exec_fault_nan(Executor *ex, const IsaInstr *in) {
 
 /* Instructions that wait for other ranks (the watchdog's "in a collective"). */
 static int exec_waits(IsaOp op) {
-  return op == ISA_COMM || op == ISA_SEND || op == ISA_RECV || op == ISA_NORM ||
+  return op == ISA_COMM || op == ISA_SEND || op == ISA_RECV || op == ISA_NORM || op == ISA_TRUST ||
          (op >= ISA_ZERO_GATHER && op <= ISA_ZERO_REDUCE);
 }
 
@@ -580,7 +609,8 @@ static const ExecFn exec_fns[ISA_NOPS] = {[ISA_KERNEL] = exec_kernel,
                                           [ISA_JOIN] = exec_join,
                                           [ISA_LOOP] = exec_loop,
                                           [ISA_CALL] = exec_call,
-                                          [ISA_NORM] = exec_norm};
+                                          [ISA_NORM] = exec_norm,
+                                          [ISA_TRUST] = exec_trust};
 
 double exec_now_ms(void) {
   struct timespec ts;

@@ -181,7 +181,7 @@ static int add_blocks(MeshPieces *mp, const Mesh *m, const ProgParam *l, const P
 
 int mesh_pieces(const Mesh *m, const MeshPieceRule *r, char *params, char *opt, MeshPieces *mp) {
   const Prog *p = &m->prog;
-  int cap = 0, adamw = p->s->optimizer == PROG_OPT_ADAMW, has_opt = r->opt && p->s->tiers[TIER_OPT] > 0;
+  int cap = 0, adamw = prog_moments(p->s) == 2, has_opt = r->opt && p->s->tiers[TIER_OPT] > 0;
   memset(mp, 0, sizeof *mp);
   for (int i = 0; i < p->s->nparams; i++) {
     const ProgParam *l = &p->params[i], *g = &m->global.params[l->global];

@@ -33,12 +33,12 @@ void zero_free(Zero *z) {
 
 /* ---- shards -------------------------------------------------------------------- */
 
-/* The byte ranges of parameter i's optimizer state: m, and v for AdamW. */
+/* The byte ranges of parameter i's optimizer state: m, and v for AdamW and LAMB. */
 static int opt_ranges(const Prog *p, int i, int64_t off[2]) {
   if (p->s->tiers[TIER_OPT] == 0) return 0;
   off[0] = p->params[i].offset;
   off[1] = p->s->opt_v_offset + p->params[i].offset;
-  return p->s->optimizer == PROG_OPT_ADAMW ? 2 : 1;
+  return prog_moments(p->s);
 }
 
 static int commit_opt(Executor *ex, const Prog *p, int i, char *err, size_t errlen) {

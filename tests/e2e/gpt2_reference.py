@@ -5,11 +5,12 @@ Builds the GPT-2 of models/gpt2.model (Hugging Face layout: Conv1D weights [in, 
 tanh GELU, layernorm eps 1e-5, head tied to wte) in float32, initialises it from
 random numbers, and writes:
   init.safetensors   the initial parameters, by their checkpoint names
-  ref.json           the loss of each of the first STEPS AdamW steps (the forward loss
+  ref.json           the loss of each of the first STEPS AdamW steps (--lamb: LAMB's, as
+                     ColossalAI's Lamb computes it, written out below) (the forward loss
                      before each update) and, as ref.safetensors, the parameters after
 Then `train --init-from init.safetensors` must reproduce both.
 
-usage: gpt2_reference.py TOKENS.bin OUTDIR vocab ctx d heads layers batch seq steps lr
+usage: gpt2_reference.py [--lamb] [--bf16 | --fp8 H [--fp8-head] | --fp16 [--scale S]] TOKENS.bin OUTDIR vocab ctx d heads layers batch seq steps lr
 """
 import json, math, struct, sys
 import numpy as np
@@ -172,9 +173,41 @@ def forward(p, tokens, targets, heads, layers):
     return F.cross_entropy(f32(logits).view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+class Lamb:
+    """LAMB (You et al. 2020) as ColossalAI's Lamb computes it: Adam's moments with bias
+    correction, u = m^ / (sqrt(v^) + eps) + wd w, and each parameter's step lr r u scaled by
+    its trust ratio r = |w| / |u| (1 where either norm is 0)."""
+
+    def __init__(self, groups, lr, betas, eps):
+        self.groups, self.lr, self.betas, self.eps, self.t = groups, lr, betas, eps, 0
+        self.state = {id(p): (torch.zeros_like(p), torch.zeros_like(p)) for g in groups for p in g["params"]}
+
+    def zero_grad(self):
+        for g in self.groups:
+            for p in g["params"]:
+                p.grad = None
+
+    @torch.no_grad()
+    def step(self):
+        self.t += 1
+        b1, b2 = self.betas
+        for g in self.groups:
+            for p in g["params"]:
+                m, v = self.state[id(p)]
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                u = (m / (1 - b1**self.t)) / ((v / (1 - b2**self.t)).sqrt() + self.eps) + g["weight_decay"] * p
+                wn, un = p.norm().item(), u.norm().item()
+                r = wn / un if wn > 0 and un > 0 else 1.0
+                p.sub_(self.lr * r * u)
+
+
 def main():
     global LOW, FP8, FP8_HEAD, ml_dtypes
     scale = None  # --fp16 [--scale S]: dynamic loss scaling as torch.cuda.amp.GradScaler (init S)
+    lamb = sys.argv[1] == "--lamb"
+    if lamb:
+        del sys.argv[1]
     if sys.argv[1] == "--bf16":
         LOW = torch.bfloat16
         del sys.argv[1]
@@ -200,8 +233,8 @@ def main():
     write_safetensors(f"{out}/init.safetensors", p)
     decay = [t for t in p.values() if t.dim() >= 2]
     no_decay = [t for t in p.values() if t.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+    opt = (Lamb if lamb else torch.optim.AdamW)(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
     losses, skipped, good = [], 0, 0
     n = len(tokens)
     for step in range(steps):

@@ -10,7 +10,8 @@
 # FLAGS (one word, commas for spaces) go to colossalc: --classifier,fused checks the fused
 # classifier against the same reference; with fp8, --fp8-classifier checks against the
 # reference whose classifier GEMM is fp8 too, and that the run is closer to it than the
-# one with the classifier in bf16 is.
+# one with the classifier in bf16 is; --optimizer,lamb trains with LAMB against the
+# reference's (gpt2_reference.py --lamb).
 # Usage: run_vs_torch.sh COLOSSALC MKTOKENS PYTHON SRCDIR WORKDIR [PRECISION [FLAGS]]
 set -eu
 cc=$1 mk=$2 py=$3 src=$4 work=$5 prec=${6:-fp32} flags=$(echo "${7:-}" | tr , ' ')
@@ -29,6 +30,7 @@ steps=5 tol=1e-4 ref="" noise=""
 [ "$prec" = fp8 ] && steps=12 tol=3e-2 ref="--fp8 4" noise="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256:0.02" \
   flags="$flags --fp8-history 4"
 case " $flags " in *" --fp8-classifier "*) ref="$ref --fp8-head" ;; esac # the classifier's GEMM in fp8 too
+case " $flags " in *" --optimizer lamb "*) ref="--lamb $ref" ;; esac
 scale=""
 [ "$prec" = fp16 ] && scale="--loss-scale 1048576"
 mkdir -p "$work" && cd "$work"

@@ -40,6 +40,12 @@ add_test(NAME e2e_gpt2_vs_torch_fp16
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_vs_torch.sh $<TARGET_FILE:colossalc>
                  $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/torch-fp16 fp16)
 colossalc_label(reference e2e_gpt2_vs_torch_fp16)
+# LAMB (--optimizer lamb) against the reference's implementation of ColossalAI's formulas
+add_test(NAME e2e_gpt2_vs_torch_lamb
+         COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/e2e/run_vs_torch.sh $<TARGET_FILE:colossalc>
+                 $<TARGET_FILE:colossalc-mktokens> ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR} ${E2E_WORK}/torch-lamb fp32
+                 --optimizer,lamb)
+colossalc_label(reference e2e_gpt2_vs_torch_lamb)
 # fused kernels equal the materialized ones: the loss and every gradient of one SGD step, to
 # 1e-5; attention causal and not, head sizes 32 to 128, sequence lengths off and on the key
 # block; the classifier with w [d, V] and tied [V, d], rows the chunk does not divide

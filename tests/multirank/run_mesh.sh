@@ -31,9 +31,20 @@
 # run's bit for bit (fp8: the scaling states, the same on every rank of a stage, saved in
 # the model's order and restored on each); with ONE_MICROBATCH, the one-rank reference
 # resumes the same checkpoint too, equal to the plan to a relative 1e-5 (a checkpoint,
-# fp8's states included, is the same file whatever the plan). SHUFFLE=1
+# fp8's states included, is the same file whatever the plan); so does the one-rank
+# reference of OPTIMIZER below. SHUFFLE=1
 # trains both with --shuffle (the plan reads the same shuffled batches as one rank),
 # and checks that the one-rank losses differ from those of the unshuffled order.
+# OPTIMIZER=lamb compiles both the plan and the one-rank reference with that optimizer
+# (LAMB: each parameter's trust ratio from its norms summed over its shards and pieces,
+# on every mesh the same as on one rank), trained at lr 1e-2 and eps 1e-3: LAMB's step is
+# lr times the parameter's norm, so a larger rate makes a wrong ratio show in the
+# parameters; and the ratio of c_attn.bias takes the norm of the key biases' steps, which
+# are rounding noise (a zero gradient) turned into steps of up to 1 by Adam's
+# normalisation at a small eps, moving the whole tensor's ratio by a part in 1e4.
+# SETS="--set NAME=V ..." compiles both with those constants too: with 1 layer and 32
+# positions, ZeRO deals the MLP's weights, each more than half a rank's share, in pieces
+# (codegen/zero.h).
 # Usage: run_mesh.sh COLOSSALC WORKDIR PYTHON SRCDIR "MPIRUN" NAME DP TP PP [COLOSSALC FLAGS...]
 set -eu
 cc=$1 work=$2 py=$3 src=$4 mpirun=$5 name=$6 dp=$7 tp=$8 pp=$9
@@ -41,19 +52,26 @@ shift 9
 np=$((dp * tp * pp))
 run=$work/mesh-$name${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdir -p "$run" && cd "$run"
 . "$src/tests/multirank/device.sh"
-prec=${PRECISION:-fp32} one="$work/train-l4-b4" tol=1e-5 skip=""
-"$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 --gpus "$np" --gpu cpu \
-      --dp "$dp" --tp "$tp" --pp "$pp" --zero 0 --precision "$prec" "$@" --dump-plan -o train-mesh > plan.txt
+prec=${PRECISION:-fp32} one="$work/train-l4-b4" tol=1e-5 skip="" opt=${OPTIMIZER:+--optimizer $OPTIMIZER}
+sets=${SETS:-}
+"$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 $sets --gpus "$np" --gpu cpu \
+      --dp "$dp" --tp "$tp" --pp "$pp" --zero 0 --precision "$prec" $opt "$@" --dump-plan -o train-mesh > plan.txt
 sed -n '4,5p' plan.txt
 if [ -n "${ONE_MICROBATCH:-}" ]; then
-  "$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 --gpus 1 --gpu cpu --dp 1 --tp 1 \
+  "$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 $sets --gpus 1 --gpu cpu --dp 1 --tp 1 \
         --pp 1 --zero 0 --microbatch-size "$ONE_MICROBATCH" --precision "$prec" -o train-one 2> /dev/null
   one=./train-one
 elif [ "$prec" != fp32 ]; then
-  "$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 --precision "$prec" -o train-one 2> /dev/null
+  "$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 $sets --precision "$prec" -o train-one 2> /dev/null
   one=./train-one tol=3e-2 skip="h[.][0-9]+[.]attn[.]c_attn[.]bias:128:256"
 fi
 args="--data $work/genesis.bin --steps 5 --threads 1 --eps 1e-6"
+if [ -n "$opt$sets" ]; then
+  [ -z "${ONE_MICROBATCH:-}" ] && [ "$prec" = fp32 ] || { echo "OPTIMIZER, SETS: fp32 without ONE_MICROBATCH"; exit 1; }
+  "$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 $sets $opt -o train-one 2> /dev/null
+  one=./train-one
+  [ -n "$opt" ] && args="$args --lr 1e-2 --eps 1e-3"
+fi
 if [ "${SHUFFLE:-0}" = 1 ]; then
   "$one" $args --device cpu --log ordered.jsonl > /dev/null
   args="$args --shuffle"
@@ -97,7 +115,7 @@ if [ "${RESUME:-0}" = 1 ]; then
   "$py" "$src/tests/multirank/compare_runs.py" --last 2 0 many.jsonl resumed.jsonl many.safetensors resumed.safetensors
   cmp many.safetensors resumed.safetensors
   echo "resumed from step 3: bit-identical"
-  if [ -n "${ONE_MICROBATCH:-}" ]; then
+  if [ -n "${ONE_MICROBATCH:-}$opt" ]; then
     "$one" $args --device cpu --ckpt-dir ck-one --resume --log one-resumed.jsonl --save one-resumed.safetensors \
       > one-resumed.out
     "$py" "$src/tests/multirank/compare_runs.py" --last 2 1e-5 many.jsonl one-resumed.jsonl many.safetensors \

@@ -124,6 +124,19 @@ add_test(NAME multirank_dp2_pp2_1f1b_zero1
 add_test(NAME multirank_dp2_tp2_zero3 COMMAND ${mr_mesh} dp2_tp2_zero3 2 2 1 --microbatch-size 2 --zero 3 ${megatron})
 add_test(NAME multirank_dp2_tp2_zero1 COMMAND ${mr_mesh} dp2_tp2_zero1 2 2 1 --microbatch-size 1 --zero 1 ${megatron})
 list(APPEND mr_tests multirank_dp2_pp2_1f1b_zero1 multirank_dp2_tp2_zero3 multirank_dp2_tp2_zero1)
+# LAMB (OPTIMIZER=lamb, run_mesh.sh): each parameter's trust ratio from norms summed over
+# its tensor-parallel shards (tp rank 0 alone for a replicated one), its ZeRO owner's
+# pieces (with 1 layer and 32 positions ZeRO deals the MLP's weights in two), and the
+# lowest stage of the tied embedding; equal to one rank's LAMB (and on ZeRO-1, resumed
+# from its checkpoint bit for bit: the moments are AdamW's)
+set(mr_mesh_lamb ${CMAKE_COMMAND} -E env OPTIMIZER=lamb ${mr_mesh})
+add_test(NAME multirank_lamb_dp2_tp2_pp2 COMMAND ${mr_mesh_lamb} lamb_dp2_tp2_pp2 2 2 2 --microbatch-size 1 ${megatron})
+add_test(NAME multirank_lamb_dp2_tp2_zero1
+         COMMAND ${CMAKE_COMMAND} -E env RESUME=1 ${mr_mesh_lamb} lamb_dp2_tp2_zero1 2 2 1 --microbatch-size 1 --zero 1 ${megatron})
+add_test(NAME multirank_lamb_dp2_zero3_pieces
+         COMMAND ${CMAKE_COMMAND} -E env "SETS=--set layers=1 --set ctx=32" ${mr_mesh_lamb} lamb_dp2_zero3_pieces 2 1 1
+                 --microbatch-size 2 --zero 3)
+list(APPEND mr_tests multirank_lamb_dp2_tp2_pp2 multirank_lamb_dp2_tp2_zero1 multirank_lamb_dp2_zero3_pieces)
 
 # ZeRO inside the step (codegen/zero.h): data-parallel plans compiled with --zero 2 and
 # 3 (and dp2 x tp2 with 3), 2 micro-batches per rank, equal one rank, and the peak of

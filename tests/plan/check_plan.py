@@ -697,6 +697,39 @@ def offload_state():
                              d["predicted"]["step_time_s"]))
 
 
+def lamb():
+    """LAMB (--optimizer lamb): Adam's two moments, so the state AdamW's; its update
+    streams 3 weights, 1 gradient and 4 moments a parameter against AdamW's 2 of each
+    (plan/search.c), so the plan's optimizer step is 1.5 times AdamW's on the same plan;
+    the search weighs no offload for it and says so, and a forced offload is refused."""
+    summ = {o: run(["models/gpt2.model", "--optimizer", o, "--summary"]).stdout for o in ("adamw", "lamb")}
+    line = {o: [l for l in summ[o].splitlines() if l.startswith("training state")] for o in summ}
+    if not line["lamb"] or "LAMB moments" not in line["lamb"][0]:
+        fail("--summary with lamb does not name LAMB's moments:\n" + summ["lamb"][:600])
+    if line["lamb"][0].split(":")[1] != line["adamw"][0].split(":")[1]:
+        fail("LAMB's training state %r differs from AdamW's %r" % (line["lamb"][0], line["adamw"][0]))
+    forced_plan = GPT2 + ["--dp", "8", "--tp", "1", "--pp", "1", "--zero", "1"]
+    opt = {o: plan_json(forced_plan + ["--optimizer", o])["predicted"]["breakdown"]["optimizer_s"]
+           for o in ("adamw", "lamb")}
+    if abs(opt["lamb"] / opt["adamw"] - 1.5) > 1e-6:
+        fail("LAMB's optimizer step %.6g s, AdamW's %.6g s: expected 1.5 times" % (opt["lamb"], opt["adamw"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        small = os.path.join(tmp, "small.json")  # 16 MiB devices: AdamW's state must be offloaded
+        with open(small, "w") as f:
+            json.dump({"base": "cpu", "gpus": 2, "gpus_per_node": 2,
+                       "device": {"memory_gib": 0.015625, "reserved_gib": 0}}, f)
+        cfg = ["models/gpt2-tiny.model", "--set", "seq=16", "--set", "d=256", "--set", "batch=2", "--cluster", small]
+        if "lives on its node" not in run(cfg + ["--dump-plan"]).stdout:
+            fail("AdamW on 16 MiB devices should offload its state")
+        expect_error(cfg + ["--optimizer", "lamb", "--dump-plan"], "no plan fits", "not compiled with LAMB yet")
+        expect_error(cfg + ["--optimizer", "lamb", "--dp", "2", "--zero", "3", "--offload", "state", "-o",
+                            os.path.join(tmp, "x")], "--offload state", "not compiled with LAMB yet")
+        expect_error(["models/gpt2-tiny.model", "--optimizer", "lamb", "--device-memory", "12M", "-o",
+                      os.path.join(tmp, "x")], "--device-memory", "not compiled with LAMB yet")
+    print("ok   lamb: AdamW's state, optimizer step %.3g s against AdamW's %.3g s, no offload" %
+          (opt["lamb"], opt["adamw"]))
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -705,5 +738,5 @@ if __name__ == "__main__":
      "cluster_files": cluster_files, "from_file": plan_file, "determinism": determinism,
      "offload": offload, "offload_state": offload_state, "compile": compile_plan,
      "memory_compiled": memory_compiled, "collectives_compiled": collectives_compiled,
-     "time_reported": time_reported, "calibrate": calibrate}[sys.argv[1]]()
+     "time_reported": time_reported, "calibrate": calibrate, "lamb": lamb}[sys.argv[1]]()
     print("ok")
