@@ -455,12 +455,22 @@ static void chunk_parts_kernels(const Sim *S, const PSeq *s, int *chunk_of) {
 /* gradnorm and update: on the host, chunk by chunk; parts homed in NVMe come to the
  * host for their chunk's update (the next chunk's read issued before this one's
  * kernels) and go back after it. A kernel waits for every part it touches: a
- * multi-tensor norm kernel (codegen/compose.h) reads the gradients of several chunks. */
+ * multi-tensor norm kernel (codegen/compose.h) reads the gradients of several chunks.
+ * LAMB's update passes over the chunks three times (moments, norms, the update after
+ * "trust": codegen/compose.h), each pass as one; a chunk's gradients go after the last
+ * kernel that reads them. */
 static void plan_host_list(Sim *S, const PSeq *list, bool update) {
   int *chunk_of = arena_array(S->p->arena, list->n + 1, sizeof(int));
   chunk_parts_kernels(S, list, chunk_of);
   int parts[2] = {PART_OPT, PART_PARAMS}, max = K_MAX_BUFS * S->op->nchunks + 4;
-  int *need = arena_array(S->p->arena, max, sizeof(int));
+  int *need = arena_array(S->p->arena, max, sizeof(int)), *grads_last = NULL;
+  if (update) {
+    grads_last = arena_array(S->p->arena, S->op->nchunks + 1, sizeof(int));
+    for (int c = 0; c < S->op->nchunks; c++) grads_last[c] = -1;
+    for (int i = 0; i < list->n; i++)
+      for (int j = 0, nn = parts_of(S, &list->v[i], need, max, false); j < nn; j++)
+        if (need[j] % PART_COUNT == PART_GRADS) grads_last[need[j] / PART_COUNT] = i;
+  }
   for (int i = 0; i < list->n; i++) {
     int c = chunk_of[i];
     bool first = c >= 0 && (i == 0 || chunk_of[i - 1] != c);
@@ -477,8 +487,8 @@ static void plan_host_list(Sim *S, const PSeq *list, bool update) {
     for (int j = 0, nn = parts_of(S, &list->v[i], need, max, false); j < nn; j++) wait_for(S, need[j]);
     run_instr(S, &list->v[i], c >= 0);
     bool last = c >= 0 && (i + 1 == list->n || chunk_of[i + 1] != c);
+    if (update && c >= 0 && grads_last[c] == i) drop(S, c * PART_COUNT + PART_GRADS, LOC_HOST);
     if (last && update) {
-      drop(S, c * PART_COUNT + PART_GRADS, LOC_HOST);
       for (int k = 0; k < 2; k++)
         if (S->op->chunk[c].home[parts[k]] == LOC_NVME) move(S, c * PART_COUNT + parts[k], LOC_HOST, LOC_NVME, false);
     }

@@ -47,7 +47,9 @@
  * CPUAdam does) for every chunk, after the gradient norm, also on the host: chunk by
  * chunk, its optimizer state (and parameters) brought from NVMe first when that is
  * their home and written back after, the next chunk's read overlapping this chunk's
- * update.
+ * update. LAMB's update passes over the chunks three times so (its moments, its norms,
+ * then after "trust" its update: codegen/compose.h); a chunk's gradients leave the host
+ * after the first.
  *
  * Predictions, from the same simulation: the peak bytes of each location at the
  * runtime's granule (the page: committed ranges count once per page, as the runtime

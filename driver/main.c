@@ -604,9 +604,6 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   if (f.exec && f.offload == OFFLOAD_OPTIMIZER)
     error_plain("offloading the optimizer state alone is priced, not compiled yet: add --what-if to explore it, or "
                 "--offload state to compile the whole state's offload (ZeRO-3, data parallelism)");
-  if (f.exec && f.offload == OFFLOAD_STATE && g->train.opt == OPT_LAMB)
-    error_plain("--offload state: the state's offload is not compiled with LAMB yet (its update reads the state "
-                "twice, around the trust ratios): use adamw or sgd, or add --what-if to explore it");
   if (o->host_memory) cl->host_memory = (double)o->host_memory; /* what the state may use of a node's */
   if (o->nvme) cl->nvme = (double)o->nvme;
   /* the precision: --precision, else the plan file's, else bf16 where --gpus, --gpu,
@@ -1048,9 +1045,6 @@ static void decide_offload(Build *b) {
   b->off = offload_options(b, &b->off_cl);
   b->ops = arena_array(b->ps[0]->arena, b->nps, sizeof *b->ops);
   for (int s = 0; s < b->nps; s++) b->offload |= (b->ops[s] = offload_chunks(b->ps[s], &b->off)) != NULL;
-  if (b->offload && b->ps[0]->g->train.opt == OPT_LAMB)
-    error_plain("--device-memory: the state must be offloaded to fit, which is not compiled with LAMB yet (its "
-                "update reads the state twice, around the trust ratios): use adamw or sgd, or a larger budget");
   if (!b->offload) {
     double mib = b->off.device_memory / 1048576.0;
     if (b->o->dump_plan) printf("offload: none needed (the state and the activations fit %.1f MiB)\n", mib);

@@ -25,6 +25,12 @@ static int precision_index(int dt) {
 }
 
 /* The precision a plan is priced in. */
+/* The optimizer as the plan's text names it. */
+static const char *opt_text(const PlanResult *r) {
+  static const char *const names[OPT_COUNT] = {"AdamW", "SGD", "LAMB"};
+  return names[r->g->train.opt];
+}
+
 static const char *precision_text(const PlanResult *r) {
   static const char *const text[] = {"fp32", "bf16 mixed precision", "fp16 mixed precision",
                                      "fp8 mixed precision (the linear layers' GEMMs in fp8, the rest bf16)"};
@@ -91,9 +97,9 @@ static void text_header(FILE *f, const PlanResult *r) {
   fprintf(f, "; %s; attention %s\n", precision_text(r), attn_kernel_names[c->attn]);
   if (c->offload == OFFLOAD_OPTIMIZER)
     fprintf(f,
-            "offload: the optimizer state (%.0f bytes a parameter) on the host, AdamW on the CPU: %.1f GiB of host "
+            "offload: the optimizer state (%.0f bytes a parameter) on the host, %s on the CPU: %.1f GiB of host "
             "memory a node\n",
-            r->o_bytes, p->pr.host / GIB);
+            r->o_bytes, opt_text(r), p->pr.host / GIB);
   if (c->offload == OFFLOAD_STATE) {
     const PlanPrice *pr = &p->pr;
     double hidden = pr->link_time > 0 ? 1 - pr->offload / pr->link_time : 1;
@@ -102,7 +108,7 @@ static void text_header(FILE *f, const PlanResult *r) {
             "parameter) lives on its node: %.1f GiB of host memory a node (of %.0f GiB)",
             r->w_bytes + r->g_bytes + r->o_bytes, pr->host / GIB, cl->host_memory / GIB);
     if (pr->nvme > 0) fprintf(f, " and %.1f GiB of NVMe (of %.0f GiB)", pr->nvme / GIB, cl->nvme / GIB);
-    fprintf(f, "; AdamW on the CPU\n  every rank: its shard's home is %.2f GiB of host memory",
+    fprintf(f, "; %s on the CPU\n  every rank: its shard's home is %.2f GiB of host memory", opt_text(r),
             pr->host / cl->gpus_per_node / GIB);
     if (pr->nvme > 0)
       fprintf(f, " and %.2f GiB of NVMe (part of its optimizer state)", pr->nvme / cl->gpus_per_node / GIB);

@@ -593,8 +593,7 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
   double moved = r->g->train.opt == OPT_LAMB ? 3 * r->w_bytes + r->g_bytes + 4 * r->o_bytes
                                              : 2 * (r->w_bytes + r->g_bytes + r->o_bytes);
   double opt = shard * moved / (cl->dev.memory_bw * cl->dev.mem_eff);
-  double cpu_adam =
-      shard * 2 * (r->w_bytes + r->g_bytes + r->o_bytes) / (cl->host_mem_bw / cl->gpus_per_node * HOST_MEM_EFF);
+  double cpu_adam = shard * moved / (cl->host_mem_bw / cl->gpus_per_node * HOST_MEM_EFF);
   if (ch->offload ==
       OFFLOAD_OPTIMIZER) /* gradients down and weights up over the host link, AdamW streaming the host's memory */
     opt = shard * (r->g_bytes + r->w_bytes) / cl->host_link_bw + cpu_adam;
@@ -626,9 +625,11 @@ static void price_step(const Search *S, const PlanChoice *ch, const StageCost *s
   pr->bubble = pipe - ch->m * c->time;
   pr->dp_comm = sum->dp_time + sum->tie_time;
   pr->link_bytes = sum->link_bytes, pr->link_time = sum->link_time, pr->offload = sum->link_exposed;
-  /* STATE's NVMe part is read and written once a step, by the node's ranks at once */
+  /* STATE's NVMe part is read and written once a step (LAMB: once in each of its update's
+   * three passes, codegen/offload.h), by the node's ranks at once */
   const Cluster *cl = r->cl;
-  pr->nvme_time = pr->nvme > 0 ? 2 * pr->nvme / cl->nvme_bw : 0;
+  int passes = r->g->train.opt == OPT_LAMB ? 3 : 1;
+  pr->nvme_time = pr->nvme > 0 ? 2 * passes * pr->nvme / cl->nvme_bw : 0;
   pr->optimizer = sum->opt_time + pr->nvme_time;
   pr->step = pipe + pr->dp_comm + pr->optimizer + pr->offload;
   pr->fits = pr->peak <= r->usable;
@@ -749,15 +750,13 @@ static void try_choice(Search *S, Mesh *mesh, CandSet *cs, int ci, PlanChoice ch
    * (over one rank too: layer by layer). Code generation compiles the whole state's
    * offload of data-parallel plans (codegen/offload.h; tensor and pipeline parallelism
    * with offload compile from forced plans) with every micro-batch written into the step,
-   * so at most OFFLOAD_MAX_M of them, and not with LAMB (whose update reads the state
-   * twice, around its trust ratios); the optimizer's state alone is priced only. */
+   * so at most OFFLOAD_MAX_M of them; the optimizer's state alone is priced only. */
   int olo = f->offload >= 0 ? f->offload : 0, ohi = f->offload >= 0 ? f->offload : OFFLOAD_STATE;
   const Cluster *cl = S->r->cl;
   for (int off = olo; off <= ohi; off++) {
     if (off == OFFLOAD_OPTIMIZER && S->r->o_bytes == 0 && f->offload < 0) continue;
     if (f->exec &&
-        (off == OFFLOAD_OPTIMIZER ||
-         (off == OFFLOAD_STATE && (ch.tp > 1 || ch.pp > 1 || ch.m > OFFLOAD_MAX_M || S->r->g->train.opt == OPT_LAMB))))
+        (off == OFFLOAD_OPTIMIZER || (off == OFFLOAD_STATE && (ch.tp > 1 || ch.pp > 1 || ch.m > OFFLOAD_MAX_M))))
       continue;
     int lo = off == OFFLOAD_STATE ? 3 : zlo, hi = off == OFFLOAD_STATE ? 3 : zhi;
     if (off == OFFLOAD_STATE && ((f->zero >= 0 && f->zero != 3) || ch.pp > 1))
@@ -964,8 +963,6 @@ static const char *offload_room(Search *S) {
   static char buf[200];
   const Cluster *cl = S->r->cl;
   if (S->f->offload == OFFLOAD_NONE) return "";
-  if (S->f->exec && S->r->g->train.opt == OPT_LAMB) /* try_choice weighs none */
-    return "; offloading it is not compiled with LAMB yet (adamw or sgd can be offloaded)";
   snprintf(buf, sizeof buf,
            "; offloaded, it has %.1f GiB of host memory (--host-memory) and %.1f GiB of NVMe "
            "(--nvme) on each of %d node%s",

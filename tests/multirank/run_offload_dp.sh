@@ -26,15 +26,18 @@
 # each holding only its own at its homes (codegen/offload.h), and the run also saves a
 # checkpoint after 2 steps and resumes from it to step 4, again equal to one rank.
 # DEVICE=cuda EMUL=DIR (device.sh): the ranks run the emulated CUDA device.
+# OPTIMIZER=lamb: both programs train with LAMB, whose update passes over the chunks three
+# times (codegen/offload.h), at lr 1e-2 and eps 1e-3 (tests/multirank/run_mesh.sh says why).
 # Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [host|nvme|mb2|tp2|pp2|tp2pp2|planned] [ZERO]
 set -eu
 cc=$1 work=$2 py=$3 src=$4 mpirun=$5 np=$6 mode=${7:-host} zero=${8:-0}
 [ "$mode" = planned ] && zero=3 # what the search chooses (checked below)
-run=$work/offload-dp$np-$mode-z$zero${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdir -p "$run" && cd "$run"
+run=$work/offload-dp$np-$mode-z$zero${OPTIMIZER:+-$OPTIMIZER}${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdir -p "$run" && cd "$run"
 . "$src/tests/multirank/device.sh"
 model="$src/models/gpt2-tiny.model"
-cfg="--set seq=16 --set d=256 --set layers=4"
+cfg="--set seq=16 --set d=256 --set layers=4${OPTIMIZER:+ --optimizer $OPTIMIZER}"
 args="--data $work/genesis.bin --steps 4 --threads 1 --eps 1e-6"
+[ -n "${OPTIMIZER:-}" ] && args="$args --lr 1e-2 --eps 1e-3"
 dp=$np tp=1 pp=1 cplan="--set batch=1"
 case $mode in tp2) dp=$((np / 2)) tp=2 ;; pp2) dp=$((np / 2)) pp=2 ;; tp2pp2) dp=$((np / 4)) tp=2 pp=2 ;; esac
 [ $((tp * pp)) -gt 1 ] && cfg="$cfg --set vocab=2048 --set seq=64"
