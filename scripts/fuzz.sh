@@ -6,7 +6,9 @@
 # colossalc_rt instrumented for coverage), seeds a corpus for each (models/, tests/bad/,
 # tests/golden/ and tests/fuzz/seeds/; tests/fuzz/onnx/, tests/onnx/bad/,
 # tests/onnx/models/ and 200 random graphs from tests/fuzz/gen_onnx.py;
-# tests/fuzz/files/), and runs each for SECONDS (default 60).
+# tests/fuzz/files/), and runs each for SECONDS (default 60), as many at once as the
+# machine has cores (each libFuzzer process is one thread), each one's output in
+# .fuzz-corpus/TARGET.log, its last lines printed when it ends.
 # Exits non-zero on any finding (crash, hang, leak, undefined behaviour, out of
 # memory); the reproducer is left in .fuzz-corpus/findings/. The corpora grow in
 # .fuzz-corpus/work*/ from run to run; none of it is committed.
@@ -34,19 +36,41 @@ cp tests/fuzz/onnx/*.onnx tests/onnx/bad/*.onnx tests/onnx/models/*.onnx "$root/
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
-for t in $targets; do
+# One target's run, its output in its log; the status is libFuzzer's.
+fuzz_one() {
+  local t=$1 work seed extra
   case $t in
   frontend) work=$root/work seed=$root/seed extra="-dict=tests/fuzz/model.dict -max_len=4096" ;;
   onnx) work=$root/work-onnx seed=$root/seed-onnx extra="-dict=tests/fuzz/onnx.dict -max_len=32768" ;;
   files) work=$root/work-files seed=tests/fuzz/files extra="-dict=tests/fuzz/files.dict -max_len=8192" ;;
-  *) echo "fuzz: unknown target $t (frontend, onnx or files)" >&2; exit 2 ;;
   esac
-  echo "fuzz: running fuzz_$t for $secs s"
-  if ! build-fuzz/fuzz_"$t" "$work" "$seed" $extra -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-         -artifact_prefix="$root/findings/" -print_final_stats=1; then
-    echo "fuzz: FINDING in fuzz_$t; reproducer in $root/findings/:" >&2
-    ls -t "$root/findings" | head -5 >&2
-    exit 1
-  fi
-  echo "fuzz: no finding in fuzz_$t in $secs s"
+  build-fuzz/fuzz_"$t" "$work" "$seed" $extra -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+    -artifact_prefix="$root/findings/" -print_final_stats=1 > "$root/$t.log" 2>&1
+}
+for t in $targets; do
+  case $t in frontend | onnx | files) ;; *) echo "fuzz: unknown target $t (frontend, onnx or files)" >&2; exit 2 ;; esac
 done
+todo=($targets) failed=""
+for ((at = 0; at < ${#todo[@]}; at += $(nproc))); do
+  batch=("${todo[@]:at:$(nproc)}") pids=()
+  for t in "${batch[@]}"; do
+    echo "fuzz: running fuzz_$t for $secs s"
+    fuzz_one "$t" &
+    pids+=($!)
+  done
+  for k in "${!batch[@]}"; do
+    t=${batch[k]}
+    if wait "${pids[k]}"; then
+      tail -3 "$root/$t.log"
+      echo "fuzz: no finding in fuzz_$t in $secs s"
+    else
+      tail -40 "$root/$t.log" >&2
+      echo "fuzz: FINDING in fuzz_$t; reproducer in $root/findings/:" >&2
+      failed="$failed $t"
+    fi
+  done
+done
+if [ -n "$failed" ]; then
+  ls -t "$root/findings" | head -5 >&2
+  exit 1
+fi
