@@ -270,10 +270,6 @@ static void prune_kernels(Program **ps, int n) {
 
 /* ---- the gradient norm and the update ------------------------------------------------ */
 
-/* gradnorm's kernels are one per parameter, in order, among what else the list holds
- * (an offload program's moves and waits), which stays as it is. Each runs on the ranks
- * that count its parameter; then each run of parameters counted by the same ranks is one
- * kernel (fuse_runs). */
 /* in, parameter k's kernel of a sum over the mesh, made to run on the ranks that count k:
  * a tensor-parallel split one on every tp rank, a replicated one on tp rank 0; over dp its
  * owner from ZeRO stage 1, else dp rank 0 (the tied parameters' lowest stage: `lowest`).
@@ -285,6 +281,10 @@ static bool count_once(const Program *p, IsaInstr *in, int k) {
   return in->tp_rank >= 0 || in->dp_rank >= 0;
 }
 
+/* gradnorm's kernels are one per parameter, in order, among what else the list holds
+ * (an offload program's moves and waits), which stays as it is. Each runs on the ranks
+ * that count its parameter; then each run of parameters counted by the same ranks is one
+ * kernel (fuse_runs). */
 static void compose_norm(Program **ps, int n, Program *p, const bool *lowest) {
   ir_assert(count_kernels(&p->gradnorm) == p->nparams);
   bool partial = false, *skip = arena_array(p->arena, p->nparams + 1, sizeof *skip);
@@ -302,10 +302,6 @@ static void compose_norm(Program **ps, int n, Program *p, const bool *lowest) {
   for (int i = 0; i < old.n; i++) *pseq_push(p->arena, &p->gradnorm, (IsaOp)old.v[i].op) = old.v[i];
 }
 
-/* update: each parameter's kernel on its owner from ZeRO stage 1, then each run of
- * parameters the same ranks update one kernel, except in an offload program (whose update
- * goes chunk by chunk, the state of one brought from NVMe while the one before updates:
- * codegen/offload.h); the broadcasts from the owners at stages 1 and 2 after them. */
 /* LAMB's update: before each parameter's "lamb" kernel (on its updating ranks), on those
  * ranks its moments, then on the ranks that count it (count_once, `lowest`) the partial
  * sums of its norms, from zero; then "trust", which turns them into the ratios. */
@@ -327,6 +323,10 @@ static void compose_lamb(Program **ps, int n, Program *p, const bool *lowest) {
   for (int i = 0; i < old.n; i++) *pseq_push(p->arena, s, (IsaOp)old.v[i].op) = old.v[i];
 }
 
+/* update: each parameter's kernel on its owner from ZeRO stage 1, then each run of
+ * parameters the same ranks update one kernel, except in an offload program (whose update
+ * goes chunk by chunk, the state of one brought from NVMe while the one before updates:
+ * codegen/offload.h); the broadcasts from the owners at stages 1 and 2 after them. */
 static void compose_update(Program **ps, int n, Program *p, bool offload, const bool *lowest) {
   ir_assert(count_kernels(&p->update) == p->nparams); /* with an offload program's moves and waits between them */
   for (int k = 0; k < p->nparams && p->zero_stage >= 1; k++) param_kernel(&p->update, k)->dp_rank = p->params[k].owner;

@@ -2149,14 +2149,14 @@ static Kernel *lamb_norm_kernel(L *l, int pk, int index) {
   int b[3];
   Kernel *k = lamb_new(l, pk, "lambnorm", index, b);
   int64_t slot = trust_slot(p, pk);
-  int parts = trust_buf(l, k, "parts", 0, 2 * p->trust_parts);
-  KView v = kview_contig(k, 0), at = {.offset = slot};
+  int rows = (int)k->rows, wp = trust_buf(l, k, "wparts", slot, rows);
+  int up = trust_buf(l, k, "uparts", p->trust_parts + slot, rows);
+  KView v = kview_contig(k, 0), at = {.offset = 0};
   at.strides[0] = 1;
   KExpr *w = kx_load(l->a, k, b[0], v), *u = lamb_dir(l, k, b, v, run_decay(l, k, pk, pk + 1));
   int aw = kernel_reduce(k, KR_SUM, B(MUL, w, w)), au = kernel_reduce(k, KR_SUM, B(MUL, u, u));
-  kernel_row(k, parts, at, KS_SET, kx_acc(l->a, k, aw));
-  at.offset += p->trust_parts;
-  kernel_row(k, parts, at, KS_SET, kx_acc(l->a, k, au));
+  kernel_row(k, wp, at, KS_SET, kx_acc(l->a, k, aw));
+  kernel_row(k, up, at, KS_SET, kx_acc(l->a, k, au));
   kernel_check(k);
   return k;
 }

@@ -61,7 +61,7 @@ echo "== tests under ASan+UBSan"
 # the tests that set ASAN_OPTIONS themselves start it with the same flag (CMakeLists.txt
 # says why: LeakSanitizer's tracer and dlopen'ed libraries' thread-local storage)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-intercept_tls_get_addr=0}
-run_ctest build-asan -L "^(fast|sanitize)$" -LE slow
+run_ctest build-asan -L "^(fast|sanitize)$" -LE "^(slow|vendor)$"
 
 echo "== fuzzing the readers for ${FUZZ_SECONDS:-30} s"
 scripts/fuzz.sh "${FUZZ_SECONDS:-30}"

@@ -19,6 +19,10 @@
 #              and full disks, NaN (tests/faults)
 # And one beside the area: slow, on the long fault runs (the soak, 8-rank kills, the
 # resharding matrix) and the emulated GPU's 20-step numerics (cuda_emul_gpu_bounds).
+# And vendor, beside fast, on a test whose time is a vendor tool's: NVRTC compiling the
+# emitted CUDA C (nvrtc_*_sm_80; the emitting, nvrtc_emit_*, is ours and stays). The
+# sanitizer pass leaves them out: its sanitizers would watch NVRTC's run, not ours (about
+# 160 s of its time), and the source they compile is the same as in the normal pass.
 # The sanitizer pass of scripts/test.sh runs the fast tier and the tests labelled
 # sanitize (beside their area: tests/CMakeLists.txt names them), never slow ones. Under
 # AddressSanitizer a trained program runs 5 to 12 times slower (30 times under mpirun,

@@ -106,6 +106,7 @@ foreach(model ${nvrtc_models})
   add_test(NAME nvrtc_${stem}_sm_90 COMMAND nvrtc_check ${dir}/kernels.cu sm_90 64)
   set_tests_properties(nvrtc_${stem}_sm_80 nvrtc_${stem}_sm_90 PROPERTIES FIXTURES_REQUIRED cuda_${stem} TIMEOUT 900)
   colossalc_label(fast nvrtc_emit_${stem} nvrtc_${stem}_sm_80)
+  colossalc_label(vendor nvrtc_${stem}_sm_80)
   colossalc_label(cuda_emul nvrtc_${stem}_sm_90)
 endforeach()
 # GPT-2's bf16 and fp16 programs (their 16-bit loads, stores and roundings; attention on
@@ -126,6 +127,7 @@ foreach(prec bf16 fp16 fp8)
   set_tests_properties(nvrtc_gpt2_${prec}_sm_80 nvrtc_gpt2_${prec}_sm_90 PROPERTIES FIXTURES_REQUIRED cuda_gpt2_${prec}
                        TIMEOUT 900)
   colossalc_label(fast nvrtc_emit_gpt2_${prec} nvrtc_gpt2_${prec}_sm_80)
+  colossalc_label(vendor nvrtc_gpt2_${prec}_sm_80)
   colossalc_label(cuda_emul nvrtc_gpt2_${prec}_sm_90)
 endforeach()
 # LLaMA's head of 128 in bf16: the widest tiles and the most registers of the tensor-core
