@@ -2102,7 +2102,7 @@ static int64_t trust_slot(const Program *p, int k) {
 int64_t lower_trust_slot(const Program *p, int k) { return trust_slot(p, k); }
 
 /* The trust buffer as a kernel binds it: the pending work buffer while lowering places it
- * (L.trust_buf), after that its place in WORK. */
+ * (L.trust_pending), after that its place in WORK. */
 static int trust_buf(L *l, Kernel *k, const char *name, int64_t slot, int64_t n) {
   int tier = l->trust_pending ? PENDING + (int)l->p->trust_offset : TIER_WORK;
   int64_t base = l->trust_pending ? 0 : l->p->trust_offset;

@@ -39,11 +39,18 @@ static int64_t reserved_bytes(const Executor *ex, int t) {
   return (exec_tier_bytes(ex, t) + g - 1) / g * g;
 }
 
-/* The staging buffer of the collectives' reorders and the host buffer of "norm". */
+/* The staging buffer of the collectives' reorders and the host buffers of "norm" and
+ * LAMB's "trust" (its slots: the last parameter's end). */
 static int exec_alloc_scratch(Executor *ex) {
-  const ProgStage *s = ex->prog->s;
+  const Prog *p = ex->prog;
+  const ProgStage *s = p->s;
   if (s->staging > 0 && !(ex->staging = ex->dev->alloc(ex->dev, s->staging))) return -1;
-  return (ex->norm_parts = calloc((size_t)s->norm_parts + 1, sizeof *ex->norm_parts)) ? 0 : -1;
+  if (!(ex->norm_parts = calloc((size_t)s->norm_parts + 1, sizeof *ex->norm_parts))) return -1;
+  if (s->optimizer != PROG_OPT_LAMB || s->trust_ends < 0) return 0;
+  int64_t slots = s->nparams > 0 ? p->ints[s->trust_ends + s->nparams - 1] : 0;
+  ex->trust_parts = malloc((size_t)(2 * slots + 1) * sizeof *ex->trust_parts);
+  ex->trust_sq = malloc((size_t)(2 * p->stages[0].nparams + 1) * sizeof *ex->trust_sq);
+  return ex->trust_parts && ex->trust_sq ? 0 : -1;
 }
 
 /* Under ex->lock. */
@@ -111,8 +118,8 @@ void exec_free(Executor *ex) {
     free(ex->commits[t]);
   }
   if (ex->staging) ex->dev->free(ex->dev, ex->staging);
-  free(ex->norm_parts);
-  ex->staging = NULL, ex->norm_parts = NULL;
+  free(ex->norm_parts), free(ex->trust_parts), free(ex->trust_sq);
+  ex->staging = NULL, ex->norm_parts = ex->trust_parts = NULL, ex->trust_sq = NULL;
   memset(ex->tiers, 0, sizeof ex->tiers);
   memset(ex->run, 0, sizeof ex->run);
   memset(ex->commits, 0, sizeof ex->commits);
@@ -529,12 +536,9 @@ static int exec_trust(Executor *ex, const IsaInstr *in, int64_t iter) {
   const Prog *p = ex->prog;
   const IsaTrust *t = &in->trust;
   int64_t nmodel = p->stages[0].nparams;
-  float *parts = malloc((size_t)(2 * t->count + 1) * sizeof *parts);
-  double *sq = calloc((size_t)(2 * nmodel + 1), sizeof *sq);
-  if (!parts || !sq) {
-    free(parts), free(sq);
-    return -1;
-  }
+  float *parts = ex->trust_parts; /* exec_alloc_scratch's */
+  double *sq = ex->trust_sq;
+  memset(sq, 0, (size_t)(2 * nmodel) * sizeof *sq);
   exec_read(ex, TIER_WORK, t->offset, parts, 2 * t->count * 4);
   const int64_t *ends = &p->ints[p->s->trust_ends];
   for (int64_t k = 0, at = 0; k < p->s->nparams; at = ends[k++])
@@ -546,7 +550,6 @@ static int exec_trust(Executor *ex, const IsaInstr *in, int64_t iter) {
     if (ends[k] > at) parts[at] = w > 0 && u > 0 ? (float)(sqrt(w) / sqrt(u)) : 1.0f;
   }
   exec_write(ex, TIER_WORK, t->offset, parts, t->count * 4);
-  free(parts), free(sq);
   return 0;
 }
 

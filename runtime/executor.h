@@ -233,6 +233,8 @@ struct Executor {
                                    and the device's own bytes) since the same */
   char *staging;                /* [staging] device scratch of "comm" reorders */
   float *norm_parts;            /* [norm_parts] host: "norm"'s partial sums */
+  float *trust_parts;           /* LAMB: [2 x its slots] host: "trust"'s partial sums */
+  double *trust_sq;             /* [2 x the model's parameters] their squares by parameter */
   ExecCtx ctx;
   ExecStep step;
   Offload *off;         /* an offload program's locations and copy thread

@@ -50,9 +50,9 @@ fuzz_one() {
 for t in $targets; do
   case $t in frontend | onnx | files) ;; *) echo "fuzz: unknown target $t (frontend, onnx or files)" >&2; exit 2 ;; esac
 done
-todo=($targets) failed=""
-for ((at = 0; at < ${#todo[@]}; at += $(nproc))); do
-  batch=("${todo[@]:at:$(nproc)}") pids=()
+queue=($targets) failed=""
+for ((at = 0; at < ${#queue[@]}; at += $(nproc))); do
+  batch=("${queue[@]:at:$(nproc)}") pids=()
   for t in "${batch[@]}"; do
     echo "fuzz: running fuzz_$t for $secs s"
     fuzz_one "$t" &
