@@ -23,6 +23,9 @@
 # emitted CUDA C (nvrtc_*_sm_80; the emitting, nvrtc_emit_*, is ours and stays). The
 # sanitizer pass leaves them out: its sanitizers would watch NVRTC's run, not ours (about
 # 160 s of its time), and the source they compile is the same as in the normal pass.
+# For the same reason the emitter's lowered tests (codegen_cuda_lowered_*) skip their
+# NVRTC compile in the sanitizer build and keep the rest (the host shim under the
+# sanitizers against kernel_eval).
 # The sanitizer pass of scripts/test.sh runs the fast tier and the tests labelled
 # sanitize (beside their area: tests/CMakeLists.txt names them), never slow ones. Under
 # AddressSanitizer a trained program runs 5 to 12 times slower (30 times under mpirun,

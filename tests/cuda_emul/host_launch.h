@@ -34,9 +34,10 @@ static void cc_fiber_main() {
     for (unsigned b = 0; b < gridDim.x; b++) {
       blockIdx.x = cc_fib[t].block = b;
       cc_job.fn(cc_job.bufs, cc_job.n, cc_job.scalars);
-      cc_barrier_wait(&cc_block_barrier, blockDim.x); // the block is done
-      if (t == 0) cc_poison_shared();
-      cc_barrier_wait(&cc_block_barrier, blockDim.x); // the next starts on fresh shared memory
+      // the block is done; the last of its threads to arrive poisons shared memory, so
+      // that the next starts on fresh (one barrier, not two: a switch per thread saved)
+      if (cc_block_barrier.arrived + 1 == blockDim.x) cc_poison_shared();
+      cc_barrier_wait(&cc_block_barrier, blockDim.x);
     }
     cc_fib[t].done = true;
     cc_yield();
@@ -44,7 +45,7 @@ static void cc_fiber_main() {
 }
 
 // Runs fiber i until it yields (not inlined: the caller's variables stay out of the
-// _setjmp frame).
+// setjmp's frame).
 __attribute__((noinline)) static void cc_switch_to(unsigned i) {
   cc_fiber *f = &cc_fib[i];
   cc_cur = i;
@@ -54,10 +55,10 @@ __attribute__((noinline)) static void cc_switch_to(unsigned i) {
   void *fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, f->stack, CC_STACK);
 #endif
-  if (!_setjmp(cc_sched)) {
-    if (f->started) _longjmp(f->jb, 1);
+  if (!__builtin_setjmp(cc_sched)) {
+    if (f->started) cc_jump(f->jb);
     f->started = true;
-    swapcontext(&cc_sched_uc, &f->uc); // never returns here: the fiber comes back by _longjmp
+    swapcontext(&cc_sched_uc, &f->uc); // never returns here: the fiber comes back by cc_jump
   }
 #if CC_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
@@ -87,6 +88,47 @@ __attribute__((noinline)) static void cc_make_fiber(cc_fiber *f) {
   makecontext(&f->uc, cc_fiber_main, 0);
 }
 
+// A launch's shape: the kernel, grid, block, n, and the pattern of its buffers that
+// are the same buffer (an in-place update's input and output). A kernel's accesses and
+// waits follow from those, so races are watched in the first launch of each shape only
+// (later ones are checked for bounds: host_shim.h), and a shape whose first launch never
+// waited at a barrier runs without fibers after it. Shapes past the table's room are
+// launched as first ones.
+struct cc_shape {
+  void *kernel;
+  unsigned grid, block;
+  long long n;
+  uint64_t alias;
+  bool waits; // its first launch waited at a barrier
+};
+// The table's entry of a launch's shape, *first when it was not there; NULL when full.
+static cc_shape *cc_shape_of(void *kernel, unsigned grid, unsigned block, long long n, char *const *bufs, bool *first) {
+  enum { CAP = 1 << 12 };
+  static cc_shape seen[CAP];
+  static unsigned used;
+  uint64_t alias = 0; // for each buffer, the first buffer with its address (4 bits each)
+  for (unsigned i = 0; i < 16; i++) {
+    unsigned j = 0;
+    while (bufs[j] != bufs[i]) j++;
+    alias |= (uint64_t)j << (4 * i);
+  }
+  uint64_t h = ((uint64_t)(uintptr_t)kernel ^ grid * 0x9E3779B1ull ^ (uint64_t)block << 40 ^ (uint64_t)n * 31 ^ alias) *
+               0x9E3779B97F4A7C15ull;
+  *first = true;
+  for (unsigned i = (unsigned)(h >> 52) & (CAP - 1);; i = (i + 1) & (CAP - 1)) {
+    cc_shape *s = &seen[i];
+    if (!s->kernel) {
+      if (2 * used >= CAP) return nullptr; // half full: remember no more
+      *s = cc_shape{kernel, grid, block, n, alias, true}, used++;
+      return s;
+    }
+    if (s->kernel == kernel && s->grid == grid && s->block == block && s->n == n && s->alias == alias) {
+      *first = false;
+      return s;
+    }
+  }
+}
+
 // bufs: the address of each of the kernel's buffers, passed by value as on a GPU.
 extern "C" int cc_host_launch(void *kernel, unsigned grid, unsigned block, char *const *bufs, long long n,
                               const float *scalars) {
@@ -97,10 +139,27 @@ extern "C" int cc_host_launch(void *kernel, unsigned grid, unsigned block, char 
   blockDim = cc_uint3{block, 1, 1};
   cc_job.fn = (cc_kernel_fn)kernel;
   cc_cur_kernel = kernel;
+  bool first;
+  cc_shape *shape = cc_shape_of(kernel, grid, block, n, bufs, &first);
+  cc_checking = first;
   cc_launch_id++, cc_raced = false, cc_nwords_used = 0; // the words of earlier launches are stale
   memcpy(cc_job.bufs.p, bufs, sizeof cc_job.bufs.p);
   cc_job.n = n;
   cc_job.scalars = scalars;
+  if (!first && !shape->waits) { // each thread to its end in turn, on this stack
+    cc_direct = true;
+    for (unsigned b = 0; b < grid; b++) {
+      blockIdx.x = b;
+      for (unsigned t = 0; t < block; t++) {
+        cc_cur = t, threadIdx.x = t, cc_fib[t].block = b;
+        cc_job.fn(cc_job.bufs, n, scalars);
+      }
+      cc_poison_shared();
+    }
+    cc_direct = false;
+    return 0;
+  }
+  cc_waited = false;
   cc_block_barrier = cc_barrier{0, 0};
   for (unsigned w = 0; w < 32; w++) cc_warp_barrier[w] = cc_barrier{0, 0};
   for (unsigned i = 0; i < block; i++) cc_fib[i].done = false, cc_fib[i].block = 0;
@@ -110,5 +169,6 @@ extern "C" int cc_host_launch(void *kernel, unsigned grid, unsigned block, char 
     for (unsigned i = 0; i < block; i++)
       if (!cc_fib[i].done) cc_switch_to(i), running = true;
   }
+  if (shape && first) shape->waits = cc_waited;
   return cc_raced ? -1 : 0;
 }

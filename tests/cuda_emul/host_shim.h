@@ -6,7 +6,8 @@
 //     #include "host_launch.h"     cc_host_launch
 // as C++ into a shared object.
 // Each GPU thread is a fiber: all of them run on the launching thread, switching with
-// _setjmp/_longjmp (no system call), so __syncthreads() and a warp's shuffle cost a
+// the compiler's __builtin_setjmp/__builtin_longjmp (no system call, no signal mask,
+// no unwinding), so __syncthreads() and a warp's shuffle cost a
 // few switches rather than a futex round through the OS scheduler. Blocks run one
 // after another, __syncthreads() is a barrier of the block's fibers,
 // __shfl_xor_sync() and __shfl_sync() exchange through memory between two barriers of
@@ -17,7 +18,10 @@
 // GPU's trap ends the context), and for races within the launch (cc_race below): two
 // threads of a block touching a word with no barrier of the block (or of their warp)
 // between, one writing; two blocks touching a word, one writing. A race fails the
-// launch after printing both accesses.
+// launch after printing both accesses. A training launches each kernel with the same
+// grid, size and buffers step after step: races are watched in the first launch of
+// each such shape (the kernel, grid, block, n, and which of its buffers are one
+// another), bounds in every launch (host_launch.h, cc_first_of_shape).
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -65,8 +69,12 @@ struct cc_shared_reg {
 #define __launch_bounds__(...)
 
 // ---- fibers: one per GPU thread, and the scheduler that runs them in turn ----
+// A fiber's or the scheduler's place: __builtin_setjmp's five words. The builtin's
+// longjmp may not be in the function of its setjmp: cc_jump is its own.
+typedef void *cc_jmp[5];
+__attribute__((noinline)) static void cc_jump(cc_jmp j) { __builtin_longjmp(j, 1); }
 struct cc_fiber {
-  jmp_buf jb;    // where it waits
+  cc_jmp jb;     // where it waits
   ucontext_t uc; // its first start
   char *stack;
   bool started, done;
@@ -74,7 +82,7 @@ struct cc_fiber {
   unsigned shfl_round; // its shuffles so far (which slot set is next)
 };
 static cc_fiber cc_fib[CC_MAX_THREADS];
-static jmp_buf cc_sched;
+static cc_jmp cc_sched;
 static ucontext_t cc_sched_uc;
 static unsigned cc_cur; // the running fiber
 #if CC_ASAN
@@ -88,10 +96,10 @@ static void cc_yield() {
 #if CC_ASAN
   void *fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, cc_sched_bottom, cc_sched_size);
-  if (!_setjmp(f->jb)) _longjmp(cc_sched, 1);
+  if (!__builtin_setjmp(f->jb)) cc_jump(cc_sched);
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #else
-  if (!_setjmp(f->jb)) _longjmp(cc_sched, 1);
+  if (!__builtin_setjmp(f->jb)) cc_jump(cc_sched);
 #endif
 }
 
@@ -173,7 +181,9 @@ static const void *cc_word_key(const void *addr, unsigned block) {
       return (const void *)((uintptr_t)addr ^ ((uintptr_t)(block + 1) << 47));
   return addr;
 }
+static bool cc_checking; // this launch's accesses are watched (cc_host_launch says which)
 static void cc_watch(const void *addr, bool write) {
+  if (!cc_checking) return;
   cc_acc now = cc_now();
   cc_word *w = cc_word_of(cc_word_key(addr, now.block));
   if (w->w.tid != ~0u && !cc_ordered(w->w, now)) cc_race(addr, w->w, true, now, write);
@@ -227,8 +237,24 @@ template <class T> static inline long long cc_wr4(const T *b, long long a, long 
 #define CC_RD4(b, a, n) cc_rd4((b), (a), (n))
 #define CC_WR4(b, a, n) cc_wr4((b), (a), (n))
 
+// A kernel's own waits: __syncthreads(), and a warp's exchanges (shuffles, mma). A
+// launch of a shape whose first launch never waited runs without fibers, each thread
+// to its end in turn (cc_direct, host_launch.h); a wait there cannot be kept, and ends
+// the process saying so.
+static bool cc_direct, cc_waited;
+static void cc_kernel_wait(cc_barrier *b, unsigned count) {
+  if (cc_direct) {
+    fprintf(stderr, "cuda emulation: ");
+    cc_report_kernel(stderr);
+    fprintf(stderr, " waited at a barrier in a launch whose shape's first launch did not (run without fibers)\n");
+    abort();
+  }
+  cc_waited = true;
+  cc_barrier_wait(b, count);
+}
+
 static float cc_shfl_slot[2][CC_MAX_THREADS];
-static inline void __syncthreads() { cc_barrier_wait(&cc_block_barrier, blockDim.x); }
+static inline void __syncthreads() { cc_kernel_wait(&cc_block_barrier, blockDim.x); }
 // Every lane of the running fiber's warp puts its v in a slot; returns the warp's slots
 // once all have.
 // Two slot sets used in turn: one barrier per exchange is enough, since no lane can
@@ -238,7 +264,7 @@ static inline const float *cc_shfl_exchange(unsigned mask, float v) {
   unsigned t = threadIdx.x;
   float *slot = cc_shfl_slot[cc_fib[t].shfl_round++ & 1];
   slot[t] = v;
-  cc_barrier_wait(&cc_warp_barrier[t >> 5], 32);
+  cc_kernel_wait(&cc_warp_barrier[t >> 5], 32);
   return slot + (t & ~31u);
 }
 static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
@@ -274,7 +300,7 @@ static inline void cc_mma(float *d, const unsigned *a, const unsigned *b, bool b
   unsigned(*slot)[6] = cc_mma_slot[cc_fib[t].shfl_round++ & 1];
   for (int i = 0; i < 4; i++) slot[t][i] = a[i];
   slot[t][4] = b[0], slot[t][5] = b[1];
-  cc_barrier_wait(&cc_warp_barrier[t >> 5], 32);
+  cc_kernel_wait(&cc_warp_barrier[t >> 5], 32);
   const unsigned(*w)[6] = slot + (t & ~31u);
   for (int i = 0; i < 4; i++) {
     const unsigned row = g + 8 * (unsigned)(i >> 1), col = 2 * t4 + (unsigned)(i & 1);
