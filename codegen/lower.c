@@ -61,6 +61,8 @@ typedef struct L {
   int fp8_rows;       /* states placed so far (a stage's chunks: from the ones before) */
   int fp8_amax;       /* the step's gathered amaxes (emit_fp8_update), -1 until made */
   bool trust_pending; /* LAMB: Program.trust_offset is a work buffer's index, not yet placed */
+  bool split_w;       /* a pipeline chunk's backward lowered as two passes, B then W (lower_stage) */
+  int nb;             /* then: the instruction where W begins in l->seq; -1 otherwise */
 } L;
 
 /* ---- buffers and instructions ---------------------------------------------------- */
@@ -2397,7 +2399,7 @@ static void build_forward(L *l, const Node *logits) {
 static L *l_new(Program *p, Graph *g, PSeq *seq) {
   Arena *a = p->arena;
   L *l = arena_alloc(a, sizeof *l);
-  *l = (L){.g = g, .p = p, .a = a, .seq = seq, .fp8_buf = -1, .fp8_amax = -1};
+  *l = (L){.g = g, .p = p, .a = a, .seq = seq, .fp8_buf = -1, .fp8_amax = -1, .nb = -1};
   l->val = arena_array(a, g->n, sizeof *l->val);
   l->uses = arena_array(a, g->n, sizeof *l->uses);
   l->user = arena_array(a, g->n, sizeof *l->user);
@@ -2432,6 +2434,22 @@ static int64_t placed(const L *l, const Node *n) {
 /* The graph's nodes into l->seq, its gradients into their slots. Chunk c (or NULL)
  * gets the buffer of each boundary value in its arrays (buffer indices until the
  * memory plan places them). */
+/* The backward's nodes that no gradient sent to the previous stage (wrt_grads) depends
+ * on: the weight gradients' pass (W) of a split backward; the others are B. */
+static bool *w_nodes(L *l) {
+  const Graph *g = l->g;
+  bool *need = arena_array(l->a, g->n, sizeof *need), *w = arena_array(l->a, g->n, sizeof *w);
+  for (int k = 0; k < g->nwrt; k++)
+    if (g->wrt_grads[k]) need[g->wrt_grads[k]->id] = true;
+  for (int i = g->n - 1; i >= g->n_forward; i--) {
+    const Node *x = g->nodes[i];
+    if (need[x->id])
+      for (int j = 0; j < x->nin; j++) need[x->in[j]->id] = true;
+    w[x->id] = !need[x->id];
+  }
+  return w;
+}
+
 static void lower_nodes(L *l, PChunk *c) {
   Graph *g = l->g;
   analyse(l);
@@ -2442,19 +2460,27 @@ static void lower_nodes(L *l, PChunk *c) {
   if (logits) l->need_layout[logits->id] = true;
   for (int i = 0; i < g->n; i++) /* first: a GEMM's epilogue may read a bias that comes later */
     if (g->nodes[i]->op == OP_PARAM) lower_node(l, g->nodes[i]);
-  for (int i = 0; i < g->n; i++) {
-    l->at = g->nodes[i];
-    if (g->nodes[i]->op != OP_PARAM) lower_node(l, g->nodes[i]);
-    if (c && i == g->n_forward - 1)
-      for (int k = 0; k < g->nouts; k++) c->out[k].offset = boundary(l, g->outs[k]);
-  }
-  fill_grad_slots(l);
-  if (g->loss) l->bufs[l->val[g->loss->id].buf].pinned = true;
-  if (c)
-    for (int k = 0; k < g->nwrt; k++) {
-      l->at = g->wrt_grads[k];
-      c->wrt_grad[k].offset = g->wrt_grads[k] ? boundary(l, g->wrt_grads[k]) : -1;
+  /* split: the forward and B, the gradients sent, then W (which no B node reads) */
+  bool *w = c && l->split_w ? w_nodes(l) : NULL;
+  for (int pass = 0; pass < (w ? 2 : 1); pass++) {
+    for (int i = pass ? g->n_forward : 0; i < g->n; i++) {
+      if (w && i >= g->n_forward && w[g->nodes[i]->id] != pass) continue;
+      l->at = g->nodes[i];
+      if (g->nodes[i]->op != OP_PARAM) lower_node(l, g->nodes[i]);
+      if (c && i == g->n_forward - 1)
+        for (int k = 0; k < g->nouts; k++) c->out[k].offset = boundary(l, g->outs[k]);
     }
+    if (c && (!w || pass == 0)) {
+      if (!w) fill_grad_slots(l);
+      for (int k = 0; k < g->nwrt; k++) {
+        l->at = g->wrt_grads[k];
+        c->wrt_grad[k].offset = g->wrt_grads[k] ? boundary(l, g->wrt_grads[k]) : -1;
+      }
+      if (w) l->nb = l->seq->n;
+    }
+  }
+  if (!c || w) fill_grad_slots(l);
+  if (g->loss) l->bufs[l->val[g->loss->id].buf].pinned = true;
 }
 
 /* The parameters of the chunks, merged by name, in PARAMS (and GRADS, and OPT) one after the
@@ -2675,9 +2701,9 @@ static void loosen_exchanges(L *l, const PChunk *ch, const PSeq *all) {
     int b = (int)ch->out[k].offset;
     l->bufs[b].pinned = false, touch(l, b, nf - 1);
   }
-  for (int k = 0; k < g->nwrt; k++) {
+  for (int k = 0; k < g->nwrt; k++) { /* sent after the backward's (split: B's) call */
     int b = (int)ch->wrt_grad[k].offset;
-    if (b >= 0) l->bufs[b].pinned = false, touch(l, b, all->n - 1);
+    if (b >= 0) l->bufs[b].pinned = false, touch(l, b, (l->nb >= 0 ? l->nb : all->n) - 1);
     b = l->val[g->wrt[k]->id].buf;
     l->bufs[b].pinned = false, touch(l, b, 0);
   }
@@ -2694,11 +2720,12 @@ static void loosen_exchanges(L *l, const PChunk *ch, const PSeq *all) {
  * a received activation its backward reads) is its slot's. None when the passes
  * interleave or a collective runs beside what follows. */
 static void mark_scratch(L *l, const PSeq *all) {
-  int nf = forward_count(l, all);
+  int nf = forward_count(l, all), nb = l->nb >= 0 ? l->nb : all->n;
   if (nf < 0) return;
   for (int i = 0; i < l->nbufs; i++) {
     LBuf *b = &l->bufs[i];
-    b->scratch = b->tier == TIER_WORK && !b->shared && !b->pinned && b->first >= 0 && (b->last < nf || b->first >= nf);
+    b->scratch = b->tier == TIER_WORK && !b->shared && !b->pinned && b->first >= 0 &&
+                 (b->last < nf || (b->first >= nf && b->last < nb) || b->first >= nb);
   }
 }
 
@@ -2721,13 +2748,14 @@ static int64_t place_chunks(L **ls, int n, bool split, int64_t shared0, int64_t 
   return slot;
 }
 
-Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, int nmodel, int64_t slots) {
+Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, int nmodel, int64_t slots,
+                     bool split_w) {
   Program *p = program_new(gs[0]);
   Arena *a = p->arena;
   p->chunks = arena_array(a, n, sizeof *p->chunks);
   p->nchunks = n;
   L **ls = arena_array(a, n, sizeof *ls);
-  for (int c = 0; c < n; c++) ls[c] = l_new(p, gs[c], &p->step);
+  for (int c = 0; c < n; c++) ls[c] = l_new(p, gs[c], &p->step), ls[c]->split_w = split_w;
   layout_params(p, gs, n, ls);
   stage_inputs(p, gs, n, model, nmodel);
   int64_t shared = stage_fp8(p, gs, n, ls), base, work;
@@ -2745,7 +2773,11 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
     lower_nodes(l, ch);
     if (c + 1 < n && l->fp8_buf >= 0) ls[c + 1]->fp8_rows = l->fp8_rows; /* the next chunk's states follow */
     for (int i = 0; i < all[c].n; i++)
-      *emit(l, all[c].v[i].node < g->n_forward ? &ch->fwd : &ch->bwd, all[c].v[i].op) = all[c].v[i];
+      *emit(l,
+            all[c].v[i].node < g->n_forward ? &ch->fwd
+            : l->nb >= 0 && i >= l->nb      ? &ch->wgrad
+                                            : &ch->bwd,
+            all[c].v[i].op) = all[c].v[i];
     loosen_exchanges(l, ch, &all[c]);
     mark_scratch(l, &all[c]);
   }
@@ -2761,8 +2793,8 @@ Program *lower_stage(Graph **gs, const int *index, int n, const PInput *model, i
     L *l = ls[c];
     PChunk *ch = &p->chunks[c];
     for (int i = 0; !split && i < l->nbufs; i++) l->bufs[i].scratch = false;
-    PSeq *seqs[3] = {&all[c], &ch->fwd, &ch->bwd};
-    patch(l, k0[c], k0[c + 1], seqs, 3);
+    PSeq *seqs[4] = {&all[c], &ch->fwd, &ch->bwd, &ch->wgrad};
+    patch(l, k0[c], k0[c + 1], seqs, 4);
     for (int k = 0; k < g->nouts; k++) ch->out[k] = loc_of(l, (int)ch->out[k].offset, 0);
     for (int k = 0; k < g->nwrt; k++) {
       if (ch->wrt_grad[k].offset >= 0) ch->wrt_grad[k] = loc_of(l, (int)ch->wrt_grad[k].offset, 0);

@@ -90,6 +90,7 @@ typedef struct PChunk {
   const Graph *g;
   int index; /* the chunk's number in the model */
   PSeq fwd, bwd;
+  PSeq wgrad;           /* split_w (ZB-H1): the weight gradients' part of the backward, bwd the rest */
   int64_t *inputs;      /* [ninputs of the stage] WORK offsets of the inputs the chunk reads,
                          * -1 for those it does not */
   int64_t loss;         /* offset, -1 when the chunk has none */
@@ -169,8 +170,12 @@ Program *lower_program(Graph *g);
  * work tier, and the working set of their passes in the region the slots share
  * (program/program.h), unless one region per chunk in each slot takes less; `step` is
  * left for the schedule (codegen/pipeline.h); its inputs are those of the model's
- * (model_inputs) that its chunks read. requires: each graph differentiated. */
-Program *lower_stage(Graph **chunks, const int *index, int n, const PInput *model, int nmodel, int64_t slots);
+ * (model_inputs) that its chunks read. With split_w (ZB-H1) each backward is two
+ * passes: B, the nodes the gradients sent to the previous stage depend on, and W
+ * (PChunk.wgrad), the rest (the weight gradients), lowered after B, so that what W reads
+ * of B's stays in the micro-batch's slot. requires: each graph differentiated. */
+Program *lower_stage(Graph **chunks, const int *index, int n, const PInput *model, int nmodel, int64_t slots,
+                     bool split_w);
 
 /* The work tier's bytes: its slots and the region they share. */
 static inline int64_t program_work_bytes(const Program *p) {

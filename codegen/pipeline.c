@@ -17,6 +17,7 @@ static int stage_of(const Partition *part, int chunk) { return chunk % part->pp;
 
 /* Whether action a can run: every message it receives was sent. */
 static bool ready(const Sim *S, PipeAction a) {
+  if (a.w) return true; /* a weight-gradient pass follows its B on the stage, no message */
   for (int b = 0; b < S->part->nbound; b++) {
     const Boundary *bd = &S->part->bound[b];
     if (a.fwd && bd->to == a.chunk && S->sent[2 * b] <= a.mb) return false;
@@ -26,6 +27,7 @@ static bool ready(const Sim *S, PipeAction a) {
 }
 
 static int run_action(Sim *S, PipeAction a, char *err, size_t errlen) {
+  if (a.w) return 0;
   for (int b = 0; b < S->part->nbound; b++) {
     const Boundary *bd = &S->part->bound[b];
     int *rv = NULL, *sd = NULL;
@@ -43,15 +45,15 @@ static int run_action(Sim *S, PipeAction a, char *err, size_t errlen) {
   return 0;
 }
 
-int pipe_check(const Partition *part, int m, bool interleaved, char *err, size_t errlen) {
-  int pp = part->pp, per = 2 * m * part->v, rc = 0;
+int pipe_check(const Partition *part, int m, PipeSchedule kind, char *err, size_t errlen) {
+  int pp = part->pp, per = pipe_actions(part->v, m, kind), rc = 0;
   PipeAction *acts = malloc(sizeof *acts * (size_t)pp * per);
   int *next = calloc(pp, sizeof *next), *cnt = calloc(2 * part->nbound + 1, sizeof *cnt);
   int *rcv = calloc(2 * part->nbound + 1, sizeof *rcv);
   if (!acts || !next || !cnt || !rcv) error_plain("out of memory checking the pipeline schedule");
   Sim S = {part, m, pp, cnt, rcv};
   for (int s = 0; s < pp; s++)
-    if (pipe_schedule(pp, part->v, m, interleaved, s, acts + s * per) != per) {
+    if (pipe_schedule(pp, part->v, m, kind, s, acts + s * per) != per) {
       snprintf(err, errlen, "stage %d: schedule of the wrong length", s);
       rc = -1;
     }
@@ -68,7 +70,10 @@ int pipe_check(const Partition *part, int m, bool interleaved, char *err, size_t
       while (next[s] == per) s++;
       PipeAction a = acts[s * per + next[s]];
       snprintf(err, errlen, "deadlock: stage %d waits forever in %s of chunk %d, micro-batch %d", s,
-               a.fwd ? "the forward" : "the backward", a.chunk, a.mb);
+               a.fwd ? "the forward"
+               : a.w ? "the weight gradients"
+                     : "the backward",
+               a.chunk, a.mb);
       rc = -1;
     }
   }
@@ -137,8 +142,9 @@ void pipe_flatten(Program *p) {
 
 /* One action of stage s's schedule into `to`: its micro-batch's slot, then (forward) its
  * inputs, the activations it receives, the call of the chunk's forward, what it sends,
- * its loss, or (backward) the gradients it receives, the call, what it sends. The
- * micro-batch is mb + step * i in a loop's iteration i. */
+ * its loss, or (backward) the gradients it receives, the call, what it sends, or (a
+ * weight-gradient pass) the call alone. The micro-batch is mb + step * i in a loop's
+ * iteration i. calls: each chunk's forward, backward and weight-gradient lists. */
 static void put_action(Program *p, const Partition *part, PSeq *to, PipeAction x, int64_t step, const int *calls) {
   Arena *a = p->arena;
   int c = 0;
@@ -146,6 +152,10 @@ static void put_action(Program *p, const Partition *part, PSeq *to, PipeAction x
   if (c == p->nchunks) diag_internal(__FILE__, __LINE__, "pipeline: a stage runs a chunk it does not hold");
   const PChunk *ch = &p->chunks[c];
   pseq_push(a, to, ISA_SLOT)->slot = (IsaSlot){x.mb, step};
+  if (x.w) {
+    pseq_push(a, to, ISA_CALL)->call.list = calls[3 * c + 2];
+    return;
+  }
   for (int j = 0; x.fwd && j < p->ninputs; j++) pipe_put_input(p, to, j, x.mb, step, ch->inputs[j]);
   for (int b = 0; b < part->nbound; b++) {
     const Boundary *bd = &part->bound[b];
@@ -154,7 +164,7 @@ static void put_action(Program *p, const Partition *part, PSeq *to, PipeAction x
     if (!x.fwd && bd->from == x.chunk && bd->seed >= 0)
       put_p2p(a, to, ISA_RECV, stage_of(part, bd->to), 2 * b + 1, ch->seed[bd->seed], bd->count);
   }
-  pseq_push(a, to, ISA_CALL)->call.list = calls[2 * c + !x.fwd];
+  pseq_push(a, to, ISA_CALL)->call.list = calls[3 * c + !x.fwd];
   for (int b = 0; b < part->nbound; b++) {
     const Boundary *bd = &part->bound[b];
     if (x.fwd && bd->from == x.chunk)
@@ -169,18 +179,19 @@ static void put_action(Program *p, const Partition *part, PSeq *to, PipeAction x
 static bool repeats(const PipeAction *acts, int i, int per, int n, int d) {
   for (int k = 0; k < n; k++) {
     PipeAction x = acts[i + k], y = acts[i + k + per];
-    if (x.fwd != y.fwd || x.chunk != y.chunk || y.mb - x.mb != d) return false;
+    if (x.fwd != y.fwd || x.w != y.w || x.chunk != y.chunk || y.mb - x.mb != d) return false;
   }
   return true;
 }
 
 /* The longest loop starting at action i of n: a period of per actions (of the
- * candidates 1, 2, pp x v and 2 x pp x v: the schedules' warm-up, steady and cool-down
- * phases), repeated *count >= 2 times, each d micro-batches after the last; 0 when none. */
+ * candidates 1, 2, 3, pp x v and 2 x pp x v: the schedules' warm-up, steady (ZB-H1's F,
+ * B, W) and cool-down phases), repeated *count >= 2 times, each d micro-batches after
+ * the last; 0 when none. */
 static int find_loop(const PipeAction *acts, int i, int n, int pv, int *count, int *d) {
-  const int periods[4] = {1, 2, pv, 2 * pv};
+  const int periods[5] = {1, 2, 3, pv, 2 * pv};
   int best = 0;
-  for (int c = 0; c < 4; c++) {
+  for (int c = 0; c < 5; c++) {
     int per = periods[c], reps = 1;
     if (i + 2 * per > n) continue;
     int delta = acts[i + per].mb - acts[i].mb;
@@ -195,12 +206,12 @@ static int find_loop(const PipeAction *acts, int i, int n, int pv, int *count, i
  * not grow with the micro-batches). Micro-batch mb uses slot mb mod slots: the
  * micro-batches a stage holds at once are consecutive (both schedules start and finish
  * them in order), so no two of them share one. */
-static void compose(Program *p, const Partition *part, int m, bool interleaved, int s) {
+static void compose(Program *p, const Partition *part, int m, PipeSchedule kind, int s) {
   Arena *a = p->arena;
-  int per = 2 * m * part->v;
+  int per = pipe_actions(part->v, m, kind);
   PipeAction *acts = arena_array(a, per, sizeof *acts);
-  pipe_schedule(part->pp, part->v, m, interleaved, s, acts);
-  p->slots = pipe_slots(part->pp, part->v, m, interleaved, s); /* what the plan priced */
+  pipe_schedule(part->pp, part->v, m, kind, s, acts);
+  p->slots = pipe_slots(part->pp, part->v, m, kind, s); /* what the plan priced */
   int *first = arena_array(a, m, sizeof *first), *last = arena_array(a, m, sizeof *last);
   bool *busy = arena_array(a, p->slots, sizeof *busy);
   for (int i = 0; i < m; i++) first[i] = -1;
@@ -213,12 +224,13 @@ static void compose(Program *p, const Partition *part, int m, bool interleaved, 
     ir_assert(first[acts[i].mb] != i || !busy[k]);
     busy[k] = first[acts[i].mb] == i ? true : last[acts[i].mb] == i ? false : busy[k];
   }
-  int *calls = arena_array(a, 2 * p->nchunks, sizeof *calls);
+  int *calls = arena_array(a, 3 * p->nchunks, sizeof *calls);
+  const char *names[3] = {"fwd", "bwd", "wgrad"};
   for (int c = 0; c < p->nchunks; c++)
-    for (int b = 0; b < 2; b++) {
-      calls[2 * c + b] =
-          program_add_list(p, arena_printf(a, "chunk%d.%s", p->chunks[c].index, b ? "bwd" : "fwd"), true);
-      p->lists[calls[2 * c + b]].seq = b ? p->chunks[c].bwd : p->chunks[c].fwd;
+    for (int b = 0; b < (kind == PS_ZBH1 ? 3 : 2); b++) {
+      calls[3 * c + b] = program_add_list(p, arena_printf(a, "chunk%d.%s", p->chunks[c].index, names[b]), true);
+      PChunk *ch = &p->chunks[c];
+      p->lists[calls[3 * c + b]].seq = b == 2 ? ch->wgrad : b ? ch->bwd : ch->fwd;
     }
   for (int i = 0; i < per;) {
     int count = 1, d = 0, n = find_loop(acts, i, per, part->pp * part->v, &count, &d);
@@ -296,10 +308,10 @@ static void renumber(PSeq *s, int base) {
     if (s->v[i].op == ISA_KERNEL) s->v[i].kernel.id += base;
 }
 
-Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
+Program **lower_pipeline(const Partition *part, int m, PipeSchedule kind) {
   Arena *a = part->chunk[0]->arena;
   char err[256];
-  if (pipe_check(part, m, interleaved, err, sizeof err))
+  if (pipe_check(part, m, kind, err, sizeof err))
     diag_internal(__FILE__, __LINE__, arena_printf(a, "pipeline schedule: %s", err));
   int pp = part->pp, total = 0;
   Program **ps = arena_array(a, pp, sizeof *ps);
@@ -309,9 +321,9 @@ Program **lower_pipeline(const Partition *part, int m, bool interleaved) {
     Graph **gs = arena_array(a, part->v, sizeof *gs);
     int *idx = arena_array(a, part->v, sizeof *idx), n = 0;
     for (int k = s; k < part->nchunks; k += pp) gs[n] = part->chunk[k], idx[n++] = k;
-    Program *p = ps[s] = lower_stage(gs, idx, n, model, nmodel, pipe_slots(pp, part->v, m, interleaved, s));
+    Program *p = ps[s] = lower_stage(gs, idx, n, model, nmodel, pipe_slots(pp, part->v, m, kind, s), kind == PS_ZBH1);
     p->tp = part->tp, p->pp = pp, p->stage = s, p->microbatches = m;
-    compose(p, part, m, interleaved, s);
+    compose(p, part, m, kind, s);
     total += p->nkernels;
   }
   if (pipe_check_order(ps, pp, err, sizeof err))

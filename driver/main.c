@@ -209,7 +209,7 @@ static void show_version(Options *o, const char *arg) {
 static const Choices plan_formats = {3, (const char *const[]){"text", "json", "svg"}, NULL};
 static const Choices calibrate_devices = {3, (const char *const[]){"auto", "cpu", "cuda"}, NULL};
 static const Choices zero_stages = {4, (const char *const[]){"0", "1", "2", "3"}, NULL};
-static const Choices pipe_schedules = {2, schedule_names, NULL};
+static const Choices pipe_schedules = {PS_KINDS, schedule_names, NULL};
 static const Choices recompute_modes = {RC_COUNT + 1, (const char *const[]){"none", "selective", "full", "auto"}, NULL};
 static const Choices attention_kernels = {2, attn_kernel_names, NULL};
 static const Choices classifier_kernels = {2, (const char *const[]){"materialized", "fused"}, NULL};
@@ -272,7 +272,7 @@ static const Choices lr_schedules = {2, (const char *const[]){"cosine", "constan
   X("--zero", " S", CK_CHOICE, CHOOSE(force.zero, zero_stages), CF_PLAN, "force the ZeRO stage (0-3)")                \
   X("--microbatch-size", " N", CK_POS, FIELD(force.mbs), CF_PLAN, "force the micro-batch size (sequences)")           \
   X("--schedule", " S", CK_CHOICE, CHOOSE(force.schedule, pipe_schedules), CF_PLAN,                                   \
-    "force the pipeline schedule: 1f1b or interleaved")                                                               \
+    "force the pipeline schedule: 1f1b, interleaved or zb-h1")                                                        \
   X("--virtual-stages", " V", CK_POS, FIELD(force.v), CF_PLAN,                                                        \
     "force the model chunks per stage of the interleaved schedule")                                                   \
   X("--offload", " O", CK_CHOICE, CHOOSE(force.offload, offload_kinds), CF_PLAN,                                      \
@@ -594,7 +594,8 @@ static PlanResult *search_plan(Arena *arena, const Graph *g, Options *o, Cluster
   if (c->offload >= 0) f.offload = c->offload;
   f.classifier_fused = o->classifier_fused;
   if (f.v > 1 && f.schedule < 0) f.schedule = PS_INTERLEAVED;
-  if (f.v > 1 && f.schedule == PS_1F1B) error_plain("--virtual-stages %d needs --schedule interleaved", f.v);
+  if (f.v > 1 && f.schedule != PS_INTERLEAVED && f.schedule >= 0)
+    error_plain("--virtual-stages %d needs --schedule interleaved", f.v);
   /* Only what code generation runs (so that --dump-plan shows the plan -o compiles),
    * unless --what-if asks for what the code generators cannot emit yet. */
   bool compiling = o->out || o->emit_kernels || o->emit_program || o->emit_llvm || o->emit_cuda || o->dump_after;
@@ -1006,7 +1007,7 @@ static void lower(Build *b) {
   const PlanChoice *ch = &b->ch;
   if (ch->pp > 1) {
     b->nps = ch->pp;
-    b->ps = lower_pipeline(b->part, ch->m, ch->sched == PS_INTERLEAVED);
+    b->ps = lower_pipeline(b->part, ch->m, (PipeSchedule)ch->sched);
   } else {
     b->nps = 1;
     b->ps = arena_array(b->part->chunk[0]->arena, 1, sizeof *b->ps);

@@ -130,6 +130,18 @@ double cost_pipeline_time(const double *stage_time, int p, int m, int v) {
   return m * tmax + (sum - tmax) / (v < 1 ? 1 : v);
 }
 
+double cost_pipeline_time_zb(const double *stage_time, const double *w_time, int p, int m) {
+  double tmax = 0, sum = 0, fmax = 0;
+  for (int i = 0; i < p; i++) {
+    double f = stage_time[i] - 2 * w_time[i];
+    if (f < 0) f = 0;
+    sum += f;
+    if (f > fmax) fmax = f;
+    if (stage_time[i] > tmax) tmax = stage_time[i];
+  }
+  return m * tmax + sum - fmax;
+}
+
 double cost_inflight(int i, int p, int m, int v) {
   if (v <= 1) return (double)(m < p - i ? m : p - i);
   double chunks = 2.0 * (p - i - 1) + (double)(v - 1) * p + 1;

@@ -82,6 +82,12 @@ double cost_bubble_fraction(int p, int m, int v);
  * backward): m·T_max + (ΣT_i - T_max)/v. Balanced stages give (m + (p-1)/v)·T. */
 double cost_pipeline_time(const double *stage_time, int p, int m, int v);
 
+/* The same under ZB-H1 (plan/schedule.h), w_time[i] being stage i's weight-gradient
+ * passes (W) of a micro-batch: m·T_max + Σf_i − f_max with f_i = T_i − 2W_i (a
+ * stage's forward and input-gradient passes less its W, Qi et al. 2024), which is
+ * (m·T + (p−1)(F+B−W)) for balanced stages. */
+double cost_pipeline_time_zb(const double *stage_time, const double *w_time, int p, int m);
+
 /* Micro-batches (in units of a whole stage's activations) that stage i of p holds
  * at its peak: min(m, p - i) for 1F1B; interleaved, chunks in flight
  * 2(p-i-1) + (v-1)p + 1 (at most m·v), each 1/v of the stage. Stage 0 of an

@@ -409,15 +409,17 @@ char *plan_to_json(const PlanResult *r) {
 /* ---- SVG: the pipeline timeline of one step and memory per device ----------------------- */
 
 typedef struct Op {
-  int fwd, chunk, mb;
+  int fwd, w, chunk, mb; /* w: a weight-gradient pass (ZB-H1), not a backward's B */
   double start, end;
 } Op;
 
-/* Forward and backward time of chunk k per micro-batch (its layers, tensor-parallel
- * communication, recompute, and its share of the stage's transfers). */
-static void chunk_times(const PlanResult *r, const Plan *p, int k, double *f, double *b, double *stash) {
+/* Forward, backward and, under ZB-H1, weight-gradient (W, in *wt and not in *b) time of
+ * chunk k per micro-batch: its layers, tensor-parallel communication, recompute, and its
+ * share of the stage's transfers; W is half the backward's compute, as the plan prices
+ * it (plan/search.c). */
+static void chunk_times(const PlanResult *r, const Plan *p, int k, double *f, double *b, double *wt, double *stash) {
   const PlanModel *pm = r->pm;
-  *f = *b = *stash = 0;
+  *f = *b = *wt = *stash = 0;
   for (int s = 0; s < pm->nseg; s++) {
     bool in = (pm->seg[s].kind == SEG_LAYER && s - pm->first_layer_seg >= p->chunk_lo[k] &&
                s - pm->first_layer_seg < p->chunk_hi[k]) ||
@@ -425,35 +427,28 @@ static void chunk_times(const PlanResult *r, const Plan *p, int k, double *f, do
     if (!in) continue;
     const SegCost *c = &p->sc->seg[s];
     *f += c->t_fwd + c->c_fwd, *b += c->t_bwd + c->c_bwd + c->t_rc, *stash += c->stash;
+    if (p->ch.sched == PS_ZBH1) *wt += c->t_bwd / 2;
   }
   double p2p = p->stage[k % p->ch.pp].p2p / p->ch.v / 2;
-  *f += p2p, *b += p2p;
+  *f += p2p, *b += p2p - *wt;
 }
 
-/* The order of forward and backward passes on stage i: Megatron's 1F1B, or its
- * interleaved schedule (warm-up of 2(p-i-1) + (v-1)p chunk passes). */
+/* The order of the passes on stage i: the schedule the program runs (plan/schedule.h),
+ * each pass's chunk as the stage's own index. */
 static int stage_order(const Plan *p, int i, Op *ops) {
-  int P = p->ch.pp, v = p->ch.v, m = p->ch.m, M = m * v, n = 0;
-  int warm = v == 1 ? P - i - 1 : 2 * (P - i - 1) + (v - 1) * P;
-  if (warm > M) warm = M;
-  int nf = 0, nb = 0;
-  for (int k = 0; k < warm; k++, nf++) ops[n++] = (Op){1, 0, nf, 0, 0};
-  while (nb < M) {
-    if (nf < M) ops[n++] = (Op){1, 0, nf++, 0, 0};
-    ops[n++] = (Op){0, 0, nb++, 0, 0};
-  }
-  for (int k = 0; k < n; k++) { /* virtual index -> chunk and micro-batch */
-    int vi = ops[k].mb, g = vi % (P * v), c = g / P;
-    ops[k].chunk = ops[k].fwd ? c : v - 1 - c;
-    ops[k].mb = vi / (P * v) * P + vi % P;
-  }
+  int P = p->ch.pp, v = p->ch.v, m = p->ch.m, n = pipe_actions(v, m, p->ch.sched);
+  PipeAction *acts = malloc((size_t)n * sizeof *acts);
+  if (!acts) error_plain("out of memory drawing the pipeline");
+  pipe_schedule(P, v, m, p->ch.sched, i, acts);
+  for (int k = 0; k < n; k++) ops[k] = (Op){acts[k].fwd, acts[k].w, acts[k].chunk / P, acts[k].mb, 0, 0};
+  free(acts);
   return n;
 }
 
-/* Start and end of every pass: each waits for its stage and for its input.
- * cf, cb: forward and backward time of each chunk. */
-static double simulate(const Plan *p, Op **ops, const int *nops, const double *cf, const double *cb, double *fend,
-                       double *bend) {
+/* Start and end of every pass: each waits for its stage and for its input (a W for its
+ * micro-batch's B). cf, cb, cw: forward, backward (B) and W time of each chunk. */
+static double simulate(const Plan *p, Op **ops, const int *nops, const double *cf, const double *cb, const double *cw,
+                       double *fend, double *bend) {
   int P = p->ch.pp, m = p->ch.m, K = P * p->ch.v, done = 0, total = 0, *next = calloc(P, sizeof(int));
   double *free_at = calloc(P, sizeof(double)), span = 0;
   for (int i = 0; i < P; i++) total += nops[i];
@@ -466,11 +461,12 @@ static double simulate(const Plan *p, Op **ops, const int *nops, const double *c
         int mb = o->mb, k = o->chunk * P + i;
         double dep = 0;
         if (o->fwd && k > 0) dep = fend[((k - 1) * m) + mb];
-        if (!o->fwd) dep = k < K - 1 ? bend[((k + 1) * m) + mb] : fend[(k * m) + mb];
+        if (!o->fwd && !o->w) dep = k < K - 1 ? bend[((k + 1) * m) + mb] : fend[(k * m) + mb];
+        if (o->w) dep = bend[k * m + mb];
         if (dep < 0) break;
         o->start = free_at[i] > dep ? free_at[i] : dep;
-        o->end = o->start + (o->fwd ? cf[k] : cb[k]);
-        (o->fwd ? fend : bend)[k * m + mb] = o->end;
+        o->end = o->start + (o->fwd ? cf[k] : o->w ? cw[k] : cb[k]);
+        if (!o->w) (o->fwd ? fend : bend)[k * m + mb] = o->end;
         free_at[i] = o->end;
         if (o->end > span) span = o->end;
         next[i]++, done++, progress++;
@@ -496,7 +492,8 @@ static void svg_text(FILE *f, double x, double y, const char *anchor, int size, 
 
 static void svg_timeline(FILE *f, const Plan *p, Op **ops, const int *nops, double span, double y0, double w) {
   const char *fc[4] = {"#4e79a7", "#76a5d4", "#2c5d8a", "#9cc3e6"},
-             *bc[4] = {"#59a14f", "#8cd17d", "#3d7a35", "#b6e3ab"};
+             *bc[4] = {"#59a14f", "#8cd17d", "#3d7a35", "#b6e3ab"},
+             *wc[4] = {"#edc948", "#f1d77a", "#c9a92e", "#f6e6a8"};
   char buf[64];
   for (int i = 0; i < p->ch.pp; i++) {
     double y = y0 + i * 22;
@@ -508,8 +505,15 @@ static void svg_timeline(FILE *f, const Plan *p, Op **ops, const int *nops, doub
       fprintf(
           f,
           "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"18\" fill=\"%s\"><title>%s micro-batch %d chunk %d: %.4g-%.4g s</title></rect>\n",
-          x, y, ww > 0.3 ? ww : 0.3, (o->fwd ? fc : bc)[o->chunk % 4], o->fwd ? "forward" : "backward", o->mb, o->chunk,
-          o->start, o->end);
+          x, y, ww > 0.3 ? ww : 0.3,
+          (o->fwd ? fc
+           : o->w ? wc
+                  : bc)[o->chunk % 4],
+          o->fwd                   ? "forward"
+          : o->w                   ? "weight gradients (W)"
+          : p->ch.sched == PS_ZBH1 ? "input gradients (B)"
+                                   : "backward",
+          o->mb, o->chunk, o->start, o->end);
       if (ww > 14) {
         snprintf(buf, sizeof buf, "%d", o->mb);
         fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" fill=\"white\" text-anchor=\"middle\">%s</text>\n",
@@ -580,8 +584,10 @@ static void svg_memory_time(FILE *f, const PlanResult *r, Op **ops, const int *n
     double base = st->weights + st->grads + st->optimizer, held = 0, x = 80;
     fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.2\" points=\"%.1f,%.1f", col[i % 8], x,
             y0 + h - base * scale);
-    for (int k = 0; k < nops[i]; k++) { /* a forward allocates at its start, a backward frees at its end */
+    for (int k = 0; k < nops[i];
+         k++) { /* a forward allocates at its start, a backward (ZB-H1: its W) frees at its end */
       const Op *o = &ops[i][k];
+      if (!o->fwd && !o->w && p->ch.sched == PS_ZBH1) continue;
       double t = o->fwd ? o->start : o->end, dv = cs[o->chunk * p->ch.pp + i] * (o->fwd ? 1 : -1);
       double xx = 80 + w * t / span;
       fprintf(f, " %.1f,%.1f", xx, y0 + h - (base + held) * scale);
@@ -594,7 +600,7 @@ static void svg_memory_time(FILE *f, const PlanResult *r, Op **ops, const int *n
 
 void plan_dump_svg(FILE *f, const PlanResult *r) {
   const Plan *p = &r->best;
-  int P = p->ch.pp, n = p->ch.m * p->ch.v * 2;
+  int P = p->ch.pp, n = pipe_actions(p->ch.v, p->ch.m, p->ch.sched);
   Op **ops = calloc(P, sizeof *ops);
   int *nops = calloc(P, sizeof(int));
   double *fend = calloc((size_t)P * p->ch.v * p->ch.m, sizeof(double)),
@@ -604,12 +610,12 @@ void plan_dump_svg(FILE *f, const PlanResult *r) {
     nops[i] = stage_order(p, i, ops[i]);
   }
   int K = P * p->ch.v;
-  double *cf = calloc(3 * (size_t)K, sizeof(double)), *cb = cf + K, *cs = cb + K;
-  for (int k = 0; k < K; k++) chunk_times(r, p, k, &cf[k], &cb[k], &cs[k]);
-  double span = simulate(p, ops, nops, cf, cb, fend, bend), w = 1100;
+  double *cf = calloc(4 * (size_t)K, sizeof(double)), *cb = cf + K, *cw = cb + K, *cs = cw + K;
+  for (int k = 0; k < K; k++) chunk_times(r, p, k, &cf[k], &cb[k], &cw[k], &cs[k]);
+  double span = simulate(p, ops, nops, cf, cb, cw, fend, bend), w = 1100;
   if (span <= 0) span = 1;
   double y_mem = 70 + P * 22 + 50, y_time = y_mem + P * 22 + 70, height = y_time + 180;
-  char buf[256], sched[48] = "";
+  char buf[384], sched[48] = "";
   if (p->ch.v > 1) snprintf(sched, sizeof sched, " with %d chunks per stage", p->ch.v);
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
   fprintf(
@@ -623,8 +629,8 @@ void plan_dump_svg(FILE *f, const PlanResult *r) {
   svg_text(f, 10, 20, "start", 14, buf);
   snprintf(buf, sizeof buf,
            "pipeline timeline of one step (%.4g s as simulated pass by pass; the cost model predicts %.4g s "
-           "including data-parallel communication and the optimizer): forward blue, backward green",
-           span, p->pr.step);
+           "including data-parallel communication and the optimizer): forward blue, backward green%s",
+           span, p->pr.step, p->ch.sched == PS_ZBH1 ? " (input gradients B), weight gradients W yellow" : "");
   svg_text(f, 10, 40, "start", 11, buf);
   svg_timeline(f, p, ops, nops, span, 60, w);
   svg_text(f, 10, y_mem - 24, "start", 11, "memory per device by stage, at its peak (of the device's capacity)");
@@ -774,7 +780,7 @@ static void read_plan(PReader *r, Arena *a, const Graph *g, const cJSON *root, P
   read_int(r, root, "microbatch_size", "microbatch_size", 1, 1 << 24, &f->mbs);
   read_int(r, root, "virtual_stages", "virtual_stages", 1, 64, &f->v);
   read_name(r, root, "recompute", recompute_names, RC_COUNT, &f->rc);
-  read_name(r, root, "schedule", schedule_names, 2, &f->schedule);
+  read_name(r, root, "schedule", schedule_names, PS_KINDS, &f->schedule);
   read_name(r, root, "attention", attn_kernel_names, 2, &f->attn);
   read_name(r, root, "offload", offload_names, OFFLOAD_KINDS, &f->offload);
   int prec = -1;

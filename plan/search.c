@@ -10,7 +10,7 @@
 #include <time.h>
 
 const char *const offload_names[OFFLOAD_KINDS + 1] = {"none", "optimizer", "state", NULL};
-const char *const schedule_names[2] = {"1f1b", "interleaved"};
+const char *const schedule_names[PS_KINDS + 1] = {"1f1b", "interleaved", "zb-h1", NULL};
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 enum { MAX_MBS = 64, MAX_V = 8, MAX_MESH = 512, OFFLOAD_MAX_M = 64 };
@@ -95,8 +95,8 @@ typedef struct Search {
   int nmesh;
   StageCost *stage;                  /* scratch [max pp] */
   int *segbuf, *seg_stage;           /* scratch [nseg]: a stage's segments; the stage of each segment */
-  double *times;                     /* scratch [max pp] */
-  int slots_of[4], *slots;           /* (pp, v, m, interleaved) and the slots of its stages (stage_inflight) */
+  double *times, *wtimes;            /* scratch [max pp]: each stage's time, and its W passes' (ZB-H1) */
+  int slots_of[4], *slots;           /* (pp, v, m, schedule) and the slots of its stages (stage_inflight) */
   int **param_segs;                  /* [g->n] the segments that use each parameter */
   ParamUse *shared_buf, *shared_all; /* stage_shared's: [shared_cap] */
   int shared_cap;
@@ -420,7 +420,7 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
 }
 
 typedef struct StageSums {
-  double stash, work, dp, dptp, dptp_mb, maxp, flops_rc;
+  double stash, wgrad_hold, work, dp, dptp, dptp_mb, maxp, flops_rc;
   double max_param;     /* the stage's largest parameter */
   double work_held[3];  /* one micro-batch's backward at its largest: a segment's working set beside the stash
                          * of the segments before it, less the whole stash; [1] with ZeRO-3's gathered
@@ -441,7 +441,7 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
     const SegCost *s = &c->seg[segs[a]];
     const SegParams *sp = &cs->sp[ci][segs[a]];
     st->t_fwd += s->t_fwd, st->t_bwd += s->t_bwd, st->tp_comm += s->c_fwd + s->c_bwd, st->t_rc += s->t_rc;
-    q->stash += s->stash;
+    q->stash += s->stash, q->wgrad_hold += s->wgrad_hold;
     /* the backward working set: a recomputed segment's activations with its stash, else
      * its gradients beside the stash already counted */
     double ws = s->transient > 0 ? s->stash + s->transient : s->grad_work;
@@ -510,10 +510,10 @@ static double stage_exchange(const Search *S, const ShardCand *c, const int *sta
  * Megatron's count of chunks in flight. */
 static double stage_inflight(Search *S, const PlanChoice *ch, int i) {
   if (!S->f->exec || ch->pp == 1) return cost_inflight(i, ch->pp, ch->m, ch->v);
-  int key[4] = {ch->pp, ch->v, ch->m, ch->sched == PS_INTERLEAVED};
+  int key[4] = {ch->pp, ch->v, ch->m, ch->sched};
   if (!S->slots || memcmp(key, S->slots_of, sizeof key)) {
     S->slots = arena_array(S->a, ch->pp, sizeof *S->slots);
-    for (int s = 0; s < ch->pp; s++) S->slots[s] = pipe_slots(ch->pp, ch->v, ch->m, key[3], s);
+    for (int s = 0; s < ch->pp; s++) S->slots[s] = pipe_slots(ch->pp, ch->v, ch->m, (PipeSchedule)key[3], s);
     memcpy(S->slots_of, key, sizeof key);
   }
   return S->slots[i];
@@ -538,8 +538,11 @@ static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums
     st->weights = st->optimizer = 0;
     st->grads = q->maxp * r->g_bytes;
   }
+  /* ZB-H1: a slot holds its micro-batch from the end of its B, when what W reads of it
+   * (wgrad_hold, an upper bound) may outweigh the stash, to its W */
   double held = stage_inflight(S, ch, i);
-  st->activations = (q->stash + q->exchange) * held;
+  double slot = ch->sched == PS_ZBH1 && q->wgrad_hold > q->stash ? q->wgrad_hold : q->stash;
+  st->activations = (slot + q->exchange) * held;
   /* one layer's backward working set, which the micro-batches in flight share (a compiled
    * pipeline stage keeps its passes' working set, with the 16-bit copies of its weights,
    * in the region its slots share, codegen/lower.c, lower_stage, and its stash in
@@ -616,7 +619,8 @@ static void price_stage(Search *S, CandSet *cs, int ci, const PlanChoice *ch, co
 /* The step from the stages: pipeline time, and its breakdown on the slowest stage. */
 static void price_step(const Search *S, const PlanChoice *ch, const StageCost *st, const StepSums *sum, PlanPrice *pr) {
   const PlanResult *r = S->r;
-  double pipe = cost_pipeline_time(S->times, ch->pp, ch->m, ch->v);
+  double pipe = ch->sched == PS_ZBH1 ? cost_pipeline_time_zb(S->times, S->wtimes, ch->pp, ch->m)
+                                     : cost_pipeline_time(S->times, ch->pp, ch->m, ch->v);
   const StageCost *c = &st[pr->critical_stage];
   pr->compute = ch->m * (c->t_fwd + c->t_bwd);
   pr->recompute = ch->m * c->t_rc;
@@ -661,6 +665,7 @@ static void price_plan(Search *S, CandSet *cs, int ci, const PlanChoice *ch, Pla
   for (int i = 0; i < p; i++) {
     price_stage(S, cs, ci, ch, start, i, &st[i], &sum);
     S->times[i] = st[i].time;
+    S->wtimes[i] = st[i].t_bwd / 2; /* the weight gradients' GEMMs: half the backward's */
     if (st[i].total > pr->peak) pr->peak = st[i].total, pr->peak_stage = i;
     if (st[i].host * S->r->cl->gpus_per_node > pr->host) pr->host = st[i].host * S->r->cl->gpus_per_node;
     if (st[i].time > st[pr->critical_stage].time) pr->critical_stage = i;
@@ -718,13 +723,18 @@ static void why_none(Search *S, const char *fmt, long a, long b) {
   if (!S->why_none[0]) snprintf(S->why_none, sizeof S->why_none, fmt, a, b);
 }
 
-/* Schedules to try for (pp, m): 1F1B, and interleaved with v chunks per stage
- * where m divides into groups of pp (as Megatron requires) and layers suffice. */
-static int schedules(Search *S, int pp, int m, int *v) {
+/* Schedules to try for (pp, m), each with its chunks per stage (v): 1F1B; ZB-H1 where
+ * there is a pipeline and --schedule asks for it; and interleaved with v chunks per stage where m divides into
+ * groups of pp (as Megatron requires) and layers suffice. */
+static int schedules(Search *S, int pp, int m, int *v, PipeSchedule *sched) {
   const PlanForce *f = S->f;
   int n = 0;
-  if (f->schedule != PS_INTERLEAVED && f->v <= 1) v[n++] = 1;
-  if (f->schedule == PS_1F1B || f->v == 1 || pp < 2) {
+  if ((f->schedule < 0 || f->schedule == PS_1F1B) && f->v <= 1) v[n] = 1, sched[n++] = PS_1F1B;
+  if (f->schedule == PS_ZBH1 && f->v <= 1) { /* forced only: its memory is priced by an upper bound */
+    if (pp > 1) v[n] = 1, sched[n++] = PS_ZBH1;
+    else if (f->schedule == PS_ZBH1) why_none(S, "the zb-h1 schedule needs a pipeline (--pp %ld%.0ld)", pp, 0);
+  }
+  if (f->schedule == PS_1F1B || f->schedule == PS_ZBH1 || f->v == 1 || pp < 2) {
     if (f->schedule == PS_INTERLEAVED) why_none(S, "the interleaved schedule needs a pipeline (--pp %ld%.0ld)", pp, 0);
     return n;
   }
@@ -734,7 +744,7 @@ static int schedules(Search *S, int pp, int m, int *v) {
       why_none(S, "the interleaved schedule needs the micro-batches (%ld) to be a multiple of --pp %ld", m, pp);
       continue;
     }
-    v[n++] = k;
+    v[n] = k, sched[n++] = PS_INTERLEAVED;
   }
   if (f->v > 1 && n == 0 && (long)pp * f->v > S->L)
     why_none(S, "--virtual-stages %ld needs %ld layers or more", f->v, (long)pp * f->v);
@@ -774,7 +784,8 @@ static void try_choice(Search *S, Mesh *mesh, CandSet *cs, int ci, PlanChoice ch
 
 static void search_mbs(Search *S, Mesh *mesh, int dp, int tp, int pp, int mbs) {
   const PlanForce *f = S->f;
-  int m = (int)(S->B / ((int64_t)dp * mbs)), v[MAX_V + 1], nv = schedules(S, pp, m, v);
+  PipeSchedule sched[MAX_V + 2];
+  int m = (int)(S->B / ((int64_t)dp * mbs)), v[MAX_V + 2], nv = schedules(S, pp, m, v, sched);
   for (int rc = 0; rc < RC_COUNT; rc++) {
     if (f->rc >= 0 && rc != f->rc) continue;
     if (rc != RC_NONE && S->L == 0) continue; /* recompute works on layers */
@@ -789,7 +800,7 @@ static void search_mbs(Search *S, Mesh *mesh, int dp, int tp, int pp, int mbs) {
                          .m = m,
                          .v = v[k],
                          .rc = (Recompute)rc,
-                         .sched = v[k] > 1 ? PS_INTERLEAVED : PS_1F1B,
+                         .sched = sched[k],
                          .attn = (AttnKernel)f->attn,
                          .cand = ci};
         try_choice(S, mesh, cs, ci, ch);
@@ -1037,6 +1048,7 @@ static void init_result(Search *S, Arena *a, const Graph *g, const Cluster *cl) 
   S->seg_stage = arena_array(a, nseg + 1, sizeof(int));
   S->stage = arena_array(a, S->L + 2, sizeof(StageCost)); /* pp <= layers */
   S->times = arena_array(a, S->L + 2, sizeof(double));
+  S->wtimes = arena_array(a, S->L + 2, sizeof(double));
   S->mesh = arena_array(a, MAX_MESH, sizeof(Mesh));
   S->param_nseg = arena_array(a, g->n, sizeof(int));
   S->param_segs = arena_array(a, g->n, sizeof(int *));

@@ -7,10 +7,10 @@
 #ifndef COLOSSALC_PLAN_SEARCH_H
 #define COLOSSALC_PLAN_SEARCH_H
 #include "ir/analysis.h"
+#include "plan/schedule.h"
 #include "plan/shard.h"
 
-typedef enum { PS_1F1B, PS_INTERLEAVED } PipeSchedule;
-extern const char *const schedule_names[2];
+extern const char *const schedule_names[PS_KINDS + 1];
 
 /* Where the training state lives between uses: all on the devices; the optimizer's
  * state on the host (ZeRO-Offload); or every rank's ZeRO-3 shard of the parameters,

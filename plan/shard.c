@@ -1319,6 +1319,16 @@ static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegS
     step_cost(x, ss->rc, n, st, L->inslot[k], pl, pb, &w, out);
     double bytes = tensor_bytes(x, n) / split(x, st->out);
     if (bytes > out_max) out_max = bytes;
+    /* an op with a weight matrix (a bias's gradient is its GEMM's dY again): its input and
+     * its output's gradient, counted in f32 (an upper bound: the compiled program keeps
+     * some of them in 16 bits and in what the stash no longer holds) */
+    for (int i = 0; i < n->nin; i++)
+      if (n->in[i]->op == OP_PARAM && n->in[i]->shape.ndim >= 2) {
+        out->wgrad_hold += bytes * 4 / x->act_bytes;
+        for (int j = 0; j < n->nin; j++)
+          if (n->in[j]->op != OP_PARAM) out->wgrad_hold += tensor_bytes(x, n->in[j]) / split(x, st->in[j]);
+        break;
+      }
     memset(npl, 0, m + 1), memset(npb, 0, m + 1);
     for (int j = 0; j < L->nlive[k]; j++)
       if (L->map[k][j] >= 0) npl[L->map[k][j]] = pl[j], npb[L->map[k][j]] = pb[j];

@@ -106,6 +106,8 @@ typedef struct SegCost {
   double c_fwd, c_bwd; /* tensor-parallel communication, s (exposed: on the critical path) */
   double t_rc;         /* recompute (compute and its communication), s */
   double stash;        /* activation bytes kept from forward to backward */
+  double wgrad_hold;   /* what a split backward's weight-gradient pass (ZB-H1's W) reads after
+                          its B: the inputs and output gradients of its ops with a weight matrix */
   double transient;    /* bytes alive only while the segment runs (full recompute) */
   double grad_work;    /* its backward's gradients beside its stash: the gradient of its
                           largest tensor and the one entering it (the compiled program frees

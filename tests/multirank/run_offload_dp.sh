@@ -28,6 +28,8 @@
 # DEVICE=cuda EMUL=DIR (device.sh): the ranks run the emulated CUDA device.
 # OPTIMIZER=lamb: both programs train with LAMB, whose update passes over the chunks three
 # times (codegen/offload.h), at lr 1e-2 and eps 1e-3 (tests/multirank/run_mesh.sh says why).
+# SCHEDULE=S compiles a pipeline's plan with --schedule S (zb-h1: each stage's offload plan
+# walks its B and W passes).
 # Usage: run_offload_dp.sh COLOSSALC WORK PYTHON SRCDIR MPIRUN NP [host|nvme|mb2|tp2|pp2|tp2pp2|planned] [ZERO]
 set -eu
 cc=$1 work=$2 py=$3 src=$4 mpirun=$5 np=$6 mode=${7:-host} zero=${8:-0}
@@ -45,6 +47,7 @@ rows=$dp
 [ "$mode" = mb2 ] && rows=$((2 * dp))
 if [ "$mode" = mb2 ] || [ $((tp * pp)) -gt 1 ] || [ "$zero" != 0 ]; then
   cplan="--set batch=$rows --gpus $np --gpu cpu --dp $dp --tp $tp --pp $pp --zero $zero --microbatch-size 1"
+  [ -n "${SCHEDULE:-}" ] && cplan="$cplan --schedule $SCHEDULE"
 fi
 "$cc" "$model" $cfg --set batch="$rows" -o train-ref 2> /dev/null
 ./train-ref $args --device cpu --log one.jsonl --save one.safetensors > one.out

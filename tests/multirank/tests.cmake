@@ -119,6 +119,14 @@ add_test(NAME multirank_dp2_fp8 COMMAND ${CMAKE_COMMAND} -E env PRECISION=fp8 ON
 add_test(NAME multirank_pp2_fp8 COMMAND ${mr_mesh_fp8_one} pp2_fp8 1 1 2 --microbatch-size 1 --schedule 1f1b)
 add_test(NAME multirank_pp2_interleaved_fp8
          COMMAND ${mr_mesh_fp8_one} pp2_interleaved_fp8 1 1 2 --microbatch-size 1 --schedule interleaved --virtual-stages 2)
+# ZB-H1 (each backward split into B and W, a stage's Ws deferred by its index): pp 2 and
+# 4 in fp32; pp 4 in fp8 with one micro-batch as above, resumed bit for bit; dp x tp x pp
+# on 8 ranks with Megatron's strategies
+add_test(NAME multirank_pp2_zbh1 COMMAND ${mr_mesh} pp2_zbh1 1 1 2 --microbatch-size 1 --schedule zb-h1)
+add_test(NAME multirank_pp4_zbh1_fp8 COMMAND ${mr_mesh_fp8_one} pp4_zbh1_fp8 1 1 4 --microbatch-size 1 --schedule zb-h1)
+add_test(NAME multirank_dp2_tp2_pp2_zbh1
+         COMMAND ${mr_mesh} dp2_tp2_pp2_zbh1 2 2 2 --microbatch-size 1 --schedule zb-h1 ${megatron})
+list(APPEND mr_tests multirank_pp2_zbh1 multirank_pp4_zbh1_fp8 multirank_dp2_tp2_pp2_zbh1)
 add_test(NAME multirank_dp2_pp2_1f1b_zero1
          COMMAND ${mr_mesh} dp2_pp2_1f1b_zero1 2 1 2 --microbatch-size 1 --schedule 1f1b --zero 1)
 add_test(NAME multirank_dp2_tp2_zero3 COMMAND ${mr_mesh} dp2_tp2_zero3 2 2 1 --microbatch-size 2 --zero 3 ${megatron})
@@ -164,7 +172,8 @@ add_test(NAME multirank_offload_dp2_zero3_mb2 COMMAND ${mr_offload} 2 mb2 3)
 add_test(NAME multirank_offload_dp2_tp2 COMMAND ${mr_offload} 4 tp2)
 add_test(NAME multirank_offload_dp2_tp2_zero3 COMMAND ${mr_offload} 4 tp2 3)
 add_test(NAME multirank_offload_dp2_pp2 COMMAND ${mr_offload} 4 pp2)
-add_test(NAME multirank_offload_tp2_pp2 COMMAND ${mr_offload} 4 tp2pp2)
+# (tp x pp under ZB-H1: each stage's offload plan walks its B and W passes; dp x pp 1F1B)
+add_test(NAME multirank_offload_tp2_pp2 COMMAND ${CMAKE_COMMAND} -E env SCHEDULE=zb-h1 ${mr_offload} 4 tp2pp2)
 # no budget given: the search offloads the state for 16 MiB devices, -o compiles it
 add_test(NAME multirank_offload_planned COMMAND ${mr_offload} 2 planned)
 # LAMB's three passes over the chunks: ZeRO-3's owners with the state on NVMe, and
