@@ -2431,9 +2431,6 @@ static int64_t placed(const L *l, const Node *n) {
   return l->bufs[v->buf].offset + v->offset * 4;
 }
 
-/* The graph's nodes into l->seq, its gradients into their slots. Chunk c (or NULL)
- * gets the buffer of each boundary value in its arrays (buffer indices until the
- * memory plan places them). */
 /* The backward's nodes that no gradient sent to the previous stage (wrt_grads) depends
  * on: the weight gradients' pass (W) of a split backward; the others are B. */
 static bool *w_nodes(L *l) {
@@ -2450,6 +2447,18 @@ static bool *w_nodes(L *l) {
   return w;
 }
 
+/* Chunk c's gradients sent to the previous stage, each in a boundary buffer. */
+static void sent_grads(L *l, PChunk *c) {
+  const Graph *g = l->g;
+  for (int k = 0; k < g->nwrt; k++) {
+    l->at = g->wrt_grads[k];
+    c->wrt_grad[k].offset = g->wrt_grads[k] ? boundary(l, g->wrt_grads[k]) : -1;
+  }
+}
+
+/* The graph's nodes into l->seq, its gradients into their slots. Chunk c (or NULL)
+ * gets the buffer of each boundary value in its arrays (buffer indices until the
+ * memory plan places them). */
 static void lower_nodes(L *l, PChunk *c) {
   Graph *g = l->g;
   analyse(l);
@@ -2470,16 +2479,10 @@ static void lower_nodes(L *l, PChunk *c) {
       if (c && i == g->n_forward - 1)
         for (int k = 0; k < g->nouts; k++) c->out[k].offset = boundary(l, g->outs[k]);
     }
-    if (c && (!w || pass == 0)) {
-      if (!w) fill_grad_slots(l);
-      for (int k = 0; k < g->nwrt; k++) {
-        l->at = g->wrt_grads[k];
-        c->wrt_grad[k].offset = g->wrt_grads[k] ? boundary(l, g->wrt_grads[k]) : -1;
-      }
-      if (w) l->nb = l->seq->n;
-    }
+    if (w && pass == 0) sent_grads(l, c), l->nb = l->seq->n;
   }
-  if (!c || w) fill_grad_slots(l);
+  fill_grad_slots(l);
+  if (c && !w) sent_grads(l, c);
   if (g->loss) l->bufs[l->val[g->loss->id].buf].pinned = true;
 }
 

@@ -415,8 +415,7 @@ typedef struct Op {
 
 /* Forward, backward and, under ZB-H1, weight-gradient (W, in *wt and not in *b) time of
  * chunk k per micro-batch: its layers, tensor-parallel communication, recompute, and its
- * share of the stage's transfers; W is half the backward's compute, as the plan prices
- * it (plan/search.c). */
+ * share of the stage's transfers; W as the plan prices it (cost_wgrad_time). */
 static void chunk_times(const PlanResult *r, const Plan *p, int k, double *f, double *b, double *wt, double *stash) {
   const PlanModel *pm = r->pm;
   *f = *b = *wt = *stash = 0;
@@ -427,7 +426,7 @@ static void chunk_times(const PlanResult *r, const Plan *p, int k, double *f, do
     if (!in) continue;
     const SegCost *c = &p->sc->seg[s];
     *f += c->t_fwd + c->c_fwd, *b += c->t_bwd + c->c_bwd + c->t_rc, *stash += c->stash;
-    if (p->ch.sched == PS_ZBH1) *wt += c->t_bwd / 2;
+    if (p->ch.sched == PS_ZBH1) *wt += cost_wgrad_time(c->t_bwd);
   }
   double p2p = p->stage[k % p->ch.pp].p2p / p->ch.v / 2;
   *f += p2p, *b += p2p - *wt;
@@ -584,8 +583,8 @@ static void svg_memory_time(FILE *f, const PlanResult *r, Op **ops, const int *n
     double base = st->weights + st->grads + st->optimizer, held = 0, x = 80;
     fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.2\" points=\"%.1f,%.1f", col[i % 8], x,
             y0 + h - base * scale);
-    for (int k = 0; k < nops[i];
-         k++) { /* a forward allocates at its start, a backward (ZB-H1: its W) frees at its end */
+    /* a forward allocates at its start, a backward (ZB-H1: its W) frees at its end */
+    for (int k = 0; k < nops[i]; k++) {
       const Op *o = &ops[i][k];
       if (!o->fwd && !o->w && p->ch.sched == PS_ZBH1) continue;
       double t = o->fwd ? o->start : o->end, dv = cs[o->chunk * p->ch.pp + i] * (o->fwd ? 1 : -1);

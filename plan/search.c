@@ -665,7 +665,7 @@ static void price_plan(Search *S, CandSet *cs, int ci, const PlanChoice *ch, Pla
   for (int i = 0; i < p; i++) {
     price_stage(S, cs, ci, ch, start, i, &st[i], &sum);
     S->times[i] = st[i].time;
-    S->wtimes[i] = st[i].t_bwd / 2; /* the weight gradients' GEMMs: half the backward's */
+    S->wtimes[i] = cost_wgrad_time(st[i].t_bwd);
     if (st[i].total > pr->peak) pr->peak = st[i].total, pr->peak_stage = i;
     if (st[i].host * S->r->cl->gpus_per_node > pr->host) pr->host = st[i].host * S->r->cl->gpus_per_node;
     if (st[i].time > st[pr->critical_stage].time) pr->critical_stage = i;
@@ -724,15 +724,16 @@ static void why_none(Search *S, const char *fmt, long a, long b) {
 }
 
 /* Schedules to try for (pp, m), each with its chunks per stage (v): 1F1B; ZB-H1 where
- * there is a pipeline and --schedule asks for it; and interleaved with v chunks per stage where m divides into
- * groups of pp (as Megatron requires) and layers suffice. */
+ * there is a pipeline and --schedule asks for it (its memory is priced by an upper
+ * bound); and interleaved with v chunks per stage where m divides into groups of pp (as
+ * Megatron requires) and layers suffice. */
 static int schedules(Search *S, int pp, int m, int *v, PipeSchedule *sched) {
   const PlanForce *f = S->f;
   int n = 0;
   if ((f->schedule < 0 || f->schedule == PS_1F1B) && f->v <= 1) v[n] = 1, sched[n++] = PS_1F1B;
-  if (f->schedule == PS_ZBH1 && f->v <= 1) { /* forced only: its memory is priced by an upper bound */
+  if (f->schedule == PS_ZBH1 && f->v <= 1) {
     if (pp > 1) v[n] = 1, sched[n++] = PS_ZBH1;
-    else if (f->schedule == PS_ZBH1) why_none(S, "the zb-h1 schedule needs a pipeline (--pp %ld%.0ld)", pp, 0);
+    else why_none(S, "the zb-h1 schedule needs a pipeline (--pp %ld%.0ld)", pp, 0);
   }
   if (f->schedule == PS_1F1B || f->schedule == PS_ZBH1 || f->v == 1 || pp < 2) {
     if (f->schedule == PS_INTERLEAVED) why_none(S, "the interleaved schedule needs a pipeline (--pp %ld%.0ld)", pp, 0);
