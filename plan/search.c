@@ -79,7 +79,8 @@ typedef struct Best {
 typedef struct Mesh {
   int dp, tp, pp;
   Best feas, infeas, rc_feas[RC_COUNT], rc_infeas[RC_COUNT], z_feas[4], z_infeas[4];
-  Best least; /* the plan that misses memory by the least */
+  Best s_feas[PS_KINDS], s_infeas[PS_KINDS]; /* by pipeline schedule */
+  Best least;                                /* the plan that misses memory by the least */
 } Mesh;
 
 typedef struct Search {
@@ -420,12 +421,13 @@ static double stage_dp_time(const Search *S, const PlanChoice *ch, const StageCo
 }
 
 typedef struct StageSums {
-  double stash, wgrad_hold, work, dp, dptp, dptp_mb, maxp, flops_rc;
+  double stash, wgrad_hold, wgrad_first, work, dp, dptp, dptp_mb, maxp, flops_rc;
   double max_param;     /* the stage's largest parameter */
   double work_held[3];  /* one micro-batch's backward at its largest: a segment's working set beside the stash
                          * of the segments before it, less the whole stash; [1] with ZeRO-3's gathered
                          * parameters, [2] with the offloaded state's two segments on the device */
   double work_apart;    /* work with the weight's 16-bit copy, where no stash makes room for it */
+  double work_apart_w;  /* ... under a split backward (ZB-H1: SegCost.grad_work_w) */
   double split_whole;   /* stage_split_whole */
   double exchange;      /* stage_exchange: in each slot */
   double exchange_work; /* ... and in the working set */
@@ -442,11 +444,14 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
     const SegParams *sp = &cs->sp[ci][segs[a]];
     st->t_fwd += s->t_fwd, st->t_bwd += s->t_bwd, st->tp_comm += s->c_fwd + s->c_bwd, st->t_rc += s->t_rc;
     q->stash += s->stash, q->wgrad_hold += s->wgrad_hold;
+    if (s->wgrad_first > 0) q->wgrad_first = s->wgrad_first; /* the stage's last */
     /* the backward working set: a recomputed segment's activations with its stash, else
      * its gradients beside the stash already counted */
     double ws = s->transient > 0 ? s->stash + s->transient : s->grad_work;
     if (ws > q->work) q->work = ws;
     if (ws + s->wcopy > q->work_apart) q->work_apart = ws + s->wcopy;
+    double wsw = s->transient > 0 ? ws : s->grad_work_w;
+    if (wsw + s->wcopy > q->work_apart_w) q->work_apart_w = wsw + s->wcopy;
     q->dp += sp->dp, q->dptp += sp->dptp, q->dptp_mb += sp->dptp_mb, q->flops_rc += s->flops_rc;
     if (sp->max_seg > q->maxp) q->maxp = sp->max_seg;
     const SegParams *prev = a > 0 ? &cs->sp[ci][segs[a - 1]] : NULL;
@@ -538,10 +543,14 @@ static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums
     st->weights = st->optimizer = 0;
     st->grads = q->maxp * r->g_bytes;
   }
-  /* ZB-H1: a slot holds its micro-batch from the end of its B, when what W reads of it
-   * (wgrad_hold, an upper bound) may outweigh the stash, to its W */
+  /* ZB-H1: a slot holds its micro-batch until its W, which reads what B left
+   * (wgrad_hold): at B's start the whole stash and the first gradient W keeps (the
+   * loss stage's: the logits'), at its end all W reads; the working set is then the
+   * gradients W does not keep. The first stage sends no gradient, so its whole backward
+   * is W (codegen/lower.c, w_nodes) and nothing waits between. */
+  bool split_w = ch->sched == PS_ZBH1 && i > 0;
   double held = stage_inflight(S, ch, i);
-  double slot = ch->sched == PS_ZBH1 && q->wgrad_hold > q->stash ? q->wgrad_hold : q->stash;
+  double slot = split_w ? fmax(q->stash + q->wgrad_first, q->wgrad_hold) : q->stash;
   st->activations = (slot + q->exchange) * held;
   /* one layer's backward working set, which the micro-batches in flight share (a compiled
    * pipeline stage keeps its passes' working set, with the 16-bit copies of its weights,
@@ -554,7 +563,9 @@ static void stage_memory(Search *S, const PlanChoice *ch, int i, const StageSums
    * both ends (a tied embedding: its classifier's part from the start of the backward
    * pass, its embedding's at the end) */
   int gathered = ch->offload == OFFLOAD_STATE ? 2 : ch->zero == 3;
-  double work = ch->pp == 1 ? q->work_held[gathered] : S->f->exec ? q->work_apart + q->exchange_work : q->work;
+  double work = ch->pp == 1  ? q->work_held[gathered]
+                : S->f->exec ? (split_w ? q->work_apart_w : q->work_apart) + q->exchange_work
+                             : q->work;
   st->buffers = work + (ch->zero == 2 ? shared * r->g_bytes * (dp - 1) / dp : 0) + 2 * q->split_whole * r->g_bytes;
   st->total = st->weights + st->grads + st->optimizer + st->activations + st->buffers;
 }
@@ -704,8 +715,10 @@ static void record(Search *S, Mesh *m, const PlanChoice *ch, const PlanPrice *pr
   if (pr->fits) {
     S->r->feasible++;
     keep(&m->feas, ch, pr), keep(&m->rc_feas[ch->rc], ch, pr), keep(&m->z_feas[ch->zero], ch, pr);
+    keep(&m->s_feas[ch->sched], ch, pr);
   } else {
     keep(&m->infeas, ch, pr), keep(&m->rc_infeas[ch->rc], ch, pr), keep(&m->z_infeas[ch->zero], ch, pr);
+    keep(&m->s_infeas[ch->sched], ch, pr);
     if (!m->least.set || pr->peak < m->least.pr.peak) m->least = (Best){true, *ch, *pr};
   }
 }
@@ -731,9 +744,9 @@ static int schedules(Search *S, int pp, int m, int *v, PipeSchedule *sched) {
   const PlanForce *f = S->f;
   int n = 0;
   if ((f->schedule < 0 || f->schedule == PS_1F1B) && f->v <= 1) v[n] = 1, sched[n++] = PS_1F1B;
-  if (f->schedule == PS_ZBH1 && f->v <= 1) {
+  if ((f->schedule < 0 || f->schedule == PS_ZBH1) && f->v <= 1) {
     if (pp > 1) v[n] = 1, sched[n++] = PS_ZBH1;
-    else why_none(S, "the zb-h1 schedule needs a pipeline (--pp %ld%.0ld)", pp, 0);
+    else if (f->schedule == PS_ZBH1) why_none(S, "the zb-h1 schedule needs a pipeline (--pp %ld%.0ld)", pp, 0);
   }
   if (f->schedule == PS_1F1B || f->schedule == PS_ZBH1 || f->v == 1 || pp < 2) {
     if (f->schedule == PS_INTERLEAVED) why_none(S, "the interleaved schedule needs a pipeline (--pp %ld%.0ld)", pp, 0);
@@ -930,6 +943,8 @@ static void collect_runners(Search *S, const Mesh *win) {
     add_runner(S, win->rc_feas[k].set ? &win->rc_feas[k] : &win->rc_infeas[k], "same mesh, other recompute: ");
   for (int z = 0; z < 4; z++)
     add_runner(S, win->z_feas[z].set ? &win->z_feas[z] : &win->z_infeas[z], "same mesh, other ZeRO stage: ");
+  for (int k = 0; k < PS_KINDS; k++)
+    add_runner(S, win->s_feas[k].set ? &win->s_feas[k] : &win->s_infeas[k], "same mesh, other schedule: ");
   const Best **other = arena_array(S->a, S->nmesh + 1, sizeof *other);
   int n = 0;
   for (int i = 0; i < S->nmesh; i++)

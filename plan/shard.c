@@ -1297,6 +1297,33 @@ static void seg_solve(Arena *a, Work *w, const ShardCtx *x, const Segment *s, co
 
 /* ---- a whole-graph sharding: the chain of segments ---------------------------------- */
 
+static bool has_param(const Node *n) {
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i]->op == OP_PARAM) return true;
+  return false;
+}
+
+/* What a split backward's weight-gradient pass (ZB-H1's W) reads of op n (output `bytes`
+ * under strategy st) after its B, when n has a parameter: the output's gradient (*dy: as
+ * the activation, the logits' too, which the program keeps in 16 bits; none for a bias
+ * added to a weight op's result, whose gradient is that op's), and the inputs its
+ * backward reads, each counted at the op that stashes it (q, k and v's GEMMs read one
+ * tensor). */
+static double wgrad_bytes(const ShardCtx *x, const Node *n, const Strat *st, double bytes, double *dy) {
+  const PlanModel *pm = x->pm;
+  *dy = 0;
+  if (!has_param(n)) return 0;
+  double b = 0;
+  *dy = bytes;
+  for (int i = 0; i < n->nin; i++) {
+    const Node *in = n->in[i];
+    if ((n->op == OP_ADD || n->op == OP_SUB) && is_computed(in) && has_param(in)) *dy = 0;
+    if (is_computed(in) && saves_input(n->op, i) && pm->saver[in->id] == n->id)
+      b += tensor_bytes(x, in) / split(x, st->in[i]);
+  }
+  return b + *dy;
+}
+
 /* Replay a chosen sharding of segment s from entry placements pl0, pricing every
  * step with step_cost (the same prices the program compared). */
 static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegStrats *ss, const int *choice,
@@ -1312,23 +1339,17 @@ static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegS
           *npb = arena_alloc(a, m + 1);
   memcpy(pl, pl0, s->nin);
   Walk w = {0};
-  double out_max = 0; /* the largest output of an op */
+  double out_max = 0, out_max_w = 0; /* the largest output of an op; of one with no parameter */
   for (int k = 0; k < s->nops; k++) {
     const Strat *st = &ss->st[k][choice[k]];
     const Node *n = pm->g->nodes[s->ops[k]];
     step_cost(x, ss->rc, n, st, L->inslot[k], pl, pb, &w, out);
     double bytes = tensor_bytes(x, n) / split(x, st->out);
     if (bytes > out_max) out_max = bytes;
-    /* an op with a weight matrix (a bias's gradient is its GEMM's dY again): its input and
-     * its output's gradient, counted in f32 (an upper bound: the compiled program keeps
-     * some of them in 16 bits and in what the stash no longer holds) */
-    for (int i = 0; i < n->nin; i++)
-      if (n->in[i]->op == OP_PARAM && n->in[i]->shape.ndim >= 2) {
-        out->wgrad_hold += bytes * 4 / x->act_bytes;
-        for (int j = 0; j < n->nin; j++)
-          if (n->in[j]->op != OP_PARAM) out->wgrad_hold += tensor_bytes(x, n->in[j]) / split(x, st->in[j]);
-        break;
-      }
+    if (!has_param(n) && bytes > out_max_w) out_max_w = bytes;
+    double dy;
+    out->wgrad_hold += wgrad_bytes(x, n, st, bytes, &dy);
+    if (dy > 0) out->wgrad_first = dy;
     memset(npl, 0, m + 1), memset(npb, 0, m + 1);
     for (int j = 0; j < L->nlive[k]; j++)
       if (L->map[k][j] >= 0) npl[L->map[k][j]] = pl[j], npb[L->map[k][j]] = pb[j];
@@ -1339,6 +1360,7 @@ static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegS
   out->stash = w.stash + (ss->rc == RC_FULL ? boundary_stash(x, s, pl0) : 0);
   out->transient = w.transient;
   out->grad_work = out_max + boundary_stash(x, s, pl0);
+  out->grad_work_w = out_max_w + boundary_stash(x, s, pl0);
   out->wcopy = w.wcopy;
   for (int q = 0; q < s->nout; q++) { /* s's q-th output is rep's q-th, in rep's layout */
     int j = find_slot(L->live[s->nops], L->nlive[s->nops], ss->rep->out[q]);

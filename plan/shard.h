@@ -107,11 +107,14 @@ typedef struct SegCost {
   double t_rc;         /* recompute (compute and its communication), s */
   double stash;        /* activation bytes kept from forward to backward */
   double wgrad_hold;   /* what a split backward's weight-gradient pass (ZB-H1's W) reads after
-                          its B: the inputs and output gradients of its ops with a weight matrix */
+                          its B: the inputs and output gradients of its ops with a parameter */
+  double wgrad_first;  /* ... of which the output gradient of its last such op, the first B makes */
   double transient;    /* bytes alive only while the segment runs (full recompute) */
   double grad_work;    /* its backward's gradients beside its stash: the gradient of its
                           largest tensor and the one entering it (the compiled program frees
                           each gradient and stashed tensor after its last reader) */
+  double grad_work_w;  /* ... under a split backward, where W keeps the output gradients of the
+                          ops with a parameter: of the largest other tensor */
   double wcopy;        /* mixed precision: the largest 16-bit copy of a weight its GEMMs read
                           (cast for the forward pass and again for the backward, codegen) */
   double xfer_split;   /* bytes per device of split tensors passed to the next segment */

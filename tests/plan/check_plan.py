@@ -438,14 +438,18 @@ def memory_compiled():
     ZeRO's pieces, a pipeline stage's slots (each micro-batch's stash and the activations
     it receives), the one working set they share, a layer's backward working set beside the
     stash of the layers before it, and ZeRO-3's gathered parameters (the one in use and the
-    next). ZB-H1's stages hold a micro-batch until its weight gradients (W) run, priced by
-    an upper bound (within a fifth over)."""
+    next). ZB-H1's stages hold a micro-batch until its weight gradients (W) run: the
+    stash and the first gradient W keeps at B's start, what W reads at its end."""
     configs = [GPT2, GPT2 + ["--precision", "fp32"], GPT2 + ["--zero", "2"], GPT2 + ["--zero", "3"],
                GPT2 + ["--dp", "2", "--tp", "2", "--pp", "2", "--schedule", "interleaved"],
                GPT2 + ["--dp", "2", "--tp", "2", "--pp", "2", "--schedule", "1f1b"],
                GPT2 + ["--dp", "2", "--tp", "2", "--pp", "2", "--schedule", "zb-h1"],
                GPT2 + ["--dp", "1", "--tp", "8", "--pp", "1"],
-               GPT2 + ["--dp", "1", "--tp", "1", "--pp", "8"], GPT2 + ["--recompute", "full"],
+               GPT2 + ["--dp", "1", "--tp", "1", "--pp", "8"],  # the search's schedule: zb-h1
+               GPT2 + ["--dp", "1", "--tp", "1", "--pp", "8", "--schedule", "1f1b"],
+               GPT2 + ["--dp", "2", "--tp", "1", "--pp", "4", "--recompute", "full", "--schedule", "zb-h1"],
+               GPT2 + ["--dp", "2", "--tp", "1", "--pp", "4", "--recompute", "selective", "--schedule", "zb-h1"],
+               GPT2 + ["--recompute", "full"],
                ["models/gpt2.model", "--gpus", "8", "--gpu", "h100-sxm", "--precision", "fp8"],
                ["models/gpt2-tiny.model", "--gpu", "cpu", "--gpus", "4", "--dp", "1", "--tp", "2", "--pp", "2",
                 "--set", "batch=8"]]
@@ -470,10 +474,7 @@ def memory_compiled():
                         fail("%s: stage %d holds %d slots and no shared working set" %
                              (" ".join(args), s, p["slots"]))
             ratio = compiled / priced
-            # ZB-H1's slots are priced by an upper bound of what W reads of B (plan/shard.c,
-            # wgrad_hold): never under the program, at most a fifth over
-            low = 1 / 1.2 if "zb-h1" in args else 1 / 1.05
-            if not low <= ratio <= 1.05:
+            if not 1 / 1.05 <= ratio <= 1.05:
                 fail("%s: the plan prices %.1f MiB per device, the compiled program needs %.1f MiB (ratio %.3f)" %
                      (" ".join(args), priced / 2**20, compiled / 2**20, ratio))
             print("ok   %-66s priced %8.1f MiB, compiled %8.1f MiB (%.3f)" %
@@ -740,10 +741,15 @@ def zb_h1():
     backward's compute as priced) and its memory no less (stage s holds min(pp, m)
     micro-batches, each until its W); the JSON and a plan file carry the schedule, --plan
     compiles it back, the SVG timeline draws B and W, and without a pipeline it is refused
-    in one line. The search weighs it only when forced (its slots are priced by an upper
-    bound: memory_compiled)."""
+    in one line. The search picks it where it is the fastest that fits, and 1F1B where
+    only 1F1B's memory fits, naming the other schedule among the runners-up."""
     mesh = GPT2 + ["--dp", "2", "--tp", "1", "--pp", "4"]
     plans = {s: plan_json(mesh + ["--schedule", s]) for s in ("1f1b", "zb-h1")}
+    searched = plan_json(mesh)
+    if searched["schedule"] != "zb-h1":
+        fail("the search chose %r on pp 4 with room to spare, not zb-h1" % searched["schedule"])
+    if not any(r["schedule"] == "1f1b" and "other schedule" in r["why"] for r in searched["runners_up"]):
+        fail("no 1f1b runner-up on the same mesh: %s" % [r["why"] for r in searched["runners_up"]])
     bub = {s: plans[s]["predicted"]["breakdown"]["bubble_s"] for s in plans}
     step = {s: plans[s]["predicted"]["step_time_s"] for s in plans}
     peak = {s: plans[s]["memory"]["peak_bytes_per_device"] for s in plans}
@@ -755,6 +761,17 @@ def zb_h1():
     if peak["zb-h1"] < peak["1f1b"]:
         fail("zb-h1 priced %.1f MiB, below 1f1b's %.1f MiB" % (peak["zb-h1"] / 2**20, peak["1f1b"] / 2**20))
     with tempfile.TemporaryDirectory() as tmp:
+        # devices with room for 1F1B's plan and not for any of ZB-H1's on this mesh
+        gib = (peak["1f1b"] * 1.1) / 2**30
+        small = os.path.join(tmp, "small.json")
+        with open(small, "w") as f:
+            json.dump({"name": "small A100s", "base": "a100-80g", "device": {"memory_gib": gib, "reserved_gib": 0}}, f)
+        tight = plan_json(["models/gpt2.model", "--cluster", small, "--gpus", "8", "--dp", "2", "--tp", "1", "--pp", "4"])
+        if tight["schedule"] == "zb-h1":
+            fail("in %.2f GiB the search chose zb-h1 (%.1f MiB)" % (gib, tight["memory"]["peak_bytes_per_device"] / 2**20))
+        why = [r["why"] for r in tight["runners_up"] if r["schedule"] == "zb-h1" and "other schedule" in r["why"]]
+        if not why or "does not fit" not in why[0]:
+            fail("in %.2f GiB no zb-h1 runner-up that does not fit: %s" % (gib, [r["why"] for r in tight["runners_up"]]))
         path = os.path.join(tmp, "zb.json")
         run(mesh + ["--schedule", "zb-h1", "--dump-plan=json", "--plan-out", path])
         again = plan_json(["models/gpt2.model", "--gpus", "8", "--plan", path])
@@ -766,6 +783,7 @@ def zb_h1():
     expect_error(GPT2 + ["--pp", "1", "--schedule", "zb-h1", "--dump-plan"], "the zb-h1 schedule needs a pipeline")
     print("ok   zb-h1 on pp 4: bubble %.3g s against 1f1b's %.3g s, step %.3g s against %.3g s, %.0f MiB against %.0f" %
           (bub["zb-h1"], bub["1f1b"], step["zb-h1"], step["1f1b"], peak["zb-h1"] / 2**20, peak["1f1b"] / 2**20))
+    print("ok   the search picks zb-h1 with room, %s in %.2f GiB (%s)" % (tight["schedule"], gib, why[0]))
 
 
 if __name__ == "__main__":
