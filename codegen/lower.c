@@ -380,6 +380,7 @@ static KExpr *expr_pad(L *l, Kernel *k, const Node *n, AxMap m) {
 #define expr_all_gather NULL
 #define expr_reduce_scatter NULL
 #define expr_split NULL
+#define expr_all_to_all NULL
 static KExpr *expr_tp_copy(L *l, Kernel *k, const Node *n, AxMap m) { return expr(l, k, n->in[0], m); }
 
 typedef KExpr *(*ExprRule)(L *, Kernel *, const Node *, AxMap);
@@ -1412,15 +1413,14 @@ static const Val *in_memory(L *l, const Node *n) {
 }
 
 static const IsaCommKind comm_kinds[OP_COUNT] = {
-    [OP_ALL_REDUCE] = ISA_COMM_ALL_REDUCE,
-    [OP_ALL_GATHER] = ISA_COMM_ALL_GATHER,
-    [OP_REDUCE_SCATTER] = ISA_COMM_REDUCE_SCATTER,
-    [OP_SPLIT] = ISA_COMM_SPLIT,
+    [OP_ALL_REDUCE] = ISA_COMM_ALL_REDUCE,         [OP_ALL_GATHER] = ISA_COMM_ALL_GATHER,
+    [OP_REDUCE_SCATTER] = ISA_COMM_REDUCE_SCATTER, [OP_SPLIT] = ISA_COMM_SPLIT,
+    [OP_ALL_TO_ALL] = ISA_COMM_ALL_TO_ALL,
 };
 
 /* A collective reads a contiguous buffer and writes a new one (never a gradient slot:
  * it overwrites). Its geometry is the global tensor: outer x n x inner, with n the
- * part of the split axis in one block. */
+ * part of the split axis in one block; an all_to_all's, its own tensor (ranks blocks). */
 static void lower_comm(L *l, const Node *n) {
   const Node *x = n->in[0];
   const Val *xv = in_memory(l, x);
@@ -1435,7 +1435,7 @@ static void lower_comm(L *l, const Node *n) {
                  .outer = shape_numel(&n->shape),
                  .n = 1,
                  .inner = 1};
-  if (n->op != OP_ALL_REDUCE) {
+  if (n->op != OP_ALL_REDUCE && n->op != OP_ALL_TO_ALL) {
     const Shape *gs = n->op == OP_ALL_GATHER ? &n->shape : &x->shape;
     int a = (int)attr_int(n, "axis");
     if (a < 0) a += gs->ndim;
@@ -1778,6 +1778,7 @@ static void lower_unsupported(L *l, const Node *n) {
 #define lower_all_gather lower_comm
 #define lower_reduce_scatter lower_comm
 #define lower_split lower_comm
+#define lower_all_to_all lower_comm
 
 static void (*const lower_rules[OP_COUNT])(L *, const Node *) = {
 #define OP(id, name, nin, cls, flags, attrs) [OP_##id] = lower_##name,

@@ -738,6 +738,7 @@ static void run_reduce_scatter(const Node *n, const double *const *in, double *o
 }
 static void run_split(const Node *n, const double *const *in, double *out, int64_t step) { one_rank(n, in, out); }
 static void run_tp_copy(const Node *n, const double *const *in, double *out, int64_t step) { one_rank(n, in, out); }
+static void run_all_to_all(const Node *n, const double *const *in, double *out, int64_t step) { one_rank(n, in, out); }
 
 /* ---- the interpreter --------------------------------------------------------------------- */
 

@@ -697,6 +697,11 @@ void infer_tp_copy(Node *n) { infer_comm(n, 0); }
 void infer_all_gather(Node *n) { infer_comm(n, 1); }
 void infer_reduce_scatter(Node *n) { infer_comm(n, -1); }
 void infer_split(Node *n) { infer_comm(n, -1); }
+void infer_all_to_all(Node *n) {
+  infer_comm(n, 0);
+  if (n->shape.ndim < 1 || n->shape.d[0] != attr_int(n, "ranks"))
+    error_at(n->loc, "%s: dimension 0 must be the ranks (%lld)", nm(n), (long long)attr_int(n, "ranks"));
+}
 /* Bytes moved through memory; the cost model prices the communication itself. */
 void cost_all_reduce(const Node *n, Cost *c) { c->bytes = io_bytes(n); }
 void cost_tp_copy(const Node *n, Cost *c) {
@@ -709,3 +714,4 @@ void cost_reduce_scatter(const Node *n, Cost *c) {
   c->bytes = io_bytes(n);
 }
 void cost_split(const Node *n, Cost *c) { c->bytes = io_bytes(n); }
+void cost_all_to_all(const Node *n, Cost *c) { c->bytes = io_bytes(n); }

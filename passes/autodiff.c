@@ -415,6 +415,9 @@ static void grad_all_gather(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], comm
 /* R -> S and P -> S: the parts' gradients, gathered, are the whole gradient. */
 static void grad_split(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], comm_of(ad, OP_ALL_GATHER, n, g)); }
 static void grad_reduce_scatter(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], comm_of(ad, OP_ALL_GATHER, n, g)); }
+/* The exchange sends back what it received: block t of rank r's result came from block
+ * r of rank t's input, so block r of rank t's gradient is block t of rank r's. */
+static void grad_all_to_all(AD *ad, Node *n, Node *g) { accum(ad, n->in[0], comm_of(ad, OP_ALL_TO_ALL, n, g)); }
 
 /* ---- gradient ops have no gradients (no second order) ---------------------------- */
 

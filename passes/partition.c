@@ -248,6 +248,53 @@ static Node *value(Build *B, CB *cb, const Node *in) {
   return cb->val[in->id] = v;
 }
 
+/* A reshape or transpose of x (x itself when it would change nothing). */
+static Node *ints_node(CB *cb, OpKind op, Node *x, const char *name, const int64_t *v, int n) {
+  bool same = n == x->shape.ndim;
+  for (int i = 0; i < n && same; i++) same = v[i] == (op == OP_TRANSPOSE ? i : x->shape.d[i]);
+  if (same) return x;
+  Node *y = add_node(cb, op, x);
+  AttrVal *a = &y->attr[op_attr_index(op, name)];
+  a->set = true, a->n = n;
+  memcpy(a->v, v, (size_t)n * sizeof *v);
+  node_infer(y);
+  return y;
+}
+
+/* S(fd) -> S(td) over the T ranks (DeepSpeed-Ulysses's exchange): one all_to_all between
+ * views. A rank's part v (fd its part, in fb blocks; td whole, in tb blocks) is cut
+ * along td into T pieces, the t-th part of every td block going to rank t; what rank q
+ * sends lands q-th in each fd block. NULL when the views need more dimensions than a
+ * tensor may have. */
+static Node *exchange(CB *cb, Node *v, int fd, int64_t fb, int td, int64_t tb) {
+  int64_t T = cb->P->t, e[MAX_DIMS], perm[MAX_DIMS], whole[MAX_DIMS];
+  const Shape *s = &v->shape;
+  int n = s->ndim, ne = 0, at_t = -1, at_f = -1, k = 0;
+  if (n + (tb > 1) + (fb > 1) + 1 > MAX_DIMS) return NULL;
+  for (int d = 0; d < n; d++) { /* td as [tb, T, part], fd as [fb, part] (no blocks: no tb, fb) */
+    if (d == td) {
+      if (tb > 1) e[ne++] = tb;
+      at_t = ne, e[ne++] = T, e[ne++] = s->d[d] / (tb * T);
+    } else if (d == fd) {
+      if (fb > 1) e[ne++] = fb;
+      at_f = ne, e[ne++] = s->d[d] / fb;
+    } else e[ne++] = s->d[d];
+    whole[d] = d == fd ? s->d[d] * T : d == td ? s->d[d] / T : s->d[d];
+  }
+  perm[k++] = at_t; /* the pieces for each rank outermost */
+  for (int i = 0; i < ne; i++)
+    if (i != at_t) perm[k++] = i;
+  Node *x = ints_node(cb, OP_TRANSPOSE, ints_node(cb, OP_RESHAPE, v, "shape", e, ne), "perm", perm, ne);
+  x = comm(cb, OP_ALL_TO_ALL, x, -1, 0);
+  k = 0; /* [q, the rest]: q back before the part of each fd block */
+  for (int i = 0; i < ne; i++) {
+    if (i == at_t) continue;
+    if (i == at_f) perm[k++] = 0;
+    perm[k++] = 1 + (i < at_t ? i : i - 1);
+  }
+  return ints_node(cb, OP_RESHAPE, ints_node(cb, OP_TRANSPOSE, x, "perm", perm, ne), "shape", whole, n);
+}
+
 static Node *reshard(CB *cb, const Node *in, Node *v, int req, int64_t want) {
   Part *P = cb->P;
   int from = P->pl[in->id];
@@ -258,6 +305,9 @@ static Node *reshard(CB *cb, const Node *in, Node *v, int req, int64_t want) {
   Node *out;
   if (from == PL_P)
     out = td < 0 ? comm(cb, OP_ALL_REDUCE, v, -1, 0) : comm(cb, OP_REDUCE_SCATTER, v, td, in->shape.d[td] / want);
+  else if (fd >= 0 && td >= 0 && fd != td &&
+           (out = exchange(cb, v, fd, in->shape.d[fd] / P->bsz[in->id], td, in->shape.d[td] / want)))
+    ;
   else {
     out = v;
     if (fd >= 0) out = comm(cb, OP_ALL_GATHER, out, fd, in->shape.d[fd] / P->bsz[in->id]);

@@ -18,7 +18,9 @@ typedef struct Link {
 } Link;
 
 /* The terms of kind k's ring over n ranks: frac·bytes/bw + steps·alpha. A reduce or a
- * broadcast is pipelined along a chain of the ranks: each byte crosses every link once. */
+ * broadcast is pipelined along a chain of the ranks: each byte crosses every link once.
+ * An all-to-all of a tensor of `bytes` moves a rank's part (1/n of it) but its own
+ * piece, n-1 messages. */
 static void ring_terms(CollKind k, int n, double *frac, double *steps) {
   double f = (double)(n - 1) / n, s = n - 1;
   *frac = f, *steps = s;
@@ -27,9 +29,9 @@ static void ring_terms(CollKind k, int n, double *frac, double *steps) {
   case COLL_REDUCE:
   case COLL_BROADCAST: *frac = 1; break;
   case COLL_SEND_RECV: *frac = 1, *steps = 1; break;
+  case COLL_ALL_TO_ALL: *frac = f / n; break;
   case COLL_ALL_GATHER:
   case COLL_REDUCE_SCATTER:
-  case COLL_ALL_TO_ALL:
   case COLL_COUNT: break;
   }
 }
@@ -77,8 +79,8 @@ double cost_collective(const Cluster *c, CollKind k, double bytes, Group g) {
   case COLL_REDUCE:
   case COLL_BROADCAST: /* along the node's ranks, then the nodes' */
     return ring(&in, k, bytes, local) + ring(&out, k, bytes, nodes);
-  case COLL_ALL_TO_ALL: /* the part for other nodes crosses the network */
-    return (double)(local - 1) / g.n * bytes / in.bw + (double)(g.n - local) / g.n * bytes / out.bw +
+  case COLL_ALL_TO_ALL: /* of a rank's part (1/n), the pieces for other nodes cross the network */
+    return ((double)(local - 1) / g.n * bytes / in.bw + (double)(g.n - local) / g.n * bytes / out.bw) / g.n +
            (g.n - 1) * out.alpha;
   case COLL_SEND_RECV:
   case COLL_COUNT: break;

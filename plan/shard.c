@@ -193,6 +193,7 @@ static int bdim_broadcast(const PlanModel *pm, const Node *n) {
 #define bdim_reduce_scatter bdim_first
 #define bdim_split bdim_first
 #define bdim_tp_copy bdim_first
+#define bdim_all_to_all bdim_first
 
 static int (*const bdim_rules[OP_COUNT])(const PlanModel *, const Node *) = {
 #define OP(id, name, nin, cls, flags, attrs) [OP_##id] = bdim_##name,
@@ -764,6 +765,7 @@ static void shard_along_axis(SB *b) { gen_along_axis(b, false); }
 #define shard_reduce_scatter shard_none
 #define shard_split shard_none
 #define shard_tp_copy shard_none
+#define shard_all_to_all shard_none
 #define shard_flash_attention shard_none
 #define shard_classifier_ce shard_none
 #define shard_classifier_ce_grad shard_none
@@ -891,15 +893,15 @@ static void price_strategy(const ShardCtx *x, const Node *n, Strat *s) {
 /* ---- placements change: collectives on the tensor-parallel group ------------------ */
 
 /* Time to turn a tensor of `bytes` from placement `from` into `to` (INFINITY when
- * no collective does it: nothing makes a partial sum). S(i) -> S(j) is an all-to-all;
- * a compiled plan's is an all-gather and a split (passes/partition.c), priced so. */
+ * no collective does it: nothing makes a partial sum). S(i) -> S(j) is an all-to-all
+ * (passes/partition.c, exchange). */
 static double reshard(const ShardCtx *x, int from, int to, double bytes, CollKind *kind) {
   Group g = {x->t, x->t};
   CollKind k;
   if (from == to || (from == PL_R && to != PL_P)) return 0;
   if (to == PL_P) return INFINITY;
   if (from == PL_P) k = to == PL_R ? COLL_ALL_REDUCE : COLL_REDUCE_SCATTER;
-  else k = to == PL_R || x->exec ? COLL_ALL_GATHER : COLL_ALL_TO_ALL;
+  else k = to == PL_R ? COLL_ALL_GATHER : COLL_ALL_TO_ALL;
   if (kind) *kind = k;
   return cost_collective(x->cl, k, bytes, g);
 }

@@ -148,14 +148,17 @@ enum { TIER_SHARED = TIERS };
 #undef ISA_ENUM
 
 /* "comm": a collective over one of the rank's groups (IsaGroup). broadcast and reduce
- * have a root (a rank of the group); split is no communication, a rank's part. */
+ * have a root (a rank of the group); split is no communication, a rank's part;
+ * all_to_all sends the t-th of its tensor's group-size equal blocks to rank t and
+ * writes the block from rank q q-th (src and dst apart). */
 #define ISA_COMM_KINDS(X)             \
   X(ALL_REDUCE, "all_reduce")         \
   X(ALL_GATHER, "all_gather")         \
   X(REDUCE_SCATTER, "reduce_scatter") \
   X(SPLIT, "split")                   \
   X(BROADCAST, "broadcast")           \
-  X(REDUCE, "reduce")
+  X(REDUCE, "reduce")                 \
+  X(ALL_TO_ALL, "all_to_all")
 #define ISA_ENUM(name, text) ISA_COMM_##name,
 typedef enum IsaCommKind { ISA_COMM_KINDS(ISA_ENUM) } IsaCommKind;
 #define ISA_COUNT(name, text) +1

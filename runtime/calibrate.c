@@ -466,8 +466,8 @@ static const char *coll_name(int k) {
 }
 
 /* Whether kind k is measured: what programs issue (the comm instructions of program/isa.h,
- * send and receive between stages); all-to-all is not. */
-static int measured(CollKind k) { return k != COLL_ALL_TO_ALL; }
+ * send and receive between stages): all of them. */
+static int measured(CollKind k) { return k < COLL_COUNT; }
 
 /* One collective of kind k whose whole tensor (as plan/cost.h counts it) is n floats at
  * buf, a second n floats after it for an output apart; the r-th of its round (the roots
@@ -485,7 +485,7 @@ static void run_kind(Comm *c, CollKind k, float *buf, int64_t n, int r) {
     if (c->rank % 2 == 0 && c->rank + 1 < c->size) c->send(c, buf, n, c->rank + 1);
     else if (c->rank % 2) c->recv(c, buf, n, c->rank - 1);
     break;
-  case COLL_ALL_TO_ALL:
+  case COLL_ALL_TO_ALL: c->all_to_all(c, buf, buf + n, part / c->size); break;
   case COLL_COUNT: break;
   }
 }

@@ -364,6 +364,10 @@ static void comm_split(Executor *ex, Comm *g, const float *src, float *dst, cons
     ex->dev->copy(ex->dev, (char *)(dst + a * part), (const char *)(src + a * row + g->rank * part), part * 4);
 }
 
+static void comm_all_to_all(Executor *ex, Comm *g, const float *src, float *dst, const IsaComm *c) {
+  g->all_to_all(g, src, dst, c->outer * c->n * c->inner / g->size);
+}
+
 static void comm_all_reduce(Executor *ex, Comm *g, const float *src, float *dst, const IsaComm *c) {
   g->all_reduce(g, src, dst, c->outer * c->n * c->inner, c->red == ISA_RED_MAX ? COMM_MAX : COMM_SUM);
 }
@@ -402,7 +406,8 @@ static int exec_comm(Executor *ex, const IsaInstr *in, int64_t iter) {
   static const CommFn fns[ISA_COMM_NKINDS] = {
       [ISA_COMM_ALL_REDUCE] = comm_all_reduce,         [ISA_COMM_ALL_GATHER] = comm_all_gather,
       [ISA_COMM_REDUCE_SCATTER] = comm_reduce_scatter, [ISA_COMM_SPLIT] = comm_split,
-      [ISA_COMM_BROADCAST] = comm_broadcast,           [ISA_COMM_REDUCE] = comm_reduce};
+      [ISA_COMM_BROADCAST] = comm_broadcast,           [ISA_COMM_REDUCE] = comm_reduce,
+      [ISA_COMM_ALL_TO_ALL] = comm_all_to_all};
   const IsaComm *c = &in->comm;
   Comm *g = comm_group(ex, c);
   float *src = exec_at(ex, c->tier[0], c->off[0]), *dst = exec_at(ex, c->tier[1], c->off[1]);

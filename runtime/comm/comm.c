@@ -55,6 +55,8 @@ static void self_reduce_scatter(Comm *c, const float *send, float *recv, int64_t
 
 static void self_all_gather(Comm *c, const float *send, float *recv, int64_t count) { self_copy(send, recv, count); }
 
+static void self_all_to_all(Comm *c, const float *send, float *recv, int64_t count) { self_copy(send, recv, count); }
+
 static void self_broadcast(Comm *c, float *buf, int64_t count, int root) {}
 
 /* A rank cannot send to itself without a matching receive already posted; the
@@ -142,6 +144,7 @@ Comm *comm_self_new(void) {
                 .reduce = self_reduce,
                 .reduce_scatter = self_reduce_scatter,
                 .all_gather = self_all_gather,
+                .all_to_all = self_all_to_all,
                 .broadcast = self_broadcast,
                 .send = self_send,
                 .recv = self_recv,

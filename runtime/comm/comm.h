@@ -51,6 +51,9 @@ struct Comm {
   /* recv holds size*count floats: block r is rank r's send[0..count).
    * In place: send == recv + rank*count. */
   void (*all_gather)(Comm *c, const float *send, float *recv, int64_t count);
+  /* send and recv hold size*count floats each (apart): send's block r goes to rank r,
+   * recv's block r came from rank r's send. */
+  void (*all_to_all)(Comm *c, const float *send, float *recv, int64_t count);
   /* root's buf[0..count) to every rank's buf. */
   void (*broadcast)(Comm *c, float *buf, int64_t count, int root);
   /* Point to point, blocking: a send is matched by the peer's recv of equal count. */

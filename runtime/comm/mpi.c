@@ -120,6 +120,24 @@ static void mpi_all_gather(Comm *c, const float *send, float *recv, int64_t coun
   for (int r = 0; r < c->size; r++) mpi_broadcast(c, recv + (int64_t)r * count, count, r);
 }
 
+/* Blocks above mpi_chunk go in pieces: each exchange moves the piece at one offset of
+ * every block (a type of the piece's floats whose extent is a block). */
+static void mpi_all_to_all(Comm *c, const float *send, float *recv, int64_t count) {
+  if (count <= mpi_chunk && (int64_t)c->size * count <= INT_MAX) {
+    MPI_CHECK(MPI_Alltoall(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, mpi_comm(c)));
+    return;
+  }
+  for (int64_t at = 0; at < count; at += mpi_chunk) {
+    MPI_Datatype piece, block;
+    MPI_CHECK(MPI_Type_contiguous(chunk(at, count), MPI_FLOAT, &piece));
+    MPI_CHECK(MPI_Type_create_resized(piece, 0, (MPI_Aint)(count * (int64_t)sizeof(float)), &block));
+    MPI_CHECK(MPI_Type_commit(&block));
+    MPI_CHECK(MPI_Type_free(&piece));
+    MPI_CHECK(MPI_Alltoall(send + at, 1, block, recv + at, 1, block, mpi_comm(c)));
+    MPI_CHECK(MPI_Type_free(&block));
+  }
+}
+
 static void mpi_send(Comm *c, const float *buf, int64_t count, int peer) {
   for (int64_t at = 0; at < count; at += mpi_chunk)
     MPI_CHECK(MPI_Send(buf + at, chunk(at, count), MPI_FLOAT, peer, 0, mpi_comm(c)));
@@ -228,6 +246,7 @@ static MpiComm *mpi_wrap(MPI_Comm g) {
                 .reduce = mpi_reduce,
                 .reduce_scatter = mpi_reduce_scatter,
                 .all_gather = mpi_all_gather,
+                .all_to_all = mpi_all_to_all,
                 .broadcast = mpi_broadcast,
                 .send = mpi_send,
                 .recv = mpi_recv,

@@ -96,6 +96,23 @@ static void nccl_all_gather(Comm *c, const float *send, float *recv, int64_t cou
   if (count > 0) NCCL_CHECK(n, n->api->ncclAllGather(send, recv, (size_t)count, ncclFloat32, n->nccl, n->stream));
 }
 
+/* NCCL has no all-to-all: a send and a receive with every other rank, in one group,
+ * and the own block copied on the same stream. */
+static void nccl_all_to_all(Comm *c, const float *send, float *recv, int64_t count) {
+  NcclComm *n = nc(c);
+  if (count <= 0) return;
+  const float *own = send + (int64_t)c->rank * count;
+  CU_CHECK(n, n->api->MemcpyDtoDAsync((CUdeviceptr)(uintptr_t)(recv + (int64_t)c->rank * count),
+                                      (CUdeviceptr)(uintptr_t)own, (size_t)count * sizeof(float), n->stream));
+  NCCL_CHECK(n, n->api->ncclGroupStart());
+  for (int r = 0; r < c->size; r++) {
+    if (r == c->rank) continue;
+    NCCL_CHECK(n, n->api->ncclSend(send + (int64_t)r * count, (size_t)count, ncclFloat32, r, n->nccl, n->stream));
+    NCCL_CHECK(n, n->api->ncclRecv(recv + (int64_t)r * count, (size_t)count, ncclFloat32, r, n->nccl, n->stream));
+  }
+  NCCL_CHECK(n, n->api->ncclGroupEnd());
+}
+
 static void nccl_broadcast(Comm *c, float *buf, int64_t count, int root) {
   NcclComm *n = nc(c);
   if (count > 0) NCCL_CHECK(n, n->api->ncclBroadcast(buf, buf, (size_t)count, ncclFloat32, root, n->nccl, n->stream));
@@ -315,6 +332,7 @@ Comm *comm_nccl_new(Comm *host, int own_host, const CudaApi *api, CUstream strea
                 .reduce = nccl_reduce,
                 .reduce_scatter = nccl_reduce_scatter,
                 .all_gather = nccl_all_gather,
+                .all_to_all = nccl_all_to_all,
                 .broadcast = nccl_broadcast,
                 .send = nccl_send,
                 .recv = nccl_recv,

@@ -311,6 +311,8 @@ static int load_nccl(CudaApi *api, char *err, size_t errlen) {
       S(ncclBroadcast, "ncclBroadcast"),
       S(ncclSend, "ncclSend"),
       S(ncclRecv, "ncclRecv"),
+      S(ncclGroupStart, "ncclGroupStart"),
+      S(ncclGroupEnd, "ncclGroupEnd"),
   };
   return bind(api->lib[3], "NCCL", syms, (int)(sizeof syms / sizeof *syms), err, errlen);
 }

@@ -127,6 +127,8 @@ typedef struct CudaApi {
                                 cudaStream_t s);
   ncclResult_t (*ncclSend)(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s);
   ncclResult_t (*ncclRecv)(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s);
+  ncclResult_t (*ncclGroupStart)(void);
+  ncclResult_t (*ncclGroupEnd)(void);
   void *lib[4];       /* the dlopen handles: driver, NVRTC, cuBLASLt, NCCL */
   char path[4][1024]; /* where each was found (the loader's choice: the file it opened) */
 } CudaApi;

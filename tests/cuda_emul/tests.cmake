@@ -139,8 +139,11 @@ if(NOT COLOSSALC_SANITIZE)
   add_test(NAME cuda_emul_pp2_fp8
            COMMAND ${CMAKE_COMMAND} -E env PRECISION=fp8 RESUME=1 ${mr_mesh} pp2_fp8 1 1 2 --microbatch-size 1
                    --schedule 1f1b)
+  # DeepSpeed-Ulysses's all_to_alls: NCCL sends and receives in a group
+  add_test(NAME cuda_emul_tp2_ulysses
+           COMMAND ${mr_mesh} tp2_ulysses 1 2 1 --microbatch-size 1 --plan ${MR_DIR}/ulysses-tiny.plan.json)
   list(APPEND cuda_mr_tests cuda_emul_tp2 cuda_emul_pp2_1f1b cuda_emul_pp2_interleaved cuda_emul_dp2_tp2_pp2_bf16
-       cuda_emul_pp2_fp8)
+       cuda_emul_pp2_fp8 cuda_emul_tp2_ulysses)
 endif()
 add_test(NAME cuda_emul_dp2_zero3_step COMMAND ${mr_zero} dp2_zero3_step 2 1 3)
 add_test(NAME cuda_emul_offload_dp2 COMMAND ${mr_offload} 2 host) # offload across 2 ranks, moves on copy streams

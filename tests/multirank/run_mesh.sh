@@ -42,6 +42,8 @@
 # parameters; and the ratio of c_attn.bias takes the norm of the key biases' steps, which
 # are rounding noise (a zero gradient) turned into steps of up to 1 by Adam's
 # normalisation at a small eps, moving the whole tensor's ratio by a part in 1e4.
+# CLUSTER=FILE plans the mesh for that cluster file rather than the cpu profile (whose
+# nodes hold 2 ranks: a tensor-parallel group of 4 needs a node of 4).
 # SETS="--set NAME=V ..." compiles both with those constants too: with 1 layer and 32
 # positions, ZeRO deals the MLP's weights, each more than half a rank's share, in pieces
 # (codegen/zero.h).
@@ -53,8 +55,9 @@ np=$((dp * tp * pp))
 run=$work/mesh-$name${DEVICE:+-$DEVICE} && rm -rf "$run" && mkdir -p "$run" && cd "$run"
 . "$src/tests/multirank/device.sh"
 prec=${PRECISION:-fp32} one="$work/train-l4-b4" tol=1e-5 skip="" opt=${OPTIMIZER:+--optimizer $OPTIMIZER}
-sets=${SETS:-}
-"$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 $sets --gpus "$np" --gpu cpu \
+sets=${SETS:-} machine="--gpu cpu"
+[ -n "${CLUSTER:-}" ] && machine="--cluster $CLUSTER"
+"$cc" "$src/models/gpt2-tiny.model" --set layers=4 --set seq=32 --set batch=4 $sets --gpus "$np" $machine \
       --dp "$dp" --tp "$tp" --pp "$pp" --zero 0 --precision "$prec" $opt "$@" --dump-plan -o train-mesh > plan.txt
 sed -n '4,5p' plan.txt
 if [ -n "${ONE_MICROBATCH:-}" ]; then

@@ -106,6 +106,18 @@ static void test_all_gather(void) {
   free(x);
 }
 
+/* Block r of send is f(rank, r*N + i): block q of recv is rank q's block for this rank. */
+static void test_all_to_all(void) {
+  float *a = calloc((size_t)c->size * N, sizeof *a), *b = calloc((size_t)c->size * N, sizeof *b);
+  fill(a, 0, c->size * N);
+  c->all_to_all(c, a, b, N);
+  int ok = 1;
+  for (int q = 0; q < c->size; q++)
+    for (int i = 0; i < N; i++) ok &= b[q * N + i] == f(q, c->rank * N + i);
+  check(ok, "all_to_all");
+  free(a), free(b);
+}
+
 static void test_broadcast(void) {
   float a[N];
   for (int root = 0; root < c->size; root++) {
@@ -217,6 +229,7 @@ int main(int argc, char **argv) {
   test_reduce();
   test_reduce_scatter();
   test_all_gather();
+  test_all_to_all();
   test_broadcast();
   test_send_recv();
   test_split();

@@ -127,6 +127,19 @@ add_test(NAME multirank_pp4_zbh1_fp8 COMMAND ${mr_mesh_fp8_one} pp4_zbh1_fp8 1 1
 add_test(NAME multirank_dp2_tp2_pp2_zbh1
          COMMAND ${mr_mesh} dp2_tp2_pp2_zbh1 2 2 2 --microbatch-size 1 --schedule zb-h1 ${megatron})
 list(APPEND mr_tests multirank_pp2_zbh1 multirank_pp4_zbh1_fp8 multirank_dp2_tp2_pp2_zbh1)
+# DeepSpeed-Ulysses on the tensor axis (ulysses-tiny.plan.json): the linear layers split
+# along the sequence with their weights whole, attention by heads, all_to_alls between
+# (passes/partition.c, exchange); tp 2 and 4 (a node of 4 ranks: cpu4.cluster.json), with
+# dp in bf16, with pp
+set(ulysses --plan ${MR_DIR}/ulysses-tiny.plan.json)
+add_test(NAME multirank_tp2_ulysses COMMAND ${mr_mesh} tp2_ulysses 1 2 1 --microbatch-size 1 ${ulysses})
+add_test(NAME multirank_tp4_ulysses COMMAND ${CMAKE_COMMAND} -E env CLUSTER=${MR_DIR}/cpu4.cluster.json ${mr_mesh}
+                                            tp4_ulysses 1 4 1 --microbatch-size 1 ${ulysses})
+add_test(NAME multirank_dp2_tp2_ulysses_bf16
+         COMMAND ${mr_mesh_bf16} dp2_tp2_ulysses_bf16 2 2 1 --microbatch-size 1 ${ulysses})
+add_test(NAME multirank_tp2_pp2_ulysses COMMAND ${mr_mesh} tp2_pp2_ulysses 1 2 2 --microbatch-size 1 ${ulysses})
+list(APPEND mr_tests multirank_tp2_ulysses multirank_tp4_ulysses multirank_dp2_tp2_ulysses_bf16
+     multirank_tp2_pp2_ulysses)
 add_test(NAME multirank_dp2_pp2_1f1b_zero1
          COMMAND ${mr_mesh} dp2_pp2_1f1b_zero1 2 1 2 --microbatch-size 1 --schedule 1f1b --zero 1)
 add_test(NAME multirank_dp2_tp2_zero3 COMMAND ${mr_mesh} dp2_tp2_zero3 2 2 1 --microbatch-size 2 --zero 3 ${megatron})

@@ -5,7 +5,7 @@
 
 CHECK is one of: acceptance, text_svg, forced, infeasible, cluster_files,
 from_file, determinism, offload, offload_state, compile, memory_compiled, calibrate,
-collectives_compiled, time_reported. Run from the repository root. Prints what it checked; exit
+collectives_compiled, time_reported, lamb, zb_h1, ulysses. Run from the repository root. Prints what it checked; exit
 status 1 on the first failure."""
 import json
 import os
@@ -450,6 +450,9 @@ def memory_compiled():
                GPT2 + ["--dp", "2", "--tp", "1", "--pp", "4", "--recompute", "full", "--schedule", "zb-h1"],
                GPT2 + ["--dp", "2", "--tp", "1", "--pp", "4", "--recompute", "selective", "--schedule", "zb-h1"],
                GPT2 + ["--recompute", "full"],
+               # DeepSpeed-Ulysses (the search's at 4,096 tokens): weights whole, all-to-alls
+               ["models/gpt2.model", "--gpus", "4", "--dp", "1", "--tp", "4", "--pp", "1", "--set", "seq=4096",
+                "--set", "ctx=4096", "--set", "batch=1"],
                ["models/gpt2.model", "--gpus", "8", "--gpu", "h100-sxm", "--precision", "fp8"],
                ["models/gpt2-tiny.model", "--gpu", "cpu", "--gpus", "4", "--dp", "1", "--tp", "2", "--pp", "2",
                 "--set", "batch=8"]]
@@ -577,7 +580,7 @@ def calibrate():
                 fail("--calibrate does not report %r:\n%s" % (what, r.stderr))
         # the kinds programs issue, each by size among the ranks measured
         coll = c["intra_node"]["collectives"]
-        kinds = ("all-reduce", "all-gather", "reduce-scatter", "send/recv", "reduce", "broadcast")
+        kinds = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send/recv", "reduce", "broadcast")
         if coll["ranks"] < 2 or sorted(k for k in coll if k != "ranks") != sorted(kinds):
             fail("the calibrated collectives are not the kinds programs issue: %r" % coll)
         for k in kinds:
@@ -786,6 +789,45 @@ def zb_h1():
     print("ok   the search picks zb-h1 with room, %s in %.2f GiB (%s)" % (tight["schedule"], gib, why[0]))
 
 
+def ulysses():
+    """S(i) -> S(j) is one all-to-all (passes/partition.c, exchange), priced as compiled:
+    the search takes DeepSpeed-Ulysses's sharding for GPT-2 at 8,192 tokens on a tensor
+    axis of 4 (the linear layers by the sequence, attention by heads), faster than
+    Megatron's forced; and a compiled Ulysses plan runs the all-to-alls the plan lists,
+    each of the tensor's part on a rank."""
+    mesh = ["models/gpt2.model", "--gpus", "4", "--dp", "1", "--tp", "4", "--pp", "1", "--set", "seq=8192", "--set",
+            "ctx=8192", "--set", "batch=1"]
+    with tempfile.TemporaryDirectory() as tmp:
+        with open("tests/multirank/megatron-tiny.plan.json") as f:
+            meg = json.load(f)
+        meg["sharding"][0]["segments"] = ["h.%d" % i for i in range(12)]
+        path = os.path.join(tmp, "megatron.json")
+        with open(path, "w") as f:
+            json.dump(meg, f)
+        plans = {"searched": plan_json(mesh), "megatron": plan_json(mesh + ["--plan", path])}
+    a2a = {k: sum(c["count_per_step"] for c in d["collectives"] if c["kind"] == "all-to-all")
+           for k, d in plans.items()}
+    step = {k: d["predicted"]["step_time_s"] for k, d in plans.items()}
+    if a2a["searched"] < 2 * 12 or not step["searched"] < step["megatron"]:
+        fail("at 8,192 tokens the search's plan runs %d all-to-alls a step in %.4g s, Megatron's %.4g s" %
+             (a2a["searched"], step["searched"], step["megatron"]))
+    print("ok   gpt2 at 8192 tokens on tp 4: %d all-to-alls a step, %.4g s against Megatron's %.4g s" %
+          (a2a["searched"], step["searched"], step["megatron"]))
+    tiny = ["models/gpt2-tiny.model", "--set", "layers=4", "--set", "seq=32", "--set", "batch=4", "--gpu", "cpu",
+            "--gpus", "2", "--dp", "1", "--tp", "2", "--pp", "1", "--microbatch-size", "1", "--precision", "fp32",
+            "--plan", "tests/multirank/ulysses-tiny.plan.json"]
+    d = plan_json(tiny)
+    priced = sorted((c["bytes"], c["count_per_step"]) for c in d["collectives"] if c["kind"] == "all-to-all")
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = compiled_programs(tiny, tmp)[1][0]["runs"]
+    t = d["mesh"]["tp"]  # a rank exchanges its part, 1/t of the tensor the plan counts
+    sizes = [4 * i["outer"] * i["n"] * i["inner"] * t for i in runs if i["op"] == "comm" and i["kind"] == "all_to_all"]
+    compiled = sorted((b, sizes.count(b)) for b in set(sizes))
+    if not priced or priced != compiled:
+        fail("the Ulysses plan lists all-to-alls (bytes, count a step) %s, the program runs %s" % (priced, compiled))
+    print("ok   the Ulysses plan on tp 2: all-to-alls (bytes, count a step) %s, priced and compiled" % priced)
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -794,5 +836,6 @@ if __name__ == "__main__":
      "cluster_files": cluster_files, "from_file": plan_file, "determinism": determinism,
      "offload": offload, "offload_state": offload_state, "compile": compile_plan,
      "memory_compiled": memory_compiled, "collectives_compiled": collectives_compiled,
-     "time_reported": time_reported, "calibrate": calibrate, "lamb": lamb, "zb_h1": zb_h1}[sys.argv[1]]()
+     "time_reported": time_reported, "calibrate": calibrate, "lamb": lamb, "zb_h1": zb_h1,
+     "ulysses": ulysses}[sys.argv[1]]()
     print("ok")

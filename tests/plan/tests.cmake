@@ -7,7 +7,7 @@ foreach(t plan_cost plan_published)
 endforeach()
 set(COLOSSALC_PLAN_PYTHON /usr/bin/python3 CACHE FILEPATH "Python for the plan command-line tests")
 foreach(t acceptance text_svg forced infeasible cluster_files from_file determinism offload offload_state compile
-          memory_compiled collectives_compiled time_reported calibrate lamb zb_h1)
+          memory_compiled collectives_compiled time_reported calibrate lamb zb_h1 ulysses)
   add_test(NAME plan_${t}
            COMMAND ${COLOSSALC_PLAN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/check_plan.py ${t} $<TARGET_FILE:colossalc>
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
@@ -17,7 +17,7 @@ add_test(NAME plan_compose
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 colossalc_label(fast plan_acceptance plan_text_svg plan_forced plan_infeasible plan_cluster_files plan_from_file
                 plan_determinism plan_offload plan_offload_state plan_compile plan_collectives_compiled plan_compose
-                plan_lamb plan_zb_h1)
+                plan_lamb plan_zb_h1 plan_ulysses)
 # compiles and links eleven programs (-o train): about 10 s
 colossalc_label(e2e plan_memory_compiled)
 # compiles two programs and trains 25 steps: about 5 s

@@ -130,6 +130,7 @@ static const GCase cases[] = {
     {P0("f32[2, 4]") "%1 = all_gather %0 axis=1 ranks=1 blocks=2 : f32[2, 4]\n", NULL},
     {P0("f32[2, 4]") "%1 = reduce_scatter %0 axis=1 ranks=1 : f32[2, 4]\n", NULL},
     {P0("f32[2, 4]") "%1 = split %0 axis=0 ranks=1 : f32[2, 4]\n", NULL},
+    {P0("f32[1, 4]") "%1 = all_to_all %0 ranks=1 : f32[1, 4]\n", NULL},
     {P0("f32[1, 3]") "%1 = broadcast %0 shape=[2,4,3] : f32[2, 4, 3]\n", NULL},
     {P0("f32[3, 1]") "%1 = broadcast %0 shape=[2,3,4] : f32[2, 3, 4]\n", NULL},
 };

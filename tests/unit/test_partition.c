@@ -73,6 +73,13 @@ static void run_comm(const Node *n, double ***v, int T) {
           for (int q = 0; q < T; q++) v[r][n->id][i] += v[q][x->id][i];
     return;
   }
+  if (n->op == OP_ALL_TO_ALL) { /* block q of rank r's result is block r of rank q's input */
+    int64_t b = N / T;
+    for (int r = 0; r < T; r++)
+      for (int q = 0; q < T; q++)
+        for (int64_t i = 0; i < b; i++) v[r][n->id][q * b + i] = v[q][x->id][r * b + i];
+    return;
+  }
   comm_geometry(n, n->op == OP_ALL_GATHER ? &n->shape : &x->shape, &o, &nb, &in);
   int64_t p = nb / T;
   for (int r = 0; r < T; r++)
@@ -127,9 +134,21 @@ static const char **megatron(Arena *a, const Graph *g) {
   return f;
 }
 
+/* DeepSpeed-Ulysses: the linear layers split along the sequence (their weights whole),
+ * attention by heads; the sequence and head splits meet in all_to_alls. */
+static const char **ulysses(Arena *a, const Graph *g) {
+  const char **f = arena_array(a, g->n, sizeof *f);
+  for (int i = 0; i < g->n; i++) {
+    const Node *n = g->nodes[i];
+    if (n->op == OP_ATTENTION) f[i] = "heads";
+    if (n->op == OP_MATMUL && n->in[1]->op == OP_PARAM && n->layer >= 0) f[i] = "split-m";
+  }
+  return f;
+}
+
 int main(int argc, char **argv) {
   if (argc < 6) {
-    fprintf(stderr, "usage: test_partition MODEL TP PP V search|megatron [NAME=VALUE ...]\n");
+    fprintf(stderr, "usage: test_partition MODEL TP PP V search|megatron|ulysses [NAME=VALUE ...]\n");
     return 2;
   }
   int T = atoi(argv[2]), PP = atoi(argv[3]), V = atoi(argv[4]);
@@ -162,6 +181,7 @@ int main(int argc, char **argv) {
   while (g->nodes[first]->op != OP_INPUT) first++;
   f.mbs = V > 1 ? 1 : (int)g->nodes[first]->shape.d[0];
   if (!strcmp(argv[5], "megatron")) f.op_strategy = megatron(a, g);
+  if (!strcmp(argv[5], "ulysses")) f.op_strategy = ulysses(a, g);
   PlanResult *plan = plan_search(a, g, &cl, &f);
   char mbs[16];
   snprintf(mbs, sizeof mbs, "%d", f.mbs);
@@ -304,11 +324,19 @@ int main(int argc, char **argv) {
     checked++;
     free(sum);
   }
-  int comms = 0;
+  int comms = 0, a2a = 0;
   for (int k = 0; k < K; k++)
-    for (int i = 0; i < part->chunk[k]->n; i++) comms += op_info(part->chunk[k]->nodes[i]->op)->cls == CLS_COMM;
-  printf("%s tp %d pp %d v %d (%s): %d chunks, %d boundaries, %d collectives; loss %.10f; %d gradients, worst %.2e\n",
-         argv[1], T, PP, V, argv[5], K, part->nbound, comms, rv[ref->loss->id][0], checked, worst);
+    for (int i = 0; i < part->chunk[k]->n; i++) {
+      comms += op_info(part->chunk[k]->nodes[i]->op)->cls == CLS_COMM;
+      a2a += part->chunk[k]->nodes[i]->op == OP_ALL_TO_ALL;
+    }
+  /* Ulysses's sequence and head splits meet in all_to_alls: two a layer forward, two back */
+  if (!strcmp(argv[5], "ulysses") && a2a < 4 * g->nlayers)
+    printf("FAIL %d all_to_alls for %d layers\n", a2a, g->nlayers), fails++;
+  printf(
+      "%s tp %d pp %d v %d (%s): %d chunks, %d boundaries, %d collectives (%d all_to_all); loss %.10f; %d gradients, "
+      "worst %.2e\n",
+      argv[1], T, PP, V, argv[5], K, part->nbound, comms, a2a, rv[ref->loss->id][0], checked, worst);
   diag_pop(&j);
   for (int i = 0; i < ref->n; i++) free(rv[i]);
   free(rv);

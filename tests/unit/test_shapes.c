@@ -213,6 +213,8 @@ static const Case cases[] = {
     {A("f32[2, 6]") "%1 = split %0 axis=-1 ranks=4 : f32[2, 6]\n", "does not split"},
     {A("f32[2, 6]") "%1 = reduce_scatter %0 axis=0 ranks=2 : f32[1, 6]\n", NULL},
     {A("f32[3, 6]") "%1 = reduce_scatter %0 axis=0 ranks=2 : f32[1, 6]\n", "does not split"},
+    {A("f32[2, 3, 4]") "%1 = all_to_all %0 ranks=2 : f32[2, 3, 4]\n", NULL},
+    {A("f32[3, 2]") "%1 = all_to_all %0 ranks=2 : f32[3, 2]\n", "dimension 0 must be the ranks"},
 };
 
 static int run_case(const Case *c, const char **opname) {

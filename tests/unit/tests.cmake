@@ -46,7 +46,8 @@ set(part_cases
   "gpt2_tp2_search|gpt2|2 1 1 search" "gpt2_tp2_megatron|gpt2|2 1 1 megatron" "gpt2_tp4_megatron|gpt2|4 1 1 megatron"
   "gpt2_pp2|gpt2|1 2 1 search" "gpt2_pp4|gpt2|1 4 1 search" "gpt2_pp2_interleaved|gpt2|1 2 2 search"
   "gpt2_tp2_pp2_megatron|gpt2|2 2 1 megatron" "gpt2_tp2_pp2_interleaved|gpt2|2 2 2 megatron"
-  "llama_tp2_pp2|llama|2 2 1 search" "bert_tp2_megatron|bert|2 1 1 megatron" "bert_tp2_search|bert|2 1 1 search" "vit_tp2_pp2|vit|2 2 1 search")
+  "llama_tp2_pp2|llama|2 2 1 search" "bert_tp2_megatron|bert|2 1 1 megatron" "bert_tp2_search|bert|2 1 1 search" "vit_tp2_pp2|vit|2 2 1 search"
+  "gpt2_tp2_ulysses|gpt2|2 1 1 ulysses" "gpt2_tp4_ulysses|gpt2|4 1 1 ulysses" "llama_tp2_pp2_ulysses|llama|2 2 1 ulysses")
 foreach(entry ${COLOSSALC_TINY_MODELS})
   colossalc_tiny_model("${entry}")
   string(REPLACE "_tiny" "" short ${tiny_name})
