@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The plan against colossalc's own runs: this machine calibrated (colossalc --calibrate),
 # then gpt2-tiny at a larger configuration and GPT-2 124M at a small batch compiled for
-# it (--cluster) on 1, 2, 4 and 8 ranks (dp, tp, pp with 1F1B and interleaved, ZeRO-1
-# and 3, recompute, offload under a device budget: the plan's own figure) and trained.
+# it (--cluster) on 1, 2, 4 and 8 ranks (dp, tp, pp with 1F1B, interleaved and ZB-H1
+# (the search's schedule where none is forced), DeepSpeed-Ulysses on tp, ZeRO-1 and 3,
+# recompute, offload under a device budget: the plan's own figure) and trained.
 # Each row: the plan, its predicted step time, the measured step time (train's log:
 # "ms" beside "predicted_ms"), the error, and the device memory the plan predicts per
 # rank against the largest rank's measured peak (the log's "device_memory_peak"); after
@@ -182,6 +183,8 @@ row tiny 2 $TINY -- --dp 2 --tp 1 --pp 1 --zero 3
 row tiny 2 $TINY -- --dp 1 --tp 2 --pp 1
 row tiny 2 $TINY -- --dp 1 --tp 1 --pp 2 --schedule 1f1b --microbatch-size 4
 row tiny 2 $TINY -- --dp 1 --tp 1 --pp 2 --schedule interleaved --virtual-stages 2 --microbatch-size 4
+row tiny 2 $TINY -- --dp 1 --tp 1 --pp 2 --schedule zb-h1 --microbatch-size 4
+row tiny 2 $TINY -- --dp 1 --tp 2 --pp 1 --plan tests/multirank/ulysses-tiny.plan.json --microbatch-size 1
 row gpt2 2 $GPT2 -- --dp 2 --tp 1 --pp 1
 row tiny 4 $TINY -- --dp 2 --tp 2 --pp 1
 row tiny 4 $TINY -- --dp 4 --tp 1 --pp 1 --zero 3

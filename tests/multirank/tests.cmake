@@ -129,10 +129,11 @@ add_test(NAME multirank_dp2_tp2_pp2_zbh1
 list(APPEND mr_tests multirank_pp2_zbh1 multirank_pp4_zbh1_fp8 multirank_dp2_tp2_pp2_zbh1)
 # DeepSpeed-Ulysses on the tensor axis (ulysses-tiny.plan.json): the linear layers split
 # along the sequence with their weights whole, attention by heads, all_to_alls between
-# (passes/partition.c, exchange); tp 2 and 4 (a node of 4 ranks: cpu4.cluster.json), with
-# dp in bf16, with pp
+# (passes/partition.c, exchange); tp 2 (resumed from its checkpoint bit for bit, and by
+# one rank) and 4 (a node of 4 ranks: cpu4.cluster.json), with dp in bf16, with pp
 set(ulysses --plan ${MR_DIR}/ulysses-tiny.plan.json)
-add_test(NAME multirank_tp2_ulysses COMMAND ${mr_mesh} tp2_ulysses 1 2 1 --microbatch-size 1 ${ulysses})
+add_test(NAME multirank_tp2_ulysses COMMAND ${CMAKE_COMMAND} -E env RESUME=1 ONE_MICROBATCH=1 ${mr_mesh} tp2_ulysses 1 2 1
+                                            --microbatch-size 1 ${ulysses})
 add_test(NAME multirank_tp4_ulysses COMMAND ${CMAKE_COMMAND} -E env CLUSTER=${MR_DIR}/cpu4.cluster.json ${mr_mesh}
                                             tp4_ulysses 1 4 1 --microbatch-size 1 ${ulysses})
 add_test(NAME multirank_dp2_tp2_ulysses_bf16
