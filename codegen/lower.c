@@ -2433,12 +2433,25 @@ static int64_t placed(const L *l, const Node *n) {
 }
 
 /* The backward's nodes that no gradient sent to the previous stage (wrt_grads) depends
- * on: the weight gradients' pass (W) of a split backward; the others are B. */
+ * on: the weight gradients' pass (W) of a split backward; the others are B. What reads
+ * the loss's gradient (the logits', through casts and views) stays in B too: a W that
+ * read it would keep the step's largest tensor for every micro-batch it waits for (the
+ * classifier's weight gradient runs in B, as the plan prices it: plan/shard.c). */
 static bool *w_nodes(L *l) {
   const Graph *g = l->g;
-  bool *need = arena_array(l->a, g->n, sizeof *need), *w = arena_array(l->a, g->n, sizeof *w);
+  bool *need = arena_array(l->a, g->n, sizeof *need), *w = arena_array(l->a, g->n, sizeof *w),
+       *logits = arena_array(l->a, g->n, sizeof *logits);
   for (int k = 0; k < g->nwrt; k++)
     if (g->wrt_grads[k]) need[g->wrt_grads[k]->id] = true;
+  for (int i = g->n_forward; i < g->n; i++) {
+    const Node *x = g->nodes[i];
+    logits[i] = x->op == OP_CROSS_ENTROPY_GRAD;
+    for (int j = 0; j < x->nin && !logits[i]; j++)
+      if (logits[x->in[j]->id]) {
+        need[i] = true;
+        logits[i] = x->op == OP_CAST || op_info(x->op)->cls == CLS_MOVE;
+      }
+  }
   for (int i = g->n - 1; i >= g->n_forward; i--) {
     const Node *x = g->nodes[i];
     if (need[x->id])

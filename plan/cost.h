@@ -82,8 +82,8 @@ double cost_bubble_fraction(int p, int m, int v);
  * backward): m·T_max + (ΣT_i - T_max)/v. Balanced stages give (m + (p-1)/v)·T. */
 double cost_pipeline_time(const double *stage_time, int p, int m, int v);
 
-/* A pass's weight gradients (ZB-H1's W) out of its backward's compute t_bwd: half of it,
- * each weight GEMM's backward being two GEMMs of its size (dX and dW). */
+/* An op's parameter gradients (ZB-H1's W) out of its backward's compute t_bwd: half of
+ * it, a weight GEMM's backward being two GEMMs of its size (dX and dW). */
 static inline double cost_wgrad_time(double t_bwd) { return t_bwd / 2; }
 
 /* The same as cost_pipeline_time under ZB-H1 (plan/schedule.h), w_time[i] being stage i's weight-gradient

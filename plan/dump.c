@@ -415,7 +415,7 @@ typedef struct Op {
 
 /* Forward, backward and, under ZB-H1, weight-gradient (W, in *wt and not in *b) time of
  * chunk k per micro-batch: its layers, tensor-parallel communication, recompute, and its
- * share of the stage's transfers; W as the plan prices it (cost_wgrad_time). */
+ * share of the stage's transfers; W as the plan prices it (SegCost.t_w). */
 static void chunk_times(const PlanResult *r, const Plan *p, int k, double *f, double *b, double *wt, double *stash) {
   const PlanModel *pm = r->pm;
   *f = *b = *wt = *stash = 0;
@@ -426,7 +426,7 @@ static void chunk_times(const PlanResult *r, const Plan *p, int k, double *f, do
     if (!in) continue;
     const SegCost *c = &p->sc->seg[s];
     *f += c->t_fwd + c->c_fwd, *b += c->t_bwd + c->c_bwd + c->t_rc, *stash += c->stash;
-    if (p->ch.sched == PS_ZBH1) *wt += cost_wgrad_time(c->t_bwd);
+    if (p->ch.sched == PS_ZBH1) *wt += c->t_w;
   }
   double p2p = p->stage[k % p->ch.pp].p2p / p->ch.v / 2;
   *f += p2p, *b += p2p - *wt;

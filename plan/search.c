@@ -443,6 +443,7 @@ static void stage_sum(Search *S, const CandSet *cs, int ci, const int *segs, int
     const SegCost *s = &c->seg[segs[a]];
     const SegParams *sp = &cs->sp[ci][segs[a]];
     st->t_fwd += s->t_fwd, st->t_bwd += s->t_bwd, st->tp_comm += s->c_fwd + s->c_bwd, st->t_rc += s->t_rc;
+    st->t_w += s->t_w;
     q->stash += s->stash, q->wgrad_hold += s->wgrad_hold;
     if (s->wgrad_first > 0) q->wgrad_first = s->wgrad_first; /* the stage's last */
     /* the backward working set: a recomputed segment's activations with its stash, else
@@ -676,7 +677,7 @@ static void price_plan(Search *S, CandSet *cs, int ci, const PlanChoice *ch, Pla
   for (int i = 0; i < p; i++) {
     price_stage(S, cs, ci, ch, start, i, &st[i], &sum);
     S->times[i] = st[i].time;
-    S->wtimes[i] = cost_wgrad_time(st[i].t_bwd);
+    S->wtimes[i] = st[i].t_w;
     if (st[i].total > pr->peak) pr->peak = st[i].total, pr->peak_stage = i;
     if (st[i].host * S->r->cl->gpus_per_node > pr->host) pr->host = st[i].host * S->r->cl->gpus_per_node;
     if (st[i].time > st[pr->critical_stage].time) pr->critical_stage = i;

@@ -67,6 +67,7 @@ typedef struct PlanPrice {
 typedef struct StageCost {
   int first_layer, nlayers;                                      /* its layers (all chunks); -1/0 when none */
   double t_fwd, t_bwd, tp_comm, t_rc, p2p, time;                 /* per micro-batch */
+  double t_w;                                                    /* of t_bwd, ZB-H1's W (SegCost.t_w) */
   double weights, grads, optimizer, activations, buffers, total; /* bytes per device */
   double host;           /* bytes per device kept on the host (an offloaded optimizer) */
   double params;         /* parameter elements per device */

@@ -973,12 +973,12 @@ static bool step_inputs(const ShardCtx *x, const Node *n, const Strat *s, const 
     }
     if (pm->saver[in->id] == n->id) {
       w->stash += tensor_bytes(x, in) / (cur >= PL_S0 || req >= PL_S0 ? x->t : 1);
-      if (cur >= PL_S0 && req != cur) w->c_bwd += reshard_rec(x, cur, req, bytes, acc); /* gathered again */
+      /* gathered again for the backward (passes/recompute.c); an all-to-all's part is kept */
+      if (cur >= PL_S0 && req == PL_R) w->c_bwd += reshard_rec(x, cur, req, bytes, acc);
     } else if (cur >= PL_S0 && req >= PL_S0 && req != cur && saves_input(n->op, i)) {
-      /* another op stashes the input as it was; the backward of this one reads the split
-       * it received, a view of the whole the program gathered (passes/partition.c), which
-       * stays with the stash */
-      w->stash += tensor_bytes(x, in);
+      /* another op stashes the input as it was; the backward of this one reads the part
+       * the all-to-all gave it (passes/partition.c), which stays with the stash */
+      w->stash += tensor_bytes(x, in) / x->t;
     }
   }
   return true;
@@ -1305,16 +1305,23 @@ static bool has_param(const Node *n) {
   return false;
 }
 
+/* The classifier: an op whose result a loss reads (its weight's gradient, which reads
+ * the logits' gradient, runs in B: codegen/lower.c, w_nodes). */
+static bool classifier(const PlanModel *pm, const Node *n) {
+  for (int u = 0; u < pm->nuse[n->id]; u++)
+    if (pm->g->nodes[pm->use[n->id][u]]->op == OP_CROSS_ENTROPY) return true;
+  return false;
+}
+
 /* What a split backward's weight-gradient pass (ZB-H1's W) reads of op n (output `bytes`
- * under strategy st) after its B, when n has a parameter: the output's gradient (*dy: as
- * the activation, the logits' too, which the program keeps in 16 bits; none for a bias
- * added to a weight op's result, whose gradient is that op's), and the inputs its
- * backward reads, each counted at the op that stashes it (q, k and v's GEMMs read one
- * tensor). */
+ * under strategy st) after its B, when n has a parameter and is not the classifier: the
+ * output's gradient (*dy: as the activation; none for a bias added to a weight op's
+ * result, whose gradient is that op's), and the inputs its backward reads, each counted
+ * at the op that stashes it (q, k and v's GEMMs read one tensor). */
 static double wgrad_bytes(const ShardCtx *x, const Node *n, const Strat *st, double bytes, double *dy) {
   const PlanModel *pm = x->pm;
   *dy = 0;
-  if (!has_param(n)) return 0;
+  if (!has_param(n) || classifier(pm, n)) return 0;
   double b = 0;
   *dy = bytes;
   for (int i = 0; i < n->nin; i++) {
@@ -1341,16 +1348,17 @@ static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegS
           *npb = arena_alloc(a, m + 1);
   memcpy(pl, pl0, s->nin);
   Walk w = {0};
-  double out_max = 0, out_max_w = 0; /* the largest output of an op; of one with no parameter */
+  double out_max = 0, out_max_w = 0; /* the largest output of an op; of one whose gradient W does not keep */
   for (int k = 0; k < s->nops; k++) {
     const Strat *st = &ss->st[k][choice[k]];
     const Node *n = pm->g->nodes[s->ops[k]];
     step_cost(x, ss->rc, n, st, L->inslot[k], pl, pb, &w, out);
     double bytes = tensor_bytes(x, n) / split(x, st->out);
     if (bytes > out_max) out_max = bytes;
-    if (!has_param(n) && bytes > out_max_w) out_max_w = bytes;
+    if ((!has_param(n) || classifier(pm, n)) && bytes > out_max_w) out_max_w = bytes;
     double dy;
     out->wgrad_hold += wgrad_bytes(x, n, st, bytes, &dy);
+    if (has_param(n) && !classifier(pm, n)) out->t_w += cost_wgrad_time(st->t_bwd);
     if (dy > 0) out->wgrad_first = dy;
     memset(npl, 0, m + 1), memset(npb, 0, m + 1);
     for (int j = 0; j < L->nlive[k]; j++)

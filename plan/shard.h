@@ -103,6 +103,8 @@ typedef struct ParamUse {
 /* A segment under a chosen sharding, per device and micro-batch. */
 typedef struct SegCost {
   double t_fwd, t_bwd; /* compute, s */
+  double t_w;          /* of t_bwd, what a split backward's W runs: half the backward of each
+                          op with a parameter (its weight's GEMM), the classifier's kept in B */
   double c_fwd, c_bwd; /* tensor-parallel communication, s (exposed: on the critical path) */
   double t_rc;         /* recompute (compute and its communication), s */
   double stash;        /* activation bytes kept from forward to backward */
@@ -114,7 +116,7 @@ typedef struct SegCost {
                           largest tensor and the one entering it (the compiled program frees
                           each gradient and stashed tensor after its last reader) */
   double grad_work_w;  /* ... under a split backward, where W keeps the output gradients of the
-                          ops with a parameter: of the largest other tensor */
+                          ops with a parameter but the classifier: of the largest other tensor */
   double wcopy;        /* mixed precision: the largest 16-bit copy of a weight its GEMMs read
                           (cast for the forward pass and again for the backward, codegen) */
   double xfer_split;   /* bytes per device of split tensors passed to the next segment */

@@ -19,6 +19,7 @@
 #include "program/cpu.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <strings.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -65,9 +66,14 @@ int cpu_blas_pick(char **argv) {
   const char *core = openblas_get_corename();
   int have = blas_level(core), can = cpu_level();
   if (!have || have >= can || !blas_level_core[can]) return 0;
-  /* the library reads OPENBLAS_CORETYPE when it loads, before main: start again with it */
+  /* the library reads OPENBLAS_CORETYPE when it loads, before main: start again with it,
+   * by the program's own path so that the process keeps its name (ps; the fault tests
+   * find the ranks by it), where /proc/self/exe would name it "exe" */
   if (setenv("OPENBLAS_CORETYPE", blas_level_core[can], 1) != 0) return 0;
-  execv("/proc/self/exe", argv);
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) self[n] = 0;
+  execv(n > 0 ? self : "/proc/self/exe", argv);
   unsetenv("OPENBLAS_CORETYPE"); /* no exec: go on with the library's choice */
   return -1;
 }

@@ -46,7 +46,7 @@ for k in ("peak_fp32_tflops", "peak_bf16_tflops", "peak_fp16_tflops", "gemm_half
 if not (c["intra_node"]["bandwidth_gbs"] > 0 and "NCCL among 2 GPUs" in c["intra_node"]["name"]):
     fail("the link between GPUs is not the one measured")
 coll = c["intra_node"]["collectives"]
-kinds = ("all-reduce", "all-gather", "reduce-scatter", "send/recv", "reduce", "broadcast")
+kinds = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send/recv", "reduce", "broadcast")
 if coll["ranks"] != 2 or sorted(k for k in coll if k != "ranks") != sorted(kinds):
     fail("NCCL's collectives are not each measured among the 2 GPUs")
 for k in kinds:

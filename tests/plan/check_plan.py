@@ -503,13 +503,13 @@ def collectives_compiled():
             priced = sum(c["count_per_step"] for c in d["collectives"]
                          if c["axis"] == "tp" and c["kind"] == "reduce-scatter")
             progs = compiled_programs(args, tmp)[1]
-            # what a step of the first stage runs (loops and calls expanded)
-            compiled = sum(i["op"] == "comm" and i["kind"] == "reduce_scatter" for i in progs[0]["runs"])
+            # the plan lists the collectives of a step of its slowest stage: what that
+            # stage's program runs in a step (loops and calls expanded)
+            crit = progs[d["predicted"]["critical_stage"]]
+            compiled = sum(i["op"] == "comm" and i["kind"] == "reduce_scatter" for i in crit["runs"])
             # the gradients of weights replicated over the tensor-parallel ranks (partial
             # sums there) are all-reduced over tp once a step, after the micro-batches,
-            # those read by other ops too in each micro-batch's backward: the plan lists
-            # the bytes a step of its slowest stage (f32 here)
-            crit = progs[d["predicted"]["critical_stage"]]
+            # those read by other ops too in each micro-batch's backward (f32 here)
 
             def ar_bytes(seq):
                 return sum(4 * i["outer"] * i["n"] * i["inner"] for i in seq
