@@ -5,7 +5,22 @@
 FAULTS_TAG="faults-$$-$(date +%s%N)"
 export FAULTS_TAG
 
-fail() { echo "FAIL: $*"; exit 1; }
+# Every process this test started (tagged), whatever its name: fail ends them, so that a
+# failing test leaves no rank running (they would take the cores of the tests after it).
+tagged_pids() {
+  for env in /proc/[0-9]*/environ; do
+    pid=${env#/proc/} && pid=${pid%/environ}
+    { tr '\0' '\n' < "$env"; } 2> /dev/null | grep -qx "FAULTS_TAG=$FAULTS_TAG" && echo "$pid"
+  done
+  return 0
+}
+
+fail() {
+  echo "FAIL: $*"
+  pids=$(tagged_pids)
+  [ -z "$pids" ] || kill -9 $pids 2> /dev/null || true
+  exit 1
+}
 
 # The tagged train processes (named TRAIN_NAME), one a line.
 live_pids() {
