@@ -46,6 +46,14 @@ steps_done() {
   echo "${n:-0}"
 }
 
+# Steps rank 0 logged to file $1 (--log): written and flushed by rank 0 itself at each
+# step's end, where its printed lines reach the file through the launcher, some steps
+# late, and those in flight are lost when the job is aborted.
+steps_logged() {
+  n=$(grep -c '"loss":' "$1" 2> /dev/null) || true
+  echo "${n:-0}"
+}
+
 # Waits until file $1 shows at least $2 steps (at most $3 s).
 wait_steps() {
   i=0

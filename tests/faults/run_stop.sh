@@ -12,7 +12,7 @@ TRAIN_NAME=$prog
 run=$work/stop-$prog && rm -rf "$run" && mkdir -p "$run" && cd "$run"
 victim=$(random_below "$np") at=$((3 + $(random_below 20)))
 $mpirun -np "$np" "$work/$prog" --data "$work/genesis.bin" --steps 1000000 --threads 1 --collective-timeout 5 \
-  > out 2> err &
+  --log log.jsonl > out 2> err &
 job=$!
 wait_steps out "$at" 300
 pid=$(rank_pids "$victim")
@@ -20,7 +20,7 @@ pid=$(rank_pids "$victim")
 seen=$(steps_done out)
 kill -STOP $pid
 wait_bounded $job 25
-last=$(steps_done out)
+last=$(steps_logged log.jsonl)
 cat err
 left=$(live_pids)
 for p in $left; do kill -9 "$p"; done
@@ -30,7 +30,7 @@ want="^train: rank $victim stalled at step [0-9]*: no progress for 5 s (--collec
 line=$(grep -m1 "$want" err) || fail "no line '$want'"
 s=$(echo "$line" | sed 's/^train: rank [0-9]* stalled at step \([0-9]*\).*/\1/')
 [ "$s" -ge "$seen" ] && [ "$s" -le $((last + 1)) ] ||
-  fail "rank $victim was stopped after rank 0 printed step $seen (its last: $last); the message says step $s"
+  fail "rank $victim was stopped after rank 0 printed step $seen (its last logged: $last); the message says step $s"
 # the others may have seen the stopped rank killed by the launcher after the first line: a
 # stall too, of less than the timeout
 if grep 'stalled at step\|died at step' err | grep -v "^train: rank $victim stalled"; then fail "another rank named"; fi
