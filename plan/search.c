@@ -738,8 +738,7 @@ static void why_none(Search *S, const char *fmt, long a, long b) {
 }
 
 /* Schedules to try for (pp, m), each with its chunks per stage (v): 1F1B; ZB-H1 where
- * there is a pipeline and --schedule asks for it (its memory is priced by an upper
- * bound); and interleaved with v chunks per stage where m divides into groups of pp (as
+ * there is a pipeline; and interleaved with v chunks per stage where m divides into groups of pp (as
  * Megatron requires) and layers suffice. */
 static int schedules(Search *S, int pp, int m, int *v, PipeSchedule *sched) {
   const PlanForce *f = S->f;

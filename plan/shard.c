@@ -816,11 +816,23 @@ static double reshard(const ShardCtx *x, int from, int to, double bytes, CollKin
 
 /* A linear layer's GEMM: a parameter operand, its result not the logits a loss reads
  * unless the classifier is in fp8 too (what passes/autocast.c compiles in fp8). */
-static bool linear_gemm(const PlanModel *pm, const Node *n, bool classifier) {
+static bool has_param(const Node *n) {
+  for (int i = 0; i < n->nin; i++)
+    if (n->in[i]->op == OP_PARAM) return true;
+  return false;
+}
+
+/* The classifier: an op whose result a loss reads (its weight's gradient, which reads
+ * the logits' gradient, runs in B: codegen/lower.c, w_nodes). */
+static bool classifier(const PlanModel *pm, const Node *n) {
+  for (int u = 0; u < pm->nuse[n->id]; u++)
+    if (pm->g->nodes[pm->use[n->id][u]]->op == OP_CROSS_ENTROPY) return true;
+  return false;
+}
+
+static bool linear_gemm(const PlanModel *pm, const Node *n, bool fp8_classifier) {
   if (n->in[0]->op != OP_PARAM && n->in[1]->op != OP_PARAM) return false;
-  for (int u = 0; u < pm->nuse[n->id] && !classifier; u++)
-    if (pm->g->nodes[pm->use[n->id][u]]->op == OP_CROSS_ENTROPY) return false;
-  return true;
+  return fp8_classifier || !classifier(pm, n);
 }
 
 /* The cross-entropy that passes/decompose.c fuses with its classifier: of a matmul that
@@ -1299,29 +1311,13 @@ static void seg_solve(Arena *a, Work *w, const ShardCtx *x, const Segment *s, co
 
 /* ---- a whole-graph sharding: the chain of segments ---------------------------------- */
 
-static bool has_param(const Node *n) {
-  for (int i = 0; i < n->nin; i++)
-    if (n->in[i]->op == OP_PARAM) return true;
-  return false;
-}
-
-/* The classifier: an op whose result a loss reads (its weight's gradient, which reads
- * the logits' gradient, runs in B: codegen/lower.c, w_nodes). */
-static bool classifier(const PlanModel *pm, const Node *n) {
-  for (int u = 0; u < pm->nuse[n->id]; u++)
-    if (pm->g->nodes[pm->use[n->id][u]]->op == OP_CROSS_ENTROPY) return true;
-  return false;
-}
-
 /* What a split backward's weight-gradient pass (ZB-H1's W) reads of op n (output `bytes`
- * under strategy st) after its B, when n has a parameter and is not the classifier: the
+ * under strategy st) after its B, n having a parameter and not being the classifier: the
  * output's gradient (*dy: as the activation; none for a bias added to a weight op's
  * result, whose gradient is that op's), and the inputs its backward reads, each counted
  * at the op that stashes it (q, k and v's GEMMs read one tensor). */
 static double wgrad_bytes(const ShardCtx *x, const Node *n, const Strat *st, double bytes, double *dy) {
   const PlanModel *pm = x->pm;
-  *dy = 0;
-  if (!has_param(n) || classifier(pm, n)) return 0;
   double b = 0;
   *dy = bytes;
   for (int i = 0; i < n->nin; i++) {
@@ -1355,10 +1351,11 @@ static void seg_replay(Arena *a, const ShardCtx *x, const Segment *s, const SegS
     step_cost(x, ss->rc, n, st, L->inslot[k], pl, pb, &w, out);
     double bytes = tensor_bytes(x, n) / split(x, st->out);
     if (bytes > out_max) out_max = bytes;
-    if ((!has_param(n) || classifier(pm, n)) && bytes > out_max_w) out_max_w = bytes;
-    double dy;
-    out->wgrad_hold += wgrad_bytes(x, n, st, bytes, &dy);
-    if (has_param(n) && !classifier(pm, n)) out->t_w += cost_wgrad_time(st->t_bwd);
+    double dy = 0;
+    if (has_param(n) && !classifier(pm, n)) { /* its parameters' gradients wait for W */
+      out->wgrad_hold += wgrad_bytes(x, n, st, bytes, &dy);
+      out->t_w += cost_wgrad_time(st->t_bwd);
+    } else if (bytes > out_max_w) out_max_w = bytes;
     if (dy > 0) out->wgrad_first = dy;
     memset(npl, 0, m + 1), memset(npb, 0, m + 1);
     for (int j = 0; j < L->nlive[k]; j++)
