@@ -143,7 +143,8 @@ void kernel_check(const Kernel *k) {
     const KOperand *ops[KA_OPERANDS];
     kattn_operands(A, ops);
     ir_assert(k->nphases == 0 && k->par == KP_ROWS && k->cols == 1 && A->hd > 0 && A->heads > 0);
-    ir_assert(k->rows == A->batch * A->heads * (A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk));
+    ir_assert(A->kv_heads > 0 && A->heads % A->kv_heads == 0 && A->window >= 0 && (A->window == 0 || A->causal));
+    ir_assert(k->rows == kattn_rows(A));
     for (int i = 0; i < KA_OPERANDS; i++) ir_assert(ops[i]->buf >= -1 && ops[i]->buf < k->nbufs);
     ir_assert(A->res.buf >= 0 && k->bufs[A->res.buf].dtype != DT_I32);
     return;
@@ -381,56 +382,62 @@ static void attn_st(const EvalCtx *c, const KOperand *x, KStore st, int64_t b, i
   store_at(c, x->buf, x->offset + b * x->sb + s * x->ss + col, st, v);
 }
 
-/* x_s · y_t over head h's hd features, in order. */
-static float attn_dot(const EvalCtx *c, const KOperand *x, int64_t s, const KOperand *y, int64_t t, int64_t b,
-                      int64_t h) {
+/* x_s · y_t over hd features, x's at column xc and y's at yc, in order. */
+static float attn_dot(const EvalCtx *c, const KOperand *x, int64_t s, int64_t xc, const KOperand *y, int64_t t,
+                      int64_t yc, int64_t b) {
   const KAttn *A = c->k->attn;
   float acc = 0;
-  for (int64_t d = 0; d < A->hd; d++) acc += attn_ld(c, x, b, s, h * A->hd + d) * attn_ld(c, y, b, t, h * A->hd + d);
+  for (int64_t d = 0; d < A->hd; d++) acc += attn_ld(c, x, b, s, xc + d) * attn_ld(c, y, b, t, yc + d);
   return acc;
 }
 
+/* Row r: by query (b, h, x) or by key (b, g, x), as kernel.h says. */
 static void eval_attn_row(const EvalCtx *c, int64_t r, float *acc) {
   const KAttn *A = c->k->attn;
-  int64_t F = A->heads * A->hd, len = A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk;
-  int64_t b = r / len / A->heads, h = r / len % A->heads, x = r % len, hd = A->hd;
+  bool by_query = A->pass == KA_FWD || A->pass == KA_DQ;
+  int64_t F = A->heads * A->hd, len = by_query ? A->sq : A->sk, nh = by_query ? A->heads : A->kv_heads;
+  int64_t b = r / len / nh, h = r / len % nh, x = r % len, hd = A->hd, grp = kattn_group(A);
   for (int64_t d = 0; d < hd; d++) acc[d] = 0;
   if (A->pass == KA_FWD) {
-    int64_t end = A->causal && x + A->sk - A->sq + 1 < A->sk ? x + A->sk - A->sq + 1 : A->sk;
+    int64_t lo, hi, qc = h * hd, kc = h / grp * hd;
+    kattn_keys(A, x, &lo, &hi);
     float m = -INFINITY, l = 0, sc[KA_BLOCK];
-    for (int64_t j0 = 0; j0 < end; j0 += KA_BLOCK) {
-      int64_t jn = end - j0 < KA_BLOCK ? end - j0 : KA_BLOCK;
+    for (int64_t j0 = lo / KA_BLOCK * KA_BLOCK; j0 < hi; j0 += KA_BLOCK) {
+      int64_t t0 = lo > j0 ? lo - j0 : 0, jn = hi - j0 < KA_BLOCK ? hi - j0 : KA_BLOCK;
       float mb = -INFINITY;
-      for (int64_t t = 0; t < jn; t++)
-        sc[t] = attn_dot(c, &A->q, x, &A->k, j0 + t, b, h) * A->scale, mb = fmaxf(mb, sc[t]);
+      for (int64_t t = t0; t < jn; t++)
+        sc[t] = attn_dot(c, &A->q, x, qc, &A->k, j0 + t, kc, b) * A->scale, mb = fmaxf(mb, sc[t]);
       float mn = fmaxf(m, mb), cf = expf(m - mn);
       l *= cf;
       for (int64_t d = 0; d < hd; d++) acc[d] *= cf;
-      for (int64_t t = 0; t < jn; t++) {
+      for (int64_t t = t0; t < jn; t++) {
         float p = expf(sc[t] - mn);
         l += p;
-        for (int64_t d = 0; d < hd; d++) acc[d] += p * attn_ld(c, &A->v, b, j0 + t, h * hd + d);
+        for (int64_t d = 0; d < hd; d++) acc[d] += p * attn_ld(c, &A->v, b, j0 + t, kc + d);
       }
       m = mn;
     }
-    for (int64_t d = 0; d < hd; d++) attn_st(c, &A->res, A->store, b, x, h * hd + d, acc[d] / l);
+    for (int64_t d = 0; d < hd; d++) attn_st(c, &A->res, A->store, b, x, qc + d, acc[d] / l);
     attn_st(c, &A->res, A->store, b, x, F + h, m + logf(l));
     return;
   }
-  bool by_query = A->pass == KA_DQ;
-  int64_t lo = 0, hi = by_query ? A->sk : A->sq;
-  if (A->causal && by_query && x + A->sk - A->sq + 1 < hi) hi = x + A->sk - A->sq + 1;
-  if (A->causal && !by_query && x - (A->sk - A->sq) > 0) lo = x - (A->sk - A->sq);
-  for (int64_t y = lo; y < hi; y++) {
-    int64_t i = by_query ? x : y, j = by_query ? y : x;
-    float p = expf(attn_dot(c, &A->q, i, &A->k, j, b, h) * A->scale - attn_ld(c, &A->out, b, i, F + h));
-    if (A->pass == KA_DV) {
-      for (int64_t d = 0; d < hd; d++) acc[d] += p * attn_ld(c, &A->g, b, i, h * hd + d);
-      continue;
+  /* by query: head h alone; by key: the group's query heads in order */
+  int64_t h0 = by_query ? h : h * grp, h1 = by_query ? h + 1 : h0 + grp, lo, hi;
+  if (by_query) kattn_keys(A, x, &lo, &hi);
+  else kattn_queries(A, x, &lo, &hi);
+  for (int64_t qh = h0; qh < h1; qh++) {
+    int64_t qc = qh * hd, kc = qh / grp * hd;
+    for (int64_t y = lo; y < hi; y++) {
+      int64_t i = by_query ? x : y, j = by_query ? y : x;
+      float p = expf(attn_dot(c, &A->q, i, qc, &A->k, j, kc, b) * A->scale - attn_ld(c, &A->out, b, i, F + qh));
+      if (A->pass == KA_DV) {
+        for (int64_t d = 0; d < hd; d++) acc[d] += p * attn_ld(c, &A->g, b, i, qc + d);
+        continue;
+      }
+      float ds = p * (attn_dot(c, &A->g, i, qc, &A->v, j, kc, b) - attn_ld(c, &A->delta, b, i, qh));
+      for (int64_t d = 0; d < hd; d++)
+        acc[d] += ds * (by_query ? attn_ld(c, &A->k, b, y, kc + d) : attn_ld(c, &A->q, b, y, qc + d));
     }
-    float ds = p * (attn_dot(c, &A->g, i, &A->v, j, b, h) - attn_ld(c, &A->delta, b, i, h));
-    const KOperand *o = by_query ? &A->k : &A->q;
-    for (int64_t d = 0; d < hd; d++) acc[d] += ds * attn_ld(c, o, b, y, h * hd + d);
   }
   float scale = A->pass == KA_DV ? 1.0f : A->scale;
   for (int64_t d = 0; d < hd; d++) attn_st(c, &A->res, A->store, b, x, h * hd + d, acc[d] * scale);
@@ -540,9 +547,12 @@ static void print_kernel(FILE *f, const Kernel *k, bool code) {
   if (k->attn) {
     const KAttn *A = k->attn;
     static const char *const pass[] = {"fwd", "dq", "dk", "dv"};
-    fprintf(f, "kernel %s attention %s rows=%lld B=%lld H=%lld S=%lld T=%lld hd=%lld causal=%d scale=%.9g%s\n", k->name,
+    fprintf(f, "kernel %s attention %s rows=%lld B=%lld H=%lld S=%lld T=%lld hd=%lld causal=%d scale=%.9g", k->name,
             pass[A->pass], (long long)k->rows, (long long)A->batch, (long long)A->heads, (long long)A->sq,
-            (long long)A->sk, (long long)A->hd, A->causal, A->scale, A->store == KS_ADD ? " +=" : "");
+            (long long)A->sk, (long long)A->hd, A->causal, A->scale);
+    if (A->kv_heads != A->heads) fprintf(f, " kv_heads=%lld", (long long)A->kv_heads);
+    if (A->window) fprintf(f, " window=%lld", (long long)A->window);
+    fputs(A->store == KS_ADD ? " +=\n" : "\n", f);
     print_bufs(f, k, code);
     fputs(" ", f);
     print_operand(f, k, "q", &A->q, code), print_operand(f, k, "k", &A->k, code), print_operand(f, k, "v", &A->v, code);

@@ -159,24 +159,33 @@ static inline IsaDtype kx_fp8(DType t) { return t == DT_E4M3 ? ISA_E4M3 : ISA_E5
  * loop of phases: Kernel.attn set, no phases, par KP_ROWS, one row per work item and one
  * column. Operands are [batch, seq, features] with unit-stride features: element
  * (b, s, c) of operand x is at x.offset + b*x.sb + s*x.ss + c in buffer x.buf. With
- * F = heads*hd, q is [B, S, F], k and v [B, T, F]; `out` (flash_attention's output)
- * [B, S, F + heads]: attention's output and then each head's log-sum-exp of its scores;
- * g is out's gradient and delta [B, S, heads] the row sums of dO∘O per head.
+ * F = heads*hd, q is [B, S, F], k and v [B, T, G*hd] (G = kv_heads key/value heads;
+ * query head h reads key/value head h / (H/G), grouped-query attention; G = H is
+ * multi-head attention); `out` (flash_attention's output) [B, S, F + heads]:
+ * attention's output and then each head's log-sum-exp of its scores; g is out's
+ * gradient and delta [B, S, heads] the row sums of dO∘O per head.
  *
- *   KA_FWD  row (b, h, i), i < S: the keys j < T (j <= i + T - S when causal, the
- *           blocks past it never visited) in blocks of KA_BLOCK: the block's scores
+ * Query i sees the keys j in [lo, hi) of kattn_keys: all of them, or when causal
+ * j <= i' = i + T - S, and with a window W also j > i' - W (the W most recent keys).
+ *
+ *   KA_FWD  row (b, h, i), i < S: the keys it sees in blocks of KA_BLOCK aligned at
+ *           multiples of KA_BLOCK (the blocks wholly outside [lo, hi) never visited,
+ *           the keys of a block outside it skipped): the block's scores
  *           s_j = scale q_i·k_j, then m' = max(m, max_j s_j), the running sum and the
  *           output rescaled by exp(m - m') and the block's exp(s_j - m') and
  *           exp(s_j - m') v_j added (the online softmax); at the end out = acc / l and
  *           lse = m + log l. The scores are never stored.
  *   KA_DQ   row (b, h, i): dq_i = scale sum_j p_ij (g_i·v_j - delta_i) k_j, with
  *           p_ij = exp(s_ij - lse_i) recomputed.
- *   KA_DK   row (b, h, j), j < T: dk_j = scale sum_i p_ij (g_i·v_j - delta_i) q_i.
- *   KA_DV   row (b, h, j): dv_j = sum_i p_ij g_i.
+ *   KA_DK   row (b, g, j), j < T, g < G: dk_j = scale sum_h sum_i p_ij (g_i·v_j -
+ *           delta_i) q_i, over the group's query heads h in order and, for each, the
+ *           queries i that see j (kattn_queries) in order.
+ *   KA_DV   row (b, g, j): dv_j = sum_h sum_i p_ij g_i, in the same order.
  *
- * Sums over d run in order, the sums over keys (queries) in order of j (i), all in f32;
- * every row is written by its work item alone (no atomics), so results are repeatable.
- * `res` is the operand written: out for KA_FWD, else the gradient, stored with `store`. */
+ * Sums over d run in order, the sums over keys (queries) in order of j (h, then i), all
+ * in f32; every row is written by its work item alone (no atomics), so results are
+ * repeatable. `res` is the operand written: out for KA_FWD, else the gradient, stored
+ * with `store`. */
 typedef enum { KA_FWD, KA_DQ, KA_DK, KA_DV } KAttnPass;
 enum { KA_BLOCK = 32 };
 typedef struct KOperand {
@@ -186,11 +195,32 @@ typedef struct KOperand {
 typedef struct KAttn {
   KAttnPass pass;
   int64_t batch, heads, sq, sk, hd; /* B, H, S, T, head size */
+  int64_t kv_heads;                 /* G, a divisor of H */
+  int64_t window;                   /* W > 0 (causal only): the keys a query sees; 0: no window */
   bool causal;
   float scale;
   KOperand q, k, v, out, g, delta, res; /* buf -1: not read by this pass */
   KStore store;
 } KAttn;
+
+/* The query heads that share a key/value head. */
+static inline int64_t kattn_group(const KAttn *A) { return A->heads / A->kv_heads; }
+/* The keys j in [*lo, *hi) that query i sees. */
+static inline void kattn_keys(const KAttn *A, int64_t i, int64_t *lo, int64_t *hi) {
+  int64_t at = i + A->sk - A->sq;
+  *hi = A->causal && at + 1 < A->sk ? at + 1 : A->sk;
+  *lo = A->window > 0 && at - A->window + 1 > 0 ? at - A->window + 1 : 0;
+}
+/* The queries i in [*lo, *hi) that see key j. */
+static inline void kattn_queries(const KAttn *A, int64_t j, int64_t *lo, int64_t *hi) {
+  int64_t at = j - (A->sk - A->sq);
+  *lo = A->causal && at > 0 ? at : 0;
+  *hi = A->window > 0 && at + A->window < A->sq ? at + A->window : A->sq;
+}
+/* The work items of a pass: a row per query and query head, or per key and key/value head. */
+static inline int64_t kattn_rows(const KAttn *A) {
+  return A->pass == KA_FWD || A->pass == KA_DQ ? A->batch * A->heads * A->sq : A->batch * A->kv_heads * A->sk;
+}
 
 /* A's operands in that order (q, k, v, out, g, delta, res). */
 enum { KA_OPERANDS = 7 };

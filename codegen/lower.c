@@ -1004,6 +1004,11 @@ static void lower_softmax(L *l, const Node *n) {
     keep = B(LE, kx_coord(l->a, k, nd - 1), B(ADD, kx_coord(l->a, k, nd - 2), C(off)));
     xv = SEL(keep, xv, C(-INFINITY));
   }
+  if (attn_window(n) > 0) { /* and j > i + off - W */
+    int64_t off = x->shape.d[nd - 1] - x->shape.d[nd - 2] - attn_window(n);
+    keep = B(LT, B(ADD, kx_coord(l->a, k, nd - 2), C(off)), kx_coord(l->a, k, nd - 1));
+    xv = SEL(keep, xv, C(-INFINITY));
+  }
   KExpr *mx = kx_acc(l->a, k, kernel_reduce(k, KR_MAX, xv));
   KExpr *ex = U(EXP, B(SUB, xv, mx));
   KExpr *sum = kx_acc(l->a, k, kernel_reduce(k, KR_SUM, ex));
@@ -1490,9 +1495,11 @@ static void lower_flash(L *l, const Node *n) {
                .sq = q->shape.d[1],
                .sk = n->in[1]->shape.d[1],
                .hd = hd,
+               .kv_heads = attn_kv_heads(n),
+               .window = attn_window(n),
                .causal = attr_int(n, "causal"),
                .scale = (float)(sc->set ? sc->f : 1.0 / sqrt((double)hd))};
-  int64_t rows = A->batch * heads * (which > 0 ? A->sk : A->sq), dims[2] = {rows, 1};
+  int64_t dims[2] = {kattn_rows(A), 1};
   Kernel *k = knew(l,
                    fwd          ? "flash_attention"
                    : which == 0 ? "flash_attention_dq"

@@ -60,8 +60,8 @@ int ir_attn_core(const Node *sm, const Node **core) {
   int n = 0;
   chain[n++] = sm;
   const Node *x = sm->in[0];
-  while (n < 7 && (x->op == OP_MUL || x->op == OP_DIV || x->op == OP_ADD || x->op == OP_SUB)) {
-    if (is_const(x->in[1])) chain[n++] = x, x = x->in[0];
+  while (n < 7 && (x->op == OP_MUL || x->op == OP_DIV || x->op == OP_ADD || x->op == OP_SUB || x->op == OP_RESHAPE)) {
+    if (x->op == OP_RESHAPE || is_const(x->in[1])) chain[n++] = x, x = x->in[0];
     else if (is_const(x->in[0]) && x->op != OP_DIV && x->op != OP_SUB) chain[n++] = x, x = x->in[1];
     else return 0;
   }

@@ -35,8 +35,9 @@ void graph_arch(const Graph *g, GraphArch *a);
 const char *arch_kind_name(ArchKind k);
 
 /* The nodes of the attention core that ends in softmax node sm: the softmax, the
- * chain of scalings (mul, div, add, sub by a constant) between it and the matmul
- * that makes the scores, and that matmul. Writes up to 8 nodes, the matmul first;
+ * chain of scalings (mul, div, add, sub by a constant) and views (reshape: grouped
+ * query heads, passes/decompose.c) between it and the matmul that makes the scores,
+ * and that matmul. Writes up to 8 nodes, the matmul first;
  * returns the count, 0 when sm's input is not such a chain. The recompute pass
  * (passes/recompute.c) and the plan's cost model (plan/shard.c) both use this
  * definition. */

@@ -401,28 +401,34 @@ static void run_rmsnorm_grad(const Node *n, const double *const *in, double *out
 }
 
 /* Softmax of the first `len` of the `total` entries x[0], x[st], ...; the rest 0. */
-static void softmax_line(const double *x, double *out, int64_t st, int64_t len, int64_t total) {
+/* softmax over entries [lo, hi) of a line of `total` (stride st), the others 0 */
+static void softmax_span(const double *x, double *out, int64_t st, int64_t lo, int64_t hi, int64_t total) {
   double mx = -INFINITY, s = 0;
-  for (int64_t j = 0; j < len; j++) mx = fmax(mx, x[j * st]);
-  for (int64_t j = 0; j < len; j++) s += exp(x[j * st] - mx);
-  for (int64_t j = 0; j < total; j++) out[j * st] = j < len ? exp(x[j * st] - mx) / s : 0;
+  for (int64_t j = lo; j < hi; j++) mx = fmax(mx, x[j * st]);
+  for (int64_t j = lo; j < hi; j++) s += exp(x[j * st] - mx);
+  for (int64_t j = 0; j < total; j++) out[j * st] = j >= lo && j < hi ? exp(x[j * st] - mx) / s : 0;
 }
 
-/* The entries of row i of [..., S, T] a causal mask keeps: j <= i + (T - S). */
-static int64_t causal_len(int64_t i, int64_t S, int64_t T) { return i + (T - S) + 1; }
+/* The entries [*lo, *hi) of row i of [..., S, T] a mask keeps: all, or when causal
+ * j <= i + (T - S), and with a window W > 0 also j > i + (T - S) - W. */
+static void mask_span(int64_t i, int64_t S, int64_t T, bool causal, int64_t window, int64_t *lo, int64_t *hi) {
+  int64_t at = i + (T - S);
+  *hi = causal ? at + 1 : T;
+  *lo = window > 0 && at - window + 1 > 0 ? at - window + 1 : 0;
+}
 
 static void run_softmax(const Node *n, const double *const *in, double *out, int64_t step) {
   const double *x = in[0];
   const Shape *s = &n->shape;
   int a = axis_of(n, "axis", s->ndim);
   bool causal = attr_int(n, "causal");
-  int64_t outer, len, inner;
+  int64_t outer, len, inner, window = attn_window(n);
   split_at(s, a, &outer, &len, &inner);
   for (int64_t o = 0; o < outer; o++)
     for (int64_t k = 0; k < inner; k++) {
-      int64_t base = o * len * inner + k;
-      int64_t keep = causal ? causal_len(o % s->d[s->ndim - 2], s->d[s->ndim - 2], len) : len;
-      softmax_line(x + base, out + base, inner, keep, len);
+      int64_t base = o * len * inner + k, lo, hi;
+      mask_span(o % s->d[s->ndim - 2], s->d[s->ndim - 2], len, causal, window, &lo, &hi);
+      softmax_span(x + base, out + base, inner, lo, hi, len);
     }
 }
 
@@ -554,14 +560,14 @@ static void run_classifier_ce_grad(const Node *n, const double *const *in, doubl
 }
 
 /* One query row of one head: out[d] = sum_j p_j v[j, d], p = softmax(scale q.k_j). */
-static void attend_row(const double *q, const double *k, const double *v, double *out, double *p, int64_t T,
-                       int64_t keep, int64_t F, int64_t hd, double scale) {
+static void attend_row(const double *q, const double *k, const double *v, double *out, double *p, int64_t T, int64_t lo,
+                       int64_t hi, int64_t F, int64_t hd, double scale) {
   for (int64_t j = 0; j < T; j++) {
     double s = 0;
     for (int64_t d = 0; d < hd; d++) s += q[d] * k[j * F + d];
     p[j] = s * scale;
   }
-  softmax_line(p, p, 1, keep, T);
+  softmax_span(p, p, 1, lo, hi, T);
   for (int64_t d = 0; d < hd; d++) {
     double acc = 0;
     for (int64_t j = 0; j < T; j++) acc += p[j] * v[j * F + d];
@@ -569,45 +575,57 @@ static void attend_row(const double *q, const double *k, const double *v, double
   }
 }
 
-static void run_attention(const Node *n, const double *const *in, double *out, int64_t step) {
-  const double *q = in[0], *k = in[1], *v = in[2];
-  int64_t B = n->shape.d[0], S = n->shape.d[1], F = n->shape.d[2], T = n->in[1]->shape.d[1];
-  int64_t H = attr_int(n, "heads"), hd = F / H;
-  const AttrVal *sc = attr_get(n, "scale");
-  double scale = sc->set ? sc->f : 1 / sqrt((double)hd);
-  bool causal = attr_int(n, "causal");
-  double *p = malloc((T ? T : 1) * sizeof *p);
-  if (!p) diag_internal(__FILE__, __LINE__, "interp: out of memory");
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++)
-      for (int64_t i = 0; i < S; i++)
-        attend_row(q + (b * S + i) * F + h * hd, k + b * T * F + h * hd, v + b * T * F + h * hd,
-                   out + (b * S + i) * F + h * hd, p, T, causal ? causal_len(i, S, T) : T, F, hd, scale);
-  free(p);
-}
-
-/* The geometry of flash_attention and its gradients: q [B, S, F], k and v [B, T, F],
- * F = H*hd; the output rows hold F values and then H log-sum-exps. */
+/* The geometry of attention, flash_attention and its gradients: q [B, S, F], k and v
+ * [B, T, Fk], F = H*hd, Fk = G*hd (query head h reads key/value head h / grp); the
+ * flash output rows hold F values and then H log-sum-exps. */
 typedef struct Flash {
-  int64_t B, S, T, F, H, hd;
+  int64_t B, S, T, F, H, hd, G, Fk, grp, window;
   double scale;
   bool causal;
 } Flash;
 
 static Flash flash_of(const Node *n) {
   const Shape *q = &n->in[0]->shape;
-  Flash f = {q->d[0], q->d[1], n->in[1]->shape.d[1], q->d[2], attr_int(n, "heads"), 0, 0, attr_int(n, "causal")};
-  f.hd = f.F / f.H;
+  Flash f = {.B = q->d[0],
+             .S = q->d[1],
+             .T = n->in[1]->shape.d[1],
+             .F = q->d[2],
+             .H = attr_int(n, "heads"),
+             .G = attn_kv_heads(n),
+             .window = attn_window(n),
+             .causal = attr_int(n, "causal")};
+  f.hd = f.F / f.H, f.Fk = f.G * f.hd, f.grp = f.H / f.G;
   const AttrVal *sc = attr_get(n, "scale");
   f.scale = sc->set ? sc->f : 1 / sqrt((double)f.hd);
   return f;
+}
+
+/* Query head h's column in q, and its key/value head's in k and v. */
+static int64_t qcol(const Flash *f, int64_t h) { return h * f->hd; }
+static int64_t kcol(const Flash *f, int64_t h) { return h / f->grp * f->hd; }
+
+static void run_attention(const Node *n, const double *const *in, double *out, int64_t step) {
+  const double *q = in[0], *k = in[1], *v = in[2];
+  Flash f = flash_of(n);
+  double *p = malloc((f.T ? f.T : 1) * sizeof *p);
+  if (!p) diag_internal(__FILE__, __LINE__, "interp: out of memory");
+  for (int64_t b = 0; b < f.B; b++)
+    for (int64_t h = 0; h < f.H; h++)
+      for (int64_t i = 0; i < f.S; i++) {
+        int64_t lo, hi;
+        mask_span(i, f.S, f.T, f.causal, f.window, &lo, &hi);
+        attend_row(q + (b * f.S + i) * f.F + qcol(&f, h), k + b * f.T * f.Fk + kcol(&f, h),
+                   v + b * f.T * f.Fk + kcol(&f, h), out + (b * f.S + i) * f.F + qcol(&f, h), p, f.T, lo, hi, f.Fk,
+                   f.hd, f.scale);
+      }
+  free(p);
 }
 
 static double flash_score(const Flash *f, const double *q, const double *k, int64_t b, int64_t h, int64_t i,
                           int64_t j) {
   double s = 0;
   for (int64_t d = 0; d < f->hd; d++)
-    s += q[(b * f->S + i) * f->F + h * f->hd + d] * k[(b * f->T + j) * f->F + h * f->hd + d];
+    s += q[(b * f->S + i) * f->F + qcol(f, h) + d] * k[(b * f->T + j) * f->Fk + kcol(f, h) + d];
   return s * f->scale;
 }
 
@@ -618,21 +636,23 @@ static void run_flash_attention(const Node *n, const double *const *in, double *
   for (int64_t b = 0; b < f.B; b++)
     for (int64_t h = 0; h < f.H; h++)
       for (int64_t i = 0; i < f.S; i++) {
-        int64_t keep = f.causal ? causal_len(i, f.S, f.T) : f.T;
+        int64_t lo, hi;
+        mask_span(i, f.S, f.T, f.causal, f.window, &lo, &hi);
         double mx = -INFINITY, sum = 0, *o = out + (b * f.S + i) * W;
-        for (int64_t j = 0; j < keep; j++) mx = fmax(mx, flash_score(&f, q, k, b, h, i, j));
-        for (int64_t j = 0; j < keep; j++) sum += exp(flash_score(&f, q, k, b, h, i, j) - mx);
+        for (int64_t j = lo; j < hi; j++) mx = fmax(mx, flash_score(&f, q, k, b, h, i, j));
+        for (int64_t j = lo; j < hi; j++) sum += exp(flash_score(&f, q, k, b, h, i, j) - mx);
         double lse = mx + log(sum);
-        for (int64_t d = 0; d < f.hd; d++) o[h * f.hd + d] = 0;
-        for (int64_t j = 0; j < keep; j++) {
+        for (int64_t d = 0; d < f.hd; d++) o[qcol(&f, h) + d] = 0;
+        for (int64_t j = lo; j < hi; j++) {
           double p = exp(flash_score(&f, q, k, b, h, i, j) - lse);
-          for (int64_t d = 0; d < f.hd; d++) o[h * f.hd + d] += p * v[(b * f.T + j) * f.F + h * f.hd + d];
+          for (int64_t d = 0; d < f.hd; d++) o[qcol(&f, h) + d] += p * v[(b * f.T + j) * f.Fk + kcol(&f, h) + d];
         }
         o[f.F + h] = lse;
       }
 }
 
-/* dS = P (dP - delta), dP = dO vᵀ: dq = scale dS k, dk = scale dSᵀ q, dv = Pᵀ dO. */
+/* dS = P (dP - delta), dP = dO vᵀ: dq = scale dS k, dk = scale dSᵀ q, dv = Pᵀ dO (a
+ * key/value head's gradients summed over the query heads that share it). */
 static void run_flash_attention_grad(const Node *n, const double *const *in, double *out, int64_t step) {
   Flash f = flash_of(n);
   const double *q = in[0], *k = in[1], *v = in[2], *o = in[3], *g = in[4], *delta = in[5];
@@ -641,10 +661,11 @@ static void run_flash_attention_grad(const Node *n, const double *const *in, dou
   for (int64_t b = 0; b < f.B; b++)
     for (int64_t h = 0; h < f.H; h++)
       for (int64_t i = 0; i < f.S; i++) {
-        int64_t keep = f.causal ? causal_len(i, f.S, f.T) : f.T, qi = (b * f.S + i) * f.F + h * f.hd;
-        const double *gi = g + (b * f.S + i) * W + h * f.hd;
-        for (int64_t j = 0; j < keep; j++) {
-          int64_t kj = (b * f.T + j) * f.F + h * f.hd;
+        int64_t lo, hi, qi = (b * f.S + i) * f.F + qcol(&f, h);
+        mask_span(i, f.S, f.T, f.causal, f.window, &lo, &hi);
+        const double *gi = g + (b * f.S + i) * W + qcol(&f, h);
+        for (int64_t j = lo; j < hi; j++) {
+          int64_t kj = (b * f.T + j) * f.Fk + kcol(&f, h);
           double p = exp(flash_score(&f, q, k, b, h, i, j) - o[(b * f.S + i) * W + f.F + h]), dp = 0;
           for (int64_t d = 0; d < f.hd; d++) dp += gi[d] * v[kj + d];
           double ds = p * (dp - delta[(b * f.S + i) * f.H + h]) * f.scale;

@@ -15,7 +15,7 @@
 
 typedef enum { DT_F32, DT_BF16, DT_F16, DT_E4M3, DT_E5M2, DT_I32, DT_COUNT } DType;
 
-enum { MAX_DIMS = 8, MAX_ATTRS = 4 };
+enum { MAX_DIMS = 8, MAX_ATTRS = 6 };
 /* Largest element count of one tensor and of one dimension: beyond any real model,
  * small enough that byte counts and FLOP counts stay far from int64 overflow. */
 #define MAX_NUMEL ((int64_t)1 << 48)
@@ -202,6 +202,15 @@ int graph_add_layer(Graph *g, const char *name, int group);
 void node_infer(Node *n); /* run the op's shape rule */
 int64_t attr_int(const Node *n, const char *name);
 double attr_float(const Node *n, const char *name);
+/* An attention op's (attention, flash_attention, its gradients) key/value heads: kv_heads,
+ * or heads when it leaves them out. */
+int64_t attn_kv_heads(const Node *n);
+/* Its window (or a softmax's): the keys a query sees, 0 when it leaves it out (every key,
+ * or every causal one). */
+int64_t attn_window(const Node *n);
+/* The query-key pairs an attention op scores for one batch row and head: S*T, or those
+ * in its window. */
+double attn_pairs(const Node *n);
 const AttrVal *attr_get(const Node *n, const char *name);
 void node_cost(const Node *n, Cost *c);
 

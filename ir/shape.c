@@ -278,8 +278,9 @@ void infer_rmsnorm(Node *n) { infer_rownorm(n, 1); }
 void cost_layernorm(const Node *n, Cost *c) { cost_ew(n, c, 8, 14); }
 void cost_rmsnorm(const Node *n, Cost *c) { cost_ew(n, c, 5, 10); }
 
-/* softmax(x, axis, causal): with causal, over the last axis of [..., S, T] with the
- * entries j > i + (T - S) masked out (attention scores). */
+/* softmax(x, axis, causal, window): with causal, over the last axis of [..., S, T] with
+ * the entries j > i + (T - S) masked out (attention scores), with a window W also the
+ * entries j <= i + (T - S) - W. */
 void infer_softmax(Node *n) {
   infer_unary(n);
   need_rank(n, 0, 1);
@@ -287,6 +288,8 @@ void infer_softmax(Node *n) {
   if (attr_int(n, "causal") &&
       (a != n->shape.ndim - 1 || n->shape.ndim < 2 || n->shape.d[n->shape.ndim - 2] > n->shape.d[n->shape.ndim - 1]))
     error_at(n->loc, "softmax: causal masking needs the last axis of [..., S, T] with S <= T");
+  if (attr_get(n, "window")->set && (attn_window(n) <= 0 || !attr_int(n, "causal")))
+    error_at(n->loc, "softmax: a window must be positive and causal, got %lld", (long long)attn_window(n));
 }
 void cost_softmax(const Node *n, Cost *c) { cost_ew(n, c, 5, 4); }
 
@@ -395,8 +398,18 @@ void cost_classifier_ce_grad(const Node *n, Cost *c) {
   c->fwd_flops = c->bwd_flops, c->bwd_flops = 0;
 }
 
-/* attention(q [B, S, H*hd], k [B, T, H*hd], v [B, T, H*hd]) -> [B, S, H*hd]:
- * softmax(q kᵀ · scale [+ causal mask]) v per head; scale defaults to 1/sqrt(hd). */
+int64_t attn_kv_heads(const Node *n) {
+  const AttrVal *g = attr_get(n, "kv_heads");
+  return g->set ? g->i : attr_int(n, "heads");
+}
+int64_t attn_window(const Node *n) {
+  const AttrVal *w = attr_get(n, "window");
+  return w->set ? w->i : 0;
+}
+
+/* attention(q [B, S, H*hd], k [B, T, G*hd], v [B, T, G*hd]) -> [B, S, H*hd]:
+ * softmax(q kᵀ · scale [+ causal mask] [+ window]) v per head, query head h reading
+ * key/value head h / (H/G); scale defaults to 1/sqrt(hd). */
 void infer_attention(Node *n) {
   for (int i = 0; i < 3; i++) {
     need_float(n, i);
@@ -407,23 +420,38 @@ void infer_attention(Node *n) {
   const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape, *v = &n->in[2]->shape;
   if (!shape_eq(k, v))
     error_at(n->loc, "attention: keys %s and values %s differ in shape", shp(n->in[1]), shp(n->in[2]));
-  if (q->d[0] != k->d[0] || q->d[2] != k->d[2])
-    error_at(n->loc, "attention: queries %s and keys %s differ in batch or features", shp(n->in[0]), shp(n->in[1]));
-  int64_t heads = attr_int(n, "heads");
+  int64_t heads = attr_int(n, "heads"), kv = attn_kv_heads(n), window = attn_window(n);
   if (heads <= 0 || q->d[2] % heads)
     error_at(n->loc, "attention: %lld features do not split into %lld heads", (long long)q->d[2], (long long)heads);
+  if (kv <= 0 || heads % kv)
+    error_at(n->loc, "attention: kv_heads = %lld does not divide heads = %lld", (long long)kv, (long long)heads);
+  if (q->d[0] != k->d[0] || k->d[2] != q->d[2] / heads * kv)
+    error_at(
+        n->loc, "attention: keys %s do not fit queries %s: %lld key/value heads of %lld features need %lld features",
+        shp(n->in[1]), shp(n->in[0]), (long long)kv, (long long)(q->d[2] / heads), (long long)(q->d[2] / heads * kv));
   if (attr_int(n, "causal") && q->d[1] != k->d[1])
     error_at(n->loc, "attention: causal attention needs as many queries as keys (%lld vs %lld)", (long long)q->d[1],
              (long long)k->d[1]);
+  if (attr_get(n, "window")->set && window <= 0)
+    error_at(n->loc, "attention: window must be positive (the keys a query sees), got %lld", (long long)window);
+  if (window > 0 && !attr_int(n, "causal"))
+    error_at(n->loc, "attention: a window needs causal = true (a query sees the %lld keys up to its own)",
+             (long long)window);
   n->shape = *q;
   n->dtype = n->in[0]->dtype;
 }
-void cost_attention(const Node *n, Cost *c) {
+double attn_pairs(const Node *n) {
   const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape;
-  double b = (double)q->d[0], s = (double)q->d[1], t = (double)k->d[1], d = (double)q->d[2];
-  double scores = b * (double)attr_int(n, "heads") * s * t;
-  c->fwd_flops = 4 * b * s * t * d + 5 * scores; /* q kᵀ, p v, softmax */
-  c->bwd_flops = 8 * b * s * t * d + 4 * scores;
+  double s = (double)q->d[1], t = (double)k->d[1], w = (double)attn_window(n);
+  if (w > 0 && w < t) return s * w - w * (w - 1) / 2; /* the first w queries see fewer */
+  return s * t;
+}
+void cost_attention(const Node *n, Cost *c) {
+  const Shape *q = &n->in[0]->shape;
+  double b = (double)q->d[0], d = (double)q->d[2], st = attn_pairs(n);
+  double scores = b * (double)attr_int(n, "heads") * st;
+  c->fwd_flops = 4 * b * st * d + 5 * scores; /* q kᵀ, p v, softmax */
+  c->bwd_flops = 8 * b * st * d + 4 * scores;
   c->bytes = io_bytes(n);
 }
 
@@ -440,6 +468,10 @@ void cost_flash_attention(const Node *n, Cost *c) { cost_attention(n, c); }
  * in that input's type. */
 void infer_flash_attention_grad(Node *n) {
   const Node *q = n->in[0], *o = n->in[3], *g = n->in[4], *dl = n->in[5];
+  if (!shape_eq(&n->in[1]->shape, &n->in[2]->shape) ||
+      n->in[1]->shape.d[2] * attr_int(n, "heads") != q->shape.d[2] * attn_kv_heads(n))
+    error_at(n->loc, "flash_attention_grad: keys %s or values %s do not fit queries %s", shp(n->in[1]), shp(n->in[2]),
+             shp(q));
   int64_t which = attr_int(n, "which"), heads = attr_int(n, "heads");
   if (which < 0 || which > 2) error_at(n->loc, "flash_attention_grad: which must be 0, 1 or 2");
   Shape os = q->shape, ds = q->shape;
@@ -452,9 +484,9 @@ void infer_flash_attention_grad(Node *n) {
   n->dtype = n->in[which]->dtype;
 }
 void cost_flash_attention_grad(const Node *n, Cost *c) {
-  const Shape *q = &n->in[0]->shape, *k = &n->in[1]->shape;
-  double b = (double)q->d[0], s = (double)q->d[1], t = (double)k->d[1], d = (double)q->d[2];
-  c->fwd_flops = (attr_int(n, "which") == 2 ? 4 : 6) * b * s * t * d; /* scores recomputed; dv needs no dP */
+  const Shape *q = &n->in[0]->shape;
+  double b = (double)q->d[0], d = (double)q->d[2];
+  c->fwd_flops = (attr_int(n, "which") == 2 ? 4 : 6) * b * attn_pairs(n) * d; /* scores recomputed; dv needs no dP */
   c->bytes = io_bytes(n);
 }
 

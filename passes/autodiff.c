@@ -327,7 +327,7 @@ static void grad_flash_attention(AD *ad, Node *n, Node *g) {
   for (int w = 0; w < 3; w++) {
     if (!ad->needs[n->in[w]->id]) continue;
     Node *d = mk(ad, OP_FLASH_ATTENTION_GRAD, (Node *[]){n->in[0], n->in[1], n->in[2], n, g, delta}, 6);
-    for (int a = 0; a < 3; a++) d->attr[a] = n->attr[a];
+    for (int a = 0; a < 5; a++) d->attr[a] = n->attr[a]; /* heads causal scale kv_heads window */
     set_i(d, "which", w);
     accum(ad, n->in[w], done(d));
   }

@@ -8,6 +8,10 @@
  *     = reshape(transpose(softmax(scale * qh khᵀ, causal) vh), [B,S,H*hd])
  *   with xh = transpose(reshape(x, [B,*,H,hd]), [0,2,1,3]).
  *
+ * With G < H key/value heads (grouped-query attention) k and v are [B,T,G*hd] and the
+ * grp = H/G query heads of a group are one GEMM's rows (decompose_attention); a window
+ * goes to the softmax's mask.
+ *
  * Reshapes and transposes are views when lowered, so this costs no copies where the
  * GEMMs can read strided operands. */
 #include <math.h>
@@ -41,16 +45,25 @@ static Node *split_heads(Ctx *c, Node *x, int64_t heads) {
   return ints_op(c, OP_TRANSPOSE, ints_op(c, OP_RESHAPE, x, "shape", shape, 4), "perm", perm, 4);
 }
 
+/* x viewed as shape [n dims] */
+static Node *view(Ctx *c, Node *x, const int64_t *shape, int n) { return ints_op(c, OP_RESHAPE, x, "shape", shape, n); }
+
+/* With G < H key/value heads, the query heads of a group stacked as rows: q as
+ * [B, G, grp*S, hd] against k and v [B, G, T, hd], the scores viewed [B, G, grp, S, T]
+ * for the (causal) softmax, whose rows are then the queries again. */
 static Node *decompose_attention(Ctx *c, Node **in) {
   const Node *at = c->at;
-  int64_t heads = attr_int(at, "heads"), hd = in[0]->shape.d[2] / heads;
+  int64_t heads = attr_int(at, "heads"), kv = attn_kv_heads(at), grp = heads / kv, hd = in[0]->shape.d[2] / heads;
+  int64_t B = in[0]->shape.d[0], S = in[0]->shape.d[1], T = in[1]->shape.d[1];
   const AttrVal *sc = attr_get(at, "scale");
   double scale = sc->set ? sc->f : 1.0 / sqrt((double)hd);
-  Node *q = split_heads(c, in[0], heads), *k = split_heads(c, in[1], heads), *v = split_heads(c, in[2], heads);
+  Node *q = split_heads(c, in[0], heads), *k = split_heads(c, in[1], kv), *v = split_heads(c, in[2], kv);
+  if (grp > 1) q = view(c, q, (int64_t[]){B, kv, grp * S, hd}, 4);
   Node *qk[2] = {q, k};
   Node *s = mk(c, OP_MATMUL, qk, 2);
   s->attr[op_attr_index(OP_MATMUL, "transpose_b")].i = 1;
   node_infer(s);
+  if (grp > 1) s = view(c, s, (int64_t[]){B, kv, grp, S, T}, 5);
   Node *cs = mk(c, OP_CONST, NULL, 0);
   cs->attr[0] = (AttrVal){.set = true, .f = scale};
   cs->dtype = s->dtype;
@@ -60,10 +73,13 @@ static Node *decompose_attention(Ctx *c, Node **in) {
   node_infer(scaled);
   Node *p = mk(c, OP_SOFTMAX, &scaled, 1);
   p->attr[op_attr_index(OP_SOFTMAX, "causal")].i = attr_int(at, "causal");
+  if (attn_window(at)) p->attr[op_attr_index(OP_SOFTMAX, "window")] = (AttrVal){.set = true, .i = attn_window(at)};
   node_infer(p);
+  if (grp > 1) p = view(c, p, (int64_t[]){B, kv, grp * S, T}, 4);
   Node *pv[2] = {p, v};
   Node *o = mk(c, OP_MATMUL, pv, 2);
   node_infer(o);
+  if (grp > 1) o = view(c, o, (int64_t[]){B, heads, S, hd}, 4);
   int64_t perm[4] = {0, 2, 1, 3}, shape[3] = {at->shape.d[0], at->shape.d[1], at->shape.d[2]};
   return ints_op(c, OP_RESHAPE, ints_op(c, OP_TRANSPOSE, o, "perm", perm, 4), "shape", shape, 3);
 }

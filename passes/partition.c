@@ -379,6 +379,23 @@ static void set_ints(Node *n, const char *name, const Shape *s) {
   for (int i = 0; i < s->ndim; i++) a->v[i] = s->d[i];
 }
 
+/* Input x [..., G*hd] of an op that regroups it (Strat.regroup): `repeat` copies of
+ * each of its G heads side by side, [..., G*repeat*hd], then the rank's block of them:
+ * the head the rank's query heads share. Its gradient comes back whole through the
+ * split's all-gather and the broadcast's sum. */
+static Node *regroup(CB *cb, Node *x, int64_t heads, int repeat) {
+  int nd = x->shape.ndim;
+  int64_t e[MAX_DIMS], hd = x->shape.d[nd - 1] / heads;
+  if (nd + 2 > MAX_DIMS) diag_internal(__FILE__, __LINE__, "partition: regrouped heads need too many dimensions");
+  memcpy(e, x->shape.d, (size_t)(nd - 1) * sizeof *e);
+  e[nd - 1] = heads, e[nd] = 1, e[nd + 1] = hd;
+  Node *v = ints_node(cb, OP_RESHAPE, x, "shape", e, nd + 2);
+  e[nd] = repeat;
+  v = ints_node(cb, OP_BROADCAST, v, "shape", e, nd + 2);
+  e[nd - 1] = heads * repeat * hd;
+  return comm(cb, OP_SPLIT, ints_node(cb, OP_RESHAPE, v, "shape", e, nd), nd - 1, 1);
+}
+
 /* Global node c rebuilt in chunk k on its local inputs, its size attributes local. */
 static void rebuild(Build *B, CB *cb, const Node *c) {
   Part *P = B->P;
@@ -387,6 +404,8 @@ static void rebuild(Build *B, CB *cb, const Node *c) {
   Node *in[64];
   ir_assert(c->nin <= 64);
   for (int k = 0; k < c->nin; k++) in[k] = input_of(B, cb, c, k);
+  for (int k = 0; k < c->nin; k++)
+    if (s->regroup >> k & 1) in[k] = regroup(cb, in[k], attn_kv_heads(c), s->repeat);
   Node *x = graph_clone_node(cb->h, c, in);
   Shape want = local_shape(P, c, s->out);
   int od = sdim(s->out);
@@ -395,8 +414,11 @@ static void rebuild(Build *B, CB *cb, const Node *c) {
     seti(x, "start", attr_int(c, "start") / P->t);
     seti(x, "end", attr_int(c, "end") / P->t);
   }
-  if ((c->op == OP_ATTENTION || c->op == OP_ROTARY) && od == c->shape.ndim - 1)
+  if ((c->op == OP_ATTENTION || c->op == OP_ROTARY) && od == c->shape.ndim - 1) {
     seti(x, "heads", attr_int(c, "heads") / P->t);
+    if (c->op == OP_ATTENTION && attr_get(c, "kv_heads")->set)
+      seti(x, "kv_heads", s->regroup ? 1 : attn_kv_heads(c) / P->t);
+  }
   node_infer(x);
   if (c->op == OP_CROSS_ENTROPY && s->out == PL_P) x = loss_share(cb, x);
   if (!shape_eq(&x->shape, &want)) {

@@ -621,14 +621,21 @@ static void shard_matmul(SB *b) {
   }
 }
 
-/* attention(q, k, v) on [B, S, H·hd]: by batch, by heads, or by queries (under exec
- * not when causal: each rank would need its own offset into the mask). */
+/* attention(q, k, v) on [B, S, H·hd] (k, v [B, T, G·hd]): by batch, by heads, or by
+ * queries (under exec not when causal: each rank would need its own offset into the
+ * mask). By heads, the key/value heads split with the query heads where the ranks
+ * divide them; where the ranks are a multiple of them instead, k and v stay whole and
+ * each rank takes the one head its query heads share (Strat.regroup). */
 static void shard_attention(SB *b) {
   uint8_t in[3] = {PL_S0, PL_S0, PL_S0};
+  int64_t t = b->x->t, kv = attn_kv_heads(b->n);
   sb_add(b, "batch", PL_S0, in, true);
-  if (attr_int(b->n, "heads") % b->x->t == 0) {
-    memset(in, PL_S0 + 2, 3);
+  if (attr_int(b->n, "heads") % t == 0 && (kv % t == 0 || t % kv == 0)) {
+    in[0] = PL_S0 + 2;
+    in[1] = in[2] = kv % t == 0 ? PL_S0 + 2 : PL_R;
+    int n0 = b->ns;
     sb_add(b, "heads", PL_S0 + 2, in, true);
+    if (b->ns > n0 && kv % t) b->s[n0].regroup = 6, b->s[n0].repeat = (int)(t / kv);
   }
   if (b->x->exec && attr_int(b->n, "causal")) return;
   in[0] = PL_S0 + 1, in[1] = in[2] = PL_R;
@@ -806,9 +813,8 @@ static double matmul_eff(const ShardCtx *x, const Node *n, const Strat *s) {
   return cost_gemm_eff(x->cl, M, N, K);
 }
 
-static double scores(const ShardCtx *x, const Node *n, const Strat *s) { /* b·H·S·T on one device */
-  const Node *q = n->in[0], *k = n->in[1];
-  double v = micro_dim(x, q, 0) * (double)attr_int(n, "heads") * micro_dim(x, q, 1) * micro_dim(x, k, 1);
+static double scores(const ShardCtx *x, const Node *n, const Strat *s) { /* b·H·(S·T or the window's) on one device */
+  double v = micro_dim(x, n->in[0], 0) * (double)attr_int(n, "heads") * attn_pairs(n);
   return s->divided ? v / x->t : v;
 }
 
@@ -855,7 +861,8 @@ static void price_attention(const ShardCtx *x, const Node *n, Strat *s, double f
     ef = 4 * sco * x->act_bytes, eb = 8 * sco * x->act_bytes;
     s->stash_extra = sco * x->act_bytes;
   } else {
-    s->stash_extra = sco / micro_dim(x, n->in[1], 1) * 4; /* log-sum-exp per query and head */
+    s->stash_extra = micro_dim(x, n->in[0], 0) * (double)attr_int(n, "heads") * micro_dim(x, n->in[0], 1) * 4 /
+                     (s->divided ? x->t : 1); /* log-sum-exp per query and head */
   }
   s->t_fwd = cost_kernel(x->cl, ff, peak, eff, by + ef);
   s->t_bwd = cost_kernel(x->cl, fb, peak, eff, 2 * by + eb);
@@ -923,6 +930,7 @@ static double reshard(const ShardCtx *x, int from, int to, double bytes, CollKin
  * a partial sum when the op's work was divided. */
 int shard_grad_placement(const Node *n, const Strat *s, int i) {
   if (s->in[i] >= PL_S0) return s->in[i];
+  if (s->regroup >> i & 1) return PL_R;
   if (s->in[i] == PL_P) return PL_R;
   bool partial = s->divided;
   for (int k = 0; k < n->nin; k++) partial |= s->in[k] == PL_P;
@@ -978,13 +986,16 @@ static bool step_inputs(const ShardCtx *x, const Node *n, const Strat *s, const 
     double bytes = comm_tensor_bytes(x, in), f = reshard_rec(x, cur, req, bytes, acc);
     if (!isfinite(f)) return false;
     w->c_fwd += f;
+    if (s->regroup >> i & 1) /* the gradients of the rank's blocks of the repeated copies gathered */
+      w->c_bwd += reshard_rec(x, PL_S0 + in->shape.ndim - 1, PL_R, bytes * s->repeat, acc);
     if (g != PL_P) w->c_bwd += reshard_rec(x, g, need, bytes, acc);
     else if (!pb[slot[i]]) { /* partial gradients of all consumers are summed, then reduced once */
       w->c_bwd += reshard_rec(x, PL_P, need, bytes, acc);
       pb[slot[i]] = 1;
     }
     if (pm->saver[in->id] == n->id) {
-      w->stash += tensor_bytes(x, in) / (cur >= PL_S0 || req >= PL_S0 ? x->t : 1);
+      w->stash += tensor_bytes(x, in) * (s->regroup >> i & 1 ? (double)s->repeat / x->t : 1) /
+                  (cur >= PL_S0 || req >= PL_S0 ? x->t : 1);
       /* gathered again for the backward (passes/recompute.c); an all-to-all's part is kept */
       if (cur >= PL_S0 && req == PL_R) w->c_bwd += reshard_rec(x, cur, req, bytes, acc);
     } else if (cur >= PL_S0 && req >= PL_S0 && req != cur && saves_input(n->op, i)) {

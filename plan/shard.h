@@ -139,8 +139,14 @@ typedef struct Strat {
   double c_intr_bytes; /* bytes of each of its n_intr all-reduces */
   int n_intr;
   double stash_extra; /* bytes saved beyond inputs and output (masks, statistics, scores) */
-  double t_sel;       /* forward time recomputed under selective recompute */
-  double flops_fwd;   /* per device */
+  /* inputs (bit i) read whole but used in part: each rank takes its block of `repeat`
+   * copies of the input's last axis (grouped-query attention's key/value heads when the
+   * tensor-parallel ranks outnumber them, passes/partition.c), so the gradient comes
+   * back whole through that split's all-gather, not as a partial sum */
+  uint8_t regroup;
+  int repeat;
+  double t_sel;     /* forward time recomputed under selective recompute */
+  double flops_fwd; /* per device */
 } Strat;
 
 /* A sharding of the whole graph. */
@@ -151,7 +157,8 @@ typedef struct ShardCand {
 
 /* The placement of the gradient op n's backward produces for its input i under s: a
  * split input gets a split gradient, a partial one the whole gradient, a replicated
- * one a partial sum when the op's work was divided (the partition pass reduces it). */
+ * one a partial sum when the op's work was divided (the partition pass reduces it),
+ * unless the op regroups it (Strat.regroup: whole). */
 int shard_grad_placement(const Node *n, const Strat *s, int i);
 
 /* The candidate shardings for ctx: the fastest (λ = 0), the smallest, and the

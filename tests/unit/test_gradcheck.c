@@ -101,6 +101,13 @@ static const GCase cases[] = {
     {P0("f32[1, 3, 8]") P1("f32[1, 5, 8]")
          P2("f32[1, 5, 8]") "%3 = attention %0, %1, %2 heads=4 scale=0.5 : f32[1, 3, 8]\n",
      NULL},
+    /* grouped-query attention (4 query heads on 2 and 1 key/value heads), in a window */
+    {P0("f32[2, 5, 8]") P1("f32[2, 5, 4]")
+         P2("f32[2, 5, 4]") "%3 = attention %0, %1, %2 heads=4 causal=1 kv_heads=2 window=2 : f32[2, 5, 8]\n",
+     NULL},
+    {P0("f32[1, 3, 8]") P1("f32[1, 5, 2]")
+         P2("f32[1, 5, 2]") "%3 = attention %0, %1, %2 heads=4 kv_heads=1 : f32[1, 3, 8]\n",
+     NULL},
     /* the fused classifier, w as [V, d] and [d, V], chunks that do not divide the rows */
     {P0("f32[2, 3, 4]")
          P1("f32[6, 4]") "%2 = input t : i32[2, 3]\n%3 = classifier_ce %0, %1, %2 transpose_b=1 chunk=4 : f32[]\n",
@@ -114,6 +121,12 @@ static const GCase cases[] = {
      NULL},
     {P0("f32[1, 3, 8]") P1("f32[1, 5, 8]")
          P2("f32[1, 5, 8]") "%3 = flash_attention %0, %1, %2 heads=4 scale=0.5 : f32[1, 3, 12]\n",
+     NULL},
+    {P0("f32[2, 6, 8]") P1("f32[2, 6, 4]")
+         P2("f32[2, 6, 4]") "%3 = flash_attention %0, %1, %2 heads=4 causal=1 kv_heads=2 window=3 : f32[2, 6, 12]\n",
+     NULL},
+    {P0("f32[1, 3, 8]") P1("f32[1, 5, 2]")
+         P2("f32[1, 5, 2]") "%3 = flash_attention %0, %1, %2 heads=4 kv_heads=1 : f32[1, 3, 12]\n",
      NULL},
     /* data movement */
     {P0("f32[2, 3, 4]") "%1 = reshape %0 shape=[6,-1] : f32[6, 4]\n", NULL},

@@ -47,7 +47,12 @@ set(part_cases
   "gpt2_pp2|gpt2|1 2 1 search" "gpt2_pp4|gpt2|1 4 1 search" "gpt2_pp2_interleaved|gpt2|1 2 2 search"
   "gpt2_tp2_pp2_megatron|gpt2|2 2 1 megatron" "gpt2_tp2_pp2_interleaved|gpt2|2 2 2 megatron"
   "llama_tp2_pp2|llama|2 2 1 search" "bert_tp2_megatron|bert|2 1 1 megatron" "bert_tp2_search|bert|2 1 1 search" "vit_tp2_pp2|vit|2 2 1 search"
-  "gpt2_tp2_ulysses|gpt2|2 1 1 ulysses" "gpt2_tp4_ulysses|gpt2|4 1 1 ulysses" "llama_tp2_pp2_ulysses|llama|2 2 1 ulysses")
+  "gpt2_tp2_ulysses|gpt2|2 1 1 ulysses" "gpt2_tp4_ulysses|gpt2|4 1 1 ulysses" "llama_tp2_pp2_ulysses|llama|2 2 1 ulysses"
+  # grouped-query attention: key/value heads split with the query heads (2 on tp 2), or
+  # each rank's one taken from a whole copy (2 on tp 4, 1 on tp 2: Strat.regroup)
+  "llama3_tp2_megatron|llama3|2 1 1 megatron" "llama3_tp4_megatron|llama3|4 1 1 megatron"
+  "llama3_tp2_pp2|llama3|2 2 1 search" "mistral_tp2_megatron|mistral|2 1 1 megatron"
+  "qwen2_tp2_pp2_megatron|qwen2|2 2 1 megatron")
 foreach(entry ${COLOSSALC_TINY_MODELS})
   colossalc_tiny_model("${entry}")
   string(REPLACE "_tiny" "" short ${tiny_name})
