@@ -986,14 +986,16 @@ static LLVMValueRef attn_row(Emit *e, const KOperand *x, LLVMValueRef b, LLVMVal
 }
 
 /* The kernel takes the rows of one (batch, head) L at a time, one per lane of an L-wide vector
- * (L: the widest vector expf libmvec has here, else 8). Each lane computes exactly what
+ * (L: the widest vector expf libmvec has here, else 8): queries of a query head by query, keys
+ * of a key/value head by key. Each lane computes exactly what
  * kernel_eval's eval_attn_row computes for its row, the same operations in the same
  * order (exp libmvec's, as in every vectorised loop here): a lane's dot product over d is its own chain of adds, in
  * order of d. What the lanes share is the other side's row (a key for a block of queries, a query for a block of keys),
  * loaded once and broadcast: a vector op per d where the scalar form did one op per row and d with a chain of dependent
- * adds. G rows of the other side go through one loop over d, so that G chains are in flight. A lane whose row has no
- * such key (the causal mask, the lanes past the group) keeps its values by a select, never by adding a zero, so that
- * nothing it holds differs from the scalar form's. */
+ * adds. G rows of the other side go through one loop over d, so that G chains are in flight. By key, the group's query
+ * heads take turns, each over the union of the lanes' queries, as a lane's sum runs: head, then query. A lane whose row
+ * has no such key (outside its causal mask and window, the lanes past the group) keeps its values by a select, never
+ * by adding a zero, so that nothing it holds differs from the scalar form's. */
 
 enum { ATTN_G = 4 }; /* other-side rows per loop over d, dot products in flight per lane */
 
@@ -1022,11 +1024,16 @@ static LLVMValueRef vsel(Emit *e, LLVMValueRef mask, LLVMValueRef x, LLVMValueRe
 static LLVMValueRef imin(Emit *e, LLVMValueRef x, LLVMValueRef y) {
   return LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, x, y, ""), x, y, "");
 }
+static LLVMValueRef imax(Emit *e, LLVMValueRef x, LLVMValueRef y) {
+  return LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, x, y, ""), x, y, "");
+}
 
 /* One group: rows r0 .. r0+nl-1 of one (batch, head), nl <= L. */
 typedef struct AttnGroup {
-  LLVMValueRef bb, h, hoff, x0, nl;
-  LLVMValueRef bound;         /* <L x i64>: a lane's keys y < bound (by query), or y >= bound */
+  LLVMValueRef bb, h, x0, nl;
+  LLVMValueRef own, other;    /* column offsets: the row's own operands' (head h) and the other side's */
+  LLVMValueRef qh;            /* the query head: the column of its log-sum-exp (after F) and its delta */
+  LLVMValueRef lo, hi;        /* <L x i64>: a lane's other-side rows lo <= y < hi (none past the group) */
   LLVMValueRef fix[2];        /* the lane's own rows of its fixed operands, [hd] vectors each */
   LLVMValueRef lse, delta;    /* by query, backward: the lane's log-sum-exp and delta */
   LLVMValueRef acc, sc, m, l; /* [hd] accumulators; forward: block scores, running max and sum */
@@ -1061,18 +1068,25 @@ static void attn_gather(Emit *e, const AttnV *V, AttnGroup *g) {
     LLVMValueRef row = attn_row(e, fx[f], g->bb, x);
     For d = for_begin(e, ci(e, 0), ci(e, A->hd), "gather");
     LLVMValueRef p = at(e, g->fix[f], d.l.iv);
-    LLVMValueRef v = attn_load(e, fx[f], row, LLVMBuildNSWAdd(e->b, g->hoff, d.l.iv, ""));
+    LLVMValueRef v = attn_load(e, fx[f], row, LLVMBuildNSWAdd(e->b, g->own, d.l.iv, ""));
     set(e, p, LLVMBuildInsertElement(e->b, vget(e, V, p), v, ln.l.iv, ""));
     for_end(e, &d, ci(e, A->hd), LV_NEVER);
   }
   if (A->pass == KA_DQ) {
-    LLVMValueRef o =
-        attn_load(e, &A->out, attn_row(e, &A->out, g->bb, x), LLVMBuildNSWAdd(e->b, g->h, ci(e, A->heads * A->hd), ""));
-    LLVMValueRef dl = attn_load(e, &A->delta, attn_row(e, &A->delta, g->bb, x), g->h);
+    LLVMValueRef o = attn_load(e, &A->out, attn_row(e, &A->out, g->bb, x),
+                               LLVMBuildNSWAdd(e->b, g->qh, ci(e, A->heads * A->hd), ""));
+    LLVMValueRef dl = attn_load(e, &A->delta, attn_row(e, &A->delta, g->bb, x), g->qh);
     set(e, g->lse, LLVMBuildInsertElement(e->b, vget(e, V, g->lse), o, ln.l.iv, ""));
     set(e, g->delta, LLVMBuildInsertElement(e->b, vget(e, V, g->delta), dl, ln.l.iv, ""));
   }
   for_end(e, &ln, ci(e, V->lanes), LV_NEVER);
+}
+
+/* The lanes whose range holds other-side row y. */
+static LLVMValueRef attn_valid(Emit *e, const AttnV *V, const AttnGroup *g, LLVMValueRef y) {
+  LLVMValueRef yv = splat(e, V->vi, y);
+  return LLVMBuildAnd(e->b, LLVMBuildICmp(e->b, LLVMIntSGE, yv, g->lo, ""),
+                      LLVMBuildICmp(e->b, LLVMIntSLT, yv, g->hi, ""), "");
 }
 
 /* Rows y[0..ATTN_G) of the other side (in bounds), the lane masks of the unclamped ys,
@@ -1081,20 +1095,15 @@ static void attn_dots(Emit *e, const AttnV *V, const AttnGroup *g, const AttnSid
                       LLVMValueRef ylast, LLVMValueRef rows[][ATTN_G], LLVMValueRef valid[ATTN_G],
                       LLVMValueRef dots[2][ATTN_G], LLVMValueRef sums) {
   const KAttn *A = e->k->attn;
-  bool by_query = A->pass == KA_FWD || A->pass == KA_DQ;
   const KOperand *ops[3] = {s->dot[0], s->dot[1], s->row};
   for (int t = 0; t < ATTN_G; t++) {
     LLVMValueRef y = LLVMBuildNSWAdd(e->b, y0, ci(e, t), ""), yc = imin(e, y, ylast);
-    valid[t] = LLVMBuildICmp(e->b, by_query ? LLVMIntSLT : LLVMIntSGE, splat(e, V->vi, y), g->bound, "");
-    if (!by_query) /* past the last query (by query, the bound is never past the last key) */
-      valid[t] = LLVMBuildAnd(
-          e->b, valid[t],
-          splat(e, LLVMVectorType(e->m->i1, (unsigned)V->lanes), LLVMBuildICmp(e->b, LLVMIntSLE, y, ylast, "")), "");
+    valid[t] = attn_valid(e, V, g, y);
     for (int o = 0; o < 3; o++) rows[o][t] = ops[o] ? attn_row(e, ops[o], g->bb, yc) : NULL;
   }
   for (int i = 0; i < s->ndots * ATTN_G; i++) set(e, at(e, sums, ci(e, i)), fconst(e, V->vt, 0.0f));
   For d = for_begin(e, ci(e, 0), ci(e, A->hd), "dots");
-  LLVMValueRef c = LLVMBuildNSWAdd(e->b, g->hoff, d.l.iv, "");
+  LLVMValueRef c = LLVMBuildNSWAdd(e->b, g->other, d.l.iv, "");
   for (int f = 0; f < s->ndots; f++) {
     LLVMValueRef xf = vget(e, V, at(e, g->fix[f], d.l.iv));
     for (int t = 0; t < ATTN_G; t++) {
@@ -1113,7 +1122,7 @@ static void attn_rows(Emit *e, const AttnV *V, const AttnGroup *g, const KOperan
                       LLVMValueRef valid[ATTN_G], LLVMValueRef w[ATTN_G]) {
   const KAttn *A = e->k->attn;
   For d = for_begin(e, ci(e, 0), ci(e, A->hd), "rows");
-  LLVMValueRef c = LLVMBuildNSWAdd(e->b, g->hoff, d.l.iv, ""), p = at(e, g->acc, d.l.iv), a = vget(e, V, p);
+  LLVMValueRef c = LLVMBuildNSWAdd(e->b, g->other, d.l.iv, ""), p = at(e, g->acc, d.l.iv), a = vget(e, V, p);
   for (int t = 0; t < ATTN_G; t++) {
     LLVMValueRef yv = splat(e, V->vt, attn_load(e, op, rows[t], c));
     a = vsel(e, valid[t], LLVMBuildFAdd(e->b, a, LLVMBuildFMul(e->b, w[t], yv, ""), ""), a);
@@ -1122,20 +1131,24 @@ static void attn_rows(Emit *e, const AttnV *V, const AttnGroup *g, const KOperan
   for_end(e, &d, ci(e, A->hd), LV_NEVER);
 }
 
-/* Forward: the keys in blocks of KA_BLOCK from 0 (every lane's blocks start there), each
- * block's scores, the running max and sum and the output rescaled, then its rows of v. */
-static void attn_forward(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef yhi, LLVMValueRef sums) {
+/* Forward: the keys ylo..yhi-1 in blocks of KA_BLOCK aligned at multiples of KA_BLOCK (as
+ * every lane's are), each block's scores, the running max and sum and the output rescaled,
+ * then its rows of v. */
+static void attn_forward(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef ylo, LLVMValueRef yhi, LLVMValueRef sums) {
   const KAttn *A = e->k->attn;
   AttnSide s = attn_side(A);
   LLVMValueRef rows[3][ATTN_G], valid[ATTN_G], dots[2][ATTN_G], ylast = LLVMBuildNSWSub(e->b, yhi, ci(e, 1), "");
+  LLVMValueRef blo = LLVMBuildSDiv(e->b, ylo, ci(e, KA_BLOCK), "");
   LLVMValueRef nblk = LLVMBuildSDiv(e->b, LLVMBuildNSWAdd(e->b, yhi, ci(e, KA_BLOCK - 1), ""), ci(e, KA_BLOCK), "");
-  For blk = for_begin(e, ci(e, 0), nblk, "block");
+  For blk = for_begin(e, blo, nblk, "block");
   LLVMValueRef y0 = LLVMBuildNSWMul(e->b, blk.l.iv, ci(e, KA_BLOCK), "");
   LLVMValueRef yn = imin(e, ci(e, KA_BLOCK), LLVMBuildNSWSub(e->b, yhi, y0, ""));
   LLVMValueRef ng = LLVMBuildSDiv(e->b, LLVMBuildNSWAdd(e->b, yn, ci(e, ATTN_G - 1), ""), ci(e, ATTN_G), "");
+  /* the keys below ylo (the first block's) no lane sees: the whole steps of ATTN_G of them never scored */
+  LLVMValueRef t0 = LLVMBuildSDiv(e->b, imax(e, LLVMBuildNSWSub(e->b, ylo, y0, ""), ci(e, 0)), ci(e, ATTN_G), "");
   LLVMValueRef mbp = vlocal(e, V, 0, "mb");
   set(e, mbp, fconst(e, V->vt, -INFINITY));
-  For t = for_begin(e, ci(e, 0), ng, "scores");
+  For t = for_begin(e, t0, ng, "scores");
   LLVMValueRef yt = LLVMBuildNSWAdd(e->b, y0, LLVMBuildNSWMul(e->b, t.l.iv, ci(e, ATTN_G), ""), "");
   attn_dots(e, V, g, &s, yt, ylast, rows, valid, dots, sums);
   LLVMValueRef mb = vget(e, V, mbp);
@@ -1147,8 +1160,10 @@ static void attn_forward(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef yhi
   }
   set(e, mbp, mb);
   for_end(e, &t, ng, LV_NEVER);
-  /* lanes whose keys end before the block skip it */
-  LLVMValueRef act = LLVMBuildICmp(e->b, LLVMIntSLT, splat(e, V->vi, y0), g->bound, "");
+  /* lanes whose keys end before the block or start after it skip it */
+  LLVMValueRef act = LLVMBuildAnd(
+      e->b, LLVMBuildICmp(e->b, LLVMIntSLT, splat(e, V->vi, y0), g->hi, ""),
+      LLVMBuildICmp(e->b, LLVMIntSGT, splat(e, V->vi, LLVMBuildNSWAdd(e->b, y0, ci(e, KA_BLOCK), "")), g->lo, ""), "");
   LLVMValueRef m = vget(e, V, g->m), mn = fmax_(e, m, vget(e, V, mbp)), c = emit_exp(e, LLVMBuildFSub(e->b, m, mn, ""));
   set(e, g->l, vsel(e, act, LLVMBuildFMul(e->b, vget(e, V, g->l), c, ""), vget(e, V, g->l)));
   For d = for_begin(e, ci(e, 0), ci(e, A->hd), "rescale");
@@ -1156,14 +1171,14 @@ static void attn_forward(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef yhi
   set(e, p, vsel(e, act, LLVMBuildFMul(e->b, a, c, ""), a));
   for_end(e, &d, ci(e, A->hd), LV_NEVER);
   set(e, g->m, vsel(e, act, mn, m));
-  For t2 = for_begin(e, ci(e, 0), ng, "weights");
+  For t2 = for_begin(e, t0, ng, "weights");
   LLVMValueRef yt2 = LLVMBuildNSWAdd(e->b, y0, LLVMBuildNSWMul(e->b, t2.l.iv, ci(e, ATTN_G), ""), "");
   LLVMValueRef w[ATTN_G], vrows[ATTN_G];
   for (int i = 0; i < ATTN_G; i++) {
     LLVMValueRef y = LLVMBuildNSWAdd(e->b, yt2, ci(e, i), "");
     LLVMValueRef ps =
         at(e, g->sc, LLVMBuildNSWAdd(e->b, LLVMBuildNSWMul(e->b, t2.l.iv, ci(e, ATTN_G), ""), ci(e, i), ""));
-    valid[i] = LLVMBuildICmp(e->b, LLVMIntSLT, splat(e, V->vi, y), g->bound, "");
+    valid[i] = attn_valid(e, V, g, y);
     w[i] = emit_exp(e, LLVMBuildFSub(e->b, vget(e, V, ps), mn, ""));
     LLVMValueRef l = vget(e, V, g->l);
     set(e, g->l, vsel(e, valid[i], LLVMBuildFAdd(e->b, l, w[i], ""), l));
@@ -1175,7 +1190,8 @@ static void attn_forward(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef yhi
 }
 
 /* Backward: the other side's rows ylo..yhi-1 in order, ATTN_G at a time: p = exp(scale
- * q·k - lse), times dP - delta (dq, dk), weighting k (dq), q (dk) or dO (dv). */
+ * q·k - lse), times dP - delta (dq, dk), weighting k (dq), q (dk) or dO (dv). By key, query
+ * head g->qh's queries. */
 static void attn_backward(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef ylo, LLVMValueRef yhi,
                           LLVMValueRef sums) {
   const KAttn *A = e->k->attn;
@@ -1193,12 +1209,12 @@ static void attn_backward(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef yl
     LLVMValueRef yc = imin(e, LLVMBuildNSWAdd(e->b, yt, ci(e, i), ""), ylast), lse = g->lse ? vget(e, V, g->lse) : NULL;
     if (!by_query)
       lse = splat(e, V->vt,
-                  attn_load(e, &A->out, attn_row(e, &A->out, g->bb, yc), LLVMBuildNSWAdd(e->b, g->h, ci(e, F), "")));
+                  attn_load(e, &A->out, attn_row(e, &A->out, g->bb, yc), LLVMBuildNSWAdd(e->b, g->qh, ci(e, F), "")));
     LLVMValueRef sv = LLVMBuildFSub(e->b, LLVMBuildFMul(e->b, dots[0][i], fconst(e, V->vt, A->scale), ""), lse, "");
     w[i] = emit_exp(e, sv);
     if (A->pass != KA_DV) {
       LLVMValueRef dl = by_query ? vget(e, V, g->delta)
-                                 : splat(e, V->vt, attn_load(e, &A->delta, attn_row(e, &A->delta, g->bb, yc), g->h));
+                                 : splat(e, V->vt, attn_load(e, &A->delta, attn_row(e, &A->delta, g->bb, yc), g->qh));
       w[i] = LLVMBuildFMul(e->b, w[i], LLVMBuildFSub(e->b, dots[1][i], dl, ""), "");
     }
   }
@@ -1215,62 +1231,69 @@ static void attn_results(Emit *e, const AttnV *V, const AttnGroup *g) {
   LLVMValueRef scale = cf(e, A->pass == KA_DV ? 1.0f : A->scale);
   For o = for_begin(e, ci(e, 0), ci(e, A->hd), "out");
   LLVMValueRef a = LLVMBuildExtractElement(e->b, vget(e, V, at(e, g->acc, o.l.iv)), ln.l.iv, "");
-  attn_store(e, rrow, LLVMBuildNSWAdd(e->b, g->hoff, o.l.iv, ""),
+  attn_store(e, rrow, LLVMBuildNSWAdd(e->b, g->own, o.l.iv, ""),
              lv ? LLVMBuildFDiv(e->b, a, lv, "") : LLVMBuildFMul(e->b, a, scale, ""));
   for_end(e, &o, ci(e, A->hd), LV_NEVER);
   if (lv) {
     LLVMValueRef m = LLVMBuildExtractElement(e->b, vget(e, V, g->m), ln.l.iv, "");
-    attn_store(e, rrow, LLVMBuildNSWAdd(e->b, g->h, ci(e, A->heads * A->hd), ""),
+    attn_store(e, rrow, LLVMBuildNSWAdd(e->b, g->qh, ci(e, A->heads * A->hd), ""),
                LLVMBuildFAdd(e->b, m, emit_unary(e, KU_LOG, lv), ""));
   }
   for_end(e, &ln, g->nl, LV_NEVER);
 }
 
-/* Rows r0 .. r0+nl-1, one (batch, head)'s. */
+/* Rows r0 .. r0+nl-1, one (batch, head)'s: a query head's by query, a key/value head's by key. */
 static void attn_group(Emit *e, const AttnV *V, AttnGroup *g, LLVMValueRef r0, LLVMValueRef sums) {
   const KAttn *A = e->k->attn;
   LLVMBuilderRef b = e->b;
   bool by_query = A->pass == KA_FWD || A->pass == KA_DQ;
-  int64_t len = by_query ? A->sq : A->sk, other = by_query ? A->sk : A->sq, shift = A->sk - A->sq;
+  int64_t len = by_query ? A->sq : A->sk, nh = by_query ? A->heads : A->kv_heads, grp = kattn_group(A);
+  int64_t other = by_query ? A->sk : A->sq, shift = A->sk - A->sq;
   LLVMValueRef bh = LLVMBuildSDiv(b, r0, ci(e, len), "");
   g->x0 = LLVMBuildSRem(b, r0, ci(e, len), "");
-  g->bb = LLVMBuildSDiv(b, bh, ci(e, A->heads), ""), g->h = LLVMBuildSRem(b, bh, ci(e, A->heads), "");
-  g->hoff = LLVMBuildNSWMul(b, g->h, ci(e, A->hd), "");
-  /* lane i's row x0 + i: keys y < min(T, x + shift + 1) (causal) or T by query; queries
-   * y >= max(0, x - shift) (causal) or 0 by key; a lane past the group none */
-  LLVMValueRef lane[16], c[16];
+  g->bb = LLVMBuildSDiv(b, bh, ci(e, nh), ""), g->h = LLVMBuildSRem(b, bh, ci(e, nh), "");
+  g->own = LLVMBuildNSWMul(b, g->h, ci(e, A->hd), "");
+  if (by_query) /* the query head's key/value head; by key, each query head's below */
+    g->qh = g->h, g->other = LLVMBuildNSWMul(b, LLVMBuildSDiv(b, g->h, ci(e, grp), ""), ci(e, A->hd), "");
+  /* lane i's row x = x0 + i sees the other side's rows [lo, hi) of kattn_keys (by query) or
+   * kattn_queries (by key), xs its row shifted to the other side's frame; a lane past the
+   * group none */
+  LLVMValueRef lane[16];
   for (int i = 0; i < V->lanes; i++) lane[i] = ci(e, i);
-  LLVMValueRef lanes = LLVMConstVector(lane, (unsigned)V->lanes);
-  LLVMValueRef x = LLVMBuildNSWAdd(b, splat(e, V->vi, g->x0), lanes, ""), bound;
-  if (by_query && A->causal) {
-    LLVMValueRef e1 = LLVMBuildNSWAdd(b, x, splat(e, V->vi, ci(e, shift + 1)), ""), tv = splat(e, V->vi, ci(e, other));
-    bound = vsel(e, LLVMBuildICmp(b, LLVMIntSLT, e1, tv, ""), e1, tv);
-  } else if (A->causal) {
-    LLVMValueRef s1 = LLVMBuildNSWSub(b, x, splat(e, V->vi, ci(e, shift)), ""), z = LLVMConstNull(V->vi);
-    bound = vsel(e, LLVMBuildICmp(b, LLVMIntSGT, s1, z, ""), s1, z);
-  } else bound = by_query ? splat(e, V->vi, ci(e, other)) : LLVMConstNull(V->vi);
-  for (int i = 0; i < V->lanes; i++) c[i] = ci(e, by_query ? 0 : other);
+  LLVMValueRef lanes = LLVMConstVector(lane, (unsigned)V->lanes), z = LLVMConstNull(V->vi);
+  LLVMValueRef x = LLVMBuildNSWAdd(b, splat(e, V->vi, g->x0), lanes, ""), lo = z, hi = splat(e, V->vi, ci(e, other));
+  LLVMValueRef xs = LLVMBuildNSWAdd(b, x, splat(e, V->vi, ci(e, by_query ? shift : -shift)), "");
+  if (by_query && A->causal) hi = imin(e, LLVMBuildNSWAdd(b, xs, splat(e, V->vi, ci(e, 1)), ""), hi);
+  if (by_query && A->window) lo = imax(e, LLVMBuildNSWSub(b, xs, splat(e, V->vi, ci(e, A->window - 1)), ""), z);
+  if (!by_query && A->causal) lo = imax(e, xs, z);
+  if (!by_query && A->window) hi = imin(e, LLVMBuildNSWAdd(b, xs, splat(e, V->vi, ci(e, A->window)), ""), hi);
   LLVMValueRef in = LLVMBuildICmp(b, LLVMIntSLT, lanes, splat(e, V->vi, g->nl), "");
-  g->bound = vsel(e, in, bound, LLVMConstVector(c, (unsigned)V->lanes));
+  g->lo = vsel(e, in, lo, z), g->hi = vsel(e, in, hi, z);
   attn_gather(e, V, g);
-  For z = for_begin(e, ci(e, 0), ci(e, A->hd), "zero");
-  set(e, at(e, g->acc, z.l.iv), fconst(e, V->vt, 0.0f));
-  for_end(e, &z, ci(e, A->hd), LV_NEVER);
-  /* the other side's rows any lane reads: up to the last lane's bound by query, from the
-   * first lane's by key */
-  LLVMValueRef last = LLVMBuildNSWSub(b, g->nl, ci(e, 1), "");
+  For zd = for_begin(e, ci(e, 0), ci(e, A->hd), "zero");
+  set(e, at(e, g->acc, zd.l.iv), fconst(e, V->vt, 0.0f));
+  for_end(e, &zd, ci(e, A->hd), LV_NEVER);
+  /* the other side's rows any lane reads: lo and hi grow with the row, so from the first
+   * lane's lo to the last lane's hi */
+  LLVMValueRef ylo = LLVMBuildExtractElement(b, g->lo, ci(e, 0), "");
+  LLVMValueRef yhi = LLVMBuildExtractElement(b, g->hi, LLVMBuildNSWSub(b, g->nl, ci(e, 1), ""), "");
   if (A->pass == KA_FWD) {
     set(e, g->m, fconst(e, V->vt, -INFINITY)), set(e, g->l, fconst(e, V->vt, 0.0f));
-    attn_forward(e, V, g, LLVMBuildExtractElement(b, g->bound, last, ""), sums);
+    attn_forward(e, V, g, ylo, yhi, sums);
   } else if (by_query) {
-    attn_backward(e, V, g, ci(e, 0), LLVMBuildExtractElement(b, g->bound, last, ""), sums);
-  } else {
-    attn_backward(e, V, g, LLVMBuildExtractElement(b, g->bound, ci(e, 0), ""), ci(e, other), sums);
+    attn_backward(e, V, g, ylo, yhi, sums);
+  } else { /* the group's query heads in order, each over its queries: the order of a lane's sum */
+    LLVMValueRef h0 = LLVMBuildNSWMul(b, g->h, ci(e, grp), ""), h1 = LLVMBuildNSWAdd(b, h0, ci(e, grp), "");
+    For qh = for_begin(e, h0, h1, "qhead");
+    g->qh = qh.l.iv, g->other = LLVMBuildNSWMul(b, qh.l.iv, ci(e, A->hd), "");
+    attn_backward(e, V, g, ylo, yhi, sums);
+    for_end(e, &qh, h1, LV_NEVER);
   }
   attn_results(e, V, g);
 }
 
-/* The work items [lo, hi) in groups: up to L consecutive rows of one (batch, head). */
+/* The work items [lo, hi) in groups: up to L consecutive rows of one (batch, head), a query
+ * head by query, a key/value head by key (kattn_rows). */
 static void emit_attn_kernel(Emit *e, LLVMBasicBlockRef done) {
   const KAttn *A = e->k->attn;
   AttnV V = {.lanes = 8};

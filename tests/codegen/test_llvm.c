@@ -2,9 +2,10 @@
  * kernels built with the kernel-form builders (elementwise with broadcasts, layernorm,
  * causal softmax, cross-entropy with a gathered target and ignored rows, embedding,
  * KP_COLS scatter-add and bias gradient, AdamW with runtime scalars, every unary and
- * binary op, transposed/strided/reversed views, i32 loads, guarded gathers) is emitted
- * into one module with llvm_emit_program, optimised at O3 for this CPU, written as an
- * object, linked into a shared library with `cc -shared` ($CC if set) and dlopen'ed.
+ * binary op, transposed/strided/reversed views, i32 loads, guarded gathers) and the
+ * fused attention kernel's passes (grouped-query, windowed, T != S) is emitted into one
+ * module with llvm_emit_program, optimised at O3 for this CPU, written as an object,
+ * linked into a shared library with `cc -shared` ($CC if set) and dlopen'ed.
  *
  *   test_llvm numerics   every kernel on random inputs: called over its whole parallel
  *                        range, then over several [lo, hi) chunks (as threads would),
@@ -360,6 +361,47 @@ static void case_half(Arena *a, DType dt) {
   kernel_map(t->k, acc, V(0, 256, 1), KS_ADD, B(MUL, LOAD(in, V(0, 256, 1)), C(0.5)));
 }
 
+/* An attention operand [B=2, seq, n] in its own buffer of values in [lo, hi], from
+ * element 7, rows of n + 5 and batches 3 elements apart. */
+static KOperand attn_in(T *t, const char *name, int64_t seq, int64_t n, double lo, double hi) {
+  int64_t ss = n + 5, sb = seq * ss + 3;
+  return (KOperand){buf(t, name, TIER_WORK, 7 + 2 * sb, F_UNIFORM, lo, hi), 7, sb, ss};
+}
+
+/* a fused attention pass (kernel.h, KAttn) over H query heads sharing G key/value heads,
+ * S queries and T keys, a window W (causal) or none: sums, so errors are relative to
+ * max(|want|, 1) */
+static void case_attention(Arena *a, KAttnPass pass, int64_t H, int64_t G, int64_t S, int64_t T_, int64_t W,
+                           bool causal) {
+  static const char *const names[] = {"fwd", "dq", "dk", "dv"};
+  char kname[64];
+  snprintf(kname, sizeof kname, "attn_%s_h%lld_g%lld_w%lld", names[pass], (long long)H, (long long)G, (long long)W);
+  KAttn *A = arena_alloc(a, sizeof *A);
+  *A = (KAttn){.pass = pass,
+               .batch = 2,
+               .heads = H,
+               .sq = S,
+               .sk = T_,
+               .hd = 12,
+               .kv_heads = G,
+               .window = W,
+               .causal = causal,
+               .scale = 0.29f,
+               .store = KS_SET};
+  BEGIN(kname, KP_ROWS, 1, 1.0, kattn_rows(A), 1);
+  int64_t F = H * A->hd, KF = G * A->hd;
+  KOperand none = {-1, 0, 0, 0};
+  A->q = attn_in(t, "q", S, F, -1, 1), A->k = attn_in(t, "k", T_, KF, -1, 1);
+  A->v = pass == KA_DV ? none : attn_in(t, "v", T_, KF, -1, 1);
+  /* log-sum-exps above the scores, as the forward pass's are: p < 1 */
+  A->out = pass == KA_FWD ? none : attn_in(t, "out", S, F + H, 1, 2);
+  A->g = pass == KA_FWD ? none : attn_in(t, "g", S, F + H, -1, 1);
+  A->delta = pass == KA_FWD || pass == KA_DV ? none : attn_in(t, "delta", S, H, -1, 1);
+  int64_t rs = pass == KA_FWD || pass == KA_DQ ? S : T_, rn = pass == KA_FWD ? F + H : pass == KA_DQ ? F : KF;
+  A->res = attn_in(t, "res", rs, rn, -1, 1); /* outputs start random too */
+  t->k->attn = A;
+}
+
 static void build_cases(Arena *a) {
   case_half(a, DT_BF16);
   case_half(a, DT_F16);
@@ -385,6 +427,11 @@ static void build_cases(Arena *a) {
   case_i32_coords(a);
   case_pad(a);
   case_tiny(a);
+  for (int p = KA_FWD; p <= KA_DV; p++) {
+    case_attention(a, (KAttnPass)p, 6, 2, 61, 75, 37, true); /* windows across blocks, T > S */
+    case_attention(a, (KAttnPass)p, 4, 4, 40, 40, 3, true);  /* a window narrower than the lanes */
+    case_attention(a, (KAttnPass)p, 3, 1, 29, 19, 0, false); /* T < S, every key */
+  }
 }
 
 /* ---- running them -------------------------------------------------------------------- */
