@@ -29,7 +29,11 @@ static void arch_value(double *x, double v) { *x = *x == 0 || *x == v ? v : -1; 
 static void arch_attention(GraphArch *a, const Node *n) {
   int64_t h = attr_int(n, "heads");
   int causal = (int)attr_int(n, "causal");
+  int64_t g = attn_kv_heads(n), w = attn_window(n);
+  bool first = a->causal == 2;
   a->heads = a->heads == 0 || a->heads == h ? h : -1;
+  a->kv_heads = a->kv_heads == 0 || a->kv_heads == g ? g : -1;
+  a->window = first || a->window == w ? w : -1;
   a->causal = a->causal == 2 || a->causal == causal ? causal : -1;
   a->scaled |= attr_get(n, "scale")->set;
 }

@@ -21,6 +21,8 @@ void graph_stats(const Graph *g, GraphStats *s);
 typedef enum { ARCH_NONE, ARCH_MIXED, ARCH_LAYERNORM, ARCH_RMSNORM, ARCH_GELU_TANH, ARCH_SILU, ARCH_RELU } ArchKind;
 typedef struct GraphArch {
   int64_t heads;     /* the attention ops' heads; 0: none, -1: they differ */
+  int64_t kv_heads;  /* their key/value heads (heads without grouped-query attention), as heads */
+  int64_t window;    /* their window (the keys a query sees); 0: none, -1: they differ */
   ArchKind norm;     /* ARCH_LAYERNORM or ARCH_RMSNORM, ARCH_NONE, ARCH_MIXED */
   double norm_eps;   /* the norms' eps; < 0: they differ */
   ArchKind act;      /* ARCH_GELU_TANH, ARCH_SILU or ARCH_RELU, ARCH_NONE, ARCH_MIXED */

@@ -181,7 +181,9 @@ extern const char *const prog_list_names[];
   F(S, F64, scale_backoff, , 1)                                                                                 \
   F(S, I64, scale_interval, , 1)                                                                                \
   F(S, I64, arch, , 1)               /* 1: what the model's ops say (checkpoint formats, */                     \
-  F(S, I64, heads, , 1)              /* runtime/io/hf.h): attention heads (-1 differ), */                          \
+  F(S, I64, heads, , 1)              /* runtime/io/hf.h): attention heads (-1 differ), */                       \
+  F(S, I64, kv_heads, , 1)           /* key/value heads (-1 differ), */                                         \
+  F(S, I64, window, , 1)             /* the window (0 none, -1 differ), */                                      \
   F(S, I64, causal, , 1)             /* causal (1 all, 0 none, -1 some), */                                     \
   F(S, I64, attention_scale, , 1)    /* one gives its own scale, */                                             \
   F(S, ARCHKIND, norm, , 1)          /* the norms' kind and eps, */                                             \

@@ -82,11 +82,12 @@ static int arch_str(const cJSON *o, const char *key, char *out, size_t len, cons
 }
 
 static int arch_fields(const cJSON *o, HfArch *a, const char *text, char *err, size_t errlen) {
-  double heads = 0, causal = 0;
+  double heads = 0, causal = 0, kv = 0, window = 0;
   const cJSON *sc = cJSON_GetObjectItemCaseSensitive(o, "attention_scale");
   if (arch_num(o, "heads", &heads, text, err, errlen) || arch_num(o, "causal", &causal, text, err, errlen) ||
       arch_num(o, "norm_eps", &a->norm_eps, text, err, errlen) ||
-      arch_num(o, "rope_theta", &a->rope_theta, text, err, errlen) ||
+      arch_num(o, "rope_theta", &a->rope_theta, text, err, errlen) || arch_num(o, "kv_heads", &kv, text, err, errlen) ||
+      arch_num(o, "window", &window, text, err, errlen) ||
       arch_str(o, "norm", a->norm, sizeof a->norm, text, err, errlen) ||
       arch_str(o, "activation", a->activation, sizeof a->activation, text, err, errlen))
     return -1;
@@ -94,7 +95,10 @@ static int arch_fields(const cJSON *o, HfArch *a, const char *text, char *err, s
     return file_set_error(err, errlen, "arch %s: \"attention_scale\" is not a boolean", text);
   if (heads < -1 || heads > (1 << 20) || heads != (int64_t)heads)
     return file_set_error(err, errlen, "arch %s: \"heads\" is not a count", text);
+  if (kv < -1 || kv > (1 << 20) || kv != (int64_t)kv || window < -1 || window != (int64_t)window)
+    return file_set_error(err, errlen, "arch %s: \"kv_heads\" or \"window\" is not a count", text);
   a->heads = (int64_t)heads, a->causal = causal == 1, a->scaled = cJSON_IsTrue(sc);
+  a->kv_heads = kv ? (int64_t)kv : a->heads, a->window = (int64_t)window; /* left out: no grouping, no window */
   return 0;
 }
 

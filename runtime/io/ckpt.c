@@ -81,7 +81,13 @@ void ckpt_init_params(const Prog *p, char *params, uint64_t seed, const unsigned
 static const HfArch *arch_of(const Prog *p, HfArch *a) {
   const ProgStage *s = p->s;
   if (!s->arch) return NULL;
-  *a = (HfArch){s->heads, s->causal == 1, (int)s->attention_scale, "", "", s->norm_eps, s->rope_theta};
+  *a = (HfArch){.heads = s->heads,
+                .kv_heads = s->kv_heads,
+                .window = s->window,
+                .causal = s->causal == 1,
+                .scaled = (int)s->attention_scale,
+                .norm_eps = s->norm_eps,
+                .rope_theta = s->rope_theta};
   if (s->norm != PROG_ARCH_NONE) snprintf(a->norm, sizeof a->norm, "%s", prog_archkind_names[s->norm]);
   if (s->activation != PROG_ARCH_NONE)
     snprintf(a->activation, sizeof a->activation, "%s", prog_archkind_names[s->activation]);
@@ -97,6 +103,9 @@ static const char *arch_text(const Prog *p, char *buf, size_t len) {
   if (a.heads != 0)
     at += (size_t)snprintf(buf + at, len - at, "\"heads\":%" PRId64 ",\"causal\":%" PRId64 ",\"attention_scale\":%s,",
                            a.heads, p->s->causal, a.scaled ? "true" : "false");
+  if (a.heads != 0 && a.kv_heads != a.heads && at < len)
+    at += (size_t)snprintf(buf + at, len - at, "\"kv_heads\":%" PRId64 ",", a.kv_heads);
+  if (a.window != 0 && at < len) at += (size_t)snprintf(buf + at, len - at, "\"window\":%" PRId64 ",", a.window);
   if (a.norm[0] && at < len)
     at += (size_t)snprintf(buf + at, len - at, "\"norm\":\"%s\",\"norm_eps\":%.17g,", a.norm, a.norm_eps);
   if (a.activation[0] && at < len) at += (size_t)snprintf(buf + at, len - at, "\"activation\":\"%s\",", a.activation);
@@ -323,11 +332,12 @@ static int set_read(const CkptSet *s, const CkptFile *f, char *err, size_t errle
 
 /* ---- parameter files ----------------------------------------------------------- */
 
-/* The Hugging Face family of the program's parameter names, or NULL. */
+/* The Hugging Face family of the program's parameter names (and window), or NULL. */
 static const HfFamily *program_family(const Prog *p) {
   const char **names = calloc((size_t)p->s->nparams + 1, sizeof *names);
   for (int i = 0; names && i < p->s->nparams; i++) names[i] = prog_str(p, p->params[i].name);
-  const HfFamily *f = names ? hf_family_of(names, (int)p->s->nparams) : NULL;
+  HfArch a;
+  const HfFamily *f = names ? hf_family_of(names, (int)p->s->nparams, arch_of(p, &a)) : NULL;
   free(names);
   return f;
 }
@@ -357,6 +367,11 @@ int ckpt_load_params(const Prog *p, const char *path, char *params, char *note, 
   const HfFamily *fam = program_family(p);
   int rc = set_params(p, params, &s, err, errlen);
   if (rc == 0) rc = file_of_source(&f, src, fam, &skipped, err, errlen);
+  if (rc == 0) {
+    HfArch a;
+    const char *head = fam ? hf_family_head(fam) : NULL;
+    rc = hf_check_config(src, fam, arch_of(p, &a), head && !set_find(&s, head), err, errlen);
+  }
   if (rc == 0) {
     set_bind(&s, &f, &tied);
     rc = set_read(&s, &f, err, errlen);

@@ -1,8 +1,9 @@
 /* hf: Hugging Face checkpoints (see the header). The families are one table of
  * plain data: names, buffers, the parameters with their shapes in symbols (V vocab,
- * D width, F MLP width, P positions; L layers, H heads and S seq come from the
- * layer numbers, the "arch" and the program), and config.json's keys. Reading binds
- * a file's tensors to names; writing binds the symbols and prints the config.
+ * D width, F MLP width, K key/value width, P positions; L layers, H heads and S seq
+ * come from the layer numbers, the "arch" and the program), and config.json's keys.
+ * Reading binds a file's tensors to names and checks its config.json against the
+ * "arch"; writing binds the symbols and prints the config.
  */
 #include "runtime/io/hf.h"
 
@@ -10,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <math.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -26,8 +28,20 @@
 /* ---- the families --------------------------------------------------------------- */
 
 /* A config.json value: an integer symbol (s, one letter), the norms' eps, the rotary
- * base, a string, a number, a boolean (x), null, or the architecture as a list. */
-typedef enum HfCfgKind { HC_SIZE, HC_EPS, HC_THETA, HC_STR, HC_NUM, HC_BOOL, HC_NULL, HC_ARCH } HfCfgKind;
+ * base, the key/value heads, the window (null when none), a string, a number, a
+ * boolean (x), null, or the architecture as a list. */
+typedef enum HfCfgKind {
+  HC_SIZE,
+  HC_EPS,
+  HC_THETA,
+  HC_KV,
+  HC_WINDOW,
+  HC_STR,
+  HC_NUM,
+  HC_BOOL,
+  HC_NULL,
+  HC_ARCH
+} HfCfgKind;
 
 typedef struct HfCfg {
   const char *key;
@@ -50,6 +64,8 @@ struct HfFamily {
   const char *head, *embed;      /* the output head and the embedding it may be tied to */
   const char *norm, *activation; /* what the program's "arch" must say */
   int rotary;                    /* rope_theta required (else absent) */
+  int grouped;                   /* key/value heads may be fewer than heads (K wide) */
+  int windowed;                  /* a sliding window required (else absent) */
   const char *const *buffers;    /* tensors that are not parameters, NULL-terminated */
   const HfParamRow *params;      /* {NULL} ends */
   const HfCfg *config;           /* {NULL} ends */
@@ -97,26 +113,28 @@ static const HfCfg gpt2_config[] = {{"architectures", HC_ARCH, NULL, 0},
                                     {NULL, HC_NULL, NULL, 0}};
 
 static const char *const llama_buffers[] = {"model.layers.#.self_attn.rotary_emb.inv_freq", NULL};
-static const HfParamRow llama_params[] = {{"model.embed_tokens.weight", "V,D"},
-                                          {"model.layers.#.input_layernorm.weight", "D"},
-                                          {"model.layers.#.self_attn.q_proj.weight", "D,D"},
-                                          {"model.layers.#.self_attn.k_proj.weight", "D,D"},
-                                          {"model.layers.#.self_attn.v_proj.weight", "D,D"},
-                                          {"model.layers.#.self_attn.o_proj.weight", "D,D"},
-                                          {"model.layers.#.post_attention_layernorm.weight", "D"},
-                                          {"model.layers.#.mlp.gate_proj.weight", "F,D"},
-                                          {"model.layers.#.mlp.up_proj.weight", "F,D"},
-                                          {"model.layers.#.mlp.down_proj.weight", "D,F"},
-                                          {"model.norm.weight", "D"},
-                                          {"lm_head.weight", "V,D"},
-                                          {NULL, NULL}};
+#define LLAMA_PARAMS(QKV_BIAS)                                                                                      \
+  {"model.embed_tokens.weight", "V,D"}, {"model.layers.#.input_layernorm.weight", "D"},                             \
+      {"model.layers.#.self_attn.q_proj.weight", "D,D"}, {"model.layers.#.self_attn.k_proj.weight", "K,D"},         \
+      {"model.layers.#.self_attn.v_proj.weight", "K,D"}, QKV_BIAS{"model.layers.#.self_attn.o_proj.weight", "D,D"}, \
+      {"model.layers.#.post_attention_layernorm.weight", "D"}, {"model.layers.#.mlp.gate_proj.weight", "F,D"},      \
+      {"model.layers.#.mlp.up_proj.weight", "F,D"}, {"model.layers.#.mlp.down_proj.weight", "D,F"},                 \
+      {"model.norm.weight", "D"}, {"lm_head.weight", "V,D"}, {                                                      \
+    NULL, NULL                                                                                                      \
+  }
+#define NO_BIAS
+#define QKV_BIAS                                                                                \
+  {"model.layers.#.self_attn.q_proj.bias", "D"}, {"model.layers.#.self_attn.k_proj.bias", "K"}, \
+      {"model.layers.#.self_attn.v_proj.bias", "K"},
+static const HfParamRow llama_params[] = {LLAMA_PARAMS(NO_BIAS)};
+static const HfParamRow qwen2_params[] = {LLAMA_PARAMS(QKV_BIAS)};
 /* LlamaConfig: rotary positions need no table, so max_position_embeddings is the
  * compiled seq (transformers' rotary cache grows past it) */
 static const HfCfg llama_config[] = {
     {"architectures", HC_ARCH, NULL, 0},       {"model_type", HC_STR, "llama", 0},
     {"vocab_size", HC_SIZE, "V", 0},           {"hidden_size", HC_SIZE, "D", 0},
     {"intermediate_size", HC_SIZE, "F", 0},    {"num_hidden_layers", HC_SIZE, "L", 0},
-    {"num_attention_heads", HC_SIZE, "H", 0},  {"num_key_value_heads", HC_SIZE, "H", 0},
+    {"num_attention_heads", HC_SIZE, "H", 0},  {"num_key_value_heads", HC_KV, NULL, 0},
     {"hidden_act", HC_STR, "silu", 0},         {"max_position_embeddings", HC_SIZE, "S", 0},
     {"rms_norm_eps", HC_EPS, NULL, 0},         {"rope_theta", HC_THETA, NULL, 0},
     {"rope_scaling", HC_NULL, NULL, 0},        {"attention_bias", HC_BOOL, NULL, 0},
@@ -124,19 +142,60 @@ static const HfCfg llama_config[] = {
     {"pretraining_tp", HC_NUM, NULL, 1},       {"initializer_range", HC_NUM, NULL, 0.02},
     {"tie_word_embeddings", HC_BOOL, NULL, 0}, {"use_cache", HC_BOOL, NULL, 1},
     {"torch_dtype", HC_STR, "float32", 0},     {NULL, HC_NULL, NULL, 0}};
+/* MistralConfig: LLaMA's with the sliding window (the keys a query sees) */
+static const HfCfg mistral_config[] = {{"architectures", HC_ARCH, NULL, 0},
+                                       {"model_type", HC_STR, "mistral", 0},
+                                       {"vocab_size", HC_SIZE, "V", 0},
+                                       {"hidden_size", HC_SIZE, "D", 0},
+                                       {"intermediate_size", HC_SIZE, "F", 0},
+                                       {"num_hidden_layers", HC_SIZE, "L", 0},
+                                       {"num_attention_heads", HC_SIZE, "H", 0},
+                                       {"num_key_value_heads", HC_KV, NULL, 0},
+                                       {"hidden_act", HC_STR, "silu", 0},
+                                       {"max_position_embeddings", HC_SIZE, "S", 0},
+                                       {"rms_norm_eps", HC_EPS, NULL, 0},
+                                       {"rope_theta", HC_THETA, NULL, 0},
+                                       {"sliding_window", HC_WINDOW, NULL, 0},
+                                       {"attention_dropout", HC_NUM, NULL, 0},
+                                       {"initializer_range", HC_NUM, NULL, 0.02},
+                                       {"tie_word_embeddings", HC_BOOL, NULL, 0},
+                                       {"use_cache", HC_BOOL, NULL, 1},
+                                       {"torch_dtype", HC_STR, "float32", 0},
+                                       {NULL, HC_NULL, NULL, 0}};
+/* Qwen2Config: LLaMA's with q, k and v biases, no sliding window */
+static const HfCfg qwen2_config[] = {
+    {"architectures", HC_ARCH, NULL, 0},       {"model_type", HC_STR, "qwen2", 0},
+    {"vocab_size", HC_SIZE, "V", 0},           {"hidden_size", HC_SIZE, "D", 0},
+    {"intermediate_size", HC_SIZE, "F", 0},    {"num_hidden_layers", HC_SIZE, "L", 0},
+    {"num_attention_heads", HC_SIZE, "H", 0},  {"num_key_value_heads", HC_KV, NULL, 0},
+    {"hidden_act", HC_STR, "silu", 0},         {"max_position_embeddings", HC_SIZE, "S", 0},
+    {"rms_norm_eps", HC_EPS, NULL, 0},         {"rope_theta", HC_THETA, NULL, 0},
+    {"rope_scaling", HC_NULL, NULL, 0},        {"use_sliding_window", HC_BOOL, NULL, 0},
+    {"sliding_window", HC_NULL, NULL, 0},      {"max_window_layers", HC_SIZE, "L", 0},
+    {"attention_dropout", HC_NUM, NULL, 0},    {"initializer_range", HC_NUM, NULL, 0.02},
+    {"tie_word_embeddings", HC_BOOL, NULL, 0}, {"use_cache", HC_BOOL, NULL, 1},
+    {"torch_dtype", HC_STR, "float32", 0},     {NULL, HC_NULL, NULL, 0}};
 
+/* Qwen2 before LLaMA and Mistral: its marker is a name they lack; LLaMA and Mistral
+ * have the same names and differ by the window (hf_family_of). */
 static const HfFamily hf_families[] = {
     {"gpt2", "GPT2LMHeadModel", "wpe.weight", "transformer.", "lm_head.weight", "wte.weight", "layernorm", "gelu_tanh",
-     0, gpt2_buffers, gpt2_params, gpt2_config},
+     0, 0, 0, gpt2_buffers, gpt2_params, gpt2_config},
+    {"qwen2", "Qwen2ForCausalLM", "model.layers.0.self_attn.q_proj.bias", "", "lm_head.weight",
+     "model.embed_tokens.weight", "rmsnorm", "silu", 1, 1, 0, llama_buffers, qwen2_params, qwen2_config},
     {"llama", "LlamaForCausalLM", "model.embed_tokens.weight", "", "lm_head.weight", "model.embed_tokens.weight",
-     "rmsnorm", "silu", 1, llama_buffers, llama_params, llama_config},
+     "rmsnorm", "silu", 1, 1, 0, llama_buffers, llama_params, llama_config},
+    {"mistral", "MistralForCausalLM", "model.embed_tokens.weight", "", "lm_head.weight", "model.embed_tokens.weight",
+     "rmsnorm", "silu", 1, 1, 1, llama_buffers, llama_params, mistral_config},
 };
 enum { HF_NFAMILIES = sizeof hf_families / sizeof hf_families[0] };
 
-const HfFamily *hf_family_of(const char *const *names, int n) {
-  for (int f = 0; f < HF_NFAMILIES; f++)
+const HfFamily *hf_family_of(const char *const *names, int n, const HfArch *arch) {
+  for (int f = 0; f < HF_NFAMILIES; f++) {
+    if (arch && hf_families[f].windowed != (arch->window > 0)) continue;
     for (int i = 0; i < n; i++)
       if (strcmp(names[i], hf_families[f].marker) == 0) return &hf_families[f];
+  }
   return NULL;
 }
 
@@ -392,20 +451,116 @@ static int arch_fits(const HfFamily *f, const HfArch *a, char *err, size_t errle
     snprintf(why, sizeof why, "its activation is %s, not %s", a->activation[0] ? a->activation : "none", f->activation);
   else if (f->rotary != (a->rope_theta != 0) || a->rope_theta < 0)
     snprintf(why, sizeof why, "%s", f->rotary ? "its rotary ops do not have one base" : "it has rotary positions");
+  else if (a->kv_heads <= 0 || a->heads % a->kv_heads || (!f->grouped && a->kv_heads != a->heads))
+    snprintf(why, sizeof why, "%s",
+             f->grouped ? "its attention ops do not share one count of key/value heads"
+                        : "it shares key/value heads across query heads");
+  else if (f->windowed != (a->window > 0))
+    snprintf(why, sizeof why, "%s", f->windowed ? "its attention ops do not have one window" : "it has a window");
   if (why[0])
     return file_set_error(err, errlen, "the model does not compute what transformers' %s (%s) does: %s", f->name,
                           f->architecture, why);
   return 0;
 }
 
+/* ---- the config beside a checkpoint --------------------------------------------- */
+
+typedef struct HfBind HfBind;
+static cJSON *config_value(const HfFamily *f, const HfCfg *c, const HfBind *b, const HfArch *a);
+
+/* config.json in the checkpoint's directory (the path's, or the one holding its file). */
+static cJSON *source_config(const HfSource *s, char *path, size_t len, char *err, size_t errlen, int *rc) {
+  struct stat sb;
+  *rc = 0;
+  if (stat(s->path, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, len, "%s/%s", s->path, HF_CONFIG);
+  else {
+    const char *slash = strrchr(s->path, '/');
+    snprintf(path, len, "%.*s%s", slash ? (int)(slash - s->path + 1) : 0, s->path, HF_CONFIG);
+  }
+  if (access(path, F_OK) != 0) return NULL;
+  size_t n;
+  char *text = file_read_all(path, &n, err, errlen);
+  cJSON *o = text ? cJSON_ParseWithLength(text, n) : NULL;
+  free(text);
+  if (!cJSON_IsObject(o)) {
+    cJSON_Delete(o);
+    *rc = text ? file_set_error(err, errlen, "%s: not a JSON object", path) : -1;
+  }
+  return o;
+}
+
+/* A config value as text, for messages. */
+static void value_text(const cJSON *v, char *buf, size_t len) {
+  char *t = v ? cJSON_PrintUnformatted(v) : NULL;
+  snprintf(buf, len, "%s", t ? t : "absent");
+  free(t);
+}
+
+/* The file's value of key c agrees with what the model computes (w, what hf_save would
+ * write): the heads, key/value heads, window, norms' eps, rotary base, activation and
+ * model type; rotary scaling and a sliding window the family does not use must be
+ * null or false. Sizes are the tensors' shapes (checked there), the rest is not
+ * computed. */
+static int config_agrees(const HfCfg *c, const cJSON *v, const cJSON *w) {
+  switch (c->kind) {
+  case HC_SIZE: return c->s[0] != 'H' || (cJSON_IsNumber(v) && v->valuedouble == w->valuedouble);
+  case HC_KV: return cJSON_IsNumber(v) && v->valuedouble == w->valuedouble;
+  case HC_WINDOW: return cJSON_IsNull(w) ? cJSON_IsNull(v) : cJSON_IsNumber(v) && v->valuedouble == w->valuedouble;
+  case HC_EPS:
+  case HC_THETA: return cJSON_IsNumber(v) && fabs(v->valuedouble - w->valuedouble) <= 1e-6 * fabs(w->valuedouble);
+  case HC_STR:
+    return strcmp(c->key, "torch_dtype") == 0 || (cJSON_IsString(v) && strcmp(v->valuestring, w->valuestring) == 0);
+  case HC_NULL: return strcmp(c->key, "rope_scaling") != 0 || cJSON_IsNull(v);
+  case HC_BOOL: return strcmp(c->key, "use_sliding_window") != 0 || cJSON_IsFalse(v);
+  case HC_NUM:
+  case HC_ARCH: return 1;
+  }
+  return 1;
+}
+
+int hf_check_config(const HfSource *s, const HfFamily *f, const HfArch *a, int model_ties, char *err, size_t errlen) {
+  char path[4096], want[64], got[64];
+  int rc;
+  if (!f || !a) return 0;
+  cJSON *o = source_config(s, path, sizeof path, err, errlen, &rc);
+  if (!o) return rc;
+  const HfBind *none = NULL; /* sizes are not compared */
+  for (int i = 0; rc == 0 && f->config[i].key; i++) {
+    const HfCfg *c = &f->config[i];
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, c->key);
+    cJSON *dflt = !v && c->kind == HC_THETA ? cJSON_CreateNumber(10000) : NULL; /* transformers' default */
+    if (dflt) v = dflt;
+    if (!v || (c->kind == HC_SIZE && c->s[0] != 'H')) continue; /* left out: transformers' default */
+    cJSON *w = c->kind == HC_SIZE ? cJSON_CreateNumber((double)a->heads) : config_value(f, c, none, a);
+    if (w && !config_agrees(c, v, w)) {
+      value_text(v, got, sizeof got), value_text(w, want, sizeof want);
+      rc = file_set_error(err, errlen, "%s: \"%s\" is %s, but the model computes %s", path, c->key, got,
+                          c->kind == HC_NULL || c->kind == HC_BOOL ? "without it" : want);
+    }
+    cJSON_Delete(w);
+    cJSON_Delete(dflt);
+  }
+  const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling"); /* whatever the family's table says */
+  if (rc == 0 && scaling && !cJSON_IsNull(scaling)) {
+    value_text(scaling, got, sizeof got);
+    rc = file_set_error(err, errlen, "%s: \"rope_scaling\" is %s, but the model computes without it", path, got);
+  }
+  const cJSON *tie = cJSON_GetObjectItemCaseSensitive(o, "tie_word_embeddings");
+  if (rc == 0 && model_ties && cJSON_IsFalse(tie))
+    rc = file_set_error(
+        err, errlen, "%s: \"tie_word_embeddings\" is false, but the model ties its output head to the embedding", path);
+  cJSON_Delete(o);
+  return rc;
+}
+
 /* ---- writing -------------------------------------------------------------------- */
 
-typedef struct HfBind {
+struct HfBind {
   int64_t sym[26];      /* by letter */
   const char *from[26]; /* the parameter that bound it (NULL: unbound) */
   int64_t layers;
   int *count; /* [rows] matches per row */
-} HfBind;
+};
 
 /* Binds (or checks) the symbols of dims against p's shape. */
 static int bind_dims(const HfFamily *f, HfBind *b, const HfParam *p, const char *dims, char *err, size_t errlen) {
@@ -467,9 +622,11 @@ static int bind_all(const HfFamily *f, HfBind *b, const HfParam *ps, int n, char
 
 static cJSON *config_value(const HfFamily *f, const HfCfg *c, const HfBind *b, const HfArch *a) {
   switch (c->kind) {
-  case HC_SIZE: return cJSON_CreateNumber((double)b->sym[c->s[0] - 'A']);
+  case HC_SIZE: return b ? cJSON_CreateNumber((double)b->sym[c->s[0] - 'A']) : NULL;
   case HC_EPS: return cJSON_CreateNumber(a->norm_eps);
   case HC_THETA: return cJSON_CreateNumber(a->rope_theta);
+  case HC_KV: return cJSON_CreateNumber((double)a->kv_heads);
+  case HC_WINDOW: return a->window > 0 ? cJSON_CreateNumber((double)a->window) : cJSON_CreateNull();
   case HC_STR: return cJSON_CreateString(c->s);
   case HC_NUM: return cJSON_CreateNumber(c->x);
   case HC_BOOL: return cJSON_CreateBool(c->x != 0);
@@ -525,18 +682,18 @@ static int write_weights(const char *dir, const HfFamily *f, const HfParam *ps, 
 
 static int make_dir(const char *dir, char *err, size_t errlen) { return file_make_dirs(dir, err, errlen); }
 
-static int family_for_save(const HfParam *ps, int n, const HfFamily **f, char *err, size_t errlen) {
+static int family_for_save(const HfParam *ps, int n, const HfArch *a, const HfFamily **f, char *err, size_t errlen) {
   const char **names = calloc((size_t)n + 1, sizeof *names);
   if (!names) return file_set_error(err, errlen, "out of memory");
   for (int i = 0; i < n; i++) names[i] = ps[i].name;
-  *f = hf_family_of(names, n);
+  *f = hf_family_of(names, n, a);
   free(names);
   if (!*f)
     return file_set_error(err, errlen,
                           "the model's parameters follow no transformers layout colossalc "
-                          "writes (gpt2: wpe.weight, h.N.attn.c_attn.weight, ...; llama: "
-                          "model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, "
-                          "...)");
+                          "writes (gpt2: wpe.weight, h.N.attn.c_attn.weight, ...; llama, mistral (with a "
+                          "window): model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, ...; "
+                          "qwen2: the same with model.layers.N.self_attn.q_proj.bias)");
   return 0;
 }
 
@@ -549,13 +706,17 @@ int hf_save(const char *dir, const HfParam *ps, int n, const HfArch *arch, int64
                           "the program does not say its architecture (no \"arch\": compiled "
                           "by an older colossalc)");
   HfArch a = *arch;
-  if (family_for_save(ps, n, &f, err, errlen) || arch_fits(f, &a, err, errlen)) return -1;
+  if (family_for_save(ps, n, &a, &f, err, errlen) || arch_fits(f, &a, err, errlen)) return -1;
   int rc = bind_all(f, &b, ps, n, err, errlen);
   free(b.count);
   b.sym['H' - 'A'] = a.heads, b.sym['S' - 'A'] = seq, b.sym['L' - 'A'] = b.layers;
-  if (rc == 0 && b.sym['D' - 'A'] % a.heads != 0)
-    rc = file_set_error(err, errlen, "the width %" PRId64 " is not a multiple of %" PRId64 " heads", b.sym['D' - 'A'],
-                        a.heads);
+  int64_t D = b.sym['D' - 'A'];
+  if (rc == 0 && D % a.heads != 0)
+    rc = file_set_error(err, errlen, "the width %" PRId64 " is not a multiple of %" PRId64 " heads", D, a.heads);
+  if (rc == 0 && f->grouped && b.sym['K' - 'A'] != D / a.heads * a.kv_heads)
+    rc = file_set_error(
+        err, errlen, "k_proj and v_proj are %" PRId64 " wide, not %" PRId64 " key/value heads of %" PRId64 " features",
+        b.sym['K' - 'A'], a.kv_heads, D / a.heads);
   if (rc != 0 || (!ps[0].data && !fill)) return rc;
   if (make_dir(dir, err, errlen) || write_weights(dir, f, ps, n, fill, arg, err, errlen)) return -1;
   return write_config(dir, f, &b, &a, err, errlen);

@@ -58,8 +58,10 @@ const SafeTensor *hf_source_find(const HfSource *s, const char *name, const Safe
 
 typedef struct HfFamily HfFamily;
 
-/* The family of a model with these parameter names, or NULL. */
-const HfFamily *hf_family_of(const char *const *names, int n);
+typedef struct HfArch HfArch;
+/* The family of a model with these parameter names (and, arch given, its window), or
+ * NULL. */
+const HfFamily *hf_family_of(const char *const *names, int n, const HfArch *arch);
 const char *hf_family_name(const HfFamily *f);
 
 typedef enum HfRole {
@@ -73,6 +75,12 @@ HfRole hf_model_name(const HfFamily *f, const char *file_name, char *out, size_t
 const char *hf_family_head(const HfFamily *f);
 const char *hf_family_embed(const HfFamily *f);
 
+/* The config.json beside the checkpoint (in its directory), if there is one, against
+ * what the model computes (arch: its heads, key/value heads, window, norms' eps,
+ * rotary base and scaling, activation; model_ties: it has no output head of its own):
+ * 0, or -1 with a message naming the first field that differs. */
+int hf_check_config(const HfSource *s, const HfFamily *f, const HfArch *a, int model_ties, char *err, size_t errlen);
+
 /* ---- writing -------------------------------------------------------------------- */
 
 typedef struct HfParam {
@@ -84,13 +92,15 @@ typedef struct HfParam {
 
 /* What the model's ops say (the program's arch fields, ProgStage; or a file's "arch"
  * metadata, tools/export.c). */
-typedef struct HfArch {
+struct HfArch {
   int64_t heads;                 /* 0: no attention, -1: the attention ops differ */
+  int64_t kv_heads;              /* key/value heads (heads: no grouped-query attention), as heads */
+  int64_t window;                /* the keys a query sees; 0: all (causal) ones, -1: the ops differ */
   int causal;                    /* 1: every attention causal */
   int scaled;                    /* some attention has its own scale */
   char norm[16], activation[16]; /* "" when none */
   double norm_eps, rope_theta;   /* 0: none, -1: the ops differ */
-} HfArch;
+};
 
 /* Checks that the parameters and arch (NULL: unknown) make a transformers model, then
  * (fill given, or the parameters' data) writes DIR/model.safetensors and DIR/config.json,

@@ -100,6 +100,41 @@ def cases(work, good):
             index_unlisted, index_no_shard, index_path]
 
 
+def config_cases(work, good):
+    """A Mistral checkpoint whose config.json (or k_proj) disagrees with the model."""
+    def variant(name, edit, weights=None):
+        d = f"{work}/{name}"
+        shutil.copytree(f"{good}/mistral", d, dirs_exist_ok=True)
+        cfg = json.load(open(f"{d}/config.json"))
+        edit(cfg)
+        json.dump(cfg, open(f"{d}/config.json", "w"))
+        if weights:
+            weights.save_pretrained(d + "-w", safe_serialization=True)
+            shutil.copy(f"{d}-w/model.safetensors", f"{d}/model.safetensors")
+        return d
+    wide = hf_reference.random_model("mistral", False)  # k_proj and v_proj 4 heads wide
+    wide = type(wide)(type(wide.config)(**{**wide.config.to_dict(), "num_key_value_heads": 4}))
+    return [
+        (variant("window", lambda c: c.update(sliding_window=16)),
+         r'config\.json: "sliding_window" is 16, but the model computes 8$'),
+        (variant("kv_heads", lambda c: c.update(num_key_value_heads=4)),
+         r'config\.json: "num_key_value_heads" is 4, but the model computes 2$'),
+        (variant("heads", lambda c: c.update(num_attention_heads=8)),
+         r'config\.json: "num_attention_heads" is 8, but the model computes 4$'),
+        (variant("scaling", lambda c: c.update(rope_scaling={"type": "linear", "factor": 2.0})),
+         r'config\.json: "rope_scaling" is \{"type":"linear","factor":2\}, but the model computes without it$'),
+        (variant("theta", lambda c: c.update(rope_theta=500000.0)),
+         r'config\.json: "rope_theta" is 500000, but the model computes 10000$'),
+        (variant("act", lambda c: c.update(hidden_act="gelu")),
+         r'config\.json: "hidden_act" is "gelu", but the model computes "silu"$'),
+        (variant("type", lambda c: c.update(model_type="llama")),
+         r'config\.json: "model_type" is "llama", but the model computes "mistral"$'),
+        (variant("width", lambda c: None, wide),
+         r"does not match the model; wrong shapes \(4\): model\.layers\.0\.self_attn\.k_proj\.weight "
+         r"\(file \[64,64\], model \[32,64\]\)"),
+    ]
+
+
 def expect(argv, pattern):
     r = subprocess.run(argv, capture_output=True, text=True)
     msg = r.stderr.strip()
@@ -116,10 +151,15 @@ def main():
     model = hf_reference.random_model("gpt2", False)
     model.save_pretrained(f"{good}/ckpt")
     model.save_pretrained(f"{good}/sharded", max_shard_size="500KB")
+    mistral = hf_reference.random_model("mistral", False)
+    mistral.config.sliding_window = hf_reference.WINDOW
+    mistral.save_pretrained(f"{good}/mistral", safe_serialization=True)
     failed = 0
     for case in cases(work, good):
         path, pattern = case()
         failed += not expect([train, "--steps", "0", "--init-from", path], pattern)
+    for path, pattern in config_cases(work, good):  # a config.json the model does not match: the field named
+        failed += not expect([f"{work}/train-mistral", "--steps", "0", "--init-from", path], pattern)
     # --save-hf: refused before training, for a model transformers does not compute
     failed += not expect([f"{work}/train-relu", "--steps", "0", "--save-hf", f"{work}/out-relu"],
                          r"--save-hf .*: the model does not compute what transformers' gpt2 \(GPT2LMHeadModel\) "

@@ -3,8 +3,11 @@
 (run by /usr/bin/python3: Debian's torch, transformers from PyPI, scripts/setup.sh).
 
 make FAMILY OUT TOKENS.bin LAYOUT DTYPE SHARD STEPS LR
-    Random-initialises a small GPT2LMHeadModel or LlamaForCausalLM (the config below,
-    which models/gpt2-tiny.model and models/llama.model are compiled to match: run_hf.sh),
+    Random-initialises a small GPT2LMHeadModel, LlamaForCausalLM (llama: LLaMA 2's
+    attention; llama3: 2 key/value heads for 4 query heads, theta 500000),
+    MistralForCausalLM (2 key/value heads, a window of 8 keys in 32) or
+    Qwen2ForCausalLM (1 key/value head, q/k/v biases, theta 1e6) (the configs below,
+    which the zoo's models are compiled to match: run_hf.sh),
     and writes it to OUT/ckpt as transformers writes it:
       LAYOUT pretrained  save_pretrained(..., max_shard_size=SHARD) ("none": one file)
              hub         one model.safetensors as the hub holds GPT-2 and older LLaMA
@@ -39,19 +42,52 @@ B, T = 2, 32  # the compiled batch and seq (run_hf.sh)
 TOL = 1e-5
 
 
+WINDOW = 8  # mistral: the keys a query sees (models/mistral.model --set window=8)
+
+
+def window_offset():
+    """Keys a query sees in the installed transformers' sliding-window mask beyond the
+    window: 1 where sliding_window = W shows W + 1 keys (4.40's masks), 0 where it shows
+    W (later versions' masking_utils, kv_idx > q_idx - W). colossalc's window, and the
+    sliding_window files hold (written by --save-hf, read by --init-from), is the W
+    most recent keys, as the later versions count it."""
+    from transformers.modeling_attn_mask_utils import AttentionMaskConverter
+    n, w = 8, 3
+    mask = AttentionMaskConverter._make_causal_mask((1, n), torch.float32, torch.device("cpu"), sliding_window=w)
+    return int((mask[0, 0, -1] == 0).sum().item()) - w
+
+
 def config(family, tied=False):
     if family == "gpt2":  # models/gpt2-tiny.model --set layers=2
         return transformers.GPT2Config(vocab_size=256, n_positions=256, n_embd=128, n_layer=2, n_head=4,
                                        activation_function="gelu_new", layer_norm_epsilon=1e-5,
                                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    # models/llama.model --set vocab=256 --set d=64 --set heads=4 --set layers=2 --set ffn=160
-    return transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                                    num_attention_heads=4, num_key_value_heads=4, rms_norm_eps=1e-5,
-                                    rope_theta=10000.0, max_position_embeddings=256, tie_word_embeddings=tied)
+    # models/{llama,llama3,mistral,qwen2}.model --set vocab=256 --set d=64 --set heads=4 --set layers=2 --set ffn=160
+    small = dict(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                 max_position_embeddings=256, tie_word_embeddings=tied)
+    if family == "llama":
+        return transformers.LlamaConfig(num_key_value_heads=4, rms_norm_eps=1e-5, rope_theta=10000.0, **small)
+    if family == "llama3":  # --set kv_heads=2
+        return transformers.LlamaConfig(num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=500000.0, **small)
+    if family == "mistral":  # --set kv_heads=2 --set window=8
+        return transformers.MistralConfig(num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0,
+                                          sliding_window=WINDOW - window_offset(), **small)
+    return transformers.Qwen2Config(num_key_value_heads=1, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                    use_sliding_window=False, **small)  # qwen2, --set kv_heads=1
 
 
 def model_class(family):
-    return transformers.GPT2LMHeadModel if family == "gpt2" else transformers.LlamaForCausalLM
+    return {"gpt2": transformers.GPT2LMHeadModel, "mistral": transformers.MistralForCausalLM,
+            "qwen2": transformers.Qwen2ForCausalLM}.get(family, transformers.LlamaForCausalLM)
+
+
+def load(family, path):
+    """from_pretrained in float32 with eager attention (the explicit masks); a Mistral
+    file's sliding_window (colossalc's W keys) as the installed transformers counts it."""
+    model = model_class(family).from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
+    if family == "mistral":
+        model.config.sliding_window = WINDOW - window_offset()
+    return model
 
 
 def batch(tokens, k):
@@ -95,6 +131,8 @@ def hub_state(family, model):
 
 def write_checkpoint(family, model, ckpt, layout, dtype, shard):
     model = model.to({"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype])
+    if family == "mistral":  # as transformers' current masks count it (masking_utils: kv_idx > q_idx - W)
+        model.config.sliding_window = WINDOW
     if layout == "hub":
         os.makedirs(ckpt, exist_ok=True)
         save_file(hub_state(family, model), f"{ckpt}/model.safetensors", metadata={"format": "pt"})
@@ -125,7 +163,7 @@ def adamw_steps(model, tokens, steps, lr):
 def make(family, out, tok_path, layout, dtype, shard, steps, lr):
     tokens = read_tokens(tok_path)
     write_checkpoint(family, random_model(family, layout == "tied"), f"{out}/ckpt", layout, dtype, shard)
-    model = model_class(family).from_pretrained(f"{out}/ckpt", torch_dtype=torch.float32)
+    model = load(family, f"{out}/ckpt")
     model.train()  # the configs have no dropout
     x, _ = batch(tokens, steps)
     with torch.no_grad():
@@ -152,8 +190,13 @@ def check(out, tok_path, log, hfdir, first_only):
     if first_only:
         return failed
     tokens = read_tokens(tok_path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(hfdir)
+    config = json.load(open(f"{hfdir}/config.json"))
+    if ref["family"] == "mistral" and config["sliding_window"] != WINDOW:
+        print(f"--save-hf wrote sliding_window {config['sliding_window']}, not the model's {WINDOW} FAIL")
+        failed += 1
+    model = load(ref["family"], hfdir)
     assert type(model) is model_class(ref["family"]), type(model)
+    assert type(transformers.AutoConfig.from_pretrained(hfdir)) is type(model.config), "config.json's model_type"
     model.eval()
     x, _ = batch(tokens, len(ref["losses"]))
     with torch.no_grad():

@@ -1,6 +1,7 @@
 #!/bin/sh
 # transformers checkpoints both ways, against transformers itself (hf_reference.py):
-# compile a small GPT-2 or LLaMA to the reference's config, write a random model as
+# compile a small GPT-2, LLaMA (2, or 3: grouped-query attention), Mistral (a window
+# shorter than the sequence) or Qwen2 (q, k, v biases) to the reference's config, write a random model as
 # transformers writes it (LAYOUT: pretrained, hub, tied; DTYPE: f32, f16, bf16; SHARD:
 # save_pretrained's max_shard_size or none), `train --init-from` it (FROM: dir, the
 # directory; index, its model.safetensors.index.json; file, its model.safetensors) for
@@ -25,12 +26,14 @@ if [ -n "${MESH:-}" ]; then
   run="$MPIRUN -np $(($1 * $2 * $3))"
 fi
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
-if [ "$fam" = gpt2 ]; then
-  "$cc" "$src/models/gpt2-tiny.model" --set batch=2 --set seq=32 --set layers=2 $plan -o train
-else
-  "$cc" "$src/models/llama.model" --set vocab=256 --set d=64 --set heads=4 --set layers=2 --set ffn=160 \
-        --set batch=2 --set seq=32 $plan -o train
-fi
+small="--set vocab=256 --set d=64 --set heads=4 --set layers=2 --set ffn=160 --set batch=2 --set seq=32"
+case $fam in # the configs of hf_reference.py
+  gpt2) "$cc" "$src/models/gpt2-tiny.model" --set batch=2 --set seq=32 --set layers=2 $plan -o train ;;
+  llama) "$cc" "$src/models/llama.model" $small $plan -o train ;;
+  llama3) "$cc" "$src/models/llama3.model" $small --set kv_heads=2 $plan -o train ;;
+  mistral) "$cc" "$src/models/mistral.model" $small --set kv_heads=2 --set window=8 $plan -o train ;;
+  qwen2) "$cc" "$src/models/qwen2.model" $small --set kv_heads=1 $plan -o train ;;
+esac
 "$mk" "$src/data/genesis.txt" tokens.bin > /dev/null
 "$py" "$src/tests/hf/hf_reference.py" make "$fam" . tokens.bin "$layout" "$dtype" "$shard" $steps $lr
 case $from in

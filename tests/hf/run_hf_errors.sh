@@ -13,4 +13,7 @@ sed 's/gelu(/relu(/' "$src/models/gpt2-tiny.model" > relu.model
 sed 's/wpe\.weight/pos.weight/g' "$src/models/gpt2-tiny.model" > named.model
 "$cc" relu.model $tiny -o train-relu
 "$cc" named.model $tiny -o train-named
+# Mistral as hf_reference.py configures it: 2 key/value heads, a window of 8 keys
+"$cc" "$src/models/mistral.model" $tiny --set vocab=256 --set d=64 --set heads=4 --set ffn=160 --set kv_heads=2 \
+      --set window=8 -o train-mistral
 "$py" "$src/tests/hf/hf_errors.py" "$PWD/train" "$export" "$PWD"

@@ -15,7 +15,12 @@ set(HF_CASES
   "llama_sharded|llama pretrained f32 200KB dir"
   "llama_bf16_sharded|llama pretrained bf16 100KB index"
   "llama_hub|llama hub f32 none file"
-  "llama_tied_f16|llama tied f16 none dir")
+  "llama_tied_f16|llama tied f16 none dir"
+  # grouped-query attention (LLaMA 3), a sliding window (Mistral), q/k/v biases and one
+  # key/value head (Qwen2)
+  "llama3_pretrained|llama3 pretrained f32 none dir export"
+  "mistral_sharded|mistral pretrained f32 200KB index export"
+  "qwen2_bf16|qwen2 pretrained bf16 none file export")
 foreach(case ${HF_CASES})
   string(REPLACE "|" ";" parts "${case}")
   list(GET parts 0 name)
