@@ -76,6 +76,26 @@ foreach(model llama bert vit)
                    "${MR_MPIRUN}" ${model} 2 2 2)
   list(APPEND mr_tests multirank_zoo_${model}_dp2_tp2_pp2)
 endforeach()
+# grouped-query attention: 2 key/value heads split over dp2 x tp2 x pp2; on tp 4 each
+# rank takes its one from a whole copy, as Mistral's single head on tp2 x pp2 (in a window)
+foreach(case "llama3_dp2_tp2_pp2|llama3|2 2 2" "llama3_tp4|llama3|1 4 1|CLUSTER=${MR_DIR}/cpu4.cluster.json"
+             "mistral_tp2_pp2|mistral|1 2 2")
+  string(REPLACE "|" ";" parts "${case}")
+  list(GET parts 0 name)
+  list(GET parts 1 model)
+  list(GET parts 2 mesh)
+  separate_arguments(mesh UNIX_COMMAND "${mesh}")
+  set(env "")
+  list(LENGTH parts nparts)
+  if(nparts GREATER 3)
+    list(GET parts 3 env)
+  endif()
+  add_test(NAME multirank_zoo_${name}
+           COMMAND ${CMAKE_COMMAND} -E env ${env} sh ${MR_DIR}/run_zoo_mesh.sh $<TARGET_FILE:colossalc> $<TARGET_FILE:colossalc-mkdata>
+                   $<TARGET_FILE:colossalc-mktokens> ${MR_WORK} ${COLOSSALC_TORCH_PYTHON} ${CMAKE_SOURCE_DIR}
+                   "${MR_MPIRUN}" ${model} ${mesh})
+  list(APPEND mr_tests multirank_zoo_${name})
+endforeach()
 # bert's masked-LM loss split by rows over tp2 (micro-batches of 4: the search's
 # "rows" for cross_entropy, each rank's mean scaled by its share of the counted labels,
 # which differ between the ranks). Not under the sanitizers: multirank_tp2_search runs
