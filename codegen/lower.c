@@ -248,6 +248,13 @@ static KExpr *rotary(L *l, Kernel *k, const Node *n, AxMap m) {
   KExpr *lower = B(LT, i, C(half));
   KExpr *kk = SEL(lower, i, B(SUB, i, C(half)));
   KExpr *freq = U(EXP, B(MUL, kk, C(-2.0 * log(attr_float(n, "theta")) / (double)hd)));
+  double f = attr_float(n, "scaling");
+  if (f != 1) { /* freq ((1 - s) / f + s), s the blend clamped to [0, 1] (ir/shape.c, rotary_freq) */
+    double lo = attr_float(n, "low_freq"), hi = attr_float(n, "high_freq"), ctx = (double)attr_int(n, "original_ctx");
+    KExpr *s = B(DIV, B(SUB, B(MUL, freq, C(ctx / (2 * M_PI))), C(lo)), C(hi - lo));
+    s = B(MIN, B(MAX, s, C(0)), C(1));
+    freq = B(MUL, freq, B(ADD, B(MUL, B(SUB, C(1), s), C(1 / f)), s));
+  }
   KExpr *ang = B(MUL, pos, freq);
   KView pv = view_of(l, k, x, m);
   pv.gather = SEL(lower, C(half), C(-half));

@@ -48,7 +48,12 @@ void graph_arch(const Graph *g, GraphArch *a) {
   for (int i = 0; i < g->n; i++) {
     const Node *n = g->nodes[i];
     if (n->op == OP_ATTENTION) arch_attention(a, n);
-    else if (n->op == OP_ROTARY) arch_value(&a->rope_theta, attr_float(n, "theta"));
+    else if (n->op == OP_ROTARY) {
+      static const char *const scaling[4] = {"scaling", "low_freq", "high_freq", "original_ctx"};
+      arch_value(&a->rope_theta, attr_float(n, "theta"));
+      for (int k = 0; k < 4; k++)
+        arch_value(&a->rope_scaling[k], k < 3 ? attr_float(n, scaling[k]) : (double)attr_int(n, scaling[k]));
+    }
     else if (n->op == OP_LAYERNORM || n->op == OP_RMSNORM)
       arch_kind(&a->norm, kind_of[n->op]), arch_value(&a->norm_eps, attr_float(n, "eps"));
     else if (kind_of[n->op] != ARCH_NONE) arch_kind(&a->act, kind_of[n->op]);

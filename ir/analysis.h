@@ -27,6 +27,7 @@ typedef struct GraphArch {
   double norm_eps;   /* the norms' eps; < 0: they differ */
   ArchKind act;      /* ARCH_GELU_TANH, ARCH_SILU or ARCH_RELU, ARCH_NONE, ARCH_MIXED */
   double rope_theta; /* the rotary ops' base; 0: none, < 0: they differ */
+  double rope_scaling[4]; /* their scaling, low_freq, high_freq, original_ctx (ops.def), as rope_theta */
   int causal;        /* every attention is causal: 1, none is: 0, some are: -1 */
   bool scaled;       /* some attention gives its own scale (not 1/sqrt(head size)) */
 } GraphArch;

@@ -220,11 +220,11 @@ static void run_rotary(const Node *n, const double *const *in, double *out, int6
   const double *x = in[0];
   const Shape *s = &n->shape;
   int64_t D = last(s), S = s->d[s->ndim - 2], H = attr_int(n, "heads"), hd = D / H, half = hd / 2;
-  double theta = attr_float(n, "theta"), sign = attr_int(n, "inverse") ? -1 : 1;
+  double sign = attr_int(n, "inverse") ? -1 : 1;
   for (int64_t r = 0, rows = numel(n) / D; r < rows; r++)
     for (int64_t h = 0; h < H; h++)
       for (int64_t i = 0; i < half; i++) {
-        double ang = (double)(r % S) * pow(theta, -2.0 * (double)i / (double)hd);
+        double ang = (double)(r % S) * rotary_freq(n, i, hd);
         double c = cos(ang), sn = sign * sin(ang);
         int64_t k = r * D + h * hd + i;
         double x1 = x[k], x2 = x[k + half];

@@ -27,8 +27,13 @@
  *                   f16 and e5m2 overflow to +-inf, e4m3 (the "fn" variant, no inf)
  *                   to NaN; i32 truncates toward zero (NaN or outside the i32 range:
  *                   internal error).
- *  rotary(heads, theta, inverse)  x [..., S, H*hd]: s = coordinate of axis -2; in
- *                   each head, for i < hd/2, angle = s * theta^(-2i/hd),
+ *  rotary(heads, theta, inverse, scaling, low_freq, high_freq, original_ctx)
+ *                   x [..., S, H*hd]: s = coordinate of axis -2; in
+ *                   each head, for i < hd/2, angle = s * f_i, f_i = theta^(-2i/hd)
+ *                   or with scaling F != 1 (LLaMA 3.1) f_i ((1 - b) / F + b), b =
+ *                   clamp((original_ctx f_i / 2π - low_freq) / (high_freq - low_freq),
+ *                   0, 1): wavelengths 2π/f_i above original_ctx / low_freq slowed F
+ *                   times, below original_ctx / high_freq kept, blended between,
  *                   out[i] = x[i] cos - x[i + hd/2] sin, out[i + hd/2] =
  *                   x[i + hd/2] cos + x[i] sin (Hugging Face LLaMA "rotate_half");
  *                   inverse uses -sin.

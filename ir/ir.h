@@ -15,7 +15,7 @@
 
 typedef enum { DT_F32, DT_BF16, DT_F16, DT_E4M3, DT_E5M2, DT_I32, DT_COUNT } DType;
 
-enum { MAX_DIMS = 8, MAX_ATTRS = 6 };
+enum { MAX_DIMS = 8, MAX_ATTRS = 8 };
 /* Largest element count of one tensor and of one dimension: beyond any real model,
  * small enough that byte counts and FLOP counts stay far from int64 overflow. */
 #define MAX_NUMEL ((int64_t)1 << 48)
@@ -211,6 +211,9 @@ int64_t attn_window(const Node *n);
 /* The query-key pairs an attention op scores for one batch row and head: S*T, or those
  * in its window. */
 double attn_pairs(const Node *n);
+/* A rotary op's frequency of pair i of a head of hd features: theta^(-2i/hd), scaled as
+ * its `scaling` says (ops.def; LLaMA 3.1's rope_scaling of type llama3). */
+double rotary_freq(const Node *n, int64_t i, int64_t hd);
 const AttrVal *attr_get(const Node *n, const char *name);
 void node_cost(const Node *n, Cost *c);
 

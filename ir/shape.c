@@ -255,6 +255,20 @@ void infer_rotary(Node *n) {
     error_at(n->loc, "rotary: feature size %lld must split into %lld heads of an even size", (long long)d,
              (long long)heads);
   if (!(attr_float(n, "theta") > 0)) error_at(n->loc, "rotary: theta must be positive");
+  double f = attr_float(n, "scaling"), lo = attr_float(n, "low_freq"), hi = attr_float(n, "high_freq");
+  if (!(f >= 1)) error_at(n->loc, "rotary: scaling must be at least 1 (1: none), got %g", f);
+  if (f != 1 && !(lo > 0 && hi > lo && attr_int(n, "original_ctx") > 0))
+    error_at(n->loc, "rotary: scaling needs 0 < low_freq < high_freq and original_ctx > 0, got %g, %g and %lld", lo,
+             hi, (long long)attr_int(n, "original_ctx"));
+}
+
+double rotary_freq(const Node *n, int64_t i, int64_t hd) {
+  double freq = pow(attr_float(n, "theta"), -2.0 * (double)i / (double)hd), f = attr_float(n, "scaling");
+  if (f == 1) return freq;
+  double lo = attr_float(n, "low_freq"), hi = attr_float(n, "high_freq"), ctx = (double)attr_int(n, "original_ctx");
+  double s = (ctx * freq / (2 * M_PI) - lo) / (hi - lo); /* 0 up to the low band's edge, 1 from the high one's */
+  s = s < 0 ? 0 : s > 1 ? 1 : s;
+  return freq * ((1 - s) / f + s);
 }
 void cost_rotary(const Node *n, Cost *c) { cost_ew(n, c, 3, 3); }
 

@@ -190,6 +190,7 @@ extern const char *const prog_list_names[];
   F(S, F64, norm_eps, , 1)                                                                                      \
   F(S, ARCHKIND, activation, , 1)    /* the activation, */                                                      \
   F(S, F64, rope_theta, , 1)         /* the rotary base (0: none) */                                            \
+  F(S, F64, rope_scaling, [4], 4)    /* and its scaling (GraphArch.rope_scaling) */                             \
   F(S, I64, fp8_total, , 1)          /* fp8: the model's scaling states, each fp8_width f32 */                  \
   F(S, I64, fp8_width, , 1)                                                                                     \
   F(S, I64, stage, , 1)              /* -1: the model */                                                        \

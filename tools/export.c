@@ -99,6 +99,15 @@ static int arch_fields(const cJSON *o, HfArch *a, const char *text, char *err, s
     return file_set_error(err, errlen, "arch %s: \"kv_heads\" or \"window\" is not a count", text);
   a->heads = (int64_t)heads, a->causal = causal == 1, a->scaled = cJSON_IsTrue(sc);
   a->kv_heads = kv ? (int64_t)kv : a->heads, a->window = (int64_t)window; /* left out: no grouping, no window */
+  const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");  /* left out: none */
+  if (rs && (!cJSON_IsArray(rs) || cJSON_GetArraySize(rs) != 4))
+    return file_set_error(err, errlen, "arch %s: \"rope_scaling\" is not 4 numbers", text);
+  for (int k = 0; k < 4; k++) {
+    const cJSON *v = rs ? cJSON_GetArrayItem(rs, k) : NULL;
+    if (rs && !cJSON_IsNumber(v))
+      return file_set_error(err, errlen, "arch %s: \"rope_scaling\" is not 4 numbers", text);
+    a->rope_scaling[k] = v ? v->valuedouble : k == 0;
+  }
   return 0;
 }
 

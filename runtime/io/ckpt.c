@@ -87,7 +87,8 @@ static const HfArch *arch_of(const Prog *p, HfArch *a) {
                 .causal = s->causal == 1,
                 .scaled = (int)s->attention_scale,
                 .norm_eps = s->norm_eps,
-                .rope_theta = s->rope_theta};
+                .rope_theta = s->rope_theta,
+                .rope_scaling = {s->rope_scaling[0], s->rope_scaling[1], s->rope_scaling[2], s->rope_scaling[3]}};
   if (s->norm != PROG_ARCH_NONE) snprintf(a->norm, sizeof a->norm, "%s", prog_archkind_names[s->norm]);
   if (s->activation != PROG_ARCH_NONE)
     snprintf(a->activation, sizeof a->activation, "%s", prog_archkind_names[s->activation]);
@@ -110,6 +111,9 @@ static const char *arch_text(const Prog *p, char *buf, size_t len) {
     at += (size_t)snprintf(buf + at, len - at, "\"norm\":\"%s\",\"norm_eps\":%.17g,", a.norm, a.norm_eps);
   if (a.activation[0] && at < len) at += (size_t)snprintf(buf + at, len - at, "\"activation\":\"%s\",", a.activation);
   if (a.rope_theta != 0 && at < len) at += (size_t)snprintf(buf + at, len - at, "\"rope_theta\":%.17g,", a.rope_theta);
+  if (a.rope_theta != 0 && a.rope_scaling[0] != 1 && at < len)
+    at += (size_t)snprintf(buf + at, len - at, "\"rope_scaling\":[%.17g,%.17g,%.17g,%.17g],", a.rope_scaling[0],
+                           a.rope_scaling[1], a.rope_scaling[2], a.rope_scaling[3]);
   if (at < len) snprintf(buf + at - (at > 1), len - at + (at > 1), "}");
   return buf;
 }

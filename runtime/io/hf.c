@@ -28,14 +28,15 @@
 /* ---- the families --------------------------------------------------------------- */
 
 /* A config.json value: an integer symbol (s, one letter), the norms' eps, the rotary
- * base, the key/value heads, the window (null when none), a string, a number, a
- * boolean (x), null, or the architecture as a list. */
+ * base, the key/value heads, the window (null when none), the rotary scaling (null
+ * when none), a string, a number, a boolean (x), null, or the architecture as a list. */
 typedef enum HfCfgKind {
   HC_SIZE,
   HC_EPS,
   HC_THETA,
   HC_KV,
   HC_WINDOW,
+  HC_ROPE_SCALING,
   HC_STR,
   HC_NUM,
   HC_BOOL,
@@ -66,6 +67,7 @@ struct HfFamily {
   int rotary;                    /* rope_theta required (else absent) */
   int grouped;                   /* key/value heads may be fewer than heads (K wide) */
   int windowed;                  /* a sliding window required (else absent) */
+  int scaled;                    /* rotary scaling may be given (LLaMA 3.1's) */
   const char *const *buffers;    /* tensors that are not parameters, NULL-terminated */
   const HfParamRow *params;      /* {NULL} ends */
   const HfCfg *config;           /* {NULL} ends */
@@ -130,18 +132,28 @@ static const HfParamRow llama_params[] = {LLAMA_PARAMS(NO_BIAS)};
 static const HfParamRow qwen2_params[] = {LLAMA_PARAMS(QKV_BIAS)};
 /* LlamaConfig: rotary positions need no table, so max_position_embeddings is the
  * compiled seq (transformers' rotary cache grows past it) */
-static const HfCfg llama_config[] = {
-    {"architectures", HC_ARCH, NULL, 0},       {"model_type", HC_STR, "llama", 0},
-    {"vocab_size", HC_SIZE, "V", 0},           {"hidden_size", HC_SIZE, "D", 0},
-    {"intermediate_size", HC_SIZE, "F", 0},    {"num_hidden_layers", HC_SIZE, "L", 0},
-    {"num_attention_heads", HC_SIZE, "H", 0},  {"num_key_value_heads", HC_KV, NULL, 0},
-    {"hidden_act", HC_STR, "silu", 0},         {"max_position_embeddings", HC_SIZE, "S", 0},
-    {"rms_norm_eps", HC_EPS, NULL, 0},         {"rope_theta", HC_THETA, NULL, 0},
-    {"rope_scaling", HC_NULL, NULL, 0},        {"attention_bias", HC_BOOL, NULL, 0},
-    {"attention_dropout", HC_NUM, NULL, 0},    {"mlp_bias", HC_BOOL, NULL, 0},
-    {"pretraining_tp", HC_NUM, NULL, 1},       {"initializer_range", HC_NUM, NULL, 0.02},
-    {"tie_word_embeddings", HC_BOOL, NULL, 0}, {"use_cache", HC_BOOL, NULL, 1},
-    {"torch_dtype", HC_STR, "float32", 0},     {NULL, HC_NULL, NULL, 0}};
+static const HfCfg llama_config[] = {{"architectures", HC_ARCH, NULL, 0},
+                                     {"model_type", HC_STR, "llama", 0},
+                                     {"vocab_size", HC_SIZE, "V", 0},
+                                     {"hidden_size", HC_SIZE, "D", 0},
+                                     {"intermediate_size", HC_SIZE, "F", 0},
+                                     {"num_hidden_layers", HC_SIZE, "L", 0},
+                                     {"num_attention_heads", HC_SIZE, "H", 0},
+                                     {"num_key_value_heads", HC_KV, NULL, 0},
+                                     {"hidden_act", HC_STR, "silu", 0},
+                                     {"max_position_embeddings", HC_SIZE, "S", 0},
+                                     {"rms_norm_eps", HC_EPS, NULL, 0},
+                                     {"rope_theta", HC_THETA, NULL, 0},
+                                     {"rope_scaling", HC_ROPE_SCALING, NULL, 0},
+                                     {"attention_bias", HC_BOOL, NULL, 0},
+                                     {"attention_dropout", HC_NUM, NULL, 0},
+                                     {"mlp_bias", HC_BOOL, NULL, 0},
+                                     {"pretraining_tp", HC_NUM, NULL, 1},
+                                     {"initializer_range", HC_NUM, NULL, 0.02},
+                                     {"tie_word_embeddings", HC_BOOL, NULL, 0},
+                                     {"use_cache", HC_BOOL, NULL, 1},
+                                     {"torch_dtype", HC_STR, "float32", 0},
+                                     {NULL, HC_NULL, NULL, 0}};
 /* MistralConfig: LLaMA's with the sliding window (the keys a query sees) */
 static const HfCfg mistral_config[] = {{"architectures", HC_ARCH, NULL, 0},
                                        {"model_type", HC_STR, "mistral", 0},
@@ -180,13 +192,13 @@ static const HfCfg qwen2_config[] = {
  * have the same names and differ by the window (hf_family_of). */
 static const HfFamily hf_families[] = {
     {"gpt2", "GPT2LMHeadModel", "wpe.weight", "transformer.", "lm_head.weight", "wte.weight", "layernorm", "gelu_tanh",
-     0, 0, 0, gpt2_buffers, gpt2_params, gpt2_config},
+     0, 0, 0, 0, gpt2_buffers, gpt2_params, gpt2_config},
     {"qwen2", "Qwen2ForCausalLM", "model.layers.0.self_attn.q_proj.bias", "", "lm_head.weight",
-     "model.embed_tokens.weight", "rmsnorm", "silu", 1, 1, 0, llama_buffers, qwen2_params, qwen2_config},
+     "model.embed_tokens.weight", "rmsnorm", "silu", 1, 1, 0, 0, llama_buffers, qwen2_params, qwen2_config},
     {"llama", "LlamaForCausalLM", "model.embed_tokens.weight", "", "lm_head.weight", "model.embed_tokens.weight",
-     "rmsnorm", "silu", 1, 1, 0, llama_buffers, llama_params, llama_config},
+     "rmsnorm", "silu", 1, 1, 0, 1, llama_buffers, llama_params, llama_config},
     {"mistral", "MistralForCausalLM", "model.embed_tokens.weight", "", "lm_head.weight", "model.embed_tokens.weight",
-     "rmsnorm", "silu", 1, 1, 1, llama_buffers, llama_params, mistral_config},
+     "rmsnorm", "silu", 1, 1, 1, 0, llama_buffers, llama_params, mistral_config},
 };
 enum { HF_NFAMILIES = sizeof hf_families / sizeof hf_families[0] };
 
@@ -438,6 +450,9 @@ HfSource *hf_source_open(const char *path, char *err, size_t errlen) {
   return s;
 }
 
+/* No rotary scaling: no rotary ops, or their factor 1. */
+static int unscaled(const HfArch *a) { return a->rope_theta == 0 || a->rope_scaling[0] == 1; }
+
 /* What transformers computes for the family, against what the program computes. */
 static int arch_fits(const HfFamily *f, const HfArch *a, char *err, size_t errlen) {
   char why[160];
@@ -457,6 +472,10 @@ static int arch_fits(const HfFamily *f, const HfArch *a, char *err, size_t errle
                         : "it shares key/value heads across query heads");
   else if (f->windowed != (a->window > 0))
     snprintf(why, sizeof why, "%s", f->windowed ? "its attention ops do not have one window" : "it has a window");
+  else if (!unscaled(a) && (!f->scaled || a->rope_scaling[0] < 0 || a->rope_scaling[1] < 0 || a->rope_scaling[2] < 0 ||
+                            a->rope_scaling[3] < 0))
+    snprintf(why, sizeof why, "%s",
+             f->scaled ? "its rotary ops do not share one scaling" : "it scales its rotary positions");
   if (why[0])
     return file_set_error(err, errlen, "the model does not compute what transformers' %s (%s) does: %s", f->name,
                           f->architecture, why);
@@ -464,6 +483,35 @@ static int arch_fits(const HfFamily *f, const HfArch *a, char *err, size_t errle
 }
 
 /* ---- the config beside a checkpoint --------------------------------------------- */
+
+/* LLaMA 3.1's rope_scaling as its released config.json gives it, or null (none). */
+static cJSON *rope_scaling_json(const HfArch *a) {
+  if (unscaled(a)) return cJSON_CreateNull();
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "factor", a->rope_scaling[0]);
+  cJSON_AddNumberToObject(o, "low_freq_factor", a->rope_scaling[1]);
+  cJSON_AddNumberToObject(o, "high_freq_factor", a->rope_scaling[2]);
+  cJSON_AddNumberToObject(o, "original_max_position_embeddings", a->rope_scaling[3]);
+  cJSON_AddStringToObject(o, "rope_type", "llama3");
+  return o;
+}
+
+/* A file's rope_scaling is the model's: null (or absent) for none, else of type llama3
+ * ("rope_type", or the older "type") with the same four numbers. */
+static int rope_scaling_agrees(const cJSON *v, const HfArch *a) {
+  if (!v || cJSON_IsNull(v)) return unscaled(a);
+  if (unscaled(a)) return 0;
+  static const char *const keys[4] = {"factor", "low_freq_factor", "high_freq_factor",
+                                      "original_max_position_embeddings"};
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "rope_type");
+  if (!t) t = cJSON_GetObjectItemCaseSensitive(v, "type");
+  if (!cJSON_IsString(t) || strcmp(t->valuestring, "llama3") != 0) return 0;
+  for (int k = 0; k < 4; k++) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, keys[k]);
+    if (!cJSON_IsNumber(x) || fabs(x->valuedouble - a->rope_scaling[k]) > 1e-6 * fabs(a->rope_scaling[k])) return 0;
+  }
+  return 1;
+}
 
 typedef struct HfBind HfBind;
 static cJSON *config_value(const HfFamily *f, const HfCfg *c, const HfBind *b, const HfArch *a);
@@ -510,7 +558,8 @@ static int config_agrees(const HfCfg *c, const cJSON *v, const cJSON *w) {
   case HC_THETA: return cJSON_IsNumber(v) && fabs(v->valuedouble - w->valuedouble) <= 1e-6 * fabs(w->valuedouble);
   case HC_STR:
     return strcmp(c->key, "torch_dtype") == 0 || (cJSON_IsString(v) && strcmp(v->valuestring, w->valuestring) == 0);
-  case HC_NULL: return strcmp(c->key, "rope_scaling") != 0 || cJSON_IsNull(v);
+  case HC_ROPE_SCALING: return 1; /* hf_check_config, for every family */
+  case HC_NULL: return 1;
   case HC_BOOL: return strcmp(c->key, "use_sliding_window") != 0 || cJSON_IsFalse(v);
   case HC_NUM:
   case HC_ARCH: return 1;
@@ -519,7 +568,7 @@ static int config_agrees(const HfCfg *c, const cJSON *v, const cJSON *w) {
 }
 
 int hf_check_config(const HfSource *s, const HfFamily *f, const HfArch *a, int model_ties, char *err, size_t errlen) {
-  char path[4096], want[64], got[64];
+  char path[4096], want[256], got[256];
   int rc;
   if (!f || !a) return 0;
   cJSON *o = source_config(s, path, sizeof path, err, errlen, &rc);
@@ -541,9 +590,12 @@ int hf_check_config(const HfSource *s, const HfFamily *f, const HfArch *a, int m
     cJSON_Delete(dflt);
   }
   const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling"); /* whatever the family's table says */
-  if (rc == 0 && scaling && !cJSON_IsNull(scaling)) {
-    value_text(scaling, got, sizeof got);
-    rc = file_set_error(err, errlen, "%s: \"rope_scaling\" is %s, but the model computes without it", path, got);
+  if (rc == 0 && !rope_scaling_agrees(scaling, a)) {
+    cJSON *w = rope_scaling_json(a);
+    value_text(scaling, got, sizeof got), value_text(w, want, sizeof want);
+    cJSON_Delete(w);
+    rc = file_set_error(err, errlen, "%s: \"rope_scaling\" is %s, but the model computes %s", path, got,
+                        unscaled(a) ? "without it" : want);
   }
   const cJSON *tie = cJSON_GetObjectItemCaseSensitive(o, "tie_word_embeddings");
   if (rc == 0 && model_ties && cJSON_IsFalse(tie))
@@ -627,6 +679,7 @@ static cJSON *config_value(const HfFamily *f, const HfCfg *c, const HfBind *b, c
   case HC_THETA: return cJSON_CreateNumber(a->rope_theta);
   case HC_KV: return cJSON_CreateNumber((double)a->kv_heads);
   case HC_WINDOW: return a->window > 0 ? cJSON_CreateNumber((double)a->window) : cJSON_CreateNull();
+  case HC_ROPE_SCALING: return rope_scaling_json(a);
   case HC_STR: return cJSON_CreateString(c->s);
   case HC_NUM: return cJSON_CreateNumber(c->x);
   case HC_BOOL: return cJSON_CreateBool(c->x != 0);

@@ -100,6 +100,8 @@ struct HfArch {
   int scaled;                    /* some attention has its own scale */
   char norm[16], activation[16]; /* "" when none */
   double norm_eps, rope_theta;   /* 0: none, -1: the ops differ */
+  double rope_scaling[4];        /* factor (1: none), low and high frequency factors, original
+                                    context (LLaMA 3.1's rope_scaling), each -1 where the ops differ */
 };
 
 /* Checks that the parameters and arch (NULL: unknown) make a transformers model, then

@@ -4,7 +4,10 @@
 
 make FAMILY OUT TOKENS.bin LAYOUT DTYPE SHARD STEPS LR
     Random-initialises a small GPT2LMHeadModel, LlamaForCausalLM (llama: LLaMA 2's
-    attention; llama3: 2 key/value heads for 4 query heads, theta 500000),
+    attention; llama3: 2 key/value heads for 4 query heads, theta 500000; llama31: the
+    same with LLaMA 3.1's rotary scaling, factor 8 from an original context of 64,
+    which transformers 4.40 predates: its rotary frequencies are replaced by those of
+    llama3_inv_freq below, transformers' later formula),
     MistralForCausalLM (2 key/value heads, a window of 8 keys in 32) or
     Qwen2ForCausalLM (1 key/value head, q/k/v biases, theta 1e6) (the configs below,
     which the zoo's models are compiled to match: run_hf.sh),
@@ -27,7 +30,7 @@ check OUT TOKENS.bin LOG.jsonl HFDIR [first]
     logits (max |difference| / max |reference| within 1e-5). With "first", only the
     loss (the tied layout: transformers keeps the head tied while `train` trains two).
 """
-import json, os, sys
+import json, math, os, sys
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -57,6 +60,31 @@ def window_offset():
     return int((mask[0, 0, -1] == 0).sum().item()) - w
 
 
+ROPE_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64, "rope_type": "llama3"}  # llama31
+
+
+def llama3_inv_freq(theta, dim, rs):
+    """LLaMA 3.1's scaled rotary frequencies (transformers' _compute_llama3_parameters,
+    Meta's apply_scaling): wavelengths above original / low_freq_factor slowed by the
+    factor, those below original / high_freq_factor kept, those between blended."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old = rs["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old / lo, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / hi) * ~(wavelen > old / lo)
+    return torch.where(medium, smoothed, scaled)
+
+
+def scale_rotary(model):
+    for layer in model.model.layers:
+        emb = layer.self_attn.rotary_emb
+        emb.inv_freq = llama3_inv_freq(model.config.rope_theta, emb.dim, ROPE_SCALING)  # forward reads only this
+
+
 def config(family, tied=False):
     if family == "gpt2":  # models/gpt2-tiny.model --set layers=2
         return transformers.GPT2Config(vocab_size=256, n_positions=256, n_embd=128, n_layer=2, n_head=4,
@@ -67,7 +95,7 @@ def config(family, tied=False):
                  max_position_embeddings=256, tie_word_embeddings=tied)
     if family == "llama":
         return transformers.LlamaConfig(num_key_value_heads=4, rms_norm_eps=1e-5, rope_theta=10000.0, **small)
-    if family == "llama3":  # --set kv_heads=2
+    if family in ("llama3", "llama31"):  # --set kv_heads=2 (llama31: --set rope_factor=8 --set rope_ctx=64)
         return transformers.LlamaConfig(num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=500000.0, **small)
     if family == "mistral":  # --set kv_heads=2 --set window=8
         return transformers.MistralConfig(num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0,
@@ -83,10 +111,18 @@ def model_class(family):
 
 def load(family, path):
     """from_pretrained in float32 with eager attention (the explicit masks); a Mistral
-    file's sliding_window (colossalc's W keys) as the installed transformers counts it."""
-    model = model_class(family).from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
+    file's sliding_window (colossalc's W keys) as the installed transformers counts it;
+    LLaMA 3.1's rope_scaling, which transformers 4.40 refuses, read past and applied."""
+    kw = {}
+    if family == "llama31":
+        cfg = json.load(open(f"{path}/config.json"))
+        assert cfg.pop("rope_scaling") == ROPE_SCALING, "config.json's rope_scaling"
+        kw["config"] = transformers.LlamaConfig(**cfg)
+    model = model_class(family).from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager", **kw)
     if family == "mistral":
         model.config.sliding_window = WINDOW - window_offset()
+    if family == "llama31":
+        scale_rotary(model)
     return model
 
 
@@ -139,6 +175,10 @@ def write_checkpoint(family, model, ckpt, layout, dtype, shard):
         model.config.save_pretrained(ckpt)
     else:
         model.save_pretrained(ckpt, safe_serialization=True, max_shard_size=shard if shard != "none" else "10GB")
+    if family == "llama31":  # as LLaMA 3.1's released config.json gives it
+        cfg = json.load(open(f"{ckpt}/config.json"))
+        cfg["rope_scaling"] = ROPE_SCALING
+        json.dump(cfg, open(f"{ckpt}/config.json", "w"), indent=2)
     files = sorted(os.listdir(ckpt))
     print(f"{layout} checkpoint in {dtype}: {', '.join(files)}")
 
@@ -196,7 +236,8 @@ def check(out, tok_path, log, hfdir, first_only):
         failed += 1
     model = load(ref["family"], hfdir)
     assert type(model) is model_class(ref["family"]), type(model)
-    assert type(transformers.AutoConfig.from_pretrained(hfdir)) is type(model.config), "config.json's model_type"
+    if ref["family"] != "llama31":  # (4.40 refuses LLaMA 3.1's rope_scaling: load() reads it)
+        assert type(transformers.AutoConfig.from_pretrained(hfdir)) is type(model.config), "config.json's model_type"
     model.eval()
     x, _ = batch(tokens, len(ref["losses"]))
     with torch.no_grad():

@@ -31,6 +31,7 @@ case $fam in # the configs of hf_reference.py
   gpt2) "$cc" "$src/models/gpt2-tiny.model" --set batch=2 --set seq=32 --set layers=2 $plan -o train ;;
   llama) "$cc" "$src/models/llama.model" $small $plan -o train ;;
   llama3) "$cc" "$src/models/llama3.model" $small --set kv_heads=2 $plan -o train ;;
+  llama31) "$cc" "$src/models/llama3.model" $small --set kv_heads=2 --set rope_factor=8 --set rope_ctx=64 $plan -o train ;;
   mistral) "$cc" "$src/models/mistral.model" $small --set kv_heads=2 --set window=8 $plan -o train ;;
   qwen2) "$cc" "$src/models/qwen2.model" $small --set kv_heads=1 $plan -o train ;;
 esac

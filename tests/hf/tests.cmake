@@ -19,6 +19,7 @@ set(HF_CASES
   # grouped-query attention (LLaMA 3), a sliding window (Mistral), q/k/v biases and one
   # key/value head (Qwen2)
   "llama3_pretrained|llama3 pretrained f32 none dir export"
+  "llama31_scaled|llama31 pretrained f32 none file"
   "mistral_sharded|mistral pretrained f32 200KB index export"
   "qwen2_bf16|qwen2 pretrained bf16 none file export")
 foreach(case ${HF_CASES})
