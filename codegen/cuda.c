@@ -305,7 +305,7 @@ int64_t cuda_kernel_grid_size(const Kernel *k, int64_t extent) {
     work = extent > INT64_MAX / 32 ? INT64_MAX : extent * 32;
     work = work / bs + (work % bs != 0);
     break;
-  case CM_MMA_TILE: { /* a block per bs / 2 rows of one batch element and head */
+  case CM_MMA_TILE: { /* a block per bs / 2 rows of one batch element and head (kattn_rows' heads) */
     const KAttn *A = k->attn;
     int64_t len = A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk, br = bs / 2;
     work = extent / len * ((len + br - 1) / br);
@@ -1442,12 +1442,13 @@ static void attn_row(Str *o, int ind, const char *name, const KOperand *x, const
       (long long)x->ss);
 }
 
-/* sum over d of x[xr + ho + d] * y[yr + ho + d], in order, into `float var`. */
-static void attn_dot(Str *o, int ind, const Kernel *k, const char *var, const KOperand *x, const char *xr,
-                     const KOperand *y, const char *yr) {
+/* sum over d of x[xc + d] * y[yc + d], in order, into `float var`: xc and yc the
+ * elements of the rows' first head columns. */
+static void attn_dot(Str *o, int ind, const Kernel *k, const char *var, const KOperand *x, const char *xc,
+                     const KOperand *y, const char *yc) {
   char xi[64], yi[64];
-  snprintf(xi, sizeof xi, "%s + ho + d", xr);
-  snprintf(yi, sizeof yi, "%s + ho + d", yr);
+  snprintf(xi, sizeof xi, "%s + d", xc);
+  snprintf(yi, sizeof yi, "%s + d", yc);
   put_ind(o, ind);
   put(o, "float %s = 0.0f;\n", var);
   put_ind(o, ind);
@@ -1485,48 +1486,79 @@ static void attn_store(Str *o, int ind, const Kernel *k, const char *idx, const 
   }
 }
 
+/* `const long long lo = .., hi = ..;`: the other side's rows [lo, hi) that the pass's
+ * rows `first` .. `last` meet: the keys they see by query (kattn_keys), the queries that
+ * see them by key (kattn_queries). Both ends grow with the row, so for a run of rows
+ * these are the first one's lo and the last one's hi, with the rows between masked. */
+static void attn_bounds(Str *o, int ind, const KAttn *A, const char *first, const char *last) {
+  bool by_query = A->pass == KA_FWD || A->pass == KA_DQ;
+  long long shift = A->sk - A->sq, W = A->window, end = by_query ? A->sk : A->sq;
+  put_ind(o, ind);
+  put(o, "const long long lo = ");
+  if (by_query && W) put(o, "%s + %lldLL > 0 ? %s + %lldLL : 0", first, shift - W + 1, first, shift - W + 1);
+  else if (!by_query && A->causal) put(o, "%s - %lldLL > 0 ? %s - %lldLL : 0", first, shift, first, shift);
+  else put(o, "0");
+  long long up = by_query ? shift + 1 : W - shift; /* past the last row's last: last + up */
+  if (by_query ? A->causal : W > 0)
+    put(o, ", hi = %s + %lldLL < %lldLL ? %s + %lldLL : %lldLL;\n", last, up, end, last, up, end);
+  else put(o, ", hi = %lldLL;\n", end);
+}
+
+/* Opens the loop over the query heads qh a row meets, kernel_eval's: by query its own
+ * head h alone, by key (h a key/value head) the group's query heads in order. Their
+ * sums meet in the row's accumulators: the row is still one work item's alone. */
+static void attn_heads(Str *o, int ind, const KAttn *A) {
+  long long grp = kattn_group(A);
+  put_ind(o, ind);
+  if (A->pass == KA_FWD || A->pass == KA_DQ) put(o, "for (long long qh = h; qh < h + 1; qh++) {\n");
+  else put(o, "for (long long qh = h * %lldLL; qh < h * %lldLL + %lldLL; qh++) {\n", grp, grp, grp);
+}
+
 /* The body: what kernel_eval's eval_attn_row does, in the same order, one warp per row
  * (its index uniform across the warp, so every lane reaches every shuffle). A block of
- * 32 keys (the forward pass) or 32 rows of the other side (the backward passes) is one
- * score per lane, its dot product in order over d; the lanes' scores are then taken in
- * order, broadcast, into the accumulators, each lane holding the head columns
+ * 32 keys (the forward pass, aligned at multiples of 32 as kernel_eval's, the lanes
+ * below the window's start idle) or 32 rows of the other side (the backward passes) is
+ * one score per lane, its dot product in order over d; the lanes' scores are then taken
+ * in order, broadcast, into the accumulators, each lane holding the head columns
  * d = lane + 32a. So each column's sums run in kernel_eval's order, as one thread per
  * row did, with the dot products spread over the lanes and the value, gradient, key
- * and query rows read by consecutive lanes at consecutive addresses. */
+ * and query rows read by consecutive lanes at consecutive addresses. The row's own
+ * operands are at its head's columns ho, q and g at the query head's qo, k and v at the
+ * key/value head's ko. */
 static void emit_attn(Str *o, const Kernel *k) {
   const KAttn *A = k->attn;
-  long long hd = A->hd, F = A->heads * hd, shift = A->sk - A->sq;
-  long long len = A->pass == KA_FWD || A->pass == KA_DQ ? A->sq : A->sk;
+  bool by_query = A->pass == KA_FWD || A->pass == KA_DQ;
+  long long hd = A->hd, F = A->heads * hd, grp = kattn_group(A);
+  long long len = by_query ? A->sq : A->sk, nh = by_query ? A->heads : A->kv_heads;
   put(o, "  const unsigned lane = threadIdx.x & 31u;\n");
   put(o, "  for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < n;"
          " r += ((long long)gridDim.x * blockDim.x) >> 5) {\n");
   put(o, "    const long long x = r %% %lldLL, b = r / %lldLL / %lldLL, h = r / %lldLL %% %lldLL, ho = h * %lldLL;\n",
-      len, len, (long long)A->heads, len, (long long)A->heads, hd);
+      len, len, nh, len, nh, hd);
   put(o, "    float acc[%lld];\n    for (int a = 0; a < %lld; a++) acc[a] = 0.0f;\n", (hd + 31) / 32, (hd + 31) / 32);
+  attn_bounds(o, 2, A, "x", "x");
   if (A->pass == KA_FWD) {
+    put(o, "    const long long ko = h / %lldLL * %lldLL;\n", grp, hd);
     attn_row(o, 2, "xr", &A->q, "x");
-    if (A->causal)
-      put(o, "    const long long end = x + %lldLL < %lldLL ? x + %lldLL : %lldLL;\n", shift + 1, (long long)A->sk,
-          shift + 1, (long long)A->sk);
-    else put(o, "    const long long end = %lldLL;\n", (long long)A->sk);
     put(o, "    float m = -CC_INF, l = 0.0f;\n");
-    put(o, "    for (long long j0 = 0; j0 < end; j0 += 32) {\n");
-    put(o, "      const int jn = (int)(end - j0 < 32 ? end - j0 : 32);\n      float sc = -CC_INF;\n");
-    put(o, "      if ((int)lane < jn) {\n");
+    put(o, "    for (long long j0 = lo / 32 * 32; j0 < hi; j0 += 32) {\n");
+    put(o, "      const int t0 = (int)(lo > j0 ? lo - j0 : 0), jn = (int)(hi - j0 < 32 ? hi - j0 : 32);\n");
+    put(o, "      float sc = -CC_INF;\n");
+    put(o, "      if ((int)lane >= t0 && (int)lane < jn) {\n");
     attn_row(o, 4, "kr", &A->k, "j0 + lane");
-    attn_dot(o, 4, k, "s", &A->q, "xr", &A->k, "kr");
+    attn_dot(o, 4, k, "s", &A->q, "xr + ho", &A->k, "kr + ko");
     put(o, "        sc = s * ");
     put_float(o, A->scale);
     put(o, ";\n      }\n");
     put(o, "      const float mb = cc_warp_max(sc);\n");
     put(o, "      const float mn = fmaxf(m, mb), c = expf(m - mn), pl = expf(sc - mn);\n      l *= c;\n");
     put(o, "      for (int a = 0; a < %lld; a++) acc[a] *= c;\n", (hd + 31) / 32);
-    put(o, "      for (int t = 0; t < jn; t++) {\n");
+    put(o, "      for (int t = t0; t < jn; t++) {\n");
     put(o, "        const float p = __shfl_sync(0xffffffffu, pl, t);\n        l += p;\n");
     attn_row(o, 4, "vr", &A->v, "j0 + t");
     attn_lane_cols(o, 4, k);
     put(o, "acc[a] += p * ");
-    attn_load(o, k, &A->v, "vr + ho + d");
+    attn_load(o, k, &A->v, "vr + ko + d");
     put(o, ";\n        }\n      }\n      m = mn;\n    }\n");
     attn_row(o, 2, "orow", &A->res, "x");
     attn_lane_cols(o, 2, k);
@@ -1539,51 +1571,45 @@ static void emit_attn(Str *o, const Kernel *k) {
     put(o, "  }\n");
     return;
   }
-  bool by_query = A->pass == KA_DQ;
-  long long hi = by_query ? A->sk : A->sq;
-  if (A->causal && by_query)
-    put(o, "    const long long lo = 0, hi = x + %lldLL < %lldLL ? x + %lldLL : %lldLL;\n", shift + 1, hi, shift + 1,
-        hi);
-  else if (A->causal)
-    put(o, "    const long long lo = x - %lldLL > 0 ? x - %lldLL : 0, hi = %lldLL;\n", shift, shift, hi);
-  else put(o, "    const long long lo = 0, hi = %lldLL;\n", hi);
-  put(o, "    for (long long y0 = lo; y0 < hi; y0 += 32) {\n");
-  put(o, "      const int yn = (int)(hi - y0 < 32 ? hi - y0 : 32);\n      float cl = 0.0f;\n");
-  put(o, "      if ((int)lane < yn) {\n");
-  put(o, "        const long long y = y0 + lane, i = %s, j = %s;\n", by_query ? "x" : "y", by_query ? "y" : "x");
-  attn_row(o, 4, "qr", &A->q, "i");
-  attn_row(o, 4, "kr", &A->k, "j");
-  attn_row(o, 4, "orow", &A->out, "i");
-  attn_dot(o, 4, k, "s", &A->q, "qr", &A->k, "kr");
+  attn_heads(o, 2, A);
+  put(o, "      const long long qo = qh * %lldLL, ko = qh / %lldLL * %lldLL;\n", hd, grp, hd);
+  put(o, "      for (long long y0 = lo; y0 < hi; y0 += 32) {\n");
+  put(o, "        const int yn = (int)(hi - y0 < 32 ? hi - y0 : 32);\n        float cl = 0.0f;\n");
+  put(o, "        if ((int)lane < yn) {\n");
+  put(o, "          const long long y = y0 + lane, i = %s, j = %s;\n", by_query ? "x" : "y", by_query ? "y" : "x");
+  attn_row(o, 5, "qr", &A->q, "i");
+  attn_row(o, 5, "kr", &A->k, "j");
+  attn_row(o, 5, "orow", &A->out, "i");
+  attn_dot(o, 5, k, "s", &A->q, "qr + qo", &A->k, "kr + ko");
   char lse[64];
-  snprintf(lse, sizeof lse, "orow + %lldLL + h", F);
-  put(o, "        const float p = expf(s * ");
+  snprintf(lse, sizeof lse, "orow + %lldLL + qh", F);
+  put(o, "          const float p = expf(s * ");
   put_float(o, A->scale);
   put(o, " - ");
   attn_load(o, k, &A->out, lse);
   put(o, ");\n");
   if (A->pass == KA_DV) {
-    put(o, "        cl = p;\n");
+    put(o, "          cl = p;\n");
   } else {
-    attn_row(o, 4, "gr", &A->g, "i");
-    attn_row(o, 4, "vr", &A->v, "j");
-    attn_row(o, 4, "dr", &A->delta, "i");
-    attn_dot(o, 4, k, "dp", &A->g, "gr", &A->v, "vr");
-    put(o, "        cl = p * (dp - ");
-    attn_load(o, k, &A->delta, "dr + h");
+    attn_row(o, 5, "gr", &A->g, "i");
+    attn_row(o, 5, "vr", &A->v, "j");
+    attn_row(o, 5, "dr", &A->delta, "i");
+    attn_dot(o, 5, k, "dp", &A->g, "gr + qo", &A->v, "vr + ko");
+    put(o, "          cl = p * (dp - ");
+    attn_load(o, k, &A->delta, "dr + qh");
     put(o, ");\n");
   }
-  put(o, "      }\n");
-  put(o, "      for (int t = 0; t < yn; t++) {\n");
-  put(o, "        const float cf = __shfl_sync(0xffffffffu, cl, t);\n");
+  put(o, "        }\n");
+  put(o, "        for (int t = 0; t < yn; t++) {\n");
+  put(o, "          const float cf = __shfl_sync(0xffffffffu, cl, t);\n");
   /* the row the coefficient multiplies: g's row i (dV), k's row j (dQ), q's row i (dK) */
   const KOperand *X = A->pass == KA_DV ? &A->g : by_query ? &A->k : &A->q;
-  put(o, "        const long long y = y0 + t;\n");
-  attn_row(o, 4, "xr", X, "y");
-  attn_lane_cols(o, 4, k);
+  put(o, "          const long long y = y0 + t;\n");
+  attn_row(o, 5, "xr", X, "y");
+  attn_lane_cols(o, 5, k);
   put(o, "acc[a] += cf * ");
-  attn_load(o, k, X, "xr + ho + d");
-  put(o, ";\n        }\n      }\n    }\n");
+  attn_load(o, k, X, by_query ? "xr + ko + d" : "xr + qo + d");
+  put(o, ";\n          }\n        }\n      }\n    }\n");
   attn_row(o, 2, "rrow", &A->res, "x");
   Str v = {0};
   put(&v, "acc[a] * ");
@@ -1625,12 +1651,12 @@ static MmaOps mma_ops(const KAttn *A) {
   unreachable();
 }
 
-/* `lhs = cond ? <x's element (row, ho + col) as f32> : 0.0f;` */
+/* `lhs = cond ? <x's element (row, col) as f32> : 0.0f;` */
 static void mma_elem(Str *o, int ind, const Kernel *k, const char *lhs, const KOperand *x, const char *row,
                      const char *col, const char *cond) {
   char idx[200];
-  snprintf(idx, sizeof idx, "%lldLL + b * %lldLL + (%s) * %lldLL + ho + (%s)", (long long)x->offset, (long long)x->sb,
-           row, (long long)x->ss, col);
+  snprintf(idx, sizeof idx, "%lldLL + b * %lldLL + (%s) * %lldLL + %s", (long long)x->offset, (long long)x->sb, row,
+           (long long)x->ss, col);
   put_ind(o, ind);
   put(o, "%s = (%s) ? ", lhs, cond);
   attn_load(o, k, x, idx);
@@ -1640,7 +1666,7 @@ static void mma_elem(Str *o, int ind, const Kernel *k, const char *lhs, const KO
 /* A warp's A fragments of operand x for its 16 rows (PTX ISA, "Matrix Fragments for
  * mma.m16n8k16 with floating point type"): register i of step kk holds row
  * xa + 8 (i & 1), columns kk * 16 + 2 t4 + 8 (i >> 1) and the next (the lower in the low
- * half); rows past the pass's `len` are zeros. */
+ * half), at the row's head columns ho; rows past the pass's `len` are zeros. */
 static void mma_a_frags(Str *o, const Kernel *k, const char *name, const KOperand *x, const char *ty, long long len) {
   long long kd = k->attn->hd / 16;
   char cond[64];
@@ -1651,8 +1677,8 @@ static void mma_a_frags(Str *o, const Kernel *k, const char *name, const KOperan
   put(o,
       "        const long long x = xa + (i & 1) * 8;\n        const int d = kk * 16 + (int)t4 * 2 + (i >> 1) * 8;\n");
   put(o, "        float v0, v1;\n");
-  mma_elem(o, 4, k, "v0", x, "x", "d", cond);
-  mma_elem(o, 4, k, "v1", x, "x", "d + 1", cond);
+  mma_elem(o, 4, k, "v0", x, "x", "ho + d", cond);
+  mma_elem(o, 4, k, "v1", x, "x", "ho + d + 1", cond);
   put(o, "        %s[kk][i] = cc_pack_%s(v0, v1);\n      }\n    }\n", name, ty);
 }
 
@@ -1661,37 +1687,40 @@ static void mma_a_frags(Str *o, const Kernel *k, const char *name, const KOperan
  * next of column (row of sh) g, register 1 the same 8 further. */
 static void mma_scores(Str *o, const Kernel *k, const char *out, const char *a, const char *sh, const char *mma) {
   long long hd = k->attn->hd;
-  put(o, "      float %s[%d][4];\n", out, CUDA_MMA_BC / 8);
-  put(o, "CC_UNROLL\n      for (int t = 0; t < %d; t++) {\n", CUDA_MMA_BC / 8);
-  put(o, "        %s[t][0] = %s[t][1] = %s[t][2] = %s[t][3] = 0.0f;\n", out, out, out, out);
-  put(o, "CC_UNROLL\n        for (int kk = 0; kk < %lld; kk++) {\n", hd / 16);
-  put(o, "          const int e = (t * 8 + (int)g) * %lld + kk * 16 + (int)t4 * 2;\n", hd);
-  put(o, "          const unsigned fb[2] = {CC_SH_PAIR(%s, e, %lld), CC_SH_PAIR(%s, e + 8, %lld)};\n", sh,
+  put(o, "        float %s[%d][4];\n", out, CUDA_MMA_BC / 8);
+  put(o, "CC_UNROLL\n        for (int t = 0; t < %d; t++) {\n", CUDA_MMA_BC / 8);
+  put(o, "          %s[t][0] = %s[t][1] = %s[t][2] = %s[t][3] = 0.0f;\n", out, out, out, out);
+  put(o, "CC_UNROLL\n          for (int kk = 0; kk < %lld; kk++) {\n", hd / 16);
+  put(o, "            const int e = (t * 8 + (int)g) * %lld + kk * 16 + (int)t4 * 2;\n", hd);
+  put(o, "            const unsigned fb[2] = {CC_SH_PAIR(%s, e, %lld), CC_SH_PAIR(%s, e + 8, %lld)};\n", sh,
       hd * CUDA_MMA_BC, sh, hd * CUDA_MMA_BC);
-  put(o, "          %s(%s[t], %s[kk], fb);\n        }\n      }\n", mma, out, a);
+  put(o, "            %s(%s[t], %s[kk], fb);\n          }\n        }\n", mma, out, a);
 }
 
 /* The pass on tensor cores, FlashAttention-2's structure: a block takes 16 rows of the
  * pass (query rows forward and for dQ, key rows for dK and dV) per warp, of one batch
- * element and head; its warps hold their rows' operands as mma A fragments and walk the
- * other side in blocks of BC rows, staged in shared memory as the mma type (the rows the
- * scores meet as they are, the operand the coefficients multiply transposed, so both B
- * fragments read pairs of neighbours). Per block: the scores S = A B^T on tensor cores
- * (f32 accumulators), masked (causal, past the end) and turned into the pass's
- * coefficients (forward: the online softmax, its row max and sum over the quad of lanes
- * that hold a row; backward: P = exp(S scale - lse), dS = P (dP - delta)), then acc +=
- * C Z with C rounded to the mma type (the C fragments of two score tiles are the A
- * fragment of one step: FlashAttention-2's register reuse). Causal blocks wholly
- * masked are skipped by the loop's bounds. Every thread of the block reaches every
- * barrier and shuffle (the bounds are the block's). */
+ * element and head (a key/value head by key); its warps hold their rows' operands as
+ * mma A fragments and walk the other side in blocks of BC rows, staged in shared memory
+ * as the mma type (the rows the scores meet as they are, the operand the coefficients
+ * multiply transposed, so both B fragments read pairs of neighbours), by key once per
+ * query head of the group (the other side's columns yo are that head's). Per block: the
+ * scores S = A B^T on tensor cores (f32 accumulators), masked (causal, the window, past
+ * the end) and turned into the pass's coefficients (forward: the online softmax, its
+ * row max and sum over the quad of lanes that hold a row; backward:
+ * P = exp(S scale - lse), dS = P (dP - delta)), then acc += C Z with C rounded to the mma
+ * type (the C fragments of two score tiles are the A fragment of one step:
+ * FlashAttention-2's register reuse). Blocks wholly outside the causal bound or the
+ * window of every row of the tile are skipped by the loop's bounds. Every thread of the
+ * block reaches every barrier and shuffle (the bounds are the block's). */
 static void emit_attn_mma(Str *o, const Kernel *k) {
   const KAttn *A = k->attn;
   const MmaOps M = mma_ops(A);
   const char *ty = k->bufs[A->q.buf].dtype == DT_BF16 ? "bf" : "h";
   const char *mma = k->bufs[A->q.buf].dtype == DT_BF16 ? "cc_mma_bf16" : "cc_mma_f16";
   long long hd = A->hd, F = A->heads * hd, shift = A->sk - A->sq, BC = CUDA_MMA_BC, SZ = BC * hd;
+  long long grp = kattn_group(A);
   bool by_query = A->pass == KA_FWD || A->pass == KA_DQ;
-  long long len = by_query ? A->sq : A->sk, other = by_query ? A->sk : A->sq;
+  long long len = by_query ? A->sq : A->sk, nh = by_query ? A->heads : A->kv_heads;
   put(o, "  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3u;\n");
   put(o, "  const long long br = 16LL * (blockDim.x >> 5), tpl = (%lldLL + br - 1) / br;\n", len);
   put(o, "  CC_SHARED(unsigned short, cc_yb, %lld);   /* the other side's rows the scores meet, [%lld][%lld] */\n", SZ,
@@ -1703,9 +1732,10 @@ static void emit_attn_mma(Str *o, const Kernel *k) {
   put(o, "  for (long long tile = blockIdx.x; tile < n / %lldLL * tpl; tile += gridDim.x) {\n", len);
   put(o,
       "    const long long bh = tile / tpl, x0 = tile %% tpl * br, b = bh / %lldLL, h = bh %% %lldLL, ho = h * %lldLL;\n",
-      (long long)A->heads, (long long)A->heads, hd);
+      nh, nh, hd);
   put(o, "    const long long xa = x0 + 16 * warp + g;\n");
-  if (by_query && A->causal) put(o, "    const long long xe = x0 + br < %lldLL ? x0 + br : %lldLL;\n", len, len);
+  bool grows = by_query ? A->causal : A->window > 0; /* the other side's end follows the rows */
+  if (grows) put(o, "    const long long xl = (x0 + br < %lldLL ? x0 + br : %lldLL) - 1;\n", len, len);
   mma_a_frags(o, k, "fa", M.a1, ty, len);
   if (M.a2) mma_a_frags(o, k, "fa2", M.a2, ty, len);
   put(o, "    float acc[%lld][4];\n", hd / 8);
@@ -1716,106 +1746,102 @@ static void emit_attn_mma(Str *o, const Kernel *k) {
     put(o, "    float lse[2], dl[2];\n");
     put(o, "CC_UNROLL\n    for (int r = 0; r < 2; r++) {\n      const long long x = xa + 8 * r;\n");
     char lcol[64], cond[64];
-    snprintf(lcol, sizeof lcol, "%lldLL + h - ho", F);
+    snprintf(lcol, sizeof lcol, "%lldLL + h", F);
     snprintf(cond, sizeof cond, "x < %lldLL", len);
     mma_elem(o, 3, k, "lse[r]", &A->out, "x", lcol, cond);
-    mma_elem(o, 3, k, "dl[r]", &A->delta, "x", "h - ho", cond);
+    mma_elem(o, 3, k, "dl[r]", &A->delta, "x", "h", cond);
     put(o, "    }\n");
   }
-  if (by_query) {
-    put(o, "    const long long lo = 0, hi = ");
-    if (A->causal) put(o, "xe + %lldLL < %lldLL ? xe + %lldLL : %lldLL;\n", shift, other, shift, other);
-    else put(o, "%lldLL;\n", other);
-  } else {
-    put(o, "    const long long lo = ");
-    if (A->causal) put(o, "x0 - %lldLL > 0 ? x0 - %lldLL : 0", shift, shift);
-    else put(o, "0");
-    put(o, ", hi = %lldLL;\n", other);
-  }
-  put(o, "    for (long long y0 = lo; y0 < hi; y0 += %lld) {\n", BC);
-  put(o, "      __syncthreads();   /* the last block's tiles are read */\n");
-  put(o, "      for (int e = (int)threadIdx.x; e < %lld; e += (int)blockDim.x) {\n", SZ);
-  put(o, "        const int yy = e / %lld, d = e %% %lld;\n        const long long y = y0 + yy;\n", hd, hd);
-  put(o, "        float v;\n");
-  mma_elem(o, 4, k, "v", M.b1, "y", "d", "y < hi");
-  put(o, "        cc_yb[CC_WR(cc_yb, e, %lld)] = cc_f2%s(v);\n", SZ, ty);
+  attn_bounds(o, 2, A, "x0", "xl");
+  attn_heads(o, 2, A);
+  if (by_query) put(o, "      const long long yo = qh / %lldLL * %lldLL;\n", grp, hd);
+  else put(o, "      const long long yo = qh * %lldLL;\n", hd);
+  put(o, "      for (long long y0 = lo; y0 < hi; y0 += %lld) {\n", BC);
+  put(o, "        __syncthreads();   /* the last block's tiles are read */\n");
+  put(o, "        for (int e = (int)threadIdx.x; e < %lld; e += (int)blockDim.x) {\n", SZ);
+  put(o, "          const int yy = e / %lld, d = e %% %lld;\n          const long long y = y0 + yy;\n", hd, hd);
+  put(o, "          float v;\n");
+  mma_elem(o, 5, k, "v", M.b1, "y", "yo + d", "y < hi");
+  put(o, "          cc_yb[CC_WR(cc_yb, e, %lld)] = cc_f2%s(v);\n", SZ, ty);
   if (M.b2) {
-    mma_elem(o, 4, k, "v", M.b2, "y", "d", "y < hi");
-    put(o, "        cc_yb2[CC_WR(cc_yb2, e, %lld)] = cc_f2%s(v);\n", SZ, ty);
+    mma_elem(o, 5, k, "v", M.b2, "y", "yo + d", "y < hi");
+    put(o, "          cc_yb2[CC_WR(cc_yb2, e, %lld)] = cc_f2%s(v);\n", SZ, ty);
   }
-  mma_elem(o, 4, k, "v", M.z, "y", "d", "y < hi");
-  put(o, "        cc_zt[CC_WR(cc_zt, d * %lld + yy, %lld)] = cc_f2%s(v);\n      }\n", BC, SZ, ty);
+  mma_elem(o, 5, k, "v", M.z, "y", "yo + d", "y < hi");
+  put(o, "          cc_zt[CC_WR(cc_zt, d * %lld + yy, %lld)] = cc_f2%s(v);\n        }\n", BC, SZ, ty);
   if (!by_query) {
     char lcol[64];
-    snprintf(lcol, sizeof lcol, "%lldLL + h - ho", F);
-    put(o, "      for (int e = (int)threadIdx.x; e < %lld; e += (int)blockDim.x) {\n", BC);
-    put(o, "        const long long y = y0 + e;\n        float v;\n");
-    mma_elem(o, 4, k, "v", &A->out, "y", lcol, "y < hi");
-    put(o, "        cc_ys[CC_WR(cc_ys, e, %lld)] = v;\n", 2 * BC);
+    snprintf(lcol, sizeof lcol, "%lldLL + qh", F);
+    put(o, "        for (int e = (int)threadIdx.x; e < %lld; e += (int)blockDim.x) {\n", BC);
+    put(o, "          const long long y = y0 + e;\n          float v;\n");
+    mma_elem(o, 5, k, "v", &A->out, "y", lcol, "y < hi");
+    put(o, "          cc_ys[CC_WR(cc_ys, e, %lld)] = v;\n", 2 * BC);
     if (A->pass == KA_DK) {
-      mma_elem(o, 4, k, "v", &A->delta, "y", "h - ho", "y < hi");
-      put(o, "        cc_ys[CC_WR(cc_ys, %lld + e, %lld)] = v;\n", BC, 2 * BC);
+      mma_elem(o, 5, k, "v", &A->delta, "y", "qh", "y < hi");
+      put(o, "          cc_ys[CC_WR(cc_ys, %lld + e, %lld)] = v;\n", BC, 2 * BC);
     }
-    put(o, "      }\n");
+    put(o, "        }\n");
   }
-  put(o, "      __syncthreads();\n");
+  put(o, "        __syncthreads();\n");
   mma_scores(o, k, "s", "fa", "cc_yb", mma);
   if (M.b2) mma_scores(o, k, "dp", "fa2", "cc_yb2", mma);
-  /* element c of tile t: row xa + 8 (c >> 1), column y0 + 8 t + 2 t4 + (c & 1) */
-  put(o, "CC_UNROLL\n      for (int t = 0; t < %lld; t++)\nCC_UNROLL\n", BC / 8);
-  put(o, "        for (int c = 0; c < 4; c++) {\n");
-  if (A->causal) put(o, "          const long long x = xa + 8 * (c >> 1);\n");
-  put(o, "          const int yy = t * 8 + (int)t4 * 2 + (c & 1);\n");
-  put(o, "          const long long y = y0 + yy;\n          const bool in = y < hi");
-  if (A->causal) {
-    if (by_query) put(o, " && y <= x + %lldLL", shift);
-    else put(o, " && x <= y + %lldLL", shift);
-  }
+  /* element c of tile t: row xa + 8 (c >> 1), column y0 + 8 t + 2 t4 + (c & 1); key j
+   * and query i are seen when j <= i + shift (causal) and j > i + shift - W (the window) */
+  put(o, "CC_UNROLL\n        for (int t = 0; t < %lld; t++)\nCC_UNROLL\n", BC / 8);
+  put(o, "          for (int c = 0; c < 4; c++) {\n");
+  if (A->causal) put(o, "            const long long x = xa + 8 * (c >> 1);\n");
+  put(o, "            const int yy = t * 8 + (int)t4 * 2 + (c & 1);\n");
+  put(o, "            const long long y = y0 + yy;\n            const bool in = y < hi");
+  const char *i = by_query ? "x" : "y", *j = by_query ? "y" : "x";
+  if (A->causal) put(o, " && %s <= %s + %lldLL", j, i, shift);
+  if (A->window) put(o, " && %s > %s + %lldLL", j, i, shift - A->window);
   put(o, ";\n");
-  put(o, "          const float sc = s[t][c] * ");
+  put(o, "            const float sc = s[t][c] * ");
   put_float(o, A->scale);
   put(o, ";\n");
   switch (A->pass) {
-  case KA_FWD: put(o, "          s[t][c] = in ? sc : -CC_INF;\n"); break;
-  case KA_DQ: put(o, "          s[t][c] = in ? expf(sc - lse[c >> 1]) * (dp[t][c] - dl[c >> 1]) : 0.0f;\n"); break;
+  case KA_FWD: put(o, "            s[t][c] = in ? sc : -CC_INF;\n"); break;
+  case KA_DQ: put(o, "            s[t][c] = in ? expf(sc - lse[c >> 1]) * (dp[t][c] - dl[c >> 1]) : 0.0f;\n"); break;
   case KA_DK:
     put(o,
-        "          s[t][c] = in ? expf(sc - cc_ys[CC_RD(cc_ys, yy, %lld)]) * (dp[t][c] - cc_ys[CC_RD(cc_ys, %lld + yy, "
-        "%lld)]) : 0.0f;\n",
+        "            s[t][c] = in ? expf(sc - cc_ys[CC_RD(cc_ys, yy, %lld)]) * (dp[t][c] - "
+        "cc_ys[CC_RD(cc_ys, %lld + yy, %lld)]) : 0.0f;\n",
         2 * BC, BC, 2 * BC);
     break;
-  case KA_DV: put(o, "          s[t][c] = in ? expf(sc - cc_ys[CC_RD(cc_ys, yy, %lld)]) : 0.0f;\n", 2 * BC); break;
+  case KA_DV: put(o, "            s[t][c] = in ? expf(sc - cc_ys[CC_RD(cc_ys, yy, %lld)]) : 0.0f;\n", 2 * BC); break;
   }
-  put(o, "        }\n");
+  put(o, "          }\n");
   if (A->pass == KA_FWD) { /* the online softmax, per row half r; a row's 4 lanes share it */
-    put(o, "CC_UNROLL\n      for (int r = 0; r < 2; r++) {\n        float mx = -CC_INF;\n");
-    put(o, "CC_UNROLL\n        for (int t = 0; t < %lld; t++) mx = fmaxf(mx, fmaxf(s[t][2 * r], s[t][2 * r + 1]));\n",
+    put(o, "CC_UNROLL\n        for (int r = 0; r < 2; r++) {\n          float mx = -CC_INF;\n");
+    put(o, "CC_UNROLL\n          for (int t = 0; t < %lld; t++) mx = fmaxf(mx, fmaxf(s[t][2 * r], s[t][2 * r + 1]));\n",
         BC / 8);
-    put(o, "        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));\n");
-    put(o, "        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));\n");
-    put(o, "        const float mn = fmaxf(m[r], mx), ms = mn == -CC_INF ? 0.0f : mn, cr = expf(m[r] - ms);\n");
-    put(o, "        float sum = 0.0f;\n");
-    put(o, "CC_UNROLL\n        for (int t = 0; t < %lld; t++)\nCC_UNROLL\n", BC / 8);
-    put(o, "          for (int c = 2 * r; c < 2 * r + 2; c++) s[t][c] = expf(s[t][c] - ms), sum += s[t][c];\n");
-    put(o, "        sum += __shfl_xor_sync(0xffffffffu, sum, 1);\n");
-    put(o, "        sum += __shfl_xor_sync(0xffffffffu, sum, 2);\n");
-    put(o, "        l[r] = l[r] * cr + sum;\n        m[r] = mn;\n");
-    put(o, "CC_UNROLL\n        for (int t = 0; t < %lld; t++) acc[t][2 * r] *= cr, acc[t][2 * r + 1] *= cr;\n", hd / 8);
-    put(o, "      }\n");
+    put(o, "          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));\n");
+    put(o, "          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));\n");
+    put(o, "          const float mn = fmaxf(m[r], mx), ms = mn == -CC_INF ? 0.0f : mn, cr = expf(m[r] - ms);\n");
+    put(o, "          float sum = 0.0f;\n");
+    put(o, "CC_UNROLL\n          for (int t = 0; t < %lld; t++)\nCC_UNROLL\n", BC / 8);
+    put(o, "            for (int c = 2 * r; c < 2 * r + 2; c++) s[t][c] = expf(s[t][c] - ms), sum += s[t][c];\n");
+    put(o, "          sum += __shfl_xor_sync(0xffffffffu, sum, 1);\n");
+    put(o, "          sum += __shfl_xor_sync(0xffffffffu, sum, 2);\n");
+    put(o, "          l[r] = l[r] * cr + sum;\n          m[r] = mn;\n");
+    put(o, "CC_UNROLL\n          for (int t = 0; t < %lld; t++) acc[t][2 * r] *= cr, acc[t][2 * r + 1] *= cr;\n",
+        hd / 8);
+    put(o, "        }\n");
   }
   /* acc += C Z: step ks takes score tiles 2 ks and 2 ks + 1 as its A fragment */
-  put(o, "CC_UNROLL\n      for (int ks = 0; ks < %lld; ks++) {\n", BC / 16);
+  put(o, "CC_UNROLL\n        for (int ks = 0; ks < %lld; ks++) {\n", BC / 16);
   put(o,
-      "        const unsigned fp[4] = {cc_pack_%s(s[2 * ks][0], s[2 * ks][1]), cc_pack_%s(s[2 * ks][2], s[2 * ks][3]),\n",
+      "          const unsigned fp[4] = {cc_pack_%s(s[2 * ks][0], s[2 * ks][1]), cc_pack_%s(s[2 * ks][2], "
+      "s[2 * ks][3]),\n",
       ty, ty);
   put(o,
-      "                                cc_pack_%s(s[2 * ks + 1][0], s[2 * ks + 1][1]), cc_pack_%s(s[2 * ks + 1][2], "
+      "                                  cc_pack_%s(s[2 * ks + 1][0], s[2 * ks + 1][1]), cc_pack_%s(s[2 * ks + 1][2], "
       "s[2 * ks + 1][3])};\n",
       ty, ty);
-  put(o, "CC_UNROLL\n        for (int t = 0; t < %lld; t++) {\n", hd / 8);
-  put(o, "          const int e = (t * 8 + (int)g) * %lld + ks * 16 + (int)t4 * 2;\n", BC);
-  put(o, "          const unsigned fb[2] = {CC_SH_PAIR(cc_zt, e, %lld), CC_SH_PAIR(cc_zt, e + 8, %lld)};\n", SZ, SZ);
-  put(o, "          %s(acc[t], fp, fb);\n        }\n      }\n    }\n", mma);
+  put(o, "CC_UNROLL\n          for (int t = 0; t < %lld; t++) {\n", hd / 8);
+  put(o, "            const int e = (t * 8 + (int)g) * %lld + ks * 16 + (int)t4 * 2;\n", BC);
+  put(o, "            const unsigned fb[2] = {CC_SH_PAIR(cc_zt, e, %lld), CC_SH_PAIR(cc_zt, e + 8, %lld)};\n", SZ, SZ);
+  put(o, "            %s(acc[t], fp, fb);\n          }\n        }\n      }\n    }\n", mma);
   /* the rows' results: element c of tile t is row xa + 8 (c >> 1), column 8 t + 2 t4 + (c & 1) */
   put(o, "CC_UNROLL\n    for (int r = 0; r < 2; r++) {\n      const long long x = xa + 8 * r;\n");
   put(o, "      if (x >= %lldLL) continue;\n", len);

@@ -258,8 +258,8 @@ void infer_rotary(Node *n) {
   double f = attr_float(n, "scaling"), lo = attr_float(n, "low_freq"), hi = attr_float(n, "high_freq");
   if (!(f >= 1)) error_at(n->loc, "rotary: scaling must be at least 1 (1: none), got %g", f);
   if (f != 1 && !(lo > 0 && hi > lo && attr_int(n, "original_ctx") > 0))
-    error_at(n->loc, "rotary: scaling needs 0 < low_freq < high_freq and original_ctx > 0, got %g, %g and %lld", lo,
-             hi, (long long)attr_int(n, "original_ctx"));
+    error_at(n->loc, "rotary: scaling needs 0 < low_freq < high_freq and original_ctx > 0, got %g, %g and %lld", lo, hi,
+             (long long)attr_int(n, "original_ctx"));
 }
 
 double rotary_freq(const Node *n, int64_t i, int64_t hd) {

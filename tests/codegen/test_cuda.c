@@ -3,7 +3,9 @@
  * views, layernorm, softmax with a causal mask, cross-entropy with a gather under an
  * ignore mask, embedding forward and its scatter-add backward, column reductions,
  * AdamW, every unary and binary op, transposed/permuted/reversed views, i32 loads,
- * phases that need barriers, and the edge of an empty row. Modes (argv[1]):
+ * phases that need barriers, the edge of an empty row, and the fused attention's passes
+ * (grouped key/value heads, windows, S != T; warp per row and tensor-core tiles).
+ * Modes (argv[1]):
  *
  *   emit           the source's shape: header comment, one extern "C" __global__ per
  *                  kernel with its launch bound, no #include, deterministic, the
@@ -20,7 +22,8 @@
  *                  checks on (__trap aborts); every kernel runs with its launch
  *                  sizes, with a 2-block grid (grid-stride loops) and with smaller
  *                  blocks, and must match kernel_eval: bit for bit, except where a
- *                  block reduction adds in a tree (then within 1e-5 + 1e-4 |x|)
+ *                  block reduction adds in a tree (then within 1e-5 + 1e-4 |x|) and
+ *                  on tensor cores (within the case's share of the largest result)
  *   lowered MODEL [NAME=VALUE ...]
  *                  every kernel that lowering makes of a model (forward, backward,
  *                  gradient norm, AdamW): NVRTC compiles them (sm_80, empty log; not
@@ -70,7 +73,7 @@ static int failures;
 
 /* ---- the kernels ------------------------------------------------------------------- */
 
-enum { MAX_CASES = 32 };
+enum { MAX_CASES = 48 };
 
 typedef struct Case {
   Kernel *k;
@@ -80,6 +83,7 @@ typedef struct Case {
   bool half_steps[K_MAX_BUFS];                             /* f32 fill in multiples of 0.5 (ties for EQ, LE, FLOOR) */
   void (*fixup)(const struct Case *c, char *const *tiers); /* values the fill must contain */
   bool no_eval;                                            /* compiled, not run: kernel_eval cannot run it */
+  double tol; /* > 0: where not bit for bit, f32 results within tol of the buffer's largest |value| */
 } Case;
 
 static Arena *A;
@@ -442,6 +446,54 @@ static void case_half(DType t) {
   kernel_map(c->k, acc, contig(c), KS_ADD, mul(c, ld(c, in, contig(c)), cst(c, 0.5f)));
 }
 
+/* An attention operand [B=2, seq, n] of type dt in its own buffer, from element 5, rows
+ * of n + 3 and batches 2 elements apart. */
+static KOperand attn_in(Case *c, const char *name, int64_t seq, int64_t n, DType dt) {
+  int64_t ss = n + 3, sb = seq * ss + 2;
+  return (KOperand){buf(c, name, TIER_WORK, 5 + 2 * sb, dt, -1, 1), 5, sb, ss};
+}
+
+/* A fused attention pass (kernel.h, KAttn) over H query heads sharing G key/value heads,
+ * S queries and T keys, a window W (causal) or none. In f32 (dt) a head of 40 columns,
+ * two per lane for some, a warp per row in kernel_eval's order: bit for bit on the host;
+ * on a GPU (its expf, its fused multiply-adds) within 1e-5 of the largest result, as the
+ * sums' terms cancel. In bf16 or f16 (q, k, v and g; the rest f32) a head of 32 on
+ * tensor cores, whose roundings of the probabilities or dS (within u of themselves) the
+ * tolerance allows as the lowered kernels' does (lowered_tolerance). */
+static void case_attention(KAttnPass pass, DType dt, int64_t H, int64_t G, int64_t S, int64_t T, int64_t W,
+                           bool causal) {
+  static const char *const names[] = {"fwd", "dq", "dk", "dv"};
+  bool mma = dt != DT_F32;
+  KAttn *at = arena_alloc(A, sizeof *at);
+  *at = (KAttn){.pass = pass,
+                .batch = 2,
+                .heads = H,
+                .sq = S,
+                .sk = T,
+                .hd = mma ? 32 : 40,
+                .kv_heads = G,
+                .window = W,
+                .causal = causal,
+                .scale = 0.29f,
+                .store = pass == KA_DK ? KS_ADD : KS_SET};
+  Case *c = NEW(arena_printf(A, "k_attn_%s_%s_g%lld_w%lld", names[pass], dtype_name(dt), (long long)G, (long long)W),
+                KP_ROWS, mma ? CM_MMA_TILE : CM_WARP_ROW, 1, kattn_rows(at), 1);
+  c->tol = !mma ? 1e-5 : 4 * (dt == DT_BF16 ? 0x1p-8 : 0x1p-11);
+  int64_t F = H * at->hd, KF = G * at->hd;
+  KOperand none = {-1, 0, 0, 0};
+  at->q = attn_in(c, "q", S, F, dt), at->k = attn_in(c, "k", T, KF, dt);
+  at->v = pass == KA_DV ? none : attn_in(c, "v", T, KF, dt);
+  at->out = pass == KA_FWD ? none : attn_in(c, "out", S, F + H, DT_F32);
+  at->g = pass == KA_FWD ? none : attn_in(c, "g", S, F, dt);
+  at->delta = pass == KA_FWD || pass == KA_DV ? none : attn_in(c, "delta", S, H, DT_F32);
+  at->res = attn_in(c, "res", pass == KA_DK || pass == KA_DV ? T : S,
+                    pass == KA_FWD  ? F + H
+                    : pass == KA_DQ ? F
+                                    : KF,
+                    DT_F32);
+  c->k->attn = at;
+}
+
 static void build_cases(void) {
   case_half(DT_BF16);
   case_half(DT_F16);
@@ -467,6 +519,12 @@ static void build_cases(void) {
   case_flat_row();
   case_thread_row();
   case_empty_cols();
+  for (int p = KA_FWD; p <= KA_DV; p++) {
+    case_attention((KAttnPass)p, DT_F32, 6, 2, 61, 75, 37, true);    /* T > S, windows across key blocks */
+    case_attention((KAttnPass)p, DT_F32, 3, 1, 29, 19, 0, false);    /* T < S, every key */
+    case_attention((KAttnPass)p, DT_BF16, 4, 2, 100, 130, 37, true); /* tiles skipped at both ends */
+    case_attention((KAttnPass)p, DT_F16, 3, 1, 70, 50, 0, false);    /* T < S in f16 */
+  }
 }
 
 static char *emit_all(void) {
@@ -526,10 +584,10 @@ static void check_launch_sizes(const Case *c) {
 static void check_kernel_text(const char *src, const Case *c) {
   const Kernel *k = c->k;
   char sig[256];
-  snprintf(
-      sig, sizeof sig,
-      "extern \"C\" __global__ void __launch_bounds__(%d) %s(const cc_bufs bufs, long long n, const float *scalars) {",
-      cuda_kernel_block_size(k), k->name);
+  snprintf(sig, sizeof sig,
+           "extern \"C\" __global__ void __launch_bounds__(%d%s) %s(const cc_bufs bufs, long long n, "
+           "const float *scalars) {",
+           cuda_kernel_block_size(k), c->want == CM_MMA_TILE ? ", 2" : "", k->name);
   CHECK(count(src, sig) == 1);
   if (count(src, sig) != 1) fprintf(stderr, "  missing: %s\n", sig);
   char *text = NULL;
@@ -767,8 +825,10 @@ static void tiers_fill(const Case *c, char **tiers) {
     for (int64_t i = 0; i < kb->numel; i++) {
       float u = (float)(rng_next() >> 8) / (float)(1 << 24);
       float *fp = (float *)(tiers[kb->tier] + kb->offset) + i;
-      if (kbuf_elem_bytes(kb) == 2) /* 16-bit: every pattern, NaNs and subnormals too */
-        ((uint16_t *)(tiers[kb->tier] + kb->offset))[i] = (uint16_t)(rng_next() >> 8);
+      uint16_t *hp = (uint16_t *)(tiers[kb->tier] + kb->offset) + i;
+      if (kbuf_elem_bytes(kb) == 2 && c->lo[b] == c->hi[b]) /* 16-bit: every pattern, NaNs and subnormals too */
+        *hp = (uint16_t)(rng_next() >> 8);
+      else if (kbuf_elem_bytes(kb) == 2) *hp = kx_from_f32(kb->dtype, c->lo[b] + u * (c->hi[b] - c->lo[b]));
       else if (kb->dtype == DT_I32) ((int32_t *)fp)[0] = (int32_t)c->lo[b] + (int32_t)(u * (c->hi[b] - c->lo[b]));
       else if (c->half_steps[b]) *fp = c->lo[b] + 0.5f * floorf(u * (c->hi[b] - c->lo[b]) * 2);
       else *fp = c->lo[b] + u * (c->hi[b] - c->lo[b]);
@@ -794,12 +854,16 @@ static bool close_enough(float got, float want, bool exact, double *maxdiff) {
   return d <= 1e-5 + 1e-4 * fabs(want);
 }
 
-/* Every buffer of the case: f32 within tolerance, i32 exactly. */
+/* Every buffer of the case: f32 within tolerance (where not exact, the case's of the
+ * buffer's largest |value| where it has one), i32 exactly. */
 static bool tiers_match(const Case *c, char *const *want, char *const *got, bool exact, const char *label,
                         double *maxdiff) {
   int bad = 0;
   for (int b = 0; b < c->k->nbufs; b++) {
     const KBuf *kb = &c->k->bufs[b];
+    double big = 0;
+    for (int64_t i = 0; !exact && c->tol > 0 && kb->dtype == DT_F32 && i < kb->numel; i++)
+      big = fmax(big, fabs(((const float *)(want[kb->tier] + kb->offset))[i]));
     for (int64_t i = 0; i < kb->numel; i++) {
       int64_t eb = kbuf_elem_bytes(kb);
       const char *w = want[kb->tier] + kb->offset + eb * i, *g = got[kb->tier] + kb->offset + eb * i;
@@ -812,7 +876,11 @@ static bool tiers_match(const Case *c, char *const *want, char *const *got, bool
         memcpy(&wf, w, 4);
         memcpy(&gf, g, 4);
       }
-      bool ok = kb->dtype == DT_I32 ? !memcmp(w, g, 4) : close_enough(gf, wf, exact || eb == 2, maxdiff);
+      bool rel = !exact && c->tol > 0 && kb->dtype == DT_F32; /* max |diff| then relative to big */
+      bool ok = kb->dtype == DT_I32 ? !memcmp(w, g, 4)
+                : rel               ? fabs((double)gf - wf) <= c->tol * big
+                                    : close_enough(gf, wf, exact || eb == 2, maxdiff);
+      if (rel) *maxdiff = fmax(*maxdiff, fabs((double)gf - wf) / big);
       if (!ok && bad++ < 5)
         fprintf(stderr, "%s %s: %s[%lld] = %.9g, kernel_eval gives %.9g\n", c->k->name, label, kb->name, (long long)i,
                 (double)gf, (double)wf);
@@ -825,15 +893,16 @@ typedef int LaunchFn(void *ctx, const Case *c, unsigned grid, unsigned block, ch
 
 /* Runs the case's kernel with each launch shape and compares with kernel_eval: bit for
  * bit when `exact` and the kernel sums in the evaluator's order (all but block
- * reductions, which add in a tree), else within a tolerance. */
+ * reductions, which add in a tree, and tensor-core tiles), else within a tolerance. */
 static void run_case(const Case *c, LaunchFn *launch, void *ctx, const char *where, bool exact) {
   const Kernel *k = c->k;
   int64_t extent = k->par == KP_COLS ? k->cols : k->rows, grid = cuda_kernel_grid_size(k, extent);
   int bs = cuda_kernel_block_size(k);
   unsigned shapes[4][2] = {
       {(unsigned)grid, (unsigned)bs}, {grid < 2 ? 1u : 2u, (unsigned)bs}, {(unsigned)grid, 32}, {(unsigned)grid, 64}};
-  bool tree = c->want == CM_BLOCK_ROW || c->want == CM_LANE_ROW; /* sums in another order */
-  int nshapes = tree ? 4 : 2;                                    /* must not depend on the block size */
+  /* sums in another order: block reductions' trees, tensor-core tiles */
+  bool tree = c->want == CM_BLOCK_ROW || c->want == CM_LANE_ROW || c->want == CM_MMA_TILE;
+  int nshapes = tree ? 4 : 2; /* must not depend on the block size */
   char *want[TIERS], *got[TIERS];
   tiers_fill(c, want);
   kernel_eval(k, want, scalars);
