@@ -17,6 +17,10 @@
 #                row offsets, the cross-entropy's gradient in place; attention is fused by
 #                default) for 5 steps on the emulated CUDA device against the CPU device,
 #                to a relative 1e-5
+#   gqa          grouped-query attention (Mistral: 2 key/value heads for 4, a window of 12
+#                keys in 32) for 5 steps on the emulated CUDA device against the CPU
+#                device, to a relative 1e-5; then in bf16 with heads of 16 features (the
+#                fused attention on tensor-core tiles), to 1e-2 as bf16 above
 #   fp8          gpt2-tiny with --precision fp8 (e4m3 and e5m2 GEMM operands in cuBLASLt's
 #                "TN" layouts, the emulation refusing any other) against the CPU device for
 #                5 steps: the first step's loss (the forward pass on the same weights) to a
@@ -120,6 +124,20 @@ bf16)
   ;;
 fused)
   cpu_vs_cuda trainf "--classifier fused" 1e-5
+  ;;
+gqa)
+  mistral="$src/models/mistral.model --set vocab=256 --set d=64 --set heads=4 --set kv_heads=2 --set window=12
+           --set layers=2 --set ffn=96 --set seq=32 --set batch=4"
+  for prec in fp32 bf16; do
+    "$cc" $mistral --precision $prec -o train-$prec 2> train-$prec.err
+    ./train-$prec $args --device cpu --log cpu-$prec.jsonl --save cpu-$prec.safetensors > cpu-$prec.out
+    LD_LIBRARY_PATH=$emul ./train-$prec $args --device cuda --kernel-cache kc --log cuda-$prec.jsonl \
+      --save cuda-$prec.safetensors > cuda-$prec.out
+    tol=1e-5
+    [ $prec = bf16 ] && tol=1e-2
+    "$py" "$src/tests/multirank/compare_runs.py" $tol cpu-$prec.jsonl cuda-$prec.jsonl cpu-$prec.safetensors \
+      cuda-$prec.safetensors
+  done
   ;;
 fp8)
   "$cc" "$src/models/gpt2-tiny.model" --set layers=2 --set seq=32 --set batch=4 --precision fp8 -o train8 2> train8.err

@@ -64,6 +64,7 @@ set(cuda_run sh ${CMAKE_CURRENT_LIST_DIR}/run_cuda.sh $<TARGET_FILE:colossalc> $
 add_test(NAME cuda_emul_one_rank COMMAND ${cuda_run} one_rank)
 add_test(NAME cuda_emul_bf16 COMMAND ${cuda_run} bf16) # bf16 mixed precision: 16-bit cuBLASLt layouts
 add_test(NAME cuda_emul_fused COMMAND ${cuda_run} fused) # the fused classifier (attention: fused by default)
+add_test(NAME cuda_emul_gqa COMMAND ${cuda_run} gqa) # grouped-query attention in a window, f32 and bf16
 add_test(NAME cuda_emul_fp8 COMMAND ${cuda_run} fp8) # fp8: 8-bit cuBLASLt layouts, TN only
 # The GPU script's tolerances against a GEMM summed in another order (tests/gpu/run.sh)
 # (slow: numerics alone, the emulated kernels not instrumented: not in the sanitizer pass)
@@ -96,7 +97,7 @@ if(COLOSSALC_SANITIZE) # Open MPI's own leaks suppressed as for the multi-rank t
     "OMPI_MCA_mca_base_component_disable_dlclose=1;ASAN_OPTIONS=${COLOSSALC_ASAN_OPTIONS}:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/multirank/lsan.supp:print_suppressions=0")
 endif()
 set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache cuda_no_gpu PROPERTIES TIMEOUT 900)
-colossalc_label(cuda_emul cuda_emul_one_rank cuda_emul_bf16 cuda_emul_fused cuda_emul_fp8 cuda_nvrtc_cache
+colossalc_label(cuda_emul cuda_emul_one_rank cuda_emul_bf16 cuda_emul_fused cuda_emul_gqa cuda_emul_fp8 cuda_nvrtc_cache
                 cuda_no_gpu cuda_too_few_gpus cuda_gpu_fails cuda_emul_libsearch)
 if(COLOSSALC_SANITIZE)
   set_tests_properties(cuda_emul_one_rank cuda_emul_bf16 cuda_nvrtc_cache cuda_emul_libsearch PROPERTIES ENVIRONMENT
