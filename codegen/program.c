@@ -63,8 +63,9 @@ static ProgStage model_values(W *w) {
   for (int k = 0; k < PROG_NLISTS; k++) s.list[k] = -1;
   const GraphArch *a = p->arch;
   if (a)
-    s.arch = 1, s.heads = a->heads, s.kv_heads = a->kv_heads, s.window = a->window, s.causal = a->causal, s.attention_scale = a->scaled, s.norm = (ProgArchKind)a->norm,
-    s.norm_eps = a->norm_eps, s.activation = (ProgArchKind)a->act, s.rope_theta = a->rope_theta;
+    s.arch = 1, s.heads = a->heads, s.kv_heads = a->kv_heads, s.window = a->window, s.causal = a->causal,
+    s.attention_scale = a->scaled, s.norm = (ProgArchKind)a->norm, s.norm_eps = a->norm_eps,
+    s.activation = (ProgArchKind)a->act, s.rope_theta = a->rope_theta;
   for (int k = 0; a && k < 4; k++) s.rope_scaling[k] = a->rope_scaling[k];
   for (int i = 0; i < w->n; i++) /* fp8: the model's states (a pipeline's: every stage's) */
     if (w->ps[i]->fp8.rows)

@@ -53,8 +53,7 @@ void graph_arch(const Graph *g, GraphArch *a) {
       arch_value(&a->rope_theta, attr_float(n, "theta"));
       for (int k = 0; k < 4; k++)
         arch_value(&a->rope_scaling[k], k < 3 ? attr_float(n, scaling[k]) : (double)attr_int(n, scaling[k]));
-    }
-    else if (n->op == OP_LAYERNORM || n->op == OP_RMSNORM)
+    } else if (n->op == OP_LAYERNORM || n->op == OP_RMSNORM)
       arch_kind(&a->norm, kind_of[n->op]), arch_value(&a->norm_eps, attr_float(n, "eps"));
     else if (kind_of[n->op] != ARCH_NONE) arch_kind(&a->act, kind_of[n->op]);
   }

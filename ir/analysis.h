@@ -20,16 +20,16 @@ void graph_stats(const Graph *g, GraphStats *s);
  * runtime/io/hf.h): a fact is kept when every op that states it agrees. */
 typedef enum { ARCH_NONE, ARCH_MIXED, ARCH_LAYERNORM, ARCH_RMSNORM, ARCH_GELU_TANH, ARCH_SILU, ARCH_RELU } ArchKind;
 typedef struct GraphArch {
-  int64_t heads;     /* the attention ops' heads; 0: none, -1: they differ */
-  int64_t kv_heads;  /* their key/value heads (heads without grouped-query attention), as heads */
-  int64_t window;    /* their window (the keys a query sees); 0: none, -1: they differ */
-  ArchKind norm;     /* ARCH_LAYERNORM or ARCH_RMSNORM, ARCH_NONE, ARCH_MIXED */
-  double norm_eps;   /* the norms' eps; < 0: they differ */
-  ArchKind act;      /* ARCH_GELU_TANH, ARCH_SILU or ARCH_RELU, ARCH_NONE, ARCH_MIXED */
-  double rope_theta; /* the rotary ops' base; 0: none, < 0: they differ */
+  int64_t heads;          /* the attention ops' heads; 0: none, -1: they differ */
+  int64_t kv_heads;       /* their key/value heads (heads without grouped-query attention), as heads */
+  int64_t window;         /* their window (the keys a query sees); 0: none, -1: they differ */
+  ArchKind norm;          /* ARCH_LAYERNORM or ARCH_RMSNORM, ARCH_NONE, ARCH_MIXED */
+  double norm_eps;        /* the norms' eps; < 0: they differ */
+  ArchKind act;           /* ARCH_GELU_TANH, ARCH_SILU or ARCH_RELU, ARCH_NONE, ARCH_MIXED */
+  double rope_theta;      /* the rotary ops' base; 0: none, < 0: they differ */
   double rope_scaling[4]; /* their scaling, low_freq, high_freq, original_ctx (ops.def), as rope_theta */
-  int causal;        /* every attention is causal: 1, none is: 0, some are: -1 */
-  bool scaled;       /* some attention gives its own scale (not 1/sqrt(head size)) */
+  int causal;             /* every attention is causal: 1, none is: 0, some are: -1 */
+  bool scaled;            /* some attention gives its own scale (not 1/sqrt(head size)) */
 } GraphArch;
 
 /* requires: a forward graph before decompose (attention still one op). */
