@@ -19,6 +19,10 @@
  *   - a float input (a batch's values, or what another pipeline chunk sent) is read
  *     in the low precision.
  *
+ * A value read in another precision by several ops of one layer is cast once for all of
+ * them (shared_cast): the GEMMs that read a tensor-parallel copy of a norm's output keep
+ * one 16-bit copy for their backward, not one each.
+ *
  * Parameters stay f32 (the master weights; a cast feeds each GEMM a 16-bit copy) and
  * so do their gradients, summed in f32 after each cast back. What pipeline chunks
  * exchange is f32: the values a chunk sends are cast up, exactly, and the receiver
@@ -43,6 +47,17 @@ static Node *cast(Ctx *c, Node *x, DType t) {
   n->attr[op_attr_index(OP_CAST, "dtype")] = (AttrVal){.set = true, .i = t};
   node_infer(n);
   return n;
+}
+
+/* Value v (the readers' value of source node id) cast to t for a reader in layer
+ * `layer`: the cast an earlier reader of the same layer made, else a new one (memo:
+ * [source nodes][DT_COUNT]). */
+static Node *shared_cast(Ctx *c, Node **memo, int id, Node *v, DType t) {
+  Node **m = &memo[(size_t)id * DT_COUNT + t];
+  if (*m && (*m)->layer == c->at->layer) return *m;
+  Node *x = cast(c, v, t);
+  if (x != v) *m = x;
+  return x;
 }
 
 /* The precision a promoting op computes in and the one its result takes: f32 when its
@@ -108,6 +123,7 @@ static Graph *autocast(Graph *g, DType low, int fp8_history, int fp8_margin, boo
   Node **map = arena_array(g->arena, g->n, sizeof *map);   /* the value its readers read */
   Node **self = arena_array(g->arena, g->n, sizeof *self); /* the node itself (an input, not its cast) */
   Node **in = arena_array(g->arena, 64, sizeof *in);
+  Node **memo = arena_array(g->arena, (size_t)g->n * DT_COUNT, sizeof *memo);
   bool *varies = arena_array(g->arena, g->n, sizeof *varies), vin[64];
   for (int i = 0; i < g->n; i++) {
     const Node *n = g->nodes[i];
@@ -129,7 +145,7 @@ static Graph *autocast(Graph *g, DType low, int fp8_history, int fp8_margin, boo
     else if (f & OPF_F32) to = DT_F32;
     else if (n->nin > 1) to = promote(in, vin, n->nin, low, &back);
     if (f & OPF_LOWOUT) back = low;
-    for (int k = 0; k < n->nin && to != DT_COUNT; k++) in[k] = cast(&c, in[k], to);
+    for (int k = 0; k < n->nin && to != DT_COUNT; k++) in[k] = shared_cast(&c, memo, n->in[k]->id, in[k], to);
     Node *m = graph_clone_node(h, n, in);
     if (n->nin > 0) node_infer(m);
     self[i] = m;
