@@ -16,10 +16,10 @@ static double bytes_of(const Node *n) { return (double)shape_numel(&n->shape) * 
 
 /* ---- what a mode recomputes --------------------------------------------------------- */
 
-/* A gathered activation: an all_gather over the tensor-parallel group, or a copy or
- * view of one. */
+/* A gathered activation: an all_gather over the tensor-parallel group, or a copy,
+ * view or cast of one (mixed precision gathers in f32 and casts for the GEMMs). */
 static bool gathered(const Node *n) {
-  while (n->op == OP_TP_COPY || is_view(n)) n = n->in[0];
+  while (n->op == OP_TP_COPY || n->op == OP_CAST || is_view(n)) n = n->in[0];
   return n->op == OP_ALL_GATHER;
 }
 

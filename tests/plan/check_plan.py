@@ -454,6 +454,11 @@ def memory_compiled():
                ["models/gpt2.model", "--gpus", "4", "--dp", "1", "--tp", "4", "--pp", "1", "--set", "seq=4096",
                 "--set", "ctx=4096", "--set", "batch=1"],
                ["models/gpt2.model", "--gpus", "8", "--gpu", "h100-sxm", "--precision", "fp8"],
+               # grouped-query attention: LLaMA 3's 8 key/value heads on tp 8, Mistral's window on tp2 x pp4
+               ["models/llama3.model", "--set", "layers=4", "--set", "batch=16", "--set", "seq=2048", "--gpus", "8",
+                "--dp", "1", "--tp", "8", "--pp", "1"],
+               ["models/mistral.model", "--set", "layers=4", "--set", "batch=8", "--set", "seq=8192", "--set",
+                "window=1024", "--gpus", "8", "--dp", "1", "--tp", "2", "--pp", "4"],
                ["models/gpt2-tiny.model", "--gpu", "cpu", "--gpus", "4", "--dp", "1", "--tp", "2", "--pp", "2",
                 "--set", "batch=8"]]
     # activations outweigh the training state: the backward's working set shows
@@ -464,6 +469,11 @@ def memory_compiled():
                 tiny + ["--gpus", "2", "--dp", "2", "--tp", "1", "--pp", "1", "--zero", "3"],
                 tiny + ["--gpus", "4", "--dp", "4", "--tp", "1", "--pp", "1", "--zero", "3"],
                 tiny + ["--gpus", "1", "--dp", "1", "--recompute", "full"]]
+    # a small LLaMA 3 in bf16 on one device and on tp 2 (the fused attention's f32 output,
+    # the GEMMs' shared 16-bit copy of a norm's output)
+    llama = ["models/llama3.model", "--precision", "bf16", "--set", "vocab=256", "--set", "d=256", "--set", "heads=4",
+             "--set", "kv_heads=2", "--set", "ffn=688", "--set", "seq=128", "--set", "batch=16", "--set", "layers=4"]
+    configs += [llama + ["--gpus", "1"], llama + ["--gpus", "2", "--dp", "1", "--tp", "2", "--pp", "1"]]
     with tempfile.TemporaryDirectory() as tmp:
         for args in configs:
             priced = plan_json(args)["memory"]["peak_bytes_per_device"]
