@@ -1743,8 +1743,15 @@ static bool cheap_cast(const L *l, const Node *n) {
 }
 
 /* An expression: computed where it is read, unless it must be in memory or is read
- * more than once (constants and positions are always recomputed). */
+ * more than once (constants and positions are always recomputed). A widening cast read
+ * more than once keeps its narrower input in memory instead and widens it where read:
+ * half the bytes for whatever the backward keeps (a norm's 16-bit input, mixed
+ * precision). */
 static void lower_expr_node(L *l, const Node *n) {
+  const Node *x = n->nin ? n->in[0] : NULL;
+  if (n->op == OP_CAST && widening(n) && l->uses[n->id] > 1 && !l->need_layout[n->id] &&
+      l->val[x->id].kind == V_EXPR)
+    l->val[x->id] = materialize(l, x, out_buf(l, x));
   l->val[n->id].kind = V_EXPR;
   bool cheap = n->op == OP_CONST || n->op == OP_ARANGE || n->op == OP_LOSS_SCALE || cheap_cast(l, n);
   if (l->need_layout[n->id] || (l->uses[n->id] > 1 && !cheap)) l->val[n->id] = materialize(l, n, out_buf(l, n));
