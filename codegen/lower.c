@@ -1749,8 +1749,7 @@ static bool cheap_cast(const L *l, const Node *n) {
  * precision). */
 static void lower_expr_node(L *l, const Node *n) {
   const Node *x = n->nin ? n->in[0] : NULL;
-  if (n->op == OP_CAST && widening(n) && l->uses[n->id] > 1 && !l->need_layout[n->id] &&
-      l->val[x->id].kind == V_EXPR)
+  if (n->op == OP_CAST && widening(n) && l->uses[n->id] > 1 && !l->need_layout[n->id] && l->val[x->id].kind == V_EXPR)
     l->val[x->id] = materialize(l, x, out_buf(l, x));
   l->val[n->id].kind = V_EXPR;
   bool cheap = n->op == OP_CONST || n->op == OP_ARANGE || n->op == OP_LOSS_SCALE || cheap_cast(l, n);
