@@ -177,10 +177,10 @@ static inline IsaDtype kx_fp8(DType t) { return t == DT_E4M3 ? ISA_E4M3 : ISA_E5
  *           lse = m + log l. The scores are never stored.
  *   KA_DQ   row (b, h, i): dq_i = scale sum_j p_ij (g_i·v_j - delta_i) k_j, with
  *           p_ij = exp(s_ij - lse_i) recomputed.
- *   KA_DK   row (b, g, j), j < T, g < G: dk_j = scale sum_h sum_i p_ij (g_i·v_j -
+ *   KA_DK   row (b, u, j), j < T, key/value head u < G: dk_j = scale sum_h sum_i p_ij (g_i·v_j -
  *           delta_i) q_i, over the group's query heads h in order and, for each, the
  *           queries i that see j (kattn_queries) in order.
- *   KA_DV   row (b, g, j): dv_j = sum_h sum_i p_ij g_i, in the same order.
+ *   KA_DV   row (b, u, j): dv_j = sum_h sum_i p_ij g_i, in the same order.
  *
  * Sums over d run in order, the sums over keys (queries) in order of j (h, then i), all
  * in f32; every row is written by its work item alone (no atomics), so results are
