@@ -115,78 +115,51 @@ static const HfCfg gpt2_config[] = {{"architectures", HC_ARCH, NULL, 0},
                                     {NULL, HC_NULL, NULL, 0}};
 
 static const char *const llama_buffers[] = {"model.layers.#.self_attn.rotary_emb.inv_freq", NULL};
-#define LLAMA_PARAMS(QKV_BIAS)                                                                                      \
-  {"model.embed_tokens.weight", "V,D"}, {"model.layers.#.input_layernorm.weight", "D"},                             \
-      {"model.layers.#.self_attn.q_proj.weight", "D,D"}, {"model.layers.#.self_attn.k_proj.weight", "K,D"},         \
-      {"model.layers.#.self_attn.v_proj.weight", "K,D"}, QKV_BIAS{"model.layers.#.self_attn.o_proj.weight", "D,D"}, \
-      {"model.layers.#.post_attention_layernorm.weight", "D"}, {"model.layers.#.mlp.gate_proj.weight", "F,D"},      \
-      {"model.layers.#.mlp.up_proj.weight", "F,D"}, {"model.layers.#.mlp.down_proj.weight", "D,F"},                 \
-      {"model.norm.weight", "D"}, {"lm_head.weight", "V,D"}, {                                                      \
-    NULL, NULL                                                                                                      \
-  }
+/* LLaMA's parameters; Qwen2's with QKV_BIAS */
+// clang-format off
+#define LLAMA_PARAMS(QKV_BIAS)                                                                                \
+  {"model.embed_tokens.weight", "V,D"}, {"model.layers.#.input_layernorm.weight", "D"},                       \
+  {"model.layers.#.self_attn.q_proj.weight", "D,D"}, {"model.layers.#.self_attn.k_proj.weight", "K,D"},       \
+  {"model.layers.#.self_attn.v_proj.weight", "K,D"}, QKV_BIAS                                                 \
+  {"model.layers.#.self_attn.o_proj.weight", "D,D"}, {"model.layers.#.post_attention_layernorm.weight", "D"}, \
+  {"model.layers.#.mlp.gate_proj.weight", "F,D"}, {"model.layers.#.mlp.up_proj.weight", "F,D"},               \
+  {"model.layers.#.mlp.down_proj.weight", "D,F"}, {"model.norm.weight", "D"}, {"lm_head.weight", "V,D"}
 #define NO_BIAS
-#define QKV_BIAS                                                                                \
-  {"model.layers.#.self_attn.q_proj.bias", "D"}, {"model.layers.#.self_attn.k_proj.bias", "K"}, \
-      {"model.layers.#.self_attn.v_proj.bias", "K"},
-static const HfParamRow llama_params[] = {LLAMA_PARAMS(NO_BIAS)};
-static const HfParamRow qwen2_params[] = {LLAMA_PARAMS(QKV_BIAS)};
-/* LlamaConfig: rotary positions need no table, so max_position_embeddings is the
- * compiled seq (transformers' rotary cache grows past it) */
-static const HfCfg llama_config[] = {{"architectures", HC_ARCH, NULL, 0},
-                                     {"model_type", HC_STR, "llama", 0},
-                                     {"vocab_size", HC_SIZE, "V", 0},
-                                     {"hidden_size", HC_SIZE, "D", 0},
-                                     {"intermediate_size", HC_SIZE, "F", 0},
-                                     {"num_hidden_layers", HC_SIZE, "L", 0},
-                                     {"num_attention_heads", HC_SIZE, "H", 0},
-                                     {"num_key_value_heads", HC_KV, NULL, 0},
-                                     {"hidden_act", HC_STR, "silu", 0},
-                                     {"max_position_embeddings", HC_SIZE, "S", 0},
-                                     {"rms_norm_eps", HC_EPS, NULL, 0},
-                                     {"rope_theta", HC_THETA, NULL, 0},
-                                     {"rope_scaling", HC_ROPE_SCALING, NULL, 0},
-                                     {"attention_bias", HC_BOOL, NULL, 0},
-                                     {"attention_dropout", HC_NUM, NULL, 0},
-                                     {"mlp_bias", HC_BOOL, NULL, 0},
-                                     {"pretraining_tp", HC_NUM, NULL, 1},
-                                     {"initializer_range", HC_NUM, NULL, 0.02},
-                                     {"tie_word_embeddings", HC_BOOL, NULL, 0},
-                                     {"use_cache", HC_BOOL, NULL, 1},
-                                     {"torch_dtype", HC_STR, "float32", 0},
-                                     {NULL, HC_NULL, NULL, 0}};
-/* MistralConfig: LLaMA's with the sliding window (the keys a query sees) */
-static const HfCfg mistral_config[] = {{"architectures", HC_ARCH, NULL, 0},
-                                       {"model_type", HC_STR, "mistral", 0},
-                                       {"vocab_size", HC_SIZE, "V", 0},
-                                       {"hidden_size", HC_SIZE, "D", 0},
-                                       {"intermediate_size", HC_SIZE, "F", 0},
-                                       {"num_hidden_layers", HC_SIZE, "L", 0},
-                                       {"num_attention_heads", HC_SIZE, "H", 0},
-                                       {"num_key_value_heads", HC_KV, NULL, 0},
-                                       {"hidden_act", HC_STR, "silu", 0},
-                                       {"max_position_embeddings", HC_SIZE, "S", 0},
-                                       {"rms_norm_eps", HC_EPS, NULL, 0},
-                                       {"rope_theta", HC_THETA, NULL, 0},
-                                       {"sliding_window", HC_WINDOW, NULL, 0},
-                                       {"attention_dropout", HC_NUM, NULL, 0},
-                                       {"initializer_range", HC_NUM, NULL, 0.02},
-                                       {"tie_word_embeddings", HC_BOOL, NULL, 0},
-                                       {"use_cache", HC_BOOL, NULL, 1},
-                                       {"torch_dtype", HC_STR, "float32", 0},
-                                       {NULL, HC_NULL, NULL, 0}};
-/* Qwen2Config: LLaMA's with q, k and v biases, no sliding window */
-static const HfCfg qwen2_config[] = {
-    {"architectures", HC_ARCH, NULL, 0},       {"model_type", HC_STR, "qwen2", 0},
-    {"vocab_size", HC_SIZE, "V", 0},           {"hidden_size", HC_SIZE, "D", 0},
-    {"intermediate_size", HC_SIZE, "F", 0},    {"num_hidden_layers", HC_SIZE, "L", 0},
-    {"num_attention_heads", HC_SIZE, "H", 0},  {"num_key_value_heads", HC_KV, NULL, 0},
-    {"hidden_act", HC_STR, "silu", 0},         {"max_position_embeddings", HC_SIZE, "S", 0},
-    {"rms_norm_eps", HC_EPS, NULL, 0},         {"rope_theta", HC_THETA, NULL, 0},
-    {"rope_scaling", HC_NULL, NULL, 0},        {"use_sliding_window", HC_BOOL, NULL, 0},
-    {"sliding_window", HC_NULL, NULL, 0},      {"max_window_layers", HC_SIZE, "L", 0},
-    {"attention_dropout", HC_NUM, NULL, 0},    {"initializer_range", HC_NUM, NULL, 0.02},
-    {"tie_word_embeddings", HC_BOOL, NULL, 0}, {"use_cache", HC_BOOL, NULL, 1},
-    {"torch_dtype", HC_STR, "float32", 0},     {NULL, HC_NULL, NULL, 0}};
+#define QKV_BIAS                                                                                              \
+  {"model.layers.#.self_attn.q_proj.bias", "D"}, {"model.layers.#.self_attn.k_proj.bias", "K"},               \
+  {"model.layers.#.self_attn.v_proj.bias", "K"},
+// clang-format on
+static const HfParamRow llama_params[] = {LLAMA_PARAMS(NO_BIAS), {NULL, NULL}};
+static const HfParamRow qwen2_params[] = {LLAMA_PARAMS(QKV_BIAS), {NULL, NULL}};
+/* The config keys LLaMA, Mistral and Qwen2 share: rotary positions need no table, so
+ * max_position_embeddings is the compiled seq (transformers' rotary cache grows past it) */
+// clang-format off
+#define LLAMA_CONFIG(TYPE)                                                                                    \
+  {"architectures", HC_ARCH, NULL, 0}, {"model_type", HC_STR, TYPE, 0}, {"vocab_size", HC_SIZE, "V", 0},      \
+  {"hidden_size", HC_SIZE, "D", 0}, {"intermediate_size", HC_SIZE, "F", 0},                                   \
+  {"num_hidden_layers", HC_SIZE, "L", 0}, {"num_attention_heads", HC_SIZE, "H", 0},                           \
+  {"num_key_value_heads", HC_KV, NULL, 0}, {"hidden_act", HC_STR, "silu", 0},                                 \
+  {"max_position_embeddings", HC_SIZE, "S", 0}, {"rms_norm_eps", HC_EPS, NULL, 0},                            \
+  {"rope_theta", HC_THETA, NULL, 0}
+#define LLAMA_CONFIG_END                                                                                      \
+  {"attention_dropout", HC_NUM, NULL, 0}, {"initializer_range", HC_NUM, NULL, 0.02},                          \
+  {"tie_word_embeddings", HC_BOOL, NULL, 0}, {"use_cache", HC_BOOL, NULL, 1},                                 \
+  {"torch_dtype", HC_STR, "float32", 0}, {NULL, HC_NULL, NULL, 0}
+// clang-format on
+/* LlamaConfig: LLaMA 3.1's rotary scaling, no biases */
+static const HfCfg llama_config[] = {
+    LLAMA_CONFIG("llama"),          {"rope_scaling", HC_ROPE_SCALING, NULL, 0}, {"attention_bias", HC_BOOL, NULL, 0},
+    {"mlp_bias", HC_BOOL, NULL, 0}, {"pretraining_tp", HC_NUM, NULL, 1},        LLAMA_CONFIG_END};
+/* MistralConfig: the sliding window (the keys a query sees) */
+static const HfCfg mistral_config[] = {
+    LLAMA_CONFIG("mistral"), {"sliding_window", HC_WINDOW, NULL, 0}, LLAMA_CONFIG_END};
+/* Qwen2Config: q, k and v biases (the parameters), no sliding window */
+static const HfCfg qwen2_config[] = {LLAMA_CONFIG("qwen2"),
+                                     {"rope_scaling", HC_NULL, NULL, 0},
+                                     {"use_sliding_window", HC_BOOL, NULL, 0},
+                                     {"sliding_window", HC_NULL, NULL, 0},
+                                     {"max_window_layers", HC_SIZE, "L", 0},
+                                     LLAMA_CONFIG_END};
 
 /* Qwen2 before LLaMA and Mistral: its marker is a name they lack; LLaMA and Mistral
  * have the same names and differ by the window (hf_family_of). */
