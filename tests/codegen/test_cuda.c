@@ -104,9 +104,9 @@ static Case *case_new(const char *name, KPar par, CudaMapping want, int row_dims
            (int64_t[]){__VA_ARGS__})
 
 static int buf(Case *c, const char *name, int tier, int64_t numel, DType dt, float lo, float hi) {
-  int64_t off = c->tier_bytes[tier];
-  c->tier_bytes[tier] +=
-      numel * (dt == DT_BF16 || dt == DT_F16 ? 2 : 4) + 12; /* a gap: an overrun lands in no buffer */
+  int64_t es = dt == DT_BF16 || dt == DT_F16 ? 2 : 4;
+  int64_t off = (c->tier_bytes[tier] + es - 1) / es * es; /* aligned to its elements (an odd 16-bit count before) */
+  c->tier_bytes[tier] = off + numel * es + 12;            /* a gap: an overrun lands in no buffer */
   int b = kernel_buf(c->k, name, tier, off, numel, dt);
   c->lo[b] = lo;
   c->hi[b] = hi;
