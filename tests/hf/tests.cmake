@@ -45,7 +45,11 @@ colossalc_label(reference hf_errors)
 if(MPIEXEC_EXECUTABLE)
   string(STRIP "${MPIEXEC_EXECUTABLE} ${COLOSSALC_MPIEXEC_FLAGS}" hf_mpirun)
   foreach(case "gpt2_hub_tp2_pp2|1 2 2|gpt2 hub f32 none file"
-               "llama_sharded_dp2_tp2|2 2 1|llama pretrained f32 200KB dir")
+               "llama_sharded_dp2_tp2|2 2 1|llama pretrained f32 200KB dir"
+               # key/value heads split (LLaMA 3, Mistral) and one taken from a whole copy (Qwen2's one head on tp 2)
+               "llama3_tp2_pp2|1 2 2|llama3 pretrained f32 none dir"
+               "mistral_sharded_dp2_tp2|2 2 1|mistral pretrained f32 200KB index"
+               "qwen2_tp2|1 2 1|qwen2 pretrained f32 none file")
     string(REPLACE "|" ";" parts "${case}")
     list(GET parts 0 name)
     list(GET parts 1 mesh)
