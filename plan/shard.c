@@ -860,11 +860,9 @@ static void price_attention(const ShardCtx *x, const Node *n, Strat *s, double f
   if (x->attn == ATTN_MATERIALIZED) { /* scores written, softmaxed, read: 4 passes forward, 8 backward */
     ef = 4 * sco * x->act_bytes, eb = 8 * sco * x->act_bytes;
     s->stash_extra = sco * x->act_bytes;
-  } else { /* log-sum-exp per query and head; under mixed precision the kernel's f32 output is kept for the
-              backward beside the 16-bit copy the output projection reads (priced as the op's output) */
-    double out = x->act_bytes < 4 ? numel_micro(x, n) * 4 : 0;
-    s->stash_extra = (micro_dim(x, n->in[0], 0) * (double)attr_int(n, "heads") * micro_dim(x, n->in[0], 1) * 4 + out) /
-                     (s->divided ? x->t : 1);
+  } else {
+    s->stash_extra = micro_dim(x, n->in[0], 0) * (double)attr_int(n, "heads") * micro_dim(x, n->in[0], 1) * 4 /
+                     (s->divided ? x->t : 1); /* log-sum-exp per query and head */
   }
   s->t_fwd = cost_kernel(x->cl, ff, peak, eff, by + ef);
   s->t_bwd = cost_kernel(x->cl, fb, peak, eff, 2 * by + eb);

@@ -469,11 +469,6 @@ def memory_compiled():
                 tiny + ["--gpus", "2", "--dp", "2", "--tp", "1", "--pp", "1", "--zero", "3"],
                 tiny + ["--gpus", "4", "--dp", "4", "--tp", "1", "--pp", "1", "--zero", "3"],
                 tiny + ["--gpus", "1", "--dp", "1", "--recompute", "full"]]
-    # a small LLaMA 3 in bf16 on one device and on tp 2 (the fused attention's f32 output,
-    # the GEMMs' shared 16-bit copy of a norm's output)
-    llama = ["models/llama3.model", "--precision", "bf16", "--set", "vocab=256", "--set", "d=256", "--set", "heads=4",
-             "--set", "kv_heads=2", "--set", "ffn=688", "--set", "seq=128", "--set", "batch=16", "--set", "layers=4"]
-    configs += [llama + ["--gpus", "1"], llama + ["--gpus", "2", "--dp", "1", "--tp", "2", "--pp", "1"]]
     with tempfile.TemporaryDirectory() as tmp:
         for args in configs:
             priced = plan_json(args)["memory"]["peak_bytes_per_device"]
