@@ -482,14 +482,15 @@ static bool exec_inputs(const Node *n, const uint8_t *in) {
   return true;
 }
 
-static void sb_add(SB *b, const char *name, int out, const uint8_t *in, bool divided) {
+/* Adds the strategy unless illegal here or already there; the one added, or NULL. */
+static Strat *sb_add(SB *b, const char *name, int out, const uint8_t *in, bool divided) {
   const Node *n = b->n;
-  if (b->x->exec && !exec_inputs(n, in)) return;
-  if (!legal(b->x, n, out)) return;
+  if (b->x->exec && !exec_inputs(n, in)) return NULL;
+  if (!legal(b->x, n, out)) return NULL;
   for (int i = 0; i < n->nin; i++)
-    if (!legal(b->x, n->in[i], in[i])) return;
+    if (!legal(b->x, n->in[i], in[i])) return NULL;
   for (int k = 0; k < b->ns; k++)
-    if (b->s[k].out == out && !memcmp(b->s[k].in, in, n->nin)) return;
+    if (b->s[k].out == out && !memcmp(b->s[k].in, in, n->nin)) return NULL;
   if (b->ns == b->cap) {
     b->cap = b->cap ? 2 * b->cap : 8;
     Strat *s = arena_array(b->a, b->cap, sizeof *s);
@@ -500,6 +501,7 @@ static void sb_add(SB *b, const char *name, int out, const uint8_t *in, bool div
   *s = (Strat){.name = name, .out = (uint8_t)out, .divided = divided};
   s->in = arena_alloc(b->a, n->nin + 1);
   memcpy(s->in, in, n->nin);
+  return s;
 }
 
 static void all_in(const Node *n, uint8_t *in, int pl) { memset(in, pl, n->nin); }
@@ -633,9 +635,8 @@ static void shard_attention(SB *b) {
   if (attr_int(b->n, "heads") % t == 0 && (kv % t == 0 || t % kv == 0)) {
     in[0] = PL_S0 + 2;
     in[1] = in[2] = kv % t == 0 ? PL_S0 + 2 : PL_R;
-    int n0 = b->ns;
-    sb_add(b, "heads", PL_S0 + 2, in, true);
-    if (b->ns > n0 && kv % t) b->s[n0].regroup = 6, b->s[n0].repeat = (int)(t / kv);
+    Strat *s = sb_add(b, "heads", PL_S0 + 2, in, true);
+    if (s && kv % t) s->regroup = 1 << 1 | 1 << 2, s->repeat = (int)(t / kv); /* k and v */
   }
   if (b->x->exec && attr_int(b->n, "causal")) return;
   in[0] = PL_S0 + 1, in[1] = in[2] = PL_R;

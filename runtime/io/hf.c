@@ -531,9 +531,9 @@ static int config_agrees(const HfCfg *c, const cJSON *v, const cJSON *w) {
   case HC_THETA: return cJSON_IsNumber(v) && fabs(v->valuedouble - w->valuedouble) <= 1e-6 * fabs(w->valuedouble);
   case HC_STR:
     return strcmp(c->key, "torch_dtype") == 0 || (cJSON_IsString(v) && strcmp(v->valuestring, w->valuestring) == 0);
-  case HC_ROPE_SCALING: return 1; /* hf_check_config, for every family */
-  case HC_NULL: return 1;
   case HC_BOOL: return strcmp(c->key, "use_sliding_window") != 0 || cJSON_IsFalse(v);
+  case HC_ROPE_SCALING: /* hf_check_config, for every family */
+  case HC_NULL:
   case HC_NUM:
   case HC_ARCH: return 1;
   }
@@ -546,18 +546,17 @@ int hf_check_config(const HfSource *s, const HfFamily *f, const HfArch *a, int m
   if (!f || !a) return 0;
   cJSON *o = source_config(s, path, sizeof path, err, errlen, &rc);
   if (!o) return rc;
-  const HfBind *none = NULL; /* sizes are not compared */
   for (int i = 0; rc == 0 && f->config[i].key; i++) {
     const HfCfg *c = &f->config[i];
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, c->key);
     cJSON *dflt = !v && c->kind == HC_THETA ? cJSON_CreateNumber(10000) : NULL; /* transformers' default */
     if (dflt) v = dflt;
     if (!v || (c->kind == HC_SIZE && c->s[0] != 'H')) continue; /* left out: transformers' default */
-    cJSON *w = c->kind == HC_SIZE ? cJSON_CreateNumber((double)a->heads) : config_value(f, c, none, a);
+    cJSON *w = c->kind == HC_SIZE ? cJSON_CreateNumber((double)a->heads) : config_value(f, c, NULL, a); /* heads */
     if (w && !config_agrees(c, v, w)) {
       value_text(v, got, sizeof got), value_text(w, want, sizeof want);
       rc = file_set_error(err, errlen, "%s: \"%s\" is %s, but the model computes %s", path, c->key, got,
-                          c->kind == HC_NULL || c->kind == HC_BOOL ? "without it" : want);
+                          c->kind == HC_BOOL ? "without it" : want);
     }
     cJSON_Delete(w);
     cJSON_Delete(dflt);
